@@ -1,0 +1,77 @@
+// Package migrations holds hookgate's SQL migrations, embedded in the binary,
+// and applies them with goose under a PostgreSQL advisory lock so that several
+// replicas can start at once.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// FS returns the embedded migration files.
+func FS() fs.FS { return files }
+
+// open returns a goose provider on a database/sql handle for dsn. The caller
+// closes the returned *sql.DB.
+func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open database: %w", err)
+	}
+	var opts []goose.ProviderOption
+	if locked {
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			db.Close()
+			return nil, nil, fmt.Errorf("create migration lock: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, opts...)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("create migration provider: %w", err)
+	}
+	return p, db, nil
+}
+
+// Up applies every pending migration to the database at dsn while holding a
+// session advisory lock, so concurrent callers (replicas starting together)
+// apply each migration once. It returns the number of migrations it applied:
+// 0 when the database was already at head.
+func Up(ctx context.Context, dsn string) (int, error) {
+	p, db, err := open(dsn, true)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	res, err := p.Up(ctx)
+	if err != nil {
+		return len(res), fmt.Errorf("apply migrations: %w", err)
+	}
+	return len(res), nil
+}
+
+// Pending reports whether the database behind db lacks any embedded migration.
+// It returns an error, not true, when the database cannot be read.
+func Pending(ctx context.Context, db *sql.DB) (bool, error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files)
+	if err != nil {
+		return false, fmt.Errorf("create migration provider: %w", err)
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return false, fmt.Errorf("check pending migrations: %w", err)
+	}
+	return pending, nil
+}
