@@ -1,0 +1,253 @@
+// Command hookgate is an HTTP gateway that applies idempotency keys to webhook
+// deliveries.
+//
+//	hookgate [serve]   apply pending migrations, then serve
+//	hookgate migrate   apply pending migrations and exit
+//	hookgate version   print the version
+//
+// Settings come from flags or the environment: DATABASE_URL, HOOKGATE_ADDR,
+// HOOKGATE_CONFIG, HOOKGATE_ADMIN_TOKEN, HOOKGATE_IN_FLIGHT_WAIT,
+// HOOKGATE_LOG_FORMAT.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/migrations"
+)
+
+// version is set at build time with -ldflags "-X main.version=…"; otherwise
+// the module version or VCS revision from the build info is used.
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "hookgate:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// settings are the values of flags and environment variables.
+type settings struct {
+	databaseURL  string
+	addr         string
+	configPath   string
+	adminToken   string
+	inFlightWait time.Duration
+	logFormat    string
+	shutdownWait time.Duration
+}
+
+// parseSettings reads flags from args with defaults from getenv.
+func parseSettings(name string, args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
+	s := &settings{}
+	fs := flag.NewFlagSet("hookgate "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := func(key, fallback string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return fallback
+	}
+	fs.StringVar(&s.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL connection URL (env DATABASE_URL; required)")
+	fs.StringVar(&s.addr, "addr", def("HOOKGATE_ADDR", ":8080"), "listen address (env HOOKGATE_ADDR)")
+	fs.StringVar(&s.configPath, "config", def("HOOKGATE_CONFIG", "hookgate.yaml"), "senders configuration file (env HOOKGATE_CONFIG)")
+	fs.StringVar(&s.adminToken, "admin-token", getenv("HOOKGATE_ADMIN_TOKEN"), "bearer token of the operator API (env HOOKGATE_ADMIN_TOKEN)")
+	fs.StringVar(&s.logFormat, "log-format", def("HOOKGATE_LOG_FORMAT", "json"), "log format: json or text (env HOOKGATE_LOG_FORMAT)")
+	wait := def("HOOKGATE_IN_FLIGHT_WAIT", dedup.DefaultInFlightWait.String())
+	fs.Func("in-flight-wait", "how long a delivery waits for a concurrent one with the same ID before 409 (env HOOKGATE_IN_FLIGHT_WAIT, default 3s)", func(v string) error {
+		wait = v
+		return nil
+	})
+	fs.DurationVar(&s.shutdownWait, "shutdown-timeout", 20*time.Second, "how long in-flight requests may take to finish on shutdown")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	d, err := time.ParseDuration(wait)
+	if err != nil || d <= 0 {
+		return nil, fmt.Errorf("in-flight wait %q: must be a positive duration such as 3s", wait)
+	}
+	s.inFlightWait = d
+	if s.logFormat != "json" && s.logFormat != "text" {
+		return nil, fmt.Errorf("log format %q: must be json or text", s.logFormat)
+	}
+	return s, nil
+}
+
+// run is the whole program: it parses args (a subcommand and its flags),
+// reads the environment through getenv, and returns when the command is done
+// or, for serve, when ctx is cancelled and the server has shut down.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "version":
+		fmt.Fprintln(stdout, "hookgate", buildVersion())
+		return nil
+	case "serve", "migrate":
+	default:
+		return fmt.Errorf("unknown command %q: use serve, migrate or version", cmd)
+	}
+	s, err := parseSettings(cmd, args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(s.logFormat, stderr)
+	if s.databaseURL == "" {
+		return errors.New("DATABASE_URL is not set: give the PostgreSQL URL in DATABASE_URL or --database-url (make run starts a local database and sets it)")
+	}
+	if cmd == "migrate" {
+		n, err := migrations.Up(ctx, s.databaseURL)
+		if err != nil {
+			return err
+		}
+		log.Info("migrations applied", "count", n)
+		return nil
+	}
+	return serve(ctx, s, log)
+}
+
+func serve(ctx context.Context, s *settings, log *slog.Logger) error {
+	cfg, err := config.Load(s.configPath)
+	if err != nil {
+		return err
+	}
+	n, err := migrations.Up(ctx, s.databaseURL)
+	if err != nil {
+		return err
+	}
+	log.Info("migrations applied", "count", n)
+
+	pool, err := newPool(ctx, s.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ready := func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("ping database: %w", err)
+		}
+		pending, err := migrations.Pending(ctx, sqlDB)
+		if err != nil {
+			return err
+		}
+		if pending {
+			return errors.New("migrations are not at head")
+		}
+		return nil
+	}
+	srv := handler.New(cfg, dedup.New(pool, s.inFlightWait), ready, reg, log)
+
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	httpSrv := &http.Server{
+		Handler:           srv.Router(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "senders", len(cfg.Senders), "version", buildVersion())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("shutting down: finishing in-flight requests", "timeout", s.shutdownWait)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownWait)
+		defer cancel()
+		if err := httpSrv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		return nil
+	})
+	err = g.Wait()
+	log.Info("stopped")
+	return err
+}
+
+// newPool connects to PostgreSQL. Unless the URL sets pool_max_conns, the
+// pool holds up to 32 connections: commits wait on WAL flushes, and more
+// concurrent transactions share each flush.
+func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		pc.MaxConns = 32
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return pool, nil
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			return bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "devel"
+}

@@ -1,0 +1,80 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Pointer is a parsed JSON pointer (RFC 6901): the reference tokens in order.
+type Pointer []string
+
+// ParsePointer parses s, which must be "" (the whole document) or start with
+// "/". It returns an error for any other string and for a "~" not followed by
+// 0 or 1.
+func ParsePointer(s string) (Pointer, error) {
+	if s == "" {
+		return Pointer{}, nil
+	}
+	if s[0] != '/' {
+		return nil, errors.New("a JSON pointer starts with /")
+	}
+	parts := strings.Split(s[1:], "/")
+	for i, p := range parts {
+		for j := 0; j < len(p); j++ {
+			if p[j] == '~' && (j+1 == len(p) || (p[j+1] != '0' && p[j+1] != '1')) {
+				return nil, errors.New("~ must be followed by 0 or 1 in a JSON pointer")
+			}
+		}
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(p, "~1", "/"), "~0", "~")
+	}
+	return Pointer(parts), nil
+}
+
+// ErrNotFound means the pointer does not resolve in the document.
+var ErrNotFound = errors.New("no value at the JSON pointer")
+
+// ErrNotString means the pointer resolves to a value that is neither a string
+// nor a number.
+var ErrNotString = errors.New("the value at the JSON pointer is not a string or number")
+
+// String resolves p in the JSON document doc and returns the string (or the
+// literal text of the number) there. It returns ErrNotFound when a member or
+// index is missing, ErrNotString for objects, arrays, booleans and null, and
+// a decoding error for a body that is not JSON.
+func (p Pointer) String(doc []byte) (string, error) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return "", err
+	}
+	for _, tok := range p {
+		switch c := v.(type) {
+		case map[string]any:
+			next, ok := c[tok]
+			if !ok {
+				return "", ErrNotFound
+			}
+			v = next
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(c) || (len(tok) > 1 && tok[0] == '0') {
+				return "", ErrNotFound
+			}
+			v = c[i]
+		default:
+			return "", ErrNotFound
+		}
+	}
+	switch s := v.(type) {
+	case string:
+		return s, nil
+	case json.Number:
+		return s.String(), nil
+	default:
+		return "", ErrNotString
+	}
+}

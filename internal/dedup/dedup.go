@@ -1,0 +1,207 @@
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// KeyConstraint is the name of the processed_messages constraint whose
+// violation, and only whose violation, means "duplicate".
+const KeyConstraint = "processed_messages_key"
+
+// DefaultInFlightWait is how long a delivery waits for a concurrent delivery
+// of the same key to finish before Run gives up with ErrInFlight.
+const DefaultInFlightWait = 3 * time.Second
+
+var (
+	// ErrPayloadMismatch means the key is held by a delivery whose request
+	// body had a different SHA-256. Nothing was changed.
+	ErrPayloadMismatch = errors.New("dedup: delivery ID reused with a different payload")
+	// ErrInFlight means another transaction still held the key when the
+	// in-flight wait ran out. Nothing was recorded; a retry can succeed.
+	ErrInFlight = errors.New("dedup: delivery is still being processed")
+)
+
+// Key identifies a delivery: the sender's name and the sender's delivery ID.
+type Key struct {
+	Sender     string
+	DeliveryID string
+}
+
+// Response is a stored HTTP response.
+type Response struct {
+	Status      int
+	ContentType string
+	Body        []byte
+}
+
+// Delivery is one attempt to deliver a message.
+type Delivery struct {
+	Key
+	// RequestSHA256 fingerprints the request body; a later delivery with the
+	// same key and a different fingerprint is a mismatch.
+	RequestSHA256 [32]byte
+	// EventID is the ID of the event this delivery creates if it is new.
+	EventID uuid.UUID
+	// Response is stored with the key and returned if the delivery is new.
+	Response Response
+	// ReceivedAt is when the delivery arrived; ExpiresAt is when its key may
+	// be forgotten.
+	ReceivedAt time.Time
+	ExpiresAt  time.Time
+}
+
+// Result is the outcome of Run.
+type Result struct {
+	// Response is the response to send: the new one, or the stored one.
+	Response Response
+	// EventID is the event created by the delivery that holds the key.
+	EventID uuid.UUID
+	// Replayed is true when the key was already held by a committed delivery
+	// with the same fingerprint, and Response is that delivery's response.
+	Replayed bool
+}
+
+// Change queues the statements of a state change on b. They run after the
+// claim, in the same transaction, in the order queued, and only if the claim
+// succeeded. A Change must not perform effects outside the database.
+type Change func(b *pgx.Batch)
+
+// Querier is the part of pgxpool.Pool (or pgx.Conn) that Store uses.
+type Querier interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store runs deliveries against PostgreSQL.
+type Store struct {
+	db           Querier
+	inFlightWait string // lock_timeout value in milliseconds
+}
+
+// New returns a Store on db. inFlightWait bounds how long a delivery waits for
+// a concurrent delivery of the same key (DefaultInFlightWait when zero or
+// negative).
+func New(db Querier, inFlightWait time.Duration) *Store {
+	if inFlightWait <= 0 {
+		inFlightWait = DefaultInFlightWait
+	}
+	return &Store{db: db, inFlightWait: strconv.FormatInt(inFlightWait.Milliseconds(), 10)}
+}
+
+const (
+	setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1, true)`
+	claimSQL          = `INSERT INTO processed_messages
+  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	storedSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body
+FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
+)
+
+// Run claims d's key and applies change in one transaction, as the package
+// documentation describes. It returns Replayed results for duplicates,
+// ErrPayloadMismatch or ErrInFlight (wrapped) for those cases, and any other
+// failure as an error after which nothing of the delivery is recorded — or,
+// when the connection was lost during COMMIT, possibly everything, in which
+// case a retry replays.
+func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
+	b := &pgx.Batch{}
+	b.Queue(setLockTimeoutSQL, s.inFlightWait)
+	b.Queue(claimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], d.EventID,
+		d.Response.Status, d.Response.ContentType, d.Response.Body, d.ReceivedAt, d.ExpiresAt)
+	if change != nil {
+		change(b)
+	}
+	err := s.send(ctx, b)
+	switch {
+	case err == nil:
+		return Result{Response: d.Response, EventID: d.EventID}, nil
+	case errors.Is(err, errClaimConflict):
+		return s.replay(ctx, d)
+	default:
+		return Result{}, err
+	}
+}
+
+// errClaimConflict marks a claim that hit KeyConstraint; it never leaves Run.
+var errClaimConflict = errors.New("claim conflict")
+
+// send executes the pipeline and classifies the first error by the statement
+// that raised it: only the claim (statement 1) can be a duplicate or in flight.
+func (s *Store) send(ctx context.Context, b *pgx.Batch) error {
+	n := b.Len()
+	br := s.db.SendBatch(ctx, b)
+	var first error
+	for i := 0; i < n && first == nil; i++ {
+		_, err := br.Exec()
+		if err == nil {
+			continue
+		}
+		switch {
+		case i == 1 && IsDuplicate(err):
+			first = errClaimConflict
+		case i == 1 && isLockTimeout(err):
+			first = fmt.Errorf("claim delivery: %w", ErrInFlight)
+		case i == 0:
+			first = fmt.Errorf("set in-flight wait: %w", err)
+		case i == 1:
+			first = fmt.Errorf("claim delivery: %w", err)
+		default:
+			first = fmt.Errorf("apply state change (statement %d): %w", i-1, err)
+		}
+	}
+	// Close reads the result of the implicit COMMIT at Sync: an error here
+	// means the transaction did not commit (or its outcome is unknown).
+	if err := br.Close(); err != nil && first == nil {
+		first = fmt.Errorf("commit delivery: %w", err)
+	}
+	return first
+}
+
+// replay reads the committed delivery that holds d's key.
+func (s *Store) replay(ctx context.Context, d Delivery) (Result, error) {
+	var (
+		sum    []byte
+		res    Result
+		status int16
+	)
+	err := s.db.QueryRow(ctx, storedSQL, d.Sender, d.DeliveryID).
+		Scan(&sum, &res.EventID, &status, &res.Response.ContentType, &res.Response.Body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The key expired and was deleted between the claim and this read;
+		// the sender's retry will be accepted as new.
+		return Result{}, errors.New("read stored delivery: key vanished after conflict")
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("read stored delivery: %w", err)
+	}
+	if !bytes.Equal(sum, d.RequestSHA256[:]) {
+		return Result{}, ErrPayloadMismatch
+	}
+	res.Response.Status = int(status)
+	res.Replayed = true
+	return res, nil
+}
+
+// IsDuplicate reports whether err is, or wraps, a unique violation (SQLSTATE
+// 23505) of KeyConstraint. Every other error, including a unique violation of
+// any other constraint, and nil, is not a duplicate.
+func IsDuplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == KeyConstraint
+}
+
+// isLockTimeout reports whether err is PostgreSQL's lock_not_available
+// (SQLSTATE 55P03), raised when lock_timeout expires.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}

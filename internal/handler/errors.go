@@ -1,0 +1,100 @@
+package handler
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/hookgate/hookgate/internal/dedup"
+)
+
+// problemType is one kind of error response: its status, RFC 9457 type and
+// title, and the Retry-After it carries (0 for none).
+type problemType struct {
+	status     int
+	slug       string
+	title      string
+	retryAfter int
+}
+
+// The problem types hookgate answers with. This table, with classify, is the
+// one place where errors become statuses.
+var (
+	probInvalidDeliveryID = problemType{http.StatusBadRequest, "invalid-delivery-id", "Missing or invalid delivery ID", 0}
+	probInvalidBody       = problemType{http.StatusBadRequest, "invalid-body", "Request body could not be read", 0}
+	probUnknownSender     = problemType{http.StatusNotFound, "unknown-sender", "Unknown sender", 0}
+	probNotFound          = problemType{http.StatusNotFound, "not-found", "Not found", 0}
+	probMethodNotAllowed  = problemType{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", 0}
+	probBadRequest        = problemType{http.StatusBadRequest, "bad-request", "Bad request", 0}
+	probInFlight          = problemType{http.StatusConflict, "in-flight", "Delivery is still being processed", 1}
+	probTooLarge          = problemType{http.StatusRequestEntityTooLarge, "payload-too-large", "Request body too large", 0}
+	probMismatch          = problemType{http.StatusUnprocessableEntity, "payload-mismatch", "Delivery ID reused with a different body", 0}
+	probUnavailable       = problemType{http.StatusServiceUnavailable, "unavailable", "Service unavailable", 5}
+	probInternal          = problemType{http.StatusInternalServerError, "internal", "Internal error", 5}
+)
+
+// problemError is an error with the problem type and the client-facing
+// detail it becomes. Its cause, if any, is logged and never sent.
+type problemError struct {
+	typ    problemType
+	detail string
+	cause  error
+}
+
+func (e *problemError) Error() string {
+	if e.cause != nil {
+		return e.typ.slug + ": " + e.detail + ": " + e.cause.Error()
+	}
+	return e.typ.slug + ": " + e.detail
+}
+
+func (e *problemError) Unwrap() error { return e.cause }
+
+func newProblem(t problemType, detail string) *problemError {
+	return &problemError{typ: t, detail: detail}
+}
+
+// classify maps any error to the problem it is answered with. Errors that are
+// not problemErrors and not known dedup outcomes become 503 with a generic
+// detail: the sender retries, and the internal text stays in the log.
+func classify(err error) *problemError {
+	var pe *problemError
+	switch {
+	case errors.As(err, &pe):
+		return pe
+	case errors.Is(err, dedup.ErrPayloadMismatch):
+		return &problemError{typ: probMismatch, detail: "This delivery ID was already accepted with a different body (its SHA-256 differs). Nothing was changed; send a new delivery ID for a new message.", cause: err}
+	case errors.Is(err, dedup.ErrInFlight):
+		return &problemError{typ: probInFlight, detail: "Another request with this delivery ID is still being processed. Retry after the time in Retry-After.", cause: err}
+	default:
+		return &problemError{typ: probUnavailable, detail: "The delivery could not be stored and nothing was recorded. Retry later.", cause: err}
+	}
+}
+
+// problemBody is the RFC 9457 problem details document.
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// writeProblem writes err as application/problem+json.
+func writeProblem(w http.ResponseWriter, err error) *problemError {
+	pe := classify(err)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if pe.typ.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(pe.typ.retryAfter))
+	}
+	w.WriteHeader(pe.typ.status)
+	_ = json.NewEncoder(w).Encode(problemBody{
+		Type:   "urn:hookgate:problem:" + pe.typ.slug,
+		Title:  pe.typ.title,
+		Status: pe.typ.status,
+		Detail: pe.detail,
+	})
+	return pe
+}

@@ -1,0 +1,183 @@
+package handler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
+)
+
+// MaxDeliveryIDBytes is the longest delivery ID accepted.
+const MaxDeliveryIDBytes = 255
+
+// storeTimeout bounds the ingest transaction. It is detached from the
+// request's context: a sender that hangs up mid-request does not abort a
+// transaction that may be committing, so its retry finds a clean outcome.
+const storeTimeout = 15 * time.Second
+
+// accepted is the body of a first delivery's 202 response.
+type accepted struct {
+	EventID    uuid.UUID `json:"event_id"`
+	Sender     string    `json:"sender"`
+	DeliveryID string    `json:"delivery_id"`
+	ReceivedAt time.Time `json:"received_at"`
+}
+
+// IngestWebhook accepts a delivery for sender: it reads the body within the
+// sender's limit, extracts and validates the delivery ID, and runs the claim
+// and the event insert in one transaction (internal/dedup). It answers 202
+// with the new event, the stored response with Idempotent-Replayed: true for
+// a duplicate, or a problem.
+func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender string) {
+	info := requestInfo(r.Context())
+	info.sender = sender
+	start := time.Now()
+	outcome, err := s.ingest(w, r, sender, info)
+	if err != nil {
+		pe := writeProblem(w, err)
+		outcome = outcomeFor(pe)
+		info.err = pe
+	}
+	info.outcome = outcome
+	label := sender
+	if _, ok := s.cfg.Sender(sender); !ok {
+		label = "" // unknown names must not create unbounded label values
+	}
+	s.metrics.observe(label, outcome, time.Since(start))
+}
+
+func (s *Server) ingest(w http.ResponseWriter, r *http.Request, name string, info *reqInfo) (string, error) {
+	sender, ok := s.cfg.Sender(name)
+	if !ok {
+		return "", newProblem(probUnknownSender, fmt.Sprintf("No sender named %q is configured. Configured senders are listed in hookgate.yaml.", name))
+	}
+	body, err := readBody(w, r, sender.MaxBodyBytes)
+	if err != nil {
+		return "", err
+	}
+	id, err := deliveryID(r, body, sender)
+	if err != nil {
+		return "", err
+	}
+	info.deliveryID = id
+
+	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new event id: %w", err)
+	}
+	respBody, err := json.Marshal(accepted{EventID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now})
+	if err != nil {
+		return "", fmt.Errorf("encode response: %w", err)
+	}
+	d := dedup.Delivery{
+		Key:           dedup.Key{Sender: sender.Name, DeliveryID: id},
+		RequestSHA256: sha256.Sum256(body),
+		EventID:       eventID,
+		Response:      dedup.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: append(respBody, '\n')},
+		ReceivedAt:    now,
+		ExpiresAt:     now.Add(time.Duration(sender.Retention)),
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
+	defer cancel()
+	res, err := s.store.Run(ctx, d, func(b *pgx.Batch) {
+		events.QueueInsert(b, events.Event{
+			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, Headers: r.Header, Body: body,
+		})
+	})
+	if err != nil {
+		return "", err
+	}
+	h := w.Header()
+	h.Set("Content-Type", res.Response.ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(res.Response.Body)))
+	outcome := outcomeAccepted
+	if res.Replayed {
+		h.Set("Idempotent-Replayed", "true")
+		outcome = outcomeReplayed
+	}
+	w.WriteHeader(res.Response.Status)
+	_, _ = w.Write(res.Response.Body)
+	return outcome, nil
+}
+
+// readBody reads the whole request body, refusing more than limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	tooLarge := newProblem(probTooLarge, fmt.Sprintf("The body exceeds this sender's limit of %d bytes. Nothing was recorded.", limit))
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, tooLarge
+	}
+	if err != nil {
+		return nil, &problemError{typ: probInvalidBody, detail: "The request body could not be read completely. Nothing was recorded.", cause: err}
+	}
+	return body, nil
+}
+
+// deliveryID extracts the delivery ID from where sender's configuration says
+// it is and validates it: 1 to 255 bytes of visible ASCII.
+func deliveryID(r *http.Request, body []byte, sender *config.Sender) (string, error) {
+	var id string
+	src := sender.DeliveryID
+	switch {
+	case src.Header != "":
+		vals := r.Header.Values(src.Header)
+		if len(vals) == 0 {
+			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The %s header is missing: sender %q carries its delivery ID there.", src.Header, sender.Name))
+		}
+		if len(vals) > 1 {
+			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The %s header appears %d times; send exactly one delivery ID.", src.Header, len(vals)))
+		}
+		id = vals[0]
+	default:
+		ptr, err := config.ParsePointer(src.JSONPointer)
+		if err != nil { // validated at start-up
+			return "", fmt.Errorf("delivery ID pointer: %w", err)
+		}
+		id, err = ptr.String(body)
+		switch {
+		case errors.Is(err, config.ErrNotFound):
+			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The JSON body has no value at %s: sender %q carries its delivery ID there.", src.JSONPointer, sender.Name))
+		case errors.Is(err, config.ErrNotString):
+			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The value at %s must be a string or a number to be a delivery ID.", src.JSONPointer))
+		case err != nil:
+			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The body is not valid JSON, and sender %q carries its delivery ID at the JSON pointer %s.", sender.Name, src.JSONPointer))
+		}
+	}
+	if reason := invalidDeliveryID(id); reason != "" {
+		return "", newProblem(probInvalidDeliveryID, "The delivery ID "+reason+". Nothing was recorded.")
+	}
+	return id, nil
+}
+
+// invalidDeliveryID returns why id is not a valid delivery ID, or "".
+func invalidDeliveryID(id string) string {
+	if id == "" {
+		return "is empty"
+	}
+	if len(id) > MaxDeliveryIDBytes {
+		return fmt.Sprintf("is %d bytes long; at most %d are allowed", len(id), MaxDeliveryIDBytes)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return fmt.Sprintf("has a byte outside visible ASCII at position %d (spaces and control characters are not allowed)", i)
+		}
+	}
+	return ""
+}

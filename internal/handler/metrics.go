@@ -1,0 +1,58 @@
+package handler
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Ingest outcomes, the values of the outcome label.
+const (
+	outcomeAccepted = "accepted"
+	outcomeReplayed = "replayed"
+	outcomeMismatch = "mismatch"
+	outcomeInFlight = "in_flight"
+	outcomeInvalid  = "invalid"
+	outcomeError    = "error"
+)
+
+// outcomeFor returns the outcome label of a failed ingest.
+func outcomeFor(pe *problemError) string {
+	switch pe.typ {
+	case probMismatch:
+		return outcomeMismatch
+	case probInFlight:
+		return outcomeInFlight
+	}
+	if pe.typ.status >= 500 {
+		return outcomeError
+	}
+	return outcomeInvalid
+}
+
+type metrics struct {
+	deliveries *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookgate_deliveries_total",
+			Help: "Webhook deliveries received, by sender and outcome.",
+		}, []string{"sender", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hookgate_ingest_duration_seconds",
+			Help:    "Time to answer a webhook delivery, by outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.deliveries, m.latency)
+	return m
+}
+
+// observe counts one delivery and its latency.
+func (m *metrics) observe(sender, outcome string, d time.Duration) {
+	m.deliveries.WithLabelValues(sender, outcome).Inc()
+	m.latency.WithLabelValues(outcome).Observe(d.Seconds())
+}

@@ -1,0 +1,85 @@
+package handler
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5/middleware"
+)
+
+// reqInfo collects what a handler learned about a request, for its log line.
+type reqInfo struct {
+	sender     string
+	deliveryID string
+	outcome    string
+	err        *problemError
+}
+
+type reqInfoKey struct{}
+
+// requestInfo returns the request's reqInfo; a throwaway one when the request
+// did not pass through logRequests (so handlers never check for nil).
+func requestInfo(ctx context.Context) *reqInfo {
+	if ri, ok := ctx.Value(reqInfoKey{}).(*reqInfo); ok {
+		return ri
+	}
+	return &reqInfo{}
+}
+
+// logRequests writes one structured line per request: request id, method,
+// path, status, duration, and for ingest the sender, delivery ID and outcome.
+// 5xx lines are errors and carry the cause; bodies and secrets never appear.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		info := &reqInfo{}
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info)))
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		attrs := []slog.Attr{
+			slog.String("request_id", middleware.GetReqID(r.Context())),
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", status),
+			slog.Duration("duration", time.Since(start)),
+		}
+		if info.sender != "" {
+			attrs = append(attrs, slog.String("sender", info.sender))
+		}
+		if info.deliveryID != "" {
+			attrs = append(attrs, slog.String("delivery_id", info.deliveryID))
+		}
+		if info.outcome != "" {
+			attrs = append(attrs, slog.String("outcome", info.outcome))
+		}
+		level := slog.LevelInfo
+		if status >= 500 {
+			level = slog.LevelError
+			if info.err != nil && info.err.cause != nil {
+				attrs = append(attrs, slog.String("err", info.err.cause.Error()))
+			}
+		}
+		s.log.LogAttrs(r.Context(), level, "request", attrs...)
+	})
+}
+
+// recoverPanics turns a panic in a handler into a 500 problem and logs it.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic", "request_id", middleware.GetReqID(r.Context()), "panic", v)
+				writeProblem(w, newProblem(probInternal, "An unexpected error occurred. Nothing was recorded; retry later."))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

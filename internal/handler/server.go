@@ -1,0 +1,116 @@
+// Package handler serves hookgate's HTTP API: the ingest endpoint, the
+// service endpoints and the API documentation, on a chi router generated from
+// openapi.yaml (package api).
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/swaggest/swgui/v5emb"
+
+	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+)
+
+// ReadyFunc reports whether the service can take traffic: nil when the
+// database is reachable and its migrations are at head.
+type ReadyFunc func(ctx context.Context) error
+
+// Server implements api.ServerInterface.
+type Server struct {
+	cfg     *config.Config
+	store   *dedup.Store
+	ready   ReadyFunc
+	log     *slog.Logger
+	metrics *metrics
+	gather  prometheus.Gatherer
+	docs    http.Handler
+	now     func() time.Time
+}
+
+var _ api.ServerInterface = (*Server)(nil)
+
+// New returns a Server for the senders in cfg, storing deliveries with store.
+// Its metrics are registered on reg, which /metrics serves.
+func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger) *Server {
+	return &Server{
+		cfg:     cfg,
+		store:   store,
+		ready:   ready,
+		log:     log,
+		metrics: newMetrics(reg),
+		gather:  reg,
+		docs:    v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
+		now:     time.Now,
+	}
+}
+
+// Router returns the HTTP handler serving every route of openapi.yaml, plus
+// the API explorer's static assets under /docs/.
+func (s *Server) Router() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, newProblem(probMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+". See /docs for the API."))
+	})
+	r.Handle("/docs/*", s.docs)
+	return api.HandlerWithOptions(s, api.ChiServerOptions{
+		BaseRouter: r,
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeProblem(w, &problemError{typ: probBadRequest, detail: "Invalid request parameter.", cause: err})
+		},
+	})
+}
+
+// GetHealthz answers 200 while the process is up.
+func (s *Server) GetHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// GetReadyz answers 200 when the database is reachable and migrated to head,
+// 503 with Retry-After otherwise.
+func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.ready(ctx); err != nil {
+		s.log.Warn("not ready", "err", err)
+		writeProblem(w, &problemError{typ: probUnavailable, detail: "The database is unreachable or its migrations are not at head.", cause: err})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// GetMetrics serves the Prometheus metrics.
+func (s *Server) GetMetrics(w http.ResponseWriter, r *http.Request) {
+	promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+// GetOpenAPISpec serves the repository's openapi.yaml as embedded at build.
+func (s *Server) GetOpenAPISpec(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(api.Spec)
+}
+
+// GetDocs serves the API explorer, rendered from /openapi.yaml with assets
+// embedded in the binary.
+func (s *Server) GetDocs(w http.ResponseWriter, r *http.Request) {
+	s.docs.ServeHTTP(w, r)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
