@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# bench.sh runs the load benchmark (internal/bench) against a throwaway
+# PostgreSQL configured as in production (fsync on), which it stops and
+# deletes afterwards. Arguments are passed to the benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source .ci/tmp-pg.sh
+
+PG_FAST= tmp_pg_start
+export HOOKGATE_BENCH_DATABASE_URL=$TMP_PG_URL
+export HOOKGATE_PG_BINDIR=$PG_BINDIR
+
+go run ./internal/bench "$@"

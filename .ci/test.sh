@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# test.sh runs the Go tests against a throwaway PostgreSQL (fsync off), which
+# it stops and deletes afterwards whatever happens; it exits with go test's
+# status. PKGS (default ./...) and GOTESTFLAGS (extra go test flags) are read
+# from the environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source .ci/tmp-pg.sh
+
+PG_FAST=1 tmp_pg_start
+export HOOKGATE_TEST_DATABASE_URL=$TMP_PG_URL
+export HOOKGATE_PG_BINDIR=$PG_BINDIR
+
+# shellcheck disable=SC2086 # GOTESTFLAGS and PKGS are word lists
+go test -race -count=1 -timeout 15m ${GOTESTFLAGS:-} ${PKGS:-./...}

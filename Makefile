@@ -1,0 +1,56 @@
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+# Packages `make test` runs, and extra flags for go test, e.g.
+#   make test PKGS=./internal/dedup/... GOTESTFLAGS='-run TestReplay -v'
+PKGS ?= ./...
+GOTESTFLAGS ?=
+# Arguments for the load benchmark, e.g. make bench BENCHFLAGS='-duration 30s'
+BENCHFLAGS ?=
+
+GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
+
+.PHONY: run test bench generate check-generated build lint db-stop clean-data
+
+## run: start the local PostgreSQL (.data/pg) and run the server on :8080
+run:
+	@.ci/run-local.sh
+
+## test: run all tests against a throwaway PostgreSQL
+test:
+	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
+
+## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
+bench:
+	@.ci/bench.sh $(BENCHFLAGS)
+
+## generate: regenerate api/ from openapi.yaml
+generate:
+	go generate ./api/...
+
+## check-generated: fail when the committed api/ code is not what generate produces
+check-generated: generate
+	@if ! git diff --quiet -- api/ || [[ -n "$$(git ls-files --others --exclude-standard -- api/)" ]]; then \
+		git status --short -- api/; git diff --stat -- api/; \
+		echo "check-generated: api/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi
+
+## build: build the server into bin/hookgate
+build:
+	go build -o bin/hookgate ./cmd/server
+
+## lint: gofmt must have nothing to say, go vet must pass
+lint:
+	@unformatted=$$($(GO_FILES) | xargs -r gofmt -l); \
+	if [[ -n "$$unformatted" ]]; then echo "gofmt needed on:" >&2; echo "$$unformatted" >&2; exit 1; fi
+	go vet ./...
+
+## db-stop: stop the local PostgreSQL `make run` started
+db-stop:
+	@.ci/pg.sh stop .data/pg
+
+## clean-data: stop the local PostgreSQL and delete .data (database, token, binary)
+clean-data:
+	@.ci/pg.sh destroy .data/pg
+	rm -rf .data

@@ -1,0 +1,224 @@
+// Package pgtest gives tests a real PostgreSQL: a fresh, migrated database per
+// test on the server `make test` starts (NewDB), or a private server a test
+// may stop and start again to simulate an outage (StartCluster).
+//
+// Tests never mock the database. They run with `make test`, which starts a
+// throwaway server and sets HOOKGATE_TEST_DATABASE_URL and HOOKGATE_PG_BINDIR.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/migrations"
+)
+
+// EnvURL names the environment variable holding the URL of the test server's
+// administrative database; `make test` sets it.
+const EnvURL = "HOOKGATE_TEST_DATABASE_URL"
+
+// setupTimeout bounds each database operation this package performs.
+const setupTimeout = 2 * time.Minute
+
+// URL returns the URL in HOOKGATE_TEST_DATABASE_URL. It fails the test when
+// the variable is unset or empty: the tests need a real PostgreSQL.
+func URL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(EnvURL)
+	if u == "" {
+		t.Fatal(EnvURL + " is not set: run the tests with `make test`")
+	}
+	return u
+}
+
+// template is the migrated database of this test process that NewDB copies.
+var template struct {
+	mu   sync.Mutex
+	name string // "" until created
+	err  error  // sticky: once creating it failed, every NewDB fails the same way
+}
+
+// dbSeq numbers the databases this process creates.
+var dbSeq atomic.Int64
+
+// NewDB creates a database for this test only, copied from a template that is
+// migrated to head once per test process, and returns a pool connected to it
+// and its DSN. The pool is closed and the database dropped when the test ends
+// (WITH (FORCE), so connections the test leaves open do not stop the drop).
+// It fails the test when HOOKGATE_TEST_DATABASE_URL is unset or the server
+// cannot be reached.
+func NewDB(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	admin := URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+
+	tpl, err := migratedTemplate(ctx, admin)
+	if err != nil {
+		t.Fatalf("pgtest: prepare template database: %v", err)
+	}
+
+	name := fmt.Sprintf("hgt_%d_%d_%s_%s", os.Getpid(), dbSeq.Add(1), randHex(3), sanitize(t.Name(), 24))
+	if err := createDatabase(ctx, admin, name, tpl); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		if err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+			t.Errorf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+
+	dsn, err := withDatabase(admin, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connect to %s: %v", name, err)
+	}
+	t.Cleanup(pool.Close) // runs before the drop: cleanups run last-in first-out
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatalf("pgtest: ping %s: %v", name, err)
+	}
+	return pool, dsn
+}
+
+// migratedTemplate returns the name of this process's template database,
+// creating and migrating it on the first call. The template accepts no
+// connections once migrated, so copying it never finds it in use.
+func migratedTemplate(ctx context.Context, admin string) (string, error) {
+	template.mu.Lock()
+	defer template.mu.Unlock()
+	if template.name != "" || template.err != nil {
+		return template.name, template.err
+	}
+	name, err := createTemplate(ctx, admin)
+	if err != nil {
+		template.err = err
+		return "", err
+	}
+	template.name = name
+	return name, nil
+}
+
+func createTemplate(ctx context.Context, admin string) (string, error) {
+	name := fmt.Sprintf("hgtpl_%d_%s", os.Getpid(), randHex(4))
+	if err := adminExec(ctx, admin, "CREATE DATABASE "+ident(name)); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	dsn, err := withDatabase(admin, name)
+	if err != nil {
+		return "", err
+	}
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		return "", fmt.Errorf("migrate %s: %w", name, err)
+	}
+	// Refuse new connections, then end any that linger (a closed client's
+	// backend may not have exited yet): CREATE DATABASE … TEMPLATE fails while
+	// anyone is connected to the template.
+	err = adminExec(ctx, admin,
+		"ALTER DATABASE "+ident(name)+" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true",
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'")
+	if err != nil {
+		return "", fmt.Errorf("seal template %s: %w", name, err)
+	}
+	return name, nil
+}
+
+// createDatabase copies tpl into a new database name, retrying for a while
+// when the template is briefly in use.
+func createDatabase(ctx context.Context, admin, name, tpl string) error {
+	sql := "CREATE DATABASE " + ident(name) + " TEMPLATE " + ident(tpl)
+	for {
+		err := adminExec(ctx, admin, sql)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
+			if err != nil {
+				return fmt.Errorf("create database %s from %s: %w", name, tpl, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create database %s from %s: %w", name, tpl, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// adminExec runs each statement on its own short-lived connection to admin,
+// so that no pool outlives the call.
+func adminExec(ctx context.Context, admin string, statements ...string) error {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	for _, s := range statements {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// withDatabase returns dsn (a URL or a keyword/value string) pointing at
+// database name instead.
+func withDatabase(dsn, name string) (string, error) {
+	if !strings.Contains(dsn, "://") {
+		return dsn + " dbname=" + name, nil
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", EnvURL, err)
+	}
+	u.Path = "/" + name
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// ident quotes a database name as an SQL identifier.
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// sanitize returns s lower-cased, with runs of characters other than [a-z0-9]
+// turned into one '_', cut to at most n bytes: a readable hint of the test in
+// a database name.
+func sanitize(s string, n int) string {
+	var b strings.Builder
+	under := false
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			under = false
+		} else if !under {
+			b.WriteByte('_')
+			under = true
+		}
+		if b.Len() >= n {
+			break
+		}
+	}
+	return strings.Trim(b.String(), "_")
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b)
+}
