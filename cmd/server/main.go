@@ -93,8 +93,8 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	d, err := time.ParseDuration(wait)
-	if err != nil || d <= 0 {
-		return nil, fmt.Errorf("in-flight wait %q: must be a positive duration such as 3s", wait)
+	if err != nil || d < time.Millisecond || d > dedup.MaxInFlightWait {
+		return nil, fmt.Errorf("in-flight wait %q: must be a duration from 1ms to %s, such as 3s", wait, dedup.MaxInFlightWait)
 	}
 	s.inFlightWait = d
 	if s.logFormat != "json" && s.logFormat != "text" {

@@ -75,7 +75,9 @@ type Result struct {
 // succeeded. A Change must not perform effects outside the database.
 type Change func(b *pgx.Batch)
 
-// Querier is the part of pgxpool.Pool (or pgx.Conn) that Store uses.
+// Querier is the part of *pgxpool.Pool (or *pgx.Conn) that Store uses. It
+// must not be a pgx.Tx: Run relies on its pipeline being its own implicit
+// transaction, committed at the pipeline's end.
 type Querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -87,14 +89,20 @@ type Store struct {
 	inFlightWait string // lock_timeout value in milliseconds
 }
 
+// MaxInFlightWait is the longest in-flight wait New accepts; longer ones are
+// cut to it.
+const MaxInFlightWait = time.Hour
+
 // New returns a Store on db. inFlightWait bounds how long a delivery waits for
-// a concurrent delivery of the same key (DefaultInFlightWait when zero or
-// negative).
+// a concurrent delivery of the same key: DefaultInFlightWait when zero or
+// negative, rounded up to whole milliseconds, at most MaxInFlightWait.
 func New(db Querier, inFlightWait time.Duration) *Store {
 	if inFlightWait <= 0 {
 		inFlightWait = DefaultInFlightWait
 	}
-	return &Store{db: db, inFlightWait: strconv.FormatInt(inFlightWait.Milliseconds(), 10)}
+	inFlightWait = min(inFlightWait, MaxInFlightWait)
+	ms := (inFlightWait + time.Millisecond - 1) / time.Millisecond // never 0, which would mean "wait forever"
+	return &Store{db: db, inFlightWait: strconv.FormatInt(int64(ms), 10)}
 }
 
 const (
@@ -113,10 +121,14 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
 // when the connection was lost during COMMIT, possibly everything, in which
 // case a retry replays.
 func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
+	body := d.Response.Body
+	if body == nil {
+		body = []byte{} // stored as an empty body, not NULL
+	}
 	b := &pgx.Batch{}
 	b.Queue(setLockTimeoutSQL, s.inFlightWait)
 	b.Queue(claimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], d.EventID,
-		d.Response.Status, d.Response.ContentType, d.Response.Body, d.ReceivedAt, d.ExpiresAt)
+		d.Response.Status, d.Response.ContentType, body, d.ReceivedAt, d.ExpiresAt)
 	if change != nil {
 		change(b)
 	}
@@ -150,9 +162,9 @@ func (s *Store) send(ctx context.Context, b *pgx.Batch) error {
 			first = errClaimConflict
 		case i == 1 && isLockTimeout(err):
 			first = fmt.Errorf("claim delivery: %w", ErrInFlight)
-		case i == 0:
-			first = fmt.Errorf("set in-flight wait: %w", err)
-		case i == 1:
+		case i <= 1:
+			// PostgreSQL may hold back statement 0's result until the claim
+			// is done, so a failure while claiming can surface on either.
 			first = fmt.Errorf("claim delivery: %w", err)
 		default:
 			first = fmt.Errorf("apply state change (statement %d): %w", i-1, err)

@@ -1,0 +1,278 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// racers is how many deliveries of one key each race round runs at once.
+const racers = 50
+
+// bigPools lets one test at a time hold a pool of about racers connections,
+// so that parallel tests stay within the server's max_connections.
+var bigPools = make(chan struct{}, 1)
+
+// racePool returns a fresh database's pool able to hold racers connections at
+// once, with that many connections already open, so that released goroutines
+// do not spread out while dialling.
+func racePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := testCtx(t)
+	check, dsn := pgtest.NewDB(t)
+	check.Close() // the race pool below does all the work
+
+	select {
+	case bigPools <- struct{}{}:
+	case <-ctx.Done():
+		t.Fatal("waiting for another racing test to release its connections:", ctx.Err())
+	}
+	t.Cleanup(func() { <-bigPools }) // after pool.Close below: cleanups run last-in first-out
+
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = racers
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	conns := make([]*pgxpool.Conn, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() { conns[i], errs[i] = pool.Acquire(ctx) })
+	}
+	wg.Wait()
+	for i, c := range conns {
+		if errs[i] != nil {
+			t.Fatalf("open connection %d: %v", i, errs[i])
+		}
+		c.Release()
+	}
+	return pool
+}
+
+// runner is Store.Run's signature, so that the race harness can run the real
+// implementation and the naive one alike.
+type runner func(ctx context.Context, d dedup.Delivery, change dedup.Change) (dedup.Result, error)
+
+// attempt is one racing delivery and its outcome.
+type attempt struct {
+	d   dedup.Delivery
+	res dedup.Result
+	err error
+}
+
+// samePayload gives every racing delivery the same request body.
+func samePayload(int) string { return "payload" }
+
+// race runs racers deliveries of key through run at once: every goroutine is
+// started and parked on a barrier, which is then opened for all of them
+// together. Delivery i has request body payload(i) and its own EventID and
+// response; its state change inserts its event.
+func race(ctx context.Context, t *testing.T, run runner, key dedup.Key, payload func(i int) string) []attempt {
+	t.Helper()
+	attempts := make([]attempt, racers)
+	for i := range attempts {
+		attempts[i].d = newDelivery(t, key, payload(i))
+	}
+	start := make(chan struct{})
+	var ready, done sync.WaitGroup
+	ready.Add(len(attempts))
+	for i := range attempts {
+		a := &attempts[i]
+		change := insertEvent(a.d, payload(i))
+		done.Go(func() {
+			ready.Done()
+			<-start
+			a.res, a.err = run(ctx, a.d, change)
+		})
+	}
+	ready.Wait()
+	close(start)
+	done.Wait()
+	return attempts
+}
+
+// raceViolations checks the outcome of one race on key against the guarantee
+// and returns every violation found (none when the round was correct):
+// exactly one key row and one event, every call a success, exactly one new,
+// and every call answering with the winner's response and event ID.
+func raceViolations(ctx context.Context, t *testing.T, pool *pgxpool.Pool, key dedup.Key, attempts []attempt) []string {
+	t.Helper()
+	var v []string
+	if n := keyRows(t, ctx, pool, key); n != 1 {
+		v = append(v, fmt.Sprintf("processed_messages rows = %d, want 1", n))
+	}
+	if n := eventRows(t, ctx, pool, key); n != 1 {
+		v = append(v, fmt.Sprintf("webhook_events rows = %d, want 1", n))
+	}
+	var winners []*attempt
+	for i := range attempts {
+		a := &attempts[i]
+		switch {
+		case a.err != nil:
+			v = append(v, fmt.Sprintf("call %d: %v", i, a.err))
+		case !a.res.Replayed:
+			winners = append(winners, a)
+		}
+	}
+	if len(winners) != 1 {
+		v = append(v, fmt.Sprintf("%d calls returned Replayed false, want exactly 1", len(winners)))
+	}
+	if len(winners) == 0 {
+		return v
+	}
+	w := winners[0].d
+	for i, a := range attempts {
+		if a.err == nil && (a.res.EventID != w.EventID || !equalResponse(a.res.Response, w.Response)) {
+			v = append(v, fmt.Sprintf("call %d (replayed %v) answered event %s %q, the winner's is %s %q",
+				i, a.res.Replayed, a.res.EventID, a.res.Response.Body, w.EventID, w.Response.Body))
+		}
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND event_id = $3`,
+		key.Sender, key.DeliveryID, w.EventID); n != 1 {
+		v = append(v, fmt.Sprintf("the key row does not name the winner's event %s", w.EventID))
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM webhook_events WHERE sender = $1 AND delivery_id = $2 AND id = $3`,
+		key.Sender, key.DeliveryID, w.EventID); n != 1 {
+		v = append(v, fmt.Sprintf("the winner's event %s is not stored", w.EventID))
+	}
+	return v
+}
+
+// TestRunConcurrentSameKey races deliveries of one key against each other,
+// several rounds: the key is claimed once, the event stored once, and every
+// caller answers with the one winner's response.
+func TestRunConcurrentSameKey(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool := racePool(t)
+	store := dedup.New(pool, 30*time.Second) // generous: nothing may time out under -race
+	for round := 1; round <= 5; round++ {
+		key := dedup.Key{Sender: "github", DeliveryID: fmt.Sprintf("race-%d", round)}
+		attempts := race(ctx, t, store.Run, key, samePayload)
+		if v := raceViolations(ctx, t, pool, key, attempts); len(v) > 0 {
+			t.Fatalf("round %d:\n%s", round, strings.Join(v, "\n"))
+		}
+	}
+}
+
+// naiveRun is the broken pattern the package exists to avoid: a pre-check,
+// then the state change, then the key insert with ON CONFLICT DO NOTHING, each
+// in its own transaction. It is the negative control of the race harness.
+func naiveRun(pool *pgxpool.Pool) runner {
+	return func(ctx context.Context, d dedup.Delivery, change dedup.Change) (dedup.Result, error) {
+		var exists bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_messages WHERE sender = $1 AND delivery_id = $2)`,
+			d.Sender, d.DeliveryID).Scan(&exists)
+		if err != nil {
+			return dedup.Result{}, err
+		}
+		if exists {
+			res := dedup.Result{Replayed: true}
+			var status int16
+			err := pool.QueryRow(ctx, `SELECT event_id, response_status, response_content_type, response_body
+FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, d.Sender, d.DeliveryID).
+				Scan(&res.EventID, &status, &res.Response.ContentType, &res.Response.Body)
+			res.Response.Status = int(status)
+			return res, err
+		}
+		b := &pgx.Batch{}
+		change(b)
+		if err := pool.SendBatch(ctx, b).Close(); err != nil {
+			return dedup.Result{}, err
+		}
+		_, err = pool.Exec(ctx, `INSERT INTO processed_messages
+  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (sender, delivery_id) DO NOTHING`,
+			d.Sender, d.DeliveryID, d.RequestSHA256[:], d.EventID, d.Response.Status, d.Response.ContentType,
+			d.Response.Body, d.ReceivedAt, d.ExpiresAt)
+		return dedup.Result{Response: d.Response, EventID: d.EventID}, err
+	}
+}
+
+// TestRaceHarnessDetectsNaiveImplementation runs the naive pre-check pattern
+// through the same harness and checks as TestRunConcurrentSameKey, and
+// requires that some round stores the event more than once: proof that the
+// harness really races and that its checks catch duplicates.
+func TestRaceHarnessDetectsNaiveImplementation(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool := racePool(t)
+	run := naiveRun(pool)
+	const maxRounds = 50
+	for round := 1; round <= maxRounds; round++ {
+		key := dedup.Key{Sender: "github", DeliveryID: fmt.Sprintf("naive-%d", round)}
+		attempts := race(ctx, t, run, key, samePayload)
+		v := raceViolations(ctx, t, pool, key, attempts)
+		if n := eventRows(t, ctx, pool, key); n > 1 {
+			if len(v) == 0 {
+				t.Fatalf("round %d stored %d events, but raceViolations reported nothing", round, n)
+			}
+			t.Logf("round %d: the naive implementation stored %d events; the harness reported:\n%s", round, n, strings.Join(v, "\n"))
+			return
+		}
+	}
+	t.Fatalf("in %d rounds of %d concurrent deliveries, the naive implementation never stored an event twice: the harness does not race", maxRounds, racers)
+}
+
+// TestRunConcurrentMixedPayloads races deliveries of one key where half carry
+// another payload: exactly one delivery wins; the others replay it when their
+// payload is the winner's, and get ErrPayloadMismatch when it is not.
+func TestRunConcurrentMixedPayloads(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool := racePool(t)
+	store := dedup.New(pool, 30*time.Second)
+	key := dedup.Key{Sender: "github", DeliveryID: "mixed"}
+	payload := func(i int) string { return [...]string{"even", "odd"}[i%2] }
+	attempts := race(ctx, t, store.Run, key, payload)
+
+	winner := -1
+	for i, a := range attempts {
+		if a.err == nil && !a.res.Replayed {
+			if winner >= 0 {
+				t.Fatalf("calls %d and %d both returned Replayed false", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no call returned Replayed false")
+	}
+	w := attempts[winner].d
+	for i, a := range attempts {
+		if i == winner {
+			continue
+		}
+		if payload(i) == payload(winner) {
+			if a.err != nil || !a.res.Replayed || a.res.EventID != w.EventID || !equalResponse(a.res.Response, w.Response) {
+				t.Errorf("call %d (same payload as the winner) = %+v, %v; want a replay of event %s", i, a.res, a.err, w.EventID)
+			}
+		} else if !errors.Is(a.err, dedup.ErrPayloadMismatch) || a.res.Replayed {
+			t.Errorf("call %d (other payload) = %+v, %v; want ErrPayloadMismatch", i, a.res, a.err)
+		}
+	}
+	if n := keyRows(t, ctx, pool, key); n != 1 {
+		t.Errorf("processed_messages rows = %d, want 1", n)
+	}
+	if n := eventRows(t, ctx, pool, key); n != 1 {
+		t.Errorf("webhook_events rows = %d, want 1", n)
+	}
+	assertStored(t, ctx, pool, w)
+}

@@ -1,0 +1,57 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// A positive in-flight wait under 1ms must not become lock_timeout '0', which
+// PostgreSQL reads as "no timeout" (Run would wait for the holder forever).
+func TestRunSubMillisecondInFlightWaitStillTimesOut(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, dsn := pgtest.NewDB(t)
+	store := dedup.New(pool, 500*time.Microsecond)
+	key := dedup.Key{Sender: "github", DeliveryID: "sub-ms"}
+	holder := holdKey(t, ctx, dsn, newDelivery(t, key, "payload"))
+	defer holder.Rollback(context.Background())
+
+	guard, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := store.Run(guard, newDelivery(t, key, "payload"), nil)
+	if !errors.Is(err, dedup.ErrInFlight) {
+		t.Fatalf("Run with a 500µs in-flight wait while the key is held: err = %v, want ErrInFlight", err)
+	}
+}
+
+// A nil Response.Body is stored as an empty body, not as NULL into the NOT
+// NULL column response_body.
+func TestRunNilResponseBodyStoredEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := dedup.New(pool, 0)
+	d := newDelivery(t, dedup.Key{Sender: "generic", DeliveryID: "nil-body"}, "payload")
+	d.Response = dedup.Response{Status: 204}
+	if _, err := store.Run(ctx, d, nil); err != nil {
+		t.Fatalf("Run with a nil response body (204 No Content): %v", err)
+	}
+}
+
+// An in-flight wait above 2^31-1 ms (about 24.8 days) is out of range for
+// lock_timeout; New caps it so that Run still works.
+func TestRunHugeInFlightWaitIsCapped(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := dedup.New(pool, 30*24*time.Hour)
+	d := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "huge-wait"}, "payload")
+	if _, err := store.Run(ctx, d, nil); err != nil {
+		t.Fatalf("Run with a 720h in-flight wait: %v", err)
+	}
+}
