@@ -1,0 +1,234 @@
+// Package signature checks the signatures webhook senders put on their
+// requests, before hookgate does any database work.
+//
+// Each preset (GitHub, Stripe, Shopify, Slack, Standard Webhooks and the
+// generic HMAC-SHA256 scheme) is a [Verifier]. Every Verifier:
+//
+//   - accepts several secrets (rotation): a signature valid under any of them
+//     passes;
+//   - accepts, where the scheme allows several signatures in one header
+//     (Stripe, Standard Webhooks), a request whose header holds at least one
+//     valid signature;
+//   - compares MACs in constant time (crypto/hmac.Equal) after decoding the
+//     received signature to bytes;
+//   - returns errors that wrap exactly one of [ErrMissing], [ErrMalformed],
+//     [ErrTimestamp] or [ErrMismatch], whose messages name the header at
+//     fault but never contain a secret, the expected signature or the
+//     received header value, so they are safe to send to the client;
+//   - is immutable and safe for concurrent use.
+//
+// The HTTP layer answers every error from Verify with 401. Slack's
+// url_verification handshake is signed like any other Slack request and is
+// answered by the HTTP layer after Verify succeeds; this package does not
+// look at bodies.
+package signature
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Verifier checks a request's signature.
+type Verifier interface {
+	// Verify returns nil if h carries a valid signature of body under one of
+	// the verifier's secrets and, for schemes with a timestamp, the
+	// timestamp is within the tolerance of now. Otherwise it returns an
+	// error wrapping ErrMissing, ErrMalformed, ErrTimestamp or ErrMismatch.
+	// body must be the raw request body, byte for byte as received.
+	// Only the first value of each header is considered.
+	Verify(h http.Header, body []byte, now time.Time) error
+}
+
+// Errors returned (wrapped) by Verify and by the parsers. Test with
+// errors.Is. The HTTP layer answers all of them with 401.
+var (
+	// ErrMissing: a required header is absent or empty.
+	ErrMissing = errors.New("signature header missing")
+	// ErrMalformed: a header is present but cannot be parsed (wrong prefix,
+	// not hex or base64, wrong length, no usable signature, bad timestamp,
+	// longer than MaxHeaderBytes, more than MaxSignatures signatures).
+	ErrMalformed = errors.New("signature header malformed")
+	// ErrTimestamp: the signed timestamp is further than the tolerance from
+	// the current time, in the past or in the future.
+	ErrTimestamp = errors.New("signature timestamp outside tolerance")
+	// ErrMismatch: the headers are well formed but no signature in them
+	// matches the body under any of the secrets. It is also what a verifier
+	// without a usable secret returns for every well-formed request.
+	ErrMismatch = errors.New("signature mismatch")
+)
+
+// Limits that keep hostile input cheap to reject.
+const (
+	// DefaultTolerance is the timestamp tolerance used when a constructor
+	// is given a tolerance <= 0.
+	DefaultTolerance = 300 * time.Second
+	// MaxHeaderBytes is the longest signature, timestamp or ID header value
+	// accepted; a longer one is ErrMalformed.
+	MaxHeaderBytes = 8 << 10
+	// MaxSignatures is the largest number of candidate signatures (v1
+	// entries) a Stripe-Signature or webhook-signature header may carry;
+	// more is ErrMalformed.
+	MaxSignatures = 16
+)
+
+// Header names read by the presets (as canonicalised by net/http).
+const (
+	HeaderGitHub           = "X-Hub-Signature-256"
+	HeaderStripe           = "Stripe-Signature"
+	HeaderShopify          = "X-Shopify-Hmac-Sha256"
+	HeaderSlackSignature   = "X-Slack-Signature"
+	HeaderSlackTimestamp   = "X-Slack-Request-Timestamp"
+	HeaderWebhookID        = "Webhook-Id"
+	HeaderWebhookTimestamp = "Webhook-Timestamp"
+	HeaderWebhookSignature = "Webhook-Signature"
+)
+
+// macSize is the length of an HMAC-SHA256 in bytes.
+const macSize = sha256.Size
+
+// keys is a verifier's copy of its secrets, empty ones dropped.
+type keys [][]byte
+
+// newKeys copies secrets so later changes by the caller have no effect.
+// Empty secrets are dropped: an HMAC under an empty key can be computed by
+// anyone, so accepting it would make the endpoint forgeable.
+func newKeys(secrets [][]byte) keys {
+	k := make(keys, 0, len(secrets))
+	for _, s := range secrets {
+		if len(s) > 0 {
+			k = append(k, append([]byte(nil), s...))
+		}
+	}
+	return k
+}
+
+// match reports whether one of cands equals HMAC-SHA256(key, concat(parts))
+// for one of the keys. Each comparison is constant-time; candidates are
+// always macSize bytes long.
+func (k keys) match(cands [][]byte, parts ...[]byte) bool {
+	var sum [macSize]byte
+	for _, key := range k {
+		m := hmac.New(sha256.New, key)
+		for _, p := range parts {
+			m.Write(p)
+		}
+		mac := m.Sum(sum[:0])
+		for _, c := range cands {
+			if hmac.Equal(c, mac) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// toleranceOrDefault returns d, or DefaultTolerance if d <= 0.
+func toleranceOrDefault(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultTolerance
+	}
+	return d
+}
+
+// header returns the first value of h[name] with surrounding white space
+// removed. An absent or empty value is ErrMissing; one longer than
+// MaxHeaderBytes is ErrMalformed.
+func header(h http.Header, name string) (string, error) {
+	v := strings.TrimSpace(h.Get(name))
+	if v == "" {
+		return "", fmt.Errorf("%w: %s is absent or empty", ErrMissing, name)
+	}
+	if len(v) > MaxHeaderBytes {
+		return "", fmt.Errorf("%w: %s is longer than %d bytes", ErrMalformed, name, MaxHeaderBytes)
+	}
+	return v, nil
+}
+
+// encoding is how a MAC is written in a header.
+type encoding int
+
+const (
+	encHex encoding = iota
+	encBase64
+)
+
+func (e encoding) String() string {
+	if e == encBase64 {
+		return "base64"
+	}
+	return "hex"
+}
+
+// decodeMAC decodes s as a 32-byte MAC: 64 hex digits (either case) or 44
+// characters of padded standard base64 with zero padding bits. Anything
+// else, including embedded white space, returns nil.
+func decodeMAC(enc encoding, s string) []byte {
+	switch enc {
+	case encHex:
+		if len(s) != hex.EncodedLen(macSize) {
+			return nil
+		}
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			return nil
+		}
+		return b
+	default:
+		if len(s) != base64.StdEncoding.EncodedLen(macSize) {
+			return nil
+		}
+		b, err := base64.StdEncoding.Strict().DecodeString(s)
+		if err != nil || len(b) != macSize {
+			return nil
+		}
+		return b
+	}
+}
+
+// ParseUnixTimestamp parses a signature timestamp: Unix seconds written as
+// 1 to 18 ASCII decimal digits, without sign, white space or leading zeros
+// ("0" itself is allowed). Because only this canonical form is accepted, the
+// string that was signed is exactly strconv.FormatInt of the result. Any
+// other input returns an error wrapping ErrMalformed and a zero timestamp.
+func ParseUnixTimestamp(s string) (int64, error) {
+	if len(s) == 0 || len(s) > 18 || (len(s) > 1 && s[0] == '0') {
+		return 0, fmt.Errorf("%w: timestamp must be Unix seconds", ErrMalformed)
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: timestamp must be Unix seconds", ErrMalformed)
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, nil
+}
+
+// checkTimestamp returns an error wrapping ErrTimestamp unless ts is at most
+// tol (counted in whole seconds) before or after now. It cannot overflow.
+func checkTimestamp(name string, ts int64, now time.Time, tol time.Duration) error {
+	n := now.Unix()
+	limit := uint64(tol / time.Second)
+	if ts <= n {
+		if age := uint64(n) - uint64(ts); age > limit {
+			return fmt.Errorf("%w: %s is %d s in the past; at most %d s allowed", ErrTimestamp, name, age, limit)
+		}
+		return nil
+	}
+	if ahead := uint64(ts) - uint64(n); ahead > limit {
+		return fmt.Errorf("%w: %s is %d s in the future; at most %d s allowed", ErrTimestamp, name, ahead, limit)
+	}
+	return nil
+}
+
+func mismatch(name string) error {
+	return fmt.Errorf("%w: no signature in %s matches the body", ErrMismatch, name)
+}
