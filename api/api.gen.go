@@ -78,6 +78,12 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// SlackChallenge The answer to Slack's url_verification handshake.
+type SlackChallenge struct {
+	// Challenge The challenge from the request, echoed back.
+	Challenge string `json:"challenge"`
+}
+
 // IngestWebhookJSONBody defines parameters for IngestWebhook.
 type IngestWebhookJSONBody = interface{}
 

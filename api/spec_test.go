@@ -122,7 +122,7 @@ func sameSet(a, b []string) bool {
 }
 
 var problemSlugs = []string{
-	"invalid-delivery-id", "unknown-sender", "in-flight", "payload-too-large",
+	"invalid-delivery-id", "invalid-signature", "unknown-sender", "in-flight", "payload-too-large",
 	"payload-mismatch", "unavailable", "internal",
 }
 

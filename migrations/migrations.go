@@ -30,7 +30,9 @@ func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
 	}
 	var opts []goose.ProviderOption
 	if locked {
-		locker, err := lock.NewPostgresSessionLocker()
+		// Retry the advisory lock every second (goose's default is every
+		// 5 s) for up to 5 minutes.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
 		if err != nil {
 			db.Close()
 			return nil, nil, fmt.Errorf("create migration lock: %w", err)
@@ -47,7 +49,8 @@ func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
 
 // Up applies every pending migration to the database at dsn while holding a
 // session advisory lock, so concurrent callers (replicas starting together)
-// apply each migration once. It returns the number of migrations it applied:
+// apply each migration once. A database already at head is left alone
+// without taking the lock. It returns the number of migrations it applied:
 // 0 when the database was already at head.
 func Up(ctx context.Context, dsn string) (int, error) {
 	p, db, err := open(dsn, true)
@@ -55,6 +58,9 @@ func Up(ctx context.Context, dsn string) (int, error) {
 		return 0, err
 	}
 	defer db.Close()
+	if pending, err := Pending(ctx, db); err == nil && !pending {
+		return 0, nil
+	}
 	res, err := p.Up(ctx)
 	if err != nil {
 		return len(res), fmt.Errorf("apply migrations: %w", err)

@@ -11,11 +11,14 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-playground/validator/v10"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/hookgate/hookgate/internal/signature"
 )
 
 // Defaults applied to a sender that leaves the field out.
@@ -32,15 +35,42 @@ type Config struct {
 // Sender is one webhook sender, reached at POST /webhooks/{name}.
 type Sender struct {
 	Name string `yaml:"name" validate:"required,sendername"`
-	// Preset sets where the delivery ID is (and, in later versions, how the
-	// signature is checked); explicit fields override it.
-	Preset string `yaml:"preset" validate:"required,oneof=generic"`
-	// DeliveryID says where the delivery ID is; required for generic.
+	// Preset sets where the delivery ID is and how the signature is
+	// checked; explicit delivery_id and signature fields override it.
+	Preset string `yaml:"preset" validate:"required,oneof=github stripe shopify slack standard-webhooks generic"`
+	// DeliveryID says where the delivery ID is; the preset's place when
+	// left out (required for generic).
 	DeliveryID DeliveryID `yaml:"delivery_id"`
+	// Secret and Secrets are the signing secrets; a signature valid under
+	// any of them passes (rotation).
+	Secret  string   `yaml:"secret"`
+	Secrets []string `yaml:"secrets" validate:"dive,required"`
+	// Tolerance is how far a signed timestamp may be from now (300s by
+	// default), for the schemes that sign one.
+	Tolerance Duration `yaml:"tolerance" validate:"gte=1000000000"`
+	// Signature overrides the preset's signature check; generic senders
+	// use it to turn on hmac-sha256.
+	Signature Signature `yaml:"signature"`
 	// Retention is how long the sender's delivery keys are remembered.
 	Retention Duration `yaml:"retention" validate:"gte=1000000000"`
 	// MaxBodyBytes is the largest request body accepted (1 MiB by default).
 	MaxBodyBytes int64 `yaml:"max_body_bytes" validate:"min=1,max=67108864"`
+
+	// Verifier checks request signatures; nil when the sender has none.
+	// Set by Parse from the preset, the signature block and the secrets.
+	Verifier signature.Verifier `yaml:"-"`
+}
+
+// Signature is a sender's signature block.
+type Signature struct {
+	// Scheme is the signature scheme: a preset's name, hmac-sha256 (with
+	// Header, Encoding and Prefix), or none. Empty means the preset's.
+	Scheme   string `yaml:"scheme" validate:"omitempty,oneof=none hmac-sha256 github stripe shopify slack standard-webhooks"`
+	Header   string `yaml:"header" validate:"omitempty,headername"`
+	Encoding string `yaml:"encoding" validate:"omitempty,oneof=hex base64"`
+	Prefix   string `yaml:"prefix"`
+	// Secret is another way to give the secret; it joins the sender's.
+	Secret string `yaml:"secret"`
 }
 
 // DeliveryID names where a request carries its delivery ID: a header, or a
@@ -57,7 +87,7 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration such as 168h or 30m", n.Line, n.Value)
+		return fmt.Errorf("line %d: not a duration such as 168h or 30m", n.Line)
 	}
 	*d = Duration(v)
 	return nil
@@ -96,23 +126,34 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("parse YAML: %w", err)
 	}
-	if err := expand(&root, lookup); err != nil {
+	var expanded []string
+	if err := expand(&root, lookup, &expanded); err != nil {
 		return nil, err
 	}
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(mustMarshal(&root)))
+	text := mustMarshal(&root)
+	dec := yaml.NewDecoder(bytes.NewReader(text))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("senders: the file is empty; list at least one sender")
 		}
-		return nil, fmt.Errorf("parse YAML: %w", err)
+		return nil, decodeError(err, text, expanded)
 	}
 	for i := range c.Senders {
 		applyDefaults(&c.Senders[i])
 	}
 	if err := validate(&c); err != nil {
 		return nil, err
+	}
+	var errs []string
+	for i := range c.Senders {
+		if err := resolve(&c.Senders[i]); err != nil {
+			errs = append(errs, fmt.Sprintf("senders[%d].%v", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	return &c, nil
 }
@@ -129,11 +170,68 @@ func mustMarshal(n *yaml.Node) []byte {
 	return out
 }
 
-var varRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+var (
+	varRef      = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+	wholeNumber = regexp.MustCompile(`^[0-9]{1,18}$`)
+	lineRef     = regexp.MustCompile(`line ([0-9]+)`)
+	quotedValue = regexp.MustCompile("!!str `[^`]*`|`[^`]*`")
+)
 
-// expand replaces ${VAR} in every scalar with the variable's value. An unset
-// variable is an error naming it and the line.
-func expand(n *yaml.Node, lookup func(string) (string, bool)) error {
+// decodeError rewrites a YAML decoding error so that it names the field at
+// fault (e.g. "senders[1].retention") and contains no value that came from
+// the environment, which may be a secret. text is the document decoded.
+func decodeError(err error, text []byte, expanded []string) error {
+	var root yaml.Node
+	paths := map[string]string{}
+	if yaml.Unmarshal(text, &root) == nil {
+		fieldPaths(&root, "", paths)
+	}
+	// yaml.v3 quotes (a prefix of) the offending value in backquotes.
+	msg := quotedValue.ReplaceAllString(err.Error(), "a value")
+	for _, v := range expanded {
+		msg = strings.ReplaceAll(msg, v, "(value from the environment)")
+	}
+	msg = lineRef.ReplaceAllStringFunc(msg, func(m string) string {
+		if p, ok := paths[lineRef.FindStringSubmatch(m)[1]]; ok {
+			return p + " (" + m + ")"
+		}
+		return m
+	})
+	return errors.New("parse YAML: " + strings.TrimPrefix(msg, "yaml: "))
+}
+
+// fieldPaths records, for each line that holds a mapping value, the path of
+// that value ("senders[1].retention").
+func fieldPaths(n *yaml.Node, path string, out map[string]string) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			fieldPaths(c, path, out)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p := n.Content[i].Value
+			if path != "" {
+				p = path + "." + p
+			}
+			out[strconv.Itoa(n.Content[i+1].Line)] = p
+			fieldPaths(n.Content[i+1], p, out)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if _, ok := out[strconv.Itoa(c.Line)]; !ok {
+				out[strconv.Itoa(c.Line)] = p
+			}
+			fieldPaths(c, p, out)
+		}
+	}
+}
+
+// expand replaces ${VAR} in every scalar with the variable's value, and
+// appends the values it put in to expanded. An unset variable is an error
+// naming it and the line.
+func expand(n *yaml.Node, lookup func(string) (string, bool), expanded *[]string) error {
 	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
 		var missing []string
 		n.Value = varRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
@@ -142,17 +240,25 @@ func expand(n *yaml.Node, lookup func(string) (string, bool)) error {
 			if !ok {
 				missing = append(missing, name)
 			}
+			if v != "" {
+				*expanded = append(*expanded, v)
+			}
 			return v
 		})
 		if len(missing) > 0 {
 			return fmt.Errorf("line %d: environment variable %s is not set", n.Line, strings.Join(missing, ", "))
 		}
-		// A value that came from the environment is a string, whatever it looks like.
+		// A value from the environment is taken literally: a string, or a
+		// whole number where the field is a number (max_body_bytes: ${MAX}).
 		n.Tag = "!!str"
 		n.Style = yaml.DoubleQuotedStyle
+		if wholeNumber.MatchString(n.Value) {
+			n.Tag = "!!int"
+			n.Style = 0
+		}
 	}
 	for _, c := range n.Content {
-		if err := expand(c, lookup); err != nil {
+		if err := expand(c, lookup, expanded); err != nil {
 			return err
 		}
 	}
@@ -160,6 +266,12 @@ func expand(n *yaml.Node, lookup func(string) (string, bool)) error {
 }
 
 func applyDefaults(s *Sender) {
+	if p, ok := presets[s.Preset]; ok && s.DeliveryID == (DeliveryID{}) {
+		s.DeliveryID = p.deliveryID
+	}
+	if s.Tolerance == 0 {
+		s.Tolerance = Duration(signature.DefaultTolerance)
+	}
 	if s.Retention == 0 {
 		s.Retention = Duration(DefaultRetention)
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -33,6 +35,9 @@ func ParsePointer(s string) (Pointer, error) {
 	return Pointer(parts), nil
 }
 
+// arrayIndex is RFC 6901's array-index: 0, or digits without a leading zero.
+var arrayIndex = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
+
 // ErrNotFound means the pointer does not resolve in the document.
 var ErrNotFound = errors.New("no value at the JSON pointer")
 
@@ -51,6 +56,9 @@ func (p Pointer) String(doc []byte) (string, error) {
 	if err := dec.Decode(&v); err != nil {
 		return "", err
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", errors.New("the body has data after its JSON value")
+	}
 	for _, tok := range p {
 		switch c := v.(type) {
 		case map[string]any:
@@ -61,7 +69,7 @@ func (p Pointer) String(doc []byte) (string, error) {
 			v = next
 		case []any:
 			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(c) || (len(tok) > 1 && tok[0] == '0') {
+			if err != nil || !arrayIndex.MatchString(tok) || i >= len(c) {
 				return "", ErrNotFound
 			}
 			v = c[i]

@@ -23,6 +23,7 @@ type problemType struct {
 var (
 	probInvalidDeliveryID = problemType{http.StatusBadRequest, "invalid-delivery-id", "Missing or invalid delivery ID", 0}
 	probInvalidBody       = problemType{http.StatusBadRequest, "invalid-body", "Request body could not be read", 0}
+	probSignature         = problemType{http.StatusUnauthorized, "invalid-signature", "Signature verification failed", 0}
 	probUnknownSender     = problemType{http.StatusNotFound, "unknown-sender", "Unknown sender", 0}
 	probNotFound          = problemType{http.StatusNotFound, "not-found", "Not found", 0}
 	probMethodNotAllowed  = problemType{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", 0}

@@ -67,6 +67,17 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, name string, inf
 	if err != nil {
 		return "", err
 	}
+	if sender.Verifier != nil {
+		if err := sender.Verifier.Verify(r.Header, body, s.now()); err != nil {
+			return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
+		}
+		if sender.SignatureScheme() == "slack" {
+			if challenge, ok := slackChallenge(body); ok {
+				writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
+				return outcomeURLVerification, nil
+			}
+		}
+	}
 	id, err := deliveryID(r, body, sender)
 	if err != nil {
 		return "", err
@@ -180,4 +191,17 @@ func invalidDeliveryID(id string) string {
 		}
 	}
 	return ""
+}
+
+// slackChallenge returns the challenge of a Slack url_verification request,
+// which is answered with it and not recorded.
+func slackChallenge(body []byte) (string, bool) {
+	var v struct {
+		Type      string `json:"type"`
+		Challenge string `json:"challenge"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Type != "url_verification" {
+		return "", false
+	}
+	return v.Challenge, true
 }

@@ -13,7 +13,10 @@ const (
 	outcomeMismatch = "mismatch"
 	outcomeInFlight = "in_flight"
 	outcomeInvalid  = "invalid"
-	outcomeError    = "error"
+	outcomeRejected = "rejected_signature"
+	// outcomeURLVerification is Slack's url_verification handshake.
+	outcomeURLVerification = "url_verification"
+	outcomeError           = "error"
 )
 
 // outcomeFor returns the outcome label of a failed ingest.
@@ -23,6 +26,8 @@ func outcomeFor(pe *problemError) string {
 		return outcomeMismatch
 	case probInFlight:
 		return outcomeInFlight
+	case probSignature:
+		return outcomeRejected
 	}
 	if pe.typ.status >= 500 {
 		return outcomeError

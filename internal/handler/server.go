@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -62,10 +63,13 @@ func (s *Server) Router() http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, newProblem(probMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+". See /docs for the API."))
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		if allow := allowedMethods(r, req.URL.Path); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeProblem(w, newProblem(probMethodNotAllowed, req.Method+" is not allowed on "+req.URL.Path+". See /docs for the API."))
 	})
-	r.Handle("/docs/*", s.docs)
+	r.Method(http.MethodGet, "/docs/*", problemOn404(s.docs))
 	return api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -107,6 +111,50 @@ func (s *Server) GetOpenAPISpec(w http.ResponseWriter, r *http.Request) {
 // embedded in the binary.
 func (s *Server) GetDocs(w http.ResponseWriter, r *http.Request) {
 	s.docs.ServeHTTP(w, r)
+}
+
+// allowedMethods lists the methods routes serves path with, for the Allow
+// header of a 405.
+func allowedMethods(routes chi.Routes, path string) string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			allow = append(allow, m)
+		}
+	}
+	return strings.Join(allow, ", ")
+}
+
+// problemOn404 answers a 404 of h (a static file server) with a problem
+// instead of h's plain-text page.
+func problemOn404(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&notFoundInterceptor{ResponseWriter: w, r: r}, r)
+	})
+}
+
+// notFoundInterceptor passes everything through to ResponseWriter except a
+// 404, which it replaces with a problem.
+type notFoundInterceptor struct {
+	http.ResponseWriter
+	r        *http.Request
+	notFound bool
+}
+
+func (n *notFoundInterceptor) WriteHeader(status int) {
+	if status == http.StatusNotFound {
+		n.notFound = true
+		writeProblem(n.ResponseWriter, newProblem(probNotFound, "No such file: "+n.r.URL.Path+"."))
+		return
+	}
+	n.ResponseWriter.WriteHeader(status)
+}
+
+func (n *notFoundInterceptor) Write(b []byte) (int, error) {
+	if n.notFound {
+		return len(b), nil // drop the file server's own text
+	}
+	return n.ResponseWriter.Write(b)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

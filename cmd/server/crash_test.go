@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// TestSIGKILLMidLoad runs the real binary under a load of senders that retry
+// until they get a 2xx, kills it with SIGKILL in the middle of the load,
+// starts it again on the same port, and checks that every delivery was
+// accepted exactly once and answered with one event_id.
+func TestSIGKILLMidLoad(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	cfg := writeConfig(t, senderConfig)
+	addr := freeAddr(t)
+	base := "http://" + addr
+	c := newClient(t)
+
+	const (
+		deliveries = 300
+		senders    = 16
+		killAfter  = 100 // 2xx answers before the kill
+	)
+	ids := makeIDs("crash", deliveries)
+
+	first := startBinary(t, bin, dsn, addr, cfg)
+	waitHealthy(t, c, base, first)
+
+	var (
+		ok2xx      atomic.Int64 // 2xx answers so far
+		killed     atomic.Bool  // the first process has been sent SIGKILL
+		firstGone  atomic.Bool  // the first process has exited
+		afterKill  atomic.Int64 // 2xx answers received after the kill
+		fromSecond atomic.Int64 // 2xx answers received once the first process was gone
+		connErrs   atomic.Int64 // requests without an answer after the kill
+		killOnce   sync.Once
+		killErr    error
+		killedCh   = make(chan struct{})
+	)
+	l := &load{
+		client: c, base: base, ids: ids, senders: senders, backoff: 20 * time.Millisecond,
+		observe: func(r reply, err error) {
+			if err != nil {
+				if killed.Load() {
+					connErrs.Add(1)
+				}
+				return
+			}
+			if r.status < 200 || r.status > 299 {
+				return
+			}
+			if killed.Load() {
+				afterKill.Add(1)
+			}
+			if firstGone.Load() {
+				fromSecond.Add(1)
+			}
+			if ok2xx.Add(1) == killAfter {
+				killOnce.Do(func() {
+					killErr = first.cmd.Process.Kill()
+					killed.Store(true)
+					close(killedCh)
+				})
+			}
+		},
+	}
+	loadCtx, cancelLoad := context.WithTimeout(context.Background(), 90*time.Second)
+	var st *loadStats
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		st = l.run(loadCtx)
+	}()
+	t.Cleanup(func() {
+		cancelLoad()
+		<-loadDone
+	})
+
+	select {
+	case <-killedCh:
+	case <-loadDone:
+		t.Fatalf("the load ended after %d 2xx answers without reaching the kill at %d", ok2xx.Load(), killAfter)
+	}
+	if killErr != nil {
+		t.Fatalf("SIGKILL: %v", killErr)
+	}
+	select {
+	case <-first.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the killed process did not exit within a minute")
+	}
+	firstGone.Store(true)
+	var exitErr *exec.ExitError
+	if !errors.As(first.err, &exitErr) || !exitErr.Sys().(syscall.WaitStatus).Signaled() ||
+		exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the first process ended with %v, want killed by SIGKILL", first.err)
+	}
+
+	second := startBinary(t, bin, dsn, addr, cfg)
+	waitHealthy(t, c, base, second)
+
+	select {
+	case <-loadDone:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the load did not end within two minutes")
+	}
+	cancelLoad()
+	reportLoad(t, st)
+	t.Logf("SIGKILL after %d 2xx answers; afterwards %d 2xx answers (%d from the restarted process) and %d requests without an answer",
+		killAfter, afterKill.Load(), fromSecond.Load(), connErrs.Load())
+	// Guard: the kill happened in the middle of the load, not after it.
+	if afterKill.Load() == 0 || (connErrs.Load() == 0 && fromSecond.Load() == 0) {
+		t.Fatalf("the kill did not interrupt the load: %d 2xx answers after it, %d from the restarted process, %d requests without an answer",
+			afterKill.Load(), fromSecond.Load(), connErrs.Load())
+	}
+
+	replayAll(t, c, base, ids, st)
+	checkStored(t, pool, ids, st)
+
+	// The restarted process shuts down cleanly on SIGTERM.
+	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-second.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the restarted process did not exit within a minute of SIGTERM")
+	}
+	if second.err != nil {
+		t.Errorf("after SIGTERM the process exited with %v, want status 0", second.err)
+	}
+	if second.log.count("stopped") != 1 {
+		t.Errorf("after SIGTERM the process did not log \"stopped\"")
+	}
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// TestDatabaseOutageMidLoad takes the database away in the middle of a load
+// of senders that retry until they get a 2xx: while it is down the gateway
+// answers 503 problems with Retry-After and /readyz is 503; once it is back,
+// /readyz is 200 again, every delivery gets its 2xx, and each was accepted
+// exactly once.
+func TestDatabaseOutageMidLoad(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.StartCluster(t)
+	srv := startRun(t, cluster.URL()) // serve applies the migrations
+	c := newClient(t)
+
+	const (
+		deliveries = 300
+		senders    = 8
+		stopAfter  = 50  // 2xx answers before the database is stopped
+		heldBack   = 100 // deliveries first sent only once the database is down
+	)
+	ids := makeIDs("outage", deliveries)
+
+	var (
+		ok2xx       atomic.Int64
+		down        atomic.Bool  // the database is stopped
+		outageErrs  atomic.Int64 // error answers while it was down
+		outage503   atomic.Int64 // of which well-formed 503 problems with Retry-After
+		firstErrMu  sync.Mutex
+		firstErr    reply // the first error answer while it was down
+		reachedOnce sync.Once
+		reached     = make(chan struct{}) // stopAfter 2xx answers were received
+		outage      = make(chan struct{}) // the database is down
+	)
+	l := &load{
+		client: c, base: srv.base, ids: ids, senders: senders, backoff: 20 * time.Millisecond,
+		// The last heldBack deliveries wait for the outage, so that some
+		// deliveries certainly meet it whatever the speed of the machine.
+		hold: func(ctx context.Context, i int) bool {
+			if i < deliveries-heldBack {
+				return true
+			}
+			select {
+			case <-outage:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		},
+		observe: func(r reply, err error) {
+			if err != nil {
+				return
+			}
+			if r.status >= 200 && r.status < 300 && ok2xx.Add(1) >= stopAfter {
+				reachedOnce.Do(func() { close(reached) })
+			}
+			if r.status >= 300 && down.Load() {
+				if outageErrs.Add(1) == 1 {
+					firstErrMu.Lock()
+					firstErr = r
+					firstErrMu.Unlock()
+				}
+				if checkProblem(r, http.StatusServiceUnavailable) == nil {
+					outage503.Add(1)
+				}
+			}
+		},
+	}
+	loadCtx, cancelLoad := context.WithTimeout(context.Background(), 90*time.Second)
+	var st *loadStats
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		st = l.run(loadCtx)
+	}()
+	t.Cleanup(func() {
+		cancelLoad()
+		<-loadDone
+	})
+
+	select {
+	case <-reached:
+	case <-loadDone:
+		t.Fatalf("the load ended after %d 2xx answers without reaching %d", ok2xx.Load(), stopAfter)
+	}
+	cluster.Stop(t)
+	down.Store(true)
+	close(outage)
+	stoppedAt := ok2xx.Load()
+
+	waitUntil(t, 30*time.Second, "an error answer during the outage", func() bool {
+		return outageErrs.Load() > 0
+	})
+	firstErrMu.Lock()
+	if err := checkProblem(firstErr, http.StatusServiceUnavailable); err != nil {
+		t.Errorf("first answer during the outage: %v (%s), want a 503 problem with Retry-After", err, firstErr)
+	}
+	firstErrMu.Unlock()
+	ready, err := get(context.Background(), c, srv.base+"/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkProblem(ready, http.StatusServiceUnavailable); err != nil {
+		t.Errorf("GET /readyz with the database down: %v (%s)", err, ready)
+	}
+	sample, err := deliver(context.Background(), c, srv.base, "outage-sample", bodyFor("outage-sample"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkProblem(sample, http.StatusServiceUnavailable); err != nil {
+		t.Errorf("delivery with the database down: %v (%s)", err, sample)
+	}
+	for _, leak := range []string{fmt.Sprint(cluster.Port()), "dial", "SQLSTATE", "connect"} {
+		if strings.Contains(string(sample.body), leak) || strings.Contains(string(ready.body), leak) {
+			t.Errorf("an error response reveals internal error text (%q): %s / %s", leak, sample.body, ready.body)
+		}
+	}
+
+	down.Store(false)
+	cluster.Start(t)
+	waitUntil(t, time.Minute, "GET /readyz to answer 200 after the database is back", func() bool {
+		r, err := get(context.Background(), c, srv.base+"/readyz")
+		return err == nil && r.status == http.StatusOK
+	})
+
+	select {
+	case <-loadDone:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the load did not end within two minutes")
+	}
+	cancelLoad()
+	reportLoad(t, st)
+	t.Logf("database stopped after %d 2xx answers; %d error answers during the outage, %d of them 503 problems with Retry-After",
+		stoppedAt, outageErrs.Load(), outage503.Load())
+	if outage503.Load() == 0 {
+		t.Error("no 503 problem with Retry-After was answered during the outage")
+	}
+	if st.connErrs > 0 {
+		t.Errorf("%d requests got no HTTP answer: the gateway must stay up while the database is down", st.connErrs)
+	}
+	for status := range st.statuses {
+		if status != http.StatusServiceUnavailable && status != http.StatusInternalServerError && status != http.StatusConflict {
+			t.Errorf("answered %d %d times; only 503 (or 500, 409) may ask a sender to retry", status, st.statuses[status])
+		}
+	}
+
+	replayAll(t, c, srv.base, ids, st)
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, cluster.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	checkStored(t, pool, ids, st)
+
+	var sampled int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE delivery_id = 'outage-sample'`).Scan(&sampled); err != nil {
+		t.Fatal(err)
+	}
+	if sampled != 0 {
+		t.Error("a delivery answered 503 during the outage was recorded")
+	}
+
+	srv.cancel()
+	if err := srv.wait(t); err != nil {
+		t.Errorf("run returned %v after the outage, want nil", err)
+	}
+}

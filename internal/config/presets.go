@@ -1,0 +1,105 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/signature"
+)
+
+// preset is what a sender preset sets: where the delivery ID is and which
+// signature scheme is checked.
+type preset struct {
+	deliveryID DeliveryID
+	scheme     string
+}
+
+// Signature schemes besides the presets' own names.
+const (
+	SchemeNone = "none"
+	SchemeHMAC = "hmac-sha256"
+)
+
+// presets are the sender presets of hookgate.yaml.
+var presets = map[string]preset{
+	"github":            {DeliveryID{Header: "X-GitHub-Delivery"}, "github"},
+	"stripe":            {DeliveryID{JSONPointer: "/id"}, "stripe"},
+	"shopify":           {DeliveryID{Header: "X-Shopify-Event-Id"}, "shopify"},
+	"slack":             {DeliveryID{JSONPointer: "/event_id"}, "slack"},
+	"standard-webhooks": {DeliveryID{Header: "webhook-id"}, "standard-webhooks"},
+	"generic":           {DeliveryID{}, SchemeNone},
+}
+
+// SignatureScheme returns the scheme the sender's requests are checked with:
+// its signature block's, or else its preset's ("none" for generic).
+func (s *Sender) SignatureScheme() string {
+	if s.Signature.Scheme != "" {
+		return s.Signature.Scheme
+	}
+	return presets[s.Preset].scheme
+}
+
+// secrets returns every secret the sender lists, in order.
+func (s *Sender) secrets() []string {
+	var out []string
+	for _, v := range append([]string{s.Secret, s.Signature.Secret}, s.Secrets...) {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// resolve builds s.Verifier. Its errors start with the field at fault
+// (relative to the sender) and never contain a secret.
+func resolve(s *Sender) error {
+	scheme := s.SignatureScheme()
+	secrets := s.secrets()
+	if scheme == SchemeNone {
+		if len(secrets) > 0 {
+			return errors.New("secret: a secret is set but no signature is checked: set signature.scheme (e.g. hmac-sha256) or remove the secret")
+		}
+		return nil
+	}
+	if len(secrets) == 0 {
+		return fmt.Errorf("secret: signature scheme %s needs a secret: set secret or secrets", scheme)
+	}
+	keys := make([][]byte, 0, len(secrets))
+	for i, v := range secrets {
+		if scheme != "standard-webhooks" {
+			keys = append(keys, []byte(v))
+			continue
+		}
+		k, err := signature.DecodeStandardSecret(v)
+		if err != nil {
+			return fmt.Errorf("secrets: secret %d of %d is not a Standard Webhooks secret (whsec_ followed by base64)", i+1, len(secrets))
+		}
+		keys = append(keys, k)
+	}
+	tol := time.Duration(s.Tolerance)
+	switch scheme {
+	case "github":
+		s.Verifier = signature.GitHub(keys)
+	case "stripe":
+		s.Verifier = signature.Stripe(keys, tol)
+	case "shopify":
+		s.Verifier = signature.Shopify(keys)
+	case "slack":
+		s.Verifier = signature.Slack(keys, tol)
+	case "standard-webhooks":
+		s.Verifier = signature.StandardWebhooks(keys, tol)
+	case SchemeHMAC:
+		hc := signature.HMACConfig{Header: s.Signature.Header, Encoding: s.Signature.Encoding, Prefix: s.Signature.Prefix}
+		if hc.Header == "" {
+			return errors.New("signature.header: is required for scheme hmac-sha256")
+		}
+		if err := hc.Validate(); err != nil {
+			return fmt.Errorf("signature: %w", err)
+		}
+		s.Verifier = signature.HMAC(hc, keys)
+	default:
+		return fmt.Errorf("signature.scheme: unknown scheme %q", scheme)
+	}
+	return nil
+}
