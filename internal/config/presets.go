@@ -40,13 +40,22 @@ func (s *Sender) SignatureScheme() string {
 	return presets[s.Preset].scheme
 }
 
-// secrets returns every secret the sender lists, in order.
-func (s *Sender) secrets() []string {
-	var out []string
-	for _, v := range append([]string{s.Secret, s.Signature.Secret}, s.Secrets...) {
-		if v != "" {
-			out = append(out, v)
-		}
+// namedSecret is a secret and the field it was given in.
+type namedSecret struct {
+	field, value string
+}
+
+// secrets returns every secret the sender lists, in order, with its field.
+func (s *Sender) secrets() []namedSecret {
+	var out []namedSecret
+	if s.Secret != "" {
+		out = append(out, namedSecret{"secret", s.Secret})
+	}
+	if s.Signature.Secret != "" {
+		out = append(out, namedSecret{"signature.secret", s.Signature.Secret})
+	}
+	for i, v := range s.Secrets {
+		out = append(out, namedSecret{fmt.Sprintf("secrets[%d]", i), v})
 	}
 	return out
 }
@@ -65,15 +74,22 @@ func resolve(s *Sender) error {
 	if len(secrets) == 0 {
 		return fmt.Errorf("secret: signature scheme %s needs a secret: set secret or secrets", scheme)
 	}
+	if scheme != SchemeHMAC {
+		for field, v := range map[string]string{"header": s.Signature.Header, "encoding": s.Signature.Encoding, "prefix": s.Signature.Prefix} {
+			if v != "" {
+				return fmt.Errorf("signature.%s: is only used with scheme hmac-sha256, not %s", field, scheme)
+			}
+		}
+	}
 	keys := make([][]byte, 0, len(secrets))
-	for i, v := range secrets {
+	for _, sec := range secrets {
 		if scheme != "standard-webhooks" {
-			keys = append(keys, []byte(v))
+			keys = append(keys, []byte(sec.value))
 			continue
 		}
-		k, err := signature.DecodeStandardSecret(v)
+		k, err := signature.DecodeStandardSecret(sec.value)
 		if err != nil {
-			return fmt.Errorf("secrets: secret %d of %d is not a Standard Webhooks secret (whsec_ followed by base64)", i+1, len(secrets))
+			return fmt.Errorf("%s: is not a Standard Webhooks secret (whsec_ followed by base64)", sec.field)
 		}
 		keys = append(keys, k)
 	}

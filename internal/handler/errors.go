@@ -91,7 +91,9 @@ func writeProblem(w http.ResponseWriter, err error) *problemError {
 		h.Set("Retry-After", strconv.Itoa(pe.typ.retryAfter))
 	}
 	w.WriteHeader(pe.typ.status)
-	_ = json.NewEncoder(w).Encode(problemBody{
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // details quote header formats such as sha256=<hex>
+	_ = enc.Encode(problemBody{
 		Type:   "urn:hookgate:problem:" + pe.typ.slug,
 		Title:  pe.typ.title,
 		Status: pe.typ.status,

@@ -71,11 +71,11 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, name string, inf
 		if err := sender.Verifier.Verify(r.Header, body, s.now()); err != nil {
 			return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
 		}
-		if sender.SignatureScheme() == "slack" {
-			if challenge, ok := slackChallenge(body); ok {
-				writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
-				return outcomeURLVerification, nil
-			}
+	}
+	if sender.Preset == "slack" || sender.SignatureScheme() == "slack" {
+		if challenge, ok := slackChallenge(body); ok {
+			writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
+			return outcomeURLVerification, nil
 		}
 	}
 	id, err := deliveryID(r, body, sender)

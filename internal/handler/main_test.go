@@ -48,12 +48,17 @@ senders:
     max_body_bytes: 16
 `
 
-// options tune a test server; the zero value is a server whose in-flight
-// wait is 10 s, always ready, logging nowhere.
+// options tune a test server; the zero value is a server with the senders
+// of sendersYAML, whose in-flight wait is 10 s, always ready, logging
+// nowhere.
 type options struct {
 	wait  time.Duration
 	ready handler.ReadyFunc
 	log   io.Writer
+	// yaml, if not empty, replaces sendersYAML; env holds the variables
+	// its ${VAR} references expand to (secrets, typically).
+	yaml string
+	env  map[string]string
 }
 
 // server is a hookgate handler behind a real HTTP server.
@@ -69,7 +74,11 @@ type server struct {
 // finish, and before db's pool is closed) when the test ends.
 func newServer(t *testing.T, db dedup.Querier, o options) *server {
 	t.Helper()
-	cfg, err := config.Parse([]byte(sendersYAML), func(string) (string, bool) { return "", false })
+	yaml := sendersYAML
+	if o.yaml != "" {
+		yaml = o.yaml
+	}
+	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) { v, ok := o.env[k]; return v, ok })
 	if err != nil {
 		t.Fatalf("config.Parse: %v", err)
 	}
