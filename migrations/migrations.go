@@ -28,7 +28,7 @@ func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open database: %w", err)
 	}
-	var opts []goose.ProviderOption
+	opts := []goose.ProviderOption{goose.WithGoMigrations(goMigrations()...)}
 	if locked {
 		// Retry the advisory lock every second (goose's default is every
 		// 5 s) for up to 5 minutes.
@@ -71,7 +71,7 @@ func Up(ctx context.Context, dsn string) (int, error) {
 // Pending reports whether the database behind db lacks any embedded migration.
 // It returns an error, not true, when the database cannot be read.
 func Pending(ctx context.Context, db *sql.DB) (bool, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithGoMigrations(goMigrations()...))
 	if err != nil {
 		return false, fmt.Errorf("create migration provider: %w", err)
 	}

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +36,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/migrations"
 )
@@ -62,7 +65,20 @@ type settings struct {
 	inFlightWait time.Duration
 	logFormat    string
 	shutdownWait time.Duration
+
+	role           string
+	forwardWorkers int
+	rescueAfter    time.Duration
+	fetchPoll      time.Duration
+	backoff        forward.Backoff
 }
+
+// Roles of a serve process.
+const (
+	roleAll    = "all"    // ingest and forward
+	roleAPI    = "api"    // ingest only: forwards are enqueued, not worked
+	roleWorker = "worker" // forward only: serves /healthz, /readyz and /metrics
+)
 
 // parseSettings reads flags from args with defaults from getenv.
 func parseSettings(name string, args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
@@ -85,7 +101,13 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 		wait = v
 		return nil
 	})
-	fs.DurationVar(&s.shutdownWait, "shutdown-timeout", 20*time.Second, "how long in-flight requests may take to finish on shutdown")
+	fs.DurationVar(&s.shutdownWait, "shutdown-timeout", 20*time.Second, "how long in-flight requests and forwards may take to finish on shutdown")
+	fs.StringVar(&s.role, "role", def("HOOKGATE_ROLE", roleAll), "what this process does: all, api (ingest) or worker (forward) (env HOOKGATE_ROLE)")
+	fs.IntVar(&s.forwardWorkers, "forward-workers", 20, "forwards run at once by this process")
+	fs.DurationVar(&s.rescueAfter, "forward-rescue-after", 0, "how long a forward may stay running before another worker retries it (default: longest target timeout + 1m)")
+	fs.DurationVar(&s.fetchPoll, "forward-poll-interval", 0, "how often workers poll for forwards between notifications (default 1s)")
+	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
+	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -97,6 +119,12 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 		return nil, fmt.Errorf("in-flight wait %q: must be a duration from 1ms to %s, such as 3s", wait, dedup.MaxInFlightWait)
 	}
 	s.inFlightWait = d
+	if s.role != roleAll && s.role != roleAPI && s.role != roleWorker {
+		return nil, fmt.Errorf("role %q: must be all, api or worker", s.role)
+	}
+	if s.backoff.Base <= 0 || s.backoff.Max < s.backoff.Base {
+		return nil, errors.New("forward backoff: base must be positive and max at least base")
+	}
 	if s.logFormat != "json" && s.logFormat != "text" {
 		return nil, fmt.Errorf("log format %q: must be json or text", s.logFormat)
 	}
@@ -172,21 +200,48 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 		return nil
 	}
-	srv := handler.New(cfg, dedup.New(pool, s.inFlightWait), ready, reg, log)
+
+	working := s.role == roleAll || s.role == roleWorker
+	river, err := forward.NewClient(pool, cfg, forward.Options{
+		Work:              working,
+		MaxWorkers:        s.forwardWorkers,
+		RescueAfter:       s.rescueAfter,
+		FetchPollInterval: s.fetchPoll,
+		Backoff:           s.backoff,
+	}, forward.NewMetrics(reg), log)
+	if err != nil {
+		return err
+	}
+	enqueue := func(ctx context.Context, tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error {
+		return forward.Enqueue(ctx, river, tx, sender, eventID, deliveryID)
+	}
+	srv := handler.New(cfg, dedup.New(pool, s.inFlightWait), ready, reg, log, handler.WithEnqueue(enqueue))
+	router := srv.Router()
+	if s.role == roleWorker {
+		router = srv.ServiceRouter()
+	}
 
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	httpSrv := &http.Server{
-		Handler:           srv.Router(),
+		Handler:           router,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "senders", len(cfg.Senders), "version", buildVersion())
+	if working {
+		// Jobs are worked with a context of their own, so that a shutdown
+		// lets running forwards finish (River's Stop) before cancelling them.
+		if err := river.Start(context.WithoutCancel(ctx)); err != nil {
+			ln.Close()
+			return fmt.Errorf("start forward workers: %w", err)
+		}
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -197,13 +252,26 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		log.Info("shutting down: finishing in-flight requests", "timeout", s.shutdownWait)
+		log.Info("shutting down: finishing in-flight requests and forwards", "timeout", s.shutdownWait)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownWait)
 		defer cancel()
+		var errs []error
 		if err := httpSrv.Shutdown(sctx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
+			errs = append(errs, fmt.Errorf("shutdown http: %w", err))
 		}
-		return nil
+		if working {
+			// Running forwards get the rest of the grace period; those still
+			// running then are cancelled and retried by the next worker.
+			if err := river.Stop(sctx); err != nil {
+				log.Warn("forwards still running at the end of the grace period: cancelling them", "err", err)
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if err := river.StopAndCancel(cctx); err != nil {
+					errs = append(errs, fmt.Errorf("stop forward workers: %w", err))
+				}
+			}
+		}
+		return errors.Join(errs...)
 	})
 	err = g.Wait()
 	log.Info("stopped")

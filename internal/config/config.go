@@ -55,10 +55,49 @@ type Sender struct {
 	Retention Duration `yaml:"retention" validate:"gte=1000000000"`
 	// MaxBodyBytes is the largest request body accepted (1 MiB by default).
 	MaxBodyBytes int64 `yaml:"max_body_bytes" validate:"min=1,max=67108864"`
+	// Forward lists the services each accepted event is forwarded to.
+	Forward []Target `yaml:"forward" validate:"unique=URL,dive"`
 
 	// Verifier checks request signatures; nil when the sender has none.
 	// Set by Parse from the preset, the signature block and the secrets.
 	Verifier signature.Verifier `yaml:"-"`
+}
+
+// Target is a service an accepted event is forwarded to, by a POST of the
+// original body (design: transactional outbox, at least once, with the event
+// ID as idempotency key).
+type Target struct {
+	// URL is where the event is POSTed (http or https).
+	URL string `yaml:"url" validate:"required,http_url"`
+	// Timeout bounds one attempt (10s by default).
+	Timeout Duration `yaml:"timeout" validate:"gte=1000000,lte=300000000000"`
+	// MaxAttempts is how many attempts are made before the forward fails
+	// (20 by default).
+	MaxAttempts int `yaml:"max_attempts" validate:"min=1,max=1000"`
+	// SigningSecret, a Standard Webhooks secret (whsec_ + base64), signs
+	// forwards with webhook-signature when set.
+	SigningSecret string `yaml:"signing_secret"`
+	// Headers are extra request headers sent with every forward.
+	Headers map[string]string `yaml:"headers" validate:"dive,keys,headername,endkeys"`
+
+	// SigningKey is SigningSecret decoded; nil when unsigned. Set by Parse.
+	SigningKey []byte `yaml:"-"`
+}
+
+// Defaults of a forward target.
+const (
+	DefaultForwardTimeout     = 10 * time.Second
+	DefaultForwardMaxAttempts = 20
+)
+
+// Target returns the sender's forward target with the given URL, or false.
+func (s *Sender) Target(url string) (*Target, bool) {
+	for i := range s.Forward {
+		if s.Forward[i].URL == url {
+			return &s.Forward[i], true
+		}
+	}
+	return nil, false
 }
 
 // Signature is a sender's signature block.
@@ -278,6 +317,15 @@ func applyDefaults(s *Sender) {
 	if s.MaxBodyBytes == 0 {
 		s.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	for i := range s.Forward {
+		t := &s.Forward[i]
+		if t.Timeout == 0 {
+			t.Timeout = Duration(DefaultForwardTimeout)
+		}
+		if t.MaxAttempts == 0 {
+			t.MaxAttempts = DefaultForwardMaxAttempts
+		}
+	}
 }
 
 var (
@@ -341,7 +389,15 @@ func describe(fe validator.FieldError) string {
 	case "max":
 		reason = "must be at most " + fe.Param()
 	case "gte":
-		reason = "must be at least 1s"
+		if fe.Param() == "1000000" {
+			reason = "must be at least 1ms"
+		} else {
+			reason = "must be at least 1s"
+		}
+	case "lte":
+		reason = "must be at most 5m"
+	case "http_url":
+		reason = "must be an http or https URL"
 	case "oneof":
 		reason = fmt.Sprintf("must be one of: %s", fe.Param())
 	case "unique":

@@ -60,9 +60,21 @@ func (s *Sender) secrets() []namedSecret {
 	return out
 }
 
-// resolve builds s.Verifier. Its errors start with the field at fault
-// (relative to the sender) and never contain a secret.
+// resolve builds s.Verifier and decodes the forward targets' signing
+// secrets. Its errors start with the field at fault (relative to the sender)
+// and never contain a secret.
 func resolve(s *Sender) error {
+	for i := range s.Forward {
+		t := &s.Forward[i]
+		if t.SigningSecret == "" {
+			continue
+		}
+		k, err := signature.DecodeStandardSecret(t.SigningSecret)
+		if err != nil {
+			return fmt.Errorf("forward[%d].signing_secret: is not a Standard Webhooks secret (whsec_ followed by base64)", i)
+		}
+		t.SigningKey = k
+	}
 	scheme := s.SignatureScheme()
 	secrets := s.secrets()
 	if scheme == SchemeNone {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // KeyConstraint is the name of the processed_messages constraint whose
@@ -75,9 +76,15 @@ type Result struct {
 // succeeded. A Change must not perform effects outside the database.
 type Change func(b *pgx.Batch)
 
+// Apply is the part of a state change that needs a transaction object, such
+// as River's InsertManyTx: it runs on tx after the claim and the queued
+// Change, before COMMIT. A non-nil error rolls everything back.
+type Apply func(ctx context.Context, tx pgx.Tx) error
+
 // Querier is the part of *pgxpool.Pool (or *pgx.Conn) that Store uses. It
 // must not be a pgx.Tx: Run relies on its pipeline being its own implicit
-// transaction, committed at the pipeline's end.
+// transaction, committed at the pipeline's end. RunTx with an Apply needs a
+// *pgxpool.Pool.
 type Querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -115,24 +122,41 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
 )
 
 // Run claims d's key and applies change in one transaction, as the package
-// documentation describes. It returns Replayed results for duplicates,
-// ErrPayloadMismatch or ErrInFlight (wrapped) for those cases, and any other
-// failure as an error after which nothing of the delivery is recorded — or,
-// when the connection was lost during COMMIT, possibly everything, in which
-// case a retry replays.
+// documentation describes, in one round trip. It returns Replayed results
+// for duplicates, ErrPayloadMismatch or ErrInFlight (wrapped) for those
+// cases, and any other failure as an error after which nothing of the
+// delivery is recorded — or, when the connection was lost during COMMIT,
+// possibly everything, in which case a retry replays.
 func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
+	return s.RunTx(ctx, d, change, nil)
+}
+
+// RunTx is Run with a second part of the state change, apply, that runs on
+// the transaction after change and before COMMIT. With a nil apply it is
+// Run. Otherwise the claim and change go in the transaction's first round
+// trip (BEGIN is pipelined with them), apply takes its own round trips, and
+// COMMIT one more. apply does not run for a duplicate or after any failure.
+func (s *Store) RunTx(ctx context.Context, d Delivery, change Change, apply Apply) (Result, error) {
 	body := d.Response.Body
 	if body == nil {
 		body = []byte{} // stored as an empty body, not NULL
 	}
 	b := &pgx.Batch{}
+	if apply != nil {
+		b.Queue("BEGIN")
+	}
 	b.Queue(setLockTimeoutSQL, s.inFlightWait)
 	b.Queue(claimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], d.EventID,
 		d.Response.Status, d.Response.ContentType, body, d.ReceivedAt, d.ExpiresAt)
 	if change != nil {
 		change(b)
 	}
-	err := s.send(ctx, b)
+	var err error
+	if apply == nil {
+		err = s.send(ctx, s.db, b, 0)
+	} else {
+		err = s.sendTx(ctx, b, apply)
+	}
 	switch {
 	case err == nil:
 		return Result{Response: d.Response, EventID: d.EventID}, nil
@@ -143,14 +167,55 @@ func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, err
 	}
 }
 
+// sendTx runs b, which starts with BEGIN, then apply, then COMMIT, on one
+// connection. Any failure rolls back; a connection whose state is unknown is
+// closed rather than returned to the pool.
+func (s *Store) sendTx(ctx context.Context, b *pgx.Batch, apply Apply) (err error) {
+	pool, ok := s.db.(*pgxpool.Pool)
+	if !ok {
+		return errors.New("claim delivery: a state change with Apply needs a *pgxpool.Pool")
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("claim delivery: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	tx := &connTx{conn: conn.Conn()}
+	defer func() {
+		if err != nil && !tx.done {
+			if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil {
+				// The connection's transaction state is unknown: drop it.
+				_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			}
+		}
+	}()
+	if err := s.send(ctx, conn.Conn(), b, 1); err != nil {
+		return err
+	}
+	if err := apply(ctx, tx); err != nil {
+		return fmt.Errorf("apply state change: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit delivery: %w", err)
+	}
+	return nil
+}
+
 // errClaimConflict marks a claim that hit KeyConstraint; it never leaves Run.
 var errClaimConflict = errors.New("claim conflict")
 
+// batchSender is what send needs of a pool or a connection.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // send executes the pipeline and classifies the first error by the statement
-// that raised it: only the claim (statement 1) can be a duplicate or in flight.
-func (s *Store) send(ctx context.Context, b *pgx.Batch) error {
+// that raised it: only the claim (statement claimAt+1, after the optional
+// BEGIN and the lock timeout) can be a duplicate or in flight.
+func (s *Store) send(ctx context.Context, db batchSender, b *pgx.Batch, claimAt int) error {
+	claim := claimAt + 1
 	n := b.Len()
-	br := s.db.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, b)
 	var first error
 	for i := 0; i < n && first == nil; i++ {
 		_, err := br.Exec()
@@ -158,16 +223,16 @@ func (s *Store) send(ctx context.Context, b *pgx.Batch) error {
 			continue
 		}
 		switch {
-		case i == 1 && IsDuplicate(err):
+		case i == claim && IsDuplicate(err):
 			first = errClaimConflict
-		case i == 1 && isLockTimeout(err):
+		case i == claim && isLockTimeout(err):
 			first = fmt.Errorf("claim delivery: %w", ErrInFlight)
-		case i <= 1:
-			// PostgreSQL may hold back statement 0's result until the claim
-			// is done, so a failure while claiming can surface on either.
+		case i <= claim:
+			// PostgreSQL may hold back earlier results until the claim is
+			// done, so a failure while claiming can surface on any of them.
 			first = fmt.Errorf("claim delivery: %w", err)
 		default:
-			first = fmt.Errorf("apply state change (statement %d): %w", i-1, err)
+			first = fmt.Errorf("apply state change (statement %d): %w", i-claim, err)
 		}
 	}
 	// Close reads the result of the implicit COMMIT at Sync: an error here

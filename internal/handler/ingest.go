@@ -103,11 +103,19 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, name string, inf
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
 	defer cancel()
-	res, err := s.store.Run(ctx, d, func(b *pgx.Batch) {
+	change := func(b *pgx.Batch) {
 		events.QueueInsert(b, events.Event{
 			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, Headers: r.Header, Body: body,
 		})
-	})
+	}
+	var apply dedup.Apply
+	if len(sender.Forward) > 0 {
+		if s.enqueue == nil {
+			return "", errors.New("sender has forward targets but forwarding is not configured")
+		}
+		apply = func(ctx context.Context, tx pgx.Tx) error { return s.enqueue(ctx, tx, sender, eventID, id) }
+	}
+	res, err := s.store.RunTx(ctx, d, change, apply)
 	if err != nil {
 		return "", err
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/swaggest/swgui/v5emb"
@@ -26,8 +28,21 @@ import (
 // database is reachable and its migrations are at head.
 type ReadyFunc func(ctx context.Context) error
 
+// Enqueue inserts the forward jobs of a new event on tx, the delivery's
+// transaction (forward.Enqueue with a River client).
+type Enqueue func(ctx context.Context, tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithEnqueue makes the Server enqueue the forwards of senders that have
+// targets. Without it, a delivery to such a sender fails (503) rather than
+// being accepted without its forwards.
+func WithEnqueue(e Enqueue) Option { return func(s *Server) { s.enqueue = e } }
+
 // Server implements api.ServerInterface.
 type Server struct {
+	enqueue Enqueue
 	cfg     *config.Config
 	store   *dedup.Store
 	ready   ReadyFunc
@@ -42,8 +57,8 @@ var _ api.ServerInterface = (*Server)(nil)
 
 // New returns a Server for the senders in cfg, storing deliveries with store.
 // Its metrics are registered on reg, which /metrics serves.
-func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger) *Server {
-	return &Server{
+func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
+	s := &Server{
 		cfg:     cfg,
 		store:   store,
 		ready:   ready,
@@ -53,6 +68,10 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 		docs:    v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
 		now:     time.Now,
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Router returns the HTTP handler serving every route of openapi.yaml, plus
@@ -76,6 +95,20 @@ func (s *Server) Router() http.Handler {
 			writeProblem(w, &problemError{typ: probBadRequest, detail: "Invalid request parameter.", cause: err})
 		},
 	})
+}
+
+// ServiceRouter returns the HTTP handler of a worker-only process: /healthz,
+// /readyz and /metrics.
+func (s *Server) ServiceRouter() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+": this process only forwards (role worker)."))
+	})
+	r.Get("/healthz", s.GetHealthz)
+	r.Get("/readyz", s.GetReadyz)
+	r.Get("/metrics", s.GetMetrics)
+	return r
 }
 
 // GetHealthz answers 200 while the process is up.

@@ -1,0 +1,95 @@
+package forward
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// Options tune the River client. Zero values take the defaults.
+type Options struct {
+	// Work makes the client work forward jobs; without it the client only
+	// inserts them (the api role).
+	Work bool
+	// MaxWorkers is how many forwards run at once in this process (20).
+	MaxWorkers int
+	// Backoff is the retry schedule (DefaultBackoff).
+	Backoff Backoff
+	// RescueAfter is how long a job may stay running before another worker
+	// takes it over, which is what happens to the jobs of a killed process.
+	// It must exceed the longest target timeout; by default it is that
+	// timeout plus a minute.
+	RescueAfter time.Duration
+	// FetchPollInterval is how often River polls for jobs when no
+	// notification arrives (River's default, 1s, when zero).
+	FetchPollInterval time.Duration
+	// Retention is how long finished forward jobs stay queryable; by
+	// default the longest sender retention.
+	Retention time.Duration
+}
+
+// NewClient returns the River client that inserts forward jobs and, with
+// opts.Work, works them. m records the forward metrics.
+func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics, log *slog.Logger) (*river.Client[pgx.Tx], error) {
+	longest := config.DefaultForwardTimeout
+	retention := time.Duration(0)
+	for _, s := range cfg.Senders {
+		retention = max(retention, time.Duration(s.Retention))
+		for _, t := range s.Forward {
+			longest = max(longest, time.Duration(t.Timeout))
+		}
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = retention
+	}
+	rc := &river.Config{
+		Logger:                      log,
+		CompletedJobRetentionPeriod: opts.Retention,
+		CancelledJobRetentionPeriod: opts.Retention,
+		DiscardedJobRetentionPeriod: opts.Retention,
+	}
+	if opts.Work {
+		if opts.MaxWorkers <= 0 {
+			opts.MaxWorkers = 20
+		}
+		if opts.Backoff == (Backoff{}) {
+			opts.Backoff = DefaultBackoff
+		}
+		jobTimeout := longest + 5*time.Second // Worker.Timeout's margin
+		if opts.RescueAfter <= jobTimeout {
+			opts.RescueAfter = jobTimeout + time.Minute
+		}
+		httpClient := &http.Client{
+			Transport: &http.Transport{
+				Proxy:               http.ProxyFromEnvironment,
+				MaxIdleConnsPerHost: opts.MaxWorkers,
+				IdleConnTimeout:     90 * time.Second,
+			},
+			// A forward is a POST of one body to one URL: a redirect is an
+			// answer (a failed forward), not an instruction.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+		workers := river.NewWorkers()
+		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, m, log)); err != nil {
+			return nil, fmt.Errorf("register forward worker: %w", err)
+		}
+		rc.Workers = workers
+		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers}}
+		rc.JobTimeout = jobTimeout
+		rc.RescueStuckJobsAfter = opts.RescueAfter
+		rc.FetchPollInterval = opts.FetchPollInterval
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		return nil, fmt.Errorf("create river client: %w", err)
+	}
+	return client, nil
+}

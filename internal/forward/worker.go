@@ -1,0 +1,221 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/signature"
+)
+
+// Backoff is the retry schedule of failed forwards: attempt n waits a random
+// time between half of and the full Base·2^(n-1), at most Max (full jitter
+// would let retries bunch up near zero; half keeps them spread and growing).
+// A 429 or 503 with Retry-After waits what the target asked, at most Max.
+type Backoff struct {
+	Base time.Duration
+	Max  time.Duration
+}
+
+// DefaultBackoff retries after about 1s, 2s, 4s, … up to an hour.
+var DefaultBackoff = Backoff{Base: time.Second, Max: time.Hour}
+
+// delay returns the wait before the retry that follows failed attempt n (1-based).
+func (b Backoff) delay(attempt int) time.Duration {
+	d := b.Max
+	if attempt < 62 {
+		if exp := b.Base << (attempt - 1); exp > 0 && exp < b.Max {
+			d = exp
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// Output is what a delivered forward records on its job (River's recorded
+// output), for the operator API.
+type Output struct {
+	Status      int       `json:"status"`
+	DeliveredAt time.Time `json:"delivered_at"`
+}
+
+// maxResponseBytes is how much of a target's response body is read (and
+// discarded) so the connection can be reused.
+const maxResponseBytes = 64 << 10
+
+// Worker delivers forward jobs.
+type Worker struct {
+	river.WorkerDefaults[Args]
+	cfg     *config.Config
+	db      *pgxpool.Pool
+	client  *http.Client
+	backoff Backoff
+	log     *slog.Logger
+	metrics *Metrics
+	now     func() time.Time
+
+	// retryAfter holds, per job ID, a target's Retry-After between Work
+	// returning and River asking NextRetry for the same job.
+	retryAfter sync.Map
+}
+
+// NewWorker returns a Worker that reads events from db and POSTs them with
+// client to the targets in cfg.
+func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, m *Metrics, log *slog.Logger) *Worker {
+	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now}
+}
+
+// Timeout is the target's timeout plus a margin to read the event: River
+// cancels the job's context after it.
+func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
+	if t, ok := w.target(job.Args); ok {
+		return time.Duration(t.Timeout) + 5*time.Second
+	}
+	return config.DefaultForwardTimeout
+}
+
+// NextRetry schedules the retry of a failed attempt.
+func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
+	if v, ok := w.retryAfter.LoadAndDelete(job.ID); ok {
+		return w.now().Add(min(v.(time.Duration), w.backoff.Max))
+	}
+	return w.now().Add(w.backoff.delay(job.Attempt))
+}
+
+func (w *Worker) target(a Args) (*config.Target, bool) {
+	s, ok := w.cfg.Sender(a.Sender)
+	if !ok {
+		return nil, false
+	}
+	return s.Target(a.URL)
+}
+
+// Work POSTs the event to the target. A 2xx completes the job; 408, 429,
+// 5xx, timeouts and connection errors are retried; other 4xx, a target no
+// longer configured and an event no longer stored cancel it (failed, no
+// retries).
+func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	a := job.Args
+	t, ok := w.target(a)
+	if !ok {
+		w.metrics.attempt(a.URL, outcomeFailed)
+		return river.JobCancel(fmt.Errorf("target %s is no longer configured for sender %s", a.URL, a.Sender))
+	}
+	var (
+		headers map[string][]string
+		body    []byte
+	)
+	err := w.db.QueryRow(ctx, `SELECT headers, body FROM webhook_events WHERE sender = $1 AND id = $2`, a.Sender, a.EventID).
+		Scan(&headers, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		w.metrics.attempt(a.URL, outcomeFailed)
+		return river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+	}
+	if err != nil {
+		return fmt.Errorf("read event: %w", err)
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(t.Timeout))
+	defer cancel()
+	req, err := w.request(rctx, t, a, headers, body)
+	if err != nil {
+		w.metrics.attempt(a.URL, outcomeFailed)
+		return river.JobCancel(err)
+	}
+	start := time.Now()
+	resp, err := w.client.Do(req)
+	if err != nil {
+		w.metrics.attempt(a.URL, outcomeRetry)
+		return fmt.Errorf("post to target: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
+	_ = resp.Body.Close()
+	w.metrics.latency.WithLabelValues(a.URL).Observe(time.Since(start).Seconds())
+
+	switch code := resp.StatusCode; {
+	case code >= 200 && code < 300:
+		w.metrics.attempt(a.URL, outcomeDelivered)
+		if err := river.RecordOutput(ctx, Output{Status: code, DeliveredAt: w.now().UTC()}); err != nil {
+			w.log.Warn("record forward output", "job_id", job.ID, "err", err)
+		}
+		return nil
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		w.metrics.attempt(a.URL, outcomeRetry)
+		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
+		if e.retryAfter > 0 {
+			w.retryAfter.Store(job.ID, e.retryAfter)
+		}
+		return e
+	default:
+		w.metrics.attempt(a.URL, outcomeFailed)
+		return river.JobCancel(&errStatus{status: code})
+	}
+}
+
+// request builds the forward's POST: the original body and Content-Type,
+// the target's extra headers, and the identifying and signing headers.
+func (w *Worker) request(ctx context.Context, t *config.Target, a Args, stored map[string][]string, body []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	h := req.Header
+	for k, v := range t.Headers {
+		h.Set(k, v)
+	}
+	if ct := http.Header(stored).Get("Content-Type"); ct != "" {
+		h.Set("Content-Type", ct)
+	}
+	id := a.EventID.String()
+	ts := w.now()
+	h.Set("User-Agent", "hookgate")
+	h.Set("Idempotency-Key", id)
+	h.Set("webhook-id", id)
+	h.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
+	if t.SigningKey != nil {
+		h.Set("webhook-signature", signature.SignStandard(t.SigningKey, id, ts, body))
+	}
+	h.Set("X-Hookgate-Sender", a.Sender)
+	h.Set("X-Hookgate-Delivery-Id", a.DeliveryID)
+	return req, nil
+}
+
+// parseRetryAfter reads a Retry-After value in seconds or as an HTTP date;
+// 0 when absent or unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// errStatus is a target's answer other than 2xx.
+type errStatus struct {
+	status     int
+	retryAfter time.Duration
+}
+
+func (e *errStatus) Error() string {
+	if e.retryAfter > 0 {
+		return fmt.Sprintf("target answered %d, Retry-After %s", e.status, e.retryAfter)
+	}
+	return fmt.Sprintf("target answered %d", e.status)
+}

@@ -1,0 +1,55 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/pressly/goose/v3"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// River's own schema (river_job and its companions: the forward outbox and
+// periodic jobs) is brought up by goose migrations written in Go, so every
+// schema change runs in order under goose's advisory lock. Migration 2 takes
+// it to River's version 4 and migration 3 to version 8, in two transactions
+// because version 4 adds an enum value that version 6 uses, which PostgreSQL
+// allows only once the value is committed. A River upgrade that needs a newer
+// schema gets a new migration with a higher target.
+const (
+	riverVersionAt2 = 4
+	riverVersionAt3 = 8
+)
+
+// goMigrations are the migrations written in Go, registered beside the SQL
+// files.
+func goMigrations() []*goose.Migration {
+	step := func(version int64, up, down int) *goose.Migration {
+		return goose.NewGoMigration(version,
+			&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+				return migrateRiver(ctx, tx, rivermigrate.DirectionUp, up)
+			}},
+			&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+				return migrateRiver(ctx, tx, rivermigrate.DirectionDown, down)
+			}},
+		)
+	}
+	return []*goose.Migration{
+		step(2, riverVersionAt2, -1),
+		step(3, riverVersionAt3, riverVersionAt2),
+	}
+}
+
+// migrateRiver runs River's migrator in goose's transaction, in direction dir
+// to version target (-1: all the way down).
+func migrateRiver(ctx context.Context, tx *sql.Tx, dir rivermigrate.Direction, target int) error {
+	m, err := rivermigrate.New(riverdatabasesql.New(nil), nil)
+	if err != nil {
+		return fmt.Errorf("river migrator: %w", err)
+	}
+	if _, err := m.MigrateTx(ctx, tx, dir, &rivermigrate.MigrateOpts{TargetVersion: target}); err != nil {
+		return fmt.Errorf("river schema %s: %w", dir, err)
+	}
+	return nil
+}
