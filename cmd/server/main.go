@@ -32,12 +32,14 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/migrations"
 )
 
@@ -71,6 +73,8 @@ type settings struct {
 	rescueAfter    time.Duration
 	fetchPoll      time.Duration
 	backoff        forward.Backoff
+
+	retentionInterval time.Duration
 }
 
 // Roles of a serve process.
@@ -107,6 +111,7 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.DurationVar(&s.rescueAfter, "forward-rescue-after", 0, "how long a forward may stay running before another worker retries it (default: longest target timeout + 1m)")
 	fs.DurationVar(&s.fetchPoll, "forward-poll-interval", 0, "how often workers poll for forwards between notifications (default 1s)")
 	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
+	fs.DurationVar(&s.retentionInterval, "retention-interval", retention.DefaultInterval, "how often expired keys and old events are deleted (by one worker process at a time)")
 	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -202,18 +207,25 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 
 	working := s.role == roleAll || s.role == roleWorker
-	river, err := forward.NewClient(pool, cfg, forward.Options{
+	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
 		Work:              working,
 		MaxWorkers:        s.forwardWorkers,
 		RescueAfter:       s.rescueAfter,
 		FetchPollInterval: s.fetchPoll,
 		Backoff:           s.backoff,
+		Maintenance: forward.Maintenance{
+			Queue: retention.Queue,
+			Register: func(w *river.Workers) error {
+				return river.AddWorkerSafely(w, retention.NewWorker(pool, cfg, log))
+			},
+			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
+		},
 	}, forward.NewMetrics(reg), log)
 	if err != nil {
 		return err
 	}
 	enqueue := func(ctx context.Context, tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error {
-		return forward.Enqueue(ctx, river, tx, sender, eventID, deliveryID)
+		return forward.Enqueue(ctx, riverClient, tx, sender, eventID, deliveryID)
 	}
 	srv := handler.New(cfg, dedup.New(pool, s.inFlightWait), ready, reg, log, handler.WithEnqueue(enqueue))
 	router := srv.Router()
@@ -236,7 +248,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if working {
 		// Jobs are worked with a context of their own, so that a shutdown
 		// lets running forwards finish (River's Stop) before cancelling them.
-		if err := river.Start(context.WithoutCancel(ctx)); err != nil {
+		if err := riverClient.Start(context.WithoutCancel(ctx)); err != nil {
 			ln.Close()
 			return fmt.Errorf("start forward workers: %w", err)
 		}
@@ -262,11 +274,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		if working {
 			// Running forwards get the rest of the grace period; those still
 			// running then are cancelled and retried by the next worker.
-			if err := river.Stop(sctx); err != nil {
+			if err := riverClient.Stop(sctx); err != nil {
 				log.Warn("forwards still running at the end of the grace period: cancelling them", "err", err)
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				defer cancel()
-				if err := river.StopAndCancel(cctx); err != nil {
+				if err := riverClient.StopAndCancel(cctx); err != nil {
 					errs = append(errs, fmt.Errorf("stop forward workers: %w", err))
 				}
 			}

@@ -53,6 +53,9 @@ type Sender struct {
 	Signature Signature `yaml:"signature"`
 	// Retention is how long the sender's delivery keys are remembered.
 	Retention Duration `yaml:"retention" validate:"gte=1000000000"`
+	// EventRetention is how long the sender's events are kept (by default
+	// as long as Retention).
+	EventRetention Duration `yaml:"event_retention" validate:"gte=1000000000"`
 	// MaxBodyBytes is the largest request body accepted (1 MiB by default).
 	MaxBodyBytes int64 `yaml:"max_body_bytes" validate:"min=1,max=67108864"`
 	// Forward lists the services each accepted event is forwarded to.
@@ -313,6 +316,9 @@ func applyDefaults(s *Sender) {
 	}
 	if s.Retention == 0 {
 		s.Retention = Duration(DefaultRetention)
+	}
+	if s.EventRetention == 0 {
+		s.EventRetention = s.Retention
 	}
 	if s.MaxBodyBytes == 0 {
 		s.MaxBodyBytes = DefaultMaxBodyBytes

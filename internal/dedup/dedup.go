@@ -114,6 +114,10 @@ func New(db Querier, inFlightWait time.Duration) *Store {
 
 const (
 	setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1, true)`
+	// forgetExpiredSQL removes this key if its retention has passed, so that
+	// the claim after it treats the delivery as new even before the
+	// retention job has deleted the row.
+	forgetExpiredSQL = `DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND expires_at <= $3`
 	claimSQL          = `INSERT INTO processed_messages
   (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
@@ -146,6 +150,7 @@ func (s *Store) RunTx(ctx context.Context, d Delivery, change Change, apply Appl
 		b.Queue("BEGIN")
 	}
 	b.Queue(setLockTimeoutSQL, s.inFlightWait)
+	b.Queue(forgetExpiredSQL, d.Sender, d.DeliveryID, d.ReceivedAt)
 	b.Queue(claimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], d.EventID,
 		d.Response.Status, d.Response.ContentType, body, d.ReceivedAt, d.ExpiresAt)
 	if change != nil {
@@ -210,10 +215,11 @@ type batchSender interface {
 }
 
 // send executes the pipeline and classifies the first error by the statement
-// that raised it: only the claim (statement claimAt+1, after the optional
-// BEGIN and the lock timeout) can be a duplicate or in flight.
-func (s *Store) send(ctx context.Context, db batchSender, b *pgx.Batch, claimAt int) error {
-	claim := claimAt + 1
+// that raised it: only the claim (statement offset+2, after the optional
+// BEGIN, the lock timeout and the removal of an expired key) can be a
+// duplicate or in flight.
+func (s *Store) send(ctx context.Context, db batchSender, b *pgx.Batch, offset int) error {
+	claim := offset + 2
 	n := b.Len()
 	br := db.SendBatch(ctx, b)
 	var first error

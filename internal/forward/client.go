@@ -34,6 +34,17 @@ type Options struct {
 	// Retention is how long finished forward jobs stay queryable; by
 	// default the longest sender retention.
 	Retention time.Duration
+	// Maintenance are other jobs the client works with Work (the retention
+	// job): their workers, the periodic jobs that enqueue them, and their
+	// queue, worked one job at a time.
+	Maintenance Maintenance
+}
+
+// Maintenance is a set of background jobs worked beside the forwards.
+type Maintenance struct {
+	Queue    string
+	Register func(*river.Workers) error
+	Periodic []*river.PeriodicJob
 }
 
 // NewClient returns the River client that inserts forward jobs and, with
@@ -81,8 +92,15 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, m, log)); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
-		rc.Workers = workers
 		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers}}
+		if m := opts.Maintenance; m.Register != nil {
+			if err := m.Register(workers); err != nil {
+				return nil, fmt.Errorf("register maintenance workers: %w", err)
+			}
+			rc.Queues[m.Queue] = river.QueueConfig{MaxWorkers: 1}
+			rc.PeriodicJobs = m.Periodic
+		}
+		rc.Workers = workers
 		rc.JobTimeout = jobTimeout
 		rc.RescueStuckJobsAfter = opts.RescueAfter
 		rc.FetchPollInterval = opts.FetchPollInterval

@@ -1,0 +1,24 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+const deleteBeforeSQL = `DELETE FROM webhook_events
+WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3))`
+
+// DeleteBefore deletes up to limit of sender's events received before
+// cutoff, in one short statement, and returns how many it deleted: fewer
+// than limit means none are left.
+func DeleteBefore(ctx context.Context, db *pgxpool.Pool, sender string, cutoff time.Time, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, deleteBeforeSQL, sender, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete old events of %s: %w", sender, err)
+	}
+	return tag.RowsAffected(), nil
+}

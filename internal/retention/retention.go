@@ -1,0 +1,122 @@
+// Package retention deletes what hookgate no longer needs to remember:
+// delivery keys whose retention has passed (their IDs are then accepted as
+// new) and events older than their sender's event_retention. It runs as a
+// River periodic job, so one replica at a time does the work, in small
+// batches, so that no long-held lock blocks ingestion.
+package retention
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
+)
+
+// Defaults of the retention job.
+const (
+	DefaultInterval = time.Minute
+	// BatchSize is how many rows one statement deletes at most.
+	BatchSize = 1000
+)
+
+// Args are the retention job's arguments (none).
+type Args struct{}
+
+// Kind is the River job kind of the retention job.
+func (Args) Kind() string { return "hookgate_retention" }
+
+// InsertOpts keeps at most one retention job waiting or running.
+func (Args) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Queue:       Queue,
+		MaxAttempts: 3,
+		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+		}},
+	}
+}
+
+// Queue is the River queue of maintenance jobs.
+const Queue = "maintenance"
+
+// Result counts what one run deleted.
+type Result struct {
+	Keys   int64
+	Events int64
+}
+
+// Run deletes, in batches of BatchSize, every key expired at now and every
+// event older than its sender's event retention, until none is left or ctx
+// ends. It returns what it deleted (also on error).
+func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
+	var res Result
+	for {
+		n, err := dedup.DeleteExpired(ctx, db, now, BatchSize)
+		res.Keys += n
+		if err != nil {
+			return res, err
+		}
+		if n < BatchSize {
+			break
+		}
+	}
+	for _, s := range cfg.Senders {
+		cutoff := now.Add(-time.Duration(s.EventRetention))
+		for {
+			n, err := events.DeleteBefore(ctx, db, s.Name, cutoff, BatchSize)
+			res.Events += n
+			if err != nil {
+				return res, err
+			}
+			if n < BatchSize {
+				break
+			}
+		}
+	}
+	return res, nil
+}
+
+// Worker runs the retention job.
+type Worker struct {
+	river.WorkerDefaults[Args]
+	db  *pgxpool.Pool
+	cfg *config.Config
+	log *slog.Logger
+}
+
+// NewWorker returns the retention job's worker.
+func NewWorker(db *pgxpool.Pool, cfg *config.Config, log *slog.Logger) *Worker {
+	return &Worker{db: db, cfg: cfg, log: log}
+}
+
+// Work deletes what has expired.
+func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	res, err := Run(ctx, w.db, w.cfg, time.Now())
+	if res.Keys > 0 || res.Events > 0 {
+		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events)
+	}
+	if err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	return nil
+}
+
+// PeriodicJob enqueues the retention job every interval (DefaultInterval
+// when zero), and once at start.
+func PeriodicJob(interval time.Duration) *river.PeriodicJob {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	return river.NewPeriodicJob(river.PeriodicInterval(interval),
+		func() (river.JobArgs, *river.InsertOpts) { return Args{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true})
+}
