@@ -118,7 +118,7 @@ const (
 	// the claim after it treats the delivery as new even before the
 	// retention job has deleted the row.
 	forgetExpiredSQL = `DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND expires_at <= $3`
-	claimSQL          = `INSERT INTO processed_messages
+	claimSQL         = `INSERT INTO processed_messages
   (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 	storedSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body
