@@ -191,7 +191,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	defer sqlDB.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newPoolCollector(pool), forward.NewBacklogCollector(pool))
 	ready := func(ctx context.Context) error {
 		if err := pool.Ping(ctx); err != nil {
 			return fmt.Errorf("ping database: %w", err)
