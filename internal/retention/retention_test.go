@@ -1,0 +1,124 @@
+package retention_test
+
+import (
+	"context"
+
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/retention"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func parse(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// seed inserts n keys of sender expiring at expires, and n events received
+// at received.
+func seed(t *testing.T, pool *pgxpool.Pool, sender, prefix string, n int, expires, received time.Time) {
+	t.Helper()
+	_, err := pool.Exec(t.Context(), `
+INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+SELECT $1, $2 || g, '\x00', gen_random_uuid(), 202, 'application/json', '{}', $4, $3 FROM generate_series(1, $5) g`,
+		sender, prefix, expires, received, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pool.Exec(t.Context(), `
+INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
+SELECT $1, gen_random_uuid(), $2 || g, $3, '{}', '' FROM generate_series(1, $4) g`, sender, prefix, received, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Run deletes every expired key and every event past its sender's event
+// retention, over several batches, and nothing else.
+func TestRunDeletesExpiredInBatches(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := parse(t, `
+senders:
+  - name: a
+    preset: generic
+    delivery_id: { header: X-Id }
+    retention: 24h
+  - name: b
+    preset: generic
+    delivery_id: { header: X-Id }
+    retention: 24h
+    event_retention: 1h
+`)
+	now := time.Now()
+	expired := retention.BatchSize*2 + 17 // more than one batch
+	seed(t, pool, "a", "old-", expired, now.Add(-time.Minute), now.Add(-25*time.Hour))
+	seed(t, pool, "a", "new-", 10, now.Add(time.Hour), now.Add(-time.Hour))
+	seed(t, pool, "b", "old-", 5, now.Add(time.Hour), now.Add(-2*time.Hour)) // key live, event past b's 1h
+	seed(t, pool, "b", "new-", 3, now.Add(time.Hour), now.Add(-time.Minute))
+
+	res, err := retention.Run(t.Context(), pool, cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Keys != int64(expired) {
+		t.Errorf("deleted %d keys, want %d", res.Keys, expired)
+	}
+	if want := int64(expired + 5); res.Events != want {
+		t.Errorf("deleted %d events, want %d", res.Events, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM processed_messages WHERE expires_at <= $1`, now); n != 0 {
+		t.Errorf("%d expired keys left", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM processed_messages`); n != 10+5+3 {
+		t.Errorf("%d keys left, want the 18 live ones", n)
+	}
+	for sender, want := range map[string]int{"a": 10, "b": 3} {
+		if n := count(t, pool, `SELECT count(*) FROM webhook_events WHERE sender = $1`, sender); n != want {
+			t.Errorf("sender %s: %d events left, want %d", sender, n, want)
+		}
+	}
+
+	// A second run finds nothing.
+	res, err = retention.Run(t.Context(), pool, cfg, now)
+	if err != nil || res != (retention.Result{}) {
+		t.Errorf("second run: %+v, %v; want nothing deleted", res, err)
+	}
+}
+
+// The worker does the same as Run, as a River job would call it.
+func TestWorkerDeletesExpired(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
+	seed(t, pool, "a", "x-", 3, time.Now().Add(-time.Second), time.Now().Add(-8*24*time.Hour))
+	w := retention.NewWorker(pool, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := w.Work(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if k, e := count(t, pool, `SELECT count(*) FROM processed_messages`), count(t, pool, `SELECT count(*) FROM webhook_events`); k != 0 || e != 0 {
+		t.Errorf("after the job: %d keys, %d events; want none", k, e)
+	}
+}
