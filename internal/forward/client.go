@@ -25,8 +25,8 @@ type Options struct {
 	Backoff Backoff
 	// RescueAfter is how long a job may stay running before another worker
 	// takes it over, which is what happens to the jobs of a killed process.
-	// It must exceed the longest target timeout; by default it is that
-	// timeout plus a minute.
+	// It must exceed the longest target timeout plus 5s (NewClient returns an
+	// error otherwise); by default it is that plus a minute.
 	RescueAfter time.Duration
 	// FetchPollInterval is how often River polls for jobs when no
 	// notification arrives (River's default, 1s, when zero).
@@ -50,7 +50,7 @@ type Maintenance struct {
 // NewClient returns the River client that inserts forward jobs and, with
 // opts.Work, works them. m records the forward metrics.
 func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics, log *slog.Logger) (*river.Client[pgx.Tx], error) {
-	longest := config.DefaultForwardTimeout
+	longest := time.Duration(0)
 	retention := time.Duration(0)
 	for _, s := range cfg.Senders {
 		retention = max(retention, time.Duration(s.Retention))
@@ -75,8 +75,11 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 			opts.Backoff = DefaultBackoff
 		}
 		jobTimeout := longest + 5*time.Second // Worker.Timeout's margin
-		if opts.RescueAfter <= jobTimeout {
+		switch {
+		case opts.RescueAfter == 0:
 			opts.RescueAfter = jobTimeout + time.Minute
+		case opts.RescueAfter <= jobTimeout:
+			return nil, fmt.Errorf("forward rescue-after %s: must be longer than the longest target timeout plus 5s (%s), or a running forward could be taken over while it still runs", opts.RescueAfter, jobTimeout)
 		}
 		httpClient := &http.Client{
 			Transport: &http.Transport{

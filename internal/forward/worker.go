@@ -154,7 +154,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		w.metrics.attempt(a.URL, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
-		if e.retryAfter > 0 {
+		if e.retryAfter > 0 && job.Attempt < job.MaxAttempts {
+			// River asks NextRetry only when another attempt follows.
 			w.retryAfter.Store(job.ID, e.retryAfter)
 		}
 		return e

@@ -1,0 +1,563 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// forwardConfig is the hookgate.yaml of the forwarding tests: the sender acme
+// of senderConfig, forwarding to url.
+func forwardConfig(url, timeout string, maxAttempts int) string {
+	return senderConfig + fmt.Sprintf(`    forward:
+      - url: %s
+        timeout: %s
+        max_attempts: %d
+`, url, timeout, maxAttempts)
+}
+
+// fastForwardFlags make forwards retry and get picked up quickly.
+var fastForwardFlags = []string{
+	"--forward-backoff-base", "50ms",
+	"--forward-backoff-max", "500ms",
+	"--forward-poll-interval", "100ms", // River refuses less than its 100ms fetch cooldown
+}
+
+// fwdHit is one request a forward target received.
+type fwdHit struct {
+	key    string // Idempotency-Key
+	at     time.Time
+	status int // what it was answered; 0 if it was abandoned (never answered)
+}
+
+// fwdTarget is an HTTP service on 127.0.0.1 that forwards go to. mode
+// decides each answer: "block" holds the request until the client goes away
+// (or the test ends), "hold" answers 200 after holdFor, anything else 200 at
+// once.
+type fwdTarget struct {
+	srv     *httptest.Server
+	url     string
+	release chan struct{}
+	holdFor time.Duration
+
+	mode atomic.Value // string
+
+	mu       sync.Mutex
+	hits     []fwdHit
+	inFlight int
+	maxIn    int
+	// barrier, when set, holds the first request until another request is
+	// in flight at the same time (or the test ends).
+	barrier     bool
+	barrierDone chan struct{}
+}
+
+func newFwdTarget(t *testing.T, mode string) *fwdTarget {
+	t.Helper()
+	tg := &fwdTarget{release: make(chan struct{}), barrierDone: make(chan struct{})}
+	tg.mode.Store(mode)
+	tg.srv = httptest.NewServer(http.HandlerFunc(tg.serve))
+	tg.url = tg.srv.URL + "/hooks"
+	t.Cleanup(tg.srv.Close)
+	t.Cleanup(func() { close(tg.release) }) // before Close: unblocks held requests
+	return tg
+}
+
+func (tg *fwdTarget) serve(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	tg.mu.Lock()
+	i := len(tg.hits)
+	tg.hits = append(tg.hits, fwdHit{key: r.Header.Get("Idempotency-Key"), at: time.Now()})
+	tg.inFlight++
+	tg.maxIn = max(tg.maxIn, tg.inFlight)
+	first := i == 0
+	if tg.barrier && tg.inFlight >= 2 {
+		select {
+		case <-tg.barrierDone:
+		default:
+			close(tg.barrierDone)
+		}
+	}
+	tg.mu.Unlock()
+	defer func() {
+		tg.mu.Lock()
+		tg.inFlight--
+		tg.mu.Unlock()
+	}()
+
+	if first && tg.barrier {
+		select {
+		case <-tg.barrierDone:
+		case <-tg.release:
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+	switch tg.mode.Load().(string) {
+	case "block":
+		select {
+		case <-r.Context().Done():
+		case <-tg.release:
+		}
+		return
+	case "hold":
+		timer := time.NewTimer(tg.holdFor)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			return
+		case <-tg.release:
+			return
+		}
+	}
+	tg.mu.Lock()
+	tg.hits[i].status = http.StatusOK
+	tg.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+func (tg *fwdTarget) snapshot() (hits []fwdHit, inFlight, maxIn int) {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]fwdHit(nil), tg.hits...), tg.inFlight, tg.maxIn
+}
+
+// delivered returns, per Idempotency-Key, how many requests were answered 2xx.
+func (tg *fwdTarget) delivered() map[string]int {
+	hits, _, _ := tg.snapshot()
+	out := map[string]int{}
+	for _, h := range hits {
+		if h.status >= 200 && h.status < 300 {
+			out[h.key]++
+		}
+	}
+	return out
+}
+
+// jobStates counts the forward jobs by state.
+func jobStates(t *testing.T, pool *pgxpool.Pool) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT state::text, count(*) FROM river_job WHERE kind = 'hookgate_forward' GROUP BY 1`)
+	if err != nil {
+		t.Fatalf("read river_job: %v", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[s] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// startBinaryWith is startBinary with extra serve flags.
+func startBinaryWith(t *testing.T, bin, dsn, addr, cfg string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--config", cfg}, args...)...)
+	cmd.Env = []string{"DATABASE_URL=" + dsn, "HOOKGATE_LOG_FORMAT=json"}
+	p := &proc{cmd: cmd, log: newLogSink(), done: make(chan struct{})}
+	cmd.Stdout = p.log
+	cmd.Stderr = p.log
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("log of process %d (%s) (tail):\n%s", cmd.Process.Pid, strings.Join(args, " "), p.log.tail(40))
+		}
+	})
+	return p
+}
+
+// startRunWith is startRun with the configuration content cfg instead of
+// senderConfig.
+func startRunWith(t *testing.T, dsn, cfg string, args ...string) *inproc {
+	t.Helper()
+	path := writeConfig(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &inproc{log: newLogSink(), cancel: cancel, done: make(chan struct{})}
+	full := append([]string{"serve", "--addr", "127.0.0.1:0", "--config", path}, args...)
+	go func() {
+		defer close(s.done)
+		s.err = run(ctx, full, envOf("DATABASE_URL", dsn), io.Discard, s.log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-s.done:
+		case <-time.After(time.Minute):
+			t.Errorf("run did not return within a minute of its context being cancelled")
+		}
+		if t.Failed() {
+			t.Logf("server log (tail):\n%s", s.log.tail(60))
+		}
+	})
+	select {
+	case s.addr = <-s.log.addrs:
+	case <-s.done:
+		t.Fatalf("run returned before listening: %v", s.err)
+	case <-time.After(time.Minute):
+		t.Fatal("the server logged no \"listening\" line within a minute")
+	}
+	s.base = "http://" + s.addr
+	return s
+}
+
+// deliverAll delivers every ID once and returns the event IDs, failing the
+// test on anything but a 202.
+func deliverAll(t *testing.T, c *http.Client, base string, ids []string) []string {
+	t.Helper()
+	events := make([]string, len(ids))
+	for i, id := range ids {
+		r, err := deliver(t.Context(), c, base, id, bodyFor(id))
+		if err != nil {
+			t.Fatalf("deliver %s: %v", id, err)
+		}
+		a, err := parseAccepted(r, id)
+		if err != nil {
+			t.Fatalf("deliver %s: %v", id, err)
+		}
+		events[i] = a.EventID
+	}
+	return events
+}
+
+// TestForwardsSurviveSIGKILL: the real binary accepts deliveries whose
+// forwards cannot get through (the target holds every request), and is
+// killed with SIGKILL while forwards are running. Once the target answers
+// again and the binary is restarted, every event reaches the target with a
+// 2xx: the outbox lost nothing. The jobs that were running at the kill are
+// only picked up again by River's rescuer, after --forward-rescue-after.
+func TestForwardsSurviveSIGKILL(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	tg := newFwdTarget(t, "block")
+	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 100))
+	addr := freeAddr(t)
+	base := "http://" + addr
+	c := newClient(t)
+	const (
+		n           = 50
+		workers     = 10
+		rescueAfter = "7s" // more than the 1s target timeout + 5s
+	)
+	flags := append([]string{"--forward-rescue-after", rescueAfter, "--forward-workers", fmt.Sprint(workers)}, fastForwardFlags...)
+
+	first := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
+	waitHealthy(t, c, base, first)
+	events := deliverAll(t, c, base, makeIDs("kill-fwd", n))
+
+	// Kill while the workers are busy: every slot holds a request.
+	waitUntil(t, 30*time.Second, "the worker to have all its forwards in flight", func() bool {
+		_, in, _ := tg.snapshot()
+		return in >= workers
+	})
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatalf("SIGKILL: %v", err)
+	}
+	select {
+	case <-first.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the killed process did not exit within a minute")
+	}
+	var exitErr *exec.ExitError
+	if !errors.As(first.err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the first process ended with %v, want killed by SIGKILL", first.err)
+	}
+	before := jobStates(t, pool)
+	if before["running"] == 0 {
+		t.Fatalf("no forward job was running at the kill (%v): the test did not exercise the rescue", before)
+	}
+	if got := len(tg.delivered()); got != 0 {
+		t.Fatalf("%d events were delivered before the kill, want 0 (the target held every request)", got)
+	}
+	t.Logf("at the kill: jobs %v", before)
+
+	tg.mode.Store("ok")
+	restarted := time.Now()
+	second := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
+	waitHealthy(t, c, base, second)
+
+	// The rescue needs a River leader, and after a kill the new process waits
+	// for the dead leader's term to expire (up to ~20s); the rescue itself
+	// then comes after --forward-rescue-after, at the rescuer's next run
+	// (every 30s). With a working rescue this takes about 20-50s; the
+	// deadline leaves room for that but is below what the default rescue
+	// delay (a minute more) needs.
+	deadline := time.Now().Add(75 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for len(tg.delivered()) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after the restart with --forward-rescue-after %s, %d of %d events were delivered; jobs %v (the jobs running at the kill were not rescued)",
+				time.Since(restarted).Round(time.Second), rescueAfter, len(tg.delivered()), n, jobStates(t, pool))
+		}
+		<-tick.C
+	}
+	t.Logf("all %d events delivered %v after the restart", n, time.Since(restarted).Round(100*time.Millisecond))
+	got := tg.delivered()
+	for _, ev := range events {
+		if got[ev] == 0 {
+			t.Errorf("event %s was never delivered", ev)
+		}
+	}
+	if len(got) != n {
+		t.Errorf("%d distinct Idempotency-Keys delivered, want %d", len(got), n)
+	}
+	waitUntil(t, 30*time.Second, "every forward job to be completed", func() bool {
+		return jobStates(t, pool)["completed"] == n
+	})
+}
+
+// TestForwardsByWorkerProcesses: one --role api process accepts deliveries
+// and only enqueues their forwards; two --role worker processes on the same
+// database work them. Each event reaches the target exactly once in all,
+// and both workers take part.
+func TestForwardsByWorkerProcesses(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	tg := newFwdTarget(t, "ok")
+	// The first forward is held until a second one arrives at the same time:
+	// with one forward at a time per worker, that needs both workers.
+	tg.barrier = true
+	cfg := writeConfig(t, forwardConfig(tg.url, "30s", 5))
+	c := newClient(t)
+	const n = 40
+
+	apiAddr := freeAddr(t)
+	api := startBinaryWith(t, bin, dsn, apiAddr, cfg, append([]string{"--role", "api"}, fastForwardFlags...)...)
+	waitHealthy(t, c, "http://"+apiAddr, api)
+	events := deliverAll(t, c, "http://"+apiAddr, makeIDs("workers", n))
+
+	// The api process does not work forwards: it never started River, so
+	// there is no leader, no queue, no attempt, and the target saw nothing.
+	var leaders, queues, attempted int
+	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM river_leader), (SELECT count(*) FROM river_queue),
+		(SELECT count(*) FROM river_job WHERE attempt > 0 OR state <> 'available')`).Scan(&leaders, &queues, &attempted); err != nil {
+		t.Fatal(err)
+	}
+	if leaders != 0 || queues != 0 || attempted != 0 {
+		t.Errorf("with only the api process running: %d River leaders, %d queues, %d attempted jobs; want none", leaders, queues, attempted)
+	}
+	if st := jobStates(t, pool); st["available"] != n || len(st) != 1 {
+		t.Errorf("with only the api process running, jobs %v; want all %d available", st, n)
+	}
+	if hits, _, _ := tg.snapshot(); len(hits) != 0 {
+		t.Errorf("the target received %d requests with only the api process running, want 0", len(hits))
+	}
+
+	for range 2 {
+		addr := freeAddr(t)
+		w := startBinaryWith(t, bin, dsn, addr, cfg, append([]string{"--role", "worker", "--forward-workers", "1"}, fastForwardFlags...)...)
+		waitHealthy(t, c, "http://"+addr, w)
+	}
+	waitUntil(t, 45*time.Second, "every forward job to be completed", func() bool {
+		return jobStates(t, pool)["completed"] == n
+	})
+
+	hits, _, maxIn := tg.snapshot()
+	got := tg.delivered()
+	if len(hits) != n || len(got) != n {
+		t.Errorf("the target received %d requests with %d distinct Idempotency-Keys, want exactly %d and %d", len(hits), len(got), n, n)
+	}
+	for _, ev := range events {
+		if got[ev] != 1 {
+			t.Errorf("event %s was delivered %d times, want once", ev, got[ev])
+		}
+	}
+	if maxIn < 2 {
+		t.Errorf("at most %d forwards were in flight at once; with one per worker, both workers should have taken part", maxIn)
+	}
+	rows, err := pool.Query(t.Context(), `SELECT attempted_by[1], count(*) FROM river_job WHERE kind = 'hookgate_forward' GROUP BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byClient := map[string]int{}
+	for rows.Next() {
+		var id string
+		var k int
+		if err := rows.Scan(&id, &k); err != nil {
+			t.Fatal(err)
+		}
+		byClient[id] = k
+	}
+	rows.Close()
+	if len(byClient) != 2 {
+		t.Errorf("jobs were worked by %d River clients (%v), want the 2 workers", len(byClient), byClient)
+	}
+	t.Logf("jobs per worker: %v", byClient)
+}
+
+// TestWorkerRoleServesOnlyServiceEndpoints: a --role worker process answers
+// /healthz, /readyz and /metrics, and 404 on the ingest and operator routes.
+func TestWorkerRoleServesOnlyServiceEndpoints(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	_, dsn := pgtest.NewDB(t)
+	tg := newFwdTarget(t, "ok")
+	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 5))
+	addr := freeAddr(t)
+	base := "http://" + addr
+	c := newClient(t)
+	w := startBinaryWith(t, bin, dsn, addr, cfg, append([]string{"--role", "worker"}, fastForwardFlags...)...)
+	waitHealthy(t, c, base, w)
+
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		r, err := get(t.Context(), c, base+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusOK {
+			t.Errorf("GET %s on a worker: %s, want 200", path, r)
+		}
+		if path == "/metrics" && !strings.Contains(string(r.body), "go_goroutines") {
+			t.Errorf("GET /metrics on a worker has no go_goroutines metric")
+		}
+	}
+	r, err := deliver(t.Context(), c, base, "to-a-worker", bodyFor("to-a-worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusNotFound || r.header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("POST /webhooks/acme on a worker: %s, want a 404 problem", r)
+	}
+	for _, path := range []string{"/webhooks/x", "/v1/senders", "/openapi.yaml", "/docs"} {
+		r, err := get(t.Context(), c, base+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusNotFound {
+			t.Errorf("GET %s on a worker: %s, want 404", path, r)
+		}
+	}
+	// Nothing was recorded.
+	if hits, _, _ := tg.snapshot(); len(hits) != 0 {
+		t.Errorf("the target received %d requests, want 0", len(hits))
+	}
+}
+
+// TestShutdownLetsRunningForwardFinish: run's context is cancelled while a
+// forward is in flight (the target takes a second to answer). The forward
+// completes — the target answered it, once, and the job is completed by the
+// time run returns — and run returns nil.
+func TestShutdownLetsRunningForwardFinish(t *testing.T) {
+	t.Parallel()
+	pool, dsn := pgtest.NewDB(t)
+	tg := newFwdTarget(t, "hold")
+	tg.holdFor = time.Second
+	srv := startRunWith(t, dsn, forwardConfig(tg.url, "10s", 5), fastForwardFlags...)
+	c := newClient(t)
+	ev := deliverAll(t, c, srv.base, []string{"shutdown-fwd"})[0]
+
+	waitUntil(t, 30*time.Second, "the forward to be in flight", func() bool {
+		_, in, _ := tg.snapshot()
+		return in == 1
+	})
+	srv.cancel()
+	if err := srv.wait(t); err != nil {
+		t.Fatalf("run returned %v, want nil after a graceful shutdown", err)
+	}
+	// run has returned: the forward must be finished already.
+	hits, in, _ := tg.snapshot()
+	if in != 0 || len(hits) != 1 || hits[0].status != http.StatusOK || hits[0].key != ev {
+		t.Fatalf("when run returned the target had %d requests in flight and received %+v; want exactly one, answered 200, for event %s", in, hits, ev)
+	}
+	var state string
+	var attempt int
+	if err := pool.QueryRow(t.Context(), `SELECT state::text, attempt FROM river_job WHERE kind = 'hookgate_forward'`).Scan(&state, &attempt); err != nil {
+		t.Fatal(err)
+	}
+	if state != "completed" || attempt != 1 {
+		t.Errorf("after shutdown the job is %s at attempt %d, want completed at attempt 1", state, attempt)
+	}
+}
+
+// TestShutdownRetriesForwardThatOutlastsGrace: a forward still running when
+// the shutdown grace period ends is cancelled and left to be retried — not
+// lost, not failed — and the next process delivers it.
+func TestShutdownRetriesForwardThatOutlastsGrace(t *testing.T) {
+	t.Parallel()
+	pool, dsn := pgtest.NewDB(t)
+	tg := newFwdTarget(t, "block")
+	cfg := forwardConfig(tg.url, "20s", 5)
+	srv := startRunWith(t, dsn, cfg, append([]string{"--shutdown-timeout", "300ms"}, fastForwardFlags...)...)
+	c := newClient(t)
+	ev := deliverAll(t, c, srv.base, []string{"outlasts-grace"})[0]
+	waitUntil(t, 30*time.Second, "the forward to be in flight", func() bool {
+		_, in, _ := tg.snapshot()
+		return in == 1
+	})
+	srv.cancel()
+	if err := srv.wait(t); err != nil {
+		t.Errorf("run returned %v, want nil (running forwards cancelled and left for retry)", err)
+	}
+	var state string
+	var attempt, maxAttempts int
+	var errs []string
+	if err := pool.QueryRow(t.Context(), `SELECT state::text, attempt, max_attempts,
+		coalesce((SELECT array_agg(e->>'error') FROM unnest(errors) AS e), '{}')
+		FROM river_job WHERE kind = 'hookgate_forward'`).Scan(&state, &attempt, &maxAttempts, &errs); err != nil {
+		t.Fatal(err)
+	}
+	if state != "available" && state != "retryable" {
+		t.Fatalf("after a shutdown that cut the forward short the job is %s at attempt %d (errors %q), want available or retryable", state, attempt, errs)
+	}
+
+	tg.mode.Store("ok")
+	next := startRunWith(t, dsn, cfg, fastForwardFlags...)
+	waitUntil(t, 30*time.Second, "the forward to be delivered by the next process", func() bool {
+		return tg.delivered()[ev] == 1
+	})
+	waitUntil(t, 30*time.Second, "the job to be completed", func() bool {
+		return jobStates(t, pool)["completed"] == 1
+	})
+	next.cancel()
+	if err := next.wait(t); err != nil {
+		t.Errorf("second run returned %v", err)
+	}
+	hits, _, _ := tg.snapshot()
+	keys := make([]string, 0, len(hits))
+	for _, h := range hits {
+		keys = append(keys, h.key)
+	}
+	sort.Strings(keys)
+	if len(hits) != 2 {
+		t.Errorf("the target received %d requests (%v), want 2: the cut-short one and the retry", len(hits), keys)
+	}
+}

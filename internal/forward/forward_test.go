@@ -1,0 +1,609 @@
+package forward_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/forward"
+)
+
+// TestForwardRetriesThenDeliversSigned: a target that answers the first two
+// attempts of every event with 503 gets every event in the end, each with
+// its own Idempotency-Key (the event ID, also the webhook-id), a valid
+// Standard Webhooks signature, the identifying headers, the original body
+// and Content-Type, and the target's extra headers. A second, unsigned
+// target of the same sender gets its own forward of every event, unsigned.
+func TestForwardRetriesThenDeliversSigned(t *testing.T) {
+	t.Parallel()
+	signed := newTarget(t, failFirst(2, http.StatusServiceUnavailable))
+	plain := newTarget(t, always(http.StatusNoContent))
+	e := newEnv(t, fmt.Sprintf(`      - url: %s
+        timeout: 2s
+        max_attempts: 5
+        signing_secret: %s
+        headers: { X-Target-Token: tok-123, X-Env: test }
+      - url: %s
+        timeout: 2s
+`, signed.url, testSecret, plain.url), forward.Options{Work: true})
+
+	const n = 10
+	ct := "application/vnd.acme+json; charset=utf-8"
+	byEvent := map[string]delivery{}
+	for i := range n {
+		id := fmt.Sprintf("evt-%02d", i)
+		// Bytes a JSON re-encoding would change: the body must arrive as sent.
+		body := fmt.Appendf(nil, "{ \"id\" : %q,\n \"n\": %d, \"x\": \"\\u00e9\xc3\xa9\" }", id, i)
+		d := e.deliver(id, body, ct)
+		byEvent[d.eventID] = d
+	}
+	js := e.waitJobs(2 * n)
+
+	perTarget := map[string]int{}
+	for _, j := range js {
+		perTarget[j.URL]++
+		if j.State != "completed" {
+			t.Errorf("job %d (%s → %s): state %s, want completed; errors %q", j.ID, j.EventID, j.URL, j.State, j.Errors)
+			continue
+		}
+		d, ok := byEvent[j.EventID]
+		if !ok || j.DeliveryID != d.id {
+			t.Errorf("job %d names event %s, delivery %s: not one of the accepted deliveries", j.ID, j.EventID, j.DeliveryID)
+		}
+		var out forward.Output
+		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status < 200 || out.Status > 299 || out.DeliveredAt.IsZero() {
+			t.Errorf("job %d: recorded output %q, want the 2xx status and the delivery time", j.ID, j.Output)
+		}
+		switch j.URL {
+		case signed.url:
+			if j.Attempt != 3 || len(j.Errors) != 2 {
+				t.Errorf("job %d to the failing target: attempt %d with errors %q, want delivered at attempt 3 after two 503s", j.ID, j.Attempt, j.Errors)
+			}
+			for _, msg := range j.Errors {
+				if !strings.Contains(msg, "503") {
+					t.Errorf("job %d: attempt error %q does not name the 503", j.ID, msg)
+				}
+			}
+		case plain.url:
+			if j.Attempt != 1 {
+				t.Errorf("job %d to the healthy target: attempt %d, want 1", j.ID, j.Attempt)
+			}
+		default:
+			t.Errorf("job %d forwards to %s, not a configured target", j.ID, j.URL)
+		}
+	}
+	if perTarget[signed.url] != n || perTarget[plain.url] != n {
+		t.Errorf("jobs per target %v, want %d for each of the two targets", perTarget, n)
+	}
+
+	check := func(tg *target, wantPerKey int, signedTarget bool) {
+		t.Helper()
+		hits := tg.requests()
+		keys := map[string]int{}
+		for _, h := range hits {
+			keys[h.header.Get("Idempotency-Key")]++
+		}
+		if len(keys) != n || len(hits) != n*wantPerKey {
+			t.Errorf("target %s: %d requests with %d distinct Idempotency-Keys, want %d and %d", tg.url, len(hits), len(keys), n*wantPerKey, n)
+		}
+		for _, h := range hits {
+			key := h.header.Get("Idempotency-Key")
+			d, ok := byEvent[key]
+			if !ok {
+				t.Errorf("target %s: Idempotency-Key %q is no accepted event's ID", tg.url, key)
+				continue
+			}
+			if wh := h.header.Get("webhook-id"); wh != key {
+				t.Errorf("event %s: webhook-id %q, want the Idempotency-Key", key, wh)
+			}
+			if got := h.header.Get("X-Hookgate-Sender"); got != "acme" {
+				t.Errorf("event %s: X-Hookgate-Sender %q, want acme", key, got)
+			}
+			if got := h.header.Get("X-Hookgate-Delivery-Id"); got != d.id {
+				t.Errorf("event %s: X-Hookgate-Delivery-Id %q, want %q", key, got, d.id)
+			}
+			if got := h.header.Get("Content-Type"); got != ct {
+				t.Errorf("event %s: Content-Type %q, want the original %q", key, got, ct)
+			}
+			if !bytes.Equal(h.body, d.body) {
+				t.Errorf("event %s: body %q, want the original bytes %q", key, h.body, d.body)
+			}
+			if h.header.Get("X-Delivery-Id") != "" {
+				t.Errorf("event %s: the sender's own X-Delivery-Id header was forwarded", key)
+			}
+			if signedTarget {
+				if h.header.Get("X-Target-Token") != "tok-123" || h.header.Get("X-Env") != "test" {
+					t.Errorf("event %s: extra headers X-Target-Token %q, X-Env %q; want tok-123 and test",
+						key, h.header.Get("X-Target-Token"), h.header.Get("X-Env"))
+				}
+				if why := verifyStandard(testKey, h.header, h.body, h.at); why != "" {
+					t.Errorf("event %s: %s", key, why)
+				}
+				// The signature must not verify under another key.
+				if verifyStandard([]byte("another key"), h.header, h.body, h.at) == "" {
+					t.Errorf("event %s: the signature verifies under any key", key)
+				}
+			} else {
+				if s := h.header.Get("webhook-signature"); s != "" {
+					t.Errorf("event %s: unsigned target got webhook-signature %q", key, s)
+				}
+				if h.header.Get("X-Target-Token") != "" {
+					t.Errorf("event %s: the other target's extra header leaked to this one", key)
+				}
+				if h.header.Get("webhook-timestamp") == "" {
+					t.Errorf("event %s: no webhook-timestamp", key)
+				}
+			}
+		}
+	}
+	check(signed, 3, true)
+	check(plain, 1, false)
+
+	attempts := func(tg *target, outcome string) float64 {
+		return e.counter("hookgate_forward_attempts_total", map[string]string{"target": tg.url, "outcome": outcome})
+	}
+	if r, d := attempts(signed, "retry"), attempts(signed, "delivered"); r != 2*n || d != n {
+		t.Errorf("metrics for the failing target: %v retries and %v delivered, want %d and %d", r, d, 2*n, n)
+	}
+}
+
+// TestForwardClientErrorFailsAtOnce: a 4xx other than 408 and 429 fails the
+// forward at once: one request, the job cancelled at attempt 1, no retry.
+func TestForwardClientErrorFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	statuses := []int{400, 401, 403, 404, 410, 413, 422}
+	tg := newTarget(t, func(_ int, r *http.Request) answer {
+		var status int
+		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
+		return answer{status: status}
+	})
+	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url), forward.Options{Work: true})
+
+	byEvent := map[string]int{}
+	for _, s := range statuses {
+		d := e.deliver(fmt.Sprintf("status-%d", s), []byte(`{}`), "application/json")
+		byEvent[d.eventID] = s
+	}
+	for _, j := range e.waitJobs(len(statuses)) {
+		s := byEvent[j.EventID]
+		if j.State != "cancelled" || j.Attempt != 1 {
+			t.Errorf("target answered %d: job state %s at attempt %d, want cancelled at attempt 1", s, j.State, j.Attempt)
+		}
+		if len(j.Errors) != 1 || !strings.Contains(j.Errors[0], fmt.Sprint(s)) {
+			t.Errorf("target answered %d: job errors %q, want one naming the status", s, j.Errors)
+		}
+		if got := len(tg.requestsFor(j.EventID)); got != 1 {
+			t.Errorf("target answered %d: it received %d requests, want exactly 1", s, got)
+		}
+	}
+	if f := e.counter("hookgate_forward_attempts_total", map[string]string{"outcome": "failed"}); f != float64(len(statuses)) {
+		t.Errorf("failed attempts metric %v, want %d", f, len(statuses))
+	}
+}
+
+// TestForwardRetryableStatuses: 408, 429, 500, 502, 503 and 504 are retried;
+// the second attempt, answered 200, delivers.
+func TestForwardRetryableStatuses(t *testing.T) {
+	t.Parallel()
+	statuses := []int{408, 429, 500, 502, 503, 504}
+	tg := newTarget(t, func(n int, r *http.Request) answer {
+		if n > 1 {
+			return answer{status: http.StatusOK}
+		}
+		var status int
+		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
+		return answer{status: status}
+	})
+	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url), forward.Options{Work: true})
+	byEvent := map[string]int{}
+	for _, s := range statuses {
+		d := e.deliver(fmt.Sprintf("status-%d", s), []byte(`{}`), "application/json")
+		byEvent[d.eventID] = s
+	}
+	for _, j := range e.waitJobs(len(statuses)) {
+		s := byEvent[j.EventID]
+		if j.State != "completed" || j.Attempt != 2 {
+			t.Errorf("first answer %d: job state %s at attempt %d (errors %q), want completed at attempt 2", s, j.State, j.Attempt, j.Errors)
+		}
+		if got := len(tg.requestsFor(j.EventID)); got != 2 {
+			t.Errorf("first answer %d: %d requests, want 2", s, got)
+		}
+	}
+}
+
+// TestForwardTimeoutRetriesThenDiscards: a target that never answers makes
+// every attempt time out; after max_attempts (3) the forward fails
+// (discarded) having sent exactly 3 requests.
+func TestForwardTimeoutRetriesThenDiscards(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(int, *http.Request) answer { return answer{block: true} })
+	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 300ms\n        max_attempts: 3\n", tg.url), forward.Options{Work: true})
+	d := e.deliver("never-answered", []byte(`{"a":1}`), "application/json")
+
+	js := e.waitJobs(1)
+	j := js[0]
+	if j.State != "discarded" || j.Attempt != 3 || j.MaxAttempts != 3 {
+		t.Errorf("job state %s at attempt %d of %d, want discarded at attempt 3 of 3", j.State, j.Attempt, j.MaxAttempts)
+	}
+	if len(j.Errors) != 3 {
+		t.Errorf("job errors %q, want one per attempt (3)", j.Errors)
+	}
+	for _, msg := range j.Errors {
+		if !strings.Contains(msg, "deadline exceeded") && !strings.Contains(msg, "Timeout") && !strings.Contains(msg, "timeout") {
+			t.Errorf("attempt error %q does not say the attempt timed out", msg)
+		}
+	}
+	if got := len(tg.requestsFor(d.eventID)); got != 3 {
+		t.Errorf("target received %d requests, want exactly 3 (max_attempts)", got)
+	}
+	if got := len(tg.requests()); got != 3 {
+		t.Errorf("target received %d requests in all, want 3", got)
+	}
+}
+
+// TestForwardRetryAfterIsHonoured: a 429 or 503 with Retry-After: 1 schedules
+// the retry at least a second after the answer, even though the backoff
+// alone would retry within 100ms. The check compares the target's own
+// timestamps (when it answered, when the retry arrived) and the job's
+// scheduled_at: it is a behavioural check, not a performance assertion.
+func TestForwardRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(n int, r *http.Request) answer {
+		if n > 1 {
+			return answer{status: http.StatusOK}
+		}
+		status := http.StatusTooManyRequests
+		if strings.HasSuffix(r.Header.Get("X-Hookgate-Delivery-Id"), "503") {
+			status = http.StatusServiceUnavailable
+		}
+		return answer{status: status, header: http.Header{"Retry-After": {"1"}}}
+	})
+	// The backoff's Max bounds Retry-After too; it is above 1s here.
+	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url),
+		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
+	ids := map[string]string{}
+	for _, id := range []string{"ra-429", "ra-503"} {
+		ids[e.deliver(id, []byte(`{}`), "application/json").eventID] = id
+	}
+	for _, j := range e.waitJobs(2) {
+		id := ids[j.EventID]
+		if j.State != "completed" || j.Attempt != 2 {
+			t.Errorf("%s: job state %s at attempt %d (errors %q), want completed at attempt 2", id, j.State, j.Attempt, j.Errors)
+			continue
+		}
+		hits := tg.requestsFor(j.EventID)
+		if len(hits) != 2 {
+			t.Errorf("%s: %d requests, want 2", id, len(hits))
+			continue
+		}
+		answered := hits[0].answerAt
+		if gap := hits[1].at.Sub(answered); gap < time.Second {
+			t.Errorf("%s: the retry arrived %v after the Retry-After: 1 answer, want at least 1s", id, gap)
+		}
+		// scheduled_at is when the retry was scheduled for (the worker reads
+		// the clock after the answer arrived; PostgreSQL keeps microseconds).
+		if min := answered.Add(time.Second).Truncate(time.Microsecond); j.ScheduledAt.Before(min) {
+			t.Errorf("%s: scheduled_at %s, want at least the answer's time + 1s (%s)", id, j.ScheduledAt, min)
+		}
+		if len(j.Errors) != 1 || !strings.Contains(j.Errors[0], "Retry-After") {
+			t.Errorf("%s: attempt errors %q, want one naming the Retry-After", id, j.Errors)
+		}
+	}
+}
+
+// TestForwardConnectionRefusedIsRetried: a target whose port refuses
+// connections is retried until it listens, and then gets the forward.
+func TestForwardConnectionRefusedIsRetried(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + addr + "/hooks"
+	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n        max_attempts: 50\n", url), forward.Options{Work: true})
+	d := e.deliver("refused", []byte(`{}`), "application/json")
+
+	// Wait for an attempt that was refused, then listen on the port.
+	e.poll("a refused attempt", func() bool {
+		js := e.jobs()
+		return len(js) == 1 && len(js[0].Errors) > 0
+	}, func() string { return fmt.Sprintf("jobs: %+v", e.jobs()) })
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	var mu sync.Mutex
+	var keys []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-served
+	})
+
+	j := e.waitJobs(1)[0]
+	if j.State != "completed" || j.Attempt < 2 {
+		t.Fatalf("job state %s at attempt %d, want completed after at least one retry", j.State, j.Attempt)
+	}
+	for _, msg := range j.Errors {
+		if !strings.Contains(msg, "connection refused") {
+			t.Errorf("attempt error %q, want connection refused", msg)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 1 || keys[0] != d.eventID {
+		t.Errorf("the target received Idempotency-Keys %q, want exactly [%s]", keys, d.eventID)
+	}
+}
+
+// TestDuplicateDeliveriesEnqueueOneForward: the same delivery posted five
+// times, one after the other or all at once, is one event and one forward
+// job, and the target receives it once.
+func TestDuplicateDeliveriesEnqueueOneForward(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, always(http.StatusOK))
+	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
+
+	body := []byte(`{"id":"dup-seq"}`)
+	first := e.deliver("dup-seq", body, "application/json")
+	for i := range 4 {
+		d := e.deliver("dup-seq", body, "application/json")
+		if !d.replayed || d.eventID != first.eventID {
+			t.Errorf("sequential duplicate %d: replayed %v, event %s; want a replay of %s", i+1, d.replayed, d.eventID, first.eventID)
+		}
+	}
+
+	var wg sync.WaitGroup
+	results := make([]delivery, 5)
+	errs := make([]error, 5)
+	start := make(chan struct{})
+	for i := range results {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = e.tryDeliver("dup-conc", []byte(`{"id":"dup-conc"}`), "application/json")
+		})
+	}
+	close(start)
+	wg.Wait()
+	fresh := 0
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent duplicate %d: %v", i, err)
+		}
+		if !results[i].replayed {
+			fresh++
+		}
+		if results[i].eventID != results[0].eventID {
+			t.Errorf("concurrent duplicates answered events %s and %s", results[0].eventID, results[i].eventID)
+		}
+	}
+	if fresh != 1 {
+		t.Errorf("%d of the concurrent duplicates were accepted as new, want 1", fresh)
+	}
+
+	js := e.waitJobs(2)
+	perEvent := map[string]int{}
+	for _, j := range js {
+		perEvent[j.EventID]++
+		if j.State != "completed" {
+			t.Errorf("job %d: state %s, want completed", j.ID, j.State)
+		}
+	}
+	if perEvent[first.eventID] != 1 || perEvent[results[0].eventID] != 1 {
+		t.Errorf("forward jobs per event %v, want one for each of %s and %s", perEvent, first.eventID, results[0].eventID)
+	}
+	for _, ev := range []string{first.eventID, results[0].eventID} {
+		if got := len(tg.requestsFor(ev)); got != 1 {
+			t.Errorf("event %s: the target received %d requests, want 1", ev, got)
+		}
+	}
+	var events int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_events`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if events != 2 {
+		t.Errorf("webhook_events rows = %d, want 2", events)
+	}
+}
+
+// TestRolledBackDeliveryEnqueuesNothing: forward jobs are inserted on the
+// delivery's transaction, so a delivery that fails after they were inserted
+// — a later statement of the state change, the COMMIT, or the state change
+// before them — leaves no job. A delivery that commits leaves one per
+// target; a duplicate adds none.
+func TestRolledBackDeliveryEnqueuesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, `      - url: http://127.0.0.1:9/a
+      - url: http://127.0.0.1:9/b
+`, forward.Options{}) // insert only: nothing is worked
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE scratch (v int CONSTRAINT scratch_v_key UNIQUE DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO scratch VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	sender, _ := e.cfg.Sender("acme")
+	store := dedup.New(e.pool, 5*time.Second)
+
+	newDelivery := func(id string) dedup.Delivery {
+		eventID := uuid.Must(uuid.NewV7())
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		return dedup.Delivery{
+			Key:           dedup.Key{Sender: "acme", DeliveryID: id},
+			RequestSHA256: [32]byte{1},
+			EventID:       eventID,
+			Response:      dedup.Response{Status: 202, ContentType: "application/json", Body: []byte(`{}`)},
+			ReceivedAt:    now,
+			ExpiresAt:     now.Add(time.Hour),
+		}
+	}
+	insertEvent := func(d dedup.Delivery) dedup.Change {
+		return func(b *pgx.Batch) {
+			events.QueueInsert(b, events.Event{ID: d.EventID, Sender: d.Sender, DeliveryID: d.DeliveryID,
+				ReceivedAt: d.ReceivedAt, Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)})
+		}
+	}
+	enqueueThen := func(d dedup.Delivery, after func(ctx context.Context, tx pgx.Tx) error) dedup.Apply {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			if err := forward.Enqueue(ctx, e.river, tx, sender, d.EventID, d.DeliveryID); err != nil {
+				return err
+			}
+			// The jobs are there, on the transaction.
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'event_id' = $1`, d.EventID.String()).Scan(&n); err != nil {
+				return err
+			}
+			if n != 2 {
+				return fmt.Errorf("after Enqueue the transaction sees %d jobs, want 2", n)
+			}
+			if after != nil {
+				return after(ctx, tx)
+			}
+			return nil
+		}
+	}
+	injected := errors.New("injected")
+	tests := []struct {
+		name   string
+		change func(d dedup.Delivery) dedup.Change
+		after  func(ctx context.Context, tx pgx.Tx) error
+	}{
+		{"apply fails after enqueue", insertEvent, func(context.Context, pgx.Tx) error { return injected }},
+		{"statement fails after enqueue", insertEvent, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT 1/0`)
+			return err
+		}},
+		{"commit fails", insertEvent, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO scratch VALUES (1)`) // deferred: fails at COMMIT
+			return err
+		}},
+		{"state change fails before enqueue", func(d dedup.Delivery) dedup.Change {
+			return func(b *pgx.Batch) {
+				insertEvent(d)(b)
+				b.Queue(`SELECT 1/0`)
+			}
+		}, nil},
+	}
+	for _, tt := range tests {
+		d := newDelivery("rolled-back-" + strings.ReplaceAll(tt.name, " ", "-"))
+		res, err := store.RunTx(ctx, d, tt.change(d), enqueueThen(d, tt.after))
+		if err == nil || res.Replayed {
+			t.Errorf("%s: RunTx = %+v, %v; want an error", tt.name, res, err)
+		}
+		var pgErr *pgconn.PgError
+		if tt.name == "commit fails" && (!errors.As(err, &pgErr) || pgErr.ConstraintName != "scratch_v_key") {
+			t.Errorf("%s: err = %v, want the deferred violation raised at COMMIT", tt.name, err)
+		}
+		if js := e.jobs(); len(js) != 0 {
+			t.Fatalf("%s: %d forward jobs after the rollback, want 0: %+v", tt.name, len(js), js)
+		}
+		var keys int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages`).Scan(&keys); err != nil {
+			t.Fatal(err)
+		}
+		if keys != 0 {
+			t.Fatalf("%s: %d keys after the rollback, want 0", tt.name, keys)
+		}
+	}
+
+	// Control: the same path commits its two jobs; a duplicate adds none.
+	d := newDelivery("committed")
+	if res, err := store.RunTx(ctx, d, insertEvent(d), enqueueThen(d, nil)); err != nil || res.Replayed {
+		t.Fatalf("committed delivery: RunTx = %+v, %v", res, err)
+	}
+	dup := newDelivery("committed")
+	called := false
+	res, err := store.RunTx(ctx, dup, insertEvent(dup), func(ctx context.Context, tx pgx.Tx) error {
+		called = true
+		return forward.Enqueue(ctx, e.river, tx, sender, dup.EventID, dup.DeliveryID)
+	})
+	if err != nil || !res.Replayed {
+		t.Fatalf("duplicate: RunTx = %+v, %v; want a replay", res, err)
+	}
+	if called {
+		t.Error("the duplicate's Apply (Enqueue) was called")
+	}
+	js := e.jobs()
+	if len(js) != 2 {
+		t.Fatalf("%d forward jobs, want 2 (one per target): %+v", len(js), js)
+	}
+	urls := map[string]bool{}
+	for _, j := range js {
+		urls[j.URL] = true
+		if j.EventID != d.EventID.String() || j.DeliveryID != "committed" || j.State != "available" {
+			t.Errorf("job %+v: want event %s, delivery committed, available", j, d.EventID)
+		}
+	}
+	if !urls["http://127.0.0.1:9/a"] || !urls["http://127.0.0.1:9/b"] {
+		t.Errorf("jobs target %v, want both configured targets", urls)
+	}
+}
+
+// TestEnqueueWithoutTargetsInsertsNothing: a sender without targets gets no
+// forward jobs, and Jobs returns nil for it.
+func TestEnqueueWithoutTargetsInsertsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "", forward.Options{})
+	sender, _ := e.cfg.Sender("acme")
+	if p := forward.Jobs(sender, uuid.New(), "x"); p != nil {
+		t.Errorf("Jobs for a sender without targets = %v, want nil", p)
+	}
+	e.deliver("no-targets", []byte(`{}`), "application/json")
+	if js := e.jobs(); len(js) != 0 {
+		t.Errorf("%d forward jobs for a sender without targets, want 0", len(js))
+	}
+}
+
+// TestForwardOfMissingEventOrTargetIsCancelled: a job whose event is no
+// longer stored, or whose target is no longer configured, fails at once
+// without any request.
+func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, always(http.StatusOK))
+	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
+	ctx := t.Context()
+	for _, a := range []forward.Args{
+		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone", URL: tg.url},
+		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "elsewhere", URL: "http://127.0.0.1:9/removed"},
+		{Sender: "removed", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "nobody", URL: tg.url},
+	} {
+		if _, err := e.river.Insert(ctx, a, &river.InsertOpts{Queue: forward.Queue, MaxAttempts: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, j := range e.waitJobs(3) {
+		if j.State != "cancelled" || j.Attempt != 1 {
+			t.Errorf("job %+v: want cancelled at attempt 1", j)
+		}
+	}
+	if n := len(tg.requests()); n != 0 {
+		t.Errorf("the target received %d requests, want 0", n)
+	}
+}

@@ -1,0 +1,490 @@
+package forward_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"go.uber.org/goleak"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// Short schedules so that retries happen within the test's time. River
+// refuses a FetchPollInterval below its FetchCooldown (100ms by default).
+var (
+	testBackoff   = forward.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond}
+	testFetchPoll = 100 * time.Millisecond
+)
+
+// waitTimeout bounds every wait for a job state: a guard against hangs, not
+// a timed assertion.
+const waitTimeout = 30 * time.Second
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// testLogger returns a logger whose output is shown when the test fails.
+func testLogger(t *testing.T) *slog.Logger {
+	t.Helper()
+	buf := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s := buf.String()
+			if len(s) > 8000 {
+				s = "…" + s[len(s)-8000:]
+			}
+			t.Logf("log:\n%s", s)
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// hit is one request a target received.
+type hit struct {
+	at       time.Time // when it arrived
+	answerAt time.Time // just before the answer was written (zero if it never was)
+	header   http.Header
+	body     []byte
+	status   int // the status answered; 0 when the request was abandoned
+}
+
+// answer is what a target does with a request.
+type answer struct {
+	status int
+	header http.Header
+	// block makes the target hold the request until the client gives up
+	// (its context ends) or the test ends.
+	block bool
+	// delay makes the target wait that long before answering (or less, if
+	// the client gives up).
+	delay time.Duration
+}
+
+// target is an HTTP service forwards are sent to: it records every request
+// and answers as decide says. n is the number of requests with the same
+// Idempotency-Key so far, this one included.
+type target struct {
+	srv     *httptest.Server
+	url     string
+	decide  func(n int, r *http.Request) answer
+	release chan struct{} // closed when the test ends: unblocks held requests
+
+	mu    sync.Mutex
+	hits  []hit
+	byKey map[string]int
+}
+
+// newTarget starts a target on 127.0.0.1. It is closed when the test ends,
+// after its held requests are released.
+func newTarget(t *testing.T, decide func(n int, r *http.Request) answer) *target {
+	t.Helper()
+	tg := &target{decide: decide, release: make(chan struct{}), byKey: map[string]int{}}
+	tg.srv = httptest.NewServer(http.HandlerFunc(tg.serve))
+	tg.url = tg.srv.URL + "/hooks"
+	t.Cleanup(tg.srv.Close)
+	t.Cleanup(func() { close(tg.release) }) // runs before Close
+	return tg
+}
+
+func (tg *target) serve(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	body, _ := io.ReadAll(r.Body)
+	tg.mu.Lock()
+	key := r.Header.Get("Idempotency-Key")
+	tg.byKey[key]++
+	n := tg.byKey[key]
+	i := len(tg.hits)
+	tg.hits = append(tg.hits, hit{at: at, header: r.Header.Clone(), body: body})
+	tg.mu.Unlock()
+
+	a := tg.decide(n, r)
+	if a.block {
+		select {
+		case <-r.Context().Done():
+		case <-tg.release:
+		}
+		return
+	}
+	if a.delay > 0 {
+		timer := time.NewTimer(a.delay)
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			timer.Stop()
+			return
+		case <-tg.release:
+			timer.Stop()
+			return
+		}
+	}
+	for k, v := range a.header {
+		w.Header()[k] = v
+	}
+	tg.mu.Lock()
+	tg.hits[i].status = a.status
+	tg.hits[i].answerAt = time.Now()
+	tg.mu.Unlock()
+	w.WriteHeader(a.status)
+}
+
+// requests returns a copy of the requests received so far.
+func (tg *target) requests() []hit {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]hit(nil), tg.hits...)
+}
+
+// requestsFor returns the requests with Idempotency-Key key, in order.
+func (tg *target) requestsFor(key string) []hit {
+	var out []hit
+	for _, h := range tg.requests() {
+		if h.header.Get("Idempotency-Key") == key {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// always answers every request with status.
+func always(status int) func(int, *http.Request) answer {
+	return func(int, *http.Request) answer { return answer{status: status} }
+}
+
+// failFirst answers the first k requests of each key with status and later
+// ones with 200.
+func failFirst(k, status int) func(int, *http.Request) answer {
+	return func(n int, _ *http.Request) answer {
+		if n <= k {
+			return answer{status: status}
+		}
+		return answer{status: http.StatusOK}
+	}
+}
+
+// env is a database, a River client working forwards (when started), and a
+// hookgate ingest server enqueuing them, for one sender "acme" whose
+// delivery ID is in X-Delivery-Id.
+type env struct {
+	t       *testing.T
+	pool    *pgxpool.Pool
+	cfg     *config.Config
+	river   *river.Client[pgx.Tx]
+	reg     *prometheus.Registry
+	gateway *httptest.Server
+}
+
+// newEnv parses the configuration (forwardYAML is the sender's forward list,
+// indented as a YAML sequence under "forward:"), creates the database and the
+// River client with opts (Backoff and FetchPollInterval default to the
+// test's short ones), starts it when opts.Work, and starts the ingest
+// server. The client is stopped when the test ends, before the targets are
+// closed.
+func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
+	t.Helper()
+	yaml := `senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+`
+	if forwardYAML != "" {
+		yaml += "    forward:\n" + forwardYAML
+	}
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config.Parse: %v\n%s", err, yaml)
+	}
+	pool, _ := pgtest.NewDB(t)
+	if opts.Backoff == (forward.Backoff{}) {
+		opts.Backoff = testBackoff
+	}
+	if opts.FetchPollInterval == 0 {
+		opts.FetchPollInterval = testFetchPoll
+	}
+	log := testLogger(t)
+	reg := prometheus.NewRegistry()
+	client, err := forward.NewClient(pool, cfg, opts, forward.NewMetrics(reg), log)
+	if err != nil {
+		t.Fatalf("forward.NewClient: %v", err)
+	}
+	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg}
+	if opts.Work {
+		e.start()
+	}
+	enqueue := func(ctx context.Context, tx pgx.Tx, s *config.Sender, eventID uuid.UUID, deliveryID string) error {
+		return forward.Enqueue(ctx, client, tx, s, eventID, deliveryID)
+	}
+	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
+		prometheus.NewRegistry(), log, handler.WithEnqueue(enqueue))
+	e.gateway = httptest.NewServer(h.Router())
+	t.Cleanup(e.gateway.Close)
+	return e
+}
+
+// start starts the River client; it is stopped when the test ends.
+func (e *env) start() {
+	e.t.Helper()
+	if err := e.river.Start(context.Background()); err != nil {
+		e.t.Fatalf("start River: %v", err)
+	}
+	e.t.Cleanup(func() { stopRiver(e.t, e.river) })
+}
+
+// stopRiver stops c gracefully, or cancels its jobs if that takes long.
+func stopRiver(t *testing.T, c *river.Client[pgx.Tx]) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Errorf("stop River: %v", err)
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		if err := c.StopAndCancel(cctx); err != nil {
+			t.Errorf("stop and cancel River: %v", err)
+		}
+	}
+}
+
+// delivery is what the ingest server answered a delivery with.
+type delivery struct {
+	id          string
+	eventID     string
+	body        []byte
+	contentType string
+	replayed    bool
+}
+
+// deliver POSTs body with Content-Type ct to /webhooks/acme with delivery ID
+// id and returns the 202 (or replayed 202)'s event.
+func (e *env) deliver(id string, body []byte, ct string) delivery {
+	e.t.Helper()
+	d, err := e.tryDeliver(id, body, ct)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+// tryDeliver is deliver for any goroutine.
+func (e *env) tryDeliver(id string, body []byte, ct string) (delivery, error) {
+	req, err := http.NewRequest(http.MethodPost, e.gateway.URL+"/webhooks/acme", bytes.NewReader(body))
+	if err != nil {
+		return delivery{}, err
+	}
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("X-Delivery-Id", id)
+	resp, err := e.gateway.Client().Do(req)
+	if err != nil {
+		return delivery{}, fmt.Errorf("deliver %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return delivery{}, fmt.Errorf("deliver %s: read: %w", id, err)
+	}
+	if resp.StatusCode != http.StatusAccepted {
+		return delivery{}, fmt.Errorf("deliver %s: status %d %s, want 202", id, resp.StatusCode, rb)
+	}
+	var a struct {
+		EventID string `json:"event_id"`
+	}
+	if err := json.Unmarshal(rb, &a); err != nil || a.EventID == "" {
+		return delivery{}, fmt.Errorf("deliver %s: body %q: %v", id, rb, err)
+	}
+	return delivery{id: id, eventID: a.EventID, body: body, contentType: ct,
+		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
+}
+
+// job is a forward job's row in river_job.
+type job struct {
+	ID          int64
+	State       string
+	Attempt     int
+	MaxAttempts int
+	ScheduledAt time.Time
+	EventID     string
+	URL         string
+	DeliveryID  string
+	Errors      []string // the error of each failed attempt, in order
+	Output      string   // the recorded output (JSON), "" if none
+}
+
+func (e *env) jobs() []job {
+	e.t.Helper()
+	js, err := readJobs(context.Background(), e.pool)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return js
+}
+
+// readJobs reads every forward job, ordered by ID.
+func readJobs(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]job, error) {
+	rows, err := db.Query(ctx, `SELECT id, state::text, attempt, max_attempts, scheduled_at,
+		args->>'event_id', args->>'url', args->>'delivery_id',
+		coalesce((SELECT array_agg(e->>'error' ORDER BY ord) FROM unnest(errors) WITH ORDINALITY AS x(e, ord)), '{}'),
+		coalesce(metadata->>'output', '')
+		FROM river_job WHERE kind = 'hookgate_forward' ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("read river_job: %w", err)
+	}
+	defer rows.Close()
+	var out []job
+	for rows.Next() {
+		var j job
+		if err := rows.Scan(&j.ID, &j.State, &j.Attempt, &j.MaxAttempts, &j.ScheduledAt, &j.EventID, &j.URL, &j.DeliveryID, &j.Errors, &j.Output); err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// finalStates are the states a job never leaves.
+var finalStates = map[string]bool{"completed": true, "cancelled": true, "discarded": true}
+
+// waitJobs polls until there are n forward jobs and every one is in a final
+// state, and returns them.
+func (e *env) waitJobs(n int) []job {
+	e.t.Helper()
+	var js []job
+	e.poll(fmt.Sprintf("%d forward jobs to finish", n), func() bool {
+		js = e.jobs()
+		if len(js) != n {
+			return false
+		}
+		for _, j := range js {
+			if !finalStates[j.State] {
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprintf("jobs: %+v", js) })
+	return js
+}
+
+// poll calls cond every 10ms until it is true; it fails the test after
+// waitTimeout, with state() describing what was seen.
+func (e *env) poll(what string, cond func() bool, state func() string) {
+	e.t.Helper()
+	pollUntil(e.t, what, cond, state)
+}
+
+func pollUntil(t *testing.T, what string, cond func() bool, state func() string) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			msg := ""
+			if state != nil {
+				msg = "; " + state()
+			}
+			t.Fatalf("timed out after %v waiting for %s%s", waitTimeout, what, msg)
+		}
+		<-tick.C
+	}
+}
+
+// counter returns the value of the counter name with the given labels in
+// e's registry (0 if absent).
+func (e *env) counter(name string, labels map[string]string) float64 {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// testSecret is a Standard Webhooks signing secret and its key.
+var (
+	testKey    = []byte("hookgate-forward-test-signing-key-32b")
+	testSecret = "whsec_" + base64.StdEncoding.EncodeToString(testKey)
+)
+
+// verifyStandard checks a forward's Standard Webhooks signature with the
+// test's own HMAC: webhook-signature must hold "v1,<base64 HMAC-SHA256 of
+// "<webhook-id>.<webhook-timestamp>.<body>">" under key. It returns why not,
+// or "".
+func verifyStandard(key []byte, h http.Header, body []byte, receivedAt time.Time) string {
+	id, ts, sigs := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
+	if id == "" || ts == "" || sigs == "" {
+		return fmt.Sprintf("missing webhook-id %q, webhook-timestamp %q or webhook-signature %q", id, ts, sigs)
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Sprintf("webhook-timestamp %q is not whole seconds", ts)
+	}
+	if d := receivedAt.Sub(time.Unix(sec, 0)); d < -5*time.Minute || d > 5*time.Minute {
+		return fmt.Sprintf("webhook-timestamp %s is %v from the time the request arrived", ts, d)
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(id + "." + ts + "."))
+	m.Write(body)
+	want := base64.StdEncoding.EncodeToString(m.Sum(nil))
+	for _, s := range strings.Fields(sigs) {
+		v, sig, ok := strings.Cut(s, ",")
+		if ok && v == "v1" && hmac.Equal([]byte(sig), []byte(want)) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("webhook-signature %q has no valid v1 signature (want v1,%s)", sigs, want)
+}

@@ -1,0 +1,85 @@
+package forward
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// retryAfterEntries counts the Retry-After values the worker holds for
+// NextRetry.
+func retryAfterEntries(w *Worker) int {
+	n := 0
+	w.retryAfter.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// TestRetryAfterIsNotKeptForFinalAttempt: a Retry-After answer is held for
+// River's NextRetry, which River calls only when the job will be retried. On
+// the job's last attempt River discards the job without asking, so the
+// worker must not keep the value: each such job would otherwise leave an
+// entry in the worker's map for the life of the process.
+func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(srv.Close)
+	cfg, err := config.Parse([]byte(`senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - url: `+srv.URL+`
+        timeout: 1s
+        max_attempts: 3
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := pgtest.NewDB(t)
+	eventID := uuid.Must(uuid.NewV7())
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
+		VALUES ('acme', $1, 'd1', now(), '{}', '\x7b7d')`, eventID); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute},
+		NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	args := Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", URL: srv.URL}
+
+	// Not the last attempt: the value is held, and NextRetry uses and drops it.
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 3}, Args: args}
+	if err := w.Work(ctx, job); err == nil {
+		t.Fatal("Work on a 429 returned nil, want an error (retry)")
+	}
+	before := time.Now()
+	next := w.NextRetry(job)
+	if d := next.Sub(before); d < 7*time.Second-10*time.Millisecond || d > 8*time.Second {
+		t.Errorf("NextRetry after Retry-After: 7 is %v from now, want about 7s", d)
+	}
+	if n := retryAfterEntries(w); n != 0 {
+		t.Errorf("after NextRetry the worker still holds %d Retry-After values, want 0", n)
+	}
+
+	// The last attempt: River discards the job and never calls NextRetry.
+	last := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 2, Attempt: 3, MaxAttempts: 3}, Args: args}
+	if err := w.Work(ctx, last); err == nil {
+		t.Fatal("Work on a 429 returned nil, want an error")
+	}
+	if n := retryAfterEntries(w); n != 0 {
+		t.Errorf("after the last attempt of a job the worker holds %d Retry-After values that nothing will ever read (leak), want 0", n)
+	}
+}
