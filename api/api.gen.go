@@ -4,6 +4,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -12,6 +13,355 @@ import (
 	"github.com/oapi-codegen/runtime"
 	openapi_types "github.com/oapi-codegen/runtime/types"
 )
+
+// Defines values for BodyEncoding.
+const (
+	BodyEncodingBase64 BodyEncoding = "base64"
+	BodyEncodingJson   BodyEncoding = "json"
+)
+
+// Valid indicates whether the value is a known member of the BodyEncoding enum.
+func (e BodyEncoding) Valid() bool {
+	switch e {
+	case BodyEncodingBase64:
+		return true
+	case BodyEncodingJson:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ForwardStateState.
+const (
+	Delivered ForwardStateState = "delivered"
+	Failed    ForwardStateState = "failed"
+	Pending   ForwardStateState = "pending"
+	Retrying  ForwardStateState = "retrying"
+	Running   ForwardStateState = "running"
+)
+
+// Valid indicates whether the value is a known member of the ForwardStateState enum.
+func (e ForwardStateState) Valid() bool {
+	switch e {
+	case Delivered:
+		return true
+	case Failed:
+		return true
+	case Pending:
+		return true
+	case Retrying:
+		return true
+	case Running:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SenderInfoPreset.
+const (
+	SenderInfoPresetGeneric          SenderInfoPreset = "generic"
+	SenderInfoPresetGithub           SenderInfoPreset = "github"
+	SenderInfoPresetShopify          SenderInfoPreset = "shopify"
+	SenderInfoPresetSlack            SenderInfoPreset = "slack"
+	SenderInfoPresetStandardWebhooks SenderInfoPreset = "standard-webhooks"
+	SenderInfoPresetStripe           SenderInfoPreset = "stripe"
+)
+
+// Valid indicates whether the value is a known member of the SenderInfoPreset enum.
+func (e SenderInfoPreset) Valid() bool {
+	switch e {
+	case SenderInfoPresetGeneric:
+		return true
+	case SenderInfoPresetGithub:
+		return true
+	case SenderInfoPresetShopify:
+		return true
+	case SenderInfoPresetSlack:
+		return true
+	case SenderInfoPresetStandardWebhooks:
+		return true
+	case SenderInfoPresetStripe:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SignatureInfoEncoding.
+const (
+	SignatureInfoEncodingBase64 SignatureInfoEncoding = "base64"
+	SignatureInfoEncodingHex    SignatureInfoEncoding = "hex"
+)
+
+// Valid indicates whether the value is a known member of the SignatureInfoEncoding enum.
+func (e SignatureInfoEncoding) Valid() bool {
+	switch e {
+	case SignatureInfoEncodingBase64:
+		return true
+	case SignatureInfoEncodingHex:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SignatureInfoScheme.
+const (
+	SignatureInfoSchemeGithub           SignatureInfoScheme = "github"
+	SignatureInfoSchemeHmacSha256       SignatureInfoScheme = "hmac-sha256"
+	SignatureInfoSchemeNone             SignatureInfoScheme = "none"
+	SignatureInfoSchemeShopify          SignatureInfoScheme = "shopify"
+	SignatureInfoSchemeSlack            SignatureInfoScheme = "slack"
+	SignatureInfoSchemeStandardWebhooks SignatureInfoScheme = "standard-webhooks"
+	SignatureInfoSchemeStripe           SignatureInfoScheme = "stripe"
+)
+
+// Valid indicates whether the value is a known member of the SignatureInfoScheme enum.
+func (e SignatureInfoScheme) Valid() bool {
+	switch e {
+	case SignatureInfoSchemeGithub:
+		return true
+	case SignatureInfoSchemeHmacSha256:
+		return true
+	case SignatureInfoSchemeNone:
+		return true
+	case SignatureInfoSchemeShopify:
+		return true
+	case SignatureInfoSchemeSlack:
+		return true
+	case SignatureInfoSchemeStandardWebhooks:
+		return true
+	case SignatureInfoSchemeStripe:
+		return true
+	default:
+		return false
+	}
+}
+
+// Body A body, as `body_encoding` says: a JSON value, or a base64 string.
+//
+// Example: {"id":"evt_1QdZ8xLkdIwHu7ixa9F3bT2k"}
+type Body = interface{}
+
+// BodyEncoding How `body` is shown: `json`, the body itself as a JSON value (the
+// Content-Type contains `json` and the body is valid JSON), or
+// `base64`, the raw bytes in standard base64.
+//
+// Example: json
+type BodyEncoding string
+
+// Delivery An accepted delivery with its stored response and its forwards.
+type Delivery struct {
+	// DeliveryId The delivery ID, as the sender sent it.
+	//
+	// Example: evt_1QdZ8xLkdIwHu7ixa9F3bT2k
+	DeliveryId string `json:"delivery_id"`
+
+	// EventId The event the delivery created.
+	//
+	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// ExpiresAt When its key may be forgotten.
+	//
+	// Example: 2026-12-06T19:31:07.412Z
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Forwards Every forward job of the event, oldest first; empty when the sender had no targets.
+	Forwards []ForwardState `json:"forwards"`
+
+	// ReceivedAt When the delivery was accepted (UTC).
+	//
+	// Example: 2026-11-29T19:31:07.412Z
+	ReceivedAt time.Time `json:"received_at"`
+
+	// RequestSha256 The SHA-256 of the raw request body, in hex.
+	//
+	// Example: 9f2c1e0b8d7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e
+	RequestSha256 string `json:"request_sha256"`
+
+	// Response The response stored with the key, which every replay of the delivery returns.
+	Response StoredResponse `json:"response"`
+
+	// Sender The sender's name.
+	//
+	// Example: stripe
+	Sender string `json:"sender"`
+}
+
+// DeliveryIDLocation Where the sender's requests carry their delivery ID; exactly one member is set.
+type DeliveryIDLocation struct {
+	// Header The request header holding the delivery ID.
+	//
+	// Example: X-GitHub-Delivery
+	Header *string `json:"header,omitempty"`
+
+	// JsonPointer The JSON pointer (RFC 6901) to the delivery ID in a JSON body.
+	//
+	// Example: /id
+	JsonPointer *string `json:"json_pointer,omitempty"`
+}
+
+// DeliveryPage One page of a sender's deliveries, newest first.
+type DeliveryPage struct {
+	Items []DeliverySummary `json:"items"`
+
+	// NextCursor Pass as `cursor` to get the next page; null on the last page.
+	//
+	// Example: eyJ0IjoxNzk1OTgwNjUyMDA4MDAwLCJkIjoiZXZ0XzFRZFo3YUxrZEl3SHU3aXhOMmMwcFExeiJ9
+	NextCursor *string `json:"next_cursor"`
+}
+
+// DeliverySummary An accepted delivery, as listed.
+type DeliverySummary struct {
+	// DeliveryId The delivery ID, as the sender sent it.
+	//
+	// Example: evt_1QdZ8xLkdIwHu7ixa9F3bT2k
+	DeliveryId string `json:"delivery_id"`
+
+	// EventId The event the delivery created.
+	//
+	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// ExpiresAt When its key may be forgotten; a delivery with the same ID after that is accepted as new.
+	//
+	// Example: 2026-12-06T19:31:07.412Z
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// ReceivedAt When the delivery was accepted (UTC).
+	//
+	// Example: 2026-11-29T19:31:07.412Z
+	ReceivedAt time.Time `json:"received_at"`
+
+	// RequestSha256 The SHA-256 of the raw request body, in hex; a retry with another body gets 422.
+	//
+	// Example: 9f2c1e0b8d7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e
+	RequestSha256 string `json:"request_sha256"`
+
+	// ResponseStatus The status of the stored response, which every replay returns.
+	//
+	// Example: 202
+	ResponseStatus int `json:"response_status"`
+}
+
+// EnqueuedForward A forward job a redelivery enqueued.
+type EnqueuedForward struct {
+	// JobId The new forward's job ID; it appears among the delivery's forwards.
+	//
+	// Example: 1907
+	JobId int64 `json:"job_id"`
+
+	// Url The target URL; a password in it is shown as `xxxxx`.
+	//
+	// Example: http://orders.internal:9000/hooks/stripe
+	Url string `json:"url"`
+}
+
+// Event A stored event.
+type Event struct {
+	// Body A body, as `body_encoding` says: a JSON value, or a base64 string.
+	//
+	// Example: {"id":"evt_1QdZ8xLkdIwHu7ixa9F3bT2k"}
+	Body *Body `json:"body"`
+
+	// BodyEncoding How `body` is shown: `json`, the body itself as a JSON value (the
+	// Content-Type contains `json` and the body is valid JSON), or
+	// `base64`, the raw bytes in standard base64.
+	//
+	//
+	// Example: json
+	BodyEncoding BodyEncoding `json:"body_encoding"`
+
+	// DeliveryId The delivery ID of the delivery that created it.
+	//
+	// Example: evt_1QdZ8xLkdIwHu7ixa9F3bT2k
+	DeliveryId string `json:"delivery_id"`
+
+	// EventId The event's ID.
+	//
+	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// Headers The request headers, less Authorization, Cookie and Proxy-Authorization.
+	//
+	// Example: {"Content-Type":["application/json"]}
+	Headers map[string][]string `json:"headers"`
+
+	// ReceivedAt When it was accepted (UTC).
+	//
+	// Example: 2026-11-29T19:31:07.412Z
+	ReceivedAt time.Time `json:"received_at"`
+
+	// Sender The sender's name.
+	//
+	// Example: stripe
+	Sender string `json:"sender"`
+}
+
+// ForwardState One forward job of an event to one target.
+type ForwardState struct {
+	// Attempts How many attempts have started.
+	//
+	// Example: 1
+	Attempts int `json:"attempts"`
+
+	// CreatedAt When the forward was enqueued.
+	//
+	// Example: 2026-11-29T19:31:07.412Z
+	CreatedAt time.Time `json:"created_at"`
+
+	// DeliveredAt When the target accepted the forward; null until then.
+	//
+	// Example: 2026-11-29T19:31:09.087Z
+	DeliveredAt *time.Time `json:"delivered_at"`
+
+	// JobId The forward's job ID.
+	//
+	// Example: 1841
+	JobId int64 `json:"job_id"`
+
+	// LastError Why the most recent finished attempt failed; null when it succeeded or none finished.
+	LastError *string `json:"last_error"`
+
+	// LastStatus The target's HTTP status in the most recent finished attempt; null when none finished or no status came back (timeout, connection error).
+	//
+	// Example: 200
+	LastStatus *int `json:"last_status"`
+
+	// MaxAttempts How many attempts may be made.
+	//
+	// Example: 20
+	MaxAttempts int `json:"max_attempts"`
+
+	// State `pending`: waiting for its first attempt or, after a failed
+	// attempt, for the next one; `running`: an attempt is under way;
+	// `retrying`: an attempt failed and another is scheduled;
+	// `delivered`: the target answered 2xx; `failed`: no more attempts
+	// will be made (a 4xx other than 408 and 429, `max_attempts` used
+	// up, or the target or event is gone).
+	//
+	//
+	// Example: delivered
+	State ForwardStateState `json:"state"`
+
+	// Url The target URL; a password in it is shown as `xxxxx`.
+	//
+	// Example: http://orders.internal:9000/hooks/stripe
+	Url string `json:"url"`
+}
+
+// ForwardStateState `pending`: waiting for its first attempt or, after a failed
+// attempt, for the next one; `running`: an attempt is under way;
+// `retrying`: an attempt failed and another is scheduled;
+// `delivered`: the target answered 2xx; `failed`: no more attempts
+// will be made (a 4xx other than 408 and 429, `max_attempts` used
+// up, or the target or event is gone).
+//
+// Example: delivered
+type ForwardStateState string
 
 // Health The state of the process.
 type Health struct {
@@ -70,18 +420,214 @@ type Problem struct {
 	Title string `json:"title"`
 
 	// Type Identifies the kind of problem: `urn:hookgate:problem:<slug>`, one of
-	// `invalid-delivery-id`, `unknown-sender`, `in-flight`,
-	// `payload-too-large`, `payload-mismatch`, `unavailable`, `internal`.
+	// `invalid-delivery-id`, `invalid-signature`, `invalid-body`,
+	// `unknown-sender`, `in-flight`, `payload-too-large`,
+	// `payload-mismatch`, `not-found`, `method-not-allowed`,
+	// `invalid-parameter`, `unauthorized`, `operator-disabled`,
+	// `no-targets`, `unavailable`, `internal`.
 	//
 	//
 	// Example: urn:hookgate:problem:unknown-sender
 	Type string `json:"type"`
 }
 
+// Redelivery The forwards a redelivery enqueued.
+type Redelivery struct {
+	// DeliveryId Its delivery ID.
+	//
+	// Example: evt_1QdZ8xLkdIwHu7ixa9F3bT2k
+	DeliveryId string `json:"delivery_id"`
+
+	// EventId The event redelivered.
+	//
+	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// Forwards One new forward per target the sender has now.
+	Forwards []EnqueuedForward `json:"forwards"`
+
+	// Sender Its sender.
+	//
+	// Example: stripe
+	Sender string `json:"sender"`
+}
+
+// SenderInfo A configured sender, without its secrets.
+type SenderInfo struct {
+	// DeliveryId Where the sender's requests carry their delivery ID; exactly one member is set.
+	DeliveryId DeliveryIDLocation `json:"delivery_id"`
+
+	// Forward The services each accepted event is forwarded to; empty when none.
+	Forward []TargetInfo `json:"forward"`
+
+	// MaxBodyBytes The largest request body accepted, in bytes.
+	//
+	// Example: 1048576
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+
+	// Name The sender's name, the `{sender}` of `/webhooks/{sender}`.
+	//
+	// Example: github
+	Name string `json:"name"`
+
+	// Preset The preset the sender's defaults come from.
+	//
+	// Example: github
+	Preset SenderInfoPreset `json:"preset"`
+
+	// RetentionSeconds How long the sender's delivery keys (and events) are remembered, in seconds.
+	//
+	// Example: 604800
+	RetentionSeconds float64 `json:"retention_seconds"`
+
+	// Signature How the sender's signatures are checked. The secrets themselves are never shown.
+	Signature SignatureInfo `json:"signature"`
+}
+
+// SenderInfoPreset The preset the sender's defaults come from.
+//
+// Example: github
+type SenderInfoPreset string
+
+// SenderList The configured senders, in the order of `hookgate.yaml`.
+type SenderList struct {
+	Items []SenderInfo `json:"items"`
+}
+
+// SignatureInfo How the sender's signatures are checked. The secrets themselves are never shown.
+type SignatureInfo struct {
+	// Encoding The signature's encoding (scheme `hmac-sha256` only).
+	//
+	// Example: hex
+	Encoding *SignatureInfoEncoding `json:"encoding,omitempty"`
+
+	// Header The signature header (scheme `hmac-sha256` only).
+	//
+	// Example: X-Signature
+	Header *string `json:"header,omitempty"`
+
+	// Prefix The prefix before the signature in its header (scheme `hmac-sha256` only).
+	//
+	// Example: sha256=
+	Prefix *string `json:"prefix,omitempty"`
+
+	// Scheme The signature scheme; `none` when requests are not signed.
+	//
+	// Example: github
+	Scheme SignatureInfoScheme `json:"scheme"`
+
+	// SecretCount How many secrets are configured; a signature valid under any of them passes (rotation).
+	//
+	// Example: 1
+	SecretCount int `json:"secret_count"`
+
+	// ToleranceSeconds How far a signed timestamp may be from the gateway's clock, for the schemes that sign one (stripe, slack, standard-webhooks).
+	//
+	// Example: 300
+	ToleranceSeconds float64 `json:"tolerance_seconds"`
+}
+
+// SignatureInfoEncoding The signature's encoding (scheme `hmac-sha256` only).
+//
+// Example: hex
+type SignatureInfoEncoding string
+
+// SignatureInfoScheme The signature scheme; `none` when requests are not signed.
+//
+// Example: github
+type SignatureInfoScheme string
+
 // SlackChallenge The answer to Slack's url_verification handshake.
 type SlackChallenge struct {
 	// Challenge The challenge from the request, echoed back.
 	Challenge string `json:"challenge"`
+}
+
+// StoredResponse The response stored with the key, which every replay of the delivery returns.
+type StoredResponse struct {
+	// Body A body, as `body_encoding` says: a JSON value, or a base64 string.
+	//
+	// Example: {"id":"evt_1QdZ8xLkdIwHu7ixa9F3bT2k"}
+	Body *Body `json:"body"`
+
+	// BodyEncoding How `body` is shown: `json`, the body itself as a JSON value (the
+	// Content-Type contains `json` and the body is valid JSON), or
+	// `base64`, the raw bytes in standard base64.
+	//
+	//
+	// Example: json
+	BodyEncoding BodyEncoding `json:"body_encoding"`
+
+	// ContentType The Content-Type.
+	//
+	// Example: application/json
+	ContentType string `json:"content_type"`
+
+	// Status The HTTP status.
+	//
+	// Example: 202
+	Status int `json:"status"`
+}
+
+// TargetInfo A forward target, without its signing secret or the values of its extra headers.
+type TargetInfo struct {
+	// HeaderNames The names of the extra headers sent with every forward (their values are not shown), sorted.
+	//
+	// Example: ["X-Api-Key"]
+	HeaderNames []string `json:"header_names"`
+
+	// MaxAttempts How many attempts are made before the forward fails.
+	//
+	// Example: 20
+	MaxAttempts int `json:"max_attempts"`
+
+	// Signed Whether forwards carry a Standard Webhooks `webhook-signature`.
+	//
+	// Example: true
+	Signed bool `json:"signed"`
+
+	// TimeoutSeconds The timeout of one attempt, in seconds.
+	//
+	// Example: 10
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+
+	// Url Where events are POSTed; a password in the URL is shown as `xxxxx`.
+	//
+	// Example: http://orders.internal:9000/hooks/github
+	Url string `json:"url"`
+}
+
+// EventID defines model for EventID.
+type EventID = openapi_types.UUID
+
+// Sender defines model for Sender.
+type Sender = string
+
+// InvalidEventID An RFC 9457 problem detail, served as `application/problem+json`.
+type InvalidEventID = Problem
+
+// OperatorDisabled An RFC 9457 problem detail, served as `application/problem+json`.
+type OperatorDisabled = Problem
+
+// Unauthorized An RFC 9457 problem detail, served as `application/problem+json`.
+type Unauthorized = Problem
+
+// Unavailable An RFC 9457 problem detail, served as `application/problem+json`.
+type Unavailable = Problem
+
+// UnknownEvent An RFC 9457 problem detail, served as `application/problem+json`.
+type UnknownEvent = Problem
+
+// UnknownSender An RFC 9457 problem detail, served as `application/problem+json`.
+type UnknownSender = Problem
+
+// ListDeliveriesParams defines parameters for ListDeliveries.
+type ListDeliveriesParams struct {
+	// Limit The largest number of deliveries on a page, from 1 to 500; 50 when left out.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page; leave it out for the first page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // IngestWebhookJSONBody defines parameters for IngestWebhook.
@@ -107,6 +653,21 @@ type ServerInterface interface {
 	// GetReadyz Readiness check
 	// (GET /readyz)
 	GetReadyz(w http.ResponseWriter, r *http.Request)
+	// GetEvent Show a stored event, with its headers and body
+	// (GET /v1/events/{event_id})
+	GetEvent(w http.ResponseWriter, r *http.Request, eventId EventID)
+	// RedeliverEvent Forward an event again to its sender's targets
+	// (POST /v1/events/{event_id}/redeliver)
+	RedeliverEvent(w http.ResponseWriter, r *http.Request, eventId EventID)
+	// ListSenders List the configured senders
+	// (GET /v1/senders)
+	ListSenders(w http.ResponseWriter, r *http.Request)
+	// ListDeliveries List a sender's deliveries, newest first
+	// (GET /v1/senders/{sender}/deliveries)
+	ListDeliveries(w http.ResponseWriter, r *http.Request, sender Sender, params ListDeliveriesParams)
+	// GetDelivery Show one delivery, its stored response and its forwards
+	// (GET /v1/senders/{sender}/deliveries/{delivery_id})
+	GetDelivery(w http.ResponseWriter, r *http.Request, sender Sender, deliveryId string)
 	// IngestWebhook Receive a webhook delivery, at most once per delivery ID
 	// (POST /webhooks/{sender})
 	IngestWebhook(w http.ResponseWriter, r *http.Request, sender string)
@@ -143,6 +704,36 @@ func (_ Unimplemented) GetOpenAPISpec(w http.ResponseWriter, r *http.Request) {
 // GetReadyz Readiness check
 // (GET /readyz)
 func (_ Unimplemented) GetReadyz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetEvent Show a stored event, with its headers and body
+// (GET /v1/events/{event_id})
+func (_ Unimplemented) GetEvent(w http.ResponseWriter, r *http.Request, eventId EventID) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RedeliverEvent Forward an event again to its sender's targets
+// (POST /v1/events/{event_id}/redeliver)
+func (_ Unimplemented) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventId EventID) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListSenders List the configured senders
+// (GET /v1/senders)
+func (_ Unimplemented) ListSenders(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListDeliveries List a sender's deliveries, newest first
+// (GET /v1/senders/{sender}/deliveries)
+func (_ Unimplemented) ListDeliveries(w http.ResponseWriter, r *http.Request, sender Sender, params ListDeliveriesParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetDelivery Show one delivery, its stored response and its forwards
+// (GET /v1/senders/{sender}/deliveries/{delivery_id})
+func (_ Unimplemented) GetDelivery(w http.ResponseWriter, r *http.Request, sender Sender, deliveryId string) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -222,6 +813,162 @@ func (siw *ServerInterfaceWrapper) GetReadyz(w http.ResponseWriter, r *http.Requ
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetReadyz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetEvent operation middleware
+func (siw *ServerInterfaceWrapper) GetEvent(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "event_id" -------------
+	var eventId EventID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "event_id", chi.URLParam(r, "event_id"), &eventId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "event_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetEvent(w, r, eventId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RedeliverEvent operation middleware
+func (siw *ServerInterfaceWrapper) RedeliverEvent(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "event_id" -------------
+	var eventId EventID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "event_id", chi.URLParam(r, "event_id"), &eventId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "event_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RedeliverEvent(w, r, eventId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListSenders operation middleware
+func (siw *ServerInterfaceWrapper) ListSenders(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSenders(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListDeliveries operation middleware
+func (siw *ServerInterfaceWrapper) ListDeliveries(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListDeliveriesParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListDeliveries(w, r, sender, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetDelivery operation middleware
+func (siw *ServerInterfaceWrapper) GetDelivery(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "delivery_id" -------------
+	var deliveryId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "delivery_id", chi.URLParam(r, "delivery_id"), &deliveryId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "delivery_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetDelivery(w, r, sender, deliveryId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -372,6 +1119,21 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/webhooks/{sender}", wrapper.IngestWebhook)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/senders", wrapper.ListSenders)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/senders/{sender}/deliveries", wrapper.ListDeliveries)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/senders/{sender}/deliveries/{delivery_id}", wrapper.GetDelivery)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/events/{event_id}", wrapper.GetEvent)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/events/{event_id}/redeliver", wrapper.RedeliverEvent)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealthz)

@@ -98,6 +98,12 @@ func TestSpecPathsAndOperations(t *testing.T) {
 		"GET /metrics":            "getMetrics",
 		"GET /openapi.yaml":       "getOpenAPISpec",
 		"GET /docs":               "getDocs",
+
+		"GET /v1/senders":                                   "listSenders",
+		"GET /v1/senders/{sender}/deliveries":               "listDeliveries",
+		"GET /v1/senders/{sender}/deliveries/{delivery_id}": "getDelivery",
+		"GET /v1/events/{event_id}":                         "getEvent",
+		"POST /v1/events/{event_id}/redeliver":              "redeliverEvent",
 	}
 	wantPaths := make(map[string]bool)
 	for k := range want {
@@ -124,6 +130,7 @@ func sameSet(a, b []string) bool {
 var problemSlugs = []string{
 	"invalid-delivery-id", "invalid-signature", "unknown-sender", "in-flight", "payload-too-large",
 	"payload-mismatch", "unavailable", "internal",
+	"unauthorized", "operator-disabled", "invalid-parameter", "not-found", "no-targets",
 }
 
 // TestSpecExamples checks, independently of Validate, that every request
@@ -223,5 +230,37 @@ func checkExample(t *testing.T, where string, schema *openapi3.Schema, example a
 			err = errors.Join(me...)
 		}
 		t.Errorf("%s: example does not match its schema: %v", where, err)
+	}
+}
+
+// TestSpecOperatorSecurity checks that exactly the operations under /v1 (the
+// operator API) require the bearerAuth scheme, an HTTP bearer scheme, and
+// that each documents the 401 and 403 the token check answers with.
+func TestSpecOperatorSecurity(t *testing.T) {
+	t.Parallel()
+	doc := loadSpec(t)
+	scheme := doc.Components.SecuritySchemes["bearerAuth"]
+	if scheme == nil || scheme.Value.Type != "http" || scheme.Value.Scheme != "bearer" {
+		t.Fatalf("components.securitySchemes.bearerAuth = %+v, want an http bearer scheme", scheme)
+	}
+	if doc.Security != nil {
+		t.Errorf("the document has a global security requirement %v; only /v1 operations need the token", doc.Security)
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			operator := strings.HasPrefix(path, "/v1/")
+			bearer := op.Security != nil && len(*op.Security) == 1 && len((*op.Security)[0]) == 1 && (*op.Security)[0]["bearerAuth"] != nil
+			if operator != bearer {
+				t.Errorf("%s %s: security %v; want bearerAuth exactly when the path is under /v1/", method, path, op.Security)
+			}
+			if !operator {
+				continue
+			}
+			for _, code := range []int{401, 403} {
+				if op.Responses.Status(code) == nil {
+					t.Errorf("%s %s: no %d response", method, path, code)
+				}
+			}
+		}
 	}
 }

@@ -231,7 +231,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	enqueue := func(ctx context.Context, tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error {
 		return forward.Enqueue(ctx, riverClient, tx, sender, eventID, deliveryID)
 	}
-	srv := handler.New(cfg, dedup.New(pool, s.inFlightWait), ready, reg, log, handler.WithEnqueue(enqueue))
+	srv := handler.New(cfg, dedup.New(pool, s.inFlightWait), ready, reg, log, handler.WithEnqueue(enqueue), handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient))
 	router := srv.Router()
 	if s.role == roleWorker {
 		router = srv.ServiceRouter()

@@ -27,7 +27,10 @@ var (
 	probUnknownSender     = problemType{http.StatusNotFound, "unknown-sender", "Unknown sender", 0}
 	probNotFound          = problemType{http.StatusNotFound, "not-found", "Not found", 0}
 	probMethodNotAllowed  = problemType{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", 0}
-	probBadRequest        = problemType{http.StatusBadRequest, "bad-request", "Bad request", 0}
+	probInvalidParameter  = problemType{http.StatusBadRequest, "invalid-parameter", "Invalid parameter", 0}
+	probUnauthorized      = problemType{http.StatusUnauthorized, "unauthorized", "Unauthorized", 0}
+	probOperatorDisabled  = problemType{http.StatusForbidden, "operator-disabled", "Operator API disabled", 0}
+	probNoTargets         = problemType{http.StatusConflict, "no-targets", "No forward targets", 0}
 	probInFlight          = problemType{http.StatusConflict, "in-flight", "Delivery is still being processed", 1}
 	probTooLarge          = problemType{http.StatusRequestEntityTooLarge, "payload-too-large", "Request body too large", 0}
 	probMismatch          = problemType{http.StatusUnprocessableEntity, "payload-mismatch", "Delivery ID reused with a different body", 0}

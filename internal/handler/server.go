@@ -1,6 +1,7 @@
 // Package handler serves hookgate's HTTP API: the ingest endpoint, the
-// service endpoints and the API documentation, on a chi router generated from
-// openapi.yaml (package api).
+// operator API (/v1, behind a bearer token), the service endpoints and the
+// API documentation, on a chi router generated from openapi.yaml (package
+// api).
 package handler
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
 	"github.com/swaggest/swgui/v5emb"
 
 	"github.com/hookgate/hookgate/api"
@@ -51,6 +53,13 @@ type Server struct {
 	gather  prometheus.Gatherer
 	docs    http.Handler
 	now     func() time.Time
+
+	// The operator API's: adminDigest is the SHA-256 of its token, nil when
+	// none is configured (the operator API is disabled); db and river read
+	// and redeliver (nil without WithDB and WithRiver).
+	adminDigest *[32]byte
+	db          DB
+	river       *river.Client[pgx.Tx]
 }
 
 var _ api.ServerInterface = (*Server)(nil)
@@ -75,10 +84,12 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 }
 
 // Router returns the HTTP handler serving every route of openapi.yaml, plus
-// the API explorer's static assets under /docs/.
+// the API explorer's static assets under /docs/. Every request under /v1
+// (the operator API) must carry the admin token, whether or not a route
+// matches it.
 func (s *Server) Router() http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics)
+	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, s.requireAdmin)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
 	})
@@ -92,7 +103,7 @@ func (s *Server) Router() http.Handler {
 	return api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeProblem(w, &problemError{typ: probBadRequest, detail: "Invalid request parameter.", cause: err})
+			s.fail(w, r, invalidParameter(r, err))
 		},
 	})
 }

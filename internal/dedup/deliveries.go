@@ -1,0 +1,201 @@
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotFound means no delivery with the key is stored: it was never
+// accepted, or its key has expired and been deleted.
+var ErrNotFound = errors.New("dedup: no such delivery")
+
+// MaxListLimit is the largest page List returns.
+const MaxListLimit = 500
+
+// Record is a stored delivery: the row that holds its key.
+type Record struct {
+	Key
+	// RequestSHA256 is the SHA-256 of the accepted request body.
+	RequestSHA256 [32]byte
+	// EventID is the event the delivery created.
+	EventID uuid.UUID
+	// Response is the stored response that every replay returns. List
+	// leaves its Body nil; Get fills it in (empty, not nil, when the stored
+	// body is empty).
+	Response Response
+	// ReceivedAt is when the delivery was accepted (created_at), ExpiresAt
+	// when its key may be forgotten.
+	ReceivedAt time.Time
+	ExpiresAt  time.Time
+}
+
+// Cursor is a position in a sender's deliveries in List's order: the
+// (received at, delivery ID) of the last delivery of a page. The next page
+// starts with the delivery right after it.
+type Cursor struct {
+	ReceivedAt time.Time
+	DeliveryID string
+}
+
+// cursorJSON is a Cursor's encoded form: the time in Unix microseconds
+// (PostgreSQL's precision) and the delivery ID.
+type cursorJSON struct {
+	T int64  `json:"t"`
+	D string `json:"d"`
+}
+
+// String returns the cursor's opaque form, URL-safe base64 (no padding) of
+// a small JSON document. ParseCursor reads it back.
+func (c Cursor) String() string {
+	b, err := json.Marshal(cursorJSON{T: c.ReceivedAt.UnixMicro(), D: c.DeliveryID})
+	if err != nil { // a struct of an int and a string always encodes
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// errBadCursor is what ParseCursor wraps for every malformed cursor.
+var errBadCursor = errors.New("malformed cursor")
+
+// ParseCursor returns the Cursor whose String is s. It returns an error for
+// anything String cannot have produced: bad base64, padding, other JSON,
+// unknown or missing fields, an empty delivery ID, or any other spelling of
+// a valid cursor.
+func ParseCursor(s string) (Cursor, error) {
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
+	}
+	var cj cursorJSON
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cj); err != nil {
+		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
+	}
+	if cj.D == "" {
+		return Cursor{}, fmt.Errorf("%w: no delivery ID", errBadCursor)
+	}
+	c := Cursor{ReceivedAt: time.UnixMicro(cj.T).UTC(), DeliveryID: cj.D}
+	if c.String() != s { // trailing data, reordered or missing fields, …
+		return Cursor{}, fmt.Errorf("%w: not in canonical form", errBadCursor)
+	}
+	return c, nil
+}
+
+// Page is one page of List.
+type Page struct {
+	// Records are the page's deliveries, newest first; empty, not nil, when
+	// there are none.
+	Records []Record
+	// Next is the cursor of the next page; nil on the last page.
+	Next *Cursor
+}
+
+// The listing is keyset pagination on (created_at DESC, delivery_id DESC),
+// served by the index processed_messages_sender_created_idx (migration 4).
+const (
+	listColumns  = `delivery_id, request_sha256, event_id, response_status, response_content_type, created_at, expires_at`
+	listFirstSQL = `SELECT ` + listColumns + ` FROM processed_messages
+WHERE sender = $1
+ORDER BY created_at DESC, delivery_id DESC
+LIMIT $2`
+	listAfterSQL = `SELECT ` + listColumns + ` FROM processed_messages
+WHERE sender = $1 AND (created_at, delivery_id) < ($2, $3)
+ORDER BY created_at DESC, delivery_id DESC
+LIMIT $4`
+	getSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at
+FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
+)
+
+// List returns up to limit (1 to MaxListLimit) of sender's stored
+// deliveries, newest first: by received at, then by delivery ID, both
+// descending. With a nil after it starts at the newest; otherwise right
+// after the delivery after names. Pages are stable while deliveries are
+// added: following Next from the first page to the last visits every
+// delivery committed before the walk began exactly once. (A delivery whose
+// transaction commits during the walk with an older time than the walk's
+// position is not visited.) An unknown sender has no deliveries: an empty
+// page. Records' Response.Body is nil.
+func (s *Store) List(ctx context.Context, sender string, limit int, after *Cursor) (Page, error) {
+	if limit < 1 || limit > MaxListLimit {
+		return Page{}, fmt.Errorf("list deliveries: limit %d is not from 1 to %d", limit, MaxListLimit)
+	}
+	page := Page{Records: []Record{}}
+	// Querier has no Query: a batch of one statement is one round trip too.
+	b := &pgx.Batch{}
+	var q *pgx.QueuedQuery
+	if after == nil {
+		q = b.Queue(listFirstSQL, sender, limit+1)
+	} else {
+		q = b.Queue(listAfterSQL, sender, after.ReceivedAt, after.DeliveryID, limit+1)
+	}
+	q.Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			r := Record{Key: Key{Sender: sender}}
+			var (
+				sum    []byte
+				status int16
+			)
+			if err := rows.Scan(&r.DeliveryID, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ReceivedAt, &r.ExpiresAt); err != nil {
+				return err
+			}
+			if err := setSum(&r, sum); err != nil {
+				return err
+			}
+			r.Response.Status = int(status)
+			page.Records = append(page.Records, r)
+		}
+		return rows.Err()
+	})
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return Page{}, fmt.Errorf("list deliveries of %s: %w", sender, err)
+	}
+	if len(page.Records) > limit {
+		page.Records = page.Records[:limit]
+		last := page.Records[limit-1]
+		page.Next = &Cursor{ReceivedAt: last.ReceivedAt, DeliveryID: last.DeliveryID}
+	}
+	return page, nil
+}
+
+// Get returns the stored delivery with key k, its response body included.
+// It returns an error wrapping ErrNotFound when no such delivery is stored.
+func (s *Store) Get(ctx context.Context, k Key) (Record, error) {
+	r := Record{Key: k}
+	var (
+		sum    []byte
+		status int16
+	)
+	err := s.db.QueryRow(ctx, getSQL, k.Sender, k.DeliveryID).
+		Scan(&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, err)
+	}
+	if err := setSum(&r, sum); err != nil {
+		return Record{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, err)
+	}
+	if r.Response.Body == nil {
+		r.Response.Body = []byte{}
+	}
+	r.Response.Status = int(status)
+	return r, nil
+}
+
+func setSum(r *Record, sum []byte) error {
+	if len(sum) != len(r.RequestSHA256) {
+		return fmt.Errorf("stored request_sha256 of %s/%s has %d bytes, want %d", r.Sender, r.DeliveryID, len(sum), len(r.RequestSHA256))
+	}
+	copy(r.RequestSHA256[:], sum)
+	return nil
+}

@@ -1,0 +1,308 @@
+package dedup
+
+// These tests are in package dedup (the package's TestMain, with goleak, is
+// in helpers_test.go) so that they can EXPLAIN the listing's own SQL.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// store returns a Store on a fresh database, and its pool.
+func store(t *testing.T) (*Store, *pgxpool.Pool) {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
+	return New(pool, 0), pool
+}
+
+// accept stores a delivery of sender with id received at at, through Run,
+// and returns it.
+func accept(t *testing.T, s *Store, sender, id string, at time.Time) Delivery {
+	t.Helper()
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at = at.UTC().Truncate(time.Microsecond)
+	d := Delivery{
+		Key:           Key{Sender: sender, DeliveryID: id},
+		RequestSHA256: sha256.Sum256([]byte("body of " + id)),
+		EventID:       eventID,
+		Response:      Response{Status: 202, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
+		ReceivedAt:    at,
+		ExpiresAt:     at.Add(time.Hour),
+	}
+	if _, err := s.Run(t.Context(), d, nil); err != nil {
+		t.Fatalf("accept %s/%s: %v", sender, id, err)
+	}
+	return d
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, c := range []Cursor{
+		{ReceivedAt: time.Date(2026, 11, 29, 19, 31, 7, 412345000, time.UTC), DeliveryID: "evt_1"},
+		{ReceivedAt: time.Unix(0, 0).UTC(), DeliveryID: `a/b%c?d#e"\`},
+		{ReceivedAt: time.Date(1999, 1, 1, 0, 0, 0, 1000, time.UTC), DeliveryID: strings.Repeat("x", 255)},
+	} {
+		s := c.String()
+		if strings.ContainsAny(s, "+/=") {
+			t.Errorf("cursor %q is not URL-safe unpadded base64", s)
+		}
+		got, err := ParseCursor(s)
+		if err != nil {
+			t.Errorf("ParseCursor(%q): %v", s, err)
+			continue
+		}
+		if !got.ReceivedAt.Equal(c.ReceivedAt) || got.DeliveryID != c.DeliveryID {
+			t.Errorf("ParseCursor(String(%+v)) = %+v", c, got)
+		}
+	}
+}
+
+func TestParseCursorRejectsMalformed(t *testing.T) {
+	t.Parallel()
+	enc := base64.RawURLEncoding.EncodeToString
+	valid := Cursor{ReceivedAt: time.UnixMicro(1795980667412000), DeliveryID: "evt_1"}.String()
+	for name, s := range map[string]string{
+		"empty":            "",
+		"not base64":       "not a cursor!",
+		"padded":           base64.URLEncoding.EncodeToString([]byte(`{"t":12,"d":"x"}`)),
+		"standard base64":  base64.StdEncoding.EncodeToString([]byte(`{"t":1,"d":"x>?"}`)),
+		"trailing garbage": valid + "AA",
+		"not JSON":         enc([]byte("hello")),
+		"JSON array":       enc([]byte(`[1,"x"]`)),
+		"unknown field":    enc([]byte(`{"t":1,"d":"x","x":1}`)),
+		"no delivery ID":   enc([]byte(`{"t":1}`)),
+		"empty ID":         enc([]byte(`{"t":1,"d":""}`)),
+		"time as string":   enc([]byte(`{"t":"1","d":"x"}`)),
+		"reordered":        enc([]byte(`{"d":"x","t":1}`)),
+		"two documents":    enc([]byte(`{"t":1,"d":"x"}{"t":1,"d":"x"}`)),
+	} {
+		if c, err := ParseCursor(s); err == nil {
+			t.Errorf("%s: ParseCursor(%q) = %+v, want an error", name, s, c)
+		} else if !errors.Is(err, errBadCursor) {
+			t.Errorf("%s: error %v does not wrap errBadCursor", name, err)
+		}
+	}
+}
+
+// TestListPagesNewestFirst walks a sender's deliveries page by page, with
+// several received at the same microsecond, and checks that the walk
+// visits each exactly once in (received at, delivery ID) descending order,
+// leaves out other senders' deliveries and ends with a nil Next.
+func TestListPagesNewestFirst(t *testing.T) {
+	t.Parallel()
+	s, _ := store(t)
+	base := time.Date(2026, 11, 29, 19, 0, 0, 0, time.UTC)
+	var want []Delivery
+	for i := range 10 {
+		at := base.Add(time.Duration(i/3) * time.Second) // groups of three share a time
+		want = append(want, accept(t, s, "github", fmt.Sprintf("d%02d", i), at))
+		accept(t, s, "stripe", fmt.Sprintf("d%02d", i), at.Add(time.Minute)) // newer, another sender
+	}
+	slices.SortFunc(want, func(a, b Delivery) int {
+		if c := b.ReceivedAt.Compare(a.ReceivedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.DeliveryID, a.DeliveryID)
+	})
+
+	for _, limit := range []int{1, 3, 4, 5, 10, 11, MaxListLimit} {
+		var (
+			got   []Record
+			after *Cursor
+			pages int
+		)
+		for {
+			page, err := s.List(t.Context(), "github", limit, after)
+			if err != nil {
+				t.Fatalf("limit %d: List: %v", limit, err)
+			}
+			pages++
+			if len(page.Records) > limit {
+				t.Fatalf("limit %d: page of %d", limit, len(page.Records))
+			}
+			got = append(got, page.Records...)
+			if page.Next == nil {
+				break
+			}
+			if len(page.Records) != limit {
+				t.Errorf("limit %d: a page of %d has a next page", limit, len(page.Records))
+			}
+			// The cursor goes through its opaque form, as over HTTP.
+			c, err := ParseCursor(page.Next.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			after = &c
+		}
+		if wantPages := max(1, (len(want)+limit-1)/limit); pages != wantPages {
+			t.Errorf("limit %d: %d pages, want %d (no empty last page)", limit, pages, wantPages)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("limit %d: walked %d deliveries, want %d", limit, len(got), len(want))
+		}
+		for i, r := range got {
+			w := want[i]
+			if r.Key != w.Key || r.EventID != w.EventID || !r.ReceivedAt.Equal(w.ReceivedAt) || !r.ExpiresAt.Equal(w.ExpiresAt) ||
+				r.RequestSHA256 != w.RequestSHA256 || r.Response.Status != 202 || r.Response.ContentType != "application/json" {
+				t.Errorf("limit %d: item %d = %+v, want %+v", limit, i, r, w)
+			}
+			if r.Response.Body != nil {
+				t.Errorf("limit %d: item %d has a response body; List leaves it out", limit, i)
+			}
+		}
+	}
+}
+
+func TestListEmptyAndOutOfRange(t *testing.T) {
+	t.Parallel()
+	s, _ := store(t)
+	accept(t, s, "github", "d1", time.Now())
+
+	page, err := s.List(t.Context(), "nobody", 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page.Records == nil || len(page.Records) != 0 || page.Next != nil {
+		t.Errorf("unknown sender: page = %+v, want no records (non-nil) and no next", page)
+	}
+	// After the oldest delivery: nothing more.
+	page, err = s.List(t.Context(), "github", 10, &Cursor{ReceivedAt: time.Unix(0, 0), DeliveryID: "z"})
+	if err != nil || len(page.Records) != 0 || page.Next != nil {
+		t.Errorf("after the oldest: page = %+v, %v; want empty", page, err)
+	}
+	for _, limit := range []int{-1, 0, MaxListLimit + 1} {
+		if _, err := s.List(t.Context(), "github", limit, nil); err == nil {
+			t.Errorf("List with limit %d: no error", limit)
+		}
+	}
+}
+
+func TestGet(t *testing.T) {
+	t.Parallel()
+	s, _ := store(t)
+	d := accept(t, s, "github", "a/b%c?d#e", time.Now())
+	empty := accept(t, s, "github", "empty", time.Now())
+	if err := s.db.QueryRow(t.Context(), `UPDATE processed_messages SET response_body = '' WHERE delivery_id = 'empty' RETURNING 1`).Scan(new(int)); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := s.Get(t.Context(), d.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Key != d.Key || r.EventID != d.EventID || r.RequestSHA256 != d.RequestSHA256 || !r.ReceivedAt.Equal(d.ReceivedAt) ||
+		!r.ExpiresAt.Equal(d.ExpiresAt) || r.Response.Status != 202 || r.Response.ContentType != "application/json" ||
+		string(r.Response.Body) != string(d.Response.Body) {
+		t.Errorf("Get = %+v, want %+v", r, d)
+	}
+	r, err = s.Get(t.Context(), empty.Key)
+	if err != nil || r.Response.Body == nil || len(r.Response.Body) != 0 {
+		t.Errorf("Get of an empty stored body: body %v (nil %v), err %v; want empty, not nil", r.Response.Body, r.Response.Body == nil, err)
+	}
+	for _, k := range []Key{{"github", "nope"}, {"stripe", d.DeliveryID}} {
+		if _, err := s.Get(t.Context(), k); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(%v) error = %v, want ErrNotFound", k, err)
+		}
+	}
+}
+
+// TestListUsesIndex checks that both listing queries read the sender's rows
+// in order from processed_messages_sender_created_idx, with the cursor as
+// an index condition and no sort, in custom and generic plans.
+func TestListUsesIndex(t *testing.T) {
+	t.Parallel()
+	_, pool := store(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO processed_messages
+  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+SELECT 's' || (i % 20), 'd' || i, sha256(i::text::bytea), gen_random_uuid(), 202, 'application/json', '{}',
+       now() - i * interval '1 second', now() + interval '1 day'
+FROM generate_series(1, 20000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE processed_messages`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, sql, types, args string
+	}{
+		{"first page", listFirstSQL, "text, int", "'s7', 51"},
+		{"after cursor", listAfterSQL, "text, timestamptz, text, int", "'s7', now() - interval '1 hour', 'd3607', 51"},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explain(t, pool, mode, tc.sql, tc.types, tc.args)
+			if !strings.Contains(plan, "Index Scan using processed_messages_sender_created_idx") || strings.Contains(plan, "Sort") {
+				t.Errorf("%s, %s: plan does not read processed_messages_sender_created_idx in order:\n%s", tc.name, mode, plan)
+			}
+			if tc.name == "after cursor" && !cursorIsIndexCond(plan) {
+				t.Errorf("%s, %s: the cursor is not an index condition:\n%s", tc.name, mode, plan)
+			}
+		}
+	}
+}
+
+// cursorIsIndexCond reports whether plan's index condition compares
+// (created_at, delivery_id).
+func cursorIsIndexCond(plan string) bool {
+	for line := range strings.Lines(plan) {
+		if strings.Contains(line, "Index Cond:") && strings.Contains(line, "created_at") && strings.Contains(line, "delivery_id") {
+			return true
+		}
+	}
+	return false
+}
+
+// explain returns the plan of sql, prepared with parameter types and
+// executed with args, under plan_cache_mode mode.
+func explain(t *testing.T, pool *pgxpool.Pool, mode, sql, types, args string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A connection of its own, closed afterwards: the session settings and
+	// the prepared statement never reach the pool.
+	conn := pc.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, stmt := range []string{
+		"SET plan_cache_mode = " + mode,
+		"PREPARE explained(" + types + ") AS " + sql,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE explained("+args+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}

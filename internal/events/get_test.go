@@ -1,0 +1,134 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// insert stores e with QueueInsert, as ingest does.
+func insert(t *testing.T, pool *pgxpool.Pool, e events.Event) {
+	t.Helper()
+	b := &pgx.Batch{}
+	events.QueueInsert(b, e)
+	if err := pool.SendBatch(t.Context(), b).Close(); err != nil {
+		t.Fatalf("insert event: %v", err)
+	}
+}
+
+func newID(t *testing.T) uuid.UUID {
+	t.Helper()
+	id, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestGet(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	e := events.Event{
+		ID: newID(t), Sender: "github", DeliveryID: "d1", ReceivedAt: now,
+		Headers: http.Header{
+			"Content-Type":  {"application/json"},
+			"X-Multi":       {"a", "b"},
+			"Authorization": {"Bearer not-stored"},
+		},
+		Body: []byte("\x00\x01binary\xff"),
+	}
+	insert(t, pool, e)
+	empty := events.Event{ID: newID(t), Sender: "stripe", DeliveryID: "d2", ReceivedAt: now, Headers: http.Header{}}
+	insert(t, pool, empty)
+
+	got, err := events.Get(t.Context(), pool, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != e.ID || got.Sender != "github" || got.DeliveryID != "d1" || !got.ReceivedAt.Equal(now) || string(got.Body) != string(e.Body) {
+		t.Errorf("Get = %+v, want %+v", got, e)
+	}
+	if got.Headers.Get("Content-Type") != "application/json" || strings.Join(got.Headers.Values("X-Multi"), ",") != "a,b" {
+		t.Errorf("headers = %v, want Content-Type and both X-Multi values", got.Headers)
+	}
+	if got.Headers.Get("Authorization") != "" {
+		t.Errorf("headers = %v: Authorization was stored", got.Headers)
+	}
+
+	got, err = events.Get(t.Context(), pool, empty.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Body == nil || len(got.Body) != 0 || got.Headers == nil || len(got.Headers) != 0 {
+		t.Errorf("event without body and headers: body %q (nil %v), headers %v (nil %v); want both empty, not nil",
+			got.Body, got.Body == nil, got.Headers, got.Headers == nil)
+	}
+}
+
+func TestGetUnknown(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	_, err := events.Get(t.Context(), pool, newID(t))
+	if !errors.Is(err, events.ErrNotFound) {
+		t.Errorf("Get of an unknown ID: error %v, want ErrNotFound", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := events.Get(ctx, pool, newID(t)); err == nil || errors.Is(err, events.ErrNotFound) {
+		t.Errorf("Get with a cancelled context: error %v, want a failure that is not ErrNotFound", err)
+	}
+}
+
+// TestGetUsesIDIndex checks that Get, looking an event up by ID alone,
+// reads the index webhook_events_id_idx (migration 4) rather than the whole
+// table: it runs Get in a transaction and reads that transaction's index
+// statistics.
+func TestGetUsesIDIndex(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
+SELECT 's' || (i % 10), gen_random_uuid(), 'd' || i, now(), '{}', '\x00'
+FROM generate_series(1, 20000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE webhook_events`); err != nil {
+		t.Fatal(err)
+	}
+	e := events.Event{ID: newID(t), Sender: "github", DeliveryID: "d1", ReceivedAt: time.Now(), Headers: http.Header{}}
+	insert(t, pool, e)
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := events.Get(ctx, tx, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	var idScans, seqScans int64
+	err = tx.QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('webhook_events_id_idx'::regclass),
+  (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'webhook_events')`).Scan(&idScans, &seqScans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idScans != 1 || seqScans != 0 {
+		t.Errorf("Get scanned webhook_events_id_idx %d times and the table sequentially %d times; want 1 and 0", idScans, seqScans)
+	}
+}

@@ -1,0 +1,183 @@
+package forward
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// State is a forward's state as the operator API shows it.
+type State string
+
+// The states of a forward.
+const (
+	// StatePending: waiting for its first attempt, or for the next one.
+	StatePending State = "pending"
+	// StateRunning: an attempt is under way.
+	StateRunning State = "running"
+	// StateRetrying: an attempt failed and another is scheduled.
+	StateRetrying State = "retrying"
+	// StateDelivered: the target answered 2xx.
+	StateDelivered State = "delivered"
+	// StateFailed: no more attempts will be made.
+	StateFailed State = "failed"
+)
+
+// StateOf maps a River job state to a forward's state: available,
+// scheduled and pending are pending; running is running; retryable is
+// retrying; completed is delivered; cancelled and discarded are failed. A
+// state River may add later is pending.
+func StateOf(s rivertype.JobState) State {
+	switch s {
+	case rivertype.JobStateRunning:
+		return StateRunning
+	case rivertype.JobStateRetryable:
+		return StateRetrying
+	case rivertype.JobStateCompleted:
+		return StateDelivered
+	case rivertype.JobStateCancelled, rivertype.JobStateDiscarded:
+		return StateFailed
+	default: // available, scheduled, pending, and any new state
+		return StatePending
+	}
+}
+
+// Status is one forward job of an event.
+type Status struct {
+	JobID int64
+	// URL is the target's URL as stored in the job, which may hold a
+	// password: redact it before showing it.
+	URL   string
+	State State
+	// Attempts is how many attempts have started; MaxAttempts how many may.
+	Attempts    int
+	MaxAttempts int
+	// LastStatus is the target's HTTP status in the most recent finished
+	// attempt: 0 when none finished or it got no answer (a timeout or a
+	// connection error).
+	LastStatus int
+	// LastError is why the most recent finished attempt failed: "" when it
+	// succeeded or none finished. It may contain the target's URL.
+	LastError string
+	// DeliveredAt is when the target accepted the forward; zero until then.
+	DeliveredAt time.Time
+	// CreatedAt is when the job was inserted.
+	CreatedAt time.Time
+}
+
+// Querier is what List needs of a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// listSQL finds an event's forwards through River's GIN index on args
+// (river_job_args_index): args @> {"event_id": …} is the indexable form.
+const listSQL = `SELECT id, state, attempt, max_attempts, args->>'url', created_at,
+       errors[array_upper(errors, 1)], metadata->'output'
+FROM river_job
+WHERE kind = $1 AND args @> jsonb_build_object('event_id', $2::text)
+ORDER BY id`
+
+// List returns the forward jobs of the event, oldest first: one per target
+// of its sender when it was accepted, and one per target for each
+// redelivery. It returns an empty slice, not nil, when the event has none
+// (its sender had no targets, or the jobs were deleted after River's
+// retention).
+func List(ctx context.Context, db Querier, eventID uuid.UUID) ([]Status, error) {
+	rows, err := db.Query(ctx, listSQL, Args{}.Kind(), eventID.String())
+	if err != nil {
+		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Status, error) {
+		var (
+			st        Status
+			state     string
+			lastErr   []byte // jsonb, NULL without errors
+			outputRaw []byte // jsonb, NULL without output
+		)
+		if err := row.Scan(&st.JobID, &state, &st.Attempts, &st.MaxAttempts, &st.URL, &st.CreatedAt, &lastErr, &outputRaw); err != nil {
+			return Status{}, err
+		}
+		st.State = StateOf(rivertype.JobState(state))
+		if st.State == StateDelivered {
+			var out Output
+			if len(outputRaw) > 0 && json.Unmarshal(outputRaw, &out) == nil {
+				st.LastStatus = out.Status
+				st.DeliveredAt = out.DeliveredAt
+			}
+			return st, nil
+		}
+		if len(lastErr) > 0 {
+			var ae rivertype.AttemptError
+			if err := json.Unmarshal(lastErr, &ae); err != nil {
+				return Status{}, fmt.Errorf("job %d: decode last error: %w", st.JobID, err)
+			}
+			st.LastError = ae.Error
+			st.LastStatus = statusIn(ae.Error)
+		}
+		return st, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
+	}
+	if out == nil {
+		out = []Status{}
+	}
+	return out, nil
+}
+
+// answered finds the status in the text of an errStatus, which River keeps
+// as the attempt's error (prefixed by River's JobCancelError when the
+// forward failed at once).
+var answered = regexp.MustCompile(`target answered ([1-5][0-9][0-9])\b`)
+
+// statusIn returns the target's status named in an attempt's error text,
+// or 0 when it names none.
+func statusIn(errText string) int {
+	m := answered.FindStringSubmatch(errText)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1]) // three digits always parse
+	return n
+}
+
+// Enqueued is a forward job Redeliver inserted.
+type Enqueued struct {
+	JobID int64
+	URL   string
+}
+
+// Redeliver inserts, outside any transaction, one new forward job of the
+// event for each target sender has now, with the same idempotency key (the
+// event ID) as its first forwards. It returns the new jobs, or nil and no
+// error when sender has no targets.
+func Redeliver(ctx context.Context, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
+	params := Jobs(sender, eventID, deliveryID)
+	if len(params) == 0 {
+		return nil, nil
+	}
+	res, err := client.InsertMany(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("redeliver event %s: %w", eventID, err)
+	}
+	out := make([]Enqueued, 0, len(res))
+	for _, r := range res {
+		var a Args
+		if err := json.Unmarshal(r.Job.EncodedArgs, &a); err != nil {
+			return nil, fmt.Errorf("redeliver event %s: decode args of job %d: %w", eventID, r.Job.ID, err)
+		}
+		out = append(out, Enqueued{JobID: r.Job.ID, URL: a.URL})
+	}
+	return out, nil
+}

@@ -1,0 +1,488 @@
+package handler
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/forward"
+)
+
+// The operator API: /v1, behind a bearer token (HOOKGATE_ADMIN_TOKEN).
+
+// DB is what the operator API reads events and forward jobs with: a
+// *pgxpool.Pool.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// WithAdminToken sets the operator API's bearer token. Without it, or with
+// an empty token, the operator API answers every request 403.
+func WithAdminToken(token string) Option {
+	return func(s *Server) {
+		if token == "" {
+			s.adminDigest = nil
+			return
+		}
+		d := sha256.Sum256([]byte(token))
+		s.adminDigest = &d
+	}
+}
+
+// WithDB gives the operator API the database it reads events and forward
+// jobs from. Without it, the operator endpoints that need them answer 503.
+func WithDB(db DB) Option { return func(s *Server) { s.db = db } }
+
+// WithRiver gives the operator API the River client that redeliveries are
+// inserted with (it need not work jobs). Without it, redeliver answers 503.
+func WithRiver(client *river.Client[pgx.Tx]) Option { return func(s *Server) { s.river = client } }
+
+// Parameters of GET /v1/senders/{sender}/deliveries.
+const (
+	defaultListLimit = 50
+	maxListLimit     = dedup.MaxListLimit
+)
+
+// operatorPrefix is the path prefix of the operator API.
+const operatorPrefix = "/v1"
+
+// isOperatorPath reports whether path is the operator API's: /v1 or below.
+// It is given the decoded path, so every request the router could route to
+// an operator endpoint (it routes on the raw path when there is one, whose
+// decoding keeps a literal /v1/ prefix) is covered.
+func isOperatorPath(path string) bool {
+	return path == operatorPrefix || strings.HasPrefix(path, operatorPrefix+"/")
+}
+
+// requireAdmin guards every request under /v1, whether or not a route
+// matches it, before anything else looks at it: 403 when no admin token is
+// configured, 401 with WWW-Authenticate when the bearer token is missing or
+// wrong. Tokens are compared as SHA-256 digests in constant time, so neither
+// the content nor the length of the configured token leaks through timing.
+func (s *Server) requireAdmin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isOperatorPath(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.adminDigest == nil {
+			s.fail(w, r, newProblem(probOperatorDisabled,
+				"The operator API is disabled because no admin token is configured. Set HOOKGATE_ADMIN_TOKEN (or --admin-token) to a long random secret and restart hookgate to enable it."))
+			return
+		}
+		token, ok := bearerToken(r.Header)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
+			s.fail(w, r, newProblem(probUnauthorized,
+				"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
+			return
+		}
+		d := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate", error="invalid_token"`)
+			s.fail(w, r, newProblem(probUnauthorized,
+				"The bearer token is wrong. Send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearerToken returns the token of an Authorization: Bearer header (the
+// scheme is case-insensitive), or false when there is none, there are
+// several, or the token is empty.
+func bearerToken(h http.Header) (string, bool) {
+	vals := h.Values("Authorization")
+	if len(vals) != 1 {
+		return "", false
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(vals[0]), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
+}
+
+// fail answers err as a problem and records it for the request's log line
+// (which carries the cause of a 5xx).
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	requestInfo(r.Context()).err = writeProblem(w, err)
+}
+
+// dbProblem is the problem of a failed database read or write of the
+// operator API.
+func dbProblem(err error) *problemError {
+	return &problemError{typ: probUnavailable, detail: "The database could not be read or written. Retry later.", cause: err}
+}
+
+// errNoDB and errNoRiver are the causes (logged, never sent) of a 503 from
+// a Server built without WithDB or WithRiver.
+var (
+	errNoDB    = errors.New("operator API: no database (handler.WithDB)")
+	errNoRiver = errors.New("operator API: no River client (handler.WithRiver)")
+)
+
+// invalidParameter turns a parameter-binding error of the generated router
+// into a 400 problem that names the parameter and what it must be, quoting
+// (a bounded prefix of) the value given.
+func invalidParameter(r *http.Request, err error) *problemError {
+	var (
+		name   string
+		format *api.InvalidParamFormatError
+		many   *api.TooManyValuesForParamError
+	)
+	switch {
+	case errors.As(err, &format):
+		name = format.ParamName
+	case errors.As(err, &many):
+		name = many.ParamName
+	}
+	var detail string
+	switch name {
+	case "event_id":
+		detail = fmt.Sprintf("Path parameter event_id must be a UUID such as 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10; got %s.", quote(chi.URLParam(r, "event_id")))
+	case "limit":
+		detail = limitDetail(r.URL.Query()["limit"])
+	case "":
+		detail = "A request parameter is invalid. See /docs for the API."
+	default:
+		detail = fmt.Sprintf("Parameter %s is invalid. See /docs for the API.", name)
+	}
+	return &problemError{typ: probInvalidParameter, detail: detail, cause: err}
+}
+
+func limitDetail(given []string) string {
+	if len(given) != 1 {
+		return fmt.Sprintf("Query parameter limit must be given at most once, as a whole number from 1 to %d.", maxListLimit)
+	}
+	return fmt.Sprintf("Query parameter limit must be a whole number from 1 to %d; got %s.", maxListLimit, quote(given[0]))
+}
+
+// quote returns v in double quotes, cut to 64 bytes.
+func quote(v string) string {
+	if len(v) > 64 {
+		v = v[:64] + "…"
+	}
+	return fmt.Sprintf("%q", v)
+}
+
+// ListSenders answers the configured senders, in configuration order,
+// without any secret: only how many signing secrets a sender has, whether
+// its targets sign, and the names of their extra headers.
+func (s *Server) ListSenders(w http.ResponseWriter, r *http.Request) {
+	out := api.SenderList{Items: make([]api.SenderInfo, 0, len(s.cfg.Senders))}
+	for i := range s.cfg.Senders {
+		out.Items = append(out.Items, senderInfo(&s.cfg.Senders[i]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func senderInfo(sd *config.Sender) api.SenderInfo {
+	info := api.SenderInfo{
+		Name:             sd.Name,
+		Preset:           api.SenderInfoPreset(sd.Preset),
+		RetentionSeconds: time.Duration(sd.Retention).Seconds(),
+		MaxBodyBytes:     sd.MaxBodyBytes,
+		Forward:          make([]api.TargetInfo, 0, len(sd.Forward)),
+	}
+	if h := sd.DeliveryID.Header; h != "" {
+		info.DeliveryId.Header = &h
+	}
+	if p := sd.DeliveryID.JSONPointer; p != "" {
+		info.DeliveryId.JsonPointer = &p
+	}
+	scheme := sd.SignatureScheme()
+	info.Signature = api.SignatureInfo{
+		Scheme:           api.SignatureInfoScheme(scheme),
+		SecretCount:      secretCount(sd),
+		ToleranceSeconds: time.Duration(sd.Tolerance).Seconds(),
+	}
+	if scheme == config.SchemeHMAC {
+		sig := sd.Signature
+		enc := api.SignatureInfoEncoding(sig.Encoding)
+		if enc == "" {
+			enc = "hex"
+		}
+		info.Signature.Header, info.Signature.Encoding = &sig.Header, &enc
+		if sig.Prefix != "" {
+			info.Signature.Prefix = &sig.Prefix
+		}
+	}
+	for _, t := range sd.Forward {
+		names := make([]string, 0, len(t.Headers))
+		for k := range t.Headers {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		info.Forward = append(info.Forward, api.TargetInfo{
+			Url:            redactURL(t.URL),
+			TimeoutSeconds: time.Duration(t.Timeout).Seconds(),
+			MaxAttempts:    t.MaxAttempts,
+			Signed:         t.SigningKey != nil,
+			HeaderNames:    names,
+		})
+	}
+	return info
+}
+
+// secretCount returns how many signing secrets sd lists, in any of the
+// fields config accepts them in.
+func secretCount(sd *config.Sender) int {
+	n := len(sd.Secrets)
+	if sd.Secret != "" {
+		n++
+	}
+	if sd.Signature.Secret != "" {
+		n++
+	}
+	return n
+}
+
+// ListDeliveries answers a page of sender's deliveries, newest first: 404
+// for an unknown sender, 400 for a limit outside 1..500 or a cursor this
+// API did not return.
+func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender api.Sender, params api.ListDeliveriesParams) {
+	if _, ok := s.cfg.Sender(sender); !ok {
+		s.fail(w, r, unknownSender(sender))
+		return
+	}
+	limit := defaultListLimit
+	if params.Limit != nil {
+		limit = *params.Limit
+		if limit < 1 || limit > maxListLimit {
+			s.fail(w, r, newProblem(probInvalidParameter, limitDetail(r.URL.Query()["limit"])))
+			return
+		}
+	}
+	var after *dedup.Cursor
+	if params.Cursor != nil {
+		c, err := dedup.ParseCursor(*params.Cursor)
+		if err != nil {
+			s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err,
+				detail: "Query parameter cursor is not a cursor this API returned; pass the next_cursor of the previous page, or leave it out for the first page."})
+			return
+		}
+		after = &c
+	}
+	page, err := s.store.List(r.Context(), sender, limit, after)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	out := api.DeliveryPage{Items: make([]api.DeliverySummary, 0, len(page.Records))}
+	for _, rec := range page.Records {
+		out.Items = append(out.Items, api.DeliverySummary{
+			DeliveryId:     rec.DeliveryID,
+			EventId:        rec.EventID,
+			ReceivedAt:     rec.ReceivedAt.UTC(),
+			ExpiresAt:      rec.ExpiresAt.UTC(),
+			RequestSha256:  hex.EncodeToString(rec.RequestSHA256[:]),
+			ResponseStatus: rec.Response.Status,
+		})
+	}
+	if page.Next != nil {
+		c := page.Next.String()
+		out.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// GetDelivery answers one delivery of sender with its stored response and
+// the state of each of its forwards: 404 for an unknown sender or delivery.
+func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.Sender, deliveryID string) {
+	if _, ok := s.cfg.Sender(sender); !ok {
+		s.fail(w, r, unknownSender(sender))
+		return
+	}
+	if s.db == nil {
+		s.fail(w, r, dbProblem(errNoDB))
+		return
+	}
+	rec, err := s.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: deliveryID})
+	if errors.Is(err, dedup.ErrNotFound) {
+		s.fail(w, r, &problemError{typ: probNotFound, cause: err,
+			detail: fmt.Sprintf("Sender %q has no delivery %s (never received, or its key has expired).", sender, quote(deliveryID))})
+		return
+	}
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	fwds, err := forward.List(r.Context(), s.db, rec.EventID)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	out := api.Delivery{
+		Sender:        sender,
+		DeliveryId:    rec.DeliveryID,
+		EventId:       rec.EventID,
+		ReceivedAt:    rec.ReceivedAt.UTC(),
+		ExpiresAt:     rec.ExpiresAt.UTC(),
+		RequestSha256: hex.EncodeToString(rec.RequestSHA256[:]),
+		Response: api.StoredResponse{
+			Status:      rec.Response.Status,
+			ContentType: rec.Response.ContentType,
+		},
+		Forwards: make([]api.ForwardState, 0, len(fwds)),
+	}
+	out.Response.BodyEncoding, out.Response.Body = showBody(rec.Response.ContentType, rec.Response.Body)
+	for _, f := range fwds {
+		out.Forwards = append(out.Forwards, forwardState(f))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func forwardState(f forward.Status) api.ForwardState {
+	fs := api.ForwardState{
+		JobId:       f.JobID,
+		Url:         redactURL(f.URL),
+		State:       api.ForwardStateState(f.State),
+		Attempts:    f.Attempts,
+		MaxAttempts: f.MaxAttempts,
+		CreatedAt:   f.CreatedAt.UTC(),
+	}
+	if f.LastStatus != 0 {
+		fs.LastStatus = &f.LastStatus
+	}
+	if f.LastError != "" {
+		e := redactText(f.LastError, f.URL)
+		fs.LastError = &e
+	}
+	if !f.DeliveredAt.IsZero() {
+		t := f.DeliveredAt.UTC()
+		fs.DeliveredAt = &t
+	}
+	return fs
+}
+
+// GetEvent answers a stored event with its headers and body: 404 when no
+// such event is stored.
+func (s *Server) GetEvent(w http.ResponseWriter, r *http.Request, eventID api.EventID) {
+	e, err := s.event(r.Context(), eventID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := api.Event{
+		EventId:    e.ID,
+		Sender:     e.Sender,
+		DeliveryId: e.DeliveryID,
+		ReceivedAt: e.ReceivedAt.UTC(),
+		Headers:    e.Headers,
+	}
+	out.BodyEncoding, out.Body = showBody(e.Headers.Get("Content-Type"), e.Body)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// event reads an event, as a problem when that fails.
+func (s *Server) event(ctx context.Context, id uuid.UUID) (events.Event, error) {
+	if s.db == nil {
+		return events.Event{}, dbProblem(errNoDB)
+	}
+	e, err := events.Get(ctx, s.db, id)
+	if errors.Is(err, events.ErrNotFound) {
+		return events.Event{}, &problemError{typ: probNotFound, cause: err, detail: fmt.Sprintf("No event %s is stored.", id)}
+	}
+	if err != nil {
+		return events.Event{}, dbProblem(err)
+	}
+	return e, nil
+}
+
+// RedeliverEvent enqueues one new forward of the event per target its
+// sender has now and answers 202 with the new jobs: 404 when no such event
+// is stored, 409 when its sender has no targets or is no longer configured.
+func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID api.EventID) {
+	e, err := s.event(r.Context(), eventID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sender, ok := s.cfg.Sender(e.Sender)
+	if !ok {
+		s.fail(w, r, newProblem(probNoTargets, fmt.Sprintf("Sender %q of this event is no longer configured, so it has no forward targets to redeliver to.", e.Sender)))
+		return
+	}
+	if len(sender.Forward) == 0 {
+		s.fail(w, r, newProblem(probNoTargets, fmt.Sprintf("Sender %q has no forward targets configured, so there is nothing to redeliver to. Add a forward target to it in hookgate.yaml first.", e.Sender)))
+		return
+	}
+	if s.river == nil {
+		s.fail(w, r, dbProblem(errNoRiver))
+		return
+	}
+	jobs, err := forward.Redeliver(r.Context(), s.river, sender, e.ID, e.DeliveryID)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
+	for _, j := range jobs {
+		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Url: redactURL(j.URL)})
+	}
+	writeJSON(w, http.StatusAccepted, out)
+}
+
+func unknownSender(name string) *problemError {
+	return newProblem(probUnknownSender, fmt.Sprintf("No sender named %s is configured.", quote(name)))
+}
+
+// showBody returns how a body is shown and the value shown: the body itself
+// as JSON when contentType mentions json and the body is valid JSON (an
+// empty body is not), otherwise its bytes in standard base64.
+func showBody(contentType string, body []byte) (api.BodyEncoding, *api.Body) {
+	var v api.Body
+	if strings.Contains(strings.ToLower(contentType), "json") && json.Valid(body) {
+		v = json.RawMessage(body)
+		return "json", &v
+	}
+	v = base64.StdEncoding.EncodeToString(body)
+	return "base64", &v
+}
+
+// redactURL returns u with the password of its user information, if any,
+// replaced by "xxxxx"; a URL that does not parse is replaced as a whole.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return p.Redacted()
+}
+
+// redactText returns text with target's password, wherever it appears
+// (alone or in the URL), replaced by "xxxxx".
+func redactText(text, target string) string {
+	p, err := url.Parse(target)
+	if err != nil {
+		return strings.ReplaceAll(text, target, "(unparseable URL)")
+	}
+	pw, ok := p.User.Password()
+	if !ok || pw == "" {
+		return text
+	}
+	text = strings.ReplaceAll(text, target, p.Redacted())
+	return strings.ReplaceAll(text, pw, "xxxxx")
+}

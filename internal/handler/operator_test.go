@@ -1,0 +1,1107 @@
+package handler_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// testToken is the admin token of operator test servers.
+const testToken = "op-token-5f1c9a7e2b"
+
+// opOptions tune an operator test server.
+type opOptions struct {
+	// yaml is the configuration (sendersYAML when empty); env holds what
+	// its ${VAR} references expand to.
+	yaml string
+	env  map[string]string
+	// noToken leaves the admin token out (the operator API is disabled);
+	// otherwise it is testToken.
+	noToken bool
+	// work starts a River client that works forwards, with retries after
+	// backoff (10 ms to 100 ms when zero).
+	work    bool
+	backoff forward.Backoff
+	// noDB leaves handler.WithDB out.
+	noDB bool
+}
+
+// opServer is a hookgate server with its operator API enabled, on its own
+// database.
+type opServer struct {
+	*server
+	pool   *pgxpool.Pool
+	router http.Handler
+}
+
+// newOpServer starts a server as cmd/server wires it: forwards enqueued on
+// the ingest transaction with a River client, which also redelivers and,
+// with o.work, works the forwards (it is stopped when the test ends, before
+// the database is dropped and after the server is closed).
+func newOpServer(t *testing.T, o opOptions) *opServer {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
+	yaml := sendersYAML
+	if o.yaml != "" {
+		yaml = o.yaml
+	}
+	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) { v, ok := o.env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("config.Parse: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.backoff == (forward.Backoff{}) {
+		o.backoff = forward.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond}
+	}
+	client, err := forward.NewClient(pool, cfg, forward.Options{
+		Work:              o.work,
+		MaxWorkers:        4,
+		Backoff:           o.backoff,
+		FetchPollInterval: 100 * time.Millisecond,
+	}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.work {
+		if err := client.Start(context.Background()); err != nil {
+			t.Fatalf("start River: %v", err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := client.Stop(ctx); err != nil {
+				t.Errorf("stop River: %v", err)
+			}
+		})
+	}
+	enqueue := func(ctx context.Context, tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error {
+		return forward.Enqueue(ctx, client, tx, sender, eventID, deliveryID)
+	}
+	opts := []handler.Option{handler.WithEnqueue(enqueue), handler.WithRiver(client)}
+	if !o.noToken {
+		opts = append(opts, handler.WithAdminToken(testToken))
+	}
+	if !o.noDB {
+		opts = append(opts, handler.WithDB(pool))
+	}
+	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
+	router := h.Router()
+	srv := httptest.NewServer(router)
+	t.Cleanup(srv.Close)
+	return &opServer{server: &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}, pool: pool, router: router}
+}
+
+// call sends an operator request with the admin token and reads the reply.
+func (s *opServer) call(method, path string) reply {
+	s.t.Helper()
+	return s.do(s.opRequest(method, path, "Bearer "+testToken))
+}
+
+// opRequest returns a request with the Authorization header auth (none
+// when auth is "").
+func (s *opServer) opRequest(method, path, auth string) *http.Request {
+	s.t.Helper()
+	req := s.newRequest(method, path, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	return req
+}
+
+// decode checks that r has status and a JSON body valid under the
+// operation's response schema in openapi.yaml, and decodes the body into v.
+func decode(t *testing.T, r reply, status int, method, route string, v any) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("%s %s: status %d, want %d; response: %s", method, route, r.status, status, r)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q, want application/json", method, route, ct)
+	}
+	wantSpecBody(t, r, method, route)
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s %s: body %s: %v", method, route, r.body, err)
+	}
+}
+
+// wantSpecBody checks r's body against the schema openapi.yaml declares for
+// the operation at route, r's status and r's Content-Type.
+func wantSpecBody(t *testing.T, r reply, method, route string) {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := doc.Paths.Find(route)
+	if item == nil || item.GetOperation(method) == nil {
+		t.Fatalf("openapi.yaml has no operation %s %s", method, route)
+	}
+	resp := item.GetOperation(method).Responses.Status(r.status)
+	if resp == nil {
+		t.Fatalf("openapi.yaml documents no %d for %s %s; response: %s", r.status, method, route, r)
+	}
+	mt := resp.Value.Content.Get(r.header.Get("Content-Type"))
+	if mt == nil {
+		t.Fatalf("openapi.yaml has no %s body for %d of %s %s", r.header.Get("Content-Type"), r.status, method, route)
+	}
+	var v any
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatalf("%s %s: body is not JSON: %v", method, route, err)
+	}
+	if err := mt.Schema.Value.VisitJSON(v, openapi3.VisitAsResponse(), openapi3.MultiErrors()); err != nil {
+		t.Errorf("%s %s %d: body does not match openapi.yaml: %v\nbody: %s", method, route, r.status, err, r.body)
+	}
+}
+
+// wantOpProblem is wantProblem for the operator API: the problem must also
+// be documented for the operation.
+func wantOpProblem(t *testing.T, r reply, status int, slug, method, route string) problem {
+	t.Helper()
+	p := wantProblem(t, r, status, slug)
+	wantSpecBody(t, r, method, route)
+	return p
+}
+
+// opRoute is an operator route and a path that reaches it.
+type opRoute struct {
+	method, pattern, path string
+}
+
+// operatorRoutes walks router for the routes under /v1 and fills their
+// parameters with sender, deliveryID and eventID.
+func operatorRoutes(t *testing.T, router http.Handler, sender, deliveryID string, eventID uuid.UUID) []opRoute {
+	t.Helper()
+	routes, ok := router.(chi.Routes)
+	if !ok {
+		t.Fatalf("Router() is a %T, not chi.Routes", router)
+	}
+	fill := strings.NewReplacer("{sender}", sender, "{delivery_id}", url.PathEscape(deliveryID), "{event_id}", eventID.String())
+	var out []opRoute
+	err := chi.Walk(routes, func(method, pattern string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if strings.HasPrefix(pattern, "/v1/") {
+			out = append(out, opRoute{method, pattern, fill.Replace(pattern)})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 5 {
+		t.Fatalf("router has %d operator routes, want 5: %v", len(out), out)
+	}
+	return out
+}
+
+// Response bodies, as the tests read them (decode rejects unknown fields).
+type (
+	sendersPage struct {
+		Items []senderInfo `json:"items"`
+	}
+	senderInfo struct {
+		Name       string            `json:"name"`
+		Preset     string            `json:"preset"`
+		DeliveryID map[string]string `json:"delivery_id"`
+		Signature  struct {
+			Scheme           string  `json:"scheme"`
+			Header           *string `json:"header"`
+			Encoding         *string `json:"encoding"`
+			Prefix           *string `json:"prefix"`
+			SecretCount      int     `json:"secret_count"`
+			ToleranceSeconds float64 `json:"tolerance_seconds"`
+		} `json:"signature"`
+		RetentionSeconds float64 `json:"retention_seconds"`
+		MaxBodyBytes     int64   `json:"max_body_bytes"`
+		Forward          []struct {
+			URL            string   `json:"url"`
+			TimeoutSeconds float64  `json:"timeout_seconds"`
+			MaxAttempts    int      `json:"max_attempts"`
+			Signed         bool     `json:"signed"`
+			HeaderNames    []string `json:"header_names"`
+		} `json:"forward"`
+	}
+	deliveryPage struct {
+		Items      []deliverySummary `json:"items"`
+		NextCursor *string           `json:"next_cursor"`
+	}
+	deliverySummary struct {
+		DeliveryID     string    `json:"delivery_id"`
+		EventID        uuid.UUID `json:"event_id"`
+		ReceivedAt     time.Time `json:"received_at"`
+		ExpiresAt      time.Time `json:"expires_at"`
+		RequestSHA256  string    `json:"request_sha256"`
+		ResponseStatus int       `json:"response_status"`
+	}
+	deliveryRecord struct {
+		Sender        string    `json:"sender"`
+		DeliveryID    string    `json:"delivery_id"`
+		EventID       uuid.UUID `json:"event_id"`
+		ReceivedAt    time.Time `json:"received_at"`
+		ExpiresAt     time.Time `json:"expires_at"`
+		RequestSHA256 string    `json:"request_sha256"`
+		Response      struct {
+			Status       int             `json:"status"`
+			ContentType  string          `json:"content_type"`
+			BodyEncoding string          `json:"body_encoding"`
+			Body         json.RawMessage `json:"body"`
+		} `json:"response"`
+		Forwards []forwardState `json:"forwards"`
+	}
+	forwardState struct {
+		JobID       int64      `json:"job_id"`
+		URL         string     `json:"url"`
+		State       string     `json:"state"`
+		Attempts    int        `json:"attempts"`
+		MaxAttempts int        `json:"max_attempts"`
+		LastStatus  *int       `json:"last_status"`
+		LastError   *string    `json:"last_error"`
+		DeliveredAt *time.Time `json:"delivered_at"`
+		CreatedAt   time.Time  `json:"created_at"`
+	}
+	eventRecord struct {
+		EventID      uuid.UUID           `json:"event_id"`
+		Sender       string              `json:"sender"`
+		DeliveryID   string              `json:"delivery_id"`
+		ReceivedAt   time.Time           `json:"received_at"`
+		Headers      map[string][]string `json:"headers"`
+		BodyEncoding string              `json:"body_encoding"`
+		Body         json.RawMessage     `json:"body"`
+	}
+	redelivery struct {
+		EventID    uuid.UUID `json:"event_id"`
+		Sender     string    `json:"sender"`
+		DeliveryID string    `json:"delivery_id"`
+		Forwards   []struct {
+			JobID int64  `json:"job_id"`
+			URL   string `json:"url"`
+		} `json:"forwards"`
+	}
+)
+
+const (
+	routeSenders    = "/v1/senders"
+	routeDeliveries = "/v1/senders/{sender}/deliveries"
+	routeDelivery   = "/v1/senders/{sender}/deliveries/{delivery_id}"
+	routeEvent      = "/v1/events/{event_id}"
+	routeRedeliver  = "/v1/events/{event_id}/redeliver"
+)
+
+func (s *opServer) delivery(sender, id string) deliveryRecord {
+	s.t.Helper()
+	var d deliveryRecord
+	decode(s.t, s.call(http.MethodGet, "/v1/senders/"+sender+"/deliveries/"+url.PathEscape(id)), http.StatusOK, http.MethodGet, routeDelivery, &d)
+	return d
+}
+
+func (s *opServer) event(id string) eventRecord {
+	s.t.Helper()
+	var e eventRecord
+	decode(s.t, s.call(http.MethodGet, "/v1/events/"+id), http.StatusOK, http.MethodGet, routeEvent, &e)
+	return e
+}
+
+// accept delivers body to sender with id and returns the new event's ID.
+func (s *opServer) accept(sender, id string, body []byte, mods ...func(*http.Request)) string {
+	s.t.Helper()
+	return wantAccepted(s.t, s.post(sender, id, body, mods...), sender, id).EventID
+}
+
+func TestOperatorAPIDisabledWithoutToken(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{noToken: true})
+	first := s.post("hdr", "d1", []byte(`{}`))
+	eventID := uuid.MustParse(wantAccepted(t, first, "hdr", "d1").EventID)
+
+	paths := operatorRoutes(t, s.router, "hdr", "d1", eventID)
+	paths = append(paths, opRoute{http.MethodGet, "(no route)", "/v1/no-such-thing"}, opRoute{http.MethodDelete, "(wrong method)", "/v1/senders"})
+	for _, rt := range paths {
+		for _, auth := range []string{"", "Bearer " + testToken, "Bearer "} {
+			r := s.do(s.opRequest(rt.method, rt.path, auth))
+			p := wantProblem(t, r, http.StatusForbidden, "operator-disabled")
+			if !strings.Contains(p.Detail, "HOOKGATE_ADMIN_TOKEN") {
+				t.Errorf("%s %s: detail %q does not say how to enable the operator API", rt.method, rt.path, p.Detail)
+			}
+			if rt.pattern[0] == '/' {
+				wantSpecBody(t, r, rt.method, rt.pattern)
+			}
+		}
+	}
+	// The rest of the API is unaffected.
+	if r := s.get("/healthz"); r.status != http.StatusOK {
+		t.Errorf("/healthz: %s", r)
+	}
+	wantReplay(t, s.post("hdr", "d1", []byte(`{}`)), first)
+}
+
+func TestOperatorAPIAuth(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	eventID := uuid.MustParse(s.accept("hdr", "d1", []byte(`{}`)))
+	routes := operatorRoutes(t, s.router, "hdr", "d1", eventID)
+	routes = append(routes, opRoute{http.MethodGet, "(no route)", "/v1/no-such-thing"})
+
+	for _, tc := range []struct {
+		name, auth, challenge string
+	}{
+		{"missing", "", `Bearer realm="hookgate"`},
+		{"empty token", "Bearer ", `Bearer realm="hookgate"`},
+		{"other scheme", "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+testToken)), `Bearer realm="hookgate"`},
+		{"token without scheme", testToken, `Bearer realm="hookgate"`},
+		{"wrong token", "Bearer wrong-token", `Bearer realm="hookgate", error="invalid_token"`},
+		{"prefix of the token", "Bearer " + testToken[:len(testToken)-1], `Bearer realm="hookgate", error="invalid_token"`},
+		{"token and more", "Bearer " + testToken + "0", `Bearer realm="hookgate", error="invalid_token"`},
+		{"token in another case", "Bearer " + strings.ToUpper(testToken), `Bearer realm="hookgate", error="invalid_token"`},
+	} {
+		for _, rt := range routes {
+			r := s.do(s.opRequest(rt.method, rt.path, tc.auth))
+			wantProblem(t, r, http.StatusUnauthorized, "unauthorized")
+			if got := r.header.Get("WWW-Authenticate"); got != tc.challenge {
+				t.Errorf("%s, %s %s: WWW-Authenticate %q, want %q", tc.name, rt.method, rt.path, got, tc.challenge)
+			}
+			if rt.pattern[0] == '/' {
+				wantSpecBody(t, r, rt.method, rt.pattern)
+			}
+		}
+	}
+	// The ingest and service endpoints need no token.
+	if r := s.get("/healthz"); r.status != http.StatusOK {
+		t.Errorf("/healthz without a token: %s", r)
+	}
+
+	// The right token, with the scheme in any case, reaches every route.
+	want := map[string]int{
+		routeSenders: http.StatusOK, routeDeliveries: http.StatusOK, routeDelivery: http.StatusOK, routeEvent: http.StatusOK,
+		routeRedeliver: http.StatusConflict, // hdr has no targets
+	}
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		for _, rt := range routes[:5] {
+			r := s.do(s.opRequest(rt.method, rt.path, scheme+" "+testToken))
+			if r.status != want[rt.pattern] {
+				t.Errorf("%s %s with %s token: %s, want status %d", rt.method, rt.path, scheme, r, want[rt.pattern])
+			}
+			wantSpecBody(t, r, rt.method, rt.pattern)
+		}
+	}
+}
+
+func TestOperatorInvalidParametersAre400(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	eventID := s.accept("hdr", "d1", []byte(`{}`))
+	for _, tc := range []struct {
+		method, path, route, mention string
+	}{
+		{"GET", "/v1/senders/hdr/deliveries?limit=0", routeDeliveries, `limit must be a whole number from 1 to 500; got "0"`},
+		{"GET", "/v1/senders/hdr/deliveries?limit=501", routeDeliveries, `got "501"`},
+		{"GET", "/v1/senders/hdr/deliveries?limit=-1", routeDeliveries, `got "-1"`},
+		{"GET", "/v1/senders/hdr/deliveries?limit=ten", routeDeliveries, `limit must be a whole number from 1 to 500; got "ten"`},
+		{"GET", "/v1/senders/hdr/deliveries?limit=1.5", routeDeliveries, `got "1.5"`},
+		{"GET", "/v1/senders/hdr/deliveries?limit=", routeDeliveries, `got ""`},
+		{"GET", "/v1/senders/hdr/deliveries?limit=99999999999999999999", routeDeliveries, "limit"},
+		{"GET", "/v1/senders/hdr/deliveries?limit=1&limit=2", routeDeliveries, "limit must be given at most once"},
+		{"GET", "/v1/senders/hdr/deliveries?cursor=abc", routeDeliveries, "cursor is not a cursor this API returned"},
+		{"GET", "/v1/senders/hdr/deliveries?cursor=" + base64.RawURLEncoding.EncodeToString([]byte(`{"t":1}`)), routeDeliveries, "cursor"},
+		{"GET", "/v1/senders/hdr/deliveries?cursor=", routeDeliveries, "cursor"},
+		{"GET", "/v1/events/42", routeEvent, `event_id must be a UUID such as 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10; got "42"`},
+		{"GET", "/v1/events/" + eventID + "x", routeEvent, "event_id must be a UUID"},
+		{"GET", "/v1/events/" + strings.Repeat("a", 200), routeEvent, "event_id must be a UUID"},
+		{"POST", "/v1/events/not-a-uuid/redeliver", routeRedeliver, `event_id must be a UUID such as 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10; got "not-a-uuid"`},
+	} {
+		r := s.call(tc.method, tc.path)
+		p := wantOpProblem(t, r, http.StatusBadRequest, "invalid-parameter", tc.method, tc.route)
+		if !strings.Contains(p.Detail, tc.mention) {
+			t.Errorf("%s %s: detail %q does not mention %q", tc.method, tc.path, p.Detail, tc.mention)
+		}
+		if len(p.Detail) > 300 {
+			t.Errorf("%s %s: detail of %d bytes quotes too much of the request", tc.method, tc.path, len(p.Detail))
+		}
+	}
+	// A valid limit and the first page without a cursor are fine.
+	for _, q := range []string{"", "?limit=1", "?limit=500", "?limit=50&cursor=" + (dedup.Cursor{ReceivedAt: time.Now(), DeliveryID: "x"}).String()} {
+		var page deliveryPage
+		decode(t, s.call("GET", "/v1/senders/hdr/deliveries"+q), http.StatusOK, "GET", routeDeliveries, &page)
+	}
+}
+
+func TestOperatorUnknownResourcesAre404(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	s.accept("hdr", "d1", []byte(`{}`))
+	unknown := uuid.Must(uuid.NewV7()).String()
+	for _, tc := range []struct {
+		method, path, route, slug, mention string
+	}{
+		{"GET", "/v1/senders/nobody/deliveries", routeDeliveries, "unknown-sender", `"nobody"`},
+		{"GET", "/v1/senders/nobody/deliveries/d1", routeDelivery, "unknown-sender", `"nobody"`},
+		{"GET", "/v1/senders/ptr/deliveries/d1", routeDelivery, "not-found", `"d1"`},
+		{"GET", "/v1/senders/hdr/deliveries/d2", routeDelivery, "not-found", `"d2"`},
+		{"GET", "/v1/events/" + unknown, routeEvent, "not-found", unknown},
+		{"POST", "/v1/events/" + unknown + "/redeliver", routeRedeliver, "not-found", unknown},
+	} {
+		p := wantOpProblem(t, s.call(tc.method, tc.path), http.StatusNotFound, tc.slug, tc.method, tc.route)
+		if !strings.Contains(p.Detail, tc.mention) {
+			t.Errorf("%s %s: detail %q does not mention %s", tc.method, tc.path, p.Detail, tc.mention)
+		}
+	}
+}
+
+func TestOperatorWithoutDatabaseIs503(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{noDB: true})
+	eventID := s.accept("hdr", "d1", []byte(`{}`))
+	for _, tc := range []struct{ method, path, route string }{
+		{"GET", "/v1/senders/hdr/deliveries/d1", routeDelivery},
+		{"GET", "/v1/events/" + eventID, routeEvent},
+		{"POST", "/v1/events/" + eventID + "/redeliver", routeRedeliver},
+	} {
+		r := s.call(tc.method, tc.path)
+		wantOpProblem(t, r, http.StatusServiceUnavailable, "unavailable", tc.method, tc.route)
+		wantRetryAfter(t, r)
+	}
+}
+
+func TestOperatorListSenders(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{
+		yaml: `
+senders:
+  - name: gh
+    preset: github
+    secret: ${GH}
+    retention: 36h
+  - name: hm
+    preset: generic
+    delivery_id: { json_pointer: /data/id }
+    signature: { scheme: hmac-sha256, header: X-Signature, encoding: base64, prefix: "v1=", secret: "${HM1}" }
+    secrets: [ "${HM2}" ]
+    tolerance: 90s
+    max_body_bytes: 4096
+    forward:
+      - url: https://bob:${PW}@orders.internal:9000/hooks?x=1
+        timeout: 1500ms
+        max_attempts: 3
+        signing_secret: ${SIGN}
+        headers: { X-Api-Key: "${KEY}", Authorization: "${KEY}" }
+      - url: http://ledger.internal/webhooks
+  - name: plain
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+`,
+		env: map[string]string{"GH": "gh-secret", "HM1": "hm-secret-1", "HM2": "hm-secret-2", "PW": "url-password", "SIGN": "whsec_" + base64.StdEncoding.EncodeToString([]byte("signing-key-32-bytes-long-......")), "KEY": "header-value"},
+	})
+	var got sendersPage
+	decode(t, s.call("GET", "/v1/senders"), http.StatusOK, "GET", routeSenders, &got)
+	if len(got.Items) != 3 {
+		t.Fatalf("%d senders, want 3: %+v", len(got.Items), got)
+	}
+	gh, hm, plain := got.Items[0], got.Items[1], got.Items[2]
+	if gh.Name != "gh" || gh.Preset != "github" || gh.DeliveryID["header"] != "X-GitHub-Delivery" || len(gh.DeliveryID) != 1 ||
+		gh.Signature.Scheme != "github" || gh.Signature.SecretCount != 1 || gh.Signature.ToleranceSeconds != 300 ||
+		gh.Signature.Header != nil || gh.Signature.Encoding != nil || gh.Signature.Prefix != nil ||
+		gh.RetentionSeconds != 36*3600 || gh.MaxBodyBytes != 1<<20 || gh.Forward == nil || len(gh.Forward) != 0 {
+		t.Errorf("gh = %+v", gh)
+	}
+	if hm.Name != "hm" || hm.Preset != "generic" || hm.DeliveryID["json_pointer"] != "/data/id" || len(hm.DeliveryID) != 1 ||
+		hm.Signature.Scheme != "hmac-sha256" || hm.Signature.SecretCount != 2 || hm.Signature.ToleranceSeconds != 90 ||
+		hm.Signature.Header == nil || *hm.Signature.Header != "X-Signature" || hm.Signature.Encoding == nil || *hm.Signature.Encoding != "base64" ||
+		hm.Signature.Prefix == nil || *hm.Signature.Prefix != "v1=" || hm.RetentionSeconds != 7*24*3600 || hm.MaxBodyBytes != 4096 {
+		t.Errorf("hm = %+v", hm)
+	}
+	if len(hm.Forward) != 2 {
+		t.Fatalf("hm has %d targets, want 2: %+v", len(hm.Forward), hm.Forward)
+	}
+	if f := hm.Forward[0]; f.URL != "https://bob:xxxxx@orders.internal:9000/hooks?x=1" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
+		!f.Signed || !slices.Equal(f.HeaderNames, []string{"Authorization", "X-Api-Key"}) {
+		t.Errorf("hm target 0 = %+v", f)
+	}
+	if f := hm.Forward[1]; f.URL != "http://ledger.internal/webhooks" || f.TimeoutSeconds != 10 || f.MaxAttempts != 20 ||
+		f.Signed || f.HeaderNames == nil || len(f.HeaderNames) != 0 {
+		t.Errorf("hm target 1 = %+v", f)
+	}
+	if plain.Signature.Scheme != "none" || plain.Signature.SecretCount != 0 || plain.DeliveryID["header"] != "X-Delivery-Id" {
+		t.Errorf("plain = %+v", plain)
+	}
+	if leak := containsAny(string(s.call("GET", "/v1/senders").body), "gh-secret", "hm-secret", "url-password", "whsec_", "header-value"); leak != "" {
+		t.Errorf("GET /v1/senders contains the secret %q", leak)
+	}
+}
+
+// TestOperatorPaginationWhileDeliveriesArrive walks a sender's deliveries
+// page by page while a goroutine keeps delivering new ones (at least one
+// between any two pages): the walk must visit every delivery that existed
+// when it started exactly once, newest first, never one twice, and of the
+// new ones only those that arrived before its first page (the newest).
+func TestOperatorPaginationWhileDeliveriesArrive(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	const initial, limit = 61, 7
+	existing := map[string]bool{}
+	for i := range initial {
+		id := fmt.Sprintf("old-%03d", i)
+		s.accept("hdr", id, fmt.Appendf(nil, `{"n":%d}`, i))
+		existing[id] = true
+	}
+	s.accept("ptr", "old-000", []byte(`{"id":"old-000"}`)) // another sender's: never listed
+
+	var (
+		posted atomic.Int64
+		stop   = make(chan struct{})
+		wg     sync.WaitGroup
+		errs   = make(chan error, 1)
+	)
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := s.send(s.postRequest("hdr", fmt.Sprintf("new-%04d", i), []byte(`{}`)))
+			if err == nil && r.status != http.StatusAccepted {
+				err = fmt.Errorf("new delivery %d: %s", i, r)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			posted.Add(1)
+		}
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+		select {
+		case err := <-errs:
+			t.Errorf("delivering during the walk: %v", err)
+		default:
+		}
+	}()
+
+	seen := map[string]int{}
+	var (
+		walked []deliverySummary
+		cursor string
+		pages  int
+		// postedBeforeFirst bounds the new deliveries the walk may see:
+		// those acknowledged when its first page had been read, and at
+		// most the one then in flight.
+		postedBeforeFirst int64
+	)
+	for {
+		// Let at least one more delivery arrive before each page.
+		before := posted.Load()
+		poll(t, "a new delivery", func() bool { return posted.Load() > before || len(errs) > 0 })
+		path := fmt.Sprintf("/v1/senders/hdr/deliveries?limit=%d", limit)
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		var page deliveryPage
+		decode(t, s.call("GET", path), http.StatusOK, "GET", routeDeliveries, &page)
+		pages++
+		if pages == 1 {
+			postedBeforeFirst = posted.Load()
+		}
+		for _, d := range page.Items {
+			seen[d.DeliveryID]++
+		}
+		walked = append(walked, page.Items...)
+		if page.NextCursor == nil {
+			break
+		}
+		if len(page.Items) != limit {
+			t.Errorf("page %d has %d items and a next page; want %d", pages, len(page.Items), limit)
+		}
+		cursor = *page.NextCursor
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("the walk saw %s %d times", id, n)
+		}
+	}
+	for id := range existing {
+		if seen[id] != 1 {
+			t.Errorf("the walk saw %s %d times, want once", id, seen[id])
+		}
+	}
+	// New deliveries seen: new-0000 up to some new-k, all newer than every
+	// old one, none after the walk's first page.
+	newSeen := 0
+	for i, d := range walked {
+		if existing[d.DeliveryID] {
+			continue
+		}
+		newSeen++
+		if i >= len(seen)-initial {
+			t.Errorf("new delivery %s is listed after old ones", d.DeliveryID)
+		}
+	}
+	for i := range newSeen {
+		if id := fmt.Sprintf("new-%04d", i); seen[id] != 1 {
+			t.Errorf("the walk saw %d new deliveries but not %s", newSeen, id)
+		}
+	}
+	if int64(newSeen) > postedBeforeFirst+1 {
+		t.Errorf("the walk saw %d new deliveries; only %d (and one in flight) had arrived by its first page", newSeen, postedBeforeFirst)
+	}
+	if posted.Load() < int64(pages) {
+		t.Errorf("%d deliveries arrived during a walk of %d pages; want one before each page", posted.Load(), pages)
+	}
+	for i := 1; i < len(walked); i++ {
+		a, b := walked[i-1], walked[i]
+		if b.ReceivedAt.After(a.ReceivedAt) || (b.ReceivedAt.Equal(a.ReceivedAt) && b.DeliveryID >= a.DeliveryID) {
+			t.Errorf("item %d (%s, %s) follows (%s, %s): not newest first", i, b.ReceivedAt, b.DeliveryID, a.ReceivedAt, a.DeliveryID)
+		}
+	}
+	if minPages := (initial + limit - 1) / limit; pages < minPages {
+		t.Errorf("the walk took %d pages, want at least %d", pages, minPages)
+	}
+	// The items carry the stored record.
+	first := walked[len(walked)-1] // the oldest: old-000
+	sum := sha256.Sum256([]byte(`{"n":0}`))
+	if first.DeliveryID != "old-000" || first.ResponseStatus != http.StatusAccepted || first.RequestSHA256 != hex.EncodeToString(sum[:]) ||
+		!first.ExpiresAt.Equal(first.ReceivedAt.Add(config.DefaultRetention)) || first.EventID == uuid.Nil {
+		t.Errorf("oldest item = %+v", first)
+	}
+}
+
+// target is an httptest server standing for a forward target. It answers
+// each request with the next status of statuses (the last one repeats),
+// and records the requests.
+type target struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []*http.Request
+	// block, when not nil, holds each request until it is closed.
+	block chan struct{}
+	// statuses are the answers, in order; the last one repeats.
+	statuses []int
+}
+
+func newTarget(t *testing.T, statuses ...int) *target {
+	t.Helper()
+	tg := &target{statuses: statuses}
+	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		tg.mu.Lock()
+		tg.got = append(tg.got, r)
+		status := tg.statuses[min(len(tg.got), len(tg.statuses))-1]
+		block := tg.block
+		tg.mu.Unlock()
+		if block != nil {
+			select {
+			case <-block:
+			case <-r.Context().Done():
+			}
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(tg.srv.Close)
+	return tg
+}
+
+// requests returns the requests the target received so far.
+func (tg *target) requests() []*http.Request {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return slices.Clone(tg.got)
+}
+
+// forwardsOf returns d's forwards to url, oldest first.
+func forwardsOf(d deliveryRecord, url string) []forwardState {
+	var out []forwardState
+	for _, f := range d.Forwards {
+		if f.URL == url {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// settled reports whether every forward of d is delivered or failed.
+func settled(d deliveryRecord) bool {
+	for _, f := range d.Forwards {
+		if f.State != "delivered" && f.State != "failed" {
+			return false
+		}
+	}
+	return true
+}
+
+func TestOperatorDeliveryShowsForwardsAndRedelivers(t *testing.T) {
+	t.Parallel()
+	ok := newTarget(t, http.StatusOK)
+	bad := newTarget(t, http.StatusBadRequest)
+	flaky := newTarget(t, http.StatusServiceUnavailable, http.StatusNoContent)
+	s := newOpServer(t, opOptions{work: true, yaml: fmt.Sprintf(`
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - url: %s/ok
+        max_attempts: 5
+      - url: %s/bad
+        max_attempts: 5
+      - url: %s/flaky
+        max_attempts: 4
+`, ok.srv.URL, bad.srv.URL, flaky.srv.URL)})
+	body := []byte(`{"order":42,"status":"paid"}`)
+	eventID := s.accept("fwd", "d-1", body)
+
+	var d deliveryRecord
+	poll(t, "the forwards to settle", func() bool {
+		d = s.delivery("fwd", "d-1")
+		return len(d.Forwards) == 3 && settled(d)
+	})
+	sum := sha256.Sum256(body)
+	if d.Sender != "fwd" || d.DeliveryID != "d-1" || d.EventID.String() != eventID || d.RequestSHA256 != hex.EncodeToString(sum[:]) ||
+		!d.ExpiresAt.Equal(d.ReceivedAt.Add(config.DefaultRetention)) || d.ReceivedAt.Location() != time.UTC {
+		t.Errorf("delivery = %+v", d)
+	}
+	var stored acceptedBody
+	if d.Response.Status != http.StatusAccepted || d.Response.ContentType != "application/json" || d.Response.BodyEncoding != "json" ||
+		json.Unmarshal(d.Response.Body, &stored) != nil || stored.EventID != eventID || stored.DeliveryID != "d-1" {
+		t.Errorf("stored response = %+v (body %s), want the 202 JSON of event %s", d.Response, d.Response.Body, eventID)
+	}
+
+	check := func(f forwardState, state string, attempts, maxAttempts, lastStatus int, errMention string) {
+		t.Helper()
+		if f.State != state || f.Attempts != attempts || f.MaxAttempts != maxAttempts || f.LastStatus == nil || *f.LastStatus != lastStatus || f.JobID == 0 || f.CreatedAt.IsZero() {
+			t.Errorf("forward to %s = %+v; want %s after %d of %d attempts, last status %d", f.URL, f, state, attempts, maxAttempts, lastStatus)
+		}
+		if state == "delivered" && (f.DeliveredAt == nil || f.DeliveredAt.Before(f.CreatedAt) || f.LastError != nil) {
+			t.Errorf("delivered forward to %s: delivered_at %v, last_error %v; want a time and no error", f.URL, f.DeliveredAt, f.LastError)
+		}
+		if state == "failed" && (f.DeliveredAt != nil || f.LastError == nil || !strings.Contains(*f.LastError, errMention)) {
+			t.Errorf("failed forward to %s: delivered_at %v, last_error %v; want none and an error mentioning %q", f.URL, f.DeliveredAt, f.LastError, errMention)
+		}
+	}
+	okF, badF, flakyF := forwardsOf(d, ok.srv.URL+"/ok"), forwardsOf(d, bad.srv.URL+"/bad"), forwardsOf(d, flaky.srv.URL+"/flaky")
+	if len(okF) != 1 || len(badF) != 1 || len(flakyF) != 1 {
+		t.Fatalf("forwards = %+v; want one per target", d.Forwards)
+	}
+	check(okF[0], "delivered", 1, 5, http.StatusOK, "")
+	check(badF[0], "failed", 1, 5, http.StatusBadRequest, "target answered 400")
+	check(flakyF[0], "delivered", 2, 4, http.StatusNoContent, "")
+	if n := len(flaky.requests()); n != 2 {
+		t.Errorf("the flaky target got %d requests, want 2", n)
+	}
+
+	// Redeliver: one new job per target, worked like the first ones.
+	var re redelivery
+	decode(t, s.call("POST", "/v1/events/"+eventID+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
+	if re.EventID.String() != eventID || re.Sender != "fwd" || re.DeliveryID != "d-1" || len(re.Forwards) != 3 {
+		t.Fatalf("redelivery = %+v", re)
+	}
+	old := map[int64]bool{okF[0].JobID: true, badF[0].JobID: true, flakyF[0].JobID: true}
+	var urls []string
+	for _, f := range re.Forwards {
+		if old[f.JobID] || f.JobID == 0 {
+			t.Errorf("redelivery job %d is not new", f.JobID)
+		}
+		urls = append(urls, f.URL)
+	}
+	want := []string{bad.srv.URL + "/bad", flaky.srv.URL + "/flaky", ok.srv.URL + "/ok"}
+	slices.Sort(urls)
+	slices.Sort(want)
+	if !slices.Equal(urls, want) {
+		t.Errorf("redelivery targets %v, want %v", urls, want)
+	}
+	poll(t, "the redelivered forwards to settle", func() bool {
+		d = s.delivery("fwd", "d-1")
+		return len(d.Forwards) == 6 && settled(d)
+	})
+	okF = forwardsOf(d, ok.srv.URL+"/ok")
+	if len(okF) != 2 || okF[0].JobID >= okF[1].JobID {
+		t.Fatalf("forwards to ok = %+v; want the first and the redelivery, oldest first", okF)
+	}
+	check(okF[1], "delivered", 1, 5, http.StatusOK, "")
+	check(forwardsOf(d, bad.srv.URL+"/bad")[1], "failed", 1, 5, http.StatusBadRequest, "target answered 400")
+	check(forwardsOf(d, flaky.srv.URL+"/flaky")[1], "delivered", 1, 4, http.StatusNoContent, "")
+	reqs := ok.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("the ok target got %d requests, want 2 (the forward and the redelivery)", len(reqs))
+	}
+	for i, r := range reqs {
+		if k := r.Header.Get("Idempotency-Key"); k != eventID {
+			t.Errorf("request %d to the ok target: Idempotency-Key %q, want the event ID %s", i, k, eventID)
+		}
+	}
+}
+
+// TestOperatorForwardStatesWhileWorking checks the states a forward shows
+// before it settles: running while the target holds the request, retrying
+// after a failed attempt whose retry is far off, and pending while no
+// worker has taken it.
+func TestOperatorForwardStatesWhileWorking(t *testing.T) {
+	t.Parallel()
+	slow := newTarget(t, http.StatusOK)
+	slow.block = make(chan struct{})
+	down := newTarget(t, http.StatusBadGateway)
+	yaml := fmt.Sprintf(`
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - url: %s/slow
+      - url: %s/down
+        max_attempts: 3
+`, slow.srv.URL, down.srv.URL)
+	s := newOpServer(t, opOptions{work: true, yaml: yaml, backoff: forward.Backoff{Base: time.Hour, Max: time.Hour}})
+	t.Cleanup(func() { close(slow.block) }) // before River stops
+	s.accept("fwd", "d-1", []byte(`{}`))
+
+	var d deliveryRecord
+	poll(t, "one forward running and one retrying", func() bool {
+		d = s.delivery("fwd", "d-1")
+		sl, dn := forwardsOf(d, slow.srv.URL+"/slow"), forwardsOf(d, down.srv.URL+"/down")
+		return len(sl) == 1 && len(dn) == 1 && sl[0].State == "running" && dn[0].State == "retrying"
+	})
+	sl, dn := forwardsOf(d, slow.srv.URL+"/slow")[0], forwardsOf(d, down.srv.URL+"/down")[0]
+	if sl.Attempts != 1 || sl.LastStatus != nil || sl.LastError != nil || sl.DeliveredAt != nil {
+		t.Errorf("running forward = %+v; want attempt 1 and nothing finished", sl)
+	}
+	if dn.Attempts != 1 || dn.MaxAttempts != 3 || dn.LastStatus == nil || *dn.LastStatus != http.StatusBadGateway ||
+		dn.LastError == nil || !strings.Contains(*dn.LastError, "target answered 502") || dn.DeliveredAt != nil {
+		t.Errorf("retrying forward = %+v; want attempt 1 of 3 with last status 502", dn)
+	}
+
+	// A process that only inserts (role api) leaves new forwards pending.
+	idle := newOpServer(t, opOptions{yaml: yaml})
+	idle.accept("fwd", "d-2", []byte(`{}`))
+	d = idle.delivery("fwd", "d-2")
+	if len(d.Forwards) != 2 {
+		t.Fatalf("forwards = %+v, want 2", d.Forwards)
+	}
+	for _, f := range d.Forwards {
+		if f.State != "pending" || f.Attempts != 0 || f.LastStatus != nil || f.LastError != nil || f.DeliveredAt != nil {
+			t.Errorf("unworked forward = %+v; want pending with no attempt", f)
+		}
+	}
+}
+
+func TestOperatorRedeliverWithoutTargetsIs409(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	eventID := s.accept("hdr", "d1", []byte(`{}`))
+	p := wantOpProblem(t, s.call("POST", "/v1/events/"+eventID+"/redeliver"), http.StatusConflict, "no-targets", "POST", routeRedeliver)
+	if !strings.Contains(p.Detail, `"hdr"`) {
+		t.Errorf("detail %q does not name the sender", p.Detail)
+	}
+	var jobs int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job`).Scan(&jobs); err != nil || jobs != 0 {
+		t.Errorf("river_job has %d rows (%v), want none", jobs, err)
+	}
+	if d := s.delivery("hdr", "d1"); d.Forwards == nil || len(d.Forwards) != 0 {
+		t.Errorf("forwards of a sender without targets = %v, want []", d.Forwards)
+	}
+}
+
+// TestOperatorEventBody checks that an event's body is shown as JSON
+// exactly when its Content-Type mentions json and it is valid JSON, and as
+// base64 of the raw bytes otherwise.
+func TestOperatorEventBody(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	for i, tc := range []struct {
+		contentType string
+		body        string
+		asJSON      bool
+	}{
+		{"application/json", `{"id":"evt_1","amount":1.50,"tags":["a","<b>"],"nested":{"ok":true}}`, true},
+		{"application/json; charset=utf-8", `[1,2,3]`, true},
+		{"application/vnd.api+json", `"just a string"`, true},
+		{"Application/JSON", `null`, true},
+		{"application/json", `{"unterminated":`, false},
+		{"application/json", ``, false},
+		{"text/plain", `{"looks":"like json"}`, false},
+		{"application/x-www-form-urlencoded", "order=42&status=paid", false},
+		{"application/octet-stream", "\x00\x01\xfe\xff", false},
+		{"", `{"no":"content type"}`, false},
+	} {
+		id := fmt.Sprintf("d%d", i)
+		eventID := s.accept("hdr", id, []byte(tc.body), func(r *http.Request) {
+			if tc.contentType == "" {
+				r.Header.Del("Content-Type")
+			} else {
+				r.Header.Set("Content-Type", tc.contentType)
+			}
+			r.Header.Set("Authorization", "Bearer sender-credential")
+			r.Header.Add("X-Multi", "one")
+			r.Header.Add("X-Multi", "two")
+		})
+		e := s.event(eventID)
+		if e.EventID.String() != eventID || e.Sender != "hdr" || e.DeliveryID != id || e.ReceivedAt.IsZero() {
+			t.Errorf("%s: event = %+v", id, e)
+		}
+		if !slices.Equal(e.Headers["X-Multi"], []string{"one", "two"}) || e.Headers["X-Delivery-Id"][0] != id {
+			t.Errorf("%s: headers = %v", id, e.Headers)
+		}
+		if _, ok := e.Headers["Authorization"]; ok {
+			t.Errorf("%s: the event shows the request's Authorization header", id)
+		}
+		if tc.asJSON {
+			if e.BodyEncoding != "json" {
+				t.Errorf("%s (%s %q): body_encoding %q, want json", id, tc.contentType, tc.body, e.BodyEncoding)
+				continue
+			}
+			var got, want any
+			if err := json.Unmarshal(e.Body, &got); err != nil {
+				t.Fatal(err)
+			}
+			_ = json.Unmarshal([]byte(tc.body), &want)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: body %s, want the JSON %s", id, e.Body, tc.body)
+			}
+			continue
+		}
+		var b64 string
+		if e.BodyEncoding != "base64" || json.Unmarshal(e.Body, &b64) != nil {
+			t.Errorf("%s (%s %q): body_encoding %q body %s, want a base64 string", id, tc.contentType, tc.body, e.BodyEncoding, e.Body)
+			continue
+		}
+		if raw, err := base64.StdEncoding.DecodeString(b64); err != nil || string(raw) != tc.body {
+			t.Errorf("%s: base64 body decodes to %q (%v), want %q", id, raw, err, tc.body)
+		}
+	}
+}
+
+// TestOperatorDeliveryIDInPath checks that a delivery ID with characters
+// that must be escaped in a path reaches its delivery.
+func TestOperatorDeliveryIDInPath(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	for _, id := range []string{"a/b", "a%b", "a%2Fb", "a?b#c", "evt_1", "~!$&'()*+,;=:@", `"quoted"`} {
+		eventID := s.accept("hdr", id, []byte(`{}`))
+		d := s.delivery("hdr", id)
+		if d.DeliveryID != id || d.EventID.String() != eventID {
+			t.Errorf("delivery %q: got %q (event %s), want event %s", id, d.DeliveryID, d.EventID, eventID)
+		}
+	}
+}
+
+// TestOperatorResponsesHoldNoSecrets runs every operator endpoint, successes
+// and errors, against senders and targets with secrets, and checks that no
+// response body or header contains any of them.
+func TestOperatorResponsesHoldNoSecrets(t *testing.T) {
+	t.Parallel()
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	secrets := map[string]string{
+		"GH":   "gh-secret-" + rand.Text(),
+		"HM1":  "hm-old-" + rand.Text(),
+		"HM2":  "hm-new-" + rand.Text(),
+		"SIGN": "whsec_" + base64.StdEncoding.EncodeToString(key),
+		"KEY":  "target-header-" + rand.Text(),
+		"PW":   "url-pw-" + rand.Text(),
+	}
+	ok := newTarget(t, http.StatusOK)
+	bad := newTarget(t, http.StatusGone)
+	s := newOpServer(t, opOptions{work: true, env: secrets, yaml: fmt.Sprintf(`
+senders:
+  - name: gh
+    preset: github
+    secret: ${GH}
+    forward:
+      - url: %s
+        signing_secret: ${SIGN}
+        headers: { X-Api-Key: "${KEY}" }
+      - url: %s
+      - url: http://hook:${PW}@127.0.0.1:1/unreachable
+        max_attempts: 2
+        timeout: 1s
+  - name: hm
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    signature: { scheme: hmac-sha256, header: X-Signature }
+    secrets: [ "${HM1}", "${HM2}" ]
+`, strings.Replace(ok.srv.URL, "http://", "http://hook:${PW}@", 1), bad.srv.URL)})
+
+	body := []byte(`{"action":"opened"}`)
+	mac := hmac.New(sha256.New, []byte(secrets["GH"]))
+	mac.Write(body)
+	eventID := s.accept("gh", "72d3162e-cc78-11e3-81ab-4c9367dc0958", body, func(r *http.Request) {
+		r.Header.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+		r.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	})
+	poll(t, "the forwards to settle", func() bool {
+		d := s.delivery("gh", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+		return len(d.Forwards) == 3 && settled(d)
+	})
+	if r := ok.requests(); len(r) != 1 || r[0].Header.Get("X-Api-Key") != secrets["KEY"] || r[0].Header.Get("webhook-signature") == "" {
+		t.Errorf("the target did not get the configured header and signature: %v", r)
+	}
+
+	var replies []reply
+	for _, p := range []struct{ method, path string }{
+		{"GET", "/v1/senders"},
+		{"GET", "/v1/senders/gh/deliveries"},
+		{"GET", "/v1/senders/gh/deliveries?limit=1"},
+		{"GET", "/v1/senders/gh/deliveries/72d3162e-cc78-11e3-81ab-4c9367dc0958"},
+		{"GET", "/v1/senders/gh/deliveries/nope"},
+		{"GET", "/v1/senders/hm/deliveries"},
+		{"GET", "/v1/events/" + eventID},
+		{"POST", "/v1/events/" + eventID + "/redeliver"},
+		{"GET", "/v1/events/nope"},
+		{"GET", "/v1/senders/gh/deliveries?cursor=nope"},
+	} {
+		replies = append(replies, s.call(p.method, p.path))
+	}
+	replies = append(replies, s.do(s.opRequest("GET", "/v1/senders", "Bearer wrong")), s.do(s.opRequest("GET", "/v1/senders", "")))
+	d := s.delivery("gh", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	unreachable := forwardsOf(d, "http://hook:xxxxx@127.0.0.1:1/unreachable")
+	if len(unreachable) != 2 || unreachable[0].State != "failed" || unreachable[0].LastError == nil {
+		t.Errorf("forwards = %+v; want the unreachable target's first failed, with its error, and a redelivery", d.Forwards)
+	}
+	for _, r := range replies {
+		var all strings.Builder
+		all.Write(r.body)
+		for k, vs := range r.header {
+			all.WriteString(k + ": " + strings.Join(vs, ",") + "\n")
+		}
+		for name, secret := range secrets {
+			if strings.Contains(all.String(), secret) {
+				t.Errorf("a response contains the secret %s: %s", name, r)
+			}
+		}
+		if strings.Contains(all.String(), strings.TrimPrefix(secrets["SIGN"], "whsec_")) {
+			t.Errorf("a response contains the signing key: %s", r)
+		}
+	}
+	if n := len(replies); n != 12 {
+		t.Fatalf("checked %d responses", n)
+	}
+}
