@@ -114,14 +114,16 @@ func New(db Querier, inFlightWait time.Duration) *Store {
 
 const (
 	setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1, true)`
-	// forgetExpiredSQL removes this key if its retention has passed, so that
-	// the claim after it treats the delivery as new even before the
-	// retention job has deleted the row.
-	forgetExpiredSQL = `DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND expires_at <= $3`
-	claimSQL         = `INSERT INTO processed_messages
+	// forgetExpiredSQL removes a key whose retention has passed, found by a
+	// conflicting claim before the retention job deleted it, so that the
+	// claim can be retried and the delivery treated as new.
+	forgetExpiredSQL = `WITH gone AS (
+  DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND expires_at <= $3 RETURNING 1)
+SELECT count(*) FROM gone`
+	claimSQL = `INSERT INTO processed_messages
   (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
-	storedSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body
+	storedSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at
 FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
 )
 
@@ -141,6 +143,29 @@ func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, err
 // trip (BEGIN is pipelined with them), apply takes its own round trips, and
 // COMMIT one more. apply does not run for a duplicate or after any failure.
 func (s *Store) RunTx(ctx context.Context, d Delivery, change Change, apply Apply) (Result, error) {
+	res, err := s.runOnce(ctx, d, change, apply)
+	if !errors.Is(err, errExpired) {
+		return res, err
+	}
+	// The key's retention had passed: forget it and claim again, once.
+	var n int64
+	if err := s.db.QueryRow(ctx, forgetExpiredSQL, d.Sender, d.DeliveryID, d.ReceivedAt).Scan(&n); err != nil {
+		return Result{}, fmt.Errorf("forget expired key: %w", err)
+	}
+	res, err = s.runOnce(ctx, d, change, apply)
+	if errors.Is(err, errExpired) {
+		// Only a concurrent delivery that claimed, and expired, in between
+		// could cause this; the sender's retry sorts it out.
+		return Result{}, errors.New("claim delivery: key expired twice")
+	}
+	return res, err
+}
+
+// errExpired marks a claim that conflicted with a key whose retention has
+// passed; it never leaves RunTx.
+var errExpired = errors.New("expired key")
+
+func (s *Store) runOnce(ctx context.Context, d Delivery, change Change, apply Apply) (Result, error) {
 	body := d.Response.Body
 	if body == nil {
 		body = []byte{} // stored as an empty body, not NULL
@@ -150,8 +175,7 @@ func (s *Store) RunTx(ctx context.Context, d Delivery, change Change, apply Appl
 		b.Queue("BEGIN")
 	}
 	b.Queue(setLockTimeoutSQL, s.inFlightWait)
-	b.Queue(forgetExpiredSQL, d.Sender, d.DeliveryID, d.ReceivedAt)
-	b.Queue(claimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], d.EventID,
+	b.Queue(claimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], [16]byte(d.EventID), // [16]byte: pgx encodes it directly, a uuid.UUID goes through text
 		d.Response.Status, d.Response.ContentType, body, d.ReceivedAt, d.ExpiresAt)
 	if change != nil {
 		change(b)
@@ -215,11 +239,10 @@ type batchSender interface {
 }
 
 // send executes the pipeline and classifies the first error by the statement
-// that raised it: only the claim (statement offset+2, after the optional
-// BEGIN, the lock timeout and the removal of an expired key) can be a
-// duplicate or in flight.
+// that raised it: only the claim (statement offset+1, after the optional
+// BEGIN and the lock timeout) can be a duplicate or in flight.
 func (s *Store) send(ctx context.Context, db batchSender, b *pgx.Batch, offset int) error {
-	claim := offset + 2
+	claim := offset + 1
 	n := b.Len()
 	br := db.SendBatch(ctx, b)
 	var first error
@@ -249,15 +272,17 @@ func (s *Store) send(ctx context.Context, db batchSender, b *pgx.Batch, offset i
 	return first
 }
 
-// replay reads the committed delivery that holds d's key.
+// replay reads the committed delivery that holds d's key. It returns
+// errExpired when that key's retention had passed when d was received.
 func (s *Store) replay(ctx context.Context, d Delivery) (Result, error) {
 	var (
-		sum    []byte
-		res    Result
-		status int16
+		sum     []byte
+		res     Result
+		status  int16
+		expires time.Time
 	)
 	err := s.db.QueryRow(ctx, storedSQL, d.Sender, d.DeliveryID).
-		Scan(&sum, &res.EventID, &status, &res.Response.ContentType, &res.Response.Body)
+		Scan(&sum, &res.EventID, &status, &res.Response.ContentType, &res.Response.Body, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The key expired and was deleted between the claim and this read;
 		// the sender's retry will be accepted as new.
@@ -265,6 +290,9 @@ func (s *Store) replay(ctx context.Context, d Delivery) (Result, error) {
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("read stored delivery: %w", err)
+	}
+	if !expires.After(d.ReceivedAt) {
+		return Result{}, errExpired
 	}
 	if !bytes.Equal(sum, d.RequestSHA256[:]) {
 		return Result{}, ErrPayloadMismatch

@@ -5,6 +5,7 @@
 // Run sends ONE pipeline to PostgreSQL (one network round trip, one implicit
 // transaction that ends at the pipeline's Sync):
 //
+//	SELECT set_config('lock_timeout', …, true)                            -- the in-flight wait
 //	INSERT INTO processed_messages (sender, delivery_id, …, response …)   -- the claim
 //	<the caller's state change statements>                                 -- same transaction
 //	COMMIT (implicit, at Sync)
@@ -41,6 +42,11 @@
 // retrying until it receives a 2xx. A crash before COMMIT leaves nothing; a
 // crash after COMMIT but before the response reached the sender is answered
 // by a replay on the sender's retry.
+//
+// A claim that conflicts with a key whose retention has passed (expires_at
+// at or before the delivery's arrival, not yet deleted by the retention job)
+// deletes that key and claims again, once: after its retention a delivery ID
+// is new.
 //
 // This is not exactly-once processing end to end. Effects outside this
 // database must not be performed in the state change: they are enqueued in it

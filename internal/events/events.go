@@ -32,7 +32,7 @@ func QueueInsert(b *pgx.Batch, e Event) {
 	if body == nil {
 		body = []byte{}
 	}
-	b.Queue(insertSQL, e.Sender, e.ID, e.DeliveryID, e.ReceivedAt, StoredHeaders(e.Headers), body)
+	b.Queue(insertSQL, e.Sender, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, StoredHeaders(e.Headers), body)
 }
 
 // redacted lists the request headers that carry credentials and are never
