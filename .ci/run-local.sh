@@ -36,4 +36,4 @@ API docs: http://$host/docs
 
 MSG
 
-exec env DATABASE_URL="$url" HOOKGATE_ADMIN_TOKEN="$token" HOOKGATE_CONFIG=hookgate.yaml HOOKGATE_ADDR="$addr" .data/hookgate
+exec env HOOKGATE_LOG_FORMAT="${HOOKGATE_LOG_FORMAT:-text}" DATABASE_URL="$url" HOOKGATE_ADMIN_TOKEN="$token" HOOKGATE_CONFIG=hookgate.yaml HOOKGATE_ADDR="$addr" .data/hookgate
