@@ -203,40 +203,6 @@ func startBinaryWith(t *testing.T, bin, dsn, addr, cfg string, args ...string) *
 	return p
 }
 
-// startRunWith is startRun with the configuration content cfg instead of
-// senderConfig.
-func startRunWith(t *testing.T, dsn, cfg string, args ...string) *inproc {
-	t.Helper()
-	path := writeConfig(t, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &inproc{log: newLogSink(), cancel: cancel, done: make(chan struct{})}
-	full := append([]string{"serve", "--addr", "127.0.0.1:0", "--config", path}, args...)
-	go func() {
-		defer close(s.done)
-		s.err = run(ctx, full, envOf("DATABASE_URL", dsn), io.Discard, s.log)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-s.done:
-		case <-time.After(time.Minute):
-			t.Errorf("run did not return within a minute of its context being cancelled")
-		}
-		if t.Failed() {
-			t.Logf("server log (tail):\n%s", s.log.tail(60))
-		}
-	})
-	select {
-	case s.addr = <-s.log.addrs:
-	case <-s.done:
-		t.Fatalf("run returned before listening: %v", s.err)
-	case <-time.After(time.Minute):
-		t.Fatal("the server logged no \"listening\" line within a minute")
-	}
-	s.base = "http://" + s.addr
-	return s
-}
-
 // deliverAll delivers every ID once and returns the event IDs, failing the
 // test on anything but a 202.
 func deliverAll(t *testing.T, c *http.Client, base string, ids []string) []string {

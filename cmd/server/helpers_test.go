@@ -216,12 +216,14 @@ type inproc struct {
 // args…) with DATABASE_URL=dsn in a goroutine and returns once the server
 // logged the address it listens on. When the test ends, the context is
 // cancelled and the test waits for run to return.
-func startRun(t *testing.T, dsn string, args ...string) *inproc {
+// startRunWith is startRun with the configuration content cfg instead of
+// senderConfig.
+func startRunWith(t *testing.T, dsn, cfg string, args ...string) *inproc {
 	t.Helper()
-	cfg := writeConfig(t, senderConfig)
+	path := writeConfig(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &inproc{log: newLogSink(), cancel: cancel, done: make(chan struct{})}
-	full := append([]string{"serve", "--addr", "127.0.0.1:0", "--config", cfg}, args...)
+	full := append([]string{"serve", "--addr", "127.0.0.1:0", "--config", path}, args...)
 	go func() {
 		defer close(s.done)
 		s.err = run(ctx, full, envOf("DATABASE_URL", dsn), io.Discard, s.log)
@@ -246,6 +248,11 @@ func startRun(t *testing.T, dsn string, args ...string) *inproc {
 	}
 	s.base = "http://" + s.addr
 	return s
+}
+
+func startRun(t *testing.T, dsn string, args ...string) *inproc {
+	t.Helper()
+	return startRunWith(t, dsn, senderConfig, args...)
 }
 
 // wait waits (boundedly) for run to return and returns its error.
