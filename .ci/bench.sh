@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/tmp-pg.sh
 
+# tmp_pg_start points TMPDIR into the throwaway directory it deletes on
+# exit: what -keep keeps goes where TMPDIR pointed before.
+export HOOKGATE_BENCH_KEEP_DIR=${TMPDIR:-/tmp}
 PG_FAST= tmp_pg_start
 export HOOKGATE_BENCH_DATABASE_URL=$TMP_PG_URL
 export HOOKGATE_PG_BINDIR=$PG_BINDIR

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// forwardConfig is the hookgate.yaml of the forwarding phases: the bench
+// sender with one forward target, url.
+func forwardConfig(url string) string {
+	return benchConfig + "    forward:\n      - url: " + url + "\n"
+}
+
+// sink is the forward target of the forwarding phases: an HTTP server on
+// 127.0.0.1 that reads each request's body and answers 204 at once. It counts
+// requests, and distinct delivery IDs (X-Hookgate-Delivery-Id, which the
+// forwards carry) by their tag, the part before the first "-", so that a
+// phase's forwards can be told from another's and a forward delivered twice
+// (at least once) counts once.
+type sink struct {
+	srv      *http.Server
+	ln       net.Listener
+	done     chan struct{}
+	requests atomic.Int64
+
+	mu       sync.Mutex
+	seen     map[string]struct{}
+	byTag    map[string]int
+	noID     int
+	firstErr error
+}
+
+// startSink listens on a free port of 127.0.0.1 and serves until close.
+func startSink() (*sink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("forward sink: %w", err)
+	}
+	s := &sink{ln: ln, done: make(chan struct{}), seen: map[string]struct{}{}, byTag: map[string]int{}}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.mu.Lock()
+			s.firstErr = err
+			s.mu.Unlock()
+		}
+	}()
+	return s, nil
+}
+
+func (s *sink) url() string { return "http://" + s.ln.Addr().String() + "/sink" }
+
+func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	s.requests.Add(1)
+	id := r.Header.Get("X-Hookgate-Delivery-Id")
+	s.mu.Lock()
+	if id == "" {
+		s.noID++
+	} else if _, dup := s.seen[id]; !dup {
+		s.seen[id] = struct{}{}
+		tag, _, _ := strings.Cut(id, "-")
+		s.byTag[tag]++
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// received returns the number of distinct delivery IDs with tag received.
+func (s *sink) received(tag string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byTag[tag]
+}
+
+func (s *sink) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+	<-s.done
+}
+
+// forwardResult is what a forwarding phase measured.
+type forwardResult struct {
+	load        *loadResult
+	role        string
+	tag         string
+	accepted    int // events of the phase stored (webhook_events rows)
+	jobs        int // forward jobs of the phase (river_job rows)
+	jobsQueued  int // of which still available (not worked) after the phase
+	jobStates   string
+	received    int           // distinct events the sink received (role all)
+	drainWait   time.Duration // after the load, until the sink had them all (or the timeout)
+	drained     bool
+	shutdownErr error
+}
+
+// forwardPhase runs one forwarding phase on a server of its own: the bench
+// sender with one forward target (the sink), serve --role role, fresh keys
+// tagged tag. With role all it then waits (up to -forward-drain-timeout)
+// until the sink has received every event the phase stored.
+// ref is phase 1's rate (no forward target), which the phase's is compared with.
+func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *benchDB, sk *sink, body []byte, role, tag string, ref float64, pgPID int, out io.Writer) (*forwardResult, error) {
+	spec := serverSpec{name: "server-forward-" + role, config: forwardConfig(sk.url()), args: []string{"--role", role}}
+	srv, err := startServer(ctx, bin, tmp, dbURL, o, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.kill()
+	fmt.Fprintf(out, "server pid %d: %s (one forward target, the sink %s; log %s)\n",
+		srv.pid(), strings.Join(srv.cmd.Args[1:], " "), sk.url(), filepath.Base(srv.logPath))
+	rss := newRSSSampler(srv.pid(), 200*time.Millisecond)
+	defer rss.stop()
+	if err := db.checkpoint(ctx); err != nil {
+		return nil, err
+	}
+	var prof *perfRecorder
+	if o.perf && role == "api" {
+		prof = startPerf(srv.pid(), filepath.Join(tmp, "perf-forward-api.data"), out)
+	}
+	watch := watchSQL(ctx, dbURL, o.warmup, firstSQL...)
+	cpu0 := takeCPU(srv.pid(), pgPID)
+	rss.mark()
+	load := runLoad(ctx, loadConfig{
+		url: srv.url(), workers: o.concurrency, warmup: o.warmup, duration: o.duration,
+		body: body, ids: firstIDs(tag), wantReplayed: false, raw: o.client == "raw",
+	})
+	cpu1 := takeCPU(srv.pid(), pgPID)
+	load.rssPeakMB = rss.phasePeakMB()
+	load.cpu = cpuBetween(cpu0, cpu1, nil)
+	if prof != nil {
+		prof.stop(out)
+	}
+	load.name = "first delivery, 1 target, " + role
+	r := &forwardResult{load: load, role: role, tag: tag}
+	printLoad(out, load)
+	if ref > 0 {
+		kind := "the -min-forward-ratio check"
+		if role != "api" {
+			kind = "info"
+		}
+		fmt.Fprintf(out, "  ÷ first delivery without a forward target (phase 1, %.0f/s) = %.2f (%s)\n", ref, load.rate()/ref, kind)
+	}
+	printSQLSeen(out, watch, firstSQL)
+	if err := phaseEnd(ctx, srv); err != nil {
+		return nil, err
+	}
+	if r.accepted, err = db.countEvents(ctx, tag); err != nil {
+		return nil, err
+	}
+
+	if role == "all" {
+		// The same process works the forwards: wait for the backlog.
+		t0 := time.Now()
+		deadline := t0.Add(o.forwardDrain)
+		for {
+			r.received = sk.received(tag)
+			if r.received >= r.accepted {
+				r.drained = true
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil || srv.exited() {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		r.drainWait = time.Since(t0)
+		cpu2 := takeCPU(srv.pid(), pgPID)
+		draining := ""
+		if r.drainWait >= time.Second {
+			draining = "; CPU cores while draining: " + cpuBetween(cpu1, cpu2, nil).String()
+		}
+		if r.drained {
+			fmt.Fprintf(out, "  sink: received all %d accepted events %s after the load ended (%.0f forwards/s over warm-up + load + drain)%s\n",
+				r.accepted, r.drainWait.Round(10*time.Millisecond), float64(r.accepted)/(o.warmup+o.duration+r.drainWait).Seconds(), draining)
+		} else {
+			fmt.Fprintf(out, "  sink: received %d of %d accepted events after waiting %s: backlog left %d (%.0f forwards/s over warm-up + load + wait)%s\n",
+				r.received, r.accepted, r.drainWait.Round(10*time.Millisecond), r.accepted-r.received,
+				float64(r.received)/(o.warmup+o.duration+r.drainWait).Seconds(), draining)
+		}
+	}
+	r.shutdownErr = srv.stop(25 * time.Second)
+	if r.shutdownErr != nil {
+		fmt.Fprintf(out, "  server shutdown: %v\n", r.shutdownErr)
+	}
+	if r.jobs, r.jobsQueued, r.jobStates, err = db.forwardJobs(ctx, tag); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "  forward jobs of the phase: %d for %d accepted events (%s)\n", r.jobs, r.accepted, r.jobStates)
+	if r.jobsQueued > 0 {
+		// Nobody is to work them: the next phase's server would, on its CPU.
+		n, err := db.deleteQueuedForwardJobs(ctx, tag)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "  removed the %d forward jobs left available, so that the next server does not work them\n", n)
+	}
+	return r, nil
+}
+
+// countEvents returns the number of events of sender bench whose delivery
+// ID has tag.
+func (db *benchDB) countEvents(ctx context.Context, tag string) (int, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	var n int
+	err := db.conn.QueryRow(ctx, `SELECT count(*) FROM webhook_events WHERE sender = 'bench' AND delivery_id LIKE $1`, tag+"-%").Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the phase's events: %w", err)
+	}
+	return n, nil
+}
+
+// forwardJobs returns the number of forward jobs of the events with tag,
+// how many are still available, and the count by state.
+func (db *benchDB) forwardJobs(ctx context.Context, tag string) (total, available int, states string, err error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	rows, err := db.conn.Query(ctx, `SELECT state::text, count(*) FROM river_job
+WHERE kind = 'hookgate_forward' AND args->>'delivery_id' LIKE $1 GROUP BY 1 ORDER BY 2 DESC`, tag+"-%")
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("count the phase's forward jobs: %w", err)
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var state string
+		var n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return 0, 0, "", err
+		}
+		total += n
+		if state == "available" {
+			available = n
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", state, n))
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, "", err
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	return total, available, strings.Join(parts, ", "), nil
+}
+
+// deleteQueuedForwardJobs deletes the available forward jobs of the events
+// with tag.
+func (db *benchDB) deleteQueuedForwardJobs(ctx context.Context, tag string) (int64, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	tagged, err := db.conn.Exec(ctx, `DELETE FROM river_job WHERE kind = 'hookgate_forward' AND state = 'available' AND args->>'delivery_id' LIKE $1`, tag+"-%")
+	if err != nil {
+		return 0, fmt.Errorf("delete the phase's queued forward jobs: %w", err)
+	}
+	return tagged.RowsAffected(), nil
+}
+
+// printSQLSeen stops w and prints, for information, the statements it saw
+// besides known, most frequent first.
+func printSQLSeen(out io.Writer, w *sqlWatcher, known []string) {
+	seen := w.stop()
+	total := 0
+	for _, n := range w.seen {
+		total += n
+	}
+	missing, _, _ := checkSQL(seen, w.seen, known, nil)
+	for _, m := range missing {
+		fmt.Fprintf(out, "  SQL seen: never saw %q\n", oneLine(m))
+	}
+	shown := 0
+	for _, q := range seen {
+		if slices.Contains(known, q) {
+			continue
+		}
+		if shown == 4 {
+			fmt.Fprintln(out, "  SQL seen: …")
+			break
+		}
+		fmt.Fprintf(out, "  SQL seen besides the first-delivery statements (%d of %d samples): %q\n", w.seen[q], total, oneLine(q))
+		shown++
+	}
+}
