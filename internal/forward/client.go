@@ -19,7 +19,8 @@ type Options struct {
 	// Work makes the client work forward jobs; without it the client only
 	// inserts them (the api role).
 	Work bool
-	// MaxWorkers is how many forwards run at once in this process (20).
+	// MaxWorkers is how many forwards run at once in this process
+	// (DefaultMaxWorkers).
 	MaxWorkers int
 	// Backoff is the retry schedule (DefaultBackoff).
 	Backoff Backoff
@@ -47,6 +48,14 @@ type Maintenance struct {
 	Periodic []*river.PeriodicJob
 }
 
+// DefaultMaxWorkers is how many forwards a process runs at once by default.
+const DefaultMaxWorkers = 100
+
+// fetchCooldown is the least time between two fetches of available forwards.
+// River's default, 100ms, caps a process at MaxWorkers forwards per 100ms
+// (200/s with 20 workers, measured by make bench), far below ingestion.
+const fetchCooldown = 10 * time.Millisecond
+
 // NewClient returns the River client that inserts forward jobs and, with
 // opts.Work, works them. m records the forward metrics.
 func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics, log *slog.Logger) (*river.Client[pgx.Tx], error) {
@@ -69,7 +78,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 	}
 	if opts.Work {
 		if opts.MaxWorkers <= 0 {
-			opts.MaxWorkers = 20
+			opts.MaxWorkers = DefaultMaxWorkers
 		}
 		if opts.Backoff == (Backoff{}) {
 			opts.Backoff = DefaultBackoff
@@ -106,6 +115,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		rc.Workers = workers
 		rc.JobTimeout = jobTimeout
 		rc.RescueStuckJobsAfter = opts.RescueAfter
+		rc.FetchCooldown = fetchCooldown
 		rc.FetchPollInterval = opts.FetchPollInterval
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
