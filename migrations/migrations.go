@@ -31,8 +31,9 @@ func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
 	opts := []goose.ProviderOption{goose.WithGoMigrations(goMigrations()...)}
 	if locked {
 		// Retry the advisory lock every second (goose's default is every
-		// 5 s) for up to 5 minutes.
-		locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+		// 5 s) for up to an hour: another replica may be building an index
+		// CONCURRENTLY on a large table.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 3600))
 		if err != nil {
 			db.Close()
 			return nil, nil, fmt.Errorf("create migration lock: %w", err)

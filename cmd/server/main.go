@@ -51,6 +51,10 @@ var version = ""
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends the process at once
+	}()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "hookgate:", err)
@@ -58,6 +62,11 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// maxInFlightWait is the longest in-flight wait serve accepts: the ingest
+// transaction is given 15s in all (handler), and the wait must end well
+// within it to be answered 409 rather than 503.
+const maxInFlightWait = 10 * time.Second
 
 // settings are the values of flags and environment variables.
 type settings struct {
@@ -121,8 +130,8 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	d, err := time.ParseDuration(wait)
-	if err != nil || d < time.Millisecond || d > dedup.MaxInFlightWait {
-		return nil, fmt.Errorf("in-flight wait %q: must be a duration from 1ms to %s, such as 3s", wait, dedup.MaxInFlightWait)
+	if err != nil || d < time.Millisecond || d > maxInFlightWait {
+		return nil, fmt.Errorf("in-flight wait %q: must be a duration from 1ms to %s, such as 3s", wait, maxInFlightWait)
 	}
 	s.inFlightWait = d
 	if s.role != roleAll && s.role != roleAPI && s.role != roleWorker {
@@ -305,6 +314,13 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		pc.MaxConns = 32
+	}
+	// A delivery for a sender with forward targets keeps its transaction
+	// open across round trips; if the gateway vanishes mid-way (a network
+	// partition, a frozen VM), PostgreSQL must not hold its claimed key —
+	// answering every retry 409 — until TCP keepalive notices.
+	if _, ok := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "30000"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

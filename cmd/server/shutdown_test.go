@@ -16,7 +16,7 @@ import (
 func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	t.Parallel()
 	pool, dsn := pgtest.NewDB(t)
-	srv := startRun(t, dsn, "--in-flight-wait", "20s")
+	srv := startRun(t, dsn, "--in-flight-wait", "10s") // the longest serve accepts
 	c := newClient(t)
 	ctx := t.Context()
 	const id = "held-1"

@@ -88,10 +88,13 @@ func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
 
 // NextRetry schedules the retry of a failed attempt.
 func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
+	d := w.backoff.delay(job.Attempt)
 	if v, ok := w.retryAfter.LoadAndDelete(job.ID); ok {
-		return w.now().Add(min(v.(time.Duration), w.backoff.Max))
+		// Retry-After is a floor: a target asking for 1s during a long
+		// outage must not burn every attempt in seconds.
+		d = min(max(v.(time.Duration), d), w.backoff.Max)
 	}
-	return w.now().Add(w.backoff.delay(job.Attempt))
+	return w.now().Add(d)
 }
 
 func (w *Worker) target(a Args) (*config.Target, bool) {
@@ -103,15 +106,16 @@ func (w *Worker) target(a Args) (*config.Target, bool) {
 }
 
 // Work POSTs the event to the target. A 2xx completes the job; 408, 429,
-// 5xx, timeouts and connection errors are retried; other 4xx, a target no
-// longer configured and an event no longer stored cancel it (failed, no
-// retries).
+// 5xx, timeouts and connection errors are retried; other 4xx and an event no
+// longer stored cancel it (failed, no retries). A target this process does
+// not know is retried too: during a rolling deploy another worker may know
+// it; after max_attempts the forward has failed.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	a := job.Args
 	t, ok := w.target(a)
 	if !ok {
-		w.metrics.attempt(a.URL, outcomeFailed)
-		return river.JobCancel(fmt.Errorf("target %s is no longer configured for sender %s", a.URL, a.Sender))
+		w.metrics.attempt(a.URL, outcomeRetry)
+		return fmt.Errorf("target %s is not configured for sender %s in this process", a.URL, a.Sender)
 	}
 	var (
 		headers map[string][]string
@@ -176,8 +180,10 @@ func (w *Worker) request(ctx context.Context, t *config.Target, a Args, stored m
 	for k, v := range t.Headers {
 		h.Set(k, v)
 	}
-	if ct := http.Header(stored).Get("Content-Type"); ct != "" {
-		h.Set("Content-Type", ct)
+	for _, k := range []string{"Content-Type", "Content-Encoding"} {
+		if v := http.Header(stored).Get(k); v != "" {
+			h.Set(k, v)
+		}
 	}
 	id := a.EventID.String()
 	ts := w.now()

@@ -462,27 +462,42 @@ func showBody(contentType string, body []byte) (api.BodyEncoding, *api.Body) {
 	return "base64", &v
 }
 
-// redactURL returns u with the password of its user information, if any,
-// replaced by "xxxxx"; a URL that does not parse is replaced as a whole.
+// redactURL returns u with the password of its user information and the
+// values of its query replaced by "xxxxx" (both often carry credentials);
+// "(unparseable URL)" when u does not parse.
 func redactURL(u string) string {
 	p, err := url.Parse(u)
 	if err != nil {
 		return "(unparseable URL)"
 	}
+	if p.RawQuery != "" {
+		// Query values often carry tokens: keep the names only.
+		q := p.Query()
+		for k := range q {
+			q[k] = []string{"xxxxx"}
+		}
+		p.RawQuery = q.Encode()
+	}
 	return p.Redacted()
 }
 
-// redactText returns text with target's password, wherever it appears
-// (alone or in the URL), replaced by "xxxxx".
+// redactText returns text with target, its password and its query values
+// (of 4 bytes or more), wherever they appear, redacted as by redactURL.
 func redactText(text, target string) string {
 	p, err := url.Parse(target)
 	if err != nil {
 		return strings.ReplaceAll(text, target, "(unparseable URL)")
 	}
-	pw, ok := p.User.Password()
-	if !ok || pw == "" {
-		return text
+	text = strings.ReplaceAll(text, target, redactURL(target))
+	if pw, ok := p.User.Password(); ok && pw != "" {
+		text = strings.ReplaceAll(text, pw, "xxxxx")
 	}
-	text = strings.ReplaceAll(text, target, p.Redacted())
-	return strings.ReplaceAll(text, pw, "xxxxx")
+	for _, vs := range p.Query() {
+		for _, v := range vs {
+			if len(v) >= 4 { // short values (flags, small numbers) are no secrets and would mangle text
+				text = strings.ReplaceAll(text, v, "xxxxx")
+			}
+		}
+	}
+	return text
 }

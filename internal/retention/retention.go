@@ -98,6 +98,10 @@ func NewWorker(db *pgxpool.Pool, cfg *config.Config, log *slog.Logger) *Worker {
 	return &Worker{db: db, cfg: cfg, log: log}
 }
 
+// Timeout lets a run take up to ten minutes (a large backlog after an
+// outage), instead of the client's job timeout, which is sized for forwards.
+func (w *Worker) Timeout(*river.Job[Args]) time.Duration { return 10 * time.Minute }
+
 // Work deletes what has expired.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	res, err := Run(ctx, w.db, w.cfg, time.Now())
