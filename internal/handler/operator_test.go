@@ -542,7 +542,7 @@ senders:
 	if len(hm.Forward) != 2 {
 		t.Fatalf("hm has %d targets, want 2: %+v", len(hm.Forward), hm.Forward)
 	}
-	if f := hm.Forward[0]; f.URL != "https://bob:xxxxx@orders.internal:9000/hooks?x=1" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
+	if f := hm.Forward[0]; f.URL != "https://bob:xxxxx@orders.internal:9000/hooks?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
 		!f.Signed || !slices.Equal(f.HeaderNames, []string{"Authorization", "X-Api-Key"}) {
 		t.Errorf("hm target 0 = %+v", f)
 	}
