@@ -254,7 +254,7 @@ type EnqueuedForward struct {
 	// Example: 1907
 	JobId int64 `json:"job_id"`
 
-	// Url The target URL; a password in it is shown as `xxxxx`.
+	// Url The target URL; a password and query values in it are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/stripe
 	Url string `json:"url"`
@@ -347,7 +347,7 @@ type ForwardState struct {
 	// Example: delivered
 	State ForwardStateState `json:"state"`
 
-	// Url The target URL; a password in it is shown as `xxxxx`.
+	// Url The target URL; a password and query values in it are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/stripe
 	Url string `json:"url"`
@@ -591,7 +591,7 @@ type TargetInfo struct {
 	// Example: 10
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 
-	// Url Where events are POSTed; a password in the URL is shown as `xxxxx`.
+	// Url Where events are POSTed; a password and query values in the URL are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/github
 	Url string `json:"url"`
