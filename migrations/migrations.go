@@ -10,7 +10,8 @@ import (
 	"fmt"
 	"io/fs"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
@@ -24,10 +25,13 @@ func FS() fs.FS { return files }
 // open returns a goose provider on a database/sql handle for dsn. The caller
 // closes the returned *sql.DB.
 func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
-	db, err := sql.Open("pgx", dsn)
+	// Parsed as the pool parses it, so that a URL with pool settings
+	// (pool_max_conns=…) is accepted here too.
+	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open database: %w", err)
+		return nil, nil, fmt.Errorf("parse database URL: %w", err)
 	}
+	db := stdlib.OpenDB(*pc.ConnConfig)
 	opts := []goose.ProviderOption{goose.WithGoMigrations(goMigrations()...)}
 	if locked {
 		// Retry the advisory lock every second (goose's default is every

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os/exec"
 	"sync"
@@ -74,21 +73,11 @@ func TestSIGKILLMidLoad(t *testing.T) {
 			}
 		},
 	}
-	loadCtx, cancelLoad := context.WithTimeout(context.Background(), 90*time.Second)
-	var st *loadStats
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		st = l.run(loadCtx)
-	}()
-	t.Cleanup(func() {
-		cancelLoad()
-		<-loadDone
-	})
+	rl := l.start(t)
 
 	select {
 	case <-killedCh:
-	case <-loadDone:
+	case <-rl.done:
 		t.Fatalf("the load ended after %d 2xx answers without reaching the kill at %d", ok2xx.Load(), killAfter)
 	}
 	if killErr != nil {
@@ -110,12 +99,11 @@ func TestSIGKILLMidLoad(t *testing.T) {
 	waitHealthy(t, c, base, second)
 
 	select {
-	case <-loadDone:
+	case <-rl.done:
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the load did not end within two minutes")
 	}
-	cancelLoad()
-	reportLoad(t, st)
+	reportLoad(t, rl.st)
 	t.Logf("SIGKILL after %d 2xx answers; afterwards %d 2xx answers (%d from the restarted process) and %d requests without an answer",
 		killAfter, afterKill.Load(), fromSecond.Load(), connErrs.Load())
 	// Guard: the kill happened in the middle of the load, not after it.
@@ -124,8 +112,8 @@ func TestSIGKILLMidLoad(t *testing.T) {
 			afterKill.Load(), fromSecond.Load(), connErrs.Load())
 	}
 
-	replayAll(t, c, base, ids, st)
-	checkStored(t, pool, ids, st)
+	replayAll(t, c, base, ids, rl.st)
+	checkStored(t, pool, ids, rl.st)
 
 	// The restarted process shuts down cleanly on SIGTERM.
 	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {

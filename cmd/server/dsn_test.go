@@ -1,20 +1,28 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"io"
+	"net/url"
+	"testing"
 
-func TestWithoutPoolParams(t *testing.T) {
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// A DATABASE_URL with pgxpool settings (pool_max_conns=…) works for
+// migrations as for the pool: PostgreSQL would refuse them as run-time
+// parameters if they reached it.
+func TestMigrateAcceptsPoolSettingsInURL(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]string{
-		"postgres://u@h/db":                                       "postgres://u@h/db",
-		"postgres://u@h/db?pool_max_conns=8":                      "postgres://u@h/db",
-		"postgres://u@h/db?sslmode=disable&pool_max_conns=8":      "postgres://u@h/db?sslmode=disable",
-		"postgres://u@h/db?pool_max_conns=8&sslmode=disable":      "postgres://u@h/db?sslmode=disable",
-		"postgres://u@h/db?pool_min_conns=1&pool_max_conns=8&a=b": "postgres://u@h/db?a=b",
-		"host=h dbname=db pool_max_conns=8 sslmode=disable":       "host=h dbname=db sslmode=disable",
-		"host=h pool_max_conns=8":                                 "host=h",
-	} {
-		if got := withoutPoolParams(in); got != want {
-			t.Errorf("withoutPoolParams(%q) = %q, want %q", in, got, want)
-		}
+	_, dsn := pgtest.NewDB(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "4")
+	u.RawQuery = q.Encode()
+	if err := run(context.Background(), []string{"migrate"}, envOf("DATABASE_URL", u.String()), io.Discard, io.Discard); err != nil {
+		t.Fatalf("migrate with %s: %v", u, err)
 	}
 }

@@ -312,30 +312,7 @@ func buildBinary(t *testing.T) string {
 // process is killed when the test ends, if it still runs.
 func startBinary(t *testing.T, bin, dsn, addr, cfg string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--config", cfg)
-	cmd.Env = []string{"DATABASE_URL=" + dsn, "HOOKGATE_LOG_FORMAT=json"}
-	p := &proc{cmd: cmd, log: newLogSink(), done: make(chan struct{})}
-	cmd.Stdout = p.log
-	cmd.Stderr = p.log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("log of process %d (tail):\n%s", cmd.Process.Pid, p.log.tail(40))
-		}
-	})
-	return p
+	return startBinaryWith(t, bin, dsn, addr, cfg)
 }
 
 // waitHealthy polls GET /healthz until it answers 200; it fails the test when
@@ -531,6 +508,29 @@ const maxAttempts = 5000
 
 // run delivers every ID and returns what the senders saw. It returns when
 // every ID got a 2xx or ctx is done.
+// runningLoad is a load running in the background: done is closed when it
+// ends, and st is set then.
+type runningLoad struct {
+	done chan struct{}
+	st   *loadStats
+}
+
+// start runs l in the background for at most 90s. When the test ends the
+// load is cancelled and awaited.
+func (l *load) start(t *testing.T) *runningLoad {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	rl := &runningLoad{done: make(chan struct{})}
+	go func() {
+		defer close(rl.done)
+		rl.st = l.run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-rl.done
+	})
+	return rl
+}
+
 func (l *load) run(ctx context.Context) *loadStats {
 	st := &loadStats{events: map[string][]string{}, statuses: map[int]int{}}
 	var next atomic.Int64

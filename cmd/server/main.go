@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"regexp"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -174,7 +173,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return errors.New("DATABASE_URL is not set: give the PostgreSQL URL in DATABASE_URL or --database-url (make run starts a local database and sets it)")
 	}
 	if cmd == "migrate" {
-		n, err := migrations.Up(ctx, withoutPoolParams(s.databaseURL))
+		n, err := migrations.Up(ctx, s.databaseURL)
 		if err != nil {
 			return err
 		}
@@ -189,7 +188,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	n, err := migrations.Up(ctx, withoutPoolParams(s.databaseURL))
+	n, err := migrations.Up(ctx, s.databaseURL)
 	if err != nil {
 		return err
 	}
@@ -327,23 +326,6 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	return pool, nil
-}
-
-// poolParam matches a pgxpool setting (pool_max_conns=8) in a URL's query or
-// a keyword/value connection string.
-var poolParam = regexp.MustCompile(`(^|[?&\s])pool_[a-z_]+=[^&\s]*`)
-
-// withoutPoolParams returns dsn without pgxpool's pool_* settings, which
-// only the pool understands: PostgreSQL refuses them as run-time parameters.
-func withoutPoolParams(dsn string) string {
-	out := poolParam.ReplaceAllStringFunc(dsn, func(m string) string {
-		if m != "" && (m[0] == '?') {
-			return "?"
-		}
-		return ""
-	})
-	out = strings.Replace(out, "?&", "?", 1)
-	return strings.TrimSuffix(strings.TrimSpace(out), "?")
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {

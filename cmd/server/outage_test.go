@@ -79,21 +79,11 @@ func TestDatabaseOutageMidLoad(t *testing.T) {
 			}
 		},
 	}
-	loadCtx, cancelLoad := context.WithTimeout(context.Background(), 90*time.Second)
-	var st *loadStats
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		st = l.run(loadCtx)
-	}()
-	t.Cleanup(func() {
-		cancelLoad()
-		<-loadDone
-	})
+	rl := l.start(t)
 
 	select {
 	case <-reached:
-	case <-loadDone:
+	case <-rl.done:
 		t.Fatalf("the load ended after %d 2xx answers without reaching %d", ok2xx.Load(), stopAfter)
 	}
 	cluster.Stop(t)
@@ -137,34 +127,33 @@ func TestDatabaseOutageMidLoad(t *testing.T) {
 	})
 
 	select {
-	case <-loadDone:
+	case <-rl.done:
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the load did not end within two minutes")
 	}
-	cancelLoad()
-	reportLoad(t, st)
+	reportLoad(t, rl.st)
 	t.Logf("database stopped after %d 2xx answers; %d error answers during the outage, %d of them 503 problems with Retry-After",
 		stoppedAt, outageErrs.Load(), outage503.Load())
 	if outage503.Load() == 0 {
 		t.Error("no 503 problem with Retry-After was answered during the outage")
 	}
-	if st.connErrs > 0 {
-		t.Errorf("%d requests got no HTTP answer: the gateway must stay up while the database is down", st.connErrs)
+	if rl.st.connErrs > 0 {
+		t.Errorf("%d requests got no HTTP answer: the gateway must stay up while the database is down", rl.st.connErrs)
 	}
-	for status := range st.statuses {
+	for status := range rl.st.statuses {
 		if status != http.StatusServiceUnavailable && status != http.StatusInternalServerError && status != http.StatusConflict {
-			t.Errorf("answered %d %d times; only 503 (or 500, 409) may ask a sender to retry", status, st.statuses[status])
+			t.Errorf("answered %d %d times; only 503 (or 500, 409) may ask a sender to retry", status, rl.st.statuses[status])
 		}
 	}
 
-	replayAll(t, c, srv.base, ids, st)
+	replayAll(t, c, srv.base, ids, rl.st)
 	ctx := t.Context()
 	pool, err := pgxpool.New(ctx, cluster.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	checkStored(t, pool, ids, st)
+	checkStored(t, pool, ids, rl.st)
 
 	var sampled int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE delivery_id = 'outage-sample'`).Scan(&sampled); err != nil {

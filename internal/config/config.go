@@ -61,6 +61,9 @@ type Sender struct {
 	// Forward lists the services each accepted event is forwarded to.
 	Forward []Target `yaml:"forward" validate:"unique=URL,dive"`
 
+	// DeliveryIDPointer is DeliveryID.JSONPointer parsed; nil for a header.
+	// Set by Parse.
+	DeliveryIDPointer Pointer `yaml:"-"`
 	// Verifier checks request signatures; nil when the sender has none.
 	// Set by Parse from the preset, the signature block and the secrets.
 	Verifier signature.Verifier `yaml:"-"`

@@ -64,6 +64,13 @@ func (s *Sender) secrets() []namedSecret {
 // secrets. Its errors start with the field at fault (relative to the sender)
 // and never contain a secret.
 func resolve(s *Sender) error {
+	if p := s.DeliveryID.JSONPointer; p != "" {
+		ptr, err := ParsePointer(p) // validated already; parsed once here, not per request
+		if err != nil {
+			return fmt.Errorf("delivery_id.json_pointer: %w", err)
+		}
+		s.DeliveryIDPointer = ptr
+	}
 	for i := range s.Forward {
 		t := &s.Forward[i]
 		if t.SigningSecret == "" {

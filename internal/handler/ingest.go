@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -44,25 +45,27 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 	info := requestInfo(r.Context())
 	info.sender = sender
 	start := time.Now()
-	outcome, err := s.ingest(w, r, sender, info)
+	label := "" // unknown names must not create unbounded label values
+	var (
+		outcome string
+		err     error
+	)
+	if sd, ok := s.cfg.Sender(sender); ok {
+		label = sender
+		outcome, err = s.ingest(w, r, sd, info)
+	} else {
+		err = newProblem(probUnknownSender, fmt.Sprintf("No sender named %q is configured. Configured senders are listed in hookgate.yaml.", sender))
+	}
 	if err != nil {
 		pe := writeProblem(w, err)
 		outcome = outcomeFor(pe)
 		info.err = pe
 	}
 	info.outcome = outcome
-	label := sender
-	if _, ok := s.cfg.Sender(sender); !ok {
-		label = "" // unknown names must not create unbounded label values
-	}
 	s.metrics.observe(label, outcome, time.Since(start))
 }
 
-func (s *Server) ingest(w http.ResponseWriter, r *http.Request, name string, info *reqInfo) (string, error) {
-	sender, ok := s.cfg.Sender(name)
-	if !ok {
-		return "", newProblem(probUnknownSender, fmt.Sprintf("No sender named %q is configured. Configured senders are listed in hookgate.yaml.", name))
-	}
+func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.Sender, info *reqInfo) (string, error) {
 	body, err := readBody(w, r, sender.MaxBodyBytes)
 	if err != nil {
 		return "", err
@@ -165,11 +168,8 @@ func deliveryID(r *http.Request, body []byte, sender *config.Sender) (string, er
 		}
 		id = vals[0]
 	default:
-		ptr, err := config.ParsePointer(src.JSONPointer)
-		if err != nil { // validated at start-up
-			return "", fmt.Errorf("delivery ID pointer: %w", err)
-		}
-		id, err = ptr.String(body)
+		var err error
+		id, err = sender.DeliveryIDPointer.String(body)
 		switch {
 		case errors.Is(err, config.ErrNotFound):
 			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The JSON body has no value at %s: sender %q carries its delivery ID there.", src.JSONPointer, sender.Name))
@@ -207,6 +207,9 @@ func slackChallenge(body []byte) (string, bool) {
 	var v struct {
 		Type      string `json:"type"`
 		Challenge string `json:"challenge"`
+	}
+	if !bytes.Contains(body, []byte("url_verification")) { // spare every event a second JSON decode
+		return "", false
 	}
 	if json.Unmarshal(body, &v) != nil || v.Type != "url_verification" {
 		return "", false
