@@ -102,6 +102,17 @@ func TestRunUnknownCommand(t *testing.T) {
 	}
 }
 
+// An in-flight wait that could not end within the ingest transaction's 15s
+// budget (it would turn the 409 into a 503) is refused at start-up.
+func TestRunRejectsLongInFlightWait(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"serve", "--in-flight-wait", "11s"}, envOf("DATABASE_URL", "postgres://127.0.0.1:1/x"), &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "in-flight wait") || !strings.Contains(err.Error(), "10s") {
+		t.Fatalf("--in-flight-wait 11s: err = %v, want an error naming the in-flight wait and its 10s limit", err)
+	}
+}
+
 func TestRunWithoutDatabaseURL(t *testing.T) {
 	t.Parallel()
 	cfg := writeConfig(t, senderConfig)

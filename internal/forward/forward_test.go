@@ -120,6 +120,9 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 			if got := h.header.Get("Content-Type"); got != ct {
 				t.Errorf("event %s: Content-Type %q, want the original %q", key, got, ct)
 			}
+			if got := h.header.Get("Content-Encoding"); got != "identity" {
+				t.Errorf("event %s: Content-Encoding %q, want the original \"identity\"", key, got)
+			}
 			if !bytes.Equal(h.body, d.body) {
 				t.Errorf("event %s: body %q, want the original bytes %q", key, h.body, d.body)
 			}

@@ -312,6 +312,7 @@ func (e *env) tryDeliver(id string, body []byte, ct string) (delivery, error) {
 		return delivery{}, err
 	}
 	req.Header.Set("Content-Type", ct)
+	req.Header.Set("Content-Encoding", "identity") // forwarded with the body, like Content-Type
 	req.Header.Set("X-Delivery-Id", id)
 	resp, err := e.gateway.Client().Do(req)
 	if err != nil {
