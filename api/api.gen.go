@@ -247,12 +247,22 @@ type DeliverySummary struct {
 	ResponseStatus int `json:"response_status"`
 }
 
-// EnqueuedForward A forward job a redelivery enqueued.
+// EnqueuedForward A forward job a redelivery enqueued, or found still waiting.
 type EnqueuedForward struct {
-	// JobId The new forward's job ID; it appears among the delivery's forwards.
+	// AlreadyPending True when a forward of this event to this target was still waiting, running or retrying, so no second one was enqueued (`job_id` is that forward's).
+	//
+	// Example: false
+	AlreadyPending bool `json:"already_pending"`
+
+	// JobId The forward's job ID; it appears among the delivery's forwards.
 	//
 	// Example: 1907
 	JobId int64 `json:"job_id"`
+
+	// Target The target's name.
+	//
+	// Example: orders
+	Target string `json:"target"`
 
 	// Url The target URL; a password and query values in it are shown as `xxxxx`.
 	//
@@ -301,7 +311,9 @@ type Event struct {
 	Sender string `json:"sender"`
 }
 
-// ForwardState One forward job of an event to one target.
+// ForwardState One forward of an event to one target. A forward accepted moments ago
+// may still be in the outbox, waiting to be relayed into the job queue:
+// it is `pending`, with a null `job_id`.
 type ForwardState struct {
 	// Attempts How many attempts have started.
 	//
@@ -318,10 +330,10 @@ type ForwardState struct {
 	// Example: 2026-11-29T19:31:09.087Z
 	DeliveredAt *time.Time `json:"delivered_at"`
 
-	// JobId The forward's job ID.
+	// JobId The forward's job ID; null while the forward is still in the outbox.
 	//
 	// Example: 1841
-	JobId int64 `json:"job_id"`
+	JobId *int64 `json:"job_id"`
 
 	// LastError Why the most recent finished attempt failed; null when it succeeded or none finished.
 	LastError *string `json:"last_error"`
@@ -347,7 +359,12 @@ type ForwardState struct {
 	// Example: delivered
 	State ForwardStateState `json:"state"`
 
-	// Url The target URL; a password and query values in it are shown as `xxxxx`.
+	// Target The target's name, unique within its sender.
+	//
+	// Example: orders
+	Target string `json:"target"`
+
+	// Url The target's URL as configured now, with a password and query values shown as `xxxxx`; empty when no target of that name is configured any more.
 	//
 	// Example: http://orders.internal:9000/hooks/stripe
 	Url string `json:"url"`
@@ -580,6 +597,11 @@ type TargetInfo struct {
 	//
 	// Example: 20
 	MaxAttempts int `json:"max_attempts"`
+
+	// Name The target's name, unique within its sender.
+	//
+	// Example: orders
+	Name string `json:"name"`
 
 	// Signed Whether forwards carry a Standard Webhooks `webhook-signature`.
 	//

@@ -12,15 +12,22 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
-// TestSIGKILLMidLoad runs the real binary under a load of senders that retry
-// until they get a 2xx, kills it with SIGKILL in the middle of the load,
-// starts it again on the same port, and checks that every delivery was
-// accepted exactly once and answered with one event_id.
+// TestSIGKILLMidLoad runs the real binary (role all: it ingests, relays the
+// outbox and forwards) under a load of senders that retry until they get a
+// 2xx, kills it with SIGKILL in the middle of the load, starts it again on
+// the same port, and checks that every delivery was accepted exactly once
+// and answered with one event_id, and that every accepted event reached
+// the forward target, with one forward job each and nothing left in the
+// outbox.
 func TestSIGKILLMidLoad(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
-	cfg := writeConfig(t, senderConfig)
+	tg := newFwdTarget(t, "ok")
+	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 100))
+	// Forwards running at the kill are rescued after 7s (more than the 1s
+	// target timeout + 5s) rather than the default minute and more.
+	flags := append([]string{"--forward-rescue-after", "7s"}, fastForwardFlags...)
 	addr := freeAddr(t)
 	base := "http://" + addr
 	c := newClient(t)
@@ -32,7 +39,7 @@ func TestSIGKILLMidLoad(t *testing.T) {
 	)
 	ids := makeIDs("crash", deliveries)
 
-	first := startBinary(t, bin, dsn, addr, cfg)
+	first := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
 	waitHealthy(t, c, base, first)
 
 	var (
@@ -95,7 +102,7 @@ func TestSIGKILLMidLoad(t *testing.T) {
 		t.Fatalf("the first process ended with %v, want killed by SIGKILL", first.err)
 	}
 
-	second := startBinary(t, bin, dsn, addr, cfg)
+	second := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
 	waitHealthy(t, c, base, second)
 
 	select {
@@ -114,6 +121,11 @@ func TestSIGKILLMidLoad(t *testing.T) {
 
 	replayAll(t, c, base, ids, rl.st)
 	checkStored(t, pool, ids, rl.st)
+	events := acceptedEvents(t, pool)
+	if len(events) != deliveries {
+		t.Fatalf("%d accepted events, want %d", len(events), deliveries)
+	}
+	checkEveryEventForwarded(t, pool, tg, events, 90*time.Second)
 
 	// The restarted process shuts down cleanly on SIGTERM.
 	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -130,4 +142,98 @@ func TestSIGKILLMidLoad(t *testing.T) {
 	if second.log.count("stopped") != 1 {
 		t.Errorf("after SIGTERM the process did not log \"stopped\"")
 	}
+}
+
+// TestWorkerSIGKILLWhileRelaying: a --role api process accepts a load of
+// deliveries (senders retrying until they get a 2xx) and writes their
+// forwards to the outbox, while a --role worker process relays them into
+// River and works them. The worker is killed with SIGKILL in the middle of
+// the load, while it relays, and another worker is started once forwards
+// pile up in the outbox. Every accepted event reaches the target, with
+// exactly one forward job, and the outbox ends empty: whatever relay
+// transaction the kill cut short lost nothing.
+func TestWorkerSIGKILLWhileRelaying(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	tg := newFwdTarget(t, "ok")
+	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 100))
+	flags := append([]string{"--forward-rescue-after", "7s"}, fastForwardFlags...)
+	c := newClient(t)
+	const (
+		deliveries = 600
+		senders    = 16
+		killAfter  = 200 // 2xx answers before the kill
+	)
+	ids := makeIDs("relay-kill", deliveries)
+
+	apiAddr := freeAddr(t)
+	base := "http://" + apiAddr
+	api := startBinaryWith(t, bin, dsn, apiAddr, cfg, append([]string{"--role", "api"}, flags...)...)
+	waitHealthy(t, c, base, api)
+	startWorker := func() *proc {
+		addr := freeAddr(t)
+		w := startBinaryWith(t, bin, dsn, addr, cfg, append([]string{"--role", "worker"}, flags...)...)
+		waitHealthy(t, c, "http://"+addr, w)
+		return w
+	}
+	worker := startWorker()
+
+	var (
+		ok2xx    atomic.Int64
+		killOnce sync.Once
+		killNow  = make(chan struct{})
+	)
+	l := &load{
+		client: c, base: base, ids: ids, senders: senders, backoff: 20 * time.Millisecond,
+		observe: func(r reply, err error) {
+			if err == nil && r.status >= 200 && r.status < 300 && ok2xx.Add(1) == killAfter {
+				killOnce.Do(func() { close(killNow) })
+			}
+		},
+	}
+	rl := l.start(t)
+	select {
+	case <-killNow:
+	case <-rl.done:
+		t.Fatalf("the load ended after %d 2xx answers without reaching the kill at %d", ok2xx.Load(), killAfter)
+	}
+	if err := worker.cmd.Process.Kill(); err != nil {
+		t.Fatalf("SIGKILL: %v", err)
+	}
+	select {
+	case <-worker.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the killed worker did not exit within a minute")
+	}
+	var exitErr *exec.ExitError
+	if !errors.As(worker.err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the worker ended with %v, want killed by SIGKILL", worker.err)
+	}
+	atKill := jobStates(t, pool)
+	relayed := 0
+	for _, k := range atKill {
+		relayed += k
+	}
+	// Guard: the worker had been relaying before the kill.
+	if relayed == 0 {
+		t.Fatalf("no forward job existed at the kill (outbox %d rows): the worker relayed nothing", outboxRows(t, pool))
+	}
+	t.Logf("at the kill: %d 2xx answers, jobs %v, outbox %d rows", ok2xx.Load(), atKill, outboxRows(t, pool))
+	// With no worker, the api process's forwards wait in the outbox.
+	waitUntil(t, 30*time.Second, "forwards to wait in the outbox", func() bool { return outboxRows(t, pool) > 0 })
+	startWorker()
+
+	select {
+	case <-rl.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the load did not end within two minutes")
+	}
+	reportLoad(t, rl.st)
+	checkStored(t, pool, ids, rl.st)
+	events := acceptedEvents(t, pool)
+	if len(events) != deliveries {
+		t.Fatalf("%d accepted events, want %d", len(events), deliveries)
+	}
+	checkEveryEventForwarded(t, pool, tg, events, 90*time.Second)
 }

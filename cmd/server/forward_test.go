@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
@@ -25,7 +26,8 @@ import (
 // of senderConfig, forwarding to url.
 func forwardConfig(url, timeout string, maxAttempts int) string {
 	return senderConfig + fmt.Sprintf(`    forward:
-      - url: %s
+      - name: t1
+        url: %s
         timeout: %s
         max_attempts: %d
 `, url, timeout, maxAttempts)
@@ -174,6 +176,102 @@ func jobStates(t *testing.T, pool *pgxpool.Pool) map[string]int {
 	return out
 }
 
+// outboxRows counts the forwards in the outbox, not yet relayed into River.
+func outboxRows(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM forward_outbox`).Scan(&n); err != nil {
+		t.Fatalf("read forward_outbox: %v", err)
+	}
+	return n
+}
+
+// jobsPerEvent counts the forward jobs of each event.
+func jobsPerEvent(t *testing.T, pool *pgxpool.Pool) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT args->>'event_id', count(*) FROM river_job WHERE kind = 'hookgate_forward' GROUP BY 1`)
+	if err != nil {
+		t.Fatalf("read river_job: %v", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var ev string
+		var n int
+		if err := rows.Scan(&ev, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[ev] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// acceptedEvents returns the event of every accepted delivery of acme.
+func acceptedEvents(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT event_id::text FROM processed_messages WHERE sender = 'acme' ORDER BY 1`)
+	if err != nil {
+		t.Fatalf("read processed_messages: %v", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("read processed_messages: %v", err)
+	}
+	return out
+}
+
+// checkEveryEventForwarded waits until the target has answered 2xx to a
+// forward of every event in events, and then checks that the outbox is
+// empty and that every event has exactly one forward job, completed.
+func checkEveryEventForwarded(t *testing.T, pool *pgxpool.Pool, tg *fwdTarget, events []string, timeout time.Duration) {
+	t.Helper()
+	missing := func() []string {
+		got := tg.delivered()
+		var out []string
+		for _, ev := range events {
+			if got[ev] == 0 {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		m := missing()
+		if len(m) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, %d of %d accepted events never reached the target (e.g. %v); outbox rows %d, jobs %v",
+				timeout, len(m), len(events), m[:min(5, len(m))], outboxRows(t, pool), jobStates(t, pool))
+		}
+		<-tick.C
+	}
+	waitUntil(t, 30*time.Second, "every forward job to be completed", func() bool {
+		return jobStates(t, pool)["completed"] == len(events)
+	})
+	if n := outboxRows(t, pool); n != 0 {
+		t.Errorf("%d forwards left in the outbox, want none", n)
+	}
+	per := jobsPerEvent(t, pool)
+	if len(per) != len(events) {
+		t.Errorf("forward jobs of %d events, want %d", len(per), len(events))
+	}
+	bad := 0
+	for _, ev := range events {
+		if per[ev] != 1 {
+			if bad++; bad <= 5 {
+				t.Errorf("event %s has %d forward jobs, want 1", ev, per[ev])
+			}
+		}
+	}
+}
+
 // startBinaryWith is startBinary with extra serve flags.
 func startBinaryWith(t *testing.T, bin, dsn, addr, cfg string, args ...string) *proc {
 	t.Helper()
@@ -297,23 +395,18 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 	}
 	t.Logf("all %d events delivered %v after the restart", n, time.Since(restarted).Round(100*time.Millisecond))
 	got := tg.delivered()
-	for _, ev := range events {
-		if got[ev] == 0 {
-			t.Errorf("event %s was never delivered", ev)
-		}
-	}
 	if len(got) != n {
 		t.Errorf("%d distinct Idempotency-Keys delivered, want %d", len(got), n)
 	}
-	waitUntil(t, 30*time.Second, "every forward job to be completed", func() bool {
-		return jobStates(t, pool)["completed"] == n
-	})
+	checkEveryEventForwarded(t, pool, tg, events, 30*time.Second)
 }
 
 // TestForwardsByWorkerProcesses: one --role api process accepts deliveries
-// and only enqueues their forwards; two --role worker processes on the same
-// database work them. Each event reaches the target exactly once in all,
-// and both workers take part.
+// and only writes their forwards to the outbox; two --role worker processes
+// on the same database relay them into River and work them. Each event
+// reaches the target exactly once in all, and both workers take part. The
+// workers' metrics name the target by its name: its URL, with a password
+// and a query token, appears nowhere in /metrics.
 func TestForwardsByWorkerProcesses(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
@@ -322,7 +415,12 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 	// The first forward is held until a second one arrives at the same time:
 	// with one forward at a time per worker, that needs both workers.
 	tg.barrier = true
-	cfg := writeConfig(t, forwardConfig(tg.url, "30s", 5))
+	const (
+		urlPassword = "url-pw-41d7c2"
+		urlToken    = "qtok-9b03e5"
+	)
+	targetURL := strings.Replace(tg.url, "http://", "http://fwd:"+urlPassword+"@", 1) + "?token=" + urlToken
+	cfg := writeConfig(t, forwardConfig(targetURL, "30s", 5))
 	c := newClient(t)
 	const n = 40
 
@@ -331,31 +429,39 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 	waitHealthy(t, c, "http://"+apiAddr, api)
 	events := deliverAll(t, c, "http://"+apiAddr, makeIDs("workers", n))
 
-	// The api process does not work forwards: it never started River, so
-	// there is no leader, no queue, no attempt, and the target saw nothing.
-	var leaders, queues, attempted int
-	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM river_leader), (SELECT count(*) FROM river_queue),
-		(SELECT count(*) FROM river_job WHERE attempt > 0 OR state <> 'available')`).Scan(&leaders, &queues, &attempted); err != nil {
+	// The api process neither relays nor works forwards: it never started
+	// River, so there is no leader, no queue, no job, every forward is in
+	// the outbox, and the target saw nothing.
+	var leaders, queues int
+	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM river_leader), (SELECT count(*) FROM river_queue)`).Scan(&leaders, &queues); err != nil {
 		t.Fatal(err)
 	}
-	if leaders != 0 || queues != 0 || attempted != 0 {
-		t.Errorf("with only the api process running: %d River leaders, %d queues, %d attempted jobs; want none", leaders, queues, attempted)
+	if leaders != 0 || queues != 0 {
+		t.Errorf("with only the api process running: %d River leaders, %d queues; want none", leaders, queues)
 	}
-	if st := jobStates(t, pool); st["available"] != n || len(st) != 1 {
-		t.Errorf("with only the api process running, jobs %v; want all %d available", st, n)
+	if st := jobStates(t, pool); len(st) != 0 {
+		t.Errorf("with only the api process running, jobs %v; want none (the forwards wait in the outbox)", st)
+	}
+	if got := outboxRows(t, pool); got != n {
+		t.Errorf("with only the api process running, %d forwards in the outbox, want %d", got, n)
 	}
 	if hits, _, _ := tg.snapshot(); len(hits) != 0 {
 		t.Errorf("the target received %d requests with only the api process running, want 0", len(hits))
 	}
 
+	var workers []string
 	for range 2 {
 		addr := freeAddr(t)
 		w := startBinaryWith(t, bin, dsn, addr, cfg, append([]string{"--role", "worker", "--forward-workers", "1"}, fastForwardFlags...)...)
 		waitHealthy(t, c, "http://"+addr, w)
+		workers = append(workers, "http://"+addr)
 	}
 	waitUntil(t, 45*time.Second, "every forward job to be completed", func() bool {
 		return jobStates(t, pool)["completed"] == n
 	})
+	if got := outboxRows(t, pool); got != 0 {
+		t.Errorf("%d forwards left in the outbox, want none", got)
+	}
 
 	hits, _, maxIn := tg.snapshot()
 	got := tg.delivered()
@@ -388,6 +494,34 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 		t.Errorf("jobs were worked by %d River clients (%v), want the 2 workers", len(byClient), byClient)
 	}
 	t.Logf("jobs per worker: %v", byClient)
+
+	// Metrics: the delivered attempts, by target name, add up to n.
+	const attempts = `hookgate_forward_attempts_total{outcome="delivered",sender="acme",target="t1"} `
+	total := 0
+	for _, w := range workers {
+		r, err := get(t.Context(), c, w+"/metrics")
+		if err != nil || r.status != http.StatusOK {
+			t.Fatalf("GET %s/metrics: %v %v", w, r, err)
+		}
+		body := string(r.body)
+		for _, leak := range []string{tg.srv.URL, strings.TrimPrefix(tg.srv.URL, "http://"), "/hooks", urlPassword, urlToken, "token="} {
+			if strings.Contains(body, leak) {
+				t.Errorf("GET %s/metrics contains %q of the target's URL", w, leak)
+			}
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, attempts); ok {
+				var k int
+				if _, err := fmt.Sscan(v, &k); err != nil {
+					t.Errorf("metric line %q: %v", line, err)
+				}
+				total += k
+			}
+		}
+	}
+	if total != n {
+		t.Errorf("the workers' %s… add up to %d, want %d", attempts, total, n)
+	}
 }
 
 // TestWorkerRoleServesOnlyServiceEndpoints: a --role worker process answers

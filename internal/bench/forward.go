@@ -13,12 +13,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // forwardConfig is the hookgate.yaml of the forwarding phases: the bench
 // sender with one forward target, url.
 func forwardConfig(url string) string {
-	return benchConfig + "    forward:\n      - url: " + url + "\n"
+	return benchConfig + "    forward:\n      - name: sink\n        url: " + url + "\n"
 }
 
 // sink is the forward target of the forwarding phases: an HTTP server on
@@ -38,6 +40,10 @@ type sink struct {
 	byTag    map[string]int
 	noID     int
 	firstErr error
+	// lag holds, by tag, the time from each event's creation (the
+	// millisecond in its UUIDv7, taken just before the ingest transaction)
+	// to its first forward's arrival.
+	lag map[string][]time.Duration
 }
 
 // startSink listens on a free port of 127.0.0.1 and serves until close.
@@ -46,7 +52,7 @@ func startSink() (*sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("forward sink: %w", err)
 	}
-	s := &sink{ln: ln, done: make(chan struct{}), seen: map[string]struct{}{}, byTag: map[string]int{}}
+	s := &sink{ln: ln, done: make(chan struct{}), seen: map[string]struct{}{}, byTag: map[string]int{}, lag: map[string][]time.Duration{}}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	go func() {
 		defer close(s.done)
@@ -72,9 +78,22 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.seen[id] = struct{}{}
 		tag, _, _ := strings.Cut(id, "-")
 		s.byTag[tag]++
+		if ev, err := uuid.Parse(r.Header.Get("Idempotency-Key")); err == nil && ev.Version() == 7 {
+			ms := int64(ev[0])<<40 | int64(ev[1])<<32 | int64(ev[2])<<24 | int64(ev[3])<<16 | int64(ev[4])<<8 | int64(ev[5])
+			s.lag[tag] = append(s.lag[tag], time.Since(time.UnixMilli(ms)))
+		}
 	}
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// lags returns the sorted lags of the first forwards of tag's events.
+func (s *sink) lags(tag string) []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := slices.Clone(s.lag[tag])
+	slices.Sort(l)
+	return l
 }
 
 // received returns the number of distinct delivery IDs with tag received.
@@ -104,6 +123,8 @@ type forwardResult struct {
 	drainWait   time.Duration // after the load, until the sink had them all (or the timeout)
 	drained     bool
 	shutdownErr error
+	lags        []time.Duration // at half the intake: ingest to first forward attempt
+	lagRate     float64
 }
 
 // forwardPhase runs one forwarding phase on a server of its own: the bench
@@ -148,7 +169,7 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 	if ref > 0 {
 		kind := "the -min-forward-ratio check"
 		if role != "api" {
-			kind = "info"
+			kind = "the -min-forward-all-ratio check"
 		}
 		fmt.Fprintf(out, "  ÷ first delivery without a forward target (phase 1, %.0f/s) = %.2f (%s)\n", ref, load.rate()/ref, kind)
 	}
@@ -190,6 +211,23 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 				float64(r.received)/(o.warmup+o.duration+r.drainWait).Seconds(), draining)
 		}
 	}
+	if role == "all" && r.drained && load.rate() > 0 && ref > 0 {
+		// At half the intake this phase reached, how long from an event's
+		// COMMIT to its forward's first attempt (outbox, relay, River).
+		half := ref / 2
+		paced := runLoad(ctx, loadConfig{
+			url: srv.url(), workers: o.concurrency, warmup: 0, duration: 5 * time.Second,
+			body: body, ids: firstIDs(tag + "lag"), wantReplayed: false, raw: o.client == "raw", rate: half,
+		})
+		t0 := time.Now()
+		for sk.received(tag+"lag") < paced.requests && time.Since(t0) < o.forwardDrain && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+		r.lags = sk.lags(tag + "lag")
+		r.lagRate = paced.rate()
+		fmt.Fprintf(out, "  at half the intake without a target (%.0f/s offered, %.0f/s accepted, %d errors): from ingest to the forward's first attempt p50 %s, p99 %s (%d forwards)\n",
+			half, paced.rate(), paced.errors, ms(percentile(r.lags, .5)), ms(percentile(r.lags, .99)), len(r.lags))
+	}
 	r.shutdownErr = srv.stop(25 * time.Second)
 	if r.shutdownErr != nil {
 		fmt.Fprintf(out, "  server shutdown: %v\n", r.shutdownErr)
@@ -222,13 +260,18 @@ func (db *benchDB) countEvents(ctx context.Context, tag string) (int, error) {
 	return n, nil
 }
 
-// forwardJobs returns the number of forward jobs of the events with tag,
-// how many are still available, and the count by state.
+// forwardJobs returns the number of forwards of the events with tag (outbox
+// rows not yet relayed and jobs), how many are still waiting (outbox or
+// available), and the count by state.
 func (db *benchDB) forwardJobs(ctx context.Context, tag string) (total, available int, states string, err error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	rows, err := db.conn.Query(ctx, `SELECT state::text, count(*) FROM river_job
-WHERE kind = 'hookgate_forward' AND args->>'delivery_id' LIKE $1 GROUP BY 1 ORDER BY 2 DESC`, tag+"-%")
+	rows, err := db.conn.Query(ctx, `SELECT * FROM (
+  SELECT state::text, count(*) FROM river_job
+  WHERE kind = 'hookgate_forward' AND args->>'delivery_id' LIKE $1 GROUP BY 1
+  UNION ALL
+  SELECT 'outbox', count(*) FROM forward_outbox WHERE sender = 'bench' AND delivery_id LIKE $1 HAVING count(*) > 0) s
+ORDER BY 2 DESC`, tag+"-%")
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("count the phase's forward jobs: %w", err)
 	}
@@ -241,8 +284,8 @@ WHERE kind = 'hookgate_forward' AND args->>'delivery_id' LIKE $1 GROUP BY 1 ORDE
 			return 0, 0, "", err
 		}
 		total += n
-		if state == "available" {
-			available = n
+		if state == "available" || state == "outbox" {
+			available += n
 		}
 		parts = append(parts, fmt.Sprintf("%s %d", state, n))
 	}
@@ -255,8 +298,8 @@ WHERE kind = 'hookgate_forward' AND args->>'delivery_id' LIKE $1 GROUP BY 1 ORDE
 	return total, available, strings.Join(parts, ", "), nil
 }
 
-// deleteQueuedForwardJobs deletes the available forward jobs of the events
-// with tag.
+// deleteQueuedForwardJobs deletes the outbox rows and available forward jobs
+// of the events with tag.
 func (db *benchDB) deleteQueuedForwardJobs(ctx context.Context, tag string) (int64, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -264,7 +307,11 @@ func (db *benchDB) deleteQueuedForwardJobs(ctx context.Context, tag string) (int
 	if err != nil {
 		return 0, fmt.Errorf("delete the phase's queued forward jobs: %w", err)
 	}
-	return tagged.RowsAffected(), nil
+	outbox, err := db.conn.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = 'bench' AND delivery_id LIKE $1`, tag+"-%")
+	if err != nil {
+		return 0, fmt.Errorf("delete the phase's outbox rows: %w", err)
+	}
+	return tagged.RowsAffected() + outbox.RowsAffected(), nil
 }
 
 // printSQLSeen stops w and prints, for information, the statements it saw

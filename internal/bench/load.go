@@ -85,6 +85,9 @@ type loadConfig struct {
 	wantReplayed bool
 	// raw: use rawClient instead of net/http.
 	raw bool
+	// rate, when positive, paces the workers to this many requests per
+	// second in all (an open-loop load), instead of as fast as they can.
+	rate float64
 }
 
 // loadResult is what a gateway phase measured.
@@ -252,6 +255,10 @@ func runLoad(ctx context.Context, cfg loadConfig) *loadResult {
 			defer wg.Done()
 			defer w.close()
 			for seq := 0; ctx.Err() == nil; seq++ {
+				if cfg.rate > 0 {
+					slot := float64(seq*len(workers)+i) / cfg.rate
+					time.Sleep(time.Until(start.Add(time.Duration(slot * float64(time.Second)))))
+				}
 				t0 := time.Now()
 				if !t0.Before(end) {
 					return

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,10 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
@@ -51,15 +48,18 @@ func countingDialer(writes *atomic.Int64) func(ctx context.Context, network, add
 
 // roundTripCounts are the round trips per delivery measured by roundTrips.
 type roundTripCounts struct {
-	first, replay, firstAfterReplay, forward float64
+	first, replay, firstAfterReplay, mismatch, forward float64
+	// reprepared is how many statements the connection prepared after its
+	// warm-up: it must stay 0.
+	reprepared int
 }
 
 // roundTrips runs the gateway's own transaction code (internal/dedup's Store
-// with internal/events' insert as the change, and for a sender with a
-// forward target internal/forward's Enqueue on River's client as the apply)
-// on a single pgx connection configured like the server's pool (statement
-// cache on) and reports how many round trips a first delivery and a replay
-// take in steady state.
+// with internal/events' insert and, for a sender with a forward target,
+// internal/forward's outbox insert as the change) on a single pgx connection
+// whose socket writes it counts, and reports how many round trips each
+// outcome takes once the connection has prepared its statements, and
+// whether any statement was prepared again.
 func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (*roundTripCounts, error) {
 	cfg, err := pgx.ParseConfig(dbURL)
 	if err != nil {
@@ -75,27 +75,43 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 	defer conn.Close(context.Background())
 
 	sender := "bench-roundtrips-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	run := func(store *dedup.Store, id string, apply func(eventID uuid.UUID) dedup.Apply) (dedup.Result, error) {
+	targets := []string{"sink"}
+	store := dedup.NewOnConn(conn, 0)
+	deliver := func(id string, payload []byte, withTarget bool) (dedup.Result, error) {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		eventID, _ := uuid.NewV7()
 		d := dedup.Delivery{
 			Key:           dedup.Key{Sender: sender, DeliveryID: id},
-			RequestSHA256: sha256.Sum256(body),
+			RequestSHA256: sha256.Sum256(payload),
 			EventID:       eventID,
 			Response:      dedup.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: []byte(`{"ok":true}` + "\n")},
 			ReceivedAt:    now,
 			ExpiresAt:     now.Add(time.Hour),
 		}
-		var a dedup.Apply
-		if apply != nil {
-			a = apply(eventID)
-		}
-		return store.RunTx(ctx, d, func(b *pgx.Batch) {
-			events.QueueInsert(b, events.Event{ID: eventID, Sender: sender, DeliveryID: id, ReceivedAt: now, Headers: roundTripHeaders, Body: body})
-		}, a)
+		return store.Run(ctx, d, func(b *dedup.Batch) {
+			events.QueueInsert(b, events.Event{ID: eventID, Sender: sender, DeliveryID: id, ReceivedAt: now, Headers: roundTripHeaders, Body: payload})
+			if withTarget {
+				forward.QueueOutbox(b, sender, eventID, id, now, targets)
+			}
+		})
 	}
-	store := dedup.New(conn, 0)
-	deliver := func(id string) (dedup.Result, error) { return run(store, id, nil) }
+	expect := func(id string, payload []byte, withTarget, replayed bool) func(int) error {
+		return func(i int) error {
+			key := id + strconv.Itoa(i)
+			res, err := deliver(key, payload, withTarget)
+			if err == nil && res.Replayed != replayed {
+				err = fmt.Errorf("key %s: Replayed %v, want %v", key, res.Replayed, replayed)
+			}
+			return err
+		}
+	}
+	mismatch := func(i int) error {
+		_, err := deliver("k"+strconv.Itoa(i), append([]byte("other"), body...), false)
+		if !errors.Is(err, dedup.ErrPayloadMismatch) {
+			return fmt.Errorf("key k%d with another payload: %v, want a payload mismatch", i, err)
+		}
+		return nil
+	}
 	// measure returns the writes per call of n calls of f(i).
 	measure := func(n int, f func(i int) error) (float64, error) {
 		before := writes.Load()
@@ -107,128 +123,65 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 		return float64(writes.Load()-before) / float64(n), nil
 	}
 	const n = 20
-	first := func(i int) error {
-		res, err := deliver("k" + strconv.Itoa(i))
-		if err == nil && res.Replayed {
-			err = fmt.Errorf("key k%d replayed on its first delivery", i)
+	first, replay := expect("k", body, false, false), expect("k", body, false, true)
+	// Warm up: every statement gets prepared once.
+	for _, f := range []func(int) error{
+		func(int) error { return first(n + 1) }, func(int) error { return replay(n + 1) },
+		func(int) error { return mismatch(n + 1) }, func(int) error { return expect("f", body, true, false)(n + 1) },
+	} {
+		if _, err := measure(1, f); err != nil {
+			return nil, fmt.Errorf("round trips: %w", err)
 		}
-		return err
 	}
-	replay := func(i int) error {
-		res, err := deliver("k" + strconv.Itoa(i))
-		if err == nil && !res.Replayed {
-			err = fmt.Errorf("key k%d not replayed", i)
-		}
-		return err
-	}
-	// Warm the statement cache: one first delivery and one replay.
-	if _, err := measure(1, func(int) error { return first(n + 1) }); err != nil {
-		return nil, fmt.Errorf("round trips: %w", err)
-	}
-	if _, err := measure(1, func(int) error { return replay(n + 1) }); err != nil {
-		return nil, fmt.Errorf("round trips: %w", err)
-	}
-	if _, err := measure(1, func(int) error { return first(n + 2) }); err != nil {
-		return nil, fmt.Errorf("round trips: %w", err)
+	before, err := preparedCount(ctx, conn)
+	if err != nil {
+		return nil, err
 	}
 	var c roundTripCounts
-	if c.first, err = measure(n, first); err != nil {
-		return nil, fmt.Errorf("round trips: %w", err)
+	steps := []struct {
+		dst *float64
+		n   int
+		f   func(int) error
+	}{
+		{&c.first, n, first},
+		{&c.replay, n, replay},
+		{&c.firstAfterReplay, 1, func(int) error { return first(n + 2) }},
+		{&c.mismatch, n, mismatch},
+		{&c.forward, n, expect("f", body, true, false)},
 	}
-	if c.replay, err = measure(n, replay); err != nil {
-		return nil, fmt.Errorf("round trips: %w", err)
+	for _, st := range steps {
+		if *st.dst, err = measure(st.n, st.f); err != nil {
+			return nil, fmt.Errorf("round trips: %w", err)
+		}
 	}
-	if c.firstAfterReplay, err = measure(1, func(int) error { return first(n + 3) }); err != nil {
-		return nil, fmt.Errorf("round trips: %w", err)
-	}
-
-	// A sender with one forward target: RunTx with River's InsertManyTx,
-	// on a pool of one counted connection (RunTx's apply needs a pool).
-	var fwdWrites atomic.Int64
-	fc, err := forwardRoundTrips(ctx, dbURL, &fwdWrites, func(store *dedup.Store, apply func(uuid.UUID) dedup.Apply) (float64, error) {
-		fwdFirst := func(i int) error {
-			res, err := run(store, "f"+strconv.Itoa(i), apply)
-			if err == nil && res.Replayed {
-				err = fmt.Errorf("key f%d replayed on its first delivery", i)
-			}
-			return err
-		}
-		if err := fwdFirst(n + 1); err != nil { // warm the statement cache
-			return 0, err
-		}
-		before := fwdWrites.Load()
-		for i := range n {
-			if err := fwdFirst(i); err != nil {
-				return 0, err
-			}
-		}
-		return float64(fwdWrites.Load()-before) / n, nil
-	})
+	after, err := preparedCount(ctx, conn)
 	if err != nil {
-		return nil, fmt.Errorf("round trips with a forward target: %w", err)
+		return nil, err
 	}
-	c.forward = fc
+	c.reprepared = after - before
+	// Leave no outbox row for a relay to find: the target does not exist.
+	if _, err := conn.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1`, sender); err != nil {
+		return nil, fmt.Errorf("delete the round-trip count's outbox rows: %w", err)
+	}
 
-	fmt.Fprintf(out, "round trips to PostgreSQL per delivery (internal/dedup + internal/events on one pgx connection, statement cache on):\n")
-	fmt.Fprintf(out, "  first delivery after first deliveries: %.1f;  replay after replays: %.1f;  first delivery after a replay: %.1f\n",
-		c.first, c.replay, c.firstAfterReplay)
-	fmt.Fprintf(out, "  first delivery of a sender with one forward target (RunTx + River InsertManyTx): %.1f\n", c.forward)
-	if c.replay > 2.5 || c.firstAfterReplay > 1.5 {
-		fmt.Fprintln(out, "  (more than 2 per replay / 1 per first delivery: the conflict makes pgx drop the batch's statements from its cache,"+
-			" so the connection's next batch deallocates and re-prepares them: extra round trips and a parse/plan on the server)")
-	}
+	fmt.Fprintf(out, "round trips to PostgreSQL per delivery (internal/dedup + internal/events + internal/forward's outbox on one pgx connection):\n")
+	fmt.Fprintf(out, "  first delivery: %.1f;  replay: %.1f;  first delivery after a replay: %.1f;  payload mismatch: %.1f;  first delivery with one forward target: %.1f\n",
+		c.first, c.replay, c.firstAfterReplay, c.mismatch, c.forward)
+	fmt.Fprintf(out, "  statements prepared again after the warm-up: %d\n", c.reprepared)
 	return &c, nil
+}
+
+// preparedCount returns how many statements conn has prepared, read with
+// the simple protocol, which prepares nothing. Preparation times make a
+// statement prepared again count as new.
+func preparedCount(ctx context.Context, conn *pgx.Conn) (int, error) {
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(DISTINCT (name, prepare_time)) FROM pg_prepared_statements`, pgx.QueryExecModeSimpleProtocol).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count prepared statements: %w", err)
+	}
+	return n, nil
 }
 
 // roundTripHeaders are the request headers the round-trip count stores.
 var roundTripHeaders = http.Header{"Content-Type": {"application/json"}, "User-Agent": {"hookgate-bench/1.0"}}
-
-// forwardRoundTrips sets up what cmd/server sets up for a sender with a
-// forward target (a pool, River's insert-only client as in --role api, and
-// internal/forward's Enqueue as the apply), on one connection that counts
-// its writes in writes, and returns f's result.
-func forwardRoundTrips(ctx context.Context, dbURL string, writes *atomic.Int64,
-	f func(store *dedup.Store, apply func(eventID uuid.UUID) dedup.Apply) (float64, error)) (float64, error) {
-	pc, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		return 0, err
-	}
-	pc.ConnConfig.RuntimeParams["application_name"] = benchAppName
-	pc.ConnConfig.DialFunc = countingDialer(writes)
-	pc.MaxConns, pc.MinConns = 1, 0
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return 0, err
-	}
-	defer pool.Close()
-	cfg, err := config.Parse([]byte(forwardConfig("http://127.0.0.1:9/roundtrips")), func(string) (string, bool) { return "", false })
-	if err != nil {
-		return 0, err
-	}
-	sender, _ := cfg.Sender("bench")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client, err := forward.NewClient(pool, cfg, forward.Options{}, forward.NewMetrics(prometheus.NewRegistry()), log)
-	if err != nil {
-		return 0, err
-	}
-	store := dedup.New(pool, 0)
-	var enqueued []uuid.UUID
-	rt, err := f(store, func(eventID uuid.UUID) dedup.Apply {
-		return func(ctx context.Context, tx pgx.Tx) error {
-			enqueued = append(enqueued, eventID)
-			return forward.Enqueue(ctx, client, tx, sender, eventID, "roundtrips")
-		}
-	})
-	if err != nil {
-		return 0, err
-	}
-	// Leave no job for a worker to find: the target does not exist.
-	ids := make([][16]byte, len(enqueued))
-	for i, id := range enqueued {
-		ids[i] = id
-	}
-	if _, err := pool.Exec(ctx, `DELETE FROM river_job WHERE kind = 'hookgate_forward' AND (args->>'event_id')::uuid = ANY($1)`, ids); err != nil {
-		return 0, fmt.Errorf("delete the round-trip count's forward jobs: %w", err)
-	}
-	return rt, nil
-}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -39,17 +40,13 @@ func moduleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// buildServer builds ./cmd/server (kind "cmd") or ./internal/bench/harness
-// (kind "harness") into dir and returns the binary's path.
-func buildServer(ctx context.Context, dir, kind string) (string, error) {
+// buildServer builds ./cmd/server into dir and returns the binary's path.
+func buildServer(ctx context.Context, dir string) (string, error) {
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return "", err
 	}
 	pkg := "./cmd/server"
-	if kind == "harness" {
-		pkg = "./internal/bench/harness"
-	}
 	bin := filepath.Join(dir, "hookgate")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
 	cmd.Dir = root
@@ -157,11 +154,9 @@ func startOnce(ctx context.Context, bin, dir, cfgPath, dbURL, addr string, o *op
 	if err != nil {
 		return nil, err
 	}
-	if o.serverKind == "cmd" {
-		if dbURL, err = withPoolMaxConns(dbURL, o.poolMaxConns); err != nil {
-			logFile.Close()
-			return nil, err
-		}
+	if dbURL, err = withPoolMaxConns(dbURL, o.poolMaxConns); err != nil {
+		logFile.Close()
+		return nil, err
 	}
 	args := append(append([]string{"serve"}, spec.args...), o.serverArgs...)
 	cmd := exec.Command(bin, args...)
@@ -172,15 +167,6 @@ func startOnce(ctx context.Context, bin, dir, cfgPath, dbURL, addr string, o *op
 		"HOOKGATE_CONFIG="+cfgPath,
 		"HOOKGATE_LOG_FORMAT=json",
 	)
-	if o.poolMaxConns > 0 && o.serverKind == "harness" {
-		cmd.Env = append(cmd.Env, "HARNESS_POOL_MAX_CONNS="+strconv.Itoa(o.poolMaxConns))
-	}
-	if o.harnessMode != "" {
-		cmd.Env = append(cmd.Env, "HARNESS_MODE="+o.harnessMode)
-	}
-	if o.serverLog == "discard" {
-		cmd.Env = append(cmd.Env, "HARNESS_LOG=discard")
-	}
 	if o.serverGOMAXPROCS > 0 {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(o.serverGOMAXPROCS))
 	}
@@ -296,4 +282,46 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// batchSizes reads the server's hookgate_ingest_batch_size histogram: how
+// many batches it sent and how many deliveries they held, in all.
+func (s *server) batchSizes() (batches, deliveries float64, err error) {
+	resp, err := http.Get("http://" + s.addr + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "hookgate_ingest_batch_size_count":
+			batches, err = strconv.ParseFloat(value, 64)
+		case "hookgate_ingest_batch_size_sum":
+			deliveries, err = strconv.ParseFloat(value, 64)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return batches, deliveries, sc.Err()
+}
+
+// batchReport returns what the server's batches held since before, as
+// text, and the new totals.
+func (s *server) batchReport(before [2]float64) (string, [2]float64) {
+	b, d, err := s.batchSizes()
+	if err != nil {
+		return "batch sizes not read: " + err.Error(), before
+	}
+	nb, nd := b-before[0], d-before[1]
+	if nb <= 0 {
+		return "no batches", [2]float64{b, d}
+	}
+	return fmt.Sprintf("%.0f deliveries in %.0f transactions: %.1f per transaction (group commit)", nd, nb, nd/nb), [2]float64{b, d}
 }

@@ -13,6 +13,8 @@ type summary struct {
 	o               *options
 	roundTrips      *roundTripCounts
 	first, replay   *loadResult
+	lone            *loadResult // first deliveries at concurrency 1
+	firstBatches    string      // the batches of the first-delivery phase
 	pgbench         []*pgbenchResult
 	forward         []*forwardResult
 	forwardSkipped  string
@@ -67,8 +69,7 @@ func (s *summary) print(out io.Writer) (failed bool) {
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "== summary")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\trate/s\tp50\tp99\terrors\t÷ pgbench BEGIN…COMMIT\t÷ pgbench pipeline (info)\t÷ no target\t")
-	rt := s.pgbenchOf(modeRoundTrips)
+	fmt.Fprintln(tw, "\trate/s\tp50\tp99\terrors\t÷ pgbench pipeline\t÷ first delivery\t")
 	pipe := s.pgbenchOf(modePipeline)
 	replayRef := s.pgbenchOf(modeReplay)
 	tps := func(r *pgbenchResult) float64 {
@@ -77,38 +78,35 @@ func (s *summary) print(out io.Writer) (failed bool) {
 		}
 		return r.tps
 	}
+	firstRate := 0.0
+	if s.first != nil {
+		firstRate = s.first.rate()
+	}
 	row := func(name string, rate float64, p50, p99 string, errs int, cols ...string) {
 		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%d\t%s\t\n", name, rate, p50, p99, errs, strings.Join(cols, "\t"))
 	}
 	if s.first != nil {
-		row(s.first.name, s.first.rate(), ms(s.first.p(.5)), ms(s.first.p(.99)), s.first.errors,
-			ratio(s.first.rate(), tps(rt)), ratio(s.first.rate(), tps(pipe)), "—")
+		row(s.first.name, s.first.rate(), ms(s.first.p(.5)), ms(s.first.p(.99)), s.first.errors, ratio(s.first.rate(), tps(pipe)), "—")
 	}
-	for _, r := range []*pgbenchResult{rt, pipe} {
-		if r != nil {
-			row(r.mode.name, r.tps, ms(r.p(.5)), ms(r.p(.99)), r.failed, ratio(r.tps, tps(rt)), ratio(r.tps, tps(pipe)), "—")
-		}
+	if pipe != nil {
+		row(pipe.mode.name, pipe.tps, ms(pipe.p(.5)), ms(pipe.p(.99)), pipe.failed, "—", ratio(pipe.tps, firstRate))
+	}
+	if s.replay != nil {
+		row(s.replay.name, s.replay.rate(), ms(s.replay.p(.5)), ms(s.replay.p(.99)), s.replay.errors+s.precreateErrors, ratio(s.replay.rate(), tps(replayRef)), ratio(s.replay.rate(), firstRate))
+	}
+	if replayRef != nil {
+		row(replayRef.mode.name, replayRef.tps, ms(replayRef.p(.5)), ms(replayRef.p(.99)), replayRef.failed, "—", ratio(replayRef.tps, firstRate))
 	}
 	for _, f := range s.forward {
 		l := f.load
-		ref := 0.0
-		if s.first != nil {
-			ref = s.first.rate()
-		}
-		row(l.name, l.rate(), ms(l.p(.5)), ms(l.p(.99)), l.errors, ratio(l.rate(), tps(rt)), ratio(l.rate(), tps(pipe)), ratio(l.rate(), ref))
-	}
-	if s.replay != nil {
-		row(s.replay.name, s.replay.rate(), ms(s.replay.p(.5)), ms(s.replay.p(.99)), s.replay.errors+s.precreateErrors, "—", ratio(s.replay.rate(), tps(replayRef)), "—")
-	}
-	if replayRef != nil {
-		row(replayRef.mode.name, replayRef.tps, ms(replayRef.p(.5)), ms(replayRef.p(.99)), replayRef.failed, "—", ratio(replayRef.tps, replayRef.tps), "—")
+		row(l.name, l.rate(), ms(l.p(.5)), ms(l.p(.99)), l.errors, "—", ratio(l.rate(), firstRate))
 	}
 	tw.Flush()
-	if replayRef != nil {
-		fmt.Fprintln(out, "(the replay rows' pipeline column compares with pgbench's replay approximation, a pipeline then a SELECT)")
+	if s.firstBatches != "" {
+		fmt.Fprintf(out, "first deliveries' batches: %s\n", s.firstBatches)
 	}
-	if rt := s.roundTrips; rt != nil {
-		fmt.Fprintf(out, "round trips per delivery: first %.1f, replay %.1f, first with one forward target %.1f\n", rt.first, rt.replay, rt.forward)
+	if s.lone != nil {
+		fmt.Fprintf(out, "a lone sender (concurrency 1): %.0f deliveries/s, p50 %s, p99 %s\n", s.lone.rate(), ms(s.lone.p(.5)), ms(s.lone.p(.99)))
 	}
 
 	fmt.Fprintln(out)
@@ -125,20 +123,33 @@ func (s *summary) print(out io.Writer) (failed bool) {
 		inconclusive = true
 	}
 	fmt.Fprintln(out, "checks:")
-	if s.first != nil && rt != nil && rt.tps > 0 {
-		msg := fmt.Sprintf("first delivery: gateway %.0f/s ÷ pgbench BEGIN…COMMIT %.0f tps = %.2f (need ≥ %.2f; pgbench's standard form, design.md §8)",
-			s.first.rate(), rt.tps, s.first.rate()/rt.tps, s.o.minRatio)
-		if pass, ok := ratioCheck(s.first.rate(), rt.tps, s.o.minRatio, s.first.cpu, rt.cpu); ok {
+	if rt := s.roundTrips; rt != nil {
+		check(rt.first == 1 && rt.replay == 1 && rt.firstAfterReplay == 1 && rt.mismatch == 1 && rt.forward == 1 && rt.reprepared == 0,
+			"round trips per delivery: first %.1f, replay %.1f, first after a replay %.1f, payload mismatch %.1f, first with one forward target %.1f (each must be 1); statements prepared again: %d (must be 0)",
+			rt.first, rt.replay, rt.firstAfterReplay, rt.mismatch, rt.forward, rt.reprepared)
+	}
+	if s.first != nil && pipe != nil && pipe.tps > 0 {
+		msg := fmt.Sprintf("first delivery: gateway %.0f/s ÷ pgbench sending the same pipeline %.0f tps = %.2f (need ≥ %.2f)",
+			s.first.rate(), pipe.tps, s.first.rate()/pipe.tps, s.o.minRatio)
+		if pass, ok := ratioCheck(s.first.rate(), pipe.tps, s.o.minRatio, s.first.cpu, pipe.cpu); ok {
 			check(pass, "%s", msg)
 		} else {
-			unsure(msg, s.first.cpu, rt.cpu, "gateway phase", "pgbench phase")
+			unsure(msg, s.first.cpu, pipe.cpu, "gateway phase", "pgbench phase")
 		}
 	} else {
 		fmt.Fprintln(out, "  ----  first delivery: ratio to pgbench not measured (-skip-pgbench)")
 	}
-	if s.first != nil && pipe != nil && pipe.tps > 0 {
-		fmt.Fprintf(out, "  info  first delivery: gateway %.0f/s ÷ pgbench pipeline %.0f tps (what the gateway sends: one Sync) = %.2f\n",
-			s.first.rate(), pipe.tps, s.first.rate()/pipe.tps)
+	if s.first != nil {
+		check(s.first.p(.99) < s.o.maxP99, "first delivery: p99 %s at concurrency %d (need < %s)", ms(s.first.p(.99)), s.o.concurrency, ms(s.o.maxP99))
+	}
+	if s.replay != nil && s.first != nil && s.first.rate() > 0 {
+		msg := fmt.Sprintf("replay: gateway %.0f/s ÷ first deliveries %.0f/s = %.2f (need ≥ %.2f)",
+			s.replay.rate(), s.first.rate(), s.replay.rate()/s.first.rate(), s.o.minReplayRatio)
+		if pass, ok := ratioCheck(s.replay.rate(), s.first.rate(), s.o.minReplayRatio, s.replay.cpu, s.first.cpu); ok {
+			check(pass, "%s", msg)
+		} else {
+			unsure(msg, s.replay.cpu, s.first.cpu, "replay phase", "first-delivery phase")
+		}
 	}
 	if s.first != nil {
 		check(s.first.errors == 0 && s.first.count > 0, "first delivery: %d errors in %d requests", s.first.errors, s.first.requests)
@@ -210,21 +221,26 @@ func (s *summary) printForwardChecks(out io.Writer, check func(bool, string, ...
 		}
 	}
 	if all != nil && s.first != nil && s.first.rate() > 0 {
-		fmt.Fprintf(out, "  info  forwarding: --role all (the same process also works the forwards) %.0f/s ÷ without a target %.0f/s = %.2f\n",
-			all.load.rate(), s.first.rate(), all.load.rate()/s.first.rate())
+		ref := s.first.rate()
+		msg := fmt.Sprintf("forwarding: --role all (the same process also relays and works the forwards) %.0f/s ÷ without a target %.0f/s = %.2f (need ≥ %.2f)",
+			all.load.rate(), ref, all.load.rate()/ref, s.o.minForwardAllRatio)
+		if pass, ok := ratioCheck(all.load.rate(), ref, s.o.minForwardAllRatio, all.load.cpu, s.first.cpu); ok {
+			check(pass, "%s", msg)
+		} else {
+			unsure(msg, all.load.cpu, s.first.cpu, "--role all phase", "no-target phase")
+		}
+		check(all.drained, "forwarding, --role all: the sink received %d of %d accepted events within %s of the load's end",
+			all.received, all.accepted, all.drainWait.Round(10*time.Millisecond))
+		if len(all.lags) > 0 {
+			p50, p99 := percentile(all.lags, .5), percentile(all.lags, .99)
+			check(p50 < 100*time.Millisecond && p99 < time.Second,
+				"forwarding, --role all, at half the intake (%.0f/s): ingest to first forward attempt p50 %s (need < 100 ms), p99 %s (need < 1 s)",
+				all.lagRate, ms(p50), ms(p99))
+		}
 	}
 	for _, f := range s.forward {
 		check(f.load.errors == 0 && f.load.count > 0, "forwarding, --role %s: %d errors in %d requests", f.role, f.load.errors, f.load.requests)
 		check(f.jobs == f.accepted && f.accepted > 0, "forwarding, --role %s: %d forward jobs for %d accepted events (one per event: %s)", f.role, f.jobs, f.accepted, f.jobStates)
-	}
-	if all != nil {
-		if all.drained {
-			fmt.Fprintf(out, "  info  forwarding, --role all: the sink received all %d accepted events %s after the load ended\n",
-				all.accepted, all.drainWait.Round(10*time.Millisecond))
-		} else {
-			fmt.Fprintf(out, "  info  forwarding, --role all: the sink received %d of %d accepted events within %s of the load's end: backlog left %d\n",
-				all.received, all.accepted, all.drainWait.Round(10*time.Millisecond), all.accepted-all.received)
-		}
 	}
 }
 

@@ -59,7 +59,7 @@ type Sender struct {
 	// MaxBodyBytes is the largest request body accepted (1 MiB by default).
 	MaxBodyBytes int64 `yaml:"max_body_bytes" validate:"min=1,max=67108864"`
 	// Forward lists the services each accepted event is forwarded to.
-	Forward []Target `yaml:"forward" validate:"unique=URL,dive"`
+	Forward []Target `yaml:"forward" validate:"unique=Name,dive"`
 
 	// DeliveryIDPointer is DeliveryID.JSONPointer parsed; nil for a header.
 	// Set by Parse.
@@ -67,12 +67,18 @@ type Sender struct {
 	// Verifier checks request signatures; nil when the sender has none.
 	// Set by Parse from the preset, the signature block and the secrets.
 	Verifier signature.Verifier `yaml:"-"`
+
+	targetNames []string
 }
 
 // Target is a service an accepted event is forwarded to, by a POST of the
 // original body (design: transactional outbox, at least once, with the event
 // ID as idempotency key).
 type Target struct {
+	// Name identifies the target within its sender (unique there, same
+	// syntax as a sender's name): in the outbox, in forward jobs, in metric
+	// labels and in the operator API. Unlike the URL it holds no secret.
+	Name string `yaml:"name" validate:"required,sendername"`
 	// URL is where the event is POSTed (http or https).
 	URL string `yaml:"url" validate:"required,http_url"`
 	// Timeout bounds one attempt (10s by default).
@@ -96,8 +102,24 @@ const (
 	DefaultForwardMaxAttempts = 20
 )
 
-// Target returns the sender's forward target with the given URL, or false.
-func (s *Sender) Target(url string) (*Target, bool) {
+// TargetNames returns the names of the sender's forward targets, in
+// configuration order: nil when it has none. The slice is shared: do not
+// modify it.
+func (s *Sender) TargetNames() []string { return s.targetNames }
+
+// Target returns the sender's forward target with the given name, or false.
+func (s *Sender) Target(name string) (*Target, bool) {
+	for i := range s.Forward {
+		if s.Forward[i].Name == name {
+			return &s.Forward[i], true
+		}
+	}
+	return nil, false
+}
+
+// TargetByURL returns the sender's forward target with the given URL, or
+// false: forward jobs of versions that named targets by URL find theirs.
+func (s *Sender) TargetByURL(url string) (*Target, bool) {
 	for i := range s.Forward {
 		if s.Forward[i].URL == url {
 			return &s.Forward[i], true
@@ -195,6 +217,9 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	for i := range c.Senders {
 		if err := resolve(&c.Senders[i]); err != nil {
 			errs = append(errs, fmt.Sprintf("senders[%d].%v", i, err))
+		}
+		for _, t := range c.Senders[i].Forward {
+			c.Senders[i].targetNames = append(c.Senders[i].targetNames, t.Name)
 		}
 	}
 	if len(errs) > 0 {
@@ -412,7 +437,7 @@ func describe(fe validator.FieldError) string {
 	case "unique":
 		reason = "names must be unique"
 	case "sendername":
-		reason = "must match ^[a-z0-9][a-z0-9_-]{0,62}$ (lower-case letters, digits, _ and -; it is the {sender} in the URL)"
+		reason = "must match ^[a-z0-9][a-z0-9_-]{0,62}$ (lower-case letters, digits, _ and -)"
 	case "jsonpointer":
 		reason = "must be a JSON pointer (RFC 6901) such as /id or /data/object/id"
 	case "headername":

@@ -3,19 +3,22 @@ package dedup
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/singleflight"
 )
 
-// KeyConstraint is the name of the processed_messages constraint whose
-// violation, and only whose violation, means "duplicate".
+// KeyConstraint is the name of the processed_messages constraint on which,
+// and only on which, a conflict means "duplicate".
 const KeyConstraint = "processed_messages_key"
 
 // DefaultInFlightWait is how long a delivery waits for a concurrent delivery
@@ -50,7 +53,9 @@ type Delivery struct {
 	// RequestSHA256 fingerprints the request body; a later delivery with the
 	// same key and a different fingerprint is a mismatch.
 	RequestSHA256 [32]byte
-	// EventID is the ID of the event this delivery creates if it is new.
+	// EventID is the ID of the event this delivery creates if it is new. It
+	// must be fresh (never used by another delivery): the state change's
+	// statements recognise this transaction's claim by it.
 	EventID uuid.UUID
 	// Response is stored with the key and returned if the delivery is new.
 	Response Response
@@ -71,20 +76,42 @@ type Result struct {
 	Replayed bool
 }
 
+// Batch collects the statements of a state change.
+type Batch struct {
+	stmts []statement
+}
+
+type statement struct {
+	sql  string
+	args []any
+}
+
+// Queue adds a statement. Its parameters are $1, $2, … as usual.
+func (b *Batch) Queue(sql string, args ...any) {
+	b.stmts = append(b.stmts, statement{sql: sql, args: args})
+}
+
+// Len returns the number of statements queued.
+func (b *Batch) Len() int { return len(b.stmts) }
+
 // Change queues the statements of a state change on b. They run after the
-// claim, in the same transaction, in the order queued, and only if the claim
-// succeeded. A Change must not perform effects outside the database.
-type Change func(b *pgx.Batch)
+// claim, in the same transaction and the same round trip, in the order
+// queued. They run whether or not the claim took the key, so each one must
+// do nothing unless it did: write it with Claimed in its WHERE clause
+// (INSERT … SELECT … WHERE <Claimed>). A Change must not perform effects
+// outside the database.
+type Change func(b *Batch)
 
-// Apply is the part of a state change that needs a transaction object, such
-// as River's InsertManyTx: it runs on tx after the claim and the queued
-// Change, before COMMIT. A non-nil error rolls everything back.
-type Apply func(ctx context.Context, tx pgx.Tx) error
+// Claimed returns an SQL condition that is true only in the transaction
+// whose claim took the key for the event: its operands are the statement's
+// parameters numbered sender, deliveryID and eventID. Because a Delivery's
+// EventID is fresh, a key held by another delivery never satisfies it.
+func Claimed(sender, deliveryID, eventID int) string {
+	return fmt.Sprintf("EXISTS (SELECT FROM processed_messages WHERE sender = $%d AND delivery_id = $%d AND event_id = $%d)",
+		sender, deliveryID, eventID)
+}
 
-// Querier is the part of *pgxpool.Pool (or *pgx.Conn) that Store uses. It
-// must not be a pgx.Tx: Run relies on its pipeline being its own implicit
-// transaction, committed at the pipeline's end. RunTx with an Apply needs a
-// *pgxpool.Pool.
+// Querier is what List and Get need of a *pgxpool.Pool or *pgx.Conn.
 type Querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -92,39 +119,94 @@ type Querier interface {
 
 // Store runs deliveries against PostgreSQL.
 type Store struct {
-	db           Querier
-	inFlightWait string // lock_timeout value in milliseconds
+	db      Querier
+	acquire func(ctx context.Context) (*pgx.Conn, func(), error)
+	// setLockTimeout is the in-flight wait, as a statement of the
+	// delivery's transaction.
+	setLockTimeout string
+	encoders       sync.Pool // of *encoders
+
+	// Batching (batch.go): off when maxBatch is at most 1.
+	maxBatch, maxInFlight int
+	observeBatch          func(int)
+	batchLockTimeout      string
+	batchers              sync.Map // sender → *batcher
+	flight                singleflight.Group
 }
 
 // MaxInFlightWait is the longest in-flight wait New accepts; longer ones are
 // cut to it.
 const MaxInFlightWait = time.Hour
 
-// New returns a Store on db. inFlightWait bounds how long a delivery waits for
-// a concurrent delivery of the same key: DefaultInFlightWait when zero or
+// New returns a Store on pool. inFlightWait bounds how long a delivery waits
+// for a concurrent delivery of the same key: DefaultInFlightWait when zero or
 // negative, rounded up to whole milliseconds, at most MaxInFlightWait.
-func New(db Querier, inFlightWait time.Duration) *Store {
+func New(pool *pgxpool.Pool, inFlightWait time.Duration, opts ...Option) *Store {
+	s := newStore(pool, inFlightWait, opts)
+	s.acquire = func(ctx context.Context) (*pgx.Conn, func(), error) {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.Conn(), c.Release, nil
+	}
+	return s
+}
+
+// NewOnConn returns a Store that runs everything on conn, as New does on a
+// pool. It is not safe for concurrent use (a benchmark that counts one
+// connection's round trips uses it).
+func NewOnConn(conn *pgx.Conn, inFlightWait time.Duration) *Store {
+	s := newStore(conn, inFlightWait, nil)
+	s.acquire = func(context.Context) (*pgx.Conn, func(), error) { return conn, func() {}, nil }
+	return s
+}
+
+// LockTimeoutSQL is the statement that sets a delivery transaction's
+// in-flight wait to d, in whole milliseconds.
+func LockTimeoutSQL(d time.Duration) string {
+	return "SET LOCAL lock_timeout = '" + strconv.FormatInt(d.Milliseconds(), 10) + "ms'"
+}
+
+func newStore(db Querier, inFlightWait time.Duration, opts []Option) *Store {
 	if inFlightWait <= 0 {
 		inFlightWait = DefaultInFlightWait
 	}
 	inFlightWait = min(inFlightWait, MaxInFlightWait)
-	ms := (inFlightWait + time.Millisecond - 1) / time.Millisecond // never 0, which would mean "wait forever"
-	return &Store{db: db, inFlightWait: strconv.FormatInt(int64(ms), 10)}
+	wait := (inFlightWait + time.Millisecond - 1) / time.Millisecond * time.Millisecond // never 0, which would mean "wait forever"
+	s := &Store{
+		db:               db,
+		setLockTimeout:   LockTimeoutSQL(wait),
+		batchLockTimeout: LockTimeoutSQL(min(wait, batchLockWait)),
+		encoders:         sync.Pool{New: func() any { return &encoders{} }},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
+// The statements of the pipeline (exported for the benchmark, which runs
+// them through pgbench). Each is prepared once per connection and never
+// fails for an expected outcome (a first delivery, a duplicate), so that no
+// connection ever prepares a statement twice.
 const (
-	setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1, true)`
+	beginSQL  = "BEGIN"
+	commitSQL = "COMMIT"
+	ClaimSQL  = `INSERT INTO processed_messages
+  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING`
+	// StoredSQL returns the row that holds the key when this transaction's
+	// claim did not take it, and nothing when it did.
+	StoredSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at
+FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND event_id <> $3`
 	// forgetExpiredSQL removes a key whose retention has passed, found by a
 	// conflicting claim before the retention job deleted it, so that the
 	// claim can be retried and the delivery treated as new.
 	forgetExpiredSQL = `WITH gone AS (
   DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND expires_at <= $3 RETURNING 1)
 SELECT count(*) FROM gone`
-	claimSQL = `INSERT INTO processed_messages
-  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
-	storedSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at
-FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
 )
 
 // Run claims d's key and applies change in one transaction, as the package
@@ -133,17 +215,55 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
 // cases, and any other failure as an error after which nothing of the
 // delivery is recorded — or, when the connection was lost during COMMIT,
 // possibly everything, in which case a retry replays.
+//
+// With batching on (WithBatching), d may share its transaction with other
+// deliveries of its sender (see batch.go), and a delivery of a key that a
+// delivery in this process is running already waits for that one and
+// answers with its outcome: a replay of its response for the same payload,
+// ErrPayloadMismatch for another (or runs by itself if that one failed).
 func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
-	return s.RunTx(ctx, d, change, nil)
+	if s.maxBatch <= 1 {
+		return s.runSingle(ctx, d, change)
+	}
+	v, err, _ := s.flight.Do(d.Sender+"\x00"+d.DeliveryID, func() (any, error) {
+		res, err := s.batcher(d.Sender).run(ctx, d, change)
+		return flown{res: res, sum: d.RequestSHA256, eventID: d.EventID}, err
+	})
+	f, _ := v.(flown)
+	switch {
+	case f.eventID == d.EventID: // this call ran it
+		return f.res, err
+	case err != nil:
+		// The delivery this one waited for failed, maybe for a reason of its
+		// own (another payload): run this one by itself.
+		return s.batcher(d.Sender).run(ctx, d, change)
+	case f.sum != d.RequestSHA256:
+		return Result{}, ErrPayloadMismatch
+	default:
+		return Result{Response: f.res.Response, EventID: f.res.EventID, Replayed: true}, nil
+	}
 }
 
-// RunTx is Run with a second part of the state change, apply, that runs on
-// the transaction after change and before COMMIT. With a nil apply it is
-// Run. Otherwise the claim and change go in the transaction's first round
-// trip (BEGIN is pipelined with them), apply takes its own round trips, and
-// COMMIT one more. apply does not run for a duplicate or after any failure.
-func (s *Store) RunTx(ctx context.Context, d Delivery, change Change, apply Apply) (Result, error) {
-	res, err := s.runOnce(ctx, d, change, apply)
+// flown is the outcome of a delivery that concurrent deliveries of the same
+// key in this process waited for.
+type flown struct {
+	res     Result
+	sum     [32]byte
+	eventID uuid.UUID
+}
+
+// batcher returns the batch queue of sender.
+func (s *Store) batcher(sender string) *batcher {
+	if b, ok := s.batchers.Load(sender); ok {
+		return b.(*batcher)
+	}
+	b, _ := s.batchers.LoadOrStore(sender, &batcher{s: s})
+	return b.(*batcher)
+}
+
+// runSingle runs d in a transaction of its own.
+func (s *Store) runSingle(ctx context.Context, d Delivery, change Change) (Result, error) {
+	res, err := s.runOnce(ctx, d, change)
 	if !errors.Is(err, errExpired) {
 		return res, err
 	}
@@ -152,7 +272,7 @@ func (s *Store) RunTx(ctx context.Context, d Delivery, change Change, apply Appl
 	if err := s.db.QueryRow(ctx, forgetExpiredSQL, d.Sender, d.DeliveryID, d.ReceivedAt).Scan(&n); err != nil {
 		return Result{}, fmt.Errorf("forget expired key: %w", err)
 	}
-	res, err = s.runOnce(ctx, d, change, apply)
+	res, err = s.runOnce(ctx, d, change)
 	if errors.Is(err, errExpired) {
 		// Only a concurrent delivery that claimed, and expired, in between
 		// could cause this; the sender's retry sorts it out.
@@ -162,144 +282,320 @@ func (s *Store) RunTx(ctx context.Context, d Delivery, change Change, apply Appl
 }
 
 // errExpired marks a claim that conflicted with a key whose retention has
-// passed; it never leaves RunTx.
+// passed; it never leaves Run.
 var errExpired = errors.New("expired key")
 
-func (s *Store) runOnce(ctx context.Context, d Delivery, change Change, apply Apply) (Result, error) {
-	body := d.Response.Body
-	if body == nil {
-		body = []byte{} // stored as an empty body, not NULL
+// stored is the row read by StoredSQL.
+type stored struct {
+	found   bool
+	sum     []byte
+	eventID uuid.UUID
+	resp    Response
+	expires time.Time
+}
+
+func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result, error) {
+	p := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout)
+	conn, release, err := s.acquire(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("claim delivery: acquire connection: %w", err)
 	}
-	b := &pgx.Batch{}
-	if apply != nil {
-		b.Queue("BEGIN")
+	defer release()
+	res, err := s.pipeline(ctx, conn, p)
+	if err == nil {
+		err = res.failure(p, 0)
 	}
-	b.Queue(setLockTimeoutSQL, s.inFlightWait)
-	b.Queue(claimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], [16]byte(d.EventID), // [16]byte: pgx encodes it directly, a uuid.UUID goes through text
-		d.Response.Status, d.Response.ContentType, body, d.ReceivedAt, d.ExpiresAt)
-	if change != nil {
-		change(b)
-	}
-	var err error
-	if apply == nil {
-		err = s.send(ctx, s.db, b, 0)
-	} else {
-		err = s.sendTx(ctx, b, apply)
-	}
+	var out outcome
 	switch {
-	case err == nil:
-		return Result{Response: d.Response, EventID: d.EventID}, nil
 	case errors.Is(err, errClaimConflict):
-		return s.replay(ctx, d)
-	default:
+		// A database that reports the conflict as an error despite ON
+		// CONFLICT: the transaction rolled back, read what holds the key.
+		out.row, err = s.readStored(ctx, d)
+	case err == nil:
+		out = res.outcome(p, 0)
+	}
+	if err != nil {
 		return Result{}, err
 	}
+	return out.result(d)
 }
 
-// sendTx runs b, which starts with BEGIN, then apply, then COMMIT, on one
-// connection. Any failure rolls back; a connection whose state is unknown is
-// closed rather than returned to the pool.
-func (s *Store) sendTx(ctx context.Context, b *pgx.Batch, apply Apply) (err error) {
-	pool, ok := s.db.(*pgxpool.Pool)
-	if !ok {
-		return errors.New("claim delivery: a state change with Apply needs a *pgxpool.Pool")
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("claim delivery: acquire connection: %w", err)
-	}
-	defer conn.Release()
-	tx := &connTx{conn: conn.Conn()}
-	defer func() {
-		if err != nil && !tx.done {
-			if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil {
-				// The connection's transaction state is unknown: drop it.
-				_ = conn.Conn().Close(context.WithoutCancel(ctx))
-			}
-		}
-	}()
-	if err := s.send(ctx, conn.Conn(), b, 1); err != nil {
-		return err
-	}
-	if err := apply(ctx, tx); err != nil {
-		return fmt.Errorf("apply state change: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit delivery: %w", err)
-	}
-	return nil
+// outcome is what the pipeline found for one delivery.
+type outcome struct {
+	claimed bool // the claim inserted the key
+	row     stored
 }
 
-// errClaimConflict marks a claim that hit KeyConstraint; it never leaves Run.
-var errClaimConflict = errors.New("claim conflict")
-
-// batchSender is what send needs of a pool or a connection.
-type batchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// send executes the pipeline and classifies the first error by the statement
-// that raised it: only the claim (statement offset+1, after the optional
-// BEGIN and the lock timeout) can be a duplicate or in flight.
-func (s *Store) send(ctx context.Context, db batchSender, b *pgx.Batch, offset int) error {
-	claim := offset + 1
-	n := b.Len()
-	br := db.SendBatch(ctx, b)
-	var first error
-	for i := 0; i < n && first == nil; i++ {
-		_, err := br.Exec()
-		if err == nil {
-			continue
-		}
-		switch {
-		case i == claim && IsDuplicate(err):
-			first = errClaimConflict
-		case i == claim && isLockTimeout(err):
-			first = fmt.Errorf("claim delivery: %w", ErrInFlight)
-		case i <= claim:
-			// PostgreSQL may hold back earlier results until the claim is
-			// done, so a failure while claiming can surface on any of them.
-			first = fmt.Errorf("claim delivery: %w", err)
-		default:
-			first = fmt.Errorf("apply state change (statement %d): %w", i-claim, err)
-		}
-	}
-	// Close reads the result of the implicit COMMIT at Sync: an error here
-	// means the transaction did not commit (or its outcome is unknown).
-	if err := br.Close(); err != nil && first == nil {
-		first = fmt.Errorf("commit delivery: %w", err)
-	}
-	return first
-}
-
-// replay reads the committed delivery that holds d's key. It returns
-// errExpired when that key's retention had passed when d was received.
-func (s *Store) replay(ctx context.Context, d Delivery) (Result, error) {
-	var (
-		sum     []byte
-		res     Result
-		status  int16
-		expires time.Time
-	)
-	err := s.db.QueryRow(ctx, storedSQL, d.Sender, d.DeliveryID).
-		Scan(&sum, &res.EventID, &status, &res.Response.ContentType, &res.Response.Body, &expires)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// The key expired and was deleted between the claim and this read;
+// result turns the outcome of d's claim and read into Run's answer.
+func (o outcome) result(d Delivery) (Result, error) {
+	switch {
+	case o.claimed && !o.row.found:
+		return Result{Response: d.Response, EventID: d.EventID}, nil
+	case o.claimed:
+		return Result{}, errors.New("claim delivery: the claim took a key another delivery holds")
+	case !o.row.found:
+		// The key expired and was deleted between the claim and the read;
 		// the sender's retry will be accepted as new.
 		return Result{}, errors.New("read stored delivery: key vanished after conflict")
 	}
-	if err != nil {
-		return Result{}, fmt.Errorf("read stored delivery: %w", err)
-	}
-	if !expires.After(d.ReceivedAt) {
+	row := o.row
+	if !row.expires.After(d.ReceivedAt) {
 		return Result{}, errExpired
 	}
-	if !bytes.Equal(sum, d.RequestSHA256[:]) {
+	if !bytes.Equal(row.sum, d.RequestSHA256[:]) {
 		return Result{}, ErrPayloadMismatch
 	}
-	res.Response.Status = int(status)
-	res.Replayed = true
-	return res, nil
+	return Result{Response: row.resp, EventID: row.eventID, Replayed: true}, nil
+}
+
+// plan is a pipeline's statements: BEGIN, the lock timeout, the claim of
+// each delivery, the statements of each delivery's change, the read of each
+// delivery's stored row.
+type plan struct {
+	stmts  []statement
+	claims []int // statement index of delivery i's claim
+	reads  []int // statement index of delivery i's read
+	// changes[0] is the index of the first change statement, changes[n]
+	// one past the last.
+	changes []int
+}
+
+// plan lays out the pipeline of deliveries ds with their changes.
+func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) *plan {
+	p := &plan{claims: make([]int, len(ds)), reads: make([]int, len(ds)), changes: make([]int, len(ds)+1)}
+	b := Batch{stmts: make([]statement, 0, 2+4*len(ds))}
+	b.Queue(beginSQL)
+	b.Queue(lockTimeout)
+	for i, d := range ds {
+		body := d.Response.Body
+		if body == nil {
+			body = []byte{} // stored as an empty body, not NULL
+		}
+		p.claims[i] = len(b.stmts)
+		b.Queue(ClaimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], [16]byte(d.EventID), // [16]byte: pgx encodes it directly, a uuid.UUID through text
+			int16(d.Response.Status), d.Response.ContentType, body, d.ReceivedAt, d.ExpiresAt)
+	}
+	for i := range ds {
+		p.changes[i] = len(b.stmts)
+		if changes[i] != nil {
+			changes[i](&b)
+		}
+	}
+	p.changes[len(ds)] = len(b.stmts)
+	for i, d := range ds {
+		p.reads[i] = len(b.stmts)
+		b.Queue(StoredSQL, d.Sender, d.DeliveryID, [16]byte(d.EventID))
+	}
+	p.stmts = b.stmts
+	return p
+}
+
+// results are what a pipeline's statements returned.
+type results struct {
+	tags     []pgconn.CommandTag // by statement; the COMMIT's is last
+	rows     map[int]stored      // by statement index of a read
+	failed   error               // the first statement error
+	failedAt int                 // its statement index
+}
+
+// failure returns the error of delivery i, nil when none of the pipeline's
+// statements failed.
+func (r *results) failure(p *plan, i int) error {
+	if r.failed == nil {
+		return nil
+	}
+	return classify(r.failed, r.failedAt, p, i)
+}
+
+// outcome returns what the pipeline found for delivery i.
+func (r *results) outcome(p *plan, i int) outcome {
+	return outcome{claimed: r.tags[p.claims[i]].RowsAffected() == 1, row: r.rows[p.reads[i]]}
+}
+
+// pipeline sends, in one write and one round trip, p's statements (BEGIN,
+// the lock timeout, the claims, the changes and the reads), a Sync, then
+// COMMIT and a second Sync. When a statement fails, PostgreSQL skips the rest
+// up to the first Sync, and the COMMIT after it ends the aborted transaction
+// with a rollback, so the connection is idle again without another round
+// trip. A statement's own error is returned in results.failed; a network
+// error (after which the connection is closed, and the outcome of COMMIT
+// unknown) or a COMMIT that did not commit is returned as the error.
+func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results, error) {
+	stmts := p.stmts
+	reads := make(map[int]bool, len(p.reads))
+	for _, i := range p.reads {
+		reads[i] = true
+	}
+	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make(map[int]stored, len(p.reads)), failedAt: -1}
+	sds := make([]*pgconn.StatementDescription, len(stmts)+1)
+	for i, st := range stmts {
+		sd, err := conn.Prepare(ctx, st.sql, st.sql) // a map lookup once prepared on this connection
+		if err != nil {
+			return out, fmt.Errorf("prepare delivery statement %d: %w", i, err)
+		}
+		sds[i] = sd
+	}
+	sd, err := conn.Prepare(ctx, commitSQL, commitSQL)
+	if err != nil {
+		return out, fmt.Errorf("prepare commit: %w", err)
+	}
+	sds[len(stmts)] = sd
+
+	enc := s.encoders.Get().(*encoders)
+	defer s.encoders.Put(enc)
+	pl := conn.PgConn().StartPipeline(ctx)
+	for i, st := range stmts {
+		if enc.own.encode(sds[i], st.args) {
+			pl.SendQueryPrepared(sds[i].Name, enc.own.values, enc.own.formats[:len(st.args)], binaryResults)
+			continue
+		}
+		if err := enc.pgx.Build(conn.TypeMap(), sds[i], st.args); err != nil {
+			_ = pl.Close() // nothing was sent: the connection stays usable
+			return out, fmt.Errorf("encode delivery statement %d: %w", i, err)
+		}
+		pl.SendQueryPrepared(sds[i].Name, enc.pgx.ParamValues, enc.pgx.ParamFormats, binaryResults)
+	}
+	pl.SendPipelineSync()
+	pl.SendQueryPrepared(sds[len(stmts)].Name, nil, nil, nil)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		_ = pl.Close()
+		return out, fmt.Errorf("send delivery: %w", err)
+	}
+
+	i, syncs := 0, 0 // i: the statement whose result comes next
+	fail := func(err error) error {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			// The connection is gone: the outcome of COMMIT is unknown.
+			_ = pl.Close()
+			return fmt.Errorf("delivery pipeline: %w", err)
+		}
+		if out.failed == nil {
+			out.failed, out.failedAt = err, i
+		}
+		i = len(stmts) // the rest of this segment is skipped
+		return nil
+	}
+	for syncs < 2 {
+		res, err := pl.GetResults()
+		if err != nil {
+			if err := fail(err); err != nil {
+				return out, err
+			}
+			continue
+		}
+		switch r := res.(type) {
+		case *pgconn.PipelineSync:
+			syncs++
+		case *pgconn.ResultReader:
+			var tag pgconn.CommandTag
+			if reads[i] {
+				var row stored
+				row, tag, err = decodeStored(r)
+				out.rows[i] = row
+			} else {
+				tag, err = r.Close()
+			}
+			if err != nil {
+				if err := fail(err); err != nil {
+					return out, err
+				}
+				continue
+			}
+			out.tags[min(i, len(stmts))] = tag
+			i++
+		case nil:
+			_ = pl.Close()
+			return out, errors.New("delivery pipeline: results ended early")
+		}
+	}
+	if err := pl.Close(); err != nil {
+		return out, fmt.Errorf("delivery pipeline: %w", err)
+	}
+	if commit := out.tags[len(stmts)].String(); out.failed == nil && commit != "COMMIT" {
+		return out, fmt.Errorf("commit delivery: PostgreSQL answered %q", commit)
+	}
+	return out, nil
+}
+
+// encoders encode a pipeline's parameters: its own for the common types,
+// pgx's for the rest.
+type encoders struct {
+	own encoder
+	pgx pgx.ExtendedQueryBuilder
+}
+
+// binaryResults asks for every result column in binary format.
+var binaryResults = []int16{1}
+
+// errClaimConflict marks a claim that failed with a unique violation of
+// KeyConstraint; it never leaves Run.
+var errClaimConflict = errors.New("claim conflict")
+
+// classify wraps the first statement error by the statement that raised it.
+// Only the claim can be in flight or a duplicate. With ON CONFLICT on
+// KeyConstraint PostgreSQL reports no conflict as an error; a database that
+// does (23505 on KeyConstraint at the claim) still gets the pattern's
+// answer: a duplicate, read in a second round trip.
+func classify(err error, at int, p *plan, i int) error {
+	switch {
+	case at == p.claims[i] && IsDuplicate(err):
+		return errClaimConflict
+	case at == p.claims[i] && isLockTimeout(err):
+		return fmt.Errorf("claim delivery: %w", ErrInFlight)
+	case at < p.changes[0]:
+		return fmt.Errorf("claim delivery: %w", err)
+	case at < p.reads[0]:
+		return fmt.Errorf("apply state change (statement %d): %w", at-p.changes[0]+1, err)
+	case at < len(p.stmts):
+		return fmt.Errorf("read stored delivery: %w", err)
+	default:
+		return fmt.Errorf("commit delivery: %w", err)
+	}
+}
+
+// pgEpoch is PostgreSQL's timestamp epoch.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// decodeStored decodes StoredSQL's row, if any, from binary columns: bytea,
+// uuid, int2, text, bytea, timestamptz.
+func decodeStored(r *pgconn.ResultReader) (stored, pgconn.CommandTag, error) {
+	var st stored
+	for r.NextRow() {
+		v := r.Values()
+		if len(v) != 6 || len(v[1]) != 16 || len(v[2]) != 2 || len(v[5]) != 8 {
+			_, _ = r.Close()
+			return st, pgconn.CommandTag{}, errors.New("read stored delivery: unexpected row shape")
+		}
+		st.found = true
+		st.sum = bytes.Clone(v[0])
+		copy(st.eventID[:], v[1])
+		st.resp.Status = int(int16(binary.BigEndian.Uint16(v[2])))
+		st.resp.ContentType = string(v[3])
+		st.resp.Body = append([]byte{}, v[4]...)
+		st.expires = pgEpoch.Add(time.Duration(int64(binary.BigEndian.Uint64(v[5]))) * time.Microsecond)
+	}
+	tag, err := r.Close()
+	return st, tag, err
+}
+
+// readStored reads the row that holds d's key, in its own round trip.
+func (s *Store) readStored(ctx context.Context, d Delivery) (stored, error) {
+	st := stored{}
+	var status int16
+	err := s.db.QueryRow(ctx, `SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at
+FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, d.Sender, d.DeliveryID).
+		Scan(&st.sum, &st.eventID, &status, &st.resp.ContentType, &st.resp.Body, &st.expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("read stored delivery: %w", err)
+	}
+	st.found = true
+	st.resp.Status = int(status)
+	return st, nil
 }
 
 // IsDuplicate reports whether err is, or wraps, a unique violation (SQLSTATE

@@ -2,38 +2,79 @@
 //
 // # The pattern
 //
-// Run sends ONE pipeline to PostgreSQL (one network round trip, one implicit
-// transaction that ends at the pipeline's Sync):
+// Run sends ONE pipeline to PostgreSQL: one network write, one round trip,
+// one explicit transaction, whatever the outcome:
 //
-//	SELECT set_config('lock_timeout', …, true)                            -- the in-flight wait
-//	INSERT INTO processed_messages (sender, delivery_id, …, response …)   -- the claim
-//	<the caller's state change statements>                                 -- same transaction
-//	COMMIT (implicit, at Sync)
+//	BEGIN
+//	SET LOCAL lock_timeout = '<in-flight wait>'                           -- the in-flight wait
+//	INSERT INTO processed_messages (sender, delivery_id, …, response …)
+//	  ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING         -- the claim
+//	<the caller's state change statements, each guarded by Claimed>        -- same transaction
+//	SELECT … FROM processed_messages WHERE <key> AND event_id <> <ours>    -- the stored row, if not ours
+//	Sync
+//	COMMIT
+//	Sync
 //
-// The claim is a plain INSERT under the constraint processed_messages_key,
+// The claim inserts the key under the constraint processed_messages_key,
 // PRIMARY KEY (sender, delivery_id). Because the response of a first delivery
 // is known before the transaction starts, it is stored by the claim itself.
+// The delivery's EventID is fresh, so "this transaction's claim took the key"
+// is "the key's row holds my event ID": every statement of the state change
+// is written INSERT … SELECT … WHERE Claimed(…), and does nothing otherwise.
 //
-//   - The claim succeeds and every statement succeeds: the delivery is new, its
-//     key, state change and response are committed together. Run returns the
-//     response with Replayed false.
-//   - The claim fails with SQLSTATE 23505 on processed_messages_key: a
-//     committed delivery holds the key. PostgreSQL has aborted the pipeline, so
-//     none of the caller's statements ran. Run reads the stored row and
-//     returns its response with Replayed true, or ErrPayloadMismatch when the
-//     stored request SHA-256 differs from this one.
-//   - A concurrent delivery of the same key waits on the unique index until the
-//     first transaction ends: it then sees the committed row (a replay) or, if
-//     the first rolled back, claims the key itself. The wait is bounded by the
-//     in-flight wait (PostgreSQL's lock_timeout for this transaction); past it
-//     Run returns ErrInFlight and nothing is recorded.
-//   - Any other error — a different constraint's 23505, a failing state
-//     change, a lost connection, a timeout — rolls the whole transaction back
-//     and is returned as an error. It is never reported as a duplicate, so the
-//     sender's retry can succeed.
+//   - The claim inserts a row: the delivery is new; the state change runs,
+//     the read returns nothing, COMMIT commits key, change and response
+//     together. Run returns the response with Replayed false.
+//   - The claim conflicts on processed_messages_key (and only a conflict on
+//     that constraint is absorbed by ON CONFLICT): a committed delivery holds
+//     the key. The guarded statements do nothing, the read returns the
+//     stored row, and COMMIT commits nothing. Run returns the stored response
+//     with Replayed true, or ErrPayloadMismatch when the stored request
+//     SHA-256 differs from this one.
+//   - A concurrent delivery of the same key waits on the unique index until
+//     the first transaction ends: it then sees the committed row (a replay)
+//     or, if the first rolled back, claims the key itself. The wait is
+//     bounded by the in-flight wait (lock_timeout, set with SET LOCAL inside
+//     the transaction); past it the claim fails with 55P03, Run returns
+//     ErrInFlight and nothing is recorded.
+//   - Any other error — another constraint's 23505, a failing state change,
+//     a lost connection, a timeout — fails its statement; PostgreSQL skips
+//     the rest up to the first Sync, and the COMMIT after that Sync ends the
+//     aborted transaction with a rollback (so the connection is clean without
+//     another round trip). Run returns the error. It is never reported as a
+//     duplicate, so the sender's retry can succeed. A 23505 on the key itself
+//     (from a database that does not honour the ON CONFLICT arbiter) is a
+//     duplicate: Run reads the stored row in a second round trip.
+//
+// The expected outcomes (first delivery, duplicate) never fail a statement,
+// and the statements are prepared once per connection by name and sent with
+// pgconn's pipeline, so no connection ever prepares a statement again (pgx's
+// own batches drop their cached statements after any failed statement).
 //
 // A pre-check never decides that a delivery is new: only the claim's INSERT,
 // inside the transaction that applies the change, does.
+//
+// # Group commit
+//
+// With WithBatching, the deliveries of one sender that arrive while that
+// sender's batches are in flight form the next batch (up to its maximum
+// size): one pipeline with the claims of all of them, then all their
+// changes, then all their reads, in ONE transaction, so that they share one
+// COMMIT and one WAL flush. A delivery that finds a free slot starts a batch
+// at once: a lone delivery does not wait. Each delivery of a batch keeps its
+// guarantee: its key, its state change and its response are committed in
+// the batch's transaction before Run returns for it, and a crash before that
+// COMMIT leaves none of the batch and acknowledges none of it. Two
+// deliveries of one key in one batch: the first claims, the second's claim
+// takes nothing and its read returns the first's row (visible in the same
+// transaction): a replay, or a mismatch. A batch that fails for any reason
+// (another constraint, a failing change, a key held by another process past
+// the batch's short lock timeout, a lost connection) is retried delivery by
+// delivery on the single path, so that only the delivery that fails by itself
+// gets an error. A batch holds one sender's deliveries only: with the tables
+// distributed by sender it stays on one shard. Concurrent deliveries of one
+// key inside one process are collapsed before they reach the database: the
+// later ones wait for the first and answer with its outcome.
 //
 // # The guarantee and its limits
 //

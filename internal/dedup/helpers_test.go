@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -57,7 +56,7 @@ func newDelivery(t testing.TB, key dedup.Key, requestBody string) dedup.Delivery
 
 // insertEvent is the ordinary state change: insert d's event with body.
 func insertEvent(d dedup.Delivery, body string) dedup.Change {
-	return func(b *pgx.Batch) {
+	return func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{
 			ID:         d.EventID,
 			Sender:     d.Sender,
@@ -71,7 +70,7 @@ func insertEvent(d dedup.Delivery, body string) dedup.Change {
 
 // queueSQL is a state change of raw statements.
 func queueSQL(statements ...string) dedup.Change {
-	return func(b *pgx.Batch) {
+	return func(b *dedup.Batch) {
 		for _, s := range statements {
 			b.Queue(s)
 		}
@@ -80,7 +79,7 @@ func queueSQL(statements ...string) dedup.Change {
 
 // both queues the statements of each change in turn.
 func both(changes ...dedup.Change) dedup.Change {
-	return func(b *pgx.Batch) {
+	return func(b *dedup.Batch) {
 		for _, c := range changes {
 			c(b)
 		}

@@ -97,7 +97,7 @@ func TestRunInFlight(t *testing.T) {
 	holder := holdKey(t, ctx, dsn, newDelivery(t, key, "payload"))
 
 	d := newDelivery(t, key, "payload")
-	res, err := store.Run(ctx, d, both(insertEvent(d, "payload"), countRuns))
+	res, err := store.Run(ctx, d, both(insertEvent(d, "payload"), countRuns(d)))
 	if !errors.Is(err, dedup.ErrInFlight) {
 		t.Fatalf("Run while the key is held: err = %v, want ErrInFlight", err)
 	}
@@ -119,7 +119,7 @@ func TestRunInFlight(t *testing.T) {
 	}
 
 	retry := newDelivery(t, key, "payload")
-	res, err = store.Run(ctx, retry, both(insertEvent(retry, "payload"), countRuns))
+	res, err = store.Run(ctx, retry, both(insertEvent(retry, "payload"), countRuns(retry)))
 	if err != nil {
 		t.Fatalf("retry: Run: %v", err)
 	}
@@ -163,7 +163,7 @@ func TestRunWaitsForHolder(t *testing.T) {
 			holder := holdKey(t, ctx, dsn, h)
 
 			d := newDelivery(t, key, "payload")
-			done := runAsync(ctx, store, d, both(insertEvent(d, "payload"), countRuns))
+			done := runAsync(ctx, store, d, both(insertEvent(d, "payload"), countRuns(d)))
 			waitUntilBlocked(t, ctx, pool, done)
 			if tt.commit {
 				if err := holder.Commit(ctx); err != nil {

@@ -15,9 +15,14 @@ import (
 
 // countRuns is a state change whose every application leaves a row in the
 // scratch table runs, so a test can count how often the change was applied.
-var countRuns = queueSQL(`INSERT INTO runs DEFAULT VALUES`)
+// Like every state change, it does nothing unless the claim took the key.
+func countRuns(d dedup.Delivery) dedup.Change {
+	return func(b *dedup.Batch) {
+		b.Queue(`INSERT INTO runs (event_id) SELECT $3::uuid WHERE `+dedup.Claimed(1, 2, 3), d.Sender, d.DeliveryID, d.EventID)
+	}
+}
 
-const createRuns = `CREATE TABLE runs (n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY)`
+const createRuns = `CREATE TABLE runs (n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, event_id uuid NOT NULL)`
 
 func TestRunFirstDelivery(t *testing.T) {
 	t.Parallel()
@@ -69,13 +74,13 @@ func TestRunReplay(t *testing.T) {
 	// A stored response that is not JSON and holds every byte value: the
 	// replay must return it byte for byte.
 	first.Response = dedup.Response{Status: 201, ContentType: "application/octet-stream", Body: []byte{0, 1, 2, 0xff, '\n', 0}}
-	if res, err := store.Run(ctx, first, both(insertEvent(first, "payload"), countRuns)); err != nil || res.Replayed {
+	if res, err := store.Run(ctx, first, both(insertEvent(first, "payload"), countRuns(first))); err != nil || res.Replayed {
 		t.Fatalf("first Run = %+v, %v; want a new delivery", res, err)
 	}
 
 	for i := range 2 { // the second and the third delivery both replay the first
 		again := newDelivery(t, key, "payload") // new EventID and response, same key and SHA
-		res, err := store.Run(ctx, again, both(insertEvent(again, "payload"), countRuns))
+		res, err := store.Run(ctx, again, both(insertEvent(again, "payload"), countRuns(again)))
 		if err != nil {
 			t.Fatalf("retry %d: Run: %v", i+1, err)
 		}
@@ -129,13 +134,13 @@ func TestRunPayloadMismatch(t *testing.T) {
 	key := dedup.Key{Sender: "github", DeliveryID: "mismatch"}
 
 	first := newDelivery(t, key, "payload")
-	if res, err := store.Run(ctx, first, both(insertEvent(first, "payload"), countRuns)); err != nil || res.Replayed {
+	if res, err := store.Run(ctx, first, both(insertEvent(first, "payload"), countRuns(first))); err != nil || res.Replayed {
 		t.Fatalf("first Run = %+v, %v; want a new delivery", res, err)
 	}
 	before := snapshot(t, ctx, pool, key)
 
 	other := newDelivery(t, key, "a different payload")
-	res, err := store.Run(ctx, other, both(insertEvent(other, "a different payload"), countRuns))
+	res, err := store.Run(ctx, other, both(insertEvent(other, "a different payload"), countRuns(other)))
 	if !errors.Is(err, dedup.ErrPayloadMismatch) {
 		t.Fatalf("Run with another payload: err = %v, want ErrPayloadMismatch", err)
 	}
@@ -153,7 +158,8 @@ func TestRunPayloadMismatch(t *testing.T) {
 	}
 
 	// The original payload still replays.
-	res, err = store.Run(ctx, newDelivery(t, key, "payload"), countRuns)
+	again := newDelivery(t, key, "payload")
+	res, err = store.Run(ctx, again, countRuns(again))
 	if err != nil || !res.Replayed || !equalResponse(res.Response, first.Response) {
 		t.Errorf("retry with the original payload = %+v, %v; want a replay of %+v", res, err, first.Response)
 	}

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 // Event is an accepted delivery: the raw request body and its headers.
@@ -21,18 +22,21 @@ type Event struct {
 	Body    []byte
 }
 
-const insertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
-VALUES ($1, $2, $3, $4, $5, $6)`
+// InsertSQL inserts the event only in the transaction whose claim took its
+// delivery's key (dedup.Claimed).
+var InsertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
+SELECT $1::text, $2::uuid, $3::text, $4::timestamptz, $5::jsonb, $6::bytea WHERE ` + dedup.Claimed(1, 3, 2)
 
 // QueueInsert queues the insert of e on b, for use as (part of) a
-// dedup.Change. Authorization, Cookie and Proxy-Authorization headers are not
+// dedup.Change: it inserts nothing unless the delivery's claim took its key
+// for e.ID. Authorization, Cookie and Proxy-Authorization headers are not
 // stored. A nil Body is stored as an empty body.
-func QueueInsert(b *pgx.Batch, e Event) {
+func QueueInsert(b *dedup.Batch, e Event) {
 	body := e.Body
 	if body == nil {
 		body = []byte{}
 	}
-	b.Queue(insertSQL, e.Sender, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, StoredHeaders(e.Headers), body)
+	b.Queue(InsertSQL, e.Sender, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body)
 }
 
 // redacted lists the request headers that carry credentials and are never

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
@@ -21,13 +21,20 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// insert stores e with QueueInsert, as ingest does.
+// insert stores e with QueueInsert in a delivery's transaction, as ingest
+// does.
 func insert(t *testing.T, pool *pgxpool.Pool, e events.Event) {
 	t.Helper()
-	b := &pgx.Batch{}
-	events.QueueInsert(b, e)
-	if err := pool.SendBatch(t.Context(), b).Close(); err != nil {
-		t.Fatalf("insert event: %v", err)
+	d := dedup.Delivery{
+		Key:        dedup.Key{Sender: e.Sender, DeliveryID: e.DeliveryID},
+		EventID:    e.ID,
+		Response:   dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")},
+		ReceivedAt: e.ReceivedAt,
+		ExpiresAt:  e.ReceivedAt.Add(time.Hour),
+	}
+	res, err := dedup.New(pool, 0).Run(t.Context(), d, func(b *dedup.Batch) { events.QueueInsert(b, e) })
+	if err != nil || res.Replayed {
+		t.Fatalf("insert event: %+v, %v", res, err)
 	}
 }
 

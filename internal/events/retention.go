@@ -8,9 +8,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// deleteBeforeSQL names rows by key within one sender (a distributed
+// PostgreSQL refuses deletes by ctid).
 const deleteBeforeSQL = `DELETE FROM webhook_events
-WHERE ctid = ANY (ARRAY(
-  SELECT ctid FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3))`
+WHERE sender = $1 AND id IN (
+  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3)`
 
 // DeleteBefore deletes up to limit of sender's events received before
 // cutoff, in one short statement, and returns how many it deleted: fewer

@@ -15,12 +15,13 @@ type backlogCollector struct {
 }
 
 // NewBacklogCollector returns a collector of hookgate_forward_backlog: the
-// forward jobs not yet finished, by state (available, scheduled, retryable,
-// running, pending). A scrape during a database outage reports nothing.
+// forwards not yet finished, by state: outbox (accepted, not yet relayed
+// into the job queue) and River's available, scheduled, retryable, running
+// and pending. A scrape during a database outage reports nothing.
 func NewBacklogCollector(db *pgxpool.Pool) prometheus.Collector {
 	return &backlogCollector{db: db, desc: prometheus.NewDesc(
 		"hookgate_forward_backlog",
-		"Forwards not yet delivered or failed, by job state.",
+		"Forwards not yet delivered or failed, by state: outbox (not yet relayed into the job queue) or the job's state.",
 		[]string{"state"}, nil)}
 }
 
@@ -31,12 +32,13 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	rows, err := c.db.Query(ctx, `SELECT state::text, count(*) FROM river_job
 WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable', 'running', 'pending')
-GROUP BY state`, Args{}.Kind())
+GROUP BY state
+UNION ALL SELECT 'outbox', count(*) FROM forward_outbox`, Args{}.Kind())
 	if err != nil {
 		return
 	}
 	defer rows.Close()
-	counts := map[string]float64{"available": 0, "scheduled": 0, "retryable": 0, "running": 0, "pending": 0}
+	counts := map[string]float64{"outbox": 0, "available": 0, "scheduled": 0, "retryable": 0, "running": 0, "pending": 0}
 	for rows.Next() {
 		var (
 			state string

@@ -1,7 +1,9 @@
 // Package forward delivers accepted events to the services behind hookgate
-// through a transactional outbox: River jobs, inserted on the ingest
-// transaction (so a rolled-back delivery leaves none, a duplicate adds none)
-// and worked afterwards, at least once, by any number of worker processes.
+// through a transactional outbox. The ingest transaction writes one narrow
+// row per (event, target) into forward_outbox, only when its claim took the
+// delivery's key (QueueOutbox); worker processes relay those rows into
+// River's job table in batches (Relay), and River's workers POST each event
+// to its target, at least once, retrying with backoff (Worker).
 //
 // Each forward POSTs the event's original body and Content-Type with
 // Idempotency-Key and webhook-id set to the event ID, so a receiver can
@@ -10,58 +12,76 @@
 package forward
 
 import (
-	"context"
-	"fmt"
+	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 // Queue is the River queue forwards run on.
 const Queue = "forward"
 
-// Args are a forward job's arguments: which event goes to which target.
+// Args are a forward job's arguments: which event goes to which target
+// (by name: a URL may hold credentials and must not reach metrics or logs).
+// Sender, event and target make the job unique while it is not finished.
 type Args struct {
-	Sender     string    `json:"sender"`
-	EventID    uuid.UUID `json:"event_id"`
+	Sender     string    `json:"sender" river:"unique"`
+	EventID    uuid.UUID `json:"event_id" river:"unique"`
+	Target     string    `json:"target" river:"unique"`
 	DeliveryID string    `json:"delivery_id"`
-	URL        string    `json:"url"`
+	// URL is set only in jobs of versions that named targets by URL;
+	// workers find their target by it.
+	URL string `json:"url,omitempty"`
 }
 
 // Kind is the River job kind of forwards.
 func (Args) Kind() string { return "hookgate_forward" }
 
-// Jobs returns the insert parameters of one forward job per target of
-// sender for the event: nil when the sender has no targets.
-func Jobs(sender *config.Sender, eventID uuid.UUID, deliveryID string) []river.InsertManyParams {
-	if len(sender.Forward) == 0 {
-		return nil
-	}
-	params := make([]river.InsertManyParams, 0, len(sender.Forward))
-	for _, t := range sender.Forward {
-		params = append(params, river.InsertManyParams{
-			Args: Args{Sender: sender.Name, EventID: eventID, DeliveryID: deliveryID, URL: t.URL},
-			InsertOpts: &river.InsertOpts{
-				Queue:       Queue,
-				MaxAttempts: t.MaxAttempts,
-			},
-		})
-	}
-	return params
+// uniqueStates are the job states in which a forward of the same event to
+// the same target is not inserted again: while one is waiting, running or
+// retrying. A delivered or failed forward can be redelivered.
+var uniqueStates = []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
 }
 
-// Enqueue inserts the forward jobs for the event on tx, the delivery's
-// transaction. It does nothing when the sender has no targets.
-func Enqueue(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error {
-	params := Jobs(sender, eventID, deliveryID)
-	if len(params) == 0 {
-		return nil
+// jobParams returns the insert parameters of the forward of an event of the
+// sender named sender to its target named target. cfg is that sender's
+// configuration, nil when this process does not know it; the job then gets
+// River's default attempts, and workers retry it until one that knows the
+// target works it (during a rolling deploy) or its attempts run out.
+func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UUID, deliveryID string) river.InsertManyParams {
+	opts := &river.InsertOpts{
+		Queue:      Queue,
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueStates},
 	}
-	if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("enqueue forwards: %w", err)
+	if cfg != nil {
+		if t, ok := cfg.Target(target); ok {
+			opts.MaxAttempts = t.MaxAttempts
+		}
 	}
-	return nil
+	return river.InsertManyParams{
+		Args:       Args{Sender: sender, EventID: eventID, Target: target, DeliveryID: deliveryID},
+		InsertOpts: opts,
+	}
+}
+
+// OutboxSQL writes one outbox row per target named in $5, only in the
+// transaction whose claim took the delivery's key for the event.
+var OutboxSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
+SELECT $1::text, $2::uuid, t, $3::text, $4::timestamptz FROM unnest($5::text[]) AS t
+WHERE ` + dedup.Claimed(1, 3, 2)
+
+// QueueOutbox queues, as part of a delivery's state change, the outbox rows
+// of the event's forwards to the targets named in targets. It queues nothing
+// when targets is empty.
+func QueueOutbox(b *dedup.Batch, sender string, eventID uuid.UUID, deliveryID string, receivedAt time.Time, targets []string) {
+	if len(targets) == 0 {
+		return
+	}
+	b.Queue(OutboxSQL, sender, [16]byte(eventID), deliveryID, receivedAt, targets)
 }

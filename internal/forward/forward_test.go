@@ -8,16 +8,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
+	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
@@ -29,18 +30,28 @@ import (
 // Standard Webhooks signature, the identifying headers, the original body
 // and Content-Type, and the target's extra headers. A second, unsigned
 // target of the same sender gets its own forward of every event, unsigned.
+// The jobs, their errors and the metrics name the targets by name: the
+// signed target's URL, which holds a password and a query token, appears in
+// none of them.
 func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 	t.Parallel()
 	signed := newTarget(t, failFirst(2, http.StatusServiceUnavailable))
 	plain := newTarget(t, always(http.StatusNoContent))
-	e := newEnv(t, fmt.Sprintf(`      - url: %s
+	const (
+		urlPassword = "fwd-pass-8c1e0b"
+		urlToken    = "qtok-5d9a7f"
+	)
+	signedURL := strings.Replace(signed.url, "http://", "http://fwd-user:"+urlPassword+"@", 1) + "?token=" + urlToken
+	e := newEnv(t, fmt.Sprintf(`      - name: t10
+        url: %s
         timeout: 2s
         max_attempts: 5
         signing_secret: %s
         headers: { X-Target-Token: tok-123, X-Env: test }
-      - url: %s
+      - name: t1
+        url: %s
         timeout: 2s
-`, signed.url, testSecret, plain.url), forward.Options{Work: true})
+`, signedURL, testSecret, plain.url), forward.Options{Work: true})
 
 	const n = 10
 	ct := "application/vnd.acme+json; charset=utf-8"
@@ -56,9 +67,14 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 
 	perTarget := map[string]int{}
 	for _, j := range js {
-		perTarget[j.URL]++
+		perTarget[j.Target]++
+		for _, msg := range j.Errors {
+			if leak := containsAny(msg, signed.srv.URL, urlPassword, urlToken); leak != "" {
+				t.Errorf("job %d: attempt error %q contains %q of the target's URL", j.ID, msg, leak)
+			}
+		}
 		if j.State != "completed" {
-			t.Errorf("job %d (%s → %s): state %s, want completed; errors %q", j.ID, j.EventID, j.URL, j.State, j.Errors)
+			t.Errorf("job %d (%s → %s): state %s, want completed; errors %q", j.ID, j.EventID, j.Target, j.State, j.Errors)
 			continue
 		}
 		d, ok := byEvent[j.EventID]
@@ -69,8 +85,8 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status < 200 || out.Status > 299 || out.DeliveredAt.IsZero() {
 			t.Errorf("job %d: recorded output %q, want the 2xx status and the delivery time", j.ID, j.Output)
 		}
-		switch j.URL {
-		case signed.url:
+		switch j.Target {
+		case "t10":
 			if j.Attempt != 3 || len(j.Errors) != 2 {
 				t.Errorf("job %d to the failing target: attempt %d with errors %q, want delivered at attempt 3 after two 503s", j.ID, j.Attempt, j.Errors)
 			}
@@ -79,15 +95,15 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 					t.Errorf("job %d: attempt error %q does not name the 503", j.ID, msg)
 				}
 			}
-		case plain.url:
+		case "t1":
 			if j.Attempt != 1 {
 				t.Errorf("job %d to the healthy target: attempt %d, want 1", j.ID, j.Attempt)
 			}
 		default:
-			t.Errorf("job %d forwards to %s, not a configured target", j.ID, j.URL)
+			t.Errorf("job %d forwards to %q, not a configured target", j.ID, j.Target)
 		}
 	}
-	if perTarget[signed.url] != n || perTarget[plain.url] != n {
+	if perTarget["t10"] != n || perTarget["t1"] != n {
 		t.Errorf("jobs per target %v, want %d for each of the two targets", perTarget, n)
 	}
 
@@ -157,12 +173,40 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 	check(signed, 3, true)
 	check(plain, 1, false)
 
-	attempts := func(tg *target, outcome string) float64 {
-		return e.counter("hookgate_forward_attempts_total", map[string]string{"target": tg.url, "outcome": outcome})
+	attempts := func(target, outcome string) float64 {
+		return e.counter("hookgate_forward_attempts_total", map[string]string{"sender": "acme", "target": target, "outcome": outcome})
 	}
-	if r, d := attempts(signed, "retry"), attempts(signed, "delivered"); r != 2*n || d != n {
-		t.Errorf("metrics for the failing target: %v retries and %v delivered, want %d and %d", r, d, 2*n, n)
+	if r, d := attempts("t10", "retry"), attempts("t10", "delivered"); r != 2*n || d != n {
+		t.Errorf("metrics for the failing target t10: %v retries and %v delivered, want %d and %d", r, d, 2*n, n)
 	}
+	if r, d := attempts("t1", "retry"), attempts("t1", "delivered"); r != 0 || d != n {
+		t.Errorf("metrics for the healthy target t1: %v retries and %v delivered, want 0 and %d", r, d, n)
+	}
+	text := e.metricsText()
+	for _, want := range []string{
+		`hookgate_forward_attempts_total{outcome="delivered",sender="acme",target="t10"} 10`,
+		`hookgate_forward_attempts_total{outcome="retry",sender="acme",target="t10"} 20`,
+		`hookgate_forward_attempts_total{outcome="delivered",sender="acme",target="t1"} 10`,
+		`hookgate_forward_duration_seconds_count{sender="acme",target="t10"} 30`,
+		`hookgate_forward_duration_seconds_count{sender="acme",target="t1"} 10`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics has no line %q", want)
+		}
+	}
+	if leak := containsAny(text, signed.srv.URL, plain.srv.URL, "127.0.0.1", "/hooks", "fwd-user", urlPassword, urlToken); leak != "" {
+		t.Errorf("/metrics contains %q of a target's URL:\n%s", leak, text)
+	}
+}
+
+// containsAny returns the first of subs that s contains, or "".
+func containsAny(s string, subs ...string) string {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return sub
+		}
+	}
+	return ""
 }
 
 // TestForwardClientErrorFailsAtOnce: a 4xx other than 408 and 429 fails the
@@ -175,7 +219,7 @@ func TestForwardClientErrorFailsAtOnce(t *testing.T) {
 		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
 		return answer{status: status}
 	})
-	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t3\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url), forward.Options{Work: true})
 
 	byEvent := map[string]int{}
 	for _, s := range statuses {
@@ -212,7 +256,7 @@ func TestForwardRetryableStatuses(t *testing.T) {
 		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
 		return answer{status: status}
 	})
-	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t4\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url), forward.Options{Work: true})
 	byEvent := map[string]int{}
 	for _, s := range statuses {
 		d := e.deliver(fmt.Sprintf("status-%d", s), []byte(`{}`), "application/json")
@@ -235,7 +279,7 @@ func TestForwardRetryableStatuses(t *testing.T) {
 func TestForwardTimeoutRetriesThenDiscards(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, func(int, *http.Request) answer { return answer{block: true} })
-	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 300ms\n        max_attempts: 3\n", tg.url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t5\n        url: %s\n        timeout: 300ms\n        max_attempts: 3\n", tg.url), forward.Options{Work: true})
 	d := e.deliver("never-answered", []byte(`{"a":1}`), "application/json")
 
 	js := e.waitJobs(1)
@@ -249,6 +293,10 @@ func TestForwardTimeoutRetriesThenDiscards(t *testing.T) {
 	for _, msg := range j.Errors {
 		if !strings.Contains(msg, "deadline exceeded") && !strings.Contains(msg, "Timeout") && !strings.Contains(msg, "timeout") {
 			t.Errorf("attempt error %q does not say the attempt timed out", msg)
+		}
+		// The error names the target, not its URL (which may hold secrets).
+		if !strings.Contains(msg, `"t5"`) || strings.Contains(msg, "/hooks") {
+			t.Errorf("attempt error %q: want it to name the target t5 and not its URL %s", msg, tg.url)
 		}
 	}
 	if got := len(tg.requestsFor(d.eventID)); got != 3 {
@@ -277,7 +325,7 @@ func TestForwardRetryAfterIsHonoured(t *testing.T) {
 		return answer{status: status, header: http.Header{"Retry-After": {"1"}}}
 	})
 	// The backoff's Max bounds Retry-After too; it is above 1s here.
-	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url),
+	e := newEnv(t, fmt.Sprintf("      - name: t6\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url),
 		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
 	ids := map[string]string{}
 	for _, id := range []string{"ra-429", "ra-503"} {
@@ -322,7 +370,7 @@ func TestForwardConnectionRefusedIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://" + addr + "/hooks"
-	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n        max_attempts: 50\n", url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t7\n        url: %s\n        timeout: 1s\n        max_attempts: 50\n", url), forward.Options{Work: true})
 	d := e.deliver("refused", []byte(`{}`), "application/json")
 
 	// Wait for an attempt that was refused, then listen on the port.
@@ -357,6 +405,9 @@ func TestForwardConnectionRefusedIsRetried(t *testing.T) {
 		if !strings.Contains(msg, "connection refused") {
 			t.Errorf("attempt error %q, want connection refused", msg)
 		}
+		if !strings.Contains(msg, `"t7"`) || strings.Contains(msg, "/hooks") {
+			t.Errorf("attempt error %q: want it to name the target t7 and not its URL %s", msg, url)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -371,7 +422,7 @@ func TestForwardConnectionRefusedIsRetried(t *testing.T) {
 func TestDuplicateDeliveriesEnqueueOneForward(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, always(http.StatusOK))
-	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t8\n        url: %s\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
 
 	body := []byte(`{"id":"dup-seq"}`)
 	first := e.deliver("dup-seq", body, "application/json")
@@ -435,16 +486,21 @@ func TestDuplicateDeliveriesEnqueueOneForward(t *testing.T) {
 	}
 }
 
-// TestRolledBackDeliveryEnqueuesNothing: forward jobs are inserted on the
-// delivery's transaction, so a delivery that fails after they were inserted
-// — a later statement of the state change, the COMMIT, or the state change
-// before them — leaves no job. A delivery that commits leaves one per
-// target; a duplicate adds none.
-func TestRolledBackDeliveryEnqueuesNothing(t *testing.T) {
+// TestRolledBackDeliveryQueuesNoForward: the outbox rows of a delivery's
+// forwards are written in the delivery's transaction, so a delivery that
+// fails after they were written — a later statement of the state change, or
+// the COMMIT — or before — a statement of the state change ahead of them —
+// leaves no outbox row, and the relay finds nothing to make a job of. A
+// delivery that commits leaves exactly one outbox row per target, a
+// duplicate adds none (before or after the relay), and the relay makes one
+// job of each row.
+func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, `      - url: http://127.0.0.1:9/a
-      - url: http://127.0.0.1:9/b
-`, forward.Options{}) // insert only: nothing is worked
+	e := newEnv(t, `      - name: t11
+        url: http://127.0.0.1:9/a
+      - name: t2
+        url: http://127.0.0.1:9/b
+`, forward.Options{}) // insert only: nothing is worked, and no relay runs but the test's
 	ctx := t.Context()
 	if _, err := e.pool.Exec(ctx, `CREATE TABLE scratch (v int CONSTRAINT scratch_v_key UNIQUE DEFERRABLE INITIALLY DEFERRED)`); err != nil {
 		t.Fatal(err)
@@ -454,6 +510,7 @@ func TestRolledBackDeliveryEnqueuesNothing(t *testing.T) {
 	}
 	sender, _ := e.cfg.Sender("acme")
 	store := dedup.New(e.pool, 5*time.Second)
+	relay := e.newRelay(0)
 
 	newDelivery := func(id string) dedup.Delivery {
 		eventID := uuid.Must(uuid.NewV7())
@@ -467,118 +524,158 @@ func TestRolledBackDeliveryEnqueuesNothing(t *testing.T) {
 			ExpiresAt:     now.Add(time.Hour),
 		}
 	}
-	insertEvent := func(d dedup.Delivery) dedup.Change {
-		return func(b *pgx.Batch) {
-			events.QueueInsert(b, events.Event{ID: d.EventID, Sender: d.Sender, DeliveryID: d.DeliveryID,
-				ReceivedAt: d.ReceivedAt, Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)})
-		}
+	insertEvent := func(b *dedup.Batch, d dedup.Delivery) {
+		events.QueueInsert(b, events.Event{ID: d.EventID, Sender: d.Sender, DeliveryID: d.DeliveryID,
+			ReceivedAt: d.ReceivedAt, Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)})
 	}
-	enqueueThen := func(d dedup.Delivery, after func(ctx context.Context, tx pgx.Tx) error) dedup.Apply {
-		return func(ctx context.Context, tx pgx.Tx) error {
-			if err := forward.Enqueue(ctx, e.river, tx, sender, d.EventID, d.DeliveryID); err != nil {
-				return err
-			}
-			// The jobs are there, on the transaction.
-			var n int
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'event_id' = $1`, d.EventID.String()).Scan(&n); err != nil {
-				return err
-			}
-			if n != 2 {
-				return fmt.Errorf("after Enqueue the transaction sees %d jobs, want 2", n)
-			}
-			if after != nil {
-				return after(ctx, tx)
-			}
-			return nil
-		}
+	queueOutbox := func(b *dedup.Batch, d dedup.Delivery) {
+		forward.QueueOutbox(b, d.Sender, d.EventID, d.DeliveryID, d.ReceivedAt, sender.TargetNames())
 	}
-	injected := errors.New("injected")
+	// assertRows fails the transaction (division by zero) unless it sees n
+	// outbox rows of d's event.
+	assertRows := func(b *dedup.Batch, d dedup.Delivery, n int) {
+		b.Queue(`SELECT 1 / (count(*) = $3)::int FROM forward_outbox WHERE sender = $1 AND event_id = $2`, d.Sender, [16]byte(d.EventID), n)
+	}
 	tests := []struct {
-		name   string
-		change func(d dedup.Delivery) dedup.Change
-		after  func(ctx context.Context, tx pgx.Tx) error
+		name     string
+		change   func(d dedup.Delivery) dedup.Change
+		wantCode string // the SQLSTATE of the failure
 	}{
-		{"apply fails after enqueue", insertEvent, func(context.Context, pgx.Tx) error { return injected }},
-		{"statement fails after enqueue", insertEvent, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `SELECT 1/0`)
-			return err
-		}},
-		{"commit fails", insertEvent, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `INSERT INTO scratch VALUES (1)`) // deferred: fails at COMMIT
-			return err
-		}},
-		{"state change fails before enqueue", func(d dedup.Delivery) dedup.Change {
-			return func(b *pgx.Batch) {
-				insertEvent(d)(b)
-				b.Queue(`SELECT 1/0`)
+		{"statement fails after the outbox rows", func(d dedup.Delivery) dedup.Change {
+			return func(b *dedup.Batch) {
+				insertEvent(b, d)
+				queueOutbox(b, d)
+				// Division by zero exactly when the transaction sees the two rows.
+				b.Queue(`SELECT 1 / (count(*) - 2)::int FROM forward_outbox WHERE sender = $1 AND event_id = $2`, d.Sender, [16]byte(d.EventID))
 			}
-		}, nil},
+		}, "22012"},
+		{"commit fails", func(d dedup.Delivery) dedup.Change {
+			return func(b *dedup.Batch) {
+				insertEvent(b, d)
+				queueOutbox(b, d)
+				assertRows(b, d, 2)
+				b.Queue(`INSERT INTO scratch VALUES (1)`) // deferred: fails at COMMIT
+			}
+		}, "23505"},
+		{"state change fails before the outbox rows", func(d dedup.Delivery) dedup.Change {
+			return func(b *dedup.Batch) {
+				insertEvent(b, d)
+				b.Queue(`SELECT 1/0`)
+				queueOutbox(b, d)
+			}
+		}, "22012"},
+	}
+	count := func(table string) int {
+		t.Helper()
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 	for _, tt := range tests {
 		d := newDelivery("rolled-back-" + strings.ReplaceAll(tt.name, " ", "-"))
-		res, err := store.RunTx(ctx, d, tt.change(d), enqueueThen(d, tt.after))
-		if err == nil || res.Replayed {
-			t.Errorf("%s: RunTx = %+v, %v; want an error", tt.name, res, err)
-		}
+		res, err := store.Run(ctx, d, tt.change(d))
 		var pgErr *pgconn.PgError
-		if tt.name == "commit fails" && (!errors.As(err, &pgErr) || pgErr.ConstraintName != "scratch_v_key") {
+		if err == nil || res.Replayed || !errors.As(err, &pgErr) || pgErr.Code != tt.wantCode {
+			t.Fatalf("%s: Run = %+v, %v; want an error with SQLSTATE %s", tt.name, res, err, tt.wantCode)
+		}
+		if tt.name == "commit fails" && pgErr.ConstraintName != "scratch_v_key" {
 			t.Errorf("%s: err = %v, want the deferred violation raised at COMMIT", tt.name, err)
+		}
+		if rows := e.outbox(); len(rows) != 0 {
+			t.Fatalf("%s: outbox rows after the rollback %v, want none", tt.name, rows)
+		}
+		if n, err := relay.Once(ctx); n != 0 || err != nil {
+			t.Errorf("%s: relay moved %d rows (%v) after the rollback, want 0", tt.name, n, err)
 		}
 		if js := e.jobs(); len(js) != 0 {
 			t.Fatalf("%s: %d forward jobs after the rollback, want 0: %+v", tt.name, len(js), js)
 		}
-		var keys int
-		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM processed_messages`).Scan(&keys); err != nil {
-			t.Fatal(err)
-		}
-		if keys != 0 {
-			t.Fatalf("%s: %d keys after the rollback, want 0", tt.name, keys)
+		if keys, evs := count("processed_messages"), count("webhook_events"); keys != 0 || evs != 0 {
+			t.Fatalf("%s: %d keys and %d events after the rollback, want 0", tt.name, keys, evs)
 		}
 	}
 
-	// Control: the same path commits its two jobs; a duplicate adds none.
+	// Control: the same change commits its two outbox rows; a duplicate adds
+	// none (its transaction sees none of its event, or the replay fails).
 	d := newDelivery("committed")
-	if res, err := store.RunTx(ctx, d, insertEvent(d), enqueueThen(d, nil)); err != nil || res.Replayed {
-		t.Fatalf("committed delivery: RunTx = %+v, %v", res, err)
+	change := func(d dedup.Delivery, wantRows int) dedup.Change {
+		return func(b *dedup.Batch) {
+			insertEvent(b, d)
+			queueOutbox(b, d)
+			assertRows(b, d, wantRows)
+		}
 	}
-	dup := newDelivery("committed")
-	called := false
-	res, err := store.RunTx(ctx, dup, insertEvent(dup), func(ctx context.Context, tx pgx.Tx) error {
-		called = true
-		return forward.Enqueue(ctx, e.river, tx, sender, dup.EventID, dup.DeliveryID)
-	})
-	if err != nil || !res.Replayed {
-		t.Fatalf("duplicate: RunTx = %+v, %v; want a replay", res, err)
+	if res, err := store.Run(ctx, d, change(d, 2)); err != nil || res.Replayed {
+		t.Fatalf("committed delivery: Run = %+v, %v", res, err)
 	}
-	if called {
-		t.Error("the duplicate's Apply (Enqueue) was called")
+	wantRows := []string{d.EventID.String() + "/t11", d.EventID.String() + "/t2"}
+	if rows := e.outbox(); !slices.Equal(rows, wantRows) {
+		t.Fatalf("outbox after the commit %v, want one row per target %v", rows, wantRows)
+	}
+	duplicate := func(when string) {
+		t.Helper()
+		dup := newDelivery("committed")
+		res, err := store.Run(ctx, dup, change(dup, 0))
+		if err != nil || !res.Replayed || res.EventID != d.EventID {
+			t.Fatalf("duplicate %s: Run = %+v, %v; want a replay of event %s", when, res, err, d.EventID)
+		}
+	}
+	duplicate("before the relay")
+	if rows := e.outbox(); !slices.Equal(rows, wantRows) {
+		t.Fatalf("outbox after a duplicate %v, want still %v", rows, wantRows)
+	}
+	if js := e.jobs(); len(js) != 0 {
+		t.Fatalf("%d forward jobs before any relay, want 0", len(js))
+	}
+	if n, err := relay.Once(ctx); n != 2 || err != nil {
+		t.Fatalf("relay moved %d rows (%v), want 2", n, err)
+	}
+	if rows := e.outbox(); len(rows) != 0 {
+		t.Fatalf("outbox after the relay %v, want empty", rows)
+	}
+	duplicate("after the relay")
+	if rows := e.outbox(); len(rows) != 0 {
+		t.Fatalf("outbox after a duplicate that followed the relay %v, want empty", rows)
+	}
+	if n, err := relay.Once(ctx); n != 0 || err != nil {
+		t.Errorf("relay moved %d rows (%v) after the duplicate, want 0", n, err)
 	}
 	js := e.jobs()
 	if len(js) != 2 {
 		t.Fatalf("%d forward jobs, want 2 (one per target): %+v", len(js), js)
 	}
-	urls := map[string]bool{}
+	targets := map[string]bool{}
 	for _, j := range js {
-		urls[j.URL] = true
-		if j.EventID != d.EventID.String() || j.DeliveryID != "committed" || j.State != "available" {
-			t.Errorf("job %+v: want event %s, delivery committed, available", j, d.EventID)
+		targets[j.Target] = true
+		if j.EventID != d.EventID.String() || j.DeliveryID != "committed" || j.State != "available" || j.MaxAttempts != config.DefaultForwardMaxAttempts {
+			t.Errorf("job %+v: want event %s, delivery committed, available, %d attempts", j, d.EventID, config.DefaultForwardMaxAttempts)
 		}
 	}
-	if !urls["http://127.0.0.1:9/a"] || !urls["http://127.0.0.1:9/b"] {
-		t.Errorf("jobs target %v, want both configured targets", urls)
+	if !targets["t11"] || !targets["t2"] {
+		t.Errorf("jobs target %v, want both configured targets t11 and t2", targets)
 	}
 }
 
-// TestEnqueueWithoutTargetsInsertsNothing: a sender without targets gets no
-// forward jobs, and Jobs returns nil for it.
-func TestEnqueueWithoutTargetsInsertsNothing(t *testing.T) {
+// TestNoTargetsQueuesNothing: a sender without targets gets no outbox rows
+// and no forward jobs; QueueOutbox queues no statement for it.
+func TestNoTargetsQueuesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "", forward.Options{})
 	sender, _ := e.cfg.Sender("acme")
-	if p := forward.Jobs(sender, uuid.New(), "x"); p != nil {
-		t.Errorf("Jobs for a sender without targets = %v, want nil", p)
+	var b dedup.Batch
+	forward.QueueOutbox(&b, "acme", uuid.Must(uuid.NewV7()), "x", time.Now(), sender.TargetNames())
+	if b.Len() != 0 {
+		t.Errorf("QueueOutbox for a sender without targets queued %d statements, want 0", b.Len())
 	}
 	e.deliver("no-targets", []byte(`{}`), "application/json")
+	if rows := e.outbox(); len(rows) != 0 {
+		t.Errorf("outbox rows %v for a sender without targets, want none", rows)
+	}
+	if n, err := e.newRelay(0).Once(t.Context()); n != 0 || err != nil {
+		t.Errorf("relay moved %d rows (%v), want 0", n, err)
+	}
 	if js := e.jobs(); len(js) != 0 {
 		t.Errorf("%d forward jobs for a sender without targets, want 0", len(js))
 	}
@@ -591,12 +688,12 @@ func TestEnqueueWithoutTargetsInsertsNothing(t *testing.T) {
 func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, always(http.StatusOK))
-	e := newEnv(t, fmt.Sprintf("      - url: %s\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t9\n        url: %s\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
 	ctx := t.Context()
 	for _, a := range []forward.Args{
-		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone", URL: tg.url},
-		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "elsewhere", URL: "http://127.0.0.1:9/removed"},
-		{Sender: "removed", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "nobody", URL: tg.url},
+		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone", Target: "t9"},
+		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "elsewhere", Target: "removed"},
+		{Sender: "removed", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "nobody", Target: "t9"},
 	} {
 		if _, err := e.river.Insert(ctx, a, &river.InsertOpts{Queue: forward.Queue, MaxAttempts: 5}); err != nil {
 			t.Fatal(err)
@@ -612,5 +709,46 @@ func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
 	}
 	if n := len(tg.requests()); n != 0 {
 		t.Errorf("the target received %d requests, want 0", n)
+	}
+}
+
+// TestLegacyJobNamingTargetByURL: a job queued by a version that named
+// targets by URL (args.url, no args.target) is still delivered to the target
+// with that URL, counted under the target's name, and listed with it.
+func TestLegacyJobNamingTargetByURL(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(int, *http.Request) answer { return answer{status: 200} })
+	e := newEnv(t, fmt.Sprintf("      - name: legacy\n        url: %s?token=LEGACYTOKEN\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
+	// An event stored without outbox row (as before the outbox), and its
+	// job queued as the previous version did.
+	ctx := context.Background()
+	d := delivery{eventID: uuid.Must(uuid.NewV7()).String()}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
+VALUES ('acme', $1, 'legacy-1', now(), '{"Content-Type": ["application/json"]}', '{"a":1}')`, d.eventID); err != nil {
+		t.Fatal(err)
+	}
+	args := fmt.Sprintf(`{"sender":"acme","event_id":%q,"delivery_id":"legacy-1","url":%q}`, d.eventID, tg.url+"?token=LEGACYTOKEN")
+	if _, err := e.pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, priority) VALUES ($1::jsonb, 'hookgate_forward', 3, 'forward', 'available', 1)`, args); err != nil {
+		t.Fatal(err)
+	}
+	js := e.waitJobs(1)
+	if js[0].State != "completed" {
+		t.Fatalf("legacy job ended %s, want completed: %+v", js[0].State, js[0])
+	}
+	if got := len(tg.requestsFor(d.eventID)); got != 1 {
+		t.Errorf("the target received %d forwards of the event, want 1", got)
+	}
+	if n := e.counter("hookgate_forward_attempts_total", map[string]string{"target": "legacy", "outcome": "delivered"}); n != 1 {
+		t.Errorf("delivered attempts under the target's name = %v, want 1", n)
+	}
+	if strings.Contains(e.metricsText(), "LEGACYTOKEN") {
+		t.Error("/metrics shows the legacy job's URL token")
+	}
+	list, err := forward.List(ctx, e.pool, "acme", uuid.MustParse(d.eventID))
+	if err != nil {
+		t.Fatalf("List with a legacy job: %v", err)
+	}
+	if len(list) != 1 || list[0].Target != "" || list[0].LegacyURL == "" || list[0].State != forward.StateDelivered {
+		t.Fatalf("List = %+v, want the delivered legacy job with its URL", list)
 	}
 }

@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"go.uber.org/goleak"
 
@@ -203,15 +203,16 @@ func failFirst(k, status int) func(int, *http.Request) answer {
 	}
 }
 
-// env is a database, a River client working forwards (when started), and a
-// hookgate ingest server enqueuing them, for one sender "acme" whose
-// delivery ID is in X-Delivery-Id.
+// env is a database, a River client working forwards and a relay feeding it
+// from the outbox (when started), and a hookgate ingest server writing the
+// outbox, for one sender "acme" whose delivery ID is in X-Delivery-Id.
 type env struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
 	cfg     *config.Config
 	river   *river.Client[pgx.Tx]
 	reg     *prometheus.Registry
+	log     *slog.Logger
 	gateway *httptest.Server
 }
 
@@ -248,27 +249,62 @@ func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 	if err != nil {
 		t.Fatalf("forward.NewClient: %v", err)
 	}
-	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg}
+	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log}
 	if opts.Work {
 		e.start()
 	}
-	enqueue := func(ctx context.Context, tx pgx.Tx, s *config.Sender, eventID uuid.UUID, deliveryID string) error {
-		return forward.Enqueue(ctx, client, tx, s, eventID, deliveryID)
-	}
 	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
-		prometheus.NewRegistry(), log, handler.WithEnqueue(enqueue))
+		prometheus.NewRegistry(), log)
 	e.gateway = httptest.NewServer(h.Router())
 	t.Cleanup(e.gateway.Close)
 	return e
 }
 
-// start starts the River client; it is stopped when the test ends.
+// start starts the River client and a relay of the outbox into it, as a
+// worker process does; both are stopped when the test ends (the relay
+// first).
 func (e *env) start() {
 	e.t.Helper()
 	if err := e.river.Start(context.Background()); err != nil {
 		e.t.Fatalf("start River: %v", err)
 	}
 	e.t.Cleanup(func() { stopRiver(e.t, e.river) })
+	e.runRelay(e.newRelay(0))
+}
+
+// newRelay returns a relay of e's outbox into e's River client that moves
+// up to batch rows per transaction (the default when 0) and looks again
+// every 5ms once the outbox is drained.
+func (e *env) newRelay(batch int) *forward.Relay {
+	return forward.NewRelay(e.pool, e.river, e.cfg, batch, 5*time.Millisecond, e.log)
+}
+
+// runRelay runs r.Run in the background until the test ends.
+func (e *env) runRelay(r *forward.Relay) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// outbox returns the rows of forward_outbox as "event_id/target", sorted.
+func (e *env) outbox() []string {
+	e.t.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT event_id::text || '/' || target FROM forward_outbox ORDER BY 1`)
+	if err != nil {
+		e.t.Fatalf("read forward_outbox: %v", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		e.t.Fatalf("read forward_outbox: %v", err)
+	}
+	return out
 }
 
 // stopRiver stops c gracefully, or cancels its jobs if that takes long.
@@ -344,7 +380,7 @@ type job struct {
 	MaxAttempts int
 	ScheduledAt time.Time
 	EventID     string
-	URL         string
+	Target      string // the target's name
 	DeliveryID  string
 	Errors      []string // the error of each failed attempt, in order
 	Output      string   // the recorded output (JSON), "" if none
@@ -364,7 +400,7 @@ func readJobs(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) ([]job, error) {
 	rows, err := db.Query(ctx, `SELECT id, state::text, attempt, max_attempts, scheduled_at,
-		args->>'event_id', args->>'url', args->>'delivery_id',
+		args->>'event_id', coalesce(args->>'target', ''), args->>'delivery_id',
 		coalesce((SELECT array_agg(e->>'error' ORDER BY ord) FROM unnest(errors) WITH ORDINALITY AS x(e, ord)), '{}'),
 		coalesce(metadata->>'output', '')
 		FROM river_job WHERE kind = 'hookgate_forward' ORDER BY id`)
@@ -375,7 +411,7 @@ func readJobs(ctx context.Context, db interface {
 	var out []job
 	for rows.Next() {
 		var j job
-		if err := rows.Scan(&j.ID, &j.State, &j.Attempt, &j.MaxAttempts, &j.ScheduledAt, &j.EventID, &j.URL, &j.DeliveryID, &j.Errors, &j.Output); err != nil {
+		if err := rows.Scan(&j.ID, &j.State, &j.Attempt, &j.MaxAttempts, &j.ScheduledAt, &j.EventID, &j.Target, &j.DeliveryID, &j.Errors, &j.Output); err != nil {
 			return nil, err
 		}
 		out = append(out, j)
@@ -453,6 +489,17 @@ func (e *env) counter(name string, labels map[string]string) float64 {
 		}
 	}
 	return 0
+}
+
+// metricsText returns e's metrics as /metrics would serve them.
+func (e *env) metricsText() string {
+	e.t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		e.t.Fatalf("metrics: status %d: %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
 }
 
 // testSecret is a Standard Webhooks signing secret and its key.

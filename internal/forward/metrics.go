@@ -20,18 +20,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookgate_forward_attempts_total",
-			Help: "Forward attempts, by target URL and outcome (delivered, retry, failed).",
-		}, []string{"target", "outcome"}),
+			Help: "Forward attempts, by sender, target name and outcome (delivered, retry, failed).",
+		}, []string{"sender", "target", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hookgate_forward_duration_seconds",
-			Help:    "Time for a target to answer a forward, by target URL.",
+			Help:    "Time for a target to answer a forward, by sender and target name.",
 			Buckets: prometheus.DefBuckets,
-		}, []string{"target"}),
+		}, []string{"sender", "target"}),
 	}
 	reg.MustRegister(m.attempts, m.latency)
 	return m
 }
 
-func (m *Metrics) attempt(target, outcome string) {
-	m.attempts.WithLabelValues(target, outcome).Inc()
+func (m *Metrics) attempt(sender, target, outcome string) {
+	m.attempts.WithLabelValues(sender, target, outcome).Inc()
 }

@@ -43,7 +43,8 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
     preset: generic
     delivery_id: { header: X-Delivery-Id }
     forward:
-      - url: `+srv.URL+`
+      - name: t1
+        url: `+srv.URL+`
         timeout: 1s
         max_attempts: 3
 `), func(string) (string, bool) { return "", false })
@@ -58,7 +59,7 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 	}
 	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute},
 		NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	args := Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", URL: srv.URL}
+	args := Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}
 
 	// Not the last attempt: the value is held, and NextRetry uses and drops it.
 	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 3}, Args: args}

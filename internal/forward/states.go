@@ -52,13 +52,18 @@ func StateOf(s rivertype.JobState) State {
 	}
 }
 
-// Status is one forward job of an event.
+// Status is one forward of an event.
 type Status struct {
+	// JobID is the forward's River job; 0 while the forward is still in the
+	// outbox, not yet relayed (its state is then pending).
 	JobID int64
-	// URL is the target's URL as stored in the job, which may hold a
-	// password: redact it before showing it.
-	URL   string
-	State State
+	// Target is the target's name; "" for a job of a version that named
+	// targets by URL (see LegacyURL).
+	Target string
+	// LegacyURL is the target URL such a job names, which may hold
+	// credentials: never show it unredacted. "" for current jobs.
+	LegacyURL string
+	State     State
 	// Attempts is how many attempts have started; MaxAttempts how many may.
 	Attempts    int
 	MaxAttempts int
@@ -67,7 +72,8 @@ type Status struct {
 	// connection error).
 	LastStatus int
 	// LastError is why the most recent finished attempt failed: "" when it
-	// succeeded or none finished. It may contain the target's URL.
+	// succeeded or none finished. Errors recorded by versions that named
+	// targets by URL may contain it: redact with LegacyURL.
 	LastError string
 	// DeliveredAt is when the target accepted the forward; zero until then.
 	DeliveredAt time.Time
@@ -82,19 +88,33 @@ type Querier interface {
 
 // listSQL finds an event's forwards through River's GIN index on args
 // (river_job_args_index): args @> {"event_id": …} is the indexable form.
-const listSQL = `SELECT id, state, attempt, max_attempts, args->>'url', created_at,
+const listSQL = `SELECT id, state, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
        errors[array_upper(errors, 1)], metadata->'output'
 FROM river_job
 WHERE kind = $1 AND args @> jsonb_build_object('event_id', $2::text)
 ORDER BY id`
 
-// List returns the forward jobs of the event, oldest first: one per target
-// of its sender when it was accepted, and one per target for each
-// redelivery. It returns an empty slice, not nil, when the event has none
-// (its sender had no targets, or the jobs were deleted after River's
-// retention).
-func List(ctx context.Context, db Querier, eventID uuid.UUID) ([]Status, error) {
-	rows, err := db.Query(ctx, listSQL, Args{}.Kind(), eventID.String())
+// outboxListSQL finds an event's forwards not yet relayed into River.
+const outboxListSQL = `SELECT target, created_at FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`
+
+// List returns the forwards of the event of sender: first those still in the
+// outbox (pending, JobID 0), then its jobs, oldest first: one per target of
+// its sender when it was accepted, and one per target for each redelivery.
+// It returns an empty slice, not nil, when the event has none (its sender
+// had no targets, or the jobs were deleted after River's retention).
+func List(ctx context.Context, db Querier, sender string, eventID uuid.UUID) ([]Status, error) {
+	rows, err := db.Query(ctx, outboxListSQL, sender, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
+	}
+	pending, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Status, error) {
+		st := Status{State: StatePending}
+		return st, row.Scan(&st.Target, &st.CreatedAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
+	}
+	rows, err = db.Query(ctx, listSQL, Args{}.Kind(), eventID.String())
 	if err != nil {
 		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
 	}
@@ -105,7 +125,7 @@ func List(ctx context.Context, db Querier, eventID uuid.UUID) ([]Status, error) 
 			lastErr   []byte // jsonb, NULL without errors
 			outputRaw []byte // jsonb, NULL without output
 		)
-		if err := row.Scan(&st.JobID, &state, &st.Attempts, &st.MaxAttempts, &st.URL, &st.CreatedAt, &lastErr, &outputRaw); err != nil {
+		if err := row.Scan(&st.JobID, &state, &st.Attempts, &st.MaxAttempts, &st.Target, &st.LegacyURL, &st.CreatedAt, &lastErr, &outputRaw); err != nil {
 			return Status{}, err
 		}
 		st.State = StateOf(rivertype.JobState(state))
@@ -130,10 +150,7 @@ func List(ctx context.Context, db Querier, eventID uuid.UUID) ([]Status, error) 
 	if err != nil {
 		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
 	}
-	if out == nil {
-		out = []Status{}
-	}
-	return out, nil
+	return append(append([]Status{}, pending...), out...), nil
 }
 
 // answered finds the status in the text of an errStatus, which River keeps
@@ -152,20 +169,27 @@ func statusIn(errText string) int {
 	return n
 }
 
-// Enqueued is a forward job Redeliver inserted.
+// Enqueued is a forward job Redeliver inserted, or found waiting.
 type Enqueued struct {
-	JobID int64
-	URL   string
+	JobID  int64
+	Target string
+	// AlreadyPending is true when a forward of the event to the target was
+	// still waiting, running or retrying: no second one was inserted.
+	AlreadyPending bool
 }
 
 // Redeliver inserts, outside any transaction, one new forward job of the
 // event for each target sender has now, with the same idempotency key (the
-// event ID) as its first forwards. It returns the new jobs, or nil and no
-// error when sender has no targets.
+// event ID) as its first forwards; a target whose forward of the event is
+// still waiting, running or retrying gets no second one. It returns the
+// jobs, or nil and no error when sender has no targets.
 func Redeliver(ctx context.Context, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
-	params := Jobs(sender, eventID, deliveryID)
-	if len(params) == 0 {
+	if len(sender.Forward) == 0 {
 		return nil, nil
+	}
+	params := make([]river.InsertManyParams, 0, len(sender.Forward))
+	for _, t := range sender.Forward {
+		params = append(params, jobParams(sender.Name, sender, t.Name, eventID, deliveryID))
 	}
 	res, err := client.InsertMany(ctx, params)
 	if err != nil {
@@ -177,7 +201,7 @@ func Redeliver(ctx context.Context, client *river.Client[pgx.Tx], sender *config
 		if err := json.Unmarshal(r.Job.EncodedArgs, &a); err != nil {
 			return nil, fmt.Errorf("redeliver event %s: decode args of job %d: %w", eventID, r.Job.ID, err)
 		}
-		out = append(out, Enqueued{JobID: r.Job.ID, URL: a.URL})
+		out = append(out, Enqueued{JobID: r.Job.ID, Target: a.Target, AlreadyPending: r.UniqueSkippedAsDuplicate})
 	}
 	return out, nil
 }

@@ -32,10 +32,13 @@ senders:
     preset: generic
     delivery_id: { header: X-Delivery-Id }
     forward:
-      - url: http://a.example/hook
+      - name: t1
+        url: http://a.example/hook
         max_attempts: 3
-      - url: http://b.example/hook
-      - url: http://user:pw@c.example/hook
+      - name: t2
+        url: http://b.example/hook
+      - name: t3
+        url: http://user:pw@c.example/hook
         max_attempts: 7
   - name: quiet
     preset: generic
@@ -115,7 +118,7 @@ func TestStatusIn(t *testing.T) {
 		{&errStatus{status: 408}, 408},
 		{river.JobCancel(&errStatus{status: 400}), 400},
 		{river.JobCancel(&errStatus{status: 410}), 410},
-		{fmt.Errorf("post to target: %w", context.DeadlineExceeded), 0},
+		{fmt.Errorf("post to target %q: %w", "t1", context.DeadlineExceeded), 0},
 		{river.JobCancel(fmt.Errorf("event %s is no longer stored", uuid.Nil)), 0},
 		{fmt.Errorf("read event: connection answered 5000 times"), 0},
 	} {
@@ -125,26 +128,36 @@ func TestStatusIn(t *testing.T) {
 	}
 }
 
+// TestRedeliver: Redeliver inserts one job per target of the sender, with
+// the target's max_attempts; a second Redeliver while those jobs wait
+// inserts none and returns them as already pending; once one of them has
+// finished, its target gets a new job. A sender without targets gets none.
 func TestRedeliver(t *testing.T) {
 	t.Parallel()
 	pool, cfg, client := setup(t)
 	ctx := t.Context()
 	id := newEventID(t)
+	orders := sender(t, cfg, "orders")
 
-	jobs, err := Redeliver(ctx, client, sender(t, cfg, "orders"), id, "d-1")
+	jobs, err := Redeliver(ctx, client, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantURLs := []string{"http://a.example/hook", "http://b.example/hook", "http://user:pw@c.example/hook"}
-	var urls []string
+	wantTargets := []string{"t1", "t2", "t3"}
+	var targets []string
 	for _, j := range jobs {
-		urls = append(urls, j.URL)
+		targets = append(targets, j.Target)
 	}
-	slices.Sort(urls)
-	if !slices.Equal(urls, wantURLs) {
-		t.Fatalf("Redeliver enqueued %v, want one job per target %v", jobs, wantURLs)
+	slices.Sort(targets)
+	if !slices.Equal(targets, wantTargets) {
+		t.Fatalf("Redeliver enqueued %+v, want one job per target %v", jobs, wantTargets)
 	}
+	first := map[string]int64{}
 	for _, j := range jobs {
+		first[j.Target] = j.JobID
+		if j.AlreadyPending {
+			t.Errorf("job %d to %s: already pending, want new", j.JobID, j.Target)
+		}
 		var (
 			a           Args
 			kind, queue string
@@ -154,9 +167,40 @@ func TestRedeliver(t *testing.T) {
 		if err != nil {
 			t.Fatalf("job %d: %v", j.JobID, err)
 		}
-		target, _ := sender(t, cfg, "orders").Target(j.URL)
-		if a != (Args{Sender: "orders", EventID: id, DeliveryID: "d-1", URL: j.URL}) || kind != "hookgate_forward" || queue != Queue || maxAttempts != target.MaxAttempts {
+		target, _ := orders.Target(j.Target)
+		if a != (Args{Sender: "orders", EventID: id, Target: j.Target, DeliveryID: "d-1"}) || kind != "hookgate_forward" || queue != Queue || maxAttempts != target.MaxAttempts {
 			t.Errorf("job %d: args %+v kind %s queue %s max_attempts %d", j.JobID, a, kind, queue, maxAttempts)
+		}
+	}
+
+	// Again while all three wait: no new job, the waiting ones are named.
+	again, err := Redeliver(ctx, client, orders, id, "d-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 3 {
+		t.Fatalf("second Redeliver = %+v, want the 3 waiting jobs", again)
+	}
+	for _, j := range again {
+		if !j.AlreadyPending || j.JobID != first[j.Target] {
+			t.Errorf("second Redeliver, target %s: job %d, already pending %v; want the waiting job %d, already pending", j.Target, j.JobID, j.AlreadyPending, first[j.Target])
+		}
+	}
+
+	// t1's forward was delivered: it gets a new job, the others still wait.
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'completed', attempt = 1, finalized_at = now() WHERE id = $1`, first["t1"]); err != nil {
+		t.Fatal(err)
+	}
+	third, err := Redeliver(ctx, client, orders, id, "d-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range third {
+		switch {
+		case j.Target == "t1" && (j.AlreadyPending || j.JobID == first["t1"] || j.JobID == 0):
+			t.Errorf("third Redeliver, t1 (its forward delivered): %+v; want a new job", j)
+		case j.Target != "t1" && (!j.AlreadyPending || j.JobID != first[j.Target]):
+			t.Errorf("third Redeliver, %s (still waiting): %+v; want job %d, already pending", j.Target, j, first[j.Target])
 		}
 	}
 
@@ -165,13 +209,15 @@ func TestRedeliver(t *testing.T) {
 		t.Errorf("Redeliver for a sender without targets = %v, %v; want nil, nil", jobs, err)
 	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&n); err != nil || n != 3 {
-		t.Errorf("river_job has %d rows (%v), want the 3 of the first redelivery", n, err)
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&n); err != nil || n != 4 {
+		t.Errorf("river_job has %d rows (%v), want 4: the first 3 and t1's redelivery", n, err)
 	}
 }
 
-// TestList sets the jobs of an event to the states the worker leaves them in
-// (as River stores them) and checks what List makes of each.
+// TestList puts forwards of an event in the outbox and sets its jobs to the
+// states the worker leaves them in (as River stores them), and checks what
+// List makes of each: outbox rows first (pending, no job), then the jobs,
+// oldest first; never another event's or another sender's.
 func TestList(t *testing.T) {
 	t.Parallel()
 	pool, cfg, client := setup(t)
@@ -181,21 +227,14 @@ func TestList(t *testing.T) {
 	if _, err := Redeliver(ctx, client, orders, other, "d-0"); err != nil {
 		t.Fatal(err)
 	}
-	first, err := Redeliver(ctx, client, orders, id, "d-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := Redeliver(ctx, client, orders, id, "d-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobOf := func(jobs []Enqueued, url string) int64 {
+	jobOf := func(jobs []Enqueued, target string) int64 {
+		t.Helper()
 		for _, j := range jobs {
-			if j.URL == url {
+			if j.Target == target && !j.AlreadyPending {
 				return j.JobID
 			}
 		}
-		t.Fatalf("no job for %s in %v", url, jobs)
+		t.Fatalf("no new job for %s in %+v", target, jobs)
 		return 0
 	}
 	delivered := time.Date(2026, 11, 29, 19, 31, 9, 87000000, time.UTC)
@@ -205,40 +244,71 @@ func TestList(t *testing.T) {
 			t.Fatalf("update job %d: %v", job, err)
 		}
 	}
-	update(jobOf(first, "http://a.example/hook"), `state = 'completed', attempt = 2, finalized_at = now(),
+	redeliver := func() []Enqueued {
+		t.Helper()
+		jobs, err := Redeliver(ctx, client, orders, id, "d-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobs
+	}
+	first := redeliver()
+	update(jobOf(first, "t1"), `state = 'completed', attempt = 2, finalized_at = now(),
   errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'target answered 503', 'trace', '')],
   metadata = jsonb_build_object('output', jsonb_build_object('status', 204, 'delivered_at', $2::timestamptz))`, delivered)
-	update(jobOf(first, "http://b.example/hook"), `state = 'cancelled', attempt = 1, finalized_at = now(),
+	update(jobOf(first, "t2"), `state = 'cancelled', attempt = 1, finalized_at = now(),
   errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'JobCancelError: target answered 400', 'trace', '')]`)
-	update(jobOf(first, "http://user:pw@c.example/hook"), `state = 'retryable', attempt = 2, scheduled_at = now() + interval '1 minute',
+	update(jobOf(first, "t3"), `state = 'retryable', attempt = 2, scheduled_at = now() + interval '1 minute',
   errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'target answered 502', 'trace', ''),
-                 jsonb_build_object('at', now(), 'attempt', 2, 'error', 'post to target: connection refused', 'trace', '')]`)
-	update(jobOf(again, "http://a.example/hook"), `state = 'running', attempt = 1, attempted_at = now()`)
-	update(jobOf(again, "http://b.example/hook"), `state = 'discarded', attempt = 20, finalized_at = now(),
+                 jsonb_build_object('at', now(), 'attempt', 2, 'error', 'post to target "t3": connection refused', 'trace', '')]`)
+	again := redeliver() // t3 is still retrying: no second job for it
+	update(jobOf(again, "t1"), `state = 'running', attempt = 1, attempted_at = now()`)
+	update(jobOf(again, "t2"), `state = 'discarded', attempt = 20, finalized_at = now(),
   errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 20, 'error', 'target answered 500', 'trace', '')]`)
+	third := redeliver() // only t2 has none waiting
+	jobOf(third, "t2")
 
-	got, err := List(ctx, pool, id)
+	// Outbox rows: two of the event's, and others of another event and of
+	// another sender's event with the same ID.
+	queued := time.Date(2026, 11, 29, 19, 30, 0, 0, time.UTC)
+	for _, r := range []struct {
+		sender string
+		event  uuid.UUID
+		target string
+	}{{"orders", id, "t3"}, {"orders", id, "t1"}, {"orders", other, "t2"}, {"quiet", id, "t2"}} {
+		if _, err := pool.Exec(ctx, `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ($1, $2, $3, 'd-1', $4)`,
+			r.sender, r.event, r.target, queued); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	got, err := List(ctx, pool, "orders", id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Status{
-		{URL: "http://a.example/hook", State: StateDelivered, Attempts: 2, MaxAttempts: 3, LastStatus: 204, DeliveredAt: delivered},
-		{URL: "http://b.example/hook", State: StateFailed, Attempts: 1, MaxAttempts: 20, LastStatus: 400, LastError: "JobCancelError: target answered 400"},
-		{URL: "http://user:pw@c.example/hook", State: StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: "post to target: connection refused"},
-		{URL: "http://a.example/hook", State: StateRunning, Attempts: 1, MaxAttempts: 3},
-		{URL: "http://b.example/hook", State: StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},
-		{URL: "http://user:pw@c.example/hook", State: StatePending, Attempts: 0, MaxAttempts: 7},
+		{Target: "t1", State: StatePending},
+		{Target: "t3", State: StatePending},
+		{Target: "t1", State: StateDelivered, Attempts: 2, MaxAttempts: 3, LastStatus: 204, DeliveredAt: delivered},
+		{Target: "t2", State: StateFailed, Attempts: 1, MaxAttempts: 20, LastStatus: 400, LastError: "JobCancelError: target answered 400"},
+		{Target: "t3", State: StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: `post to target "t3": connection refused`},
+		{Target: "t1", State: StateRunning, Attempts: 1, MaxAttempts: 3},
+		{Target: "t2", State: StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},
+		{Target: "t2", State: StatePending, Attempts: 0, MaxAttempts: 20},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("List = %d forwards, want %d: %+v", len(got), len(want), got)
 	}
+	const inOutbox = 2
 	for i, g := range got {
 		w := want[i]
-		if i > 0 && g.JobID <= got[i-1].JobID {
+		switch {
+		case i < inOutbox && (g.JobID != 0 || !g.CreatedAt.Equal(queued)):
+			t.Errorf("forward %d: job %d, created at %v; want an outbox row (job 0) created at %v", i, g.JobID, g.CreatedAt, queued)
+		case i >= inOutbox && (g.JobID == 0 || g.CreatedAt.IsZero()):
+			t.Errorf("forward %d: job %d, created at %v; want a job with its creation time", i, g.JobID, g.CreatedAt)
+		case i > inOutbox && g.JobID <= got[i-1].JobID:
 			t.Errorf("forward %d: job %d after job %d; want oldest first", i, g.JobID, got[i-1].JobID)
-		}
-		if g.CreatedAt.IsZero() {
-			t.Errorf("forward %d: no created_at", i)
 		}
 		g.JobID, g.CreatedAt = 0, time.Time{}
 		if !g.DeliveredAt.Equal(w.DeliveredAt) {
@@ -250,7 +320,7 @@ func TestList(t *testing.T) {
 		}
 	}
 
-	none, err := List(ctx, pool, newEventID(t))
+	none, err := List(ctx, pool, "orders", newEventID(t))
 	if err != nil || none == nil || len(none) != 0 {
 		t.Errorf("List of an event without forwards = %v (nil %v), %v; want empty, not nil", none, none == nil, err)
 	}
@@ -267,7 +337,10 @@ func TestListUsesArgsIndex(t *testing.T) {
 	orders := sender(t, cfg, "orders")
 	var params []river.InsertManyParams
 	for range 1000 {
-		params = append(params, Jobs(orders, newEventID(t), "d")...)
+		ev := newEventID(t)
+		for _, name := range orders.TargetNames() {
+			params = append(params, jobParams("orders", orders, name, ev, "d"))
+		}
 	}
 	if _, err := client.InsertMany(ctx, params); err != nil {
 		t.Fatal(err)
@@ -293,7 +366,7 @@ func TestListUsesArgsIndex(t *testing.T) {
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
 			t.Fatal(err)
 		}
-		got, err := List(ctx, tx, id)
+		got, err := List(ctx, tx, "orders", id)
 		if err != nil {
 			t.Fatal(err)
 		}

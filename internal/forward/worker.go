@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -102,7 +103,10 @@ func (w *Worker) target(a Args) (*config.Target, bool) {
 	if !ok {
 		return nil, false
 	}
-	return s.Target(a.URL)
+	if a.Target == "" && a.URL != "" { // a job of a version that named targets by URL
+		return s.TargetByURL(a.URL)
+	}
+	return s.Target(a.Target)
 }
 
 // Work POSTs the event to the target. A 2xx completes the job; 408, 429,
@@ -113,9 +117,12 @@ func (w *Worker) target(a Args) (*config.Target, bool) {
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	a := job.Args
 	t, ok := w.target(a)
+	if ok {
+		a.Target = t.Name
+	}
 	if !ok {
-		w.metrics.attempt(a.URL, outcomeRetry)
-		return fmt.Errorf("target %s is not configured for sender %s in this process", a.URL, a.Sender)
+		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
+		return fmt.Errorf("target %q is not configured for sender %q in this process", a.Target, a.Sender)
 	}
 	var (
 		headers map[string][]string
@@ -124,7 +131,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	err := w.db.QueryRow(ctx, `SELECT headers, body FROM webhook_events WHERE sender = $1 AND id = $2`, a.Sender, a.EventID).
 		Scan(&headers, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		w.metrics.attempt(a.URL, outcomeFailed)
+		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		return river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
 	}
 	if err != nil {
@@ -135,28 +142,34 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	defer cancel()
 	req, err := w.request(rctx, t, a, headers, body)
 	if err != nil {
-		w.metrics.attempt(a.URL, outcomeFailed)
+		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		return river.JobCancel(err)
 	}
 	start := time.Now()
 	resp, err := w.client.Do(req)
 	if err != nil {
-		w.metrics.attempt(a.URL, outcomeRetry)
-		return fmt.Errorf("post to target: %w", err)
+		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
+		// *url.Error names the URL, which may hold credentials: keep only
+		// what went wrong (it names the host and port at most).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("post to target %q: %w", a.Target, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 	_ = resp.Body.Close()
-	w.metrics.latency.WithLabelValues(a.URL).Observe(time.Since(start).Seconds())
+	w.metrics.latency.WithLabelValues(a.Sender, a.Target).Observe(time.Since(start).Seconds())
 
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
-		w.metrics.attempt(a.URL, outcomeDelivered)
+		w.metrics.attempt(a.Sender, a.Target, outcomeDelivered)
 		if err := river.RecordOutput(ctx, Output{Status: code, DeliveredAt: w.now().UTC()}); err != nil {
 			w.log.Warn("record forward output", "job_id", job.ID, "err", err)
 		}
 		return nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		w.metrics.attempt(a.URL, outcomeRetry)
+		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
 		if e.retryAfter > 0 && job.Attempt < job.MaxAttempts {
 			// River asks NextRetry only when another attempt follows.
@@ -164,7 +177,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		}
 		return e
 	default:
-		w.metrics.attempt(a.URL, outcomeFailed)
+		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		return river.JobCancel(&errStatus{status: code})
 	}
 }
@@ -174,16 +187,17 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 func (w *Worker) request(ctx context.Context, t *config.Target, a Args, stored map[string][]string, body []byte) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
+		return nil, fmt.Errorf("build request for target %q: the URL does not parse", a.Target)
 	}
 	h := req.Header
-	for k, v := range t.Headers {
-		h.Set(k, v)
-	}
 	for _, k := range []string{"Content-Type", "Content-Encoding"} {
 		if v := http.Header(stored).Get(k); v != "" {
 			h.Set(k, v)
 		}
+	}
+	// The target's own headers win over anything taken from the sender.
+	for k, v := range t.Headers {
+		h.Set(k, v)
 	}
 	id := a.EventID.String()
 	ts := w.now()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,11 +14,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/forward"
 )
 
 // MaxDeliveryIDBytes is the longest delivery ID accepted.
@@ -92,33 +93,24 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 	if err != nil {
 		return "", fmt.Errorf("new event id: %w", err)
 	}
-	respBody, err := json.Marshal(accepted{EventID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now})
-	if err != nil {
-		return "", fmt.Errorf("encode response: %w", err)
-	}
+	respBody := appendAccepted(make([]byte, 0, 160), eventID, sender.Name, id, now)
 	d := dedup.Delivery{
 		Key:           dedup.Key{Sender: sender.Name, DeliveryID: id},
 		RequestSHA256: sha256.Sum256(body),
 		EventID:       eventID,
-		Response:      dedup.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: append(respBody, '\n')},
+		Response:      dedup.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: respBody},
 		ReceivedAt:    now,
 		ExpiresAt:     now.Add(time.Duration(sender.Retention)),
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
 	defer cancel()
-	change := func(b *pgx.Batch) {
+	change := func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{
 			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, Headers: r.Header, Body: body,
 		})
+		forward.QueueOutbox(b, sender.Name, eventID, id, now, sender.TargetNames())
 	}
-	var apply dedup.Apply
-	if len(sender.Forward) > 0 {
-		if s.enqueue == nil {
-			return "", errors.New("sender has forward targets but forwarding is not configured")
-		}
-		apply = func(ctx context.Context, tx pgx.Tx) error { return s.enqueue(ctx, tx, sender, eventID, id) }
-	}
-	res, err := s.store.RunTx(ctx, d, change, apply)
+	res, err := s.store.Run(ctx, d, change)
 	if err != nil {
 		return "", err
 	}
@@ -135,11 +127,74 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 	return outcome, nil
 }
 
+// appendAccepted appends the JSON body of a first delivery's 202 response,
+// as encoding/json would encode accepted, and a newline.
+func appendAccepted(dst []byte, eventID uuid.UUID, sender, deliveryID string, receivedAt time.Time) []byte {
+	dst = append(dst, `{"event_id":"`...)
+	var id [36]byte
+	hex.Encode(id[0:8], eventID[0:4])
+	id[8] = '-'
+	hex.Encode(id[9:13], eventID[4:6])
+	id[13] = '-'
+	hex.Encode(id[14:18], eventID[6:8])
+	id[18] = '-'
+	hex.Encode(id[19:23], eventID[8:10])
+	id[23] = '-'
+	hex.Encode(id[24:], eventID[10:])
+	dst = append(dst, id[:]...)
+	dst = append(dst, `","sender":`...)
+	dst = appendJSONString(dst, sender)
+	dst = append(dst, `,"delivery_id":`...)
+	dst = appendJSONString(dst, deliveryID)
+	dst = append(dst, `,"received_at":"`...)
+	dst = receivedAt.AppendFormat(dst, time.RFC3339Nano)
+	return append(dst, "\"}\n"...)
+}
+
+// appendJSONString appends s, a sender name or a delivery ID (visible
+// ASCII), as encoding/json encodes it: quotes and backslashes escaped, and
+// <, > and & as \u003c, \u003e and \u0026. Other bytes go through
+// encoding/json.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			b, _ := json.Marshal(s) // a string always encodes
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '<':
+			dst = append(dst, `\u003c`...)
+		case '>':
+			dst = append(dst, `\u003e`...)
+		case '&':
+			dst = append(dst, `\u0026`...)
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
 // readBody reads the whole request body, refusing more than limit bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	tooLarge := newProblem(probTooLarge, fmt.Sprintf("The body exceeds this sender's limit of %d bytes. Nothing was recorded.", limit))
 	if r.ContentLength > limit {
 		return nil, tooLarge
+	}
+	if r.ContentLength >= 0 {
+		// The size is announced: one allocation, and one read past it to
+		// see the end (net/http ends the body at Content-Length).
+		body := make([]byte, r.ContentLength)
+		_, err := io.ReadFull(r.Body, body)
+		if err != nil {
+			return nil, &problemError{typ: probInvalidBody, detail: "The request body could not be read completely. Nothing was recorded.", cause: err}
+		}
+		return body, nil
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError

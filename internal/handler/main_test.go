@@ -72,7 +72,7 @@ type server struct {
 // newServer starts handler.New(...).Router() on an httptest server storing
 // deliveries with db. The server is closed (after its in-flight requests
 // finish, and before db's pool is closed) when the test ends.
-func newServer(t *testing.T, db dedup.Querier, o options) *server {
+func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 	t.Helper()
 	yaml := sendersYAML
 	if o.yaml != "" {

@@ -236,6 +236,7 @@ func senderInfo(sd *config.Sender) api.SenderInfo {
 		}
 		slices.Sort(names)
 		info.Forward = append(info.Forward, api.TargetInfo{
+			Name:           t.Name,
 			Url:            redactURL(t.URL),
 			TimeoutSeconds: time.Duration(t.Timeout).Seconds(),
 			MaxAttempts:    t.MaxAttempts,
@@ -329,7 +330,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	fwds, err := forward.List(r.Context(), s.db, rec.EventID)
+	fwds, err := forward.List(r.Context(), s.db, sender, rec.EventID)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -348,26 +349,67 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		Forwards: make([]api.ForwardState, 0, len(fwds)),
 	}
 	out.Response.BodyEncoding, out.Response.Body = showBody(rec.Response.ContentType, rec.Response.Body)
+	sd, _ := s.cfg.Sender(sender)
 	for _, f := range fwds {
-		out.Forwards = append(out.Forwards, forwardState(f))
+		out.Forwards = append(out.Forwards, forwardState(sd, f))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func forwardState(f forward.Status) api.ForwardState {
+// targetURL returns the URL of sender's target named name, "" when there is
+// no such target (any more).
+func targetURL(sender *config.Sender, name string) string {
+	if sender == nil {
+		return ""
+	}
+	t, ok := sender.Target(name)
+	if !ok {
+		return ""
+	}
+	return t.URL
+}
+
+// forwardState shows f, a forward of an event of sender (nil when sender is
+// no longer configured).
+func forwardState(sender *config.Sender, f forward.Status) api.ForwardState {
+	if f.Target == "" && f.LegacyURL != "" && sender != nil { // a job that names its target by URL
+		if t, ok := sender.TargetByURL(f.LegacyURL); ok {
+			f.Target = t.Name
+		}
+	}
+	u := targetURL(sender, f.Target)
 	fs := api.ForwardState{
-		JobId:       f.JobID,
-		Url:         redactURL(f.URL),
+		Target:      f.Target,
 		State:       api.ForwardStateState(f.State),
 		Attempts:    f.Attempts,
 		MaxAttempts: f.MaxAttempts,
 		CreatedAt:   f.CreatedAt.UTC(),
 	}
+	switch {
+	case u != "":
+		fs.Url = redactURL(u)
+	case f.LegacyURL != "":
+		fs.Url = redactURL(f.LegacyURL)
+	}
+	if f.JobID != 0 {
+		fs.JobId = &f.JobID
+	} else if sender != nil {
+		// Still in the outbox: the relay gives its job the target's
+		// max_attempts as configured now.
+		if t, ok := sender.Target(f.Target); ok {
+			fs.MaxAttempts = t.MaxAttempts
+		}
+	}
 	if f.LastStatus != 0 {
 		fs.LastStatus = &f.LastStatus
 	}
 	if f.LastError != "" {
-		e := redactText(f.LastError, f.URL)
+		e := f.LastError
+		for _, v := range []string{f.LegacyURL, u} {
+			if v != "" {
+				e = redactText(e, v) // errors recorded before targets had names may hold the URL
+			}
+		}
 		fs.LastError = &e
 	}
 	if !f.DeliveredAt.IsZero() {
@@ -412,7 +454,8 @@ func (s *Server) event(ctx context.Context, id uuid.UUID) (events.Event, error) 
 }
 
 // RedeliverEvent enqueues one new forward of the event per target its
-// sender has now and answers 202 with the new jobs: 404 when no such event
+// sender has now (none for a target whose forward of it is still pending)
+// and answers 202 with the jobs: 404 when no such event
 // is stored, 409 when its sender has no targets or is no longer configured.
 func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID api.EventID) {
 	e, err := s.event(r.Context(), eventID)
@@ -440,7 +483,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 	}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
-		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Url: redactURL(j.URL)})
+		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: redactURL(targetURL(sender, j.Target)), AlreadyPending: j.AlreadyPending})
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }

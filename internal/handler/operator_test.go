@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -28,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/config"
@@ -50,7 +52,9 @@ type opOptions struct {
 	// otherwise it is testToken.
 	noToken bool
 	// work starts a River client that works forwards, with retries after
-	// backoff (10 ms to 100 ms when zero).
+	// backoff (10 ms to 100 ms when zero), and a relay of the outbox into
+	// it. Without it, forwards stay in the outbox (the api role with no
+	// worker running).
 	work    bool
 	backoff forward.Backoff
 	// noDB leaves handler.WithDB out.
@@ -63,12 +67,16 @@ type opServer struct {
 	*server
 	pool   *pgxpool.Pool
 	router http.Handler
+	cfg    *config.Config
+	river  *river.Client[pgx.Tx]
+	log    *slog.Logger
 }
 
-// newOpServer starts a server as cmd/server wires it: forwards enqueued on
-// the ingest transaction with a River client, which also redelivers and,
-// with o.work, works the forwards (it is stopped when the test ends, before
-// the database is dropped and after the server is closed).
+// newOpServer starts a server as cmd/server wires it: forwards written to
+// the outbox in the ingest transaction, and a River client that redelivers
+// and, with o.work, works the forwards the relay moves into it from the
+// outbox (both are stopped when the test ends, before the database is
+// dropped and after the server is closed).
 func newOpServer(t *testing.T, o opOptions) *opServer {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
@@ -105,10 +113,16 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 			}
 		})
 	}
-	enqueue := func(ctx context.Context, tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error {
-		return forward.Enqueue(ctx, client, tx, sender, eventID, deliveryID)
+	if o.work {
+		relayCtx, stopRelay := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			forward.NewRelay(pool, client, cfg, 0, 0, log).Run(relayCtx)
+		}()
+		t.Cleanup(func() { stopRelay(); <-done })
 	}
-	opts := []handler.Option{handler.WithEnqueue(enqueue), handler.WithRiver(client)}
+	opts := []handler.Option{handler.WithRiver(client)}
 	if !o.noToken {
 		opts = append(opts, handler.WithAdminToken(testToken))
 	}
@@ -119,7 +133,18 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	router := h.Router()
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
-	return &opServer{server: &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}, pool: pool, router: router}
+	return &opServer{server: &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}, pool: pool, router: router, cfg: cfg, river: client, log: log}
+}
+
+// relayOnce moves the outbox into River once, as a worker's relay does,
+// and returns how many forwards it moved.
+func (s *opServer) relayOnce() int {
+	s.t.Helper()
+	n, err := forward.NewRelay(s.pool, s.river, s.cfg, 0, 0, s.log).Once(s.t.Context())
+	if err != nil {
+		s.t.Fatalf("relay: %v", err)
+	}
+	return n
 }
 
 // call sends an operator request with the admin token and reads the reply.
@@ -245,6 +270,7 @@ type (
 		RetentionSeconds float64 `json:"retention_seconds"`
 		MaxBodyBytes     int64   `json:"max_body_bytes"`
 		Forward          []struct {
+			Name           string   `json:"name"`
 			URL            string   `json:"url"`
 			TimeoutSeconds float64  `json:"timeout_seconds"`
 			MaxAttempts    int      `json:"max_attempts"`
@@ -280,7 +306,8 @@ type (
 		Forwards []forwardState `json:"forwards"`
 	}
 	forwardState struct {
-		JobID       int64      `json:"job_id"`
+		JobID       *int64     `json:"job_id"`
+		Target      string     `json:"target"`
 		URL         string     `json:"url"`
 		State       string     `json:"state"`
 		Attempts    int        `json:"attempts"`
@@ -304,8 +331,10 @@ type (
 		Sender     string    `json:"sender"`
 		DeliveryID string    `json:"delivery_id"`
 		Forwards   []struct {
-			JobID int64  `json:"job_id"`
-			URL   string `json:"url"`
+			JobID          int64  `json:"job_id"`
+			Target         string `json:"target"`
+			URL            string `json:"url"`
+			AlreadyPending bool   `json:"already_pending"`
 		} `json:"forwards"`
 	}
 )
@@ -509,12 +538,14 @@ senders:
     tolerance: 90s
     max_body_bytes: 4096
     forward:
-      - url: https://bob:${PW}@orders.internal:9000/hooks?x=1
+      - name: t1
+        url: https://bob:${PW}@orders.internal:9000/hooks?x=1
         timeout: 1500ms
         max_attempts: 3
         signing_secret: ${SIGN}
         headers: { X-Api-Key: "${KEY}", Authorization: "${KEY}" }
-      - url: http://ledger.internal/webhooks
+      - name: t2
+        url: http://ledger.internal/webhooks
   - name: plain
     preset: generic
     delivery_id: { header: X-Delivery-Id }
@@ -542,11 +573,11 @@ senders:
 	if len(hm.Forward) != 2 {
 		t.Fatalf("hm has %d targets, want 2: %+v", len(hm.Forward), hm.Forward)
 	}
-	if f := hm.Forward[0]; f.URL != "https://bob:xxxxx@orders.internal:9000/hooks?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
+	if f := hm.Forward[0]; f.Name != "t1" || f.URL != "https://bob:xxxxx@orders.internal:9000/hooks?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
 		!f.Signed || !slices.Equal(f.HeaderNames, []string{"Authorization", "X-Api-Key"}) {
 		t.Errorf("hm target 0 = %+v", f)
 	}
-	if f := hm.Forward[1]; f.URL != "http://ledger.internal/webhooks" || f.TimeoutSeconds != 10 || f.MaxAttempts != 20 ||
+	if f := hm.Forward[1]; f.Name != "t2" || f.URL != "http://ledger.internal/webhooks" || f.TimeoutSeconds != 10 || f.MaxAttempts != 20 ||
 		f.Signed || f.HeaderNames == nil || len(f.HeaderNames) != 0 {
 		t.Errorf("hm target 1 = %+v", f)
 	}
@@ -738,15 +769,24 @@ func (tg *target) requests() []*http.Request {
 	return slices.Clone(tg.got)
 }
 
-// forwardsOf returns d's forwards to url, oldest first.
-func forwardsOf(d deliveryRecord, url string) []forwardState {
+// forwardsOf returns d's forwards to the target named target, as listed
+// (those still in the outbox first, then the jobs, oldest first).
+func forwardsOf(d deliveryRecord, target string) []forwardState {
 	var out []forwardState
 	for _, f := range d.Forwards {
-		if f.URL == url {
+		if f.Target == target {
 			out = append(out, f)
 		}
 	}
 	return out
+}
+
+// jobID returns f's job ID, 0 when it has none (it is still in the outbox).
+func jobID(f forwardState) int64 {
+	if f.JobID == nil {
+		return 0
+	}
+	return *f.JobID
 }
 
 // settled reports whether every forward of d is delivered or failed.
@@ -770,11 +810,14 @@ senders:
     preset: generic
     delivery_id: { header: X-Delivery-Id }
     forward:
-      - url: %s/ok
+      - name: t3
+        url: %s/ok
         max_attempts: 5
-      - url: %s/bad
+      - name: t4
+        url: %s/bad
         max_attempts: 5
-      - url: %s/flaky
+      - name: t5
+        url: %s/flaky
         max_attempts: 4
 `, ok.srv.URL, bad.srv.URL, flaky.srv.URL)})
 	body := []byte(`{"order":42,"status":"paid"}`)
@@ -796,10 +839,14 @@ senders:
 		t.Errorf("stored response = %+v (body %s), want the 202 JSON of event %s", d.Response, d.Response.Body, eventID)
 	}
 
+	urls := map[string]string{"t3": ok.srv.URL + "/ok", "t4": bad.srv.URL + "/bad", "t5": flaky.srv.URL + "/flaky"}
 	check := func(f forwardState, state string, attempts, maxAttempts, lastStatus int, errMention string) {
 		t.Helper()
-		if f.State != state || f.Attempts != attempts || f.MaxAttempts != maxAttempts || f.LastStatus == nil || *f.LastStatus != lastStatus || f.JobID == 0 || f.CreatedAt.IsZero() {
-			t.Errorf("forward to %s = %+v; want %s after %d of %d attempts, last status %d", f.URL, f, state, attempts, maxAttempts, lastStatus)
+		if f.State != state || f.Attempts != attempts || f.MaxAttempts != maxAttempts || f.LastStatus == nil || *f.LastStatus != lastStatus || jobID(f) == 0 || f.CreatedAt.IsZero() {
+			t.Errorf("forward to %s = %+v; want %s after %d of %d attempts, last status %d", f.Target, f, state, attempts, maxAttempts, lastStatus)
+		}
+		if f.URL != urls[f.Target] {
+			t.Errorf("forward to %s: url %q, want the target's %q", f.Target, f.URL, urls[f.Target])
 		}
 		if state == "delivered" && (f.DeliveredAt == nil || f.DeliveredAt.Before(f.CreatedAt) || f.LastError != nil) {
 			t.Errorf("delivered forward to %s: delivered_at %v, last_error %v; want a time and no error", f.URL, f.DeliveredAt, f.LastError)
@@ -808,7 +855,7 @@ senders:
 			t.Errorf("failed forward to %s: delivered_at %v, last_error %v; want none and an error mentioning %q", f.URL, f.DeliveredAt, f.LastError, errMention)
 		}
 	}
-	okF, badF, flakyF := forwardsOf(d, ok.srv.URL+"/ok"), forwardsOf(d, bad.srv.URL+"/bad"), forwardsOf(d, flaky.srv.URL+"/flaky")
+	okF, badF, flakyF := forwardsOf(d, "t3"), forwardsOf(d, "t4"), forwardsOf(d, "t5")
 	if len(okF) != 1 || len(badF) != 1 || len(flakyF) != 1 {
 		t.Fatalf("forwards = %+v; want one per target", d.Forwards)
 	}
@@ -819,44 +866,48 @@ senders:
 		t.Errorf("the flaky target got %d requests, want 2", n)
 	}
 
-	// Redeliver: one new job per target, worked like the first ones.
+	// Redeliver the delivered and failed forwards: one new job per target,
+	// none already pending, worked like the first ones.
 	var re redelivery
 	decode(t, s.call("POST", "/v1/events/"+eventID+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
 	if re.EventID.String() != eventID || re.Sender != "fwd" || re.DeliveryID != "d-1" || len(re.Forwards) != 3 {
 		t.Fatalf("redelivery = %+v", re)
 	}
-	old := map[int64]bool{okF[0].JobID: true, badF[0].JobID: true, flakyF[0].JobID: true}
-	var urls []string
+	old := map[int64]bool{jobID(okF[0]): true, jobID(badF[0]): true, jobID(flakyF[0]): true}
+	var targets []string
 	for _, f := range re.Forwards {
-		if old[f.JobID] || f.JobID == 0 {
-			t.Errorf("redelivery job %d is not new", f.JobID)
+		if old[f.JobID] || f.JobID == 0 || f.AlreadyPending {
+			t.Errorf("redelivery job %d to %s (already pending %v) is not new", f.JobID, f.Target, f.AlreadyPending)
 		}
-		urls = append(urls, f.URL)
+		if f.URL != urls[f.Target] {
+			t.Errorf("redelivery to %s: url %q, want %q", f.Target, f.URL, urls[f.Target])
+		}
+		targets = append(targets, f.Target)
 	}
-	want := []string{bad.srv.URL + "/bad", flaky.srv.URL + "/flaky", ok.srv.URL + "/ok"}
-	slices.Sort(urls)
-	slices.Sort(want)
-	if !slices.Equal(urls, want) {
-		t.Errorf("redelivery targets %v, want %v", urls, want)
+	slices.Sort(targets)
+	if want := []string{"t3", "t4", "t5"}; !slices.Equal(targets, want) {
+		t.Errorf("redelivery targets %v, want %v", targets, want)
 	}
 	poll(t, "the redelivered forwards to settle", func() bool {
 		d = s.delivery("fwd", "d-1")
 		return len(d.Forwards) == 6 && settled(d)
 	})
-	okF = forwardsOf(d, ok.srv.URL+"/ok")
-	if len(okF) != 2 || okF[0].JobID >= okF[1].JobID {
+	okF = forwardsOf(d, "t3")
+	if len(okF) != 2 || jobID(okF[0]) >= jobID(okF[1]) {
 		t.Fatalf("forwards to ok = %+v; want the first and the redelivery, oldest first", okF)
 	}
 	check(okF[1], "delivered", 1, 5, http.StatusOK, "")
-	check(forwardsOf(d, bad.srv.URL+"/bad")[1], "failed", 1, 5, http.StatusBadRequest, "target answered 400")
-	check(forwardsOf(d, flaky.srv.URL+"/flaky")[1], "delivered", 1, 4, http.StatusNoContent, "")
-	reqs := ok.requests()
-	if len(reqs) != 2 {
-		t.Fatalf("the ok target got %d requests, want 2 (the forward and the redelivery)", len(reqs))
-	}
-	for i, r := range reqs {
-		if k := r.Header.Get("Idempotency-Key"); k != eventID {
-			t.Errorf("request %d to the ok target: Idempotency-Key %q, want the event ID %s", i, k, eventID)
+	check(forwardsOf(d, "t4")[1], "failed", 1, 5, http.StatusBadRequest, "target answered 400")
+	check(forwardsOf(d, "t5")[1], "delivered", 1, 4, http.StatusNoContent, "")
+	for name, tg := range map[string]*target{"ok": ok, "flaky": flaky} {
+		reqs := tg.requests()
+		if want := map[string]int{"ok": 2, "flaky": 3}[name]; len(reqs) != want {
+			t.Fatalf("the %s target got %d requests, want %d (the forward's attempts and the redelivery)", name, len(reqs), want)
+		}
+		for i, r := range reqs {
+			if k := r.Header.Get("Idempotency-Key"); k != eventID {
+				t.Errorf("request %d to the %s target: Idempotency-Key %q, want the event ID %s", i, name, k, eventID)
+			}
 		}
 	}
 }
@@ -876,8 +927,10 @@ senders:
     preset: generic
     delivery_id: { header: X-Delivery-Id }
     forward:
-      - url: %s/slow
-      - url: %s/down
+      - name: t6
+        url: %s/slow
+      - name: t7
+        url: %s/down
         max_attempts: 3
 `, slow.srv.URL, down.srv.URL)
 	s := newOpServer(t, opOptions{work: true, yaml: yaml, backoff: forward.Backoff{Base: time.Hour, Max: time.Hour}})
@@ -887,10 +940,13 @@ senders:
 	var d deliveryRecord
 	poll(t, "one forward running and one retrying", func() bool {
 		d = s.delivery("fwd", "d-1")
-		sl, dn := forwardsOf(d, slow.srv.URL+"/slow"), forwardsOf(d, down.srv.URL+"/down")
+		sl, dn := forwardsOf(d, "t6"), forwardsOf(d, "t7")
 		return len(sl) == 1 && len(dn) == 1 && sl[0].State == "running" && dn[0].State == "retrying"
 	})
-	sl, dn := forwardsOf(d, slow.srv.URL+"/slow")[0], forwardsOf(d, down.srv.URL+"/down")[0]
+	sl, dn := forwardsOf(d, "t6")[0], forwardsOf(d, "t7")[0]
+	if jobID(sl) == 0 || jobID(dn) == 0 || sl.URL != slow.srv.URL+"/slow" || dn.URL != down.srv.URL+"/down" {
+		t.Errorf("forwards = %+v, %+v; want jobs to the configured URLs", sl, dn)
+	}
 	if sl.Attempts != 1 || sl.LastStatus != nil || sl.LastError != nil || sl.DeliveredAt != nil {
 		t.Errorf("running forward = %+v; want attempt 1 and nothing finished", sl)
 	}
@@ -899,17 +955,135 @@ senders:
 		t.Errorf("retrying forward = %+v; want attempt 1 of 3 with last status 502", dn)
 	}
 
-	// A process that only inserts (role api) leaves new forwards pending.
+	// A process that only ingests (role api), with no worker relaying its
+	// outbox, leaves new forwards in the outbox: pending, with no job.
 	idle := newOpServer(t, opOptions{yaml: yaml})
 	idle.accept("fwd", "d-2", []byte(`{}`))
 	d = idle.delivery("fwd", "d-2")
-	if len(d.Forwards) != 2 {
-		t.Fatalf("forwards = %+v, want 2", d.Forwards)
+	if len(d.Forwards) != 2 || d.Forwards[0].Target != "t6" || d.Forwards[1].Target != "t7" {
+		t.Fatalf("forwards = %+v, want one to t6 and one to t7", d.Forwards)
 	}
 	for _, f := range d.Forwards {
-		if f.State != "pending" || f.Attempts != 0 || f.LastStatus != nil || f.LastError != nil || f.DeliveredAt != nil {
-			t.Errorf("unworked forward = %+v; want pending with no attempt", f)
+		if f.State != "pending" || f.JobID != nil || f.Attempts != 0 || f.LastStatus != nil || f.LastError != nil || f.DeliveredAt != nil || !f.CreatedAt.Equal(d.ReceivedAt) {
+			t.Errorf("forward in the outbox = %+v; want pending, no job, no attempt, created when the delivery was received (%s)", f, d.ReceivedAt)
 		}
+		if want := map[string]int{"t6": config.DefaultForwardMaxAttempts, "t7": 3}[f.Target]; f.MaxAttempts != want {
+			t.Errorf("forward in the outbox to %s: max_attempts %d, want the target's %d", f.Target, f.MaxAttempts, want)
+		}
+	}
+}
+
+// TestOperatorForwardInOutboxAndRedeliverWhilePending: with no relay
+// running, a delivery's forwards are in the outbox and its record shows
+// them pending with a null job_id and the target's name and (redacted)
+// URL. Redelivering an event whose forwards are jobs still waiting enqueues
+// nothing: the answer names the waiting jobs, already_pending. Redelivering
+// an event whose forwards are still in the outbox enqueues them at once, and
+// the relay that later moves the outbox rows adds no second job.
+func TestOperatorForwardInOutboxAndRedeliverWhilePending(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{env: map[string]string{"PW": "pw-3f9a1c"}, yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: orders
+        url: http://bob:${PW}@orders.internal:9000/hooks?token=tok-77e2
+        max_attempts: 4
+      - name: ledger
+        url: http://ledger.internal/webhooks
+`})
+	urls := map[string]string{"orders": "http://bob:xxxxx@orders.internal:9000/hooks?token=xxxxx", "ledger": "http://ledger.internal/webhooks"}
+	maxAttempts := map[string]int{"orders": 4, "ledger": config.DefaultForwardMaxAttempts}
+	jobsOf := func(eventID string) map[string]int64 {
+		t.Helper()
+		rows, err := s.pool.Query(t.Context(), `SELECT args->>'target', id FROM river_job WHERE args->>'event_id' = $1`, eventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for rows.Next() {
+			var target string
+			var id int64
+			if err := rows.Scan(&target, &id); err != nil {
+				t.Fatal(err)
+			}
+			if _, dup := out[target]; dup {
+				t.Errorf("event %s has two jobs to %s", eventID, target)
+			}
+			out[target] = id
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	ev1 := s.accept("fwd", "d-1", []byte(`{}`))
+	d := s.delivery("fwd", "d-1")
+	if len(d.Forwards) != 2 || d.Forwards[0].Target != "ledger" || d.Forwards[1].Target != "orders" {
+		t.Fatalf("forwards = %+v, want one to ledger and one to orders", d.Forwards)
+	}
+	for _, f := range d.Forwards {
+		if f.State != "pending" || f.JobID != nil || f.URL != urls[f.Target] || f.Attempts != 0 || f.MaxAttempts != maxAttempts[f.Target] ||
+			f.LastStatus != nil || f.LastError != nil || f.DeliveredAt != nil || f.CreatedAt.IsZero() {
+			t.Errorf("forward in the outbox = %+v; want pending, job_id null, url %q, no attempt of %d", f, urls[f.Target], maxAttempts[f.Target])
+		}
+	}
+	if leak := containsAny(string(s.call("GET", "/v1/senders/fwd/deliveries/d-1").body), "pw-3f9a1c", "tok-77e2"); leak != "" {
+		t.Errorf("the delivery record contains %q of the target's URL", leak)
+	}
+
+	// Relayed, the forwards are jobs waiting for a worker.
+	if n := s.relayOnce(); n != 2 {
+		t.Fatalf("relay moved %d forwards, want 2", n)
+	}
+	waiting := jobsOf(ev1)
+	d = s.delivery("fwd", "d-1")
+	if len(d.Forwards) != 2 || len(waiting) != 2 {
+		t.Fatalf("forwards = %+v, jobs %v; want 2 of each", d.Forwards, waiting)
+	}
+	for _, f := range d.Forwards {
+		if f.State != "pending" || jobID(f) == 0 || jobID(f) != waiting[f.Target] || f.MaxAttempts != maxAttempts[f.Target] {
+			t.Errorf("relayed forward = %+v; want pending with job %d, %d attempts", f, waiting[f.Target], maxAttempts[f.Target])
+		}
+	}
+	var re redelivery
+	decode(t, s.call("POST", "/v1/events/"+ev1+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
+	if len(re.Forwards) != 2 {
+		t.Fatalf("redelivery = %+v, want both targets", re)
+	}
+	for _, f := range re.Forwards {
+		if !f.AlreadyPending || f.JobID != waiting[f.Target] || f.URL != urls[f.Target] {
+			t.Errorf("redelivery of a waiting forward = %+v; want already_pending, job %d, url %q", f, waiting[f.Target], urls[f.Target])
+		}
+	}
+	if got := jobsOf(ev1); len(got) != 2 {
+		t.Errorf("jobs after redelivering waiting forwards %v, want still the 2", got)
+	}
+
+	// Redelivered while still in the outbox: jobs at once, none added by the relay.
+	ev2 := s.accept("fwd", "d-2", []byte(`{}`))
+	decode(t, s.call("POST", "/v1/events/"+ev2+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
+	enqueued := jobsOf(ev2)
+	if len(re.Forwards) != 2 || len(enqueued) != 2 {
+		t.Fatalf("redelivery = %+v, jobs %v; want 2 of each", re, enqueued)
+	}
+	for _, f := range re.Forwards {
+		if f.AlreadyPending || f.JobID != enqueued[f.Target] {
+			t.Errorf("redelivery of a forward in the outbox = %+v; want a new job (%d)", f, enqueued[f.Target])
+		}
+	}
+	if n := s.relayOnce(); n != 2 {
+		t.Fatalf("relay moved %d forwards, want the 2 outbox rows of d-2", n)
+	}
+	if got := jobsOf(ev2); !maps.Equal(got, enqueued) {
+		t.Errorf("jobs after the relay %v, want still only the redelivered ones %v", got, enqueued)
+	}
+	d = s.delivery("fwd", "d-2")
+	if len(d.Forwards) != 2 {
+		t.Errorf("forwards of d-2 = %+v, want the 2 jobs and nothing left in the outbox", d.Forwards)
 	}
 }
 
@@ -1036,11 +1210,14 @@ senders:
     preset: github
     secret: ${GH}
     forward:
-      - url: %s
+      - name: t8
+        url: %s
         signing_secret: ${SIGN}
         headers: { X-Api-Key: "${KEY}" }
-      - url: %s
-      - url: http://hook:${PW}@127.0.0.1:1/unreachable
+      - name: t9
+        url: %s
+      - name: t10
+        url: http://hook:${PW}@127.0.0.1:1/unreachable
         max_attempts: 2
         timeout: 1s
   - name: hm
@@ -1082,8 +1259,8 @@ senders:
 	}
 	replies = append(replies, s.do(s.opRequest("GET", "/v1/senders", "Bearer wrong")), s.do(s.opRequest("GET", "/v1/senders", "")))
 	d := s.delivery("gh", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
-	unreachable := forwardsOf(d, "http://hook:xxxxx@127.0.0.1:1/unreachable")
-	if len(unreachable) != 2 || unreachable[0].State != "failed" || unreachable[0].LastError == nil {
+	unreachable := forwardsOf(d, "t10")
+	if len(unreachable) != 2 || unreachable[0].State != "failed" || unreachable[0].LastError == nil || unreachable[0].URL != "http://hook:xxxxx@127.0.0.1:1/unreachable" {
 		t.Errorf("forwards = %+v; want the unreachable target's first failed, with its error, and a redelivery", d.Forwards)
 	}
 	for _, r := range replies {

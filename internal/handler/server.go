@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,21 +29,11 @@ import (
 // database is reachable and its migrations are at head.
 type ReadyFunc func(ctx context.Context) error
 
-// Enqueue inserts the forward jobs of a new event on tx, the delivery's
-// transaction (forward.Enqueue with a River client).
-type Enqueue func(ctx context.Context, tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error
-
 // Option configures a Server.
 type Option func(*Server)
 
-// WithEnqueue makes the Server enqueue the forwards of senders that have
-// targets. Without it, a delivery to such a sender fails (503) rather than
-// being accepted without its forwards.
-func WithEnqueue(e Enqueue) Option { return func(s *Server) { s.enqueue = e } }
-
 // Server implements api.ServerInterface.
 type Server struct {
-	enqueue Enqueue
 	cfg     *config.Config
 	store   *dedup.Store
 	ready   ReadyFunc

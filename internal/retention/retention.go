@@ -59,14 +59,20 @@ type Result struct {
 // ends. It returns what it deleted (also on error).
 func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
 	var res Result
-	for {
-		n, err := dedup.DeleteExpired(ctx, db, now, BatchSize)
-		res.Keys += n
-		if err != nil {
-			return res, err
-		}
-		if n < BatchSize {
-			break
+	senders, err := dedup.ExpiredSenders(ctx, db, now)
+	if err != nil {
+		return res, err
+	}
+	for _, sender := range senders { // configured or not: every key expires
+		for {
+			n, err := dedup.DeleteExpired(ctx, db, sender, now, BatchSize)
+			res.Keys += n
+			if err != nil {
+				return res, err
+			}
+			if n < BatchSize {
+				break
+			}
 		}
 	}
 	for _, s := range cfg.Senders {

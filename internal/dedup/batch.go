@@ -1,0 +1,167 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Group commit: when batching is on (WithBatching), deliveries of one sender
+// that arrive while that sender's batches are in flight wait in a queue and
+// go, up to maxBatch at once, into the next pipeline: one transaction, one
+// round trip, one WAL flush for all of them. A delivery that finds a free
+// slot (fewer than maxInFlight batches of its sender running) starts a batch
+// at once, so a lone delivery waits for nothing. Every delivery of a batch
+// is answered only after the batch's COMMIT; a batch that fails for any
+// reason (another constraint, a failing state change, a key held by another
+// process past the batch's short lock timeout, a lost connection) is retried
+// delivery by delivery on the single path, so that only a delivery that
+// fails by itself gets an error.
+
+// Defaults of batching.
+const (
+	DefaultMaxBatch    = 64
+	DefaultMaxInFlight = 4
+	// batchLockWait is how long a batch's claim waits for a key another
+	// transaction holds before the batch gives up and its deliveries go the
+	// single path, where each waits the whole in-flight wait by itself.
+	batchLockWait = 50 * time.Millisecond
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithBatching turns group commit on: up to maxBatch deliveries of a sender
+// per transaction (DefaultMaxBatch when 0; 1 turns batching off), at most
+// maxInFlight batches of a sender at once (DefaultMaxInFlight when 0), and
+// observe, when not nil, called with the size of each batch sent.
+func WithBatching(maxBatch, maxInFlight int, observe func(size int)) Option {
+	return func(s *Store) {
+		if maxBatch <= 0 {
+			maxBatch = DefaultMaxBatch
+		}
+		if maxInFlight <= 0 {
+			maxInFlight = DefaultMaxInFlight
+		}
+		s.maxBatch, s.maxInFlight, s.observeBatch = maxBatch, maxInFlight, observe
+	}
+}
+
+// call is one delivery waiting for its batch.
+type call struct {
+	ctx    context.Context
+	d      Delivery
+	change Change
+	res    Result
+	err    error
+	done   chan struct{}
+}
+
+// batcher queues the deliveries of one sender.
+type batcher struct {
+	s        *Store
+	mu       sync.Mutex
+	pending  []*call
+	inFlight int
+}
+
+// run queues d and returns its result once the batch that carried it has
+// committed (or once the single path has run it).
+func (b *batcher) run(ctx context.Context, d Delivery, change Change) (Result, error) {
+	c := &call{ctx: ctx, d: d, change: change, done: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, c)
+	if b.inFlight < b.s.maxInFlight {
+		b.inFlight++
+		batch := b.take()
+		b.mu.Unlock()
+		b.work(batch)
+	} else {
+		b.mu.Unlock()
+	}
+	<-c.done
+	return c.res, c.err
+}
+
+// take removes up to maxBatch calls from the queue; b.mu is held.
+func (b *batcher) take() []*call {
+	n := min(len(b.pending), b.s.maxBatch)
+	batch := make([]*call, n)
+	copy(batch, b.pending)
+	b.pending = append(b.pending[:0], b.pending[n:]...)
+	return batch
+}
+
+// work runs batch, then, while calls are queued, hands the slot to a new
+// goroutine that runs the next batch: the caller goes back to answer its
+// own request.
+func (b *batcher) work(batch []*call) {
+	b.s.runBatch(batch)
+	b.mu.Lock()
+	if len(b.pending) == 0 {
+		b.inFlight--
+		b.mu.Unlock()
+		return
+	}
+	next := b.take()
+	b.mu.Unlock()
+	go b.work(next)
+}
+
+// runBatch runs the calls of one sender in one pipeline and answers each.
+func (s *Store) runBatch(batch []*call) {
+	if s.observeBatch != nil {
+		s.observeBatch(len(batch))
+	}
+	if len(batch) == 1 {
+		c := batch[0]
+		c.res, c.err = s.runSingle(c.ctx, c.d, c.change)
+		close(c.done)
+		return
+	}
+	retry := s.runMany(batch)
+	var wg sync.WaitGroup
+	for _, c := range retry {
+		wg.Go(func() {
+			c.res, c.err = s.runSingle(c.ctx, c.d, c.change)
+		})
+	}
+	wg.Wait()
+	for _, c := range batch {
+		close(c.done)
+	}
+}
+
+// runMany sends the batch as one pipeline and sets the results of the calls
+// it decided; it returns those to run again on the single path: all of them
+// when the batch failed, and those that met an expired key.
+func (s *Store) runMany(batch []*call) (retry []*call) {
+	ds := make([]Delivery, len(batch))
+	changes := make([]Change, len(batch))
+	for i, c := range batch {
+		ds[i], changes[i] = c.d, c.change
+	}
+	ctx := batch[0].ctx
+	p := s.plan(ds, changes, s.batchLockTimeout)
+	conn, release, err := s.acquire(ctx)
+	if err != nil {
+		for _, c := range batch {
+			c.err = fmt.Errorf("claim delivery: acquire connection: %w", err)
+		}
+		return nil
+	}
+	res, err := s.pipeline(ctx, conn, p)
+	release()
+	if err != nil || res.failed != nil {
+		return batch
+	}
+	for i, c := range batch {
+		c.res, c.err = res.outcome(p, i).result(c.d)
+		if errors.Is(c.err, errExpired) {
+			retry = append(retry, c)
+		}
+	}
+	return retry
+}

@@ -1,0 +1,197 @@
+package dedup
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// delivery returns a new delivery of (sender, id) with body's fingerprint.
+func delivery(t *testing.T, sender, id, body string) Delivery {
+	t.Helper()
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	return Delivery{
+		Key:           Key{Sender: sender, DeliveryID: id},
+		RequestSHA256: sha256.Sum256([]byte(body)),
+		EventID:       eventID,
+		Response:      Response{Status: http.StatusAccepted, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
+		ReceivedAt:    now,
+		ExpiresAt:     now.Add(time.Hour),
+	}
+}
+
+// mark is a guarded state change that records the delivery's event in marks.
+func mark(d Delivery) Change {
+	return func(b *Batch) {
+		b.Queue(`INSERT INTO marks (event_id) SELECT $3::uuid WHERE `+Claimed(1, 2, 3), d.Sender, d.DeliveryID, [16]byte(d.EventID))
+	}
+}
+
+// calls wraps deliveries as the calls of one batch.
+func calls(ctx context.Context, changes []Change, ds ...Delivery) []*call {
+	out := make([]*call, len(ds))
+	for i, d := range ds {
+		out[i] = &call{ctx: ctx, d: d, change: changes[i], done: make(chan struct{})}
+	}
+	return out
+}
+
+func marks(t *testing.T, ctx context.Context, s *Store, d Delivery) int {
+	t.Helper()
+	var n int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM marks WHERE event_id = $1`, d.EventID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func batchStore(t *testing.T) (*Store, context.Context, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	pool, dsn := pgtest.NewDB(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE marks (event_id uuid NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE other (k text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return New(pool, 20*time.Second, WithBatching(64, 4, nil)), ctx, dsn
+}
+
+// TestBatchSameKeyTwice: two deliveries of one key in one batch — the first
+// claims, the second replays the first's response (same payload) or is a
+// mismatch (another payload); one event is stored.
+func TestBatchSameKeyTwice(t *testing.T) {
+	t.Parallel()
+	s, ctx, _ := batchStore(t)
+	first := delivery(t, "b", "dup", "p")
+	same := delivery(t, "b", "dup", "p")
+	other := delivery(t, "b", "dup", "q")
+	fresh := delivery(t, "b", "fresh", "p")
+	cs := calls(ctx, []Change{mark(first), mark(same), mark(other), mark(fresh)}, first, same, other, fresh)
+	s.runBatch(cs)
+	if cs[0].err != nil || cs[0].res.Replayed || cs[0].res.EventID != first.EventID {
+		t.Errorf("first: %+v, %v; want new", cs[0].res, cs[0].err)
+	}
+	if cs[1].err != nil || !cs[1].res.Replayed || cs[1].res.EventID != first.EventID || string(cs[1].res.Response.Body) != string(first.Response.Body) {
+		t.Errorf("second, same payload: %+v, %v; want a replay of the first", cs[1].res, cs[1].err)
+	}
+	if !errors.Is(cs[2].err, ErrPayloadMismatch) {
+		t.Errorf("third, another payload: %+v, %v; want ErrPayloadMismatch", cs[2].res, cs[2].err)
+	}
+	if cs[3].err != nil || cs[3].res.Replayed {
+		t.Errorf("fresh key: %+v, %v; want new", cs[3].res, cs[3].err)
+	}
+	if marks(t, ctx, s, first) != 1 || marks(t, ctx, s, same) != 0 || marks(t, ctx, s, other) != 0 || marks(t, ctx, s, fresh) != 1 {
+		t.Error("the state change ran for a delivery that did not claim its key, or not for one that did")
+	}
+}
+
+// TestBatchBadDeliveryFailsAlone: a delivery whose state change violates
+// another constraint in the middle of a batch gets an error (not a replay);
+// its neighbours are committed and answered as new.
+func TestBatchBadDeliveryFailsAlone(t *testing.T) {
+	t.Parallel()
+	s, ctx, _ := batchStore(t)
+	a, bad, c := delivery(t, "b", "a", "p"), delivery(t, "b", "bad", "p"), delivery(t, "b", "c", "p")
+	violate := func(b *Batch) {
+		b.Queue(`INSERT INTO other VALUES ('x')`)
+		b.Queue(`INSERT INTO other VALUES ('x')`) // 23505 on other_pkey
+	}
+	cs := calls(ctx, []Change{mark(a), violate, mark(c)}, a, bad, c)
+	s.runBatch(cs)
+	for _, i := range []int{0, 2} {
+		if cs[i].err != nil || cs[i].res.Replayed {
+			t.Errorf("neighbour %s: %+v, %v; want new", cs[i].d.DeliveryID, cs[i].res, cs[i].err)
+		}
+	}
+	if cs[1].err == nil || IsDuplicate(cs[1].err) || cs[1].res.Replayed {
+		t.Errorf("bad delivery: %+v, %v; want an error", cs[1].res, cs[1].err)
+	}
+	var n int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE delivery_id = 'bad'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("bad delivery's key rows: %d, %v; want 0", n, err)
+	}
+	if marks(t, ctx, s, a) != 1 || marks(t, ctx, s, c) != 1 {
+		t.Error("a neighbour's state change is missing")
+	}
+}
+
+// TestBatchHeldKeyDoesNotStallBatch: a key held by another transaction
+// (another process's delivery in flight) does not hold the batch's other
+// deliveries for the in-flight wait: they are answered while the key is
+// still held; the held one waits on the single path and replays once the
+// holder commits.
+func TestBatchHeldKeyDoesNotStallBatch(t *testing.T) {
+	t.Parallel()
+	s, ctx, dsn := batchStore(t)
+	held := delivery(t, "b", "held", "p")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	holder := delivery(t, "b", "held", "p")
+	if _, err := tx.Exec(ctx, `INSERT INTO processed_messages
+  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+VALUES ($1, $2, $3, $4, 202, 'application/json', $5, $6, $7)`, holder.Sender, holder.DeliveryID, holder.RequestSHA256[:], holder.EventID, holder.Response.Body, holder.ReceivedAt, holder.ExpiresAt); err != nil {
+		t.Fatal(err)
+	}
+
+	a, c := delivery(t, "b", "a", "p"), delivery(t, "b", "c", "p")
+	cs := calls(ctx, []Change{mark(a), mark(held), mark(c)}, a, held, c)
+	go s.runBatch(cs)
+	for _, i := range []int{0, 2} {
+		select {
+		case <-cs[i].done:
+			t.Fatal("a delivery was answered before the whole batch")
+		default:
+		}
+	}
+	// The neighbours are committed while the key is held: poll for them.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var n int
+		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE sender = 'b' AND delivery_id IN ('a', 'c')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the batch's other deliveries were not committed while a key of the batch was held elsewhere")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-cs[1].done
+	for _, i := range []int{0, 2} {
+		if cs[i].err != nil || cs[i].res.Replayed {
+			t.Errorf("neighbour %s: %+v, %v; want new", cs[i].d.DeliveryID, cs[i].res, cs[i].err)
+		}
+	}
+	if cs[1].err != nil || !cs[1].res.Replayed || cs[1].res.EventID != holder.EventID {
+		t.Errorf("held key: %+v, %v; want a replay of the holder's delivery", cs[1].res, cs[1].err)
+	}
+}

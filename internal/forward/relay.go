@@ -1,0 +1,131 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// Defaults of the relay.
+const (
+	// DefaultRelayBatch is how many outbox rows one relay transaction moves.
+	DefaultRelayBatch = 500
+	// DefaultRelayInterval is how long the relay waits after finding fewer
+	// rows than a batch: the bound of the time from an ingest COMMIT to its
+	// forward's job (half of it on average).
+	DefaultRelayInterval = 25 * time.Millisecond
+)
+
+// Relay moves forward intents from forward_outbox into River's job table.
+// Several relays (one per worker process) may run at once: each takes rows
+// with FOR UPDATE SKIP LOCKED, so no row is relayed by two. A relay that dies
+// mid-way rolls back, leaving its rows for the next one; the insert into
+// River is idempotent on (sender, event, target) while such a job is not
+// finished (Args' unique fields), so even a River in another database would
+// get each forward once per relay of its row.
+type Relay struct {
+	pool     *pgxpool.Pool
+	client   *river.Client[pgx.Tx]
+	cfg      *config.Config
+	log      *slog.Logger
+	batch    int
+	interval time.Duration
+}
+
+// NewRelay returns a relay that moves up to batch rows per transaction
+// (DefaultRelayBatch when 0) and, once the outbox is drained, looks again
+// after interval (DefaultRelayInterval when 0).
+func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Config, batch int, interval time.Duration, log *slog.Logger) *Relay {
+	if batch <= 0 {
+		batch = DefaultRelayBatch
+	}
+	if interval <= 0 {
+		interval = DefaultRelayInterval
+	}
+	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: batch, interval: interval}
+}
+
+// takeSQL deletes up to $1 outbox rows that no other relay holds and returns
+// them: they exist again if the transaction rolls back.
+const takeSQL = `DELETE FROM forward_outbox WHERE (sender, event_id, target) IN (
+  SELECT sender, event_id, target FROM forward_outbox LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING sender, event_id, target, delivery_id`
+
+// Once relays one batch in one transaction and returns how many rows it
+// moved: 0 when the outbox had none that no other relay held.
+func (r *Relay) Once(ctx context.Context) (int, error) {
+	n := 0
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, takeSQL, r.batch)
+		if err != nil {
+			return fmt.Errorf("take outbox rows: %w", err)
+		}
+		var params []river.InsertManyParams
+		for rows.Next() {
+			var (
+				sender, target, deliveryID string
+				eventID                    uuid.UUID
+			)
+			if err := rows.Scan(&sender, &eventID, &target, &deliveryID); err != nil {
+				rows.Close()
+				return fmt.Errorf("read outbox row: %w", err)
+			}
+			params = append(params, r.params(sender, target, eventID, deliveryID))
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("take outbox rows: %w", err)
+		}
+		if len(params) == 0 {
+			return nil
+		}
+		if _, err := r.client.InsertManyTx(ctx, tx, params); err != nil {
+			return fmt.Errorf("insert forward jobs: %w", err)
+		}
+		n = len(params)
+		return nil
+	})
+	return n, err
+}
+
+// Run relays until ctx is done: batch after batch while the outbox is full,
+// then every interval. A failing batch is logged and tried again after a
+// pause that doubles up to 5s; nothing is lost, the rows stay in the outbox.
+func (r *Relay) Run(ctx context.Context) {
+	pause := r.interval
+	for {
+		n, err := r.Once(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.log.Warn("forward relay failed; its outbox rows stay for the next try", "err", err, "retry_in", pause)
+			pause = min(pause*2, 5*time.Second)
+		case n == r.batch:
+			pause = r.interval
+			continue
+		default:
+			pause = r.interval
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// params returns the job of a forward; see jobParams.
+func (r *Relay) params(sender, target string, eventID uuid.UUID, deliveryID string) river.InsertManyParams {
+	s, _ := r.cfg.Sender(sender)
+	return jobParams(sender, s, target, eventID, deliveryID)
+}
