@@ -85,6 +85,10 @@ type Target struct {
 	SigningSecret string `yaml:"signing_secret"`
 	// Headers are extra request headers sent with every forward.
 	Headers map[string]string `yaml:"headers" validate:"dive,keys,headername,endkeys"`
+	// SecretPath marks the URL's path as a secret (as in Slack's
+	// /services/T…/B…/<secret>): wherever the URL is shown, its path
+	// segments are redacted too (package redact).
+	SecretPath bool `yaml:"secret_path"`
 
 	// SigningKey is SigningSecret decoded; nil when unsigned. Set by Parse.
 	SigningKey []byte `yaml:"-"`

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/redact"
 )
 
 // The operator API: /v1, behind a bearer token (HOOKGATE_ADMIN_TOKEN).
@@ -236,7 +236,7 @@ func senderInfo(sd *config.Sender) api.SenderInfo {
 		}
 		slices.Sort(names)
 		info.Forward = append(info.Forward, api.TargetInfo{
-			Url:            redactURL(t.URL),
+			Url:            redact.URL(t.URL, t.SecretPath),
 			TimeoutSeconds: time.Duration(t.Timeout).Seconds(),
 			MaxAttempts:    t.MaxAttempts,
 			Signed:         t.SigningKey != nil,
@@ -311,7 +311,8 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 // GetDelivery answers one delivery of sender with its stored response and
 // the state of each of its forwards: 404 for an unknown sender or delivery.
 func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.Sender, deliveryID string) {
-	if _, ok := s.cfg.Sender(sender); !ok {
+	sd, ok := s.cfg.Sender(sender)
+	if !ok {
 		s.fail(w, r, unknownSender(sender))
 		return
 	}
@@ -349,15 +350,27 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 	}
 	out.Response.BodyEncoding, out.Response.Body = showBody(rec.Response.ContentType, rec.Response.Body)
 	for _, f := range fwds {
-		out.Forwards = append(out.Forwards, forwardState(f))
+		out.Forwards = append(out.Forwards, forwardState(f, secretPath(sd, f.URL)))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func forwardState(f forward.Status) api.ForwardState {
+// secretPath reports whether the path of sd's target url is secret (its
+// secret_path); false for a target no longer configured, whose URL is then
+// redacted by the host rules of package redact alone.
+func secretPath(sd *config.Sender, url string) bool {
+	for i := range sd.Forward {
+		if sd.Forward[i].URL == url {
+			return sd.Forward[i].SecretPath
+		}
+	}
+	return false
+}
+
+func forwardState(f forward.Status, secretPath bool) api.ForwardState {
 	fs := api.ForwardState{
 		JobId:       f.JobID,
-		Url:         redactURL(f.URL),
+		Url:         redact.URL(f.URL, secretPath),
 		State:       api.ForwardStateState(f.State),
 		Attempts:    f.Attempts,
 		MaxAttempts: f.MaxAttempts,
@@ -367,7 +380,7 @@ func forwardState(f forward.Status) api.ForwardState {
 		fs.LastStatus = &f.LastStatus
 	}
 	if f.LastError != "" {
-		e := redactText(f.LastError, f.URL)
+		e := redact.URLInText(f.LastError, f.URL, secretPath)
 		fs.LastError = &e
 	}
 	if !f.DeliveredAt.IsZero() {
@@ -440,7 +453,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 	}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
-		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Url: redactURL(j.URL)})
+		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Url: redact.URL(j.URL, secretPath(sender, j.URL))})
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }
@@ -460,44 +473,4 @@ func showBody(contentType string, body []byte) (api.BodyEncoding, *api.Body) {
 	}
 	v = base64.StdEncoding.EncodeToString(body)
 	return "base64", &v
-}
-
-// redactURL returns u with the password of its user information and the
-// values of its query replaced by "xxxxx" (both often carry credentials);
-// "(unparseable URL)" when u does not parse.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if p.RawQuery != "" {
-		// Query values often carry tokens: keep the names only.
-		q := p.Query()
-		for k := range q {
-			q[k] = []string{"xxxxx"}
-		}
-		p.RawQuery = q.Encode()
-	}
-	return p.Redacted()
-}
-
-// redactText returns text with target, its password and its query values
-// (of 4 bytes or more), wherever they appear, redacted as by redactURL.
-func redactText(text, target string) string {
-	p, err := url.Parse(target)
-	if err != nil {
-		return strings.ReplaceAll(text, target, "(unparseable URL)")
-	}
-	text = strings.ReplaceAll(text, target, redactURL(target))
-	if pw, ok := p.User.Password(); ok && pw != "" {
-		text = strings.ReplaceAll(text, pw, "xxxxx")
-	}
-	for _, vs := range p.Query() {
-		for _, v := range vs {
-			if len(v) >= 4 { // short values (flags, small numbers) are no secrets and would mangle text
-				text = strings.ReplaceAll(text, v, "xxxxx")
-			}
-		}
-	}
-	return text
 }

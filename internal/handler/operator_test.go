@@ -542,7 +542,7 @@ senders:
 	if len(hm.Forward) != 2 {
 		t.Fatalf("hm has %d targets, want 2: %+v", len(hm.Forward), hm.Forward)
 	}
-	if f := hm.Forward[0]; f.URL != "https://bob:xxxxx@orders.internal:9000/hooks?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
+	if f := hm.Forward[0]; f.URL != "https://xxxxx:xxxxx@orders.internal:9000/hooks?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
 		!f.Signed || !slices.Equal(f.HeaderNames, []string{"Authorization", "X-Api-Key"}) {
 		t.Errorf("hm target 0 = %+v", f)
 	}
@@ -1082,7 +1082,7 @@ senders:
 	}
 	replies = append(replies, s.do(s.opRequest("GET", "/v1/senders", "Bearer wrong")), s.do(s.opRequest("GET", "/v1/senders", "")))
 	d := s.delivery("gh", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
-	unreachable := forwardsOf(d, "http://hook:xxxxx@127.0.0.1:1/unreachable")
+	unreachable := forwardsOf(d, "http://xxxxx:xxxxx@127.0.0.1:1/unreachable")
 	if len(unreachable) != 2 || unreachable[0].State != "failed" || unreachable[0].LastError == nil {
 		t.Errorf("forwards = %+v; want the unreachable target's first failed, with its error, and a redelivery", d.Forwards)
 	}
@@ -1103,5 +1103,54 @@ senders:
 	}
 	if n := len(replies); n != 12 {
 		t.Fatalf("checked %d responses", n)
+	}
+}
+
+// TestOperatorRedactsTargetURLs: a token as a URL's user name, a Slack-style
+// path secret (by host, and by secret_path) and query values never appear in
+// /v1/senders nor in a delivery's forwards; what is not secret stays.
+func TestOperatorRedactsTargetURLs(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: hdr
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - url: https://USERONLYTOKEN1@svc.internal/hook
+      - url: https://hooks.slack.com/services/T0001/B0001/SLACKPATHSECRET
+      - url: https://chat.internal/services/T0002/B0002/MARKEDPATHSECRET
+        secret_path: true
+      - url: https://svc.internal/q?token=QUERYSECRET1#FRAGSECRET1
+`})
+	s.accept("hdr", "d1", []byte(`{}`))
+	leaks := []string{"USERONLYTOKEN1", "T0001", "B0001", "SLACKPATHSECRET", "T0002", "MARKEDPATHSECRET", "QUERYSECRET1", "FRAGSECRET1"}
+	for _, path := range []string{"/v1/senders", "/v1/senders/hdr/deliveries/d1"} {
+		r := s.call("GET", path)
+		if r.status != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, r)
+		}
+		if leak := containsAny(string(r.body), leaks...); leak != "" {
+			t.Errorf("GET %s shows %q: %s", path, leak, r.body)
+		}
+	}
+	want := []string{
+		"https://xxxxx@svc.internal/hook",
+		"https://hooks.slack.com/xxxxx/xxxxx/xxxxx/xxxxx",
+		"https://chat.internal/xxxxx/xxxxx/xxxxx/xxxxx",
+		"https://svc.internal/q?token=xxxxx#xxxxx",
+	}
+	var got sendersPage
+	decode(t, s.call("GET", "/v1/senders"), http.StatusOK, "GET", routeSenders, &got)
+	for i, f := range got.Items[0].Forward {
+		if f.URL != want[i] {
+			t.Errorf("target %d shown as %q, want %q", i, f.URL, want[i])
+		}
+	}
+	d := s.delivery("hdr", "d1")
+	for _, u := range want {
+		if len(forwardsOf(d, u)) != 1 {
+			t.Errorf("no forward shown with the URL %q: %+v", u, d.Forwards)
+		}
 	}
 }
