@@ -51,6 +51,7 @@ type Server struct {
 	metrics *metrics
 	gather  prometheus.Gatherer
 	docs    http.Handler
+	docsCSP string
 	now     func() time.Time
 
 	// The operator API's: adminDigest is the SHA-256 of its token, nil when
@@ -76,6 +77,7 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 		docs:    v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
 		now:     time.Now,
 	}
+	s.docsCSP = docsPolicy(s.docs)
 	for _, o := range opts {
 		o(s)
 	}
@@ -88,7 +90,7 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 // matches it.
 func (s *Server) Router() http.Handler {
 	r := chi.NewRouter()
-	r.Use(assignRequestID, s.logRequests, s.recoverPanics, s.requireAdmin)
+	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics, s.requireAdmin)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
 	})
@@ -111,7 +113,7 @@ func (s *Server) Router() http.Handler {
 // /readyz and /metrics.
 func (s *Server) ServiceRouter() http.Handler {
 	r := chi.NewRouter()
-	r.Use(assignRequestID, s.logRequests, s.recoverPanics)
+	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+": this process only forwards (role worker)."))
 	})
