@@ -254,7 +254,7 @@ type EnqueuedForward struct {
 	// Example: 1907
 	JobId int64 `json:"job_id"`
 
-	// Url The target URL; a password and query values in it are shown as `xxxxx`.
+	// Url The target URL; its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/stripe
 	Url string `json:"url"`
@@ -347,7 +347,7 @@ type ForwardState struct {
 	// Example: delivered
 	State ForwardStateState `json:"state"`
 
-	// Url The target URL; a password and query values in it are shown as `xxxxx`.
+	// Url The target URL; its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/stripe
 	Url string `json:"url"`
@@ -424,7 +424,7 @@ type Problem struct {
 	// `unknown-sender`, `in-flight`, `payload-too-large`,
 	// `payload-mismatch`, `not-found`, `method-not-allowed`,
 	// `invalid-parameter`, `unauthorized`, `operator-disabled`,
-	// `no-targets`, `unavailable`, `internal`.
+	// `no-targets`, `too-many-attempts`, `unavailable`, `internal`.
 	//
 	//
 	// Example: urn:hookgate:problem:unknown-sender
@@ -591,7 +591,7 @@ type TargetInfo struct {
 	// Example: 10
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 
-	// Url Where events are POSTed; a password and query values in the URL are shown as `xxxxx`.
+	// Url Where events are POSTed; its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/github
 	Url string `json:"url"`
@@ -608,6 +608,9 @@ type InvalidEventID = Problem
 
 // OperatorDisabled An RFC 9457 problem detail, served as `application/problem+json`.
 type OperatorDisabled = Problem
+
+// TooManyAttempts An RFC 9457 problem detail, served as `application/problem+json`.
+type TooManyAttempts = Problem
 
 // Unauthorized An RFC 9457 problem detail, served as `application/problem+json`.
 type Unauthorized = Problem

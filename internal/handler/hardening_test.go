@@ -3,6 +3,7 @@ package handler_test
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -84,4 +85,76 @@ func TestSecurityHeaders(t *testing.T) {
 	if !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "connect-src 'self'") {
 		t.Errorf("the explorer's CSP %q must let it load its scripts and the spec from this origin", csp)
 	}
+}
+
+// from returns a copy of s whose requests come from the loopback address ip
+// (any of 127.0.0.0/8), as another client would.
+func (s *server) from(t *testing.T, ip string) *server {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	tr := &http.Transport{DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := *s
+	c.client = &http.Client{Transport: tr}
+	return &c
+}
+
+// Wrong admin tokens are slowed down per client: after a burst of 401s a
+// client gets 429 with Retry-After, even with the right token, while another
+// client is not affected.
+func TestOperatorWrongTokensAreLimited(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	attacker, operator := s.from(t, "127.0.0.2"), s.from(t, "127.0.0.3")
+	var unauthorized, limited int
+	for range 40 {
+		r := attacker.do(s.opRequest("GET", "/v1/senders", "Bearer wrong-token-wrong-token-wrong-token"))
+		switch r.status {
+		case http.StatusUnauthorized:
+			unauthorized++
+		case http.StatusTooManyRequests:
+			limited++
+			wantProblem(t, r, http.StatusTooManyRequests, "too-many-attempts")
+			wantRetryAfter(t, r)
+		default:
+			t.Fatalf("wrong token: %s", r)
+		}
+	}
+	// A burst of 10, plus at most a few refilled during the loop.
+	if unauthorized < 10 || unauthorized > 15 || limited < 25 {
+		t.Errorf("40 wrong tokens: %d answered 401, %d 429; want about 10 and 30", unauthorized, limited)
+	}
+	r := attacker.do(s.opRequest("GET", "/v1/senders", "Bearer "+testToken))
+	if r.status != http.StatusTooManyRequests {
+		t.Errorf("right token from the limited client: %s, want 429", r)
+	}
+	if r := operator.do(s.opRequest("GET", "/v1/senders", "Bearer "+testToken)); r.status != http.StatusOK {
+		t.Errorf("right token from another client: %s, want 200", r)
+	}
+}
+
+// Operator path parameters that no resource can have are refused with 400
+// before any query: a NUL, other control characters, invalid UTF-8, an
+// over-long delivery ID.
+func TestOperatorInvalidPathsAre400(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	for _, path := range []string{
+		"/v1/senders/hdr/deliveries/%00",
+		"/v1/senders/hdr/deliveries/a%00b",
+		"/v1/senders/hdr/deliveries/%0A",
+		"/v1/senders/hdr/deliveries/%FF",
+		"/v1/senders/hdr/deliveries/caf%C3%A9",
+		"/v1/senders/hdr/deliveries/" + strings.Repeat("a", 256),
+		"/v1/senders/hdr/deliveries/a%20b",
+		"/v1/senders/%00/deliveries",
+		"/v1/senders/%FF/deliveries/x",
+		"/v1/events/%00",
+	} {
+		r := s.call("GET", path)
+		wantProblem(t, r, http.StatusBadRequest, "invalid-parameter")
+	}
+	// What a delivery ID may be still reaches the database.
+	r := s.call("GET", "/v1/senders/hdr/deliveries/"+strings.Repeat("a", 255))
+	wantProblem(t, r, http.StatusNotFound, "not-found")
 }

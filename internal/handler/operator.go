@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -76,8 +77,10 @@ func isOperatorPath(path string) bool {
 
 // requireAdmin guards every request under /v1, whether or not a route
 // matches it, before anything else looks at it: 403 when no admin token is
-// configured, 401 with WWW-Authenticate when the bearer token is missing or
-// wrong. Tokens are compared as SHA-256 digests in constant time, so neither
+// configured, 429 with Retry-After when the client has sent too many missing
+// or wrong tokens lately (authLimiter), 401 with WWW-Authenticate when the
+// bearer token is missing or wrong, 400 when the path has a control
+// character or invalid UTF-8. Tokens are compared as SHA-256 digests in constant time, so neither
 // the content nor the length of the configured token leaks through timing.
 func (s *Server) requireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -90,8 +93,14 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 				"The operator API is disabled because no admin token is configured. Set HOOKGATE_ADMIN_TOKEN (or --admin-token) to a long random secret and restart hookgate to enable it."))
 			return
 		}
+		if d := s.authLimit.blocked(r); d > 0 {
+			s.fail(w, r, newProblem(probTooManyAttempts, fmt.Sprintf(
+				"Too many requests with a missing or wrong bearer token came from this address. Retry after the time in Retry-After (about %.1fs).", d.Seconds())))
+			return
+		}
 		token, ok := bearerToken(r.Header)
 		if !ok {
+			s.authLimit.failed(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
 			s.fail(w, r, newProblem(probUnauthorized,
 				"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
@@ -99,13 +108,33 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 		}
 		d := sha256.Sum256([]byte(token))
 		if subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
+			s.authLimit.failed(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate", error="invalid_token"`)
 			s.fail(w, r, newProblem(probUnauthorized,
 				"The bearer token is wrong. Send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
 			return
 		}
+		if reason := invalidPath(r.URL.Path); reason != "" {
+			s.fail(w, r, newProblem(probInvalidParameter, "The request path "+reason+"; no resource of the operator API has such a name."))
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// invalidPath returns why the decoded operator path cannot name a resource
+// (a NUL or another control character, invalid UTF-8), or "". Such a path
+// is refused before any query, which PostgreSQL would fail on.
+func invalidPath(path string) string {
+	if !utf8.ValidString(path) {
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(path); i++ {
+		if path[i] < 0x20 || path[i] == 0x7f {
+			return fmt.Sprintf("has a control character (byte 0x%02x) at position %d", path[i], i)
+		}
+	}
+	return ""
 }
 
 // bearerToken returns the token of an Authorization: Bearer header (the
@@ -314,6 +343,10 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 	sd, ok := s.cfg.Sender(sender)
 	if !ok {
 		s.fail(w, r, unknownSender(sender))
+		return
+	}
+	if reason := invalidDeliveryID(deliveryID); reason != "" {
+		s.fail(w, r, newProblem(probInvalidParameter, "Path parameter delivery_id "+reason+"; no delivery can have such an ID."))
 		return
 	}
 	if s.db == nil {

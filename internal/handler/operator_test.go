@@ -38,7 +38,7 @@ import (
 )
 
 // testToken is the admin token of operator test servers.
-const testToken = "op-token-5f1c9a7e2b"
+const testToken = "op-token-5f1c9a7e2b-0d4e8a6c3b91f27e"
 
 // opOptions tune an operator test server.
 type opOptions struct {
@@ -372,7 +372,7 @@ func TestOperatorAPIAuth(t *testing.T) {
 	routes := operatorRoutes(t, s.router, "hdr", "d1", eventID)
 	routes = append(routes, opRoute{http.MethodGet, "(no route)", "/v1/no-such-thing"})
 
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name, auth, challenge string
 	}{
 		{"missing", "", `Bearer realm="hookgate"`},
@@ -384,8 +384,10 @@ func TestOperatorAPIAuth(t *testing.T) {
 		{"token and more", "Bearer " + testToken + "0", `Bearer realm="hookgate", error="invalid_token"`},
 		{"token in another case", "Bearer " + strings.ToUpper(testToken), `Bearer realm="hookgate", error="invalid_token"`},
 	} {
+		// Each case from its own address: wrong tokens are limited per client.
+		from := s.from(t, fmt.Sprintf("127.0.0.%d", 10+i))
 		for _, rt := range routes {
-			r := s.do(s.opRequest(rt.method, rt.path, tc.auth))
+			r := from.do(s.opRequest(rt.method, rt.path, tc.auth))
 			wantProblem(t, r, http.StatusUnauthorized, "unauthorized")
 			if got := r.header.Get("WWW-Authenticate"); got != tc.challenge {
 				t.Errorf("%s, %s %s: WWW-Authenticate %q, want %q", tc.name, rt.method, rt.path, got, tc.challenge)

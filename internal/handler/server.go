@@ -58,6 +58,7 @@ type Server struct {
 	// none is configured (the operator API is disabled); db and river read
 	// and redeliver (nil without WithDB and WithRiver).
 	adminDigest *[32]byte
+	authLimit   *authLimiter
 	db          DB
 	river       *river.Client[pgx.Tx]
 }
@@ -68,14 +69,15 @@ var _ api.ServerInterface = (*Server)(nil)
 // Its metrics are registered on reg, which /metrics serves.
 func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{
-		cfg:     cfg,
-		store:   store,
-		ready:   ready,
-		log:     log,
-		metrics: newMetrics(reg),
-		gather:  reg,
-		docs:    v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
-		now:     time.Now,
+		cfg:       cfg,
+		store:     store,
+		ready:     ready,
+		log:       log,
+		metrics:   newMetrics(reg),
+		gather:    reg,
+		docs:      v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
+		authLimit: newAuthLimiter(),
+		now:       time.Now,
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	for _, o := range opts {
