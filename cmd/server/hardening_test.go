@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
 // An admin token shorter than 32 characters is refused at start-up, with
@@ -26,5 +30,39 @@ func TestRunRejectsShortAdminToken(t *testing.T) {
 		if err != nil && strings.Contains(err.Error()+stdout.String()+stderr.String(), short) {
 			t.Errorf("the refusal repeats the token: %v", err)
 		}
+	}
+}
+
+// A request header section over 64 KiB (net/http's default is 1 MiB) is
+// refused with 431; --max-header-bytes raises the bound.
+func TestRunMaxHeaderBytes(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	c := newClient(t)
+	big := strings.Repeat("h", 100_000)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, http.StatusRequestHeaderFieldsTooLarge},
+		{[]string{"--max-header-bytes", "262144"}, http.StatusOK},
+	} {
+		s := startRun(t, dsn, tc.args...)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.base+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Big", big)
+		r, err := do(c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != tc.want {
+			t.Errorf("%q: a 100,000-byte header got %d, want %d", tc.args, r.status, tc.want)
+		}
+	}
+	err := run(t.Context(), []string{"serve", "--max-header-bytes", "100"}, envOf("DATABASE_URL", dsn), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "max header bytes") {
+		t.Errorf("--max-header-bytes 100: err = %v, want a refusal", err)
 	}
 }

@@ -7,7 +7,7 @@
 //
 // Settings come from flags or the environment: DATABASE_URL, HOOKGATE_ADDR,
 // HOOKGATE_CONFIG, HOOKGATE_ADMIN_TOKEN, HOOKGATE_IN_FLIGHT_WAIT,
-// HOOKGATE_LOG_FORMAT.
+// HOOKGATE_LOG_FORMAT, HOOKGATE_MAX_HEADER_BYTES.
 package main
 
 import (
@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -84,7 +85,13 @@ type settings struct {
 	backoff        forward.Backoff
 
 	retentionInterval time.Duration
+
+	maxHeaderBytes int
 }
+
+// defaultMaxHeaderBytes bounds a request's header section (net/http's own
+// default is 1 MiB).
+const defaultMaxHeaderBytes = 64 << 10
 
 // Roles of a serve process.
 const (
@@ -122,9 +129,19 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
 	fs.DurationVar(&s.retentionInterval, "retention-interval", retention.DefaultInterval, "how often expired keys and old events are deleted (by one worker process at a time)")
 	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")
+	maxHeader := def("HOOKGATE_MAX_HEADER_BYTES", strconv.Itoa(defaultMaxHeaderBytes))
+	fs.Func("max-header-bytes", "largest request header section accepted, in bytes; larger gets 431 (env HOOKGATE_MAX_HEADER_BYTES, default 65536)", func(v string) error {
+		maxHeader = v
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	n, err := strconv.Atoi(maxHeader)
+	if err != nil || n < 4096 || n > 1<<20 {
+		return nil, fmt.Errorf("max header bytes %q: must be a whole number from 4096 to 1048576", maxHeader)
+	}
+	s.maxHeaderBytes = n
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -259,6 +276,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    s.maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if working {

@@ -3,6 +3,7 @@ package handler_test
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"net"
 	"net/http"
 	"regexp"
@@ -157,4 +158,82 @@ func TestOperatorInvalidPathsAre400(t *testing.T) {
 	// What a delivery ID may be still reaches the database.
 	r := s.call("GET", "/v1/senders/hdr/deliveries/"+strings.Repeat("a", 255))
 	wantProblem(t, r, http.StatusNotFound, "not-found")
+}
+
+// Stored headers: credential-like ones are dropped by default (signature
+// headers too), a sender's store_headers keeps only what it lists (and
+// Content-Type), drop_headers drops more, and at most 100 values are stored.
+func TestIngestStoredHeaders(t *testing.T) {
+	t.Parallel()
+	s, pool := newDBServer(t, options{yaml: `
+senders:
+  - name: hdr
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+  - name: allow
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    store_headers: [X-Delivery-Id, x-hub-signature-256, X-Keep]
+  - name: drop
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    drop_headers: [User-Agent, X-Internal-Route]
+`})
+	credentials := map[string]string{
+		"Authorization": "Bearer cred-1", "Cookie": "s=cred-2", "Proxy-Authorization": "Basic cred-3",
+		"X-Api-Key": "cred-4", "X-Auth-Token": "cred-5", "X-Amz-Security-Token": "cred-6",
+		"X-Webhook-Secret": "cred-7", "X-Password": "cred-8", "X-Hub-Signature-256": "sha256=cred-9",
+		"Stripe-Signature": "t=1,v1=cred-10", "X-Shopify-Hmac-Sha256": "cred-11", "X-Session-Id": "cred-12",
+		"Apikey": "cred-13",
+	}
+	mods := func(r *http.Request) {
+		for k, v := range credentials {
+			r.Header.Set(k, v)
+		}
+		r.Header.Set("X-Keep", "kept")
+		r.Header.Set("X-Internal-Route", "a")
+		r.Header.Set("User-Agent", "sender/1.0")
+	}
+	stored := func(sender string) http.Header {
+		wantAccepted(t, s.post(sender, "d1", []byte(`{}`), mods), sender, "d1")
+		return http.Header(readEvent(t, pool, sender, "d1").headers)
+	}
+
+	h := stored("hdr")
+	for k := range credentials {
+		if v := h.Values(k); len(v) > 0 {
+			t.Errorf("default: %s stored: %q", k, v)
+		}
+	}
+	for _, k := range []string{"Content-Type", "X-Delivery-Id", "X-Keep", "X-Internal-Route", "User-Agent"} {
+		if h.Get(k) == "" {
+			t.Errorf("default: %s not stored: %v", k, h)
+		}
+	}
+
+	h = stored("allow")
+	if len(h) != 4 || h.Get("Content-Type") == "" || h.Get("X-Delivery-Id") != "d1" || h.Get("X-Keep") != "kept" || h.Get("X-Hub-Signature-256") != "sha256=cred-9" {
+		t.Errorf("store_headers: stored %v; want Content-Type, X-Delivery-Id, X-Keep and X-Hub-Signature-256 only", h)
+	}
+
+	h = stored("drop")
+	if h.Get("User-Agent") != "" || h.Get("X-Internal-Route") != "" || h.Get("X-Api-Key") != "" || h.Get("X-Keep") != "kept" {
+		t.Errorf("drop_headers: stored %v; want User-Agent, X-Internal-Route and credentials dropped, X-Keep kept", h)
+	}
+
+	// 300 headers: 100 values are stored, Content-Type among them.
+	r := s.post("hdr", "many", []byte(`{}`), func(r *http.Request) {
+		for i := range 300 {
+			r.Header.Set(fmt.Sprintf("X-H-%03d", i), "v")
+		}
+	})
+	wantAccepted(t, r, "hdr", "many")
+	h = http.Header(readEvent(t, pool, "hdr", "many").headers)
+	n := 0
+	for _, v := range h {
+		n += len(v)
+	}
+	if n != 100 || h.Get("Content-Type") == "" {
+		t.Errorf("300 headers sent: %d values stored (Content-Type %q), want 100 with Content-Type", n, h.Get("Content-Type"))
+	}
 }

@@ -86,6 +86,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 		return "", err
 	}
 	info.deliveryID = id
+	// The event stores r.Header: from here on, only the headers the
+	// sender's filter keeps (r itself is left as the server gave it).
+	r = withHeaders(r, sender.HeaderFilter.Filter(r.Header))
 
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
 	eventID, err := uuid.NewV7()
@@ -133,6 +136,14 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 	w.WriteHeader(res.Response.Status)
 	_, _ = w.Write(res.Response.Body)
 	return outcome, nil
+}
+
+// withHeaders returns a shallow copy of r with the headers h.
+func withHeaders(r *http.Request, h http.Header) *http.Request {
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.Header = h
+	return r2
 }
 
 // readBody reads the whole request body, refusing more than limit bytes.
