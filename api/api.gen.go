@@ -424,7 +424,8 @@ type Problem struct {
 	// `unknown-sender`, `in-flight`, `payload-too-large`,
 	// `payload-mismatch`, `not-found`, `method-not-allowed`,
 	// `invalid-parameter`, `unauthorized`, `operator-disabled`,
-	// `no-targets`, `too-many-attempts`, `unavailable`, `internal`.
+	// `no-targets`, `too-many-attempts`, `unsupported-encoding`,
+	// `unavailable`, `internal`.
 	//
 	//
 	// Example: urn:hookgate:problem:unknown-sender

@@ -132,6 +132,7 @@ var problemSlugs = []string{
 	"payload-mismatch", "unavailable", "internal",
 	"unauthorized", "operator-disabled", "invalid-parameter", "not-found", "no-targets",
 	"too-many-attempts",
+	"unsupported-encoding",
 }
 
 // TestSpecExamples checks, independently of Validate, that every request

@@ -66,13 +66,25 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 }
 
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.Sender, info *reqInfo) (string, error) {
+	gzipped, err := contentEncoding(w, r, sender)
+	if err != nil {
+		return "", err
+	}
 	body, err := readBody(w, r, sender.MaxBodyBytes)
 	if err != nil {
 		return "", err
 	}
 	if sender.Verifier != nil {
+		// The signature covers the bytes as sent, compressed or not.
 		if err := sender.Verifier.Verify(r.Header, body, s.now()); err != nil {
 			return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
+		}
+	}
+	if gzipped {
+		// From here on the body is the decompressed one: the delivery ID is
+		// read from it, and it is what is stored, hashed and forwarded.
+		if body, err = gunzip(body, sender.MaxBodyBytes); err != nil {
+			return "", err
 		}
 	}
 	if sender.Preset == "slack" || sender.SignatureScheme() == "slack" {
@@ -88,7 +100,12 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 	info.deliveryID = id
 	// The event stores r.Header: from here on, only the headers the
 	// sender's filter keeps (r itself is left as the server gave it).
-	r = withHeaders(r, sender.HeaderFilter.Filter(r.Header))
+	stored := sender.HeaderFilter.Filter(r.Header)
+	if gzipped {
+		stored.Del("Content-Encoding") // the stored body is decompressed
+		stored.Del("Content-Length")
+	}
+	r = withHeaders(r, stored)
 
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
 	eventID, err := uuid.NewV7()
