@@ -86,7 +86,8 @@ type settings struct {
 
 	retentionInterval time.Duration
 
-	maxHeaderBytes int
+	maxHeaderBytes   int
+	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
 }
 
 // defaultMaxHeaderBytes bounds a request's header section (net/http's own
@@ -129,6 +130,11 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
 	fs.DurationVar(&s.retentionInterval, "retention-interval", retention.DefaultInterval, "how often expired keys and old events are deleted (by one worker process at a time)")
 	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")
+	maxWaiting := def("HOOKGATE_INGEST_MAX_WAITING", "-1")
+	fs.Func("ingest-max-waiting", "deliveries that may wait for a database connection before more are answered 503 at once (env HOOKGATE_INGEST_MAX_WAITING, default 4 × the pool size)", func(v string) error {
+		maxWaiting = v
+		return nil
+	})
 	maxHeader := def("HOOKGATE_MAX_HEADER_BYTES", strconv.Itoa(defaultMaxHeaderBytes))
 	fs.Func("max-header-bytes", "largest request header section accepted, in bytes; larger gets 431 (env HOOKGATE_MAX_HEADER_BYTES, default 65536)", func(v string) error {
 		maxHeader = v
@@ -142,6 +148,9 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 		return nil, fmt.Errorf("max header bytes %q: must be a whole number from 4096 to 1048576", maxHeader)
 	}
 	s.maxHeaderBytes = n
+	if s.ingestMaxWaiting, err = strconv.Atoi(maxWaiting); err != nil || s.ingestMaxWaiting < -1 {
+		return nil, fmt.Errorf("ingest max waiting %q: must be a whole number, 0 or more", maxWaiting)
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -260,7 +269,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	enqueue := func(ctx context.Context, tx pgx.Tx, sender *config.Sender, eventID uuid.UUID, deliveryID string) error {
 		return forward.Enqueue(ctx, riverClient, tx, sender, eventID, deliveryID)
 	}
-	srv := handler.New(cfg, dedup.New(pool, s.inFlightWait), ready, reg, log, handler.WithEnqueue(enqueue), handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient))
+	poolSize := int(pool.Config().MaxConns)
+	maxWaiting := s.ingestMaxWaiting
+	if maxWaiting < 0 {
+		maxWaiting = handler.DefaultShedFactor * poolSize
+	}
+	shed := handler.WithShedding(poolSize, maxWaiting)
+	srv := handler.New(cfg, dedup.New(pool, s.inFlightWait), ready, reg, log, shed, handler.WithEnqueue(enqueue), handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient))
 	router := srv.Router()
 	if s.role == roleWorker {
 		router = srv.ServiceRouter()

@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
 // The request ID in the log is hookgate's own, never the client's
@@ -236,4 +239,60 @@ senders:
 	if n != 100 || h.Get("Content-Type") == "" {
 		t.Errorf("300 headers sent: %d values stored (Content-Type %q), want 100 with Content-Type", n, h.Get("Content-Type"))
 	}
+}
+
+// With the gate full (1 connection, 1 waiting, both stuck behind a held
+// key), a delivery is answered 503 with Retry-After at once: it does not wait
+// for the pool's only connection, records nothing, and is counted.
+func TestIngestShedsWhenTooManyWait(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	pool := newPool(t, dsn, 1)
+	holder := newPool(t, dsn, 2) // the held transaction's and the test's queries
+	s := newServer(t, pool, options{opts: []handler.Option{handler.WithShedding(1, 1)}})
+	tx, _, _ := holdKey(t, holder, "hdr", "held", []byte(`{}`))
+
+	// Two deliveries of the held key fill the gate: one holds the pool's
+	// connection, waiting on the key's lock; the other waits for the
+	// connection.
+	results := make(chan reply, 2)
+	for range 2 {
+		req := s.postRequest("hdr", "held", []byte(`{}`))
+		go func() {
+			r, err := s.send(req)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- r
+		}()
+	}
+	inStore := regexp.MustCompile(`(?m)^hookgate_ingest_in_store 2$`)
+	poll(t, "two deliveries in the gate", func() bool { return inStore.Match(s.get("/metrics").body) })
+	poll(t, "a delivery waiting on the held key", func() bool { return lockWaiters(t, holder) == 1 })
+
+	r := s.post("hdr", "shed-me", []byte(`{}`))
+	wantProblem(t, r, http.StatusServiceUnavailable, "overloaded")
+	wantRetryAfter(t, r)
+	m := s.get("/metrics")
+	if !regexp.MustCompile(`(?m)^hookgate_ingest_shed_total 1$`).Match(m.body) ||
+		!regexp.MustCompile(`(?m)^hookgate_deliveries_total\{outcome="shed",sender="hdr"\} 1$`).Match(m.body) {
+		t.Errorf("metrics do not count the shed delivery:\n%s", m.body)
+	}
+
+	// Once the held key is released, the two waiting deliveries finish and
+	// the gate has room again.
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := <-results; r.status != http.StatusAccepted {
+			t.Errorf("a waiting delivery: %s, want 202", r)
+		}
+	}
+	wantAccepted(t, s.post("hdr", "after", []byte(`{}`)), "hdr", "after")
+	var n int
+	if err := holder.QueryRow(t.Context(), `SELECT count(*) FROM processed_messages WHERE delivery_id = 'shed-me'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the shed delivery was recorded (%d rows, %v)", n, err)
+	}
+	wantCounts(t, holder, 2, 2)
 }

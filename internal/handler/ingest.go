@@ -106,6 +106,13 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 		stored.Del("Content-Length")
 	}
 	r = withHeaders(r, stored)
+	// Overload: past the gate's bound, shed the delivery before it waits
+	// for a database connection.
+	if !s.gate.enter() {
+		s.shed.Inc()
+		return "", newProblem(probOverloaded, "Too many deliveries are waiting for the database; nothing was recorded. Retry after the time in Retry-After.")
+	}
+	defer s.gate.leave()
 
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
 	eventID, err := uuid.NewV7()

@@ -61,6 +61,10 @@ type Server struct {
 	authLimit   *authLimiter
 	db          DB
 	river       *river.Client[pgx.Tx]
+
+	// gate sheds ingest requests past a bound (WithShedding); nil for none.
+	gate *storeGate
+	shed prometheus.Counter
 }
 
 var _ api.ServerInterface = (*Server)(nil)
@@ -80,6 +84,7 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 		now:       time.Now,
 	}
 	s.docsCSP = docsPolicy(s.docs)
+	s.shed = registerShedMetrics(reg, s)
 	for _, o := range opts {
 		o(s)
 	}
