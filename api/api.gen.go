@@ -425,7 +425,7 @@ type Problem struct {
 	// `payload-mismatch`, `not-found`, `method-not-allowed`,
 	// `invalid-parameter`, `unauthorized`, `operator-disabled`,
 	// `no-targets`, `too-many-attempts`, `unsupported-encoding`,
-	// `unavailable`, `internal`.
+	// `overloaded`, `unavailable`, `internal`.
 	//
 	//
 	// Example: urn:hookgate:problem:unknown-sender

@@ -133,6 +133,7 @@ var problemSlugs = []string{
 	"unauthorized", "operator-disabled", "invalid-parameter", "not-found", "no-targets",
 	"too-many-attempts",
 	"unsupported-encoding",
+	"overloaded",
 }
 
 // TestSpecExamples checks, independently of Validate, that every request
