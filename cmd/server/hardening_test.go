@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
@@ -64,5 +65,25 @@ func TestRunMaxHeaderBytes(t *testing.T) {
 	err := run(t.Context(), []string{"serve", "--max-header-bytes", "100"}, envOf("DATABASE_URL", dsn), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "max header bytes") {
 		t.Errorf("--max-header-bytes 100: err = %v, want a refusal", err)
+	}
+}
+
+// Idle connections are closed after a minute unless the URL says otherwise,
+// so that pools shrink after a burst.
+func TestNewPoolShrinksWhenIdle(t *testing.T) {
+	t.Parallel()
+	for url, want := range map[string]time.Duration{
+		"postgres://127.0.0.1:1/x":                                  time.Minute,
+		"postgres://127.0.0.1:1/x?pool_max_conn_idle_time=5m":       5 * time.Minute,
+		"postgres://127.0.0.1:1/x?pool_max_conns=4&sslmode=disable": time.Minute,
+	} {
+		pool, err := newPool(t.Context(), url) // connects lazily
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		if got := pool.Config().MaxConnIdleTime; got != want {
+			t.Errorf("%s: MaxConnIdleTime %v, want %v", url, got, want)
+		}
+		pool.Close()
 	}
 }

@@ -339,6 +339,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	return err
 }
 
+// defaultMaxConnIdleTime is how long a pooled connection may stay idle
+// before it is closed, unless the URL sets pool_max_conn_idle_time (pgx's
+// own default is 30 minutes).
+const defaultMaxConnIdleTime = time.Minute
+
 // newPool connects to PostgreSQL. Unless the URL sets pool_max_conns, the
 // pool holds up to 32 connections: commits wait on WAL flushes, and more
 // concurrent transactions share each flush.
@@ -349,6 +354,12 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		pc.MaxConns = 32
+	}
+	// Connections idle for a minute are closed, so that a process's pool
+	// shrinks back after a burst and PostgreSQL's max_connections is shared
+	// by what the processes use, not by what they once used.
+	if !strings.Contains(url, "pool_max_conn_idle_time") {
+		pc.MaxConnIdleTime = defaultMaxConnIdleTime
 	}
 	// A delivery for a sender with forward targets keeps its transaction
 	// open across round trips; if the gateway vanishes mid-way (a network
