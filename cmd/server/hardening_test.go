@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -85,5 +86,44 @@ func TestNewPoolShrinksWhenIdle(t *testing.T) {
 			t.Errorf("%s: MaxConnIdleTime %v, want %v", url, got, want)
 		}
 		pool.Close()
+	}
+}
+
+// A configuration with a secret of hookgate.example.yaml is refused, naming
+// the field, unless HOOKGATE_ALLOW_EXAMPLE_SECRETS=1, which starts with a
+// warning.
+func TestRunExampleSecrets(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	cfg := writeConfig(t, "senders:\n  - name: github\n    preset: github\n    secret: dev-github-secret\n")
+	stderr := newLogSink()
+	err := run(t.Context(), []string{"serve", "--addr", "127.0.0.1:0", "--config", cfg}, envOf("DATABASE_URL", dsn), io.Discard, stderr)
+	if err == nil || !strings.Contains(err.Error(), "senders[0].secret (github)") || !strings.Contains(err.Error(), "HOOKGATE_ALLOW_EXAMPLE_SECRETS") {
+		t.Fatalf("example secret: err = %v, want a refusal naming the field and HOOKGATE_ALLOW_EXAMPLE_SECRETS", err)
+	}
+	if strings.Contains(err.Error(), "dev-github-secret") || stderr.count("listening") != 0 {
+		t.Errorf("the refusal quotes the secret, or the server listened: %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	sink := newLogSink()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--config", cfg},
+			envOf("DATABASE_URL", dsn, "HOOKGATE_ALLOW_EXAMPLE_SECRETS", "1"), io.Discard, sink)
+	}()
+	select {
+	case <-sink.addrs:
+	case err := <-done:
+		t.Fatalf("with HOOKGATE_ALLOW_EXAMPLE_SECRETS=1, run returned: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no listening line within a minute")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	if sink.count("INSECURE: the configuration uses a secret published in hookgate.example.yaml; anyone can sign requests for these senders. Use it for a local trial only.") != 1 {
+		t.Errorf("no warning logged:\n%s", sink.tail(20))
 	}
 }

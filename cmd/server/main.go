@@ -88,6 +88,8 @@ type settings struct {
 
 	maxHeaderBytes   int
 	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
+
+	allowExampleSecrets bool // HOOKGATE_ALLOW_EXAMPLE_SECRETS=1
 }
 
 // defaultMaxHeaderBytes bounds a request's header section (net/http's own
@@ -130,6 +132,7 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
 	fs.DurationVar(&s.retentionInterval, "retention-interval", retention.DefaultInterval, "how often expired keys and old events are deleted (by one worker process at a time)")
 	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")
+	s.allowExampleSecrets = getenv(config.ExampleSecretsEnv) == "1"
 	maxWaiting := def("HOOKGATE_INGEST_MAX_WAITING", "-1")
 	fs.Func("ingest-max-waiting", "deliveries that may wait for a database connection before more are answered 503 at once (env HOOKGATE_INGEST_MAX_WAITING, default 4 × the pool size)", func(v string) error {
 		maxWaiting = v
@@ -215,6 +218,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	cfg, err := config.Load(s.configPath)
 	if err != nil {
+		return err
+	}
+	if err := checkExampleSecrets(cfg, s, log); err != nil {
 		return err
 	}
 	n, err := migrations.Up(ctx, s.databaseURL)
@@ -343,6 +349,25 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 // before it is closed, unless the URL sets pool_max_conn_idle_time (pgx's
 // own default is 30 minutes).
 const defaultMaxConnIdleTime = time.Minute
+
+// checkExampleSecrets refuses a configuration that uses a secret of
+// hookgate.example.yaml (public, so anyone could sign requests with it),
+// unless HOOKGATE_ALLOW_EXAMPLE_SECRETS=1 (make run sets it), in which case
+// it logs a warning.
+func checkExampleSecrets(cfg *config.Config, s *settings, log *slog.Logger) error {
+	fields := cfg.ExampleSecrets()
+	if len(fields) == 0 {
+		return nil
+	}
+	if !s.allowExampleSecrets {
+		return fmt.Errorf("%s: %s use the secret published in hookgate.example.yaml, which anyone can read and sign requests with; "+
+			"set secrets of your own (e.g. secret: ${GITHUB_WEBHOOK_SECRET}), or set %s=1 to start anyway for a local trial (make run does)",
+			s.configPath, strings.Join(fields, ", "), config.ExampleSecretsEnv)
+	}
+	log.Warn("INSECURE: the configuration uses a secret published in hookgate.example.yaml; anyone can sign requests for these senders. Use it for a local trial only.",
+		"fields", fields, "config", s.configPath)
+	return nil
+}
 
 // newPool connects to PostgreSQL. Unless the URL sets pool_max_conns, the
 // pool holds up to 32 connections: commits wait on WAL flushes, and more
