@@ -152,9 +152,10 @@ func Text(text string, secrets ...string) string {
 }
 
 // URLInText returns text with the target URL raw hidden: each occurrence of
-// raw, or of the form Go's net/http errors quote it in (password shown as
-// ***), becomes URL(raw, secretPath), and every secret of raw that remains
-// (Secrets) is replaced as by Text.
+// raw, or of the form Go's net/http errors quote it in (url.URL.Redacted:
+// the password hidden, the user name and query not), becomes
+// URL(raw, secretPath), and every secret of raw that remains (Secrets) is
+// replaced as by Text.
 func URLInText(text, raw string, secretPath bool) string {
 	red := URL(raw, secretPath)
 	text = strings.ReplaceAll(text, raw, red)

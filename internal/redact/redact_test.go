@@ -40,8 +40,9 @@ func TestURL(t *testing.T) {
 	}
 }
 
-// An error of Go's HTTP client quotes the URL with the password as ***
-// and the query as it is; URLInText leaves no part of any secret.
+// An error of Go's HTTP client quotes the URL with the password hidden but
+// the user name and query as they are; URLInText leaves no part of any
+// secret.
 func TestURLInText(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
