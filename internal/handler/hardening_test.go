@@ -124,8 +124,8 @@ func TestOperatorWrongTokensAreLimited(t *testing.T) {
 			t.Fatalf("wrong token: %s", r)
 		}
 	}
-	// A burst of 10, plus at most a few refilled during the loop.
-	if unauthorized < 10 || unauthorized > 15 || limited < 25 {
+	// A burst of 10, plus one a second refilled while the loop runs.
+	if unauthorized < 10 || unauthorized > 20 || limited < 20 {
 		t.Errorf("40 wrong tokens: %d answered 401, %d 429; want about 10 and 30", unauthorized, limited)
 	}
 	r := attacker.do(s.opRequest("GET", "/v1/senders", "Bearer "+testToken))
