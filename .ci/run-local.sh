@@ -36,4 +36,6 @@ API docs: http://$host/docs
 
 MSG
 
-exec env HOOKGATE_LOG_FORMAT="${HOOKGATE_LOG_FORMAT:-text}" DATABASE_URL="$url" HOOKGATE_ADMIN_TOKEN="$token" HOOKGATE_CONFIG=hookgate.yaml HOOKGATE_ADDR="$addr" .data/hookgate
+# HOOKGATE_ALLOW_EXAMPLE_SECRETS: hookgate.yaml starts as a copy of the
+# example, whose github secret is public; hookgate refuses it elsewhere.
+exec env HOOKGATE_LOG_FORMAT="${HOOKGATE_LOG_FORMAT:-text}" HOOKGATE_ALLOW_EXAMPLE_SECRETS=1 DATABASE_URL="$url" HOOKGATE_ADMIN_TOKEN="$token" HOOKGATE_CONFIG=hookgate.yaml HOOKGATE_ADDR="$addr" .data/hookgate

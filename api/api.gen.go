@@ -264,7 +264,7 @@ type EnqueuedForward struct {
 	// Example: orders
 	Target string `json:"target"`
 
-	// Url The target URL; a password and query values in it are shown as `xxxxx`.
+	// Url The target URL; its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/stripe
 	Url string `json:"url"`
@@ -364,7 +364,7 @@ type ForwardState struct {
 	// Example: orders
 	Target string `json:"target"`
 
-	// Url The target's URL as configured now, with a password and query values shown as `xxxxx`; empty when no target of that name is configured any more.
+	// Url The target's URL as configured now, with its user name, password, query values, fragment and secret path segments shown as `xxxxx`; empty when no target of that name is configured any more.
 	//
 	// Example: http://orders.internal:9000/hooks/stripe
 	Url string `json:"url"`
@@ -441,7 +441,8 @@ type Problem struct {
 	// `unknown-sender`, `in-flight`, `payload-too-large`,
 	// `payload-mismatch`, `not-found`, `method-not-allowed`,
 	// `invalid-parameter`, `unauthorized`, `operator-disabled`,
-	// `no-targets`, `unavailable`, `internal`.
+	// `no-targets`, `too-many-attempts`, `unsupported-encoding`,
+	// `overloaded`, `unavailable`, `internal`.
 	//
 	//
 	// Example: urn:hookgate:problem:unknown-sender
@@ -613,7 +614,7 @@ type TargetInfo struct {
 	// Example: 10
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 
-	// Url Where events are POSTed; a password and query values in the URL are shown as `xxxxx`.
+	// Url Where events are POSTed; its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/github
 	Url string `json:"url"`
@@ -630,6 +631,9 @@ type InvalidEventID = Problem
 
 // OperatorDisabled An RFC 9457 problem detail, served as `application/problem+json`.
 type OperatorDisabled = Problem
+
+// TooManyAttempts An RFC 9457 problem detail, served as `application/problem+json`.
+type TooManyAttempts = Problem
 
 // Unauthorized An RFC 9457 problem detail, served as `application/problem+json`.
 type Unauthorized = Problem

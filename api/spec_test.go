@@ -131,6 +131,9 @@ var problemSlugs = []string{
 	"invalid-delivery-id", "invalid-signature", "unknown-sender", "in-flight", "payload-too-large",
 	"payload-mismatch", "unavailable", "internal",
 	"unauthorized", "operator-disabled", "invalid-parameter", "not-found", "no-targets",
+	"too-many-attempts",
+	"unsupported-encoding",
+	"overloaded",
 }
 
 // TestSpecExamples checks, independently of Validate, that every request

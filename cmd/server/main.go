@@ -7,7 +7,8 @@
 //
 // Settings come from flags or the environment: DATABASE_URL, HOOKGATE_ADDR,
 // HOOKGATE_CONFIG, HOOKGATE_ADMIN_TOKEN, HOOKGATE_IN_FLIGHT_WAIT,
-// HOOKGATE_LOG_FORMAT.
+// HOOKGATE_LOG_FORMAT, HOOKGATE_MAX_HEADER_BYTES, HOOKGATE_INGEST_MAX_WAITING,
+// HOOKGATE_ALLOW_EXAMPLE_SECRETS.
 package main
 
 import (
@@ -91,7 +92,16 @@ type settings struct {
 	pprofAddr         string
 
 	batchSize, batchesInFlight int
+
+	maxHeaderBytes   int
+	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
+
+	allowExampleSecrets bool // HOOKGATE_ALLOW_EXAMPLE_SECRETS=1
 }
+
+// defaultMaxHeaderBytes bounds a request's header section (net/http's own
+// default is 1 MiB).
+const defaultMaxHeaderBytes = 64 << 10
 
 // Roles of a serve process.
 const (
@@ -132,8 +142,27 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.IntVar(&s.batchSize, "ingest-batch-size", intEnv(getenv, "HOOKGATE_INGEST_BATCH_SIZE", dedup.DefaultMaxBatch), "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off (env HOOKGATE_INGEST_BATCH_SIZE)")
 	fs.IntVar(&s.batchesInFlight, "ingest-batches-in-flight", intEnv(getenv, "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", dedup.DefaultMaxInFlight), "most batches of one sender in flight at once (env HOOKGATE_INGEST_BATCHES_IN_FLIGHT)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", getenv("HOOKGATE_PPROF_ADDR"), "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty; never expose it beyond the host (env HOOKGATE_PPROF_ADDR)")
+	s.allowExampleSecrets = getenv(config.ExampleSecretsEnv) == "1"
+	maxWaiting := def("HOOKGATE_INGEST_MAX_WAITING", "-1")
+	fs.Func("ingest-max-waiting", "deliveries that may wait for a database connection before more are answered 503 at once (env HOOKGATE_INGEST_MAX_WAITING, default 4 × the pool size)", func(v string) error {
+		maxWaiting = v
+		return nil
+	})
+	maxHeader := def("HOOKGATE_MAX_HEADER_BYTES", strconv.Itoa(defaultMaxHeaderBytes))
+	fs.Func("max-header-bytes", "largest request header section accepted, in bytes; larger gets 431 (env HOOKGATE_MAX_HEADER_BYTES, default 65536)", func(v string) error {
+		maxHeader = v
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	n, err := strconv.Atoi(maxHeader)
+	if err != nil || n < 4096 || n > 1<<20 {
+		return nil, fmt.Errorf("max header bytes %q: must be a whole number from 4096 to 1048576", maxHeader)
+	}
+	s.maxHeaderBytes = n
+	if s.ingestMaxWaiting, err = strconv.Atoi(maxWaiting); err != nil || s.ingestMaxWaiting < -1 {
+		return nil, fmt.Errorf("ingest max waiting %q: must be a whole number, 0 or more", maxWaiting)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -154,6 +183,9 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	}
 	if s.backoff.Base <= 0 || s.backoff.Max < s.backoff.Base {
 		return nil, errors.New("forward backoff: base must be positive and max at least base")
+	}
+	if s.adminToken != "" && len(s.adminToken) < handler.MinAdminTokenLen {
+		return nil, fmt.Errorf("admin token: it has %d characters and must have at least %d, so that it cannot be guessed; generate one with: head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n'", len(s.adminToken), handler.MinAdminTokenLen)
 	}
 	if s.logFormat != "json" && s.logFormat != "text" {
 		return nil, fmt.Errorf("log format %q: must be json or text", s.logFormat)
@@ -199,6 +231,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	cfg, err := config.Load(s.configPath)
 	if err != nil {
+		return err
+	}
+	if err := checkExampleSecrets(cfg, s, log); err != nil {
 		return err
 	}
 	n, err := migrations.Up(ctx, s.databaseURL)
@@ -257,7 +292,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	})
 	reg.MustRegister(batchSizes)
 	store := dedup.New(pool, s.inFlightWait, dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }))
-	srv := handler.New(cfg, store, ready, reg, log, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient))
+	poolSize := int(pool.Config().MaxConns)
+	maxWaiting := s.ingestMaxWaiting
+	if maxWaiting < 0 {
+		maxWaiting = handler.DefaultShedFactor * poolSize
+	}
+	shed := handler.WithShedding(poolSize, maxWaiting)
+	srv := handler.New(cfg, store, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient))
 	router := srv.Router()
 	if s.role == roleWorker {
 		router = srv.ServiceRouter()
@@ -273,6 +314,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    s.maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if working {
@@ -375,6 +417,30 @@ func servePprof(ctx context.Context, g *errgroup.Group, addr string, log *slog.L
 	return nil
 }
 
+// defaultMaxConnIdleTime is how long a pooled connection may stay idle
+// before it is closed, unless the URL sets pool_max_conn_idle_time (pgx's
+// own default is 30 minutes).
+const defaultMaxConnIdleTime = time.Minute
+
+// checkExampleSecrets refuses a configuration that uses a secret of
+// hookgate.example.yaml (public, so anyone could sign requests with it),
+// unless HOOKGATE_ALLOW_EXAMPLE_SECRETS=1 (make run sets it), in which case
+// it logs a warning.
+func checkExampleSecrets(cfg *config.Config, s *settings, log *slog.Logger) error {
+	fields := cfg.ExampleSecrets()
+	if len(fields) == 0 {
+		return nil
+	}
+	if !s.allowExampleSecrets {
+		return fmt.Errorf("%s: %s use the secret published in hookgate.example.yaml, which anyone can read and sign requests with; "+
+			"set secrets of your own (e.g. secret: ${GITHUB_WEBHOOK_SECRET}), or set %s=1 to start anyway for a local trial (make run does)",
+			s.configPath, strings.Join(fields, ", "), config.ExampleSecretsEnv)
+	}
+	log.Warn("INSECURE: the configuration uses a secret published in hookgate.example.yaml; anyone can sign requests for these senders. Use it for a local trial only.",
+		"fields", fields, "config", s.configPath)
+	return nil
+}
+
 // newPool connects to PostgreSQL. Unless the URL sets pool_max_conns, the
 // pool holds up to 32 connections: commits wait on WAL flushes, and more
 // concurrent transactions share each flush.
@@ -385,6 +451,12 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		pc.MaxConns = 32
+	}
+	// Connections idle for a minute are closed, so that a process's pool
+	// shrinks back after a burst and PostgreSQL's max_connections is shared
+	// by what the processes use, not by what they once used.
+	if !strings.Contains(url, "pool_max_conn_idle_time") {
+		pc.MaxConnIdleTime = defaultMaxConnIdleTime
 	}
 	// A transaction left open by a gateway that vanished mid-way (a network
 	// partition, a frozen VM; a relay between its statements) must not hold

@@ -18,6 +18,7 @@ import (
 	"github.com/go-playground/validator/v10"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
@@ -58,6 +59,15 @@ type Sender struct {
 	EventRetention Duration `yaml:"event_retention" validate:"gte=1000000000"`
 	// MaxBodyBytes is the largest request body accepted (1 MiB by default).
 	MaxBodyBytes int64 `yaml:"max_body_bytes" validate:"min=1,max=67108864"`
+	// AcceptEncodings lists the Content-Encodings accepted besides identity
+	// (only gzip); a body in any other is refused with 415.
+	AcceptEncodings []string `yaml:"accept_encodings" validate:"unique,dive,oneof=gzip"`
+	// StoreHeaders, when set, lists the only request headers stored with an
+	// event (Content-Type always is); DropHeaders lists headers not stored
+	// besides the credential-like ones (events.HeaderFilter). At most one of
+	// the two is set.
+	StoreHeaders []string `yaml:"store_headers" validate:"excluded_with=DropHeaders,dive,headername"`
+	DropHeaders  []string `yaml:"drop_headers" validate:"dive,headername"`
 	// Forward lists the services each accepted event is forwarded to.
 	Forward []Target `yaml:"forward" validate:"unique=Name,dive"`
 
@@ -67,6 +77,9 @@ type Sender struct {
 	// Verifier checks request signatures; nil when the sender has none.
 	// Set by Parse from the preset, the signature block and the secrets.
 	Verifier signature.Verifier `yaml:"-"`
+	// HeaderFilter picks the request headers stored with an event, from
+	// StoreHeaders and DropHeaders. Set by Parse.
+	HeaderFilter events.HeaderFilter `yaml:"-"`
 
 	targetNames []string
 }
@@ -91,6 +104,10 @@ type Target struct {
 	SigningSecret string `yaml:"signing_secret"`
 	// Headers are extra request headers sent with every forward.
 	Headers map[string]string `yaml:"headers" validate:"dive,keys,headername,endkeys"`
+	// SecretPath marks the URL's path as a secret (as in Slack's
+	// /services/T…/B…/<secret>): wherever the URL is shown, its path
+	// segments are redacted too (package redact).
+	SecretPath bool `yaml:"secret_path"`
 
 	// SigningKey is SigningSecret decoded; nil when unsigned. Set by Parse.
 	SigningKey []byte `yaml:"-"`
@@ -414,6 +431,9 @@ func describe(fe validator.FieldError) string {
 		reason = "is required: set delivery_id.header or delivery_id.json_pointer"
 	case "excluded_with":
 		reason = "cannot be set together with delivery_id.json_pointer"
+		if fe.Field() == "store_headers" {
+			reason = "cannot be set together with drop_headers: list the headers to keep or those to drop"
+		}
 	case "min":
 		if fe.Kind() == reflect.Slice {
 			reason = "must list at least " + fe.Param()
@@ -435,7 +455,7 @@ func describe(fe validator.FieldError) string {
 	case "oneof":
 		reason = fmt.Sprintf("must be one of: %s", fe.Param())
 	case "unique":
-		reason = "names must be unique"
+		reason = "names must be unique, and each needs one (lower-case letters, digits, _ and -)"
 	case "sendername":
 		reason = "must match ^[a-z0-9][a-z0-9_-]{0,62}$ (lower-case letters, digits, _ and -)"
 	case "jsonpointer":

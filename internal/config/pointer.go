@@ -1,12 +1,8 @@
 package config
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"io"
 	"regexp"
-	"strconv"
 	"strings"
 )
 
@@ -48,40 +44,19 @@ var ErrNotString = errors.New("the value at the JSON pointer is not a string or 
 // String resolves p in the JSON document doc and returns the string (or the
 // literal text of the number) there. It returns ErrNotFound when a member or
 // index is missing, ErrNotString for objects, arrays, booleans and null, and
-// a decoding error for a body that is not JSON.
+// an error wrapping ErrSyntax for a body that is not JSON. The document is
+// read once, as a stream (Extract), whatever its size and shape.
 func (p Pointer) String(doc []byte) (string, error) {
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
+	vals, err := Extract(doc, []Pointer{p})
+	if err != nil {
 		return "", err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return "", errors.New("the body has data after its JSON value")
-	}
-	for _, tok := range p {
-		switch c := v.(type) {
-		case map[string]any:
-			next, ok := c[tok]
-			if !ok {
-				return "", ErrNotFound
-			}
-			v = next
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || !arrayIndex.MatchString(tok) || i >= len(c) {
-				return "", ErrNotFound
-			}
-			v = c[i]
-		default:
-			return "", ErrNotFound
-		}
-	}
-	switch s := v.(type) {
-	case string:
-		return s, nil
-	case json.Number:
-		return s.String(), nil
+	v := vals[0]
+	switch {
+	case !v.Found:
+		return "", ErrNotFound
+	case v.Kind == KindString || v.Kind == KindNumber:
+		return v.Str, nil
 	default:
 		return "", ErrNotString
 	}

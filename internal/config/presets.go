@@ -64,6 +64,9 @@ func (s *Sender) secrets() []namedSecret {
 // secrets. Its errors start with the field at fault (relative to the sender)
 // and never contain a secret.
 func resolve(s *Sender) error {
+	if err := resolveIngest(s); err != nil {
+		return err
+	}
 	if p := s.DeliveryID.JSONPointer; p != "" {
 		ptr, err := ParsePointer(p) // validated already; parsed once here, not per request
 		if err != nil {

@@ -3,7 +3,6 @@ package events
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,7 +16,8 @@ type Event struct {
 	Sender     string
 	DeliveryID string
 	ReceivedAt time.Time
-	// Headers are the request headers; QueueInsert leaves out credentials.
+	// Headers are the request headers to store, as filtered by the sender's
+	// HeaderFilter; QueueInsert applies StoredHeaders on top.
 	Headers http.Header
 	Body    []byte
 }
@@ -29,8 +29,9 @@ SELECT $1::text, $2::uuid, $3::text, $4::timestamptz, $5::jsonb, $6::bytea WHERE
 
 // QueueInsert queues the insert of e on b, for use as (part of) a
 // dedup.Change: it inserts nothing unless the delivery's claim took its key
-// for e.ID. Authorization, Cookie and Proxy-Authorization headers are not
-// stored. A nil Body is stored as an empty body.
+// for e.ID. The headers stored are StoredHeaders(e.Headers): filter them
+// with the sender's HeaderFilter first. A nil Body is stored as an empty
+// body.
 func QueueInsert(b *dedup.Batch, e Event) {
 	body := e.Body
 	if body == nil {
@@ -39,19 +40,20 @@ func QueueInsert(b *dedup.Batch, e Event) {
 	b.Queue(InsertSQL, e.Sender, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body)
 }
 
-// redacted lists the request headers that carry credentials and are never
-// stored.
-var redacted = map[string]bool{"Authorization": true, "Cookie": true, "Proxy-Authorization": true}
-
-// StoredHeaders returns h without the headers that carry credentials, as a
-// map that encodes to a JSON object of string arrays. It never returns nil.
+// StoredHeaders returns h as stored, as a map that encodes to a JSON object
+// of string arrays (never nil): without Authorization, Proxy-Authorization,
+// Cookie and blank names, and with at most MaxStoredHeaders values, whatever
+// filter h went through before. It does not drop credential-like headers:
+// that is HeaderFilter's decision, made per sender.
 func StoredHeaders(h http.Header) map[string][]string {
-	out := make(map[string][]string, len(h))
-	for k, v := range h {
-		if redacted[http.CanonicalHeaderKey(k)] || strings.TrimSpace(k) == "" {
-			continue
-		}
-		out[k] = v
+	return map[string][]string(HeaderFilter{store: allNames(h)}.Filter(h))
+}
+
+// allNames returns the canonical names of h, as an allow-list of all of them.
+func allNames(h http.Header) map[string]bool {
+	m := make(map[string]bool, len(h))
+	for k := range h {
+		m[http.CanonicalHeaderKey(k)] = true
 	}
-	return out
+	return m
 }

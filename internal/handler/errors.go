@@ -21,21 +21,24 @@ type problemType struct {
 // The problem types hookgate answers with. This table, with classify, is the
 // one place where errors become statuses.
 var (
-	probInvalidDeliveryID = problemType{http.StatusBadRequest, "invalid-delivery-id", "Missing or invalid delivery ID", 0}
-	probInvalidBody       = problemType{http.StatusBadRequest, "invalid-body", "Request body could not be read", 0}
-	probSignature         = problemType{http.StatusUnauthorized, "invalid-signature", "Signature verification failed", 0}
-	probUnknownSender     = problemType{http.StatusNotFound, "unknown-sender", "Unknown sender", 0}
-	probNotFound          = problemType{http.StatusNotFound, "not-found", "Not found", 0}
-	probMethodNotAllowed  = problemType{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", 0}
-	probInvalidParameter  = problemType{http.StatusBadRequest, "invalid-parameter", "Invalid parameter", 0}
-	probUnauthorized      = problemType{http.StatusUnauthorized, "unauthorized", "Unauthorized", 0}
-	probOperatorDisabled  = problemType{http.StatusForbidden, "operator-disabled", "Operator API disabled", 0}
-	probNoTargets         = problemType{http.StatusConflict, "no-targets", "No forward targets", 0}
-	probInFlight          = problemType{http.StatusConflict, "in-flight", "Delivery is still being processed", 1}
-	probTooLarge          = problemType{http.StatusRequestEntityTooLarge, "payload-too-large", "Request body too large", 0}
-	probMismatch          = problemType{http.StatusUnprocessableEntity, "payload-mismatch", "Delivery ID reused with a different body", 0}
-	probUnavailable       = problemType{http.StatusServiceUnavailable, "unavailable", "Service unavailable", 5}
-	probInternal          = problemType{http.StatusInternalServerError, "internal", "Internal error", 5}
+	probInvalidDeliveryID   = problemType{http.StatusBadRequest, "invalid-delivery-id", "Missing or invalid delivery ID", 0}
+	probInvalidBody         = problemType{http.StatusBadRequest, "invalid-body", "Request body could not be read", 0}
+	probSignature           = problemType{http.StatusUnauthorized, "invalid-signature", "Signature verification failed", 0}
+	probUnknownSender       = problemType{http.StatusNotFound, "unknown-sender", "Unknown sender", 0}
+	probNotFound            = problemType{http.StatusNotFound, "not-found", "Not found", 0}
+	probMethodNotAllowed    = problemType{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", 0}
+	probInvalidParameter    = problemType{http.StatusBadRequest, "invalid-parameter", "Invalid parameter", 0}
+	probUnauthorized        = problemType{http.StatusUnauthorized, "unauthorized", "Unauthorized", 0}
+	probOperatorDisabled    = problemType{http.StatusForbidden, "operator-disabled", "Operator API disabled", 0}
+	probTooManyAttempts     = problemType{http.StatusTooManyRequests, "too-many-attempts", "Too many failed authentication attempts", 1}
+	probNoTargets           = problemType{http.StatusConflict, "no-targets", "No forward targets", 0}
+	probInFlight            = problemType{http.StatusConflict, "in-flight", "Delivery is still being processed", 1}
+	probTooLarge            = problemType{http.StatusRequestEntityTooLarge, "payload-too-large", "Request body too large", 0}
+	probUnsupportedEncoding = problemType{http.StatusUnsupportedMediaType, "unsupported-encoding", "Unsupported Content-Encoding", 0}
+	probMismatch            = problemType{http.StatusUnprocessableEntity, "payload-mismatch", "Delivery ID reused with a different body", 0}
+	probUnavailable         = problemType{http.StatusServiceUnavailable, "unavailable", "Service unavailable", 5}
+	probOverloaded          = problemType{http.StatusServiceUnavailable, "overloaded", "Too many deliveries waiting", 2}
+	probInternal            = problemType{http.StatusInternalServerError, "internal", "Internal error", 5}
 )
 
 // problemError is an error with the problem type and the client-facing

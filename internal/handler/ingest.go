@@ -67,13 +67,25 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 }
 
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.Sender, info *reqInfo) (string, error) {
+	gzipped, err := contentEncoding(w, r, sender)
+	if err != nil {
+		return "", err
+	}
 	body, err := readBody(w, r, sender.MaxBodyBytes)
 	if err != nil {
 		return "", err
 	}
 	if sender.Verifier != nil {
+		// The signature covers the bytes as sent, compressed or not.
 		if err := sender.Verifier.Verify(r.Header, body, s.now()); err != nil {
 			return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
+		}
+	}
+	if gzipped {
+		// From here on the body is the decompressed one: the delivery ID is
+		// read from it, and it is what is stored, hashed and forwarded.
+		if body, err = gunzip(body, sender.MaxBodyBytes); err != nil {
+			return "", err
 		}
 	}
 	if sender.Preset == "slack" || sender.SignatureScheme() == "slack" {
@@ -87,6 +99,21 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 		return "", err
 	}
 	info.deliveryID = id
+	// The event stores r.Header: from here on, only the headers the
+	// sender's filter keeps (r itself is left as the server gave it).
+	stored := sender.HeaderFilter.Filter(r.Header)
+	if gzipped {
+		stored.Del("Content-Encoding") // the stored body is decompressed
+		stored.Del("Content-Length")
+	}
+	r = withHeaders(r, stored)
+	// Overload: past the gate's bound, shed the delivery before it waits
+	// for a database connection.
+	if !s.gate.enter() {
+		s.shed.Inc()
+		return "", newProblem(probOverloaded, "Too many deliveries are waiting for the database; nothing was recorded. Retry after the time in Retry-After.")
+	}
+	defer s.gate.leave()
 
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
 	eventID, err := uuid.NewV7()
@@ -180,6 +207,14 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// withHeaders returns a shallow copy of r with the headers h.
+func withHeaders(r *http.Request, h http.Header) *http.Request {
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.Header = h
+	return r2
+}
+
 // readBody reads the whole request body, refusing more than limit bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	tooLarge := newProblem(probTooLarge, fmt.Sprintf("The body exceeds this sender's limit of %d bytes. Nothing was recorded.", limit))
@@ -187,8 +222,8 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		return nil, tooLarge
 	}
 	if r.ContentLength >= 0 {
-		// The size is announced: one allocation, and one read past it to
-		// see the end (net/http ends the body at Content-Length).
+		// The size is announced (and net/http ends the body there): one
+		// allocation of exactly that size.
 		body := make([]byte, r.ContentLength)
 		_, err := io.ReadFull(r.Body, body)
 		if err != nil {
@@ -256,18 +291,21 @@ func invalidDeliveryID(id string) string {
 	return ""
 }
 
+// slackPointers are where a Slack url_verification request has its type and
+// challenge.
+var slackPointers = []config.Pointer{{"type"}, {"challenge"}}
+
 // slackChallenge returns the challenge of a Slack url_verification request,
-// which is answered with it and not recorded.
+// which is answered with it and not recorded. The body is read in one
+// streaming pass (config.Extract), and only by requests that mention
+// url_verification at all.
 func slackChallenge(body []byte) (string, bool) {
-	var v struct {
-		Type      string `json:"type"`
-		Challenge string `json:"challenge"`
-	}
-	if !bytes.Contains(body, []byte("url_verification")) { // spare every event a second JSON decode
+	if !bytes.Contains(body, []byte("url_verification")) { // spare every event a second pass
 		return "", false
 	}
-	if json.Unmarshal(body, &v) != nil || v.Type != "url_verification" {
+	v, err := config.Extract(body, slackPointers)
+	if err != nil || v[0].Kind != config.KindString || v[0].Str != "url_verification" || (v[1].Found && v[1].Kind != config.KindString) {
 		return "", false
 	}
-	return v.Challenge, true
+	return v[1].Str, true
 }

@@ -59,6 +59,8 @@ type options struct {
 	// its ${VAR} references expand to (secrets, typically).
 	yaml string
 	env  map[string]string
+	// opts are more handler options.
+	opts []handler.Option
 }
 
 // server is a hookgate handler behind a real HTTP server.
@@ -92,7 +94,7 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		o.log = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := handler.New(cfg, dedup.New(db, o.wait), o.ready, prometheus.NewRegistry(), log)
+	h := handler.New(cfg, dedup.New(db, o.wait), o.ready, prometheus.NewRegistry(), log, o.opts...)
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close) // also closes the client's idle connections
 	return &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}

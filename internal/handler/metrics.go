@@ -17,6 +17,8 @@ const (
 	// outcomeURLVerification is Slack's url_verification handshake.
 	outcomeURLVerification = "url_verification"
 	outcomeError           = "error"
+	// outcomeShed is a delivery answered 503 at once by the overload gate.
+	outcomeShed = "shed"
 )
 
 // outcomeFor returns the outcome label of a failed ingest.
@@ -28,6 +30,8 @@ func outcomeFor(pe *problemError) string {
 		return outcomeInFlight
 	case probSignature:
 		return outcomeRejected
+	case probOverloaded:
+		return outcomeShed
 	}
 	if pe.typ.status >= 500 {
 		return outcomeError

@@ -4,10 +4,44 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
 )
+
+// maxClientRequestIDBytes caps the client's X-Request-Id as logged.
+const maxClientRequestIDBytes = 64
+
+// assignRequestID gives every request an ID of hookgate's own (a random
+// UUID), read with middleware.GetReqID and sent back in X-Request-Id. A
+// client's X-Request-Id is never taken as the request ID, so a client
+// cannot forge the correlation of log lines; logRequests logs it apart, as
+// client_request_id.
+func assignRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := uuid.NewString()
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), middleware.RequestIDKey, id)))
+	})
+}
+
+// clientRequestID returns the request's first X-Request-Id cut to
+// maxClientRequestIDBytes, with bytes outside visible ASCII replaced by
+// '?'; "" when there is none.
+func clientRequestID(r *http.Request) string {
+	v := r.Header.Get("X-Request-Id")
+	if len(v) > maxClientRequestIDBytes {
+		v = v[:maxClientRequestIDBytes]
+	}
+	return strings.Map(func(c rune) rune {
+		if c < 0x21 || c > 0x7e {
+			return '?'
+		}
+		return c
+	}, v)
+}
 
 // reqInfo collects what a handler learned about a request, for its log line.
 type reqInfo struct {
@@ -28,8 +62,9 @@ func requestInfo(ctx context.Context) *reqInfo {
 	return &reqInfo{}
 }
 
-// logRequests writes one structured line per request: request id, method,
-// path, status, duration, and for ingest the sender, delivery ID and outcome.
+// logRequests writes one structured line per request: request id (and the
+// client's X-Request-Id, if any, as client_request_id), method, path,
+// status, duration, and for ingest the sender, delivery ID and outcome.
 // 5xx lines are errors and carry the cause; bodies and secrets never appear.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -47,6 +82,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			slog.String("path", r.URL.Path),
 			slog.Int("status", status),
 			slog.Duration("duration", time.Since(start)),
+		}
+		if id := clientRequestID(r); id != "" {
+			attrs = append(attrs, slog.String("client_request_id", id))
 		}
 		if info.sender != "" {
 			attrs = append(attrs, slog.String("sender", info.sender))

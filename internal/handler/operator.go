@@ -10,10 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -25,6 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/redact"
 )
 
 // The operator API: /v1, behind a bearer token (HOOKGATE_ADMIN_TOKEN).
@@ -76,8 +77,10 @@ func isOperatorPath(path string) bool {
 
 // requireAdmin guards every request under /v1, whether or not a route
 // matches it, before anything else looks at it: 403 when no admin token is
-// configured, 401 with WWW-Authenticate when the bearer token is missing or
-// wrong. Tokens are compared as SHA-256 digests in constant time, so neither
+// configured, 429 with Retry-After when the client has sent too many missing
+// or wrong tokens lately (authLimiter), 401 with WWW-Authenticate when the
+// bearer token is missing or wrong, 400 when the path has a control
+// character or invalid UTF-8. Tokens are compared as SHA-256 digests in constant time, so neither
 // the content nor the length of the configured token leaks through timing.
 func (s *Server) requireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -90,8 +93,14 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 				"The operator API is disabled because no admin token is configured. Set HOOKGATE_ADMIN_TOKEN (or --admin-token) to a long random secret and restart hookgate to enable it."))
 			return
 		}
+		if d := s.authLimit.blocked(r); d > 0 {
+			s.fail(w, r, newProblem(probTooManyAttempts, fmt.Sprintf(
+				"Too many requests with a missing or wrong bearer token came from this address. Retry after the time in Retry-After (about %.1fs).", d.Seconds())))
+			return
+		}
 		token, ok := bearerToken(r.Header)
 		if !ok {
+			s.authLimit.failed(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
 			s.fail(w, r, newProblem(probUnauthorized,
 				"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
@@ -99,13 +108,33 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 		}
 		d := sha256.Sum256([]byte(token))
 		if subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
+			s.authLimit.failed(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate", error="invalid_token"`)
 			s.fail(w, r, newProblem(probUnauthorized,
 				"The bearer token is wrong. Send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
 			return
 		}
+		if reason := invalidPath(r.URL.Path); reason != "" {
+			s.fail(w, r, newProblem(probInvalidParameter, "The request path "+reason+"; no resource of the operator API has such a name."))
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// invalidPath returns why the decoded operator path cannot name a resource
+// (a NUL or another control character, invalid UTF-8), or "". Such a path
+// is refused before any query, which PostgreSQL would fail on.
+func invalidPath(path string) string {
+	if !utf8.ValidString(path) {
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(path); i++ {
+		if path[i] < 0x20 || path[i] == 0x7f {
+			return fmt.Sprintf("has a control character (byte 0x%02x) at position %d", path[i], i)
+		}
+	}
+	return ""
 }
 
 // bearerToken returns the token of an Authorization: Bearer header (the
@@ -237,7 +266,7 @@ func senderInfo(sd *config.Sender) api.SenderInfo {
 		slices.Sort(names)
 		info.Forward = append(info.Forward, api.TargetInfo{
 			Name:           t.Name,
-			Url:            redactURL(t.URL),
+			Url:            redact.URL(t.URL, t.SecretPath),
 			TimeoutSeconds: time.Duration(t.Timeout).Seconds(),
 			MaxAttempts:    t.MaxAttempts,
 			Signed:         t.SigningKey != nil,
@@ -312,8 +341,13 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 // GetDelivery answers one delivery of sender with its stored response and
 // the state of each of its forwards: 404 for an unknown sender or delivery.
 func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.Sender, deliveryID string) {
-	if _, ok := s.cfg.Sender(sender); !ok {
+	sd, ok := s.cfg.Sender(sender)
+	if !ok {
 		s.fail(w, r, unknownSender(sender))
+		return
+	}
+	if reason := invalidDeliveryID(deliveryID); reason != "" {
+		s.fail(w, r, newProblem(probInvalidParameter, "Path parameter delivery_id "+reason+"; no delivery can have such an ID."))
 		return
 	}
 	if s.db == nil {
@@ -349,24 +383,28 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		Forwards: make([]api.ForwardState, 0, len(fwds)),
 	}
 	out.Response.BodyEncoding, out.Response.Body = showBody(rec.Response.ContentType, rec.Response.Body)
-	sd, _ := s.cfg.Sender(sender)
 	for _, f := range fwds {
 		out.Forwards = append(out.Forwards, forwardState(sd, f))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// targetURL returns the URL of sender's target named name, "" when there is
-// no such target (any more).
-func targetURL(sender *config.Sender, name string) string {
+// targetNamed returns sender's target named name, nil when there is no such
+// target (any more) or sender is nil.
+func targetNamed(sender *config.Sender, name string) *config.Target {
 	if sender == nil {
+		return nil
+	}
+	t, _ := sender.Target(name)
+	return t
+}
+
+// shownURL returns t's URL redacted, "" for a nil t.
+func shownURL(t *config.Target) string {
+	if t == nil {
 		return ""
 	}
-	t, ok := sender.Target(name)
-	if !ok {
-		return ""
-	}
-	return t.URL
+	return redact.URL(t.URL, t.SecretPath)
 }
 
 // forwardState shows f, a forward of an event of sender (nil when sender is
@@ -377,7 +415,7 @@ func forwardState(sender *config.Sender, f forward.Status) api.ForwardState {
 			f.Target = t.Name
 		}
 	}
-	u := targetURL(sender, f.Target)
+	t := targetNamed(sender, f.Target)
 	fs := api.ForwardState{
 		Target:      f.Target,
 		State:       api.ForwardStateState(f.State),
@@ -386,29 +424,28 @@ func forwardState(sender *config.Sender, f forward.Status) api.ForwardState {
 		CreatedAt:   f.CreatedAt.UTC(),
 	}
 	switch {
-	case u != "":
-		fs.Url = redactURL(u)
+	case t != nil:
+		fs.Url = shownURL(t)
 	case f.LegacyURL != "":
-		fs.Url = redactURL(f.LegacyURL)
+		fs.Url = redact.URL(f.LegacyURL, false)
 	}
 	if f.JobID != 0 {
 		fs.JobId = &f.JobID
-	} else if sender != nil {
+	} else if t != nil {
 		// Still in the outbox: the relay gives its job the target's
 		// max_attempts as configured now.
-		if t, ok := sender.Target(f.Target); ok {
-			fs.MaxAttempts = t.MaxAttempts
-		}
+		fs.MaxAttempts = t.MaxAttempts
 	}
 	if f.LastStatus != 0 {
 		fs.LastStatus = &f.LastStatus
 	}
 	if f.LastError != "" {
 		e := f.LastError
-		for _, v := range []string{f.LegacyURL, u} {
-			if v != "" {
-				e = redactText(e, v) // errors recorded before targets had names may hold the URL
-			}
+		if f.LegacyURL != "" { // errors recorded before targets had names may hold the URL
+			e = redact.URLInText(e, f.LegacyURL, t != nil && t.SecretPath)
+		}
+		if t != nil {
+			e = redact.URLInText(e, t.URL, t.SecretPath)
 		}
 		fs.LastError = &e
 	}
@@ -483,7 +520,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 	}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
-		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: redactURL(targetURL(sender, j.Target)), AlreadyPending: j.AlreadyPending})
+		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: shownURL(targetNamed(sender, j.Target)), AlreadyPending: j.AlreadyPending})
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }
@@ -503,44 +540,4 @@ func showBody(contentType string, body []byte) (api.BodyEncoding, *api.Body) {
 	}
 	v = base64.StdEncoding.EncodeToString(body)
 	return "base64", &v
-}
-
-// redactURL returns u with the password of its user information and the
-// values of its query replaced by "xxxxx" (both often carry credentials);
-// "(unparseable URL)" when u does not parse.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if p.RawQuery != "" {
-		// Query values often carry tokens: keep the names only.
-		q := p.Query()
-		for k := range q {
-			q[k] = []string{"xxxxx"}
-		}
-		p.RawQuery = q.Encode()
-	}
-	return p.Redacted()
-}
-
-// redactText returns text with target, its password and its query values
-// (of 4 bytes or more), wherever they appear, redacted as by redactURL.
-func redactText(text, target string) string {
-	p, err := url.Parse(target)
-	if err != nil {
-		return strings.ReplaceAll(text, target, "(unparseable URL)")
-	}
-	text = strings.ReplaceAll(text, target, redactURL(target))
-	if pw, ok := p.User.Password(); ok && pw != "" {
-		text = strings.ReplaceAll(text, pw, "xxxxx")
-	}
-	for _, vs := range p.Query() {
-		for _, v := range vs {
-			if len(v) >= 4 { // short values (flags, small numbers) are no secrets and would mangle text
-				text = strings.ReplaceAll(text, v, "xxxxx")
-			}
-		}
-	}
-	return text
 }

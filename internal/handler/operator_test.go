@@ -40,7 +40,7 @@ import (
 )
 
 // testToken is the admin token of operator test servers.
-const testToken = "op-token-5f1c9a7e2b"
+const testToken = "op-token-5f1c9a7e2b-0d4e8a6c3b91f27e"
 
 // opOptions tune an operator test server.
 type opOptions struct {
@@ -401,7 +401,7 @@ func TestOperatorAPIAuth(t *testing.T) {
 	routes := operatorRoutes(t, s.router, "hdr", "d1", eventID)
 	routes = append(routes, opRoute{http.MethodGet, "(no route)", "/v1/no-such-thing"})
 
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name, auth, challenge string
 	}{
 		{"missing", "", `Bearer realm="hookgate"`},
@@ -413,8 +413,10 @@ func TestOperatorAPIAuth(t *testing.T) {
 		{"token and more", "Bearer " + testToken + "0", `Bearer realm="hookgate", error="invalid_token"`},
 		{"token in another case", "Bearer " + strings.ToUpper(testToken), `Bearer realm="hookgate", error="invalid_token"`},
 	} {
+		// Each case from its own address: wrong tokens are limited per client.
+		from := s.from(t, fmt.Sprintf("127.0.0.%d", 10+i))
 		for _, rt := range routes {
-			r := s.do(s.opRequest(rt.method, rt.path, tc.auth))
+			r := from.do(s.opRequest(rt.method, rt.path, tc.auth))
 			wantProblem(t, r, http.StatusUnauthorized, "unauthorized")
 			if got := r.header.Get("WWW-Authenticate"); got != tc.challenge {
 				t.Errorf("%s, %s %s: WWW-Authenticate %q, want %q", tc.name, rt.method, rt.path, got, tc.challenge)
@@ -573,7 +575,7 @@ senders:
 	if len(hm.Forward) != 2 {
 		t.Fatalf("hm has %d targets, want 2: %+v", len(hm.Forward), hm.Forward)
 	}
-	if f := hm.Forward[0]; f.Name != "t1" || f.URL != "https://bob:xxxxx@orders.internal:9000/hooks?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
+	if f := hm.Forward[0]; f.Name != "t1" || f.URL != "https://xxxxx:xxxxx@orders.internal:9000/hooks?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
 		!f.Signed || !slices.Equal(f.HeaderNames, []string{"Authorization", "X-Api-Key"}) {
 		t.Errorf("hm target 0 = %+v", f)
 	}
@@ -994,7 +996,7 @@ senders:
       - name: ledger
         url: http://ledger.internal/webhooks
 `})
-	urls := map[string]string{"orders": "http://bob:xxxxx@orders.internal:9000/hooks?token=xxxxx", "ledger": "http://ledger.internal/webhooks"}
+	urls := map[string]string{"orders": "http://xxxxx:xxxxx@orders.internal:9000/hooks?token=xxxxx", "ledger": "http://ledger.internal/webhooks"}
 	maxAttempts := map[string]int{"orders": 4, "ledger": config.DefaultForwardMaxAttempts}
 	jobsOf := func(eventID string) map[string]int64 {
 		t.Helper()
@@ -1260,7 +1262,7 @@ senders:
 	replies = append(replies, s.do(s.opRequest("GET", "/v1/senders", "Bearer wrong")), s.do(s.opRequest("GET", "/v1/senders", "")))
 	d := s.delivery("gh", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 	unreachable := forwardsOf(d, "t10")
-	if len(unreachable) != 2 || unreachable[0].State != "failed" || unreachable[0].LastError == nil || unreachable[0].URL != "http://hook:xxxxx@127.0.0.1:1/unreachable" {
+	if len(unreachable) != 2 || unreachable[0].State != "failed" || unreachable[0].LastError == nil || unreachable[0].URL != "http://xxxxx:xxxxx@127.0.0.1:1/unreachable" {
 		t.Errorf("forwards = %+v; want the unreachable target's first failed, with its error, and a redelivery", d.Forwards)
 	}
 	for _, r := range replies {
@@ -1280,5 +1282,58 @@ senders:
 	}
 	if n := len(replies); n != 12 {
 		t.Fatalf("checked %d responses", n)
+	}
+}
+
+// TestOperatorRedactsTargetURLs: a token as a URL's user name, a Slack-style
+// path secret (by host, and by secret_path) and query values never appear in
+// /v1/senders nor in a delivery's forwards; what is not secret stays.
+func TestOperatorRedactsTargetURLs(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: hdr
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: user-token
+        url: https://USERONLYTOKEN1@svc.internal/hook
+      - name: slack
+        url: https://hooks.slack.com/services/T0001/B0001/SLACKPATHSECRET
+      - name: marked
+        url: https://chat.internal/services/T0002/B0002/MARKEDPATHSECRET
+        secret_path: true
+      - name: query
+        url: https://svc.internal/q?token=QUERYSECRET1#FRAGSECRET1
+`})
+	s.accept("hdr", "d1", []byte(`{}`))
+	leaks := []string{"USERONLYTOKEN1", "T0001", "B0001", "SLACKPATHSECRET", "T0002", "MARKEDPATHSECRET", "QUERYSECRET1", "FRAGSECRET1"}
+	for _, path := range []string{"/v1/senders", "/v1/senders/hdr/deliveries/d1"} {
+		r := s.call("GET", path)
+		if r.status != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, r)
+		}
+		if leak := containsAny(string(r.body), leaks...); leak != "" {
+			t.Errorf("GET %s shows %q: %s", path, leak, r.body)
+		}
+	}
+	want := []string{
+		"https://xxxxx@svc.internal/hook",
+		"https://hooks.slack.com/xxxxx/xxxxx/xxxxx/xxxxx",
+		"https://chat.internal/xxxxx/xxxxx/xxxxx/xxxxx",
+		"https://svc.internal/q?token=xxxxx#xxxxx",
+	}
+	var got sendersPage
+	decode(t, s.call("GET", "/v1/senders"), http.StatusOK, "GET", routeSenders, &got)
+	for i, f := range got.Items[0].Forward {
+		if f.URL != want[i] {
+			t.Errorf("target %d shown as %q, want %q", i, f.URL, want[i])
+		}
+	}
+	d := s.delivery("hdr", "d1")
+	for i, name := range []string{"user-token", "slack", "marked", "query"} {
+		if fs := forwardsOf(d, name); len(fs) != 1 || fs[0].URL != want[i] {
+			t.Errorf("forward to %s: %+v, want one shown with the URL %q", name, fs, want[i])
+		}
 	}
 }

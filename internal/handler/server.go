@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -41,14 +40,20 @@ type Server struct {
 	metrics *metrics
 	gather  prometheus.Gatherer
 	docs    http.Handler
+	docsCSP string
 	now     func() time.Time
 
 	// The operator API's: adminDigest is the SHA-256 of its token, nil when
 	// none is configured (the operator API is disabled); db and river read
 	// and redeliver (nil without WithDB and WithRiver).
 	adminDigest *[32]byte
+	authLimit   *authLimiter
 	db          DB
 	river       *river.Client[pgx.Tx]
+
+	// gate sheds ingest requests past a bound (WithShedding); nil for none.
+	gate *storeGate
+	shed prometheus.Counter
 }
 
 var _ api.ServerInterface = (*Server)(nil)
@@ -57,15 +62,18 @@ var _ api.ServerInterface = (*Server)(nil)
 // Its metrics are registered on reg, which /metrics serves.
 func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{
-		cfg:     cfg,
-		store:   store,
-		ready:   ready,
-		log:     log,
-		metrics: newMetrics(reg),
-		gather:  reg,
-		docs:    v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
-		now:     time.Now,
+		cfg:       cfg,
+		store:     store,
+		ready:     ready,
+		log:       log,
+		metrics:   newMetrics(reg),
+		gather:    reg,
+		docs:      v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
+		authLimit: newAuthLimiter(),
+		now:       time.Now,
 	}
+	s.docsCSP = docsPolicy(s.docs)
+	s.shed = registerShedMetrics(reg, s)
 	for _, o := range opts {
 		o(s)
 	}
@@ -78,7 +86,7 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 // matches it.
 func (s *Server) Router() http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, s.requireAdmin)
+	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics, s.requireAdmin)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
 	})
@@ -101,7 +109,7 @@ func (s *Server) Router() http.Handler {
 // /readyz and /metrics.
 func (s *Server) ServiceRouter() http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics)
+	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+": this process only forwards (role worker)."))
 	})

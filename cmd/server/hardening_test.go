@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// An admin token shorter than 32 characters is refused at start-up, with
+// the reason; the token itself is not repeated.
+func TestRunRejectsShortAdminToken(t *testing.T) {
+	t.Parallel()
+	short := "short-admin-token-31-characters"
+	for _, tc := range []struct {
+		args []string
+		env  []string
+	}{
+		{[]string{"serve", "--admin-token", short}, nil},
+		{[]string{"serve"}, []string{"HOOKGATE_ADMIN_TOKEN", short}},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), tc.args, envOf(append(tc.env, "DATABASE_URL", "postgres://127.0.0.1:1/x")...), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "admin token") || !strings.Contains(err.Error(), "at least 32") {
+			t.Errorf("%q: err = %v, want an error saying the admin token needs at least 32 characters", tc.args, err)
+		}
+		if err != nil && strings.Contains(err.Error()+stdout.String()+stderr.String(), short) {
+			t.Errorf("the refusal repeats the token: %v", err)
+		}
+	}
+}
+
+// A request header section over 64 KiB (net/http's default is 1 MiB) is
+// refused with 431; --max-header-bytes raises the bound.
+func TestRunMaxHeaderBytes(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	c := newClient(t)
+	big := strings.Repeat("h", 100_000)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, http.StatusRequestHeaderFieldsTooLarge},
+		{[]string{"--max-header-bytes", "262144"}, http.StatusOK},
+	} {
+		s := startRun(t, dsn, tc.args...)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.base+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Big", big)
+		r, err := do(c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != tc.want {
+			t.Errorf("%q: a 100,000-byte header got %d, want %d", tc.args, r.status, tc.want)
+		}
+	}
+	err := run(t.Context(), []string{"serve", "--max-header-bytes", "100"}, envOf("DATABASE_URL", dsn), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "max header bytes") {
+		t.Errorf("--max-header-bytes 100: err = %v, want a refusal", err)
+	}
+}
+
+// Idle connections are closed after a minute unless the URL says otherwise,
+// so that pools shrink after a burst.
+func TestNewPoolShrinksWhenIdle(t *testing.T) {
+	t.Parallel()
+	for url, want := range map[string]time.Duration{
+		"postgres://127.0.0.1:1/x":                                  time.Minute,
+		"postgres://127.0.0.1:1/x?pool_max_conn_idle_time=5m":       5 * time.Minute,
+		"postgres://127.0.0.1:1/x?pool_max_conns=4&sslmode=disable": time.Minute,
+	} {
+		pool, err := newPool(t.Context(), url) // connects lazily
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		if got := pool.Config().MaxConnIdleTime; got != want {
+			t.Errorf("%s: MaxConnIdleTime %v, want %v", url, got, want)
+		}
+		pool.Close()
+	}
+}
+
+// A configuration with a secret of hookgate.example.yaml is refused, naming
+// the field, unless HOOKGATE_ALLOW_EXAMPLE_SECRETS=1, which starts with a
+// warning.
+func TestRunExampleSecrets(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	cfg := writeConfig(t, "senders:\n  - name: github\n    preset: github\n    secret: dev-github-secret\n")
+	stderr := newLogSink()
+	err := run(t.Context(), []string{"serve", "--addr", "127.0.0.1:0", "--config", cfg}, envOf("DATABASE_URL", dsn), io.Discard, stderr)
+	if err == nil || !strings.Contains(err.Error(), "senders[0].secret (github)") || !strings.Contains(err.Error(), "HOOKGATE_ALLOW_EXAMPLE_SECRETS") {
+		t.Fatalf("example secret: err = %v, want a refusal naming the field and HOOKGATE_ALLOW_EXAMPLE_SECRETS", err)
+	}
+	if strings.Contains(err.Error(), "dev-github-secret") || stderr.count("listening") != 0 {
+		t.Errorf("the refusal quotes the secret, or the server listened: %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	sink := newLogSink()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--config", cfg},
+			envOf("DATABASE_URL", dsn, "HOOKGATE_ALLOW_EXAMPLE_SECRETS", "1"), io.Discard, sink)
+	}()
+	select {
+	case <-sink.addrs:
+	case err := <-done:
+		t.Fatalf("with HOOKGATE_ALLOW_EXAMPLE_SECRETS=1, run returned: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no listening line within a minute")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	if sink.count("INSECURE: the configuration uses a secret published in hookgate.example.yaml; anyone can sign requests for these senders. Use it for a local trial only.") != 1 {
+		t.Errorf("no warning logged:\n%s", sink.tail(20))
+	}
+}

@@ -1,0 +1,39 @@
+package config
+
+import "fmt"
+
+// exampleSecrets are the secrets hookgate.example.yaml ships with, which
+// anyone who has read the repository knows. TestExampleSecretsListed keeps
+// this list and the file in agreement.
+var exampleSecrets = map[string]bool{
+	"dev-github-secret": true,
+}
+
+// ExampleSecretsEnv is the environment variable that lets hookgate start
+// with the example's secrets (make run sets it).
+const ExampleSecretsEnv = "HOOKGATE_ALLOW_EXAMPLE_SECRETS"
+
+// ExampleSecrets returns the fields of c ("senders[2].secret (github)")
+// whose value, after ${VAR} expansion, is one of the secrets
+// hookgate.example.yaml ships with; nil when there are none. It never
+// returns a secret's value.
+func (c *Config) ExampleSecrets() []string {
+	var out []string
+	for i := range c.Senders {
+		s := &c.Senders[i]
+		at := func(field, v string) {
+			if exampleSecrets[v] {
+				out = append(out, fmt.Sprintf("senders[%d].%s (%s)", i, field, s.Name))
+			}
+		}
+		at("secret", s.Secret)
+		for j, v := range s.Secrets {
+			at(fmt.Sprintf("secrets[%d]", j), v)
+		}
+		at("signature.secret", s.Signature.Secret)
+		for j := range s.Forward {
+			at(fmt.Sprintf("forward[%d].signing_secret", j), s.Forward[j].SigningSecret)
+		}
+	}
+	return out
+}

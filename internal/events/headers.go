@@ -1,0 +1,124 @@
+package events
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// MaxStoredHeaders is the most header values (field lines) stored with an
+// event; the excess is dropped, in the order of the names sorted, so that
+// what is kept does not depend on map order.
+const MaxStoredHeaders = 100
+
+// neverStored are the request headers that carry the client's or a proxy's
+// credentials: they are never stored, whatever a sender's configuration
+// says.
+var neverStored = map[string]bool{"Authorization": true, "Proxy-Authorization": true, "Cookie": true}
+
+// NeverStored reports whether the header name is one no configuration can
+// have stored (Authorization, Proxy-Authorization, Cookie).
+func NeverStored(name string) bool { return neverStored[http.CanonicalHeaderKey(name)] }
+
+// credentialWords are the parts of a header name that mark it as carrying a
+// credential by default (case-insensitive): X-Api-Key, X-Auth-Token,
+// X-Amz-Security-Token, X-Session-Id, X-Webhook-Secret and the like. Senders'
+// signature headers (X-Hub-Signature-256, Stripe-Signature,
+// X-Shopify-Hmac-Sha256, webhook-signature, …) are among them: they are no
+// secret of hookgate's, but where the scheme signs no timestamp (GitHub,
+// Shopify, generic hmac-sha256) a stored body with its signature is a request
+// anyone can send again under a new delivery ID, and forwards carry
+// hookgate's own signature instead.
+var credentialWords = []string{"auth", "token", "secret", "password", "passwd", "api-key", "apikey", "session",
+	"cookie", "credential", "signature", "hmac"}
+
+// CredentialLike reports whether the header name carries a credential by
+// default (see credentialWords), so that it is not stored unless a sender's
+// store_headers lists it.
+func CredentialLike(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range credentialWords {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// HeaderFilter decides which request headers of a sender are stored with
+// its events. The zero value is the default: every header but the
+// credential-like ones.
+type HeaderFilter struct {
+	store map[string]bool // allow-list; nil for the default
+	drop  map[string]bool // dropped besides the default
+}
+
+// NewHeaderFilter returns the filter of a sender's store_headers (an
+// allow-list: only these, and Content-Type, are stored; credential-like
+// names may be listed) or drop_headers (dropped besides the credential-like
+// ones). Both empty is the default filter. Names are case-insensitive.
+func NewHeaderFilter(store, drop []string) HeaderFilter {
+	var f HeaderFilter
+	if len(store) > 0 {
+		f.store = map[string]bool{"Content-Type": true}
+		for _, n := range store {
+			f.store[http.CanonicalHeaderKey(n)] = true
+		}
+	}
+	if len(drop) > 0 {
+		f.drop = map[string]bool{}
+		for _, n := range drop {
+			f.drop[http.CanonicalHeaderKey(n)] = true
+		}
+	}
+	return f
+}
+
+// keeps reports whether f stores the header name (canonical).
+func (f HeaderFilter) keeps(name string) bool {
+	if neverStored[name] || strings.TrimSpace(name) == "" {
+		return false
+	}
+	if name == "Content-Type" {
+		return true // how to read the body; forwards send it on
+	}
+	if f.store != nil {
+		return f.store[name]
+	}
+	return !f.drop[name] && !CredentialLike(name)
+}
+
+// Filter returns the headers of h that f stores, at most MaxStoredHeaders
+// values in all (names in sorted order; Content-Type first). It never
+// returns nil and does not modify h.
+func (f HeaderFilter) Filter(h http.Header) http.Header {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		if f.keeps(http.CanonicalHeaderKey(k)) {
+			names = append(names, k)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		switch {
+		case http.CanonicalHeaderKey(a) == "Content-Type":
+			return -1
+		case http.CanonicalHeaderKey(b) == "Content-Type":
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	out := make(http.Header, len(names))
+	n := 0
+	for _, k := range names {
+		if n >= MaxStoredHeaders {
+			break
+		}
+		v := h[k]
+		if len(v) > MaxStoredHeaders-n {
+			v = v[:MaxStoredHeaders-n]
+		}
+		out[k] = v
+		n += len(v)
+	}
+	return out
+}

@@ -1,0 +1,298 @@
+package handler_test
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// The request ID in the log is hookgate's own, never the client's
+// X-Request-Id, which is logged apart, cut to 64 bytes.
+func TestRequestIDIsGenerated(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	s, _ := newDBServer(t, options{log: &logs})
+	spoof := "spoofed-" + strings.Repeat("a", 100)
+	req := s.newRequest(http.MethodGet, "/healthz", nil)
+	req.Header.Set("X-Request-Id", spoof)
+	r := s.do(req)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /healthz: %s", r)
+	}
+	id := r.header.Get("X-Request-Id")
+	if _, err := uuid.Parse(id); err != nil {
+		t.Errorf("X-Request-Id of the response = %q, want a UUID of hookgate's", id)
+	}
+	line := regexp.MustCompile(`(?m)^.*msg=request.*path=/healthz.*$`).FindString(logs.String())
+	if line == "" {
+		t.Fatalf("no request log line in %q", logs.String())
+	}
+	if !strings.Contains(line, "request_id="+id+" ") {
+		t.Errorf("log line %q: want request_id=%s", line, id)
+	}
+	if m := regexp.MustCompile(`client_request_id=(\S+)`).FindStringSubmatch(line); m == nil || m[1] != spoof[:64] {
+		t.Errorf("log line %q: want client_request_id=%s (the client's, cut to 64 bytes)", line, spoof[:64])
+	}
+	// Two requests get two IDs.
+	if id2 := s.get("/healthz").header.Get("X-Request-Id"); id2 == id || id2 == "" {
+		t.Errorf("second request's ID %q, first %q", id2, id)
+	}
+}
+
+// Every response, the API explorer's included, carries the same security
+// headers; the explorer's CSP allows its own inline scripts by hash and
+// nothing from another origin.
+func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	s, _ := newDBServer(t, options{})
+	for _, path := range []string{"/docs", "/docs/", "/docs/swagger-ui.css", "/docs/nope.js", "/healthz", "/openapi.yaml", "/v1/senders", "/webhooks/nope", "/nope"} {
+		r := s.get(path)
+		for h, want := range map[string]string{
+			"X-Content-Type-Options": "nosniff",
+			"X-Frame-Options":        "DENY",
+			"Referrer-Policy":        "no-referrer",
+		} {
+			if got := r.header.Get(h); got != want {
+				t.Errorf("GET %s (%d): %s = %q, want %q", path, r.status, h, got, want)
+			}
+		}
+		csp := r.header.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "frame-ancestors 'none'") || !strings.HasPrefix(csp, "default-src 'none'") {
+			t.Errorf("GET %s: Content-Security-Policy = %q, want default-src 'none' and frame-ancestors 'none'", path, csp)
+		}
+		if strings.Contains(csp, "unsafe-eval") || strings.Contains(csp, "http:") || strings.Contains(csp, "https:") || strings.Contains(csp, "*") {
+			t.Errorf("GET %s: Content-Security-Policy = %q allows eval or another origin", path, csp)
+		}
+	}
+	page := s.get("/docs")
+	csp := page.header.Get("Content-Security-Policy")
+	scripts := regexp.MustCompile(`(?s)<script>(.*?)</script>`).FindAllStringSubmatch(string(page.body), -1)
+	if len(scripts) == 0 {
+		t.Fatalf("the explorer's page has no inline script: %s", page.body)
+	}
+	for _, m := range scripts {
+		sum := sha256.Sum256([]byte(m[1]))
+		if h := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"; !strings.Contains(csp, h) {
+			t.Errorf("the explorer's CSP %q does not allow its inline script %s", csp, h)
+		}
+	}
+	if !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "connect-src 'self'") {
+		t.Errorf("the explorer's CSP %q must let it load its scripts and the spec from this origin", csp)
+	}
+}
+
+// from returns a copy of s whose requests come from the loopback address ip
+// (any of 127.0.0.0/8), as another client would.
+func (s *server) from(t *testing.T, ip string) *server {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	tr := &http.Transport{DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := *s
+	c.client = &http.Client{Transport: tr}
+	return &c
+}
+
+// Wrong admin tokens are slowed down per client: after a burst of 401s a
+// client gets 429 with Retry-After, even with the right token, while another
+// client is not affected.
+func TestOperatorWrongTokensAreLimited(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	attacker, operator := s.from(t, "127.0.0.2"), s.from(t, "127.0.0.3")
+	var unauthorized, limited int
+	for range 40 {
+		r := attacker.do(s.opRequest("GET", "/v1/senders", "Bearer wrong-token-wrong-token-wrong-token"))
+		switch r.status {
+		case http.StatusUnauthorized:
+			unauthorized++
+		case http.StatusTooManyRequests:
+			limited++
+			wantProblem(t, r, http.StatusTooManyRequests, "too-many-attempts")
+			wantRetryAfter(t, r)
+		default:
+			t.Fatalf("wrong token: %s", r)
+		}
+	}
+	// A burst of 10, plus one a second refilled while the loop runs.
+	if unauthorized < 10 || unauthorized > 20 || limited < 20 {
+		t.Errorf("40 wrong tokens: %d answered 401, %d 429; want about 10 and 30", unauthorized, limited)
+	}
+	r := attacker.do(s.opRequest("GET", "/v1/senders", "Bearer "+testToken))
+	if r.status != http.StatusTooManyRequests {
+		t.Errorf("right token from the limited client: %s, want 429", r)
+	}
+	if r := operator.do(s.opRequest("GET", "/v1/senders", "Bearer "+testToken)); r.status != http.StatusOK {
+		t.Errorf("right token from another client: %s, want 200", r)
+	}
+}
+
+// Operator path parameters that no resource can have are refused with 400
+// before any query: a NUL, other control characters, invalid UTF-8, an
+// over-long delivery ID.
+func TestOperatorInvalidPathsAre400(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	for _, path := range []string{
+		"/v1/senders/hdr/deliveries/%00",
+		"/v1/senders/hdr/deliveries/a%00b",
+		"/v1/senders/hdr/deliveries/%0A",
+		"/v1/senders/hdr/deliveries/%FF",
+		"/v1/senders/hdr/deliveries/caf%C3%A9",
+		"/v1/senders/hdr/deliveries/" + strings.Repeat("a", 256),
+		"/v1/senders/hdr/deliveries/a%20b",
+		"/v1/senders/%00/deliveries",
+		"/v1/senders/%FF/deliveries/x",
+		"/v1/events/%00",
+	} {
+		r := s.call("GET", path)
+		wantProblem(t, r, http.StatusBadRequest, "invalid-parameter")
+	}
+	// What a delivery ID may be still reaches the database.
+	r := s.call("GET", "/v1/senders/hdr/deliveries/"+strings.Repeat("a", 255))
+	wantProblem(t, r, http.StatusNotFound, "not-found")
+}
+
+// Stored headers: credential-like ones are dropped by default (signature
+// headers too), a sender's store_headers keeps only what it lists (and
+// Content-Type), drop_headers drops more, and at most 100 values are stored.
+func TestIngestStoredHeaders(t *testing.T) {
+	t.Parallel()
+	s, pool := newDBServer(t, options{yaml: `
+senders:
+  - name: hdr
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+  - name: allow
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    store_headers: [X-Delivery-Id, x-hub-signature-256, X-Keep]
+  - name: drop
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    drop_headers: [User-Agent, X-Internal-Route]
+`})
+	credentials := map[string]string{
+		"Authorization": "Bearer cred-1", "Cookie": "s=cred-2", "Proxy-Authorization": "Basic cred-3",
+		"X-Api-Key": "cred-4", "X-Auth-Token": "cred-5", "X-Amz-Security-Token": "cred-6",
+		"X-Webhook-Secret": "cred-7", "X-Password": "cred-8", "X-Hub-Signature-256": "sha256=cred-9",
+		"Stripe-Signature": "t=1,v1=cred-10", "X-Shopify-Hmac-Sha256": "cred-11", "X-Session-Id": "cred-12",
+		"Apikey": "cred-13",
+	}
+	mods := func(r *http.Request) {
+		for k, v := range credentials {
+			r.Header.Set(k, v)
+		}
+		r.Header.Set("X-Keep", "kept")
+		r.Header.Set("X-Internal-Route", "a")
+		r.Header.Set("User-Agent", "sender/1.0")
+	}
+	stored := func(sender string) http.Header {
+		wantAccepted(t, s.post(sender, "d1", []byte(`{}`), mods), sender, "d1")
+		return http.Header(readEvent(t, pool, sender, "d1").headers)
+	}
+
+	h := stored("hdr")
+	for k := range credentials {
+		if v := h.Values(k); len(v) > 0 {
+			t.Errorf("default: %s stored: %q", k, v)
+		}
+	}
+	for _, k := range []string{"Content-Type", "X-Delivery-Id", "X-Keep", "X-Internal-Route", "User-Agent"} {
+		if h.Get(k) == "" {
+			t.Errorf("default: %s not stored: %v", k, h)
+		}
+	}
+
+	h = stored("allow")
+	if len(h) != 4 || h.Get("Content-Type") == "" || h.Get("X-Delivery-Id") != "d1" || h.Get("X-Keep") != "kept" || h.Get("X-Hub-Signature-256") != "sha256=cred-9" {
+		t.Errorf("store_headers: stored %v; want Content-Type, X-Delivery-Id, X-Keep and X-Hub-Signature-256 only", h)
+	}
+
+	h = stored("drop")
+	if h.Get("User-Agent") != "" || h.Get("X-Internal-Route") != "" || h.Get("X-Api-Key") != "" || h.Get("X-Keep") != "kept" {
+		t.Errorf("drop_headers: stored %v; want User-Agent, X-Internal-Route and credentials dropped, X-Keep kept", h)
+	}
+
+	// 300 headers: 100 values are stored, Content-Type among them.
+	r := s.post("hdr", "many", []byte(`{}`), func(r *http.Request) {
+		for i := range 300 {
+			r.Header.Set(fmt.Sprintf("X-H-%03d", i), "v")
+		}
+	})
+	wantAccepted(t, r, "hdr", "many")
+	h = http.Header(readEvent(t, pool, "hdr", "many").headers)
+	n := 0
+	for _, v := range h {
+		n += len(v)
+	}
+	if n != 100 || h.Get("Content-Type") == "" {
+		t.Errorf("300 headers sent: %d values stored (Content-Type %q), want 100 with Content-Type", n, h.Get("Content-Type"))
+	}
+}
+
+// With the gate full (1 connection, 1 waiting, both stuck behind a held
+// key), a delivery is answered 503 with Retry-After at once: it does not wait
+// for the pool's only connection, records nothing, and is counted.
+func TestIngestShedsWhenTooManyWait(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	pool := newPool(t, dsn, 1)
+	holder := newPool(t, dsn, 2) // the held transaction's and the test's queries
+	s := newServer(t, pool, options{opts: []handler.Option{handler.WithShedding(1, 1)}})
+	tx, _, _ := holdKey(t, holder, "hdr", "held", []byte(`{}`))
+
+	// Two deliveries of the held key fill the gate: one holds the pool's
+	// connection, waiting on the key's lock; the other waits for the
+	// connection.
+	results := make(chan reply, 2)
+	for range 2 {
+		req := s.postRequest("hdr", "held", []byte(`{}`))
+		go func() {
+			r, err := s.send(req)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- r
+		}()
+	}
+	inStore := regexp.MustCompile(`(?m)^hookgate_ingest_in_store 2$`)
+	poll(t, "two deliveries in the gate", func() bool { return inStore.Match(s.get("/metrics").body) })
+	poll(t, "a delivery waiting on the held key", func() bool { return lockWaiters(t, holder) == 1 })
+
+	r := s.post("hdr", "shed-me", []byte(`{}`))
+	wantProblem(t, r, http.StatusServiceUnavailable, "overloaded")
+	wantRetryAfter(t, r)
+	m := s.get("/metrics")
+	if !regexp.MustCompile(`(?m)^hookgate_ingest_shed_total 1$`).Match(m.body) ||
+		!regexp.MustCompile(`(?m)^hookgate_deliveries_total\{outcome="shed",sender="hdr"\} 1$`).Match(m.body) {
+		t.Errorf("metrics do not count the shed delivery:\n%s", m.body)
+	}
+
+	// Once the held key is released, the two waiting deliveries finish and
+	// the gate has room again.
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := <-results; r.status != http.StatusAccepted {
+			t.Errorf("a waiting delivery: %s, want 202", r)
+		}
+	}
+	wantAccepted(t, s.post("hdr", "after", []byte(`{}`)), "hdr", "after")
+	var n int
+	if err := holder.QueryRow(t.Context(), `SELECT count(*) FROM processed_messages WHERE delivery_id = 'shed-me'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the shed delivery was recorded (%d rows, %v)", n, err)
+	}
+	wantCounts(t, holder, 2, 2)
+}

@@ -1,0 +1,168 @@
+// Package redact hides secrets before text leaves the process: target URLs
+// (in metrics, logs, operator responses and error messages) and the error
+// texts that quote them. It is the one place that decides what of a URL is
+// secret.
+//
+// Of a URL, the user information (user name and password: a URL such as
+// https://TOKEN@host carries its token as the user name), every query value
+// and the fragment are secret. Its path is secret when the caller says so
+// (a target's secret_path in hookgate.yaml) or when the host is one whose
+// webhook URLs carry their token in the path (see SecretPathHost). The
+// scheme, host, port, path (otherwise) and query parameter names are kept,
+// so that an operator can still tell targets apart.
+package redact
+
+import (
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Mask replaces each secret.
+const Mask = "xxxxx"
+
+// Unparseable is what URL returns for a string that does not parse as a URL
+// (which may then be anything, a secret included).
+const Unparseable = "(unparseable URL)"
+
+// MinSecretLen is the length below which Text leaves a secret in place:
+// shorter strings (flags such as v=1) are no secrets and would mangle the
+// text wherever they occur. URL hides secrets of any length.
+const MinSecretLen = 4
+
+// SecretPathHost reports whether host (without port) is one whose webhook
+// URLs carry a secret in their path: Slack incoming webhooks
+// (hooks.slack.com/services/T…/B…/<secret>), Discord webhooks
+// (discord.com/api/webhooks/<id>/<token>) and Microsoft Teams/Office 365
+// connectors (*.webhook.office.com). The paths of these hosts are redacted
+// whether or not the target sets secret_path.
+func SecretPathHost(host string) bool {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	switch host {
+	case "hooks.slack.com", "hooks.slack-gov.com", "discord.com", "discordapp.com", "canary.discord.com", "ptb.discord.com":
+		return true
+	}
+	return strings.HasSuffix(host, ".webhook.office.com")
+}
+
+// URL returns raw with every secret replaced by Mask: the user name and
+// password, each query value (names are kept), the fragment, and, when
+// secretPath is true or the host is a SecretPathHost, each path segment.
+// A URL without secrets comes back unchanged; a string that does not parse
+// comes back as Unparseable.
+func URL(raw string, secretPath bool) string {
+	p, err := url.Parse(raw)
+	if err != nil {
+		return Unparseable
+	}
+	changed := false
+	if p.User != nil {
+		if _, ok := p.User.Password(); ok {
+			p.User = url.UserPassword(Mask, Mask)
+		} else {
+			p.User = url.User(Mask)
+		}
+		changed = true
+	}
+	if p.RawQuery != "" || p.ForceQuery {
+		q, err := url.ParseQuery(p.RawQuery)
+		if err != nil {
+			p.RawQuery = Mask
+		} else {
+			for k := range q {
+				q[k] = []string{Mask}
+			}
+			p.RawQuery = q.Encode()
+		}
+		changed = true
+	}
+	if p.Fragment != "" || p.RawFragment != "" {
+		p.Fragment, p.RawFragment = Mask, ""
+		changed = true
+	}
+	if p.Opaque != "" {
+		p.Opaque = Mask
+		changed = true
+	}
+	if (secretPath || SecretPathHost(p.Hostname())) && strings.Trim(p.Path, "/") != "" {
+		segs := strings.Split(p.Path, "/")
+		for i, s := range segs {
+			if s != "" {
+				segs[i] = Mask
+			}
+		}
+		p.Path, p.RawPath = strings.Join(segs, "/"), ""
+		changed = true
+	}
+	if !changed {
+		return raw
+	}
+	return p.String()
+}
+
+// Secrets returns the parts of raw that URL hides (user name, password,
+// query values, fragment, and the path segments when the path is secret),
+// for Text. A string that does not parse is a secret as a whole.
+func Secrets(raw string, secretPath bool) []string {
+	p, err := url.Parse(raw)
+	if err != nil {
+		return []string{raw}
+	}
+	var out []string
+	if p.User != nil {
+		out = append(out, p.User.Username())
+		if pw, ok := p.User.Password(); ok {
+			out = append(out, pw)
+		}
+	}
+	if q, err := url.ParseQuery(p.RawQuery); err == nil {
+		for _, vs := range q {
+			out = append(out, vs...)
+		}
+	} else {
+		out = append(out, p.RawQuery)
+	}
+	out = append(out, p.Fragment, p.Opaque)
+	if secretPath || SecretPathHost(p.Hostname()) {
+		for s := range strings.SplitSeq(p.Path, "/") {
+			out = append(out, s)
+		}
+	}
+	return slices.DeleteFunc(out, func(s string) bool { return s == "" })
+}
+
+// Text returns text with every occurrence of each secret replaced by Mask,
+// in its literal, query-escaped and path-escaped forms (error messages
+// quote URLs, encoded). Secrets shorter than MinSecretLen are left alone;
+// longer ones are replaced first, so that a secret containing another is
+// hidden whole.
+func Text(text string, secrets ...string) string {
+	var forms []string
+	for _, s := range secrets {
+		if len(s) < MinSecretLen {
+			continue
+		}
+		forms = append(forms, s, url.QueryEscape(s), url.PathEscape(s))
+	}
+	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	for _, f := range slices.Compact(forms) {
+		text = strings.ReplaceAll(text, f, Mask)
+	}
+	return text
+}
+
+// URLInText returns text with the target URL raw hidden: each occurrence of
+// raw, or of the form Go's net/http errors quote it in (url.URL.Redacted:
+// the password hidden, the user name and query not), becomes
+// URL(raw, secretPath), and every secret of raw that remains (Secrets) is
+// replaced as by Text.
+func URLInText(text, raw string, secretPath bool) string {
+	red := URL(raw, secretPath)
+	text = strings.ReplaceAll(text, raw, red)
+	if p, err := url.Parse(raw); err == nil {
+		if r := p.Redacted(); r != raw {
+			text = strings.ReplaceAll(text, r, red)
+		}
+	}
+	return Text(text, Secrets(raw, secretPath)...)
+}

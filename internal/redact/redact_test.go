@@ -1,0 +1,101 @@
+package redact_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hookgate/hookgate/internal/redact"
+)
+
+func TestURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in         string
+		secretPath bool
+		want       string
+	}{
+		{"http://svc/hook", false, "http://svc/hook"},
+		{"https://svc.internal:8443/a/b", false, "https://svc.internal:8443/a/b"},
+		{"https://user:hunter22@svc/hook", false, "https://xxxxx:xxxxx@svc/hook"},
+		{"https://TOKEN123@svc/hook", false, "https://xxxxx@svc/hook"},
+		{"https://:pw@svc/hook", false, "https://xxxxx:xxxxx@svc/hook"},
+		{"https://svc/hook?token=s3cr3t&v=1", false, "https://svc/hook?token=xxxxx&v=xxxxx"},
+		{"https://svc/hook?token=a&token=b", false, "https://svc/hook?token=xxxxx"},
+		{"https://svc/hook?s3cr3t", false, "https://svc/hook?s3cr3t=xxxxx"},
+		{"https://svc/hook#frag-secret", false, "https://svc/hook#xxxxx"},
+		{"https://svc/a/b/SECRET", true, "https://svc/xxxxx/xxxxx/xxxxx"},
+		{"https://svc/", true, "https://svc/"},
+		{"https://hooks.slack.com/services/T000/B000/XXXXSECRET", false, "https://hooks.slack.com/xxxxx/xxxxx/xxxxx/xxxxx"},
+		{"https://HOOKS.SLACK.COM/services/T000/B000/XXXXSECRET", false, "https://HOOKS.SLACK.COM/xxxxx/xxxxx/xxxxx/xxxxx"},
+		{"https://discord.com/api/webhooks/123/TOKENxyz", false, "https://discord.com/xxxxx/xxxxx/xxxxx/xxxxx"},
+		{"https://acme.webhook.office.com/webhookb2/abc/IncomingWebhook/def/ghi", false, "https://acme.webhook.office.com/xxxxx/xxxxx/xxxxx/xxxxx/xxxxx"},
+		{"https://u:p@hooks.slack.com/services/T/B/S?x=1#f", false, "https://xxxxx:xxxxx@hooks.slack.com/xxxxx/xxxxx/xxxxx/xxxxx?x=xxxxx#xxxxx"},
+		{"http://[::1", false, redact.Unparseable},
+	} {
+		if got := redact.URL(tc.in, tc.secretPath); got != tc.want {
+			t.Errorf("URL(%q, %v) = %q, want %q", tc.in, tc.secretPath, got, tc.want)
+		}
+	}
+}
+
+// An error of Go's HTTP client quotes the URL with the password hidden but
+// the user name and query as they are; URLInText leaves no part of any
+// secret.
+func TestURLInText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		target     string
+		secretPath bool
+		secrets    []string
+	}{
+		{"http://fwduser:PaSsW0rdXYZ@127.0.0.1:1/hook?token=QUERYTOKEN123", false, []string{"fwduser", "PaSsW0rdXYZ", "QUERYTOKEN123"}},
+		{"http://USERONLYTOKEN@127.0.0.1:1/hook", false, []string{"USERONLYTOKEN"}},
+		{"http://127.0.0.1:1/services/T0001/B0001/PATHSECRET99", true, []string{"PATHSECRET99"}},
+		{"http://127.0.0.1:1/hook?t=a%2Fb%20c+d", false, []string{"a/b c d"}},
+	} {
+		req, err := http.NewRequest(http.MethodPost, tc.target, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = http.DefaultTransport.RoundTrip(req) // port 1: connection refused
+		if err == nil {
+			t.Fatalf("POST %s: no error", tc.target)
+		}
+		texts := []string{
+			err.Error(),
+			fmt.Sprintf("post to target: %v", &urlError{tc.target, err}),
+			"target " + tc.target + " is not configured",
+		}
+		for _, text := range texts {
+			got := redact.URLInText(text, tc.target, tc.secretPath)
+			for _, s := range append(tc.secrets, strings.ReplaceAll(tc.secrets[0], " ", "+"), strings.ReplaceAll(tc.secrets[0], " ", "%20")) {
+				if strings.Contains(got, s) {
+					t.Errorf("URLInText(%q) = %q: still contains %q", text, got, s)
+				}
+			}
+			if !strings.Contains(got, "127.0.0.1:1") {
+				t.Errorf("URLInText(%q) = %q: want the host kept", text, got)
+			}
+		}
+	}
+}
+
+type urlError struct {
+	url string
+	err error
+}
+
+func (e *urlError) Error() string { return "Post " + e.url + ": " + e.err.Error() }
+
+func TestText(t *testing.T) {
+	t.Parallel()
+	got := redact.Text("sign with whsec_abcdef; the token sk_live_1 and sk_live_12 and v=1", "sk_live_1", "sk_live_12", "1", "", "whsec_abcdef")
+	if want := "sign with xxxxx; the token xxxxx and xxxxx and v=1"; got != want {
+		t.Errorf("Text = %q, want %q", got, want)
+	}
+	if got := redact.Text("a b/c and a+b%2Fc and a%20b%2Fc", "a b/c"); strings.Contains(got, "b/c") || strings.Contains(got, "b%2Fc") {
+		t.Errorf("Text left an encoded form of the secret: %q", got)
+	}
+}
