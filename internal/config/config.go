@@ -108,6 +108,13 @@ type Target struct {
 	// /services/T…/B…/<secret>): wherever the URL is shown, its path
 	// segments are redacted too (package redact).
 	SecretPath bool `yaml:"secret_path"`
+	// MaxInFlight is how many forwards to this target one worker process
+	// runs at once (DefaultMaxInFlight when left out): a target that hangs
+	// holds at most this many of the process's forward workers.
+	MaxInFlight int `yaml:"max_in_flight" validate:"min=0,max=1000"`
+	// BreakerThreshold is how many consecutive retryable failures open the
+	// target's circuit breaker (DefaultBreakerThreshold when left out).
+	BreakerThreshold int `yaml:"breaker_threshold" validate:"min=0,max=1000"`
 
 	// SigningKey is SigningSecret decoded; nil when unsigned. Set by Parse.
 	SigningKey []byte `yaml:"-"`
@@ -117,6 +124,8 @@ type Target struct {
 const (
 	DefaultForwardTimeout     = 10 * time.Second
 	DefaultForwardMaxAttempts = 20
+	DefaultMaxInFlight        = 10
+	DefaultBreakerThreshold   = 5
 )
 
 // TargetNames returns the names of the sender's forward targets, in
@@ -372,6 +381,12 @@ func applyDefaults(s *Sender) {
 		t := &s.Forward[i]
 		if t.Timeout == 0 {
 			t.Timeout = Duration(DefaultForwardTimeout)
+		}
+		if t.MaxInFlight == 0 {
+			t.MaxInFlight = DefaultMaxInFlight
+		}
+		if t.BreakerThreshold == 0 {
+			t.BreakerThreshold = DefaultBreakerThreshold
 		}
 		if t.MaxAttempts == 0 {
 			t.MaxAttempts = DefaultForwardMaxAttempts
