@@ -24,6 +24,9 @@ type Options struct {
 	MaxWorkers int
 	// Backoff is the retry schedule (DefaultBackoff).
 	Backoff Backoff
+	// BreakerProbe is how long an open circuit breaker waits before its
+	// first probe (DefaultProbeInterval); it doubles after a failed probe.
+	BreakerProbe time.Duration
 	// RescueAfter is how long a job may stay running before another worker
 	// takes it over, which is what happens to the jobs of a killed process.
 	// It must exceed the longest target timeout plus 5s (NewClient returns an
@@ -101,7 +104,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, m, log)); err != nil {
+		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, opts.BreakerProbe, m, log)); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers}}

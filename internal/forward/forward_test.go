@@ -42,10 +42,13 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 		urlToken    = "qtok-5d9a7f"
 	)
 	signedURL := strings.Replace(signed.url, "http://", "http://fwd-user:"+urlPassword+"@", 1) + "?token=" + urlToken
+	// The breaker is kept shut here (its own tests are in breaker_test.go):
+	// this test is about the retries of each forward.
 	e := newEnv(t, fmt.Sprintf(`      - name: t10
         url: %s
         timeout: 2s
         max_attempts: 5
+        breaker_threshold: 1000
         signing_secret: %s
         headers: { X-Target-Token: tok-123, X-Env: test }
       - name: t1

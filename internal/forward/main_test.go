@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 var (
 	testBackoff   = forward.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond}
 	testFetchPoll = 100 * time.Millisecond
+	testProbe     = 20 * time.Millisecond
 )
 
 // waitTimeout bounds every wait for a job state: a guard against hangs, not
@@ -242,6 +243,9 @@ func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 	}
 	if opts.FetchPollInterval == 0 {
 		opts.FetchPollInterval = testFetchPoll
+	}
+	if opts.BreakerProbe == 0 {
+		opts.BreakerProbe = testProbe
 	}
 	log := testLogger(t)
 	reg := prometheus.NewRegistry()

@@ -11,8 +11,11 @@ const (
 
 // Metrics are the forwarding metrics.
 type Metrics struct {
-	attempts *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	attempts      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	breakerOpen   *prometheus.GaugeVec
+	breakerOpened *prometheus.GaugeVec
+	waits         *prometheus.CounterVec
 }
 
 // NewMetrics registers the forwarding metrics on reg.
@@ -28,7 +31,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"sender", "target"}),
 	}
-	reg.MustRegister(m.attempts, m.latency)
+	m.breakerOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookgate_forward_breaker_open",
+		Help: "1 while this process's circuit breaker of the target is open or probing, else 0.",
+	}, []string{"sender", "target"})
+	m.breakerOpened = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookgate_forward_breaker_opened_timestamp_seconds",
+		Help: "When this process's circuit breaker of the target last opened (Unix time).",
+	}, []string{"sender", "target"})
+	m.waits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_forward_waits_total",
+		Help: "Forwards put back to wait without using an attempt, by sender, target and reason (breaker, paused, busy).",
+	}, []string{"sender", "target", "reason"})
+	reg.MustRegister(m.attempts, m.latency, m.breakerOpen, m.breakerOpened, m.waits)
 	return m
 }
 

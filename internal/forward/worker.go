@@ -66,6 +66,7 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
+	guards  *guards
 
 	// retryAfter holds, per job ID, a target's Retry-After between Work
 	// returning and River asking NextRetry for the same job.
@@ -73,9 +74,14 @@ type Worker struct {
 }
 
 // NewWorker returns a Worker that reads events from db and POSTs them with
-// client to the targets in cfg.
-func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, m *Metrics, log *slog.Logger) *Worker {
-	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now}
+// client to the targets in cfg, at most each target's max_in_flight at once,
+// holding back the forwards of a target whose circuit breaker is open or
+// that asked for a pause (without using their attempts).
+// probe is the first wait of an open breaker before its probe
+// (DefaultProbeInterval when 0).
+func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, probe time.Duration, m *Metrics, log *slog.Logger) *Worker {
+	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now,
+		guards: newGuards(db, probe, m, log)}
 }
 
 // Timeout is the target's timeout plus a margin to read the event: River
@@ -117,13 +123,41 @@ func (w *Worker) target(a Args) (*config.Target, bool) {
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	a := job.Args
 	t, ok := w.target(a)
-	if ok {
-		a.Target = t.Name
-	}
 	if !ok {
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		return fmt.Errorf("target %q is not configured for sender %q in this process", a.Target, a.Sender)
 	}
+	a.Target = t.Name // a job of an older version may name it by URL only
+	gd := w.guards.get(a.Sender, t)
+	adm := w.guards.enter(gd)
+	if !adm.ok {
+		// The target is paused, its breaker is open, or it has its share of
+		// this process's workers: wait without using an attempt.
+		w.metrics.waits.WithLabelValues(a.Sender, a.Target, adm.why).Inc()
+		return river.JobSnooze(adm.wait)
+	}
+	res, retryFor, err := w.attempt(ctx, job, t, a)
+	if wait := w.guards.leave(ctx, gd, adm, res, retryFor, errText(err)); wait > 0 {
+		// A failed probe: the breaker stays open, and this forward waits
+		// with the others instead of spending its attempts on the outage.
+		w.metrics.waits.WithLabelValues(a.Sender, a.Target, "breaker").Inc()
+		return river.JobSnooze(wait)
+	}
+	return err
+}
+
+// errText is err's text, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// attempt POSTs the event to t once and classifies the outcome for the
+// target's guard; retryFor is a Retry-After the target asked for with a 429
+// or 503.
+func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (result, time.Duration, error) {
 	var (
 		headers map[string][]string
 		body    []byte
@@ -132,10 +166,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		Scan(&headers, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+		return resultNone, 0, river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
 	}
 	if err != nil {
-		return fmt.Errorf("read event: %w", err)
+		return resultNone, 0, fmt.Errorf("read event: %w", err)
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(t.Timeout))
@@ -143,7 +177,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	req, err := w.request(rctx, t, a, headers, body)
 	if err != nil {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return river.JobCancel(err)
+		return resultNone, 0, river.JobCancel(err)
 	}
 	start := time.Now()
 	resp, err := w.client.Do(req)
@@ -155,7 +189,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return fmt.Errorf("post to target %q: %w", a.Target, err)
+		if ctx.Err() != nil { // the worker is stopping, not the target failing
+			return resultNone, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
+		}
+		return resultRetryable, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 	_ = resp.Body.Close()
@@ -167,7 +204,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		if err := river.RecordOutput(ctx, Output{Status: code, DeliveredAt: w.now().UTC()}); err != nil {
 			w.log.Warn("record forward output", "job_id", job.ID, "err", err)
 		}
-		return nil
+		return resultDelivered, 0, nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
@@ -175,10 +212,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			// River asks NextRetry only when another attempt follows.
 			w.retryAfter.Store(job.ID, e.retryAfter)
 		}
-		return e
+		var pause time.Duration
+		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+			pause = min(e.retryAfter, w.backoff.Max) // the whole target waits, not just this forward
+		}
+		return resultRetryable, pause, e
 	default:
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return river.JobCancel(&errStatus{status: code})
+		return resultOther, 0, river.JobCancel(&errStatus{status: code})
 	}
 }
 
