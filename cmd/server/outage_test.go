@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,13 @@ func TestDatabaseOutageMidLoad(t *testing.T) {
 	cluster := pgtest.StartCluster(t)
 	srv := startRun(t, cluster.URL()) // serve applies the migrations
 	c := newClient(t)
+	// Every request's time to its answer, and the process's heap, sampled
+	// through the run: an outage must be answered at once (shed or failed
+	// fast), not by requests queued for the store timeout, and memory must
+	// stay bounded while senders keep retrying.
+	var longest atomic.Int64
+	c.Transport = timedTransport{next: c.Transport, longest: &longest}
+	heap := sampleHeap(t)
 
 	const (
 		deliveries = 300
@@ -132,6 +140,12 @@ func TestDatabaseOutageMidLoad(t *testing.T) {
 		t.Fatal("the load did not end within two minutes")
 	}
 	reportLoad(t, rl.st)
+	if d := time.Duration(longest.Load()); d > 5*time.Second {
+		t.Errorf("a request waited %s for its answer: during an outage the gateway must answer at once, not queue requests for the 15s store timeout", d)
+	}
+	if peak := heap(); peak > 100<<20 {
+		t.Errorf("heap peaked at %d MB during the outage and the retries after it, want under 100 MB", peak>>20)
+	}
 	t.Logf("database stopped after %d 2xx answers; %d error answers during the outage, %d of them 503 problems with Retry-After",
 		stoppedAt, outageErrs.Load(), outage503.Load())
 	if outage503.Load() == 0 {
@@ -167,4 +181,46 @@ func TestDatabaseOutageMidLoad(t *testing.T) {
 	if err := srv.wait(t); err != nil {
 		t.Errorf("run returned %v after the outage, want nil", err)
 	}
+}
+
+// timedTransport records the longest round trip of its requests.
+type timedTransport struct {
+	next    http.RoundTripper
+	longest *atomic.Int64
+}
+
+func (tt timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := tt.next.RoundTrip(r)
+	d := int64(time.Since(start))
+	for l := tt.longest.Load(); d > l && !tt.longest.CompareAndSwap(l, d); l = tt.longest.Load() {
+	}
+	return resp, err
+}
+
+// sampleHeap samples the process's heap in use every 50ms until the test
+// ends; the returned function reports the peak so far, in bytes.
+func sampleHeap(t *testing.T) func() uint64 {
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if v := ms.HeapInuse; v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return peak.Load
 }
