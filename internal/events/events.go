@@ -3,6 +3,7 @@ package events
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,6 +47,17 @@ func QueueInsert(b *dedup.Batch, e Event) {
 // filter h went through before. It does not drop credential-like headers:
 // that is HeaderFilter's decision, made per sender.
 func StoredHeaders(h http.Header) map[string][]string {
+	total := 0
+	for k, v := range h {
+		total += len(v)
+		if neverStored[http.CanonicalHeaderKey(k)] || strings.TrimSpace(k) == "" {
+			total = MaxStoredHeaders + 1 // needs filtering
+			break
+		}
+	}
+	if total <= MaxStoredHeaders && h != nil {
+		return h // as ingest's HeaderFilter left it: nothing to drop
+	}
 	return map[string][]string(HeaderFilter{store: allNames(h)}.Filter(h))
 }
 

@@ -92,6 +92,21 @@ func (f HeaderFilter) keeps(name string) bool {
 // values in all (names in sorted order; Content-Type first). It never
 // returns nil and does not modify h.
 func (f HeaderFilter) Filter(h http.Header) http.Header {
+	// The common case, no more values than the cap: keep what passes,
+	// without sorting (the order only decides which are cut).
+	total := 0
+	for _, v := range h {
+		total += len(v)
+	}
+	if total <= MaxStoredHeaders {
+		out := make(http.Header, len(h))
+		for k, v := range h {
+			if f.keeps(http.CanonicalHeaderKey(k)) {
+				out[k] = v
+			}
+		}
+		return out
+	}
 	names := make([]string, 0, len(h))
 	for k := range h {
 		if f.keeps(http.CanonicalHeaderKey(k)) {
