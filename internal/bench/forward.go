@@ -146,10 +146,6 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 	if err := db.checkpoint(ctx); err != nil {
 		return nil, err
 	}
-	var prof *perfRecorder
-	if o.perf && role == "api" {
-		prof = startPerf(srv.pid(), filepath.Join(tmp, "perf-forward-api.data"), out)
-	}
 	watch := watchSQL(ctx, dbURL, o.warmup, firstSQL...)
 	cpu0 := takeCPU(srv.pid(), pgPID)
 	rss.mark()
@@ -160,9 +156,6 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 	cpu1 := takeCPU(srv.pid(), pgPID)
 	load.rssPeakMB = rss.phasePeakMB()
 	load.cpu = cpuBetween(cpu0, cpu1, nil)
-	if prof != nil {
-		prof.stop(out)
-	}
 	load.name = "first delivery, 1 target, " + role
 	r := &forwardResult{load: load, role: role, tag: tag}
 	printLoad(out, load)
@@ -212,9 +205,10 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 		}
 	}
 	if role == "all" && r.drained && load.rate() > 0 && ref > 0 {
-		// At half the intake this phase reached, how long from an event's
-		// COMMIT to its forward's first attempt (outbox, relay, River).
-		half := ref / 2
+		// At half the intake this phase reached (this server's maximum with
+		// the forwarding it also does), how long from an event's COMMIT to
+		// its forward's first attempt (outbox, relay, River).
+		half := load.rate() / 2
 		paced := runLoad(ctx, loadConfig{
 			url: srv.url(), workers: o.concurrency, warmup: 0, duration: 5 * time.Second,
 			body: body, ids: firstIDs(tag + "lag"), wantReplayed: false, raw: o.client == "raw", rate: half,
@@ -225,7 +219,7 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 		}
 		r.lags = sk.lags(tag + "lag")
 		r.lagRate = paced.rate()
-		fmt.Fprintf(out, "  at half the intake without a target (%.0f/s offered, %.0f/s accepted, %d errors): from ingest to the forward's first attempt p50 %s, p99 %s (%d forwards)\n",
+		fmt.Fprintf(out, "  at half this phase's intake (%.0f/s offered, %.0f/s accepted, %d errors): from ingest to the forward's first attempt p50 %s, p99 %s (%d forwards)\n",
 			half, paced.rate(), paced.errors, ms(percentile(r.lags, .5)), ms(percentile(r.lags, .99)), len(r.lags))
 	}
 	r.shutdownErr = srv.stop(25 * time.Second)

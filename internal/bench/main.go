@@ -79,7 +79,7 @@
 //	-min-ratio 0.6, -min-forward-ratio 0.8, -max-rss-mb 150: the pass marks
 //	-client net/http   or raw: a minimal HTTP/1.1 client that costs less CPU
 //	-keep              keep the temporary directory (server logs, pgbench scripts and logs)
-//	-perf              perf record -a -g during phase 1 and phase 5 (a); print the
+//	-pprof             a CPU profile of the server (its --pprof-addr) during phase 1; print the
 //	                   hottest processes and symbols (server, load generator, postgres)
 //
 // Experiments on the server's settings, not its code: -server-arg ARG
@@ -120,7 +120,8 @@ type options struct {
 	minRatio    float64
 	maxRSSMB    float64
 	keep        bool
-	perf        bool
+	pprof       bool
+	pprofAddr   string // the server's profiler, with -pprof
 	skipReplay  bool
 	skipForward bool
 	// forwardDrain bounds the wait for the sink after phase 5 (b).
@@ -166,7 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.forwardDrain, "forward-drain-timeout", 10*time.Second, "how long to wait, after the --role all forwarding phase, for the sink to receive every accepted event")
 	fs.Float64Var(&o.maxRSSMB, "max-rss-mb", 150, "highest passing peak RSS of the server, in MB")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (server log, pgbench scripts and logs)")
-	fs.BoolVar(&o.perf, "perf", false, "profile the machine with `perf record -a -g` during the first-delivery phases without and with a forward target (--role api); print the server's, the load generator's and PostgreSQL's hottest symbols")
+	fs.BoolVar(&o.pprof, "pprof", false, "take a CPU profile of the server (pprof) during the first-delivery phase and print its hottest functions (with -keep, the profile is kept)")
 	fs.Func("server-arg", "experiment: an argument added to every server's `serve` command line, e.g. -server-arg=--forward-workers=100 (repeatable; -server cmd only)", func(v string) error {
 		o.serverArgs = append(o.serverArgs, v)
 		return nil
@@ -186,6 +187,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.serverLog, "server-log", "file", "where the server's request log goes: file (as in production) or null (/dev/null)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.pprof {
+		env, addr, err := pprofEnv()
+		if err != nil {
+			return nil, err
+		}
+		o.serverEnv, o.pprofAddr = append(o.serverEnv, env), addr
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -309,9 +317,9 @@ func bench(ctx context.Context, o *options, out io.Writer) (failed bool, err err
 	if err := db.checkpoint(ctx); err != nil {
 		return false, err
 	}
-	var prof *perfRecorder
-	if o.perf {
-		prof = startPerf(srv.pid(), filepath.Join(tmp, "perf.data"), out)
+	var prof *profiler
+	if o.pprof {
+		prof = startProfile(ctx, o.pprofAddr, filepath.Join(tmp, "cpu.pprof"), o.duration)
 	}
 	watch := watchSQL(ctx, dbURL, o.warmup, firstSQL...)
 	_, batches := srv.batchReport([2]float64{})
@@ -324,15 +332,15 @@ func bench(ctx context.Context, o *options, out io.Writer) (failed bool, err err
 	cpu1 := takeCPU(srv.pid(), pgPID)
 	first.rssPeakMB = rss.phasePeakMB()
 	first.cpu = cpuBetween(cpu0, cpu1, nil)
-	if prof != nil {
-		prof.stop(out)
-	}
 	first.name = "first delivery: gateway"
 	printLoad(out, first)
 	var batchText string
 	batchText, batches = srv.batchReport(batches)
 	fmt.Fprintf(out, "  batches: %s\n", batchText)
 	s.firstBatches = batchText
+	if prof != nil {
+		prof.report(out)
+	}
 	s.sqlFirstOK = printSQLCheck(out, watch, firstSQL, txSQL)
 	s.first = first
 	if err := phaseEnd(ctx, srv); err != nil {
