@@ -178,27 +178,3 @@ func (e *env) breaker(target string) string {
 	}
 	return forward.BreakerClosed
 }
-
-// gauge returns the value of the gauge name with labels (0 when absent).
-func (e *env) gauge(name string, labels map[string]string) float64 {
-	e.t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue metrics
-				}
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
-}

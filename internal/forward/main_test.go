@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/riverqueue/river"
 	"go.uber.org/goleak"
 
@@ -474,6 +475,19 @@ func pollUntil(t *testing.T, what string, cond func() bool, state func() string)
 // e's registry (0 if absent).
 func (e *env) counter(name string, labels map[string]string) float64 {
 	e.t.Helper()
+	return e.metric(name, labels, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+// gauge returns the value of the gauge name with labels (0 when absent).
+func (e *env) gauge(name string, labels map[string]string) float64 {
+	e.t.Helper()
+	return e.metric(name, labels, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() })
+}
+
+// metric returns value of the first sample of name whose labels include
+// labels (0 when there is none).
+func (e *env) metric(name string, labels map[string]string, value func(*dto.Metric) float64) float64 {
+	e.t.Helper()
 	mfs, err := e.reg.Gather()
 	if err != nil {
 		e.t.Fatal(err)
@@ -489,7 +503,7 @@ func (e *env) counter(name string, labels map[string]string) float64 {
 					continue metrics
 				}
 			}
-			return m.GetCounter().GetValue()
+			return value(m)
 		}
 	}
 	return 0
