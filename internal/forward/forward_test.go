@@ -259,7 +259,7 @@ func TestForwardRetryableStatuses(t *testing.T) {
 		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
 		return answer{status: status}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: t4\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t4\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.url), forward.Options{Work: true})
 	byEvent := map[string]int{}
 	for _, s := range statuses {
 		d := e.deliver(fmt.Sprintf("status-%d", s), []byte(`{}`), "application/json")
