@@ -661,3 +661,59 @@ func TestShutdownRetriesForwardThatOutlastsGrace(t *testing.T) {
 		t.Errorf("the target received %d requests (%v), want 2: the cut-short one and the retry", len(hits), keys)
 	}
 }
+
+// TestNoSecretInLogsOrMetrics runs a real worker whose target URL carries a
+// password and a query token and whose forwards fail (connection refused,
+// and a job naming a target this process does not know): neither the
+// process's log nor its /metrics contains the password, the token or the URL.
+func TestNoSecretInLogsOrMetrics(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	const (
+		password = "pw-7f3e9a1c"
+		token    = "tok-2b8d4e6f"
+	)
+	targetURL := "http://hookuser:" + password + "@127.0.0.1:1/hook?token=" + token
+	cfg := writeConfig(t, forwardConfig(targetURL, "2s", 2))
+	c := newClient(t)
+	addr := freeAddr(t)
+	p := startBinaryWith(t, bin, dsn, addr, cfg, fastForwardFlags...)
+	waitHealthy(t, c, "http://"+addr, p)
+	deliverAll(t, c, "http://"+addr, makeIDs("secret", 3))
+	// A job of a target this process does not know, named by the URL as an
+	// older version did: its error must not echo the URL either.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO river_job (args, kind, max_attempts, queue, state, priority)
+VALUES (jsonb_build_object('sender', 'acme', 'event_id', gen_random_uuid(), 'delivery_id', 'old', 'url', 'http://old:`+password+`@127.0.0.1:1/?token=`+token+`'),
+        'hookgate_forward', 2, 'forward', 'available', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 45*time.Second, "every forward to fail", func() bool {
+		st := jobStates(t, pool)
+		return st["discarded"]+st["cancelled"] == 4
+	})
+	r, err := get(t.Context(), c, "http://"+addr+"/metrics")
+	if err != nil || r.status != http.StatusOK {
+		t.Fatalf("GET /metrics: %v %v", r, err)
+	}
+	logs := p.log.tail(1 << 20)
+	if !strings.Contains(logs, "connection refused") {
+		t.Fatalf("the log shows no failed forward, so this test checks nothing:\n%s", logs)
+	}
+	for what, text := range map[string]string{"the log": logs, "/metrics": string(r.body)} {
+		for _, leak := range []string{password, token, "hookuser", "127.0.0.1:1/hook"} {
+			if strings.Contains(text, leak) {
+				t.Errorf("%s contains %q of the target's URL", what, leak)
+			}
+		}
+	}
+	var errs string
+	if err := pool.QueryRow(t.Context(), `SELECT coalesce(string_agg(e::text, ' '), '') FROM river_job, unnest(errors) e WHERE kind = 'hookgate_forward'`).Scan(&errs); err != nil {
+		t.Fatal(err)
+	}
+	for _, leak := range []string{password, token} {
+		if strings.Contains(errs, leak) {
+			t.Errorf("a forward's recorded error contains %q", leak)
+		}
+	}
+}

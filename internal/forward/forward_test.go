@@ -755,3 +755,21 @@ VALUES ('acme', $1, 'legacy-1', now(), '{"Content-Type": ["application/json"]}',
 		t.Fatalf("List = %+v, want the delivered legacy job with its URL", list)
 	}
 }
+
+// TestTargetHeadersWinOverTheSenders: a header the target's configuration
+// sets is sent as configured, even when the sender's request carried the same
+// header (Content-Type, Content-Encoding) with another value.
+func TestTargetHeadersWinOverTheSenders(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, always(http.StatusOK))
+	e := newEnv(t, fmt.Sprintf("      - name: typed\n        url: %s\n        headers: { Content-Type: application/x-ours, Content-Encoding: identity }\n", tg.url), forward.Options{Work: true})
+	d := e.deliver("hdr-1", []byte(`{"a":1}`), "application/json")
+	e.waitJobs(1)
+	hs := tg.requestsFor(d.eventID)
+	if len(hs) != 1 {
+		t.Fatalf("the target received %d forwards, want 1", len(hs))
+	}
+	if got := hs[0].header.Get("Content-Type"); got != "application/x-ours" {
+		t.Errorf("Content-Type %q, want the target's application/x-ours over the sender's application/json", got)
+	}
+}
