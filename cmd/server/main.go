@@ -92,6 +92,7 @@ type settings struct {
 	pprofAddr         string
 
 	batchSize, batchesInFlight int
+	replayCache                int
 
 	maxHeaderBytes   int
 	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
@@ -141,6 +142,7 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")
 	fs.IntVar(&s.batchSize, "ingest-batch-size", intEnv(getenv, "HOOKGATE_INGEST_BATCH_SIZE", dedup.DefaultMaxBatch), "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off (env HOOKGATE_INGEST_BATCH_SIZE)")
 	fs.IntVar(&s.batchesInFlight, "ingest-batches-in-flight", intEnv(getenv, "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", dedup.DefaultMaxInFlight), "most batches of one sender in flight at once (env HOOKGATE_INGEST_BATCHES_IN_FLIGHT)")
+	fs.IntVar(&s.replayCache, "replay-cache-size", intEnv(getenv, "HOOKGATE_REPLAY_CACHE_SIZE", dedup.DefaultReplayCacheSize), "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off (env HOOKGATE_REPLAY_CACHE_SIZE)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", getenv("HOOKGATE_PPROF_ADDR"), "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty; never expose it beyond the host (env HOOKGATE_PPROF_ADDR)")
 	s.allowExampleSecrets = getenv(config.ExampleSecretsEnv) == "1"
 	maxWaiting := def("HOOKGATE_INGEST_MAX_WAITING", "-1")
@@ -172,6 +174,9 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 		return nil, fmt.Errorf("in-flight wait %q: must be a duration from 1ms to %s, such as 3s", wait, maxInFlightWait)
 	}
 	s.inFlightWait = d
+	if s.replayCache < 0 || s.replayCache > 10_000_000 {
+		return nil, errors.New("replay cache size: must be from 0 (off) to 10000000")
+	}
 	if s.batchSize < 1 || s.batchSize > 1000 || s.batchesInFlight < 1 || s.batchesInFlight > 64 {
 		return nil, errors.New("ingest batching: the batch size must be from 1 to 1000 and the batches in flight from 1 to 64")
 	}
@@ -291,7 +296,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 	})
 	reg.MustRegister(batchSizes)
-	store := dedup.New(pool, s.inFlightWait, dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }))
+	cacheSize := s.replayCache
+	if cacheSize == 0 {
+		cacheSize = -1 // off
+	}
+	store := dedup.New(pool, s.inFlightWait,
+		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
+		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
 	poolSize := int(pool.Config().MaxConns)
 	maxWaiting := s.ingestMaxWaiting
 	if maxWaiting < 0 {

@@ -158,7 +158,7 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 		return batch
 	}
 	for i, c := range batch {
-		c.res, c.err = res.outcome(p, i).result(c.d)
+		c.res, c.err = s.result(c.d, res.outcome(p, i))
 		if errors.Is(c.err, errExpired) {
 			retry = append(retry, c)
 		}

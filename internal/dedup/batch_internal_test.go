@@ -195,3 +195,28 @@ VALUES ($1, $2, $3, $4, 202, 'application/json', $5, $6, $7)`, holder.Sender, ho
 		t.Errorf("held key: %+v, %v; want a replay of the holder's delivery", cs[1].res, cs[1].err)
 	}
 }
+
+// TestReplayCacheTTL: an entry older than the cache's TTL is not used (a key
+// deleted by hand is replayed for at most that long).
+func TestReplayCacheTTL(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	ctx := t.Context()
+	s := New(pool, time.Second, WithReplayCache(10, time.Minute))
+	d := delivery(t, "c", "ttl", "p")
+	if _, err := s.Run(ctx, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, hit, _ := s.fromCache(delivery(t, "c", "ttl", "p")); !hit {
+		t.Fatal("a committed delivery is not in the cache")
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM processed_messages`); err != nil {
+		t.Fatal(err)
+	}
+	s.now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	retry := delivery(t, "c", "ttl", "p")
+	res, err := s.Run(ctx, retry, nil)
+	if err != nil || res.Replayed {
+		t.Errorf("retry after the TTL of a key deleted by hand: %+v, %v; want new (the database decides)", res, err)
+	}
+}

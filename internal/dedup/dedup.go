@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -132,6 +133,11 @@ type Store struct {
 	batchLockTimeout      string
 	batchers              sync.Map // sender → *batcher
 	flight                singleflight.Group
+
+	// The replay cache (cache.go): nil when off.
+	cache    *lru.Cache[Key, cached]
+	cacheTTL time.Duration
+	now      func() time.Time
 }
 
 // MaxInFlightWait is the longest in-flight wait New accepts; longer ones are
@@ -179,6 +185,7 @@ func newStore(db Querier, inFlightWait time.Duration, opts []Option) *Store {
 		setLockTimeout:   LockTimeoutSQL(wait),
 		batchLockTimeout: LockTimeoutSQL(min(wait, batchLockWait)),
 		encoders:         sync.Pool{New: func() any { return &encoders{} }},
+		now:              time.Now,
 	}
 	for _, o := range opts {
 		o(s)
@@ -216,12 +223,18 @@ SELECT count(*) FROM gone`
 // delivery is recorded — or, when the connection was lost during COMMIT,
 // possibly everything, in which case a retry replays.
 //
+// With the replay cache on (WithReplayCache), a retry of a delivery this
+// store saw committed is answered from memory, as cache.go describes.
+//
 // With batching on (WithBatching), d may share its transaction with other
 // deliveries of its sender (see batch.go), and a delivery of a key that a
 // delivery in this process is running already waits for that one and
 // answers with its outcome: a replay of its response for the same payload,
 // ErrPayloadMismatch for another (or runs by itself if that one failed).
 func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
+	if res, hit, err := s.fromCache(d); hit {
+		return res, err
+	}
 	if s.maxBatch <= 1 {
 		return s.runSingle(ctx, d, change)
 	}
@@ -317,7 +330,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 	if err != nil {
 		return Result{}, err
 	}
-	return out.result(d)
+	return s.result(d, out)
 }
 
 // outcome is what the pipeline found for one delivery.
@@ -326,10 +339,12 @@ type outcome struct {
 	row     stored
 }
 
-// result turns the outcome of d's claim and read into Run's answer.
-func (o outcome) result(d Delivery) (Result, error) {
+// result turns the outcome of d's committed claim and read into Run's
+// answer, and remembers what holds the key in the replay cache.
+func (s *Store) result(d Delivery, o outcome) (Result, error) {
 	switch {
 	case o.claimed && !o.row.found:
+		s.remember(d.Key, d.Response, d.EventID, d.RequestSHA256[:], d.ExpiresAt)
 		return Result{Response: d.Response, EventID: d.EventID}, nil
 	case o.claimed:
 		return Result{}, errors.New("claim delivery: the claim took a key another delivery holds")
@@ -342,6 +357,7 @@ func (o outcome) result(d Delivery) (Result, error) {
 	if !row.expires.After(d.ReceivedAt) {
 		return Result{}, errExpired
 	}
+	s.remember(d.Key, row.resp, row.eventID, row.sum, row.expires)
 	if !bytes.Equal(row.sum, d.RequestSHA256[:]) {
 		return Result{}, ErrPayloadMismatch
 	}

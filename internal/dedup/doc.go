@@ -76,6 +76,17 @@
 // key inside one process are collapsed before they reach the database: the
 // later ones wait for the first and answer with its outcome.
 //
+// # The replay cache
+//
+// With WithReplayCache, a retry of a delivery this store has seen committed
+// (its own first delivery after COMMIT, or a stored row it read) is answered
+// from memory, without a round trip: the stored response, or
+// ErrPayloadMismatch for another payload. An entry is used only before the
+// key's expires_at (the retention job deletes only expired keys, so the key
+// still holds) and for at most the cache's TTL (a key deleted by hand is
+// replayed for at most that long). Every other delivery goes to the
+// database; the cache never decides that a delivery is new.
+//
 // # The guarantee and its limits
 //
 // Each (sender, delivery_id) is accepted and its state change applied at most

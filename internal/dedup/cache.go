@@ -1,0 +1,85 @@
+package dedup
+
+import (
+	"bytes"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// The replay cache answers a retry of a delivery this process has seen
+// committed without a round trip to PostgreSQL: a retry storm is when the
+// gateway must be fastest. An entry is made only from a committed outcome
+// (this process's first delivery after its COMMIT, or a stored row read
+// after a conflict), holds the stored response and the request's SHA-256,
+// and is used only while the key cannot have been forgotten: before the
+// key's expires_at (the retention job deletes only expired keys) and for at
+// most the cache's TTL (so that a key deleted by hand is not replayed for
+// long). A delivery with another payload gets ErrPayloadMismatch from it, as
+// from the database. Anything else — a key not in the cache, an expired
+// entry — goes to the database as usual.
+
+// Defaults of the replay cache.
+const (
+	DefaultReplayCacheSize = 10000
+	DefaultReplayCacheTTL  = time.Minute
+)
+
+// WithReplayCache keeps up to size committed outcomes (DefaultReplayCacheSize
+// when 0; a negative size turns the cache off) for at most ttl
+// (DefaultReplayCacheTTL when 0).
+func WithReplayCache(size int, ttl time.Duration) Option {
+	return func(s *Store) {
+		if size < 0 {
+			s.cache = nil
+			return
+		}
+		if size == 0 {
+			size = DefaultReplayCacheSize
+		}
+		if ttl <= 0 {
+			ttl = DefaultReplayCacheTTL
+		}
+		c, _ := lru.New[Key, cached](size) // only a size ≤ 0 fails
+		s.cache, s.cacheTTL = c, ttl
+	}
+}
+
+// cached is a committed delivery's outcome.
+type cached struct {
+	sum      [32]byte
+	res      Result // Replayed false; Response shared, never modified
+	expires  time.Time
+	cachedAt time.Time
+}
+
+// fromCache returns the outcome of d, and true, if the cache holds its key
+// still valid at d's arrival: a replay, or ErrPayloadMismatch.
+func (s *Store) fromCache(d Delivery) (Result, bool, error) {
+	if s.cache == nil {
+		return Result{}, false, nil
+	}
+	c, ok := s.cache.Get(d.Key)
+	if !ok {
+		return Result{}, false, nil
+	}
+	if !d.ReceivedAt.Before(c.expires) || s.now().Sub(c.cachedAt) > s.cacheTTL {
+		s.cache.Remove(d.Key)
+		return Result{}, false, nil
+	}
+	if !bytes.Equal(c.sum[:], d.RequestSHA256[:]) {
+		return Result{}, true, ErrPayloadMismatch
+	}
+	res := c.res
+	res.Replayed = true
+	return res, true, nil
+}
+
+// remember caches what holds k after a COMMIT: the stored response and
+// event ID, the stored request's SHA-256 and the key's expires_at.
+func (s *Store) remember(k Key, resp Response, eventID [16]byte, sum []byte, expires time.Time) {
+	if s.cache == nil || len(sum) != 32 {
+		return
+	}
+	s.cache.Add(k, cached{sum: [32]byte(sum), res: Result{Response: resp, EventID: eventID}, expires: expires, cachedAt: s.now()})
+}
