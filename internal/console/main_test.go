@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -56,6 +59,8 @@ type env struct {
 	pool *pgxpool.Pool
 	srv  *httptest.Server
 	opts console.Options
+	cfg  *config.Config
+	rc   *river.Client[pgx.Tx]
 }
 
 func newEnv(t *testing.T, opts console.Options) *env {
@@ -79,7 +84,7 @@ func newEnv(t *testing.T, opts console.Options) *env {
 		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons))
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts}
+	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc}
 }
 
 // client returns a client with its own cookie jar that does not follow
@@ -159,4 +164,41 @@ func csrfOf(t *testing.T, p page) string {
 		t.Fatalf("no csrf_token in the page (%d): %.500s", p.status, p.body)
 	}
 	return m[1]
+}
+
+func newOptions() console.Options { return console.Options{AdminToken: token} }
+
+// eventOf returns the event ID of the orders delivery id.
+func (e *env) eventOf(id string) uuid.UUID {
+	e.t.Helper()
+	var ev uuid.UUID
+	if err := e.pool.QueryRow(e.t.Context(), `SELECT event_id FROM processed_messages WHERE sender = 'orders' AND delivery_id = $1`, id).Scan(&ev); err != nil {
+		e.t.Fatal(err)
+	}
+	return ev
+}
+
+// failForwards makes the forwards of the orders delivery id failed, as if
+// its target had refused every attempt with errText: its outbox rows
+// become River jobs, discarded.
+func (e *env) failForwards(id, errText string) {
+	e.t.Helper()
+	ctx := e.t.Context()
+	ev := e.eventOf(id)
+	if _, err := e.pool.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = 'orders' AND event_id = $1`, ev); err != nil {
+		e.t.Fatal(err)
+	}
+	sd, _ := e.cfg.Sender("orders")
+	jobs, err := forward.Redeliver(ctx, e.rc, sd, ev, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, j := range jobs {
+		_, err := e.pool.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now(), attempted_at = now(), attempt = max_attempts,
+  errors = ARRAY[jsonb_build_object('at', now(), 'attempt', max_attempts, 'error', $2::text, 'trace', '')]
+WHERE id = $1`, j.JobID, errText)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }
