@@ -4,6 +4,8 @@
 //	hookgate [serve]   apply pending migrations, then serve
 //	hookgate migrate   apply pending migrations and exit
 //	hookgate version   print the version
+//	hookgate sink      a forward target for trying hookgate out: prints each
+//	                   forward and checks its signature (make run starts it)
 //
 // Settings come from flags or the environment: DATABASE_URL, HOOKGATE_ADDR,
 // HOOKGATE_CONFIG, HOOKGATE_ADMIN_TOKEN, HOOKGATE_IN_FLIGHT_WAIT,
@@ -226,9 +228,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "version":
 		fmt.Fprintln(stdout, "hookgate", buildVersion())
 		return nil
+	case "sink":
+		return runSink(ctx, args, getenv, stdout, stderr)
 	case "serve", "migrate":
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate or version", cmd)
+		return fmt.Errorf("unknown command %q: use serve, migrate, sink or version", cmd)
 	}
 	s, err := parseSettings(cmd, args, getenv, stderr)
 	if err != nil {
