@@ -27,7 +27,7 @@ bench:
 
 ## bench-console: time the console's delivery list queries on 1,000,000 deliveries of one sender (throwaway PostgreSQL)
 bench-console:
-	@PKGS=./internal/console/ GOTESTFLAGS='-run ^$$ -bench BenchmarkConsoleList -benchtime 200x' HOOKGATE_BENCH_CONSOLE=1 .ci/test.sh
+	@.ci/bench-console.sh
 
 ## screenshots: run the console's browser test, writing docs/console-overview.png and docs/console-delivery.png
 screenshots:

@@ -54,16 +54,18 @@ senders:
 // env is a hookgate API server with the console mounted, on a fresh
 // database.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	pool *pgxpool.Pool
 	srv  *httptest.Server
 	opts console.Options
 	cfg  *config.Config
 	rc   *river.Client[pgx.Tx]
+	// store is the console's store of deliveries.
+	store *dedup.Store
 }
 
-func newEnv(t *testing.T, opts console.Options) *env {
+func newEnv(t testing.TB, opts console.Options) *env {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
 	cfg, err := config.Parse([]byte(sendersYAML), func(string) (string, bool) { return "", false })
@@ -84,7 +86,7 @@ func newEnv(t *testing.T, opts console.Options) *env {
 		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons))
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc}
+	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, store: store}
 }
 
 // client returns a client with its own cookie jar that does not follow
@@ -157,7 +159,7 @@ func (e *env) signIn(c *http.Client) string {
 
 var csrfField = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`)
 
-func csrfOf(t *testing.T, p page) string {
+func csrfOf(t testing.TB, p page) string {
 	t.Helper()
 	m := csrfField.FindStringSubmatch(p.body)
 	if m == nil {
