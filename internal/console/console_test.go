@@ -206,6 +206,8 @@ func TestConsoleDeliveryPages(t *testing.T) {
 	}
 	e.ingest("json-1", "application/json", `{"order":42,"items":[1,2]}`)
 	e.ingest("bin-1", "application/octet-stream", "\x00\x01\x02binary")
+	big := strings.Repeat("0123456789abcdef", 8<<10) // 128 KiB
+	e.ingest("big-1", "text/plain", big)
 	c := e.client()
 	e.signIn(c)
 
@@ -240,6 +242,13 @@ func TestConsoleDeliveryPages(t *testing.T) {
 	if raw.body != "\x00\x01\x02binary" || raw.header.Get("Content-Type") != "application/octet-stream" || !strings.HasPrefix(raw.header.Get("Content-Disposition"), "attachment") {
 		t.Errorf("raw body: %q %q %q", raw.body, raw.header.Get("Content-Type"), raw.header.Get("Content-Disposition"))
 	}
+	p = e.do(c, http.MethodGet, "/console/senders/orders/deliveries/big-1", nil, nil)
+	if strings.Contains(p.body, big[:70<<10]) || !strings.Contains(p.body, big[:60<<10]) || !strings.Contains(p.body, "the first 64 KiB of 131072 bytes") {
+		t.Errorf("a 128 KiB body is not cut to 64 KiB with a note")
+	}
+	if raw := e.do(c, http.MethodGet, "/console/senders/orders/deliveries/big-1/body", nil, nil); raw.body != big {
+		t.Errorf("the raw body of big-1 has %d bytes, want %d", len(raw.body), len(big))
+	}
 	if p := e.do(c, http.MethodGet, "/console/senders/orders/deliveries/nope", nil, nil); p.status != http.StatusNotFound {
 		t.Errorf("unknown delivery: %d", p.status)
 	}
@@ -249,7 +258,7 @@ func TestConsoleDeliveryPages(t *testing.T) {
 	// The list: all five, newest first; a range in the future has none, one
 	// in the past all; a bad time is 400.
 	l := e.do(c, http.MethodGet, "/console/senders/orders/deliveries", nil, nil)
-	if i, j := strings.Index(l.body, "bin-1"), strings.Index(l.body, "plain-1"); i < 0 || j < 0 || i > j {
+	if i, j := strings.Index(l.body, "big-1"), strings.Index(l.body, "plain-1"); i < 0 || j < 0 || i > j {
 		t.Errorf("list is not newest first: bin-1 at %d, plain-1 at %d", i, j)
 	}
 	future := time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04")
@@ -307,3 +316,45 @@ var (
 	deliveryLink = regexp.MustCompile(`/console/senders/orders/deliveries/(d\d{4})"`)
 	nextLink     = regexp.MustCompile(`rel="next" href="([^"]+)"`)
 )
+
+// The overview counts deliveries by stored status and forwards by state
+// per target, with the breaker's state; the failed count links to the
+// target's failed forwards, each with a Redeliver form.
+func TestConsoleOverviewAndFailedForwards(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, console.Options{AdminToken: token})
+	for _, id := range []string{"o-1", "o-2", "o-3"} {
+		e.ingest(id, "application/json", `{}`)
+	}
+	e.failForwards("o-1", "target answered 410 Gone from http://127.0.0.1:9/hooks/orders")
+	if _, err := e.pool.Exec(t.Context(), `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
+VALUES ('orders', 'orders-svc', 'open', now(), now(), 'connection refused')`); err != nil {
+		t.Fatal(err)
+	}
+	c := e.client()
+	e.signIn(c)
+	p := e.do(c, http.MethodGet, "/console/", nil, nil)
+	for _, want := range []string{
+		`<td>202</td><td class="num">3</td><td class="num">3</td>`,
+		`breaker-open">open</span> <span class="error">connection refused</span>`,
+		`<td class="num">2</td><td class="num">0</td><td class="num">0</td>`, // pending (the outbox), running, retrying
+		`<a href="/console/senders/orders/targets/orders-svc/failed">1</a>`,
+		"No deliveries in the last day.", // billing
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the overview has no %s", want)
+		}
+	}
+	p = e.do(c, http.MethodGet, "/console/senders/orders/targets/orders-svc/failed", nil, nil)
+	for _, want := range []string{`/deliveries/o-1"`, "3 / 3", "<td>410</td>", `action="/console/senders/orders/deliveries/o-1/redeliver"`} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the failed forwards page has no %s: %.3000s", want, p.body)
+		}
+	}
+	if strings.Contains(p.body, "o-2") {
+		t.Error("a pending forward is listed as failed")
+	}
+	if p := e.do(c, http.MethodGet, "/console/senders/orders/targets/nope/failed", nil, nil); p.status != http.StatusNotFound {
+		t.Errorf("unknown target: %d", p.status)
+	}
+}
