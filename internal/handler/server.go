@@ -85,9 +85,10 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 }
 
 // Router returns the HTTP handler serving every route of openapi.yaml, plus
-// the API explorer's static assets under /docs/. Every request under /v1
-// (the operator API) must carry the admin token, whether or not a route
-// matches it.
+// the API explorer's static assets under /docs/, and the console under
+// /console when WithConsole gave one (it signs in with the admin token
+// itself). Every request under /v1 (the operator API) must carry the admin
+// token, whether or not a route matches it.
 func (s *Server) Router() http.Handler {
 	r := chi.NewRouter()
 	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics, s.requireAdmin)
