@@ -361,17 +361,19 @@ type forwardView struct {
 }
 
 type deliveryView struct {
-	Sender      string
-	Rec         dedup.Record
-	SHA256      string
-	Response    bodyView
-	HasEvent    bool
-	Event       events.Event
-	Headers     []headerView
-	Body        bodyView
-	Forwards    []forwardView
-	HasTargets  bool
-	Redelivered string
+	Sender     string
+	Rec        dedup.Record
+	SHA256     string
+	Response   bodyView
+	HasEvent   bool
+	Event      events.Event
+	Headers    []headerView
+	Body       bodyView
+	Forwards   []forwardView
+	HasTargets bool
+	// Redelivered is how many forwards the Redeliver that led here
+	// enqueued; -1 when the page was not reached that way.
+	Redelivered int
 }
 
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
@@ -392,7 +394,10 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	}
 	v := deliveryView{Sender: sender, Rec: rec, SHA256: hex.EncodeToString(rec.RequestSHA256[:]),
 		Response: showBody(rec.Response.ContentType, rec.Response.Body), HasTargets: len(sd.Forward) > 0,
-		Redelivered: r.URL.Query().Get("redelivered")}
+		Redelivered: -1}
+	if n, err := strconv.Atoi(r.URL.Query().Get("redelivered")); err == nil && n >= 0 {
+		v.Redelivered = n
+	}
 	e, err := events.Get(r.Context(), c.db, rec.EventID)
 	switch {
 	case errors.Is(err, events.ErrNotFound):
