@@ -11,7 +11,7 @@ BENCHFLAGS ?=
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: run test bench generate check-generated build lint db-stop clean-data
+.PHONY: run test bench bench-console screenshots generate check-generated build lint db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -24,6 +24,15 @@ test:
 ## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
 bench:
 	@.ci/bench.sh $(BENCHFLAGS)
+
+## bench-console: time the console's delivery list queries on 1,000,000 deliveries of one sender (throwaway PostgreSQL)
+bench-console:
+	@.ci/bench-console.sh
+
+## screenshots: run the console's browser test, writing docs/console-overview.png and docs/console-delivery.png
+screenshots:
+	@mkdir -p docs
+	@PKGS=./internal/console/ GOTESTFLAGS='-run ^TestConsoleInBrowser$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh
 
 ## generate: regenerate api/ from openapi.yaml
 generate:

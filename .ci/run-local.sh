@@ -1,17 +1,74 @@
 #!/usr/bin/env bash
 # run-local.sh is `make run`: it starts (or reuses) the local PostgreSQL in
 # .data/pg, prepares hookgate.yaml and an admin token, builds the server and
-# runs it in the foreground. The database keeps its data between runs; stop it
-# with `make db-stop`, delete everything with `make clean-data`.
+# runs it in the foreground, with `hookgate sink` (the example's forward
+# target) beside it; Ctrl-C stops both. The database keeps its data between
+# runs; stop it with `make db-stop`, delete everything with `make clean-data`.
+#
+# Ports: PostgreSQL's is HOOKGATE_PG_PORT, else the one remembered in
+# .data/pg-port, else 54329; the gateway's is HOOKGATE_ADDR, else the one
+# remembered in .data/http-port, else 8080. When such a port is taken (by
+# another checkout's `make run`, say), a free one is picked and remembered,
+# and the script says who holds the usual one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-port=${HOOKGATE_PG_PORT:-54329}
-addr=${HOOKGATE_ADDR:-:8080}
-
 mkdir -p .data
+
+# busy PORT: something accepts connections on 127.0.0.1:PORT.
+busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# holder PORT describes what listens on PORT: a PostgreSQL's data directory
+# when it is one.
+holder() {
+	local line dir
+	line=$(ps -eo args= 2>/dev/null | grep -E "(^|/)postgres .*-p $1( |$)" | head -n 1 || true)
+	if [[ $line =~ -D[[:space:]]+([^[:space:]]+) ]]; then
+		dir=${BASH_REMATCH[1]}
+		echo "the PostgreSQL with data directory $dir (stop it with: .ci/pg.sh stop $dir, or make db-stop in the checkout it belongs to)"
+		return
+	fi
+	echo "another program"
+}
+
+# PostgreSQL. Our own server, if it runs, keeps its port.
+pg_data=$(readlink -f .data/pg 2>/dev/null || echo .data/pg)
+port=${HOOKGATE_PG_PORT:-}
+[[ -z $port && -s .data/pg-port ]] && port=$(<.data/pg-port)
+port=${port:-54329}
+own_port=
+if [[ -f $pg_data/postmaster.pid ]] && kill -0 "$(head -n 1 "$pg_data/postmaster.pid")" 2>/dev/null; then
+	own_port=$(sed -n 4p "$pg_data/postmaster.pid")
+fi
+if [[ -n $own_port ]]; then
+	port=$own_port
+elif busy "$port"; then
+	if [[ -n ${HOOKGATE_PG_PORT:-} ]]; then
+		echo "run-local.sh: port $port (HOOKGATE_PG_PORT) is in use by $(holder "$port"); choose another port or stop it" >&2
+		exit 1
+	fi
+	new=$(.ci/pg.sh freeport)
+	echo "PostgreSQL port $port is in use by $(holder "$port")."
+	echo "This checkout's database (.data/pg) uses port $new instead (remembered in .data/pg-port)."
+	port=$new
+fi
+echo "$port" >.data/pg-port
 .ci/pg.sh start .data/pg "$port"
 url=$(.ci/pg.sh url "$port" hookgate)
+
+# The gateway.
+addr=${HOOKGATE_ADDR:-}
+if [[ -z $addr ]]; then
+	http_port=8080
+	[[ -s .data/http-port ]] && http_port=$(<.data/http-port)
+	if busy "$http_port"; then
+		new=$(.ci/pg.sh freeport)
+		echo "Port $http_port is in use by $(holder "$http_port"); the gateway listens on $new instead (remembered in .data/http-port)."
+		http_port=$new
+	fi
+	echo "$http_port" >.data/http-port
+	addr=:$http_port
+fi
 
 if [[ ! -f hookgate.yaml ]]; then
 	[[ -f hookgate.example.yaml ]] || { echo "run-local.sh: hookgate.example.yaml is missing" >&2; exit 1; }
@@ -26,16 +83,46 @@ token=$(<.data/admin-token)
 
 go build -o .data/hookgate ./cmd/server
 
+# The sink: the forward target of hookgate.example.yaml's orders sender.
+sink_addr=${HOOKGATE_SINK_ADDR:-127.0.0.1:9099}
+sink_pid=
+if busy "${sink_addr##*:}"; then
+	echo "Port ${sink_addr##*:} is in use by $(holder "${sink_addr##*:}") (another checkout's hookgate sink?): not starting a sink;"
+	echo "this gateway's forwards to http://$sink_addr go there. Stop it, or set HOOKGATE_SINK_ADDR and the forward url in hookgate.yaml."
+fi
+
 host=localhost${addr#"${addr%:*}"} # ":8080" and "0.0.0.0:8080" -> localhost:8080
 cat <<MSG
 
 Admin token (Authorization: Bearer ...): $token
-Try it:
+Console:  http://$host/console/  (sign in with the admin token)
+Try it (the orders sender forwards to hookgate sink, which prints each forward below):
   curl -i -X POST $host/webhooks/orders -H 'X-Delivery-Id: d1' -H 'Content-Type: application/json' -d '{"order":42}'
+  curl -H "Authorization: Bearer $token" $host/v1/senders/orders/deliveries/d1
 API docs: http://$host/docs
+Stop with Ctrl-C (the database keeps running: make db-stop).
 
 MSG
 
+gw_pid=
+stop() {
+	[[ -n $gw_pid ]] && kill -TERM "$gw_pid" 2>/dev/null || true
+	[[ -n $sink_pid ]] && kill -TERM "$sink_pid" 2>/dev/null || true
+}
+trap stop INT TERM
+trap 'stop; wait' EXIT
+
+if ! busy "${sink_addr##*:}"; then
+	env HOOKGATE_CONFIG=hookgate.yaml .data/hookgate sink --addr "$sink_addr" &
+	sink_pid=$!
+fi
+
 # HOOKGATE_ALLOW_EXAMPLE_SECRETS: hookgate.yaml starts as a copy of the
-# example, whose github secret is public; hookgate refuses it elsewhere.
-exec env HOOKGATE_LOG_FORMAT="${HOOKGATE_LOG_FORMAT:-text}" HOOKGATE_ALLOW_EXAMPLE_SECRETS=1 DATABASE_URL="$url" HOOKGATE_ADMIN_TOKEN="$token" HOOKGATE_CONFIG=hookgate.yaml HOOKGATE_ADDR="$addr" .data/hookgate
+# example, whose secrets are public; hookgate refuses them elsewhere.
+env HOOKGATE_LOG_FORMAT="${HOOKGATE_LOG_FORMAT:-text}" HOOKGATE_ALLOW_EXAMPLE_SECRETS=1 DATABASE_URL="$url" HOOKGATE_ADMIN_TOKEN="$token" HOOKGATE_CONFIG=hookgate.yaml HOOKGATE_ADDR="$addr" .data/hookgate &
+gw_pid=$!
+status=0
+while kill -0 "$gw_pid" 2>/dev/null; do
+	wait "$gw_pid" || status=$?
+done
+exit "$status"

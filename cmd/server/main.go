@@ -4,11 +4,14 @@
 //	hookgate [serve]   apply pending migrations, then serve
 //	hookgate migrate   apply pending migrations and exit
 //	hookgate version   print the version
+//	hookgate sink      a forward target for trying hookgate out: prints each
+//	                   forward and checks its signature (make run starts it)
 //
 // Settings come from flags or the environment: DATABASE_URL, HOOKGATE_ADDR,
 // HOOKGATE_CONFIG, HOOKGATE_ADMIN_TOKEN, HOOKGATE_IN_FLIGHT_WAIT,
 // HOOKGATE_LOG_FORMAT, HOOKGATE_MAX_HEADER_BYTES, HOOKGATE_INGEST_MAX_WAITING,
-// HOOKGATE_ALLOW_EXAMPLE_SECRETS.
+// HOOKGATE_ALLOW_EXAMPLE_SECRETS, HOOKGATE_TRUSTED_PROXIES,
+// HOOKGATE_CONSOLE_SESSION_TTL.
 package main
 
 import (
@@ -21,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -37,7 +41,9 @@ import (
 	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
@@ -98,6 +104,9 @@ type settings struct {
 	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
 
 	allowExampleSecrets bool // HOOKGATE_ALLOW_EXAMPLE_SECRETS=1
+
+	trustedProxies []netip.Prefix // whose X-Forwarded-Proto the console believes
+	sessionTTL     time.Duration  // of a console sign-in
 }
 
 // defaultMaxHeaderBytes bounds a request's header section (net/http's own
@@ -155,8 +164,22 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 		maxHeader = v
 		return nil
 	})
+	proxies := getenv("HOOKGATE_TRUSTED_PROXIES")
+	fs.StringVar(&proxies, "trusted-proxies", proxies, "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure (env HOOKGATE_TRUSTED_PROXIES)")
+	ttl := def("HOOKGATE_CONSOLE_SESSION_TTL", console.DefaultSessionTTL.String())
+	fs.Func("console-session-ttl", "how long a console sign-in lasts (env HOOKGATE_CONSOLE_SESSION_TTL, default 12h)", func(v string) error {
+		ttl = v
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	var err error
+	if s.trustedProxies, err = console.ParseTrustedProxies(proxies); err != nil {
+		return nil, fmt.Errorf("trusted proxies %q: %w; give addresses or CIDR prefixes separated by commas, such as 10.0.0.0/8,127.0.0.1", proxies, err)
+	}
+	if s.sessionTTL, err = time.ParseDuration(ttl); err != nil || s.sessionTTL < time.Minute {
+		return nil, fmt.Errorf("console session TTL %q: must be a duration of at least 1m, such as 12h", ttl)
 	}
 	n, err := strconv.Atoi(maxHeader)
 	if err != nil || n < 4096 || n > 1<<20 {
@@ -210,9 +233,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "version":
 		fmt.Fprintln(stdout, "hookgate", buildVersion())
 		return nil
+	case "sink":
+		return runSink(ctx, args, getenv, stdout, stderr)
 	case "serve", "migrate":
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate or version", cmd)
+		return fmt.Errorf("unknown command %q: use serve, migrate, sink or version", cmd)
 	}
 	s, err := parseSettings(cmd, args, getenv, stderr)
 	if err != nil {
@@ -309,7 +334,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		maxWaiting = handler.DefaultShedFactor * poolSize
 	}
 	shed := handler.WithShedding(poolSize, maxWaiting)
-	srv := handler.New(cfg, store, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient))
+	// The console shares the operator API's limit on wrong tokens.
+	limiter := authlimit.New()
+	cons := console.New(cfg, store, pool, log, console.Options{
+		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
+		Limiter: limiter, River: riverClient,
+	})
+	srv := handler.New(cfg, store, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+		handler.WithAuthLimiter(limiter), handler.WithConsole(cons))
 	router := srv.Router()
 	if s.role == roleWorker {
 		router = srv.ServiceRouter()

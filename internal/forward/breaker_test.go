@@ -37,7 +37,7 @@ func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 		func() string { return fmt.Sprint(tg.requests()) })
 	// Stay down through several failed probes: far longer than the
 	// forwards' 4 attempts with a 10-100ms backoff would last.
-	e.poll("probes to fail for longer than the attempts last", func() bool { return len(tg.requests()) > 2*n },
+	e.poll("probes to fail for longer than the attempts last", func() bool { return len(tg.requests()) > n },
 		func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
 	if g := e.gauge("hookgate_forward_breaker_open", map[string]string{"target": "flaky"}); g != 1 {
 		t.Errorf("breaker gauge while open = %v, want 1", g)

@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
@@ -50,6 +51,16 @@ func WithAdminToken(token string) Option {
 	}
 }
 
+// WithAuthLimiter makes the operator API count wrong tokens in l, shared
+// with the console so that both count against one limit per client. By
+// default the Server has a Limiter of its own.
+func WithAuthLimiter(l *authlimit.Limiter) Option { return func(s *Server) { s.authLimit = l } }
+
+// WithConsole serves h (the browser console, package console) under
+// /console. It has its own sign-in; the operator API's bearer token is not
+// asked for there.
+func WithConsole(h http.Handler) Option { return func(s *Server) { s.console = h } }
+
 // WithDB gives the operator API the database it reads events and forward
 // jobs from. Without it, the operator endpoints that need them answer 503.
 func WithDB(db DB) Option { return func(s *Server) { s.db = db } }
@@ -57,6 +68,9 @@ func WithDB(db DB) Option { return func(s *Server) { s.db = db } }
 // WithRiver gives the operator API the River client that redeliveries are
 // inserted with (it need not work jobs). Without it, redeliver answers 503.
 func WithRiver(client *river.Client[pgx.Tx]) Option { return func(s *Server) { s.river = client } }
+
+// MinAdminTokenLen is the shortest admin token hookgate starts with.
+const MinAdminTokenLen = 32
 
 // Parameters of GET /v1/senders/{sender}/deliveries.
 const (
@@ -78,7 +92,7 @@ func isOperatorPath(path string) bool {
 // requireAdmin guards every request under /v1, whether or not a route
 // matches it, before anything else looks at it: 403 when no admin token is
 // configured, 429 with Retry-After when the client has sent too many missing
-// or wrong tokens lately (authLimiter), 401 with WWW-Authenticate when the
+// or wrong tokens lately (authlimit.Limiter), 401 with WWW-Authenticate when the
 // bearer token is missing or wrong, 400 when the path has a control
 // character or invalid UTF-8. Tokens are compared as SHA-256 digests in constant time, so neither
 // the content nor the length of the configured token leaks through timing.
@@ -93,14 +107,14 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 				"The operator API is disabled because no admin token is configured. Set HOOKGATE_ADMIN_TOKEN (or --admin-token) to a long random secret and restart hookgate to enable it."))
 			return
 		}
-		if d := s.authLimit.blocked(r); d > 0 {
+		if d := s.authLimit.Blocked(r); d > 0 {
 			s.fail(w, r, newProblem(probTooManyAttempts, fmt.Sprintf(
 				"Too many requests with a missing or wrong bearer token came from this address. Retry after the time in Retry-After (about %.1fs).", d.Seconds())))
 			return
 		}
 		token, ok := bearerToken(r.Header)
 		if !ok {
-			s.authLimit.failed(r)
+			s.authLimit.Failed(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
 			s.fail(w, r, newProblem(probUnauthorized,
 				"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
@@ -108,7 +122,7 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 		}
 		d := sha256.Sum256([]byte(token))
 		if subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
-			s.authLimit.failed(r)
+			s.authLimit.Failed(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate", error="invalid_token"`)
 			s.fail(w, r, newProblem(probUnauthorized,
 				"The bearer token is wrong. Send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))

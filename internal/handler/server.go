@@ -20,6 +20,7 @@ import (
 	"github.com/swaggest/swgui/v5emb"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 )
@@ -47,9 +48,12 @@ type Server struct {
 	// none is configured (the operator API is disabled); db and river read
 	// and redeliver (nil without WithDB and WithRiver).
 	adminDigest *[32]byte
-	authLimit   *authLimiter
+	authLimit   *authlimit.Limiter
 	db          DB
 	river       *river.Client[pgx.Tx]
+
+	// console is the browser console served under /console; nil for none.
+	console http.Handler
 
 	// gate sheds ingest requests past a bound (WithShedding); nil for none.
 	gate *storeGate
@@ -69,7 +73,7 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 		metrics:   newMetrics(reg),
 		gather:    reg,
 		docs:      v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
-		authLimit: newAuthLimiter(),
+		authLimit: authlimit.New(),
 		now:       time.Now,
 	}
 	s.docsCSP = docsPolicy(s.docs)
@@ -81,9 +85,10 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 }
 
 // Router returns the HTTP handler serving every route of openapi.yaml, plus
-// the API explorer's static assets under /docs/. Every request under /v1
-// (the operator API) must carry the admin token, whether or not a route
-// matches it.
+// the API explorer's static assets under /docs/, and the console under
+// /console when WithConsole gave one (it signs in with the admin token
+// itself). Every request under /v1 (the operator API) must carry the admin
+// token, whether or not a route matches it.
 func (s *Server) Router() http.Handler {
 	r := chi.NewRouter()
 	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics, s.requireAdmin)
@@ -97,6 +102,9 @@ func (s *Server) Router() http.Handler {
 		writeProblem(w, newProblem(probMethodNotAllowed, req.Method+" is not allowed on "+req.URL.Path+". See /docs for the API."))
 	})
 	r.Method(http.MethodGet, "/docs/*", problemOn404(s.docs))
+	if s.console != nil {
+		r.Mount("/console", s.console)
+	}
 	return api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {

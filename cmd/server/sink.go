@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/signature"
+)
+
+// defaultSinkAddr is where `hookgate sink` listens unless told otherwise;
+// hookgate.example.yaml's sink target points at it.
+const defaultSinkAddr = "127.0.0.1:9099"
+
+// sinkBodyShown is how much of a forward's body the sink prints.
+const sinkBodyShown = 2048
+
+// runSink is `hookgate sink`: a forward target for trying hookgate out. It
+// prints each request it receives and checks its Standard Webhooks
+// signature with the signing secret given (--secret, HOOKGATE_SINK_SECRET)
+// or, without one, with every signing_secret of the targets in the
+// configuration file. It answers 204 to a request whose signature is valid
+// (or to any request when it has no secret), 401 otherwise, until ctx is
+// cancelled.
+func runSink(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hookgate sink", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := func(key, fallback string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return fallback
+	}
+	addr := fs.String("addr", def("HOOKGATE_SINK_ADDR", defaultSinkAddr), "listen address (env HOOKGATE_SINK_ADDR)")
+	secret := fs.String("secret", getenv("HOOKGATE_SINK_SECRET"), "Standard Webhooks secret (whsec_…) forwards must be signed with (env HOOKGATE_SINK_SECRET); default: the signing secrets of the targets in --config")
+	cfgPath := fs.String("config", def("HOOKGATE_CONFIG", "hookgate.yaml"), "configuration whose targets' signing secrets are checked when --secret is not given (env HOOKGATE_CONFIG)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var keys [][]byte
+	from := ""
+	if *secret != "" {
+		k, err := signature.DecodeStandardSecret(*secret)
+		if err != nil {
+			return fmt.Errorf("sink secret: %w (want whsec_ followed by base64)", err)
+		}
+		keys, from = append(keys, k), "--secret"
+	} else if cfg, err := config.Load(*cfgPath); err == nil {
+		for _, sd := range cfg.Senders {
+			for _, t := range sd.Forward {
+				if t.SigningKey != nil {
+					keys = append(keys, t.SigningKey)
+				}
+			}
+		}
+		from = "the signing secrets of " + *cfgPath
+	}
+	var verify signature.Verifier
+	if len(keys) > 0 {
+		verify = signature.StandardWebhooks(keys, 0)
+	}
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("sink: listen: %w", err)
+	}
+	var mu sync.Mutex // one request printed at a time
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 32<<20))
+		if err != nil {
+			http.Error(w, "cannot read body", http.StatusBadRequest)
+			return
+		}
+		status, check := http.StatusNoContent, "not checked (no secret)"
+		if verify != nil {
+			if err := verify.Verify(r.Header, body, time.Now()); err != nil {
+				status, check = http.StatusUnauthorized, "INVALID: "+err.Error()
+			} else {
+				check = "valid"
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stdout, "sink: %s %s %s\n", time.Now().UTC().Format(time.RFC3339), r.Method, r.URL.RequestURI())
+		for _, k := range []string{"X-Hookgate-Sender", "X-Hookgate-Delivery-Id", "Webhook-Id", "Idempotency-Key", "Content-Type"} {
+			if v := r.Header.Get(k); v != "" {
+				fmt.Fprintf(stdout, "  %s: %s\n", k, printable(v))
+			}
+		}
+		fmt.Fprintf(stdout, "  signature: %s\n  body (%d bytes): %s\n  answered %d\n", check, len(body), shownBody(body), status)
+		w.WriteHeader(status)
+	})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "sink: listening on http://%s, verifying signatures with %s\n", ln.Addr(), orNone(from, len(keys)))
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		err := srv.Shutdown(sctx)
+		<-done
+		return err
+	case err := <-done:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("sink: %w", err)
+	}
+}
+
+func orNone(from string, n int) string {
+	if n == 0 {
+		return "nothing (no secret given and none in the configuration): every request is accepted"
+	}
+	return fmt.Sprintf("%s (%d)", from, n)
+}
+
+// shownBody returns up to sinkBodyShown bytes of b, as text when it is
+// UTF-8, quoted otherwise.
+func shownBody(b []byte) string {
+	cut := ""
+	if len(b) > sinkBodyShown {
+		b, cut = b[:sinkBodyShown], " …"
+	}
+	if utf8.Valid(b) {
+		return printable(string(b)) + cut
+	}
+	return fmt.Sprintf("%q", b) + cut
+}
+
+// printable replaces control characters (terminal escapes) in s.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
+			return '.'
+		}
+		return r
+	}, s)
+}

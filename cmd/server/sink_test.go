@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/signature"
+)
+
+// hookgate sink answers 204 to a forward signed with its secret and prints
+// it; a forward signed with another secret, or unsigned, is 401.
+func TestSinkVerifiesSignatures(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_aG9va2dhdGUgZXhhbXBsZSBzaW5rIGtleSwgcHVibGljIQ=="
+	addr := freeAddr(t)
+	out := newLogSink()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"sink", "--addr", addr, "--secret", secret}, envOf(), out, out) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sink: %v", err)
+		}
+	})
+	key, err := signature.DecodeStandardSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := signature.DecodeStandardSecret("whsec_b3RoZXIgc2VjcmV0IG9mIDI0IGJ5dGVzLi4u")
+	send := func(key []byte) int {
+		body := []byte(`{"order":42}`)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks/orders", bytes.NewReader(body))
+		now := time.Now()
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("webhook-id", "evt_1")
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+		req.Header.Set("X-Hookgate-Delivery-Id", "d1")
+		if key != nil {
+			req.Header.Set("webhook-signature", signature.SignStandard(key, "evt_1", now, body))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var status int
+	waitUntil(t, 10*time.Second, "the sink to answer", func() bool { status = send(key); return status != 0 })
+	if status != http.StatusNoContent {
+		t.Errorf("signed with the secret: %d, want 204", status)
+	}
+	for name, k := range map[string][]byte{"another secret": other, "unsigned": nil} {
+		if s := send(k); s != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", name, s)
+		}
+	}
+	waitUntil(t, 5*time.Second, "the sink's output", func() bool { return strings.Contains(out.tail(100), "signature: valid") })
+	if got := out.tail(100); !strings.Contains(got, "X-Hookgate-Delivery-Id: d1") || !strings.Contains(got, `body (12 bytes): {"order":42}`) || !strings.Contains(got, "signature: INVALID") {
+		t.Errorf("sink output:\n%s", got)
+	}
+}

@@ -1,0 +1,125 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/dedup"
+)
+
+// benchDeliveries is how many deliveries of one sender BenchmarkConsoleList
+// seeds.
+const benchDeliveries = 1_000_000
+
+// BenchmarkConsoleList times the console's delivery list, as a signed-in
+// browser gets it over HTTP (query, rendering, transfer), on 1,000,000
+// deliveries of one sender received over the last 7 days: the first page,
+// a page deep in the history (by cursor), an exact delivery ID, and time
+// ranges; and the overview, which counts the last day's deliveries. Run it with make bench-console; it seeds the rows with one
+// INSERT … SELECT generate_series (about a minute on 2 cores).
+func BenchmarkConsoleList(b *testing.B) {
+	e := newEnv(b, console.Options{AdminToken: token})
+	ctx := b.Context()
+	start := time.Now()
+	_, err := e.pool.Exec(ctx, `INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+SELECT 'orders', 'dlv_' || i, sha256(int8send(i)), gen_random_uuid(), 202, 'application/json', '{}',
+       now() - (i * interval '604800 milliseconds' / 1000), now() + interval '1 day'
+FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `ANALYZE processed_messages`); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("seeded %d deliveries in %s", benchDeliveries, time.Since(start).Round(time.Second))
+	c := e.client()
+	e.signIn(c)
+	// A cursor in the middle of the history: the position of dlv_500000.
+	var mid time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT created_at FROM processed_messages WHERE sender = 'orders' AND delivery_id = 'dlv_500000'`).Scan(&mid); err != nil {
+		b.Fatal(err)
+	}
+	day := func(d int) string { return time.Now().UTC().AddDate(0, 0, -d).Format("2006-01-02T15:04") }
+	// The queries alone, as the list pages run them.
+	parse := func(s string) time.Time { t, _ := time.Parse("2006-01-02T15:04", s); return t }
+	queries := []struct {
+		name         string
+		after        *dedup.Cursor
+		since, until string
+	}{
+		{name: "first-page"},
+		{name: "since-1-day", since: day(1)},
+		{name: "until-3-days-ago", until: day(3)},
+		{name: "between-5-and-4-days-ago", since: day(5), until: day(4)},
+		{name: "page-at-half-way", after: &dedup.Cursor{ReceivedAt: mid, DeliveryID: "dlv_500000"}},
+	}
+	for _, q := range queries {
+		b.Run("query/"+q.name, func(b *testing.B) {
+			after := q.after
+			if q.until != "" {
+				after = &dedup.Cursor{ReceivedAt: parse(q.until)}
+			}
+			var since time.Time
+			if q.since != "" {
+				since = parse(q.since)
+			}
+			for b.Loop() {
+				pg, err := e.store.ListRange(ctx, "orders", 50, after, since)
+				if err != nil || len(pg.Records) != 50 {
+					b.Fatalf("%d records, %v", len(pg.Records), err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/query")
+		})
+	}
+	b.Run("query/delivery-id", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := e.store.Get(ctx, dedup.Key{Sender: "orders", DeliveryID: "dlv_777777"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/query")
+	})
+	b.Run("query/overview-counts", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := e.store.Counts(ctx, "orders", time.Now()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/query")
+	})
+	cases := []struct{ name, query string }{
+		{"first-page", ""},
+		{"delivery-id", "delivery_id=dlv_777777"},
+		{"delivery-id-absent", "delivery_id=nope"},
+		{"since-1-day", "since=" + day(1)},
+		{"until-3-days-ago", "until=" + day(3)},
+		{"between-5-and-4-days-ago", "since=" + day(5) + "&until=" + day(4)},
+		{"range-with-no-deliveries", "since=" + day(30) + "&until=" + day(20)},
+		{"page-at-half-way", "cursor=" + cursorAt(mid, "dlv_500000")},
+		{"overview", ""}, // the overview page, not the list: counts of the last day
+	}
+	for _, tc := range cases {
+		b.Run("page/"+tc.name, func(b *testing.B) {
+			path := "/console/senders/orders/deliveries?" + tc.query
+			if tc.name == "overview" {
+				path = "/console/"
+			}
+			for b.Loop() {
+				if p := e.do(c, http.MethodGet, path, nil, nil); p.status != http.StatusOK {
+					b.Fatalf("%s: %d", path, p.status)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/page")
+		})
+	}
+}
+
+// cursorAt returns the list cursor of the delivery id received at t, as
+// the console's "Older deliveries" link carries it.
+func cursorAt(t time.Time, id string) string {
+	return url.QueryEscape(dedup.Cursor{ReceivedAt: t, DeliveryID: id}.String())
+}

@@ -1,0 +1,170 @@
+package console_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/hookgate/hookgate/internal/forward"
+)
+
+// screenshotsEnv names the directory the browser test writes its
+// screenshots to (make screenshots sets it to docs/); none when unset.
+const screenshotsEnv = "HOOKGATE_SCREENSHOTS_DIR"
+
+// browser starts Debian's headless chromium with a fresh profile and
+// returns a chromedp context on it, closed when the test ends. It skips
+// the test, saying so, when chromium is not installed.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("SKIPPED: Debian's chromium is not installed, so the console is not tested in a browser; install it with apt-get install chromium (.ci/run does, as root)")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.WithoutCancel(t.Context()), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc()
+	})
+	if err := chromedp.Do(ctx); err != nil { // starts the browser, without a timeout (chromedp.Run)
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// The console in a real browser: sign in, find a delivery by its ID, open
+// it, see its failed forward, click Redeliver and see a forward pending
+// again; a body with a script shows as text and runs nothing; a POST
+// without the CSRF token is refused. With HOOKGATE_SCREENSHOTS_DIR set it
+// writes console-overview.png and console-delivery.png there.
+func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	e := newEnv(t, newOptions())
+	e.ingest("ord_1001", "application/json", `{"order":1001,"customer":"ada@example.com","items":[{"sku":"BK-42","qty":2}],"total":"31.90"}`)
+	e.ingest("ord_1002", "application/json", `{"order":1002,"total":"12.00"}`)
+	e.ingest("xss-1", "text/html", `<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">`)
+	e.failForwards("ord_1001", "target answered 503 Service Unavailable")
+
+	shots := os.Getenv(screenshotsEnv)
+	shoot := func(name string) chromedp.Action[chromedp.Void] {
+		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			if shots == "" {
+				return chromedp.Void{}, nil
+			}
+			png, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return chromedp.Void{}, err
+			}
+			return chromedp.Void{}, os.WriteFile(filepath.Join(shots, name), png, 0o644)
+		}
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("html")))
+			t.Fatalf("%s: %v; page: %.2000s", what, err, html)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return v
+	}
+	title := func() string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Title())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	do("sign in",
+		chromedp.Navigate(e.url+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), token),
+		chromedp.Submit(chromedp.CSS(`#token`)),
+		chromedp.WaitVisible(chromedp.CSS(`section.sender`)),
+		shoot("console-overview.png"),
+	)
+	do("find by ID",
+		chromedp.Navigate(e.url+"/console/senders/orders/deliveries"),
+		chromedp.WaitVisible(chromedp.CSS(`input[name=delivery_id]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=delivery_id]`), "ord_1001"),
+		chromedp.Submit(chromedp.CSS(`input[name=delivery_id]`)),
+		chromedp.WaitVisible(chromedp.CSS(`a.id[href$="/deliveries/ord_1001"]`)),
+		chromedp.Click(chromedp.CSS(`a.id[href$="/deliveries/ord_1001"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#delivery-id`)),
+		shoot("console-delivery.png"),
+	)
+	if id := text(`#delivery-id`); id != "ord_1001" {
+		t.Fatalf("the delivery page shows delivery %q", id)
+	}
+	if fw := text(`table.forwards tbody`); !strings.Contains(fw, "failed") || strings.Contains(fw, "pending") {
+		t.Fatalf("before Redeliver the forwards are %q, want one failed", fw)
+	}
+	do("redeliver",
+		chromedp.Click(chromedp.CSS(`#redeliver`)),
+		chromedp.WaitVisible(chromedp.CSS(`p.notice`)),
+	)
+	if msg, fw := text(`p.notice`), text(`table.forwards tbody`); !strings.Contains(msg, "1 new forward") || !strings.Contains(fw, "pending") || !strings.Contains(fw, "failed") {
+		t.Errorf("after Redeliver: notice %q, forwards %q; want the failed one and a pending one", msg, fw)
+	}
+
+	do("script as text",
+		chromedp.Navigate(e.url+"/console/senders/orders/deliveries/xss-1"),
+		chromedp.WaitVisible(chromedp.CSS(`pre.body-text`)),
+	)
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('main script, main img').length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, tt := text(`pre.body-text`), title(); !strings.Contains(body, "<script>document.title='pwned'</script>") || tt == "pwned" || n != 0 {
+		t.Errorf("a body with a script: shown %q, title %q, %d script/img elements in the page", body, tt, n)
+	}
+
+	do("POST without the CSRF token",
+		chromedp.Navigate(e.url+"/console/senders/orders/deliveries/ord_1002"),
+		chromedp.WaitVisible(chromedp.CSS(`#redeliver`)),
+	)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(document.querySelector('form[action$="/redeliver"] input[name=csrf_token]').remove(), true)`)); err != nil {
+		t.Fatal(err)
+	}
+	do("POST without the CSRF token: submit",
+		chromedp.Click(chromedp.CSS(`#redeliver`)),
+		chromedp.WaitVisible(chromedp.CSS(`p.message`)),
+	)
+	if msg, tt := text(`p.message`), title(); !strings.Contains(msg, "CSRF token is missing or wrong") || !strings.HasPrefix(tt, "Forbidden") {
+		t.Errorf("a POST without the CSRF token: title %q, message %q", tt, msg)
+	}
+	jobs, err := forward.List(t.Context(), e.pool, "orders", e.eventOf("ord_1002"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].JobID != 0 {
+		t.Errorf("the refused POST redelivered: forwards %+v", jobs)
+	}
+}

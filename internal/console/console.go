@@ -1,0 +1,166 @@
+// Package console is hookgate's operator console: server-rendered HTML
+// pages (html/template, our own small stylesheet, no script) under
+// /console, for finding deliveries, seeing why their forwards failed,
+// sending them again, and seeing which target is sick. It is a second view
+// of the queries the JSON API uses (dedup, events, forward): it has no SQL
+// of its own.
+//
+// Sign-in is with the admin token; the session is a signed cookie (see
+// session.go). Every state-changing request is a POST carrying a CSRF
+// token, refused when it comes from another site.
+package console
+
+import (
+	"context"
+	"embed"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/authlimit"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+)
+
+// DefaultSessionTTL is how long a sign-in lasts unless Options say
+// otherwise.
+const DefaultSessionTTL = 12 * time.Hour
+
+// DB is what the console reads events and forwards with: a *pgxpool.Pool.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Options configure a Console. Zero values take the defaults.
+type Options struct {
+	// AdminToken signs operators in; empty disables the console (its pages
+	// say how to enable it).
+	AdminToken string
+	// TrustedProxies are the addresses whose X-Forwarded-Proto is believed:
+	// a request from one of them with X-Forwarded-Proto: https gets a
+	// Secure session cookie, as does a request over TLS.
+	TrustedProxies []netip.Prefix
+	// SessionTTL is how long a sign-in lasts (DefaultSessionTTL).
+	SessionTTL time.Duration
+	// Limiter counts wrong tokens per client; share the operator API's.
+	// A new one when nil.
+	Limiter *authlimit.Limiter
+	// River inserts redeliveries; without it Redeliver answers 503.
+	River *river.Client[pgx.Tx]
+	// Now is the clock (time.Now).
+	Now func() time.Time
+}
+
+// Console serves the console's pages. Mount it at /console.
+type Console struct {
+	cfg     *config.Config
+	store   *dedup.Store
+	db      DB
+	log     *slog.Logger
+	opts    Options
+	key     []byte // session signing key, nil without an admin token
+	digest  [32]byte
+	pages   map[string]*template.Template
+	handler http.Handler
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// New returns the console of the senders in cfg, reading deliveries from
+// store and events and forwards from db.
+func New(cfg *config.Config, store *dedup.Store, db DB, log *slog.Logger, opts Options) *Console {
+	if opts.SessionTTL <= 0 {
+		opts.SessionTTL = DefaultSessionTTL
+	}
+	if opts.Limiter == nil {
+		opts.Limiter = authlimit.New()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	c := &Console{cfg: cfg, store: store, db: db, log: log, opts: opts, pages: parsePages()}
+	if opts.AdminToken != "" {
+		c.key, c.digest = sessionKey(opts.AdminToken)
+	}
+	c.handler = c.routes()
+	return c
+}
+
+// ServeHTTP serves the console. Mount it at Prefix on a chi router
+// (handler.WithConsole does): its routes are relative to the mount point,
+// its links absolute, under Prefix.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
+
+// Prefix is the path the console is served under.
+const Prefix = "/console"
+
+func (c *Console) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(pageHeaders)
+	static, _ := fs.Sub(staticFS, "static")
+	r.Handle("/static/*", http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)))
+	r.Get("/login", c.loginPage)
+	r.Post("/login", c.login)
+	r.Group(func(r chi.Router) {
+		r.Use(c.requireSession)
+		r.Get("/", c.overview)
+		r.Post("/logout", c.logout)
+		r.Get("/senders/{sender}/deliveries", c.deliveries)
+		r.Get("/senders/{sender}/deliveries/{delivery_id}", c.delivery)
+		r.Get("/senders/{sender}/deliveries/{delivery_id}/body", c.rawBody)
+		r.Post("/senders/{sender}/deliveries/{delivery_id}/redeliver", c.redeliver)
+		r.Get("/senders/{sender}/targets/{target}/failed", c.failed)
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		c.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Message: "There is no console page at this address."})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		c.render(w, r, http.StatusMethodNotAllowed, "error", page{Title: "Method not allowed", Message: r.Method + " is not allowed here."})
+	})
+	return r
+}
+
+// CSP is the console's Content-Security-Policy: no script at all, styles
+// and images from this origin only, forms posting to this origin only, no
+// framing.
+const CSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// pageHeaders sets the console's security headers, replacing the API's.
+func pageHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", CSP)
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// param returns the path parameter name, decoded: chi routes on the raw
+// path when the request has one (an ID with an escaped '/' or '%'), and its
+// parameters are then still escaped.
+func param(r *http.Request, name string) string {
+	v := chi.URLParam(r, name)
+	if r.URL.RawPath == "" {
+		return v
+	}
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
+}

@@ -1,0 +1,206 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"go.uber.org/goleak"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// token is the admin token of the test servers.
+const token = "console-test-token-0123456789abcdef"
+
+// sendersYAML: orders has one forward target that nothing serves (its
+// forwards are never worked: the test servers do not run workers).
+const sendersYAML = `
+senders:
+  - name: orders
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: orders-svc
+        url: http://127.0.0.1:9/hooks/orders
+        max_attempts: 3
+  - name: billing
+    preset: generic
+    delivery_id: { json_pointer: /id }
+`
+
+// env is a hookgate API server with the console mounted, on a fresh
+// database.
+type env struct {
+	t    testing.TB
+	url  string
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+	opts console.Options
+	cfg  *config.Config
+	rc   *river.Client[pgx.Tx]
+	// store is the console's store of deliveries.
+	store *dedup.Store
+}
+
+func newEnv(t testing.TB, opts console.Options) *env {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
+	cfg, err := config.Parse([]byte(sendersYAML), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rc, err := forward.NewClient(pool, cfg, forward.Options{}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := dedup.New(pool, 5*time.Second)
+	if opts.River == nil {
+		opts.River = rc
+	}
+	cons := console.New(cfg, store, pool, log, opts)
+	h := handler.New(cfg, store, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons))
+	srv := httptest.NewServer(h.Router())
+	t.Cleanup(srv.Close)
+	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, store: store}
+}
+
+// client returns a client with its own cookie jar that does not follow
+// redirects.
+func (e *env) client() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// ingest posts a delivery of orders and fails the test unless it is 202.
+func (e *env) ingest(id, contentType, body string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/webhooks/orders", strings.NewReader(body))
+	req.Header.Set("X-Delivery-Id", id)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		e.t.Fatalf("ingest %s: %d", id, resp.StatusCode)
+	}
+}
+
+// page is a response read in full.
+type page struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (e *env) do(c *http.Client, method, path string, form url.Values, hdr map[string]string) page {
+	e.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, e.url+path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return page{resp.StatusCode, resp.Header, string(b)}
+}
+
+// signIn signs c in and returns the CSRF token of its session.
+func (e *env) signIn(c *http.Client) string {
+	e.t.Helper()
+	p := e.do(c, http.MethodPost, "/console/login", url.Values{"token": {token}}, nil)
+	if p.status != http.StatusSeeOther {
+		e.t.Fatalf("sign-in: %d %s", p.status, p.body)
+	}
+	return csrfOf(e.t, e.do(c, http.MethodGet, "/console/", nil, nil))
+}
+
+var csrfField = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`)
+
+func csrfOf(t testing.TB, p page) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("no csrf_token in the page (%d): %.500s", p.status, p.body)
+	}
+	return m[1]
+}
+
+func newOptions() console.Options { return console.Options{AdminToken: token} }
+
+// eventOf returns the event ID of the orders delivery id.
+func (e *env) eventOf(id string) uuid.UUID {
+	e.t.Helper()
+	var ev uuid.UUID
+	if err := e.pool.QueryRow(e.t.Context(), `SELECT event_id FROM processed_messages WHERE sender = 'orders' AND delivery_id = $1`, id).Scan(&ev); err != nil {
+		e.t.Fatal(err)
+	}
+	return ev
+}
+
+// failForwards makes the forwards of the orders delivery id failed, as if
+// its target had refused every attempt with errText: its outbox rows
+// become River jobs, discarded.
+func (e *env) failForwards(id, errText string) {
+	e.t.Helper()
+	ctx := e.t.Context()
+	ev := e.eventOf(id)
+	if _, err := e.pool.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = 'orders' AND event_id = $1`, ev); err != nil {
+		e.t.Fatal(err)
+	}
+	sd, _ := e.cfg.Sender("orders")
+	jobs, err := forward.Redeliver(ctx, e.rc, sd, ev, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, j := range jobs {
+		_, err := e.pool.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now(), attempted_at = now(), attempt = max_attempts,
+  errors = ARRAY[jsonb_build_object('at', now(), 'attempt', max_attempts, 'error', $2::text, 'trace', '')]
+WHERE id = $1`, j.JobID, errText)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,626 @@
+package console
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/redact"
+)
+
+// page is what every template gets: the layout's fields and the page's
+// own data.
+type page struct {
+	Title    string
+	SignedIn bool
+	CSRF     string
+	Message  string // an error or notice shown at the top
+	Data     any
+}
+
+var funcs = template.FuncMap{
+	"time": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
+	},
+	"path": url.PathEscape,
+}
+
+// parsePages parses each page template with the layout.
+func parsePages() map[string]*template.Template {
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		panic(err)
+	}
+	out := map[string]*template.Template{}
+	for _, n := range names {
+		name := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if name == "layout" {
+			continue
+		}
+		out[name] = template.Must(template.Must(layout.Clone()).ParseFS(templateFS, n))
+	}
+	return out
+}
+
+// render writes the page name with status.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	if s, ok := c.session(r); ok {
+		p.SignedIn, p.CSRF = true, c.csrf(s)
+	}
+	var buf bytes.Buffer
+	if err := c.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		c.log.Error("console: render", "page", name, "err", err)
+		http.Error(w, "The page could not be rendered.", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail shows a failed database read or write as a 503 page, logging why.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	c.log.Error("console: database", "path", r.URL.Path, "err", err)
+	c.render(w, r, http.StatusServiceUnavailable, "error", page{Title: "Database unavailable", Message: "The database could not be read or written. Retry in a moment."})
+}
+
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request, msg string) {
+	c.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Message: msg})
+}
+
+// disabled is the page of every console address when no admin token is
+// configured.
+func (c *Console) disabled(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, http.StatusForbidden, "disabled", page{Title: "Console disabled"})
+}
+
+// requireSession lets signed-in requests through; it sends others to the
+// sign-in page (a GET) or refuses them 403 (a POST). A POST must also come
+// from this console (crossSite) and carry the session's CSRF token in the
+// form field csrf_token.
+func (c *Console) requireSession(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.key == nil {
+			c.disabled(w, r)
+			return
+		}
+		s, ok := c.session(r)
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if !ok {
+				http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		if why := crossSite(r); why != "" {
+			c.forbidden(w, r, "This request was refused because "+why+".")
+			return
+		}
+		if !ok {
+			c.forbidden(w, r, "You are not signed in (or your session expired). Sign in and try again.")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		got := r.PostFormValue("csrf_token")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(c.csrf(s))) != 1 {
+			c.forbidden(w, r, "This request was refused: its CSRF token is missing or wrong. Go back, reload the page and try again.")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (c *Console) forbidden(w http.ResponseWriter, r *http.Request, msg string) {
+	c.render(w, r, http.StatusForbidden, "error", page{Title: "Forbidden", Message: msg})
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	if c.key == nil {
+		c.disabled(w, r)
+		return
+	}
+	if _, ok := c.session(r); ok {
+		http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, http.StatusOK, "login", page{Title: "Sign in"})
+}
+
+// login signs in with the admin token in the form field token. Wrong
+// tokens count against the client's address in the shared limiter; past
+// its burst the form answers 429 without looking at the token.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	if c.key == nil {
+		c.disabled(w, r)
+		return
+	}
+	if why := crossSite(r); why != "" {
+		c.forbidden(w, r, "This sign-in was refused because "+why+".")
+		return
+	}
+	if d := c.opts.Limiter.Blocked(r); d > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())+1))
+		c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in",
+			Message: fmt.Sprintf("Too many wrong tokens came from your address. Wait %d seconds and try again.", int(d.Seconds())+1)})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	d := sha256.Sum256([]byte(r.PostFormValue("token")))
+	if subtle.ConstantTimeCompare(d[:], c.digest[:]) != 1 {
+		c.opts.Limiter.Failed(r)
+		c.render(w, r, http.StatusUnauthorized, "login", page{Title: "Sign in",
+			Message: "That is not the admin token. Paste the value of HOOKGATE_ADMIN_TOKEN (make run prints it)."})
+		return
+	}
+	http.SetCookie(w, c.newCookie(r))
+	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Prefix, MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r)})
+	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
+}
+
+// The overview.
+
+type senderView struct {
+	Name    string
+	Counts  []dedup.StatusCount
+	Targets []targetView
+}
+
+type targetView struct {
+	Name, URL                          string
+	Breaker                            forward.BreakerState
+	Pending, Running, Retrying, Failed int64
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	now := c.opts.Now()
+	var out []senderView
+	for i := range c.cfg.Senders {
+		sd := &c.cfg.Senders[i]
+		counts, err := c.store.Counts(ctx, sd.Name, now)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		sv := senderView{Name: sd.Name, Counts: counts}
+		if len(sd.Forward) > 0 {
+			breakers, err := forward.Breakers(ctx, c.db, sd.Name)
+			if err != nil {
+				c.fail(w, r, err)
+				return
+			}
+			byState, err := forward.Counts(ctx, c.db, sd.Name)
+			if err != nil {
+				c.fail(w, r, err)
+				return
+			}
+			for _, t := range sd.Forward {
+				b, ok := breakers[t.Name]
+				if !ok {
+					b = forward.BreakerState{State: forward.BreakerClosed}
+				}
+				n := byState[t.Name]
+				sv.Targets = append(sv.Targets, targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
+					Pending: n[forward.StatePending], Running: n[forward.StateRunning], Retrying: n[forward.StateRetrying], Failed: n[forward.StateFailed]})
+			}
+		}
+		out = append(out, sv)
+	}
+	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: out})
+}
+
+// The deliveries of a sender.
+
+// pageSize is how many deliveries a page of the list shows.
+const pageSize = 50
+
+type deliveriesView struct {
+	Sender                string
+	DeliveryID            string
+	Since, Until          string // as typed into the form
+	Records               []dedup.Record
+	Next                  template.URL // the next page, "" on the last
+	Filtered, ExactLookup bool
+}
+
+// timeLayouts are the forms the time range is accepted in: what an HTML
+// datetime-local input sends (taken as UTC), and RFC 3339.
+var timeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano, "2006-01-02"}
+
+func parseTime(s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	for _, l := range timeLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a time such as 2026-11-30T14:05 (UTC) or 2026-11-30T14:05:00Z", s)
+}
+
+func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
+	sender := param(r, "sender")
+	if _, ok := c.cfg.Sender(sender); !ok {
+		c.notFound(w, r, "No sender with this name is configured.")
+		return
+	}
+	q := r.URL.Query()
+	v := deliveriesView{Sender: sender, DeliveryID: strings.TrimSpace(q.Get("delivery_id")), Since: q.Get("since"), Until: q.Get("until")}
+	bad := func(msg string) {
+		c.render(w, r, http.StatusBadRequest, "deliveries", page{Title: "Deliveries of " + sender, Message: msg, Data: v})
+	}
+	if v.DeliveryID != "" {
+		v.Filtered, v.ExactLookup = true, true
+		rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: v.DeliveryID})
+		switch {
+		case errors.Is(err, dedup.ErrNotFound):
+		case err != nil:
+			c.fail(w, r, err)
+			return
+		default:
+			rec.Response.Body = nil
+			v.Records = []dedup.Record{rec}
+		}
+		c.render(w, r, http.StatusOK, "deliveries", page{Title: "Deliveries of " + sender, Data: v})
+		return
+	}
+	since, err := parseTime(v.Since)
+	if err != nil {
+		bad("From: " + err.Error() + ".")
+		return
+	}
+	until, err := parseTime(v.Until)
+	if err != nil {
+		bad("To: " + err.Error() + ".")
+		return
+	}
+	v.Filtered = !since.IsZero() || !until.IsZero()
+	var after *dedup.Cursor
+	if cs := q.Get("cursor"); cs != "" {
+		cur, err := dedup.ParseCursor(cs)
+		if err != nil {
+			bad("This page's position (cursor) is not one the console made; start again from the first page.")
+			return
+		}
+		after = &cur
+	} else if !until.IsZero() {
+		after = &dedup.Cursor{ReceivedAt: until} // received before until
+	}
+	// The event type prefix filter goes here once events have a type
+	// (issue 9): a field of the form, passed down to dedup.ListRange.
+	pg, err := c.store.ListRange(r.Context(), sender, pageSize, after, since)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	v.Records = pg.Records
+	if pg.Next != nil {
+		nq := url.Values{}
+		nq.Set("cursor", pg.Next.String())
+		if v.Since != "" {
+			nq.Set("since", v.Since)
+		}
+		if v.Until != "" {
+			nq.Set("until", v.Until)
+		}
+		v.Next = template.URL(Prefix + "/senders/" + url.PathEscape(sender) + "/deliveries?" + nq.Encode()) // escaped here
+	}
+	c.render(w, r, http.StatusOK, "deliveries", page{Title: "Deliveries of " + sender, Data: v})
+}
+
+// One delivery.
+
+// maxShownBody is the most of a body the delivery page shows; the rest is
+// behind the raw body link.
+const maxShownBody = 64 << 10
+
+type bodyView struct {
+	Kind      string // "json", "text", "hex" or "empty"
+	Text      string
+	Size      int
+	Truncated bool
+}
+
+type headerView struct{ Name, Value string }
+
+type forwardView struct {
+	Target, URL, State, LastError string
+	JobID                         int64
+	Attempts, MaxAttempts         int
+	LastStatus                    int
+	CreatedAt, DeliveredAt        time.Time
+}
+
+type deliveryView struct {
+	Sender     string
+	Rec        dedup.Record
+	SHA256     string
+	Response   bodyView
+	HasEvent   bool
+	Event      events.Event
+	Headers    []headerView
+	Body       bodyView
+	Forwards   []forwardView
+	HasTargets bool
+	// Redelivered is how many forwards the Redeliver that led here
+	// enqueued; -1 when the page was not reached that way.
+	Redelivered int
+}
+
+func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
+	sender, id := param(r, "sender"), param(r, "delivery_id")
+	sd, ok := c.cfg.Sender(sender)
+	if !ok {
+		c.notFound(w, r, "No sender with this name is configured.")
+		return
+	}
+	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
+	if errors.Is(err, dedup.ErrNotFound) {
+		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	v := deliveryView{Sender: sender, Rec: rec, SHA256: hex.EncodeToString(rec.RequestSHA256[:]),
+		Response: showBody(rec.Response.ContentType, rec.Response.Body), HasTargets: len(sd.Forward) > 0,
+		Redelivered: -1}
+	if n, err := strconv.Atoi(r.URL.Query().Get("redelivered")); err == nil && n >= 0 {
+		v.Redelivered = n
+	}
+	e, err := events.Get(r.Context(), c.db, rec.EventID)
+	switch {
+	case errors.Is(err, events.ErrNotFound):
+	case err != nil:
+		c.fail(w, r, err)
+		return
+	default:
+		v.HasEvent, v.Event = true, e
+		for _, name := range slices.Sorted(mapsKeys(e.Headers)) {
+			for _, val := range e.Headers[name] {
+				v.Headers = append(v.Headers, headerView{name, val})
+			}
+		}
+		v.Body = showBody(e.Headers.Get("Content-Type"), e.Body)
+	}
+	fwds, err := forward.List(r.Context(), c.db, sender, rec.EventID)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	for _, f := range fwds {
+		v.Forwards = append(v.Forwards, showForward(sd, f))
+	}
+	c.render(w, r, http.StatusOK, "delivery", page{Title: "Delivery " + id, Data: v})
+}
+
+func mapsKeys(h http.Header) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range h {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// showForward shows f with its target's URL redacted, as the JSON API does.
+func showForward(sd *config.Sender, f forward.Status) forwardView {
+	if f.Target == "" && f.LegacyURL != "" {
+		if t, ok := sd.TargetByURL(f.LegacyURL); ok {
+			f.Target = t.Name
+		}
+	}
+	v := forwardView{Target: f.Target, State: string(f.State), JobID: f.JobID, Attempts: f.Attempts, MaxAttempts: f.MaxAttempts,
+		LastStatus: f.LastStatus, CreatedAt: f.CreatedAt, DeliveredAt: f.DeliveredAt, LastError: f.LastError}
+	t, ok := sd.Target(f.Target)
+	switch {
+	case ok:
+		v.URL = redact.URL(t.URL, t.SecretPath)
+		v.LastError = redact.URLInText(v.LastError, t.URL, t.SecretPath)
+		if f.JobID == 0 {
+			v.MaxAttempts = t.MaxAttempts
+		}
+	case f.LegacyURL != "":
+		v.URL = redact.URL(f.LegacyURL, false)
+	}
+	if f.LegacyURL != "" {
+		v.LastError = redact.URLInText(v.LastError, f.LegacyURL, ok && t.SecretPath)
+	}
+	return v
+}
+
+// showBody shows a body: JSON pretty-printed when the content type says
+// JSON and it is valid, text when it is valid UTF-8 without control
+// characters other than whitespace, a hex dump otherwise; cut to
+// maxShownBody.
+func showBody(contentType string, body []byte) bodyView {
+	v := bodyView{Size: len(body)}
+	if len(body) == 0 {
+		v.Kind = "empty"
+		return v
+	}
+	shown := body
+	if len(shown) > maxShownBody {
+		shown, v.Truncated = shown[:maxShownBody], true
+	}
+	if !v.Truncated && strings.Contains(strings.ToLower(contentType), "json") && json.Valid(body) {
+		var buf bytes.Buffer
+		if json.Indent(&buf, body, "", "  ") == nil {
+			v.Kind, v.Text = "json", buf.String()
+			return v
+		}
+	}
+	if isText(shown, v.Truncated) {
+		v.Kind, v.Text = "text", string(shown)
+		return v
+	}
+	v.Kind, v.Text = "hex", hex.Dump(shown)
+	return v
+}
+
+// isText reports whether b is UTF-8 text (a character cut at the end of a
+// truncated body allowed) without control characters but tab, CR and LF.
+func isText(b []byte, truncated bool) bool {
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n <= 1 {
+			return truncated && len(b) < utf8.UTFMax && !utf8.FullRune(b)
+		}
+		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// rawBody serves an event's stored body as a download, never rendered.
+func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
+	sender, id := param(r, "sender"), param(r, "delivery_id")
+	if _, ok := c.cfg.Sender(sender); !ok {
+		c.notFound(w, r, "No sender with this name is configured.")
+		return
+	}
+	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
+	if errors.Is(err, dedup.ErrNotFound) {
+		c.notFound(w, r, "This sender has no such delivery.")
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	e, err := events.Get(r.Context(), c.db, rec.EventID)
+	if errors.Is(err, events.ErrNotFound) {
+		c.notFound(w, r, "The event of this delivery is no longer stored.")
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+e.ID.String()+`.body"`)
+	w.Header().Set("Content-Length", strconv.Itoa(len(e.Body)))
+	_, _ = w.Write(e.Body)
+}
+
+// redeliver enqueues the delivery's forwards again, then shows the
+// delivery page.
+func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
+	sender, id := param(r, "sender"), param(r, "delivery_id")
+	sd, ok := c.cfg.Sender(sender)
+	if !ok {
+		c.notFound(w, r, "No sender with this name is configured.")
+		return
+	}
+	if len(sd.Forward) == 0 {
+		c.render(w, r, http.StatusConflict, "error", page{Title: "Nothing to redeliver", Message: "This sender has no forward targets configured."})
+		return
+	}
+	if c.opts.River == nil {
+		c.fail(w, r, errors.New("console: no River client"))
+		return
+	}
+	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
+	if errors.Is(err, dedup.ErrNotFound) {
+		c.notFound(w, r, "This sender has no such delivery.")
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	jobs, err := forward.Redeliver(r.Context(), c.opts.River, sd, rec.EventID, rec.DeliveryID)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	n := 0
+	for _, j := range jobs {
+		if !j.AlreadyPending {
+			n++
+		}
+	}
+	http.Redirect(w, r, deliveryPath(sender, id)+"?redelivered="+strconv.Itoa(n), http.StatusSeeOther)
+}
+
+func deliveryPath(sender, id string) string {
+	return Prefix + "/senders/" + url.PathEscape(sender) + "/deliveries/" + url.PathEscape(id)
+}
+
+// A target's failed forwards.
+
+// maxFailedShown is how many failed forwards the target page lists.
+const maxFailedShown = 200
+
+type failedView struct {
+	Sender, Target, URL string
+	Breaker             forward.BreakerState
+	Failed              []forward.FailedForward
+	Max                 int
+}
+
+func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
+	sender, target := param(r, "sender"), param(r, "target")
+	sd, ok := c.cfg.Sender(sender)
+	if !ok {
+		c.notFound(w, r, "No sender with this name is configured.")
+		return
+	}
+	t, ok := sd.Target(target)
+	if !ok {
+		c.notFound(w, r, "This sender has no target with this name.")
+		return
+	}
+	breakers, err := forward.Breakers(r.Context(), c.db, sender)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	b, ok := breakers[target]
+	if !ok {
+		b = forward.BreakerState{State: forward.BreakerClosed}
+	}
+	fs, err := forward.Failed(r.Context(), c.db, sender, target, maxFailedShown)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	for i := range fs {
+		fs[i].LastError = redact.URLInText(fs[i].LastError, t.URL, t.SecretPath)
+	}
+	c.render(w, r, http.StatusOK, "failed", page{Title: "Failed forwards to " + target,
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown}})
+}

@@ -1,0 +1,155 @@
+package console
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sessions are stateless: the cookie holds its expiry and a random ID,
+// signed with HMAC-SHA256 under a key derived from the admin token. A
+// restart with the same token keeps sessions valid; a new token ends them
+// all. The CSRF token of a session is an HMAC of its ID under the same key,
+// so it needs no storage either. Sign-out deletes the cookie; a copy of it
+// stays valid until it expires (at most SessionTTL).
+
+// CookieName is the session cookie's name.
+const CookieName = "hookgate_console"
+
+// sessionKey derives the signing key from the admin token, and the
+// token's digest for comparing sign-in attempts in constant time.
+func sessionKey(token string) ([]byte, [32]byte) {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("hookgate console session key v1"))
+	return m.Sum(nil), sha256.Sum256([]byte(token))
+}
+
+func (c *Console) mac(parts ...string) string {
+	m := hmac.New(sha256.New, c.key)
+	m.Write([]byte(strings.Join(parts, "\x00")))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// session is a valid session's ID.
+type session struct{ id string }
+
+// newCookie returns a new session's cookie for a sign-in by r.
+func (c *Console) newCookie(r *http.Request) *http.Cookie {
+	b := make([]byte, 18)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	id := base64.RawURLEncoding.EncodeToString(b)
+	exp := c.opts.Now().Add(c.opts.SessionTTL)
+	val := "v1." + strconv.FormatInt(exp.Unix(), 10) + "." + id
+	return &http.Cookie{
+		Name: CookieName, Value: val + "." + c.mac("session", val),
+		Path: Prefix, Expires: exp, MaxAge: int(c.opts.SessionTTL.Seconds()),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r),
+	}
+}
+
+// session returns the session of r's cookie, or false when it has none,
+// or its cookie is malformed, badly signed or expired.
+func (c *Console) session(r *http.Request) (session, bool) {
+	if c.key == nil {
+		return session{}, false
+	}
+	ck, err := r.Cookie(CookieName)
+	if err != nil {
+		return session{}, false
+	}
+	i := strings.LastIndexByte(ck.Value, '.')
+	if i < 0 {
+		return session{}, false
+	}
+	val, sig := ck.Value[:i], ck.Value[i+1:]
+	if subtle.ConstantTimeCompare([]byte(sig), []byte(c.mac("session", val))) != 1 {
+		return session{}, false
+	}
+	parts := strings.Split(val, ".")
+	if len(parts) != 3 || parts[0] != "v1" {
+		return session{}, false
+	}
+	exp, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || !c.opts.Now().Before(time.Unix(exp, 0)) {
+		return session{}, false
+	}
+	return session{id: parts[2]}, true
+}
+
+// csrf returns the CSRF token of the session s.
+func (c *Console) csrf(s session) string { return c.mac("csrf", s.id) }
+
+// secure reports whether r came over TLS: directly, or through a trusted
+// proxy that says so in X-Forwarded-Proto.
+func (c *Console) secure(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	return c.fromTrustedProxy(r) && strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
+}
+
+func (c *Console) fromTrustedProxy(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range c.opts.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// crossSite returns why r, a POST, is not from a page of this console ("" when it
+// is): a Sec-Fetch-Site other than same-origin, or an Origin whose host is
+// not the request's.
+func crossSite(r *http.Request) string {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
+		return "it came from another site (Sec-Fetch-Site: " + s + ")"
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || o == "null" || !strings.EqualFold(u.Host, r.Host) {
+			return "it came from another origin (" + o + ")"
+		}
+	}
+	return ""
+}
+
+// ParseTrustedProxies parses a comma-separated list of CIDR prefixes or
+// single addresses (HOOKGATE_TRUSTED_PROXIES), such as "10.0.0.0/8,
+// 127.0.0.1"; an empty s is none.
+func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
+}
