@@ -108,7 +108,7 @@ func checkPattern(p string) string {
 	switch {
 	case p == "":
 		return "is empty: name an event type such as invoice.paid, or a prefix such as invoice.*"
-	case len(p) > MaxEventTypeBytes:
+	case len(strings.TrimSuffix(p, "*")) > MaxEventTypeBytes:
 		return fmt.Sprintf("is longer than %d bytes", MaxEventTypeBytes)
 	case strings.Contains(strings.TrimSuffix(p, "*"), "*"):
 		return `has a "*" that is not at its end: "*" may only end a pattern (a prefix, as in invoice.*)`
@@ -116,6 +116,15 @@ func checkPattern(p string) string {
 		return "must be valid UTF-8 without control characters"
 	}
 	return ""
+}
+
+// CheckEventTypeFilter returns why f cannot filter a list by event type, or
+// "": f is "" (no filter), an event type, or a prefix ending in "*".
+func CheckEventTypeFilter(f string) string {
+	if f == "" {
+		return ""
+	}
+	return checkPattern(f)
 }
 
 // validEventType reports whether s may be stored as an event type: at most
