@@ -147,18 +147,32 @@ WHERE e.sender = $1 AND e.event_type = `
 	typeAfterSQL = typeFrom + `$2 AND (e.received_at, e.delivery_id) < ($4, $5)` + typeOrder + ` LIMIT $3`
 	// A prefix: the sender's distinct event types that start with it, found
 	// one index probe each (a loose index scan: the column's collation is
-	// "C", so they are one contiguous range), then each type's newest rows
-	// after the cursor, merged. It reads (types × limit) rows at most.
+	// "C", so they are one contiguous range of the index); then the keys
+	// (received_at, delivery_id) of each type's newest events after the
+	// cursor, read from the index alone, merged into the page's keys; then
+	// only those events and their deliveries. Every key of the page comes
+	// back, with found false when its delivery is no longer stored, so that
+	// the page's end (and the next cursor) is known without reading the
+	// deliveries of every type.
 	prefixTypes = `WITH RECURSIVE types(t) AS (
   (SELECT event_type FROM webhook_events WHERE sender = $1 AND event_type >= $2 ORDER BY event_type LIMIT 1)
   UNION ALL
   SELECT (SELECT w.event_type FROM webhook_events w WHERE w.sender = $1 AND w.event_type > types.t ORDER BY w.event_type LIMIT 1)
   FROM types WHERE starts_with(types.t, $2)
+), top AS (
+  SELECT types.t, k.received_at, k.delivery_id FROM types CROSS JOIN LATERAL (
+    SELECT e.received_at, e.delivery_id FROM webhook_events e WHERE e.sender = $1 AND e.event_type = types.t`
+	prefixEnd = typeOrder + ` LIMIT $3) k
+  WHERE starts_with(types.t, $2)
+  ORDER BY k.received_at DESC, k.delivery_id DESC LIMIT $3
 )
-SELECT x.* FROM types CROSS JOIN LATERAL (`
-	prefixEnd      = `) x WHERE starts_with(types.t, $2) ORDER BY x.created_at DESC, x.delivery_id DESC LIMIT $3`
-	prefixFirstSQL = prefixTypes + typeFrom + `types.t` + typeOrder + ` LIMIT $3` + prefixEnd
-	prefixAfterSQL = prefixTypes + typeFrom + `types.t AND (e.received_at, e.delivery_id) < ($4, $5)` + typeOrder + ` LIMIT $3` + prefixEnd
+SELECT top.received_at, top.delivery_id, x.delivery_id IS NOT NULL,
+  coalesce(x.request_sha256, ''::bytea), coalesce(x.event_id, '00000000-0000-0000-0000-000000000000'::uuid),
+  coalesce(x.response_status, 0::smallint), coalesce(x.response_content_type, ''), coalesce(x.expires_at, top.received_at), top.t
+FROM top LEFT JOIN LATERAL (` + typeFrom + `top.t AND e.received_at = top.received_at AND e.delivery_id = top.delivery_id LIMIT 1) x ON true
+ORDER BY top.received_at DESC, top.delivery_id DESC`
+	prefixFirstSQL = prefixTypes + prefixEnd
+	prefixAfterSQL = prefixTypes + ` AND (e.received_at, e.delivery_id) < ($4, $5)` + prefixEnd
 )
 
 // List returns up to limit (1 to MaxListLimit) of sender's stored
@@ -209,6 +223,9 @@ func (s *Store) ListByEventType(ctx context.Context, sender, eventType string, l
 		}
 	}
 	q.Query(func(rows pgx.Rows) error {
+		if isPrefix && prefix != "" {
+			return scanKeyed(rows, sender, limit, &page)
+		}
 		for rows.Next() {
 			r := Record{Key: Key{Sender: sender}}
 			var (
@@ -235,6 +252,47 @@ func (s *Store) ListByEventType(ctx context.Context, sender, eventType string, l
 		page.Next = &Cursor{ReceivedAt: last.ReceivedAt, DeliveryID: last.DeliveryID}
 	}
 	return page, nil
+}
+
+// scanKeyed reads the rows of the prefix listing: one per key of the page
+// (limit+1 at most), found false where the key's delivery is no longer
+// stored. Such keys are left out of the page, which may then hold fewer
+// than limit records and still have a next page; the cursor is the page's
+// last key. It sets page.Next itself, and leaves at most limit records.
+func scanKeyed(rows pgx.Rows, sender string, limit int, page *Page) error {
+	keys := 0
+	for rows.Next() {
+		var (
+			at     time.Time
+			id     string
+			found  bool
+			sum    []byte
+			status int16
+			r      = Record{Key: Key{Sender: sender}}
+		)
+		if err := rows.Scan(&at, &id, &found, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ExpiresAt, &r.EventType); err != nil {
+			return err
+		}
+		keys++
+		if keys > limit {
+			continue // the next page's first key: it only says there is one
+		}
+		if keys == limit {
+			page.Next = &Cursor{ReceivedAt: at, DeliveryID: id}
+		}
+		if !found {
+			continue
+		}
+		r.DeliveryID, r.ReceivedAt, r.Response.Status = id, at, int(status)
+		if err := setSum(&r, sum); err != nil {
+			return err
+		}
+		page.Records = append(page.Records, r)
+	}
+	if keys <= limit {
+		page.Next = nil
+	}
+	return rows.Err()
 }
 
 // Get returns the stored delivery with key k, its response body included.

@@ -332,7 +332,10 @@ func walk(t *testing.T, s *Store, sender, eventType string, limit int) []Record 
 		if err != nil {
 			t.Fatalf("%s, limit %d: %v", eventType, limit, err)
 		}
-		if len(page.Records) > limit || (page.Next != nil && len(page.Records) != limit) {
+		// A prefix's page may be short when deliveries of its events are
+		// gone (their keys expired before the events).
+		short := strings.HasSuffix(eventType, "*") && eventType != "*"
+		if len(page.Records) > limit || (page.Next != nil && len(page.Records) != limit && !short) {
 			t.Fatalf("%s, limit %d: page of %d, next %v", eventType, limit, len(page.Records), page.Next)
 		}
 		got = append(got, page.Records...)
@@ -404,6 +407,35 @@ func TestListByEventType(t *testing.T) {
 				if x.d.Key == r.Key && x.et != r.EventType {
 					t.Errorf("%q: %s has event type %q, want %q", filter, r.DeliveryID, r.EventType, x.et)
 				}
+			}
+		}
+	}
+	// Keys expire before their events: those events are not listed, and a
+	// walk by prefix still visits every other one once.
+	var kept []typed
+	for i, x := range all {
+		if i%3 == 1 {
+			if _, err := pool.Exec(t.Context(), `DELETE FROM processed_messages WHERE sender = 'stripe' AND delivery_id = $1`, x.d.DeliveryID); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		kept = append(kept, x)
+	}
+	for _, filter := range []string{"invoice.*", "invoice.paid"} {
+		var want []string
+		for _, x := range kept {
+			if p, ok := strings.CutSuffix(filter, "*"); (ok && strings.HasPrefix(x.et, p)) || x.et == filter {
+				want = append(want, x.d.DeliveryID)
+			}
+		}
+		for _, limit := range []int{1, 2, 3, 7} {
+			var got []string
+			for _, r := range walk(t, s, "stripe", filter, limit) {
+				got = append(got, r.DeliveryID)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, limit %d, some keys gone: walked %v, want %v", filter, limit, got, want)
 			}
 		}
 	}
