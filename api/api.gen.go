@@ -164,6 +164,18 @@ type Delivery struct {
 	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
 	EventId openapi_types.UUID `json:"event_id"`
 
+	// EventType The event's type, read where the sender's configuration says
+	// (`event_type`; the presets: GitHub's `X-GitHub-Event`, Stripe's and
+	// Standard Webhooks' `/type`, Shopify's `X-Shopify-Topic`, Slack's
+	// `/event/type` of an `event_callback`, else `/type`). Empty when
+	// the delivery had none (generic senders without `event_type`, events
+	// stored before event types, a value over 255 bytes or with control
+	// characters).
+	//
+	//
+	// Example: invoice.paid
+	EventType EventType `json:"event_type"`
+
 	// ExpiresAt When its key may be forgotten.
 	//
 	// Example: 2026-12-06T19:31:07.412Z
@@ -225,6 +237,18 @@ type DeliverySummary struct {
 	//
 	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
 	EventId openapi_types.UUID `json:"event_id"`
+
+	// EventType The event's type, read where the sender's configuration says
+	// (`event_type`; the presets: GitHub's `X-GitHub-Event`, Stripe's and
+	// Standard Webhooks' `/type`, Shopify's `X-Shopify-Topic`, Slack's
+	// `/event/type` of an `event_callback`, else `/type`). Empty when
+	// the delivery had none (generic senders without `event_type`, events
+	// stored before event types, a value over 255 bytes or with control
+	// characters).
+	//
+	//
+	// Example: invoice.paid
+	EventType EventType `json:"event_type"`
 
 	// ExpiresAt When its key may be forgotten; a delivery with the same ID after that is accepted as new.
 	//
@@ -295,6 +319,18 @@ type Event struct {
 	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
 	EventId openapi_types.UUID `json:"event_id"`
 
+	// EventType The event's type, read where the sender's configuration says
+	// (`event_type`; the presets: GitHub's `X-GitHub-Event`, Stripe's and
+	// Standard Webhooks' `/type`, Shopify's `X-Shopify-Topic`, Slack's
+	// `/event/type` of an `event_callback`, else `/type`). Empty when
+	// the delivery had none (generic senders without `event_type`, events
+	// stored before event types, a value over 255 bytes or with control
+	// characters).
+	//
+	//
+	// Example: invoice.paid
+	EventType EventType `json:"event_type"`
+
 	// Headers The request headers, less Authorization, Cookie and Proxy-Authorization.
 	//
 	// Example: {"Content-Type":["application/json"]}
@@ -310,6 +346,17 @@ type Event struct {
 	// Example: stripe
 	Sender string `json:"sender"`
 }
+
+// EventType The event's type, read where the sender's configuration says
+// (`event_type`; the presets: GitHub's `X-GitHub-Event`, Stripe's and
+// Standard Webhooks' `/type`, Shopify's `X-Shopify-Topic`, Slack's
+// `/event/type` of an `event_callback`, else `/type`). Empty when
+// the delivery had none (generic senders without `event_type`, events
+// stored before event types, a value over 255 bytes or with control
+// characters).
+//
+// Example: invoice.paid
+type EventType = string
 
 // ForwardState One forward of an event to one target. A forward accepted moments ago
 // may still be in the outbox, waiting to be relayed into the job queue:
@@ -654,6 +701,11 @@ type ListDeliveriesParams struct {
 
 	// Cursor The `next_cursor` of the previous page; leave it out for the first page.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// EventType Only deliveries whose event has this type: exact (`invoice.paid`),
+	// or a prefix ending in `*` (`invoice.*`); `*` may only end it.
+	// Empty or `*` alone: every delivery.
+	EventType *string `form:"event_type,omitempty" json:"event_type,omitempty"`
 }
 
 // IngestWebhookJSONBody defines parameters for IngestWebhook.
@@ -954,6 +1006,19 @@ func (siw *ServerInterfaceWrapper) ListDeliveries(w http.ResponseWriter, r *http
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "event_type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "event_type", r.URL.Query(), &params.EventType, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "event_type"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "event_type", Err: err})
 		}
 		return
 	}

@@ -198,6 +198,9 @@ func TestWorkerSIGKILLWhileRelaying(t *testing.T) {
 	case <-rl.done:
 		t.Fatalf("the load ended after %d 2xx answers without reaching the kill at %d", ok2xx.Load(), killAfter)
 	}
+	// Kill it while it relays: once it has moved some forwards (a slow
+	// machine may start it late), with the load still running.
+	waitUntil(t, 30*time.Second, "the worker to relay some forwards", func() bool { return len(jobStates(t, pool)) > 0 })
 	if err := worker.cmd.Process.Kill(); err != nil {
 		t.Fatalf("SIGKILL: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -259,6 +260,13 @@ func TestForwardConfigParses(t *testing.T) {
 	s, ok := cfg.Sender("bench")
 	if !ok || len(s.Forward) != 1 || s.Forward[0].URL != "http://127.0.0.1:1234/sink" {
 		t.Fatalf("sender %+v", s)
+	}
+	// The load's event type (X-Event-Type: order.created) routes to the
+	// sink through its event_types.
+	h := http.Header{"X-Event-Type": {"order.created"}}
+	in := s.Inspect(nil)
+	if et := s.EventTypeOf(h, &in); et != "order.created" || len(s.Forward[0].EventTypes) == 0 || !slices.Equal(s.Route(et, h, &in), []string{"sink"}) {
+		t.Fatalf("event type %q, event_types %v, route %v", et, s.Forward[0].EventTypes, s.Route(et, h, &in))
 	}
 	plain, err := config.Parse([]byte(benchConfig), func(string) (string, bool) { return "", false })
 	if err != nil {

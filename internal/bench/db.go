@@ -156,6 +156,7 @@ func printMachine(ctx context.Context, out io.Writer, db *benchDB, pgbenchBin st
 type fixture struct {
 	headersJSON   string // webhook_events.headers as text
 	bodyHex       string // \x… bytea text of the request body
+	eventType     string // webhook_events.event_type
 	sha256Hex     string // \x… of processed_messages.request_sha256
 	respBodyHex   string
 	respType      string
@@ -177,10 +178,10 @@ func (db *benchDB) fixture(ctx context.Context) (*fixture, error) {
 		received, expires   time.Time
 		status              int16
 	)
-	err := db.conn.QueryRow(ctx, `SELECT e.headers::text, e.body, p.request_sha256, p.response_body, p.response_content_type, p.response_status, p.created_at, p.expires_at
+	err := db.conn.QueryRow(ctx, `SELECT e.headers::text, e.body, e.event_type, p.request_sha256, p.response_body, p.response_content_type, p.response_status, p.created_at, p.expires_at
 FROM webhook_events e JOIN processed_messages p USING (sender, delivery_id)
 WHERE e.sender = 'bench' AND e.delivery_id LIKE 'fd-%' LIMIT 1`).
-		Scan(&f.headersJSON, &body, &sum, &respBody, &f.respType, &status, &received, &expires)
+		Scan(&f.headersJSON, &body, &f.eventType, &sum, &respBody, &f.respType, &status, &received, &expires)
 	if err != nil {
 		return nil, fmt.Errorf("read a stored delivery for pgbench's parameters (did the gateway store any?): %w", err)
 	}

@@ -18,9 +18,11 @@ import (
 )
 
 // forwardConfig is the hookgate.yaml of the forwarding phases: the bench
-// sender with one forward target, url.
+// sender with one forward target, url, that asks for the event types the
+// load sends (X-Event-Type: order.created), so that the routing decision is
+// part of what is measured.
 func forwardConfig(url string) string {
-	return benchConfig + "    forward:\n      - name: sink\n        url: " + url + "\n"
+	return benchConfig + "    forward:\n      - name: sink\n        url: " + url + "\n        event_types: [\"order.*\"]\n"
 }
 
 // sink is the forward target of the forwarding phases: an HTTP server on

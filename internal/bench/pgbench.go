@@ -49,7 +49,7 @@ const eventID = "md5(:did::text)::uuid"
 
 var (
 	claimParams  = []string{":sender", ":did", ":sha", eventID, ":status", ":ctype", ":resp", ":ts", ":exp"}
-	eventParams  = []string{":sender", eventID, ":did", ":ts", ":headers", ":body"}
+	eventParams  = []string{":sender", eventID, ":did", ":ts", ":headers", ":body", ":etype"}
 	storedParams = []string{":sender", ":did", eventID}
 )
 
@@ -146,6 +146,7 @@ func runPgbench(ctx context.Context, bin, dbURL, dir string, mode pgbenchMode, f
 		"-D", "exp=" + f.expiresAtTxt,
 		"-D", "headers=" + f.headersJSON,
 		"-D", "body=" + f.bodyHex,
+		"-D", "etype=" + f.eventType,
 		"-D", "replay_base=" + strconv.FormatInt(f.replayBase, 10),
 		"-D", "replay_keys=" + strconv.Itoa(max(f.replayKeys, 1)),
 		dbURL,

@@ -25,6 +25,7 @@ senders:
   - name: bench
     preset: generic
     delivery_id: { header: X-Delivery-Id }
+    event_type: { header: X-Event-Type }
 `
 
 // moduleRoot returns the directory of the main module's go.mod.

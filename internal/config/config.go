@@ -42,6 +42,9 @@ type Sender struct {
 	// DeliveryID says where the delivery ID is; the preset's place when
 	// left out (required for generic).
 	DeliveryID DeliveryID `yaml:"delivery_id"`
+	// EventType says where the event type is; the preset's place when left
+	// out (none for generic: every event type is then empty).
+	EventType EventType `yaml:"event_type"`
 	// Secret and Secrets are the signing secrets; a signature valid under
 	// any of them passes (rotation).
 	Secret  string   `yaml:"secret"`
@@ -82,6 +85,11 @@ type Sender struct {
 	HeaderFilter events.HeaderFilter `yaml:"-"`
 
 	targetNames []string
+	// slackEventType: the Slack preset's event type, /event/type for an
+	// event_callback and /type otherwise (set when event_type is left out).
+	slackEventType bool
+	// plan is what ingest reads and how it routes; set by Parse (route.go).
+	plan plan
 }
 
 // Target is a service an accepted event is forwarded to, by a POST of the
@@ -112,6 +120,13 @@ type Target struct {
 	// runs at once (DefaultMaxInFlight when left out): a target that hangs
 	// holds at most this many of the process's forward workers.
 	MaxInFlight int `yaml:"max_in_flight" validate:"min=0,max=1000"`
+	// EventTypes, when set, are the only event types forwarded to the
+	// target: each an exact type or a prefix ending in "*" ("invoice.*";
+	// "*" alone is every type). Left out: every event.
+	EventTypes []string `yaml:"event_types"`
+	// Match lists conditions on the request's headers or JSON body that
+	// must all hold for an event to be forwarded to the target.
+	Match []Condition `yaml:"match" validate:"dive"`
 	// BreakerThreshold is how many consecutive retryable failures open the
 	// target's circuit breaker (DefaultBreakerThreshold when left out).
 	BreakerThreshold int `yaml:"breaker_threshold" validate:"min=0,max=1000"`
@@ -243,9 +258,10 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	for i := range c.Senders {
 		if err := resolve(&c.Senders[i]); err != nil {
 			errs = append(errs, fmt.Sprintf("senders[%d].%v", i, err))
+			continue
 		}
-		for _, t := range c.Senders[i].Forward {
-			c.Senders[i].targetNames = append(c.Senders[i].targetNames, t.Name)
+		if err := buildPlan(&c.Senders[i]); err != nil {
+			errs = append(errs, fmt.Sprintf("senders[%d].%v", i, err))
 		}
 	}
 	if len(errs) > 0 {
@@ -365,6 +381,10 @@ func applyDefaults(s *Sender) {
 	if p, ok := presets[s.Preset]; ok && s.DeliveryID == (DeliveryID{}) {
 		s.DeliveryID = p.deliveryID
 	}
+	if p, ok := presets[s.Preset]; ok && s.EventType == (EventType{}) {
+		s.EventType = p.eventType
+		s.slackEventType = s.Preset == "slack"
+	}
 	if s.Tolerance == 0 {
 		s.Tolerance = Duration(signature.DefaultTolerance)
 	}
@@ -438,14 +458,21 @@ func newValidator() func(*Config) error {
 // field's value (it may be a secret).
 func describe(fe validator.FieldError) string {
 	field := strings.TrimPrefix(fe.Namespace(), "Config.")
+	parent := field
+	if i := strings.LastIndexByte(field, '.'); i >= 0 {
+		parent = field[:i]
+		if j := strings.LastIndexByte(parent, '.'); j >= 0 {
+			parent = parent[j+1:]
+		}
+	}
 	var reason string
 	switch fe.Tag() {
 	case "required":
 		reason = "is required"
 	case "required_without":
-		reason = "is required: set delivery_id.header or delivery_id.json_pointer"
+		reason = "is required: set " + parent + ".header or " + parent + ".json_pointer"
 	case "excluded_with":
-		reason = "cannot be set together with delivery_id.json_pointer"
+		reason = "cannot be set together with " + parent + ".json_pointer"
 		if fe.Field() == "store_headers" {
 			reason = "cannot be set together with drop_headers: list the headers to keep or those to drop"
 		}

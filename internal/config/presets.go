@@ -13,6 +13,10 @@ import (
 type preset struct {
 	deliveryID DeliveryID
 	scheme     string
+	// eventType is where the event type is. Slack's is left empty here:
+	// it is /event/type for an event_callback and /type otherwise
+	// (Sender.EventTypeOf).
+	eventType EventType
 }
 
 // Signature schemes besides the presets' own names.
@@ -23,12 +27,12 @@ const (
 
 // presets are the sender presets of hookgate.yaml.
 var presets = map[string]preset{
-	"github":            {DeliveryID{Header: "X-GitHub-Delivery"}, "github"},
-	"stripe":            {DeliveryID{JSONPointer: "/id"}, "stripe"},
-	"shopify":           {DeliveryID{Header: "X-Shopify-Event-Id"}, "shopify"},
-	"slack":             {DeliveryID{JSONPointer: "/event_id"}, "slack"},
-	"standard-webhooks": {DeliveryID{Header: "webhook-id"}, "standard-webhooks"},
-	"generic":           {DeliveryID{}, SchemeNone},
+	"github":            {DeliveryID{Header: "X-GitHub-Delivery"}, "github", EventType{Header: "X-GitHub-Event"}},
+	"stripe":            {DeliveryID{JSONPointer: "/id"}, "stripe", EventType{JSONPointer: "/type"}},
+	"shopify":           {DeliveryID{Header: "X-Shopify-Event-Id"}, "shopify", EventType{Header: "X-Shopify-Topic"}},
+	"slack":             {DeliveryID{JSONPointer: "/event_id"}, "slack", EventType{}},
+	"standard-webhooks": {DeliveryID{Header: "webhook-id"}, "standard-webhooks", EventType{JSONPointer: "/type"}},
+	"generic":           {DeliveryID{}, SchemeNone, EventType{}},
 }
 
 // SignatureScheme returns the scheme the sender's requests are checked with:

@@ -17,13 +17,11 @@ import (
 // An upper bound needs no query of its own: "received before until" is the
 // cursor (until, "").
 const (
-	listRangeFirstSQL = `SELECT ` + listColumns + ` FROM processed_messages
-WHERE sender = $1 AND created_at >= $2
-ORDER BY created_at DESC, delivery_id DESC
+	listRangeFirstSQL = listFrom + ` AND pm.created_at >= $2
+ORDER BY pm.created_at DESC, pm.delivery_id DESC
 LIMIT $3`
-	listRangeAfterSQL = `SELECT ` + listColumns + ` FROM processed_messages
-WHERE sender = $1 AND created_at >= $2 AND (created_at, delivery_id) < ($3, $4)
-ORDER BY created_at DESC, delivery_id DESC
+	listRangeAfterSQL = listFrom + ` AND pm.created_at >= $2 AND (pm.created_at, pm.delivery_id) < ($3, $4)
+ORDER BY pm.created_at DESC, pm.delivery_id DESC
 LIMIT $5`
 )
 
@@ -31,10 +29,7 @@ LIMIT $5`
 // since (no bound when since is zero). To list those received before a
 // time until, pass after = &Cursor{ReceivedAt: until} (an empty delivery ID
 // sorts before every other). Its pages and Next work like List's.
-//
-// A filter on the event type belongs here once events have one (issue 9
-// adds the column): a prefix condition in both queries, with an index that
-// leads with (sender, event_type) if it must stay fast.
+// Each record carries its event type, as List's do.
 func (s *Store) ListRange(ctx context.Context, sender string, limit int, after *Cursor, since time.Time) (Page, error) {
 	if since.IsZero() {
 		return s.List(ctx, sender, limit, after)
@@ -48,7 +43,8 @@ func (s *Store) ListRange(ctx context.Context, sender string, limit int, after *
 	return s.query(ctx, sender, limit, listRangeAfterSQL, sender, since, after.ReceivedAt, after.DeliveryID, limit+1)
 }
 
-// query runs a listing query (columns listColumns, at most limit+1 rows)
+// query runs a listing query (columns listColumns and the event type, at
+// most limit+1 rows)
 // and returns its page.
 func (s *Store) query(ctx context.Context, sender string, limit int, sql string, args ...any) (Page, error) {
 	page := Page{Records: []Record{}}
@@ -60,7 +56,7 @@ func (s *Store) query(ctx context.Context, sender string, limit int, sql string,
 				sum    []byte
 				status int16
 			)
-			if err := rows.Scan(&r.DeliveryID, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ReceivedAt, &r.ExpiresAt); err != nil {
+			if err := rows.Scan(&r.DeliveryID, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ReceivedAt, &r.ExpiresAt, &r.EventType); err != nil {
 				return err
 			}
 			if err := setSum(&r, sum); err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +36,9 @@ type Record struct {
 	// when its key may be forgotten.
 	ReceivedAt time.Time
 	ExpiresAt  time.Time
+	// EventType is the event's type (webhook_events.event_type): "" when
+	// it has none, or its event is no longer stored.
+	EventType string
 }
 
 // Cursor is a position in a sender's deliveries in List's order: the
@@ -101,18 +105,74 @@ type Page struct {
 
 // The listing is keyset pagination on (created_at DESC, delivery_id DESC),
 // served by the index processed_messages_sender_created_idx (migration 4).
+// Each row's event type comes from its event, found by its primary key
+// (sender, id).
 const (
-	listColumns  = `delivery_id, request_sha256, event_id, response_status, response_content_type, created_at, expires_at`
-	listFirstSQL = `SELECT ` + listColumns + ` FROM processed_messages
-WHERE sender = $1
-ORDER BY created_at DESC, delivery_id DESC
+	listColumns = `pm.delivery_id, pm.request_sha256, pm.event_id, pm.response_status, pm.response_content_type, pm.created_at, pm.expires_at`
+	listFrom    = `SELECT ` + listColumns + `, coalesce(e.event_type, '') AS event_type
+FROM processed_messages pm LEFT JOIN webhook_events e ON e.sender = pm.sender AND e.id = pm.event_id
+WHERE pm.sender = $1`
+	listFirstSQL = listFrom + `
+ORDER BY pm.created_at DESC, pm.delivery_id DESC
 LIMIT $2`
-	listAfterSQL = `SELECT ` + listColumns + ` FROM processed_messages
-WHERE sender = $1 AND (created_at, delivery_id) < ($2, $3)
-ORDER BY created_at DESC, delivery_id DESC
+	listAfterSQL = listFrom + ` AND (pm.created_at, pm.delivery_id) < ($2, $3)
+ORDER BY pm.created_at DESC, pm.delivery_id DESC
 LIMIT $4`
-	getSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at
-FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
+	getSQL = `SELECT pm.request_sha256, pm.event_id, pm.response_status, pm.response_content_type, pm.response_body, pm.created_at, pm.expires_at,
+  coalesce((SELECT e.event_type FROM webhook_events e WHERE e.sender = pm.sender AND e.id = pm.event_id), '')
+FROM processed_messages pm WHERE pm.sender = $1 AND pm.delivery_id = $2`
+)
+
+// The listing by event type starts from the events: the index
+// webhook_events_sender_type_received_idx (migration 8) holds a sender's
+// events of one type in the list's order, (received_at DESC, delivery_id
+// DESC), and an event's received_at is its delivery's created_at (ingest
+// writes both from one clock reading). Each event finds its delivery by the
+// key (sender, delivery_id) and the event ID, so an event whose key expired
+// (or was claimed again by a newer event) is not listed.
+const (
+	typeColumns = listColumns + `, e.event_type`
+	// The delivery of each event is looked up in a LATERAL subquery with
+	// OFFSET 0, which the planner cannot flatten into a join: it must walk
+	// the events in the index's order and stop after the page, whatever it
+	// estimates of the join (a hash join of all the sender's deliveries
+	// would read them all).
+	typeFrom = `SELECT ` + typeColumns + `
+FROM webhook_events e CROSS JOIN LATERAL (
+  SELECT p.delivery_id, p.request_sha256, p.event_id, p.response_status, p.response_content_type, p.created_at, p.expires_at
+  FROM processed_messages p WHERE p.sender = e.sender AND p.delivery_id = e.delivery_id AND p.event_id = e.id OFFSET 0) pm
+WHERE e.sender = $1 AND e.event_type = `
+	typeOrder    = ` ORDER BY e.received_at DESC, e.delivery_id DESC`
+	typeFirstSQL = typeFrom + `$2` + typeOrder + ` LIMIT $3`
+	typeAfterSQL = typeFrom + `$2 AND (e.received_at, e.delivery_id) < ($4, $5)` + typeOrder + ` LIMIT $3`
+	// A prefix: the sender's distinct event types that start with it, found
+	// one index probe each (a loose index scan: the column's collation is
+	// "C", so they are one contiguous range of the index); then the keys
+	// (received_at, delivery_id) of each type's newest events after the
+	// cursor, read from the index alone, merged into the page's keys; then
+	// only those events and their deliveries. Every key of the page comes
+	// back, with found false when its delivery is no longer stored, so that
+	// the page's end (and the next cursor) is known without reading the
+	// deliveries of every type.
+	prefixTypes = `WITH RECURSIVE types(t) AS (
+  (SELECT event_type FROM webhook_events WHERE sender = $1 AND event_type >= $2 ORDER BY event_type LIMIT 1)
+  UNION ALL
+  SELECT (SELECT w.event_type FROM webhook_events w WHERE w.sender = $1 AND w.event_type > types.t ORDER BY w.event_type LIMIT 1)
+  FROM types WHERE starts_with(types.t, $2)
+), top AS (
+  SELECT types.t, k.received_at, k.delivery_id FROM types CROSS JOIN LATERAL (
+    SELECT e.received_at, e.delivery_id FROM webhook_events e WHERE e.sender = $1 AND e.event_type = types.t`
+	prefixEnd = typeOrder + ` LIMIT $3) k
+  WHERE starts_with(types.t, $2)
+  ORDER BY k.received_at DESC, k.delivery_id DESC LIMIT $3
+)
+SELECT top.received_at, top.delivery_id, x.delivery_id IS NOT NULL,
+  coalesce(x.request_sha256, ''::bytea), coalesce(x.event_id, '00000000-0000-0000-0000-000000000000'::uuid),
+  coalesce(x.response_status, 0::smallint), coalesce(x.response_content_type, ''), coalesce(x.expires_at, top.received_at), top.t
+FROM top LEFT JOIN LATERAL (` + typeFrom + `top.t AND e.received_at = top.received_at AND e.delivery_id = top.delivery_id LIMIT 1) x ON true
+ORDER BY top.received_at DESC, top.delivery_id DESC`
+	prefixFirstSQL = prefixTypes + prefixEnd
+	prefixAfterSQL = prefixTypes + ` AND (e.received_at, e.delivery_id) < ($4, $5)` + prefixEnd
 )
 
 // List returns up to limit (1 to MaxListLimit) of sender's stored
@@ -125,6 +185,15 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`
 // position is not visited.) An unknown sender has no deliveries: an empty
 // page. Records' Response.Body is nil.
 func (s *Store) List(ctx context.Context, sender string, limit int, after *Cursor) (Page, error) {
+	return s.ListByEventType(ctx, sender, "", limit, after)
+}
+
+// ListByEventType is List of the deliveries whose event has the event type
+// eventType: exactly, or, when eventType ends in "*", any type that starts
+// with what comes before it. "" and "*" list every delivery, as List. Only
+// deliveries whose event is still stored have a type and are listed by
+// type. Its cursors are List's: a position in the same order.
+func (s *Store) ListByEventType(ctx context.Context, sender, eventType string, limit int, after *Cursor) (Page, error) {
 	if limit < 1 || limit > MaxListLimit {
 		return Page{}, fmt.Errorf("list deliveries: limit %d is not from 1 to %d", limit, MaxListLimit)
 	}
@@ -132,19 +201,38 @@ func (s *Store) List(ctx context.Context, sender string, limit int, after *Curso
 	// Querier has no Query: a batch of one statement is one round trip too.
 	b := &pgx.Batch{}
 	var q *pgx.QueuedQuery
-	if after == nil {
-		q = b.Queue(listFirstSQL, sender, limit+1)
-	} else {
-		q = b.Queue(listAfterSQL, sender, after.ReceivedAt, after.DeliveryID, limit+1)
+	prefix, isPrefix := strings.CutSuffix(eventType, "*")
+	switch {
+	case eventType == "" || (isPrefix && prefix == ""):
+		if after == nil {
+			q = b.Queue(listFirstSQL, sender, limit+1)
+		} else {
+			q = b.Queue(listAfterSQL, sender, after.ReceivedAt, after.DeliveryID, limit+1)
+		}
+	case isPrefix:
+		if after == nil {
+			q = b.Queue(prefixFirstSQL, sender, prefix, limit+1)
+		} else {
+			q = b.Queue(prefixAfterSQL, sender, prefix, limit+1, after.ReceivedAt, after.DeliveryID)
+		}
+	default:
+		if after == nil {
+			q = b.Queue(typeFirstSQL, sender, eventType, limit+1)
+		} else {
+			q = b.Queue(typeAfterSQL, sender, eventType, limit+1, after.ReceivedAt, after.DeliveryID)
+		}
 	}
 	q.Query(func(rows pgx.Rows) error {
+		if isPrefix && prefix != "" {
+			return scanKeyed(rows, sender, limit, &page)
+		}
 		for rows.Next() {
 			r := Record{Key: Key{Sender: sender}}
 			var (
 				sum    []byte
 				status int16
 			)
-			if err := rows.Scan(&r.DeliveryID, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ReceivedAt, &r.ExpiresAt); err != nil {
+			if err := rows.Scan(&r.DeliveryID, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ReceivedAt, &r.ExpiresAt, &r.EventType); err != nil {
 				return err
 			}
 			if err := setSum(&r, sum); err != nil {
@@ -166,6 +254,47 @@ func (s *Store) List(ctx context.Context, sender string, limit int, after *Curso
 	return page, nil
 }
 
+// scanKeyed reads the rows of the prefix listing: one per key of the page
+// (limit+1 at most), found false where the key's delivery is no longer
+// stored. Such keys are left out of the page, which may then hold fewer
+// than limit records and still have a next page; the cursor is the page's
+// last key. It sets page.Next itself, and leaves at most limit records.
+func scanKeyed(rows pgx.Rows, sender string, limit int, page *Page) error {
+	keys := 0
+	for rows.Next() {
+		var (
+			at     time.Time
+			id     string
+			found  bool
+			sum    []byte
+			status int16
+			r      = Record{Key: Key{Sender: sender}}
+		)
+		if err := rows.Scan(&at, &id, &found, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ExpiresAt, &r.EventType); err != nil {
+			return err
+		}
+		keys++
+		if keys > limit {
+			continue // the next page's first key: it only says there is one
+		}
+		if keys == limit {
+			page.Next = &Cursor{ReceivedAt: at, DeliveryID: id}
+		}
+		if !found {
+			continue
+		}
+		r.DeliveryID, r.ReceivedAt, r.Response.Status = id, at, int(status)
+		if err := setSum(&r, sum); err != nil {
+			return err
+		}
+		page.Records = append(page.Records, r)
+	}
+	if keys <= limit {
+		page.Next = nil
+	}
+	return rows.Err()
+}
+
 // Get returns the stored delivery with key k, its response body included.
 // It returns an error wrapping ErrNotFound when no such delivery is stored.
 func (s *Store) Get(ctx context.Context, k Key) (Record, error) {
@@ -175,7 +304,7 @@ func (s *Store) Get(ctx context.Context, k Key) (Record, error) {
 		status int16
 	)
 	err := s.db.QueryRow(ctx, getSQL, k.Sender, k.DeliveryID).
-		Scan(&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt)
+		Scan(&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt, &r.EventType)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, ErrNotFound)
 	}

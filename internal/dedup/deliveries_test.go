@@ -306,3 +306,181 @@ func explain(t *testing.T, pool *pgxpool.Pool, mode, sql, types, args string) st
 	}
 	return b.String()
 }
+
+// acceptTyped is accept with the delivery's event stored too, with the
+// event type eventType (as ingest's change stores it, in a statement of
+// its own here).
+func acceptTyped(t *testing.T, s *Store, pool *pgxpool.Pool, sender, id, eventType string, at time.Time) Delivery {
+	t.Helper()
+	d := accept(t, s, sender, id, at)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
+VALUES ($1, $2, $3, $4, '{}', '', $5)`, sender, d.EventID, id, d.ReceivedAt, eventType); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// walk follows ListByEventType's pages from the first to the last.
+func walk(t *testing.T, s *Store, sender, eventType string, limit int) []Record {
+	t.Helper()
+	var (
+		got   []Record
+		after *Cursor
+	)
+	for {
+		page, err := s.ListByEventType(t.Context(), sender, eventType, limit, after)
+		if err != nil {
+			t.Fatalf("%s, limit %d: %v", eventType, limit, err)
+		}
+		// A prefix's page may be short when deliveries of its events are
+		// gone (their keys expired before the events).
+		short := strings.HasSuffix(eventType, "*") && eventType != "*"
+		if len(page.Records) > limit || (page.Next != nil && len(page.Records) != limit && !short) {
+			t.Fatalf("%s, limit %d: page of %d, next %v", eventType, limit, len(page.Records), page.Next)
+		}
+		got = append(got, page.Records...)
+		if page.Next == nil {
+			return got
+		}
+		c, err := ParseCursor(page.Next.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = &c
+	}
+}
+
+// Filtering by event type, exact or by prefix, walks every matching
+// delivery once, newest first, with List's keyset pagination; records carry
+// their event type, in the unfiltered list too.
+func TestListByEventType(t *testing.T) {
+	t.Parallel()
+	s, pool := store(t)
+	base := time.Date(2026, 11, 29, 19, 0, 0, 0, time.UTC)
+	types := []string{"invoice.paid", "invoice.voided", "invoiced", "customer.created", "", "invoice.paid"}
+	type typed struct {
+		d  Delivery
+		et string
+	}
+	var all []typed
+	for i := range 30 {
+		at := base.Add(time.Duration(i/4) * time.Second) // groups of four share a time
+		et := types[i%len(types)]
+		all = append(all, typed{acceptTyped(t, s, pool, "stripe", fmt.Sprintf("d%02d", i), et, at), et})
+		acceptTyped(t, s, pool, "other", fmt.Sprintf("d%02d", i), et, at) // another sender's
+	}
+	accept(t, s, "stripe", "no-event", base) // a delivery without a stored event: type ""
+	slices.SortFunc(all, func(a, b typed) int {
+		if c := b.d.ReceivedAt.Compare(a.d.ReceivedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.d.DeliveryID, a.d.DeliveryID)
+	})
+	for _, filter := range []string{"invoice.paid", "invoice.*", "inv*", "customer.created", "customer*", "nope", "nope*", "invoice.paid.*"} {
+		var want []typed
+		for _, x := range all {
+			if p, ok := strings.CutSuffix(filter, "*"); (ok && strings.HasPrefix(x.et, p)) || x.et == filter {
+				want = append(want, x)
+			}
+		}
+		for _, limit := range []int{1, 2, 3, 7, MaxListLimit} {
+			got := walk(t, s, "stripe", filter, limit)
+			if len(got) != len(want) {
+				t.Fatalf("%s, limit %d: walked %d deliveries, want %d", filter, limit, len(got), len(want))
+			}
+			for i, r := range got {
+				w := want[i]
+				if r.Key != w.d.Key || r.EventID != w.d.EventID || !r.ReceivedAt.Equal(w.d.ReceivedAt) || r.EventType != w.et || r.RequestSHA256 != w.d.RequestSHA256 {
+					t.Errorf("%s, limit %d: item %d = %+v, want %+v (%q)", filter, limit, i, r, w.d, w.et)
+				}
+			}
+		}
+	}
+	// Unfiltered ("" or "*"): every delivery, each with its event type.
+	for _, filter := range []string{"", "*"} {
+		got := walk(t, s, "stripe", filter, 4)
+		if len(got) != len(all)+1 {
+			t.Fatalf("%q: %d deliveries, want %d", filter, len(got), len(all)+1)
+		}
+		for _, r := range got {
+			for _, x := range all {
+				if x.d.Key == r.Key && x.et != r.EventType {
+					t.Errorf("%q: %s has event type %q, want %q", filter, r.DeliveryID, r.EventType, x.et)
+				}
+			}
+		}
+	}
+	// Keys expire before their events: those events are not listed, and a
+	// walk by prefix still visits every other one once.
+	var kept []typed
+	for i, x := range all {
+		if i%3 == 1 {
+			if _, err := pool.Exec(t.Context(), `DELETE FROM processed_messages WHERE sender = 'stripe' AND delivery_id = $1`, x.d.DeliveryID); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		kept = append(kept, x)
+	}
+	for _, filter := range []string{"invoice.*", "invoice.paid"} {
+		var want []string
+		for _, x := range kept {
+			if p, ok := strings.CutSuffix(filter, "*"); (ok && strings.HasPrefix(x.et, p)) || x.et == filter {
+				want = append(want, x.d.DeliveryID)
+			}
+		}
+		for _, limit := range []int{1, 2, 3, 7} {
+			var got []string
+			for _, r := range walk(t, s, "stripe", filter, limit) {
+				got = append(got, r.DeliveryID)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, limit %d, some keys gone: walked %v, want %v", filter, limit, got, want)
+			}
+		}
+	}
+	rec, err := s.Get(t.Context(), Key{Sender: "stripe", DeliveryID: "d00"})
+	if err != nil || rec.EventType != "invoice.paid" {
+		t.Errorf("Get: event type %q, err %v; want invoice.paid", rec.EventType, err)
+	}
+}
+
+// The filtered list reads a sender's events of one type in order from the
+// index webhook_events_sender_type_received_idx, without sorting them all;
+// a prefix probes that index once per type and sorts only each type's page.
+func TestListByEventTypeUsesIndex(t *testing.T) {
+	t.Parallel()
+	_, pool := store(t)
+	ctx := t.Context()
+	for _, q := range []string{`INSERT INTO processed_messages
+  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+SELECT 's' || (i % 5), 'd' || i, sha256(i::text::bytea), md5(i::text)::uuid, 202, 'application/json', '{}',
+       now() - i * interval '1 second', now() + interval '1 day'
+FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
+SELECT sender, event_id, delivery_id, created_at, '{}', '', 'type.' || (hashtext(delivery_id) & 15) FROM processed_messages`,
+		`ANALYZE processed_messages`, `ANALYZE webhook_events`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, sql, types, args string
+	}{
+		{"exact, first page", typeFirstSQL, "text, text, int", "'s3', 'type.7', 51"},
+		{"exact, after cursor", typeAfterSQL, "text, text, int, timestamptz, text", "'s3', 'type.7', 51, now() - interval '1 hour', 'd3603'"},
+		{"prefix, first page", prefixFirstSQL, "text, text, int", "'s3', 'type.1', 51"},
+		{"prefix, after cursor", prefixAfterSQL, "text, text, int, timestamptz, text", "'s3', 'type.1', 51, now() - interval '1 hour', 'd3603'"},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explain(t, pool, mode, tc.sql, tc.types, tc.args)
+			if !strings.Contains(plan, "webhook_events_sender_type_received_idx") || strings.Contains(plan, "Seq Scan") {
+				t.Errorf("%s, %s: plan does not read webhook_events_sender_type_received_idx:\n%s", tc.name, mode, plan)
+			}
+			if strings.HasPrefix(tc.name, "exact") && strings.Contains(plan, "Sort") {
+				t.Errorf("%s, %s: plan sorts:\n%s", tc.name, mode, plan)
+			}
+		}
+	}
+}

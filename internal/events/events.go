@@ -17,6 +17,9 @@ type Event struct {
 	Sender     string
 	DeliveryID string
 	ReceivedAt time.Time
+	// EventType is the event's type as read from the request (empty when
+	// it had none; see config.Sender.EventTypeOf).
+	EventType string
 	// Headers are the request headers to store, as filtered by the sender's
 	// HeaderFilter; QueueInsert applies StoredHeaders on top.
 	Headers http.Header
@@ -25,8 +28,8 @@ type Event struct {
 
 // InsertSQL inserts the event only in the transaction whose claim took its
 // delivery's key (dedup.Claimed).
-var InsertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
-SELECT $1::text, $2::uuid, $3::text, $4::timestamptz, $5::jsonb, $6::bytea WHERE ` + dedup.Claimed(1, 3, 2)
+var InsertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
+SELECT $1::text, $2::uuid, $3::text, $4::timestamptz, $5::jsonb, $6::bytea, $7::text WHERE ` + dedup.Claimed(1, 3, 2)
 
 // QueueInsert queues the insert of e on b, for use as (part of) a
 // dedup.Change: it inserts nothing unless the delivery's claim took its key
@@ -38,7 +41,7 @@ func QueueInsert(b *dedup.Batch, e Event) {
 	if body == nil {
 		body = []byte{}
 	}
-	b.Queue(InsertSQL, e.Sender, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body)
+	b.Queue(InsertSQL, e.Sender, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
 }
 
 // StoredHeaders returns h as stored, as a map that encodes to a JSON object

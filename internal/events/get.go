@@ -20,9 +20,10 @@ type Querier interface {
 
 // getSQL finds an event by its ID alone, with the index webhook_events_id_idx
 // (migration 4): the primary key leads with sender.
-const getSQL = `SELECT sender, delivery_id, received_at, headers, body FROM webhook_events WHERE id = $1 LIMIT 1`
+const getSQL = `SELECT sender, delivery_id, received_at, headers, body, event_type FROM webhook_events WHERE id = $1 LIMIT 1`
 
-// Get returns the stored event with the given ID: its headers as stored
+// Get returns the stored event with the given ID: its event type ("" when
+// it had none, and for events stored before event types), its headers as stored
 // (never nil) and its body (empty, not nil, when the request had none). It
 // returns an error wrapping ErrNotFound when no such event is stored. Event
 // IDs are UUIDv7 that hookgate generates, so at most one sender has an event
@@ -30,7 +31,7 @@ const getSQL = `SELECT sender, delivery_id, received_at, headers, body FROM webh
 func Get(ctx context.Context, db Querier, id uuid.UUID) (Event, error) {
 	e := Event{ID: id}
 	var headers map[string][]string
-	err := db.QueryRow(ctx, getSQL, id).Scan(&e.Sender, &e.DeliveryID, &e.ReceivedAt, &headers, &e.Body)
+	err := db.QueryRow(ctx, getSQL, id).Scan(&e.Sender, &e.DeliveryID, &e.ReceivedAt, &headers, &e.Body, &e.EventType)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Event{}, fmt.Errorf("get event %s: %w", id, ErrNotFound)
 	}

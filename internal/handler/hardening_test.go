@@ -275,7 +275,7 @@ func TestIngestShedsWhenTooManyWait(t *testing.T) {
 	wantRetryAfter(t, r)
 	m := s.get("/metrics")
 	if !regexp.MustCompile(`(?m)^hookgate_ingest_shed_total 1$`).Match(m.body) ||
-		!regexp.MustCompile(`(?m)^hookgate_deliveries_total\{outcome="shed",sender="hdr"\} 1$`).Match(m.body) {
+		!regexp.MustCompile(`(?m)^hookgate_deliveries_total\{event_type="none",outcome="shed",sender="hdr"\} 1$`).Match(m.body) {
 		t.Errorf("metrics do not count the shed delivery:\n%s", m.body)
 	}
 

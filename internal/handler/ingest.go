@@ -1,7 +1,6 @@
 package handler
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,7 +62,7 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 		info.err = pe
 	}
 	info.outcome = outcome
-	s.metrics.observe(label, outcome, time.Since(start))
+	s.metrics.observe(label, outcome, info.eventTypeLabel, time.Since(start))
 }
 
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.Sender, info *reqInfo) (string, error) {
@@ -88,17 +87,27 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 			return "", err
 		}
 	}
-	if sender.Preset == "slack" || sender.SignatureScheme() == "slack" {
-		if challenge, ok := slackChallenge(body); ok {
-			writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
-			return outcomeURLVerification, nil
-		}
+	// The body is read at most once, whatever the number of pointers the
+	// sender reads (delivery ID, event type, match conditions): one
+	// streaming pass that materialises only those values; none at all for
+	// a sender that reads only headers.
+	in := sender.Inspect(body)
+	if challenge, ok := sender.SlackChallenge(&in); ok {
+		writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
+		return outcomeURLVerification, nil
 	}
-	id, err := deliveryID(r, body, sender)
+	id, err := deliveryID(r, &in, sender)
 	if err != nil {
 		return "", err
 	}
 	info.deliveryID = id
+	// The event type and the routing decision are made from the request as
+	// received (its headers before the storage filter) and the values read
+	// above; the targets are chosen here and written in the same
+	// transaction as the claim.
+	eventType := sender.EventTypeOf(r.Header, &in)
+	info.eventType, info.eventTypeLabel = eventType, sender.EventTypeLabel(eventType)
+	targets := sender.Route(eventType, r.Header, &in)
 	// The event stores r.Header: from here on, only the headers the
 	// sender's filter keeps (r itself is left as the server gave it).
 	stored := sender.HeaderFilter.Filter(r.Header)
@@ -133,9 +142,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 	defer cancel()
 	change := func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{
-			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, Headers: r.Header, Body: body,
+			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, EventType: eventType, Headers: r.Header, Body: body,
 		})
-		forward.QueueOutbox(b, sender.Name, eventID, id, now, sender.TargetNames())
+		forward.QueueOutbox(b, sender.Name, eventID, id, now, targets)
 	}
 	res, err := s.store.Run(ctx, d, change)
 	if err != nil {
@@ -243,8 +252,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 }
 
 // deliveryID extracts the delivery ID from where sender's configuration says
-// it is and validates it: 1 to 255 bytes of visible ASCII.
-func deliveryID(r *http.Request, body []byte, sender *config.Sender) (string, error) {
+// it is (a header, or a JSON value that in holds) and validates it: 1 to 255
+// bytes of visible ASCII.
+func deliveryID(r *http.Request, in *config.Inspection, sender *config.Sender) (string, error) {
 	var id string
 	src := sender.DeliveryID
 	switch {
@@ -258,16 +268,16 @@ func deliveryID(r *http.Request, body []byte, sender *config.Sender) (string, er
 		}
 		id = vals[0]
 	default:
-		var err error
-		id, err = sender.DeliveryIDPointer.String(body)
+		v := sender.DeliveryIDValue(in)
 		switch {
-		case errors.Is(err, config.ErrNotFound):
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The JSON body has no value at %s: sender %q carries its delivery ID there.", src.JSONPointer, sender.Name))
-		case errors.Is(err, config.ErrNotString):
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The value at %s must be a string or a number to be a delivery ID.", src.JSONPointer))
-		case err != nil:
+		case in.JSONErr != nil:
 			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The body is not valid JSON, and sender %q carries its delivery ID at the JSON pointer %s.", sender.Name, src.JSONPointer))
+		case !v.Found:
+			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The JSON body has no value at %s: sender %q carries its delivery ID there.", src.JSONPointer, sender.Name))
+		case v.Kind != config.KindString && v.Kind != config.KindNumber:
+			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The value at %s must be a string or a number to be a delivery ID.", src.JSONPointer))
 		}
+		id = v.Str
 	}
 	if reason := invalidDeliveryID(id); reason != "" {
 		return "", newProblem(probInvalidDeliveryID, "The delivery ID "+reason+". Nothing was recorded.")
@@ -289,23 +299,4 @@ func invalidDeliveryID(id string) string {
 		}
 	}
 	return ""
-}
-
-// slackPointers are where a Slack url_verification request has its type and
-// challenge.
-var slackPointers = []config.Pointer{{"type"}, {"challenge"}}
-
-// slackChallenge returns the challenge of a Slack url_verification request,
-// which is answered with it and not recorded. The body is read in one
-// streaming pass (config.Extract), and only by requests that mention
-// url_verification at all.
-func slackChallenge(body []byte) (string, bool) {
-	if !bytes.Contains(body, []byte("url_verification")) { // spare every event a second pass
-		return "", false
-	}
-	v, err := config.Extract(body, slackPointers)
-	if err != nil || v[0].Kind != config.KindString || v[0].Str != "url_verification" || (v[1].Found && v[1].Kind != config.KindString) {
-		return "", false
-	}
-	return v[1].Str, true
 }

@@ -48,8 +48,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookgate_deliveries_total",
-			Help: "Webhook deliveries received, by sender and outcome.",
-		}, []string{"sender", "outcome"}),
+			Help: "Webhook deliveries received, by sender, outcome and event type (bounded: a type named in some target's event_types, the prefix pattern it matches, other or none; empty when refused before the type was read).",
+		}, []string{"sender", "outcome", "event_type"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hookgate_ingest_duration_seconds",
 			Help:    "Time to answer a webhook delivery, by outcome.",
@@ -60,8 +60,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// observe counts one delivery and its latency.
-func (m *metrics) observe(sender, outcome string, d time.Duration) {
-	m.deliveries.WithLabelValues(sender, outcome).Inc()
+// observe counts one delivery and its latency. eventType is the label value
+// of config.Sender.EventTypeLabel, from a set bounded by the configuration.
+func (m *metrics) observe(sender, outcome, eventType string, d time.Duration) {
+	m.deliveries.WithLabelValues(sender, outcome, eventType).Inc()
 	m.latency.WithLabelValues(outcome).Observe(d.Seconds())
 }

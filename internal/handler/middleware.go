@@ -47,8 +47,13 @@ func clientRequestID(r *http.Request) string {
 type reqInfo struct {
 	sender     string
 	deliveryID string
-	outcome    string
-	err        *problemError
+	// eventType is the delivery's event type (logged when not empty);
+	// eventTypeLabel its value as a metric label, "" when the delivery was
+	// refused before its event type was read.
+	eventType      string
+	eventTypeLabel string
+	outcome        string
+	err            *problemError
 }
 
 type reqInfoKey struct{}
@@ -64,7 +69,8 @@ func requestInfo(ctx context.Context) *reqInfo {
 
 // logRequests writes one structured line per request: request id (and the
 // client's X-Request-Id, if any, as client_request_id), method, path,
-// status, duration, and for ingest the sender, delivery ID and outcome.
+// status, duration, and for ingest the sender, delivery ID, event type (when
+// not empty) and outcome.
 // 5xx lines are errors and carry the cause; bodies and secrets never appear.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -91,6 +97,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		if info.deliveryID != "" {
 			attrs = append(attrs, slog.String("delivery_id", info.deliveryID))
+		}
+		if info.eventType != "" {
+			attrs = append(attrs, slog.String("event_type", info.eventType))
 		}
 		if info.outcome != "" {
 			attrs = append(attrs, slog.String("outcome", info.outcome))

@@ -303,9 +303,11 @@ func secretCount(sd *config.Sender) int {
 	return n
 }
 
-// ListDeliveries answers a page of sender's deliveries, newest first: 404
-// for an unknown sender, 400 for a limit outside 1..500 or a cursor this
-// API did not return.
+// ListDeliveries answers a page of sender's deliveries, newest first, only
+// those of an event type (exact, or a prefix ending in "*") when
+// event_type is given: 404 for an unknown sender, 400 for a limit outside
+// 1..500, a cursor this API did not return, or an event_type that is not
+// an event type or prefix.
 func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender api.Sender, params api.ListDeliveriesParams) {
 	if _, ok := s.cfg.Sender(sender); !ok {
 		s.fail(w, r, unknownSender(sender))
@@ -329,7 +331,15 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 		}
 		after = &c
 	}
-	page, err := s.store.List(r.Context(), sender, limit, after)
+	var eventType string
+	if params.EventType != nil {
+		eventType = *params.EventType
+		if why := config.CheckEventTypeFilter(eventType); why != "" {
+			s.fail(w, r, newProblem(probInvalidParameter, "Query parameter event_type "+why+"."))
+			return
+		}
+	}
+	page, err := s.store.ListByEventType(r.Context(), sender, eventType, limit, after)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -339,6 +349,7 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 		out.Items = append(out.Items, api.DeliverySummary{
 			DeliveryId:     rec.DeliveryID,
 			EventId:        rec.EventID,
+			EventType:      rec.EventType,
 			ReceivedAt:     rec.ReceivedAt.UTC(),
 			ExpiresAt:      rec.ExpiresAt.UTC(),
 			RequestSha256:  hex.EncodeToString(rec.RequestSHA256[:]),
@@ -387,6 +398,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		Sender:        sender,
 		DeliveryId:    rec.DeliveryID,
 		EventId:       rec.EventID,
+		EventType:     rec.EventType,
 		ReceivedAt:    rec.ReceivedAt.UTC(),
 		ExpiresAt:     rec.ExpiresAt.UTC(),
 		RequestSha256: hex.EncodeToString(rec.RequestSHA256[:]),
@@ -482,6 +494,7 @@ func (s *Server) GetEvent(w http.ResponseWriter, r *http.Request, eventID api.Ev
 		EventId:    e.ID,
 		Sender:     e.Sender,
 		DeliveryId: e.DeliveryID,
+		EventType:  e.EventType,
 		ReceivedAt: e.ReceivedAt.UTC(),
 		Headers:    e.Headers,
 	}

@@ -285,6 +285,7 @@ type (
 	deliverySummary struct {
 		DeliveryID     string    `json:"delivery_id"`
 		EventID        uuid.UUID `json:"event_id"`
+		EventType      string    `json:"event_type"`
 		ReceivedAt     time.Time `json:"received_at"`
 		ExpiresAt      time.Time `json:"expires_at"`
 		RequestSHA256  string    `json:"request_sha256"`
@@ -294,6 +295,7 @@ type (
 		Sender        string    `json:"sender"`
 		DeliveryID    string    `json:"delivery_id"`
 		EventID       uuid.UUID `json:"event_id"`
+		EventType     string    `json:"event_type"`
 		ReceivedAt    time.Time `json:"received_at"`
 		ExpiresAt     time.Time `json:"expires_at"`
 		RequestSHA256 string    `json:"request_sha256"`
@@ -321,6 +323,7 @@ type (
 		EventID      uuid.UUID           `json:"event_id"`
 		Sender       string              `json:"sender"`
 		DeliveryID   string              `json:"delivery_id"`
+		EventType    string              `json:"event_type"`
 		ReceivedAt   time.Time           `json:"received_at"`
 		Headers      map[string][]string `json:"headers"`
 		BodyEncoding string              `json:"body_encoding"`

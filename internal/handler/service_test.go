@@ -195,12 +195,14 @@ func TestMetricsCountDeliveryOutcomes(t *testing.T) {
 	}
 	got := samples(t, r.body, "hookgate_deliveries_total")
 	want := map[string]float64{
-		`{outcome="accepted",sender="hdr"}`: 1,
-		`{outcome="replayed",sender="hdr"}`: 1,
-		`{outcome="mismatch",sender="hdr"}`: 1,
-		`{outcome="invalid",sender="ptr"}`:  1,
+		// The sender has no event type: "none". A delivery refused before
+		// its event type was read has an empty event_type.
+		`{event_type="none",outcome="accepted",sender="hdr"}`: 1,
+		`{event_type="none",outcome="replayed",sender="hdr"}`: 1,
+		`{event_type="none",outcome="mismatch",sender="hdr"}`: 1,
+		`{event_type="",outcome="invalid",sender="ptr"}`:      1,
 		// An unknown sender's name is not a label value (unbounded cardinality).
-		`{outcome="invalid",sender=""}`: 1,
+		`{event_type="",outcome="invalid",sender=""}`: 1,
 	}
 	for labels, v := range want {
 		if got[labels] != v {
@@ -233,7 +235,7 @@ func TestMetricsArePerServer(t *testing.T) {
 	if got := samples(t, b.get("/metrics").body, "hookgate_deliveries_total"); len(got) != 0 {
 		t.Errorf("server b reports %v", got)
 	}
-	if got := samples(t, a.get("/metrics").body, "hookgate_deliveries_total"); got[`{outcome="accepted",sender="hdr"}`] != 1 {
+	if got := samples(t, a.get("/metrics").body, "hookgate_deliveries_total"); got[`{event_type="none",outcome="accepted",sender="hdr"}`] != 1 {
 		t.Errorf("server a reports %v", got)
 	}
 }

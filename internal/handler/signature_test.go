@@ -663,13 +663,13 @@ func TestSlackURLVerification(t *testing.T) {
 	wantCounts(t, pool, 1, 1)
 
 	m := samples(t, s.get("/metrics").body, "hookgate_deliveries_total")
-	if n := m[`{outcome="accepted",sender="slack"}`]; n != 1 {
+	if n := m[`{event_type="none",outcome="accepted",sender="slack"}`]; n != 1 {
 		t.Errorf(`hookgate_deliveries_total{outcome="accepted",sender="slack"} = %v, want 1 (the event only, not the url_verification requests); all: %v`, n, m)
 	}
-	if n := m[`{outcome="accepted",sender="slack-rot"}`]; n != 0 {
+	if n := m[`{event_type="none",outcome="accepted",sender="slack-rot"}`]; n != 0 {
 		t.Errorf(`hookgate_deliveries_total{outcome="accepted",sender="slack-rot"} = %v, want 0; all: %v`, n, m)
 	}
-	if n := m[`{outcome="rejected_signature",sender="slack"}`]; n != 5 {
+	if n := m[`{event_type="",outcome="rejected_signature",sender="slack"}`]; n != 5 {
 		t.Errorf(`hookgate_deliveries_total{outcome="rejected_signature",sender="slack"} = %v, want 5; all: %v`, n, m)
 	}
 }
