@@ -40,9 +40,11 @@ var (
 // The statements a first delivery and a replay run, and the transaction
 // control statements around them.
 var (
-	firstSQL  = []string{lockTimeoutSQL, claimSQL, insertEventSQL, storedSQL}
+	firstSQL  = []string{claimSQL, insertEventSQL, storedSQL}
 	replaySQL = firstSQL
-	txSQL     = []string{"BEGIN", "COMMIT"}
+	// txSQL are seen too: the transaction's control statements, and the
+	// lock timeouts of the single path and of batches.
+	txSQL = []string{"BEGIN", "COMMIT", "commit", lockTimeoutSQL, dedup.LockTimeoutSQL(dedup.BatchLockWait)}
 )
 
 // benchDB is the benchmark's own connection to the database under test.

@@ -117,8 +117,8 @@ type Target struct {
 	// segments are redacted too (package redact).
 	SecretPath bool `yaml:"secret_path"`
 	// MaxInFlight is how many forwards to this target one worker process
-	// runs at once (DefaultMaxInFlight when left out): a target that hangs
-	// holds at most this many of the process's forward workers.
+	// runs at once (0, the default: half of the process's forward workers):
+	// a target that hangs holds at most this many of them.
 	MaxInFlight int `yaml:"max_in_flight" validate:"min=0,max=1000"`
 	// EventTypes, when set, are the only event types forwarded to the
 	// target: each an exact type or a prefix ending in "*" ("invoice.*";
@@ -139,7 +139,6 @@ type Target struct {
 const (
 	DefaultForwardTimeout     = 10 * time.Second
 	DefaultForwardMaxAttempts = 20
-	DefaultMaxInFlight        = 10
 	DefaultBreakerThreshold   = 5
 )
 
@@ -401,9 +400,6 @@ func applyDefaults(s *Sender) {
 		t := &s.Forward[i]
 		if t.Timeout == 0 {
 			t.Timeout = Duration(DefaultForwardTimeout)
-		}
-		if t.MaxInFlight == 0 {
-			t.MaxInFlight = DefaultMaxInFlight
 		}
 		if t.BreakerThreshold == 0 {
 			t.BreakerThreshold = DefaultBreakerThreshold

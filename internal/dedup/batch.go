@@ -24,10 +24,10 @@ import (
 const (
 	DefaultMaxBatch    = 64
 	DefaultMaxInFlight = 4
-	// batchLockWait is how long a batch's claim waits for a key another
+	// BatchLockWait is how long a batch's claim waits for a key another
 	// transaction holds before the batch gives up and its deliveries go the
 	// single path, where each waits the whole in-flight wait by itself.
-	batchLockWait = 50 * time.Millisecond
+	BatchLockWait = 50 * time.Millisecond
 )
 
 // Option configures a Store.

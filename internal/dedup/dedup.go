@@ -183,7 +183,7 @@ func newStore(db Querier, inFlightWait time.Duration, opts []Option) *Store {
 	s := &Store{
 		db:               db,
 		setLockTimeout:   LockTimeoutSQL(wait),
-		batchLockTimeout: LockTimeoutSQL(min(wait, batchLockWait)),
+		batchLockTimeout: LockTimeoutSQL(min(wait, BatchLockWait)),
 		encoders:         sync.Pool{New: func() any { return &encoders{} }},
 		now:              time.Now,
 	}

@@ -104,7 +104,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, opts.BreakerProbe, m, log)); err != nil {
+		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, opts.MaxWorkers, opts.BreakerProbe, m, log)); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers}}

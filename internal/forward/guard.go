@@ -31,6 +31,8 @@ const (
 // the failures it sees itself (the last transition is recorded in
 // target_breakers for the operator API).
 type guards struct {
+	// share is the default max_in_flight: half of the process's workers.
+	share   int
 	db      *pgxpool.Pool
 	log     *slog.Logger
 	probe   time.Duration
@@ -58,11 +60,11 @@ type guard struct {
 	pausedUntil time.Time
 }
 
-func newGuards(db *pgxpool.Pool, probe time.Duration, m *Metrics, log *slog.Logger) *guards {
+func newGuards(db *pgxpool.Pool, workers int, probe time.Duration, m *Metrics, log *slog.Logger) *guards {
 	if probe <= 0 {
 		probe = DefaultProbeInterval
 	}
-	return &guards{db: db, log: log, probe: probe, now: time.Now, metrics: m, m: map[[2]string]*guard{}}
+	return &guards{share: max(workers/2, 1), db: db, log: log, probe: probe, now: time.Now, metrics: m, m: map[[2]string]*guard{}}
 }
 
 // get returns the guard of t, a target of sender.
@@ -72,8 +74,12 @@ func (g *guards) get(sender string, t *config.Target) *guard {
 	defer g.mu.Unlock()
 	gd, ok := g.m[k]
 	if !ok {
+		limit := t.MaxInFlight
+		if limit <= 0 {
+			limit = g.share
+		}
 		gd = &guard{sender: sender, target: t.Name, state: BreakerClosed,
-			threshold: max(t.BreakerThreshold, 1), limit: max(t.MaxInFlight, 1)}
+			threshold: max(t.BreakerThreshold, 1), limit: limit}
 		g.m[k] = gd
 	}
 	return gd

@@ -57,7 +57,7 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 		VALUES ('acme', $1, 'd1', now(), '{}', '\x7b7d')`, eventID); err != nil {
 		t.Fatal(err)
 	}
-	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, 0,
+	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, 10, 0,
 		NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	args := Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}
 

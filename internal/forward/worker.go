@@ -77,11 +77,12 @@ type Worker struct {
 // client to the targets in cfg, at most each target's max_in_flight at once,
 // holding back the forwards of a target whose circuit breaker is open or
 // that asked for a pause (without using their attempts).
-// probe is the first wait of an open breaker before its probe
-// (DefaultProbeInterval when 0).
-func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, probe time.Duration, m *Metrics, log *slog.Logger) *Worker {
+// workers is how many forwards the process runs at once (a target without
+// max_in_flight gets half of them); probe is the first wait of an open
+// breaker before its probe (DefaultProbeInterval when 0).
+func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, workers int, probe time.Duration, m *Metrics, log *slog.Logger) *Worker {
 	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now,
-		guards: newGuards(db, probe, m, log)}
+		guards: newGuards(db, workers, probe, m, log)}
 }
 
 // Timeout is the target's timeout plus a margin to read the event: River
