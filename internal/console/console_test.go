@@ -358,3 +358,32 @@ VALUES ('orders', 'orders-svc', 'open', now(), now(), 'connection refused')`); e
 		t.Errorf("unknown target: %d", p.status)
 	}
 }
+
+// TestConsoleEventTypeFilter: a sender's deliveries filtered by an event
+// type prefix list only those, show the type, and page on with the filter.
+func TestConsoleEventTypeFilter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, console.Options{AdminToken: token})
+	e.ingestTyped("inv-1", "invoice.paid", "application/json", `{}`)
+	e.ingestTyped("cus-1", "customer.created", "application/json", `{}`)
+	e.ingestTyped("inv-2", "invoice.created", "application/json", `{}`)
+	c := e.client()
+	e.signIn(c)
+	p := e.do(c, http.MethodGet, "/console/senders/orders/deliveries?event_type=invoice.", nil, nil)
+	if p.status != http.StatusOK {
+		t.Fatalf("filtered list: %d", p.status)
+	}
+	if !strings.Contains(p.body, "inv-1") || !strings.Contains(p.body, "inv-2") || strings.Contains(p.body, "cus-1") {
+		t.Errorf("event type prefix invoice. lists the wrong deliveries: %.3000s", p.body)
+	}
+	if !strings.Contains(p.body, "invoice.paid") {
+		t.Error("the list does not show the event type")
+	}
+	if p := e.do(c, http.MethodGet, "/console/senders/orders/deliveries?event_type=customer.created", nil, nil); !strings.Contains(p.body, "cus-1") || strings.Contains(p.body, "inv-1") {
+		t.Error("an exact event type (as a prefix) lists the wrong deliveries")
+	}
+	future := time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04")
+	if p := e.do(c, http.MethodGet, "/console/senders/orders/deliveries?event_type=invoice.&since="+future, nil, nil); strings.Contains(p.body, "inv-1") {
+		t.Error("event type and a time range from an hour ahead still list inv-1")
+	}
+}

@@ -42,6 +42,7 @@ senders:
   - name: orders
     preset: generic
     delivery_id: { header: X-Delivery-Id }
+    event_type: { header: X-Event-Type }
     forward:
       - name: orders-svc
         url: http://127.0.0.1:9/hooks/orders
@@ -99,8 +100,17 @@ func (e *env) client() *http.Client {
 // ingest posts a delivery of orders and fails the test unless it is 202.
 func (e *env) ingest(id, contentType, body string) {
 	e.t.Helper()
+	e.ingestTyped(id, "", contentType, body)
+}
+
+// ingestTyped is ingest of a delivery with event type typ.
+func (e *env) ingestTyped(id, typ, contentType, body string) {
+	e.t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, e.url+"/webhooks/orders", strings.NewReader(body))
 	req.Header.Set("X-Delivery-Id", id)
+	if typ != "" {
+		req.Header.Set("X-Event-Type", typ)
+	}
 	req.Header.Set("Content-Type", contentType)
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {

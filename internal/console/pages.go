@@ -245,6 +245,7 @@ type deliveriesView struct {
 	Sender                string
 	DeliveryID            string
 	Since, Until          string // as typed into the form
+	EventType             string // a prefix, as typed into the form
 	Records               []dedup.Record
 	Next                  template.URL // the next page, "" on the last
 	Filtered, ExactLookup bool
@@ -274,7 +275,8 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	v := deliveriesView{Sender: sender, DeliveryID: strings.TrimSpace(q.Get("delivery_id")), Since: q.Get("since"), Until: q.Get("until")}
+	v := deliveriesView{Sender: sender, DeliveryID: strings.TrimSpace(q.Get("delivery_id")), Since: q.Get("since"), Until: q.Get("until"),
+		EventType: strings.TrimSpace(q.Get("event_type"))}
 	bad := func(msg string) {
 		c.render(w, r, http.StatusBadRequest, "deliveries", page{Title: "Deliveries of " + sender, Message: msg, Data: v})
 	}
@@ -303,7 +305,7 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		bad("To: " + err.Error() + ".")
 		return
 	}
-	v.Filtered = !since.IsZero() || !until.IsZero()
+	v.Filtered = !since.IsZero() || !until.IsZero() || v.EventType != ""
 	var after *dedup.Cursor
 	if cs := q.Get("cursor"); cs != "" {
 		cur, err := dedup.ParseCursor(cs)
@@ -315,9 +317,25 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	} else if !until.IsZero() {
 		after = &dedup.Cursor{ReceivedAt: until} // received before until
 	}
-	// The event type prefix filter goes here once events have a type
-	// (issue 9): a field of the form, passed down to dedup.ListRange.
-	pg, err := c.store.ListRange(r.Context(), sender, pageSize, after, since)
+	var pg dedup.Page
+	if v.EventType != "" {
+		// A prefix, newest first; the lower time bound ends the listing.
+		pg, err = c.store.ListByEventType(r.Context(), sender, strings.TrimSuffix(v.EventType, "*")+"*", pageSize, after)
+		if err == nil && !since.IsZero() {
+			keep := pg.Records[:0]
+			for _, rec := range pg.Records {
+				if !rec.ReceivedAt.Before(since) {
+					keep = append(keep, rec)
+				}
+			}
+			if len(keep) < len(pg.Records) {
+				pg.Next = nil
+			}
+			pg.Records = keep
+		}
+	} else {
+		pg, err = c.store.ListRange(r.Context(), sender, pageSize, after, since)
+	}
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -331,6 +349,9 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		}
 		if v.Until != "" {
 			nq.Set("until", v.Until)
+		}
+		if v.EventType != "" {
+			nq.Set("event_type", v.EventType)
 		}
 		v.Next = template.URL(Prefix + "/senders/" + url.PathEscape(sender) + "/deliveries?" + nq.Encode()) // escaped here
 	}
