@@ -3,6 +3,8 @@
 //
 //	hookgate [serve]   apply pending migrations, then serve
 //	hookgate migrate   apply pending migrations and exit
+//	hookgate redeliver --sender S --target T --state failed --since 2h
+//	                   forward a target's failed (or delivered) forwards again
 //	hookgate version   print the version
 //
 // Settings come from flags or the environment: DATABASE_URL, HOOKGATE_ADDR,
@@ -205,9 +207,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "version":
 		fmt.Fprintln(stdout, "hookgate", buildVersion())
 		return nil
+	case "redeliver":
+		return redeliver(ctx, args, getenv, stdout, stderr)
 	case "serve", "migrate":
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate or version", cmd)
+		return fmt.Errorf("unknown command %q: use serve, migrate, redeliver or version", cmd)
 	}
 	s, err := parseSettings(cmd, args, getenv, stderr)
 	if err != nil {
