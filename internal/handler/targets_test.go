@@ -478,3 +478,27 @@ WHERE kind = 'hookgate_forward' AND state = 'available' AND args @> '{"sender": 
 		t.Errorf("bulk jobs %v (%v), want one", rows, err)
 	}
 }
+
+func TestTargetsWithoutDatabaseIs503(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{noDB: true, yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: a
+        url: http://127.0.0.1:1/a
+`})
+	for _, tc := range []struct{ method, path, route string }{
+		{http.MethodGet, "/v1/senders/fwd/targets", routeTargets},
+		{http.MethodGet, "/v1/senders/fwd/targets/a/forwards", routeTargetForwards},
+	} {
+		r := s.call(tc.method, tc.path)
+		wantOpProblem(t, r, http.StatusServiceUnavailable, "unavailable", tc.method, tc.route)
+		wantRetryAfter(t, r)
+	}
+	req := s.opRequest(http.MethodPost, "/v1/senders/fwd/targets/a/redeliver", "Bearer "+testToken)
+	req.Body = nopCloser{strings.NewReader(`{"state":"failed"}`)}
+	wantOpProblem(t, s.do(req), http.StatusServiceUnavailable, "unavailable", http.MethodPost, routeTargetRedeliver)
+}
