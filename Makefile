@@ -11,7 +11,7 @@ BENCHFLAGS ?=
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: run test bench bench-console screenshots generate check-generated build lint db-stop clean-data
+.PHONY: run test bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -54,6 +54,15 @@ lint:
 	@unformatted=$$($(GO_FILES) | xargs -r gofmt -l); \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt needed on:" >&2; echo "$$unformatted" >&2; exit 1; fi
 	go vet ./...
+
+## check-alerts: check deploy/prometheus/alerts.yaml with promtool (Debian package prometheus), and run its cases
+check-alerts:
+	@if ! command -v promtool >/dev/null; then \
+		echo "check-alerts: SKIPPED: promtool is not installed (Debian package prometheus; .ci/run installs it as root), so deploy/prometheus/alerts.yaml was not checked" >&2; \
+	else \
+		promtool check rules deploy/prometheus/alerts.yaml && \
+		promtool test rules deploy/prometheus/alerts_test.yaml; \
+	fi
 
 ## db-stop: stop the local PostgreSQL `make run` started
 db-stop:

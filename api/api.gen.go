@@ -32,27 +32,66 @@ func (e BodyEncoding) Valid() bool {
 	}
 }
 
+// Defines values for BreakerStatusState.
+const (
+	Closed   BreakerStatusState = "closed"
+	HalfOpen BreakerStatusState = "half-open"
+	Open     BreakerStatusState = "open"
+)
+
+// Valid indicates whether the value is a known member of the BreakerStatusState enum.
+func (e BreakerStatusState) Valid() bool {
+	switch e {
+	case Closed:
+		return true
+	case HalfOpen:
+		return true
+	case Open:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BulkRedeliverRequestState.
+const (
+	BulkRedeliverRequestStateDelivered BulkRedeliverRequestState = "delivered"
+	BulkRedeliverRequestStateFailed    BulkRedeliverRequestState = "failed"
+)
+
+// Valid indicates whether the value is a known member of the BulkRedeliverRequestState enum.
+func (e BulkRedeliverRequestState) Valid() bool {
+	switch e {
+	case BulkRedeliverRequestStateDelivered:
+		return true
+	case BulkRedeliverRequestStateFailed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ForwardStateState.
 const (
-	Delivered ForwardStateState = "delivered"
-	Failed    ForwardStateState = "failed"
-	Pending   ForwardStateState = "pending"
-	Retrying  ForwardStateState = "retrying"
-	Running   ForwardStateState = "running"
+	ForwardStateStateDelivered ForwardStateState = "delivered"
+	ForwardStateStateFailed    ForwardStateState = "failed"
+	ForwardStateStatePending   ForwardStateState = "pending"
+	ForwardStateStateRetrying  ForwardStateState = "retrying"
+	ForwardStateStateRunning   ForwardStateState = "running"
 )
 
 // Valid indicates whether the value is a known member of the ForwardStateState enum.
 func (e ForwardStateState) Valid() bool {
 	switch e {
-	case Delivered:
+	case ForwardStateStateDelivered:
 		return true
-	case Failed:
+	case ForwardStateStateFailed:
 		return true
-	case Pending:
+	case ForwardStateStatePending:
 		return true
-	case Retrying:
+	case ForwardStateStateRetrying:
 		return true
-	case Running:
+	case ForwardStateStateRunning:
 		return true
 	default:
 		return false
@@ -140,6 +179,60 @@ func (e SignatureInfoScheme) Valid() bool {
 	}
 }
 
+// Defines values for TargetForwardState.
+const (
+	TargetForwardStateDelivered TargetForwardState = "delivered"
+	TargetForwardStateFailed    TargetForwardState = "failed"
+	TargetForwardStatePending   TargetForwardState = "pending"
+	TargetForwardStateRetrying  TargetForwardState = "retrying"
+	TargetForwardStateRunning   TargetForwardState = "running"
+)
+
+// Valid indicates whether the value is a known member of the TargetForwardState enum.
+func (e TargetForwardState) Valid() bool {
+	switch e {
+	case TargetForwardStateDelivered:
+		return true
+	case TargetForwardStateFailed:
+		return true
+	case TargetForwardStatePending:
+		return true
+	case TargetForwardStateRetrying:
+		return true
+	case TargetForwardStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListTargetForwardsParamsState.
+const (
+	ListTargetForwardsParamsStateDelivered ListTargetForwardsParamsState = "delivered"
+	ListTargetForwardsParamsStateFailed    ListTargetForwardsParamsState = "failed"
+	ListTargetForwardsParamsStatePending   ListTargetForwardsParamsState = "pending"
+	ListTargetForwardsParamsStateRetrying  ListTargetForwardsParamsState = "retrying"
+	ListTargetForwardsParamsStateRunning   ListTargetForwardsParamsState = "running"
+)
+
+// Valid indicates whether the value is a known member of the ListTargetForwardsParamsState enum.
+func (e ListTargetForwardsParamsState) Valid() bool {
+	switch e {
+	case ListTargetForwardsParamsStateDelivered:
+		return true
+	case ListTargetForwardsParamsStateFailed:
+		return true
+	case ListTargetForwardsParamsStatePending:
+		return true
+	case ListTargetForwardsParamsStateRetrying:
+		return true
+	case ListTargetForwardsParamsStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Body A body, as `body_encoding` says: a JSON value, or a base64 string.
 //
 // Example: {"id":"evt_1QdZ8xLkdIwHu7ixa9F3bT2k"}
@@ -151,6 +244,55 @@ type Body = interface{}
 //
 // Example: json
 type BodyEncoding string
+
+// BreakerStatus The target's circuit breaker as the worker processes last recorded it.
+type BreakerStatus struct {
+	// OpenedAt When the breaker opened; null when closed.
+	//
+	// Example: 2026-11-30T05:12:40.118Z
+	OpenedAt *time.Time `json:"opened_at"`
+
+	// State `closed`: forwards flow; `open`: they wait (without using attempts) until a probe succeeds; `half-open`: one probe is under way.
+	//
+	// Example: open
+	State BreakerStatusState `json:"state"`
+}
+
+// BreakerStatusState `closed`: forwards flow; `open`: they wait (without using attempts) until a probe succeeds; `half-open`: one probe is under way.
+//
+// Example: open
+type BreakerStatusState string
+
+// BulkRedeliverRequest Which forwards of the target to forward again.
+type BulkRedeliverRequest struct {
+	// Since Only forwards that failed (or were delivered) at or after this instant; no lower bound when left out.
+	//
+	// Example: 2026-11-30T04:00:00Z
+	Since *time.Time `json:"since,omitempty"`
+
+	// State Forward again the forwards in this state.
+	//
+	// Example: failed
+	State BulkRedeliverRequestState `json:"state"`
+
+	// Until Only forwards that failed (or were delivered) before this instant; no upper bound when left out.
+	//
+	// Example: 2026-11-30T06:00:00Z
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// BulkRedeliverRequestState Forward again the forwards in this state.
+//
+// Example: failed
+type BulkRedeliverRequestState string
+
+// BulkRedelivery How many forwards a bulk redelivery matched.
+type BulkRedelivery struct {
+	// Matched The forwards matched, each forwarded again once (0 when none; nothing is enqueued then).
+	//
+	// Example: 412
+	Matched int64 `json:"matched"`
+}
 
 // Delivery An accepted delivery with its stored response and its forwards.
 type Delivery struct {
@@ -357,6 +499,34 @@ type Event struct {
 //
 // Example: invoice.paid
 type EventType = string
+
+// ForwardCounts A target's forwards by state.
+type ForwardCounts struct {
+	// Delivered Deliveries kept in the job table.
+	//
+	// Example: 58210
+	Delivered int64 `json:"delivered"`
+
+	// Failed Failed and not forwarded again since.
+	//
+	// Example: 412
+	Failed int64 `json:"failed"`
+
+	// Pending Waiting for an attempt, including those not yet relayed from the outbox.
+	//
+	// Example: 1204
+	Pending int64 `json:"pending"`
+
+	// Retrying An attempt failed and another is scheduled.
+	//
+	// Example: 3
+	Retrying int64 `json:"retrying"`
+
+	// Running An attempt is under way.
+	//
+	// Example: 0
+	Running int64 `json:"running"`
+}
 
 // ForwardState One forward of an event to one target. A forward accepted moments ago
 // may still be in the outbox, waiting to be relayed into the job queue:
@@ -634,6 +804,82 @@ type StoredResponse struct {
 	Status int `json:"status"`
 }
 
+// TargetForward One forward of an event to the target.
+type TargetForward struct {
+	// AttemptedAt When the most recent attempt started; null before the first.
+	//
+	// Example: 2026-11-30T05:40:12.001Z
+	AttemptedAt *time.Time `json:"attempted_at"`
+
+	// Attempts How many attempts have started.
+	//
+	// Example: 20
+	Attempts int `json:"attempts"`
+
+	// CreatedAt When the forward was enqueued.
+	//
+	// Example: 2026-11-30T04:31:07.412Z
+	CreatedAt time.Time `json:"created_at"`
+
+	// DeliveredAt When the target accepted the forward; null unless delivered.
+	DeliveredAt *time.Time `json:"delivered_at"`
+
+	// DeliveryId The delivery ID of the event.
+	//
+	// Example: evt_1QdZ8xLkdIwHu7ixa9F3bT2k
+	DeliveryId string `json:"delivery_id"`
+
+	// EventId The event forwarded; also the forward's `Idempotency-Key`.
+	//
+	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// FinishedAt When the forward was delivered or failed; null until then.
+	//
+	// Example: 2026-11-30T05:40:12.090Z
+	FinishedAt *time.Time `json:"finished_at"`
+
+	// JobId The forward's job ID.
+	//
+	// Example: 1842
+	JobId int64 `json:"job_id"`
+
+	// LastError Why the most recent finished attempt failed (the target's URL redacted); null when it succeeded or none finished.
+	//
+	// Example: target answered 503
+	LastError *string `json:"last_error"`
+
+	// LastStatus The target's HTTP status in the most recent finished attempt; null when none finished or no status came back.
+	//
+	// Example: 503
+	LastStatus *int `json:"last_status"`
+
+	// MaxAttempts How many attempts may be made.
+	//
+	// Example: 20
+	MaxAttempts int `json:"max_attempts"`
+
+	// State As in a delivery's forwards.
+	//
+	// Example: failed
+	State TargetForwardState `json:"state"`
+}
+
+// TargetForwardState As in a delivery's forwards.
+//
+// Example: failed
+type TargetForwardState string
+
+// TargetForwardPage One page of a target's forwards, newest first.
+type TargetForwardPage struct {
+	Items []TargetForward `json:"items"`
+
+	// NextCursor Pass as `cursor` to get the next page; null on the last page.
+	//
+	// Example: eyJqIjoxODQxfQ
+	NextCursor *string `json:"next_cursor"`
+}
+
 // TargetInfo A forward target, without its signing secret or the values of its extra headers.
 type TargetInfo struct {
 	// HeaderNames The names of the extra headers sent with every forward (their values are not shown), sorted.
@@ -667,11 +913,43 @@ type TargetInfo struct {
 	Url string `json:"url"`
 }
 
+// TargetList A sender's forward targets, in configuration order.
+type TargetList struct {
+	Items []TargetStatus `json:"items"`
+}
+
+// TargetStatus A forward target with its circuit breaker and its forwards by state.
+type TargetStatus struct {
+	// Breaker The target's circuit breaker as the worker processes last recorded it.
+	Breaker BreakerStatus `json:"breaker"`
+
+	// EventTypes The event types the target asks for (a trailing `*` is a prefix); empty when it takes every event.
+	//
+	// Example: ["invoice.*","customer.created"]
+	EventTypes []string `json:"event_types"`
+
+	// Forwards A target's forwards by state.
+	Forwards ForwardCounts `json:"forwards"`
+
+	// Name The target's name, unique within its sender.
+	//
+	// Example: orders
+	Name string `json:"name"`
+
+	// Url Where events are POSTed; its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
+	//
+	// Example: http://orders.internal:9000/hooks/stripe
+	Url string `json:"url"`
+}
+
 // EventID defines model for EventID.
 type EventID = openapi_types.UUID
 
 // Sender defines model for Sender.
 type Sender = string
+
+// Target defines model for Target.
+type Target = string
 
 // InvalidEventID An RFC 9457 problem detail, served as `application/problem+json`.
 type InvalidEventID = Problem
@@ -694,6 +972,9 @@ type UnknownEvent = Problem
 // UnknownSender An RFC 9457 problem detail, served as `application/problem+json`.
 type UnknownSender = Problem
 
+// UnknownTarget An RFC 9457 problem detail, served as `application/problem+json`.
+type UnknownTarget = Problem
+
 // ListDeliveriesParams defines parameters for ListDeliveries.
 type ListDeliveriesParams struct {
 	// Limit The largest number of deliveries on a page, from 1 to 500; 50 when left out.
@@ -708,8 +989,32 @@ type ListDeliveriesParams struct {
 	EventType *string `form:"event_type,omitempty" json:"event_type,omitempty"`
 }
 
+// ListTargetForwardsParams defines parameters for ListTargetForwards.
+type ListTargetForwardsParams struct {
+	// State Only forwards in this state.
+	State *ListTargetForwardsParamsState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Since Only forwards whose time (see above) is at or after this instant (RFC 3339).
+	Since *time.Time `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Only forwards whose time is before this instant (RFC 3339).
+	Until *time.Time `form:"until,omitempty" json:"until,omitempty"`
+
+	// Limit The largest number of forwards on a page, from 1 to 500; 50 when left out.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page; leave it out for the first page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListTargetForwardsParamsState defines parameters for ListTargetForwards.
+type ListTargetForwardsParamsState string
+
 // IngestWebhookJSONBody defines parameters for IngestWebhook.
 type IngestWebhookJSONBody = interface{}
+
+// RedeliverTargetJSONRequestBody defines body for RedeliverTarget for application/json ContentType.
+type RedeliverTargetJSONRequestBody = BulkRedeliverRequest
 
 // IngestWebhookJSONRequestBody defines body for IngestWebhook for application/json ContentType.
 type IngestWebhookJSONRequestBody = IngestWebhookJSONBody
@@ -746,6 +1051,15 @@ type ServerInterface interface {
 	// GetDelivery Show one delivery, its stored response and its forwards
 	// (GET /v1/senders/{sender}/deliveries/{delivery_id})
 	GetDelivery(w http.ResponseWriter, r *http.Request, sender Sender, deliveryId string)
+	// ListTargets List a sender's forward targets with their breaker and forward counts
+	// (GET /v1/senders/{sender}/targets)
+	ListTargets(w http.ResponseWriter, r *http.Request, sender Sender)
+	// ListTargetForwards List a target's forwards, newest first
+	// (GET /v1/senders/{sender}/targets/{target}/forwards)
+	ListTargetForwards(w http.ResponseWriter, r *http.Request, sender Sender, target Target, params ListTargetForwardsParams)
+	// RedeliverTarget Forward again, in bulk, a target's failed or delivered forwards
+	// (POST /v1/senders/{sender}/targets/{target}/redeliver)
+	RedeliverTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target)
 	// IngestWebhook Receive a webhook delivery, at most once per delivery ID
 	// (POST /webhooks/{sender})
 	IngestWebhook(w http.ResponseWriter, r *http.Request, sender string)
@@ -812,6 +1126,24 @@ func (_ Unimplemented) ListDeliveries(w http.ResponseWriter, r *http.Request, se
 // GetDelivery Show one delivery, its stored response and its forwards
 // (GET /v1/senders/{sender}/deliveries/{delivery_id})
 func (_ Unimplemented) GetDelivery(w http.ResponseWriter, r *http.Request, sender Sender, deliveryId string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListTargets List a sender's forward targets with their breaker and forward counts
+// (GET /v1/senders/{sender}/targets)
+func (_ Unimplemented) ListTargets(w http.ResponseWriter, r *http.Request, sender Sender) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListTargetForwards List a target's forwards, newest first
+// (GET /v1/senders/{sender}/targets/{target}/forwards)
+func (_ Unimplemented) ListTargetForwards(w http.ResponseWriter, r *http.Request, sender Sender, target Target, params ListTargetForwardsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RedeliverTarget Forward again, in bulk, a target's failed or delivered forwards
+// (POST /v1/senders/{sender}/targets/{target}/redeliver)
+func (_ Unimplemented) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1069,6 +1401,170 @@ func (siw *ServerInterfaceWrapper) GetDelivery(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListTargets operation middleware
+func (siw *ServerInterfaceWrapper) ListTargets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTargets(w, r, sender)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListTargetForwards operation middleware
+func (siw *ServerInterfaceWrapper) ListTargetForwards(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "target" -------------
+	var target Target
+
+	err = runtime.BindStyledParameterWithOptions("simple", "target", chi.URLParam(r, "target"), &target, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTargetForwardsParams
+
+	// ------------- Optional query parameter "state" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "state", r.URL.Query(), &params.State, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "state"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "state", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", r.URL.Query(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "since"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "since", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "until" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "until", r.URL.Query(), &params.Until, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "until"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "until", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTargetForwards(w, r, sender, target, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RedeliverTarget operation middleware
+func (siw *ServerInterfaceWrapper) RedeliverTarget(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "target" -------------
+	var target Target
+
+	err = runtime.BindStyledParameterWithOptions("simple", "target", chi.URLParam(r, "target"), &target, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RedeliverTarget(w, r, sender, target)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // IngestWebhook operation middleware
 func (siw *ServerInterfaceWrapper) IngestWebhook(w http.ResponseWriter, r *http.Request) {
 
@@ -1225,6 +1721,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/events/{event_id}/redeliver", wrapper.RedeliverEvent)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/senders/{sender}/targets", wrapper.ListTargets)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/senders/{sender}/targets/{target}/forwards", wrapper.ListTargetForwards)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/senders/{sender}/targets/{target}/redeliver", wrapper.RedeliverTarget)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealthz)

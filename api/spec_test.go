@@ -99,11 +99,14 @@ func TestSpecPathsAndOperations(t *testing.T) {
 		"GET /openapi.yaml":       "getOpenAPISpec",
 		"GET /docs":               "getDocs",
 
-		"GET /v1/senders":                                   "listSenders",
-		"GET /v1/senders/{sender}/deliveries":               "listDeliveries",
-		"GET /v1/senders/{sender}/deliveries/{delivery_id}": "getDelivery",
-		"GET /v1/events/{event_id}":                         "getEvent",
-		"POST /v1/events/{event_id}/redeliver":              "redeliverEvent",
+		"GET /v1/senders":                                      "listSenders",
+		"GET /v1/senders/{sender}/deliveries":                  "listDeliveries",
+		"GET /v1/senders/{sender}/deliveries/{delivery_id}":    "getDelivery",
+		"GET /v1/events/{event_id}":                            "getEvent",
+		"POST /v1/events/{event_id}/redeliver":                 "redeliverEvent",
+		"GET /v1/senders/{sender}/targets":                     "listTargets",
+		"GET /v1/senders/{sender}/targets/{target}/forwards":   "listTargetForwards",
+		"POST /v1/senders/{sender}/targets/{target}/redeliver": "redeliverTarget",
 	}
 	wantPaths := make(map[string]bool)
 	for k := range want {

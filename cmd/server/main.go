@@ -3,6 +3,8 @@
 //
 //	hookgate [serve]   apply pending migrations, then serve
 //	hookgate migrate   apply pending migrations and exit
+//	hookgate redeliver --sender S --target T --state failed --since 2h
+//	                   forward a target's failed (or delivered) forwards again
 //	hookgate version   print the version
 //	hookgate sink      a forward target for trying hookgate out: prints each
 //	                   forward and checks its signature (make run starts it)
@@ -235,9 +237,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	case "sink":
 		return runSink(ctx, args, getenv, stdout, stderr)
+	case "redeliver":
+		return redeliver(ctx, args, getenv, stdout, stderr)
 	case "serve", "migrate":
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate, sink or version", cmd)
+		return fmt.Errorf("unknown command %q: use serve, migrate, redeliver, sink or version", cmd)
 	}
 	s, err := parseSettings(cmd, args, getenv, stderr)
 	if err != nil {

@@ -123,6 +123,7 @@ func (c *Console) routes() http.Handler {
 		r.Get("/senders/{sender}/deliveries/{delivery_id}/body", c.rawBody)
 		r.Post("/senders/{sender}/deliveries/{delivery_id}/redeliver", c.redeliver)
 		r.Get("/senders/{sender}/targets/{target}/failed", c.failed)
+		r.Post("/senders/{sender}/targets/{target}/redeliver", c.bulkRedeliver)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Message: "There is no console page at this address."})

@@ -332,7 +332,7 @@ VALUES ('orders', 'orders-svc', 'open', now(), now(), 'connection refused')`); e
 		t.Fatal(err)
 	}
 	c := e.client()
-	e.signIn(c)
+	csrf := e.signIn(c)
 	p := e.do(c, http.MethodGet, "/console/", nil, nil)
 	for _, want := range []string{
 		`<td>202</td><td class="num">3</td><td class="num">3</td>`,
@@ -356,6 +356,21 @@ VALUES ('orders', 'orders-svc', 'open', now(), now(), 'connection refused')`); e
 	}
 	if p := e.do(c, http.MethodGet, "/console/senders/orders/targets/nope/failed", nil, nil); p.status != http.StatusNotFound {
 		t.Errorf("unknown target: %d", p.status)
+	}
+
+	// Redeliver all failed: without the CSRF token refused; with it, the
+	// failed forward of o-1 is matched and a new forward job is enqueued.
+	if p := e.do(c, http.MethodPost, "/console/senders/orders/targets/orders-svc/redeliver", url.Values{"since": {""}}, nil); p.status != http.StatusForbidden {
+		t.Errorf("bulk redeliver without CSRF token: %d, want 403", p.status)
+	}
+	p = e.do(c, http.MethodPost, "/console/senders/orders/targets/orders-svc/redeliver",
+		url.Values{"since": {""}, "csrf_token": {csrf}}, nil)
+	loc := p.header.Get("Location")
+	if p.status != http.StatusSeeOther || !strings.HasSuffix(loc, "/targets/orders-svc/failed?matched=1") {
+		t.Fatalf("bulk redeliver: %d to %q, want 303 to the target's page with matched=1", p.status, loc)
+	}
+	if p := e.do(c, http.MethodGet, loc, nil, nil); !strings.Contains(p.body, "1 failed forwards are being sent again") {
+		t.Errorf("the target's page after the bulk redeliver says nothing of it: %.2000s", p.body)
 	}
 }
 

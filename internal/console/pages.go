@@ -216,7 +216,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				c.fail(w, r, err)
 				return
 			}
-			byState, err := forward.Counts(ctx, c.db, sd.Name)
+			byState, err := forward.UnfinishedCounts(ctx, c.db, sd.Name)
 			if err != nil {
 				c.fail(w, r, err)
 				return
@@ -642,6 +642,42 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	for i := range fs {
 		fs[i].LastError = redact.URLInText(fs[i].LastError, t.URL, t.SecretPath)
 	}
-	c.render(w, r, http.StatusOK, "failed", page{Title: "Failed forwards to " + target,
+	msg := ""
+	if n, err := strconv.ParseInt(r.URL.Query().Get("matched"), 10, 64); err == nil && n >= 0 {
+		msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
+	}
+	c.render(w, r, http.StatusOK, "failed", page{Title: "Failed forwards to " + target, Message: msg,
 		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown}})
+}
+
+// bulkRedeliver redelivers every failed forward of a target that failed
+// since the time in the form (all of them when empty), as
+// POST /v1/senders/{sender}/targets/{target}/redeliver does, then shows the
+// target's page.
+func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
+	sender, target := param(r, "sender"), param(r, "target")
+	sd, ok := c.cfg.Sender(sender)
+	if !ok {
+		c.notFound(w, r, "No sender with this name is configured.")
+		return
+	}
+	if _, ok := sd.Target(target); !ok {
+		c.notFound(w, r, "This sender has no target with this name.")
+		return
+	}
+	since, err := parseTime(r.PostFormValue("since"))
+	if err != nil {
+		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Redeliver", Message: "Since: " + err.Error() + "."})
+		return
+	}
+	if c.opts.River == nil {
+		c.fail(w, r, errors.New("console: no River client"))
+		return
+	}
+	n, err := forward.BulkRedeliver(r.Context(), c.db, c.opts.River, forward.BulkRequest{Sender: sd, Target: target, State: forward.StateFailed, Since: since})
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/senders/"+url.PathEscape(sender)+"/targets/"+url.PathEscape(target)+"/failed?matched="+strconv.FormatInt(n, 10), http.StatusSeeOther)
 }

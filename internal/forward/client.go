@@ -107,7 +107,11 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, opts.MaxWorkers, opts.BreakerProbe, m, log)); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
-		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers}}
+		// Bulk redeliveries run on a queue of their own, one at a time.
+		if err := river.AddWorkerSafely(workers, NewBulkWorker(pool, cfg, log)); err != nil {
+			return nil, fmt.Errorf("register bulk redelivery worker: %w", err)
+		}
+		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers}, BulkQueue: {MaxWorkers: 1}}
 		if m := opts.Maintenance; m.Register != nil {
 			if err := m.Register(workers); err != nil {
 				return nil, fmt.Errorf("register maintenance workers: %w", err)

@@ -13,24 +13,26 @@ import (
 
 // Queries of the console (package console) beside List and Breakers.
 
-// countsSQL counts the unfinished and failed forwards of a sender by target
+// unfinishedCountsSQL counts the unfinished and failed forwards of a sender by target
 // and state. It names the states, so that River's indexes that lead with
 // state (its fetch index for the unfinished ones, its finalized index for
 // the failed ones) narrow the scan, and the delivered jobs of a long
 // history are never read. Outbox rows count as pending.
-const countsSQL = `SELECT coalesce(args->>'target', ''), state::text, count(*) FROM river_job
+const unfinishedCountsSQL = `SELECT coalesce(args->>'target', ''), state::text, count(*) FROM river_job
 WHERE state IN ('available', 'scheduled', 'pending', 'running', 'retryable', 'discarded', 'cancelled')
   AND kind = $1 AND args->>'sender' = $2
 GROUP BY 1, 2
 UNION ALL
 SELECT target, 'available', count(*) FROM forward_outbox WHERE sender = $2 GROUP BY 1`
 
-// Counts returns, for each target of sender that has any, how many of its
-// forwards are pending, running, retrying and failed (forwards still in the
-// outbox are pending; delivered ones are not counted), by target name.
-// Jobs of versions that named targets by URL count under "".
-func Counts(ctx context.Context, db Querier, sender string) (map[string]map[State]int64, error) {
-	rows, err := db.Query(ctx, countsSQL, Args{}.Kind(), sender)
+// UnfinishedCounts returns, for each target of sender that has any, how
+// many of its forwards are pending, running, retrying and failed (forwards
+// still in the outbox are pending; delivered ones are not counted, so that
+// a long history is never read; every failed job counts, redelivered since
+// or not — CountByTarget counts only the latest forward of each event), by
+// target name. Jobs of versions that named targets by URL count under "".
+func UnfinishedCounts(ctx context.Context, db Querier, sender string) (map[string]map[State]int64, error) {
+	rows, err := db.Query(ctx, unfinishedCountsSQL, Args{}.Kind(), sender)
 	if err != nil {
 		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
 	}

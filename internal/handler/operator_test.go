@@ -233,7 +233,7 @@ func operatorRoutes(t *testing.T, router http.Handler, sender, deliveryID string
 	if !ok {
 		t.Fatalf("Router() is a %T, not chi.Routes", router)
 	}
-	fill := strings.NewReplacer("{sender}", sender, "{delivery_id}", url.PathEscape(deliveryID), "{event_id}", eventID.String())
+	fill := strings.NewReplacer("{sender}", sender, "{delivery_id}", url.PathEscape(deliveryID), "{event_id}", eventID.String(), "{target}", "t")
 	var out []opRoute
 	err := chi.Walk(routes, func(method, pattern string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		if strings.HasPrefix(pattern, "/v1/") {
@@ -244,8 +244,8 @@ func operatorRoutes(t *testing.T, router http.Handler, sender, deliveryID string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 5 {
-		t.Fatalf("router has %d operator routes, want 5: %v", len(out), out)
+	if len(out) != 8 {
+		t.Fatalf("router has %d operator routes, want 8: %v", len(out), out)
 	}
 	return out
 }
@@ -438,9 +438,10 @@ func TestOperatorAPIAuth(t *testing.T) {
 	want := map[string]int{
 		routeSenders: http.StatusOK, routeDeliveries: http.StatusOK, routeDelivery: http.StatusOK, routeEvent: http.StatusOK,
 		routeRedeliver: http.StatusConflict, // hdr has no targets
+		routeTargets:   http.StatusOK, routeTargetForwards: http.StatusNotFound, routeTargetRedeliver: http.StatusNotFound,
 	}
 	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
-		for _, rt := range routes[:5] {
+		for _, rt := range routes[:len(routes)-1] { // not the appended "(no route)"
 			r := s.do(s.opRequest(rt.method, rt.path, scheme+" "+testToken))
 			if r.status != want[rt.pattern] {
 				t.Errorf("%s %s with %s token: %s, want status %d", rt.method, rt.path, scheme, r, want[rt.pattern])

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/forward"
+)
+
+// redeliver is `hookgate redeliver`: the bulk redelivery of the operator
+// API (POST /v1/senders/{sender}/targets/{target}/redeliver) from the
+// command line, through the same code (forward.BulkRedeliver). It prints
+// how many forwards it matched; the worker processes forward them again.
+func redeliver(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hookgate redeliver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: hookgate redeliver --sender S --target T [--state failed|delivered] [--since 2h|RFC3339] [--until 30m|RFC3339]")
+		fs.PrintDefaults()
+	}
+	configPath := getenv("HOOKGATE_CONFIG")
+	if configPath == "" {
+		configPath = "hookgate.yaml"
+	}
+	var databaseURL, sender, target, state, since, until string
+	fs.StringVar(&databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL connection URL (env DATABASE_URL; required)")
+	fs.StringVar(&configPath, "config", configPath, "senders configuration file (env HOOKGATE_CONFIG)")
+	fs.StringVar(&sender, "sender", "", "the sender's name (required)")
+	fs.StringVar(&target, "target", "", "the target's name (required)")
+	fs.StringVar(&state, "state", "failed", "redeliver the forwards in this state: failed or delivered")
+	fs.StringVar(&since, "since", "", "only forwards that reached the state at or after this time: a duration ago (2h) or an RFC 3339 time; no bound when empty")
+	fs.StringVar(&until, "until", "", "only forwards that reached the state before this time: a duration ago (30m) or an RFC 3339 time; no bound when empty")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if sender == "" || target == "" {
+		return errors.New("redeliver: --sender and --target are required")
+	}
+	st := forward.State(state)
+	if st != forward.StateFailed && st != forward.StateDelivered {
+		return fmt.Errorf("redeliver: --state %q: must be failed or delivered", state)
+	}
+	now := time.Now()
+	from, err := pointInTime(since, now)
+	if err != nil {
+		return fmt.Errorf("redeliver: --since: %w", err)
+	}
+	to, err := pointInTime(until, now)
+	if err != nil {
+		return fmt.Errorf("redeliver: --until: %w", err)
+	}
+	if databaseURL == "" {
+		return errors.New("DATABASE_URL is not set: give the PostgreSQL URL in DATABASE_URL or --database-url")
+	}
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return err
+	}
+	sd, ok := cfg.Sender(sender)
+	if !ok {
+		return fmt.Errorf("redeliver: no sender named %q is configured in %s", sender, configPath)
+	}
+	if _, ok := sd.Target(target); !ok {
+		return fmt.Errorf("redeliver: sender %q has no forward target named %q in %s", sender, target, configPath)
+	}
+	pool, err := newPool(ctx, databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	log := newLogger("text", stderr)
+	client, err := forward.NewClient(pool, cfg, forward.Options{}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	if err != nil {
+		return err
+	}
+	n, err := forward.BulkRedeliver(ctx, pool, client, forward.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "matched %d %s forwards of %s/%s; the worker processes forward them again\n", n, st, sender, target)
+	return nil
+}
+
+// pointInTime reads a time given as an RFC 3339 time or as a positive
+// duration before now; the zero time for "".
+func pointInTime(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("%q: a duration must be positive (how long ago)", v)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither a duration such as 2h nor an RFC 3339 time such as 2026-11-30T04:00:00Z", v)
+	}
+	return t, nil
+}

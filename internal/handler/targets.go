@@ -1,0 +1,219 @@
+package handler
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/redact"
+)
+
+// The operator API of forward targets: their breakers and counts, their
+// forwards, and bulk recovery. The queries are package forward's.
+
+// ListTargets answers sender's targets in configuration order, each with
+// its breaker (closed when no worker recorded one) and its forwards by
+// state: 404 for an unknown sender.
+func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.Sender) {
+	sd, ok := s.cfg.Sender(sender)
+	if !ok {
+		s.fail(w, r, unknownSender(sender))
+		return
+	}
+	if s.db == nil {
+		s.fail(w, r, dbProblem(errNoDB))
+		return
+	}
+	breakers, err := forward.Breakers(r.Context(), s.db, sender)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	counts, err := forward.CountByTarget(r.Context(), s.db, sender)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	out := api.TargetList{Items: make([]api.TargetStatus, 0, len(sd.Forward))}
+	for i := range sd.Forward {
+		t := &sd.Forward[i]
+		ts := api.TargetStatus{
+			Name:       t.Name,
+			Url:        redact.URL(t.URL, t.SecretPath),
+			EventTypes: append([]string{}, t.EventTypes...),
+			Breaker:    api.BreakerStatus{State: forward.BreakerClosed},
+		}
+		if b, ok := breakers[t.Name]; ok {
+			ts.Breaker.State = api.BreakerStatusState(b.State)
+			if !b.OpenedAt.IsZero() && b.State != forward.BreakerClosed {
+				at := b.OpenedAt.UTC()
+				ts.Breaker.OpenedAt = &at
+			}
+		}
+		c := counts[t.Name]
+		ts.Forwards = api.ForwardCounts{Pending: c.Pending, Running: c.Running, Retrying: c.Retrying, Delivered: c.Delivered, Failed: c.Failed}
+		out.Items = append(out.Items, ts)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// target returns sender's target named name, or the 404 problem.
+func (s *Server) target(sender, name string) (*config.Sender, *config.Target, error) {
+	sd, ok := s.cfg.Sender(sender)
+	if !ok {
+		return nil, nil, unknownSender(sender)
+	}
+	t, ok := sd.Target(name)
+	if !ok {
+		return nil, nil, newProblem(probNotFound, fmt.Sprintf("Sender %q has no forward target named %s.", sender, quote(name)))
+	}
+	return sd, t, nil
+}
+
+// ListTargetForwards answers a page of a target's forwards, newest first:
+// 404 for an unknown sender or target, 400 for an invalid state, window,
+// limit or cursor.
+func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, sender api.Sender, target api.Target, params api.ListTargetForwardsParams) {
+	_, t, err := s.target(sender, target)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f := forward.Filter{Sender: sender, Target: target}
+	if params.State != nil {
+		f.State = forward.State(*params.State)
+		if !forward.ValidState(f.State) {
+			s.fail(w, r, newProblem(probInvalidParameter, fmt.Sprintf("Query parameter state must be pending, running, retrying, delivered or failed; got %s.", quote(string(f.State)))))
+			return
+		}
+	}
+	if params.Since != nil {
+		f.Since = *params.Since
+	}
+	if params.Until != nil {
+		f.Until = *params.Until
+	}
+	limit := defaultListLimit
+	if params.Limit != nil {
+		limit = *params.Limit
+		if limit < 1 || limit > forward.MaxForwardLimit {
+			s.fail(w, r, newProblem(probInvalidParameter, limitDetail(r.URL.Query()["limit"])))
+			return
+		}
+	}
+	var after *forward.ForwardCursor
+	if params.Cursor != nil {
+		c, err := forward.ParseForwardCursor(*params.Cursor)
+		if err != nil {
+			s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err,
+				detail: "Query parameter cursor is not a cursor this API returned; pass the next_cursor of the previous page, or leave it out for the first page."})
+			return
+		}
+		after = &c
+	}
+	if s.db == nil {
+		s.fail(w, r, dbProblem(errNoDB))
+		return
+	}
+	page, err := forward.ListTarget(r.Context(), s.db, f, limit, after)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	out := api.TargetForwardPage{Items: make([]api.TargetForward, 0, len(page.Forwards))}
+	for _, tf := range page.Forwards {
+		item := api.TargetForward{
+			JobId:       tf.JobID,
+			EventId:     tf.EventID,
+			DeliveryId:  tf.DeliveryID,
+			State:       api.TargetForwardState(tf.State),
+			Attempts:    tf.Attempts,
+			MaxAttempts: tf.MaxAttempts,
+			CreatedAt:   tf.CreatedAt.UTC(),
+		}
+		if tf.LastStatus != 0 {
+			item.LastStatus = &tf.LastStatus
+		}
+		if tf.LastError != "" {
+			e := redact.URLInText(tf.LastError, t.URL, t.SecretPath)
+			item.LastError = &e
+		}
+		item.AttemptedAt = utcOrNil(tf.AttemptedAt)
+		item.FinishedAt = utcOrNil(tf.FinishedAt)
+		item.DeliveredAt = utcOrNil(tf.DeliveredAt)
+		out.Items = append(out.Items, item)
+	}
+	if page.Next != nil {
+		c := page.Next.String()
+		out.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// maxBulkBody bounds the body of a bulk redelivery request.
+const maxBulkBody = 4 << 10
+
+// RedeliverTarget forwards again, in the background, every forward of the
+// target in the requested state and window, and answers 202 with how many
+// it matched: 404 for an unknown sender or target, 400 for a body that is
+// not a valid request.
+func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender api.Sender, target api.Target) {
+	sd, _, err := s.target(sender, target)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req api.BulkRedeliverRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBulkBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err,
+			detail: `The request body must be a JSON object {"state": "failed" or "delivered", "since": RFC 3339 time, "until": RFC 3339 time} (times optional), with no other members.`})
+		return
+	}
+	state := forward.State(req.State)
+	if state != forward.StateFailed && state != forward.StateDelivered {
+		s.fail(w, r, newProblem(probInvalidParameter, fmt.Sprintf(`The request body's state must be "failed" or "delivered"; got %s.`, quote(string(req.State)))))
+		return
+	}
+	if s.db == nil {
+		s.fail(w, r, dbProblem(errNoDB))
+		return
+	}
+	if s.river == nil {
+		s.fail(w, r, dbProblem(errNoRiver))
+		return
+	}
+	br := forward.BulkRequest{Sender: sd, Target: target, State: state}
+	if req.Since != nil {
+		br.Since = *req.Since
+	}
+	if req.Until != nil {
+		br.Until = *req.Until
+	}
+	n, err := forward.BulkRedeliver(r.Context(), s.db, s.river, br)
+	if errors.Is(err, forward.ErrUnknownTarget) || errors.Is(err, forward.ErrBulkState) {
+		s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err, detail: "The request cannot be redelivered: " + err.Error() + "."})
+		return
+	}
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	writeJSON(w, http.StatusAccepted, api.BulkRedelivery{Matched: n})
+}
+
+// utcOrNil returns t in UTC, nil for the zero time.
+func utcOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

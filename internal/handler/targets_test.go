@@ -1,0 +1,504 @@
+package handler_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/hookgate/hookgate/internal/forward"
+)
+
+const (
+	routeTargets         = "/v1/senders/{sender}/targets"
+	routeTargetForwards  = "/v1/senders/{sender}/targets/{target}/forwards"
+	routeTargetRedeliver = "/v1/senders/{sender}/targets/{target}/redeliver"
+)
+
+type (
+	targetList struct {
+		Items []targetStatus `json:"items"`
+	}
+	targetStatus struct {
+		Name    string `json:"name"`
+		URL     string `json:"url"`
+		Breaker struct {
+			State    string     `json:"state"`
+			OpenedAt *time.Time `json:"opened_at"`
+		} `json:"breaker"`
+		Forwards forwardCounts `json:"forwards"`
+	}
+	forwardCounts struct {
+		Pending   int64 `json:"pending"`
+		Running   int64 `json:"running"`
+		Retrying  int64 `json:"retrying"`
+		Delivered int64 `json:"delivered"`
+		Failed    int64 `json:"failed"`
+	}
+	targetForwardPage struct {
+		Items      []targetForward `json:"items"`
+		NextCursor *string         `json:"next_cursor"`
+	}
+	targetForward struct {
+		JobID       int64      `json:"job_id"`
+		EventID     uuid.UUID  `json:"event_id"`
+		DeliveryID  string     `json:"delivery_id"`
+		State       string     `json:"state"`
+		Attempts    int        `json:"attempts"`
+		MaxAttempts int        `json:"max_attempts"`
+		LastStatus  *int       `json:"last_status"`
+		LastError   *string    `json:"last_error"`
+		CreatedAt   time.Time  `json:"created_at"`
+		AttemptedAt *time.Time `json:"attempted_at"`
+		FinishedAt  *time.Time `json:"finished_at"`
+		DeliveredAt *time.Time `json:"delivered_at"`
+	}
+	bulkRedelivery struct {
+		Matched int64 `json:"matched"`
+	}
+)
+
+// targets reads GET /v1/senders/{sender}/targets, by target name.
+func (s *opServer) targets(sender string) map[string]targetStatus {
+	s.t.Helper()
+	var l targetList
+	decode(s.t, s.call(http.MethodGet, "/v1/senders/"+sender+"/targets"), http.StatusOK, http.MethodGet, routeTargets, &l)
+	out := map[string]targetStatus{}
+	for _, ts := range l.Items {
+		out[ts.Name] = ts
+	}
+	return out
+}
+
+// forwardPage reads one page of a target's forwards with the query q.
+func (s *opServer) forwardPage(sender, target, q string) targetForwardPage {
+	s.t.Helper()
+	var p targetForwardPage
+	decode(s.t, s.call(http.MethodGet, "/v1/senders/"+sender+"/targets/"+target+"/forwards"+q), http.StatusOK, http.MethodGet, routeTargetForwards, &p)
+	return p
+}
+
+// bulkRedeliver posts body to a target's redeliver and returns the number
+// matched.
+func (s *opServer) bulkRedeliver(sender, target, body string) int64 {
+	s.t.Helper()
+	req := s.opRequest(http.MethodPost, "/v1/senders/"+sender+"/targets/"+target+"/redeliver", "Bearer "+testToken)
+	req.Body = nopCloser{strings.NewReader(body)}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	var b bulkRedelivery
+	decode(s.t, s.do(req), http.StatusAccepted, http.MethodPost, routeTargetRedeliver, &b)
+	return b.Matched
+}
+
+type nopCloser struct{ *strings.Reader }
+
+func (nopCloser) Close() error { return nil }
+
+// countJobs counts the River jobs of kind whose state is one of states
+// (any state when none).
+func (s *opServer) countJobs(kind string, states ...string) int {
+	s.t.Helper()
+	var n int
+	if states == nil {
+		states = []string{}
+	}
+	q := `SELECT count(*) FROM river_job WHERE kind = $1 AND (cardinality($2::text[]) = 0 OR state::text = ANY($2))`
+	if err := s.pool.QueryRow(s.t.Context(), q, kind, states).Scan(&n); err != nil {
+		s.t.Fatal(err)
+	}
+	return n
+}
+
+func TestTargetsListCountsAndBreaker(t *testing.T) {
+	t.Parallel()
+	ok := newTarget(t, http.StatusOK)
+	bad := newTarget(t, http.StatusBadRequest)
+	s := newOpServer(t, opOptions{work: true, yaml: fmt.Sprintf(`
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: good
+        url: %s/ok
+      - name: bad
+        url: %s/bad?token=sekrit
+  - name: quiet
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: idle
+        url: http://127.0.0.1:1/never
+`, ok.srv.URL, bad.srv.URL)})
+	for i := range 3 {
+		s.accept("fwd", fmt.Sprintf("d-%d", i), []byte(`{}`))
+	}
+	var got map[string]targetStatus
+	poll(t, "3 forwards delivered to good and 3 failed at bad", func() bool {
+		got = s.targets("fwd")
+		return got["good"].Forwards.Delivered == 3 && got["bad"].Forwards.Failed == 3
+	})
+	if len(got) != 2 {
+		t.Fatalf("targets = %+v, want good and bad", got)
+	}
+	if g := got["good"]; g.URL != ok.srv.URL+"/ok" || g.Breaker.State != "closed" || g.Breaker.OpenedAt != nil ||
+		g.Forwards != (forwardCounts{Delivered: 3}) {
+		t.Errorf("good = %+v", g)
+	}
+	if b := got["bad"]; strings.Contains(b.URL, "sekrit") || b.Breaker.State != "closed" || b.Forwards != (forwardCounts{Failed: 3}) {
+		t.Errorf("bad = %+v; want its token redacted, closed, 3 failed", b)
+	}
+
+	// A breaker recorded by a worker is shown; the others stay closed.
+	opened := time.Date(2026, 11, 30, 5, 12, 40, 118000000, time.UTC)
+	if _, err := s.pool.Exec(t.Context(), `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
+VALUES ('fwd', 'bad', 'open', $1, $1, 'target answered 503')`, opened); err != nil {
+		t.Fatal(err)
+	}
+	got = s.targets("fwd")
+	if b := got["bad"].Breaker; b.State != "open" || b.OpenedAt == nil || !b.OpenedAt.Equal(opened) {
+		t.Errorf("bad's breaker = %+v, want open since %s", b, opened)
+	}
+	if b := got["good"].Breaker; b.State != "closed" || b.OpenedAt != nil {
+		t.Errorf("good's breaker = %+v, want closed", b)
+	}
+	if q := s.targets("quiet"); len(q) != 1 || q["idle"].Forwards != (forwardCounts{}) || q["idle"].Breaker.State != "closed" {
+		t.Errorf("quiet's targets = %+v, want idle with no forwards", q)
+	}
+	wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/nobody/targets"), http.StatusNotFound, "unknown-sender", http.MethodGet, routeTargets)
+}
+
+// TestTargetsCountOutboxAsPending checks that forwards not yet relayed
+// from the outbox, and relayed but not yet worked, are pending.
+func TestTargetsCountOutboxAsPending(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: a
+        url: http://127.0.0.1:1/a
+      - name: b
+        url: http://127.0.0.1:1/b
+`})
+	for i := range 4 {
+		s.accept("fwd", fmt.Sprintf("d-%d", i), []byte(`{}`))
+	}
+	for _, when := range []string{"in the outbox", "relayed"} {
+		got := s.targets("fwd")
+		if got["a"].Forwards != (forwardCounts{Pending: 4}) || got["b"].Forwards != (forwardCounts{Pending: 4}) {
+			t.Errorf("%s: targets = %+v, want 4 pending each", when, got)
+		}
+		if when == "in the outbox" {
+			if n := s.relayOnce(); n != 8 {
+				t.Fatalf("relayed %d forwards, want 8", n)
+			}
+		}
+	}
+}
+
+// TestTargetForwardsPaginationAndFilters lists a target's forwards page by
+// page, by state and by time window, with errors redacted.
+func TestTargetForwardsPaginationAndFilters(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: a
+        url: http://127.0.0.1:1/a?token=sekrit
+        max_attempts: 7
+      - name: b
+        url: http://127.0.0.1:1/b
+`})
+	events := map[string]string{} // delivery ID → event ID
+	for i := range 7 {
+		id := fmt.Sprintf("d-%d", i)
+		events[id] = s.accept("fwd", id, []byte(`{}`))
+	}
+	if n := s.relayOnce(); n != 14 {
+		t.Fatalf("relayed %d, want 14", n)
+	}
+	// Every page of 3, newest first, no forward twice, none of target b.
+	var all []targetForward
+	q := "?limit=3"
+	for pages := 0; ; pages++ {
+		if pages > 3 {
+			t.Fatal("more than 3 pages")
+		}
+		p := s.forwardPage("fwd", "a", q)
+		all = append(all, p.Items...)
+		if p.NextCursor == nil {
+			break
+		}
+		if len(p.Items) != 3 {
+			t.Fatalf("a page before the last has %d items", len(p.Items))
+		}
+		q = "?limit=3&cursor=" + url.QueryEscape(*p.NextCursor)
+	}
+	if len(all) != 7 || !slices.IsSortedFunc(all, func(x, y targetForward) int { return int(y.JobID - x.JobID) }) {
+		t.Fatalf("forwards = %+v; want 7, newest first", all)
+	}
+	seen := map[uuid.UUID]bool{}
+	for _, f := range all {
+		if seen[f.EventID] || events[f.DeliveryID] != f.EventID.String() || f.State != "pending" || f.MaxAttempts != 7 || f.FinishedAt != nil {
+			t.Errorf("forward %+v", f)
+		}
+		seen[f.EventID] = true
+	}
+
+	// Four of them failed, an hour apart (as River records a failure).
+	base := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
+	var failedIDs []int64
+	for i, f := range all[3:] {
+		failedIDs = append(failedIDs, f.JobID)
+		if _, err := s.pool.Exec(t.Context(), `UPDATE river_job SET state = 'discarded', attempt = 7, attempted_at = $2, finalized_at = $2,
+  errors = ARRAY[jsonb_build_object('at', $2::timestamptz, 'attempt', 7, 'error', 'post to http://127.0.0.1:1/a?token=sekrit: target answered 503', 'trace', '')]
+WHERE id = $1`, f.JobID, base.Add(time.Duration(i)*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := s.forwardPage("fwd", "a", "?state=failed")
+	if len(failed.Items) != 4 || failed.NextCursor != nil {
+		t.Fatalf("failed = %+v, want 4", failed)
+	}
+	for _, f := range failed.Items {
+		if f.State != "failed" || f.LastStatus == nil || *f.LastStatus != 503 || f.LastError == nil || strings.Contains(*f.LastError, "sekrit") ||
+			!strings.Contains(*f.LastError, "target answered 503") || f.FinishedAt == nil || f.Attempts != 7 {
+			t.Errorf("failed forward %+v (last error %v)", f, f.LastError)
+		}
+	}
+	window := "?state=failed&since=" + url.QueryEscape(base.Add(time.Hour).Format(time.RFC3339)) + "&until=" + url.QueryEscape(base.Add(3*time.Hour).Format(time.RFC3339))
+	if w := s.forwardPage("fwd", "a", window); len(w.Items) != 2 || w.Items[0].JobID != failedIDs[1] || w.Items[1].JobID != failedIDs[2] {
+		t.Errorf("failed in [1h, 3h) = %+v, want jobs %d and %d", w.Items, failedIDs[1], failedIDs[2])
+	}
+	if p := s.forwardPage("fwd", "a", "?state=pending"); len(p.Items) != 3 {
+		t.Errorf("pending = %d, want 3", len(p.Items))
+	}
+	if p := s.forwardPage("fwd", "a", "?state=delivered"); len(p.Items) != 0 || p.NextCursor != nil {
+		t.Errorf("delivered = %+v, want none", p)
+	}
+	if c := s.targets("fwd")["a"].Forwards; c != (forwardCounts{Pending: 3, Failed: 4}) {
+		t.Errorf("counts of a = %+v", c)
+	}
+
+	for _, tc := range []struct{ q, mention string }{
+		{"?state=lost", "state"},
+		{"?cursor=abc", "cursor"},
+		{"?limit=0", "limit"},
+		{"?since=yesterday", "since"},
+	} {
+		wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/fwd/targets/a/forwards"+tc.q), http.StatusBadRequest, "invalid-parameter", http.MethodGet, routeTargetForwards)
+	}
+	wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/fwd/targets/nope/forwards"), http.StatusNotFound, "not-found", http.MethodGet, routeTargetForwards)
+	wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/nobody/targets/a/forwards"), http.StatusNotFound, "unknown-sender", http.MethodGet, routeTargetForwards)
+}
+
+// TestTargetBulkRedeliverAfterOutage fails forwards at a real target (400),
+// redelivers them in bulk once it is back, and checks that each event
+// reached it again with its original Idempotency-Key, and that a second
+// bulk redelivery matches and sends nothing.
+func TestTargetBulkRedeliverAfterOutage(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	statuses := make([]int, n, n+1)
+	for i := range statuses {
+		statuses[i] = http.StatusBadRequest
+	}
+	tg := newTarget(t, append(statuses, http.StatusOK)...)
+	s := newOpServer(t, opOptions{work: true, yaml: fmt.Sprintf(`
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: orders
+        url: %s/hooks
+`, tg.srv.URL)})
+	events := map[string]bool{}
+	for i := range n {
+		events[s.accept("fwd", fmt.Sprintf("d-%d", i), []byte(`{}`))] = true
+	}
+	poll(t, "every forward to fail", func() bool { return s.targets("fwd")["orders"].Forwards.Failed == n })
+	start := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+
+	if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed","since":"`+start+`"}`); m != n {
+		t.Fatalf("matched %d, want %d", m, n)
+	}
+	poll(t, "every redelivery to be delivered", func() bool {
+		c := s.targets("fwd")["orders"].Forwards
+		return c.Delivered == n && c.Failed == 0 && c.Pending == 0
+	})
+	reqs := tg.requests()
+	if len(reqs) != 2*n {
+		t.Fatalf("the target got %d requests, want %d", len(reqs), 2*n)
+	}
+	again := map[string]bool{}
+	for _, r := range reqs[n:] {
+		again[r.Header.Get("Idempotency-Key")] = true
+	}
+	for id := range events {
+		if !again[id] {
+			t.Errorf("event %s was not redelivered with its Idempotency-Key; redelivered: %v", id, again)
+		}
+	}
+
+	// Twice: the failures were redelivered, so nothing matches any more.
+	if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed"}`); m != 0 {
+		t.Errorf("second bulk redelivery matched %d, want 0", m)
+	}
+	if got := s.countJobs("hookgate_forward"); got != 2*n {
+		t.Errorf("%d forward jobs, want %d", got, 2*n)
+	}
+	if got := s.countJobs(forward.BulkArgs{}.Kind(), "completed"); got != 1 {
+		t.Errorf("%d completed bulk jobs, want 1", got)
+	}
+
+	for _, tc := range []struct{ body, mention string }{
+		{`{"state":"pending"}`, "state"},
+		{`{"state":"failed","since":"2h"}`, "RFC 3339"},
+		{`{"state":"failed","extra":1}`, "no other members"},
+		{`not json`, "JSON"},
+	} {
+		req := s.opRequest(http.MethodPost, "/v1/senders/fwd/targets/orders/redeliver", "Bearer "+testToken)
+		req.Body = nopCloser{strings.NewReader(tc.body)}
+		p := wantOpProblem(t, s.do(req), http.StatusBadRequest, "invalid-parameter", http.MethodPost, routeTargetRedeliver)
+		if !strings.Contains(p.Detail, tc.mention) {
+			t.Errorf("%s: detail %q does not mention %q", tc.body, p.Detail, tc.mention)
+		}
+	}
+	req := s.opRequest(http.MethodPost, "/v1/senders/fwd/targets/nope/redeliver", "Bearer "+testToken)
+	req.Body = nopCloser{strings.NewReader(`{"state":"failed"}`)}
+	wantOpProblem(t, s.do(req), http.StatusNotFound, "not-found", http.MethodPost, routeTargetRedeliver)
+}
+
+// TestTargetBulkRedeliverInBatches redelivers 5,000 failed forwards: the
+// request counts them and enqueues one job (a second identical request
+// enqueues no second one), which inserts them in batches; afterwards
+// nothing matches.
+func TestTargetBulkRedeliverInBatches(t *testing.T) {
+	t.Parallel()
+	const n = 5000
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: orders
+        url: http://127.0.0.1:1/hooks
+        max_attempts: 3
+      - name: other
+        url: http://127.0.0.1:1/other
+`})
+	ctx := t.Context()
+	// n failed forwards of orders, and n of other that must stay alone.
+	for _, target := range []string{"orders", "other"} {
+		if _, err := s.pool.Exec(ctx, `INSERT INTO river_job (kind, args, max_attempts, queue, state, attempt, finalized_at)
+SELECT 'hookgate_forward', jsonb_build_object('sender', 'fwd', 'event_id', gen_random_uuid()::text, 'target', $1::text, 'delivery_id', 'd-' || i),
+       3, 'forward', 'discarded', 3, now() - interval '1 minute'
+FROM generate_series(1, $2::int) AS i`, target, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed"}`); m != n {
+			t.Fatalf("matched %d, want %d", m, n)
+		}
+	}
+	if got := s.countJobs(forward.BulkArgs{}.Kind()); got != 1 {
+		t.Fatalf("%d bulk jobs after two identical requests, want 1", got)
+	}
+
+	// A worker process of bulk redeliveries only (the forwards stay
+	// available, so that they can be counted).
+	workers := river.NewWorkers()
+	river.AddWorker(workers, forward.NewBulkWorker(s.pool, s.cfg, s.log))
+	client, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+		Logger:              s.log,
+		Workers:             workers,
+		Queues:              map[string]river.QueueConfig{forward.BulkQueue: {MaxWorkers: 1}},
+		FetchPollInterval:   100 * time.Millisecond,
+		SkipUnknownJobCheck: true, // it inserts forward jobs it does not work
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := client.Stop(ctx); err != nil {
+			t.Errorf("stop River: %v", err)
+		}
+	})
+	poll(t, "the bulk job to complete", func() bool {
+		return s.countJobs(forward.BulkArgs{}.Kind(), "completed") == 1
+	})
+	if got := s.countJobs("hookgate_forward", "available"); got != n {
+		t.Errorf("%d forwards enqueued, want %d", got, n)
+	}
+	var distinct, maxAttempts int
+	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT args->>'event_id'), min(max_attempts) FROM river_job
+WHERE kind = 'hookgate_forward' AND state = 'available' AND args @> '{"sender": "fwd", "target": "orders"}'`).Scan(&distinct, &maxAttempts); err != nil {
+		t.Fatal(err)
+	}
+	if distinct != n || maxAttempts != 3 {
+		t.Errorf("new forwards: %d events (want %d), max_attempts %d (want 3)", distinct, n, maxAttempts)
+	}
+	c := s.targets("fwd")
+	if c["orders"].Forwards != (forwardCounts{Pending: n}) || c["other"].Forwards != (forwardCounts{Failed: n}) {
+		t.Errorf("counts = %+v", c)
+	}
+	if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed"}`); m != 0 {
+		t.Errorf("after the bulk job, matched %d, want 0", m)
+	}
+	var rows []int64
+	r, err := s.pool.Query(ctx, `SELECT id FROM river_job WHERE kind = $1`, forward.BulkArgs{}.Kind())
+	if err == nil {
+		rows, err = pgx.CollectRows(r, pgx.RowTo[int64])
+	}
+	if err != nil || len(rows) != 1 {
+		t.Errorf("bulk jobs %v (%v), want one", rows, err)
+	}
+}
+
+func TestTargetsWithoutDatabaseIs503(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{noDB: true, yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: a
+        url: http://127.0.0.1:1/a
+`})
+	for _, tc := range []struct{ method, path, route string }{
+		{http.MethodGet, "/v1/senders/fwd/targets", routeTargets},
+		{http.MethodGet, "/v1/senders/fwd/targets/a/forwards", routeTargetForwards},
+	} {
+		r := s.call(tc.method, tc.path)
+		wantOpProblem(t, r, http.StatusServiceUnavailable, "unavailable", tc.method, tc.route)
+		wantRetryAfter(t, r)
+	}
+	req := s.opRequest(http.MethodPost, "/v1/senders/fwd/targets/a/redeliver", "Bearer "+testToken)
+	req.Body = nopCloser{strings.NewReader(`{"state":"failed"}`)}
+	wantOpProblem(t, s.do(req), http.StatusServiceUnavailable, "unavailable", http.MethodPost, routeTargetRedeliver)
+}
