@@ -331,7 +331,8 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
 	tg := newFwdTarget(t, "block")
-	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 100))
+	// max_in_flight as many as the workers: every worker holds a forward.
+	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 100)+"        max_in_flight: 10\n")
 	addr := freeAddr(t)
 	base := "http://" + addr
 	c := newClient(t)

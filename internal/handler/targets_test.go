@@ -29,9 +29,10 @@ type (
 		Items []targetStatus `json:"items"`
 	}
 	targetStatus struct {
-		Name    string `json:"name"`
-		URL     string `json:"url"`
-		Breaker struct {
+		Name       string   `json:"name"`
+		URL        string   `json:"url"`
+		EventTypes []string `json:"event_types"`
+		Breaker    struct {
 			State    string     `json:"state"`
 			OpenedAt *time.Time `json:"opened_at"`
 		} `json:"breaker"`
