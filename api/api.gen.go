@@ -834,6 +834,11 @@ type TargetForward struct {
 	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
 	EventId openapi_types.UUID `json:"event_id"`
 
+	// EventType The event's type; empty when it has none or is no longer stored.
+	//
+	// Example: invoice.payment_failed
+	EventType string `json:"event_type"`
+
 	// FinishedAt When the forward was delivered or failed; null until then.
 	//
 	// Example: 2026-11-30T05:40:12.090Z

@@ -177,6 +177,9 @@ type TargetForward struct {
 	Status
 	EventID    uuid.UUID
 	DeliveryID string
+	// EventType is the event's type; "" when it has none or is no longer
+	// stored.
+	EventType string
 	// AttemptedAt is when the latest attempt started, FinishedAt when the
 	// forward was delivered or failed; zero when not (yet).
 	AttemptedAt time.Time
@@ -288,7 +291,38 @@ FROM river_job j WHERE ` + where + fmt.Sprintf(" ORDER BY j.id DESC LIMIT $%d", 
 		page.Forwards = page.Forwards[:limit]
 		page.Next = &ForwardCursor{JobID: page.Forwards[limit-1].JobID}
 	}
+	if err := eventTypes(ctx, db, f.Sender, page.Forwards); err != nil {
+		return ForwardPage{}, err
+	}
 	return page, nil
+}
+
+// eventTypes sets the event type of each forward from its stored event, in
+// one indexed query (webhook_events' key is (sender, id)).
+func eventTypes(ctx context.Context, db Querier, sender string, fwds []TargetForward) error {
+	if len(fwds) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(fwds))
+	for i := range fwds {
+		ids[i] = fwds[i].EventID
+	}
+	rows, err := db.Query(ctx, `SELECT id, event_type FROM webhook_events WHERE sender = $1 AND id = ANY($2::uuid[])`, sender, ids)
+	if err != nil {
+		return fmt.Errorf("event types of %s's forwards: %w", sender, err)
+	}
+	types := map[uuid.UUID]string{}
+	var (
+		id  uuid.UUID
+		typ string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &typ}, func() error { types[id] = typ; return nil }); err != nil {
+		return fmt.Errorf("event types of %s's forwards: %w", sender, err)
+	}
+	for i := range fwds {
+		fwds[i].EventType = types[fwds[i].EventID]
+	}
+	return nil
 }
 
 // decodeOutcome sets st's state, and its last status, error and delivery

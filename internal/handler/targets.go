@@ -132,6 +132,7 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 			JobId:       tf.JobID,
 			EventId:     tf.EventID,
 			DeliveryId:  tf.DeliveryID,
+			EventType:   tf.EventType,
 			State:       api.TargetForwardState(tf.State),
 			Attempts:    tf.Attempts,
 			MaxAttempts: tf.MaxAttempts,

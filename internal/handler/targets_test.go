@@ -53,6 +53,7 @@ type (
 		JobID       int64      `json:"job_id"`
 		EventID     uuid.UUID  `json:"event_id"`
 		DeliveryID  string     `json:"delivery_id"`
+		EventType   string     `json:"event_type"`
 		State       string     `json:"state"`
 		Attempts    int        `json:"attempts"`
 		MaxAttempts int        `json:"max_attempts"`
@@ -219,6 +220,7 @@ senders:
   - name: fwd
     preset: generic
     delivery_id: { header: X-Delivery-Id }
+    event_type: { header: X-Event-Type }
     forward:
       - name: a
         url: http://127.0.0.1:1/a?token=sekrit
@@ -229,7 +231,7 @@ senders:
 	events := map[string]string{} // delivery ID → event ID
 	for i := range 7 {
 		id := fmt.Sprintf("d-%d", i)
-		events[id] = s.accept("fwd", id, []byte(`{}`))
+		events[id] = s.accept("fwd", id, []byte(`{}`), func(r *http.Request) { r.Header.Set("X-Event-Type", "type."+id) })
 	}
 	if n := s.relayOnce(); n != 14 {
 		t.Fatalf("relayed %d, want 14", n)
@@ -256,7 +258,7 @@ senders:
 	}
 	seen := map[uuid.UUID]bool{}
 	for _, f := range all {
-		if seen[f.EventID] || events[f.DeliveryID] != f.EventID.String() || f.State != "pending" || f.MaxAttempts != 7 || f.FinishedAt != nil {
+		if seen[f.EventID] || events[f.DeliveryID] != f.EventID.String() || f.EventType != "type."+f.DeliveryID || f.State != "pending" || f.MaxAttempts != 7 || f.FinishedAt != nil {
 			t.Errorf("forward %+v", f)
 		}
 		seen[f.EventID] = true
