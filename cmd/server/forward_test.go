@@ -676,7 +676,8 @@ func TestNoSecretInLogsOrMetrics(t *testing.T) {
 		token    = "tok-2b8d4e6f"
 	)
 	targetURL := "http://hookuser:" + password + "@127.0.0.1:1/hook?token=" + token
-	cfg := writeConfig(t, forwardConfig(targetURL, "2s", 2))
+	// The breaker stays shut: every forward must fail (and be logged).
+	cfg := writeConfig(t, forwardConfig(targetURL, "2s", 2)+"        breaker_threshold: 1000\n")
 	c := newClient(t)
 	addr := freeAddr(t)
 	p := startBinaryWith(t, bin, dsn, addr, cfg, fastForwardFlags...)
