@@ -49,32 +49,11 @@ func (s *Store) ListRange(ctx context.Context, sender string, limit int, after *
 func (s *Store) query(ctx context.Context, sender string, limit int, sql string, args ...any) (Page, error) {
 	page := Page{Records: []Record{}}
 	b := &pgx.Batch{}
-	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			r := Record{Key: Key{Sender: sender}}
-			var (
-				sum    []byte
-				status int16
-			)
-			if err := rows.Scan(&r.DeliveryID, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ReceivedAt, &r.ExpiresAt, &r.EventType); err != nil {
-				return err
-			}
-			if err := setSum(&r, sum); err != nil {
-				return err
-			}
-			r.Response.Status = int(status)
-			page.Records = append(page.Records, r)
-		}
-		return rows.Err()
-	})
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error { return scanRecords(rows, sender, &page) })
 	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return Page{}, fmt.Errorf("list deliveries of %s: %w", sender, err)
 	}
-	if len(page.Records) > limit {
-		page.Records = page.Records[:limit]
-		last := page.Records[limit-1]
-		page.Next = &Cursor{ReceivedAt: last.ReceivedAt, DeliveryID: last.DeliveryID}
-	}
+	page.trim(limit)
 	return page, nil
 }
 

@@ -226,32 +226,44 @@ func (s *Store) ListByEventType(ctx context.Context, sender, eventType string, l
 		if isPrefix && prefix != "" {
 			return scanKeyed(rows, sender, limit, &page)
 		}
-		for rows.Next() {
-			r := Record{Key: Key{Sender: sender}}
-			var (
-				sum    []byte
-				status int16
-			)
-			if err := rows.Scan(&r.DeliveryID, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ReceivedAt, &r.ExpiresAt, &r.EventType); err != nil {
-				return err
-			}
-			if err := setSum(&r, sum); err != nil {
-				return err
-			}
-			r.Response.Status = int(status)
-			page.Records = append(page.Records, r)
-		}
-		return rows.Err()
+		return scanRecords(rows, sender, &page)
 	})
 	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return Page{}, fmt.Errorf("list deliveries of %s: %w", sender, err)
 	}
-	if len(page.Records) > limit {
-		page.Records = page.Records[:limit]
-		last := page.Records[limit-1]
-		page.Next = &Cursor{ReceivedAt: last.ReceivedAt, DeliveryID: last.DeliveryID}
-	}
+	page.trim(limit)
 	return page, nil
+}
+
+// scanRecords appends the rows of a listing query (listColumns and the
+// event type) to page.
+func scanRecords(rows pgx.Rows, sender string, page *Page) error {
+	for rows.Next() {
+		r := Record{Key: Key{Sender: sender}}
+		var (
+			sum    []byte
+			status int16
+		)
+		if err := rows.Scan(&r.DeliveryID, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ReceivedAt, &r.ExpiresAt, &r.EventType); err != nil {
+			return err
+		}
+		if err := setSum(&r, sum); err != nil {
+			return err
+		}
+		r.Response.Status = int(status)
+		page.Records = append(page.Records, r)
+	}
+	return rows.Err()
+}
+
+// trim cuts a page read with limit+1 rows to limit, and sets Next when a
+// row was left over.
+func (p *Page) trim(limit int) {
+	if len(p.Records) > limit {
+		p.Records = p.Records[:limit]
+		last := p.Records[limit-1]
+		p.Next = &Cursor{ReceivedAt: last.ReceivedAt, DeliveryID: last.DeliveryID}
+	}
 }
 
 // scanKeyed reads the rows of the prefix listing: one per key of the page
