@@ -58,8 +58,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
 	e := newEnv(t, newOptions())
-	e.ingest("ord_1001", "application/json", `{"order":1001,"customer":"ada@example.com","items":[{"sku":"BK-42","qty":2}],"total":"31.90"}`)
-	e.ingest("ord_1002", "application/json", `{"order":1002,"total":"12.00"}`)
+	e.ingestTyped("ord_1001", "order.created", "application/json", `{"order":1001,"customer":"ada@example.com","items":[{"sku":"BK-42","qty":2}],"total":"31.90"}`)
+	e.ingestTyped("ord_1002", "order.paid", "application/json", `{"order":1002,"total":"12.00"}`)
 	e.ingest("xss-1", "text/html", `<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">`)
 	e.failForwards("ord_1001", "target answered 503 Service Unavailable")
 

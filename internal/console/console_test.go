@@ -394,6 +394,9 @@ func TestConsoleEventTypeFilter(t *testing.T) {
 	if !strings.Contains(p.body, "invoice.paid") {
 		t.Error("the list does not show the event type")
 	}
+	if d := e.do(c, http.MethodGet, "/console/senders/orders/deliveries/inv-1", nil, nil); !strings.Contains(d.body, "<dd>invoice.paid</dd>") {
+		t.Error("the delivery page does not show the event type")
+	}
 	if p := e.do(c, http.MethodGet, "/console/senders/orders/deliveries?event_type=customer.created", nil, nil); !strings.Contains(p.body, "cus-1") || strings.Contains(p.body, "inv-1") {
 		t.Error("an exact event type (as a prefix) lists the wrong deliveries")
 	}
