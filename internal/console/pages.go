@@ -457,28 +457,9 @@ func mapsKeys(h http.Header) func(func(string) bool) {
 
 // showForward shows f with its target's URL redacted, as the JSON API does.
 func showForward(sd *config.Sender, f forward.Status) forwardView {
-	if f.Target == "" && f.LegacyURL != "" {
-		if t, ok := sd.TargetByURL(f.LegacyURL); ok {
-			f.Target = t.Name
-		}
-	}
-	v := forwardView{Target: f.Target, State: string(f.State), JobID: f.JobID, Attempts: f.Attempts, MaxAttempts: f.MaxAttempts,
-		LastStatus: f.LastStatus, CreatedAt: f.CreatedAt, DeliveredAt: f.DeliveredAt, LastError: f.LastError}
-	t, ok := sd.Target(f.Target)
-	switch {
-	case ok:
-		v.URL = redact.URL(t.URL, t.SecretPath)
-		v.LastError = redact.URLInText(v.LastError, t.URL, t.SecretPath)
-		if f.JobID == 0 {
-			v.MaxAttempts = t.MaxAttempts
-		}
-	case f.LegacyURL != "":
-		v.URL = redact.URL(f.LegacyURL, false)
-	}
-	if f.LegacyURL != "" {
-		v.LastError = redact.URLInText(v.LastError, f.LegacyURL, ok && t.SecretPath)
-	}
-	return v
+	sh := forward.Show(sd, f)
+	return forwardView{Target: sh.Target, URL: sh.URL, State: string(sh.State), JobID: sh.JobID, Attempts: sh.Attempts, MaxAttempts: sh.MaxAttempts,
+		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError}
 }
 
 // showBody shows a body: JSON pretty-printed when the content type says

@@ -415,68 +415,29 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 	writeJSON(w, http.StatusOK, out)
 }
 
-// targetNamed returns sender's target named name, nil when there is no such
-// target (any more) or sender is nil.
-func targetNamed(sender *config.Sender, name string) *config.Target {
-	if sender == nil {
-		return nil
-	}
-	t, _ := sender.Target(name)
-	return t
-}
-
-// shownURL returns t's URL redacted, "" for a nil t.
-func shownURL(t *config.Target) string {
-	if t == nil {
-		return ""
-	}
-	return redact.URL(t.URL, t.SecretPath)
-}
-
 // forwardState shows f, a forward of an event of sender (nil when sender is
 // no longer configured).
 func forwardState(sender *config.Sender, f forward.Status) api.ForwardState {
-	if f.Target == "" && f.LegacyURL != "" && sender != nil { // a job that names its target by URL
-		if t, ok := sender.TargetByURL(f.LegacyURL); ok {
-			f.Target = t.Name
-		}
-	}
-	t := targetNamed(sender, f.Target)
+	sh := forward.Show(sender, f)
 	fs := api.ForwardState{
-		Target:      f.Target,
-		State:       api.ForwardStateState(f.State),
-		Attempts:    f.Attempts,
-		MaxAttempts: f.MaxAttempts,
-		CreatedAt:   f.CreatedAt.UTC(),
+		Target:      sh.Target,
+		Url:         sh.URL,
+		State:       api.ForwardStateState(sh.State),
+		Attempts:    sh.Attempts,
+		MaxAttempts: sh.MaxAttempts,
+		CreatedAt:   sh.CreatedAt.UTC(),
 	}
-	switch {
-	case t != nil:
-		fs.Url = shownURL(t)
-	case f.LegacyURL != "":
-		fs.Url = redact.URL(f.LegacyURL, false)
+	if sh.JobID != 0 {
+		fs.JobId = &sh.JobID
 	}
-	if f.JobID != 0 {
-		fs.JobId = &f.JobID
-	} else if t != nil {
-		// Still in the outbox: the relay gives its job the target's
-		// max_attempts as configured now.
-		fs.MaxAttempts = t.MaxAttempts
+	if sh.LastStatus != 0 {
+		fs.LastStatus = &sh.LastStatus
 	}
-	if f.LastStatus != 0 {
-		fs.LastStatus = &f.LastStatus
+	if sh.LastError != "" {
+		fs.LastError = &sh.LastError
 	}
-	if f.LastError != "" {
-		e := f.LastError
-		if f.LegacyURL != "" { // errors recorded before targets had names may hold the URL
-			e = redact.URLInText(e, f.LegacyURL, t != nil && t.SecretPath)
-		}
-		if t != nil {
-			e = redact.URLInText(e, t.URL, t.SecretPath)
-		}
-		fs.LastError = &e
-	}
-	if !f.DeliveredAt.IsZero() {
-		t := f.DeliveredAt.UTC()
+	if !sh.DeliveredAt.IsZero() {
+		t := sh.DeliveredAt.UTC()
 		fs.DeliveredAt = &t
 	}
 	return fs
@@ -547,7 +508,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 	}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
-		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: shownURL(targetNamed(sender, j.Target)), AlreadyPending: j.AlreadyPending})
+		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, forward.Status{Target: j.Target, JobID: j.JobID}).URL, AlreadyPending: j.AlreadyPending})
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }

@@ -1,0 +1,48 @@
+package forward
+
+import (
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/redact"
+)
+
+// Shown is a forward as an operator sees it (the JSON API and the console
+// alike): its target named, its URL and last error redacted.
+type Shown struct {
+	Status
+	// URL is the target's URL as configured now, redacted; for a job of a
+	// version that named targets by URL and whose target is gone, that URL
+	// redacted; "" when neither is known.
+	URL string
+}
+
+// Show returns f, a forward of an event of sender (nil when the sender is no
+// longer configured), as an operator sees it: a job that named its target
+// by URL gets the target's name; the URL and every URL in the last error are
+// redacted (package redact); a forward still in the outbox gets the
+// max_attempts its job will get from the relay.
+func Show(sender *config.Sender, f Status) Shown {
+	var t *config.Target
+	if sender != nil {
+		if f.Target == "" && f.LegacyURL != "" {
+			if lt, ok := sender.TargetByURL(f.LegacyURL); ok {
+				f.Target = lt.Name
+			}
+		}
+		t, _ = sender.Target(f.Target)
+	}
+	s := Shown{Status: f}
+	secretPath := t != nil && t.SecretPath
+	if f.LegacyURL != "" { // errors recorded before targets had names may hold the URL
+		s.URL = redact.URL(f.LegacyURL, secretPath)
+		s.LastError = redact.URLInText(s.LastError, f.LegacyURL, secretPath)
+	}
+	if t != nil {
+		s.URL = redact.URL(t.URL, t.SecretPath)
+		s.LastError = redact.URLInText(s.LastError, t.URL, t.SecretPath)
+		if f.JobID == 0 {
+			s.MaxAttempts = t.MaxAttempts
+		}
+	}
+	s.LegacyURL = ""
+	return s
+}
