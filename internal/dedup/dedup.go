@@ -409,7 +409,7 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) *plan 
 // results are what a pipeline's statements returned.
 type results struct {
 	tags     []pgconn.CommandTag // by statement; the COMMIT's is last
-	rows     map[int]stored      // by statement index of a read
+	rows     []stored            // of the reads, in delivery order
 	failed   error               // the first statement error
 	failedAt int                 // its statement index
 }
@@ -425,7 +425,7 @@ func (r *results) failure(p *plan, i int) error {
 
 // outcome returns what the pipeline found for delivery i.
 func (r *results) outcome(p *plan, i int) outcome {
-	return outcome{claimed: r.tags[p.claims[i]].RowsAffected() == 1, row: r.rows[p.reads[i]]}
+	return outcome{claimed: r.tags[p.claims[i]].RowsAffected() == 1, row: r.rows[i]}
 }
 
 // pipeline sends, in one write and one round trip, p's statements (BEGIN,
@@ -438,11 +438,8 @@ func (r *results) outcome(p *plan, i int) outcome {
 // unknown) or a COMMIT that did not commit is returned as the error.
 func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results, error) {
 	stmts := p.stmts
-	reads := make(map[int]bool, len(p.reads))
-	for _, i := range p.reads {
-		reads[i] = true
-	}
-	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make(map[int]stored, len(p.reads)), failedAt: -1}
+	firstRead := p.reads[0] // the reads are the last statements, one per delivery
+	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make([]stored, len(p.reads)), failedAt: -1}
 	sds := make([]*pgconn.StatementDescription, len(stmts)+1)
 	for i, st := range stmts {
 		sd, err := conn.Prepare(ctx, st.sql, st.sql) // a map lookup once prepared on this connection
@@ -506,10 +503,10 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 			syncs++
 		case *pgconn.ResultReader:
 			var tag pgconn.CommandTag
-			if reads[i] {
+			if i >= firstRead && i < len(stmts) {
 				var row stored
 				row, tag, err = decodeStored(r)
-				out.rows[i] = row
+				out.rows[i-firstRead] = row
 			} else {
 				tag, err = r.Close()
 			}
