@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 func TestMain(m *testing.M) {
@@ -111,10 +112,11 @@ func TestScriptsBindEveryParameter(t *testing.T) {
 		if strings.Contains(s, "$") {
 			t.Errorf("%s: unbound placeholder in\n%s", m.name, s)
 		}
-		for _, want := range []string{"\\startpipeline\nBEGIN;\n" + lockTimeoutSQL + ";\nINSERT INTO processed_messages",
-			"VALUES (:sender, :did, :sha, md5(:did::text)::uuid, :status, :ctype, :resp, :ts, :exp)\nON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING;\n",
-			"SELECT :sender::text, md5(:did::text)::uuid::uuid, :did::text,",
-			"WHERE sender = :sender AND delivery_id = :did AND event_id <> md5(:did::text)::uuid;\nCOMMIT;\n\\endpipeline\n"} {
+		for _, want := range []string{"\\startpipeline\nBEGIN;\n" + lockTimeoutSQL + ";\n" + dedup.GenericPlansSQL + ";\nINSERT INTO processed_messages",
+			"SELECT :sender::text, d.* FROM unnest(ARRAY[:did]::text[], ARRAY[:sha]::bytea[], ARRAY[md5(:did::text)::uuid]::uuid[], ARRAY[:status]::int2[], ARRAY[:ctype]::text[], ARRAY[:resp]::bytea[], ARRAY[:ts]::timestamptz[], ARRAY[:exp]::timestamptz[]) AS d\nON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING;\n",
+			"SELECT :sender::text, e.* FROM unnest(ARRAY[md5(:did::text)::uuid]::uuid[], ARRAY[:did]::text[],",
+			"k.sender = :sender AND k.delivery_id = e.delivery_id AND k.event_id = e.id OFFSET 0);\n",
+			"WHERE sender = :sender AND delivery_id = d.delivery_id AND event_id <> d.event_id OFFSET 0) AS p;\nCOMMIT;\n\\endpipeline\n"} {
 			if !strings.Contains(s, want) {
 				t.Errorf("%s script lacks %q:\n%s", m.name, want, s)
 			}

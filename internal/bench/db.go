@@ -44,7 +44,7 @@ var (
 	replaySQL = firstSQL
 	// txSQL are seen too: the transaction's control statements, and the
 	// lock timeouts of the single path and of batches.
-	txSQL = []string{"BEGIN", "COMMIT", "commit", lockTimeoutSQL, dedup.LockTimeoutSQL(dedup.BatchLockWait)}
+	txSQL = []string{"BEGIN", "COMMIT", "commit", lockTimeoutSQL, dedup.LockTimeoutSQL(dedup.BatchLockWait), dedup.GenericPlansSQL}
 )
 
 // benchDB is the benchmark's own connection to the database under test.

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 // findPgbench returns pgbench from HOOKGATE_PG_BINDIR, else from PATH.
@@ -47,11 +49,23 @@ type pgbenchMode struct {
 // one, as the gateway's does.
 const eventID = "md5(:did::text)::uuid"
 
+// The statements take the sender as $1 and one array per column, one
+// element per delivery: pgbench sends one delivery's, as one-element arrays.
 var (
-	claimParams  = []string{":sender", ":did", ":sha", eventID, ":status", ":ctype", ":resp", ":ts", ":exp"}
-	eventParams  = []string{":sender", eventID, ":did", ":ts", ":headers", ":body", ":etype"}
-	storedParams = []string{":sender", ":did", eventID}
+	claimParams  = rowParams(":did", ":sha", eventID, ":status", ":ctype", ":resp", ":ts", ":exp")
+	eventParams  = rowParams(eventID, ":did", ":ts", ":headers", ":body", ":etype")
+	storedParams = rowParams(":did", eventID)
 )
+
+// rowParams returns the parameters of a multi-row statement for one row:
+// the sender, then each value as a one-element array.
+func rowParams(values ...string) []string {
+	out := []string{":sender"}
+	for _, v := range values {
+		out = append(out, "ARRAY["+v+"]")
+	}
+	return out
+}
 
 var placeholder = regexp.MustCompile(`\$([0-9]+)`)
 
@@ -78,6 +92,7 @@ const uniqueKey = `\set n :n + 1
 func pipeline() string {
 	return "\\startpipeline\nBEGIN;\n" +
 		lockTimeoutSQL + ";\n" +
+		dedup.GenericPlansSQL + ";\n" +
 		bind(claimSQL, claimParams) + ";\n" +
 		bind(insertEventSQL, eventParams) + ";\n" +
 		bind(storedSQL, storedParams) + ";\n" +
@@ -89,7 +104,7 @@ var (
 	// gateway's ratio to it is the -min-ratio check.
 	modePipeline = pgbenchMode{
 		name:       "first delivery: pgbench pipeline",
-		roundTrips: "1 round trip: the gateway's pipeline (BEGIN, lock timeout, claim, event, read, COMMIT) — the -min-ratio check",
+		roundTrips: "1 round trip: the gateway's pipeline (BEGIN, lock timeout, generic plans, claim, event, read, COMMIT) — the -min-ratio check",
 		script:     func() string { return uniqueKey + pipeline() },
 	}
 	// modeReplay sends the same pipeline for keys the gateway stored.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -138,13 +140,20 @@ func (s *Store) runBatch(batch []*call) {
 // it decided; it returns those to run again on the single path: all of them
 // when the batch failed, and those that met an expired key.
 func (s *Store) runMany(batch []*call) (retry []*call) {
+	// Claim keys in one order, so that two batches that share keys (from
+	// two processes) wait for each other rather than deadlock.
+	batch = slices.Clone(batch)
+	slices.SortStableFunc(batch, func(a, b *call) int { return strings.Compare(a.d.DeliveryID, b.d.DeliveryID) })
 	ds := make([]Delivery, len(batch))
 	changes := make([]Change, len(batch))
 	for i, c := range batch {
 		ds[i], changes[i] = c.d, c.change
 	}
 	ctx := batch[0].ctx
-	p := s.plan(ds, changes, s.batchLockTimeout)
+	p, err := s.plan(ds, changes, s.batchLockTimeout)
+	if err != nil {
+		return batch
+	}
 	conn, release, err := s.acquire(ctx)
 	if err != nil {
 		for _, c := range batch {
@@ -157,8 +166,12 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	if err != nil || res.failed != nil {
 		return batch
 	}
+	outs, ok := res.outcomes(p)
+	if !ok {
+		return batch // a key vanished between claim and read: sort it out one by one
+	}
 	for i, c := range batch {
-		c.res, c.err = s.result(c.d, res.outcome(p, i))
+		c.res, c.err = s.result(c.d, outs[i])
 		if errors.Is(c.err, errExpired) {
 			retry = append(retry, c)
 		}

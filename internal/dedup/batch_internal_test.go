@@ -66,8 +66,14 @@ func batchStore(t *testing.T) (*Store, context.Context, string) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE marks (event_id uuid NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE other (k text PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
+	for _, sql := range []string{
+		`CREATE TABLE other (k text PRIMARY KEY)`,
+		`CREATE TABLE row_marks (sender text NOT NULL, event_id uuid NOT NULL, delivery_id text NOT NULL, n int8 NOT NULL)`,
+		`CREATE TABLE typed (sender text, t text, b bytea, u uuid, s int2, i int8, f bool, ts timestamptz, j jsonb, k text)`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return New(pool, 20*time.Second, WithBatching(64, 4, nil)), ctx, dsn
 }

@@ -80,6 +80,7 @@ type Result struct {
 // Batch collects the statements of a state change.
 type Batch struct {
 	stmts []statement
+	rows  []row
 }
 
 type statement struct {
@@ -87,20 +88,43 @@ type statement struct {
 	args []any
 }
 
-// Queue adds a statement. Its parameters are $1, $2, … as usual.
+// row is one row of a multi-row statement.
+type row struct {
+	sql    string
+	values []any
+}
+
+// Queue adds a statement of this delivery alone. Its parameters are $1, $2,
+// … as usual.
 func (b *Batch) Queue(sql string, args ...any) {
 	b.stmts = append(b.stmts, statement{sql: sql, args: args})
 }
 
-// Len returns the number of statements queued.
-func (b *Batch) Len() int { return len(b.stmts) }
+// Row adds a row to a multi-row statement: the rows that all the deliveries
+// of a pipeline add with the same sql are written by ONE execution of sql,
+// so that a batch of deliveries costs PostgreSQL one statement, not one per
+// delivery. sql's parameter $1 is the sender (one pipeline carries the
+// deliveries of one sender); $2, $3, … are arrays with one element per row,
+// the row's values in order (write them unnest($2::uuid[], $3::text[], …)).
+// A row's statement must write nothing for a row whose delivery did not
+// claim its key: guard it with ClaimedRow. The values may be string, []byte
+// (bytea, or encoded JSON for jsonb), [16]byte (uuid), int16, int64, bool,
+// time.Time (timestamptz) or nil (NULL).
+func (b *Batch) Row(sql string, values ...any) {
+	b.rows = append(b.rows, row{sql: sql, values: values})
+}
+
+// Len returns the number of statements and rows queued.
+func (b *Batch) Len() int { return len(b.stmts) + len(b.rows) }
 
 // Change queues the statements of a state change on b. They run after the
-// claim, in the same transaction and the same round trip, in the order
+// claim, in the same transaction and the same round trip: first the
+// multi-row statements (Row), in the order their sql was first used in the
+// pipeline, then the delivery's own statements (Queue), in the order
 // queued. They run whether or not the claim took the key, so each one must
-// do nothing unless it did: write it with Claimed in its WHERE clause
-// (INSERT … SELECT … WHERE <Claimed>). A Change must not perform effects
-// outside the database.
+// do nothing unless it did: guard a Row statement with ClaimedRow and a
+// Queue statement with Claimed (INSERT … SELECT … WHERE <guard>). A Change
+// must not perform effects outside the database.
 type Change func(b *Batch)
 
 // Claimed returns an SQL condition that is true only in the transaction
@@ -110,6 +134,16 @@ type Change func(b *Batch)
 func Claimed(sender, deliveryID, eventID int) string {
 	return fmt.Sprintf("EXISTS (SELECT FROM processed_messages WHERE sender = $%d AND delivery_id = $%d AND event_id = $%d)",
 		sender, deliveryID, eventID)
+}
+
+// ClaimedRow is Claimed for a row of a multi-row statement (Row): true only
+// when the row's delivery, whose delivery ID and event ID are the SQL
+// expressions deliveryID and eventID, took the key of the sender $1.
+// (OFFSET 0 keeps it a per-row probe of the key's index: as a semi-join,
+// a plan made while the table was small would read all of the sender's
+// rows for each pipeline.)
+func ClaimedRow(deliveryID, eventID string) string {
+	return "EXISTS (SELECT FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " + deliveryID + " AND k.event_id = " + eventID + " OFFSET 0)"
 }
 
 // Querier is what List and Get need of a *pgxpool.Pool or *pgx.Conn.
@@ -196,18 +230,32 @@ func newStore(db Querier, inFlightWait time.Duration, opts []Option) *Store {
 // The statements of the pipeline (exported for the benchmark, which runs
 // them through pgbench). Each is prepared once per connection and never
 // fails for an expected outcome (a first delivery, a duplicate), so that no
-// connection ever prepares a statement twice.
+// connection ever prepares a statement twice. The claim and the read take
+// the sender as $1 and the deliveries' values as arrays, one element per
+// delivery: one execution serves a whole batch.
 const (
 	beginSQL  = "BEGIN"
 	commitSQL = "COMMIT"
 	ClaimSQL  = `INSERT INTO processed_messages
   (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+SELECT $1::text, d.* FROM unnest($2::text[], $3::bytea[], $4::uuid[], $5::int2[], $6::text[], $7::bytea[], $8::timestamptz[], $9::timestamptz[]) AS d
 ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING`
-	// StoredSQL returns the row that holds the key when this transaction's
-	// claim did not take it, and nothing when it did.
-	StoredSQL = `SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at
-FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND event_id <> $3`
+	// StoredSQL returns, for each delivery (numbered from 1 in the order of
+	// the arrays) whose claim did not take its key, the row that holds the
+	// key, and nothing for one whose claim did.
+	// (OFFSET 0 keeps the lookup a per-delivery probe of the key's index:
+	// joined, a plan made while the table was small would read all of the
+	// sender's rows for each pipeline.)
+	StoredSQL = `SELECT d.n, p.* FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS d(delivery_id, event_id, n)
+CROSS JOIN LATERAL (
+  SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at FROM processed_messages
+  WHERE sender = $1 AND delivery_id = d.delivery_id AND event_id <> d.event_id OFFSET 0) AS p`
+	// GenericPlansSQL makes the pipeline's prepared statements run their
+	// generic plans: PostgreSQL would otherwise plan them again at every
+	// execution, because a plan for the few deliveries of a pipeline looks
+	// cheaper than one made for arrays of unknown length. Their generic
+	// plans probe the key's index once per delivery.
+	GenericPlansSQL = "SET LOCAL plan_cache_mode = force_generic_plan"
 	// forgetExpiredSQL removes a key whose retention has passed, found by a
 	// conflicting claim before the retention job deleted it, so that the
 	// claim can be retried and the delivery treated as new.
@@ -308,7 +356,10 @@ type stored struct {
 }
 
 func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result, error) {
-	p := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout)
+	p, err := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout)
+	if err != nil {
+		return Result{}, err
+	}
 	conn, release, err := s.acquire(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("claim delivery: acquire connection: %w", err)
@@ -316,7 +367,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 	defer release()
 	res, err := s.pipeline(ctx, conn, p)
 	if err == nil {
-		err = res.failure(p, 0)
+		err = res.failure(p)
 	}
 	var out outcome
 	switch {
@@ -325,7 +376,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 		// CONFLICT: the transaction rolled back, read what holds the key.
 		out.row, err = s.readStored(ctx, d)
 	case err == nil:
-		out = res.outcome(p, 0)
+		out = outcome{claimed: res.claimed(p) == 1, row: res.rows[0]}
 	}
 	if err != nil {
 		return Result{}, err
@@ -365,71 +416,131 @@ func (s *Store) result(d Delivery, o outcome) (Result, error) {
 }
 
 // plan is a pipeline's statements: BEGIN, the lock timeout, the claim of
-// each delivery, the statements of each delivery's change, the read of each
-// delivery's stored row.
+// all its deliveries, the multi-row statements of their changes, each
+// delivery's own statements, the read of all their stored rows.
 type plan struct {
-	stmts  []statement
-	claims []int // statement index of delivery i's claim
-	reads  []int // statement index of delivery i's read
-	// changes[0] is the index of the first change statement, changes[n]
-	// one past the last.
-	changes []int
+	stmts []statement
+	n     int // deliveries
+	claim int // statement index of the claim
+	// changes is the index of the first statement of the changes; the read
+	// follows the last one.
+	changes, read int
 }
 
-// plan lays out the pipeline of deliveries ds with their changes.
-func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) *plan {
-	p := &plan{claims: make([]int, len(ds)), reads: make([]int, len(ds)), changes: make([]int, len(ds)+1)}
-	b := Batch{stmts: make([]statement, 0, 2+4*len(ds))}
-	b.Queue(beginSQL)
-	b.Queue(lockTimeout)
+// plan lays out the pipeline of deliveries ds, all of one sender, with
+// their changes.
+func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan, error) {
+	n := len(ds)
+	sender := ds[0].Sender
+	var (
+		ids, ctypes                 = make([]any, n), make([]any, n)
+		sums, eventIDs, bodies      = make([]any, n), make([]any, n), make([]any, n)
+		statuses, received, expires = make([]any, n), make([]any, n), make([]any, n)
+	)
 	for i, d := range ds {
+		if d.Sender != sender {
+			return nil, errors.New("claim delivery: one pipeline carries the deliveries of one sender")
+		}
 		body := d.Response.Body
 		if body == nil {
 			body = []byte{} // stored as an empty body, not NULL
 		}
-		p.claims[i] = len(b.stmts)
-		b.Queue(ClaimSQL, d.Sender, d.DeliveryID, d.RequestSHA256[:], [16]byte(d.EventID), // [16]byte: pgx encodes it directly, a uuid.UUID through text
-			int16(d.Response.Status), d.Response.ContentType, body, d.ReceivedAt, d.ExpiresAt)
+		ids[i], sums[i], eventIDs[i] = d.DeliveryID, d.RequestSHA256[:], [16]byte(d.EventID)
+		statuses[i], ctypes[i], bodies[i] = int16(d.Response.Status), d.Response.ContentType, body
+		received[i], expires[i] = d.ReceivedAt, d.ExpiresAt
 	}
+	stmts := make([]statement, 0, 8)
+	stmts = append(stmts,
+		statement{sql: beginSQL},
+		statement{sql: lockTimeout},
+		statement{sql: GenericPlansSQL},
+		statement{sql: ClaimSQL, args: []any{sender, column(ids), column(sums), column(eventIDs), column(statuses), column(ctypes), column(bodies), column(received), column(expires)}},
+	)
+	p := &plan{n: n, claim: len(stmts) - 1, changes: len(stmts)}
+
+	// The changes: each delivery's rows join the multi-row statement of
+	// their sql; each delivery's own statements follow all of those.
+	var (
+		b      Batch
+		groups = map[string]int{} // sql → index in stmts
+		own    []statement
+	)
 	for i := range ds {
-		p.changes[i] = len(b.stmts)
-		if changes[i] != nil {
-			changes[i](&b)
+		if changes[i] == nil {
+			continue
 		}
+		b.stmts, b.rows = b.stmts[:0], b.rows[:0]
+		changes[i](&b)
+		for _, r := range b.rows {
+			g, ok := groups[r.sql]
+			if !ok {
+				g = len(stmts)
+				groups[r.sql] = g
+				args := make([]any, 1+len(r.values))
+				args[0] = sender
+				for j := range r.values {
+					args[1+j] = make(column, 0, n)
+				}
+				stmts = append(stmts, statement{sql: r.sql, args: args})
+			}
+			args := stmts[g].args
+			if len(r.values) != len(args)-1 {
+				return nil, fmt.Errorf("apply state change: rows of one statement with %d and %d values", len(args)-1, len(r.values))
+			}
+			for j, v := range r.values {
+				args[1+j] = append(args[1+j].(column), v)
+			}
+		}
+		own = append(own, b.stmts...)
 	}
-	p.changes[len(ds)] = len(b.stmts)
-	for i, d := range ds {
-		p.reads[i] = len(b.stmts)
-		b.Queue(StoredSQL, d.Sender, d.DeliveryID, [16]byte(d.EventID))
-	}
-	p.stmts = b.stmts
-	return p
+	stmts = append(stmts, own...)
+	p.read = len(stmts)
+	stmts = append(stmts, statement{sql: StoredSQL, args: []any{sender, column(ids), column(eventIDs)}})
+	p.stmts = stmts
+	return p, nil
 }
+
+// column is a multi-row statement's parameter: one value per row, sent as
+// an array.
+type column []any
 
 // results are what a pipeline's statements returned.
 type results struct {
 	tags     []pgconn.CommandTag // by statement; the COMMIT's is last
-	rows     []stored            // of the reads, in delivery order
+	rows     []stored            // of the read, in delivery order
 	failed   error               // the first statement error
 	failedAt int                 // its statement index
 }
 
-// failure returns the error of delivery i, nil when none of the pipeline's
-// statements failed.
-func (r *results) failure(p *plan, i int) error {
+// failure returns the error of the pipeline's deliveries, nil when none of
+// its statements failed.
+func (r *results) failure(p *plan) error {
 	if r.failed == nil {
 		return nil
 	}
-	return classify(r.failed, r.failedAt, p, i)
+	return classify(r.failed, r.failedAt, p)
 }
 
-// outcome returns what the pipeline found for delivery i.
-func (r *results) outcome(p *plan, i int) outcome {
-	return outcome{claimed: r.tags[p.claims[i]].RowsAffected() == 1, row: r.rows[i]}
+// claimed returns how many keys the claim took.
+func (r *results) claimed(p *plan) int64 { return r.tags[p.claim].RowsAffected() }
+
+// outcomes returns what the pipeline found for each delivery, and false
+// when that does not add up (a key neither claimed nor read: it expired
+// and was deleted in between).
+func (r *results) outcomes(p *plan) ([]outcome, bool) {
+	out := make([]outcome, len(r.rows))
+	found := 0
+	for i, row := range r.rows {
+		out[i] = outcome{claimed: !row.found, row: row}
+		if row.found {
+			found++
+		}
+	}
+	return out, r.claimed(p)+int64(found) == int64(len(r.rows))
 }
 
 // pipeline sends, in one write and one round trip, p's statements (BEGIN,
-// the lock timeout, the claims, the changes and the reads), a Sync, then
+// the lock timeout, the claim, the changes and the read), a Sync, then
 // COMMIT and a second Sync. When a statement fails, PostgreSQL skips the rest
 // up to the first Sync, and the COMMIT after it ends the aborted transaction
 // with a rollback, so the connection is idle again without another round
@@ -438,8 +549,7 @@ func (r *results) outcome(p *plan, i int) outcome {
 // unknown) or a COMMIT that did not commit is returned as the error.
 func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results, error) {
 	stmts := p.stmts
-	firstRead := p.reads[0] // the reads are the last statements, one per delivery
-	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make([]stored, len(p.reads)), failedAt: -1}
+	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make([]stored, p.n), failedAt: -1}
 	sds := make([]*pgconn.StatementDescription, len(stmts)+1)
 	for i, st := range stmts {
 		sd, err := conn.Prepare(ctx, st.sql, st.sql) // a map lookup once prepared on this connection
@@ -458,12 +568,17 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	defer s.encoders.Put(enc)
 	pl := conn.PgConn().StartPipeline(ctx)
 	for i, st := range stmts {
-		if enc.own.encode(sds[i], st.args) {
+		ok, err := enc.own.encode(sds[i], st.args)
+		if err != nil {
+			_ = pl.Close() // nothing was sent: the connection stays usable
+			return out, fmt.Errorf("encode delivery statement %d: %w", i, err)
+		}
+		if ok {
 			pl.SendQueryPrepared(sds[i].Name, enc.own.values, enc.own.formats[:len(st.args)], binaryResults)
 			continue
 		}
 		if err := enc.pgx.Build(conn.TypeMap(), sds[i], st.args); err != nil {
-			_ = pl.Close() // nothing was sent: the connection stays usable
+			_ = pl.Close()
 			return out, fmt.Errorf("encode delivery statement %d: %w", i, err)
 		}
 		pl.SendQueryPrepared(sds[i].Name, enc.pgx.ParamValues, enc.pgx.ParamFormats, binaryResults)
@@ -503,10 +618,8 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 			syncs++
 		case *pgconn.ResultReader:
 			var tag pgconn.CommandTag
-			if i >= firstRead && i < len(stmts) {
-				var row stored
-				row, tag, err = decodeStored(r)
-				out.rows[i-firstRead] = row
+			if i == p.read {
+				tag, err = decodeStored(r, out.rows)
 			} else {
 				tag, err = r.Close()
 			}
@@ -551,17 +664,17 @@ var errClaimConflict = errors.New("claim conflict")
 // KeyConstraint PostgreSQL reports no conflict as an error; a database that
 // does (23505 on KeyConstraint at the claim) still gets the pattern's
 // answer: a duplicate, read in a second round trip.
-func classify(err error, at int, p *plan, i int) error {
+func classify(err error, at int, p *plan) error {
 	switch {
-	case at == p.claims[i] && IsDuplicate(err):
+	case at == p.claim && IsDuplicate(err):
 		return errClaimConflict
-	case at == p.claims[i] && isLockTimeout(err):
+	case at == p.claim && isLockTimeout(err):
 		return fmt.Errorf("claim delivery: %w", ErrInFlight)
-	case at < p.changes[0]:
+	case at < p.changes:
 		return fmt.Errorf("claim delivery: %w", err)
-	case at < p.reads[0]:
-		return fmt.Errorf("apply state change (statement %d): %w", at-p.changes[0]+1, err)
-	case at < len(p.stmts):
+	case at < p.read:
+		return fmt.Errorf("apply state change (statement %d): %w", at-p.changes+1, err)
+	case at == p.read:
 		return fmt.Errorf("read stored delivery: %w", err)
 	default:
 		return fmt.Errorf("commit delivery: %w", err)
@@ -571,26 +684,30 @@ func classify(err error, at int, p *plan, i int) error {
 // pgEpoch is PostgreSQL's timestamp epoch.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// decodeStored decodes StoredSQL's row, if any, from binary columns: bytea,
-// uuid, int2, text, bytea, timestamptz.
-func decodeStored(r *pgconn.ResultReader) (stored, pgconn.CommandTag, error) {
-	var st stored
+// decodeStored decodes StoredSQL's rows into rows, by delivery number, from
+// binary columns: int8, bytea, uuid, int2, text, bytea, timestamptz.
+func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, error) {
 	for r.NextRow() {
 		v := r.Values()
-		if len(v) != 6 || len(v[1]) != 16 || len(v[2]) != 2 || len(v[5]) != 8 {
+		if len(v) != 7 || len(v[0]) != 8 || len(v[2]) != 16 || len(v[3]) != 2 || len(v[6]) != 8 {
 			_, _ = r.Close()
-			return st, pgconn.CommandTag{}, errors.New("read stored delivery: unexpected row shape")
+			return pgconn.CommandTag{}, errors.New("read stored delivery: unexpected row shape")
 		}
+		n := int64(binary.BigEndian.Uint64(v[0]))
+		if n < 1 || n > int64(len(rows)) {
+			_, _ = r.Close()
+			return pgconn.CommandTag{}, fmt.Errorf("read stored delivery: row for delivery %d of %d", n, len(rows))
+		}
+		st := &rows[n-1]
 		st.found = true
-		st.sum = bytes.Clone(v[0])
-		copy(st.eventID[:], v[1])
-		st.resp.Status = int(int16(binary.BigEndian.Uint16(v[2])))
-		st.resp.ContentType = string(v[3])
-		st.resp.Body = append([]byte{}, v[4]...)
-		st.expires = pgEpoch.Add(time.Duration(int64(binary.BigEndian.Uint64(v[5]))) * time.Microsecond)
+		st.sum = bytes.Clone(v[1])
+		copy(st.eventID[:], v[2])
+		st.resp.Status = int(int16(binary.BigEndian.Uint16(v[3])))
+		st.resp.ContentType = string(v[4])
+		st.resp.Body = append([]byte{}, v[5]...)
+		st.expires = pgEpoch.Add(time.Duration(int64(binary.BigEndian.Uint64(v[6]))) * time.Microsecond)
 	}
-	tag, err := r.Close()
-	return st, tag, err
+	return r.Close()
 }
 
 // readStored reads the row that holds d's key, in its own round trip.

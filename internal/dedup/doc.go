@@ -7,20 +7,35 @@
 //
 //	BEGIN
 //	SET LOCAL lock_timeout = '<in-flight wait>'                           -- the in-flight wait
+//	SET LOCAL plan_cache_mode = force_generic_plan                        -- plan once per connection
 //	INSERT INTO processed_messages (sender, delivery_id, …, response …)
+//	  SELECT $1, d.* FROM unnest(<one array per column>)
 //	  ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING         -- the claim
-//	<the caller's state change statements, each guarded by Claimed>        -- same transaction
-//	SELECT … FROM processed_messages WHERE <key> AND event_id <> <ours>    -- the stored row, if not ours
+//	<the caller's state change statements, each guarded by the claim>     -- same transaction
+//	SELECT … FROM unnest(<delivery IDs, event IDs>) … processed_messages
+//	  WHERE <key> AND event_id <> <ours>                                  -- the stored rows, if not ours
 //	Sync
 //	COMMIT
 //	Sync
+//
+// The statements take the sender as $1 and each delivery's values as
+// arrays, one element per delivery, so that the same statements carry one
+// delivery (the single path) or a batch of them (group commit, below).
+// A state change adds rows to multi-row statements (Batch.Row: one
+// execution for all the rows of a pipeline, guarded by ClaimedRow) or
+// statements of its own delivery (Batch.Queue, guarded by Claimed). The
+// statements that look a key up probe processed_messages_key once per
+// delivery (OFFSET 0 keeps them from becoming joins that a plan made on a
+// small table would turn into a scan of the sender's rows), and their
+// generic plans are used, so nothing is planned per execution.
 //
 // The claim inserts the key under the constraint processed_messages_key,
 // PRIMARY KEY (sender, delivery_id). Because the response of a first delivery
 // is known before the transaction starts, it is stored by the claim itself.
 // The delivery's EventID is fresh, so "this transaction's claim took the key"
 // is "the key's row holds my event ID": every statement of the state change
-// is written INSERT … SELECT … WHERE Claimed(…), and does nothing otherwise.
+// is written INSERT … SELECT … WHERE ClaimedRow(…) (or Claimed(…)), and does
+// nothing otherwise.
 //
 //   - The claim inserts a row: the delivery is new; the state change runs,
 //     the read returns nothing, COMMIT commits key, change and response
@@ -57,24 +72,28 @@
 // # Group commit
 //
 // With WithBatching, the deliveries of one sender that arrive while that
-// sender's batches are in flight form the next batch (up to its maximum
-// size): one pipeline with the claims of all of them, then all their
-// changes, then all their reads, in ONE transaction, so that they share one
-// COMMIT and one WAL flush. A delivery that finds a free slot starts a batch
-// at once: a lone delivery does not wait. Each delivery of a batch keeps its
+// sender's batches are in flight (at most four by default) form the next
+// batch (up to its maximum size): ONE pipeline, ONE transaction, in which
+// the claim, each multi-row statement of the changes and the read run once
+// for all of them, so that they share one COMMIT, one WAL flush and the
+// statements' fixed costs. A delivery that finds a free slot starts a batch
+// at once: a lone delivery does not wait. The batch's keys are claimed in
+// delivery-ID order, so that two processes' batches that share keys wait
+// for each other instead of deadlocking. Each delivery of a batch keeps its
 // guarantee: its key, its state change and its response are committed in
-// the batch's transaction before Run returns for it, and a crash before that
-// COMMIT leaves none of the batch and acknowledges none of it. Two
-// deliveries of one key in one batch: the first claims, the second's claim
-// takes nothing and its read returns the first's row (visible in the same
-// transaction): a replay, or a mismatch. A batch that fails for any reason
-// (another constraint, a failing change, a key held by another process past
-// the batch's short lock timeout, a lost connection) is retried delivery by
-// delivery on the single path, so that only the delivery that fails by itself
-// gets an error. A batch holds one sender's deliveries only: with the tables
-// distributed by sender it stays on one shard. Concurrent deliveries of one
-// key inside one process are collapsed before they reach the database: the
-// later ones wait for the first and answer with its outcome.
+// the batch's transaction before Run returns for it, and a crash before
+// that COMMIT leaves none of the batch and acknowledges none of it. Two
+// deliveries of one key in one batch: the first claims (ON CONFLICT skips
+// the second's row), the second's read returns the first's row (visible in
+// the same transaction): a replay, or a mismatch. A batch that fails for
+// any reason (another constraint, a failing change, a key held by another
+// process past the batch's short lock timeout, a lost connection) is
+// retried delivery by delivery on the single path, so that only the
+// delivery that fails by itself gets an error. A batch holds one sender's
+// deliveries only, and every statement names that sender ($1): with the
+// tables distributed by sender it stays on one shard. Concurrent deliveries
+// of one key inside one process are collapsed before they reach the
+// database: the later ones wait for the first and answer with its outcome.
 //
 // # The replay cache
 //

@@ -26,22 +26,27 @@ type Event struct {
 	Body    []byte
 }
 
-// InsertSQL inserts the event only in the transaction whose claim took its
-// delivery's key (dedup.Claimed).
+// InsertSQL inserts the events of a pipeline's deliveries (a multi-row
+// statement, dedup.Batch.Row: $1 the sender, then one array per column),
+// each only in the transaction whose claim took its delivery's key
+// (dedup.ClaimedRow).
 var InsertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
-SELECT $1::text, $2::uuid, $3::text, $4::timestamptz, $5::jsonb, $6::bytea, $7::text WHERE ` + dedup.Claimed(1, 3, 2)
+SELECT $1::text, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[])
+  AS e(id, delivery_id, received_at, headers, body, event_type)
+WHERE ` + dedup.ClaimedRow("e.delivery_id", "e.id")
 
 // QueueInsert queues the insert of e on b, for use as (part of) a
 // dedup.Change: it inserts nothing unless the delivery's claim took its key
-// for e.ID. The headers stored are StoredHeaders(e.Headers): filter them
-// with the sender's HeaderFilter first. A nil Body is stored as an empty
-// body.
+// for e.ID. The event is stored under the delivery's sender (the
+// pipeline's), which must be e.Sender. The headers stored are
+// StoredHeaders(e.Headers): filter them with the sender's HeaderFilter
+// first. A nil Body is stored as an empty body.
 func QueueInsert(b *dedup.Batch, e Event) {
 	body := e.Body
 	if body == nil {
 		body = []byte{}
 	}
-	b.Queue(InsertSQL, e.Sender, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
+	b.Row(InsertSQL, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
 }
 
 // StoredHeaders returns h as stored, as a map that encodes to a JSON object

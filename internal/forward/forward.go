@@ -70,18 +70,20 @@ func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UU
 	}
 }
 
-// OutboxSQL writes one outbox row per target named in $5, only in the
-// transaction whose claim took the delivery's key for the event.
+// OutboxSQL writes the outbox rows of a pipeline's deliveries (a
+// multi-row statement, dedup.Batch.Row: $1 the sender, then one array per
+// column), one per forward, each only in the transaction whose claim took
+// its delivery's key.
 var OutboxSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
-SELECT $1::text, $2::uuid, t, $3::text, $4::timestamptz FROM unnest($5::text[]) AS t
-WHERE ` + dedup.Claimed(1, 3, 2)
+SELECT $1::text, o.* FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[])
+  AS o(event_id, target, delivery_id, created_at)
+WHERE ` + dedup.ClaimedRow("o.delivery_id", "o.event_id")
 
 // QueueOutbox queues, as part of a delivery's state change, the outbox rows
-// of the event's forwards to the targets named in targets. It queues nothing
-// when targets is empty.
-func QueueOutbox(b *dedup.Batch, sender string, eventID uuid.UUID, deliveryID string, receivedAt time.Time, targets []string) {
-	if len(targets) == 0 {
-		return
+// of the event's forwards to the targets named in targets: one row each,
+// none when targets is empty. They are stored under the delivery's sender.
+func QueueOutbox(b *dedup.Batch, eventID uuid.UUID, deliveryID string, receivedAt time.Time, targets []string) {
+	for _, t := range targets {
+		b.Row(OutboxSQL, [16]byte(eventID), t, deliveryID, receivedAt)
 	}
-	b.Queue(OutboxSQL, sender, [16]byte(eventID), deliveryID, receivedAt, targets)
 }

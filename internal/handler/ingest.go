@@ -144,7 +144,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 		events.QueueInsert(b, events.Event{
 			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, EventType: eventType, Headers: r.Header, Body: body,
 		})
-		forward.QueueOutbox(b, sender.Name, eventID, id, now, targets)
+		forward.QueueOutbox(b, eventID, id, now, targets)
 	}
 	res, err := s.store.Run(ctx, d, change)
 	if err != nil {

@@ -1,0 +1,51 @@
+package dedup
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestPipelinePlansProbeTheKey checks that the pipeline's statements that
+// join the deliveries' arrays with processed_messages (the read, and a
+// change statement guarded by ClaimedRow) probe the key's index row by row,
+// in generic and custom plans, on a table that is empty and never analyzed
+// (a new database: plans cached then stay on the connection while the table
+// grows) and on a large analyzed one. A hash join or a sequential scan of
+// processed_messages would read the whole table for every delivery.
+func TestPipelinePlansProbeTheKey(t *testing.T) {
+	t.Parallel()
+	_, pool := store(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `CREATE TABLE marks (event_id uuid NOT NULL, delivery_id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	guarded := `INSERT INTO marks (event_id, delivery_id)
+SELECT m.* FROM unnest($2::uuid[], $3::text[]) AS m(event_id, delivery_id) WHERE ` + ClaimedRow("m.delivery_id", "m.event_id")
+	for _, size := range []string{"empty", "large"} {
+		if size == "large" {
+			if _, err := pool.Exec(ctx, `INSERT INTO processed_messages
+  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+SELECT 's' || (i % 20), 'd' || i, sha256(i::text::bytea), gen_random_uuid(), 202, 'application/json', '{}',
+       now() - i * interval '1 second', now() + interval '1 day'
+FROM generate_series(1, 50000) AS i`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(ctx, `ANALYZE processed_messages`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, tc := range []struct {
+			name, sql, types, args string
+		}{
+			{"read", StoredSQL, "text, text[], uuid[]", "'s7', '{d7,d27,x}', ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid()]"},
+			{"guarded change", guarded, "text, uuid[], text[]", "'s7', ARRAY[gen_random_uuid(), gen_random_uuid()], '{d7,x}'"},
+		} {
+			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+				plan := explain(t, pool, mode, tc.sql, tc.types, tc.args)
+				if !strings.Contains(plan, "processed_messages_key") || strings.Contains(plan, "Seq Scan on processed_messages") || strings.Contains(plan, "Hash") {
+					t.Errorf("%s, %s table, %s: plan does not probe processed_messages_key row by row:\n%s", tc.name, size, mode, plan)
+				}
+			}
+		}
+	}
+}
