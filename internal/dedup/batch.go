@@ -25,7 +25,7 @@ import (
 // Defaults of batching.
 const (
 	DefaultMaxBatch    = 64
-	DefaultMaxInFlight = 4
+	DefaultMaxInFlight = 2
 	// BatchLockWait is how long a batch's claim waits for a key another
 	// transaction holds before the batch gives up and its deliveries go the
 	// single path, where each waits the whole in-flight wait by itself.

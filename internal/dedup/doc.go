@@ -72,7 +72,7 @@
 // # Group commit
 //
 // With WithBatching, the deliveries of one sender that arrive while that
-// sender's batches are in flight (at most four by default) form the next
+// sender's batches are in flight (at most two by default) form the next
 // batch (up to its maximum size): ONE pipeline, ONE transaction, in which
 // the claim, each multi-row statement of the changes and the read run once
 // for all of them, so that they share one COMMIT, one WAL flush and the
