@@ -168,6 +168,8 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 		}
 		fmt.Fprintf(out, "  ÷ first delivery without a forward target (phase 1, %.0f/s) = %.2f (%s)\n", ref, load.rate()/ref, kind)
 	}
+	batchText, _ := srv.batchReport([2]float64{}) // the server is new: all its batches are this phase's
+	fmt.Fprintf(out, "  batches: %s\n", batchText)
 	printSQLSeen(out, watch, firstSQL)
 	if err := phaseEnd(ctx, srv); err != nil {
 		return nil, err
