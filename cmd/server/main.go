@@ -147,7 +147,7 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.StringVar(&s.role, "role", def("HOOKGATE_ROLE", roleAll), "what this process does: all, api (ingest) or worker (forward) (env HOOKGATE_ROLE)")
 	fs.IntVar(&s.forwardWorkers, "forward-workers", forward.DefaultMaxWorkers, "forwards run at once by this process")
 	fs.DurationVar(&s.rescueAfter, "forward-rescue-after", 0, "how long a forward may stay running before another worker retries it; more than the longest target timeout + 5s (default: that + 1m)")
-	fs.DurationVar(&s.fetchPoll, "forward-poll-interval", 0, "how often workers poll for forwards between notifications (default 1s)")
+	fs.DurationVar(&s.fetchPoll, "forward-poll-interval", 0, "how often workers poll for forwards between notifications (default 100ms)")
 	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
 	fs.DurationVar(&s.retentionInterval, "retention-interval", retention.DefaultInterval, "how often expired keys and old events are deleted (by one worker process at a time)")
 	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -33,7 +34,7 @@ type Options struct {
 	// error otherwise); by default it is that plus a minute.
 	RescueAfter time.Duration
 	// FetchPollInterval is how often River polls for jobs when no
-	// notification arrives (River's default, 1s, when zero).
+	// notification arrives (DefaultFetchPollInterval when zero).
 	FetchPollInterval time.Duration
 	// Retention is how long finished forward jobs stay queryable; by
 	// default the longest sender retention.
@@ -53,6 +54,13 @@ type Maintenance struct {
 
 // DefaultMaxWorkers is how many forwards a process runs at once by default.
 const DefaultMaxWorkers = 100
+
+// DefaultFetchPollInterval is how often workers look for available
+// forwards between River's notifications: River throttles and may miss
+// them, and at its default poll (1s) a forward then waited up to a second
+// (make bench: p99 from ingest to the first attempt 1,157 ms in one run,
+// under 160 ms in others). An empty poll is one indexed query.
+const DefaultFetchPollInterval = 100 * time.Millisecond
 
 // fetchCooldown is the least time between two fetches of available forwards.
 // River's default, 100ms, caps a process at MaxWorkers forwards per 100ms
@@ -123,7 +131,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		rc.JobTimeout = jobTimeout
 		rc.RescueStuckJobsAfter = opts.RescueAfter
 		rc.FetchCooldown = fetchCooldown
-		rc.FetchPollInterval = opts.FetchPollInterval
+		rc.FetchPollInterval = cmp.Or(opts.FetchPollInterval, DefaultFetchPollInterval)
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
