@@ -252,10 +252,12 @@ func TestInspectReadsTheBodyOnce(t *testing.T) {
 	if !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("Route = %q", got)
 	}
-	// The values (one slice), the strings found, nothing per byte of the
-	// body (-race adds a couple).
-	if allocs > 10 {
-		t.Errorf("Inspect and Route allocate %.0f times per request on a 256 KiB body, want at most 10", allocs)
+	// The values (one slice), the strings found, nothing per byte or per
+	// element of the body (131,073 of them). 3 without -race; the
+	// race detector adds a varying few (5 to 7 here, 11 once in CI, when
+	// the bound was 10).
+	if allocs > 32 {
+		t.Errorf("Inspect and Route allocate %.0f times per request on a 256 KiB body, want at most 32 (nothing per byte or element)", allocs)
 	}
 	bytes, _ := heapPerCall(func() { in := s.Inspect(body); _ = s.Route(s.EventTypeOf(h, &in), h, &in) })
 	if bytes > 8<<10 {
