@@ -462,7 +462,7 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 	// their sql; each delivery's own statements follow all of those.
 	var (
 		b      Batch
-		groups = map[string]int{} // sql → index in stmts
+		groups []int // index in stmts of each multi-row statement (a few: a linear search)
 		own    []statement
 	)
 	for i := range ds {
@@ -472,10 +472,16 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 		b.stmts, b.rows = b.stmts[:0], b.rows[:0]
 		changes[i](&b)
 		for _, r := range b.rows {
-			g, ok := groups[r.sql]
-			if !ok {
+			g := -1
+			for _, at := range groups {
+				if stmts[at].sql == r.sql {
+					g = at
+					break
+				}
+			}
+			if g < 0 {
 				g = len(stmts)
-				groups[r.sql] = g
+				groups = append(groups, g)
 				args := make([]any, 1+len(r.values))
 				args[0] = sender
 				for j := range r.values {
