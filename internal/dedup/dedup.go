@@ -576,7 +576,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	for i, st := range stmts {
 		ok, err := enc.own.encode(sds[i], st.args)
 		if err != nil {
-			_ = pl.Close() // nothing was sent: the connection stays usable
+			_ = pl.Close() // nothing was sent; with requests queued, Close closes the connection: nothing commits
 			return out, fmt.Errorf("encode delivery statement %d: %w", i, err)
 		}
 		if ok {

@@ -140,3 +140,25 @@ func jsonEqual(a, b any) bool {
 	y, _ := json.Marshal(b)
 	return bytes.Equal(x, y)
 }
+
+// TestRowValueOfUnknownType: a row value the arrays cannot carry fails its
+// delivery with an error (nothing recorded), and the store goes on working.
+func TestRowValueOfUnknownType(t *testing.T) {
+	t.Parallel()
+	s, ctx, _ := batchStore(t)
+	d := delivery(t, "r", "float", "p")
+	_, err := s.runSingle(ctx, d, func(b *Batch) {
+		b.Row(rowMarkSQL, [16]byte(d.EventID), d.DeliveryID, 1.5) // int8 column, float64 value
+	})
+	if err == nil || IsDuplicate(err) {
+		t.Fatalf("a float64 for an int8 column: %v; want an error", err)
+	}
+	var n int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE delivery_id = 'float'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("key rows: %d, %v; want 0", n, err)
+	}
+	again := delivery(t, "r", "float", "p")
+	if res, err := s.runSingle(ctx, again, rowMarks(again, 1)); err != nil || res.Replayed {
+		t.Errorf("the sender's retry with a valid change: %+v, %v; want new", res, err)
+	}
+}
