@@ -399,18 +399,8 @@ type deliveryView struct {
 
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	sender, id := param(r, "sender"), param(r, "delivery_id")
-	sd, ok := c.cfg.Sender(sender)
+	sd, rec, ok := c.lookupDelivery(w, r, sender, id)
 	if !ok {
-		c.notFound(w, r, "No sender with this name is configured.")
-		return
-	}
-	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
-	if errors.Is(err, dedup.ErrNotFound) {
-		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
-		return
-	}
-	if err != nil {
-		c.fail(w, r, err)
 		return
 	}
 	v := deliveryView{Sender: sender, Rec: rec, SHA256: hex.EncodeToString(rec.RequestSHA256[:]),
@@ -509,18 +499,8 @@ func isText(b []byte, truncated bool) bool {
 
 // rawBody serves an event's stored body as a download, never rendered.
 func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
-	sender, id := param(r, "sender"), param(r, "delivery_id")
-	if _, ok := c.cfg.Sender(sender); !ok {
-		c.notFound(w, r, "No sender with this name is configured.")
-		return
-	}
-	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
-	if errors.Is(err, dedup.ErrNotFound) {
-		c.notFound(w, r, "This sender has no such delivery.")
-		return
-	}
-	if err != nil {
-		c.fail(w, r, err)
+	_, rec, ok := c.lookupDelivery(w, r, param(r, "sender"), param(r, "delivery_id"))
+	if !ok {
 		return
 	}
 	e, err := events.Get(r.Context(), c.db, rec.EventID)
@@ -555,13 +535,8 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, errors.New("console: no River client"))
 		return
 	}
-	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
-	if errors.Is(err, dedup.ErrNotFound) {
-		c.notFound(w, r, "This sender has no such delivery.")
-		return
-	}
-	if err != nil {
-		c.fail(w, r, err)
+	_, rec, ok := c.lookupDelivery(w, r, sender, id)
+	if !ok {
 		return
 	}
 	jobs, err := forward.Redeliver(r.Context(), c.opts.River, sd, rec.EventID, rec.DeliveryID)
@@ -576,6 +551,27 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.Redirect(w, r, deliveryPath(sender, id)+"?redelivered="+strconv.Itoa(n), http.StatusSeeOther)
+}
+
+// lookupDelivery returns the configured sender named sender and its
+// delivery id; when either is missing or the lookup fails, it has answered
+// the request (404 or 500) and ok is false.
+func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender, id string) (sd *config.Sender, rec dedup.Record, ok bool) {
+	sd, ok = c.cfg.Sender(sender)
+	if !ok {
+		c.notFound(w, r, "No sender with this name is configured.")
+		return nil, rec, false
+	}
+	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
+	if errors.Is(err, dedup.ErrNotFound) {
+		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
+		return nil, rec, false
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return nil, rec, false
+	}
+	return sd, rec, true
 }
 
 func deliveryPath(sender, id string) string {
