@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 // The queries operators need about one target's forwards: counts by state
@@ -231,8 +233,9 @@ type ForwardPage struct {
 	Next *ForwardCursor
 }
 
-// MaxForwardLimit is the largest page ListTarget returns.
-const MaxForwardLimit = 500
+// MaxForwardLimit is the largest page ListTarget returns: the operator
+// API's one page limit, as for a sender's deliveries.
+const MaxForwardLimit = dedup.MaxListLimit
 
 // ListTarget returns up to limit (1 to MaxForwardLimit) forwards of f's
 // target that match f, newest first (by job ID, descending), starting

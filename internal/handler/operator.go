@@ -215,6 +215,26 @@ func invalidParameter(r *http.Request, err error) *problemError {
 	return &problemError{typ: probInvalidParameter, detail: detail, cause: err}
 }
 
+// pageLimit returns the page size a list request asks for in given
+// (defaultListLimit when it asks for none), or the problem of a limit
+// outside 1..maxListLimit.
+func pageLimit(r *http.Request, given *int) (int, error) {
+	if given == nil {
+		return defaultListLimit, nil
+	}
+	if *given < 1 || *given > maxListLimit {
+		return 0, newProblem(probInvalidParameter, limitDetail(r.URL.Query()["limit"]))
+	}
+	return *given, nil
+}
+
+// badCursor is the problem of a list request whose cursor did not come
+// from this API.
+func badCursor(err error) error {
+	return &problemError{typ: probInvalidParameter, cause: err,
+		detail: "Query parameter cursor is not a cursor this API returned; pass the next_cursor of the previous page, or leave it out for the first page."}
+}
+
 func limitDetail(given []string) string {
 	if len(given) != 1 {
 		return fmt.Sprintf("Query parameter limit must be given at most once, as a whole number from 1 to %d.", maxListLimit)
@@ -313,20 +333,16 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 		s.fail(w, r, unknownSender(sender))
 		return
 	}
-	limit := defaultListLimit
-	if params.Limit != nil {
-		limit = *params.Limit
-		if limit < 1 || limit > maxListLimit {
-			s.fail(w, r, newProblem(probInvalidParameter, limitDetail(r.URL.Query()["limit"])))
-			return
-		}
+	limit, err := pageLimit(r, params.Limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	var after *dedup.Cursor
 	if params.Cursor != nil {
 		c, err := dedup.ParseCursor(*params.Cursor)
 		if err != nil {
-			s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err,
-				detail: "Query parameter cursor is not a cursor this API returned; pass the next_cursor of the previous page, or leave it out for the first page."})
+			s.fail(w, r, badCursor(err))
 			return
 		}
 		after = &c

@@ -99,20 +99,16 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 	if params.Until != nil {
 		f.Until = *params.Until
 	}
-	limit := defaultListLimit
-	if params.Limit != nil {
-		limit = *params.Limit
-		if limit < 1 || limit > forward.MaxForwardLimit {
-			s.fail(w, r, newProblem(probInvalidParameter, limitDetail(r.URL.Query()["limit"])))
-			return
-		}
+	limit, err := pageLimit(r, params.Limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	var after *forward.ForwardCursor
 	if params.Cursor != nil {
 		c, err := forward.ParseForwardCursor(*params.Cursor)
 		if err != nil {
-			s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err,
-				detail: "Query parameter cursor is not a cursor this API returned; pass the next_cursor of the previous page, or leave it out for the first page."})
+			s.fail(w, r, badCursor(err))
 			return
 		}
 		after = &c
