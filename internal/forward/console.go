@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -102,13 +101,8 @@ func Failed(ctx context.Context, db Querier, sender, target string, limit int) (
 			return FailedForward{}, fmt.Errorf("job %d: event ID: %w", f.JobID, err)
 		}
 		f.EventID = id
-		if len(lastErr) > 0 {
-			var ae rivertype.AttemptError
-			if err := json.Unmarshal(lastErr, &ae); err != nil {
-				return FailedForward{}, fmt.Errorf("job %d: decode last error: %w", f.JobID, err)
-			}
-			f.LastError = ae.Error
-			f.LastStatus = statusIn(ae.Error)
+		if f.LastError, f.LastStatus, err = lastAttempt(lastErr); err != nil {
+			return FailedForward{}, fmt.Errorf("job %d: %w", f.JobID, err)
 		}
 		return f, nil
 	})

@@ -128,22 +128,8 @@ func List(ctx context.Context, db Querier, sender string, eventID uuid.UUID) ([]
 		if err := row.Scan(&st.JobID, &state, &st.Attempts, &st.MaxAttempts, &st.Target, &st.LegacyURL, &st.CreatedAt, &lastErr, &outputRaw); err != nil {
 			return Status{}, err
 		}
-		st.State = StateOf(rivertype.JobState(state))
-		if st.State == StateDelivered {
-			var out Output
-			if len(outputRaw) > 0 && json.Unmarshal(outputRaw, &out) == nil {
-				st.LastStatus = out.Status
-				st.DeliveredAt = out.DeliveredAt
-			}
-			return st, nil
-		}
-		if len(lastErr) > 0 {
-			var ae rivertype.AttemptError
-			if err := json.Unmarshal(lastErr, &ae); err != nil {
-				return Status{}, fmt.Errorf("job %d: decode last error: %w", st.JobID, err)
-			}
-			st.LastError = ae.Error
-			st.LastStatus = statusIn(ae.Error)
+		if err := decodeOutcome(&st, rivertype.JobState(state), lastErr, outputRaw); err != nil {
+			return Status{}, fmt.Errorf("job %d: %w", st.JobID, err)
 		}
 		return st, nil
 	})

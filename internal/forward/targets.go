@@ -340,13 +340,20 @@ func decodeOutcome(st *Status, state rivertype.JobState, lastErr, output []byte)
 		}
 		return nil
 	}
-	if len(lastErr) > 0 {
-		var ae rivertype.AttemptError
-		if err := json.Unmarshal(lastErr, &ae); err != nil {
-			return fmt.Errorf("decode last error: %w", err)
-		}
-		st.LastError = ae.Error
-		st.LastStatus = statusIn(ae.Error)
+	var err error
+	st.LastError, st.LastStatus, err = lastAttempt(lastErr)
+	return err
+}
+
+// lastAttempt returns the error text of a job's latest attempt error (River's
+// jsonb, nil when none) and the target's status in it, if any.
+func lastAttempt(lastErr []byte) (text string, status int, err error) {
+	if len(lastErr) == 0 {
+		return "", 0, nil
 	}
-	return nil
+	var ae rivertype.AttemptError
+	if err := json.Unmarshal(lastErr, &ae); err != nil {
+		return "", 0, fmt.Errorf("decode last error: %w", err)
+	}
+	return ae.Error, statusIn(ae.Error), nil
 }
