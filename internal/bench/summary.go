@@ -210,25 +210,23 @@ func (s *summary) printForwardChecks(out io.Writer, check func(bool, string, ...
 		return
 	}
 	api, all := s.forwardOf("api"), s.forwardOf("all")
-	if api != nil && s.first != nil && s.first.rate() > 0 {
+	// ratio checks a forwarding phase's intake against phase 1's.
+	ratio := func(r *forwardResult, what string, min float64) {
+		if r == nil || s.first == nil || s.first.rate() <= 0 {
+			return
+		}
 		ref := s.first.rate()
-		msg := fmt.Sprintf("forwarding: first delivery with one forward target, --role api %.0f/s ÷ without a target %.0f/s = %.2f (need ≥ %.2f)",
-			api.load.rate(), ref, api.load.rate()/ref, s.o.minForwardRatio)
-		if pass, ok := ratioCheck(api.load.rate(), ref, s.o.minForwardRatio, api.load.cpu, s.first.cpu); ok {
+		msg := fmt.Sprintf("forwarding: %s %.0f/s ÷ without a target %.0f/s = %.2f (need ≥ %.2f)",
+			what, r.load.rate(), ref, r.load.rate()/ref, min)
+		if pass, ok := ratioCheck(r.load.rate(), ref, min, r.load.cpu, s.first.cpu); ok {
 			check(pass, "%s", msg)
 		} else {
-			unsure(msg, api.load.cpu, s.first.cpu, "--role api phase", "no-target phase")
+			unsure(msg, r.load.cpu, s.first.cpu, "--role "+r.role+" phase", "no-target phase")
 		}
 	}
+	ratio(api, "first delivery with one forward target, --role api", s.o.minForwardRatio)
+	ratio(all, "--role all (the same process also relays and works the forwards)", s.o.minForwardAllRatio)
 	if all != nil && s.first != nil && s.first.rate() > 0 {
-		ref := s.first.rate()
-		msg := fmt.Sprintf("forwarding: --role all (the same process also relays and works the forwards) %.0f/s ÷ without a target %.0f/s = %.2f (need ≥ %.2f)",
-			all.load.rate(), ref, all.load.rate()/ref, s.o.minForwardAllRatio)
-		if pass, ok := ratioCheck(all.load.rate(), ref, s.o.minForwardAllRatio, all.load.cpu, s.first.cpu); ok {
-			check(pass, "%s", msg)
-		} else {
-			unsure(msg, all.load.cpu, s.first.cpu, "--role all phase", "no-target phase")
-		}
 		check(all.drained, "forwarding, --role all: the sink received %d of %d accepted events within %s of the load's end",
 			all.received, all.accepted, all.drainWait.Round(10*time.Millisecond))
 		if len(all.lags) > 0 {
