@@ -8,6 +8,15 @@ import (
 	"github.com/google/uuid"
 )
 
+// accepted is the 202 body appendAccepted writes, in its field order, for
+// encoding/json to encode.
+type accepted struct {
+	EventID    uuid.UUID `json:"event_id"`
+	Sender     string    `json:"sender"`
+	DeliveryID string    `json:"delivery_id"`
+	ReceivedAt time.Time `json:"received_at"`
+}
+
 // TestAppendAcceptedIsEncodingJSON: the hand-written 202 body is byte for
 // byte what encoding/json makes of accepted, plus a newline, for delivery
 // IDs with every kind of visible ASCII and beyond.

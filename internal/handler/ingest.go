@@ -28,14 +28,6 @@ const MaxDeliveryIDBytes = 255
 // transaction that may be committing, so its retry finds a clean outcome.
 const storeTimeout = 15 * time.Second
 
-// accepted is the body of a first delivery's 202 response.
-type accepted struct {
-	EventID    uuid.UUID `json:"event_id"`
-	Sender     string    `json:"sender"`
-	DeliveryID string    `json:"delivery_id"`
-	ReceivedAt time.Time `json:"received_at"`
-}
-
 // IngestWebhook accepts a delivery for sender: it reads the body within the
 // sender's limit, extracts and validates the delivery ID, and runs the claim
 // and the event insert in one transaction (internal/dedup). It answers 202
@@ -163,8 +155,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 	return outcome, nil
 }
 
-// appendAccepted appends the JSON body of a first delivery's 202 response,
-// as encoding/json would encode accepted, and a newline.
+// appendAccepted appends the JSON body of a first delivery's 202 response
+// (event_id, sender, delivery_id, received_at), as encoding/json would
+// encode it (accepted_internal_test.go checks), and a newline.
 func appendAccepted(dst []byte, eventID uuid.UUID, sender, deliveryID string, receivedAt time.Time) []byte {
 	dst = append(dst, `{"event_id":"`...)
 	var id [36]byte
