@@ -329,9 +329,23 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if cacheSize == 0 {
 		cacheSize = -1 // off
 	}
+	citus, err := dedup.InspectCitus(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if citus.Distributed {
+		log.Info("citus: processed_messages is distributed; using the statement forms Citus routes to one shard")
+		if citus.PropagateSetCommands != "local" {
+			log.Warn("citus: citus.propagate_set_commands is not 'local', so the in-flight wait (SET LOCAL lock_timeout) does not reach the workers: "+
+				"a delivery whose key another transaction holds waits until that transaction ends instead of getting 409; "+
+				"set it for hookgate's role or database (ALTER ROLE … SET citus.propagate_set_commands = 'local'), see docs/distributed.md",
+				"citus.propagate_set_commands", citus.PropagateSetCommands)
+		}
+	}
 	store := dedup.New(pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
+		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
+		dedup.WithDistributed(citus.Distributed))
 	poolSize := int(pool.Config().MaxConns)
 	maxWaiting := s.ingestMaxWaiting
 	if maxWaiting < 0 {
