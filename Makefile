@@ -11,7 +11,7 @@ BENCHFLAGS ?=
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: run test bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: run test test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -20,6 +20,12 @@ run:
 ## test: run all tests against a throwaway PostgreSQL
 test:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
+
+## test-citus: run the pattern's tests (dedup, handler, forward) on a running Citus cluster:
+##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
+CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/handler/... ./internal/forward/...
+test-citus:
+	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-citus.sh
 
 ## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
 bench:
