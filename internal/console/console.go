@@ -5,8 +5,8 @@
 // of the queries the JSON API uses (dedup, events, forward): it has no SQL
 // of its own.
 //
-// Sign-in is with the admin token; the session is a signed cookie (see
-// session.go). Every state-changing request is a POST carrying a CSRF
+// Sign-in is with the admin token; the session is a signed cookie that
+// sign-out revokes in the database (see session.go). Every state-changing request is a POST carrying a CSRF
 // token, refused when it comes from another site.
 package console
 
@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/authlimit"
@@ -34,10 +35,12 @@ import (
 // otherwise.
 const DefaultSessionTTL = 12 * time.Hour
 
-// DB is what the console reads events and forwards with: a *pgxpool.Pool.
+// DB is what the console reads events and forwards with, and records
+// sign-outs in: a *pgxpool.Pool.
 type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // Options configure a Console. Zero values take the defaults.
@@ -118,6 +121,7 @@ func (c *Console) routes() http.Handler {
 		r.Use(c.requireSession)
 		r.Get("/", c.overview)
 		r.Post("/logout", c.logout)
+		r.Post("/logout-everywhere", c.logoutEverywhere)
 		r.Get("/senders/{sender}/deliveries", c.deliveries)
 		r.Get("/senders/{sender}/deliveries/{delivery_id}", c.delivery)
 		r.Get("/senders/{sender}/deliveries/{delivery_id}/body", c.rawBody)
