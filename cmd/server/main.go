@@ -214,8 +214,10 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	if s.backoff.Base <= 0 || s.backoff.Max < s.backoff.Base {
 		return nil, errors.New("forward backoff: base must be positive and max at least base")
 	}
-	if s.adminToken != "" && len(s.adminToken) < handler.MinAdminTokenLen {
-		return nil, fmt.Errorf("admin token: it has %d characters and must have at least %d, so that it cannot be guessed; generate one with: head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n'", len(s.adminToken), handler.MinAdminTokenLen)
+	if s.adminToken != "" {
+		if err := authlimit.CheckToken(s.adminToken); err != nil {
+			return nil, err
+		}
 	}
 	if s.logFormat != "json" && s.logFormat != "text" {
 		return nil, fmt.Errorf("log format %q: must be json or text", s.logFormat)
@@ -339,7 +341,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	shed := handler.WithShedding(poolSize, maxWaiting)
 	// The console shares the operator API's limit on wrong tokens.
-	limiter := authlimit.New()
+	limiter := authlimit.New(s.trustedProxies...)
 	cons := console.New(cfg, store, pool, log, console.Options{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,

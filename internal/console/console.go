@@ -48,14 +48,15 @@ type Options struct {
 	// AdminToken signs operators in; empty disables the console (its pages
 	// say how to enable it).
 	AdminToken string
-	// TrustedProxies are the addresses whose X-Forwarded-Proto is believed:
-	// a request from one of them with X-Forwarded-Proto: https gets a
-	// Secure session cookie, as does a request over TLS.
+	// TrustedProxies are the addresses whose X-Forwarded-Proto and
+	// X-Forwarded-For are believed: a request from one of them with
+	// X-Forwarded-Proto: https gets a Secure session cookie, as does a
+	// request over TLS; give the Limiter the same (authlimit.New).
 	TrustedProxies []netip.Prefix
 	// SessionTTL is how long a sign-in lasts (DefaultSessionTTL).
 	SessionTTL time.Duration
 	// Limiter counts wrong tokens per client; share the operator API's.
-	// A new one when nil.
+	// A new one (trusting TrustedProxies' X-Forwarded-For) when nil.
 	Limiter *authlimit.Limiter
 	// River inserts redeliveries; without it Redeliver answers 503.
 	River *river.Client[pgx.Tx]
@@ -89,7 +90,7 @@ func New(cfg *config.Config, store *dedup.Store, db DB, log *slog.Logger, opts O
 		opts.SessionTTL = DefaultSessionTTL
 	}
 	if opts.Limiter == nil {
-		opts.Limiter = authlimit.New()
+		opts.Limiter = authlimit.New(opts.TrustedProxies...)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -159,7 +159,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 
 // login signs in with the admin token in the form field token. Wrong
 // tokens count against the client's address in the shared limiter; past
-// its burst the form answers 429 without looking at the token.
+// its burst a wrong token is answered 429. The right token always signs in.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if c.key == nil {
 		c.disabled(w, r)
@@ -169,15 +169,17 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.forbidden(w, r, "This sign-in was refused because "+why+".")
 		return
 	}
-	if d := c.opts.Limiter.Blocked(r); d > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())+1))
-		c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in",
-			Message: fmt.Sprintf("Too many wrong tokens came from your address. Wait %d seconds and try again.", int(d.Seconds())+1)})
-		return
-	}
+	// The token is looked at first: the right one always signs in, whatever
+	// failures came from the same address.
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	d := sha256.Sum256([]byte(r.PostFormValue("token")))
 	if subtle.ConstantTimeCompare(d[:], c.digest[:]) != 1 {
+		if wait := c.opts.Limiter.Blocked(r); wait > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in",
+				Message: fmt.Sprintf("Too many wrong tokens came from your address. Wait %d seconds and try again.", int(wait.Seconds())+1)})
+			return
+		}
 		c.opts.Limiter.Failed(r)
 		c.render(w, r, http.StatusUnauthorized, "login", page{Title: "Sign in",
 			Message: "That is not the admin token. Paste the value of HOOKGATE_ADMIN_TOKEN (make run prints it)."})
