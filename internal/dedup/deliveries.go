@@ -66,6 +66,29 @@ func (c Cursor) String() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// MaxDeliveryIDBytes is the longest delivery ID ingest accepts.
+const MaxDeliveryIDBytes = 255
+
+// CheckDeliveryID returns why id cannot be a delivery ID (empty, over
+// MaxDeliveryIDBytes, a byte outside visible ASCII: what ingest refuses),
+// or "". A value it refuses names no stored delivery, so callers answer
+// 400 or 404 without asking the database (which refuses a NUL or invalid
+// UTF-8 with an error, not with "no such row").
+func CheckDeliveryID(id string) string {
+	if id == "" {
+		return "is empty"
+	}
+	if len(id) > MaxDeliveryIDBytes {
+		return fmt.Sprintf("is %d bytes long; at most %d are allowed", len(id), MaxDeliveryIDBytes)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return fmt.Sprintf("has a byte outside visible ASCII at position %d (spaces and control characters are not allowed)", i)
+		}
+	}
+	return ""
+}
+
 // errBadCursor is what ParseCursor wraps for every malformed cursor.
 var errBadCursor = errors.New("malformed cursor")
 
@@ -84,8 +107,8 @@ func ParseCursor(s string) (Cursor, error) {
 	if err := dec.Decode(&cj); err != nil {
 		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
 	}
-	if cj.D == "" {
-		return Cursor{}, fmt.Errorf("%w: no delivery ID", errBadCursor)
+	if why := CheckDeliveryID(cj.D); why != "" {
+		return Cursor{}, fmt.Errorf("%w: its delivery ID %s", errBadCursor, why)
 	}
 	c := Cursor{ReceivedAt: time.UnixMicro(cj.T).UTC(), DeliveryID: cj.D}
 	if c.String() != s { // trailing data, reordered or missing fields, …
