@@ -22,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestForwardRetriesThenDeliversSigned: a target that answers the first two
@@ -84,7 +85,7 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 		if !ok || j.DeliveryID != d.id {
 			t.Errorf("job %d names event %s, delivery %s: not one of the accepted deliveries", j.ID, j.EventID, j.DeliveryID)
 		}
-		var out forward.Output
+		var out store.Output
 		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status < 200 || out.Status > 299 || out.DeliveredAt.IsZero() {
 			t.Errorf("job %d: recorded output %q, want the 2xx status and the delivery time", j.ID, j.Output)
 		}
@@ -747,11 +748,11 @@ VALUES ('acme', $1, 'legacy-1', now(), '{"Content-Type": ["application/json"]}',
 	if strings.Contains(e.metricsText(), "LEGACYTOKEN") {
 		t.Error("/metrics shows the legacy job's URL token")
 	}
-	list, err := forward.List(ctx, e.pool, "acme", uuid.MustParse(d.eventID))
+	list, err := store.New(e.pool).EventForwards(ctx, "acme", uuid.MustParse(d.eventID))
 	if err != nil {
 		t.Fatalf("List with a legacy job: %v", err)
 	}
-	if len(list) != 1 || list[0].Target != "" || list[0].LegacyURL == "" || list[0].State != forward.StateDelivered {
+	if len(list) != 1 || list[0].Target != "" || list[0].LegacyURL == "" || list[0].State != store.StateDelivered {
 		t.Fatalf("List = %+v, want the delivered legacy job with its URL", list)
 	}
 }
