@@ -1,6 +1,12 @@
 package forward
 
-import "github.com/hookgate/hookgate/internal/store"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/store"
+)
 
 // The states of a target's circuit breaker, as the workers record them
 // (store.Queries.RecordBreaker) and operators read them (store.BreakerState).
@@ -9,3 +15,9 @@ const (
 	BreakerOpen     = store.BreakerOpen
 	BreakerHalfOpen = store.BreakerHalfOpen
 )
+
+// wakeWaiting makes the waiting forwards of sender's target available now:
+// its breaker closed, so they need not wait for their snooze to end.
+func wakeWaiting(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
+	return store.New(db).WakeWaitingForwards(ctx, Queue, sender, target)
+}

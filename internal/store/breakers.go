@@ -15,7 +15,7 @@ import (
 const (
 	BreakerClosed   = "closed"    // forwards flow
 	BreakerOpen     = "open"      // forwards wait (snoozed, no attempt used) until a probe succeeds
-	BreakerHalfOpen = "half-open" // one probe is under way
+	BreakerHalfOpen = "half-open" // probes are under way
 )
 
 // BreakerState is a target's circuit breaker as the workers last recorded it.

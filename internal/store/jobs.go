@@ -419,6 +419,23 @@ FROM river_job j WHERE ` + where + fmt.Sprintf(" ORDER BY j.id DESC LIMIT $%d", 
 	return page, nil
 }
 
+// wakeSQL makes the forwards of a target that wait for a later time (snoozed
+// behind its breaker) available now. Forwards waiting for a retry after a
+// failed attempt (retryable) keep their backoff.
+const wakeSQL = `UPDATE river_job SET state = 'available', scheduled_at = now()
+WHERE kind = '` + ForwardKind + `' AND queue = $1 AND state IN ('scheduled', 'available')
+  AND scheduled_at > now() AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)`
+
+// WakeWaitingForwards makes the forwards of sender's target on queue that
+// wait for a later time (snoozed behind its breaker) available now;
+// forwards waiting for a retry after a failed attempt keep their backoff.
+func (q *Queries) WakeWaitingForwards(ctx context.Context, queue, sender, target string) error {
+	if _, err := q.db.Exec(ctx, wakeSQL, queue, sender, target); err != nil {
+		return fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)
+	}
+	return nil
+}
+
 // NewestJobID returns the ID of the newest River job of any kind; 0 when
 // there is none.
 func (q *Queries) NewestJobID(ctx context.Context) (int64, error) {
