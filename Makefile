@@ -11,7 +11,7 @@ BENCHFLAGS ?=
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: run test test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: check-docs run test test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -21,9 +21,9 @@ run:
 test:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
 
-## test-citus: run the pattern's tests (dedup, handler, forward) on a running Citus cluster:
+## test-citus: run the pattern's tests (dedup, store, handler, forward) on a running Citus cluster:
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
-CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/handler/... ./internal/forward/...
+CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/handler/... ./internal/forward/...
 test-citus:
 	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-citus.sh
 
@@ -69,6 +69,10 @@ check-alerts:
 		promtool check rules deploy/prometheus/alerts.yaml && \
 		promtool test rules deploy/prometheus/alerts_test.yaml; \
 	fi
+
+## check-docs: fail on a relative link or #anchor in a Markdown file that does not resolve
+check-docs:
+	go test -count=1 -run 'TestRelativeLinksResolve|TestLinkCheckCatchesBrokenLinks' ./internal/doccheck/
 
 ## db-stop: stop the local PostgreSQL `make run` started
 db-stop:

@@ -2,16 +2,16 @@
 // pages (html/template, our own small stylesheet, no script) under
 // /console, for finding deliveries, seeing why their forwards failed,
 // sending them again, and seeing which target is sick. It is a second view
-// of the queries the JSON API uses (dedup, events, forward): it has no SQL
-// of its own.
+// of the queries the JSON API uses (package store): it has no SQL of its
+// own.
 //
-// Sign-in is with the admin token; the session is a signed cookie (see
-// session.go). Every state-changing request is a POST carrying a CSRF
-// token, refused when it comes from another site.
+// Sign-in is with the admin token; the session is a signed cookie that
+// sign-out revokes in the database (see session.go). Every state-changing
+// request is a POST carrying a CSRF token, refused when it comes from
+// another site.
 package console
 
 import (
-	"context"
 	"embed"
 	"html/template"
 	"io/fs"
@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -27,32 +28,27 @@ import (
 
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // DefaultSessionTTL is how long a sign-in lasts unless Options say
 // otherwise.
 const DefaultSessionTTL = 12 * time.Hour
 
-// DB is what the console reads events and forwards with: a *pgxpool.Pool.
-type DB interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Options configure a Console. Zero values take the defaults.
 type Options struct {
 	// AdminToken signs operators in; empty disables the console (its pages
 	// say how to enable it).
 	AdminToken string
-	// TrustedProxies are the addresses whose X-Forwarded-Proto is believed:
-	// a request from one of them with X-Forwarded-Proto: https gets a
-	// Secure session cookie, as does a request over TLS.
+	// TrustedProxies are the addresses whose X-Forwarded-Proto and
+	// X-Forwarded-For are believed: a request from one of them with
+	// X-Forwarded-Proto: https gets a Secure session cookie, as does a
+	// request over TLS; give the Limiter the same (authlimit.New).
 	TrustedProxies []netip.Prefix
 	// SessionTTL is how long a sign-in lasts (DefaultSessionTTL).
 	SessionTTL time.Duration
 	// Limiter counts wrong tokens per client; share the operator API's.
-	// A new one when nil.
+	// A new one (trusting TrustedProxies' X-Forwarded-For) when nil.
 	Limiter *authlimit.Limiter
 	// River inserts redeliveries; without it Redeliver answers 503.
 	River *river.Client[pgx.Tx]
@@ -63,8 +59,7 @@ type Options struct {
 // Console serves the console's pages. Mount it at /console.
 type Console struct {
 	cfg     *config.Config
-	store   *dedup.Store
-	db      DB
+	q       *store.Queries
 	log     *slog.Logger
 	opts    Options
 	key     []byte // session signing key, nil without an admin token
@@ -79,19 +74,19 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// New returns the console of the senders in cfg, reading deliveries from
-// store and events and forwards from db.
-func New(cfg *config.Config, store *dedup.Store, db DB, log *slog.Logger, opts Options) *Console {
+// New returns the console of the senders in cfg, reading deliveries,
+// events and forwards with q (the JSON API's queries).
+func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Options) *Console {
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = DefaultSessionTTL
 	}
 	if opts.Limiter == nil {
-		opts.Limiter = authlimit.New()
+		opts.Limiter = authlimit.New(opts.TrustedProxies...)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Console{cfg: cfg, store: store, db: db, log: log, opts: opts, pages: parsePages()}
+	c := &Console{cfg: cfg, q: q, log: log, opts: opts, pages: parsePages()}
 	if opts.AdminToken != "" {
 		c.key, c.digest = sessionKey(opts.AdminToken)
 	}
@@ -111,17 +106,33 @@ func (c *Console) routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(pageHeaders)
 	static, _ := fs.Sub(staticFS, "static")
-	r.Handle("/static/*", http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)))
+	files := http.StripPrefix(Prefix+"/static/", http.FileServerFS(static))
+	r.Get("/static/*", func(w http.ResponseWriter, r *http.Request) {
+		// Files only: a directory (the folder itself, or any path ending
+		// in "/") is not listed.
+		name := strings.TrimPrefix(r.URL.Path, Prefix+"/static/")
+		if st, err := fs.Stat(static, strings.TrimSuffix(name, "/")); name == "" || strings.HasSuffix(name, "/") || err != nil || st.IsDir() {
+			c.notFound(w, r, "There is no console page at this address.")
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	r.Get("/login", c.loginPage)
 	r.Post("/login", c.login)
 	r.Group(func(r chi.Router) {
 		r.Use(c.requireSession)
 		r.Get("/", c.overview)
 		r.Post("/logout", c.logout)
+		r.Post("/logout-everywhere", c.logoutEverywhere)
 		r.Get("/senders/{sender}/deliveries", c.deliveries)
 		r.Get("/senders/{sender}/deliveries/{delivery_id}", c.delivery)
 		r.Get("/senders/{sender}/deliveries/{delivery_id}/body", c.rawBody)
 		r.Post("/senders/{sender}/deliveries/{delivery_id}/redeliver", c.redeliver)
+		// The same pages with the delivery ID in the query (?id=), for the
+		// IDs "." and "..", which browsers remove from a path.
+		r.Get("/senders/{sender}/delivery", c.delivery)
+		r.Get("/senders/{sender}/delivery/body", c.rawBody)
+		r.Post("/senders/{sender}/delivery/redeliver", c.redeliver)
 		r.Get("/senders/{sender}/targets/{target}/failed", c.failed)
 		r.Post("/senders/{sender}/targets/{target}/redeliver", c.bulkRedeliver)
 	})
@@ -150,6 +161,27 @@ func pageHeaders(next http.Handler) http.Handler {
 		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// deliveryID returns the delivery ID of a delivery page's request: its
+// path parameter, or, on the query form of the pages (deliveryURL), its
+// query parameter id.
+func deliveryID(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil && strings.Contains(rc.RoutePattern(), "{delivery_id}") {
+		return param(r, "delivery_id")
+	}
+	return r.URL.Query().Get("id")
+}
+
+// deliveryURL returns the address of the delivery id's page, or of its
+// sub-page sub ("/body", "/redeliver"). The IDs "." and ".." would be
+// removed from a path by browsers (percent-encoded too: %2E is a dot
+// segment to them), so theirs carry the ID in the query.
+func deliveryURL(sender, id, sub string) string {
+	if id == "." || id == ".." {
+		return Prefix + "/senders/" + url.PathEscape(sender) + "/delivery" + sub + "?id=" + url.QueryEscape(id)
+	}
+	return Prefix + "/senders/" + url.PathEscape(sender) + "/deliveries/" + url.PathEscape(id) + sub
 }
 
 // param returns the path parameter name, decoded: chi routes on the raw

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/redact"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // page is what every template gets: the layout's fields and the page's
@@ -43,6 +45,8 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
 	},
 	"path": url.PathEscape,
+	// delivery is the address of a delivery's page (deliveryURL).
+	"delivery": deliveryURL,
 }
 
 // parsePages parses each page template with the layout.
@@ -65,7 +69,7 @@ func parsePages() map[string]*template.Template {
 
 // render writes the page name with status.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
-	if s, ok := c.session(r); ok {
+	if s, ok, _ := c.session(r); ok {
 		p.SignedIn, p.CSRF = true, c.csrf(s)
 	}
 	var buf bytes.Buffer
@@ -105,7 +109,14 @@ func (c *Console) requireSession(next http.Handler) http.Handler {
 			c.disabled(w, r)
 			return
 		}
-		s, ok := c.session(r)
+		s, ok, err := c.session(r)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if ok {
+			r = r.WithContext(context.WithValue(r.Context(), sessionKeyCtx{}, s))
+		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			if !ok {
 				http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
@@ -141,7 +152,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 		c.disabled(w, r)
 		return
 	}
-	if _, ok := c.session(r); ok {
+	if _, ok, _ := c.session(r); ok {
 		http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 		return
 	}
@@ -150,7 +161,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 
 // login signs in with the admin token in the form field token. Wrong
 // tokens count against the client's address in the shared limiter; past
-// its burst the form answers 429 without looking at the token.
+// its burst a wrong token is answered 429. The right token always signs in.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if c.key == nil {
 		c.disabled(w, r)
@@ -160,15 +171,17 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.forbidden(w, r, "This sign-in was refused because "+why+".")
 		return
 	}
-	if d := c.opts.Limiter.Blocked(r); d > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())+1))
-		c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in",
-			Message: fmt.Sprintf("Too many wrong tokens came from your address. Wait %d seconds and try again.", int(d.Seconds())+1)})
-		return
-	}
+	// The token is looked at first: the right one always signs in, whatever
+	// failures came from the same address.
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	d := sha256.Sum256([]byte(r.PostFormValue("token")))
 	if subtle.ConstantTimeCompare(d[:], c.digest[:]) != 1 {
+		if wait := c.opts.Limiter.Blocked(r); wait > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in",
+				Message: fmt.Sprintf("Too many wrong tokens came from your address. Wait %d seconds and try again.", int(wait.Seconds())+1)})
+			return
+		}
 		c.opts.Limiter.Failed(r)
 		c.render(w, r, http.StatusUnauthorized, "login", page{Title: "Sign in",
 			Message: "That is not the admin token. Paste the value of HOOKGATE_ADMIN_TOKEN (make run prints it)."})
@@ -178,7 +191,31 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 }
 
+// logout ends this session: it is recorded as revoked, so that a copy of
+// its cookie is refused by every process on the database, and the cookie
+// is deleted.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	s, _, _ := c.session(r) // requireSession found it
+	if err := c.q.RevokeSession(r.Context(), s.id, s.expires, c.opts.Now()); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.signedOut(w, r)
+}
+
+// logoutEverywhere ends every session issued until now, this one included,
+// in every process on the database.
+func (c *Console) logoutEverywhere(w http.ResponseWriter, r *http.Request) {
+	if err := c.q.RevokeAllSessions(r.Context(), c.opts.Now()); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.signedOut(w, r)
+}
+
+// signedOut deletes the session cookie and sends the browser to the
+// sign-in page.
+func (c *Console) signedOut(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Prefix, MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r)})
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
@@ -188,13 +225,13 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 
 type senderView struct {
 	Name    string
-	Counts  []dedup.StatusCount
+	Counts  []store.StatusCount
 	Targets []targetView
 }
 
 type targetView struct {
 	Name, URL                          string
-	Breaker                            forward.BreakerState
+	Breaker                            store.BreakerState
 	Pending, Running, Retrying, Failed int64
 }
 
@@ -204,19 +241,21 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	var out []senderView
 	for i := range c.cfg.Senders {
 		sd := &c.cfg.Senders[i]
-		counts, err := c.store.Counts(ctx, sd.Name, now)
+		counts, err := c.q.CountDeliveries(ctx, sd.Name, now)
 		if err != nil {
 			c.fail(w, r, err)
 			return
 		}
 		sv := senderView{Name: sd.Name, Counts: counts}
 		if len(sd.Forward) > 0 {
-			breakers, err := forward.Breakers(ctx, c.db, sd.Name)
+			breakers, err := c.q.Breakers(ctx, sd.Name)
 			if err != nil {
 				c.fail(w, r, err)
 				return
 			}
-			byState, err := forward.UnfinishedCounts(ctx, c.db, sd.Name)
+			// The API's counts (GET /v1/senders/{sender}/targets), without
+			// the delivered ones, which the overview does not show.
+			byTarget, err := c.q.CountForwards(ctx, sd.Name, false)
 			if err != nil {
 				c.fail(w, r, err)
 				return
@@ -224,11 +263,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			for _, t := range sd.Forward {
 				b, ok := breakers[t.Name]
 				if !ok {
-					b = forward.BreakerState{State: forward.BreakerClosed}
+					b = store.BreakerState{State: store.BreakerClosed}
 				}
-				n := byState[t.Name]
+				n := byTarget[t.Name]
 				sv.Targets = append(sv.Targets, targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
-					Pending: n[forward.StatePending], Running: n[forward.StateRunning], Retrying: n[forward.StateRetrying], Failed: n[forward.StateFailed]})
+					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed})
 			}
 		}
 		out = append(out, sv)
@@ -246,7 +285,7 @@ type deliveriesView struct {
 	DeliveryID            string
 	Since, Until          string // as typed into the form
 	EventType             string // a prefix, as typed into the form
-	Records               []dedup.Record
+	Records               []store.Delivery
 	Next                  template.URL // the next page, "" on the last
 	Filtered, ExactLookup bool
 }
@@ -282,15 +321,20 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	if v.DeliveryID != "" {
 		v.Filtered, v.ExactLookup = true, true
-		rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: v.DeliveryID})
+		if why := dedup.CheckDeliveryID(v.DeliveryID); why != "" {
+			v.DeliveryID = ""
+			bad("Delivery ID: it " + why + ", so no delivery has it.")
+			return
+		}
+		rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: v.DeliveryID})
 		switch {
-		case errors.Is(err, dedup.ErrNotFound):
+		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			c.fail(w, r, err)
 			return
 		default:
 			rec.Response.Body = nil
-			v.Records = []dedup.Record{rec}
+			v.Records = []store.Delivery{rec}
 		}
 		c.render(w, r, http.StatusOK, "deliveries", page{Title: "Deliveries of " + sender, Data: v})
 		return
@@ -305,42 +349,49 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		bad("To: " + err.Error() + ".")
 		return
 	}
+	if v.EventType != "" {
+		if why := config.CheckEventTypeFilter(strings.TrimSuffix(v.EventType, "*") + "*"); why != "" {
+			v.EventType = ""
+			bad("Event type: " + why + ".")
+			return
+		}
+	}
 	v.Filtered = !since.IsZero() || !until.IsZero() || v.EventType != ""
-	var after *dedup.Cursor
+	var after *store.Cursor
 	if cs := q.Get("cursor"); cs != "" {
-		cur, err := dedup.ParseCursor(cs)
+		cur, err := store.ParseDeliveryCursor(cs)
 		if err != nil {
 			bad("This page's position (cursor) is not one the console made; start again from the first page.")
 			return
 		}
 		after = &cur
 	} else if !until.IsZero() {
-		after = &dedup.Cursor{ReceivedAt: until} // received before until
+		after = &store.Cursor{ReceivedAt: until} // received before until
 	}
-	var pg dedup.Page
+	var pg store.DeliveryPage
 	if v.EventType != "" {
 		// A prefix, newest first; the lower time bound ends the listing.
-		pg, err = c.store.ListByEventType(r.Context(), sender, strings.TrimSuffix(v.EventType, "*")+"*", pageSize, after)
+		pg, err = c.q.ListDeliveriesByType(r.Context(), sender, strings.TrimSuffix(v.EventType, "*")+"*", pageSize, after)
 		if err == nil && !since.IsZero() {
-			keep := pg.Records[:0]
-			for _, rec := range pg.Records {
+			keep := pg.Deliveries[:0]
+			for _, rec := range pg.Deliveries {
 				if !rec.ReceivedAt.Before(since) {
 					keep = append(keep, rec)
 				}
 			}
-			if len(keep) < len(pg.Records) {
+			if len(keep) < len(pg.Deliveries) {
 				pg.Next = nil
 			}
-			pg.Records = keep
+			pg.Deliveries = keep
 		}
 	} else {
-		pg, err = c.store.ListRange(r.Context(), sender, pageSize, after, since)
+		pg, err = c.q.ListDeliveriesSince(r.Context(), sender, pageSize, after, since)
 	}
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	v.Records = pg.Records
+	v.Records = pg.Deliveries
 	if pg.Next != nil {
 		nq := url.Values{}
 		nq.Set("cursor", pg.Next.String())
@@ -383,7 +434,7 @@ type forwardView struct {
 
 type deliveryView struct {
 	Sender     string
-	Rec        dedup.Record
+	Rec        store.Delivery
 	SHA256     string
 	Response   bodyView
 	HasEvent   bool
@@ -398,7 +449,7 @@ type deliveryView struct {
 }
 
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
-	sender, id := param(r, "sender"), param(r, "delivery_id")
+	sender, id := param(r, "sender"), deliveryID(r)
 	sd, rec, ok := c.lookupDelivery(w, r, sender, id)
 	if !ok {
 		return
@@ -409,9 +460,9 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	if n, err := strconv.Atoi(r.URL.Query().Get("redelivered")); err == nil && n >= 0 {
 		v.Redelivered = n
 	}
-	e, err := events.Get(r.Context(), c.db, rec.EventID)
+	e, err := c.q.GetEvent(r.Context(), rec.EventID)
 	switch {
-	case errors.Is(err, events.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		c.fail(w, r, err)
 		return
@@ -424,7 +475,7 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Body = showBody(e.Headers.Get("Content-Type"), e.Body)
 	}
-	fwds, err := forward.List(r.Context(), c.db, sender, rec.EventID)
+	fwds, err := c.q.EventForwards(r.Context(), sender, rec.EventID)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -446,7 +497,7 @@ func mapsKeys(h http.Header) func(func(string) bool) {
 }
 
 // showForward shows f with its target's URL redacted, as the JSON API does.
-func showForward(sd *config.Sender, f forward.Status) forwardView {
+func showForward(sd *config.Sender, f store.Forward) forwardView {
 	sh := forward.Show(sd, f)
 	return forwardView{Target: sh.Target, URL: sh.URL, State: string(sh.State), JobID: sh.JobID, Attempts: sh.Attempts, MaxAttempts: sh.MaxAttempts,
 		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError}
@@ -499,12 +550,12 @@ func isText(b []byte, truncated bool) bool {
 
 // rawBody serves an event's stored body as a download, never rendered.
 func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
-	_, rec, ok := c.lookupDelivery(w, r, param(r, "sender"), param(r, "delivery_id"))
+	_, rec, ok := c.lookupDelivery(w, r, param(r, "sender"), deliveryID(r))
 	if !ok {
 		return
 	}
-	e, err := events.Get(r.Context(), c.db, rec.EventID)
-	if errors.Is(err, events.ErrNotFound) {
+	e, err := c.q.GetEvent(r.Context(), rec.EventID)
+	if errors.Is(err, store.ErrNotFound) {
 		c.notFound(w, r, "The event of this delivery is no longer stored.")
 		return
 	}
@@ -521,7 +572,7 @@ func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
 // redeliver enqueues the delivery's forwards again, then shows the
 // delivery page.
 func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
-	sender, id := param(r, "sender"), param(r, "delivery_id")
+	sender, id := param(r, "sender"), deliveryID(r)
 	sd, ok := c.cfg.Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
@@ -550,20 +601,29 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 			n++
 		}
 	}
-	http.Redirect(w, r, deliveryPath(sender, id)+"?redelivered="+strconv.Itoa(n), http.StatusSeeOther)
+	to := deliveryURL(sender, id, "")
+	sep := "?"
+	if strings.Contains(to, "?") {
+		sep = "&"
+	}
+	http.Redirect(w, r, to+sep+"redelivered="+strconv.Itoa(n), http.StatusSeeOther)
 }
 
 // lookupDelivery returns the configured sender named sender and its
 // delivery id; when either is missing or the lookup fails, it has answered
 // the request (404 or 500) and ok is false.
-func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender, id string) (sd *config.Sender, rec dedup.Record, ok bool) {
+func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender, id string) (sd *config.Sender, rec store.Delivery, ok bool) {
 	sd, ok = c.cfg.Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return nil, rec, false
 	}
-	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
-	if errors.Is(err, dedup.ErrNotFound) {
+	if dedup.CheckDeliveryID(id) != "" { // what ingest refuses was never stored
+		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
+		return nil, rec, false
+	}
+	rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
+	if errors.Is(err, store.ErrNotFound) {
 		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
 		return nil, rec, false
 	}
@@ -574,19 +634,22 @@ func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender,
 	return sd, rec, true
 }
 
-func deliveryPath(sender, id string) string {
-	return Prefix + "/senders/" + url.PathEscape(sender) + "/deliveries/" + url.PathEscape(id)
-}
-
 // A target's failed forwards.
 
 // maxFailedShown is how many failed forwards the target page lists.
 const maxFailedShown = 200
 
+// failedForward is a failed forward of the target page: FailedAt is when
+// it was given up.
+type failedForward struct {
+	store.TargetForward
+	FailedAt time.Time
+}
+
 type failedView struct {
 	Sender, Target, URL string
-	Breaker             forward.BreakerState
-	Failed              []forward.FailedForward
+	Breaker             store.BreakerState
+	Failed              []failedForward
 	Max                 int
 }
 
@@ -602,22 +665,26 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		c.notFound(w, r, "This sender has no target with this name.")
 		return
 	}
-	breakers, err := forward.Breakers(r.Context(), c.db, sender)
+	breakers, err := c.q.Breakers(r.Context(), sender)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	b, ok := breakers[target]
 	if !ok {
-		b = forward.BreakerState{State: forward.BreakerClosed}
+		b = store.BreakerState{State: store.BreakerClosed}
 	}
-	fs, err := forward.Failed(r.Context(), c.db, sender, target, maxFailedShown)
+	// The API's failed forwards (GET …/forwards?state=failed): a forward
+	// redelivered since is no longer failed.
+	pg, err := c.q.ListTargetForwards(r.Context(), store.Filter{Sender: sender, Target: target, State: store.StateFailed}, maxFailedShown, nil)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	for i := range fs {
-		fs[i].LastError = redact.URLInText(fs[i].LastError, t.URL, t.SecretPath)
+	fs := make([]failedForward, 0, len(pg.Forwards))
+	for _, f := range pg.Forwards {
+		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
+		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
 	msg := ""
 	if n, err := strconv.ParseInt(r.URL.Query().Get("matched"), 10, 64); err == nil && n >= 0 {
@@ -651,7 +718,7 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, errors.New("console: no River client"))
 		return
 	}
-	n, err := forward.BulkRedeliver(r.Context(), c.db, c.opts.River, forward.BulkRequest{Sender: sd, Target: target, State: forward.StateFailed, Since: since})
+	n, err := forward.BulkRedeliver(r.Context(), c.q, c.opts.River, forward.BulkRequest{Sender: sd, Target: target, State: store.StateFailed, Since: since})
 	if err != nil {
 		c.fail(w, r, err)
 		return

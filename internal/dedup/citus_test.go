@@ -40,8 +40,9 @@ func TestCitusBatchOnOneShard(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		// Every third delivery repeats an earlier key: replays in batches.
-		k := dedup.Key{Sender: fmt.Sprintf("s%d", i%3), DeliveryID: fmt.Sprintf("k%d", i%200)}
+		// 200 keys of three senders; the last 100 deliveries repeat keys:
+		// replays in batches.
+		k := dedup.Key{Sender: fmt.Sprintf("s%d", i%200%3), DeliveryID: fmt.Sprintf("k%d", i%200)}
 		d := newDelivery(t, k, "p")
 		wg.Go(func() {
 			_, errs[i] = store.Run(ctx, d, insertEvent(d, "p"))

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Defaults of the relay.
@@ -58,21 +59,10 @@ func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Conf
 	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: batch, interval: interval}
 }
 
-// takeSQL deletes up to $2 outbox rows of the sender $1 that no other relay
-// holds and returns them: they exist again if the transaction rolls back.
-// Both parts name the sender, so that Citus runs it on the sender's shard
-// (it cannot lock rows FOR UPDATE across shards).
-const takeSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND (event_id, target) IN (
-  SELECT event_id, target FROM forward_outbox WHERE sender = $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
-RETURNING event_id, target, delivery_id`
-
 // strayEvery is how often the relay looks for outbox rows of senders the
 // configuration no longer names (written before a restart that removed
 // them), which it relays like the others.
 const strayEvery = 10 * time.Second
-
-// strayListSQL lists the senders with outbox rows other than those in $1.
-const strayListSQL = `SELECT DISTINCT sender FROM forward_outbox WHERE sender <> ALL($1::text[])`
 
 // Once relays, sender by sender, one batch of each sender in a transaction
 // of its own (one shard each when the tables are distributed by sender),
@@ -118,13 +108,9 @@ func (r *Relay) senders(ctx context.Context) ([]string, error) {
 	if !due {
 		return names, nil
 	}
-	rows, err := r.pool.Query(ctx, strayListSQL, names)
+	stray, err := store.New(r.pool).OutboxSenders(ctx, names)
 	if err != nil {
-		return nil, fmt.Errorf("list outbox senders: %w", err)
-	}
-	stray, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list outbox senders: %w", err)
+		return nil, err
 	}
 	return append(names, stray...), nil
 }
@@ -133,24 +119,13 @@ func (r *Relay) senders(ctx context.Context) ([]string, error) {
 func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, takeSQL, sender, r.batch)
+		taken, err := store.New(tx).TakeOutbox(ctx, sender, r.batch)
 		if err != nil {
-			return fmt.Errorf("take outbox rows: %w", err)
+			return err
 		}
-		var params []river.InsertManyParams
-		for rows.Next() {
-			var (
-				target, deliveryID string
-				eventID            uuid.UUID
-			)
-			if err := rows.Scan(&eventID, &target, &deliveryID); err != nil {
-				rows.Close()
-				return fmt.Errorf("read outbox row: %w", err)
-			}
-			params = append(params, r.params(sender, target, eventID, deliveryID))
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("take outbox rows: %w", err)
+		params := make([]river.InsertManyParams, 0, len(taken))
+		for _, o := range taken {
+			params = append(params, r.params(o.Sender, o.Target, o.EventID, o.DeliveryID))
 		}
 		if len(params) == 0 {
 			return nil

@@ -27,16 +27,10 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/redact"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // The operator API: /v1, behind a bearer token (HOOKGATE_ADMIN_TOKEN).
-
-// DB is what the operator API reads events and forward jobs with: a
-// *pgxpool.Pool.
-type DB interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // WithAdminToken sets the operator API's bearer token. Without it, or with
 // an empty token, the operator API answers every request 403.
@@ -61,21 +55,19 @@ func WithAuthLimiter(l *authlimit.Limiter) Option { return func(s *Server) { s.a
 // asked for there.
 func WithConsole(h http.Handler) Option { return func(s *Server) { s.console = h } }
 
-// WithDB gives the operator API the database it reads events and forward
-// jobs from. Without it, the operator endpoints that need them answer 503.
-func WithDB(db DB) Option { return func(s *Server) { s.db = db } }
+// WithDB gives the operator API the database it reads deliveries, events
+// and forwards from (through package store's queries). Without it, the
+// operator endpoints that read them answer 503.
+func WithDB(db store.DB) Option { return func(s *Server) { s.q = store.New(db) } }
 
 // WithRiver gives the operator API the River client that redeliveries are
 // inserted with (it need not work jobs). Without it, redeliver answers 503.
 func WithRiver(client *river.Client[pgx.Tx]) Option { return func(s *Server) { s.river = client } }
 
-// MinAdminTokenLen is the shortest admin token hookgate starts with.
-const MinAdminTokenLen = 32
-
 // Parameters of GET /v1/senders/{sender}/deliveries.
 const (
 	defaultListLimit = 50
-	maxListLimit     = dedup.MaxListLimit
+	maxListLimit     = store.MaxListLimit
 )
 
 // operatorPrefix is the path prefix of the operator API.
@@ -91,9 +83,10 @@ func isOperatorPath(path string) bool {
 
 // requireAdmin guards every request under /v1, whether or not a route
 // matches it, before anything else looks at it: 403 when no admin token is
-// configured, 429 with Retry-After when the client has sent too many missing
-// or wrong tokens lately (authlimit.Limiter), 401 with WWW-Authenticate when the
-// bearer token is missing or wrong, 400 when the path has a control
+// configured, 401 with WWW-Authenticate when the bearer token is missing or
+// wrong, or 429 with Retry-After instead when the client has sent too many
+// missing or wrong tokens lately (authlimit.Limiter; the right token always
+// passes), 400 when the path has a control
 // character or invalid UTF-8. Tokens are compared as SHA-256 digests in constant time, so neither
 // the content nor the length of the configured token leaks through timing.
 func (s *Server) requireAdmin(next http.Handler) http.Handler {
@@ -107,22 +100,23 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 				"The operator API is disabled because no admin token is configured. Set HOOKGATE_ADMIN_TOKEN (or --admin-token) to a long random secret and restart hookgate to enable it."))
 			return
 		}
-		if d := s.authLimit.Blocked(r); d > 0 {
-			s.fail(w, r, newProblem(probTooManyAttempts, fmt.Sprintf(
-				"Too many requests with a missing or wrong bearer token came from this address. Retry after the time in Retry-After (about %.1fs).", d.Seconds())))
-			return
-		}
+		// The token is looked at first: a request with the right one is
+		// never refused because of failures, its client's or others'.
 		token, ok := bearerToken(r.Header)
-		if !ok {
-			s.authLimit.Failed(r)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
-			s.fail(w, r, newProblem(probUnauthorized,
-				"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
-			return
-		}
 		d := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
+		if !ok || subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
+			if wait := s.authLimit.Blocked(r); wait > 0 {
+				s.fail(w, r, newProblem(probTooManyAttempts, fmt.Sprintf(
+					"Too many requests with a missing or wrong bearer token came from this address. Retry after the time in Retry-After (about %.1fs).", wait.Seconds())))
+				return
+			}
 			s.authLimit.Failed(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
+				s.fail(w, r, newProblem(probUnauthorized,
+					"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate", error="invalid_token"`)
 			s.fail(w, r, newProblem(probUnauthorized,
 				"The bearer token is wrong. Send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
@@ -338,9 +332,9 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 		s.fail(w, r, err)
 		return
 	}
-	var after *dedup.Cursor
+	var after *store.Cursor
 	if params.Cursor != nil {
-		c, err := dedup.ParseCursor(*params.Cursor)
+		c, err := store.ParseDeliveryCursor(*params.Cursor)
 		if err != nil {
 			s.fail(w, r, badCursor(err))
 			return
@@ -355,13 +349,17 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 			return
 		}
 	}
-	page, err := s.store.ListByEventType(r.Context(), sender, eventType, limit, after)
+	if s.q == nil {
+		s.fail(w, r, dbProblem(errNoDB))
+		return
+	}
+	page, err := s.q.ListDeliveriesByType(r.Context(), sender, eventType, limit, after)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	out := api.DeliveryPage{Items: make([]api.DeliverySummary, 0, len(page.Records))}
-	for _, rec := range page.Records {
+	out := api.DeliveryPage{Items: make([]api.DeliverySummary, 0, len(page.Deliveries))}
+	for _, rec := range page.Deliveries {
 		out.Items = append(out.Items, api.DeliverySummary{
 			DeliveryId:     rec.DeliveryID,
 			EventId:        rec.EventID,
@@ -391,12 +389,12 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, newProblem(probInvalidParameter, "Path parameter delivery_id "+reason+"; no delivery can have such an ID."))
 		return
 	}
-	if s.db == nil {
+	if s.q == nil {
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
-	rec, err := s.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: deliveryID})
-	if errors.Is(err, dedup.ErrNotFound) {
+	rec, err := s.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: deliveryID})
+	if errors.Is(err, store.ErrNotFound) {
 		s.fail(w, r, &problemError{typ: probNotFound, cause: err,
 			detail: fmt.Sprintf("Sender %q has no delivery %s (never received, or its key has expired).", sender, quote(deliveryID))})
 		return
@@ -405,7 +403,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	fwds, err := forward.List(r.Context(), s.db, sender, rec.EventID)
+	fwds, err := s.q.EventForwards(r.Context(), sender, rec.EventID)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -433,7 +431,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 
 // forwardState shows f, a forward of an event of sender (nil when sender is
 // no longer configured).
-func forwardState(sender *config.Sender, f forward.Status) api.ForwardState {
+func forwardState(sender *config.Sender, f store.Forward) api.ForwardState {
 	sh := forward.Show(sender, f)
 	fs := api.ForwardState{
 		Target:      sh.Target,
@@ -481,11 +479,11 @@ func (s *Server) GetEvent(w http.ResponseWriter, r *http.Request, eventID api.Ev
 
 // event reads an event, as a problem when that fails.
 func (s *Server) event(ctx context.Context, id uuid.UUID) (events.Event, error) {
-	if s.db == nil {
+	if s.q == nil {
 		return events.Event{}, dbProblem(errNoDB)
 	}
-	e, err := events.Get(ctx, s.db, id)
-	if errors.Is(err, events.ErrNotFound) {
+	e, err := s.q.GetEvent(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
 		return events.Event{}, &problemError{typ: probNotFound, cause: err, detail: fmt.Sprintf("No event %s is stored.", id)}
 	}
 	if err != nil {
@@ -524,7 +522,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 	}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
-		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, forward.Status{Target: j.Target, JobID: j.JobID}).URL, AlreadyPending: j.AlreadyPending})
+		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, store.Forward{Target: j.Target, JobID: j.JobID}).URL, AlreadyPending: j.AlreadyPending})
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }

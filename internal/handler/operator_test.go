@@ -32,11 +32,13 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // testToken is the admin token of operator test servers.
@@ -59,6 +61,8 @@ type opOptions struct {
 	backoff forward.Backoff
 	// noDB leaves handler.WithDB out.
 	noDB bool
+	// limiter replaces the server's own wrong-token limiter.
+	limiter *authlimit.Limiter
 }
 
 // opServer is a hookgate server with its operator API enabled, on its own
@@ -128,6 +132,9 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	}
 	if !o.noDB {
 		opts = append(opts, handler.WithDB(pool))
+	}
+	if o.limiter != nil {
+		opts = append(opts, handler.WithAuthLimiter(o.limiter))
 	}
 	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
 	router := h.Router()
@@ -484,7 +491,7 @@ func TestOperatorInvalidParametersAre400(t *testing.T) {
 		}
 	}
 	// A valid limit and the first page without a cursor are fine.
-	for _, q := range []string{"", "?limit=1", "?limit=500", "?limit=50&cursor=" + (dedup.Cursor{ReceivedAt: time.Now(), DeliveryID: "x"}).String()} {
+	for _, q := range []string{"", "?limit=1", "?limit=500", "?limit=50&cursor=" + (store.Cursor{ReceivedAt: time.Now(), DeliveryID: "x"}).String()} {
 		var page deliveryPage
 		decode(t, s.call("GET", "/v1/senders/hdr/deliveries"+q), http.StatusOK, "GET", routeDeliveries, &page)
 	}

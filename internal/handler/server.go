@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // ReadyFunc reports whether the service can take traffic: nil when the
@@ -34,26 +35,29 @@ type Option func(*Server)
 
 // Server implements api.ServerInterface.
 type Server struct {
-	cfg     *config.Config
-	store   *dedup.Store
-	ready   ReadyFunc
-	log     *slog.Logger
-	metrics *metrics
-	gather  prometheus.Gatherer
-	docs    http.Handler
-	docsCSP string
-	now     func() time.Time
+	cfg        *config.Config
+	deliveries *dedup.Store
+	ready      ReadyFunc
+	log        *slog.Logger
+	metrics    *metrics
+	gather     prometheus.Gatherer
+	docs       http.Handler
+	docsCSP    string
+	now        func() time.Time
 
 	// The operator API's: adminDigest is the SHA-256 of its token, nil when
-	// none is configured (the operator API is disabled); db and river read
+	// none is configured (the operator API is disabled); q and river read
 	// and redeliver (nil without WithDB and WithRiver).
 	adminDigest *[32]byte
 	authLimit   *authlimit.Limiter
-	db          DB
+	q           *store.Queries
 	river       *river.Client[pgx.Tx]
 
 	// console is the browser console served under /console; nil for none.
 	console http.Handler
+
+	// metricsElsewhere: /metrics is served on another listener, not here.
+	metricsElsewhere bool
 
 	// gate sheds ingest requests past a bound (WithShedding); nil for none.
 	gate *storeGate
@@ -62,19 +66,19 @@ type Server struct {
 
 var _ api.ServerInterface = (*Server)(nil)
 
-// New returns a Server for the senders in cfg, storing deliveries with store.
-// Its metrics are registered on reg, which /metrics serves.
-func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
+// New returns a Server for the senders in cfg, storing deliveries with
+// ingest. Its metrics are registered on reg, which /metrics serves.
+func New(cfg *config.Config, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{
-		cfg:       cfg,
-		store:     store,
-		ready:     ready,
-		log:       log,
-		metrics:   newMetrics(reg),
-		gather:    reg,
-		docs:      v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
-		authLimit: authlimit.New(),
-		now:       time.Now,
+		cfg:        cfg,
+		deliveries: ingest,
+		ready:      ready,
+		log:        log,
+		metrics:    newMetrics(reg),
+		gather:     reg,
+		docs:       v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
+		authLimit:  authlimit.New(),
+		now:        time.Now,
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)
@@ -145,9 +149,26 @@ func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// GetMetrics serves the Prometheus metrics.
+// GetMetrics serves the Prometheus metrics, or 404 when they are served on
+// an address of their own (WithMetricsElsewhere).
 func (s *Server) GetMetrics(w http.ResponseWriter, r *http.Request) {
-	promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	if s.metricsElsewhere {
+		writeProblem(w, newProblem(probNotFound, "Metrics are not served on this address: this process serves them on its --metrics-addr."))
+		return
+	}
+	s.MetricsHandler().ServeHTTP(w, r)
+}
+
+// MetricsHandler returns the handler of the Prometheus metrics, for a
+// listener of their own (--metrics-addr).
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
+}
+
+// WithMetricsElsewhere says that the metrics are served on an address of
+// their own: the Server's routers then answer 404 at /metrics.
+func WithMetricsElsewhere(elsewhere bool) Option {
+	return func(s *Server) { s.metricsElsewhere = elsewhere }
 }
 
 // GetOpenAPISpec serves the repository's openapi.yaml as embedded at build.
