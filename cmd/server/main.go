@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +47,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
 
@@ -132,22 +134,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	defer sqlDB.Close()
 
+	queries := store.New(pool)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(pool), forward.NewBacklogCollector(pool))
-	ready := func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("ping database: %w", err)
-		}
-		pending, err := migrations.Pending(ctx, sqlDB)
-		if err != nil {
-			return err
-		}
-		if pending {
-			return errors.New("migrations are not at head")
-		}
-		return nil
-	}
+		newPoolCollector(pool), forward.NewBacklogCollector(queries))
+	ready := readiness(pool, sqlDB)
 
 	working := s.role == roleAll || s.role == roleWorker
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
@@ -177,7 +168,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if cacheSize == 0 {
 		cacheSize = -1 // off
 	}
-	store := dedup.New(pool, s.inFlightWait,
+	deliveries := dedup.New(pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
 		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
 	poolSize := int(pool.Config().MaxConns)
@@ -188,11 +179,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	shed := handler.WithShedding(poolSize, maxWaiting)
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.trustedProxies...)
-	cons := console.New(cfg, store, pool, log, console.Options{
+	cons := console.New(cfg, queries, log, console.Options{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
 	})
-	srv := handler.New(cfg, store, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+	srv := handler.New(cfg, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
 		handler.WithAuthLimiter(limiter), handler.WithConsole(cons))
 	router := srv.Router()
 	if s.role == roleWorker {
@@ -374,4 +365,24 @@ func buildVersion() string {
 		}
 	}
 	return "devel"
+}
+
+// readiness returns the check of /readyz: the database answers, every
+// migration of this build is applied, and River's schema is at the version
+// this build's River expects (a database migrated by another build, or
+// whose River schema was changed by hand, is not ready).
+func readiness(pool *pgxpool.Pool, sqlDB *sql.DB) handler.ReadyFunc {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("ping database: %w", err)
+		}
+		pending, err := migrations.Pending(ctx, sqlDB)
+		if err != nil {
+			return err
+		}
+		if pending {
+			return errors.New("migrations are not at head")
+		}
+		return migrations.CheckRiverSchema(ctx, sqlDB)
+	}
 }
