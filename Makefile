@@ -13,7 +13,7 @@ ARGS ?=
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: check-docs redeliver run test bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: check-docs check-walkthrough redeliver run test bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -75,6 +75,10 @@ check-alerts:
 ## check-docs: fail on a relative link or #anchor in a Markdown file that does not resolve
 check-docs:
 	go test -count=1 -run 'TestRelativeLinksResolve|TestLinkCheckCatchesBrokenLinks' ./internal/doccheck/
+
+## check-walkthrough: run the README's curl walk-through as printed against hookgate started as make run starts it (throwaway PostgreSQL); fails when an answer differs from the document
+check-walkthrough:
+	@PKGS=./internal/doccheck/ GOTESTFLAGS='-run ^TestReadmeWalkthrough$$ -v' .ci/test.sh
 
 ## db-stop: stop the local PostgreSQL `make run` started
 db-stop:
