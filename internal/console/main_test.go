@@ -26,6 +26,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 func TestMain(m *testing.M) {
@@ -83,7 +84,7 @@ func newEnv(t testing.TB, opts console.Options) *env {
 		opts.River = rc
 	}
 	cons := console.New(cfg, store, pool, log, opts)
-	h := handler.New(cfg, store, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+	h := handler.New(sender.MustCompile(cfg), store, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
 		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons))
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)

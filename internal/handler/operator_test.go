@@ -37,6 +37,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // testToken is the admin token of operator test servers.
@@ -129,7 +130,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if !o.noDB {
 		opts = append(opts, handler.WithDB(pool))
 	}
-	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
+	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
 	router := h.Router()
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)

@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // ReadyFunc reports whether the service can take traffic: nil when the
@@ -34,7 +35,8 @@ type Option func(*Server)
 
 // Server implements api.ServerInterface.
 type Server struct {
-	cfg     *config.Config
+	senders *sender.Set
+	cfg     *config.Config // senders.Config()
 	store   *dedup.Store
 	ready   ReadyFunc
 	log     *slog.Logger
@@ -62,11 +64,13 @@ type Server struct {
 
 var _ api.ServerInterface = (*Server)(nil)
 
-// New returns a Server for the senders in cfg, storing deliveries with store.
+// New returns a Server for the compiled senders, storing deliveries with
+// store.
 // Its metrics are registered on reg, which /metrics serves.
-func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
+func New(senders *sender.Set, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{
-		cfg:       cfg,
+		senders:   senders,
+		cfg:       senders.Config(),
 		store:     store,
 		ready:     ready,
 		log:       log,
