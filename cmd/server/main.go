@@ -189,7 +189,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	shed := handler.WithShedding(poolSize, maxWaiting)
 	// The console shares the operator API's limit on wrong tokens.
-	limiter := authlimit.New()
+	limiter := authlimit.New(s.trustedProxies...)
 	cons := console.New(cfg, store, pool, log, console.Options{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
