@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // ReadyFunc reports whether the service can take traffic: nil when the
@@ -35,23 +36,23 @@ type Option func(*Server)
 
 // Server implements api.ServerInterface.
 type Server struct {
-	senders *sender.Set
-	cfg     *config.Config // senders.Config()
-	store   *dedup.Store
-	ready   ReadyFunc
-	log     *slog.Logger
-	metrics *metrics
-	gather  prometheus.Gatherer
-	docs    http.Handler
-	docsCSP string
-	now     func() time.Time
+	senders    *sender.Set
+	cfg        *config.Config // senders.Config()
+	deliveries *dedup.Store
+	ready      ReadyFunc
+	log        *slog.Logger
+	metrics    *metrics
+	gather     prometheus.Gatherer
+	docs       http.Handler
+	docsCSP    string
+	now        func() time.Time
 
 	// The operator API's: adminDigest is the SHA-256 of its token, nil when
-	// none is configured (the operator API is disabled); db and river read
+	// none is configured (the operator API is disabled); q and river read
 	// and redeliver (nil without WithDB and WithRiver).
 	adminDigest *[32]byte
 	authLimit   *authlimit.Limiter
-	db          DB
+	q           *store.Queries
 	river       *river.Client[pgx.Tx]
 
 	// console is the browser console served under /console; nil for none.
@@ -65,20 +66,19 @@ type Server struct {
 var _ api.ServerInterface = (*Server)(nil)
 
 // New returns a Server for the compiled senders, storing deliveries with
-// store.
-// Its metrics are registered on reg, which /metrics serves.
-func New(senders *sender.Set, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
+// ingest. Its metrics are registered on reg, which /metrics serves.
+func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{
-		senders:   senders,
-		cfg:       senders.Config(),
-		store:     store,
-		ready:     ready,
-		log:       log,
-		metrics:   newMetrics(reg),
-		gather:    reg,
-		docs:      v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
-		authLimit: authlimit.New(),
-		now:       time.Now,
+		senders:    senders,
+		cfg:        senders.Config(),
+		deliveries: ingest,
+		ready:      ready,
+		log:        log,
+		metrics:    newMetrics(reg),
+		gather:     reg,
+		docs:       v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
+		authLimit:  authlimit.New(),
+		now:        time.Now,
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)
