@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -139,19 +140,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newPoolCollector(pool), forward.NewBacklogCollector(queries))
-	ready := func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("ping database: %w", err)
-		}
-		pending, err := migrations.Pending(ctx, sqlDB)
-		if err != nil {
-			return err
-		}
-		if pending {
-			return errors.New("migrations are not at head")
-		}
-		return nil
-	}
+	ready := readiness(pool, sqlDB)
 
 	working := s.role == roleAll || s.role == roleWorker
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
@@ -378,4 +367,24 @@ func buildVersion() string {
 		}
 	}
 	return "devel"
+}
+
+// readiness returns the check of /readyz: the database answers, every
+// migration of this build is applied, and River's schema is at the version
+// this build's River expects (a database migrated by another build, or
+// whose River schema was changed by hand, is not ready).
+func readiness(pool *pgxpool.Pool, sqlDB *sql.DB) handler.ReadyFunc {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("ping database: %w", err)
+		}
+		pending, err := migrations.Pending(ctx, sqlDB)
+		if err != nil {
+			return err
+		}
+		if pending {
+			return errors.New("migrations are not at head")
+		}
+		return migrations.CheckRiverSchema(ctx, sqlDB)
+	}
 }
