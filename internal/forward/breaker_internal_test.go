@@ -40,13 +40,13 @@ CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW
 
 	// Failures for half the window open the breaker; the write is slow.
 	a := g.enter(gd, false)
-	g.leave(ctx, gd, a, resultRetryable, 0, "target answered 503")
+	g.leave(ctx, gd, a, ResultRetryable, 0, "target answered 503")
 	clock.Add(int64(600 * time.Millisecond))
 	opened := make(chan struct{})
 	go func() {
 		defer close(opened)
 		a := g.enter(gd, false)
-		g.leave(ctx, gd, a, resultRetryable, 0, "target answered 503")
+		g.leave(ctx, gd, a, ResultRetryable, 0, "target answered 503")
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -67,7 +67,7 @@ CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW
 	if !p.ok || !p.probe {
 		t.Fatalf("enter after the probe interval = %+v, want the probe", p)
 	}
-	g.leave(ctx, gd, p, resultDelivered, 0, "")
+	g.leave(ctx, gd, p, ResultDelivered, 0, "")
 	<-opened
 
 	bs, err := store.New(pool).Breakers(ctx, "acme")
