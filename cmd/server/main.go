@@ -143,6 +143,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	ready := readiness(pool, sqlDB)
 
 	working := s.role == roleAll || s.role == roleWorker
+	forwardMetrics := forward.NewMetrics(reg)
+	forwardMetrics.Init(cfg) // every target's series from the start
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
 		Work:              working,
 		MaxWorkers:        s.forwardWorkers,
@@ -156,7 +158,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			},
 			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
 		},
-	}, forward.NewMetrics(reg), log)
+	}, forwardMetrics, log)
 	if err != nil {
 		return err
 	}
@@ -202,7 +204,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    s.maxHeaderBytes,
+		MaxHeaderBytes:    netHTTPMaxHeaderBytes(s.maxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if working {
@@ -268,6 +270,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// netHTTPMaxHeaderBytes returns the http.Server.MaxHeaderBytes that bounds
+// a request's header section (request line and headers) at n bytes:
+// net/http reads up to MaxHeaderBytes + 4096 bytes before answering 431.
+func netHTTPMaxHeaderBytes(n int) int {
+	const slack = 4096 // net/http's bufio allowance over MaxHeaderBytes
+	return max(n-slack, 1)
 }
 
 // serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
