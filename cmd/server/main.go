@@ -47,6 +47,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
@@ -113,10 +114,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	cfg, err := config.Load(s.configPath)
+	senders, err := sender.Load(s.configPath)
 	if err != nil {
 		return err
 	}
+	cfg := senders.Config()
 	if err := checkExampleSecrets(cfg, s, log); err != nil {
 		return err
 	}
@@ -199,7 +201,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
 	})
-	srv := handler.New(cfg, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+	srv := handler.New(senders, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
 		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != ""))
 	router := srv.Router()
 	if s.role == roleWorker {
