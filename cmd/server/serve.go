@@ -50,7 +50,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	api := newAPI(db, senders, fwd, s, reg, log)
+	deliveries, err := newIngestStore(ctx, db, s, reg, log)
+	if err != nil {
+		return err
+	}
+	api := newAPI(db, senders, deliveries, fwd, s, reg, log)
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -143,8 +147,23 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 }
 
 // newIngestStore returns the store of the ingest transaction: group commit
-// and the replay cache as the settings say, batch sizes observed in reg.
-func newIngestStore(db *database, s *settings, reg *prometheus.Registry) *dedup.Store {
+// and the replay cache as the settings say, batch sizes observed in reg, and
+// the statement forms Citus routes to one shard when processed_messages is
+// distributed.
+func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometheus.Registry, log *slog.Logger) (*dedup.Store, error) {
+	citus, err := dedup.InspectCitus(ctx, db.pool)
+	if err != nil {
+		return nil, err
+	}
+	if citus.Distributed {
+		log.Info("citus: processed_messages is distributed; using the statement forms Citus routes to one shard")
+		if citus.PropagateSetCommands != "local" {
+			log.Warn("citus: citus.propagate_set_commands is not 'local', so the in-flight wait (SET LOCAL lock_timeout) does not reach the workers: "+
+				"a delivery whose key another transaction holds waits until that transaction ends instead of getting 409; "+
+				"set it for hookgate's role or database (ALTER ROLE … SET citus.propagate_set_commands = 'local'), see docs/distributed.md",
+				"citus.propagate_set_commands", citus.PropagateSetCommands)
+		}
+	}
 	batchSizes := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "hookgate_ingest_batch_size",
 		Help:    "Deliveries of one sender committed together in one ingest transaction (group commit).",
@@ -157,12 +176,13 @@ func newIngestStore(db *database, s *settings, reg *prometheus.Registry) *dedup.
 	}
 	return dedup.New(db.pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
+		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
+		dedup.WithDistributed(citus.Distributed)), nil
 }
 
 // newAPI returns the HTTP server of ingest, the operator API, the console
 // and the service endpoints.
-func newAPI(db *database, senders *sender.Set, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) *handler.Server {
+func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) *handler.Server {
 	poolSize := int(db.pool.Config().MaxConns)
 	maxWaiting := s.ingestMaxWaiting
 	if maxWaiting < 0 {
@@ -174,7 +194,7 @@ func newAPI(db *database, senders *sender.Set, fwd *forwarding, s *settings, reg
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: fwd.client,
 	})
-	return handler.New(senders, newIngestStore(db, s, reg), readiness(db.pool, db.sql), reg, log,
+	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log,
 		handler.WithShedding(poolSize, maxWaiting), handler.WithAdminToken(s.adminToken), handler.WithDB(db.pool),
 		handler.WithRiver(fwd.client), handler.WithAuthLimiter(limiter), handler.WithConsole(cons),
 		handler.WithMetricsElsewhere(s.metricsAddr != ""))
