@@ -170,13 +170,9 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 	})
 	reg.MustRegister(batchSizes)
-	cacheSize := s.replayCache
-	if cacheSize == 0 {
-		cacheSize = -1 // off
-	}
 	return dedup.New(db.pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
+		dedup.WithReplayCache(s.replayCache, dedup.DefaultReplayCacheTTL),
 		dedup.WithDistributed(citus.Distributed)), nil
 }
 
@@ -248,7 +244,11 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	}
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
-		relay := forward.NewRelay(db.pool, fwd.client, cfg, 0, 0, log)
+		relay, err := forward.NewRelay(db.pool, fwd.client, cfg, forward.DefaultRelayConfig(), log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		g.Go(func() error {
 			relay.Run(gctx)
 			return nil
