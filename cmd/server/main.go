@@ -11,7 +11,9 @@
 //
 // Settings come from flags or the environment: DATABASE_URL, HOOKGATE_ADDR,
 // HOOKGATE_CONFIG, HOOKGATE_ADMIN_TOKEN, HOOKGATE_IN_FLIGHT_WAIT,
-// HOOKGATE_LOG_FORMAT, HOOKGATE_MAX_HEADER_BYTES, HOOKGATE_INGEST_MAX_WAITING,
+// HOOKGATE_LOG_FORMAT, HOOKGATE_MAX_HEADER_BYTES, HOOKGATE_INGEST_QUEUE_TARGET,
+// HOOKGATE_INGEST_MAX_QUEUE_WAIT, HOOKGATE_INGEST_BODY_BUDGET,
+// HOOKGATE_INGEST_BODY_BUDGET_WAIT,
 // HOOKGATE_ALLOW_EXAMPLE_SECRETS, HOOKGATE_TRUSTED_PROXIES,
 // HOOKGATE_CONSOLE_SESSION_TTL.
 package main
@@ -103,7 +105,11 @@ type settings struct {
 	replayCache                int
 
 	maxHeaderBytes   int
-	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
+	ingestMaxWaiting string // no longer used: shedding is on queueing delay
+
+	queueTarget, maxQueueWait time.Duration // of shedding on delay (dedup.ShedPolicy)
+	bodyBudget                int64         // bytes of request bodies in memory at once
+	bodyBudgetWait            time.Duration // for room in the body budget
 
 	allowExampleSecrets bool // HOOKGATE_ALLOW_EXAMPLE_SECRETS=1
 
@@ -156,9 +162,32 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.IntVar(&s.replayCache, "replay-cache-size", intEnv(getenv, "HOOKGATE_REPLAY_CACHE_SIZE", dedup.DefaultReplayCacheSize), "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off (env HOOKGATE_REPLAY_CACHE_SIZE)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", getenv("HOOKGATE_PPROF_ADDR"), "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty; never expose it beyond the host (env HOOKGATE_PPROF_ADDR)")
 	s.allowExampleSecrets = getenv(config.ExampleSecretsEnv) == "1"
-	maxWaiting := def("HOOKGATE_INGEST_MAX_WAITING", "-1")
-	fs.Func("ingest-max-waiting", "deliveries that may wait for a database connection before more are answered 503 at once (env HOOKGATE_INGEST_MAX_WAITING, default 4 × the pool size)", func(v string) error {
-		maxWaiting = v
+	s.ingestMaxWaiting = getenv("HOOKGATE_INGEST_MAX_WAITING")
+	fs.Func("ingest-max-waiting", "no longer used: deliveries are shed on queueing delay (see --ingest-queue-target) (env HOOKGATE_INGEST_MAX_WAITING)", func(v string) error {
+		s.ingestMaxWaiting = v
+		return nil
+	})
+	durations := []struct {
+		name, env, usage string
+		dst              *time.Duration
+		def, lo, hi      time.Duration
+		raw              string
+	}{
+		{"ingest-queue-target", "HOOKGATE_INGEST_QUEUE_TARGET", "queueing delay for the database that, exceeded by every delivery for a second, sheds new deliveries with 503 until the queue drains", &s.queueTarget, dedup.DefaultShedTarget, time.Millisecond, time.Minute, ""},
+		{"ingest-max-queue-wait", "HOOKGATE_INGEST_MAX_QUEUE_WAIT", "longest a delivery waits for the database (a batch slot or a connection) before it is answered 503", &s.maxQueueWait, dedup.DefaultMaxQueueWait, 10 * time.Millisecond, maxInFlightWait, ""},
+		{"ingest-body-budget-wait", "HOOKGATE_INGEST_BODY_BUDGET_WAIT", "longest a delivery waits for room in the body budget before it is answered 503", &s.bodyBudgetWait, handler.DefaultBodyBudgetWait, time.Millisecond, time.Minute, ""},
+	}
+	for i := range durations {
+		d := &durations[i]
+		d.raw = def(d.env, d.def.String())
+		fs.Func(d.name, fmt.Sprintf("%s (env %s, default %s)", d.usage, d.env, d.def), func(v string) error {
+			d.raw = v
+			return nil
+		})
+	}
+	budget := def("HOOKGATE_INGEST_BODY_BUDGET", strconv.Itoa(handler.DefaultBodyBudget))
+	fs.Func("ingest-body-budget", "bytes of request bodies held in memory at once by ingest requests; past it a delivery waits for room, then gets 503 (env HOOKGATE_INGEST_BODY_BUDGET, default 67108864: 64 MiB)", func(v string) error {
+		budget = v
 		return nil
 	})
 	maxHeader := def("HOOKGATE_MAX_HEADER_BYTES", strconv.Itoa(defaultMaxHeaderBytes))
@@ -188,8 +217,15 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 		return nil, fmt.Errorf("max header bytes %q: must be a whole number from 4096 to 1048576", maxHeader)
 	}
 	s.maxHeaderBytes = n
-	if s.ingestMaxWaiting, err = strconv.Atoi(maxWaiting); err != nil || s.ingestMaxWaiting < -1 {
-		return nil, fmt.Errorf("ingest max waiting %q: must be a whole number, 0 or more", maxWaiting)
+	for _, d := range durations {
+		v, err := time.ParseDuration(d.raw)
+		if err != nil || v < d.lo || v > d.hi {
+			return nil, fmt.Errorf("%s %q: must be a duration from %s to %s", d.name, d.raw, d.lo, d.hi)
+		}
+		*d.dst = v
+	}
+	if s.bodyBudget, err = strconv.ParseInt(budget, 10, 64); err != nil || s.bodyBudget < 1<<20 {
+		return nil, fmt.Errorf("ingest body budget %q: must be a whole number of bytes, at least 1048576 (1 MiB)", budget)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -329,22 +365,29 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if cacheSize == 0 {
 		cacheSize = -1 // off
 	}
+	queueWait := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "hookgate_ingest_store_queue_seconds",
+		Help:    "Time a delivery queued for the database (a batch slot of its sender and a connection) before its transaction, or before it gave up.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	})
+	reg.MustRegister(queueWait)
 	store := dedup.New(pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
-	poolSize := int(pool.Config().MaxConns)
-	maxWaiting := s.ingestMaxWaiting
-	if maxWaiting < 0 {
-		maxWaiting = handler.DefaultShedFactor * poolSize
+		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
+		dedup.WithShedding(dedup.ShedPolicy{
+			Target: s.queueTarget, MaxWait: s.maxQueueWait,
+			Observe: func(d time.Duration) { queueWait.Observe(d.Seconds()) },
+		}))
+	if s.ingestMaxWaiting != "" {
+		log.Warn("--ingest-max-waiting (HOOKGATE_INGEST_MAX_WAITING) is no longer used: deliveries are shed on queueing delay (--ingest-queue-target, --ingest-max-queue-wait)")
 	}
-	shed := handler.WithShedding(poolSize, maxWaiting)
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New()
 	cons := console.New(cfg, store, pool, log, console.Options{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
 	})
-	srv := handler.New(cfg, store, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+	srv := handler.New(cfg, store, ready, reg, log, handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
 		handler.WithAuthLimiter(limiter), handler.WithConsole(cons))
 	router := srv.Router()
 	if s.role == roleWorker {

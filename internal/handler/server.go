@@ -55,9 +55,10 @@ type Server struct {
 	// console is the browser console served under /console; nil for none.
 	console http.Handler
 
-	// gate sheds ingest requests past a bound (WithShedding); nil for none.
-	gate *storeGate
-	shed prometheus.Counter
+	// budget bounds the request bodies held in memory (WithBodyBudget);
+	// shed counts the deliveries shed, by reason.
+	budget *bodyBudget
+	shed   *prometheus.CounterVec
 }
 
 var _ api.ServerInterface = (*Server)(nil)
@@ -75,6 +76,7 @@ func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheu
 		docs:      v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
 		authLimit: authlimit.New(),
 		now:       time.Now,
+		budget:    newBodyBudget(0, 0),
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)
