@@ -194,7 +194,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		log.Warn("--ingest-max-waiting (HOOKGATE_INGEST_MAX_WAITING) is no longer used: deliveries are shed on queueing delay (--ingest-queue-target, --ingest-max-queue-wait)")
 	}
 	// The console shares the operator API's limit on wrong tokens.
-	limiter := authlimit.New()
+	limiter := authlimit.New(s.trustedProxies...)
 	cons := console.New(cfg, store, pool, log, console.Options{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
 )
 
@@ -50,7 +50,7 @@ type settings struct {
 
 	allowExampleSecrets bool
 
-	trustedProxies []netip.Prefix // whose X-Forwarded-Proto the console believes
+	trustedProxies []netip.Prefix // whose X-Forwarded-Proto and X-Forwarded-For are believed
 	sessionTTL     time.Duration  // of a console sign-in
 }
 
@@ -118,7 +118,7 @@ var settingTable = []setting{
 		help:  "senders configuration file",
 		parse: func(s *settings, v string) error { s.configPath = v; return nil }},
 	{flag: "admin-token", env: "HOOKGATE_ADMIN_TOKEN", shown: "(none)",
-		help:  "bearer token of the operator API and the console, at least 32 characters",
+		help:  "bearer token of the operator API and the console; a weak one (under 128 bits of estimated entropy, only whitespace, a repeated pattern) is refused: use openssl rand -hex 32",
 		parse: parseAdminToken},
 	{flag: "in-flight-wait", env: "HOOKGATE_IN_FLIGHT_WAIT", def: dedup.DefaultInFlightWait.String(),
 		help: "how long a delivery waits for a concurrent one with the same ID before 409 (at most 10s)",
@@ -171,7 +171,7 @@ var settingTable = []setting{
 		help:  "no longer used (accepted with a warning): deliveries are shed on queueing delay, see --ingest-queue-target",
 		parse: func(s *settings, v string) error { s.ingestMaxWaiting = v; return nil }},
 	{flag: "trusted-proxies", env: "HOOKGATE_TRUSTED_PROXIES", shown: "(none)",
-		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure",
+		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts",
 		parse: func(s *settings, v string) error {
 			p, err := console.ParseTrustedProxies(v)
 			if err != nil {
@@ -287,9 +287,14 @@ func shortDuration(d time.Duration) string {
 	return s
 }
 
+// parseAdminToken refuses a weak admin token (authlimit.CheckToken): the
+// right token is never refused by the wrong-token limit, which is safe only
+// when guessing it is hopeless.
 func parseAdminToken(s *settings, v string) error {
-	if v != "" && len(v) < handler.MinAdminTokenLen {
-		return fmt.Errorf("admin token: it has %d characters and must have at least %d, so that it cannot be guessed; generate one with: head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n'", len(v), handler.MinAdminTokenLen)
+	if v != "" {
+		if err := authlimit.CheckToken(v); err != nil {
+			return err
+		}
 	}
 	s.adminToken = v
 	return nil
