@@ -222,7 +222,7 @@ func registerShedMetrics(reg prometheus.Registerer, s *Server) *prometheus.Count
 	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "hookgate_ingest_store_queued",
 		Help: "Deliveries admitted and waiting for the database now (a batch slot or a connection; copies of a delivery in flight are not counted).",
-	}, func() float64 { return float64(s.store.Queued()) })
+	}, func() float64 { return float64(s.deliveries.Queued()) })
 	reg.MustRegister(c, inFlight, budget, queued)
 	return c
 }
