@@ -84,11 +84,15 @@ func burst(t *testing.T, c *http.Client, n int, mk func(i int) *http.Request) []
 }
 
 // stormClient returns a client that opens as many connections as requests
-// run at once.
+// run at once, and waits generously for them on a loaded machine (a burst
+// of connections may overflow the listen backlog: the kernel then drops
+// SYNs, and the client retries them after 1 s, 3 s, …).
 func stormClient(t *testing.T) *http.Client {
 	c := newClient(t)
 	tr := c.Transport.(*http.Transport)
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 0, 0
+	tr.DialContext = (&net.Dialer{Timeout: time.Minute}).DialContext
+	c.Timeout = 2 * time.Minute
 	return c
 }
 
