@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -137,19 +138,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newPoolCollector(pool), forward.NewBacklogCollector(queries))
-	ready := func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("ping database: %w", err)
-		}
-		pending, err := migrations.Pending(ctx, sqlDB)
-		if err != nil {
-			return err
-		}
-		if pending {
-			return errors.New("migrations are not at head")
-		}
-		return nil
-	}
+	ready := readiness(pool, sqlDB)
 
 	working := s.role == roleAll || s.role == roleWorker
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
@@ -202,7 +191,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		Limiter: limiter, River: riverClient,
 	})
 	srv := handler.New(cfg, deliveries, ready, reg, log, handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
-		handler.WithAuthLimiter(limiter), handler.WithConsole(cons))
+		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != ""))
 	router := srv.Router()
 	if s.role == roleWorker {
 		router = srv.ServiceRouter()
@@ -234,6 +223,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if s.pprofAddr != "" {
 		if err := servePprof(gctx, g, s.pprofAddr, log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	if s.metricsAddr != "" {
+		if err := serveMetrics(gctx, g, s.metricsAddr, srv.MetricsHandler(), log); err != nil {
 			ln.Close()
 			return err
 		}
@@ -278,6 +273,30 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
+// ctx is done; anything else there is 404.
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Close()
+	})
+	return nil
 }
 
 // servePprof serves net/http/pprof on addr until ctx is done.
@@ -383,4 +402,24 @@ func buildVersion() string {
 		}
 	}
 	return "devel"
+}
+
+// readiness returns the check of /readyz: the database answers, every
+// migration of this build is applied, and River's schema is at the version
+// this build's River expects (a database migrated by another build, or
+// whose River schema was changed by hand, is not ready).
+func readiness(pool *pgxpool.Pool, sqlDB *sql.DB) handler.ReadyFunc {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("ping database: %w", err)
+		}
+		pending, err := migrations.Pending(ctx, sqlDB)
+		if err != nil {
+			return err
+		}
+		if pending {
+			return errors.New("migrations are not at head")
+		}
+		return migrations.CheckRiverSchema(ctx, sqlDB)
+	}
 }
