@@ -47,6 +47,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
@@ -113,10 +114,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	cfg, err := config.Load(s.configPath)
+	senders, err := sender.Load(s.configPath)
 	if err != nil {
 		return err
 	}
+	cfg := senders.Config()
 	if err := checkExampleSecrets(cfg, s, log); err != nil {
 		return err
 	}
@@ -141,6 +143,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	ready := readiness(pool, sqlDB)
 
 	working := s.role == roleAll || s.role == roleWorker
+	forwardMetrics := forward.NewMetrics(reg)
+	forwardMetrics.Init(cfg) // every target's series from the start
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
 		Work:              working,
 		MaxWorkers:        s.forwardWorkers,
@@ -154,7 +158,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			},
 			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
 		},
-	}, forward.NewMetrics(reg), log)
+	}, forwardMetrics, log)
 	if err != nil {
 		return err
 	}
@@ -190,7 +194,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
 	})
-	srv := handler.New(cfg, deliveries, ready, reg, log, handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+	srv := handler.New(senders, deliveries, ready, reg, log, handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
 		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != ""))
 	router := srv.Router()
 	if s.role == roleWorker {
@@ -207,7 +211,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    s.maxHeaderBytes,
+		MaxHeaderBytes:    netHTTPMaxHeaderBytes(s.maxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if working {
@@ -273,6 +277,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// netHTTPMaxHeaderBytes returns the http.Server.MaxHeaderBytes that bounds
+// a request's header section (request line and headers) at n bytes:
+// net/http reads up to MaxHeaderBytes + 4096 bytes before answering 431.
+func netHTTPMaxHeaderBytes(n int) int {
+	const slack = 4096 // net/http's bufio allowance over MaxHeaderBytes
+	return max(n-slack, 1)
 }
 
 // serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
