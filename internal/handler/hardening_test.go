@@ -254,7 +254,9 @@ func TestIngestShedsAfterMaxQueueWait(t *testing.T) {
 	_, dsn := pgtest.NewDB(t)
 	pool := newPool(t, dsn, 1)
 	holder := newPool(t, dsn, 2) // the held transaction's and the test's queries
-	s := newServer(t, pool, options{storeOpts: []dedup.Option{dedup.WithShedding(dedup.ShedPolicy{MaxWait: 200 * time.Millisecond})}})
+	// (The layout is given, so that the store does not look it up on the
+	// connection the test holds.)
+	s := newServer(t, pool, options{storeOpts: []dedup.Option{dedup.WithDistributed(false), dedup.WithShedding(dedup.ShedPolicy{MaxWait: 200 * time.Millisecond})}})
 
 	// The pool's only connection is taken: a delivery queues for it.
 	conn, err := pool.Acquire(t.Context())
