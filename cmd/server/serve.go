@@ -170,10 +170,6 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 	})
 	reg.MustRegister(batchSizes)
-	cacheSize := s.replayCache
-	if cacheSize == 0 {
-		cacheSize = -1 // off
-	}
 	queueWait := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "hookgate_ingest_store_queue_seconds",
 		Help:    "Time a delivery queued for the database (a batch slot of its sender and a connection) before its transaction, or before it gave up.",
@@ -185,7 +181,7 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 	}
 	return dedup.New(db.pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
+		dedup.WithReplayCache(s.replayCache, dedup.DefaultReplayCacheTTL),
 		dedup.WithDistributed(citus.Distributed),
 		dedup.WithShedding(dedup.ShedPolicy{
 			Target: s.queueTarget, MaxWait: s.maxQueueWait,
