@@ -95,6 +95,8 @@ type settings struct {
 	rescueAfter    time.Duration
 	fetchPoll      time.Duration
 	backoff        forward.Backoff
+	fastPath       bool          // role all: attempt forwards right after COMMIT
+	forwardLease   time.Duration // of the fast path's outbox rows; 0: forward.DefaultLease
 
 	retentionInterval time.Duration
 	pprofAddr         string
@@ -148,6 +150,12 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.IntVar(&s.forwardWorkers, "forward-workers", forward.DefaultMaxWorkers, "forwards run at once by this process")
 	fs.DurationVar(&s.rescueAfter, "forward-rescue-after", 0, "how long a forward may stay running before another worker retries it; more than the longest target timeout + 5s (default: that + 1m)")
 	fs.DurationVar(&s.fetchPoll, "forward-poll-interval", 0, "how often workers poll for forwards between notifications (default 100ms)")
+	fs.BoolVar(&s.fastPath, "forward-fast-path", getenv("HOOKGATE_FORWARD_FAST_PATH") != "0", "with --role all, attempt each accepted delivery's forwards right after COMMIT, from memory, before handing failures to the retry queue (env HOOKGATE_FORWARD_FAST_PATH=0 turns it off)")
+	lease := def("HOOKGATE_FORWARD_LEASE", "0s")
+	fs.Func("forward-lease", "how long the fast path holds a forward's outbox row before the relay takes it, which is how long a crash delays that forward (env HOOKGATE_FORWARD_LEASE; default the longest target timeout + 10s, at least 15s)", func(v string) error {
+		lease = v
+		return nil
+	})
 	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
 	fs.DurationVar(&s.retentionInterval, "retention-interval", retention.DefaultInterval, "how often expired keys and old events are deleted (by one worker process at a time)")
 	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")
@@ -207,6 +215,9 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	}
 	if s.role != roleAll && s.role != roleAPI && s.role != roleWorker {
 		return nil, fmt.Errorf("role %q: must be all, api or worker", s.role)
+	}
+	if s.forwardLease, err = time.ParseDuration(lease); err != nil || (s.forwardLease != 0 && s.forwardLease < 3*time.Second) {
+		return nil, fmt.Errorf("forward lease %q: must be a duration of at least 3s, such as 30s", lease)
 	}
 	if s.fetchPoll != 0 && s.fetchPoll < 100*time.Millisecond {
 		return nil, errors.New("forward poll interval: must be at least 100ms")
@@ -302,7 +313,20 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 
 	working := s.role == roleAll || s.role == roleWorker
+	metrics := forward.NewMetrics(reg)
+	var (
+		worker *forward.Worker
+		fast   *forward.Dispatcher
+	)
+	if s.role == roleAll && s.fastPath {
+		// The fast path shares the River worker's HTTP client and
+		// per-target limits: max_in_flight holds across both.
+		worker = forward.NewWorker(cfg, pool, forward.NewHTTPClient(s.forwardWorkers), s.backoff, s.forwardWorkers, 0, metrics, log)
+		fast = forward.NewDispatcher(worker, pool, cfg, s.forwardLease, 0, 0, reg, log)
+		defer fast.Close(context.WithoutCancel(ctx)) // returns at once after the shutdown's Close
+	}
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
+		Worker:            worker,
 		Work:              working,
 		MaxWorkers:        s.forwardWorkers,
 		RescueAfter:       s.rescueAfter,
@@ -315,7 +339,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			},
 			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
 		},
-	}, forward.NewMetrics(reg), log)
+	}, metrics, log)
 	if err != nil {
 		return err
 	}
@@ -344,8 +368,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
 	})
-	srv := handler.New(cfg, store, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
-		handler.WithAuthLimiter(limiter), handler.WithConsole(cons))
+	hopts := []handler.Option{shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+		handler.WithAuthLimiter(limiter), handler.WithConsole(cons)}
+	if fast != nil {
+		hopts = append(hopts, handler.WithFastPath(fast))
+	}
+	srv := handler.New(cfg, store, ready, reg, log, hopts...)
 	router := srv.Router()
 	if s.role == roleWorker {
 		router = srv.ServiceRouter()
@@ -403,6 +431,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		var errs []error
 		if err := httpSrv.Shutdown(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("shutdown http: %w", err))
+		}
+		if fast != nil {
+			// Fast-path forwards finish and are recorded; those cut short
+			// are handed to the relay.
+			if err := fast.Close(sctx); err != nil {
+				log.Warn("fast path: forwards still running at the end of the grace period were handed to the retry queue", "err", err)
+			}
 		}
 		if working {
 			// Running forwards get the rest of the grace period; those still

@@ -43,6 +43,25 @@ type Options struct {
 	// job): their workers, the periodic jobs that enqueue them, and their
 	// queue, worked one job at a time.
 	Maintenance Maintenance
+	// Worker is the forward worker to register with Work (one the process's
+	// Dispatcher shares); nil: NewClient makes one with NewHTTPClient,
+	// Backoff, MaxWorkers and BreakerProbe.
+	Worker *Worker
+}
+
+// NewHTTPClient returns the HTTP client of forwards, keeping up to
+// maxIdlePerHost idle connections to each target.
+func NewHTTPClient(maxIdlePerHost int) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			MaxIdleConnsPerHost: maxIdlePerHost,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		// A forward is a POST of one body to one URL: a redirect is an
+		// answer (a failed forward), not an instruction.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // Maintenance is a set of background jobs worked beside the forwards.
@@ -101,18 +120,12 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		case opts.RescueAfter <= jobTimeout:
 			return nil, fmt.Errorf("forward rescue-after %s: must be longer than the longest target timeout plus 5s (%s), or a running forward could be taken over while it still runs", opts.RescueAfter, jobTimeout)
 		}
-		httpClient := &http.Client{
-			Transport: &http.Transport{
-				Proxy:               http.ProxyFromEnvironment,
-				MaxIdleConnsPerHost: opts.MaxWorkers,
-				IdleConnTimeout:     90 * time.Second,
-			},
-			// A forward is a POST of one body to one URL: a redirect is an
-			// answer (a failed forward), not an instruction.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		worker := opts.Worker
+		if worker == nil {
+			worker = NewWorker(cfg, pool, NewHTTPClient(opts.MaxWorkers), opts.Backoff, opts.MaxWorkers, opts.BreakerProbe, m, log)
 		}
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, opts.MaxWorkers, opts.BreakerProbe, m, log)); err != nil {
+		if err := river.AddWorkerSafely(workers, worker); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		// Bulk redeliveries run on a queue of their own, one at a time.

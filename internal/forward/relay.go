@@ -53,10 +53,13 @@ func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Conf
 	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: batch, interval: interval}
 }
 
-// takeSQL deletes up to $1 outbox rows that no other relay holds and returns
-// them: they exist again if the transaction rolls back.
+// takeSQL deletes up to $1 outbox rows that no other relay holds and no
+// fast path has leased (or whose lease has ended) and returns them: they
+// exist again if the transaction rolls back.
 const takeSQL = `DELETE FROM forward_outbox WHERE (sender, event_id, target) IN (
-  SELECT sender, event_id, target FROM forward_outbox LIMIT $1 FOR UPDATE SKIP LOCKED)
+  SELECT sender, event_id, target FROM forward_outbox
+  WHERE leased_until IS NULL OR leased_until < statement_timestamp()
+  LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING sender, event_id, target, delivery_id`
 
 // Once relays one batch in one transaction and returns how many rows it

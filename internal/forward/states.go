@@ -95,11 +95,14 @@ WHERE kind = $1 AND args @> jsonb_build_object('event_id', $2::text)
 ORDER BY id`
 
 // outboxListSQL finds an event's forwards not yet relayed into River.
-const outboxListSQL = `SELECT target, created_at FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`
+// A row a fast path holds (leased) is running: its attempt is under way.
+const outboxListSQL = `SELECT target, created_at, coalesce(leased_until > statement_timestamp(), false)
+FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`
 
 // List returns the forwards of the event of sender: first those still in the
-// outbox (pending, JobID 0), then its jobs, oldest first: one per target of
-// its sender when it was accepted, and one per target for each redelivery.
+// outbox (JobID 0: pending, or running while a fast path holds its lease),
+// then its jobs, oldest first: one per target of its sender when it was
+// accepted, and one per target for each redelivery.
 // It returns an empty slice, not nil, when the event has none (its sender
 // had no targets, or the jobs were deleted after River's retention).
 func List(ctx context.Context, db Querier, sender string, eventID uuid.UUID) ([]Status, error) {
@@ -109,7 +112,12 @@ func List(ctx context.Context, db Querier, sender string, eventID uuid.UUID) ([]
 	}
 	pending, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Status, error) {
 		st := Status{State: StatePending}
-		return st, row.Scan(&st.Target, &st.CreatedAt)
+		var leased bool
+		err := row.Scan(&st.Target, &st.CreatedAt, &leased)
+		if leased {
+			st.State = StateRunning
+		}
+		return st, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)

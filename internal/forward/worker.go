@@ -155,9 +155,9 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// attempt POSTs the event to t once and classifies the outcome for the
-// target's guard; retryFor is a Retry-After the target asked for with a 429
-// or 503.
+// attempt reads the event and POSTs it to t once, and classifies the
+// outcome for the target's guard; retryFor is a Retry-After the target
+// asked for with a 429 or 503.
 func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (result, time.Duration, error) {
 	var (
 		headers map[string][]string
@@ -172,13 +172,48 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	if err != nil {
 		return resultNone, 0, fmt.Errorf("read event: %w", err)
 	}
+	o := w.post(ctx, t, a, headers, body)
+	switch {
+	case o.res == resultDelivered:
+		if err := river.RecordOutput(ctx, Output{Status: o.status, DeliveredAt: o.at}); err != nil {
+			w.log.Warn("record forward output", "job_id", job.ID, "err", err)
+		}
+		return resultDelivered, 0, nil
+	case o.final:
+		return o.res, 0, river.JobCancel(o.err)
+	}
+	if o.retryAfter > 0 && job.Attempt < job.MaxAttempts {
+		// River asks NextRetry only when another attempt follows.
+		w.retryAfter.Store(job.ID, o.retryAfter)
+	}
+	return o.res, o.pause, o.err
+}
 
+// posted is how one POST of a forward went.
+type posted struct {
+	res    result
+	status int   // the target's status; 0 without an answer
+	err    error // why it was not delivered; nil when it was
+	// final: no other attempt can succeed (another 4xx, a URL that does
+	// not parse).
+	final bool
+	// retryAfter is the Retry-After of a 408, 429 or 5xx; pause is how long
+	// the whole target waits (a 429 or 503's Retry-After, at most the
+	// backoff's Max).
+	retryAfter, pause time.Duration
+	at                time.Time // when it was delivered
+}
+
+// post POSTs the event (its stored headers and body) to t once, within t's
+// timeout, counts the attempt in the metrics and classifies the outcome.
+// Both the River worker and the fast path (Dispatcher) attempt through it.
+func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map[string][]string, body []byte) posted {
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(t.Timeout))
 	defer cancel()
 	req, err := w.request(rctx, t, a, headers, body)
 	if err != nil {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return resultNone, 0, river.JobCancel(err)
+		return posted{res: resultNone, err: err, final: true}
 	}
 	start := time.Now()
 	resp, err := w.client.Do(req)
@@ -190,10 +225,11 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		err = fmt.Errorf("post to target %q: %w", a.Target, err)
 		if ctx.Err() != nil { // the worker is stopping, not the target failing
-			return resultNone, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
+			return posted{res: resultNone, err: err}
 		}
-		return resultRetryable, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
+		return posted{res: resultRetryable, err: err}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 	_ = resp.Body.Close()
@@ -202,25 +238,18 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		w.metrics.attempt(a.Sender, a.Target, outcomeDelivered)
-		if err := river.RecordOutput(ctx, Output{Status: code, DeliveredAt: w.now().UTC()}); err != nil {
-			w.log.Warn("record forward output", "job_id", job.ID, "err", err)
-		}
-		return resultDelivered, 0, nil
+		return posted{res: resultDelivered, status: code, at: w.now().UTC()}
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
-		if e.retryAfter > 0 && job.Attempt < job.MaxAttempts {
-			// River asks NextRetry only when another attempt follows.
-			w.retryAfter.Store(job.ID, e.retryAfter)
-		}
 		var pause time.Duration
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 			pause = min(e.retryAfter, w.backoff.Max) // the whole target waits, not just this forward
 		}
-		return resultRetryable, pause, e
+		return posted{res: resultRetryable, status: code, err: e, retryAfter: e.retryAfter, pause: pause}
 	default:
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return resultOther, 0, river.JobCancel(&errStatus{status: code})
+		return posted{res: resultOther, status: code, err: &errStatus{status: code}, final: true}
 	}
 }
 
