@@ -96,6 +96,7 @@ type settings struct {
 	fetchPoll      time.Duration
 	backoff        forward.Backoff
 	fastPath       bool          // role all: attempt forwards right after COMMIT
+	fastWorkers    int           // forwards the fast path runs at once
 	forwardLease   time.Duration // of the fast path's outbox rows; 0: forward.DefaultLease
 
 	retentionInterval time.Duration
@@ -151,6 +152,7 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.DurationVar(&s.rescueAfter, "forward-rescue-after", 0, "how long a forward may stay running before another worker retries it; more than the longest target timeout + 5s (default: that + 1m)")
 	fs.DurationVar(&s.fetchPoll, "forward-poll-interval", 0, "how often workers poll for forwards between notifications (default 100ms)")
 	fs.BoolVar(&s.fastPath, "forward-fast-path", getenv("HOOKGATE_FORWARD_FAST_PATH") != "0", "with --role all, attempt each accepted delivery's forwards right after COMMIT, from memory, before handing failures to the retry queue (env HOOKGATE_FORWARD_FAST_PATH=0 turns it off)")
+	fs.IntVar(&s.fastWorkers, "forward-fast-path-workers", forward.DefaultDispatchWorkers, "forwards the fast path runs at once; more wait in its queue, and past that are left to the retry queue")
 	lease := def("HOOKGATE_FORWARD_LEASE", "0s")
 	fs.Func("forward-lease", "how long the fast path holds a forward's outbox row before the relay takes it, which is how long a crash delays that forward (env HOOKGATE_FORWARD_LEASE; default the longest target timeout + 10s, at least 15s)", func(v string) error {
 		lease = v
@@ -218,6 +220,9 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	}
 	if s.forwardLease, err = time.ParseDuration(lease); err != nil || (s.forwardLease != 0 && s.forwardLease < 3*time.Second) {
 		return nil, fmt.Errorf("forward lease %q: must be a duration of at least 3s, such as 30s", lease)
+	}
+	if s.fastWorkers < 1 || s.fastWorkers > 10000 {
+		return nil, errors.New("forward fast path workers: must be from 1 to 10000")
 	}
 	if s.fetchPoll != 0 && s.fetchPoll < 100*time.Millisecond {
 		return nil, errors.New("forward poll interval: must be at least 100ms")
@@ -322,7 +327,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		// The fast path shares the River worker's HTTP client and
 		// per-target limits: max_in_flight holds across both.
 		worker = forward.NewWorker(cfg, pool, forward.NewHTTPClient(s.forwardWorkers), s.backoff, s.forwardWorkers, 0, metrics, log)
-		fast = forward.NewDispatcher(worker, pool, cfg, s.forwardLease, 0, 0, reg, log)
+		fast = forward.NewDispatcher(worker, pool, cfg, s.forwardLease, s.fastWorkers, 0, reg, log)
 		defer fast.Close(context.WithoutCancel(ctx)) // returns at once after the shutdown's Close
 	}
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{

@@ -47,7 +47,7 @@ const (
 	// dispatch worker; more are left to the relay.
 	DefaultDispatchQueue = 1024
 	// recordMargin is the part of the lease kept for recording the outcome
-	// after the attempt's timeout.
+	// after the attempt's timeout (a third of a shorter lease).
 	recordMargin = 5 * time.Second
 	// recordBatch is the most outcomes recorded by one statement.
 	recordBatch = 500
@@ -245,7 +245,7 @@ func (d *Dispatcher) attempt(j fastJob) {
 	f, t := j.f, j.target
 	// The attempt must end, and its outcome be recorded, before the lease
 	// does: after it, the relay may move the row into River.
-	left := time.Until(f.Lease.granted.Add(f.Lease.Duration)) - recordMargin
+	left := time.Until(f.Lease.granted.Add(f.Lease.Duration)) - min(recordMargin, f.Lease.Duration/3)
 	if left < time.Second || d.ctx.Err() != nil {
 		d.handOver(f, t.Name)
 		return
