@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Breaker states.
 const (
 	BreakerClosed   = "closed"    // forwards flow
 	BreakerOpen     = "open"      // forwards wait (snoozed, no attempt used) until a probe succeeds
-	BreakerHalfOpen = "half-open" // one probe is under way
+	BreakerHalfOpen = "half-open" // probes are under way
 )
 
 // BreakerState is a target's circuit breaker as the workers last recorded it.
@@ -51,4 +52,20 @@ func Breakers(ctx context.Context, db Querier, sender string) (map[string]Breake
 		return nil, fmt.Errorf("read breakers of %s: %w", sender, err)
 	}
 	return out, nil
+}
+
+// wakeSQL makes the forwards of a target that wait for a later time (snoozed
+// behind its breaker) available now. Forwards waiting for a retry after a
+// failed attempt (retryable) keep their backoff.
+const wakeSQL = `UPDATE river_job SET state = 'available', scheduled_at = now()
+WHERE kind = 'hookgate_forward' AND queue = $1 AND state IN ('scheduled', 'available')
+  AND scheduled_at > now() AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)`
+
+// wakeWaiting makes the waiting forwards of sender's target available now:
+// its breaker closed, so they need not wait for their snooze to end.
+func wakeWaiting(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
+	if _, err := db.Exec(ctx, wakeSQL, Queue, sender, target); err != nil {
+		return fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)
+	}
+	return nil
 }

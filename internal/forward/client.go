@@ -26,8 +26,12 @@ type Options struct {
 	// Backoff is the retry schedule (DefaultBackoff).
 	Backoff Backoff
 	// BreakerProbe is how long an open circuit breaker waits before its
-	// first probe (DefaultProbeInterval); it doubles after a failed probe.
+	// first probes (DefaultProbeInterval); it doubles after a failed round,
+	// up to 3s.
 	BreakerProbe time.Duration
+	// BreakerWindow is the time over which a target's failure rate is
+	// measured (DefaultBreakerWindow).
+	BreakerWindow time.Duration
 	// RescueAfter is how long a job may stay running before another worker
 	// takes it over, which is what happens to the jobs of a killed process.
 	// It must exceed the longest target timeout plus 5s (NewClient returns an
@@ -122,7 +126,8 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		}
 		worker := opts.Worker
 		if worker == nil {
-			worker = NewWorker(cfg, pool, NewHTTPClient(opts.MaxWorkers), opts.Backoff, opts.MaxWorkers, opts.BreakerProbe, m, log)
+			worker = NewWorker(cfg, pool, NewHTTPClient(opts.MaxWorkers), opts.Backoff, opts.MaxWorkers,
+				BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
 		}
 		workers := river.NewWorkers()
 		if err := river.AddWorkerSafely(workers, worker); err != nil {

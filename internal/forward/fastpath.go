@@ -116,7 +116,7 @@ type outcome struct {
 // dispatcher of a process share one, so its limits hold across both paths.
 type limiter interface {
 	get(sender string, t *config.Target) *guard
-	enter(gd *guard) admission
+	enter(gd *guard, tried bool) admission
 	leave(ctx context.Context, gd *guard, a admission, res result, retryFor time.Duration, errText string) time.Duration
 }
 
@@ -251,7 +251,7 @@ func (d *Dispatcher) attempt(j fastJob) {
 		return
 	}
 	gd := d.lim.get(f.Sender.Name, t)
-	adm := d.lim.enter(gd)
+	adm := d.lim.enter(gd, false) // a fast-path forward was never attempted
 	if !adm.ok {
 		// Paused, breaker open, or the target has its share: River's worker
 		// holds it back without using an attempt.

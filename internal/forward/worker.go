@@ -78,11 +78,24 @@ type Worker struct {
 // holding back the forwards of a target whose circuit breaker is open or
 // that asked for a pause (without using their attempts).
 // workers is how many forwards the process runs at once (a target without
-// max_in_flight gets half of them); probe is the first wait of an open
-// breaker before its probe (DefaultProbeInterval when 0).
-func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, workers int, probe time.Duration, m *Metrics, log *slog.Logger) *Worker {
-	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now,
-		guards: newGuards(db, workers, probe, m, log)}
+// max_in_flight gets half of them); bt tunes the circuit breakers.
+func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, workers int, bt BreakerTiming, m *Metrics, log *slog.Logger) *Worker {
+	w := &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now,
+		guards: newGuards(db, workers, bt, m, log)}
+	if db != nil {
+		w.guards.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
+	}
+	return w
+}
+
+// probedKey marks, in a job's metadata, a forward that was sent as a probe
+// of an open breaker and snoozed after it failed: it counts as attempted
+// although River did not count the attempt.
+const probedKey = "hookgate_probed"
+
+// tried reports whether job was sent to its target before.
+func tried(job *river.Job[Args]) bool {
+	return job.Attempt > 1 || bytes.Contains(job.Metadata, []byte(`"`+probedKey+`"`))
 }
 
 // Timeout is the target's timeout plus a margin to read the event: River
@@ -130,7 +143,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	a.Target = t.Name // a job of an older version may name it by URL only
 	gd := w.guards.get(a.Sender, t)
-	adm := w.guards.enter(gd)
+	adm := w.guards.enter(gd, tried(job))
 	if !adm.ok {
 		// The target is paused, its breaker is open, or it has its share of
 		// this process's workers: wait without using an attempt.
@@ -141,8 +154,18 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if wait := w.guards.leave(ctx, gd, adm, res, retryFor, errText(err)); wait > 0 {
 		// A failed probe: the breaker stays open, and this forward waits
 		// with the others instead of spending its attempts on the outage.
+		// No NextRetry follows a snooze: the Retry-After is not kept.
+		if err := river.MetadataSet(ctx, probedKey, true); err != nil {
+			w.log.Warn("mark a failed probe as attempted", "job_id", job.ID, "err", err)
+		}
 		w.metrics.waits.WithLabelValues(a.Sender, a.Target, "breaker").Inc()
 		return river.JobSnooze(wait)
+	}
+	var es *errStatus
+	if errors.As(err, &es) && es.retryAfter > 0 && job.Attempt < job.MaxAttempts {
+		// River asks NextRetry for this job only now that it returns the
+		// error and another attempt follows.
+		w.retryAfter.Store(job.ID, es.retryAfter)
 	}
 	return err
 }
@@ -182,11 +205,7 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	case o.final:
 		return o.res, 0, river.JobCancel(o.err)
 	}
-	if o.retryAfter > 0 && job.Attempt < job.MaxAttempts {
-		// River asks NextRetry only when another attempt follows.
-		w.retryAfter.Store(job.ID, o.retryAfter)
-	}
-	return o.res, o.pause, o.err
+	return o.res, o.pause, o.err // Work keeps a Retry-After for NextRetry
 }
 
 // posted is how one POST of a forward went.
