@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestBreakerTransitionsAreRecordedInOrder: the breaker opens, and while
@@ -69,7 +70,7 @@ CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW
 	g.leave(ctx, gd, p, resultDelivered, 0, "")
 	<-opened
 
-	bs, err := Breakers(ctx, pool, "acme")
+	bs, err := store.New(pool).Breakers(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestBreakerHoldsForwardsThroughAnOutage: a target that is down (503) for
@@ -173,7 +174,7 @@ func TestHangingTargetDoesNotStarveOthers(t *testing.T) {
 // breaker returns the recorded breaker state of the target of sender acme.
 func (e *env) breaker(target string) string {
 	e.t.Helper()
-	bs, err := forward.Breakers(context.Background(), e.pool, "acme")
+	bs, err := store.New(e.pool).Breakers(context.Background(), "acme")
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -2,8 +2,7 @@ package forward
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
+		"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -12,8 +11,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // The fast path (issue 18): most forwards succeed at their first attempt,
@@ -95,22 +96,6 @@ type fastJob struct {
 	target *config.Target
 }
 
-// outcome is a fast-path forward to record: finished (a River job to
-// insert, in state) or released (its lease cleared).
-type outcome struct {
-	sender      string
-	eventID     uuid.UUID
-	target      string
-	release     bool
-	state       string // completed, retryable, cancelled or discarded
-	maxAttempts int
-	attemptedAt time.Time
-	finalizedAt *time.Time
-	scheduledAt time.Time
-	errJSON     []byte // rivertype.AttemptError, nil for none
-	metadata    []byte
-}
-
 // limiter admits forwards to a target: max_in_flight, the breaker, pauses
 // (and fairness, as the limiter decides). The River worker and the
 // dispatcher of a process share one, so its limits hold across both paths.
@@ -129,7 +114,7 @@ type Dispatcher struct {
 	log     *slog.Logger
 	lease   time.Duration
 	queue   chan fastJob
-	records chan outcome
+	records chan store.FirstAttempt
 	count   *prometheus.CounterVec
 
 	ctx    context.Context // of the attempts; cancelled by Close's deadline
@@ -163,7 +148,7 @@ func NewDispatcher(w *Worker, db *pgxpool.Pool, cfg *config.Config, lease time.D
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
 		w: w, lim: w.guards, db: db, log: log, lease: lease,
-		queue: make(chan fastJob, queue), records: make(chan outcome, queue+workers),
+		queue: make(chan fastJob, queue), records: make(chan store.FirstAttempt, queue+workers),
 		ctx: ctx, cancel: cancel,
 		count: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookgate_forward_fast_path_total",
@@ -227,7 +212,7 @@ func (d *Dispatcher) Dispatch(f *Fast) {
 func (d *Dispatcher) handOver(f *Fast, target string) {
 	d.count.WithLabelValues("handed_over").Inc()
 	select {
-	case d.records <- outcome{sender: f.Sender.Name, eventID: f.EventID, target: target, release: true}:
+	case d.records <- store.FirstAttempt{Sender: f.Sender.Name, EventID: f.EventID, Target: target, Release: true}:
 	default:
 	}
 }
@@ -265,26 +250,27 @@ func (d *Dispatcher) attempt(j fastJob) {
 	p := d.w.post(ctx, t, a, f.Headers, f.Body)
 	cancel()
 	snooze := d.lim.leave(d.ctx, gd, adm, p.res, p.pause, errText(p.err))
-	o := outcome{sender: a.Sender, eventID: a.EventID, target: a.Target, maxAttempts: t.MaxAttempts, attemptedAt: attemptedAt}
+	o := store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
+	if p.status != 0 {
+		o.Output = p.output()
+	}
 	now := time.Now().UTC()
 	switch {
 	case p.res == resultDelivered:
-		o.state, o.finalizedAt, o.scheduledAt = "completed", &p.at, attemptedAt
-		o.metadata, _ = json.Marshal(map[string]Output{"output": {Status: p.status, DeliveredAt: p.at}})
+		o.State, o.FinalizedAt, o.ScheduledAt = rivertype.JobStateCompleted, &p.at, attemptedAt
 		d.count.WithLabelValues("delivered").Inc()
 	case p.res == resultNone && !p.final:
 		// No verdict (the process is stopping): nothing to record.
 		d.count.WithLabelValues("handed_over").Inc()
-		o.release = true
+		o = store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, Release: true}
 	default:
-		o.errJSON, _ = json.Marshal(map[string]any{"at": now, "attempt": 1, "error": p.err.Error(), "trace": ""})
-		o.scheduledAt = now
+		o.Error, o.ScheduledAt = p.err.Error(), now
 		switch {
 		case p.final:
-			o.state, o.finalizedAt = "cancelled", &now
+			o.State, o.FinalizedAt = rivertype.JobStateCancelled, &now
 			d.count.WithLabelValues("failed").Inc()
-		case o.maxAttempts <= 1:
-			o.state, o.finalizedAt = "discarded", &now
+		case o.MaxAttempts <= 1:
+			o.State, o.FinalizedAt = rivertype.JobStateDiscarded, &now
 			d.count.WithLabelValues("failed").Inc()
 		default:
 			// As River would schedule the retry (Worker.NextRetry), or when
@@ -296,7 +282,7 @@ func (d *Dispatcher) attempt(j fastJob) {
 			if snooze > 0 {
 				wait = snooze
 			}
-			o.state, o.scheduledAt = "retryable", now.Add(wait)
+			o.State, o.ScheduledAt = rivertype.JobStateRetryable, now.Add(wait)
 			d.count.WithLabelValues("retry").Inc()
 		}
 	}
@@ -313,7 +299,7 @@ func (d *Dispatcher) record() {
 		if !ok {
 			return
 		}
-		batch := []outcome{o}
+		batch := []store.FirstAttempt{o}
 	fill:
 		for len(batch) < recordBatch {
 			select {
@@ -332,11 +318,11 @@ func (d *Dispatcher) record() {
 
 // flush records a batch, trying again a few times; rows it cannot record
 // stay leased, and the relay takes them when their lease ends.
-func (d *Dispatcher) flush(batch []outcome) {
+func (d *Dispatcher) flush(batch []store.FirstAttempt) {
 	var err error
 	for try := range recordRetries {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = recordOutcomes(ctx, d.db, batch)
+		err = store.New(d.db).RecordFirstAttempts(ctx, Queue, batch)
 		cancel()
 		if err == nil {
 			return
@@ -347,7 +333,7 @@ func (d *Dispatcher) flush(batch []outcome) {
 	}
 	n := 0
 	for _, o := range batch {
-		if !o.release {
+		if !o.Release {
 			n++
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // The fast path alone (no River worker, no relay) delivers each forward
@@ -30,7 +31,7 @@ func TestFastPathDeliversAndRecords(t *testing.T) {
 		if j.State != "completed" || j.Attempt != 1 || !ids[j.EventID] || j.Target != "orders" {
 			t.Errorf("job %+v: want completed at attempt 1, target orders, one of the delivered events", j)
 		}
-		var out forward.Output
+		var out store.Output
 		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status != http.StatusOK || out.DeliveredAt.IsZero() {
 			t.Errorf("job %d output %q: want status 200 and delivered_at", j.ID, j.Output)
 		}
@@ -41,11 +42,11 @@ func TestFastPathDeliversAndRecords(t *testing.T) {
 	if ob := e.outbox(); len(ob) != 0 {
 		t.Errorf("outbox after the fast path: %v, want empty", ob)
 	}
-	st, err := forward.List(context.Background(), e.pool, "acme", uuid.MustParse(js[0].EventID))
+	st, err := store.New(e.pool).EventForwards(context.Background(), "acme", uuid.MustParse(js[0].EventID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 1 || st[0].State != forward.StateDelivered || st[0].LastStatus != http.StatusOK || st[0].DeliveredAt.IsZero() || st[0].Attempts != 1 {
+	if len(st) != 1 || st[0].State != store.StateDelivered || st[0].LastStatus != http.StatusOK || st[0].DeliveredAt.IsZero() || st[0].Attempts != 1 {
 		t.Errorf("List: %+v, want one delivered forward, status 200, attempt 1, delivered_at set", st)
 	}
 	if got := e.counter("hookgate_forward_attempts_total", map[string]string{"outcome": "delivered"}); got != n {
@@ -85,11 +86,11 @@ func TestFastPathClientErrorFails(t *testing.T) {
 	if js[0].State != "cancelled" || js[0].Attempt != 1 || len(js[0].Errors) != 1 {
 		t.Errorf("job %+v: want cancelled at attempt 1 with one error", js[0])
 	}
-	st, err := forward.List(context.Background(), e.pool, "acme", uuid.MustParse(d.eventID))
+	st, err := store.New(e.pool).EventForwards(context.Background(), "acme", uuid.MustParse(d.eventID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 1 || st[0].State != forward.StateFailed || st[0].LastStatus != http.StatusUnprocessableEntity {
+	if len(st) != 1 || st[0].State != store.StateFailed || st[0].LastStatus != http.StatusUnprocessableEntity {
 		t.Errorf("List: %+v, want one failed forward with last status 422", st)
 	}
 	if got := len(tg.requests()); got != 1 {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Defaults of the per-target guard.
@@ -359,11 +360,7 @@ func (g *guards) record(ctx context.Context, gd *guard) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := g.db.Exec(ctx, `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
-VALUES ($1, $2, $3, $4, now(), $5)
-ON CONFLICT ON CONSTRAINT target_breakers_pkey DO UPDATE
-SET state = excluded.state, opened_at = excluded.opened_at, updated_at = excluded.updated_at, last_error = excluded.last_error`,
-		gd.sender, gd.target, state, opened, errText)
+	err := store.New(g.db).RecordBreaker(ctx, gd.sender, gd.target, state, opened, errText)
 	if err != nil && g.log != nil {
 		g.log.Warn("record circuit breaker state", "sender", gd.sender, "target", gd.target, "err", err)
 	}

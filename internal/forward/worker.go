@@ -14,12 +14,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/signature"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Backoff is the retry schedule of failed forwards: attempt n waits a random
@@ -43,13 +43,6 @@ func (b Backoff) delay(attempt int) time.Duration {
 		}
 	}
 	return d/2 + rand.N(d/2+1)
-}
-
-// Output is what a delivered forward records on its job (River's recorded
-// output), for the operator API.
-type Output struct {
-	Status      int       `json:"status"`
-	DeliveredAt time.Time `json:"delivered_at"`
 }
 
 // maxResponseBytes is how much of a target's response body is read (and
@@ -178,34 +171,26 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// attempt reads the event and POSTs it to t once, and classifies the
-// outcome for the target's guard; retryFor is a Retry-After the target
-// asked for with a 429 or 503.
+// attempt reads the event and POSTs it to t once, records the outcome as
+// the job's output, and classifies it for the target's guard; retryFor is a
+// Retry-After the target asked for with a 429 or 503.
 func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (result, time.Duration, error) {
-	var (
-		headers map[string][]string
-		body    []byte
-	)
-	err := w.db.QueryRow(ctx, `SELECT headers, body FROM webhook_events WHERE sender = $1 AND id = $2`, a.Sender, a.EventID).
-		Scan(&headers, &body)
-	if errors.Is(err, pgx.ErrNoRows) {
+	headers, body, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
+	if errors.Is(err, store.ErrNotFound) {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		return resultNone, 0, river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
 	}
 	if err != nil {
 		return resultNone, 0, fmt.Errorf("read event: %w", err)
 	}
-	o := w.post(ctx, t, a, headers, body)
-	switch {
-	case o.res == resultDelivered:
-		if err := river.RecordOutput(ctx, Output{Status: o.status, DeliveredAt: o.at}); err != nil {
-			w.log.Warn("record forward output", "job_id", job.ID, "err", err)
-		}
-		return resultDelivered, 0, nil
-	case o.final:
-		return o.res, 0, river.JobCancel(o.err)
+	p := w.post(ctx, t, a, headers, body)
+	if p.status != 0 {
+		w.record(ctx, job, p.output())
 	}
-	return o.res, o.pause, o.err // Work keeps a Retry-After for NextRetry
+	if p.final {
+		return p.res, 0, river.JobCancel(p.err)
+	}
+	return p.res, p.pause, p.err
 }
 
 // posted is how one POST of a forward went.
@@ -221,6 +206,12 @@ type posted struct {
 	// backoff's Max).
 	retryAfter, pause time.Duration
 	at                time.Time // when it was delivered
+}
+
+// output is what the attempt records on its job (its Attempt is set by
+// the caller).
+func (p posted) output() store.Output {
+	return store.Output{Status: p.status, DeliveredAt: p.at, RetryAfter: p.retryAfter.Seconds()}
 }
 
 // post POSTs the event (its stored headers and body) to t once, within t's
@@ -269,6 +260,16 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 	default:
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		return posted{res: resultOther, status: code, err: &errStatus{status: code}, final: true}
+	}
+}
+
+// record records the outcome of the job's attempt as its output (the
+// target's status and Retry-After: operators read them there, not from the
+// error's text). A failure to record is logged: the forward works without.
+func (w *Worker) record(ctx context.Context, job *river.Job[Args], out store.Output) {
+	out.Attempt = job.Attempt
+	if err := river.RecordOutput(ctx, out); err != nil {
+		w.log.Warn("record forward output", "job_id", job.ID, "err", err)
 	}
 }
 
