@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -137,19 +138,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newPoolCollector(pool), forward.NewBacklogCollector(queries))
-	ready := func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("ping database: %w", err)
-		}
-		pending, err := migrations.Pending(ctx, sqlDB)
-		if err != nil {
-			return err
-		}
-		if pending {
-			return errors.New("migrations are not at head")
-		}
-		return nil
-	}
+	ready := readiness(pool, sqlDB)
 
 	working := s.role == roleAll || s.role == roleWorker
 	metrics := forward.NewMetrics(reg)
@@ -158,9 +147,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		fast   *forward.Dispatcher
 	)
 	if s.role == roleAll && s.fastPath {
-		// The fast path shares the River worker's HTTP client and
-		// per-target limits: max_in_flight holds across both.
-		worker = forward.NewWorker(cfg, pool, forward.NewHTTPClient(s.forwardWorkers), s.backoff, s.forwardWorkers, forward.BreakerTiming{}, metrics, log)
+		// The fast path shares the River worker's HTTP client and Gate:
+		// fair shares, max_in_flight and breakers hold across both.
+		gate := forward.NewGate(pool, s.forwardWorkers, forward.BreakerTiming{}, metrics, log)
+		worker = forward.NewWorker(cfg, pool, forward.NewHTTPClient(s.forwardWorkers), s.backoff, gate, metrics, log)
 		fast = forward.NewDispatcher(worker, pool, cfg, s.forwardLease, s.fastWorkers, 0, reg, log)
 		defer fast.Close(context.WithoutCancel(ctx)) // returns at once after the shutdown's Close
 	}
@@ -208,7 +198,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		Limiter: limiter, River: riverClient,
 	})
 	hopts := []handler.Option{shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
-		handler.WithAuthLimiter(limiter), handler.WithConsole(cons)}
+		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != "")}
 	if fast != nil {
 		hopts = append(hopts, handler.WithFastPath(fast))
 	}
@@ -244,6 +234,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if s.pprofAddr != "" {
 		if err := servePprof(gctx, g, s.pprofAddr, log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	if s.metricsAddr != "" {
+		if err := serveMetrics(gctx, g, s.metricsAddr, srv.MetricsHandler(), log); err != nil {
 			ln.Close()
 			return err
 		}
@@ -295,6 +291,30 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
+// ctx is done; anything else there is 404.
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Close()
+	})
+	return nil
 }
 
 // servePprof serves net/http/pprof on addr until ctx is done.
@@ -400,4 +420,24 @@ func buildVersion() string {
 		}
 	}
 	return "devel"
+}
+
+// readiness returns the check of /readyz: the database answers, every
+// migration of this build is applied, and River's schema is at the version
+// this build's River expects (a database migrated by another build, or
+// whose River schema was changed by hand, is not ready).
+func readiness(pool *pgxpool.Pool, sqlDB *sql.DB) handler.ReadyFunc {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("ping database: %w", err)
+		}
+		pending, err := migrations.Pending(ctx, sqlDB)
+		if err != nil {
+			return err
+		}
+		if pending {
+			return errors.New("migrations are not at head")
+		}
+		return migrations.CheckRiverSchema(ctx, sqlDB)
+	}
 }

@@ -21,8 +21,16 @@ type Options struct {
 	// inserts them (the api role).
 	Work bool
 	// MaxWorkers is how many forwards run at once in this process
-	// (DefaultMaxWorkers).
+	// (DefaultMaxWorkers), shared fairly among the targets (Gate).
 	MaxWorkers int
+	// Gate admits the forwards; nil: a gate of MaxWorkers of its own. A
+	// process that also sends forwards outside River passes the one gate
+	// both use.
+	Gate *Gate
+	// Worker is the forward worker to register with Work (one the process's
+	// Dispatcher shares); nil: NewClient makes one with NewHTTPClient,
+	// Backoff and the Gate.
+	Worker *Worker
 	// Backoff is the retry schedule (DefaultBackoff).
 	Backoff Backoff
 	// BreakerProbe is how long an open circuit breaker waits before its
@@ -47,11 +55,33 @@ type Options struct {
 	// job): their workers, the periodic jobs that enqueue them, and their
 	// queue, worked one job at a time.
 	Maintenance Maintenance
-	// Worker is the forward worker to register with Work (one the process's
-	// Dispatcher shares); nil: NewClient makes one with NewHTTPClient,
-	// Backoff, MaxWorkers and BreakerProbe.
-	Worker *Worker
 }
+
+// Maintenance is a set of background jobs worked beside the forwards.
+type Maintenance struct {
+	Queue    string
+	Register func(*river.Workers) error
+	Periodic []*river.PeriodicJob
+}
+
+// DefaultMaxWorkers is how many forwards a process runs at once by default.
+const DefaultMaxWorkers = 100
+
+// spareWorkers is how many River workers a process runs beside its
+// maxWorkers forwards: they only ever decide that a forward waits.
+func spareWorkers(maxWorkers int) int { return max(maxWorkers/10, 2) }
+
+// DefaultFetchPollInterval is how often workers look for available
+// forwards between River's notifications: River throttles and may miss
+// them, and at its default poll (1s) a forward then waited up to a second
+// (make bench: p99 from ingest to the first attempt 1,157 ms in one run,
+// under 160 ms in others). An empty poll is one indexed query.
+const DefaultFetchPollInterval = 100 * time.Millisecond
+
+// fetchCooldown is the least time between two fetches of available forwards.
+// River's default, 100ms, caps a process at MaxWorkers forwards per 100ms
+// (200/s with 20 workers, measured by make bench), far below ingestion.
+const fetchCooldown = 10 * time.Millisecond
 
 // NewHTTPClient returns the HTTP client of forwards, keeping up to
 // maxIdlePerHost idle connections to each target.
@@ -67,28 +97,6 @@ func NewHTTPClient(maxIdlePerHost int) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
-
-// Maintenance is a set of background jobs worked beside the forwards.
-type Maintenance struct {
-	Queue    string
-	Register func(*river.Workers) error
-	Periodic []*river.PeriodicJob
-}
-
-// DefaultMaxWorkers is how many forwards a process runs at once by default.
-const DefaultMaxWorkers = 100
-
-// DefaultFetchPollInterval is how often workers look for available
-// forwards between River's notifications: River throttles and may miss
-// them, and at its default poll (1s) a forward then waited up to a second
-// (make bench: p99 from ingest to the first attempt 1,157 ms in one run,
-// under 160 ms in others). An empty poll is one indexed query.
-const DefaultFetchPollInterval = 100 * time.Millisecond
-
-// fetchCooldown is the least time between two fetches of available forwards.
-// River's default, 100ms, caps a process at MaxWorkers forwards per 100ms
-// (200/s with 20 workers, measured by make bench), far below ingestion.
-const fetchCooldown = 10 * time.Millisecond
 
 // NewClient returns the River client that inserts forward jobs and, with
 // opts.Work, works them. m records the forward metrics.
@@ -124,12 +132,15 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		case opts.RescueAfter <= jobTimeout:
 			return nil, fmt.Errorf("forward rescue-after %s: must be longer than the longest target timeout plus 5s (%s), or a running forward could be taken over while it still runs", opts.RescueAfter, jobTimeout)
 		}
+		workers := river.NewWorkers()
+		gate := opts.Gate
+		if gate == nil {
+			gate = NewGate(pool, opts.MaxWorkers, BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
+		}
 		worker := opts.Worker
 		if worker == nil {
-			worker = NewWorker(cfg, pool, NewHTTPClient(opts.MaxWorkers), opts.Backoff, opts.MaxWorkers,
-				BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
+			worker = NewWorker(cfg, pool, NewHTTPClient(opts.MaxWorkers), opts.Backoff, gate, m, log)
 		}
-		workers := river.NewWorkers()
 		if err := river.AddWorkerSafely(workers, worker); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
@@ -137,7 +148,11 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		if err := river.AddWorkerSafely(workers, NewBulkWorker(pool, cfg, log)); err != nil {
 			return nil, fmt.Errorf("register bulk redelivery worker: %w", err)
 		}
-		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers}, BulkQueue: {MaxWorkers: 1}}
+		// River runs a few more jobs at once than the gate lets forwards
+		// run: with every forward slot held (by targets that hang, say),
+		// River can still fetch the others' forwards and, when their target
+		// has its share, snooze them at once.
+		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers + spareWorkers(opts.MaxWorkers)}, BulkQueue: {MaxWorkers: 1}}
 		if m := opts.Maintenance; m.Register != nil {
 			if err := m.Register(workers); err != nil {
 				return nil, fmt.Errorf("register maintenance workers: %w", err)

@@ -2,7 +2,7 @@ package forward
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -96,20 +96,11 @@ type fastJob struct {
 	target *config.Target
 }
 
-// limiter admits forwards to a target: max_in_flight, the breaker, pauses
-// (and fairness, as the limiter decides). The River worker and the
-// dispatcher of a process share one, so its limits hold across both paths.
-type limiter interface {
-	get(sender string, t *config.Target) *guard
-	enter(gd *guard, tried bool) admission
-	leave(ctx context.Context, gd *guard, a admission, res result, retryFor time.Duration, errText string) time.Duration
-}
-
 // Dispatcher is the fast path of one process. Its methods are safe for
 // concurrent use.
 type Dispatcher struct {
 	w       *Worker
-	lim     limiter
+	gate    *Gate
 	db      *pgxpool.Pool
 	log     *slog.Logger
 	lease   time.Duration
@@ -130,7 +121,8 @@ type Dispatcher struct {
 }
 
 // NewDispatcher returns the fast path of a process whose River worker is w
-// (its HTTP client, metrics, backoff and per-target limiter are shared):
+// (its HTTP client, metrics, backoff and Gate are shared, so that the
+// gate's fair shares, max_in_flight, breakers and pauses hold across both):
 // workers goroutines (DefaultDispatchWorkers when 0) attempt the forwards
 // that queue (up to DefaultDispatchQueue) holds, and their outcomes are
 // recorded in db. Rows are leased for lease (DefaultLease when 0). reg
@@ -147,7 +139,7 @@ func NewDispatcher(w *Worker, db *pgxpool.Pool, cfg *config.Config, lease time.D
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		w: w, lim: w.guards, db: db, log: log, lease: lease,
+		w: w, gate: w.gate, db: db, log: log, lease: lease,
 		queue: make(chan fastJob, queue), records: make(chan store.FirstAttempt, queue+workers),
 		ctx: ctx, cancel: cancel,
 		count: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -235,12 +227,11 @@ func (d *Dispatcher) attempt(j fastJob) {
 		d.handOver(f, t.Name)
 		return
 	}
-	gd := d.lim.get(f.Sender.Name, t)
-	adm := d.lim.enter(gd, false) // a fast-path forward was never attempted
-	if !adm.ok {
+	tk, ok, _, why := d.gate.Acquire(f.Sender.Name, t, false) // never attempted
+	if !ok {
 		// Paused, breaker open, or the target has its share: River's worker
 		// holds it back without using an attempt.
-		d.w.metrics.waits.WithLabelValues(f.Sender.Name, t.Name, adm.why).Inc()
+		d.w.metrics.waits.WithLabelValues(f.Sender.Name, t.Name, why).Inc()
 		d.handOver(f, t.Name)
 		return
 	}
@@ -249,17 +240,17 @@ func (d *Dispatcher) attempt(j fastJob) {
 	attemptedAt := time.Now().UTC()
 	p := d.w.post(ctx, t, a, f.Headers, f.Body)
 	cancel()
-	snooze := d.lim.leave(d.ctx, gd, adm, p.res, p.pause, errText(p.err))
+	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
 	o := store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
 	if p.status != 0 {
 		o.Output = p.output()
 	}
 	now := time.Now().UTC()
 	switch {
-	case p.res == resultDelivered:
+	case p.res == ResultDelivered:
 		o.State, o.FinalizedAt, o.ScheduledAt = rivertype.JobStateCompleted, &p.at, attemptedAt
 		d.count.WithLabelValues("delivered").Inc()
-	case p.res == resultNone && !p.final:
+	case p.res == ResultNone && !p.final:
 		// No verdict (the process is stopping): nothing to record.
 		d.count.WithLabelValues("handed_over").Inc()
 		o = store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, Release: true}

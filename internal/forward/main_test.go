@@ -271,7 +271,8 @@ func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fast
 	m := forward.NewMetrics(reg)
 	var hopts []handler.Option
 	if fo != nil {
-		w := forward.NewWorker(cfg, pool, forward.NewHTTPClient(10), opts.Backoff, 10, forward.BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
+		gate := forward.NewGate(pool, 10, forward.BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
+		w := forward.NewWorker(cfg, pool, forward.NewHTTPClient(10), opts.Backoff, gate, m, log)
 		opts.Worker = w
 		d := forward.NewDispatcher(w, pool, cfg, fo.lease, fo.workers, fo.queue, reg, log)
 		hopts = append(hopts, handler.WithFastPath(d))

@@ -59,7 +59,7 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
-	guards  *guards
+	gate    *Gate
 
 	// retryAfter holds, per job ID, a target's Retry-After between Work
 	// returning and River asking NextRetry for the same job.
@@ -67,18 +67,12 @@ type Worker struct {
 }
 
 // NewWorker returns a Worker that reads events from db and POSTs them with
-// client to the targets in cfg, at most each target's max_in_flight at once,
+// client to the targets in cfg, as gate admits them: a fair share of the
+// process's capacity per target, at most each target's max_in_flight,
 // holding back the forwards of a target whose circuit breaker is open or
 // that asked for a pause (without using their attempts).
-// workers is how many forwards the process runs at once (a target without
-// max_in_flight gets half of them); bt tunes the circuit breakers.
-func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, workers int, bt BreakerTiming, m *Metrics, log *slog.Logger) *Worker {
-	w := &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now,
-		guards: newGuards(db, workers, bt, m, log)}
-	if db != nil {
-		w.guards.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
-	}
-	return w
+func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, gate *Gate, m *Metrics, log *slog.Logger) *Worker {
+	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now, gate: gate}
 }
 
 // probedKey marks, in a job's metadata, a forward that was sent as a probe
@@ -135,16 +129,16 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return fmt.Errorf("target %q is not configured for sender %q in this process", a.Target, a.Sender)
 	}
 	a.Target = t.Name // a job of an older version may name it by URL only
-	gd := w.guards.get(a.Sender, t)
-	adm := w.guards.enter(gd, tried(job))
-	if !adm.ok {
+	tk, ok, wait, why := w.gate.Acquire(a.Sender, t, tried(job))
+	if !ok {
 		// The target is paused, its breaker is open, or it has its share of
-		// this process's workers: wait without using an attempt.
-		w.metrics.waits.WithLabelValues(a.Sender, a.Target, adm.why).Inc()
-		return river.JobSnooze(adm.wait)
+		// this process's workers: wait without using an attempt (and give
+		// the River worker back at once).
+		w.metrics.waits.WithLabelValues(a.Sender, a.Target, why).Inc()
+		return river.JobSnooze(wait)
 	}
 	res, retryFor, err := w.attempt(ctx, job, t, a)
-	if wait := w.guards.leave(ctx, gd, adm, res, retryFor, errText(err)); wait > 0 {
+	if wait := tk.Done(ctx, res, retryFor, errText(err)); wait > 0 {
 		// A failed probe: the breaker stays open, and this forward waits
 		// with the others instead of spending its attempts on the outage.
 		// No NextRetry follows a snooze: the Retry-After is not kept.
@@ -174,14 +168,14 @@ func errText(err error) string {
 // attempt reads the event and POSTs it to t once, records the outcome as
 // the job's output, and classifies it for the target's guard; retryFor is a
 // Retry-After the target asked for with a 429 or 503.
-func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (result, time.Duration, error) {
+func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (Result, time.Duration, error) {
 	headers, body, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
 	if errors.Is(err, store.ErrNotFound) {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return resultNone, 0, river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+		return ResultNone, 0, river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
 	}
 	if err != nil {
-		return resultNone, 0, fmt.Errorf("read event: %w", err)
+		return ResultNone, 0, fmt.Errorf("read event: %w", err)
 	}
 	p := w.post(ctx, t, a, headers, body)
 	if p.status != 0 {
@@ -195,7 +189,7 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 
 // posted is how one POST of a forward went.
 type posted struct {
-	res    result
+	res    Result
 	status int   // the target's status; 0 without an answer
 	err    error // why it was not delivered; nil when it was
 	// final: no other attempt can succeed (another 4xx, a URL that does
@@ -223,7 +217,7 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 	req, err := w.request(rctx, t, a, headers, body)
 	if err != nil {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return posted{res: resultNone, err: err, final: true}
+		return posted{res: ResultNone, err: err, final: true}
 	}
 	start := time.Now()
 	resp, err := w.client.Do(req)
@@ -237,9 +231,9 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 		}
 		err = fmt.Errorf("post to target %q: %w", a.Target, err)
 		if ctx.Err() != nil { // the worker is stopping, not the target failing
-			return posted{res: resultNone, err: err}
+			return posted{res: ResultNone, err: err}
 		}
-		return posted{res: resultRetryable, err: err}
+		return posted{res: ResultRetryable, err: err}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 	_ = resp.Body.Close()
@@ -248,7 +242,7 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		w.metrics.attempt(a.Sender, a.Target, outcomeDelivered)
-		return posted{res: resultDelivered, status: code, at: w.now().UTC()}
+		return posted{res: ResultDelivered, status: code, at: w.now().UTC()}
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
@@ -256,10 +250,10 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 			pause = min(e.retryAfter, w.backoff.Max) // the whole target waits, not just this forward
 		}
-		return posted{res: resultRetryable, status: code, err: e, retryAfter: e.retryAfter, pause: pause}
+		return posted{res: ResultRetryable, status: code, err: e, retryAfter: e.retryAfter, pause: pause}
 	default:
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return posted{res: resultOther, status: code, err: &errStatus{status: code}, final: true}
+		return posted{res: ResultOther, status: code, err: &errStatus{status: code}, final: true}
 	}
 }
 
