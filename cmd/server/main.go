@@ -34,20 +34,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/console"
-	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
-	"github.com/hookgate/hookgate/internal/retention"
-	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
 
@@ -112,185 +102,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return serve(ctx, s, log)
 }
 
-func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	cfg, err := config.Load(s.configPath)
-	if err != nil {
-		return err
-	}
-	if err := checkExampleSecrets(cfg, s, log); err != nil {
-		return err
-	}
-	n, err := migrations.Up(ctx, s.databaseURL)
-	if err != nil {
-		return err
-	}
-	log.Info("migrations applied", "count", n)
-
-	pool, err := newPool(ctx, s.databaseURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	defer sqlDB.Close()
-
-	queries := store.New(pool)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(pool), forward.NewBacklogCollector(queries))
-	ready := readiness(pool, sqlDB)
-
-	working := s.role == roleAll || s.role == roleWorker
-	metrics := forward.NewMetrics(reg)
-	var (
-		worker *forward.Worker
-		fast   *forward.Dispatcher
-	)
-	if s.role == roleAll && s.fastPath {
-		// The fast path shares the River worker's HTTP client and Gate:
-		// fair shares, max_in_flight and breakers hold across both.
-		gate := forward.NewGate(pool, s.forwardWorkers, forward.BreakerTiming{}, metrics, log)
-		worker = forward.NewWorker(cfg, pool, forward.NewHTTPClient(s.forwardWorkers), s.backoff, gate, metrics, log)
-		fast = forward.NewDispatcher(worker, pool, cfg, s.forwardLease, s.fastWorkers, 0, reg, log)
-		defer fast.Close(context.WithoutCancel(ctx)) // returns at once after the shutdown's Close
-	}
-	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
-		Worker:            worker,
-		Work:              working,
-		MaxWorkers:        s.forwardWorkers,
-		RescueAfter:       s.rescueAfter,
-		FetchPollInterval: s.fetchPoll,
-		Backoff:           s.backoff,
-		Maintenance: forward.Maintenance{
-			Queue: retention.Queue,
-			Register: func(w *river.Workers) error {
-				return river.AddWorkerSafely(w, retention.NewWorker(pool, cfg, log))
-			},
-			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
-		},
-	}, metrics, log)
-	if err != nil {
-		return err
-	}
-	batchSizes := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "hookgate_ingest_batch_size",
-		Help:    "Deliveries of one sender committed together in one ingest transaction (group commit).",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
-	})
-	reg.MustRegister(batchSizes)
-	cacheSize := s.replayCache
-	if cacheSize == 0 {
-		cacheSize = -1 // off
-	}
-	deliveries := dedup.New(pool, s.inFlightWait,
-		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
-	poolSize := int(pool.Config().MaxConns)
-	maxWaiting := s.ingestMaxWaiting
-	if maxWaiting < 0 {
-		maxWaiting = handler.DefaultShedFactor * poolSize
-	}
-	shed := handler.WithShedding(poolSize, maxWaiting)
-	// The console shares the operator API's limit on wrong tokens.
-	limiter := authlimit.New(s.trustedProxies...)
-	cons := console.New(cfg, queries, log, console.Options{
-		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
-		Limiter: limiter, River: riverClient,
-	})
-	hopts := []handler.Option{shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
-		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != "")}
-	if fast != nil {
-		hopts = append(hopts, handler.WithFastPath(fast))
-	}
-	srv := handler.New(cfg, deliveries, ready, reg, log, hopts...)
-	router := srv.Router()
-	if s.role == roleWorker {
-		router = srv.ServiceRouter()
-	}
-
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	httpSrv := &http.Server{
-		Handler:           router,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    s.maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	if working {
-		// Jobs are worked with a context of their own, so that a shutdown
-		// lets running forwards finish (River's Stop) before cancelling them.
-		if err := riverClient.Start(context.WithoutCancel(ctx)); err != nil {
-			ln.Close()
-			return fmt.Errorf("start forward workers: %w", err)
-		}
-	}
-	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
-
-	g, gctx := errgroup.WithContext(ctx)
-	if s.pprofAddr != "" {
-		if err := servePprof(gctx, g, s.pprofAddr, log); err != nil {
-			ln.Close()
-			return err
-		}
-	}
-	if s.metricsAddr != "" {
-		if err := serveMetrics(gctx, g, s.metricsAddr, srv.MetricsHandler(), log); err != nil {
-			ln.Close()
-			return err
-		}
-	}
-	if working {
-		// Worker processes relay the outbox into River's job table.
-		relay := forward.NewRelay(pool, riverClient, cfg, 0, 0, log)
-		g.Go(func() error {
-			relay.Run(gctx)
-			return nil
-		})
-	}
-	g.Go(func() error {
-		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		log.Info("shutting down: finishing in-flight requests and forwards", "timeout", s.shutdownWait)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownWait)
-		defer cancel()
-		var errs []error
-		if err := httpSrv.Shutdown(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("shutdown http: %w", err))
-		}
-		if fast != nil {
-			// Fast-path forwards finish and are recorded; those cut short
-			// are handed to the relay.
-			if err := fast.Close(sctx); err != nil {
-				log.Warn("fast path: forwards still running at the end of the grace period were handed to the retry queue", "err", err)
-			}
-		}
-		if working {
-			// Running forwards get the rest of the grace period; those still
-			// running then are cancelled and retried by the next worker.
-			if err := riverClient.Stop(sctx); err != nil {
-				log.Warn("forwards still running at the end of the grace period: cancelling them", "err", err)
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				if err := riverClient.StopAndCancel(cctx); err != nil {
-					errs = append(errs, fmt.Errorf("stop forward workers: %w", err))
-				}
-			}
-		}
-		return errors.Join(errs...)
-	})
-	err = g.Wait()
-	log.Info("stopped")
-	return err
+// netHTTPMaxHeaderBytes returns the http.Server.MaxHeaderBytes that bounds
+// a request's header section (request line and headers) at n bytes:
+// net/http reads up to MaxHeaderBytes + 4096 bytes before answering 431.
+func netHTTPMaxHeaderBytes(n int) int {
+	const slack = 4096 // net/http's bufio allowance over MaxHeaderBytes
+	return max(n-slack, 1)
 }
 
 // serveMetrics serves metrics at /metrics on addr (--metrics-addr) until

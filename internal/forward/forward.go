@@ -74,10 +74,10 @@ func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UU
 // leased until that long after the statement started: the relay leaves it
 // to the process's fast path (Dispatcher) until then.
 var OutboxSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until)
-SELECT $1::text, o.event_id, o.target, o.delivery_id, o.created_at, statement_timestamp() + o.lease_ms * interval '1 millisecond'
+SELECT k.sender, o.event_id, o.target, o.delivery_id, o.created_at, statement_timestamp() + o.lease_ms * interval '1 millisecond'
 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[])
   AS o(event_id, target, delivery_id, created_at, lease_ms)
-WHERE ` + dedup.ClaimedRow("o.delivery_id", "o.event_id")
+` + dedup.ClaimedJoin("o.delivery_id", "o.event_id")
 
 // QueueOutbox queues, as part of a delivery's state change, the outbox rows
 // of the event's forwards to the targets named in targets: one row each,

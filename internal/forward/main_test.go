@@ -31,6 +31,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 func TestMain(m *testing.M) {
@@ -290,7 +291,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fast
 	if opts.Work {
 		e.start()
 	}
-	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
+	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
 		prometheus.NewRegistry(), log, hopts...)
 	e.gateway = httptest.NewServer(h.Router())
 	t.Cleanup(e.gateway.Close)
