@@ -478,7 +478,7 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 	if maxIn < 2 {
 		t.Errorf("at most %d forwards were in flight at once; with one per worker, both workers should have taken part", maxIn)
 	}
-	rows, err := pool.Query(t.Context(), `SELECT attempted_by[1], count(*) FROM river_job WHERE kind = 'hookgate_forward' GROUP BY 1`)
+	rows, err := pool.Query(t.Context(), `SELECT attempted_by[cardinality(attempted_by)], count(*) FROM river_job WHERE kind = 'hookgate_forward' GROUP BY 1`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,13 +198,9 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 	})
 	reg.MustRegister(batchSizes)
-	cacheSize := s.replayCache
-	if cacheSize == 0 {
-		cacheSize = -1 // off
-	}
 	return dedup.New(db.pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
+		dedup.WithReplayCache(s.replayCache, dedup.DefaultReplayCacheTTL),
 		dedup.WithDistributed(citus.Distributed)), nil
 }
 
