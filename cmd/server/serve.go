@@ -275,7 +275,11 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	}
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
-		relay := forward.NewRelay(db.pool, fwd.client, cfg, 0, 0, log)
+		relay, err := forward.NewRelay(db.pool, fwd.client, cfg, forward.DefaultRelayConfig(), log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		g.Go(func() error {
 			relay.Run(gctx)
 			return nil
