@@ -307,8 +307,7 @@ func poll(t *testing.T, what string, cond func() bool) {
 func lockWaiters(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
-	err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+	err := pool.QueryRow(t.Context(), pgtest.LockWaitersSQL()).Scan(&n)
 	if err != nil {
 		t.Fatalf("count lock waiters: %v", err)
 	}
