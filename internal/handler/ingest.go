@@ -89,7 +89,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 		writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
 		return outcomeURLVerification, nil
 	}
-	id, err := deliveryID(r, &in, sender)
+	id, err := deliveryID(r, body, &in, sender)
 	if err != nil {
 		return "", err
 	}
@@ -255,12 +255,15 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 }
 
 // deliveryID extracts the delivery ID from where sender's configuration says
-// it is (a header, or a JSON value that in holds) and validates it: 1 to 255
-// bytes of visible ASCII.
-func deliveryID(r *http.Request, in *sender.Inspection, sender *sender.Sender) (string, error) {
+// it is (a header, a JSON value that in holds, or the hex SHA-256 of body)
+// and validates it: 1 to 255 bytes of visible ASCII.
+func deliveryID(r *http.Request, body []byte, in *sender.Inspection, sender *sender.Sender) (string, error) {
 	var id string
 	src := sender.DeliveryID
 	switch {
+	case src.BodySHA256:
+		sum := sha256.Sum256(body)
+		id = hex.EncodeToString(sum[:])
 	case src.Header != "":
 		vals := r.Header.Values(src.Header)
 		if len(vals) == 0 {
