@@ -761,8 +761,9 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 VALUES ('acme', $1, 'legacy-1', now(), '{"Content-Type": ["application/json"]}', '{"a":1}')`, d.eventID); err != nil {
 		t.Fatal(err)
 	}
-	args := fmt.Sprintf(`{"sender":"acme","event_id":%q,"delivery_id":"legacy-1","url":%q}`, d.eventID, tg.url+"?token=LEGACYTOKEN")
-	if _, err := e.pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, priority) VALUES ($1::jsonb, 'hookgate_forward', 3, 'forward', 'available', 1)`, args); err != nil {
+	if _, err := store.New(e.pool).InsertForwardJobs(ctx, forward.Queue, store.JobFixture{}, store.NewForwardJob{
+		Sender: "acme", EventID: uuid.MustParse(d.eventID), DeliveryID: "legacy-1", URL: tg.url + "?token=LEGACYTOKEN", MaxAttempts: 3,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	js := e.waitJobs(1)
