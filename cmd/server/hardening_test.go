@@ -153,3 +153,45 @@ func TestRunExampleSecrets(t *testing.T) {
 		t.Errorf("no warning logged:\n%s", sink.tail(20))
 	}
 }
+
+// --metrics-addr (and HOOKGATE_METRICS_ADDR) serves /metrics on an address
+// of its own, and the main listener no longer does; without it the main
+// listener serves them.
+func TestRunMetricsAddr(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	c := newClient(t)
+	get := func(url string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := do(c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.status, string(r.body)
+	}
+	metrics := freeAddr(t)
+	s := startRun(t, dsn, "--metrics-addr", metrics)
+	if st, body := get("http://" + metrics + "/metrics"); st != http.StatusOK || !strings.Contains(body, "hookgate_") {
+		t.Errorf("/metrics on --metrics-addr: %d %.200s", st, body)
+	}
+	if st, _ := get("http://" + metrics + "/webhooks/acme"); st != http.StatusNotFound && st != http.StatusMethodNotAllowed {
+		t.Errorf("the metrics address serves more than /metrics: %d", st)
+	}
+	if st, body := get(s.base + "/metrics"); st != http.StatusNotFound || strings.Contains(body, "hookgate_") {
+		t.Errorf("/metrics on the main listener with --metrics-addr: %d %.200s, want 404", st, body)
+	}
+	if st, _ := get(s.base + "/healthz"); st != http.StatusOK {
+		t.Errorf("/healthz on the main listener: %d", st)
+	}
+	plain := startRun(t, dsn)
+	if st, body := get(plain.base + "/metrics"); st != http.StatusOK || !strings.Contains(body, "hookgate_") {
+		t.Errorf("/metrics without --metrics-addr: %d", st)
+	}
+	st, err := parseSettings("serve", nil, envOf("HOOKGATE_METRICS_ADDR", "127.0.0.1:9999"), io.Discard)
+	if err != nil || st.metricsAddr != "127.0.0.1:9999" {
+		t.Errorf("HOOKGATE_METRICS_ADDR: %+v %v", st, err)
+	}
+}

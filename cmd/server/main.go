@@ -184,7 +184,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		Limiter: limiter, River: riverClient,
 	})
 	srv := handler.New(cfg, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
-		handler.WithAuthLimiter(limiter), handler.WithConsole(cons))
+		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != ""))
 	router := srv.Router()
 	if s.role == roleWorker {
 		router = srv.ServiceRouter()
@@ -216,6 +216,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if s.pprofAddr != "" {
 		if err := servePprof(gctx, g, s.pprofAddr, log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	if s.metricsAddr != "" {
+		if err := serveMetrics(gctx, g, s.metricsAddr, srv.MetricsHandler(), log); err != nil {
 			ln.Close()
 			return err
 		}
@@ -260,6 +266,30 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
+// ctx is done; anything else there is 404.
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Close()
+	})
+	return nil
 }
 
 // servePprof serves net/http/pprof on addr until ctx is done.

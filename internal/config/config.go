@@ -117,8 +117,8 @@ type Target struct {
 	// segments are redacted too (package redact).
 	SecretPath bool `yaml:"secret_path"`
 	// MaxInFlight is how many forwards to this target one worker process
-	// runs at once (0, the default: half of the process's forward workers):
-	// a target that hangs holds at most this many of them.
+	// runs at once (0, the default: no cap beyond the target's fair share of
+	// the process's forward workers, which shrinks as more targets are busy).
 	MaxInFlight int `yaml:"max_in_flight" validate:"min=0,max=1000"`
 	// EventTypes, when set, are the only event types forwarded to the
 	// target: each an exact type or a prefix ending in "*" ("invoice.*";

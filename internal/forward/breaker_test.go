@@ -280,3 +280,40 @@ func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestFlakyTargetBehindAnOpenBreakerGetsEveryEvent: a target is down until
+// its breaker opens, and then fails the first two requests of every event
+// (counting those of the outage) before it answers 200. Its breaker's
+// probes, which take forwards already attempted first, succeed and close
+// it, and every event arrives, the ones delivered while it was open too.
+func TestFlakyTargetBehindAnOpenBreakerGetsEveryEvent(t *testing.T) {
+	t.Parallel()
+	var down atomic.Bool
+	down.Store(true)
+	tg := newTarget(t, func(n int, _ *http.Request) answer {
+		if down.Load() || n <= 2 {
+			return answer{status: http.StatusServiceUnavailable}
+		}
+		return answer{status: http.StatusOK}
+	})
+	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.url),
+		forward.Options{Work: true, BreakerProbe: forward.DefaultProbeInterval, BreakerWindow: time.Second,
+			Backoff: forward.Backoff{Base: 100 * time.Millisecond, Max: time.Second}})
+	var keys []string
+	for i := range 20 {
+		keys = append(keys, e.deliver(fmt.Sprintf("open-%d", i), []byte(`{}`), "application/json").eventID)
+	}
+	e.poll("the breaker to open", func() bool { return e.breaker("flaky") == forward.BreakerOpen },
+		func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
+	down.Store(false)
+	for i := range 20 {
+		keys = append(keys, e.deliver(fmt.Sprintf("while-open-%d", i), []byte(`{}`), "application/json").eventID)
+	}
+	e.poll("every event to reach the flaky target", func() bool { return tg.delivered(keys) == len(keys) },
+		func() string {
+			return fmt.Sprintf("%d of %d delivered, %d requests, breaker %s", tg.delivered(keys), len(keys), len(tg.requests()), e.breaker("flaky"))
+		})
+	if w := e.counter("hookgate_forward_waits_total", map[string]string{"target": "flaky", "reason": "breaker"}); w == 0 {
+		t.Error("no forward waited for the breaker: the test did not exercise it")
+	}
+}

@@ -21,7 +21,7 @@ import (
 )
 
 // MaxDeliveryIDBytes is the longest delivery ID accepted.
-const MaxDeliveryIDBytes = 255
+const MaxDeliveryIDBytes = dedup.MaxDeliveryIDBytes
 
 // storeTimeout bounds the ingest transaction. It is detached from the
 // request's context: a sender that hangs up mid-request does not abort a
@@ -279,17 +279,4 @@ func deliveryID(r *http.Request, in *config.Inspection, sender *config.Sender) (
 }
 
 // invalidDeliveryID returns why id is not a valid delivery ID, or "".
-func invalidDeliveryID(id string) string {
-	if id == "" {
-		return "is empty"
-	}
-	if len(id) > MaxDeliveryIDBytes {
-		return fmt.Sprintf("is %d bytes long; at most %d are allowed", len(id), MaxDeliveryIDBytes)
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] < 0x21 || id[i] > 0x7e {
-			return fmt.Sprintf("has a byte outside visible ASCII at position %d (spaces and control characters are not allowed)", i)
-		}
-	}
-	return ""
-}
+func invalidDeliveryID(id string) string { return dedup.CheckDeliveryID(id) }

@@ -56,6 +56,9 @@ type Server struct {
 	// console is the browser console served under /console; nil for none.
 	console http.Handler
 
+	// metricsElsewhere: /metrics is served on another listener, not here.
+	metricsElsewhere bool
+
 	// gate sheds ingest requests past a bound (WithShedding); nil for none.
 	gate *storeGate
 	shed prometheus.Counter
@@ -146,9 +149,26 @@ func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// GetMetrics serves the Prometheus metrics.
+// GetMetrics serves the Prometheus metrics, or 404 when they are served on
+// an address of their own (WithMetricsElsewhere).
 func (s *Server) GetMetrics(w http.ResponseWriter, r *http.Request) {
-	promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	if s.metricsElsewhere {
+		writeProblem(w, newProblem(probNotFound, "Metrics are not served on this address: this process serves them on its --metrics-addr."))
+		return
+	}
+	s.MetricsHandler().ServeHTTP(w, r)
+}
+
+// MetricsHandler returns the handler of the Prometheus metrics, for a
+// listener of their own (--metrics-addr).
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
+}
+
+// WithMetricsElsewhere says that the metrics are served on an address of
+// their own: the Server's routers then answer 404 at /metrics.
+func WithMetricsElsewhere(elsewhere bool) Option {
+	return func(s *Server) { s.metricsElsewhere = elsewhere }
 }
 
 // GetOpenAPISpec serves the repository's openapi.yaml as embedded at build.
