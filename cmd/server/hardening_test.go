@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -92,6 +94,39 @@ func TestRunMaxHeaderBytes(t *testing.T) {
 	err := run(t.Context(), []string{"serve", "--max-header-bytes", "100"}, envOf("DATABASE_URL", dsn), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "max header bytes") {
 		t.Errorf("--max-header-bytes 100: err = %v, want a refusal", err)
+	}
+}
+
+// The header section limit is what --max-header-bytes says, not 4 KiB
+// more (net/http's allowance): 300 bytes under it pass, 300 over get 431.
+func TestRunMaxHeaderBytesIsExact(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	s := startRun(t, dsn)
+	for _, tc := range []struct {
+		size int
+		want string
+	}{{65536 - 300, "200"}, {65536 + 300, "431"}} {
+		conn, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: "
+		req := head + strings.Repeat("h", tc.size-len(head)-4) + "\r\n\r\n"
+		if len(req) != tc.size {
+			t.Fatalf("built %d bytes, want %d", len(req), tc.size)
+		}
+		if _, err := conn.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(line, "HTTP/1.1 "+tc.want) {
+			t.Errorf("a %d-byte header section: %q, want %s", tc.size, line, tc.want)
+		}
 	}
 }
 

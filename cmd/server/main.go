@@ -47,6 +47,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
@@ -113,10 +114,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	cfg, err := config.Load(s.configPath)
+	senders, err := sender.Load(s.configPath)
 	if err != nil {
 		return err
 	}
+	cfg := senders.Config()
 	if err := checkExampleSecrets(cfg, s, log); err != nil {
 		return err
 	}
@@ -141,6 +143,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	ready := readiness(pool, sqlDB)
 
 	working := s.role == roleAll || s.role == roleWorker
+	forwardMetrics := forward.NewMetrics(reg)
+	forwardMetrics.Init(cfg) // every target's series from the start
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
 		Work:              working,
 		MaxWorkers:        s.forwardWorkers,
@@ -154,7 +158,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			},
 			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
 		},
-	}, forward.NewMetrics(reg), log)
+	}, forwardMetrics, log)
 	if err != nil {
 		return err
 	}
@@ -168,9 +172,23 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if cacheSize == 0 {
 		cacheSize = -1 // off
 	}
+	citus, err := dedup.InspectCitus(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if citus.Distributed {
+		log.Info("citus: processed_messages is distributed; using the statement forms Citus routes to one shard")
+		if citus.PropagateSetCommands != "local" {
+			log.Warn("citus: citus.propagate_set_commands is not 'local', so the in-flight wait (SET LOCAL lock_timeout) does not reach the workers: "+
+				"a delivery whose key another transaction holds waits until that transaction ends instead of getting 409; "+
+				"set it for hookgate's role or database (ALTER ROLE … SET citus.propagate_set_commands = 'local'), see docs/distributed.md",
+				"citus.propagate_set_commands", citus.PropagateSetCommands)
+		}
+	}
 	deliveries := dedup.New(pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
+		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
+		dedup.WithDistributed(citus.Distributed))
 	poolSize := int(pool.Config().MaxConns)
 	maxWaiting := s.ingestMaxWaiting
 	if maxWaiting < 0 {
@@ -183,7 +201,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
 	})
-	srv := handler.New(cfg, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+	srv := handler.New(senders, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
 		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != ""))
 	router := srv.Router()
 	if s.role == roleWorker {
@@ -200,7 +218,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    s.maxHeaderBytes,
+		MaxHeaderBytes:    netHTTPMaxHeaderBytes(s.maxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if working {
@@ -266,6 +284,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// netHTTPMaxHeaderBytes returns the http.Server.MaxHeaderBytes that bounds
+// a request's header section (request line and headers) at n bytes:
+// net/http reads up to MaxHeaderBytes + 4096 bytes before answering 431.
+func netHTTPMaxHeaderBytes(n int) int {
+	const slack = 4096 // net/http's bufio allowance over MaxHeaderBytes
+	return max(n-slack, 1)
 }
 
 // serveMetrics serves metrics at /metrics on addr (--metrics-addr) until

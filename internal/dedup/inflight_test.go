@@ -66,11 +66,17 @@ func waitUntilBlocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, don
 	defer deadline.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		n := count(t, ctx, pool, `SELECT count(*) FROM pg_stat_activity
+	blocked := `SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND wait_event_type = 'Lock' AND wait_event = 'transactionid'
-  AND query LIKE 'INSERT INTO processed_messages%'`)
+  AND query LIKE 'INSERT INTO processed_messages%'`
+	if pgtest.Citus() {
+		// The claim waits on the shard's worker, for the coordinator's
+		// statement.
+		blocked = `SELECT count(*) FROM citus_lock_waits WHERE blocked_statement LIKE 'INSERT INTO processed_messages%'`
+	}
+	for {
+		n := count(t, ctx, pool, blocked)
 		if n > 0 {
 			return
 		}

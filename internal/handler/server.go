@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -35,7 +36,8 @@ type Option func(*Server)
 
 // Server implements api.ServerInterface.
 type Server struct {
-	cfg        *config.Config
+	senders    *sender.Set
+	cfg        *config.Config // senders.Config()
 	deliveries *dedup.Store
 	ready      ReadyFunc
 	log        *slog.Logger
@@ -66,11 +68,12 @@ type Server struct {
 
 var _ api.ServerInterface = (*Server)(nil)
 
-// New returns a Server for the senders in cfg, storing deliveries with
+// New returns a Server for the compiled senders, storing deliveries with
 // ingest. Its metrics are registered on reg, which /metrics serves.
-func New(cfg *config.Config, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
+func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{
-		cfg:        cfg,
+		senders:    senders,
+		cfg:        senders.Config(),
 		deliveries: ingest,
 		ready:      ready,
 		log:        log,
