@@ -757,8 +757,8 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 	// job queued as the previous version did.
 	ctx := context.Background()
 	d := delivery{eventID: uuid.Must(uuid.NewV7()).String()}
-	if _, err := e.pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
-VALUES ('acme', $1, 'legacy-1', now(), '{"Content-Type": ["application/json"]}', '{"a":1}')`, d.eventID); err != nil {
+	if err := store.New(e.pool).InsertEvent(ctx, events.Event{ID: uuid.MustParse(d.eventID), Sender: "acme", DeliveryID: "legacy-1", ReceivedAt: time.Now(),
+		Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"a":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.New(e.pool).InsertForwardJobs(ctx, forward.Queue, store.JobFixture{}, store.NewForwardJob{

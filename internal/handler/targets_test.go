@@ -164,8 +164,7 @@ senders:
 
 	// A breaker recorded by a worker is shown; the others stay closed.
 	opened := time.Date(2026, 11, 30, 5, 12, 40, 118000000, time.UTC)
-	if _, err := s.pool.Exec(t.Context(), `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
-VALUES ('fwd', 'bad', 'open', $1, $1, 'target answered 503')`, opened); err != nil {
+	if err := store.New(s.pool).RecordBreaker(t.Context(), "fwd", "bad", store.BreakerOpen, &opened, "target answered 503"); err != nil {
 		t.Fatal(err)
 	}
 	got = s.targets("fwd")
