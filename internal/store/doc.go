@@ -21,6 +21,6 @@
 //
 // Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
 // satisfy, through Queries. Every list pages with one Cursor format. The
-// fixture builders at the end of jobs.go, events.go and outbox.go put rows
+// fixture builders (the last section of jobs.go, InsertEvent, InsertOutbox) put rows
 // in a given state for tests, so that they write no SQL of their own.
 package store
