@@ -283,7 +283,16 @@ func (e *env) start() {
 // up to batch rows per transaction (the default when 0) and looks again
 // every 5ms once the outbox is drained.
 func (e *env) newRelay(batch int) *forward.Relay {
-	return forward.NewRelay(e.pool, e.river, e.cfg, batch, 5*time.Millisecond, e.log)
+	rc := forward.DefaultRelayConfig()
+	if batch > 0 {
+		rc.Batch = batch
+	}
+	rc.Interval = 5 * time.Millisecond
+	r, err := forward.NewRelay(e.pool, e.river, e.cfg, rc, e.log)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
 }
 
 // runRelay runs r.Run in the background until the test ends.

@@ -199,7 +199,7 @@ func TestRelaySkipsRowsAnotherRelayHolds(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var held int
-	if err := tx.QueryRow(ctx, `WITH h AS (SELECT 1 FROM forward_outbox WHERE target = 'ta' FOR UPDATE) SELECT count(*) FROM h`).Scan(&held); err != nil || held != 20 {
+	if err := tx.QueryRow(ctx, `WITH h AS (SELECT 1 FROM forward_outbox WHERE sender = 'acme' AND target = 'ta' FOR UPDATE) SELECT count(*) FROM h`).Scan(&held); err != nil || held != 20 {
 		t.Fatalf("hold the forwards to ta: %d rows, %v", held, err)
 	}
 	relay := e.newRelay(0)
@@ -249,7 +249,7 @@ func TestRelayDyingMidTransactionLosesNothing(t *testing.T) {
 				return n
 			}
 			// Rows no transaction holds: all of them once the relay's is over.
-			const free = `SELECT count(*) FROM (SELECT 1 FROM forward_outbox FOR UPDATE SKIP LOCKED) f`
+			const free = `SELECT count(*) FROM (SELECT 1 FROM forward_outbox WHERE sender = 'acme' FOR UPDATE SKIP LOCKED) f`
 
 			// Block inserts into river_job: the relay's insert of the jobs
 			// waits on this lock, after its DELETE.

@@ -119,11 +119,15 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		})
 	}
 	if o.work {
+		relay, err := forward.NewRelay(pool, client, cfg, forward.DefaultRelayConfig(), log)
+		if err != nil {
+			t.Fatal(err)
+		}
 		relayCtx, stopRelay := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			forward.NewRelay(pool, client, cfg, 0, 0, log).Run(relayCtx)
+			relay.Run(relayCtx)
 		}()
 		t.Cleanup(func() { stopRelay(); <-done })
 	}
@@ -148,7 +152,11 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 // and returns how many forwards it moved.
 func (s *opServer) relayOnce() int {
 	s.t.Helper()
-	n, err := forward.NewRelay(s.pool, s.river, s.cfg, 0, 0, s.log).Once(s.t.Context())
+	relay, err := forward.NewRelay(s.pool, s.river, s.cfg, forward.DefaultRelayConfig(), s.log)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	n, err := relay.Once(s.t.Context())
 	if err != nil {
 		s.t.Fatalf("relay: %v", err)
 	}

@@ -35,6 +35,16 @@ func SkipOnCitus(t testing.TB, why string) {
 	}
 }
 
+// LockWaitersSQL is a query of the number of sessions of the current
+// database that wait on a lock: on Citus, of the waits on the workers
+// (citus_lock_waits), where a statement on a distributed table waits.
+func LockWaitersSQL() string {
+	if Citus() {
+		return `SELECT count(*) FROM citus_lock_waits`
+	}
+	return `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`
+}
+
 // testShardCount is the shard count of the tests' distributed tables: few,
 // so that a test's database is distributed quickly.
 const testShardCount = 4
