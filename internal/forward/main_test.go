@@ -32,6 +32,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -227,6 +228,24 @@ type env struct {
 // closed.
 func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 	t.Helper()
+	return newEnvWith(t, forwardYAML, opts, nil)
+}
+
+// fastOptions are the fast path's settings in a test env.
+type fastOptions struct {
+	lease          time.Duration
+	workers, queue int
+}
+
+// newFastEnv is newEnv with a fast path (forward.Dispatcher) in the ingest
+// server, sharing the River client's worker, closed when the test ends.
+func newFastEnv(t *testing.T, forwardYAML string, opts forward.Options, fo fastOptions) *env {
+	t.Helper()
+	return newEnvWith(t, forwardYAML, opts, &fo)
+}
+
+func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fastOptions) *env {
+	t.Helper()
 	yaml := `senders:
   - name: acme
     preset: generic
@@ -251,7 +270,21 @@ func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 	}
 	log := testLogger(t)
 	reg := prometheus.NewRegistry()
-	client, err := forward.NewClient(pool, cfg, opts, forward.NewMetrics(reg), log)
+	m := forward.NewMetrics(reg)
+	var hopts []handler.Option
+	if fo != nil {
+		gate := forward.NewGate(pool, 10, forward.BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
+		w := forward.NewWorker(cfg, pool, forward.NewHTTPClient(10), opts.Backoff, gate, m, log)
+		opts.Worker = w
+		d := forward.NewDispatcher(w, pool, cfg, fo.lease, fo.workers, fo.queue, reg, log)
+		hopts = append(hopts, handler.WithFastPath(d))
+		t.Cleanup(func() {
+			if err := d.Close(context.Background()); err != nil {
+				t.Errorf("close the dispatcher: %v", err)
+			}
+		})
+	}
+	client, err := forward.NewClient(pool, cfg, opts, m, log)
 	if err != nil {
 		t.Fatalf("forward.NewClient: %v", err)
 	}
@@ -260,7 +293,7 @@ func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 		e.start()
 	}
 	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
-		prometheus.NewRegistry(), log)
+		prometheus.NewRegistry(), log, hopts...)
 	e.gateway = httptest.NewServer(h.Router())
 	t.Cleanup(e.gateway.Close)
 	return e
@@ -387,7 +420,7 @@ func (e *env) tryDeliver(id string, body []byte, ct string) (delivery, error) {
 		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }
 
-// job is a forward job's row in river_job.
+// job is a forward job's row (store.ForwardJob).
 type job struct {
 	ID          int64
 	State       string
@@ -411,27 +444,17 @@ func (e *env) jobs() []job {
 }
 
 // readJobs reads every forward job, ordered by ID.
-func readJobs(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) ([]job, error) {
-	rows, err := db.Query(ctx, `SELECT id, state::text, attempt, max_attempts, scheduled_at,
-		args->>'event_id', coalesce(args->>'target', ''), args->>'delivery_id',
-		coalesce((SELECT array_agg(e->>'error' ORDER BY ord) FROM unnest(errors) WITH ORDINALITY AS x(e, ord)), '{}'),
-		coalesce(metadata->>'output', '')
-		FROM river_job WHERE kind = 'hookgate_forward' ORDER BY id`)
+func readJobs(ctx context.Context, db store.DB) ([]job, error) {
+	fjs, err := store.New(db).ForwardJobs(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read river_job: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	var out []job
-	for rows.Next() {
-		var j job
-		if err := rows.Scan(&j.ID, &j.State, &j.Attempt, &j.MaxAttempts, &j.ScheduledAt, &j.EventID, &j.Target, &j.DeliveryID, &j.Errors, &j.Output); err != nil {
-			return nil, err
-		}
-		out = append(out, j)
+	for _, f := range fjs {
+		out = append(out, job{ID: f.ID, State: string(f.State), Attempt: f.Attempt, MaxAttempts: f.MaxAttempts, ScheduledAt: f.ScheduledAt,
+			EventID: f.EventID, Target: f.Target, DeliveryID: f.DeliveryID, Errors: f.Errors, Output: f.Output})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // finalStates are the states a job never leaves.
