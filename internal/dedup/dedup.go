@@ -148,7 +148,8 @@ func ClaimedRow(deliveryID, eventID string) string {
 	return "EXISTS (SELECT FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " + deliveryID + " AND k.event_id = " + eventID + " OFFSET 0)"
 }
 
-// Querier is what List and Get need of a *pgxpool.Pool or *pgx.Conn.
+// Querier is what a Store reads with outside its pipeline (a stored
+// response, the forgetting of an expired key): a *pgxpool.Pool or *pgx.Conn.
 type Querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
