@@ -1020,24 +1020,19 @@ senders:
 	maxAttempts := map[string]int{"orders": 4, "ledger": config.DefaultForwardMaxAttempts}
 	jobsOf := func(eventID string) map[string]int64 {
 		t.Helper()
-		rows, err := s.pool.Query(t.Context(), `SELECT args->>'target', id FROM river_job WHERE args->>'event_id' = $1`, eventID)
+		jobs, err := store.New(s.pool).ForwardJobs(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
 		out := map[string]int64{}
-		for rows.Next() {
-			var target string
-			var id int64
-			if err := rows.Scan(&target, &id); err != nil {
-				t.Fatal(err)
+		for _, j := range jobs {
+			if j.EventID != eventID {
+				continue
 			}
-			if _, dup := out[target]; dup {
-				t.Errorf("event %s has two jobs to %s", eventID, target)
+			if _, dup := out[j.Target]; dup {
+				t.Errorf("event %s has two jobs to %s", eventID, j.Target)
 			}
-			out[target] = id
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
+			out[j.Target] = j.ID
 		}
 		return out
 	}
@@ -1117,9 +1112,8 @@ func TestOperatorRedeliverWithoutTargetsIs409(t *testing.T) {
 	if !strings.Contains(p.Detail, `"hdr"`) {
 		t.Errorf("detail %q does not name the sender", p.Detail)
 	}
-	var jobs int
-	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job`).Scan(&jobs); err != nil || jobs != 0 {
-		t.Errorf("river_job has %d rows (%v), want none", jobs, err)
+	if jobs, err := store.New(s.pool).CountJobs(t.Context(), ""); err != nil || jobs != 0 {
+		t.Errorf("%d jobs (%v), want none", jobs, err)
 	}
 	if d := s.delivery("hdr", "d1"); d.Forwards == nil || len(d.Forwards) != 0 {
 		t.Errorf("forwards of a sender without targets = %v, want []", d.Forwards)
