@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/traffic"
 	"github.com/hookgate/hookgate/migrations"
 )
 
@@ -45,6 +46,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	defer db.close()
+	db.traffic = traffic.New(db.queries, log)
 	reg := newRegistry(db)
 	fwd, err := newForwarding(db, senders.Config(), s, reg, log)
 	if err != nil {
@@ -92,6 +94,8 @@ type database struct {
 	pool    *pgxpool.Pool
 	sql     *sql.DB
 	queries *store.Queries
+	// traffic counts deliveries and forwards for the console's charts.
+	traffic *traffic.Recorder
 }
 
 func openDatabase(ctx context.Context, url string) (*database, error) {
@@ -139,6 +143,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 	work := s.role == roleAll || s.role == roleWorker
 	m := forward.NewMetrics(reg)
 	m.Init(cfg) // every target's series from the start
+	m.CountTraffic(db.traffic)
 	var (
 		worker *forward.Worker
 		fast   *forward.Dispatcher
@@ -228,7 +233,7 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 	})
 	opts := []handler.Option{handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(db.pool),
 		handler.WithRiver(fwd.client), handler.WithAuthLimiter(limiter), handler.WithConsole(cons),
-		handler.WithMetricsElsewhere(s.metricsAddr != "")}
+		handler.WithMetricsElsewhere(s.metricsAddr != ""), handler.WithTraffic(db.traffic)}
 	if fwd.fast != nil {
 		opts = append(opts, handler.WithFastPath(fwd.fast))
 	}
@@ -295,6 +300,10 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 		})
 	}
 	g.Go(func() error {
+		db.traffic.Run(gctx, traffic.DefaultInterval)
+		return nil
+	})
+	g.Go(func() error {
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -305,6 +314,12 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 		return shutdown(ctx, httpSrv, fwd, s.shutdownWait, log)
 	})
 	err := g.Wait()
+	// What was counted while shutting down.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if ferr := db.traffic.Flush(fctx); ferr != nil {
+		log.Warn("traffic counts not stored at shutdown", "err", ferr)
+	}
+	cancel()
 	log.Info("stopped")
 	return err
 }

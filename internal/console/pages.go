@@ -226,6 +226,7 @@ func (c *Console) signedOut(w http.ResponseWriter, r *http.Request) {
 type senderView struct {
 	Name    string
 	Counts  []store.StatusCount
+	Charts  []chart // deliveries: last hour, last day
 	Targets []targetView
 }
 
@@ -233,6 +234,7 @@ type targetView struct {
 	Name, URL                          string
 	Breaker                            store.BreakerState
 	Pending, Running, Retrying, Failed int64
+	Charts                             []chart // forwards: last hour, last day
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -246,7 +248,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, err)
 			return
 		}
-		sv := senderView{Name: sd.Name, Counts: counts}
+		charts, targetCharts, err := c.senderCharts(ctx, sd.Name, now)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		sv := senderView{Name: sd.Name, Counts: counts, Charts: charts}
 		if len(sd.Forward) > 0 {
 			breakers, err := c.q.Breakers(ctx, sd.Name)
 			if err != nil {
@@ -267,7 +274,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				}
 				n := byTarget[t.Name]
 				sv.Targets = append(sv.Targets, targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
-					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed})
+					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]})
 			}
 		}
 		out = append(out, sv)

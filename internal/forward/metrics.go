@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/traffic"
 )
 
 // Outcomes of a forward attempt, the values of the outcome label.
@@ -20,7 +21,15 @@ type Metrics struct {
 	breakerOpen   *prometheus.GaugeVec
 	breakerOpened *prometheus.GaugeVec
 	waits         *prometheus.CounterVec
+
+	// traffic counts attempts for the console's charts (CountTraffic).
+	traffic *traffic.Recorder
 }
+
+// CountTraffic makes every forward attempt that reached its target (or
+// failed to) count in rec too, for the console's charts. Call it before
+// the workers start.
+func (m *Metrics) CountTraffic(rec *traffic.Recorder) { m.traffic = rec }
 
 // NewMetrics registers the forwarding metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {

@@ -223,6 +223,9 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 	resp, err := w.client.Do(req)
 	if err != nil {
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
+		if ctx.Err() == nil {
+			w.metrics.traffic.Forward(a.Sender, a.Target, false, time.Since(start))
+		}
 		// *url.Error names the URL, which may hold credentials: keep only
 		// what went wrong (it names the host and port at most).
 		var ue *url.Error
@@ -237,7 +240,9 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 	_ = resp.Body.Close()
-	w.metrics.latency.WithLabelValues(a.Sender, a.Target).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	w.metrics.latency.WithLabelValues(a.Sender, a.Target).Observe(took.Seconds())
+	w.metrics.traffic.Forward(a.Sender, a.Target, resp.StatusCode >= 200 && resp.StatusCode < 300, took)
 
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:

@@ -59,6 +59,9 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 	}
 	info.outcome = outcome
 	s.metrics.observe(label, outcome, info.eventTypeLabel, time.Since(start))
+	if label != "" && outcome != outcomeURLVerification {
+		s.traffic.Ingest(label, outcome)
+	}
 }
 
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.Sender, info *reqInfo) (string, error) {

@@ -26,6 +26,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/traffic"
 )
 
 // ReadyFunc reports whether the service can take traffic: nil when the
@@ -70,7 +71,15 @@ type Server struct {
 	// fast attempts forwards right after the ingest COMMIT (WithFastPath);
 	// nil for none: the relay moves every forward into River.
 	fast FastPath
+
+	// traffic counts deliveries for the console's charts (WithTraffic);
+	// nil counts nothing.
+	traffic *traffic.Recorder
 }
+
+// WithTraffic counts every delivery of a configured sender in rec, for the
+// console's charts.
+func WithTraffic(rec *traffic.Recorder) Option { return func(s *Server) { s.traffic = rec } }
 
 // FastPath is the forward fast path (forward.Dispatcher): Lease is asked
 // before the ingest transaction (a zero lease: none), Dispatch after its

@@ -1,0 +1,147 @@
+package traffic
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// TestFlushAddsCountsPerMinute counts deliveries and forwards from many
+// goroutines (run it under -race), flushes them twice into the same minute
+// and once into the next, and reads them back per minute and per hour: the
+// flushes add up (ON CONFLICT … n = n + EXCLUDED.n), nothing is lost or
+// counted twice, and rows older than the retention are deleted by a flush.
+func TestFlushAddsCountsPerMinute(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	ctx := context.Background()
+	q := store.New(pool)
+	r := New(q, slog.New(slog.DiscardHandler))
+	now := time.Date(2026, 12, 1, 6, 30, 10, 0, time.UTC)
+	r.now = func() time.Time { return now }
+
+	// A row past the retention, which the first flush deletes.
+	if err := q.AddTraffic(ctx, []store.TrafficDelta{{Sender: "orders", Kind: store.TrafficAccepted, Minute: now.Add(-store.TrafficRetention - time.Minute), N: 9}}, now.Add(-store.TrafficRetention)); err != nil {
+		t.Fatal(err)
+	}
+
+	count := func() {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 25 {
+					r.Ingest("orders", "accepted")
+					r.Ingest("orders", "replayed")
+					r.Ingest("orders", "rejected_signature")
+					r.Ingest("orders", "shed")
+					r.Forward("orders", "svc", true, 20*time.Millisecond)
+					r.Forward("orders", "svc", false, 40*time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	count()
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count()
+	if err := r.Flush(ctx); err != nil { // same minute: added to the rows
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	r.Ingest("orders", "accepted")
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Flush(ctx); err != nil { // nothing new: no change
+		t.Fatal(err)
+	}
+
+	got, err := q.Traffic(ctx, "orders", now.Add(-time.Hour), now.Add(time.Minute), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type k struct {
+		target, kind string
+		minute       int
+	}
+	have := map[k]store.TrafficBucket{}
+	for _, b := range got {
+		have[k{b.Target, b.Kind, b.Start.UTC().Minute()}] = b
+	}
+	want := map[k]int64{
+		{"", "accepted", 30}: 400, {"", "replayed", 30}: 400, {"", "refused", 30}: 800,
+		{"svc", "delivered", 30}: 400, {"svc", "failed", 30}: 400, {"", "accepted", 31}: 1,
+	}
+	if len(have) != len(want) {
+		t.Errorf("got %d series-minutes %+v, want %d", len(have), got, len(want))
+	}
+	for key, n := range want {
+		if have[key].N != n {
+			t.Errorf("%+v: n = %d, want %d", key, have[key].N, n)
+		}
+	}
+	if b := have[k{"svc", "delivered", 30}]; b.SumMS != 400*20 {
+		t.Errorf("delivered latency sum = %d ms, want %d", b.SumMS, 400*20)
+	}
+
+	// Per hour: both minutes in one bucket.
+	hours, err := q.Traffic(ctx, "orders", now.Add(-24*time.Hour), now.Add(time.Hour), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range hours {
+		if b.Target == "" && b.Kind == "accepted" && b.N != 401 {
+			t.Errorf("accepted in the hour = %d, want 401", b.N)
+		}
+	}
+	var old int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM traffic_minutes WHERE minute < $1`, now.Add(-store.TrafficRetention)).Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	if old != 0 {
+		t.Errorf("%d rows older than the retention remain", old)
+	}
+}
+
+// TestFlushKeepsCountsWhileTheDatabaseIsAway flushes into a closed pool:
+// the counts are kept and stored by the next flush that can.
+func TestFlushKeepsCountsWhileTheDatabaseIsAway(t *testing.T) {
+	t.Parallel()
+	pool, dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	down, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Close()
+	r := New(store.New(down), slog.New(slog.DiscardHandler))
+	r.now = func() time.Time { return now }
+	r.Ingest("orders", "accepted")
+	if err := r.Flush(ctx); err == nil {
+		t.Fatal("a flush into a closed pool succeeded")
+	}
+	r.q = store.New(pool)
+	r.Ingest("orders", "accepted")
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM traffic_minutes WHERE sender = 'orders' AND kind = 'accepted'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("stored %d accepted, want 2 (the first flush's count kept)", n)
+	}
+}
