@@ -19,7 +19,9 @@ const benchDeliveries = 1_000_000
 // browser gets it over HTTP (query, rendering, transfer), on 1,000,000
 // deliveries of one sender received over the last 7 days: the first page,
 // a page deep in the history (by cursor), an exact delivery ID, and time
-// ranges; and the overview, which counts the last day's deliveries. Run it with make bench-console; it seeds the rows with one
+// ranges; and the overview, which counts the last day's deliveries and
+// draws its charts from two days of per-minute counts (query/overview-charts:
+// both spans of a sender and its target). Run it with make bench-console; it seeds the rows with one
 // INSERT … SELECT generate_series (about a minute on 2 cores).
 func BenchmarkConsoleList(b *testing.B) {
 	e := newEnv(b, console.Options{AdminToken: token})
@@ -32,7 +34,16 @@ FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := e.pool.Exec(ctx, `ANALYZE processed_messages`); err != nil {
+	// The charts' counts of the same deliveries: two days of minutes (the
+	// retention), of every kind, as the processes' flushes leave them.
+	_, err = e.pool.Exec(ctx, `INSERT INTO traffic_minutes (sender, target, kind, minute, n, sum_ms)
+SELECT 'orders', k.target, k.kind, date_trunc('minute', now()) - m * interval '1 minute', 1000000 / 10080, 40 * (1000000 / 10080)
+FROM generate_series(0, 2879) AS m,
+     (VALUES ('', 'accepted'), ('', 'replayed'), ('', 'refused'), ('orders-svc', 'delivered'), ('orders-svc', 'failed')) AS k(target, kind)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `ANALYZE processed_messages; ANALYZE traffic_minutes`); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("seeded %d deliveries in %s", benchDeliveries, time.Since(start).Round(time.Second))
@@ -88,6 +99,18 @@ FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
 		for b.Loop() {
 			if _, err := e.q.CountDeliveries(ctx, "orders", time.Now()); err != nil {
 				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/query")
+	})
+	b.Run("query/overview-charts", func(b *testing.B) {
+		for b.Loop() {
+			now := time.Now()
+			for _, span := range []time.Duration{time.Minute, time.Hour} {
+				rows, err := e.q.Traffic(ctx, "orders", now.Add(-60*span), now, span)
+				if err != nil || len(rows) == 0 {
+					b.Fatalf("%d buckets, %v", len(rows), err)
+				}
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/query")

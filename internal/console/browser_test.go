@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"image/png"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +65,32 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.ingestTyped("ord_1002", "order.paid", "application/json", `{"order":1002,"total":"12.00"}`)
 	e.ingest("xss-1", "text/html", `<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">`)
 	e.failForwards("ord_1001", "target answered 503 Service Unavailable")
+	// For the charts: a replay, two refusals and forward attempts, counted
+	// by the server's recorder and flushed into traffic_minutes.
+	for _, d := range []struct {
+		id, body string
+		want     int
+	}{{"ord_1002", `{"order":1002,"total":"12.00"}`, http.StatusAccepted}, {"", "{}", http.StatusBadRequest}, {"ord_1002", `{"changed":true}`, http.StatusUnprocessableEntity}} {
+		req, _ := http.NewRequest(http.MethodPost, e.url+"/webhooks/orders", strings.NewReader(d.body))
+		if d.id != "" {
+			req.Header.Set("X-Delivery-Id", d.id)
+		}
+		req.Header.Set("X-Event-Type", "order.paid")
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != d.want {
+			t.Fatalf("post %q: %d, want %d", d.id, resp.StatusCode, d.want)
+		}
+	}
+	e.traffic.Forward("orders", "orders-svc", true, 30*time.Millisecond)
+	e.traffic.Forward("orders", "orders-svc", true, 50*time.Millisecond)
+	e.traffic.Forward("orders", "orders-svc", false, 10*time.Second)
+	if err := e.traffic.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 
 	shots := os.Getenv(screenshotsEnv)
 	shoot := func(name string) chromedp.Action[chromedp.Void] {
@@ -112,6 +139,36 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`section.sender`)),
 		shoot("console-overview.png"),
 	)
+	// The charts: 60 minutes and 24 hours per sender and per target, drawn
+	// as SVG, with the counts the server saw (3 accepted, 1 replayed, 2
+	// refused; 2 forwards delivered, 1 failed).
+	charts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('div.charts figure.chart')).map(f =>
+  f.parentElement.dataset.sender + '/' + (f.parentElement.dataset.target || '') + ' ' + f.dataset.span + ' bars=' + f.querySelectorAll('svg g.bucket').length +
+  ' drawn=' + f.querySelectorAll('svg g.bucket rect:not(.slot)').length +
+  ' accepted=' + (f.dataset.totalAccepted || 0) + ' replayed=' + (f.dataset.totalReplayed || 0) + ' refused=' + (f.dataset.totalRefused || 0) +
+  ' delivered=' + (f.dataset.totalDelivered || 0) + ' failed=' + (f.dataset.totalFailed || 0) + ' latency=' + f.querySelectorAll('svg polyline.latency').length)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCharts := []string{
+		"orders/ hour bars=60 drawn=3 accepted=3 replayed=1 refused=2 delivered=0 failed=0 latency=0",
+		"orders/ day bars=24 drawn=3 accepted=3 replayed=1 refused=2 delivered=0 failed=0 latency=0",
+		"undefined/orders-svc hour bars=60 drawn=2 accepted=0 replayed=0 refused=0 delivered=2 failed=1 latency=1",
+		"undefined/orders-svc day bars=24 drawn=2 accepted=0 replayed=0 refused=0 delivered=2 failed=1 latency=1",
+		"billing/ hour bars=60 drawn=0 accepted=0 replayed=0 refused=0 delivered=0 failed=0 latency=0",
+		"billing/ day bars=24 drawn=0 accepted=0 replayed=0 refused=0 delivered=0 failed=0 latency=0",
+	}
+	if strings.Join(charts, "\n") != strings.Join(wantCharts, "\n") {
+		t.Errorf("the overview's charts:\n%s\nwant\n%s", strings.Join(charts, "\n"), strings.Join(wantCharts, "\n"))
+	}
+	// The bar of this minute says what it counts, on hover.
+	tip, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('div.charts[data-sender=orders] figure[data-span=hour] g.bucket')).filter(g => g.dataset.accepted === '3').map(g => g.querySelector('title').textContent).join('|')`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tip, "accepted 3, replayed 1, refused 2") {
+		t.Errorf("the bar of this minute is titled %q, want its counts", tip)
+	}
 	do("find by ID",
 		chromedp.Navigate(e.url+"/console/senders/orders/deliveries"),
 		chromedp.WaitVisible(chromedp.CSS(`input[name=delivery_id]`)),

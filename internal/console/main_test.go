@@ -29,6 +29,7 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/traffic"
 )
 
 func TestMain(m *testing.M) {
@@ -65,6 +66,9 @@ type env struct {
 	opts console.Options
 	cfg  *config.Config
 	rc   *river.Client[pgx.Tx]
+	// traffic counts the server's deliveries for the overview's charts;
+	// the test flushes it.
+	traffic *traffic.Recorder
 	// q are the console's queries.
 	q *store.Queries
 }
@@ -86,11 +90,12 @@ func newEnv(t testing.TB, opts console.Options) *env {
 		opts.River = rc
 	}
 	cons := console.New(cfg, q, log, opts)
+	tr := traffic.New(q, log)
 	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
-		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons))
+		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons), handler.WithTraffic(tr))
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, q: q}
+	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, q: q, traffic: tr}
 }
 
 // client returns a client with its own cookie jar that does not follow
