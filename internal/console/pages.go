@@ -444,8 +444,9 @@ type deliveryView struct {
 	Forwards   []forwardView
 	HasTargets bool
 	// Redelivered is how many forwards the Redeliver that led here
-	// enqueued; -1 when the page was not reached that way.
-	Redelivered int
+	// enqueued; -1 when the page was not reached that way. After is how
+	// many of them are queued after a forward that was running or retrying.
+	Redelivered, After int
 }
 
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
@@ -459,6 +460,9 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		Redelivered: -1}
 	if n, err := strconv.Atoi(r.URL.Query().Get("redelivered")); err == nil && n >= 0 {
 		v.Redelivered = n
+		if a, err := strconv.Atoi(r.URL.Query().Get("after")); err == nil && a >= 0 && a <= n {
+			v.After = a
+		}
 	}
 	e, err := c.q.GetEvent(r.Context(), rec.EventID)
 	switch {
@@ -590,15 +594,18 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	jobs, err := forward.Redeliver(r.Context(), c.opts.River, sd, rec.EventID, rec.DeliveryID)
+	jobs, err := forward.Redeliver(r.Context(), c.q, c.opts.River, sd, rec.EventID, rec.DeliveryID)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	n := 0
+	n, after := 0, 0
 	for _, j := range jobs {
 		if !j.AlreadyPending {
 			n++
+			if j.AfterCurrent {
+				after++
+			}
 		}
 	}
 	to := deliveryURL(sender, id, "")
@@ -606,7 +613,7 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 	if strings.Contains(to, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, to+sep+"redelivered="+strconv.Itoa(n), http.StatusSeeOther)
+	http.Redirect(w, r, to+sep+"redelivered="+strconv.Itoa(n)+"&after="+strconv.Itoa(after), http.StatusSeeOther)
 }
 
 // lookupDelivery returns the configured sender named sender and its

@@ -125,3 +125,65 @@ func TestFastPathFullHandsOverToRelay(t *testing.T) {
 		t.Errorf("hookgate_forward_fast_path_total{result=handed_over} = %v, want at least 1", got)
 	}
 }
+
+// Redelivering an event whose forward is under way (the fast path's first
+// attempt, held by the target) queues a new forward after it: the answer
+// says so, the new job waits (without an attempt) while the first is held,
+// and once the first is answered the target receives the event again, with
+// the same Idempotency-Key. Redelivering again while that new job waits
+// queues nothing more; once both are delivered, a redelivery is a plain new
+// forward.
+func TestRedeliverWhileRunningQueuesAfter(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	tg := newTarget(t, func(n int, r *http.Request) answer {
+		if n == 1 {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		return answer{status: http.StatusOK}
+	})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.url+"\n        timeout: 20s\n", forward.Options{Work: true}, fastOptions{lease: 40 * time.Second})
+	d := e.deliver("again-1", []byte(`{}`), "application/json")
+	pollUntil(t, "the fast path's POST to reach the target", func() bool { return len(tg.requests()) == 1 }, nil)
+
+	acme, _ := e.cfg.Sender("acme")
+	ev := uuid.MustParse(d.eventID)
+	redeliver := func() forward.Enqueued {
+		t.Helper()
+		jobs, err := forward.Redeliver(t.Context(), store.New(e.pool), e.river, acme, ev, d.id)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("Redeliver = %+v, %v; want one forward", jobs, err)
+		}
+		return jobs[0]
+	}
+	j := redeliver()
+	if !j.AfterCurrent || j.AlreadyPending || j.JobID == 0 || j.CurrentJobID != 0 {
+		t.Fatalf("redelivery while the fast path runs = %+v; want a new job queued after the current attempt (no job of it yet)", j)
+	}
+	if again := redeliver(); !again.AlreadyPending || again.JobID != j.JobID {
+		t.Errorf("second redelivery while the first waits = %+v; want already pending, job %d", again, j.JobID)
+	}
+	pollUntil(t, "the queued redelivery to wait for the forward under way", func() bool {
+		return e.counter("hookgate_forward_waits_total", map[string]string{"reason": "after"}) >= 1
+	}, nil)
+	if n := len(tg.requests()); n != 1 {
+		t.Fatalf("the target received %d requests while the first forward was held, want 1", n)
+	}
+	close(release)
+	js := e.waitJobs(2)
+	for _, jb := range js {
+		if jb.State != "completed" || jb.EventID != d.eventID {
+			t.Errorf("job %+v: want completed, event %s", jb, d.eventID)
+		}
+	}
+	hits := tg.requestsFor(d.eventID)
+	if len(hits) != 2 || !hits[1].at.After(hits[0].answerAt) {
+		t.Errorf("the target received %d requests for the event; want 2, the redelivery after the first was answered", len(hits))
+	}
+	if last := redeliver(); last.AfterCurrent || last.AlreadyPending || last.JobID == 0 {
+		t.Errorf("redelivery once every forward is delivered = %+v; want a plain new job", last)
+	}
+}

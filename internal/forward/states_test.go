@@ -89,7 +89,7 @@ func TestRedeliver(t *testing.T) {
 	id := newEventID(t)
 	orders := sender(t, cfg, "orders")
 
-	jobs, err := Redeliver(ctx, client, orders, id, "d-1")
+	jobs, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestRedeliver(t *testing.T) {
 	}
 
 	// Again while all three wait: no new job, the waiting ones are named.
-	again, err := Redeliver(ctx, client, orders, id, "d-1")
+	again, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestRedeliver(t *testing.T) {
 	if err := q.SetForwardJob(ctx, first["t1"], store.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	third, err := Redeliver(ctx, client, orders, id, "d-1")
+	third, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestRedeliver(t *testing.T) {
 		}
 	}
 
-	jobs, err = Redeliver(ctx, client, sender(t, cfg, "quiet"), newEventID(t), "d-2")
+	jobs, err = Redeliver(ctx, store.New(pool), client, sender(t, cfg, "quiet"), newEventID(t), "d-2")
 	if err != nil || jobs != nil {
 		t.Errorf("Redeliver for a sender without targets = %v, %v; want nil, nil", jobs, err)
 	}
@@ -177,7 +177,7 @@ func TestList(t *testing.T) {
 	ctx := t.Context()
 	id, other := newEventID(t), newEventID(t)
 	orders := sender(t, cfg, "orders")
-	if _, err := Redeliver(ctx, client, orders, other, "d-0"); err != nil {
+	if _, err := Redeliver(ctx, store.New(pool), client, orders, other, "d-0"); err != nil {
 		t.Fatal(err)
 	}
 	jobOf := func(jobs []Enqueued, target string) int64 {
@@ -200,7 +200,7 @@ func TestList(t *testing.T) {
 	}
 	redeliver := func() []Enqueued {
 		t.Helper()
-		jobs, err := Redeliver(ctx, client, orders, id, "d-1")
+		jobs, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +297,7 @@ func TestListUsesArgsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := newEventID(t)
-	if _, err := Redeliver(ctx, client, orders, id, "d-1"); err != nil {
+	if _, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1"); err != nil {
 		t.Fatal(err)
 	}
 	// VACUUM also moves the GIN index's pending list (where fastupdate puts

@@ -354,6 +354,8 @@ type (
 			Target         string `json:"target"`
 			URL            string `json:"url"`
 			AlreadyPending bool   `json:"already_pending"`
+			AfterCurrent   bool   `json:"after_current"`
+			CurrentJobID   *int64 `json:"current_job_id"`
 		} `json:"forwards"`
 	}
 )
@@ -1101,6 +1103,61 @@ senders:
 	d = s.delivery("fwd", "d-2")
 	if len(d.Forwards) != 2 {
 		t.Errorf("forwards of d-2 = %+v, want the 2 jobs and nothing left in the outbox", d.Forwards)
+	}
+}
+
+// TestOperatorRedeliverWhileRunningQueuesAfter: redelivering an event
+// whose forward to one target is running and to another retrying queues a
+// new job after each (after_current, current_job_id naming it), beside the
+// forward under way; a second redelivery while those new jobs wait queues
+// nothing more (already_pending, the queued jobs named).
+func TestOperatorRedeliverWhileRunningQueuesAfter(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: orders
+        url: http://orders.internal/hooks
+      - name: ledger
+        url: http://ledger.internal/hooks
+`})
+	ev := s.accept("fwd", "run-1", []byte(`{}`))
+	if n := s.relayOnce(); n != 2 {
+		t.Fatalf("relay moved %d forwards, want 2", n)
+	}
+	current := map[string]int64{}
+	for target, state := range map[string]string{"orders": "running", "ledger": "retryable"} {
+		var id int64
+		if err := s.pool.QueryRow(t.Context(), `UPDATE river_job SET state = $2::river_job_state, attempt = 1, attempted_at = now()
+WHERE args->>'event_id' = $1 AND args->>'target' = $3 RETURNING id`, ev, state, target).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		current[target] = id
+	}
+	var re redelivery
+	decode(t, s.call("POST", "/v1/events/"+ev+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
+	if len(re.Forwards) != 2 {
+		t.Fatalf("redelivery = %+v, want both targets", re)
+	}
+	queued := map[string]int64{}
+	for _, f := range re.Forwards {
+		if !f.AfterCurrent || f.AlreadyPending || f.CurrentJobID == nil || *f.CurrentJobID != current[f.Target] || f.JobID == 0 || f.JobID == current[f.Target] {
+			t.Errorf("redelivery of a forward under way = %+v; want a new job queued after job %d", f, current[f.Target])
+		}
+		queued[f.Target] = f.JobID
+	}
+	var n int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE args->>'event_id' = $1 AND (args->>'after')::bigint > 0`, ev).Scan(&n); err != nil || n != 2 {
+		t.Errorf("jobs queued after a forward: %d (%v), want 2", n, err)
+	}
+	decode(t, s.call("POST", "/v1/events/"+ev+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
+	for _, f := range re.Forwards {
+		if !f.AlreadyPending || f.AfterCurrent || f.JobID != queued[f.Target] {
+			t.Errorf("second redelivery = %+v; want already pending, the queued job %d", f, queued[f.Target])
+		}
 	}
 }
 
