@@ -214,11 +214,12 @@ func TestList(t *testing.T) {
 	update(jobOf(first, "t2"), store.JobFixture{State: rivertype.JobStateCancelled, Attempt: 1, Errors: []string{"JobCancelError: target answered 400"}})
 	update(jobOf(first, "t3"), store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 2, ScheduledAt: time.Now().Add(time.Minute),
 		Errors: []string{"target answered 502", `post to target "t3": connection refused`}})
-	again := redeliver() // t3 is still retrying: no second job for it
+	again := redeliver() // t3 is still retrying: a new job is queued after it
 	update(jobOf(again, "t1"), store.JobFixture{State: rivertype.JobStateRunning, Attempt: 1})
 	update(jobOf(again, "t2"), store.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 20, Errors: []string{"target answered 500"}})
-	third := redeliver() // only t2 has none waiting
+	third := redeliver() // t1 is running: a new job after it; t3's queued job still waits: none; t2: a new job
 	jobOf(third, "t2")
+	jobOf(third, "t1")
 
 	// Outbox rows: two of the event's, and others of another event and of
 	// another sender's event with the same ID.
@@ -245,6 +246,8 @@ func TestList(t *testing.T) {
 		{Target: "t3", State: store.StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: `post to target "t3": connection refused`},
 		{Target: "t1", State: store.StateRunning, Attempts: 1, MaxAttempts: 3},
 		{Target: "t2", State: store.StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},
+		{Target: "t3", State: store.StatePending, Attempts: 0, MaxAttempts: 7},
+		{Target: "t1", State: store.StatePending, Attempts: 0, MaxAttempts: 3},
 		{Target: "t2", State: store.StatePending, Attempts: 0, MaxAttempts: 20},
 	}
 	if len(got) != len(want) {
