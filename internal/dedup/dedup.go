@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -362,7 +363,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 	}
 	conn, release, err := s.acquire(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("claim delivery: acquire connection: %w", err)
+		return Result{}, fmt.Errorf("claim delivery: acquire connection: %w: %w", ErrUnavailable, err)
 	}
 	defer release()
 	res, err := s.pipeline(ctx, conn, p)
@@ -560,13 +561,13 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	for i, st := range stmts {
 		sd, err := conn.Prepare(ctx, st.sql, st.sql) // a map lookup once prepared on this connection
 		if err != nil {
-			return out, fmt.Errorf("prepare delivery statement %d: %w", i, err)
+			return out, fmt.Errorf("prepare delivery statement %d: %w", i, unavailable(err))
 		}
 		sds[i] = sd
 	}
 	sd, err := conn.Prepare(ctx, commitSQL, commitSQL)
 	if err != nil {
-		return out, fmt.Errorf("prepare commit: %w", err)
+		return out, fmt.Errorf("prepare commit: %w", unavailable(err))
 	}
 	sds[len(stmts)] = sd
 
@@ -594,7 +595,8 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	pl.SendPipelineSync()
 	if err := pl.Flush(); err != nil {
 		_ = pl.Close()
-		return out, fmt.Errorf("send delivery: %w", err)
+		// Some of it, the COMMIT included, may have reached the server.
+		return out, fmt.Errorf("send delivery: %w: %w", ErrUnavailable, err)
 	}
 
 	i, syncs := 0, 0 // i: the statement whose result comes next
@@ -603,7 +605,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		if !errors.As(err, &pgErr) {
 			// The connection is gone: the outcome of COMMIT is unknown.
 			_ = pl.Close()
-			return fmt.Errorf("delivery pipeline: %w", err)
+			return fmt.Errorf("delivery pipeline: %w: %w", ErrUnavailable, err)
 		}
 		if out.failed == nil {
 			out.failed, out.failedAt = err, i
@@ -639,7 +641,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 			i++
 		case nil:
 			_ = pl.Close()
-			return out, errors.New("delivery pipeline: results ended early")
+			return out, fmt.Errorf("delivery pipeline: results ended early: %w", ErrUnavailable)
 		}
 	}
 	if err := pl.Close(); err != nil {
@@ -649,6 +651,16 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		return out, fmt.Errorf("commit delivery: PostgreSQL answered %q", commit)
 	}
 	return out, nil
+}
+
+// unavailable wraps err with ErrUnavailable unless it is PostgreSQL's own
+// answer (a *pgconn.PgError): a lost connection, an I/O error.
+func unavailable(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // encoders encode a pipeline's parameters: its own for the common types,
@@ -739,12 +751,12 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, d.Sender, d.Del
 // any other constraint, and nil, is not a duplicate.
 func IsDuplicate(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == KeyConstraint
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == KeyConstraint
 }
 
 // isLockTimeout reports whether err is PostgreSQL's lock_not_available
 // (SQLSTATE 55P03), raised when lock_timeout expires.
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
 }
