@@ -146,7 +146,7 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	fs.DurationVar(&s.shutdownWait, "shutdown-timeout", 20*time.Second, "how long in-flight requests and forwards may take to finish on shutdown")
 	fs.StringVar(&s.role, "role", def("HOOKGATE_ROLE", roleAll), "what this process does: all, api (ingest) or worker (forward) (env HOOKGATE_ROLE)")
 	fs.IntVar(&s.forwardWorkers, "forward-workers", forward.DefaultMaxWorkers, "forwards run at once by this process")
-	fs.DurationVar(&s.rescueAfter, "forward-rescue-after", 0, "how long a forward may stay running before another worker retries it; more than the longest target timeout + 5s (default: that + 1m)")
+	fs.DurationVar(&s.rescueAfter, "forward-rescue-after", 0, "how long a job may stay running before another worker retries it (the forwards of a killed process); more than the longest target timeout + 5s (default: the longest timeout of all job kinds, a bulk redelivery's 1h, + 1m; shorter, bulk redeliveries and retention run in slices of this - 5s)")
 	fs.DurationVar(&s.fetchPoll, "forward-poll-interval", 0, "how often workers poll for forwards between notifications (default 100ms)")
 	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
 	fs.DurationVar(&s.retentionInterval, "retention-interval", retention.DefaultInterval, "how often expired keys and old events are deleted (by one worker process at a time)")
@@ -309,9 +309,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		FetchPollInterval: s.fetchPoll,
 		Backoff:           s.backoff,
 		Maintenance: forward.Maintenance{
-			Queue: retention.Queue,
-			Register: func(w *river.Workers) error {
-				return river.AddWorkerSafely(w, retention.NewWorker(pool, cfg, log))
+			Queue:   retention.Queue,
+			Timeout: retention.JobTimeout,
+			Register: func(w *river.Workers, maxTimeout time.Duration) error {
+				return river.AddWorkerSafely(w, retention.NewWorker(pool, cfg, maxTimeout, log))
 			},
 			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
 		},
