@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -23,4 +24,27 @@ func DeleteBefore(ctx context.Context, db *pgxpool.Pool, sender string, cutoff t
 		return 0, fmt.Errorf("delete old events of %s: %w", sender, err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// sendersSQL lists the senders that have events, one index probe per sender
+// (a loose scan of webhook_events_pkey, which leads with sender), not a
+// scan of every event.
+const sendersSQL = `WITH RECURSIVE s(sender) AS (
+  SELECT min(sender) FROM webhook_events
+  UNION ALL
+  SELECT (SELECT min(sender) FROM webhook_events WHERE sender > s.sender) FROM s WHERE s.sender IS NOT NULL)
+SELECT sender FROM s WHERE sender IS NOT NULL`
+
+// Senders returns the names of the senders that have events, configured or
+// not, in order.
+func Senders(ctx context.Context, db *pgxpool.Pool) ([]string, error) {
+	rows, err := db.Query(ctx, sendersSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list senders with events: %w", err)
+	}
+	senders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list senders with events: %w", err)
+	}
+	return senders, nil
 }

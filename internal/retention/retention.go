@@ -55,8 +55,8 @@ type Result struct {
 }
 
 // Run deletes, in batches of BatchSize, every key expired at now and every
-// event older than its sender's event retention, until none is left or ctx
-// ends. It returns what it deleted (also on error).
+// event older than its sender's event retention (config.DefaultRetention
+// for a sender no longer configured), until none is left or ctx ends. It returns what it deleted (also on error).
 func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
 	var res Result
 	senders, err := dedup.ExpiredSenders(ctx, db, now)
@@ -75,10 +75,20 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 			}
 		}
 	}
-	for _, s := range cfg.Senders {
-		cutoff := now.Add(-time.Duration(s.EventRetention))
+	// Every sender that has events: a configured one keeps them for its
+	// event_retention, one no longer configured for DefaultRetention.
+	withEvents, err := events.Senders(ctx, db)
+	if err != nil {
+		return res, err
+	}
+	for _, sender := range withEvents {
+		keep := config.DefaultRetention
+		if s, ok := cfg.Sender(sender); ok {
+			keep = time.Duration(s.EventRetention)
+		}
+		cutoff := now.Add(-keep)
 		for {
-			n, err := events.DeleteBefore(ctx, db, s.Name, cutoff, BatchSize)
+			n, err := events.DeleteBefore(ctx, db, sender, cutoff, BatchSize)
 			res.Events += n
 			if err != nil {
 				return res, err
