@@ -11,7 +11,7 @@ BENCHFLAGS ?=
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: run test bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: check-docs run test bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -63,6 +63,10 @@ check-alerts:
 		promtool check rules deploy/prometheus/alerts.yaml && \
 		promtool test rules deploy/prometheus/alerts_test.yaml; \
 	fi
+
+## check-docs: fail on a relative link or #anchor in a Markdown file that does not resolve
+check-docs:
+	go test -count=1 -run 'TestRelativeLinksResolve|TestLinkCheckCatchesBrokenLinks' ./internal/doccheck/
 
 ## db-stop: stop the local PostgreSQL `make run` started
 db-stop:

@@ -113,7 +113,7 @@ trap stop INT TERM
 trap 'stop; wait' EXIT
 
 if ! busy "${sink_addr##*:}"; then
-	env HOOKGATE_CONFIG=hookgate.yaml .data/hookgate sink --addr "$sink_addr" &
+	env HOOKGATE_CONFIG=hookgate.yaml DATABASE_URL="$url" .data/hookgate sink --addr "$sink_addr" &
 	sink_pid=$!
 fi
 

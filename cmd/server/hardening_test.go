@@ -5,6 +5,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,26 +15,49 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
-// An admin token shorter than 32 characters is refused at start-up, with
-// the reason; the token itself is not repeated.
-func TestRunRejectsShortAdminToken(t *testing.T) {
+// Weak admin tokens are refused at start-up, with the reason: too short
+// for 128 bits, only whitespace, a repeated pattern (32 × "a"); the token
+// itself is not repeated. A token as make run generates it starts.
+func TestRunRejectsWeakAdminToken(t *testing.T) {
 	t.Parallel()
-	short := "short-admin-token-31-characters"
-	for _, tc := range []struct {
-		args []string
-		env  []string
-	}{
-		{[]string{"serve", "--admin-token", short}, nil},
-		{[]string{"serve"}, []string{"HOOKGATE_ADMIN_TOKEN", short}},
+	for tok, why := range map[string]string{
+		"short-admin-token-31-characters": "bits of entropy",
+		strings.Repeat("a", 32):           "one character repeated",
+		strings.Repeat(" ", 32):           "only whitespace",
+		strings.Repeat("abcd", 12):        "pattern of 4 characters repeated",
 	} {
-		var stdout, stderr bytes.Buffer
-		err := run(t.Context(), tc.args, envOf(append(tc.env, "DATABASE_URL", "postgres://127.0.0.1:1/x")...), &stdout, &stderr)
-		if err == nil || !strings.Contains(err.Error(), "admin token") || !strings.Contains(err.Error(), "at least 32") {
-			t.Errorf("%q: err = %v, want an error saying the admin token needs at least 32 characters", tc.args, err)
+		for _, tc := range []struct {
+			args []string
+			env  []string
+		}{
+			{[]string{"serve", "--admin-token", tok}, nil},
+			{[]string{"serve"}, []string{"HOOKGATE_ADMIN_TOKEN", tok}},
+		} {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tc.args, envOf(append(tc.env, "DATABASE_URL", "postgres://127.0.0.1:1/x")...), &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), "admin token") || !strings.Contains(err.Error(), why) {
+				t.Errorf("%q: err = %v, want an error saying the admin token is weak (%s)", why, err, why)
+			}
+			if err != nil && strings.TrimSpace(tok) != "" && strings.Contains(err.Error()+stdout.String()+stderr.String(), tok) {
+				t.Errorf("the refusal repeats the token: %v", err)
+			}
 		}
-		if err != nil && strings.Contains(err.Error()+stdout.String()+stderr.String(), short) {
-			t.Errorf("the refusal repeats the token: %v", err)
-		}
+	}
+	// make run's token, made by the command .ci/run-local.sh runs.
+	script, err := os.ReadFile("../../.ci/run-local.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`head -c \d+ /dev/urandom[^>]*`).Find(script)
+	if m == nil {
+		t.Fatal(".ci/run-local.sh makes no admin token with head -c N /dev/urandom any more: update this test")
+	}
+	out, err := exec.Command("bash", "-c", string(m)).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseSettings("serve", []string{"--admin-token", string(out)}, envOf(), io.Discard); err != nil {
+		t.Errorf("a token as make run makes it is refused: %v", err)
 	}
 }
 

@@ -9,11 +9,9 @@
 //	hookgate sink      a forward target for trying hookgate out: prints each
 //	                   forward and checks its signature (make run starts it)
 //
-// Settings come from flags or the environment: DATABASE_URL, HOOKGATE_ADDR,
-// HOOKGATE_CONFIG, HOOKGATE_ADMIN_TOKEN, HOOKGATE_IN_FLIGHT_WAIT,
-// HOOKGATE_LOG_FORMAT, HOOKGATE_MAX_HEADER_BYTES, HOOKGATE_INGEST_MAX_WAITING,
-// HOOKGATE_ALLOW_EXAMPLE_SECRETS, HOOKGATE_TRUSTED_PROXIES,
-// HOOKGATE_CONSOLE_SESSION_TTL.
+// Settings come from flags or the environment (each flag has its variable):
+// settingTable in settings.go lists them, `hookgate serve --help` prints
+// them, and docs/configuration.md documents them.
 package main
 
 import (
@@ -26,11 +24,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -73,154 +69,6 @@ func main() {
 		}
 		os.Exit(1)
 	}
-}
-
-// maxInFlightWait is the longest in-flight wait serve accepts: the ingest
-// transaction is given 15s in all (handler), and the wait must end well
-// within it to be answered 409 rather than 503.
-const maxInFlightWait = 10 * time.Second
-
-// settings are the values of flags and environment variables.
-type settings struct {
-	databaseURL  string
-	addr         string
-	configPath   string
-	adminToken   string
-	inFlightWait time.Duration
-	logFormat    string
-	shutdownWait time.Duration
-
-	role           string
-	forwardWorkers int
-	rescueAfter    time.Duration
-	fetchPoll      time.Duration
-	backoff        forward.Backoff
-
-	retentionInterval time.Duration
-	pprofAddr         string
-
-	batchSize, batchesInFlight int
-	replayCache                int
-
-	maxHeaderBytes   int
-	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
-
-	allowExampleSecrets bool // HOOKGATE_ALLOW_EXAMPLE_SECRETS=1
-
-	trustedProxies []netip.Prefix // whose X-Forwarded-Proto the console believes
-	sessionTTL     time.Duration  // of a console sign-in
-}
-
-// defaultMaxHeaderBytes bounds a request's header section (net/http's own
-// default is 1 MiB).
-const defaultMaxHeaderBytes = 64 << 10
-
-// Roles of a serve process.
-const (
-	roleAll    = "all"    // ingest and forward
-	roleAPI    = "api"    // ingest only: forwards are enqueued, not worked
-	roleWorker = "worker" // forward only: serves /healthz, /readyz and /metrics
-)
-
-// parseSettings reads flags from args with defaults from getenv.
-func parseSettings(name string, args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
-	s := &settings{}
-	fs := flag.NewFlagSet("hookgate "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	def := func(key, fallback string) string {
-		if v := getenv(key); v != "" {
-			return v
-		}
-		return fallback
-	}
-	fs.StringVar(&s.databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL connection URL (env DATABASE_URL; required)")
-	fs.StringVar(&s.addr, "addr", def("HOOKGATE_ADDR", ":8080"), "listen address (env HOOKGATE_ADDR)")
-	fs.StringVar(&s.configPath, "config", def("HOOKGATE_CONFIG", "hookgate.yaml"), "senders configuration file (env HOOKGATE_CONFIG)")
-	fs.StringVar(&s.adminToken, "admin-token", getenv("HOOKGATE_ADMIN_TOKEN"), "bearer token of the operator API (env HOOKGATE_ADMIN_TOKEN)")
-	fs.StringVar(&s.logFormat, "log-format", def("HOOKGATE_LOG_FORMAT", "json"), "log format: json or text (env HOOKGATE_LOG_FORMAT)")
-	wait := def("HOOKGATE_IN_FLIGHT_WAIT", dedup.DefaultInFlightWait.String())
-	fs.Func("in-flight-wait", "how long a delivery waits for a concurrent one with the same ID before 409 (env HOOKGATE_IN_FLIGHT_WAIT, default 3s)", func(v string) error {
-		wait = v
-		return nil
-	})
-	fs.DurationVar(&s.shutdownWait, "shutdown-timeout", 20*time.Second, "how long in-flight requests and forwards may take to finish on shutdown")
-	fs.StringVar(&s.role, "role", def("HOOKGATE_ROLE", roleAll), "what this process does: all, api (ingest) or worker (forward) (env HOOKGATE_ROLE)")
-	fs.IntVar(&s.forwardWorkers, "forward-workers", forward.DefaultMaxWorkers, "forwards run at once by this process")
-	fs.DurationVar(&s.rescueAfter, "forward-rescue-after", 0, "how long a job may stay running before another worker retries it (the forwards of a killed process); more than the longest target timeout + 5s (default: the longest timeout of all job kinds, a bulk redelivery's 1h, + 1m; shorter, bulk redeliveries and retention run in slices of this - 5s)")
-	fs.DurationVar(&s.fetchPoll, "forward-poll-interval", 0, "how often workers poll for forwards between notifications (default 100ms)")
-	fs.DurationVar(&s.backoff.Base, "forward-backoff-base", forward.DefaultBackoff.Base, "first retry delay of a failed forward; it doubles per attempt")
-	fs.DurationVar(&s.retentionInterval, "retention-interval", retention.DefaultInterval, "how often expired keys and old events are deleted (by one worker process at a time)")
-	fs.DurationVar(&s.backoff.Max, "forward-backoff-max", forward.DefaultBackoff.Max, "longest retry delay of a failed forward")
-	fs.IntVar(&s.batchSize, "ingest-batch-size", intEnv(getenv, "HOOKGATE_INGEST_BATCH_SIZE", dedup.DefaultMaxBatch), "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off (env HOOKGATE_INGEST_BATCH_SIZE)")
-	fs.IntVar(&s.batchesInFlight, "ingest-batches-in-flight", intEnv(getenv, "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", dedup.DefaultMaxInFlight), "most batches of one sender in flight at once (env HOOKGATE_INGEST_BATCHES_IN_FLIGHT)")
-	fs.IntVar(&s.replayCache, "replay-cache-size", intEnv(getenv, "HOOKGATE_REPLAY_CACHE_SIZE", dedup.DefaultReplayCacheSize), "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off (env HOOKGATE_REPLAY_CACHE_SIZE)")
-	fs.StringVar(&s.pprofAddr, "pprof-addr", getenv("HOOKGATE_PPROF_ADDR"), "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty; never expose it beyond the host (env HOOKGATE_PPROF_ADDR)")
-	s.allowExampleSecrets = getenv(config.ExampleSecretsEnv) == "1"
-	maxWaiting := def("HOOKGATE_INGEST_MAX_WAITING", "-1")
-	fs.Func("ingest-max-waiting", "deliveries that may wait for a database connection before more are answered 503 at once (env HOOKGATE_INGEST_MAX_WAITING, default 4 × the pool size)", func(v string) error {
-		maxWaiting = v
-		return nil
-	})
-	maxHeader := def("HOOKGATE_MAX_HEADER_BYTES", strconv.Itoa(defaultMaxHeaderBytes))
-	fs.Func("max-header-bytes", "largest request header section accepted, in bytes; larger gets 431 (env HOOKGATE_MAX_HEADER_BYTES, default 65536)", func(v string) error {
-		maxHeader = v
-		return nil
-	})
-	proxies := getenv("HOOKGATE_TRUSTED_PROXIES")
-	fs.StringVar(&proxies, "trusted-proxies", proxies, "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure (env HOOKGATE_TRUSTED_PROXIES)")
-	ttl := def("HOOKGATE_CONSOLE_SESSION_TTL", console.DefaultSessionTTL.String())
-	fs.Func("console-session-ttl", "how long a console sign-in lasts (env HOOKGATE_CONSOLE_SESSION_TTL, default 12h)", func(v string) error {
-		ttl = v
-		return nil
-	})
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	var err error
-	if s.trustedProxies, err = console.ParseTrustedProxies(proxies); err != nil {
-		return nil, fmt.Errorf("trusted proxies %q: %w; give addresses or CIDR prefixes separated by commas, such as 10.0.0.0/8,127.0.0.1", proxies, err)
-	}
-	if s.sessionTTL, err = time.ParseDuration(ttl); err != nil || s.sessionTTL < time.Minute {
-		return nil, fmt.Errorf("console session TTL %q: must be a duration of at least 1m, such as 12h", ttl)
-	}
-	n, err := strconv.Atoi(maxHeader)
-	if err != nil || n < 4096 || n > 1<<20 {
-		return nil, fmt.Errorf("max header bytes %q: must be a whole number from 4096 to 1048576", maxHeader)
-	}
-	s.maxHeaderBytes = n
-	if s.ingestMaxWaiting, err = strconv.Atoi(maxWaiting); err != nil || s.ingestMaxWaiting < -1 {
-		return nil, fmt.Errorf("ingest max waiting %q: must be a whole number, 0 or more", maxWaiting)
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	d, err := time.ParseDuration(wait)
-	if err != nil || d < time.Millisecond || d > maxInFlightWait {
-		return nil, fmt.Errorf("in-flight wait %q: must be a duration from 1ms to %s, such as 3s", wait, maxInFlightWait)
-	}
-	s.inFlightWait = d
-	if s.replayCache < 0 || s.replayCache > 10_000_000 {
-		return nil, errors.New("replay cache size: must be from 0 (off) to 10000000")
-	}
-	if s.batchSize < 1 || s.batchSize > 1000 || s.batchesInFlight < 1 || s.batchesInFlight > 64 {
-		return nil, errors.New("ingest batching: the batch size must be from 1 to 1000 and the batches in flight from 1 to 64")
-	}
-	if s.role != roleAll && s.role != roleAPI && s.role != roleWorker {
-		return nil, fmt.Errorf("role %q: must be all, api or worker", s.role)
-	}
-	if s.fetchPoll != 0 && s.fetchPoll < 100*time.Millisecond {
-		return nil, errors.New("forward poll interval: must be at least 100ms")
-	}
-	if s.backoff.Base <= 0 || s.backoff.Max < s.backoff.Base {
-		return nil, errors.New("forward backoff: base must be positive and max at least base")
-	}
-	if s.adminToken != "" && len(s.adminToken) < handler.MinAdminTokenLen {
-		return nil, fmt.Errorf("admin token: it has %d characters and must have at least %d, so that it cannot be guessed; generate one with: head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n'", len(s.adminToken), handler.MinAdminTokenLen)
-	}
-	if s.logFormat != "json" && s.logFormat != "text" {
-		return nil, fmt.Errorf("log format %q: must be json or text", s.logFormat)
-	}
-	return s, nil
 }
 
 // run is the whole program: it parses args (a subcommand and its flags),
@@ -340,7 +188,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	shed := handler.WithShedding(poolSize, maxWaiting)
 	// The console shares the operator API's limit on wrong tokens.
-	limiter := authlimit.New()
+	limiter := authlimit.New(s.trustedProxies...)
 	cons := console.New(cfg, store, pool, log, console.Options{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
@@ -422,21 +270,6 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
-}
-
-// intEnv returns the integer in the environment variable key, fallback when
-// it is unset, and -1 (refused by the range checks) when it is not an
-// integer.
-func intEnv(getenv func(string) string, key string, fallback int) int {
-	v := getenv(key)
-	if v == "" {
-		return fallback
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return -1
-	}
-	return n
 }
 
 // servePprof serves net/http/pprof on addr until ctx is done.

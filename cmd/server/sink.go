@@ -1,18 +1,24 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/consumer"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/signature"
 )
@@ -31,6 +37,12 @@ const sinkBodyShown = 2048
 // configuration file. It answers 204 to a request whose signature is valid
 // (or to any request when it has no secret), 401 otherwise, until ctx is
 // cancelled.
+//
+// With a database (--database-url, DATABASE_URL) it is a service built on
+// the public consumer package: each valid forward goes through
+// consumer.Middleware (consumer name "hookgate-sink"), so that a forward
+// seen before (a redelivery) is recognised as already processed, answered
+// with the stored 204 and Idempotent-Replayed, and printed as such.
 func runSink(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hookgate sink", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -43,6 +55,7 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 	addr := fs.String("addr", def("HOOKGATE_SINK_ADDR", defaultSinkAddr), "listen address (env HOOKGATE_SINK_ADDR)")
 	secret := fs.String("secret", getenv("HOOKGATE_SINK_SECRET"), "Standard Webhooks secret (whsec_…) forwards must be signed with (env HOOKGATE_SINK_SECRET); default: the signing secrets of the targets in --config")
 	cfgPath := fs.String("config", def("HOOKGATE_CONFIG", "hookgate.yaml"), "configuration whose targets' signing secrets are checked when --secret is not given (env HOOKGATE_CONFIG)")
+	dsn := fs.String("database-url", getenv("DATABASE_URL"), "PostgreSQL URL: process each forward at most once with the consumer package, and say when one was already processed (env DATABASE_URL); none: no memory of forwards")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +85,12 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 		verify = signature.StandardWebhooks(keys, 0)
 	}
 
+	processed, closeDB, err := sinkConsumer(ctx, *dsn, keys)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("sink: listen: %w", err)
@@ -83,12 +102,24 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 			http.Error(w, "cannot read body", http.StatusBadRequest)
 			return
 		}
-		status, check := http.StatusNoContent, "not checked (no secret)"
+		status, check, seen := http.StatusNoContent, "not checked (no secret)", ""
 		if verify != nil {
 			if err := verify.Verify(r.Header, body, time.Now()); err != nil {
 				status, check = http.StatusUnauthorized, "INVALID: "+err.Error()
 			} else {
 				check = "valid"
+			}
+		}
+		if status == http.StatusNoContent && processed != nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			rec := &statusRecorder{ResponseWriter: w}
+			processed.ServeHTTP(rec, r)
+			status, seen = rec.status, "first delivery of this event: processed and recorded"
+			switch {
+			case w.Header().Get(consumer.HeaderReplayed) == "true":
+				seen = "ALREADY PROCESSED: the stored answer was replayed (Idempotent-Replayed: true), nothing applied again"
+			case status/100 != 2:
+				seen = "not processed (answered " + strconv.Itoa(status) + ")"
 			}
 		}
 		mu.Lock()
@@ -99,8 +130,14 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 				fmt.Fprintf(stdout, "  %s: %s\n", k, printable(v))
 			}
 		}
-		fmt.Fprintf(stdout, "  signature: %s\n  body (%d bytes): %s\n  answered %d\n", check, len(body), shownBody(body), status)
-		w.WriteHeader(status)
+		fmt.Fprintf(stdout, "  signature: %s\n  body (%d bytes): %s\n", check, len(body), shownBody(body))
+		if seen != "" {
+			fmt.Fprintf(stdout, "  consumer: %s\n", seen)
+		}
+		fmt.Fprintf(stdout, "  answered %d\n", status)
+		if processed == nil || status == http.StatusUnauthorized {
+			w.WriteHeader(status)
+		}
 	})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stdout, "sink: listening on http://%s, verifying signatures with %s\n", ln.Addr(), orNone(from, len(keys)))
@@ -119,6 +156,56 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		return fmt.Errorf("sink: %w", err)
 	}
+}
+
+// sinkConsumer returns the handler that processes a verified forward at
+// most once with the consumer package (nil without dsn), and a function
+// closing its database. The sink has checked the signature already, so
+// the middleware is told the target's secrets only to check them again.
+func sinkConsumer(ctx context.Context, dsn string, keys [][]byte) (http.Handler, func(), error) {
+	if dsn == "" {
+		return nil, func() {}, nil
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sink: database: %w", err)
+	}
+	if err := consumer.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("sink: %w", err)
+	}
+	secrets := make([]string, len(keys))
+	for i, k := range keys {
+		secrets[i] = signature.StandardSecretPrefix + base64.StdEncoding.EncodeToString(k)
+	}
+	mw, err := consumer.Middleware(consumer.MiddlewareConfig{DB: pool, Consumer: "hookgate-sink", Secrets: secrets, Unsigned: len(keys) == 0})
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("sink: %w", err)
+	}
+	// The state change of the example: nothing but the event's key, which
+	// the middleware records.
+	return mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })), pool.Close, nil
+}
+
+// statusRecorder remembers the status written through it.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *statusRecorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(p)
 }
 
 func orNone(from string, n int) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
@@ -63,6 +64,59 @@ func TestSinkVerifiesSignatures(t *testing.T) {
 	}
 	waitUntil(t, 5*time.Second, "the sink's output", func() bool { return strings.Contains(out.tail(100), "signature: valid") })
 	if got := out.tail(100); !strings.Contains(got, "X-Hookgate-Delivery-Id: d1") || !strings.Contains(got, `body (12 bytes): {"order":42}`) || !strings.Contains(got, "signature: INVALID") {
+		t.Errorf("sink output:\n%s", got)
+	}
+}
+
+// With a database, hookgate sink processes forwards through the consumer
+// package: a redelivered forward (the same webhook-id) is answered with the
+// stored 204 and Idempotent-Replayed, and printed as already processed.
+func TestSinkRecognisesRedelivery(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_aG9va2dhdGUgZXhhbXBsZSBzaW5rIGtleSwgcHVibGljIQ=="
+	_, dsn := pgtest.NewDB(t)
+	addr := freeAddr(t)
+	out := newLogSink()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"sink", "--addr", addr, "--secret", secret}, envOf("DATABASE_URL", dsn), out, out)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sink: %v", err)
+		}
+	})
+	key, err := signature.DecodeStandardSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() (int, string) {
+		body := []byte(`{"order":42}`)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks/orders", bytes.NewReader(body))
+		now := time.Now()
+		req.Header.Set("webhook-id", "evt_redelivered")
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+		req.Header.Set("webhook-signature", signature.SignStandard(key, "evt_redelivered", now, body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, ""
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Idempotent-Replayed")
+	}
+	var status int
+	var replayed string
+	waitUntil(t, 10*time.Second, "the sink to answer", func() bool { status, replayed = send(); return status != 0 })
+	if status != http.StatusNoContent || replayed != "" {
+		t.Fatalf("first forward: %d (replayed %q), want 204", status, replayed)
+	}
+	if status, replayed = send(); status != http.StatusNoContent || replayed != "true" {
+		t.Fatalf("redelivered forward: %d (replayed %q), want the stored 204 replayed", status, replayed)
+	}
+	waitUntil(t, 5*time.Second, "the sink's output", func() bool { return strings.Contains(out.tail(100), "ALREADY PROCESSED") })
+	if got := out.tail(100); strings.Count(got, "first delivery of this event") != 1 {
 		t.Errorf("sink output:\n%s", got)
 	}
 }

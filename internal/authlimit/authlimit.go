@@ -1,13 +1,17 @@
 // Package authlimit slows down guessing of the admin token: it remembers,
 // per client address, how many wrong or missing tokens came lately. The
 // operator API (internal/handler) and the console (internal/console) share
-// one Limiter, so a guesser cannot double its rate by using both.
+// one Limiter, so a guesser cannot double its rate by using both. A request
+// with the right token is never refused by it: callers check the token
+// first and ask Blocked only for a wrong one. Weak tokens, which would make
+// that unsafe, are refused at start-up (CheckToken).
 package authlimit
 
 import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,26 +40,66 @@ type Limiter struct {
 	mu      sync.Mutex
 	clients map[netip.Prefix]*rate.Limiter
 	now     func() time.Time
+	trusted []netip.Prefix
 }
 
-// New returns an empty Limiter.
-func New() *Limiter {
-	return &Limiter{clients: map[netip.Prefix]*rate.Limiter{}, now: time.Now}
+// New returns an empty Limiter. trusted are the reverse proxies whose
+// X-Forwarded-For names the client (HOOKGATE_TRUSTED_PROXIES); from any
+// other peer the header is ignored.
+func New(trusted ...netip.Prefix) *Limiter {
+	return &Limiter{clients: map[netip.Prefix]*rate.Limiter{}, now: time.Now, trusted: trusted}
 }
 
-// ClientKey returns the client address of r (its TCP peer; forwarding
-// headers, which the client writes, are ignored) as a prefix: the address
-// itself for IPv4, its /64 for IPv6.
-func ClientKey(r *http.Request) netip.Prefix {
+// Client returns the client address of r: its TCP peer, or, when the peer
+// is a trusted proxy, the last address in X-Forwarded-For that is not a
+// trusted proxy itself (the first one when all are; the peer when the
+// header is missing or ends in something that is not an address).
+func Client(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	a, err := netip.ParseAddr(host)
+	peer, err := netip.ParseAddr(host)
 	if err != nil {
+		return netip.Addr{}
+	}
+	client := peer.Unmap()
+	if !isTrusted(client, trusted) {
+		return client
+	}
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		client = a.Unmap()
+		if !isTrusted(client, trusted) {
+			break
+		}
+	}
+	return client
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientKey returns the client of r (Client) as the prefix its failures
+// are counted under: the address itself for IPv4, its /64 for IPv6.
+func (l *Limiter) ClientKey(r *http.Request) netip.Prefix {
+	a := Client(r, l.trusted)
+	if !a.IsValid() {
 		return netip.Prefix{}
 	}
-	a = a.Unmap()
 	if a.Is4() {
 		return netip.PrefixFrom(a, 32)
 	}
@@ -68,7 +112,7 @@ func ClientKey(r *http.Request) netip.Prefix {
 func (l *Limiter) Blocked(r *http.Request) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lim, ok := l.clients[ClientKey(r)]
+	lim, ok := l.clients[l.ClientKey(r)]
 	if !ok {
 		return 0
 	}
@@ -86,7 +130,7 @@ func (l *Limiter) Blocked(r *http.Request) time.Duration {
 func (l *Limiter) Failed(r *http.Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	key := ClientKey(r)
+	key := l.ClientKey(r)
 	now := l.now()
 	lim, ok := l.clients[key]
 	if !ok {

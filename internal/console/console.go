@@ -5,8 +5,8 @@
 // of the queries the JSON API uses (dedup, events, forward): it has no SQL
 // of its own.
 //
-// Sign-in is with the admin token; the session is a signed cookie (see
-// session.go). Every state-changing request is a POST carrying a CSRF
+// Sign-in is with the admin token; the session is a signed cookie that
+// sign-out revokes in the database (see session.go). Every state-changing request is a POST carrying a CSRF
 // token, refused when it comes from another site.
 package console
 
@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/authlimit"
@@ -34,10 +35,12 @@ import (
 // otherwise.
 const DefaultSessionTTL = 12 * time.Hour
 
-// DB is what the console reads events and forwards with: a *pgxpool.Pool.
+// DB is what the console reads events and forwards with, and records
+// sign-outs in: a *pgxpool.Pool.
 type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // Options configure a Console. Zero values take the defaults.
@@ -45,14 +48,15 @@ type Options struct {
 	// AdminToken signs operators in; empty disables the console (its pages
 	// say how to enable it).
 	AdminToken string
-	// TrustedProxies are the addresses whose X-Forwarded-Proto is believed:
-	// a request from one of them with X-Forwarded-Proto: https gets a
-	// Secure session cookie, as does a request over TLS.
+	// TrustedProxies are the addresses whose X-Forwarded-Proto and
+	// X-Forwarded-For are believed: a request from one of them with
+	// X-Forwarded-Proto: https gets a Secure session cookie, as does a
+	// request over TLS; give the Limiter the same (authlimit.New).
 	TrustedProxies []netip.Prefix
 	// SessionTTL is how long a sign-in lasts (DefaultSessionTTL).
 	SessionTTL time.Duration
 	// Limiter counts wrong tokens per client; share the operator API's.
-	// A new one when nil.
+	// A new one (trusting TrustedProxies' X-Forwarded-For) when nil.
 	Limiter *authlimit.Limiter
 	// River inserts redeliveries; without it Redeliver answers 503.
 	River *river.Client[pgx.Tx]
@@ -86,7 +90,7 @@ func New(cfg *config.Config, store *dedup.Store, db DB, log *slog.Logger, opts O
 		opts.SessionTTL = DefaultSessionTTL
 	}
 	if opts.Limiter == nil {
-		opts.Limiter = authlimit.New()
+		opts.Limiter = authlimit.New(opts.TrustedProxies...)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -118,6 +122,7 @@ func (c *Console) routes() http.Handler {
 		r.Use(c.requireSession)
 		r.Get("/", c.overview)
 		r.Post("/logout", c.logout)
+		r.Post("/logout-everywhere", c.logoutEverywhere)
 		r.Get("/senders/{sender}/deliveries", c.deliveries)
 		r.Get("/senders/{sender}/deliveries/{delivery_id}", c.delivery)
 		r.Get("/senders/{sender}/deliveries/{delivery_id}/body", c.rawBody)

@@ -129,8 +129,7 @@ func TestConsoleSecureCookieBehindTrustedProxy(t *testing.T) {
 	}
 }
 
-// Repeated wrong tokens are answered 429 before the token is looked at,
-// the right one included.
+// Repeated wrong tokens are answered 429; the right one still signs in.
 func TestConsoleWrongTokensSlowedDown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, console.Options{AdminToken: token})
@@ -145,8 +144,8 @@ func TestConsoleWrongTokensSlowedDown(t *testing.T) {
 	if p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") == "" || !strings.Contains(p.body, "Too many wrong tokens") {
 		t.Fatalf("after many wrong tokens: %d %q", p.status, p.header.Get("Retry-After"))
 	}
-	if p := e.do(c, http.MethodPost, "/console/login", url.Values{"token": {token}}, nil); p.status != http.StatusTooManyRequests {
-		t.Errorf("the right token while limited: %d, want 429", p.status)
+	if p := e.do(c, http.MethodPost, "/console/login", url.Values{"token": {token}}, nil); p.status != http.StatusSeeOther {
+		t.Errorf("the right token while limited: %d, want 303 (the right token is never limited)", p.status)
 	}
 }
 
@@ -403,5 +402,41 @@ func TestConsoleEventTypeFilter(t *testing.T) {
 	future := time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04")
 	if p := e.do(c, http.MethodGet, "/console/senders/orders/deliveries?event_type=invoice.&since="+future, nil, nil); strings.Contains(p.body, "inv-1") {
 		t.Error("event type and a time range from an hour ahead still list inv-1")
+	}
+}
+
+// Behind a trusted reverse proxy, a guesser's wrong tokens limit the
+// guesser's address as X-Forwarded-For names it: the operator signs in with
+// the right token from another address, and from the guesser's too.
+func TestConsoleSignInBehindTrustedProxy(t *testing.T) {
+	t.Parallel()
+	proxies, err := console.ParseTrustedProxies("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, console.Options{AdminToken: token, TrustedProxies: proxies})
+	signIn := func(xff, tok string) page {
+		return e.do(e.client(), http.MethodPost, "/console/login", url.Values{"token": {tok}}, map[string]string{"X-Forwarded-For": xff})
+	}
+	limited := 0
+	for range 40 {
+		switch p := signIn("203.0.113.5", "nope-nope-nope-nope-nope-nope-nope"); p.status {
+		case http.StatusTooManyRequests:
+			limited++
+		case http.StatusUnauthorized:
+		default:
+			t.Fatalf("wrong token: %d", p.status)
+		}
+	}
+	if limited < 20 {
+		t.Errorf("the guesser got %d of 40 wrong tokens answered 429, want most", limited)
+	}
+	for _, xff := range []string{"198.51.100.7", "203.0.113.5"} {
+		if p := signIn(xff, token); p.status != http.StatusSeeOther {
+			t.Errorf("sign-in with the right token from %s: %d, want 303", xff, p.status)
+		}
+	}
+	if p := signIn("198.51.100.8", "nope-nope-nope-nope-nope-nope-nope"); p.status != http.StatusUnauthorized {
+		t.Errorf("another client's first wrong token: %d, want 401", p.status)
 	}
 }

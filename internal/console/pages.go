@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/redact"
+	"github.com/hookgate/hookgate/internal/revocation"
 )
 
 // page is what every template gets: the layout's fields and the page's
@@ -65,7 +67,7 @@ func parsePages() map[string]*template.Template {
 
 // render writes the page name with status.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
-	if s, ok := c.session(r); ok {
+	if s, ok, _ := c.session(r); ok {
 		p.SignedIn, p.CSRF = true, c.csrf(s)
 	}
 	var buf bytes.Buffer
@@ -105,7 +107,14 @@ func (c *Console) requireSession(next http.Handler) http.Handler {
 			c.disabled(w, r)
 			return
 		}
-		s, ok := c.session(r)
+		s, ok, err := c.session(r)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if ok {
+			r = r.WithContext(context.WithValue(r.Context(), sessionKeyCtx{}, s))
+		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			if !ok {
 				http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
@@ -141,7 +150,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 		c.disabled(w, r)
 		return
 	}
-	if _, ok := c.session(r); ok {
+	if _, ok, _ := c.session(r); ok {
 		http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 		return
 	}
@@ -150,7 +159,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 
 // login signs in with the admin token in the form field token. Wrong
 // tokens count against the client's address in the shared limiter; past
-// its burst the form answers 429 without looking at the token.
+// its burst a wrong token is answered 429. The right token always signs in.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if c.key == nil {
 		c.disabled(w, r)
@@ -160,15 +169,17 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.forbidden(w, r, "This sign-in was refused because "+why+".")
 		return
 	}
-	if d := c.opts.Limiter.Blocked(r); d > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())+1))
-		c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in",
-			Message: fmt.Sprintf("Too many wrong tokens came from your address. Wait %d seconds and try again.", int(d.Seconds())+1)})
-		return
-	}
+	// The token is looked at first: the right one always signs in, whatever
+	// failures came from the same address.
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	d := sha256.Sum256([]byte(r.PostFormValue("token")))
 	if subtle.ConstantTimeCompare(d[:], c.digest[:]) != 1 {
+		if wait := c.opts.Limiter.Blocked(r); wait > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in",
+				Message: fmt.Sprintf("Too many wrong tokens came from your address. Wait %d seconds and try again.", int(wait.Seconds())+1)})
+			return
+		}
 		c.opts.Limiter.Failed(r)
 		c.render(w, r, http.StatusUnauthorized, "login", page{Title: "Sign in",
 			Message: "That is not the admin token. Paste the value of HOOKGATE_ADMIN_TOKEN (make run prints it)."})
@@ -178,7 +189,31 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 }
 
+// logout ends this session: it is recorded as revoked, so that a copy of
+// its cookie is refused by every process on the database, and the cookie
+// is deleted.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	s, _, _ := c.session(r) // requireSession found it
+	if err := revocation.Revoke(r.Context(), c.db, s.id, s.expires, c.opts.Now()); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.signedOut(w, r)
+}
+
+// logoutEverywhere ends every session issued until now, this one included,
+// in every process on the database.
+func (c *Console) logoutEverywhere(w http.ResponseWriter, r *http.Request) {
+	if err := revocation.RevokeAll(r.Context(), c.db, c.opts.Now()); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.signedOut(w, r)
+}
+
+// signedOut deletes the session cookie and sends the browser to the
+// sign-in page.
+func (c *Console) signedOut(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Prefix, MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r)})
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)

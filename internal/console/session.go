@@ -13,14 +13,19 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/revocation"
 )
 
-// Sessions are stateless: the cookie holds its expiry and a random ID,
-// signed with HMAC-SHA256 under a key derived from the admin token. A
-// restart with the same token keeps sessions valid; a new token ends them
-// all. The CSRF token of a session is an HMAC of its ID under the same key,
-// so it needs no storage either. Sign-out deletes the cookie; a copy of it
-// stays valid until it expires (at most SessionTTL).
+// Sessions are signed cookies: the cookie holds its issue time, its expiry
+// and a random ID, signed with HMAC-SHA256 under a key derived from the
+// admin token. A restart with the same token keeps sessions valid; a new
+// token ends them all. The CSRF token of a session is an HMAC of its ID
+// under the same key, so it needs no storage either. Sign-out records the
+// session as revoked in PostgreSQL (internal/revocation), and "sign out
+// everywhere" the time before which every session is over; every request
+// with a session asks the database, so a copy of a signed-out cookie is
+// refused by every process on the database.
 
 // CookieName is the session cookie's name.
 const CookieName = "hookgate_console"
@@ -39,16 +44,20 @@ func (c *Console) mac(parts ...string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// session is a valid session's ID.
-type session struct{ id string }
+// session is a valid session: its ID, issue time and expiry.
+type session struct {
+	id              string
+	issued, expires time.Time
+}
 
 // newCookie returns a new session's cookie for a sign-in by r.
 func (c *Console) newCookie(r *http.Request) *http.Cookie {
 	b := make([]byte, 18)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	id := base64.RawURLEncoding.EncodeToString(b)
-	exp := c.opts.Now().Add(c.opts.SessionTTL)
-	val := "v1." + strconv.FormatInt(exp.Unix(), 10) + "." + id
+	now := c.opts.Now()
+	exp := now.Add(c.opts.SessionTTL)
+	val := "v2." + strconv.FormatInt(now.UnixMicro(), 10) + "." + strconv.FormatInt(exp.Unix(), 10) + "." + id
 	return &http.Cookie{
 		Name: CookieName, Value: val + "." + c.mac("session", val),
 		Path: Prefix, Expires: exp, MaxAge: int(c.opts.SessionTTL.Seconds()),
@@ -57,8 +66,30 @@ func (c *Console) newCookie(r *http.Request) *http.Cookie {
 }
 
 // session returns the session of r's cookie, or false when it has none,
-// or its cookie is malformed, badly signed or expired.
-func (c *Console) session(r *http.Request) (session, bool) {
+// or its cookie is malformed, badly signed, expired or signed out. err is
+// set (and ok false) when the database could not say whether the session
+// was signed out.
+func (c *Console) session(r *http.Request) (s session, ok bool, err error) {
+	if s, ok := r.Context().Value(sessionKeyCtx{}).(session); ok {
+		return s, true, nil
+	}
+	s, ok = c.cookieSession(r)
+	if !ok {
+		return session{}, false, nil
+	}
+	revoked, err := revocation.Revoked(r.Context(), c.db, s.id, s.issued)
+	if err != nil {
+		return session{}, false, err
+	}
+	return s, !revoked, nil
+}
+
+// sessionKeyCtx is the context key of a request's checked session.
+type sessionKeyCtx struct{}
+
+// cookieSession returns the session of r's cookie when it is well formed,
+// well signed and not expired; it does not ask whether it was signed out.
+func (c *Console) cookieSession(r *http.Request) (session, bool) {
 	if c.key == nil {
 		return session{}, false
 	}
@@ -75,14 +106,18 @@ func (c *Console) session(r *http.Request) (session, bool) {
 		return session{}, false
 	}
 	parts := strings.Split(val, ".")
-	if len(parts) != 3 || parts[0] != "v1" {
+	if len(parts) != 4 || parts[0] != "v2" {
 		return session{}, false
 	}
-	exp, err := strconv.ParseInt(parts[1], 10, 64)
+	iat, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return session{}, false
+	}
+	exp, err := strconv.ParseInt(parts[2], 10, 64)
 	if err != nil || !c.opts.Now().Before(time.Unix(exp, 0)) {
 		return session{}, false
 	}
-	return session{id: parts[2]}, true
+	return session{id: parts[3], issued: time.UnixMicro(iat), expires: time.Unix(exp, 0)}, true
 }
 
 // csrf returns the CSRF token of the session s.

@@ -58,6 +58,22 @@ type guard struct {
 	probeWait   time.Duration
 	probing     bool
 	pausedUntil time.Time
+
+	// rec is the last transition, under mu: gen counts transitions, and
+	// recorded (under recMu) is the gen last written out. Writes take recMu
+	// and write the latest transition, so a slow write of an older one can
+	// never land after a newer one.
+	rec      transition
+	recMu    sync.Mutex
+	recorded uint64
+}
+
+// transition is a breaker transition to record.
+type transition struct {
+	gen      uint64
+	state    string
+	openedAt time.Time
+	errText  string
 }
 
 func newGuards(db *pgxpool.Pool, workers int, probe time.Duration, m *Metrics, log *slog.Logger) *guards {
@@ -142,7 +158,7 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res result, 
 	if retryFor > 0 {
 		gd.pausedUntil = now.Add(retryFor)
 	}
-	var transition string
+	changed := ""
 	switch res {
 	case resultNone:
 		if a.probe { // no verdict: let the next forward probe
@@ -153,7 +169,7 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res result, 
 		gd.failures = 0
 		if gd.state != BreakerClosed && (a.probe || res == resultDelivered) {
 			gd.state, gd.probing, gd.probeWait = BreakerClosed, false, 0
-			transition = BreakerClosed
+			changed = BreakerClosed
 		}
 	case resultRetryable:
 		gd.failures++
@@ -164,25 +180,44 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res result, 
 			gd.probeWait = min(gd.probeWait*2, maxProbeInterval)
 			gd.nextProbe = now.Add(gd.probeWait)
 			snooze = jitter(gd.probeWait)
-			transition = BreakerOpen
+			changed = BreakerOpen
 		case gd.state == BreakerClosed && gd.failures >= gd.threshold:
 			gd.state, gd.openedAt = BreakerOpen, now
 			gd.probeWait = g.probe
 			gd.nextProbe = now.Add(gd.probeWait)
-			transition = BreakerOpen
+			changed = BreakerOpen
 		}
 	}
-	state, openedAt := gd.state, gd.openedAt
+	if changed != "" {
+		if changed == BreakerClosed {
+			errText = ""
+		}
+		gd.rec = transition{gen: gd.rec.gen + 1, state: changed, openedAt: gd.openedAt, errText: errText}
+	}
 	gd.mu.Unlock()
-	if transition != "" {
-		g.record(ctx, gd, state, openedAt, errText)
+	if changed != "" {
+		g.record(ctx, gd)
 	}
 	return snooze
 }
 
-// record exports a breaker transition as metrics and into target_breakers.
-// A failed write is logged: the breaker works without it.
-func (g *guards) record(ctx context.Context, gd *guard, state string, openedAt time.Time, errText string) {
+// record exports gd's latest breaker transition as metrics and into
+// target_breakers, unless it is written already. Writes are serialised per
+// target and each writes the latest transition at the time it runs, so the
+// last write is always the breaker's latest state, whatever order the
+// attempts that caused the transitions end in. A failed write is logged:
+// the breaker works without it.
+func (g *guards) record(ctx context.Context, gd *guard) {
+	gd.recMu.Lock()
+	defer gd.recMu.Unlock()
+	gd.mu.Lock()
+	tr := gd.rec
+	gd.mu.Unlock()
+	if tr.gen == gd.recorded {
+		return // a write that started after this transition has written it
+	}
+	gd.recorded = tr.gen
+	state, openedAt, errText := tr.state, tr.openedAt, tr.errText
 	open := 0.0
 	if state != BreakerClosed {
 		open = 1
@@ -192,8 +227,6 @@ func (g *guards) record(ctx context.Context, gd *guard, state string, openedAt t
 	var opened *time.Time
 	if state != BreakerClosed {
 		opened = &openedAt
-	} else {
-		errText = ""
 	}
 	if g.log != nil {
 		g.log.Info("forward target circuit breaker", "sender", gd.sender, "target", gd.target, "state", state, "last_error", errText)

@@ -1,10 +1,13 @@
 package forward
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,5 +85,75 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 	}
 	if n := retryAfterEntries(w); n != 0 {
 		t.Errorf("after the last attempt of a job the worker holds %d Retry-After values that nothing will ever read (leak), want 0", n)
+	}
+}
+
+// TestRetryAfterIsNotKeptForSnoozedProbe: a probe of an open breaker that
+// gets a 503 with Retry-After is snoozed, and River asks no NextRetry after
+// a snooze. The worker must not keep the value: it would leak, and a later
+// failure of the same job without Retry-After would wait the stale one.
+func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var retryAfter atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if retryAfter.Load() {
+			w.Header().Set("Retry-After", "7")
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	cfg, err := config.Parse([]byte(`senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: t1
+        url: `+srv.URL+`
+        timeout: 1s
+        max_attempts: 5
+        breaker_threshold: 1
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := pgtest.NewDB(t)
+	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: 100 * time.Millisecond, Max: time.Minute}, 10, time.Second,
+		NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	w.guards.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	newJob := func(id int64) *river.Job[Args] {
+		eventID := uuid.Must(uuid.NewV7())
+		if _, err := pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
+			VALUES ('acme', $1, $2, now(), '{}', '\x7b7d')`, eventID, fmt.Sprint("d", id)); err != nil {
+			t.Fatal(err)
+		}
+		return &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1, MaxAttempts: 5},
+			Args: Args{Sender: "acme", EventID: eventID, DeliveryID: fmt.Sprint("d", id), Target: "t1"}}
+	}
+
+	// A 503 without Retry-After opens the breaker (threshold 1).
+	first := newJob(1)
+	if err := w.Work(ctx, first); err == nil {
+		t.Fatal("Work on a 503 returned nil, want an error (retry)")
+	}
+	w.NextRetry(first)
+	// The probe is due; it gets a 503 with Retry-After and is snoozed.
+	retryAfter.Store(true)
+	clock.Add(int64(time.Hour))
+	probe := newJob(2)
+	var snooze *river.JobSnoozeError
+	if err := w.Work(ctx, probe); !errors.As(err, &snooze) {
+		t.Fatalf("the failed probe returned %v, want a snooze", err)
+	}
+	if n := retryAfterEntries(w); n != 0 {
+		t.Errorf("after a snoozed probe the worker holds %d Retry-After values that no NextRetry will read (leak), want 0", n)
+	}
+	// Later the same job fails without Retry-After: its retry follows the
+	// backoff (at most 100ms), not the stale 7s.
+	before := time.Now()
+	if d := w.NextRetry(probe).Sub(before); d > time.Second {
+		t.Errorf("NextRetry of a job whose earlier snoozed probe got Retry-After: 7 is %v from now, want the backoff (<= 100ms)", d)
 	}
 }

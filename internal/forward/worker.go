@@ -141,8 +141,15 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if wait := w.guards.leave(ctx, gd, adm, res, retryFor, errText(err)); wait > 0 {
 		// A failed probe: the breaker stays open, and this forward waits
 		// with the others instead of spending its attempts on the outage.
+		// No NextRetry follows a snooze: the Retry-After is not kept.
 		w.metrics.waits.WithLabelValues(a.Sender, a.Target, "breaker").Inc()
 		return river.JobSnooze(wait)
+	}
+	var es *errStatus
+	if errors.As(err, &es) && es.retryAfter > 0 && job.Attempt < job.MaxAttempts {
+		// River asks NextRetry for this job only now that it returns the
+		// error and another attempt follows.
+		w.retryAfter.Store(job.ID, es.retryAfter)
 	}
 	return err
 }
@@ -209,10 +216,6 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
-		if e.retryAfter > 0 && job.Attempt < job.MaxAttempts {
-			// River asks NextRetry only when another attempt follows.
-			w.retryAfter.Store(job.ID, e.retryAfter)
-		}
 		var pause time.Duration
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 			pause = min(e.retryAfter, w.backoff.Max) // the whole target waits, not just this forward

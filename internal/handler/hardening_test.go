@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
+	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
@@ -104,8 +106,8 @@ func (s *server) from(t *testing.T, ip string) *server {
 }
 
 // Wrong admin tokens are slowed down per client: after a burst of 401s a
-// client gets 429 with Retry-After, even with the right token, while another
-// client is not affected.
+// client gets 429 with Retry-After for its wrong tokens, while the right
+// token still passes, from it and from another client.
 func TestOperatorWrongTokensAreLimited(t *testing.T) {
 	t.Parallel()
 	s := newOpServer(t, opOptions{})
@@ -128,9 +130,8 @@ func TestOperatorWrongTokensAreLimited(t *testing.T) {
 	if unauthorized < 10 || unauthorized > 20 || limited < 20 {
 		t.Errorf("40 wrong tokens: %d answered 401, %d 429; want about 10 and 30", unauthorized, limited)
 	}
-	r := attacker.do(s.opRequest("GET", "/v1/senders", "Bearer "+testToken))
-	if r.status != http.StatusTooManyRequests {
-		t.Errorf("right token from the limited client: %s, want 429", r)
+	if r := attacker.do(s.opRequest("GET", "/v1/senders", "Bearer "+testToken)); r.status != http.StatusOK {
+		t.Errorf("right token from the limited client: %s, want 200 (the right token is never limited)", r)
 	}
 	if r := operator.do(s.opRequest("GET", "/v1/senders", "Bearer "+testToken)); r.status != http.StatusOK {
 		t.Errorf("right token from another client: %s, want 200", r)
@@ -295,4 +296,58 @@ func TestIngestShedsWhenTooManyWait(t *testing.T) {
 		t.Errorf("the shed delivery was recorded (%d rows, %v)", n, err)
 	}
 	wantCounts(t, holder, 2, 2)
+}
+
+// Behind a trusted reverse proxy (every client arrives from its address),
+// wrong tokens are limited per client as X-Forwarded-For names it: a
+// guesser's 100 wrong tokens limit the guesser, never an operator with the
+// right token (from another address or from the guesser's own), and
+// another client's wrong tokens still get 401. From an untrusted peer the
+// header is ignored, so a guesser cannot escape its limit by writing it.
+func TestOperatorLimiterBehindTrustedProxy(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{limiter: authlimit.New(netip.MustParsePrefix("127.0.0.0/8"))})
+	from := func(xff, token string) reply {
+		req := s.opRequest("GET", "/v1/senders", "Bearer "+token)
+		req.Header.Set("X-Forwarded-For", xff)
+		return s.do(req)
+	}
+	var limited, refusedOperators int
+	for i := range 100 {
+		if r := from("203.0.113.5", "wrong-token-wrong-token-wrong-token"); r.status == http.StatusTooManyRequests {
+			limited++
+		} else if r.status != http.StatusUnauthorized {
+			t.Fatalf("wrong token: %s", r)
+		}
+		if i%5 == 0 {
+			for _, xff := range []string{"198.51.100.7", "203.0.113.5"} {
+				if r := from(xff, testToken); r.status != http.StatusOK {
+					refusedOperators++
+					t.Errorf("right token from %s after %d wrong ones from 203.0.113.5: %s, want 200", xff, i+1, r)
+				}
+			}
+		}
+	}
+	if limited < 70 {
+		t.Errorf("the guesser behind the proxy got %d of 100 wrong tokens answered 429, want most", limited)
+	}
+	if r := from("198.51.100.8", "wrong-token-wrong-token-wrong-token"); r.status != http.StatusUnauthorized {
+		t.Errorf("another client's first wrong token: %s, want 401 (its own allowance)", r)
+	}
+	if r := from("1.2.3.4, 203.0.113.5", "wrong-token-wrong-token-wrong-token"); r.status != http.StatusTooManyRequests {
+		t.Errorf("the guesser writing another address in front of its own: %s, want 429", r)
+	}
+
+	// Not behind a trusted proxy: X-Forwarded-For is the client's to write,
+	// and ignored.
+	u := newOpServer(t, opOptions{limiter: authlimit.New(netip.MustParsePrefix("10.0.0.0/8"))})
+	var last reply
+	for i := range 30 {
+		req := u.opRequest("GET", "/v1/senders", "Bearer wrong-token-wrong-token-wrong-token")
+		req.Header.Set("X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1))
+		last = u.do(req)
+	}
+	if last.status != http.StatusTooManyRequests {
+		t.Errorf("an untrusted client rotating X-Forwarded-For: %s after 30 wrong tokens, want 429", last)
+	}
 }

@@ -69,9 +69,6 @@ func WithDB(db DB) Option { return func(s *Server) { s.db = db } }
 // inserted with (it need not work jobs). Without it, redeliver answers 503.
 func WithRiver(client *river.Client[pgx.Tx]) Option { return func(s *Server) { s.river = client } }
 
-// MinAdminTokenLen is the shortest admin token hookgate starts with.
-const MinAdminTokenLen = 32
-
 // Parameters of GET /v1/senders/{sender}/deliveries.
 const (
 	defaultListLimit = 50
@@ -91,9 +88,10 @@ func isOperatorPath(path string) bool {
 
 // requireAdmin guards every request under /v1, whether or not a route
 // matches it, before anything else looks at it: 403 when no admin token is
-// configured, 429 with Retry-After when the client has sent too many missing
-// or wrong tokens lately (authlimit.Limiter), 401 with WWW-Authenticate when the
-// bearer token is missing or wrong, 400 when the path has a control
+// configured, 401 with WWW-Authenticate when the bearer token is missing or
+// wrong, or 429 with Retry-After instead when the client has sent too many
+// missing or wrong tokens lately (authlimit.Limiter; the right token always
+// passes), 400 when the path has a control
 // character or invalid UTF-8. Tokens are compared as SHA-256 digests in constant time, so neither
 // the content nor the length of the configured token leaks through timing.
 func (s *Server) requireAdmin(next http.Handler) http.Handler {
@@ -107,22 +105,23 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 				"The operator API is disabled because no admin token is configured. Set HOOKGATE_ADMIN_TOKEN (or --admin-token) to a long random secret and restart hookgate to enable it."))
 			return
 		}
-		if d := s.authLimit.Blocked(r); d > 0 {
-			s.fail(w, r, newProblem(probTooManyAttempts, fmt.Sprintf(
-				"Too many requests with a missing or wrong bearer token came from this address. Retry after the time in Retry-After (about %.1fs).", d.Seconds())))
-			return
-		}
+		// The token is looked at first: a request with the right one is
+		// never refused because of failures, its client's or others'.
 		token, ok := bearerToken(r.Header)
-		if !ok {
-			s.authLimit.Failed(r)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
-			s.fail(w, r, newProblem(probUnauthorized,
-				"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
-			return
-		}
 		d := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
+		if !ok || subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
+			if wait := s.authLimit.Blocked(r); wait > 0 {
+				s.fail(w, r, newProblem(probTooManyAttempts, fmt.Sprintf(
+					"Too many requests with a missing or wrong bearer token came from this address. Retry after the time in Retry-After (about %.1fs).", wait.Seconds())))
+				return
+			}
 			s.authLimit.Failed(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
+				s.fail(w, r, newProblem(probUnauthorized,
+					"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate", error="invalid_token"`)
 			s.fail(w, r, newProblem(probUnauthorized,
 				"The bearer token is wrong. Send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))

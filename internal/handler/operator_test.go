@@ -32,6 +32,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
@@ -59,6 +60,8 @@ type opOptions struct {
 	backoff forward.Backoff
 	// noDB leaves handler.WithDB out.
 	noDB bool
+	// limiter replaces the server's own wrong-token limiter.
+	limiter *authlimit.Limiter
 }
 
 // opServer is a hookgate server with its operator API enabled, on its own
@@ -128,6 +131,9 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	}
 	if !o.noDB {
 		opts = append(opts, handler.WithDB(pool))
+	}
+	if o.limiter != nil {
+		opts = append(opts, handler.WithAuthLimiter(o.limiter))
 	}
 	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
 	router := h.Router()

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/authlimit"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/retention"
+)
+
+// settings are the values of flags and environment variables of serve and
+// migrate, parsed by the rows of settingTable.
+type settings struct {
+	databaseURL  string
+	addr         string
+	configPath   string
+	adminToken   string
+	inFlightWait time.Duration
+	logFormat    string
+	shutdownWait time.Duration
+
+	role           string
+	forwardWorkers int
+	rescueAfter    time.Duration // 0: the longest target timeout + 1m (forward.Options)
+	fetchPoll      time.Duration
+	backoff        forward.Backoff
+
+	retentionInterval time.Duration
+	pprofAddr         string
+
+	batchSize, batchesInFlight int
+	replayCache                int // 0: no replay cache
+
+	maxHeaderBytes   int
+	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
+
+	allowExampleSecrets bool
+
+	trustedProxies []netip.Prefix // whose X-Forwarded-Proto and X-Forwarded-For are believed
+	sessionTTL     time.Duration  // of a console sign-in
+}
+
+// maxInFlightWait is the longest in-flight wait serve accepts: the ingest
+// transaction is given 15s in all (handler), and the wait must end well
+// within it to be answered 409 rather than 503.
+const maxInFlightWait = 10 * time.Second
+
+// defaultMaxHeaderBytes bounds a request's header section (net/http's own
+// default is 1 MiB).
+const defaultMaxHeaderBytes = 64 << 10
+
+// Roles of a serve process.
+const (
+	roleAll    = "all"    // ingest and forward
+	roleAPI    = "api"    // ingest only: forwards are enqueued, not worked
+	roleWorker = "worker" // forward only: serves /healthz, /readyz and /metrics
+)
+
+// setting is one row of the settings table: a flag of serve and migrate, the
+// environment variable read when the flag is not given, the default used
+// when neither is, how the text is parsed into settings, and the help.
+//
+// The rule for zero, here and in the components' Config structs: 0 means
+// zero. A size of 0 turns its feature off where it can be off (the replay
+// cache), and is refused where it cannot; a default is never inferred from
+// a 0. A setting whose default is computed (the rescue horizon, the waiting
+// limit) has an empty default, and only the empty value means "computed".
+type setting struct {
+	flag string // without the dashes
+	env  string
+	// def is the text parsed when neither the flag nor the variable is
+	// given ("" for none).
+	def string
+	// shown is the default as docs/configuration.md writes it when def is
+	// empty ("(required)", "(none)", "4 × the pool size").
+	shown string
+	help  string
+	// parse stores the text v in s; its error says what v must be.
+	parse func(s *settings, v string) error
+	// boolean: the flag may be given without a value (--flag means true).
+	boolean bool
+}
+
+// shownDefault is the default of st as docs/configuration.md's table
+// writes it.
+func (st *setting) shownDefault() string {
+	if st.def != "" {
+		return "`" + st.def + "`"
+	}
+	return st.shown
+}
+
+// settingTable lists every setting of serve and migrate: it makes the flags,
+// the environment lookups and the help text, and docs/configuration.md's
+// table lists the same rows (TestSettingsTableMatchesDocs).
+var settingTable = []setting{
+	{flag: "database-url", env: "DATABASE_URL", shown: "(required)",
+		help:  "PostgreSQL connection URL",
+		parse: func(s *settings, v string) error { s.databaseURL = v; return nil }},
+	{flag: "addr", env: "HOOKGATE_ADDR", def: ":8080",
+		help:  "listen address",
+		parse: func(s *settings, v string) error { s.addr = v; return nil }},
+	{flag: "config", env: "HOOKGATE_CONFIG", def: "hookgate.yaml",
+		help:  "senders configuration file",
+		parse: func(s *settings, v string) error { s.configPath = v; return nil }},
+	{flag: "admin-token", env: "HOOKGATE_ADMIN_TOKEN", shown: "(none)",
+		help:  "bearer token of the operator API and the console; a weak one (under 128 bits of estimated entropy, only whitespace, a repeated pattern) is refused: use openssl rand -hex 32",
+		parse: parseAdminToken},
+	{flag: "in-flight-wait", env: "HOOKGATE_IN_FLIGHT_WAIT", def: dedup.DefaultInFlightWait.String(),
+		help: "how long a delivery waits for a concurrent one with the same ID before 409 (at most 10s)",
+		parse: func(s *settings, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Millisecond || d > maxInFlightWait {
+				return fmt.Errorf("in-flight wait %q: must be a duration from 1ms to %s, such as 3s", v, maxInFlightWait)
+			}
+			s.inFlightWait = d
+			return nil
+		}},
+	{flag: "log-format", env: "HOOKGATE_LOG_FORMAT", def: "json",
+		help: "log format: json or text",
+		parse: func(s *settings, v string) error {
+			if v != "json" && v != "text" {
+				return fmt.Errorf("log format %q: must be json or text", v)
+			}
+			s.logFormat = v
+			return nil
+		}},
+	{flag: "role", env: "HOOKGATE_ROLE", def: roleAll,
+		help: "what this process does: all, api (ingest) or worker (forward)",
+		parse: func(s *settings, v string) error {
+			if v != roleAll && v != roleAPI && v != roleWorker {
+				return fmt.Errorf("role %q: must be all, api or worker", v)
+			}
+			s.role = v
+			return nil
+		}},
+	{flag: "ingest-max-waiting", env: "HOOKGATE_INGEST_MAX_WAITING", shown: "4 × the pool size",
+		help: "deliveries that may wait for a database connection before more are answered 503 at once",
+		parse: func(s *settings, v string) error {
+			if v == "" {
+				s.ingestMaxWaiting = -1
+				return nil
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("ingest max waiting %q: must be a whole number, 0 or more", v)
+			}
+			s.ingestMaxWaiting = n
+			return nil
+		}},
+	{flag: "trusted-proxies", env: "HOOKGATE_TRUSTED_PROXIES", shown: "(none)",
+		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts",
+		parse: func(s *settings, v string) error {
+			p, err := console.ParseTrustedProxies(v)
+			if err != nil {
+				return fmt.Errorf("trusted proxies %q: %w; give addresses or CIDR prefixes separated by commas, such as 10.0.0.0/8,127.0.0.1", v, err)
+			}
+			s.trustedProxies = p
+			return nil
+		}},
+	{flag: "console-session-ttl", env: "HOOKGATE_CONSOLE_SESSION_TTL", def: shortDuration(console.DefaultSessionTTL),
+		help: "how long a console sign-in lasts (at least 1m)",
+		parse: func(s *settings, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Minute {
+				return fmt.Errorf("console session TTL %q: must be a duration of at least 1m, such as 12h", v)
+			}
+			s.sessionTTL = d
+			return nil
+		}},
+	{flag: "max-header-bytes", env: "HOOKGATE_MAX_HEADER_BYTES", def: strconv.Itoa(defaultMaxHeaderBytes),
+		help: "largest request header section accepted, in bytes (4096 to 1048576); larger gets 431",
+		parse: func(s *settings, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 4096 || n > 1<<20 {
+				return fmt.Errorf("max header bytes %q: must be a whole number from 4096 to 1048576", v)
+			}
+			s.maxHeaderBytes = n
+			return nil
+		}},
+	{flag: "ingest-batch-size", env: "HOOKGATE_INGEST_BATCH_SIZE", def: strconv.Itoa(dedup.DefaultMaxBatch),
+		help:  "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off",
+		parse: intSetting("ingest batch size", 1, 1000, func(s *settings) *int { return &s.batchSize })},
+	{flag: "ingest-batches-in-flight", env: "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", def: strconv.Itoa(dedup.DefaultMaxInFlight),
+		help:  "most batches of one sender in flight at once",
+		parse: intSetting("ingest batches in flight", 1, 64, func(s *settings) *int { return &s.batchesInFlight })},
+	{flag: "replay-cache-size", env: "HOOKGATE_REPLAY_CACHE_SIZE", def: strconv.Itoa(dedup.DefaultReplayCacheSize),
+		help:  "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off",
+		parse: intSetting("replay cache size", 0, 10_000_000, func(s *settings) *int { return &s.replayCache })},
+	{flag: "pprof-addr", env: "HOOKGATE_PPROF_ADDR", shown: "(off)",
+		help:  "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty; never expose it beyond the host",
+		parse: func(s *settings, v string) error { s.pprofAddr = v; return nil }},
+	{flag: "shutdown-timeout", env: "HOOKGATE_SHUTDOWN_TIMEOUT", def: "20s",
+		help:  "how long in-flight requests and forwards may take to finish on shutdown",
+		parse: durationSetting("shutdown timeout", 0, func(s *settings) *time.Duration { return &s.shutdownWait })},
+	{flag: "forward-workers", env: "HOOKGATE_FORWARD_WORKERS", def: strconv.Itoa(forward.DefaultMaxWorkers),
+		help:  "forwards run at once by this process",
+		parse: intSetting("forward workers", 1, 10_000, func(s *settings) *int { return &s.forwardWorkers })},
+	{flag: "forward-backoff-base", env: "HOOKGATE_FORWARD_BACKOFF_BASE", def: shortDuration(forward.DefaultBackoff.Base),
+		help:  "first retry delay of a failed forward; it doubles per attempt",
+		parse: durationSetting("forward backoff base", time.Millisecond, func(s *settings) *time.Duration { return &s.backoff.Base })},
+	{flag: "forward-backoff-max", env: "HOOKGATE_FORWARD_BACKOFF_MAX", def: shortDuration(forward.DefaultBackoff.Max),
+		help:  "longest retry delay of a failed forward",
+		parse: durationSetting("forward backoff max", time.Millisecond, func(s *settings) *time.Duration { return &s.backoff.Max })},
+	{flag: "forward-rescue-after", env: "HOOKGATE_FORWARD_RESCUE_AFTER", shown: "longest timeout of all job kinds + 1m",
+		help: "how long a job may stay running before another worker retries it (the forwards of a killed process); more than the longest target timeout + 5s; by default the longest timeout of all job kinds (a bulk redelivery's 1h) + 1m; shorter, bulk redeliveries and retention run in slices of this - 5s",
+		parse: func(s *settings, v string) error {
+			if v == "" {
+				s.rescueAfter = 0 // computed by forward.NewClient
+				return nil
+			}
+			return durationSetting("forward rescue after", time.Second, func(s *settings) *time.Duration { return &s.rescueAfter })(s, v)
+		}},
+	{flag: "forward-poll-interval", env: "HOOKGATE_FORWARD_POLL_INTERVAL", def: shortDuration(forward.DefaultFetchPollInterval),
+		help:  "how often workers poll for forwards between notifications (at least 100ms)",
+		parse: durationSetting("forward poll interval", 100*time.Millisecond, func(s *settings) *time.Duration { return &s.fetchPoll })},
+	{flag: "retention-interval", env: "HOOKGATE_RETENTION_INTERVAL", def: shortDuration(retention.DefaultInterval),
+		help:  "how often expired keys and old events are deleted (by one worker process at a time)",
+		parse: durationSetting("retention interval", time.Second, func(s *settings) *time.Duration { return &s.retentionInterval })},
+	{flag: "allow-example-secrets", env: config.ExampleSecretsEnv, def: "false", boolean: true,
+		help: "start even though hookgate.yaml uses a secret published in hookgate.example.yaml (a local trial only; make run sets it)",
+		parse: func(s *settings, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("allow example secrets %q: must be 1 or 0 (true or false)", v)
+			}
+			s.allowExampleSecrets = b
+			return nil
+		}},
+}
+
+// intSetting parses a whole number from min to max into the field at.
+func intSetting(name string, min, max int, at func(*settings) *int) func(*settings, string) error {
+	return func(s *settings, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min || n > max {
+			return fmt.Errorf("%s %q: must be a whole number from %d to %d", name, v, min, max)
+		}
+		*at(s) = n
+		return nil
+	}
+}
+
+// durationSetting parses a duration of at least min into the field at.
+func durationSetting(name string, min time.Duration, at func(*settings) *time.Duration) func(*settings, string) error {
+	return func(s *settings, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < min {
+			return fmt.Errorf("%s %q: must be a duration of at least %s, such as 30s", name, v, shortDuration(min))
+		}
+		*at(s) = d
+		return nil
+	}
+}
+
+// shortDuration writes d without zero units: 1h, 1m, 12h, 100ms.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// parseAdminToken refuses a weak admin token (authlimit.CheckToken): the
+// right token is never refused by the wrong-token limit, which is safe only
+// when guessing it is hopeless.
+func parseAdminToken(s *settings, v string) error {
+	if v != "" {
+		if err := authlimit.CheckToken(v); err != nil {
+			return err
+		}
+	}
+	s.adminToken = v
+	return nil
+}
+
+// textValue is a flag's text, parsed after all flags are read.
+type textValue struct {
+	v       *string
+	boolean bool
+}
+
+func (t textValue) String() string {
+	return "" // the help writes the default itself
+}
+
+func (t textValue) Set(v string) error { *t.v = v; return nil }
+
+func (t textValue) IsBoolFlag() bool { return t.boolean }
+
+// usage is the help text of the flag of st.
+func (st *setting) usage() string {
+	def := st.def
+	if def == "" {
+		def = strings.Trim(st.shown, "()")
+	}
+	return fmt.Sprintf("%s (env %s; default %s)", st.help, st.env, def)
+}
+
+// parseSettings reads the settings of command name from the flags in args,
+// falling back to the environment (getenv) and then to each row's default.
+func parseSettings(name string, args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
+	fs := flag.NewFlagSet("hookgate "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	text := make([]string, len(settingTable))
+	for i := range settingTable {
+		st := &settingTable[i]
+		text[i] = st.def
+		if v := getenv(st.env); v != "" {
+			text[i] = v
+		}
+		fs.Var(textValue{v: &text[i], boolean: st.boolean}, st.flag, st.usage())
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	s := &settings{}
+	for i := range settingTable {
+		if err := settingTable[i].parse(s, text[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// validate checks what no single setting can: how settings relate.
+func (s *settings) validate() error {
+	if s.backoff.Max < s.backoff.Base {
+		return errors.New("forward backoff: base must be positive and max at least base")
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSettingsTableMatchesDocs: docs/configuration.md's settings table lists
+// exactly the rows of settingTable, in the same order, with the same flag,
+// environment variable and default.
+func TestSettingsTableMatchesDocs(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `([A-Z_]+)` \\| `--([a-z-]+)` \\| ([^|]+) \\|")
+	type entry struct{ env, flag, def string }
+	var documented []entry
+	for _, line := range strings.Split(string(doc), "\n") {
+		if m := row.FindStringSubmatch(line); m != nil {
+			documented = append(documented, entry{m[1], m[2], strings.TrimSpace(m[3])})
+		}
+	}
+	var code []entry
+	for i := range settingTable {
+		st := &settingTable[i]
+		code = append(code, entry{st.env, st.flag, st.shownDefault()})
+	}
+	if len(documented) != len(code) {
+		t.Errorf("docs/configuration.md lists %d settings, settingTable %d", len(documented), len(code))
+	}
+	for i := 0; i < len(code) || i < len(documented); i++ {
+		var d, c entry
+		if i < len(documented) {
+			d = documented[i]
+		}
+		if i < len(code) {
+			c = code[i]
+		}
+		if d != c {
+			t.Errorf("row %d: docs %+v, code %+v", i+1, d, c)
+		}
+	}
+}
+
+// TestEverySettingHasFlagEnvAndHelp: each row has a flag, a variable named
+// HOOKGATE_* (or DATABASE_URL), help, a parser, a default or a documented
+// one; no name appears twice; and each default parses.
+func TestEverySettingHasFlagEnvAndHelp(t *testing.T) {
+	t.Parallel()
+	flags, envs := map[string]bool{}, map[string]bool{}
+	for i := range settingTable {
+		st := &settingTable[i]
+		if st.flag == "" || st.help == "" || st.parse == nil || (st.def == "" && st.shown == "") {
+			t.Errorf("setting %d (%q) is incomplete", i, st.flag)
+		}
+		if st.env != "DATABASE_URL" && !strings.HasPrefix(st.env, "HOOKGATE_") {
+			t.Errorf("setting %q: variable %q is not HOOKGATE_*", st.flag, st.env)
+		}
+		if flags[st.flag] || envs[st.env] {
+			t.Errorf("setting %q (%s) is listed twice", st.flag, st.env)
+		}
+		flags[st.flag], envs[st.env] = true, true
+		if err := st.parse(&settings{}, st.def); err != nil {
+			t.Errorf("setting %q: its default %q does not parse: %v", st.flag, st.def, err)
+		}
+	}
+}
+
+// TestSettingsFromFlagEnvAndDefault: a flag wins over its variable, a
+// variable over the default, for every kind of setting; a bad value from
+// either is refused with a message naming the setting.
+func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	s, err := parseSettings("serve", nil, envOf(), &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.addr != ":8080" || s.replayCache != 10000 || s.shutdownWait != 20*time.Second || s.ingestMaxWaiting != -1 || s.allowExampleSecrets || s.rescueAfter != 0 {
+		t.Errorf("defaults: %+v", s)
+	}
+	env := envOf("HOOKGATE_ADDR", ":1", "HOOKGATE_FORWARD_WORKERS", "7", "HOOKGATE_SHUTDOWN_TIMEOUT", "3s",
+		"HOOKGATE_ALLOW_EXAMPLE_SECRETS", "1", "HOOKGATE_REPLAY_CACHE_SIZE", "0", "HOOKGATE_RETENTION_INTERVAL", "5m")
+	s, err = parseSettings("serve", []string{"--addr", ":2", "--allow-example-secrets=false", "--forward-rescue-after", "2m"}, env, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.addr != ":2" || s.forwardWorkers != 7 || s.shutdownWait != 3*time.Second || s.allowExampleSecrets || s.replayCache != 0 || s.retentionInterval != 5*time.Minute || s.rescueAfter != 2*time.Minute {
+		t.Errorf("flag over env over default: %+v", s)
+	}
+	s, err = parseSettings("serve", []string{"--allow-example-secrets"}, envOf(), &stderr)
+	if err != nil || !s.allowExampleSecrets {
+		t.Errorf("--allow-example-secrets alone: %v, %+v", err, s)
+	}
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"HOOKGATE_FORWARD_WORKERS", "x"}, nil, "forward workers"},
+		{nil, []string{"--forward-workers", "0"}, "forward workers"},
+		{[]string{"HOOKGATE_FORWARD_POLL_INTERVAL", "0"}, nil, "forward poll interval"},
+		{[]string{"HOOKGATE_ALLOW_EXAMPLE_SECRETS", "yes"}, nil, "allow example secrets"},
+		{[]string{"HOOKGATE_REPLAY_CACHE_SIZE", "-1"}, nil, "replay cache size"},
+		{nil, []string{"--ingest-batch-size", "0"}, "ingest batch size"},
+		{[]string{"HOOKGATE_FORWARD_BACKOFF_BASE", "2h"}, nil, "forward backoff"},
+		{nil, []string{"--forward-rescue-after", "0"}, "forward rescue after"},
+		{nil, []string{"extra"}, "unexpected argument"},
+	} {
+		_, err := parseSettings("serve", tc.args, envOf(tc.env...), &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("env %v args %v: %v, want an error naming %q", tc.env, tc.args, err, tc.want)
+		}
+	}
+}

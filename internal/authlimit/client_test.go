@@ -1,0 +1,107 @@
+package authlimit
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// The client is the TCP peer, or, behind a trusted proxy, the last address
+// of X-Forwarded-For that is not a trusted proxy; the header from anyone
+// else is ignored.
+func TestClientBehindTrustedProxies(t *testing.T) {
+	t.Parallel()
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	for _, tc := range []struct {
+		peer string
+		xff  []string
+		want string
+	}{
+		{"192.0.2.1:1", nil, "192.0.2.1"},
+		{"192.0.2.1:1", []string{"203.0.113.9"}, "192.0.2.1"}, // not a trusted proxy: the header is ignored
+		{"10.1.2.3:1", nil, "10.1.2.3"},                       // a trusted proxy without the header
+		{"10.1.2.3:1", []string{"203.0.113.9"}, "203.0.113.9"},
+		{"10.1.2.3:1", []string{"198.51.100.1, 203.0.113.9"}, "203.0.113.9"},             // the client may write the left part
+		{"10.1.2.3:1", []string{"203.0.113.9, 10.9.9.9"}, "203.0.113.9"},                 // two trusted proxies in a row
+		{"10.1.2.3:1", []string{"198.51.100.1", "203.0.113.9, 10.9.9.9"}, "203.0.113.9"}, // several headers
+		{"10.1.2.3:1", []string{"10.7.7.7, 10.9.9.9"}, "10.7.7.7"},                       // all trusted: the first
+		{"10.1.2.3:1", []string{"203.0.113.9, garbage"}, "10.1.2.3"},                     // not an address: the peer
+		{"[::1]:1", []string{"2001:db8::5"}, "2001:db8::5"},
+		{"[::ffff:10.1.2.3]:1", []string{"::ffff:203.0.113.9"}, "203.0.113.9"},
+	} {
+		r := httptest.NewRequest("GET", "/v1/senders", nil)
+		r.RemoteAddr = tc.peer
+		for _, v := range tc.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		if got := Client(r, trusted); got.String() != tc.want {
+			t.Errorf("peer %s, X-Forwarded-For %q: client %s, want %s", tc.peer, tc.xff, got, tc.want)
+		}
+	}
+}
+
+// Behind a trusted proxy, each client has its own allowance: one that
+// used it up does not limit another, and cannot escape its own by
+// prepending addresses to X-Forwarded-For.
+func TestLimiterCountsClientsBehindAProxy(t *testing.T) {
+	t.Parallel()
+	l := New(netip.MustParsePrefix("10.0.0.0/8"))
+	req := func(xff string) *http.Request {
+		r := httptest.NewRequest("GET", "/v1/senders", nil)
+		r.RemoteAddr = "10.0.0.1:4000"
+		r.Header.Set("X-Forwarded-For", xff)
+		return r
+	}
+	for range FailureBurst + 1 {
+		l.Failed(req("203.0.113.9"))
+	}
+	if l.Blocked(req("203.0.113.9")) <= 0 {
+		t.Error("a client past its burst behind the proxy is not blocked")
+	}
+	if l.Blocked(req("1.2.3.4, 203.0.113.9")) <= 0 {
+		t.Error("a client escapes its limit by writing another address in front of its own")
+	}
+	if d := l.Blocked(req("198.51.100.1")); d != 0 {
+		t.Errorf("another client behind the same proxy is blocked for %v", d)
+	}
+}
+
+// Weak admin tokens are refused, with the reason and without the token;
+// tokens such as make run's pass.
+func TestCheckToken(t *testing.T) {
+	t.Parallel()
+	weak := map[string]string{
+		strings.Repeat("a", 32):                                             "one character repeated",
+		strings.Repeat(" ", 32):                                             "only whitespace",
+		"\t\n \t\n \t\n \t\n \t\n \t\n \t\n \t\n":                           "only whitespace",
+		strings.Repeat("hookgate", 6):                                       "pattern of 8 characters repeated",
+		strings.Repeat("0123456789", 4) + "0123":                            "pattern of 10 characters repeated",
+		"short-admin-token-31-characters":                                   "bits of entropy",
+		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab":                            "bits of entropy",
+		"00000000000000000000000000000000000000000000000000000000000000001": "bits of entropy",
+	}
+	for tok, why := range weak {
+		err := CheckToken(tok)
+		if err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), "admin token") {
+			t.Errorf("%q: %v, want an error saying %q", tok, err, why)
+			continue
+		}
+		if strings.TrimSpace(tok) != "" && strings.Contains(err.Error(), tok) {
+			t.Errorf("the refusal repeats the token: %v", err)
+		}
+	}
+	// make run's (24 random bytes in hex), openssl rand -hex 32's, a UUID.
+	for i := range 200 {
+		for _, n := range []int{24, 32} {
+			b := make([]byte, n)
+			_, _ = rand.Read(b)
+			if err := CheckToken(hex.EncodeToString(b)); err != nil {
+				t.Fatalf("try %d: %d random bytes in hex refused: %v", i, n, err)
+			}
+		}
+	}
+}

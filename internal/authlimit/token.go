@@ -1,0 +1,120 @@
+package authlimit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"unicode"
+)
+
+// MinTokenBits is the least estimated entropy of an admin token that
+// hookgate starts with. With it, guessing is hopeless whatever the rate,
+// which is what lets a request with the right token through even when its
+// client is limited.
+const MinTokenBits = 128
+
+// TokenHint says how to make a good admin token.
+const TokenHint = "generate one with: openssl rand -hex 32 (or: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')"
+
+// CheckToken returns why token is too weak to be the admin token, or nil:
+// only whitespace, a repeated pattern (the same run of characters over and
+// over, 32 × "a" included), or fewer than MinTokenBits of estimated
+// entropy. The error never contains the token.
+func CheckToken(token string) error {
+	if strings.TrimSpace(token) == "" {
+		return errors.New("admin token: it is only whitespace; " + TokenHint)
+	}
+	if p := period(token); p > 0 {
+		if p == 1 {
+			return errors.New("admin token: it is one character repeated; " + TokenHint)
+		}
+		return fmt.Errorf("admin token: it is a pattern of %d characters repeated; %s", p, TokenHint)
+	}
+	if bits := EstimateBits(token); bits < MinTokenBits {
+		return fmt.Errorf("admin token: it has about %d bits of entropy and must have at least %d, so that it cannot be guessed; %s", int(bits), MinTokenBits, TokenHint)
+	}
+	return nil
+}
+
+// period returns the length of the run of characters that token repeats
+// (token[i] == token[i-p] throughout, at least twice over), or 0 when it
+// repeats none.
+func period(token string) int {
+	r := []rune(token)
+	for p := 1; p <= len(r)/2; p++ {
+		same := true
+		for i := p; i < len(r); i++ {
+			if r[i] != r[i-p] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return p
+		}
+	}
+	return 0
+}
+
+// EstimateBits estimates the entropy of a random token: its length times
+// the smaller of the bits a character of its alphabet can carry (from the
+// classes of characters it uses: hex digits, digits, lower case, upper
+// case, other) and the Shannon entropy of its characters' frequencies, so
+// that neither a long token over few distinct characters nor a short one
+// over many passes. 64 hex digits estimate at about 240 bits, 32 random
+// characters of base64 at about 150; a random 32-hex-digit (128-bit)
+// token estimates below 128, so give hex tokens at least 40 digits.
+func EstimateBits(token string) float64 {
+	r := []rune(token)
+	if len(r) == 0 {
+		return 0
+	}
+	var lower, upper, digit, other, nonHex bool
+	freq := map[rune]int{}
+	for _, c := range r {
+		freq[c]++
+		switch {
+		case c >= '0' && c <= '9':
+			digit = true
+		case c >= 'a' && c <= 'z':
+			lower = true
+			nonHex = nonHex || c > 'f'
+		case c >= 'A' && c <= 'Z':
+			upper = true
+			nonHex = nonHex || c > 'F'
+		case unicode.IsSpace(c):
+			other = true
+		default:
+			other = true
+		}
+	}
+	pool := 0
+	switch {
+	case !other && !nonHex && !(lower && upper):
+		pool = 16 // hexadecimal, one case
+	default:
+		if digit {
+			pool += 10
+		}
+		if lower {
+			pool += 26
+		}
+		if upper {
+			pool += 26
+		}
+		if other {
+			pool += 33
+		}
+	}
+	if pool < 2 {
+		pool = 2
+	}
+	var shannon float64
+	n := float64(len(r))
+	for _, k := range freq {
+		p := float64(k) / n
+		shannon -= p * math.Log2(p)
+	}
+	return n * math.Min(math.Log2(float64(pool)), shannon)
+}

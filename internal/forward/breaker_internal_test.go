@@ -1,0 +1,83 @@
+package forward
+
+import (
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// TestBreakerTransitionsAreRecordedInOrder: the breaker opens, and while
+// that transition is still being written (a slow write, made so by a
+// trigger), a probe succeeds and closes it. The closed state must be what
+// target_breakers and the gauge show in the end, not the older "open".
+func TestBreakerTransitionsAreRecordedInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := pgtest.NewDB(t)
+	if _, err := pool.Exec(ctx, `CREATE FUNCTION slow_open() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.state = 'open' THEN PERFORM pg_sleep(0.5); END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW EXECUTE FUNCTION slow_open()`); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics(prometheus.NewRegistry())
+	g := newGuards(pool, 10, time.Second, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	g.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	gd := g.get("acme", &config.Target{Name: "t1", BreakerThreshold: 1})
+
+	// A failure opens the breaker; its write is slow.
+	opened := make(chan struct{})
+	go func() {
+		defer close(opened)
+		a := g.enter(gd)
+		g.leave(ctx, gd, a, resultRetryable, 0, "target answered 503")
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		gd.mu.Lock()
+		st := gd.state
+		gd.mu.Unlock()
+		if st == BreakerOpen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker did not open")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The probe is due and succeeds: the breaker closes.
+	clock.Add(int64(time.Hour))
+	p := g.enter(gd)
+	if !p.ok || !p.probe {
+		t.Fatalf("enter after the probe interval = %+v, want the probe", p)
+	}
+	g.leave(ctx, gd, p, resultDelivered, 0, "")
+	<-opened
+
+	bs, err := Breakers(ctx, pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bs["t1"].State; got != BreakerClosed {
+		t.Errorf("target_breakers shows %q after the breaker opened and then closed, want %q", got, BreakerClosed)
+	}
+	var gauge dto.Metric
+	if err := m.breakerOpen.WithLabelValues("acme", "t1").Write(&gauge); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge.GetGauge().GetValue(); v != 0 {
+		t.Errorf("hookgate_forward_breaker_open = %v after the breaker closed, want 0", v)
+	}
+}
