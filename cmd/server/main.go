@@ -46,6 +46,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
 
@@ -132,9 +133,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	defer sqlDB.Close()
 
+	queries := store.New(pool)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(pool), forward.NewBacklogCollector(pool))
+		newPoolCollector(pool), forward.NewBacklogCollector(queries))
 	ready := func(ctx context.Context) error {
 		if err := pool.Ping(ctx); err != nil {
 			return fmt.Errorf("ping database: %w", err)
@@ -178,7 +180,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if cacheSize == 0 {
 		cacheSize = -1 // off
 	}
-	store := dedup.New(pool, s.inFlightWait,
+	deliveries := dedup.New(pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
 		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
 	poolSize := int(pool.Config().MaxConns)
@@ -189,11 +191,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	shed := handler.WithShedding(poolSize, maxWaiting)
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.trustedProxies...)
-	cons := console.New(cfg, store, pool, log, console.Options{
+	cons := console.New(cfg, queries, log, console.Options{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
 	})
-	srv := handler.New(cfg, store, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+	srv := handler.New(cfg, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
 		handler.WithAuthLimiter(limiter), handler.WithConsole(cons))
 	router := srv.Router()
 	if s.role == roleWorker {

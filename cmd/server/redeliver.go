@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // redeliver is `hookgate redeliver`: the bulk redelivery of the operator
@@ -46,8 +47,8 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	if sender == "" || target == "" {
 		return errors.New("redeliver: --sender and --target are required")
 	}
-	st := forward.State(state)
-	if st != forward.StateFailed && st != forward.StateDelivered {
+	st := store.State(state)
+	if st != store.StateFailed && st != store.StateDelivered {
 		return fmt.Errorf("redeliver: --state %q: must be failed or delivered", state)
 	}
 	now := time.Now()
@@ -83,7 +84,7 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	n, err := forward.BulkRedeliver(ctx, pool, client, forward.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
+	n, err := forward.BulkRedeliver(ctx, store.New(pool), client, forward.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
 	if err != nil {
 		return err
 	}

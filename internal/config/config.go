@@ -127,8 +127,9 @@ type Target struct {
 	// Match lists conditions on the request's headers or JSON body that
 	// must all hold for an event to be forwarded to the target.
 	Match []Condition `yaml:"match" validate:"dive"`
-	// BreakerThreshold is how many consecutive retryable failures open the
-	// target's circuit breaker (DefaultBreakerThreshold when left out).
+	// BreakerThreshold is the least number of failed attempts within the
+	// circuit breaker's window (10s) before the target's failure rate can
+	// open its breaker (DefaultBreakerThreshold when left out).
 	BreakerThreshold int `yaml:"breaker_threshold" validate:"min=0,max=1000"`
 
 	// SigningKey is SigningSecret decoded; nil when unsigned. Set by Parse.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // benchDeliveries is how many deliveries of one sender BenchmarkConsoleList
@@ -47,29 +48,29 @@ FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
 	parse := func(s string) time.Time { t, _ := time.Parse("2006-01-02T15:04", s); return t }
 	queries := []struct {
 		name         string
-		after        *dedup.Cursor
+		after        *store.Cursor
 		since, until string
 	}{
 		{name: "first-page"},
 		{name: "since-1-day", since: day(1)},
 		{name: "until-3-days-ago", until: day(3)},
 		{name: "between-5-and-4-days-ago", since: day(5), until: day(4)},
-		{name: "page-at-half-way", after: &dedup.Cursor{ReceivedAt: mid, DeliveryID: "dlv_500000"}},
+		{name: "page-at-half-way", after: &store.Cursor{ReceivedAt: mid, DeliveryID: "dlv_500000"}},
 	}
 	for _, q := range queries {
 		b.Run("query/"+q.name, func(b *testing.B) {
 			after := q.after
 			if q.until != "" {
-				after = &dedup.Cursor{ReceivedAt: parse(q.until)}
+				after = &store.Cursor{ReceivedAt: parse(q.until)}
 			}
 			var since time.Time
 			if q.since != "" {
 				since = parse(q.since)
 			}
 			for b.Loop() {
-				pg, err := e.store.ListRange(ctx, "orders", 50, after, since)
-				if err != nil || len(pg.Records) != 50 {
-					b.Fatalf("%d records, %v", len(pg.Records), err)
+				pg, err := e.q.ListDeliveriesSince(ctx, "orders", 50, after, since)
+				if err != nil || len(pg.Deliveries) != 50 {
+					b.Fatalf("%d records, %v", len(pg.Deliveries), err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/query")
@@ -77,7 +78,7 @@ FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
 	}
 	b.Run("query/delivery-id", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := e.store.Get(ctx, dedup.Key{Sender: "orders", DeliveryID: "dlv_777777"}); err != nil {
+			if _, err := e.q.GetDelivery(ctx, dedup.Key{Sender: "orders", DeliveryID: "dlv_777777"}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -85,7 +86,7 @@ FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
 	})
 	b.Run("query/overview-counts", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := e.store.Counts(ctx, "orders", time.Now()); err != nil {
+			if _, err := e.q.CountDeliveries(ctx, "orders", time.Now()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -121,5 +122,5 @@ FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
 // cursorAt returns the list cursor of the delivery id received at t, as
 // the console's "Older deliveries" link carries it.
 func cursorAt(t time.Time, id string) string {
-	return url.QueryEscape(dedup.Cursor{ReceivedAt: t, DeliveryID: id}.String())
+	return url.QueryEscape(store.Cursor{ReceivedAt: t, DeliveryID: id}.String())
 }

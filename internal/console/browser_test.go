@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // screenshotsEnv names the directory the browser test writes its
@@ -160,7 +160,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if msg, tt := text(`p.message`), title(); !strings.Contains(msg, "CSRF token is missing or wrong") || !strings.HasPrefix(tt, "Forbidden") {
 		t.Errorf("a POST without the CSRF token: title %q, message %q", tt, msg)
 	}
-	jobs, err := forward.List(t.Context(), e.pool, "orders", e.eventOf("ord_1002"))
+	jobs, err := store.New(e.pool).EventForwards(t.Context(), "orders", e.eventOf("ord_1002"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,16 @@
 // pages (html/template, our own small stylesheet, no script) under
 // /console, for finding deliveries, seeing why their forwards failed,
 // sending them again, and seeing which target is sick. It is a second view
-// of the queries the JSON API uses (dedup, events, forward): it has no SQL
-// of its own.
+// of the queries the JSON API uses (package store): it has no SQL of its
+// own.
 //
 // Sign-in is with the admin token; the session is a signed cookie that
-// sign-out revokes in the database (see session.go). Every state-changing request is a POST carrying a CSRF
-// token, refused when it comes from another site.
+// sign-out revokes in the database (see session.go). Every state-changing
+// request is a POST carrying a CSRF token, refused when it comes from
+// another site.
 package console
 
 import (
-	"context"
 	"embed"
 	"html/template"
 	"io/fs"
@@ -23,25 +23,16 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // DefaultSessionTTL is how long a sign-in lasts unless Options say
 // otherwise.
 const DefaultSessionTTL = 12 * time.Hour
-
-// DB is what the console reads events and forwards with, and records
-// sign-outs in: a *pgxpool.Pool.
-type DB interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
 
 // Options configure a Console. Zero values take the defaults.
 type Options struct {
@@ -67,8 +58,7 @@ type Options struct {
 // Console serves the console's pages. Mount it at /console.
 type Console struct {
 	cfg     *config.Config
-	store   *dedup.Store
-	db      DB
+	q       *store.Queries
 	log     *slog.Logger
 	opts    Options
 	key     []byte // session signing key, nil without an admin token
@@ -83,9 +73,9 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// New returns the console of the senders in cfg, reading deliveries from
-// store and events and forwards from db.
-func New(cfg *config.Config, store *dedup.Store, db DB, log *slog.Logger, opts Options) *Console {
+// New returns the console of the senders in cfg, reading deliveries,
+// events and forwards with q (the JSON API's queries).
+func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Options) *Console {
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = DefaultSessionTTL
 	}
@@ -95,7 +85,7 @@ func New(cfg *config.Config, store *dedup.Store, db DB, log *slog.Logger, opts O
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Console{cfg: cfg, store: store, db: db, log: log, opts: opts, pages: parsePages()}
+	c := &Console{cfg: cfg, q: q, log: log, opts: opts, pages: parsePages()}
 	if opts.AdminToken != "" {
 		c.key, c.digest = sessionKey(opts.AdminToken)
 	}

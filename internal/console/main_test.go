@@ -26,6 +26,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -62,8 +63,8 @@ type env struct {
 	opts console.Options
 	cfg  *config.Config
 	rc   *river.Client[pgx.Tx]
-	// store is the console's store of deliveries.
-	store *dedup.Store
+	// q are the console's queries.
+	q *store.Queries
 }
 
 func newEnv(t testing.TB, opts console.Options) *env {
@@ -78,16 +79,16 @@ func newEnv(t testing.TB, opts console.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := dedup.New(pool, 5*time.Second)
+	q := store.New(pool)
 	if opts.River == nil {
 		opts.River = rc
 	}
-	cons := console.New(cfg, store, pool, log, opts)
-	h := handler.New(cfg, store, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+	cons := console.New(cfg, q, log, opts)
+	h := handler.New(cfg, dedup.New(pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
 		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons))
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, store: store}
+	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, q: q}
 }
 
 // client returns a client with its own cookie jar that does not follow

@@ -24,7 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/redact"
-	"github.com/hookgate/hookgate/internal/revocation"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // page is what every template gets: the layout's fields and the page's
@@ -194,7 +194,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 // is deleted.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	s, _, _ := c.session(r) // requireSession found it
-	if err := revocation.Revoke(r.Context(), c.db, s.id, s.expires, c.opts.Now()); err != nil {
+	if err := c.q.RevokeSession(r.Context(), s.id, s.expires, c.opts.Now()); err != nil {
 		c.fail(w, r, err)
 		return
 	}
@@ -204,7 +204,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 // logoutEverywhere ends every session issued until now, this one included,
 // in every process on the database.
 func (c *Console) logoutEverywhere(w http.ResponseWriter, r *http.Request) {
-	if err := revocation.RevokeAll(r.Context(), c.db, c.opts.Now()); err != nil {
+	if err := c.q.RevokeAllSessions(r.Context(), c.opts.Now()); err != nil {
 		c.fail(w, r, err)
 		return
 	}
@@ -223,13 +223,13 @@ func (c *Console) signedOut(w http.ResponseWriter, r *http.Request) {
 
 type senderView struct {
 	Name    string
-	Counts  []dedup.StatusCount
+	Counts  []store.StatusCount
 	Targets []targetView
 }
 
 type targetView struct {
 	Name, URL                          string
-	Breaker                            forward.BreakerState
+	Breaker                            store.BreakerState
 	Pending, Running, Retrying, Failed int64
 }
 
@@ -239,19 +239,21 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	var out []senderView
 	for i := range c.cfg.Senders {
 		sd := &c.cfg.Senders[i]
-		counts, err := c.store.Counts(ctx, sd.Name, now)
+		counts, err := c.q.CountDeliveries(ctx, sd.Name, now)
 		if err != nil {
 			c.fail(w, r, err)
 			return
 		}
 		sv := senderView{Name: sd.Name, Counts: counts}
 		if len(sd.Forward) > 0 {
-			breakers, err := forward.Breakers(ctx, c.db, sd.Name)
+			breakers, err := c.q.Breakers(ctx, sd.Name)
 			if err != nil {
 				c.fail(w, r, err)
 				return
 			}
-			byState, err := forward.UnfinishedCounts(ctx, c.db, sd.Name)
+			// The API's counts (GET /v1/senders/{sender}/targets), without
+			// the delivered ones, which the overview does not show.
+			byTarget, err := c.q.CountForwards(ctx, sd.Name, false)
 			if err != nil {
 				c.fail(w, r, err)
 				return
@@ -259,11 +261,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			for _, t := range sd.Forward {
 				b, ok := breakers[t.Name]
 				if !ok {
-					b = forward.BreakerState{State: forward.BreakerClosed}
+					b = store.BreakerState{State: store.BreakerClosed}
 				}
-				n := byState[t.Name]
+				n := byTarget[t.Name]
 				sv.Targets = append(sv.Targets, targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
-					Pending: n[forward.StatePending], Running: n[forward.StateRunning], Retrying: n[forward.StateRetrying], Failed: n[forward.StateFailed]})
+					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed})
 			}
 		}
 		out = append(out, sv)
@@ -281,7 +283,7 @@ type deliveriesView struct {
 	DeliveryID            string
 	Since, Until          string // as typed into the form
 	EventType             string // a prefix, as typed into the form
-	Records               []dedup.Record
+	Records               []store.Delivery
 	Next                  template.URL // the next page, "" on the last
 	Filtered, ExactLookup bool
 }
@@ -317,15 +319,15 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	if v.DeliveryID != "" {
 		v.Filtered, v.ExactLookup = true, true
-		rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: v.DeliveryID})
+		rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: v.DeliveryID})
 		switch {
-		case errors.Is(err, dedup.ErrNotFound):
+		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			c.fail(w, r, err)
 			return
 		default:
 			rec.Response.Body = nil
-			v.Records = []dedup.Record{rec}
+			v.Records = []store.Delivery{rec}
 		}
 		c.render(w, r, http.StatusOK, "deliveries", page{Title: "Deliveries of " + sender, Data: v})
 		return
@@ -341,41 +343,41 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Filtered = !since.IsZero() || !until.IsZero() || v.EventType != ""
-	var after *dedup.Cursor
+	var after *store.Cursor
 	if cs := q.Get("cursor"); cs != "" {
-		cur, err := dedup.ParseCursor(cs)
+		cur, err := store.ParseDeliveryCursor(cs)
 		if err != nil {
 			bad("This page's position (cursor) is not one the console made; start again from the first page.")
 			return
 		}
 		after = &cur
 	} else if !until.IsZero() {
-		after = &dedup.Cursor{ReceivedAt: until} // received before until
+		after = &store.Cursor{ReceivedAt: until} // received before until
 	}
-	var pg dedup.Page
+	var pg store.DeliveryPage
 	if v.EventType != "" {
 		// A prefix, newest first; the lower time bound ends the listing.
-		pg, err = c.store.ListByEventType(r.Context(), sender, strings.TrimSuffix(v.EventType, "*")+"*", pageSize, after)
+		pg, err = c.q.ListDeliveriesByType(r.Context(), sender, strings.TrimSuffix(v.EventType, "*")+"*", pageSize, after)
 		if err == nil && !since.IsZero() {
-			keep := pg.Records[:0]
-			for _, rec := range pg.Records {
+			keep := pg.Deliveries[:0]
+			for _, rec := range pg.Deliveries {
 				if !rec.ReceivedAt.Before(since) {
 					keep = append(keep, rec)
 				}
 			}
-			if len(keep) < len(pg.Records) {
+			if len(keep) < len(pg.Deliveries) {
 				pg.Next = nil
 			}
-			pg.Records = keep
+			pg.Deliveries = keep
 		}
 	} else {
-		pg, err = c.store.ListRange(r.Context(), sender, pageSize, after, since)
+		pg, err = c.q.ListDeliveriesSince(r.Context(), sender, pageSize, after, since)
 	}
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	v.Records = pg.Records
+	v.Records = pg.Deliveries
 	if pg.Next != nil {
 		nq := url.Values{}
 		nq.Set("cursor", pg.Next.String())
@@ -418,7 +420,7 @@ type forwardView struct {
 
 type deliveryView struct {
 	Sender     string
-	Rec        dedup.Record
+	Rec        store.Delivery
 	SHA256     string
 	Response   bodyView
 	HasEvent   bool
@@ -444,9 +446,9 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	if n, err := strconv.Atoi(r.URL.Query().Get("redelivered")); err == nil && n >= 0 {
 		v.Redelivered = n
 	}
-	e, err := events.Get(r.Context(), c.db, rec.EventID)
+	e, err := c.q.GetEvent(r.Context(), rec.EventID)
 	switch {
-	case errors.Is(err, events.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		c.fail(w, r, err)
 		return
@@ -459,7 +461,7 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Body = showBody(e.Headers.Get("Content-Type"), e.Body)
 	}
-	fwds, err := forward.List(r.Context(), c.db, sender, rec.EventID)
+	fwds, err := c.q.EventForwards(r.Context(), sender, rec.EventID)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -481,7 +483,7 @@ func mapsKeys(h http.Header) func(func(string) bool) {
 }
 
 // showForward shows f with its target's URL redacted, as the JSON API does.
-func showForward(sd *config.Sender, f forward.Status) forwardView {
+func showForward(sd *config.Sender, f store.Forward) forwardView {
 	sh := forward.Show(sd, f)
 	return forwardView{Target: sh.Target, URL: sh.URL, State: string(sh.State), JobID: sh.JobID, Attempts: sh.Attempts, MaxAttempts: sh.MaxAttempts,
 		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError}
@@ -538,8 +540,8 @@ func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	e, err := events.Get(r.Context(), c.db, rec.EventID)
-	if errors.Is(err, events.ErrNotFound) {
+	e, err := c.q.GetEvent(r.Context(), rec.EventID)
+	if errors.Is(err, store.ErrNotFound) {
 		c.notFound(w, r, "The event of this delivery is no longer stored.")
 		return
 	}
@@ -591,14 +593,14 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 // lookupDelivery returns the configured sender named sender and its
 // delivery id; when either is missing or the lookup fails, it has answered
 // the request (404 or 500) and ok is false.
-func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender, id string) (sd *config.Sender, rec dedup.Record, ok bool) {
+func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender, id string) (sd *config.Sender, rec store.Delivery, ok bool) {
 	sd, ok = c.cfg.Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return nil, rec, false
 	}
-	rec, err := c.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
-	if errors.Is(err, dedup.ErrNotFound) {
+	rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
+	if errors.Is(err, store.ErrNotFound) {
 		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
 		return nil, rec, false
 	}
@@ -618,10 +620,17 @@ func deliveryPath(sender, id string) string {
 // maxFailedShown is how many failed forwards the target page lists.
 const maxFailedShown = 200
 
+// failedForward is a failed forward of the target page: FailedAt is when
+// it was given up.
+type failedForward struct {
+	store.TargetForward
+	FailedAt time.Time
+}
+
 type failedView struct {
 	Sender, Target, URL string
-	Breaker             forward.BreakerState
-	Failed              []forward.FailedForward
+	Breaker             store.BreakerState
+	Failed              []failedForward
 	Max                 int
 }
 
@@ -637,22 +646,26 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		c.notFound(w, r, "This sender has no target with this name.")
 		return
 	}
-	breakers, err := forward.Breakers(r.Context(), c.db, sender)
+	breakers, err := c.q.Breakers(r.Context(), sender)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	b, ok := breakers[target]
 	if !ok {
-		b = forward.BreakerState{State: forward.BreakerClosed}
+		b = store.BreakerState{State: store.BreakerClosed}
 	}
-	fs, err := forward.Failed(r.Context(), c.db, sender, target, maxFailedShown)
+	// The API's failed forwards (GET …/forwards?state=failed): a forward
+	// redelivered since is no longer failed.
+	pg, err := c.q.ListTargetForwards(r.Context(), store.Filter{Sender: sender, Target: target, State: store.StateFailed}, maxFailedShown, nil)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	for i := range fs {
-		fs[i].LastError = redact.URLInText(fs[i].LastError, t.URL, t.SecretPath)
+	fs := make([]failedForward, 0, len(pg.Forwards))
+	for _, f := range pg.Forwards {
+		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
+		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
 	msg := ""
 	if n, err := strconv.ParseInt(r.URL.Query().Get("matched"), 10, 64); err == nil && n >= 0 {
@@ -686,7 +699,7 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, errors.New("console: no River client"))
 		return
 	}
-	n, err := forward.BulkRedeliver(r.Context(), c.db, c.opts.River, forward.BulkRequest{Sender: sd, Target: target, State: forward.StateFailed, Since: since})
+	n, err := forward.BulkRedeliver(r.Context(), c.q, c.opts.River, forward.BulkRequest{Sender: sd, Target: target, State: store.StateFailed, Since: since})
 	if err != nil {
 		c.fail(w, r, err)
 		return

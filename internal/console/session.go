@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/hookgate/hookgate/internal/revocation"
 )
 
 // Sessions are signed cookies: the cookie holds its issue time, its expiry
@@ -22,7 +20,7 @@ import (
 // admin token. A restart with the same token keeps sessions valid; a new
 // token ends them all. The CSRF token of a session is an HMAC of its ID
 // under the same key, so it needs no storage either. Sign-out records the
-// session as revoked in PostgreSQL (internal/revocation), and "sign out
+// session as revoked in PostgreSQL (package store), and "sign out
 // everywhere" the time before which every session is over; every request
 // with a session asks the database, so a copy of a signed-out cookie is
 // refused by every process on the database.
@@ -77,7 +75,7 @@ func (c *Console) session(r *http.Request) (s session, ok bool, err error) {
 	if !ok {
 		return session{}, false, nil
 	}
-	revoked, err := revocation.Revoked(r.Context(), c.db, s.id, s.issued)
+	revoked, err := c.q.SessionRevoked(r.Context(), s.id, s.issued)
 	if err != nil {
 		return session{}, false, err
 	}

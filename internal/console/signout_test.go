@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
 )
 
@@ -20,8 +22,8 @@ import (
 func (e *env) replica() *env {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cons := console.New(e.cfg, e.store, e.pool, log, e.opts)
-	h := handler.New(e.cfg, e.store, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+	cons := console.New(e.cfg, e.q, log, e.opts)
+	h := handler.New(e.cfg, dedup.New(e.pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
 		handler.WithAdminToken(e.opts.AdminToken), handler.WithDB(e.pool), handler.WithRiver(e.rc), handler.WithConsole(cons))
 	srv := httptest.NewServer(h.Router())
 	e.t.Cleanup(srv.Close)

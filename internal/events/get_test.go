@@ -15,6 +15,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -64,7 +65,7 @@ func TestGet(t *testing.T) {
 	empty := events.Event{ID: newID(t), Sender: "stripe", DeliveryID: "d2", ReceivedAt: now, Headers: http.Header{}}
 	insert(t, pool, empty)
 
-	got, err := events.Get(t.Context(), pool, e.ID)
+	got, err := store.New(pool).GetEvent(t.Context(), e.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestGet(t *testing.T) {
 		t.Errorf("headers = %v: Authorization was stored", got.Headers)
 	}
 
-	got, err = events.Get(t.Context(), pool, empty.ID)
+	got, err = store.New(pool).GetEvent(t.Context(), empty.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,13 +92,13 @@ func TestGet(t *testing.T) {
 func TestGetUnknown(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	_, err := events.Get(t.Context(), pool, newID(t))
-	if !errors.Is(err, events.ErrNotFound) {
+	_, err := store.New(pool).GetEvent(t.Context(), newID(t))
+	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get of an unknown ID: error %v, want ErrNotFound", err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := events.Get(ctx, pool, newID(t)); err == nil || errors.Is(err, events.ErrNotFound) {
+	if _, err := store.New(pool).GetEvent(ctx, newID(t)); err == nil || errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get with a cancelled context: error %v, want a failure that is not ErrNotFound", err)
 	}
 }
@@ -126,7 +127,7 @@ FROM generate_series(1, 20000) AS i`); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := events.Get(ctx, tx, e.ID); err != nil {
+	if _, err := store.New(tx).GetEvent(ctx, e.ID); err != nil {
 		t.Fatal(err)
 	}
 	var idScans, seqScans int64

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestBacklogCollectorDuringOutage: a scrape that cannot read the database
@@ -23,7 +24,7 @@ SELECT 'acme', gen_random_uuid(), 't', 'd' || g, now() FROM generate_series(1, 3
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(forward.NewBacklogCollector(pool))
+	reg.MustRegister(forward.NewBacklogCollector(store.New(pool)))
 	want := func(when, up string) {
 		t.Helper()
 		expected := `# HELP hookgate_forward_backlog_up 1 when the last scrape counted the forward backlog in the database, 0 when it could not (hookgate_forward_backlog then repeats the last counts taken).

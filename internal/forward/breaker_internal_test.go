@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestBreakerTransitionsAreRecordedInOrder: the breaker opens, and while
@@ -31,17 +32,20 @@ CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW
 		t.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(pool, 10, time.Second, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g := newGuards(pool, 10, BreakerTiming{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	g.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	gd := g.get("acme", &config.Target{Name: "t1", BreakerThreshold: 1})
 
-	// A failure opens the breaker; its write is slow.
+	// Failures for half the window open the breaker; the write is slow.
+	a := g.enter(gd, false)
+	g.leave(ctx, gd, a, resultRetryable, 0, "target answered 503")
+	clock.Add(int64(600 * time.Millisecond))
 	opened := make(chan struct{})
 	go func() {
 		defer close(opened)
-		a := g.enter(gd)
+		a := g.enter(gd, false)
 		g.leave(ctx, gd, a, resultRetryable, 0, "target answered 503")
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -59,14 +63,14 @@ CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW
 	}
 	// The probe is due and succeeds: the breaker closes.
 	clock.Add(int64(time.Hour))
-	p := g.enter(gd)
+	p := g.enter(gd, true)
 	if !p.ok || !p.probe {
 		t.Fatalf("enter after the probe interval = %+v, want the probe", p)
 	}
 	g.leave(ctx, gd, p, resultDelivered, 0, "")
 	<-opened
 
-	bs, err := Breakers(ctx, pool, "acme")
+	bs, err := store.New(pool).Breakers(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestBreakerHoldsForwardsThroughAnOutage: a target that is down (503) for
-// longer than its forwards' attempts would last opens its breaker; the
-// forwards then wait without using attempts while single probes fail, and
-// once it is back every forward is delivered, with attempts far below
-// max_attempts. The breaker's state is recorded for the operator API.
+// longer than its forwards' attempts would last opens its breaker once its
+// failure rate has been high for half the window; the forwards then wait
+// without using attempts while rounds of probes fail, and once it is back
+// every forward is delivered, with attempts far below max_attempts. The
+// breaker's state is recorded for the operator API.
 func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	var up atomic.Bool
@@ -27,18 +29,21 @@ func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 		}
 		return answer{status: http.StatusServiceUnavailable}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 1s\n        max_attempts: 4\n        breaker_threshold: 2\n", tg.url),
-		forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 1s\n        max_attempts: 10\n        breaker_threshold: 2\n", tg.url),
+		forward.Options{Work: true, BreakerWindow: 400 * time.Millisecond,
+			Backoff: forward.Backoff{Base: 100 * time.Millisecond, Max: 400 * time.Millisecond}})
 	const n = 6
 	for i := range n {
 		e.deliver(fmt.Sprintf("out-%d", i), []byte(`{}`), "application/json")
 	}
 	e.poll("the breaker to open", func() bool { return e.breaker("flaky") == forward.BreakerOpen },
-		func() string { return fmt.Sprint(tg.requests()) })
-	// Stay down through several failed probes: far longer than the
-	// forwards' 4 attempts with a 10-100ms backoff would last.
-	e.poll("probes to fail for longer than the attempts last", func() bool { return len(tg.requests()) > n },
 		func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
+	// Stay down through rounds of failed probes, for longer than the
+	// forwards' 10 attempts would last without the breaker (about 3.5s).
+	first := tg.requests()[0].at
+	e.poll("probes to fail for longer than the attempts last", func() bool {
+		return time.Since(first) > 5*time.Second && len(tg.requests()) > 2*n
+	}, func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
 	if g := e.gauge("hookgate_forward_breaker_open", map[string]string{"target": "flaky"}); g != 1 {
 		t.Errorf("breaker gauge while open = %v, want 1", g)
 	}
@@ -48,8 +53,8 @@ func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 		if j.State != "completed" {
 			t.Errorf("job %d ended %s after the outage, want completed", j.ID, j.State)
 		}
-		if j.Attempt > 2 {
-			t.Errorf("job %d used %d of 4 attempts: the outage burnt its attempts", j.ID, j.Attempt)
+		if j.Attempt > 5 {
+			t.Errorf("job %d used %d of 10 attempts: the outage burnt its attempts", j.ID, j.Attempt)
 		}
 	}
 	e.poll("the breaker to close", func() bool { return e.breaker("flaky") == forward.BreakerClosed }, func() string { return "" })
@@ -169,7 +174,7 @@ func TestHangingTargetDoesNotStarveOthers(t *testing.T) {
 // breaker returns the recorded breaker state of the target of sender acme.
 func (e *env) breaker(target string) string {
 	e.t.Helper()
-	bs, err := forward.Breakers(context.Background(), e.pool, "acme")
+	bs, err := store.New(e.pool).Breakers(context.Background(), "acme")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -177,4 +182,101 @@ func (e *env) breaker(target string) string {
 		return b.State
 	}
 	return forward.BreakerClosed
+}
+
+// delivered returns how many of keys received a 2xx from tg.
+func (tg *target) delivered(keys []string) int {
+	ok := map[string]bool{}
+	for _, h := range tg.requests() {
+		if h.status >= 200 && h.status < 300 {
+			ok[h.header.Get("Idempotency-Key")] = true
+		}
+	}
+	n := 0
+	for _, k := range keys {
+		if ok[k] {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFlakyTargetGetsEveryEvent: a target that fails the first two attempts
+// of every event (503) and answers the third with 200 fails two of every
+// three attempts. With the default breaker and backoff it still receives
+// every event, each exactly once with a 200: the breaker opens on a failure
+// rate sustained over its window, not on a burst of first attempts, and
+// when it opens its probes take forwards already attempted first.
+func TestFlakyTargetGetsEveryEvent(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, failFirst(2, http.StatusServiceUnavailable))
+	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.url),
+		forward.Options{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
+	const n = 100
+	keys := make([]string, n)
+	for i := range n {
+		keys[i] = e.deliver(fmt.Sprintf("flaky-%d", i), []byte(`{}`), "application/json").eventID
+	}
+	e.poll("every event to reach the flaky target", func() bool { return tg.delivered(keys) == n },
+		func() string {
+			return fmt.Sprintf("%d of %d delivered, %d requests, breaker %s", tg.delivered(keys), n, len(tg.requests()), e.breaker("flaky"))
+		})
+	for _, k := range keys {
+		oks := 0
+		for _, h := range tg.requestsFor(k) {
+			if h.status == http.StatusOK {
+				oks++
+			}
+		}
+		if oks != 1 {
+			t.Errorf("event %s got %d answers 200, want 1", k, oks)
+		}
+	}
+}
+
+// TestDeliveryResumesSoonAfterAnOutage: a target down (503) for long enough
+// that its breaker is open and its waiting forwards snooze for many seconds
+// gets every forward within seconds of its return (probes are at most 3s
+// apart, and the breaker wakes the waiting forwards when it closes), without
+// the outage using up their attempts.
+func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	var up atomic.Bool
+	tg := newTarget(t, func(int, *http.Request) answer {
+		if up.Load() {
+			return answer{status: http.StatusOK}
+		}
+		return answer{status: http.StatusServiceUnavailable}
+	})
+	e := newEnv(t, fmt.Sprintf("      - name: down\n        url: %s\n        timeout: 5s\n", tg.url),
+		forward.Options{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
+	const n = 20
+	keys := make([]string, n)
+	for i := range n {
+		keys[i] = e.deliver(fmt.Sprintf("down-%d", i), []byte(`{}`), "application/json").eventID
+	}
+	e.poll("the breaker to open", func() bool { return e.breaker("down") == forward.BreakerOpen },
+		func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
+	// Stay down until the waiting forwards snooze for longer than the
+	// deadline below.
+	opened := time.Now()
+	e.poll("the outage to last", func() bool { return time.Since(opened) > 20*time.Second }, nil)
+	up.Store(true)
+	back := time.Now()
+	const resume = 12 * time.Second
+	deadline := back.Add(resume)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for tg.delivered(keys) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after the target came back %d of %d forwards had arrived (breaker %s)", resume, tg.delivered(keys), n, e.breaker("down"))
+		}
+		<-tick.C
+	}
+	t.Logf("all %d forwards arrived %v after the target came back", n, time.Since(back).Round(time.Millisecond))
+	for _, j := range e.waitJobs(n) {
+		if j.State != "completed" || j.Attempt > 6 {
+			t.Errorf("job %d: %s after %d attempts, want completed after a few of its 20", j.ID, j.State, j.Attempt)
+		}
+	}
 }

@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Bulk redelivery: every failed (or delivered) forward of one target in a
@@ -41,11 +41,11 @@ const BulkBatch = 1000
 // same sender, target, state and window while one's job has not finished
 // make one job.
 type BulkArgs struct {
-	Sender string     `json:"sender" river:"unique"`
-	Target string     `json:"target" river:"unique"`
-	State  State      `json:"state" river:"unique"`
-	Since  *time.Time `json:"since,omitempty" river:"unique"`
-	Until  *time.Time `json:"until,omitempty" river:"unique"`
+	Sender string      `json:"sender" river:"unique"`
+	Target string      `json:"target" river:"unique"`
+	State  store.State `json:"state" river:"unique"`
+	Since  *time.Time  `json:"since,omitempty" river:"unique"`
+	Until  *time.Time  `json:"until,omitempty" river:"unique"`
 	// MaxJobID is the newest forward job when the request was made: the
 	// job redelivers forwards up to it, never the ones inserted since.
 	MaxJobID int64 `json:"max_job_id"`
@@ -54,8 +54,8 @@ type BulkArgs struct {
 // Kind is the River job kind of bulk redeliveries.
 func (BulkArgs) Kind() string { return "hookgate_bulk_redeliver" }
 
-func (a BulkArgs) filter() Filter {
-	f := Filter{Sender: a.Sender, Target: a.Target, State: a.State}
+func (a BulkArgs) filter() store.Filter {
+	f := store.Filter{Sender: a.Sender, Target: a.Target, State: a.State}
 	if a.Since != nil {
 		f.Since = *a.Since
 	}
@@ -66,12 +66,12 @@ func (a BulkArgs) filter() Filter {
 }
 
 // BulkRequest is what to redeliver: the forwards of Sender's target Target
-// that are in State (StateFailed or StateDelivered) and reached it at or
+// that are in State (store.StateFailed or store.StateDelivered) and reached it at or
 // after Since and before Until (no bound when zero).
 type BulkRequest struct {
 	Sender       *config.Sender
 	Target       string
-	State        State
+	State        store.State
 	Since, Until time.Time
 }
 
@@ -82,21 +82,13 @@ var ErrBulkState = errors.New("only failed or delivered forwards can be redelive
 // ErrUnknownTarget is returned for a target the sender does not have.
 var ErrUnknownTarget = errors.New("no such target")
 
-// matchSQL returns the query of the forwards a bulk redelivery matches, up
-// to job maxID and after job afterID, and its arguments.
-func matchSQL(f Filter, maxID, afterID int64) (string, []any) {
-	where, args := f.where(true)
-	args = append(args, maxID, afterID)
-	return where + fmt.Sprintf(" AND j.id <= $%d AND j.id > $%d", len(args)-1, len(args)), args
-}
-
 // BulkRedeliver counts the forwards req matches and, when there are any,
 // enqueues a job (worked by any worker process) that forwards each matched
 // event again to the target. It returns how many it matched: 0, with no
 // job, when none. The count includes forwards that a job of an identical
 // request still running is about to redeliver; they are redelivered once.
-func BulkRedeliver(ctx context.Context, db Querier, client *river.Client[pgx.Tx], req BulkRequest) (int64, error) {
-	if req.State != StateFailed && req.State != StateDelivered {
+func BulkRedeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.Tx], req BulkRequest) (int64, error) {
+	if req.State != store.StateFailed && req.State != store.StateDelivered {
 		return 0, ErrBulkState
 	}
 	if _, ok := req.Sender.Target(req.Target); !ok {
@@ -111,22 +103,13 @@ func BulkRedeliver(ctx context.Context, db Querier, client *river.Client[pgx.Tx]
 		t := req.Until.UTC()
 		args.Until = &t
 	}
-	rows, err := db.Query(ctx, `SELECT coalesce(max(id), 0) FROM river_job`)
-	if err != nil {
-		return 0, fmt.Errorf("bulk redeliver: newest job: %w", err)
+	var err error
+	if args.MaxJobID, err = q.NewestJobID(ctx); err != nil {
+		return 0, fmt.Errorf("bulk redeliver: %w", err)
 	}
-	args.MaxJobID, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	n, err := q.CountBulkMatch(ctx, args.filter(), args.MaxJobID)
 	if err != nil {
-		return 0, fmt.Errorf("bulk redeliver: newest job: %w", err)
-	}
-	where, qargs := matchSQL(args.filter(), args.MaxJobID, 0)
-	rows, err = db.Query(ctx, `SELECT count(*) FROM river_job j WHERE `+where, qargs...)
-	if err != nil {
-		return 0, fmt.Errorf("bulk redeliver: count: %w", err)
-	}
-	n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
-	if err != nil {
-		return 0, fmt.Errorf("bulk redeliver: count: %w", err)
+		return 0, fmt.Errorf("bulk redeliver: %w", err)
 	}
 	if n == 0 {
 		return 0, nil
@@ -185,26 +168,14 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 	for {
 		var n int
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			where, args := matchSQL(a.filter(), a.MaxJobID, after)
-			args = append(args, w.batch)
-			rows, err := tx.Query(ctx, `SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE `+
-				where+fmt.Sprintf(" ORDER BY j.id LIMIT $%d", len(args)), args...)
+			matched, err := store.New(tx).BulkMatchBatch(ctx, a.filter(), a.MaxJobID, after, w.batch)
 			if err != nil {
-				return fmt.Errorf("select batch: %w", err)
+				return err
 			}
-			var params []river.InsertManyParams
-			var (
-				id         int64
-				eventID    uuid.UUID
-				deliveryID string
-			)
-			_, err = pgx.ForEachRow(rows, []any{&id, &eventID, &deliveryID}, func() error {
-				params = append(params, jobParams(a.Sender, sender, a.Target, eventID, deliveryID))
-				after = id
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("select batch: %w", err)
+			params := make([]river.InsertManyParams, 0, len(matched))
+			for _, m := range matched {
+				params = append(params, jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID))
+				after = m.JobID
 			}
 			if len(params) == 0 {
 				return nil

@@ -26,8 +26,12 @@ type Options struct {
 	// Backoff is the retry schedule (DefaultBackoff).
 	Backoff Backoff
 	// BreakerProbe is how long an open circuit breaker waits before its
-	// first probe (DefaultProbeInterval); it doubles after a failed probe.
+	// first probes (DefaultProbeInterval); it doubles after a failed round,
+	// up to 3s.
 	BreakerProbe time.Duration
+	// BreakerWindow is the time over which a target's failure rate is
+	// measured (DefaultBreakerWindow).
+	BreakerWindow time.Duration
 	// RescueAfter is how long a job may stay running before another worker
 	// takes it over, which is what happens to the jobs of a killed process.
 	// River requires it to exceed every job's timeout. By default it is the
@@ -150,7 +154,8 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, opts.MaxWorkers, opts.BreakerProbe, m, log)); err != nil {
+		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, opts.MaxWorkers,
+			BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		// Bulk redeliveries run on a queue of their own, one at a time.

@@ -16,10 +16,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Queue is the River queue forwards run on.
@@ -39,15 +39,12 @@ type Args struct {
 }
 
 // Kind is the River job kind of forwards.
-func (Args) Kind() string { return "hookgate_forward" }
+func (Args) Kind() string { return store.ForwardKind }
 
 // uniqueStates are the job states in which a forward of the same event to
 // the same target is not inserted again: while one is waiting, running or
 // retrying. A delivered or failed forward can be redelivered.
-var uniqueStates = []rivertype.JobState{
-	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-}
+var uniqueStates = store.UnfinishedJobStates()
 
 // jobParams returns the insert parameters of the forward of an event of the
 // sender named sender to its target named target. cfg is that sender's

@@ -22,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestForwardRetriesThenDeliversSigned: a target that answers the first two
@@ -84,7 +85,7 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 		if !ok || j.DeliveryID != d.id {
 			t.Errorf("job %d names event %s, delivery %s: not one of the accepted deliveries", j.ID, j.EventID, j.DeliveryID)
 		}
-		var out forward.Output
+		var out store.Output
 		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status < 200 || out.Status > 299 || out.DeliveredAt.IsZero() {
 			t.Errorf("job %d: recorded output %q, want the 2xx status and the delivery time", j.ID, j.Output)
 		}
@@ -240,6 +241,12 @@ func TestForwardClientErrorFailsAtOnce(t *testing.T) {
 		if got := len(tg.requestsFor(j.EventID)); got != 1 {
 			t.Errorf("target answered %d: it received %d requests, want exactly 1", s, got)
 		}
+		// The status is recorded as the attempt's output (river.RecordOutput),
+		// not only in the error's text.
+		var out store.Output
+		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status != s || out.Attempt != 1 {
+			t.Errorf("target answered %d: recorded output %q, want its status at attempt 1", s, j.Output)
+		}
 	}
 	if f := e.counter("hookgate_forward_attempts_total", map[string]string{"outcome": "failed"}); f != float64(len(statuses)) {
 		t.Errorf("failed attempts metric %v, want %d", f, len(statuses))
@@ -357,6 +364,30 @@ func TestForwardRetryAfterIsHonoured(t *testing.T) {
 		if len(j.Errors) != 1 || !strings.Contains(j.Errors[0], "Retry-After") {
 			t.Errorf("%s: attempt errors %q, want one naming the Retry-After", id, j.Errors)
 		}
+	}
+}
+
+// TestForwardRecordsStatusAndRetryAfter: a retrying forward shows the
+// target's last status and Retry-After as its attempt recorded them
+// (river.RecordOutput), through the operators' queries (package store).
+func TestForwardRecordsStatusAndRetryAfter(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(int, *http.Request) answer {
+		return answer{status: http.StatusServiceUnavailable, header: http.Header{"Retry-After": {"120"}}}
+	})
+	// The backoff's Max (1 minute) bounds the wait: the job stays retrying.
+	e := newEnv(t, fmt.Sprintf("      - name: t7\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.url),
+		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: time.Minute}})
+	d := e.deliver("ra-120", []byte(`{}`), "application/json")
+	var fwds []store.Forward
+	e.poll("the forward to be retrying after its first attempt", func() bool {
+		var err error
+		fwds, err = store.New(e.pool).EventForwards(t.Context(), "acme", uuid.MustParse(d.eventID))
+		return err == nil && len(fwds) == 1 && fwds[0].State == store.StateRetrying
+	}, func() string { return fmt.Sprintf("forwards: %+v", fwds) })
+	f := fwds[0]
+	if f.Attempts != 1 || f.LastStatus != http.StatusServiceUnavailable || f.LastRetryAfter != 2*time.Minute {
+		t.Errorf("forward = %+v, want attempt 1 with last status 503 and Retry-After 2m", f)
 	}
 }
 
@@ -747,11 +778,11 @@ VALUES ('acme', $1, 'legacy-1', now(), '{"Content-Type": ["application/json"]}',
 	if strings.Contains(e.metricsText(), "LEGACYTOKEN") {
 		t.Error("/metrics shows the legacy job's URL token")
 	}
-	list, err := forward.List(ctx, e.pool, "acme", uuid.MustParse(d.eventID))
+	list, err := store.New(e.pool).EventForwards(ctx, "acme", uuid.MustParse(d.eventID))
 	if err != nil {
 		t.Fatalf("List with a legacy job: %v", err)
 	}
-	if len(list) != 1 || list[0].Target != "" || list[0].LegacyURL == "" || list[0].State != forward.StateDelivered {
+	if len(list) != 1 || list[0].Target != "" || list[0].LegacyURL == "" || list[0].State != store.StateDelivered {
 		t.Fatalf("List = %+v, want the delivered legacy job with its URL", list)
 	}
 }

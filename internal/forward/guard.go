@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math/rand/v2"
@@ -10,19 +11,48 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Defaults of the per-target guard.
 const (
 	// DefaultProbeInterval is the first wait of an open breaker before it
-	// lets one forward through as a probe; it doubles after each failed
-	// probe, up to maxProbeInterval.
-	DefaultProbeInterval = 5 * time.Second
-	maxProbeInterval     = 5 * time.Minute
+	// lets a few forwards through as probes; it doubles after each round of
+	// failed probes, up to maxProbeInterval, so that delivery resumes within
+	// seconds of a target's return, however long it was down.
+	DefaultProbeInterval = time.Second
+	maxProbeInterval     = 3 * time.Second
+	// DefaultBreakerWindow is the time over which a target's failure rate
+	// is measured. The breaker opens when at least breakerRate of the
+	// attempts in the window failed (and at least the target's
+	// breaker_threshold of them), and the rate has stayed that high for half
+	// the window: a burst of first attempts of a flaky target does not open
+	// it, a target that is down does.
+	DefaultBreakerWindow = 10 * time.Second
+	breakerRate          = 0.8
+	// breakerProbes is how many forwards one round of probes lets through
+	// (at most the target's limit). Forwards already attempted are taken
+	// first: a target that fails each event's first attempts is judged by
+	// its retries.
+	breakerProbes = 3
+	// maxBreakerWait bounds the snooze of a forward held back by an open
+	// breaker. The breaker wakes its forwards when it closes, so this bounds
+	// the work of waiting, not the time to resume.
+	maxBreakerWait = 30 * time.Second
 	// busySnooze is about how long a forward waits when its target already
 	// has max_in_flight forwards under way in this process.
 	busySnooze = 500 * time.Millisecond
 )
+
+// BreakerTiming tunes the circuit breakers; zero values take the defaults.
+type BreakerTiming struct {
+	// Probe is the first wait of an open breaker before its first probes
+	// (DefaultProbeInterval); it doubles after a failed round, up to 3s.
+	Probe time.Duration
+	// Window is the time over which the failure rate is measured
+	// (DefaultBreakerWindow).
+	Window time.Duration
+}
 
 // guards keeps, per target, what a worker process knows of it: how many of
 // its forwards run now (at most max_in_flight), its circuit breaker, and a
@@ -36,8 +66,12 @@ type guards struct {
 	db      *pgxpool.Pool
 	log     *slog.Logger
 	probe   time.Duration
+	window  time.Duration
 	now     func() time.Time
 	metrics *Metrics
+	// wake makes the waiting forwards of a target whose breaker closed
+	// available now (nil: they come back when their snooze ends).
+	wake func(ctx context.Context, sender, target string) error
 
 	mu sync.Mutex
 	m  map[[2]string]*guard
@@ -49,15 +83,18 @@ type guard struct {
 	threshold      int
 	limit          int
 
-	mu          sync.Mutex
-	running     int
-	failures    int // consecutive retryable failures
-	state       string
-	openedAt    time.Time
-	nextProbe   time.Time
-	probeWait   time.Duration
-	probing     bool
-	pausedUntil time.Time
+	mu           sync.Mutex
+	running      int
+	win          window
+	failingSince time.Time // since when the failure rate is at least breakerRate; zero when below
+	state        string
+	openedAt     time.Time
+	nextProbe    time.Time // when the next round of probes may start
+	probeWait    time.Duration
+	probes       int // probes let through in this round
+	probing      int // probes under way
+	reserved     int // waiting forwards told to come back for the next round
+	pausedUntil  time.Time
 
 	// rec is the last transition, under mu: gen counts transitions, and
 	// recorded (under recMu) is the gen last written out. Writes take recMu
@@ -76,11 +113,44 @@ type transition struct {
 	errText  string
 }
 
-func newGuards(db *pgxpool.Pool, workers int, probe time.Duration, m *Metrics, log *slog.Logger) *guards {
-	if probe <= 0 {
-		probe = DefaultProbeInterval
+// window counts a target's attempts and failures over the last
+// windowBuckets bucket widths.
+type window struct {
+	b [windowBuckets]bucket
+}
+
+const windowBuckets = 10
+
+type bucket struct {
+	slot            int64
+	attempts, fails int
+}
+
+func (w *window) add(slot int64, failed bool) {
+	b := &w.b[slot%windowBuckets]
+	if b.slot != slot {
+		*b = bucket{slot: slot}
 	}
-	return &guards{share: max(workers/2, 1), db: db, log: log, probe: probe, now: time.Now, metrics: m, m: map[[2]string]*guard{}}
+	b.attempts++
+	if failed {
+		b.fails++
+	}
+}
+
+func (w *window) counts(slot int64) (attempts, fails int) {
+	for _, b := range w.b {
+		if b.slot <= slot && slot-b.slot < windowBuckets {
+			attempts += b.attempts
+			fails += b.fails
+		}
+	}
+	return attempts, fails
+}
+
+func newGuards(db *pgxpool.Pool, workers int, bt BreakerTiming, m *Metrics, log *slog.Logger) *guards {
+	return &guards{share: max(workers/2, 1), db: db, log: log,
+		probe: cmp.Or(bt.Probe, DefaultProbeInterval), window: cmp.Or(bt.Window, DefaultBreakerWindow),
+		now: time.Now, metrics: m, m: map[[2]string]*guard{}}
 }
 
 // get returns the guard of t, a target of sender.
@@ -101,17 +171,23 @@ func (g *guards) get(sender string, t *config.Target) *guard {
 	return gd
 }
 
+// slot is the window bucket of t.
+func (g *guards) slot(t time.Time) int64 {
+	return t.UnixNano() / int64(max(g.window/windowBuckets, time.Millisecond))
+}
+
 // admission is the outcome of enter.
 type admission struct {
 	ok    bool
-	probe bool          // the forward is the breaker's probe
+	probe bool          // the forward is one of the breaker's probes
 	wait  time.Duration // when !ok: snooze this long
 	why   string        // when !ok: breaker, paused or busy
 }
 
-// enter decides whether a forward to gd's target may go now. When it may,
-// the caller must call leave once the attempt is over.
-func (g *guards) enter(gd *guard) admission {
+// enter decides whether a forward to gd's target may go now; tried says
+// whether it was attempted before (an open breaker probes with those
+// first). When it may, the caller must call leave once the attempt is over.
+func (g *guards) enter(gd *guard, tried bool) admission {
 	now := g.now()
 	gd.mu.Lock()
 	defer gd.mu.Unlock()
@@ -120,21 +196,38 @@ func (g *guards) enter(gd *guard) admission {
 	}
 	probe := false
 	if gd.state != BreakerClosed {
-		if gd.probing || now.Before(gd.nextProbe) {
-			return admission{wait: jitter(max(gd.nextProbe.Sub(now), busySnooze)), why: "breaker"}
+		if now.Before(gd.nextProbe) || gd.probes >= min(breakerProbes, gd.limit) {
+			return admission{wait: gd.waiting(now), why: "breaker"}
 		}
-		gd.probing, probe = true, true
-		gd.state = BreakerHalfOpen
+		// A forward never attempted probes only once the round has waited
+		// a while for one that was.
+		if grace := gd.nextProbe.Add(gd.probeWait / 2); !tried && now.Before(grace) {
+			return admission{wait: jitter(min(grace.Sub(now), busySnooze)), why: "breaker"}
+		}
+		probe = true
 	}
 	if gd.running >= gd.limit {
-		if probe {
-			gd.probing = false
-			gd.state = BreakerOpen
-		}
 		return admission{wait: jitter(busySnooze), why: "busy"}
+	}
+	if probe {
+		gd.probes++
+		gd.probing++
+		gd.state = BreakerHalfOpen
 	}
 	gd.running++
 	return admission{ok: true, probe: probe}
+}
+
+// waiting returns how long a forward held back by gd's open breaker
+// waits: a few come back for the next round of probes, the others wait
+// longer the longer the breaker is open (they are woken when it closes).
+// Under gd.mu.
+func (gd *guard) waiting(now time.Time) time.Duration {
+	if gd.reserved < breakerProbes {
+		gd.reserved++
+		return jitter(max(gd.nextProbe.Sub(now), 10*time.Millisecond))
+	}
+	return jitter(min(max(now.Sub(gd.openedAt), gd.probeWait), maxBreakerWait))
 }
 
 // result is how an attempt went, for the guard.
@@ -149,43 +242,51 @@ const (
 
 // leave records the attempt's outcome: retryFor > 0 pauses the target (a 429
 // or 503 with Retry-After). When the attempt was a probe that failed it
-// returns how long the forward should wait for the next probe (the caller
-// snoozes it rather than use its attempt); otherwise 0.
+// returns how long the forward should wait for the next round of probes
+// (the caller snoozes it rather than use its attempt); otherwise 0.
 func (g *guards) leave(ctx context.Context, gd *guard, a admission, res result, retryFor time.Duration, errText string) (snooze time.Duration) {
 	now := g.now()
+	slot := g.slot(now)
 	gd.mu.Lock()
 	gd.running--
+	if a.probe {
+		gd.probing--
+	}
 	if retryFor > 0 {
 		gd.pausedUntil = now.Add(retryFor)
 	}
 	changed := ""
 	switch res {
-	case resultNone:
-		if a.probe { // no verdict: let the next forward probe
-			gd.probing = false
-			gd.state = BreakerOpen
+	case resultNone: // no verdict: the probe's place goes to another forward
+		if a.probe {
+			gd.probes--
 		}
-	case resultDelivered, resultOther:
-		gd.failures = 0
-		if gd.state != BreakerClosed && (a.probe || res == resultDelivered) {
-			gd.state, gd.probing, gd.probeWait = BreakerClosed, false, 0
+	case resultDelivered, resultOther: // the target answers: it is alive
+		gd.win.add(slot, false)
+		gd.rate(slot, now)
+		if gd.state != BreakerClosed {
+			gd.state, gd.probes, gd.reserved = BreakerClosed, 0, 0
+			gd.win, gd.failingSince = window{}, time.Time{}
 			changed = BreakerClosed
 		}
 	case resultRetryable:
-		gd.failures++
+		gd.win.add(slot, true)
+		failing := gd.rate(slot, now)
 		switch {
-		case a.probe:
-			gd.probing = false
-			gd.state = BreakerOpen
-			gd.probeWait = min(gd.probeWait*2, maxProbeInterval)
-			gd.nextProbe = now.Add(gd.probeWait)
-			snooze = jitter(gd.probeWait)
-			changed = BreakerOpen
-		case gd.state == BreakerClosed && gd.failures >= gd.threshold:
+		case gd.state == BreakerClosed && failing && now.Sub(gd.failingSince) >= g.window/2:
 			gd.state, gd.openedAt = BreakerOpen, now
 			gd.probeWait = g.probe
 			gd.nextProbe = now.Add(gd.probeWait)
+			gd.probes, gd.reserved = 0, 0
 			changed = BreakerOpen
+		case a.probe:
+			if gd.probing == 0 { // the round is over and no probe succeeded
+				gd.state = BreakerOpen
+				gd.probeWait = min(gd.probeWait*2, maxProbeInterval)
+				gd.nextProbe = now.Add(gd.probeWait)
+				gd.probes, gd.reserved = 0, 0
+			}
+			snooze = jitter(max(gd.nextProbe.Sub(now), gd.probeWait))
 		}
 	}
 	if changed != "" {
@@ -198,7 +299,30 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res result, 
 	if changed != "" {
 		g.record(ctx, gd)
 	}
+	if changed == BreakerClosed && g.wake != nil {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := g.wake(wctx, gd.sender, gd.target); err != nil && g.log != nil {
+			g.log.Warn("wake forwards of a target whose breaker closed; they come back when their wait ends",
+				"sender", gd.sender, "target", gd.target, "err", err)
+		}
+	}
 	return snooze
+}
+
+// rate updates failingSince from the failure rate in the window ending at
+// slot and reports whether the breaker may open: at least breakerRate of the
+// attempts failed, and at least threshold of them. Under gd.mu.
+func (gd *guard) rate(slot int64, now time.Time) bool {
+	attempts, fails := gd.win.counts(slot)
+	if attempts == 0 || float64(fails) < breakerRate*float64(attempts) {
+		gd.failingSince = time.Time{}
+		return false
+	}
+	if gd.failingSince.IsZero() {
+		gd.failingSince = now
+	}
+	return fails >= gd.threshold
 }
 
 // record exports gd's latest breaker transition as metrics and into
@@ -236,11 +360,7 @@ func (g *guards) record(ctx context.Context, gd *guard) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := g.db.Exec(ctx, `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
-VALUES ($1, $2, $3, $4, now(), $5)
-ON CONFLICT ON CONSTRAINT target_breakers_pkey DO UPDATE
-SET state = excluded.state, opened_at = excluded.opened_at, updated_at = excluded.updated_at, last_error = excluded.last_error`,
-		gd.sender, gd.target, state, opened, errText)
+	err := store.New(g.db).RecordBreaker(ctx, gd.sender, gd.target, state, opened, errText)
 	if err != nil && g.log != nil {
 		g.log.Warn("record circuit breaker state", "sender", gd.sender, "target", gd.target, "err", err)
 	}

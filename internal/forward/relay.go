@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Defaults of the relay.
@@ -53,35 +54,18 @@ func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Conf
 	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: batch, interval: interval}
 }
 
-// takeSQL deletes up to $1 outbox rows that no other relay holds and returns
-// them: they exist again if the transaction rolls back.
-const takeSQL = `DELETE FROM forward_outbox WHERE (sender, event_id, target) IN (
-  SELECT sender, event_id, target FROM forward_outbox LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING sender, event_id, target, delivery_id`
-
 // Once relays one batch in one transaction and returns how many rows it
 // moved: 0 when the outbox had none that no other relay held.
 func (r *Relay) Once(ctx context.Context) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, takeSQL, r.batch)
+		taken, err := store.New(tx).TakeOutbox(ctx, r.batch)
 		if err != nil {
-			return fmt.Errorf("take outbox rows: %w", err)
+			return err
 		}
-		var params []river.InsertManyParams
-		for rows.Next() {
-			var (
-				sender, target, deliveryID string
-				eventID                    uuid.UUID
-			)
-			if err := rows.Scan(&sender, &eventID, &target, &deliveryID); err != nil {
-				rows.Close()
-				return fmt.Errorf("read outbox row: %w", err)
-			}
-			params = append(params, r.params(sender, target, eventID, deliveryID))
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("take outbox rows: %w", err)
+		params := make([]river.InsertManyParams, 0, len(taken))
+		for _, o := range taken {
+			params = append(params, r.params(o.Sender, o.Target, o.EventID, o.DeliveryID))
 		}
 		if len(params) == 0 {
 			return nil

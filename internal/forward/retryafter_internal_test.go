@@ -60,7 +60,7 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 		VALUES ('acme', $1, 'd1', now(), '{}', '\x7b7d')`, eventID); err != nil {
 		t.Fatal(err)
 	}
-	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, 10, 0,
+	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, 10, BreakerTiming{},
 		NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	args := Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}
 
@@ -118,7 +118,7 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool, _ := pgtest.NewDB(t)
-	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: 100 * time.Millisecond, Max: time.Minute}, 10, time.Second,
+	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: 100 * time.Millisecond, Max: time.Minute}, 10, BreakerTiming{Probe: time.Second, Window: time.Second},
 		NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
@@ -133,12 +133,19 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 			Args: Args{Sender: "acme", EventID: eventID, DeliveryID: fmt.Sprint("d", id), Target: "t1"}}
 	}
 
-	// A 503 without Retry-After opens the breaker (threshold 1).
+	// 503s without Retry-After for half the window open the breaker.
 	first := newJob(1)
-	if err := w.Work(ctx, first); err == nil {
-		t.Fatal("Work on a 503 returned nil, want an error (retry)")
+	for range 2 {
+		if err := w.Work(ctx, first); err == nil {
+			t.Fatal("Work on a 503 returned nil, want an error (retry)")
+		}
+		w.NextRetry(first)
+		first.Attempt++
+		clock.Add(int64(600 * time.Millisecond))
 	}
-	w.NextRetry(first)
+	if st := w.guards.get("acme", mustTarget(t, cfg, "t1")).state; st != BreakerOpen {
+		t.Fatalf("after 503s for half the window the breaker is %s, want open", st)
+	}
 	// The probe is due; it gets a 503 with Retry-After and is snoozed.
 	retryAfter.Store(true)
 	clock.Add(int64(time.Hour))
@@ -156,4 +163,18 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 	if d := w.NextRetry(probe).Sub(before); d > time.Second {
 		t.Errorf("NextRetry of a job whose earlier snoozed probe got Retry-After: 7 is %v from now, want the backoff (<= 100ms)", d)
 	}
+}
+
+// mustTarget returns sender acme's target name in cfg.
+func mustTarget(t *testing.T, cfg *config.Config, name string) *config.Target {
+	t.Helper()
+	s, ok := cfg.Sender("acme")
+	if !ok {
+		t.Fatal("no sender acme")
+	}
+	tg, ok := s.Target(name)
+	if !ok {
+		t.Fatalf("no target %s", name)
+	}
+	return tg
 }

@@ -3,12 +3,13 @@ package forward
 import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/redact"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Shown is a forward as an operator sees it (the JSON API and the console
 // alike): its target named, its URL and last error redacted.
 type Shown struct {
-	Status
+	store.Forward
 	// URL is the target's URL as configured now, redacted; for a job of a
 	// version that named targets by URL and whose target is gone, that URL
 	// redacted; "" when neither is known.
@@ -20,7 +21,7 @@ type Shown struct {
 // by URL gets the target's name; the URL and every URL in the last error are
 // redacted (package redact); a forward still in the outbox gets the
 // max_attempts its job will get from the relay.
-func Show(sender *config.Sender, f Status) Shown {
+func Show(sender *config.Sender, f store.Forward) Shown {
 	var t *config.Target
 	if sender != nil {
 		if f.Target == "" && f.LegacyURL != "" {
@@ -30,7 +31,7 @@ func Show(sender *config.Sender, f Status) Shown {
 		}
 		t, _ = sender.Target(f.Target)
 	}
-	s := Shown{Status: f}
+	s := Shown{Forward: f}
 	secretPath := t != nil && t.SecretPath
 	if f.LegacyURL != "" { // errors recorded before targets had names may hold the URL
 		s.URL = redact.URL(f.LegacyURL, secretPath)

@@ -1,12 +1,10 @@
 package forward
 
-// These tests are in package forward so that they can check statusIn
-// against the worker's own error texts. The package's TestMain (goleak) is
-// in main_test.go.
+// These tests are in package forward so that they can insert jobs with
+// jobParams. The package's TestMain (goleak) is in main_test.go.
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -18,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // statesYAML has a sender with three targets (one with a password in its
@@ -77,55 +75,6 @@ func newEventID(t *testing.T) uuid.UUID {
 		t.Fatal(err)
 	}
 	return id
-}
-
-func TestStateOf(t *testing.T) {
-	t.Parallel()
-	for js, want := range map[rivertype.JobState]State{
-		rivertype.JobStateAvailable: StatePending,
-		rivertype.JobStateScheduled: StatePending,
-		rivertype.JobStatePending:   StatePending,
-		rivertype.JobStateRunning:   StateRunning,
-		rivertype.JobStateRetryable: StateRetrying,
-		rivertype.JobStateCompleted: StateDelivered,
-		rivertype.JobStateCancelled: StateFailed,
-		rivertype.JobStateDiscarded: StateFailed,
-		"some_future_state":         StatePending,
-	} {
-		if got := StateOf(js); got != want {
-			t.Errorf("StateOf(%s) = %s, want %s", js, got, want)
-		}
-	}
-	// Every state River knows is mapped on purpose (the table above).
-	for _, js := range rivertype.JobStates() {
-		if StateOf(js) == "" {
-			t.Errorf("StateOf(%s) is empty", js)
-		}
-	}
-}
-
-// TestStatusIn checks that the status of every target answer the worker
-// records, as River stores its text, is found again, and that errors
-// without one give 0.
-func TestStatusIn(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		err  error
-		want int
-	}{
-		{&errStatus{status: 503}, 503},
-		{&errStatus{status: 429, retryAfter: 30 * time.Second}, 429},
-		{&errStatus{status: 408}, 408},
-		{river.JobCancel(&errStatus{status: 400}), 400},
-		{river.JobCancel(&errStatus{status: 410}), 410},
-		{fmt.Errorf("post to target %q: %w", "t1", context.DeadlineExceeded), 0},
-		{river.JobCancel(fmt.Errorf("event %s is no longer stored", uuid.Nil)), 0},
-		{fmt.Errorf("read event: connection answered 5000 times"), 0},
-	} {
-		if got := statusIn(tc.err.Error()); got != tc.want {
-			t.Errorf("statusIn(%q) = %d, want %d", tc.err.Error(), got, tc.want)
-		}
-	}
 }
 
 // TestRedeliver: Redeliver inserts one job per target of the sender, with
@@ -282,19 +231,19 @@ func TestList(t *testing.T) {
 		}
 	}
 
-	got, err := List(ctx, pool, "orders", id)
+	got, err := store.New(pool).EventForwards(ctx, "orders", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Status{
-		{Target: "t1", State: StatePending},
-		{Target: "t3", State: StatePending},
-		{Target: "t1", State: StateDelivered, Attempts: 2, MaxAttempts: 3, LastStatus: 204, DeliveredAt: delivered},
-		{Target: "t2", State: StateFailed, Attempts: 1, MaxAttempts: 20, LastStatus: 400, LastError: "JobCancelError: target answered 400"},
-		{Target: "t3", State: StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: `post to target "t3": connection refused`},
-		{Target: "t1", State: StateRunning, Attempts: 1, MaxAttempts: 3},
-		{Target: "t2", State: StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},
-		{Target: "t2", State: StatePending, Attempts: 0, MaxAttempts: 20},
+	want := []store.Forward{
+		{Target: "t1", State: store.StatePending},
+		{Target: "t3", State: store.StatePending},
+		{Target: "t1", State: store.StateDelivered, Attempts: 2, MaxAttempts: 3, LastStatus: 204, DeliveredAt: delivered},
+		{Target: "t2", State: store.StateFailed, Attempts: 1, MaxAttempts: 20, LastStatus: 400, LastError: "JobCancelError: target answered 400"},
+		{Target: "t3", State: store.StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: `post to target "t3": connection refused`},
+		{Target: "t1", State: store.StateRunning, Attempts: 1, MaxAttempts: 3},
+		{Target: "t2", State: store.StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},
+		{Target: "t2", State: store.StatePending, Attempts: 0, MaxAttempts: 20},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("List = %d forwards, want %d: %+v", len(got), len(want), got)
@@ -320,7 +269,7 @@ func TestList(t *testing.T) {
 		}
 	}
 
-	none, err := List(ctx, pool, "orders", newEventID(t))
+	none, err := store.New(pool).EventForwards(ctx, "orders", newEventID(t))
 	if err != nil || none == nil || len(none) != 0 {
 		t.Errorf("List of an event without forwards = %v (nil %v), %v; want empty, not nil", none, none == nil, err)
 	}
@@ -366,7 +315,7 @@ func TestListUsesArgsIndex(t *testing.T) {
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
 			t.Fatal(err)
 		}
-		got, err := List(ctx, tx, "orders", id)
+		got, err := store.New(tx).EventForwards(ctx, "orders", id)
 		if err != nil {
 			t.Fatal(err)
 		}

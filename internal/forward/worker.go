@@ -14,12 +14,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/signature"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Backoff is the retry schedule of failed forwards: attempt n waits a random
@@ -43,13 +43,6 @@ func (b Backoff) delay(attempt int) time.Duration {
 		}
 	}
 	return d/2 + rand.N(d/2+1)
-}
-
-// Output is what a delivered forward records on its job (River's recorded
-// output), for the operator API.
-type Output struct {
-	Status      int       `json:"status"`
-	DeliveredAt time.Time `json:"delivered_at"`
 }
 
 // maxResponseBytes is how much of a target's response body is read (and
@@ -78,11 +71,24 @@ type Worker struct {
 // holding back the forwards of a target whose circuit breaker is open or
 // that asked for a pause (without using their attempts).
 // workers is how many forwards the process runs at once (a target without
-// max_in_flight gets half of them); probe is the first wait of an open
-// breaker before its probe (DefaultProbeInterval when 0).
-func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, workers int, probe time.Duration, m *Metrics, log *slog.Logger) *Worker {
-	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now,
-		guards: newGuards(db, workers, probe, m, log)}
+// max_in_flight gets half of them); bt tunes the circuit breakers.
+func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, workers int, bt BreakerTiming, m *Metrics, log *slog.Logger) *Worker {
+	w := &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now,
+		guards: newGuards(db, workers, bt, m, log)}
+	if db != nil {
+		w.guards.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
+	}
+	return w
+}
+
+// probedKey marks, in a job's metadata, a forward that was sent as a probe
+// of an open breaker and snoozed after it failed: it counts as attempted
+// although River did not count the attempt.
+const probedKey = "hookgate_probed"
+
+// tried reports whether job was sent to its target before.
+func tried(job *river.Job[Args]) bool {
+	return job.Attempt > 1 || bytes.Contains(job.Metadata, []byte(`"`+probedKey+`"`))
 }
 
 // Timeout is the target's timeout plus a margin to read the event: River
@@ -130,7 +136,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	a.Target = t.Name // a job of an older version may name it by URL only
 	gd := w.guards.get(a.Sender, t)
-	adm := w.guards.enter(gd)
+	adm := w.guards.enter(gd, tried(job))
 	if !adm.ok {
 		// The target is paused, its breaker is open, or it has its share of
 		// this process's workers: wait without using an attempt.
@@ -142,6 +148,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		// A failed probe: the breaker stays open, and this forward waits
 		// with the others instead of spending its attempts on the outage.
 		// No NextRetry follows a snooze: the Retry-After is not kept.
+		if err := river.MetadataSet(ctx, probedKey, true); err != nil {
+			w.log.Warn("mark a failed probe as attempted", "job_id", job.ID, "err", err)
+		}
 		w.metrics.waits.WithLabelValues(a.Sender, a.Target, "breaker").Inc()
 		return river.JobSnooze(wait)
 	}
@@ -166,13 +175,8 @@ func errText(err error) string {
 // target's guard; retryFor is a Retry-After the target asked for with a 429
 // or 503.
 func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (result, time.Duration, error) {
-	var (
-		headers map[string][]string
-		body    []byte
-	)
-	err := w.db.QueryRow(ctx, `SELECT headers, body FROM webhook_events WHERE sender = $1 AND id = $2`, a.Sender, a.EventID).
-		Scan(&headers, &body)
-	if errors.Is(err, pgx.ErrNoRows) {
+	headers, body, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
+	if errors.Is(err, store.ErrNotFound) {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		return resultNone, 0, river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
 	}
@@ -209,13 +213,12 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		w.metrics.attempt(a.Sender, a.Target, outcomeDelivered)
-		if err := river.RecordOutput(ctx, Output{Status: code, DeliveredAt: w.now().UTC()}); err != nil {
-			w.log.Warn("record forward output", "job_id", job.ID, "err", err)
-		}
+		w.record(ctx, job, store.Output{Status: code, DeliveredAt: w.now().UTC()})
 		return resultDelivered, 0, nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
+		w.record(ctx, job, store.Output{Status: code, RetryAfter: e.retryAfter.Seconds()})
 		var pause time.Duration
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 			pause = min(e.retryAfter, w.backoff.Max) // the whole target waits, not just this forward
@@ -223,7 +226,18 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 		return resultRetryable, pause, e
 	default:
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
+		w.record(ctx, job, store.Output{Status: code})
 		return resultOther, 0, river.JobCancel(&errStatus{status: code})
+	}
+}
+
+// record records the outcome of the job's attempt as its output (the
+// target's status and Retry-After: operators read them there, not from the
+// error's text). A failure to record is logged: the forward works without.
+func (w *Worker) record(ctx context.Context, job *river.Job[Args], out store.Output) {
+	out.Attempt = job.Attempt
+	if err := river.RecordOutput(ctx, out); err != nil {
+		w.log.Warn("record forward output", "job_id", job.ID, "err", err)
 	}
 }
 

@@ -138,7 +138,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 		})
 		forward.QueueOutbox(b, eventID, id, now, targets)
 	}
-	res, err := s.store.Run(ctx, d, change)
+	res, err := s.deliveries.Run(ctx, d, change)
 	if err != nil {
 		return "", err
 	}

@@ -27,16 +27,10 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/redact"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // The operator API: /v1, behind a bearer token (HOOKGATE_ADMIN_TOKEN).
-
-// DB is what the operator API reads events and forward jobs with: a
-// *pgxpool.Pool.
-type DB interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // WithAdminToken sets the operator API's bearer token. Without it, or with
 // an empty token, the operator API answers every request 403.
@@ -61,9 +55,10 @@ func WithAuthLimiter(l *authlimit.Limiter) Option { return func(s *Server) { s.a
 // asked for there.
 func WithConsole(h http.Handler) Option { return func(s *Server) { s.console = h } }
 
-// WithDB gives the operator API the database it reads events and forward
-// jobs from. Without it, the operator endpoints that need them answer 503.
-func WithDB(db DB) Option { return func(s *Server) { s.db = db } }
+// WithDB gives the operator API the database it reads deliveries, events
+// and forwards from (through package store's queries). Without it, the
+// operator endpoints that read them answer 503.
+func WithDB(db store.DB) Option { return func(s *Server) { s.q = store.New(db) } }
 
 // WithRiver gives the operator API the River client that redeliveries are
 // inserted with (it need not work jobs). Without it, redeliver answers 503.
@@ -72,7 +67,7 @@ func WithRiver(client *river.Client[pgx.Tx]) Option { return func(s *Server) { s
 // Parameters of GET /v1/senders/{sender}/deliveries.
 const (
 	defaultListLimit = 50
-	maxListLimit     = dedup.MaxListLimit
+	maxListLimit     = store.MaxListLimit
 )
 
 // operatorPrefix is the path prefix of the operator API.
@@ -341,9 +336,9 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 		s.fail(w, r, err)
 		return
 	}
-	var after *dedup.Cursor
+	var after *store.Cursor
 	if params.Cursor != nil {
-		c, err := dedup.ParseCursor(*params.Cursor)
+		c, err := store.ParseDeliveryCursor(*params.Cursor)
 		if err != nil {
 			s.fail(w, r, badCursor(err))
 			return
@@ -358,13 +353,17 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 			return
 		}
 	}
-	page, err := s.store.ListByEventType(r.Context(), sender, eventType, limit, after)
+	if s.q == nil {
+		s.fail(w, r, dbProblem(errNoDB))
+		return
+	}
+	page, err := s.q.ListDeliveriesByType(r.Context(), sender, eventType, limit, after)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	out := api.DeliveryPage{Items: make([]api.DeliverySummary, 0, len(page.Records))}
-	for _, rec := range page.Records {
+	out := api.DeliveryPage{Items: make([]api.DeliverySummary, 0, len(page.Deliveries))}
+	for _, rec := range page.Deliveries {
 		out.Items = append(out.Items, api.DeliverySummary{
 			DeliveryId:     rec.DeliveryID,
 			EventId:        rec.EventID,
@@ -394,12 +393,12 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, newProblem(probInvalidParameter, "Path parameter delivery_id "+reason+"; no delivery can have such an ID."))
 		return
 	}
-	if s.db == nil {
+	if s.q == nil {
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
-	rec, err := s.store.Get(r.Context(), dedup.Key{Sender: sender, DeliveryID: deliveryID})
-	if errors.Is(err, dedup.ErrNotFound) {
+	rec, err := s.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: deliveryID})
+	if errors.Is(err, store.ErrNotFound) {
 		s.fail(w, r, &problemError{typ: probNotFound, cause: err,
 			detail: fmt.Sprintf("Sender %q has no delivery %s (never received, or its key has expired).", sender, quote(deliveryID))})
 		return
@@ -408,7 +407,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	fwds, err := forward.List(r.Context(), s.db, sender, rec.EventID)
+	fwds, err := s.q.EventForwards(r.Context(), sender, rec.EventID)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -436,7 +435,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 
 // forwardState shows f, a forward of an event of sender (nil when sender is
 // no longer configured).
-func forwardState(sender *config.Sender, f forward.Status) api.ForwardState {
+func forwardState(sender *config.Sender, f store.Forward) api.ForwardState {
 	sh := forward.Show(sender, f)
 	fs := api.ForwardState{
 		Target:      sh.Target,
@@ -484,11 +483,11 @@ func (s *Server) GetEvent(w http.ResponseWriter, r *http.Request, eventID api.Ev
 
 // event reads an event, as a problem when that fails.
 func (s *Server) event(ctx context.Context, id uuid.UUID) (events.Event, error) {
-	if s.db == nil {
+	if s.q == nil {
 		return events.Event{}, dbProblem(errNoDB)
 	}
-	e, err := events.Get(ctx, s.db, id)
-	if errors.Is(err, events.ErrNotFound) {
+	e, err := s.q.GetEvent(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
 		return events.Event{}, &problemError{typ: probNotFound, cause: err, detail: fmt.Sprintf("No event %s is stored.", id)}
 	}
 	if err != nil {
@@ -527,7 +526,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 	}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
-		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, forward.Status{Target: j.Target, JobID: j.JobID}).URL, AlreadyPending: j.AlreadyPending})
+		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, store.Forward{Target: j.Target, JobID: j.JobID}).URL, AlreadyPending: j.AlreadyPending})
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }

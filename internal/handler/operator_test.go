@@ -38,6 +38,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // testToken is the admin token of operator test servers.
@@ -490,7 +491,7 @@ func TestOperatorInvalidParametersAre400(t *testing.T) {
 		}
 	}
 	// A valid limit and the first page without a cursor are fine.
-	for _, q := range []string{"", "?limit=1", "?limit=500", "?limit=50&cursor=" + (dedup.Cursor{ReceivedAt: time.Now(), DeliveryID: "x"}).String()} {
+	for _, q := range []string{"", "?limit=1", "?limit=500", "?limit=50&cursor=" + (store.Cursor{ReceivedAt: time.Now(), DeliveryID: "x"}).String()} {
 		var page deliveryPage
 		decode(t, s.call("GET", "/v1/senders/hdr/deliveries"+q), http.StatusOK, "GET", routeDeliveries, &page)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // ReadyFunc reports whether the service can take traffic: nil when the
@@ -34,22 +35,22 @@ type Option func(*Server)
 
 // Server implements api.ServerInterface.
 type Server struct {
-	cfg     *config.Config
-	store   *dedup.Store
-	ready   ReadyFunc
-	log     *slog.Logger
-	metrics *metrics
-	gather  prometheus.Gatherer
-	docs    http.Handler
-	docsCSP string
-	now     func() time.Time
+	cfg        *config.Config
+	deliveries *dedup.Store
+	ready      ReadyFunc
+	log        *slog.Logger
+	metrics    *metrics
+	gather     prometheus.Gatherer
+	docs       http.Handler
+	docsCSP    string
+	now        func() time.Time
 
 	// The operator API's: adminDigest is the SHA-256 of its token, nil when
-	// none is configured (the operator API is disabled); db and river read
+	// none is configured (the operator API is disabled); q and river read
 	// and redeliver (nil without WithDB and WithRiver).
 	adminDigest *[32]byte
 	authLimit   *authlimit.Limiter
-	db          DB
+	q           *store.Queries
 	river       *river.Client[pgx.Tx]
 
 	// console is the browser console served under /console; nil for none.
@@ -62,19 +63,19 @@ type Server struct {
 
 var _ api.ServerInterface = (*Server)(nil)
 
-// New returns a Server for the senders in cfg, storing deliveries with store.
-// Its metrics are registered on reg, which /metrics serves.
-func New(cfg *config.Config, store *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
+// New returns a Server for the senders in cfg, storing deliveries with
+// ingest. Its metrics are registered on reg, which /metrics serves.
+func New(cfg *config.Config, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{
-		cfg:       cfg,
-		store:     store,
-		ready:     ready,
-		log:       log,
-		metrics:   newMetrics(reg),
-		gather:    reg,
-		docs:      v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
-		authLimit: authlimit.New(),
-		now:       time.Now,
+		cfg:        cfg,
+		deliveries: ingest,
+		ready:      ready,
+		log:        log,
+		metrics:    newMetrics(reg),
+		gather:     reg,
+		docs:       v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
+		authLimit:  authlimit.New(),
+		now:        time.Now,
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)

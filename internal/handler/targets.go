@@ -12,6 +12,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/redact"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // The operator API of forward targets: their breakers and counts, their
@@ -26,16 +27,16 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, unknownSender(sender))
 		return
 	}
-	if s.db == nil {
+	if s.q == nil {
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
-	breakers, err := forward.Breakers(r.Context(), s.db, sender)
+	breakers, err := s.q.Breakers(r.Context(), sender)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	counts, err := forward.CountByTarget(r.Context(), s.db, sender)
+	counts, err := s.q.CountForwards(r.Context(), sender, true)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -85,10 +86,10 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 		s.fail(w, r, err)
 		return
 	}
-	f := forward.Filter{Sender: sender, Target: target}
+	f := store.Filter{Sender: sender, Target: target}
 	if params.State != nil {
-		f.State = forward.State(*params.State)
-		if !forward.ValidState(f.State) {
+		f.State = store.State(*params.State)
+		if !store.ValidState(f.State) {
 			s.fail(w, r, newProblem(probInvalidParameter, fmt.Sprintf("Query parameter state must be pending, running, retrying, delivered or failed; got %s.", quote(string(f.State)))))
 			return
 		}
@@ -104,20 +105,20 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 		s.fail(w, r, err)
 		return
 	}
-	var after *forward.ForwardCursor
+	var after *store.Cursor
 	if params.Cursor != nil {
-		c, err := forward.ParseForwardCursor(*params.Cursor)
+		c, err := store.ParseForwardCursor(*params.Cursor)
 		if err != nil {
 			s.fail(w, r, badCursor(err))
 			return
 		}
 		after = &c
 	}
-	if s.db == nil {
+	if s.q == nil {
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
-	page, err := forward.ListTarget(r.Context(), s.db, f, limit, after)
+	page, err := s.q.ListTargetForwards(r.Context(), f, limit, after)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -174,12 +175,12 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 			detail: `The request body must be a JSON object {"state": "failed" or "delivered", "since": RFC 3339 time, "until": RFC 3339 time} (times optional), with no other members.`})
 		return
 	}
-	state := forward.State(req.State)
-	if state != forward.StateFailed && state != forward.StateDelivered {
+	state := store.State(req.State)
+	if state != store.StateFailed && state != store.StateDelivered {
 		s.fail(w, r, newProblem(probInvalidParameter, fmt.Sprintf(`The request body's state must be "failed" or "delivered"; got %s.`, quote(string(req.State)))))
 		return
 	}
-	if s.db == nil {
+	if s.q == nil {
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
@@ -194,7 +195,7 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 	if req.Until != nil {
 		br.Until = *req.Until
 	}
-	n, err := forward.BulkRedeliver(r.Context(), s.db, s.river, br)
+	n, err := forward.BulkRedeliver(r.Context(), s.q, s.river, br)
 	if errors.Is(err, forward.ErrUnknownTarget) || errors.Is(err, forward.ErrBulkState) {
 		s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err, detail: "The request cannot be redelivered: " + err.Error() + "."})
 		return

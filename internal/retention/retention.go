@@ -13,11 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Defaults of the retention job.
@@ -38,10 +36,7 @@ func (Args) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       Queue,
 		MaxAttempts: 3,
-		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-		}},
+		UniqueOpts:  river.UniqueOpts{ByState: store.UnfinishedJobStates()},
 	}
 }
 
@@ -56,16 +51,18 @@ type Result struct {
 
 // Run deletes, in batches of BatchSize, every key expired at now and every
 // event older than its sender's event retention (config.DefaultRetention
-// for a sender no longer configured), until none is left or ctx ends. It returns what it deleted (also on error).
+// for a sender no longer configured), until none is left or ctx ends. It
+// returns what it deleted (also on error).
 func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
 	var res Result
-	senders, err := dedup.ExpiredSenders(ctx, db, now)
+	q := store.New(db)
+	senders, err := q.ExpiredSenders(ctx, now)
 	if err != nil {
 		return res, err
 	}
 	for _, sender := range senders { // configured or not: every key expires
 		for {
-			n, err := dedup.DeleteExpired(ctx, db, sender, now, BatchSize)
+			n, err := q.DeleteExpiredKeys(ctx, sender, now, BatchSize)
 			res.Keys += n
 			if err != nil {
 				return res, err
@@ -77,7 +74,7 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 	}
 	// Every sender that has events: a configured one keeps them for its
 	// event_retention, one no longer configured for DefaultRetention.
-	withEvents, err := events.Senders(ctx, db)
+	withEvents, err := q.EventSenders(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -88,7 +85,7 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 		}
 		cutoff := now.Add(-keep)
 		for {
-			n, err := events.DeleteBefore(ctx, db, sender, cutoff, BatchSize)
+			n, err := q.DeleteEventsBefore(ctx, sender, cutoff, BatchSize)
 			res.Events += n
 			if err != nil {
 				return res, err

@@ -1,7 +1,7 @@
-package dedup
+package store
 
-// These tests are in package dedup (the package's TestMain, with goleak, is
-// in helpers_test.go) so that they can EXPLAIN the listing's own SQL.
+// These tests are in package store so that they can EXPLAIN the listing's
+// own SQL.
 
 import (
 	"context"
@@ -17,34 +17,43 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
-// store returns a Store on a fresh database, and its pool.
-func store(t *testing.T) (*Store, *pgxpool.Pool) {
+// fixture is a fresh database: its pool, the ingest pipeline that stores
+// deliveries in it, and the queries that read them.
+type fixture struct {
+	*Queries
+	ingest *dedup.Store
+	pool   *pgxpool.Pool
+}
+
+// store returns a fixture on a fresh database, and its pool.
+func store(t *testing.T) (*fixture, *pgxpool.Pool) {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	return New(pool, 0), pool
+	return &fixture{Queries: New(pool), ingest: dedup.New(pool, 0), pool: pool}, pool
 }
 
 // accept stores a delivery of sender with id received at at, through Run,
 // and returns it.
-func accept(t *testing.T, s *Store, sender, id string, at time.Time) Delivery {
+func accept(t *testing.T, s *fixture, sender, id string, at time.Time) dedup.Delivery {
 	t.Helper()
 	eventID, err := uuid.NewV7()
 	if err != nil {
 		t.Fatal(err)
 	}
 	at = at.UTC().Truncate(time.Microsecond)
-	d := Delivery{
-		Key:           Key{Sender: sender, DeliveryID: id},
+	d := dedup.Delivery{
+		Key:           dedup.Key{Sender: sender, DeliveryID: id},
 		RequestSHA256: sha256.Sum256([]byte("body of " + id)),
 		EventID:       eventID,
-		Response:      Response{Status: 202, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
+		Response:      dedup.Response{Status: 202, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
 		ReceivedAt:    at,
 		ExpiresAt:     at.Add(time.Hour),
 	}
-	if _, err := s.Run(t.Context(), d, nil); err != nil {
+	if _, err := s.ingest.Run(t.Context(), d, nil); err != nil {
 		t.Fatalf("accept %s/%s: %v", sender, id, err)
 	}
 	return d
@@ -107,13 +116,13 @@ func TestListPagesNewestFirst(t *testing.T) {
 	t.Parallel()
 	s, _ := store(t)
 	base := time.Date(2026, 11, 29, 19, 0, 0, 0, time.UTC)
-	var want []Delivery
+	var want []dedup.Delivery
 	for i := range 10 {
 		at := base.Add(time.Duration(i/3) * time.Second) // groups of three share a time
 		want = append(want, accept(t, s, "github", fmt.Sprintf("d%02d", i), at))
 		accept(t, s, "stripe", fmt.Sprintf("d%02d", i), at.Add(time.Minute)) // newer, another sender
 	}
-	slices.SortFunc(want, func(a, b Delivery) int {
+	slices.SortFunc(want, func(a, b dedup.Delivery) int {
 		if c := b.ReceivedAt.Compare(a.ReceivedAt); c != 0 {
 			return c
 		}
@@ -122,25 +131,25 @@ func TestListPagesNewestFirst(t *testing.T) {
 
 	for _, limit := range []int{1, 3, 4, 5, 10, 11, MaxListLimit} {
 		var (
-			got   []Record
+			got   []Delivery
 			after *Cursor
 			pages int
 		)
 		for {
-			page, err := s.List(t.Context(), "github", limit, after)
+			page, err := s.ListDeliveries(t.Context(), "github", limit, after)
 			if err != nil {
 				t.Fatalf("limit %d: List: %v", limit, err)
 			}
 			pages++
-			if len(page.Records) > limit {
-				t.Fatalf("limit %d: page of %d", limit, len(page.Records))
+			if len(page.Deliveries) > limit {
+				t.Fatalf("limit %d: page of %d", limit, len(page.Deliveries))
 			}
-			got = append(got, page.Records...)
+			got = append(got, page.Deliveries...)
 			if page.Next == nil {
 				break
 			}
-			if len(page.Records) != limit {
-				t.Errorf("limit %d: a page of %d has a next page", limit, len(page.Records))
+			if len(page.Deliveries) != limit {
+				t.Errorf("limit %d: a page of %d has a next page", limit, len(page.Deliveries))
 			}
 			// The cursor goes through its opaque form, as over HTTP.
 			c, err := ParseCursor(page.Next.String())
@@ -173,20 +182,20 @@ func TestListEmptyAndOutOfRange(t *testing.T) {
 	s, _ := store(t)
 	accept(t, s, "github", "d1", time.Now())
 
-	page, err := s.List(t.Context(), "nobody", 10, nil)
+	page, err := s.ListDeliveries(t.Context(), "nobody", 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if page.Records == nil || len(page.Records) != 0 || page.Next != nil {
+	if page.Deliveries == nil || len(page.Deliveries) != 0 || page.Next != nil {
 		t.Errorf("unknown sender: page = %+v, want no records (non-nil) and no next", page)
 	}
 	// After the oldest delivery: nothing more.
-	page, err = s.List(t.Context(), "github", 10, &Cursor{ReceivedAt: time.Unix(0, 0), DeliveryID: "z"})
-	if err != nil || len(page.Records) != 0 || page.Next != nil {
+	page, err = s.ListDeliveries(t.Context(), "github", 10, &Cursor{ReceivedAt: time.Unix(0, 0), DeliveryID: "z"})
+	if err != nil || len(page.Deliveries) != 0 || page.Next != nil {
 		t.Errorf("after the oldest: page = %+v, %v; want empty", page, err)
 	}
 	for _, limit := range []int{-1, 0, MaxListLimit + 1} {
-		if _, err := s.List(t.Context(), "github", limit, nil); err == nil {
+		if _, err := s.ListDeliveries(t.Context(), "github", limit, nil); err == nil {
 			t.Errorf("List with limit %d: no error", limit)
 		}
 	}
@@ -201,7 +210,7 @@ func TestGet(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r, err := s.Get(t.Context(), d.Key)
+	r, err := s.GetDelivery(t.Context(), d.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,12 +219,12 @@ func TestGet(t *testing.T) {
 		string(r.Response.Body) != string(d.Response.Body) {
 		t.Errorf("Get = %+v, want %+v", r, d)
 	}
-	r, err = s.Get(t.Context(), empty.Key)
+	r, err = s.GetDelivery(t.Context(), empty.Key)
 	if err != nil || r.Response.Body == nil || len(r.Response.Body) != 0 {
 		t.Errorf("Get of an empty stored body: body %v (nil %v), err %v; want empty, not nil", r.Response.Body, r.Response.Body == nil, err)
 	}
-	for _, k := range []Key{{"github", "nope"}, {"stripe", d.DeliveryID}} {
-		if _, err := s.Get(t.Context(), k); !errors.Is(err, ErrNotFound) {
+	for _, k := range []dedup.Key{{Sender: "github", DeliveryID: "nope"}, {Sender: "stripe", DeliveryID: d.DeliveryID}} {
+		if _, err := s.GetDelivery(t.Context(), k); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Get(%v) error = %v, want ErrNotFound", k, err)
 		}
 	}
@@ -310,7 +319,7 @@ func explain(t *testing.T, pool *pgxpool.Pool, mode, sql, types, args string) st
 // acceptTyped is accept with the delivery's event stored too, with the
 // event type eventType (as ingest's change stores it, in a statement of
 // its own here).
-func acceptTyped(t *testing.T, s *Store, pool *pgxpool.Pool, sender, id, eventType string, at time.Time) Delivery {
+func acceptTyped(t *testing.T, s *fixture, pool *pgxpool.Pool, sender, id, eventType string, at time.Time) dedup.Delivery {
 	t.Helper()
 	d := accept(t, s, sender, id, at)
 	if _, err := pool.Exec(t.Context(), `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
@@ -321,24 +330,24 @@ VALUES ($1, $2, $3, $4, '{}', '', $5)`, sender, d.EventID, id, d.ReceivedAt, eve
 }
 
 // walk follows ListByEventType's pages from the first to the last.
-func walk(t *testing.T, s *Store, sender, eventType string, limit int) []Record {
+func walk(t *testing.T, s *fixture, sender, eventType string, limit int) []Delivery {
 	t.Helper()
 	var (
-		got   []Record
+		got   []Delivery
 		after *Cursor
 	)
 	for {
-		page, err := s.ListByEventType(t.Context(), sender, eventType, limit, after)
+		page, err := s.ListDeliveriesByType(t.Context(), sender, eventType, limit, after)
 		if err != nil {
 			t.Fatalf("%s, limit %d: %v", eventType, limit, err)
 		}
 		// A prefix's page may be short when deliveries of its events are
 		// gone (their keys expired before the events).
 		short := strings.HasSuffix(eventType, "*") && eventType != "*"
-		if len(page.Records) > limit || (page.Next != nil && len(page.Records) != limit && !short) {
-			t.Fatalf("%s, limit %d: page of %d, next %v", eventType, limit, len(page.Records), page.Next)
+		if len(page.Deliveries) > limit || (page.Next != nil && len(page.Deliveries) != limit && !short) {
+			t.Fatalf("%s, limit %d: page of %d, next %v", eventType, limit, len(page.Deliveries), page.Next)
 		}
-		got = append(got, page.Records...)
+		got = append(got, page.Deliveries...)
 		if page.Next == nil {
 			return got
 		}
@@ -359,7 +368,7 @@ func TestListByEventType(t *testing.T) {
 	base := time.Date(2026, 11, 29, 19, 0, 0, 0, time.UTC)
 	types := []string{"invoice.paid", "invoice.voided", "invoiced", "customer.created", "", "invoice.paid"}
 	type typed struct {
-		d  Delivery
+		d  dedup.Delivery
 		et string
 	}
 	var all []typed
@@ -439,7 +448,7 @@ func TestListByEventType(t *testing.T) {
 			}
 		}
 	}
-	rec, err := s.Get(t.Context(), Key{Sender: "stripe", DeliveryID: "d00"})
+	rec, err := s.GetDelivery(t.Context(), dedup.Key{Sender: "stripe", DeliveryID: "d00"})
 	if err != nil || rec.EventType != "invoice.paid" {
 		t.Errorf("Get: event type %q, err %v; want invoice.paid", rec.EventType, err)
 	}

@@ -1,10 +1,7 @@
-package dedup
+package store
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,18 +9,22 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
-// ErrNotFound means no delivery with the key is stored: it was never
-// accepted, or its key has expired and been deleted.
-var ErrNotFound = errors.New("dedup: no such delivery")
+// processed_messages, outside the ingest pipeline (package dedup claims
+// the keys and stores the responses): operators' lists and counts, and the
+// retention of keys.
 
-// MaxListLimit is the largest page List returns.
-const MaxListLimit = 500
+// ErrNotFound means no such row is stored: for a delivery, it was never
+// accepted, or its key has expired and been deleted; for an event, no event
+// has the ID (or it was deleted after its retention).
+var ErrNotFound = errors.New("store: not found")
 
-// Record is a stored delivery: the row that holds its key.
-type Record struct {
-	Key
+// Delivery is a stored delivery: the row that holds its key.
+type Delivery struct {
+	dedup.Key
 	// RequestSHA256 is the SHA-256 of the accepted request body.
 	RequestSHA256 [32]byte
 	// EventID is the event the delivery created.
@@ -31,7 +32,7 @@ type Record struct {
 	// Response is the stored response that every replay returns. List
 	// leaves its Body nil; Get fills it in (empty, not nil, when the stored
 	// body is empty).
-	Response Response
+	Response dedup.Response
 	// ReceivedAt is when the delivery was accepted (created_at), ExpiresAt
 	// when its key may be forgotten.
 	ReceivedAt time.Time
@@ -41,64 +42,11 @@ type Record struct {
 	EventType string
 }
 
-// Cursor is a position in a sender's deliveries in List's order: the
-// (received at, delivery ID) of the last delivery of a page. The next page
-// starts with the delivery right after it.
-type Cursor struct {
-	ReceivedAt time.Time
-	DeliveryID string
-}
-
-// cursorJSON is a Cursor's encoded form: the time in Unix microseconds
-// (PostgreSQL's precision) and the delivery ID.
-type cursorJSON struct {
-	T int64  `json:"t"`
-	D string `json:"d"`
-}
-
-// String returns the cursor's opaque form, URL-safe base64 (no padding) of
-// a small JSON document. ParseCursor reads it back.
-func (c Cursor) String() string {
-	b, err := json.Marshal(cursorJSON{T: c.ReceivedAt.UnixMicro(), D: c.DeliveryID})
-	if err != nil { // a struct of an int and a string always encodes
-		panic(err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// errBadCursor is what ParseCursor wraps for every malformed cursor.
-var errBadCursor = errors.New("malformed cursor")
-
-// ParseCursor returns the Cursor whose String is s. It returns an error for
-// anything String cannot have produced: bad base64, padding, other JSON,
-// unknown or missing fields, an empty delivery ID, or any other spelling of
-// a valid cursor.
-func ParseCursor(s string) (Cursor, error) {
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil {
-		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
-	}
-	var cj cursorJSON
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cj); err != nil {
-		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
-	}
-	if cj.D == "" {
-		return Cursor{}, fmt.Errorf("%w: no delivery ID", errBadCursor)
-	}
-	c := Cursor{ReceivedAt: time.UnixMicro(cj.T).UTC(), DeliveryID: cj.D}
-	if c.String() != s { // trailing data, reordered or missing fields, …
-		return Cursor{}, fmt.Errorf("%w: not in canonical form", errBadCursor)
-	}
-	return c, nil
-}
-
-// Page is one page of List.
-type Page struct {
-	// Records are the page's deliveries, newest first; empty, not nil, when
+// DeliveryPage is one page of ListDeliveries.
+type DeliveryPage struct {
+	// Deliveries are the page's deliveries, newest first; empty, not nil, when
 	// there are none.
-	Records []Record
+	Deliveries []Delivery
 	// Next is the cursor of the next page; nil on the last page.
 	Next *Cursor
 }
@@ -175,7 +123,7 @@ ORDER BY top.received_at DESC, top.delivery_id DESC`
 	prefixAfterSQL = prefixTypes + ` AND (e.received_at, e.delivery_id) < ($4, $5)` + prefixEnd
 )
 
-// List returns up to limit (1 to MaxListLimit) of sender's stored
+// ListDeliveries returns up to limit (1 to MaxListLimit) of sender's stored
 // deliveries, newest first: by received at, then by delivery ID, both
 // descending. With a nil after it starts at the newest; otherwise right
 // after the delivery after names. Pages are stable while deliveries are
@@ -183,53 +131,53 @@ ORDER BY top.received_at DESC, top.delivery_id DESC`
 // delivery committed before the walk began exactly once. (A delivery whose
 // transaction commits during the walk with an older time than the walk's
 // position is not visited.) An unknown sender has no deliveries: an empty
-// page. Records' Response.Body is nil.
-func (s *Store) List(ctx context.Context, sender string, limit int, after *Cursor) (Page, error) {
-	return s.ListByEventType(ctx, sender, "", limit, after)
+// page. Deliveries' Response.Body is nil.
+func (q *Queries) ListDeliveries(ctx context.Context, sender string, limit int, after *Cursor) (DeliveryPage, error) {
+	return q.ListDeliveriesByType(ctx, sender, "", limit, after)
 }
 
-// ListByEventType is List of the deliveries whose event has the event type
+// ListDeliveriesByType is ListDeliveries of the deliveries whose event has the event type
 // eventType: exactly, or, when eventType ends in "*", any type that starts
-// with what comes before it. "" and "*" list every delivery, as List. Only
+// with what comes before it. "" and "*" list every delivery, as ListDeliveries. Only
 // deliveries whose event is still stored have a type and are listed by
-// type. Its cursors are List's: a position in the same order.
-func (s *Store) ListByEventType(ctx context.Context, sender, eventType string, limit int, after *Cursor) (Page, error) {
+// type. Its cursors are ListDeliveries': a position in the same order.
+func (q *Queries) ListDeliveriesByType(ctx context.Context, sender, eventType string, limit int, after *Cursor) (DeliveryPage, error) {
 	if limit < 1 || limit > MaxListLimit {
-		return Page{}, fmt.Errorf("list deliveries: limit %d is not from 1 to %d", limit, MaxListLimit)
+		return DeliveryPage{}, fmt.Errorf("list deliveries: limit %d is not from 1 to %d", limit, MaxListLimit)
 	}
-	page := Page{Records: []Record{}}
+	page := DeliveryPage{Deliveries: []Delivery{}}
 	// Querier has no Query: a batch of one statement is one round trip too.
 	b := &pgx.Batch{}
-	var q *pgx.QueuedQuery
+	var qq *pgx.QueuedQuery
 	prefix, isPrefix := strings.CutSuffix(eventType, "*")
 	switch {
 	case eventType == "" || (isPrefix && prefix == ""):
 		if after == nil {
-			q = b.Queue(listFirstSQL, sender, limit+1)
+			qq = b.Queue(listFirstSQL, sender, limit+1)
 		} else {
-			q = b.Queue(listAfterSQL, sender, after.ReceivedAt, after.DeliveryID, limit+1)
+			qq = b.Queue(listAfterSQL, sender, after.ReceivedAt, after.DeliveryID, limit+1)
 		}
 	case isPrefix:
 		if after == nil {
-			q = b.Queue(prefixFirstSQL, sender, prefix, limit+1)
+			qq = b.Queue(prefixFirstSQL, sender, prefix, limit+1)
 		} else {
-			q = b.Queue(prefixAfterSQL, sender, prefix, limit+1, after.ReceivedAt, after.DeliveryID)
+			qq = b.Queue(prefixAfterSQL, sender, prefix, limit+1, after.ReceivedAt, after.DeliveryID)
 		}
 	default:
 		if after == nil {
-			q = b.Queue(typeFirstSQL, sender, eventType, limit+1)
+			qq = b.Queue(typeFirstSQL, sender, eventType, limit+1)
 		} else {
-			q = b.Queue(typeAfterSQL, sender, eventType, limit+1, after.ReceivedAt, after.DeliveryID)
+			qq = b.Queue(typeAfterSQL, sender, eventType, limit+1, after.ReceivedAt, after.DeliveryID)
 		}
 	}
-	q.Query(func(rows pgx.Rows) error {
+	qq.Query(func(rows pgx.Rows) error {
 		if isPrefix && prefix != "" {
 			return scanKeyed(rows, sender, limit, &page)
 		}
 		return scanRecords(rows, sender, &page)
 	})
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
-		return Page{}, fmt.Errorf("list deliveries of %s: %w", sender, err)
+	if err := q.db.SendBatch(ctx, b).Close(); err != nil {
+		return DeliveryPage{}, fmt.Errorf("list deliveries of %s: %w", sender, err)
 	}
 	page.trim(limit)
 	return page, nil
@@ -237,9 +185,9 @@ func (s *Store) ListByEventType(ctx context.Context, sender, eventType string, l
 
 // scanRecords appends the rows of a listing query (listColumns and the
 // event type) to page.
-func scanRecords(rows pgx.Rows, sender string, page *Page) error {
+func scanRecords(rows pgx.Rows, sender string, page *DeliveryPage) error {
 	for rows.Next() {
-		r := Record{Key: Key{Sender: sender}}
+		r := Delivery{Key: dedup.Key{Sender: sender}}
 		var (
 			sum    []byte
 			status int16
@@ -251,17 +199,17 @@ func scanRecords(rows pgx.Rows, sender string, page *Page) error {
 			return err
 		}
 		r.Response.Status = int(status)
-		page.Records = append(page.Records, r)
+		page.Deliveries = append(page.Deliveries, r)
 	}
 	return rows.Err()
 }
 
 // trim cuts a page read with limit+1 rows to limit, and sets Next when a
 // row was left over.
-func (p *Page) trim(limit int) {
-	if len(p.Records) > limit {
-		p.Records = p.Records[:limit]
-		last := p.Records[limit-1]
+func (p *DeliveryPage) trim(limit int) {
+	if len(p.Deliveries) > limit {
+		p.Deliveries = p.Deliveries[:limit]
+		last := p.Deliveries[limit-1]
 		p.Next = &Cursor{ReceivedAt: last.ReceivedAt, DeliveryID: last.DeliveryID}
 	}
 }
@@ -271,7 +219,7 @@ func (p *Page) trim(limit int) {
 // stored. Such keys are left out of the page, which may then hold fewer
 // than limit records and still have a next page; the cursor is the page's
 // last key. It sets page.Next itself, and leaves at most limit records.
-func scanKeyed(rows pgx.Rows, sender string, limit int, page *Page) error {
+func scanKeyed(rows pgx.Rows, sender string, limit int, page *DeliveryPage) error {
 	keys := 0
 	for rows.Next() {
 		var (
@@ -280,7 +228,7 @@ func scanKeyed(rows pgx.Rows, sender string, limit int, page *Page) error {
 			found  bool
 			sum    []byte
 			status int16
-			r      = Record{Key: Key{Sender: sender}}
+			r      = Delivery{Key: dedup.Key{Sender: sender}}
 		)
 		if err := rows.Scan(&at, &id, &found, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ExpiresAt, &r.EventType); err != nil {
 			return err
@@ -299,7 +247,7 @@ func scanKeyed(rows pgx.Rows, sender string, limit int, page *Page) error {
 		if err := setSum(&r, sum); err != nil {
 			return err
 		}
-		page.Records = append(page.Records, r)
+		page.Deliveries = append(page.Deliveries, r)
 	}
 	if keys <= limit {
 		page.Next = nil
@@ -307,24 +255,24 @@ func scanKeyed(rows pgx.Rows, sender string, limit int, page *Page) error {
 	return rows.Err()
 }
 
-// Get returns the stored delivery with key k, its response body included.
+// GetDelivery returns the stored delivery with key k, its response body included.
 // It returns an error wrapping ErrNotFound when no such delivery is stored.
-func (s *Store) Get(ctx context.Context, k Key) (Record, error) {
-	r := Record{Key: k}
+func (q *Queries) GetDelivery(ctx context.Context, k dedup.Key) (Delivery, error) {
+	r := Delivery{Key: k}
 	var (
 		sum    []byte
 		status int16
 	)
-	err := s.db.QueryRow(ctx, getSQL, k.Sender, k.DeliveryID).
+	err := q.db.QueryRow(ctx, getSQL, k.Sender, k.DeliveryID).
 		Scan(&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt, &r.EventType)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Record{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, ErrNotFound)
+		return Delivery{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, ErrNotFound)
 	}
 	if err != nil {
-		return Record{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, err)
+		return Delivery{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, err)
 	}
 	if err := setSum(&r, sum); err != nil {
-		return Record{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, err)
+		return Delivery{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, err)
 	}
 	if r.Response.Body == nil {
 		r.Response.Body = []byte{}
@@ -333,10 +281,134 @@ func (s *Store) Get(ctx context.Context, k Key) (Record, error) {
 	return r, nil
 }
 
-func setSum(r *Record, sum []byte) error {
+func setSum(r *Delivery, sum []byte) error {
 	if len(sum) != len(r.RequestSHA256) {
 		return fmt.Errorf("stored request_sha256 of %s/%s has %d bytes, want %d", r.Sender, r.DeliveryID, len(sum), len(r.RequestSHA256))
 	}
 	copy(r.RequestSHA256[:], sum)
 	return nil
+}
+
+// listRangeFirstSQL and listRangeAfterSQL are ListDeliveries' queries bounded below
+// by a time: the same index range scan of
+// processed_messages_sender_created_idx (migration 4), stopped at since.
+// An upper bound needs no query of its own: "received before until" is the
+// cursor (until, "").
+const (
+	listRangeFirstSQL = listFrom + ` AND pm.created_at >= $2
+ORDER BY pm.created_at DESC, pm.delivery_id DESC
+LIMIT $3`
+	listRangeAfterSQL = listFrom + ` AND pm.created_at >= $2 AND (pm.created_at, pm.delivery_id) < ($3, $4)
+ORDER BY pm.created_at DESC, pm.delivery_id DESC
+LIMIT $5`
+)
+
+// ListDeliveriesSince is ListDeliveries restricted to the deliveries received at or after
+// since (no bound when since is zero). To list those received before a
+// time until, pass after = &Cursor{ReceivedAt: until} (an empty delivery ID
+// sorts before every other). Its pages and Next work like ListDeliveries'.
+// Each record carries its event type, as ListDeliveries' do.
+func (q *Queries) ListDeliveriesSince(ctx context.Context, sender string, limit int, after *Cursor, since time.Time) (DeliveryPage, error) {
+	if since.IsZero() {
+		return q.ListDeliveries(ctx, sender, limit, after)
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return DeliveryPage{}, fmt.Errorf("list deliveries: limit %d is not from 1 to %d", limit, MaxListLimit)
+	}
+	if after == nil {
+		return q.query(ctx, sender, limit, listRangeFirstSQL, sender, since, limit+1)
+	}
+	return q.query(ctx, sender, limit, listRangeAfterSQL, sender, since, after.ReceivedAt, after.DeliveryID, limit+1)
+}
+
+// query runs a listing query (columns listColumns and the event type, at
+// most limit+1 rows)
+// and returns its page.
+func (q *Queries) query(ctx context.Context, sender string, limit int, sql string, args ...any) (DeliveryPage, error) {
+	page := DeliveryPage{Deliveries: []Delivery{}}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error { return scanRecords(rows, sender, &page) })
+	if err := q.db.SendBatch(ctx, b).Close(); err != nil {
+		return DeliveryPage{}, fmt.Errorf("list deliveries of %s: %w", sender, err)
+	}
+	page.trim(limit)
+	return page, nil
+}
+
+// StatusCount is how many of a sender's deliveries got a stored response
+// status: in the last hour and in the last day.
+type StatusCount struct {
+	Status   int
+	LastHour int64
+	LastDay  int64
+}
+
+// countSQL counts a sender's deliveries of the last day by stored status,
+// with a range scan of processed_messages_sender_created_idx.
+const countSQL = `SELECT response_status, count(*) FILTER (WHERE created_at >= $3), count(*)
+FROM processed_messages WHERE sender = $1 AND created_at >= $2
+GROUP BY response_status ORDER BY response_status`
+
+// CountDeliveries returns sender's deliveries received in the hour and the day
+// before now, by stored response status, by status ascending; empty, not
+// nil, when there were none. Duplicates are not counted: a replay stores
+// nothing.
+func (q *Queries) CountDeliveries(ctx context.Context, sender string, now time.Time) ([]StatusCount, error) {
+	out := []StatusCount{}
+	b := &pgx.Batch{}
+	b.Queue(countSQL, sender, now.Add(-24*time.Hour), now.Add(-time.Hour)).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				c      StatusCount
+				status int16
+			)
+			if err := rows.Scan(&status, &c.LastHour, &c.LastDay); err != nil {
+				return err
+			}
+			c.Status = int(status)
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err := q.db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("count deliveries of %s: %w", sender, err)
+	}
+	return out, nil
+}
+
+// The deletes name rows by key and stay within one sender, so that they run
+// on one shard when the tables are distributed by sender (a distributed
+// PostgreSQL refuses deletes by ctid).
+const (
+	expiredSendersSQL = `SELECT DISTINCT sender FROM processed_messages WHERE expires_at <= $1`
+	deleteExpiredSQL  = `DELETE FROM processed_messages
+WHERE sender = $1 AND delivery_id IN (
+  SELECT delivery_id FROM processed_messages WHERE sender = $1 AND expires_at <= $2 LIMIT $3)`
+)
+
+// ExpiredSenders returns the senders that have keys whose retention ended at
+// or before now.
+func (q *Queries) ExpiredSenders(ctx context.Context, now time.Time) ([]string, error) {
+	rows, err := q.db.Query(ctx, expiredSendersSQL, now)
+	if err != nil {
+		return nil, fmt.Errorf("find senders with expired keys: %w", err)
+	}
+	senders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find senders with expired keys: %w", err)
+	}
+	return senders, nil
+}
+
+// DeleteExpiredKeys deletes up to limit of sender's keys whose retention ended
+// at or before now, in one short statement (so it holds its row locks only
+// briefly), and returns how many it deleted: fewer than limit means none of
+// the sender's are left. A deleted key's delivery ID is accepted as new by
+// its next delivery.
+func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time.Time, limit int) (int64, error) {
+	tag, err := q.db.Exec(ctx, deleteExpiredSQL, sender, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired keys of %s: %w", sender, err)
+	}
+	return tag.RowsAffected(), nil
 }

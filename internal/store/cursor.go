@@ -1,0 +1,110 @@
+package store
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Cursor is a position in a list, opaque to clients: in a sender's
+// deliveries (ListDeliveries' order), the (received at, delivery ID) of the
+// last delivery of a page; in a target's forwards (ListTargetForwards'
+// order), the job ID of the last forward of a page. The next page starts
+// right after it. One kind of list refuses the other's cursors.
+type Cursor struct {
+	ReceivedAt time.Time
+	DeliveryID string
+	JobID      int64
+}
+
+// cursorJSON is a Cursor's encoded form: a delivery's time in Unix
+// microseconds (PostgreSQL's precision) and ID, or a forward's job ID.
+type cursorJSON struct {
+	T *int64  `json:"t,omitempty"`
+	D *string `json:"d,omitempty"`
+	J *int64  `json:"j,omitempty"`
+}
+
+// String returns the cursor's opaque form, URL-safe base64 (no padding) of
+// a small JSON document ({"t":…,"d":…} or {"j":…}). ParseCursor reads it
+// back.
+func (c Cursor) String() string {
+	var b []byte
+	if c.JobID != 0 {
+		b = []byte(`{"j":` + strconv.FormatInt(c.JobID, 10) + `}`)
+	} else {
+		t := c.ReceivedAt.UnixMicro()
+		var err error
+		if b, err = json.Marshal(cursorJSON{T: &t, D: &c.DeliveryID}); err != nil { // an int and a string always encode
+			panic(err)
+		}
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// errBadCursor is what every malformed cursor's error wraps.
+var errBadCursor = errors.New("malformed cursor")
+
+// IsBadCursor reports whether err is (or wraps) the error of a malformed
+// cursor, or of a cursor of another kind of list.
+func IsBadCursor(err error) bool { return errors.Is(err, errBadCursor) }
+
+// ParseCursor returns the Cursor whose String is s. It returns an error
+// wrapping errBadCursor for anything String cannot have produced: bad
+// base64, padding, other JSON, unknown or missing fields, an empty delivery
+// ID, a job ID below 1, or any other spelling of a valid cursor.
+func ParseCursor(s string) (Cursor, error) {
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
+	}
+	var cj cursorJSON
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cj); err != nil {
+		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
+	}
+	var c Cursor
+	switch {
+	case cj.J != nil && cj.T == nil && cj.D == nil:
+		if *cj.J < 1 {
+			return Cursor{}, fmt.Errorf("%w: job ID %d", errBadCursor, *cj.J)
+		}
+		c.JobID = *cj.J
+	case cj.J == nil && cj.T != nil && cj.D != nil:
+		if *cj.D == "" {
+			return Cursor{}, fmt.Errorf("%w: no delivery ID", errBadCursor)
+		}
+		c.ReceivedAt, c.DeliveryID = time.UnixMicro(*cj.T).UTC(), *cj.D
+	default:
+		return Cursor{}, fmt.Errorf("%w: not a cursor of hookgate", errBadCursor)
+	}
+	if c.String() != s { // trailing data, reordered fields, …
+		return Cursor{}, fmt.Errorf("%w: not in canonical form", errBadCursor)
+	}
+	return c, nil
+}
+
+// ParseDeliveryCursor is ParseCursor for a list of deliveries: a forward's
+// cursor is malformed there.
+func ParseDeliveryCursor(s string) (Cursor, error) {
+	c, err := ParseCursor(s)
+	if err == nil && c.JobID != 0 {
+		err = fmt.Errorf("%w: a cursor of forwards, not of deliveries", errBadCursor)
+	}
+	return c, err
+}
+
+// ParseForwardCursor is ParseCursor for a list of forwards: a delivery's
+// cursor is malformed there.
+func ParseForwardCursor(s string) (Cursor, error) {
+	c, err := ParseCursor(s)
+	if err == nil && c.JobID == 0 {
+		err = fmt.Errorf("%w: a cursor of deliveries, not of forwards", errBadCursor)
+	}
+	return c, err
+}

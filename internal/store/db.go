@@ -1,0 +1,30 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the queries run on: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Queries runs hookgate's statements outside the ingest pipeline on one DB.
+// It holds no state besides it: make one per pool, or one per transaction
+// with New(tx).
+type Queries struct {
+	db DB
+}
+
+// New returns the queries on db.
+func New(db DB) *Queries { return &Queries{db: db} }
+
+// MaxListLimit is the largest page a list returns: the operator API's one
+// page limit, for deliveries and forwards alike.
+const MaxListLimit = 500

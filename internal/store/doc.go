@@ -1,0 +1,22 @@
+// Package store owns every SQL statement of hookgate outside the ingest
+// pipeline (package dedup runs the claim, the change and the stored
+// response in one transaction; its statements stay there). It is the one
+// package below the HTTP layer that the JSON API (package handler), the
+// browser console (package console), the retention job (package retention)
+// and forwarding (package forward) read and write the tables through, so
+// that both views of the data run the same queries and a schema change
+// touches one place. One file per table:
+//
+//   - deliveries.go: processed_messages (lists, one delivery, counts,
+//     retention of keys)
+//   - events.go: webhook_events (one event, its content for a forward,
+//     event types, retention of events)
+//   - outbox.go: forward_outbox (the relay's take, an event's rows, counts)
+//   - breakers.go: target_breakers (the recorded circuit breakers)
+//   - jobs.go: River's river_job, the forward jobs: the only file that
+//     names its columns, the forward job kind and the mapping of River's
+//     job states to a forward's state
+//
+// Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
+// satisfy, through Queries. Every list pages with one Cursor format.
+package store

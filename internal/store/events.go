@@ -1,0 +1,123 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/events"
+)
+
+// webhook_events, outside the ingest pipeline (events.QueueInsert stores
+// an event in its delivery's transaction): one event, what a forward sends,
+// the event types of a page of forwards, and the retention of events.
+
+// getEventSQL finds an event by its ID alone, with the index
+// webhook_events_id_idx (migration 4): the primary key leads with sender.
+const getEventSQL = `SELECT sender, delivery_id, received_at, headers, body, event_type FROM webhook_events WHERE id = $1 LIMIT 1`
+
+// GetEvent returns the stored event with the given ID: its event type (""
+// when it had none, and for events stored before event types), its headers
+// as stored (never nil) and its body (empty, not nil, when the request had
+// none). It returns an error wrapping ErrNotFound when no such event is
+// stored. Event IDs are UUIDv7 that hookgate generates, so at most one
+// sender has an event with a given ID.
+func (q *Queries) GetEvent(ctx context.Context, id uuid.UUID) (events.Event, error) {
+	e := events.Event{ID: id}
+	var headers map[string][]string
+	err := q.db.QueryRow(ctx, getEventSQL, id).Scan(&e.Sender, &e.DeliveryID, &e.ReceivedAt, &headers, &e.Body, &e.EventType)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return events.Event{}, fmt.Errorf("get event %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return events.Event{}, fmt.Errorf("get event %s: %w", id, err)
+	}
+	e.Headers = http.Header(headers)
+	if e.Headers == nil {
+		e.Headers = http.Header{}
+	}
+	if e.Body == nil {
+		e.Body = []byte{}
+	}
+	return e, nil
+}
+
+// EventContent returns what a forward of sender's event id sends: its
+// stored headers and body (by the primary key). It returns an error
+// wrapping ErrNotFound when the event is no longer stored.
+func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID) (headers map[string][]string, body []byte, err error) {
+	err = q.db.QueryRow(ctx, `SELECT headers, body FROM webhook_events WHERE sender = $1 AND id = $2`, sender, id).Scan(&headers, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, fmt.Errorf("read event %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read event %s: %w", id, err)
+	}
+	return headers, body, nil
+}
+
+// EventTypes returns the event type of each of sender's events ids that is
+// still stored, by ID, in one indexed query (the key is (sender, id)).
+func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID) (map[uuid.UUID]string, error) {
+	types := map[uuid.UUID]string{}
+	if len(ids) == 0 {
+		return types, nil
+	}
+	rows, err := q.db.Query(ctx, `SELECT id, event_type FROM webhook_events WHERE sender = $1 AND id = ANY($2::uuid[])`, sender, ids)
+	if err != nil {
+		return nil, fmt.Errorf("event types of %s: %w", sender, err)
+	}
+	var (
+		id  uuid.UUID
+		typ string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &typ}, func() error { types[id] = typ; return nil }); err != nil {
+		return nil, fmt.Errorf("event types of %s: %w", sender, err)
+	}
+	return types, nil
+}
+
+// deleteEventsBeforeSQL names rows by key within one sender (a distributed
+// PostgreSQL refuses deletes by ctid).
+const deleteEventsBeforeSQL = `DELETE FROM webhook_events
+WHERE sender = $1 AND id IN (
+  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3)`
+
+// DeleteEventsBefore deletes up to limit of sender's events received before
+// cutoff, in one short statement, and returns how many it deleted: fewer
+// than limit means none are left.
+func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
+	tag, err := q.db.Exec(ctx, deleteEventsBeforeSQL, sender, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete old events of %s: %w", sender, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// eventSendersSQL lists the senders that have events, one index probe per
+// sender (a loose scan of webhook_events_pkey, which leads with sender),
+// not a scan of every event.
+const eventSendersSQL = `WITH RECURSIVE s(sender) AS (
+  SELECT min(sender) FROM webhook_events
+  UNION ALL
+  SELECT (SELECT min(sender) FROM webhook_events WHERE sender > s.sender) FROM s WHERE s.sender IS NOT NULL)
+SELECT sender FROM s WHERE sender IS NOT NULL`
+
+// EventSenders returns the names of the senders that have events,
+// configured or not, in order.
+func (q *Queries) EventSenders(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, eventSendersSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list senders with events: %w", err)
+	}
+	senders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list senders with events: %w", err)
+	}
+	return senders, nil
+}

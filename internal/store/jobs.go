@@ -1,0 +1,577 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// The River adapter: forward jobs in River's table river_job. This file
+// alone names river_job's columns, the forward job kind and River's job
+// states; the rest of hookgate asks it in terms of forwards (State,
+// Forward, Counts). River's own API inserts and works the jobs (package
+// forward); what River has no API for (counts by target and state, the
+// forwards a bulk redelivery matches, the newest forward of an event) is
+// read here with SQL.
+//
+// A target's jobs, and an event's newer forward, are found through
+// hookgate's index on the forward jobs' sender, target, event and ID
+// (migration 9), whose expressions (args->>'sender' = …, kind =
+// 'hookgate_forward' as a constant) the queries repeat exactly. River's
+// GIN index on args would take milliseconds per lookup (jsonb_ops indexes
+// the keys every job has).
+//
+// "Failed" means a forward that failed and was not followed by a newer
+// forward of the same event to the same target (a redelivery): once an
+// event has been redelivered its old failure is no longer counted, listed
+// or matched, so redelivering the failures twice sends each event once.
+// The JSON API and the console count and list with the same definition.
+
+// ForwardKind is the River job kind of forwards.
+const ForwardKind = "hookgate_forward"
+
+// State is a forward's state as operators see it.
+type State string
+
+// The states of a forward.
+const (
+	// StatePending: waiting for its first attempt, or for the next one.
+	StatePending State = "pending"
+	// StateRunning: an attempt is under way.
+	StateRunning State = "running"
+	// StateRetrying: an attempt failed and another is scheduled.
+	StateRetrying State = "retrying"
+	// StateDelivered: the target answered 2xx.
+	StateDelivered State = "delivered"
+	// StateFailed: no more attempts will be made.
+	StateFailed State = "failed"
+)
+
+// jobStates maps each forward state to River's job states: the one
+// mapping of the two (StateOf is its inverse). A state River may add later
+// is pending.
+var jobStates = map[State][]rivertype.JobState{
+	StatePending:   {rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStatePending},
+	StateRunning:   {rivertype.JobStateRunning},
+	StateRetrying:  {rivertype.JobStateRetryable},
+	StateDelivered: {rivertype.JobStateCompleted},
+	StateFailed:    {rivertype.JobStateCancelled, rivertype.JobStateDiscarded},
+}
+
+// StateOf maps a River job state to a forward's state: available,
+// scheduled and pending are pending; running is running; retryable is
+// retrying; completed is delivered; cancelled and discarded are failed. A
+// state River may add later is pending.
+func StateOf(s rivertype.JobState) State {
+	for st, js := range jobStates {
+		for _, j := range js {
+			if j == s {
+				return st
+			}
+		}
+	}
+	return StatePending
+}
+
+// ValidState reports whether s is one of the five forward states.
+func ValidState(s State) bool { return jobStates[s] != nil }
+
+// UnfinishedJobStates are the River job states of a job not yet finished
+// (pending, running or retrying): the states in which a unique job (a
+// forward of the same event to the same target, a second retention run) is
+// not inserted again.
+func UnfinishedJobStates() []rivertype.JobState {
+	var out []rivertype.JobState
+	for _, s := range []State{StatePending, StateRunning, StateRetrying} {
+		out = append(out, jobStates[s]...)
+	}
+	return out
+}
+
+// stateNames returns River's names of the job states of the forward states.
+func stateNames(states ...State) []string {
+	var out []string
+	for _, s := range states {
+		for _, j := range jobStates[s] {
+			out = append(out, string(j))
+		}
+	}
+	return out
+}
+
+// Output is what a forward's attempt records on its job (River's recorded
+// output, river.RecordOutput): the target's HTTP status (0 when it gave no
+// answer: a timeout, a connection error) and the Retry-After it asked for,
+// and, once delivered, when.
+type Output struct {
+	// Attempt is the attempt that recorded it (River's job.Attempt).
+	Attempt     int       `json:"attempt,omitempty"`
+	Status      int       `json:"status"`
+	DeliveredAt time.Time `json:"delivered_at,omitzero"`
+	// RetryAfter is the target's Retry-After in seconds (fractions kept),
+	// 0 when it sent none.
+	RetryAfter float64 `json:"retry_after,omitempty"`
+}
+
+// Forward is one forward of an event.
+type Forward struct {
+	// JobID is the forward's River job; 0 while the forward is still in the
+	// outbox, not yet relayed (its state is then pending).
+	JobID int64
+	// Target is the target's name; "" for a job of a version that named
+	// targets by URL (see LegacyURL).
+	Target string
+	// LegacyURL is the target URL such a job names, which may hold
+	// credentials: never show it unredacted. "" for current jobs.
+	LegacyURL string
+	State     State
+	// Attempts is how many attempts have started; MaxAttempts how many may.
+	Attempts    int
+	MaxAttempts int
+	// LastStatus is the target's HTTP status in the most recent finished
+	// attempt: 0 when none finished or it got no answer (a timeout or a
+	// connection error).
+	LastStatus int
+	// LastRetryAfter is the Retry-After the target sent with LastStatus; 0
+	// when none.
+	LastRetryAfter time.Duration
+	// LastError is why the most recent finished attempt failed: "" when it
+	// succeeded or none finished. Errors recorded by versions that named
+	// targets by URL may contain it: redact with LegacyURL.
+	LastError string
+	// DeliveredAt is when the target accepted the forward; zero until then.
+	DeliveredAt time.Time
+	// CreatedAt is when the job was inserted.
+	CreatedAt time.Time
+}
+
+// eventJobsSQL finds an event's forwards through River's GIN index on args
+// (river_job_args_index): args @> {"event_id": …} is the indexable form.
+const eventJobsSQL = `SELECT id, state, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
+       errors[array_upper(errors, 1)], metadata->'output'
+FROM river_job
+WHERE kind = '` + ForwardKind + `' AND args @> jsonb_build_object('event_id', $1::text)
+ORDER BY id`
+
+// EventForwards returns the forwards of the event of sender: first those
+// still in the outbox (pending, JobID 0), then its jobs, oldest first: one
+// per target of its sender when it was accepted, and one per target for
+// each redelivery. It returns an empty slice, not nil, when the event has
+// none (its sender had no targets, or the jobs were deleted after River's
+// retention).
+func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
+	out, err := q.outboxOfEvent(ctx, sender, eventID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.db.Query(ctx, eventJobsSQL, eventID.String())
+	if err != nil {
+		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Forward, error) {
+		var (
+			f         Forward
+			state     string
+			lastErr   []byte // jsonb, NULL without errors
+			outputRaw []byte // jsonb, NULL without output
+		)
+		if err := row.Scan(&f.JobID, &state, &f.Attempts, &f.MaxAttempts, &f.Target, &f.LegacyURL, &f.CreatedAt, &lastErr, &outputRaw); err != nil {
+			return Forward{}, err
+		}
+		if err := decodeOutcome(&f, rivertype.JobState(state), lastErr, outputRaw); err != nil {
+			return Forward{}, fmt.Errorf("job %d: %w", f.JobID, err)
+		}
+		return f, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
+	}
+	return append(out, jobs...), nil
+}
+
+// notSuperseded is the condition that job j (of sender $1, target $2) is
+// the newest forward of its event to its target: one probe of the index
+// per job (OFFSET 0 keeps PostgreSQL from turning it into an anti-join,
+// which on a table it has no statistics of yet compares every pair of the
+// target's jobs).
+const notSuperseded = `NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id OFFSET 0)`
+
+// Counts are a target's forwards by state. Pending includes the forwards
+// still in the outbox; Delivered counts every delivery River still keeps
+// (CompletedJobRetentionPeriod: the longest sender retention), an event
+// redelivered counting once per delivery; Failed counts the failures not
+// followed by a newer forward of the same event.
+type Counts struct {
+	Pending, Running, Retrying, Delivered, Failed int64
+}
+
+// countsSQL counts the forwards of sender $1 in the River states $2 by
+// target and state, failed ones only when no newer forward of the same
+// event to the same target follows them. It names the states, so that
+// without the delivered ones River's indexes that lead with state narrow
+// the scan and a long history is never read.
+const countsSQL = `SELECT j.args->>'target', j.state::text, count(*) FROM river_job j
+WHERE j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.state::text = ANY($2::text[])
+  AND (j.state NOT IN ('cancelled', 'discarded') OR NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = j.args->>'target' AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id))
+GROUP BY 1, 2`
+
+// CountForwards returns the counts of sender's forwards by target name,
+// Delivered left 0 unless delivered is true (counting them reads the
+// target's whole history). A target without forwards is absent (its counts
+// are all zero). Jobs of versions that named targets by URL are not
+// counted. The JSON API and the console both count with it.
+func (q *Queries) CountForwards(ctx context.Context, sender string, delivered bool) (map[string]Counts, error) {
+	states := []State{StatePending, StateRunning, StateRetrying, StateFailed}
+	if delivered {
+		states = append(states, StateDelivered)
+	}
+	out := map[string]Counts{}
+	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...))
+	if err != nil {
+		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
+	}
+	var (
+		target *string
+		state  string
+		n      int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&target, &state, &n}, func() error {
+		if target == nil {
+			return nil
+		}
+		c := out[*target]
+		switch StateOf(rivertype.JobState(state)) {
+		case StatePending:
+			c.Pending += n
+		case StateRunning:
+			c.Running += n
+		case StateRetrying:
+			c.Retrying += n
+		case StateDelivered:
+			c.Delivered += n
+		case StateFailed:
+			c.Failed += n
+		}
+		out[*target] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
+	}
+	outbox, err := q.outboxCounts(ctx, sender)
+	if err != nil {
+		return nil, err
+	}
+	for name, n := range outbox {
+		c := out[name]
+		c.Pending += n
+		out[name] = c
+	}
+	return out, nil
+}
+
+// Filter selects forwards of one target: in State (any state when ""),
+// whose time is at or after Since and before Until (no bound when zero).
+// A forward's time is when it reached its state for delivered and failed
+// forwards (River's finalized_at), and when it was enqueued otherwise.
+type Filter struct {
+	Sender, Target string
+	State          State
+	Since, Until   time.Time
+}
+
+// where returns the WHERE clause of f over river_job j and its arguments,
+// $1 and $2 being the sender and the target. It adds the not-superseded
+// condition for failed forwards, or for every state when latest is true.
+func (f Filter) where(latest bool) (string, []any) {
+	var b strings.Builder
+	args := []any{f.Sender, f.Target}
+	b.WriteString(`j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2`)
+	col := "j.created_at"
+	if f.State != "" {
+		args = append(args, stateNames(f.State))
+		fmt.Fprintf(&b, " AND j.state = ANY($%d::river_job_state[])", len(args))
+		if f.State == StateDelivered || f.State == StateFailed {
+			col = "j.finalized_at"
+		}
+	}
+	if !f.Since.IsZero() {
+		args = append(args, f.Since)
+		fmt.Fprintf(&b, " AND %s >= $%d", col, len(args))
+	}
+	if !f.Until.IsZero() {
+		args = append(args, f.Until)
+		fmt.Fprintf(&b, " AND %s < $%d", col, len(args))
+	}
+	if latest || f.State == StateFailed {
+		b.WriteString(" AND " + notSuperseded)
+	}
+	return b.String(), args
+}
+
+// TargetForward is one forward of a target, as ListTargetForwards returns
+// it.
+type TargetForward struct {
+	Forward
+	EventID    uuid.UUID
+	DeliveryID string
+	// EventType is the event's type; "" when it has none or is no longer
+	// stored.
+	EventType string
+	// AttemptedAt is when the latest attempt started, FinishedAt when the
+	// forward was delivered or failed; zero when not (yet).
+	AttemptedAt time.Time
+	FinishedAt  time.Time
+}
+
+// ForwardPage is one page of ListTargetForwards.
+type ForwardPage struct {
+	// Forwards are newest first; empty, not nil, when there are none.
+	Forwards []TargetForward
+	// Next is the cursor of the next page; nil on the last page.
+	Next *Cursor
+}
+
+// ListTargetForwards returns up to limit (1 to MaxListLimit) forwards of
+// f's target that match f, newest first (by job ID, descending), starting
+// right after after (a forward's cursor) when it is not nil. Pages are
+// stable while forwards are added (newer ones go to a new first page).
+// Forwards still in the outbox are not listed (they have no job yet;
+// CountForwards includes them).
+func (q *Queries) ListTargetForwards(ctx context.Context, f Filter, limit int, after *Cursor) (ForwardPage, error) {
+	if limit < 1 || limit > MaxListLimit {
+		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, MaxListLimit)
+	}
+	where, args := f.where(false)
+	if after != nil {
+		if after.JobID == 0 {
+			return ForwardPage{}, fmt.Errorf("list forwards: %w: a cursor of deliveries", errBadCursor)
+		}
+		args = append(args, after.JobID)
+		where += fmt.Sprintf(" AND j.id < $%d", len(args))
+	}
+	args = append(args, limit+1)
+	sql := `SELECT j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
+       j.created_at, j.attempted_at, j.finalized_at, j.errors[array_upper(j.errors, 1)], j.metadata->'output'
+FROM river_job j WHERE ` + where + fmt.Sprintf(" ORDER BY j.id DESC LIMIT $%d", len(args))
+	rows, err := q.db.Query(ctx, sql, args...)
+	if err != nil {
+		return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
+	}
+	fwds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TargetForward, error) {
+		var (
+			tf                     TargetForward
+			state, eventID         string
+			attemptedAt, finalized *time.Time
+			lastErr, output        []byte
+		)
+		if err := row.Scan(&tf.JobID, &state, &tf.Attempts, &tf.MaxAttempts, &eventID, &tf.DeliveryID,
+			&tf.CreatedAt, &attemptedAt, &finalized, &lastErr, &output); err != nil {
+			return TargetForward{}, err
+		}
+		tf.Target = f.Target
+		tf.EventID, _ = uuid.Parse(eventID) // the nil UUID for a malformed job
+		if attemptedAt != nil {
+			tf.AttemptedAt = *attemptedAt
+		}
+		if finalized != nil {
+			tf.FinishedAt = *finalized
+		}
+		if err := decodeOutcome(&tf.Forward, rivertype.JobState(state), lastErr, output); err != nil {
+			return TargetForward{}, fmt.Errorf("job %d: %w", tf.JobID, err)
+		}
+		return tf, nil
+	})
+	if err != nil {
+		return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
+	}
+	page := ForwardPage{Forwards: fwds}
+	if page.Forwards == nil {
+		page.Forwards = []TargetForward{}
+	}
+	if len(page.Forwards) > limit {
+		page.Forwards = page.Forwards[:limit]
+		page.Next = &Cursor{JobID: page.Forwards[limit-1].JobID}
+	}
+	if len(page.Forwards) > 0 {
+		ids := make([]uuid.UUID, len(page.Forwards))
+		for i := range page.Forwards {
+			ids[i] = page.Forwards[i].EventID
+		}
+		types, err := q.EventTypes(ctx, f.Sender, ids)
+		if err != nil {
+			return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
+		}
+		for i := range page.Forwards {
+			page.Forwards[i].EventType = types[page.Forwards[i].EventID]
+		}
+	}
+	return page, nil
+}
+
+// wakeSQL makes the forwards of a target that wait for a later time (snoozed
+// behind its breaker) available now. Forwards waiting for a retry after a
+// failed attempt (retryable) keep their backoff.
+const wakeSQL = `UPDATE river_job SET state = 'available', scheduled_at = now()
+WHERE kind = '` + ForwardKind + `' AND queue = $1 AND state IN ('scheduled', 'available')
+  AND scheduled_at > now() AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)`
+
+// WakeWaitingForwards makes the forwards of sender's target on queue that
+// wait for a later time (snoozed behind its breaker) available now;
+// forwards waiting for a retry after a failed attempt keep their backoff.
+func (q *Queries) WakeWaitingForwards(ctx context.Context, queue, sender, target string) error {
+	if _, err := q.db.Exec(ctx, wakeSQL, queue, sender, target); err != nil {
+		return fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)
+	}
+	return nil
+}
+
+// NewestJobID returns the ID of the newest River job of any kind; 0 when
+// there is none.
+func (q *Queries) NewestJobID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := q.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM river_job`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("newest job: %w", err)
+	}
+	return id, nil
+}
+
+// bulkWhere returns the condition of the forwards a bulk redelivery of f
+// matches (the newest forward of each event, in f's state and window), up
+// to job maxID and after job afterID, and its arguments.
+func bulkWhere(f Filter, maxID, afterID int64) (string, []any) {
+	where, args := f.where(true)
+	args = append(args, maxID, afterID)
+	return where + fmt.Sprintf(" AND j.id <= $%d AND j.id > $%d", len(args)-1, len(args)), args
+}
+
+// CountBulkMatch returns how many forwards a bulk redelivery of f matches
+// up to job maxID: the newest forward of each event to the target, in f's
+// state and window.
+func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
+	where, args := bulkWhere(f, maxID, 0)
+	var n int64
+	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM river_job j WHERE `+where, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count forwards to redeliver: %w", err)
+	}
+	return n, nil
+}
+
+// Matched is a forward a bulk redelivery matched.
+type Matched struct {
+	JobID      int64
+	EventID    uuid.UUID
+	DeliveryID string
+}
+
+// BulkMatchBatch returns up to limit of the forwards CountBulkMatch counts,
+// after job afterID, oldest first.
+func (q *Queries) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
+	where, args := bulkWhere(f, maxID, afterID)
+	args = append(args, limit)
+	rows, err := q.db.Query(ctx, `SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE `+
+		where+fmt.Sprintf(" ORDER BY j.id LIMIT $%d", len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Matched, error) {
+		var m Matched
+		return m, row.Scan(&m.JobID, &m.EventID, &m.DeliveryID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
+	}
+	return out, nil
+}
+
+// BacklogStates are the names Backlog counts under: "outbox" and River's
+// job states of unfinished forwards.
+func BacklogStates() []string {
+	return append([]string{"outbox"}, stateNames(StatePending, StateRunning, StateRetrying)...)
+}
+
+// Backlog returns how many forwards are not yet finished, by state: outbox
+// (accepted, not yet relayed into River) and River's job state of the
+// unfinished ones (see BacklogStates); a state without any is absent.
+func (q *Queries) Backlog(ctx context.Context) (map[string]int64, error) {
+	rows, err := q.db.Query(ctx, `SELECT state::text, count(*) FROM river_job
+WHERE kind = '`+ForwardKind+`' AND state::text = ANY($1::text[])
+GROUP BY state
+UNION ALL SELECT 'outbox', count(*) FROM forward_outbox`, stateNames(StatePending, StateRunning, StateRetrying))
+	if err != nil {
+		return nil, fmt.Errorf("count forward backlog: %w", err)
+	}
+	out := map[string]int64{}
+	var (
+		state string
+		n     int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error { out[state] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("count forward backlog: %w", err)
+	}
+	return out, nil
+}
+
+// decodeOutcome sets f's state, and its last status, Retry-After, error
+// and delivery time from a job's latest attempt error and recorded output
+// (either may be nil).
+func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte) error {
+	f.State = StateOf(state)
+	var out *Output
+	if len(output) > 0 && string(output) != "null" {
+		var o Output
+		if json.Unmarshal(output, &o) == nil {
+			out = &o
+		}
+	}
+	if f.State == StateDelivered {
+		if out != nil {
+			f.LastStatus, f.DeliveredAt = out.Status, out.DeliveredAt
+		}
+		return nil
+	}
+	var ae rivertype.AttemptError
+	if len(lastErr) > 0 {
+		if err := json.Unmarshal(lastErr, &ae); err != nil {
+			return fmt.Errorf("decode last error: %w", err)
+		}
+		f.LastError = ae.Error
+	}
+	switch {
+	case out != nil && (len(lastErr) == 0 || out.Attempt == ae.Attempt):
+		f.LastStatus = out.Status
+		f.LastRetryAfter = time.Duration(out.RetryAfter * float64(time.Second))
+	case f.LastError != "":
+		// An attempt that recorded no output: of an older version, or one
+		// that ended before it had an answer. An older version's status is
+		// in the error's text.
+		f.LastStatus = statusIn(f.LastError)
+	}
+	return nil
+}
+
+// answered finds the status in the text of the error older versions
+// recorded for a target's answer (prefixed by River's JobCancelError when
+// the forward failed at once).
+var answered = regexp.MustCompile(`target answered ([1-5][0-9][0-9])\b`)
+
+// statusIn returns the target's status named in an old attempt's error
+// text, or 0 when it names none.
+func statusIn(errText string) int {
+	m := answered.FindStringSubmatch(errText)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1]) // three digits always parse
+	return n
+}

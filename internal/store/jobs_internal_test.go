@@ -1,0 +1,118 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+)
+
+func TestStateOf(t *testing.T) {
+	t.Parallel()
+	for js, want := range map[rivertype.JobState]State{
+		rivertype.JobStateAvailable: StatePending,
+		rivertype.JobStateScheduled: StatePending,
+		rivertype.JobStatePending:   StatePending,
+		rivertype.JobStateRunning:   StateRunning,
+		rivertype.JobStateRetryable: StateRetrying,
+		rivertype.JobStateCompleted: StateDelivered,
+		rivertype.JobStateCancelled: StateFailed,
+		rivertype.JobStateDiscarded: StateFailed,
+		"some_future_state":         StatePending,
+	} {
+		if got := StateOf(js); got != want {
+			t.Errorf("StateOf(%s) = %s, want %s", js, got, want)
+		}
+	}
+	// Every state River knows maps to a forward state, and back.
+	for _, js := range rivertype.JobStates() {
+		st := StateOf(js)
+		if !ValidState(st) {
+			t.Errorf("StateOf(%s) = %q, not a forward state", js, st)
+		}
+		found := false
+		for _, j := range jobStates[st] {
+			found = found || j == js
+		}
+		if !found {
+			t.Errorf("job state %s is not among the job states of %s: %v", js, st, jobStates[st])
+		}
+	}
+	unfinished := map[rivertype.JobState]bool{}
+	for _, js := range UnfinishedJobStates() {
+		unfinished[js] = true
+	}
+	for _, js := range rivertype.JobStates() {
+		want := StateOf(js) != StateDelivered && StateOf(js) != StateFailed
+		if unfinished[js] != want {
+			t.Errorf("job state %s: unfinished %v, want %v", js, unfinished[js], want)
+		}
+	}
+}
+
+// TestStatusIn checks that the status of every target answer that older
+// versions recorded only in the error's text (as River stores it) is found
+// again, and that errors without one give 0.
+func TestStatusIn(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string]int{
+		"target answered 503":                                                            503,
+		"target answered 429, Retry-After 30s":                                           429,
+		"target answered 408":                                                            408,
+		"JobCancelError: target answered 400":                                            400,
+		"JobCancelError: target answered 410":                                            410,
+		`post to target "t1": context deadline exceeded`:                                 0,
+		"JobCancelError: event 00000000-0000-0000-0000-000000000000 is no longer stored": 0,
+		"read event: connection answered 5000 times":                                     0,
+	} {
+		if got := statusIn(text); got != want {
+			t.Errorf("statusIn(%q) = %d, want %d", text, got, want)
+		}
+	}
+}
+
+// TestDecodeOutcome checks where a forward's last status comes from: the
+// output its latest attempt recorded (with the Retry-After), not the
+// error's text; the text only for an attempt that recorded none (an older
+// version's), and nothing from an earlier attempt's output.
+func TestDecodeOutcome(t *testing.T) {
+	t.Parallel()
+	delivered := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name            string
+		state           rivertype.JobState
+		lastErr, output string
+		status          int
+		retryAfter      time.Duration
+		errText         string
+	}{
+		{"delivered", rivertype.JobStateCompleted, "", `{"attempt":2,"status":204,"delivered_at":"2026-12-01T05:00:00Z"}`, 204, 0, ""},
+		{"retrying with Retry-After", rivertype.JobStateRetryable,
+			`{"attempt":3,"error":"target answered 503, Retry-After 1m30s"}`, `{"attempt":3,"status":503,"retry_after":90}`, 503, 90 * time.Second, "target answered 503, Retry-After 1m30s"},
+		{"status from output, not text", rivertype.JobStateCancelled,
+			`{"attempt":1,"error":"JobCancelError: gone"}`, `{"attempt":1,"status":410}`, 410, 0, "JobCancelError: gone"},
+		{"older version: the text", rivertype.JobStateDiscarded,
+			`{"attempt":20,"error":"target answered 500"}`, ``, 500, 0, "target answered 500"},
+		{"earlier attempt's output", rivertype.JobStateRetryable,
+			`{"attempt":2,"error":"post to target \"t\": connection refused"}`, `{"attempt":1,"status":503,"retry_after":5}`, 0, 0, `post to target "t": connection refused`},
+		{"nothing yet", rivertype.JobStateAvailable, "", "", 0, 0, ""},
+	} {
+		var f Forward
+		var lastErr, output []byte
+		if tc.lastErr != "" {
+			lastErr = []byte(tc.lastErr)
+		}
+		if tc.output != "" {
+			output = []byte(tc.output)
+		}
+		if err := decodeOutcome(&f, tc.state, lastErr, output); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if f.LastStatus != tc.status || f.LastRetryAfter != tc.retryAfter || f.LastError != tc.errText {
+			t.Errorf("%s: status %d, Retry-After %v, error %q; want %d, %v, %q", tc.name, f.LastStatus, f.LastRetryAfter, f.LastError, tc.status, tc.retryAfter, tc.errText)
+		}
+		if tc.state == rivertype.JobStateCompleted && !f.DeliveredAt.Equal(delivered) {
+			t.Errorf("%s: delivered at %v, want %v", tc.name, f.DeliveredAt, delivered)
+		}
+	}
+}

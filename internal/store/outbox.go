@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// forward_outbox, outside the ingest pipeline (forward.QueueOutbox writes
+// its rows in a delivery's transaction): the relay's take, an event's rows
+// and the counts by target.
+
+// OutboxRow is a forward not yet relayed into River.
+type OutboxRow struct {
+	Sender, Target string
+	EventID        uuid.UUID
+	DeliveryID     string
+}
+
+// takeOutboxSQL deletes up to $1 outbox rows that no other transaction
+// holds and returns them: they exist again if the transaction rolls back.
+const takeOutboxSQL = `DELETE FROM forward_outbox WHERE (sender, event_id, target) IN (
+  SELECT sender, event_id, target FROM forward_outbox LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING sender, event_id, target, delivery_id`
+
+// TakeOutbox deletes and returns up to limit outbox rows that no other
+// transaction holds (FOR UPDATE SKIP LOCKED): run it in the transaction
+// that inserts their jobs, so that they come back if it rolls back. It
+// returns none (nil) when every row is held or there is none.
+func (q *Queries) TakeOutbox(ctx context.Context, limit int) ([]OutboxRow, error) {
+	rows, err := q.db.Query(ctx, takeOutboxSQL, limit)
+	if err != nil {
+		return nil, fmt.Errorf("take outbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxRow, error) {
+		var r OutboxRow
+		return r, row.Scan(&r.Sender, &r.EventID, &r.Target, &r.DeliveryID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// outboxOfEvent returns the forwards of sender's event still in the outbox
+// (pending, JobID 0), by target name; empty, not nil, when none.
+func (q *Queries) outboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
+	rows, err := q.db.Query(ctx, `SELECT target, created_at FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`, sender, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Forward, error) {
+		f := Forward{State: StatePending}
+		return f, row.Scan(&f.Target, &f.CreatedAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
+	}
+	if out == nil {
+		out = []Forward{}
+	}
+	return out, nil
+}
+
+// outboxCounts counts the forwards of sender not yet relayed, by target
+// (forward_outbox's key leads with sender).
+func (q *Queries) outboxCounts(ctx context.Context, sender string) (map[string]int64, error) {
+	rows, err := q.db.Query(ctx, `SELECT target, count(*) FROM forward_outbox WHERE sender = $1 GROUP BY target`, sender)
+	if err != nil {
+		return nil, fmt.Errorf("count outbox rows of %s: %w", sender, err)
+	}
+	out := map[string]int64{}
+	var (
+		name string
+		n    int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("count outbox rows of %s: %w", sender, err)
+	}
+	return out, nil
+}
+
+// InsertOutbox stores a forward of sender's event to target outside the
+// ingest pipeline, as received at at (tests and tools; ingest queues its
+// rows with forward.QueueOutbox).
+func (q *Queries) InsertOutbox(ctx context.Context, r OutboxRow, at time.Time) error {
+	if _, err := q.db.Exec(ctx, `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		r.Sender, r.EventID, r.Target, r.DeliveryID, at); err != nil {
+		return fmt.Errorf("insert outbox row of event %s: %w", r.EventID, err)
+	}
+	return nil
+}
