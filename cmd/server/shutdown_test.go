@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // TestShutdownFinishesInFlightRequest cancels run while a delivery is blocked
@@ -43,7 +44,7 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 		answered <- result{r, err}
 	}()
 
-	waitUntil(t, 30*time.Second, "the delivery to wait on the held key", func() bool {
+	testkit.Poll(t, 30*time.Second, "the delivery to wait on the held key", func() bool {
 		var n int
 		// Only the server's claim can wait on a lock in this database: the
 		// holder is idle in its transaction.
@@ -57,7 +58,7 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 
 	srv.cancel()
 	// Shutdown has begun once the listener is closed.
-	waitUntil(t, 30*time.Second, "the server to stop accepting connections", func() bool {
+	testkit.Poll(t, 30*time.Second, "the server to stop accepting connections", func() bool {
 		conn, err := net.DialTimeout("tcp", srv.addr, time.Second)
 		if err != nil {
 			return true

@@ -16,13 +16,14 @@ import (
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // The request ID in the log is hookgate's own, never the client's
 // X-Request-Id, which is logged apart, cut to 64 bytes.
 func TestRequestIDIsGenerated(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	s, _ := newDBServer(t, options{log: &logs})
 	spoof := "spoofed-" + strings.Repeat("a", 100)
 	req := s.newRequest(http.MethodGet, "/healthz", nil)
@@ -268,8 +269,8 @@ func TestIngestShedsWhenTooManyWait(t *testing.T) {
 		}()
 	}
 	inStore := regexp.MustCompile(`(?m)^hookgate_ingest_in_store 2$`)
-	poll(t, "two deliveries in the gate", func() bool { return inStore.Match(s.get("/metrics").body) })
-	poll(t, "a delivery waiting on the held key", func() bool { return lockWaiters(t, holder) == 1 })
+	testkit.Poll(t, pollTimeout, "two deliveries in the gate", func() bool { return inStore.Match(s.get("/metrics").body) })
+	testkit.Poll(t, pollTimeout, "a delivery waiting on the held key", func() bool { return lockWaiters(t, holder) == 1 })
 
 	r := s.post("hdr", "shed-me", []byte(`{}`))
 	wantProblem(t, r, http.StatusServiceUnavailable, "overloaded")

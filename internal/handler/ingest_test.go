@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // acceptedBody is the 202 body of a first delivery.
@@ -466,7 +468,7 @@ func TestIngestDatabaseUnreachableIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	s := newServer(t, pool, options{log: &logs})
 
 	for _, sender := range []string{"hdr", "tiny"} {
@@ -494,7 +496,7 @@ func TestIngestDatabaseUnreachableIs503(t *testing.T) {
 // once the cause is gone.
 func TestIngestFailingStateChangeIs500AndConsumesNothing(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	s, pool := newDBServer(t, options{log: &logs})
 	ctx := t.Context()
 	exec := func(sql string) {
