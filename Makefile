@@ -11,7 +11,7 @@ BENCHFLAGS ?=
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: check-docs run test bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: check-docs run test test-fast bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -20,6 +20,10 @@ run:
 ## test: run all tests against a throwaway PostgreSQL
 test:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
+
+## test-fast: the fast tier: go test -short against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (they skip themselves under -short, saying why)
+test-fast:
+	@PKGS='$(PKGS)' GOTESTFLAGS='-short $(GOTESTFLAGS)' .ci/test.sh
 
 ## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
 bench:
