@@ -8,14 +8,22 @@ PKGS ?= ./...
 GOTESTFLAGS ?=
 # Arguments for the load benchmark, e.g. make bench BENCHFLAGS='-duration 30s'
 BENCHFLAGS ?=
+# Arguments of make redeliver (hookgate redeliver)
+ARGS ?=
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: check-docs run test test-fast bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: check-docs check-walkthrough redeliver run test test-fast test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
 	@.ci/run-local.sh
+
+## redeliver: run `hookgate redeliver $(ARGS)` against make run's database (after make run), e.g.
+##   make redeliver ARGS='--sender orders --target sink --state failed --since 2h'
+redeliver:
+	@[[ -s .data/database-url && -x .data/hookgate ]] || { echo "make redeliver: run make run first (it builds .data/hookgate and starts the database)" >&2; exit 1; }
+	@DATABASE_URL="$$(<.data/database-url)" HOOKGATE_CONFIG="$${HOOKGATE_CONFIG:-hookgate.yaml}" .data/hookgate redeliver $(ARGS)
 
 ## test: run all tests against a throwaway PostgreSQL
 test:
@@ -24,6 +32,12 @@ test:
 ## test-fast: the fast tier: go test -short against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (they skip themselves under -short, saying why)
 test-fast:
 	@PKGS='$(PKGS)' GOTESTFLAGS='-short $(GOTESTFLAGS)' .ci/test.sh
+
+## test-citus: run the pattern's tests (dedup, store, handler, forward) on a running Citus cluster:
+##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
+CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/handler/... ./internal/forward/...
+test-citus:
+	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-citus.sh
 
 ## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
 bench:
@@ -71,6 +85,10 @@ check-alerts:
 ## check-docs: fail on a relative link or #anchor in a Markdown file that does not resolve
 check-docs:
 	go test -count=1 -run 'TestRelativeLinksResolve|TestLinkCheckCatchesBrokenLinks' ./internal/doccheck/
+
+## check-walkthrough: run the README's curl walk-through as printed against hookgate started as make run starts it (throwaway PostgreSQL); fails when an answer differs from the document
+check-walkthrough:
+	@PKGS=./internal/doccheck/ GOTESTFLAGS='-run ^TestReadmeWalkthrough$$ -v' .ci/test.sh
 
 ## db-stop: stop the local PostgreSQL `make run` started
 db-stop:

@@ -6,10 +6,11 @@
 # runs; stop it with `make db-stop`, delete everything with `make clean-data`.
 #
 # Ports: PostgreSQL's is HOOKGATE_PG_PORT, else the one remembered in
-# .data/pg-port, else 54329; the gateway's is HOOKGATE_ADDR, else the one
-# remembered in .data/http-port, else 8080. When such a port is taken (by
-# another checkout's `make run`, say), a free one is picked and remembered,
-# and the script says who holds the usual one.
+# .data/pg-port, else 54329; when it is taken (by another checkout's
+# `make run`, say), a free one is picked and remembered, and the script says
+# who holds the usual one. The gateway's is HOOKGATE_ADDR, else 8080 when it
+# is free, else the last run's (.data/http-port) or a free one: the docs'
+# commands use 8080, so it is never kept off 8080 once 8080 is free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,16 +60,24 @@ url=$(.ci/pg.sh url "$port" hookgate)
 # The gateway.
 addr=${HOOKGATE_ADDR:-}
 if [[ -z $addr ]]; then
+	# 8080 whenever it is free, so that the docs' curl lines work as
+	# printed; else the port of the last run, else any free one.
 	http_port=8080
-	[[ -s .data/http-port ]] && http_port=$(<.data/http-port)
-	if busy "$http_port"; then
-		new=$(.ci/pg.sh freeport)
-		echo "Port $http_port is in use by $(holder "$http_port"); the gateway listens on $new instead (remembered in .data/http-port)."
-		http_port=$new
+	if busy 8080; then
+		http_port=
+		[[ -s .data/http-port ]] && http_port=$(<.data/http-port)
+		if [[ -z $http_port || $http_port == 8080 ]] || busy "$http_port"; then
+			http_port=$(.ci/pg.sh freeport)
+		fi
+		echo "Port 8080 is in use by $(holder 8080); the gateway listens on $http_port instead:"
+		echo "replace localhost:8080 with localhost:$http_port in the docs' commands. make run goes back to 8080 once it is free."
 	fi
-	echo "$http_port" >.data/http-port
 	addr=:$http_port
 fi
+# The gateway's address and the database's URL, for scripts and for
+# make redeliver.
+echo "${addr##*:}" >.data/http-port
+(umask 077 && echo "$url" >.data/database-url)
 
 if [[ ! -f hookgate.yaml ]]; then
 	[[ -f hookgate.example.yaml ]] || { echo "run-local.sh: hookgate.example.yaml is missing" >&2; exit 1; }
@@ -99,6 +108,9 @@ Console:  http://$host/console/  (sign in with the admin token)
 Try it (the orders sender forwards to hookgate sink, which prints each forward below):
   curl -i -X POST $host/webhooks/orders -H 'X-Delivery-Id: d1' -H 'Content-Type: application/json' -d '{"order":42}'
   curl -H "Authorization: Bearer $token" $host/v1/senders/orders/deliveries/d1
+  TOKEN=$(cat .data/admin-token)   # the token, as the docs' commands use it
+Bulk redelivery from the command line (hookgate redeliver, with this database):
+  make redeliver ARGS='--sender orders --target sink --state failed --since 2h'
 API docs: http://$host/docs
 Stop with Ctrl-C (the database keeps running: make db-stop).
 

@@ -22,6 +22,33 @@ const (
 	riverVersionAt3 = 8
 )
 
+// RiverSchemaVersion is the version of River's schema that this build's
+// migrations bring the database to, and that its River library expects:
+// River's latest (a test checks it, so that a River upgrade whose schema is
+// newer fails there, not at run time).
+const RiverSchemaVersion = riverVersionAt3
+
+// CheckRiverSchema returns nil when River's schema in db is at
+// RiverSchemaVersion, and otherwise an error that says at which version it
+// is (or that it is not installed).
+func CheckRiverSchema(ctx context.Context, db *sql.DB) error {
+	m, err := rivermigrate.New(riverdatabasesql.New(db), nil)
+	if err != nil {
+		return fmt.Errorf("river migrator: %w", err)
+	}
+	versions, err := m.ExistingVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("read River's schema version: %w", err)
+	}
+	if len(versions) == 0 {
+		return fmt.Errorf("River's schema is not installed; this build expects version %d", RiverSchemaVersion)
+	}
+	if v := versions[len(versions)-1].Version; v != RiverSchemaVersion {
+		return fmt.Errorf("River's schema is at version %d; this build expects version %d", v, RiverSchemaVersion)
+	}
+	return nil
+}
+
 // goMigrations are the migrations written in Go, registered beside the SQL
 // files.
 func goMigrations() []*goose.Migration {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -95,6 +97,39 @@ func TestRunMaxHeaderBytes(t *testing.T) {
 	}
 }
 
+// The header section limit is what --max-header-bytes says, not 4 KiB
+// more (net/http's allowance): 300 bytes under it pass, 300 over get 431.
+func TestRunMaxHeaderBytesIsExact(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	s := startRun(t, dsn)
+	for _, tc := range []struct {
+		size int
+		want string
+	}{{65536 - 300, "200"}, {65536 + 300, "431"}} {
+		conn, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: "
+		req := head + strings.Repeat("h", tc.size-len(head)-4) + "\r\n\r\n"
+		if len(req) != tc.size {
+			t.Fatalf("built %d bytes, want %d", len(req), tc.size)
+		}
+		if _, err := conn.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(line, "HTTP/1.1 "+tc.want) {
+			t.Errorf("a %d-byte header section: %q, want %s", tc.size, line, tc.want)
+		}
+	}
+}
+
 // Idle connections are closed after a minute unless the URL says otherwise,
 // so that pools shrink after a burst.
 func TestNewPoolShrinksWhenIdle(t *testing.T) {
@@ -151,5 +186,47 @@ func TestRunExampleSecrets(t *testing.T) {
 	}
 	if sink.count("INSECURE: the configuration uses a secret published in hookgate.example.yaml; anyone can sign requests for these senders. Use it for a local trial only.") != 1 {
 		t.Errorf("no warning logged:\n%s", sink.tail(20))
+	}
+}
+
+// --metrics-addr (and HOOKGATE_METRICS_ADDR) serves /metrics on an address
+// of its own, and the main listener no longer does; without it the main
+// listener serves them.
+func TestRunMetricsAddr(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	c := newClient(t)
+	get := func(url string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := do(c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.status, string(r.body)
+	}
+	metrics := freeAddr(t)
+	s := startRun(t, dsn, "--metrics-addr", metrics)
+	if st, body := get("http://" + metrics + "/metrics"); st != http.StatusOK || !strings.Contains(body, "hookgate_") {
+		t.Errorf("/metrics on --metrics-addr: %d %.200s", st, body)
+	}
+	if st, _ := get("http://" + metrics + "/webhooks/acme"); st != http.StatusNotFound && st != http.StatusMethodNotAllowed {
+		t.Errorf("the metrics address serves more than /metrics: %d", st)
+	}
+	if st, body := get(s.base + "/metrics"); st != http.StatusNotFound || strings.Contains(body, "hookgate_") {
+		t.Errorf("/metrics on the main listener with --metrics-addr: %d %.200s, want 404", st, body)
+	}
+	if st, _ := get(s.base + "/healthz"); st != http.StatusOK {
+		t.Errorf("/healthz on the main listener: %d", st)
+	}
+	plain := startRun(t, dsn)
+	if st, body := get(plain.base + "/metrics"); st != http.StatusOK || !strings.Contains(body, "hookgate_") {
+		t.Errorf("/metrics without --metrics-addr: %d", st)
+	}
+	st, err := parseSettings("serve", nil, envOf("HOOKGATE_METRICS_ADDR", "127.0.0.1:9999"), io.Discard)
+	if err != nil || st.metricsAddr != "127.0.0.1:9999" {
+		t.Errorf("HOOKGATE_METRICS_ADDR: %+v %v", st, err)
 	}
 }

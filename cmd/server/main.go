@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +47,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
@@ -112,10 +114,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	cfg, err := config.Load(s.configPath)
+	senders, err := sender.Load(s.configPath)
 	if err != nil {
 		return err
 	}
+	cfg := senders.Config()
 	if err := checkExampleSecrets(cfg, s, log); err != nil {
 		return err
 	}
@@ -137,21 +140,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newPoolCollector(pool), forward.NewBacklogCollector(queries))
-	ready := func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("ping database: %w", err)
-		}
-		pending, err := migrations.Pending(ctx, sqlDB)
-		if err != nil {
-			return err
-		}
-		if pending {
-			return errors.New("migrations are not at head")
-		}
-		return nil
-	}
+	ready := readiness(pool, sqlDB)
 
 	working := s.role == roleAll || s.role == roleWorker
+	forwardMetrics := forward.NewMetrics(reg)
+	forwardMetrics.Init(cfg) // every target's series from the start
 	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
 		Work:              working,
 		MaxWorkers:        s.forwardWorkers,
@@ -166,7 +159,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			},
 			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
 		},
-	}, forward.NewMetrics(reg), log)
+	}, forwardMetrics, log)
 	if err != nil {
 		return err
 	}
@@ -180,9 +173,23 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if cacheSize == 0 {
 		cacheSize = -1 // off
 	}
+	citus, err := dedup.InspectCitus(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if citus.Distributed {
+		log.Info("citus: processed_messages is distributed; using the statement forms Citus routes to one shard")
+		if citus.PropagateSetCommands != "local" {
+			log.Warn("citus: citus.propagate_set_commands is not 'local', so the in-flight wait (SET LOCAL lock_timeout) does not reach the workers: "+
+				"a delivery whose key another transaction holds waits until that transaction ends instead of getting 409; "+
+				"set it for hookgate's role or database (ALTER ROLE … SET citus.propagate_set_commands = 'local'), see docs/distributed.md",
+				"citus.propagate_set_commands", citus.PropagateSetCommands)
+		}
+	}
 	deliveries := dedup.New(pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL))
+		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
+		dedup.WithDistributed(citus.Distributed))
 	poolSize := int(pool.Config().MaxConns)
 	maxWaiting := s.ingestMaxWaiting
 	if maxWaiting < 0 {
@@ -195,8 +202,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: riverClient,
 	})
-	srv := handler.New(cfg, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
-		handler.WithAuthLimiter(limiter), handler.WithConsole(cons))
+	srv := handler.New(senders, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
+		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != ""))
 	router := srv.Router()
 	if s.role == roleWorker {
 		router = srv.ServiceRouter()
@@ -212,7 +219,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    s.maxHeaderBytes,
+		MaxHeaderBytes:    netHTTPMaxHeaderBytes(s.maxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if working {
@@ -228,6 +235,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if s.pprofAddr != "" {
 		if err := servePprof(gctx, g, s.pprofAddr, log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	if s.metricsAddr != "" {
+		if err := serveMetrics(gctx, g, s.metricsAddr, srv.MetricsHandler(), log); err != nil {
 			ln.Close()
 			return err
 		}
@@ -272,6 +285,38 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// netHTTPMaxHeaderBytes returns the http.Server.MaxHeaderBytes that bounds
+// a request's header section (request line and headers) at n bytes:
+// net/http reads up to MaxHeaderBytes + 4096 bytes before answering 431.
+func netHTTPMaxHeaderBytes(n int) int {
+	const slack = 4096 // net/http's bufio allowance over MaxHeaderBytes
+	return max(n-slack, 1)
+}
+
+// serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
+// ctx is done; anything else there is 404.
+func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Close()
+	})
+	return nil
 }
 
 // servePprof serves net/http/pprof on addr until ctx is done.
@@ -377,4 +422,24 @@ func buildVersion() string {
 		}
 	}
 	return "devel"
+}
+
+// readiness returns the check of /readyz: the database answers, every
+// migration of this build is applied, and River's schema is at the version
+// this build's River expects (a database migrated by another build, or
+// whose River schema was changed by hand, is not ready).
+func readiness(pool *pgxpool.Pool, sqlDB *sql.DB) handler.ReadyFunc {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("ping database: %w", err)
+		}
+		pending, err := migrations.Pending(ctx, sqlDB)
+		if err != nil {
+			return err
+		}
+		if pending {
+			return errors.New("migrations are not at head")
+		}
+		return migrations.CheckRiverSchema(ctx, sqlDB)
+	}
 }

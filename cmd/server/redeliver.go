@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
+	senderpkg "github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -63,10 +63,11 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	if databaseURL == "" {
 		return errors.New("DATABASE_URL is not set: give the PostgreSQL URL in DATABASE_URL or --database-url")
 	}
-	cfg, err := config.Load(configPath)
+	senders, err := senderpkg.Load(configPath)
 	if err != nil {
 		return err
 	}
+	cfg := senders.Config()
 	sd, ok := cfg.Sender(sender)
 	if !ok {
 		return fmt.Errorf("redeliver: no sender named %q is configured in %s", sender, configPath)

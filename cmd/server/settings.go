@@ -37,6 +37,7 @@ type settings struct {
 
 	retentionInterval time.Duration
 	pprofAddr         string
+	metricsAddr       string // "": /metrics on the main listener
 
 	batchSize, batchesInFlight int
 	replayCache                int // 0: no replay cache
@@ -200,6 +201,9 @@ var settingTable = []setting{
 	{flag: "pprof-addr", env: "HOOKGATE_PPROF_ADDR", shown: "(off)",
 		help:  "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty; never expose it beyond the host",
 		parse: func(s *settings, v string) error { s.pprofAddr = v; return nil }},
+	{flag: "metrics-addr", env: "HOOKGATE_METRICS_ADDR", shown: "(the main listener)",
+		help:  "serve /metrics on this address instead of the main listener (which then answers 404 there), e.g. 10.0.0.5:9090 or 127.0.0.1:9090",
+		parse: func(s *settings, v string) error { s.metricsAddr = v; return nil }},
 	{flag: "shutdown-timeout", env: "HOOKGATE_SHUTDOWN_TIMEOUT", def: "20s",
 		help:  "how long in-flight requests and forwards may take to finish on shutdown",
 		parse: durationSetting("shutdown timeout", 0, func(s *settings) *time.Duration { return &s.shutdownWait })},

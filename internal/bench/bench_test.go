@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 func TestMain(m *testing.M) {
@@ -259,7 +260,7 @@ func TestForwardConfigParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, ok := cfg.Sender("bench")
+	s, ok := sender.MustCompile(cfg).Get("bench")
 	if !ok || len(s.Forward) != 1 || s.Forward[0].URL != "http://127.0.0.1:1234/sink" {
 		t.Fatalf("sender %+v", s)
 	}

@@ -1,6 +1,12 @@
 // Package config loads and validates hookgate.yaml: the senders hookgate
 // accepts webhooks from, where each one puts its delivery ID, and how long
 // delivery keys are remembered.
+//
+// It is plain data: structs decoded from YAML, with ${VAR} expanded, the
+// presets' values applied (Presets, a table of values) and every field
+// validated. What ingest runs per request (signature verifiers, the JSON
+// scan of a body, routes, the header filter) is compiled from it by
+// package sender.
 package config
 
 import (
@@ -11,6 +17,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +25,7 @@ import (
 	"github.com/go-playground/validator/v10"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/jsonptr"
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
@@ -38,7 +45,7 @@ type Sender struct {
 	Name string `yaml:"name" validate:"required,sendername"`
 	// Preset sets where the delivery ID is and how the signature is
 	// checked; explicit delivery_id and signature fields override it.
-	Preset string `yaml:"preset" validate:"required,oneof=github stripe shopify slack standard-webhooks generic"`
+	Preset string `yaml:"preset" validate:"required,preset"`
 	// DeliveryID says where the delivery ID is; the preset's place when
 	// left out (required for generic).
 	DeliveryID DeliveryID `yaml:"delivery_id"`
@@ -74,22 +81,12 @@ type Sender struct {
 	// Forward lists the services each accepted event is forwarded to.
 	Forward []Target `yaml:"forward" validate:"unique=Name,dive"`
 
-	// DeliveryIDPointer is DeliveryID.JSONPointer parsed; nil for a header.
-	// Set by Parse.
-	DeliveryIDPointer Pointer `yaml:"-"`
-	// Verifier checks request signatures; nil when the sender has none.
-	// Set by Parse from the preset, the signature block and the secrets.
-	Verifier signature.Verifier `yaml:"-"`
-	// HeaderFilter picks the request headers stored with an event, from
-	// StoreHeaders and DropHeaders. Set by Parse.
-	HeaderFilter events.HeaderFilter `yaml:"-"`
+	// EventTypeEnvelope is where the event type is when the value at
+	// EventType is EventTypeEnvelope.When (Slack's event_callback); set
+	// from the preset when event_type is left out.
+	EventTypeEnvelope Envelope `yaml:"-"`
 
 	targetNames []string
-	// slackEventType: the Slack preset's event type, /event/type for an
-	// event_callback and /type otherwise (set when event_type is left out).
-	slackEventType bool
-	// plan is what ingest reads and how it routes; set by Parse (route.go).
-	plan plan
 }
 
 // Target is a service an accepted event is forwarded to, by a POST of the
@@ -117,8 +114,8 @@ type Target struct {
 	// segments are redacted too (package redact).
 	SecretPath bool `yaml:"secret_path"`
 	// MaxInFlight is how many forwards to this target one worker process
-	// runs at once (0, the default: half of the process's forward workers):
-	// a target that hangs holds at most this many of them.
+	// runs at once (0, the default: no cap beyond the target's fair share of
+	// the process's forward workers, which shrinks as more targets are busy).
 	MaxInFlight int `yaml:"max_in_flight" validate:"min=0,max=1000"`
 	// EventTypes, when set, are the only event types forwarded to the
 	// target: each an exact type or a prefix ending in "*" ("invoice.*";
@@ -171,9 +168,10 @@ func (s *Sender) TargetByURL(url string) (*Target, bool) {
 
 // Signature is a sender's signature block.
 type Signature struct {
-	// Scheme is the signature scheme: a preset's name, hmac-sha256 (with
-	// Header, Encoding and Prefix), or none. Empty means the preset's.
-	Scheme   string `yaml:"scheme" validate:"omitempty,oneof=none hmac-sha256 github stripe shopify slack standard-webhooks"`
+	// Scheme is the signature scheme: the name of a preset that checks a
+	// signature (its check), hmac-sha256 (with Header, Encoding and
+	// Prefix), or none. Empty means the preset's.
+	Scheme   string `yaml:"scheme" validate:"omitempty,scheme"`
 	Header   string `yaml:"header" validate:"omitempty,headername"`
 	Encoding string `yaml:"encoding" validate:"omitempty,oneof=hex base64"`
 	Prefix   string `yaml:"prefix"`
@@ -256,11 +254,7 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	}
 	var errs []string
 	for i := range c.Senders {
-		if err := resolve(&c.Senders[i]); err != nil {
-			errs = append(errs, fmt.Sprintf("senders[%d].%v", i, err))
-			continue
-		}
-		if err := buildPlan(&c.Senders[i]); err != nil {
+		if err := check(&c.Senders[i]); err != nil {
 			errs = append(errs, fmt.Sprintf("senders[%d].%v", i, err))
 		}
 	}
@@ -378,15 +372,18 @@ func expand(n *yaml.Node, lookup func(string) (string, bool), expanded *[]string
 }
 
 func applyDefaults(s *Sender) {
-	if p, ok := presets[s.Preset]; ok && s.DeliveryID == (DeliveryID{}) {
-		s.DeliveryID = p.deliveryID
+	p, known := PresetNamed(s.Preset)
+	if known && s.DeliveryID == (DeliveryID{}) {
+		s.DeliveryID = p.DeliveryID
 	}
-	if p, ok := presets[s.Preset]; ok && s.EventType == (EventType{}) {
-		s.EventType = p.eventType
-		s.slackEventType = s.Preset == "slack"
+	if known && s.EventType == (EventType{}) {
+		s.EventType, s.EventTypeEnvelope = p.EventType, p.EventTypeEnvelope
 	}
 	if s.Tolerance == 0 {
-		s.Tolerance = Duration(signature.DefaultTolerance)
+		s.Tolerance = Duration(p.Signature.Tolerance)
+		if s.Tolerance == 0 {
+			s.Tolerance = Duration(signature.DefaultTolerance)
+		}
 	}
 	if s.Retention == 0 {
 		s.Retention = Duration(DefaultRetention)
@@ -431,7 +428,9 @@ func newValidator() func(*Config) error {
 	for tag, fn := range map[string]func(string) bool{
 		"sendername":  senderName.MatchString,
 		"headername":  headerName.MatchString,
-		"jsonpointer": func(s string) bool { _, err := ParsePointer(s); return err == nil },
+		"jsonpointer": func(s string) bool { _, err := jsonptr.ParsePointer(s); return err == nil },
+		"preset":      func(s string) bool { _, ok := PresetNamed(s); return ok },
+		"scheme":      func(s string) bool { return slices.Contains(SchemeNames(), s) },
 	} {
 		if err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool { return fn(fl.Field().String()) }); err != nil {
 			panic(err)
@@ -493,6 +492,10 @@ func describe(fe validator.FieldError) string {
 		reason = "must be an http or https URL"
 	case "oneof":
 		reason = fmt.Sprintf("must be one of: %s", fe.Param())
+	case "preset":
+		reason = "must be one of: " + strings.Join(PresetNames(), " ")
+	case "scheme":
+		reason = "must be one of: " + strings.Join(SchemeNames(), " ")
 	case "unique":
 		reason = "names must be unique, and each needs one (lower-case letters, digits, _ and -)"
 	case "sendername":

@@ -6,7 +6,8 @@ import "fmt"
 // anyone who has read the repository knows. TestExampleSecretsListed keeps
 // this list and the file in agreement.
 var exampleSecrets = map[string]bool{
-	"dev-github-secret": true,
+	"dev-github-secret":       true,
+	"whsec_dev_stripe_secret": true,
 	"whsec_aG9va2dhdGUgZXhhbXBsZSBzaW5rIGtleSwgcHVibGljIQ==": true,
 }
 

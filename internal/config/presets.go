@@ -8,40 +8,196 @@ import (
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
-// preset is what a sender preset sets: where the delivery ID is and which
-// signature scheme is checked.
-type preset struct {
-	deliveryID DeliveryID
-	scheme     string
-	// eventType is where the event type is. Slack's is left empty here:
-	// it is /event/type for an event_callback and /type otherwise
-	// (Sender.EventTypeOf).
-	eventType EventType
+// Preset is one row of the preset table: plain values saying where a
+// provider's deliveries carry their ID and event type, how they are signed
+// and which handshake the provider sends. Adding a provider is adding a row
+// to Presets (and, only for a new signature scheme, a verifier in package
+// signature; only for a new handshake, its kind in package sender).
+type Preset struct {
+	// Name is what `preset:` in hookgate.yaml names, and what
+	// `signature.scheme:` names to take this row's signature check alone.
+	Name string
+	// DeliveryID is where the delivery ID is (empty: the sender must say).
+	DeliveryID DeliveryID
+	// EventType is where the event type is (empty: none).
+	EventType EventType
+	// EventTypeEnvelope: where the event type is instead when the value at
+	// EventType is EventTypeEnvelope.When (zero: never).
+	EventTypeEnvelope Envelope
+	// Signature is how the provider signs its requests.
+	Signature PresetSignature
+	// Handshake is the kind of handshake request the provider sends, which
+	// is answered after its signature check and stores nothing
+	// (HandshakeNone when it sends none).
+	Handshake string
+	// Docs is the provider's documentation of its webhooks.
+	Docs string
 }
+
+// PresetSignature is a preset's signature check.
+type PresetSignature struct {
+	// Scheme is the verifier of package signature that checks it
+	// (signature.Schemes); SchemeNone for a provider that signs nothing.
+	Scheme string
+	// Header, Encoding (hex or base64) and Prefix are where the MAC is and
+	// how it is written, for the schemes that read them (hmac-sha256).
+	Header, Encoding, Prefix string
+	// Signed is what is signed, in the providers page's notation
+	// (documentation: the scheme's verifier computes it).
+	Signed string
+	// Tolerance is how far a signed timestamp may be from now by default,
+	// for the schemes that sign one (0: signature.DefaultTolerance).
+	Tolerance time.Duration
+}
+
+// Envelope says where the event type is when the value found at the
+// sender's event type location is When: at JSONPointer instead.
+type Envelope struct {
+	When        string
+	JSONPointer string
+}
+
+// Handshake kinds (Preset.Handshake).
+const (
+	HandshakeNone = ""
+	// HandshakeSlackURLVerification: a JSON body with "type":
+	// "url_verification" is answered with its "challenge".
+	HandshakeSlackURLVerification = "slack-url-verification"
+)
 
 // Signature schemes besides the presets' own names.
 const (
 	SchemeNone = "none"
-	SchemeHMAC = "hmac-sha256"
+	SchemeHMAC = signature.SchemeHMAC
 )
 
-// presets are the sender presets of hookgate.yaml.
-var presets = map[string]preset{
-	"github":            {DeliveryID{Header: "X-GitHub-Delivery"}, "github", EventType{Header: "X-GitHub-Event"}},
-	"stripe":            {DeliveryID{JSONPointer: "/id"}, "stripe", EventType{JSONPointer: "/type"}},
-	"shopify":           {DeliveryID{Header: "X-Shopify-Event-Id"}, "shopify", EventType{Header: "X-Shopify-Topic"}},
-	"slack":             {DeliveryID{JSONPointer: "/event_id"}, "slack", EventType{}},
-	"standard-webhooks": {DeliveryID{Header: "webhook-id"}, "standard-webhooks", EventType{JSONPointer: "/type"}},
-	"generic":           {DeliveryID{}, SchemeNone, EventType{}},
+// Presets is the preset table, in the order the documentation lists them.
+var Presets = []Preset{
+	{
+		Name:       "github",
+		DeliveryID: DeliveryID{Header: "X-GitHub-Delivery"},
+		EventType:  EventType{Header: "X-GitHub-Event"},
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: signature.HeaderGitHub, Encoding: signature.EncodingHex,
+			Prefix: "sha256=", Signed: "body"},
+		Docs: "https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
+	},
+	{
+		Name:       "stripe",
+		DeliveryID: DeliveryID{JSONPointer: "/id"},
+		EventType:  EventType{JSONPointer: "/type"},
+		Signature: PresetSignature{Scheme: signature.SchemeStripe, Header: signature.HeaderStripe, Encoding: signature.EncodingHex,
+			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance},
+		Docs: "https://docs.stripe.com/webhooks#verify-manually",
+	},
+	{
+		Name:       "shopify",
+		DeliveryID: DeliveryID{Header: "X-Shopify-Event-Id"},
+		EventType:  EventType{Header: "X-Shopify-Topic"},
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: signature.HeaderShopify, Encoding: signature.EncodingBase64,
+			Signed: "body"},
+		Docs: "https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-5-verify-the-webhook",
+	},
+	{
+		Name:              "slack",
+		DeliveryID:        DeliveryID{JSONPointer: "/event_id"},
+		EventType:         EventType{JSONPointer: "/type"},
+		EventTypeEnvelope: Envelope{When: "event_callback", JSONPointer: "/event/type"},
+		Signature: PresetSignature{Scheme: signature.SchemeSlack, Header: signature.HeaderSlackSignature, Encoding: signature.EncodingHex,
+			Prefix: "v0=", Signed: "v0:<X-Slack-Request-Timestamp>:<body>", Tolerance: signature.DefaultTolerance},
+		Handshake: HandshakeSlackURLVerification,
+		Docs:      "https://api.slack.com/authentication/verifying-requests-from-slack",
+	},
+	{
+		Name:       "standard-webhooks",
+		DeliveryID: DeliveryID{Header: "webhook-id"},
+		EventType:  EventType{JSONPointer: "/type"},
+		Signature: PresetSignature{Scheme: signature.SchemeStandardWebhooks, Header: signature.HeaderWebhookSignature, Encoding: signature.EncodingBase64,
+			Prefix: "v1,", Signed: "<webhook-id>.<webhook-timestamp>.<body>", Tolerance: signature.DefaultTolerance},
+		Docs: "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
+	},
+	{
+		Name:      "generic",
+		Signature: PresetSignature{Scheme: SchemeNone},
+	},
 }
 
-// SignatureScheme returns the scheme the sender's requests are checked with:
-// its signature block's, or else its preset's ("none" for generic).
+// PresetNamed returns the row of Presets named name, or false.
+func PresetNamed(name string) (Preset, bool) {
+	for _, p := range Presets {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Preset{}, false
+}
+
+// PresetNames returns the names of the presets, in table order.
+func PresetNames() []string {
+	out := make([]string, 0, len(Presets))
+	for _, p := range Presets {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// SchemeNames returns what signature.scheme may be: none, hmac-sha256, and
+// the name of every preset that checks a signature.
+func SchemeNames() []string {
+	out := []string{SchemeNone, SchemeHMAC}
+	for _, p := range Presets {
+		if p.Signature.Scheme != SchemeNone {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// SignatureScheme returns the name of the check the sender's requests get:
+// its signature block's scheme, or else its preset's name ("none" for a
+// preset that checks no signature, such as generic).
 func (s *Sender) SignatureScheme() string {
 	if s.Signature.Scheme != "" {
 		return s.Signature.Scheme
 	}
-	return presets[s.Preset].scheme
+	if p, _ := PresetNamed(s.Preset); p.Signature.Scheme == SchemeNone {
+		return SchemeNone
+	}
+	return s.Preset
+}
+
+// SignatureCheck returns the sender's signature check as data: the
+// preset row's (of its preset, or of the preset its signature.scheme
+// names), or, for hmac-sha256, the signature block's header, encoding and
+// prefix. Scheme is SchemeNone when no signature is checked.
+func (s *Sender) SignatureCheck() PresetSignature {
+	switch name := s.SignatureScheme(); name {
+	case SchemeNone:
+		return PresetSignature{Scheme: SchemeNone}
+	case SchemeHMAC:
+		enc := s.Signature.Encoding
+		if enc == "" {
+			enc = signature.EncodingHex
+		}
+		return PresetSignature{Scheme: SchemeHMAC, Header: s.Signature.Header, Encoding: enc, Prefix: s.Signature.Prefix, Signed: "body"}
+	default:
+		p, _ := PresetNamed(name)
+		return p.Signature
+	}
+}
+
+// Handshakes returns the kinds of handshake the sender answers: its
+// preset's, and that of the preset its signature.scheme names (a generic
+// sender checking Slack's signature answers Slack's url_verification).
+func (s *Sender) Handshakes() []string {
+	var out []string
+	for _, name := range []string{s.Preset, s.Signature.Scheme} {
+		if p, ok := PresetNamed(name); ok && p.Handshake != HandshakeNone {
+			if len(out) == 0 || out[0] != p.Handshake {
+				out = append(out, p.Handshake)
+			}
+		}
+	}
+	return out
 }
 
 // namedSecret is a secret and the field it was given in.
@@ -64,34 +220,24 @@ func (s *Sender) secrets() []namedSecret {
 	return out
 }
 
-// resolve builds s.Verifier and decodes the forward targets' signing
-// secrets. Its errors start with the field at fault (relative to the sender)
-// and never contain a secret.
-func resolve(s *Sender) error {
-	if err := resolveIngest(s); err != nil {
-		return err
+// SecretValues returns every signing secret the sender lists (secret,
+// signature.secret, then secrets), in order: nil when there is none.
+func (s *Sender) SecretValues() []string {
+	var out []string
+	for _, sec := range s.secrets() {
+		out = append(out, sec.value)
 	}
-	if p := s.DeliveryID.JSONPointer; p != "" {
-		ptr, err := ParsePointer(p) // validated already; parsed once here, not per request
-		if err != nil {
-			return fmt.Errorf("delivery_id.json_pointer: %w", err)
-		}
-		s.DeliveryIDPointer = ptr
-	}
-	for i := range s.Forward {
-		t := &s.Forward[i]
-		if t.SigningSecret == "" {
-			continue
-		}
-		k, err := signature.DecodeStandardSecret(t.SigningSecret)
-		if err != nil {
-			return fmt.Errorf("forward[%d].signing_secret: is not a Standard Webhooks secret (whsec_ followed by base64)", i)
-		}
-		t.SigningKey = k
-	}
+	return out
+}
+
+// checkSignature checks that the sender's secrets fit its signature check.
+// Its errors start with the field at fault (relative to the sender) and
+// never contain a secret.
+func checkSignature(s *Sender) error {
 	scheme := s.SignatureScheme()
+	check := s.SignatureCheck()
 	secrets := s.secrets()
-	if scheme == SchemeNone {
+	if check.Scheme == SchemeNone {
 		if len(secrets) > 0 {
 			return errors.New("secret: a secret is set but no signature is checked: set signature.scheme (e.g. hmac-sha256) or remove the secret")
 		}
@@ -107,41 +253,24 @@ func resolve(s *Sender) error {
 			}
 		}
 	}
-	keys := make([][]byte, 0, len(secrets))
-	for _, sec := range secrets {
-		if scheme != "standard-webhooks" {
-			keys = append(keys, []byte(sec.value))
-			continue
+	if signature.StandardSecrets(check.Scheme) {
+		for _, sec := range secrets {
+			if _, err := signature.DecodeStandardSecret(sec.value); err != nil {
+				return fmt.Errorf("%s: is not a Standard Webhooks secret (whsec_ followed by base64)", sec.field)
+			}
 		}
-		k, err := signature.DecodeStandardSecret(sec.value)
-		if err != nil {
-			return fmt.Errorf("%s: is not a Standard Webhooks secret (whsec_ followed by base64)", sec.field)
-		}
-		keys = append(keys, k)
 	}
-	tol := time.Duration(s.Tolerance)
-	switch scheme {
-	case "github":
-		s.Verifier = signature.GitHub(keys)
-	case "stripe":
-		s.Verifier = signature.Stripe(keys, tol)
-	case "shopify":
-		s.Verifier = signature.Shopify(keys)
-	case "slack":
-		s.Verifier = signature.Slack(keys, tol)
-	case "standard-webhooks":
-		s.Verifier = signature.StandardWebhooks(keys, tol)
-	case SchemeHMAC:
-		hc := signature.HMACConfig{Header: s.Signature.Header, Encoding: s.Signature.Encoding, Prefix: s.Signature.Prefix}
-		if hc.Header == "" {
+	if scheme == SchemeHMAC {
+		if check.Header == "" {
 			return errors.New("signature.header: is required for scheme hmac-sha256")
 		}
+		hc := signature.HMACConfig{Header: check.Header, Encoding: check.Encoding, Prefix: check.Prefix}
 		if err := hc.Validate(); err != nil {
 			return fmt.Errorf("signature: %w", err)
 		}
-		s.Verifier = signature.HMAC(hc, keys)
-	default:
-		return fmt.Errorf("signature.scheme: unknown scheme %q", scheme)
+	}
+	if _, err := signature.New(check.Scheme, signature.Params{Header: check.Header, Encoding: check.Encoding, Prefix: check.Prefix}, nil); err != nil {
+		return fmt.Errorf("signature.scheme: %w", err)
 	}
 	return nil
 }

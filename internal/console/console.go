@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -105,7 +106,17 @@ func (c *Console) routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(pageHeaders)
 	static, _ := fs.Sub(staticFS, "static")
-	r.Handle("/static/*", http.StripPrefix(Prefix+"/static/", http.FileServerFS(static)))
+	files := http.StripPrefix(Prefix+"/static/", http.FileServerFS(static))
+	r.Get("/static/*", func(w http.ResponseWriter, r *http.Request) {
+		// Files only: a directory (the folder itself, or any path ending
+		// in "/") is not listed.
+		name := strings.TrimPrefix(r.URL.Path, Prefix+"/static/")
+		if st, err := fs.Stat(static, strings.TrimSuffix(name, "/")); name == "" || strings.HasSuffix(name, "/") || err != nil || st.IsDir() {
+			c.notFound(w, r, "There is no console page at this address.")
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	r.Get("/login", c.loginPage)
 	r.Post("/login", c.login)
 	r.Group(func(r chi.Router) {
@@ -117,6 +128,11 @@ func (c *Console) routes() http.Handler {
 		r.Get("/senders/{sender}/deliveries/{delivery_id}", c.delivery)
 		r.Get("/senders/{sender}/deliveries/{delivery_id}/body", c.rawBody)
 		r.Post("/senders/{sender}/deliveries/{delivery_id}/redeliver", c.redeliver)
+		// The same pages with the delivery ID in the query (?id=), for the
+		// IDs "." and "..", which browsers remove from a path.
+		r.Get("/senders/{sender}/delivery", c.delivery)
+		r.Get("/senders/{sender}/delivery/body", c.rawBody)
+		r.Post("/senders/{sender}/delivery/redeliver", c.redeliver)
 		r.Get("/senders/{sender}/targets/{target}/failed", c.failed)
 		r.Post("/senders/{sender}/targets/{target}/redeliver", c.bulkRedeliver)
 	})
@@ -145,6 +161,27 @@ func pageHeaders(next http.Handler) http.Handler {
 		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// deliveryID returns the delivery ID of a delivery page's request: its
+// path parameter, or, on the query form of the pages (deliveryURL), its
+// query parameter id.
+func deliveryID(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil && strings.Contains(rc.RoutePattern(), "{delivery_id}") {
+		return param(r, "delivery_id")
+	}
+	return r.URL.Query().Get("id")
+}
+
+// deliveryURL returns the address of the delivery id's page, or of its
+// sub-page sub ("/body", "/redeliver"). The IDs "." and ".." would be
+// removed from a path by browsers (percent-encoded too: %2E is a dot
+// segment to them), so theirs carry the ID in the query.
+func deliveryURL(sender, id, sub string) string {
+	if id == "." || id == ".." {
+		return Prefix + "/senders/" + url.PathEscape(sender) + "/delivery" + sub + "?id=" + url.QueryEscape(id)
+	}
+	return Prefix + "/senders/" + url.PathEscape(sender) + "/deliveries/" + url.PathEscape(id) + sub
 }
 
 // param returns the path parameter name, decoded: chi routes on the raw

@@ -26,6 +26,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -84,7 +85,7 @@ func newEnv(t testing.TB, opts console.Options) *env {
 		opts.River = rc
 	}
 	cons := console.New(cfg, q, log, opts)
-	h := handler.New(cfg, dedup.New(pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
 		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons))
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)

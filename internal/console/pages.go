@@ -45,6 +45,8 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
 	},
 	"path": url.PathEscape,
+	// delivery is the address of a delivery's page (deliveryURL).
+	"delivery": deliveryURL,
 }
 
 // parsePages parses each page template with the layout.
@@ -319,6 +321,11 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	if v.DeliveryID != "" {
 		v.Filtered, v.ExactLookup = true, true
+		if why := dedup.CheckDeliveryID(v.DeliveryID); why != "" {
+			v.DeliveryID = ""
+			bad("Delivery ID: it " + why + ", so no delivery has it.")
+			return
+		}
 		rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: v.DeliveryID})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -341,6 +348,13 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		bad("To: " + err.Error() + ".")
 		return
+	}
+	if v.EventType != "" {
+		if why := config.CheckEventTypeFilter(strings.TrimSuffix(v.EventType, "*") + "*"); why != "" {
+			v.EventType = ""
+			bad("Event type: " + why + ".")
+			return
+		}
 	}
 	v.Filtered = !since.IsZero() || !until.IsZero() || v.EventType != ""
 	var after *store.Cursor
@@ -435,7 +449,7 @@ type deliveryView struct {
 }
 
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
-	sender, id := param(r, "sender"), param(r, "delivery_id")
+	sender, id := param(r, "sender"), deliveryID(r)
 	sd, rec, ok := c.lookupDelivery(w, r, sender, id)
 	if !ok {
 		return
@@ -536,7 +550,7 @@ func isText(b []byte, truncated bool) bool {
 
 // rawBody serves an event's stored body as a download, never rendered.
 func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
-	_, rec, ok := c.lookupDelivery(w, r, param(r, "sender"), param(r, "delivery_id"))
+	_, rec, ok := c.lookupDelivery(w, r, param(r, "sender"), deliveryID(r))
 	if !ok {
 		return
 	}
@@ -558,7 +572,7 @@ func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
 // redeliver enqueues the delivery's forwards again, then shows the
 // delivery page.
 func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
-	sender, id := param(r, "sender"), param(r, "delivery_id")
+	sender, id := param(r, "sender"), deliveryID(r)
 	sd, ok := c.cfg.Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
@@ -587,7 +601,12 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 			n++
 		}
 	}
-	http.Redirect(w, r, deliveryPath(sender, id)+"?redelivered="+strconv.Itoa(n), http.StatusSeeOther)
+	to := deliveryURL(sender, id, "")
+	sep := "?"
+	if strings.Contains(to, "?") {
+		sep = "&"
+	}
+	http.Redirect(w, r, to+sep+"redelivered="+strconv.Itoa(n), http.StatusSeeOther)
 }
 
 // lookupDelivery returns the configured sender named sender and its
@@ -597,6 +616,10 @@ func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender,
 	sd, ok = c.cfg.Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
+		return nil, rec, false
+	}
+	if dedup.CheckDeliveryID(id) != "" { // what ingest refuses was never stored
+		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
 		return nil, rec, false
 	}
 	rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
@@ -609,10 +632,6 @@ func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender,
 		return nil, rec, false
 	}
 	return sd, rec, true
-}
-
-func deliveryPath(sender, id string) string {
-	return Prefix + "/senders/" + url.PathEscape(sender) + "/deliveries/" + url.PathEscape(id)
 }
 
 // A target's failed forwards.

@@ -15,6 +15,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // replica returns a second server on e's database with a console of its
@@ -23,7 +24,7 @@ func (e *env) replica() *env {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cons := console.New(e.cfg, e.q, log, e.opts)
-	h := handler.New(e.cfg, dedup.New(e.pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+	h := handler.New(sender.MustCompile(e.cfg), dedup.New(e.pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
 		handler.WithAdminToken(e.opts.AdminToken), handler.WithDB(e.pool), handler.WithRiver(e.rc), handler.WithConsole(cons))
 	srv := httptest.NewServer(h.Router())
 	e.t.Cleanup(srv.Close)

@@ -59,6 +59,24 @@ func WithBatching(maxBatch, maxInFlight int, observe func(size int)) Option {
 	}
 }
 
+// WithDistributed(true) runs the pipeline in the statement forms that Citus
+// routes to the sender's shard, for a database whose tables are
+// distributed by sender (InspectCitus tells): the claim as a multi-row
+// INSERT … VALUES rather than INSERT … SELECT … FROM unnest(…), and no
+// forced generic plans, which Citus cannot make for an INSERT … SELECT.
+// The state change's statements must be routable too (ClaimedJoin).
+// WithDistributed(false) runs the forms for PostgreSQL. Without this
+// option, the store's first delivery finds out (InspectCitus), once.
+func WithDistributed(on bool) Option {
+	return func(s *Store) {
+		if on {
+			s.layout.Store(layoutDistributed)
+		} else {
+			s.layout.Store(layoutPlain)
+		}
+	}
+}
+
 // call is one delivery waiting for its batch.
 type call struct {
 	ctx    context.Context
@@ -178,6 +196,9 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 		ds[i], changes[i] = c.d, c.change
 	}
 	ctx := batch[0].ctx
+	if err := s.detectLayout(ctx); err != nil {
+		return batch
+	}
 	p, err := s.plan(ds, changes, s.batchLockTimeout)
 	if err != nil {
 		return batch
@@ -204,7 +225,7 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	if err != nil || res.failed != nil {
 		return batch
 	}
-	outs, ok := res.outcomes(p)
+	outs, ok := res.outcomes(ds)
 	if !ok {
 		return batch // a key vanished between claim and read: sort it out one by one
 	}

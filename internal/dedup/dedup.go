@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -169,6 +171,10 @@ type Store struct {
 	batchers              sync.Map // sender → *batcher
 	flight                singleflight.Group
 
+	// layout is whether the tables are distributed by sender (Citus): see
+	// WithDistributed; unknown until set or found by the first delivery.
+	layout atomic.Int32
+
 	// The replay cache (cache.go): nil when off.
 	cache    *lru.Cache[Key, cached]
 	cacheTTL time.Duration
@@ -242,28 +248,68 @@ const (
 SELECT $1::text, d.* FROM unnest($2::text[], $3::bytea[], $4::uuid[], $5::int2[], $6::text[], $7::bytea[], $8::timestamptz[], $9::timestamptz[]) AS d
 ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING`
 	// StoredSQL returns, for each delivery (numbered from 1 in the order of
-	// the arrays) whose claim did not take its key, the row that holds the
-	// key, and nothing for one whose claim did.
+	// the arrays), the row that holds its key after the claim: the
+	// delivery's own (its event ID) when its claim took the key, another
+	// delivery's when it did not, none when the key vanished in between.
+	// What it reads back, not the claim's row count, decides who claimed
+	// (Citus reports INSERT 0 1 for a conflicting INSERT … SELECT … ON
+	// CONFLICT DO NOTHING). A row of its own comes back without its
+	// response body, which the caller already holds.
 	// (OFFSET 0 keeps the lookup a per-delivery probe of the key's index:
 	// joined, a plan made while the table was small would read all of the
 	// sender's rows for each pipeline.)
 	StoredSQL = `SELECT d.n, p.* FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS d(delivery_id, event_id, n)
 CROSS JOIN LATERAL (
-  SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at FROM processed_messages
-  WHERE sender = $1 AND delivery_id = d.delivery_id AND event_id <> d.event_id OFFSET 0) AS p`
+  SELECT request_sha256, event_id, response_status, response_content_type,
+    CASE WHEN event_id = d.event_id THEN ''::bytea ELSE response_body END, expires_at FROM processed_messages
+  WHERE sender = $1 AND delivery_id = d.delivery_id OFFSET 0) AS p`
 	// GenericPlansSQL makes the pipeline's prepared statements run their
 	// generic plans: PostgreSQL would otherwise plan them again at every
 	// execution, because a plan for the few deliveries of a pipeline looks
 	// cheaper than one made for arrays of unknown length. Their generic
-	// plans probe the key's index once per delivery.
+	// plans probe the key's index once per delivery. It is not sent on a
+	// distributed database (WithDistributed): Citus cannot plan an INSERT …
+	// SELECT with unbound parameters, and plans every execution anyway.
 	GenericPlansSQL = "SET LOCAL plan_cache_mode = force_generic_plan"
 	// forgetExpiredSQL removes a key whose retention has passed, found by a
 	// conflicting claim before the retention job deleted it, so that the
 	// claim can be retried and the delivery treated as new.
+	claimValuesHead = `INSERT INTO processed_messages
+  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+VALUES `
+	claimValuesTail = `
+ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING`
 	forgetExpiredSQL = `WITH gone AS (
   DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND expires_at <= $3 RETURNING 1)
 SELECT count(*) FROM gone`
 )
+
+// claimValues caches ClaimValuesSQL by number of rows.
+var claimValues sync.Map // int → string
+
+// ClaimValuesSQL is the claim of n deliveries on a distributed database
+// (WithDistributed): a multi-row INSERT … VALUES, $1 the sender, then the
+// values of each delivery in ClaimSQL's column order, eight per row. Its
+// text depends on n, so each connection prepares one per batch size it
+// meets (at most the batch size).
+func ClaimValuesSQL(n int) string {
+	if v, ok := claimValues.Load(n); ok {
+		return v.(string)
+	}
+	var b strings.Builder
+	b.WriteString(claimValuesHead)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",\n")
+		}
+		p := 2 + 8*i
+		fmt.Fprintf(&b, "($1::text, $%d::text, $%d::bytea, $%d::uuid, $%d::int2, $%d::text, $%d::bytea, $%d::timestamptz, $%d::timestamptz)",
+			p, p+1, p+2, p+3, p+4, p+5, p+6, p+7)
+	}
+	b.WriteString(claimValuesTail)
+	v, _ := claimValues.LoadOrStore(n, b.String())
+	return v.(string)
+}
 
 // Run claims d's key and applies change in one transaction, as the package
 // documentation describes, in one round trip. It returns Replayed results
@@ -357,6 +403,9 @@ type stored struct {
 }
 
 func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result, error) {
+	if err := s.detectLayout(ctx); err != nil {
+		return Result{}, err
+	}
 	p, err := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout)
 	if err != nil {
 		return Result{}, err
@@ -377,7 +426,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 		// CONFLICT: the transaction rolled back, read what holds the key.
 		out.row, err = s.readStored(ctx, d)
 	case err == nil:
-		out = outcome{claimed: res.claimed(p) == 1, row: res.rows[0]}
+		out = readBack(d, res.rows[0])
 	}
 	if err != nil {
 		return Result{}, err
@@ -387,19 +436,27 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 
 // outcome is what the pipeline found for one delivery.
 type outcome struct {
-	claimed bool // the claim inserted the key
-	row     stored
+	claimed bool   // the claim inserted the key: the key's row holds d's event ID
+	row     stored // the row that holds the key when claimed is false
+}
+
+// readBack decides d's outcome by the row the pipeline read back for its
+// key: its own event ID means its claim took the key (EventID is fresh);
+// another's means a duplicate; none means the key vanished in between.
+func readBack(d Delivery, row stored) outcome {
+	if row.found && row.eventID == d.EventID {
+		return outcome{claimed: true}
+	}
+	return outcome{row: row}
 }
 
 // result turns the outcome of d's committed claim and read into Run's
 // answer, and remembers what holds the key in the replay cache.
 func (s *Store) result(d Delivery, o outcome) (Result, error) {
 	switch {
-	case o.claimed && !o.row.found:
+	case o.claimed:
 		s.remember(d.Key, d.Response, d.EventID, d.RequestSHA256[:], d.ExpiresAt)
 		return Result{Response: d.Response, EventID: d.EventID}, nil
-	case o.claimed:
-		return Result{}, errors.New("claim delivery: the claim took a key another delivery holds")
 	case !o.row.found:
 		// The key expired and was deleted between the claim and the read;
 		// the sender's retry will be accepted as new.
@@ -451,12 +508,23 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 		received[i], expires[i] = d.ReceivedAt, d.ExpiresAt
 	}
 	stmts := make([]statement, 0, 8)
-	stmts = append(stmts,
-		statement{sql: beginSQL},
-		statement{sql: lockTimeout},
-		statement{sql: GenericPlansSQL},
-		statement{sql: ClaimSQL, args: []any{sender, column(ids), column(sums), column(eventIDs), column(statuses), column(ctypes), column(bodies), column(received), column(expires)}},
-	)
+	stmts = append(stmts, statement{sql: beginSQL}, statement{sql: lockTimeout})
+	if s.layout.Load() != layoutDistributed {
+		stmts = append(stmts,
+			statement{sql: GenericPlansSQL},
+			statement{sql: ClaimSQL, args: []any{sender, column(ids), column(sums), column(eventIDs), column(statuses), column(ctypes), column(bodies), column(received), column(expires)}})
+	} else {
+		// Citus routes a multi-row INSERT … VALUES whose rows all name the
+		// sender $1 to that sender's shard; it would pull an INSERT …
+		// SELECT … FROM unnest(…) to the coordinator and copy the rows
+		// back, in a two-phase commit.
+		args := make([]any, 0, 1+8*n)
+		args = append(args, sender)
+		for i := range ds {
+			args = append(args, ids[i], sums[i], eventIDs[i], statuses[i], ctypes[i], bodies[i], received[i], expires[i])
+		}
+		stmts = append(stmts, statement{sql: ClaimValuesSQL(n), args: args})
+	}
 	p := &plan{n: n, claim: len(stmts) - 1, changes: len(stmts)}
 
 	// The changes: each delivery's rows join the multi-row statement of
@@ -528,22 +596,18 @@ func (r *results) failure(p *plan) error {
 	return classify(r.failed, r.failedAt, p)
 }
 
-// claimed returns how many keys the claim took.
-func (r *results) claimed(p *plan) int64 { return r.tags[p.claim].RowsAffected() }
-
-// outcomes returns what the pipeline found for each delivery, and false
-// when that does not add up (a key neither claimed nor read: it expired
-// and was deleted in between).
-func (r *results) outcomes(p *plan) ([]outcome, bool) {
+// outcomes returns what the pipeline read back for each delivery of ds
+// (see readBack), and false when a key was read back by no row (it expired
+// and was deleted between the claim and the read).
+func (r *results) outcomes(ds []Delivery) ([]outcome, bool) {
 	out := make([]outcome, len(r.rows))
-	found := 0
 	for i, row := range r.rows {
-		out[i] = outcome{claimed: !row.found, row: row}
-		if row.found {
-			found++
+		if !row.found {
+			return nil, false
 		}
+		out[i] = readBack(ds[i], row)
 	}
-	return out, r.claimed(p)+int64(found) == int64(len(r.rows))
+	return out, true
 }
 
 // pipeline sends, in one write and one round trip, p's statements (BEGIN,
@@ -747,11 +811,51 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, d.Sender, d.Del
 }
 
 // IsDuplicate reports whether err is, or wraps, a unique violation (SQLSTATE
-// 23505) of KeyConstraint. Every other error, including a unique violation of
-// any other constraint, and nil, is not a duplicate.
+// 23505) of KeyConstraint, or of a Citus shard's copy of it (Citus names it
+// KeyConstraint_<shard id>). Every other error, including a unique
+// violation of any other constraint, and nil, is not a duplicate.
 func IsDuplicate(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == KeyConstraint
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && Constraint(pgErr) == KeyConstraint
+}
+
+// Constraint returns the name of the constraint that e names: its
+// ConstraintName, or for a unique violation that Citus relayed from a
+// worker without that field, the name its message quotes (in English; ""
+// in another language); in both cases without the shard suffix of a Citus
+// shard's copy (BaseConstraint).
+func Constraint(e *pgconn.PgError) string {
+	name := e.ConstraintName
+	if name == "" && e.Code == pgerrcode.UniqueViolation {
+		name = quotedConstraint(e.Message)
+	}
+	return BaseConstraint(name)
+}
+
+// quotedConstraint returns the name in PostgreSQL's message `duplicate key
+// value violates unique constraint "name"`, and "" for any other message.
+func quotedConstraint(msg string) string {
+	const prefix = `duplicate key value violates unique constraint "`
+	if !strings.HasPrefix(msg, prefix) || !strings.HasSuffix(msg, `"`) || len(msg) < len(prefix)+2 {
+		return ""
+	}
+	return msg[len(prefix) : len(msg)-1]
+}
+
+// BaseConstraint returns the name of the constraint whose shard's copy Citus
+// names name (name_<shard id>), and name itself when it has no such
+// suffix.
+func BaseConstraint(name string) string {
+	i := strings.LastIndexByte(name, '_')
+	if i <= 0 || i == len(name)-1 {
+		return name
+	}
+	for _, c := range name[i+1:] {
+		if c < '0' || c > '9' {
+			return name
+		}
+	}
+	return name[:i]
 }
 
 // isLockTimeout reports whether err is PostgreSQL's lock_not_available

@@ -63,16 +63,22 @@ func runAsync(ctx context.Context, store *dedup.Store, d dedup.Delivery, change 
 // first or when no backend blocks within a generous deadline.
 func waitUntilBlocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, done <-chan outcome) {
 	t.Helper()
+	blocked := `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND wait_event_type = 'Lock' AND wait_event = 'transactionid'
+  AND query LIKE 'INSERT INTO processed_messages%'`
+	if pgtest.Citus() {
+		// The claim waits on the shard's worker, for the coordinator's
+		// statement.
+		blocked = `SELECT count(*) FROM citus_lock_waits WHERE blocked_statement LIKE 'INSERT INTO processed_messages%'`
+	}
 	testkit.Poll(t, 30*time.Second, "a claim to block on the held key", func() bool {
 		select {
 		case o := <-done:
 			t.Fatalf("Run returned %+v, %v before it blocked on the held key", o.res, o.err)
 		default:
 		}
-		return count(t, ctx, pool, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()
-  AND wait_event_type = 'Lock' AND wait_event = 'transactionid'
-  AND query LIKE 'INSERT INTO processed_messages%'`) > 0
+		return count(t, ctx, pool, blocked) > 0
 	})
 }
 

@@ -3,6 +3,8 @@ package dedup
 import (
 	"strings"
 	"testing"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
 // TestPipelinePlansProbeTheKey checks that the pipeline's statements that
@@ -14,6 +16,8 @@ import (
 // processed_messages would read the whole table for every delivery.
 func TestPipelinePlansProbeTheKey(t *testing.T) {
 	t.Parallel()
+	pgtest.SkipOnCitus(t, "it checks PostgreSQL's plans of the PostgreSQL forms (a claim by unnest, forced generic plans); "+
+		"Citus cannot make generic plans of INSERT … SELECT, and TestCitusBatchOnOneShard checks the Citus forms' routing")
 	_, pool := store(t)
 	ctx := t.Context()
 	if _, err := pool.Exec(ctx, `CREATE TABLE marks (event_id uuid NOT NULL, delivery_id text NOT NULL)`); err != nil {

@@ -29,11 +29,11 @@ type Event struct {
 // InsertSQL inserts the events of a pipeline's deliveries (a multi-row
 // statement, dedup.Batch.Row: $1 the sender, then one array per column),
 // each only in the transaction whose claim took its delivery's key
-// (dedup.ClaimedRow).
+// (dedup.ClaimedJoin, which Citus routes to the sender's shard).
 var InsertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
-SELECT $1::text, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[])
+SELECT k.sender, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[])
   AS e(id, delivery_id, received_at, headers, body, event_type)
-WHERE ` + dedup.ClaimedRow("e.delivery_id", "e.id")
+` + dedup.ClaimedJoin("e.delivery_id", "e.id")
 
 // QueueInsert queues the insert of e on b, for use as (part of) a
 // dedup.Change: it inserts nothing unless the delivery's claim took its key

@@ -276,3 +276,40 @@ func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestFlakyTargetBehindAnOpenBreakerGetsEveryEvent: a target is down until
+// its breaker opens, and then fails the first two requests of every event
+// (counting those of the outage) before it answers 200. Its breaker's
+// probes, which take forwards already attempted first, succeed and close
+// it, and every event arrives, the ones delivered while it was open too.
+func TestFlakyTargetBehindAnOpenBreakerGetsEveryEvent(t *testing.T) {
+	t.Parallel()
+	var down atomic.Bool
+	down.Store(true)
+	tg := testkit.NewTarget(t, func(n int, _ *http.Request) testkit.Answer {
+		if down.Load() || n <= 2 {
+			return testkit.Answer{Status: http.StatusServiceUnavailable}
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	})
+	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.URL),
+		forward.Options{Work: true, BreakerProbe: forward.DefaultProbeInterval, BreakerWindow: time.Second,
+			Backoff: forward.Backoff{Base: 100 * time.Millisecond, Max: time.Second}})
+	var keys []string
+	for i := range 20 {
+		keys = append(keys, e.deliver(fmt.Sprintf("open-%d", i), []byte(`{}`), "application/json").eventID)
+	}
+	e.poll("the breaker to open", func() bool { return e.breaker("flaky") == forward.BreakerOpen },
+		func() string { return fmt.Sprintf("%d requests", len(tg.Hits())) })
+	down.Store(false)
+	for i := range 20 {
+		keys = append(keys, e.deliver(fmt.Sprintf("while-open-%d", i), []byte(`{}`), "application/json").eventID)
+	}
+	e.poll("every event to reach the flaky target", func() bool { return delivered(tg, keys) == len(keys) },
+		func() string {
+			return fmt.Sprintf("%d of %d delivered, %d requests, breaker %s", delivered(tg, keys), len(keys), len(tg.Hits()), e.breaker("flaky"))
+		})
+	if w := e.counter("hookgate_forward_waits_total", map[string]string{"target": "flaky", "reason": "breaker"}); w == 0 {
+		t.Error("no forward waited for the breaker: the test did not exercise it")
+	}
+}

@@ -21,8 +21,12 @@ type Options struct {
 	// inserts them (the api role).
 	Work bool
 	// MaxWorkers is how many forwards run at once in this process
-	// (DefaultMaxWorkers).
+	// (DefaultMaxWorkers), shared fairly among the targets (Gate).
 	MaxWorkers int
+	// Gate admits the forwards; nil: a gate of MaxWorkers of its own. A
+	// process that also sends forwards outside River passes the one gate
+	// both use.
+	Gate *Gate
 	// Backoff is the retry schedule (DefaultBackoff).
 	Backoff Backoff
 	// BreakerProbe is how long an open circuit breaker waits before its
@@ -104,6 +108,10 @@ func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (ho
 // DefaultMaxWorkers is how many forwards a process runs at once by default.
 const DefaultMaxWorkers = 100
 
+// spareWorkers is how many River workers a process runs beside its
+// maxWorkers forwards: they only ever decide that a forward waits.
+func spareWorkers(maxWorkers int) int { return max(maxWorkers/10, 2) }
+
 // DefaultFetchPollInterval is how often workers look for available
 // forwards between River's notifications: River throttles and may miss
 // them, and at its default poll (1s) a forward then waited up to a second
@@ -154,8 +162,11 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, opts.MaxWorkers,
-			BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)); err != nil {
+		gate := opts.Gate
+		if gate == nil {
+			gate = NewGate(pool, opts.MaxWorkers, BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
+		}
+		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, gate, m, log)); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		// Bulk redeliveries run on a queue of their own, one at a time.
@@ -164,7 +175,11 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		if err := river.AddWorkerSafely(workers, bulk); err != nil {
 			return nil, fmt.Errorf("register bulk redelivery worker: %w", err)
 		}
-		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers}, BulkQueue: {MaxWorkers: 1}}
+		// River runs a few more jobs at once than the gate lets forwards
+		// run: with every forward slot held (by targets that hang, say),
+		// River can still fetch the others' forwards and, when their target
+		// has its share, snooze them at once.
+		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers + spareWorkers(opts.MaxWorkers)}, BulkQueue: {MaxWorkers: 1}}
 		if m := opts.Maintenance; m.Register != nil {
 			if err := m.Register(workers, min(m.Timeout, h.long)); err != nil {
 				return nil, fmt.Errorf("register maintenance workers: %w", err)

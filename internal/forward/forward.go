@@ -72,9 +72,9 @@ func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UU
 // column), one per forward, each only in the transaction whose claim took
 // its delivery's key.
 var OutboxSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
-SELECT $1::text, o.* FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[])
+SELECT k.sender, o.* FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[])
   AS o(event_id, target, delivery_id, created_at)
-WHERE ` + dedup.ClaimedRow("o.delivery_id", "o.event_id")
+` + dedup.ClaimedJoin("o.delivery_id", "o.event_id")
 
 // QueueOutbox queues, as part of a delivery's state change, the outbox rows
 // of the event's forwards to the targets named in targets: one row each,

@@ -39,9 +39,13 @@ const (
 	// breaker. The breaker wakes its forwards when it closes, so this bounds
 	// the work of waiting, not the time to resume.
 	maxBreakerWait = 30 * time.Second
-	// busySnooze is about how long a forward waits when its target already
-	// has max_in_flight forwards under way in this process.
-	busySnooze = 500 * time.Millisecond
+	// busySnooze is about how long a forward waits when its target is at
+	// its limit in this process and nothing better is known: the wait
+	// follows how long the target's attempts take, between minBusySnooze
+	// and maxBusySnooze.
+	busySnooze    = 500 * time.Millisecond
+	minBusySnooze = 100 * time.Millisecond
+	maxBusySnooze = 5 * time.Second
 )
 
 // BreakerTiming tunes the circuit breakers; zero values take the defaults.
@@ -61,8 +65,6 @@ type BreakerTiming struct {
 // the failures it sees itself (the last transition is recorded in
 // target_breakers for the operator API).
 type guards struct {
-	// share is the default max_in_flight: half of the process's workers.
-	share   int
 	db      *pgxpool.Pool
 	log     *slog.Logger
 	probe   time.Duration
@@ -75,6 +77,8 @@ type guards struct {
 
 	mu sync.Mutex
 	m  map[[2]string]*guard
+
+	fair fair
 }
 
 // guard is one target's state in this process.
@@ -95,6 +99,14 @@ type guard struct {
 	probing      int // probes under way
 	reserved     int // waiting forwards told to come back for the next round
 	pausedUntil  time.Time
+	startSum     int64         // sum of the start times (UnixNano) of the attempts under way
+	latency      time.Duration // moving average of the time its attempts take
+
+	// held and seen are the target's share of the process's capacity,
+	// under the guards' fair.mu: how many forwards it runs, and when it
+	// last asked for one.
+	held int
+	seen time.Time
 
 	// rec is the last transition, under mu: gen counts transitions, and
 	// recorded (under recMu) is the gen last written out. Writes take recMu
@@ -147,10 +159,10 @@ func (w *window) counts(slot int64) (attempts, fails int) {
 	return attempts, fails
 }
 
-func newGuards(db *pgxpool.Pool, workers int, bt BreakerTiming, m *Metrics, log *slog.Logger) *guards {
-	return &guards{share: max(workers/2, 1), db: db, log: log,
+func newGuards(db *pgxpool.Pool, capacity int, bt BreakerTiming, m *Metrics, log *slog.Logger) *guards {
+	return &guards{db: db, log: log,
 		probe: cmp.Or(bt.Probe, DefaultProbeInterval), window: cmp.Or(bt.Window, DefaultBreakerWindow),
-		now: time.Now, metrics: m, m: map[[2]string]*guard{}}
+		now: time.Now, metrics: m, m: map[[2]string]*guard{}, fair: newFair(capacity)}
 }
 
 // get returns the guard of t, a target of sender.
@@ -162,11 +174,12 @@ func (g *guards) get(sender string, t *config.Target) *guard {
 	if !ok {
 		limit := t.MaxInFlight
 		if limit <= 0 {
-			limit = g.share
+			limit = g.fair.capacity // only the fair share limits it
 		}
 		gd = &guard{sender: sender, target: t.Name, state: BreakerClosed,
 			threshold: max(t.BreakerThreshold, 1), limit: limit}
 		g.m[k] = gd
+		g.fair.add(gd)
 	}
 	return gd
 }
@@ -182,6 +195,7 @@ type admission struct {
 	probe bool          // the forward is one of the breaker's probes
 	wait  time.Duration // when !ok: snooze this long
 	why   string        // when !ok: breaker, paused or busy
+	start time.Time     // when ok: when it was admitted
 }
 
 // enter decides whether a forward to gd's target may go now; tried says
@@ -206,8 +220,8 @@ func (g *guards) enter(gd *guard, tried bool) admission {
 		}
 		probe = true
 	}
-	if gd.running >= gd.limit {
-		return admission{wait: jitter(busySnooze), why: "busy"}
+	if gd.running >= gd.limit || !g.fair.acquire(gd, now) {
+		return admission{wait: gd.busyWait(now), why: "busy"}
 	}
 	if probe {
 		gd.probes++
@@ -215,7 +229,23 @@ func (g *guards) enter(gd *guard, tried bool) admission {
 		gd.state = BreakerHalfOpen
 	}
 	gd.running++
-	return admission{ok: true, probe: probe}
+	gd.startSum += now.UnixNano()
+	return admission{ok: true, probe: probe, start: now}
+}
+
+// busyWait returns how long a forward of gd's target waits when the target
+// is at its limit: about how long its attempts take (the moving average,
+// or how long those under way have been running if that is longer), so a
+// target that hangs does not make its waiting forwards spin. Under gd.mu.
+func (gd *guard) busyWait(now time.Time) time.Duration {
+	d := gd.latency
+	if gd.running > 0 {
+		d = max(d, time.Duration(now.UnixNano()-gd.startSum/int64(gd.running)))
+	}
+	if d <= 0 {
+		d = busySnooze
+	}
+	return jitter(min(max(d, minBusySnooze), maxBusySnooze))
 }
 
 // waiting returns how long a forward held back by gd's open breaker
@@ -230,25 +260,35 @@ func (gd *guard) waiting(now time.Time) time.Duration {
 	return jitter(min(max(now.Sub(gd.openedAt), gd.probeWait), maxBreakerWait))
 }
 
-// result is how an attempt went, for the guard.
-type result int
+// Result is how an attempt went, for the gate.
+type Result int
 
 const (
-	resultNone      result = iota // no answer from the target to judge it by
-	resultDelivered               // 2xx
-	resultRetryable               // connection error, timeout, 408, 429, 5xx
-	resultOther                   // any other answer: the forward's own problem
+	ResultNone      Result = iota // no answer from the target to judge it by
+	ResultDelivered               // 2xx
+	ResultRetryable               // connection error, timeout, 408, 429, 5xx
+	ResultOther                   // any other answer: the forward's own problem
 )
 
 // leave records the attempt's outcome: retryFor > 0 pauses the target (a 429
 // or 503 with Retry-After). When the attempt was a probe that failed it
 // returns how long the forward should wait for the next round of probes
 // (the caller snoozes it rather than use its attempt); otherwise 0.
-func (g *guards) leave(ctx context.Context, gd *guard, a admission, res result, retryFor time.Duration, errText string) (snooze time.Duration) {
+func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, retryFor time.Duration, errText string) (snooze time.Duration) {
 	now := g.now()
 	slot := g.slot(now)
 	gd.mu.Lock()
 	gd.running--
+	gd.startSum -= a.start.UnixNano()
+	g.fair.release(gd)
+	if res != ResultNone {
+		took := max(now.Sub(a.start), 0)
+		if gd.latency == 0 {
+			gd.latency = took
+		} else {
+			gd.latency += (took - gd.latency) / 8
+		}
+	}
 	if a.probe {
 		gd.probing--
 	}
@@ -257,11 +297,11 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res result, 
 	}
 	changed := ""
 	switch res {
-	case resultNone: // no verdict: the probe's place goes to another forward
+	case ResultNone: // no verdict: the probe's place goes to another forward
 		if a.probe {
 			gd.probes--
 		}
-	case resultDelivered, resultOther: // the target answers: it is alive
+	case ResultDelivered, ResultOther: // the target answers: it is alive
 		gd.win.add(slot, false)
 		gd.rate(slot, now)
 		if gd.state != BreakerClosed {
@@ -269,7 +309,7 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res result, 
 			gd.win, gd.failingSince = window{}, time.Time{}
 			changed = BreakerClosed
 		}
-	case resultRetryable:
+	case ResultRetryable:
 		gd.win.add(slot, true)
 		failing := gd.rate(slot, now)
 		switch {

@@ -30,6 +30,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -102,7 +103,7 @@ func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 	if opts.Work {
 		e.start()
 	}
-	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
+	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
 		prometheus.NewRegistry(), log)
 	e.gateway = httptest.NewServer(h.Router())
 	t.Cleanup(e.gateway.Close)

@@ -1,6 +1,10 @@
 package forward
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
 
 // Outcomes of a forward attempt, the values of the outcome label.
 const (
@@ -45,6 +49,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"sender", "target", "reason"})
 	reg.MustRegister(m.attempts, m.latency, m.breakerOpen, m.breakerOpened, m.waits)
 	return m
+}
+
+// waitReasons are the values of hookgate_forward_waits_total's reason label.
+var waitReasons = []string{"breaker", "paused", "busy"}
+
+// Init creates the series of every target of cfg at zero, so that they
+// are there before the first event (a rate or an alert on them has a
+// value from the start): attempts by outcome, the latency histogram, the
+// breaker's state (closed) and waits by reason. The breaker's opening time
+// appears when a breaker first opens.
+func (m *Metrics) Init(cfg *config.Config) {
+	for i := range cfg.Senders {
+		sd := &cfg.Senders[i]
+		for _, t := range sd.Forward {
+			for _, o := range []string{outcomeDelivered, outcomeRetry, outcomeFailed} {
+				m.attempts.WithLabelValues(sd.Name, t.Name, o)
+			}
+			m.latency.WithLabelValues(sd.Name, t.Name)
+			m.breakerOpen.WithLabelValues(sd.Name, t.Name).Set(0)
+			for _, r := range waitReasons {
+				m.waits.WithLabelValues(sd.Name, t.Name, r)
+			}
+		}
+	}
 }
 
 func (m *Metrics) attempt(sender, target, outcome string) {

@@ -2,8 +2,10 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,6 +41,9 @@ type Relay struct {
 	log      *slog.Logger
 	batch    int
 	interval time.Duration
+
+	mu      sync.Mutex
+	strayAt time.Time // when senders last looked for stray senders
 }
 
 // NewRelay returns a relay that moves up to batch rows per transaction
@@ -54,12 +59,67 @@ func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Conf
 	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: batch, interval: interval}
 }
 
-// Once relays one batch in one transaction and returns how many rows it
-// moved: 0 when the outbox had none that no other relay held.
+// strayEvery is how often the relay looks for outbox rows of senders the
+// configuration no longer names (written before a restart that removed
+// them), which it relays like the others.
+const strayEvery = 10 * time.Second
+
+// Once relays, sender by sender, one batch of each sender in a transaction
+// of its own (one shard each when the tables are distributed by sender),
+// and returns how many rows it moved: 0 when the outbox had none that no
+// other relay held.
 func (r *Relay) Once(ctx context.Context) (int, error) {
+	n, _, err := r.once(ctx)
+	return n, err
+}
+
+// once is Once, also telling whether some sender filled its batch.
+func (r *Relay) once(ctx context.Context) (moved int, full bool, err error) {
+	senders, err := r.senders(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	var errs []error
+	for _, sender := range senders {
+		n, err := r.onceSender(ctx, sender)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sender %s: %w", sender, err))
+			continue
+		}
+		moved += n
+		full = full || n == r.batch
+	}
+	return moved, full, errors.Join(errs...)
+}
+
+// senders returns the configured senders, and every strayEvery also the
+// senders with outbox rows that the configuration does not name.
+func (r *Relay) senders(ctx context.Context) ([]string, error) {
+	names := make([]string, 0, len(r.cfg.Senders))
+	for i := range r.cfg.Senders {
+		names = append(names, r.cfg.Senders[i].Name)
+	}
+	r.mu.Lock()
+	due := time.Since(r.strayAt) >= strayEvery
+	if due {
+		r.strayAt = time.Now()
+	}
+	r.mu.Unlock()
+	if !due {
+		return names, nil
+	}
+	stray, err := store.New(r.pool).OutboxSenders(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	return append(names, stray...), nil
+}
+
+// onceSender relays one batch of sender's rows in one transaction.
+func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		taken, err := store.New(tx).TakeOutbox(ctx, r.batch)
+		taken, err := store.New(tx).TakeOutbox(ctx, sender, r.batch)
 		if err != nil {
 			return err
 		}
@@ -85,14 +145,14 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 func (r *Relay) Run(ctx context.Context) {
 	pause := r.interval
 	for {
-		n, err := r.Once(ctx)
+		_, full, err := r.once(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			r.log.Warn("forward relay failed; its outbox rows stay for the next try", "err", err, "retry_in", pause)
 			pause = min(pause*2, 5*time.Second)
-		case n == r.batch:
+		case full:
 			pause = r.interval
 			continue
 		default:

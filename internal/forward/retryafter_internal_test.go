@@ -60,8 +60,8 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 		VALUES ('acme', $1, 'd1', now(), '{}', '\x7b7d')`, eventID); err != nil {
 		t.Fatal(err)
 	}
-	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, 10, BreakerTiming{},
-		NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, log := NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil))
+	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, NewGate(pool, 10, BreakerTiming{}, m, log), m, log)
 	args := Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}
 
 	// Not the last attempt: the value is held, and NextRetry uses and drops it.
@@ -118,11 +118,12 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool, _ := pgtest.NewDB(t)
-	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: 100 * time.Millisecond, Max: time.Minute}, 10, BreakerTiming{Probe: time.Second, Window: time.Second},
-		NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, log := NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil))
+	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: 100 * time.Millisecond, Max: time.Minute},
+		NewGate(pool, 10, BreakerTiming{Probe: time.Second, Window: time.Second}, m, log), m, log)
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
-	w.guards.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	w.gate.g.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	newJob := func(id int64) *river.Job[Args] {
 		eventID := uuid.Must(uuid.NewV7())
 		if _, err := pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
@@ -143,7 +144,7 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 		first.Attempt++
 		clock.Add(int64(600 * time.Millisecond))
 	}
-	if st := w.guards.get("acme", mustTarget(t, cfg, "t1")).state; st != BreakerOpen {
+	if st := w.gate.g.get("acme", mustTarget(t, cfg, "t1")).state; st != BreakerOpen {
 		t.Fatalf("after 503s for half the window the breaker is %s, want open", st)
 	}
 	// The probe is due; it gets a 503 with Retry-After and is snoozed.

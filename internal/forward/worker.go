@@ -59,7 +59,7 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
-	guards  *guards
+	gate    *Gate
 
 	// retryAfter holds, per job ID, a target's Retry-After between Work
 	// returning and River asking NextRetry for the same job.
@@ -67,18 +67,12 @@ type Worker struct {
 }
 
 // NewWorker returns a Worker that reads events from db and POSTs them with
-// client to the targets in cfg, at most each target's max_in_flight at once,
+// client to the targets in cfg, as gate admits them: a fair share of the
+// process's capacity per target, at most each target's max_in_flight,
 // holding back the forwards of a target whose circuit breaker is open or
 // that asked for a pause (without using their attempts).
-// workers is how many forwards the process runs at once (a target without
-// max_in_flight gets half of them); bt tunes the circuit breakers.
-func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, workers int, bt BreakerTiming, m *Metrics, log *slog.Logger) *Worker {
-	w := &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now,
-		guards: newGuards(db, workers, bt, m, log)}
-	if db != nil {
-		w.guards.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
-	}
-	return w
+func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, gate *Gate, m *Metrics, log *slog.Logger) *Worker {
+	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now, gate: gate}
 }
 
 // probedKey marks, in a job's metadata, a forward that was sent as a probe
@@ -135,16 +129,16 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return fmt.Errorf("target %q is not configured for sender %q in this process", a.Target, a.Sender)
 	}
 	a.Target = t.Name // a job of an older version may name it by URL only
-	gd := w.guards.get(a.Sender, t)
-	adm := w.guards.enter(gd, tried(job))
-	if !adm.ok {
+	tk, ok, wait, why := w.gate.Acquire(a.Sender, t, tried(job))
+	if !ok {
 		// The target is paused, its breaker is open, or it has its share of
-		// this process's workers: wait without using an attempt.
-		w.metrics.waits.WithLabelValues(a.Sender, a.Target, adm.why).Inc()
-		return river.JobSnooze(adm.wait)
+		// this process's workers: wait without using an attempt (and give
+		// the River worker back at once).
+		w.metrics.waits.WithLabelValues(a.Sender, a.Target, why).Inc()
+		return river.JobSnooze(wait)
 	}
 	res, retryFor, err := w.attempt(ctx, job, t, a)
-	if wait := w.guards.leave(ctx, gd, adm, res, retryFor, errText(err)); wait > 0 {
+	if wait := tk.Done(ctx, res, retryFor, errText(err)); wait > 0 {
 		// A failed probe: the breaker stays open, and this forward waits
 		// with the others instead of spending its attempts on the outage.
 		// No NextRetry follows a snooze: the Retry-After is not kept.
@@ -174,14 +168,14 @@ func errText(err error) string {
 // attempt POSTs the event to t once and classifies the outcome for the
 // target's guard; retryFor is a Retry-After the target asked for with a 429
 // or 503.
-func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (result, time.Duration, error) {
+func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (Result, time.Duration, error) {
 	headers, body, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
 	if errors.Is(err, store.ErrNotFound) {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return resultNone, 0, river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+		return ResultNone, 0, river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
 	}
 	if err != nil {
-		return resultNone, 0, fmt.Errorf("read event: %w", err)
+		return ResultNone, 0, fmt.Errorf("read event: %w", err)
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(t.Timeout))
@@ -189,7 +183,7 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	req, err := w.request(rctx, t, a, headers, body)
 	if err != nil {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return resultNone, 0, river.JobCancel(err)
+		return ResultNone, 0, river.JobCancel(err)
 	}
 	start := time.Now()
 	resp, err := w.client.Do(req)
@@ -202,9 +196,9 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 			err = ue.Err
 		}
 		if ctx.Err() != nil { // the worker is stopping, not the target failing
-			return resultNone, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
+			return ResultNone, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
 		}
-		return resultRetryable, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
+		return ResultRetryable, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 	_ = resp.Body.Close()
@@ -214,7 +208,7 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	case code >= 200 && code < 300:
 		w.metrics.attempt(a.Sender, a.Target, outcomeDelivered)
 		w.record(ctx, job, store.Output{Status: code, DeliveredAt: w.now().UTC()})
-		return resultDelivered, 0, nil
+		return ResultDelivered, 0, nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
@@ -223,11 +217,11 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 			pause = min(e.retryAfter, w.backoff.Max) // the whole target waits, not just this forward
 		}
-		return resultRetryable, pause, e
+		return ResultRetryable, pause, e
 	default:
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		w.record(ctx, job, store.Output{Status: code})
-		return resultOther, 0, river.JobCancel(&errStatus{status: code})
+		return ResultOther, 0, river.JobCancel(&errStatus{status: code})
 	}
 }
 

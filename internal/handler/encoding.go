@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // contentEncoding returns whether the request's body is gzip-compressed,
@@ -16,7 +16,7 @@ import (
 // other Content-Encoding (or several layered) is a 415 problem, with an
 // Accept-Encoding header naming what the sender accepts (RFC 7694).
 // "identity" is no encoding.
-func contentEncoding(w http.ResponseWriter, r *http.Request, sender *config.Sender) (gzipped bool, err error) {
+func contentEncoding(w http.ResponseWriter, r *http.Request, sender *sender.Sender) (gzipped bool, err error) {
 	var codings []string
 	for _, v := range r.Header.Values("Content-Encoding") {
 		for c := range strings.SplitSeq(v, ",") {

@@ -3,6 +3,7 @@ package handler_test
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -350,5 +351,30 @@ func TestOperatorLimiterBehindTrustedProxy(t *testing.T) {
 	}
 	if last.status != http.StatusTooManyRequests {
 		t.Errorf("an untrusted client rotating X-Forwarded-For: %s after 30 wrong tokens, want 429", last)
+	}
+}
+
+// A cursor crafted to carry a delivery ID that no delivery can have (a
+// NUL, invalid UTF-8, a control character, over 255 bytes) is refused 400
+// like any other malformed cursor, before it reaches PostgreSQL.
+func TestOperatorCraftedCursorsAre400(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{})
+	for _, d := range []string{"a\u0000b", "\u0000", "a\nb", "caf\u00e9", strings.Repeat("a", 256), "a b"} {
+		raw, err := json.Marshal(map[string]any{"t": 1764547200000000, "d": d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur := base64.RawURLEncoding.EncodeToString(raw)
+		for _, q := range []string{"?cursor=" + cur, "?event_type=a.*&cursor=" + cur} {
+			r := s.call("GET", "/v1/senders/hdr/deliveries"+q)
+			wantProblem(t, r, http.StatusBadRequest, "invalid-parameter")
+		}
+	}
+	// An invalid UTF-8 byte in the JSON itself.
+	cur := base64.RawURLEncoding.EncodeToString([]byte("{\"t\":1764547200000000,\"d\":\"a\xffb\"}"))
+	wantProblem(t, s.call("GET", "/v1/senders/hdr/deliveries?cursor="+cur), http.StatusBadRequest, "invalid-parameter")
+	for _, q := range []string{"?event_type=%00", "?event_type=%FF%FE", "?event_type=" + strings.Repeat("a", 1000)} {
+		wantProblem(t, s.call("GET", "/v1/senders/hdr/deliveries"+q), http.StatusBadRequest, "invalid-parameter")
 	}
 }

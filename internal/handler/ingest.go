@@ -14,14 +14,15 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/jsonptr"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // MaxDeliveryIDBytes is the longest delivery ID accepted.
-const MaxDeliveryIDBytes = 255
+const MaxDeliveryIDBytes = dedup.MaxDeliveryIDBytes
 
 // storeTimeout bounds the ingest transaction. It is detached from the
 // request's context: a sender that hangs up mid-request does not abort a
@@ -42,7 +43,7 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 		outcome string
 		err     error
 	)
-	if sd, ok := s.cfg.Sender(sender); ok {
+	if sd, ok := s.senders.Get(sender); ok {
 		label = sender
 		outcome, err = s.ingest(w, r, sd, info)
 	} else {
@@ -57,7 +58,7 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 	s.metrics.observe(label, outcome, info.eventTypeLabel, time.Since(start))
 }
 
-func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.Sender, info *reqInfo) (string, error) {
+func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.Sender, info *reqInfo) (string, error) {
 	gzipped, err := contentEncoding(w, r, sender)
 	if err != nil {
 		return "", err
@@ -84,7 +85,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *config.S
 	// streaming pass that materialises only those values; none at all for
 	// a sender that reads only headers.
 	in := sender.Inspect(body)
-	if challenge, ok := sender.SlackChallenge(&in); ok {
+	if challenge, ok := sender.Handshake(&in); ok {
 		writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
 		return outcomeURLVerification, nil
 	}
@@ -247,7 +248,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 // deliveryID extracts the delivery ID from where sender's configuration says
 // it is (a header, or a JSON value that in holds) and validates it: 1 to 255
 // bytes of visible ASCII.
-func deliveryID(r *http.Request, in *config.Inspection, sender *config.Sender) (string, error) {
+func deliveryID(r *http.Request, in *sender.Inspection, sender *sender.Sender) (string, error) {
 	var id string
 	src := sender.DeliveryID
 	switch {
@@ -267,7 +268,7 @@ func deliveryID(r *http.Request, in *config.Inspection, sender *config.Sender) (
 			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The body is not valid JSON, and sender %q carries its delivery ID at the JSON pointer %s.", sender.Name, src.JSONPointer))
 		case !v.Found:
 			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The JSON body has no value at %s: sender %q carries its delivery ID there.", src.JSONPointer, sender.Name))
-		case v.Kind != config.KindString && v.Kind != config.KindNumber:
+		case v.Kind != jsonptr.KindString && v.Kind != jsonptr.KindNumber:
 			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The value at %s must be a string or a number to be a delivery ID.", src.JSONPointer))
 		}
 		id = v.Str
@@ -279,17 +280,4 @@ func deliveryID(r *http.Request, in *config.Inspection, sender *config.Sender) (
 }
 
 // invalidDeliveryID returns why id is not a valid delivery ID, or "".
-func invalidDeliveryID(id string) string {
-	if id == "" {
-		return "is empty"
-	}
-	if len(id) > MaxDeliveryIDBytes {
-		return fmt.Sprintf("is %d bytes long; at most %d are allowed", len(id), MaxDeliveryIDBytes)
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] < 0x21 || id[i] > 0x7e {
-			return fmt.Sprintf("has a byte outside visible ASCII at position %d (spaces and control characters are not allowed)", i)
-		}
-	}
-	return ""
-}
+func invalidDeliveryID(id string) string { return dedup.CheckDeliveryID(id) }

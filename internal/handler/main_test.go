@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 func TestMain(m *testing.M) {
@@ -93,7 +94,7 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		o.log = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := handler.New(cfg, dedup.New(db, o.wait), o.ready, prometheus.NewRegistry(), log, o.opts...)
+	h := handler.New(sender.MustCompile(cfg), dedup.New(db, o.wait), o.ready, prometheus.NewRegistry(), log, o.opts...)
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close) // also closes the client's idle connections
 	return &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}

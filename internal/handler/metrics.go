@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // observe counts one delivery and its latency. eventType is the label value
-// of config.Sender.EventTypeLabel, from a set bounded by the configuration.
+// of sender.Sender.EventTypeLabel, from a set bounded by the configuration.
 func (m *metrics) observe(sender, outcome, eventType string, d time.Duration) {
 	m.deliveries.WithLabelValues(sender, outcome, eventType).Inc()
 	m.latency.WithLabelValues(outcome).Observe(d.Seconds())

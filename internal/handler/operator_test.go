@@ -38,6 +38,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -137,7 +138,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if o.limiter != nil {
 		opts = append(opts, handler.WithAuthLimiter(o.limiter))
 	}
-	h := handler.New(cfg, dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
+	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
 	router := h.Router()
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)

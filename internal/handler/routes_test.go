@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // explorerAssets is the route of the API explorer's static files, which
@@ -43,7 +44,7 @@ func TestRouterServesExactlyTheSpecsOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler.New(cfg, nil, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), handler.WithAdminToken("t"))
+	h := handler.New(sender.MustCompile(cfg), nil, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), handler.WithAdminToken("t"))
 	routes, ok := h.Router().(chi.Routes)
 	if !ok {
 		t.Fatalf("Router() is a %T, not chi.Routes", h.Router())

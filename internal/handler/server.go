@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -35,7 +36,8 @@ type Option func(*Server)
 
 // Server implements api.ServerInterface.
 type Server struct {
-	cfg        *config.Config
+	senders    *sender.Set
+	cfg        *config.Config // senders.Config()
 	deliveries *dedup.Store
 	ready      ReadyFunc
 	log        *slog.Logger
@@ -56,6 +58,9 @@ type Server struct {
 	// console is the browser console served under /console; nil for none.
 	console http.Handler
 
+	// metricsElsewhere: /metrics is served on another listener, not here.
+	metricsElsewhere bool
+
 	// gate sheds ingest requests past a bound (WithShedding); nil for none.
 	gate *storeGate
 	shed prometheus.Counter
@@ -63,11 +68,12 @@ type Server struct {
 
 var _ api.ServerInterface = (*Server)(nil)
 
-// New returns a Server for the senders in cfg, storing deliveries with
+// New returns a Server for the compiled senders, storing deliveries with
 // ingest. Its metrics are registered on reg, which /metrics serves.
-func New(cfg *config.Config, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
+func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
 	s := &Server{
-		cfg:        cfg,
+		senders:    senders,
+		cfg:        senders.Config(),
 		deliveries: ingest,
 		ready:      ready,
 		log:        log,
@@ -146,9 +152,26 @@ func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// GetMetrics serves the Prometheus metrics.
+// GetMetrics serves the Prometheus metrics, or 404 when they are served on
+// an address of their own (WithMetricsElsewhere).
 func (s *Server) GetMetrics(w http.ResponseWriter, r *http.Request) {
-	promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	if s.metricsElsewhere {
+		writeProblem(w, newProblem(probNotFound, "Metrics are not served on this address: this process serves them on its --metrics-addr."))
+		return
+	}
+	s.MetricsHandler().ServeHTTP(w, r)
+}
+
+// MetricsHandler returns the handler of the Prometheus metrics, for a
+// listener of their own (--metrics-addr).
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
+}
+
+// WithMetricsElsewhere says that the metrics are served on an address of
+// their own: the Server's routers then answer 404 at /metrics.
+func WithMetricsElsewhere(elsewhere bool) Option {
+	return func(s *Server) { s.metricsElsewhere = elsewhere }
 }
 
 // GetOpenAPISpec serves the repository's openapi.yaml as embedded at build.

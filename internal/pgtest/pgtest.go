@@ -89,6 +89,11 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
+	if Citus() {
+		if err := distribute(ctx, t, admin, dsn, name); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		t.Fatalf("pgtest: connect to %s: %v", name, err)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 // Cursor is a position in a list, opaque to clients: in a sender's
@@ -55,8 +57,8 @@ func IsBadCursor(err error) bool { return errors.Is(err, errBadCursor) }
 
 // ParseCursor returns the Cursor whose String is s. It returns an error
 // wrapping errBadCursor for anything String cannot have produced: bad
-// base64, padding, other JSON, unknown or missing fields, an empty delivery
-// ID, a job ID below 1, or any other spelling of a valid cursor.
+// base64, padding, other JSON, unknown or missing fields, a delivery ID
+// that no delivery can have (dedup.CheckDeliveryID), a job ID below 1, or any other spelling of a valid cursor.
 func ParseCursor(s string) (Cursor, error) {
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
@@ -76,8 +78,8 @@ func ParseCursor(s string) (Cursor, error) {
 		}
 		c.JobID = *cj.J
 	case cj.J == nil && cj.T != nil && cj.D != nil:
-		if *cj.D == "" {
-			return Cursor{}, fmt.Errorf("%w: no delivery ID", errBadCursor)
+		if why := dedup.CheckDeliveryID(*cj.D); why != "" { // what no delivery can have never reaches the database
+			return Cursor{}, fmt.Errorf("%w: its delivery ID %s", errBadCursor, why)
 		}
 		c.ReceivedAt, c.DeliveryID = time.UnixMicro(*cj.T).UTC(), *cj.D
 	default:

@@ -54,11 +54,13 @@ type DeliveryPage struct {
 // The listing is keyset pagination on (created_at DESC, delivery_id DESC),
 // served by the index processed_messages_sender_created_idx (migration 4).
 // Each row's event type comes from its event, found by its primary key
-// (sender, id).
+// (sender, id). Every table of every statement is filtered on sender = $1
+// itself, not through a join (Citus routes such a statement to the
+// sender's shard; a recursive CTE it plans only with that filter).
 const (
 	listColumns = `pm.delivery_id, pm.request_sha256, pm.event_id, pm.response_status, pm.response_content_type, pm.created_at, pm.expires_at`
 	listFrom    = `SELECT ` + listColumns + `, coalesce(e.event_type, '') AS event_type
-FROM processed_messages pm LEFT JOIN webhook_events e ON e.sender = pm.sender AND e.id = pm.event_id
+FROM processed_messages pm LEFT JOIN webhook_events e ON e.sender = $1 AND e.id = pm.event_id
 WHERE pm.sender = $1`
 	listFirstSQL = listFrom + `
 ORDER BY pm.created_at DESC, pm.delivery_id DESC
@@ -67,7 +69,7 @@ LIMIT $2`
 ORDER BY pm.created_at DESC, pm.delivery_id DESC
 LIMIT $4`
 	getSQL = `SELECT pm.request_sha256, pm.event_id, pm.response_status, pm.response_content_type, pm.response_body, pm.created_at, pm.expires_at,
-  coalesce((SELECT e.event_type FROM webhook_events e WHERE e.sender = pm.sender AND e.id = pm.event_id), '')
+  coalesce((SELECT e.event_type FROM webhook_events e WHERE e.sender = $1 AND e.id = pm.event_id), '')
 FROM processed_messages pm WHERE pm.sender = $1 AND pm.delivery_id = $2`
 )
 
@@ -88,7 +90,7 @@ const (
 	typeFrom = `SELECT ` + typeColumns + `
 FROM webhook_events e CROSS JOIN LATERAL (
   SELECT p.delivery_id, p.request_sha256, p.event_id, p.response_status, p.response_content_type, p.created_at, p.expires_at
-  FROM processed_messages p WHERE p.sender = e.sender AND p.delivery_id = e.delivery_id AND p.event_id = e.id OFFSET 0) pm
+  FROM processed_messages p WHERE p.sender = $1 AND p.delivery_id = e.delivery_id AND p.event_id = e.id OFFSET 0) pm
 WHERE e.sender = $1 AND e.event_type = `
 	typeOrder    = ` ORDER BY e.received_at DESC, e.delivery_id DESC`
 	typeFirstSQL = typeFrom + `$2` + typeOrder + ` LIMIT $3`

@@ -20,18 +20,20 @@ type OutboxRow struct {
 	DeliveryID     string
 }
 
-// takeOutboxSQL deletes up to $1 outbox rows that no other transaction
-// holds and returns them: they exist again if the transaction rolls back.
-const takeOutboxSQL = `DELETE FROM forward_outbox WHERE (sender, event_id, target) IN (
-  SELECT sender, event_id, target FROM forward_outbox LIMIT $1 FOR UPDATE SKIP LOCKED)
+// takeOutboxSQL deletes up to $2 outbox rows of the sender $1 that no
+// other transaction holds and returns them: they exist again if the
+// transaction rolls back. Both parts name the sender, so that Citus runs
+// it on the sender's shard (it cannot lock rows FOR UPDATE across shards).
+const takeOutboxSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND (event_id, target) IN (
+  SELECT event_id, target FROM forward_outbox WHERE sender = $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING sender, event_id, target, delivery_id`
 
-// TakeOutbox deletes and returns up to limit outbox rows that no other
-// transaction holds (FOR UPDATE SKIP LOCKED): run it in the transaction
-// that inserts their jobs, so that they come back if it rolls back. It
-// returns none (nil) when every row is held or there is none.
-func (q *Queries) TakeOutbox(ctx context.Context, limit int) ([]OutboxRow, error) {
-	rows, err := q.db.Query(ctx, takeOutboxSQL, limit)
+// TakeOutbox deletes and returns up to limit outbox rows of sender that no
+// other transaction holds (FOR UPDATE SKIP LOCKED): run it in the
+// transaction that inserts their jobs, so that they come back if it rolls
+// back. It returns none (nil) when every row is held or there is none.
+func (q *Queries) TakeOutbox(ctx context.Context, sender string, limit int) ([]OutboxRow, error) {
+	rows, err := q.db.Query(ctx, takeOutboxSQL, sender, limit)
 	if err != nil {
 		return nil, fmt.Errorf("take outbox rows: %w", err)
 	}
@@ -43,6 +45,20 @@ func (q *Queries) TakeOutbox(ctx context.Context, limit int) ([]OutboxRow, error
 		return nil, fmt.Errorf("take outbox rows: %w", err)
 	}
 	return out, nil
+}
+
+// OutboxSenders returns the senders with outbox rows, other than those in
+// except.
+func (q *Queries) OutboxSenders(ctx context.Context, except []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, `SELECT DISTINCT sender FROM forward_outbox WHERE sender <> ALL($1::text[])`, except)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox senders: %w", err)
+	}
+	senders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list outbox senders: %w", err)
+	}
+	return senders, nil
 }
 
 // outboxOfEvent returns the forwards of sender's event still in the outbox

@@ -1,16 +1,14 @@
-package config_test
+package sender_test
 
 import (
 	"strings"
 	"testing"
-
-	"github.com/hookgate/hookgate/internal/config"
 )
 
 func TestParseIngestHardeningFields(t *testing.T) {
 	t.Parallel()
-	c := mustParse(t, "senders:\n"+sender("a", "delivery_id: { header: X-Id }", "accept_encodings: [gzip]", "store_headers: [X-Id, X-Api-Key]")+
-		sender("b", "delivery_id: { header: X-Id }", "drop_headers: [User-Agent]"), noEnv)
+	c := mustParse(t, "senders:\n"+senderYAML("a", "delivery_id: { header: X-Id }", "accept_encodings: [gzip]", "store_headers: [X-Id, X-Api-Key]")+
+		senderYAML("b", "delivery_id: { header: X-Id }", "drop_headers: [User-Agent]"), noEnv)
 	if a := c.Senders[0]; !a.AcceptsEncoding("gzip") || a.AcceptsEncoding("br") {
 		t.Errorf("a accepts gzip %v, br %v; want true, false", a.AcceptsEncoding("gzip"), a.AcceptsEncoding("br"))
 	}
@@ -26,7 +24,7 @@ func TestParseIngestHardeningFields(t *testing.T) {
 		{"store_headers: [\"bad name\"]", "senders[0].store_headers[0]: must be an HTTP header name"},
 		{"store_headers: [X-A]\n    drop_headers: [X-B]", "senders[0].store_headers: cannot be set together with drop_headers"},
 	} {
-		_, err := config.Parse([]byte("senders:\n"+sender("a", "delivery_id: { header: X-Id }", tc.extra)), noEnv)
+		_, err := parse([]byte("senders:\n"+senderYAML("a", "delivery_id: { header: X-Id }", tc.extra)), noEnv)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.extra, err, tc.want)
 		}

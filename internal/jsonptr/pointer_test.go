@@ -1,4 +1,4 @@
-package config_test
+package jsonptr_test
 
 import (
 	"encoding/json"
@@ -8,29 +8,29 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/jsonptr"
 )
 
 func TestParsePointer(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		in      string
-		want    config.Pointer
+		want    jsonptr.Pointer
 		wantErr bool
 	}{
-		{in: "", want: config.Pointer{}},
-		{in: "/", want: config.Pointer{""}},
-		{in: "/id", want: config.Pointer{"id"}},
-		{in: "/data/object/id", want: config.Pointer{"data", "object", "id"}},
-		{in: "/items/0", want: config.Pointer{"items", "0"}},
-		{in: "//", want: config.Pointer{"", ""}},
-		{in: "/a~1b", want: config.Pointer{"a/b"}},
-		{in: "/m~0n", want: config.Pointer{"m~n"}},
+		{in: "", want: jsonptr.Pointer{}},
+		{in: "/", want: jsonptr.Pointer{""}},
+		{in: "/id", want: jsonptr.Pointer{"id"}},
+		{in: "/data/object/id", want: jsonptr.Pointer{"data", "object", "id"}},
+		{in: "/items/0", want: jsonptr.Pointer{"items", "0"}},
+		{in: "//", want: jsonptr.Pointer{"", ""}},
+		{in: "/a~1b", want: jsonptr.Pointer{"a/b"}},
+		{in: "/m~0n", want: jsonptr.Pointer{"m~n"}},
 		// RFC 6901 §4: ~1 is decoded before ~0, so "~01" is "~1", not "/".
-		{in: "/~01", want: config.Pointer{"~1"}},
-		{in: "/~10", want: config.Pointer{"/0"}},
-		{in: "/~0~1~0", want: config.Pointer{"~/~"}},
-		{in: "/a b/ü/%25", want: config.Pointer{"a b", "ü", "%25"}},
+		{in: "/~01", want: jsonptr.Pointer{"~1"}},
+		{in: "/~10", want: jsonptr.Pointer{"/0"}},
+		{in: "/~0~1~0", want: jsonptr.Pointer{"~/~"}},
+		{in: "/a b/ü/%25", want: jsonptr.Pointer{"a b", "ü", "%25"}},
 		{in: "id", wantErr: true},
 		{in: "a/b", wantErr: true},
 		{in: "#/id", wantErr: true},
@@ -39,7 +39,7 @@ func TestParsePointer(t *testing.T) {
 		{in: "/~", wantErr: true},
 		{in: "/ok/~x", wantErr: true},
 	} {
-		got, err := config.ParsePointer(tc.in)
+		got, err := jsonptr.ParsePointer(tc.in)
 		if tc.wantErr {
 			if err == nil {
 				t.Errorf("ParsePointer(%q) = %q, want an error", tc.in, got)
@@ -95,29 +95,29 @@ func TestPointerString(t *testing.T) {
 		{"", `"whole"`, want{val: "whole"}},
 		{"", `42`, want{val: "42"}},
 		// Missing.
-		{"/nope", doc, want{err: config.ErrNotFound}},
-		{"/data/nope/id", doc, want{err: config.ErrNotFound}},
-		{"/items/3", doc, want{err: config.ErrNotFound}},
-		{"/items/-1", doc, want{err: config.ErrNotFound}},
-		{"/items/-", doc, want{err: config.ErrNotFound}},
-		{"/items/x", doc, want{err: config.ErrNotFound}},
-		{"/items/01", doc, want{err: config.ErrNotFound}}, // leading zero: not an array index
-		{"/items/00", doc, want{err: config.ErrNotFound}},
-		{"/items/ 1", doc, want{err: config.ErrNotFound}},
-		{"/items/1.0", doc, want{err: config.ErrNotFound}},
-		{"/id/0", doc, want{err: config.ErrNotFound}}, // into a string
-		{"/data/object/amount/x", doc, want{err: config.ErrNotFound}},
-		{"/nil/x", doc, want{err: config.ErrNotFound}},
-		{"/ID", doc, want{err: config.ErrNotFound}}, // member names are case-sensitive
+		{"/nope", doc, want{err: jsonptr.ErrNotFound}},
+		{"/data/nope/id", doc, want{err: jsonptr.ErrNotFound}},
+		{"/items/3", doc, want{err: jsonptr.ErrNotFound}},
+		{"/items/-1", doc, want{err: jsonptr.ErrNotFound}},
+		{"/items/-", doc, want{err: jsonptr.ErrNotFound}},
+		{"/items/x", doc, want{err: jsonptr.ErrNotFound}},
+		{"/items/01", doc, want{err: jsonptr.ErrNotFound}}, // leading zero: not an array index
+		{"/items/00", doc, want{err: jsonptr.ErrNotFound}},
+		{"/items/ 1", doc, want{err: jsonptr.ErrNotFound}},
+		{"/items/1.0", doc, want{err: jsonptr.ErrNotFound}},
+		{"/id/0", doc, want{err: jsonptr.ErrNotFound}}, // into a string
+		{"/data/object/amount/x", doc, want{err: jsonptr.ErrNotFound}},
+		{"/nil/x", doc, want{err: jsonptr.ErrNotFound}},
+		{"/ID", doc, want{err: jsonptr.ErrNotFound}}, // member names are case-sensitive
 		// Not a string or number.
-		{"/data", doc, want{err: config.ErrNotString}},
-		{"/items", doc, want{err: config.ErrNotString}},
-		{"/obj", doc, want{err: config.ErrNotString}},
-		{"/arr", doc, want{err: config.ErrNotString}},
-		{"/t", doc, want{err: config.ErrNotString}},
-		{"/f", doc, want{err: config.ErrNotString}},
-		{"/nil", doc, want{err: config.ErrNotString}},
-		{"", doc, want{err: config.ErrNotString}},
+		{"/data", doc, want{err: jsonptr.ErrNotString}},
+		{"/items", doc, want{err: jsonptr.ErrNotString}},
+		{"/obj", doc, want{err: jsonptr.ErrNotString}},
+		{"/arr", doc, want{err: jsonptr.ErrNotString}},
+		{"/t", doc, want{err: jsonptr.ErrNotString}},
+		{"/f", doc, want{err: jsonptr.ErrNotString}},
+		{"/nil", doc, want{err: jsonptr.ErrNotString}},
+		{"", doc, want{err: jsonptr.ErrNotString}},
 		// Not JSON.
 		{"/id", ``, want{err: errDecode}},
 		{"/id", `id=evt_1&type=x`, want{err: errDecode}},
@@ -125,7 +125,7 @@ func TestPointerString(t *testing.T) {
 		{"/id", `{"id": "evt_1"`, want{err: errDecode}},
 		{"/id", "\x00\xff", want{err: errDecode}},
 	} {
-		p, err := config.ParsePointer(tc.ptr)
+		p, err := jsonptr.ParsePointer(tc.ptr)
 		if err != nil {
 			t.Fatalf("ParsePointer(%q): %v", tc.ptr, err)
 		}
@@ -140,7 +140,7 @@ func TestPointerString(t *testing.T) {
 				t.Errorf("%s: String = %q, %v; want %q, nil", name, got, err, tc.val)
 			}
 		case tc.err == errDecode:
-			if err == nil || errors.Is(err, config.ErrNotFound) || errors.Is(err, config.ErrNotString) {
+			if err == nil || errors.Is(err, jsonptr.ErrNotFound) || errors.Is(err, jsonptr.ErrNotString) {
 				t.Errorf("%s: String = %q, %v; want a decoding error", name, got, err)
 			}
 		default:
@@ -179,7 +179,7 @@ func FuzzPointerString(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, key, val, rawPtr string, rawDoc []byte) {
 		// Arbitrary input: no panic, and String's contract on errors.
-		if p, err := config.ParsePointer(rawPtr); err == nil {
+		if p, err := jsonptr.ParsePointer(rawPtr); err == nil {
 			got, err := p.String(rawDoc)
 			if err != nil && got != "" {
 				t.Errorf("String(%q) returned %q with error %v", rawDoc, got, err)
@@ -201,7 +201,7 @@ func FuzzPointerString(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, ptr := range []string{"/top/" + escapeToken(key), "/nested/1/" + escapeToken(key)} {
-			p, err := config.ParsePointer(ptr)
+			p, err := jsonptr.ParsePointer(ptr)
 			if err != nil {
 				t.Fatalf("ParsePointer(%q) of an escaped key: %v", ptr, err)
 			}

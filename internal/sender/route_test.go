@@ -1,4 +1,4 @@
-package config_test
+package sender_test
 
 import (
 	"net/http"
@@ -7,14 +7,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/jsonptr"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // routeSender parses one sender with the given extra lines and returns it.
-func routeSender(t *testing.T, preset string, extra ...string) *config.Sender {
+func routeSender(t *testing.T, preset string, extra ...string) *sender.Sender {
 	t.Helper()
 	c := mustParse(t, "senders:\n"+presetSender("s", preset, extra...), env(map[string]string{"K": whsec("k")}))
-	s, _ := c.Sender("s")
+	s, _ := c.Get("s")
 	return s
 }
 
@@ -162,7 +163,7 @@ func TestEventTypeLabel(t *testing.T) {
 func TestRouteConfigErrors(t *testing.T) {
 	t.Parallel()
 	target := func(lines ...string) string {
-		out := "senders:\n" + sender("x", "delivery_id: { header: X-Id }", "forward:", "  - name: a", "    url: http://a.internal/")
+		out := "senders:\n" + senderYAML("x", "delivery_id: { header: X-Id }", "forward:", "  - name: a", "    url: http://a.internal/")
 		for _, l := range lines {
 			out += "        " + l + "\n"
 		}
@@ -185,19 +186,19 @@ func TestRouteConfigErrors(t *testing.T) {
 		{"match bad header", target(`match: [{ header: "X A", in: ["a"] }]`), []string{"senders[0].forward[0].match[0].header", "header name"}},
 		{"unknown field in match", target(`match: [{ headr: X-A, in: ["a"] }]`), []string{"headr", "not found"}},
 		{"unknown field in target", target(`event_type: ["a"]`), []string{"event_type", "not found"}},
-		{"event_type with both", "senders:\n" + sender("x", "delivery_id: { header: X-Id }", "event_type: { header: X-T, json_pointer: /t }"),
+		{"event_type with both", "senders:\n" + senderYAML("x", "delivery_id: { header: X-Id }", "event_type: { header: X-T, json_pointer: /t }"),
 			[]string{"senders[0].event_type.header", "cannot be set together with event_type.json_pointer"}},
-		{"event_type bad pointer", "senders:\n" + sender("x", "delivery_id: { header: X-Id }", "event_type: { json_pointer: t }"),
+		{"event_type bad pointer", "senders:\n" + senderYAML("x", "delivery_id: { header: X-Id }", "event_type: { json_pointer: t }"),
 			[]string{"senders[0].event_type.json_pointer", "JSON pointer"}},
-		{"unknown field in event_type", "senders:\n" + sender("x", "delivery_id: { header: X-Id }", "event_type: { jsonpointer: /t }"),
+		{"unknown field in event_type", "senders:\n" + senderYAML("x", "delivery_id: { header: X-Id }", "event_type: { jsonpointer: /t }"),
 			[]string{"jsonpointer", "not found"}},
-		{"duplicate target names", "senders:\n" + sender("x", "delivery_id: { header: X-Id }", "forward:",
+		{"duplicate target names", "senders:\n" + senderYAML("x", "delivery_id: { header: X-Id }", "forward:",
 			"  - name: a", "    url: http://a.internal/", "  - name: a", "    url: http://b.internal/"),
 			[]string{"senders[0].forward", "unique"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := config.Parse([]byte(tc.yaml), noEnv)
+			c, err := parse([]byte(tc.yaml), noEnv)
 			if err == nil {
 				t.Fatalf("Parse accepted:\n%s\nresult: %+v", tc.yaml, c)
 			}
@@ -215,10 +216,10 @@ func TestRouteConfigErrors(t *testing.T) {
 func TestRouteTooManyPointers(t *testing.T) {
 	t.Parallel()
 	lines := []string{"delivery_id: { json_pointer: /id }", "forward:", "  - name: a", "    url: http://a.internal/", "    match:"}
-	for i := range config.MaxExtractPointers {
+	for i := range jsonptr.MaxExtractPointers {
 		lines = append(lines, "      - json_pointer: /p"+strconv.Itoa(i), `        in: ["x"]`)
 	}
-	_, err := config.Parse([]byte("senders:\n"+sender("x", lines...)), noEnv)
+	_, err := parse([]byte("senders:\n"+senderYAML("x", lines...)), noEnv)
 	if err == nil || !strings.Contains(err.Error(), "senders[0].forward") || !strings.Contains(err.Error(), "at most 64") {
 		t.Fatalf("Parse error = %v", err)
 	}
@@ -238,7 +239,7 @@ func TestInspectReadsTheBodyOnce(t *testing.T) {
 	for i := range 20 {
 		lines = append(lines, "      - json_pointer: /data/"+strconv.Itoa(i), `        in: ["0"]`)
 	}
-	s := mustParse(t, "senders:\n"+sender("x", lines...), noEnv).Senders[0]
+	s := mustParse(t, "senders:\n"+senderYAML("x", lines...), noEnv).Senders[0]
 	if n := len(s.Pointers()); n != 22 {
 		t.Fatalf("%d pointers, want 22 (the delivery ID's once)", n)
 	}

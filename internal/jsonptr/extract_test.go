@@ -1,4 +1,4 @@
-package config_test
+package jsonptr_test
 
 import (
 	"bytes"
@@ -10,13 +10,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/jsonptr"
 )
 
 // decodeString is the former Pointer.String: the whole body decoded into
 // any with encoding/json, then walked. It is the reference Extract is
 // checked against.
-func decodeString(p config.Pointer, doc []byte) (string, error) {
+func decodeString(p jsonptr.Pointer, doc []byte) (string, error) {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
@@ -31,17 +31,17 @@ func decodeString(p config.Pointer, doc []byte) (string, error) {
 		case map[string]any:
 			next, ok := c[tok]
 			if !ok {
-				return "", config.ErrNotFound
+				return "", jsonptr.ErrNotFound
 			}
 			v = next
 		case []any:
 			i, err := strconv.Atoi(tok)
 			if err != nil || (tok != "0" && (tok[0] == '0' || tok[0] == '+' || tok[0] == '-')) || i >= len(c) {
-				return "", config.ErrNotFound
+				return "", jsonptr.ErrNotFound
 			}
 			v = c[i]
 		default:
-			return "", config.ErrNotFound
+			return "", jsonptr.ErrNotFound
 		}
 	}
 	switch s := v.(type) {
@@ -50,7 +50,7 @@ func decodeString(p config.Pointer, doc []byte) (string, error) {
 	case json.Number:
 		return s.String(), nil
 	default:
-		return "", config.ErrNotString
+		return "", jsonptr.ErrNotString
 	}
 }
 
@@ -59,20 +59,20 @@ func class(val string, err error) string {
 	switch {
 	case err == nil:
 		return "value " + strconv.Quote(val)
-	case errors.Is(err, config.ErrNotFound):
+	case errors.Is(err, jsonptr.ErrNotFound):
 		return "not found"
-	case errors.Is(err, config.ErrNotString):
+	case errors.Is(err, jsonptr.ErrNotString):
 		return "not a string"
 	default:
 		return "not JSON"
 	}
 }
 
-func mustPointers(t testing.TB, ss ...string) []config.Pointer {
+func mustPointers(t testing.TB, ss ...string) []jsonptr.Pointer {
 	t.Helper()
-	out := make([]config.Pointer, len(ss))
+	out := make([]jsonptr.Pointer, len(ss))
 	for i, s := range ss {
-		p, err := config.ParsePointer(s)
+		p, err := jsonptr.ParsePointer(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,29 +88,29 @@ func TestExtractSeveralPointers(t *testing.T) {
 		"dup":{"x":"first"},"dup":{"y":"second"},"esc\u0061ped":"yes"}`)
 	ptrs := mustPointers(t, "/id", "/type", "/data/object/amount", "/data/object/tags/1", "/data/object/ok", "/data/object/n",
 		"/data/object", "/data/object/tags", "/missing", "/dup/x", "/dup/y", "/escaped", "/id/0")
-	vals, err := config.Extract(doc, ptrs)
+	vals, err := jsonptr.Extract(doc, ptrs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []struct {
 		found bool
-		kind  config.Kind
+		kind  jsonptr.Kind
 		str   string
 		raw   string
 	}{
-		{true, config.KindString, "evt_1", `"evt_1"`},
-		{true, config.KindString, "invoice.paid", `"invoice.paid"`},
-		{true, config.KindNumber, "4200", `4200`},
-		{true, config.KindString, "b", `"b"`},
-		{true, config.KindBool, "true", `true`},
-		{true, config.KindNull, "", `null`},
-		{true, config.KindObject, "", `{"amount":4200,"tags":["a","b"],"ok":true,"n":null}`},
-		{true, config.KindArray, "", `["a","b"]`},
-		{false, config.KindNone, "", ""},
-		{false, config.KindNone, "", ""}, // the last "dup" counts
-		{true, config.KindString, "second", `"second"`},
-		{true, config.KindString, "yes", `"yes"`},
-		{false, config.KindNone, "", ""},
+		{true, jsonptr.KindString, "evt_1", `"evt_1"`},
+		{true, jsonptr.KindString, "invoice.paid", `"invoice.paid"`},
+		{true, jsonptr.KindNumber, "4200", `4200`},
+		{true, jsonptr.KindString, "b", `"b"`},
+		{true, jsonptr.KindBool, "true", `true`},
+		{true, jsonptr.KindNull, "", `null`},
+		{true, jsonptr.KindObject, "", `{"amount":4200,"tags":["a","b"],"ok":true,"n":null}`},
+		{true, jsonptr.KindArray, "", `["a","b"]`},
+		{false, jsonptr.KindNone, "", ""},
+		{false, jsonptr.KindNone, "", ""}, // the last "dup" counts
+		{true, jsonptr.KindString, "second", `"second"`},
+		{true, jsonptr.KindString, "yes", `"yes"`},
+		{false, jsonptr.KindNone, "", ""},
 	}
 	for i, w := range want {
 		v := vals[i]
@@ -118,7 +118,7 @@ func TestExtractSeveralPointers(t *testing.T) {
 			t.Errorf("%v: got {%v %v %q %s}, want %+v", ptrs[i], v.Found, v.Kind, v.Str, v.Raw, w)
 		}
 	}
-	if _, err := config.Extract(doc, make([]config.Pointer, config.MaxExtractPointers+1)); err == nil {
+	if _, err := jsonptr.Extract(doc, make([]jsonptr.Pointer, jsonptr.MaxExtractPointers+1)); err == nil {
 		t.Error("more than MaxExtractPointers pointers: no error")
 	}
 }
@@ -157,7 +157,7 @@ func FuzzExtractMatchesEncodingJSON(f *testing.F) {
 		f.Add(s.ptr, []byte(s.doc))
 	}
 	f.Fuzz(func(t *testing.T, rawPtr string, doc []byte) {
-		p, err := config.ParsePointer(rawPtr)
+		p, err := jsonptr.ParsePointer(rawPtr)
 		if err != nil {
 			return
 		}
@@ -197,7 +197,7 @@ func TestExtractMemoryIsBounded(t *testing.T) {
 		obj.WriteString(`,"k` + strconv.Itoa(i) + `":0`)
 	}
 	obj.WriteString("}")
-	deep := strings.Repeat(`{"a":`, config.MaxJSONDepth-1) + `"x"` + strings.Repeat("}", config.MaxJSONDepth-1)
+	deep := strings.Repeat(`{"a":`, jsonptr.MaxJSONDepth-1) + `"x"` + strings.Repeat("}", jsonptr.MaxJSONDepth-1)
 	for _, tc := range []struct {
 		name string
 		doc  string
@@ -216,7 +216,7 @@ func TestExtractMemoryIsBounded(t *testing.T) {
 		// The result (3 Values), a found string, an error: well under 4 KiB
 		// and a handful of allocations, whatever the 1 MiB document holds;
 		// the same for Pointer.String on top of it.
-		bytes, allocs := heapPerCall(func() { _, _ = config.Extract(doc, ptrs) })
+		bytes, allocs := heapPerCall(func() { _, _ = jsonptr.Extract(doc, ptrs) })
 		if bytes > 4<<10 || allocs > 16 {
 			t.Errorf("%s (%d bytes): Extract allocates %d bytes in %.0f allocations per call", tc.name, len(doc), bytes, allocs)
 		}
@@ -228,7 +228,7 @@ func TestExtractMemoryIsBounded(t *testing.T) {
 	// A value asked for costs its own size, once.
 	doc := []byte(`{"id":"` + strings.Repeat("x", size) + `"}`)
 	ptrs := mustPointers(t, "/id")
-	if bytes, _ := heapPerCall(func() { _, _ = config.Extract(doc, ptrs) }); bytes > size+size/8 {
+	if bytes, _ := heapPerCall(func() { _, _ = jsonptr.Extract(doc, ptrs) }); bytes > size+size/8 {
 		t.Errorf("a 1 MiB string asked for: Extract allocates %d bytes per call, want about 1 MiB", bytes)
 	}
 }

@@ -1,4 +1,4 @@
-package config_test
+package sender_test
 
 import (
 	"crypto/hmac"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
@@ -69,7 +70,7 @@ func signFor(t *testing.T, scheme string, key []byte, body []byte, now time.Time
 
 // wantVerifies checks that s's Verifier accepts body signed (per scheme)
 // with each of keys, and refuses it signed with another key.
-func wantVerifies(t *testing.T, s *config.Sender, scheme string, keys ...string) {
+func wantVerifies(t *testing.T, s *sender.Sender, scheme string, keys ...string) {
 	t.Helper()
 	if s.Verifier == nil {
 		t.Fatalf("sender %s has no Verifier", s.Name)
@@ -150,7 +151,7 @@ func TestPresetTolerance(t *testing.T) {
 				sender string
 				tol    time.Duration
 			}{{"dflt", 300 * time.Second}, {"short", 30 * time.Second}, {"long", 15 * time.Minute}} {
-				s, _ := c.Sender(tc.sender)
+				s, _ := c.Get(tc.sender)
 				if got := time.Duration(s.Tolerance); got != tc.tol {
 					t.Errorf("%s: tolerance = %v, want %v", tc.sender, got, tc.tol)
 				}
@@ -184,13 +185,13 @@ func TestPresetDeliveryIDOverride(t *testing.T) {
 		"sl": {JSONPointer: "/event/client_msg_id"},
 		"sw": {Header: "X-Msg"},
 	} {
-		s, _ := c.Sender(name)
+		s, _ := c.Get(name)
 		if s.DeliveryID != want {
 			t.Errorf("%s: delivery_id = %+v, want %+v (the explicit field, not the preset's)", name, s.DeliveryID, want)
 		}
 	}
 	// The signature check stays the preset's.
-	gh, _ := c.Sender("gh")
+	gh, _ := c.Get("gh")
 	wantVerifies(t, gh, "github", "s")
 }
 
@@ -206,7 +207,7 @@ func TestPresetSchemeOverride(t *testing.T) {
 		// A generic sender with the Standard Webhooks scheme.
 		presetSender("gsw", "generic", "delivery_id: { header: webhook-id }", "signature: { scheme: standard-webhooks, secret: \""+whsec("s3")+"\" }"), noEnv)
 
-	gh, _ := c.Sender("gh")
+	gh, _ := c.Get("gh")
 	if got := gh.SignatureScheme(); got != config.SchemeHMAC {
 		t.Errorf("gh: SignatureScheme() = %q, want hmac-sha256", got)
 	}
@@ -219,13 +220,13 @@ func TestPresetSchemeOverride(t *testing.T) {
 		t.Error("gh: a GitHub-style signature passes though the scheme is hmac-sha256 in X-Sig")
 	}
 
-	gen, _ := c.Sender("gen")
+	gen, _ := c.Get("gen")
 	if got := gen.SignatureScheme(); got != "shopify" {
 		t.Errorf("gen: SignatureScheme() = %q, want shopify", got)
 	}
 	wantVerifies(t, gen, "shopify", "s2")
 
-	sl, _ := c.Sender("sl")
+	sl, _ := c.Get("sl")
 	if got := sl.SignatureScheme(); got != config.SchemeNone || sl.Verifier != nil {
 		t.Errorf("sl: SignatureScheme() = %q, Verifier %v; want none and nil", got, sl.Verifier)
 	}
@@ -233,7 +234,7 @@ func TestPresetSchemeOverride(t *testing.T) {
 		t.Errorf("sl: delivery_id = %+v, want the preset's /event_id", sl.DeliveryID)
 	}
 
-	gsw, _ := c.Sender("gsw")
+	gsw, _ := c.Get("gsw")
 	wantVerifies(t, gsw, "standard-webhooks", "s3")
 }
 
@@ -258,7 +259,7 @@ func TestGenericHMACOptions(t *testing.T) {
 		{"b64", "X-Mac", hex.EncodeToString(mac), false},
 		{"b64", "X-Signature", base64.StdEncoding.EncodeToString(mac), false}, // wrong header
 	} {
-		s, _ := c.Sender(tc.sender)
+		s, _ := c.Get(tc.sender)
 		h := http.Header{}
 		h.Set(tc.header, tc.value)
 		if err := s.Verifier.Verify(h, body, now); (err == nil) != tc.ok {
@@ -295,7 +296,7 @@ func TestPresetSecretsRotation(t *testing.T) {
 		{"sw", "standard-webhooks", []string{"sw-old", "sw-new"}},
 		{"gen", config.SchemeHMAC, []string{"g1", "g2", "g3"}},
 	} {
-		s, _ := c.Sender(tc.sender)
+		s, _ := c.Get(tc.sender)
 		wantVerifies(t, s, tc.scheme, tc.keys...)
 	}
 }
@@ -304,7 +305,7 @@ func TestPresetSecretsRotation(t *testing.T) {
 // each of want and none of secrets.
 func resolveError(t *testing.T, yaml string, lookup func(string) (string, bool), want []string, secrets ...string) {
 	t.Helper()
-	c, err := config.Parse([]byte(yaml), lookup)
+	c, err := parse([]byte(yaml), lookup)
 	if err == nil {
 		t.Fatalf("Parse accepted:\n%s\nresult: %+v", yaml, c)
 	}
@@ -403,7 +404,7 @@ func TestPresetBadStandardWebhooksSecretNamesItsField(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			resolveError(t, "senders:\n"+okSender+tc.yaml, noEnv, tc.want, bad)
-			_, err := config.Parse([]byte("senders:\n"+okSender+tc.yaml), noEnv)
+			_, err := parse([]byte("senders:\n"+okSender+tc.yaml), noEnv)
 			if tc.notWant != "" && err != nil && strings.Contains(err.Error(), tc.notWant) {
 				t.Errorf("error %q counts the secret's position over secret and secrets together; secrets has one entry", err)
 			}

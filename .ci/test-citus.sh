@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# test-citus.sh runs the pattern's tests on a Citus cluster that is already
+# running (docs/distributed.md says how to build and start one): CITUS_URL is
+# the URL of the coordinator's administrative database, which has the citus
+# extension and the workers added (citus_add_node). Each test creates its own
+# database on the coordinator and on every worker, distributes hookgate's
+# tables by sender there (migrations/citus/distribute.sql) and drops it
+# afterwards (internal/pgtest). PKGS and GOTESTFLAGS as for test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -z ${CITUS_URL:-} ]]; then
+	echo "test-citus: set CITUS_URL to the coordinator's URL, e.g. make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres" >&2
+	exit 2
+fi
+export HOOKGATE_TEST_DATABASE_URL=$CITUS_URL HOOKGATE_TEST_CITUS=1
+version=$(psql "$CITUS_URL" -Atc "SELECT citus_version() || ' / ' || version()" 2>/dev/null || true)
+echo "test-citus: ${version:-Citus version unknown (psql missing?)}"
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+rc=0
+# shellcheck disable=SC2086 # GOTESTFLAGS and PKGS are word lists
+go test -race -count=1 -timeout 30m -v ${GOTESTFLAGS:-} ${PKGS} >"$out" 2>&1 || rc=$?
+# The verdicts, each skip with its reason, and every failure in full.
+awk '
+	/^(=== RUN|=== PAUSE|=== CONT|=== NAME)/ { next }
+	/^ *--- PASS/ { pass++; next }
+	/^ *--- SKIP/ { skip++; print; getline; print; next }
+	/^ *--- FAIL/ { fail++; infail = 1; print; next }
+	/^(ok|FAIL|PASS)/ { print; infail = 0; next }
+	infail || /panic|DATA RACE/ { print }
+	END { printf "test-citus: %d passed, %d skipped, %d failed\n", pass, skip, fail }
+' "$out"
+exit "$rc"

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
+)
+
+// TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes: the real binary
+// with default settings forwards the events of sender acme to two targets
+// that never answer (timeout 30s), two that answer after 3s and a healthy
+// one, and the events of sender other to another healthy target. Every
+// forward to both healthy targets arrives while the bad targets still hold
+// theirs, most within 2s of the delivery's 202: no target, and no group of
+// them, holds the workers the others need.
+func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	_, dsn := pgtest.NewDB(t)
+	hold := func(int, *http.Request) testkit.Answer {
+		return testkit.Answer{Status: http.StatusOK, Delay: 3 * time.Second}
+	}
+	hang1, hang2 := testkit.NewTarget(t, block), testkit.NewTarget(t, block)
+	slow1, slow2 := testkit.NewTarget(t, hold), testkit.NewTarget(t, hold)
+	ok, other := testkit.NewTarget(t, testkit.Always(http.StatusOK)), testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	cfg := writeConfig(t, senderConfig+fmt.Sprintf(`    forward:
+      - { name: hang1, url: %s, timeout: 30s }
+      - { name: hang2, url: %s, timeout: 30s }
+      - { name: slow1, url: %s, timeout: 10s }
+      - { name: slow2, url: %s, timeout: 10s }
+      - { name: ok, url: %s, timeout: 10s }
+  - name: other
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - { name: ok, url: %s, timeout: 10s }
+`, hang1.URL, hang2.URL, slow1.URL, slow2.URL, ok.URL, other.URL))
+	addr := freeAddr(t)
+	p := startBinaryWith(t, bin, dsn, addr, cfg)
+	c := newClient(t)
+	base := "http://" + addr
+	waitHealthy(t, c, base, p)
+
+	// 120 deliveries to acme and 60 to other, interleaved; when each was
+	// accepted, by event ID.
+	const nAcme, nOther = 120, 60
+	accepted := map[string]time.Time{}
+	var acmeEvents, otherEvents []string
+	for i := range nAcme {
+		id := fmt.Sprintf("fair-%03d", i)
+		r, err := deliver(t.Context(), c, base, id, bodyFor(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := parseAccepted(r, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted[a.EventID] = time.Now()
+		acmeEvents = append(acmeEvents, a.EventID)
+		if i%2 == 1 {
+			ev := deliverOther(t, c, base, fmt.Sprintf("other-%03d", i/2))
+			accepted[ev] = time.Now()
+			otherEvents = append(otherEvents, ev)
+		}
+	}
+	last := time.Now()
+
+	// The hung targets hold their forwards for 30s: every healthy forward
+	// must arrive well before that.
+	const deadline = 15 * time.Second
+	missing := func(tg *testkit.Target, events []string) int {
+		got := tg.Delivered()
+		n := 0
+		for _, ev := range events {
+			if got[ev] == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for missing(ok, acmeEvents) > 0 || missing(other, otherEvents) > 0 {
+		if time.Since(last) > deadline {
+			t.Fatalf("%v after the last delivery: %d of %d forwards to acme's healthy target and %d of %d to other's have not arrived",
+				deadline, missing(ok, acmeEvents), nAcme, missing(other, otherEvents), nOther)
+		}
+		<-tick.C
+	}
+	for _, tc := range []struct {
+		name string
+		tg   *testkit.Target
+	}{{"acme/ok", ok}, {"other/ok", other}} {
+		hits := tc.tg.Hits()
+		var lat []time.Duration
+		for _, h := range hits {
+			if h.Status == http.StatusOK {
+				lat = append(lat, h.At.Sub(accepted[h.Key()]))
+			}
+		}
+		slices.Sort(lat)
+		p50, p90, worst := lat[len(lat)/2], lat[len(lat)*9/10], lat[len(lat)-1]
+		t.Logf("%s: %d forwards, from 202 to arrival p50 %v, p90 %v, max %v", tc.name, len(lat), p50, p90, worst)
+		if p50 > 2*time.Second {
+			t.Errorf("%s: half its forwards took more than %v from 202 to arrival, want at most 2s", tc.name, p50)
+		}
+	}
+	hung1, _ := hang1.InFlight()
+	hung2, _ := hang2.InFlight()
+	held1, _ := slow1.InFlight()
+	held2, _ := slow2.InFlight()
+	t.Logf("forwards held at the end: hang1 %d, hang2 %d, slow1 %d, slow2 %d", hung1, hung2, held1, held2)
+}
+
+// deliverOther delivers id to sender other and returns its event ID.
+func deliverOther(t *testing.T, c *http.Client, base, id string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/webhooks/other", bytes.NewReader(bodyFor(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Delivery-Id", id)
+	r, err := do(c, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusAccepted {
+		t.Fatalf("deliver %s to other: %d %s", id, r.status, r.body)
+	}
+	var a acceptedBody
+	if err := json.Unmarshal(r.body, &a); err != nil {
+		t.Fatalf("deliver %s to other: %v", id, err)
+	}
+	return a.EventID
+}

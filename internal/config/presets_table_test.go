@@ -1,0 +1,57 @@
+package config_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/signature"
+)
+
+// TestPresetTableIsConsistent: each row of the preset table names a unique
+// preset, a signature scheme package signature builds (or none), an
+// encoding it knows, and a delivery ID and event type location that are
+// valid where set; and the names YAML accepts come from the table.
+func TestPresetTableIsConsistent(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for _, p := range config.Presets {
+		if p.Name == "" || seen[p.Name] {
+			t.Errorf("preset %q: empty or listed twice", p.Name)
+		}
+		seen[p.Name] = true
+		sig := p.Signature
+		if sig.Scheme != config.SchemeNone && !slices.Contains(signature.Schemes(), sig.Scheme) {
+			t.Errorf("preset %s: scheme %q is not one of package signature's %v", p.Name, sig.Scheme, signature.Schemes())
+		}
+		if sig.Scheme != config.SchemeNone && (sig.Header == "" || sig.Signed == "" || p.Docs == "") {
+			t.Errorf("preset %s: a signing preset names its header, what is signed and its documentation", p.Name)
+		}
+		if sig.Encoding != "" && sig.Encoding != signature.EncodingHex && sig.Encoding != signature.EncodingBase64 {
+			t.Errorf("preset %s: encoding %q", p.Name, sig.Encoding)
+		}
+		if p.DeliveryID.Header != "" && p.DeliveryID.JSONPointer != "" {
+			t.Errorf("preset %s: the delivery ID is in a header or at a pointer, not both", p.Name)
+		}
+		if (p.EventTypeEnvelope != config.Envelope{}) && p.EventType.JSONPointer == "" {
+			t.Errorf("preset %s: an envelope needs an event type pointer", p.Name)
+		}
+	}
+	if got, want := strings.Join(config.PresetNames(), " "), "github stripe shopify slack standard-webhooks generic"; !strings.HasPrefix(got, strings.TrimSuffix(want, " generic")) {
+		t.Errorf("preset names %q, want the six of today first (%q)", got, want)
+	}
+	if got := config.SchemeNames(); !slices.Equal(got[:2], []string{"none", "hmac-sha256"}) || slices.Contains(got, "generic") {
+		t.Errorf("scheme names %v: none, hmac-sha256, then each signing preset", got)
+	}
+	// A preset named in YAML comes from the table.
+	for _, p := range config.Presets {
+		yaml := "senders:\n  - name: x\n    preset: " + p.Name + "\n    delivery_id: { header: X-Id }\n"
+		if p.Signature.Scheme != config.SchemeNone {
+			yaml += "    secret: " + "whsec_" + "c2VjcmV0" + "\n"
+		}
+		if _, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false }); err != nil {
+			t.Errorf("preset %s: %v", p.Name, err)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package dedup
+
+import (
+	"context"
+	"fmt"
+)
+
+// ClaimedJoin is the guard of a multi-row statement (Batch.Row) in the form
+// that Citus runs on the sender's shard alone: a join that yields one row,
+// k, for each row of the statement whose delivery (delivery ID and event ID
+// the SQL expressions deliveryID and eventID) took the key of the sender
+// $1, and none otherwise. Write the statement
+//
+//	INSERT INTO t (sender, …) SELECT k.sender, x.* FROM unnest(…) AS x(…) <ClaimedJoin>
+//
+// taking the distribution column from k.sender, so that Citus pushes the
+// INSERT … SELECT down to the shard of the key (a sender taken from $1, or
+// a guard in WHERE EXISTS (…), makes Citus pull the rows to the
+// coordinator and commit in two phases). On PostgreSQL it is ClaimedRow's
+// per-row probe of the key's index (OFFSET 0 keeps it one).
+func ClaimedJoin(deliveryID, eventID string) string {
+	return "CROSS JOIN LATERAL (SELECT k.sender FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " +
+		deliveryID + " AND k.event_id = " + eventID + " OFFSET 0) AS k"
+}
+
+// Citus describes the database's Citus setup, as Inspect found it.
+type Citus struct {
+	// Distributed is true when processed_messages is a distributed table
+	// (Citus's create_distributed_table): run the store WithDistributed.
+	Distributed bool
+	// PropagateSetCommands is the session's citus.propagate_set_commands.
+	// Unless it is "local", SET LOCAL lock_timeout stays on the
+	// coordinator and the in-flight wait never ends a claim that waits on
+	// a worker.
+	PropagateSetCommands string
+}
+
+// inspectSQL reads, without failing on a database without Citus, whether
+// processed_messages is distributed and the session's setting.
+const inspectSQL = `SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL,
+  coalesce(current_setting('citus.propagate_set_commands', true), '')`
+
+// InspectCitus tells whether db's processed_messages is distributed by
+// Citus, and how SET commands propagate. On PostgreSQL without Citus it
+// returns the zero Citus.
+func InspectCitus(ctx context.Context, db Querier) (Citus, error) {
+	var (
+		c       Citus
+		hasDist bool
+	)
+	if err := db.QueryRow(ctx, inspectSQL).Scan(&hasDist, &c.PropagateSetCommands); err != nil {
+		return c, fmt.Errorf("inspect citus: %w", err)
+	}
+	if !hasDist {
+		return c, nil
+	}
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+  WHERE logicalrelid = 'processed_messages'::regclass AND partmethod = 'h')`).Scan(&c.Distributed); err != nil {
+		return c, fmt.Errorf("inspect citus: %w", err)
+	}
+	return c, nil
+}
+
+// The values of Store.layout.
+const (
+	layoutUnknown int32 = iota
+	layoutPlain
+	layoutDistributed
+)
+
+// detectLayout finds out, once, whether the tables are distributed, unless
+// WithDistributed said so.
+func (s *Store) detectLayout(ctx context.Context) error {
+	if s.layout.Load() != layoutUnknown {
+		return nil
+	}
+	c, err := InspectCitus(ctx, s.db)
+	if err != nil {
+		return fmt.Errorf("claim delivery: %w", err)
+	}
+	l := layoutPlain
+	if c.Distributed {
+		l = layoutDistributed
+	}
+	s.layout.CompareAndSwap(layoutUnknown, l)
+	return nil
+}

@@ -1,0 +1,66 @@
+package forward
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// Gate admits one process's forwards to their targets: a fair share of the
+// process's capacity per target (fair.go), each target's max_in_flight, its
+// circuit breaker and a pause its Retry-After asked for. Everything in the
+// process that sends forwards takes them through one Gate, so these hold
+// across all of it: River's worker does (Worker), and so should an
+// in-process dispatcher of first attempts, which calls Acquire before a POST
+// and Ticket.Done after it, and leaves a forward it is not admitted for to
+// the relay and River.
+type Gate struct {
+	g *guards
+}
+
+// NewGate returns the gate of a process that sends at most capacity
+// forwards at once. db records breaker transitions in target_breakers and
+// wakes the forwards waiting for a breaker that closes; bt tunes the
+// breakers.
+func NewGate(db *pgxpool.Pool, capacity int, bt BreakerTiming, m *Metrics, log *slog.Logger) *Gate {
+	g := newGuards(db, capacity, bt, m, log)
+	if db != nil {
+		g.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
+	}
+	return &Gate{g: g}
+}
+
+// Ticket is an admitted forward: call Done once its attempt is over.
+type Ticket struct {
+	g  *guards
+	gd *guard
+	a  admission
+}
+
+// Probe reports whether the forward is one of its target's breaker probes.
+func (tk Ticket) Probe() bool { return tk.a.probe }
+
+// Acquire asks whether a forward to t, a target of sender, may be sent now;
+// tried says whether it was sent before (an open breaker probes with those
+// first). When it may not, wait is about how long to wait before asking
+// again, and why is "breaker", "paused" or "busy".
+func (g *Gate) Acquire(sender string, t *config.Target, tried bool) (tk Ticket, ok bool, wait time.Duration, why string) {
+	gd := g.g.get(sender, t)
+	a := g.g.enter(gd, tried)
+	if !a.ok {
+		return Ticket{}, false, a.wait, a.why
+	}
+	return Ticket{g: g.g, gd: gd, a: a}, true, 0, ""
+}
+
+// Done records the outcome of the ticket's attempt: retryFor > 0 pauses the
+// target (a 429 or 503 with Retry-After); errText is the failure, for the
+// breaker's record (no URL in it). It returns how long a failed probe's
+// forward should wait without using its attempt (0 otherwise).
+func (tk Ticket) Done(ctx context.Context, res Result, retryFor time.Duration, errText string) time.Duration {
+	return tk.g.leave(ctx, tk.gd, tk.a, res, retryFor, errText)
+}

@@ -1,0 +1,160 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/migrations"
+)
+
+// EnvCitus names the environment variable that, when set (`make
+// test-citus` sets it), makes HOOKGATE_TEST_DATABASE_URL the URL of a Citus
+// coordinator's administrative database (a URL, with the citus extension
+// and the workers added there): NewDB then creates each test's database on
+// the coordinator and on every worker, and distributes hookgate's tables by
+// sender (migrations.CitusDDL).
+const EnvCitus = "HOOKGATE_TEST_CITUS"
+
+// Citus reports whether the tests run on Citus (EnvCitus).
+func Citus() bool { return os.Getenv(EnvCitus) != "" }
+
+// SkipOnCitus skips the test when the tests run on Citus, giving why: for
+// what Citus documents as unsupported, or a test of PostgreSQL alone (a plan
+// shape, a private server).
+func SkipOnCitus(t testing.TB, why string) {
+	t.Helper()
+	if Citus() {
+		t.Skip("not on Citus: " + why)
+	}
+}
+
+// testShardCount is the shard count of the tests' distributed tables: few,
+// so that a test's database is distributed quickly.
+const testShardCount = 4
+
+// nodeURL returns admin pointed at the database name of the node host:port.
+func nodeURL(admin, host string, port int, name string) (string, error) {
+	u, err := url.Parse(admin)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", EnvURL, err)
+	}
+	u.Host = net.JoinHostPort(host, strconv.Itoa(port))
+	u.Path = "/" + name
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// citusWorkers returns the workers (host, port) registered on the
+// coordinator's administrative database.
+func citusWorkers(ctx context.Context, admin string) ([][2]string, error) {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT nodename, nodeport::text FROM pg_dist_node
+WHERE groupid <> 0 AND noderole = 'primary' AND isactive ORDER BY nodeid`)
+	if err != nil {
+		return nil, fmt.Errorf("list citus workers (is %s a Citus coordinator's database with the citus extension?): %w", EnvURL, err)
+	}
+	ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var w [2]string
+		return w, r.Scan(&w[0], &w[1])
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list citus workers: %w", err)
+	}
+	if len(ws) == 0 {
+		return nil, fmt.Errorf("no citus workers registered in %s (citus_add_node)", EnvURL)
+	}
+	return ws, nil
+}
+
+// distribute makes the database name (created on the coordinator from the
+// migrated template) a Citus database: the same database with the citus
+// extension on every worker, the workers added, the tables distributed. It
+// registers the drop of the workers' databases with t.
+func distribute(ctx context.Context, t testing.TB, admin, dsn, name string) error {
+	workers, err := citusWorkers(ctx, admin)
+	if err != nil {
+		return err
+	}
+	coord, err := url.Parse(admin)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", EnvURL, err)
+	}
+	var stmts []string
+	host, port := coord.Hostname(), coord.Port()
+	if port == "" {
+		port = "5432"
+	}
+	// The extension is created in each test's database, not in the
+	// template: Citus records its database as a distributed object, which
+	// a copy would carry to workers that do not have the template.
+	stmts = append(stmts, "CREATE EXTENSION citus",
+		fmt.Sprintf("SELECT citus_set_coordinator_host(%s, %s)", quote(host), port))
+	for _, w := range workers {
+		p, _ := strconv.Atoi(w[1])
+		wadmin, err := nodeURL(admin, w[0], p, adminDB(coord))
+		if err != nil {
+			return err
+		}
+		wdsn, err := nodeURL(admin, w[0], p, name)
+		if err != nil {
+			return err
+		}
+		if err := adminExec(ctx, wadmin, "CREATE DATABASE "+ident(name)); err != nil {
+			return fmt.Errorf("create database %s on worker %s:%d: %w", name, w[0], p, err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+			defer cancel()
+			if err := adminExec(ctx, wadmin, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+				t.Errorf("pgtest: drop database %s on worker %s:%d: %v", name, w[0], p, err)
+			}
+		})
+		if err := adminExec(ctx, wdsn, "CREATE EXTENSION citus"); err != nil {
+			return fmt.Errorf("create extension citus on worker %s:%d: %w", w[0], p, err)
+		}
+		stmts = append(stmts, fmt.Sprintf("SELECT citus_add_node(%s, %d)", quote(w[0]), p))
+	}
+	// The setting docs/distributed.md asks for: SET LOCAL lock_timeout
+	// (the in-flight wait) reaches the workers only with it.
+	stmts = append(stmts, "ALTER DATABASE "+ident(name)+" SET citus.propagate_set_commands = 'local'",
+		"SET citus.shard_count = "+strconv.Itoa(testShardCount), migrations.CitusDDL)
+	if err := adminExec(ctx, dsn, stmts...); err != nil {
+		return fmt.Errorf("distribute %s: %w", name, err)
+	}
+	return nil
+}
+
+// adminDB is the database name of the administrative URL u.
+func adminDB(u *url.URL) string {
+	if n := u.Path; len(n) > 1 {
+		return n[1:]
+	}
+	return "postgres"
+}
+
+// quote quotes s as an SQL string literal.
+func quote(s string) string {
+	return "'" + escape(s) + "'"
+}
+
+func escape(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}

@@ -1,0 +1,142 @@
+// Package sender compiles the configured senders (package config, plain
+// data) into what ingest runs for each request: the signature verifier, the
+// one-pass JSON scan of the body that finds the delivery ID, the event type
+// and the values the routes test (Inspect), the handshake, the routes and
+// the filter of the headers stored with an event.
+package sender
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/signature"
+)
+
+// Set is the compiled senders of one configuration. It is immutable and safe
+// for concurrent use.
+type Set struct {
+	cfg *config.Config
+	// Senders are the compiled senders, in configuration order (do not
+	// modify them).
+	Senders []Sender
+}
+
+// Sender is one configured sender compiled for ingest. The embedded
+// *config.Sender is its configuration (shared with the config.Config the
+// Set was compiled from: do not modify it).
+type Sender struct {
+	*config.Sender
+	// Verifier checks request signatures; nil when the sender has none.
+	Verifier signature.Verifier
+	// HeaderFilter picks the request headers stored with an event.
+	HeaderFilter events.HeaderFilter
+
+	plan plan
+}
+
+// Compile compiles every sender of cfg, a configuration config.Parse
+// returned. Its error names each sender's field at fault
+// ("senders[1].store_headers[0]: ...") and never contains a secret.
+func Compile(cfg *config.Config) (*Set, error) {
+	set := &Set{cfg: cfg, Senders: make([]Sender, len(cfg.Senders))}
+	var errs []string
+	for i := range cfg.Senders {
+		if err := compile(&set.Senders[i], &cfg.Senders[i]); err != nil {
+			errs = append(errs, fmt.Sprintf("senders[%d].%v", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.New(strings.Join(errs, "; "))
+	}
+	return set, nil
+}
+
+// Load reads, validates and compiles the configuration file at path
+// (config.Load, then Compile); its errors start with path.
+func Load(path string) (*Set, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	set, err := Compile(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return set, nil
+}
+
+// Config returns the configuration the set was compiled from (shared: do
+// not modify it).
+func (set *Set) Config() *config.Config { return set.cfg }
+
+// Get returns the compiled sender named name, or false.
+func (set *Set) Get(name string) (*Sender, bool) {
+	for i := range set.Senders {
+		if set.Senders[i].Name == name {
+			return &set.Senders[i], true
+		}
+	}
+	return nil, false
+}
+
+// compile fills out from the configured sender s. Its errors start with the
+// field at fault, relative to the sender.
+func compile(out *Sender, s *config.Sender) error {
+	out.Sender = s
+	for i, n := range s.StoreHeaders {
+		if events.NeverStored(n) {
+			return fmt.Errorf("store_headers[%d]: %s is never stored (it carries the client's or a proxy's credentials)", i, n)
+		}
+	}
+	out.HeaderFilter = events.NewHeaderFilter(s.StoreHeaders, s.DropHeaders)
+	v, err := verifier(s)
+	if err != nil {
+		return err
+	}
+	out.Verifier = v
+	return buildPlan(out)
+}
+
+// verifier builds the sender's signature verifier from its signature check
+// (a row of the preset table, or its signature block) and its secrets; nil
+// when it checks none.
+func verifier(s *config.Sender) (signature.Verifier, error) {
+	check := s.SignatureCheck()
+	if check.Scheme == config.SchemeNone {
+		return nil, nil
+	}
+	var keys [][]byte
+	for _, sec := range s.SecretValues() {
+		if !signature.StandardSecrets(check.Scheme) {
+			keys = append(keys, []byte(sec))
+			continue
+		}
+		k, err := signature.DecodeStandardSecret(sec)
+		if err != nil { // config.Parse checked it
+			return nil, errors.New("secret: is not a Standard Webhooks secret (whsec_ followed by base64)")
+		}
+		keys = append(keys, k)
+	}
+	v, err := signature.New(check.Scheme, signature.Params{
+		Header: check.Header, Encoding: check.Encoding, Prefix: check.Prefix,
+		Tolerance: time.Duration(s.Tolerance),
+	}, keys)
+	if err != nil {
+		return nil, fmt.Errorf("signature: %w", err)
+	}
+	return v, nil
+}
+
+// MustCompile is Compile for a configuration known to be valid (tests): it
+// panics if Compile returns an error.
+func MustCompile(cfg *config.Config) *Set {
+	set, err := Compile(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return set
+}
