@@ -375,7 +375,9 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 		}
 		byClient[id] = k
 	}
-	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	if len(byClient) != 2 {
 		t.Errorf("jobs were worked by %d River clients (%v), want the 2 workers", len(byClient), byClient)
 	}

@@ -293,13 +293,6 @@ func buildBinary(t *testing.T) string {
 	return built.path
 }
 
-// startBinary starts the binary serving on addr with DATABASE_URL=dsn. The
-// process is killed when the test ends, if it still runs.
-func startBinary(t *testing.T, bin, dsn, addr, cfg string) *proc {
-	t.Helper()
-	return startBinaryWith(t, bin, dsn, addr, cfg)
-}
-
 // waitHealthy polls GET /healthz until it answers 200; it fails the test when
 // the process exits first or a minute passes.
 func waitHealthy(t *testing.T, c *http.Client, base string, p *proc) {

@@ -209,7 +209,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		router = srv.ServiceRouter()
 	}
 
-	ln, err := net.Listen("tcp", s.addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}

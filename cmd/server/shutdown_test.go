@@ -27,7 +27,7 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Rollback(context.Background())
+	defer func() { _ = holder.Rollback(context.Background()) }()
 	if _, err := holder.Exec(ctx, `INSERT INTO processed_messages
 		(sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 		VALUES ('acme', $1, '\x00', gen_random_uuid(), 202, 'application/json', '{}', now(), now() + interval '1 day')`, id); err != nil {

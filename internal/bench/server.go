@@ -288,7 +288,11 @@ func tailFile(path string, n int) string {
 // batchSizes reads the server's hookgate_ingest_batch_size histogram: how
 // many batches it sent and how many deliveries they held, in all.
 func (s *server) batchSizes() (batches, deliveries float64, err error) {
-	resp, err := http.Get("http://" + s.addr + "/metrics")
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+s.addr+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -100,13 +100,13 @@ func (s *Server) Router() http.Handler {
 	r := chi.NewRouter()
 	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics, s.requireAdmin)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
+		_ = writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		if allow := allowedMethods(r, req.URL.Path); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		writeProblem(w, newProblem(probMethodNotAllowed, req.Method+" is not allowed on "+req.URL.Path+". See /docs for the API."))
+		_ = writeProblem(w, newProblem(probMethodNotAllowed, req.Method+" is not allowed on "+req.URL.Path+". See /docs for the API."))
 	})
 	r.Method(http.MethodGet, "/docs/*", problemOn404(s.docs))
 	if s.console != nil {

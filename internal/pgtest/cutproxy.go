@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -44,7 +45,7 @@ func NewCutProxy(t testing.TB, dsn string) (*CutProxy, string) {
 	if !strings.Contains(target, ":") {
 		target += ":5432"
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("pgtest: cut proxy: %v", err)
 	}
@@ -95,7 +96,7 @@ func (p *CutProxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		server, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", p.target)
 		if err != nil {
 			_ = client.Close()
 			continue

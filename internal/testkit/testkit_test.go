@@ -57,8 +57,7 @@ func TestTargetRecordsAndAnswers(t *testing.T) {
 // flight until it is released.
 func TestTargetAwaitInFlight(t *testing.T) {
 	t.Parallel()
-	var tg *testkit.Target
-	tg = testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
 		return testkit.Answer{Block: true}
 	})
 	done := make(chan struct{})
