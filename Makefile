@@ -52,7 +52,7 @@ bench:
 bench-console:
 	@.ci/bench-console.sh
 
-## screenshots: run the console's browser test, writing docs/console-overview.png and docs/console-delivery.png
+## screenshots: run the console's browser test, rewriting docs/console-overview.png and docs/console-delivery.png when a page looks different (more than 1% of its pixels: not just times and IDs)
 screenshots:
 	@mkdir -p docs
 	@PKGS=./internal/console/ GOTESTFLAGS='-run ^TestConsoleInBrowser$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh

@@ -108,7 +108,7 @@ Console:  http://$host/console/  (sign in with the admin token)
 Try it (the orders sender forwards to hookgate sink, which prints each forward below):
   curl -i -X POST $host/webhooks/orders -H 'X-Delivery-Id: d1' -H 'Content-Type: application/json' -d '{"order":42}'
   curl -H "Authorization: Bearer $token" $host/v1/senders/orders/deliveries/d1
-  TOKEN=$(cat .data/admin-token)   # the token, as the docs' commands use it
+  TOKEN=\$(cat .data/admin-token)   # the token, as the docs' commands use it
 Bulk redelivery from the command line (hookgate redeliver, with this database):
   make redeliver ARGS='--sender orders --target sink --state failed --since 2h'
 API docs: http://$host/docs

@@ -18,8 +18,9 @@ import (
 // that never answer (timeout 30s), two that answer after 3s and a healthy
 // one, and the events of sender other to another healthy target. Every
 // forward to both healthy targets arrives while the bad targets still hold
-// theirs, most within 2s of the delivery's 202: no target, and no group of
-// them, holds the workers the others need.
+// theirs, within seconds of the delivery's 202 (milliseconds, on an idle
+// machine): no target, and no group of them, holds the workers the others
+// need.
 func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
@@ -109,8 +110,11 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 		slices.Sort(lat)
 		p50, p90, worst := lat[len(lat)/2], lat[len(lat)*9/10], lat[len(lat)-1]
 		t.Logf("%s: %d forwards, from 202 to arrival p50 %v, p90 %v, max %v", tc.name, len(lat), p50, p90, worst)
-		if p50 > 2*time.Second {
-			t.Errorf("%s: half its forwards took more than %v from 202 to arrival, want at most 2s", tc.name, p50)
+		// The target answers at once: its forwards take milliseconds. The
+		// bounds are generous for a busy shared machine; a forward starved
+		// by the bad targets waits for their 30s timeouts.
+		if p50 > 2*time.Second || worst > 5*time.Second {
+			t.Errorf("%s: from 202 to arrival p50 %v, max %v; want at most 2s and 5s", tc.name, p50, worst)
 		}
 	}
 	hung1, _ := hang1.InFlight()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -228,5 +229,63 @@ func TestRunMetricsAddr(t *testing.T) {
 	st, err := parseSettings("serve", nil, envOf("HOOKGATE_METRICS_ADDR", "127.0.0.1:9999"), io.Discard)
 	if err != nil || st.metricsAddr != "127.0.0.1:9999" {
 		t.Errorf("HOOKGATE_METRICS_ADDR: %+v %v", st, err)
+	}
+}
+
+// Sign-out in the console of one hookgate process ends the session in
+// another process on the same database: the old cookie is refused there,
+// and so is a redeliver POST with it and its CSRF token.
+func TestRunConsoleSignOutReachesAnotherProcess(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	tok := randHex(32)
+	a := startRun(t, dsn, "--admin-token", tok)
+	b := startRun(t, dsn, "--admin-token", tok)
+	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(method, target, cookie string, form url.Values) (int, http.Header, string) {
+		t.Helper()
+		var body io.Reader
+		if form != nil {
+			body = strings.NewReader(form.Encode())
+		}
+		req, err := http.NewRequestWithContext(t.Context(), method, target, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if form != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	st, h, _ := send(http.MethodPost, a.base+"/console/login", "", url.Values{"token": {tok}})
+	if st != http.StatusSeeOther || len(h.Values("Set-Cookie")) == 0 {
+		t.Fatalf("sign-in: %d", st)
+	}
+	cookie, _, _ := strings.Cut(h.Get("Set-Cookie"), ";")
+	st, _, page := send(http.MethodGet, b.base+"/console/", cookie, nil)
+	if st != http.StatusOK {
+		t.Fatalf("the other process refuses the session before sign-out: %d", st)
+	}
+	m := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no CSRF token on the overview")
+	}
+	if st, _, _ := send(http.MethodPost, a.base+"/console/logout", cookie, url.Values{"csrf_token": {m[1]}}); st != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", st)
+	}
+	if st, h, _ := send(http.MethodGet, b.base+"/console/", cookie, nil); st != http.StatusSeeOther || h.Get("Location") != "/console/login" {
+		t.Errorf("the other process after sign-out: %d %q, want a redirect to the sign-in", st, h.Get("Location"))
+	}
+	if st, _, _ := send(http.MethodPost, b.base+"/console/senders/acme/deliveries/x/redeliver", cookie, url.Values{"csrf_token": {m[1]}}); st != http.StatusForbidden {
+		t.Errorf("a redeliver POST with the signed-out cookie and its CSRF token on the other process: %d, want 403", st)
 	}
 }

@@ -34,21 +34,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/console"
-	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
-	"github.com/hookgate/hookgate/internal/retention"
-	"github.com/hookgate/hookgate/internal/sender"
-	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
 
@@ -113,180 +102,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return serve(ctx, s, log)
 }
 
-func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	senders, err := sender.Load(s.configPath)
-	if err != nil {
-		return err
-	}
-	cfg := senders.Config()
-	if err := checkExampleSecrets(cfg, s, log); err != nil {
-		return err
-	}
-	n, err := migrations.Up(ctx, s.databaseURL)
-	if err != nil {
-		return err
-	}
-	log.Info("migrations applied", "count", n)
-
-	pool, err := newPool(ctx, s.databaseURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	defer sqlDB.Close()
-
-	queries := store.New(pool)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(pool), forward.NewBacklogCollector(queries))
-	ready := readiness(pool, sqlDB)
-
-	working := s.role == roleAll || s.role == roleWorker
-	forwardMetrics := forward.NewMetrics(reg)
-	forwardMetrics.Init(cfg) // every target's series from the start
-	riverClient, err := forward.NewClient(pool, cfg, forward.Options{
-		Work:              working,
-		MaxWorkers:        s.forwardWorkers,
-		RescueAfter:       s.rescueAfter,
-		FetchPollInterval: s.fetchPoll,
-		Backoff:           s.backoff,
-		Maintenance: forward.Maintenance{
-			Queue:   retention.Queue,
-			Timeout: retention.JobTimeout,
-			Register: func(w *river.Workers, maxTimeout time.Duration) error {
-				return river.AddWorkerSafely(w, retention.NewWorker(pool, cfg, maxTimeout, log))
-			},
-			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
-		},
-	}, forwardMetrics, log)
-	if err != nil {
-		return err
-	}
-	batchSizes := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "hookgate_ingest_batch_size",
-		Help:    "Deliveries of one sender committed together in one ingest transaction (group commit).",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
-	})
-	reg.MustRegister(batchSizes)
-	cacheSize := s.replayCache
-	if cacheSize == 0 {
-		cacheSize = -1 // off
-	}
-	citus, err := dedup.InspectCitus(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if citus.Distributed {
-		log.Info("citus: processed_messages is distributed; using the statement forms Citus routes to one shard")
-		if citus.PropagateSetCommands != "local" {
-			log.Warn("citus: citus.propagate_set_commands is not 'local', so the in-flight wait (SET LOCAL lock_timeout) does not reach the workers: "+
-				"a delivery whose key another transaction holds waits until that transaction ends instead of getting 409; "+
-				"set it for hookgate's role or database (ALTER ROLE … SET citus.propagate_set_commands = 'local'), see docs/distributed.md",
-				"citus.propagate_set_commands", citus.PropagateSetCommands)
-		}
-	}
-	deliveries := dedup.New(pool, s.inFlightWait,
-		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(cacheSize, dedup.DefaultReplayCacheTTL),
-		dedup.WithDistributed(citus.Distributed))
-	poolSize := int(pool.Config().MaxConns)
-	maxWaiting := s.ingestMaxWaiting
-	if maxWaiting < 0 {
-		maxWaiting = handler.DefaultShedFactor * poolSize
-	}
-	shed := handler.WithShedding(poolSize, maxWaiting)
-	// The console shares the operator API's limit on wrong tokens.
-	limiter := authlimit.New(s.trustedProxies...)
-	cons := console.New(cfg, queries, log, console.Options{
-		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
-		Limiter: limiter, River: riverClient,
-	})
-	srv := handler.New(senders, deliveries, ready, reg, log, shed, handler.WithAdminToken(s.adminToken), handler.WithDB(pool), handler.WithRiver(riverClient),
-		handler.WithAuthLimiter(limiter), handler.WithConsole(cons), handler.WithMetricsElsewhere(s.metricsAddr != ""))
-	router := srv.Router()
-	if s.role == roleWorker {
-		router = srv.ServiceRouter()
-	}
-
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	httpSrv := &http.Server{
-		Handler:           router,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    netHTTPMaxHeaderBytes(s.maxHeaderBytes),
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	if working {
-		// Jobs are worked with a context of their own, so that a shutdown
-		// lets running forwards finish (River's Stop) before cancelling them.
-		if err := riverClient.Start(context.WithoutCancel(ctx)); err != nil {
-			ln.Close()
-			return fmt.Errorf("start forward workers: %w", err)
-		}
-	}
-	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
-
-	g, gctx := errgroup.WithContext(ctx)
-	if s.pprofAddr != "" {
-		if err := servePprof(gctx, g, s.pprofAddr, log); err != nil {
-			ln.Close()
-			return err
-		}
-	}
-	if s.metricsAddr != "" {
-		if err := serveMetrics(gctx, g, s.metricsAddr, srv.MetricsHandler(), log); err != nil {
-			ln.Close()
-			return err
-		}
-	}
-	if working {
-		// Worker processes relay the outbox into River's job table.
-		relay := forward.NewRelay(pool, riverClient, cfg, 0, 0, log)
-		g.Go(func() error {
-			relay.Run(gctx)
-			return nil
-		})
-	}
-	g.Go(func() error {
-		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		log.Info("shutting down: finishing in-flight requests and forwards", "timeout", s.shutdownWait)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownWait)
-		defer cancel()
-		var errs []error
-		if err := httpSrv.Shutdown(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("shutdown http: %w", err))
-		}
-		if working {
-			// Running forwards get the rest of the grace period; those still
-			// running then are cancelled and retried by the next worker.
-			if err := riverClient.Stop(sctx); err != nil {
-				log.Warn("forwards still running at the end of the grace period: cancelling them", "err", err)
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				if err := riverClient.StopAndCancel(cctx); err != nil {
-					errs = append(errs, fmt.Errorf("stop forward workers: %w", err))
-				}
-			}
-		}
-		return errors.Join(errs...)
-	})
-	err = g.Wait()
-	log.Info("stopped")
-	return err
-}
-
 // netHTTPMaxHeaderBytes returns the http.Server.MaxHeaderBytes that bounds
 // a request's header section (request line and headers) at n bytes:
 // net/http reads up to MaxHeaderBytes + 4096 bytes before answering 431.
@@ -298,7 +113,7 @@ func netHTTPMaxHeaderBytes(n int) int {
 // serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
 // ctx is done; anything else there is 404.
 func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics http.Handler, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics listen: %w", err)
 	}
@@ -321,7 +136,7 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics h
 
 // servePprof serves net/http/pprof on addr until ctx is done.
 func servePprof(ctx context.Context, g *errgroup.Group, addr string, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("pprof listen: %w", err)
 	}

@@ -91,7 +91,7 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	defer closeDB()
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("sink: listen: %w", err)
 	}

@@ -24,8 +24,8 @@ import (
 // internal/events and internal/forward themselves. Every outcome is one
 // pipeline: BEGIN, the lock timeout, the claim (ON CONFLICT DO NOTHING on the
 // key), the event insert and, for a sender with targets, the outbox insert
-// (both guarded by the claim), the read of the stored row (which returns a
-// row only for a duplicate), Sync, COMMIT, Sync. A replay runs the same
+// (both guarded by the claim), the read of the row that holds each key
+// (whose event ID tells who claimed it), Sync, COMMIT, Sync. A replay runs the same
 // statements. (internal/dedup's DELETE of an expired key runs only after a
 // conflict whose stored row has expired, which the benchmark never causes.)
 var (

@@ -25,20 +25,15 @@ const (
 	DefaultReplayCacheTTL  = time.Minute
 )
 
-// WithReplayCache keeps up to size committed outcomes (DefaultReplayCacheSize
-// when 0; a negative size turns the cache off) for at most ttl
-// (DefaultReplayCacheTTL when 0).
+// WithReplayCache keeps up to size committed outcomes for at most ttl
+// (hookgate serve's defaults: DefaultReplayCacheSize, DefaultReplayCacheTTL).
+// Zero means zero, as in every setting (docs/configuration.md): a size or a
+// ttl of 0 (or less) is no cache, never a default.
 func WithReplayCache(size int, ttl time.Duration) Option {
 	return func(s *Store) {
-		if size < 0 {
+		if size <= 0 || ttl <= 0 {
 			s.cache = nil
 			return
-		}
-		if size == 0 {
-			size = DefaultReplayCacheSize
-		}
-		if ttl <= 0 {
-			ttl = DefaultReplayCacheTTL
 		}
 		c, _ := lru.New[Key, cached](size) // only a size ≤ 0 fails
 		s.cache, s.cacheTTL = c, ttl

@@ -68,3 +68,40 @@ func TestCitusBatchOnOneShard(t *testing.T) {
 	}
 	t.Logf("%d batches of more than one delivery (%d deliveries), none in two phases", batches.Load(), batched.Load())
 }
+
+// TestInspectCitus: on PostgreSQL, processed_messages is not distributed;
+// on Citus (make test-citus) it is, and the session's
+// citus.propagate_set_commands, which serve warns about unless it is
+// 'local', is reported as set.
+func TestInspectCitus(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	c, err := dedup.InspectCitus(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pgtest.Citus() {
+		if c != (dedup.Citus{}) {
+			t.Errorf("InspectCitus on PostgreSQL = %+v, want the zero Citus", c)
+		}
+		return
+	}
+	if !c.Distributed || c.PropagateSetCommands != "local" {
+		t.Errorf("InspectCitus on the test database = %+v, want distributed with citus.propagate_set_commands local", c)
+	}
+	if _, err := conn.Exec(ctx, "SET citus.propagate_set_commands = 'none'"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = dedup.InspectCitus(ctx, conn); err != nil || c.PropagateSetCommands != "none" {
+		t.Errorf("InspectCitus after SET citus.propagate_set_commands = 'none': %+v, %v", c, err)
+	}
+	if _, err := conn.Exec(ctx, "RESET citus.propagate_set_commands"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -13,7 +13,7 @@
 //	  ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING         -- the claim
 //	<the caller's state change statements, each guarded by the claim>     -- same transaction
 //	SELECT … FROM unnest(<delivery IDs, event IDs>) … processed_messages
-//	  WHERE <key> AND event_id <> <ours>                                  -- the stored rows, if not ours
+//	  WHERE <key>                                                         -- the rows that hold the keys
 //	Sync
 //	COMMIT
 //	Sync
@@ -29,16 +29,29 @@
 // small table would turn into a scan of the sender's rows), and their
 // generic plans are used, so nothing is planned per execution.
 //
+// On a database whose tables Citus distributes by sender (WithDistributed,
+// found out by the first delivery otherwise), the claim is a multi-row
+// INSERT … VALUES whose rows all name $1, and no generic plans are forced:
+// Citus routes every statement of the pipeline to the sender's shard, and
+// a batch commits on one worker without two-phase commit. A state change's
+// statements are then written with ClaimedJoin (the sender taken from the
+// key's row), which Citus pushes down to the shard; ClaimedRow and Claimed
+// guards make Citus pull the rows to the coordinator.
+//
 // The claim inserts the key under the constraint processed_messages_key,
 // PRIMARY KEY (sender, delivery_id). Because the response of a first delivery
 // is known before the transaction starts, it is stored by the claim itself.
 // The delivery's EventID is fresh, so "this transaction's claim took the key"
 // is "the key's row holds my event ID": every statement of the state change
-// is written INSERT … SELECT … WHERE ClaimedRow(…) (or Claimed(…)), and does
-// nothing otherwise.
+// is written INSERT … SELECT … <ClaimedJoin(…)> (or WHERE ClaimedRow(…),
+// Claimed(…)), and does nothing otherwise. The same holds for the read:
+// the row it reads back for a key decides who claimed it, never the
+// claim's row count (Citus reports INSERT 0 1 for a conflicting INSERT …
+// SELECT … ON CONFLICT DO NOTHING).
 //
 //   - The claim inserts a row: the delivery is new; the state change runs,
-//     the read returns nothing, COMMIT commits key, change and response
+//     the read returns the key's row with the delivery's own event ID,
+//     COMMIT commits key, change and response
 //     together. Run returns the response with Replayed false.
 //   - The claim conflicts on processed_messages_key (and only a conflict on
 //     that constraint is absorbed by ON CONFLICT): a committed delivery holds

@@ -84,3 +84,27 @@ func TestFairNeverExceedsCapacity(t *testing.T) {
 		t.Errorf("%d slots still taken after every forward ended", g.fair.total)
 	}
 }
+
+// TestBusyWaitFollowsTheTargetsAttempts: a forward that finds its target at
+// its limit waits about as long as the target's attempts under way have
+// been running: with 10 of them started 2s ago, 2 to 3s, not more.
+func TestBusyWaitFollowsTheTargetsAttempts(t *testing.T) {
+	t.Parallel()
+	g := newGuards(nil, 100, BreakerTiming{}, nil, nil)
+	now := time.Now()
+	g.now = func() time.Time { return now }
+	gd := g.get("acme", &config.Target{Name: "slow", MaxInFlight: 10, BreakerThreshold: 5})
+	for range 10 {
+		if a := g.enter(gd, false); !a.ok {
+			t.Fatalf("enter below max_in_flight = %+v", a)
+		}
+	}
+	now = now.Add(2 * time.Second)
+	a := g.enter(gd, false)
+	if a.ok || a.why != "busy" {
+		t.Fatalf("enter at max_in_flight = %+v, want busy", a)
+	}
+	if a.wait < 2*time.Second || a.wait > 3*time.Second {
+		t.Errorf("a forward of a target whose 10 attempts have run for 2s waits %v, want 2s to 3s", a.wait)
+	}
+}

@@ -99,7 +99,8 @@ type guard struct {
 	probing      int // probes under way
 	reserved     int // waiting forwards told to come back for the next round
 	pausedUntil  time.Time
-	startSum     int64         // sum of the start times (UnixNano) of the attempts under way
+	epoch        time.Time     // when the guard was made
+	startSum     time.Duration // sum of the start times of the attempts under way, from epoch
 	latency      time.Duration // moving average of the time its attempts take
 
 	// held and seen are the target's share of the process's capacity,
@@ -176,7 +177,7 @@ func (g *guards) get(sender string, t *config.Target) *guard {
 		if limit <= 0 {
 			limit = g.fair.capacity // only the fair share limits it
 		}
-		gd = &guard{sender: sender, target: t.Name, state: BreakerClosed,
+		gd = &guard{sender: sender, target: t.Name, state: BreakerClosed, epoch: g.now(),
 			threshold: max(t.BreakerThreshold, 1), limit: limit}
 		g.m[k] = gd
 		g.fair.add(gd)
@@ -229,7 +230,7 @@ func (g *guards) enter(gd *guard, tried bool) admission {
 		gd.state = BreakerHalfOpen
 	}
 	gd.running++
-	gd.startSum += now.UnixNano()
+	gd.startSum += now.Sub(gd.epoch)
 	return admission{ok: true, probe: probe, start: now}
 }
 
@@ -240,7 +241,7 @@ func (g *guards) enter(gd *guard, tried bool) admission {
 func (gd *guard) busyWait(now time.Time) time.Duration {
 	d := gd.latency
 	if gd.running > 0 {
-		d = max(d, time.Duration(now.UnixNano()-gd.startSum/int64(gd.running)))
+		d = max(d, now.Sub(gd.epoch)-gd.startSum/time.Duration(gd.running))
 	}
 	if d <= 0 {
 		d = busySnooze
@@ -279,7 +280,7 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 	slot := g.slot(now)
 	gd.mu.Lock()
 	gd.running--
-	gd.startSum -= a.start.UnixNano()
+	gd.startSum -= a.start.Sub(gd.epoch)
 	g.fair.release(gd)
 	if res != ResultNone {
 		took := max(now.Sub(a.start), 0)

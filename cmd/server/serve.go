@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/riverqueue/river"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hookgate/hookgate/internal/authlimit"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/migrations"
+)
+
+// serve runs the gateway until ctx is done, then shuts it down gracefully.
+// Each step is a function below.
+func serve(ctx context.Context, s *settings, log *slog.Logger) error {
+	senders, err := loadSenders(s, log)
+	if err != nil {
+		return err
+	}
+	if err := migrate(ctx, s.databaseURL, log); err != nil {
+		return err
+	}
+	db, err := openDatabase(ctx, s.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.close()
+	reg := newRegistry(db)
+	fwd, err := newForwarding(db, senders.Config(), s, reg, log)
+	if err != nil {
+		return err
+	}
+	deliveries, err := newIngestStore(ctx, db, s, reg, log)
+	if err != nil {
+		return err
+	}
+	api := newAPI(db, senders, deliveries, fwd, s, reg, log)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return serveUntilDone(ctx, ln, api, db, fwd, senders.Config(), s, log)
+}
+
+// loadSenders reads, validates and compiles the senders configuration, and
+// refuses the example's published secrets (checkExampleSecrets).
+func loadSenders(s *settings, log *slog.Logger) (*sender.Set, error) {
+	senders, err := sender.Load(s.configPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkExampleSecrets(senders.Config(), s, log); err != nil {
+		return nil, err
+	}
+	return senders, nil
+}
+
+// migrate applies the pending migrations under an advisory lock.
+func migrate(ctx context.Context, url string, log *slog.Logger) error {
+	n, err := migrations.Up(ctx, url)
+	if err != nil {
+		return err
+	}
+	log.Info("migrations applied", "count", n)
+	return nil
+}
+
+// database is the process's connections: the pool, database/sql over it
+// (migrations' readiness check), and the queries below the HTTP layer.
+type database struct {
+	pool    *pgxpool.Pool
+	sql     *sql.DB
+	queries *store.Queries
+}
+
+func openDatabase(ctx context.Context, url string) (*database, error) {
+	pool, err := newPool(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return &database{pool: pool, sql: stdlib.OpenDBFromPool(pool), queries: store.New(pool)}, nil
+}
+
+func (db *database) close() {
+	db.sql.Close()
+	db.pool.Close()
+}
+
+// newRegistry returns the Prometheus registry /metrics serves, with the Go
+// runtime's, the process's, the pool's and the forward backlog's collectors.
+func newRegistry(db *database) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newPoolCollector(db.pool), forward.NewBacklogCollector(db.queries))
+	return reg
+}
+
+// forwarding is River's client, which inserts forward jobs and, when the
+// process works them (work), runs them and the retention job.
+type forwarding struct {
+	client *river.Client[pgx.Tx]
+	work   bool
+}
+
+func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
+	work := s.role == roleAll || s.role == roleWorker
+	m := forward.NewMetrics(reg)
+	m.Init(cfg) // every target's series from the start
+	client, err := forward.NewClient(db.pool, cfg, forward.Options{
+		Work:              work,
+		MaxWorkers:        s.forwardWorkers,
+		RescueAfter:       s.rescueAfter,
+		FetchPollInterval: s.fetchPoll,
+		Backoff:           s.backoff,
+		Maintenance: forward.Maintenance{
+			Queue:   retention.Queue,
+			Timeout: retention.JobTimeout,
+			Register: func(w *river.Workers, maxTimeout time.Duration) error {
+				return river.AddWorkerSafely(w, retention.NewWorker(db.pool, cfg, maxTimeout, log))
+			},
+			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
+		},
+	}, m, log)
+	if err != nil {
+		return nil, err
+	}
+	return &forwarding{client: client, work: work}, nil
+}
+
+// newIngestStore returns the store of the ingest transaction: group commit
+// and the replay cache as the settings say, batch sizes observed in reg, and
+// the statement forms Citus routes to one shard when processed_messages is
+// distributed.
+func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometheus.Registry, log *slog.Logger) (*dedup.Store, error) {
+	citus, err := dedup.InspectCitus(ctx, db.pool)
+	if err != nil {
+		return nil, err
+	}
+	if citus.Distributed {
+		log.Info("citus: processed_messages is distributed; using the statement forms Citus routes to one shard")
+		if citus.PropagateSetCommands != "local" {
+			log.Warn("citus: citus.propagate_set_commands is not 'local', so the in-flight wait (SET LOCAL lock_timeout) does not reach the workers: "+
+				"a delivery whose key another transaction holds waits until that transaction ends instead of getting 409; "+
+				"set it for hookgate's role or database (ALTER ROLE … SET citus.propagate_set_commands = 'local'), see docs/distributed.md",
+				"citus.propagate_set_commands", citus.PropagateSetCommands)
+		}
+	}
+	batchSizes := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "hookgate_ingest_batch_size",
+		Help:    "Deliveries of one sender committed together in one ingest transaction (group commit).",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+	})
+	reg.MustRegister(batchSizes)
+	return dedup.New(db.pool, s.inFlightWait,
+		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
+		dedup.WithReplayCache(s.replayCache, dedup.DefaultReplayCacheTTL),
+		dedup.WithDistributed(citus.Distributed)), nil
+}
+
+// newAPI returns the HTTP server of ingest, the operator API, the console
+// and the service endpoints.
+func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) *handler.Server {
+	poolSize := int(db.pool.Config().MaxConns)
+	maxWaiting := s.ingestMaxWaiting
+	if maxWaiting < 0 {
+		maxWaiting = handler.DefaultShedFactor * poolSize
+	}
+	// The console shares the operator API's limit on wrong tokens.
+	limiter := authlimit.New(s.trustedProxies...)
+	cons := console.New(senders.Config(), db.queries, log, console.Options{
+		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
+		Limiter: limiter, River: fwd.client,
+	})
+	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log,
+		handler.WithShedding(poolSize, maxWaiting), handler.WithAdminToken(s.adminToken), handler.WithDB(db.pool),
+		handler.WithRiver(fwd.client), handler.WithAuthLimiter(limiter), handler.WithConsole(cons),
+		handler.WithMetricsElsewhere(s.metricsAddr != ""))
+}
+
+// newHTTPServer returns the main listener's server: the whole API, or for
+// the worker role only the service endpoints.
+func newHTTPServer(api *handler.Server, s *settings, log *slog.Logger) *http.Server {
+	router := api.Router()
+	if s.role == roleWorker {
+		router = api.ServiceRouter()
+	}
+	return &http.Server{
+		Handler:           router,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    netHTTPMaxHeaderBytes(s.maxHeaderBytes),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// serveUntilDone starts the forward workers (when the process works them), serves on
+// ln (and the profiler's and the metrics' listeners when set), relays the
+// outbox (workers), and shuts everything down when ctx is done.
+func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, cfg *config.Config, s *settings, log *slog.Logger) error {
+	httpSrv := newHTTPServer(api, s, log)
+	if fwd.work {
+		// Jobs are worked with a context of their own, so that a shutdown
+		// lets running forwards finish (River's Stop) before cancelling them.
+		if err := fwd.client.Start(context.WithoutCancel(ctx)); err != nil {
+			ln.Close()
+			return fmt.Errorf("start forward workers: %w", err)
+		}
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
+
+	g, gctx := errgroup.WithContext(ctx)
+	if s.pprofAddr != "" {
+		if err := servePprof(gctx, g, s.pprofAddr, log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	if s.metricsAddr != "" {
+		if err := serveMetrics(gctx, g, s.metricsAddr, api.MetricsHandler(), log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	if fwd.work {
+		// Worker processes relay the outbox into River's job table.
+		relay := forward.NewRelay(db.pool, fwd.client, cfg, 0, 0, log)
+		g.Go(func() error {
+			relay.Run(gctx)
+			return nil
+		})
+	}
+	g.Go(func() error {
+		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		return shutdown(ctx, httpSrv, fwd, s.shutdownWait, log)
+	})
+	err := g.Wait()
+	log.Info("stopped")
+	return err
+}
+
+// shutdown lets in-flight requests and running forwards finish within wait;
+// forwards still running then are cancelled and retried by the next worker.
+func shutdown(ctx context.Context, httpSrv *http.Server, fwd *forwarding, wait time.Duration, log *slog.Logger) error {
+	log.Info("shutting down: finishing in-flight requests and forwards", "timeout", wait)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	var errs []error
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("shutdown http: %w", err))
+	}
+	if !fwd.work {
+		return errors.Join(errs...)
+	}
+	if err := fwd.client.Stop(sctx); err != nil {
+		log.Warn("forwards still running at the end of the grace period: cancelling them", "err", err)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := fwd.client.StopAndCancel(cctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop forward workers: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
