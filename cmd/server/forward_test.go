@@ -294,9 +294,9 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 		tg    *testkit.Target
 		first atomic.Bool
 	)
-	tg = testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
-		if first.CompareAndSwap(false, true) && !tg.AwaitInFlight(context.Background(), 2) {
-			return testkit.Answer{Block: true} // the test ended first
+	tg = testkit.NewTarget(t, func(_ int, r *http.Request) testkit.Answer {
+		if first.CompareAndSwap(false, true) && !tg.AwaitInFlight(r.Context(), 2) {
+			return testkit.Answer{Block: true} // the client gave up or the test ended first: no answer
 		}
 		return testkit.Answer{Status: http.StatusOK}
 	})
