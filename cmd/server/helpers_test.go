@@ -282,7 +282,7 @@ func buildBinary(t *testing.T) string {
 		path := filepath.Join(dir, "hookgate")
 		out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
 		if err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			built.err = fmt.Errorf("go build: %w\n%s", err, out)
 			return
 		}
 		built.path = path
@@ -399,11 +399,11 @@ func parseAccepted(r reply, id string) (acceptedBody, error) {
 		return a, fmt.Errorf("Content-Type %q, want application/json", ct)
 	}
 	if err := json.Unmarshal(r.body, &a); err != nil {
-		return a, fmt.Errorf("decode 202 body %q: %v", r.body, err)
+		return a, fmt.Errorf("decode 202 body %q: %w", r.body, err)
 	}
 	u, err := uuid.Parse(a.EventID)
 	if err != nil || u.Version() != 7 {
-		return a, fmt.Errorf("event_id %q is not a UUIDv7 (%v)", a.EventID, err)
+		return a, fmt.Errorf("event_id %q is not a UUIDv7 (%w)", a.EventID, err)
 	}
 	if a.Sender != "acme" || a.DeliveryID != id || a.ReceivedAt.IsZero() {
 		return a, fmt.Errorf("202 body %q: want sender acme, delivery_id %q and a received_at", r.body, id)
@@ -430,7 +430,7 @@ func checkProblem(r reply, want int) error {
 		Detail string `json:"detail"`
 	}
 	if err := json.Unmarshal(r.body, &p); err != nil {
-		return fmt.Errorf("body %q is not JSON: %v", r.body, err)
+		return fmt.Errorf("body %q is not JSON: %w", r.body, err)
 	}
 	if p.Type == "" || p.Title == "" || p.Detail == "" || p.Status != want {
 		return fmt.Errorf("problem %q lacks type, title or detail, or has the wrong status", r.body)

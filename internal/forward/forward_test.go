@@ -429,7 +429,7 @@ func TestForwardConnectionRefusedIsRetried(t *testing.T) {
 	go func() { served <- srv.Serve(l) }()
 	t.Cleanup(func() {
 		_ = srv.Close()
-		<-served
+		<-served //nolint:errcheck // ErrServerClosed, after Close
 	})
 
 	j := e.waitJobs(1)[0]

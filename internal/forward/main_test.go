@@ -216,7 +216,7 @@ func (e *env) tryDeliver(id string, body []byte, ct string) (delivery, error) {
 		EventID string `json:"event_id"`
 	}
 	if err := json.Unmarshal(rb, &a); err != nil || a.EventID == "" {
-		return delivery{}, fmt.Errorf("deliver %s: body %q: %v", id, rb, err)
+		return delivery{}, fmt.Errorf("deliver %s: body %q: %w", id, rb, err)
 	}
 	return delivery{id: id, eventID: a.EventID, body: body, contentType: ct,
 		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil

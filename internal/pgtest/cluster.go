@@ -250,7 +250,7 @@ func makeServerDir() (string, error) {
 	}
 	u, err := user.Lookup(serverUser)
 	if err != nil {
-		return "", fmt.Errorf("running as root, but there is no user %q to run PostgreSQL as: %v", serverUser, err)
+		return "", fmt.Errorf("running as root, but there is no user %q to run PostgreSQL as: %w", serverUser, err)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
@@ -263,7 +263,7 @@ func makeServerDir() (string, error) {
 	}
 	if err := os.Chown(dir, uid, gid); err != nil {
 		os.RemoveAll(dir)
-		return "", fmt.Errorf("chown %s to %s: %v", dir, serverUser, err)
+		return "", fmt.Errorf("chown %s to %s: %w", dir, serverUser, err)
 	}
 	return dir, nil
 }

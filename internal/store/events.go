@@ -68,7 +68,7 @@ func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID
 	if len(ids) == 0 {
 		return types, nil
 	}
-	rows, err := q.db.Query(ctx, `SELECT id, event_type FROM webhook_events WHERE sender = $1 AND id = ANY($2::uuid[])`, sender, ids)
+	rows, err := q.db.Query(ctx, `SELECT id, event_type FROM webhook_events WHERE sender = $1 AND id = ANY($2::uuid[])`, sender, ids) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("event types of %s: %w", sender, err)
 	}
