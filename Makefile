@@ -40,7 +40,7 @@ test-fast:
 
 ## test-citus: run the pattern's tests (dedup, store, handler, forward) on a running Citus cluster:
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
-CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/handler/... ./internal/forward/...
+CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/handler/... ./internal/forward/... ./internal/retention/...
 test-citus:
 	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-citus.sh
 

@@ -22,13 +22,15 @@ trap 'rm -f "$out"' EXIT
 rc=0
 # shellcheck disable=SC2086 # GOTESTFLAGS and PKGS are word lists
 go test -race -count=1 -timeout 30m -v ${GOTESTFLAGS:-} ${PKGS} >"$out" 2>&1 || rc=$?
-# The verdicts, each skip with its reason, and every failure in full.
+# The verdicts, each skip with its reason, every failure, and the tests' log
+# lines (a parallel test's log comes before its verdict).
 awk '
 	/^(=== RUN|=== PAUSE|=== CONT|=== NAME)/ { next }
 	/^ *--- PASS/ { pass++; next }
 	/^ *--- SKIP/ { skip++; print; getline; print; next }
 	/^ *--- FAIL/ { fail++; infail = 1; print; next }
 	/^(ok|FAIL|PASS)/ { print; infail = 0; next }
+	/_test\.go:[0-9]+:/ { print; next }
 	infail || /panic|DATA RACE/ { print }
 	END { printf "test-citus: %d passed, %d skipped, %d failed\n", pass, skip, fail }
 ' "$out"

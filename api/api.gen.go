@@ -100,20 +100,67 @@ func (e ForwardStateState) Valid() bool {
 
 // Defines values for SenderInfoPreset.
 const (
+	SenderInfoPresetBitbucket        SenderInfoPreset = "bitbucket"
+	SenderInfoPresetCalendly         SenderInfoPreset = "calendly"
+	SenderInfoPresetCoinbaseCommerce SenderInfoPreset = "coinbase-commerce"
+	SenderInfoPresetForgejo          SenderInfoPreset = "forgejo"
 	SenderInfoPresetGeneric          SenderInfoPreset = "generic"
+	SenderInfoPresetGitea            SenderInfoPreset = "gitea"
 	SenderInfoPresetGithub           SenderInfoPreset = "github"
+	SenderInfoPresetGitlab           SenderInfoPreset = "gitlab"
+	SenderInfoPresetIntercom         SenderInfoPreset = "intercom"
+	SenderInfoPresetLemonSqueezy     SenderInfoPreset = "lemon-squeezy"
+	SenderInfoPresetLinear           SenderInfoPreset = "linear"
+	SenderInfoPresetMux              SenderInfoPreset = "mux"
+	SenderInfoPresetPaddle           SenderInfoPreset = "paddle"
+	SenderInfoPresetPagerduty        SenderInfoPreset = "pagerduty"
+	SenderInfoPresetRazorpay         SenderInfoPreset = "razorpay"
+	SenderInfoPresetSentry           SenderInfoPreset = "sentry"
 	SenderInfoPresetShopify          SenderInfoPreset = "shopify"
 	SenderInfoPresetSlack            SenderInfoPreset = "slack"
 	SenderInfoPresetStandardWebhooks SenderInfoPreset = "standard-webhooks"
 	SenderInfoPresetStripe           SenderInfoPreset = "stripe"
+	SenderInfoPresetTelegram         SenderInfoPreset = "telegram"
+	SenderInfoPresetTypeform         SenderInfoPreset = "typeform"
+	SenderInfoPresetVercel           SenderInfoPreset = "vercel"
+	SenderInfoPresetWoocommerce      SenderInfoPreset = "woocommerce"
+	SenderInfoPresetZendesk          SenderInfoPreset = "zendesk"
 )
 
 // Valid indicates whether the value is a known member of the SenderInfoPreset enum.
 func (e SenderInfoPreset) Valid() bool {
 	switch e {
+	case SenderInfoPresetBitbucket:
+		return true
+	case SenderInfoPresetCalendly:
+		return true
+	case SenderInfoPresetCoinbaseCommerce:
+		return true
+	case SenderInfoPresetForgejo:
+		return true
 	case SenderInfoPresetGeneric:
 		return true
+	case SenderInfoPresetGitea:
+		return true
 	case SenderInfoPresetGithub:
+		return true
+	case SenderInfoPresetGitlab:
+		return true
+	case SenderInfoPresetIntercom:
+		return true
+	case SenderInfoPresetLemonSqueezy:
+		return true
+	case SenderInfoPresetLinear:
+		return true
+	case SenderInfoPresetMux:
+		return true
+	case SenderInfoPresetPaddle:
+		return true
+	case SenderInfoPresetPagerduty:
+		return true
+	case SenderInfoPresetRazorpay:
+		return true
+	case SenderInfoPresetSentry:
 		return true
 	case SenderInfoPresetShopify:
 		return true
@@ -122,6 +169,16 @@ func (e SenderInfoPreset) Valid() bool {
 	case SenderInfoPresetStandardWebhooks:
 		return true
 	case SenderInfoPresetStripe:
+		return true
+	case SenderInfoPresetTelegram:
+		return true
+	case SenderInfoPresetTypeform:
+		return true
+	case SenderInfoPresetVercel:
+		return true
+	case SenderInfoPresetWoocommerce:
+		return true
+	case SenderInfoPresetZendesk:
 		return true
 	default:
 		return false
@@ -148,23 +205,70 @@ func (e SignatureInfoEncoding) Valid() bool {
 
 // Defines values for SignatureInfoScheme.
 const (
+	SignatureInfoSchemeBitbucket        SignatureInfoScheme = "bitbucket"
+	SignatureInfoSchemeCalendly         SignatureInfoScheme = "calendly"
+	SignatureInfoSchemeCoinbaseCommerce SignatureInfoScheme = "coinbase-commerce"
+	SignatureInfoSchemeForgejo          SignatureInfoScheme = "forgejo"
+	SignatureInfoSchemeGitea            SignatureInfoScheme = "gitea"
 	SignatureInfoSchemeGithub           SignatureInfoScheme = "github"
+	SignatureInfoSchemeGitlab           SignatureInfoScheme = "gitlab"
 	SignatureInfoSchemeHmacSha256       SignatureInfoScheme = "hmac-sha256"
+	SignatureInfoSchemeIntercom         SignatureInfoScheme = "intercom"
+	SignatureInfoSchemeLemonSqueezy     SignatureInfoScheme = "lemon-squeezy"
+	SignatureInfoSchemeLinear           SignatureInfoScheme = "linear"
+	SignatureInfoSchemeMux              SignatureInfoScheme = "mux"
 	SignatureInfoSchemeNone             SignatureInfoScheme = "none"
+	SignatureInfoSchemePaddle           SignatureInfoScheme = "paddle"
+	SignatureInfoSchemePagerduty        SignatureInfoScheme = "pagerduty"
+	SignatureInfoSchemeRazorpay         SignatureInfoScheme = "razorpay"
+	SignatureInfoSchemeSentry           SignatureInfoScheme = "sentry"
 	SignatureInfoSchemeShopify          SignatureInfoScheme = "shopify"
 	SignatureInfoSchemeSlack            SignatureInfoScheme = "slack"
 	SignatureInfoSchemeStandardWebhooks SignatureInfoScheme = "standard-webhooks"
 	SignatureInfoSchemeStripe           SignatureInfoScheme = "stripe"
+	SignatureInfoSchemeTelegram         SignatureInfoScheme = "telegram"
+	SignatureInfoSchemeTypeform         SignatureInfoScheme = "typeform"
+	SignatureInfoSchemeVercel           SignatureInfoScheme = "vercel"
+	SignatureInfoSchemeWoocommerce      SignatureInfoScheme = "woocommerce"
+	SignatureInfoSchemeZendesk          SignatureInfoScheme = "zendesk"
 )
 
 // Valid indicates whether the value is a known member of the SignatureInfoScheme enum.
 func (e SignatureInfoScheme) Valid() bool {
 	switch e {
+	case SignatureInfoSchemeBitbucket:
+		return true
+	case SignatureInfoSchemeCalendly:
+		return true
+	case SignatureInfoSchemeCoinbaseCommerce:
+		return true
+	case SignatureInfoSchemeForgejo:
+		return true
+	case SignatureInfoSchemeGitea:
+		return true
 	case SignatureInfoSchemeGithub:
+		return true
+	case SignatureInfoSchemeGitlab:
 		return true
 	case SignatureInfoSchemeHmacSha256:
 		return true
+	case SignatureInfoSchemeIntercom:
+		return true
+	case SignatureInfoSchemeLemonSqueezy:
+		return true
+	case SignatureInfoSchemeLinear:
+		return true
+	case SignatureInfoSchemeMux:
+		return true
 	case SignatureInfoSchemeNone:
+		return true
+	case SignatureInfoSchemePaddle:
+		return true
+	case SignatureInfoSchemePagerduty:
+		return true
+	case SignatureInfoSchemeRazorpay:
+		return true
+	case SignatureInfoSchemeSentry:
 		return true
 	case SignatureInfoSchemeShopify:
 		return true
@@ -173,6 +277,16 @@ func (e SignatureInfoScheme) Valid() bool {
 	case SignatureInfoSchemeStandardWebhooks:
 		return true
 	case SignatureInfoSchemeStripe:
+		return true
+	case SignatureInfoSchemeTelegram:
+		return true
+	case SignatureInfoSchemeTypeform:
+		return true
+	case SignatureInfoSchemeVercel:
+		return true
+	case SignatureInfoSchemeWoocommerce:
+		return true
+	case SignatureInfoSchemeZendesk:
 		return true
 	default:
 		return false
@@ -347,6 +461,9 @@ type Delivery struct {
 
 // DeliveryIDLocation Where the sender's requests carry their delivery ID; exactly one member is set.
 type DeliveryIDLocation struct {
+	// BodySha256 The delivery ID is the hex SHA-256 of the body (for providers that send none): the same bytes again are a replay, and two different events with identical bytes are one delivery.
+	BodySha256 *bool `json:"body_sha256,omitempty"`
+
 	// Header The request header holding the delivery ID.
 	//
 	// Example: X-GitHub-Delivery

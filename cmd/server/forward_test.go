@@ -16,7 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -41,25 +43,22 @@ var fastForwardFlags = []string{
 // block holds every request until the client goes away or the test ends.
 func block(int, *http.Request) testkit.Answer { return testkit.Answer{Block: true} }
 
+// forwardJobs returns every forward job, oldest first.
+func forwardJobs(t *testing.T, pool *pgxpool.Pool) []store.ForwardJob {
+	t.Helper()
+	jobs, err := store.New(pool).ForwardJobs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs
+}
+
 // jobStates counts the forward jobs by state.
 func jobStates(t *testing.T, pool *pgxpool.Pool) map[string]int {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT state::text, count(*) FROM river_job WHERE kind = 'hookgate_forward' GROUP BY 1`)
-	if err != nil {
-		t.Fatalf("read river_job: %v", err)
-	}
-	defer rows.Close()
 	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[s] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+	for _, j := range forwardJobs(t, pool) {
+		out[string(j.State)]++
 	}
 	return out
 }
@@ -77,22 +76,9 @@ func outboxRows(t *testing.T, pool *pgxpool.Pool) int {
 // jobsPerEvent counts the forward jobs of each event.
 func jobsPerEvent(t *testing.T, pool *pgxpool.Pool) map[string]int {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT args->>'event_id', count(*) FROM river_job WHERE kind = 'hookgate_forward' GROUP BY 1`)
-	if err != nil {
-		t.Fatalf("read river_job: %v", err)
-	}
-	defer rows.Close()
 	out := map[string]int{}
-	for rows.Next() {
-		var ev string
-		var n int
-		if err := rows.Scan(&ev, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[ev] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+	for _, j := range forwardJobs(t, pool) {
+		out[j.EventID]++
 	}
 	return out
 }
@@ -362,21 +348,13 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 	if maxIn < 2 {
 		t.Errorf("at most %d forwards were in flight at once; with one per worker, both workers should have taken part", maxIn)
 	}
-	rows, err := pool.Query(t.Context(), `SELECT attempted_by[1], count(*) FROM river_job WHERE kind = 'hookgate_forward' GROUP BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
 	byClient := map[string]int{}
-	for rows.Next() {
-		var id string
-		var k int
-		if err := rows.Scan(&id, &k); err != nil {
-			t.Fatal(err)
+	for _, j := range forwardJobs(t, pool) {
+		last := "" // the client of the attempt that finished the job
+		if len(j.AttemptedBy) > 0 {
+			last = j.AttemptedBy[len(j.AttemptedBy)-1]
 		}
-		byClient[id] = k
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		byClient[last]++
 	}
 	if len(byClient) != 2 {
 		t.Errorf("jobs were worked by %d River clients (%v), want the 2 workers", len(byClient), byClient)
@@ -488,11 +466,11 @@ func TestShutdownLetsRunningForwardFinish(t *testing.T) {
 	if in != 0 || len(hits) != 1 || hits[0].Status != http.StatusOK || hits[0].Key() != ev {
 		t.Fatalf("when run returned the target had %d requests in flight and received %+v; want exactly one, answered 200, for event %s", in, hits, ev)
 	}
-	var state string
-	var attempt int
-	if err := pool.QueryRow(t.Context(), `SELECT state::text, attempt FROM river_job WHERE kind = 'hookgate_forward'`).Scan(&state, &attempt); err != nil {
-		t.Fatal(err)
+	jobs := forwardJobs(t, pool)
+	if len(jobs) != 1 {
+		t.Fatalf("%d forward jobs, want 1", len(jobs))
 	}
+	state, attempt := string(jobs[0].State), jobs[0].Attempt
 	if state != "completed" || attempt != 1 {
 		t.Errorf("after shutdown the job is %s at attempt %d, want completed at attempt 1", state, attempt)
 	}
@@ -517,14 +495,11 @@ func TestShutdownRetriesForwardThatOutlastsGrace(t *testing.T) {
 	if err := srv.wait(t); err != nil {
 		t.Errorf("run returned %v, want nil (running forwards cancelled and left for retry)", err)
 	}
-	var state string
-	var attempt, maxAttempts int
-	var errs []string
-	if err := pool.QueryRow(t.Context(), `SELECT state::text, attempt, max_attempts,
-		coalesce((SELECT array_agg(e->>'error') FROM unnest(errors) AS e), '{}')
-		FROM river_job WHERE kind = 'hookgate_forward'`).Scan(&state, &attempt, &maxAttempts, &errs); err != nil {
-		t.Fatal(err)
+	jobs := forwardJobs(t, pool)
+	if len(jobs) != 1 {
+		t.Fatalf("%d forward jobs, want 1", len(jobs))
 	}
+	state, attempt, errs := string(jobs[0].State), jobs[0].Attempt, jobs[0].Errors
 	if state != "available" && state != "retryable" {
 		t.Fatalf("after a shutdown that cut the forward short the job is %s at attempt %d (errors %q), want available or retryable", state, attempt, errs)
 	}
@@ -574,9 +549,9 @@ func TestNoSecretInLogsOrMetrics(t *testing.T) {
 	deliverAll(t, c, "http://"+addr, makeIDs("secret", 3))
 	// A job of a target this process does not know, named by the URL as an
 	// older version did: its error must not echo the URL either.
-	if _, err := pool.Exec(t.Context(), `INSERT INTO river_job (args, kind, max_attempts, queue, state, priority)
-VALUES (jsonb_build_object('sender', 'acme', 'event_id', gen_random_uuid(), 'delivery_id', 'old', 'url', 'http://old:`+password+`@127.0.0.1:1/?token=`+token+`'),
-        'hookgate_forward', 2, 'forward', 'available', 1)`); err != nil {
+	if _, err := store.New(pool).InsertForwardJobs(t.Context(), forward.Queue, store.JobFixture{}, store.NewForwardJob{
+		Sender: "acme", DeliveryID: "old", URL: "http://old:" + password + "@127.0.0.1:1/?token=" + token, MaxAttempts: 2,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Poll(t, 45*time.Second, "every forward to fail", func() bool {

@@ -703,3 +703,10 @@ func reportLoad(t *testing.T, st *loadStats) {
 	t.Logf("load: %d connection errors, error statuses %v, %d deliveries first answered by a replay",
 		st.connErrs, st.statuses, st.firstReplayed)
 }
+
+// startBinary starts the binary serving on addr with DATABASE_URL=dsn. The
+// process is killed when the test ends, if it still runs.
+func startBinary(t *testing.T, bin, dsn, addr, cfg string) *proc {
+	t.Helper()
+	return startBinaryWith(t, bin, dsn, addr, cfg)
+}

@@ -6,8 +6,13 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestRunRedeliver runs `hookgate redeliver` against a database with failed
@@ -27,13 +32,20 @@ func TestRunRedeliver(t *testing.T) {
 	defer conn.Close(context.Background())
 	// 3 forwards to orders failed half an hour ago, 1 three hours ago, and
 	// 2 to another target half an hour ago.
-	if _, err := conn.Exec(ctx, `INSERT INTO river_job (kind, args, max_attempts, queue, state, attempt, finalized_at)
-SELECT 'hookgate_forward', jsonb_build_object('sender', 'acme', 'event_id', gen_random_uuid()::text, 'target', t, 'delivery_id', 'd-' || i),
-       3, 'forward', 'discarded', 3, now() - ago
-FROM (VALUES (1, 'orders', interval '30 minutes'), (2, 'orders', interval '30 minutes'), (3, 'orders', interval '30 minutes'),
-             (4, 'orders', interval '3 hours'), (5, 'ledger', interval '30 minutes'), (6, 'ledger', interval '30 minutes')) AS v(i, t, ago)`); err != nil {
-		t.Fatal(err)
+	q := store.New(conn)
+	failed := func(ago time.Duration, target string, ids ...string) {
+		t.Helper()
+		var jobs []store.NewForwardJob
+		for _, id := range ids {
+			jobs = append(jobs, store.NewForwardJob{Sender: "acme", Target: target, DeliveryID: id, MaxAttempts: 3})
+		}
+		if _, err := q.InsertForwardJobs(ctx, forward.Queue, store.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-ago)}, jobs...); err != nil {
+			t.Fatal(err)
+		}
 	}
+	failed(30*time.Minute, "orders", "d-1", "d-2", "d-3")
+	failed(3*time.Hour, "orders", "d-4")
+	failed(30*time.Minute, "ledger", "d-5", "d-6")
 	cfg := writeConfig(t, senderConfig+`    forward:
       - name: orders
         url: http://127.0.0.1:1/orders
@@ -54,11 +66,10 @@ FROM (VALUES (1, 'orders', interval '30 minutes'), (2, 'orders', interval '30 mi
 	if err := run(ctx, []string{"redeliver", "--sender", "acme", "--target", "orders", "--until", "2h"}, env, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "matched 1 ") {
 		t.Errorf("redeliver --until 2h: %v, stdout %q; want 1 matched", err, out.String())
 	}
-	var bulk int
 	// A relative --since is a new instant each time, so each run is a
 	// request of its own (the forwards are still redelivered once: the
 	// job that runs second finds them redelivered).
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'hookgate_bulk_redeliver'`).Scan(&bulk); err != nil || bulk != 3 {
+	if bulk, err := q.CountJobs(ctx, forward.BulkArgs{}.Kind()); err != nil || bulk != 3 {
 		t.Errorf("%d bulk jobs (%v), want 3", bulk, err)
 	}
 

@@ -171,20 +171,28 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 	})
 	reg.MustRegister(batchSizes)
+	queueWait := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "hookgate_ingest_store_queue_seconds",
+		Help:    "Time a delivery queued for the database (a batch slot of its sender and a connection) before its transaction, or before it gave up.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	})
+	reg.MustRegister(queueWait)
+	if s.ingestMaxWaiting != "" {
+		log.Warn("--ingest-max-waiting (HOOKGATE_INGEST_MAX_WAITING) is no longer used: deliveries are shed on queueing delay (--ingest-queue-target, --ingest-max-queue-wait)")
+	}
 	return dedup.New(db.pool, s.inFlightWait,
 		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
 		dedup.WithReplayCache(s.replayCache, dedup.DefaultReplayCacheTTL),
-		dedup.WithDistributed(citus.Distributed)), nil
+		dedup.WithDistributed(citus.Distributed),
+		dedup.WithShedding(dedup.ShedPolicy{
+			Target: s.queueTarget, MaxWait: s.maxQueueWait,
+			Observe: func(d time.Duration) { queueWait.Observe(d.Seconds()) },
+		})), nil
 }
 
 // newAPI returns the HTTP server of ingest, the operator API, the console
 // and the service endpoints.
 func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) *handler.Server {
-	poolSize := int(db.pool.Config().MaxConns)
-	maxWaiting := s.ingestMaxWaiting
-	if maxWaiting < 0 {
-		maxWaiting = handler.DefaultShedFactor * poolSize
-	}
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.trustedProxies...)
 	cons := console.New(senders.Config(), db.queries, log, console.Options{
@@ -192,7 +200,7 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 		Limiter: limiter, River: fwd.client,
 	})
 	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log,
-		handler.WithShedding(poolSize, maxWaiting), handler.WithAdminToken(s.adminToken), handler.WithDB(db.pool),
+		handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(db.pool),
 		handler.WithRiver(fwd.client), handler.WithAuthLimiter(limiter), handler.WithConsole(cons),
 		handler.WithMetricsElsewhere(s.metricsAddr != ""))
 }
@@ -245,7 +253,11 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	}
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
-		relay := forward.NewRelay(db.pool, fwd.client, cfg, 0, 0, log)
+		relay, err := forward.NewRelay(db.pool, fwd.client, cfg, forward.DefaultRelayConfig(), log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		g.Go(func() error {
 			relay.Run(gctx)
 			return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
 )
 
@@ -43,7 +44,11 @@ type settings struct {
 	replayCache                int // 0: no replay cache
 
 	maxHeaderBytes   int
-	ingestMaxWaiting int // -1: handler.DefaultShedFactor × the pool size
+	ingestMaxWaiting string // no longer used: shedding is on queueing delay
+
+	queueTarget, maxQueueWait time.Duration // of shedding on delay (dedup.ShedPolicy)
+	bodyBudget                int64         // bytes of request bodies in memory at once
+	bodyBudgetWait            time.Duration // for room in the body budget
 
 	allowExampleSecrets bool
 
@@ -145,20 +150,28 @@ var settingTable = []setting{
 			s.role = v
 			return nil
 		}},
-	{flag: "ingest-max-waiting", env: "HOOKGATE_INGEST_MAX_WAITING", shown: "4 × the pool size",
-		help: "deliveries that may wait for a database connection before more are answered 503 at once",
+	{flag: "ingest-queue-target", env: "HOOKGATE_INGEST_QUEUE_TARGET", def: dedup.DefaultShedTarget.String(),
+		help:  "queueing delay for the database that, exceeded by every delivery for a second, sheds new deliveries with 503 until the queue drains (1ms to 1m)",
+		parse: durationIn(func(s *settings) *time.Duration { return &s.queueTarget }, "ingest queue target", time.Millisecond, time.Minute)},
+	{flag: "ingest-max-queue-wait", env: "HOOKGATE_INGEST_MAX_QUEUE_WAIT", def: dedup.DefaultMaxQueueWait.String(),
+		help:  "longest a delivery waits for the database (a batch slot or a connection) before it is answered 503 (10ms to 10s)",
+		parse: durationIn(func(s *settings) *time.Duration { return &s.maxQueueWait }, "ingest max queue wait", 10*time.Millisecond, maxInFlightWait)},
+	{flag: "ingest-body-budget", env: "HOOKGATE_INGEST_BODY_BUDGET", def: strconv.Itoa(handler.DefaultBodyBudget),
+		help: "bytes of request bodies that ingest requests hold in memory at once (at least 1048576); past it a delivery waits for room, then gets 503; a quarter is kept for bodies up to 64 KiB",
 		parse: func(s *settings, v string) error {
-			if v == "" {
-				s.ingestMaxWaiting = -1
-				return nil
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1<<20 {
+				return fmt.Errorf("ingest body budget %q: must be a whole number of bytes, at least 1048576 (1 MiB)", v)
 			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return fmt.Errorf("ingest max waiting %q: must be a whole number, 0 or more", v)
-			}
-			s.ingestMaxWaiting = n
+			s.bodyBudget = n
 			return nil
 		}},
+	{flag: "ingest-body-budget-wait", env: "HOOKGATE_INGEST_BODY_BUDGET_WAIT", def: handler.DefaultBodyBudgetWait.String(),
+		help:  "longest a delivery waits for room in the body budget before it is answered 503 (1ms to 1m)",
+		parse: durationIn(func(s *settings) *time.Duration { return &s.bodyBudgetWait }, "ingest body budget wait", time.Millisecond, time.Minute)},
+	{flag: "ingest-max-waiting", env: "HOOKGATE_INGEST_MAX_WAITING", shown: "(none)",
+		help:  "no longer used (accepted with a warning): deliveries are shed on queueing delay, see --ingest-queue-target",
+		parse: func(s *settings, v string) error { s.ingestMaxWaiting = v; return nil }},
 	{flag: "trusted-proxies", env: "HOOKGATE_TRUSTED_PROXIES", shown: "(none)",
 		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts",
 		parse: func(s *settings, v string) error {
@@ -353,4 +366,17 @@ func (s *settings) validate() error {
 		return errors.New("forward backoff: base must be positive and max at least base")
 	}
 	return nil
+}
+
+// durationIn returns a parser of a duration from lo to hi into the field
+// that field returns; name is how its error names it.
+func durationIn(field func(*settings) *time.Duration, name string, lo, hi time.Duration) func(*settings, string) error {
+	return func(s *settings, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < lo || d > hi {
+			return fmt.Errorf("%s %q: must be a duration from %s to %s", name, v, lo, hi)
+		}
+		*field(s) = d
+		return nil
+	}
 }

@@ -94,9 +94,10 @@ func TestCheckToken(t *testing.T) {
 			t.Errorf("the refusal repeats the token: %v", err)
 		}
 	}
-	// make run's (24 random bytes in hex), openssl rand -hex 32's, a UUID.
+	// openssl rand -hex 16's (128 bits), make run's (24 random bytes in
+	// hex), openssl rand -hex 32's.
 	for i := range 200 {
-		for _, n := range []int{24, 32} {
+		for _, n := range []int{16, 24, 32} {
 			b := make([]byte, n)
 			_, _ = rand.Read(b)
 			if err := CheckToken(hex.EncodeToString(b)); err != nil {

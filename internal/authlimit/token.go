@@ -8,6 +8,9 @@ import (
 	"unicode"
 )
 
+// MinTokenLength is the fewest characters an admin token may have.
+const MinTokenLength = 32
+
 // MinTokenBits is the least estimated entropy of an admin token that
 // hookgate starts with. With it, guessing is hopeless whatever the rate,
 // which is what lets a request with the right token through even when its
@@ -19,8 +22,9 @@ const TokenHint = "generate one with: openssl rand -hex 32 (or: head -c 32 /dev/
 
 // CheckToken returns why token is too weak to be the admin token, or nil:
 // only whitespace, a repeated pattern (the same run of characters over and
-// over, 32 × "a" included), or fewer than MinTokenBits of estimated
-// entropy. The error never contains the token.
+// over, 32 × "a" included), fewer than MinTokenLength characters, or fewer
+// than MinTokenBits of estimated entropy (EstimateBits). The error never
+// contains the token.
 func CheckToken(token string) error {
 	if strings.TrimSpace(token) == "" {
 		return errors.New("admin token: it is only whitespace; " + TokenHint)
@@ -31,8 +35,9 @@ func CheckToken(token string) error {
 		}
 		return fmt.Errorf("admin token: it is a pattern of %d characters repeated; %s", p, TokenHint)
 	}
-	if bits := EstimateBits(token); bits < MinTokenBits {
-		return fmt.Errorf("admin token: it has about %d bits of entropy and must have at least %d, so that it cannot be guessed; %s", int(bits), MinTokenBits, TokenHint)
+	if n, bits := len([]rune(token)), EstimateBits(token); n < MinTokenLength || bits < MinTokenBits {
+		return fmt.Errorf("admin token: it has %d characters and about %d bits of entropy, and must have at least %d and %d, so that it cannot be guessed; %s",
+			n, int(bits), MinTokenLength, MinTokenBits, TokenHint)
 	}
 	return nil
 }
@@ -58,13 +63,14 @@ func period(token string) int {
 }
 
 // EstimateBits estimates the entropy of a random token: its length times
-// the smaller of the bits a character of its alphabet can carry (from the
-// classes of characters it uses: hex digits, digits, lower case, upper
-// case, other) and the Shannon entropy of its characters' frequencies, so
-// that neither a long token over few distinct characters nor a short one
-// over many passes. 64 hex digits estimate at about 240 bits, 32 random
-// characters of base64 at about 150; a random 32-hex-digit (128-bit)
-// token estimates below 128, so give hex tokens at least 40 digits.
+// the bits a character of its alphabet can carry (from the classes of
+// characters it uses: hex digits, digits, lower case, upper case, other),
+// so 32 hex digits (16 random bytes) estimate at 128 bits and 64 at 256.
+// When its characters are far less varied than such an alphabet allows
+// (their Shannon entropy under three quarters of the most its length and
+// alphabet permit: few distinct characters, or one used far more than the
+// others, as in "aaaa…ab"), the estimate is its length times that Shannon
+// entropy instead.
 func EstimateBits(token string) float64 {
 	r := []rune(token)
 	if len(r) == 0 {
@@ -116,5 +122,9 @@ func EstimateBits(token string) float64 {
 		p := float64(k) / n
 		shannon -= p * math.Log2(p)
 	}
-	return n * math.Min(math.Log2(float64(pool)), shannon)
+	perChar := math.Log2(float64(pool))
+	if shannon < 0.75*math.Log2(math.Min(n, float64(pool))) {
+		perChar = shannon
+	}
+	return n * perChar
 }

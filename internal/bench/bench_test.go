@@ -125,6 +125,22 @@ func TestScriptsBindEveryParameter(t *testing.T) {
 	}
 }
 
+// The plain baseline is the minimal SQL for the same rows: two scalar
+// INSERT … VALUES between BEGIN and COMMIT, in one pipeline, nothing of
+// the gateway's own statements (arrays, guards, the read, its settings).
+func TestPlainScriptIsMinimal(t *testing.T) {
+	t.Parallel()
+	s := modePlain.script()
+	want := uniqueKey + "\\startpipeline\nBEGIN;\nINSERT INTO processed_messages\n" +
+		"  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)\n" +
+		"VALUES (:sender, :did, :sha, md5(:did::text)::uuid, :status, :ctype, :resp, :ts, :exp);\n" +
+		"INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)\n" +
+		"VALUES (:sender, md5(:did::text)::uuid, :did, :ts, :headers, :body, :etype);\nCOMMIT;\n\\endpipeline\n"
+	if s != want {
+		t.Errorf("plain script:\n%s\nwant:\n%s", s, want)
+	}
+}
+
 func TestMakeBody(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{32, 100, 512, 4096} {

@@ -179,11 +179,19 @@ type Signature struct {
 	Secret string `yaml:"secret"`
 }
 
-// DeliveryID names where a request carries its delivery ID: a header, or a
-// JSON pointer (RFC 6901) into a JSON body. Exactly one is set.
+// DeliveryID names where a request carries its delivery ID: a header, a
+// JSON pointer (RFC 6901) into a JSON body, or (BodySHA256) none at all.
+// Exactly one is set.
 type DeliveryID struct {
-	Header      string `yaml:"header" validate:"required_without=JSONPointer,excluded_with=JSONPointer,omitempty,headername"`
+	Header      string `yaml:"header" validate:"required_without_all=JSONPointer BodySHA256,excluded_with=JSONPointer,omitempty,headername"`
 	JSONPointer string `yaml:"json_pointer" validate:"omitempty,jsonpointer"`
+	// BodySHA256, for providers that send no delivery ID (Meta, Lemon
+	// Squeezy, Calendly): the delivery ID is the hex SHA-256 of the
+	// (decompressed) body, so a retry of the same bytes is a replay. Its
+	// limit: two genuinely different events sent with identical bytes are
+	// one delivery, and a retry whose bytes differ (a new timestamp inside
+	// the body) is a new one.
+	BodySHA256 bool `yaml:"body_sha256" validate:"excluded_with=Header JSONPointer"`
 }
 
 // Duration is a time.Duration written as "168h", "30m" or "10s" in YAML.
@@ -467,8 +475,13 @@ func describe(fe validator.FieldError) string {
 		reason = "is required"
 	case "required_without":
 		reason = "is required: set " + parent + ".header or " + parent + ".json_pointer"
+	case "required_without_all":
+		reason = "is required: set " + parent + ".header, " + parent + ".json_pointer or " + parent + ".body_sha256: true"
 	case "excluded_with":
 		reason = "cannot be set together with " + parent + ".json_pointer"
+		if fe.Field() == "body_sha256" {
+			reason = "cannot be set together with " + parent + ".header or " + parent + ".json_pointer"
+		}
 		if fe.Field() == "store_headers" {
 			reason = "cannot be set together with drop_headers: list the headers to keep or those to drop"
 		}

@@ -48,6 +48,15 @@ type PresetSignature struct {
 	// Tolerance is how far a signed timestamp may be from now by default,
 	// for the schemes that sign one (0: signature.DefaultTolerance).
 	Tolerance time.Duration
+	// Layout is the signature header's shape, for the schemes that read it
+	// (signature.SchemeList, signature.SchemeTimestampHeader).
+	Layout signature.Layout
+}
+
+// Params returns the check's parameters for signature.New, with the
+// sender's tolerance.
+func (ps PresetSignature) Params(tolerance time.Duration) signature.Params {
+	return signature.Params{Header: ps.Header, Encoding: ps.Encoding, Prefix: ps.Prefix, Tolerance: tolerance, Layout: ps.Layout}
 }
 
 // Envelope says where the event type is when the value found at the
@@ -118,6 +127,207 @@ var Presets = []Preset{
 	{
 		Name:      "generic",
 		Signature: PresetSignature{Scheme: SchemeNone},
+	},
+	// The providers below are rows of the same shapes. Each cites the
+	// provider's own documentation of its webhooks' headers and signature.
+	{
+		// https://docs.gitlab.com/user/project/integrations/webhooks/#delivery-headers
+		// https://docs.gitlab.com/user/project/integrations/webhooks/#create-a-webhook (secret token)
+		// Idempotency-Key stays the same across GitLab's retries of a delivery.
+		Name:       "gitlab",
+		DeliveryID: DeliveryID{Header: "Idempotency-Key"},
+		EventType:  EventType{Header: "X-Gitlab-Event"},
+		Signature:  PresetSignature{Scheme: signature.SchemeToken, Header: "X-Gitlab-Token", Signed: "nothing: the header holds the secret token itself"},
+		Docs:       "https://docs.gitlab.com/user/project/integrations/webhooks/",
+	},
+	{
+		// https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/#Secure-webhooks
+		// https://support.atlassian.com/bitbucket-cloud/docs/event-payloads/#HTTP-headers
+		Name:       "bitbucket",
+		DeliveryID: DeliveryID{Header: "X-Request-UUID"},
+		EventType:  EventType{Header: "X-Event-Key"},
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Hub-Signature", Encoding: signature.EncodingHex,
+			Prefix: "sha256=", Signed: "body"},
+		Docs: "https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/",
+	},
+	{
+		// https://docs.gitea.com/usage/webhooks (X-Gitea-Delivery, X-Gitea-Event,
+		// X-Gitea-Signature: hex HMAC-SHA256 of the body). Forgejo sends the
+		// same X-Gitea-* headers besides its own, so this preset serves both.
+		Name:       "gitea",
+		DeliveryID: DeliveryID{Header: "X-Gitea-Delivery"},
+		EventType:  EventType{Header: "X-Gitea-Event"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Gitea-Signature", Encoding: signature.EncodingHex, Signed: "body"},
+		Docs:       "https://docs.gitea.com/usage/webhooks",
+	},
+	{
+		// https://forgejo.org/docs/latest/user/webhooks/ (X-Forgejo-Delivery,
+		// X-Forgejo-Event, X-Forgejo-Signature).
+		Name:       "forgejo",
+		DeliveryID: DeliveryID{Header: "X-Forgejo-Delivery"},
+		EventType:  EventType{Header: "X-Forgejo-Event"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Forgejo-Signature", Encoding: signature.EncodingHex, Signed: "body"},
+		Docs:       "https://forgejo.org/docs/latest/user/webhooks/",
+	},
+	{
+		// https://razorpay.com/docs/webhooks/validate-test/ (X-Razorpay-Signature:
+		// hex HMAC-SHA256 of the raw body; X-Razorpay-Event-Id is the same on
+		// every retry of an event, for deduplication).
+		Name:       "razorpay",
+		DeliveryID: DeliveryID{Header: "X-Razorpay-Event-Id"},
+		EventType:  EventType{JSONPointer: "/event"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Razorpay-Signature", Encoding: signature.EncodingHex, Signed: "body"},
+		Docs:       "https://razorpay.com/docs/webhooks/validate-test/",
+	},
+	{
+		// https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks
+		// (X-WC-Webhook-Signature: base64 HMAC-SHA256 of the body;
+		// X-WC-Webhook-Delivery-ID, X-WC-Webhook-Topic).
+		Name:       "woocommerce",
+		DeliveryID: DeliveryID{Header: "X-WC-Webhook-Delivery-ID"},
+		EventType:  EventType{Header: "X-WC-Webhook-Topic"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-WC-Webhook-Signature", Encoding: signature.EncodingBase64, Signed: "body"},
+		Docs:       "https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks",
+	},
+	{
+		// https://developers.intercom.com/docs/references/webhooks/webhook-models
+		// (X-Hub-Signature: sha1=<hex HMAC-SHA1 of the body, keyed with the
+		// app's client secret>; notification /id, /topic).
+		Name:       "intercom",
+		DeliveryID: DeliveryID{JSONPointer: "/id"},
+		EventType:  EventType{JSONPointer: "/topic"},
+		Signature: PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Hub-Signature", Encoding: signature.EncodingHex,
+			Prefix: "sha1=", Signed: "body (HMAC-SHA1)"},
+		Docs: "https://developers.intercom.com/docs/references/webhooks/webhook-models",
+	},
+	{
+		// https://linear.app/developers/webhooks#securing-webhooks (Linear-Signature:
+		// hex HMAC-SHA256 of the body; Linear-Delivery, Linear-Event). The
+		// webhookTimestamp inside the body is not checked.
+		Name:       "linear",
+		DeliveryID: DeliveryID{Header: "Linear-Delivery"},
+		EventType:  EventType{Header: "Linear-Event"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "Linear-Signature", Encoding: signature.EncodingHex, Signed: "body"},
+		Docs:       "https://linear.app/developers/webhooks",
+	},
+	{
+		// https://docs.sentry.io/organization/integrations/integration-platform/webhooks/
+		// (Sentry-Hook-Signature: hex HMAC-SHA256 of the body with the client
+		// secret; Request-ID; Sentry-Hook-Resource).
+		Name:       "sentry",
+		DeliveryID: DeliveryID{Header: "Request-ID"},
+		EventType:  EventType{Header: "Sentry-Hook-Resource"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "Sentry-Hook-Signature", Encoding: signature.EncodingHex, Signed: "body"},
+		Docs:       "https://docs.sentry.io/organization/integrations/integration-platform/webhooks/",
+	},
+	{
+		// https://www.typeform.com/developers/webhooks/secure-your-webhooks/
+		// (Typeform-Signature: sha256=<base64 HMAC-SHA256 of the body>;
+		// /event_id, /event_type).
+		Name:       "typeform",
+		DeliveryID: DeliveryID{JSONPointer: "/event_id"},
+		EventType:  EventType{JSONPointer: "/event_type"},
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Typeform-Signature", Encoding: signature.EncodingBase64,
+			Prefix: "sha256=", Signed: "body"},
+		Docs: "https://www.typeform.com/developers/webhooks/secure-your-webhooks/",
+	},
+	{
+		// https://vercel.com/docs/webhooks/webhooks-api#securing-webhooks
+		// (x-vercel-signature: hex HMAC-SHA1 of the body; /id, /type).
+		Name:       "vercel",
+		DeliveryID: DeliveryID{JSONPointer: "/id"},
+		EventType:  EventType{JSONPointer: "/type"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Vercel-Signature", Encoding: signature.EncodingHex, Signed: "body (HMAC-SHA1)"},
+		Docs:       "https://vercel.com/docs/webhooks/webhooks-api",
+	},
+	{
+		// https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security
+		// (X-CC-Webhook-Signature: hex HMAC-SHA256 of the body). The top-level
+		// id numbers the delivery attempt; the event's is /event/id.
+		Name:       "coinbase-commerce",
+		DeliveryID: DeliveryID{JSONPointer: "/event/id"},
+		EventType:  EventType{JSONPointer: "/event/type"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-CC-Webhook-Signature", Encoding: signature.EncodingHex, Signed: "body"},
+		Docs:       "https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security",
+	},
+	{
+		// https://docs.lemonsqueezy.com/help/webhooks/signing-requests (X-Signature:
+		// hex HMAC-SHA256 of the body; X-Event-Name). Lemon Squeezy sends no
+		// delivery ID: the SHA-256 of the body is one.
+		Name:       "lemon-squeezy",
+		DeliveryID: DeliveryID{BodySHA256: true},
+		EventType:  EventType{Header: "X-Event-Name"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Signature", Encoding: signature.EncodingHex, Signed: "body"},
+		Docs:       "https://docs.lemonsqueezy.com/help/webhooks/signing-requests",
+	},
+	{
+		// https://developer.pagerduty.com/docs/webhooks-v3-overview#verifying-signatures
+		// (X-PagerDuty-Signature: v1=<hex HMAC-SHA256 of the body>, several
+		// comma-separated while a secret rotates; /event/id, /event/event_type).
+		Name:       "pagerduty",
+		DeliveryID: DeliveryID{JSONPointer: "/event/id"},
+		EventType:  EventType{JSONPointer: "/event/event_type"},
+		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "X-PagerDuty-Signature", Encoding: signature.EncodingHex,
+			Signed: "v1=<hex of body>[,v1=...]", Layout: signature.Layout{Separator: ",", SignatureKey: "v1"}},
+		Docs: "https://developer.pagerduty.com/docs/webhooks-v3-overview",
+	},
+	{
+		// https://developer.paddle.com/webhooks/signature-verification
+		// (Paddle-Signature: ts=<unix>;h1=<hex HMAC-SHA256 of "<ts>:<body>">;
+		// /event_id, /event_type). Paddle's SDKs allow 5 s; the default here
+		// is 300 s, as for every timed preset (tolerance: sets it).
+		Name:       "paddle",
+		DeliveryID: DeliveryID{JSONPointer: "/event_id"},
+		EventType:  EventType{JSONPointer: "/event_type"},
+		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Paddle-Signature", Encoding: signature.EncodingHex,
+			Signed: "ts=<ts>;h1=<hex of <ts>:<body>>", Tolerance: signature.DefaultTolerance,
+			Layout: signature.Layout{Separator: ";", TimestampKey: "ts", SignatureKey: "h1", Joiner: ":"}},
+		Docs: "https://developer.paddle.com/webhooks/signature-verification",
+	},
+	{
+		// https://docs.mux.com/core/verify-webhook-signatures (Mux-Signature:
+		// t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">; /id, /type).
+		Name:       "mux",
+		DeliveryID: DeliveryID{JSONPointer: "/id"},
+		EventType:  EventType{JSONPointer: "/type"},
+		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Mux-Signature", Encoding: signature.EncodingHex,
+			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
+			Layout: signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."}},
+		Docs: "https://docs.mux.com/core/verify-webhook-signatures",
+	},
+	{
+		// https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures
+		// (Calendly-Webhook-Signature: t=<unix>,v1=<hex HMAC-SHA256 of
+		// "<t>.<body>">; /event). Calendly sends no delivery ID: the SHA-256 of
+		// the body is one.
+		Name:       "calendly",
+		DeliveryID: DeliveryID{BodySHA256: true},
+		EventType:  EventType{JSONPointer: "/event"},
+		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Calendly-Webhook-Signature", Encoding: signature.EncodingHex,
+			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
+			Layout: signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."}},
+		Docs: "https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures",
+	},
+	{
+		// https://developer.zendesk.com/documentation/webhooks/verifying/
+		// (X-Zendesk-Webhook-Signature: base64 HMAC-SHA256 of
+		// "<X-Zendesk-Webhook-Signature-Timestamp><body>", the timestamp an RFC
+		// 3339 time); X-Zendesk-Webhook-Invocation-Id; /type of event webhooks.
+		Name:       "zendesk",
+		DeliveryID: DeliveryID{Header: "X-Zendesk-Webhook-Invocation-Id"},
+		EventType:  EventType{JSONPointer: "/type"},
+		Signature: PresetSignature{Scheme: signature.SchemeTimestampHeader, Header: "X-Zendesk-Webhook-Signature", Encoding: signature.EncodingBase64,
+			Signed: "<X-Zendesk-Webhook-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance,
+			Layout: signature.Layout{TimestampHeader: "X-Zendesk-Webhook-Signature-Timestamp"}},
+		Docs: "https://developer.zendesk.com/documentation/webhooks/verifying/",
+	},
+	{
+		// https://core.telegram.org/bots/api#setwebhook (secret_token is sent
+		// in X-Telegram-Bot-Api-Secret-Token; each Update has /update_id).
+		Name:       "telegram",
+		DeliveryID: DeliveryID{JSONPointer: "/update_id"},
+		Signature:  PresetSignature{Scheme: signature.SchemeToken, Header: "X-Telegram-Bot-Api-Secret-Token", Signed: "nothing: the header holds the secret token itself"},
+		Docs:       "https://core.telegram.org/bots/api#setwebhook",
 	},
 }
 
@@ -269,7 +479,7 @@ func checkSignature(s *Sender) error {
 			return fmt.Errorf("signature: %w", err)
 		}
 	}
-	if _, err := signature.New(check.Scheme, signature.Params{Header: check.Header, Encoding: check.Encoding, Prefix: check.Prefix}, nil); err != nil {
+	if _, err := signature.New(check.Scheme, check.Params(0), nil); err != nil {
 		return fmt.Errorf("signature.scheme: %w", err)
 	}
 	return nil

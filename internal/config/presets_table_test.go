@@ -55,3 +55,26 @@ func TestPresetTableIsConsistent(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliveryIDFromBodySHA256Config: body_sha256 is a delivery ID
+// location of its own, for any sender, and the presets of providers that
+// send no delivery ID use it.
+func TestDeliveryIDFromBodySHA256Config(t *testing.T) {
+	t.Parallel()
+	yaml := "senders:\n  - name: x\n    preset: generic\n    delivery_id: { body_sha256: true }\n" +
+		"  - name: y\n    preset: calendly\n    secret: s\n" +
+		"  - name: z\n    preset: calendly\n    secret: s\n    delivery_id: { json_pointer: /payload/uri }\n"
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.Senders[0].DeliveryID; !d.BodySHA256 || d.Header != "" || d.JSONPointer != "" {
+		t.Errorf("generic with body_sha256: %+v", d)
+	}
+	if d := cfg.Senders[1].DeliveryID; !d.BodySHA256 {
+		t.Errorf("calendly preset: %+v, want body_sha256", d)
+	}
+	if d := cfg.Senders[2].DeliveryID; d.BodySHA256 || d.JSONPointer != "/payload/uri" {
+		t.Errorf("calendly with an explicit pointer: %+v", d)
+	}
+}

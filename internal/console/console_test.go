@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Without an admin token every console page says how to enable it.
@@ -326,8 +327,8 @@ func TestConsoleOverviewAndFailedForwards(t *testing.T) {
 		e.ingest(id, "application/json", `{}`)
 	}
 	e.failForwards("o-1", "target answered 410 Gone from http://127.0.0.1:9/hooks/orders")
-	if _, err := e.pool.Exec(t.Context(), `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
-VALUES ('orders', 'orders-svc', 'open', now(), now(), 'connection refused')`); err != nil {
+	now := time.Now()
+	if err := e.q.RecordBreaker(t.Context(), "orders", "orders-svc", store.BreakerOpen, &now, "connection refused"); err != nil {
 		t.Fatal(err)
 	}
 	c := e.client()

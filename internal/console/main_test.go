@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -208,10 +209,7 @@ func (e *env) failForwards(id, errText string) {
 		e.t.Fatal(err)
 	}
 	for _, j := range jobs {
-		_, err := e.pool.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now(), attempted_at = now(), attempt = max_attempts,
-  errors = ARRAY[jsonb_build_object('at', now(), 'attempt', max_attempts, 'error', $2::text, 'trace', '')]
-WHERE id = $1`, j.JobID, errText)
-		if err != nil {
+		if err := e.q.SetForwardJob(ctx, j.JobID, store.JobFixture{State: rivertype.JobStateDiscarded, Errors: []string{errText}}); err != nil {
 			e.t.Fatal(err)
 		}
 	}

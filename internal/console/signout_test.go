@@ -36,9 +36,15 @@ func (e *env) replica() *env {
 // forwardJobs counts the River jobs of the orders delivery id.
 func (e *env) forwardJobs(id string) int {
 	e.t.Helper()
-	var n int
-	if err := e.pool.QueryRow(e.t.Context(), `SELECT count(*) FROM river_job WHERE args->>'event_id' = $1`, e.eventOf(id).String()).Scan(&n); err != nil {
+	jobs, err := e.q.ForwardJobs(e.t.Context())
+	if err != nil {
 		e.t.Fatal(err)
+	}
+	n, ev := 0, e.eventOf(id).String()
+	for _, j := range jobs {
+		if j.EventID == ev {
+			n++
+		}
 	}
 	return n
 }

@@ -108,6 +108,25 @@ func (b *batcher) run(ctx context.Context, d Delivery, change Change) (Result, e
 		b.work(batch)
 	} else {
 		b.mu.Unlock()
+		if t := ticketOf(ctx); t != nil {
+			// Queued behind the sender's batches in flight: at most until
+			// the delivery's queueing deadline (shed.go).
+			timer := time.NewTimer(time.Until(t.deadline))
+			select {
+			case <-c.done:
+				timer.Stop()
+				return c.res, c.err
+			case <-timer.C:
+			}
+			b.mu.Lock()
+			if i := slices.Index(b.pending, c); i >= 0 {
+				b.pending = slices.Delete(b.pending, i, i+1)
+				b.mu.Unlock()
+				t.leave()
+				return Result{}, &OverloadError{Reason: ShedQueueTimeout}
+			}
+			b.mu.Unlock() // taken into a batch meanwhile: wait for it
+		}
 	}
 	<-c.done
 	return c.res, c.err
@@ -203,7 +222,11 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	if err != nil {
 		return batch
 	}
-	conn, release, err := s.acquire(ctx)
+	tickets := make([]*ticket, len(batch))
+	for i, c := range batch {
+		tickets[i] = ticketOf(c.ctx)
+	}
+	conn, release, err := s.acquireQueued(ctx, tickets...)
 	if err != nil {
 		for _, c := range batch {
 			c.err = fmt.Errorf("claim delivery: acquire connection: %w: %w", ErrUnavailable, err)

@@ -149,7 +149,8 @@ func ClaimedRow(deliveryID, eventID string) string {
 	return "EXISTS (SELECT FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " + deliveryID + " AND k.event_id = " + eventID + " OFFSET 0)"
 }
 
-// Querier is what List and Get need of a *pgxpool.Pool or *pgx.Conn.
+// Querier is what a Store reads with outside its pipeline (a stored
+// response, the forgetting of an expired key): a *pgxpool.Pool or *pgx.Conn.
 type Querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -170,6 +171,9 @@ type Store struct {
 	batchLockTimeout      string
 	batchers              sync.Map // sender → *batcher
 	flight                singleflight.Group
+
+	// Shedding on delay (shed.go): nil when off.
+	shed *shedder
 
 	// layout is whether the tables are distributed by sender (Citus): see
 	// WithDistributed; unknown until set or found by the first delivery.
@@ -321,35 +325,60 @@ func ClaimValuesSQL(n int) string {
 // With the replay cache on (WithReplayCache), a retry of a delivery this
 // store saw committed is answered from memory, as cache.go describes.
 //
+// A delivery of a key that a delivery in this process is running already
+// waits for that one and answers with its outcome: a replay of its response
+// for the same payload, ErrPayloadMismatch for another, that one's error
+// when it was shed or met the key in flight elsewhere (ErrOverloaded,
+// ErrInFlight), or runs by itself if that one failed otherwise.
+//
 // With batching on (WithBatching), d may share its transaction with other
-// deliveries of its sender (see batch.go), and a delivery of a key that a
-// delivery in this process is running already waits for that one and
-// answers with its outcome: a replay of its response for the same payload,
-// ErrPayloadMismatch for another (or runs by itself if that one failed).
+// deliveries of its sender (see batch.go). With shedding on
+// (WithShedding), d may be refused with an *OverloadError (ErrOverloaded)
+// before anything is sent to the database.
 func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
 	if res, hit, err := s.fromCache(d); hit {
 		return res, err
 	}
-	if s.maxBatch <= 1 {
-		return s.runSingle(ctx, d, change)
-	}
+	// Copies of a delivery in flight in this process wait for the first
+	// copy's outcome here, before admission: they take no place in the
+	// queue for the store and are never shed for it.
 	v, err, _ := s.flight.Do(d.Sender+"\x00"+d.DeliveryID, func() (any, error) {
-		res, err := s.batcher(d.Sender).run(ctx, d, change)
+		res, err := s.runAdmitted(ctx, d, change)
 		return flown{res: res, sum: d.RequestSHA256, eventID: d.EventID}, err
 	})
 	f, _ := v.(flown)
 	switch {
 	case f.eventID == d.EventID: // this call ran it
 		return f.res, err
+	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrInFlight):
+		// The copy would meet the same queue, or the same key held by
+		// another process.
+		return Result{}, err
 	case err != nil:
 		// The delivery this one waited for failed, maybe for a reason of its
 		// own (another payload): run this one by itself.
-		return s.batcher(d.Sender).run(ctx, d, change)
+		return s.runAdmitted(ctx, d, change)
 	case f.sum != d.RequestSHA256:
 		return Result{}, ErrPayloadMismatch
 	default:
 		return Result{Response: f.res.Response, EventID: f.res.EventID, Replayed: true}, nil
 	}
+}
+
+// runAdmitted admits d into the queue for the store (or sheds it, see
+// shed.go) and runs it: in a batch of its sender with batching on, by
+// itself otherwise.
+func (s *Store) runAdmitted(ctx context.Context, d Delivery, change Change) (Result, error) {
+	t, err := s.shed.admit()
+	if err != nil {
+		return Result{}, err
+	}
+	defer t.leave() // when it never reached the database
+	ctx = withTicket(ctx, t)
+	if s.maxBatch <= 1 {
+		return s.runSingle(ctx, d, change)
+	}
+	return s.batcher(d.Sender).run(ctx, d, change)
 }
 
 // flown is the outcome of a delivery that concurrent deliveries of the same
@@ -410,7 +439,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 	if err != nil {
 		return Result{}, err
 	}
-	conn, release, err := s.acquire(ctx)
+	conn, release, err := s.acquireQueued(ctx, ticketOf(ctx))
 	if err != nil {
 		return Result{}, fmt.Errorf("claim delivery: acquire connection: %w: %w", ErrUnavailable, err)
 	}

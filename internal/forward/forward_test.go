@@ -758,12 +758,13 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 	// job queued as the previous version did.
 	ctx := context.Background()
 	d := delivery{eventID: uuid.Must(uuid.NewV7()).String()}
-	if _, err := e.pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
-VALUES ('acme', $1, 'legacy-1', now(), '{"Content-Type": ["application/json"]}', '{"a":1}')`, d.eventID); err != nil {
+	if err := store.New(e.pool).InsertEvent(ctx, events.Event{ID: uuid.MustParse(d.eventID), Sender: "acme", DeliveryID: "legacy-1", ReceivedAt: time.Now(),
+		Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"a":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	args := fmt.Sprintf(`{"sender":"acme","event_id":%q,"delivery_id":"legacy-1","url":%q}`, d.eventID, tg.URL+"?token=LEGACYTOKEN")
-	if _, err := e.pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, priority) VALUES ($1::jsonb, 'hookgate_forward', 3, 'forward', 'available', 1)`, args); err != nil {
+	if _, err := store.New(e.pool).InsertForwardJobs(ctx, forward.Queue, store.JobFixture{}, store.NewForwardJob{
+		Sender: "acme", EventID: uuid.MustParse(d.eventID), DeliveryID: "legacy-1", URL: tg.URL + "?token=LEGACYTOKEN", MaxAttempts: 3,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	js := e.waitJobs(1)

@@ -31,6 +31,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -126,7 +127,16 @@ func (e *env) start() {
 // up to batch rows per transaction (the default when 0) and looks again
 // every 5ms once the outbox is drained.
 func (e *env) newRelay(batch int) *forward.Relay {
-	return forward.NewRelay(e.pool, e.river, e.cfg, batch, 5*time.Millisecond, e.log)
+	rc := forward.DefaultRelayConfig()
+	if batch > 0 {
+		rc.Batch = batch
+	}
+	rc.Interval = 5 * time.Millisecond
+	r, err := forward.NewRelay(e.pool, e.river, e.cfg, rc, e.log)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
 }
 
 // runRelay runs r.Run in the background until the test ends.
@@ -222,7 +232,7 @@ func (e *env) tryDeliver(id string, body []byte, ct string) (delivery, error) {
 		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }
 
-// job is a forward job's row in river_job.
+// job is a forward job's row (store.ForwardJob).
 type job struct {
 	ID          int64
 	State       string
@@ -246,27 +256,17 @@ func (e *env) jobs() []job {
 }
 
 // readJobs reads every forward job, ordered by ID.
-func readJobs(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) ([]job, error) {
-	rows, err := db.Query(ctx, `SELECT id, state::text, attempt, max_attempts, scheduled_at,
-		args->>'event_id', coalesce(args->>'target', ''), args->>'delivery_id',
-		coalesce((SELECT array_agg(e->>'error' ORDER BY ord) FROM unnest(errors) WITH ORDINALITY AS x(e, ord)), '{}'),
-		coalesce(metadata->>'output', '')
-		FROM river_job WHERE kind = 'hookgate_forward' ORDER BY id`)
+func readJobs(ctx context.Context, db store.DB) ([]job, error) {
+	fjs, err := store.New(db).ForwardJobs(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read river_job: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	var out []job
-	for rows.Next() {
-		var j job
-		if err := rows.Scan(&j.ID, &j.State, &j.Attempt, &j.MaxAttempts, &j.ScheduledAt, &j.EventID, &j.Target, &j.DeliveryID, &j.Errors, &j.Output); err != nil {
-			return nil, err
-		}
-		out = append(out, j)
+	for _, f := range fjs {
+		out = append(out, job{ID: f.ID, State: string(f.State), Attempt: f.Attempt, MaxAttempts: f.MaxAttempts, ScheduledAt: f.ScheduledAt,
+			EventID: f.EventID, Target: f.Target, DeliveryID: f.DeliveryID, Errors: f.Errors, Output: f.Output})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // finalStates are the states a job never leaves.

@@ -46,17 +46,41 @@ type Relay struct {
 	strayAt time.Time // when senders last looked for stray senders
 }
 
-// NewRelay returns a relay that moves up to batch rows per transaction
-// (DefaultRelayBatch when 0) and, once the outbox is drained, looks again
-// after interval (DefaultRelayInterval when 0).
-func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Config, batch int, interval time.Duration, log *slog.Logger) *Relay {
-	if batch <= 0 {
-		batch = DefaultRelayBatch
+// RelayConfig configures a Relay. Zero means zero (docs/configuration.md):
+// no field is defaulted from a 0, and validate refuses one;
+// DefaultRelayConfig has the defaults.
+type RelayConfig struct {
+	// Batch is how many outbox rows one relay transaction moves
+	// (DefaultRelayBatch).
+	Batch int
+	// Interval is how long the relay waits, once the outbox is drained,
+	// before it looks again (DefaultRelayInterval).
+	Interval time.Duration
+}
+
+// DefaultRelayConfig returns the relay's defaults.
+func DefaultRelayConfig() RelayConfig {
+	return RelayConfig{Batch: DefaultRelayBatch, Interval: DefaultRelayInterval}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c RelayConfig) validate() error {
+	if c.Batch < 1 {
+		return fmt.Errorf("relay batch %d: must be at least 1", c.Batch)
 	}
-	if interval <= 0 {
-		interval = DefaultRelayInterval
+	if c.Interval <= 0 {
+		return fmt.Errorf("relay interval %s: must be positive", c.Interval)
 	}
-	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: batch, interval: interval}
+	return nil
+}
+
+// NewRelay returns a relay of pool's outbox into client's job table for the
+// senders of cfg, configured by rc; an error when rc is invalid.
+func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Config, rc RelayConfig, log *slog.Logger) (*Relay, error) {
+	if err := rc.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: rc.Batch, interval: rc.Interval}, nil
 }
 
 // strayEvery is how often the relay looks for outbox rows of senders the

@@ -10,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/riverqueue/river/rivertype"
+
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -196,7 +200,7 @@ func TestRelaySkipsRowsAnotherRelayHolds(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var held int
-	if err := tx.QueryRow(ctx, `WITH h AS (SELECT 1 FROM forward_outbox WHERE target = 'ta' FOR UPDATE) SELECT count(*) FROM h`).Scan(&held); err != nil || held != 20 {
+	if err := tx.QueryRow(ctx, `WITH h AS (SELECT 1 FROM forward_outbox WHERE sender = 'acme' AND target = 'ta' FOR UPDATE) SELECT count(*) FROM h`).Scan(&held); err != nil || held != 20 {
 		t.Fatalf("hold the forwards to ta: %d rows, %v", held, err)
 	}
 	relay := e.newRelay(0)
@@ -246,7 +250,7 @@ func TestRelayDyingMidTransactionLosesNothing(t *testing.T) {
 				return n
 			}
 			// Rows no transaction holds: all of them once the relay's is over.
-			const free = `SELECT count(*) FROM (SELECT 1 FROM forward_outbox FOR UPDATE SKIP LOCKED) f`
+			const free = `SELECT count(*) FROM (SELECT 1 FROM forward_outbox WHERE sender = 'acme' FOR UPDATE SKIP LOCKED) f`
 
 			// Block inserts into river_job: the relay's insert of the jobs
 			// waits on this lock, after its DELETE.
@@ -349,21 +353,23 @@ func TestRelayInsertIsIdempotent(t *testing.T) {
 	}
 	// requeue writes the event's outbox rows again, as a second relay of
 	// the same forwards would see them.
+	q := store.New(e.pool)
 	requeue := func() {
 		t.Helper()
-		if _, err := e.pool.Exec(ctx, `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
-SELECT 'acme', $1::uuid, t, 'twice', now() FROM unnest(ARRAY['ta', 'tb']) AS t`, events["twice"]); err != nil {
-			t.Fatal(err)
+		for _, target := range []string{"ta", "tb"} {
+			if err := q.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", EventID: uuid.MustParse(events["twice"]), Target: target, DeliveryID: "twice"}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	setState := func(target, state string) {
 		t.Helper()
-		extra := ""
-		if state == "completed" {
-			extra = ", finalized_at = now()"
-		}
-		if _, err := e.pool.Exec(ctx, `UPDATE river_job SET state = $1`+extra+` WHERE args->>'target' = $2 AND state <> 'completed'`, state, target); err != nil {
-			t.Fatal(err)
+		for _, j := range e.jobs() {
+			if j.Target == target && j.State != "completed" {
+				if err := q.SetForwardJob(ctx, j.ID, store.JobFixture{State: rivertype.JobState(state), Attempt: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
 	jobIDs := func(js []job) []int64 {

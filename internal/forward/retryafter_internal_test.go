@@ -17,7 +17,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // retryAfterEntries counts the Retry-After values the worker holds for
@@ -56,8 +58,7 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 	}
 	pool, _ := pgtest.NewDB(t)
 	eventID := uuid.Must(uuid.NewV7())
-	if _, err := pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
-		VALUES ('acme', $1, 'd1', now(), '{}', '\x7b7d')`, eventID); err != nil {
+	if err := store.New(pool).InsertEvent(ctx, events.Event{ID: eventID, Sender: "acme", DeliveryID: "d1", ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
 	m, log := NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -126,8 +127,7 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 	w.gate.g.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	newJob := func(id int64) *river.Job[Args] {
 		eventID := uuid.Must(uuid.NewV7())
-		if _, err := pool.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
-			VALUES ('acme', $1, $2, now(), '{}', '\x7b7d')`, eventID, fmt.Sprint("d", id)); err != nil {
+		if err := store.New(pool).InsertEvent(ctx, events.Event{ID: eventID, Sender: "acme", DeliveryID: fmt.Sprint("d", id), ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 		return &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1, MaxAttempts: 5},

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
@@ -102,23 +103,27 @@ func TestRedeliver(t *testing.T) {
 		t.Fatalf("Redeliver enqueued %+v, want one job per target %v", jobs, wantTargets)
 	}
 	first := map[string]int64{}
+	q := store.New(pool)
+	rows, err := q.ForwardJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[int64]store.ForwardJob{}
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
 	for _, j := range jobs {
 		first[j.Target] = j.JobID
 		if j.AlreadyPending {
 			t.Errorf("job %d to %s: already pending, want new", j.JobID, j.Target)
 		}
-		var (
-			a           Args
-			kind, queue string
-			maxAttempts int
-		)
-		err := pool.QueryRow(ctx, `SELECT args, kind, queue, max_attempts FROM river_job WHERE id = $1`, j.JobID).Scan(&a, &kind, &queue, &maxAttempts)
-		if err != nil {
-			t.Fatalf("job %d: %v", j.JobID, err)
+		r, ok := byID[j.JobID]
+		if !ok {
+			t.Fatalf("job %d is not a forward job", j.JobID)
 		}
 		target, _ := orders.Target(j.Target)
-		if a != (Args{Sender: "orders", EventID: id, Target: j.Target, DeliveryID: "d-1"}) || kind != "hookgate_forward" || queue != Queue || maxAttempts != target.MaxAttempts {
-			t.Errorf("job %d: args %+v kind %s queue %s max_attempts %d", j.JobID, a, kind, queue, maxAttempts)
+		if r.Sender != "orders" || r.EventID != id.String() || r.Target != j.Target || r.DeliveryID != "d-1" || r.URL != "" || r.Queue != Queue || r.MaxAttempts != target.MaxAttempts {
+			t.Errorf("job %d: %+v", j.JobID, r)
 		}
 	}
 
@@ -137,7 +142,7 @@ func TestRedeliver(t *testing.T) {
 	}
 
 	// t1's forward was delivered: it gets a new job, the others still wait.
-	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'completed', attempt = 1, finalized_at = now() WHERE id = $1`, first["t1"]); err != nil {
+	if err := q.SetForwardJob(ctx, first["t1"], store.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	third, err := Redeliver(ctx, client, orders, id, "d-1")
@@ -157,9 +162,8 @@ func TestRedeliver(t *testing.T) {
 	if err != nil || jobs != nil {
 		t.Errorf("Redeliver for a sender without targets = %v, %v; want nil, nil", jobs, err)
 	}
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&n); err != nil || n != 4 {
-		t.Errorf("river_job has %d rows (%v), want 4: the first 3 and t1's redelivery", n, err)
+	if n, err := q.CountJobs(ctx, ""); err != nil || n != 4 {
+		t.Errorf("%d jobs (%v), want 4: the first 3 and t1's redelivery", n, err)
 	}
 }
 
@@ -187,9 +191,10 @@ func TestList(t *testing.T) {
 		return 0
 	}
 	delivered := time.Date(2026, 11, 29, 19, 31, 9, 87000000, time.UTC)
-	update := func(job int64, sql string, args ...any) {
+	q := store.New(pool)
+	update := func(job int64, f store.JobFixture) {
 		t.Helper()
-		if _, err := pool.Exec(ctx, `UPDATE river_job SET `+sql+` WHERE id = $1`, append([]any{job}, args...)...); err != nil {
+		if err := q.SetForwardJob(ctx, job, f); err != nil {
 			t.Fatalf("update job %d: %v", job, err)
 		}
 	}
@@ -202,31 +207,28 @@ func TestList(t *testing.T) {
 		return jobs
 	}
 	first := redeliver()
-	update(jobOf(first, "t1"), `state = 'completed', attempt = 2, finalized_at = now(),
-  errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'target answered 503', 'trace', '')],
-  metadata = jsonb_build_object('output', jsonb_build_object('status', 204, 'delivered_at', $2::timestamptz))`, delivered)
-	update(jobOf(first, "t2"), `state = 'cancelled', attempt = 1, finalized_at = now(),
-  errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'JobCancelError: target answered 400', 'trace', '')]`)
-	update(jobOf(first, "t3"), `state = 'retryable', attempt = 2, scheduled_at = now() + interval '1 minute',
-  errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'target answered 502', 'trace', ''),
-                 jsonb_build_object('at', now(), 'attempt', 2, 'error', 'post to target "t3": connection refused', 'trace', '')]`)
+	// Errors of an older version (the status only in the text) and an
+	// output as the worker records it.
+	update(jobOf(first, "t1"), store.JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"target answered 503"},
+		Output: &store.Output{Attempt: 2, Status: 204, DeliveredAt: delivered}})
+	update(jobOf(first, "t2"), store.JobFixture{State: rivertype.JobStateCancelled, Attempt: 1, Errors: []string{"JobCancelError: target answered 400"}})
+	update(jobOf(first, "t3"), store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 2, ScheduledAt: time.Now().Add(time.Minute),
+		Errors: []string{"target answered 502", `post to target "t3": connection refused`}})
 	again := redeliver() // t3 is still retrying: no second job for it
-	update(jobOf(again, "t1"), `state = 'running', attempt = 1, attempted_at = now()`)
-	update(jobOf(again, "t2"), `state = 'discarded', attempt = 20, finalized_at = now(),
-  errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 20, 'error', 'target answered 500', 'trace', '')]`)
+	update(jobOf(again, "t1"), store.JobFixture{State: rivertype.JobStateRunning, Attempt: 1})
+	update(jobOf(again, "t2"), store.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 20, Errors: []string{"target answered 500"}})
 	third := redeliver() // only t2 has none waiting
 	jobOf(third, "t2")
 
 	// Outbox rows: two of the event's, and others of another event and of
 	// another sender's event with the same ID.
 	queued := time.Date(2026, 11, 29, 19, 30, 0, 0, time.UTC)
-	for _, r := range []struct {
-		sender string
-		event  uuid.UUID
-		target string
-	}{{"orders", id, "t3"}, {"orders", id, "t1"}, {"orders", other, "t2"}, {"quiet", id, "t2"}} {
-		if _, err := pool.Exec(ctx, `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ($1, $2, $3, 'd-1', $4)`,
-			r.sender, r.event, r.target, queued); err != nil {
+	for _, r := range []store.OutboxRow{
+		{Sender: "orders", EventID: id, Target: "t3"}, {Sender: "orders", EventID: id, Target: "t1"},
+		{Sender: "orders", EventID: other, Target: "t2"}, {Sender: "quiet", EventID: id, Target: "t2"},
+	} {
+		r.DeliveryID = "d-1"
+		if err := q.InsertOutbox(ctx, r, queued); err != nil {
 			t.Fatal(err)
 		}
 	}

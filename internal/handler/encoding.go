@@ -3,8 +3,8 @@ package handler
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -46,13 +46,18 @@ func contentEncoding(w http.ResponseWriter, r *http.Request, sender *sender.Send
 // gunzip decompresses body as a stream, reading at most limit bytes of
 // output: a body that inflates to more is a 413 problem, found without ever
 // holding more than limit+1 bytes of it (a gzip bomb costs no more than a
-// body at the limit). A body that is not valid gzip is a 400 problem.
-func gunzip(body []byte, limit int64) ([]byte, error) {
+// body at the limit), each step of its output buffer counted in h. A body
+// that is not valid gzip is a 400 problem.
+func gunzip(body []byte, limit int64, h *bodyHold) ([]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(body))
 	if err != nil {
 		return nil, &problemError{typ: probInvalidBody, detail: "The body is not valid gzip, as its Content-Encoding says. Nothing was recorded.", cause: err}
 	}
-	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
+	out, err := h.readAll(zr, int64(len(body)), limit)
+	var pe *problemError
+	if errors.As(err, &pe) {
+		return nil, pe
+	}
 	if err != nil {
 		return nil, &problemError{typ: probInvalidBody, detail: "The body is not valid gzip, as its Content-Encoding says. Nothing was recorded.", cause: err}
 	}

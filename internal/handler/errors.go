@@ -76,6 +76,8 @@ func classify(err error) *problemError {
 		return pe
 	case errors.Is(err, dedup.ErrPayloadMismatch):
 		return &problemError{typ: probMismatch, detail: "This delivery ID was already accepted with a different body (its SHA-256 differs). Nothing was changed; send a new delivery ID for a new message.", cause: err}
+	case errors.Is(err, dedup.ErrOverloaded):
+		return &problemError{typ: probOverloaded, detail: "The database cannot take this delivery in time; nothing was recorded. Retry after the time in Retry-After.", cause: err}
 	case errors.Is(err, dedup.ErrInFlight):
 		return &problemError{typ: probInFlight, detail: "Another request with this delivery ID is still being processed. Retry after the time in Retry-After.", cause: err}
 	case dedup.Transient(err):

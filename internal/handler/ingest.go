@@ -53,6 +53,9 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 		pe := writeProblem(w, err)
 		outcome = outcomeFor(pe)
 		info.err = pe
+		if reason := shedReason(pe); reason != "" {
+			s.shed.WithLabelValues(reason).Inc()
+		}
 	}
 	info.outcome = outcome
 	s.metrics.observe(label, outcome, info.eventTypeLabel, time.Since(start))
@@ -63,7 +66,11 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if err != nil {
 		return "", err
 	}
-	body, err := readBody(w, r, sender.MaxBodyBytes)
+	// The body's bytes are counted against the memory budget of bodies
+	// until the request ends.
+	hold := s.budget.hold(r.Context())
+	defer hold.release()
+	body, err := readBody(w, r, sender.MaxBodyBytes, &hold)
 	if err != nil {
 		return "", err
 	}
@@ -76,7 +83,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if gzipped {
 		// From here on the body is the decompressed one: the delivery ID is
 		// read from it, and it is what is stored, hashed and forwarded.
-		if body, err = gunzip(body, sender.MaxBodyBytes); err != nil {
+		if body, err = gunzip(body, sender.MaxBodyBytes, &hold); err != nil {
 			return "", err
 		}
 	}
@@ -89,7 +96,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 		writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
 		return outcomeURLVerification, nil
 	}
-	id, err := deliveryID(r, &in, sender)
+	id, err := deliveryID(r, body, &in, sender)
 	if err != nil {
 		return "", err
 	}
@@ -109,13 +116,6 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 		stored.Del("Content-Length")
 	}
 	r = withHeaders(r, stored)
-	// Overload: past the gate's bound, shed the delivery before it waits
-	// for a database connection.
-	if !s.gate.enter() {
-		s.shed.Inc()
-		return "", newProblem(probOverloaded, "Too many deliveries are waiting for the database; nothing was recorded. Retry after the time in Retry-After.")
-	}
-	defer s.gate.leave()
 
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
 	eventID, err := uuid.NewV7()
@@ -218,15 +218,24 @@ func withHeaders(r *http.Request, h http.Header) *http.Request {
 	return r2
 }
 
-// readBody reads the whole request body, refusing more than limit bytes.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	tooLarge := newProblem(probTooLarge, fmt.Sprintf("The body exceeds this sender's limit of %d bytes. Nothing was recorded.", limit))
+// readBody reads the whole request body, refusing more than limit bytes,
+// after taking room for it in h (by its Content-Length when announced,
+// chunk by chunk as it arrives otherwise).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
+	// (The problem is made only when needed: formatting it for every
+	// request showed in make bench's CPU profile.)
+	tooLarge := func() error {
+		return newProblem(probTooLarge, fmt.Sprintf("The body exceeds this sender's limit of %d bytes. Nothing was recorded.", limit))
+	}
 	if r.ContentLength > limit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	if r.ContentLength >= 0 {
 		// The size is announced (and net/http ends the body there): one
 		// allocation of exactly that size.
+		if err := h.grow(r.ContentLength); err != nil {
+			return nil, err
+		}
 		body := make([]byte, r.ContentLength)
 		_, err := io.ReadFull(r.Body, body)
 		if err != nil {
@@ -234,24 +243,32 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		}
 		return body, nil
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, tooLarge
-	}
-	if err != nil {
+	body, err := h.readAll(http.MaxBytesReader(w, r.Body, limit), 0, limit)
+	var (
+		mbe *http.MaxBytesError
+		pe  *problemError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge()
+	case errors.As(err, &pe):
+		return nil, pe
+	case err != nil:
 		return nil, &problemError{typ: probInvalidBody, detail: "The request body could not be read completely. Nothing was recorded.", cause: err}
 	}
 	return body, nil
 }
 
 // deliveryID extracts the delivery ID from where sender's configuration says
-// it is (a header, or a JSON value that in holds) and validates it: 1 to 255
-// bytes of visible ASCII.
-func deliveryID(r *http.Request, in *sender.Inspection, sender *sender.Sender) (string, error) {
+// it is (a header, a JSON value that in holds, or the hex SHA-256 of body)
+// and validates it: 1 to 255 bytes of visible ASCII.
+func deliveryID(r *http.Request, body []byte, in *sender.Inspection, sender *sender.Sender) (string, error) {
 	var id string
 	src := sender.DeliveryID
 	switch {
+	case src.BodySHA256:
+		sum := sha256.Sum256(body)
+		id = hex.EncodeToString(sum[:])
 	case src.Header != "":
 		vals := r.Header.Values(src.Header)
 		if len(vals) == 0 {

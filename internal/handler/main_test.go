@@ -59,8 +59,9 @@ type options struct {
 	// its ${VAR} references expand to (secrets, typically).
 	yaml string
 	env  map[string]string
-	// opts are more handler options.
-	opts []handler.Option
+	// opts are more handler options; storeOpts the store's.
+	opts      []handler.Option
+	storeOpts []dedup.Option
 }
 
 // server is a hookgate handler behind a real HTTP server.
@@ -94,7 +95,7 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		o.log = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := handler.New(sender.MustCompile(cfg), dedup.New(db, o.wait), o.ready, prometheus.NewRegistry(), log, o.opts...)
+	h := handler.New(sender.MustCompile(cfg), dedup.New(db, o.wait, o.storeOpts...), o.ready, prometheus.NewRegistry(), log, o.opts...)
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close) // also closes the client's idle connections
 	return &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}
@@ -291,8 +292,7 @@ const pollTimeout = 20 * time.Second
 func lockWaiters(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
-	err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+	err := pool.QueryRow(t.Context(), pgtest.LockWaitersSQL()).Scan(&n)
 	if err != nil {
 		t.Fatalf("count lock waiters: %v", err)
 	}

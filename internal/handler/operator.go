@@ -273,6 +273,10 @@ func senderInfo(sd *config.Sender) api.SenderInfo {
 	if p := sd.DeliveryID.JSONPointer; p != "" {
 		info.DeliveryId.JsonPointer = &p
 	}
+	if sd.DeliveryID.BodySHA256 {
+		yes := true
+		info.DeliveryId.BodySha256 = &yes
+	}
 	scheme := sd.SignatureScheme()
 	info.Signature = api.SignatureInfo{
 		Scheme:           api.SignatureInfoScheme(scheme),

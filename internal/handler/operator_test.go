@@ -120,11 +120,15 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		})
 	}
 	if o.work {
+		relay, err := forward.NewRelay(pool, client, cfg, forward.DefaultRelayConfig(), log)
+		if err != nil {
+			t.Fatal(err)
+		}
 		relayCtx, stopRelay := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			forward.NewRelay(pool, client, cfg, 0, 0, log).Run(relayCtx)
+			relay.Run(relayCtx)
 		}()
 		t.Cleanup(func() { stopRelay(); <-done })
 	}
@@ -149,7 +153,11 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 // and returns how many forwards it moved.
 func (s *opServer) relayOnce() int {
 	s.t.Helper()
-	n, err := forward.NewRelay(s.pool, s.river, s.cfg, 0, 0, s.log).Once(s.t.Context())
+	relay, err := forward.NewRelay(s.pool, s.river, s.cfg, forward.DefaultRelayConfig(), s.log)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	n, err := relay.Once(s.t.Context())
 	if err != nil {
 		s.t.Fatalf("relay: %v", err)
 	}
@@ -970,24 +978,19 @@ senders:
 	maxAttempts := map[string]int{"orders": 4, "ledger": config.DefaultForwardMaxAttempts}
 	jobsOf := func(eventID string) map[string]int64 {
 		t.Helper()
-		rows, err := s.pool.Query(t.Context(), `SELECT args->>'target', id FROM river_job WHERE args->>'event_id' = $1`, eventID)
+		jobs, err := store.New(s.pool).ForwardJobs(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
 		out := map[string]int64{}
-		for rows.Next() {
-			var target string
-			var id int64
-			if err := rows.Scan(&target, &id); err != nil {
-				t.Fatal(err)
+		for _, j := range jobs {
+			if j.EventID != eventID {
+				continue
 			}
-			if _, dup := out[target]; dup {
-				t.Errorf("event %s has two jobs to %s", eventID, target)
+			if _, dup := out[j.Target]; dup {
+				t.Errorf("event %s has two jobs to %s", eventID, j.Target)
 			}
-			out[target] = id
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
+			out[j.Target] = j.ID
 		}
 		return out
 	}
@@ -1067,9 +1070,8 @@ func TestOperatorRedeliverWithoutTargetsIs409(t *testing.T) {
 	if !strings.Contains(p.Detail, `"hdr"`) {
 		t.Errorf("detail %q does not name the sender", p.Detail)
 	}
-	var jobs int
-	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job`).Scan(&jobs); err != nil || jobs != 0 {
-		t.Errorf("river_job has %d rows (%v), want none", jobs, err)
+	if jobs, err := store.New(s.pool).CountJobs(t.Context(), ""); err != nil || jobs != 0 {
+		t.Errorf("%d jobs (%v), want none", jobs, err)
 	}
 	if d := s.delivery("hdr", "d1"); d.Forwards == nil || len(d.Forwards) != 0 {
 		t.Errorf("forwards of a sender without targets = %v, want []", d.Forwards)

@@ -61,9 +61,10 @@ type Server struct {
 	// metricsElsewhere: /metrics is served on another listener, not here.
 	metricsElsewhere bool
 
-	// gate sheds ingest requests past a bound (WithShedding); nil for none.
-	gate *storeGate
-	shed prometheus.Counter
+	// budget bounds the request bodies held in memory (WithBodyBudget);
+	// shed counts the deliveries shed, by reason.
+	budget *bodyBudget
+	shed   *prometheus.CounterVec
 }
 
 var _ api.ServerInterface = (*Server)(nil)
@@ -82,6 +83,7 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 		docs:       v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
 		authLimit:  authlimit.New(),
 		now:        time.Now,
+		budget:     newBodyBudget(0, 0),
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)

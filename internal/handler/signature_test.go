@@ -56,6 +56,10 @@ type provider struct {
 	// sign returns the headers of a request with body and delivery ID id,
 	// signed with key at Unix time ts.
 	sign func(key []byte, id string, ts int64, body []byte) http.Header
+	// unbound: the scheme sends the secret itself (a token), which does
+	// not bind the body, so a tampered body is not detected (only TLS
+	// protects it) and the tampered-body checks are skipped.
+	unbound bool
 	// multi, when the scheme allows several signatures in one header,
 	// returns headers holding several signatures of which only the last is
 	// valid (under key).
@@ -70,7 +74,9 @@ func header(kv ...string) http.Header {
 	return h
 }
 
-var providers = []provider{
+var providers = append(basicProviders, moreProviders...)
+
+var basicProviders = []provider{
 	{
 		name:       "github",
 		lines:      []string{"preset: github"},
@@ -223,8 +229,10 @@ func (p provider) config() (string, map[string]string) {
 
 // payload is a JSON body carrying id where the body-ID presets look for it
 // (/id for Stripe and generic-b64, /event_id for Slack); n varies the body.
+// (also /event/id for Coinbase Commerce and PagerDuty, /update_id for
+// Telegram).
 func payload(id string, n int) []byte {
-	return fmt.Appendf(nil, `{"id":%q,"event_id":%q,"type":"event_callback","n":%d}`, id, id, n)
+	return fmt.Appendf(nil, `{"id":%q,"event_id":%q,"event":{"id":%q},"update_id":%q,"type":"event_callback","n":%d}`, id, id, id, id, n)
 }
 
 // deliver POSTs body to sender with the delivery ID id (in p.idHeader when
@@ -336,7 +344,7 @@ func TestSignatureProviders(t *testing.T) {
 				}
 			}
 
-			t.Run("tampered then genuine", func(t *testing.T) {
+			runIf(!p.unbound, "tampered then genuine", func(t *testing.T) {
 				s := base.with(t)
 				id := "tamper-1"
 				genuine, tampered := payload(id, 1), payload(id, 2)
@@ -375,7 +383,9 @@ func TestSignatureProviders(t *testing.T) {
 				// (and not 422 for the tampered body).
 				ts := now()
 				h := p.sign(p.key(keyMain), id, ts, body)
-				wantRejected(t, p.deliver(s, p.name, id, payload(id, 2), h), append(leaks, p.expected(id, ts, payload(id, 2))...)...)
+				if !p.unbound {
+					wantRejected(t, p.deliver(s, p.name, id, payload(id, 2), h), append(leaks, p.expected(id, ts, payload(id, 2))...)...)
+				}
 				wantRejected(t, p.signed(s, p.name, id, body, keyWrong, ts), append(leaks, p.expected(id, ts, body)...)...)
 				unsigned := p.sign(p.key(keyMain), id, ts, body)
 				for _, name := range p.sigHeaders {

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -111,12 +112,12 @@ func (nopCloser) Close() error { return nil }
 // (any state when none).
 func (s *opServer) countJobs(kind string, states ...string) int {
 	s.t.Helper()
-	var n int
-	if states == nil {
-		states = []string{}
+	var js []rivertype.JobState
+	for _, st := range states {
+		js = append(js, rivertype.JobState(st))
 	}
-	q := `SELECT count(*) FROM river_job WHERE kind = $1 AND (cardinality($2::text[]) = 0 OR state::text = ANY($2))`
-	if err := s.pool.QueryRow(s.t.Context(), q, kind, states).Scan(&n); err != nil {
+	n, err := store.New(s.pool).CountJobs(s.t.Context(), kind, js...)
+	if err != nil {
 		s.t.Fatal(err)
 	}
 	return n
@@ -164,8 +165,7 @@ senders:
 
 	// A breaker recorded by a worker is shown; the others stay closed.
 	opened := time.Date(2026, 11, 30, 5, 12, 40, 118000000, time.UTC)
-	if _, err := s.pool.Exec(t.Context(), `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
-VALUES ('fwd', 'bad', 'open', $1, $1, 'target answered 503')`, opened); err != nil {
+	if err := store.New(s.pool).RecordBreaker(t.Context(), "fwd", "bad", store.BreakerOpen, &opened, "target answered 503"); err != nil {
 		t.Fatal(err)
 	}
 	got = s.targets("fwd")
@@ -270,9 +270,8 @@ senders:
 	var failedIDs []int64
 	for i, f := range all[3:] {
 		failedIDs = append(failedIDs, f.JobID)
-		if _, err := s.pool.Exec(t.Context(), `UPDATE river_job SET state = 'discarded', attempt = 7, attempted_at = $2, finalized_at = $2,
-  errors = ARRAY[jsonb_build_object('at', $2::timestamptz, 'attempt', 7, 'error', 'post to http://127.0.0.1:1/a?token=sekrit: target answered 503', 'trace', '')]
-WHERE id = $1`, f.JobID, base.Add(time.Duration(i)*time.Hour)); err != nil {
+		if err := store.New(s.pool).SetForwardJob(t.Context(), f.JobID, store.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 7,
+			At: base.Add(time.Duration(i) * time.Hour), Errors: []string{"post to http://127.0.0.1:1/a?token=sekrit: target answered 503"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -412,10 +411,11 @@ senders:
 	ctx := t.Context()
 	// n failed forwards of orders, and n of other that must stay alone.
 	for _, target := range []string{"orders", "other"} {
-		if _, err := s.pool.Exec(ctx, `INSERT INTO river_job (kind, args, max_attempts, queue, state, attempt, finalized_at)
-SELECT 'hookgate_forward', jsonb_build_object('sender', 'fwd', 'event_id', gen_random_uuid()::text, 'target', $1::text, 'delivery_id', 'd-' || i),
-       3, 'forward', 'discarded', 3, now() - interval '1 minute'
-FROM generate_series(1, $2::int) AS i`, target, n); err != nil {
+		jobs := make([]store.NewForwardJob, n)
+		for i := range jobs {
+			jobs[i] = store.NewForwardJob{Sender: "fwd", Target: target, DeliveryID: fmt.Sprintf("d-%d", i+1), MaxAttempts: 3}
+		}
+		if _, err := store.New(s.pool).InsertForwardJobs(ctx, forward.Queue, store.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-time.Minute)}, jobs...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -458,12 +458,20 @@ FROM generate_series(1, $2::int) AS i`, target, n); err != nil {
 	if got := s.countJobs("hookgate_forward", "available"); got != n {
 		t.Errorf("%d forwards enqueued, want %d", got, n)
 	}
-	var distinct, maxAttempts int
-	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT args->>'event_id'), min(max_attempts) FROM river_job
-WHERE kind = 'hookgate_forward' AND state = 'available' AND args @> '{"sender": "fwd", "target": "orders"}'`).Scan(&distinct, &maxAttempts); err != nil {
+	all, err := store.New(s.pool).ForwardJobs(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if distinct != n || maxAttempts != 3 {
+	events, maxAttempts := map[string]bool{}, 0
+	for _, j := range all {
+		if j.State == rivertype.JobStateAvailable && j.Sender == "fwd" && j.Target == "orders" {
+			events[j.EventID] = true
+			if maxAttempts == 0 || j.MaxAttempts < maxAttempts {
+				maxAttempts = j.MaxAttempts
+			}
+		}
+	}
+	if distinct := len(events); distinct != n || maxAttempts != 3 {
 		t.Errorf("new forwards: %d events (want %d), max_attempts %d (want 3)", distinct, n, maxAttempts)
 	}
 	c := s.targets("fwd")
@@ -473,13 +481,8 @@ WHERE kind = 'hookgate_forward' AND state = 'available' AND args @> '{"sender": 
 	if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed"}`); m != 0 {
 		t.Errorf("after the bulk job, matched %d, want 0", m)
 	}
-	var rows []int64
-	r, err := s.pool.Query(ctx, `SELECT id FROM river_job WHERE kind = $1`, forward.BulkArgs{}.Kind())
-	if err == nil {
-		rows, err = pgx.CollectRows(r, pgx.RowTo[int64])
-	}
-	if err != nil || len(rows) != 1 {
-		t.Errorf("bulk jobs %v (%v), want one", rows, err)
+	if got := s.countJobs(forward.BulkArgs{}.Kind()); got != 1 {
+		t.Errorf("%d bulk jobs, want one", got)
 	}
 }
 

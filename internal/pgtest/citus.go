@@ -35,6 +35,16 @@ func SkipOnCitus(t testing.TB, why string) {
 	}
 }
 
+// LockWaitersSQL is a query of the number of sessions of the current
+// database that wait on a lock: on Citus, of the waits on the workers
+// (citus_lock_waits), where a statement on a distributed table waits.
+func LockWaitersSQL() string {
+	if Citus() {
+		return `SELECT count(*) FROM citus_lock_waits`
+	}
+	return `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`
+}
+
 // testShardCount is the shard count of the tests' distributed tables: few,
 // so that a test's database is distributed quickly.
 const testShardCount = 4
@@ -129,6 +139,18 @@ func distribute(ctx context.Context, t testing.TB, admin, dsn, name string) erro
 	// (the in-flight wait) reaches the workers only with it.
 	stmts = append(stmts, "ALTER DATABASE "+ident(name)+" SET citus.propagate_set_commands = 'local'",
 		"SET citus.shard_count = "+strconv.Itoa(testShardCount), migrations.CitusDDL)
+	// Citus fails one of two node additions that run at once on a worker
+	// ("tuple concurrently updated"): one test database adds its nodes at
+	// a time, across the test processes, under an advisory lock of the
+	// administrative database.
+	lock, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer lock.Close(context.Background())
+	if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock(hashtext('hookgate pgtest citus'))"); err != nil {
+		return fmt.Errorf("lock the set-up of citus test databases: %w", err)
+	}
 	if err := adminExec(ctx, dsn, stmts...); err != nil {
 		return fmt.Errorf("distribute %s: %w", name, err)
 	}

@@ -121,10 +121,7 @@ func verifier(s *config.Sender) (signature.Verifier, error) {
 		}
 		keys = append(keys, k)
 	}
-	v, err := signature.New(check.Scheme, signature.Params{
-		Header: check.Header, Encoding: check.Encoding, Prefix: check.Prefix,
-		Tolerance: time.Duration(s.Tolerance),
-	}, keys)
+	v, err := signature.New(check.Scheme, check.Params(time.Duration(s.Tolerance)), keys)
 	if err != nil {
 		return nil, fmt.Errorf("signature: %w", err)
 	}

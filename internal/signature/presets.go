@@ -1,6 +1,7 @@
 package signature
 
 import (
+	"crypto/sha1" //nolint:gosec // HMAC-SHA1 is what Intercom and Vercel sign with
 	"fmt"
 	"net/http"
 	"strings"
@@ -46,6 +47,8 @@ type prefixed struct {
 	prefix string
 	enc    encoding
 	keys   keys
+	// sha1: the MAC is HMAC-SHA1 (20 bytes), not HMAC-SHA256.
+	sha1 bool
 }
 
 func (v *prefixed) Verify(h http.Header, body []byte, _ time.Time) error {
@@ -56,6 +59,16 @@ func (v *prefixed) Verify(h http.Header, body []byte, _ time.Time) error {
 	mac, ok := strings.CutPrefix(s, v.prefix)
 	if !ok {
 		return fmt.Errorf("%w: %s must start with %q", ErrMalformed, v.name, v.prefix)
+	}
+	if v.sha1 {
+		b := decodeMACSize(v.enc, mac, sha1.Size)
+		if b == nil {
+			return fmt.Errorf("%w: %s must be %s<%s HMAC-SHA1>", ErrMalformed, v.name, v.prefix, v.enc)
+		}
+		if !v.keys.matchHash(sha1.New, [][]byte{b}, body) {
+			return mismatch(v.name)
+		}
+		return nil
 	}
 	b := decodeMAC(v.enc, mac)
 	if b == nil {

@@ -30,6 +30,8 @@ type Params struct {
 	// Tolerance bounds a signed timestamp's distance from now (the schemes
 	// that sign one); <= 0 means DefaultTolerance.
 	Tolerance time.Duration
+	// Layout is the header's shape (SchemeList, SchemeTimestampHeader).
+	Layout Layout
 }
 
 // scheme is one entry of schemes.
@@ -49,6 +51,33 @@ var schemes = map[string]scheme{
 			return nil, err
 		}
 		return HMAC(hc, secrets), nil
+	}},
+	SchemeHMACSHA1: {build: func(p Params, secrets [][]byte) (Verifier, error) {
+		hc := HMACConfig{Header: p.Header, Encoding: p.Encoding, Prefix: p.Prefix}
+		if err := hc.Validate(); err != nil {
+			return nil, err
+		}
+		v := HMAC(hc, secrets).(*prefixed)
+		v.sha1 = true
+		return v, nil
+	}},
+	SchemeToken: {build: func(p Params, secrets [][]byte) (Verifier, error) {
+		if !validHeaderName(p.Header) {
+			return nil, fmt.Errorf("token: header %q is not a valid header name", p.Header)
+		}
+		return Token(p.Header, secrets), nil
+	}},
+	SchemeList: {build: func(p Params, secrets [][]byte) (Verifier, error) {
+		if !validHeaderName(p.Header) || p.Layout.Separator == "" || p.Layout.SignatureKey == "" {
+			return nil, fmt.Errorf("%s: needs a header, a separator and a signature key", SchemeList)
+		}
+		return List(p.Header, p.Layout, secrets, p.Tolerance), nil
+	}},
+	SchemeTimestampHeader: {build: func(p Params, secrets [][]byte) (Verifier, error) {
+		if !validHeaderName(p.Header) || !validHeaderName(p.Layout.TimestampHeader) {
+			return nil, fmt.Errorf("%s: needs a header and a timestamp header", SchemeTimestampHeader)
+		}
+		return TimestampHeader(p.Header, p.Layout, secrets, p.Tolerance), nil
 	}},
 	SchemeStripe: {build: func(p Params, secrets [][]byte) (Verifier, error) {
 		return Stripe(secrets, p.Tolerance), nil

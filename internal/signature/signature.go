@@ -26,10 +26,12 @@ package signature
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"net/http"
 	"strings"
 	"time"
@@ -113,9 +115,15 @@ func newKeys(secrets [][]byte) keys {
 // for one of the keys. Each comparison is constant-time; candidates are
 // always macSize bytes long.
 func (k keys) match(cands [][]byte, parts ...[]byte) bool {
-	var sum [macSize]byte
+	return k.matchHash(sha256.New, cands, parts...)
+}
+
+// matchHash is match with the HMAC's hash function h (sha1.New for the
+// HMAC-SHA1 schemes); candidates have that hash's size.
+func (k keys) matchHash(h func() hash.Hash, cands [][]byte, parts ...[]byte) bool {
+	var sum [sha512.Size]byte
 	for _, key := range k {
-		m := hmac.New(sha256.New, key)
+		m := hmac.New(h, key)
 		for _, p := range parts {
 			m.Write(p)
 		}
@@ -169,10 +177,13 @@ func (e encoding) String() string {
 // decodeMAC decodes s as a 32-byte MAC: 64 hex digits (either case) or 44
 // characters of padded standard base64 with zero padding bits. Anything
 // else, including embedded white space, returns nil.
-func decodeMAC(enc encoding, s string) []byte {
+func decodeMAC(enc encoding, s string) []byte { return decodeMACSize(enc, s, macSize) }
+
+// decodeMACSize is decodeMAC for a MAC of size bytes (20 for HMAC-SHA1).
+func decodeMACSize(enc encoding, s string, size int) []byte {
 	switch enc {
 	case encHex:
-		if len(s) != hex.EncodedLen(macSize) {
+		if len(s) != hex.EncodedLen(size) {
 			return nil
 		}
 		b, err := hex.DecodeString(s)
@@ -181,11 +192,11 @@ func decodeMAC(enc encoding, s string) []byte {
 		}
 		return b
 	default:
-		if len(s) != base64.StdEncoding.EncodedLen(macSize) {
+		if len(s) != base64.StdEncoding.EncodedLen(size) {
 			return nil
 		}
 		b, err := base64.StdEncoding.Strict().DecodeString(s)
-		if err != nil || len(b) != macSize {
+		if err != nil || len(b) != size {
 			return nil
 		}
 		return b

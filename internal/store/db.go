@@ -7,8 +7,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DB is what the queries run on: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+// DB is what the queries run on: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx
+// (whose Begin starts a savepoint).
 type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

@@ -13,10 +13,14 @@
 //     event types, retention of events)
 //   - outbox.go: forward_outbox (the relay's take, an event's rows, counts)
 //   - breakers.go: target_breakers (the recorded circuit breakers)
+//   - sessions.go: console_revoked_sessions and console_signouts (console
+//     sign-outs)
 //   - jobs.go: River's river_job, the forward jobs: the only file that
 //     names its columns, the forward job kind and the mapping of River's
 //     job states to a forward's state
 //
 // Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
-// satisfy, through Queries. Every list pages with one Cursor format.
+// satisfy, through Queries. Every list pages with one Cursor format. The
+// fixture builders (the last section of jobs.go, InsertEvent, InsertOutbox) put rows
+// in a given state for tests, so that they write no SQL of their own.
 package store

@@ -1,0 +1,229 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Shedding on delay (WithShedding). A delivery "queues for the store" from
+// the moment Run admits it until it holds a database connection for its
+// pipeline: waiting for a batch slot of its sender (group commit) and for a
+// connection of the pool. That time, not a count of requests, tells whether
+// PostgreSQL keeps up: a burst that the database drains in a second makes a
+// long queue that empties, an overload makes one that stands.
+//
+// The rule is CoDel's (Nichols and Jacobson, "Controlling Queue Delay"),
+// applied at admission rather than by dropping queued work:
+//
+//   - Each delivery that reaches the database (or fails to get a
+//     connection) reports how long it queued. When every one of those
+//     reports has been above Target for at least Interval, the queue is
+//     standing: Run sheds new deliveries at once, with an *OverloadError of
+//     reason ShedQueueDelay, until a report is below Target again or the
+//     queue has emptied (nothing admitted is still waiting for the
+//     database).
+//   - Whatever the state, a delivery that has queued for MaxWait without
+//     reaching the database gives up with reason ShedQueueTimeout, so that
+//     every answer comes within MaxWait plus the transaction's own time,
+//     even while PostgreSQL hangs.
+//
+// Copies of a delivery in flight in this process (same key) never queue:
+// they wait for the first copy's outcome before admission (Run), so a retry
+// storm of one delivery costs one place in the queue.
+
+// Defaults of shedding.
+const (
+	DefaultShedTarget   = 100 * time.Millisecond
+	DefaultShedInterval = time.Second
+	DefaultMaxQueueWait = 3 * time.Second
+)
+
+// Reasons a delivery is shed, the values of OverloadError.Reason.
+const (
+	// ShedQueueDelay: the queue for the store has stood above the target
+	// for an interval; the delivery was refused at admission.
+	ShedQueueDelay = "queue_delay"
+	// ShedQueueTimeout: the delivery queued for MaxWait without reaching
+	// the database.
+	ShedQueueTimeout = "queue_timeout"
+)
+
+// ErrOverloaded means the database could not take the delivery in time:
+// nothing of it was recorded, and its retry is a first delivery. Errors
+// that Run returns for it are *OverloadError, which matches ErrOverloaded
+// with errors.Is.
+var ErrOverloaded = errors.New("dedup: the database cannot take the delivery in time")
+
+// OverloadError is a delivery shed for Reason (ShedQueueDelay or
+// ShedQueueTimeout).
+type OverloadError struct {
+	Reason string
+}
+
+func (e *OverloadError) Error() string { return ErrOverloaded.Error() + " (" + e.Reason + ")" }
+
+// Is makes errors.Is(err, ErrOverloaded) true.
+func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
+
+// ShedPolicy configures shedding on delay. Zero durations take the
+// defaults.
+type ShedPolicy struct {
+	// Target is the queueing delay that a standing queue stays above.
+	Target time.Duration
+	// Interval is how long it must stay above Target before deliveries are
+	// shed at admission.
+	Interval time.Duration
+	// MaxWait is the longest a delivery queues for the store.
+	MaxWait time.Duration
+	// Observe, when not nil, is called with each admitted delivery's time
+	// queueing for the store (also when it gave up or got no connection).
+	Observe func(wait time.Duration)
+}
+
+// WithShedding turns shedding on delay on (see shed.go). Without it Run
+// admits every delivery and a delivery waits for the database as long as
+// its context allows.
+func WithShedding(p ShedPolicy) Option {
+	return func(s *Store) {
+		if p.Target <= 0 {
+			p.Target = DefaultShedTarget
+		}
+		if p.Interval <= 0 {
+			p.Interval = DefaultShedInterval
+		}
+		if p.MaxWait <= 0 {
+			p.MaxWait = DefaultMaxQueueWait
+		}
+		s.shed = &shedder{policy: p, now: time.Now}
+	}
+}
+
+// Queued returns the deliveries admitted and not yet at the database (0
+// without shedding).
+func (s *Store) Queued() int64 {
+	if s.shed == nil {
+		return 0
+	}
+	return s.shed.queued.Load()
+}
+
+// shedder is the state of shedding on delay.
+type shedder struct {
+	policy ShedPolicy
+	now    func() time.Time
+	queued atomic.Int64 // admitted, not yet at the database
+
+	mu         sync.Mutex
+	firstAbove time.Time // of the reports above target since the last below it; zero for none
+	dropping   bool      // the queue stands: shed at admission
+}
+
+// ticket is an admitted delivery's place in the queue for the store.
+type ticket struct {
+	sh       *shedder
+	enqueued time.Time
+	deadline time.Time
+	left     atomic.Bool
+}
+
+// admit returns the place in the queue of a delivery arriving now, or an
+// *OverloadError when the queue stands. A nil shedder admits everything
+// (and returns a nil ticket, whose methods do nothing).
+func (sh *shedder) admit() (*ticket, error) {
+	if sh == nil {
+		return nil, nil
+	}
+	now := sh.now()
+	sh.mu.Lock()
+	if sh.queued.Load() == 0 {
+		// Nothing waits for the database: whatever stood has drained.
+		sh.dropping, sh.firstAbove = false, time.Time{}
+	}
+	dropping := sh.dropping
+	sh.mu.Unlock()
+	if dropping {
+		return nil, &OverloadError{Reason: ShedQueueDelay}
+	}
+	sh.queued.Add(1)
+	return &ticket{sh: sh, enqueued: now, deadline: now.Add(sh.policy.MaxWait)}, nil
+}
+
+// leave ends t's queueing (once; later calls do nothing) and reports its
+// delay.
+func (t *ticket) leave() {
+	if t == nil || t.left.Swap(true) {
+		return
+	}
+	sh := t.sh
+	now := sh.now()
+	wait := now.Sub(t.enqueued)
+	sh.queued.Add(-1)
+	if sh.policy.Observe != nil {
+		sh.policy.Observe(wait)
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch {
+	case wait < sh.policy.Target:
+		sh.dropping, sh.firstAbove = false, time.Time{}
+	case sh.firstAbove.IsZero():
+		sh.firstAbove = now
+	case now.Sub(sh.firstAbove) >= sh.policy.Interval:
+		sh.dropping = true
+	}
+}
+
+// expired reports whether t has queued for MaxWait.
+func (t *ticket) expired() bool {
+	return t != nil && !t.sh.now().Before(t.deadline)
+}
+
+// ticketKey is the context key of a delivery's ticket.
+type ticketKey struct{}
+
+// withTicket returns ctx carrying t.
+func withTicket(ctx context.Context, t *ticket) context.Context {
+	if t == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, ticketKey{}, t)
+}
+
+// ticketOf returns the ticket ctx carries, nil for none.
+func ticketOf(ctx context.Context) *ticket {
+	t, _ := ctx.Value(ticketKey{}).(*ticket)
+	return t
+}
+
+// acquireQueued acquires a connection for the deliveries of tickets ts
+// (nil entries allowed), waiting at most until the earliest of their
+// deadlines, after which it returns an *OverloadError of reason
+// ShedQueueTimeout. Either way every ticket leaves the queue.
+func (s *Store) acquireQueued(ctx context.Context, ts ...*ticket) (*pgx.Conn, func(), error) {
+	var deadline time.Time
+	for _, t := range ts {
+		if t != nil && !t.left.Load() && (deadline.IsZero() || t.deadline.Before(deadline)) {
+			deadline = t.deadline
+		}
+	}
+	defer func() {
+		for _, t := range ts {
+			t.leave()
+		}
+	}()
+	if deadline.IsZero() {
+		return s.acquire(ctx)
+	}
+	actx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	conn, release, err := s.acquire(actx)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		return nil, nil, &OverloadError{Reason: ShedQueueTimeout}
+	}
+	return conn, release, err
+}

@@ -1,0 +1,29 @@
+package forward_test
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/forward"
+)
+
+// TestRelayConfigZeroIsRefused: zero means zero (docs/configuration.md): a
+// relay batch or interval of 0 is refused, never taken as the default; the
+// defaults are DefaultRelayConfig's.
+func TestRelayConfigZeroIsRefused(t *testing.T) {
+	t.Parallel()
+	def := forward.DefaultRelayConfig()
+	if def.Batch != forward.DefaultRelayBatch || def.Interval != forward.DefaultRelayInterval {
+		t.Fatalf("DefaultRelayConfig() = %+v", def)
+	}
+	log := slog.New(slog.DiscardHandler)
+	for _, rc := range []forward.RelayConfig{{}, {Batch: 0, Interval: time.Second}, {Batch: 10}, {Batch: -1, Interval: time.Second}} {
+		if _, err := forward.NewRelay(nil, nil, nil, rc, log); err == nil {
+			t.Errorf("NewRelay(%+v) = nil error, want it refused", rc)
+		}
+	}
+	if _, err := forward.NewRelay(nil, nil, nil, def, log); err != nil {
+		t.Errorf("NewRelay(defaults): %v", err)
+	}
+}

@@ -1,0 +1,224 @@
+package signature
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// More scheme names (see schemes): the shapes the providers' presets share,
+// each configured by the preset row's Params.
+const (
+	// SchemeHMACSHA1: as SchemeHMAC, with HMAC-SHA1 (Intercom, Vercel).
+	SchemeHMACSHA1 = "hmac-sha1"
+	// SchemeToken: a header holding the secret itself, compared in
+	// constant time (GitLab's X-Gitlab-Token, Telegram's
+	// X-Telegram-Bot-Api-Secret-Token). See Token.
+	SchemeToken = "token"
+	// SchemeList: one header of key=value elements, an optional timestamp
+	// and one or more hex HMAC-SHA256 signatures of "<ts><joiner><body>"
+	// (Mux, Calendly, Paddle, PagerDuty). See List.
+	SchemeList = "hmac-sha256-list"
+	// SchemeTimestampHeader: a base64 HMAC-SHA256 of "<timestamp><body>"
+	// with the RFC 3339 timestamp in its own header (Zendesk). See
+	// TimestampHeader.
+	SchemeTimestampHeader = "hmac-sha256-timestamp-header"
+)
+
+// Layout is the shape of a signature header, for SchemeList and
+// SchemeTimestampHeader.
+type Layout struct {
+	// Separator separates the elements of a SchemeList header ("," or ";").
+	Separator string
+	// TimestampKey is the key of the signed timestamp element of a
+	// SchemeList header ("t", "ts"); empty when none is signed.
+	TimestampKey string
+	// SignatureKey is the key of the signature elements ("v1", "h1").
+	SignatureKey string
+	// Joiner is written between the timestamp and the body in what is
+	// signed ("." or ":").
+	Joiner string
+	// TimestampHeader is the header holding an RFC 3339 timestamp
+	// (SchemeTimestampHeader).
+	TimestampHeader string
+}
+
+// Token returns the Verifier of a provider that sends the shared secret
+// itself in header name (GitLab, Telegram): the header's value must equal
+// one of the secrets. Both are hashed with SHA-256 before a constant-time
+// comparison, so neither the secret's length nor its content is revealed by
+// timing. Nothing binds the token to the body: only TLS protects the body.
+func Token(name string, secrets [][]byte) Verifier {
+	t := &token{name: http.CanonicalHeaderKey(name)}
+	for _, s := range newKeys(secrets) {
+		t.sums = append(t.sums, sha256.Sum256(s))
+	}
+	return t
+}
+
+type token struct {
+	name string
+	sums [][sha256.Size]byte
+}
+
+func (v *token) Verify(h http.Header, _ []byte, _ time.Time) error {
+	s, err := header(h, v.name)
+	if err != nil {
+		return err
+	}
+	got := sha256.Sum256([]byte(s))
+	ok := false
+	for i := range v.sums {
+		if hmac.Equal(got[:], v.sums[i][:]) {
+			ok = true
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s does not hold a configured token", ErrMismatch, v.name)
+	}
+	return nil
+}
+
+// List returns the Verifier of a header of elements separated by
+// l.Separator, each key=value (white space around elements ignored):
+//
+//	<Header>: <TimestampKey>=<unix seconds><Separator><SignatureKey>=<hex HMAC-SHA256(secret, "<ts><Joiner><body>")>[<Separator><SignatureKey>=...]
+//
+// With no TimestampKey, what is signed is the body alone and there is no
+// timestamp check. Any one signature valid under any secret passes (several
+// are sent while the provider rotates its secret); other keys are ignored.
+// The timestamp must be within tolerance of now (<= 0: DefaultTolerance).
+func List(name string, l Layout, secrets [][]byte, tolerance time.Duration) Verifier {
+	return &list{name: http.CanonicalHeaderKey(name), l: l, keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
+}
+
+type list struct {
+	name string
+	l    Layout
+	keys keys
+	tol  time.Duration
+}
+
+func (v *list) Verify(h http.Header, body []byte, now time.Time) error {
+	s, err := header(h, v.name)
+	if err != nil {
+		return err
+	}
+	ts, sigs, err := ParseSignatureList(s, v.l)
+	if err != nil {
+		return fmt.Errorf("%w: %s must be %s", ErrMalformed, v.name, v.describe())
+	}
+	if v.l.TimestampKey == "" {
+		if !v.keys.match(sigs, body) {
+			return mismatch(v.name)
+		}
+		return nil
+	}
+	if err := checkTimestamp(v.name+" "+v.l.TimestampKey, ts, now, v.tol); err != nil {
+		return err
+	}
+	if !v.keys.match(sigs, fmt.Appendf(nil, "%d%s", ts, v.l.Joiner), body) {
+		return mismatch(v.name)
+	}
+	return nil
+}
+
+func (v *list) describe() string {
+	sig := v.l.SignatureKey + "=<64 hex digits>"
+	if v.l.TimestampKey == "" {
+		return sig + "[" + v.l.Separator + sig + "...]"
+	}
+	return v.l.TimestampKey + "=<unix seconds>" + v.l.Separator + sig
+}
+
+// ParseSignatureList parses a SchemeList header value laid out as l: the
+// timestamp (when l.TimestampKey is set: exactly one such element, which
+// must parse with ParseUnixTimestamp) and the 32-byte MACs of the
+// l.SignatureKey elements written as 64 hex digits, in order (others are
+// skipped). It returns an error wrapping ErrMalformed if s is longer than
+// MaxHeaderBytes, the timestamp is missing, repeated or invalid, there are
+// more than MaxSignatures signature elements, or none is usable.
+func ParseSignatureList(s string, l Layout) (ts int64, sigs [][]byte, err error) {
+	if len(s) > MaxHeaderBytes {
+		return 0, nil, fmt.Errorf("%w: longer than %d bytes", ErrMalformed, MaxHeaderBytes)
+	}
+	if l.Separator == "" || l.SignatureKey == "" {
+		return 0, nil, fmt.Errorf("%w: no separator or signature key", ErrMalformed)
+	}
+	haveT := false
+	n := 0
+	for elem := range strings.SplitSeq(s, l.Separator) {
+		key, val, ok := strings.Cut(strings.TrimSpace(elem), "=")
+		if !ok {
+			continue
+		}
+		switch {
+		case l.TimestampKey != "" && key == l.TimestampKey:
+			if haveT {
+				return 0, nil, fmt.Errorf("%w: more than one %s", ErrMalformed, key)
+			}
+			haveT = true
+			if ts, err = ParseUnixTimestamp(val); err != nil {
+				return 0, nil, err
+			}
+		case key == l.SignatureKey:
+			if n++; n > MaxSignatures {
+				return 0, nil, fmt.Errorf("%w: more than %d signatures", ErrMalformed, MaxSignatures)
+			}
+			if b := decodeMAC(encHex, val); b != nil {
+				sigs = append(sigs, b)
+			}
+		}
+	}
+	if l.TimestampKey != "" && !haveT {
+		return 0, nil, fmt.Errorf("%w: no %s", ErrMalformed, l.TimestampKey)
+	}
+	if len(sigs) == 0 {
+		return 0, nil, fmt.Errorf("%w: no %s signature of 64 hex digits", ErrMalformed, l.SignatureKey)
+	}
+	return ts, sigs, nil
+}
+
+// TimestampHeader returns the Verifier of a base64 HMAC-SHA256 in header
+// name of "<timestamp><body>", the timestamp being the value of header
+// l.TimestampHeader as sent, which must be an RFC 3339 time within
+// tolerance of now (<= 0: DefaultTolerance). This is Zendesk's scheme.
+func TimestampHeader(name string, l Layout, secrets [][]byte, tolerance time.Duration) Verifier {
+	return &tsHeader{name: http.CanonicalHeaderKey(name), tsName: http.CanonicalHeaderKey(l.TimestampHeader),
+		keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
+}
+
+type tsHeader struct {
+	name, tsName string
+	keys         keys
+	tol          time.Duration
+}
+
+func (v *tsHeader) Verify(h http.Header, body []byte, now time.Time) error {
+	sig, err := header(h, v.name)
+	if err != nil {
+		return err
+	}
+	tsText, err := header(h, v.tsName)
+	if err != nil {
+		return err
+	}
+	ts, err := time.Parse(time.RFC3339, tsText)
+	if err != nil {
+		return fmt.Errorf("%w: %s must be an RFC 3339 time", ErrMalformed, v.tsName)
+	}
+	mac := decodeMAC(encBase64, sig)
+	if mac == nil {
+		return fmt.Errorf("%w: %s must be %s", ErrMalformed, v.name, describe(encBase64))
+	}
+	if err := checkTimestamp(v.tsName, ts.Unix(), now, v.tol); err != nil {
+		return err
+	}
+	if !v.keys.match([][]byte{mac}, []byte(tsText), body) {
+		return mismatch(v.name)
+	}
+	return nil
+}
