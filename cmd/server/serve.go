@@ -50,6 +50,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	defer fwd.closeFast(context.WithoutCancel(ctx)) // returns at once after shutdown's
 	deliveries, err := newIngestStore(ctx, db, s, reg, log)
 	if err != nil {
 		return err
@@ -116,17 +117,41 @@ func newRegistry(db *database) *prometheus.Registry {
 }
 
 // forwarding is River's client, which inserts forward jobs and, when the
-// process works them (work), runs them and the retention job.
+// process works them (work), runs them and the retention job; and, in a
+// --role all process with the fast path on, the dispatcher of first
+// attempts (fast, nil otherwise).
 type forwarding struct {
 	client *river.Client[pgx.Tx]
 	work   bool
+	fast   *forward.Dispatcher
+}
+
+// closeFast stops the fast path, letting its forwards finish until ctx's
+// end; a no-op without one (or when it is closed already).
+func (f *forwarding) closeFast(ctx context.Context) error {
+	if f.fast == nil {
+		return nil
+	}
+	return f.fast.Close(ctx)
 }
 
 func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
 	work := s.role == roleAll || s.role == roleWorker
 	m := forward.NewMetrics(reg)
 	m.Init(cfg) // every target's series from the start
+	var (
+		worker *forward.Worker
+		fast   *forward.Dispatcher
+	)
+	if s.role == roleAll && s.fastPath {
+		// The fast path shares the River worker's HTTP client and Gate:
+		// fair shares, max_in_flight and breakers hold across both.
+		gate := forward.NewGate(db.pool, s.forwardWorkers, forward.BreakerTiming{}, m, log)
+		worker = forward.NewWorker(cfg, db.pool, forward.NewHTTPClient(s.forwardWorkers), s.backoff, gate, m, log)
+		fast = forward.NewDispatcher(worker, db.pool, cfg, s.forwardLease, s.fastWorkers, 0, reg, log)
+	}
 	client, err := forward.NewClient(db.pool, cfg, forward.Options{
+		Worker:            worker,
 		Work:              work,
 		MaxWorkers:        s.forwardWorkers,
 		RescueAfter:       s.rescueAfter,
@@ -142,9 +167,12 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		},
 	}, m, log)
 	if err != nil {
+		if fast != nil {
+			_ = fast.Close(context.Background())
+		}
 		return nil, err
 	}
-	return &forwarding{client: client, work: work}, nil
+	return &forwarding{client: client, work: work, fast: fast}, nil
 }
 
 // newIngestStore returns the store of the ingest transaction: group commit
@@ -199,10 +227,13 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: fwd.client,
 	})
-	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log,
-		handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(db.pool),
+	opts := []handler.Option{handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(db.pool),
 		handler.WithRiver(fwd.client), handler.WithAuthLimiter(limiter), handler.WithConsole(cons),
-		handler.WithMetricsElsewhere(s.metricsAddr != ""))
+		handler.WithMetricsElsewhere(s.metricsAddr != "")}
+	if fwd.fast != nil {
+		opts = append(opts, handler.WithFastPath(fwd.fast))
+	}
+	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log, opts...)
 }
 
 // newHTTPServer returns the main listener's server: the whole API, or for
@@ -287,6 +318,11 @@ func shutdown(ctx context.Context, httpSrv *http.Server, fwd *forwarding, wait t
 	var errs []error
 	if err := httpSrv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("shutdown http: %w", err))
+	}
+	// Fast-path forwards finish and are recorded; those cut short are
+	// handed to the relay.
+	if err := fwd.closeFast(sctx); err != nil {
+		log.Warn("fast path: forwards still running at the end of the grace period were handed to the retry queue", "err", err)
 	}
 	if !fwd.work {
 		return errors.Join(errs...)

@@ -35,6 +35,9 @@ type settings struct {
 	rescueAfter    time.Duration // 0: the longest target timeout + 1m (forward.Options)
 	fetchPoll      time.Duration
 	backoff        forward.Backoff
+	fastPath       bool          // role all: attempt forwards right after COMMIT
+	fastWorkers    int           // forwards the fast path runs at once
+	forwardLease   time.Duration // of the fast path's outbox rows; 0: forward.DefaultLease
 
 	retentionInterval time.Duration
 	pprofAddr         string
@@ -241,6 +244,28 @@ var settingTable = []setting{
 	{flag: "forward-poll-interval", env: "HOOKGATE_FORWARD_POLL_INTERVAL", def: shortDuration(forward.DefaultFetchPollInterval),
 		help:  "how often workers poll for forwards between notifications (at least 100ms)",
 		parse: durationSetting("forward poll interval", 100*time.Millisecond, func(s *settings) *time.Duration { return &s.fetchPoll })},
+	{flag: "forward-fast-path", env: "HOOKGATE_FORWARD_FAST_PATH", def: "true", boolean: true,
+		help: "with --role all, attempt each accepted delivery's forwards right after COMMIT, from memory, and hand only failures to the retry queue",
+		parse: func(s *settings, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("forward fast path %q: must be 1 or 0 (true or false)", v)
+			}
+			s.fastPath = b
+			return nil
+		}},
+	{flag: "forward-fast-path-workers", env: "HOOKGATE_FORWARD_FAST_PATH_WORKERS", def: strconv.Itoa(forward.DefaultDispatchWorkers),
+		help:  "forwards the fast path runs at once; up to 1024 more wait in its queue, and past that they are left to the retry queue",
+		parse: intSetting("forward fast path workers", 1, 10_000, func(s *settings) *int { return &s.fastWorkers })},
+	{flag: "forward-lease", env: "HOOKGATE_FORWARD_LEASE", shown: "longest target timeout + 10s, at least 15s",
+		help: "how long the fast path holds a forward's outbox row before the relay may take it: how long a crash delays that forward (at least 3s)",
+		parse: func(s *settings, v string) error {
+			if v == "" {
+				s.forwardLease = 0 // computed by forward.NewDispatcher
+				return nil
+			}
+			return durationSetting("forward lease", 3*time.Second, func(s *settings) *time.Duration { return &s.forwardLease })(s, v)
+		}},
 	{flag: "retention-interval", env: "HOOKGATE_RETENTION_INTERVAL", def: shortDuration(retention.DefaultInterval),
 		help:  "how often expired keys and old events are deleted (by one worker process at a time)",
 		parse: durationSetting("retention interval", time.Second, func(s *settings) *time.Duration { return &s.retentionInterval })},

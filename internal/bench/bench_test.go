@@ -380,7 +380,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.minRatio != 0.7 || o.minForwardRatio != 0.85 || o.minReplayRatio != 1.5 || o.forwardDrain != 10*time.Second || o.skipForward {
+	if o.minRatio != 0.7 || o.minForwardRatio != 0.85 || o.minReplayRatio != 1.5 || o.forwardDrain != 5*time.Second || o.maxCPUPerForward != 350*time.Microsecond || o.skipForward {
 		t.Fatalf("defaults: %+v", o)
 	}
 	o, err = parseFlags([]string{"-min-forward-ratio", "0.9", "-skip-forward", "-server-arg=--forward-workers=100", "-server-arg", "--role=api", "-pool-max-conns", "16"}, io.Discard)

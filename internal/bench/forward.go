@@ -13,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // forwardConfig is the hookgate.yaml of the forwarding phases: the bench
@@ -38,14 +36,10 @@ type sink struct {
 	requests atomic.Int64
 
 	mu       sync.Mutex
-	seen     map[string]struct{}
+	seen     map[string]time.Time // by delivery ID: when its first forward arrived
 	byTag    map[string]int
 	noID     int
 	firstErr error
-	// lag holds, by tag, the time from each event's creation (the
-	// millisecond in its UUIDv7, taken just before the ingest transaction)
-	// to its first forward's arrival.
-	lag map[string][]time.Duration
 }
 
 // startSink listens on a free port of 127.0.0.1 and serves until close.
@@ -54,7 +48,7 @@ func startSink() (*sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("forward sink: %w", err)
 	}
-	s := &sink{ln: ln, done: make(chan struct{}), seen: map[string]struct{}{}, byTag: map[string]int{}, lag: map[string][]time.Duration{}}
+	s := &sink{ln: ln, done: make(chan struct{}), seen: map[string]time.Time{}, byTag: map[string]int{}}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	go func() {
 		defer close(s.done)
@@ -70,6 +64,7 @@ func startSink() (*sink, error) {
 func (s *sink) url() string { return "http://" + s.ln.Addr().String() + "/sink" }
 
 func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
 	_, _ = io.Copy(io.Discard, r.Body)
 	s.requests.Add(1)
 	id := r.Header.Get("X-Hookgate-Delivery-Id")
@@ -77,23 +72,27 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id == "" {
 		s.noID++
 	} else if _, dup := s.seen[id]; !dup {
-		s.seen[id] = struct{}{}
+		s.seen[id] = at
 		tag, _, _ := strings.Cut(id, "-")
 		s.byTag[tag]++
-		if ev, err := uuid.Parse(r.Header.Get("Idempotency-Key")); err == nil && ev.Version() == 7 {
-			ms := int64(ev[0])<<40 | int64(ev[1])<<32 | int64(ev[2])<<24 | int64(ev[3])<<16 | int64(ev[4])<<8 | int64(ev[5])
-			s.lag[tag] = append(s.lag[tag], time.Since(time.UnixMilli(ms)))
-		}
 	}
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// lags returns the sorted lags of the first forwards of tag's events.
-func (s *sink) lags(tag string) []time.Duration {
+// lags returns, sorted, the time from each 2xx in acks (by delivery ID) to
+// the arrival of that event's first forward; 0 for a forward that arrived
+// before the load generator read the 2xx.
+func (s *sink) lags(acks *sync.Map) []time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := slices.Clone(s.lag[tag])
+	var l []time.Duration
+	acks.Range(func(id, ack any) bool {
+		if at, ok := s.seen[id.(string)]; ok {
+			l = append(l, max(at.Sub(ack.(time.Time)), 0))
+		}
+		return true
+	})
 	slices.Sort(l)
 	return l
 }
@@ -125,8 +124,14 @@ type forwardResult struct {
 	drainWait   time.Duration // after the load, until the sink had them all (or the timeout)
 	drained     bool
 	shutdownErr error
-	lags        []time.Duration // at half the intake: ingest to first forward attempt
-	lagRate     float64
+	// From the 2xx to the target's receipt of the forward, at 100
+	// deliveries/s and at half the phase's intake (role all).
+	lags100, lagsHalf []time.Duration
+	lagRate           float64
+	// cpuPerForward is the gateway's and PostgreSQL's CPU time per accepted
+	// event during the load and the drain, less phase 1's per delivery
+	// (role all); 0 when not measured.
+	cpuPerForward time.Duration
 }
 
 // forwardPhase runs one forwarding phase on a server of its own: the bench
@@ -134,7 +139,8 @@ type forwardResult struct {
 // tagged tag. With role all it then waits (up to -forward-drain-timeout)
 // until the sink has received every event the phase stored.
 // ref is phase 1's rate (no forward target), which the phase's is compared with.
-func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *benchDB, sk *sink, body []byte, role, tag string, ref float64, pgPID int, out io.Writer) (*forwardResult, error) {
+// refCPU is phase 1's gateway and PostgreSQL CPU time per delivery.
+func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *benchDB, sk *sink, body []byte, role, tag string, ref float64, refCPU time.Duration, pgPID int, out io.Writer) (*forwardResult, error) {
 	spec := serverSpec{name: "server-forward-" + role, config: forwardConfig(sk.url()), args: []string{"--role", role}}
 	srv, err := startServer(ctx, bin, tmp, dbURL, o, spec)
 	if err != nil {
@@ -195,6 +201,11 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 		}
 		r.drainWait = time.Since(t0)
 		cpu2 := takeCPU(srv.pid(), pgPID)
+		if r.drained && ref > 0 && r.accepted > 0 {
+			r.cpuPerForward = gatewayPGTime(cpu0, cpu2)/time.Duration(r.accepted) - refCPU
+			fmt.Fprintf(out, "  CPU per forward (gateway + PostgreSQL, load and drain, per accepted event, less %s per delivery without a target): %d µs\n",
+				refCPU.Round(time.Microsecond), r.cpuPerForward.Microseconds())
+		}
 		draining := ""
 		if r.drainWait >= time.Second {
 			draining = "; CPU cores while draining: " + cpuBetween(cpu1, cpu2, nil).String()
@@ -209,22 +220,30 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 		}
 	}
 	if role == "all" && r.drained && load.rate() > 0 && ref > 0 {
-		// At half the intake this phase reached (this server's maximum with
-		// the forwarding it also does), how long from an event's COMMIT to
-		// its forward's first attempt (outbox, relay, River).
-		half := load.rate() / 2
-		paced := runLoad(ctx, loadConfig{
-			url: srv.url(), workers: o.concurrency, warmup: 0, duration: 5 * time.Second,
-			body: body, ids: firstIDs(tag + "lag"), wantReplayed: false, raw: o.client == "raw", rate: half,
-		})
-		t0 := time.Now()
-		for sk.received(tag+"lag") < paced.requests && time.Since(t0) < o.forwardDrain && ctx.Err() == nil {
-			time.Sleep(50 * time.Millisecond)
+		// From the 2xx to the target's receipt: at 100 deliveries/s, and at
+		// half the intake this phase reached (this server's maximum with
+		// the forwarding it also does).
+		paced := func(rate float64, tag string) ([]time.Duration, *loadResult) {
+			var acks sync.Map
+			l := runLoad(ctx, loadConfig{
+				url: srv.url(), workers: o.concurrency, warmup: 0, duration: 5 * time.Second,
+				body: body, ids: firstIDs(tag), wantReplayed: false, raw: o.client == "raw", rate: rate, acks: &acks,
+			})
+			t0 := time.Now()
+			for sk.received(tag) < l.requests && time.Since(t0) < o.forwardDrain && ctx.Err() == nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+			return sk.lags(&acks), l
 		}
-		r.lags = sk.lags(tag + "lag")
-		r.lagRate = paced.rate()
-		fmt.Fprintf(out, "  at half this phase's intake (%.0f/s offered, %.0f/s accepted, %d errors): from ingest to the forward's first attempt p50 %s, p99 %s (%d forwards)\n",
-			half, paced.rate(), paced.errors, ms(percentile(r.lags, .5)), ms(percentile(r.lags, .99)), len(r.lags))
+		var l *loadResult
+		r.lags100, l = paced(100, tag+"slow")
+		fmt.Fprintf(out, "  at 100 deliveries/s (%.0f/s accepted, %d errors): from the 2xx to the target's receipt p50 %s, p99 %s (%d forwards)\n",
+			l.rate(), l.errors, ms(percentile(r.lags100, .5)), ms(percentile(r.lags100, .99)), len(r.lags100))
+		half := load.rate() / 2
+		r.lagsHalf, l = paced(half, tag+"lag")
+		r.lagRate = l.rate()
+		fmt.Fprintf(out, "  at half this phase's intake (%.0f/s offered, %.0f/s accepted, %d errors): from the 2xx to the target's receipt p50 %s, p99 %s (%d forwards)\n",
+			half, l.rate(), l.errors, ms(percentile(r.lagsHalf, .5)), ms(percentile(r.lagsHalf, .99)), len(r.lagsHalf))
 	}
 	r.shutdownErr = srv.stop(25 * time.Second)
 	if r.shutdownErr != nil {

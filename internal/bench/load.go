@@ -88,6 +88,9 @@ type loadConfig struct {
 	// rate, when positive, paces the workers to this many requests per
 	// second in all (an open-loop load), instead of as fast as they can.
 	rate float64
+	// acks, when not nil, receives the time each accepted delivery's 2xx
+	// was read, by delivery ID.
+	acks *sync.Map
 }
 
 // loadResult is what a gateway phase measured.
@@ -270,6 +273,9 @@ func runLoad(ctx context.Context, cfg loadConfig) *loadResult {
 					// Do not spin when the server is down.
 					time.Sleep(10 * time.Millisecond)
 					continue
+				}
+				if cfg.acks != nil {
+					cfg.acks.Store(string(w.idBuf), t1)
 				}
 				if !t0.Before(warmEnd) && !t1.After(end) {
 					w.count++

@@ -129,6 +129,7 @@ type options struct {
 	forwardDrain       time.Duration
 	minForwardRatio    float64
 	minForwardAllRatio float64
+	maxCPUPerForward   time.Duration
 	minReplayRatio     float64
 	maxP99             time.Duration
 	client             string
@@ -165,7 +166,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.minForwardAllRatio, "min-forward-all-ratio", 0.6, "lowest passing ratio of first deliveries/s with one forward target (--role all) to those without")
 	fs.DurationVar(&o.maxP99, "max-p99", 20*time.Millisecond, "highest passing p99 latency of first deliveries")
 	fs.BoolVar(&o.skipForward, "skip-forward", false, "skip the forwarding phases (one forward target, --role api then --role all)")
-	fs.DurationVar(&o.forwardDrain, "forward-drain-timeout", 10*time.Second, "how long to wait, after the --role all forwarding phase, for the sink to receive every accepted event")
+	fs.DurationVar(&o.forwardDrain, "forward-drain-timeout", 5*time.Second, "how long the sink may take, after the --role all forwarding phase, to receive every accepted event (the check)")
+	fs.DurationVar(&o.maxCPUPerForward, "max-cpu-per-forward", 350*time.Microsecond, "highest passing gateway + PostgreSQL CPU time per forward (--role all, beyond a delivery's own)")
 	fs.Float64Var(&o.maxRSSMB, "max-rss-mb", 150, "highest passing peak RSS of the server, in MB")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (server log, pgbench scripts and logs)")
 	fs.BoolVar(&o.pprof, "pprof", false, "take a CPU profile of the server (pprof) during the first-delivery phase and print its hottest functions (with -keep, the profile is kept)")
@@ -333,6 +335,9 @@ func bench(ctx context.Context, o *options, out io.Writer) (failed bool, err err
 	cpu1 := takeCPU(srv.pid(), pgPID)
 	first.rssPeakMB = rss.phasePeakMB()
 	first.cpu = cpuBetween(cpu0, cpu1, nil)
+	if first.requests > 0 {
+		s.firstCPU = gatewayPGTime(cpu0, cpu1) / time.Duration(first.requests)
+	}
 	first.name = "first delivery: gateway"
 	printLoad(out, first)
 	var batchText string
@@ -452,7 +457,7 @@ func bench(ctx context.Context, o *options, out io.Writer) (failed bool, err err
 		}
 		defer sk.close()
 		for _, p := range []struct{ role, tag string }{{"api", "fwa"}, {"all", "fwb"}} {
-			r, err := forwardPhase(ctx, o, bin, tmp, dbURL, db, sk, body, p.role, p.tag, s.first.rate(), pgPID, out)
+			r, err := forwardPhase(ctx, o, bin, tmp, dbURL, db, sk, body, p.role, p.tag, s.first.rate(), s.firstCPU, pgPID, out)
 			if err != nil {
 				return false, err
 			}

@@ -192,6 +192,12 @@ func takeCPU(serverPID, pgPID int) cpuSnap {
 	return s
 }
 
+// gatewayPGTime returns the CPU time the gateway and PostgreSQL used
+// between a and b.
+func gatewayPGTime(a, b cpuSnap) time.Duration {
+	return time.Duration(float64(b.server-a.server+b.postgres-a.postgres) / clockTicks * float64(time.Second))
+}
+
 // machineTicks returns the busy, irq+softirq and total ticks of the "cpu"
 // line of /proc/stat.
 func machineTicks() (busy, irq, total int64) {

@@ -27,6 +27,10 @@ type Options struct {
 	// process that also sends forwards outside River passes the one gate
 	// both use.
 	Gate *Gate
+	// Worker is the forward worker to register with Work (one the process's
+	// Dispatcher shares); nil: NewClient makes one with NewHTTPClient,
+	// Backoff and the Gate.
+	Worker *Worker
 	// Backoff is the retry schedule (DefaultBackoff).
 	Backoff Backoff
 	// BreakerProbe is how long an open circuit breaker waits before its
@@ -124,6 +128,21 @@ const DefaultFetchPollInterval = 100 * time.Millisecond
 // (200/s with 20 workers, measured by make bench), far below ingestion.
 const fetchCooldown = 10 * time.Millisecond
 
+// NewHTTPClient returns the HTTP client of forwards, keeping up to
+// maxIdlePerHost idle connections to each target.
+func NewHTTPClient(maxIdlePerHost int) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			MaxIdleConnsPerHost: maxIdlePerHost,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		// A forward is a POST of one body to one URL: a redirect is an
+		// answer (a failed forward), not an instruction.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
 // NewClient returns the River client that inserts forward jobs and, with
 // opts.Work, works them. m records the forward metrics.
 func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics, log *slog.Logger) (*river.Client[pgx.Tx], error) {
@@ -151,22 +170,16 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		if err != nil {
 			return nil, err
 		}
-		httpClient := &http.Client{
-			Transport: &http.Transport{
-				Proxy:               http.ProxyFromEnvironment,
-				MaxIdleConnsPerHost: opts.MaxWorkers,
-				IdleConnTimeout:     90 * time.Second,
-			},
-			// A forward is a POST of one body to one URL: a redirect is an
-			// answer (a failed forward), not an instruction.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
 		workers := river.NewWorkers()
 		gate := opts.Gate
 		if gate == nil {
 			gate = NewGate(pool, opts.MaxWorkers, BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
 		}
-		if err := river.AddWorkerSafely(workers, NewWorker(cfg, pool, httpClient, opts.Backoff, gate, m, log)); err != nil {
+		worker := opts.Worker
+		if worker == nil {
+			worker = NewWorker(cfg, pool, NewHTTPClient(opts.MaxWorkers), opts.Backoff, gate, m, log)
+		}
+		if err := river.AddWorkerSafely(workers, worker); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		// Bulk redeliveries run on a queue of their own, one at a time.

@@ -72,6 +72,24 @@ type env struct {
 // closed.
 func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 	t.Helper()
+	return newEnvWith(t, forwardYAML, opts, nil)
+}
+
+// fastOptions are the fast path's settings in a test env.
+type fastOptions struct {
+	lease          time.Duration
+	workers, queue int
+}
+
+// newFastEnv is newEnv with a fast path (forward.Dispatcher) in the ingest
+// server, sharing the River client's worker, closed when the test ends.
+func newFastEnv(t *testing.T, forwardYAML string, opts forward.Options, fo fastOptions) *env {
+	t.Helper()
+	return newEnvWith(t, forwardYAML, opts, &fo)
+}
+
+func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fastOptions) *env {
+	t.Helper()
 	yaml := `senders:
   - name: acme
     preset: generic
@@ -96,7 +114,21 @@ func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 	}
 	log := testkit.Logger(t)
 	reg := prometheus.NewRegistry()
-	client, err := forward.NewClient(pool, cfg, opts, forward.NewMetrics(reg), log)
+	m := forward.NewMetrics(reg)
+	var hopts []handler.Option
+	if fo != nil {
+		gate := forward.NewGate(pool, 10, forward.BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
+		w := forward.NewWorker(cfg, pool, forward.NewHTTPClient(10), opts.Backoff, gate, m, log)
+		opts.Worker = w
+		d := forward.NewDispatcher(w, pool, cfg, fo.lease, fo.workers, fo.queue, reg, log)
+		hopts = append(hopts, handler.WithFastPath(d))
+		t.Cleanup(func() {
+			if err := d.Close(context.Background()); err != nil {
+				t.Errorf("close the dispatcher: %v", err)
+			}
+		})
+	}
+	client, err := forward.NewClient(pool, cfg, opts, m, log)
 	if err != nil {
 		t.Fatalf("forward.NewClient: %v", err)
 	}
@@ -105,7 +137,7 @@ func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
 		e.start()
 	}
 	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
-		prometheus.NewRegistry(), log)
+		prometheus.NewRegistry(), log, hopts...)
 	e.gateway = httptest.NewServer(h.Router())
 	t.Cleanup(e.gateway.Close)
 	return e

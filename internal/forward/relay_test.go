@@ -293,7 +293,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_ty
 				cancel()
 			case "backend terminated":
 				var ok bool
-				if err := e.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
+				if err := e.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1::int)`, pid).Scan(&ok); err != nil || !ok {
 					t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
 				}
 			}

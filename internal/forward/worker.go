@@ -165,9 +165,9 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// attempt POSTs the event to t once and classifies the outcome for the
-// target's guard; retryFor is a Retry-After the target asked for with a 429
-// or 503.
+// attempt reads the event and POSTs it to t once, records the outcome as
+// the job's output, and classifies it for the target's guard; retryFor is a
+// Retry-After the target asked for with a 429 or 503.
 func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (Result, time.Duration, error) {
 	headers, body, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -177,13 +177,47 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	if err != nil {
 		return ResultNone, 0, fmt.Errorf("read event: %w", err)
 	}
+	p := w.post(ctx, t, a, headers, body)
+	if p.status != 0 {
+		w.record(ctx, job, p.output())
+	}
+	if p.final {
+		return p.res, 0, river.JobCancel(p.err)
+	}
+	return p.res, p.pause, p.err
+}
 
+// posted is how one POST of a forward went.
+type posted struct {
+	res    Result
+	status int   // the target's status; 0 without an answer
+	err    error // why it was not delivered; nil when it was
+	// final: no other attempt can succeed (another 4xx, a URL that does
+	// not parse).
+	final bool
+	// retryAfter is the Retry-After of a 408, 429 or 5xx; pause is how long
+	// the whole target waits (a 429 or 503's Retry-After, at most the
+	// backoff's Max).
+	retryAfter, pause time.Duration
+	at                time.Time // when it was delivered
+}
+
+// output is what the attempt records on its job (its Attempt is set by
+// the caller).
+func (p posted) output() store.Output {
+	return store.Output{Status: p.status, DeliveredAt: p.at, RetryAfter: p.retryAfter.Seconds()}
+}
+
+// post POSTs the event (its stored headers and body) to t once, within t's
+// timeout, counts the attempt in the metrics and classifies the outcome.
+// Both the River worker and the fast path (Dispatcher) attempt through it.
+func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map[string][]string, body []byte) posted {
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(t.Timeout))
 	defer cancel()
 	req, err := w.request(rctx, t, a, headers, body)
 	if err != nil {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return ResultNone, 0, river.JobCancel(err)
+		return posted{res: ResultNone, err: err, final: true}
 	}
 	start := time.Now()
 	resp, err := w.client.Do(req)
@@ -195,10 +229,11 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		err = fmt.Errorf("post to target %q: %w", a.Target, err)
 		if ctx.Err() != nil { // the worker is stopping, not the target failing
-			return ResultNone, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
+			return posted{res: ResultNone, err: err}
 		}
-		return ResultRetryable, 0, fmt.Errorf("post to target %q: %w", a.Target, err)
+		return posted{res: ResultRetryable, err: err}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
 	_ = resp.Body.Close()
@@ -207,21 +242,18 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		w.metrics.attempt(a.Sender, a.Target, outcomeDelivered)
-		w.record(ctx, job, store.Output{Status: code, DeliveredAt: w.now().UTC()})
-		return ResultDelivered, 0, nil
+		return posted{res: ResultDelivered, status: code, at: w.now().UTC()}
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
-		w.record(ctx, job, store.Output{Status: code, RetryAfter: e.retryAfter.Seconds()})
 		var pause time.Duration
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 			pause = min(e.retryAfter, w.backoff.Max) // the whole target waits, not just this forward
 		}
-		return ResultRetryable, pause, e
+		return posted{res: ResultRetryable, status: code, err: e, retryAfter: e.retryAfter, pause: pause}
 	default:
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		w.record(ctx, job, store.Output{Status: code})
-		return ResultOther, 0, river.JobCancel(&errStatus{status: code})
+		return posted{res: ResultOther, status: code, err: &errStatus{status: code}, final: true}
 	}
 }
 

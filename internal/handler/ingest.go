@@ -133,15 +133,24 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
 	defer cancel()
+	var lease forward.Lease
+	if s.fast != nil && len(targets) > 0 {
+		lease = s.fast.Lease(len(targets))
+	}
 	change := func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{
 			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, EventType: eventType, Headers: r.Header, Body: body,
 		})
-		forward.QueueOutbox(b, eventID, id, now, targets)
+		forward.QueueOutbox(b, eventID, id, now, targets, lease.Duration)
 	}
 	res, err := s.deliveries.Run(ctx, d, change)
 	if err != nil {
 		return "", err
+	}
+	if !res.Replayed && lease.Duration > 0 {
+		// Committed, with its outbox rows leased to this process.
+		s.fast.Dispatch(&forward.Fast{Sender: sender.Sender, EventID: eventID, DeliveryID: id,
+			Headers: r.Header, Body: body, Targets: targets, Lease: lease})
 	}
 	h := w.Header()
 	h.Set("Content-Type", res.Response.ContentType)

@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -65,7 +66,23 @@ type Server struct {
 	// shed counts the deliveries shed, by reason.
 	budget *bodyBudget
 	shed   *prometheus.CounterVec
+
+	// fast attempts forwards right after the ingest COMMIT (WithFastPath);
+	// nil for none: the relay moves every forward into River.
+	fast FastPath
 }
+
+// FastPath is the forward fast path (forward.Dispatcher): Lease is asked
+// before the ingest transaction (a zero lease: none), Dispatch after its
+// COMMIT, with the same lease.
+type FastPath interface {
+	Lease(targets int) forward.Lease
+	Dispatch(f *forward.Fast)
+}
+
+// WithFastPath makes the process attempt each accepted delivery's forwards
+// itself right after COMMIT, through fp.
+func WithFastPath(fp FastPath) Option { return func(s *Server) { s.fast = fp } }
 
 var _ api.ServerInterface = (*Server)(nil)
 

@@ -80,7 +80,7 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 		defer cancel()
-		if err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+		if err := dropDatabase(ctx, admin, name); err != nil {
 			t.Errorf("pgtest: drop database %s: %v", name, err)
 		}
 	})
@@ -145,6 +145,24 @@ func createTemplate(ctx context.Context, admin string) (string, error) {
 		return "", fmt.Errorf("seal template %s: %w", name, err)
 	}
 	return name, nil
+}
+
+// dropDatabase drops name WITH (FORCE), trying again for a while when it is
+// still in use (on Citus, its maintenance daemon may connect again between
+// FORCE's termination and the drop).
+func dropDatabase(ctx context.Context, admin, name string) error {
+	for {
+		err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // createDatabase copies tpl into a new database name, retrying for a while

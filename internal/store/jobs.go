@@ -577,6 +577,123 @@ func statusIn(errText string) int {
 	return n
 }
 
+// FirstAttempt is the outcome of a forward's first attempt made by the fast
+// path (forward.Dispatcher), to record as its job (RecordFirstAttempts).
+type FirstAttempt struct {
+	Sender  string
+	EventID uuid.UUID
+	Target  string
+	// Release: the forward was not attempted; its outbox row's lease is
+	// cleared for the relay, and no job is inserted. The fields below are
+	// then unused.
+	Release bool
+	// State is the job's state after the attempt: completed, retryable
+	// (ScheduledAt is its retry), cancelled or discarded (FinalizedAt set).
+	State       rivertype.JobState
+	MaxAttempts int
+	AttemptedAt time.Time
+	FinalizedAt *time.Time
+	ScheduledAt time.Time
+	// Error is the attempt's error text ("" when delivered); Output, when
+	// its Status is not 0, the attempt's recorded output.
+	Error  string
+	Output Output
+}
+
+// recordFirstSQL records the fast path's finished forwards of sender $1: it
+// deletes their outbox rows and, for each row it deleted, inserts the
+// forward's job in its state after the first attempt, as River's worker
+// would have left it (attempt 1, the attempt's error, the output River's
+// RecordOutput keeps under metadata.output). A row the relay took in the
+// meantime (its lease ended) is not deleted, and gets no second job. The
+// args are those forward.Args encodes; the job has no unique key (none is
+// needed: its outbox row goes in the same statement).
+const recordFirstSQL = `WITH o AS (
+  SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[])
+    AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata)
+), d AS (
+  DELETE FROM forward_outbox f USING o
+  WHERE f.sender = $1 AND f.event_id = o.event_id AND f.target = o.target
+  RETURNING f.event_id, f.target, f.delivery_id, f.created_at
+)
+INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
+SELECT jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', d.target, 'delivery_id', d.delivery_id),
+       1, o.attempted_at, d.created_at, CASE WHEN o.error IS NULL THEN NULL ELSE ARRAY[o.error] END, o.finalized_at,
+       '` + ForwardKind + `', o.max_attempts, o.metadata, 1, $11::text, o.state::river_job_state, o.scheduled_at, '{}'
+FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
+
+// RecordFirstAttempts records the fast path's outcomes in one round trip
+// and one transaction: per sender, one statement for the attempted
+// forwards (their jobs on queue, their outbox rows deleted) and one for the
+// released ones.
+func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
+	type cols struct {
+		events, relEvents              []uuid.UUID
+		targets, relTargets, states    []string
+		maxAttempts                    []int32
+		attempted, finalized, schedule []*time.Time
+		errs, metas                    []*string
+	}
+	bySender := map[string]*cols{}
+	var order []string
+	for i := range batch {
+		a := &batch[i]
+		c := bySender[a.Sender]
+		if c == nil {
+			c = &cols{}
+			bySender[a.Sender] = c
+			order = append(order, a.Sender)
+		}
+		if a.Release {
+			c.relEvents = append(c.relEvents, a.EventID)
+			c.relTargets = append(c.relTargets, a.Target)
+			continue
+		}
+		var errJSON *string
+		if a.Error != "" {
+			b, err := json.Marshal(rivertype.AttemptError{At: a.AttemptedAt, Attempt: 1, Error: a.Error})
+			if err != nil {
+				return fmt.Errorf("record fast-path forwards: %w", err)
+			}
+			s := string(b)
+			errJSON = &s
+		}
+		meta := "{}"
+		if a.Output.Status != 0 {
+			out := a.Output
+			out.Attempt = 1
+			b, err := json.Marshal(map[string]Output{"output": out})
+			if err != nil {
+				return fmt.Errorf("record fast-path forwards: %w", err)
+			}
+			meta = string(b)
+		}
+		c.events = append(c.events, a.EventID)
+		c.targets = append(c.targets, a.Target)
+		c.states = append(c.states, string(a.State))
+		c.maxAttempts = append(c.maxAttempts, int32(a.MaxAttempts))
+		c.attempted = append(c.attempted, &a.AttemptedAt)
+		c.finalized = append(c.finalized, a.FinalizedAt)
+		c.schedule = append(c.schedule, &a.ScheduledAt)
+		c.errs = append(c.errs, errJSON)
+		c.metas = append(c.metas, &meta)
+	}
+	var b pgx.Batch
+	for _, s := range order {
+		c := bySender[s]
+		if len(c.events) > 0 {
+			b.Queue(recordFirstSQL, s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue)
+		}
+		if len(c.relEvents) > 0 {
+			b.Queue(releaseOutboxSQL, s, c.relEvents, c.relTargets)
+		}
+	}
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("record fast-path forwards: %w", err)
+	}
+	return nil
+}
+
 // Fixtures: forward jobs as River stores them, read and put in a given
 // state by tests (and tools) through this adapter, so that a change of
 // River's table touches this file only.

@@ -21,17 +21,21 @@ type OutboxRow struct {
 }
 
 // takeOutboxSQL deletes up to $2 outbox rows of the sender $1 that no
-// other transaction holds and returns them: they exist again if the
-// transaction rolls back. Both parts name the sender, so that Citus runs
-// it on the sender's shard (it cannot lock rows FOR UPDATE across shards).
+// other transaction holds and no fast path has leased (or whose lease has
+// ended), and returns them: they exist again if the transaction rolls
+// back. Both parts name the sender, so that Citus runs it on the sender's
+// shard (it cannot lock rows FOR UPDATE across shards).
 const takeOutboxSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND (event_id, target) IN (
-  SELECT event_id, target FROM forward_outbox WHERE sender = $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+  SELECT event_id, target FROM forward_outbox
+  WHERE sender = $1 AND (leased_until IS NULL OR leased_until < statement_timestamp())
+  LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING sender, event_id, target, delivery_id`
 
 // TakeOutbox deletes and returns up to limit outbox rows of sender that no
-// other transaction holds (FOR UPDATE SKIP LOCKED): run it in the
-// transaction that inserts their jobs, so that they come back if it rolls
-// back. It returns none (nil) when every row is held or there is none.
+// other transaction holds (FOR UPDATE SKIP LOCKED) and no fast path has
+// leased (forward.Dispatcher; a row whose lease has ended is taken): run it
+// in the transaction that inserts their jobs, so that they come back if it
+// rolls back. It returns none (nil) when every row is held or there is none.
 func (q *Queries) TakeOutbox(ctx context.Context, sender string, limit int) ([]OutboxRow, error) {
 	rows, err := q.db.Query(ctx, takeOutboxSQL, sender, limit)
 	if err != nil {
@@ -62,15 +66,22 @@ func (q *Queries) OutboxSenders(ctx context.Context, except []string) ([]string,
 }
 
 // outboxOfEvent returns the forwards of sender's event still in the outbox
-// (pending, JobID 0), by target name; empty, not nil, when none.
+// (JobID 0: pending, or running while a fast path holds its lease), by
+// target name; empty, not nil, when none.
 func (q *Queries) outboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
-	rows, err := q.db.Query(ctx, `SELECT target, created_at FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`, sender, eventID)
+	rows, err := q.db.Query(ctx, `SELECT target, created_at, coalesce(leased_until > statement_timestamp(), false)
+FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`, sender, eventID)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Forward, error) {
 		f := Forward{State: StatePending}
-		return f, row.Scan(&f.Target, &f.CreatedAt)
+		var leased bool
+		err := row.Scan(&f.Target, &f.CreatedAt, &leased)
+		if leased {
+			f.State = StateRunning
+		}
+		return f, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
@@ -109,3 +120,8 @@ func (q *Queries) InsertOutbox(ctx context.Context, r OutboxRow, at time.Time) e
 	}
 	return nil
 }
+
+// releaseOutboxSQL clears the lease of outbox rows of sender $1 (a fast
+// path gave them up): the relay takes them at once.
+const releaseOutboxSQL = `UPDATE forward_outbox SET leased_until = NULL
+WHERE sender = $1 AND (event_id, target) IN (SELECT * FROM unnest($2::uuid[], $3::text[]))`

@@ -1,0 +1,127 @@
+package forward_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// The fast path alone (no River worker, no relay) delivers each forward
+// once and records it durably as a completed River job with its status and
+// time: attempt 1, the outbox row gone, and List shows it delivered.
+func TestFastPathDeliversAndRecords(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, always(http.StatusOK))
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.url+"\n", forward.Options{}, fastOptions{})
+	const n = 20
+	ids := map[string]bool{}
+	for i := range n {
+		d := e.deliver("fast-"+string(rune('a'+i)), []byte(`{"n":1}`), "application/json")
+		ids[d.eventID] = true
+	}
+	js := e.waitJobs(n)
+	for _, j := range js {
+		if j.State != "completed" || j.Attempt != 1 || !ids[j.EventID] || j.Target != "orders" {
+			t.Errorf("job %+v: want completed at attempt 1, target orders, one of the delivered events", j)
+		}
+		var out store.Output
+		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status != http.StatusOK || out.DeliveredAt.IsZero() {
+			t.Errorf("job %d output %q: want status 200 and delivered_at", j.ID, j.Output)
+		}
+	}
+	if got := len(tg.requests()); got != n {
+		t.Errorf("target received %d requests, want %d", got, n)
+	}
+	if ob := e.outbox(); len(ob) != 0 {
+		t.Errorf("outbox after the fast path: %v, want empty", ob)
+	}
+	st, err := store.New(e.pool).EventForwards(context.Background(), "acme", uuid.MustParse(js[0].EventID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || st[0].State != store.StateDelivered || st[0].LastStatus != http.StatusOK || st[0].DeliveredAt.IsZero() || st[0].Attempts != 1 {
+		t.Errorf("List: %+v, want one delivered forward, status 200, attempt 1, delivered_at set", st)
+	}
+	if got := e.counter("hookgate_forward_attempts_total", map[string]string{"outcome": "delivered"}); got != n {
+		t.Errorf("hookgate_forward_attempts_total{outcome=delivered} = %v, want %d", got, n)
+	}
+	if got := e.counter("hookgate_forward_fast_path_total", map[string]string{"result": "delivered"}); got != n {
+		t.Errorf("hookgate_forward_fast_path_total{result=delivered} = %v, want %d", got, n)
+	}
+}
+
+// A fast-path attempt that fails with a retryable status is recorded as
+// River's first attempt (retryable, its error kept), and River's worker
+// delivers it at the second attempt, with the same Idempotency-Key.
+func TestFastPathFailureIsRetriedByRiver(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, failFirst(1, http.StatusServiceUnavailable))
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.url+"\n        max_attempts: 5\n", forward.Options{Work: true}, fastOptions{})
+	d := e.deliver("retry-1", []byte(`{}`), "application/json")
+	js := e.waitJobs(1)
+	j := js[0]
+	if j.State != "completed" || j.Attempt != 2 || len(j.Errors) != 1 || j.Errors[0] != "target answered 503" {
+		t.Errorf("job %+v: want completed at attempt 2 after one error \"target answered 503\"", j)
+	}
+	if got := tg.requestsFor(d.eventID); len(got) != 2 {
+		t.Errorf("target got %d requests with the event's Idempotency-Key, want 2", len(got))
+	}
+}
+
+// A 4xx other than 408 and 429 fails a fast-path forward at once: a
+// cancelled job with the status in its error, no retry.
+func TestFastPathClientErrorFails(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, always(http.StatusUnprocessableEntity))
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.url+"\n", forward.Options{Work: true}, fastOptions{})
+	d := e.deliver("fail-1", []byte(`{}`), "application/json")
+	js := e.waitJobs(1)
+	if js[0].State != "cancelled" || js[0].Attempt != 1 || len(js[0].Errors) != 1 {
+		t.Errorf("job %+v: want cancelled at attempt 1 with one error", js[0])
+	}
+	st, err := store.New(e.pool).EventForwards(context.Background(), "acme", uuid.MustParse(d.eventID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || st[0].State != store.StateFailed || st[0].LastStatus != http.StatusUnprocessableEntity {
+		t.Errorf("List: %+v, want one failed forward with last status 422", st)
+	}
+	if got := len(tg.requests()); got != 1 {
+		t.Errorf("target received %d requests, want 1", got)
+	}
+}
+
+// A forward the dispatcher has no room for is handed to the relay: with one
+// dispatch worker held by a target that blocks, and a queue of one, later
+// deliveries are leased no more (or released) and River delivers them.
+func TestFastPathFullHandsOverToRelay(t *testing.T) {
+	t.Parallel()
+	slow := newTarget(t, func(n int, r *http.Request) answer {
+		if r.Header.Get("X-Hookgate-Delivery-Id") == "block" && n == 1 {
+			return answer{delay: 2 * time.Second, status: http.StatusOK}
+		}
+		return answer{status: http.StatusOK}
+	})
+	e := newFastEnv(t, "      - name: orders\n        url: "+slow.url+"\n", forward.Options{Work: true}, fastOptions{workers: 1, queue: 1})
+	e.deliver("block", []byte(`{}`), "application/json")
+	pollUntil(t, "the blocking forward to arrive", func() bool { return len(slow.requests()) == 1 }, nil)
+	for _, id := range []string{"x1", "x2", "x3", "x4"} {
+		e.deliver(id, []byte(`{}`), "application/json")
+	}
+	js := e.waitJobs(5)
+	for _, j := range js {
+		if j.State != "completed" {
+			t.Errorf("job %+v: want completed", j)
+		}
+	}
+	if got := e.counter("hookgate_forward_fast_path_total", map[string]string{"result": "handed_over"}); got < 1 {
+		t.Errorf("hookgate_forward_fast_path_total{result=handed_over} = %v, want at least 1", got)
+	}
+}
