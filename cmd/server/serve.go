@@ -50,7 +50,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer fwd.closeFast(context.WithoutCancel(ctx)) // returns at once after shutdown's
+	defer func() { _ = fwd.closeFast(context.WithoutCancel(ctx)) }() // returns at once after shutdown's
 	deliveries, err := newIngestStore(ctx, db, s, reg, log)
 	if err != nil {
 		return err
