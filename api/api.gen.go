@@ -110,11 +110,14 @@ const (
 	SenderInfoPresetGitlab           SenderInfoPreset = "gitlab"
 	SenderInfoPresetIntercom         SenderInfoPreset = "intercom"
 	SenderInfoPresetLemonSqueezy     SenderInfoPreset = "lemon-squeezy"
+	SenderInfoPresetLine             SenderInfoPreset = "line"
 	SenderInfoPresetLinear           SenderInfoPreset = "linear"
+	SenderInfoPresetMeta             SenderInfoPreset = "meta"
 	SenderInfoPresetMux              SenderInfoPreset = "mux"
 	SenderInfoPresetPaddle           SenderInfoPreset = "paddle"
 	SenderInfoPresetPagerduty        SenderInfoPreset = "pagerduty"
 	SenderInfoPresetRazorpay         SenderInfoPreset = "razorpay"
+	SenderInfoPresetSendgrid         SenderInfoPreset = "sendgrid"
 	SenderInfoPresetSentry           SenderInfoPreset = "sentry"
 	SenderInfoPresetShopify          SenderInfoPreset = "shopify"
 	SenderInfoPresetSlack            SenderInfoPreset = "slack"
@@ -150,7 +153,11 @@ func (e SenderInfoPreset) Valid() bool {
 		return true
 	case SenderInfoPresetLemonSqueezy:
 		return true
+	case SenderInfoPresetLine:
+		return true
 	case SenderInfoPresetLinear:
+		return true
+	case SenderInfoPresetMeta:
 		return true
 	case SenderInfoPresetMux:
 		return true
@@ -159,6 +166,8 @@ func (e SenderInfoPreset) Valid() bool {
 	case SenderInfoPresetPagerduty:
 		return true
 	case SenderInfoPresetRazorpay:
+		return true
+	case SenderInfoPresetSendgrid:
 		return true
 	case SenderInfoPresetSentry:
 		return true
@@ -215,12 +224,15 @@ const (
 	SignatureInfoSchemeHmacSha256       SignatureInfoScheme = "hmac-sha256"
 	SignatureInfoSchemeIntercom         SignatureInfoScheme = "intercom"
 	SignatureInfoSchemeLemonSqueezy     SignatureInfoScheme = "lemon-squeezy"
+	SignatureInfoSchemeLine             SignatureInfoScheme = "line"
 	SignatureInfoSchemeLinear           SignatureInfoScheme = "linear"
+	SignatureInfoSchemeMeta             SignatureInfoScheme = "meta"
 	SignatureInfoSchemeMux              SignatureInfoScheme = "mux"
 	SignatureInfoSchemeNone             SignatureInfoScheme = "none"
 	SignatureInfoSchemePaddle           SignatureInfoScheme = "paddle"
 	SignatureInfoSchemePagerduty        SignatureInfoScheme = "pagerduty"
 	SignatureInfoSchemeRazorpay         SignatureInfoScheme = "razorpay"
+	SignatureInfoSchemeSendgrid         SignatureInfoScheme = "sendgrid"
 	SignatureInfoSchemeSentry           SignatureInfoScheme = "sentry"
 	SignatureInfoSchemeShopify          SignatureInfoScheme = "shopify"
 	SignatureInfoSchemeSlack            SignatureInfoScheme = "slack"
@@ -256,7 +268,11 @@ func (e SignatureInfoScheme) Valid() bool {
 		return true
 	case SignatureInfoSchemeLemonSqueezy:
 		return true
+	case SignatureInfoSchemeLine:
+		return true
 	case SignatureInfoSchemeLinear:
+		return true
+	case SignatureInfoSchemeMeta:
 		return true
 	case SignatureInfoSchemeMux:
 		return true
@@ -267,6 +283,8 @@ func (e SignatureInfoScheme) Valid() bool {
 	case SignatureInfoSchemePagerduty:
 		return true
 	case SignatureInfoSchemeRazorpay:
+		return true
+	case SignatureInfoSchemeSendgrid:
 		return true
 	case SignatureInfoSchemeSentry:
 		return true

@@ -267,8 +267,6 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 			return fmt.Errorf("start forward workers: %w", err)
 		}
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
-
 	g, gctx := errgroup.WithContext(ctx)
 	if s.pprofAddr != "" {
 		if err := servePprof(gctx, g, s.pprofAddr, log); err != nil {
@@ -282,6 +280,9 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 			return err
 		}
 	}
+	// Logged once every listener is bound: whoever waits for this line
+	// (a test, a supervisor) can reach /metrics at once.
+	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
 		relay, err := forward.NewRelay(db.pool, fwd.client, cfg, forward.DefaultRelayConfig(), log)

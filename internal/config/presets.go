@@ -329,6 +329,43 @@ var Presets = []Preset{
 		Signature:  PresetSignature{Scheme: signature.SchemeToken, Header: "X-Telegram-Bot-Api-Secret-Token", Signed: "nothing: the header holds the secret token itself"},
 		Docs:       "https://core.telegram.org/bots/api#setwebhook",
 	},
+	{
+		// https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/
+		// (x-line-signature: base64 HMAC-SHA256 of the body with the channel
+		// secret). https://developers.line.biz/en/docs/messaging-api/receiving-messages/#webhook-event-in-one-on-one-talk-or-group-chat
+		// webhookEventId is the same when LINE redelivers the event.
+		Name:       "line",
+		DeliveryID: DeliveryID{JSONPointer: "/events/0/webhookEventId"},
+		EventType:  EventType{JSONPointer: "/events/0/type"},
+		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Line-Signature", Encoding: signature.EncodingBase64, Signed: "body"},
+		Docs:       "https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/",
+	},
+	{
+		// https://developers.facebook.com/docs/graph-api/webhooks/getting-started#validate-payloads
+		// (X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body with the
+		// app secret>; /object). Meta sends no delivery ID: the SHA-256 of
+		// the body is one. Covers Facebook, Instagram and WhatsApp.
+		Name:       "meta",
+		DeliveryID: DeliveryID{BodySHA256: true},
+		EventType:  EventType{JSONPointer: "/object"},
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Hub-Signature-256", Encoding: signature.EncodingHex,
+			Prefix: "sha256=", Signed: "body"},
+		Docs: "https://developers.facebook.com/docs/graph-api/webhooks/getting-started",
+	},
+	{
+		// https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features
+		// (X-Twilio-Email-Event-Webhook-Signature: base64 ECDSA P-256 signature
+		// of SHA-256("<X-Twilio-Email-Event-Webhook-Timestamp><body>"); the
+		// secret is the verification key, base64 DER). The body is an array of
+		// events and carries no delivery ID: the SHA-256 of the body is one.
+		Name:       "sendgrid",
+		DeliveryID: DeliveryID{BodySHA256: true},
+		EventType:  EventType{JSONPointer: "/0/event"},
+		Signature: PresetSignature{Scheme: signature.SchemeECDSA, Header: "X-Twilio-Email-Event-Webhook-Signature", Encoding: signature.EncodingBase64,
+			Signed: "ECDSA P-256 of <X-Twilio-Email-Event-Webhook-Timestamp><body>", Tolerance: signature.DefaultTolerance,
+			Layout: signature.Layout{TimestampHeader: "X-Twilio-Email-Event-Webhook-Timestamp"}},
+		Docs: "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features",
+	},
 }
 
 // PresetNamed returns the row of Presets named name, or false.
@@ -467,6 +504,13 @@ func checkSignature(s *Sender) error {
 		for _, sec := range secrets {
 			if _, err := signature.DecodeStandardSecret(sec.value); err != nil {
 				return fmt.Errorf("%s: is not a Standard Webhooks secret (whsec_ followed by base64)", sec.field)
+			}
+		}
+	}
+	if check.Scheme == signature.SchemeECDSA {
+		for _, sec := range secrets {
+			if _, err := signature.ParseECDSAPublicKey(sec.value); err != nil {
+				return fmt.Errorf("%s: is not an ECDSA P-256 public key in base64 DER (the provider's verification key): %v", sec.field, err)
 			}
 		}
 	}

@@ -48,7 +48,11 @@ func TestPresetTableIsConsistent(t *testing.T) {
 	for _, p := range config.Presets {
 		yaml := "senders:\n  - name: x\n    preset: " + p.Name + "\n    delivery_id: { header: X-Id }\n"
 		if p.Signature.Scheme != config.SchemeNone {
-			yaml += "    secret: " + "whsec_" + "c2VjcmV0" + "\n"
+			secret := "whsec_" + "c2VjcmV0"
+			if p.Signature.Scheme == signature.SchemeECDSA {
+				secret = testECDSAPublicKey
+			}
+			yaml += "    secret: " + secret + "\n"
 		}
 		if _, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false }); err != nil {
 			t.Errorf("preset %s: %v", p.Name, err)
@@ -76,5 +80,19 @@ func TestDeliveryIDFromBodySHA256Config(t *testing.T) {
 	}
 	if d := cfg.Senders[2].DeliveryID; d.BodySHA256 || d.JSONPointer != "/payload/uri" {
 		t.Errorf("calendly with an explicit pointer: %+v", d)
+	}
+}
+
+// testECDSAPublicKey is an ECDSA P-256 public key, base64 DER, as the
+// ECDSA presets (SendGrid) take their "secret".
+const testECDSAPublicKey = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEFZdyA4JbTEDW5ZLLJE10vIOj/6Bs05G7ShGvtzwAsYPND03kWjbV5C28gw32n9cgQCn8tIwBrUbJNqjgYOxehg=="
+
+// An ECDSA preset refuses a secret that is not a public key, without
+// showing it.
+func TestECDSASecretMustBeAPublicKey(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse([]byte("senders:\n  - name: x\n    preset: sendgrid\n    secret: not-a-key-8d1f\n"), func(string) (string, bool) { return "", false })
+	if err == nil || !strings.Contains(err.Error(), "senders[0].secret") || strings.Contains(err.Error(), "not-a-key-8d1f") {
+		t.Errorf("error %v: want senders[0].secret named, the value not shown", err)
 	}
 }

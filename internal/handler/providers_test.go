@@ -1,12 +1,17 @@
 package handler_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha1" //nolint:gosec // Intercom and Vercel sign with HMAC-SHA1
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -112,6 +117,26 @@ var moreProviders = []provider{
 			return header("X-PagerDuty-Signature", "v1="+bad+",v2=x,v1="+hexOf(macOf(key, string(body))))
 		},
 	},
+	bodyMAC("line", testIDHeader, "X-Line-Signature", "", b64Of, macOf, "delivery_id: { header: "+testIDHeader+" }"),
+	bodyMAC("meta", testIDHeader, "X-Hub-Signature-256", "sha256=", hexOf, macOf, "delivery_id: { header: "+testIDHeader+" }"),
+	{
+		name:        "sendgrid",
+		lines:       []string{"preset: sendgrid", "delivery_id: { header: " + testIDHeader + " }"},
+		idHeader:    testIDHeader,
+		timestamped: true,
+		public:      ecdsaPublic,
+		sigHeaders:  []string{"X-Twilio-Email-Event-Webhook-Signature", "X-Twilio-Email-Event-Webhook-Timestamp"},
+		sign: func(key []byte, _ string, ts int64, body []byte) http.Header {
+			t := strconv.FormatInt(ts, 10)
+			d := sha256.Sum256(append([]byte(t), body...))
+			sig, err := ecdsa.SignASN1(rand.Reader, ecdsaKey(key), d[:])
+			if err != nil {
+				panic(err)
+			}
+			return header("X-Twilio-Email-Event-Webhook-Timestamp", t,
+				"X-Twilio-Email-Event-Webhook-Signature", b64Of(sig))
+		},
+	},
 	tsList("paddle", "", "Paddle-Signature", ";", "ts", "h1", ":"),
 	tsList("mux", "", "Mux-Signature", ",", "t", "v1", "."),
 	tsList("calendly", testIDHeader, "Calendly-Webhook-Signature", ",", "t", "v1", ".", "delivery_id: { header: "+testIDHeader+" }"),
@@ -127,6 +152,32 @@ var moreProviders = []provider{
 				"X-Zendesk-Webhook-Signature", b64Of(macOf(key, t, string(body))))
 		},
 	},
+}
+
+// ecdsaKeys are the ECDSA P-256 key pairs the test keys name (one each).
+var ecdsaKeys sync.Map
+
+// ecdsaKey returns the private key that key names.
+func ecdsaKey(key []byte) *ecdsa.PrivateKey {
+	if k, ok := ecdsaKeys.Load(string(key)); ok {
+		return k.(*ecdsa.PrivateKey)
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	actual, _ := ecdsaKeys.LoadOrStore(string(key), k)
+	return actual.(*ecdsa.PrivateKey)
+}
+
+// ecdsaPublic returns the base64 DER public key of the pair key names, as
+// SendGrid shows its verification key.
+func ecdsaPublic(key []byte) string {
+	der, err := x509.MarshalPKIXPublicKey(&ecdsaKey(key).PublicKey)
+	if err != nil {
+		panic(err)
+	}
+	return b64Of(der)
 }
 
 // A sender whose delivery ID is the SHA-256 of the body: the same bytes

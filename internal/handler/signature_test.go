@@ -51,6 +51,9 @@ type provider struct {
 	timestamped bool
 	// std: the configured secret is "whsec_" + base64(key), not the key.
 	std bool
+	// public, when set, is what the configuration holds for a key: the
+	// public half of the key pair the key names (ECDSA).
+	public func(key []byte) string
 	// sigHeaders are the headers the signature check requires.
 	sigHeaders []string
 	// sign returns the headers of a request with body and delivery ID id,
@@ -188,6 +191,9 @@ func (p provider) key(i int) []byte {
 
 // secret returns what the configuration holds for p's key number i.
 func (p provider) secret(i int) string {
+	if p.public != nil {
+		return p.public(p.key(i))
+	}
 	if p.std {
 		return signature.StandardSecretPrefix + b64Of(p.key(i))
 	}

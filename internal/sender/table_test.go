@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/signature"
 )
 
 // TestEveryPresetCompiles: a sender of each row of the preset table
@@ -14,7 +15,11 @@ func TestEveryPresetCompiles(t *testing.T) {
 	for _, p := range config.Presets {
 		yaml := "senders:\n  - name: x\n    preset: " + p.Name + "\n    delivery_id: { header: X-Id }\n"
 		if p.Signature.Scheme != config.SchemeNone {
-			yaml += "    secret: whsec_c2VjcmV0\n"
+			secret := "whsec_c2VjcmV0"
+			if p.Signature.Scheme == signature.SchemeECDSA {
+				secret = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEFZdyA4JbTEDW5ZLLJE10vIOj/6Bs05G7ShGvtzwAsYPND03kWjbV5C28gw32n9cgQCn8tIwBrUbJNqjgYOxehg=="
+			}
+			yaml += "    secret: " + secret + "\n"
 		}
 		set := mustParse(t, yaml, noEnv)
 		s, _ := set.Get("x")

@@ -1,8 +1,14 @@
 package signature_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha1" //nolint:gosec // Intercom and Vercel sign with HMAC-SHA1
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"net/http"
@@ -222,5 +228,87 @@ func FuzzListVerify(f *testing.F) {
 			}
 		}
 		t.Fatalf("accepted %q for %q without a valid h1", value, body)
+	})
+}
+
+func TestECDSAVerifier(t *testing.T) {
+	t.Parallel()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	pub := func(k *ecdsa.PrivateKey) []byte {
+		der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+		return []byte(base64.StdEncoding.EncodeToString(der))
+	}
+	l := signature.Layout{TimestampHeader: "X-Twilio-Email-Event-Webhook-Timestamp"}
+	v, err := signature.New(signature.SchemeECDSA, signature.Params{Header: "X-Twilio-Email-Event-Webhook-Signature", Layout: l}, [][]byte{pub(other), pub(priv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(k *ecdsa.PrivateKey, ts, body string) string {
+		d := sha256.Sum256([]byte(ts + body))
+		sig, err := ecdsa.SignASN1(rand.Reader, k, d[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.StdEncoding.EncodeToString(sig)
+	}
+	ts := strconv.FormatInt(layoutNow.Unix(), 10)
+	stale := strconv.FormatInt(layoutNow.Unix()-301, 10)
+	third, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for _, tc := range []struct {
+		name, ts, sig, body string
+		want                error
+	}{
+		{"good", ts, sign(priv, ts, layoutBody), layoutBody, nil},
+		{"second key", ts, sign(other, ts, layoutBody), layoutBody, nil},
+		{"tampered", ts, sign(priv, ts, layoutBody), layoutBody + " ", signature.ErrMismatch},
+		{"unknown key", ts, sign(third, ts, layoutBody), layoutBody, signature.ErrMismatch},
+		{"stale", stale, sign(priv, stale, layoutBody), layoutBody, signature.ErrTimestamp},
+		{"not base64", ts, "!!", layoutBody, signature.ErrMalformed},
+		{"too long", ts, base64.StdEncoding.EncodeToString(make([]byte, 200)), layoutBody, signature.ErrMalformed},
+		{"no timestamp", "", sign(priv, ts, layoutBody), layoutBody, signature.ErrMissing},
+		{"no signature", ts, "", layoutBody, signature.ErrMissing},
+	} {
+		h := http.Header{}
+		if tc.ts != "" {
+			h.Set("X-Twilio-Email-Event-Webhook-Timestamp", tc.ts)
+		}
+		if tc.sig != "" {
+			h.Set("X-Twilio-Email-Event-Webhook-Signature", tc.sig)
+		}
+		if err := v.Verify(h, []byte(tc.body), layoutNow); tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: error %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := signature.New(signature.SchemeECDSA, signature.Params{Header: "X-S", Layout: l}, [][]byte{[]byte("c2VjcmV0")}); err == nil || strings.Contains(err.Error(), "c2VjcmV0") {
+		t.Errorf("a key that is not a public key: error %v", err)
+	}
+}
+
+// FuzzECDSAVerify: the verifier never panics on any header or body, its
+// errors wrap one sentinel, and it accepts nothing signed by no key of its.
+func FuzzECDSAVerify(f *testing.F) {
+	f.Add("1714000000", "MEUCIQ==", layoutBody)
+	f.Add("", "", "")
+	f.Add("1714000000", base64.StdEncoding.EncodeToString(make([]byte, 72)), "[]")
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&priv.PublicKey)
+	v, err := signature.New(signature.SchemeECDSA, signature.Params{Header: "X-Sig",
+		Layout: signature.Layout{TimestampHeader: "X-Ts"}}, [][]byte{[]byte(base64.StdEncoding.EncodeToString(der))})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, ts, sig, body string) {
+		err := v.Verify(hdr("X-Ts", ts, "X-Sig", sig), []byte(body), layoutNow)
+		classify(t, err, nil)
+		if err == nil {
+			t.Fatalf("accepted a signature no key of the test made: %q %q %q", ts, sig, body)
+		}
 	})
 }

@@ -1,6 +1,7 @@
 package signature
 
 import (
+	"crypto/ecdsa"
 	"fmt"
 	"sort"
 	"time"
@@ -78,6 +79,20 @@ var schemes = map[string]scheme{
 			return nil, fmt.Errorf("%s: needs a header and a timestamp header", SchemeTimestampHeader)
 		}
 		return TimestampHeader(p.Header, p.Layout, secrets, p.Tolerance), nil
+	}},
+	SchemeECDSA: {build: func(p Params, secrets [][]byte) (Verifier, error) {
+		if !validHeaderName(p.Header) || !validHeaderName(p.Layout.TimestampHeader) {
+			return nil, fmt.Errorf("%s: needs a header and a timestamp header", SchemeECDSA)
+		}
+		pubs := make([]*ecdsa.PublicKey, 0, len(secrets))
+		for i, s := range secrets {
+			pub, err := ParseECDSAPublicKey(string(s))
+			if err != nil {
+				return nil, fmt.Errorf("%s: key %d: %w", SchemeECDSA, i+1, err)
+			}
+			pubs = append(pubs, pub)
+		}
+		return ECDSA(p.Header, p.Layout, pubs, p.Tolerance), nil
 	}},
 	SchemeStripe: {build: func(p Params, secrets [][]byte) (Verifier, error) {
 		return Stripe(secrets, p.Tolerance), nil
