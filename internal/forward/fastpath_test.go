@@ -137,18 +137,18 @@ func TestFastPathFullHandsOverToRelay(t *testing.T) {
 func TestRedeliverWhileRunningQueuesAfter(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	tg := newTarget(t, func(n int, r *http.Request) answer {
+	tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
 		if n == 1 {
 			select {
 			case <-release:
 			case <-r.Context().Done():
 			}
 		}
-		return answer{status: http.StatusOK}
+		return testkit.Answer{Status: http.StatusOK}
 	})
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.url+"\n        timeout: 20s\n", forward.Options{Work: true}, fastOptions{lease: 40 * time.Second})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        timeout: 20s\n", forward.Options{Work: true}, fastOptions{lease: 40 * time.Second})
 	d := e.deliver("again-1", []byte(`{}`), "application/json")
-	pollUntil(t, "the fast path's POST to reach the target", func() bool { return len(tg.requests()) == 1 }, nil)
+	testkit.Poll(t, waitTimeout, "the fast path's POST to reach the target", func() bool { return len(tg.Hits()) == 1 }, nil)
 
 	acme, _ := e.cfg.Sender("acme")
 	ev := uuid.MustParse(d.eventID)
@@ -167,10 +167,10 @@ func TestRedeliverWhileRunningQueuesAfter(t *testing.T) {
 	if again := redeliver(); !again.AlreadyPending || again.JobID != j.JobID {
 		t.Errorf("second redelivery while the first waits = %+v; want already pending, job %d", again, j.JobID)
 	}
-	pollUntil(t, "the queued redelivery to wait for the forward under way", func() bool {
+	testkit.Poll(t, waitTimeout, "the queued redelivery to wait for the forward under way", func() bool {
 		return e.counter("hookgate_forward_waits_total", map[string]string{"reason": "after"}) >= 1
 	}, nil)
-	if n := len(tg.requests()); n != 1 {
+	if n := len(tg.Hits()); n != 1 {
 		t.Fatalf("the target received %d requests while the first forward was held, want 1", n)
 	}
 	close(release)
@@ -180,8 +180,8 @@ func TestRedeliverWhileRunningQueuesAfter(t *testing.T) {
 			t.Errorf("job %+v: want completed, event %s", jb, d.eventID)
 		}
 	}
-	hits := tg.requestsFor(d.eventID)
-	if len(hits) != 2 || !hits[1].at.After(hits[0].answerAt) {
+	hits := tg.HitsFor(d.eventID)
+	if len(hits) != 2 || !hits[1].At.After(hits[0].AnswerAt) {
 		t.Errorf("the target received %d requests for the event; want 2, the redelivery after the first was answered", len(hits))
 	}
 	if last := redeliver(); last.AfterCurrent || last.AlreadyPending || last.JobID == 0 {
