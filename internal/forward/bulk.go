@@ -132,17 +132,24 @@ type BulkWorker struct {
 	cfg   *config.Config
 	log   *slog.Logger
 	batch int
+	// timeout is BulkTimeout, or less under a shorter rescue horizon.
+	timeout time.Duration
 }
+
+// BulkTimeout is the longest a bulk redelivery runs before it stops; it
+// carries on where it stopped at its next attempt.
+const BulkTimeout = time.Hour
 
 // NewBulkWorker returns the worker of bulk redeliveries, which inserts the
 // new forward jobs with the River client that runs it.
 func NewBulkWorker(pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) *BulkWorker {
-	return &BulkWorker{pool: pool, cfg: cfg, log: log, batch: BulkBatch}
+	return &BulkWorker{pool: pool, cfg: cfg, log: log, batch: BulkBatch, timeout: BulkTimeout}
 }
 
-// Timeout lets a bulk redelivery run for up to an hour; each batch commits
-// on its own, so a job cut short and retried carries on where it stopped.
-func (w *BulkWorker) Timeout(*river.Job[BulkArgs]) time.Duration { return time.Hour }
+// Timeout lets a bulk redelivery run for up to BulkTimeout (less when the
+// client's rescue horizon is shorter); each batch commits on its own, so a
+// job cut short and retried carries on where it stopped.
+func (w *BulkWorker) Timeout(*river.Job[BulkArgs]) time.Duration { return w.timeout }
 
 // Work redelivers the matched forwards batch by batch, oldest first. The
 // target's current configuration sets the new jobs' max_attempts; a sender

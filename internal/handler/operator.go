@@ -168,9 +168,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // dbProblem is the problem of a failed database read or write of the
-// operator API.
+// operator API: 503 for a transient failure (dedup.Transient) or a Server
+// without a database or River client, 500 for any other error.
 func dbProblem(err error) *problemError {
-	return &problemError{typ: probUnavailable, detail: "The database could not be read or written. Retry later.", cause: err}
+	if errors.Is(err, errNoDB) || errors.Is(err, errNoRiver) || dedup.Transient(err) {
+		return &problemError{typ: probUnavailable, detail: "The database could not be read or written. Retry later.", cause: err}
+	}
+	return &problemError{typ: probInternal, detail: "An unexpected error occurred.", cause: err}
 }
 
 // errNoDB and errNoRiver are the causes (logged, never sent) of a 503 from

@@ -236,7 +236,7 @@ func (q *Queries) CountForwards(ctx context.Context, sender string, delivered bo
 		states = append(states, StateDelivered)
 	}
 	out := map[string]Counts{}
-	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...))
+	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
 	}
@@ -504,6 +504,7 @@ func BacklogStates() []string {
 // (accepted, not yet relayed into River) and River's job state of the
 // unfinished ones (see BacklogStates); a state without any is absent.
 func (q *Queries) Backlog(ctx context.Context) (map[string]int64, error) {
+	//nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	rows, err := q.db.Query(ctx, `SELECT state::text, count(*) FROM river_job
 WHERE kind = '`+ForwardKind+`' AND state::text = ANY($1::text[])
 GROUP BY state
