@@ -19,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
@@ -731,4 +733,65 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, Prefix+"/senders/"+url.PathEscape(sender)+"/targets/"+url.PathEscape(target)+"/failed?matched="+strconv.FormatInt(n, 10), http.StatusSeeOther)
+}
+
+// searchHit is a delivery the search box found, and how.
+type searchHit struct {
+	Sender, DeliveryID string
+	By                 string // "delivery ID" or "event ID"
+}
+
+// searchView is the search page's data.
+type searchView struct {
+	Query string
+	Hits  []searchHit
+}
+
+// search is the search box: q is a delivery ID (of any configured sender)
+// or an event ID. One delivery found goes to its page (303); several are
+// listed; none is a 404 page saying so. What ingest would refuse as a
+// delivery ID, and what is not a UUID, is never sent to the database.
+func (c *Console) search(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	view := searchView{Query: q}
+	if q == "" {
+		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Message: "Type a delivery ID (of any sender) or an event ID.", Data: view})
+		return
+	}
+	if id, err := uuid.Parse(q); err == nil && len(q) == 36 {
+		e, err := c.q.GetEvent(ctx, id)
+		switch {
+		case err == nil:
+			view.Hits = append(view.Hits, searchHit{Sender: e.Sender, DeliveryID: e.DeliveryID, By: "event ID"})
+		case !errors.Is(err, store.ErrNotFound):
+			c.fail(w, r, err)
+			return
+		}
+	}
+	if dedup.CheckDeliveryID(q) == "" {
+		senders := make([]string, len(c.cfg.Senders))
+		for i := range c.cfg.Senders {
+			senders[i] = c.cfg.Senders[i].Name
+		}
+		found, err := c.q.FindDelivery(ctx, senders, q)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		for _, s := range found {
+			if !slices.Contains(view.Hits, searchHit{Sender: s, DeliveryID: q, By: "event ID"}) {
+				view.Hits = append(view.Hits, searchHit{Sender: s, DeliveryID: q, By: "delivery ID"})
+			}
+		}
+	}
+	switch len(view.Hits) {
+	case 0:
+		c.render(w, r, http.StatusNotFound, "search", page{Title: "Find a delivery",
+			Message: "No stored delivery has this delivery ID or event ID (its key may have expired).", Data: view})
+	case 1:
+		http.Redirect(w, r, deliveryURL(view.Hits[0].Sender, view.Hits[0].DeliveryID, ""), http.StatusSeeOther)
+	default:
+		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Message: fmt.Sprintf("%d deliveries match.", len(view.Hits)), Data: view})
+	}
 }
