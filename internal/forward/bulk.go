@@ -194,5 +194,16 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			w.log.Info("bulk redelivery done", "sender", a.Sender, "target", a.Target, "state", a.State, "forwards", total)
 			return nil
 		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < bulkSliceMargin {
+			// The slice is nearly over: carry on in a new one without
+			// using an attempt (what is redelivered no longer matches).
+			w.log.Info("bulk redelivery continues in a new slice", "sender", a.Sender, "target", a.Target, "forwards", total)
+			return river.JobSnooze(0)
+		}
 	}
 }
+
+// bulkSliceMargin is how much of a bulk redelivery's slice is left when it
+// stops between batches and snoozes itself to carry on: far more than a
+// batch takes.
+const bulkSliceMargin = 10 * time.Second

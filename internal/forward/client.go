@@ -42,13 +42,14 @@ type Options struct {
 	BreakerWindow time.Duration
 	// RescueAfter is how long a job may stay running before another worker
 	// takes it over, which is what happens to the jobs of a killed process.
-	// River requires it to exceed every job's timeout. By default it is the
-	// longest timeout of all job kinds (forwards: the longest target timeout
-	// plus 5s; a bulk redelivery: BulkTimeout; the maintenance jobs:
-	// Maintenance.Timeout) plus a minute. Set, it must exceed the forwards'
-	// timeout (NewClient returns an error otherwise), and the longer job
-	// kinds, which carry on where they stopped, then run in slices of at
-	// most RescueAfter minus 5s.
+	// River requires it to exceed every job's timeout. By default it is a
+	// forward's timeout (the longest target timeout plus 5s) plus a minute,
+	// so that the forwards of a killed process are taken over within about
+	// that long. Set, it must exceed the forwards' timeout (NewClient
+	// returns an error otherwise). The longer job kinds (a bulk redelivery,
+	// up to BulkTimeout; the maintenance jobs, up to Maintenance.Timeout)
+	// run in slices of at most RescueAfter minus 5s and carry on where they
+	// stopped.
 	RescueAfter time.Duration
 	// FetchPollInterval is how often River polls for jobs when no
 	// notification arrives (DefaultFetchPollInterval when zero).
@@ -84,10 +85,11 @@ type horizons struct {
 	rescue  time.Duration // RescueStuckJobsAfter: more than every job's timeout
 }
 
-// newHorizons derives the rescue horizon from every job kind's timeout:
-// by default the longest of them plus a minute; an explicit rescueAfter must
-// exceed the forwards' timeout, and then cuts the longer kinds' timeouts to
-// rescueAfter - rescueMargin.
+// newHorizons derives the rescue horizon and the job timeouts under it: by
+// default the horizon is a forward's timeout plus a minute (a killed
+// process's forwards are taken over that soon); an explicit rescueAfter
+// must exceed the forwards' timeout. The longer kinds' timeouts are cut to
+// the horizon minus rescueMargin: they run in slices.
 func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (horizons, error) {
 	longest := time.Duration(0)
 	for _, s := range cfg.Senders {
@@ -99,7 +101,7 @@ func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (ho
 	long := max(BulkTimeout, maintenance)
 	switch {
 	case rescueAfter == 0:
-		h.rescue = max(h.forward, long) + time.Minute
+		h.rescue = h.forward + time.Minute
 	case rescueAfter <= h.forward:
 		return h, fmt.Errorf("forward rescue-after %s: must be longer than the longest target timeout plus 5s (%s), or a running forward could be taken over while it still runs", rescueAfter, h.forward)
 	default:

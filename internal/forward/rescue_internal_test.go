@@ -15,8 +15,8 @@ import (
 // must exceed every job's timeout — a forward's (the longest target timeout
 // + 5s), a bulk redelivery's (up to an hour) and the maintenance jobs'
 // (retention: ten minutes) — or a long job is started again on another
-// worker while it still runs. By default the horizon is derived from all of
-// them; a shorter explicit horizon cuts the long kinds' timeouts below it.
+// worker while it still runs. By default the horizon is a forward's timeout
+// plus a minute, and the long kinds run in slices below it.
 func TestRescueHorizonExceedsEveryJobTimeout(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.Parse([]byte(`senders:
@@ -51,8 +51,8 @@ func TestRescueHorizonExceedsEveryJobTimeout(t *testing.T) {
 		}
 		return h
 	}
-	if h := check("default", 0); h.rescue != time.Hour+time.Minute || h.long != BulkTimeout || h.forward != 35*time.Second {
-		t.Errorf("default horizons %+v; want rescue 1h1m (the bulk redelivery's hour + 1m), long jobs 1h, forwards 35s", h)
+	if h := check("default", 0); h.rescue != 95*time.Second || h.long != 90*time.Second || h.forward != 35*time.Second {
+		t.Errorf("default horizons %+v; want rescue 1m35s (a forward's 35s + 1m: a killed process's forwards are taken over that soon), long jobs in slices of 1m30s, forwards 35s", h)
 	}
 	if h := check("explicit 2m", 2*time.Minute); h.rescue != 2*time.Minute || h.long != 2*time.Minute-rescueMargin {
 		t.Errorf("explicit 2m: horizons %+v; want rescue 2m and the long jobs cut to 1m55s", h)
