@@ -931,7 +931,7 @@ ORDER BY args->>'target', id DESC`
 // forward of sender's event to it: its job, or its outbox row.
 func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uuid.UUID, targets []string) (map[string]Current, error) {
 	out := map[string]Current{}
-	rows, err := q.db.Query(ctx, currentJobsSQL, sender, targets, eventID.String())
+	rows, err := q.db.Query(ctx, currentJobsSQL, sender, targets, eventID.String()) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("current forwards of event %s: %w", eventID, err)
 	}
