@@ -11,9 +11,14 @@ BENCHFLAGS ?=
 # Arguments of make redeliver (hookgate redeliver)
 ARGS ?=
 
+# golangci-lint, built by the Go toolchain from the module proxy at this
+# version (go run caches the binary).
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT ?= go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: check-docs check-walkthrough redeliver run test test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: check-docs check-walkthrough redeliver run test test-fast test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -28,6 +33,10 @@ redeliver:
 ## test: run all tests against a throwaway PostgreSQL
 test:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
+
+## test-fast: the fast tier: go test -short against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (they skip themselves under -short, saying why)
+test-fast:
+	@PKGS='$(PKGS)' GOTESTFLAGS='-short $(GOTESTFLAGS)' .ci/test.sh
 
 ## test-citus: run the pattern's tests (dedup, store, handler, forward) on a running Citus cluster:
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
@@ -63,11 +72,12 @@ check-generated: generate
 build:
 	go build -o bin/hookgate ./cmd/server
 
-## lint: gofmt must have nothing to say, go vet must pass
+## lint: gofmt must have nothing to say, go vet and golangci-lint (.golangci.yaml) must pass
 lint:
 	@unformatted=$$($(GO_FILES) | xargs -r gofmt -l); \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt needed on:" >&2; echo "$$unformatted" >&2; exit 1; fi
 	go vet ./...
+	$(GOLANGCI_LINT) run ./...
 
 ## check-alerts: check deploy/prometheus/alerts.yaml with promtool (Debian package prometheus), and run its cases
 check-alerts:

@@ -550,10 +550,20 @@ type DeliverySummary struct {
 
 // EnqueuedForward A forward job a redelivery enqueued, or found still waiting.
 type EnqueuedForward struct {
-	// AlreadyPending True when a forward of this event to this target was still waiting, running or retrying, so no second one was enqueued (`job_id` is that forward's).
+	// AfterCurrent True when the forward of this event to this target was running or retrying. A redelivery is a new attempt. The forward enqueued (`job_id`) is queued after the one under way, and is attempted once that one has finished (delivered or failed), without using attempts while it waits.
+	//
+	// Example: false
+	AfterCurrent bool `json:"after_current"`
+
+	// AlreadyPending True when a forward of this event to this target was still waiting for its first attempt, or a redelivery was already queued after the forward under way, so no second one was enqueued (`job_id` is that forward's; 0 while it is in the outbox).
 	//
 	// Example: false
 	AlreadyPending bool `json:"already_pending"`
+
+	// CurrentJobId With `after_current`, the job of the forward under way that the new one follows; absent when that forward is the gateway's first attempt right after ingest (not yet a job).
+	//
+	// Example: 1893
+	CurrentJobId *int64 `json:"current_job_id,omitempty"`
 
 	// JobId The forward's job ID; it appears among the delivery's forwards.
 	//

@@ -131,7 +131,7 @@ func (c *child) kill() {
 // TestKilledUnderLoad: a service using the middleware is SIGKILLed three
 // times while signed forwards of 300 messages arrive from 16 clients that
 // retry each until it gets a 2xx (as hookgate does). In the end every
-// message has been answered 2xx and its state change applied exactly once.
+// message has been answered 2xx and has one row of its state change, never two.
 func TestKilledUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a process under load: not in the fast tier (-short)")

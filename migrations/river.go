@@ -41,10 +41,10 @@ func CheckRiverSchema(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("read River's schema version: %w", err)
 	}
 	if len(versions) == 0 {
-		return fmt.Errorf("River's schema is not installed; this build expects version %d", RiverSchemaVersion)
+		return fmt.Errorf("the River schema is not installed; this build expects version %d", RiverSchemaVersion)
 	}
 	if v := versions[len(versions)-1].Version; v != RiverSchemaVersion {
-		return fmt.Errorf("River's schema is at version %d; this build expects version %d", v, RiverSchemaVersion)
+		return fmt.Errorf("the River schema is at version %d; this build expects version %d", v, RiverSchemaVersion)
 	}
 	return nil
 }
@@ -75,6 +75,7 @@ func migrateRiver(ctx context.Context, tx *sql.Tx, dir rivermigrate.Direction, t
 	if err != nil {
 		return fmt.Errorf("river migrator: %w", err)
 	}
+	//nolint:staticcheck // SA1019: the schema moves in the caller's transaction, under its advisory lock; Migrate would open transactions of its own
 	if _, err := m.MigrateTx(ctx, tx, dir, &rivermigrate.MigrateOpts{TargetVersion: target}); err != nil {
 		return fmt.Errorf("river schema %s: %w", dir, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"net/http"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // TestSIGKILLMidLoad runs the real binary (role all: it ingests, relays the
@@ -20,11 +22,14 @@ import (
 // the forward target, with one forward job each and nothing left in the
 // outbox.
 func TestSIGKILLMidLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills the server under load: not in the fast tier (-short)")
+	}
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
-	tg := newFwdTarget(t, "ok")
-	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 100))
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	cfg := writeConfig(t, forwardConfig(tg.URL, "1s", 100))
 	// Forwards running at the kill are rescued after 7s (more than the 1s
 	// target timeout + 5s) rather than the default minute and more.
 	flags := append([]string{"--forward-rescue-after", "7s"}, fastForwardFlags...)
@@ -153,11 +158,14 @@ func TestSIGKILLMidLoad(t *testing.T) {
 // exactly one forward job, and the outbox ends empty: whatever relay
 // transaction the kill cut short lost nothing.
 func TestWorkerSIGKILLWhileRelaying(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a worker process: not in the fast tier (-short)")
+	}
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
-	tg := newFwdTarget(t, "ok")
-	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 100))
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	cfg := writeConfig(t, forwardConfig(tg.URL, "1s", 100))
 	flags := append([]string{"--forward-rescue-after", "7s"}, fastForwardFlags...)
 	c := newClient(t)
 	const (
@@ -200,7 +208,7 @@ func TestWorkerSIGKILLWhileRelaying(t *testing.T) {
 	}
 	// Kill it while it relays: once it has moved some forwards (a slow
 	// machine may start it late), with the load still running.
-	waitUntil(t, 30*time.Second, "the worker to relay some forwards", func() bool { return len(jobStates(t, pool)) > 0 })
+	testkit.Poll(t, 30*time.Second, "the worker to relay some forwards", func() bool { return len(jobStates(t, pool)) > 0 })
 	if err := worker.cmd.Process.Kill(); err != nil {
 		t.Fatalf("SIGKILL: %v", err)
 	}
@@ -224,7 +232,7 @@ func TestWorkerSIGKILLWhileRelaying(t *testing.T) {
 	}
 	t.Logf("at the kill: %d 2xx answers, jobs %v, outbox %d rows", ok2xx.Load(), atKill, outboxRows(t, pool))
 	// With no worker, the api process's forwards wait in the outbox.
-	waitUntil(t, 30*time.Second, "forwards to wait in the outbox", func() bool { return outboxRows(t, pool) > 0 })
+	testkit.Poll(t, 30*time.Second, "forwards to wait in the outbox", func() bool { return outboxRows(t, pool) > 0 })
 	startWorker()
 
 	select {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes: the real binary
@@ -24,10 +25,12 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	_, dsn := pgtest.NewDB(t)
-	hang1, hang2 := newFwdTarget(t, "block"), newFwdTarget(t, "block")
-	slow1, slow2 := newFwdTarget(t, "hold"), newFwdTarget(t, "hold")
-	slow1.holdFor, slow2.holdFor = 3*time.Second, 3*time.Second
-	ok, other := newFwdTarget(t, "ok"), newFwdTarget(t, "ok")
+	hold := func(int, *http.Request) testkit.Answer {
+		return testkit.Answer{Status: http.StatusOK, Delay: 3 * time.Second}
+	}
+	hang1, hang2 := testkit.NewTarget(t, block), testkit.NewTarget(t, block)
+	slow1, slow2 := testkit.NewTarget(t, hold), testkit.NewTarget(t, hold)
+	ok, other := testkit.NewTarget(t, testkit.Always(http.StatusOK)), testkit.NewTarget(t, testkit.Always(http.StatusOK))
 	cfg := writeConfig(t, senderConfig+fmt.Sprintf(`    forward:
       - { name: hang1, url: %s, timeout: 30s }
       - { name: hang2, url: %s, timeout: 30s }
@@ -39,7 +42,7 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
     delivery_id: { header: X-Delivery-Id }
     forward:
       - { name: ok, url: %s, timeout: 10s }
-`, hang1.url, hang2.url, slow1.url, slow2.url, ok.url, other.url))
+`, hang1.URL, hang2.URL, slow1.URL, slow2.URL, ok.URL, other.URL))
 	addr := freeAddr(t)
 	p := startBinaryWith(t, bin, dsn, addr, cfg)
 	c := newClient(t)
@@ -74,8 +77,8 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 	// The hung targets hold their forwards for 30s: every healthy forward
 	// must arrive well before that.
 	const deadline = 15 * time.Second
-	missing := func(tg *fwdTarget, events []string) int {
-		got := tg.delivered()
+	missing := func(tg *testkit.Target, events []string) int {
+		got := tg.Delivered()
 		n := 0
 		for _, ev := range events {
 			if got[ev] == 0 {
@@ -95,13 +98,13 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		tg   *fwdTarget
+		tg   *testkit.Target
 	}{{"acme/ok", ok}, {"other/ok", other}} {
-		hits, _, _ := tc.tg.snapshot()
+		hits := tc.tg.Hits()
 		var lat []time.Duration
 		for _, h := range hits {
-			if h.status == http.StatusOK {
-				lat = append(lat, h.at.Sub(accepted[h.key]))
+			if h.Status == http.StatusOK {
+				lat = append(lat, h.At.Sub(accepted[h.Key()]))
 			}
 		}
 		slices.Sort(lat)
@@ -114,10 +117,10 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 			t.Errorf("%s: from 202 to arrival p50 %v, max %v; want at most 2s and 5s", tc.name, p50, worst)
 		}
 	}
-	_, hung1, _ := hang1.snapshot()
-	_, hung2, _ := hang2.snapshot()
-	_, held1, _ := slow1.snapshot()
-	_, held2, _ := slow2.snapshot()
+	hung1, _ := hang1.InFlight()
+	hung2, _ := hang2.InFlight()
+	held1, _ := slow1.InFlight()
+	held2, _ := slow2.InFlight()
 	t.Logf("forwards held at the end: hang1 %d, hang2 %d, slow1 %d, slow2 %d", hung1, hung2, held1, held2)
 }
 

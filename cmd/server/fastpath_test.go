@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // stallTarget is a forward target that decides by delivery ID
@@ -123,7 +124,7 @@ func TestFastPathSIGKILL(t *testing.T) {
 	first := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
 	waitHealthy(t, c, base, first)
 	events := deliverAll(t, c, base, []string{"during-1", "after-1"})
-	waitUntil(t, 30*time.Second, "the target to hold the forwards during-1 and after-1", func() bool {
+	testkit.Poll(t, 30*time.Second, "the target to hold the forwards during-1 and after-1", func() bool {
 		all, answered, _ := tg.received()
 		return all["during-1"] == 1 && answered["after-1"] == 1
 	})
@@ -161,7 +162,7 @@ func TestFastPathSIGKILL(t *testing.T) {
 	tg.mu.Unlock()
 	second := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
 	waitHealthy(t, c, base, second)
-	waitUntil(t, 60*time.Second, "every event to be answered 2xx after the restart", func() bool {
+	testkit.Poll(t, 60*time.Second, "every event to be answered 2xx after the restart", func() bool {
 		_, answered, _ := tg.received()
 		for _, id := range []string{"during-1", "before-1", "before-2", "before-3"} {
 			if answered[id] == 0 {
@@ -170,7 +171,7 @@ func TestFastPathSIGKILL(t *testing.T) {
 		}
 		return answered["after-1"] >= 2
 	})
-	waitUntil(t, 30*time.Second, "every forward job to be completed", func() bool {
+	testkit.Poll(t, 30*time.Second, "every forward job to be completed", func() bool {
 		return jobStates(t, pool)["completed"] == len(events)
 	})
 	if n := outboxRows(t, pool); n != 0 {

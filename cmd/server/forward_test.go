@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -22,6 +19,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // forwardConfig is the hookgate.yaml of the forwarding tests: the sender acme
@@ -42,118 +40,8 @@ var fastForwardFlags = []string{
 	"--forward-poll-interval", "100ms", // River refuses less than its 100ms fetch cooldown
 }
 
-// fwdHit is one request a forward target received.
-type fwdHit struct {
-	key    string // Idempotency-Key
-	at     time.Time
-	status int // what it was answered; 0 if it was abandoned (never answered)
-}
-
-// fwdTarget is an HTTP service on 127.0.0.1 that forwards go to. mode
-// decides each answer: "block" holds the request until the client goes away
-// (or the test ends), "hold" answers 200 after holdFor, anything else 200 at
-// once.
-type fwdTarget struct {
-	srv     *httptest.Server
-	url     string
-	release chan struct{}
-	holdFor time.Duration
-
-	mode atomic.Value // string
-
-	mu       sync.Mutex
-	hits     []fwdHit
-	inFlight int
-	maxIn    int
-	// barrier, when set, holds the first request until another request is
-	// in flight at the same time (or the test ends).
-	barrier     bool
-	barrierDone chan struct{}
-}
-
-func newFwdTarget(t *testing.T, mode string) *fwdTarget {
-	t.Helper()
-	tg := &fwdTarget{release: make(chan struct{}), barrierDone: make(chan struct{})}
-	tg.mode.Store(mode)
-	tg.srv = httptest.NewServer(http.HandlerFunc(tg.serve))
-	tg.url = tg.srv.URL + "/hooks"
-	t.Cleanup(tg.srv.Close)
-	t.Cleanup(func() { close(tg.release) }) // before Close: unblocks held requests
-	return tg
-}
-
-func (tg *fwdTarget) serve(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	tg.mu.Lock()
-	i := len(tg.hits)
-	tg.hits = append(tg.hits, fwdHit{key: r.Header.Get("Idempotency-Key"), at: time.Now()})
-	tg.inFlight++
-	tg.maxIn = max(tg.maxIn, tg.inFlight)
-	first := i == 0
-	if tg.barrier && tg.inFlight >= 2 {
-		select {
-		case <-tg.barrierDone:
-		default:
-			close(tg.barrierDone)
-		}
-	}
-	tg.mu.Unlock()
-	defer func() {
-		tg.mu.Lock()
-		tg.inFlight--
-		tg.mu.Unlock()
-	}()
-
-	if first && tg.barrier {
-		select {
-		case <-tg.barrierDone:
-		case <-tg.release:
-			return
-		case <-r.Context().Done():
-			return
-		}
-	}
-	switch tg.mode.Load().(string) {
-	case "block":
-		select {
-		case <-r.Context().Done():
-		case <-tg.release:
-		}
-		return
-	case "hold":
-		timer := time.NewTimer(tg.holdFor)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case <-r.Context().Done():
-			return
-		case <-tg.release:
-			return
-		}
-	}
-	tg.mu.Lock()
-	tg.hits[i].status = http.StatusOK
-	tg.mu.Unlock()
-	w.WriteHeader(http.StatusOK)
-}
-
-func (tg *fwdTarget) snapshot() (hits []fwdHit, inFlight, maxIn int) {
-	tg.mu.Lock()
-	defer tg.mu.Unlock()
-	return append([]fwdHit(nil), tg.hits...), tg.inFlight, tg.maxIn
-}
-
-// delivered returns, per Idempotency-Key, how many requests were answered 2xx.
-func (tg *fwdTarget) delivered() map[string]int {
-	hits, _, _ := tg.snapshot()
-	out := map[string]int{}
-	for _, h := range hits {
-		if h.status >= 200 && h.status < 300 {
-			out[h.key]++
-		}
-	}
-	return out
-}
+// block holds every request until the client goes away or the test ends.
+func block(int, *http.Request) testkit.Answer { return testkit.Answer{Block: true} }
 
 // forwardJobs returns every forward job, oldest first.
 func forwardJobs(t *testing.T, pool *pgxpool.Pool) []store.ForwardJob {
@@ -212,10 +100,10 @@ func acceptedEvents(t *testing.T, pool *pgxpool.Pool) []string {
 // checkEveryEventForwarded waits until the target has answered 2xx to a
 // forward of every event in events, and then checks that the outbox is
 // empty and that every event has exactly one forward job, completed.
-func checkEveryEventForwarded(t *testing.T, pool *pgxpool.Pool, tg *fwdTarget, events []string, timeout time.Duration) {
+func checkEveryEventForwarded(t *testing.T, pool *pgxpool.Pool, tg *testkit.Target, events []string, timeout time.Duration) {
 	t.Helper()
 	missing := func() []string {
-		got := tg.delivered()
+		got := tg.Delivered()
 		var out []string
 		for _, ev := range events {
 			if got[ev] == 0 {
@@ -224,21 +112,11 @@ func checkEveryEventForwarded(t *testing.T, pool *pgxpool.Pool, tg *fwdTarget, e
 		}
 		return out
 	}
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	testkit.Poll(t, timeout, "every accepted event to reach the target", func() bool { return len(missing()) == 0 }, func() string {
 		m := missing()
-		if len(m) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v, %d of %d accepted events never reached the target (e.g. %v); outbox rows %d, jobs %v",
-				timeout, len(m), len(events), m[:min(5, len(m))], outboxRows(t, pool), jobStates(t, pool))
-		}
-		<-tick.C
-	}
-	waitUntil(t, 30*time.Second, "every forward job to be completed", func() bool {
+		return fmt.Sprintf("%d of %d never arrived (e.g. %v); outbox rows %d, jobs %v", len(m), len(events), m[:min(5, len(m))], outboxRows(t, pool), jobStates(t, pool))
+	})
+	testkit.Poll(t, 30*time.Second, "every forward job to be completed", func() bool {
 		return jobStates(t, pool)["completed"] == len(events)
 	})
 	if n := outboxRows(t, pool); n != 0 {
@@ -313,13 +191,16 @@ func deliverAll(t *testing.T, c *http.Client, base string, ids []string) []strin
 // 2xx: the outbox lost nothing. The jobs that were running at the kill are
 // only picked up again by River's rescuer, after --forward-rescue-after.
 func TestForwardsSurviveSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills the server with forwards in flight: not in the fast tier (-short)")
+	}
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
-	tg := newFwdTarget(t, "block")
+	tg := testkit.NewTarget(t, block)
 	// A lone target's fair share is half the workers (max_in_flight does
 	// not raise it): that many hold a forward each.
-	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 100)+"        max_in_flight: 10\n")
+	cfg := writeConfig(t, forwardConfig(tg.URL, "1s", 100)+"        max_in_flight: 10\n")
 	addr := freeAddr(t)
 	base := "http://" + addr
 	c := newClient(t)
@@ -335,8 +216,8 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 	events := deliverAll(t, c, base, makeIDs("kill-fwd", n))
 
 	// Kill while the workers are busy: every slot the target may hold holds a request.
-	waitUntil(t, 30*time.Second, "the worker to have all its forwards in flight", func() bool {
-		_, in, _ := tg.snapshot()
+	testkit.Poll(t, 30*time.Second, "the worker to have all its forwards in flight", func() bool {
+		in, _ := tg.InFlight()
 		return in >= workers/2
 	})
 	if err := first.cmd.Process.Kill(); err != nil {
@@ -355,12 +236,12 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 	if before["running"] == 0 {
 		t.Fatalf("no forward job was running at the kill (%v): the test did not exercise the rescue", before)
 	}
-	if got := len(tg.delivered()); got != 0 {
+	if got := len(tg.Delivered()); got != 0 {
 		t.Fatalf("%d events were delivered before the kill, want 0 (the target held every request)", got)
 	}
 	t.Logf("at the kill: jobs %v", before)
 
-	tg.mode.Store("ok")
+	tg.SetDecide(testkit.Always(http.StatusOK))
 	restarted := time.Now()
 	second := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
 	waitHealthy(t, c, base, second)
@@ -371,18 +252,12 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 	// (every 30s). With a working rescue this takes about 20-50s; the
 	// deadline leaves room for that but is below what the default rescue
 	// delay (a minute more) needs.
-	deadline := time.Now().Add(75 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for len(tg.delivered()) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v after the restart with --forward-rescue-after %s, %d of %d events were delivered; jobs %v (the jobs running at the kill were not rescued)",
-				time.Since(restarted).Round(time.Second), rescueAfter, len(tg.delivered()), n, jobStates(t, pool))
-		}
-		<-tick.C
-	}
+	testkit.Poll(t, 75*time.Second, "the jobs running at the kill to be rescued and every event delivered", func() bool { return len(tg.Delivered()) >= n }, func() string {
+		return fmt.Sprintf("%v after the restart with --forward-rescue-after %s, %d of %d events delivered; jobs %v",
+			time.Since(restarted).Round(time.Second), rescueAfter, len(tg.Delivered()), n, jobStates(t, pool))
+	})
 	t.Logf("all %d events delivered %v after the restart", n, time.Since(restarted).Round(100*time.Millisecond))
-	got := tg.delivered()
+	got := tg.Delivered()
 	if len(got) != n {
 		t.Errorf("%d distinct Idempotency-Keys delivered, want %d", len(got), n)
 	}
@@ -399,15 +274,23 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
-	tg := newFwdTarget(t, "ok")
 	// The first forward is held until a second one arrives at the same time:
 	// with one forward at a time per worker, that needs both workers.
-	tg.barrier = true
+	var (
+		tg    *testkit.Target
+		first atomic.Bool
+	)
+	tg = testkit.NewTarget(t, func(_ int, r *http.Request) testkit.Answer {
+		if first.CompareAndSwap(false, true) && !tg.AwaitInFlight(r.Context(), 2) {
+			return testkit.Answer{Block: true} // the client gave up or the test ended first: no answer
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	})
 	const (
 		urlPassword = "url-pw-41d7c2"
 		urlToken    = "qtok-9b03e5"
 	)
-	targetURL := strings.Replace(tg.url, "http://", "http://fwd:"+urlPassword+"@", 1) + "?token=" + urlToken
+	targetURL := strings.Replace(tg.URL, "http://", "http://fwd:"+urlPassword+"@", 1) + "?token=" + urlToken
 	cfg := writeConfig(t, forwardConfig(targetURL, "30s", 5))
 	c := newClient(t)
 	const n = 40
@@ -433,7 +316,7 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 	if got := outboxRows(t, pool); got != n {
 		t.Errorf("with only the api process running, %d forwards in the outbox, want %d", got, n)
 	}
-	if hits, _, _ := tg.snapshot(); len(hits) != 0 {
+	if hits := tg.Hits(); len(hits) != 0 {
 		t.Errorf("the target received %d requests with only the api process running, want 0", len(hits))
 	}
 
@@ -444,15 +327,16 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 		waitHealthy(t, c, "http://"+addr, w)
 		workers = append(workers, "http://"+addr)
 	}
-	waitUntil(t, 45*time.Second, "every forward job to be completed", func() bool {
+	testkit.Poll(t, 45*time.Second, "every forward job to be completed", func() bool {
 		return jobStates(t, pool)["completed"] == n
 	})
 	if got := outboxRows(t, pool); got != 0 {
 		t.Errorf("%d forwards left in the outbox, want none", got)
 	}
 
-	hits, _, maxIn := tg.snapshot()
-	got := tg.delivered()
+	hits := tg.Hits()
+	_, maxIn := tg.InFlight()
+	got := tg.Delivered()
 	if len(hits) != n || len(got) != n {
 		t.Errorf("the target received %d requests with %d distinct Idempotency-Keys, want exactly %d and %d", len(hits), len(got), n, n)
 	}
@@ -486,7 +370,7 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 			t.Fatalf("GET %s/metrics: %v %v", w, r, err)
 		}
 		body := string(r.body)
-		for _, leak := range []string{tg.srv.URL, strings.TrimPrefix(tg.srv.URL, "http://"), "/hooks", urlPassword, urlToken, "token="} {
+		for _, leak := range []string{tg.Server(), strings.TrimPrefix(tg.Server(), "http://"), "/hooks", urlPassword, urlToken, "token="} {
 			if strings.Contains(body, leak) {
 				t.Errorf("GET %s/metrics contains %q of the target's URL", w, leak)
 			}
@@ -512,8 +396,8 @@ func TestWorkerRoleServesOnlyServiceEndpoints(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	_, dsn := pgtest.NewDB(t)
-	tg := newFwdTarget(t, "ok")
-	cfg := writeConfig(t, forwardConfig(tg.url, "1s", 5))
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	cfg := writeConfig(t, forwardConfig(tg.URL, "1s", 5))
 	addr := freeAddr(t)
 	base := "http://" + addr
 	c := newClient(t)
@@ -549,7 +433,7 @@ func TestWorkerRoleServesOnlyServiceEndpoints(t *testing.T) {
 		}
 	}
 	// Nothing was recorded.
-	if hits, _, _ := tg.snapshot(); len(hits) != 0 {
+	if hits := tg.Hits(); len(hits) != 0 {
 		t.Errorf("the target received %d requests, want 0", len(hits))
 	}
 }
@@ -561,14 +445,15 @@ func TestWorkerRoleServesOnlyServiceEndpoints(t *testing.T) {
 func TestShutdownLetsRunningForwardFinish(t *testing.T) {
 	t.Parallel()
 	pool, dsn := pgtest.NewDB(t)
-	tg := newFwdTarget(t, "hold")
-	tg.holdFor = time.Second
-	srv := startRunWith(t, dsn, forwardConfig(tg.url, "10s", 5), fastForwardFlags...)
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
+		return testkit.Answer{Status: http.StatusOK, Delay: time.Second}
+	})
+	srv := startRunWith(t, dsn, forwardConfig(tg.URL, "10s", 5), fastForwardFlags...)
 	c := newClient(t)
 	ev := deliverAll(t, c, srv.base, []string{"shutdown-fwd"})[0]
 
-	waitUntil(t, 30*time.Second, "the forward to be in flight", func() bool {
-		_, in, _ := tg.snapshot()
+	testkit.Poll(t, 30*time.Second, "the forward to be in flight", func() bool {
+		in, _ := tg.InFlight()
 		return in == 1
 	})
 	srv.cancel()
@@ -576,8 +461,9 @@ func TestShutdownLetsRunningForwardFinish(t *testing.T) {
 		t.Fatalf("run returned %v, want nil after a graceful shutdown", err)
 	}
 	// run has returned: the forward must be finished already.
-	hits, in, _ := tg.snapshot()
-	if in != 0 || len(hits) != 1 || hits[0].status != http.StatusOK || hits[0].key != ev {
+	hits := tg.Hits()
+	in, _ := tg.InFlight()
+	if in != 0 || len(hits) != 1 || hits[0].Status != http.StatusOK || hits[0].Key() != ev {
 		t.Fatalf("when run returned the target had %d requests in flight and received %+v; want exactly one, answered 200, for event %s", in, hits, ev)
 	}
 	jobs := forwardJobs(t, pool)
@@ -596,13 +482,13 @@ func TestShutdownLetsRunningForwardFinish(t *testing.T) {
 func TestShutdownRetriesForwardThatOutlastsGrace(t *testing.T) {
 	t.Parallel()
 	pool, dsn := pgtest.NewDB(t)
-	tg := newFwdTarget(t, "block")
-	cfg := forwardConfig(tg.url, "20s", 5)
+	tg := testkit.NewTarget(t, block)
+	cfg := forwardConfig(tg.URL, "20s", 5)
 	srv := startRunWith(t, dsn, cfg, append([]string{"--shutdown-timeout", "300ms"}, fastForwardFlags...)...)
 	c := newClient(t)
 	ev := deliverAll(t, c, srv.base, []string{"outlasts-grace"})[0]
-	waitUntil(t, 30*time.Second, "the forward to be in flight", func() bool {
-		_, in, _ := tg.snapshot()
+	testkit.Poll(t, 30*time.Second, "the forward to be in flight", func() bool {
+		in, _ := tg.InFlight()
 		return in == 1
 	})
 	srv.cancel()
@@ -627,22 +513,22 @@ func TestShutdownRetriesForwardThatOutlastsGrace(t *testing.T) {
 		}
 	}
 
-	tg.mode.Store("ok")
+	tg.SetDecide(testkit.Always(http.StatusOK))
 	next := startRunWith(t, dsn, cfg, fastForwardFlags...)
-	waitUntil(t, 30*time.Second, "the forward to be delivered by the next process", func() bool {
-		return tg.delivered()[ev] == 1
+	testkit.Poll(t, 30*time.Second, "the forward to be delivered by the next process", func() bool {
+		return tg.Delivered()[ev] == 1
 	})
-	waitUntil(t, 30*time.Second, "the job to be completed", func() bool {
+	testkit.Poll(t, 30*time.Second, "the job to be completed", func() bool {
 		return jobStates(t, pool)["completed"] == 1
 	})
 	next.cancel()
 	if err := next.wait(t); err != nil {
 		t.Errorf("second run returned %v", err)
 	}
-	hits, _, _ := tg.snapshot()
+	hits := tg.Hits()
 	keys := make([]string, 0, len(hits))
 	for _, h := range hits {
-		keys = append(keys, h.key)
+		keys = append(keys, h.Key())
 	}
 	sort.Strings(keys)
 	if len(hits) != 2 {
@@ -677,7 +563,7 @@ func TestNoSecretInLogsOrMetrics(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 45*time.Second, "every forward to fail", func() bool {
+	testkit.Poll(t, 45*time.Second, "every forward to fail", func() bool {
 		st := jobStates(t, pool)
 		return st["discarded"]+st["cancelled"] == 4
 	})

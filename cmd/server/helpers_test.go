@@ -72,21 +72,6 @@ func envOf(kv ...string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-// waitUntil calls cond every 10ms until it returns true, and fails the test
-// when timeout passes first.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -297,7 +282,7 @@ func buildBinary(t *testing.T) string {
 		path := filepath.Join(dir, "hookgate")
 		out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
 		if err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			built.err = fmt.Errorf("go build: %w\n%s", err, out)
 			return
 		}
 		built.path = path
@@ -306,13 +291,6 @@ func buildBinary(t *testing.T) string {
 		t.Fatal(built.err)
 	}
 	return built.path
-}
-
-// startBinary starts the binary serving on addr with DATABASE_URL=dsn. The
-// process is killed when the test ends, if it still runs.
-func startBinary(t *testing.T, bin, dsn, addr, cfg string) *proc {
-	t.Helper()
-	return startBinaryWith(t, bin, dsn, addr, cfg)
 }
 
 // waitHealthy polls GET /healthz until it answers 200; it fails the test when
@@ -421,11 +399,11 @@ func parseAccepted(r reply, id string) (acceptedBody, error) {
 		return a, fmt.Errorf("Content-Type %q, want application/json", ct)
 	}
 	if err := json.Unmarshal(r.body, &a); err != nil {
-		return a, fmt.Errorf("decode 202 body %q: %v", r.body, err)
+		return a, fmt.Errorf("decode 202 body %q: %w", r.body, err)
 	}
 	u, err := uuid.Parse(a.EventID)
 	if err != nil || u.Version() != 7 {
-		return a, fmt.Errorf("event_id %q is not a UUIDv7 (%v)", a.EventID, err)
+		return a, fmt.Errorf("event_id %q is not a UUIDv7 (%w)", a.EventID, err)
 	}
 	if a.Sender != "acme" || a.DeliveryID != id || a.ReceivedAt.IsZero() {
 		return a, fmt.Errorf("202 body %q: want sender acme, delivery_id %q and a received_at", r.body, id)
@@ -452,7 +430,7 @@ func checkProblem(r reply, want int) error {
 		Detail string `json:"detail"`
 	}
 	if err := json.Unmarshal(r.body, &p); err != nil {
-		return fmt.Errorf("body %q is not JSON: %v", r.body, err)
+		return fmt.Errorf("body %q is not JSON: %w", r.body, err)
 	}
 	if p.Type == "" || p.Title == "" || p.Detail == "" || p.Status != want {
 		return fmt.Errorf("problem %q lacks type, title or detail, or has the wrong status", r.body)
@@ -724,4 +702,11 @@ func reportLoad(t *testing.T, st *loadStats) {
 	}
 	t.Logf("load: %d connection errors, error statuses %v, %d deliveries first answered by a replay",
 		st.connErrs, st.statuses, st.firstReplayed)
+}
+
+// startBinary starts the binary serving on addr with DATABASE_URL=dsn. The
+// process is killed when the test ends, if it still runs.
+func startBinary(t *testing.T, bin, dsn, addr, cfg string) *proc {
+	t.Helper()
+	return startBinaryWith(t, bin, dsn, addr, cfg)
 }

@@ -113,7 +113,7 @@ func netHTTPMaxHeaderBytes(n int) int {
 // serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
 // ctx is done; anything else there is 404.
 func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics http.Handler, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics listen: %w", err)
 	}
@@ -136,7 +136,7 @@ func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics h
 
 // servePprof serves net/http/pprof on addr until ctx is done.
 func servePprof(ctx context.Context, g *errgroup.Group, addr string, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("pprof listen: %w", err)
 	}

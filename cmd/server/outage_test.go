@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // TestDatabaseOutageMidLoad takes the database away in the middle of a load
@@ -22,6 +23,9 @@ import (
 // /readyz is 200 again, every delivery gets its 2xx, and each was accepted
 // exactly once.
 func TestDatabaseOutageMidLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops PostgreSQL under load (an outage): not in the fast tier (-short)")
+	}
 	t.Parallel()
 	cluster := pgtest.StartCluster(t)
 	srv := startRun(t, cluster.URL()) // serve applies the migrations
@@ -99,7 +103,7 @@ func TestDatabaseOutageMidLoad(t *testing.T) {
 	close(outage)
 	stoppedAt := ok2xx.Load()
 
-	waitUntil(t, 30*time.Second, "an error answer during the outage", func() bool {
+	testkit.Poll(t, 30*time.Second, "an error answer during the outage", func() bool {
 		return outageErrs.Load() > 0
 	})
 	firstErrMu.Lock()
@@ -129,7 +133,7 @@ func TestDatabaseOutageMidLoad(t *testing.T) {
 
 	down.Store(false)
 	cluster.Start(t)
-	waitUntil(t, time.Minute, "GET /readyz to answer 200 after the database is back", func() bool {
+	testkit.Poll(t, time.Minute, "GET /readyz to answer 200 after the database is back", func() bool {
 		r, err := get(context.Background(), c, srv.base+"/readyz")
 		return err == nil && r.status == http.StatusOK
 	})

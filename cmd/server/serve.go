@@ -52,13 +52,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer fwd.closeFast(context.WithoutCancel(ctx)) // returns at once after shutdown's
+	defer func() { _ = fwd.closeFast(context.WithoutCancel(ctx)) }() // returns at once after shutdown's
 	deliveries, err := newIngestStore(ctx, db, s, reg, log)
 	if err != nil {
 		return err
 	}
 	api := newAPI(db, senders, deliveries, fwd, s, reg, log)
-	ln, err := net.Listen("tcp", s.addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -163,9 +163,10 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		FetchPollInterval: s.fetchPoll,
 		Backoff:           s.backoff,
 		Maintenance: forward.Maintenance{
-			Queue: retention.Queue,
-			Register: func(w *river.Workers) error {
-				return river.AddWorkerSafely(w, retention.NewWorker(db.pool, cfg, log))
+			Queue:   retention.Queue,
+			Timeout: retention.JobTimeout,
+			Register: func(w *river.Workers, maxTimeout time.Duration) error {
+				return river.AddWorkerSafely(w, retention.NewWorker(db.pool, cfg, maxTimeout, log))
 			},
 			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
 		},

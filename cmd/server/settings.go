@@ -232,8 +232,8 @@ var settingTable = []setting{
 	{flag: "forward-backoff-max", env: "HOOKGATE_FORWARD_BACKOFF_MAX", def: shortDuration(forward.DefaultBackoff.Max),
 		help:  "longest retry delay of a failed forward",
 		parse: durationSetting("forward backoff max", time.Millisecond, func(s *settings) *time.Duration { return &s.backoff.Max })},
-	{flag: "forward-rescue-after", env: "HOOKGATE_FORWARD_RESCUE_AFTER", shown: "longest target timeout + 1m",
-		help: "how long a forward may stay running before another worker retries it; more than the longest target timeout + 5s",
+	{flag: "forward-rescue-after", env: "HOOKGATE_FORWARD_RESCUE_AFTER", shown: "longest target timeout + 5s + 1m",
+		help: "how long a job may stay running before another worker retries it (the forwards of a killed process); more than the longest target timeout + 5s; by default the longest timeout of all job kinds (a bulk redelivery's 1h) + 1m; shorter, bulk redeliveries and retention run in slices of this - 5s",
 		parse: func(s *settings, v string) error {
 			if v == "" {
 				s.rescueAfter = 0 // computed by forward.NewClient

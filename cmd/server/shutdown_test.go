@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // TestShutdownFinishesInFlightRequest cancels run while a delivery is blocked
@@ -26,7 +27,7 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Rollback(context.Background())
+	defer func() { _ = holder.Rollback(context.Background()) }()
 	if _, err := holder.Exec(ctx, `INSERT INTO processed_messages
 		(sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 		VALUES ('acme', $1, '\x00', gen_random_uuid(), 202, 'application/json', '{}', now(), now() + interval '1 day')`, id); err != nil {
@@ -43,7 +44,7 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 		answered <- result{r, err}
 	}()
 
-	waitUntil(t, 30*time.Second, "the delivery to wait on the held key", func() bool {
+	testkit.Poll(t, 30*time.Second, "the delivery to wait on the held key", func() bool {
 		var n int
 		// Only the server's claim can wait on a lock in this database: the
 		// holder is idle in its transaction.
@@ -57,7 +58,7 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 
 	srv.cancel()
 	// Shutdown has begun once the listener is closed.
-	waitUntil(t, 30*time.Second, "the server to stop accepting connections", func() bool {
+	testkit.Poll(t, 30*time.Second, "the server to stop accepting connections", func() bool {
 		conn, err := net.DialTimeout("tcp", srv.addr, time.Second)
 		if err != nil {
 			return true

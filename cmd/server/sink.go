@@ -91,7 +91,7 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	defer closeDB()
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("sink: listen: %w", err)
 	}
@@ -148,7 +148,7 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		err := srv.Shutdown(sctx)
-		<-done
+		<-done //nolint:errcheck // the server's end after Shutdown
 		return err
 	case err := <-done:
 		if errors.Is(err, http.ErrServerClosed) {

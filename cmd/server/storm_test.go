@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // Retry storms against the real binary with its default settings (issue
@@ -229,7 +231,7 @@ func TestStormHeldBodies(t *testing.T) {
 		return int64(v)
 	}
 	var held, shed int64
-	waitUntil(t, time.Minute, "every held connection to hold its share of the budget or to be shed", func() bool {
+	testkit.Poll(t, time.Minute, "every held connection to hold its share of the budget or to be shed", func() bool {
 		r, err := get(t.Context(), c, base+"/metrics")
 		if err != nil {
 			return false
@@ -257,7 +259,7 @@ func TestStormHeldBodies(t *testing.T) {
 		t.Errorf("peak RSS grew by %d MB, want under 250 MB", growth>>20)
 	}
 
-	waitUntil(t, time.Minute, "the shed connections to read their answers", func() bool {
+	testkit.Poll(t, time.Minute, "the shed connections to read their answers", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0
@@ -278,7 +280,7 @@ func TestStormHeldBodies(t *testing.T) {
 		t.Errorf("%d connections were answered 503, and %d counted as shed", answers["503 Retry-After=2"], shed)
 	}
 	mu.Unlock()
-	waitUntil(t, time.Minute, "the body budget to be whole again once the connections closed", func() bool {
+	testkit.Poll(t, time.Minute, "the body budget to be whole again once the connections closed", func() bool {
 		r, err := get(t.Context(), c, base+"/metrics")
 		return err == nil && metric(r.body, "hookgate_ingest_body_bytes_in_flight") == 0
 	})

@@ -18,7 +18,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
-	"github.com/hookgate/hookgate/internal/forward"
 )
 
 // The SQL the gateway runs per delivery, taken from internal/dedup,
@@ -33,7 +32,6 @@ var (
 	lockTimeoutSQL = dedup.LockTimeoutSQL(dedup.DefaultInFlightWait)
 	claimSQL       = dedup.ClaimSQL
 	insertEventSQL = events.InsertSQL
-	outboxSQL      = forward.OutboxSQL
 	storedSQL      = dedup.StoredSQL
 )
 
@@ -231,6 +229,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type 
 					}
 				}
 				rows.Close()
+				_ = rows.Err() // a failed sample keeps what it read; the next one samples again
 			}
 			wait := 200 * time.Millisecond
 			if time.Now().Before(tightEnd) && !w.sawAll(expected) {

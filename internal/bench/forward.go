@@ -44,7 +44,7 @@ type sink struct {
 
 // startSink listens on a free port of 127.0.0.1 and serves until close.
 func startSink() (*sink, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("forward sink: %w", err)
 	}

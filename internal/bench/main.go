@@ -473,7 +473,7 @@ func phaseEnd(ctx context.Context, srv *server) error {
 		return ctx.Err()
 	}
 	if srv.exited() {
-		return fmt.Errorf("the server exited during the phase: %v\n--- server log ---\n%s", srv.waitErr, srv.logTail())
+		return fmt.Errorf("the server exited during the phase: %w\n--- server log ---\n%s", srv.waitErr, srv.logTail())
 	}
 	return nil
 }

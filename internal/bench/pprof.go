@@ -69,7 +69,7 @@ func (p *profiler) report(out io.Writer) {
 		fmt.Fprintf(out, "  -pprof: no profile: %v\n", err)
 		return
 	}
-	cmd := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=30", p.path)
+	cmd := exec.CommandContext(context.Background(), "go", "tool", "pprof", "-top", "-cum", "-nodecount=30", p.path)
 	b, err := cmd.Output()
 	if err != nil {
 		fmt.Fprintf(out, "  -pprof: go tool pprof: %v\n", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -58,7 +59,7 @@ func (c *rawClient) close() {
 // a non-202 answer's body.
 func (c *rawClient) do(id []byte) (snippet []byte, err error) {
 	if c.conn == nil {
-		conn, err := net.DialTimeout("tcp", c.addr, 5*time.Second)
+		conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(context.Background(), "tcp", c.addr)
 		if err != nil {
 			return nil, err
 		}

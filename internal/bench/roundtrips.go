@@ -108,7 +108,7 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 	mismatch := func(i int) error {
 		_, err := deliver("k"+strconv.Itoa(i), append([]byte("other"), body...), false)
 		if !errors.Is(err, dedup.ErrPayloadMismatch) {
-			return fmt.Errorf("key k%d with another payload: %v, want a payload mismatch", i, err)
+			return fmt.Errorf("key k%d with another payload: %w, want a payload mismatch", i, err)
 		}
 		return nil
 	}

@@ -83,7 +83,7 @@ func (s *server) logTail() string { return tailFile(s.logPath, 20) }
 
 // freePort returns a TCP port on 127.0.0.1 that nobody listened on a moment ago.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
@@ -160,7 +160,7 @@ func startOnce(ctx context.Context, bin, dir, cfgPath, dbURL, addr string, o *op
 		return nil, err
 	}
 	args := append(append([]string{"serve"}, spec.args...), o.serverArgs...)
-	cmd := exec.Command(bin, args...)
+	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv(os.Environ()),
 		"DATABASE_URL="+dbURL,
@@ -215,7 +215,7 @@ func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
 	var last string
 	for {
 		if s.exited() {
-			return fmt.Errorf("server exited before it was ready: %v", s.waitErr)
+			return fmt.Errorf("server exited before it was ready: %w", s.waitErr)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := client.Do(req)
@@ -247,13 +247,13 @@ func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
 func (s *server) stop(grace time.Duration) error {
 	defer s.once.Do(func() { s.logFile.Close() })
 	if s.exited() {
-		return fmt.Errorf("server had already exited: %v", s.waitErr)
+		return fmt.Errorf("server had already exited: %w", s.waitErr)
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.done:
 		if s.waitErr != nil {
-			return fmt.Errorf("server exited with %v", s.waitErr)
+			return fmt.Errorf("server exited with %w", s.waitErr)
 		}
 		return nil
 	case <-time.After(grace):
@@ -288,7 +288,11 @@ func tailFile(path string, n int) string {
 // batchSizes reads the server's hookgate_ingest_batch_size histogram: how
 // many batches it sent and how many deliveries they held, in all.
 func (s *server) batchSizes() (batches, deliveries float64, err error) {
-	resp, err := http.Get("http://" + s.addr + "/metrics")
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+s.addr+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, 0, err
 	}

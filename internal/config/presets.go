@@ -510,7 +510,7 @@ func checkSignature(s *Sender) error {
 	if check.Scheme == signature.SchemeECDSA {
 		for _, sec := range secrets {
 			if _, err := signature.ParseECDSAPublicKey(sec.value); err != nil {
-				return fmt.Errorf("%s: is not an ECDSA P-256 public key in base64 DER (the provider's verification key): %v", sec.field, err)
+				return fmt.Errorf("%s: is not an ECDSA P-256 public key in base64 DER (the provider's verification key): %w", sec.field, err)
 			}
 		}
 	}

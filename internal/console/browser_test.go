@@ -58,6 +58,9 @@ func browser(t *testing.T) context.Context {
 // without the CSRF token is refused. With HOOKGATE_SCREENSHOTS_DIR set it
 // writes console-overview.png and console-delivery.png there.
 func TestConsoleInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a real browser: not in the fast tier (-short)")
+	}
 	t.Parallel()
 	ctx := browser(t)
 	e := newEnv(t, newOptions())

@@ -122,6 +122,7 @@ func (c *Console) routes() http.Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(c.requireSession)
 		r.Get("/", c.overview)
+		r.Get("/search", c.search)
 		r.Post("/logout", c.logout)
 		r.Post("/logout-everywhere", c.logoutEverywhere)
 		r.Get("/senders/{sender}/deliveries", c.deliveries)

@@ -209,7 +209,7 @@ func (e *env) failForwards(id, errText string) {
 		e.t.Fatal(err)
 	}
 	sd, _ := e.cfg.Sender("orders")
-	jobs, err := forward.Redeliver(ctx, e.rc, sd, ev, id)
+	jobs, err := forward.Redeliver(ctx, store.New(e.pool), e.rc, sd, ev, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}

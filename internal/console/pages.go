@@ -19,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
@@ -451,8 +453,9 @@ type deliveryView struct {
 	Forwards   []forwardView
 	HasTargets bool
 	// Redelivered is how many forwards the Redeliver that led here
-	// enqueued; -1 when the page was not reached that way.
-	Redelivered int
+	// enqueued; -1 when the page was not reached that way. After is how
+	// many of them are queued after a forward that was running or retrying.
+	Redelivered, After int
 }
 
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
@@ -466,6 +469,9 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		Redelivered: -1}
 	if n, err := strconv.Atoi(r.URL.Query().Get("redelivered")); err == nil && n >= 0 {
 		v.Redelivered = n
+		if a, err := strconv.Atoi(r.URL.Query().Get("after")); err == nil && a >= 0 && a <= n {
+			v.After = a
+		}
 	}
 	e, err := c.q.GetEvent(r.Context(), rec.EventID)
 	switch {
@@ -597,15 +603,18 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	jobs, err := forward.Redeliver(r.Context(), c.opts.River, sd, rec.EventID, rec.DeliveryID)
+	jobs, err := forward.Redeliver(r.Context(), c.q, c.opts.River, sd, rec.EventID, rec.DeliveryID)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	n := 0
+	n, after := 0, 0
 	for _, j := range jobs {
 		if !j.AlreadyPending {
 			n++
+			if j.AfterCurrent {
+				after++
+			}
 		}
 	}
 	to := deliveryURL(sender, id, "")
@@ -613,7 +622,7 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 	if strings.Contains(to, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, to+sep+"redelivered="+strconv.Itoa(n), http.StatusSeeOther)
+	http.Redirect(w, r, to+sep+"redelivered="+strconv.Itoa(n)+"&after="+strconv.Itoa(after), http.StatusSeeOther)
 }
 
 // lookupDelivery returns the configured sender named sender and its
@@ -731,4 +740,65 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, Prefix+"/senders/"+url.PathEscape(sender)+"/targets/"+url.PathEscape(target)+"/failed?matched="+strconv.FormatInt(n, 10), http.StatusSeeOther)
+}
+
+// searchHit is a delivery the search box found, and how.
+type searchHit struct {
+	Sender, DeliveryID string
+	By                 string // "delivery ID" or "event ID"
+}
+
+// searchView is the search page's data.
+type searchView struct {
+	Query string
+	Hits  []searchHit
+}
+
+// search is the search box: q is a delivery ID (of any configured sender)
+// or an event ID. One delivery found goes to its page (303); several are
+// listed; none is a 404 page saying so. What ingest would refuse as a
+// delivery ID, and what is not a UUID, is never sent to the database.
+func (c *Console) search(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	view := searchView{Query: q}
+	if q == "" {
+		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Message: "Type a delivery ID (of any sender) or an event ID.", Data: view})
+		return
+	}
+	if id, err := uuid.Parse(q); err == nil && len(q) == 36 {
+		e, err := c.q.GetEvent(ctx, id)
+		switch {
+		case err == nil:
+			view.Hits = append(view.Hits, searchHit{Sender: e.Sender, DeliveryID: e.DeliveryID, By: "event ID"})
+		case !errors.Is(err, store.ErrNotFound):
+			c.fail(w, r, err)
+			return
+		}
+	}
+	if dedup.CheckDeliveryID(q) == "" {
+		senders := make([]string, len(c.cfg.Senders))
+		for i := range c.cfg.Senders {
+			senders[i] = c.cfg.Senders[i].Name
+		}
+		found, err := c.q.FindDelivery(ctx, senders, q)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		for _, s := range found {
+			if !slices.Contains(view.Hits, searchHit{Sender: s, DeliveryID: q, By: "event ID"}) {
+				view.Hits = append(view.Hits, searchHit{Sender: s, DeliveryID: q, By: "delivery ID"})
+			}
+		}
+	}
+	switch len(view.Hits) {
+	case 0:
+		c.render(w, r, http.StatusNotFound, "search", page{Title: "Find a delivery",
+			Message: "No stored delivery has this delivery ID or event ID (its key may have expired).", Data: view})
+	case 1:
+		http.Redirect(w, r, deliveryURL(view.Hits[0].Sender, view.Hits[0].DeliveryID, ""), http.StatusSeeOther)
+	default:
+		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Message: fmt.Sprintf("%d deliveries match.", len(view.Hits)), Data: view})
+	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,9 +20,15 @@ import (
 // at once, so a lone delivery waits for nothing. Every delivery of a batch
 // is answered only after the batch's COMMIT; a batch that fails for any
 // reason (another constraint, a failing state change, a key held by another
-// process past the batch's short lock timeout, a lost connection) is retried
-// delivery by delivery on the single path, so that only a delivery that
-// fails by itself gets an error.
+// process past the batch's short lock timeout) is retried delivery by
+// delivery on the single path, so that only a delivery that fails by itself
+// gets an error. Two failures fail the whole batch instead: a lost
+// connection (an error that is not PostgreSQL's answer), after which the
+// batch may have committed, so that running its deliveries again with the
+// same event IDs would pass the claim guard again and apply a change
+// without a unique key of its own twice (each delivery gets ErrUnavailable:
+// the sender's retry replays or does the work); and a panic (each delivery
+// gets an error, and the sender's later batches run as usual).
 
 // Defaults of batching.
 const (
@@ -150,26 +158,46 @@ func (b *batcher) work(batch []*call) {
 }
 
 // runBatch runs the calls of one sender in one pipeline and answers each.
+// A panic on the way fails every call of the batch with an error (its value
+// and stack): the callers are answered, and the sender's next batch runs.
 func (s *Store) runBatch(batch []*call) {
+	defer func() {
+		if v := recover(); v != nil {
+			err := fmt.Errorf("claim delivery: panic: %v\n%s", v, debug.Stack())
+			for _, c := range batch {
+				c.res, c.err = Result{}, err
+			}
+		}
+		for _, c := range batch {
+			close(c.done)
+		}
+	}()
 	if s.observeBatch != nil {
 		s.observeBatch(len(batch))
 	}
 	if len(batch) == 1 {
 		c := batch[0]
 		c.res, c.err = s.runSingle(c.ctx, c.d, c.change)
-		close(c.done)
 		return
 	}
 	retry := s.runMany(batch)
-	var wg sync.WaitGroup
+	var (
+		wg       sync.WaitGroup
+		panicked atomic.Value
+	)
 	for _, c := range retry {
 		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					panicked.CompareAndSwap(nil, fmt.Sprintf("%v\n%s", v, debug.Stack()))
+				}
+			}()
 			c.res, c.err = s.runSingle(c.ctx, c.d, c.change)
 		})
 	}
 	wg.Wait()
-	for _, c := range batch {
-		close(c.done)
+	if v := panicked.Load(); v != nil {
+		panic(v) // in this goroutine, where runBatch's recover answers the batch
 	}
 }
 
@@ -201,12 +229,22 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	conn, release, err := s.acquireQueued(ctx, tickets...)
 	if err != nil {
 		for _, c := range batch {
-			c.err = fmt.Errorf("claim delivery: acquire connection: %w", err)
+			c.err = fmt.Errorf("claim delivery: acquire connection: %w: %w", ErrUnavailable, err)
 		}
 		return nil
 	}
-	res, err := s.pipeline(ctx, conn, p)
-	release()
+	res, err := func() (*results, error) {
+		defer release() // also on a panic: a connection left busy is discarded by the pool
+		return s.pipeline(ctx, conn, p)
+	}()
+	if errors.Is(err, ErrUnavailable) {
+		// The connection was lost, maybe after the COMMIT reached the
+		// server: fail the whole batch, run nothing again.
+		for _, c := range batch {
+			c.err = err
+		}
+		return nil
+	}
 	if err != nil || res.failed != nil {
 		return batch
 	}

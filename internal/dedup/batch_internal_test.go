@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // delivery returns a new delivery of (sender, id) with body's fingerprint.
@@ -174,20 +175,13 @@ VALUES ($1, $2, $3, $4, 202, 'application/json', $5, $6, $7)`, holder.Sender, ho
 		}
 	}
 	// The neighbours are committed while the key is held: poll for them.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.Poll(t, 15*time.Second, "the batch's other deliveries to commit while a key of the batch is held elsewhere", func() bool {
 		var n int
 		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE sender = 'b' AND delivery_id IN ('a', 'c')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the batch's other deliveries were not committed while a key of the batch was held elsewhere")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return n == 2
+	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

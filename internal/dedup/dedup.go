@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -440,7 +441,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 	}
 	conn, release, err := s.acquireQueued(ctx, ticketOf(ctx))
 	if err != nil {
-		return Result{}, fmt.Errorf("claim delivery: acquire connection: %w", err)
+		return Result{}, fmt.Errorf("claim delivery: acquire connection: %w: %w", ErrUnavailable, err)
 	}
 	defer release()
 	res, err := s.pipeline(ctx, conn, p)
@@ -653,13 +654,13 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	for i, st := range stmts {
 		sd, err := conn.Prepare(ctx, st.sql, st.sql) // a map lookup once prepared on this connection
 		if err != nil {
-			return out, fmt.Errorf("prepare delivery statement %d: %w", i, err)
+			return out, fmt.Errorf("prepare delivery statement %d: %w", i, unavailable(err))
 		}
 		sds[i] = sd
 	}
 	sd, err := conn.Prepare(ctx, commitSQL, commitSQL)
 	if err != nil {
-		return out, fmt.Errorf("prepare commit: %w", err)
+		return out, fmt.Errorf("prepare commit: %w", unavailable(err))
 	}
 	sds[len(stmts)] = sd
 
@@ -687,7 +688,8 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	pl.SendPipelineSync()
 	if err := pl.Flush(); err != nil {
 		_ = pl.Close()
-		return out, fmt.Errorf("send delivery: %w", err)
+		// Some of it, the COMMIT included, may have reached the server.
+		return out, fmt.Errorf("send delivery: %w: %w", ErrUnavailable, err)
 	}
 
 	i, syncs := 0, 0 // i: the statement whose result comes next
@@ -696,7 +698,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		if !errors.As(err, &pgErr) {
 			// The connection is gone: the outcome of COMMIT is unknown.
 			_ = pl.Close()
-			return fmt.Errorf("delivery pipeline: %w", err)
+			return fmt.Errorf("delivery pipeline: %w: %w", ErrUnavailable, err)
 		}
 		if out.failed == nil {
 			out.failed, out.failedAt = err, i
@@ -732,7 +734,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 			i++
 		case nil:
 			_ = pl.Close()
-			return out, errors.New("delivery pipeline: results ended early")
+			return out, fmt.Errorf("delivery pipeline: results ended early: %w", ErrUnavailable)
 		}
 	}
 	if err := pl.Close(); err != nil {
@@ -742,6 +744,16 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		return out, fmt.Errorf("commit delivery: PostgreSQL answered %q", commit)
 	}
 	return out, nil
+}
+
+// unavailable wraps err with ErrUnavailable unless it is PostgreSQL's own
+// answer (a *pgconn.PgError): a lost connection, an I/O error.
+func unavailable(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // encoders encode a pipeline's parameters: its own for the common types,
@@ -833,7 +845,7 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, d.Sender, d.Del
 // violation of any other constraint, and nil, is not a duplicate.
 func IsDuplicate(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && Constraint(pgErr) == KeyConstraint
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && Constraint(pgErr) == KeyConstraint
 }
 
 // Constraint returns the name of the constraint that e names: its
@@ -843,7 +855,7 @@ func IsDuplicate(err error) bool {
 // shard's copy (BaseConstraint).
 func Constraint(e *pgconn.PgError) string {
 	name := e.ConstraintName
-	if name == "" && e.Code == "23505" {
+	if name == "" && e.Code == pgerrcode.UniqueViolation {
 		name = quotedConstraint(e.Message)
 	}
 	return BaseConstraint(name)
@@ -879,5 +891,5 @@ func BaseConstraint(name string) string {
 // (SQLSTATE 55P03), raised when lock_timeout expires.
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
 }

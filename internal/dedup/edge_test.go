@@ -19,7 +19,7 @@ func TestRunSubMillisecondInFlightWaitStillTimesOut(t *testing.T) {
 	store := dedup.New(pool, 500*time.Microsecond)
 	key := dedup.Key{Sender: "github", DeliveryID: "sub-ms"}
 	holder := holdKey(t, ctx, dsn, newDelivery(t, key, "payload"))
-	defer holder.Rollback(context.Background())
+	defer func() { _ = holder.Rollback(context.Background()) }()
 
 	guard, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // holdKey begins a transaction on a connection of its own and claims d's key
@@ -62,10 +63,6 @@ func runAsync(ctx context.Context, store *dedup.Store, d dedup.Delivery, change 
 // first or when no backend blocks within a generous deadline.
 func waitUntilBlocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, done <-chan outcome) {
 	t.Helper()
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
 	blocked := `SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND wait_event_type = 'Lock' AND wait_event = 'transactionid'
@@ -75,19 +72,14 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 		// statement.
 		blocked = `SELECT count(*) FROM citus_lock_waits WHERE blocked_statement LIKE 'INSERT INTO processed_messages%'`
 	}
-	for {
-		n := count(t, ctx, pool, blocked)
-		if n > 0 {
-			return
-		}
+	testkit.Poll(t, 30*time.Second, "a claim to block on the held key", func() bool {
 		select {
 		case o := <-done:
 			t.Fatalf("Run returned %+v, %v before it blocked on the held key", o.res, o.err)
-		case <-deadline.C:
-			t.Fatal("no claim blocked on the held key within 30s")
-		case <-tick.C:
+		default:
 		}
-	}
+		return count(t, ctx, pool, blocked) > 0
+	})
 }
 
 // TestRunInFlight: while another transaction holds the key, Run gives up after

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -257,7 +258,7 @@ func TestRunCommitFails(t *testing.T) {
 	res, err := store.Run(ctx, d, both(insertEvent(d, "payload"), queueSQL(`INSERT INTO scratch VALUES (1)`)))
 	assertFailed(t, res, err)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || dedup.Constraint(pgErr) != "scratch_v_key" {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UniqueViolation || dedup.Constraint(pgErr) != "scratch_v_key" {
 		t.Errorf("err = %v, want it to wrap the unique violation of scratch_v_key raised at COMMIT", err)
 	}
 	assertRetrySucceeds(t, pool, store, key)
@@ -280,7 +281,7 @@ func TestRunOtherUniqueViolation(t *testing.T) {
 	res, err := store.Run(ctx, d, both(insertEvent(d, "payload"), queueSQL(`INSERT INTO scratch VALUES ('taken')`)))
 	assertFailed(t, res, err)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || dedup.Constraint(pgErr) != "scratch_v_key" {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UniqueViolation || dedup.Constraint(pgErr) != "scratch_v_key" {
 		t.Errorf("err = %v, want it to wrap the unique violation of scratch_v_key", err)
 	}
 	assertRetrySucceeds(t, pool, store, key)
@@ -305,7 +306,7 @@ func TestRunEventKeyViolation(t *testing.T) {
 	res, err := store.Run(ctx, d, insertEvent(d, "payload"))
 	assertFailed(t, res, err)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || dedup.Constraint(pgErr) != "webhook_events_pkey" {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UniqueViolation || dedup.Constraint(pgErr) != "webhook_events_pkey" {
 		t.Errorf("err = %v, want it to wrap the unique violation of webhook_events_pkey", err)
 	}
 	assertRetrySucceeds(t, pool, store, key)

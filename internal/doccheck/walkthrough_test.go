@@ -137,7 +137,7 @@ func compare(want []string, got string, seen map[string]string) error {
 		return nil
 	}
 	if err := json.Unmarshal([]byte(gotBody), &gj); err != nil {
-		return fmt.Errorf("body %q is not the JSON the document shows: %v", gotBody, err)
+		return fmt.Errorf("body %q is not the JSON the document shows: %w", gotBody, err)
 	}
 	for k, wv := range wj {
 		gv, ok := gj[k]

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,29 +14,56 @@ import (
 type backlogCollector struct {
 	q    *store.Queries
 	desc *prometheus.Desc
+	up   *prometheus.Desc
+
+	mu   sync.Mutex
+	last map[string]int64 // the last counts taken; nil before the first
 }
 
 // NewBacklogCollector returns a collector of hookgate_forward_backlog: the
 // forwards not yet finished, by state: outbox (accepted, not yet relayed
 // into the job queue) and River's available, scheduled, retryable, running
-// and pending. A scrape during a database outage reports nothing.
+// and pending; and of hookgate_forward_backlog_up: 1 when this scrape
+// counted them, 0 when it could not (a database outage). A scrape that
+// cannot count reports the last counts taken (none before the first), so
+// that the backlog does not vanish from the series during an outage.
 func NewBacklogCollector(q *store.Queries) prometheus.Collector {
-	return &backlogCollector{q: q, desc: prometheus.NewDesc(
-		"hookgate_forward_backlog",
-		"Forwards not yet delivered or failed, by state: outbox (not yet relayed into the job queue) or the job's state.",
-		[]string{"state"}, nil)}
+	return &backlogCollector{q: q,
+		desc: prometheus.NewDesc(
+			"hookgate_forward_backlog",
+			"Forwards not yet delivered or failed, by state: outbox (not yet relayed into the job queue) or the job's state. When the database cannot be read, the last counts taken.",
+			[]string{"state"}, nil),
+		up: prometheus.NewDesc(
+			"hookgate_forward_backlog_up",
+			"1 when the last scrape counted the forward backlog in the database, 0 when it could not (hookgate_forward_backlog then repeats the last counts taken).",
+			nil, nil),
+	}
 }
 
-func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.up
+}
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	counts, err := c.q.Backlog(ctx)
+	c.mu.Lock()
+	if err == nil {
+		c.last = counts
+	}
+	last := c.last
+	c.mu.Unlock()
+	up := 1.0
 	if err != nil {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+	if last == nil {
 		return
 	}
 	for _, state := range store.BacklogStates() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[state]), state)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(last[state]), state)
 	}
 }

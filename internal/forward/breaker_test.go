@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // TestBreakerHoldsForwardsThroughAnOutage: a target that is down (503) for
@@ -23,13 +24,13 @@ import (
 func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	var up atomic.Bool
-	tg := newTarget(t, func(int, *http.Request) answer {
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
 		if up.Load() {
-			return answer{status: http.StatusOK}
+			return testkit.Answer{Status: http.StatusOK}
 		}
-		return answer{status: http.StatusServiceUnavailable}
+		return testkit.Answer{Status: http.StatusServiceUnavailable}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 1s\n        max_attempts: 10\n        breaker_threshold: 2\n", tg.url),
+	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 1s\n        max_attempts: 10\n        breaker_threshold: 2\n", tg.URL),
 		forward.Options{Work: true, BreakerWindow: 400 * time.Millisecond,
 			Backoff: forward.Backoff{Base: 100 * time.Millisecond, Max: 400 * time.Millisecond}})
 	const n = 6
@@ -37,13 +38,13 @@ func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 		e.deliver(fmt.Sprintf("out-%d", i), []byte(`{}`), "application/json")
 	}
 	e.poll("the breaker to open", func() bool { return e.breaker("flaky") == forward.BreakerOpen },
-		func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
+		func() string { return fmt.Sprintf("%d requests", len(tg.Hits())) })
 	// Stay down through rounds of failed probes, for longer than the
 	// forwards' 10 attempts would last without the breaker (about 3.5s).
-	first := tg.requests()[0].at
+	first := tg.Hits()[0].At
 	e.poll("probes to fail for longer than the attempts last", func() bool {
-		return time.Since(first) > 5*time.Second && len(tg.requests()) > 2*n
-	}, func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
+		return time.Since(first) > 5*time.Second && len(tg.Hits()) > 2*n
+	}, func() string { return fmt.Sprintf("%d requests", len(tg.Hits())) })
 	if g := e.gauge("hookgate_forward_breaker_open", map[string]string{"target": "flaky"}); g != 1 {
 		t.Errorf("breaker gauge while open = %v, want 1", g)
 	}
@@ -71,25 +72,25 @@ func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 func TestRetryAfterPausesTheTarget(t *testing.T) {
 	t.Parallel()
 	var first atomic.Bool
-	tg := newTarget(t, func(int, *http.Request) answer {
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
 		if first.CompareAndSwap(false, true) {
-			return answer{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"1"}}}
+			return testkit.Answer{Status: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"1"}}}
 		}
-		return answer{status: http.StatusOK}
+		return testkit.Answer{Status: http.StatusOK}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: limited\n        url: %s\n        timeout: 1s\n", tg.url),
+	e := newEnv(t, fmt.Sprintf("      - name: limited\n        url: %s\n        timeout: 1s\n", tg.URL),
 		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
 	e.deliver("ra-0", []byte(`{}`), "application/json")
-	e.poll("the 429", func() bool { return len(tg.requests()) > 0 }, func() string { return "" })
+	e.poll("the 429", func() bool { return len(tg.Hits()) > 0 }, func() string { return "" })
 	for i := 1; i <= 3; i++ {
 		e.deliver(fmt.Sprintf("ra-%d", i), []byte(`{}`), "application/json")
 	}
 	e.waitJobs(4)
-	hits := tg.requests()
-	pausedUntil := hits[0].at.Add(time.Second)
+	hits := tg.Hits()
+	pausedUntil := hits[0].At.Add(time.Second)
 	for _, h := range hits[1:] {
-		if h.at.Before(pausedUntil) {
-			t.Errorf("a forward reached the target %s after its 429 with Retry-After: 1", h.at.Sub(hits[0].at))
+		if h.At.Before(pausedUntil) {
+			t.Errorf("a forward reached the target %s after its 429 with Retry-After: 1", h.At.Sub(hits[0].At))
 		}
 	}
 }
@@ -185,16 +186,11 @@ func (e *env) breaker(target string) string {
 }
 
 // delivered returns how many of keys received a 2xx from tg.
-func (tg *target) delivered(keys []string) int {
-	ok := map[string]bool{}
-	for _, h := range tg.requests() {
-		if h.status >= 200 && h.status < 300 {
-			ok[h.header.Get("Idempotency-Key")] = true
-		}
-	}
+func delivered(tg *testkit.Target, keys []string) int {
+	ok := tg.Delivered()
 	n := 0
 	for _, k := range keys {
-		if ok[k] {
+		if ok[k] > 0 {
 			n++
 		}
 	}
@@ -209,22 +205,22 @@ func (tg *target) delivered(keys []string) int {
 // when it opens its probes take forwards already attempted first.
 func TestFlakyTargetGetsEveryEvent(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, failFirst(2, http.StatusServiceUnavailable))
-	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.url),
+	tg := testkit.NewTarget(t, testkit.FailFirst(2, http.StatusServiceUnavailable))
+	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.URL),
 		forward.Options{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
 	const n = 100
 	keys := make([]string, n)
 	for i := range n {
 		keys[i] = e.deliver(fmt.Sprintf("flaky-%d", i), []byte(`{}`), "application/json").eventID
 	}
-	e.poll("every event to reach the flaky target", func() bool { return tg.delivered(keys) == n },
+	e.poll("every event to reach the flaky target", func() bool { return delivered(tg, keys) == n },
 		func() string {
-			return fmt.Sprintf("%d of %d delivered, %d requests, breaker %s", tg.delivered(keys), n, len(tg.requests()), e.breaker("flaky"))
+			return fmt.Sprintf("%d of %d delivered, %d requests, breaker %s", delivered(tg, keys), n, len(tg.Hits()), e.breaker("flaky"))
 		})
 	for _, k := range keys {
 		oks := 0
-		for _, h := range tg.requestsFor(k) {
-			if h.status == http.StatusOK {
+		for _, h := range tg.HitsFor(k) {
+			if h.Status == http.StatusOK {
 				oks++
 			}
 		}
@@ -242,13 +238,13 @@ func TestFlakyTargetGetsEveryEvent(t *testing.T) {
 func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 	t.Parallel()
 	var up atomic.Bool
-	tg := newTarget(t, func(int, *http.Request) answer {
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
 		if up.Load() {
-			return answer{status: http.StatusOK}
+			return testkit.Answer{Status: http.StatusOK}
 		}
-		return answer{status: http.StatusServiceUnavailable}
+		return testkit.Answer{Status: http.StatusServiceUnavailable}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: down\n        url: %s\n        timeout: 5s\n", tg.url),
+	e := newEnv(t, fmt.Sprintf("      - name: down\n        url: %s\n        timeout: 5s\n", tg.URL),
 		forward.Options{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
 	const n = 20
 	keys := make([]string, n)
@@ -256,7 +252,7 @@ func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 		keys[i] = e.deliver(fmt.Sprintf("down-%d", i), []byte(`{}`), "application/json").eventID
 	}
 	e.poll("the breaker to open", func() bool { return e.breaker("down") == forward.BreakerOpen },
-		func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
+		func() string { return fmt.Sprintf("%d requests", len(tg.Hits())) })
 	// Stay down until the waiting forwards snooze for longer than the
 	// deadline below.
 	opened := time.Now()
@@ -267,9 +263,9 @@ func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 	deadline := back.Add(resume)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for tg.delivered(keys) < n {
+	for delivered(tg, keys) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v after the target came back %d of %d forwards had arrived (breaker %s)", resume, tg.delivered(keys), n, e.breaker("down"))
+			t.Fatalf("%v after the target came back %d of %d forwards had arrived (breaker %s)", resume, delivered(tg, keys), n, e.breaker("down"))
 		}
 		<-tick.C
 	}
@@ -290,13 +286,13 @@ func TestFlakyTargetBehindAnOpenBreakerGetsEveryEvent(t *testing.T) {
 	t.Parallel()
 	var down atomic.Bool
 	down.Store(true)
-	tg := newTarget(t, func(n int, _ *http.Request) answer {
+	tg := testkit.NewTarget(t, func(n int, _ *http.Request) testkit.Answer {
 		if down.Load() || n <= 2 {
-			return answer{status: http.StatusServiceUnavailable}
+			return testkit.Answer{Status: http.StatusServiceUnavailable}
 		}
-		return answer{status: http.StatusOK}
+		return testkit.Answer{Status: http.StatusOK}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.url),
+	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.URL),
 		forward.Options{Work: true, BreakerProbe: forward.DefaultProbeInterval, BreakerWindow: time.Second,
 			Backoff: forward.Backoff{Base: 100 * time.Millisecond, Max: time.Second}})
 	var keys []string
@@ -304,14 +300,14 @@ func TestFlakyTargetBehindAnOpenBreakerGetsEveryEvent(t *testing.T) {
 		keys = append(keys, e.deliver(fmt.Sprintf("open-%d", i), []byte(`{}`), "application/json").eventID)
 	}
 	e.poll("the breaker to open", func() bool { return e.breaker("flaky") == forward.BreakerOpen },
-		func() string { return fmt.Sprintf("%d requests", len(tg.requests())) })
+		func() string { return fmt.Sprintf("%d requests", len(tg.Hits())) })
 	down.Store(false)
 	for i := range 20 {
 		keys = append(keys, e.deliver(fmt.Sprintf("while-open-%d", i), []byte(`{}`), "application/json").eventID)
 	}
-	e.poll("every event to reach the flaky target", func() bool { return tg.delivered(keys) == len(keys) },
+	e.poll("every event to reach the flaky target", func() bool { return delivered(tg, keys) == len(keys) },
 		func() string {
-			return fmt.Sprintf("%d of %d delivered, %d requests, breaker %s", tg.delivered(keys), len(keys), len(tg.requests()), e.breaker("flaky"))
+			return fmt.Sprintf("%d of %d delivered, %d requests, breaker %s", delivered(tg, keys), len(keys), len(tg.Hits()), e.breaker("flaky"))
 		})
 	if w := e.counter("hookgate_forward_waits_total", map[string]string{"target": "flaky", "reason": "breaker"}); w == 0 {
 		t.Error("no forward waited for the breaker: the test did not exercise it")

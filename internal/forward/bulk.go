@@ -132,17 +132,24 @@ type BulkWorker struct {
 	cfg   *config.Config
 	log   *slog.Logger
 	batch int
+	// timeout is BulkTimeout, or less under a shorter rescue horizon.
+	timeout time.Duration
 }
+
+// BulkTimeout is the longest a bulk redelivery runs before it stops; it
+// carries on where it stopped at its next attempt.
+const BulkTimeout = time.Hour
 
 // NewBulkWorker returns the worker of bulk redeliveries, which inserts the
 // new forward jobs with the River client that runs it.
 func NewBulkWorker(pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) *BulkWorker {
-	return &BulkWorker{pool: pool, cfg: cfg, log: log, batch: BulkBatch}
+	return &BulkWorker{pool: pool, cfg: cfg, log: log, batch: BulkBatch, timeout: BulkTimeout}
 }
 
-// Timeout lets a bulk redelivery run for up to an hour; each batch commits
-// on its own, so a job cut short and retried carries on where it stopped.
-func (w *BulkWorker) Timeout(*river.Job[BulkArgs]) time.Duration { return time.Hour }
+// Timeout lets a bulk redelivery run for up to BulkTimeout (less when the
+// client's rescue horizon is shorter); each batch commits on its own, so a
+// job cut short and retried carries on where it stopped.
+func (w *BulkWorker) Timeout(*river.Job[BulkArgs]) time.Duration { return w.timeout }
 
 // Work redelivers the matched forwards batch by batch, oldest first. The
 // target's current configuration sets the new jobs' max_attempts; a sender
@@ -187,5 +194,16 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			w.log.Info("bulk redelivery done", "sender", a.Sender, "target", a.Target, "state", a.State, "forwards", total)
 			return nil
 		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < bulkSliceMargin {
+			// The slice is nearly over: carry on in a new one without
+			// using an attempt (what is redelivered no longer matches).
+			w.log.Info("bulk redelivery continues in a new slice", "sender", a.Sender, "target", a.Target, "forwards", total)
+			return river.JobSnooze(0)
+		}
 	}
 }
+
+// bulkSliceMargin is how much of a bulk redelivery's slice is left when it
+// stops between batches and snoozes itself to carry on: far more than a
+// batch takes.
+const bulkSliceMargin = 10 * time.Second

@@ -42,8 +42,14 @@ type Options struct {
 	BreakerWindow time.Duration
 	// RescueAfter is how long a job may stay running before another worker
 	// takes it over, which is what happens to the jobs of a killed process.
-	// It must exceed the longest target timeout plus 5s (NewClient returns an
-	// error otherwise); by default it is that plus a minute.
+	// River requires it to exceed every job's timeout. By default it is a
+	// forward's timeout (the longest target timeout plus 5s) plus a minute,
+	// so that the forwards of a killed process are taken over within about
+	// that long. Set, it must exceed the forwards' timeout (NewClient
+	// returns an error otherwise). The longer job kinds (a bulk redelivery,
+	// up to BulkTimeout; the maintenance jobs, up to Maintenance.Timeout)
+	// run in slices of at most RescueAfter minus 5s and carry on where they
+	// stopped.
 	RescueAfter time.Duration
 	// FetchPollInterval is how often River polls for jobs when no
 	// notification arrives (DefaultFetchPollInterval when zero).
@@ -58,10 +64,51 @@ type Options struct {
 }
 
 // Maintenance is a set of background jobs worked beside the forwards.
+// Timeout is the longest Timeout of its jobs; Register registers their
+// workers, whose Timeout must not exceed maxTimeout (at most Timeout: less
+// when RescueAfter is shorter).
 type Maintenance struct {
 	Queue    string
-	Register func(*river.Workers) error
+	Timeout  time.Duration
+	Register func(workers *river.Workers, maxTimeout time.Duration) error
 	Periodic []*river.PeriodicJob
+}
+
+// rescueMargin is how much shorter than the rescue horizon a job's timeout
+// is at least, and Worker.Timeout's margin over the longest target timeout.
+const rescueMargin = 5 * time.Second
+
+// horizons are the job timeouts and the rescue horizon of a client.
+type horizons struct {
+	forward time.Duration // a forward job's timeout: the longest target timeout + rescueMargin
+	long    time.Duration // the longest a bulk redelivery or maintenance job may run
+	rescue  time.Duration // RescueStuckJobsAfter: more than every job's timeout
+}
+
+// newHorizons derives the rescue horizon and the job timeouts under it: by
+// default the horizon is a forward's timeout plus a minute (a killed
+// process's forwards are taken over that soon); an explicit rescueAfter
+// must exceed the forwards' timeout. The longer kinds' timeouts are cut to
+// the horizon minus rescueMargin: they run in slices.
+func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (horizons, error) {
+	longest := time.Duration(0)
+	for _, s := range cfg.Senders {
+		for _, t := range s.Forward {
+			longest = max(longest, time.Duration(t.Timeout))
+		}
+	}
+	h := horizons{forward: longest + rescueMargin}
+	long := max(BulkTimeout, maintenance)
+	switch {
+	case rescueAfter == 0:
+		h.rescue = h.forward + time.Minute
+	case rescueAfter <= h.forward:
+		return h, fmt.Errorf("forward rescue-after %s: must be longer than the longest target timeout plus 5s (%s), or a running forward could be taken over while it still runs", rescueAfter, h.forward)
+	default:
+		h.rescue = rescueAfter
+	}
+	h.long = min(long, h.rescue-rescueMargin)
+	return h, nil
 }
 
 // DefaultMaxWorkers is how many forwards a process runs at once by default.
@@ -101,13 +148,9 @@ func NewHTTPClient(maxIdlePerHost int) *http.Client {
 // NewClient returns the River client that inserts forward jobs and, with
 // opts.Work, works them. m records the forward metrics.
 func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics, log *slog.Logger) (*river.Client[pgx.Tx], error) {
-	longest := time.Duration(0)
 	retention := time.Duration(0)
 	for _, s := range cfg.Senders {
 		retention = max(retention, time.Duration(s.Retention))
-		for _, t := range s.Forward {
-			longest = max(longest, time.Duration(t.Timeout))
-		}
 	}
 	if opts.Retention <= 0 {
 		opts.Retention = retention
@@ -125,12 +168,9 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		if opts.Backoff == (Backoff{}) {
 			opts.Backoff = DefaultBackoff
 		}
-		jobTimeout := longest + 5*time.Second // Worker.Timeout's margin
-		switch {
-		case opts.RescueAfter == 0:
-			opts.RescueAfter = jobTimeout + time.Minute
-		case opts.RescueAfter <= jobTimeout:
-			return nil, fmt.Errorf("forward rescue-after %s: must be longer than the longest target timeout plus 5s (%s), or a running forward could be taken over while it still runs", opts.RescueAfter, jobTimeout)
+		h, err := newHorizons(cfg, opts.RescueAfter, opts.Maintenance.Timeout)
+		if err != nil {
+			return nil, err
 		}
 		workers := river.NewWorkers()
 		gate := opts.Gate
@@ -145,7 +185,9 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		// Bulk redeliveries run on a queue of their own, one at a time.
-		if err := river.AddWorkerSafely(workers, NewBulkWorker(pool, cfg, log)); err != nil {
+		bulk := NewBulkWorker(pool, cfg, log)
+		bulk.timeout = min(bulk.timeout, h.long)
+		if err := river.AddWorkerSafely(workers, bulk); err != nil {
 			return nil, fmt.Errorf("register bulk redelivery worker: %w", err)
 		}
 		// River runs a few more jobs at once than the gate lets forwards
@@ -154,15 +196,15 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		// has its share, snooze them at once.
 		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers + spareWorkers(opts.MaxWorkers)}, BulkQueue: {MaxWorkers: 1}}
 		if m := opts.Maintenance; m.Register != nil {
-			if err := m.Register(workers); err != nil {
+			if err := m.Register(workers, min(m.Timeout, h.long)); err != nil {
 				return nil, fmt.Errorf("register maintenance workers: %w", err)
 			}
 			rc.Queues[m.Queue] = river.QueueConfig{MaxWorkers: 1}
 			rc.PeriodicJobs = m.Periodic
 		}
 		rc.Workers = workers
-		rc.JobTimeout = jobTimeout
-		rc.RescueStuckJobsAfter = opts.RescueAfter
+		rc.JobTimeout = h.forward
+		rc.RescueStuckJobsAfter = h.rescue
 		rc.FetchCooldown = fetchCooldown
 		rc.FetchPollInterval = cmp.Or(opts.FetchPollInterval, DefaultFetchPollInterval)
 	}

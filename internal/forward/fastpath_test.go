@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // The fast path alone (no River worker, no relay) delivers each forward
@@ -18,8 +19,8 @@ import (
 // time: attempt 1, the outbox row gone, and List shows it delivered.
 func TestFastPathDeliversAndRecords(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, always(http.StatusOK))
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.url+"\n", forward.Options{}, fastOptions{})
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n", forward.Options{}, fastOptions{})
 	const n = 20
 	ids := map[string]bool{}
 	for i := range n {
@@ -36,7 +37,7 @@ func TestFastPathDeliversAndRecords(t *testing.T) {
 			t.Errorf("job %d output %q: want status 200 and delivered_at", j.ID, j.Output)
 		}
 	}
-	if got := len(tg.requests()); got != n {
+	if got := len(tg.Hits()); got != n {
 		t.Errorf("target received %d requests, want %d", got, n)
 	}
 	if ob := e.outbox(); len(ob) != 0 {
@@ -62,15 +63,15 @@ func TestFastPathDeliversAndRecords(t *testing.T) {
 // delivers it at the second attempt, with the same Idempotency-Key.
 func TestFastPathFailureIsRetriedByRiver(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, failFirst(1, http.StatusServiceUnavailable))
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.url+"\n        max_attempts: 5\n", forward.Options{Work: true}, fastOptions{})
+	tg := testkit.NewTarget(t, testkit.FailFirst(1, http.StatusServiceUnavailable))
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        max_attempts: 5\n", forward.Options{Work: true}, fastOptions{})
 	d := e.deliver("retry-1", []byte(`{}`), "application/json")
 	js := e.waitJobs(1)
 	j := js[0]
 	if j.State != "completed" || j.Attempt != 2 || len(j.Errors) != 1 || j.Errors[0] != "target answered 503" {
 		t.Errorf("job %+v: want completed at attempt 2 after one error \"target answered 503\"", j)
 	}
-	if got := tg.requestsFor(d.eventID); len(got) != 2 {
+	if got := tg.HitsFor(d.eventID); len(got) != 2 {
 		t.Errorf("target got %d requests with the event's Idempotency-Key, want 2", len(got))
 	}
 }
@@ -79,8 +80,8 @@ func TestFastPathFailureIsRetriedByRiver(t *testing.T) {
 // cancelled job with the status in its error, no retry.
 func TestFastPathClientErrorFails(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, always(http.StatusUnprocessableEntity))
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.url+"\n", forward.Options{Work: true}, fastOptions{})
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusUnprocessableEntity))
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n", forward.Options{Work: true}, fastOptions{})
 	d := e.deliver("fail-1", []byte(`{}`), "application/json")
 	js := e.waitJobs(1)
 	if js[0].State != "cancelled" || js[0].Attempt != 1 || len(js[0].Errors) != 1 {
@@ -93,7 +94,7 @@ func TestFastPathClientErrorFails(t *testing.T) {
 	if len(st) != 1 || st[0].State != store.StateFailed || st[0].LastStatus != http.StatusUnprocessableEntity {
 		t.Errorf("List: %+v, want one failed forward with last status 422", st)
 	}
-	if got := len(tg.requests()); got != 1 {
+	if got := len(tg.Hits()); got != 1 {
 		t.Errorf("target received %d requests, want 1", got)
 	}
 }
@@ -103,15 +104,15 @@ func TestFastPathClientErrorFails(t *testing.T) {
 // deliveries are leased no more (or released) and River delivers them.
 func TestFastPathFullHandsOverToRelay(t *testing.T) {
 	t.Parallel()
-	slow := newTarget(t, func(n int, r *http.Request) answer {
+	slow := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
 		if r.Header.Get("X-Hookgate-Delivery-Id") == "block" && n == 1 {
-			return answer{delay: 2 * time.Second, status: http.StatusOK}
+			return testkit.Answer{Delay: 2 * time.Second, Status: http.StatusOK}
 		}
-		return answer{status: http.StatusOK}
+		return testkit.Answer{Status: http.StatusOK}
 	})
-	e := newFastEnv(t, "      - name: orders\n        url: "+slow.url+"\n", forward.Options{Work: true}, fastOptions{workers: 1, queue: 1})
+	e := newFastEnv(t, "      - name: orders\n        url: "+slow.URL+"\n", forward.Options{Work: true}, fastOptions{workers: 1, queue: 1})
 	e.deliver("block", []byte(`{}`), "application/json")
-	pollUntil(t, "the blocking forward to arrive", func() bool { return len(slow.requests()) == 1 }, nil)
+	testkit.Poll(t, waitTimeout, "the blocking forward to arrive", func() bool { return len(slow.Hits()) == 1 }, nil)
 	for _, id := range []string{"x1", "x2", "x3", "x4"} {
 		e.deliver(id, []byte(`{}`), "application/json")
 	}
@@ -123,5 +124,67 @@ func TestFastPathFullHandsOverToRelay(t *testing.T) {
 	}
 	if got := e.counter("hookgate_forward_fast_path_total", map[string]string{"result": "handed_over"}); got < 1 {
 		t.Errorf("hookgate_forward_fast_path_total{result=handed_over} = %v, want at least 1", got)
+	}
+}
+
+// Redelivering an event whose forward is under way (the fast path's first
+// attempt, held by the target) queues a new forward after it: the answer
+// says so, the new job waits (without an attempt) while the first is held,
+// and once the first is answered the target receives the event again, with
+// the same Idempotency-Key. Redelivering again while that new job waits
+// queues nothing more; once both are delivered, a redelivery is a plain new
+// forward.
+func TestRedeliverWhileRunningQueuesAfter(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
+		if n == 1 {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        timeout: 20s\n", forward.Options{Work: true}, fastOptions{lease: 40 * time.Second})
+	d := e.deliver("again-1", []byte(`{}`), "application/json")
+	testkit.Poll(t, waitTimeout, "the fast path's POST to reach the target", func() bool { return len(tg.Hits()) == 1 }, nil)
+
+	acme, _ := e.cfg.Sender("acme")
+	ev := uuid.MustParse(d.eventID)
+	redeliver := func() forward.Enqueued {
+		t.Helper()
+		jobs, err := forward.Redeliver(t.Context(), store.New(e.pool), e.river, acme, ev, d.id)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("Redeliver = %+v, %v; want one forward", jobs, err)
+		}
+		return jobs[0]
+	}
+	j := redeliver()
+	if !j.AfterCurrent || j.AlreadyPending || j.JobID == 0 || j.CurrentJobID != 0 {
+		t.Fatalf("redelivery while the fast path runs = %+v; want a new job queued after the current attempt (no job of it yet)", j)
+	}
+	if again := redeliver(); !again.AlreadyPending || again.JobID != j.JobID {
+		t.Errorf("second redelivery while the first waits = %+v; want already pending, job %d", again, j.JobID)
+	}
+	testkit.Poll(t, waitTimeout, "the queued redelivery to wait for the forward under way", func() bool {
+		return e.counter("hookgate_forward_waits_total", map[string]string{"reason": "after"}) >= 1
+	}, nil)
+	if n := len(tg.Hits()); n != 1 {
+		t.Fatalf("the target received %d requests while the first forward was held, want 1", n)
+	}
+	close(release)
+	js := e.waitJobs(2)
+	for _, jb := range js {
+		if jb.State != "completed" || jb.EventID != d.eventID {
+			t.Errorf("job %+v: want completed, event %s", jb, d.eventID)
+		}
+	}
+	hits := tg.HitsFor(d.eventID)
+	if len(hits) != 2 || !hits[1].At.After(hits[0].AnswerAt) {
+		t.Errorf("the target received %d requests for the event; want 2, the redelivery after the first was answered", len(hits))
+	}
+	if last := redeliver(); last.AfterCurrent || last.AlreadyPending || last.JobID == 0 {
+		t.Errorf("redelivery once every forward is delivered = %+v; want a plain new job", last)
 	}
 }

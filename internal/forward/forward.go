@@ -36,6 +36,12 @@ type Args struct {
 	// URL is set only in jobs of versions that named targets by URL;
 	// workers find their target by it.
 	URL string `json:"url,omitempty"`
+	// After is set on a redelivery queued while the event's forward to the
+	// target was running or retrying: the job of that forward (-1 when it
+	// was the fast path's attempt, not yet a job). The worker holds the job
+	// back, without using an attempt, until no earlier forward of the event
+	// to the target is unfinished. Such a job has no unique key.
+	After int64 `json:"after,omitempty"`
 }
 
 // Kind is the River job kind of forwards.
@@ -65,6 +71,18 @@ func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UU
 		Args:       Args{Sender: sender, EventID: eventID, Target: target, DeliveryID: deliveryID},
 		InsertOpts: opts,
 	}
+}
+
+// afterParams returns jobParams for a redelivery queued after the forward
+// under way, after (see Args.After): not unique, so that it is inserted
+// beside the forward it follows.
+func afterParams(sender string, cfg *config.Sender, target string, eventID uuid.UUID, deliveryID string, after int64) river.InsertManyParams {
+	p := jobParams(sender, cfg, target, eventID, deliveryID)
+	p.InsertOpts.UniqueOpts = river.UniqueOpts{}
+	a := p.Args.(Args)
+	a.After = after
+	p.Args = a
+	return p
 }
 
 // OutboxSQL writes the outbox rows of a pipeline's deliveries (a

@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // TestForwardRetriesThenDeliversSigned: a target that answers the first two
@@ -36,13 +37,13 @@ import (
 // none of them.
 func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 	t.Parallel()
-	signed := newTarget(t, failFirst(2, http.StatusServiceUnavailable))
-	plain := newTarget(t, always(http.StatusNoContent))
+	signed := testkit.NewTarget(t, testkit.FailFirst(2, http.StatusServiceUnavailable))
+	plain := testkit.NewTarget(t, testkit.Always(http.StatusNoContent))
 	const (
 		urlPassword = "fwd-pass-8c1e0b"
 		urlToken    = "qtok-5d9a7f"
 	)
-	signedURL := strings.Replace(signed.url, "http://", "http://fwd-user:"+urlPassword+"@", 1) + "?token=" + urlToken
+	signedURL := strings.Replace(signed.URL, "http://", "http://fwd-user:"+urlPassword+"@", 1) + "?token=" + urlToken
 	// The breaker is kept shut here (its own tests are in breaker_test.go):
 	// this test is about the retries of each forward.
 	e := newEnv(t, fmt.Sprintf(`      - name: t10
@@ -55,7 +56,7 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
       - name: t1
         url: %s
         timeout: 2s
-`, signedURL, testSecret, plain.url), forward.Options{Work: true})
+`, signedURL, testSecret, plain.URL), forward.Options{Work: true})
 
 	const n = 10
 	ct := "application/vnd.acme+json; charset=utf-8"
@@ -73,7 +74,7 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 	for _, j := range js {
 		perTarget[j.Target]++
 		for _, msg := range j.Errors {
-			if leak := containsAny(msg, signed.srv.URL, urlPassword, urlToken); leak != "" {
+			if leak := containsAny(msg, signed.Server(), urlPassword, urlToken); leak != "" {
 				t.Errorf("job %d: attempt error %q contains %q of the target's URL", j.ID, msg, leak)
 			}
 		}
@@ -111,64 +112,64 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 		t.Errorf("jobs per target %v, want %d for each of the two targets", perTarget, n)
 	}
 
-	check := func(tg *target, wantPerKey int, signedTarget bool) {
+	check := func(tg *testkit.Target, wantPerKey int, signedTarget bool) {
 		t.Helper()
-		hits := tg.requests()
+		hits := tg.Hits()
 		keys := map[string]int{}
 		for _, h := range hits {
-			keys[h.header.Get("Idempotency-Key")]++
+			keys[h.Header.Get("Idempotency-Key")]++
 		}
 		if len(keys) != n || len(hits) != n*wantPerKey {
-			t.Errorf("target %s: %d requests with %d distinct Idempotency-Keys, want %d and %d", tg.url, len(hits), len(keys), n*wantPerKey, n)
+			t.Errorf("target %s: %d requests with %d distinct Idempotency-Keys, want %d and %d", tg.URL, len(hits), len(keys), n*wantPerKey, n)
 		}
 		for _, h := range hits {
-			key := h.header.Get("Idempotency-Key")
+			key := h.Header.Get("Idempotency-Key")
 			d, ok := byEvent[key]
 			if !ok {
-				t.Errorf("target %s: Idempotency-Key %q is no accepted event's ID", tg.url, key)
+				t.Errorf("target %s: Idempotency-Key %q is no accepted event's ID", tg.URL, key)
 				continue
 			}
-			if wh := h.header.Get("webhook-id"); wh != key {
+			if wh := h.Header.Get("webhook-id"); wh != key {
 				t.Errorf("event %s: webhook-id %q, want the Idempotency-Key", key, wh)
 			}
-			if got := h.header.Get("X-Hookgate-Sender"); got != "acme" {
+			if got := h.Header.Get("X-Hookgate-Sender"); got != "acme" {
 				t.Errorf("event %s: X-Hookgate-Sender %q, want acme", key, got)
 			}
-			if got := h.header.Get("X-Hookgate-Delivery-Id"); got != d.id {
+			if got := h.Header.Get("X-Hookgate-Delivery-Id"); got != d.id {
 				t.Errorf("event %s: X-Hookgate-Delivery-Id %q, want %q", key, got, d.id)
 			}
-			if got := h.header.Get("Content-Type"); got != ct {
+			if got := h.Header.Get("Content-Type"); got != ct {
 				t.Errorf("event %s: Content-Type %q, want the original %q", key, got, ct)
 			}
-			if got := h.header.Get("Content-Encoding"); got != "identity" {
+			if got := h.Header.Get("Content-Encoding"); got != "identity" {
 				t.Errorf("event %s: Content-Encoding %q, want the original \"identity\"", key, got)
 			}
-			if !bytes.Equal(h.body, d.body) {
-				t.Errorf("event %s: body %q, want the original bytes %q", key, h.body, d.body)
+			if !bytes.Equal(h.Body, d.body) {
+				t.Errorf("event %s: body %q, want the original bytes %q", key, h.Body, d.body)
 			}
-			if h.header.Get("X-Delivery-Id") != "" {
+			if h.Header.Get("X-Delivery-Id") != "" {
 				t.Errorf("event %s: the sender's own X-Delivery-Id header was forwarded", key)
 			}
 			if signedTarget {
-				if h.header.Get("X-Target-Token") != "tok-123" || h.header.Get("X-Env") != "test" {
+				if h.Header.Get("X-Target-Token") != "tok-123" || h.Header.Get("X-Env") != "test" {
 					t.Errorf("event %s: extra headers X-Target-Token %q, X-Env %q; want tok-123 and test",
-						key, h.header.Get("X-Target-Token"), h.header.Get("X-Env"))
+						key, h.Header.Get("X-Target-Token"), h.Header.Get("X-Env"))
 				}
-				if why := verifyStandard(testKey, h.header, h.body, h.at); why != "" {
+				if why := verifyStandard(testKey, h.Header, h.Body, h.At); why != "" {
 					t.Errorf("event %s: %s", key, why)
 				}
 				// The signature must not verify under another key.
-				if verifyStandard([]byte("another key"), h.header, h.body, h.at) == "" {
+				if verifyStandard([]byte("another key"), h.Header, h.Body, h.At) == "" {
 					t.Errorf("event %s: the signature verifies under any key", key)
 				}
 			} else {
-				if s := h.header.Get("webhook-signature"); s != "" {
+				if s := h.Header.Get("webhook-signature"); s != "" {
 					t.Errorf("event %s: unsigned target got webhook-signature %q", key, s)
 				}
-				if h.header.Get("X-Target-Token") != "" {
+				if h.Header.Get("X-Target-Token") != "" {
 					t.Errorf("event %s: the other target's extra header leaked to this one", key)
 				}
-				if h.header.Get("webhook-timestamp") == "" {
+				if h.Header.Get("webhook-timestamp") == "" {
 					t.Errorf("event %s: no webhook-timestamp", key)
 				}
 			}
@@ -198,7 +199,7 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 			t.Errorf("/metrics has no line %q", want)
 		}
 	}
-	if leak := containsAny(text, signed.srv.URL, plain.srv.URL, "127.0.0.1", "/hooks", "fwd-user", urlPassword, urlToken); leak != "" {
+	if leak := containsAny(text, signed.Server(), plain.Server(), "127.0.0.1", "/hooks", "fwd-user", urlPassword, urlToken); leak != "" {
 		t.Errorf("/metrics contains %q of a target's URL:\n%s", leak, text)
 	}
 }
@@ -218,12 +219,12 @@ func containsAny(s string, subs ...string) string {
 func TestForwardClientErrorFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	statuses := []int{400, 401, 403, 404, 410, 413, 422}
-	tg := newTarget(t, func(_ int, r *http.Request) answer {
+	tg := testkit.NewTarget(t, func(_ int, r *http.Request) testkit.Answer {
 		var status int
 		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
-		return answer{status: status}
+		return testkit.Answer{Status: status}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: t3\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t3\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.URL), forward.Options{Work: true})
 
 	byEvent := map[string]int{}
 	for _, s := range statuses {
@@ -238,7 +239,7 @@ func TestForwardClientErrorFailsAtOnce(t *testing.T) {
 		if len(j.Errors) != 1 || !strings.Contains(j.Errors[0], fmt.Sprint(s)) {
 			t.Errorf("target answered %d: job errors %q, want one naming the status", s, j.Errors)
 		}
-		if got := len(tg.requestsFor(j.EventID)); got != 1 {
+		if got := len(tg.HitsFor(j.EventID)); got != 1 {
 			t.Errorf("target answered %d: it received %d requests, want exactly 1", s, got)
 		}
 		// The status is recorded as the attempt's output (river.RecordOutput),
@@ -258,15 +259,15 @@ func TestForwardClientErrorFailsAtOnce(t *testing.T) {
 func TestForwardRetryableStatuses(t *testing.T) {
 	t.Parallel()
 	statuses := []int{408, 429, 500, 502, 503, 504}
-	tg := newTarget(t, func(n int, r *http.Request) answer {
+	tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
 		if n > 1 {
-			return answer{status: http.StatusOK}
+			return testkit.Answer{Status: http.StatusOK}
 		}
 		var status int
 		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
-		return answer{status: status}
+		return testkit.Answer{Status: status}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: t4\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t4\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.URL), forward.Options{Work: true})
 	byEvent := map[string]int{}
 	for _, s := range statuses {
 		d := e.deliver(fmt.Sprintf("status-%d", s), []byte(`{}`), "application/json")
@@ -277,7 +278,7 @@ func TestForwardRetryableStatuses(t *testing.T) {
 		if j.State != "completed" || j.Attempt != 2 {
 			t.Errorf("first answer %d: job state %s at attempt %d (errors %q), want completed at attempt 2", s, j.State, j.Attempt, j.Errors)
 		}
-		if got := len(tg.requestsFor(j.EventID)); got != 2 {
+		if got := len(tg.HitsFor(j.EventID)); got != 2 {
 			t.Errorf("first answer %d: %d requests, want 2", s, got)
 		}
 	}
@@ -288,8 +289,8 @@ func TestForwardRetryableStatuses(t *testing.T) {
 // (discarded) having sent exactly 3 requests.
 func TestForwardTimeoutRetriesThenDiscards(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, func(int, *http.Request) answer { return answer{block: true} })
-	e := newEnv(t, fmt.Sprintf("      - name: t5\n        url: %s\n        timeout: 300ms\n        max_attempts: 3\n", tg.url), forward.Options{Work: true})
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Block: true} })
+	e := newEnv(t, fmt.Sprintf("      - name: t5\n        url: %s\n        timeout: 300ms\n        max_attempts: 3\n", tg.URL), forward.Options{Work: true})
 	d := e.deliver("never-answered", []byte(`{"a":1}`), "application/json")
 
 	js := e.waitJobs(1)
@@ -306,13 +307,13 @@ func TestForwardTimeoutRetriesThenDiscards(t *testing.T) {
 		}
 		// The error names the target, not its URL (which may hold secrets).
 		if !strings.Contains(msg, `"t5"`) || strings.Contains(msg, "/hooks") {
-			t.Errorf("attempt error %q: want it to name the target t5 and not its URL %s", msg, tg.url)
+			t.Errorf("attempt error %q: want it to name the target t5 and not its URL %s", msg, tg.URL)
 		}
 	}
-	if got := len(tg.requestsFor(d.eventID)); got != 3 {
+	if got := len(tg.HitsFor(d.eventID)); got != 3 {
 		t.Errorf("target received %d requests, want exactly 3 (max_attempts)", got)
 	}
-	if got := len(tg.requests()); got != 3 {
+	if got := len(tg.Hits()); got != 3 {
 		t.Errorf("target received %d requests in all, want 3", got)
 	}
 }
@@ -324,18 +325,18 @@ func TestForwardTimeoutRetriesThenDiscards(t *testing.T) {
 // scheduled_at: it is a behavioural check, not a performance assertion.
 func TestForwardRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, func(n int, r *http.Request) answer {
+	tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
 		if n > 1 {
-			return answer{status: http.StatusOK}
+			return testkit.Answer{Status: http.StatusOK}
 		}
 		status := http.StatusTooManyRequests
 		if strings.HasSuffix(r.Header.Get("X-Hookgate-Delivery-Id"), "503") {
 			status = http.StatusServiceUnavailable
 		}
-		return answer{status: status, header: http.Header{"Retry-After": {"1"}}}
+		return testkit.Answer{Status: status, Header: http.Header{"Retry-After": {"1"}}}
 	})
 	// The backoff's Max bounds Retry-After too; it is above 1s here.
-	e := newEnv(t, fmt.Sprintf("      - name: t6\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.url),
+	e := newEnv(t, fmt.Sprintf("      - name: t6\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.URL),
 		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
 	ids := map[string]string{}
 	for _, id := range []string{"ra-429", "ra-503"} {
@@ -347,13 +348,13 @@ func TestForwardRetryAfterIsHonoured(t *testing.T) {
 			t.Errorf("%s: job state %s at attempt %d (errors %q), want completed at attempt 2", id, j.State, j.Attempt, j.Errors)
 			continue
 		}
-		hits := tg.requestsFor(j.EventID)
+		hits := tg.HitsFor(j.EventID)
 		if len(hits) != 2 {
 			t.Errorf("%s: %d requests, want 2", id, len(hits))
 			continue
 		}
-		answered := hits[0].answerAt
-		if gap := hits[1].at.Sub(answered); gap < time.Second {
+		answered := hits[0].AnswerAt
+		if gap := hits[1].At.Sub(answered); gap < time.Second {
 			t.Errorf("%s: the retry arrived %v after the Retry-After: 1 answer, want at least 1s", id, gap)
 		}
 		// scheduled_at is when the retry was scheduled for (the worker reads
@@ -372,11 +373,11 @@ func TestForwardRetryAfterIsHonoured(t *testing.T) {
 // (river.RecordOutput), through the operators' queries (package store).
 func TestForwardRecordsStatusAndRetryAfter(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, func(int, *http.Request) answer {
-		return answer{status: http.StatusServiceUnavailable, header: http.Header{"Retry-After": {"120"}}}
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
+		return testkit.Answer{Status: http.StatusServiceUnavailable, Header: http.Header{"Retry-After": {"120"}}}
 	})
 	// The backoff's Max (1 minute) bounds the wait: the job stays retrying.
-	e := newEnv(t, fmt.Sprintf("      - name: t7\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.url),
+	e := newEnv(t, fmt.Sprintf("      - name: t7\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.URL),
 		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: time.Minute}})
 	d := e.deliver("ra-120", []byte(`{}`), "application/json")
 	var fwds []store.Forward
@@ -428,7 +429,7 @@ func TestForwardConnectionRefusedIsRetried(t *testing.T) {
 	go func() { served <- srv.Serve(l) }()
 	t.Cleanup(func() {
 		_ = srv.Close()
-		<-served
+		<-served //nolint:errcheck // ErrServerClosed, after Close
 	})
 
 	j := e.waitJobs(1)[0]
@@ -455,8 +456,8 @@ func TestForwardConnectionRefusedIsRetried(t *testing.T) {
 // job, and the target receives it once.
 func TestDuplicateDeliveriesEnqueueOneForward(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, always(http.StatusOK))
-	e := newEnv(t, fmt.Sprintf("      - name: t8\n        url: %s\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	e := newEnv(t, fmt.Sprintf("      - name: t8\n        url: %s\n        timeout: 1s\n", tg.URL), forward.Options{Work: true})
 
 	body := []byte(`{"id":"dup-seq"}`)
 	first := e.deliver("dup-seq", body, "application/json")
@@ -507,7 +508,7 @@ func TestDuplicateDeliveriesEnqueueOneForward(t *testing.T) {
 		t.Errorf("forward jobs per event %v, want one for each of %s and %s", perEvent, first.eventID, results[0].eventID)
 	}
 	for _, ev := range []string{first.eventID, results[0].eventID} {
-		if got := len(tg.requestsFor(ev)); got != 1 {
+		if got := len(tg.HitsFor(ev)); got != 1 {
 			t.Errorf("event %s: the target received %d requests, want 1", ev, got)
 		}
 	}
@@ -721,8 +722,8 @@ func TestNoTargetsQueuesNothing(t *testing.T) {
 // fails after max_attempts; neither makes any request.
 func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, always(http.StatusOK))
-	e := newEnv(t, fmt.Sprintf("      - name: t9\n        url: %s\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	e := newEnv(t, fmt.Sprintf("      - name: t9\n        url: %s\n        timeout: 1s\n", tg.URL), forward.Options{Work: true})
 	ctx := t.Context()
 	for _, a := range []forward.Args{
 		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone", Target: "t9"},
@@ -741,18 +742,18 @@ func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
 			t.Errorf("job %+v: want discarded after its 5 attempts", j)
 		}
 	}
-	if n := len(tg.requests()); n != 0 {
+	if n := len(tg.Hits()); n != 0 {
 		t.Errorf("the target received %d requests, want 0", n)
 	}
 }
 
 // TestLegacyJobNamingTargetByURL: a job queued by a version that named
-// targets by URL (args.url, no args.target) is still delivered to the target
+// targets by URL (args.URL, no args.target) is still delivered to the target
 // with that URL, counted under the target's name, and listed with it.
 func TestLegacyJobNamingTargetByURL(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, func(int, *http.Request) answer { return answer{status: 200} })
-	e := newEnv(t, fmt.Sprintf("      - name: legacy\n        url: %s?token=LEGACYTOKEN\n        timeout: 1s\n", tg.url), forward.Options{Work: true})
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Status: 200} })
+	e := newEnv(t, fmt.Sprintf("      - name: legacy\n        url: %s?token=LEGACYTOKEN\n        timeout: 1s\n", tg.URL), forward.Options{Work: true})
 	// An event stored without outbox row (as before the outbox), and its
 	// job queued as the previous version did.
 	ctx := context.Background()
@@ -762,7 +763,7 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := store.New(e.pool).InsertForwardJobs(ctx, forward.Queue, store.JobFixture{}, store.NewForwardJob{
-		Sender: "acme", EventID: uuid.MustParse(d.eventID), DeliveryID: "legacy-1", URL: tg.url + "?token=LEGACYTOKEN", MaxAttempts: 3,
+		Sender: "acme", EventID: uuid.MustParse(d.eventID), DeliveryID: "legacy-1", URL: tg.URL + "?token=LEGACYTOKEN", MaxAttempts: 3,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -770,7 +771,7 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 	if js[0].State != "completed" {
 		t.Fatalf("legacy job ended %s, want completed: %+v", js[0].State, js[0])
 	}
-	if got := len(tg.requestsFor(d.eventID)); got != 1 {
+	if got := len(tg.HitsFor(d.eventID)); got != 1 {
 		t.Errorf("the target received %d forwards of the event, want 1", got)
 	}
 	if n := e.counter("hookgate_forward_attempts_total", map[string]string{"target": "legacy", "outcome": "delivered"}); n != 1 {
@@ -793,15 +794,15 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 // header (Content-Type, Content-Encoding) with another value.
 func TestTargetHeadersWinOverTheSenders(t *testing.T) {
 	t.Parallel()
-	tg := newTarget(t, always(http.StatusOK))
-	e := newEnv(t, fmt.Sprintf("      - name: typed\n        url: %s\n        headers: { Content-Type: application/x-ours, Content-Encoding: identity }\n", tg.url), forward.Options{Work: true})
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	e := newEnv(t, fmt.Sprintf("      - name: typed\n        url: %s\n        headers: { Content-Type: application/x-ours, Content-Encoding: identity }\n", tg.URL), forward.Options{Work: true})
 	d := e.deliver("hdr-1", []byte(`{"a":1}`), "application/json")
 	e.waitJobs(1)
-	hs := tg.requestsFor(d.eventID)
+	hs := tg.HitsFor(d.eventID)
 	if len(hs) != 1 {
 		t.Fatalf("the target received %d forwards, want 1", len(hs))
 	}
-	if got := hs[0].header.Get("Content-Type"); got != "application/x-ours" {
+	if got := hs[0].Header.Get("Content-Type"); got != "application/x-ours" {
 		t.Errorf("Content-Type %q, want the target's application/x-ours over the sender's application/json", got)
 	}
 }

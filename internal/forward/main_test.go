@@ -14,7 +14,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +32,7 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -50,162 +50,6 @@ var (
 // waitTimeout bounds every wait for a job state: a guard against hangs, not
 // a timed assertion.
 const waitTimeout = 30 * time.Second
-
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// testLogger returns a logger whose output is shown when the test fails.
-func testLogger(t *testing.T) *slog.Logger {
-	t.Helper()
-	buf := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			s := buf.String()
-			if len(s) > 8000 {
-				s = "…" + s[len(s)-8000:]
-			}
-			t.Logf("log:\n%s", s)
-		}
-	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// hit is one request a target received.
-type hit struct {
-	at       time.Time // when it arrived
-	answerAt time.Time // just before the answer was written (zero if it never was)
-	header   http.Header
-	body     []byte
-	status   int // the status answered; 0 when the request was abandoned
-}
-
-// answer is what a target does with a request.
-type answer struct {
-	status int
-	header http.Header
-	// block makes the target hold the request until the client gives up
-	// (its context ends) or the test ends.
-	block bool
-	// delay makes the target wait that long before answering (or less, if
-	// the client gives up).
-	delay time.Duration
-}
-
-// target is an HTTP service forwards are sent to: it records every request
-// and answers as decide says. n is the number of requests with the same
-// Idempotency-Key so far, this one included.
-type target struct {
-	srv     *httptest.Server
-	url     string
-	decide  func(n int, r *http.Request) answer
-	release chan struct{} // closed when the test ends: unblocks held requests
-
-	mu    sync.Mutex
-	hits  []hit
-	byKey map[string]int
-}
-
-// newTarget starts a target on 127.0.0.1. It is closed when the test ends,
-// after its held requests are released.
-func newTarget(t *testing.T, decide func(n int, r *http.Request) answer) *target {
-	t.Helper()
-	tg := &target{decide: decide, release: make(chan struct{}), byKey: map[string]int{}}
-	tg.srv = httptest.NewServer(http.HandlerFunc(tg.serve))
-	tg.url = tg.srv.URL + "/hooks"
-	t.Cleanup(tg.srv.Close)
-	t.Cleanup(func() { close(tg.release) }) // runs before Close
-	return tg
-}
-
-func (tg *target) serve(w http.ResponseWriter, r *http.Request) {
-	at := time.Now()
-	body, _ := io.ReadAll(r.Body)
-	tg.mu.Lock()
-	key := r.Header.Get("Idempotency-Key")
-	tg.byKey[key]++
-	n := tg.byKey[key]
-	i := len(tg.hits)
-	tg.hits = append(tg.hits, hit{at: at, header: r.Header.Clone(), body: body})
-	tg.mu.Unlock()
-
-	a := tg.decide(n, r)
-	if a.block {
-		select {
-		case <-r.Context().Done():
-		case <-tg.release:
-		}
-		return
-	}
-	if a.delay > 0 {
-		timer := time.NewTimer(a.delay)
-		select {
-		case <-timer.C:
-		case <-r.Context().Done():
-			timer.Stop()
-			return
-		case <-tg.release:
-			timer.Stop()
-			return
-		}
-	}
-	for k, v := range a.header {
-		w.Header()[k] = v
-	}
-	tg.mu.Lock()
-	tg.hits[i].status = a.status
-	tg.hits[i].answerAt = time.Now()
-	tg.mu.Unlock()
-	w.WriteHeader(a.status)
-}
-
-// requests returns a copy of the requests received so far.
-func (tg *target) requests() []hit {
-	tg.mu.Lock()
-	defer tg.mu.Unlock()
-	return append([]hit(nil), tg.hits...)
-}
-
-// requestsFor returns the requests with Idempotency-Key key, in order.
-func (tg *target) requestsFor(key string) []hit {
-	var out []hit
-	for _, h := range tg.requests() {
-		if h.header.Get("Idempotency-Key") == key {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
-// always answers every request with status.
-func always(status int) func(int, *http.Request) answer {
-	return func(int, *http.Request) answer { return answer{status: status} }
-}
-
-// failFirst answers the first k requests of each key with status and later
-// ones with 200.
-func failFirst(k, status int) func(int, *http.Request) answer {
-	return func(n int, _ *http.Request) answer {
-		if n <= k {
-			return answer{status: status}
-		}
-		return answer{status: http.StatusOK}
-	}
-}
 
 // env is a database, a River client working forwards and a relay feeding it
 // from the outbox (when started), and a hookgate ingest server writing the
@@ -268,7 +112,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fast
 	if opts.BreakerProbe == 0 {
 		opts.BreakerProbe = testProbe
 	}
-	log := testLogger(t)
+	log := testkit.Logger(t)
 	reg := prometheus.NewRegistry()
 	m := forward.NewMetrics(reg)
 	var hopts []handler.Option
@@ -414,7 +258,7 @@ func (e *env) tryDeliver(id string, body []byte, ct string) (delivery, error) {
 		EventID string `json:"event_id"`
 	}
 	if err := json.Unmarshal(rb, &a); err != nil || a.EventID == "" {
-		return delivery{}, fmt.Errorf("deliver %s: body %q: %v", id, rb, err)
+		return delivery{}, fmt.Errorf("deliver %s: body %q: %w", id, rb, err)
 	}
 	return delivery{id: id, eventID: a.EventID, body: body, contentType: ct,
 		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
@@ -484,24 +328,7 @@ func (e *env) waitJobs(n int) []job {
 // waitTimeout, with state() describing what was seen.
 func (e *env) poll(what string, cond func() bool, state func() string) {
 	e.t.Helper()
-	pollUntil(e.t, what, cond, state)
-}
-
-func pollUntil(t *testing.T, what string, cond func() bool, state func() string) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			if state != nil {
-				msg = "; " + state()
-			}
-			t.Fatalf("timed out after %v waiting for %s%s", waitTimeout, what, msg)
-		}
-		<-tick.C
-	}
+	testkit.Poll(e.t, waitTimeout, what, cond, state)
 }
 
 // counter returns the value of the counter name with the given labels in

@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"sender", "target"})
 	m.waits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookgate_forward_waits_total",
-		Help: "Forwards put back to wait without using an attempt, by sender, target and reason (breaker, paused, busy).",
+		Help: "Forwards put back to wait without using an attempt, by sender, target and reason (breaker, paused, busy; after: a redelivery waiting for the forward under way).",
 	}, []string{"sender", "target", "reason"})
 	reg.MustRegister(m.attempts, m.latency, m.breakerOpen, m.breakerOpened, m.waits)
 	return m

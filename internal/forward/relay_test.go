@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // twoTargets is the forward list of the relay tests: two targets nothing
@@ -274,7 +275,7 @@ func TestRelayDyingMidTransactionLosesNothing(t *testing.T) {
 				done <- result{n, err}
 			}()
 			var pid int32
-			pollUntil(t, "the relay's job insert to wait on the lock", func() bool {
+			testkit.Poll(t, waitTimeout, "the relay's job insert to wait on the lock", func() bool {
 				err := e.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND query ILIKE '%river_job%'`).Scan(&pid)
 				return err == nil
@@ -313,7 +314,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_ty
 			}
 			// The relay's backend may only notice the end of its transaction
 			// once the lock is gone.
-			pollUntil(t, "the dead relay's transaction to end", func() bool { return count(free) == 30 }, nil)
+			testkit.Poll(t, waitTimeout, "the dead relay's transaction to end", func() bool { return count(free) == 30 }, nil)
 			if js := e.jobs(); len(js) != 0 {
 				t.Fatalf("%d forward jobs after the relay died, want 0: %+v", len(js), js)
 			}

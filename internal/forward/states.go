@@ -2,14 +2,16 @@ package forward
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Enqueued is a forward job Redeliver inserted, or found waiting.
@@ -17,34 +19,99 @@ type Enqueued struct {
 	JobID  int64
 	Target string
 	// AlreadyPending is true when a forward of the event to the target was
-	// still waiting, running or retrying: no second one was inserted.
+	// still waiting for its first attempt (or a redelivery was already
+	// queued after the forward under way): no second one was inserted, and
+	// JobID is that forward's (0 while it is in the outbox).
 	AlreadyPending bool
+	// AfterCurrent is true when the forward was running or retrying: the
+	// new job runs after it. CurrentJobID is that forward's job; 0 when it
+	// was the fast path's attempt, not yet a job.
+	AfterCurrent bool
+	CurrentJobID int64
 }
 
 // Redeliver inserts, outside any transaction, one new forward job of the
 // event for each target sender has now, with the same idempotency key (the
-// event ID) as its first forwards; a target whose forward of the event is
-// still waiting, running or retrying gets no second one. It returns the
-// jobs, or nil and no error when sender has no targets.
-func Redeliver(ctx context.Context, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
+// event ID) as its first forwards. A redelivery is a new attempt: where the
+// event's forward is running or retrying, the new job is queued after it
+// (it waits for that forward to finish, without using attempts); where the
+// forward is still waiting for its first attempt, or a redelivery is
+// already queued after it, nothing is inserted. It returns the jobs, or nil
+// and no error when sender has no targets.
+func Redeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
 	if len(sender.Forward) == 0 {
 		return nil, nil
 	}
+	cur, err := q.CurrentForwards(ctx, sender.Name, eventID, sender.TargetNames())
+	if err != nil {
+		return nil, fmt.Errorf("redeliver event %s: %w", eventID, err)
+	}
 	params := make([]river.InsertManyParams, 0, len(sender.Forward))
+	out := make([]Enqueued, 0, len(sender.Forward))
+	var inserted []int // indexes in out of the jobs params inserts, in order
 	for _, t := range sender.Forward {
-		params = append(params, jobParams(sender.Name, sender, t.Name, eventID, deliveryID))
+		c := cur[t.Name]
+		e := Enqueued{Target: t.Name}
+		pending, err := waiting(ctx, q, sender.Name, t.Name, eventID, c)
+		if err != nil {
+			return nil, fmt.Errorf("redeliver event %s: %w", eventID, err)
+		}
+		switch {
+		case pending:
+			e.JobID, e.AlreadyPending = c.JobID, true
+			out = append(out, e)
+			continue
+		case c.Leased: // the fast path is attempting it
+			e.AfterCurrent = true
+			params = append(params, afterParams(sender.Name, sender, t.Name, eventID, deliveryID, -1))
+		case c.Outbox:
+			// Not relayed yet: its job is inserted now, and the relay's
+			// insert of the row is skipped as a duplicate.
+			params = append(params, jobParams(sender.Name, sender, t.Name, eventID, deliveryID))
+		case c.JobID != 0 && unfinished(c.State):
+			e.AfterCurrent, e.CurrentJobID = true, c.JobID
+			params = append(params, afterParams(sender.Name, sender, t.Name, eventID, deliveryID, c.JobID))
+		default: // delivered, failed, or never forwarded
+			params = append(params, jobParams(sender.Name, sender, t.Name, eventID, deliveryID))
+		}
+		inserted = append(inserted, len(out))
+		out = append(out, e)
+	}
+	if len(params) == 0 {
+		return out, nil
 	}
 	res, err := client.InsertMany(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("redeliver event %s: %w", eventID, err)
 	}
-	out := make([]Enqueued, 0, len(res))
-	for _, r := range res {
-		var a Args
-		if err := json.Unmarshal(r.Job.EncodedArgs, &a); err != nil {
-			return nil, fmt.Errorf("redeliver event %s: decode args of job %d: %w", eventID, r.Job.ID, err)
+	for i, r := range res {
+		e := &out[inserted[i]]
+		e.JobID = r.Job.ID
+		if r.UniqueSkippedAsDuplicate {
+			e.AlreadyPending = true
 		}
-		out = append(out, Enqueued{JobID: r.Job.ID, Target: a.Target, AlreadyPending: r.UniqueSkippedAsDuplicate})
 	}
 	return out, nil
+}
+
+// waiting reports whether c's job is still to come: not attempted yet (a
+// new attempt is coming), or a redelivery queued after a forward that is
+// still under way (it may be running only to find that it must wait).
+func waiting(ctx context.Context, q *store.Queries, sender, target string, eventID uuid.UUID, c store.Current) (bool, error) {
+	if c.JobID == 0 {
+		return false, nil
+	}
+	if c.Queued && unfinished(c.State) {
+		return q.EarlierForwardUnfinished(ctx, sender, target, eventID, c.JobID)
+	}
+	switch c.State {
+	case rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStatePending:
+		return c.Attempt == 0, nil
+	}
+	return false, nil
+}
+
+// unfinished reports whether a job in state s may still be attempted.
+func unfinished(s rivertype.JobState) bool {
+	return slices.Contains(store.UnfinishedJobStates(), s)
 }

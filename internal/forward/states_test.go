@@ -89,7 +89,7 @@ func TestRedeliver(t *testing.T) {
 	id := newEventID(t)
 	orders := sender(t, cfg, "orders")
 
-	jobs, err := Redeliver(ctx, client, orders, id, "d-1")
+	jobs, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestRedeliver(t *testing.T) {
 	}
 
 	// Again while all three wait: no new job, the waiting ones are named.
-	again, err := Redeliver(ctx, client, orders, id, "d-1")
+	again, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestRedeliver(t *testing.T) {
 	if err := q.SetForwardJob(ctx, first["t1"], store.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	third, err := Redeliver(ctx, client, orders, id, "d-1")
+	third, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestRedeliver(t *testing.T) {
 		}
 	}
 
-	jobs, err = Redeliver(ctx, client, sender(t, cfg, "quiet"), newEventID(t), "d-2")
+	jobs, err = Redeliver(ctx, store.New(pool), client, sender(t, cfg, "quiet"), newEventID(t), "d-2")
 	if err != nil || jobs != nil {
 		t.Errorf("Redeliver for a sender without targets = %v, %v; want nil, nil", jobs, err)
 	}
@@ -177,7 +177,7 @@ func TestList(t *testing.T) {
 	ctx := t.Context()
 	id, other := newEventID(t), newEventID(t)
 	orders := sender(t, cfg, "orders")
-	if _, err := Redeliver(ctx, client, orders, other, "d-0"); err != nil {
+	if _, err := Redeliver(ctx, store.New(pool), client, orders, other, "d-0"); err != nil {
 		t.Fatal(err)
 	}
 	jobOf := func(jobs []Enqueued, target string) int64 {
@@ -200,7 +200,7 @@ func TestList(t *testing.T) {
 	}
 	redeliver := func() []Enqueued {
 		t.Helper()
-		jobs, err := Redeliver(ctx, client, orders, id, "d-1")
+		jobs, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,11 +214,12 @@ func TestList(t *testing.T) {
 	update(jobOf(first, "t2"), store.JobFixture{State: rivertype.JobStateCancelled, Attempt: 1, Errors: []string{"JobCancelError: target answered 400"}})
 	update(jobOf(first, "t3"), store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 2, ScheduledAt: time.Now().Add(time.Minute),
 		Errors: []string{"target answered 502", `post to target "t3": connection refused`}})
-	again := redeliver() // t3 is still retrying: no second job for it
+	again := redeliver() // t3 is still retrying: a new job is queued after it
 	update(jobOf(again, "t1"), store.JobFixture{State: rivertype.JobStateRunning, Attempt: 1})
 	update(jobOf(again, "t2"), store.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 20, Errors: []string{"target answered 500"}})
-	third := redeliver() // only t2 has none waiting
+	third := redeliver() // t1 is running: a new job after it; t3's queued job still waits: none; t2: a new job
 	jobOf(third, "t2")
+	jobOf(third, "t1")
 
 	// Outbox rows: two of the event's, and others of another event and of
 	// another sender's event with the same ID.
@@ -245,6 +246,8 @@ func TestList(t *testing.T) {
 		{Target: "t3", State: store.StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: `post to target "t3": connection refused`},
 		{Target: "t1", State: store.StateRunning, Attempts: 1, MaxAttempts: 3},
 		{Target: "t2", State: store.StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},
+		{Target: "t3", State: store.StatePending, Attempts: 0, MaxAttempts: 7},
+		{Target: "t1", State: store.StatePending, Attempts: 0, MaxAttempts: 3},
 		{Target: "t2", State: store.StatePending, Attempts: 0, MaxAttempts: 20},
 	}
 	if len(got) != len(want) {
@@ -297,7 +300,7 @@ func TestListUsesArgsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := newEventID(t)
-	if _, err := Redeliver(ctx, client, orders, id, "d-1"); err != nil {
+	if _, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1"); err != nil {
 		t.Fatal(err)
 	}
 	// VACUUM also moves the GIN index's pending list (where fastupdate puts

@@ -129,6 +129,18 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return fmt.Errorf("target %q is not configured for sender %q in this process", a.Target, a.Sender)
 	}
 	a.Target = t.Name // a job of an older version may name it by URL only
+	if a.After != 0 {
+		// A redelivery queued after the forward under way: it waits for
+		// that forward (and any earlier one) to finish.
+		wait, err := store.New(w.db).EarlierForwardUnfinished(ctx, a.Sender, a.Target, a.EventID, job.ID)
+		if err != nil {
+			return err
+		}
+		if wait {
+			w.metrics.waits.WithLabelValues(a.Sender, a.Target, "after").Inc()
+			return river.JobSnooze(jitter(busySnooze))
+		}
+	}
 	tk, ok, wait, why := w.gate.Acquire(a.Sender, t, tried(job))
 	if !ok {
 		// The target is paused, its breaker is open, or it has its share of

@@ -13,6 +13,9 @@ import (
 // its scripts to run and the spec to be fetched. Skipped where Debian's
 // chromium is not installed.
 func TestDocsRenderInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a real browser: not in the fast tier (-short)")
+	}
 	t.Parallel()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {

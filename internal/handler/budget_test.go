@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // onlyReader hides a reader's length, so that the request is sent chunked
@@ -51,7 +52,7 @@ func TestBodyBudget(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprintf(conn, "POST /webhooks/hdr HTTP/1.1\r\nHost: x\r\nX-Delivery-Id: held\r\nContent-Length: 700000\r\n\r\n%s", bytes.Repeat([]byte("h"), 1000))
-	poll(t, "the held request to take its share", func() bool { return metric("hookgate_ingest_body_bytes_in_flight") == "700000" })
+	testkit.Poll(t, pollTimeout, "the held request to take its share", func() bool { return metric("hookgate_ingest_body_bytes_in_flight") == "700000" })
 
 	large := bytes.Repeat([]byte("l"), 300_000)
 	r := s.do(s.postRequest("hdr", "large", nil, func(req *http.Request) {
@@ -73,7 +74,7 @@ func TestBodyBudget(t *testing.T) {
 	wantAccepted(t, s.post("hdr", "small", bytes.Repeat([]byte("s"), 1000)), "hdr", "small")
 
 	conn.Close()
-	poll(t, "the held request to give its share back", func() bool { return metric("hookgate_ingest_body_bytes_in_flight") == "0" })
+	testkit.Poll(t, pollTimeout, "the held request to give its share back", func() bool { return metric("hookgate_ingest_body_bytes_in_flight") == "0" })
 	r = s.do(s.postRequest("hdr", "large", nil, func(req *http.Request) {
 		req.Body, req.ContentLength = io.NopCloser(onlyReader{bytes.NewReader(large)}), -1
 	}))

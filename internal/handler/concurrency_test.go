@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // holdKey claims (sender, id) for body in a transaction on its own
@@ -162,7 +163,7 @@ func TestIngestWaitsForConcurrentDelivery(t *testing.T) {
 				r, err := s.send(req)
 				res <- result{r, err}
 			}()
-			poll(t, "the delivery to wait on the held key", func() bool { return lockWaiters(t, pool) > 0 })
+			testkit.Poll(t, pollTimeout, "the delivery to wait on the held key", func() bool { return lockWaiters(t, pool) > 0 })
 
 			ctx := t.Context()
 			var err error
@@ -261,7 +262,7 @@ func TestIngestCommitsWhenClientGoesAway(t *testing.T) {
 	s, pool := newDBServer(t, options{})
 	body := []byte(`{"n":"gone"}`)
 	writeAndHangUp(t, s, "hdr", "evt-gone", body)
-	poll(t, "the abandoned delivery to commit", func() bool { return keyExists(t, pool, "hdr", "evt-gone") })
+	testkit.Poll(t, pollTimeout, "the abandoned delivery to commit", func() bool { return keyExists(t, pool, "hdr", "evt-gone") })
 	wantReplayOfStored(t, s, pool, "hdr", "evt-gone", body)
 }
 
@@ -277,11 +278,11 @@ func TestIngestCommitsWhenClientGoesAwayDuringLockWait(t *testing.T) {
 	// Were the ingest transaction tied to the request's context, it would be
 	// cancelled before (or while) waiting, and this or the next poll would
 	// time out.
-	poll(t, "the abandoned delivery to wait on the held key", func() bool { return lockWaiters(t, pool) > 0 })
+	testkit.Poll(t, pollTimeout, "the abandoned delivery to wait on the held key", func() bool { return lockWaiters(t, pool) > 0 })
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the abandoned delivery to commit", func() bool { return keyExists(t, pool, "hdr", "evt-gone") })
+	testkit.Poll(t, pollTimeout, "the abandoned delivery to commit", func() bool { return keyExists(t, pool, "hdr", "evt-gone") })
 	if k := readKey(t, pool, "hdr", "evt-gone"); k.eventID == heldEvent {
 		t.Fatal("the rolled-back holder's row is visible")
 	}

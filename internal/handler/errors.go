@@ -62,9 +62,13 @@ func newProblem(t problemType, detail string) *problemError {
 	return &problemError{typ: t, detail: detail}
 }
 
-// classify maps any error to the problem it is answered with. Errors that are
-// not problemErrors and not known dedup outcomes become 503 with a generic
-// detail: the sender retries, and the internal text stays in the log.
+// classify maps any error to the problem it is answered with: a
+// problemError as it is; the known dedup outcomes (mismatch 422, in flight
+// 409); a transient failure (the database unreachable, the connection lost,
+// a timeout, a serialization failure: dedup.Transient) 503 "retry later";
+// and every other error — an invariant violation, another constraint's
+// violation, a bug — 500, which the request log records with its cause. The
+// internal text never reaches the client.
 func classify(err error) *problemError {
 	var pe *problemError
 	switch {
@@ -76,8 +80,10 @@ func classify(err error) *problemError {
 		return &problemError{typ: probOverloaded, detail: "The database cannot take this delivery in time; nothing was recorded. Retry after the time in Retry-After.", cause: err}
 	case errors.Is(err, dedup.ErrInFlight):
 		return &problemError{typ: probInFlight, detail: "Another request with this delivery ID is still being processed. Retry after the time in Retry-After.", cause: err}
-	default:
+	case dedup.Transient(err):
 		return &problemError{typ: probUnavailable, detail: "The delivery could not be stored and nothing was recorded. Retry later.", cause: err}
+	default:
+		return &problemError{typ: probInternal, detail: "An unexpected error occurred and nothing was recorded.", cause: err}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // withHeaders returns a request modifier that sets the headers kv (name,
@@ -21,7 +23,7 @@ func withHeaders(kv ...string) func(*http.Request) {
 }
 
 // deliveryIDs returns the X-Hookgate-Delivery-Id of each request, sorted.
-func deliveryIDs(reqs []*http.Request) []string {
+func deliveryIDs(reqs []testkit.Hit) []string {
 	var out []string
 	for _, r := range reqs {
 		out = append(out, r.Header.Get("X-Hookgate-Delivery-Id"))
@@ -37,7 +39,7 @@ func deliveryIDs(reqs []*http.Request) []string {
 // type is stored and shown in the delivery and event records.
 func TestIngestRoutesByEventTypeAndConditions(t *testing.T) {
 	t.Parallel()
-	orders, customers, shopA, invoices := newTarget(t, http.StatusOK), newTarget(t, http.StatusOK), newTarget(t, http.StatusOK), newTarget(t, http.StatusOK)
+	orders, customers, shopA, invoices := testkit.NewTarget(t, testkit.Sequence(http.StatusOK)), testkit.NewTarget(t, testkit.Sequence(http.StatusOK)), testkit.NewTarget(t, testkit.Sequence(http.StatusOK)), testkit.NewTarget(t, testkit.Sequence(http.StatusOK))
 	s := newOpServer(t, opOptions{work: true, yaml: fmt.Sprintf(`
 senders:
   - name: shop
@@ -66,7 +68,7 @@ senders:
       - name: invoices
         url: %s
         event_types: ["invoice.*"]
-`, orders.srv.URL, customers.srv.URL, shopA.srv.URL, invoices.srv.URL)})
+`, orders.Server(), customers.Server(), shopA.Server(), invoices.Server())})
 
 	// First the events that match no target: when the matching ones have
 	// been forwarded, the relay has long passed these.
@@ -79,23 +81,23 @@ senders:
 	s.accept("shop", "c-2", []byte(`not JSON`), withHeaders("X-Event-Type", "customer.created", "X-Shop", "shop-a"))
 	inv := s.accept("billing", "inv-1", []byte(`{"id":"inv-1","type":"invoice.paid"}`))
 
-	want := map[*target][]string{
+	want := map[*testkit.Target][]string{
 		orders:    {"o-1", "o-2"},
 		customers: {"c-1", "c-2"},
 		shopA:     {"c-1", "x-1"},
 		invoices:  {"inv-1"},
 	}
-	poll(t, "the routed forwards", func() bool {
+	testkit.Poll(t, pollTimeout, "the routed forwards", func() bool {
 		for tg, ids := range want {
-			if len(tg.requests()) < len(ids) {
+			if len(tg.Hits()) < len(ids) {
 				return false
 			}
 		}
 		return true
 	})
 	for tg, ids := range want {
-		if got := deliveryIDs(tg.requests()); !slices.Equal(got, ids) {
-			t.Errorf("target %s received %v, want %v", tg.srv.URL, got, ids)
+		if got := deliveryIDs(tg.Hits()); !slices.Equal(got, ids) {
+			t.Errorf("target %s received %v, want %v", tg.Server(), got, ids)
 		}
 	}
 	for _, id := range []string{none, noneBilling} {
@@ -193,7 +195,7 @@ senders:
 // hookgate_deliveries_total from a set the configuration bounds.
 func TestEventTypeInLogAndMetrics(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	s, _ := newDBServer(t, options{log: &logs, yaml: `
 senders:
   - name: shop

@@ -18,13 +18,14 @@ import (
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // The request ID in the log is hookgate's own, never the client's
 // X-Request-Id, which is logged apart, cut to 64 bytes.
 func TestRequestIDIsGenerated(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	s, _ := newDBServer(t, options{log: &logs})
 	spoof := "spoofed-" + strings.Repeat("a", 100)
 	req := s.newRequest(http.MethodGet, "/healthz", nil)
@@ -287,7 +288,7 @@ func TestIngestShedsAfterMaxQueueWait(t *testing.T) {
 			results <- r
 		}()
 	}
-	poll(t, "a delivery waiting on the held key", func() bool { return lockWaiters(t, holder) == 1 })
+	testkit.Poll(t, pollTimeout, "a delivery waiting on the held key", func() bool { return lockWaiters(t, holder) == 1 })
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}

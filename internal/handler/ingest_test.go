@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // acceptedBody is the 202 body of a first delivery.
@@ -466,7 +468,7 @@ func TestIngestDatabaseUnreachableIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	s := newServer(t, pool, options{log: &logs})
 
 	for _, sender := range []string{"hdr", "tiny"} {
@@ -488,11 +490,14 @@ func TestIngestDatabaseUnreachableIs503(t *testing.T) {
 }
 
 // A failure of the state change — here another constraint of webhook_events
-// — rolls back the claim too: the answer is 503, nothing is recorded, the key
-// is not consumed, and the retry is accepted once the cause is gone.
-func TestIngestFailingStateChangeIs503AndConsumesNothing(t *testing.T) {
+// — rolls back the claim too: the answer is 500 (not a transient failure: a
+// retry meets it again until the cause is gone), its cause is logged,
+// nothing is recorded, the key is not consumed, and the retry is accepted
+// once the cause is gone.
+func TestIngestFailingStateChangeIs500AndConsumesNothing(t *testing.T) {
 	t.Parallel()
-	s, pool := newDBServer(t, options{})
+	var logs testkit.LogBuffer
+	s, pool := newDBServer(t, options{log: &logs})
 	ctx := t.Context()
 	exec := func(sql string) {
 		t.Helper()
@@ -503,10 +508,13 @@ func TestIngestFailingStateChangeIs503AndConsumesNothing(t *testing.T) {
 
 	exec(`ALTER TABLE webhook_events ADD CONSTRAINT test_refuses_boom CHECK (delivery_id <> 'boom')`)
 	r := s.post("hdr", "boom", []byte(`{}`))
-	wantProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	wantProblem(t, r, http.StatusInternalServerError, "internal")
 	wantRetryAfter(t, r)
 	if leak := containsAny(string(r.body), "test_refuses_boom", "check", "23514", "webhook_events"); leak != "" {
 		t.Errorf("the response leaks %q: %s", leak, r.body)
+	}
+	if logged := logs.String(); !strings.Contains(logged, "test_refuses_boom") || !strings.Contains(logged, "level=ERROR") {
+		t.Errorf("the 500's cause is not logged as an error; log:\n%s", logged)
 	}
 	wantCounts(t, pool, 0, 0)
 	exec(`ALTER TABLE webhook_events DROP CONSTRAINT test_refuses_boom`)
@@ -515,7 +523,7 @@ func TestIngestFailingStateChangeIs503AndConsumesNothing(t *testing.T) {
 	// A unique violation of ANOTHER constraint is not a duplicate: no replay.
 	exec(`CREATE UNIQUE INDEX test_one_body_per_sender ON webhook_events (sender, md5(body))`)
 	r = s.post("hdr", "same-body", []byte(`{}`))
-	wantProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	wantProblem(t, r, http.StatusInternalServerError, "internal")
 	wantCounts(t, pool, 1, 1)
 	exec(`DROP INDEX test_one_body_per_sender`)
 	wantAccepted(t, s.post("hdr", "same-body", []byte(`{}`)), "hdr", "same-body")
@@ -526,7 +534,7 @@ func TestIngestFailingStateChangeIs503AndConsumesNothing(t *testing.T) {
 	// "abcd" has the length of the stored "boom".
 	exec(`CREATE UNIQUE INDEX test_one_key_per_length ON processed_messages (sender, length(delivery_id))`)
 	r = s.post("hdr", "abcd", []byte(`{"x":1}`))
-	wantProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	wantProblem(t, r, http.StatusInternalServerError, "internal")
 	wantCounts(t, pool, 2, 2)
 	exec(`DROP INDEX test_one_key_per_length`)
 	wantAccepted(t, s.post("hdr", "abcd", []byte(`{"x":1}`)), "hdr", "abcd")

@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -285,24 +284,9 @@ func wantCounts(t *testing.T, pool *pgxpool.Pool, keys, events int) {
 	}
 }
 
-// poll calls cond until it returns true, failing the test when it has not
-// after the deadline.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		select {
-		case <-tick.C:
-		case <-t.Context().Done():
-			t.Fatalf("test ended waiting for %s", what)
-		}
-	}
-}
+// pollTimeout bounds every wait of these tests: a guard against a hang,
+// not a timed assertion.
+const pollTimeout = 20 * time.Second
 
 // lockWaiters returns how many sessions on pool's database wait on a lock.
 func lockWaiters(t *testing.T, pool *pgxpool.Pool) int {
@@ -313,24 +297,6 @@ func lockWaiters(t *testing.T, pool *pgxpool.Pool) int {
 		t.Fatalf("count lock waiters: %v", err)
 	}
 	return n
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // containsAny returns the first of subs that s contains, or "".

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -124,11 +125,11 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
+				if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(v)
 				}
 				s.log.Error("panic", "request_id", requestInfo(r.Context()).id, "panic", v)
-				writeProblem(w, newProblem(probInternal, "An unexpected error occurred. Nothing was recorded; retry later."))
+				_ = writeProblem(w, newProblem(probInternal, "An unexpected error occurred. Nothing was recorded; retry later."))
 			}
 		}()
 		next.ServeHTTP(w, r)

@@ -168,9 +168,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // dbProblem is the problem of a failed database read or write of the
-// operator API.
+// operator API: 503 for a transient failure (dedup.Transient) or a Server
+// without a database or River client, 500 for any other error.
 func dbProblem(err error) *problemError {
-	return &problemError{typ: probUnavailable, detail: "The database could not be read or written. Retry later.", cause: err}
+	if errors.Is(err, errNoDB) || errors.Is(err, errNoRiver) || dedup.Transient(err) {
+		return &problemError{typ: probUnavailable, detail: "The database could not be read or written. Retry later.", cause: err}
+	}
+	return &problemError{typ: probInternal, detail: "An unexpected error occurred.", cause: err}
 }
 
 // errNoDB and errNoRiver are the causes (logged, never sent) of a 503 from
@@ -519,14 +523,23 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 		s.fail(w, r, dbProblem(errNoRiver))
 		return
 	}
-	jobs, err := forward.Redeliver(r.Context(), s.river, sender, e.ID, e.DeliveryID)
+	if s.q == nil {
+		s.fail(w, r, dbProblem(errNoDB))
+		return
+	}
+	jobs, err := forward.Redeliver(r.Context(), s.q, s.river, sender, e.ID, e.DeliveryID)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
 	}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
-		out.Forwards = append(out.Forwards, api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, store.Forward{Target: j.Target, JobID: j.JobID}).URL, AlreadyPending: j.AlreadyPending})
+		f := api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, store.Forward{Target: j.Target, JobID: j.JobID}).URL,
+			AlreadyPending: j.AlreadyPending, AfterCurrent: j.AfterCurrent}
+		if j.CurrentJobID != 0 {
+			f.CurrentJobId = &j.CurrentJobID
+		}
+		out.Forwards = append(out.Forwards, f)
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // testToken is the admin token of operator test servers.
@@ -354,6 +355,8 @@ type (
 			Target         string `json:"target"`
 			URL            string `json:"url"`
 			AlreadyPending bool   `json:"already_pending"`
+			AfterCurrent   bool   `json:"after_current"`
+			CurrentJobID   *int64 `json:"current_job_id"`
 		} `json:"forwards"`
 	}
 )
@@ -675,7 +678,7 @@ func TestOperatorPaginationWhileDeliveriesArrive(t *testing.T) {
 	for {
 		// Let at least one more delivery arrive before each page.
 		before := posted.Load()
-		poll(t, "a new delivery", func() bool { return posted.Load() > before || len(errs) > 0 })
+		testkit.Poll(t, pollTimeout, "a new delivery", func() bool { return posted.Load() > before || len(errs) > 0 })
 		path := fmt.Sprintf("/v1/senders/hdr/deliveries?limit=%d", limit)
 		if cursor != "" {
 			path += "&cursor=" + url.QueryEscape(cursor)
@@ -749,48 +752,6 @@ func TestOperatorPaginationWhileDeliveriesArrive(t *testing.T) {
 	}
 }
 
-// target is an httptest server standing for a forward target. It answers
-// each request with the next status of statuses (the last one repeats),
-// and records the requests.
-type target struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	got []*http.Request
-	// block, when not nil, holds each request until it is closed.
-	block chan struct{}
-	// statuses are the answers, in order; the last one repeats.
-	statuses []int
-}
-
-func newTarget(t *testing.T, statuses ...int) *target {
-	t.Helper()
-	tg := &target{statuses: statuses}
-	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		tg.mu.Lock()
-		tg.got = append(tg.got, r)
-		status := tg.statuses[min(len(tg.got), len(tg.statuses))-1]
-		block := tg.block
-		tg.mu.Unlock()
-		if block != nil {
-			select {
-			case <-block:
-			case <-r.Context().Done():
-			}
-		}
-		w.WriteHeader(status)
-	}))
-	t.Cleanup(tg.srv.Close)
-	return tg
-}
-
-// requests returns the requests the target received so far.
-func (tg *target) requests() []*http.Request {
-	tg.mu.Lock()
-	defer tg.mu.Unlock()
-	return slices.Clone(tg.got)
-}
-
 // forwardsOf returns d's forwards to the target named target, as listed
 // (those still in the outbox first, then the jobs, oldest first).
 func forwardsOf(d deliveryRecord, target string) []forwardState {
@@ -823,9 +784,9 @@ func settled(d deliveryRecord) bool {
 
 func TestOperatorDeliveryShowsForwardsAndRedelivers(t *testing.T) {
 	t.Parallel()
-	ok := newTarget(t, http.StatusOK)
-	bad := newTarget(t, http.StatusBadRequest)
-	flaky := newTarget(t, http.StatusServiceUnavailable, http.StatusNoContent)
+	ok := testkit.NewTarget(t, testkit.Sequence(http.StatusOK))
+	bad := testkit.NewTarget(t, testkit.Sequence(http.StatusBadRequest))
+	flaky := testkit.NewTarget(t, testkit.Sequence(http.StatusServiceUnavailable, http.StatusNoContent))
 	s := newOpServer(t, opOptions{work: true, yaml: fmt.Sprintf(`
 senders:
   - name: fwd
@@ -841,12 +802,12 @@ senders:
       - name: t5
         url: %s/flaky
         max_attempts: 4
-`, ok.srv.URL, bad.srv.URL, flaky.srv.URL)})
+`, ok.Server(), bad.Server(), flaky.Server())})
 	body := []byte(`{"order":42,"status":"paid"}`)
 	eventID := s.accept("fwd", "d-1", body)
 
 	var d deliveryRecord
-	poll(t, "the forwards to settle", func() bool {
+	testkit.Poll(t, pollTimeout, "the forwards to settle", func() bool {
 		d = s.delivery("fwd", "d-1")
 		return len(d.Forwards) == 3 && settled(d)
 	})
@@ -861,7 +822,7 @@ senders:
 		t.Errorf("stored response = %+v (body %s), want the 202 JSON of event %s", d.Response, d.Response.Body, eventID)
 	}
 
-	urls := map[string]string{"t3": ok.srv.URL + "/ok", "t4": bad.srv.URL + "/bad", "t5": flaky.srv.URL + "/flaky"}
+	urls := map[string]string{"t3": ok.Server() + "/ok", "t4": bad.Server() + "/bad", "t5": flaky.Server() + "/flaky"}
 	check := func(f forwardState, state string, attempts, maxAttempts, lastStatus int, errMention string) {
 		t.Helper()
 		if f.State != state || f.Attempts != attempts || f.MaxAttempts != maxAttempts || f.LastStatus == nil || *f.LastStatus != lastStatus || jobID(f) == 0 || f.CreatedAt.IsZero() {
@@ -884,7 +845,7 @@ senders:
 	check(okF[0], "delivered", 1, 5, http.StatusOK, "")
 	check(badF[0], "failed", 1, 5, http.StatusBadRequest, "target answered 400")
 	check(flakyF[0], "delivered", 2, 4, http.StatusNoContent, "")
-	if n := len(flaky.requests()); n != 2 {
+	if n := len(flaky.Hits()); n != 2 {
 		t.Errorf("the flaky target got %d requests, want 2", n)
 	}
 
@@ -910,7 +871,7 @@ senders:
 	if want := []string{"t3", "t4", "t5"}; !slices.Equal(targets, want) {
 		t.Errorf("redelivery targets %v, want %v", targets, want)
 	}
-	poll(t, "the redelivered forwards to settle", func() bool {
+	testkit.Poll(t, pollTimeout, "the redelivered forwards to settle", func() bool {
 		d = s.delivery("fwd", "d-1")
 		return len(d.Forwards) == 6 && settled(d)
 	})
@@ -921,8 +882,8 @@ senders:
 	check(okF[1], "delivered", 1, 5, http.StatusOK, "")
 	check(forwardsOf(d, "t4")[1], "failed", 1, 5, http.StatusBadRequest, "target answered 400")
 	check(forwardsOf(d, "t5")[1], "delivered", 1, 4, http.StatusNoContent, "")
-	for name, tg := range map[string]*target{"ok": ok, "flaky": flaky} {
-		reqs := tg.requests()
+	for name, tg := range map[string]*testkit.Target{"ok": ok, "flaky": flaky} {
+		reqs := tg.Hits()
 		if want := map[string]int{"ok": 2, "flaky": 3}[name]; len(reqs) != want {
 			t.Fatalf("the %s target got %d requests, want %d (the forward's attempts and the redelivery)", name, len(reqs), want)
 		}
@@ -940,9 +901,8 @@ senders:
 // worker has taken it.
 func TestOperatorForwardStatesWhileWorking(t *testing.T) {
 	t.Parallel()
-	slow := newTarget(t, http.StatusOK)
-	slow.block = make(chan struct{})
-	down := newTarget(t, http.StatusBadGateway)
+	slow := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Block: true} })
+	down := testkit.NewTarget(t, testkit.Sequence(http.StatusBadGateway))
 	yaml := fmt.Sprintf(`
 senders:
   - name: fwd
@@ -954,19 +914,19 @@ senders:
       - name: t7
         url: %s/down
         max_attempts: 3
-`, slow.srv.URL, down.srv.URL)
+`, slow.Server(), down.Server())
 	s := newOpServer(t, opOptions{work: true, yaml: yaml, backoff: forward.Backoff{Base: time.Hour, Max: time.Hour}})
-	t.Cleanup(func() { close(slow.block) }) // before River stops
+	t.Cleanup(slow.Release) // before River stops
 	s.accept("fwd", "d-1", []byte(`{}`))
 
 	var d deliveryRecord
-	poll(t, "one forward running and one retrying", func() bool {
+	testkit.Poll(t, pollTimeout, "one forward running and one retrying", func() bool {
 		d = s.delivery("fwd", "d-1")
 		sl, dn := forwardsOf(d, "t6"), forwardsOf(d, "t7")
 		return len(sl) == 1 && len(dn) == 1 && sl[0].State == "running" && dn[0].State == "retrying"
 	})
 	sl, dn := forwardsOf(d, "t6")[0], forwardsOf(d, "t7")[0]
-	if jobID(sl) == 0 || jobID(dn) == 0 || sl.URL != slow.srv.URL+"/slow" || dn.URL != down.srv.URL+"/down" {
+	if jobID(sl) == 0 || jobID(dn) == 0 || sl.URL != slow.Server()+"/slow" || dn.URL != down.Server()+"/down" {
 		t.Errorf("forwards = %+v, %+v; want jobs to the configured URLs", sl, dn)
 	}
 	if sl.Attempts != 1 || sl.LastStatus != nil || sl.LastError != nil || sl.DeliveredAt != nil {
@@ -1104,6 +1064,61 @@ senders:
 	}
 }
 
+// TestOperatorRedeliverWhileRunningQueuesAfter: redelivering an event
+// whose forward to one target is running and to another retrying queues a
+// new job after each (after_current, current_job_id naming it), beside the
+// forward under way; a second redelivery while those new jobs wait queues
+// nothing more (already_pending, the queued jobs named).
+func TestOperatorRedeliverWhileRunningQueuesAfter(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: orders
+        url: http://orders.internal/hooks
+      - name: ledger
+        url: http://ledger.internal/hooks
+`})
+	ev := s.accept("fwd", "run-1", []byte(`{}`))
+	if n := s.relayOnce(); n != 2 {
+		t.Fatalf("relay moved %d forwards, want 2", n)
+	}
+	current := map[string]int64{}
+	for target, state := range map[string]string{"orders": "running", "ledger": "retryable"} {
+		var id int64
+		if err := s.pool.QueryRow(t.Context(), `UPDATE river_job SET state = $2::river_job_state, attempt = 1, attempted_at = now()
+WHERE args->>'event_id' = $1 AND args->>'target' = $3 RETURNING id`, ev, state, target).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		current[target] = id
+	}
+	var re redelivery
+	decode(t, s.call("POST", "/v1/events/"+ev+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
+	if len(re.Forwards) != 2 {
+		t.Fatalf("redelivery = %+v, want both targets", re)
+	}
+	queued := map[string]int64{}
+	for _, f := range re.Forwards {
+		if !f.AfterCurrent || f.AlreadyPending || f.CurrentJobID == nil || *f.CurrentJobID != current[f.Target] || f.JobID == 0 || f.JobID == current[f.Target] {
+			t.Errorf("redelivery of a forward under way = %+v; want a new job queued after job %d", f, current[f.Target])
+		}
+		queued[f.Target] = f.JobID
+	}
+	var n int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE args->>'event_id' = $1 AND (args->>'after')::bigint > 0`, ev).Scan(&n); err != nil || n != 2 {
+		t.Errorf("jobs queued after a forward: %d (%v), want 2", n, err)
+	}
+	decode(t, s.call("POST", "/v1/events/"+ev+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
+	for _, f := range re.Forwards {
+		if !f.AlreadyPending || f.AfterCurrent || f.JobID != queued[f.Target] {
+			t.Errorf("second redelivery = %+v; want already pending, the queued job %d", f, queued[f.Target])
+		}
+	}
+}
+
 func TestOperatorRedeliverWithoutTargetsIs409(t *testing.T) {
 	t.Parallel()
 	s := newOpServer(t, opOptions{})
@@ -1218,8 +1233,8 @@ func TestOperatorResponsesHoldNoSecrets(t *testing.T) {
 		"KEY":  "target-header-" + rand.Text(),
 		"PW":   "url-pw-" + rand.Text(),
 	}
-	ok := newTarget(t, http.StatusOK)
-	bad := newTarget(t, http.StatusGone)
+	ok := testkit.NewTarget(t, testkit.Sequence(http.StatusOK))
+	bad := testkit.NewTarget(t, testkit.Sequence(http.StatusGone))
 	s := newOpServer(t, opOptions{work: true, env: secrets, yaml: fmt.Sprintf(`
 senders:
   - name: gh
@@ -1241,7 +1256,7 @@ senders:
     delivery_id: { header: X-Delivery-Id }
     signature: { scheme: hmac-sha256, header: X-Signature }
     secrets: [ "${HM1}", "${HM2}" ]
-`, strings.Replace(ok.srv.URL, "http://", "http://hook:${PW}@", 1), bad.srv.URL)})
+`, strings.Replace(ok.Server(), "http://", "http://hook:${PW}@", 1), bad.Server())})
 
 	body := []byte(`{"action":"opened"}`)
 	mac := hmac.New(sha256.New, []byte(secrets["GH"]))
@@ -1250,11 +1265,11 @@ senders:
 		r.Header.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 		r.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	})
-	poll(t, "the forwards to settle", func() bool {
+	testkit.Poll(t, pollTimeout, "the forwards to settle", func() bool {
 		d := s.delivery("gh", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 		return len(d.Forwards) == 3 && settled(d)
 	})
-	if r := ok.requests(); len(r) != 1 || r[0].Header.Get("X-Api-Key") != secrets["KEY"] || r[0].Header.Get("webhook-signature") == "" {
+	if r := ok.Hits(); len(r) != 1 || r[0].Header.Get("X-Api-Key") != secrets["KEY"] || r[0].Header.Get("webhook-signature") == "" {
 		t.Errorf("the target did not get the configured header and signature: %v", r)
 	}
 

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // Until its key expires a retry is replayed; after, the same delivery ID is
@@ -46,7 +48,7 @@ senders:
 
 	// After it, the same ID is a new delivery with a new event.
 	var again reply
-	poll(t, "the key to expire", func() bool {
+	testkit.Poll(t, pollTimeout, "the key to expire", func() bool {
 		again = s.post("short", "r1", body)
 		return !again.replayed()
 	})

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
@@ -45,7 +46,7 @@ var inlineScript = regexp.MustCompile(`(?s)<script>(.*?)</script>`)
 // other origin, no framing.
 func docsPolicy(docs http.Handler) string {
 	rec := httptest.NewRecorder()
-	docs.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/docs", nil))
+	docs.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/docs", nil))
 	src := []string{"'self'"}
 	for _, m := range inlineScript.FindAllStringSubmatch(rec.Body.String(), -1) {
 		sum := sha256.Sum256([]byte(m[1]))

@@ -128,13 +128,13 @@ func (s *Server) Router() http.Handler {
 	r := chi.NewRouter()
 	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics, s.requireAdmin)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
+		_ = writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		if allow := allowedMethods(r, req.URL.Path); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		writeProblem(w, newProblem(probMethodNotAllowed, req.Method+" is not allowed on "+req.URL.Path+". See /docs for the API."))
+		_ = writeProblem(w, newProblem(probMethodNotAllowed, req.Method+" is not allowed on "+req.URL.Path+". See /docs for the API."))
 	})
 	r.Method(http.MethodGet, "/docs/*", problemOn404(s.docs))
 	if s.console != nil {
@@ -154,7 +154,7 @@ func (s *Server) ServiceRouter() http.Handler {
 	r := chi.NewRouter()
 	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+": this process only forwards (role worker)."))
+		_ = writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+": this process only forwards (role worker)."))
 	})
 	r.Get("/healthz", s.GetHealthz)
 	r.Get("/readyz", s.GetReadyz)
@@ -174,7 +174,7 @@ func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
 		s.log.Warn("not ready", "err", err)
-		writeProblem(w, &problemError{typ: probUnavailable, detail: "The database is unreachable or its migrations are not at head.", cause: err})
+		_ = writeProblem(w, &problemError{typ: probUnavailable, detail: "The database is unreachable or its migrations are not at head.", cause: err})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -184,7 +184,7 @@ func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 // an address of their own (WithMetricsElsewhere).
 func (s *Server) GetMetrics(w http.ResponseWriter, r *http.Request) {
 	if s.metricsElsewhere {
-		writeProblem(w, newProblem(probNotFound, "Metrics are not served on this address: this process serves them on its --metrics-addr."))
+		_ = writeProblem(w, newProblem(probNotFound, "Metrics are not served on this address: this process serves them on its --metrics-addr."))
 		return
 	}
 	s.MetricsHandler().ServeHTTP(w, r)
@@ -245,7 +245,7 @@ type notFoundInterceptor struct {
 func (n *notFoundInterceptor) WriteHeader(status int) {
 	if status == http.StatusNotFound {
 		n.notFound = true
-		writeProblem(n.ResponseWriter, newProblem(probNotFound, "No such file: "+n.r.URL.Path+"."))
+		_ = writeProblem(n.ResponseWriter, newProblem(probNotFound, "No such file: "+n.r.URL.Path+"."))
 		return
 	}
 	n.ResponseWriter.WriteHeader(status)

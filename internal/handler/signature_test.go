@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/signature"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // Signature verification through real HTTP, one sender per preset. The
@@ -338,7 +339,7 @@ func TestSignatureProviders(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
 			yaml, vars := p.config()
-			var logs syncBuffer
+			var logs testkit.LogBuffer
 			base, pool := newDBServer(t, options{yaml: yaml, env: vars, log: &logs})
 			leaks := p.leakable()
 			now := func() int64 { return time.Now().Unix() }

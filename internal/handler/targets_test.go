@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 const (
@@ -124,8 +125,8 @@ func (s *opServer) countJobs(kind string, states ...string) int {
 
 func TestTargetsListCountsAndBreaker(t *testing.T) {
 	t.Parallel()
-	ok := newTarget(t, http.StatusOK)
-	bad := newTarget(t, http.StatusBadRequest)
+	ok := testkit.NewTarget(t, testkit.Sequence(http.StatusOK))
+	bad := testkit.NewTarget(t, testkit.Sequence(http.StatusBadRequest))
 	s := newOpServer(t, opOptions{work: true, yaml: fmt.Sprintf(`
 senders:
   - name: fwd
@@ -142,19 +143,19 @@ senders:
     forward:
       - name: idle
         url: http://127.0.0.1:1/never
-`, ok.srv.URL, bad.srv.URL)})
+`, ok.Server(), bad.Server())})
 	for i := range 3 {
 		s.accept("fwd", fmt.Sprintf("d-%d", i), []byte(`{}`))
 	}
 	var got map[string]targetStatus
-	poll(t, "3 forwards delivered to good and 3 failed at bad", func() bool {
+	testkit.Poll(t, pollTimeout, "3 forwards delivered to good and 3 failed at bad", func() bool {
 		got = s.targets("fwd")
 		return got["good"].Forwards.Delivered == 3 && got["bad"].Forwards.Failed == 3
 	})
 	if len(got) != 2 {
 		t.Fatalf("targets = %+v, want good and bad", got)
 	}
-	if g := got["good"]; g.URL != ok.srv.URL+"/ok" || g.Breaker.State != "closed" || g.Breaker.OpenedAt != nil ||
+	if g := got["good"]; g.URL != ok.Server()+"/ok" || g.Breaker.State != "closed" || g.Breaker.OpenedAt != nil ||
 		g.Forwards != (forwardCounts{Delivered: 3}) {
 		t.Errorf("good = %+v", g)
 	}
@@ -321,7 +322,7 @@ func TestTargetBulkRedeliverAfterOutage(t *testing.T) {
 	for i := range statuses {
 		statuses[i] = http.StatusBadRequest
 	}
-	tg := newTarget(t, append(statuses, http.StatusOK)...)
+	tg := testkit.NewTarget(t, testkit.Sequence(append(statuses, http.StatusOK)...))
 	s := newOpServer(t, opOptions{work: true, yaml: fmt.Sprintf(`
 senders:
   - name: fwd
@@ -330,22 +331,22 @@ senders:
     forward:
       - name: orders
         url: %s/hooks
-`, tg.srv.URL)})
+`, tg.Server())})
 	events := map[string]bool{}
 	for i := range n {
 		events[s.accept("fwd", fmt.Sprintf("d-%d", i), []byte(`{}`))] = true
 	}
-	poll(t, "every forward to fail", func() bool { return s.targets("fwd")["orders"].Forwards.Failed == n })
+	testkit.Poll(t, pollTimeout, "every forward to fail", func() bool { return s.targets("fwd")["orders"].Forwards.Failed == n })
 	start := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 
 	if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed","since":"`+start+`"}`); m != n {
 		t.Fatalf("matched %d, want %d", m, n)
 	}
-	poll(t, "every redelivery to be delivered", func() bool {
+	testkit.Poll(t, pollTimeout, "every redelivery to be delivered", func() bool {
 		c := s.targets("fwd")["orders"].Forwards
 		return c.Delivered == n && c.Failed == 0 && c.Pending == 0
 	})
-	reqs := tg.requests()
+	reqs := tg.Hits()
 	if len(reqs) != 2*n {
 		t.Fatalf("the target got %d requests, want %d", len(reqs), 2*n)
 	}
@@ -451,7 +452,7 @@ senders:
 			t.Errorf("stop River: %v", err)
 		}
 	})
-	poll(t, "the bulk job to complete", func() bool {
+	testkit.Poll(t, pollTimeout, "the bulk job to complete", func() bool {
 		return s.countJobs(forward.BulkArgs{}.Kind(), "completed") == 1
 	})
 	if got := s.countJobs("hookgate_forward", "available"); got != n {

@@ -139,7 +139,7 @@ func TestPointerString(t *testing.T) {
 			if err != nil || got != tc.val {
 				t.Errorf("%s: String = %q, %v; want %q, nil", name, got, err, tc.val)
 			}
-		case tc.err == errDecode:
+		case errors.Is(tc.err, errDecode):
 			if err == nil || errors.Is(err, jsonptr.ErrNotFound) || errors.Is(err, jsonptr.ErrNotString) {
 				t.Errorf("%s: String = %q, %v; want a decoding error", name, got, err)
 			}

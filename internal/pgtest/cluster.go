@@ -150,7 +150,7 @@ func (c *Cluster) start() error {
 	out, err := c.asServer(filepath.Join(c.bindir, "pg_ctl"),
 		"-D", c.dataDir(), "-l", c.logFile(), "-w", "-t", "60", "-o", opts, "start")
 	if err != nil {
-		return fmt.Errorf("pg_ctl start on port %d: %v\n%s%s", c.port, err, out, c.logTail())
+		return fmt.Errorf("pg_ctl start on port %d: %w\n%s%s", c.port, err, out, c.logTail())
 	}
 	return nil
 }
@@ -164,7 +164,7 @@ func (c *Cluster) stop() error {
 	out, err := c.asServer(filepath.Join(c.bindir, "pg_ctl"),
 		"-D", c.dataDir(), "-m", "immediate", "-w", "-t", "60", "stop")
 	if err != nil && c.running() {
-		return fmt.Errorf("pg_ctl stop: %v\n%s%s", err, out, c.logTail())
+		return fmt.Errorf("pg_ctl stop: %w\n%s%s", err, out, c.logTail())
 	}
 	return nil
 }
@@ -188,9 +188,9 @@ func (c *Cluster) logTail() string {
 func (c *Cluster) asServer(name string, args ...string) ([]byte, error) {
 	var cmd *exec.Cmd
 	if os.Geteuid() == 0 {
-		cmd = exec.Command("runuser", append([]string{"-u", serverUser, "--", name}, args...)...)
+		cmd = exec.CommandContext(context.Background(), "runuser", append([]string{"-u", serverUser, "--", name}, args...)...)
 	} else {
-		cmd = exec.Command(name, args...)
+		cmd = exec.CommandContext(context.Background(), name, args...)
 	}
 	cmd.Dir = "/"
 	var out bytes.Buffer
@@ -209,7 +209,7 @@ func (c *Cluster) asServer(name string, args ...string) ([]byte, error) {
 func findBinDir() (string, error) {
 	if d := os.Getenv(EnvBinDir); d != "" {
 		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err != nil {
-			return "", fmt.Errorf("%s=%s holds no pg_ctl: %v", EnvBinDir, d, err)
+			return "", fmt.Errorf("%s=%s holds no pg_ctl: %w", EnvBinDir, d, err)
 		}
 		return d, nil
 	}
@@ -250,7 +250,7 @@ func makeServerDir() (string, error) {
 	}
 	u, err := user.Lookup(serverUser)
 	if err != nil {
-		return "", fmt.Errorf("running as root, but there is no user %q to run PostgreSQL as: %v", serverUser, err)
+		return "", fmt.Errorf("running as root, but there is no user %q to run PostgreSQL as: %w", serverUser, err)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
@@ -263,7 +263,7 @@ func makeServerDir() (string, error) {
 	}
 	if err := os.Chown(dir, uid, gid); err != nil {
 		os.RemoveAll(dir)
-		return "", fmt.Errorf("chown %s to %s: %v", dir, serverUser, err)
+		return "", fmt.Errorf("chown %s to %s: %w", dir, serverUser, err)
 	}
 	return dir, nil
 }
@@ -288,7 +288,7 @@ func traversable(dir string) bool {
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}

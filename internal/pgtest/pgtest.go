@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -171,7 +172,7 @@ func createDatabase(ctx context.Context, admin, name, tpl string) error {
 	for {
 		err := adminExec(ctx, admin, sql)
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ObjectInUse {
 			if err != nil {
 				return fmt.Errorf("create database %s from %s: %w", name, tpl, err)
 			}

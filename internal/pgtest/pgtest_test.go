@@ -121,6 +121,9 @@ func TestNewDBDropsDatabase(t *testing.T) {
 }
 
 func TestClusterStopStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts, crashes and restarts a private PostgreSQL (the outage suite's tool): not in the fast tier (-short)")
+	}
 	t.Parallel()
 	c := pgtest.StartCluster(t)
 	if c.BinDir() == "" {

@@ -50,8 +50,9 @@ type Result struct {
 }
 
 // Run deletes, in batches of BatchSize, every key expired at now and every
-// event older than its sender's event retention, until none is left or ctx
-// ends. It returns what it deleted (also on error).
+// event older than its sender's event retention (config.DefaultRetention
+// for a sender no longer configured), until none is left or ctx ends. It
+// returns what it deleted (also on error).
 func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
 	var res Result
 	q := store.New(db)
@@ -71,10 +72,20 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 			}
 		}
 	}
-	for _, s := range cfg.Senders {
-		cutoff := now.Add(-time.Duration(s.EventRetention))
+	// Every sender that has events: a configured one keeps them for its
+	// event_retention, one no longer configured for DefaultRetention.
+	withEvents, err := q.EventSenders(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, sender := range withEvents {
+		keep := config.DefaultRetention
+		if s, ok := cfg.Sender(sender); ok {
+			keep = time.Duration(s.EventRetention)
+		}
+		cutoff := now.Add(-keep)
 		for {
-			n, err := q.DeleteEventsBefore(ctx, s.Name, cutoff, BatchSize)
+			n, err := q.DeleteEventsBefore(ctx, sender, cutoff, BatchSize)
 			res.Events += n
 			if err != nil {
 				return res, err
@@ -90,19 +101,28 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 // Worker runs the retention job.
 type Worker struct {
 	river.WorkerDefaults[Args]
-	db  *pgxpool.Pool
-	cfg *config.Config
-	log *slog.Logger
+	db      *pgxpool.Pool
+	cfg     *config.Config
+	log     *slog.Logger
+	timeout time.Duration
 }
 
-// NewWorker returns the retention job's worker.
-func NewWorker(db *pgxpool.Pool, cfg *config.Config, log *slog.Logger) *Worker {
-	return &Worker{db: db, cfg: cfg, log: log}
+// JobTimeout is the longest a run takes (a large backlog after an outage)
+// by default, instead of the client's job timeout, which is sized for
+// forwards. A run cut short leaves the rest to the next one.
+const JobTimeout = 10 * time.Minute
+
+// NewWorker returns the retention job's worker, whose runs take at most
+// timeout (JobTimeout when zero or longer).
+func NewWorker(db *pgxpool.Pool, cfg *config.Config, timeout time.Duration, log *slog.Logger) *Worker {
+	if timeout <= 0 || timeout > JobTimeout {
+		timeout = JobTimeout
+	}
+	return &Worker{db: db, cfg: cfg, log: log, timeout: timeout}
 }
 
-// Timeout lets a run take up to ten minutes (a large backlog after an
-// outage), instead of the client's job timeout, which is sized for forwards.
-func (w *Worker) Timeout(*river.Job[Args]) time.Duration { return 10 * time.Minute }
+// Timeout is how long a run may take: the timeout given to NewWorker.
+func (w *Worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
 
 // Work deletes what has expired.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {

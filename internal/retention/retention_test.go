@@ -114,11 +114,39 @@ func TestWorkerDeletesExpired(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
 	seed(t, pool, "a", "x-", 3, time.Now().Add(-time.Second), time.Now().Add(-8*24*time.Hour))
-	w := retention.NewWorker(pool, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w := retention.NewWorker(pool, cfg, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := w.Work(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if k, e := count(t, pool, `SELECT count(*) FROM processed_messages`), count(t, pool, `SELECT count(*) FROM webhook_events`); k != 0 || e != 0 {
 		t.Errorf("after the job: %d keys, %d events; want none", k, e)
+	}
+}
+
+// TestRunDeletesEventsOfRemovedSenders: the events of a sender no longer in
+// the configuration are deleted too, once older than the default retention
+// (their keys expire as before); its recent events, and the configured
+// senders' events, stay.
+func TestRunDeletesEventsOfRemovedSenders(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := parse(t, "senders:\n  - name: kept\n    preset: generic\n    delivery_id: { header: X-Id }\n    event_retention: 720h\n")
+	now := time.Now()
+	old := now.Add(-config.DefaultRetention - time.Hour)
+	seed(t, pool, "gone", "old-", retention.BatchSize+3, now.Add(-time.Minute), old) // more than one batch
+	seed(t, pool, "gone", "new-", 4, now.Add(time.Hour), now.Add(-time.Hour))
+	seed(t, pool, "kept", "old-", 2, now.Add(time.Hour), old) // within kept's 30 days
+
+	res, err := retention.Run(t.Context(), pool, cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(retention.BatchSize + 3); res.Events != want {
+		t.Errorf("deleted %d events, want %d (the removed sender's old ones)", res.Events, want)
+	}
+	for sender, want := range map[string]int{"gone": 4, "kept": 2} {
+		if n := count(t, pool, `SELECT count(*) FROM webhook_events WHERE sender = $1`, sender); n != want {
+			t.Errorf("sender %s: %d events left, want %d", sender, n, want)
+		}
 	}
 }

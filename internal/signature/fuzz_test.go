@@ -188,7 +188,7 @@ func FuzzDecodeStandardSecret(f *testing.F) {
 		key, err := signature.DecodeStandardSecret(s)
 		if err != nil {
 			// Exactly the fixed sentinels, so the message cannot contain s.
-			if key != nil || (err != signature.ErrSecretPrefix && err != signature.ErrSecretBase64) {
+			if key != nil || (!errors.Is(err, signature.ErrSecretPrefix) && !errors.Is(err, signature.ErrSecretBase64)) {
 				t.Fatalf("DecodeStandardSecret(%q) = %x, %v", s, key, err)
 			}
 			return

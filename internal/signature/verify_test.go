@@ -503,7 +503,7 @@ func TestVerify(t *testing.T) {
 								return
 							}
 							if err := v.Verify(bad, []byte(body), now); !errors.Is(err, signature.ErrMismatch) {
-								errs <- fmt.Errorf("goroutine %d: bad: %v", g, err)
+								errs <- fmt.Errorf("goroutine %d: bad: %w", g, err)
 								return
 							}
 						}

@@ -32,7 +32,7 @@ type BreakerState struct {
 // Breakers returns the recorded breaker of every target of sender that has
 // one, by target name. A target no worker has recorded is closed.
 func (q *Queries) Breakers(ctx context.Context, sender string) (map[string]BreakerState, error) {
-	rows, err := q.db.Query(ctx, `SELECT target, state, opened_at, updated_at, last_error FROM target_breakers WHERE sender = $1`, sender)
+	rows, err := q.db.Query(ctx, `SELECT target, state, opened_at, updated_at, last_error FROM target_breakers WHERE sender = $1`, sender) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("read breakers of %s: %w", sender, err)
 	}

@@ -414,3 +414,36 @@ func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time
 	}
 	return tag.RowsAffected(), nil
 }
+
+// findSQL probes one sender's key for a delivery ID (FindDelivery).
+const findSQL = `SELECT EXISTS (SELECT FROM processed_messages WHERE sender = $1 AND delivery_id = $2)`
+
+// FindDelivery returns those of senders (in their order) that hold a
+// delivery with the delivery ID id: one probe of each sender's key, all in
+// one round trip (every statement names its sender, as on Citus). It
+// returns none for an empty list of senders.
+func (q *Queries) FindDelivery(ctx context.Context, senders []string, id string) ([]string, error) {
+	if len(senders) == 0 {
+		return nil, nil
+	}
+	var b pgx.Batch
+	for _, s := range senders {
+		b.Queue(findSQL, s, id)
+	}
+	res := q.db.SendBatch(ctx, &b)
+	var found []string
+	for _, s := range senders {
+		var ok bool
+		if err := res.QueryRow().Scan(&ok); err != nil {
+			_ = res.Close()
+			return nil, fmt.Errorf("find delivery %s in %s: %w", id, s, err)
+		}
+		if ok {
+			found = append(found, s)
+		}
+	}
+	if err := res.Close(); err != nil {
+		return nil, fmt.Errorf("find delivery %s: %w", id, err)
+	}
+	return found, nil
+}

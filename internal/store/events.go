@@ -69,7 +69,7 @@ func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID
 	if len(ids) == 0 {
 		return types, nil
 	}
-	rows, err := q.db.Query(ctx, `SELECT id, event_type FROM webhook_events WHERE sender = $1 AND id = ANY($2::uuid[])`, sender, ids)
+	rows, err := q.db.Query(ctx, `SELECT id, event_type FROM webhook_events WHERE sender = $1 AND id = ANY($2::uuid[])`, sender, ids) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("event types of %s: %w", sender, err)
 	}
@@ -118,4 +118,27 @@ func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff 
 		return 0, fmt.Errorf("delete old events of %s: %w", sender, err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// eventSendersSQL lists the senders that have events, one index probe per
+// sender (a loose scan of webhook_events_pkey, which leads with sender),
+// not a scan of every event.
+const eventSendersSQL = `WITH RECURSIVE s(sender) AS (
+  SELECT min(sender) FROM webhook_events
+  UNION ALL
+  SELECT (SELECT min(sender) FROM webhook_events WHERE sender > s.sender) FROM s WHERE s.sender IS NOT NULL)
+SELECT sender FROM s WHERE sender IS NOT NULL`
+
+// EventSenders returns the names of the senders that have events,
+// configured or not, in order.
+func (q *Queries) EventSenders(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, eventSendersSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list senders with events: %w", err)
+	}
+	senders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list senders with events: %w", err)
+	}
+	return senders, nil
 }

@@ -236,7 +236,7 @@ func (q *Queries) CountForwards(ctx context.Context, sender string, delivered bo
 		states = append(states, StateDelivered)
 	}
 	out := map[string]Counts{}
-	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...))
+	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
 	}
@@ -504,6 +504,7 @@ func BacklogStates() []string {
 // (accepted, not yet relayed into River) and River's job state of the
 // unfinished ones (see BacklogStates); a state without any is absent.
 func (q *Queries) Backlog(ctx context.Context) (map[string]int64, error) {
+	//nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	rows, err := q.db.Query(ctx, `SELECT state::text, count(*) FROM river_job
 WHERE kind = '`+ForwardKind+`' AND state::text = ANY($1::text[])
 GROUP BY state
@@ -902,4 +903,80 @@ RETURNING id`, encoded, maxAttempts, queue)
 		return nil, fmt.Errorf("insert forward jobs: %w", err)
 	}
 	return ids, nil
+}
+
+// Current is the newest forward of an event to one target, as a
+// redelivery sees it.
+type Current struct {
+	// JobID is its newest job (0: none), in State after Attempt attempts;
+	// Queued: that job is a redelivery queued after an earlier forward (its
+	// args name the job it follows).
+	JobID   int64
+	State   rivertype.JobState
+	Attempt int
+	Queued  bool
+	// Outbox: the forward is still in the outbox; Leased: a fast path is
+	// attempting it now.
+	Outbox, Leased bool
+}
+
+// currentJobsSQL finds the newest job of sender $1's event $3 to each of the
+// targets $2, through hookgate's index on the forward jobs.
+const currentJobsSQL = `SELECT DISTINCT ON (args->>'target') args->>'target', id, state::text, attempt, args ? 'after'
+FROM river_job
+WHERE kind = '` + ForwardKind + `' AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
+ORDER BY args->>'target', id DESC`
+
+// CurrentForwards returns, for each of targets that has any, the newest
+// forward of sender's event to it: its job, or its outbox row.
+func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uuid.UUID, targets []string) (map[string]Current, error) {
+	out := map[string]Current{}
+	rows, err := q.db.Query(ctx, currentJobsSQL, sender, targets, eventID.String()) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	if err != nil {
+		return nil, fmt.Errorf("current forwards of event %s: %w", eventID, err)
+	}
+	var (
+		target, state string
+		c             Current
+	)
+	_, err = pgx.ForEachRow(rows, []any{&target, &c.JobID, &state, &c.Attempt, &c.Queued}, func() error {
+		c.State = rivertype.JobState(state)
+		out[target] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("current forwards of event %s: %w", eventID, err)
+	}
+	fwds, err := q.outboxOfEvent(ctx, sender, eventID)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range fwds {
+		c := out[f.Target]
+		c.Outbox, c.Leased = true, f.State == StateRunning
+		out[f.Target] = c
+	}
+	return out, nil
+}
+
+// earlierForwardSQL tells whether job $4, a forward of sender $1's event $3
+// to target $2 queued after the one under way, must still wait: while the
+// forward is in the outbox, or another of its jobs is unfinished that is
+// older or is not itself a queued redelivery (the job a relay or the fast
+// path inserted after it).
+const earlierForwardSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2)
+  OR EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = $3::text
+    AND n.id <> $4 AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
+    AND (n.id < $4 OR NOT n.args ? 'after'))`
+
+// EarlierForwardUnfinished reports whether the forward job jobID of
+// sender's event to target, queued after an earlier forward, must wait for
+// one that is not finished yet.
+func (q *Queries) EarlierForwardUnfinished(ctx context.Context, sender, target string, eventID uuid.UUID, jobID int64) (bool, error) {
+	var wait bool
+	if err := q.db.QueryRow(ctx, earlierForwardSQL, sender, target, eventID.String(), jobID).Scan(&wait); err != nil {
+		return false, fmt.Errorf("earlier forwards of event %s to %s: %w", eventID, target, err)
+	}
+	return wait, nil
 }

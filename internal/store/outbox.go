@@ -95,7 +95,7 @@ FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`, sender
 // outboxCounts counts the forwards of sender not yet relayed, by target
 // (forward_outbox's key leads with sender).
 func (q *Queries) outboxCounts(ctx context.Context, sender string) (map[string]int64, error) {
-	rows, err := q.db.Query(ctx, `SELECT target, count(*) FROM forward_outbox WHERE sender = $1 GROUP BY target`, sender)
+	rows, err := q.db.Query(ctx, `SELECT target, count(*) FROM forward_outbox WHERE sender = $1 GROUP BY target`, sender) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count outbox rows of %s: %w", sender, err)
 	}

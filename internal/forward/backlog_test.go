@@ -1,0 +1,55 @@
+package forward_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// TestBacklogCollectorDuringOutage: a scrape that cannot read the database
+// still reports the backlog (the last counts taken) and says it could not
+// count (hookgate_forward_backlog_up 0), so that the backlog alert does not
+// go to "no data" during an outage, and the outage alert fires.
+func TestBacklogCollectorDuringOutage(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
+SELECT 'acme', gen_random_uuid(), 't', 'd' || g, now() FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(forward.NewBacklogCollector(store.New(pool)))
+	want := func(when, up string) {
+		t.Helper()
+		expected := `# HELP hookgate_forward_backlog_up 1 when the last scrape counted the forward backlog in the database, 0 when it could not (hookgate_forward_backlog then repeats the last counts taken).
+# TYPE hookgate_forward_backlog_up gauge
+hookgate_forward_backlog_up ` + up + "\n"
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "hookgate_forward_backlog_up"); err != nil {
+			t.Errorf("%s: %v", when, err)
+		}
+		n, err := testutil.GatherAndCount(reg, "hookgate_forward_backlog")
+		if err != nil || n != 6 {
+			t.Errorf("%s: %d hookgate_forward_backlog series, %v; want 6 (one per state)", when, n, err)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "hookgate_forward_backlog" && m.GetLabel()[0].GetValue() == "outbox" && m.GetGauge().GetValue() != 3 {
+					t.Errorf("%s: outbox backlog %v; want 3", when, m.GetGauge().GetValue())
+				}
+			}
+		}
+	}
+	want("database up", "1")
+	pool.Close() // every query fails from here on, as in an outage
+	want("database unreachable", "0")
+}
