@@ -172,6 +172,21 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !strings.Contains(tip, "accepted 3, replayed 1, refused 2") {
 		t.Errorf("the bar of this minute is titled %q, want its counts", tip)
 	}
+	// The target's page draws the same forward charts, with the latency line.
+	do("target page",
+		chromedp.Navigate(e.url+"/console/senders/orders/targets/orders-svc/failed"),
+		chromedp.WaitVisible(chromedp.CSS(`div.charts[data-target=orders-svc] figure.chart`)),
+	)
+	target, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('div.charts[data-target=orders-svc] figure.chart')).map(f =>
+  f.dataset.span + ' bars=' + f.querySelectorAll('svg g.bucket').length + ' delivered=' + f.dataset.totalDelivered + ' failed=' + f.dataset.totalFailed +
+  ' latency=' + f.querySelectorAll('svg polyline.latency').length + ' ' + Array.from(f.querySelectorAll('svg g.bucket title')).map(t => t.textContent).filter(t => t.includes('delivered 2')).map(t => t.replace(/^.*UTC: /, '')).join('|'))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Mean latency of the bucket: (30 + 50 + 10000) ms / 3.
+	if got, want := strings.Join(target, "\n"), "hour bars=60 delivered=2 failed=1 latency=1 delivered 2, failed 1, mean latency 3360 ms\nday bars=24 delivered=2 failed=1 latency=1 delivered 2, failed 1, mean latency 3360 ms"; got != want {
+		t.Errorf("the target page's charts:\n%s\nwant\n%s", got, want)
+	}
 	do("find by ID",
 		chromedp.Navigate(e.url+"/console/senders/orders/deliveries"),
 		chromedp.WaitVisible(chromedp.CSS(`input[name=delivery_id]`)),

@@ -667,6 +667,7 @@ type failedView struct {
 	Breaker             store.BreakerState
 	Failed              []failedForward
 	Max                 int
+	Charts              []chart // forwards delivered and failed, and latency: last hour, last day
 }
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
@@ -702,12 +703,17 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
 		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
+	_, targetCharts, err := c.senderCharts(r.Context(), sender, c.opts.Now())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	msg := ""
 	if n, err := strconv.ParseInt(r.URL.Query().Get("matched"), 10, 64); err == nil && n >= 0 {
 		msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
 	}
 	c.render(w, r, http.StatusOK, "failed", page{Title: "Failed forwards to " + target, Message: msg,
-		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown}})
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown, Charts: targetCharts[target]}})
 }
 
 // bulkRedeliver redelivers every failed forward of a target that failed
