@@ -60,13 +60,13 @@ type TrafficBucket struct {
 // width (a whole number of minutes) from since to until, oldest first.
 // Only non-empty buckets are returned.
 func (q *Queries) Traffic(ctx context.Context, sender string, since, until time.Time, width time.Duration) ([]TrafficBucket, error) {
-	secs := int64(width / time.Second)
-	if secs < 60 {
-		secs = 60
+	width = width.Truncate(time.Minute)
+	if width < time.Minute {
+		width = time.Minute
 	}
-	rows, err := q.db.Query(ctx, `SELECT target, kind, to_timestamp(floor(extract(epoch FROM minute) / $4) * $4) AS bucket, sum(n)::bigint, sum(sum_ms)::bigint
+	rows, err := q.db.Query(ctx, `SELECT target, kind, date_bin($4::interval, minute, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS bucket, sum(n)::bigint, sum(sum_ms)::bigint
 FROM traffic_minutes WHERE sender = $1 AND minute >= $2 AND minute < $3
-GROUP BY target, kind, bucket ORDER BY bucket, target, kind`, sender, since, until, secs)
+GROUP BY target, kind, bucket ORDER BY bucket, target, kind`, sender, since, until, width)
 	if err != nil {
 		return nil, fmt.Errorf("read traffic of %s: %w", sender, err)
 	}
