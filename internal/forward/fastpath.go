@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -47,6 +48,13 @@ const (
 	// DefaultDispatchQueue is how many fast-path forwards may wait for a
 	// dispatch worker; more are left to the relay.
 	DefaultDispatchQueue = 1024
+	// DefaultDispatchBytes bounds the bytes of bodies the fast path holds
+	// (queued and in flight, a body counted once per target): past it,
+	// forwards are left to the relay, which reads them from the database.
+	// The ingest body budget no longer covers a body once its delivery is
+	// answered, so without it a burst of large bodies to slow targets would
+	// hold up to DefaultDispatchQueue bodies of max_body_bytes each.
+	DefaultDispatchBytes = 64 << 20
 	// recordMargin is the part of the lease kept for recording the outcome
 	// after the attempt's timeout (a third of a shorter lease).
 	recordMargin = 5 * time.Second
@@ -106,6 +114,10 @@ type Dispatcher struct {
 	lease   time.Duration
 	queue   chan fastJob
 	records chan store.FirstAttempt
+	// bytes are the body bytes of the queued and running forwards, at most
+	// maxBytes (DefaultDispatchBytes).
+	bytes    atomic.Int64
+	maxBytes int64
 	count   *prometheus.CounterVec
 
 	ctx    context.Context // of the attempts; cancelled by Close's deadline
@@ -139,7 +151,7 @@ func NewDispatcher(w *Worker, db *pgxpool.Pool, cfg *config.Config, lease time.D
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		w: w, gate: w.gate, db: db, log: log, lease: lease,
+		w: w, gate: w.gate, db: db, log: log, lease: lease, maxBytes: DefaultDispatchBytes,
 		queue: make(chan fastJob, queue), records: make(chan store.FirstAttempt, queue+workers),
 		ctx: ctx, cancel: cancel,
 		count: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -157,13 +169,14 @@ func NewDispatcher(w *Worker, db *pgxpool.Pool, cfg *config.Config, lease time.D
 	return d
 }
 
-// Lease returns the lease an ingest with forwards to n targets should
-// write on its outbox rows: none when the dispatcher's queue is full or it
+// Lease returns the lease an ingest with forwards to n targets and a body
+// of size bytes should write on its outbox rows: none when the
+// dispatcher's queue is full, its body bytes would pass their bound, or it
 // is closed (the relay then takes them at once).
-func (d *Dispatcher) Lease(n int) Lease {
+func (d *Dispatcher) Lease(n, size int) Lease {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	if d.closed || len(d.queue) >= cap(d.queue) {
+	if d.closed || len(d.queue) >= cap(d.queue) || d.bytes.Load()+int64(n)*int64(size) > d.maxBytes {
 		d.count.WithLabelValues("handed_over").Add(float64(n))
 		return Lease{}
 	}
@@ -190,9 +203,16 @@ func (d *Dispatcher) Dispatch(f *Fast) {
 			d.handOver(f, name)
 			continue
 		}
+		size := int64(len(f.Body))
+		if d.bytes.Add(size) > d.maxBytes {
+			d.bytes.Add(-size)
+			d.handOver(f, name)
+			continue
+		}
 		select {
 		case d.queue <- fastJob{f: f, target: t}:
 		default:
+			d.bytes.Add(-size)
 			d.handOver(f, name)
 		}
 	}
@@ -220,6 +240,7 @@ func (d *Dispatcher) work() {
 // attempt POSTs one forward and queues its outcome for recording.
 func (d *Dispatcher) attempt(j fastJob) {
 	f, t := j.f, j.target
+	defer d.bytes.Add(-int64(len(f.Body)))
 	// The attempt must end, and its outcome be recorded, before the lease
 	// does: after it, the relay may move the row into River.
 	left := time.Until(f.Lease.granted.Add(f.Lease.Duration)) - min(recordMargin, f.Lease.Duration/3)

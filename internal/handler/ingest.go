@@ -138,7 +138,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	defer cancel()
 	var lease forward.Lease
 	if s.fast != nil && len(targets) > 0 {
-		lease = s.fast.Lease(len(targets))
+		lease = s.fast.Lease(len(targets), len(body))
 	}
 	change := func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{

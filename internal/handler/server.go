@@ -85,7 +85,7 @@ func WithTraffic(rec *traffic.Recorder) Option { return func(s *Server) { s.traf
 // before the ingest transaction (a zero lease: none), Dispatch after its
 // COMMIT, with the same lease.
 type FastPath interface {
-	Lease(targets int) forward.Lease
+	Lease(targets, bodyBytes int) forward.Lease
 	Dispatch(f *forward.Fast)
 }
 
