@@ -118,7 +118,7 @@ type Dispatcher struct {
 	// maxBytes (DefaultDispatchBytes).
 	bytes    atomic.Int64
 	maxBytes int64
-	count   *prometheus.CounterVec
+	count    *prometheus.CounterVec
 
 	ctx    context.Context // of the attempts; cancelled by Close's deadline
 	cancel context.CancelFunc
