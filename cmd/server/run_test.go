@@ -21,10 +21,11 @@ import (
 
 // TestRunServesAndShutsDown runs the whole program in process: it listens on
 // a port of 127.0.0.1, accepts a delivery, replays its repeat, is ready, and
-// returns nil once its context is cancelled.
+// returns nil once its context is cancelled, having stored its traffic
+// counts for the console's charts (one accepted, one replayed).
 func TestRunServesAndShutsDown(t *testing.T) {
 	t.Parallel()
-	_, dsn := pgtest.NewDB(t)
+	pool, dsn := pgtest.NewDB(t)
 	srv := startRun(t, dsn)
 	c := newClient(t)
 	ctx := t.Context()
@@ -75,6 +76,14 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	}
 	if _, err := get(ctx, c, srv.base+"/healthz"); err == nil {
 		t.Error("the server still answers after run returned")
+	}
+	var counts string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(kind || '=' || n, ' ' ORDER BY kind), '') FROM (
+    SELECT kind, sum(n) AS n FROM traffic_minutes WHERE sender = 'acme' AND target = '' GROUP BY kind) AS k`).Scan(&counts); err != nil {
+		t.Fatal(err)
+	}
+	if counts != "accepted=1 replayed=1" {
+		t.Errorf("traffic counts stored at shutdown: %q, want accepted=1 replayed=1", counts)
 	}
 	t.Logf("event %s accepted and replayed", a.EventID)
 }
