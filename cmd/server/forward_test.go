@@ -474,6 +474,17 @@ func TestShutdownLetsRunningForwardFinish(t *testing.T) {
 	if state != "completed" || attempt != 1 {
 		t.Errorf("after shutdown the job is %s at attempt %d, want completed at attempt 1", state, attempt)
 	}
+	// The attempt is in the console's charts: one delivered, taking the
+	// target's second.
+	var kinds string
+	var sumMS int64
+	if err := pool.QueryRow(t.Context(), `SELECT coalesce(string_agg(kind || '=' || n, ' ' ORDER BY kind), ''), coalesce(sum(sum_ms), 0)::bigint
+FROM traffic_minutes WHERE target <> ''`).Scan(&kinds, &sumMS); err != nil {
+		t.Fatal(err)
+	}
+	if kinds != "delivered=1" || sumMS < 1000 {
+		t.Errorf("forward traffic stored: %q, %d ms; want delivered=1 taking at least 1000 ms", kinds, sumMS)
+	}
 }
 
 // TestShutdownRetriesForwardThatOutlastsGrace: a forward still running when
