@@ -13,57 +13,23 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/patterntest"
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
 // racers is how many deliveries of one key each race round runs at once.
-const racers = 50
-
-// bigPools lets one test at a time hold a pool of about racers connections,
-// so that parallel tests stay within the server's max_connections.
-var bigPools = make(chan struct{}, 1)
+const racers = patterntest.Racers
 
 // racePool returns a fresh database's pool able to hold racers connections at
 // once, with that many connections already open, so that released goroutines
-// do not spread out while dialling.
+// do not spread out while dialling: patterntest.RacePool, whose one
+// semaphore per test process also covers TestPattern's pools, so that
+// parallel tests stay within the server's max_connections.
 func racePool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := testCtx(t)
 	check, dsn := pgtest.NewDB(t)
-	check.Close() // the race pool below does all the work
-
-	select {
-	case bigPools <- struct{}{}:
-	case <-ctx.Done():
-		t.Fatal("waiting for another racing test to release its connections:", ctx.Err())
-	}
-	t.Cleanup(func() { <-bigPools }) // after pool.Close below: cleanups run last-in first-out
-
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = racers
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-
-	conns := make([]*pgxpool.Conn, racers)
-	errs := make([]error, racers)
-	var wg sync.WaitGroup
-	for i := range conns {
-		wg.Go(func() { conns[i], errs[i] = pool.Acquire(ctx) })
-	}
-	wg.Wait()
-	for i, c := range conns {
-		if errs[i] != nil {
-			t.Fatalf("open connection %d: %v", i, errs[i])
-		}
-		c.Release()
-	}
-	return pool
+	check.Close() // the race pool does all the work
+	return patterntest.RacePool(t, testCtx(t), dsn)
 }
 
 // runner is Store.Run's signature, so that the race harness can run the real
