@@ -45,7 +45,7 @@ FROM generate_series(1, 50000) AS i`); err != nil {
 			{"guarded change", guarded, "text, uuid[], text[]", "'s7', ARRAY[gen_random_uuid(), gen_random_uuid()], '{d7,x}'"},
 		} {
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-				plan := explain(t, pool, mode, tc.sql, tc.types, tc.args)
+				plan := pgtest.Explain(t, pool, mode, tc.sql, tc.types, tc.args)
 				if !strings.Contains(plan, "processed_messages_key") || strings.Contains(plan, "Seq Scan on processed_messages") || strings.Contains(plan, "Hash") {
 					t.Errorf("%s, %s table, %s: plan does not probe processed_messages_key row by row:\n%s", tc.name, size, mode, plan)
 				}

@@ -4,7 +4,6 @@ package store
 // own SQL.
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -254,7 +253,7 @@ FROM generate_series(1, 20000) AS i`); err != nil {
 		{"after cursor", listAfterSQL, "text, timestamptz, text, int", "'s7', now() - interval '1 hour', 'd3607', 51"},
 	} {
 		for _, mode := range planModes() {
-			plan := explain(t, pool, mode, tc.sql, tc.types, tc.args)
+			plan := pgtest.Explain(t, pool, mode, tc.sql, tc.types, tc.args)
 			if !strings.Contains(plan, "Index Scan using processed_messages_sender_created_idx") || strings.Contains(plan, "Sort") {
 				t.Errorf("%s, %s: plan does not read processed_messages_sender_created_idx in order:\n%s", tc.name, mode, plan)
 			}
@@ -288,44 +287,6 @@ func planModes() []string {
 		return []string{"force_custom_plan"}
 	}
 	return []string{"force_custom_plan", "force_generic_plan"}
-}
-
-func explain(t *testing.T, pool *pgxpool.Pool, mode, sql, types, args string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	pc, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A connection of its own, closed afterwards: the session settings and
-	// the prepared statement never reach the pool.
-	conn := pc.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx))
-	for _, stmt := range []string{
-		"SET plan_cache_mode = " + mode,
-		"PREPARE explained(" + types + ") AS " + sql,
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE explained("+args+")")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(line + "\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }
 
 // acceptTyped is accept with the delivery's event stored too, with the
@@ -495,7 +456,7 @@ SELECT sender, event_id, delivery_id, created_at, '{}', '', 'type.' || (hashtext
 		{"prefix, after cursor", prefixAfterSQL, "text, text, int, timestamptz, text", "'s3', 'type.1', 51, now() - interval '1 hour', 'd3603'"},
 	} {
 		for _, mode := range planModes() {
-			plan := explain(t, pool, mode, tc.sql, tc.types, tc.args)
+			plan := pgtest.Explain(t, pool, mode, tc.sql, tc.types, tc.args)
 			if !strings.Contains(plan, "webhook_events_sender_type_received_idx") || strings.Contains(plan, "Seq Scan") {
 				t.Errorf("%s, %s: plan does not read webhook_events_sender_type_received_idx:\n%s", tc.name, mode, plan)
 			}

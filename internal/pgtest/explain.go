@@ -1,0 +1,53 @@
+package pgtest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Explain returns PostgreSQL's plan of sql, prepared with the parameter
+// types types and executed with the literal arguments args, under
+// plan_cache_mode mode (force_custom_plan or force_generic_plan). It runs on
+// a connection taken out of pool and closed afterwards, so that the session
+// setting and the prepared statement never reach the pool. It fails the
+// test on any error.
+func Explain(t testing.TB, pool *pgxpool.Pool, mode, sql, types, args string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pc.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, stmt := range []string{
+		"SET plan_cache_mode = " + mode,
+		"PREPARE explained(" + types + ") AS " + sql,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE explained("+args+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
