@@ -1,9 +1,7 @@
 package console_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 )
@@ -16,15 +14,7 @@ func TestConsoleSearchInBrowser(t *testing.T) {
 	e := newEnv(t, newOptions())
 	e.ingestTyped("ord_2001", "order.created", "application/json", `{"order":2001}`)
 	e.ingestTyped("ord_2002", "order.paid", "application/json", `{"order":2002}`)
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("html")))
-			t.Fatalf("%s: %v; page: %.2000s", what, err, html)
-		}
-	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) { t.Helper(); browse(t, ctx, what, steps...) }
 	shown := func() string {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#delivery-id`)))

@@ -1,12 +1,10 @@
 package console_test
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 )
@@ -26,23 +24,8 @@ func TestConsoleSignOutAndDotIDsInBrowser(t *testing.T) {
 	c := e.client()
 	csrf := e.signIn(c)
 	cookie := c.Jar.Cookies(mustURL(t, e.url+"/console/"))[0]
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("html")))
-			t.Fatalf("%s: %v; page: %.2000s", what, err, html)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) { t.Helper(); browse(t, ctx, what, steps...) }
+	text := func(sel string) string { t.Helper(); return textOf(t, ctx, sel) }
 	// Both test servers are on 127.0.0.1: one cookie, for both.
 	do("copy the session into the browser",
 		chromedp.Navigate(e.url+"/console/login"),

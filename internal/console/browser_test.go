@@ -52,6 +52,28 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
+// browse runs steps in the browser ctx, bounded by 30s, and fails the
+// test with what it was doing and the page's HTML when they fail.
+func browse(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, steps...); err != nil {
+		html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("html")))
+		t.Fatalf("%s: %v; page: %.2000s", what, err, html)
+	}
+}
+
+// textOf returns the text of the element sel of the browser's page.
+func textOf(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return v
+}
+
 // The console in a real browser: sign in, find a delivery by its ID, open
 // it, see its failed forward, click Redeliver and see a forward pending
 // again; a body with a script shows as text and runs nothing; a POST
@@ -108,23 +130,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			return chromedp.Void{}, writeScreenshot(filepath.Join(shots, name), png)
 		}
 	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("html")))
-			t.Fatalf("%s: %v; page: %.2000s", what, err, html)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) { t.Helper(); browse(t, ctx, what, steps...) }
+	text := func(sel string) string { t.Helper(); return textOf(t, ctx, sel) }
 	title := func() string {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Title())
