@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -274,14 +273,15 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
-	// The first forward is held until a second one arrives at the same time:
-	// with one forward at a time per worker, that needs both workers.
-	var (
-		tg    *testkit.Target
-		first atomic.Bool
-	)
+	// Until two forwards have been in flight at once, every forward is held
+	// until a second one arrives: with one forward at a time per worker,
+	// that needs both workers. Holding every forward until then, not only
+	// the first, matters: a worker that sends its first forward late (a
+	// busy machine) would otherwise find the other worker done with all
+	// the rest, and its forward would wait for a partner that never comes.
+	var tg *testkit.Target
 	tg = testkit.NewTarget(t, func(_ int, r *http.Request) testkit.Answer {
-		if first.CompareAndSwap(false, true) && !tg.AwaitInFlight(r.Context(), 2) {
+		if _, most := tg.InFlight(); most < 2 && !tg.AwaitInFlight(r.Context(), 2) {
 			return testkit.Answer{Block: true} // the client gave up or the test ended first: no answer
 		}
 		return testkit.Answer{Status: http.StatusOK}

@@ -178,14 +178,17 @@ func (tg *Target) InFlight() (now, most int) {
 	return tg.inFlight, tg.maxIn
 }
 
-// AwaitInFlight waits until at least n requests are being answered at
-// once, and returns true; false when ctx ends or the test ends first.
+// AwaitInFlight waits until at least n requests have been answered at
+// once (now or at any time before), and returns true; false when ctx ends
+// or the test ends first. It looks at the most there have been, not at
+// how many there are now: a request that came and went while the caller
+// was not yet waiting, or was not scheduled in time, still counts.
 func (tg *Target) AwaitInFlight(ctx context.Context, n int) bool {
 	for {
 		tg.mu.Lock()
-		in, changed := tg.inFlight, tg.changed
+		most, changed := tg.maxIn, tg.changed
 		tg.mu.Unlock()
-		if in >= n {
+		if most >= n {
 			return true
 		}
 		select {

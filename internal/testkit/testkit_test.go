@@ -81,6 +81,49 @@ func TestTargetAwaitInFlight(t *testing.T) {
 	}
 }
 
+// TestTargetAwaitInFlightCountsWhatWasMissed: a request that was in flight
+// beside a held one, and has already been answered when the held one starts
+// to wait, still counts: the waiter is not left waiting for a partner that
+// came and went while it was not looking (a busy machine schedules waiters
+// late).
+func TestTargetAwaitInFlightCountsWhatWasMissed(t *testing.T) {
+	t.Parallel()
+	proceed := make(chan struct{})
+	var tg *testkit.Target
+	tg = testkit.NewTarget(t, func(_ int, r *http.Request) testkit.Answer {
+		if r.Header.Get("X-Role") != "held" {
+			return testkit.Answer{Status: http.StatusOK}
+		}
+		<-proceed
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if !tg.AwaitInFlight(ctx, 2) {
+			return testkit.Answer{Status: http.StatusGatewayTimeout}
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	})
+	status := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, tg.URL, nil)
+		req.Header.Set("X-Role", "held")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	testkit.Poll(t, 30*time.Second, "the held request to be in flight", func() bool { n, _ := tg.InFlight(); return n == 1 })
+	if got := post(t, tg.URL, "passer-by"); got != http.StatusOK {
+		t.Fatalf("the second request answered %d; want 200", got)
+	}
+	close(proceed) // only now does the held request start to wait
+	if got := <-status; got != http.StatusOK {
+		t.Errorf("the held request answered %d; want 200 (two requests were in flight at once before it waited)", got)
+	}
+}
+
 // TestPollReturnsOnceTrue: Poll returns as soon as its condition holds.
 func TestPollReturnsOnceTrue(t *testing.T) {
 	t.Parallel()
