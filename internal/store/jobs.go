@@ -987,8 +987,9 @@ func (q *Queries) EarlierForwardUnfinished(ctx context.Context, sender, target s
 // ForwardJobStates counts, by River job state, the forward jobs of the
 // deliveries whose ID starts with prefix.
 func (q *Queries) ForwardJobStates(ctx context.Context, prefix string) (map[rivertype.JobState]int64, error) {
+	//nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	rows, err := q.db.Query(ctx, `SELECT state::text, count(*) FROM river_job
-WHERE kind = '`+ForwardKind+`' AND starts_with(args->>'delivery_id', $1) GROUP BY 1`, prefix) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+WHERE kind = '`+ForwardKind+`' AND starts_with(args->>'delivery_id', $1) GROUP BY 1`, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("count forward jobs by state: %w", err)
 	}
