@@ -34,11 +34,11 @@ import (
 const (
 	DefaultMaxBatch    = 64
 	DefaultMaxInFlight = 2
-	// BatchLockWait is how long a batch's claim waits for a key another
-	// transaction holds before the batch gives up and its deliveries go the
-	// single path, where each waits the whole in-flight wait by itself.
-	BatchLockWait = 50 * time.Millisecond
 )
+
+// A batch's claim waits ingestsql.BatchLockWait for a key another
+// transaction holds before the batch gives up and its deliveries go the
+// single path, where each waits the whole in-flight wait by itself.
 
 // Option configures a Store.
 type Option func(*Store)
