@@ -2,8 +2,12 @@
 -- `hookgate migrate` created them (docs/distributed.md). The three tables
 -- the ingest transaction writes are colocated, so that a sender's key, its
 -- event and its outbox rows live on one shard group and a sender's batch
--- commits on one worker. River's tables, goose's version table and
--- target_breakers stay local tables of the coordinator.
+-- commits on one worker. River's tables, goose's version table,
+-- target_breakers and target_breaker_transitions (written in one
+-- transaction with target_breakers, a few rows per breaker transition) stay
+-- local tables of the coordinator, as does traffic_minutes. The console's
+-- closed-hour delivery counts are colocated with the deliveries they count.
 SELECT create_distributed_table('processed_messages', 'sender');
 SELECT create_distributed_table('webhook_events', 'sender', colocate_with => 'processed_messages');
 SELECT create_distributed_table('forward_outbox', 'sender', colocate_with => 'processed_messages');
+SELECT create_distributed_table('delivery_hour_counts', 'sender', colocate_with => 'processed_messages');
