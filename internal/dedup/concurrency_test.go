@@ -128,7 +128,7 @@ func TestRunConcurrentSameKey(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool := racePool(t)
-	store := newStore(t, pool, dedup.Config{InFlightWait: 30*time.Second}) // generous: nothing may time out under -race
+	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second}) // generous: nothing may time out under -race
 	for round := 1; round <= 5; round++ {
 		key := dedup.Key{Sender: "github", DeliveryID: fmt.Sprintf("race-%d", round)}
 		attempts := race(ctx, t, store.Run, key, samePayload)
@@ -205,7 +205,7 @@ func TestRunConcurrentMixedPayloads(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool := racePool(t)
-	store := newStore(t, pool, dedup.Config{InFlightWait: 30*time.Second})
+	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second})
 	key := dedup.Key{Sender: "github", DeliveryID: "mixed"}
 	payload := func(i int) string { return [...]string{"even", "odd"}[i%2] }
 	attempts := race(ctx, t, store.Run, key, payload)

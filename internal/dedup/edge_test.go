@@ -17,7 +17,7 @@ func TestRunSubMillisecondInFlightWaitStillTimesOut(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, dsn := pgtest.NewDB(t)
-	store := newStore(t, pool, dedup.Config{InFlightWait: 500*time.Microsecond})
+	store := newStore(t, pool, dedup.Config{InFlightWait: 500 * time.Microsecond})
 	key := dedup.Key{Sender: "github", DeliveryID: "sub-ms"}
 	holder := holdKey(t, ctx, dsn, newDelivery(t, key, "payload"))
 	defer func() { _ = holder.Rollback(context.Background()) }()
