@@ -37,10 +37,12 @@ FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
 	}
 	// The charts' counts of the same deliveries: two days of minutes (the
 	// retention), of every kind, as the processes' flushes leave them.
-	_, err = e.pool.Exec(ctx, `INSERT INTO traffic_minutes (sender, target, kind, minute, n, sum_ms)
-SELECT 'orders', k.target, k.kind, date_trunc('minute', now()) - m * interval '1 minute', 1000000 / 10080, 40 * (1000000 / 10080)
+	// The target's rows carry latency histograms.
+	_, err = e.pool.Exec(ctx, `INSERT INTO traffic_minutes (sender, target, kind, minute, n, sum_ms, latency_hist)
+SELECT 'orders', k.target, k.kind, date_trunc('minute', now()) - m * interval '1 minute', 1000000 / 10080, 40 * (1000000 / 10080),
+       CASE WHEN k.target <> '' THEN ARRAY(SELECT (i * 7 + m) % 13 FROM generate_series(1, $1::int) AS i)::bigint[] END
 FROM generate_series(0, 2879) AS m,
-     (VALUES ('', 'accepted'), ('', 'replayed'), ('', 'refused'), ('orders-svc', 'delivered'), ('orders-svc', 'failed')) AS k(target, kind)`)
+     (VALUES ('', 'accepted'), ('', 'replayed'), ('', 'refused'), ('orders-svc', 'delivered'), ('orders-svc', 'failed')) AS k(target, kind)`, store.LatencyBuckets)
 	if err != nil {
 		b.Fatal(err)
 	}
