@@ -81,7 +81,7 @@ func newEnv(t testing.TB, opts console.Options) *env {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rc, err := forward.NewClient(pool, cfg, forward.Options{}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	rc, err := forward.NewClient(pool, cfg, nil, forward.DefaultClientConfig(cfg), log)
 	if err != nil {
 		t.Fatal(err)
 	}
