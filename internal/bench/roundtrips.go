@@ -82,7 +82,12 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 
 	sender := "bench-roundtrips-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	targets := []string{"sink"}
-	store := dedup.New(pool, 0)
+	// The store without group commit, replay cache or shedding: each
+	// delivery's own pipeline is what is counted.
+	store, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	if err != nil {
+		return nil, err
+	}
 	deliver := func(id string, payload []byte, withTarget bool) (dedup.Result, error) {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		eventID, _ := uuid.NewV7()

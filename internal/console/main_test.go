@@ -101,7 +101,11 @@ func newEnvWith(t testing.TB, yaml string, opts console.Options, fopts forward.O
 		opts.River = rc
 	}
 	cons := console.New(cfg, q, log, opts)
-	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
 		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons), handler.WithTraffic(tr))
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)

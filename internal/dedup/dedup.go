@@ -177,7 +177,7 @@ type Store struct {
 	shed *shedder
 
 	// layout is whether the tables are distributed by sender (Citus): see
-	// WithDistributed; unknown until set or found by the first delivery.
+	// Config.Layout; unknown until set or found by the first delivery.
 	layout atomic.Int32
 
 	// The replay cache (cache.go): nil when off.
@@ -186,15 +186,16 @@ type Store struct {
 	now      func() time.Time
 }
 
-// MaxInFlightWait is the longest in-flight wait New accepts; longer ones are
-// cut to it.
+// MaxInFlightWait is the longest in-flight wait New accepts.
 const MaxInFlightWait = time.Hour
 
-// New returns a Store on pool. inFlightWait bounds how long a delivery waits
-// for a concurrent delivery of the same key: DefaultInFlightWait when zero or
-// negative, rounded up to whole milliseconds, at most MaxInFlightWait.
-func New(pool *pgxpool.Pool, inFlightWait time.Duration, opts ...Option) *Store {
-	s := newStore(pool, inFlightWait, opts)
+// New returns a Store on pool configured by cfg (DefaultConfig has hookgate
+// serve's defaults); an error naming the field when cfg is invalid.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	s, err := newStore(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
 	s.acquire = func(ctx context.Context) (*pgx.Conn, func(), error) {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
@@ -202,15 +203,15 @@ func New(pool *pgxpool.Pool, inFlightWait time.Duration, opts ...Option) *Store 
 		}
 		return c.Conn(), c.Release, nil
 	}
-	return s
+	return s, nil
 }
 
-func newStore(db Querier, inFlightWait time.Duration, opts []Option) *Store {
-	if inFlightWait <= 0 {
-		inFlightWait = DefaultInFlightWait
+// newStore returns a Store on db configured by cfg, without its acquire.
+func newStore(db Querier, cfg Config) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	inFlightWait = min(inFlightWait, MaxInFlightWait)
-	wait := (inFlightWait + time.Millisecond - 1) / time.Millisecond * time.Millisecond // never 0, which would mean "wait forever"
+	wait := (cfg.InFlightWait + time.Millisecond - 1) / time.Millisecond * time.Millisecond // never 0, which would mean "wait forever"
 	s := &Store{
 		db:               db,
 		setLockTimeout:   ingestsql.LockTimeout(wait),
@@ -218,10 +219,21 @@ func newStore(db Querier, inFlightWait time.Duration, opts []Option) *Store {
 		encoders:         sync.Pool{New: func() any { return &encoders{} }},
 		now:              time.Now,
 	}
-	for _, o := range opts {
-		o(s)
+	if b := cfg.Batching; b != nil {
+		s.maxBatch, s.maxInFlight, s.observeBatch = b.MaxBatch, b.MaxInFlight, b.Observe
 	}
-	return s
+	if r := cfg.ReplayCache; r != nil {
+		c, err := lru.New[Key, cached](r.Size)
+		if err != nil {
+			return nil, fmt.Errorf("dedup config: ReplayCache.Size %d: %w", r.Size, err)
+		}
+		s.cache, s.cacheTTL = c, r.TTL
+	}
+	if p := cfg.Shedding; p != nil {
+		s.shed = &shedder{policy: *p, now: time.Now}
+	}
+	s.layout.Store(int32(cfg.Layout))
+	return s, nil
 }
 
 // The statements of the pipeline that are not in package ingestsql (which
@@ -245,7 +257,7 @@ SELECT count(*) FROM gone`
 // delivery is recorded — or, when the connection was lost during COMMIT,
 // possibly everything, in which case a retry replays.
 //
-// With the replay cache on (WithReplayCache), a retry of a delivery this
+// With the replay cache on (Config.ReplayCache), a retry of a delivery this
 // store saw committed is answered from memory, as cache.go describes.
 //
 // A delivery of a key that a delivery in this process is running already
@@ -254,9 +266,9 @@ SELECT count(*) FROM gone`
 // when it was shed or met the key in flight elsewhere (ErrOverloaded,
 // ErrInFlight), or runs by itself if that one failed otherwise.
 //
-// With batching on (WithBatching), d may share its transaction with other
+// With batching on (Config.Batching), d may share its transaction with other
 // deliveries of its sender (see batch.go). With shedding on
-// (WithShedding), d may be refused with an *OverloadError (ErrOverloaded)
+// (Config.Shedding), d may be refused with an *OverloadError (ErrOverloaded)
 // before anything is sent to the database.
 func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
 	if res, hit, err := s.fromCache(d); hit {

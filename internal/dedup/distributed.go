@@ -27,7 +27,8 @@ func ClaimedJoin(deliveryID, eventID string) string {
 // Citus describes the database's Citus setup, as Inspect found it.
 type Citus struct {
 	// Distributed is true when processed_messages is a distributed table
-	// (Citus's create_distributed_table): run the store WithDistributed.
+	// (Citus's create_distributed_table): run the store with
+	// LayoutDistributed.
 	Distributed bool
 	// PropagateSetCommands is the session's citus.propagate_set_commands.
 	// Unless it is "local", SET LOCAL lock_timeout stays on the
@@ -64,13 +65,13 @@ func InspectCitus(ctx context.Context, db Querier) (Citus, error) {
 
 // The values of Store.layout.
 const (
-	layoutUnknown int32 = iota
-	layoutPlain
-	layoutDistributed
+	layoutUnknown     = int32(LayoutDetect)
+	layoutPlain       = int32(LayoutPlain)
+	layoutDistributed = int32(LayoutDistributed)
 )
 
 // detectLayout finds out, once, whether the tables are distributed, unless
-// WithDistributed said so.
+// Config.Layout said so.
 func (s *Store) detectLayout(ctx context.Context) error {
 	if s.layout.Load() != layoutUnknown {
 		return nil
