@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-
 	"github.com/hookgate/hookgate/internal/forward"
 	senderpkg "github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
