@@ -213,14 +213,29 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 	if s.ingestMaxWaiting != "" {
 		log.Warn("--ingest-max-waiting (HOOKGATE_INGEST_MAX_WAITING) is no longer used: deliveries are shed on queueing delay (--ingest-queue-target, --ingest-max-queue-wait)")
 	}
-	return dedup.New(db.pool, s.inFlightWait,
-		dedup.WithBatching(s.batchSize, s.batchesInFlight, func(n int) { batchSizes.Observe(float64(n)) }),
-		dedup.WithReplayCache(s.replayCache, dedup.DefaultReplayCacheTTL),
-		dedup.WithDistributed(citus.Distributed),
-		dedup.WithShedding(dedup.ShedPolicy{
-			Target: s.queueTarget, MaxWait: s.maxQueueWait,
-			Observe: func(d time.Duration) { queueWait.Observe(d.Seconds()) },
-		})), nil
+	return dedup.New(db.pool, ingestConfig(s, citus.Distributed, batchSizes, queueWait))
+}
+
+// ingestConfig is the ingest store's configuration from the settings:
+// group commit (a batch size of 1 is batches of one), the replay cache
+// (--replay-cache-size 0 is none), shedding on delay, and the statement
+// forms of the layout InspectCitus found.
+func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheus.Observer) dedup.Config {
+	cfg := dedup.Config{
+		InFlightWait: s.inFlightWait,
+		Batching: &dedup.Batching{MaxBatch: s.batchSize, MaxInFlight: s.batchesInFlight,
+			Observe: func(n int) { batchSizes.Observe(float64(n)) }},
+		Shedding: &dedup.ShedPolicy{Target: s.queueTarget, Interval: dedup.DefaultShedInterval, MaxWait: s.maxQueueWait,
+			Observe: func(d time.Duration) { queueWait.Observe(d.Seconds()) }},
+		Layout: dedup.LayoutPlain,
+	}
+	if s.replayCache > 0 {
+		cfg.ReplayCache = &dedup.ReplayCache{Size: s.replayCache, TTL: dedup.DefaultReplayCacheTTL}
+	}
+	if distributed {
+		cfg.Layout = dedup.LayoutDistributed
+	}
+	return cfg
 }
 
 // newAPI returns the HTTP server of ingest, the operator API, the console

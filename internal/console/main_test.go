@@ -91,7 +91,11 @@ func newEnv(t testing.TB, opts console.Options) *env {
 	}
 	cons := console.New(cfg, q, log, opts)
 	tr := traffic.New(q, log)
-	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
 		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons), handler.WithTraffic(tr))
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)

@@ -237,6 +237,8 @@ type targetView struct {
 	Breaker                            store.BreakerState
 	Pending, Running, Retrying, Failed int64
 	Charts                             []chart // forwards: last hour, last day
+	// P50 and P95 are the latency quantiles of the last hour's attempts.
+	P50, P95 latency
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -275,8 +277,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 					b = store.BreakerState{State: store.BreakerClosed}
 				}
 				n := byTarget[t.Name]
-				sv.Targets = append(sv.Targets, targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
-					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]})
+				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
+					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]}
+				if len(tv.Charts) > 0 {
+					tv.P50, tv.P95 = tv.Charts[0].P50, tv.Charts[0].P95
+				}
+				sv.Targets = append(sv.Targets, tv)
 			}
 		}
 		out = append(out, sv)

@@ -544,7 +544,10 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	sender, _ := e.cfg.Sender("acme")
-	store := dedup.New(e.pool, 5*time.Second)
+	store, err := dedup.New(e.pool, dedup.Config{InFlightWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	relay := e.newRelay(0)
 
 	newDelivery := func(id string) dedup.Delivery {

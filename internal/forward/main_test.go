@@ -136,7 +136,11 @@ func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fast
 	if opts.Work {
 		e.start()
 	}
-	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil },
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil },
 		prometheus.NewRegistry(), log, hopts...)
 	e.gateway = httptest.NewServer(h.Router())
 	t.Cleanup(e.gateway.Close)

@@ -142,7 +142,11 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if o.limiter != nil {
 		opts = append(opts, handler.WithAuthLimiter(o.limiter))
 	}
-	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
 	router := h.Router()
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
