@@ -167,6 +167,9 @@ func TestHandshakesLeaveNoTrace(t *testing.T) {
 		} {
 			r := get(tc.sender, tc.q)
 			p := wantProblem(t, r, tc.status, tc.slug)
+			if tc.status == http.StatusMethodNotAllowed && r.header.Get("Allow") != http.MethodPost {
+				t.Errorf("%s: 405 with Allow %q, want POST", tc.sender, r.header.Get("Allow"))
+			}
 			if leak := containsAny(string(r.body), append(leaks, "1158201444")...); leak != "" {
 				t.Errorf("%s %v: the answer shows %q: %s", tc.sender, tc.q, leak, p.Detail)
 			}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha1" //nolint:gosec // Twilio signs with HMAC-SHA1
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailgun/mailgun-go/v4"
 	twilioclient "github.com/twilio/twilio-go/client"
 
 	"github.com/hookgate/hookgate/internal/signature"
@@ -361,4 +363,95 @@ func FuzzParseMailgunSignature(f *testing.F) {
 			t.Fatalf("%q: a stale timestamp passes", body)
 		}
 	})
+}
+
+// FuzzProviderHeaders feeds arbitrary header values to the verifiers of
+// Zoom, Twitch, Discord, HubSpot, Square and Airtable: none panics, every
+// error wraps exactly one sentinel and shows no secret, and a value that
+// is not the MAC (or signature) of the request never passes.
+func FuzzProviderHeaders(f *testing.F) {
+	f.Add("v0=00", "1795993200", "msg-1", []byte(`{}`))
+	f.Add("sha256="+strings.Repeat("0", 64), "2026-12-01T08:00:00.123456789Z", "id", []byte(`x`))
+	f.Add(strings.Repeat("ab", 64), "1795993200123", "", []byte(``))
+	f.Add("hmac-sha256="+strings.Repeat("f", 64), "", "", []byte(`[]`))
+	key := []byte("fuzz-provider-key")
+	pub := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)).Public().(ed25519.PublicKey)
+	base64Key, err := signature.DecodeSecret(signature.SchemeHMACBase64Key, b64(key))
+	if err != nil {
+		f.Fatal(err)
+	}
+	airtable, err := signature.New(signature.SchemeHMACBase64Key, signature.Params{Header: signature.HeaderAirtableSignature,
+		Encoding: signature.EncodingHex, Prefix: "hmac-sha256="}, [][]byte{base64Key})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, sig, ts, id string, body []byte) {
+		now := time.Unix(1795993200, 0)
+		for name, tc := range map[string]struct {
+			v              signature.Verifier
+			sigH, tsH, idH string
+		}{
+			"zoom":     {signature.Zoom([][]byte{key}, 0), signature.HeaderZoomSignature, signature.HeaderZoomTimestamp, ""},
+			"twitch":   {signature.Twitch([][]byte{key}, 0), signature.HeaderTwitchSignature, signature.HeaderTwitchTimestamp, signature.HeaderTwitchID},
+			"discord":  {signature.Ed25519([]ed25519.PublicKey{pub}, 0), signature.HeaderDiscordSignature, signature.HeaderDiscordTimestamp, ""},
+			"hubspot":  {signature.HubSpotV3([][]byte{key}, 0), signature.HeaderHubSpotV3, signature.HeaderHubSpotTimestmp, ""},
+			"square":   {signature.Square([][]byte{key}), signature.HeaderSquare, "", ""},
+			"airtable": {airtable, signature.HeaderAirtableSignature, "", ""},
+		} {
+			h := http.Header{}
+			h.Set(tc.sigH, sig)
+			if tc.tsH != "" {
+				h.Set(tc.tsH, ts)
+			}
+			if tc.idH != "" {
+				h.Set(tc.idH, id)
+			}
+			var err error
+			if rv, ok := tc.v.(signature.RequestVerifier); ok {
+				err = rv.VerifyRequest(signature.Request{Method: http.MethodPost, URL: "https://h.example/x"}, h, body, now)
+			} else {
+				err = tc.v.Verify(h, body, now)
+			}
+			classify(t, err, [][]byte{key, base64Key})
+			if err == nil {
+				t.Fatalf("%s: arbitrary headers %q %q %q pass", name, sig, ts, id)
+			}
+		}
+	})
+}
+
+// Mailgun's Go library (mailgun-go's MailgunImpl.VerifyWebhookSignature)
+// and package signature agree on a webhook body signed here as Mailgun's
+// page prescribes, and both refuse it with another token.
+func TestMailgunAgreesWithMailgunGo(t *testing.T) {
+	t.Parallel()
+	const key = "mg-webhook-signing-key-7d"
+	mg := mailgun.NewMailgun("example.com", "not-an-api-key")
+	mg.SetWebhookSigningKey(key)
+	ours := signature.Mailgun([][]byte{[]byte(key)}, 0)
+	now := time.Now()
+	ts := strconv.FormatInt(now.Unix(), 10)
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write([]byte(ts + "tok-42"))
+	body := []byte(`{"signature":{"timestamp":"` + ts + `","token":"tok-42","signature":"` + hex.EncodeToString(m.Sum(nil)) +
+		`"},"event-data":{"id":"evt-42","event":"delivered"}}`)
+	for _, tc := range []struct {
+		body []byte
+		ok   bool
+	}{
+		{body, true},
+		{[]byte(strings.Replace(string(body), "tok-42", "tok-43", 1)), false},
+	} {
+		var payload mailgun.WebhookPayload
+		if err := json.Unmarshal(tc.body, &payload); err != nil {
+			t.Fatal(err)
+		}
+		libOK, err := mg.VerifyWebhookSignature(payload.Signature)
+		if err != nil || libOK != tc.ok {
+			t.Errorf("mailgun-go: %v, %v; want %v", libOK, err, tc.ok)
+		}
+		if err := ours.Verify(http.Header{"Content-Type": {"application/json"}}, tc.body, now); (err == nil) != tc.ok {
+			t.Errorf("package signature: %v; want ok %v", err, tc.ok)
+		}
+	}
 }
