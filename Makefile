@@ -34,7 +34,7 @@ redeliver:
 test:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
 
-## test-fast: the fast tier: go test -short against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (they skip themselves under -short, saying why)
+## test-fast: the fast tier: go test -short against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (testkit.Slow skips them under -short, saying why)
 test-fast:
 	@PKGS='$(PKGS)' GOTESTFLAGS='-short $(GOTESTFLAGS)' .ci/test.sh
 

@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // screenshotsEnv names the directory the browser test writes its
@@ -23,9 +24,11 @@ const screenshotsEnv = "HOOKGATE_SCREENSHOTS_DIR"
 
 // browser starts Debian's headless chromium with a fresh profile and
 // returns a chromedp context on it, closed when the test ends. It skips
-// the test, saying so, when chromium is not installed.
+// the test, saying so, when chromium is not installed, and under -short
+// (a browser suite is not in the fast tier).
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	testkit.Slow(t, "drives a real browser")
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Skip("SKIPPED: Debian's chromium is not installed, so the console is not tested in a browser; install it with apt-get install chromium (.ci/run does, as root)")
@@ -80,9 +83,6 @@ func textOf(t *testing.T, ctx context.Context, sel string) string {
 // without the CSRF token is refused. With HOOKGATE_SCREENSHOTS_DIR set it
 // writes console-overview.png and console-delivery.png there.
 func TestConsoleInBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives a real browser: not in the fast tier (-short)")
-	}
 	t.Parallel()
 	ctx := browser(t)
 	e := newEnv(t, newOptions())

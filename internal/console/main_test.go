@@ -75,22 +75,32 @@ type env struct {
 
 func newEnv(t testing.TB, opts console.Options) *env {
 	t.Helper()
+	return newEnvWith(t, sendersYAML, opts, forward.Options{})
+}
+
+// newEnvWith is newEnv with the senders of yaml and a River client made
+// with fopts; with fopts.Work it works forwards (and the test starts it:
+// startWorking), counting their attempts in the charts' recorder.
+func newEnvWith(t testing.TB, yaml string, opts console.Options, fopts forward.Options) *env {
+	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	cfg, err := config.Parse([]byte(sendersYAML), func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rc, err := forward.NewClient(pool, cfg, forward.Options{}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	q := store.New(pool)
+	tr := traffic.New(q, log)
+	m := forward.NewMetrics(prometheus.NewRegistry())
+	m.CountTraffic(tr)
+	rc, err := forward.NewClient(pool, cfg, fopts, m, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := store.New(pool)
 	if opts.River == nil {
 		opts.River = rc
 	}
 	cons := console.New(cfg, q, log, opts)
-	tr := traffic.New(q, log)
 	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

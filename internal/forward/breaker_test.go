@@ -22,6 +22,7 @@ import (
 // every forward is delivered, with attempts far below max_attempts. The
 // breaker's state is recorded for the operator API.
 func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
+	testkit.Slow(t, "a target outage longer than the forwards' attempts")
 	t.Parallel()
 	var up atomic.Bool
 	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
@@ -236,6 +237,7 @@ func TestFlakyTargetGetsEveryEvent(t *testing.T) {
 // apart, and the breaker wakes the waiting forwards when it closes), without
 // the outage using up their attempts.
 func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
+	testkit.Slow(t, "a long target outage (about 30 s)")
 	t.Parallel()
 	var up atomic.Bool
 	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
