@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -54,7 +56,8 @@ func (e *env) startWorking() {
 // probes has failed, then 200, and the breaker closes. The page draws the
 // breaker's timeline (closed, open, closed again, with a mark where it
 // opened and where it closed), lists the transitions with their reasons,
-// newest first, and draws the target's latency from the attempts.
+// newest first, and draws the target's latency from the attempts. With
+// HOOKGATE_SCREENSHOTS_DIR set it writes console-target.png there.
 func TestConsoleBreakerHistoryInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives a real browser and a real worker: not in the fast tier (-short)")
@@ -122,6 +125,15 @@ senders:
 		chromedp.Navigate(e.url+"/console/senders/orders/targets/orders-svc/failed"),
 		chromedp.WaitVisible(chromedp.CSS(`div.timelines figure.timeline`)),
 	)
+	if dir := os.Getenv(screenshotsEnv); dir != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := writeScreenshot(filepath.Join(dir, "console-target.png"), png); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The timelines: segments in time order with their states, and the
 	// marks of the opening and the closing.
 	timelines, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('div.timelines[data-target=orders-svc] figure.timeline')).map(f =>

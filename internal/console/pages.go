@@ -49,6 +49,7 @@ var funcs = template.FuncMap{
 	"path": url.PathEscape,
 	// delivery is the address of a delivery's page (deliveryURL).
 	"delivery": deliveryURL,
+	"add":      func(a, b float64) float64 { return a + b },
 }
 
 // parsePages parses each page template with the layout.
