@@ -71,16 +71,22 @@ DATABASE_URL=$citus_url "$bin/hookgate" migrate >/dev/null
 # rate RUNLOG: the first deliveries/s the run printed.
 rate() { sed -nE 's/^ *first delivery: gateway +([0-9]+) .*/\1/p' "$1" | head -1; }
 
+flags=(-skip-forward -skip-replay -skip-pgbench -d 5s -server-arg=--role=api)
 out=$(mktemp -d)
-echo "bench-citus: $(psql "$CITUS_URL" -Atc 'SELECT citus_version()' | cut -d' ' -f1,2), $ROUNDS rounds, $SHARDS shards, benchmark flags: -skip-forward -skip-replay -skip-pgbench -d 5s $*"
+echo "bench-citus: $(psql "$CITUS_URL" -Atc 'SELECT citus_version()' | cut -d' ' -f1,2), $ROUNDS rounds, $SHARDS shards, benchmark flags: ${flags[*]} $*"
 echo "bench-citus: load before: $(uptime | sed 's/.*load average: //')"
 declare -a plain citus
 for i in $(seq "$ROUNDS"); do
-	HOOKGATE_BENCH_DATABASE_URL=$plain_url "$bin/bench" -skip-forward -skip-replay -skip-pgbench -d 5s "$@" >"$out/plain$i" 2>&1 || true
-	HOOKGATE_BENCH_DATABASE_URL=$citus_url "$bin/bench" -skip-forward -skip-replay -skip-pgbench -d 5s "$@" >"$out/citus$i" 2>&1 || true
+	HOOKGATE_BENCH_DATABASE_URL=$plain_url "$bin/bench" "${flags[@]}" "$@" >"$out/plain$i" 2>&1 || true
+	HOOKGATE_BENCH_DATABASE_URL=$citus_url "$bin/bench" "${flags[@]}" "$@" >"$out/citus$i" 2>&1 || true
 	plain+=("$(rate "$out/plain$i")")
 	citus+=("$(rate "$out/citus$i")")
 	echo "round $i: PostgreSQL ${plain[-1]:-?}/s, Citus ${citus[-1]:-?}/s (load $(uptime | sed 's/.*load average: //'))"
+	for side in plain citus; do
+		# The phase's CPU use and batches (the bench counts the coordinator
+		# alone as postgres; the workers are among the other processes).
+		sed -nE '/^first delivery: gateway/,/batches:/{s/^ +server RSS[^;]*; (CPU cores: .*)/  '"$side"' \1/p; s/^ +((CPU per delivery|batches): .*)/  '"$side"' \1/p}' "$out/$side$i"
+	done
 	[[ -n ${plain[-1]} && -n ${citus[-1]} ]] || { echo "bench-citus: a run printed no rate; its output:" >&2; cat "$out/plain$i" "$out/citus$i" >&2; exit 1; }
 done
 echo "bench-citus: 2PC rows in pg_dist_transaction after the runs: $(psql "$citus_url" -Atc 'SELECT count(*) FROM pg_dist_transaction')"
