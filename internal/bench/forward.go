@@ -278,14 +278,16 @@ func (db *benchDB) countEvents(ctx context.Context, tag string) (int, error) {
 }
 
 // forwardJobs returns the number of forwards of the events with tag (outbox
-// rows not yet relayed and jobs), how many are still waiting (outbox or
-// available), and the count by state.
+// rows not yet relayed, jobs, and the fast path's delivered forwards), how
+// many are still waiting (outbox or available), and the count by state.
 func (db *benchDB) forwardJobs(ctx context.Context, tag string) (total, available int, states string, err error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	rows, err := db.conn.Query(ctx, `SELECT * FROM (
   SELECT state::text, count(*) FROM river_job
   WHERE kind = 'hookgate_forward' AND args->>'delivery_id' LIKE $1 GROUP BY 1
+  UNION ALL
+  SELECT 'completed (fast path)', count(*) FROM forward_delivered WHERE sender = 'bench' AND delivery_id LIKE $1 HAVING count(*) > 0
   UNION ALL
   SELECT 'outbox', count(*) FROM forward_outbox WHERE sender = 'bench' AND delivery_id LIKE $1 HAVING count(*) > 0) s
 ORDER BY 2 DESC`, tag+"-%")
