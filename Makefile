@@ -34,15 +34,17 @@ redeliver:
 test:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
 
-## test-fast: the fast tier: go test -short against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (they skip themselves under -short, saying why)
+## test-fast: the fast tier: go test -short against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (testkit.Slow skips them under -short, saying why)
 test-fast:
 	@PKGS='$(PKGS)' GOTESTFLAGS='-short $(GOTESTFLAGS)' .ci/test.sh
 
 ## test-citus: run the pattern's tests (dedup, store, handler, forward) on a running Citus cluster:
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
+##   CITUS_SERVER_TESTS: cmd/server's tests of real gateway processes run there too ('' for none)
 CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/handler/... ./internal/forward/... ./internal/retention/...
+CITUS_SERVER_TESTS ?= TestCopiesThroughTwoProcesses
 test-citus:
-	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-citus.sh
+	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' SERVER_TESTS='$(CITUS_SERVER_TESTS)' .ci/test-citus.sh
 
 ## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
 bench:
@@ -52,10 +54,10 @@ bench:
 bench-console:
 	@.ci/bench-console.sh
 
-## screenshots: run the console's browser test, rewriting docs/console-overview.png and docs/console-delivery.png when a page looks different (more than 1% of its pixels: not just times and IDs)
+## screenshots: run the console's browser tests, rewriting docs/console-overview.png, docs/console-delivery.png and docs/console-target.png when a page looks different (more than 1% of its pixels: not just times and IDs)
 screenshots:
 	@mkdir -p docs
-	@PKGS=./internal/console/ GOTESTFLAGS='-run ^TestConsoleInBrowser$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh
+	@PKGS=./internal/console/ GOTESTFLAGS='-run ^(TestConsoleInBrowser|TestConsoleBreakerHistoryInBrowser)$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh
 
 ## generate: regenerate api/ from openapi.yaml
 generate:

@@ -5,7 +5,8 @@
 # extension and the workers added (citus_add_node). Each test creates its own
 # database on the coordinator and on every worker, distributes hookgate's
 # tables by sender there (migrations/citus/distribute.sql) and drops it
-# afterwards (internal/pgtest). PKGS and GOTESTFLAGS as for test.sh.
+# afterwards (internal/pgtest). PKGS and GOTESTFLAGS as for test.sh;
+# SERVER_TESTS names cmd/server's tests (real gateway processes) to run too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,13 @@ trap 'rm -f "$out"' EXIT
 rc=0
 # shellcheck disable=SC2086 # GOTESTFLAGS and PKGS are word lists
 go test -race -count=1 -timeout 30m -v ${GOTESTFLAGS:-} ${PKGS} >"$out" 2>&1 || rc=$?
+# The tests of real gateway processes that run on Citus too (SERVER_TESTS,
+# a |-separated list of cmd/server's test names; empty: none).
+if [[ -n ${SERVER_TESTS:-} ]]; then
+	go test -race -count=1 -timeout 20m -v -run "^(${SERVER_TESTS})\$" ./cmd/server/ >>"$out" 2>&1 || rc=$?
+fi
+# CITUS_TEST_LOG, when set, keeps go test's whole -v output there.
+if [[ -n ${CITUS_TEST_LOG:-} ]]; then cp "$out" "$CITUS_TEST_LOG"; fi
 # The verdicts, each skip with its reason, every failure, and the tests' log
 # lines (a parallel test's log comes before its verdict).
 awk '
@@ -30,7 +38,7 @@ awk '
 	/^ *--- SKIP/ { skip++; print; getline; print; next }
 	/^ *--- FAIL/ { fail++; infail = 1; print; next }
 	/^(ok|FAIL|PASS)/ { print; infail = 0; next }
-	/_test\.go:[0-9]+:/ { print; next }
+	/^ +[A-Za-z0-9_.]+\.go:[0-9]+:/ { print; next }
 	infail || /panic|DATA RACE/ { print }
 	END { printf "test-citus: %d passed, %d skipped, %d failed\n", pass, skip, fail }
 ' "$out"

@@ -10,6 +10,13 @@ source .ci/tmp-pg.sh
 PG_FAST=1 tmp_pg_start
 export HOOKGATE_TEST_DATABASE_URL=$TMP_PG_URL
 export HOOKGATE_PG_BINDIR=$PG_BINDIR
+# One migrated template for every test process of this run (internal/pgtest),
+# on this run's new server.
+export HOOKGATE_TEST_TEMPLATE=hgtpl_shared
+# The race detector sleeps 1 s when a test binary exits, to let other threads
+# report; the tests have none left by then (goleak checks it), and every
+# package paid the second.
+export GORACE=${GORACE:-atexit_sleep_ms=0}
 
 # shellcheck disable=SC2086 # GOTESTFLAGS and PKGS are word lists
 go test -race -count=1 -timeout 15m ${GOTESTFLAGS:-} ${PKGS:-./...}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/consumer"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // The child process of TestKilledUnderLoad is this test binary, started
@@ -133,9 +134,7 @@ func (c *child) kill() {
 // retry each until it gets a 2xx (as hookgate does). In the end every
 // message has been answered 2xx and has one row of its state change, never two.
 func TestKilledUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kills a process under load: not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "kills a process under load")
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, dsn := newDB(t)

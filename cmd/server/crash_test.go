@@ -22,9 +22,7 @@ import (
 // the forward target, with one forward job each and nothing left in the
 // outbox.
 func TestSIGKILLMidLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kills the server under load: not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "kills the server under load")
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
@@ -158,9 +156,7 @@ func TestSIGKILLMidLoad(t *testing.T) {
 // exactly one forward job, and the outbox ends empty: whatever relay
 // transaction the kill cut short lost nothing.
 func TestWorkerSIGKILLWhileRelaying(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kills a worker process: not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "kills a worker process")
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)

@@ -111,6 +111,7 @@ func (st *stallTarget) received() (all, answered map[string]int, keys map[string
 // the one already answered 2xx is the only kind repeated, with the same
 // Idempotency-Key.
 func TestFastPathSIGKILL(t *testing.T) {
+	testkit.Slow(t, "kills the server with fast-path forwards in flight")
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)

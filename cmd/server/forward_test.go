@@ -190,9 +190,7 @@ func deliverAll(t *testing.T, c *http.Client, base string, ids []string) []strin
 // 2xx: the outbox lost nothing. The jobs that were running at the kill are
 // only picked up again by River's rescuer, after --forward-rescue-after.
 func TestForwardsSurviveSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kills the server with forwards in flight: not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "kills the server with forwards in flight")
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)

@@ -23,9 +23,7 @@ import (
 // /readyz is 200 again, every delivery gets its 2xx, and each was accepted
 // exactly once.
 func TestDatabaseOutageMidLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stops PostgreSQL under load (an outage): not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "stops PostgreSQL under load (an outage)")
 	t.Parallel()
 	cluster := pgtest.StartCluster(t)
 	srv := startRun(t, cluster.URL()) // serve applies the migrations

@@ -112,6 +112,7 @@ func postTo(t *testing.T, base, id string, body []byte) *http.Request {
 // accepted, 199 are replays (the copies wait for the first, none is shed),
 // and the server's peak RSS grows by less than 250 MB.
 func TestStormSameKeyBigBodies(t *testing.T) {
+	testkit.Slow(t, "a retry storm against the real binary (load)")
 	t.Parallel()
 	c := stormClient(t)
 	base, p := startStormBinary(t, c)
@@ -148,6 +149,7 @@ func TestStormSameKeyBigBodies(t *testing.T) {
 // 1,000 distinct deliveries released at once: the database drains them in
 // about a second, so none is shed: 1,000 × 202.
 func TestStormDistinctBurst(t *testing.T) {
+	testkit.Slow(t, "a retry storm against the real binary (load)")
 	t.Parallel()
 	c := stormClient(t)
 	base, _ := startStormBinary(t, c)
@@ -172,6 +174,7 @@ func TestStormDistinctBurst(t *testing.T) {
 // peak RSS grows by less than 250 MB, and once the connections close the
 // budget is whole again.
 func TestStormHeldBodies(t *testing.T) {
+	testkit.Slow(t, "a retry storm against the real binary (load)")
 	t.Parallel()
 	c := stormClient(t)
 	base, p := startStormBinary(t, c)

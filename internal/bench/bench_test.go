@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/ingestsql"
 	"github.com/hookgate/hookgate/internal/sender"
 )
 
@@ -113,7 +113,7 @@ func TestScriptsBindEveryParameter(t *testing.T) {
 		if strings.Contains(s, "$") {
 			t.Errorf("%s: unbound placeholder in\n%s", m.name, s)
 		}
-		for _, want := range []string{"\\startpipeline\nBEGIN;\n" + lockTimeoutSQL + ";\n" + dedup.GenericPlansSQL + ";\nINSERT INTO processed_messages",
+		for _, want := range []string{"\\startpipeline\nBEGIN;\n" + lockTimeoutSQL + ";\n" + ingestsql.GenericPlans + ";\nINSERT INTO processed_messages",
 			"SELECT :sender::text, d.* FROM unnest(ARRAY[:did]::text[], ARRAY[:sha]::bytea[], ARRAY[md5(:did::text)::uuid]::uuid[], ARRAY[:status]::int2[], ARRAY[:ctype]::text[], ARRAY[:resp]::bytea[], ARRAY[:ts]::timestamptz[], ARRAY[:exp]::timestamptz[]) AS d\nON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING;\n",
 			"SELECT k.sender, e.* FROM unnest(ARRAY[md5(:did::text)::uuid]::uuid[], ARRAY[:did]::text[],",
 			"k.sender = :sender AND k.delivery_id = e.delivery_id AND k.event_id = e.id OFFSET 0) AS k;\n",

@@ -17,11 +17,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/ingestsql"
 )
 
-// The SQL the gateway runs per delivery, taken from internal/dedup,
-// internal/events and internal/forward themselves. Every outcome is one
+// The SQL the gateway runs per delivery, taken from the texts that
+// internal/dedup, internal/events and internal/forward send (package
+// ingestsql holds them for all of them and for this benchmark). Every outcome is one
 // pipeline: BEGIN, the lock timeout, the claim (ON CONFLICT DO NOTHING on the
 // key), the event insert and, for a sender with targets, the outbox insert
 // (both guarded by the claim), the read of the row that holds each key
@@ -29,10 +30,10 @@ import (
 // statements. (internal/dedup's DELETE of an expired key runs only after a
 // conflict whose stored row has expired, which the benchmark never causes.)
 var (
-	lockTimeoutSQL = dedup.LockTimeoutSQL(dedup.DefaultInFlightWait)
-	claimSQL       = dedup.ClaimSQL
-	insertEventSQL = events.InsertSQL
-	storedSQL      = dedup.StoredSQL
+	lockTimeoutSQL = ingestsql.LockTimeout(dedup.DefaultInFlightWait)
+	claimSQL       = ingestsql.Claim
+	insertEventSQL = ingestsql.EventInsert
+	storedSQL      = ingestsql.Stored
 )
 
 // The statements a first delivery and a replay run, and the transaction
@@ -42,7 +43,7 @@ var (
 	replaySQL = firstSQL
 	// txSQL are seen too: the transaction's control statements, and the
 	// lock timeouts of the single path and of batches.
-	txSQL = []string{"BEGIN", "COMMIT", "commit", lockTimeoutSQL, dedup.LockTimeoutSQL(dedup.BatchLockWait), dedup.GenericPlansSQL}
+	txSQL = []string{"BEGIN", "COMMIT", "commit", lockTimeoutSQL, ingestsql.LockTimeout(ingestsql.BatchLockWait), ingestsql.GenericPlans}
 )
 
 // benchDB is the benchmark's own connection to the database under test.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // forwardConfig is the hookgate.yaml of the forwarding phases: the bench
@@ -278,38 +283,40 @@ func (db *benchDB) countEvents(ctx context.Context, tag string) (int, error) {
 }
 
 // forwardJobs returns the number of forwards of the events with tag (outbox
-// rows not yet relayed, jobs, and the fast path's delivered forwards), how
-// many are still waiting (outbox or available), and the count by state.
+// rows not yet relayed, jobs and the fast path's delivered forwards), how many are still waiting (outbox or
+// available), and the count by state. It reads them through internal/store
+// (whose jobs.go alone names river_job's columns).
 func (db *benchDB) forwardJobs(ctx context.Context, tag string) (total, available int, states string, err error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	rows, err := db.conn.Query(ctx, `SELECT * FROM (
-  SELECT state::text, count(*) FROM river_job
-  WHERE kind = 'hookgate_forward' AND args->>'delivery_id' LIKE $1 GROUP BY 1
-  UNION ALL
-  SELECT 'completed (fast path)', count(*) FROM forward_delivered WHERE sender = 'bench' AND delivery_id LIKE $1 HAVING count(*) > 0
-  UNION ALL
-  SELECT 'outbox', count(*) FROM forward_outbox WHERE sender = 'bench' AND delivery_id LIKE $1 HAVING count(*) > 0) s
-ORDER BY 2 DESC`, tag+"-%")
+	q := store.New(db.conn)
+	byState, err := q.ForwardJobStates(ctx, tag+"-")
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("count the phase's forward jobs: %w", err)
 	}
-	defer rows.Close()
-	var parts []string
-	for rows.Next() {
-		var state string
-		var n int
-		if err := rows.Scan(&state, &n); err != nil {
-			return 0, 0, "", err
-		}
-		total += n
-		if state == "available" || state == "outbox" {
-			available += n
-		}
-		parts = append(parts, fmt.Sprintf("%s %d", state, n))
+	outbox, err := q.CountOutboxOf(ctx, "bench", tag+"-")
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("count the phase's forward jobs: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return 0, 0, "", err
+	type count struct {
+		state string
+		n     int64
+	}
+	counts := make([]count, 0, len(byState)+1)
+	for st, n := range byState {
+		counts = append(counts, count{string(st), n})
+	}
+	if outbox > 0 {
+		counts = append(counts, count{"outbox", outbox})
+	}
+	slices.SortFunc(counts, func(a, b count) int { return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.state, b.state)) })
+	var parts []string
+	for _, c := range counts {
+		total += int(c.n)
+		if c.state == string(rivertype.JobStateAvailable) || c.state == "outbox" {
+			available += int(c.n)
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", c.state, c.n))
 	}
 	if len(parts) == 0 {
 		parts = []string{"none"}
@@ -322,15 +329,16 @@ ORDER BY 2 DESC`, tag+"-%")
 func (db *benchDB) deleteQueuedForwardJobs(ctx context.Context, tag string) (int64, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	tagged, err := db.conn.Exec(ctx, `DELETE FROM river_job WHERE kind = 'hookgate_forward' AND state = 'available' AND args->>'delivery_id' LIKE $1`, tag+"-%")
+	q := store.New(db.conn)
+	jobs, err := q.DeleteAvailableForwardJobs(ctx, tag+"-")
 	if err != nil {
 		return 0, fmt.Errorf("delete the phase's queued forward jobs: %w", err)
 	}
-	outbox, err := db.conn.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = 'bench' AND delivery_id LIKE $1`, tag+"-%")
+	outbox, err := q.DeleteOutboxOf(ctx, "bench", tag+"-")
 	if err != nil {
 		return 0, fmt.Errorf("delete the phase's outbox rows: %w", err)
 	}
-	return tagged.RowsAffected() + outbox.RowsAffected(), nil
+	return jobs + outbox, nil
 }
 
 // printSQLSeen stops w and prints, for information, the statements it saw

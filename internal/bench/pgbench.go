@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/ingestsql"
 )
 
 // findPgbench returns pgbench from HOOKGATE_PG_BINDIR, else from PATH.
@@ -92,7 +92,7 @@ const uniqueKey = `\set n :n + 1
 func pipeline() string {
 	return "\\startpipeline\nBEGIN;\n" +
 		lockTimeoutSQL + ";\n" +
-		dedup.GenericPlansSQL + ";\n" +
+		ingestsql.GenericPlans + ";\n" +
 		bind(claimSQL, claimParams) + ";\n" +
 		bind(insertEventSQL, eventParams) + ";\n" +
 		bind(storedSQL, storedParams) + ";\n" +

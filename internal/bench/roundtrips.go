@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
@@ -56,27 +57,37 @@ type roundTripCounts struct {
 
 // roundTrips runs the gateway's own transaction code (internal/dedup's Store
 // with internal/events' insert and, for a sender with a forward target,
-// internal/forward's outbox insert as the change) on a single pgx connection
-// whose socket writes it counts, and reports how many round trips each
+// internal/forward's outbox insert as the change) on a pool of a single pgx
+// connection whose socket writes it counts, and reports how many round trips each
 // outcome takes once the connection has prepared its statements, and
 // whether any statement was prepared again.
 func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (*roundTripCounts, error) {
-	cfg, err := pgx.ParseConfig(dbURL)
+	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg.RuntimeParams["application_name"] = benchAppName
+	// A pool of one connection, never pinged on acquire: the store runs as
+	// it does in the gateway (dedup.New on a pool), and every write on the
+	// one socket is the store's.
+	cfg.MaxConns, cfg.MinConns = 1, 0
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	cfg.ConnConfig.RuntimeParams["application_name"] = benchAppName
 	var writes atomic.Int64
-	cfg.DialFunc = countingDialer(&writes)
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	cfg.ConnConfig.DialFunc = countingDialer(&writes)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("round trips: connect: %w", err)
 	}
-	defer conn.Close(context.Background())
+	defer pool.Close()
 
 	sender := "bench-roundtrips-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	targets := []string{"sink"}
-	store := dedup.NewOnConn(conn, 0)
+	// The store without group commit, replay cache or shedding: each
+	// delivery's own pipeline is what is counted.
+	store, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	if err != nil {
+		return nil, err
+	}
 	deliver := func(id string, payload []byte, withTarget bool) (dedup.Result, error) {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		eventID, _ := uuid.NewV7()
@@ -133,7 +144,7 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 			return nil, fmt.Errorf("round trips: %w", err)
 		}
 	}
-	before, err := preparedCount(ctx, conn)
+	before, err := preparedCount(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -154,29 +165,29 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 			return nil, fmt.Errorf("round trips: %w", err)
 		}
 	}
-	after, err := preparedCount(ctx, conn)
+	after, err := preparedCount(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
 	c.reprepared = after - before
 	// Leave no outbox row for a relay to find: the target does not exist.
-	if _, err := conn.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1`, sender); err != nil {
+	if _, err := pool.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1`, sender); err != nil {
 		return nil, fmt.Errorf("delete the round-trip count's outbox rows: %w", err)
 	}
 
-	fmt.Fprintf(out, "round trips to PostgreSQL per delivery (internal/dedup + internal/events + internal/forward's outbox on one pgx connection):\n")
+	fmt.Fprintf(out, "round trips to PostgreSQL per delivery (internal/dedup + internal/events + internal/forward's outbox on a pool of one pgx connection):\n")
 	fmt.Fprintf(out, "  first delivery: %.1f;  replay: %.1f;  first delivery after a replay: %.1f;  payload mismatch: %.1f;  first delivery with one forward target: %.1f\n",
 		c.first, c.replay, c.firstAfterReplay, c.mismatch, c.forward)
 	fmt.Fprintf(out, "  statements prepared again after the warm-up: %d\n", c.reprepared)
 	return &c, nil
 }
 
-// preparedCount returns how many statements conn has prepared, read with
-// the simple protocol, which prepares nothing. Preparation times make a
+// preparedCount returns how many statements pool's one connection has
+// prepared, read with the simple protocol, which prepares nothing. Preparation times make a
 // statement prepared again count as new.
-func preparedCount(ctx context.Context, conn *pgx.Conn) (int, error) {
+func preparedCount(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	var n int
-	err := conn.QueryRow(ctx, `SELECT count(DISTINCT (name, prepare_time)) FROM pg_prepared_statements`, pgx.QueryExecModeSimpleProtocol).Scan(&n)
+	err := pool.QueryRow(ctx, `SELECT count(DISTINCT (name, prepare_time)) FROM pg_prepared_statements`, pgx.QueryExecModeSimpleProtocol).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count prepared statements: %w", err)
 	}

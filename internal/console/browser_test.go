@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // screenshotsEnv names the directory the browser test writes its
@@ -23,9 +24,11 @@ const screenshotsEnv = "HOOKGATE_SCREENSHOTS_DIR"
 
 // browser starts Debian's headless chromium with a fresh profile and
 // returns a chromedp context on it, closed when the test ends. It skips
-// the test, saying so, when chromium is not installed.
+// the test, saying so, when chromium is not installed, and under -short
+// (a browser suite is not in the fast tier).
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	testkit.Slow(t, "drives a real browser")
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Skip("SKIPPED: Debian's chromium is not installed, so the console is not tested in a browser; install it with apt-get install chromium (.ci/run does, as root)")
@@ -80,9 +83,6 @@ func textOf(t *testing.T, ctx context.Context, sel string) string {
 // without the CSRF token is refused. With HOOKGATE_SCREENSHOTS_DIR set it
 // writes console-overview.png and console-delivery.png there.
 func TestConsoleInBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives a real browser: not in the fast tier (-short)")
-	}
 	t.Parallel()
 	ctx := browser(t)
 	e := newEnv(t, newOptions())
@@ -156,15 +156,18 @@ func TestConsoleInBrowser(t *testing.T) {
   f.parentElement.dataset.sender + '/' + (f.parentElement.dataset.target || '') + ' ' + f.dataset.span + ' bars=' + f.querySelectorAll('svg g.bucket').length +
   ' drawn=' + f.querySelectorAll('svg g.bucket rect:not(.slot)').length +
   ' accepted=' + (f.dataset.totalAccepted || 0) + ' replayed=' + (f.dataset.totalReplayed || 0) + ' refused=' + (f.dataset.totalRefused || 0) +
-  ' delivered=' + (f.dataset.totalDelivered || 0) + ' failed=' + (f.dataset.totalFailed || 0) + ' latency=' + f.querySelectorAll('svg polyline.latency').length)`))
+  ' delivered=' + (f.dataset.totalDelivered || 0) + ' failed=' + (f.dataset.totalFailed || 0) + ' latency=' + f.querySelectorAll('svg polyline.latency-p50, svg polyline.latency-p95').length +
+  (f.dataset.p50Ms ? ' p50=' + f.dataset.p50Ms + ' p95=' + f.dataset.p95Ms : ''))`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantCharts := []string{
 		"orders/ hour bars=60 drawn=3 accepted=3 replayed=1 refused=2 delivered=0 failed=0 latency=0",
 		"orders/ day bars=24 drawn=3 accepted=3 replayed=1 refused=2 delivered=0 failed=0 latency=0",
-		"undefined/orders-svc hour bars=60 drawn=2 accepted=0 replayed=0 refused=0 delivered=2 failed=1 latency=1",
-		"undefined/orders-svc day bars=24 drawn=2 accepted=0 replayed=0 refused=0 delivered=2 failed=1 latency=1",
+		// Latencies 30, 50 and 10,000 ms: p50 and p95 estimated in their
+		// histogram buckets (35, 50] and (6000, 10000] ms.
+		"undefined/orders-svc hour bars=60 drawn=2 accepted=0 replayed=0 refused=0 delivered=2 failed=1 latency=2 p50=42.5 p95=9400.0",
+		"undefined/orders-svc day bars=24 drawn=2 accepted=0 replayed=0 refused=0 delivered=2 failed=1 latency=2 p50=42.5 p95=9400.0",
 		"billing/ hour bars=60 drawn=0 accepted=0 replayed=0 refused=0 delivered=0 failed=0 latency=0",
 		"billing/ day bars=24 drawn=0 accepted=0 replayed=0 refused=0 delivered=0 failed=0 latency=0",
 	}
@@ -179,19 +182,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !strings.Contains(tip, "accepted 3, replayed 1, refused 2") {
 		t.Errorf("the bar of this minute is titled %q, want its counts", tip)
 	}
-	// The target's page draws the same forward charts, with the latency line.
+	// The overview's target row shows the last hour's p50 and p95.
+	if lat := text(`table.targets td.latency`); lat != "≈ 42 ms / ≈ 9400 ms" {
+		t.Errorf("the overview's latency of orders-svc: %q, want p50 ≈ 42 ms / p95 ≈ 9400 ms", lat)
+	}
+	// The target's page draws the same forward charts, with the latency lines.
 	do("target page",
 		chromedp.Navigate(e.url+"/console/senders/orders/targets/orders-svc/failed"),
 		chromedp.WaitVisible(chromedp.CSS(`div.charts[data-target=orders-svc] figure.chart`)),
 	)
 	target, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('div.charts[data-target=orders-svc] figure.chart')).map(f =>
   f.dataset.span + ' bars=' + f.querySelectorAll('svg g.bucket').length + ' delivered=' + f.dataset.totalDelivered + ' failed=' + f.dataset.totalFailed +
-  ' latency=' + f.querySelectorAll('svg polyline.latency').length + ' ' + Array.from(f.querySelectorAll('svg g.bucket title')).map(t => t.textContent).filter(t => t.includes('delivered 2')).map(t => t.replace(/^.*UTC: /, '')).join('|'))`))
+  ' latency=' + f.querySelectorAll('svg polyline.latency-p50, svg polyline.latency-p95').length + ' ' + Array.from(f.querySelectorAll('svg g.bucket title')).map(t => t.textContent).filter(t => t.includes('delivered 2')).map(t => t.replace(/^.*UTC: /, '')).join('|'))`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Mean latency of the bucket: (30 + 50 + 10000) ms / 3.
-	if got, want := strings.Join(target, "\n"), "hour bars=60 delivered=2 failed=1 latency=1 delivered 2, failed 1, mean latency 3360 ms\nday bars=24 delivered=2 failed=1 latency=1 delivered 2, failed 1, mean latency 3360 ms"; got != want {
+	// The bucket's p50 and p95, and its mean latency: (30 + 50 + 10000) ms / 3.
+	if got, want := strings.Join(target, "\n"), "hour bars=60 delivered=2 failed=1 latency=2 delivered 2, failed 1, latency p50 ≈ 42 ms, p95 ≈ 9400 ms, mean 3360 ms\nday bars=24 delivered=2 failed=1 latency=2 delivered 2, failed 1, latency p50 ≈ 42 ms, p95 ≈ 9400 ms, mean 3360 ms"; got != want {
 		t.Errorf("the target page's charts:\n%s\nwant\n%s", got, want)
 	}
 	do("find by ID",

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -47,6 +48,12 @@ type bar struct {
 	Data  map[string]int64 // kind → count; rendered as data-<kind>
 	Parts []barPart
 	Total int64
+	// P50 and P95 are the bucket's estimated latency quantiles (targets
+	// only), "" without attempts; rendered as data-p50-ms, data-p95-ms,
+	// and drawn as ticks across the bar at heights P50Y and P95Y (so that
+	// a lone bucket shows them too).
+	P50, P95   string
+	P50Y, P95Y float64
 }
 
 // chart is one span's bar chart of a sender or a target.
@@ -56,10 +63,13 @@ type chart struct {
 	Bars        []bar
 	Max         int64
 	Total       map[string]int64
-	// Latency is the polyline of the mean latency per bucket (targets
-	// only), "" when no bucket has one; MaxLatencyMS its top.
-	Latency      string
-	MaxLatencyMS int64
+	// P50Line and P95Line are the polylines of the estimated latency
+	// quantiles per bucket (targets only), "" when no bucket has
+	// attempts; MaxLatencyMS is their top (the largest p95).
+	P50Line, P95Line string
+	MaxLatencyMS     int64
+	// P50 and P95 are the quantiles of the whole span (latency.go).
+	P50, P95 latency
 }
 
 // DataAttrs renders the bar's counts as data-* attributes.
@@ -78,12 +88,14 @@ type dataAttr struct {
 
 // buildChart draws the buckets of one span ending at now from counts
 // (of one target, "" for the sender's deliveries), stacking kinds.
-func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds []string, latency bool) chart {
+func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds []string, withLatency bool) chart {
 	end := now.UTC().Truncate(sp.Width).Add(sp.Width) // the current bucket is the last
 	start := end.Add(-time.Duration(sp.Count) * sp.Width)
 	ch := chart{Span: sp.Name, Label: sp.Label, Kinds: kinds, Total: map[string]int64{}}
 	ch.Bars = make([]bar, sp.Count)
 	sumMS := make([]int64, sp.Count)
+	hists := make([][]int64, sp.Count)
+	spanHist := make([]int64, store.LatencyBuckets)
 	slot := chartW / float64(sp.Count)
 	for i := range ch.Bars {
 		ch.Bars[i] = bar{X: float64(i)*slot + slot*0.1, W: slot * 0.8, Data: map[string]int64{}}
@@ -97,6 +109,15 @@ func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds
 		ch.Bars[i].Total += c.N
 		ch.Total[c.Kind] += c.N
 		sumMS[i] += c.SumMS
+		if len(c.Hist) == store.LatencyBuckets {
+			if hists[i] == nil {
+				hists[i] = make([]int64, store.LatencyBuckets)
+			}
+			for j, n := range c.Hist {
+				hists[i][j] += n
+				spanHist[j] += n
+			}
+		}
 	}
 	for i := range ch.Bars {
 		if ch.Bars[i].Total > ch.Max {
@@ -107,8 +128,11 @@ func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds
 	if ch.Max > 0 {
 		scale = (chartH - chartTop) / float64(ch.Max)
 	}
-	var points []string
-	means := make([]int64, sp.Count)
+	var (
+		means = make([]int64, sp.Count)
+		p50s  = make([]latency, sp.Count)
+		p95s  = make([]latency, sp.Count)
+	)
 	for i := range ch.Bars {
 		b := &ch.Bars[i]
 		at := start.Add(time.Duration(i) * sp.Width)
@@ -125,31 +149,47 @@ func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds
 			b.Parts = append(b.Parts, barPart{Class: "bar-" + k, Y: y, Height: h})
 		}
 		title := at.Format(sp.Layout) + " UTC: " + strings.Join(parts, ", ")
-		if latency && b.Total > 0 {
+		if withLatency && b.Total > 0 {
 			means[i] = sumMS[i] / b.Total
-			title += fmt.Sprintf(", mean latency %d ms", means[i])
-			if means[i] > ch.MaxLatencyMS {
-				ch.MaxLatencyMS = means[i]
+			p50s[i], p95s[i] = quantile(hists[i], 0.5), quantile(hists[i], 0.95)
+			b.P50, b.P95 = p50s[i].String(), p95s[i].String()
+			if b.P50 != "" {
+				title += fmt.Sprintf(", latency p50 %s, p95 %s", p50s[i].Text(), p95s[i].Text())
+			}
+			title += fmt.Sprintf(", mean %d ms", means[i])
+			if top := int64(math.Ceil(p95s[i].ms)); top > ch.MaxLatencyMS {
+				ch.MaxLatencyMS = top
 			}
 		}
 		b.Title = title
 	}
-	if latency {
+	if withLatency {
+		var p50Points, p95Points []string
 		for i := range ch.Bars {
-			if ch.Bars[i].Total == 0 {
+			if p50s[i].n == 0 {
 				continue
 			}
-			y := chartH
-			if ch.MaxLatencyMS > 0 {
-				y = chartH - float64(means[i])*(chartH-chartTop)/float64(ch.MaxLatencyMS)
+			x := ch.Bars[i].X + ch.Bars[i].W/2
+			p50Points = append(p50Points, fmt.Sprintf("%.1f,%.1f", x, latencyY(p50s[i].ms, ch.MaxLatencyMS)))
+			p95Points = append(p95Points, fmt.Sprintf("%.1f,%.1f", x, latencyY(p95s[i].ms, ch.MaxLatencyMS)))
+		}
+		ch.P50Line, ch.P95Line = strings.Join(p50Points, " "), strings.Join(p95Points, " ")
+		for i := range ch.Bars {
+			if p50s[i].n != 0 {
+				ch.Bars[i].P50Y, ch.Bars[i].P95Y = latencyY(p50s[i].ms, ch.MaxLatencyMS), latencyY(p95s[i].ms, ch.MaxLatencyMS)
 			}
-			points = append(points, fmt.Sprintf("%.1f,%.1f", ch.Bars[i].X+ch.Bars[i].W/2, y))
 		}
-		if len(points) > 0 {
-			ch.Latency = strings.Join(points, " ")
-		}
+		ch.P50, ch.P95 = quantile(spanHist, 0.5), quantile(spanHist, 0.95)
 	}
 	return ch
+}
+
+// latencyY is the height of ms in a chart whose top is maxMS.
+func latencyY(ms float64, maxMS int64) float64 {
+	if maxMS <= 0 {
+		return chartH
+	}
+	return chartH - ms*(chartH-chartTop)/float64(maxMS)
 }
 
 // Kinds of the two charts, in stacking order.

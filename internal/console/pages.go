@@ -49,6 +49,7 @@ var funcs = template.FuncMap{
 	"path": url.PathEscape,
 	// delivery is the address of a delivery's page (deliveryURL).
 	"delivery": deliveryURL,
+	"add":      func(a, b float64) float64 { return a + b },
 }
 
 // parsePages parses each page template with the layout.
@@ -237,6 +238,8 @@ type targetView struct {
 	Breaker                            store.BreakerState
 	Pending, Running, Retrying, Failed int64
 	Charts                             []chart // forwards: last hour, last day
+	// P50 and P95 are the latency quantiles of the last hour's attempts.
+	P50, P95 latency
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -275,8 +278,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 					b = store.BreakerState{State: store.BreakerClosed}
 				}
 				n := byTarget[t.Name]
-				sv.Targets = append(sv.Targets, targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
-					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]})
+				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
+					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]}
+				if len(tv.Charts) > 0 {
+					tv.P50, tv.P95 = tv.Charts[0].P50, tv.Charts[0].P95
+				}
+				sv.Targets = append(sv.Targets, tv)
 			}
 		}
 		out = append(out, sv)
@@ -668,6 +675,7 @@ type failedView struct {
 	Failed              []failedForward
 	Max                 int
 	Charts              []chart // forwards delivered and failed, and latency: last hour, last day
+	History             breakerView
 }
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
@@ -703,7 +711,13 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
 		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
-	_, targetCharts, err := c.senderCharts(r.Context(), sender, c.opts.Now())
+	now := c.opts.Now()
+	_, targetCharts, err := c.senderCharts(r.Context(), sender, now)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	history, err := c.breakerHistory(r.Context(), sender, target, b.State, now, func(s string) string { return redact.URLInText(s, t.URL, t.SecretPath) })
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -717,8 +731,9 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 			msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
 		}
 	}
-	c.render(w, r, http.StatusOK, "failed", page{Title: "Failed forwards to " + target, Message: msg,
-		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown, Charts: targetCharts[target]}})
+	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Message: msg,
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown,
+			Charts: targetCharts[target], History: history}})
 }
 
 // bulkRedeliver redelivers every forward of a target in the form's state

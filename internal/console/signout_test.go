@@ -24,7 +24,11 @@ func (e *env) replica() *env {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cons := console.New(e.cfg, e.q, log, e.opts)
-	h := handler.New(sender.MustCompile(e.cfg), dedup.New(e.pool, 5*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
+	ingest, err := dedup.New(e.pool, dedup.Config{InFlightWait: 5 * time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	h := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
 		handler.WithAdminToken(e.opts.AdminToken), handler.WithDB(e.pool), handler.WithRiver(e.rc), handler.WithConsole(cons))
 	srv := httptest.NewServer(h.Router())
 	e.t.Cleanup(srv.Close)

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Group commit: when batching is on (WithBatching), deliveries of one sender
+// Group commit: when batching is on (Config.Batching), deliveries of one sender
 // that arrive while that sender's batches are in flight wait in a queue and
 // go, up to maxBatch at once, into the next pipeline: one transaction, one
 // round trip, one WAL flush for all of them. A delivery that finds a free
@@ -30,52 +30,15 @@ import (
 // the sender's retry replays or does the work); and a panic (each delivery
 // gets an error, and the sender's later batches run as usual).
 
-// Defaults of batching.
+// Defaults of batching (DefaultConfig).
 const (
 	DefaultMaxBatch    = 64
 	DefaultMaxInFlight = 2
-	// BatchLockWait is how long a batch's claim waits for a key another
-	// transaction holds before the batch gives up and its deliveries go the
-	// single path, where each waits the whole in-flight wait by itself.
-	BatchLockWait = 50 * time.Millisecond
 )
 
-// Option configures a Store.
-type Option func(*Store)
-
-// WithBatching turns group commit on: up to maxBatch deliveries of a sender
-// per transaction (DefaultMaxBatch when 0; 1 turns batching off), at most
-// maxInFlight batches of a sender at once (DefaultMaxInFlight when 0), and
-// observe, when not nil, called with the size of each batch sent.
-func WithBatching(maxBatch, maxInFlight int, observe func(size int)) Option {
-	return func(s *Store) {
-		if maxBatch <= 0 {
-			maxBatch = DefaultMaxBatch
-		}
-		if maxInFlight <= 0 {
-			maxInFlight = DefaultMaxInFlight
-		}
-		s.maxBatch, s.maxInFlight, s.observeBatch = maxBatch, maxInFlight, observe
-	}
-}
-
-// WithDistributed(true) runs the pipeline in the statement forms that Citus
-// routes to the sender's shard, for a database whose tables are
-// distributed by sender (InspectCitus tells): the claim as a multi-row
-// INSERT … VALUES rather than INSERT … SELECT … FROM unnest(…), and no
-// forced generic plans, which Citus cannot make for an INSERT … SELECT.
-// The state change's statements must be routable too (ClaimedJoin).
-// WithDistributed(false) runs the forms for PostgreSQL. Without this
-// option, the store's first delivery finds out (InspectCitus), once.
-func WithDistributed(on bool) Option {
-	return func(s *Store) {
-		if on {
-			s.layout.Store(layoutDistributed)
-		} else {
-			s.layout.Store(layoutPlain)
-		}
-	}
-}
+// A batch's claim waits ingestsql.BatchLockWait for a key another
+// transaction holds before the batch gives up and its deliveries go the
+// single path, where each waits the whole in-flight wait by itself.
 
 // call is one delivery waiting for its batch.
 type call struct {

@@ -25,7 +25,7 @@ func TestBatchCommitCutFailsWholeBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := New(pool, 20*time.Second, WithBatching(64, 4, nil))
+	s := mustNew(t, pool, Config{InFlightWait: 20 * time.Second, Batching: &Batching{MaxBatch: 64, MaxInFlight: 4}})
 
 	ds := []Delivery{delivery(t, "b", "a", "p"), delivery(t, "b", "b", "p"), delivery(t, "b", "c", "p")}
 	changes := []Change{mark(ds[0]), mark(ds[1]), mark(ds[2])}

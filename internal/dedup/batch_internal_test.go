@@ -76,7 +76,7 @@ func batchStore(t *testing.T) (*Store, context.Context, string) {
 			t.Fatal(err)
 		}
 	}
-	return New(pool, 20*time.Second, WithBatching(64, 4, nil)), ctx, dsn
+	return mustNew(t, pool, Config{InFlightWait: 20 * time.Second, Batching: &Batching{MaxBatch: 64, MaxInFlight: 4}}), ctx, dsn
 }
 
 // TestBatchSameKeyTwice: two deliveries of one key in one batch — the first
@@ -202,7 +202,7 @@ func TestReplayCacheTTL(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
 	ctx := t.Context()
-	s := New(pool, time.Second, WithReplayCache(10, time.Minute))
+	s := mustNew(t, pool, Config{InFlightWait: time.Second, ReplayCache: &ReplayCache{Size: 10, TTL: time.Minute}})
 	d := delivery(t, "c", "ttl", "p")
 	if _, err := s.Run(ctx, d, nil); err != nil {
 		t.Fatal(err)

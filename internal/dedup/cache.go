@@ -3,8 +3,6 @@ package dedup
 import (
 	"bytes"
 	"time"
-
-	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // The replay cache answers a retry of a delivery this process has seen
@@ -19,26 +17,12 @@ import (
 // from the database. Anything else — a key not in the cache, an expired
 // entry — goes to the database as usual.
 
-// Defaults of the replay cache.
+// Defaults of the replay cache (DefaultConfig; hookgate serve's
+// --replay-cache-size 0 is a nil Config.ReplayCache: no cache).
 const (
 	DefaultReplayCacheSize = 10000
 	DefaultReplayCacheTTL  = time.Minute
 )
-
-// WithReplayCache keeps up to size committed outcomes for at most ttl
-// (hookgate serve's defaults: DefaultReplayCacheSize, DefaultReplayCacheTTL).
-// Zero means zero, as in every setting (docs/configuration.md): a size or a
-// ttl of 0 (or less) is no cache, never a default.
-func WithReplayCache(size int, ttl time.Duration) Option {
-	return func(s *Store) {
-		if size <= 0 || ttl <= 0 {
-			s.cache = nil
-			return
-		}
-		c, _ := lru.New[Key, cached](size) // only a size ≤ 0 fails
-		s.cache, s.cacheTTL = c, ttl
-	}
-}
 
 // cached is a committed delivery's outcome.
 type cached struct {

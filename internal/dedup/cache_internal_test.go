@@ -1,31 +1,42 @@
 package dedup
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
 
-// TestReplayCacheZeroIsOff: zero means zero (docs/configuration.md): a
-// replay cache of size 0 or ttl 0 is no cache, as --replay-cache-size 0
-// is, never the default size.
-func TestReplayCacheZeroIsOff(t *testing.T) {
+// TestReplayCacheOffIsNil: the replay cache is off only when
+// Config.ReplayCache is nil (hookgate serve's --replay-cache-size 0); a
+// size or a TTL of 0 is refused, never taken for the default or for off.
+func TestReplayCacheOffIsNil(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		size int
-		ttl  time.Duration
-		on   bool
+		rc      *ReplayCache
+		on      bool
+		wantErr string
 	}{
-		{0, time.Minute, false},
-		{-1, time.Minute, false},
-		{10, 0, false},
-		{10, time.Minute, true},
+		{nil, false, ""},
+		{&ReplayCache{Size: 10, TTL: time.Minute}, true, ""},
+		{&ReplayCache{Size: 0, TTL: time.Minute}, false, "ReplayCache.Size 0"},
+		{&ReplayCache{Size: -1, TTL: time.Minute}, false, "ReplayCache.Size -1"},
+		{&ReplayCache{Size: 10, TTL: 0}, false, "ReplayCache.TTL 0s"},
 	} {
-		s := newStore(nil, time.Second, []Option{WithReplayCache(tc.size, tc.ttl)})
-		if on := s.cache != nil; on != tc.on {
-			t.Errorf("WithReplayCache(%d, %s): cache on %v, want %v", tc.size, tc.ttl, on, tc.on)
+		s, err := newStore(nil, Config{InFlightWait: time.Second, ReplayCache: tc.rc})
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ReplayCache %+v: err %v, want one naming %q", tc.rc, err, tc.wantErr)
+			}
+			continue
 		}
-		if tc.on && (s.cache.Len() != 0 || s.cacheTTL != tc.ttl) {
-			t.Errorf("WithReplayCache(%d, %s): ttl %s", tc.size, tc.ttl, s.cacheTTL)
+		if err != nil {
+			t.Fatalf("ReplayCache %+v: %v", tc.rc, err)
+		}
+		if on := s.cache != nil; on != tc.on {
+			t.Errorf("ReplayCache %+v: cache on %v, want %v", tc.rc, on, tc.on)
+		}
+		if tc.on && (s.cache.Len() != 0 || s.cacheTTL != tc.rc.TTL) {
+			t.Errorf("ReplayCache %+v: ttl %s", tc.rc, s.cacheTTL)
 		}
 	}
 }

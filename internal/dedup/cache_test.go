@@ -20,7 +20,7 @@ func TestReplayCache(t *testing.T) {
 	_, dsn := pgtest.NewDB(t)
 	var writes atomic.Int64
 	pool := countedPool(t, ctx, dsn, &writes)
-	store := dedup.New(pool, time.Second, dedup.WithReplayCache(100, time.Minute))
+	store := newStore(t, pool, dedup.Config{InFlightWait: time.Second, ReplayCache: &dedup.ReplayCache{Size: 100, TTL: time.Minute}})
 
 	first := newDelivery(t, dedup.Key{Sender: "c", DeliveryID: "d1"}, "p")
 	if res, err := store.Run(ctx, first, insertEvent(first, "p")); err != nil || res.Replayed {

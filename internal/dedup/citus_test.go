@@ -25,12 +25,12 @@ func TestCitusBatchOnOneShard(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	var batches, batched atomic.Int64
-	store := dedup.New(pool, 5*time.Second, dedup.WithBatching(16, 1, func(n int) {
+	store := newStore(t, pool, dedup.Config{InFlightWait: 5 * time.Second, Batching: &dedup.Batching{MaxBatch: 16, MaxInFlight: 1, Observe: func(n int) {
 		if n > 1 {
 			batches.Add(1)
 			batched.Add(int64(n))
 		}
-	}))
+	}}})
 	// Distributing the tables committed in two phases: forget those.
 	execSQL(t, ctx, pool, `SELECT recover_prepared_transactions()`)
 	if got := count(t, ctx, pool, `SELECT count(*) FROM pg_dist_transaction`); got != 0 {

@@ -128,7 +128,7 @@ func TestRunConcurrentSameKey(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool := racePool(t)
-	store := dedup.New(pool, 30*time.Second) // generous: nothing may time out under -race
+	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second}) // generous: nothing may time out under -race
 	for round := 1; round <= 5; round++ {
 		key := dedup.Key{Sender: "github", DeliveryID: fmt.Sprintf("race-%d", round)}
 		attempts := race(ctx, t, store.Run, key, samePayload)
@@ -205,7 +205,7 @@ func TestRunConcurrentMixedPayloads(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool := racePool(t)
-	store := dedup.New(pool, 30*time.Second)
+	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second})
 	key := dedup.Key{Sender: "github", DeliveryID: "mixed"}
 	payload := func(i int) string { return [...]string{"even", "odd"}[i%2] }
 	attempts := race(ctx, t, store.Run, key, payload)
@@ -253,7 +253,7 @@ func TestRunBatchedConcurrentSameKey(t *testing.T) {
 	ctx := testCtx(t)
 	pool := racePool(t)
 	var batches, delivered atomic.Int64
-	store := dedup.New(pool, 30*time.Second, dedup.WithBatching(8, 2, func(n int) { batches.Add(1); delivered.Add(int64(n)) }))
+	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second, Batching: &dedup.Batching{MaxBatch: 8, MaxInFlight: 2, Observe: func(n int) { batches.Add(1); delivered.Add(int64(n)) }}})
 	for round := 1; round <= 5; round++ {
 		key := dedup.Key{Sender: "github", DeliveryID: fmt.Sprintf("batched-race-%d", round)}
 		attempts := race(ctx, t, store.Run, key, samePayload)
@@ -272,14 +272,14 @@ func TestRunBatchedManyKeys(t *testing.T) {
 	ctx := testCtx(t)
 	pool := racePool(t)
 	var maxSize atomic.Int64
-	store := dedup.New(pool, 30*time.Second, dedup.WithBatching(16, 1, func(n int) {
+	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second, Batching: &dedup.Batching{MaxBatch: 16, MaxInFlight: 1, Observe: func(n int) {
 		for {
 			m := maxSize.Load()
 			if int64(n) <= m || maxSize.CompareAndSwap(m, int64(n)) {
 				return
 			}
 		}
-	}))
+	}}})
 	const n = 200
 	ds := make([]dedup.Delivery, n)
 	var wg sync.WaitGroup

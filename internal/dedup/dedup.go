@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/hookgate/hookgate/internal/ingestsql"
 )
 
 // KeyConstraint is the name of the processed_messages constraint on which,
@@ -176,7 +177,7 @@ type Store struct {
 	shed *shedder
 
 	// layout is whether the tables are distributed by sender (Citus): see
-	// WithDistributed; unknown until set or found by the first delivery.
+	// Config.Layout; unknown until set or found by the first delivery.
 	layout atomic.Int32
 
 	// The replay cache (cache.go): nil when off.
@@ -185,15 +186,16 @@ type Store struct {
 	now      func() time.Time
 }
 
-// MaxInFlightWait is the longest in-flight wait New accepts; longer ones are
-// cut to it.
+// MaxInFlightWait is the longest in-flight wait New accepts.
 const MaxInFlightWait = time.Hour
 
-// New returns a Store on pool. inFlightWait bounds how long a delivery waits
-// for a concurrent delivery of the same key: DefaultInFlightWait when zero or
-// negative, rounded up to whole milliseconds, at most MaxInFlightWait.
-func New(pool *pgxpool.Pool, inFlightWait time.Duration, opts ...Option) *Store {
-	s := newStore(pool, inFlightWait, opts)
+// New returns a Store on pool configured by cfg (DefaultConfig has hookgate
+// serve's defaults); an error naming the field when cfg is invalid.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	s, err := newStore(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
 	s.acquire = func(ctx context.Context) (*pgx.Conn, func(), error) {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
@@ -201,119 +203,52 @@ func New(pool *pgxpool.Pool, inFlightWait time.Duration, opts ...Option) *Store 
 		}
 		return c.Conn(), c.Release, nil
 	}
-	return s
+	return s, nil
 }
 
-// NewOnConn returns a Store that runs everything on conn, as New does on a
-// pool. It is not safe for concurrent use (a benchmark that counts one
-// connection's round trips uses it).
-func NewOnConn(conn *pgx.Conn, inFlightWait time.Duration) *Store {
-	s := newStore(conn, inFlightWait, nil)
-	s.acquire = func(context.Context) (*pgx.Conn, func(), error) { return conn, func() {}, nil }
-	return s
-}
-
-// LockTimeoutSQL is the statement that sets a delivery transaction's
-// in-flight wait to d, in whole milliseconds.
-func LockTimeoutSQL(d time.Duration) string {
-	return "SET LOCAL lock_timeout = '" + strconv.FormatInt(d.Milliseconds(), 10) + "ms'"
-}
-
-func newStore(db Querier, inFlightWait time.Duration, opts []Option) *Store {
-	if inFlightWait <= 0 {
-		inFlightWait = DefaultInFlightWait
+// newStore returns a Store on db configured by cfg, without its acquire.
+func newStore(db Querier, cfg Config) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	inFlightWait = min(inFlightWait, MaxInFlightWait)
-	wait := (inFlightWait + time.Millisecond - 1) / time.Millisecond * time.Millisecond // never 0, which would mean "wait forever"
+	wait := (cfg.InFlightWait + time.Millisecond - 1) / time.Millisecond * time.Millisecond // never 0, which would mean "wait forever"
 	s := &Store{
 		db:               db,
-		setLockTimeout:   LockTimeoutSQL(wait),
-		batchLockTimeout: LockTimeoutSQL(min(wait, BatchLockWait)),
+		setLockTimeout:   ingestsql.LockTimeout(wait),
+		batchLockTimeout: ingestsql.LockTimeout(min(wait, ingestsql.BatchLockWait)),
 		encoders:         sync.Pool{New: func() any { return &encoders{} }},
 		now:              time.Now,
 	}
-	for _, o := range opts {
-		o(s)
+	if b := cfg.Batching; b != nil {
+		s.maxBatch, s.maxInFlight, s.observeBatch = b.MaxBatch, b.MaxInFlight, b.Observe
 	}
-	return s
+	if r := cfg.ReplayCache; r != nil {
+		c, err := lru.New[Key, cached](r.Size)
+		if err != nil {
+			return nil, fmt.Errorf("dedup config: ReplayCache.Size %d: %w", r.Size, err)
+		}
+		s.cache, s.cacheTTL = c, r.TTL
+	}
+	if p := cfg.Shedding; p != nil {
+		s.shed = &shedder{policy: *p, now: time.Now}
+	}
+	s.layout.Store(int32(cfg.Layout))
+	return s, nil
 }
 
-// The statements of the pipeline (exported for the benchmark, which runs
-// them through pgbench). Each is prepared once per connection and never
-// fails for an expected outcome (a first delivery, a duplicate), so that no
-// connection ever prepares a statement twice. The claim and the read take
-// the sender as $1 and the deliveries' values as arrays, one element per
-// delivery: one execution serves a whole batch.
+// The statements of the pipeline that are not in package ingestsql (which
+// holds the claim, the read, the settings and the state change's inserts,
+// so that the benchmark replays the same texts).
 const (
 	beginSQL  = "BEGIN"
 	commitSQL = "COMMIT"
-	ClaimSQL  = `INSERT INTO processed_messages
-  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-SELECT $1::text, d.* FROM unnest($2::text[], $3::bytea[], $4::uuid[], $5::int2[], $6::text[], $7::bytea[], $8::timestamptz[], $9::timestamptz[]) AS d
-ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING`
-	// StoredSQL returns, for each delivery (numbered from 1 in the order of
-	// the arrays), the row that holds its key after the claim: the
-	// delivery's own (its event ID) when its claim took the key, another
-	// delivery's when it did not, none when the key vanished in between.
-	// What it reads back, not the claim's row count, decides who claimed
-	// (Citus reports INSERT 0 1 for a conflicting INSERT … SELECT … ON
-	// CONFLICT DO NOTHING). A row of its own comes back without its
-	// response body, which the caller already holds.
-	// (OFFSET 0 keeps the lookup a per-delivery probe of the key's index:
-	// joined, a plan made while the table was small would read all of the
-	// sender's rows for each pipeline.)
-	StoredSQL = `SELECT d.n, p.* FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS d(delivery_id, event_id, n)
-CROSS JOIN LATERAL (
-  SELECT request_sha256, event_id, response_status, response_content_type,
-    CASE WHEN event_id = d.event_id THEN ''::bytea ELSE response_body END, expires_at FROM processed_messages
-  WHERE sender = $1 AND delivery_id = d.delivery_id OFFSET 0) AS p`
-	// GenericPlansSQL makes the pipeline's prepared statements run their
-	// generic plans: PostgreSQL would otherwise plan them again at every
-	// execution, because a plan for the few deliveries of a pipeline looks
-	// cheaper than one made for arrays of unknown length. Their generic
-	// plans probe the key's index once per delivery. It is not sent on a
-	// distributed database (WithDistributed): Citus cannot plan an INSERT …
-	// SELECT with unbound parameters, and plans every execution anyway.
-	GenericPlansSQL = "SET LOCAL plan_cache_mode = force_generic_plan"
 	// forgetExpiredSQL removes a key whose retention has passed, found by a
 	// conflicting claim before the retention job deleted it, so that the
 	// claim can be retried and the delivery treated as new.
-	claimValuesHead = `INSERT INTO processed_messages
-  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-VALUES `
-	claimValuesTail = `
-ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING`
 	forgetExpiredSQL = `WITH gone AS (
   DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND expires_at <= $3 RETURNING 1)
 SELECT count(*) FROM gone`
 )
-
-// claimValues caches ClaimValuesSQL by number of rows.
-var claimValues sync.Map // int → string
-
-// ClaimValuesSQL is the claim of n deliveries on a distributed database
-// (WithDistributed): a multi-row INSERT … VALUES, $1 the sender, then the
-// values of each delivery in ClaimSQL's column order, eight per row. Its
-// text depends on n, so each connection prepares one per batch size it
-// meets (at most the batch size).
-func ClaimValuesSQL(n int) string {
-	if v, ok := claimValues.Load(n); ok {
-		return v.(string)
-	}
-	var b strings.Builder
-	b.WriteString(claimValuesHead)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(",\n")
-		}
-		p := 2 + 8*i
-		fmt.Fprintf(&b, "($1::text, $%d::text, $%d::bytea, $%d::uuid, $%d::int2, $%d::text, $%d::bytea, $%d::timestamptz, $%d::timestamptz)",
-			p, p+1, p+2, p+3, p+4, p+5, p+6, p+7)
-	}
-	b.WriteString(claimValuesTail)
-	v, _ := claimValues.LoadOrStore(n, b.String())
-	return v.(string)
-}
 
 // Run claims d's key and applies change in one transaction, as the package
 // documentation describes, in one round trip. It returns Replayed results
@@ -322,7 +257,7 @@ func ClaimValuesSQL(n int) string {
 // delivery is recorded — or, when the connection was lost during COMMIT,
 // possibly everything, in which case a retry replays.
 //
-// With the replay cache on (WithReplayCache), a retry of a delivery this
+// With the replay cache on (Config.ReplayCache), a retry of a delivery this
 // store saw committed is answered from memory, as cache.go describes.
 //
 // A delivery of a key that a delivery in this process is running already
@@ -331,9 +266,9 @@ func ClaimValuesSQL(n int) string {
 // when it was shed or met the key in flight elsewhere (ErrOverloaded,
 // ErrInFlight), or runs by itself if that one failed otherwise.
 //
-// With batching on (WithBatching), d may share its transaction with other
+// With batching on (Config.Batching), d may share its transaction with other
 // deliveries of its sender (see batch.go). With shedding on
-// (WithShedding), d may be refused with an *OverloadError (ErrOverloaded)
+// (Config.Shedding), d may be refused with an *OverloadError (ErrOverloaded)
 // before anything is sent to the database.
 func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
 	if res, hit, err := s.fromCache(d); hit {
@@ -422,7 +357,7 @@ func (s *Store) runSingle(ctx context.Context, d Delivery, change Change) (Resul
 // passed; it never leaves Run.
 var errExpired = errors.New("expired key")
 
-// stored is the row read by StoredSQL.
+// stored is the row read by ingestsql.Stored.
 type stored struct {
 	found   bool
 	sum     []byte
@@ -540,8 +475,8 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 	stmts = append(stmts, statement{sql: beginSQL}, statement{sql: lockTimeout})
 	if s.layout.Load() != layoutDistributed {
 		stmts = append(stmts,
-			statement{sql: GenericPlansSQL},
-			statement{sql: ClaimSQL, args: []any{sender, column(ids), column(sums), column(eventIDs), column(statuses), column(ctypes), column(bodies), column(received), column(expires)}})
+			statement{sql: ingestsql.GenericPlans},
+			statement{sql: ingestsql.Claim, args: []any{sender, column(ids), column(sums), column(eventIDs), column(statuses), column(ctypes), column(bodies), column(received), column(expires)}})
 	} else {
 		// Citus routes a multi-row INSERT … VALUES whose rows all name the
 		// sender $1 to that sender's shard; it would pull an INSERT …
@@ -552,7 +487,7 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 		for i := range ds {
 			args = append(args, ids[i], sums[i], eventIDs[i], statuses[i], ctypes[i], bodies[i], received[i], expires[i])
 		}
-		stmts = append(stmts, statement{sql: ClaimValuesSQL(n), args: args})
+		stmts = append(stmts, statement{sql: ingestsql.ClaimValues(n), args: args})
 	}
 	p := &plan{n: n, claim: len(stmts) - 1, changes: len(stmts)}
 
@@ -599,7 +534,7 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 	}
 	stmts = append(stmts, own...)
 	p.read = len(stmts)
-	stmts = append(stmts, statement{sql: StoredSQL, args: []any{sender, column(ids), column(eventIDs)}})
+	stmts = append(stmts, statement{sql: ingestsql.Stored, args: []any{sender, column(ids), column(eventIDs)}})
 	p.stmts = stmts
 	return p, nil
 }
@@ -795,7 +730,7 @@ func classify(err error, at int, p *plan) error {
 // pgEpoch is PostgreSQL's timestamp epoch.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// decodeStored decodes StoredSQL's rows into rows, by delivery number, from
+// decodeStored decodes ingestsql.Stored's rows into rows, by delivery number, from
 // binary columns: int8, bytea, uuid, int2, text, bytea, timestamptz.
 func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, error) {
 	for r.NextRow() {

@@ -3,6 +3,8 @@ package dedup
 import (
 	"context"
 	"fmt"
+
+	"github.com/hookgate/hookgate/internal/ingestsql"
 )
 
 // ClaimedJoin is the guard of a multi-row statement (Batch.Row) in the form
@@ -19,14 +21,14 @@ import (
 // coordinator and commit in two phases). On PostgreSQL it is ClaimedRow's
 // per-row probe of the key's index (OFFSET 0 keeps it one).
 func ClaimedJoin(deliveryID, eventID string) string {
-	return "CROSS JOIN LATERAL (SELECT k.sender FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " +
-		deliveryID + " AND k.event_id = " + eventID + " OFFSET 0) AS k"
+	return ingestsql.ClaimedJoin(deliveryID, eventID)
 }
 
 // Citus describes the database's Citus setup, as Inspect found it.
 type Citus struct {
 	// Distributed is true when processed_messages is a distributed table
-	// (Citus's create_distributed_table): run the store WithDistributed.
+	// (Citus's create_distributed_table): run the store with
+	// LayoutDistributed.
 	Distributed bool
 	// PropagateSetCommands is the session's citus.propagate_set_commands.
 	// Unless it is "local", SET LOCAL lock_timeout stays on the
@@ -63,13 +65,13 @@ func InspectCitus(ctx context.Context, db Querier) (Citus, error) {
 
 // The values of Store.layout.
 const (
-	layoutUnknown int32 = iota
-	layoutPlain
-	layoutDistributed
+	layoutUnknown     = int32(LayoutDetect)
+	layoutPlain       = int32(LayoutPlain)
+	layoutDistributed = int32(LayoutDistributed)
 )
 
 // detectLayout finds out, once, whether the tables are distributed, unless
-// WithDistributed said so.
+// Config.Layout said so.
 func (s *Store) detectLayout(ctx context.Context) error {
 	if s.layout.Load() != layoutUnknown {
 		return nil

@@ -29,7 +29,7 @@
 // small table would turn into a scan of the sender's rows), and their
 // generic plans are used, so nothing is planned per execution.
 //
-// On a database whose tables Citus distributes by sender (WithDistributed,
+// On a database whose tables Citus distributes by sender (Config.Layout LayoutDistributed,
 // found out by the first delivery otherwise), the claim is a multi-row
 // INSERT … VALUES whose rows all name $1, and no generic plans are forced:
 // Citus routes every statement of the pipeline to the sender's shard, and
@@ -84,7 +84,7 @@
 //
 // # Group commit
 //
-// With WithBatching, the deliveries of one sender that arrive while that
+// With Config.Batching, the deliveries of one sender that arrive while that
 // sender's batches are in flight (at most two by default) form the next
 // batch (up to its maximum size): ONE pipeline, ONE transaction, in which
 // the claim, each multi-row statement of the changes and the read run once
@@ -110,7 +110,7 @@
 //
 // # The replay cache
 //
-// With WithReplayCache, a retry of a delivery this store has seen committed
+// With Config.ReplayCache, a retry of a delivery this store has seen committed
 // (its own first delivery after COMMIT, or a stored row it read) is answered
 // from memory, without a round trip: the stored response, or
 // ErrPayloadMismatch for another payload. An entry is used only before the

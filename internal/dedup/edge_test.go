@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ func TestRunSubMillisecondInFlightWaitStillTimesOut(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, dsn := pgtest.NewDB(t)
-	store := dedup.New(pool, 500*time.Microsecond)
+	store := newStore(t, pool, dedup.Config{InFlightWait: 500 * time.Microsecond})
 	key := dedup.Key{Sender: "github", DeliveryID: "sub-ms"}
 	holder := holdKey(t, ctx, dsn, newDelivery(t, key, "payload"))
 	defer func() { _ = holder.Rollback(context.Background()) }()
@@ -35,7 +36,7 @@ func TestRunNilResponseBodyStoredEmpty(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	d := newDelivery(t, dedup.Key{Sender: "generic", DeliveryID: "nil-body"}, "payload")
 	d.Response = dedup.Response{Status: 204}
 	if _, err := store.Run(ctx, d, nil); err != nil {
@@ -44,14 +45,18 @@ func TestRunNilResponseBodyStoredEmpty(t *testing.T) {
 }
 
 // An in-flight wait above 2^31-1 ms (about 24.8 days) is out of range for
-// lock_timeout; New caps it so that Run still works.
-func TestRunHugeInFlightWaitIsCapped(t *testing.T) {
+// lock_timeout: New refuses one longer than MaxInFlightWait, and the
+// longest it accepts still works.
+func TestRunHugeInFlightWaitIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	store := dedup.New(pool, 30*24*time.Hour)
+	if _, err := dedup.New(pool, dedup.Config{InFlightWait: 30 * 24 * time.Hour}); err == nil || !strings.Contains(err.Error(), "InFlightWait") {
+		t.Fatalf("New with a 720h in-flight wait: err %v, want one naming InFlightWait", err)
+	}
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.MaxInFlightWait})
 	d := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "huge-wait"}, "payload")
 	if _, err := store.Run(ctx, d, nil); err != nil {
-		t.Fatalf("Run with a 720h in-flight wait: %v", err)
+		t.Fatalf("Run with the longest in-flight wait (%s): %v", dedup.MaxInFlightWait, err)
 	}
 }

@@ -177,3 +177,13 @@ FROM processed_messages p WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.D
 func equalResponse(a, b dedup.Response) bool {
 	return a.Status == b.Status && a.ContentType == b.ContentType && bytes.Equal(a.Body, b.Body)
 }
+
+// newStore returns dedup.New(pool, cfg), failing t when cfg is invalid.
+func newStore(t testing.TB, pool *pgxpool.Pool, cfg dedup.Config) *dedup.Store {
+	t.Helper()
+	s, err := dedup.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

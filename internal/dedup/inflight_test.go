@@ -90,7 +90,7 @@ func TestRunInFlight(t *testing.T) {
 	ctx := testCtx(t)
 	pool, dsn := pgtest.NewDB(t)
 	execSQL(t, ctx, pool, createRuns)
-	store := dedup.New(pool, 300*time.Millisecond)
+	store := newStore(t, pool, dedup.Config{InFlightWait: 300 * time.Millisecond})
 	key := dedup.Key{Sender: "github", DeliveryID: "in-flight"}
 	holder := holdKey(t, ctx, dsn, newDelivery(t, key, "payload"))
 
@@ -154,7 +154,7 @@ func TestRunWaitsForHolder(t *testing.T) {
 			ctx := testCtx(t)
 			pool, dsn := pgtest.NewDB(t)
 			execSQL(t, ctx, pool, createRuns)
-			store := dedup.New(pool, 30*time.Second) // longer than the test needs
+			store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second}) // longer than the test needs
 			key := dedup.Key{Sender: "github", DeliveryID: "waits"}
 			h := newDelivery(t, key, tt.holderPayload)
 			h.Response = dedup.Response{Status: 200, ContentType: "text/plain", Body: []byte("the holder's response")}

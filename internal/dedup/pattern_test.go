@@ -23,7 +23,7 @@ func patternSubject(t *testing.T) patterntest.Subject {
 	check, dsn := pgtest.NewDB(t)
 	check.Close()
 	pool := patterntest.RacePool(t, testCtx(t), dsn)
-	store := dedup.New(pool, 30*time.Second) // generous: nothing may time out under -race
+	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second}) // generous: nothing may time out under -race
 	const sender = "suite"
 	return patterntest.Subject{
 		Pool: pool,

@@ -80,7 +80,7 @@ func TestRunOneRoundTripPerOutcome(t *testing.T) {
 	var writes atomic.Int64
 	pool := countedPool(t, ctx, dsn, &writes)
 	execSQL(t, ctx, pool, createRuns, `CREATE TABLE other (k text PRIMARY KEY)`, `INSERT INTO other VALUES ('taken')`)
-	store := dedup.New(pool, 200*time.Millisecond)
+	store := newStore(t, pool, dedup.Config{InFlightWait: 200 * time.Millisecond})
 	failing := queueSQL(`INSERT INTO other VALUES ('taken')`) // another constraint's 23505
 
 	n := 0
@@ -215,7 +215,7 @@ func TestRunFailureLeavesConnectionClean(t *testing.T) {
 	_, dsn := pgtest.NewDB(t)
 	var writes atomic.Int64
 	pool := countedPool(t, ctx, dsn, &writes)
-	store := dedup.New(pool, 100*time.Millisecond)
+	store := newStore(t, pool, dedup.Config{InFlightWait: 100 * time.Millisecond})
 	pid := backendPID(t, ctx, pool)
 
 	d := newDelivery(t, dedup.Key{Sender: "c", DeliveryID: "fails"}, "p")

@@ -12,5 +12,15 @@ import (
 func store(t *testing.T) (*Store, *pgxpool.Pool) {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	return New(pool, 0), pool
+	return mustNew(t, pool, Config{InFlightWait: DefaultInFlightWait}), pool
+}
+
+// mustNew returns New(pool, cfg), failing t when cfg is invalid.
+func mustNew(t testing.TB, pool *pgxpool.Pool, cfg Config) *Store {
+	t.Helper()
+	s, err := New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hookgate/hookgate/internal/ingestsql"
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
@@ -41,7 +42,7 @@ FROM generate_series(1, 50000) AS i`); err != nil {
 		for _, tc := range []struct {
 			name, sql, types, args string
 		}{
-			{"read", StoredSQL, "text, text[], uuid[]", "'s7', '{d7,d27,x}', ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid()]"},
+			{"read", ingestsql.Stored, "text, text[], uuid[]", "'s7', '{d7,d27,x}', ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid()]"},
 			{"guarded change", guarded, "text, uuid[], text[]", "'s7', ARRAY[gen_random_uuid(), gen_random_uuid()], '{d7,x}'"},
 		} {
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {

@@ -30,7 +30,7 @@ func TestRunFirstDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	d := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "first-1"}, "payload")
 
 	res, err := store.Run(ctx, d, insertEvent(d, "payload"))
@@ -69,7 +69,7 @@ func TestRunReplay(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	execSQL(t, ctx, pool, createRuns)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	key := dedup.Key{Sender: "stripe", DeliveryID: "evt_replay"}
 
 	first := newDelivery(t, key, "payload")
@@ -114,7 +114,7 @@ func TestRunKeyIsSenderAndDeliveryID(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	for _, k := range []dedup.Key{{"github", "d1"}, {"stripe", "d1"}, {"github", "d2"}} {
 		d := newDelivery(t, k, "payload")
 		res, err := store.Run(ctx, d, insertEvent(d, "payload"))
@@ -132,7 +132,7 @@ func TestRunPayloadMismatch(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	execSQL(t, ctx, pool, createRuns)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	key := dedup.Key{Sender: "github", DeliveryID: "mismatch"}
 
 	first := newDelivery(t, key, "payload")
@@ -227,7 +227,7 @@ func TestRunStateChangeFails(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t)
 			pool, _ := pgtest.NewDB(t)
-			store := dedup.New(pool, 0)
+			store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 			key := dedup.Key{Sender: "github", DeliveryID: "fails"}
 			d := newDelivery(t, key, "payload")
 
@@ -251,7 +251,7 @@ func TestRunCommitFails(t *testing.T) {
 	execSQL(t, ctx, pool,
 		`CREATE TABLE scratch (v int CONSTRAINT scratch_v_key UNIQUE DEFERRABLE INITIALLY DEFERRED)`,
 		`INSERT INTO scratch VALUES (1)`)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	key := dedup.Key{Sender: "github", DeliveryID: "commit-fails"}
 	d := newDelivery(t, key, "payload")
 
@@ -274,7 +274,7 @@ func TestRunOtherUniqueViolation(t *testing.T) {
 	execSQL(t, ctx, pool,
 		`CREATE TABLE scratch (v text CONSTRAINT scratch_v_key UNIQUE)`,
 		`INSERT INTO scratch VALUES ('taken')`)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	key := dedup.Key{Sender: "billing", DeliveryID: "other-unique"}
 	d := newDelivery(t, key, "payload")
 
@@ -294,7 +294,7 @@ func TestRunEventKeyViolation(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	earlier := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "earlier"}, "payload")
 	if _, err := store.Run(ctx, earlier, insertEvent(earlier, "payload")); err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestRunNilChange(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	key := dedup.Key{Sender: "slack", DeliveryID: "nil-change"}
 	d := newDelivery(t, key, "payload")
 
@@ -344,7 +344,7 @@ func TestRunEmptyResponseBody(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	key := dedup.Key{Sender: "generic", DeliveryID: "empty-body"}
 	d := newDelivery(t, key, "payload")
 	d.Response = dedup.Response{Status: 204, ContentType: "", Body: []byte{}}
@@ -371,7 +371,7 @@ func TestRunUnreachableDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	d := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "unreachable"}, "payload")
 
 	res, err := store.Run(ctx, d, insertEvent(d, "payload"))
@@ -388,7 +388,7 @@ func TestRunCanceledContext(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	store := dedup.New(pool, 0)
+	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	key := dedup.Key{Sender: "github", DeliveryID: "canceled"}
 	d := newDelivery(t, key, "payload")
 

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Shedding on delay (WithShedding). A delivery "queues for the store" from
+// Shedding on delay (Config.Shedding). A delivery "queues for the store" from
 // the moment Run admits it until it holds a database connection for its
 // pipeline: waiting for a batch slot of its sender (group commit) and for a
 // connection of the pool. That time, not a count of requests, tells whether
@@ -36,7 +36,7 @@ import (
 // they wait for the first copy's outcome before admission (Run), so a retry
 // storm of one delivery costs one place in the queue.
 
-// Defaults of shedding.
+// Defaults of shedding (DefaultConfig).
 const (
 	DefaultShedTarget   = 100 * time.Millisecond
 	DefaultShedInterval = time.Second
@@ -70,37 +70,22 @@ func (e *OverloadError) Error() string { return ErrOverloaded.Error() + " (" + e
 // Is makes errors.Is(err, ErrOverloaded) true.
 func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
 
-// ShedPolicy configures shedding on delay. Zero durations take the
-// defaults.
+// ShedPolicy configures shedding on delay (Config.Shedding). Its durations
+// must be positive: none takes a default from a 0 (DefaultConfig has the
+// defaults).
 type ShedPolicy struct {
-	// Target is the queueing delay that a standing queue stays above.
+	// Target is the queueing delay that a standing queue stays above
+	// (DefaultShedTarget).
 	Target time.Duration
 	// Interval is how long it must stay above Target before deliveries are
 	// shed at admission.
 	Interval time.Duration
-	// MaxWait is the longest a delivery queues for the store.
+	// MaxWait is the longest a delivery queues for the store
+	// (DefaultMaxQueueWait).
 	MaxWait time.Duration
 	// Observe, when not nil, is called with each admitted delivery's time
 	// queueing for the store (also when it gave up or got no connection).
 	Observe func(wait time.Duration)
-}
-
-// WithShedding turns shedding on delay on (see shed.go). Without it Run
-// admits every delivery and a delivery waits for the database as long as
-// its context allows.
-func WithShedding(p ShedPolicy) Option {
-	return func(s *Store) {
-		if p.Target <= 0 {
-			p.Target = DefaultShedTarget
-		}
-		if p.Interval <= 0 {
-			p.Interval = DefaultShedInterval
-		}
-		if p.MaxWait <= 0 {
-			p.MaxWait = DefaultMaxQueueWait
-		}
-		s.shed = &shedder{policy: p, now: time.Now}
-	}
 }
 
 // Queued returns the deliveries admitted and not yet at the database (0

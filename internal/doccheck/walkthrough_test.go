@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // walkthroughs are the documents' sections whose console blocks are run
@@ -186,6 +187,7 @@ func freePort(t *testing.T) string {
 // 127.0.0.1:9099 pointed at this run's ports; each answer must be what the
 // document prints under its command.
 func TestReadmeWalkthrough(t *testing.T) {
+	testkit.Slow(t, "runs the README walk-through against the real binary (make check-walkthrough runs it too)")
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "openssl", "od", "base64"} {
 		if _, err := exec.LookPath(tool); err != nil {

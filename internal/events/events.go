@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/ingestsql"
 )
 
 // Event is an accepted delivery: the raw request body and its headers.
@@ -26,15 +27,6 @@ type Event struct {
 	Body    []byte
 }
 
-// InsertSQL inserts the events of a pipeline's deliveries (a multi-row
-// statement, dedup.Batch.Row: $1 the sender, then one array per column),
-// each only in the transaction whose claim took its delivery's key
-// (dedup.ClaimedJoin, which Citus routes to the sender's shard).
-var InsertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
-SELECT k.sender, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[])
-  AS e(id, delivery_id, received_at, headers, body, event_type)
-` + dedup.ClaimedJoin("e.delivery_id", "e.id")
-
 // QueueInsert queues the insert of e on b, for use as (part of) a
 // dedup.Change: it inserts nothing unless the delivery's claim took its key
 // for e.ID. The event is stored under the delivery's sender (the
@@ -46,7 +38,7 @@ func QueueInsert(b *dedup.Batch, e Event) {
 	if body == nil {
 		body = []byte{}
 	}
-	b.Row(InsertSQL, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
+	b.Row(ingestsql.EventInsert, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
 }
 
 // StoredHeaders returns h as stored, as a map that encodes to a JSON object

@@ -33,7 +33,11 @@ func insert(t *testing.T, pool *pgxpool.Pool, e events.Event) {
 		ReceivedAt: e.ReceivedAt,
 		ExpiresAt:  e.ReceivedAt.Add(time.Hour),
 	}
-	res, err := dedup.New(pool, 0).Run(t.Context(), d, func(b *dedup.Batch) { events.QueueInsert(b, e) })
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ingest.Run(t.Context(), d, func(b *dedup.Batch) { events.QueueInsert(b, e) })
 	if err != nil || res.Replayed {
 		t.Fatalf("insert event: %+v, %v", res, err)
 	}

@@ -3,6 +3,7 @@ package forward
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW
 		t.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(pool, 10, BreakerTiming{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g := newGuards(pool, 10, BreakerConfig{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	g.now = func() time.Time { return time.Unix(0, clock.Load()) }
@@ -95,7 +96,7 @@ func TestBreakerProbesPreferAttemptedForwards(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(nil, 100, BreakerTiming{Probe: time.Second, Window: time.Second}, m, nil)
+	g := newGuards(nil, 100, BreakerConfig{Probe: time.Second, Window: time.Second}, m, nil)
 	now := time.Now()
 	g.now = func() time.Time { return now }
 	gd := g.get("acme", &config.Target{Name: "t1", BreakerThreshold: 1})
@@ -159,5 +160,100 @@ func TestBreakerProbesPreferAttemptedForwards(t *testing.T) {
 	}
 	if a := g.enter(gd, false); !a.ok {
 		t.Fatalf("after the breaker closed a forward was held back: %+v", a)
+	}
+}
+
+// TestBreakerHistoryRecordsEveryTransition: a breaker that opens, probes
+// in vain, probes again and closes leaves each transition in
+// target_breaker_transitions, in order, with its time, its reason and the
+// process, and its last state in target_breakers; a transition that could
+// not be written (the table refused it) is kept and written with the next.
+func TestBreakerHistoryRecordsEveryTransition(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := pgtest.NewDB(t)
+	m := NewMetrics(prometheus.NewRegistry())
+	g := newGuards(pool, 10, BreakerConfig{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	start := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	now := start
+	g.now = func() time.Time { return now }
+	gd := g.get("acme", &config.Target{Name: "t1", BreakerThreshold: 1})
+	attempt := func(tried bool, res Result, errText string) admission {
+		t.Helper()
+		a := g.enter(gd, tried)
+		if !a.ok {
+			t.Fatalf("at %s: not admitted: %+v", now.Sub(start), a)
+		}
+		now = now.Add(time.Millisecond) // the attempt takes a while
+		g.leave(ctx, gd, a, res, 0, errText)
+		return a
+	}
+	attempt(false, ResultRetryable, "target answered 503")
+	now = now.Add(600 * time.Millisecond)
+	attempt(false, ResultRetryable, "target answered 503") // opens
+	// The next write fails: the table refuses it for a moment.
+	if _, err := pool.Exec(ctx, `ALTER TABLE target_breaker_transitions ADD CONSTRAINT refuse CHECK (state <> 'half-open') NOT VALID`); err != nil {
+		t.Fatal(err)
+	}
+	now = gd.nextProbe
+	if a := attempt(true, ResultRetryable, "connection refused"); !a.probe { // a round of probes fails
+		t.Fatalf("the first attempt after the probe interval was not a probe: %+v", a)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE target_breaker_transitions DROP CONSTRAINT refuse`); err != nil {
+		t.Fatal(err)
+	}
+	now = gd.nextProbe
+	attempt(true, ResultDelivered, "") // half-open, then closed
+
+	hist, err := store.New(pool).BreakerHistory(ctx, "acme", "t1", start.Add(-time.Hour), now.Add(time.Hour), 100, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]string{{"closed", "open"}, {"open", "half-open"}, {"half-open", "open"}, {"open", "half-open"}, {"half-open", "closed"}}
+	if len(hist) != len(want) {
+		t.Fatalf("history: %+v, want %d transitions %v", hist, len(want), want)
+	}
+	for i, tr := range hist {
+		if tr.From != want[i][0] || tr.State != want[i][1] {
+			t.Errorf("transition %d: %s → %s, want %s → %s", i, tr.From, tr.State, want[i][0], want[i][1])
+		}
+		if tr.Process != g.process || tr.Reason == "" {
+			t.Errorf("transition %d: process %q, reason %q; want %q and a reason", i, tr.Process, tr.Reason, g.process)
+		}
+		if i > 0 && (tr.At.Before(hist[i-1].At) || tr.Seq <= hist[i-1].Seq) {
+			t.Errorf("transition %d (%s, seq %d) is not after %d (%s, seq %d)", i, tr.At, tr.Seq, i-1, hist[i-1].At, hist[i-1].Seq)
+		}
+	}
+	if !strings.Contains(hist[0].Reason, "2 of 2 attempts failed") || !strings.Contains(hist[0].Reason, "503") {
+		t.Errorf("the opening's reason %q does not say why", hist[0].Reason)
+	}
+	if !strings.Contains(hist[2].Reason, "connection refused") {
+		t.Errorf("the failed round's reason %q does not name its failure", hist[2].Reason)
+	}
+	if want := start.Add(602 * time.Millisecond); !hist[0].At.Equal(want) {
+		t.Errorf("opened at %s, want %s", hist[0].At, want)
+	}
+	// Only the opening and the closing; and from the middle, the state
+	// the breaker was in comes first.
+	oc, err := store.New(pool).BreakerHistory(ctx, "acme", "t1", start.Add(-time.Hour), now.Add(time.Hour), 100, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(oc) != 2 || oc[0].State != "open" || oc[1].State != "closed" {
+		t.Errorf("open/close history: %+v, want the opening and the closing", oc)
+	}
+	mid, err := store.New(pool).BreakerHistory(ctx, "acme", "t1", hist[2].At, now.Add(time.Hour), 100, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mid) != 4 || mid[0] != hist[1] {
+		t.Errorf("history from the failed round: %+v, want the transition before it and the last 3", mid)
+	}
+	bs, err := store.New(pool).Breakers(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bs["t1"].State; got != BreakerClosed {
+		t.Errorf("target_breakers shows %q, want closed", got)
 	}
 }

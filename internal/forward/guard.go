@@ -1,10 +1,12 @@
 package forward
 
 import (
-	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,14 +50,34 @@ const (
 	maxBusySnooze = 5 * time.Second
 )
 
-// BreakerTiming tunes the circuit breakers; zero values take the defaults.
-type BreakerTiming struct {
+// BreakerConfig tunes the circuit breakers (NewGate). Zero means zero
+// (docs/configuration.md): no field takes a default from a 0, and validate
+// refuses one; DefaultBreakerConfig has the defaults.
+type BreakerConfig struct {
 	// Probe is the first wait of an open breaker before its first probes
-	// (DefaultProbeInterval); it doubles after a failed round, up to 3s.
+	// (DefaultProbeInterval), positive; it doubles after a failed round, up
+	// to 3s.
 	Probe time.Duration
 	// Window is the time over which the failure rate is measured
-	// (DefaultBreakerWindow).
+	// (DefaultBreakerWindow), at least 10ms (windowBuckets buckets of at
+	// least 1ms).
 	Window time.Duration
+}
+
+// DefaultBreakerConfig returns the breakers' defaults.
+func DefaultBreakerConfig() BreakerConfig {
+	return BreakerConfig{Probe: DefaultProbeInterval, Window: DefaultBreakerWindow}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c BreakerConfig) validate() error {
+	if c.Probe <= 0 {
+		return fmt.Errorf("breaker config: Probe %s: must be positive", c.Probe)
+	}
+	if c.Window < windowBuckets*time.Millisecond {
+		return fmt.Errorf("breaker config: Window %s: must be at least %s", c.Window, windowBuckets*time.Millisecond)
+	}
+	return nil
 }
 
 // guards keeps, per target, what a worker process knows of it: how many of
@@ -74,6 +96,8 @@ type guards struct {
 	// wake makes the waiting forwards of a target whose breaker closed
 	// available now (nil: they come back when their snooze ends).
 	wake func(ctx context.Context, sender, target string) error
+	// process names this process in the breakers' history.
+	process string
 
 	mu sync.Mutex
 	m  map[[2]string]*guard
@@ -95,9 +119,10 @@ type guard struct {
 	openedAt     time.Time
 	nextProbe    time.Time // when the next round of probes may start
 	probeWait    time.Duration
-	probes       int // probes let through in this round
-	probing      int // probes under way
-	reserved     int // waiting forwards told to come back for the next round
+	lastErr      string // the failure that opened the breaker, or failed its last round of probes
+	probes       int    // probes let through in this round
+	probing      int    // probes under way
+	reserved     int    // waiting forwards told to come back for the next round
 	pausedUntil  time.Time
 	epoch        time.Time     // when the guard was made
 	startSum     time.Duration // sum of the start times of the attempts under way, from epoch
@@ -109,21 +134,43 @@ type guard struct {
 	held int
 	seen time.Time
 
-	// rec is the last transition, under mu: gen counts transitions, and
-	// recorded (under recMu) is the gen last written out. Writes take recMu
-	// and write the latest transition, so a slow write of an older one can
-	// never land after a newer one.
-	rec      transition
-	recMu    sync.Mutex
-	recorded uint64
+	// pending are the transitions not yet written out, in the order they
+	// happened, under mu; seq numbers them. Writes take recMu and write
+	// every pending transition in order, so a slow write of an older one
+	// can never land after a newer one, and none is skipped.
+	pending []transition
+	seq     int64
+	recMu   sync.Mutex
 }
 
 // transition is a breaker transition to record.
 type transition struct {
-	gen      uint64
-	state    string
-	openedAt time.Time
-	errText  string
+	seq         int64
+	at          time.Time
+	from, state string
+	openedAt    time.Time
+	errText     string // the failure that opened it ("" when closed)
+	reason      string
+}
+
+// maxPendingTransitions bounds the transitions a guard keeps while the
+// database cannot take them; past it the oldest are dropped.
+const maxPendingTransitions = 256
+
+// transit moves gd's breaker to state at now for reason, and queues the
+// transition to be recorded (guards.record). Under gd.mu.
+func (gd *guard) transit(now time.Time, state, reason, errText string) {
+	from := gd.state
+	gd.state = state
+	if state == BreakerClosed {
+		errText = ""
+	}
+	gd.seq++
+	gd.pending = append(gd.pending, transition{seq: gd.seq, at: now, from: from, state: state,
+		openedAt: gd.openedAt, errText: errText, reason: reason})
+	if n := len(gd.pending) - maxPendingTransitions; n > 0 {
+		gd.pending = append(gd.pending[:0], gd.pending[n:]...)
+	}
 }
 
 // window counts a target's attempts and failures over the last
@@ -160,10 +207,21 @@ func (w *window) counts(slot int64) (attempts, fails int) {
 	return attempts, fails
 }
 
-func newGuards(db *pgxpool.Pool, capacity int, bt BreakerTiming, m *Metrics, log *slog.Logger) *guards {
-	return &guards{db: db, log: log,
-		probe: cmp.Or(bt.Probe, DefaultProbeInterval), window: cmp.Or(bt.Window, DefaultBreakerWindow),
+// newGuards returns the guards of a process that sends at most capacity
+// forwards at once; bc must be valid (NewGate checks it).
+func newGuards(db *pgxpool.Pool, capacity int, bc BreakerConfig, m *Metrics, log *slog.Logger) *guards {
+	return &guards{db: db, log: log, process: processName(),
+		probe: bc.Probe, window: bc.Window,
 		now: time.Now, metrics: m, m: map[[2]string]*guard{}, fair: newFair(capacity)}
+}
+
+// processName names this process in the breakers' history: host/pid.
+func processName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
 }
 
 // get returns the guard of t, a target of sender.
@@ -203,35 +261,48 @@ type admission struct {
 // whether it was attempted before (an open breaker probes with those
 // first). When it may, the caller must call leave once the attempt is over.
 func (g *guards) enter(gd *guard, tried bool) admission {
+	a, probing := g.admit(gd, tried)
+	if probing { // the first probe of a round: open → half-open
+		g.record(context.Background(), gd)
+	}
+	return a
+}
+
+// admit is enter under gd.mu; probing reports that the admission started
+// a round of probes, a transition to record.
+func (g *guards) admit(gd *guard, tried bool) (_ admission, probing bool) {
 	now := g.now()
 	gd.mu.Lock()
 	defer gd.mu.Unlock()
 	if now.Before(gd.pausedUntil) {
-		return admission{wait: jitter(gd.pausedUntil.Sub(now)), why: "paused"}
+		return admission{wait: jitter(gd.pausedUntil.Sub(now)), why: "paused"}, false
 	}
 	probe := false
 	if gd.state != BreakerClosed {
 		if now.Before(gd.nextProbe) || gd.probes >= min(breakerProbes, gd.limit) {
-			return admission{wait: gd.waiting(now), why: "breaker"}
+			return admission{wait: gd.waiting(now), why: "breaker"}, false
 		}
 		// A forward never attempted probes only once the round has waited
 		// a while for one that was.
 		if grace := gd.nextProbe.Add(gd.probeWait / 2); !tried && now.Before(grace) {
-			return admission{wait: jitter(min(grace.Sub(now), busySnooze)), why: "breaker"}
+			return admission{wait: jitter(min(grace.Sub(now), busySnooze)), why: "breaker"}, false
 		}
 		probe = true
 	}
 	if gd.running >= gd.limit || !g.fair.acquire(gd, now) {
-		return admission{wait: gd.busyWait(now), why: "busy"}
+		return admission{wait: gd.busyWait(now), why: "busy"}, false
 	}
 	if probe {
 		gd.probes++
 		gd.probing++
-		gd.state = BreakerHalfOpen
+		if gd.state != BreakerHalfOpen {
+			probing = true
+			gd.transit(now, BreakerHalfOpen, fmt.Sprintf("probing: up to %d forwards let through", min(breakerProbes, gd.limit)), gd.lastErr)
+		}
 	}
 	gd.running++
 	gd.startSum += now.Sub(gd.epoch)
-	return admission{ok: true, probe: probe, start: now}
+	return admission{ok: true, probe: probe, start: now}, probing
 }
 
 // busyWait returns how long a forward of gd's target waits when the target
@@ -306,7 +377,17 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 		gd.win.add(slot, false)
 		gd.rate(slot, now)
 		if gd.state != BreakerClosed {
-			gd.state, gd.probes, gd.reserved = BreakerClosed, 0, 0
+			how := "a probe was answered"
+			if !a.probe {
+				how = "an attempt was answered"
+			}
+			if res == ResultDelivered {
+				how += " (delivered)"
+			} else {
+				how += " (not 2xx, not to be retried: the target is up)"
+			}
+			gd.transit(now, BreakerClosed, how, "")
+			gd.probes, gd.reserved = 0, 0
 			gd.win, gd.failingSince = window{}, time.Time{}
 			changed = BreakerClosed
 		}
@@ -315,26 +396,28 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 		failing := gd.rate(slot, now)
 		switch {
 		case gd.state == BreakerClosed && failing && now.Sub(gd.failingSince) >= g.window/2:
-			gd.state, gd.openedAt = BreakerOpen, now
+			attempts, fails := gd.win.counts(slot)
+			gd.openedAt = now
+			gd.lastErr = errText
+			gd.transit(now, BreakerOpen, fmt.Sprintf("%d of %d attempts failed in %s, for %s: %s",
+				fails, attempts, g.window, now.Sub(gd.failingSince).Round(time.Millisecond), errText), errText)
 			gd.probeWait = g.probe
 			gd.nextProbe = now.Add(gd.probeWait)
 			gd.probes, gd.reserved = 0, 0
 			changed = BreakerOpen
 		case a.probe:
 			if gd.probing == 0 { // the round is over and no probe succeeded
-				gd.state = BreakerOpen
 				gd.probeWait = min(gd.probeWait*2, maxProbeInterval)
 				gd.nextProbe = now.Add(gd.probeWait)
 				gd.probes, gd.reserved = 0, 0
+				if gd.state != BreakerOpen {
+					gd.lastErr = errText
+					gd.transit(now, BreakerOpen, fmt.Sprintf("no probe was answered: %s; next probes in %s", errText, gd.probeWait), errText)
+					changed = BreakerOpen
+				}
 			}
 			snooze = jitter(max(gd.nextProbe.Sub(now), gd.probeWait))
 		}
-	}
-	if changed != "" {
-		if changed == BreakerClosed {
-			errText = ""
-		}
-		gd.rec = transition{gen: gd.rec.gen + 1, state: changed, openedAt: gd.openedAt, errText: errText}
 	}
 	gd.mu.Unlock()
 	if changed != "" {
@@ -366,23 +449,27 @@ func (gd *guard) rate(slot int64, now time.Time) bool {
 	return fails >= gd.threshold
 }
 
-// record exports gd's latest breaker transition as metrics and into
-// target_breakers, unless it is written already. Writes are serialised per
-// target and each writes the latest transition at the time it runs, so the
-// last write is always the breaker's latest state, whatever order the
-// attempts that caused the transitions end in. A failed write is logged:
-// the breaker works without it.
+// record writes out gd's pending breaker transitions: the latest as
+// metrics, all of them, in order, into target_breaker_transitions, and the
+// latest into target_breakers, in one transaction. Writes are serialised
+// per target and each takes every transition pending when it runs, so
+// transitions are written in the order they happened, whatever order the
+// attempts that caused them end in, and the last write is always the
+// breaker's latest state. A failed write is logged and its transitions
+// are kept (at most maxPendingTransitions) for the next: the breaker works
+// without them.
 func (g *guards) record(ctx context.Context, gd *guard) {
 	gd.recMu.Lock()
 	defer gd.recMu.Unlock()
 	gd.mu.Lock()
-	tr := gd.rec
+	trs := gd.pending
+	gd.pending = nil
 	gd.mu.Unlock()
-	if tr.gen == gd.recorded {
-		return // a write that started after this transition has written it
+	if len(trs) == 0 {
+		return // a write that started after these transitions has written them
 	}
-	gd.recorded = tr.gen
-	state, openedAt, errText := tr.state, tr.openedAt, tr.errText
+	last := trs[len(trs)-1]
+	state, openedAt, errText := last.state, last.openedAt, last.errText
 	open := 0.0
 	if state != BreakerClosed {
 		open = 1
@@ -394,16 +481,30 @@ func (g *guards) record(ctx context.Context, gd *guard) {
 		opened = &openedAt
 	}
 	if g.log != nil {
-		g.log.Info("forward target circuit breaker", "sender", gd.sender, "target", gd.target, "state", state, "last_error", errText)
+		for _, tr := range trs {
+			g.log.Info("forward target circuit breaker", "sender", gd.sender, "target", gd.target, "from", tr.from, "state", tr.state, "reason", tr.reason)
+		}
 	}
 	if g.db == nil {
 		return
 	}
+	out := make([]store.BreakerTransition, len(trs))
+	for i, tr := range trs {
+		out[i] = store.BreakerTransition{At: tr.at, Process: g.process, Seq: tr.seq, From: tr.from, State: tr.state, Reason: tr.reason}
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err := store.New(g.db).RecordBreaker(ctx, gd.sender, gd.target, state, opened, errText)
-	if err != nil && g.log != nil {
-		g.log.Warn("record circuit breaker state", "sender", gd.sender, "target", gd.target, "err", err)
+	err := store.New(g.db).RecordBreakerTransitions(ctx, gd.sender, gd.target, out, opened, errText)
+	if err != nil {
+		if g.log != nil {
+			g.log.Warn("record circuit breaker transitions; kept for the next write", "sender", gd.sender, "target", gd.target, "err", err)
+		}
+		gd.mu.Lock()
+		gd.pending = append(trs, gd.pending...)
+		if n := len(gd.pending) - maxPendingTransitions; n > 0 {
+			gd.pending = append(gd.pending[:0], gd.pending[n:]...)
+		}
+		gd.mu.Unlock()
 	}
 }
 

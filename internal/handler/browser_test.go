@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // The API explorer renders in a real browser under its Content-Security-
@@ -13,9 +15,7 @@ import (
 // its scripts to run and the spec to be fetched. Skipped where Debian's
 // chromium is not installed.
 func TestDocsRenderInBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives a real browser: not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "drives a real browser")
 	t.Parallel()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {

@@ -257,7 +257,8 @@ func TestIngestShedsAfterMaxQueueWait(t *testing.T) {
 	holder := newPool(t, dsn, 2) // the held transaction's and the test's queries
 	// (The layout is given, so that the store does not look it up on the
 	// connection the test holds.)
-	s := newServer(t, pool, options{storeOpts: []dedup.Option{dedup.WithDistributed(false), dedup.WithShedding(dedup.ShedPolicy{MaxWait: 200 * time.Millisecond})}})
+	s := newServer(t, pool, options{store: dedup.Config{Layout: dedup.LayoutPlain,
+		Shedding: &dedup.ShedPolicy{Target: dedup.DefaultShedTarget, Interval: dedup.DefaultShedInterval, MaxWait: 200 * time.Millisecond}}})
 
 	// The pool's only connection is taken: a delivery queues for it.
 	conn, err := pool.Acquire(t.Context())

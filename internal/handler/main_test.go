@@ -59,9 +59,10 @@ type options struct {
 	// its ${VAR} references expand to (secrets, typically).
 	yaml string
 	env  map[string]string
-	// opts are more handler options; storeOpts the store's.
-	opts      []handler.Option
-	storeOpts []dedup.Option
+	// opts are more handler options; store configures the ingest store
+	// (its InFlightWait is wait).
+	opts  []handler.Option
+	store dedup.Config
 }
 
 // server is a hookgate handler behind a real HTTP server.
@@ -95,7 +96,12 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		o.log = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := handler.New(sender.MustCompile(cfg), dedup.New(db, o.wait, o.storeOpts...), o.ready, prometheus.NewRegistry(), log, o.opts...)
+	o.store.InFlightWait = o.wait
+	ingest, err := dedup.New(db, o.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler.New(sender.MustCompile(cfg), ingest, o.ready, prometheus.NewRegistry(), log, o.opts...)
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close) // also closes the client's idle connections
 	return &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}

@@ -98,12 +98,21 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if o.backoff == (forward.Backoff{}) {
 		o.backoff = forward.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond}
 	}
-	client, err := forward.NewClient(pool, cfg, forward.Options{
-		Work:              o.work,
-		MaxWorkers:        4,
-		Backoff:           o.backoff,
-		FetchPollInterval: 100 * time.Millisecond,
-	}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	cc := forward.DefaultClientConfig(cfg)
+	cc.MaxWorkers, cc.FetchPollInterval = 4, 100*time.Millisecond
+	var worker *forward.Worker // nil: the client inserts only
+	if o.work {
+		m := forward.NewMetrics(prometheus.NewRegistry())
+		gate, err := forward.NewGate(pool, cc.MaxWorkers, m, log, forward.DefaultBreakerConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(cc.MaxWorkers), gate, m, log, forward.WorkerConfig{Backoff: o.backoff})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := forward.NewClient(pool, cfg, worker, cc, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +151,11 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if o.limiter != nil {
 		opts = append(opts, handler.WithAuthLimiter(o.limiter))
 	}
-	h := handler.New(sender.MustCompile(cfg), dedup.New(pool, 10*time.Second), func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
 	router := h.Router()
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
@@ -199,11 +212,18 @@ func decode(t *testing.T, r reply, status int, method, route string, v any) {
 	}
 }
 
+// specDoc is openapi.yaml loaded once for every test of the package (loading
+// it takes about 0.2 s under -race, and wantSpecBody runs hundreds of times).
+// The tests only read it.
+var specDoc = sync.OnceValues(func() (*openapi3.T, error) {
+	return openapi3.NewLoader().LoadFromData(api.Spec)
+})
+
 // wantSpecBody checks r's body against the schema openapi.yaml declares for
 // the operation at route, r's status and r's Content-Type.
 func wantSpecBody(t *testing.T, r reply, method, route string) {
 	t.Helper()
-	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	doc, err := specDoc()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/sender"
@@ -29,7 +27,7 @@ const explorerAssets = "GET /docs/*"
 // the explorer's assets.
 func TestRouterServesExactlyTheSpecsOperations(t *testing.T) {
 	t.Parallel()
-	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	doc, err := specDoc()
 	if err != nil {
 		t.Fatalf("load openapi.yaml: %v", err)
 	}

@@ -24,7 +24,7 @@ import (
 //     body_budget. A quarter of the budget is kept for small bodies (at
 //     most smallBody bytes): a sender, or an attacker, holding large bodies
 //     open cannot stop small deliveries of other clients.
-//   - The store sheds on queueing delay (dedup.WithShedding): reasons
+//   - The store sheds on queueing delay (dedup.Config.Shedding): reasons
 //     queue_delay and queue_timeout. Copies of a delivery in flight in this
 //     process wait for the first copy and are never counted.
 

@@ -407,6 +407,7 @@ senders:
 // enqueues no second one), which inserts them in batches; afterwards
 // nothing matches.
 func TestTargetBulkRedeliverInBatches(t *testing.T) {
+	testkit.Slow(t, "redelivers 5,000 forwards (load)")
 	t.Parallel()
 	const n = 5000
 	s := newOpServer(t, opOptions{yaml: `

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/jsonptr"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // decodeString is the former Pointer.String: the whole body decoded into
@@ -190,6 +191,7 @@ func heapPerCall(f func()) (bytes uint64, allocs float64) {
 // MB. Not parallel: the parallel tests wait while this one measures the
 // process's allocations, alone.
 func TestExtractMemoryIsBounded(t *testing.T) {
+	testkit.Slow(t, "scans 1 MiB bombs dozens of times (about 20 s under -race)")
 	const size = 1 << 20
 	var obj strings.Builder
 	obj.WriteString(`{"id":"evt_1"`)

@@ -126,7 +126,7 @@ func distribute(ctx context.Context, t testing.TB, admin, dsn, name string) erro
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 			defer cancel()
-			if err := adminExec(ctx, wadmin, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+			if err := dropDatabase(ctx, wadmin, name); err != nil {
 				t.Errorf("pgtest: drop database %s on worker %s:%d: %v", name, w[0], p, err)
 			}
 		})

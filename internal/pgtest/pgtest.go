@@ -46,6 +46,18 @@ func URL(t testing.TB) string {
 	return u
 }
 
+// EnvTemplate names the environment variable that, when set, names the
+// migrated template database the test processes of one run share: the first
+// process that needs it creates and migrates it (under an advisory lock on
+// the server), the others copy it. `make test` sets it: its server is new
+// for each run, so the template is never older than the code. Unset (and on
+// Citus), each test process migrates a template of its own.
+const EnvTemplate = "HOOKGATE_TEST_TEMPLATE"
+
+// templateLock is the key of the advisory lock under which a shared template
+// (EnvTemplate) is looked for and created.
+const templateLock = 0x686f6f6b67617465 // "hookgate"
+
 // template is the migrated database of this test process that NewDB copies.
 var template struct {
 	mu   sync.Mutex
@@ -114,7 +126,13 @@ func migratedTemplate(ctx context.Context, admin string) (string, error) {
 	if template.name != "" || template.err != nil {
 		return template.name, template.err
 	}
-	name, err := createTemplate(ctx, admin)
+	var name string
+	var err error
+	if shared := os.Getenv(EnvTemplate); shared != "" && !Citus() {
+		name, err = sharedTemplate(ctx, admin, shared)
+	} else {
+		name, err = createTemplate(ctx, admin, fmt.Sprintf("hgtpl_%d_%s", os.Getpid(), randHex(4)))
+	}
 	if err != nil {
 		template.err = err
 		return "", err
@@ -123,8 +141,40 @@ func migratedTemplate(ctx context.Context, admin string) (string, error) {
 	return name, nil
 }
 
-func createTemplate(ctx context.Context, admin string) (string, error) {
-	name := fmt.Sprintf("hgtpl_%d_%s", os.Getpid(), randHex(4))
+// sharedTemplate returns name once it is a migrated template, creating it
+// unless another process has. It holds an advisory lock meanwhile, so one
+// process creates it and the others wait for it. A database of that name
+// that is not marked a template was left half made by a process that died:
+// it is dropped and made again.
+func sharedTemplate(ctx context.Context, admin, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background()) // ends the session, and its lock
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(templateLock)); err != nil {
+		return "", fmt.Errorf("lock the shared template: %w", err)
+	}
+	var exists, done bool
+	err = conn.QueryRow(ctx, "SELECT true, datistemplate FROM pg_database WHERE datname = $1", name).Scan(&exists, &done)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("look for template %s: %w", name, err)
+	}
+	if done {
+		return name, nil
+	}
+	if exists {
+		if err := dropDatabase(ctx, admin, name); err != nil {
+			return "", fmt.Errorf("drop half-made template %s: %w", name, err)
+		}
+	}
+	return createTemplate(ctx, admin, name)
+}
+
+// createTemplate creates the database name, migrates it and marks it a
+// template that accepts no connections (the last step: a database marked a
+// template is complete).
+func createTemplate(ctx context.Context, admin, name string) (string, error) {
 	if err := adminExec(ctx, admin, "CREATE DATABASE "+ident(name)); err != nil {
 		return "", fmt.Errorf("create database %s: %w", name, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -121,9 +122,7 @@ func TestNewDBDropsDatabase(t *testing.T) {
 }
 
 func TestClusterStopStart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts, crashes and restarts a private PostgreSQL (the outage suite's tool): not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "starts, crashes and restarts a private PostgreSQL (the outage suite's tool)")
 	t.Parallel()
 	c := pgtest.StartCluster(t)
 	if c.BinDir() == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -58,15 +59,105 @@ func (q *Queries) Breakers(ctx context.Context, sender string) (map[string]Break
 
 // RecordBreaker records the state of sender's target's breaker, opened at
 // openedAt (nil when closed) with the failure lastError ("" when closed),
-// updated now.
+// updated now. It records no transition (RecordBreakerTransitions does).
 func (q *Queries) RecordBreaker(ctx context.Context, sender, target, state string, openedAt *time.Time, lastError string) error {
-	_, err := q.db.Exec(ctx, `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
-VALUES ($1, $2, $3, $4, now(), $5)
-ON CONFLICT ON CONSTRAINT target_breakers_pkey DO UPDATE
-SET state = excluded.state, opened_at = excluded.opened_at, updated_at = excluded.updated_at, last_error = excluded.last_error`,
-		sender, target, state, openedAt, lastError)
+	_, err := q.db.Exec(ctx, upsertBreakerSQL, sender, target, state, openedAt, lastError)
 	if err != nil {
 		return fmt.Errorf("record breaker of %s/%s: %w", sender, target, err)
 	}
 	return nil
+}
+
+const upsertBreakerSQL = `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error)
+VALUES ($1, $2, $3, $4, now(), $5)
+ON CONFLICT ON CONSTRAINT target_breakers_pkey DO UPDATE
+SET state = excluded.state, opened_at = excluded.opened_at, updated_at = excluded.updated_at, last_error = excluded.last_error`
+
+// BreakerHistoryRetention is how long target_breaker_transitions keeps a
+// transition.
+const BreakerHistoryRetention = 48 * time.Hour
+
+// MaxBreakerReason bounds a transition's reason, in bytes.
+const MaxBreakerReason = 500
+
+// BreakerTransition is one change of a target's breaker in one worker
+// process.
+type BreakerTransition struct {
+	At time.Time
+	// Process names the worker process whose breaker it is (host/pid).
+	Process string
+	// Seq orders the process's transitions of the target.
+	Seq         int64
+	From, State string
+	// Reason says why, in words (no URL in it).
+	Reason string
+}
+
+// RecordBreakerTransitions appends trs, transitions of sender's target's
+// breaker in the order they happened, to its history, and records the
+// last one as the breaker's state (RecordBreaker: opened at openedAt, nil
+// when closed, with lastError), in one transaction. It deletes the
+// target's transitions older than BreakerHistoryRetention before the
+// last one.
+func (q *Queries) RecordBreakerTransitions(ctx context.Context, sender, target string, trs []BreakerTransition, openedAt *time.Time, lastError string) error {
+	if len(trs) == 0 {
+		return nil
+	}
+	last := trs[len(trs)-1]
+	b := &pgx.Batch{}
+	for _, tr := range trs {
+		b.Queue(`INSERT INTO target_breaker_transitions (sender, target, at, process, seq, from_state, state, reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT ON CONSTRAINT target_breaker_transitions_pkey DO NOTHING`,
+			sender, target, tr.At, tr.Process, tr.Seq, tr.From, tr.State, truncate(tr.Reason, MaxBreakerReason))
+	}
+	b.Queue(upsertBreakerSQL, sender, target, last.State, openedAt, lastError)
+	b.Queue(`DELETE FROM target_breaker_transitions WHERE sender = $1 AND target = $2 AND at < $3`,
+		sender, target, last.At.Add(-BreakerHistoryRetention))
+	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	if err != nil {
+		return fmt.Errorf("record breaker transitions of %s/%s: %w", sender, target, err)
+	}
+	return nil
+}
+
+// BreakerHistory returns the transitions of sender's target's breaker
+// from since to until (at most limit of them, the newest), oldest first,
+// preceded by the last one before since, if any (the state the breaker
+// was in at since, in the process that recorded it). With openClose, only
+// the transitions that open a closed breaker or close it are returned
+// (not the rounds of probes in between). Each part is read with the index
+// of the table's key: a range and one probe.
+func (q *Queries) BreakerHistory(ctx context.Context, sender, target string, since, until time.Time, limit int, openClose bool) ([]BreakerTransition, error) {
+	rows, err := q.db.Query(ctx, `SELECT at, process, seq, from_state, state, reason FROM (
+  (SELECT at, process, seq, from_state, state, reason FROM target_breaker_transitions
+   WHERE sender = $1 AND target = $2 AND at < $3 AND (NOT $6 OR from_state = 'closed' OR state = 'closed')
+   ORDER BY at DESC, process DESC, seq DESC LIMIT 1)
+  UNION ALL
+  (SELECT at, process, seq, from_state, state, reason FROM target_breaker_transitions
+   WHERE sender = $1 AND target = $2 AND at >= $3 AND at <= $4 AND (NOT $6 OR from_state = 'closed' OR state = 'closed')
+   ORDER BY at DESC, process DESC, seq DESC LIMIT $5)
+) AS t ORDER BY at, process, seq`, sender, target, since, until, limit, openClose)
+	if err != nil {
+		return nil, fmt.Errorf("read breaker history of %s/%s: %w", sender, target, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BreakerTransition, error) {
+		var t BreakerTransition
+		err := r.Scan(&t.At, &t.Process, &t.Seq, &t.From, &t.State, &t.Reason)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read breaker history of %s/%s: %w", sender, target, err)
+	}
+	return out, nil
+}
+
+// truncate cuts s to at most n bytes, on a UTF-8 character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -345,35 +346,181 @@ type StatusCount struct {
 	LastDay  int64
 }
 
-// countSQL counts a sender's deliveries of the last day by stored status,
-// with a range scan of processed_messages_sender_created_idx.
-const countSQL = `SELECT response_status, count(*) FILTER (WHERE created_at >= $3), count(*)
-FROM processed_messages WHERE sender = $1 AND created_at >= $2
-GROUP BY response_status ORDER BY response_status`
+// The overview's counts of deliveries by stored status, in the hour and
+// the day before now. The day is split in three: its closed hours (from
+// the first whole hour in it to the start of the hour before the last
+// one), counted once from processed_messages and kept in
+// delivery_hour_counts, and its two open ends (the part of an hour at its
+// start, and the last one to two hours), counted from processed_messages at
+// each call with range scans of processed_messages_sender_created_idx:
+// at most three hours of deliveries are read per view, not a day's.
+//
+// An hour is counted once it ended an hour ago: a delivery's created_at is
+// the time it was received, before its transaction, and no ingest
+// transaction lasts an hour, so no delivery can still be added to it.
+const (
+	// countOpenSQL counts the open ends: [$2, $3) and [$4, ∞); the second
+	// holds the last hour ($5).
+	countOpenSQL = `SELECT response_status, sum(h)::bigint, sum(d)::bigint FROM (
+  SELECT response_status, 0 AS h, count(*) AS d FROM processed_messages
+  WHERE sender = $1 AND created_at >= $2 AND created_at < $3 GROUP BY response_status
+  UNION ALL
+  SELECT response_status, count(*) FILTER (WHERE created_at >= $5), count(*) FROM processed_messages
+  WHERE sender = $1 AND created_at >= $4 GROUP BY response_status
+) AS o GROUP BY response_status`
+	// countClosedSQL reads the counted closed hours in [$2, $3); status 0
+	// marks an hour as counted.
+	countClosedSQL = `SELECT hour, status, n FROM delivery_hour_counts WHERE sender = $1 AND hour >= $2 AND hour < $3`
+	// countHoursSQL counts the hours of [$2, $3) from processed_messages.
+	countHoursSQL = `SELECT date_bin('1 hour', created_at, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS hour, response_status, count(*)
+FROM processed_messages WHERE sender = $1 AND created_at >= $2 AND created_at < $3 GROUP BY hour, response_status`
+	// storeHourSQL keeps an hour's count (concurrent viewers may count the
+	// same hour: they find the same numbers, the first one stays).
+	storeHourSQL = `INSERT INTO delivery_hour_counts (sender, hour, status, n) SELECT $1, $2, s, n FROM unnest($3::int2[], $4::int8[]) AS c(s, n)
+ON CONFLICT ON CONSTRAINT delivery_hour_counts_pkey DO NOTHING`
+	forgetHoursSQL = `DELETE FROM delivery_hour_counts WHERE sender = $1 AND hour < $2`
+)
+
+// HourCountRetention is how long delivery_hour_counts keeps an hour's
+// counts (the overview reads the last day).
+const HourCountRetention = 48 * time.Hour
 
 // CountDeliveries returns sender's deliveries received in the hour and the day
 // before now, by stored response status, by status ascending; empty, not
 // nil, when there were none. Duplicates are not counted: a replay stores
-// nothing.
+// nothing. The closed hours of the day are counted once, from
+// processed_messages, and read from delivery_hour_counts after that (a key
+// deleted later, its retention shorter than a day, stays counted in its
+// hour); the rest of the day is counted at each call.
 func (q *Queries) CountDeliveries(ctx context.Context, sender string, now time.Time) ([]StatusCount, error) {
-	out := []StatusCount{}
-	b := &pgx.Batch{}
-	b.Queue(countSQL, sender, now.Add(-24*time.Hour), now.Add(-time.Hour)).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var (
-				c      StatusCount
-				status int16
-			)
-			if err := rows.Scan(&status, &c.LastHour, &c.LastDay); err != nil {
-				return err
-			}
-			c.Status = int(status)
-			out = append(out, c)
+	now = now.UTC()
+	dayAgo, hourAgo := now.Add(-24*time.Hour), now.Add(-time.Hour)
+	// The closed hours: [first, last).
+	first := dayAgo.Truncate(time.Hour)
+	if first.Before(dayAgo) {
+		first = first.Add(time.Hour)
+	}
+	last := hourAgo.Truncate(time.Hour)
+	byStatus := map[int16]*StatusCount{}
+	add := func(status int16, hour, day int64) {
+		c := byStatus[status]
+		if c == nil {
+			c = &StatusCount{Status: int(status)}
+			byStatus[status] = c
 		}
-		return rows.Err()
+		c.LastHour += hour
+		c.LastDay += day
+	}
+	closed := map[time.Time]map[int16]int64{}
+	b := &pgx.Batch{}
+	b.Queue(countOpenSQL, sender, dayAgo, first, last, hourAgo).Query(func(rows pgx.Rows) error {
+		var (
+			status    int16
+			hour, day int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&status, &hour, &day}, func() error {
+			add(status, hour, day)
+			return nil
+		})
+		return err
+	})
+	b.Queue(countClosedSQL, sender, first, last).Query(func(rows pgx.Rows) error {
+		var (
+			hour   time.Time
+			status int16
+			n      int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&hour, &status, &n}, func() error {
+			h := hour.UTC()
+			if closed[h] == nil {
+				closed[h] = map[int16]int64{}
+			}
+			closed[h][status] = n
+			return nil
+		})
+		return err
 	})
 	if err := q.db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("count deliveries of %s: %w", sender, err)
+	}
+	// Hours not counted yet (usually the one that has just closed; all of
+	// them the first time): count them, and keep their counts.
+	var missing []time.Time
+	for h := first; h.Before(last); h = h.Add(time.Hour) {
+		if _, ok := closed[h][0]; !ok {
+			missing = append(missing, h)
+		}
+	}
+	if len(missing) > 0 {
+		counted, err := q.countHours(ctx, sender, missing, now)
+		if err != nil {
+			return nil, err
+		}
+		for h, c := range counted {
+			closed[h] = c
+		}
+	}
+	for h, c := range closed {
+		if h.Before(first) || !h.Before(last) {
+			continue
+		}
+		for status, n := range c {
+			if status != 0 {
+				add(status, 0, n)
+			}
+		}
+	}
+	out := make([]StatusCount, 0, len(byStatus))
+	for _, c := range byStatus {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b StatusCount) int { return a.Status - b.Status })
+	return out, nil
+}
+
+// countHours counts sender's deliveries in each of the closed hours,
+// oldest first, from processed_messages, and keeps the counts in
+// delivery_hour_counts (with the mark status 0, the hour's total), in one
+// transaction that also forgets hours older than HourCountRetention.
+func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Time, now time.Time) (map[time.Time]map[int16]int64, error) {
+	out := map[time.Time]map[int16]int64{}
+	for _, h := range hours {
+		out[h] = map[int16]int64{0: 0}
+	}
+	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, countHoursSQL, sender, hours[0], hours[len(hours)-1].Add(time.Hour))
+		if err != nil {
+			return err
+		}
+		var (
+			hour   time.Time
+			status int16
+			n      int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&hour, &status, &n}, func() error {
+			if c, ok := out[hour.UTC()]; ok {
+				c[status] += n
+				c[0] += n
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		for _, h := range hours {
+			var statuses []int16
+			var ns []int64
+			for s, n := range out[h] {
+				statuses, ns = append(statuses, s), append(ns, n)
+			}
+			b.Queue(storeHourSQL, sender, h, statuses, ns)
+		}
+		b.Queue(forgetHoursSQL, sender, now.Add(-HourCountRetention))
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count the closed hours of %s: %w", sender, err)
 	}
 	return out, nil
 }

@@ -32,7 +32,11 @@ type fixture struct {
 func store(t *testing.T) (*fixture, *pgxpool.Pool) {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	return &fixture{Queries: New(pool), ingest: dedup.New(pool, 0), pool: pool}, pool
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{Queries: New(pool), ingest: ingest, pool: pool}, pool
 }
 
 // accept stores a delivery of sender with id received at at, through Run,

@@ -125,3 +125,25 @@ func (q *Queries) InsertOutbox(ctx context.Context, r OutboxRow, at time.Time) e
 // path gave them up): the relay takes them at once.
 const releaseOutboxSQL = `UPDATE forward_outbox SET leased_until = NULL
 WHERE sender = $1 AND (event_id, target) IN (SELECT * FROM unnest($2::uuid[], $3::text[]))`
+
+// CountOutboxOf returns how many outbox rows of sender's deliveries whose
+// ID starts with prefix wait for the relay (the load benchmark's tally of a
+// phase).
+func (q *Queries) CountOutboxOf(ctx context.Context, sender, prefix string) (int64, error) {
+	var n int64
+	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM forward_outbox WHERE sender = $1 AND starts_with(delivery_id, $2)`,
+		sender, prefix).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count outbox rows of %s: %w", sender, err)
+	}
+	return n, nil
+}
+
+// DeleteOutboxOf deletes the outbox rows of sender's deliveries whose ID
+// starts with prefix, and returns how many it deleted.
+func (q *Queries) DeleteOutboxOf(ctx context.Context, sender, prefix string) (int64, error) {
+	tag, err := q.db.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1 AND starts_with(delivery_id, $2)`, sender, prefix)
+	if err != nil {
+		return 0, fmt.Errorf("delete outbox rows of %s: %w", sender, err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,23 +26,86 @@ const (
 // TrafficRetention is how long traffic_minutes keeps a minute.
 const TrafficRetention = 48 * time.Hour
 
+// LatencyBoundsMS are the upper bounds, in milliseconds, of the buckets
+// of a forward target's latency histogram (traffic_minutes.latency_hist):
+// bucket i counts the attempts that took more than LatencyBoundsMS[i-1]
+// (0 for the first) and at most LatencyBoundsMS[i]; one more bucket, the
+// last, counts those that took longer than the largest bound. Each bound is
+// at most 2.5 times the one before it. Stored histograms depend on these
+// bounds: changing them needs a migration of the stored rows.
+var LatencyBoundsMS = [...]float64{1, 2, 5, 10, 20, 35, 50, 75, 100, 150, 250, 400, 600, 1000, 1500, 2500, 4000, 6000, 10000, 20000, 30000, 60000}
+
+// LatencyBuckets is the length of a latency histogram.
+const LatencyBuckets = len(LatencyBoundsMS) + 1
+
+// LatencyBucket returns the bucket of the histogram that counts an
+// attempt that took d.
+func LatencyBucket(d time.Duration) int {
+	ms := float64(d) / float64(time.Millisecond)
+	i, _ := slices.BinarySearch(LatencyBoundsMS[:], ms) // the first bound ≥ ms
+	return i
+}
+
+// LatencyQuantile estimates the q-quantile (0 < q ≤ 1) of the latencies
+// counted in hist (LatencyBuckets long), in milliseconds: it finds the
+// bucket holding the attempt of rank q·total and interpolates linearly
+// inside it, as if its attempts were spread evenly between its bounds. The
+// estimate is off by at most the bucket's width. When the rank falls in
+// the last bucket (longer than the largest bound), it returns that bound
+// and over is true: the quantile is at least that. ok is false when hist
+// counts nothing.
+func LatencyQuantile(hist []int64, q float64) (ms float64, over, ok bool) {
+	var total int64
+	for _, n := range hist {
+		total += n
+	}
+	if total == 0 || len(hist) != LatencyBuckets {
+		return 0, false, false
+	}
+	rank := q * float64(total)
+	var below int64
+	for i, n := range hist {
+		if n == 0 || float64(below+n) < rank {
+			below += n
+			continue
+		}
+		if i == len(LatencyBoundsMS) {
+			return LatencyBoundsMS[i-1], true, true
+		}
+		lo := 0.0
+		if i > 0 {
+			lo = LatencyBoundsMS[i-1]
+		}
+		return lo + (LatencyBoundsMS[i]-lo)*(rank-float64(below))/float64(n), false, true
+	}
+	return LatencyBoundsMS[len(LatencyBoundsMS)-1], true, true
+}
+
 // TrafficDelta is one process's count of a kind in a minute, to be added
 // to the stored one. Target is "" for ingest kinds. SumMS is the sum of
-// the latencies (forwards only).
+// the latencies, Hist their histogram (LatencyBuckets long; forwards only,
+// nil otherwise).
 type TrafficDelta struct {
 	Sender, Target, Kind string
 	Minute               time.Time
 	N, SumMS             int64
+	Hist                 []int64
 }
+
+// addTrafficSQL adds a delta to its minute's row; histograms add up bucket
+// by bucket.
+const addTrafficSQL = `INSERT INTO traffic_minutes (sender, target, kind, minute, n, sum_ms, latency_hist) VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (sender, target, kind, minute) DO UPDATE SET n = traffic_minutes.n + EXCLUDED.n, sum_ms = traffic_minutes.sum_ms + EXCLUDED.sum_ms,
+  latency_hist = CASE WHEN traffic_minutes.latency_hist IS NULL THEN EXCLUDED.latency_hist
+    WHEN EXCLUDED.latency_hist IS NULL THEN traffic_minutes.latency_hist
+    ELSE ARRAY(SELECT coalesce(a, 0) + coalesce(b, 0) FROM unnest(traffic_minutes.latency_hist, EXCLUDED.latency_hist) WITH ORDINALITY AS u(a, b, i) ORDER BY i) END`
 
 // AddTraffic adds deltas to their minutes' rows, and forgets the minutes
 // older than TrafficRetention before now, in one transaction.
 func (q *Queries) AddTraffic(ctx context.Context, deltas []TrafficDelta, now time.Time) error {
 	b := &pgx.Batch{}
 	for _, d := range deltas {
-		b.Queue(`INSERT INTO traffic_minutes (sender, target, kind, minute, n, sum_ms) VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (sender, target, kind, minute) DO UPDATE SET n = traffic_minutes.n + EXCLUDED.n, sum_ms = traffic_minutes.sum_ms + EXCLUDED.sum_ms`,
-			d.Sender, d.Target, d.Kind, d.Minute.UTC().Truncate(time.Minute), d.N, d.SumMS)
+		b.Queue(addTrafficSQL, d.Sender, d.Target, d.Kind, d.Minute.UTC().Truncate(time.Minute), d.N, d.SumMS, d.Hist)
 	}
 	b.Queue(`DELETE FROM traffic_minutes WHERE minute < $1`, now.Add(-TrafficRetention))
 	if err := q.db.SendBatch(ctx, b).Close(); err != nil {
@@ -49,11 +114,14 @@ ON CONFLICT (sender, target, kind, minute) DO UPDATE SET n = traffic_minutes.n +
 	return nil
 }
 
-// TrafficBucket is the count of one kind in one bucket of a series.
+// TrafficBucket is the count of one kind in one bucket of a series, with
+// the latency histogram of its forward attempts (LatencyBuckets long, all
+// zero for ingest kinds).
 type TrafficBucket struct {
 	Target, Kind string
 	Start        time.Time
 	N, SumMS     int64
+	Hist         []int64
 }
 
 // Traffic returns sender's counts per kind (and per target) in buckets of
@@ -64,15 +132,13 @@ func (q *Queries) Traffic(ctx context.Context, sender string, since, until time.
 	if width < time.Minute {
 		width = time.Minute
 	}
-	rows, err := q.db.Query(ctx, `SELECT target, kind, date_bin($4::interval, minute, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS bucket, sum(n)::bigint, sum(sum_ms)::bigint
-FROM traffic_minutes WHERE sender = $1 AND minute >= $2 AND minute < $3
-GROUP BY target, kind, bucket ORDER BY bucket, target, kind`, sender, since, until, width)
+	rows, err := q.db.Query(ctx, trafficSQL, sender, since, until, width)
 	if err != nil {
 		return nil, fmt.Errorf("read traffic of %s: %w", sender, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TrafficBucket, error) {
 		var b TrafficBucket
-		err := r.Scan(&b.Target, &b.Kind, &b.Start, &b.N, &b.SumMS)
+		err := r.Scan(&b.Target, &b.Kind, &b.Start, &b.N, &b.SumMS, &b.Hist)
 		return b, err
 	})
 	if err != nil {
@@ -80,3 +146,16 @@ GROUP BY target, kind, bucket ORDER BY bucket, target, kind`, sender, since, unt
 	}
 	return out, nil
 }
+
+// trafficSQL reads a sender's buckets (Traffic); its histograms are added
+// up bucket by bucket, one sum per element.
+var trafficSQL = func() string {
+	sums := make([]string, LatencyBuckets)
+	for i := range sums {
+		sums[i] = fmt.Sprintf("coalesce(sum(latency_hist[%d]), 0)", i+1)
+	}
+	return `SELECT target, kind, date_bin($4::interval, minute, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS bucket, sum(n)::bigint, sum(sum_ms)::bigint,
+  ARRAY[` + strings.Join(sums, ", ") + `]::bigint[]
+FROM traffic_minutes WHERE sender = $1 AND minute >= $2 AND minute < $3
+GROUP BY target, kind, bucket ORDER BY bucket, target, kind`
+}()

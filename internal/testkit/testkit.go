@@ -1,6 +1,7 @@
 // Package testkit holds the helpers the tests of every package share: one
 // polling helper (Poll), one fake forward target (Target), one log buffer
-// (LogBuffer). It is imported by tests only.
+// (LogBuffer), and the one switch of the fast tier (Slow). It is imported by
+// tests only.
 package testkit
 
 import (
@@ -11,6 +12,18 @@ import (
 	"testing"
 	"time"
 )
+
+// Slow marks a test as too slow for the fast tier (`make test-fast`, which
+// runs go test -short): under -short it skips the test, giving why and
+// saying it is not in the fast tier; otherwise it does nothing. Call it first,
+// before t.Parallel. The process-kill, outage, load, browser and long
+// multi-process suites call it; `make test` and CI run them all.
+func Slow(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why + ": not in the fast tier (-short)")
+	}
+}
 
 // PollInterval is how often Poll checks its condition.
 const PollInterval = 10 * time.Millisecond

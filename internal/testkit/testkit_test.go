@@ -15,6 +15,20 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// TestSlowSkipsUnderShortOnly: Slow skips a test under -short (saying why)
+// and lets it run otherwise.
+func TestSlowSkipsUnderShortOnly(t *testing.T) {
+	t.Parallel()
+	ran := false
+	t.Run("slow", func(t *testing.T) {
+		testkit.Slow(t, "a test of Slow")
+		ran = true
+	})
+	if ran == testing.Short() {
+		t.Errorf("under -short=%v the slow test ran=%v", testing.Short(), ran)
+	}
+}
+
 // post sends a request with Idempotency-Key key and returns the status.
 func post(t *testing.T, url, key string) int {
 	t.Helper()

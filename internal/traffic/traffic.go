@@ -20,7 +20,12 @@ const DefaultInterval = time.Minute
 
 type key struct{ sender, target, kind string }
 
-type counter struct{ n, sumMS atomic.Int64 }
+type counter struct {
+	n, sumMS atomic.Int64
+	// hist is the latency histogram of forward attempts
+	// (store.LatencyBoundsMS); unused for ingest.
+	hist [store.LatencyBuckets]atomic.Int64
+}
 
 // Recorder counts events until they are flushed. Its methods are safe for
 // concurrent use, and a nil *Recorder counts nothing.
@@ -62,7 +67,7 @@ func (r *Recorder) Ingest(sender, outcome string) {
 }
 
 // Forward counts one forward attempt of sender to target, delivered or
-// not, which took d.
+// not, which took d, in the count and in the latency histogram.
 func (r *Recorder) Forward(sender, target string, delivered bool, d time.Duration) {
 	if r == nil {
 		return
@@ -74,6 +79,7 @@ func (r *Recorder) Forward(sender, target string, delivered bool, d time.Duratio
 	c := r.counter(key{sender, target, kind})
 	c.n.Add(1)
 	c.sumMS.Add(d.Milliseconds())
+	c.hist[store.LatencyBucket(d)].Add(1)
 }
 
 // Flush adds the counts made since the last flush to the database, in the
@@ -87,8 +93,19 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		kk, c := k.(key), v.(*counter)
 		n := c.n.Swap(0)
 		ms := c.sumMS.Swap(0)
-		if n != 0 || ms != 0 {
-			r.pending = append(r.pending, store.TrafficDelta{Sender: kk.sender, Target: kk.target, Kind: kk.kind, Minute: minute, N: n, SumMS: ms})
+		var (
+			hist    []int64
+			hasHist bool
+		)
+		if kk.target != "" {
+			hist = make([]int64, store.LatencyBuckets)
+			for i := range c.hist {
+				hist[i] = c.hist[i].Swap(0)
+				hasHist = hasHist || hist[i] != 0
+			}
+		}
+		if n != 0 || ms != 0 || hasHist {
+			r.pending = append(r.pending, store.TrafficDelta{Sender: kk.sender, Target: kk.target, Kind: kk.kind, Minute: minute, N: n, SumMS: ms, Hist: hist})
 		}
 		return true
 	})

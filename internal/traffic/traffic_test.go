@@ -3,6 +3,7 @@ package traffic
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -144,4 +145,97 @@ func TestFlushKeepsCountsWhileTheDatabaseIsAway(t *testing.T) {
 	if n != 2 {
 		t.Errorf("stored %d accepted, want 2 (the first flush's count kept)", n)
 	}
+}
+
+// TestLatencyHistogramAddsUp counts forward attempts of known latencies
+// from several goroutines, flushes them in two parts into the same minute
+// and into the next, and reads them back per minute and per hour: the
+// histograms add up bucket by bucket (in the database, from two flushes,
+// and across minutes), each attempt in the bucket of its latency, and the
+// p50 and p95 estimated from them are within a bucket of the true ones.
+func TestLatencyHistogramAddsUp(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	ctx := context.Background()
+	q := store.New(pool)
+	r := New(q, slog.New(slog.DiscardHandler))
+	now := time.Date(2026, 12, 1, 7, 10, 30, 0, time.UTC)
+	r.now = func() time.Time { return now }
+	// 1,000 attempts taking 0.1 ms, 0.2 ms, … 100 ms: p50 50 ms, p95 95 ms.
+	record := func(from, to int) {
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := from + g; i < to; i += 4 {
+					r.Forward("orders", "svc", i%10 != 0, time.Duration(i+1)*100*time.Microsecond)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	record(0, 400)
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	record(400, 700)
+	if err := r.Flush(ctx); err != nil { // same minute: added bucket by bucket
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	record(700, 1000)
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var stored []int64
+	if err := pool.QueryRow(ctx, `SELECT latency_hist FROM traffic_minutes WHERE kind = 'delivered' AND minute = '2026-12-01 07:10:00+00'`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != store.LatencyBuckets {
+		t.Fatalf("stored histogram of %d buckets, want %d", len(stored), store.LatencyBuckets)
+	}
+	hours, err := q.Traffic(ctx, "orders", now.Add(-time.Hour), now.Add(time.Hour), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int64, store.LatencyBuckets)
+	for _, b := range hours {
+		if b.Target != "svc" {
+			continue
+		}
+		for i, n := range b.Hist {
+			got[i] += n
+		}
+	}
+	want := make([]int64, store.LatencyBuckets)
+	for i := range 1000 {
+		want[store.LatencyBucket(time.Duration(i+1)*100*time.Microsecond)]++
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("histogram of the hour (delivered and failed) = %v, want %v", got, want)
+	}
+	for _, c := range []struct{ q, true float64 }{{0.5, 50}, {0.95, 95}} {
+		est, over, ok := store.LatencyQuantile(got, c.q)
+		lo, hi := bucketAround(c.true)
+		if !ok || over || est < lo || est > hi {
+			t.Errorf("p%.0f estimated %.1f ms (over %v, ok %v), want within its bucket [%v, %v] around %v ms", c.q*100, est, over, ok, lo, hi, c.true)
+		}
+	}
+	var ingestHist int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM traffic_minutes WHERE target = '' AND latency_hist IS NOT NULL`).Scan(&ingestHist); err != nil {
+		t.Fatal(err)
+	}
+	if ingestHist != 0 {
+		t.Errorf("%d ingest rows carry a histogram", ingestHist)
+	}
+}
+
+// bucketAround returns the bounds of the latency bucket holding ms.
+func bucketAround(ms float64) (lo, hi float64) {
+	i := store.LatencyBucket(time.Duration(ms * float64(time.Millisecond)))
+	if i > 0 {
+		lo = store.LatencyBoundsMS[i-1]
+	}
+	return lo, store.LatencyBoundsMS[i]
 }

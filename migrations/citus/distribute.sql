@@ -2,9 +2,24 @@
 -- `hookgate migrate` created them (docs/distributed.md). The three tables
 -- the ingest transaction writes are colocated, so that a sender's key, its
 -- event and its outbox rows live on one shard group and a sender's batch
--- commits on one worker. River's tables, goose's version table,
--- target_breakers and forward_delivered (read with River's jobs) stay
--- local tables of the coordinator.
+-- commits on one worker. The console's closed-hour delivery counts are
+-- colocated with the deliveries they count.
 SELECT create_distributed_table('processed_messages', 'sender');
 SELECT create_distributed_table('webhook_events', 'sender', colocate_with => 'processed_messages');
 SELECT create_distributed_table('forward_outbox', 'sender', colocate_with => 'processed_messages');
+SELECT create_distributed_table('delivery_hour_counts', 'sender', colocate_with => 'processed_messages');
+
+-- Every other table stays a local table of the coordinator, each for its
+-- reason (a line `-- local: <table>: <why>` for every table a migration
+-- creates and this file does not distribute; migrations'
+-- TestCitusDDLNamesEveryTable checks that none is forgotten). None is a
+-- reference table: a write to a reference table commits on every node in
+-- two phases.
+-- local: river_*: River's own tables (its migrations, not ours); River's queries name no sender.
+-- local: goose_db_version: goose's version table, read and written by `hookgate migrate` only.
+-- local: target_breakers: a few rows per target, written by worker processes when a breaker changes state, read by operator pages; never in an ingest transaction.
+-- local: target_breaker_transitions: the breakers' history, written in one transaction with target_breakers (a few rows per breaker transition).
+-- local: console_revoked_sessions: console sessions signed out, keyed by session, not by sender; read by the console only.
+-- local: console_signouts: one row ("sign out everywhere"), not keyed by sender; read by the console only.
+-- local: traffic_minutes: the console's per-minute counts (two days of them), flushed by each process about once a minute in one transaction for every sender, with the deletion of old minutes (distributed, that would commit on every worker in two phases); ingest never writes it.
+-- local: forward_delivered: the fast path's delivered first attempts, read together with River's (local) jobs in one statement by internal/store; written in the statement that deletes the forward's (distributed) outbox row, as River's job of any other outcome is.

@@ -1,0 +1,127 @@
+package dedup
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures a Store (New).
+//
+// Zero means zero, as in every setting (docs/configuration.md): no field
+// takes a default from a 0, and validate refuses a 0 where it means
+// nothing. DefaultConfig has hookgate serve's defaults, in one place. A
+// feature whose field is nil is off: the zero Config with an InFlightWait
+// is a Store without group commit, replay cache or shedding, which finds
+// out at its first delivery whether the tables are distributed.
+type Config struct {
+	// InFlightWait bounds how long a delivery waits for a concurrent
+	// delivery of the same key before Run gives up with ErrInFlight
+	// (DefaultInFlightWait): positive, at most MaxInFlightWait, rounded up
+	// to whole milliseconds (lock_timeout '0' would mean "wait forever").
+	InFlightWait time.Duration
+	// Batching turns group commit on (batch.go); nil: each delivery runs in
+	// a transaction of its own.
+	Batching *Batching
+	// ReplayCache turns the replay cache on (cache.go); nil: every retry
+	// reads its stored response from the database.
+	ReplayCache *ReplayCache
+	// Shedding turns shedding on delay on (shed.go); nil: Run admits every
+	// delivery, which waits for the database as long as its context
+	// allows.
+	Shedding *ShedPolicy
+	// Layout is whether the tables are distributed by sender (Citus), which
+	// decides the statements' forms; LayoutDetect (the zero value): the
+	// store's first delivery finds out (InspectCitus), once.
+	Layout Layout
+}
+
+// Batching configures group commit (batch.go).
+type Batching struct {
+	// MaxBatch is the most deliveries of one sender in one transaction
+	// (DefaultMaxBatch), at least 1 (1: batches of one, group commit off).
+	MaxBatch int
+	// MaxInFlight is the most batches of one sender in flight at once
+	// (DefaultMaxInFlight), at least 1.
+	MaxInFlight int
+	// Observe, when not nil, is called with the size of each batch sent.
+	Observe func(size int)
+}
+
+// ReplayCache configures the replay cache (cache.go).
+type ReplayCache struct {
+	// Size is the most committed outcomes kept (DefaultReplayCacheSize),
+	// at least 1.
+	Size int
+	// TTL is the longest an outcome is used (DefaultReplayCacheTTL),
+	// positive (and never past its key's expires_at).
+	TTL time.Duration
+}
+
+// Layout says which statement forms a Store runs.
+type Layout int32
+
+// The layouts of Config.Layout.
+const (
+	// LayoutDetect: the store's first delivery finds out (InspectCitus).
+	LayoutDetect Layout = iota
+	// LayoutPlain runs the forms for PostgreSQL.
+	LayoutPlain
+	// LayoutDistributed runs the statement forms that Citus routes to the
+	// sender's shard, for a database whose tables are distributed by sender
+	// (InspectCitus tells): the claim as a multi-row INSERT … VALUES rather
+	// than INSERT … SELECT … FROM unnest(…), and no forced generic plans,
+	// which Citus cannot make for an INSERT … SELECT. The state change's
+	// statements must be routable too (ClaimedJoin).
+	LayoutDistributed
+)
+
+// DefaultConfig returns hookgate serve's defaults: the in-flight wait,
+// group commit, the replay cache and shedding on delay, each at its
+// documented default, and the layout found out at the first delivery.
+func DefaultConfig() Config {
+	return Config{
+		InFlightWait: DefaultInFlightWait,
+		Batching:     &Batching{MaxBatch: DefaultMaxBatch, MaxInFlight: DefaultMaxInFlight},
+		ReplayCache:  &ReplayCache{Size: DefaultReplayCacheSize, TTL: DefaultReplayCacheTTL},
+		Shedding:     &ShedPolicy{Target: DefaultShedTarget, Interval: DefaultShedInterval, MaxWait: DefaultMaxQueueWait},
+	}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c Config) validate() error {
+	var errs []error
+	if c.InFlightWait <= 0 || c.InFlightWait > MaxInFlightWait {
+		errs = append(errs, fmt.Errorf("dedup config: InFlightWait %s: must be positive and at most %s", c.InFlightWait, MaxInFlightWait))
+	}
+	if b := c.Batching; b != nil {
+		if b.MaxBatch < 1 {
+			errs = append(errs, fmt.Errorf("dedup config: Batching.MaxBatch %d: must be at least 1 (1: batches of one)", b.MaxBatch))
+		}
+		if b.MaxInFlight < 1 {
+			errs = append(errs, fmt.Errorf("dedup config: Batching.MaxInFlight %d: must be at least 1", b.MaxInFlight))
+		}
+	}
+	if r := c.ReplayCache; r != nil {
+		if r.Size < 1 {
+			errs = append(errs, fmt.Errorf("dedup config: ReplayCache.Size %d: must be at least 1 (a nil ReplayCache is no cache)", r.Size))
+		}
+		if r.TTL <= 0 {
+			errs = append(errs, fmt.Errorf("dedup config: ReplayCache.TTL %s: must be positive", r.TTL))
+		}
+	}
+	if p := c.Shedding; p != nil {
+		for _, f := range []struct {
+			name string
+			d    time.Duration
+		}{{"Target", p.Target}, {"Interval", p.Interval}, {"MaxWait", p.MaxWait}} {
+			if f.d <= 0 {
+				errs = append(errs, fmt.Errorf("dedup config: Shedding.%s %s: must be positive (a nil Shedding is no shedding)", f.name, f.d))
+			}
+		}
+	}
+	if c.Layout < LayoutDetect || c.Layout > LayoutDistributed {
+		errs = append(errs, fmt.Errorf("dedup config: Layout %d: must be LayoutDetect, LayoutPlain or LayoutDistributed", c.Layout))
+	}
+	return errors.Join(errs...)
+}
