@@ -129,7 +129,7 @@ func (q *Queries) AddTraffic(ctx context.Context, deltas []TrafficDelta, now tim
 
 // TrafficBucket is the count of one kind in one bucket of a series, with
 // the latency histogram of its forward attempts (LatencyBuckets long, all
-// zero for ingest kinds).
+// zero, or empty, for ingest kinds).
 type TrafficBucket struct {
 	Target, Kind string
 	Start        time.Time
@@ -148,8 +148,15 @@ func (q *Queries) Traffic(ctx context.Context, sender string, since, until time.
 		width = time.Minute
 	}
 	sql := trafficMinutesSQL
-	if width%time.Hour == 0 {
+	switch {
+	case width == time.Minute: // the rows as they are
+		sql = minutesSQL
+	case width == time.Hour:
+		sql = hoursSQL
+	case width%time.Hour == 0:
 		sql = trafficHoursSQL
+	}
+	if width%time.Hour == 0 {
 		since, until = since.Truncate(time.Hour), until.Truncate(time.Hour)
 	}
 	rows, err := q.db.Query(ctx, sql, sender, since, until, width)
@@ -181,7 +188,16 @@ FROM ` + table + ` WHERE sender = $1 AND ` + col + ` >= $2 AND ` + col + ` < $3
 GROUP BY target, kind, bucket ORDER BY bucket, target, kind`
 }
 
+// rowsSQL reads a sender's rows of table as they are, for buckets of the
+// table's own width: nothing to add up.
+func rowsSQL(table, col string) string {
+	return `SELECT target, kind, ` + col + `, n, sum_ms, coalesce(latency_hist, '{}') FROM ` + table + `
+WHERE sender = $1 AND ` + col + ` >= $2 AND ` + col + ` < $3 AND $4::interval IS NOT NULL ORDER BY ` + col + `, target, kind`
+}
+
 var (
 	trafficMinutesSQL = trafficSQL("traffic_minutes", "minute")
 	trafficHoursSQL   = trafficSQL("traffic_hours", "hour")
+	minutesSQL        = rowsSQL("traffic_minutes", "minute")
+	hoursSQL          = rowsSQL("traffic_hours", "hour")
 )
