@@ -83,7 +83,7 @@ senders:
         max_attempts: 20
         breaker_threshold: 2
 `, tg.URL)
-	e := newEnvWith(t, yaml, newOptions(), forward.Options{Work: true, BreakerWindow: 400 * time.Millisecond, BreakerProbe: 200 * time.Millisecond,
+	e := newEnvWith(t, yaml, newOptions(), workOpts{Work: true, BreakerWindow: 400 * time.Millisecond, BreakerProbe: 200 * time.Millisecond,
 		Backoff: forward.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}, FetchPollInterval: 20 * time.Millisecond})
 	e.startWorking()
 	for i := range 5 {

@@ -33,7 +33,7 @@ CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW
 		t.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(pool, 10, BreakerTiming{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g := newGuards(pool, 10, BreakerConfig{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	g.now = func() time.Time { return time.Unix(0, clock.Load()) }
@@ -96,7 +96,7 @@ func TestBreakerProbesPreferAttemptedForwards(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(nil, 100, BreakerTiming{Probe: time.Second, Window: time.Second}, m, nil)
+	g := newGuards(nil, 100, BreakerConfig{Probe: time.Second, Window: time.Second}, m, nil)
 	now := time.Now()
 	g.now = func() time.Time { return now }
 	gd := g.get("acme", &config.Target{Name: "t1", BreakerThreshold: 1})
@@ -173,7 +173,7 @@ func TestBreakerHistoryRecordsEveryTransition(t *testing.T) {
 	ctx := t.Context()
 	pool, _ := pgtest.NewDB(t)
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(pool, 10, BreakerTiming{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g := newGuards(pool, 10, BreakerConfig{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	start := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	now := start
 	g.now = func() time.Time { return now }

@@ -1,6 +1,8 @@
 package handler_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
@@ -22,6 +24,10 @@ const handshakeYAML = `senders:
     preset: zoom
     secret: ${ZOOM1}
     secrets: ["${ZOOM2}"]
+  - name: zoom-gz
+    preset: zoom
+    secret: ${ZOOM1}
+    accept_encodings: [gzip]
   - name: twitch
     preset: twitch
     secret: ${TWITCH}
@@ -81,6 +87,21 @@ func TestHandshakesLeaveNoTrace(t *testing.T) {
 			if want := hexOf(macOf(key, "qgg8vlvZRS6UYooatFL8Aw")); len(got) != 2 || got["plainToken"] != "qgg8vlvZRS6UYooatFL8Aw" || got["encryptedToken"] != want {
 				t.Errorf("key %d: %s, want plainToken and encryptedToken %s", i, r.body, want)
 			}
+		}
+		// Gzip-encoded (a sender that accepts it): the signature covers the
+		// bytes as sent, and so does the check that picks the key.
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		if _, err := zw.Write(body); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		h := zoomSign(zoom1, now, gz.Bytes())
+		h.Set("Content-Encoding", "gzip")
+		if r := post("zoom-gz", gz.Bytes(), h); r.status != http.StatusOK || !strings.Contains(string(r.body), hexOf(macOf(zoom1, "qgg8vlvZRS6UYooatFL8Aw"))) {
+			t.Errorf("gzip: %s; want 200 with the token under the secret", r)
 		}
 		for name, h := range map[string]http.Header{
 			"wrong secret": zoomSign([]byte("not-zoom"), now, body),
