@@ -603,8 +603,11 @@ func TestNoSecretInLogsOrMetrics(t *testing.T) {
 		}
 	}
 	var errs string
-	if err := pool.QueryRow(t.Context(), `SELECT coalesce(string_agg(e::text, ' '), '') FROM river_job, unnest(errors) e WHERE kind = 'hookgate_forward'`).Scan(&errs); err != nil {
-		t.Fatal(err)
+	for _, j := range forwardJobs(t, pool) {
+		errs += strings.Join(j.ErrorRecords, " ") + " "
+	}
+	if strings.TrimSpace(errs) == "" {
+		t.Fatal("no forward job recorded an error, so this test checks nothing")
 	}
 	for _, leak := range []string{password, token} {
 		if strings.Contains(errs, leak) {

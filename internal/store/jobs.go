@@ -713,6 +713,9 @@ type ForwardJob struct {
 	ScheduledAt time.Time
 	// Errors are the errors of its failed attempts, in order.
 	Errors []string
+	// ErrorRecords are its failed attempts' records as River stores them
+	// (JSON: at, attempt, error, trace), in order.
+	ErrorRecords []string
 	// Output is its recorded output (JSON), "" when none.
 	Output string
 }
@@ -723,7 +726,7 @@ func (q *Queries) ForwardJobs(ctx context.Context) ([]ForwardJob, error) {
   coalesce(args->>'sender', ''), coalesce(args->>'event_id', ''), coalesce(args->>'target', ''), coalesce(args->>'delivery_id', ''), coalesce(args->>'url', ''),
   coalesce(attempted_by, '{}'), scheduled_at,
   coalesce((SELECT array_agg(e->>'error' ORDER BY ord) FROM unnest(errors) WITH ORDINALITY AS x(e, ord)), '{}'),
-  coalesce(metadata->>'output', '')
+  coalesce(errors::text[], '{}'), coalesce(metadata->>'output', '')
 FROM river_job WHERE kind = '`+ForwardKind+`' ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("read forward jobs: %w", err)
@@ -734,7 +737,7 @@ FROM river_job WHERE kind = '`+ForwardKind+`' ORDER BY id`)
 			state string
 		)
 		err := row.Scan(&j.ID, &j.Queue, &state, &j.Attempt, &j.MaxAttempts, &j.Sender, &j.EventID, &j.Target, &j.DeliveryID, &j.URL,
-			&j.AttemptedBy, &j.ScheduledAt, &j.Errors, &j.Output)
+			&j.AttemptedBy, &j.ScheduledAt, &j.Errors, &j.ErrorRecords, &j.Output)
 		j.State = rivertype.JobState(state)
 		return j, err
 	})
