@@ -54,10 +54,10 @@ bench:
 bench-console:
 	@.ci/bench-console.sh
 
-## screenshots: run the console's browser test, rewriting docs/console-overview.png and docs/console-delivery.png when a page looks different (more than 1% of its pixels: not just times and IDs)
+## screenshots: run the console's browser tests, rewriting docs/console-overview.png, docs/console-delivery.png and docs/console-target.png when a page looks different (more than 1% of its pixels: not just times and IDs)
 screenshots:
 	@mkdir -p docs
-	@PKGS=./internal/console/ GOTESTFLAGS='-run ^TestConsoleInBrowser$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh
+	@PKGS=./internal/console/ GOTESTFLAGS='-run ^(TestConsoleInBrowser|TestConsoleBreakerHistoryInBrowser)$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh
 
 ## generate: regenerate api/ from openapi.yaml
 generate:

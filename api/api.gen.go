@@ -100,18 +100,22 @@ func (e ForwardStateState) Valid() bool {
 
 // Defines values for SenderInfoPreset.
 const (
+	SenderInfoPresetAirtable         SenderInfoPreset = "airtable"
 	SenderInfoPresetBitbucket        SenderInfoPreset = "bitbucket"
 	SenderInfoPresetCalendly         SenderInfoPreset = "calendly"
 	SenderInfoPresetCoinbaseCommerce SenderInfoPreset = "coinbase-commerce"
+	SenderInfoPresetDiscord          SenderInfoPreset = "discord"
 	SenderInfoPresetForgejo          SenderInfoPreset = "forgejo"
 	SenderInfoPresetGeneric          SenderInfoPreset = "generic"
 	SenderInfoPresetGitea            SenderInfoPreset = "gitea"
 	SenderInfoPresetGithub           SenderInfoPreset = "github"
 	SenderInfoPresetGitlab           SenderInfoPreset = "gitlab"
+	SenderInfoPresetHubspot          SenderInfoPreset = "hubspot"
 	SenderInfoPresetIntercom         SenderInfoPreset = "intercom"
 	SenderInfoPresetLemonSqueezy     SenderInfoPreset = "lemon-squeezy"
 	SenderInfoPresetLine             SenderInfoPreset = "line"
 	SenderInfoPresetLinear           SenderInfoPreset = "linear"
+	SenderInfoPresetMailgun          SenderInfoPreset = "mailgun"
 	SenderInfoPresetMeta             SenderInfoPreset = "meta"
 	SenderInfoPresetMux              SenderInfoPreset = "mux"
 	SenderInfoPresetPaddle           SenderInfoPreset = "paddle"
@@ -121,23 +125,31 @@ const (
 	SenderInfoPresetSentry           SenderInfoPreset = "sentry"
 	SenderInfoPresetShopify          SenderInfoPreset = "shopify"
 	SenderInfoPresetSlack            SenderInfoPreset = "slack"
+	SenderInfoPresetSquare           SenderInfoPreset = "square"
 	SenderInfoPresetStandardWebhooks SenderInfoPreset = "standard-webhooks"
 	SenderInfoPresetStripe           SenderInfoPreset = "stripe"
 	SenderInfoPresetTelegram         SenderInfoPreset = "telegram"
+	SenderInfoPresetTwilio           SenderInfoPreset = "twilio"
+	SenderInfoPresetTwitch           SenderInfoPreset = "twitch"
 	SenderInfoPresetTypeform         SenderInfoPreset = "typeform"
 	SenderInfoPresetVercel           SenderInfoPreset = "vercel"
 	SenderInfoPresetWoocommerce      SenderInfoPreset = "woocommerce"
 	SenderInfoPresetZendesk          SenderInfoPreset = "zendesk"
+	SenderInfoPresetZoom             SenderInfoPreset = "zoom"
 )
 
 // Valid indicates whether the value is a known member of the SenderInfoPreset enum.
 func (e SenderInfoPreset) Valid() bool {
 	switch e {
+	case SenderInfoPresetAirtable:
+		return true
 	case SenderInfoPresetBitbucket:
 		return true
 	case SenderInfoPresetCalendly:
 		return true
 	case SenderInfoPresetCoinbaseCommerce:
+		return true
+	case SenderInfoPresetDiscord:
 		return true
 	case SenderInfoPresetForgejo:
 		return true
@@ -149,6 +161,8 @@ func (e SenderInfoPreset) Valid() bool {
 		return true
 	case SenderInfoPresetGitlab:
 		return true
+	case SenderInfoPresetHubspot:
+		return true
 	case SenderInfoPresetIntercom:
 		return true
 	case SenderInfoPresetLemonSqueezy:
@@ -156,6 +170,8 @@ func (e SenderInfoPreset) Valid() bool {
 	case SenderInfoPresetLine:
 		return true
 	case SenderInfoPresetLinear:
+		return true
+	case SenderInfoPresetMailgun:
 		return true
 	case SenderInfoPresetMeta:
 		return true
@@ -175,11 +191,17 @@ func (e SenderInfoPreset) Valid() bool {
 		return true
 	case SenderInfoPresetSlack:
 		return true
+	case SenderInfoPresetSquare:
+		return true
 	case SenderInfoPresetStandardWebhooks:
 		return true
 	case SenderInfoPresetStripe:
 		return true
 	case SenderInfoPresetTelegram:
+		return true
+	case SenderInfoPresetTwilio:
+		return true
+	case SenderInfoPresetTwitch:
 		return true
 	case SenderInfoPresetTypeform:
 		return true
@@ -188,6 +210,8 @@ func (e SenderInfoPreset) Valid() bool {
 	case SenderInfoPresetWoocommerce:
 		return true
 	case SenderInfoPresetZendesk:
+		return true
+	case SenderInfoPresetZoom:
 		return true
 	default:
 		return false
@@ -214,18 +238,22 @@ func (e SignatureInfoEncoding) Valid() bool {
 
 // Defines values for SignatureInfoScheme.
 const (
+	SignatureInfoSchemeAirtable         SignatureInfoScheme = "airtable"
 	SignatureInfoSchemeBitbucket        SignatureInfoScheme = "bitbucket"
 	SignatureInfoSchemeCalendly         SignatureInfoScheme = "calendly"
 	SignatureInfoSchemeCoinbaseCommerce SignatureInfoScheme = "coinbase-commerce"
+	SignatureInfoSchemeDiscord          SignatureInfoScheme = "discord"
 	SignatureInfoSchemeForgejo          SignatureInfoScheme = "forgejo"
 	SignatureInfoSchemeGitea            SignatureInfoScheme = "gitea"
 	SignatureInfoSchemeGithub           SignatureInfoScheme = "github"
 	SignatureInfoSchemeGitlab           SignatureInfoScheme = "gitlab"
 	SignatureInfoSchemeHmacSha256       SignatureInfoScheme = "hmac-sha256"
+	SignatureInfoSchemeHubspot          SignatureInfoScheme = "hubspot"
 	SignatureInfoSchemeIntercom         SignatureInfoScheme = "intercom"
 	SignatureInfoSchemeLemonSqueezy     SignatureInfoScheme = "lemon-squeezy"
 	SignatureInfoSchemeLine             SignatureInfoScheme = "line"
 	SignatureInfoSchemeLinear           SignatureInfoScheme = "linear"
+	SignatureInfoSchemeMailgun          SignatureInfoScheme = "mailgun"
 	SignatureInfoSchemeMeta             SignatureInfoScheme = "meta"
 	SignatureInfoSchemeMux              SignatureInfoScheme = "mux"
 	SignatureInfoSchemeNone             SignatureInfoScheme = "none"
@@ -236,23 +264,31 @@ const (
 	SignatureInfoSchemeSentry           SignatureInfoScheme = "sentry"
 	SignatureInfoSchemeShopify          SignatureInfoScheme = "shopify"
 	SignatureInfoSchemeSlack            SignatureInfoScheme = "slack"
+	SignatureInfoSchemeSquare           SignatureInfoScheme = "square"
 	SignatureInfoSchemeStandardWebhooks SignatureInfoScheme = "standard-webhooks"
 	SignatureInfoSchemeStripe           SignatureInfoScheme = "stripe"
 	SignatureInfoSchemeTelegram         SignatureInfoScheme = "telegram"
+	SignatureInfoSchemeTwilio           SignatureInfoScheme = "twilio"
+	SignatureInfoSchemeTwitch           SignatureInfoScheme = "twitch"
 	SignatureInfoSchemeTypeform         SignatureInfoScheme = "typeform"
 	SignatureInfoSchemeVercel           SignatureInfoScheme = "vercel"
 	SignatureInfoSchemeWoocommerce      SignatureInfoScheme = "woocommerce"
 	SignatureInfoSchemeZendesk          SignatureInfoScheme = "zendesk"
+	SignatureInfoSchemeZoom             SignatureInfoScheme = "zoom"
 )
 
 // Valid indicates whether the value is a known member of the SignatureInfoScheme enum.
 func (e SignatureInfoScheme) Valid() bool {
 	switch e {
+	case SignatureInfoSchemeAirtable:
+		return true
 	case SignatureInfoSchemeBitbucket:
 		return true
 	case SignatureInfoSchemeCalendly:
 		return true
 	case SignatureInfoSchemeCoinbaseCommerce:
+		return true
+	case SignatureInfoSchemeDiscord:
 		return true
 	case SignatureInfoSchemeForgejo:
 		return true
@@ -264,6 +300,8 @@ func (e SignatureInfoScheme) Valid() bool {
 		return true
 	case SignatureInfoSchemeHmacSha256:
 		return true
+	case SignatureInfoSchemeHubspot:
+		return true
 	case SignatureInfoSchemeIntercom:
 		return true
 	case SignatureInfoSchemeLemonSqueezy:
@@ -271,6 +309,8 @@ func (e SignatureInfoScheme) Valid() bool {
 	case SignatureInfoSchemeLine:
 		return true
 	case SignatureInfoSchemeLinear:
+		return true
+	case SignatureInfoSchemeMailgun:
 		return true
 	case SignatureInfoSchemeMeta:
 		return true
@@ -292,11 +332,17 @@ func (e SignatureInfoScheme) Valid() bool {
 		return true
 	case SignatureInfoSchemeSlack:
 		return true
+	case SignatureInfoSchemeSquare:
+		return true
 	case SignatureInfoSchemeStandardWebhooks:
 		return true
 	case SignatureInfoSchemeStripe:
 		return true
 	case SignatureInfoSchemeTelegram:
+		return true
+	case SignatureInfoSchemeTwilio:
+		return true
+	case SignatureInfoSchemeTwitch:
 		return true
 	case SignatureInfoSchemeTypeform:
 		return true
@@ -305,6 +351,8 @@ func (e SignatureInfoScheme) Valid() bool {
 	case SignatureInfoSchemeWoocommerce:
 		return true
 	case SignatureInfoSchemeZendesk:
+		return true
+	case SignatureInfoSchemeZoom:
 		return true
 	default:
 		return false
@@ -1160,6 +1208,18 @@ type ListTargetForwardsParams struct {
 // ListTargetForwardsParamsState defines parameters for ListTargetForwards.
 type ListTargetForwardsParamsState string
 
+// CheckWebhookSubscriptionParams defines parameters for CheckWebhookSubscription.
+type CheckWebhookSubscriptionParams struct {
+	// HubMode Must be `subscribe`.
+	HubMode *string `form:"hub.mode,omitempty" json:"hub.mode,omitempty"`
+
+	// HubChallenge Echoed back as the body of the 200 (at most 1024 bytes).
+	HubChallenge *string `form:"hub.challenge,omitempty" json:"hub.challenge,omitempty"`
+
+	// HubVerifyToken Must equal the sender's `verify_token`.
+	HubVerifyToken *string `form:"hub.verify_token,omitempty" json:"hub.verify_token,omitempty"`
+}
+
 // IngestWebhookJSONBody defines parameters for IngestWebhook.
 type IngestWebhookJSONBody = interface{}
 
@@ -1210,6 +1270,9 @@ type ServerInterface interface {
 	// RedeliverTarget Forward again, in bulk, a target's failed or delivered forwards
 	// (POST /v1/senders/{sender}/targets/{target}/redeliver)
 	RedeliverTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target)
+	// CheckWebhookSubscription Answer a provider's subscription check (Meta's hub.challenge)
+	// (GET /webhooks/{sender})
+	CheckWebhookSubscription(w http.ResponseWriter, r *http.Request, sender string, params CheckWebhookSubscriptionParams)
 	// IngestWebhook Receive a webhook delivery, at most once per delivery ID
 	// (POST /webhooks/{sender})
 	IngestWebhook(w http.ResponseWriter, r *http.Request, sender string)
@@ -1294,6 +1357,12 @@ func (_ Unimplemented) ListTargetForwards(w http.ResponseWriter, r *http.Request
 // RedeliverTarget Forward again, in bulk, a target's failed or delivered forwards
 // (POST /v1/senders/{sender}/targets/{target}/redeliver)
 func (_ Unimplemented) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CheckWebhookSubscription Answer a provider's subscription check (Meta's hub.challenge)
+// (GET /webhooks/{sender})
+func (_ Unimplemented) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request, sender string, params CheckWebhookSubscriptionParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1715,6 +1784,74 @@ func (siw *ServerInterfaceWrapper) RedeliverTarget(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// CheckWebhookSubscription operation middleware
+func (siw *ServerInterfaceWrapper) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CheckWebhookSubscriptionParams
+
+	// ------------- Optional query parameter "hub.mode" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "hub.mode", r.URL.Query(), &params.HubMode, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "hub.mode"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "hub.mode", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "hub.challenge" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "hub.challenge", r.URL.Query(), &params.HubChallenge, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "hub.challenge"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "hub.challenge", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "hub.verify_token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "hub.verify_token", r.URL.Query(), &params.HubVerifyToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "hub.verify_token"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "hub.verify_token", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CheckWebhookSubscription(w, r, sender, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // IngestWebhook operation middleware
 func (siw *ServerInterfaceWrapper) IngestWebhook(w http.ResponseWriter, r *http.Request) {
 
@@ -1854,6 +1991,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		ErrorHandlerFunc:   options.ErrorHandlerFunc,
 	}
 
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/webhooks/{sender}", wrapper.CheckWebhookSubscription)
+	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/webhooks/{sender}", wrapper.IngestWebhook)
 	})

@@ -93,6 +93,7 @@ func TestSpecPathsAndOperations(t *testing.T) {
 	doc := loadSpec(t)
 	want := map[string]string{ // "METHOD path" → operationId
 		"POST /webhooks/{sender}": "ingestWebhook",
+		"GET /webhooks/{sender}":  "checkWebhookSubscription",
 		"GET /healthz":            "getHealthz",
 		"GET /readyz":             "getReadyz",
 		"GET /metrics":            "getMetrics",
@@ -136,6 +137,7 @@ var problemSlugs = []string{
 	"unauthorized", "operator-disabled", "invalid-parameter", "not-found", "no-targets",
 	"too-many-attempts",
 	"unsupported-encoding",
+	"invalid-verify-token", "method-not-allowed",
 	"overloaded",
 }
 

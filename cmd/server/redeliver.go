@@ -8,8 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/hookgate/hookgate/internal/forward"
 	senderpkg "github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
@@ -81,7 +79,7 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	defer pool.Close()
 	log := newLogger("text", stderr)
-	client, err := forward.NewClient(pool, cfg, forward.Options{}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	client, err := forward.NewClient(pool, cfg, nil, forward.DefaultClientConfig(cfg), log) // inserts only
 	if err != nil {
 		return err
 	}

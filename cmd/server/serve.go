@@ -148,29 +148,36 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		worker *forward.Worker
 		fast   *forward.Dispatcher
 	)
-	if s.role == roleAll && s.fastPath {
+	if work {
 		// The fast path shares the River worker's HTTP client and Gate:
 		// fair shares, max_in_flight and breakers hold across both.
-		gate := forward.NewGate(db.pool, s.forwardWorkers, forward.BreakerTiming{}, m, log)
-		worker = forward.NewWorker(cfg, db.pool, forward.NewHTTPClient(s.forwardWorkers), s.backoff, gate, m, log)
-		fast = forward.NewDispatcher(worker, db.pool, cfg, s.forwardLease, s.fastWorkers, 0, reg, log)
+		gate, err := forward.NewGate(db.pool, s.forwardWorkers, m, log, forward.DefaultBreakerConfig())
+		if err != nil {
+			return nil, err
+		}
+		worker, err = forward.NewWorker(cfg, db.pool, forward.NewHTTPClient(s.forwardWorkers), gate, m, log, forward.WorkerConfig{Backoff: s.backoff})
+		if err != nil {
+			return nil, err
+		}
+		if s.role == roleAll && s.fastPath {
+			fast = forward.NewDispatcher(worker, db.pool, cfg, s.forwardLease, s.fastWorkers, 0, reg, log)
+		}
 	}
-	client, err := forward.NewClient(db.pool, cfg, forward.Options{
-		Worker:            worker,
-		Work:              work,
-		MaxWorkers:        s.forwardWorkers,
-		RescueAfter:       s.rescueAfter,
-		FetchPollInterval: s.fetchPoll,
-		Backoff:           s.backoff,
-		Maintenance: forward.Maintenance{
-			Queue:   retention.Queue,
-			Timeout: retention.JobTimeout,
-			Register: func(w *river.Workers, maxTimeout time.Duration) error {
-				return river.AddWorkerSafely(w, retention.NewWorker(db.pool, cfg, maxTimeout, log))
-			},
-			Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
+	cc := forward.DefaultClientConfig(cfg)
+	cc.MaxWorkers = s.forwardWorkers
+	if s.rescueAfter > 0 { // set; unset keeps the horizon computed from the targets
+		cc.RescueAfter = s.rescueAfter
+	}
+	cc.FetchPollInterval = s.fetchPoll
+	cc.Maintenance = forward.Maintenance{
+		Queue:   retention.Queue,
+		Timeout: retention.JobTimeout,
+		Register: func(w *river.Workers, maxTimeout time.Duration) error {
+			return river.AddWorkerSafely(w, retention.NewWorker(db.pool, cfg, maxTimeout, log))
 		},
-	}, m, log)
+		Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
+	}
+	client, err := forward.NewClient(db.pool, cfg, worker, cc, log)
 	if err != nil {
 		if fast != nil {
 			_ = fast.Close(context.Background())

@@ -32,7 +32,7 @@ type settings struct {
 
 	role           string
 	forwardWorkers int
-	rescueAfter    time.Duration // 0: the longest target timeout + 1m (forward.Options)
+	rescueAfter    time.Duration // 0 (unset): forward.DefaultClientConfig's, a forward's timeout + 1m
 	fetchPoll      time.Duration
 	backoff        forward.Backoff
 	fastPath       bool          // role all: attempt forwards right after COMMIT
@@ -236,7 +236,7 @@ var settingTable = []setting{
 		help: "how long a job may stay running before another worker retries it (the forwards of a killed process); more than the longest target timeout + 5s; by default the longest timeout of all job kinds (a bulk redelivery's 1h) + 1m; shorter, bulk redeliveries and retention run in slices of this - 5s",
 		parse: func(s *settings, v string) error {
 			if v == "" {
-				s.rescueAfter = 0 // computed by forward.NewClient
+				s.rescueAfter = 0 // computed: forward.DefaultClientConfig
 				return nil
 			}
 			return durationSetting("forward rescue after", time.Second, func(s *settings) *time.Duration { return &s.rescueAfter })(s, v)

@@ -62,6 +62,18 @@ type Sender struct {
 	// Signature overrides the preset's signature check; generic senders
 	// use it to turn on hmac-sha256.
 	Signature Signature `yaml:"signature"`
+	// PublicURL is the URL of this sender's endpoint as the provider
+	// requests it (https://hooks.example.com/webhooks/twilio), for the
+	// schemes that sign the URL (Twilio, Square, HubSpot): behind a proxy
+	// the gateway's own scheme, host and path differ from it. The request's
+	// query string is appended to it. Left out: the request's own URL
+	// (http or https as the connection is, its Host header, its path and
+	// query as sent).
+	PublicURL string `yaml:"public_url" validate:"omitempty,http_url"`
+	// VerifyToken answers a Meta subscription check (GET
+	// /webhooks/{sender}?hub.mode=subscribe&hub.verify_token=...): the
+	// token must equal it. Like a secret, it is never shown.
+	VerifyToken string `yaml:"verify_token"`
 	// Retention is how long the sender's delivery keys are remembered.
 	Retention Duration `yaml:"retention" validate:"gte=1000000000"`
 	// EventRetention is how long the sender's events are kept (by default

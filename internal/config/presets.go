@@ -72,6 +72,22 @@ const (
 	// HandshakeSlackURLVerification: a JSON body with "type":
 	// "url_verification" is answered with its "challenge".
 	HandshakeSlackURLVerification = "slack-url-verification"
+	// HandshakeZoomURLValidation: a JSON body with "event":
+	// "endpoint.url_validation" is answered with {"plainToken",
+	// "encryptedToken"}: the token and its hex HMAC-SHA256 under the secret
+	// that signed the request.
+	HandshakeZoomURLValidation = "zoom-url-validation"
+	// HandshakeTwitchVerification: a request with
+	// Twitch-Eventsub-Message-Type: webhook_callback_verification is
+	// answered with its /challenge as text/plain.
+	HandshakeTwitchVerification = "twitch-callback-verification"
+	// HandshakeDiscordPing: a JSON body with "type": 1 (PING) is answered
+	// with {"type":1} (PONG).
+	HandshakeDiscordPing = "discord-ping"
+	// HandshakeMetaSubscribe: GET /webhooks/{sender}?hub.mode=subscribe
+	// with hub.verify_token equal to the sender's verify_token is answered
+	// with hub.challenge as text/plain (403 for another token).
+	HandshakeMetaSubscribe = "meta-subscribe"
 )
 
 // Signature schemes besides the presets' own names.
@@ -350,7 +366,10 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/object"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Hub-Signature-256", Encoding: signature.EncodingHex,
 			Prefix: "sha256=", Signed: "body"},
-		Docs: "https://developers.facebook.com/docs/graph-api/webhooks/getting-started",
+		// https://developers.facebook.com/docs/graph-api/webhooks/getting-started#verification-requests
+		// (GET ?hub.mode=subscribe&hub.challenge=...&hub.verify_token=...).
+		Handshake: HandshakeMetaSubscribe,
+		Docs:      "https://developers.facebook.com/docs/graph-api/webhooks/getting-started",
 	},
 	{
 		// https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features
@@ -365,6 +384,113 @@ var Presets = []Preset{
 			Signed: "ECDSA P-256 of <X-Twilio-Email-Event-Webhook-Timestamp><body>", Tolerance: signature.DefaultTolerance,
 			Layout: signature.Layout{TimestampHeader: "X-Twilio-Email-Event-Webhook-Timestamp"}},
 		Docs: "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features",
+	},
+	{
+		// https://www.twilio.com/docs/usage/security#validating-requests
+		// (X-Twilio-Signature: base64 HMAC-SHA1 of the full URL followed by
+		// the form's parameters sorted by name, each name then value; a JSON
+		// body is covered by the URL's bodySHA256 parameter instead).
+		// https://www.twilio.com/docs/usage/webhooks/webhooks-connection-overrides
+		// I-Twilio-Idempotency-Token is the same on each retry of a request.
+		// The URL is the sender's public_url (or the request's own).
+		Name:       "twilio",
+		DeliveryID: DeliveryID{Header: "I-Twilio-Idempotency-Token"},
+		Signature: PresetSignature{Scheme: signature.SchemeTwilio, Header: signature.HeaderTwilio, Encoding: signature.EncodingBase64,
+			Signed: "<URL><name><value>... of the form, sorted by name (HMAC-SHA1)"},
+		Docs: "https://www.twilio.com/docs/usage/security#validating-requests",
+	},
+	{
+		// https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers
+		// (X-Signature-Ed25519: hex Ed25519 signature of
+		// "<X-Signature-Timestamp><body>" under the application's public
+		// key); https://discord.com/developers/docs/interactions/receiving-and-responding#interaction-object
+		// (/id, /type; type 1 is PING, answered with {"type":1}).
+		Name:       "discord",
+		DeliveryID: DeliveryID{JSONPointer: "/id"},
+		EventType:  EventType{JSONPointer: "/type"},
+		Signature: PresetSignature{Scheme: signature.SchemeEd25519, Header: signature.HeaderDiscordSignature, Encoding: signature.EncodingHex,
+			Signed: "Ed25519 of <X-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance},
+		Handshake: HandshakeDiscordPing,
+		Docs:      "https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers",
+	},
+	{
+		// https://developers.zoom.us/docs/api/webhooks/#verify-webhook-events
+		// (x-zm-signature: v0=<hex HMAC-SHA256 of
+		// "v0:<x-zm-request-timestamp>:<body>"> under the secret token; /event)
+		// and #validate-your-webhook-endpoint (endpoint.url_validation). Zoom
+		// sends no delivery ID: the SHA-256 of the body is one.
+		Name:       "zoom",
+		DeliveryID: DeliveryID{BodySHA256: true},
+		EventType:  EventType{JSONPointer: "/event"},
+		Signature: PresetSignature{Scheme: signature.SchemeZoom, Header: signature.HeaderZoomSignature, Encoding: signature.EncodingHex,
+			Prefix: "v0=", Signed: "v0:<x-zm-request-timestamp>:<body>", Tolerance: signature.DefaultTolerance},
+		Handshake: HandshakeZoomURLValidation,
+		Docs:      "https://developers.zoom.us/docs/api/webhooks/",
+	},
+	{
+		// https://dev.twitch.tv/docs/eventsub/handling-webhook-events/
+		// (Twitch-Eventsub-Message-Signature: sha256=<hex HMAC-SHA256 of
+		// "<message id><timestamp><body>">; refuse messages older than 10
+		// minutes; Twitch-Eventsub-Message-Id is the same on a resend;
+		// webhook_callback_verification answered with the challenge;
+		// revocation messages are recorded like notifications).
+		Name:       "twitch",
+		DeliveryID: DeliveryID{Header: signature.HeaderTwitchID},
+		EventType:  EventType{JSONPointer: "/subscription/type"},
+		Signature: PresetSignature{Scheme: signature.SchemeTwitch, Header: signature.HeaderTwitchSignature, Encoding: signature.EncodingHex,
+			Prefix: "sha256=", Signed: "<Twitch-Eventsub-Message-Id><Twitch-Eventsub-Message-Timestamp><body>", Tolerance: 10 * time.Minute},
+		Handshake: HandshakeTwitchVerification,
+		Docs:      "https://dev.twitch.tv/docs/eventsub/handling-webhook-events/",
+	},
+	{
+		// https://developer.squareup.com/docs/webhooks/step3validate
+		// (x-square-hmacsha256-signature: base64 HMAC-SHA256 of
+		// "<notification URL><body>" under the subscription's signature key);
+		// https://developer.squareup.com/docs/webhooks/step2subscribe (/event_id
+		// is the same on retries, /type).
+		Name:       "square",
+		DeliveryID: DeliveryID{JSONPointer: "/event_id"},
+		EventType:  EventType{JSONPointer: "/type"},
+		Signature: PresetSignature{Scheme: signature.SchemeSquare, Header: signature.HeaderSquare, Encoding: signature.EncodingBase64,
+			Signed: "<notification URL><body>"},
+		Docs: "https://developer.squareup.com/docs/webhooks/step3validate",
+	},
+	{
+		// https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests#validate-the-v3-request-signature
+		// (X-HubSpot-Signature-v3: base64 HMAC-SHA256 of
+		// "<method><URI><body><X-HubSpot-Request-Timestamp>" under the app's
+		// client secret; reject timestamps older than 5 minutes).
+		// https://developers.hubspot.com/docs/api/webhooks (the body is an
+		// array of events: the first one's eventId and subscriptionType).
+		Name:       "hubspot",
+		DeliveryID: DeliveryID{JSONPointer: "/0/eventId"},
+		EventType:  EventType{JSONPointer: "/0/subscriptionType"},
+		Signature: PresetSignature{Scheme: signature.SchemeHubSpotV3, Header: signature.HeaderHubSpotV3, Encoding: signature.EncodingBase64,
+			Signed: "<method><URI><body><X-HubSpot-Request-Timestamp>", Tolerance: 5 * time.Minute},
+		Docs: "https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests",
+	},
+	{
+		// https://documentation.mailgun.com/docs/mailgun/user-manual/tracking-messages/#securing-webhooks
+		// (the body's signature object: signature = hex HMAC-SHA256 of
+		// "<timestamp><token>" under the webhook signing key;
+		// /event-data/id, /event-data/event).
+		Name:       "mailgun",
+		DeliveryID: DeliveryID{JSONPointer: "/event-data/id"},
+		EventType:  EventType{JSONPointer: "/event-data/event"},
+		Signature: PresetSignature{Scheme: signature.SchemeMailgun, Encoding: signature.EncodingHex,
+			Signed: "<signature.timestamp><signature.token> (in the body)", Tolerance: signature.DefaultTolerance},
+		Docs: "https://documentation.mailgun.com/docs/mailgun/user-manual/tracking-messages/#securing-webhooks",
+	},
+	{
+		// https://airtable.com/developers/web/api/webhooks-overview#webhook-notification-delivery
+		// (X-Airtable-Content-MAC: hmac-sha256=<hex HMAC-SHA256 of the body
+		// under the base64-decoded macSecretBase64>). The notification
+		// carries no delivery ID: the SHA-256 of the body is one.
+		Name:       "airtable",
+		DeliveryID: DeliveryID{BodySHA256: true},
+		Signature: PresetSignature{Scheme: signature.SchemeHMACBase64Key, Header: signature.HeaderAirtableSignature, Encoding: signature.EncodingHex,
+			Prefix: "hmac-sha256=", Signed: "body (key: the base64-decoded secret)"},
+		Docs: "https://airtable.com/developers/web/api/webhooks-overview",
 	},
 }
 
@@ -505,6 +631,11 @@ func checkSignature(s *Sender) error {
 			if _, err := signature.DecodeStandardSecret(sec.value); err != nil {
 				return fmt.Errorf("%s: is not a Standard Webhooks secret (whsec_ followed by base64)", sec.field)
 			}
+		}
+	}
+	for _, sec := range secrets {
+		if _, err := signature.DecodeSecret(check.Scheme, sec.value); err != nil {
+			return fmt.Errorf("%s: is not a key scheme %s can use: %w", sec.field, scheme, err)
 		}
 	}
 	if check.Scheme == signature.SchemeECDSA {

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -96,6 +98,12 @@ func check(s *Sender) error {
 	}
 	if err := checkSignature(s); err != nil {
 		return err
+	}
+	if s.PublicURL != "" && strings.ContainsAny(s.PublicURL, "?#") {
+		return errors.New("public_url: must not have a query or fragment: the request's query string is appended to it")
+	}
+	if s.VerifyToken != "" && !slices.Contains(s.Handshakes(), HandshakeMetaSubscribe) {
+		return errors.New("verify_token: is only used by the meta preset's subscription check")
 	}
 	for i := range s.Forward {
 		t := &s.Forward[i]

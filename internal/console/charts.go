@@ -49,8 +49,11 @@ type bar struct {
 	Parts []barPart
 	Total int64
 	// P50 and P95 are the bucket's estimated latency quantiles (targets
-	// only), "" without attempts; rendered as data-p50-ms, data-p95-ms.
-	P50, P95 string
+	// only), "" without attempts; rendered as data-p50-ms, data-p95-ms,
+	// and drawn as ticks across the bar at heights P50Y and P95Y (so that
+	// a lone bucket shows them too).
+	P50, P95   string
+	P50Y, P95Y float64
 }
 
 // chart is one span's bar chart of a sender or a target.
@@ -171,6 +174,11 @@ func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds
 			p95Points = append(p95Points, fmt.Sprintf("%.1f,%.1f", x, latencyY(p95s[i].ms, ch.MaxLatencyMS)))
 		}
 		ch.P50Line, ch.P95Line = strings.Join(p50Points, " "), strings.Join(p95Points, " ")
+		for i := range ch.Bars {
+			if p50s[i].n != 0 {
+				ch.Bars[i].P50Y, ch.Bars[i].P95Y = latencyY(p50s[i].ms, ch.MaxLatencyMS), latencyY(p95s[i].ms, ch.MaxLatencyMS)
+			}
+		}
 		ch.P50, ch.P95 = quantile(spanHist, 0.5), quantile(spanHist, 0.95)
 	}
 	return ch

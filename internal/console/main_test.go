@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -75,22 +76,69 @@ type env struct {
 
 func newEnv(t testing.TB, opts console.Options) *env {
 	t.Helper()
+	return newEnvWith(t, sendersYAML, opts, workOpts{})
+}
+
+// workOpts make a test env's River client work the forwards (Work), with
+// a Worker and Gate of the env's own tuned by the other fields; a zero
+// field is the package's default (forward.DefaultBackoff,
+// forward.DefaultBreakerConfig, forward.DefaultFetchPollInterval).
+type workOpts struct {
+	Work                                           bool
+	Backoff                                        forward.Backoff
+	BreakerProbe, BreakerWindow, FetchPollInterval time.Duration
+}
+
+// worker returns the forward worker of o, with a gate of
+// forward.DefaultMaxWorkers forwards.
+func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m *forward.Metrics, log *slog.Logger) *forward.Worker {
+	t.Helper()
+	bc := forward.DefaultBreakerConfig()
+	bc.Probe, bc.Window = cmp.Or(o.BreakerProbe, bc.Probe), cmp.Or(o.BreakerWindow, bc.Window)
+	gate, err := forward.NewGate(pool, forward.DefaultMaxWorkers, m, log, bc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := forward.DefaultWorkerConfig()
+	if o.Backoff != (forward.Backoff{}) {
+		wc.Backoff = o.Backoff
+	}
+	w, err := forward.NewWorker(cfg, pool, forward.NewHTTPClient(forward.DefaultMaxWorkers), gate, m, log, wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// newEnvWith is newEnv with the senders of yaml and a River client made
+// with fopts; with fopts.Work it works forwards (and the test starts it:
+// startWorking), counting their attempts in the charts' recorder.
+func newEnvWith(t testing.TB, yaml string, opts console.Options, fopts workOpts) *env {
+	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	cfg, err := config.Parse([]byte(sendersYAML), func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rc, err := forward.NewClient(pool, cfg, forward.Options{}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	q := store.New(pool)
+	tr := traffic.New(q, log)
+	m := forward.NewMetrics(prometheus.NewRegistry())
+	m.CountTraffic(tr)
+	cc := forward.DefaultClientConfig(cfg)
+	var worker *forward.Worker // nil: the client inserts only
+	if fopts.Work {
+		worker = fopts.worker(t, pool, cfg, m, log)
+		cc.FetchPollInterval = cmp.Or(fopts.FetchPollInterval, cc.FetchPollInterval)
+	}
+	rc, err := forward.NewClient(pool, cfg, worker, cc, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := store.New(pool)
 	if opts.River == nil {
 		opts.River = rc
 	}
 	cons := console.New(cfg, q, log, opts)
-	tr := traffic.New(q, log)
 	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,7 @@ var funcs = template.FuncMap{
 	"path": url.PathEscape,
 	// delivery is the address of a delivery's page (deliveryURL).
 	"delivery": deliveryURL,
+	"add":      func(a, b float64) float64 { return a + b },
 }
 
 // parsePages parses each page template with the layout.
@@ -674,6 +675,7 @@ type failedView struct {
 	Failed              []failedForward
 	Max                 int
 	Charts              []chart // forwards delivered and failed, and latency: last hour, last day
+	History             breakerView
 }
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
@@ -709,7 +711,13 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
 		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
-	_, targetCharts, err := c.senderCharts(r.Context(), sender, c.opts.Now())
+	now := c.opts.Now()
+	_, targetCharts, err := c.senderCharts(r.Context(), sender, now)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	history, err := c.breakerHistory(r.Context(), sender, target, b.State, now, func(s string) string { return redact.URLInText(s, t.URL, t.SecretPath) })
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -718,8 +726,9 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	if n, err := strconv.ParseInt(r.URL.Query().Get("matched"), 10, 64); err == nil && n >= 0 {
 		msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
 	}
-	c.render(w, r, http.StatusOK, "failed", page{Title: "Failed forwards to " + target, Message: msg,
-		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown, Charts: targetCharts[target]}})
+	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Message: msg,
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown,
+			Charts: targetCharts[target], History: history}})
 }
 
 // bulkRedeliver redelivers every failed forward of a target that failed

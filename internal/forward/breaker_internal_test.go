@@ -33,7 +33,7 @@ CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW
 		t.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(pool, 10, BreakerTiming{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g := newGuards(pool, 10, BreakerConfig{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	g.now = func() time.Time { return time.Unix(0, clock.Load()) }
@@ -96,7 +96,7 @@ func TestBreakerProbesPreferAttemptedForwards(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(nil, 100, BreakerTiming{Probe: time.Second, Window: time.Second}, m, nil)
+	g := newGuards(nil, 100, BreakerConfig{Probe: time.Second, Window: time.Second}, m, nil)
 	now := time.Now()
 	g.now = func() time.Time { return now }
 	gd := g.get("acme", &config.Target{Name: "t1", BreakerThreshold: 1})
@@ -173,7 +173,7 @@ func TestBreakerHistoryRecordsEveryTransition(t *testing.T) {
 	ctx := t.Context()
 	pool, _ := pgtest.NewDB(t)
 	m := NewMetrics(prometheus.NewRegistry())
-	g := newGuards(pool, 10, BreakerTiming{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g := newGuards(pool, 10, BreakerConfig{Probe: time.Second, Window: time.Second}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	start := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	now := start
 	g.now = func() time.Time { return now }
@@ -184,6 +184,7 @@ func TestBreakerHistoryRecordsEveryTransition(t *testing.T) {
 		if !a.ok {
 			t.Fatalf("at %s: not admitted: %+v", now.Sub(start), a)
 		}
+		now = now.Add(time.Millisecond) // the attempt takes a while
 		g.leave(ctx, gd, a, res, 0, errText)
 		return a
 	}
@@ -204,7 +205,7 @@ func TestBreakerHistoryRecordsEveryTransition(t *testing.T) {
 	now = gd.nextProbe
 	attempt(true, ResultDelivered, "") // half-open, then closed
 
-	hist, err := store.New(pool).BreakerHistory(ctx, "acme", "t1", start.Add(-time.Hour), now.Add(time.Hour), 100)
+	hist, err := store.New(pool).BreakerHistory(ctx, "acme", "t1", start.Add(-time.Hour), now.Add(time.Hour), 100, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,8 +230,24 @@ func TestBreakerHistoryRecordsEveryTransition(t *testing.T) {
 	if !strings.Contains(hist[2].Reason, "connection refused") {
 		t.Errorf("the failed round's reason %q does not name its failure", hist[2].Reason)
 	}
-	if !hist[0].At.Equal(start.Add(600 * time.Millisecond)) {
-		t.Errorf("opened at %s, want %s", hist[0].At, start.Add(600*time.Millisecond))
+	if want := start.Add(602 * time.Millisecond); !hist[0].At.Equal(want) {
+		t.Errorf("opened at %s, want %s", hist[0].At, want)
+	}
+	// Only the opening and the closing; and from the middle, the state
+	// the breaker was in comes first.
+	oc, err := store.New(pool).BreakerHistory(ctx, "acme", "t1", start.Add(-time.Hour), now.Add(time.Hour), 100, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(oc) != 2 || oc[0].State != "open" || oc[1].State != "closed" {
+		t.Errorf("open/close history: %+v, want the opening and the closing", oc)
+	}
+	mid, err := store.New(pool).BreakerHistory(ctx, "acme", "t1", hist[2].At, now.Add(time.Hour), 100, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mid) != 4 || mid[0] != hist[1] {
+		t.Errorf("history from the failed round: %+v, want the transition before it and the last 3", mid)
 	}
 	bs, err := store.New(pool).Breakers(ctx, "acme")
 	if err != nil {

@@ -32,7 +32,7 @@ func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 		return testkit.Answer{Status: http.StatusServiceUnavailable}
 	})
 	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 1s\n        max_attempts: 10\n        breaker_threshold: 2\n", tg.URL),
-		forward.Options{Work: true, BreakerWindow: 400 * time.Millisecond,
+		envOpts{Work: true, BreakerWindow: 400 * time.Millisecond,
 			Backoff: forward.Backoff{Base: 100 * time.Millisecond, Max: 400 * time.Millisecond}})
 	const n = 6
 	for i := range n {
@@ -80,7 +80,7 @@ func TestRetryAfterPausesTheTarget(t *testing.T) {
 		return testkit.Answer{Status: http.StatusOK}
 	})
 	e := newEnv(t, fmt.Sprintf("      - name: limited\n        url: %s\n        timeout: 1s\n", tg.URL),
-		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
+		envOpts{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
 	e.deliver("ra-0", []byte(`{}`), "application/json")
 	e.poll("the 429", func() bool { return len(tg.Hits()) > 0 }, func() string { return "" })
 	for i := 1; i <= 3; i++ {
@@ -112,7 +112,7 @@ func TestMaxInFlightIsNeverExceeded(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
-	e := newEnv(t, fmt.Sprintf("      - name: slow\n        url: %s\n        timeout: 5s\n        max_in_flight: 2\n", srv.URL), forward.Options{Work: true, MaxWorkers: 50})
+	e := newEnv(t, fmt.Sprintf("      - name: slow\n        url: %s\n        timeout: 5s\n        max_in_flight: 2\n", srv.URL), envOpts{Work: true, MaxWorkers: 50})
 	const n = 12
 	for i := range n {
 		e.deliver(fmt.Sprintf("mif-%d", i), []byte(`{}`), "application/json")
@@ -157,7 +157,7 @@ func TestHangingTargetDoesNotStarveOthers(t *testing.T) {
       - name: ok
         url: %s
         timeout: 5s
-`, hang.URL, ok.URL), forward.Options{Work: true, MaxWorkers: 4})
+`, hang.URL, ok.URL), envOpts{Work: true, MaxWorkers: 4})
 	t.Cleanup(func() { close(done) }) // before the workers stop: they wait for their forwards
 	const n = 20
 	for i := range n {
@@ -208,7 +208,7 @@ func TestFlakyTargetGetsEveryEvent(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.FailFirst(2, http.StatusServiceUnavailable))
 	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.URL),
-		forward.Options{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
+		envOpts{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
 	const n = 100
 	keys := make([]string, n)
 	for i := range n {
@@ -247,7 +247,7 @@ func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 		return testkit.Answer{Status: http.StatusServiceUnavailable}
 	})
 	e := newEnv(t, fmt.Sprintf("      - name: down\n        url: %s\n        timeout: 5s\n", tg.URL),
-		forward.Options{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
+		envOpts{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
 	const n = 20
 	keys := make([]string, n)
 	for i := range n {
@@ -295,7 +295,7 @@ func TestFlakyTargetBehindAnOpenBreakerGetsEveryEvent(t *testing.T) {
 		return testkit.Answer{Status: http.StatusOK}
 	})
 	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n", tg.URL),
-		forward.Options{Work: true, BreakerProbe: forward.DefaultProbeInterval, BreakerWindow: time.Second,
+		envOpts{Work: true, BreakerProbe: forward.DefaultProbeInterval, BreakerWindow: time.Second,
 			Backoff: forward.Backoff{Base: 100 * time.Millisecond, Max: time.Second}})
 	var keys []string
 	for i := range 20 {

@@ -1,7 +1,7 @@
 package forward
 
 import (
-	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,52 +15,79 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// Options tune the River client. Zero values take the defaults.
-type Options struct {
-	// Work makes the client work forward jobs; without it the client only
-	// inserts them (the api role).
-	Work bool
+// ClientConfig configures the River client (NewClient). Zero means zero
+// (docs/configuration.md): no field takes a default from a 0, and validate
+// refuses one; DefaultClientConfig has the defaults, two of them computed
+// from the senders' configuration.
+type ClientConfig struct {
 	// MaxWorkers is how many forwards run at once in this process
-	// (DefaultMaxWorkers), shared fairly among the targets (Gate).
+	// (DefaultMaxWorkers), at least 1, shared fairly among the targets by
+	// the worker's Gate, which should have the same capacity.
 	MaxWorkers int
-	// Gate admits the forwards; nil: a gate of MaxWorkers of its own. A
-	// process that also sends forwards outside River passes the one gate
-	// both use.
-	Gate *Gate
-	// Worker is the forward worker to register with Work (one the process's
-	// Dispatcher shares); nil: NewClient makes one with NewHTTPClient,
-	// Backoff and the Gate.
-	Worker *Worker
-	// Backoff is the retry schedule (DefaultBackoff).
-	Backoff Backoff
-	// BreakerProbe is how long an open circuit breaker waits before its
-	// first probes (DefaultProbeInterval); it doubles after a failed round,
-	// up to 3s.
-	BreakerProbe time.Duration
-	// BreakerWindow is the time over which a target's failure rate is
-	// measured (DefaultBreakerWindow).
-	BreakerWindow time.Duration
 	// RescueAfter is how long a job may stay running before another worker
 	// takes it over, which is what happens to the jobs of a killed process.
-	// River requires it to exceed every job's timeout. By default it is a
-	// forward's timeout (the longest target timeout plus 5s) plus a minute,
-	// so that the forwards of a killed process are taken over within about
-	// that long. Set, it must exceed the forwards' timeout (NewClient
-	// returns an error otherwise). The longer job kinds (a bulk redelivery,
-	// up to BulkTimeout; the maintenance jobs, up to Maintenance.Timeout)
-	// run in slices of at most RescueAfter minus 5s and carry on where they
-	// stopped.
+	// River requires it to exceed every job's timeout, and it must exceed a
+	// forward's (the longest target timeout plus 5s; NewClient returns an
+	// error otherwise). DefaultClientConfig makes it a forward's timeout
+	// plus a minute, so that the forwards of a killed process are taken
+	// over within about that long. The longer job kinds (a bulk
+	// redelivery, up to BulkTimeout; the maintenance jobs, up to
+	// Maintenance.Timeout) run in slices of at most RescueAfter minus 5s
+	// and carry on where they stopped.
 	RescueAfter time.Duration
 	// FetchPollInterval is how often River polls for jobs when no
-	// notification arrives (DefaultFetchPollInterval when zero).
+	// notification arrives (DefaultFetchPollInterval), positive.
 	FetchPollInterval time.Duration
-	// Retention is how long finished forward jobs stay queryable; by
-	// default the longest sender retention.
+	// Retention is how long finished forward jobs stay queryable,
+	// positive: DefaultClientConfig makes it the longest sender retention.
 	Retention time.Duration
-	// Maintenance are other jobs the client works with Work (the retention
-	// job): their workers, the periodic jobs that enqueue them, and their
-	// queue, worked one job at a time.
+	// Maintenance are other jobs the client works (the retention job):
+	// their workers, the periodic jobs that enqueue them, and their queue,
+	// worked one job at a time. A zero Maintenance has none.
 	Maintenance Maintenance
+}
+
+// DefaultClientConfig returns the client's defaults for the senders of
+// cfg: DefaultMaxWorkers, the rescue horizon of a forward's timeout plus a
+// minute, DefaultFetchPollInterval, the longest sender retention, and no
+// maintenance jobs.
+func DefaultClientConfig(cfg *config.Config) ClientConfig {
+	retention := time.Duration(0)
+	for _, s := range cfg.Senders {
+		retention = max(retention, time.Duration(s.Retention))
+	}
+	if retention <= 0 {
+		retention = config.DefaultRetention // a configuration without senders
+	}
+	return ClientConfig{
+		MaxWorkers:        DefaultMaxWorkers,
+		RescueAfter:       forwardTimeout(cfg) + time.Minute,
+		FetchPollInterval: DefaultFetchPollInterval,
+		Retention:         retention,
+	}
+}
+
+// validate returns an error naming the field at fault, or nil. That
+// RescueAfter exceeds a forward's timeout is checked by newHorizons, which
+// knows the targets.
+func (c ClientConfig) validate() error {
+	var errs []error
+	if c.MaxWorkers < 1 {
+		errs = append(errs, fmt.Errorf("forward client config: MaxWorkers %d: must be at least 1", c.MaxWorkers))
+	}
+	if c.RescueAfter <= 0 {
+		errs = append(errs, fmt.Errorf("forward client config: RescueAfter %s: must be positive (DefaultClientConfig computes it)", c.RescueAfter))
+	}
+	if c.FetchPollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("forward client config: FetchPollInterval %s: must be positive", c.FetchPollInterval))
+	}
+	if c.Retention <= 0 {
+		errs = append(errs, fmt.Errorf("forward client config: Retention %s: must be positive", c.Retention))
+	}
+	if m := c.Maintenance; m.Register != nil && (m.Queue == "" || m.Timeout <= 0) {
+		errs = append(errs, fmt.Errorf("forward client config: Maintenance: Queue %q and Timeout %s: a queue and a positive timeout are needed", m.Queue, m.Timeout))
+	}
+	return errors.Join(errs...)
 }
 
 // Maintenance is a set of background jobs worked beside the forwards.
@@ -85,29 +112,27 @@ type horizons struct {
 	rescue  time.Duration // RescueStuckJobsAfter: more than every job's timeout
 }
 
-// newHorizons derives the rescue horizon and the job timeouts under it: by
-// default the horizon is a forward's timeout plus a minute (a killed
-// process's forwards are taken over that soon); an explicit rescueAfter
-// must exceed the forwards' timeout. The longer kinds' timeouts are cut to
-// the horizon minus rescueMargin: they run in slices.
-func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (horizons, error) {
+// forwardTimeout is a forward job's timeout for the targets of cfg: the
+// longest target timeout plus rescueMargin.
+func forwardTimeout(cfg *config.Config) time.Duration {
 	longest := time.Duration(0)
 	for _, s := range cfg.Senders {
 		for _, t := range s.Forward {
 			longest = max(longest, time.Duration(t.Timeout))
 		}
 	}
-	h := horizons{forward: longest + rescueMargin}
-	long := max(BulkTimeout, maintenance)
-	switch {
-	case rescueAfter == 0:
-		h.rescue = h.forward + time.Minute
-	case rescueAfter <= h.forward:
-		return h, fmt.Errorf("forward rescue-after %s: must be longer than the longest target timeout plus 5s (%s), or a running forward could be taken over while it still runs", rescueAfter, h.forward)
-	default:
-		h.rescue = rescueAfter
+	return longest + rescueMargin
+}
+
+// newHorizons derives the job timeouts under the rescue horizon
+// rescueAfter, which must exceed the forwards' timeout. The longer kinds'
+// timeouts are cut to the horizon minus rescueMargin: they run in slices.
+func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (horizons, error) {
+	h := horizons{forward: forwardTimeout(cfg), rescue: rescueAfter}
+	if rescueAfter <= h.forward {
+		return h, fmt.Errorf("forward client config: RescueAfter (--forward-rescue-after) %s: must be longer than the longest target timeout plus 5s (%s), or a running forward could be taken over while it still runs", rescueAfter, h.forward)
 	}
-	h.long = min(long, h.rescue-rescueMargin)
+	h.long = min(max(BulkTimeout, maintenance), h.rescue-rescueMargin)
 	return h, nil
 }
 
@@ -145,42 +170,27 @@ func NewHTTPClient(maxIdlePerHost int) *http.Client {
 	}
 }
 
-// NewClient returns the River client that inserts forward jobs and, with
-// opts.Work, works them. m records the forward metrics.
-func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics, log *slog.Logger) (*river.Client[pgx.Tx], error) {
-	retention := time.Duration(0)
-	for _, s := range cfg.Senders {
-		retention = max(retention, time.Duration(s.Retention))
-	}
-	if opts.Retention <= 0 {
-		opts.Retention = retention
+// NewClient returns the River client that inserts forward jobs for the
+// senders of cfg and, when worker is not nil, works them with it (and the
+// bulk redeliveries, and cc's maintenance jobs); a nil worker makes a
+// client that only inserts (the api role, tools). cc tunes it
+// (DefaultClientConfig); an error names the field when cc is invalid.
+func NewClient(pool *pgxpool.Pool, cfg *config.Config, worker *Worker, cc ClientConfig, log *slog.Logger) (*river.Client[pgx.Tx], error) {
+	if err := cc.validate(); err != nil {
+		return nil, err
 	}
 	rc := &river.Config{
 		Logger:                      log,
-		CompletedJobRetentionPeriod: opts.Retention,
-		CancelledJobRetentionPeriod: opts.Retention,
-		DiscardedJobRetentionPeriod: opts.Retention,
+		CompletedJobRetentionPeriod: cc.Retention,
+		CancelledJobRetentionPeriod: cc.Retention,
+		DiscardedJobRetentionPeriod: cc.Retention,
 	}
-	if opts.Work {
-		if opts.MaxWorkers <= 0 {
-			opts.MaxWorkers = DefaultMaxWorkers
-		}
-		if opts.Backoff == (Backoff{}) {
-			opts.Backoff = DefaultBackoff
-		}
-		h, err := newHorizons(cfg, opts.RescueAfter, opts.Maintenance.Timeout)
+	if worker != nil {
+		h, err := newHorizons(cfg, cc.RescueAfter, cc.Maintenance.Timeout)
 		if err != nil {
 			return nil, err
 		}
 		workers := river.NewWorkers()
-		gate := opts.Gate
-		if gate == nil {
-			gate = NewGate(pool, opts.MaxWorkers, BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
-		}
-		worker := opts.Worker
-		if worker == nil {
-			worker = NewWorker(cfg, pool, NewHTTPClient(opts.MaxWorkers), opts.Backoff, gate, m, log)
-		}
 		if err := river.AddWorkerSafely(workers, worker); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
@@ -194,8 +204,8 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		// run: with every forward slot held (by targets that hang, say),
 		// River can still fetch the others' forwards and, when their target
 		// has its share, snooze them at once.
-		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: opts.MaxWorkers + spareWorkers(opts.MaxWorkers)}, BulkQueue: {MaxWorkers: 1}}
-		if m := opts.Maintenance; m.Register != nil {
+		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: cc.MaxWorkers + spareWorkers(cc.MaxWorkers)}, BulkQueue: {MaxWorkers: 1}}
+		if m := cc.Maintenance; m.Register != nil {
 			if err := m.Register(workers, min(m.Timeout, h.long)); err != nil {
 				return nil, fmt.Errorf("register maintenance workers: %w", err)
 			}
@@ -206,7 +216,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, opts Options, m *Metrics,
 		rc.JobTimeout = h.forward
 		rc.RescueStuckJobsAfter = h.rescue
 		rc.FetchCooldown = fetchCooldown
-		rc.FetchPollInterval = cmp.Or(opts.FetchPollInterval, DefaultFetchPollInterval)
+		rc.FetchPollInterval = cc.FetchPollInterval
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {

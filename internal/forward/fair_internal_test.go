@@ -18,7 +18,7 @@ import (
 func TestFairShareLeavesRoomForEveryTarget(t *testing.T) {
 	t.Parallel()
 	const capacity = 100
-	g := newGuards(nil, capacity, BreakerTiming{}, nil, nil)
+	g := newGuards(nil, capacity, DefaultBreakerConfig(), nil, nil)
 	now := time.Now()
 	g.now = func() time.Time { return now }
 	for i := range 12 {
@@ -46,7 +46,7 @@ func TestFairShareLeavesRoomForEveryTarget(t *testing.T) {
 func TestFairNeverExceedsCapacity(t *testing.T) {
 	t.Parallel()
 	const capacity = 16
-	g := newGuards(nil, capacity, BreakerTiming{}, nil, nil)
+	g := newGuards(nil, capacity, DefaultBreakerConfig(), nil, nil)
 	targets := make([]*guard, 6)
 	for i := range targets {
 		targets[i] = g.get("acme", &config.Target{Name: fmt.Sprint("t", i), MaxInFlight: 3, BreakerThreshold: 5})
@@ -90,7 +90,7 @@ func TestFairNeverExceedsCapacity(t *testing.T) {
 // been running: with 10 of them started 2s ago, 2 to 3s, not more.
 func TestBusyWaitFollowsTheTargetsAttempts(t *testing.T) {
 	t.Parallel()
-	g := newGuards(nil, 100, BreakerTiming{}, nil, nil)
+	g := newGuards(nil, 100, DefaultBreakerConfig(), nil, nil)
 	now := time.Now()
 	g.now = func() time.Time { return now }
 	gd := g.get("acme", &config.Target{Name: "slow", MaxInFlight: 10, BreakerThreshold: 5})

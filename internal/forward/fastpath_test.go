@@ -20,7 +20,7 @@ import (
 func TestFastPathDeliversAndRecords(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n", forward.Options{}, fastOptions{})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n", envOpts{}, fastOptions{})
 	const n = 20
 	ids := map[string]bool{}
 	for i := range n {
@@ -64,7 +64,7 @@ func TestFastPathDeliversAndRecords(t *testing.T) {
 func TestFastPathFailureIsRetriedByRiver(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.FailFirst(1, http.StatusServiceUnavailable))
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        max_attempts: 5\n", forward.Options{Work: true}, fastOptions{})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        max_attempts: 5\n", envOpts{Work: true}, fastOptions{})
 	d := e.deliver("retry-1", []byte(`{}`), "application/json")
 	js := e.waitJobs(1)
 	j := js[0]
@@ -81,7 +81,7 @@ func TestFastPathFailureIsRetriedByRiver(t *testing.T) {
 func TestFastPathClientErrorFails(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusUnprocessableEntity))
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n", forward.Options{Work: true}, fastOptions{})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n", envOpts{Work: true}, fastOptions{})
 	d := e.deliver("fail-1", []byte(`{}`), "application/json")
 	js := e.waitJobs(1)
 	if js[0].State != "cancelled" || js[0].Attempt != 1 || len(js[0].Errors) != 1 {
@@ -110,7 +110,7 @@ func TestFastPathFullHandsOverToRelay(t *testing.T) {
 		}
 		return testkit.Answer{Status: http.StatusOK}
 	})
-	e := newFastEnv(t, "      - name: orders\n        url: "+slow.URL+"\n", forward.Options{Work: true}, fastOptions{workers: 1, queue: 1})
+	e := newFastEnv(t, "      - name: orders\n        url: "+slow.URL+"\n", envOpts{Work: true}, fastOptions{workers: 1, queue: 1})
 	e.deliver("block", []byte(`{}`), "application/json")
 	testkit.Poll(t, waitTimeout, "the blocking forward to arrive", func() bool { return len(slow.Hits()) == 1 }, nil)
 	for _, id := range []string{"x1", "x2", "x3", "x4"} {
@@ -146,7 +146,7 @@ func TestRedeliverWhileRunningQueuesAfter(t *testing.T) {
 		}
 		return testkit.Answer{Status: http.StatusOK}
 	})
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        timeout: 20s\n", forward.Options{Work: true}, fastOptions{lease: 40 * time.Second})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        timeout: 20s\n", envOpts{Work: true}, fastOptions{lease: 40 * time.Second})
 	d := e.deliver("again-1", []byte(`{}`), "application/json")
 	testkit.Poll(t, waitTimeout, "the fast path's POST to reach the target", func() bool { return len(tg.Hits()) == 1 }, nil)
 

@@ -56,7 +56,7 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
       - name: t1
         url: %s
         timeout: 2s
-`, signedURL, testSecret, plain.URL), forward.Options{Work: true})
+`, signedURL, testSecret, plain.URL), envOpts{Work: true})
 
 	const n = 10
 	ct := "application/vnd.acme+json; charset=utf-8"
@@ -224,7 +224,7 @@ func TestForwardClientErrorFailsAtOnce(t *testing.T) {
 		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
 		return testkit.Answer{Status: status}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: t3\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.URL), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t3\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.URL), envOpts{Work: true})
 
 	byEvent := map[string]int{}
 	for _, s := range statuses {
@@ -267,7 +267,7 @@ func TestForwardRetryableStatuses(t *testing.T) {
 		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
 		return testkit.Answer{Status: status}
 	})
-	e := newEnv(t, fmt.Sprintf("      - name: t4\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.URL), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t4\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.URL), envOpts{Work: true})
 	byEvent := map[string]int{}
 	for _, s := range statuses {
 		d := e.deliver(fmt.Sprintf("status-%d", s), []byte(`{}`), "application/json")
@@ -290,7 +290,7 @@ func TestForwardRetryableStatuses(t *testing.T) {
 func TestForwardTimeoutRetriesThenDiscards(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Block: true} })
-	e := newEnv(t, fmt.Sprintf("      - name: t5\n        url: %s\n        timeout: 300ms\n        max_attempts: 3\n", tg.URL), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t5\n        url: %s\n        timeout: 300ms\n        max_attempts: 3\n", tg.URL), envOpts{Work: true})
 	d := e.deliver("never-answered", []byte(`{"a":1}`), "application/json")
 
 	js := e.waitJobs(1)
@@ -337,7 +337,7 @@ func TestForwardRetryAfterIsHonoured(t *testing.T) {
 	})
 	// The backoff's Max bounds Retry-After too; it is above 1s here.
 	e := newEnv(t, fmt.Sprintf("      - name: t6\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.URL),
-		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
+		envOpts{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
 	ids := map[string]string{}
 	for _, id := range []string{"ra-429", "ra-503"} {
 		ids[e.deliver(id, []byte(`{}`), "application/json").eventID] = id
@@ -378,7 +378,7 @@ func TestForwardRecordsStatusAndRetryAfter(t *testing.T) {
 	})
 	// The backoff's Max (1 minute) bounds the wait: the job stays retrying.
 	e := newEnv(t, fmt.Sprintf("      - name: t7\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.URL),
-		forward.Options{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: time.Minute}})
+		envOpts{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: time.Minute}})
 	d := e.deliver("ra-120", []byte(`{}`), "application/json")
 	var fwds []store.Forward
 	e.poll("the forward to be retrying after its first attempt", func() bool {
@@ -405,7 +405,7 @@ func TestForwardConnectionRefusedIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://" + addr + "/hooks"
-	e := newEnv(t, fmt.Sprintf("      - name: t7\n        url: %s\n        timeout: 1s\n        max_attempts: 50\n", url), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t7\n        url: %s\n        timeout: 1s\n        max_attempts: 50\n", url), envOpts{Work: true})
 	d := e.deliver("refused", []byte(`{}`), "application/json")
 
 	// Wait for an attempt that was refused, then listen on the port.
@@ -457,7 +457,7 @@ func TestForwardConnectionRefusedIsRetried(t *testing.T) {
 func TestDuplicateDeliveriesEnqueueOneForward(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
-	e := newEnv(t, fmt.Sprintf("      - name: t8\n        url: %s\n        timeout: 1s\n", tg.URL), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t8\n        url: %s\n        timeout: 1s\n", tg.URL), envOpts{Work: true})
 
 	body := []byte(`{"id":"dup-seq"}`)
 	first := e.deliver("dup-seq", body, "application/json")
@@ -535,7 +535,7 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
         url: http://127.0.0.1:9/a
       - name: t2
         url: http://127.0.0.1:9/b
-`, forward.Options{}) // insert only: nothing is worked, and no relay runs but the test's
+`, envOpts{}) // insert only: nothing is worked, and no relay runs but the test's
 	ctx := t.Context()
 	if _, err := e.pool.Exec(ctx, `CREATE TABLE scratch (v int CONSTRAINT scratch_v_key UNIQUE DEFERRABLE INITIALLY DEFERRED)`); err != nil {
 		t.Fatal(err)
@@ -700,7 +700,7 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 // and no forward jobs; QueueOutbox queues no statement for it.
 func TestNoTargetsQueuesNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "", forward.Options{})
+	e := newEnv(t, "", envOpts{})
 	sender, _ := e.cfg.Sender("acme")
 	var b dedup.Batch
 	forward.QueueOutbox(&b, uuid.Must(uuid.NewV7()), "x", time.Now(), sender.TargetNames(), 0)
@@ -726,7 +726,7 @@ func TestNoTargetsQueuesNothing(t *testing.T) {
 func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
-	e := newEnv(t, fmt.Sprintf("      - name: t9\n        url: %s\n        timeout: 1s\n", tg.URL), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: t9\n        url: %s\n        timeout: 1s\n", tg.URL), envOpts{Work: true})
 	ctx := t.Context()
 	for _, a := range []forward.Args{
 		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone", Target: "t9"},
@@ -756,7 +756,7 @@ func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
 func TestLegacyJobNamingTargetByURL(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Status: 200} })
-	e := newEnv(t, fmt.Sprintf("      - name: legacy\n        url: %s?token=LEGACYTOKEN\n        timeout: 1s\n", tg.URL), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: legacy\n        url: %s?token=LEGACYTOKEN\n        timeout: 1s\n", tg.URL), envOpts{Work: true})
 	// An event stored without outbox row (as before the outbox), and its
 	// job queued as the previous version did.
 	ctx := context.Background()
@@ -798,7 +798,7 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 func TestTargetHeadersWinOverTheSenders(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
-	e := newEnv(t, fmt.Sprintf("      - name: typed\n        url: %s\n        headers: { Content-Type: application/x-ours, Content-Encoding: identity }\n", tg.URL), forward.Options{Work: true})
+	e := newEnv(t, fmt.Sprintf("      - name: typed\n        url: %s\n        headers: { Content-Type: application/x-ours, Content-Encoding: identity }\n", tg.URL), envOpts{Work: true})
 	d := e.deliver("hdr-1", []byte(`{"a":1}`), "application/json")
 	e.waitJobs(1)
 	hs := tg.HitsFor(d.eventID)

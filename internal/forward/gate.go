@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -22,16 +23,23 @@ type Gate struct {
 	g *guards
 }
 
-// NewGate returns the gate of a process that sends at most capacity
-// forwards at once. db records breaker transitions in target_breakers and
-// wakes the forwards waiting for a breaker that closes; bt tunes the
-// breakers.
-func NewGate(db *pgxpool.Pool, capacity int, bt BreakerTiming, m *Metrics, log *slog.Logger) *Gate {
-	g := newGuards(db, capacity, bt, m, log)
+// NewGate returns the gate of a process that sends at most capacity (at
+// least 1) forwards at once. db records breaker transitions in
+// target_breakers and wakes the forwards waiting for a breaker that closes;
+// bc tunes the breakers (DefaultBreakerConfig). It returns an error naming
+// the field when capacity or bc is invalid.
+func NewGate(db *pgxpool.Pool, capacity int, m *Metrics, log *slog.Logger, bc BreakerConfig) (*Gate, error) {
+	if capacity < 1 {
+		return nil, fmt.Errorf("forward gate: capacity %d: must be at least 1", capacity)
+	}
+	if err := bc.validate(); err != nil {
+		return nil, err
+	}
+	g := newGuards(db, capacity, bc, m, log)
 	if db != nil {
 		g.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
 	}
-	return &Gate{g: g}
+	return &Gate{g: g}, nil
 }
 
 // Ticket is an admitted forward: call Done once its attempt is over.

@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -51,14 +50,34 @@ const (
 	maxBusySnooze = 5 * time.Second
 )
 
-// BreakerTiming tunes the circuit breakers; zero values take the defaults.
-type BreakerTiming struct {
+// BreakerConfig tunes the circuit breakers (NewGate). Zero means zero
+// (docs/configuration.md): no field takes a default from a 0, and validate
+// refuses one; DefaultBreakerConfig has the defaults.
+type BreakerConfig struct {
 	// Probe is the first wait of an open breaker before its first probes
-	// (DefaultProbeInterval); it doubles after a failed round, up to 3s.
+	// (DefaultProbeInterval), positive; it doubles after a failed round, up
+	// to 3s.
 	Probe time.Duration
 	// Window is the time over which the failure rate is measured
-	// (DefaultBreakerWindow).
+	// (DefaultBreakerWindow), at least 10ms (windowBuckets buckets of at
+	// least 1ms).
 	Window time.Duration
+}
+
+// DefaultBreakerConfig returns the breakers' defaults.
+func DefaultBreakerConfig() BreakerConfig {
+	return BreakerConfig{Probe: DefaultProbeInterval, Window: DefaultBreakerWindow}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c BreakerConfig) validate() error {
+	if c.Probe <= 0 {
+		return fmt.Errorf("breaker config: Probe %s: must be positive", c.Probe)
+	}
+	if c.Window < windowBuckets*time.Millisecond {
+		return fmt.Errorf("breaker config: Window %s: must be at least %s", c.Window, windowBuckets*time.Millisecond)
+	}
+	return nil
 }
 
 // guards keeps, per target, what a worker process knows of it: how many of
@@ -188,9 +207,11 @@ func (w *window) counts(slot int64) (attempts, fails int) {
 	return attempts, fails
 }
 
-func newGuards(db *pgxpool.Pool, capacity int, bt BreakerTiming, m *Metrics, log *slog.Logger) *guards {
+// newGuards returns the guards of a process that sends at most capacity
+// forwards at once; bc must be valid (NewGate checks it).
+func newGuards(db *pgxpool.Pool, capacity int, bc BreakerConfig, m *Metrics, log *slog.Logger) *guards {
 	return &guards{db: db, log: log, process: processName(),
-		probe: cmp.Or(bt.Probe, DefaultProbeInterval), window: cmp.Or(bt.Window, DefaultBreakerWindow),
+		probe: bc.Probe, window: bc.Window,
 		now: time.Now, metrics: m, m: map[[2]string]*guard{}, fair: newFair(capacity)}
 }
 

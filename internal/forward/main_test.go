@@ -70,9 +70,27 @@ type env struct {
 // test's short ones), starts it when opts.Work, and starts the ingest
 // server. The client is stopped when the test ends, before the targets are
 // closed.
-func newEnv(t *testing.T, forwardYAML string, opts forward.Options) *env {
+func newEnv(t *testing.T, forwardYAML string, opts envOpts) *env {
 	t.Helper()
 	return newEnvWith(t, forwardYAML, opts, nil)
+}
+
+// envOpts configure a test env's forwarding, as serve does from its
+// settings: Work makes the env's River client work the forwards, with a
+// Gate and a Worker of the env's own. A zero field is the test's short
+// value or the package's default, as each says.
+type envOpts struct {
+	Work bool
+	// MaxWorkers is the client's (forward.DefaultMaxWorkers when 0) and its
+	// gate's (10 in an env with a fast path).
+	MaxWorkers int
+	// Backoff is the worker's (testBackoff when zero).
+	Backoff forward.Backoff
+	// BreakerProbe and BreakerWindow tune the gate's breakers (testProbe
+	// and forward.DefaultBreakerWindow when 0).
+	BreakerProbe, BreakerWindow time.Duration
+	// FetchPollInterval is the client's (testFetchPoll when 0).
+	FetchPollInterval time.Duration
 }
 
 // fastOptions are the fast path's settings in a test env.
@@ -83,12 +101,12 @@ type fastOptions struct {
 
 // newFastEnv is newEnv with a fast path (forward.Dispatcher) in the ingest
 // server, sharing the River client's worker, closed when the test ends.
-func newFastEnv(t *testing.T, forwardYAML string, opts forward.Options, fo fastOptions) *env {
+func newFastEnv(t *testing.T, forwardYAML string, opts envOpts, fo fastOptions) *env {
 	t.Helper()
 	return newEnvWith(t, forwardYAML, opts, &fo)
 }
 
-func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fastOptions) *env {
+func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions) *env {
 	t.Helper()
 	yaml := `senders:
   - name: acme
@@ -112,15 +130,35 @@ func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fast
 	if opts.BreakerProbe == 0 {
 		opts.BreakerProbe = testProbe
 	}
+	if opts.BreakerWindow == 0 {
+		opts.BreakerWindow = forward.DefaultBreakerWindow
+	}
+	if opts.MaxWorkers == 0 {
+		opts.MaxWorkers = forward.DefaultMaxWorkers
+	}
 	log := testkit.Logger(t)
 	reg := prometheus.NewRegistry()
 	m := forward.NewMetrics(reg)
-	var hopts []handler.Option
+	var (
+		hopts  []handler.Option
+		worker *forward.Worker
+	)
+	if opts.Work || fo != nil {
+		capacity := opts.MaxWorkers
+		if fo != nil {
+			capacity = 10
+		}
+		gate, err := forward.NewGate(pool, capacity, m, log, forward.BreakerConfig{Probe: opts.BreakerProbe, Window: opts.BreakerWindow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(capacity), gate, m, log, forward.WorkerConfig{Backoff: opts.Backoff})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	if fo != nil {
-		gate := forward.NewGate(pool, 10, forward.BreakerTiming{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}, m, log)
-		w := forward.NewWorker(cfg, pool, forward.NewHTTPClient(10), opts.Backoff, gate, m, log)
-		opts.Worker = w
-		d := forward.NewDispatcher(w, pool, cfg, fo.lease, fo.workers, fo.queue, reg, log)
+		d := forward.NewDispatcher(worker, pool, cfg, fo.lease, fo.workers, fo.queue, reg, log)
 		hopts = append(hopts, handler.WithFastPath(d))
 		t.Cleanup(func() {
 			if err := d.Close(context.Background()); err != nil {
@@ -128,7 +166,12 @@ func newEnvWith(t *testing.T, forwardYAML string, opts forward.Options, fo *fast
 			}
 		})
 	}
-	client, err := forward.NewClient(pool, cfg, opts, m, log)
+	cc := forward.DefaultClientConfig(cfg)
+	cc.MaxWorkers, cc.FetchPollInterval = opts.MaxWorkers, opts.FetchPollInterval
+	if !opts.Work {
+		worker = nil // the client inserts only
+	}
+	client, err := forward.NewClient(pool, cfg, worker, cc, log)
 	if err != nil {
 		t.Fatalf("forward.NewClient: %v", err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -108,7 +107,7 @@ func deliveryIDs(prefix string, n int) []string {
 // empty.
 func TestTwoRelaysMoveEachForwardOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, twoTargets, forward.Options{})
+	e := newEnv(t, twoTargets, envOpts{})
 	ctx := t.Context()
 	events := e.deliverMany(deliveryIDs("before", 250))
 	if rows := e.outbox(); len(rows) != 500 {
@@ -189,7 +188,7 @@ func TestTwoRelaysMoveEachForwardOnce(t *testing.T) {
 // once, and the held rows once they are released.
 func TestRelaySkipsRowsAnotherRelayHolds(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, twoTargets, forward.Options{})
+	e := newEnv(t, twoTargets, envOpts{})
 	ctx := t.Context()
 	events := e.deliverMany(deliveryIDs("skip", 20))
 
@@ -238,7 +237,7 @@ func TestRelayDyingMidTransactionLosesNothing(t *testing.T) {
 	for _, how := range []string{"context cancelled", "backend terminated"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, twoTargets, forward.Options{})
+			e := newEnv(t, twoTargets, envOpts{})
 			ctx := t.Context()
 			events := e.deliverMany(deliveryIDs("dies", 15))
 			count := func(sql string) int {
@@ -340,7 +339,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_ty
 // finished, relaying it again is a new forward (as a redelivery is).
 func TestRelayInsertIsIdempotent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, twoTargets, forward.Options{})
+	e := newEnv(t, twoTargets, envOpts{})
 	ctx := t.Context()
 	events := e.deliverMany([]string{"twice"})
 	relay := e.newRelay(0)

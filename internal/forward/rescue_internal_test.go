@@ -51,7 +51,7 @@ func TestRescueHorizonExceedsEveryJobTimeout(t *testing.T) {
 		}
 		return h
 	}
-	if h := check("default", 0); h.rescue != 95*time.Second || h.long != 90*time.Second || h.forward != 35*time.Second {
+	if h := check("default", DefaultClientConfig(cfg).RescueAfter); h.rescue != 95*time.Second || h.long != 90*time.Second || h.forward != 35*time.Second {
 		t.Errorf("default horizons %+v; want rescue 1m35s (a forward's 35s + 1m: a killed process's forwards are taken over that soon), long jobs in slices of 1m30s, forwards 35s", h)
 	}
 	if h := check("explicit 2m", 2*time.Minute); h.rescue != 2*time.Minute || h.long != 2*time.Minute-rescueMargin {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -62,7 +63,7 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, log := NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, NewGate(pool, 10, BreakerTiming{}, m, log), m, log)
+	w := newTestWorker(t, cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, DefaultBreakerConfig(), m, log)
 	args := Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}
 
 	// Not the last attempt: the value is held, and NextRetry uses and drops it.
@@ -120,8 +121,8 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 	}
 	pool, _ := pgtest.NewDB(t)
 	m, log := NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := NewWorker(cfg, pool, srv.Client(), Backoff{Base: 100 * time.Millisecond, Max: time.Minute},
-		NewGate(pool, 10, BreakerTiming{Probe: time.Second, Window: time.Second}, m, log), m, log)
+	w := newTestWorker(t, cfg, pool, srv.Client(), Backoff{Base: 100 * time.Millisecond, Max: time.Minute},
+		BreakerConfig{Probe: time.Second, Window: time.Second}, m, log)
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	w.gate.g.now = func() time.Time { return time.Unix(0, clock.Load()) }
@@ -178,4 +179,19 @@ func mustTarget(t *testing.T, cfg *config.Config, name string) *config.Target {
 		t.Fatalf("no target %s", name)
 	}
 	return tg
+}
+
+// newTestWorker returns a Worker with client, backoff and a gate of 10
+// forwards whose breakers bc tunes, failing t when either is invalid.
+func newTestWorker(t *testing.T, cfg *config.Config, pool *pgxpool.Pool, client *http.Client, backoff Backoff, bc BreakerConfig, m *Metrics, log *slog.Logger) *Worker {
+	t.Helper()
+	gate, err := NewGate(pool, 10, m, log, bc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(cfg, pool, client, gate, m, log, WorkerConfig{Backoff: backoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

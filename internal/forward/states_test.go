@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -53,7 +52,7 @@ func setup(t *testing.T) (*pgxpool.Pool, *config.Config, *river.Client[pgx.Tx]) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := NewClient(pool, cfg, Options{}, NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	client, err := NewClient(pool, cfg, nil, DefaultClientConfig(cfg), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,36 @@ type Backoff struct {
 // DefaultBackoff retries after about 1s, 2s, 4s, … up to an hour.
 var DefaultBackoff = Backoff{Base: time.Second, Max: time.Hour}
 
+// validate returns an error naming the field at fault, or nil.
+func (b Backoff) validate() error {
+	if b.Base <= 0 {
+		return fmt.Errorf("forward backoff: Base %s: must be positive", b.Base)
+	}
+	if b.Max < b.Base {
+		return fmt.Errorf("forward backoff: Max %s: must be at least Base (%s)", b.Max, b.Base)
+	}
+	return nil
+}
+
+// WorkerConfig configures a Worker. Zero means zero (docs/configuration.md):
+// no field takes a default from a 0, and validate refuses one;
+// DefaultWorkerConfig has the defaults.
+type WorkerConfig struct {
+	// Backoff is the retry schedule of failed forwards (DefaultBackoff):
+	// Base positive, Max at least Base.
+	Backoff Backoff
+}
+
+// DefaultWorkerConfig returns the worker's defaults.
+func DefaultWorkerConfig() WorkerConfig {
+	return WorkerConfig{Backoff: DefaultBackoff}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c WorkerConfig) validate() error {
+	return c.Backoff.validate()
+}
+
 // delay returns the wait before the retry that follows failed attempt n (1-based).
 func (b Backoff) delay(attempt int) time.Duration {
 	d := b.Max
@@ -67,12 +97,17 @@ type Worker struct {
 }
 
 // NewWorker returns a Worker that reads events from db and POSTs them with
-// client to the targets in cfg, as gate admits them: a fair share of the
-// process's capacity per target, at most each target's max_in_flight,
-// holding back the forwards of a target whose circuit breaker is open or
-// that asked for a pause (without using their attempts).
-func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, backoff Backoff, gate *Gate, m *Metrics, log *slog.Logger) *Worker {
-	return &Worker{cfg: cfg, db: db, client: client, backoff: backoff, metrics: m, log: log, now: time.Now, gate: gate}
+// client (NewHTTPClient) to the targets in cfg, as gate admits them: a fair
+// share of the process's capacity per target, at most each target's
+// max_in_flight, holding back the forwards of a target whose circuit
+// breaker is open or that asked for a pause (without using their
+// attempts). wc tunes it (DefaultWorkerConfig); an error names the field
+// when wc is invalid.
+func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, gate *Gate, m *Metrics, log *slog.Logger, wc WorkerConfig) (*Worker, error) {
+	if err := wc.validate(); err != nil {
+		return nil, err
+	}
+	return &Worker{cfg: cfg, db: db, client: client, backoff: wc.Backoff, metrics: m, log: log, now: time.Now, gate: gate}, nil
 }
 
 // probedKey marks, in a job's metadata, a forward that was sent as a probe

@@ -25,6 +25,7 @@ var (
 	probInvalidBody         = problemType{http.StatusBadRequest, "invalid-body", "Request body could not be read", 0}
 	probSignature           = problemType{http.StatusUnauthorized, "invalid-signature", "Signature verification failed", 0}
 	probUnknownSender       = problemType{http.StatusNotFound, "unknown-sender", "Unknown sender", 0}
+	probVerifyToken         = problemType{http.StatusForbidden, "invalid-verify-token", "Verify token does not match", 0}
 	probNotFound            = problemType{http.StatusNotFound, "not-found", "Not found", 0}
 	probMethodNotAllowed    = problemType{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", 0}
 	probInvalidParameter    = problemType{http.StatusBadRequest, "invalid-parameter", "Invalid parameter", 0}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
@@ -64,6 +65,45 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 	}
 }
 
+// CheckWebhookSubscription answers a provider's GET subscription check
+// (Meta's hub.challenge, sender.CheckSubscription): 200 with the challenge
+// as text/plain when the verify token matches, 403 when it does not, 400
+// for a request that is not such a check, 405 for a sender whose preset
+// sends none, 404 for an unknown sender. Nothing is recorded.
+func (s *Server) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request, name string, _ api.CheckWebhookSubscriptionParams) {
+	info := requestInfo(r.Context())
+	info.sender = name
+	start := time.Now()
+	sd, ok := s.senders.Get(name)
+	if !ok {
+		info.err = writeProblem(w, newProblem(probUnknownSender, fmt.Sprintf("No sender named %q is configured. Configured senders are listed in hookgate.yaml.", name)))
+		return
+	}
+	challenge, err := sd.CheckSubscription(r.URL.Query())
+	switch {
+	case errors.Is(err, sender.ErrNoSubscriptionCheck):
+		w.Header().Set("Allow", http.MethodPost)
+		err = newProblem(probMethodNotAllowed, fmt.Sprintf("Sender %q takes deliveries by POST; its preset sends no GET subscription check (only meta does).", name))
+	case errors.Is(err, sender.ErrSubscriptionRequest):
+		err = newProblem(probInvalidParameter, fmt.Sprintf("A subscription check has hub.mode=subscribe and a hub.challenge of 1 to %d bytes.", sender.MaxChallengeBytes))
+	case errors.Is(err, sender.ErrVerifyToken):
+		err = newProblem(probVerifyToken, fmt.Sprintf("hub.verify_token is not the verify_token of sender %q. Nothing was recorded.", name))
+	}
+	outcome := outcomeURLVerification
+	if err != nil {
+		pe := writeProblem(w, err)
+		info.err, outcome = pe, outcomeFor(pe)
+	} else {
+		h := w.Header()
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Content-Length", strconv.Itoa(len(challenge)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(challenge))
+	}
+	info.outcome = outcome
+	s.metrics.observe(name, outcome, "", time.Since(start))
+}
+
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.Sender, info *reqInfo) (string, error) {
 	gzipped, err := contentEncoding(w, r, sender)
 	if err != nil {
@@ -77,11 +117,10 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if err != nil {
 		return "", err
 	}
-	if sender.Verifier != nil {
-		// The signature covers the bytes as sent, compressed or not.
-		if err := sender.Verifier.Verify(r.Header, body, s.now()); err != nil {
-			return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
-		}
+	// The signature covers the bytes as sent, compressed or not (and, for
+	// Twilio, Square and HubSpot, the URL as the provider requested it).
+	if err := sender.Verify(r, body, s.now()); err != nil {
+		return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
 	}
 	if gzipped {
 		// From here on the body is the decompressed one: the delivery ID is
@@ -95,8 +134,15 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	// streaming pass that materialises only those values; none at all for
 	// a sender that reads only headers.
 	in := sender.Inspect(body)
-	if challenge, ok := sender.Handshake(&in); ok {
-		writeJSON(w, http.StatusOK, map[string]string{"challenge": challenge})
+	// A handshake (Slack's url_verification, Zoom's url_validation,
+	// Twitch's callback verification, Discord's PING), validly signed, is
+	// answered and leaves no trace: no key claimed, nothing stored.
+	if reply, ok := sender.Handshake(r, body, &in, s.now()); ok {
+		h := w.Header()
+		h.Set("Content-Type", reply.ContentType)
+		h.Set("Content-Length", strconv.Itoa(len(reply.Body)))
+		w.WriteHeader(reply.Status)
+		_, _ = w.Write(reply.Body)
 		return outcomeURLVerification, nil
 	}
 	id, err := deliveryID(r, body, &in, sender)

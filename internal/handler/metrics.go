@@ -14,7 +14,9 @@ const (
 	outcomeInFlight = "in_flight"
 	outcomeInvalid  = "invalid"
 	outcomeRejected = "rejected_signature"
-	// outcomeURLVerification is Slack's url_verification handshake.
+	// outcomeURLVerification is a handshake answered (Slack's url_verification,
+	// Zoom's url_validation, Twitch's verification, Discord's PING, Meta's GET
+	// subscription check); the label keeps its first name.
 	outcomeURLVerification = "url_verification"
 	outcomeError           = "error"
 	// outcomeShed is a delivery answered 503 at once by the overload gate.
@@ -28,7 +30,7 @@ func outcomeFor(pe *problemError) string {
 		return outcomeMismatch
 	case probInFlight:
 		return outcomeInFlight
-	case probSignature:
+	case probSignature, probVerifyToken:
 		return outcomeRejected
 	case probOverloaded:
 		return outcomeShed

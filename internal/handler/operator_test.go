@@ -99,12 +99,21 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if o.backoff == (forward.Backoff{}) {
 		o.backoff = forward.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond}
 	}
-	client, err := forward.NewClient(pool, cfg, forward.Options{
-		Work:              o.work,
-		MaxWorkers:        4,
-		Backoff:           o.backoff,
-		FetchPollInterval: 100 * time.Millisecond,
-	}, forward.NewMetrics(prometheus.NewRegistry()), log)
+	cc := forward.DefaultClientConfig(cfg)
+	cc.MaxWorkers, cc.FetchPollInterval = 4, 100*time.Millisecond
+	var worker *forward.Worker // nil: the client inserts only
+	if o.work {
+		m := forward.NewMetrics(prometheus.NewRegistry())
+		gate, err := forward.NewGate(pool, cc.MaxWorkers, m, log, forward.DefaultBreakerConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(cc.MaxWorkers), gate, m, log, forward.WorkerConfig{Backoff: o.backoff})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := forward.NewClient(pool, cfg, worker, cc, log)
 	if err != nil {
 		t.Fatal(err)
 	}

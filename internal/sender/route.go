@@ -22,12 +22,12 @@ type plan struct {
 	// is -1 when the sender has no envelope.
 	envelopeWhen string
 	envelopeSlot int
-	// handshakeTypeSlot, challengeSlot: /type and /challenge, for Slack's
-	// url_verification handshake; -1 when the sender answers none.
-	handshakeTypeSlot, challengeSlot int
-	typeHeader                       string
-	targetNames                      []string
-	routes                           []route
+	// handshakes are the handshakes the sender answers on POST, with the
+	// slots of the values they read.
+	handshakes  []handshake
+	typeHeader  string
+	targetNames []string
+	routes      []route
 	// allMatch: no target has event_types or match, so every target gets
 	// every event.
 	allMatch bool
@@ -92,7 +92,7 @@ func parsePointer(field, s string) (jsonptr.Pointer, error) {
 // relative to the sender.
 func buildPlan(out *Sender) error {
 	s := out.Sender
-	p := plan{idSlot: -1, typeSlot: -1, envelopeSlot: -1, handshakeTypeSlot: -1, challengeSlot: -1}
+	p := plan{idSlot: -1, typeSlot: -1, envelopeSlot: -1}
 	if ptr := s.DeliveryID.JSONPointer; ptr != "" {
 		id, err := parsePointer("delivery_id.json_pointer", ptr)
 		if err != nil {
@@ -119,12 +119,12 @@ func buildPlan(out *Sender) error {
 		p.envelopeWhen, p.envelopeSlot = env.When, slotOf(&p.ptrs, ptr)
 	}
 	for _, kind := range s.Handshakes() {
-		switch kind {
-		case config.HandshakeSlackURLVerification:
-			p.challengeSlot = slotOf(&p.ptrs, jsonptr.Pointer{"challenge"})
-			p.handshakeTypeSlot = slotOf(&p.ptrs, jsonptr.Pointer{"type"})
-		default:
-			return fmt.Errorf("preset: unknown handshake %q", kind)
+		hs, err := planHandshake(kind, &p.ptrs)
+		if err != nil {
+			return err
+		}
+		if hs.kind != config.HandshakeMetaSubscribe { // a GET: CheckSubscription
+			p.handshakes = append(p.handshakes, hs)
 		}
 	}
 	p.allMatch = true
@@ -225,21 +225,6 @@ func (in *Inspection) value(slot int) jsonptr.Value {
 // zero Value (Found false) when the sender's delivery ID is a header or the
 // body is not JSON (see JSONErr).
 func (s *Sender) DeliveryIDValue(in *Inspection) jsonptr.Value { return in.value(s.plan.idSlot) }
-
-// Handshake returns the challenge of a handshake request the sender's
-// provider sends (Slack's url_verification), which is answered with it and
-// not recorded, or false: always false for a sender whose preset (or
-// signature scheme) has no handshake.
-func (s *Sender) Handshake(in *Inspection) (string, bool) {
-	if s.plan.challengeSlot < 0 {
-		return "", false
-	}
-	typ, ch := in.value(s.plan.handshakeTypeSlot), in.value(s.plan.challengeSlot)
-	if typ.Kind != jsonptr.KindString || typ.Str != "url_verification" || (ch.Found && ch.Kind != jsonptr.KindString) {
-		return "", false
-	}
-	return ch.Str, true
-}
 
 // EventTypeOf returns the delivery's event type from where the sender's
 // configuration says it is: "" when there is none (no location configured,

@@ -8,6 +8,8 @@ package sender
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +38,11 @@ type Sender struct {
 	HeaderFilter events.HeaderFilter
 
 	plan plan
+	// keyed are one verifier per secret, in order, for the handshakes
+	// whose answer is keyed with the secret that signed the request
+	// (Zoom's); keys are those secrets' keys.
+	keyed []signature.Verifier
+	keys  [][]byte
 }
 
 // Compile compiles every sender of cfg, a configuration config.Parse
@@ -93,39 +100,82 @@ func compile(out *Sender, s *config.Sender) error {
 		}
 	}
 	out.HeaderFilter = events.NewHeaderFilter(s.StoreHeaders, s.DropHeaders)
-	v, err := verifier(s)
+	v, keys, err := verifier(s)
 	if err != nil {
 		return err
 	}
-	out.Verifier = v
+	out.Verifier, out.keys = v, keys
+	if slices.Contains(s.Handshakes(), config.HandshakeZoomURLValidation) && v != nil {
+		check := s.SignatureCheck()
+		for _, k := range keys {
+			kv, err := signature.New(check.Scheme, check.Params(time.Duration(s.Tolerance)), [][]byte{k})
+			if err != nil {
+				return fmt.Errorf("signature: %w", err)
+			}
+			out.keyed = append(out.keyed, kv)
+		}
+	}
 	return buildPlan(out)
 }
 
 // verifier builds the sender's signature verifier from its signature check
-// (a row of the preset table, or its signature block) and its secrets; nil
-// when it checks none.
-func verifier(s *config.Sender) (signature.Verifier, error) {
+// (a row of the preset table, or its signature block) and its secrets, and
+// returns it with the secrets' keys; nil when it checks none.
+func verifier(s *config.Sender) (signature.Verifier, [][]byte, error) {
 	check := s.SignatureCheck()
 	if check.Scheme == config.SchemeNone {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var keys [][]byte
 	for _, sec := range s.SecretValues() {
-		if !signature.StandardSecrets(check.Scheme) {
-			keys = append(keys, []byte(sec))
-			continue
-		}
-		k, err := signature.DecodeStandardSecret(sec)
+		k, err := signature.DecodeSecret(check.Scheme, sec)
 		if err != nil { // config.Parse checked it
-			return nil, errors.New("secret: is not a Standard Webhooks secret (whsec_ followed by base64)")
+			return nil, nil, fmt.Errorf("secret: is not a key scheme %s can use: %w", check.Scheme, err)
 		}
 		keys = append(keys, k)
 	}
 	v, err := signature.New(check.Scheme, check.Params(time.Duration(s.Tolerance)), keys)
 	if err != nil {
-		return nil, fmt.Errorf("signature: %w", err)
+		return nil, nil, fmt.Errorf("signature: %w", err)
 	}
-	return v, nil
+	return v, keys, nil
+}
+
+// Verify checks the request's signature with the sender's Verifier (nil
+// when it has none): for the schemes that sign the URL, with the URL
+// RequestURL returns. body is the raw body as received. Its errors are
+// Verify's (package signature).
+func (s *Sender) Verify(r *http.Request, body []byte, now time.Time) error {
+	if s.Verifier == nil {
+		return nil
+	}
+	if rv, ok := s.Verifier.(signature.RequestVerifier); ok {
+		return rv.VerifyRequest(signature.Request{Method: r.Method, URL: s.RequestURL(r)}, r.Header, body, now)
+	}
+	return s.Verifier.Verify(r.Header, body, now)
+}
+
+// RequestURL returns the URL the provider requested, as the schemes that
+// sign it need it: the sender's public_url followed by the request's query
+// string, or without public_url the request's own URL (https when the
+// connection is TLS, else http; its Host header; its path and query as
+// sent). Forwarded headers are not trusted: behind a proxy, set public_url.
+func (s *Sender) RequestURL(r *http.Request) string {
+	if s.PublicURL != "" {
+		if r.URL.RawQuery != "" {
+			return s.PublicURL + "?" + r.URL.RawQuery
+		}
+		return s.PublicURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	uri := r.RequestURI
+	if uri == "" || uri[0] != '/' {
+		uri = r.URL.RequestURI()
+	}
+	return scheme + "://" + r.Host + uri
 }
 
 // MustCompile is Compile for a configuration known to be valid (tests): it

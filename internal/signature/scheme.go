@@ -2,6 +2,7 @@ package signature
 
 import (
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"fmt"
 	"sort"
 	"time"
@@ -40,7 +41,10 @@ type scheme struct {
 	// standardSecrets: the secrets are Standard Webhooks secrets (whsec_
 	// followed by base64), decoded with DecodeStandardSecret before use.
 	standardSecrets bool
-	build           func(p Params, secrets [][]byte) (Verifier, error)
+	// decode turns a secret as written into the key New is given; nil:
+	// its bytes as written. Its error never contains the secret.
+	decode func(string) ([]byte, error)
+	build  func(p Params, secrets [][]byte) (Verifier, error)
 }
 
 // schemes are the verifiers New builds, by scheme name. Adding a signature
@@ -94,13 +98,38 @@ var schemes = map[string]scheme{
 		}
 		return ECDSA(p.Header, p.Layout, pubs, p.Tolerance), nil
 	}},
+	SchemeHMACBase64Key: {decode: DecodeBase64Key, build: func(p Params, secrets [][]byte) (Verifier, error) {
+		hc := HMACConfig{Header: p.Header, Encoding: p.Encoding, Prefix: p.Prefix}
+		if err := hc.Validate(); err != nil {
+			return nil, err
+		}
+		return HMAC(hc, secrets), nil
+	}},
+	SchemeTwilio: {build: func(_ Params, secrets [][]byte) (Verifier, error) { return Twilio(secrets), nil }},
+	SchemeSquare: {build: func(_ Params, secrets [][]byte) (Verifier, error) { return Square(secrets), nil }},
+	SchemeHubSpotV3: {build: func(p Params, secrets [][]byte) (Verifier, error) {
+		return HubSpotV3(secrets, p.Tolerance), nil
+	}},
+	SchemeZoom:    {build: func(p Params, secrets [][]byte) (Verifier, error) { return Zoom(secrets, p.Tolerance), nil }},
+	SchemeTwitch:  {build: func(p Params, secrets [][]byte) (Verifier, error) { return Twitch(secrets, p.Tolerance), nil }},
+	SchemeMailgun: {build: func(p Params, secrets [][]byte) (Verifier, error) { return Mailgun(secrets, p.Tolerance), nil }},
+	SchemeEd25519: {decode: decodeEd25519Key, build: func(p Params, secrets [][]byte) (Verifier, error) {
+		pubs := make([]ed25519.PublicKey, 0, len(secrets))
+		for i, s := range secrets {
+			if len(s) != ed25519.PublicKeySize {
+				return nil, fmt.Errorf("%s: key %d is not an Ed25519 public key", SchemeEd25519, i+1)
+			}
+			pubs = append(pubs, ed25519.PublicKey(s))
+		}
+		return Ed25519(pubs, p.Tolerance), nil
+	}},
 	SchemeStripe: {build: func(p Params, secrets [][]byte) (Verifier, error) {
 		return Stripe(secrets, p.Tolerance), nil
 	}},
 	SchemeSlack: {build: func(p Params, secrets [][]byte) (Verifier, error) {
 		return Slack(secrets, p.Tolerance), nil
 	}},
-	SchemeStandardWebhooks: {standardSecrets: true, build: func(p Params, secrets [][]byte) (Verifier, error) {
+	SchemeStandardWebhooks: {standardSecrets: true, decode: DecodeStandardSecret, build: func(p Params, secrets [][]byte) (Verifier, error) {
 		return StandardWebhooks(secrets, p.Tolerance), nil
 	}},
 }
@@ -121,6 +150,18 @@ func New(name string, p Params, secrets [][]byte) (Verifier, error) {
 // as Standard Webhooks secrets (whsec_ followed by base64) and must be
 // decoded with DecodeStandardSecret; false for an unknown scheme.
 func StandardSecrets(name string) bool { return schemes[name].standardSecrets }
+
+// DecodeSecret returns the key the named scheme's verifier is built with
+// for a secret as the configuration writes it: a Standard Webhooks secret
+// decoded (DecodeStandardSecret), a base64 key decoded
+// (SchemeHMACBase64Key), an Ed25519 public key's bytes (SchemeEd25519),
+// otherwise the secret's bytes. Its error never contains the secret.
+func DecodeSecret(name, secret string) ([]byte, error) {
+	if d := schemes[name].decode; d != nil {
+		return d(secret)
+	}
+	return []byte(secret), nil
+}
 
 // Schemes returns the names New knows, sorted.
 func Schemes() []string {

@@ -123,16 +123,20 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT ON CONSTRAINT target_breaker
 // BreakerHistory returns the transitions of sender's target's breaker
 // from since to until (at most limit of them, the newest), oldest first,
 // preceded by the last one before since, if any (the state the breaker
-// was in at since, in the process that recorded it). Each is read with
-// the index of the table's key: a range and one probe.
-func (q *Queries) BreakerHistory(ctx context.Context, sender, target string, since, until time.Time, limit int) ([]BreakerTransition, error) {
+// was in at since, in the process that recorded it). With openClose, only
+// the transitions that open a closed breaker or close it are returned
+// (not the rounds of probes in between). Each part is read with the index
+// of the table's key: a range and one probe.
+func (q *Queries) BreakerHistory(ctx context.Context, sender, target string, since, until time.Time, limit int, openClose bool) ([]BreakerTransition, error) {
 	rows, err := q.db.Query(ctx, `SELECT at, process, seq, from_state, state, reason FROM (
   (SELECT at, process, seq, from_state, state, reason FROM target_breaker_transitions
-   WHERE sender = $1 AND target = $2 AND at < $3 ORDER BY at DESC, process DESC, seq DESC LIMIT 1)
+   WHERE sender = $1 AND target = $2 AND at < $3 AND (NOT $6 OR from_state = 'closed' OR state = 'closed')
+   ORDER BY at DESC, process DESC, seq DESC LIMIT 1)
   UNION ALL
   (SELECT at, process, seq, from_state, state, reason FROM target_breaker_transitions
-   WHERE sender = $1 AND target = $2 AND at >= $3 AND at <= $4 ORDER BY at DESC, process DESC, seq DESC LIMIT $5)
-) AS t ORDER BY at, process, seq`, sender, target, since, until, limit)
+   WHERE sender = $1 AND target = $2 AND at >= $3 AND at <= $4 AND (NOT $6 OR from_state = 'closed' OR state = 'closed')
+   ORDER BY at DESC, process DESC, seq DESC LIMIT $5)
+) AS t ORDER BY at, process, seq`, sender, target, since, until, limit, openClose)
 	if err != nil {
 		return nil, fmt.Errorf("read breaker history of %s/%s: %w", sender, target, err)
 	}

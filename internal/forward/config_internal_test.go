@@ -1,0 +1,98 @@
+package forward
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// TestConfigsValidate: the defaults of the worker, the breakers and the
+// River client are valid, and every nonsense value (a zero or negative
+// duration or count, a backoff whose max is below its base, a rescue
+// horizon not above a forward's timeout) is refused by validate and by the
+// constructor, with an error naming the field.
+func TestConfigsValidate(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - { name: t, url: "http://127.0.0.1:1/a", timeout: 10s }
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := DefaultWorkerConfig().validate(); err != nil {
+		t.Errorf("DefaultWorkerConfig: %v", err)
+	}
+	if err := DefaultBreakerConfig().validate(); err != nil {
+		t.Errorf("DefaultBreakerConfig: %v", err)
+	}
+	if err := DefaultClientConfig(cfg).validate(); err != nil {
+		t.Errorf("DefaultClientConfig: %v", err)
+	}
+	if _, err := newHorizons(cfg, DefaultClientConfig(cfg).RescueAfter, 0); err != nil {
+		t.Errorf("DefaultClientConfig's rescue horizon: %v", err)
+	}
+	wantErr := func(name string, err error, field string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want an error naming %q", name, err, field)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		b     Backoff
+		field string
+	}{
+		{"zero backoff", Backoff{}, "Base 0s"},
+		{"negative base", Backoff{Base: -time.Second, Max: time.Minute}, "Base -1s"},
+		{"max below base", Backoff{Base: time.Minute, Max: time.Second}, "Max 1s"},
+	} {
+		wantErr(tc.name, WorkerConfig{Backoff: tc.b}.validate(), tc.field)
+		_, err := NewWorker(cfg, nil, nil, nil, nil, nil, WorkerConfig{Backoff: tc.b})
+		wantErr("NewWorker with "+tc.name, err, tc.field)
+	}
+	for _, tc := range []struct {
+		name  string
+		bc    BreakerConfig
+		field string
+	}{
+		{"zero probe", BreakerConfig{Window: time.Second}, "Probe 0s"},
+		{"negative probe", BreakerConfig{Probe: -time.Second, Window: time.Second}, "Probe -1s"},
+		{"zero window", BreakerConfig{Probe: time.Second}, "Window 0s"},
+		{"window under 10ms", BreakerConfig{Probe: time.Second, Window: 5 * time.Millisecond}, "Window 5ms"},
+	} {
+		wantErr(tc.name, tc.bc.validate(), tc.field)
+		_, err := NewGate(nil, 10, nil, nil, tc.bc)
+		wantErr("NewGate with "+tc.name, err, tc.field)
+	}
+	_, err = NewGate(nil, 0, nil, nil, DefaultBreakerConfig())
+	wantErr("NewGate of capacity 0", err, "capacity 0")
+	for _, tc := range []struct {
+		name  string
+		apply func(*ClientConfig)
+		field string
+	}{
+		{"zero workers", func(c *ClientConfig) { c.MaxWorkers = 0 }, "MaxWorkers 0"},
+		{"zero rescue horizon", func(c *ClientConfig) { c.RescueAfter = 0 }, "RescueAfter 0s"},
+		{"negative poll", func(c *ClientConfig) { c.FetchPollInterval = -time.Millisecond }, "FetchPollInterval -1ms"},
+		{"zero retention", func(c *ClientConfig) { c.Retention = 0 }, "Retention 0s"},
+		{"maintenance without a queue", func(c *ClientConfig) {
+			c.Maintenance = Maintenance{Timeout: time.Minute, Register: func(*river.Workers, time.Duration) error { return nil }}
+		}, "Maintenance"},
+	} {
+		cc := DefaultClientConfig(cfg)
+		tc.apply(&cc)
+		wantErr(tc.name, cc.validate(), tc.field)
+		_, err := NewClient(nil, cfg, nil, cc, nil)
+		wantErr("NewClient with "+tc.name, err, tc.field)
+	}
+	_, err = newHorizons(cfg, 15*time.Second, 0)
+	wantErr("a rescue horizon not above a forward's timeout (15s)", err, "RescueAfter")
+}

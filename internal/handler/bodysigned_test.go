@@ -1,0 +1,142 @@
+package handler_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Mailgun signs inside the body; Twilio's usual body is a form; HubSpot's
+// an array of events. Each through real HTTP and PostgreSQL.
+
+// mailgunBody returns a Mailgun webhook body for event id, signed with key
+// at ts (https://documentation.mailgun.com/docs/mailgun/user-manual/tracking-messages/#securing-webhooks).
+func mailgunBody(key []byte, id string, ts int64, token string) []byte {
+	t := strconv.FormatInt(ts, 10)
+	sig := hexOf(macOf(key, t, token))
+	return fmt.Appendf(nil, `{"signature":{"timestamp":%q,"token":%q,"signature":%q},"event-data":{"id":%q,"event":"delivered","timestamp":%s}}`,
+		t, token, sig, id, t)
+}
+
+func TestMailgunSignatureInBody(t *testing.T) {
+	t.Parallel()
+	keys := [][]byte{[]byte("mg-key-main-3f1a"), []byte("mg-key-old"), []byte("mg-key-new")}
+	yaml := "senders:\n  - name: mailgun\n    preset: mailgun\n    secret: ${MG}\n" +
+		"  - name: mailgun-rot\n    preset: mailgun\n    secrets: [\"${MG_OLD}\", \"${MG_NEW}\"]\n"
+	s, pool := newDBServer(t, options{yaml: yaml, env: map[string]string{"MG": string(keys[0]), "MG_OLD": string(keys[1]), "MG_NEW": string(keys[2])}})
+	leaks := []string{string(keys[0]), string(keys[1]), string(keys[2])}
+	post := func(sender string, body []byte) reply { return s.post(sender, "", body) }
+	now := time.Now().Unix()
+
+	body := mailgunBody(keys[0], "evt-1", now, "tok-1")
+	first := post("mailgun", body)
+	wantAccepted(t, first, "mailgun", "evt-1")
+	wantReplay(t, post("mailgun", body), first)
+	wantRecorded(t, pool, "mailgun", "evt-1", 1)
+
+	for name, b := range map[string][]byte{
+		"wrong key":         mailgunBody([]byte("not-mailgun"), "evt-2", now, "tok-2"),
+		"stale":             mailgunBody(keys[0], "evt-2", now-301, "tok-2"),
+		"future":            mailgunBody(keys[0], "evt-2", now+305, "tok-2"),
+		"token changed":     []byte(strings.Replace(string(mailgunBody(keys[0], "evt-2", now, "tok-2")), `"token":"tok-2"`, `"token":"tok-3"`, 1)),
+		"no signature":      []byte(`{"event-data":{"id":"evt-2","event":"delivered"}}`),
+		"signature garbled": []byte(`{"signature":{"timestamp":"1","token":"t","signature":"zz"},"event-data":{"id":"evt-2"}}`),
+		"not JSON":          []byte(`event-data=1`),
+	} {
+		wantRejected(t, post("mailgun", b), leaks...)
+		wantRecorded(t, pool, "mailgun", "evt-2", 0)
+		_ = name
+	}
+	// Not consumed: the same event, validly signed, is accepted.
+	wantAccepted(t, post("mailgun", mailgunBody(keys[0], "evt-2", now, "tok-2")), "mailgun", "evt-2")
+
+	// Rotation: either listed key; not the other sender's.
+	for i, k := range keys[1:] {
+		id := fmt.Sprintf("rot-%d", i)
+		wantAccepted(t, post("mailgun-rot", mailgunBody(k, id, now, "tok-r"+id)), "mailgun-rot", id)
+	}
+	wantRejected(t, post("mailgun-rot", mailgunBody(keys[0], "rot-x", now, "tok")), leaks...)
+	wantRecorded(t, pool, "mailgun-rot", "rot-x", 0)
+
+	// A form body (Mailgun's routes and legacy webhooks) with the same fields.
+	t.Run("form", func(t *testing.T) {
+		ts := strconv.FormatInt(now, 10)
+		form := url.Values{"timestamp": {ts}, "token": {"tok-f"}, "signature": {hexOf(macOf(keys[0], ts, "tok-f"))}, "event": {"delivered"}}
+		r := s.post("mailgun", "", []byte(form.Encode()), func(r *http.Request) {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		})
+		// The form carries no /event-data/id: 400, after the signature passed.
+		wantProblem(t, r, http.StatusBadRequest, "invalid-delivery-id")
+	})
+}
+
+// A Twilio form POST, signed over the URL (with its query string) and the
+// sorted parameters, is accepted; the same with one parameter changed, or
+// to another URL, is not.
+func TestTwilioFormBody(t *testing.T) {
+	t.Parallel()
+	const token = "twilio-auth-token-9c2e"
+	yaml := "senders:\n  - name: twilio\n    preset: twilio\n    secret: ${TW}\n    public_url: " + twilioURL + "\n" +
+		"  - name: twilio-direct\n    preset: twilio\n    secret: ${TW}\n"
+	s, pool := newDBServer(t, options{yaml: yaml, env: map[string]string{"TW": token}})
+	form := url.Values{"MessageSid": {"SM42"}, "From": {"+15551230000"}, "To": {"+15559870000"}, "Body": {"Hi & bye = ok"}}
+	body := []byte(form.Encode())
+	send := func(sender, query, sig string, body []byte) reply {
+		return s.post(sender, "", body, func(r *http.Request) {
+			r.URL.RawQuery = query
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			r.Header.Set("I-Twilio-Idempotency-Token", "idem-1")
+			r.Header.Set("X-Twilio-Signature", sig)
+		})
+	}
+	signed := twilioURL + "?tenant=a%20b" + "BodyHi & bye = okFrom+15551230000MessageSidSM42To+15559870000"
+	first := send("twilio", "tenant=a%20b", twilioMAC([]byte(token), signed), body)
+	wantAccepted(t, first, "twilio", "idem-1")
+	wantReplay(t, send("twilio", "tenant=a%20b", twilioMAC([]byte(token), signed), body), first)
+	changed := []byte(strings.Replace(string(body), "SM42", "SM43", 1))
+	wantRejected(t, send("twilio", "tenant=a%20b", twilioMAC([]byte(token), signed), changed), token)
+	wantRejected(t, send("twilio", "tenant=b", twilioMAC([]byte(token), signed), body), token)
+	wantRecorded(t, pool, "twilio", "idem-1", 1)
+
+	// Without public_url, the URL is the request's own.
+	direct := s.url + "/webhooks/twilio-direct"
+	sig := twilioMAC([]byte(token), direct+"BodyHi & bye = okFrom+15551230000MessageSidSM42To+15559870000")
+	wantAccepted(t, send("twilio-direct", "", sig, body), "twilio-direct", "idem-1")
+}
+
+// HubSpot sends an array of events: the preset takes the first one's
+// eventId and subscriptionType; a retry (the same bytes) is a replay.
+func TestHubSpotBatch(t *testing.T) {
+	t.Parallel()
+	const secret = "hubspot-client-secret-77"
+	yaml := "senders:\n  - name: hubspot\n    preset: hubspot\n    secret: ${HS}\n    public_url: " + hubspotURL + "\n"
+	s, pool := newDBServer(t, options{yaml: yaml, env: map[string]string{"HS": secret}})
+	body := []byte(`[{"eventId":1001,"subscriptionId":12345,"portalId":62515,"occurredAt":1564113600000,"subscriptionType":"contact.creation","attemptNumber":0,"objectId":123},` +
+		`{"eventId":1002,"subscriptionId":12345,"portalId":62515,"occurredAt":1564113600001,"subscriptionType":"contact.deletion","attemptNumber":0,"objectId":124}]`)
+	send := func(query string, ms int64) reply {
+		u := hubspotURL
+		if query != "" {
+			u += "?" + query
+		}
+		t := strconv.FormatInt(ms, 10)
+		return s.post("hubspot", "", body, func(r *http.Request) {
+			r.URL.RawQuery = query
+			r.Header.Set("X-HubSpot-Request-Timestamp", t)
+			r.Header.Set("X-HubSpot-Signature-v3", b64Of(macOf([]byte(secret), "POST", u, string(body), t)))
+		})
+	}
+	ms := time.Now().UnixMilli()
+	first := send("portal=62515", ms)
+	wantAccepted(t, first, "hubspot", "1001")
+	wantReplay(t, send("portal=62515", ms+1000), first)
+	wantRecorded(t, pool, "hubspot", "1001", 1)
+	var eventType string
+	if err := pool.QueryRow(t.Context(), `SELECT event_type FROM webhook_events WHERE sender = 'hubspot'`).Scan(&eventType); err != nil || eventType != "contact.creation" {
+		t.Errorf("event type %q, %v; want contact.creation", eventType, err)
+	}
+	wantRejected(t, send("portal=62515", ms-301_000), secret)
+}
