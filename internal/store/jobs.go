@@ -748,7 +748,8 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 // and one transaction: per sender, one statement for the delivered
 // forwards (forward_delivered), one for the others that were attempted
 // (their jobs on queue), each deleting the forwards' outbox rows, and one
-// for the released ones.
+// for the released ones; all of them find the outbox rows by index probes
+// (outboxIndexScans).
 func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
 	type cols struct {
 		events, relEvents              []uuid.UUID
@@ -820,6 +821,7 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 		c.metas = append(c.metas, &meta)
 	}
 	var b pgx.Batch
+	b.Queue(outboxIndexScans)
 	for _, s := range order {
 		c := bySender[s]
 		if len(c.dEvents) > 0 {
