@@ -21,6 +21,7 @@ if [[ -z ${CITUS_URL:-} ]]; then
 	exit 2
 fi
 ROUNDS=${ROUNDS:-3}
+export PGOPTIONS="-c client_min_messages=warning"
 SHARDS=${SHARDS:-8}
 source .ci/tmp-pg.sh
 export HOOKGATE_BENCH_KEEP_DIR=${TMPDIR:-/tmp}
@@ -72,7 +73,7 @@ DATABASE_URL=$citus_url "$bin/hookgate" migrate >/dev/null
 rate() { sed -nE 's/^ *first delivery: gateway +([0-9]+) .*/\1/p' "$1" | head -1; }
 
 flags=(-skip-forward -skip-replay -skip-pgbench -d 5s -server-arg=--role=api)
-out=$(mktemp -d)
+out=$(mktemp -d "$HOOKGATE_BENCH_KEEP_DIR/bench-citus.XXXXXX")
 echo "bench-citus: $(psql "$CITUS_URL" -Atc 'SELECT citus_version()' | cut -d' ' -f1,2), $ROUNDS rounds, $SHARDS shards, benchmark flags: ${flags[*]} $*"
 echo "bench-citus: load before: $(uptime | sed 's/.*load average: //')"
 declare -a plain citus
