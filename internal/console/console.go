@@ -95,7 +95,7 @@ func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Options) *
 }
 
 // ServeHTTP serves the console. Mount it at Prefix on a chi router
-// (handler.WithConsole does): its routes are relative to the mount point,
+// (handler.Config.Console does): its routes are relative to the mount point,
 // its links absolute, under Prefix.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
 

@@ -143,8 +143,12 @@ func newEnvWith(t testing.TB, yaml string, opts console.Options, fopts workOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
-		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons), handler.WithTraffic(tr))
+	hc := handler.DefaultConfig()
+	hc.AdminToken, hc.DB, hc.River, hc.Console, hc.Traffic = opts.AdminToken, pool, rc, cons, tr
+	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)
 	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, q: q, traffic: tr}

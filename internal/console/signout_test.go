@@ -28,8 +28,12 @@ func (e *env) replica() *env {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	h := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
-		handler.WithAdminToken(e.opts.AdminToken), handler.WithDB(e.pool), handler.WithRiver(e.rc), handler.WithConsole(cons))
+	hc := handler.DefaultConfig()
+	hc.AdminToken, hc.DB, hc.River, hc.Console = e.opts.AdminToken, e.pool, e.rc, cons
+	h, err := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	srv := httptest.NewServer(h.Router())
 	e.t.Cleanup(srv.Close)
 	r := *e
