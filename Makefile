@@ -18,7 +18,7 @@ GOLANGCI_LINT ?= go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: check-docs check-walkthrough redeliver run test test-fast test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -29,6 +29,10 @@ run:
 redeliver:
 	@[[ -s .data/database-url && -x .data/hookgate ]] || { echo "make redeliver: run make run first (it builds .data/hookgate and starts the database)" >&2; exit 1; }
 	@DATABASE_URL="$$(<.data/database-url)" HOOKGATE_CONFIG="$${HOOKGATE_CONFIG:-hookgate.yaml}" .data/hookgate redeliver $(ARGS)
+
+## check-providers: the providers' own Node libraries (npm, pinned) sign deliveries a real hookgate must accept, replay, refuse and answer (needs node and npm; not in .ci/run)
+check-providers:
+	@.ci/check-providers.sh
 
 ## test: run all tests against a throwaway PostgreSQL
 test:

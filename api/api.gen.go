@@ -57,6 +57,8 @@ func (e BreakerStatusState) Valid() bool {
 const (
 	BulkRedeliverRequestStateDelivered BulkRedeliverRequestState = "delivered"
 	BulkRedeliverRequestStateFailed    BulkRedeliverRequestState = "failed"
+	BulkRedeliverRequestStateRetrying  BulkRedeliverRequestState = "retrying"
+	BulkRedeliverRequestStateRunning   BulkRedeliverRequestState = "running"
 )
 
 // Valid indicates whether the value is a known member of the BulkRedeliverRequestState enum.
@@ -65,6 +67,10 @@ func (e BulkRedeliverRequestState) Valid() bool {
 	case BulkRedeliverRequestStateDelivered:
 		return true
 	case BulkRedeliverRequestStateFailed:
+		return true
+	case BulkRedeliverRequestStateRetrying:
+		return true
+	case BulkRedeliverRequestStateRunning:
 		return true
 	default:
 		return false
@@ -445,29 +451,34 @@ type BreakerStatusState string
 
 // BulkRedeliverRequest Which forwards of the target to forward again.
 type BulkRedeliverRequest struct {
-	// Since Only forwards that failed (or were delivered) at or after this instant; no lower bound when left out.
+	// Since Only forwards that failed (or were delivered; or, running or retrying, were enqueued) at or after this instant; no lower bound when left out.
 	//
 	// Example: 2026-11-30T04:00:00Z
 	Since *time.Time `json:"since,omitempty"`
 
-	// State Forward again the forwards in this state.
+	// State Forward again the forwards in this state; those `running` or `retrying` each get a new forward queued after the current one.
 	//
 	// Example: failed
 	State BulkRedeliverRequestState `json:"state"`
 
-	// Until Only forwards that failed (or were delivered) before this instant; no upper bound when left out.
+	// Until Only forwards that failed (or were delivered; or, running or retrying, were enqueued) before this instant; no upper bound when left out.
 	//
 	// Example: 2026-11-30T06:00:00Z
 	Until *time.Time `json:"until,omitempty"`
 }
 
-// BulkRedeliverRequestState Forward again the forwards in this state.
+// BulkRedeliverRequestState Forward again the forwards in this state; those `running` or `retrying` each get a new forward queued after the current one.
 //
 // Example: failed
 type BulkRedeliverRequestState string
 
-// BulkRedelivery How many forwards a bulk redelivery matched.
+// BulkRedelivery How many forwards a bulk redelivery matched, and how they are sent again.
 type BulkRedelivery struct {
+	// AfterCurrent True when the matched forwards were running or retrying. A redelivery is a new attempt. Each new forward is queued after the one under way, and is attempted once that one has finished (delivered or failed), without using attempts while it waits. False for failed or delivered forwards, whose new forwards are sent as soon as a worker takes them.
+	//
+	// Example: false
+	AfterCurrent bool `json:"after_current"`
+
 	// Matched The forwards matched, each forwarded again once (0 when none; nothing is enqueued then).
 	//
 	// Example: 412
@@ -1267,7 +1278,7 @@ type ServerInterface interface {
 	// ListTargetForwards List a target's forwards, newest first
 	// (GET /v1/senders/{sender}/targets/{target}/forwards)
 	ListTargetForwards(w http.ResponseWriter, r *http.Request, sender Sender, target Target, params ListTargetForwardsParams)
-	// RedeliverTarget Forward again, in bulk, a target's failed or delivered forwards
+	// RedeliverTarget Forward again, in bulk, a target's forwards in one state
 	// (POST /v1/senders/{sender}/targets/{target}/redeliver)
 	RedeliverTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target)
 	// CheckWebhookSubscription Answer a provider's subscription check (Meta's hub.challenge)
@@ -1354,7 +1365,7 @@ func (_ Unimplemented) ListTargetForwards(w http.ResponseWriter, r *http.Request
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
-// RedeliverTarget Forward again, in bulk, a target's failed or delivered forwards
+// RedeliverTarget Forward again, in bulk, a target's forwards in one state
 // (POST /v1/senders/{sender}/targets/{target}/redeliver)
 func (_ Unimplemented) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target) {
 	w.WriteHeader(http.StatusNotImplemented)

@@ -21,7 +21,7 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	fs := flag.NewFlagSet("hookgate redeliver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: hookgate redeliver --sender S --target T [--state failed|delivered] [--since 2h|RFC3339] [--until 30m|RFC3339]")
+		fmt.Fprintln(stderr, "usage: hookgate redeliver --sender S --target T [--state failed|delivered|running|retrying] [--since 2h|RFC3339] [--until 30m|RFC3339]")
 		fs.PrintDefaults()
 	}
 	configPath := getenv("HOOKGATE_CONFIG")
@@ -33,7 +33,7 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&configPath, "config", configPath, "senders configuration file (env HOOKGATE_CONFIG)")
 	fs.StringVar(&sender, "sender", "", "the sender's name (required)")
 	fs.StringVar(&target, "target", "", "the target's name (required)")
-	fs.StringVar(&state, "state", "failed", "redeliver the forwards in this state: failed or delivered")
+	fs.StringVar(&state, "state", "failed", "redeliver the forwards in this state: failed, delivered, running or retrying (each of these gets a new forward queued after the current one)")
 	fs.StringVar(&since, "since", "", "only forwards that reached the state at or after this time: a duration ago (2h) or an RFC 3339 time; no bound when empty")
 	fs.StringVar(&until, "until", "", "only forwards that reached the state before this time: a duration ago (30m) or an RFC 3339 time; no bound when empty")
 	if err := fs.Parse(args); err != nil {
@@ -46,8 +46,10 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 		return errors.New("redeliver: --sender and --target are required")
 	}
 	st := store.State(state)
-	if st != store.StateFailed && st != store.StateDelivered {
-		return fmt.Errorf("redeliver: --state %q: must be failed or delivered", state)
+	switch st {
+	case store.StateFailed, store.StateDelivered, store.StateRunning, store.StateRetrying:
+	default:
+		return fmt.Errorf("redeliver: --state %q: must be failed, delivered, running or retrying", state)
 	}
 	now := time.Now()
 	from, err := pointInTime(since, now)
@@ -83,11 +85,15 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	n, err := forward.BulkRedeliver(ctx, store.New(pool), client, forward.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
+	res, err := forward.BulkRedeliver(ctx, store.New(pool), client, forward.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "matched %d %s forwards of %s/%s; the worker processes forward them again\n", n, st, sender, target)
+	if res.AfterCurrent {
+		fmt.Fprintf(stdout, "matched %d %s forwards of %s/%s; the worker processes forward each again after the current one has ended\n", res.Matched, st, sender, target)
+		return nil
+	}
+	fmt.Fprintf(stdout, "matched %d %s forwards of %s/%s; the worker processes forward them again\n", res.Matched, st, sender, target)
 	return nil
 }
 

@@ -73,6 +73,18 @@ func TestRunRedeliver(t *testing.T) {
 		t.Errorf("%d bulk jobs (%v), want 3", bulk, err)
 	}
 
+	// A forward to ledger still retrying gets a new attempt after the
+	// current one, and the output says so.
+	if _, err := q.InsertForwardJobs(ctx, forward.Queue, store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
+		ScheduledAt: time.Now().Add(time.Hour)}, store.NewForwardJob{Sender: "acme", Target: "ledger", DeliveryID: "d-7", MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"redeliver", "--sender", "acme", "--target", "ledger", "--state", "retrying"}, env, &out, io.Discard); err != nil ||
+		out.String() != "matched 1 retrying forwards of acme/ledger; the worker processes forward each again after the current one has ended\n" {
+		t.Errorf("redeliver --state retrying: %v, stdout %q; want 1 matched, queued after the current one", err, out.String())
+	}
+
 	for _, tc := range []struct {
 		args    []string
 		mention string
@@ -80,7 +92,7 @@ func TestRunRedeliver(t *testing.T) {
 		{[]string{"redeliver", "--target", "orders"}, "--sender and --target are required"},
 		{[]string{"redeliver", "--sender", "acme", "--target", "nope"}, `no forward target named "nope"`},
 		{[]string{"redeliver", "--sender", "nobody", "--target", "orders"}, `no sender named "nobody"`},
-		{[]string{"redeliver", "--sender", "acme", "--target", "orders", "--state", "pending"}, "must be failed or delivered"},
+		{[]string{"redeliver", "--sender", "acme", "--target", "orders", "--state", "pending"}, "must be failed, delivered, running or retrying"},
 		{[]string{"redeliver", "--sender", "acme", "--target", "orders", "--since", "yesterday"}, "neither a duration"},
 	} {
 		err := run(ctx, tc.args, env, io.Discard, io.Discard)

@@ -283,7 +283,7 @@ func (db *benchDB) countEvents(ctx context.Context, tag string) (int, error) {
 }
 
 // forwardJobs returns the number of forwards of the events with tag (outbox
-// rows not yet relayed and jobs), how many are still waiting (outbox or
+// rows not yet relayed, jobs and the fast path's delivered forwards), how many are still waiting (outbox or
 // available), and the count by state. It reads them through internal/store
 // (whose jobs.go alone names river_job's columns).
 func (db *benchDB) forwardJobs(ctx context.Context, tag string) (total, available int, states string, err error) {

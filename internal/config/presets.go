@@ -470,16 +470,17 @@ var Presets = []Preset{
 		Docs: "https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests",
 	},
 	{
-		// https://documentation.mailgun.com/docs/mailgun/user-manual/tracking-messages/#securing-webhooks
+		// https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks
 		// (the body's signature object: signature = hex HMAC-SHA256 of
-		// "<timestamp><token>" under the webhook signing key;
+		// "<timestamp><token>" under the webhook signing key, parent-signature
+		// the same under the primary account's for a subaccount's event;
 		// /event-data/id, /event-data/event).
 		Name:       "mailgun",
 		DeliveryID: DeliveryID{JSONPointer: "/event-data/id"},
 		EventType:  EventType{JSONPointer: "/event-data/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeMailgun, Encoding: signature.EncodingHex,
 			Signed: "<signature.timestamp><signature.token> (in the body)", Tolerance: signature.DefaultTolerance},
-		Docs: "https://documentation.mailgun.com/docs/mailgun/user-manual/tracking-messages/#securing-webhooks",
+		Docs: "https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks",
 	},
 	{
 		// https://airtable.com/developers/web/api/webhooks-overview#webhook-notification-delivery

@@ -106,3 +106,28 @@ func TestECDSASecretMustBeAPublicKey(t *testing.T) {
 		t.Errorf("error %v: want senders[0].secret named, the value not shown", err)
 	}
 }
+
+// public_url is an http(s) URL without query or fragment, for any sender;
+// verify_token only for the presets that answer Meta's subscription check;
+// neither value shows in an error.
+func TestPublicURLAndVerifyToken(t *testing.T) {
+	t.Parallel()
+	parse := func(extra string) error {
+		_, err := config.Parse([]byte("senders:\n  - name: x\n    preset: twilio\n    secret: tok-5e1f\n"+extra+
+			"  - name: m\n    preset: meta\n    secret: s\n    verify_token: vt-secret-9a\n"), func(string) (string, bool) { return "", false })
+		return err
+	}
+	if err := parse("    public_url: https://hooks.example.com/webhooks/twilio\n"); err != nil {
+		t.Fatalf("a plain public_url and a meta verify_token: %v", err)
+	}
+	for extra, want := range map[string]string{
+		"    public_url: https://hooks.example.com/webhooks/twilio?a=1\n": "senders[0].public_url: must not have a query",
+		"    public_url: hooks.example.com/webhooks/twilio\n":             "senders[0].public_url: must be an http or https URL",
+		"    verify_token: vt-secret-9a\n":                                "senders[0].verify_token: is only used by the meta preset",
+	} {
+		err := parse(extra)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "vt-secret-9a") || strings.Contains(err.Error(), "tok-5e1f") {
+			t.Errorf("%q: %v, want %q (and no secret)", extra, err, want)
+		}
+	}
+}

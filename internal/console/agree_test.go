@@ -11,13 +11,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // apiGet reads an operator API resource into v.
@@ -118,5 +121,71 @@ func TestConsoleAgreesWithTheAPIAfterBulkRedelivery(t *testing.T) {
 	}
 	if fmt.Sprint(listed) != fmt.Sprint(apiListed) || !apiListed["o-3"] || apiListed["o-1"] {
 		t.Errorf("the console's failed page lists %v, the API's failed forwards %v; want o-3 only in both", listed, apiListed)
+	}
+}
+
+// TestConsoleBulkRedeliverUnderWay: the target page's "Redeliver under
+// way" redelivers the forwards still retrying, as the API's bulk
+// redelivery of state retrying does, and says that each new forward is
+// queued after the current one; its job queues the new forward after the
+// one under way (a job that waits for it), and the failed one is left.
+func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, console.Options{AdminToken: token})
+	for _, id := range []string{"u-1", "u-2"} {
+		e.ingest(id, "application/json", `{}`)
+	}
+	e.failForwards("u-1", "target answered 503")
+	e.failForwards("u-2", "target answered 410")
+	ctx := t.Context()
+	jobs, err := e.q.ForwardJobs(ctx)
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("forward jobs: %+v, %v", jobs, err)
+	}
+	retrying := jobs[0].ID
+	if jobs[0].DeliveryID != "u-1" {
+		retrying = jobs[1].ID
+	}
+	if err := e.q.SetForwardJob(ctx, retrying, store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
+		ScheduledAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.client()
+	csrf := e.signIn(c)
+	p := e.do(c, http.MethodPost, "/console/senders/orders/targets/orders-svc/redeliver",
+		url.Values{"state": {"retrying"}, "csrf_token": {csrf}}, nil)
+	loc := p.header.Get("Location")
+	if p.status != http.StatusSeeOther || !strings.HasSuffix(loc, "matched=1&state=retrying") {
+		t.Fatalf("bulk redeliver under way: %d to %q, want 303 with matched=1&state=retrying", p.status, loc)
+	}
+	if page := e.do(c, http.MethodGet, loc, nil, nil).body; !strings.Contains(page, "1 retrying forwards get a new attempt: a new forward is queued after each current one") {
+		t.Errorf("the target page does not say the new forward is queued after the current one:\n%s", page)
+	}
+	bulk, err := e.rc.JobList(ctx, river.NewJobListParams().Kinds(forward.BulkArgs{}.Kind()))
+	if err != nil || len(bulk.Jobs) != 1 {
+		t.Fatalf("bulk jobs: %+v, %v; want one", bulk, err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, forward.NewBulkWorker(e.pool, e.cfg, log))
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := w.WorkJob(ctx, t, tx, bulk.Jobs[0]); err != nil || res.EventKind != river.EventKindJobCompleted {
+		t.Fatalf("bulk job: %+v, %v", res, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := e.rc.JobList(ctx, river.NewJobListParams().Kinds(forward.Args{}.Kind()).States(rivertype.JobStateAvailable))
+	if err != nil || len(after.Jobs) != 1 {
+		t.Fatalf("new forwards: %+v, %v; want one", after, err)
+	}
+	var a forward.Args
+	if err := json.Unmarshal(after.Jobs[0].EncodedArgs, &a); err != nil || a.After != retrying || a.DeliveryID != "u-1" {
+		t.Errorf("the new forward's args %+v (%v); want u-1's, queued after job %d", a, err, retrying)
+	}
+	if wait, err := e.q.EarlierForwardUnfinished(ctx, "orders", "orders-svc", a.EventID, after.Jobs[0].ID); err != nil || !wait {
+		t.Errorf("the new forward waits for the retrying one: %v, %v; want true", wait, err)
 	}
 }

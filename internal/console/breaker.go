@@ -15,7 +15,6 @@ import (
 // process of each).
 
 const (
-	timelineH = 24.0
 	// minSegment is the narrowest segment drawn, in SVG units (600 a
 	// span): narrower ones are merged into their neighbour, which then
 	// shows the worse state (open, then half-open, then closed).

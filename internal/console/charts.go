@@ -11,7 +11,8 @@ import (
 )
 
 // The overview's charts: bar charts drawn as inline SVG by the server (the
-// CSP allows no script), from the per-minute counts of traffic_minutes.
+// CSP allows no script), from the per-minute counts of traffic_minutes
+// (the last hour) and the per-hour counts of traffic_hours (the last day).
 // Each bar carries its counts in data-* attributes and a <title> (shown
 // on hover), so that a reader and a test see the same numbers.
 

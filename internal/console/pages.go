@@ -724,17 +724,23 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := ""
 	if n, err := strconv.ParseInt(r.URL.Query().Get("matched"), 10, 64); err == nil && n >= 0 {
-		msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
+		switch st := store.State(r.URL.Query().Get("state")); st {
+		case store.StateRunning, store.StateRetrying:
+			msg = fmt.Sprintf("%d %s forwards get a new attempt: a new forward is queued after each current one, and is sent once that one has ended (delivered or failed).", n, st)
+		default:
+			msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
+		}
 	}
 	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Message: msg,
 		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown,
 			Charts: targetCharts[target], History: history}})
 }
 
-// bulkRedeliver redelivers every failed forward of a target that failed
-// since the time in the form (all of them when empty), as
-// POST /v1/senders/{sender}/targets/{target}/redeliver does, then shows the
-// target's page.
+// bulkRedeliver redelivers every forward of a target in the form's state
+// (failed, the default, or running or retrying: each of those gets a new
+// forward queued after it) since the time in the form (all of them when
+// empty), as POST /v1/senders/{sender}/targets/{target}/redeliver does,
+// then shows the target's page, which says how many it matched.
 func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 	sender, target := param(r, "sender"), param(r, "target")
 	sd, ok := c.cfg.Sender(sender)
@@ -755,12 +761,25 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, errors.New("console: no River client"))
 		return
 	}
-	n, err := forward.BulkRedeliver(r.Context(), c.q, c.opts.River, forward.BulkRequest{Sender: sd, Target: target, State: store.StateFailed, Since: since})
+	state := store.StateFailed
+	switch st := store.State(r.PostFormValue("state")); st {
+	case "", store.StateFailed:
+	case store.StateRunning, store.StateRetrying:
+		state = st
+	default:
+		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Redeliver", Message: "State: failed, running or retrying."})
+		return
+	}
+	res, err := forward.BulkRedeliver(r.Context(), c.q, c.opts.River, forward.BulkRequest{Sender: sd, Target: target, State: state, Since: since})
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	http.Redirect(w, r, Prefix+"/senders/"+url.PathEscape(sender)+"/targets/"+url.PathEscape(target)+"/failed?matched="+strconv.FormatInt(n, 10), http.StatusSeeOther)
+	to := Prefix + "/senders/" + url.PathEscape(sender) + "/targets/" + url.PathEscape(target) + "/failed?matched=" + strconv.FormatInt(res.Matched, 10)
+	if res.AfterCurrent {
+		to += "&state=" + string(state)
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
 // searchHit is a delivery the search box found, and how.

@@ -28,6 +28,16 @@ import (
 // redelivered, so a second run (or a second request) does not match them
 // again; a forward still pending is never inserted twice (River's unique
 // insert on sender, event and target, as everywhere).
+//
+// A redelivery is a new attempt: the forwards of a target that are running
+// or retrying can be redelivered in bulk too (state running or retrying).
+// Each gets a new forward queued after it, as a single redelivery of its
+// event queues one (afterParams): sent once the forward under way has
+// ended, without using attempts while it waits. The job matches the
+// forwards that were in the state when the request was made, whatever they
+// have become since (a new attempt was asked for all the same:
+// store.Filter.InStateAt); the new forward then is the newest of its
+// event, so that a second request does not match it again.
 
 // BulkQueue is the River queue of bulk redeliveries; each worker process
 // works one at a time.
@@ -49,6 +59,10 @@ type BulkArgs struct {
 	// MaxJobID is the newest forward job when the request was made: the
 	// job redelivers forwards up to it, never the ones inserted since.
 	MaxJobID int64 `json:"max_job_id"`
+	// At is when the request was made (the database's time): a bulk
+	// redelivery of forwards under way matches those that were in State
+	// then, whatever they have become since.
+	At *time.Time `json:"at,omitempty"`
 }
 
 // Kind is the River job kind of bulk redeliveries.
@@ -62,12 +76,20 @@ func (a BulkArgs) filter() store.Filter {
 	if a.Until != nil {
 		f.Until = *a.Until
 	}
+	if a.At != nil {
+		f.InStateAt = *a.At
+	}
 	return f
 }
 
+// afterCurrent reports whether a bulk redelivery of forwards in state s
+// queues each new forward after the one under way.
+func afterCurrent(s store.State) bool { return s == store.StateRunning || s == store.StateRetrying }
+
 // BulkRequest is what to redeliver: the forwards of Sender's target Target
-// that are in State (store.StateFailed or store.StateDelivered) and reached it at or
-// after Since and before Until (no bound when zero).
+// that are in State (store.StateFailed, StateDelivered, StateRunning or
+// StateRetrying) and reached it at or after Since and before Until (no
+// bound when zero; for forwards under way, when they were enqueued).
 type BulkRequest struct {
 	Sender       *config.Sender
 	Target       string
@@ -76,24 +98,35 @@ type BulkRequest struct {
 }
 
 // ErrBulkState is returned for a bulk redelivery of a state other than
-// failed or delivered.
-var ErrBulkState = errors.New("only failed or delivered forwards can be redelivered in bulk")
+// failed, delivered, running or retrying.
+var ErrBulkState = errors.New("only failed, delivered, running or retrying forwards can be redelivered in bulk")
+
+// Bulk is what a bulk redelivery request did.
+type Bulk struct {
+	// Matched is how many forwards it matched (0: nothing was enqueued).
+	Matched int64
+	// AfterCurrent: the matched forwards were under way (running or
+	// retrying), and each new forward is queued after its current one.
+	AfterCurrent bool
+}
 
 // ErrUnknownTarget is returned for a target the sender does not have.
 var ErrUnknownTarget = errors.New("no such target")
 
 // BulkRedeliver counts the forwards req matches and, when there are any,
 // enqueues a job (worked by any worker process) that forwards each matched
-// event again to the target. It returns how many it matched: 0, with no
-// job, when none. The count includes forwards that a job of an identical
-// request still running is about to redeliver; they are redelivered once.
-func BulkRedeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.Tx], req BulkRequest) (int64, error) {
-	if req.State != store.StateFailed && req.State != store.StateDelivered {
-		return 0, ErrBulkState
+// event again to the target: for forwards running or retrying, after the
+// one under way. It returns how many it matched: 0, with no job, when
+// none. The count includes forwards that a job of an identical request
+// still running is about to redeliver; they are redelivered once.
+func BulkRedeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.Tx], req BulkRequest) (Bulk, error) {
+	if req.State != store.StateFailed && req.State != store.StateDelivered && !afterCurrent(req.State) {
+		return Bulk{}, ErrBulkState
 	}
 	if _, ok := req.Sender.Target(req.Target); !ok {
-		return 0, fmt.Errorf("target %q of sender %q: %w", req.Target, req.Sender.Name, ErrUnknownTarget)
+		return Bulk{}, fmt.Errorf("target %q of sender %q: %w", req.Target, req.Sender.Name, ErrUnknownTarget)
 	}
+	res := Bulk{AfterCurrent: afterCurrent(req.State)}
 	args := BulkArgs{Sender: req.Sender.Name, Target: req.Target, State: req.State}
 	if !req.Since.IsZero() {
 		t := req.Since.UTC()
@@ -103,16 +136,22 @@ func BulkRedeliver(ctx context.Context, q *store.Queries, client *river.Client[p
 		t := req.Until.UTC()
 		args.Until = &t
 	}
-	var err error
-	if args.MaxJobID, err = q.NewestJobID(ctx); err != nil {
-		return 0, fmt.Errorf("bulk redeliver: %w", err)
-	}
-	n, err := q.CountBulkMatch(ctx, args.filter(), args.MaxJobID)
+	maxID, at, err := q.NewestJobID(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("bulk redeliver: %w", err)
+		return Bulk{}, fmt.Errorf("bulk redeliver: %w", err)
 	}
-	if n == 0 {
-		return 0, nil
+	args.MaxJobID = maxID
+	if res.AfterCurrent {
+		args.At = &at
+	}
+	// Counted as the request sees them: in req.State now.
+	count := args.filter()
+	count.InStateAt = time.Time{}
+	if res.Matched, err = q.CountBulkMatch(ctx, count, args.MaxJobID); err != nil {
+		return Bulk{}, fmt.Errorf("bulk redeliver: %w", err)
+	}
+	if res.Matched == 0 {
+		return res, nil
 	}
 	_, err = client.Insert(ctx, args, &river.InsertOpts{
 		Queue:       BulkQueue,
@@ -120,9 +159,9 @@ func BulkRedeliver(ctx context.Context, q *store.Queries, client *river.Client[p
 		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: uniqueStates},
 	})
 	if err != nil {
-		return 0, fmt.Errorf("bulk redeliver: enqueue: %w", err)
+		return Bulk{}, fmt.Errorf("bulk redeliver: enqueue: %w", err)
 	}
-	return n, nil
+	return res, nil
 }
 
 // BulkWorker works bulk redelivery jobs.
@@ -174,7 +213,11 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			}
 			params := make([]river.InsertManyParams, 0, len(matched))
 			for _, m := range matched {
-				params = append(params, jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID))
+				if afterCurrent(a.State) {
+					params = append(params, afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID))
+				} else {
+					params = append(params, jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID))
+				}
 				after = m.JobID
 			}
 			if len(params) == 0 {

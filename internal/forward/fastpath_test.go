@@ -15,8 +15,9 @@ import (
 )
 
 // The fast path alone (no River worker, no relay) delivers each forward
-// once and records it durably as a completed River job with its status and
-// time: attempt 1, the outbox row gone, and List shows it delivered.
+// once and records it durably (a forward_delivered row, read like a
+// completed River job) with its status and time: attempt 1, the outbox row
+// gone, and List shows it delivered.
 func TestFastPathDeliversAndRecords(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
@@ -186,5 +187,47 @@ func TestRedeliverWhileRunningQueuesAfter(t *testing.T) {
 	}
 	if last := redeliver(); last.AfterCurrent || last.AlreadyPending || last.JobID == 0 {
 		t.Errorf("redelivery once every forward is delivered = %+v; want a plain new job", last)
+	}
+}
+
+// Bulk redelivery treats the fast path's delivered forwards like any
+// other: a bulk redelivery of the target's delivered forwards matches each
+// of them, its job sends each event again (a River job, with the same
+// Idempotency-Key), and a second request matches each event once more,
+// through its redelivery (now its newest forward), not its first attempt.
+func TestBulkRedeliverFastPathDeliveries(t *testing.T) {
+	t.Parallel()
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n", envOpts{Work: true}, fastOptions{})
+	const n = 3
+	for i := range n {
+		e.deliver("bulk-"+string(rune('a'+i)), []byte(`{}`), "application/json")
+	}
+	e.waitJobs(n)
+	if got := e.counter("hookgate_forward_fast_path_total", map[string]string{"result": "delivered"}); got != n {
+		t.Fatalf("hookgate_forward_fast_path_total{result=delivered} = %v, want %d (the fast path delivered each)", got, n)
+	}
+	acme, _ := e.cfg.Sender("acme")
+	q := store.New(e.pool)
+	res, err := forward.BulkRedeliver(t.Context(), q, e.river, forward.BulkRequest{Sender: acme, Target: "orders", State: store.StateDelivered})
+	if err != nil || res.Matched != n || res.AfterCurrent {
+		t.Fatalf("BulkRedeliver(delivered) = %+v, %v; want %d matched, not after a current one", res, err, n)
+	}
+	js := e.waitJobs(2 * n)
+	for _, j := range js {
+		if j.State != "completed" {
+			t.Errorf("job %+v: want completed", j)
+		}
+	}
+	for key, hits := range tg.Delivered() {
+		if hits != 2 {
+			t.Errorf("event %s reached the target %d times, want 2 (the fast path's and the redelivery)", key, hits)
+		}
+	}
+	if len(tg.Delivered()) != n {
+		t.Errorf("%d events reached the target, want %d", len(tg.Delivered()), n)
+	}
+	if again, err := forward.BulkRedeliver(t.Context(), q, e.river, forward.BulkRequest{Sender: acme, Target: "orders", State: store.StateDelivered}); err != nil || again.Matched != n {
+		t.Errorf("second BulkRedeliver(delivered) = %+v, %v; want the %d redeliveries (now the newest, delivered)", again, err, n)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // an array of events. Each through real HTTP and PostgreSQL.
 
 // mailgunBody returns a Mailgun webhook body for event id, signed with key
-// at ts (https://documentation.mailgun.com/docs/mailgun/user-manual/tracking-messages/#securing-webhooks).
+// at ts (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks).
 func mailgunBody(key []byte, id string, ts int64, token string) []byte {
 	t := strconv.FormatInt(ts, 10)
 	sig := hexOf(macOf(key, t, token))
@@ -61,6 +61,19 @@ func TestMailgunSignatureInBody(t *testing.T) {
 	}
 	wantRejected(t, post("mailgun-rot", mailgunBody(keys[0], "rot-x", now, "tok")), leaks...)
 	wantRecorded(t, pool, "mailgun-rot", "rot-x", 0)
+
+	// A subaccount's event: signature under the subaccount's key (not
+	// configured here), parent-signature under the primary account's.
+	t.Run("parent-signature", func(t *testing.T) {
+		ts := strconv.FormatInt(now, 10)
+		body := fmt.Appendf(nil, `{"signature":{"timestamp":%q,"token":"tok-p","signature":%q,"parent-signature":%q},"event-data":{"id":"evt-p","event":"delivered"}}`,
+			ts, hexOf(macOf([]byte("subaccount-key"), ts, "tok-p")), hexOf(macOf(keys[0], ts, "tok-p")))
+		wantAccepted(t, post("mailgun", body), "mailgun", "evt-p")
+		bad := fmt.Appendf(nil, `{"signature":{"timestamp":%q,"token":"tok-q","signature":%q,"parent-signature":%q},"event-data":{"id":"evt-q","event":"delivered"}}`,
+			ts, hexOf(macOf([]byte("subaccount-key"), ts, "tok-q")), hexOf(macOf([]byte("other-primary"), ts, "tok-q")))
+		wantRejected(t, post("mailgun", bad), leaks...)
+		wantRecorded(t, pool, "mailgun", "evt-q", 0)
+	})
 
 	// A form body (Mailgun's routes and legacy webhooks) with the same fields.
 	t.Run("form", func(t *testing.T) {

@@ -1,15 +1,20 @@
 package handler_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The handshakes of Zoom, Twitch, Discord and Meta are answered as each
@@ -22,6 +27,10 @@ const handshakeYAML = `senders:
     preset: zoom
     secret: ${ZOOM1}
     secrets: ["${ZOOM2}"]
+  - name: zoom-gz
+    preset: zoom
+    secret: ${ZOOM1}
+    accept_encodings: [gzip]
   - name: twitch
     preset: twitch
     secret: ${TWITCH}
@@ -81,6 +90,21 @@ func TestHandshakesLeaveNoTrace(t *testing.T) {
 			if want := hexOf(macOf(key, "qgg8vlvZRS6UYooatFL8Aw")); len(got) != 2 || got["plainToken"] != "qgg8vlvZRS6UYooatFL8Aw" || got["encryptedToken"] != want {
 				t.Errorf("key %d: %s, want plainToken and encryptedToken %s", i, r.body, want)
 			}
+		}
+		// Gzip-encoded (a sender that accepts it): the signature covers the
+		// bytes as sent, and so does the check that picks the key.
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		if _, err := zw.Write(body); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		h := zoomSign(zoom1, now, gz.Bytes())
+		h.Set("Content-Encoding", "gzip")
+		if r := post("zoom-gz", gz.Bytes(), h); r.status != http.StatusOK || !strings.Contains(string(r.body), hexOf(macOf(zoom1, "qgg8vlvZRS6UYooatFL8Aw"))) {
+			t.Errorf("gzip: %s; want 200 with the token under the secret", r)
 		}
 		for name, h := range map[string]http.Header{
 			"wrong secret": zoomSign([]byte("not-zoom"), now, body),
@@ -185,4 +209,50 @@ func TestHandshakesLeaveNoTrace(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Handshakes touch no database: with PostgreSQL unreachable they are still
+// answered (and a delivery gets 503).
+func TestHandshakesWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(t.Context(), "postgres://hookgate@"+addr+"/nowhere?sslmode=disable&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	discordKey := []byte("discord-app-key-nodb")
+	s := newServer(t, pool, options{yaml: handshakeYAML, env: map[string]string{
+		"ZOOM1": "z1", "ZOOM2": "z2", "TWITCH": "tw-secret", "DISCORD": ed25519Public(discordKey), "META": "m", "META_VERIFY": "mv",
+	}})
+	now := time.Now().Unix()
+	ts := strconv.FormatInt(now, 10)
+	sendDiscord := func(body string) reply {
+		return s.post("discord", "", []byte(body), func(r *http.Request) {
+			r.Header.Set("X-Signature-Timestamp", ts)
+			r.Header.Set("X-Signature-Ed25519", hexOf(ed25519.Sign(ed25519Key(discordKey), []byte(ts+body))))
+		})
+	}
+	if r := sendDiscord(`{"id":"9","type":1}`); r.status != http.StatusOK || string(r.body) != `{"type":1}` {
+		t.Errorf("discord PING with the database down: %s", r)
+	}
+	zoomBody := `{"event":"endpoint.url_validation","payload":{"plainToken":"tok"}}`
+	r := s.post("zoom", "", []byte(zoomBody), func(r *http.Request) {
+		r.Header.Set("x-zm-request-timestamp", ts)
+		r.Header.Set("x-zm-signature", "v0="+hexOf(macOf([]byte("z2"), "v0:", ts, ":", zoomBody)))
+	})
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), hexOf(macOf([]byte("z2"), "tok"))) {
+		t.Errorf("zoom url_validation with the database down: %s", r)
+	}
+	if r := s.get("/webhooks/meta?hub.mode=subscribe&hub.challenge=77&hub.verify_token=mv"); r.status != http.StatusOK || string(r.body) != "77" {
+		t.Errorf("meta subscription check with the database down: %s", r)
+	}
+	wantProblem(t, sendDiscord(`{"id":"10","type":2}`), http.StatusServiceUnavailable, "unavailable")
 }

@@ -122,6 +122,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if err := sender.Verify(r, body, s.now()); err != nil {
 		return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
 	}
+	signed := body // the bytes the signature covers (a handshake may check them again)
 	if gzipped {
 		// From here on the body is the decompressed one: the delivery ID is
 		// read from it, and it is what is stored, hashed and forwarded.
@@ -137,7 +138,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	// A handshake (Slack's url_verification, Zoom's url_validation,
 	// Twitch's callback verification, Discord's PING), validly signed, is
 	// answered and leaves no trace: no key claimed, nothing stored.
-	if reply, ok := sender.Handshake(r, body, &in, s.now()); ok {
+	if reply, ok := sender.Handshake(r, signed, &in, s.now()); ok {
 		h := w.Header()
 		h.Set("Content-Type", reply.ContentType)
 		h.Set("Content-Length", strconv.Itoa(len(reply.Body)))

@@ -158,9 +158,10 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 const maxBulkBody = 4 << 10
 
 // RedeliverTarget forwards again, in the background, every forward of the
-// target in the requested state and window, and answers 202 with how many
-// it matched: 404 for an unknown sender or target, 400 for a body that is
-// not a valid request.
+// target in the requested state and window (those running or retrying
+// after the one under way), and answers 202 with how many it matched and
+// whether they are queued after the current ones: 404 for an unknown sender
+// or target, 400 for a body that is not a valid request.
 func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender api.Sender, target api.Target) {
 	sd, _, err := s.target(sender, target)
 	if err != nil {
@@ -172,12 +173,12 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err,
-			detail: `The request body must be a JSON object {"state": "failed" or "delivered", "since": RFC 3339 time, "until": RFC 3339 time} (times optional), with no other members.`})
+			detail: `The request body must be a JSON object {"state": "failed", "delivered", "running" or "retrying", "since": RFC 3339 time, "until": RFC 3339 time} (times optional), with no other members.`})
 		return
 	}
 	state := store.State(req.State)
-	if state != store.StateFailed && state != store.StateDelivered {
-		s.fail(w, r, newProblem(probInvalidParameter, fmt.Sprintf(`The request body's state must be "failed" or "delivered"; got %s.`, quote(string(req.State)))))
+	if !req.State.Valid() {
+		s.fail(w, r, newProblem(probInvalidParameter, fmt.Sprintf(`The request body's state must be "failed", "delivered", "running" or "retrying"; got %s.`, quote(string(req.State)))))
 		return
 	}
 	if s.q == nil {
@@ -195,7 +196,7 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 	if req.Until != nil {
 		br.Until = *req.Until
 	}
-	n, err := forward.BulkRedeliver(r.Context(), s.q, s.river, br)
+	res, err := forward.BulkRedeliver(r.Context(), s.q, s.river, br)
 	if errors.Is(err, forward.ErrUnknownTarget) || errors.Is(err, forward.ErrBulkState) {
 		s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err, detail: "The request cannot be redelivered: " + err.Error() + "."})
 		return
@@ -204,7 +205,7 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	writeJSON(w, http.StatusAccepted, api.BulkRedelivery{Matched: n})
+	writeJSON(w, http.StatusAccepted, api.BulkRedelivery{Matched: res.Matched, AfterCurrent: res.AfterCurrent})
 }
 
 // utcOrNil returns t in UTC, nil for the zero time.

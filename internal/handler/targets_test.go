@@ -67,7 +67,8 @@ type (
 		DeliveredAt *time.Time `json:"delivered_at"`
 	}
 	bulkRedelivery struct {
-		Matched int64 `json:"matched"`
+		Matched      int64 `json:"matched"`
+		AfterCurrent bool  `json:"after_current"`
 	}
 )
 
@@ -92,8 +93,20 @@ func (s *opServer) forwardPage(sender, target, q string) targetForwardPage {
 }
 
 // bulkRedeliver posts body to a target's redeliver and returns the number
-// matched.
+// matched; it fails the test when the answer says they are queued after
+// the current ones.
 func (s *opServer) bulkRedeliver(sender, target, body string) int64 {
+	s.t.Helper()
+	b := s.bulkRedeliverAnswer(sender, target, body)
+	if b.AfterCurrent {
+		s.t.Errorf("bulk redelivery %s: after_current true, want false", body)
+	}
+	return b.Matched
+}
+
+// bulkRedeliverAnswer posts body to a target's redeliver and returns the
+// answer.
+func (s *opServer) bulkRedeliverAnswer(sender, target, body string) bulkRedelivery {
 	s.t.Helper()
 	req := s.opRequest(http.MethodPost, "/v1/senders/"+sender+"/targets/"+target+"/redeliver", "Bearer "+testToken)
 	req.Body = nopCloser{strings.NewReader(body)}
@@ -101,7 +114,7 @@ func (s *opServer) bulkRedeliver(sender, target, body string) int64 {
 	req.Header.Set("Content-Type", "application/json")
 	var b bulkRedelivery
 	decode(s.t, s.do(req), http.StatusAccepted, http.MethodPost, routeTargetRedeliver, &b)
-	return b.Matched
+	return b
 }
 
 type nopCloser struct{ *strings.Reader }
@@ -509,4 +522,87 @@ senders:
 	req := s.opRequest(http.MethodPost, "/v1/senders/fwd/targets/a/redeliver", "Bearer "+testToken)
 	req.Body = nopCloser{strings.NewReader(`{"state":"failed"}`)}
 	wantOpProblem(t, s.do(req), http.StatusServiceUnavailable, "unavailable", http.MethodPost, routeTargetRedeliver)
+}
+
+// TestTargetBulkRedeliverUnderWayQueuesAfter: a redelivery is a new
+// attempt, in bulk too. A target holds one event's forward (running) and
+// another event's forward waits for its retry (retrying); a bulk
+// redelivery of each state matches it, says that the new forward is queued
+// after the current one, and the target receives nothing more while that
+// one is under way. A second request matches nothing (the new forwards are
+// the newest). Once the held forward is answered and the retry succeeds,
+// each event reaches the target once more, after the current attempt's
+// answer, with its Idempotency-Key.
+func TestTargetBulkRedeliverUnderWayQueuesAfter(t *testing.T) {
+	t.Parallel()
+	tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
+		if n == 1 && strings.HasPrefix(r.Header.Get("X-Hookgate-Delivery-Id"), "run-") {
+			return testkit.Answer{Status: http.StatusOK, Block: true}
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	})
+	s := newOpServer(t, opOptions{work: true, yaml: fmt.Sprintf(`
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: orders
+        url: %s/hooks
+        timeout: 60s
+`, tg.Server())})
+	running := s.accept("fwd", "run-1", []byte(`{}`))
+	retrying := s.accept("fwd", "retry-1", []byte(`{}`))
+	testkit.Poll(t, pollTimeout, "the held forward to be running and the other delivered", func() bool {
+		c := s.targets("fwd")["orders"].Forwards
+		return c.Running == 1 && c.Delivered == 1
+	})
+	// The second event's forward failed its next attempt and waits an hour
+	// for its retry: a job as River leaves it.
+	q := store.New(s.pool)
+	retryJob, err := q.InsertForwardJobs(t.Context(), forward.Queue, store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1,
+		Errors: []string{"target answered 503"}, ScheduledAt: time.Now().Add(time.Hour)},
+		store.NewForwardJob{Sender: "fwd", Target: "orders", EventID: uuid.MustParse(retrying), DeliveryID: "retry-1", MaxAttempts: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, state := range []string{"running", "retrying"} {
+		if b := s.bulkRedeliverAnswer("fwd", "orders", `{"state":"`+state+`"}`); b.Matched != 1 || !b.AfterCurrent {
+			t.Fatalf("bulk redelivery of %s forwards = %+v; want 1 matched, queued after the current one", state, b)
+		}
+	}
+	testkit.Poll(t, pollTimeout, "the bulk jobs to queue both new forwards", func() bool {
+		return s.countJobs(forward.BulkArgs{}.Kind(), "completed") == 2 && s.targets("fwd")["orders"].Forwards.Pending == 2
+	})
+	for _, state := range []string{"running", "retrying"} {
+		if b := s.bulkRedeliverAnswer("fwd", "orders", `{"state":"`+state+`"}`); b.Matched != 0 {
+			t.Errorf("second bulk redelivery of %s forwards matched %d, want 0 (each has a new forward queued)", state, b.Matched)
+		}
+	}
+	if n := len(tg.Hits()); n != 2 {
+		t.Fatalf("the target got %d requests while the forwards were under way, want 2", n)
+	}
+
+	// The held forward is answered, and the retry comes due.
+	tg.Release()
+	if err := q.SetForwardJob(t.Context(), retryJob[0], store.JobFixture{State: rivertype.JobStateAvailable, Attempt: 1,
+		Errors: []string{"target answered 503"}, ScheduledAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Poll(t, pollTimeout, "every forward to be delivered", func() bool {
+		c := s.targets("fwd")["orders"].Forwards
+		return c.Delivered == 5 && c.Pending == 0 && c.Running == 0 && c.Retrying == 0
+	})
+	for id, want := range map[string]int{running: 2, retrying: 3} {
+		hits := tg.HitsFor(id)
+		if len(hits) != want {
+			t.Errorf("event %s reached the target %d times, want %d", id, len(hits), want)
+			continue
+		}
+		last, prev := hits[want-1], hits[want-2]
+		if !last.At.After(prev.AnswerAt) || last.Key() != id {
+			t.Errorf("event %s: the redelivery (at %s, key %q) did not follow the current attempt's answer (%s)", id, last.At, last.Key(), prev.AnswerAt)
+		}
+	}
 }

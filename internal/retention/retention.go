@@ -1,8 +1,10 @@
 // Package retention deletes what hookgate no longer needs to remember:
 // delivery keys whose retention has passed (their IDs are then accepted as
-// new) and events older than their sender's event_retention. It runs as a
-// River periodic job, so one replica at a time does the work, in small
-// batches, so that no long-held lock blocks ingestion.
+// new), events older than their sender's event_retention, and the fast
+// path's delivered forwards older than the longest sender retention (as
+// River deletes its finished jobs). It runs as a River periodic job, so
+// one replica at a time does the work, in small batches, so that no
+// long-held lock blocks ingestion.
 package retention
 
 import (
@@ -47,12 +49,16 @@ const Queue = "maintenance"
 type Result struct {
 	Keys   int64
 	Events int64
+	// Forwards are the fast path's delivered forwards deleted (River
+	// deletes its own finished jobs).
+	Forwards int64
 }
 
-// Run deletes, in batches of BatchSize, every key expired at now and every
+// Run deletes, in batches of BatchSize, every key expired at now, every
 // event older than its sender's event retention (config.DefaultRetention
-// for a sender no longer configured), until none is left or ctx ends. It
-// returns what it deleted (also on error).
+// for a sender no longer configured) and every delivered forward of the
+// fast path older than the longest sender retention, until none is left
+// or ctx ends. It returns what it deleted (also on error).
 func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
 	var res Result
 	q := store.New(db)
@@ -77,6 +83,26 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 	withEvents, err := q.EventSenders(ctx)
 	if err != nil {
 		return res, err
+	}
+	// The fast path's delivered forwards, after the longest sender
+	// retention: as long as River keeps its finished forward jobs
+	// (forward.NewClient).
+	keepForwards := time.Duration(0)
+	for _, s := range cfg.Senders {
+		keepForwards = max(keepForwards, time.Duration(s.Retention))
+	}
+	if keepForwards <= 0 {
+		keepForwards = config.DefaultRetention
+	}
+	for {
+		n, err := q.DeleteDeliveredBefore(ctx, now.Add(-keepForwards), BatchSize)
+		res.Forwards += n
+		if err != nil {
+			return res, err
+		}
+		if n < BatchSize {
+			break
+		}
 	}
 	for _, sender := range withEvents {
 		keep := config.DefaultRetention
@@ -158,8 +184,8 @@ func (w *Worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
 // Work deletes what has expired.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	res, err := Run(ctx, w.db, w.cfg, time.Now())
-	if res.Keys > 0 || res.Events > 0 {
-		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events)
+	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 {
+		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events, "forwards_deleted", res.Forwards)
 	}
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)

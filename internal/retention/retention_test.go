@@ -2,18 +2,21 @@ package retention_test
 
 import (
 	"context"
-
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -151,5 +154,46 @@ func TestRunDeletesEventsOfRemovedSenders(t *testing.T) {
 		if n := count(t, pool, `SELECT count(*) FROM webhook_events WHERE sender = $1`, sender); n != want {
 			t.Errorf("sender %s: %d events left, want %d", sender, n, want)
 		}
+	}
+}
+
+// TestRunDeletesOldDeliveredForwards: the fast path's delivered forwards
+// are deleted once older than the longest sender retention (as River
+// deletes its finished jobs), and the recent ones stay.
+func TestRunDeletesOldDeliveredForwards(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n    retention: 24h\n  - name: b\n    preset: generic\n    delivery_id: { header: X-Id }\n    retention: 48h\n")
+	now := time.Now().UTC()
+	q := store.New(pool)
+	var batch []store.FirstAttempt
+	for i, at := range []time.Time{now.Add(-72 * time.Hour), now.Add(-49 * time.Hour), now.Add(-47 * time.Hour), now.Add(-time.Minute)} {
+		r := store.OutboxRow{Sender: "a", Target: "t", EventID: uuid.New(), DeliveryID: fmt.Sprint("d-", i)}
+		if err := q.InsertOutbox(t.Context(), r, at); err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, store.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: rivertype.JobStateCompleted,
+			MaxAttempts: 5, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: store.Output{Status: 200, DeliveredAt: at}})
+	}
+	if err := q.RecordFirstAttempts(t.Context(), "q", batch); err != nil {
+		t.Fatal(err)
+	}
+	res, err := retention.Run(t.Context(), pool, cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Forwards != 2 {
+		t.Errorf("deleted %d delivered forwards, want the 2 older than 48h", res.Forwards)
+	}
+	left, err := q.ForwardJobs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, f := range left {
+		kept[f.DeliveryID] = true
+	}
+	if len(left) != 2 || !kept["d-2"] || !kept["d-3"] {
+		t.Errorf("left %+v, want d-2 and d-3", left)
 	}
 }

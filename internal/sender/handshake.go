@@ -62,8 +62,9 @@ func planHandshake(kind string, ptrs *[]jsonptr.Pointer) (handshake, error) {
 // (the challenge as text/plain) and Discord's PING ({"type":1}). False for
 // any other request, and always for a sender whose preset (or signature
 // scheme) has no handshake. Call it after the request's signature passed:
-// it does not check it. body is the raw body, h the request's headers.
-func (s *Sender) Handshake(r *http.Request, body []byte, in *Inspection, now time.Time) (HandshakeReply, bool) {
+// it does not check it. signed is the body as received (compressed, if it
+// was: what the signature covers); in is what Inspect read of the body.
+func (s *Sender) Handshake(r *http.Request, signed []byte, in *Inspection, now time.Time) (HandshakeReply, bool) {
 	for _, hs := range s.plan.handshakes {
 		typ, val := in.value(hs.typeSlot), in.value(hs.valueSlot)
 		switch hs.kind {
@@ -76,7 +77,7 @@ func (s *Sender) Handshake(r *http.Request, body []byte, in *Inspection, now tim
 			if typ.Kind != jsonptr.KindString || typ.Str != "endpoint.url_validation" || val.Kind != jsonptr.KindString {
 				continue
 			}
-			key := s.signingKey(r, body, now)
+			key := s.signingKey(r, signed, now)
 			if key == nil {
 				continue
 			}
@@ -99,10 +100,11 @@ func (s *Sender) Handshake(r *http.Request, body []byte, in *Inspection, now tim
 }
 
 // signingKey returns the key of the first of the sender's secrets under
-// which the request's signature is valid; nil when there is none.
-func (s *Sender) signingKey(r *http.Request, body []byte, now time.Time) []byte {
+// which the request's signature of the body signed is valid; nil when there
+// is none.
+func (s *Sender) signingKey(r *http.Request, signed []byte, now time.Time) []byte {
 	for i, v := range s.keyed {
-		if v.Verify(r.Header, body, now) == nil {
+		if v.Verify(r.Header, signed, now) == nil {
 			return s.keys[i]
 		}
 	}

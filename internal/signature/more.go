@@ -198,10 +198,12 @@ func (v *edV) Verify(h http.Header, body []byte, now time.Time) error {
 }
 
 // Mailgun returns the Verifier of Mailgun's webhooks
-// (https://documentation.mailgun.com/docs/mailgun/user-manual/tracking-messages/#securing-webhooks):
+// (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks):
 // the signature is inside the body, a JSON object whose "signature" member
 // holds timestamp (Unix seconds), token and signature, the hex
-// HMAC-SHA256(webhook signing key, <timestamp><token>). A form body with
+// HMAC-SHA256(webhook signing key, <timestamp><token>). A subaccount's
+// event also carries parent-signature, the same under the primary account's
+// key: either passes. A form body with
 // timestamp, token and signature fields (Mailgun's routes and legacy
 // webhooks) is read too. The timestamp must be within tolerance of now.
 //
@@ -217,7 +219,7 @@ type mailgun struct {
 	tol  time.Duration
 }
 
-var mailgunPointers = []jsonptr.Pointer{{"signature", "timestamp"}, {"signature", "token"}, {"signature", "signature"}}
+var mailgunPointers = []jsonptr.Pointer{{"signature", "timestamp"}, {"signature", "token"}, {"signature", "signature"}, {"signature", "parent-signature"}}
 
 // ParseMailgunSignature returns the timestamp, token and signature of a
 // Mailgun webhook body (JSON, or a form with those fields). Any of them
@@ -269,10 +271,28 @@ func (v *mailgun) Verify(h http.Header, body []byte, now time.Time) error {
 	if err := checkTimestamp("signature.timestamp", ts, now, v.tol); err != nil {
 		return err
 	}
-	if !v.keys.match([][]byte{mac}, []byte(tsText), []byte(token)) {
+	cands := [][]byte{mac}
+	if parent := mailgunParentSignature(body, h.Get("Content-Type")); parent != nil {
+		cands = append(cands, parent)
+	}
+	if !v.keys.match(cands, []byte(tsText), []byte(token)) {
 		return fmt.Errorf("%w: signature.signature does not match signature.timestamp and signature.token", ErrMismatch)
 	}
 	return nil
+}
+
+// mailgunParentSignature returns the decoded signature.parent-signature of
+// a JSON body (a subaccount's event, signed also under the primary
+// account's key), or nil.
+func mailgunParentSignature(body []byte, contentType string) []byte {
+	if isForm(contentType) {
+		return nil
+	}
+	vals, err := jsonptr.Extract(body, mailgunPointers[3:])
+	if err != nil || vals[0].Kind != jsonptr.KindString {
+		return nil
+	}
+	return decodeMAC(encHex, vals[0].Str)
 }
 
 // DecodeBase64Key decodes a secret given as standard base64 (padded or

@@ -1,8 +1,10 @@
 // Package signature checks the signatures webhook senders put on their
 // requests, before hookgate does any database work.
 //
-// Each preset (GitHub, Stripe, Shopify, Slack, Standard Webhooks and the
-// generic HMAC-SHA256 scheme) is a [Verifier]. Every Verifier:
+// Each signature scheme of the presets (GitHub's, Stripe's, Shopify's,
+// Slack's, Standard Webhooks', the generic HMAC-SHA256, and the shapes the
+// other providers share: New and Schemes list them) is a [Verifier]. Every
+// Verifier:
 //
 //   - accepts several secrets (rotation): a signature valid under any of them
 //     passes;
@@ -17,10 +19,13 @@
 //     received header value, so they are safe to send to the client;
 //   - is immutable and safe for concurrent use.
 //
-// The HTTP layer answers every error from Verify with 401. Slack's
-// url_verification handshake is signed like any other Slack request and is
-// answered by the HTTP layer after Verify succeeds; this package does not
-// look at bodies.
+// The HTTP layer answers every error from Verify with 401. Handshakes
+// (Slack's url_verification, Zoom's url_validation, Twitch's callback
+// verification, Discord's PING) are signed like any other request of their
+// provider and are answered by package sender after Verify succeeds. Only
+// Mailgun's verifier reads the body for more than its MAC (its signature is
+// inside it). Twilio's, Square's and HubSpot's sign the URL as well: they are
+// RequestVerifiers, given the URL the provider requested.
 package signature
 
 import (

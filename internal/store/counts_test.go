@@ -58,7 +58,7 @@ func TestCountDeliveriesKeepsClosedHours(t *testing.T) {
 		for j := range 1 + i%3 {
 			d := accept(t, s, "orders", fmt.Sprintf("o-%d-%d", i, j), now.Add(-off))
 			if j == 1 {
-				if _, err := s.pool.Exec(ctx, `UPDATE processed_messages SET response_status = 200 WHERE sender = 'orders' AND delivery_id = $1`, d.Key.DeliveryID); err != nil {
+				if _, err := s.pool.Exec(ctx, `UPDATE processed_messages SET response_status = 200 WHERE sender = 'orders' AND delivery_id = $1`, d.DeliveryID); err != nil {
 					t.Fatal(err)
 				}
 			}

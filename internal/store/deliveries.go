@@ -488,7 +488,7 @@ func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Ti
 		out[h] = map[int16]int64{0: 0}
 	}
 	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, countHoursSQL, sender, hours[0], hours[len(hours)-1].Add(time.Hour))
+		rows, err := tx.Query(ctx, countHoursSQL, sender, hours[0], hours[len(hours)-1].Add(time.Hour)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 		if err != nil {
 			return err
 		}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,6 +34,13 @@ import (
 // event has been redelivered its old failure is no longer counted, listed
 // or matched, so redelivering the failures twice sends each event once.
 // The JSON API and the console count and list with the same definition.
+//
+// A forward the fast path delivered at its first attempt is not a River
+// job: it is a row of forward_delivered (migration 14), a narrow table
+// that costs PostgreSQL a fraction of a job. Every read here takes both
+// tables as one set of forwards: such a row is a forward in River's state
+// completed after one attempt, whose ID comes from River's job sequence,
+// so that IDs order forwards across both tables.
 
 // ForwardKind is the River job kind of forwards.
 const ForwardKind = "hookgate_forward"
@@ -155,11 +162,20 @@ type Forward struct {
 
 // eventJobsSQL finds an event's forwards through River's GIN index on args
 // (river_job_args_index): args @> {"event_id": …} is the indexable form.
-const eventJobsSQL = `SELECT id, state, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
+//
+// and the event's delivered first attempts in forward_delivered.
+const eventJobsSQL = `SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
        errors[array_upper(errors, 1)], metadata->'output'
 FROM river_job
 WHERE kind = '` + ForwardKind + `' AND args @> jsonb_build_object('event_id', $1::text)
-ORDER BY id`
+UNION ALL
+SELECT d.id, 'completed', 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + deliveredOutput + `
+FROM forward_delivered d WHERE d.sender = $2 AND d.event_id = $1::text
+ORDER BY 1`
+
+// deliveredOutput is the recorded output (Output) of forward_delivered's
+// row d, as River's worker records it under metadata.output.
+const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
 
 // EventForwards returns the forwards of the event of sender: first those
 // still in the outbox (pending, JobID 0), then its jobs, oldest first: one
@@ -172,7 +188,7 @@ func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.db.Query(ctx, eventJobsSQL, eventID.String())
+	rows, err := q.db.Query(ctx, eventJobsSQL, eventID.String(), sender)
 	if err != nil {
 		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
 	}
@@ -203,7 +219,14 @@ func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid
 // which on a table it has no statistics of yet compares every pair of the
 // target's jobs).
 const notSuperseded = `NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id OFFSET 0)`
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id OFFSET 0)
+  AND NOT EXISTS (SELECT 1 FROM forward_delivered n WHERE n.sender = $1 AND n.event_id = j.args->>'event_id' AND n.target = $2 AND n.id > j.id)`
+
+// deliveredNotSuperseded is notSuperseded for forward_delivered's row d: no
+// newer job of its event to its target (an event has at most one row
+// there per target: its outbox row's first attempt).
+const deliveredNotSuperseded = `NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = d.event_id AND n.id > d.id OFFSET 0)`
 
 // Counts are a target's forwards by state. Pending includes the forwards
 // still in the outbox; Delivered counts every delivery River still keeps
@@ -222,8 +245,11 @@ type Counts struct {
 const countsSQL = `SELECT j.args->>'target', j.state::text, count(*) FROM river_job j
 WHERE j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.state::text = ANY($2::text[])
   AND (j.state NOT IN ('cancelled', 'discarded') OR NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = j.args->>'target' AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id))
-GROUP BY 1, 2`
+    AND n.args->>'sender' = $1 AND n.args->>'target' = j.args->>'target' AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id)
+    AND NOT EXISTS (SELECT 1 FROM forward_delivered n WHERE n.sender = $1 AND n.event_id = j.args->>'event_id' AND n.target = j.args->>'target' AND n.id > j.id))
+GROUP BY 1, 2
+UNION ALL
+SELECT target, 'completed', count(*) FROM forward_delivered WHERE sender = $1 AND $3 GROUP BY 1`
 
 // CountForwards returns the counts of sender's forwards by target name,
 // Delivered left 0 unless delivered is true (counting them reads the
@@ -236,7 +262,7 @@ func (q *Queries) CountForwards(ctx context.Context, sender string, delivered bo
 		states = append(states, StateDelivered)
 	}
 	out := map[string]Counts{}
-	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...), delivered) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
 	}
@@ -288,36 +314,94 @@ type Filter struct {
 	Sender, Target string
 	State          State
 	Since, Until   time.Time
+	// InStateAt, with State running or retrying and not zero, matches the
+	// forwards in State at that time, whatever they have become since
+	// (a bulk redelivery's job matches what its request asked for): see
+	// underWayAt.
+	InStateAt time.Time
 }
 
-// where returns the WHERE clause of f over river_job j and its arguments,
-// $1 and $2 being the sender and the target. It adds the not-superseded
-// condition for failed forwards, or for every state when latest is true.
-func (f Filter) where(latest bool) (string, []any) {
-	var b strings.Builder
-	args := []any{f.Sender, f.Target}
-	b.WriteString(`j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2`)
-	col := "j.created_at"
-	if f.State != "" {
-		args = append(args, stateNames(f.State))
-		fmt.Fprintf(&b, " AND j.state = ANY($%d::river_job_state[])", len(args))
+// underWayAt are the conditions that job j was running, or retrying, at
+// the time $%[1]d, from what it is now: its state, when its latest attempt
+// started (attempted_at), when that attempt's error was recorded (its
+// last error's "at"), and when it finished. Running then: running now, or
+// its attempt then has ended since (failed and waits for a retry, or
+// finished). Retrying then: waiting for a retry whose failure came before,
+// or its retry (attempt 2 or later) has started since.
+var underWayAt = map[State]string{
+	StateRunning: `j.attempted_at < $%[1]d AND (j.state = 'running'
+    OR (j.state = 'retryable' AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz >= $%[1]d)
+    OR j.finalized_at >= $%[1]d)`,
+	StateRetrying: `((j.state = 'retryable' AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz < $%[1]d)
+    OR (j.attempt >= 2 AND j.attempted_at >= $%[1]d AND (j.state IN ('running', 'retryable') OR j.finalized_at >= $%[1]d)))`,
+}
+
+// where is a Filter's condition on both tables of forwards.
+type where struct {
+	// jobs is the condition over river_job j; delivered the one over
+	// forward_delivered d, "" when f's state excludes its rows.
+	jobs, delivered string
+	args            []any
+}
+
+// and adds cond (with the same placeholders) to both conditions.
+func (w *where) and(jobs, delivered string) {
+	w.jobs += " AND " + jobs
+	if w.delivered != "" {
+		w.delivered += " AND " + delivered
+	}
+}
+
+// where returns the conditions of f over river_job j and forward_delivered
+// d and their arguments, $1 and $2 being the sender and the target. It adds
+// the not-superseded condition for failed forwards, or for every state when
+// latest is true.
+func (f Filter) where(latest bool) where {
+	w := where{
+		jobs:      `j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2`,
+		delivered: `d.sender = $1 AND d.target = $2`,
+		args:      []any{f.Sender, f.Target},
+	}
+	col, dcol := "j.created_at", "d.created_at"
+	if (f.State == StateRunning || f.State == StateRetrying) && !f.InStateAt.IsZero() {
+		w.args = append(w.args, f.InStateAt)
+		w.jobs += " AND " + fmt.Sprintf(underWayAt[f.State], len(w.args))
+		w.delivered = "" // a delivered first attempt was never a job under way
+	} else if f.State != "" {
+		w.args = append(w.args, stateNames(f.State))
+		w.jobs += fmt.Sprintf(" AND j.state = ANY($%d::river_job_state[])", len(w.args))
 		if f.State == StateDelivered || f.State == StateFailed {
-			col = "j.finalized_at"
+			col, dcol = "j.finalized_at", "d.delivered_at"
+		}
+		if f.State != StateDelivered {
+			w.delivered = ""
 		}
 	}
 	if !f.Since.IsZero() {
-		args = append(args, f.Since)
-		fmt.Fprintf(&b, " AND %s >= $%d", col, len(args))
+		w.args = append(w.args, f.Since)
+		w.and(fmt.Sprintf("%s >= $%d", col, len(w.args)), fmt.Sprintf("%s >= $%d", dcol, len(w.args)))
 	}
 	if !f.Until.IsZero() {
-		args = append(args, f.Until)
-		fmt.Fprintf(&b, " AND %s < $%d", col, len(args))
+		w.args = append(w.args, f.Until)
+		w.and(fmt.Sprintf("%s < $%d", col, len(w.args)), fmt.Sprintf("%s < $%d", dcol, len(w.args)))
 	}
 	if latest || f.State == StateFailed {
-		b.WriteString(" AND " + notSuperseded)
+		w.and(notSuperseded, deliveredNotSuperseded)
 	}
-	return b.String(), args
+	if latest && (f.State == StateRunning || f.State == StateRetrying) {
+		w.jobs += " AND NOT " + queuedWaiting
+	}
+	return w
 }
+
+// queuedWaiting is the condition that job j (of sender $1, target $2) is a
+// redelivery queued after a forward of its event that is not finished yet
+// (EarlierForwardUnfinished's jobs): it is not under way, even while River
+// runs it only to find that it must wait.
+const queuedWaiting = `(j.args ? 'after' AND EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id'
+    AND n.id <> j.id AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
+    AND (n.id < j.id OR NOT n.args ? 'after')))`
 
 // TargetForward is one forward of a target, as ListTargetForwards returns
 // it.
@@ -352,19 +436,26 @@ func (q *Queries) ListTargetForwards(ctx context.Context, f Filter, limit int, a
 	if limit < 1 || limit > MaxListLimit {
 		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, MaxListLimit)
 	}
-	where, args := f.where(false)
+	w := f.where(false)
 	if after != nil {
 		if after.JobID == 0 {
 			return ForwardPage{}, fmt.Errorf("list forwards: %w: a cursor of deliveries", errBadCursor)
 		}
-		args = append(args, after.JobID)
-		where += fmt.Sprintf(" AND j.id < $%d", len(args))
+		w.args = append(w.args, after.JobID)
+		w.and(fmt.Sprintf("j.id < $%d", len(w.args)), fmt.Sprintf("d.id < $%d", len(w.args)))
 	}
-	args = append(args, limit+1)
-	sql := `SELECT j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
+	w.args = append(w.args, limit+1)
+	order := fmt.Sprintf(" ORDER BY 1 DESC LIMIT $%d", len(w.args))
+	sql := `(SELECT j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
        j.created_at, j.attempted_at, j.finalized_at, j.errors[array_upper(j.errors, 1)], j.metadata->'output'
-FROM river_job j WHERE ` + where + fmt.Sprintf(" ORDER BY j.id DESC LIMIT $%d", len(args))
-	rows, err := q.db.Query(ctx, sql, args...)
+FROM river_job j WHERE ` + w.jobs + order + ")"
+	if w.delivered != "" {
+		sql += `
+UNION ALL
+(SELECT d.id, 'completed', 1, d.max_attempts, d.event_id, d.delivery_id, d.created_at, d.attempted_at, d.delivered_at, NULL, ` + deliveredOutput + `
+FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
+	}
+	rows, err := q.db.Query(ctx, sql, w.args...)
 	if err != nil {
 		return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
 	}
@@ -436,32 +527,42 @@ func (q *Queries) WakeWaitingForwards(ctx context.Context, queue, sender, target
 	return nil
 }
 
-// NewestJobID returns the ID of the newest River job of any kind; 0 when
-// there is none.
-func (q *Queries) NewestJobID(ctx context.Context) (int64, error) {
-	var id int64
-	if err := q.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM river_job`).Scan(&id); err != nil {
-		return 0, fmt.Errorf("newest job: %w", err)
+// NewestJobID returns the newest ID River's job sequence has given, to a
+// River job of any kind or a forward_delivered row (0 when none), and the
+// database's time.
+func (q *Queries) NewestJobID(ctx context.Context) (int64, time.Time, error) {
+	var (
+		id  int64
+		now time.Time
+	)
+	if err := q.db.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END, statement_timestamp() FROM river_job_id_seq`).Scan(&id, &now); err != nil {
+		return 0, time.Time{}, fmt.Errorf("newest job: %w", err)
 	}
-	return id, nil
+	return id, now, nil
 }
 
-// bulkWhere returns the condition of the forwards a bulk redelivery of f
+// bulkWhere returns the conditions of the forwards a bulk redelivery of f
 // matches (the newest forward of each event, in f's state and window), up
-// to job maxID and after job afterID, and its arguments.
-func bulkWhere(f Filter, maxID, afterID int64) (string, []any) {
-	where, args := f.where(true)
-	args = append(args, maxID, afterID)
-	return where + fmt.Sprintf(" AND j.id <= $%d AND j.id > $%d", len(args)-1, len(args)), args
+// to job maxID and after job afterID, and their arguments.
+func bulkWhere(f Filter, maxID, afterID int64) where {
+	w := f.where(true)
+	w.args = append(w.args, maxID, afterID)
+	n := len(w.args)
+	w.and(fmt.Sprintf("j.id <= $%d AND j.id > $%d", n-1, n), fmt.Sprintf("d.id <= $%d AND d.id > $%d", n-1, n))
+	return w
 }
 
 // CountBulkMatch returns how many forwards a bulk redelivery of f matches
 // up to job maxID: the newest forward of each event to the target, in f's
 // state and window.
 func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
-	where, args := bulkWhere(f, maxID, 0)
+	w := bulkWhere(f, maxID, 0)
 	var n int64
-	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM river_job j WHERE `+where, args...).Scan(&n); err != nil {
+	sql := `SELECT (SELECT count(*) FROM river_job j WHERE ` + w.jobs + `)`
+	if w.delivered != "" {
+		sql += ` + (SELECT count(*) FROM forward_delivered d WHERE ` + w.delivered + `)`
+	}
+	if err := q.db.QueryRow(ctx, sql, w.args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count forwards to redeliver: %w", err)
 	}
 	return n, nil
@@ -477,10 +578,14 @@ type Matched struct {
 // BulkMatchBatch returns up to limit of the forwards CountBulkMatch counts,
 // after job afterID, oldest first.
 func (q *Queries) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
-	where, args := bulkWhere(f, maxID, afterID)
-	args = append(args, limit)
-	rows, err := q.db.Query(ctx, `SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE `+
-		where+fmt.Sprintf(" ORDER BY j.id LIMIT $%d", len(args)), args...)
+	w := bulkWhere(f, maxID, afterID)
+	w.args = append(w.args, limit)
+	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
+	sql := `(SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE ` + w.jobs + order + `)`
+	if w.delivered != "" {
+		sql += ` UNION ALL (SELECT d.id, d.event_id, d.delivery_id FROM forward_delivered d WHERE ` + w.delivered + order + `)` + order
+	}
+	rows, err := q.db.Query(ctx, sql, w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}
@@ -600,20 +705,22 @@ type FirstAttempt struct {
 	Output Output
 }
 
-// recordFirstSQL records the fast path's finished forwards of sender $1: it
-// deletes their outbox rows and, for each row it deleted, inserts the
-// forward's job in its state after the first attempt, as River's worker
-// would have left it (attempt 1, the attempt's error, the output River's
-// RecordOutput keeps under metadata.output). A row the relay took in the
-// meantime (its lease ended) is not deleted, and gets no second job. The
-// args are those forward.Args encodes; the job has no unique key (none is
-// needed: its outbox row goes in the same statement).
+// recordFirstSQL records the fast path's finished forwards of sender $1
+// that were not delivered: it deletes their outbox rows and, for each row
+// it deleted, inserts the forward's job in its state after the first
+// attempt, as River's worker would have left it (attempt 1, the attempt's
+// error, the output River's RecordOutput keeps under metadata.output). A
+// row the relay took in the meantime (its lease ended) is not deleted, and
+// gets no second job. The args are those forward.Args encodes; the job has
+// no unique key (none is needed: its outbox row goes in the same
+// statement). The outbox rows are found by their key (event_id = ANY is
+// the index condition), never by a scan of the sender's rows.
 const recordFirstSQL = `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[])
     AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata)
 ), d AS (
-  DELETE FROM forward_outbox f USING o
-  WHERE f.sender = $1 AND f.event_id = o.event_id AND f.target = o.target
+  DELETE FROM forward_outbox f
+  WHERE f.sender = $1 AND f.event_id = ANY($2::uuid[]) AND (f.event_id, f.target) IN (SELECT event_id, target FROM o)
   RETURNING f.event_id, f.target, f.delivery_id, f.created_at
 )
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
@@ -622,10 +729,27 @@ SELECT jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', 
        '` + ForwardKind + `', o.max_attempts, o.metadata, 1, $11::text, o.state::river_job_state, o.scheduled_at, '{}'
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 
+// recordDeliveredSQL records the fast path's delivered forwards of sender
+// $1 as recordFirstSQL records the others, in forward_delivered instead of
+// River's table: a row only for each outbox row it deleted.
+const recordDeliveredSQL = `WITH o AS (
+  SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[])
+    AS o(event_id, target, attempted_at, delivered_at, status, max_attempts)
+), d AS (
+  DELETE FROM forward_outbox f
+  WHERE f.sender = $1 AND f.event_id = ANY($2::uuid[]) AND (f.event_id, f.target) IN (SELECT event_id, target FROM o)
+  RETURNING f.event_id, f.target, f.delivery_id, f.created_at
+)
+INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
+SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts
+FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
+
 // RecordFirstAttempts records the fast path's outcomes in one round trip
-// and one transaction: per sender, one statement for the attempted
-// forwards (their jobs on queue, their outbox rows deleted) and one for the
-// released ones.
+// and one transaction: per sender, one statement for the delivered
+// forwards (forward_delivered), one for the others that were attempted
+// (their jobs on queue), each deleting the forwards' outbox rows, and one
+// for the released ones; all of them find the outbox rows by index probes
+// (outboxIndexScans).
 func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
 	type cols struct {
 		events, relEvents              []uuid.UUID
@@ -633,6 +757,11 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 		maxAttempts                    []int32
 		attempted, finalized, schedule []*time.Time
 		errs, metas                    []*string
+		// The delivered ones.
+		dEvents                []uuid.UUID
+		dTargets               []string
+		dAttempted, dDelivered []time.Time
+		dStatus, dMaxAttempts  []int16
 	}
 	bySender := map[string]*cols{}
 	var order []string
@@ -647,6 +776,19 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 		if a.Release {
 			c.relEvents = append(c.relEvents, a.EventID)
 			c.relTargets = append(c.relTargets, a.Target)
+			continue
+		}
+		if a.State == rivertype.JobStateCompleted {
+			at := a.Output.DeliveredAt
+			if at.IsZero() && a.FinalizedAt != nil {
+				at = *a.FinalizedAt
+			}
+			c.dEvents = append(c.dEvents, a.EventID)
+			c.dTargets = append(c.dTargets, a.Target)
+			c.dAttempted = append(c.dAttempted, a.AttemptedAt)
+			c.dDelivered = append(c.dDelivered, at)
+			c.dStatus = append(c.dStatus, int16(a.Output.Status))
+			c.dMaxAttempts = append(c.dMaxAttempts, int16(min(a.MaxAttempts, math.MaxInt16)))
 			continue
 		}
 		var errJSON *string
@@ -679,8 +821,12 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 		c.metas = append(c.metas, &meta)
 	}
 	var b pgx.Batch
+	b.Queue(outboxIndexScans)
 	for _, s := range order {
 		c := bySender[s]
+		if len(c.dEvents) > 0 {
+			b.Queue(recordDeliveredSQL, s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts)
+		}
 		if len(c.events) > 0 {
 			b.Queue(recordFirstSQL, s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue)
 		}
@@ -692,6 +838,19 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 		return fmt.Errorf("record fast-path forwards: %w", err)
 	}
 	return nil
+}
+
+// DeleteDeliveredBefore deletes up to limit of the fast path's delivered
+// forwards (forward_delivered) delivered before cutoff, in one short
+// statement, and returns how many it deleted: fewer than limit means none
+// are left. River deletes its finished jobs after the same retention.
+func (q *Queries) DeleteDeliveredBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	tag, err := q.db.Exec(ctx, `DELETE FROM forward_delivered WHERE ctid IN (
+  SELECT ctid FROM forward_delivered WHERE delivered_at < $1 LIMIT $2)`, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete old delivered forwards: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Fixtures: forward jobs as River stores them, read and put in a given
@@ -717,14 +876,19 @@ type ForwardJob struct {
 	Output string
 }
 
-// ForwardJobs returns every forward job, oldest (lowest ID) first.
+// ForwardJobs returns every forward job, oldest (lowest ID) first, and
+// every forward_delivered row as the job it stands for (completed after one
+// attempt, on no queue).
 func (q *Queries) ForwardJobs(ctx context.Context) ([]ForwardJob, error) {
 	rows, err := q.db.Query(ctx, `SELECT id, queue, state::text, attempt, max_attempts,
   coalesce(args->>'sender', ''), coalesce(args->>'event_id', ''), coalesce(args->>'target', ''), coalesce(args->>'delivery_id', ''), coalesce(args->>'url', ''),
   coalesce(attempted_by, '{}'), scheduled_at,
   coalesce((SELECT array_agg(e->>'error' ORDER BY ord) FROM unnest(errors) WITH ORDINALITY AS x(e, ord)), '{}'),
   coalesce(metadata->>'output', '')
-FROM river_job WHERE kind = '`+ForwardKind+`' ORDER BY id`)
+FROM river_job WHERE kind = '`+ForwardKind+`'
+UNION ALL
+SELECT d.id, '', 'completed', 1, d.max_attempts, d.sender, d.event_id, d.target, d.delivery_id, '', '{}', d.attempted_at, '{}', (`+deliveredOutput+`)::text
+FROM forward_delivered d ORDER BY 1`)
 	if err != nil {
 		return nil, fmt.Errorf("read forward jobs: %w", err)
 	}
@@ -922,10 +1086,14 @@ type Current struct {
 
 // currentJobsSQL finds the newest job of sender $1's event $3 to each of the
 // targets $2, through hookgate's index on the forward jobs.
-const currentJobsSQL = `SELECT DISTINCT ON (args->>'target') args->>'target', id, state::text, attempt, args ? 'after'
-FROM river_job
-WHERE kind = '` + ForwardKind + `' AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
-ORDER BY args->>'target', id DESC`
+// and its delivered first attempts.
+const currentJobsSQL = `SELECT DISTINCT ON (target) target, id, state, attempt, queued FROM (
+  SELECT args->>'target' AS target, id, state::text AS state, attempt, args ? 'after' AS queued
+  FROM river_job
+  WHERE kind = '` + ForwardKind + `' AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
+  UNION ALL
+  SELECT target, id, 'completed', 1, false FROM forward_delivered WHERE sender = $1 AND target = ANY($2) AND event_id = $3::text) f
+ORDER BY target, id DESC`
 
 // CurrentForwards returns, for each of targets that has any, the newest
 // forward of sender's event to it: its job, or its outbox row.
@@ -985,11 +1153,14 @@ func (q *Queries) EarlierForwardUnfinished(ctx context.Context, sender, target s
 // of the deliveries whose ID starts with a phase's prefix.
 
 // ForwardJobStates counts, by River job state, the forward jobs of the
-// deliveries whose ID starts with prefix.
+// deliveries whose ID starts with prefix, the fast path's delivered
+// forwards (forward_delivered) counted as completed.
 func (q *Queries) ForwardJobStates(ctx context.Context, prefix string) (map[rivertype.JobState]int64, error) {
 	//nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	rows, err := q.db.Query(ctx, `SELECT state::text, count(*) FROM river_job
-WHERE kind = '`+ForwardKind+`' AND starts_with(args->>'delivery_id', $1) GROUP BY 1`, prefix)
+WHERE kind = '`+ForwardKind+`' AND starts_with(args->>'delivery_id', $1) GROUP BY 1
+UNION ALL
+SELECT 'completed', count(*) FROM forward_delivered WHERE starts_with(delivery_id, $1) HAVING count(*) > 0`, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("count forward jobs by state: %w", err)
 	}
@@ -999,7 +1170,7 @@ WHERE kind = '`+ForwardKind+`' AND starts_with(args->>'delivery_id', $1) GROUP B
 		n     int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
-		out[rivertype.JobState(state)] = n
+		out[rivertype.JobState(state)] += n
 		return nil
 	})
 	if err != nil {

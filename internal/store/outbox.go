@@ -31,13 +31,35 @@ const takeOutboxSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND (event_i
   LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING sender, event_id, target, delivery_id`
 
+// outboxIndexScans makes the rest of the transaction read forward_outbox
+// through plain index scans. The outbox is a queue: rows come and go by
+// thousands a second, so its statistics (refreshed at most once a minute)
+// say it is nearly empty, and PostgreSQL plans a sequential scan or a
+// bitmap scan of all of a sender's index entries, which walks every row
+// deleted since the last vacuum (a bitmap scan never marks a dead entry,
+// so they pile up: thousands per statement under load). A plain index scan
+// probes the key, and marks the dead entries it meets so that later scans
+// skip them and inserts reclaim their space. Sent in the same round trip
+// as the statement it is for.
+const outboxIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
 // TakeOutbox deletes and returns up to limit outbox rows of sender that no
 // other transaction holds (FOR UPDATE SKIP LOCKED) and no fast path has
 // leased (forward.Dispatcher; a row whose lease has ended is taken): run it
 // in the transaction that inserts their jobs, so that they come back if it
 // rolls back. It returns none (nil) when every row is held or there is none.
+// The transaction reads the outbox through index scans from then on
+// (outboxIndexScans).
 func (q *Queries) TakeOutbox(ctx context.Context, sender string, limit int) ([]OutboxRow, error) {
-	rows, err := q.db.Query(ctx, takeOutboxSQL, sender, limit)
+	var b pgx.Batch
+	b.Queue(outboxIndexScans)
+	b.Queue(takeOutboxSQL, sender, limit)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("take outbox rows: %w", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("take outbox rows: %w", err)
 	}

@@ -10,9 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// traffic_minutes: per-minute counts of deliveries and forwards, added by
-// each process about once a minute (package traffic) and read by the
-// console's charts. Ingest never writes the table.
+// traffic_minutes and traffic_hours: per-minute and per-hour counts of
+// deliveries and forwards, added by each process about once a minute
+// (package traffic) and read by the console's charts. Ingest never writes
+// them.
 
 // Traffic kinds: the kind column's values.
 const (
@@ -23,7 +24,8 @@ const (
 	TrafficFailed    = "failed"
 )
 
-// TrafficRetention is how long traffic_minutes keeps a minute.
+// TrafficRetention is how long traffic_minutes keeps a minute, and
+// traffic_hours an hour.
 const TrafficRetention = 48 * time.Hour
 
 // LatencyBoundsMS are the upper bounds, in milliseconds, of the buckets
@@ -92,22 +94,33 @@ type TrafficDelta struct {
 	Hist                 []int64
 }
 
-// addTrafficSQL adds a delta to its minute's row; histograms add up bucket
-// by bucket.
-const addTrafficSQL = `INSERT INTO traffic_minutes (sender, target, kind, minute, n, sum_ms, latency_hist) VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (sender, target, kind, minute) DO UPDATE SET n = traffic_minutes.n + EXCLUDED.n, sum_ms = traffic_minutes.sum_ms + EXCLUDED.sum_ms,
-  latency_hist = CASE WHEN traffic_minutes.latency_hist IS NULL THEN EXCLUDED.latency_hist
-    WHEN EXCLUDED.latency_hist IS NULL THEN traffic_minutes.latency_hist
-    ELSE ARRAY(SELECT coalesce(a, 0) + coalesce(b, 0) FROM unnest(traffic_minutes.latency_hist, EXCLUDED.latency_hist) WITH ORDINALITY AS u(a, b, i) ORDER BY i) END`
+// addTrafficSQL adds a delta to its row in table (traffic_minutes or
+// traffic_hours, whose time column is col); histograms add up bucket by
+// bucket.
+func addTrafficSQL(table, col string) string {
+	return `INSERT INTO ` + table + ` (sender, target, kind, ` + col + `, n, sum_ms, latency_hist) VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (sender, target, kind, ` + col + `) DO UPDATE SET n = ` + table + `.n + EXCLUDED.n, sum_ms = ` + table + `.sum_ms + EXCLUDED.sum_ms,
+  latency_hist = CASE WHEN ` + table + `.latency_hist IS NULL THEN EXCLUDED.latency_hist
+    WHEN EXCLUDED.latency_hist IS NULL THEN ` + table + `.latency_hist
+    ELSE ARRAY(SELECT coalesce(a, 0) + coalesce(b, 0) FROM unnest(` + table + `.latency_hist, EXCLUDED.latency_hist) WITH ORDINALITY AS u(a, b, i) ORDER BY i) END`
+}
 
-// AddTraffic adds deltas to their minutes' rows, and forgets the minutes
-// older than TrafficRetention before now, in one transaction.
+var (
+	addMinuteSQL = addTrafficSQL("traffic_minutes", "minute")
+	addHourSQL   = addTrafficSQL("traffic_hours", "hour")
+)
+
+// AddTraffic adds deltas to their minutes' rows and to their hours' rows,
+// and forgets the minutes and hours older than TrafficRetention before
+// now, in one transaction.
 func (q *Queries) AddTraffic(ctx context.Context, deltas []TrafficDelta, now time.Time) error {
 	b := &pgx.Batch{}
 	for _, d := range deltas {
-		b.Queue(addTrafficSQL, d.Sender, d.Target, d.Kind, d.Minute.UTC().Truncate(time.Minute), d.N, d.SumMS, d.Hist)
+		b.Queue(addMinuteSQL, d.Sender, d.Target, d.Kind, d.Minute.UTC().Truncate(time.Minute), d.N, d.SumMS, d.Hist)
+		b.Queue(addHourSQL, d.Sender, d.Target, d.Kind, d.Minute.UTC().Truncate(time.Hour), d.N, d.SumMS, d.Hist)
 	}
 	b.Queue(`DELETE FROM traffic_minutes WHERE minute < $1`, now.Add(-TrafficRetention))
+	b.Queue(`DELETE FROM traffic_hours WHERE hour < $1`, now.Add(-TrafficRetention).Truncate(time.Hour))
 	if err := q.db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("add traffic counts: %w", err)
 	}
@@ -116,7 +129,7 @@ func (q *Queries) AddTraffic(ctx context.Context, deltas []TrafficDelta, now tim
 
 // TrafficBucket is the count of one kind in one bucket of a series, with
 // the latency histogram of its forward attempts (LatencyBuckets long, all
-// zero for ingest kinds).
+// zero, or empty, for ingest kinds).
 type TrafficBucket struct {
 	Target, Kind string
 	Start        time.Time
@@ -126,13 +139,27 @@ type TrafficBucket struct {
 
 // Traffic returns sender's counts per kind (and per target) in buckets of
 // width (a whole number of minutes) from since to until, oldest first.
-// Only non-empty buckets are returned.
+// Only non-empty buckets are returned. A width of whole hours reads
+// traffic_hours (since and until are then taken to their hours), any other
+// traffic_minutes.
 func (q *Queries) Traffic(ctx context.Context, sender string, since, until time.Time, width time.Duration) ([]TrafficBucket, error) {
 	width = width.Truncate(time.Minute)
 	if width < time.Minute {
 		width = time.Minute
 	}
-	rows, err := q.db.Query(ctx, trafficSQL, sender, since, until, width)
+	sql := trafficMinutesSQL
+	switch {
+	case width == time.Minute: // the rows as they are
+		sql = minutesSQL
+	case width == time.Hour:
+		sql = hoursSQL
+	case width%time.Hour == 0:
+		sql = trafficHoursSQL
+	}
+	if width%time.Hour == 0 {
+		since, until = since.Truncate(time.Hour), until.Truncate(time.Hour)
+	}
+	rows, err := q.db.Query(ctx, sql, sender, since, until, width)
 	if err != nil {
 		return nil, fmt.Errorf("read traffic of %s: %w", sender, err)
 	}
@@ -147,15 +174,30 @@ func (q *Queries) Traffic(ctx context.Context, sender string, since, until time.
 	return out, nil
 }
 
-// trafficSQL reads a sender's buckets (Traffic); its histograms are added
-// up bucket by bucket, one sum per element.
-var trafficSQL = func() string {
+// trafficSQL reads a sender's buckets (Traffic) from table, whose time
+// column is col; its histograms are added up bucket by bucket, one sum per
+// element.
+func trafficSQL(table, col string) string {
 	sums := make([]string, LatencyBuckets)
 	for i := range sums {
 		sums[i] = fmt.Sprintf("coalesce(sum(latency_hist[%d]), 0)", i+1)
 	}
-	return `SELECT target, kind, date_bin($4::interval, minute, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS bucket, sum(n)::bigint, sum(sum_ms)::bigint,
+	return `SELECT target, kind, date_bin($4::interval, ` + col + `, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS bucket, sum(n)::bigint, sum(sum_ms)::bigint,
   ARRAY[` + strings.Join(sums, ", ") + `]::bigint[]
-FROM traffic_minutes WHERE sender = $1 AND minute >= $2 AND minute < $3
+FROM ` + table + ` WHERE sender = $1 AND ` + col + ` >= $2 AND ` + col + ` < $3
 GROUP BY target, kind, bucket ORDER BY bucket, target, kind`
-}()
+}
+
+// rowsSQL reads a sender's rows of table as they are, for buckets of the
+// table's own width: nothing to add up.
+func rowsSQL(table, col string) string {
+	return `SELECT target, kind, ` + col + `, n, sum_ms, coalesce(latency_hist, '{}') FROM ` + table + `
+WHERE sender = $1 AND ` + col + ` >= $2 AND ` + col + ` < $3 AND $4::interval IS NOT NULL ORDER BY ` + col + `, target, kind`
+}
+
+var (
+	trafficMinutesSQL = trafficSQL("traffic_minutes", "minute")
+	trafficHoursSQL   = trafficSQL("traffic_hours", "hour")
+	minutesSQL        = rowsSQL("traffic_minutes", "minute")
+	hoursSQL          = rowsSQL("traffic_hours", "hour")
+)

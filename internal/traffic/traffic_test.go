@@ -96,7 +96,8 @@ func TestFlushAddsCountsPerMinute(t *testing.T) {
 		t.Errorf("delivered latency sum = %d ms, want %d", b.SumMS, 400*20)
 	}
 
-	// Per hour: both minutes in one bucket.
+	// Per hour (traffic_hours, added to by the same flushes): both minutes
+	// in one bucket.
 	hours, err := q.Traffic(ctx, "orders", now.Add(-24*time.Hour), now.Add(time.Hour), time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +113,12 @@ func TestFlushAddsCountsPerMinute(t *testing.T) {
 	}
 	if old != 0 {
 		t.Errorf("%d rows older than the retention remain", old)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM traffic_hours WHERE hour < $1`, now.Add(-store.TrafficRetention).Truncate(time.Hour)).Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	if old != 0 {
+		t.Errorf("%d hours older than the retention remain", old)
 	}
 }
 

@@ -22,3 +22,5 @@ SELECT create_distributed_table('delivery_hour_counts', 'sender', colocate_with 
 -- local: console_revoked_sessions: console sessions signed out, keyed by session, not by sender; read by the console only.
 -- local: console_signouts: one row ("sign out everywhere"), not keyed by sender; read by the console only.
 -- local: traffic_minutes: the console's per-minute counts (two days of them), flushed by each process about once a minute in one transaction for every sender, with the deletion of old minutes (distributed, that would commit on every worker in two phases); ingest never writes it.
+-- local: traffic_hours: the same counts per hour (the day charts read it), written in the same flush transaction as traffic_minutes, for the same reason.
+-- local: forward_delivered: the fast path's delivered first attempts, read together with River's (local) jobs in one statement by internal/store; written in the statement that deletes the forward's (distributed) outbox row, as River's job of any other outcome is.

@@ -1,0 +1,200 @@
+package store
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// A forward the fast path delivered at its first attempt is a row of
+// forward_delivered, not a River job; every read sees it like a River job
+// completed after one attempt: the event's forwards, the target's counts
+// and list (by state, time and cursor), the current forward of the event,
+// the bulk redelivery's match, and the job fixtures. A newer forward of
+// the same event (a redelivery, a River job) supersedes it, and it
+// supersedes an older failure.
+func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
+	t.Parallel()
+	s, _ := store(t)
+	ctx := t.Context()
+	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+	// e1 failed earlier through River (an older job), e1 and e2 then went
+	// through the fast path: delivered; e3's first attempt failed
+	// (retryable, a River job); e4's outbox row was taken by the relay
+	// before the outcome was recorded (nothing recorded).
+	e1, e2, e3, e4 := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	failed, err := s.InsertForwardJobs(ctx, "q", JobFixture{State: rivertype.JobStateDiscarded, At: at.Add(-time.Hour)},
+		NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range []uuid.UUID{e1, e2, e3} {
+		if err := s.InsertOutbox(ctx, OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: []string{"d1", "d2", "d3"}[i]}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivered := func(e uuid.UUID) FirstAttempt {
+		return FirstAttempt{Sender: "acme", EventID: e, Target: "t", State: rivertype.JobStateCompleted, MaxAttempts: 5,
+			AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}
+	}
+	retry := FirstAttempt{Sender: "acme", EventID: e3, Target: "t", State: rivertype.JobStateRetryable, MaxAttempts: 5,
+		AttemptedAt: at, ScheduledAt: at.Add(time.Hour), Error: "target answered 503", Output: Output{Status: 503}}
+	if err := s.RecordFirstAttempts(ctx, "q", []FirstAttempt{delivered(e1), delivered(e2), retry, delivered(e4)}); err != nil {
+		t.Fatal(err)
+	}
+
+	fwds, err := s.EventForwards(ctx, "acme", e2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fwds) != 1 || fwds[0].State != StateDelivered || fwds[0].Attempts != 1 || fwds[0].MaxAttempts != 5 ||
+		fwds[0].LastStatus != 204 || !fwds[0].DeliveredAt.Equal(at) || fwds[0].Target != "t" || fwds[0].JobID <= failed[0] {
+		t.Errorf("forwards of e2: %+v", fwds)
+	}
+	if fwds, err := s.EventForwards(ctx, "acme", e4); err != nil || len(fwds) != 0 {
+		t.Errorf("forwards of e4 (its outbox row gone before the recording): %+v, %v; want none", fwds, err)
+	}
+
+	counts, err := s.CountForwards(ctx, "acme", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := counts["t"]; c != (Counts{Retrying: 1, Delivered: 2}) {
+		t.Errorf("counts %+v, want 1 retrying, 2 delivered and no failure (e1's is superseded)", c)
+	}
+	if counts, err := s.CountForwards(ctx, "acme", false); err != nil || counts["t"] != (Counts{Retrying: 1}) {
+		t.Errorf("counts without delivered: %+v, %v", counts, err)
+	}
+
+	page, err := s.ListTargetForwards(ctx, Filter{Sender: "acme", Target: "t"}, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Forwards) != 2 || page.Next == nil || page.Forwards[0].JobID < page.Forwards[1].JobID {
+		t.Fatalf("first page: %+v", page)
+	}
+	all := page.Forwards
+	if page, err = s.ListTargetForwards(ctx, Filter{Sender: "acme", Target: "t"}, 2, page.Next); err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, page.Forwards...)
+	if len(all) != 4 || page.Next != nil || all[3].JobID != failed[0] {
+		t.Errorf("every forward, newest first: %+v", all)
+	}
+	page, err = s.ListTargetForwards(ctx, Filter{Sender: "acme", Target: "t", State: StateDelivered, Since: at, Until: at.Add(time.Second)}, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// e1 and e2 were recorded by one statement, in no given order.
+	if len(page.Forwards) != 2 || page.Forwards[0].JobID < page.Forwards[1].JobID {
+		t.Fatalf("delivered: %+v", page.Forwards)
+	}
+	for _, f := range page.Forwards {
+		want := map[uuid.UUID]string{e1: "d1", e2: "d2"}[f.EventID]
+		if want == "" || f.DeliveryID != want || !f.FinishedAt.Equal(at) || f.LastStatus != 204 || f.Attempts != 1 {
+			t.Errorf("delivered: %+v", f)
+		}
+	}
+	if page, err = s.ListTargetForwards(ctx, Filter{Sender: "acme", Target: "t", State: StateDelivered, Since: at.Add(time.Second)}, 10, nil); err != nil || len(page.Forwards) != 0 {
+		t.Errorf("delivered after they were: %+v, %v", page.Forwards, err)
+	}
+	if page, err = s.ListTargetForwards(ctx, Filter{Sender: "acme", Target: "t", State: StateFailed}, 10, nil); err != nil || len(page.Forwards) != 0 {
+		t.Errorf("failed (e1's failure is superseded by its delivery): %+v, %v", page.Forwards, err)
+	}
+
+	cur, err := s.CurrentForwards(ctx, "acme", e1, []string{"t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e1Delivery int64
+	for _, f := range all {
+		if f.EventID == e1 && f.State == StateDelivered {
+			e1Delivery = f.JobID
+		}
+	}
+	if c := cur["t"]; c.JobID != e1Delivery || c.State != rivertype.JobStateCompleted || c.Attempt != 1 || c.Outbox || c.Queued {
+		t.Errorf("current forward of e1: %+v, want its delivery %d", c, e1Delivery)
+	}
+
+	newest, _, err := s.NewestJobID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := Filter{Sender: "acme", Target: "t", State: StateDelivered}
+	if n, err := s.CountBulkMatch(ctx, match, newest); err != nil || n != 2 {
+		t.Errorf("bulk match of delivered: %d, %v; want 2", n, err)
+	}
+	// A redelivery of e1 (a newer River job) supersedes its delivery.
+	if _, err := s.InsertForwardJobs(ctx, "q", JobFixture{}, NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.BulkMatchBatch(ctx, match, newest, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].EventID != e2 || got[0].DeliveryID != "d2" {
+		t.Errorf("bulk match after e1's redelivery: %+v, want e2's delivery only", got)
+	}
+
+	jobs, err := s.ForwardJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 5 {
+		t.Fatalf("forward jobs: %+v", jobs)
+	}
+	for _, j := range jobs {
+		if j.EventID == e2.String() && (j.State != rivertype.JobStateCompleted || j.Attempt != 1 || j.Output == "") {
+			t.Errorf("e2's job fixture: %+v", j)
+		}
+	}
+}
+
+// A bulk redelivery of forwards under way matches, when its job runs, the
+// forwards that were running, or retrying, when it was asked for
+// (Filter.InStateAt), whatever they have become since; the request counts
+// those in the state now.
+func TestBulkMatchUnderWayAt(t *testing.T) {
+	t.Parallel()
+	s, _ := store(t)
+	ctx := t.Context()
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	job := func(f JobFixture) int64 {
+		t.Helper()
+		ids, err := s.InsertForwardJobs(ctx, "q", f, NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids[0]
+	}
+	running := job(JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)})
+	retrying := job(JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"503"}, At: at.Add(-time.Second), ScheduledAt: at.Add(time.Hour)})
+	retriedSince := job(JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"503"}, At: at.Add(time.Second)})
+	job(JobFixture{State: rivertype.JobStateCompleted, Attempt: 1, At: at.Add(time.Second)}) // pending then, delivered since
+	job(JobFixture{})                                                                        // pending
+	newest, _, err := s.NewestJobID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for state, want := range map[State][]int64{StateRunning: {running}, StateRetrying: {retrying, retriedSince}} {
+		got, err := s.BulkMatchBatch(ctx, Filter{Sender: "acme", Target: "t", State: state, InStateAt: at}, newest, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int64, 0, len(got))
+		for _, m := range got {
+			ids = append(ids, m.JobID)
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("%s at the request: matched jobs %v, want %v", state, ids, want)
+		}
+	}
+	for state, want := range map[State]int64{StateRunning: 1, StateRetrying: 1} {
+		if n, err := s.CountBulkMatch(ctx, Filter{Sender: "acme", Target: "t", State: state}, newest); err != nil || n != want {
+			t.Errorf("%s now: counted %d, %v; want %d", state, n, err, want)
+		}
+	}
+}
