@@ -59,9 +59,7 @@ func (e *env) startWorking() {
 // newest first, and draws the target's latency from the attempts. With
 // HOOKGATE_SCREENSHOTS_DIR set it writes console-target.png there.
 func TestConsoleBreakerHistoryInBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives a real browser and a real worker: not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "drives a real browser and a real worker")
 	t.Parallel()
 	ctx := browser(t)
 	var up atomic.Bool

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/authlimit"
@@ -1107,14 +1108,21 @@ senders:
 	if n := s.relayOnce(); n != 2 {
 		t.Fatalf("relay moved %d forwards, want 2", n)
 	}
+	q := store.New(s.pool)
+	jobs, err := q.ForwardJobs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	current := map[string]int64{}
-	for target, state := range map[string]string{"orders": "running", "ledger": "retryable"} {
-		var id int64
-		if err := s.pool.QueryRow(t.Context(), `UPDATE river_job SET state = $2::river_job_state, attempt = 1, attempted_at = now()
-WHERE args->>'event_id' = $1 AND args->>'target' = $3 RETURNING id`, ev, state, target).Scan(&id); err != nil {
-			t.Fatal(err)
+	for _, j := range jobs {
+		if j.EventID == ev {
+			current[j.Target] = j.ID
 		}
-		current[target] = id
+	}
+	for target, state := range map[string]rivertype.JobState{"orders": rivertype.JobStateRunning, "ledger": rivertype.JobStateRetryable} {
+		if err := q.SetForwardJob(t.Context(), current[target], store.JobFixture{State: state, Attempt: 1}); err != nil {
+			t.Fatalf("forward to %s: %v", target, err)
+		}
 	}
 	var re redelivery
 	decode(t, s.call("POST", "/v1/events/"+ev+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
@@ -1128,9 +1136,14 @@ WHERE args->>'event_id' = $1 AND args->>'target' = $3 RETURNING id`, ev, state, 
 		}
 		queued[f.Target] = f.JobID
 	}
-	var n int
-	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE args->>'event_id' = $1 AND (args->>'after')::bigint > 0`, ev).Scan(&n); err != nil || n != 2 {
-		t.Errorf("jobs queued after a forward: %d (%v), want 2", n, err)
+	now, err := q.CurrentForwards(t.Context(), "fwd", uuid.MustParse(ev), []string{"orders", "ledger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for target, id := range queued {
+		if c := now[target]; c.JobID != id || !c.Queued {
+			t.Errorf("newest forward to %s: %+v; want job %d, queued after a forward", target, c, id)
+		}
 	}
 	decode(t, s.call("POST", "/v1/events/"+ev+"/redeliver"), http.StatusAccepted, "POST", routeRedeliver, &re)
 	for _, f := range re.Forwards {

@@ -466,9 +466,28 @@ senders:
 			t.Errorf("stop River: %v", err)
 		}
 	})
-	testkit.Poll(t, pollTimeout, "the bulk job to complete", func() bool {
-		return s.countJobs(forward.BulkArgs{}.Kind(), "completed") == 1
+	// The job inserts 5,000 forwards, a batch of 1,000 per transaction. On
+	// a loaded machine (the race detector, the other tests, other work)
+	// the whole job took longer than pollTimeout, and the test failed while
+	// the job was still inserting them. What must not happen is a stall:
+	// the guard fails the test when no batch has been added for a minute,
+	// however long the whole job takes.
+	const stall = time.Minute
+	started := time.Now()
+	added, progressed := -1, started
+	testkit.Poll(t, 15*time.Minute, "the bulk job to complete", func() bool {
+		if s.countJobs(forward.BulkArgs{}.Kind(), "completed") == 1 {
+			return true
+		}
+		if got := s.countJobs("hookgate_forward", "available"); got != added {
+			added, progressed = got, time.Now()
+		} else if time.Since(progressed) > stall {
+			t.Fatalf("the bulk job added no forward for %v (%d of %d added); bulk jobs available %d, running %d, retryable %d", stall, got, n,
+				s.countJobs(forward.BulkArgs{}.Kind(), "available"), s.countJobs(forward.BulkArgs{}.Kind(), "running"), s.countJobs(forward.BulkArgs{}.Kind(), "retryable"))
+		}
+		return false
 	})
+	t.Logf("the bulk job inserted its forwards in %v", time.Since(started).Round(100*time.Millisecond))
 	if got := s.countJobs("hookgate_forward", "available"); got != n {
 		t.Errorf("%d forwards enqueued, want %d", got, n)
 	}

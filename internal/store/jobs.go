@@ -872,6 +872,9 @@ type ForwardJob struct {
 	ScheduledAt time.Time
 	// Errors are the errors of its failed attempts, in order.
 	Errors []string
+	// ErrorRecords are its failed attempts' records as River stores them
+	// (JSON: at, attempt, error, trace), in order.
+	ErrorRecords []string
 	// Output is its recorded output (JSON), "" when none.
 	Output string
 }
@@ -884,10 +887,10 @@ func (q *Queries) ForwardJobs(ctx context.Context) ([]ForwardJob, error) {
   coalesce(args->>'sender', ''), coalesce(args->>'event_id', ''), coalesce(args->>'target', ''), coalesce(args->>'delivery_id', ''), coalesce(args->>'url', ''),
   coalesce(attempted_by, '{}'), scheduled_at,
   coalesce((SELECT array_agg(e->>'error' ORDER BY ord) FROM unnest(errors) WITH ORDINALITY AS x(e, ord)), '{}'),
-  coalesce(metadata->>'output', '')
+  coalesce(errors::text[], '{}'), coalesce(metadata->>'output', '')
 FROM river_job WHERE kind = '`+ForwardKind+`'
 UNION ALL
-SELECT d.id, '', 'completed', 1, d.max_attempts, d.sender, d.event_id, d.target, d.delivery_id, '', '{}', d.attempted_at, '{}', (`+deliveredOutput+`)::text
+SELECT d.id, '', 'completed', 1, d.max_attempts, d.sender, d.event_id, d.target, d.delivery_id, '', '{}', d.attempted_at, '{}', '{}', (`+deliveredOutput+`)::text
 FROM forward_delivered d ORDER BY 1`)
 	if err != nil {
 		return nil, fmt.Errorf("read forward jobs: %w", err)
@@ -898,7 +901,7 @@ FROM forward_delivered d ORDER BY 1`)
 			state string
 		)
 		err := row.Scan(&j.ID, &j.Queue, &state, &j.Attempt, &j.MaxAttempts, &j.Sender, &j.EventID, &j.Target, &j.DeliveryID, &j.URL,
-			&j.AttemptedBy, &j.ScheduledAt, &j.Errors, &j.Output)
+			&j.AttemptedBy, &j.ScheduledAt, &j.Errors, &j.ErrorRecords, &j.Output)
 		j.State = rivertype.JobState(state)
 		return j, err
 	})

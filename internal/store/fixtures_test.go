@@ -1,0 +1,55 @@
+package store
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/riverqueue/river/rivertype"
+)
+
+// TestForwardJobFixturesReadBack: the fixtures tests build forward jobs
+// with (InsertForwardJobs, SetForwardJob) are read back by ForwardJobs as
+// they were put: state, attempts, errors (their text and River's records,
+// numbered to end at the attempt) and output.
+func TestForwardJobFixturesReadBack(t *testing.T) {
+	t.Parallel()
+	s, _ := store(t)
+	ctx := t.Context()
+	ids, err := s.InsertForwardJobs(ctx, "forward", JobFixture{State: rivertype.JobStateRetryable, Attempt: 3, Errors: []string{"boom 2", "boom 3"}, Output: &Output{Attempt: 3, Status: 503}},
+		NewForwardJob{Sender: "s", Target: "a", DeliveryID: "d-1", MaxAttempts: 5},
+		NewForwardJob{Sender: "s", Target: "b", DeliveryID: "d-2", MaxAttempts: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetForwardJob(ctx, ids[1], JobFixture{State: rivertype.JobStateRunning, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := s.ForwardJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 || jobs[0].ID != ids[0] || jobs[1].ID != ids[1] {
+		t.Fatalf("ForwardJobs = %+v; want jobs %v", jobs, ids)
+	}
+	a, b := jobs[0], jobs[1]
+	if a.State != rivertype.JobStateRetryable || a.Attempt != 3 || a.MaxAttempts != 5 || a.Target != "a" || a.DeliveryID != "d-1" ||
+		!slices.Equal(a.Errors, []string{"boom 2", "boom 3"}) || a.Output == "" {
+		t.Errorf("job put retryable after 3 attempts: %+v", a)
+	}
+	if len(a.ErrorRecords) != 2 {
+		t.Fatalf("error records %q; want 2", a.ErrorRecords)
+	}
+	for i, rec := range a.ErrorRecords {
+		var r struct {
+			Attempt int    `json:"attempt"`
+			Error   string `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(rec), &r); err != nil || r.Attempt != i+2 || r.Error != a.Errors[i] {
+			t.Errorf("error record %d = %s (%v); want attempt %d, error %q", i, rec, err, i+2, a.Errors[i])
+		}
+	}
+	if b.State != rivertype.JobStateRunning || b.Attempt != 1 || len(b.Errors) != 0 || len(b.ErrorRecords) != 0 {
+		t.Errorf("job set running at its first attempt: %+v", b)
+	}
+}
