@@ -18,7 +18,7 @@ GOLANGCI_LINT ?= go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on :8080
 run:
@@ -53,6 +53,12 @@ test-citus:
 ## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
 bench:
 	@.ci/bench.sh $(BENCHFLAGS)
+
+## bench-citus: first deliveries/s (the benchmark's phase 1, --role api) on a running Citus cluster and on a
+##   throwaway PostgreSQL, ROUNDS runs of each (default 3), alternating; prints each run, the means and the ratio:
+##   make bench-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md#figures)
+bench-citus:
+	@CITUS_URL='$(CITUS_URL)' ROUNDS='$(ROUNDS)' .ci/bench-citus.sh $(BENCHFLAGS)
 
 ## bench-console: time the console's delivery list queries on 1,000,000 deliveries of one sender (throwaway PostgreSQL)
 bench-console:

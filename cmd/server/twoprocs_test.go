@@ -123,9 +123,7 @@ func (s *twoPhaseSampler) result(t *testing.T) int64 {
 // outbox rows on its worker and insert River's jobs on the coordinator in
 // one statement.
 func TestCopiesThroughTwoProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("two gateway processes under load: not in the fast tier (-short)")
-	}
+	testkit.Slow(t, "two gateway processes under load")
 	t.Parallel()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)

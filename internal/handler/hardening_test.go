@@ -257,7 +257,11 @@ func TestIngestShedsAfterMaxQueueWait(t *testing.T) {
 	holder := newPool(t, dsn, 2) // the held transaction's and the test's queries
 	// (The layout is given, so that the store does not look it up on the
 	// connection the test holds.)
-	s := newServer(t, pool, options{store: dedup.Config{Layout: dedup.LayoutPlain,
+	layout := dedup.LayoutPlain
+	if pgtest.Citus() {
+		layout = dedup.LayoutDistributed
+	}
+	s := newServer(t, pool, options{store: dedup.Config{Layout: layout,
 		Shedding: &dedup.ShedPolicy{Target: dedup.DefaultShedTarget, Interval: dedup.DefaultShedInterval, MaxWait: 200 * time.Millisecond}}})
 
 	// The pool's only connection is taken: a delivery queues for it.

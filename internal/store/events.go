@@ -120,25 +120,30 @@ func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff 
 	return tag.RowsAffected(), nil
 }
 
-// eventSendersSQL lists the senders that have events, one index probe per
-// sender (a loose scan of webhook_events_pkey, which leads with sender),
-// not a scan of every event.
-const eventSendersSQL = `WITH RECURSIVE s(sender) AS (
-  SELECT min(sender) FROM webhook_events
-  UNION ALL
-  SELECT (SELECT min(sender) FROM webhook_events WHERE sender > s.sender) FROM s WHERE s.sender IS NOT NULL)
-SELECT sender FROM s WHERE sender IS NOT NULL`
+// The senders that have events, found by a loose scan of
+// webhook_events_pkey (which leads with sender): one index probe per sender,
+// not a scan of every event. The scan is a loop of probes rather than one
+// recursive CTE, which Citus plans only with a filter on the distribution
+// column; on Citus each probe asks every shard for its least sender above
+// the last, each shard by its index.
+const (
+	firstEventSenderSQL = `SELECT min(sender) FROM webhook_events`
+	nextEventSenderSQL  = `SELECT min(sender) FROM webhook_events WHERE sender > $1`
+)
 
 // EventSenders returns the names of the senders that have events,
-// configured or not, in order.
+// configured or not, in order: one round trip per sender, and one more.
 func (q *Queries) EventSenders(ctx context.Context) ([]string, error) {
-	rows, err := q.db.Query(ctx, eventSendersSQL)
-	if err != nil {
+	var senders []string
+	var next *string
+	if err := q.db.QueryRow(ctx, firstEventSenderSQL).Scan(&next); err != nil {
 		return nil, fmt.Errorf("list senders with events: %w", err)
 	}
-	senders, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list senders with events: %w", err)
+	for next != nil {
+		senders = append(senders, *next)
+		if err := q.db.QueryRow(ctx, nextEventSenderSQL, *next).Scan(&next); err != nil {
+			return nil, fmt.Errorf("list senders with events: %w", err)
+		}
 	}
 	return senders, nil
 }
