@@ -281,10 +281,13 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.trustedProxies...)
-	cons := console.New(senders.Config(), db.queries, log, console.Options{
+	cons, err := console.New(senders.Config(), db.queries, log, console.Config{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: fwd.client,
 	})
+	if err != nil {
+		return nil, err
+	}
 	hc := handler.Config{
 		AdminToken: s.adminToken, BodyBudget: s.bodyBudget, BodyBudgetWait: s.bodyBudgetWait,
 		MetricsElsewhere: s.metricsAddr != "",

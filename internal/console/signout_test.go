@@ -23,7 +23,10 @@ import (
 func (e *env) replica() *env {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cons := console.New(e.cfg, e.q, log, e.opts)
+	cons, err := console.New(e.cfg, e.q, log, e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	ingest, err := dedup.New(e.pool, dedup.Config{InFlightWait: 5 * time.Second})
 	if err != nil {
 		e.t.Fatal(err)
