@@ -57,7 +57,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	api := newAPI(db, senders, deliveries, fwd, s, reg, log)
+	api, err := newAPI(db, senders, deliveries, fwd, s, reg, log)
+	if err != nil {
+		return err
+	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -144,38 +147,24 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 	m := forward.NewMetrics(reg)
 	m.Init(cfg) // every target's series from the start
 	m.CountTraffic(db.traffic)
+	cc, err := forwardClientConfig(db, cfg, s, log)
+	if err != nil {
+		return nil, err
+	}
 	var (
-		worker *forward.Worker
+		worker *forward.Worker // nil for the api role: its client inserts only
 		fast   *forward.Dispatcher
 	)
 	if work {
-		// The fast path shares the River worker's HTTP client and Gate:
-		// fair shares, max_in_flight and breakers hold across both.
-		gate, err := forward.NewGate(db.pool, s.forwardWorkers, m, log, forward.DefaultBreakerConfig())
-		if err != nil {
-			return nil, err
-		}
-		worker, err = forward.NewWorker(cfg, db.pool, forward.NewHTTPClient(s.forwardWorkers), gate, m, log, forward.WorkerConfig{Backoff: s.backoff})
-		if err != nil {
+		if worker, err = newForwardWorker(db, cfg, s, m, log); err != nil {
 			return nil, err
 		}
 		if s.role == roleAll && s.fastPath {
+			// The fast path shares the River worker's HTTP client and
+			// Gate: fair shares, max_in_flight and breakers hold across
+			// both.
 			fast = forward.NewDispatcher(worker, db.pool, cfg, s.forwardLease, s.fastWorkers, 0, reg, log)
 		}
-	}
-	cc := forward.DefaultClientConfig(cfg)
-	cc.MaxWorkers = s.forwardWorkers
-	if s.rescueAfter > 0 { // set; unset keeps the horizon computed from the targets
-		cc.RescueAfter = s.rescueAfter
-	}
-	cc.FetchPollInterval = s.fetchPoll
-	cc.Maintenance = forward.Maintenance{
-		Queue:   retention.Queue,
-		Timeout: retention.JobTimeout,
-		Register: func(w *river.Workers, maxTimeout time.Duration) error {
-			return river.AddWorkerSafely(w, retention.NewWorker(db.pool, cfg, maxTimeout, log))
-		},
-		Periodic: []*river.PeriodicJob{retention.PeriodicJob(s.retentionInterval)},
 	}
 	client, err := forward.NewClient(db.pool, cfg, worker, cc, log)
 	if err != nil {
@@ -185,6 +174,48 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		return nil, err
 	}
 	return &forwarding{client: client, work: work, fast: fast}, nil
+}
+
+// newForwardWorker returns the process's forward worker: a Gate of
+// --forward-workers forwards with the default breakers, and the retry
+// schedule of the settings.
+func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, error) {
+	gate, err := forward.NewGate(db.pool, s.forwardWorkers, m, log, forward.DefaultBreakerConfig())
+	if err != nil {
+		return nil, err
+	}
+	return forward.NewWorker(cfg, db.pool, forward.NewHTTPClient(s.forwardWorkers), gate, m, log, forward.WorkerConfig{Backoff: s.backoff})
+}
+
+// forwardClientConfig is the River client's configuration from the
+// settings, with the retention job as its maintenance.
+func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slog.Logger) (forward.ClientConfig, error) {
+	cc := forward.DefaultClientConfig(cfg)
+	cc.MaxWorkers = s.forwardWorkers
+	if s.rescueAfter > 0 { // set; unset keeps the horizon computed from the targets
+		cc.RescueAfter = s.rescueAfter
+	}
+	cc.FetchPollInterval = s.fetchPoll
+	rc := retention.DefaultConfig()
+	rc.Interval = s.retentionInterval
+	periodic, err := retention.PeriodicJob(rc)
+	if err != nil {
+		return cc, err
+	}
+	cc.Maintenance = forward.Maintenance{
+		Queue:   retention.Queue,
+		Timeout: rc.Timeout,
+		Register: func(w *river.Workers, maxTimeout time.Duration) error {
+			rc.Timeout = maxTimeout // at most rc.Timeout: shorter under a shorter rescue horizon
+			rw, err := retention.NewWorker(db.pool, cfg, log, rc)
+			if err != nil {
+				return err
+			}
+			return river.AddWorkerSafely(w, rw)
+		},
+		Periodic: []*river.PeriodicJob{periodic},
+	}
+	return cc, nil
 }
 
 // newIngestStore returns the store of the ingest transaction: group commit
@@ -247,20 +278,25 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 
 // newAPI returns the HTTP server of ingest, the operator API, the console
 // and the service endpoints.
-func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) *handler.Server {
+func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.trustedProxies...)
-	cons := console.New(senders.Config(), db.queries, log, console.Options{
+	cons, err := console.New(senders.Config(), db.queries, log, console.Config{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, River: fwd.client,
 	})
-	opts := []handler.Option{handler.WithBodyBudget(s.bodyBudget, s.bodyBudgetWait), handler.WithAdminToken(s.adminToken), handler.WithDB(db.pool),
-		handler.WithRiver(fwd.client), handler.WithAuthLimiter(limiter), handler.WithConsole(cons),
-		handler.WithMetricsElsewhere(s.metricsAddr != ""), handler.WithTraffic(db.traffic)}
-	if fwd.fast != nil {
-		opts = append(opts, handler.WithFastPath(fwd.fast))
+	if err != nil {
+		return nil, err
 	}
-	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log, opts...)
+	hc := handler.Config{
+		AdminToken: s.adminToken, BodyBudget: s.bodyBudget, BodyBudgetWait: s.bodyBudgetWait,
+		MetricsElsewhere: s.metricsAddr != "",
+		DB:               db.pool, River: fwd.client, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
+	}
+	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
+		hc.FastPath = fwd.fast
+	}
+	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log, hc)
 }
 
 // newHTTPServer returns the main listener's server: the whole API, or for

@@ -46,7 +46,7 @@ var overviewRow = regexp.MustCompile(`<td class="num">(\d+)</td><td class="num">
 // only the failures that were not redelivered are listed.
 func TestConsoleAgreesWithTheAPIAfterBulkRedelivery(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	for _, id := range []string{"o-1", "o-2", "o-3"} {
 		e.ingest(id, "application/json", `{}`)
 	}
@@ -131,7 +131,7 @@ func TestConsoleAgreesWithTheAPIAfterBulkRedelivery(t *testing.T) {
 // one under way (a job that waits for it), and the failed one is left.
 func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	for _, id := range []string{"u-1", "u-2"} {
 		e.ingest(id, "application/json", `{}`)
 	}

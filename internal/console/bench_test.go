@@ -26,7 +26,7 @@ const benchDeliveries = 1_000_000
 // its target). Run it with make bench-console; it seeds the rows with one
 // INSERT … SELECT generate_series (about a minute on 2 cores).
 func BenchmarkConsoleList(b *testing.B) {
-	e := newEnv(b, console.Options{AdminToken: token})
+	e := newEnv(b, console.Config{AdminToken: token})
 	ctx := b.Context()
 	start := time.Now()
 	_, err := e.pool.Exec(ctx, `INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)

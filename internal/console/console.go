@@ -13,6 +13,7 @@ package console
 
 import (
 	"embed"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -31,12 +32,15 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// DefaultSessionTTL is how long a sign-in lasts unless Options say
-// otherwise.
+// DefaultSessionTTL is how long a sign-in lasts by default
+// (DefaultConfig).
 const DefaultSessionTTL = 12 * time.Hour
 
-// Options configure a Console. Zero values take the defaults.
-type Options struct {
+// Config configures a Console. Zero means zero (docs/configuration.md): no
+// setting takes a default from a 0, and validate refuses one; DefaultConfig
+// has the defaults. The dependencies (Limiter, River, Now) are optional:
+// each says what the Console does without one.
+type Config struct {
 	// AdminToken signs operators in; empty disables the console (its pages
 	// say how to enable it).
 	AdminToken string
@@ -45,7 +49,7 @@ type Options struct {
 	// X-Forwarded-Proto: https gets a Secure session cookie, as does a
 	// request over TLS; give the Limiter the same (authlimit.New).
 	TrustedProxies []netip.Prefix
-	// SessionTTL is how long a sign-in lasts (DefaultSessionTTL).
+	// SessionTTL is how long a sign-in lasts (DefaultSessionTTL), positive.
 	SessionTTL time.Duration
 	// Limiter counts wrong tokens per client; share the operator API's.
 	// A new one (trusting TrustedProxies' X-Forwarded-For) when nil.
@@ -56,12 +60,26 @@ type Options struct {
 	Now func() time.Time
 }
 
+// DefaultConfig returns the console's defaults: no admin token (the
+// console disabled), DefaultSessionTTL, and no optional dependency.
+func DefaultConfig() Config {
+	return Config{SessionTTL: DefaultSessionTTL}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c Config) validate() error {
+	if c.SessionTTL <= 0 {
+		return fmt.Errorf("console config: SessionTTL %s: must be positive", c.SessionTTL)
+	}
+	return nil
+}
+
 // Console serves the console's pages. Mount it at /console.
 type Console struct {
 	cfg     *config.Config
 	q       *store.Queries
 	log     *slog.Logger
-	opts    Options
+	opts    Config
 	key     []byte // session signing key, nil without an admin token
 	digest  [32]byte
 	pages   map[string]*template.Template
@@ -75,10 +93,11 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // New returns the console of the senders in cfg, reading deliveries,
-// events and forwards with q (the JSON API's queries).
-func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Options) *Console {
-	if opts.SessionTTL <= 0 {
-		opts.SessionTTL = DefaultSessionTTL
+// events and forwards with q (the JSON API's queries), configured by opts
+// (DefaultConfig); an error naming the field when opts is invalid.
+func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Config) (*Console, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	if opts.Limiter == nil {
 		opts.Limiter = authlimit.New(opts.TrustedProxies...)
@@ -91,11 +110,11 @@ func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Options) *
 		c.key, c.digest = sessionKey(opts.AdminToken)
 	}
 	c.handler = c.routes()
-	return c
+	return c, nil
 }
 
 // ServeHTTP serves the console. Mount it at Prefix on a chi router
-// (handler.WithConsole does): its routes are relative to the mount point,
+// (handler.Config.Console does): its routes are relative to the mount point,
 // its links absolute, under Prefix.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
 

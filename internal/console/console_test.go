@@ -15,7 +15,7 @@ import (
 // Without an admin token every console page says how to enable it.
 func TestConsoleDisabledWithoutToken(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{})
+	e := newEnv(t, console.Config{})
 	c := e.client()
 	for _, path := range []string{"/console/", "/console/login", "/console/senders/orders/deliveries"} {
 		p := e.do(c, http.MethodGet, path, nil, nil)
@@ -31,7 +31,7 @@ func TestConsoleDisabledWithoutToken(t *testing.T) {
 // token and not with another.
 func TestConsoleSignIn(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	c := e.client()
 	if p := e.do(c, http.MethodGet, "/console/", nil, nil); p.status != http.StatusSeeOther || p.header.Get("Location") != "/console/login" {
 		t.Fatalf("signed out overview: %d %q, want a redirect to the sign-in", p.status, p.header.Get("Location"))
@@ -67,8 +67,8 @@ func TestConsoleSignIn(t *testing.T) {
 	// A new console with the same token accepts the session, another token
 	// does not.
 	cookie := c.Jar.Cookies(mustURL(t, e.url+"/console/"))
-	same := newEnv(t, console.Options{AdminToken: token})
-	other := newEnv(t, console.Options{AdminToken: token + "-other"})
+	same := newEnv(t, console.Config{AdminToken: token})
+	other := newEnv(t, console.Config{AdminToken: token + "-other"})
 	for _, tc := range []struct {
 		e    *env
 		want int
@@ -94,7 +94,7 @@ func TestConsoleSessionExpires(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	clock := &now
-	e := newEnv(t, console.Options{AdminToken: token, SessionTTL: time.Hour, Now: func() time.Time { return *clock }})
+	e := newEnv(t, console.Config{AdminToken: token, SessionTTL: time.Hour, Now: func() time.Time { return *clock }})
 	c := e.client()
 	e.signIn(c)
 	later := now.Add(time.Hour + time.Second)
@@ -116,7 +116,7 @@ func TestConsoleSecureCookieBehindTrustedProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := newEnv(t, console.Options{AdminToken: token, TrustedProxies: proxies})
+		e := newEnv(t, console.Config{AdminToken: token, TrustedProxies: proxies})
 		p := e.do(e.client(), http.MethodPost, "/console/login", url.Values{"token": {token}}, map[string]string{"X-Forwarded-Proto": "https"})
 		if got := strings.Contains(p.header.Get("Set-Cookie"), "Secure"); got != tc.secure {
 			t.Errorf("trusted %s: Secure %v, want %v (%q)", tc.trusted, got, tc.secure, p.header.Get("Set-Cookie"))
@@ -133,7 +133,7 @@ func TestConsoleSecureCookieBehindTrustedProxy(t *testing.T) {
 // Repeated wrong tokens are answered 429; the right one still signs in.
 func TestConsoleWrongTokensSlowedDown(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	c := e.client()
 	var p page
 	for i := 0; i < 30; i++ {
@@ -155,7 +155,7 @@ func TestConsoleWrongTokensSlowedDown(t *testing.T) {
 // session; it goes through with the token from this origin.
 func TestConsoleCSRF(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	e.ingest("csrf-1", "application/json", `{"n":1}`)
 	c := e.client()
 	csrf := e.signIn(c)
@@ -199,7 +199,7 @@ func TestConsoleCSRF(t *testing.T) {
 // the list finds it by ID and by time range; IDs with '/', '%', '<' work.
 func TestConsoleDeliveryPages(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	ids := []string{"plain-1", "a/b%c<i>", `<script>alert(1)</script>`}
 	for _, id := range ids {
 		e.ingest(id, "text/plain", "<script>alert('body')</script>")
@@ -280,7 +280,7 @@ func TestConsoleDeliveryPages(t *testing.T) {
 // The list pages with a cursor that keeps the filters.
 func TestConsoleDeliveriesPaginate(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	_, err := e.pool.Exec(t.Context(), `INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 SELECT 'orders', 'd' || lpad(i::text, 4, '0'), sha256(i::text::bytea), gen_random_uuid(), 202, 'application/json', '{}', now() - i * interval '1 second', now() + interval '1 day'
 FROM generate_series(1, 120) AS i`)
@@ -322,7 +322,7 @@ var (
 // target's failed forwards, each with a Redeliver form.
 func TestConsoleOverviewAndFailedForwards(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	for _, id := range []string{"o-1", "o-2", "o-3"} {
 		e.ingest(id, "application/json", `{}`)
 	}
@@ -378,7 +378,7 @@ func TestConsoleOverviewAndFailedForwards(t *testing.T) {
 // type prefix list only those, show the type, and page on with the filter.
 func TestConsoleEventTypeFilter(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, console.Options{AdminToken: token})
+	e := newEnv(t, console.Config{AdminToken: token})
 	e.ingestTyped("inv-1", "invoice.paid", "application/json", `{}`)
 	e.ingestTyped("cus-1", "customer.created", "application/json", `{}`)
 	e.ingestTyped("inv-2", "invoice.created", "application/json", `{}`)
@@ -415,7 +415,7 @@ func TestConsoleSignInBehindTrustedProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, console.Options{AdminToken: token, TrustedProxies: proxies})
+	e := newEnv(t, console.Config{AdminToken: token, TrustedProxies: proxies})
 	signIn := func(xff, tok string) page {
 		return e.do(e.client(), http.MethodPost, "/console/login", url.Values{"token": {tok}}, map[string]string{"X-Forwarded-For": xff})
 	}

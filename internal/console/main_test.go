@@ -64,7 +64,7 @@ type env struct {
 	url  string
 	pool *pgxpool.Pool
 	srv  *httptest.Server
-	opts console.Options
+	opts console.Config
 	cfg  *config.Config
 	rc   *river.Client[pgx.Tx]
 	// traffic counts the server's deliveries for the overview's charts;
@@ -74,7 +74,7 @@ type env struct {
 	q *store.Queries
 }
 
-func newEnv(t testing.TB, opts console.Options) *env {
+func newEnv(t testing.TB, opts console.Config) *env {
 	t.Helper()
 	return newEnvWith(t, sendersYAML, opts, workOpts{})
 }
@@ -113,7 +113,7 @@ func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m
 // newEnvWith is newEnv with the senders of yaml and a River client made
 // with fopts; with fopts.Work it works forwards (and the test starts it:
 // startWorking), counting their attempts in the charts' recorder.
-func newEnvWith(t testing.TB, yaml string, opts console.Options, fopts workOpts) *env {
+func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) *env {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
 	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
@@ -138,13 +138,23 @@ func newEnvWith(t testing.TB, yaml string, opts console.Options, fopts workOpts)
 	if opts.River == nil {
 		opts.River = rc
 	}
-	cons := console.New(cfg, q, log, opts)
+	if opts.SessionTTL == 0 { // the tests' literals leave it out
+		opts.SessionTTL = console.DefaultSessionTTL
+	}
+	cons, err := console.New(cfg, q, log, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
-		handler.WithAdminToken(opts.AdminToken), handler.WithDB(pool), handler.WithRiver(rc), handler.WithConsole(cons), handler.WithTraffic(tr))
+	hc := handler.DefaultConfig()
+	hc.AdminToken, hc.DB, hc.River, hc.Console, hc.Traffic = opts.AdminToken, pool, rc, cons, tr
+	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)
 	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, q: q, traffic: tr}
@@ -238,7 +248,7 @@ func csrfOf(t testing.TB, p page) string {
 	return m[1]
 }
 
-func newOptions() console.Options { return console.Options{AdminToken: token} }
+func newOptions() console.Config { return console.Config{AdminToken: token} }
 
 // eventOf returns the event ID of the orders delivery id.
 func (e *env) eventOf(id string) uuid.UUID {

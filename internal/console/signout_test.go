@@ -23,13 +23,20 @@ import (
 func (e *env) replica() *env {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cons := console.New(e.cfg, e.q, log, e.opts)
+	cons, err := console.New(e.cfg, e.q, log, e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	ingest, err := dedup.New(e.pool, dedup.Config{InFlightWait: 5 * time.Second})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	h := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log,
-		handler.WithAdminToken(e.opts.AdminToken), handler.WithDB(e.pool), handler.WithRiver(e.rc), handler.WithConsole(cons))
+	hc := handler.DefaultConfig()
+	hc.AdminToken, hc.DB, hc.River, hc.Console = e.opts.AdminToken, e.pool, e.rc, cons
+	h, err := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	srv := httptest.NewServer(h.Router())
 	e.t.Cleanup(srv.Close)
 	r := *e

@@ -140,7 +140,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	reg := prometheus.NewRegistry()
 	m := forward.NewMetrics(reg)
 	var (
-		hopts  []handler.Option
+		hc     = handler.DefaultConfig()
 		worker *forward.Worker
 	)
 	if opts.Work || fo != nil {
@@ -159,7 +159,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	}
 	if fo != nil {
 		d := forward.NewDispatcher(worker, pool, cfg, fo.lease, fo.workers, fo.queue, reg, log)
-		hopts = append(hopts, handler.WithFastPath(d))
+		hc.FastPath = d
 		t.Cleanup(func() {
 			if err := d.Close(context.Background()); err != nil {
 				t.Errorf("close the dispatcher: %v", err)
@@ -183,8 +183,11 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil },
-		prometheus.NewRegistry(), log, hopts...)
+	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil },
+		prometheus.NewRegistry(), log, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.gateway = httptest.NewServer(h.Router())
 	t.Cleanup(e.gateway.Close)
 	return e

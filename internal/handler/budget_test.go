@@ -36,7 +36,7 @@ func TestBodyBudget(t *testing.T) {
     delivery_id: { header: X-Delivery-Id }
     accept_encodings: [gzip]
 `,
-		opts: []handler.Option{handler.WithBodyBudget(1<<20, 50*time.Millisecond)}})
+		config: func(hc *handler.Config) { hc.BodyBudget, hc.BodyBudgetWait = 1<<20, 50*time.Millisecond }})
 	metric := func(name string) string {
 		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(s.get("/metrics").body)
 		if m == nil {

@@ -59,10 +59,11 @@ type options struct {
 	// its ${VAR} references expand to (secrets, typically).
 	yaml string
 	env  map[string]string
-	// opts are more handler options; store configures the ingest store
-	// (its InFlightWait is wait).
-	opts  []handler.Option
-	store dedup.Config
+	// config changes the handler's configuration (handler.DefaultConfig
+	// when nil); store configures the ingest store (its InFlightWait is
+	// wait).
+	config func(*handler.Config)
+	store  dedup.Config
 }
 
 // server is a hookgate handler behind a real HTTP server.
@@ -101,7 +102,14 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler.New(sender.MustCompile(cfg), ingest, o.ready, prometheus.NewRegistry(), log, o.opts...)
+	hc := handler.DefaultConfig()
+	if o.config != nil {
+		o.config(&hc)
+	}
+	h, err := handler.New(sender.MustCompile(cfg), ingest, o.ready, prometheus.NewRegistry(), log, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close) // also closes the client's idle connections
 	return &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}

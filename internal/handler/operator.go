@@ -17,11 +17,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/api"
-	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
@@ -31,38 +28,6 @@ import (
 )
 
 // The operator API: /v1, behind a bearer token (HOOKGATE_ADMIN_TOKEN).
-
-// WithAdminToken sets the operator API's bearer token. Without it, or with
-// an empty token, the operator API answers every request 403.
-func WithAdminToken(token string) Option {
-	return func(s *Server) {
-		if token == "" {
-			s.adminDigest = nil
-			return
-		}
-		d := sha256.Sum256([]byte(token))
-		s.adminDigest = &d
-	}
-}
-
-// WithAuthLimiter makes the operator API count wrong tokens in l, shared
-// with the console so that both count against one limit per client. By
-// default the Server has a Limiter of its own.
-func WithAuthLimiter(l *authlimit.Limiter) Option { return func(s *Server) { s.authLimit = l } }
-
-// WithConsole serves h (the browser console, package console) under
-// /console. It has its own sign-in; the operator API's bearer token is not
-// asked for there.
-func WithConsole(h http.Handler) Option { return func(s *Server) { s.console = h } }
-
-// WithDB gives the operator API the database it reads deliveries, events
-// and forwards from (through package store's queries). Without it, the
-// operator endpoints that read them answer 503.
-func WithDB(db store.DB) Option { return func(s *Server) { s.q = store.New(db) } }
-
-// WithRiver gives the operator API the River client that redeliveries are
-// inserted with (it need not work jobs). Without it, redeliver answers 503.
-func WithRiver(client *river.Client[pgx.Tx]) Option { return func(s *Server) { s.river = client } }
 
 // Parameters of GET /v1/senders/{sender}/deliveries.
 const (
@@ -178,10 +143,10 @@ func dbProblem(err error) *problemError {
 }
 
 // errNoDB and errNoRiver are the causes (logged, never sent) of a 503 from
-// a Server built without WithDB or WithRiver.
+// a Server built without Config.DB or Config.River.
 var (
-	errNoDB    = errors.New("operator API: no database (handler.WithDB)")
-	errNoRiver = errors.New("operator API: no River client (handler.WithRiver)")
+	errNoDB    = errors.New("operator API: no database (handler.Config.DB)")
+	errNoRiver = errors.New("operator API: no River client (handler.Config.River)")
 )
 
 // invalidParameter turns a parameter-binding error of the generated router

@@ -62,7 +62,7 @@ type opOptions struct {
 	// worker running).
 	work    bool
 	backoff forward.Backoff
-	// noDB leaves handler.WithDB out.
+	// noDB leaves handler.Config.DB nil.
 	noDB bool
 	// limiter replaces the server's own wrong-token limiter.
 	limiter *authlimit.Limiter
@@ -142,21 +142,22 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		}()
 		t.Cleanup(func() { stopRelay(); <-done })
 	}
-	opts := []handler.Option{handler.WithRiver(client)}
+	hc := handler.DefaultConfig()
+	hc.River, hc.AuthLimiter = client, o.limiter
 	if !o.noToken {
-		opts = append(opts, handler.WithAdminToken(testToken))
+		hc.AdminToken = testToken
 	}
 	if !o.noDB {
-		opts = append(opts, handler.WithDB(pool))
-	}
-	if o.limiter != nil {
-		opts = append(opts, handler.WithAuthLimiter(o.limiter))
+		hc.DB = pool
 	}
 	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, opts...)
+	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	router := h.Router()
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)

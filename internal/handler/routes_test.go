@@ -42,7 +42,12 @@ func TestRouterServesExactlyTheSpecsOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := handler.New(sender.MustCompile(cfg), nil, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), handler.WithAdminToken("t"))
+	hc := handler.DefaultConfig()
+	hc.AdminToken = "t"
+	h, err := handler.New(sender.MustCompile(cfg), nil, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), hc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	routes, ok := h.Router().(chi.Routes)
 	if !ok {
 		t.Fatalf("Router() is a %T, not chi.Routes", h.Router())

@@ -6,7 +6,9 @@ package handler
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -33,8 +35,67 @@ import (
 // database is reachable and its migrations are at head.
 type ReadyFunc func(ctx context.Context) error
 
-// Option configures a Server.
-type Option func(*Server)
+// Config configures a Server. Zero means zero (docs/configuration.md): no
+// field takes a default from a 0, and validate refuses one; DefaultConfig
+// has the defaults. The dependencies below the settings are optional: each
+// says what the Server does without one.
+type Config struct {
+	// AdminToken is the bearer token of the operator API (and of the
+	// console, which signs in with it itself); "" disables the operator
+	// API, which then answers every request 403.
+	AdminToken string
+	// BodyBudget bounds the request body bytes that ingest requests hold
+	// in memory at once (DefaultBodyBudget), at least 1: a request that
+	// finds no room waits at most BodyBudgetWait (DefaultBodyBudgetWait,
+	// positive) for it before it is answered 503 with Retry-After. A body
+	// larger than the share of large bodies (three quarters of the budget)
+	// waits for all of that share and may then exceed it: keep the budget
+	// above twice the largest max_body_bytes.
+	BodyBudget     int64
+	BodyBudgetWait time.Duration
+	// MetricsElsewhere says that /metrics is served on a listener of its
+	// own (MetricsHandler): the Server's routers then answer 404 there.
+	MetricsElsewhere bool
+
+	// DB is the database the operator API reads deliveries, events and
+	// forwards from (through package store's queries); nil: the operator
+	// endpoints that read them answer 503.
+	DB store.DB
+	// River is the client that redeliveries are inserted with (it need not
+	// work jobs); nil: redeliver answers 503.
+	River *river.Client[pgx.Tx]
+	// AuthLimiter counts the operator API's wrong tokens per client; share
+	// it with the console so that both count against one limit. nil: the
+	// Server has a Limiter of its own.
+	AuthLimiter *authlimit.Limiter
+	// Console is served under /console (the browser console, package
+	// console; it has its own sign-in); nil: none.
+	Console http.Handler
+	// FastPath makes the process attempt each accepted delivery's forwards
+	// itself right after COMMIT; nil (a nil interface, not a nil
+	// *forward.Dispatcher): the relay moves every forward into River.
+	FastPath FastPath
+	// Traffic counts every delivery of a configured sender, for the
+	// console's charts; nil counts nothing.
+	Traffic *traffic.Recorder
+}
+
+// DefaultConfig returns the Server's defaults: no admin token (the operator
+// API disabled), the default body budget, and no optional dependency.
+func DefaultConfig() Config {
+	return Config{BodyBudget: DefaultBodyBudget, BodyBudgetWait: DefaultBodyBudgetWait}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c Config) validate() error {
+	if c.BodyBudget < 1 {
+		return fmt.Errorf("handler config: BodyBudget %d: must be at least 1 byte", c.BodyBudget)
+	}
+	if c.BodyBudgetWait <= 0 {
+		return fmt.Errorf("handler config: BodyBudgetWait %s: must be positive", c.BodyBudgetWait)
+	}
+	return nil
+}
 
 // Server implements api.ServerInterface.
 type Server struct {
@@ -51,7 +112,7 @@ type Server struct {
 
 	// The operator API's: adminDigest is the SHA-256 of its token, nil when
 	// none is configured (the operator API is disabled); q and river read
-	// and redeliver (nil without WithDB and WithRiver).
+	// and redeliver (nil without Config.DB and Config.River).
 	adminDigest *[32]byte
 	authLimit   *authlimit.Limiter
 	q           *store.Queries
@@ -63,23 +124,19 @@ type Server struct {
 	// metricsElsewhere: /metrics is served on another listener, not here.
 	metricsElsewhere bool
 
-	// budget bounds the request bodies held in memory (WithBodyBudget);
+	// budget bounds the request bodies held in memory (Config.BodyBudget);
 	// shed counts the deliveries shed, by reason.
 	budget *bodyBudget
 	shed   *prometheus.CounterVec
 
-	// fast attempts forwards right after the ingest COMMIT (WithFastPath);
+	// fast attempts forwards right after the ingest COMMIT (Config.FastPath);
 	// nil for none: the relay moves every forward into River.
 	fast FastPath
 
-	// traffic counts deliveries for the console's charts (WithTraffic);
+	// traffic counts deliveries for the console's charts (Config.Traffic);
 	// nil counts nothing.
 	traffic *traffic.Recorder
 }
-
-// WithTraffic counts every delivery of a configured sender in rec, for the
-// console's charts.
-func WithTraffic(rec *traffic.Recorder) Option { return func(s *Server) { s.traffic = rec } }
 
 // FastPath is the forward fast path (forward.Dispatcher): Lease is asked
 // before the ingest transaction (a zero lease: none), Dispatch after its
@@ -89,15 +146,16 @@ type FastPath interface {
 	Dispatch(f *forward.Fast)
 }
 
-// WithFastPath makes the process attempt each accepted delivery's forwards
-// itself right after COMMIT, through fp.
-func WithFastPath(fp FastPath) Option { return func(s *Server) { s.fast = fp } }
-
 var _ api.ServerInterface = (*Server)(nil)
 
 // New returns a Server for the compiled senders, storing deliveries with
-// ingest. Its metrics are registered on reg, which /metrics serves.
-func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, opts ...Option) *Server {
+// ingest, answering /readyz with ready, and configured by hc
+// (DefaultConfig); an error naming the field when hc is invalid. Its
+// metrics are registered on reg, which /metrics serves.
+func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, hc Config) (*Server, error) {
+	if err := hc.validate(); err != nil {
+		return nil, err
+	}
 	s := &Server{
 		senders:    senders,
 		cfg:        senders.Config(),
@@ -107,21 +165,34 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 		metrics:    newMetrics(reg),
 		gather:     reg,
 		docs:       v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
-		authLimit:  authlimit.New(),
+		authLimit:  hc.AuthLimiter,
 		now:        time.Now,
-		budget:     newBodyBudget(0, 0),
+		budget:     newBodyBudget(hc.BodyBudget, hc.BodyBudgetWait),
+
+		metricsElsewhere: hc.MetricsElsewhere,
+		river:            hc.River,
+		console:          hc.Console,
+		fast:             hc.FastPath,
+		traffic:          hc.Traffic,
+	}
+	if s.authLimit == nil {
+		s.authLimit = authlimit.New()
+	}
+	if hc.AdminToken != "" {
+		d := sha256.Sum256([]byte(hc.AdminToken))
+		s.adminDigest = &d
+	}
+	if hc.DB != nil {
+		s.q = store.New(hc.DB)
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+	return s, nil
 }
 
 // Router returns the HTTP handler serving every route of openapi.yaml, plus
 // the API explorer's static assets under /docs/, and the console under
-// /console when WithConsole gave one (it signs in with the admin token
+// /console when Config.Console gave one (it signs in with the admin token
 // itself). Every request under /v1 (the operator API) must carry the admin
 // token, whether or not a route matches it.
 func (s *Server) Router() http.Handler {
@@ -181,7 +252,7 @@ func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // GetMetrics serves the Prometheus metrics, or 404 when they are served on
-// an address of their own (WithMetricsElsewhere).
+// an address of their own (Config.MetricsElsewhere).
 func (s *Server) GetMetrics(w http.ResponseWriter, r *http.Request) {
 	if s.metricsElsewhere {
 		_ = writeProblem(w, newProblem(probNotFound, "Metrics are not served on this address: this process serves them on its --metrics-addr."))
@@ -194,12 +265,6 @@ func (s *Server) GetMetrics(w http.ResponseWriter, r *http.Request) {
 // listener of their own (--metrics-addr).
 func (s *Server) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
-}
-
-// WithMetricsElsewhere says that the metrics are served on an address of
-// their own: the Server's routers then answer 404 at /metrics.
-func WithMetricsElsewhere(elsewhere bool) Option {
-	return func(s *Server) { s.metricsElsewhere = elsewhere }
 }
 
 // GetOpenAPISpec serves the repository's openapi.yaml as embedded at build.

@@ -16,7 +16,7 @@ import (
 // What is shed, and when (docs/operations.md tells operators):
 //
 //   - The body budget bounds the bytes of request bodies that ingest
-//     requests hold in memory at once (WithBodyBudget). A request takes its
+//     requests hold in memory at once (Config.BodyBudget). A request takes its
 //     share before its body is read: its Content-Length when announced,
 //     otherwise chunk by chunk as the body arrives (and again for a gzip
 //     body's inflated bytes). When the budget is used up it waits for room
@@ -50,18 +50,6 @@ const (
 // (dedup.ShedQueueDelay and dedup.ShedQueueTimeout are the others).
 const shedBodyBudget = "body_budget"
 
-// WithBodyBudget bounds the request body bytes that ingest requests hold
-// in memory at once to size bytes (DefaultBodyBudget when 0 or less), a
-// request waiting at most wait (DefaultBodyBudgetWait when 0 or less) for
-// room before it is answered 503 with Retry-After. A body larger than the
-// share of large bodies (three quarters of size) waits for all of that
-// share and may then exceed it: keep size above twice the largest
-// max_body_bytes. Without this option the body budget is
-// DefaultBodyBudget.
-func WithBodyBudget(size int64, wait time.Duration) Option {
-	return func(s *Server) { s.budget = newBodyBudget(size, wait) }
-}
-
 // bodyBudget is the memory budget of request bodies: all bounds every
 // body's bytes, large (three quarters of all) those of bodies over
 // smallBody, so that a quarter stays for small bodies.
@@ -72,13 +60,9 @@ type bodyBudget struct {
 	inFlight        atomic.Int64
 }
 
+// newBodyBudget returns a budget of size bytes (at least 1) whose requests
+// wait at most wait (positive) for room (Config.validate checks both).
 func newBodyBudget(size int64, wait time.Duration) *bodyBudget {
-	if size <= 0 {
-		size = DefaultBodyBudget
-	}
-	if wait <= 0 {
-		wait = DefaultBodyBudgetWait
-	}
 	large := max(size-size/4, 1)
 	return &bodyBudget{
 		size: size, largeSize: large, wait: wait,

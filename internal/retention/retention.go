@@ -20,7 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// Defaults of the retention job.
+// Defaults of the retention job (DefaultConfig).
 const (
 	DefaultInterval = time.Minute
 	// BatchSize is how many rows one statement deletes at most.
@@ -124,6 +124,36 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 	return res, nil
 }
 
+// Config configures the retention job. Zero means zero
+// (docs/configuration.md): no field takes a default from a 0, and validate
+// refuses one; DefaultConfig has the defaults.
+type Config struct {
+	// Interval is how often the job is enqueued (DefaultInterval),
+	// positive; once at start too.
+	Interval time.Duration
+	// Timeout is the longest a run takes (JobTimeout), positive. A run cut
+	// short leaves the rest to the next one. forward.NewClient gives the
+	// Maintenance jobs' Register a shorter one when its rescue horizon is
+	// shorter.
+	Timeout time.Duration
+}
+
+// DefaultConfig returns the retention job's defaults.
+func DefaultConfig() Config {
+	return Config{Interval: DefaultInterval, Timeout: JobTimeout}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c Config) validate() error {
+	if c.Interval <= 0 {
+		return fmt.Errorf("retention config: Interval %s: must be positive", c.Interval)
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("retention config: Timeout %s: must be positive", c.Timeout)
+	}
+	return nil
+}
+
 // Worker runs the retention job.
 type Worker struct {
 	river.WorkerDefaults[Args]
@@ -134,20 +164,21 @@ type Worker struct {
 }
 
 // JobTimeout is the longest a run takes (a large backlog after an outage)
-// by default, instead of the client's job timeout, which is sized for
+// by default (Config.Timeout), instead of the client's job timeout, which is sized for
 // forwards. A run cut short leaves the rest to the next one.
 const JobTimeout = 10 * time.Minute
 
-// NewWorker returns the retention job's worker, whose runs take at most
-// timeout (JobTimeout when zero or longer).
-func NewWorker(db *pgxpool.Pool, cfg *config.Config, timeout time.Duration, log *slog.Logger) *Worker {
-	if timeout <= 0 || timeout > JobTimeout {
-		timeout = JobTimeout
+// NewWorker returns the retention job's worker for the senders of cfg,
+// whose runs take at most rc.Timeout; an error naming the field when rc is
+// invalid.
+func NewWorker(db *pgxpool.Pool, cfg *config.Config, log *slog.Logger, rc Config) (*Worker, error) {
+	if err := rc.validate(); err != nil {
+		return nil, err
 	}
-	return &Worker{db: db, cfg: cfg, log: log, timeout: timeout}
+	return &Worker{db: db, cfg: cfg, log: log, timeout: rc.Timeout}, nil
 }
 
-// Timeout is how long a run may take: the timeout given to NewWorker.
+// Timeout is how long a run may take: the Config's Timeout.
 func (w *Worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
 
 // Work deletes what has expired.
@@ -162,13 +193,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	return nil
 }
 
-// PeriodicJob enqueues the retention job every interval (DefaultInterval
-// when zero), and once at start.
-func PeriodicJob(interval time.Duration) *river.PeriodicJob {
-	if interval <= 0 {
-		interval = DefaultInterval
+// PeriodicJob enqueues the retention job every rc.Interval, and once at
+// start; an error naming the field when rc is invalid.
+func PeriodicJob(rc Config) (*river.PeriodicJob, error) {
+	if err := rc.validate(); err != nil {
+		return nil, err
 	}
-	return river.NewPeriodicJob(river.PeriodicInterval(interval),
+	return river.NewPeriodicJob(river.PeriodicInterval(rc.Interval),
 		func() (river.JobArgs, *river.InsertOpts) { return Args{}, nil },
-		&river.PeriodicJobOpts{RunOnStart: true})
+		&river.PeriodicJobOpts{RunOnStart: true}), nil
 }

@@ -117,7 +117,10 @@ func TestWorkerDeletesExpired(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
 	seed(t, pool, "a", "x-", 3, time.Now().Add(-time.Second), time.Now().Add(-8*24*time.Hour))
-	w := retention.NewWorker(pool, cfg, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w, err := retention.NewWorker(pool, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), retention.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Work(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
