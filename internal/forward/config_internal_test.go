@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-
-	"github.com/hookgate/hookgate/internal/config"
 )
 
 // TestConfigsValidate: the defaults of the worker, the breakers and the
@@ -17,16 +15,13 @@ import (
 // constructor, with an error naming the field.
 func TestConfigsValidate(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Parse([]byte(`senders:
+	cfg := parseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }
     forward:
       - { name: t, url: "http://127.0.0.1:1/a", timeout: 10s }
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	if err := DefaultWorkerConfig().validate(); err != nil {
 		t.Errorf("DefaultWorkerConfig: %v", err)
 	}
@@ -72,7 +67,7 @@ func TestConfigsValidate(t *testing.T) {
 		_, err := NewGate(nil, 10, nil, nil, tc.bc)
 		wantErr("NewGate with "+tc.name, err, tc.field)
 	}
-	_, err = NewGate(nil, 0, nil, nil, DefaultBreakerConfig())
+	_, err := NewGate(nil, 0, nil, nil, DefaultBreakerConfig())
 	wantErr("NewGate of capacity 0", err, "capacity 0")
 	for _, tc := range []struct {
 		name  string

@@ -6,7 +6,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -16,17 +15,14 @@ import (
 // bytes back.
 func TestFastPathBodyBytesAreBounded(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Parse([]byte(`senders:
+	cfg := parseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }
     forward:
       - { name: a, url: "http://127.0.0.1:1/a" }
       - { name: b, url: "http://127.0.0.1:1/b" }
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	d := &Dispatcher{
 		lease: DefaultLease(cfg), maxBytes: 100,
 		queue: make(chan fastJob, 10), records: make(chan store.FirstAttempt, 10),

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-
-	"github.com/hookgate/hookgate/internal/config"
 )
 
 // TestRescueHorizonExceedsEveryJobTimeout: River's rescuer takes over a job
@@ -19,17 +17,14 @@ import (
 // plus a minute, and the long kinds run in slices below it.
 func TestRescueHorizonExceedsEveryJobTimeout(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Parse([]byte(`senders:
+	cfg := parseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }
     forward:
       - { name: fast, url: "http://127.0.0.1:1/a", timeout: 10s }
       - { name: slow, url: "http://127.0.0.1:1/b", timeout: 30s }
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	const maintenance = 10 * time.Minute // the retention job's timeout
 	check := func(name string, rescueAfter time.Duration) horizons {
 		t.Helper()
