@@ -784,9 +784,15 @@ func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, err
 // whose keys a returning claim inserted: the rows it returned (binary
 // columns text, uuid), each with the delivery's own, fresh, event ID.
 func decodeClaimed(r *pgconn.ResultReader, ds []Delivery, claimed []bool) (pgconn.CommandTag, error) {
-	at := make(map[string]int, len(ds))
+	// By delivery ID and event ID: a batch may carry two deliveries of one
+	// key (each with its own event ID), of which the claim inserts one.
+	type claim struct {
+		deliveryID string
+		eventID    uuid.UUID
+	}
+	at := make(map[claim]int, len(ds))
 	for i, d := range ds {
-		at[d.DeliveryID] = i
+		at[claim{d.DeliveryID, d.EventID}] = i
 	}
 	for r.NextRow() {
 		v := r.Values()
@@ -794,8 +800,8 @@ func decodeClaimed(r *pgconn.ResultReader, ds []Delivery, claimed []bool) (pgcon
 			_, _ = r.Close()
 			return pgconn.CommandTag{}, errors.New("claim delivery: unexpected row shape")
 		}
-		i, ok := at[string(v[0])]
-		if !ok || !bytes.Equal(v[1], ds[i].EventID[:]) {
+		i, ok := at[claim{string(v[0]), uuid.UUID(v[1])}]
+		if !ok {
 			_, _ = r.Close()
 			return pgconn.CommandTag{}, errors.New("claim delivery: the claim returned a key of no delivery of the batch")
 		}
