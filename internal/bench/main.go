@@ -35,7 +35,8 @@
 //  4. pgbench of the replay SQL, an approximation: the claim with ON
 //     CONFLICT DO NOTHING (pgbench aborts a client on the unique violation
 //     the gateway provokes) in a pipeline, then the SELECT of the stored row;
-//  5. forwarding: the bench starts a sink on 127.0.0.1 (an HTTP server that
+//  5. forwarding: the bench starts a sink on 127.0.0.1 (a minimal HTTP/1.1
+//     server, lean for the reason the load generator's client is, that
 //     answers 204 at once and counts what it receives) and, after stopping
 //     the first server, runs first deliveries (fresh keys) against a server
 //     of its own whose bench sender has one forward target, the sink: (a)
