@@ -122,7 +122,7 @@ type forwardResult struct {
 	role        string
 	tag         string
 	accepted    int // events of the phase stored (webhook_events rows)
-	jobs        int // forward jobs of the phase (river_job rows)
+	jobs        int // forward jobs of the phase (River jobs, through store.ForwardJobStates)
 	jobsQueued  int // of which still available (not worked) after the phase
 	jobStates   string
 	received    int           // distinct events the sink received (role all)
