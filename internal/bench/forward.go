@@ -274,12 +274,11 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 func (db *benchDB) countEvents(ctx context.Context, tag string) (int, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	var n int
-	err := db.conn.QueryRow(ctx, `SELECT count(*) FROM webhook_events WHERE sender = 'bench' AND delivery_id LIKE $1`, tag+"-%").Scan(&n)
+	n, err := store.New(db.conn).CountEventsOf(ctx, "bench", tag+"-")
 	if err != nil {
 		return 0, fmt.Errorf("count the phase's events: %w", err)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // forwardJobs returns the number of forwards of the events with tag (outbox
