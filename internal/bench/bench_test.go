@@ -113,6 +113,7 @@ func TestScriptsBindEveryParameter(t *testing.T) {
 		if strings.Contains(s, "$") {
 			t.Errorf("%s: unbound placeholder in\n%s", m.name, s)
 		}
+		// The scripts' SQL text is what the test examines: raw SQL on purpose.
 		for _, want := range []string{"\\startpipeline\nBEGIN;\n" + lockTimeoutSQL + ";\n" + ingestsql.GenericPlans + ";\nINSERT INTO processed_messages",
 			"SELECT :sender::text, d.* FROM unnest(ARRAY[:did]::text[], ARRAY[:sha]::bytea[], ARRAY[md5(:did::text)::uuid]::uuid[], ARRAY[:status]::int2[], ARRAY[:ctype]::text[], ARRAY[:resp]::bytea[], ARRAY[:ts]::timestamptz[], ARRAY[:exp]::timestamptz[]) AS d\nON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING;\n",
 			"SELECT k.sender, e.* FROM unnest(ARRAY[md5(:did::text)::uuid]::uuid[], ARRAY[:did]::text[],",
@@ -131,6 +132,7 @@ func TestScriptsBindEveryParameter(t *testing.T) {
 func TestPlainScriptIsMinimal(t *testing.T) {
 	t.Parallel()
 	s := modePlain.script()
+	// The script's SQL text is what the test examines: raw SQL on purpose.
 	want := uniqueKey + "\\startpipeline\nBEGIN;\nINSERT INTO processed_messages\n" +
 		"  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)\n" +
 		"VALUES (:sender, :did, :sha, md5(:did::text)::uuid, :status, :ctype, :resp, :ts, :exp);\n" +

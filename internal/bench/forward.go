@@ -236,7 +236,7 @@ type forwardResult struct {
 	role        string
 	tag         string
 	accepted    int // events of the phase stored (webhook_events rows)
-	jobs        int // forward jobs of the phase (river_job rows)
+	jobs        int // forward jobs of the phase (River jobs, through store.ForwardJobStates)
 	jobsQueued  int // of which still available (not worked) after the phase
 	jobStates   string
 	received    int           // distinct events the sink received (role all)
@@ -395,12 +395,11 @@ func forwardPhase(ctx context.Context, o *options, bin, tmp, dbURL string, db *b
 func (db *benchDB) countEvents(ctx context.Context, tag string) (int, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	var n int
-	err := db.conn.QueryRow(ctx, `SELECT count(*) FROM webhook_events WHERE sender = 'bench' AND delivery_id LIKE $1`, tag+"-%").Scan(&n)
+	n, err := store.New(db.conn).CountEventsOf(ctx, "bench", tag+"-")
 	if err != nil {
 		return 0, fmt.Errorf("count the phase's events: %w", err)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // forwardJobs returns the number of forwards of the events with tag (outbox

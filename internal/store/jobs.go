@@ -996,6 +996,41 @@ FROM forward_delivered d ORDER BY 1`)
 	return out, nil
 }
 
+// JobTable is River's table of jobs, for tests that look for its name in
+// PostgreSQL's views (pg_stat_activity's queries).
+const JobTable = "river_job"
+
+// AnalyzeJobs vacuums and analyzes River's job table, as autovacuum does on
+// a live one (VACUUM also moves the pending list of River's GIN index on
+// args into the index proper). q must not be on a transaction.
+func (q *Queries) AnalyzeJobs(ctx context.Context) error {
+	if _, err := q.db.Exec(ctx, `VACUUM ANALYZE river_job`); err != nil {
+		return fmt.Errorf("analyze the jobs: %w", err)
+	}
+	return nil
+}
+
+// JobScans returns how many times the transaction q is on has scanned
+// River's GIN index on the jobs' args (river_job_args_index), and River's
+// job table sequentially.
+func (q *Queries) JobScans(ctx context.Context) (argIndex, seq int64, err error) {
+	err = q.db.QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('river_job_args_index'::regclass),
+  (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'river_job')`).Scan(&argIndex, &seq)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the scans of the jobs: %w", err)
+	}
+	return argIndex, seq, nil
+}
+
+// LockJobInserts blocks every insert of a job (River's table in SHARE ROW
+// EXCLUSIVE mode) until the transaction q is on ends.
+func (q *Queries) LockJobInserts(ctx context.Context) error {
+	if _, err := q.db.Exec(ctx, `LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		return fmt.Errorf("lock the jobs: %w", err)
+	}
+	return nil
+}
+
 // CountJobs returns how many River jobs of kind there are (of any kind when
 // kind is ""), in one of states (any state when none).
 func (q *Queries) CountJobs(ctx context.Context, kind string, states ...rivertype.JobState) (int, error) {

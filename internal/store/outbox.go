@@ -196,3 +196,14 @@ func (q *Queries) DeleteOutboxOf(ctx context.Context, sender, prefix string) (in
 	}
 	return tag.RowsAffected(), nil
 }
+
+// DeleteOutboxOfEvent deletes the outbox rows of sender's event (a fixture:
+// tests put its forwards in a state of their own instead), and returns how
+// many it deleted.
+func (q *Queries) DeleteOutboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) (int64, error) {
+	tag, err := q.db.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1 AND event_id = $2`, sender, eventID)
+	if err != nil {
+		return 0, fmt.Errorf("delete outbox rows of event %s: %w", eventID, err)
+	}
+	return tag.RowsAffected(), nil
+}
