@@ -64,11 +64,11 @@ func ExampleMiddleware() {
 	if err := consumer.Migrate(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	once, err := consumer.Middleware(consumer.MiddlewareConfig{
-		DB:       pool,
-		Consumer: "orders",
-		Secrets:  []string{os.Getenv("ORDERS_SIGNING_SECRET")}, // the target's signing_secret in hookgate.yaml
-	})
+	mc := consumer.DefaultMiddlewareConfig() // a 1 MiB body limit, a 5 s in-flight wait
+	mc.DB = pool
+	mc.Consumer = "orders"
+	mc.Secrets = []string{os.Getenv("ORDERS_SIGNING_SECRET")} // the target's signing_secret in hookgate.yaml
+	once, err := consumer.Middleware(mc)
 	if err != nil {
 		log.Fatal(err)
 	}

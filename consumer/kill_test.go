@@ -56,7 +56,7 @@ func service(dsn, addr string) error {
 		return err
 	}
 	defer pool.Close()
-	mw, err := consumer.Middleware(consumer.MiddlewareConfig{DB: pool, Consumer: "svc", Secrets: []string{secretA}})
+	mw, err := consumer.Middleware(mwConfig(pool, "svc", secretA))
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,10 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// MiddlewareConfig configures Middleware.
+// MiddlewareConfig configures Middleware. Zero means zero: no field is
+// defaulted from a 0, and Middleware refuses one; start from
+// DefaultMiddlewareConfig, which has the defaults, and set DB, Consumer and
+// Secrets.
 type MiddlewareConfig struct {
 	// DB is the database the state changes are applied to, with the
 	// package's table (Schema). Required.
@@ -49,14 +52,20 @@ type MiddlewareConfig struct {
 	// message ID from webhook-id or Idempotency-Key. Use it only where
 	// nobody but hookgate can reach the service.
 	Unsigned bool
-	// MaxBodyBytes bounds a request's body: larger ones are answered 413.
-	// Zero means DefaultMaxBodyBytes.
+	// MaxBodyBytes bounds a request's body: larger ones are answered 413
+	// (DefaultMaxBodyBytes). It must be positive.
 	MaxBodyBytes int64
-	// InFlightWait is Config.InFlightWait.
+	// InFlightWait is Config.InFlightWait (DefaultInFlightWait).
 	InFlightWait time.Duration
 	// Logger receives the errors answered 5xx (never a secret or a body).
 	// Nil logs nothing.
 	Logger *slog.Logger
+}
+
+// DefaultMiddlewareConfig returns Middleware's defaults: MaxBodyBytes and
+// InFlightWait set, DB, Consumer and Secrets left for the caller.
+func DefaultMiddlewareConfig() MiddlewareConfig {
+	return MiddlewareConfig{MaxBodyBytes: DefaultMaxBodyBytes, InFlightWait: DefaultInFlightWait}
 }
 
 type txKey struct{}
@@ -93,7 +102,8 @@ func Tx(ctx context.Context) pgx.Tx {
 //     so that hookgate retries.
 //
 // It fails when cfg lacks DB or Consumer, has no usable secret (unless
-// Unsigned), or holds a malformed secret.
+// Unsigned), holds a malformed secret, or a MaxBodyBytes or InFlightWait
+// that is not positive.
 func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("consumer: MiddlewareConfig.DB is required")
@@ -112,11 +122,8 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if len(hooks) == 0 && !cfg.Unsigned {
 		return nil, errors.New("consumer: MiddlewareConfig.Secrets is empty: give the target's signing secret, or set Unsigned")
 	}
-	if cfg.MaxBodyBytes < 0 {
-		return nil, fmt.Errorf("consumer: MiddlewareConfig.MaxBodyBytes %d is negative", cfg.MaxBodyBytes)
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	if cfg.MaxBodyBytes <= 0 {
+		return nil, fmt.Errorf("consumer: MiddlewareConfig.MaxBodyBytes %d: must be positive (DefaultMiddlewareConfig has the default)", cfg.MaxBodyBytes)
 	}
 	p, err := New(cfg.DB, Config{InFlightWait: cfg.InFlightWait})
 	if err != nil {

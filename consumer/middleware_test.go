@@ -98,6 +98,22 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
+// mwConfig is DefaultMiddlewareConfig for consumer name on pool, verifying
+// with secrets.
+func mwConfig(pool consumer.DB, name string, secrets ...string) consumer.MiddlewareConfig {
+	c := consumer.DefaultMiddlewareConfig()
+	c.DB, c.Consumer, c.Secrets = pool, name, secrets
+	return c
+}
+
+// unsigned is DefaultMiddlewareConfig for consumer name on pool, without
+// signatures, bounding bodies to maxBody bytes.
+func unsigned(pool consumer.DB, name string, maxBody int64) consumer.MiddlewareConfig {
+	c := consumer.DefaultMiddlewareConfig()
+	c.DB, c.Consumer, c.Unsigned, c.MaxBodyBytes = pool, name, true, maxBody
+	return c
+}
+
 func middleware(t *testing.T, cfg consumer.MiddlewareConfig) func(http.Handler) http.Handler {
 	t.Helper()
 	mw, err := consumer.Middleware(cfg)
@@ -116,7 +132,7 @@ func TestMiddlewareProcessesOnceAndReplays(t *testing.T) {
 	pool := ordersDB(t)
 	var calls atomic.Int64
 	r := chi.NewRouter()
-	r.With(middleware(t, consumer.MiddlewareConfig{DB: pool, Consumer: "orders", Secrets: []string{secretA}})).
+	r.With(middleware(t, mwConfig(pool, "orders", secretA))).
 		Post("/hooks", orders(&calls))
 	srv := httptest.NewServer(r)
 	defer srv.Close()
@@ -142,7 +158,7 @@ func TestMiddlewareRefusesBadSignatures(t *testing.T) {
 	t.Parallel()
 	pool := ordersDB(t)
 	var calls atomic.Int64
-	srv := httptest.NewServer(middleware(t, consumer.MiddlewareConfig{DB: pool, Consumer: "orders", Secrets: []string{secretA}})(orders(&calls)))
+	srv := httptest.NewServer(middleware(t, mwConfig(pool, "orders", secretA))(orders(&calls)))
 	defer srv.Close()
 
 	tampered := signed(t, srv.URL, secretA, "evt_bad", []byte(`{"n":1}`))
@@ -176,7 +192,7 @@ func TestMiddlewareRotation(t *testing.T) {
 	t.Parallel()
 	pool := ordersDB(t)
 	var calls atomic.Int64
-	srv := httptest.NewServer(middleware(t, consumer.MiddlewareConfig{DB: pool, Consumer: "orders", Secrets: []string{secretA, secretB}})(orders(&calls)))
+	srv := httptest.NewServer(middleware(t, mwConfig(pool, "orders", secretA, secretB))(orders(&calls)))
 	defer srv.Close()
 	for i, s := range []string{secretA, secretB} {
 		if resp, body := do(t, signed(t, srv.URL, s, fmt.Sprintf("evt_rot_%d", i), []byte(`{}`))); resp.StatusCode != http.StatusCreated {
@@ -201,7 +217,7 @@ func TestMiddlewareHandlerFailureIsNotStored(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}
-	srv := httptest.NewServer(middleware(t, consumer.MiddlewareConfig{DB: pool, Consumer: "orders", Secrets: []string{secretA}})(http.HandlerFunc(failFirst)))
+	srv := httptest.NewServer(middleware(t, mwConfig(pool, "orders", secretA))(http.HandlerFunc(failFirst)))
 	defer srv.Close()
 	if resp, _ := do(t, signed(t, srv.URL, secretA, "evt_f", []byte(`{}`))); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("failing handler: %d, want its 503", resp.StatusCode)
@@ -217,20 +233,48 @@ func TestMiddlewareHandlerFailureIsNotStored(t *testing.T) {
 	}
 }
 
-// TestMiddlewareConfig: the constructor refuses what cannot work.
+// TestMiddlewareConfig: the constructor refuses what cannot work, a zero
+// limit or in-flight wait included (zero means zero); it takes the defaults.
 func TestMiddlewareConfig(t *testing.T) {
 	t.Parallel()
 	pool := ordersDB(t)
-	for name, cfg := range map[string]consumer.MiddlewareConfig{
-		"no DB":          {Consumer: "c", Secrets: []string{secretA}},
-		"no consumer":    {DB: pool, Secrets: []string{secretA}},
-		"no secret":      {DB: pool, Consumer: "c"},
-		"bad secret":     {DB: pool, Consumer: "c", Secrets: []string{"not a secret"}},
-		"negative limit": {DB: pool, Consumer: "c", Secrets: []string{secretA}, MaxBodyBytes: -1},
+	for name, apply := range map[string]func(*consumer.MiddlewareConfig){
+		"no DB":              func(c *consumer.MiddlewareConfig) { c.DB = nil },
+		"no consumer":        func(c *consumer.MiddlewareConfig) { c.Consumer = "" },
+		"no secret":          func(c *consumer.MiddlewareConfig) { c.Secrets = nil },
+		"bad secret":         func(c *consumer.MiddlewareConfig) { c.Secrets = []string{"not a secret"} },
+		"negative limit":     func(c *consumer.MiddlewareConfig) { c.MaxBodyBytes = -1 },
+		"zero limit":         func(c *consumer.MiddlewareConfig) { c.MaxBodyBytes = 0 },
+		"zero in-flight":     func(c *consumer.MiddlewareConfig) { c.InFlightWait = 0 },
+		"negative in-flight": func(c *consumer.MiddlewareConfig) { c.InFlightWait = -time.Second },
 	} {
+		cfg := mwConfig(pool, "c", secretA)
+		apply(&cfg)
 		if _, err := consumer.Middleware(cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	if _, err := consumer.Middleware(mwConfig(pool, "c", secretA)); err != nil {
+		t.Errorf("the defaults: %v", err)
+	}
+}
+
+// TestConfigZeroIsRefused: zero means zero: New refuses an InFlightWait of
+// 0 (PostgreSQL's lock_timeout 0 would wait for ever), never taking it as
+// the default; the default is DefaultConfig's.
+func TestConfigZeroIsRefused(t *testing.T) {
+	t.Parallel()
+	pool := ordersDB(t)
+	if got := consumer.DefaultConfig(); got.InFlightWait != consumer.DefaultInFlightWait {
+		t.Errorf("DefaultConfig() = %+v", got)
+	}
+	for _, c := range []consumer.Config{{}, {InFlightWait: -time.Millisecond}} {
+		if _, err := consumer.New(pool, c); err == nil || !strings.Contains(err.Error(), "InFlightWait") {
+			t.Errorf("New(%+v) = %v, want an error naming InFlightWait", c, err)
+		}
+	}
+	if _, err := consumer.New(pool, consumer.DefaultConfig()); err != nil {
+		t.Errorf("New(DefaultConfig()): %v", err)
 	}
 }
 
@@ -240,7 +284,7 @@ func TestMiddlewareBounds(t *testing.T) {
 	t.Parallel()
 	pool := ordersDB(t)
 	var calls atomic.Int64
-	srv := httptest.NewServer(middleware(t, consumer.MiddlewareConfig{DB: pool, Consumer: "orders", Unsigned: true, MaxBodyBytes: 16})(orders(&calls)))
+	srv := httptest.NewServer(middleware(t, unsigned(pool, "orders", 16))(orders(&calls)))
 	defer srv.Close()
 	big, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader(strings.Repeat("x", 17)))
 	big.Header.Set("Idempotency-Key", "evt_big")

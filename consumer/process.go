@@ -86,28 +86,27 @@ type Result struct {
 // back and the message is retried).
 type Change func(ctx context.Context, tx pgx.Tx) (Response, error)
 
-// Config configures a Processor. The zero Config is valid and uses the
-// defaults.
+// Config configures a Processor. Zero means zero: no field is defaulted
+// from a 0, and New refuses one; DefaultConfig has the defaults.
 type Config struct {
 	// InFlightWait bounds how long a delivery waits for another transaction
 	// holding the same message's key (PostgreSQL's lock_timeout, set for the
-	// transaction only). Zero means DefaultInFlightWait; it is rounded up to
-	// whole milliseconds.
+	// transaction only; DefaultInFlightWait). It must be positive (a
+	// lock_timeout of 0 would wait for ever); it is rounded up to whole
+	// milliseconds.
 	InFlightWait time.Duration
 }
 
-func (c Config) validate() error {
-	if c.InFlightWait < 0 {
-		return fmt.Errorf("consumer: InFlightWait %v is negative", c.InFlightWait)
-	}
-	return nil
+// DefaultConfig returns a Processor's defaults.
+func DefaultConfig() Config {
+	return Config{InFlightWait: DefaultInFlightWait}
 }
 
-func (c Config) withDefaults() Config {
-	if c.InFlightWait == 0 {
-		c.InFlightWait = DefaultInFlightWait
+func (c Config) validate() error {
+	if c.InFlightWait <= 0 {
+		return fmt.Errorf("consumer: Config.InFlightWait %v: must be positive (DefaultConfig has the default)", c.InFlightWait)
 	}
-	return c
+	return nil
 }
 
 // Processor applies state changes at most once per message, on one
@@ -126,14 +125,13 @@ func New(db DB, cfg Config) (*Processor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	ms := (cfg.InFlightWait + time.Millisecond - 1) / time.Millisecond
 	return &Processor{db: db, lockTimeout: strconv.FormatInt(int64(ms), 10)}, nil
 }
 
-// Process is New(db, Config{}) followed by its Process.
+// Process is New(db, DefaultConfig()) followed by its Process.
 func Process(ctx context.Context, db DB, consumerName, messageID string, change Change) (Result, error) {
-	p, err := New(db, Config{})
+	p, err := New(db, DefaultConfig())
 	if err != nil {
 		return Result{}, err
 	}

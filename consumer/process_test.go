@@ -140,7 +140,11 @@ func TestProcessInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Exec(ctx, `INSERT INTO consumer_processed_messages (consumer_name, message_id) VALUES ('c', 'held')`); err != nil {
+	// The holder claims the key through Process on its transaction (a
+	// savepoint, released): the key stays held until holder ends.
+	if _, err := consumer.Process(ctx, holder, "c", "held", func(context.Context, pgx.Tx) (consumer.Response, error) {
+		return consumer.Response{}, nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := consumer.New(pool, consumer.Config{InFlightWait: 50 * time.Millisecond})
@@ -232,6 +236,8 @@ func TestDeleteProcessedBefore(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := newDB(t)
+	// Raw SQL: Process stamps processed_at with now(); only an INSERT puts
+	// rows in the past (the consumer package has no fixture builders).
 	if _, err := pool.Exec(ctx, `INSERT INTO consumer_processed_messages (consumer_name, message_id, processed_at) VALUES
 ('c', 'old1', now() - interval '10 days'), ('c', 'old2', now() - interval '9 days'), ('c', 'new', now()),
 ('other', 'old', now() - interval '10 days')`); err != nil {

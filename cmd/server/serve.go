@@ -163,7 +163,14 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			// The fast path shares the River worker's HTTP client and
 			// Gate: fair shares, max_in_flight and breakers hold across
 			// both.
-			fast = forward.NewDispatcher(worker, db.pool, cfg, s.forwardLease, s.fastWorkers, 0, reg, log)
+			dc := forward.DefaultDispatcherConfig(cfg)
+			dc.Workers = s.fastWorkers
+			if s.forwardLease > 0 { // set; unset keeps the lease computed from the targets
+				dc.Lease = s.forwardLease
+			}
+			if fast, err = forward.NewDispatcher(worker, db.pool, dc, reg, log); err != nil {
+				return nil, err
+			}
 		}
 	}
 	client, err := forward.NewClient(db.pool, cfg, worker, cc, log)

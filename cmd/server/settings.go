@@ -37,7 +37,7 @@ type settings struct {
 	backoff        forward.Backoff
 	fastPath       bool          // role all: attempt forwards right after COMMIT
 	fastWorkers    int           // forwards the fast path runs at once
-	forwardLease   time.Duration // of the fast path's outbox rows; 0: forward.DefaultLease
+	forwardLease   time.Duration // of the fast path's outbox rows; 0: unset (forward.DefaultLease)
 
 	retentionInterval time.Duration
 	pprofAddr         string
@@ -269,7 +269,7 @@ var settingTable = []setting{
 		help: "how long the fast path holds a forward's outbox row before the relay may take it: how long a crash delays that forward (at least 3s)",
 		parse: func(s *settings, v string) error {
 			if v == "" {
-				s.forwardLease = 0 // computed by forward.NewDispatcher
+				s.forwardLease = 0 // unset: forward.DefaultDispatcherConfig computes it
 				return nil
 			}
 			return durationSetting("forward lease", 3*time.Second, func(s *settings) *time.Duration { return &s.forwardLease })(s, v)

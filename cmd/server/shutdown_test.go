@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -28,9 +32,9 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, `INSERT INTO processed_messages
-		(sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-		VALUES ('acme', $1, '\x00', gen_random_uuid(), 202, 'application/json', '{}', now(), now() + interval '1 day')`, id); err != nil {
+	now := time.Now()
+	if err := store.New(holder).InsertKey(ctx, dedup.Delivery{Key: dedup.Key{Sender: "acme", DeliveryID: id}, EventID: uuid.New(),
+		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -178,7 +178,9 @@ func sinkConsumer(ctx context.Context, dsn string, keys [][]byte) (http.Handler,
 	for i, k := range keys {
 		secrets[i] = signature.StandardSecretPrefix + base64.StdEncoding.EncodeToString(k)
 	}
-	mw, err := consumer.Middleware(consumer.MiddlewareConfig{DB: pool, Consumer: "hookgate-sink", Secrets: secrets, Unsigned: len(keys) == 0})
+	mc := consumer.DefaultMiddlewareConfig()
+	mc.DB, mc.Consumer, mc.Secrets, mc.Unsigned = pool, "hookgate-sink", secrets, len(keys) == 0
+	mw, err := consumer.Middleware(mc)
 	if err != nil {
 		pool.Close()
 		return nil, nil, fmt.Errorf("sink: %w", err)

@@ -113,6 +113,7 @@ func TestScriptsBindEveryParameter(t *testing.T) {
 		if strings.Contains(s, "$") {
 			t.Errorf("%s: unbound placeholder in\n%s", m.name, s)
 		}
+		// The scripts' SQL text is what the test examines: raw SQL on purpose.
 		for _, want := range []string{"\\startpipeline\nBEGIN;\n" + lockTimeoutSQL + ";\n" + ingestsql.GenericPlans + ";\nINSERT INTO processed_messages",
 			"SELECT :sender::text, d.* FROM unnest(ARRAY[:did]::text[], ARRAY[:sha]::bytea[], ARRAY[md5(:did::text)::uuid]::uuid[], ARRAY[:status]::int2[], ARRAY[:ctype]::text[], ARRAY[:resp]::bytea[], ARRAY[:ts]::timestamptz[], ARRAY[:exp]::timestamptz[]) AS d\nON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING;\n",
 			"SELECT k.sender, e.* FROM unnest(ARRAY[md5(:did::text)::uuid]::uuid[], ARRAY[:did]::text[],",
@@ -131,6 +132,7 @@ func TestScriptsBindEveryParameter(t *testing.T) {
 func TestPlainScriptIsMinimal(t *testing.T) {
 	t.Parallel()
 	s := modePlain.script()
+	// The script's SQL text is what the test examines: raw SQL on purpose.
 	want := uniqueKey + "\\startpipeline\nBEGIN;\nINSERT INTO processed_messages\n" +
 		"  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)\n" +
 		"VALUES (:sender, :did, :sha, md5(:did::text)::uuid, :status, :ctype, :resp, :ts, :exp);\n" +
@@ -333,6 +335,20 @@ func TestSink(t *testing.T) {
 	}
 	if got := sk.requests.Load(); got != 8 {
 		t.Errorf("requests = %d, want 8", got)
+	}
+	// What it does not read (here a chunked body) is a 400, not a count.
+	req, _ := http.NewRequest(http.MethodPost, sk.url(), io.MultiReader(strings.NewReader(`{"x":1}`)))
+	req.Header.Set("X-Hookgate-Delivery-Id", "fwb-x-0-9")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("chunked request: sink answered %d, want 400", resp.StatusCode)
+	}
+	if got := sk.received("fwb"); got != 5 {
+		t.Errorf("after a chunked request: received(fwb) = %d, want 5", got)
 	}
 }
 

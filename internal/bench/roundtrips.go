@@ -19,6 +19,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // countingConn counts the writes on a connection to PostgreSQL: pgx sends a
@@ -84,7 +85,7 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 	targets := []string{"sink"}
 	// The store without group commit, replay cache or shedding: each
 	// delivery's own pipeline is what is counted.
-	store, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 			ReceivedAt:    now,
 			ExpiresAt:     now.Add(time.Hour),
 		}
-		return store.Run(ctx, d, func(b *dedup.Batch) {
+		return ingest.Run(ctx, d, func(b *dedup.Batch) {
 			events.QueueInsert(b, events.Event{ID: eventID, Sender: sender, DeliveryID: id, ReceivedAt: now, Headers: roundTripHeaders, Body: payload})
 			if withTarget {
 				forward.QueueOutbox(b, eventID, id, now, targets, 0)
@@ -171,7 +172,7 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 	}
 	c.reprepared = after - before
 	// Leave no outbox row for a relay to find: the target does not exist.
-	if _, err := pool.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1`, sender); err != nil {
+	if _, err := store.New(pool).DeleteOutboxOf(ctx, sender, ""); err != nil {
 		return nil, fmt.Errorf("delete the round-trip count's outbox rows: %w", err)
 	}
 

@@ -3,6 +3,7 @@ package console_test
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,39 +24,42 @@ const benchDeliveries = 1_000_000
 // open ends from processed_messages, its closed hours as kept once counted)
 // and draws its charts from the last hour's per-minute counts and the last
 // day's per-hour counts (query/overview-charts: both spans of a sender and
-// its target). Run it with make bench-console; it seeds the rows with one
-// INSERT … SELECT generate_series (about a minute on 2 cores).
+// its target). Run it with make bench-console; it seeds the deliveries with
+// store.InsertGenerated (one INSERT … SELECT generate_series, about a
+// minute on 2 cores) and the counts with store.AddTraffic.
 func BenchmarkConsoleList(b *testing.B) {
 	e := newEnv(b, console.Config{AdminToken: token})
 	ctx := b.Context()
 	start := time.Now()
-	_, err := e.pool.Exec(ctx, `INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-SELECT 'orders', 'dlv_' || i, sha256(int8send(i)), gen_random_uuid(), 202, 'application/json', '{}',
-       now() - (i * interval '604800 milliseconds' / 1000), now() + interval '1 day'
-FROM generate_series(1, $1::int8) AS i`, benchDeliveries)
-	if err != nil {
+	if _, err := e.q.InsertGenerated(ctx, store.Generated{Sender: "orders", Prefix: "dlv_", N: benchDeliveries, Newest: start,
+		Step: 7 * 24 * time.Hour / benchDeliveries, ExpiresAt: start.Add(24 * time.Hour), Status: 202, Keys: true}); err != nil {
 		b.Fatal(err)
 	}
 	// The charts' counts of the same deliveries: two days of minutes (the
-	// retention), of every kind, as the processes' flushes leave them.
-	// The target's rows carry latency histograms.
-	_, err = e.pool.Exec(ctx, `INSERT INTO traffic_minutes (sender, target, kind, minute, n, sum_ms, latency_hist)
-SELECT 'orders', k.target, k.kind, date_trunc('minute', now()) - m * interval '1 minute', 1000000 / 10080, 40 * (1000000 / 10080),
-       CASE WHEN k.target <> '' THEN ARRAY(SELECT (i * 7 + m) % 13 FROM generate_series(1, $1::int) AS i)::bigint[] END
-FROM generate_series(0, 2879) AS m,
-     (VALUES ('', 'accepted'), ('', 'replayed'), ('', 'refused'), ('orders-svc', 'delivered'), ('orders-svc', 'failed')) AS k(target, kind)`, store.LatencyBuckets)
-	if err != nil {
-		b.Fatal(err)
+	// retention), of every kind, as the processes' flushes leave them (in
+	// traffic_minutes and, added up, traffic_hours). The target's rows
+	// carry latency histograms.
+	var deltas []store.TrafficDelta
+	minute := start.UTC().Truncate(time.Minute)
+	for m := range 2880 {
+		for _, k := range []struct{ target, kind string }{{"", "accepted"}, {"", "replayed"}, {"", "refused"}, {"orders-svc", "delivered"}, {"orders-svc", "failed"}} {
+			d := store.TrafficDelta{Sender: "orders", Target: k.target, Kind: k.kind, Minute: minute.Add(-time.Duration(m) * time.Minute),
+				N: 1000000 / 10080, SumMS: 40 * (1000000 / 10080)}
+			if k.target != "" {
+				d.Hist = make([]int64, store.LatencyBuckets)
+				for i := range d.Hist {
+					d.Hist[i] = int64(((i+1)*7 + m) % 13)
+				}
+			}
+			deltas = append(deltas, d)
+		}
 	}
-	// And per hour, as the same flushes leave them in traffic_hours.
-	_, err = e.pool.Exec(ctx, `INSERT INTO traffic_hours (sender, target, kind, hour, n, sum_ms, latency_hist)
-SELECT 'orders', k.target, k.kind, date_trunc('hour', now()) - h * interval '1 hour', 60 * (1000000 / 10080), 60 * 40 * (1000000 / 10080),
-       CASE WHEN k.target <> '' THEN ARRAY(SELECT 60 * ((i * 7 + h) % 13) FROM generate_series(1, $1::int) AS i)::bigint[] END
-FROM generate_series(0, 47) AS h,
-     (VALUES ('', 'accepted'), ('', 'replayed'), ('', 'refused'), ('orders-svc', 'delivered'), ('orders-svc', 'failed')) AS k(target, kind)`, store.LatencyBuckets)
-	if err != nil {
-		b.Fatal(err)
+	for chunk := range slices.Chunk(deltas, 1000) {
+		if err := e.q.AddTraffic(ctx, chunk, start); err != nil {
+			b.Fatal(err)
+		}
 	}
+	// ANALYZE: as a database that has run a while has its statistics.
 	if _, err := e.pool.Exec(ctx, `ANALYZE processed_messages; ANALYZE traffic_minutes; ANALYZE traffic_hours`); err != nil {
 		b.Fatal(err)
 	}
@@ -63,10 +67,11 @@ FROM generate_series(0, 47) AS h,
 	c := e.client()
 	e.signIn(c)
 	// A cursor in the middle of the history: the position of dlv_500000.
-	var mid time.Time
-	if err := e.pool.QueryRow(ctx, `SELECT created_at FROM processed_messages WHERE sender = 'orders' AND delivery_id = 'dlv_500000'`).Scan(&mid); err != nil {
+	half, err := e.q.GetDelivery(ctx, dedup.Key{Sender: "orders", DeliveryID: "dlv_500000"})
+	if err != nil {
 		b.Fatal(err)
 	}
+	mid := half.ReceivedAt
 	day := func(d int) string { return time.Now().UTC().AddDate(0, 0, -d).Format("2006-01-02T15:04") }
 	// The queries alone, as the list pages run them.
 	parse := func(s string) time.Time { t, _ := time.Parse("2006-01-02T15:04", s); return t }
@@ -113,7 +118,7 @@ FROM generate_series(0, 47) AS h,
 	// first count is timed here, once; the overview's timings below come
 	// after it.
 	// (Signing in viewed the overview: its count is forgotten first.)
-	if _, err := e.pool.Exec(ctx, `DELETE FROM delivery_hour_counts`); err != nil {
+	if err := e.q.ForgetHourCounts(ctx, ""); err != nil {
 		b.Fatal(err)
 	}
 	firstCount := time.Now()
@@ -123,7 +128,8 @@ FROM generate_series(0, 47) AS h,
 	}
 	b.Logf("first count of the day's closed hours (once per database): %s", time.Since(firstCount).Round(100*time.Microsecond))
 	// The counts are a scan's: the day's deliveries by status, counted
-	// once the slow way.
+	// once the slow way (the reference the test examines: raw SQL on
+	// purpose).
 	var inHour, inDay int64
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE created_at >= $3), count(*) FROM processed_messages WHERE sender = $1 AND created_at >= $2 AND response_status = 202`,
 		"orders", firstCount.Add(-24*time.Hour), firstCount.Add(-time.Hour)).Scan(&inHour, &inDay); err != nil {

@@ -281,10 +281,9 @@ func TestConsoleDeliveryPages(t *testing.T) {
 func TestConsoleDeliveriesPaginate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, console.Config{AdminToken: token})
-	_, err := e.pool.Exec(t.Context(), `INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-SELECT 'orders', 'd' || lpad(i::text, 4, '0'), sha256(i::text::bytea), gen_random_uuid(), 202, 'application/json', '{}', now() - i * interval '1 second', now() + interval '1 day'
-FROM generate_series(1, 120) AS i`)
-	if err != nil {
+	now := time.Now()
+	if _, err := e.q.InsertGenerated(t.Context(), store.Generated{Sender: "orders", Prefix: "d", Width: 4, N: 120, Newest: now, Step: time.Second,
+		ExpiresAt: now.Add(24 * time.Hour), Status: 202, Keys: true}); err != nil {
 		t.Fatal(err)
 	}
 	c := e.client()

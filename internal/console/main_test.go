@@ -253,11 +253,11 @@ func newOptions() console.Config { return console.Config{AdminToken: token} }
 // eventOf returns the event ID of the orders delivery id.
 func (e *env) eventOf(id string) uuid.UUID {
 	e.t.Helper()
-	var ev uuid.UUID
-	if err := e.pool.QueryRow(e.t.Context(), `SELECT event_id FROM processed_messages WHERE sender = 'orders' AND delivery_id = $1`, id).Scan(&ev); err != nil {
+	d, err := e.q.GetDelivery(e.t.Context(), dedup.Key{Sender: "orders", DeliveryID: id})
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	return ev
+	return d.EventID
 }
 
 // failForwards makes the forwards of the orders delivery id failed, as if
@@ -267,7 +267,7 @@ func (e *env) failForwards(id, errText string) {
 	e.t.Helper()
 	ctx := e.t.Context()
 	ev := e.eventOf(id)
-	if _, err := e.pool.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = 'orders' AND event_id = $1`, ev); err != nil {
+	if _, err := e.q.DeleteOutboxOfEvent(ctx, "orders", ev); err != nil {
 		e.t.Fatal(err)
 	}
 	sd, _ := e.cfg.Sender("orders")

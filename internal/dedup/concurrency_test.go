@@ -140,7 +140,8 @@ func TestRunConcurrentSameKey(t *testing.T) {
 
 // naiveRun is the broken pattern the package exists to avoid: a pre-check,
 // then the state change, then the key insert with ON CONFLICT DO NOTHING, each
-// in its own transaction. It is the negative control of the race harness.
+// in its own transaction. It is the negative control of the race harness
+// (raw SQL on purpose: the broken statements are what the test examines).
 func naiveRun(pool *pgxpool.Pool) runner {
 	return func(ctx context.Context, d dedup.Delivery, change dedup.Change) (dedup.Result, error) {
 		var exists bool

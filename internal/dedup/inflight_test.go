@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -29,12 +30,7 @@ func holdKey(t *testing.T, ctx context.Context, dsn string, d dedup.Delivery) pg
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO processed_messages
-  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		d.Sender, d.DeliveryID, d.RequestSHA256[:], d.EventID, d.Response.Status, d.Response.ContentType,
-		d.Response.Body, d.ReceivedAt, d.ExpiresAt)
-	if err != nil {
+	if err := store.New(tx).InsertKey(ctx, d); err != nil {
 		t.Fatalf("hold key: %v", err)
 	}
 	return tx

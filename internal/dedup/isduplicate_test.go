@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // closedPortURL returns a PostgreSQL URL on a 127.0.0.1 port nothing listens
@@ -100,11 +104,18 @@ func TestIsDuplicateServerErrors(t *testing.T) {
 	execSQL(t, ctx, pool,
 		`CREATE TABLE scratch (v int CONSTRAINT scratch_v_key UNIQUE)`,
 		`INSERT INTO scratch VALUES (1)`,
-		`INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-		 VALUES ('s', 'd', '\x00', '00000000-0000-0000-0000-000000000001', 202, 'application/json', '{}', now(), now())`,
-		`INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
-		 VALUES ('s', '00000000-0000-0000-0000-000000000001', 'd', now(), '{}', '')`,
 	)
+	// The rows whose keys the statements below collide with.
+	q, now, id := store.New(pool), time.Now(), uuid.MustParse("00000000-0000-0000-0000-000000000001")
+	if err := q.InsertKey(ctx, dedup.Delivery{Key: dedup.Key{Sender: "s", DeliveryID: "d"}, EventID: id,
+		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.InsertEvent(ctx, events.Event{ID: id, Sender: "s", DeliveryID: "d", ReceivedAt: now, Headers: http.Header{}}); err != nil {
+		t.Fatal(err)
+	}
+	// The statements themselves are what the test examines: each provokes
+	// one error of PostgreSQL's, raw SQL on purpose.
 	tests := []struct {
 		name string
 		sql  string

@@ -1,8 +1,14 @@
 package dedup
 
 import (
+	"crypto/sha256"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/ingestsql"
 	"github.com/hookgate/hookgate/internal/pgtest"
@@ -28,13 +34,21 @@ func TestPipelinePlansProbeTheKey(t *testing.T) {
 SELECT m.* FROM unnest($2::uuid[], $3::text[]) AS m(event_id, delivery_id) WHERE ` + ClaimedRow("m.delivery_id", "m.event_id")
 	for _, size := range []string{"empty", "large"} {
 		if size == "large" {
-			if _, err := pool.Exec(ctx, `INSERT INTO processed_messages
-  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-SELECT 's' || (i % 20), 'd' || i, sha256(i::text::bytea), gen_random_uuid(), 202, 'application/json', '{}',
-       now() - i * interval '1 second', now() + interval '1 day'
-FROM generate_series(1, 50000) AS i`); err != nil {
-				t.Fatal(err)
+			// 50,000 keys of 20 senders, one a second back from now,
+			// claimed as the pipeline claims them.
+			now := time.Now()
+			bySender := make([][]Delivery, 20)
+			for i := 1; i <= 50000; i++ {
+				d := Delivery{Key: Key{Sender: fmt.Sprintf("s%d", i%20), DeliveryID: fmt.Sprintf("d%d", i)},
+					RequestSHA256: sha256.Sum256([]byte(strconv.Itoa(i))), EventID: uuid.New(),
+					Response:   Response{Status: 202, ContentType: "application/json", Body: []byte("{}")},
+					ReceivedAt: now.Add(-time.Duration(i) * time.Second), ExpiresAt: now.Add(24 * time.Hour)}
+				bySender[i%20] = append(bySender[i%20], d)
 			}
+			for _, ds := range bySender {
+				claimKeys(t, ctx, pool, ds...)
+			}
+			// ANALYZE: the plans are what the test examines.
 			if _, err := pool.Exec(ctx, `ANALYZE processed_messages`); err != nil {
 				t.Fatal(err)
 			}

@@ -1,9 +1,12 @@
 package forward_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -19,9 +22,11 @@ import (
 func TestBacklogCollectorDuringOutage(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	if _, err := pool.Exec(t.Context(), `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
-SELECT 'acme', gen_random_uuid(), 't', 'd' || g, now() FROM generate_series(1, 3) g`); err != nil {
-		t.Fatal(err)
+	for i := range 3 {
+		r := store.OutboxRow{Sender: "acme", EventID: uuid.New(), Target: "t", DeliveryID: fmt.Sprintf("d%d", i+1)}
+		if err := store.New(pool).InsertOutbox(t.Context(), r, time.Now()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(forward.NewBacklogCollector(store.New(pool)))

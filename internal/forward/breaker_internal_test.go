@@ -24,6 +24,8 @@ func TestBreakerTransitionsAreRecordedInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool, _ := pgtest.NewDB(t)
+	// Raw SQL on purpose: the trigger (a slow write of an "open") is the
+	// race the test provokes, not a fixture.
 	if _, err := pool.Exec(ctx, `CREATE FUNCTION slow_open() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.state = 'open' THEN PERFORM pg_sleep(0.5); END IF;

@@ -8,8 +8,8 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// TestConfigsValidate: the defaults of the worker, the breakers and the
-// River client are valid, and every nonsense value (a zero or negative
+// TestConfigsValidate: the defaults of the worker, the breakers, the
+// River client and the fast path are valid, and every nonsense value (a zero or negative
 // duration or count, a backoff whose max is below its base, a rescue
 // horizon not above a forward's timeout) is refused by validate and by the
 // constructor, with an error naming the field.
@@ -90,4 +90,31 @@ func TestConfigsValidate(t *testing.T) {
 	}
 	_, err = newHorizons(cfg, 15*time.Second, 0)
 	wantErr("a rescue horizon not above a forward's timeout (15s)", err, "RescueAfter")
+
+	// The fast path: zero means zero; the defaults (the lease computed
+	// from the targets' timeouts) are DefaultDispatcherConfig's.
+	dc := DefaultDispatcherConfig(cfg)
+	if dc != (DispatcherConfig{Lease: 20 * time.Second, Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}) {
+		t.Errorf("DefaultDispatcherConfig = %+v", dc)
+	}
+	if err := dc.validate(); err != nil {
+		t.Errorf("DefaultDispatcherConfig: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		apply func(*DispatcherConfig)
+		field string
+	}{
+		{"zero lease", func(c *DispatcherConfig) { c.Lease = 0 }, "Lease 0s"},
+		{"negative lease", func(c *DispatcherConfig) { c.Lease = -time.Second }, "Lease -1s"},
+		{"zero workers", func(c *DispatcherConfig) { c.Workers = 0 }, "Workers 0"},
+		{"zero queue", func(c *DispatcherConfig) { c.Queue = 0 }, "Queue 0"},
+		{"zero bytes", func(c *DispatcherConfig) { c.MaxBytes = 0 }, "MaxBytes 0"},
+	} {
+		dc := DefaultDispatcherConfig(cfg)
+		tc.apply(&dc)
+		wantErr(tc.name, dc.validate(), tc.field)
+		_, err := NewDispatcher(nil, nil, dc, nil, nil)
+		wantErr("NewDispatcher with "+tc.name, err, tc.field)
+	}
 }

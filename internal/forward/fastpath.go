@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -123,10 +124,12 @@ type Dispatcher struct {
 	queue   chan fastJob
 	records chan store.FirstAttempt
 	// bytes are the body bytes of the queued and running forwards, at most
-	// maxBytes (DefaultDispatchBytes).
+	// maxBytes (DispatcherConfig.MaxBytes).
 	bytes    atomic.Int64
 	maxBytes int64
 	count    *prometheus.CounterVec
+	// delivered is count's series of the common result, looked up once.
+	delivered prometheus.Counter
 
 	ctx    context.Context // of the attempts; cancelled by Close's deadline
 	cancel context.CancelFunc
@@ -140,26 +143,63 @@ type Dispatcher struct {
 	closeErr  error
 }
 
+// DispatcherConfig configures a Dispatcher. Zero means zero
+// (docs/configuration.md): no field is defaulted from a 0, and validate
+// refuses one; DefaultDispatcherConfig has the defaults.
+type DispatcherConfig struct {
+	// Lease is how long the fast path holds a forward's outbox row before
+	// the relay may take it (DefaultLease).
+	Lease time.Duration
+	// Workers is how many forwards the fast path attempts at once
+	// (DefaultDispatchWorkers).
+	Workers int
+	// Queue is how many forwards may wait for a worker; more are left to
+	// the relay (DefaultDispatchQueue).
+	Queue int
+	// MaxBytes bounds the body bytes of the queued and running forwards
+	// (DefaultDispatchBytes).
+	MaxBytes int64
+}
+
+// DefaultDispatcherConfig returns the fast path's defaults for cfg (its
+// lease depends on the targets' timeouts: DefaultLease).
+func DefaultDispatcherConfig(cfg *config.Config) DispatcherConfig {
+	return DispatcherConfig{Lease: DefaultLease(cfg), Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}
+}
+
+// validate returns an error naming the fields at fault, or nil.
+func (c DispatcherConfig) validate() error {
+	var errs []error
+	if c.Lease <= 0 {
+		errs = append(errs, fmt.Errorf("dispatcher config: Lease %s: must be positive (DefaultDispatcherConfig computes it)", c.Lease))
+	}
+	if c.Workers < 1 {
+		errs = append(errs, fmt.Errorf("dispatcher config: Workers %d: must be at least 1", c.Workers))
+	}
+	if c.Queue < 1 {
+		errs = append(errs, fmt.Errorf("dispatcher config: Queue %d: must be at least 1", c.Queue))
+	}
+	if c.MaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("dispatcher config: MaxBytes %d: must be at least 1", c.MaxBytes))
+	}
+	return errors.Join(errs...)
+}
+
 // NewDispatcher returns the fast path of a process whose River worker is w
 // (its HTTP client, metrics, backoff and Gate are shared, so that the
 // gate's fair shares, max_in_flight, breakers and pauses hold across both):
-// workers goroutines (DefaultDispatchWorkers when 0) attempt the forwards
-// that queue (up to DefaultDispatchQueue) holds, and their outcomes are
-// recorded in db. Rows are leased for lease (DefaultLease when 0). reg
-// receives hookgate_forward_fast_path_total. Close stops it.
-func NewDispatcher(w *Worker, db *pgxpool.Pool, cfg *config.Config, lease time.Duration, workers, queue int, reg prometheus.Registerer, log *slog.Logger) *Dispatcher {
-	if lease <= 0 {
-		lease = DefaultLease(cfg)
+// dc.Workers goroutines attempt the forwards that a queue of dc.Queue
+// holds, and their outcomes are recorded in db. Rows are leased for
+// dc.Lease. reg receives hookgate_forward_fast_path_total. Close stops it.
+// It returns an error, naming the field, when dc is invalid.
+func NewDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, reg prometheus.Registerer, log *slog.Logger) (*Dispatcher, error) {
+	if err := dc.validate(); err != nil {
+		return nil, err
 	}
-	if workers <= 0 {
-		workers = DefaultDispatchWorkers
-	}
-	if queue <= 0 {
-		queue = DefaultDispatchQueue
-	}
+	lease, workers, queue := dc.Lease, dc.Workers, dc.Queue
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		w: w, gate: w.gate, db: db, log: log, lease: lease, maxBytes: DefaultDispatchBytes,
+		w: w, gate: w.gate, db: db, log: log, lease: lease, maxBytes: dc.MaxBytes,
 		queue: make(chan fastJob, queue), records: make(chan store.FirstAttempt, queue+workers),
 		ctx: ctx, cancel: cancel,
 		count: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -168,13 +208,14 @@ func NewDispatcher(w *Worker, db *pgxpool.Pool, cfg *config.Config, lease time.D
 		}, []string{"result"}),
 	}
 	reg.MustRegister(d.count)
+	d.delivered = d.count.WithLabelValues("delivered")
 	d.workers.Add(workers)
 	for range workers {
 		go d.work()
 	}
 	d.rec.Add(1)
 	go d.record()
-	return d
+	return d, nil
 }
 
 // Lease returns the lease an ingest with forwards to n targets and a body
@@ -264,11 +305,9 @@ func (d *Dispatcher) attempt(j fastJob) {
 		d.handOver(f, t.Name)
 		return
 	}
-	ctx, cancel := context.WithTimeout(d.ctx, left)
 	a := Args{Sender: f.Sender.Name, EventID: f.EventID, Target: t.Name, DeliveryID: f.DeliveryID}
 	attemptedAt := time.Now().UTC()
-	p := d.w.post(ctx, t, a, f.Headers, f.Body)
-	cancel()
+	p := d.w.post(d.ctx, t, a, f.Headers, f.Body, left)
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
 	o := store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
 	if p.status != 0 {
@@ -278,7 +317,7 @@ func (d *Dispatcher) attempt(j fastJob) {
 	switch {
 	case p.res == ResultDelivered:
 		o.State, o.FinalizedAt, o.ScheduledAt = rivertype.JobStateCompleted, &p.at, attemptedAt
-		d.count.WithLabelValues("delivered").Inc()
+		d.delivered.Inc()
 	case p.res == ResultNone && !p.final:
 		// No verdict (the process is stopping): nothing to record.
 		d.count.WithLabelValues("handed_over").Inc()

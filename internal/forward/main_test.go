@@ -93,7 +93,8 @@ type envOpts struct {
 	FetchPollInterval time.Duration
 }
 
-// fastOptions are the fast path's settings in a test env.
+// fastOptions are the fast path's settings in a test env: each, when not
+// zero, replaces forward.DefaultDispatcherConfig's.
 type fastOptions struct {
 	lease          time.Duration
 	workers, queue int
@@ -158,7 +159,20 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		}
 	}
 	if fo != nil {
-		d := forward.NewDispatcher(worker, pool, cfg, fo.lease, fo.workers, fo.queue, reg, log)
+		dc := forward.DefaultDispatcherConfig(cfg)
+		if fo.lease != 0 {
+			dc.Lease = fo.lease
+		}
+		if fo.workers != 0 {
+			dc.Workers = fo.workers
+		}
+		if fo.queue != 0 {
+			dc.Queue = fo.queue
+		}
+		d, err := forward.NewDispatcher(worker, pool, dc, reg, log)
+		if err != nil {
+			t.Fatal(err)
+		}
 		hc.FastPath = d
 		t.Cleanup(func() {
 			if err := d.Close(context.Background()); err != nil {

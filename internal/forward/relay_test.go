@@ -251,14 +251,14 @@ func TestRelayDyingMidTransactionLosesNothing(t *testing.T) {
 			// Rows no transaction holds: all of them once the relay's is over.
 			const free = `SELECT count(*) FROM (SELECT 1 FROM forward_outbox WHERE sender = 'acme' FOR UPDATE SKIP LOCKED) f`
 
-			// Block inserts into river_job: the relay's insert of the jobs
-			// waits on this lock, after its DELETE.
+			// Block inserts of jobs: the relay's insert of the jobs waits on
+			// this lock, after its DELETE.
 			lock, err := e.pool.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
-			if _, err := lock.Exec(ctx, `LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			if err := store.New(lock).LockJobInserts(ctx); err != nil {
 				t.Fatal(err)
 			}
 
@@ -276,7 +276,7 @@ func TestRelayDyingMidTransactionLosesNothing(t *testing.T) {
 			var pid int32
 			testkit.Poll(t, waitTimeout, "the relay's job insert to wait on the lock", func() bool {
 				err := e.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND query ILIKE '%river_job%'`).Scan(&pid)
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, store.JobTable).Scan(&pid)
 				return err == nil
 			}, nil)
 			// The relay has deleted (and so holds) every row; others still see them.

@@ -104,8 +104,7 @@ func waiting(ctx context.Context, q *store.Queries, sender, target string, event
 	if c.Queued && unfinished(c.State) {
 		return q.EarlierForwardUnfinished(ctx, sender, target, eventID, c.JobID)
 	}
-	switch c.State {
-	case rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStatePending:
+	if store.StateOf(c.State) == store.StatePending {
 		return c.Attempt == 0, nil
 	}
 	return false, nil

@@ -17,7 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -37,10 +39,9 @@ func holdKey(t *testing.T, pool *pgxpool.Pool, sender, id string, body []byte) (
 	eventID := uuid.Must(uuid.NewV7())
 	resp := []byte(`{"held":"` + eventID.String() + `"}` + "\n")
 	sum := sha256.Sum256(body)
-	_, err = tx.Exec(ctx, `INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id,
-  response_status, response_content_type, response_body, created_at, expires_at)
-VALUES ($1, $2, $3, $4, 202, 'application/json', $5, now(), now() + interval '1 day')`,
-		sender, id, sum[:], eventID, resp)
+	now := time.Now()
+	err = store.New(tx).InsertKey(ctx, dedup.Delivery{Key: dedup.Key{Sender: sender, DeliveryID: id}, RequestSHA256: sum, EventID: eventID,
+		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: resp}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
 	if err != nil {
 		t.Fatalf("hold key: %v", err)
 	}

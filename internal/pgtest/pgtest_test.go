@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -47,9 +50,9 @@ func TestNewDBIsMigratedAndIsolated(t *testing.T) {
 		}
 	}
 
-	_, err := poolA.Exec(ctx, `INSERT INTO processed_messages
-		(sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-		VALUES ('github', 'd1', '\x00', gen_random_uuid(), 202, 'application/json', '{}', now(), now() + interval '1 day')`)
+	now := time.Now()
+	err := store.New(poolA).InsertKey(ctx, dedup.Delivery{Key: dedup.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
+		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,17 +34,8 @@ func parse(t *testing.T, yaml string) *config.Config {
 // at received.
 func seed(t *testing.T, pool *pgxpool.Pool, sender, prefix string, n int, expires, received time.Time) {
 	t.Helper()
-	_, err := pool.Exec(t.Context(), `
-INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-SELECT $1, $2 || g, '\x00', gen_random_uuid(), 202, 'application/json', '{}', $4, $3 FROM generate_series(1, $5) g`,
-		sender, prefix, expires, received, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = pool.Exec(t.Context(), `
-INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body)
-SELECT $1, gen_random_uuid(), $2 || g, $3, '{}', '' FROM generate_series(1, $4) g`, sender, prefix, received, n)
-	if err != nil {
+	if _, err := store.New(pool).InsertGenerated(t.Context(), store.Generated{Sender: sender, Prefix: prefix, N: n, Newest: received,
+		ExpiresAt: expires, Status: 202, Keys: true, Events: true}); err != nil {
 		t.Fatal(err)
 	}
 }

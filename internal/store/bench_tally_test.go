@@ -13,7 +13,8 @@ import (
 // jobs of the deliveries whose ID has the phase's prefix counted by state,
 // the outbox rows counted (the fast path's delivered forwards as completed
 // jobs), and the available jobs and the outbox rows
-// deleted, leaving the other jobs and every other phase's rows alone.
+// deleted, leaving the other jobs and every other phase's rows alone; and
+// the phase's events counted.
 func TestPhaseTally(t *testing.T) {
 	t.Parallel()
 	s, _ := store(t)
@@ -65,5 +66,19 @@ func TestPhaseTally(t *testing.T) {
 	}
 	if n, err := s.CountOutboxOf(ctx, "bench", "p2-"); err != nil || n != 1 {
 		t.Fatalf("the other phase's outbox rows: %d, %v; want 1", n, err)
+	}
+	// The phase's events: those of sender bench whose delivery ID has the
+	// prefix (p1_x would match a LIKE 'p1-%' only by its wildcard).
+	if _, err := s.InsertGenerated(ctx, Generated{Sender: "bench", Prefix: "p1-", N: 3, Newest: time.Now(), Events: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []Generated{{Sender: "bench", Prefix: "p2-", N: 2}, {Sender: "other", Prefix: "p1-", N: 4}, {Sender: "bench", Prefix: "p1_", N: 5}} {
+		g.Newest, g.Events = time.Now(), true
+		if _, err := s.InsertGenerated(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.CountEventsOf(ctx, "bench", "p1-"); err != nil || n != 3 {
+		t.Fatalf("CountEventsOf(bench, p1-) = %d, %v; want 3", n, err)
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"github.com/hookgate/hookgate/internal/dedup"
 	"slices"
 	"sync"
 	"testing"
@@ -56,12 +57,11 @@ func TestCountDeliveriesKeepsClosedHours(t *testing.T) {
 		23*time.Hour + 20*time.Minute, 23*time.Hour + 30*time.Minute, 23*time.Hour + 59*time.Minute, 24 * time.Hour, 25 * time.Hour}
 	for i, off := range offsets {
 		for j := range 1 + i%3 {
-			d := accept(t, s, "orders", fmt.Sprintf("o-%d-%d", i, j), now.Add(-off))
+			status := 202
 			if j == 1 {
-				if _, err := s.pool.Exec(ctx, `UPDATE processed_messages SET response_status = 200 WHERE sender = 'orders' AND delivery_id = $1`, d.DeliveryID); err != nil {
-					t.Fatal(err)
-				}
+				status = 200
 			}
+			acceptAnswered(t, s, "orders", fmt.Sprintf("o-%d-%d", i, j), now.Add(-off), status, nil)
 		}
 		accept(t, s, "billing", fmt.Sprintf("b-%d", i), now.Add(-off))
 	}
@@ -88,8 +88,8 @@ func TestCountDeliveriesKeepsClosedHours(t *testing.T) {
 
 	// A delivery of a closed hour disappears (its key expired): the kept
 	// count still has it; the open ends are counted afresh.
-	if _, err := s.pool.Exec(ctx, `DELETE FROM processed_messages WHERE sender = 'orders' AND delivery_id = 'o-7-0'`); err != nil { // 3h ago, 202
-		t.Fatal(err)
+	if ok, err := s.DeleteKey(ctx, dedup.Key{Sender: "orders", DeliveryID: "o-7-0"}); err != nil || !ok { // 3h ago, 202
+		t.Fatalf("delete o-7-0: %v, %v", ok, err)
 	}
 	got, err := s.CountDeliveries(ctx, "orders", now)
 	if err != nil {
@@ -98,8 +98,8 @@ func TestCountDeliveriesKeepsClosedHours(t *testing.T) {
 	if !slices.Equal(got, first) {
 		t.Errorf("after deleting a delivery of a closed hour: %+v, want the kept %+v", got, first)
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM processed_messages WHERE sender = 'orders' AND delivery_id = 'o-0-0'`); err != nil { // 10 min ago: open
-		t.Fatal(err)
+	if ok, err := s.DeleteKey(ctx, dedup.Key{Sender: "orders", DeliveryID: "o-0-0"}); err != nil || !ok { // 10 min ago: open
+		t.Fatalf("delete o-0-0: %v, %v", ok, err)
 	}
 	if got, _ := s.CountDeliveries(ctx, "orders", now); got[len(got)-1].LastHour != first[len(first)-1].LastHour-1 {
 		t.Errorf("after deleting a delivery of the last hour: %+v, want one fewer than %+v", got, first)

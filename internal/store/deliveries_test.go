@@ -8,6 +8,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/hookgate/hookgate/internal/events"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -43,16 +45,26 @@ func store(t *testing.T) (*fixture, *pgxpool.Pool) {
 // and returns it.
 func accept(t *testing.T, s *fixture, sender, id string, at time.Time) dedup.Delivery {
 	t.Helper()
+	return acceptAnswered(t, s, sender, id, at, 202, nil)
+}
+
+// acceptAnswered is accept with a stored response of status and body (the
+// event's ID in JSON when body is nil).
+func acceptAnswered(t *testing.T, s *fixture, sender, id string, at time.Time, status int, body []byte) dedup.Delivery {
+	t.Helper()
 	eventID, err := uuid.NewV7()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body == nil {
+		body = fmt.Appendf(nil, `{"event_id":%q}`, eventID)
 	}
 	at = at.UTC().Truncate(time.Microsecond)
 	d := dedup.Delivery{
 		Key:           dedup.Key{Sender: sender, DeliveryID: id},
 		RequestSHA256: sha256.Sum256([]byte("body of " + id)),
 		EventID:       eventID,
-		Response:      dedup.Response{Status: 202, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
+		Response:      dedup.Response{Status: status, ContentType: "application/json", Body: body},
 		ReceivedAt:    at,
 		ExpiresAt:     at.Add(time.Hour),
 	}
@@ -208,10 +220,7 @@ func TestGet(t *testing.T) {
 	t.Parallel()
 	s, _ := store(t)
 	d := accept(t, s, "github", "a/b%c?d#e", time.Now())
-	empty := accept(t, s, "github", "empty", time.Now())
-	if err := s.db.QueryRow(t.Context(), `UPDATE processed_messages SET response_body = '' WHERE delivery_id = 'empty' RETURNING 1`).Scan(new(int)); err != nil {
-		t.Fatal(err)
-	}
+	empty := acceptAnswered(t, s, "github", "empty", time.Now(), 202, []byte{})
 
 	r, err := s.GetDelivery(t.Context(), d.Key)
 	if err != nil {
@@ -238,15 +247,14 @@ func TestGet(t *testing.T) {
 // an index condition and no sort, in custom and generic plans.
 func TestListUsesIndex(t *testing.T) {
 	t.Parallel()
-	_, pool := store(t)
+	s, pool := store(t)
 	ctx := t.Context()
-	if _, err := pool.Exec(ctx, `INSERT INTO processed_messages
-  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-SELECT 's' || (i % 20), 'd' || i, sha256(i::text::bytea), gen_random_uuid(), 202, 'application/json', '{}',
-       now() - i * interval '1 second', now() + interval '1 day'
-FROM generate_series(1, 20000) AS i`); err != nil {
+	now := time.Now()
+	if _, err := s.InsertGenerated(ctx, Generated{Sender: "s", Senders: 20, Prefix: "d", N: 20000, Newest: now, Step: time.Second,
+		ExpiresAt: now.Add(24 * time.Hour), Status: 202, Keys: true}); err != nil {
 		t.Fatal(err)
 	}
+	// ANALYZE: the plans are what the test examines.
 	if _, err := pool.Exec(ctx, `ANALYZE processed_messages`); err != nil {
 		t.Fatal(err)
 	}
@@ -299,8 +307,8 @@ func planModes() []string {
 func acceptTyped(t *testing.T, s *fixture, pool *pgxpool.Pool, sender, id, eventType string, at time.Time) dedup.Delivery {
 	t.Helper()
 	d := accept(t, s, sender, id, at)
-	if _, err := pool.Exec(t.Context(), `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
-VALUES ($1, $2, $3, $4, '{}', '', $5)`, sender, d.EventID, id, d.ReceivedAt, eventType); err != nil {
+	if err := s.InsertEvent(t.Context(), events.Event{ID: d.EventID, Sender: sender, DeliveryID: id, ReceivedAt: d.ReceivedAt,
+		Headers: http.Header{}, Body: []byte{}, EventType: eventType}); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -401,8 +409,8 @@ func TestListByEventType(t *testing.T) {
 	var kept []typed
 	for i, x := range all {
 		if i%3 == 1 {
-			if _, err := pool.Exec(t.Context(), `DELETE FROM processed_messages WHERE sender = 'stripe' AND delivery_id = $1`, x.d.DeliveryID); err != nil {
-				t.Fatal(err)
+			if ok, err := s.DeleteKey(t.Context(), x.d.Key); err != nil || !ok {
+				t.Fatalf("delete key %v: %v, %v", x.d.Key, ok, err)
 			}
 			continue
 		}
@@ -436,17 +444,15 @@ func TestListByEventType(t *testing.T) {
 // a prefix probes that index once per type and sorts only each type's page.
 func TestListByEventTypeUsesIndex(t *testing.T) {
 	t.Parallel()
-	_, pool := store(t)
+	s, pool := store(t)
 	ctx := t.Context()
-	for _, q := range []string{`INSERT INTO processed_messages
-  (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
-SELECT 's' || (i % 5), 'd' || i, sha256(i::text::bytea), md5(i::text)::uuid, 202, 'application/json', '{}',
-       now() - i * interval '1 second', now() + interval '1 day'
-FROM generate_series(1, 20000) AS i`,
-		`INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
-SELECT sender, event_id, delivery_id, created_at, '{}', '', 'type.' || (hashtext(delivery_id) & 15) FROM processed_messages`,
-		`ANALYZE processed_messages`, `ANALYZE webhook_events`,
-	} {
+	now := time.Now()
+	if _, err := s.InsertGenerated(ctx, Generated{Sender: "s", Senders: 5, Prefix: "d", N: 20000, Newest: now, Step: time.Second,
+		ExpiresAt: now.Add(24 * time.Hour), Status: 202, Keys: true, Events: true, EventTypes: 16}); err != nil {
+		t.Fatal(err)
+	}
+	// ANALYZE: the plans are what the test examines.
+	for _, q := range []string{`ANALYZE processed_messages`, `ANALYZE webhook_events`} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}

@@ -122,12 +122,11 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Run flushes every interval (DefaultInterval when zero) until ctx ends;
-// the caller flushes once more after its last event.
+// Run flushes every interval until ctx ends; the caller flushes once more
+// after its last event. Zero means zero (docs/configuration.md): interval
+// must be positive (DefaultInterval is the default), and Run panics, as
+// time.NewTicker does, on one that is not.
 func (r *Recorder) Run(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		interval = DefaultInterval
-	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

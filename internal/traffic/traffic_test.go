@@ -246,3 +246,18 @@ func bucketAround(ms float64) (lo, hi float64) {
 	}
 	return lo, store.LatencyBoundsMS[i]
 }
+
+// TestRunRefusesZeroInterval: zero means zero: Run takes no default from
+// an interval of 0 (it would flush never, or in a busy loop); it panics.
+func TestRunRefusesZeroInterval(t *testing.T) {
+	t.Parallel()
+	r := New(nil, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a Run that took a default would return at once
+	defer func() {
+		if recover() == nil {
+			t.Error("Run with an interval of 0 did not panic")
+		}
+	}()
+	r.Run(ctx, 0)
+}
