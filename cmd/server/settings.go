@@ -43,8 +43,9 @@ type settings struct {
 	pprofAddr         string
 	metricsAddr       string // "": /metrics on the main listener
 
-	batchSize, batchesInFlight int
-	replayCache                int // 0: no replay cache
+	batchSize       int
+	batchesInFlight int // 0 (unset): dedup.DefaultMaxInFlight, or distributedMaxInFlight on Citus
+	replayCache     int // 0: no replay cache
 
 	maxHeaderBytes   int
 	ingestMaxWaiting string // no longer used: shedding is on queueing delay
@@ -208,9 +209,16 @@ var settingTable = []setting{
 	{flag: "ingest-batch-size", env: "HOOKGATE_INGEST_BATCH_SIZE", def: strconv.Itoa(dedup.DefaultMaxBatch),
 		help:  "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off",
 		parse: intSetting("ingest batch size", 1, 1000, func(s *settings) *int { return &s.batchSize })},
-	{flag: "ingest-batches-in-flight", env: "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", def: strconv.Itoa(dedup.DefaultMaxInFlight),
-		help:  "most batches of one sender in flight at once",
-		parse: intSetting("ingest batches in flight", 1, 64, func(s *settings) *int { return &s.batchesInFlight })},
+	{flag: "ingest-batches-in-flight", env: "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", shown: "`" + strconv.Itoa(dedup.DefaultMaxInFlight) + "`; `" + strconv.Itoa(distributedMaxInFlight) + "` on Citus",
+		help: "most batches of one sender in flight at once; by default " + strconv.Itoa(dedup.DefaultMaxInFlight) + ", or " + strconv.Itoa(distributedMaxInFlight) +
+			" when the tables are distributed by Citus (fewer, larger batches: each statement costs Citus a plan and a round trip to a worker)",
+		parse: func(s *settings, v string) error {
+			if v == "" {
+				s.batchesInFlight = 0 // computed: ingestConfig
+				return nil
+			}
+			return intSetting("ingest batches in flight", 1, 64, func(s *settings) *int { return &s.batchesInFlight })(s, v)
+		}},
 	{flag: "replay-cache-size", env: "HOOKGATE_REPLAY_CACHE_SIZE", def: strconv.Itoa(dedup.DefaultReplayCacheSize),
 		help:  "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off",
 		parse: intSetting("replay cache size", 0, 10_000_000, func(s *settings) *int { return &s.replayCache })},

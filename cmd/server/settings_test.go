@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 // TestSettingsTableMatchesDocs: docs/configuration.md's settings table lists
@@ -117,5 +119,38 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("env %v args %v: %v, want an error naming %q", tc.env, tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestBatchesInFlightByLayout: --ingest-batches-in-flight unset is
+// dedup.DefaultMaxInFlight on PostgreSQL and distributedMaxInFlight on
+// Citus; set (flag or variable), it is what the operator gave on both.
+func TestBatchesInFlightByLayout(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	for _, tc := range []struct {
+		args        []string
+		env         []string
+		plain, dist int
+	}{
+		{nil, nil, dedup.DefaultMaxInFlight, distributedMaxInFlight},
+		{[]string{"--ingest-batches-in-flight", "3"}, nil, 3, 3},
+		{nil, []string{"HOOKGATE_INGEST_BATCHES_IN_FLIGHT", "2"}, 2, 2},
+	} {
+		s, err := parseSettings("serve", tc.args, envOf(tc.env...), &stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range []struct {
+			distributed bool
+			want        int
+		}{{false, tc.plain}, {true, tc.dist}} {
+			if got := ingestConfig(s, l.distributed, nil, nil).Batching.MaxInFlight; got != l.want {
+				t.Errorf("args %v env %v, distributed %v: %d batches in flight, want %d", tc.args, tc.env, l.distributed, got, l.want)
+			}
+		}
+	}
+	if _, err := parseSettings("serve", []string{"--ingest-batches-in-flight", "0"}, envOf(), &stderr); err == nil {
+		t.Error("--ingest-batches-in-flight 0 was accepted")
 	}
 }

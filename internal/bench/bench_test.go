@@ -336,6 +336,20 @@ func TestSink(t *testing.T) {
 	if got := sk.requests.Load(); got != 8 {
 		t.Errorf("requests = %d, want 8", got)
 	}
+	// What it does not read (here a chunked body) is a 400, not a count.
+	req, _ := http.NewRequest(http.MethodPost, sk.url(), io.MultiReader(strings.NewReader(`{"x":1}`)))
+	req.Header.Set("X-Hookgate-Delivery-Id", "fwb-x-0-9")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("chunked request: sink answered %d, want 400", resp.StatusCode)
+	}
+	if got := sk.received("fwb"); got != 5 {
+		t.Errorf("after a chunked request: received(fwb) = %d, want 5", got)
+	}
 }
 
 func TestRatioCheck(t *testing.T) {

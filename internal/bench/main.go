@@ -35,7 +35,8 @@
 //  4. pgbench of the replay SQL, an approximation: the claim with ON
 //     CONFLICT DO NOTHING (pgbench aborts a client on the unique violation
 //     the gateway provokes) in a pipeline, then the SELECT of the stored row;
-//  5. forwarding: the bench starts a sink on 127.0.0.1 (an HTTP server that
+//  5. forwarding: the bench starts a sink on 127.0.0.1 (a minimal HTTP/1.1
+//     server, lean for the reason the load generator's client is, that
 //     answers 204 at once and counts what it receives) and, after stopping
 //     the first server, runs first deliveries (fresh keys) against a server
 //     of its own whose bench sender has one forward target, the sink: (a)
@@ -80,7 +81,8 @@
 //	-min-ratio 0.6, -min-forward-ratio 0.8, -max-rss-mb 150: the pass marks
 //	-client net/http   or raw: a minimal HTTP/1.1 client that costs less CPU
 //	-keep              keep the temporary directory (server logs, pgbench scripts and logs)
-//	-pprof             a CPU profile of the server (its --pprof-addr) during phase 1; print the
+//	-pprof             a CPU profile of the server (its --pprof-addr) during phase 1 and the
+//	                   --role all forwarding phase; print the
 //	                   hottest processes and symbols (server, load generator, postgres)
 //
 // Experiments on the server's settings, not its code: -server-arg ARG
@@ -170,7 +172,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.maxCPUPerForward, "max-cpu-per-forward", 350*time.Microsecond, "highest passing gateway + PostgreSQL CPU time per forward (--role all, beyond a delivery's own)")
 	fs.Float64Var(&o.maxRSSMB, "max-rss-mb", 150, "highest passing peak RSS of the server, in MB")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (server log, pgbench scripts and logs)")
-	fs.BoolVar(&o.pprof, "pprof", false, "take a CPU profile of the server (pprof) during the first-delivery phase and print its hottest functions (with -keep, the profile is kept)")
+	fs.BoolVar(&o.pprof, "pprof", false, "take a CPU profile of the server (pprof) during the first-delivery phase and the --role all forwarding phase and print its hottest functions (with -keep, the profile is kept)")
 	fs.Func("server-arg", "experiment: an argument added to every server's `serve` command line, e.g. -server-arg=--forward-workers=100 (repeatable; -server cmd only)", func(v string) error {
 		o.serverArgs = append(o.serverArgs, v)
 		return nil

@@ -166,7 +166,9 @@ func (s *Store) runBatch(batch []*call) {
 
 // runMany sends the batch as one pipeline and sets the results of the calls
 // it decided; it returns those to run again on the single path: all of them
-// when the batch failed, and those that met an expired key.
+// when the batch failed, those that met an expired key, and on a
+// distributed database (a batch without a read, see plan) those whose key
+// the claim did not insert.
 func (s *Store) runMany(batch []*call) (retry []*call) {
 	// Claim keys in one order, so that two batches that share keys (from
 	// two processes) wait for each other rather than deadlock.
@@ -181,7 +183,7 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	if err := s.detectLayout(ctx); err != nil {
 		return batch
 	}
-	p, err := s.plan(ds, changes, s.batchLockTimeout)
+	p, err := s.plan(ds, changes, s.batchLockTimeout, true)
 	if err != nil {
 		return batch
 	}
@@ -210,6 +212,19 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	}
 	if err != nil || res.failed != nil {
 		return batch
+	}
+	if p.returning {
+		// The claim returned the keys it inserted: those deliveries are
+		// done; the others (a key held already) go the single path, which
+		// reads what holds the key.
+		for i, c := range batch {
+			if !res.claimed[i] {
+				retry = append(retry, c)
+				continue
+			}
+			c.res, c.err = s.result(c.d, outcome{claimed: true})
+		}
+		return retry
 	}
 	outs, ok := res.outcomes(ds)
 	if !ok {

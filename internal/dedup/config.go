@@ -71,8 +71,10 @@ const (
 	// sender's shard, for a database whose tables are distributed by sender
 	// (InspectCitus tells): the claim as a multi-row INSERT … VALUES rather
 	// than INSERT … SELECT … FROM unnest(…), and no forced generic plans,
-	// which Citus cannot make for an INSERT … SELECT. The state change's
-	// statements must be routable too (ClaimedJoin).
+	// which Citus cannot make for an INSERT … SELECT; a batch's claim
+	// returns the keys it inserted instead of a read (see the package
+	// documentation). The state change's statements must be routable too
+	// (ClaimedJoin).
 	LayoutDistributed
 )
 

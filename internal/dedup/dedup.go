@@ -370,7 +370,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result,
 	if err := s.detectLayout(ctx); err != nil {
 		return Result{}, err
 	}
-	p, err := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout)
+	p, err := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -440,18 +440,30 @@ func (s *Store) result(d Delivery, o outcome) (Result, error) {
 // plan is a pipeline's statements: BEGIN, the lock timeout, the claim of
 // all its deliveries, the multi-row statements of their changes, each
 // delivery's own statements, the read of all their stored rows.
+//
+// A batch on a distributed database has no read: its claim returns the
+// keys it inserted (returning), and a delivery whose key it did not insert
+// is run again on the single path, which reads what holds the key. On
+// Citus every statement costs the coordinator a plan and a round trip to
+// the worker; a batch's duplicates are rare (the replay cache answers most
+// retries).
 type plan struct {
 	stmts []statement
+	ds    []Delivery
 	n     int // deliveries
 	claim int // statement index of the claim
-	// changes is the index of the first statement of the changes; the read
-	// follows the last one.
-	changes, read int
+	// changes is the index of the first statement of the changes, and
+	// changesEnd the index after their last one; the read, if any, is at
+	// read (-1 for none).
+	changes, changesEnd, read int
+	// returning: the claim returns the delivery ID and event ID of each key
+	// it inserted (ingestsql.ClaimValuesReturning), and there is no read.
+	returning bool
 }
 
 // plan lays out the pipeline of deliveries ds, all of one sender, with
-// their changes.
-func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan, error) {
+// their changes. A batch on a distributed database has no read (see plan).
+func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch bool) (*plan, error) {
 	n := len(ds)
 	sender := ds[0].Sender
 	var (
@@ -473,6 +485,7 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 	}
 	stmts := make([]statement, 0, 8)
 	stmts = append(stmts, statement{sql: beginSQL}, statement{sql: lockTimeout})
+	returning := false
 	if s.layout.Load() != layoutDistributed {
 		stmts = append(stmts,
 			statement{sql: ingestsql.GenericPlans},
@@ -487,9 +500,13 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 		for i := range ds {
 			args = append(args, ids[i], sums[i], eventIDs[i], statuses[i], ctypes[i], bodies[i], received[i], expires[i])
 		}
-		stmts = append(stmts, statement{sql: ingestsql.ClaimValues(n), args: args})
+		claim := ingestsql.ClaimValues(n)
+		if returning = batch; returning {
+			claim = ingestsql.ClaimValuesReturning(n)
+		}
+		stmts = append(stmts, statement{sql: claim, args: args})
 	}
-	p := &plan{n: n, claim: len(stmts) - 1, changes: len(stmts)}
+	p := &plan{ds: ds, n: n, claim: len(stmts) - 1, changes: len(stmts), read: -1, returning: returning}
 
 	// The changes: each delivery's rows join the multi-row statement of
 	// their sql; each delivery's own statements follow all of those.
@@ -533,8 +550,11 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string) (*plan
 		own = append(own, b.stmts...)
 	}
 	stmts = append(stmts, own...)
-	p.read = len(stmts)
-	stmts = append(stmts, statement{sql: ingestsql.Stored, args: []any{sender, column(ids), column(eventIDs)}})
+	p.changesEnd = len(stmts)
+	if !returning {
+		p.read = len(stmts)
+		stmts = append(stmts, statement{sql: ingestsql.Stored, args: []any{sender, column(ids), column(eventIDs)}})
+	}
 	p.stmts = stmts
 	return p, nil
 }
@@ -547,6 +567,7 @@ type column []any
 type results struct {
 	tags     []pgconn.CommandTag // by statement; the COMMIT's is last
 	rows     []stored            // of the read, in delivery order
+	claimed  []bool              // of a returning claim, in delivery order
 	failed   error               // the first statement error
 	failedAt int                 // its statement index
 }
@@ -584,7 +605,7 @@ func (r *results) outcomes(ds []Delivery) ([]outcome, bool) {
 // unknown) or a COMMIT that did not commit is returned as the error.
 func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results, error) {
 	stmts := p.stmts
-	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make([]stored, p.n), failedAt: -1}
+	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make([]stored, p.n), claimed: make([]bool, p.n), failedAt: -1}
 	sds := make([]*pgconn.StatementDescription, len(stmts)+1)
 	for i, st := range stmts {
 		sd, err := conn.Prepare(ctx, st.sql, st.sql) // a map lookup once prepared on this connection
@@ -654,9 +675,12 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 			syncs++
 		case *pgconn.ResultReader:
 			var tag pgconn.CommandTag
-			if i == p.read {
+			switch {
+			case i == p.read:
 				tag, err = decodeStored(r, out.rows)
-			} else {
+			case i == p.claim && p.returning:
+				tag, err = decodeClaimed(r, p.ds, out.claimed)
+			default:
 				tag, err = r.Close()
 			}
 			if err != nil {
@@ -718,7 +742,7 @@ func classify(err error, at int, p *plan) error {
 		return fmt.Errorf("claim delivery: %w", ErrInFlight)
 	case at < p.changes:
 		return fmt.Errorf("claim delivery: %w", err)
-	case at < p.read:
+	case at < p.changesEnd:
 		return fmt.Errorf("apply state change (statement %d): %w", at-p.changes+1, err)
 	case at == p.read:
 		return fmt.Errorf("read stored delivery: %w", err)
@@ -752,6 +776,36 @@ func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, err
 		st.resp.ContentType = string(v[4])
 		st.resp.Body = append([]byte{}, v[5]...)
 		st.expires = pgEpoch.Add(time.Duration(int64(binary.BigEndian.Uint64(v[6]))) * time.Microsecond)
+	}
+	return r.Close()
+}
+
+// decodeClaimed marks in claimed, by delivery number, the deliveries of ds
+// whose keys a returning claim inserted: the rows it returned (binary
+// columns text, uuid), each with the delivery's own, fresh, event ID.
+func decodeClaimed(r *pgconn.ResultReader, ds []Delivery, claimed []bool) (pgconn.CommandTag, error) {
+	// By delivery ID and event ID: a batch may carry two deliveries of one
+	// key (each with its own event ID), of which the claim inserts one.
+	type claim struct {
+		deliveryID string
+		eventID    uuid.UUID
+	}
+	at := make(map[claim]int, len(ds))
+	for i, d := range ds {
+		at[claim{d.DeliveryID, d.EventID}] = i
+	}
+	for r.NextRow() {
+		v := r.Values()
+		if len(v) != 2 || len(v[1]) != 16 {
+			_, _ = r.Close()
+			return pgconn.CommandTag{}, errors.New("claim delivery: unexpected row shape")
+		}
+		i, ok := at[claim{string(v[0]), uuid.UUID(v[1])}]
+		if !ok {
+			_, _ = r.Close()
+			return pgconn.CommandTag{}, errors.New("claim delivery: the claim returned a key of no delivery of the batch")
+		}
+		claimed[i] = true
 	}
 	return r.Close()
 }

@@ -36,7 +36,12 @@
 // a batch commits on one worker without two-phase commit. A state change's
 // statements are then written with ClaimedJoin (the sender taken from the
 // key's row), which Citus pushes down to the shard; ClaimedRow and Claimed
-// guards make Citus pull the rows to the coordinator.
+// guards make Citus pull the rows to the coordinator. A batch of several
+// deliveries has no read there: its claim returns the delivery ID and event
+// ID of each key it inserted (the rows, not a count), and a delivery whose
+// key it did not insert runs again on the single path after the batch's
+// COMMIT, which reads what holds the key. Every statement costs Citus a
+// plan on the coordinator and a round trip to the worker.
 //
 // The claim inserts the key under the constraint processed_messages_key,
 // PRIMARY KEY (sender, delivery_id). Because the response of a first delivery

@@ -39,7 +39,7 @@ func TestBatchRowsOneStatementPerSQL(t *testing.T) {
 	ds := []Delivery{a, b, again, c}
 	changes := []Change{rowMarks(a, 2), rowMarks(b, 0), rowMarks(again, 3), rowMarks(c, 1)}
 
-	p, err := s.plan(ds, changes, s.batchLockTimeout)
+	p, err := s.plan(ds, changes, s.batchLockTimeout, true)
 	if err != nil {
 		t.Fatal(err)
 	}

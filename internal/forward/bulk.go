@@ -150,6 +150,14 @@ func BulkRedeliver(ctx context.Context, q *store.Queries, client *river.Client[p
 	if res.Matched, err = q.CountBulkMatch(ctx, count, args.MaxJobID); err != nil {
 		return Bulk{}, fmt.Errorf("bulk redeliver: %w", err)
 	}
+	if req.State == store.StateRunning {
+		// The fast path's first attempts in flight: outbox rows, not jobs.
+		n, err := q.CountFastPathRunning(ctx, count, at)
+		if err != nil {
+			return Bulk{}, fmt.Errorf("bulk redeliver: %w", err)
+		}
+		res.Matched += n
+	}
 	if res.Matched == 0 {
 		return res, nil
 	}
@@ -204,6 +212,13 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	var after, total int64
+	if a.State == store.StateRunning && a.At != nil {
+		n, err := w.fastPathRunning(ctx, client, sender, a)
+		if err != nil {
+			return err
+		}
+		total += n
+	}
 	for {
 		var n int
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
@@ -242,6 +257,45 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			// using an attempt (what is redelivered no longer matches).
 			w.log.Info("bulk redelivery continues in a new slice", "sender", a.Sender, "target", a.Target, "forwards", total)
 			return river.JobSnooze(0)
+		}
+	}
+}
+
+// fastPathRunning queues a redelivery after each of the fast path's first
+// attempts that were under way when a bulk redelivery of running forwards
+// was asked for (store.FastPathRunningBatch), as a single redelivery
+// queues one after such an attempt (Redeliver: after -1 while it is not a
+// job yet), batch by batch, and returns how many it queued. Each batch's
+// redeliveries take their events out of the next batch, and out of a
+// second run of the job.
+func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[pgx.Tx], sender *config.Sender, a BulkArgs) (int64, error) {
+	var total int64
+	for {
+		var n int
+		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			matched, err := store.New(tx).FastPathRunningBatch(ctx, a.filter(), w.batch)
+			if err != nil {
+				return err
+			}
+			if len(matched) == 0 {
+				return nil
+			}
+			params := make([]river.InsertManyParams, 0, len(matched))
+			for _, m := range matched {
+				params = append(params, afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID))
+			}
+			if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
+				return fmt.Errorf("insert forwards: %w", err)
+			}
+			n = len(params)
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("bulk redeliver %s/%s: the fast path's forwards under way: %w", a.Sender, a.Target, err)
+		}
+		total += int64(n)
+		if n < w.batch {
+			return total, nil
 		}
 	}
 }

@@ -163,6 +163,10 @@ func NewHTTPClient(maxIdlePerHost int) *http.Client {
 			Proxy:               http.ProxyFromEnvironment,
 			MaxIdleConnsPerHost: maxIdlePerHost,
 			IdleConnTimeout:     90 * time.Second,
+			// The target's answer is read only to reuse the connection (and
+			// its status kept): asking for gzip would only add a header to
+			// every forward and a decompressor to some answers.
+			DisableCompression: true,
 		},
 		// A forward is a POST of one body to one URL: a redirect is an
 		// answer (a failed forward), not an instruction.

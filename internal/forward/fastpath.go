@@ -128,6 +128,8 @@ type Dispatcher struct {
 	bytes    atomic.Int64
 	maxBytes int64
 	count    *prometheus.CounterVec
+	// delivered is count's series of the common result, looked up once.
+	delivered prometheus.Counter
 
 	ctx    context.Context // of the attempts; cancelled by Close's deadline
 	cancel context.CancelFunc
@@ -206,6 +208,7 @@ func NewDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, reg prometh
 		}, []string{"result"}),
 	}
 	reg.MustRegister(d.count)
+	d.delivered = d.count.WithLabelValues("delivered")
 	d.workers.Add(workers)
 	for range workers {
 		go d.work()
@@ -302,11 +305,9 @@ func (d *Dispatcher) attempt(j fastJob) {
 		d.handOver(f, t.Name)
 		return
 	}
-	ctx, cancel := context.WithTimeout(d.ctx, left)
 	a := Args{Sender: f.Sender.Name, EventID: f.EventID, Target: t.Name, DeliveryID: f.DeliveryID}
 	attemptedAt := time.Now().UTC()
-	p := d.w.post(ctx, t, a, f.Headers, f.Body)
-	cancel()
+	p := d.w.post(d.ctx, t, a, f.Headers, f.Body, left)
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
 	o := store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
 	if p.status != 0 {
@@ -316,7 +317,7 @@ func (d *Dispatcher) attempt(j fastJob) {
 	switch {
 	case p.res == ResultDelivered:
 		o.State, o.FinalizedAt, o.ScheduledAt = rivertype.JobStateCompleted, &p.at, attemptedAt
-		d.count.WithLabelValues("delivered").Inc()
+		d.delivered.Inc()
 	case p.res == ResultNone && !p.final:
 		// No verdict (the process is stopping): nothing to record.
 		d.count.WithLabelValues("handed_over").Inc()

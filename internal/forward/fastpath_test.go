@@ -231,3 +231,62 @@ func TestBulkRedeliverFastPathDeliveries(t *testing.T) {
 		t.Errorf("second BulkRedeliver(delivered) = %+v, %v; want the %d redeliveries (now the newest, delivered)", again, err, n)
 	}
 }
+
+// A bulk redelivery of a target's running forwards treats the fast path's
+// first attempts in flight as a single redelivery does: the request counts
+// them (their outbox rows, leased), and its job queues a new forward after
+// each, which the target receives once the attempt under way has been
+// answered, with the same Idempotency-Key. A second request while the new
+// forward waits matches nothing more.
+func TestBulkRedeliverWhileFastPathRuns(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
+		if n <= 2 {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        timeout: 20s\n", envOpts{Work: true}, fastOptions{lease: 40 * time.Second})
+	d1 := e.deliver("bulk-run-1", []byte(`{}`), "application/json")
+	d2 := e.deliver("bulk-run-2", []byte(`{}`), "application/json")
+	testkit.Poll(t, waitTimeout, "the fast path's POSTs to reach the target", func() bool { return len(tg.Hits()) == 2 }, nil)
+
+	acme, _ := e.cfg.Sender("acme")
+	q := store.New(e.pool)
+	bulk := func() forward.Bulk {
+		t.Helper()
+		res, err := forward.BulkRedeliver(t.Context(), q, e.river, forward.BulkRequest{Sender: acme, Target: "orders", State: store.StateRunning})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := bulk(); res.Matched != 2 || !res.AfterCurrent {
+		t.Fatalf("BulkRedeliver(running) while the fast path holds 2 attempts = %+v; want 2 matched, after the current ones", res)
+	}
+	testkit.Poll(t, waitTimeout, "the queued redeliveries to wait for the forwards under way", func() bool {
+		return e.counter("hookgate_forward_waits_total", map[string]string{"reason": "after"}) >= 2
+	}, nil)
+	if res := bulk(); res.Matched != 0 {
+		t.Errorf("second BulkRedeliver(running) while the redeliveries wait = %+v; want none matched", res)
+	}
+	if n := len(tg.Hits()); n != 2 {
+		t.Fatalf("the target received %d requests while the first forwards were held, want 2", n)
+	}
+	close(release)
+	for _, jb := range e.waitJobs(4) {
+		if jb.State != "completed" {
+			t.Errorf("job %+v: want completed", jb)
+		}
+	}
+	for _, d := range []string{d1.eventID, d2.eventID} {
+		hits := tg.HitsFor(d)
+		if len(hits) != 2 || !hits[1].At.After(hits[0].AnswerAt) {
+			t.Errorf("the target received %d requests for event %s; want 2, the redelivery after the first was answered", len(hits), d)
+		}
+	}
+}

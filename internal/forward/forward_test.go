@@ -215,13 +215,18 @@ func containsAny(s string, subs ...string) string {
 }
 
 // TestForwardClientErrorFailsAtOnce: a 4xx other than 408 and 429 fails the
-// forward at once: one request, the job cancelled at attempt 1, no retry.
+// forward at once: one request, the job cancelled at attempt 1, no retry;
+// so does a redirect, which is an answer, not followed (its Location points
+// back at the target: a followed redirect would be a second request).
 func TestForwardClientErrorFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	statuses := []int{400, 401, 403, 404, 410, 413, 422}
+	statuses := []int{400, 401, 403, 404, 410, 413, 422, 302, 307}
 	tg := testkit.NewTarget(t, func(_ int, r *http.Request) testkit.Answer {
 		var status int
 		_, _ = fmt.Sscanf(r.Header.Get("X-Hookgate-Delivery-Id"), "status-%d", &status)
+		if status/100 == 3 {
+			return testkit.Answer{Status: status, Header: http.Header{"Location": {r.URL.Path}}}
+		}
 		return testkit.Answer{Status: status}
 	})
 	e := newEnv(t, fmt.Sprintf("      - name: t3\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n", tg.URL), envOpts{Work: true})

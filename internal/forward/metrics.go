@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -24,6 +26,46 @@ type Metrics struct {
 
 	// traffic counts attempts for the console's charts (CountTraffic).
 	traffic *traffic.Recorder
+
+	// byTarget are the attempt counters and latency histogram of each
+	// target that attempts were made to (series), so that an attempt
+	// looks its series up once.
+	mu       sync.RWMutex
+	byTarget map[[2]string]*targetSeries
+}
+
+// targetSeries are one target's series of hookgate_forward_attempts_total
+// (by outcome) and hookgate_forward_duration_seconds.
+type targetSeries struct {
+	delivered, retry, failed prometheus.Counter
+	latency                  prometheus.Observer
+}
+
+// series returns the series of sender's target.
+func (m *Metrics) series(sender, target string) *targetSeries {
+	k := [2]string{sender, target}
+	m.mu.RLock()
+	s := m.byTarget[k]
+	m.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	s = &targetSeries{
+		delivered: m.attempts.WithLabelValues(sender, target, outcomeDelivered),
+		retry:     m.attempts.WithLabelValues(sender, target, outcomeRetry),
+		failed:    m.attempts.WithLabelValues(sender, target, outcomeFailed),
+		latency:   m.latency.WithLabelValues(sender, target),
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byTarget == nil {
+		m.byTarget = map[[2]string]*targetSeries{}
+	}
+	if old := m.byTarget[k]; old != nil {
+		return old
+	}
+	m.byTarget[k] = s
+	return s
 }
 
 // CountTraffic makes every forward attempt that reached its target (or

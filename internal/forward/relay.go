@@ -139,8 +139,12 @@ func (r *Relay) senders(ctx context.Context) ([]string, error) {
 	return append(names, stray...), nil
 }
 
-// onceSender relays one batch of sender's rows in one transaction.
+// onceSender relays one batch of sender's rows in one transaction, when
+// it has any to take (a look first, without a transaction).
 func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
+	if waiting, err := store.New(r.pool).OutboxWaiting(ctx, sender); err != nil || !waiting {
+		return 0, err
+	}
 	n := 0
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		taken, err := store.New(tx).TakeOutbox(ctx, sender, r.batch)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +95,10 @@ type Worker struct {
 	// retryAfter holds, per job ID, a target's Retry-After between Work
 	// returning and River asking NextRetry for the same job.
 	retryAfter sync.Map
+	// urls are the targets' URLs parsed (targetURL), by URL.
+	urls sync.Map
+	// rt is client's transport when send may use it directly.
+	rt http.RoundTripper
 }
 
 // NewWorker returns a Worker that reads events from db and POSTs them with
@@ -101,13 +106,19 @@ type Worker struct {
 // share of the process's capacity per target, at most each target's
 // max_in_flight, holding back the forwards of a target whose circuit
 // breaker is open or that asked for a pause (without using their
-// attempts). wc tunes it (DefaultWorkerConfig); an error names the field
-// when wc is invalid.
+// attempts). A forward never follows a redirect: a client without a
+// cookie jar or a timeout has its requests sent by its transport directly
+// (Worker.send). wc tunes it (DefaultWorkerConfig); an error names the
+// field when wc is invalid.
 func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, gate *Gate, m *Metrics, log *slog.Logger, wc WorkerConfig) (*Worker, error) {
 	if err := wc.validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, db: db, client: client, backoff: wc.Backoff, metrics: m, log: log, now: time.Now, gate: gate}, nil
+	w := &Worker{cfg: cfg, db: db, client: client, backoff: wc.Backoff, metrics: m, log: log, now: time.Now, gate: gate}
+	if client != nil && client.Transport != nil && client.Jar == nil && client.Timeout == 0 {
+		w.rt = client.Transport
+	}
+	return w, nil
 }
 
 // probedKey marks, in a job's metadata, a forward that was sent as a probe
@@ -224,7 +235,7 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 	if err != nil {
 		return ResultNone, 0, fmt.Errorf("read event: %w", err)
 	}
-	p := w.post(ctx, t, a, headers, body)
+	p := w.post(ctx, t, a, headers, body, 0)
 	if p.status != 0 {
 		w.record(ctx, job, p.output())
 	}
@@ -258,19 +269,29 @@ func (p posted) output() store.Output {
 // post POSTs the event (its stored headers and body) to t once, within t's
 // timeout, counts the attempt in the metrics and classifies the outcome.
 // Both the River worker and the fast path (Dispatcher) attempt through it.
-func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map[string][]string, body []byte) posted {
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(t.Timeout))
+// limit, when positive, is how long the caller can let the attempt run
+// (the fast path's lease): an attempt cut short by it, like one cut short
+// by ctx, has no verdict (ResultNone), as if the process were stopping.
+// One context and one timer bound the attempt either way.
+func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map[string][]string, body []byte, limit time.Duration) posted {
+	timeout, limited := time.Duration(t.Timeout), false
+	if limit > 0 && limit < timeout {
+		timeout, limited = limit, true
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	series := w.metrics.series(a.Sender, a.Target)
 	req, err := w.request(rctx, t, a, headers, body)
 	if err != nil {
-		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
+		series.failed.Inc()
 		return posted{res: ResultNone, err: err, final: true}
 	}
 	start := time.Now()
-	resp, err := w.client.Do(req)
+	resp, err := w.send(req)
 	if err != nil {
-		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
-		if ctx.Err() == nil {
+		series.retry.Inc()
+		stopping := ctx.Err() != nil || limited && rctx.Err() != nil
+		if !stopping {
 			w.metrics.traffic.Forward(a.Sender, a.Target, false, time.Since(start))
 		}
 		// *url.Error names the URL, which may hold credentials: keep only
@@ -280,23 +301,25 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 			err = ue.Err
 		}
 		err = fmt.Errorf("post to target %q: %w", a.Target, err)
-		if ctx.Err() != nil { // the worker is stopping, not the target failing
+		if stopping { // the worker is stopping, not the target failing
 			return posted{res: ResultNone, err: err}
 		}
 		return posted{res: ResultRetryable, err: err}
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
+	if resp.Body != http.NoBody {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
+	}
 	_ = resp.Body.Close()
 	took := time.Since(start)
-	w.metrics.latency.WithLabelValues(a.Sender, a.Target).Observe(took.Seconds())
+	series.latency.Observe(took.Seconds())
 	w.metrics.traffic.Forward(a.Sender, a.Target, resp.StatusCode >= 200 && resp.StatusCode < 300, took)
 
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
-		w.metrics.attempt(a.Sender, a.Target, outcomeDelivered)
+		series.delivered.Inc()
 		return posted{res: ResultDelivered, status: code, at: w.now().UTC()}
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
+		series.retry.Inc()
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
 		var pause time.Duration
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
@@ -304,7 +327,7 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 		}
 		return posted{res: ResultRetryable, status: code, err: e, retryAfter: e.retryAfter, pause: pause}
 	default:
-		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
+		series.failed.Inc()
 		return posted{res: ResultOther, status: code, err: &errStatus{status: code}, final: true}
 	}
 }
@@ -320,16 +343,24 @@ func (w *Worker) record(ctx context.Context, job *river.Job[Args], out store.Out
 }
 
 // request builds the forward's POST: the original body and Content-Type,
-// the target's extra headers, and the identifying and signing headers.
+// the target's extra headers, and the identifying and signing headers. The
+// target's URL is parsed once (Worker.targetURL), and the header map is
+// filled with canonical keys and one backing array for its values.
 func (w *Worker) request(ctx context.Context, t *config.Target, a Args, stored map[string][]string, body []byte) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
+	u, err := w.targetURL(t.URL)
 	if err != nil {
 		return nil, fmt.Errorf("build request for target %q: the URL does not parse", a.Target)
 	}
-	h := req.Header
-	for _, k := range []string{"Content-Type", "Content-Encoding"} {
+	// Up to 8 keys fit a map's first group; a larger hint allocates more.
+	h := make(http.Header, 8)
+	vals := make([]string, 0, 9)
+	set := func(k, v string) { // k canonical
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	for _, k := range [...]string{"Content-Type", "Content-Encoding"} {
 		if v := http.Header(stored).Get(k); v != "" {
-			h.Set(k, v)
+			set(k, v)
 		}
 	}
 	// The target's own headers win over anything taken from the sender.
@@ -338,16 +369,60 @@ func (w *Worker) request(ctx context.Context, t *config.Target, a Args, stored m
 	}
 	id := a.EventID.String()
 	ts := w.now()
-	h.Set("User-Agent", "hookgate")
-	h.Set("Idempotency-Key", id)
-	h.Set("webhook-id", id)
-	h.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
+	set("User-Agent", "hookgate")
+	set("Idempotency-Key", id)
+	set("Webhook-Id", id)
+	set("Webhook-Timestamp", strconv.FormatInt(ts.Unix(), 10))
 	if t.SigningKey != nil {
-		h.Set("webhook-signature", signature.SignStandard(t.SigningKey, id, ts, body))
+		set("Webhook-Signature", signature.SignStandard(t.SigningKey, id, ts, body))
 	}
-	h.Set("X-Hookgate-Sender", a.Sender)
-	h.Set("X-Hookgate-Delivery-Id", a.DeliveryID)
-	return req, nil
+	set("X-Hookgate-Sender", a.Sender)
+	set("X-Hookgate-Delivery-Id", a.DeliveryID)
+	req := &http.Request{
+		Method:        http.MethodPost,
+		URL:           u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
+		ContentLength: int64(len(body)),
+		Host:          u.Host,
+	}
+	if len(body) == 0 {
+		req.Body, req.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+	}
+	return req.WithContext(ctx), nil
+}
+
+// send sends a forward's request. Through the client's transport itself
+// when the client adds nothing a forward needs: a forward follows no
+// redirect (NewHTTPClient's CheckRedirect: a redirect is an answer), and
+// has no cookie jar and no client timeout (its context bounds it), so
+// http.Client.Do would only copy every request's header map for redirects
+// it never follows (make bench's profile).
+func (w *Worker) send(req *http.Request) (*http.Response, error) {
+	if w.rt != nil {
+		return w.rt.RoundTrip(req)
+	}
+	return w.client.Do(req)
+}
+
+// targetURL returns raw parsed, as http.NewRequest would parse it, from a
+// cache: a target's URL is parsed once per process, not once per forward.
+// The *url.URL returned is shared: nothing may modify it.
+func (w *Worker) targetURL(raw string) (*url.URL, error) {
+	if u, ok := w.urls.Load(raw); ok {
+		return u.(*url.URL), nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	u.Host = strings.TrimSuffix(u.Host, ":") // as http.NewRequest does
+	w.urls.Store(raw, u)
+	return u, nil
 }
 
 // parseRetryAfter reads a Retry-After value in seconds or as an HTTP date;

@@ -377,7 +377,7 @@ senders:
 	if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed"}`); m != 0 {
 		t.Errorf("second bulk redelivery matched %d, want 0", m)
 	}
-	if got := s.countJobs("hookgate_forward"); got != 2*n {
+	if got := s.countJobs(store.ForwardKind); got != 2*n {
 		t.Errorf("%d forward jobs, want %d", got, 2*n)
 	}
 	if got := s.countJobs(forward.BulkArgs{}.Kind(), "completed"); got != 1 {
@@ -479,7 +479,7 @@ senders:
 		if s.countJobs(forward.BulkArgs{}.Kind(), "completed") == 1 {
 			return true
 		}
-		if got := s.countJobs("hookgate_forward", "available"); got != added {
+		if got := s.countJobs(store.ForwardKind, "available"); got != added {
 			added, progressed = got, time.Now()
 		} else if time.Since(progressed) > stall {
 			t.Fatalf("the bulk job added no forward for %v (%d of %d added); bulk jobs available %d, running %d, retryable %d", stall, got, n,
@@ -488,7 +488,7 @@ senders:
 		return false
 	})
 	t.Logf("the bulk job inserted its forwards in %v", time.Since(started).Round(100*time.Millisecond))
-	if got := s.countJobs("hookgate_forward", "available"); got != n {
+	if got := s.countJobs(store.ForwardKind, "available"); got != n {
 		t.Errorf("%d forwards enqueued, want %d", got, n)
 	}
 	all, err := store.New(s.pool).ForwardJobs(ctx)

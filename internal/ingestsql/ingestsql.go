@@ -81,8 +81,22 @@ func LockTimeout(d time.Duration) string {
 	return "SET LOCAL lock_timeout = '" + strconv.FormatInt(d.Milliseconds(), 10) + "ms'"
 }
 
-// claimValues caches ClaimValues by number of rows.
-var claimValues sync.Map // int → string
+// claimValues and claimValuesReturning cache ClaimValues and
+// ClaimValuesReturning by number of rows.
+var claimValues, claimValuesReturning sync.Map // int → string
+
+// ClaimValuesReturning is ClaimValues returning the delivery ID and event
+// ID of each row the claim inserted, and nothing for a key held already:
+// the rows themselves, never a count (package dedup's batches on a
+// distributed database decide by them which deliveries claimed their keys,
+// without a read of their own).
+func ClaimValuesReturning(n int) string {
+	if v, ok := claimValuesReturning.Load(n); ok {
+		return v.(string)
+	}
+	v, _ := claimValuesReturning.LoadOrStore(n, ClaimValues(n)+"\nRETURNING delivery_id, event_id")
+	return v.(string)
+}
 
 // ClaimValues is the claim of n deliveries on a distributed database: a
 // multi-row INSERT … VALUES, $1 the sender, then the values of each

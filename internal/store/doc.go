@@ -9,19 +9,24 @@
 // touches one place. One file per table:
 //
 //   - deliveries.go: processed_messages (lists, one delivery, counts,
-//     retention of keys)
+//     retention of keys) and delivery_hour_counts (the closed hours'
+//     counts kept)
 //   - events.go: webhook_events (one event, its content for a forward,
 //     event types, retention of events)
 //   - outbox.go: forward_outbox (the relay's take, an event's rows, counts)
 //   - breakers.go: target_breakers (the recorded circuit breakers)
+//   - traffic.go: traffic_minutes and traffic_hours (the console's charts)
 //   - sessions.go: console_revoked_sessions and console_signouts (console
 //     sign-outs)
 //   - jobs.go: River's river_job, the forward jobs: the only file that
 //     names its columns, the forward job kind and the mapping of River's
-//     job states to a forward's state
+//     job states to a forward's state; and forward_delivered, the fast
+//     path's delivered first attempts, read with the jobs as one set
 //
 // Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
 // satisfy, through Queries. Every list pages with one Cursor format. The
-// fixture builders (the last section of jobs.go, InsertEvent, InsertOutbox) put rows
-// in a given state for tests, so that they write no SQL of their own.
+// fixture builders (fixtures.go for deliveries and events, many at once
+// with InsertGenerated; the last section of jobs.go; InsertEvent,
+// InsertOutbox, DeleteOutboxOfEvent) put rows in a given state for tests
+// and tools, so that they write no SQL of their own on these tables.
 package store

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/rivertype"
 )
 
@@ -396,12 +397,15 @@ func (f Filter) where(latest bool) where {
 
 // queuedWaiting is the condition that job j (of sender $1, target $2) is a
 // redelivery queued after a forward of its event that is not finished yet
-// (EarlierForwardUnfinished's jobs): it is not under way, even while River
-// runs it only to find that it must wait.
-const queuedWaiting = `(j.args ? 'after' AND EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+// (EarlierForwardUnfinished's jobs), or whose forward is still in the
+// outbox (the fast path's attempt under way, as a lease-holding outbox row):
+// it is not under way, even while River runs it only to find that it must
+// wait.
+const queuedWaiting = `(j.args ? 'after' AND (EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id'
     AND n.id <> j.id AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
-    AND (n.id < j.id OR NOT n.args ? 'after')))`
+    AND (n.id < j.id OR NOT n.args ? 'after'))
+  OR EXISTS (SELECT 1 FROM forward_outbox o WHERE o.sender = $1 AND o.target = $2 AND o.event_id::text = j.args->>'event_id')))`
 
 // TargetForward is one forward of a target, as ListTargetForwards returns
 // it.
@@ -682,6 +686,83 @@ func statusIn(errText string) int {
 	return n
 }
 
+// fastRunningSQL selects the fast path's first attempts of sender $1's
+// target $2 that were under way at $3 (a bulk redelivery of running
+// forwards, Filter.InStateAt): outbox rows still leased (the attempt
+// runs), and forward_delivered rows attempted before $3 and delivered at or
+// after it (it ran then, and has been delivered since; the recorder
+// deletes the one and inserts the other in one statement, so a statement
+// sees each such forward once). A failed first attempt is a River job,
+// which underWayAt judges. An event that already has a redelivery queued
+// after its forward (a job with "after"), unfinished or made at or after
+// $3, is left out: a request counts it no more, and a job run twice
+// (River's rescue, a new slice) queues one redelivery per forward. %s is
+// the window's condition on f.created_at.
+const fastRunningSQL = `SELECT id, event_id, delivery_id FROM (
+  SELECT -1::bigint AS id, o.event_id::text AS event_id, o.delivery_id, o.created_at
+  FROM forward_outbox o
+  WHERE o.sender = $1 AND o.target = $2 AND o.leased_until > statement_timestamp() AND o.created_at < $3
+  UNION ALL
+  SELECT d.id, d.event_id, d.delivery_id, d.created_at
+  FROM forward_delivered d
+  WHERE d.sender = $1 AND d.target = $2 AND d.attempted_at < $3 AND d.delivered_at >= $3
+) f
+WHERE NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = f.event_id AND n.args ? 'after'
+    AND (n.created_at >= $3 OR n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')))%s`
+
+// fastRunning returns fastRunningSQL for f (running, under way at at) with
+// its window, and its arguments.
+func fastRunning(f Filter, at time.Time) (string, []any) {
+	args := []any{f.Sender, f.Target, at}
+	cond := ""
+	if !f.Since.IsZero() {
+		args = append(args, f.Since)
+		cond += fmt.Sprintf(" AND f.created_at >= $%d", len(args))
+	}
+	if !f.Until.IsZero() {
+		args = append(args, f.Until)
+		cond += fmt.Sprintf(" AND f.created_at < $%d", len(args))
+	}
+	return fmt.Sprintf(fastRunningSQL, cond), args
+}
+
+// CountFastPathRunning returns how many of the fast path's first attempts
+// of f's target are under way at at (their outbox rows leased; see
+// fastRunningSQL), within f's window: what a bulk redelivery of running
+// forwards matches besides River's jobs (CountBulkMatch).
+func (q *Queries) CountFastPathRunning(ctx context.Context, f Filter, at time.Time) (int64, error) {
+	sql, args := fastRunning(f, at)
+	var n int64
+	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM (`+sql+`) m`, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count fast-path forwards under way: %w", err)
+	}
+	return n, nil
+}
+
+// FastPathRunningBatch returns up to limit of the fast path's first
+// attempts of f's target that were under way at f.InStateAt (see
+// fastRunningSQL), oldest first: JobID is -1 for one still under way (not
+// yet a job), else its forward_delivered row's ID. Those a previous batch
+// queued a redelivery after are left out, so a caller inserts a batch's
+// redeliveries and asks again until a batch is short.
+func (q *Queries) FastPathRunningBatch(ctx context.Context, f Filter, limit int) ([]Matched, error) {
+	sql, args := fastRunning(f, f.InStateAt)
+	args = append(args, limit)
+	rows, err := q.db.Query(ctx, sql+fmt.Sprintf(" ORDER BY f.created_at, f.event_id LIMIT $%d", len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("select fast-path forwards under way: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Matched, error) {
+		var m Matched
+		return m, row.Scan(&m.JobID, &m.EventID, &m.DeliveryID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("select fast-path forwards under way: %w", err)
+	}
+	return out, nil
+}
+
 // FirstAttempt is the outcome of a forward's first attempt made by the fast
 // path (forward.Dispatcher), to record as its job (RecordFirstAttempts).
 type FirstAttempt struct {
@@ -751,14 +832,18 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 // for the released ones; all of them find the outbox rows by index probes
 // (outboxIndexScans).
 func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
+	// Event IDs go as pgtype.UUID, which pgx encodes in binary as they
+	// are: a uuid.UUID is a driver.Valuer, which pgx encodes through its
+	// text (formatted, then parsed again), a few percent of the
+	// gateway's CPU under make bench's forwarding load.
 	type cols struct {
-		events, relEvents              []uuid.UUID
+		events, relEvents              []pgtype.UUID
 		targets, relTargets, states    []string
 		maxAttempts                    []int32
 		attempted, finalized, schedule []*time.Time
 		errs, metas                    []*string
 		// The delivered ones.
-		dEvents                []uuid.UUID
+		dEvents                []pgtype.UUID
 		dTargets               []string
 		dAttempted, dDelivered []time.Time
 		dStatus, dMaxAttempts  []int16
@@ -774,7 +859,7 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 			order = append(order, a.Sender)
 		}
 		if a.Release {
-			c.relEvents = append(c.relEvents, a.EventID)
+			c.relEvents = append(c.relEvents, pgtype.UUID{Bytes: a.EventID, Valid: true})
 			c.relTargets = append(c.relTargets, a.Target)
 			continue
 		}
@@ -783,7 +868,7 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 			if at.IsZero() && a.FinalizedAt != nil {
 				at = *a.FinalizedAt
 			}
-			c.dEvents = append(c.dEvents, a.EventID)
+			c.dEvents = append(c.dEvents, pgtype.UUID{Bytes: a.EventID, Valid: true})
 			c.dTargets = append(c.dTargets, a.Target)
 			c.dAttempted = append(c.dAttempted, a.AttemptedAt)
 			c.dDelivered = append(c.dDelivered, at)
@@ -810,7 +895,7 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 			}
 			meta = string(b)
 		}
-		c.events = append(c.events, a.EventID)
+		c.events = append(c.events, pgtype.UUID{Bytes: a.EventID, Valid: true})
 		c.targets = append(c.targets, a.Target)
 		c.states = append(c.states, string(a.State))
 		c.maxAttempts = append(c.maxAttempts, int32(a.MaxAttempts))

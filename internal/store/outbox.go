@@ -73,6 +73,33 @@ func (q *Queries) TakeOutbox(ctx context.Context, sender string, limit int) ([]O
 	return out, nil
 }
 
+// outboxWaitingSQL tells whether sender $1 has outbox rows that the relay
+// may take now (takeOutboxSQL's condition, without taking them).
+const outboxWaitingSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox
+  WHERE sender = $1 AND (leased_until IS NULL OR leased_until < statement_timestamp()))`
+
+// OutboxWaiting reports whether sender has outbox rows that no fast path
+// has leased (or whose lease has ended), in one round trip and no
+// transaction of its own: the relay looks before it opens a transaction
+// to take them (a BEGIN, the take and a COMMIT: three round trips), and
+// with the fast path most of its looks find none. A row another relay
+// holds counts: the take then finds nothing, as it would have anyway.
+func (q *Queries) OutboxWaiting(ctx context.Context, sender string) (bool, error) {
+	var b pgx.Batch
+	b.Queue(outboxIndexScans)
+	b.Queue(outboxWaitingSQL, sender)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return false, fmt.Errorf("look for outbox rows: %w", err)
+	}
+	var waiting bool
+	if err := br.QueryRow().Scan(&waiting); err != nil {
+		return false, fmt.Errorf("look for outbox rows: %w", err)
+	}
+	return waiting, nil
+}
+
 // OutboxSenders returns the senders with outbox rows, other than those in
 // except.
 func (q *Queries) OutboxSenders(ctx context.Context, except []string) ([]string, error) {
