@@ -6,6 +6,10 @@ SHELL := bash
 #   make test PKGS=./internal/dedup/... GOTESTFLAGS='-run TestReplay -v'
 PKGS ?= ./...
 GOTESTFLAGS ?=
+# The fast tier's go test flags and race flag (docs/tests.md#the-fast-tier):
+#   make test-fast FAST_RACE=-race   keeps the race detector in the fast tier
+FAST_FLAGS ?= -short -vet=off
+FAST_RACE ?=
 # Arguments for the load benchmark, e.g. make bench BENCHFLAGS='-duration 30s'
 BENCHFLAGS ?=
 # Arguments of make redeliver (hookgate redeliver)
@@ -38,9 +42,9 @@ check-providers:
 test:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
 
-## test-fast: the fast tier: go test -short against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (testkit.Slow skips them under -short, saying why)
+## test-fast: the fast tier: go test -short -vet=off, without -race (FAST_RACE=-race keeps it), against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (testkit.Slow skips them under -short, saying why); make test runs everything with -race
 test-fast:
-	@PKGS='$(PKGS)' GOTESTFLAGS='-short $(GOTESTFLAGS)' .ci/test.sh
+	@PKGS='$(PKGS)' GOTESTFLAGS='$(FAST_FLAGS) $(GOTESTFLAGS)' TEST_RACE='$(FAST_RACE)' .ci/test.sh
 
 ## test-citus: run the pattern's tests (dedup, store, handler, forward) on a running Citus cluster:
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)

@@ -2,7 +2,7 @@
 # test.sh runs the Go tests against a throwaway PostgreSQL (fsync off), which
 # it stops and deletes afterwards whatever happens; it exits with go test's
 # status. PKGS (default ./...) and GOTESTFLAGS (extra go test flags) are read
-# from the environment.
+# from the environment; TEST_RACE='' runs without the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/tmp-pg.sh
@@ -18,5 +18,12 @@ export HOOKGATE_TEST_TEMPLATE=hgtpl_shared
 # package paid the second.
 export GORACE=${GORACE:-atexit_sleep_ms=0}
 
-# shellcheck disable=SC2086 # GOTESTFLAGS and PKGS are word lists
-go test -race -count=1 -timeout 15m ${GOTESTFLAGS:-} ${PKGS:-./...}
+# -trimpath: compiled packages do not depend on where the checkout is, so a
+# fresh clone or another worktree of the same code finds them in the build
+# cache (without it the directory is part of every package's cache key, and
+# each clone compiled the whole module again, also for the hookgate binary
+# that cmd/server's tests build with go build, which inherits GOFLAGS).
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
+# TEST_RACE: the race detector flag, on unless set to '' (make test-fast).
+# shellcheck disable=SC2086 # GOTESTFLAGS, PKGS and TEST_RACE are word lists
+go test ${TEST_RACE--race} -count=1 -timeout 15m ${GOTESTFLAGS:-} ${PKGS:-./...}

@@ -31,10 +31,9 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// MiddlewareConfig configures Middleware. Zero means zero: no field is
-// defaulted from a 0, and Middleware refuses one; start from
-// DefaultMiddlewareConfig, which has the defaults, and set DB, Consumer and
-// Secrets.
+// MiddlewareConfig configures Middleware. A field left at zero takes its
+// documented default (DefaultMiddlewareConfig returns them spelled out): this
+// is a public library, and its zero value stays usable and compatible.
 type MiddlewareConfig struct {
 	// DB is the database the state changes are applied to, with the
 	// package's table (Schema). Required.
@@ -52,10 +51,10 @@ type MiddlewareConfig struct {
 	// message ID from webhook-id or Idempotency-Key. Use it only where
 	// nobody but hookgate can reach the service.
 	Unsigned bool
-	// MaxBodyBytes bounds a request's body: larger ones are answered 413
-	// (DefaultMaxBodyBytes). It must be positive.
+	// MaxBodyBytes bounds a request's body: larger ones are answered 413.
+	// Zero means DefaultMaxBodyBytes; a negative one is refused.
 	MaxBodyBytes int64
-	// InFlightWait is Config.InFlightWait (DefaultInFlightWait).
+	// InFlightWait is Config.InFlightWait (zero means DefaultInFlightWait).
 	InFlightWait time.Duration
 	// Logger receives the errors answered 5xx (never a secret or a body).
 	// Nil logs nothing.
@@ -102,8 +101,8 @@ func Tx(ctx context.Context) pgx.Tx {
 //     so that hookgate retries.
 //
 // It fails when cfg lacks DB or Consumer, has no usable secret (unless
-// Unsigned), holds a malformed secret, or a MaxBodyBytes or InFlightWait
-// that is not positive.
+// Unsigned), holds a malformed secret, or a negative MaxBodyBytes or
+// InFlightWait.
 func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("consumer: MiddlewareConfig.DB is required")
@@ -122,8 +121,11 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if len(hooks) == 0 && !cfg.Unsigned {
 		return nil, errors.New("consumer: MiddlewareConfig.Secrets is empty: give the target's signing secret, or set Unsigned")
 	}
-	if cfg.MaxBodyBytes <= 0 {
-		return nil, fmt.Errorf("consumer: MiddlewareConfig.MaxBodyBytes %d: must be positive (DefaultMiddlewareConfig has the default)", cfg.MaxBodyBytes)
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("consumer: MiddlewareConfig.MaxBodyBytes %d is negative", cfg.MaxBodyBytes)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	p, err := New(cfg.DB, Config{InFlightWait: cfg.InFlightWait})
 	if err != nil {

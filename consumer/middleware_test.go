@@ -233,8 +233,9 @@ func TestMiddlewareHandlerFailureIsNotStored(t *testing.T) {
 	}
 }
 
-// TestMiddlewareConfig: the constructor refuses what cannot work, a zero
-// limit or in-flight wait included (zero means zero); it takes the defaults.
+// TestMiddlewareConfig: the constructor refuses what cannot work; a field
+// left at zero takes its default, so a config written as a literal with only
+// DB, Consumer and Secrets (the zero value otherwise) keeps working.
 func TestMiddlewareConfig(t *testing.T) {
 	t.Parallel()
 	pool := ordersDB(t)
@@ -244,8 +245,6 @@ func TestMiddlewareConfig(t *testing.T) {
 		"no secret":          func(c *consumer.MiddlewareConfig) { c.Secrets = nil },
 		"bad secret":         func(c *consumer.MiddlewareConfig) { c.Secrets = []string{"not a secret"} },
 		"negative limit":     func(c *consumer.MiddlewareConfig) { c.MaxBodyBytes = -1 },
-		"zero limit":         func(c *consumer.MiddlewareConfig) { c.MaxBodyBytes = 0 },
-		"zero in-flight":     func(c *consumer.MiddlewareConfig) { c.InFlightWait = 0 },
 		"negative in-flight": func(c *consumer.MiddlewareConfig) { c.InFlightWait = -time.Second },
 	} {
 		cfg := mwConfig(pool, "c", secretA)
@@ -257,21 +256,25 @@ func TestMiddlewareConfig(t *testing.T) {
 	if _, err := consumer.Middleware(mwConfig(pool, "c", secretA)); err != nil {
 		t.Errorf("the defaults: %v", err)
 	}
+	if _, err := consumer.Middleware(consumer.MiddlewareConfig{DB: pool, Consumer: "c", Secrets: []string{secretA}}); err != nil {
+		t.Errorf("zero limit and in-flight wait (their defaults): %v", err)
+	}
 }
 
-// TestConfigZeroIsRefused: zero means zero: New refuses an InFlightWait of
-// 0 (PostgreSQL's lock_timeout 0 would wait for ever), never taking it as
-// the default; the default is DefaultConfig's.
-func TestConfigZeroIsRefused(t *testing.T) {
+// TestConfigZeroTakesTheDefault: the public package's zero Config is valid:
+// an InFlightWait of 0 is DefaultInFlightWait (never PostgreSQL's
+// lock_timeout 0, which would wait for ever); a negative one is refused.
+func TestConfigZeroTakesTheDefault(t *testing.T) {
 	t.Parallel()
 	pool := ordersDB(t)
 	if got := consumer.DefaultConfig(); got.InFlightWait != consumer.DefaultInFlightWait {
 		t.Errorf("DefaultConfig() = %+v", got)
 	}
-	for _, c := range []consumer.Config{{}, {InFlightWait: -time.Millisecond}} {
-		if _, err := consumer.New(pool, c); err == nil || !strings.Contains(err.Error(), "InFlightWait") {
-			t.Errorf("New(%+v) = %v, want an error naming InFlightWait", c, err)
-		}
+	if _, err := consumer.New(pool, consumer.Config{InFlightWait: -time.Millisecond}); err == nil || !strings.Contains(err.Error(), "InFlightWait") {
+		t.Errorf("New(negative InFlightWait) = %v, want an error naming InFlightWait", err)
+	}
+	if _, err := consumer.New(pool, consumer.Config{}); err != nil {
+		t.Errorf("New(Config{}): %v", err)
 	}
 	if _, err := consumer.New(pool, consumer.DefaultConfig()); err != nil {
 		t.Errorf("New(DefaultConfig()): %v", err)

@@ -86,14 +86,15 @@ type Result struct {
 // back and the message is retried).
 type Change func(ctx context.Context, tx pgx.Tx) (Response, error)
 
-// Config configures a Processor. Zero means zero: no field is defaulted
-// from a 0, and New refuses one; DefaultConfig has the defaults.
+// Config configures a Processor. The zero Config is valid: a field left at
+// zero takes its documented default (DefaultConfig returns them spelled
+// out), so that code written against the zero value keeps working.
 type Config struct {
 	// InFlightWait bounds how long a delivery waits for another transaction
 	// holding the same message's key (PostgreSQL's lock_timeout, set for the
-	// transaction only; DefaultInFlightWait). It must be positive (a
-	// lock_timeout of 0 would wait for ever); it is rounded up to whole
-	// milliseconds.
+	// transaction only). Zero means DefaultInFlightWait (a lock_timeout of
+	// 0 would wait for ever); a negative one is refused; it is rounded up to
+	// whole milliseconds.
 	InFlightWait time.Duration
 }
 
@@ -103,10 +104,17 @@ func DefaultConfig() Config {
 }
 
 func (c Config) validate() error {
-	if c.InFlightWait <= 0 {
-		return fmt.Errorf("consumer: Config.InFlightWait %v: must be positive (DefaultConfig has the default)", c.InFlightWait)
+	if c.InFlightWait < 0 {
+		return fmt.Errorf("consumer: Config.InFlightWait %v is negative", c.InFlightWait)
 	}
 	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.InFlightWait == 0 {
+		c.InFlightWait = DefaultInFlightWait
+	}
+	return c
 }
 
 // Processor applies state changes at most once per message, on one
@@ -125,6 +133,7 @@ func New(db DB, cfg Config) (*Processor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	ms := (cfg.InFlightWait + time.Millisecond - 1) / time.Millisecond
 	return &Processor{db: db, lockTimeout: strconv.FormatInt(int64(ms), 10)}, nil
 }
