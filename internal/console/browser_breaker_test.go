@@ -108,9 +108,24 @@ senders:
 		bs, err := e.q.Breakers(t.Context(), "orders")
 		return err == nil && bs["orders-svc"].State == store.BreakerClosed && len(tg.Delivered()) == 5
 	}, describe)
-	if err := e.traffic.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	// The target answers before the worker counts the attempt: flush until
+	// the counts hold all 5 delivered attempts.
+	testkit.Poll(t, 30*time.Second, "the 5 delivered attempts to be counted", func() bool {
+		if err := e.traffic.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		buckets, err := e.q.Traffic(t.Context(), "orders", time.Now().Add(-2*time.Hour), time.Now().Add(time.Hour), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, b := range buckets {
+			if b.Target == "orders-svc" && b.Kind == store.TrafficDelivered {
+				n += b.N
+			}
+		}
+		return n >= 5
+	}, describe)
 	hist := history()
 
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) { t.Helper(); browse(t, ctx, what, steps...) }
