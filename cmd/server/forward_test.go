@@ -413,6 +413,12 @@ func TestWorkerRoleServesOnlyServiceEndpoints(t *testing.T) {
 	w := startBinaryWith(t, bin, dsn, addr, cfg, append([]string{"--role", "worker"}, fastForwardFlags...)...)
 	waitHealthy(t, c, base, w)
 
+	// Readiness pings the database (2 s): on a saturated machine one ping
+	// can time out, so wait for the worker to report ready before asking.
+	testkit.Poll(t, 20*time.Second, "the worker's /readyz to answer 200", func() bool {
+		r, err := get(t.Context(), c, base+"/readyz")
+		return err == nil && r.status == http.StatusOK
+	})
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		r, err := get(t.Context(), c, base+path)
 		if err != nil {
