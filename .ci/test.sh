@@ -13,6 +13,11 @@ export HOOKGATE_PG_BINDIR=$PG_BINDIR
 # One migrated template for every test process of this run (internal/pgtest),
 # on this run's new server.
 export HOOKGATE_TEST_TEMPLATE=hgtpl_shared
+# A database a test is done with is emptied and given to the next test of
+# the same process instead of being dropped (internal/pgtest/reuse.go):
+# copying the template and dropping the copy cost the server more than any
+# test.
+export HOOKGATE_TEST_REUSE_DB=1
 # The race detector sleeps 1 s when a test binary exits, to let other threads
 # report; the tests have none left by then (goleak checks it), and every
 # package paid the second.

@@ -68,12 +68,15 @@ var template struct {
 // dbSeq numbers the databases this process creates.
 var dbSeq atomic.Int64
 
-// NewDB creates a database for this test only, copied from a template that is
+// NewDB gives this test a database of its own, copied from a template that is
 // migrated to head once per test process, and returns a pool connected to it
-// and its DSN. The pool is closed and the database dropped when the test ends
-// (WITH (FORCE), so connections the test leaves open do not stop the drop).
-// It fails the test when HOOKGATE_TEST_DATABASE_URL is unset or the server
-// cannot be reached.
+// and its DSN. The pool is closed when the test ends, and the database
+// dropped (WITH (FORCE), so connections the test leaves open do not stop the
+// drop); with EnvReuse set (make test, make test-fast), it is instead emptied
+// and handed to a later NewDB of the same process, unless the test changed
+// its schema (reuse.go): no test sees another's rows, sequences, statistics
+// or sessions. It fails the test when HOOKGATE_TEST_DATABASE_URL is unset or
+// the server cannot be reached.
 func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
 	admin := URL(t)
@@ -85,11 +88,22 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 		t.Fatalf("pgtest: prepare template database: %v", err)
 	}
 
-	name := fmt.Sprintf("hgt_%d_%d_%s_%s", os.Getpid(), dbSeq.Add(1), randHex(3), sanitize(t.Name(), 24))
-	if err := createDatabase(ctx, admin, name, tpl); err != nil {
-		t.Fatalf("pgtest: %v", err)
+	reuse := reuseDBs()
+	name, spare := "", false
+	if reuse {
+		name, spare = spares.take()
 	}
+	if !spare {
+		name = fmt.Sprintf("hgt_%d_%d_%s_%s", os.Getpid(), dbSeq.Add(1), randHex(3), sanitize(t.Name(), 24))
+		if err := createDatabase(ctx, admin, name, tpl); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	kept := false // set when the test's database was emptied for reuse
 	t.Cleanup(func() {
+		if kept {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 		defer cancel()
 		if err := dropDatabase(ctx, admin, name); err != nil {
@@ -110,9 +124,28 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	if err != nil {
 		t.Fatalf("pgtest: connect to %s: %v", name, err)
 	}
-	t.Cleanup(pool.Close) // runs before the drop: cleanups run last-in first-out
+	if !reuse {
+		t.Cleanup(pool.Close) // runs before the drop: cleanups run last-in first-out
+	}
 	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
 		t.Fatalf("pgtest: ping %s: %v", name, err)
+	}
+	if reuse {
+		// The catalogs as the test gets them; the database is reused only
+		// if they are the same once the tables the test made are dropped.
+		state, err := catalogState(ctx, pool)
+		if err != nil {
+			pool.Close()
+			t.Fatalf("pgtest: %s: %v", name, err)
+		}
+		// Runs before the drop above (last-in first-out), after the
+		// cleanups of whatever the test started with the database.
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+			defer cancel()
+			kept = spares.giveBack(ctx, admin, name, state, pool)
+		})
 	}
 	return pool, dsn
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/dedup"
@@ -101,19 +102,41 @@ func TestNewDBConcurrent(t *testing.T) {
 	}
 }
 
+// TestNewDBDropsDatabase: when its test ends, a database is dropped, or,
+// with EnvReuse, emptied and kept for the next test of the process. Not
+// parallel: no other test of the process may take the spare database
+// before it is looked at.
 func TestNewDBDropsDatabase(t *testing.T) {
-	t.Parallel()
-	var name string
+	var name, dsn string
 	t.Run("use", func(t *testing.T) {
-		pool, _ := pgtest.NewDB(t)
+		var pool *pgxpool.Pool
+		pool, dsn = pgtest.NewDB(t)
 		if err := pool.QueryRow(t.Context(), "SELECT current_database()").Scan(&name); err != nil {
 			t.Fatal(err)
 		}
+		now := time.Now()
+		err := store.New(pool).InsertKey(t.Context(), dedup.Delivery{Key: dedup.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
+			Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
 	})
-	conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
+	if pgtest.ReuseDBs() {
+		if !pgtest.IsSpare(name) {
+			t.Fatalf("database %q is not kept for reuse after its test ended", name)
+		}
+		conn := connect(t, dsn)
+		defer conn.Close(context.Background())
+		var n int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM processed_messages").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("database %q, kept for reuse, holds %d rows of its last test", name, n)
+		}
+		return
 	}
+	conn := connect(t, pgtest.URL(t))
 	defer conn.Close(context.Background())
 	var exists bool
 	if err := conn.QueryRow(t.Context(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {

@@ -1,0 +1,268 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// EnvReuse names the environment variable that, set to 1, lets NewDB hand a
+// database a finished test of the same process gave back, emptied, to the
+// next test instead of copying the template again; `make test` and `make
+// test-fast` set it (.ci/test.sh). Copying the template (CREATE DATABASE …
+// TEMPLATE, about 8 MB of catalogs) and dropping the copy (DROP DATABASE
+// forces a checkpoint) cost the throwaway server far more than emptying the
+// few tables a test wrote. Never on Citus (each database is distributed
+// afresh there). The databases left spare when a test process exits are not
+// dropped: the throwaway server is deleted after the run.
+const EnvReuse = "HOOKGATE_TEST_REUSE_DB"
+
+// reuseDBs reports whether NewDB reuses databases (EnvReuse).
+func reuseDBs() bool { return os.Getenv(EnvReuse) == "1" && !Citus() }
+
+// spares are the databases of this process ready for another test.
+var spares = &reuser{}
+
+// reuser keeps databases that finished tests gave back, emptied, for the next
+// NewDB of the process.
+type reuser struct {
+	mu    sync.Mutex
+	names []string
+}
+
+// take returns a spare database and true, or false when there is none.
+func (r *reuser) take() (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.names) == 0 {
+		return "", false
+	}
+	name := r.names[len(r.names)-1]
+	r.names = r.names[:len(r.names)-1]
+	return name, true
+}
+
+// has reports whether name is spare (for tests).
+func (r *reuser) has(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// giveBack takes back the database name of a test that has ended, and
+// closes pool, the pool NewDB gave the test (nil: none). When the catalogs
+// are what they were when the test got the database (state, from
+// catalogState) once the tables the test made are dropped, the database is
+// emptied (reset), kept for the next test, and giveBack returns true;
+// otherwise (the test altered or dropped a table of the template, made a
+// function, a schema, …), or when emptying fails, it returns false and the
+// caller drops it.
+func (r *reuser) giveBack(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) bool {
+	if pool != nil {
+		defer pool.Close()
+	}
+	if err := reset(ctx, admin, name, state, pool); err != nil {
+		return false
+	}
+	r.mu.Lock()
+	r.names = append(r.names, name)
+	r.mu.Unlock()
+	return true
+}
+
+// catalogStateSQL sums up the catalog rows of the current database's own
+// objects (OID 16384 and up: the template's and any a test made, not the
+// built-in ones) that a test's DDL changes: how many, and the newest
+// transaction that wrote one. It covers relations, columns, defaults,
+// constraints, indexes, triggers, functions, types, enum values, schemas
+// (not the temporary ones sessions make), extensions, rules, policies, event
+// triggers, sequences, extended statistics, inheritance and dependencies,
+// plus the database's own row, its settings (ALTER DATABASE … SET) and the
+// schema versions of goose and River. Creating an object adds rows with a
+// newer xmin; altering one writes a new row version (a newer xmin); dropping
+// one removes rows. ANALYZE and VACUUM update pg_class in place (the xmin
+// stays); the statistics they write are cleared by reset.
+const catalogStateSQL = `SELECT count(*), coalesce(max(x::text::bigint), 0) FROM (
+  SELECT xmin AS x FROM pg_class WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_attribute WHERE attrelid >= 16384
+  UNION ALL SELECT xmin FROM pg_attrdef WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_constraint WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_index WHERE indexrelid >= 16384
+  UNION ALL SELECT xmin FROM pg_trigger WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_proc WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_type WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_enum WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_namespace WHERE oid >= 16384 AND nspname !~ '^pg_(toast_)?temp_'
+  UNION ALL SELECT xmin FROM pg_extension WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_rewrite WHERE oid >= 16384
+  UNION ALL SELECT xmin FROM pg_policy
+  UNION ALL SELECT xmin FROM pg_event_trigger
+  UNION ALL SELECT xmin FROM pg_sequence WHERE seqrelid >= 16384
+  UNION ALL SELECT xmin FROM pg_statistic_ext
+  UNION ALL SELECT xmin FROM pg_inherits
+  UNION ALL SELECT xmin FROM pg_depend WHERE objid >= 16384 OR refobjid >= 16384
+  UNION ALL SELECT xmin FROM pg_database WHERE datname = current_database()
+  UNION ALL SELECT s.xmin FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = current_database()
+  UNION ALL SELECT xmin FROM goose_db_version
+  UNION ALL SELECT xmin FROM river_migration
+) c`
+
+// catalog is what catalogStateSQL sums up.
+type catalog struct {
+	rows   int64 // how many rows
+	newest int64 // the newest xmin among them
+}
+
+// querier is what catalogState needs of a pool or a connection.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// catalogState returns the sum of catalogStateSQL for the database of q.
+func catalogState(ctx context.Context, q querier) (catalog, error) {
+	var c catalog
+	if err := q.QueryRow(ctx, catalogStateSQL).Scan(&c.rows, &c.newest); err != nil {
+		return c, fmt.Errorf("read the catalog state: %w", err)
+	}
+	return c, nil
+}
+
+// newTablesSQL lists, as one DROP TABLE list, the tables of schema public
+// that a test made (their pg_class row is newer than the newest catalog row
+// the test found, $1): many tests make a table of their own next to
+// hookgate's. Dropping them takes away every catalog row they brought
+// (columns, types, constraints, indexes, identity sequences,
+// dependencies), which the check that follows verifies; anything else a
+// test made (a view, a function, a schema) fails that check.
+const newTablesSQL = `SELECT coalesce(string_agg(oid::regclass::text, ', '), '') FROM pg_class
+WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p') AND xmin::text::bigint > $1`
+
+// dirtyTablesSQL lists, as one TRUNCATE list, the tables of hookgate and
+// River (schema public) that are not as a fresh copy of the template has
+// them: with pages (rows, dead or alive), with statistics counted by ANALYZE
+// or VACUUM (reltuples is -1 until then), or with an identity or serial
+// sequence that has handed out a value. goose's and River's schema version
+// tables are left alone (the catalog state covers them). The migrations
+// seed no other table (TestFreshDatabaseTablesAreEmpty), so an empty table
+// is what a fresh copy holds.
+const dirtyTablesSQL = `SELECT coalesce(string_agg(c.oid::regclass::text, ', '), '') FROM pg_class c
+WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+  AND c.relname NOT IN ('goose_db_version', 'river_migration')
+  AND (pg_relation_size(c.oid) > 0 OR c.reltuples >= 0 OR EXISTS (
+    SELECT 1 FROM pg_depend d JOIN pg_class s ON s.oid = d.objid
+    WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
+      AND d.refobjid = c.oid AND d.deptype IN ('a', 'i')
+      -- CASE: the planner may call the function before another condition
+      -- has left out what is not a sequence
+      AND CASE WHEN s.relkind = 'S' THEN pg_sequence_last_value(s.oid) END IS NOT NULL))`
+
+// reset makes the database name as a fresh copy of the template, or fails
+// when it cannot, on a connection of pool if it can (resetConn). It ends every session still connected (a closed pool's
+// backends may not have exited yet; a test may have left a connection
+// open), drops the tables the test made, checks that the catalogs are then
+// as they were (state), truncates every table that is not as fresh
+// (RESTART IDENTITY resets their sequences), deletes the column statistics
+// of ANALYZE (plan tests examine the plans of a fresh database) and resets
+// the database's activity counters. Session state (settings, advisory
+// locks, prepared statements, LISTEN) ended with the sessions. It needs a
+// superuser, as the throwaway server's user is, and PostgreSQL 15 or later
+// (on an older server every reset fails, and each database is dropped as
+// without EnvReuse).
+func reset(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) error {
+	conn, release, err := resetConn(ctx, admin, name, pool)
+	if err != nil {
+		return err
+	}
+	defer release()
+	// pg_terminate_backend(pid, timeout) waits until the backend has exited.
+	// A backend that exits meanwhile makes it return false with a warning:
+	// the count afterwards is what decides.
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+		return err
+	}
+	var others int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others); err != nil {
+		return err
+	}
+	if others > 0 {
+		return fmt.Errorf("%d sessions still connected to %s", others, name)
+	}
+	var made string
+	if err := conn.QueryRow(ctx, newTablesSQL, state.newest).Scan(&made); err != nil {
+		return err
+	}
+	if made != "" {
+		// Not CASCADE: an object of the template that depends on one of
+		// them makes the drop fail, and the database is not reused.
+		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+made); err != nil {
+			return err
+		}
+	}
+	now, err := catalogState(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if now != state {
+		return fmt.Errorf("the catalogs of %s changed during the test (%v, was %v)", name, now, state)
+	}
+	var dirty string
+	if err := conn.QueryRow(ctx, dirtyTablesSQL).Scan(&dirty); err != nil {
+		return err
+	}
+	if dirty != "" {
+		// TRUNCATE leaves its tables' indexes with the planner counts of a
+		// relation never built (relpages 0, reltuples -1), where a fresh
+		// copy has those CREATE INDEX gave on the empty table (its pages,
+		// 0 tuples): the planner estimates a partial index's rows from
+		// them. They are put back (TestReusedDatabaseIsLikeAFreshOne).
+		if _, err := conn.Exec(ctx, "TRUNCATE "+dirty+" RESTART IDENTITY"); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, `UPDATE pg_class i SET relpages = pg_relation_size(i.oid) / current_setting('block_size')::int, reltuples = 0
+FROM pg_index x WHERE x.indexrelid = i.oid AND x.indrelid = ANY(('{' || $1 || '}')::regclass[])`, dirty); err != nil {
+			return err
+		}
+	}
+	// The counts of this session (the truncations) reach the shared
+	// statistics when its transaction ends, after a forced flush; then the
+	// database's counters are reset, as a fresh copy has none.
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace);
+SELECT pg_stat_reset()`)
+	return err
+}
+
+// resetConn returns a connection to the database name for reset, and the
+// function that gives it back: an idle one of pool, which saves starting a
+// session (on this server a new session costs more than most tests'
+// statements), or else a new one. Not one of pool when the pool is closed
+// or the test left one of its connections acquired.
+func resetConn(ctx context.Context, admin, name string, pool *pgxpool.Pool) (*pgx.Conn, func(), error) {
+	if pool != nil && pool.Stat().AcquiredConns() == 0 {
+		if c, err := pool.Acquire(ctx); err == nil {
+			return c.Conn(), c.Release, nil
+		}
+	}
+	dsn, err := withDatabase(admin, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, func() { conn.Close(context.Background()) }, nil
+}
