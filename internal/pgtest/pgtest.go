@@ -74,8 +74,8 @@ var dbSeq atomic.Int64
 // dropped (WITH (FORCE), so connections the test leaves open do not stop the
 // drop); with EnvReuse set (make test, make test-fast), it is instead emptied
 // and handed to a later NewDB of the same process, unless the test changed
-// its schema (reuse.go): no test sees another's rows, sequences, statistics
-// or sessions. It fails the test when HOOKGATE_TEST_DATABASE_URL is unset or
+// the template's schema (tables of its own are dropped; reuse.go): no test
+// sees another's rows, tables, sequences, statistics or sessions. It fails the test when HOOKGATE_TEST_DATABASE_URL is unset or
 // the server cannot be reached.
 func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
@@ -130,6 +130,12 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		t.Fatalf("pgtest: ping %s: %v", name, err)
+	}
+	if spare {
+		if err := endOtherSessions(ctx, pool); err != nil {
+			pool.Close()
+			t.Fatalf("pgtest: %s: %v", name, err)
+		}
 	}
 	if reuse {
 		// The catalogs as the test gets them; the database is reused only

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -14,9 +15,9 @@ import (
 // database a finished test of the same process gave back, emptied, to the
 // next test instead of copying the template again; `make test` and `make
 // test-fast` set it (.ci/test.sh). Copying the template (CREATE DATABASE …
-// TEMPLATE, about 8 MB of catalogs) and dropping the copy (DROP DATABASE
-// forces a checkpoint) cost the throwaway server far more than emptying the
-// few tables a test wrote. Never on Citus (each database is distributed
+// TEMPLATE, about 8 MB) costs the throwaway server about a tenth of a
+// second of CPU, and dropping the copy forces a checkpoint; emptying the few
+// tables a test wrote costs a fraction of that. Never on Citus (each database is distributed
 // afresh there). The databases left spare when a test process exits are not
 // dropped: the throwaway server is deleted after the run.
 const EnvReuse = "HOOKGATE_TEST_REUSE_DB"
@@ -67,10 +68,11 @@ func (r *reuser) has(name string) bool {
 // function, a schema, …), or when emptying fails, it returns false and the
 // caller drops it.
 func (r *reuser) giveBack(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) bool {
+	err := reset(ctx, admin, name, state, pool)
 	if pool != nil {
-		defer pool.Close()
+		pool.Close()
 	}
-	if err := reset(ctx, admin, name, state, pool); err != nil {
+	if err != nil {
 		return false
 	}
 	r.mu.Lock()
@@ -183,11 +185,7 @@ func reset(ctx context.Context, admin, name string, state catalog, pool *pgxpool
 		return err
 	}
 	defer release()
-	// pg_terminate_backend(pid, timeout) waits until the backend has exited.
-	// A backend that exits meanwhile makes it return false with a warning:
-	// the count afterwards is what decides.
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+	if err := endOtherSessions(ctx, conn); err != nil {
 		return err
 	}
 	var others int
@@ -242,6 +240,19 @@ FROM pg_index x WHERE x.indexrelid = i.oid AND x.indrelid = ANY(('{' || $1 || '}
 	}
 	_, err = conn.Exec(ctx, `DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace);
 SELECT pg_stat_reset()`)
+	return err
+}
+
+// endOtherSessions ends every session of the current database but the
+// caller's, and waits until each has exited (pg_terminate_backend with a
+// timeout; one that exits meanwhile makes it return false with a warning).
+// NewDB calls it on a reused database before the test gets it: the session
+// reset ran on has closed, but its backend may not have exited yet.
+func endOtherSessions(ctx context.Context, conn interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}) error {
+	_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()`)
 	return err
 }
 
