@@ -131,6 +131,21 @@ type forwarding struct {
 	client *river.Client[pgx.Tx]
 	work   bool
 	fast   *forward.Dispatcher
+	// handedOver is what the fast path signals when it leaves rows to the
+	// relay, which then looks at once (nil without a fast path).
+	handedOver chan struct{}
+}
+
+// relayConfig is the relay's configuration: with a fast path, the relay
+// looks at its idle interval after a look that moved nothing (the fast
+// path leases nearly every row), and the fast path wakes it when it leaves
+// rows to it.
+func (f *forwarding) relayConfig() forward.RelayConfig {
+	rc := forward.DefaultRelayConfig()
+	if f.fast != nil {
+		rc.IdleInterval, rc.Wake = forward.DefaultRelayIdleInterval, f.handedOver
+	}
+	return rc
 }
 
 // closeFast stops the fast path, letting its forwards finish until ctx's
@@ -152,8 +167,9 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		return nil, err
 	}
 	var (
-		worker *forward.Worker // nil for the api role: its client inserts only
-		fast   *forward.Dispatcher
+		worker     *forward.Worker // nil for the api role: its client inserts only
+		fast       *forward.Dispatcher
+		handedOver chan struct{}
 	)
 	if work {
 		if worker, err = newForwardWorker(db, cfg, s, m, log); err != nil {
@@ -168,6 +184,8 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			if s.forwardLease > 0 { // set; unset keeps the lease computed from the targets
 				dc.Lease = s.forwardLease
 			}
+			handedOver = make(chan struct{}, 1)
+			dc.HandedOver = handedOver
 			if fast, err = forward.NewDispatcher(worker, db.pool, dc, reg, log); err != nil {
 				return nil, err
 			}
@@ -180,7 +198,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		}
 		return nil, err
 	}
-	return &forwarding{client: client, work: work, fast: fast}, nil
+	return &forwarding{client: client, work: work, fast: fast, handedOver: handedOver}, nil
 }
 
 // newForwardWorker returns the process's forward worker: a Gate of
@@ -373,7 +391,7 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
-		relay, err := forward.NewRelay(db.pool, fwd.client, cfg, forward.DefaultRelayConfig(), log)
+		relay, err := forward.NewRelay(db.pool, fwd.client, cfg, fwd.relayConfig(), log)
 		if err != nil {
 			ln.Close()
 			return err

@@ -127,7 +127,9 @@ type Dispatcher struct {
 	// maxBytes (DispatcherConfig.MaxBytes).
 	bytes    atomic.Int64
 	maxBytes int64
-	count    *prometheus.CounterVec
+	// handedOver is DispatcherConfig.HandedOver.
+	handedOver chan<- struct{}
+	count      *prometheus.CounterVec
 	// delivered is count's series of the common result, looked up once.
 	delivered prometheus.Counter
 
@@ -159,6 +161,12 @@ type DispatcherConfig struct {
 	// MaxBytes bounds the body bytes of the queued and running forwards
 	// (DefaultDispatchBytes).
 	MaxBytes int64
+	// HandedOver, when not nil, is signalled (without blocking: a buffered
+	// channel of one keeps one signal) whenever forwards are left to the
+	// relay: committed without a lease, or released unattempted. The
+	// process's relay (RelayConfig.Wake) then looks at once instead of
+	// at its idle interval.
+	HandedOver chan<- struct{}
 }
 
 // DefaultDispatcherConfig returns the fast path's defaults for cfg (its
@@ -199,7 +207,7 @@ func NewDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, reg prometh
 	lease, workers, queue := dc.Lease, dc.Workers, dc.Queue
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		w: w, gate: w.gate, db: db, log: log, lease: lease, maxBytes: dc.MaxBytes,
+		w: w, gate: w.gate, db: db, log: log, lease: lease, maxBytes: dc.MaxBytes, handedOver: dc.HandedOver,
 		queue: make(chan fastJob, queue), records: make(chan store.FirstAttempt, queue+workers),
 		ctx: ctx, cancel: cancel,
 		count: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -234,9 +242,11 @@ func (d *Dispatcher) Lease(n, size int) Lease {
 
 // Dispatch attempts f's forwards, whose outbox rows are leased with
 // f.Lease and committed. It does not block: a forward that finds the queue
-// full is released to the relay.
+// full is released to the relay. With a zero lease (Lease found no room),
+// the committed rows are the relay's: Dispatch only tells it.
 func (d *Dispatcher) Dispatch(f *Fast) {
 	if f.Lease.Duration <= 0 {
+		d.wakeRelay()
 		return
 	}
 	d.mu.RLock()
@@ -275,6 +285,17 @@ func (d *Dispatcher) handOver(f *Fast, target string) {
 	select {
 	case d.records <- store.FirstAttempt{Sender: f.Sender.Name, EventID: f.EventID, Target: target, Release: true}:
 	default:
+	}
+}
+
+// wakeRelay signals HandedOver, if any, without blocking.
+func (d *Dispatcher) wakeRelay() {
+	if d.handedOver == nil {
+		return
+	}
+	select {
+	case d.handedOver <- struct{}{}:
+	default: // a signal is pending already
 	}
 }
 
@@ -388,6 +409,12 @@ func (d *Dispatcher) flush(batch []store.FirstAttempt) {
 		err = store.New(d.db).RecordFirstAttempts(ctx, Queue, batch)
 		cancel()
 		if err == nil {
+			for _, o := range batch {
+				if o.Release { // rows released to the relay: tell it
+					d.wakeRelay()
+					break
+				}
+			}
 			return
 		}
 		if try < recordRetries-1 {

@@ -128,6 +128,31 @@ func TestFastPathFullHandsOverToRelay(t *testing.T) {
 	}
 }
 
+// TestFastPathHandOverWakesTheRelay: the forwards the fast path has no room
+// for are left to the relay, which it wakes: with the relay's idle interval
+// an hour (as in TestFastPathFullHandsOverToRelay otherwise), River still
+// delivers them all.
+func TestFastPathHandOverWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	slow := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
+		if r.Header.Get("X-Hookgate-Delivery-Id") == "block" && n == 1 {
+			return testkit.Answer{Delay: 2 * time.Second, Status: http.StatusOK}
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	})
+	e := newFastEnv(t, "      - name: orders\n        url: "+slow.URL+"\n", envOpts{Work: true}, fastOptions{workers: 1, queue: 1, relayIdle: time.Hour})
+	e.deliver("block", []byte(`{}`), "application/json")
+	testkit.Poll(t, waitTimeout, "the blocking forward to arrive", func() bool { return len(slow.Hits()) == 1 }, nil)
+	for _, id := range []string{"w1", "w2", "w3", "w4"} {
+		e.deliver(id, []byte(`{}`), "application/json")
+	}
+	for _, j := range e.waitJobs(5) {
+		if j.State != "completed" {
+			t.Errorf("job %+v: want completed", j)
+		}
+	}
+}
+
 // Redelivering an event whose forward is under way (the fast path's first
 // attempt, held by the target) queues a new forward after it: the answer
 // says so, the new job waits (without an attempt) while the first is held,

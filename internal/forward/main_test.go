@@ -62,6 +62,10 @@ type env struct {
 	reg     *prometheus.Registry
 	log     *slog.Logger
 	gateway *httptest.Server
+	// relayIdle and relayWake configure the env's relays (newRelay):
+	// fastOptions.relayIdle and the fast path's signal.
+	relayIdle time.Duration
+	relayWake chan struct{}
 }
 
 // newEnv parses the configuration (forwardYAML is the sender's forward list,
@@ -98,6 +102,10 @@ type envOpts struct {
 type fastOptions struct {
 	lease          time.Duration
 	workers, queue int
+	// relayIdle, when set, is the env's relay's IdleInterval, and the
+	// fast path wakes the relay (as serve wires them); unset, the relay
+	// looks every few milliseconds and is never woken.
+	relayIdle time.Duration
 }
 
 // newFastEnv is newEnv with a fast path (forward.Dispatcher) in the ingest
@@ -143,6 +151,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	var (
 		hc     = handler.DefaultConfig()
 		worker *forward.Worker
+		wake   chan struct{} // the fast path's signal to the relay (fastOptions.relayIdle)
 	)
 	if opts.Work || fo != nil {
 		capacity := opts.MaxWorkers
@@ -169,6 +178,10 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		if fo.queue != 0 {
 			dc.Queue = fo.queue
 		}
+		if fo.relayIdle != 0 {
+			wake = make(chan struct{}, 1)
+			dc.HandedOver = wake
+		}
 		d, err := forward.NewDispatcher(worker, pool, dc, reg, log)
 		if err != nil {
 			t.Fatal(err)
@@ -189,7 +202,10 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	if err != nil {
 		t.Fatalf("forward.NewClient: %v", err)
 	}
-	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log}
+	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake}
+	if fo != nil {
+		e.relayIdle = fo.relayIdle
+	}
 	if opts.Work {
 		e.start()
 	}
@@ -221,13 +237,17 @@ func (e *env) start() {
 
 // newRelay returns a relay of e's outbox into e's River client that moves
 // up to batch rows per transaction (the default when 0) and looks again
-// every 5ms once the outbox is drained.
+// every 5ms once the outbox is drained (or, with fastOptions.relayIdle, at
+// that idle interval unless the fast path wakes it).
 func (e *env) newRelay(batch int) *forward.Relay {
 	rc := forward.DefaultRelayConfig()
 	if batch > 0 {
 		rc.Batch = batch
 	}
-	rc.Interval = 5 * time.Millisecond
+	rc.Interval, rc.IdleInterval = 5*time.Millisecond, 5*time.Millisecond
+	if e.relayIdle != 0 {
+		rc.IdleInterval, rc.Wake = e.relayIdle, e.relayWake
+	}
 	r, err := forward.NewRelay(e.pool, e.river, e.cfg, rc, e.log)
 	if err != nil {
 		e.t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +26,13 @@ const (
 	// rows than a batch: the bound of the time from an ingest COMMIT to its
 	// forward's job (half of it on average).
 	DefaultRelayInterval = 25 * time.Millisecond
+	// DefaultRelayIdleInterval is RelayConfig.IdleInterval in a process
+	// whose fast path leases the forwards it accepts (--role all): most of
+	// the relay's looks there find every row leased, and the fast path
+	// wakes it when it leaves rows to it. A row it is not told of (one
+	// accepted by a process without a fast path, one whose lease ended
+	// after a crash) waits up to this long more.
+	DefaultRelayIdleInterval = 250 * time.Millisecond
 )
 
 // Relay moves forward intents from forward_outbox into River's job table.
@@ -41,9 +49,14 @@ type Relay struct {
 	log      *slog.Logger
 	batch    int
 	interval time.Duration
+	idle     time.Duration
+	wake     <-chan struct{}
 
 	mu      sync.Mutex
 	strayAt time.Time // when senders last looked for stray senders
+
+	// looks counts Run's rounds that ended in a wait (the tests').
+	looks atomic.Int64
 }
 
 // RelayConfig configures a Relay. Zero means zero (docs/configuration.md):
@@ -56,11 +69,19 @@ type RelayConfig struct {
 	// Interval is how long the relay waits, once the outbox is drained,
 	// before it looks again (DefaultRelayInterval).
 	Interval time.Duration
+	// IdleInterval is how long it waits after a look that moved nothing
+	// (at least Interval; DefaultRelayConfig: Interval, the same wait).
+	// A signal on Wake ends the wait at once.
+	IdleInterval time.Duration
+	// Wake, when not nil, ends the relay's wait: the process's fast path
+	// signals it when it leaves rows to the relay
+	// (DispatcherConfig.HandedOver).
+	Wake <-chan struct{}
 }
 
 // DefaultRelayConfig returns the relay's defaults.
 func DefaultRelayConfig() RelayConfig {
-	return RelayConfig{Batch: DefaultRelayBatch, Interval: DefaultRelayInterval}
+	return RelayConfig{Batch: DefaultRelayBatch, Interval: DefaultRelayInterval, IdleInterval: DefaultRelayInterval}
 }
 
 // validate returns an error naming the field at fault, or nil.
@@ -71,6 +92,9 @@ func (c RelayConfig) validate() error {
 	if c.Interval <= 0 {
 		return fmt.Errorf("relay interval %s: must be positive", c.Interval)
 	}
+	if c.IdleInterval < c.Interval {
+		return fmt.Errorf("relay idle interval %s: must be at least the interval %s", c.IdleInterval, c.Interval)
+	}
 	return nil
 }
 
@@ -80,7 +104,7 @@ func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Conf
 	if err := rc.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: rc.Batch, interval: rc.Interval}, nil
+	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: rc.Batch, interval: rc.Interval, idle: rc.IdleInterval, wake: rc.Wake}, nil
 }
 
 // strayEvery is how often the relay looks for outbox rows of senders the
@@ -168,30 +192,39 @@ func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 }
 
 // Run relays until ctx is done: batch after batch while the outbox is full,
-// then every interval. A failing batch is logged and tried again after a
-// pause that doubles up to 5s; nothing is lost, the rows stay in the outbox.
+// then every interval, or every idle interval after a look that moved
+// nothing (a signal on Wake ends that wait). A failing batch is logged and
+// tried again after a pause that doubles up to 5s; nothing is lost, the
+// rows stay in the outbox.
 func (r *Relay) Run(ctx context.Context) {
 	pause := r.interval
 	for {
-		_, full, err := r.once(ctx)
+		moved, full, err := r.once(ctx)
+		wait := r.interval
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			r.log.Warn("forward relay failed; its outbox rows stay for the next try", "err", err, "retry_in", pause)
 			pause = min(pause*2, 5*time.Second)
+			wait = pause
 		case full:
 			pause = r.interval
 			continue
+		case moved == 0:
+			pause, wait = r.interval, r.idle
 		default:
 			pause = r.interval
 		}
-		t := time.NewTimer(pause)
+		r.looks.Add(1)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
+		case <-r.wake: // a nil channel never receives
+			t.Stop()
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -402,5 +403,35 @@ func TestRelayInsertIsIdempotent(t *testing.T) {
 	}
 	if got := e.jobs(); len(got) != 4 || got[2].State != "available" || got[3].State != "available" {
 		t.Errorf("jobs after relaying finished forwards again: %+v; want the 2 completed and 2 new available ones", got)
+	}
+}
+
+// TestRelayIdleLooksAgainWhenWoken: after a look that moved nothing, a relay
+// waits its idle interval (an hour here), unless it is woken, as the fast
+// path wakes it when it leaves rows to it: woken, it moves the rows at once,
+// and then waits again instead of looking every few milliseconds.
+func TestRelayIdleLooksAgainWhenWoken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, twoTargets, envOpts{})
+	wake := make(chan struct{}, 1)
+	rc := forward.DefaultRelayConfig()
+	rc.Interval, rc.IdleInterval, rc.Wake = 5*time.Millisecond, time.Hour, wake
+	relay, err := forward.NewRelay(e.pool, e.river, e.cfg, rc, e.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.runRelay(relay)
+	testkit.Poll(t, waitTimeout, "the relay's first look", func() bool { return relay.Looks() >= 1 }, nil)
+
+	events := e.deliverMany(deliveryIDs("wake", 3))
+	wake <- struct{}{}
+	testkit.Poll(t, waitTimeout, "the woken relay to move the 6 forwards", func() bool { return len(e.jobs()) == 6 }, nil)
+	want, deliveryOf := wantForwards(events)
+	if got := e.forwardKeys(deliveryOf); !slices.Equal(got, want) {
+		t.Errorf("forward jobs %v, want one per event and target %v", got, want)
+	}
+	// The look that moved them, then one that found nothing: then an hour.
+	if n := relay.Looks(); n > 5 {
+		t.Errorf("the relay looked %d times: it does not wait its idle interval", n)
 	}
 }

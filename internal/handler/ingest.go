@@ -197,8 +197,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if err != nil {
 		return "", err
 	}
-	if !res.Replayed && lease.Duration > 0 {
-		// Committed, with its outbox rows leased to this process.
+	if !res.Replayed && s.fast != nil && len(targets) > 0 {
+		// Committed, with its outbox rows leased to this process (or, with
+		// a zero lease, left to the relay, which Dispatch wakes).
 		s.fast.Dispatch(&forward.Fast{Sender: sender.Sender, EventID: eventID, DeliveryID: id,
 			Headers: r.Header, Body: body, Targets: targets, Lease: lease})
 	}

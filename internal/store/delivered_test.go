@@ -198,3 +198,94 @@ func TestBulkMatchUnderWayAt(t *testing.T) {
 		}
 	}
 }
+
+// A bulk redelivery of running forwards reads forward_outbox (distributed
+// by sender on Citus) in statements of its own, apart from River's table
+// and forward_delivered (local tables), and still takes each forward once:
+// a leased outbox row is a fast-path attempt under way (JobID -1), unless
+// its event has a forward_delivered row to the target (the attempt was
+// recorded between the two reads), which is then taken as it is (matched
+// when its attempt started before the request); and a redelivery queued
+// after a forward is not under way while that forward's outbox row is
+// there.
+func TestBulkRunningReadsTheOutboxApart(t *testing.T) {
+	t.Parallel()
+	s, pool := store(t)
+	ctx := t.Context()
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	// eA: under way in the fast path. eB: under way at the request, its
+	// delivery recorded since (its outbox row is still read: the race).
+	// eC: the same, its attempt started after the request.
+	eA, eB, eC := uuid.New(), uuid.New(), uuid.New()
+	for i, e := range []uuid.UUID{eA, eB, eC} {
+		if err := s.InsertOutbox(ctx, OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: "d"}, at.Add(time.Duration(i-3)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE forward_outbox SET leased_until = now() + interval '1 hour' WHERE sender = 'acme' AND target = 't'`); err != nil {
+		t.Fatal(err)
+	}
+	var dB int64
+	err := pool.QueryRow(ctx, `INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
+VALUES ('acme', $1, 't', 'd', $3::timestamptz - interval '2 seconds', $3::timestamptz - interval '1 second', $3::timestamptz + interval '1 second', 204, 5),
+       ('acme', $2, 't', 'd', $3::timestamptz - interval '1 second', $3::timestamptz + interval '1 second', $3::timestamptz + interval '2 seconds', 204, 5)
+RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// eD and eE: redeliveries queued after the fast path's attempt, run by
+	// River to find whether they must wait; eD's forward is still in the
+	// outbox (not leased), eE's has left it.
+	eD, eE := uuid.New(), uuid.New()
+	if err := s.InsertOutbox(ctx, OutboxRow{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d"}, at.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	queued, err := s.InsertForwardJobs(ctx, "q", JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)},
+		NewForwardJob{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d", MaxAttempts: 5},
+		NewForwardJob{Sender: "acme", Target: "t", EventID: eE, DeliveryID: "d", MaxAttempts: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET args = args || '{"after": -1}' WHERE id = ANY($1)`, queued); err != nil {
+		t.Fatal(err)
+	}
+	newest, _, err := s.NewestJobID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	running := Filter{Sender: "acme", Target: "t", State: StateRunning, InStateAt: at}
+	got, err := s.FastPathRunningBatch(ctx, running, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Matched{{JobID: -1, EventID: eA, DeliveryID: "d"}, {JobID: dB, EventID: eB, DeliveryID: "d"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("FastPathRunningBatch = %+v, want %+v", got, want)
+	}
+	if n, err := s.CountFastPathRunning(ctx, Filter{Sender: "acme", Target: "t", State: StateRunning}, at); err != nil || n != 2 {
+		t.Errorf("CountFastPathRunning = %d, %v; want 2", n, err)
+	}
+	matched := func(want ...int64) {
+		t.Helper()
+		got, err := s.BulkMatchBatch(ctx, running, newest, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int64, 0, len(got))
+		for _, m := range got {
+			ids = append(ids, m.JobID)
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("BulkMatchBatch(running at the request) = %v, want %v", ids, want)
+		}
+		if n, err := s.CountBulkMatch(ctx, Filter{Sender: "acme", Target: "t", State: StateRunning}, newest); err != nil || n != int64(len(want)) {
+			t.Errorf("CountBulkMatch(running now) = %d, %v; want %d", n, err, len(want))
+		}
+	}
+	matched(queued[1])
+	if _, err := s.DeleteOutboxOfEvent(ctx, "acme", eD); err != nil {
+		t.Fatal(err)
+	}
+	matched(queued...)
+}

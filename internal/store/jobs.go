@@ -356,8 +356,10 @@ func (w *where) and(jobs, delivered string) {
 // where returns the conditions of f over river_job j and forward_delivered
 // d and their arguments, $1 and $2 being the sender and the target. It adds
 // the not-superseded condition for failed forwards, or for every state when
-// latest is true.
-func (f Filter) where(latest bool) where {
+// latest is true; and then, for running or retrying forwards, that j is not
+// a redelivery still waiting (queuedWaiting), inOutbox being the events of
+// f's target whose forward is in the outbox (waitingInOutbox).
+func (f Filter) where(latest bool, inOutbox []string) where {
 	w := where{
 		jobs:      `j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2`,
 		delivered: `d.sender = $1 AND d.target = $2`,
@@ -390,7 +392,11 @@ func (f Filter) where(latest bool) where {
 		w.and(notSuperseded, deliveredNotSuperseded)
 	}
 	if latest && (f.State == StateRunning || f.State == StateRetrying) {
-		w.jobs += " AND NOT " + queuedWaiting
+		if inOutbox == nil {
+			inOutbox = []string{}
+		}
+		w.args = append(w.args, inOutbox)
+		w.jobs += " AND NOT " + fmt.Sprintf(queuedWaiting, len(w.args))
 	}
 	return w
 }
@@ -400,12 +406,81 @@ func (f Filter) where(latest bool) where {
 // (EarlierForwardUnfinished's jobs), or whose forward is still in the
 // outbox (the fast path's attempt under way, as a lease-holding outbox row):
 // it is not under way, even while River runs it only to find that it must
-// wait.
+// wait. $%[1]d are the events of the target whose forward is in the outbox
+// (waitingInOutbox): forward_outbox is not read here, as Citus refuses a
+// statement that correlates a distributed table with River's (local) one.
 const queuedWaiting = `(j.args ? 'after' AND (EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id'
     AND n.id <> j.id AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
     AND (n.id < j.id OR NOT n.args ? 'after'))
-  OR EXISTS (SELECT 1 FROM forward_outbox o WHERE o.sender = $1 AND o.target = $2 AND o.event_id::text = j.args->>'event_id')))`
+  OR j.args->>'event_id' = ANY($%[1]d::text[])))`
+
+// queuedCandidatesSQL selects the events of the redeliveries queued after a
+// forward (jobs with "after") of sender $1's target $2, from job $4
+// (exclusive) to job $3, that a bulk redelivery of running or retrying
+// forwards may match: those unfinished, or finished at or after $5 (the
+// time the request asked about; NULL: none). A job matches (underWayAt, or
+// its state now) only if it is unfinished, or finished after that time, so
+// none matches later that is not selected here, whatever state it moves to
+// in between. It reads River's table alone (hookgate's index on the forward
+// jobs, by sender and target).
+const queuedCandidatesSQL = `SELECT DISTINCT j.args->>'event_id' FROM river_job j
+WHERE j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
+  AND j.id <= $3 AND j.id > $4
+  AND (j.state IN ('available', 'scheduled', 'pending', 'running', 'retryable') OR j.finalized_at >= $5)`
+
+// inOutboxSQL selects which of the events $3 of sender $1 still have an
+// outbox row to target $2: a probe of forward_outbox's key per event, on
+// the sender's shard on Citus.
+const inOutboxSQL = `SELECT event_id::text FROM forward_outbox WHERE sender = $1 AND event_id = ANY($3::uuid[]) AND target = $2`
+
+// waitingInOutbox returns the events whose forward to f's target is still
+// in the outbox, among those of the redeliveries queued after a forward
+// that a bulk redelivery of f (running or retrying) may match up to job
+// maxID and after job afterID (queuedCandidatesSQL): the events
+// queuedWaiting takes. Two statements, one per side, so that neither joins
+// River's (local) table with forward_outbox (distributed by sender on
+// Citus); the second is skipped when there are no candidates (no
+// redelivery queued after a forward: the common case). A forward that
+// leaves the outbox after the second statement is taken as still in it: as
+// if the caller's statement had run just before it left.
+func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID int64) ([]string, error) {
+	var since *time.Time
+	if !f.InStateAt.IsZero() {
+		since = &f.InStateAt
+	}
+	rows, err := q.db.Query(ctx, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since)
+	if err != nil {
+		return nil, fmt.Errorf("redeliveries queued after a forward: %w", err)
+	}
+	candidates, err := pgx.CollectRows(rows, pgx.RowTo[*string])
+	if err != nil {
+		return nil, fmt.Errorf("redeliveries queued after a forward: %w", err)
+	}
+	ids := make([]pgtype.UUID, 0, len(candidates))
+	for _, c := range candidates {
+		if c == nil {
+			continue
+		}
+		id, err := uuid.Parse(*c)
+		if err != nil {
+			continue // a malformed job's event has no outbox row
+		}
+		ids = append(ids, pgtype.UUID{Bytes: id, Valid: true})
+	}
+	if len(ids) == 0 {
+		return []string{}, nil
+	}
+	rows, err = q.db.Query(ctx, inOutboxSQL, f.Sender, f.Target, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox rows of redeliveries queued after a forward: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("outbox rows of redeliveries queued after a forward: %w", err)
+	}
+	return out, nil
+}
 
 // TargetForward is one forward of a target, as ListTargetForwards returns
 // it.
@@ -440,7 +515,7 @@ func (q *Queries) ListTargetForwards(ctx context.Context, f Filter, limit int, a
 	if limit < 1 || limit > MaxListLimit {
 		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, MaxListLimit)
 	}
-	w := f.where(false)
+	w := f.where(false, nil)
 	if after != nil {
 		if after.JobID == 0 {
 			return ForwardPage{}, fmt.Errorf("list forwards: %w: a cursor of deliveries", errBadCursor)
@@ -547,20 +622,32 @@ func (q *Queries) NewestJobID(ctx context.Context) (int64, time.Time, error) {
 
 // bulkWhere returns the conditions of the forwards a bulk redelivery of f
 // matches (the newest forward of each event, in f's state and window), up
-// to job maxID and after job afterID, and their arguments.
-func bulkWhere(f Filter, maxID, afterID int64) where {
-	w := f.where(true)
+// to job maxID and after job afterID, and their arguments. For running or
+// retrying forwards it first reads which redeliveries queued after a
+// forward still wait for it in the outbox (waitingInOutbox).
+func (q *Queries) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (where, error) {
+	var inOutbox []string
+	if f.State == StateRunning || f.State == StateRetrying {
+		var err error
+		if inOutbox, err = q.waitingInOutbox(ctx, f, maxID, afterID); err != nil {
+			return where{}, err
+		}
+	}
+	w := f.where(true, inOutbox)
 	w.args = append(w.args, maxID, afterID)
 	n := len(w.args)
 	w.and(fmt.Sprintf("j.id <= $%d AND j.id > $%d", n-1, n), fmt.Sprintf("d.id <= $%d AND d.id > $%d", n-1, n))
-	return w
+	return w, nil
 }
 
 // CountBulkMatch returns how many forwards a bulk redelivery of f matches
 // up to job maxID: the newest forward of each event to the target, in f's
 // state and window.
 func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
-	w := bulkWhere(f, maxID, 0)
+	w, err := q.bulkWhere(ctx, f, maxID, 0)
+	if err != nil {
+		return 0, fmt.Errorf("count forwards to redeliver: %w", err)
+	}
 	var n int64
 	sql := `SELECT (SELECT count(*) FROM river_job j WHERE ` + w.jobs + `)`
 	if w.delivered != "" {
@@ -582,7 +669,10 @@ type Matched struct {
 // BulkMatchBatch returns up to limit of the forwards CountBulkMatch counts,
 // after job afterID, oldest first.
 func (q *Queries) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
-	w := bulkWhere(f, maxID, afterID)
+	w, err := q.bulkWhere(ctx, f, maxID, afterID)
+	if err != nil {
+		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
+	}
 	w.args = append(w.args, limit)
 	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
 	sql := `(SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE ` + w.jobs + order + `)`
@@ -686,22 +776,44 @@ func statusIn(errText string) int {
 	return n
 }
 
+// fastLeasedSQL selects the outbox rows of sender $1's target $2 accepted
+// before $3 whose lease has not ended: the fast path's first attempts under
+// way (or about to be made). There are at most about as many as the fast
+// path holds in flight (each process's dispatch workers and queue:
+// forward.DefaultDispatchWorkers and DefaultDispatchQueue), plus those a
+// crashed process left leased until their lease ends. On Citus it runs on
+// the sender's shard.
+const fastLeasedSQL = `SELECT event_id::text, delivery_id, created_at FROM forward_outbox
+WHERE sender = $1 AND target = $2 AND leased_until > statement_timestamp() AND created_at < $3`
+
 // fastRunningSQL selects the fast path's first attempts of sender $1's
 // target $2 that were under way at $3 (a bulk redelivery of running
-// forwards, Filter.InStateAt): outbox rows still leased (the attempt
-// runs), and forward_delivered rows attempted before $3 and delivered at or
-// after it (it ran then, and has been delivered since; the recorder
-// deletes the one and inserts the other in one statement, so a statement
-// sees each such forward once). A failed first attempt is a River job,
-// which underWayAt judges. An event that already has a redelivery queued
-// after its forward (a job with "after"), unfinished or made at or after
-// $3, is left out: a request counts it no more, and a job run twice
-// (River's rescue, a new slice) queues one redelivery per forward. %s is
-// the window's condition on f.created_at.
+// forwards, Filter.InStateAt): the outbox rows still leased (the attempt
+// runs), read before by fastLeasedSQL and passed as the arrays $4 (event
+// IDs), $5 (delivery IDs) and $6 (when accepted), and the forward_delivered
+// rows attempted before $3 and delivered at or after it (it ran then, and
+// has been delivered since). A failed first attempt is a River job, which
+// underWayAt judges. An event that already has a redelivery queued after
+// its forward (a job with "after"), unfinished or made at or after $3, is
+// left out: a request counts it no more, and a job run twice (River's
+// rescue, a new slice) queues one redelivery per forward. %s is the
+// window's condition on f.created_at.
+//
+// The outbox is read in a statement of its own, first, because on Citus
+// forward_outbox is distributed and forward_delivered and River's table are
+// local, and Citus refuses a statement that joins or correlates the two
+// kinds. A forward whose attempt is recorded in between (the recorder
+// deletes its outbox row and inserts its forward_delivered row in one
+// statement) is in both reads: its leased row is dropped when its event has
+// a forward_delivered row to the target, which is then taken as it is (it
+// is counted once, or not at all if its attempt started at or after $3, as
+// one statement then would). One recorded as a River job in between (a
+// failed attempt) stays as still under way: a redelivery queued after it
+// waits for that job.
 const fastRunningSQL = `SELECT id, event_id, delivery_id FROM (
-  SELECT -1::bigint AS id, o.event_id::text AS event_id, o.delivery_id, o.created_at
-  FROM forward_outbox o
-  WHERE o.sender = $1 AND o.target = $2 AND o.leased_until > statement_timestamp() AND o.created_at < $3
+  SELECT -1::bigint AS id, o.event_id, o.delivery_id, o.created_at
+  FROM unnest($4::text[], $5::text[], $6::timestamptz[]) AS o(event_id, delivery_id, created_at)
+  WHERE NOT EXISTS (SELECT 1 FROM forward_delivered d WHERE d.sender = $1 AND d.event_id = o.event_id AND d.target = $2)
   UNION ALL
   SELECT d.id, d.event_id, d.delivery_id, d.created_at
   FROM forward_delivered d
@@ -711,10 +823,27 @@ WHERE NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = f.event_id AND n.args ? 'after'
     AND (n.created_at >= $3 OR n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')))%s`
 
-// fastRunning returns fastRunningSQL for f (running, under way at at) with
-// its window, and its arguments.
-func fastRunning(f Filter, at time.Time) (string, []any) {
-	args := []any{f.Sender, f.Target, at}
+// fastRunning reads the leased outbox rows of f's target (fastLeasedSQL)
+// and returns fastRunningSQL for f (running, under way at at) with its
+// window, and its arguments.
+func (q *Queries) fastRunning(ctx context.Context, f Filter, at time.Time) (string, []any, error) {
+	rows, err := q.db.Query(ctx, fastLeasedSQL, f.Sender, f.Target, at) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	if err != nil {
+		return "", nil, fmt.Errorf("leased outbox rows: %w", err)
+	}
+	events, deliveries, accepted := []string{}, []string{}, []time.Time{}
+	var (
+		event, delivery string
+		created         time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&event, &delivery, &created}, func() error {
+		events, deliveries, accepted = append(events, event), append(deliveries, delivery), append(accepted, created)
+		return nil
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("leased outbox rows: %w", err)
+	}
+	args := []any{f.Sender, f.Target, at, events, deliveries, accepted}
 	cond := ""
 	if !f.Since.IsZero() {
 		args = append(args, f.Since)
@@ -724,15 +853,19 @@ func fastRunning(f Filter, at time.Time) (string, []any) {
 		args = append(args, f.Until)
 		cond += fmt.Sprintf(" AND f.created_at < $%d", len(args))
 	}
-	return fmt.Sprintf(fastRunningSQL, cond), args
+	return fmt.Sprintf(fastRunningSQL, cond), args, nil
 }
 
 // CountFastPathRunning returns how many of the fast path's first attempts
 // of f's target are under way at at (their outbox rows leased; see
 // fastRunningSQL), within f's window: what a bulk redelivery of running
-// forwards matches besides River's jobs (CountBulkMatch).
+// forwards matches besides River's jobs (CountBulkMatch). Two statements:
+// the outbox's, then the local tables'.
 func (q *Queries) CountFastPathRunning(ctx context.Context, f Filter, at time.Time) (int64, error) {
-	sql, args := fastRunning(f, at)
+	sql, args, err := q.fastRunning(ctx, f, at)
+	if err != nil {
+		return 0, fmt.Errorf("count fast-path forwards under way: %w", err)
+	}
 	var n int64
 	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM (`+sql+`) m`, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count fast-path forwards under way: %w", err)
@@ -745,9 +878,13 @@ func (q *Queries) CountFastPathRunning(ctx context.Context, f Filter, at time.Ti
 // fastRunningSQL), oldest first: JobID is -1 for one still under way (not
 // yet a job), else its forward_delivered row's ID. Those a previous batch
 // queued a redelivery after are left out, so a caller inserts a batch's
-// redeliveries and asks again until a batch is short.
+// redeliveries and asks again until a batch is short. Two statements: the
+// outbox's, then the local tables'.
 func (q *Queries) FastPathRunningBatch(ctx context.Context, f Filter, limit int) ([]Matched, error) {
-	sql, args := fastRunning(f, f.InStateAt)
+	sql, args, err := q.fastRunning(ctx, f, f.InStateAt)
+	if err != nil {
+		return nil, fmt.Errorf("select fast-path forwards under way: %w", err)
+	}
 	args = append(args, limit)
 	rows, err := q.db.Query(ctx, sql+fmt.Sprintf(" ORDER BY f.created_at, f.event_id LIMIT $%d", len(args)), args...)
 	if err != nil {
