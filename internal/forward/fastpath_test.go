@@ -105,24 +105,7 @@ func TestFastPathClientErrorFails(t *testing.T) {
 // deliveries are leased no more (or released) and River delivers them.
 func TestFastPathFullHandsOverToRelay(t *testing.T) {
 	t.Parallel()
-	slow := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
-		if r.Header.Get("X-Hookgate-Delivery-Id") == "block" && n == 1 {
-			return testkit.Answer{Delay: 2 * time.Second, Status: http.StatusOK}
-		}
-		return testkit.Answer{Status: http.StatusOK}
-	})
-	e := newFastEnv(t, "      - name: orders\n        url: "+slow.URL+"\n", envOpts{Work: true}, fastOptions{workers: 1, queue: 1})
-	e.deliver("block", []byte(`{}`), "application/json")
-	testkit.Poll(t, waitTimeout, "the blocking forward to arrive", func() bool { return len(slow.Hits()) == 1 }, nil)
-	for _, id := range []string{"x1", "x2", "x3", "x4"} {
-		e.deliver(id, []byte(`{}`), "application/json")
-	}
-	js := e.waitJobs(5)
-	for _, j := range js {
-		if j.State != "completed" {
-			t.Errorf("job %+v: want completed", j)
-		}
-	}
+	e := handOverToRelay(t, 0)
 	if got := e.counter("hookgate_forward_fast_path_total", map[string]string{"result": "handed_over"}); got < 1 {
 		t.Errorf("hookgate_forward_fast_path_total{result=handed_over} = %v, want at least 1", got)
 	}
@@ -134,16 +117,24 @@ func TestFastPathFullHandsOverToRelay(t *testing.T) {
 // delivers them all.
 func TestFastPathHandOverWakesTheRelay(t *testing.T) {
 	t.Parallel()
+	handOverToRelay(t, time.Hour)
+}
+
+// handOverToRelay runs the scenario of TestFastPathFullHandsOverToRelay
+// (fastOptions.relayIdle being relayIdle) and checks that every forward
+// is delivered; it returns the env.
+func handOverToRelay(t *testing.T, relayIdle time.Duration) *env {
+	t.Helper()
 	slow := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
 		if r.Header.Get("X-Hookgate-Delivery-Id") == "block" && n == 1 {
 			return testkit.Answer{Delay: 2 * time.Second, Status: http.StatusOK}
 		}
 		return testkit.Answer{Status: http.StatusOK}
 	})
-	e := newFastEnv(t, "      - name: orders\n        url: "+slow.URL+"\n", envOpts{Work: true}, fastOptions{workers: 1, queue: 1, relayIdle: time.Hour})
+	e := newFastEnv(t, "      - name: orders\n        url: "+slow.URL+"\n", envOpts{Work: true}, fastOptions{workers: 1, queue: 1, relayIdle: relayIdle})
 	e.deliver("block", []byte(`{}`), "application/json")
 	testkit.Poll(t, waitTimeout, "the blocking forward to arrive", func() bool { return len(slow.Hits()) == 1 }, nil)
-	for _, id := range []string{"w1", "w2", "w3", "w4"} {
+	for _, id := range []string{"x1", "x2", "x3", "x4"} {
 		e.deliver(id, []byte(`{}`), "application/json")
 	}
 	for _, j := range e.waitJobs(5) {
@@ -151,6 +142,7 @@ func TestFastPathHandOverWakesTheRelay(t *testing.T) {
 			t.Errorf("job %+v: want completed", j)
 		}
 	}
+	return e
 }
 
 // Redelivering an event whose forward is under way (the fast path's first
