@@ -180,14 +180,7 @@ func TestBulkMatchUnderWayAt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for state, want := range map[State][]int64{StateRunning: {running}, StateRetrying: {retrying, retriedSince}} {
-		got, err := s.BulkMatchBatch(ctx, Filter{Sender: "acme", Target: "t", State: state, InStateAt: at}, newest, 0, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids := make([]int64, 0, len(got))
-		for _, m := range got {
-			ids = append(ids, m.JobID)
-		}
+		ids := bulkMatchIDs(t, s.Queries, Filter{Sender: "acme", Target: "t", State: state, InStateAt: at}, newest)
 		if !slices.Equal(ids, want) {
 			t.Errorf("%s at the request: matched jobs %v, want %v", state, ids, want)
 		}
@@ -268,14 +261,7 @@ RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
 	}
 	matched := func(want ...int64) {
 		t.Helper()
-		got, err := s.BulkMatchBatch(ctx, running, newest, 0, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids := make([]int64, 0, len(got))
-		for _, m := range got {
-			ids = append(ids, m.JobID)
-		}
+		ids := bulkMatchIDs(t, s.Queries, running, newest)
 		if !slices.Equal(ids, want) {
 			t.Errorf("BulkMatchBatch(running at the request) = %v, want %v", ids, want)
 		}
@@ -288,4 +274,19 @@ RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
 		t.Fatal(err)
 	}
 	matched(queued...)
+}
+
+// bulkMatchIDs returns the job IDs of the first 10 forwards a bulk
+// redelivery of f matches up to job maxID (BulkMatchBatch), oldest first.
+func bulkMatchIDs(t *testing.T, s *Queries, f Filter, maxID int64) []int64 {
+	t.Helper()
+	got, err := s.BulkMatchBatch(t.Context(), f, maxID, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, 0, len(got))
+	for _, m := range got {
+		ids = append(ids, m.JobID)
+	}
+	return ids
 }
