@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	if serviceMain() { // the child process of TestKilledUnderLoad
 		return
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(pgtest.M(m))
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -46,8 +46,10 @@ func newDB(t *testing.T) (*pgxpool.Pool, string) {
 // subject adapts Process to the pattern's suite: the change runs the
 // suite's statements on the claiming transaction and answers the marker.
 func subject(t *testing.T) patterntest.Subject {
-	_, dsn := newDB(t)
-	pool := patterntest.RacePool(t, testCtx(t), dsn)
+	pool := patterntest.RacePool(t, testCtx(t))
+	if err := consumer.Migrate(testCtx(t), pool); err != nil {
+		t.Fatal(err)
+	}
 	p, err := consumer.New(pool, consumer.Config{InFlightWait: 30 * time.Second}) // generous: nothing may time out under -race
 	if err != nil {
 		t.Fatal(err)
@@ -95,9 +97,8 @@ func TestPattern(t *testing.T) {
 // checks, applies a change twice.
 func TestRaceHarnessDetectsNaiveImplementation(t *testing.T) {
 	t.Parallel()
-	_, dsn := newDB(t)
 	ctx := testCtx(t)
-	patterntest.DetectsNaive(t, ctx, patterntest.RacePool(t, ctx, dsn))
+	patterntest.DetectsNaive(t, ctx, patterntest.RacePool(t, ctx))
 }
 
 // TestProcessStoresResponse: the stored response is the change's, byte for

@@ -29,7 +29,7 @@ import (
 
 // cleanupM runs the tests, then removes the binary the crash test built, so
 // that goleak.VerifyTestMain checks for leaks after everything else.
-type cleanupM struct{ m *testing.M }
+type cleanupM struct{ m interface{ Run() int } }
 
 func (c cleanupM) Run() int {
 	code := c.m.Run()
@@ -40,7 +40,7 @@ func (c cleanupM) Run() int {
 }
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(cleanupM{m})
+	goleak.VerifyTestMain(cleanupM{pgtest.M(m)})
 }
 
 // senderConfig is the hookgate.yaml of every test: one generic sender whose

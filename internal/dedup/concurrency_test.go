@@ -14,7 +14,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/patterntest"
-	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
 // racers is how many deliveries of one key each race round runs at once.
@@ -27,9 +26,7 @@ const racers = patterntest.Racers
 // parallel tests stay within the server's max_connections.
 func racePool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	check, dsn := pgtest.NewDB(t)
-	check.Close() // the race pool does all the work
-	return patterntest.RacePool(t, testCtx(t), dsn)
+	return patterntest.RacePool(t, testCtx(t))
 }
 
 // runner is Store.Run's signature, so that the race harness can run the real

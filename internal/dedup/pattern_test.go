@@ -11,7 +11,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/patterntest"
-	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
 // patternSubject adapts Store.Run to the pattern's suite (the one that
@@ -20,9 +19,7 @@ import (
 // change's marker. Every delivery of a key carries the same request body,
 // as a sender's retries do.
 func patternSubject(t *testing.T) patterntest.Subject {
-	check, dsn := pgtest.NewDB(t)
-	check.Close()
-	pool := patterntest.RacePool(t, testCtx(t), dsn)
+	pool := patterntest.RacePool(t, testCtx(t))
 	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second}) // generous: nothing may time out under -race
 	const sender = "suite"
 	return patterntest.Subject{

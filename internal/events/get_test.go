@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(pgtest.M(m))
 }
 
 // insert stores e with QueueInsert in a delivery's transaction, as ingest

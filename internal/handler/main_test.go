@@ -28,7 +28,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(pgtest.M(m))
 }
 
 // sendersYAML configures the senders every test server has: hdr carries its

@@ -22,6 +22,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
 // Racers is how many deliveries of one key a race round runs at once.
@@ -82,27 +84,22 @@ type Subject struct {
 // max_connections.
 var bigPools = make(chan struct{}, 1)
 
-// RacePool returns a pool on dsn able to hold Racers connections at once,
-// with that many already open, so that released goroutines do not spread
-// out while dialling. It is closed when the test ends.
-func RacePool(t testing.TB, ctx context.Context, dsn string) *pgxpool.Pool {
+// RacePool returns the pool of a database of the test's own (pgtest.NewDB,
+// migrated) able to hold Racers connections at once, with that many already
+// open, so that released goroutines do not spread out while dialling, and
+// the suite's Tables made. The database and the pool go back to pgtest when
+// the test ends, which hands both, the sessions cleaned, to the next
+// RacePool of the process: opening Racers sessions costs the server more
+// than a race.
+func RacePool(t testing.TB, ctx context.Context) *pgxpool.Pool {
 	t.Helper()
 	select {
 	case bigPools <- struct{}{}:
 	case <-ctx.Done():
 		t.Fatal("waiting for another racing test to release its connections:", ctx.Err())
 	}
-	t.Cleanup(func() { <-bigPools }) // after pool.Close below: cleanups run last-in first-out
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = Racers
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() { <-bigPools }) // after pgtest's cleanups: cleanups run last-in first-out
+	pool, _ := pgtest.NewDB(t, pgtest.Conns(Racers))
 	conns := make([]*pgxpool.Conn, Racers)
 	errs := make([]error, Racers)
 	var wg sync.WaitGroup

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,17 +69,38 @@ var template struct {
 // dbSeq numbers the databases this process creates.
 var dbSeq atomic.Int64
 
+// Option adjusts what NewDB gives.
+type Option func(*options)
+
+type options struct {
+	conns int32 // the pool's MaxConns; 0: pgxpool's default
+}
+
+// Conns makes the pool NewDB returns hold up to n connections at once
+// (pgxpool's default is 4, or the number of CPUs when more).
+func Conns(n int32) Option { return func(o *options) { o.conns = n } }
+
+// defaultConns is pgxpool's default MaxConns.
+func defaultConns() int32 { return int32(max(4, runtime.NumCPU())) }
+
 // NewDB gives this test a database of its own, copied from a template that is
 // migrated to head once per test process, and returns a pool connected to it
 // and its DSN. The pool is closed when the test ends, and the database
 // dropped (WITH (FORCE), so connections the test leaves open do not stop the
 // drop); with EnvReuse set (make test, make test-fast), it is instead emptied
 // and handed to a later NewDB of the same process, unless the test changed
-// the template's schema (tables of its own are dropped; reuse.go): no test
-// sees another's rows, tables, sequences, statistics or sessions. It fails the test when HOOKGATE_TEST_DATABASE_URL is unset or
-// the server cannot be reached.
-func NewDB(t testing.TB) (*pgxpool.Pool, string) {
+// the template's schema (tables of its own are dropped; reuse.go), and so
+// is the pool, its sessions cleaned, unless the test closed it or left a
+// connection of it acquired: no test sees another's rows, tables,
+// sequences, statistics or session state. It fails the test when
+// HOOKGATE_TEST_DATABASE_URL is unset or the server cannot be reached. A
+// package whose tests call it runs them through M.
+func NewDB(t testing.TB, opts ...Option) (*pgxpool.Pool, string) {
 	t.Helper()
+	o := options{conns: defaultConns()}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	admin := URL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
@@ -89,11 +111,13 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	}
 
 	reuse := reuseDBs()
-	name, spare := "", false
+	var sp spare
+	spareDB := false
 	if reuse {
-		name, spare = spares.take()
+		sp, spareDB = spares.take(o.conns)
 	}
-	if !spare {
+	name := sp.name
+	if !spareDB {
 		name = fmt.Sprintf("hgt_%d_%d_%s_%s", os.Getpid(), dbSeq.Add(1), randHex(3), sanitize(t.Name(), 24))
 		if err := createDatabase(ctx, admin, name, tpl); err != nil {
 			t.Fatalf("pgtest: %v", err)
@@ -120,9 +144,16 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatalf("pgtest: connect to %s: %v", name, err)
+	pool := sp.pool // handed over with the database, its sessions cleaned
+	if pool == nil {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		cfg.MaxConns = o.conns
+		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			t.Fatalf("pgtest: connect to %s: %v", name, err)
+		}
 	}
 	if !reuse {
 		t.Cleanup(pool.Close) // runs before the drop: cleanups run last-in first-out
@@ -131,7 +162,7 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 		pool.Close()
 		t.Fatalf("pgtest: ping %s: %v", name, err)
 	}
-	if spare {
+	if spareDB && sp.pool == nil {
 		if err := endOtherSessions(ctx, pool); err != nil {
 			pool.Close()
 			t.Fatalf("pgtest: %s: %v", name, err)
@@ -154,6 +185,22 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 		})
 	}
 	return pool, dsn
+}
+
+// M wraps the testing.M of a package whose tests use NewDB: after the tests
+// have run, it closes the pools of the process's spare databases and its
+// connections to the server's administrative database, so that no
+// goroutine of theirs is left for goleak to report. Use it as
+// goleak.VerifyTestMain(pgtest.M(m)).
+func M(m interface{ Run() int }) interface{ Run() int } { return mainM{m} }
+
+type mainM struct{ m interface{ Run() int } }
+
+func (w mainM) Run() int {
+	code := w.m.Run()
+	spares.closeAll()
+	admins.close()
+	return code
 }
 
 // migratedTemplate returns the name of this process's template database,
@@ -275,14 +322,71 @@ func createDatabase(ctx context.Context, admin, name, tpl string) error {
 	}
 }
 
-// adminExec runs each statement on its own short-lived connection to admin,
-// so that no pool outlives the call.
-func adminExec(ctx context.Context, admin string, statements ...string) error {
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+// admins holds this process's connections to the test server's
+// administrative database (EnvURL), which every NewDB needs to copy or drop
+// a database: a new session costs the server more than the statements it
+// runs there. M closes them.
+var admins adminPool
+
+type adminPool struct {
+	mu   sync.Mutex
+	pool *pgxpool.Pool
+}
+
+// get returns the pool on dsn, opening it on first use.
+func (a *adminPool) get(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pool != nil {
+		return a.pool, nil
 	}
-	defer conn.Close(context.Background())
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 2
+	if a.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, err
+	}
+	return a.pool, nil
+}
+
+// close closes the pool; a later get opens another.
+func (a *adminPool) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pool != nil {
+		a.pool.Close()
+		a.pool = nil
+	}
+}
+
+// adminExec runs the statements, in order, on one connection to admin (none
+// of them in a transaction: CREATE and DROP DATABASE refuse one): one of
+// admins' when admin is the test server's administrative database, else a
+// short-lived one, so that no pool outlives the call (a Citus worker's
+// database, a cluster a test stops).
+func adminExec(ctx context.Context, admin string, statements ...string) error {
+	var conn *pgx.Conn
+	if admin == os.Getenv(EnvURL) {
+		pool, err := admins.get(ctx, admin)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer c.Release()
+		conn = c.Conn()
+	} else {
+		c, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer c.Close(context.Background())
+		conn = c
+	}
 	for _, s := range statements {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			return err

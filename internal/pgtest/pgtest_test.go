@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(pgtest.M(m))
 }
 
 func TestNewDBIsMigratedAndIsolated(t *testing.T) {

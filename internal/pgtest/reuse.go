@@ -28,55 +28,100 @@ func reuseDBs() bool { return os.Getenv(EnvReuse) == "1" && !Citus() }
 // spares are the databases of this process ready for another test.
 var spares = &reuser{}
 
+// spare is a database a finished test gave back, emptied, and the pool of
+// that test when its connections were handed over with it (nil otherwise):
+// open sessions whose state reset discarded. A new session costs the
+// server more CPU than most tests' statements (TestHandedOverPoolIsClean).
+type spare struct {
+	name string
+	pool *pgxpool.Pool
+}
+
 // reuser keeps databases that finished tests gave back, emptied, for the next
 // NewDB of the process.
 type reuser struct {
-	mu    sync.Mutex
-	names []string
+	mu     sync.Mutex
+	spares []spare
 }
 
-// take returns a spare database and true, or false when there is none.
-func (r *reuser) take() (string, bool) {
+// take returns a spare database and true, or false when there is none: the
+// newest one given back whose pool holds up to conns connections, or else
+// the newest one given back without a pool. One with a pool of another size
+// is left for a test that asks for that size: copying the template costs
+// the server less than opening a pool of Racers sessions.
+func (r *reuser) take(conns int32) (spare, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.names) == 0 {
-		return "", false
+	if len(r.spares) == 0 {
+		return spare{}, false
 	}
-	name := r.names[len(r.names)-1]
-	r.names = r.names[:len(r.names)-1]
-	return name, true
+	i := -1
+	for j := len(r.spares) - 1; j >= 0; j-- {
+		if p := r.spares[j].pool; p != nil && p.Config().MaxConns == conns {
+			i = j
+			break
+		}
+		if i < 0 && r.spares[j].pool == nil {
+			i = j
+		}
+	}
+	if i < 0 {
+		return spare{}, false
+	}
+	sp := r.spares[i]
+	r.spares = append(r.spares[:i], r.spares[i+1:]...)
+	return sp, true
 }
 
 // has reports whether name is spare (for tests).
 func (r *reuser) has(name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range r.names {
-		if n == name {
+	for _, sp := range r.spares {
+		if sp.name == name {
 			return true
 		}
 	}
 	return false
 }
 
-// giveBack takes back the database name of a test that has ended, and
-// closes pool, the pool NewDB gave the test (nil: none). When the catalogs
-// are what they were when the test got the database (state, from
+// closeAll closes the pools of the spare databases (M, when the tests of
+// the process have run). The databases stay: the throwaway server is
+// deleted after the run.
+func (r *reuser) closeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, sp := range r.spares {
+		if sp.pool != nil {
+			sp.pool.Close()
+			r.spares[i].pool = nil
+		}
+	}
+}
+
+// giveBack takes back the database name of a test that has ended, with
+// pool, the pool NewDB gave the test (nil: none). When the catalogs are
+// what they were when the test got the database (state, from
 // catalogState) once the tables the test made are dropped, the database is
 // emptied (reset), kept for the next test, and giveBack returns true;
 // otherwise (the test altered or dropped a table of the template, made a
 // function, a schema, …), or when emptying fails, it returns false and the
-// caller drops it.
+// caller drops it. The pool is kept with the database when reset could
+// clean every one of its connections (handOver); otherwise it is closed.
 func (r *reuser) giveBack(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) bool {
-	err := reset(ctx, admin, name, state, pool)
-	if pool != nil {
+	kept, err := reset(ctx, admin, name, state, pool)
+	if pool != nil && (!kept || err != nil) {
 		pool.Close()
 	}
 	if err != nil {
 		return false
 	}
+	sp := spare{name: name}
+	if kept {
+		sp.pool = pool
+	}
 	r.mu.Lock()
-	r.names = append(r.names, name)
+	r.spares = append(r.spares, sp)
 	r.mu.Unlock()
 	return true
 }
@@ -179,44 +224,44 @@ WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
 // superuser, as the throwaway server's user is, and PostgreSQL 15 or later
 // (on an older server every reset fails, and each database is dropped as
 // without EnvReuse).
-func reset(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) error {
-	conn, release, err := resetConn(ctx, admin, name, pool)
+func reset(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) (keptPool bool, err error) {
+	conn, pids, release, err := resetConn(ctx, admin, name, pool)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer release()
-	if err := endOtherSessions(ctx, conn); err != nil {
-		return err
+	if err := endOtherSessions(ctx, conn, pids...); err != nil {
+		return false, err
 	}
 	var others int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others); err != nil {
-		return err
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL($1::int[])`, pids).Scan(&others); err != nil {
+		return false, err
 	}
 	if others > 0 {
-		return fmt.Errorf("%d sessions still connected to %s", others, name)
+		return false, fmt.Errorf("%d sessions still connected to %s", others, name)
 	}
 	var made string
 	if err := conn.QueryRow(ctx, newTablesSQL, state.newest).Scan(&made); err != nil {
-		return err
+		return false, err
 	}
 	if made != "" {
 		// Not CASCADE: an object of the template that depends on one of
 		// them makes the drop fail, and the database is not reused.
 		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+made); err != nil {
-			return err
+			return false, err
 		}
 	}
 	now, err := catalogState(ctx, conn)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if now != state {
-		return fmt.Errorf("the catalogs of %s changed during the test (%v, was %v)", name, now, state)
+		return false, fmt.Errorf("the catalogs of %s changed during the test (%v, was %v)", name, now, state)
 	}
 	var dirty string
 	if err := conn.QueryRow(ctx, dirtyTablesSQL).Scan(&dirty); err != nil {
-		return err
+		return false, err
 	}
 	if dirty != "" {
 		// TRUNCATE leaves its tables' indexes with the planner counts of a
@@ -225,55 +270,117 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others); 
 		// 0 tuples): the planner estimates a partial index's rows from
 		// them. They are put back (TestReusedDatabaseIsLikeAFreshOne).
 		if _, err := conn.Exec(ctx, "TRUNCATE "+dirty+" RESTART IDENTITY"); err != nil {
-			return err
+			return false, err
 		}
 		if _, err := conn.Exec(ctx, `UPDATE pg_class i SET relpages = pg_relation_size(i.oid) / current_setting('block_size')::int, reltuples = 0
 FROM pg_index x WHERE x.indexrelid = i.oid AND x.indrelid = ANY(('{' || $1 || '}')::regclass[])`, dirty); err != nil {
-			return err
+			return false, err
 		}
 	}
 	// The counts of this session (the truncations) reach the shared
-	// statistics when its transaction ends, after a forced flush; then the
+	// statistics when its transaction ends, after a forced flush (those of
+	// the pool's other sessions were flushed by cleanSession); then the
 	// database's counters are reset, as a fresh copy has none.
 	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-		return err
+		return false, err
 	}
 	_, err = conn.Exec(ctx, `DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace);
 SELECT pg_stat_reset()`)
-	return err
+	return len(pids) > 0, err
 }
 
 // endOtherSessions ends every session of the current database but the
-// caller's, and waits until each has exited (pg_terminate_backend with a
-// timeout; one that exits meanwhile makes it return false with a warning).
-// NewDB calls it on a reused database before the test gets it: the session
-// reset ran on has closed, but its backend may not have exited yet.
+// caller's and those of keep (backend PIDs), and waits until each has
+// exited (pg_terminate_backend with a timeout; one that exits meanwhile
+// makes it return false with a warning). NewDB calls it on a reused
+// database whose pool was not handed over before the test gets it: the
+// session reset ran on has closed, but its backend may not have exited yet.
 func endOtherSessions(ctx context.Context, conn interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}) error {
+}, keep ...int32) error {
+	if keep == nil {
+		keep = []int32{}
+	}
 	_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL($1::int[])`, keep)
 	return err
 }
 
-// resetConn returns a connection to the database name for reset, and the
-// function that gives it back: an idle one of pool, which saves starting a
-// session (on this server a new session costs more than most tests'
-// statements), or else a new one. Not one of pool when the pool is closed
-// or the test left one of its connections acquired.
-func resetConn(ctx context.Context, admin, name string, pool *pgxpool.Pool) (*pgx.Conn, func(), error) {
-	if pool != nil && pool.Stat().AcquiredConns() == 0 {
-		if c, err := pool.Acquire(ctx); err == nil {
-			return c.Conn(), c.Release, nil
+// resetConn returns a connection to the database name for reset, the
+// backend PIDs of the sessions to keep (the pool's, handed over with the
+// database to the next test; none otherwise), and the function that gives
+// the connection back. It hands the pool over when the test left none of
+// its connections acquired: it takes every idle one and cleans it
+// (cleanSession; one that fails is closed), and the first is the one
+// returned. Otherwise (no pool, a closed one, one still in use, none left
+// open) it returns a new connection, closed on release.
+func resetConn(ctx context.Context, admin, name string, pool *pgxpool.Pool) (*pgx.Conn, []int32, func(), error) {
+	if pool != nil && pool.Stat().AcquiredConns() == 0 && pool.Stat().ConstructingConns() == 0 {
+		idle := pool.AcquireAllIdle(ctx)
+		release := func() {
+			for _, c := range idle {
+				c.Release()
+			}
 		}
+		if st := pool.Stat(); st.TotalConns() == int32(len(idle)) {
+			var live []*pgxpool.Conn
+			var pids []int32
+			for _, c := range idle {
+				if err := cleanSession(ctx, c.Conn()); err != nil {
+					_ = c.Conn().Close(ctx) // a closed connection is destroyed on release
+					c.Release()
+					continue
+				}
+				live = append(live, c)
+				pids = append(pids, int32(c.Conn().PgConn().PID()))
+			}
+			idle = live
+			if len(live) > 0 {
+				return live[0].Conn(), pids, release, nil
+			}
+		}
+		release()
 	}
 	dsn, err := withDatabase(admin, name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return conn, func() { conn.Close(context.Background()) }, nil
+	return conn, []int32{}, func() { conn.Close(context.Background()) }, nil
+}
+
+// cleanSession discards the state a test left in a session of its pool, so
+// that the next test gets it as a new session (TestHandedOverPoolIsClean):
+// DISCARD ALL (settings, SET ROLE, prepared statements and portals, temporary
+// tables, LISTEN, advisory locks, cached plans and sequence values), pgx's
+// statement and description caches and the notifications it buffered, and
+// the session's pending activity counts, flushed now (before reset resets
+// the database's) rather than in the next test.
+func cleanSession(ctx context.Context, conn *pgx.Conn) error {
+	if st := conn.PgConn().TxStatus(); st != 'I' {
+		return fmt.Errorf("session %d is in a transaction (%c)", conn.PgConn().PID(), st)
+	}
+	if _, err := conn.Exec(ctx, "DISCARD ALL"); err != nil {
+		return err
+	}
+	if err := conn.DeallocateAll(ctx); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		return err
+	}
+	// Last: pgx buffers a notification that reached the socket before the
+	// UNLISTEN of DISCARD ALL when it reads the answers to the statements
+	// above. A done context makes WaitForNotification return the buffered
+	// ones, then fail without reading.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for {
+		if _, err := conn.WaitForNotification(done); err != nil {
+			return nil
+		}
+	}
 }

@@ -3,8 +3,10 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -243,4 +245,129 @@ func TestDatabaseWithChangedSchemaIsDropped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHandedOverPoolIsClean: the pool of a test that ended goes to the next
+// test with the database, its sessions still open (no new session is
+// started) but with nothing the test left in them: settings, LISTEN and the
+// notifications pgx buffered, advisory locks, temporary tables, prepared
+// statements (pgx's cache of them included: its queries still work),
+// activity counts not yet flushed; and the database is like a fresh copy.
+// A session outside the pool is ended. Without the hand-over, each pool
+// opens new sessions; without cleanSession, the state shows.
+func TestHandedOverPoolIsClean(t *testing.T) {
+	SkipOnCitus(t, "databases are not reused on Citus")
+	t.Parallel()
+	ctx := t.Context()
+	_, fresh := freshCopy(t)
+	want := describe(t, fresh)
+
+	name, pool := freshCopy(t)
+	state, err := catalogState(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cached = `SELECT count(*) FROM processed_messages WHERE sender = $1`
+	// Two sessions of the pool, dirtied alike.
+	var conns []*pgxpool.Conn
+	var pids []uint32
+	for i := range 2 {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		pids = append(pids, c.Conn().PgConn().PID())
+		for _, q := range []string{
+			`SET statement_timeout = '1234s'`,
+			`SET application_name = 'dirty'`,
+			`LISTEN news`,
+			`NOTIFY news`,
+			fmt.Sprintf(`SELECT pg_advisory_lock(%d)`, 42+i),
+			`CREATE TEMP TABLE scratch (v int)`,
+			`PREPARE mine AS SELECT 1`,
+			fmt.Sprintf(`INSERT INTO processed_messages SELECT 's%d', g::text, '', gen_random_uuid(), 200, '', '', now(), now() FROM generate_series(1, 50) g`, i),
+		} {
+			if _, err := c.Exec(ctx, q); err != nil {
+				c.Release()
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		var n int
+		if err := c.QueryRow(ctx, cached, "s").Scan(&n); err != nil { // prepared by pgx, and cached
+			c.Release()
+			t.Fatal(err)
+		}
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	outside, err := pgx.Connect(ctx, pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outside.Close(context.Background())
+
+	r := &reuser{}
+	if !r.giveBack(ctx, URL(t), name, state, pool) {
+		t.Fatal("the database was not kept for reuse")
+	}
+	sp, ok := r.take(pool.Config().MaxConns)
+	if !ok || sp.name != name || sp.pool != pool {
+		t.Fatalf("took %+v, %v; want %s with the test's pool", sp, ok, name)
+	}
+	if err := outside.Ping(ctx); err == nil {
+		t.Error("the session outside the pool still works")
+	}
+	idle := pool.AcquireAllIdle(ctx)
+	var got []uint32
+	for _, c := range idle {
+		got = append(got, c.Conn().PgConn().PID())
+	}
+	if fmt.Sprint(sortedPIDs(got)) != fmt.Sprint(sortedPIDs(pids)) {
+		t.Errorf("the pool's sessions are %v, want the test's %v, still open", got, pids)
+	}
+	for _, c := range idle {
+		c.Release()
+	}
+	if got := describe(t, pool); got != want {
+		t.Errorf("a database handed over differs from a fresh copy:\n--- reused\n%s--- fresh\n%s", got, want)
+	}
+	for range idle {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		pid := c.Conn().PgConn().PID()
+		var timeout, app string
+		var channels, locks, temps, prepared int
+		err = c.QueryRow(ctx, `SELECT current_setting('statement_timeout'), current_setting('application_name'),
+  (SELECT count(*) FROM pg_listening_channels()),
+  (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()),
+  (SELECT count(*) FROM pg_prepared_statements WHERE name = 'mine')`).Scan(&timeout, &app, &channels, &locks, &temps, &prepared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if timeout != "0" || app == "dirty" || channels != 0 || locks != 0 || temps != 0 || prepared != 0 {
+			t.Errorf("session %d: statement_timeout %s, application_name %q, %d channels listened to, %d advisory locks, %d temporary relations, %d statements named mine: want a clean session",
+				pid, timeout, app, channels, locks, temps, prepared)
+		}
+		var n int
+		if err := c.QueryRow(ctx, cached, "s").Scan(&n); err != nil || n != 0 {
+			t.Errorf("session %d: pgx's cached statement: %d rows, %v; want 0, no error", pid, n, err)
+		}
+		wait, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		if n, err := c.Conn().WaitForNotification(wait); err == nil {
+			t.Errorf("session %d: a notification of the test before: %+v", pid, n)
+		}
+		cancel()
+	}
+}
+
+func sortedPIDs(p []uint32) []uint32 {
+	s := slices.Clone(p)
+	slices.Sort(s)
+	return s
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
 
 func parse(t *testing.T, yaml string) *config.Config {
 	t.Helper()

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(pgtest.M(m))
 }
 
 // TestCursorFormsOfEarlierVersions checks that the cursors earlier
