@@ -29,6 +29,12 @@ export GORACE=${GORACE:-atexit_sleep_ms=0}
 # each clone compiled the whole module again, also for the hookgate binary
 # that cmd/server's tests build with go build, which inherits GOFLAGS).
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
+# Without the race detector (make test-fast) no test needs cgo: without it
+# the test binaries link in about 15% less CPU (24 s instead of 28 s for
+# all of them with a warm cache, docs/tests.md).
+if [[ ${TEST_RACE--race} != *-race* ]]; then
+	export CGO_ENABLED=${CGO_ENABLED:-0}
+fi
 # TEST_RACE: the race detector flag, on unless set to '' (make test-fast).
 # shellcheck disable=SC2086 # GOTESTFLAGS, PKGS and TEST_RACE are word lists
 go test ${TEST_RACE--race} -count=1 -timeout 15m ${GOTESTFLAGS:-} ${PKGS:-./...}

@@ -119,8 +119,16 @@ func NewDB(t testing.TB, opts ...Option) (*pgxpool.Pool, string) {
 	name := sp.name
 	if !spareDB {
 		name = fmt.Sprintf("hgt_%d_%d_%s_%s", os.Getpid(), dbSeq.Add(1), randHex(3), sanitize(t.Name(), 24))
-		if err := createDatabase(ctx, admin, name, tpl); err != nil {
-			t.Fatalf("pgtest: %v", err)
+		if reuse {
+			// One an ended test process of this run left (M).
+			if spareDB, err = adoptSpare(ctx, admin, tpl, name, sparePrefix); err != nil {
+				t.Fatalf("pgtest: %v", err)
+			}
+		}
+		if !spareDB {
+			if err := createDatabase(ctx, admin, name, tpl); err != nil {
+				t.Fatalf("pgtest: %v", err)
+			}
 		}
 	}
 	kept := false // set when the test's database was emptied for reuse
@@ -188,17 +196,18 @@ func NewDB(t testing.TB, opts ...Option) (*pgxpool.Pool, string) {
 }
 
 // M wraps the testing.M of a package whose tests use NewDB: after the tests
-// have run, it closes the pools of the process's spare databases and its
-// connections to the server's administrative database, so that no
-// goroutine of theirs is left for goleak to report. Use it as
-// goleak.VerifyTestMain(pgtest.M(m)).
+// have run, it closes the pools of the process's spare databases, leaves
+// the databases to the test processes still running or yet to start
+// (adoptSpare), and closes its connections to the server's administrative
+// database, so that no goroutine of theirs is left for goleak to report.
+// Use it as goleak.VerifyTestMain(pgtest.M(m)).
 func M(m interface{ Run() int }) interface{ Run() int } { return mainM{m} }
 
 type mainM struct{ m interface{ Run() int } }
 
 func (w mainM) Run() int {
 	code := w.m.Run()
-	spares.closeAll()
+	spares.leave(context.Background(), sparePrefix)
 	admins.close()
 	return code
 }

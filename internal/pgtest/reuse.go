@@ -2,10 +2,13 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,18 +88,76 @@ func (r *reuser) has(name string) bool {
 	return false
 }
 
-// closeAll closes the pools of the spare databases (M, when the tests of
-// the process have run). The databases stay: the throwaway server is
-// deleted after the run.
-func (r *reuser) closeAll() {
+// sparePrefix begins the names of the databases that test processes which
+// have ended left for others (leave, adoptSpare; their tests use another). They exist only on the
+// server of one run (.ci/test.sh), copies of its one template.
+const sparePrefix = "hgt_spare_"
+
+// leave closes the pools of the spare databases and renames each to
+// sparePrefix…, for the processes of the run still to come (adoptSpare):
+// a database that cannot be renamed (a session lingers) stays as it is.
+// The databases are not dropped: the throwaway server is deleted after the
+// run.
+func (r *reuser) leave(ctx context.Context, prefix string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, sp := range r.spares {
+	for _, sp := range r.spares {
 		if sp.pool != nil {
 			sp.pool.Close()
-			r.spares[i].pool = nil
 		}
 	}
+	admin := os.Getenv(EnvURL)
+	if admin != "" && os.Getenv(EnvTemplate) != "" {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		pool, err := admins.get(ctx, admin)
+		for _, sp := range r.spares {
+			if err != nil {
+				break
+			}
+			// The pool's backends exit after their clients have gone.
+			if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = $1`, sp.name); err != nil {
+				continue
+			}
+			_ = adminExec(ctx, admin, "ALTER DATABASE "+ident(sp.name)+" RENAME TO "+ident(fmt.Sprintf("%s%d_%s", prefix, os.Getpid(), randHex(4))))
+		}
+	}
+	r.spares = nil
+}
+
+// adoptSpare renames a database another test process of the run left
+// (leave) to name and returns true, or returns false when there is none to
+// take. Only with a template the processes share (EnvTemplate), whose copies
+// they all are: then a database left is as a fresh copy of tpl is. Two
+// processes may try the same one: the rename succeeds for one of them.
+func adoptSpare(ctx context.Context, admin, tpl, name, prefix string) (bool, error) {
+	if os.Getenv(EnvTemplate) != tpl {
+		return false, nil
+	}
+	pool, err := admins.get(ctx, admin)
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	rows, err := pool.Query(ctx, `SELECT datname FROM pg_database WHERE starts_with(datname, $1) ORDER BY random() LIMIT 4`, prefix)
+	if err != nil {
+		return false, fmt.Errorf("look for spare databases: %w", err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return false, fmt.Errorf("look for spare databases: %w", err)
+	}
+	for _, old := range left {
+		err := adminExec(ctx, admin, "ALTER DATABASE "+ident(old)+" RENAME TO "+ident(name))
+		if err == nil {
+			return true, nil
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || (pgErr.Code != pgerrcode.InvalidCatalogName && pgErr.Code != pgerrcode.ObjectInUse) {
+			return false, fmt.Errorf("take spare database %s: %w", old, err)
+		}
+		// Another process took it first (or is taking it).
+	}
+	return false, nil
 }
 
 // giveBack takes back the database name of a test that has ended, with

@@ -3,8 +3,10 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -370,4 +372,85 @@ func sortedPIDs(p []uint32) []uint32 {
 	s := slices.Clone(p)
 	slices.Sort(s)
 	return s
+}
+
+// TestSpareIsLeftToLaterProcesses: when a test process ends (M), its spare
+// databases are renamed for the processes still to come, which take them
+// (adoptSpare) instead of copying the template: once each, even when two
+// processes try at once, and the database taken is like a fresh copy.
+func TestSpareIsLeftToLaterProcesses(t *testing.T) {
+	SkipOnCitus(t, "databases are not reused on Citus")
+	t.Parallel()
+	ctx := t.Context()
+	admin := URL(t)
+	tpl, err := migratedTemplate(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv(EnvTemplate) != tpl {
+		t.Skip("the test processes share no template (" + EnvTemplate + " is unset): spares are not left")
+	}
+	prefix := "hgt_sparetest_" + randHex(3) + "_" // this test's own, so that no other process takes them
+	_, fresh := freshCopy(t)
+	want := describe(t, fresh)
+
+	r := &reuser{}
+	for range 2 {
+		name, pool := freshCopy(t)
+		state, err := catalogState(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO processed_messages SELECT 's', g::text, '', gen_random_uuid(), 200, '', '', now(), now() FROM generate_series(1, 50) g`); err != nil {
+			t.Fatal(err)
+		}
+		if !r.giveBack(ctx, admin, name, state, pool) {
+			t.Fatal("the database was not kept for reuse")
+		}
+	}
+	r.leave(ctx, prefix)
+	if len(r.spares) != 0 {
+		t.Fatalf("%d spares kept after leave", len(r.spares))
+	}
+
+	// Three processes take at once: two get one each, the third none.
+	names := []string{"hgt_adopt_" + randHex(4), "hgt_adopt_" + randHex(4), "hgt_adopt_" + randHex(4)}
+	took := make([]bool, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { took[i], errs[i] = adoptSpare(ctx, admin, tpl, name, prefix) })
+	}
+	wg.Wait()
+	adopted := 0
+	for i, name := range names {
+		if errs[i] != nil {
+			t.Fatalf("adopt as %s: %v", name, errs[i])
+		}
+		if !took[i] {
+			continue
+		}
+		adopted++
+		t.Cleanup(func() {
+			if err := dropDatabase(context.Background(), admin, name); err != nil {
+				t.Errorf("drop %s: %v", name, err)
+			}
+		})
+		dsn, err := withDatabase(admin, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := describe(t, pool)
+		pool.Close()
+		if got != want {
+			t.Errorf("a database taken over differs from a fresh copy:\n--- taken\n%s--- fresh\n%s", got, want)
+		}
+	}
+	if adopted != 2 {
+		t.Errorf("%d databases taken over, want the 2 left", adopted)
+	}
 }
