@@ -31,6 +31,14 @@ func freshCopy(t *testing.T) (string, *pgxpool.Pool) {
 	if err := createDatabase(ctx, admin, name, tpl); err != nil {
 		t.Fatal(err)
 	}
+	return name, own(t, name)
+}
+
+// own makes t's cleanup drop the database name, and returns a pool on it,
+// closed before the drop.
+func own(t *testing.T, name string) *pgxpool.Pool {
+	t.Helper()
+	admin := URL(t)
 	t.Cleanup(func() {
 		if err := dropDatabase(context.Background(), admin, name); err != nil {
 			t.Errorf("drop %s: %v", name, err)
@@ -40,12 +48,12 @@ func freshCopy(t *testing.T) (string, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, dsn)
+	pool, err := pgxpool.New(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close) // before the drop
-	return name, pool
+	return pool
 }
 
 // dataTables lists the tables reset empties.
@@ -431,22 +439,7 @@ func TestSpareIsLeftToLaterProcesses(t *testing.T) {
 			continue
 		}
 		adopted++
-		t.Cleanup(func() {
-			if err := dropDatabase(context.Background(), admin, name); err != nil {
-				t.Errorf("drop %s: %v", name, err)
-			}
-		})
-		dsn, err := withDatabase(admin, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := describe(t, pool)
-		pool.Close()
-		if got != want {
+		if got := describe(t, own(t, name)); got != want {
 			t.Errorf("a database taken over differs from a fresh copy:\n--- taken\n%s--- fresh\n%s", got, want)
 		}
 	}
