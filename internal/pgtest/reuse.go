@@ -89,8 +89,9 @@ func (r *reuser) has(name string) bool {
 }
 
 // sparePrefix begins the names of the databases that test processes which
-// have ended left for others (leave, adoptSpare; their tests use another). They exist only on the
-// server of one run (.ci/test.sh), copies of its one template.
+// have ended left for others (leave, adoptSpare; their tests use another
+// prefix). They exist only on the server of one run (.ci/test.sh), copies
+// of its one template.
 const sparePrefix = "hgt_spare_"
 
 // leave closes the pools of the spare databases and renames each to
@@ -167,8 +168,8 @@ func adoptSpare(ctx context.Context, admin, tpl, name, prefix string) (bool, err
 // emptied (reset), kept for the next test, and giveBack returns true;
 // otherwise (the test altered or dropped a table of the template, made a
 // function, a schema, …), or when emptying fails, it returns false and the
-// caller drops it. The pool is kept with the database when reset could
-// clean every one of its connections (handOver); otherwise it is closed.
+// caller drops it. The pool is kept with the database when reset kept its
+// sessions (resetConn); otherwise it is closed.
 func (r *reuser) giveBack(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) bool {
 	kept, err := reset(ctx, admin, name, state, pool)
 	if pool != nil && (!kept || err != nil) {
@@ -274,17 +275,19 @@ WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
       AND CASE WHEN s.relkind = 'S' THEN pg_sequence_last_value(s.oid) END IS NOT NULL))`
 
 // reset makes the database name as a fresh copy of the template, or fails
-// when it cannot, on a connection of pool if it can (resetConn). It ends every session still connected (a closed pool's
-// backends may not have exited yet; a test may have left a connection
-// open), drops the tables the test made, checks that the catalogs are then
-// as they were (state), truncates every table that is not as fresh
-// (RESTART IDENTITY resets their sequences), deletes the column statistics
-// of ANALYZE (plan tests examine the plans of a fresh database) and resets
-// the database's activity counters. Session state (settings, advisory
-// locks, prepared statements, LISTEN) ended with the sessions. It needs a
-// superuser, as the throwaway server's user is, and PostgreSQL 15 or later
-// (on an older server every reset fails, and each database is dropped as
-// without EnvReuse).
+// when it cannot, on a connection of pool if it can (resetConn). It keeps
+// the sessions of pool, cleaned (cleanSession), when it can, and reports
+// whether it did (keptPool); it ends every other session still connected
+// (a closed pool's backends may not have exited yet; a test may have left
+// a connection open), and their state (settings, advisory locks, prepared
+// statements, LISTEN) goes with them. It drops the tables the test made,
+// checks that the catalogs are then as they were (state), truncates every
+// table that is not as fresh (RESTART IDENTITY resets their sequences),
+// deletes the column statistics of ANALYZE (plan tests examine the plans
+// of a fresh database) and resets the database's activity counters. It
+// needs a superuser, as the throwaway server's user is, and PostgreSQL 15
+// or later (on an older server every reset fails, and each database is
+// dropped as without EnvReuse).
 func reset(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) (keptPool bool, err error) {
 	conn, pids, release, err := resetConn(ctx, admin, name, pool)
 	if err != nil {
