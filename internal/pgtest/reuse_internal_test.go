@@ -131,6 +131,21 @@ func TestFreshDatabaseTablesAreEmpty(t *testing.T) {
 	}
 }
 
+// freshAndDirty makes two copies of the template: it returns what describe
+// sees of the first (a fresh copy, to compare with), and the name, a pool
+// and the catalog state of the second, for the test to dirty and give back.
+func freshAndDirty(t *testing.T) (want, name string, pool *pgxpool.Pool, state catalog) {
+	t.Helper()
+	_, fresh := freshCopy(t)
+	want = describe(t, fresh)
+	name, pool = freshCopy(t)
+	state, err := catalogState(t.Context(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, name, pool, state
+}
+
 // TestReusedDatabaseIsLikeAFreshOne: a database a test wrote rows to
 // (sequences advanced, a table analyzed, another vacuumed), made a table in
 // and left a
@@ -141,14 +156,7 @@ func TestReusedDatabaseIsLikeAFreshOne(t *testing.T) {
 	SkipOnCitus(t, "databases are not reused on Citus")
 	t.Parallel()
 	ctx := t.Context()
-	_, fresh := freshCopy(t)
-	want := describe(t, fresh)
-
-	name, pool := freshCopy(t)
-	state, err := catalogState(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, name, pool, state := freshAndDirty(t)
 	for _, q := range []string{
 		`INSERT INTO processed_messages SELECT 's', g::text, '', gen_random_uuid(), 200, '', '', now(), now() FROM generate_series(1, 500) g`,
 		`ANALYZE processed_messages`,
@@ -269,14 +277,7 @@ func TestHandedOverPoolIsClean(t *testing.T) {
 	SkipOnCitus(t, "databases are not reused on Citus")
 	t.Parallel()
 	ctx := t.Context()
-	_, fresh := freshCopy(t)
-	want := describe(t, fresh)
-
-	name, pool := freshCopy(t)
-	state, err := catalogState(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, name, pool, state := freshAndDirty(t)
 	const cached = `SELECT count(*) FROM processed_messages WHERE sender = $1`
 	// Two sessions of the pool, dirtied alike.
 	var conns []*pgxpool.Conn
