@@ -62,12 +62,25 @@ func period(token string) int {
 	return 0
 }
 
+// lowVariety is the share of the most Shannon entropy a token's length and
+// alphabet permit under which EstimateBits counts the token's characters
+// as too little varied. Random tokens fall under it by chance, and it is
+// set so that they practically never do: 16 random bytes in hex (32 draws
+// of 16 characters, the shortest token hookgate takes) fall under 0.55 of
+// 4 bits with probability 1.3e-12, 32 draws of [a-z0-9] under 0.55 of 5
+// bits with 3.4e-14 (summed exactly over the multinomial's count
+// patterns). 0.75, used before, refused one `openssl rand -hex 16` in
+// 9,400 and one [a-z0-9] token in 1,300. Weak tokens stay far under it:
+// "aaaa…ab" has 0.2 bits per character, and four characters eight times
+// each have 2 bits, under 0.55 × 4.
+const lowVariety = 0.55
+
 // EstimateBits estimates the entropy of a random token: its length times
 // the bits a character of its alphabet can carry (from the classes of
 // characters it uses: hex digits, digits, lower case, upper case, other),
 // so 32 hex digits (16 random bytes) estimate at 128 bits and 64 at 256.
 // When its characters are far less varied than such an alphabet allows
-// (their Shannon entropy under three quarters of the most its length and
+// (their Shannon entropy under lowVariety of the most its length and
 // alphabet permit: few distinct characters, or one used far more than the
 // others, as in "aaaa…ab"), the estimate is its length times that Shannon
 // entropy instead.
@@ -123,7 +136,7 @@ func EstimateBits(token string) float64 {
 		shannon -= p * math.Log2(p)
 	}
 	perChar := math.Log2(float64(pool))
-	if shannon < 0.75*math.Log2(math.Min(n, float64(pool))) {
+	if shannon < lowVariety*math.Log2(math.Min(n, float64(pool))) {
 		perChar = shannon
 	}
 	return n * perChar
