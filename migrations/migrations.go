@@ -22,16 +22,9 @@ var files embed.FS
 // FS returns the embedded migration files.
 func FS() fs.FS { return files }
 
-// open returns a goose provider on a database/sql handle for dsn. The caller
-// closes the returned *sql.DB.
-func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
-	// Parsed as the pool parses it, so that a URL with pool settings
-	// (pool_max_conns=…) is accepted here too.
-	pc, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return nil, nil, fmt.Errorf("parse database URL: %w", err)
-	}
-	db := stdlib.OpenDB(*pc.ConnConfig)
+// provider returns a goose provider on db, with a session locker when
+// locked.
+func provider(db *sql.DB, locked bool) (*goose.Provider, error) {
 	opts := []goose.ProviderOption{goose.WithGoMigrations(goMigrations()...)}
 	if locked {
 		// Retry the advisory lock every second (goose's default is every
@@ -39,17 +32,15 @@ func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
 		// CONCURRENTLY on a large table.
 		locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 3600))
 		if err != nil {
-			db.Close()
-			return nil, nil, fmt.Errorf("create migration lock: %w", err)
+			return nil, fmt.Errorf("create migration lock: %w", err)
 		}
 		opts = append(opts, goose.WithSessionLocker(locker))
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, files, opts...)
 	if err != nil {
-		db.Close()
-		return nil, nil, fmt.Errorf("create migration provider: %w", err)
+		return nil, fmt.Errorf("create migration provider: %w", err)
 	}
-	return p, db, nil
+	return p, nil
 }
 
 // Up applies every pending migration to the database at dsn while holding a
@@ -58,13 +49,26 @@ func open(dsn string, locked bool) (*goose.Provider, *sql.DB, error) {
 // without taking the lock. It returns the number of migrations it applied:
 // 0 when the database was already at head.
 func Up(ctx context.Context, dsn string) (int, error) {
-	p, db, err := open(dsn, true)
+	// Parsed as the pool parses it, so that a URL with pool settings
+	// (pool_max_conns=…) is accepted here too.
+	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("parse database URL: %w", err)
 	}
+	db := stdlib.OpenDB(*pc.ConnConfig)
 	defer db.Close()
+	return UpDB(ctx, db)
+}
+
+// UpDB is Up on db: on stdlib.OpenDBFromPool of the pool a process goes on
+// to use, the migrations open no session of their own.
+func UpDB(ctx context.Context, db *sql.DB) (int, error) {
 	if pending, err := Pending(ctx, db); err == nil && !pending {
 		return 0, nil
+	}
+	p, err := provider(db, true)
+	if err != nil {
+		return 0, err
 	}
 	res, err := p.Up(ctx)
 	if err != nil {
@@ -76,9 +80,9 @@ func Up(ctx context.Context, dsn string) (int, error) {
 // Pending reports whether the database behind db lacks any embedded migration.
 // It returns an error, not true, when the database cannot be read.
 func Pending(ctx context.Context, db *sql.DB) (bool, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithGoMigrations(goMigrations()...))
+	p, err := provider(db, false)
 	if err != nil {
-		return false, fmt.Errorf("create migration provider: %w", err)
+		return false, err
 	}
 	pending, err := p.HasPending(ctx)
 	if err != nil {

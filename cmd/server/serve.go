@@ -38,14 +38,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := migrate(ctx, s.databaseURL, log); err != nil {
-		return err
-	}
 	db, err := openDatabase(ctx, s.databaseURL)
 	if err != nil {
 		return err
 	}
 	defer db.close()
+	if err := migrate(ctx, db, log); err != nil {
+		return err
+	}
 	db.traffic = traffic.New(db.queries, log)
 	reg := newRegistry(db)
 	fwd, err := newForwarding(db, senders.Config(), s, reg, log)
@@ -81,9 +81,10 @@ func loadSenders(s *settings, log *slog.Logger) (*sender.Set, error) {
 	return senders, nil
 }
 
-// migrate applies the pending migrations under an advisory lock.
-func migrate(ctx context.Context, url string, log *slog.Logger) error {
-	n, err := migrations.Up(ctx, url)
+// migrate applies the pending migrations under an advisory lock, on the
+// process's pool: they open no session of their own.
+func migrate(ctx context.Context, db *database, log *slog.Logger) error {
+	n, err := migrations.UpDB(ctx, db.sql)
 	if err != nil {
 		return err
 	}
