@@ -242,11 +242,26 @@ func migratedTemplate(ctx context.Context, admin string) (string, error) {
 // that is not marked a template was left half made by a process that died:
 // it is dropped and made again.
 func sharedTemplate(ctx context.Context, admin, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, admin)
+	pool, err := admins.get(ctx, admin)
 	if err != nil {
 		return "", fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close(context.Background()) // ends the session, and its lock
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return "", fmt.Errorf("connect: %w", err)
+	}
+	conn := c.Conn()
+	defer func() {
+		// The session goes back to the pool without the lock, or not at
+		// all.
+		if _, err := conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(templateLock)); err != nil {
+			_ = conn.Close(context.Background())
+		}
+		c.Release()
+	}()
+	// adminExec runs the statements below on this session: the pool has
+	// no other.
+	ctx = context.WithValue(ctx, heldAdminConn{}, conn)
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(templateLock)); err != nil {
 		return "", fmt.Errorf("lock the shared template: %w", err)
 	}
@@ -331,11 +346,16 @@ func createDatabase(ctx context.Context, admin, name, tpl string) error {
 	}
 }
 
-// admins holds this process's connections to the test server's
+// admins holds this process's connection to the test server's
 // administrative database (EnvURL), which every NewDB needs to copy or drop
 // a database: a new session costs the server more than the statements it
-// runs there. M closes them.
+// runs there. One session serves the whole process, one statement at a
+// time. M closes it.
 var admins adminPool
+
+// heldAdminConn is the context key under which a caller that holds admins'
+// session passes it to adminExec.
+type heldAdminConn struct{}
 
 type adminPool struct {
 	mu   sync.Mutex
@@ -353,7 +373,7 @@ func (a *adminPool) get(ctx context.Context, dsn string) (*pgxpool.Pool, error) 
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = 2
+	cfg.MaxConns = 1
 	if a.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -371,13 +391,16 @@ func (a *adminPool) close() {
 }
 
 // adminExec runs the statements, in order, on one connection to admin (none
-// of them in a transaction: CREATE and DROP DATABASE refuse one): one of
-// admins' when admin is the test server's administrative database, else a
-// short-lived one, so that no pool outlives the call (a Citus worker's
-// database, a cluster a test stops).
+// of them in a transaction: CREATE and DROP DATABASE refuse one): admins'
+// when admin is the test server's administrative database (the one ctx
+// holds, if it holds it: heldAdminConn), else a short-lived one, so that no
+// pool outlives the call (a Citus worker's database, a cluster a test
+// stops).
 func adminExec(ctx context.Context, admin string, statements ...string) error {
 	var conn *pgx.Conn
-	if admin == os.Getenv(EnvURL) {
+	if held, ok := ctx.Value(heldAdminConn{}).(*pgx.Conn); ok && admin == os.Getenv(EnvURL) {
+		conn = held
+	} else if admin == os.Getenv(EnvURL) {
 		pool, err := admins.get(ctx, admin)
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
