@@ -35,6 +35,44 @@ export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 if [[ ${TEST_RACE--race} != *-race* ]]; then
 	export CGO_ENABLED=${CGO_ENABLED:-0}
 fi
+# Test binaries are linked into a directory of this run (go test -o) that
+# starts as hard links to the ones the last run on this machine left in the
+# user's cache: go test leaves a binary that is up to date alone, so a run
+# links only the test binaries whose code changed (linking all 22 takes
+# about 24 s of CPU, a third of make test-fast's). The run's binaries then
+# replace the cache's. Each run links into a directory of its own, so runs
+# of different code at the same time (two clones) never run each other's
+# binaries. HOOKGATE_TEST_BIN_CACHE names the cache ('' turns it off).
+cache_home=${XDG_CACHE_HOME:-${HOME:+$HOME/.cache}}
+bin_cache=${HOOKGATE_TEST_BIN_CACHE-${cache_home:+$cache_home/hookgate/test-binaries}}
+bin_flags=()
+run_bins=
+if [[ -n $bin_cache ]] && mkdir -p "$bin_cache"; then
+	# Directories unused for a week, and those of runs that died, go.
+	find "$bin_cache" -mindepth 1 -maxdepth 1 -type d \( -mtime +7 -o -name 'run.*' -mmin +1440 \) -exec rm -rf {} + || true
+	key=$(printf '%s\n' "${TEST_RACE--race}" "${CGO_ENABLED:-}" "$GOFLAGS" "$(go env GOVERSION GOOS GOARCH)" | sha256sum | cut -c1-12)
+	shared=$bin_cache/$key
+	if mkdir -p "$shared" && run_bins=$(mktemp -d "$bin_cache/run.XXXXXX"); then
+		trap 'rc=$?; rm -rf -- "$run_bins"; (exit $rc); tmp_pg_cleanup' EXIT
+		cp -al "$shared/." "$run_bins/" 2>/dev/null || true
+		# -s -w: without debugging information, as go test links when it
+		# keeps no binary.
+		bin_flags=(-o "$run_bins/" -ldflags=-s\ -w)
+	fi
+fi
 # TEST_RACE: the race detector flag, on unless set to '' (make test-fast).
+set +e
 # shellcheck disable=SC2086 # GOTESTFLAGS, PKGS and TEST_RACE are word lists
-go test ${TEST_RACE--race} -count=1 -timeout 15m ${GOTESTFLAGS:-} ${PKGS:-./...}
+go test ${TEST_RACE--race} -count=1 -timeout 15m "${bin_flags[@]}" ${GOTESTFLAGS:-} ${PKGS:-./...}
+rc=$?
+set -e
+if [[ -n $run_bins ]]; then
+	for f in "$run_bins"/*.test; do
+		# A binary go test left alone is the cache's own (a hard link).
+		if [[ -e $f && ! $f -ef $shared/${f##*/} ]]; then
+			mv -f "$f" "$shared/" || true
+		fi
+	done
+	touch "$shared"
+fi
+exit "$rc"

@@ -335,7 +335,7 @@ func binDir() (string, *os.File, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("hash %s: %w", exe, err)
 	}
-	root := filepath.Join(cache, "hookgate-test-bin")
+	root := filepath.Join(cache, "hookgate", "test-gateway")
 	if old, err := os.ReadDir(root); err == nil {
 		for _, e := range old {
 			if info, err := e.Info(); err == nil && e.IsDir() && time.Since(info.ModTime()) > binDirAge {
