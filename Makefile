@@ -10,6 +10,9 @@ GOTESTFLAGS ?=
 #   make test-fast FAST_RACE=-race   keeps the race detector in the fast tier
 FAST_FLAGS ?= -short -vet=off
 FAST_RACE ?=
+# Both tiers keep their linked test binaries between runs in the directory
+# HOOKGATE_TEST_CACHE names (default: hookgate-test beside Go's build cache;
+# HOOKGATE_TEST_CACHE= make test turns that off): docs/tests.md#the-fast-tier
 # Arguments for the load benchmark, e.g. make bench BENCHFLAGS='-duration 30s'
 BENCHFLAGS ?=
 # Arguments of make redeliver (hookgate redeliver)

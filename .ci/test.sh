@@ -36,15 +36,24 @@ if [[ ${TEST_RACE--race} != *-race* ]]; then
 	export CGO_ENABLED=${CGO_ENABLED:-0}
 fi
 # Test binaries are linked into a directory of this run (go test -o) that
-# starts as hard links to the ones the last run on this machine left in the
-# user's cache: go test leaves a binary that is up to date alone, so a run
-# links only the test binaries whose code changed (linking all 22 takes
-# about 24 s of CPU, a third of make test-fast's). The run's binaries then
-# replace the cache's. Each run links into a directory of its own, so runs
-# of different code at the same time (two clones) never run each other's
-# binaries. HOOKGATE_TEST_BIN_CACHE names the cache ('' turns it off).
-cache_home=${XDG_CACHE_HOME:-${HOME:+$HOME/.cache}}
-bin_cache=${HOOKGATE_TEST_BIN_CACHE-${cache_home:+$cache_home/hookgate/test-binaries}}
+# starts as hard links to the ones the last run on this machine left in
+# HOOKGATE_TEST_CACHE: go test leaves a binary that is up to date alone, so
+# a run links only the test binaries whose code changed (linking all 22
+# takes about 24 s of CPU, a third of make test-fast's). The run's binaries
+# then replace the cache's. Each run links into a directory of its own, so
+# runs of different code at the same time (two clones) never run each
+# other's binaries. HOOKGATE_TEST_CACHE defaults to hookgate-test beside Go's
+# build cache (~/.cache/hookgate-test), whose fate it shares; '' turns it
+# off. cmd/server's tests keep the gateway binary they build there too.
+if [[ -z ${HOOKGATE_TEST_CACHE+set} ]]; then
+	gocache=$(go env GOCACHE)
+	HOOKGATE_TEST_CACHE=
+	if [[ $gocache == /* ]]; then
+		HOOKGATE_TEST_CACHE=$(dirname "$gocache")/hookgate-test
+	fi
+fi
+export HOOKGATE_TEST_CACHE
+bin_cache=${HOOKGATE_TEST_CACHE:+$HOOKGATE_TEST_CACHE/test-binaries}
 bin_flags=()
 run_bins=
 if [[ -n $bin_cache ]] && mkdir -p "$bin_cache"; then

@@ -309,15 +309,22 @@ const binDirAge = 24 * time.Hour
 // binDir returns the directory to build the hookgate binary in, and a file
 // that holds an exclusive lock on it until closed, so that concurrent test
 // processes of the same code build one after the other (the second finds
-// the binary up to date). The directory is in the user's cache and named
-// after the hash of this test binary: a different version of the code
-// makes a different test binary, so it never runs or replaces the binary of
-// another. Directories unused for binDirAge are removed. Without a user
-// cache, it is a new temporary directory (and the lock nil) that cleanupM
-// removes.
+// the binary up to date). The directory is under gateway in
+// HOOKGATE_TEST_CACHE (.ci/test.sh sets it: beside Go's build cache), or in
+// the user's cache when it is unset, and named after the hash of this test
+// binary: a different version of the code makes a different test binary,
+// so it never runs or replaces the binary of another. Directories unused
+// for binDirAge are removed. With HOOKGATE_TEST_CACHE empty, or
+// without a user cache, it is a new temporary directory (and the lock nil)
+// that cleanupM removes.
 func binDir() (string, *os.File, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
+	cache, set := os.LookupEnv("HOOKGATE_TEST_CACHE")
+	if !set {
+		if dir, err := os.UserCacheDir(); err == nil {
+			cache = filepath.Join(dir, "hookgate-test")
+		}
+	}
+	if cache == "" {
 		dir, err := os.MkdirTemp("", "hookgate-bin-")
 		return dir, nil, err
 	}
@@ -335,7 +342,7 @@ func binDir() (string, *os.File, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("hash %s: %w", exe, err)
 	}
-	root := filepath.Join(cache, "hookgate", "test-gateway")
+	root := filepath.Join(cache, "gateway")
 	if old, err := os.ReadDir(root); err == nil {
 		for _, e := range old {
 			if info, err := e.Info(); err == nil && e.IsDir() && time.Since(info.ModTime()) > binDirAge {
