@@ -2,16 +2,15 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -20,19 +19,11 @@ import (
 // bulk redelivery job.
 func TestRunRedeliver(t *testing.T) {
 	t.Parallel()
-	dsn := emptyDB(t)
+	pool, dsn := pgtest.NewDB(t)
 	ctx := t.Context()
-	if err := run(ctx, []string{"migrate"}, envOf("DATABASE_URL", dsn), io.Discard, io.Discard); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	// 3 forwards to orders failed half an hour ago, 1 three hours ago, and
 	// 2 to another target half an hour ago.
-	q := store.New(conn)
+	q := store.New(pool)
 	failed := func(ago time.Duration, target string, ids ...string) {
 		t.Helper()
 		var jobs []store.NewForwardJob
