@@ -75,7 +75,8 @@ set +e
 go test ${TEST_RACE--race} -count=1 -timeout 15m "${bin_flags[@]}" ${GOTESTFLAGS:-} ${PKGS:-./...}
 rc=$?
 set -e
-if [[ -n $run_bins ]]; then
+# Not after go test was killed: it may have been writing a binary.
+if [[ -n $run_bins && $rc -lt 128 ]]; then
 	for f in "$run_bins"/*.test; do
 		# A binary go test left alone is the cache's own (a hard link).
 		if [[ -e $f && ! $f -ef $shared/${f##*/} ]]; then
