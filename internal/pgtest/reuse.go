@@ -374,12 +374,16 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL($1
 // backend PIDs of the sessions to keep (the pool's, handed over with the
 // database to the next test; none otherwise), and the function that gives
 // the connection back. It hands the pool over when the test left none of
-// its connections acquired: it takes every idle one and cleans it
+// its connections acquired (waiting up to releaseWait for the last ones to
+// come back: released): it takes every idle one and cleans it
 // (cleanSession; one that fails is closed), and the first is the one
 // returned. Otherwise (no pool, a closed one, one still in use, none left
 // open) it returns a new connection, closed on release.
 func resetConn(ctx context.Context, admin, name string, pool *pgxpool.Pool) (*pgx.Conn, []int32, func(), error) {
-	if pool != nil && pool.Stat().AcquiredConns() == 0 && pool.Stat().ConstructingConns() == 0 {
+	if pool != nil && !released(pool, releaseWait) {
+		pool = nil // still in use: not handed over
+	}
+	if pool != nil {
 		idle := pool.AcquireAllIdle(ctx)
 		release := func() {
 			for _, c := range idle {
@@ -414,6 +418,27 @@ func resetConn(ctx context.Context, admin, name string, pool *pgxpool.Pool) (*pg
 		return nil, nil, nil, err
 	}
 	return conn, []int32{}, func() { conn.Close(context.Background()) }, nil
+}
+
+// releaseWait is how long resetConn waits for the connections of a test's
+// pool to come back: River's client gives one back tens of milliseconds
+// after its Stop has returned.
+const releaseWait = 500 * time.Millisecond
+
+// released reports whether pool has no connection acquired or being made,
+// waiting up to wait for that.
+func released(pool *pgxpool.Pool, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		st := pool.Stat()
+		if st.AcquiredConns() == 0 && st.ConstructingConns() == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // cleanSession discards the state a test left in a session of its pool, so
