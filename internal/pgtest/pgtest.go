@@ -73,7 +73,7 @@ var dbSeq atomic.Int64
 type Option func(*options)
 
 type options struct {
-	conns int32 // the pool's MaxConns; 0: pgxpool's default
+	conns int32 // the pool's MaxConns: defaultConns unless Conns says
 }
 
 // Conns makes the pool NewDB returns hold up to n connections at once
@@ -398,9 +398,18 @@ func (a *adminPool) close() {
 // stops).
 func adminExec(ctx context.Context, admin string, statements ...string) error {
 	var conn *pgx.Conn
-	if held, ok := ctx.Value(heldAdminConn{}).(*pgx.Conn); ok && admin == os.Getenv(EnvURL) {
+	held, holds := ctx.Value(heldAdminConn{}).(*pgx.Conn)
+	switch {
+	case admin != os.Getenv(EnvURL):
+		c, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer c.Close(context.Background())
+		conn = c
+	case holds:
 		conn = held
-	} else if admin == os.Getenv(EnvURL) {
+	default:
 		pool, err := admins.get(ctx, admin)
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -411,13 +420,6 @@ func adminExec(ctx context.Context, admin string, statements ...string) error {
 		}
 		defer c.Release()
 		conn = c.Conn()
-	} else {
-		c, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			return fmt.Errorf("connect: %w", err)
-		}
-		defer c.Close(context.Background())
-		conn = c
 	}
 	for _, s := range statements {
 		if _, err := conn.Exec(ctx, s); err != nil {
