@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -135,6 +136,42 @@ type forwarding struct {
 	// handedOver is what the fast path signals when it leaves rows to the
 	// relay, which then looks at once (nil without a fast path).
 	handedOver chan struct{}
+	// takeover writes this process's heartbeat and takes over the jobs of
+	// processes that are gone (when the process works forwards; nil
+	// otherwise). It runs from before River starts working jobs until
+	// after River has stopped (startTakeover, stopTakeover), so that no
+	// job this process still runs is taken for a dead process's.
+	takeover     *forward.Takeover
+	stopTakeover func(context.Context)
+}
+
+// startTakeover writes the process's first heartbeat and runs the takeover
+// until stopTakeover (once; later calls do nothing), which then deletes the
+// process's row; a no-op for a process that works no forwards.
+func (f *forwarding) startTakeover(ctx context.Context, log *slog.Logger) {
+	f.stopTakeover = func(context.Context) {}
+	if f.takeover == nil {
+		return
+	}
+	if err := f.takeover.Heartbeat(ctx); err != nil {
+		log.Warn("forward heartbeat failed; retried every second", "err", err)
+	}
+	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.takeover.Run(tctx)
+	}()
+	var once sync.Once
+	f.stopTakeover = func(ctx context.Context) {
+		once.Do(func() {
+			cancel()
+			<-done
+			if err := f.takeover.Stop(ctx); err != nil {
+				log.Warn("delete this process's heartbeat; its jobs are taken over once it is stale", "err", err)
+			}
+		})
+	}
 }
 
 // relayConfig is the relay's configuration: with a fast path, the relay
@@ -171,8 +208,13 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		worker     *forward.Worker // nil for the api role: its client inserts only
 		fast       *forward.Dispatcher
 		handedOver chan struct{}
+		takeover   *forward.Takeover
 	)
 	if work {
+		cc.ID = forward.NewProcessID()
+		if takeover, err = forward.NewTakeover(db.pool, forward.DefaultTakeoverConfig(cc.ID), reg, log); err != nil {
+			return nil, err
+		}
 		if worker, err = newForwardWorker(db, cfg, s, m, log); err != nil {
 			return nil, err
 		}
@@ -199,7 +241,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		}
 		return nil, err
 	}
-	return &forwarding{client: client, work: work, fast: fast, handedOver: handedOver}, nil
+	return &forwarding{client: client, work: work, fast: fast, handedOver: handedOver, takeover: takeover}, nil
 }
 
 // newForwardWorker returns the process's forward worker: a Gate of
@@ -366,6 +408,8 @@ func newHTTPServer(api *handler.Server, s *settings, log *slog.Logger) *http.Ser
 // outbox (workers), and shuts everything down when ctx is done.
 func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, cfg *config.Config, s *settings, log *slog.Logger) error {
 	httpSrv := newHTTPServer(api, s, log)
+	fwd.startTakeover(ctx, log)
+	defer fwd.stopTakeover(ctx) // after shutdown's, a no-op
 	if fwd.work {
 		// Jobs are worked with a context of their own, so that a shutdown
 		// lets running forwards finish (River's Stop) before cancelling them.
@@ -453,5 +497,8 @@ func shutdown(ctx context.Context, httpSrv *http.Server, fwd *forwarding, wait t
 			errs = append(errs, fmt.Errorf("stop forward workers: %w", err))
 		}
 	}
+	// River works no job any more: the heartbeat stops, and whatever is
+	// left running can be taken over by the other processes at once.
+	fwd.stopTakeover(ctx)
 	return errors.Join(errs...)
 }

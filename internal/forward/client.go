@@ -41,6 +41,11 @@ type ClientConfig struct {
 	// Retention is how long finished forward jobs stay queryable,
 	// positive: DefaultClientConfig makes it the longest sender retention.
 	Retention time.Duration
+	// ID is the River client ID the process works jobs as: NewProcessID,
+	// whose heartbeats (Takeover) let other processes take over the jobs
+	// it leaves running if it dies. Empty: River's default ID, whose jobs
+	// only River's rescuer rescues.
+	ID string
 	// Maintenance are other jobs the client works (the retention job):
 	// their workers, the periodic jobs that enqueue them, and their queue,
 	// worked one job at a time. A zero Maintenance has none.
@@ -190,6 +195,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, worker *Worker, cc Client
 		return nil, err
 	}
 	rc := &river.Config{
+		ID:                          cc.ID,
 		Logger:                      log,
 		CompletedJobRetentionPeriod: cc.Retention,
 		CancelledJobRetentionPeriod: cc.Retention,

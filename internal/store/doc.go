@@ -18,10 +18,12 @@
 //   - traffic.go: traffic_minutes and traffic_hours (the console's charts)
 //   - sessions.go: console_revoked_sessions and console_signouts (console
 //     sign-outs)
+//   - processes.go: forward_processes (the worker processes' heartbeats)
 //   - jobs.go: River's river_job, the forward jobs: the only file that
 //     names its columns, the forward job kind and the mapping of River's
 //     job states to a forward's state; and forward_delivered, the fast
-//     path's delivered first attempts, read with the jobs as one set
+//     path's delivered first attempts, read with the jobs as one set;
+//     and the takeover of the jobs of processes that are gone
 //
 // Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
 // satisfy, through Queries. Every list pages with one Cursor format. The

@@ -1079,6 +1079,91 @@ func (q *Queries) DeleteDeliveredBefore(ctx context.Context, cutoff time.Time, l
 // state by tests (and tools) through this adapter, so that a change of
 // River's table touches this file only.
 
+// The jobs of processes that are gone (forward_processes, processes.go).
+
+// TakenOver is a running job of a process that is gone, which
+// TakeOverJobs made available again (or discarded: its attempts were used
+// up).
+type TakenOver struct {
+	JobID   int64
+	Kind    string
+	Process string // the River client ID of the process that was running it
+	State   rivertype.JobState
+}
+
+// takeOverSQL makes available again, at once, up to $3 jobs River shows as
+// running whose last attempt was made by a process whose client ID starts
+// with $1 and that has no row in forward_processes seen within the last $2
+// milliseconds: it died while running them. As River's rescuer does, the
+// job keeps its attempt count (the attempt under way counts) and gets an
+// error saying why; one whose attempts are used up is discarded. A job
+// whose last attempt was made by another kind of client (a process of an
+// earlier version, which writes no heartbeat) is left to River's rescuer.
+//
+// Its plan cannot depend on statistics: the running jobs are read in a
+// CTE whose only condition is the state (River's fetching index leads with
+// it: the running jobs, a few per worker, never the table), each of their
+// processes is a probe of forward_processes' key, and the update finds the
+// jobs by their key (id = ANY of an InitPlan's array: an index condition on
+// the leading column, under the transaction's index scans, processIndexScans).
+// The outer state = 'running' makes a job that its process finished
+// meanwhile (or that another process took over first) stay as it is.
+const takeOverSQL = `WITH running AS MATERIALIZED (
+  SELECT id, attempted_by[cardinality(attempted_by)] AS process FROM river_job WHERE state = 'running'
+)
+UPDATE river_job SET
+  state = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
+  scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE statement_timestamp() END,
+  finalized_at = CASE WHEN attempt >= max_attempts THEN statement_timestamp() END,
+  errors = array_append(errors, jsonb_build_object('at', statement_timestamp(), 'attempt', greatest(attempt, 0),
+    'error', 'taken over: the process running it (' || attempted_by[cardinality(attempted_by)] || ') is gone', 'trace', ''))
+WHERE state = 'running' AND id = ANY(ARRAY(
+  SELECT r.id FROM running r
+  WHERE starts_with(r.process, $1)
+    AND NOT EXISTS (SELECT 1 FROM forward_processes p WHERE p.id = r.process AND p.seen_at >= statement_timestamp() - $2 * interval '1 millisecond')
+  ORDER BY r.id LIMIT $3))
+RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
+
+// processIndexScans keeps takeOverSQL on its plan whatever the statistics
+// say (they are reset by a crash, when the takeover matters most): no
+// sequential or bitmap scan of River's table, and no JIT compilation (the
+// cost of a disabled path crosses jit_above_cost). Local to the batch's
+// transaction.
+const processIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
+
+// TakeOverJobs makes available again up to limit jobs that are running in
+// River's table on behalf of a process whose client ID starts with prefix
+// and that has not been seen for stale (see takeOverSQL), and returns
+// them; none (nil) when there are none. The caller must itself have been
+// seen continuously for longer than stale: right after a database crash,
+// forward_processes (unlogged) is empty until each live process has
+// written its row again.
+func (q *Queries) TakeOverJobs(ctx context.Context, prefix string, stale time.Duration, limit int) ([]TakenOver, error) {
+	var b pgx.Batch
+	b.Queue(processIndexScans)
+	b.Queue(takeOverSQL, prefix, stale.Milliseconds(), limit)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("take over the jobs of processes that are gone: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("take over the jobs of processes that are gone: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TakenOver, error) {
+		var t TakenOver
+		var state string
+		err := row.Scan(&t.JobID, &t.Kind, &t.Process, &state)
+		t.State = rivertype.JobState(state)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take over the jobs of processes that are gone: %w", err)
+	}
+	return out, nil
+}
+
 // ForwardJob is a forward job's row as River stores it.
 type ForwardJob struct {
 	ID          int64
@@ -1201,6 +1286,9 @@ type JobFixture struct {
 	At time.Time
 	// ScheduledAt is when the next attempt is due; zero leaves it.
 	ScheduledAt time.Time
+	// AttemptedBy are the River clients that worked it, in order; nil
+	// leaves them as they are.
+	AttemptedBy []string
 }
 
 // SetForwardJob puts the forward job id in f's state.
@@ -1229,10 +1317,11 @@ const fixtureSet = `state = $1::river_job_state,
       'attempt', (CASE WHEN $2::int = 0 THEN max_attempts ELSE $2::int END) - cardinality($4::text[]) + ord::int, 'error', e, 'trace', '') ORDER BY ord)
     FROM unnest($4::text[]) WITH ORDINALITY AS x(e, ord)),
   metadata = CASE WHEN $5::jsonb IS NULL THEN metadata ELSE metadata || jsonb_build_object('output', $5::jsonb) END,
-  scheduled_at = coalesce($7::timestamptz, scheduled_at)`
+  scheduled_at = coalesce($7::timestamptz, scheduled_at),
+  attempted_by = coalesce($8::text[], attempted_by)`
 
-// args returns f's arguments of fixtureSet: $1 to $5, and the scheduled
-// time ($7; withID puts the job's ID between them).
+// args returns f's arguments of fixtureSet: $1 to $5, the scheduled time
+// ($7; withID puts the job's ID between them) and the clients ($8).
 func (f JobFixture) args() ([]any, error) {
 	var at, scheduled *time.Time
 	if !f.At.IsZero() {
@@ -1252,12 +1341,12 @@ func (f JobFixture) args() ([]any, error) {
 	if errs == nil {
 		errs = []string{}
 	}
-	return []any{string(f.State), f.Attempt, at, errs, output, scheduled}, nil
+	return []any{string(f.State), f.Attempt, at, errs, output, scheduled, f.AttemptedBy}, nil
 }
 
 // withID returns the arguments of fixtureSet with the job's ID as $6.
 func withID(args []any, id int64) []any {
-	return []any{args[0], args[1], args[2], args[3], args[4], id, args[5]}
+	return []any{args[0], args[1], args[2], args[3], args[4], id, args[5], args[6]}
 }
 
 // NewForwardJob is a forward job InsertForwardJobs writes as it is,
@@ -1316,11 +1405,11 @@ RETURNING id`, encoded, maxAttempts, queue)
 		if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 			return err
 		}
-		if f.State == rivertype.JobStateAvailable && f.Attempt == 0 && len(f.Errors) == 0 && f.Output == nil && f.ScheduledAt.IsZero() {
+		if f.State == rivertype.JobStateAvailable && f.Attempt == 0 && len(f.Errors) == 0 && f.Output == nil && f.ScheduledAt.IsZero() && f.AttemptedBy == nil {
 			return nil // new jobs, as River inserts them
 		}
 		_, err = tx.Exec(ctx, `UPDATE river_job SET `+fixtureSet+` WHERE id = ANY($6::bigint[])`,
-			args[0], args[1], args[2], args[3], args[4], ids, args[5])
+			args[0], args[1], args[2], args[3], args[4], ids, args[5], args[6])
 		return err
 	})
 	if err != nil {

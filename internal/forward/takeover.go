@@ -1,0 +1,228 @@
+package forward
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// The takeover of the jobs of processes that are gone. River rescues a job
+// left running by a process that died (SIGKILL, a crash, a lost host) only
+// after its RescueStuckJobsAfter, and its rescuer runs once every 30 s in
+// the elected leader, whose election after the leader died waits for the
+// dead leader's term to end: a forward running in a killed process waited
+// a minute or two. Instead, every process that works forwards writes a
+// heartbeat (forward_processes) every HeartbeatEvery, under the River
+// client ID it works jobs as, and looks every HeartbeatEvery for running
+// jobs whose last attempt was made by a hookgate process not seen for
+// Stale: those it makes available again at once (store.TakeOverJobs), and
+// River's workers of any live process fetch them within their poll
+// interval. A process looks only once it has itself been connected
+// without a failed heartbeat for longer than Stale, so that right after a
+// database crash (which empties the unlogged table) or its own outage it
+// waits until every live process has had the time to write its row again.
+// River's rescuer stays as the backstop (a job of a process of an earlier
+// version, which writes no heartbeat).
+
+// Defaults of the takeover.
+const (
+	// DefaultHeartbeatEvery is how often a process writes its heartbeat
+	// and looks for the jobs of processes that are gone.
+	DefaultHeartbeatEvery = time.Second
+	// DefaultStale is how long a process may go without a heartbeat before
+	// its running jobs are taken over: five heartbeats, so that a process
+	// whose heartbeat was held up by a slow statement or a pause of a few
+	// seconds is not taken for dead, and a forward of a killed process is
+	// sent again within seconds.
+	DefaultStale = 5 * time.Second
+	// takeoverBatch is the most jobs one look takes over.
+	takeoverBatch = 1000
+	// forgetAfter is how long the row of a process not seen is kept.
+	forgetAfter = time.Hour
+)
+
+// ProcessIDPrefix starts the River client ID of every hookgate process
+// (NewProcessID): the takeover takes over only the jobs of such clients,
+// which write heartbeats.
+const ProcessIDPrefix = "hookgate:"
+
+// NewProcessID returns a River client ID for this process, unique to this
+// start of it: hookgate:<host>:<pid>:<random>, at most 100 bytes (River's
+// limit).
+func NewProcessID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	if len(host) > 60 {
+		host = host[:60]
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return ProcessIDPrefix + host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
+}
+
+// TakeoverConfig configures a Takeover. Zero means zero
+// (docs/configuration.md): validate refuses one; DefaultTakeoverConfig has
+// the defaults.
+type TakeoverConfig struct {
+	// ID is the River client ID this process works jobs as (NewProcessID);
+	// it must start with ProcessIDPrefix.
+	ID string
+	// HeartbeatEvery is how often the heartbeat is written and the jobs of
+	// processes that are gone are looked for (DefaultHeartbeatEvery).
+	HeartbeatEvery time.Duration
+	// Stale is how long a process may go without a heartbeat before its
+	// running jobs are taken over (DefaultStale), more than HeartbeatEvery.
+	Stale time.Duration
+}
+
+// DefaultTakeoverConfig returns the takeover's defaults for the process
+// whose River client ID is id.
+func DefaultTakeoverConfig(id string) TakeoverConfig {
+	return TakeoverConfig{ID: id, HeartbeatEvery: DefaultHeartbeatEvery, Stale: DefaultStale}
+}
+
+// validate returns an error naming the field at fault, or nil.
+func (c TakeoverConfig) validate() error {
+	var errs []error
+	if len(c.ID) <= len(ProcessIDPrefix) || c.ID[:len(ProcessIDPrefix)] != ProcessIDPrefix || len(c.ID) > 100 {
+		errs = append(errs, fmt.Errorf("takeover config: ID %q: must start with %q and be at most 100 bytes (NewProcessID)", c.ID, ProcessIDPrefix))
+	}
+	if c.HeartbeatEvery <= 0 {
+		errs = append(errs, fmt.Errorf("takeover config: HeartbeatEvery %s: must be positive", c.HeartbeatEvery))
+	}
+	if c.Stale <= c.HeartbeatEvery {
+		errs = append(errs, fmt.Errorf("takeover config: Stale %s: must be longer than HeartbeatEvery (%s)", c.Stale, c.HeartbeatEvery))
+	}
+	return errors.Join(errs...)
+}
+
+// Takeover writes this process's heartbeat and takes over the running jobs
+// of processes that are gone. Run runs it; Stop deletes the process's row.
+type Takeover struct {
+	q       *store.Queries
+	cfg     TakeoverConfig
+	log     *slog.Logger
+	started time.Time
+	taken   prometheus.Counter
+
+	mu sync.Mutex
+	// upSince is when the heartbeats last started to succeed one after
+	// another (zero after a failure).
+	upSince time.Time
+}
+
+// NewTakeover returns the takeover of a process whose River client ID is
+// tc.ID, on db; reg receives hookgate_forward_taken_over_total. It returns
+// an error naming the field when tc is invalid.
+func NewTakeover(db *pgxpool.Pool, tc TakeoverConfig, reg prometheus.Registerer, log *slog.Logger) (*Takeover, error) {
+	if err := tc.validate(); err != nil {
+		return nil, err
+	}
+	taken := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hookgate_forward_taken_over_total",
+		Help: "Jobs (forwards, bulk redeliveries, retention runs) left running by a hookgate process that is gone (no heartbeat for the stale time), which this process made available again.",
+	})
+	reg.MustRegister(taken)
+	return &Takeover{q: store.New(db), cfg: tc, log: log, started: time.Now(), taken: taken}, nil
+}
+
+// Heartbeat writes the process's heartbeat once. Call it before River
+// starts working jobs, so that no job this process fetches is ever taken
+// for a dead process's.
+func (t *Takeover) Heartbeat(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, max(t.cfg.HeartbeatEvery, time.Second))
+	defer cancel()
+	err := t.q.Heartbeat(ctx, t.cfg.ID, t.started, forgetAfter)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case err != nil:
+		t.upSince = time.Time{}
+	case t.upSince.IsZero():
+		t.upSince = time.Now()
+	}
+	return err
+}
+
+// Once writes the heartbeat and, when the process has been connected for
+// longer than Stale, takes over the running jobs of processes that are
+// gone; it returns them.
+func (t *Takeover) Once(ctx context.Context) ([]store.TakenOver, error) {
+	if err := t.Heartbeat(ctx); err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	up := time.Since(t.upSince)
+	t.mu.Unlock()
+	if up <= t.cfg.Stale {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(t.cfg.HeartbeatEvery, time.Second))
+	defer cancel()
+	taken, err := t.q.TakeOverJobs(ctx, ProcessIDPrefix, t.cfg.Stale, takeoverBatch)
+	if err != nil {
+		return nil, err
+	}
+	if len(taken) > 0 {
+		t.taken.Add(float64(len(taken)))
+		byProcess := map[string]int{}
+		for _, j := range taken {
+			byProcess[j.Process]++
+		}
+		for p, n := range byProcess {
+			t.log.Warn("took over jobs left running by a process that is gone; they are attempted again now",
+				"process", p, "jobs", n, "stale_after", t.cfg.Stale)
+		}
+	}
+	return taken, nil
+}
+
+// Run writes heartbeats and takes over jobs every HeartbeatEvery until ctx
+// is done. A failure is logged (once per outage) and tried again at the
+// next beat.
+func (t *Takeover) Run(ctx context.Context) {
+	tick := time.NewTicker(t.cfg.HeartbeatEvery)
+	defer tick.Stop()
+	failing := false
+	for {
+		_, err := t.Once(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil && !failing:
+			failing = true
+			t.log.Warn("forward heartbeat failed; this process's jobs may be taken over by another if it lasts", "err", err, "stale_after", t.cfg.Stale)
+		case err == nil && failing:
+			failing = false
+			t.log.Info("forward heartbeat written again")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop deletes the process's row: call it once River has stopped working
+// jobs. Whatever it left running is then taken over at the other
+// processes' next look.
+func (t *Takeover) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return t.q.RemoveProcess(ctx, t.cfg.ID)
+}
