@@ -102,13 +102,15 @@ func (st *stallTarget) received() (all, answered map[string]int, keys map[string
 
 // TestFastPathSIGKILL kills the real binary (SIGKILL) while its fast path
 // holds forwards at each point of their way: queued before the POST (the
-// two fast-path workers are busy), during the POST (the target holds the
-// request unanswered), and after the target's 2xx but before the outcome is
-// recorded (the target sent 200 and holds the rest of its body). After a
-// restart, the relay takes the leased outbox rows once their lease ends and
-// River delivers every forward: none is lost, each event has one completed
-// forward job, the forwards queued before the POST arrive exactly once, and
-// the one already answered 2xx is the only kind repeated, with the same
+// target has its fair share, two, of the four fast-path workers), during
+// the POST (the target holds the request unanswered), and after the
+// target's 2xx but before the outcome is recorded (the target sent 200 and
+// holds the rest of its body). After a restart, the relay takes the leased
+// outbox rows once their lease ends (the default: the target's timeout +
+// 7 s) and River delivers every forward, within the target's timeout + 10 s
+// of the restart: none is lost, each event has one completed forward job,
+// the forwards queued before the POST arrive exactly once, and the one
+// already answered 2xx is the only kind repeated, with the same
 // Idempotency-Key.
 func TestFastPathSIGKILL(t *testing.T) {
 	testkit.Slow(t, "kills the server with fast-path forwards in flight")
@@ -116,11 +118,12 @@ func TestFastPathSIGKILL(t *testing.T) {
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
 	tg := newStallTarget(t)
+	const timeout = 5 * time.Second // the target's
 	cfg := writeConfig(t, forwardConfig(tg.srv.URL+"/hooks", "5s", 10))
 	addr := freeAddr(t)
 	base := "http://" + addr
 	c := newClient(t)
-	flags := append([]string{"--forward-fast-path-workers", "2", "--forward-lease", "8s"}, fastForwardFlags...)
+	flags := append([]string{"--forward-fast-path-workers", "4"}, fastForwardFlags...)
 
 	first := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
 	waitHealthy(t, c, base, first)
@@ -131,7 +134,7 @@ func TestFastPathSIGKILL(t *testing.T) {
 	})
 	before := []string{"before-1", "before-2", "before-3"}
 	events = append(events, deliverAll(t, c, base, before)...)
-	// Both fast-path workers are held: the three forwards wait in its
+	// The target's two workers are held: the three forwards wait in its
 	// queue, their outbox rows leased.
 	var leased int
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM forward_outbox WHERE leased_until > now()`).Scan(&leased); err != nil {
@@ -161,9 +164,10 @@ func TestFastPathSIGKILL(t *testing.T) {
 	tg.mu.Lock()
 	tg.hold = false
 	tg.mu.Unlock()
+	restarted := time.Now()
 	second := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
 	waitHealthy(t, c, base, second)
-	testkit.Poll(t, 60*time.Second, "every event to be answered 2xx after the restart", func() bool {
+	testkit.Poll(t, timeout+10*time.Second-time.Since(restarted), "every event to be answered 2xx within the target's timeout + 10 s of the restart", func() bool {
 		_, answered, _ := tg.received()
 		for _, id := range []string{"during-1", "before-1", "before-2", "before-3"} {
 			if answered[id] == 0 {
@@ -172,6 +176,7 @@ func TestFastPathSIGKILL(t *testing.T) {
 		}
 		return answered["after-1"] >= 2
 	})
+	t.Logf("every event answered 2xx %v after the restart", time.Since(restarted).Round(100*time.Millisecond))
 	testkit.Poll(t, 30*time.Second, "every forward job to be completed", func() bool {
 		return jobStates(t, pool)["completed"] == len(events)
 	})

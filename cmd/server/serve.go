@@ -222,11 +222,9 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			// The fast path shares the River worker's HTTP client and
 			// Gate: fair shares, max_in_flight and breakers hold across
 			// both.
-			dc := forward.DefaultDispatcherConfig(cfg)
+			dc := forward.DefaultDispatcherConfig()
 			dc.Workers = s.fastWorkers
-			if s.forwardLease > 0 { // set; unset keeps the lease computed from the targets
-				dc.Lease = s.forwardLease
-			}
+			dc.FixedLease = s.forwardLease // 0 (unset): each target's timeout + the margin
 			handedOver = make(chan struct{}, 1)
 			dc.HandedOver = handedOver
 			if fast, err = forward.NewDispatcher(worker, db.pool, dc, reg, log); err != nil {

@@ -37,7 +37,7 @@ type settings struct {
 	backoff        forward.Backoff
 	fastPath       bool          // role all: attempt forwards right after COMMIT
 	fastWorkers    int           // forwards the fast path runs at once
-	forwardLease   time.Duration // of the fast path's outbox rows; 0: unset (forward.DefaultLease)
+	forwardLease   time.Duration // of the fast path's outbox rows; 0: unset (each target's timeout + forward.DefaultLeaseMargin)
 
 	retentionInterval time.Duration
 	pprofAddr         string
@@ -241,7 +241,7 @@ var settingTable = []setting{
 		help:  "longest retry delay of a failed forward",
 		parse: durationSetting("forward backoff max", time.Millisecond, func(s *settings) *time.Duration { return &s.backoff.Max })},
 	{flag: "forward-rescue-after", env: "HOOKGATE_FORWARD_RESCUE_AFTER", shown: "longest target timeout + 5s + 1m",
-		help: "how long a job may stay running before another worker retries it (the forwards of a killed process); more than the longest target timeout + 5s; by default the longest timeout of all job kinds (a bulk redelivery's 1h) + 1m; shorter, bulk redeliveries and retention run in slices of this - 5s",
+		help: "how long a job may stay running before River's rescuer retries it: the backstop for jobs of processes without heartbeats (a killed hookgate process's are taken over 5s after its last heartbeat); more than the longest target timeout + 5s; shorter, bulk redeliveries and retention run in slices of this - 5s",
 		parse: func(s *settings, v string) error {
 			if v == "" {
 				s.rescueAfter = 0 // computed: forward.DefaultClientConfig
@@ -265,11 +265,11 @@ var settingTable = []setting{
 	{flag: "forward-fast-path-workers", env: "HOOKGATE_FORWARD_FAST_PATH_WORKERS", def: strconv.Itoa(forward.DefaultDispatchWorkers),
 		help:  "forwards the fast path runs at once; up to 1024 more wait in its queue, and past that they are left to the retry queue",
 		parse: intSetting("forward fast path workers", 1, 10_000, func(s *settings) *int { return &s.fastWorkers })},
-	{flag: "forward-lease", env: "HOOKGATE_FORWARD_LEASE", shown: "longest target timeout + 10s, at least 15s",
-		help: "how long the fast path holds a forward's outbox row before the relay may take it: how long a crash delays that forward (at least 3s)",
+	{flag: "forward-lease", env: "HOOKGATE_FORWARD_LEASE", shown: "the target's timeout + 7s",
+		help: "how long the fast path holds a forward's outbox row before the relay may take it: how long a crash delays that forward; set, the same for every target, and attempts are cut short to fit it (at least 3s)",
 		parse: func(s *settings, v string) error {
 			if v == "" {
-				s.forwardLease = 0 // unset: forward.DefaultDispatcherConfig computes it
+				s.forwardLease = 0 // unset: per target (forward.DispatcherConfig.LeaseMargin)
 				return nil
 			}
 			return durationSetting("forward lease", 3*time.Second, func(s *settings) *time.Duration { return &s.forwardLease })(s, v)

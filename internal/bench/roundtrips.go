@@ -103,7 +103,7 @@ func roundTrips(ctx context.Context, dbURL string, body []byte, out io.Writer) (
 		return ingest.Run(ctx, d, func(b *dedup.Batch) {
 			events.QueueInsert(b, events.Event{ID: eventID, Sender: sender, DeliveryID: id, ReceivedAt: now, Headers: roundTripHeaders, Body: payload})
 			if withTarget {
-				forward.QueueOutbox(b, eventID, id, now, targets, 0)
+				forward.QueueOutbox(b, eventID, id, now, targets, forward.Lease{})
 			}
 		})
 	}

@@ -91,10 +91,11 @@ func TestConfigsValidate(t *testing.T) {
 	_, err = newHorizons(cfg, 15*time.Second, 0)
 	wantErr("a rescue horizon not above a forward's timeout (15s)", err, "RescueAfter")
 
-	// The fast path: zero means zero; the defaults (the lease computed
-	// from the targets' timeouts) are DefaultDispatcherConfig's.
-	dc := DefaultDispatcherConfig(cfg)
-	if dc != (DispatcherConfig{Lease: 20 * time.Second, Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}) {
+	// The fast path: zero means zero (but for FixedLease, whose zero is
+	// "each target's timeout + LeaseMargin"); the defaults are
+	// DefaultDispatcherConfig's.
+	dc := DefaultDispatcherConfig()
+	if dc != (DispatcherConfig{LeaseMargin: DefaultLeaseMargin, Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}) {
 		t.Errorf("DefaultDispatcherConfig = %+v", dc)
 	}
 	if err := dc.validate(); err != nil {
@@ -105,13 +106,13 @@ func TestConfigsValidate(t *testing.T) {
 		apply func(*DispatcherConfig)
 		field string
 	}{
-		{"zero lease", func(c *DispatcherConfig) { c.Lease = 0 }, "Lease 0s"},
-		{"negative lease", func(c *DispatcherConfig) { c.Lease = -time.Second }, "Lease -1s"},
+		{"zero lease margin", func(c *DispatcherConfig) { c.LeaseMargin = 0 }, "LeaseMargin 0s"},
+		{"negative fixed lease", func(c *DispatcherConfig) { c.FixedLease = -time.Second }, "FixedLease -1s"},
 		{"zero workers", func(c *DispatcherConfig) { c.Workers = 0 }, "Workers 0"},
 		{"zero queue", func(c *DispatcherConfig) { c.Queue = 0 }, "Queue 0"},
 		{"zero bytes", func(c *DispatcherConfig) { c.MaxBytes = 0 }, "MaxBytes 0"},
 	} {
-		dc := DefaultDispatcherConfig(cfg)
+		dc := DefaultDispatcherConfig()
 		tc.apply(&dc)
 		wantErr(tc.name, dc.validate(), tc.field)
 		_, err := NewDispatcher(nil, nil, dc, nil, nil)

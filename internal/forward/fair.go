@@ -21,12 +21,20 @@ import (
 const (
 	activeFor = 2 * time.Second
 	floorHeld = 2
+	// quickLatency is how quickly a target's attempts must end, on
+	// average and those under way so far, for it to use the headroom
+	// (guard.quick): a burst to a healthy target is not held to two
+	// forwards at a time while hung targets hold the rest, and a target
+	// that starts to hang loses the headroom within this long.
+	quickLatency = 500 * time.Millisecond
 	// recountEvery bounds how often the active targets are counted.
 	recountEvery = 50 * time.Millisecond
 )
 
 // fair shares a process's capacity among targets. Its fields, and each
-// guard's held and seen, are under mu.
+// share's, are under mu. The gate shares the process's forwards (River's
+// workers and the fast path together); the fast path's dispatcher shares
+// its own workers the same way.
 type fair struct {
 	capacity, headroom int
 
@@ -34,7 +42,14 @@ type fair struct {
 	total   int
 	active  int
 	counted time.Time
-	all     []*guard
+	all     []*share
+}
+
+// share is one target's use of a fair capacity: how many of its slots it
+// holds, and when it last asked for one.
+type share struct {
+	held int
+	seen time.Time
 }
 
 func newFair(capacity int) fair {
@@ -42,11 +57,11 @@ func newFair(capacity int) fair {
 	return fair{capacity: capacity, headroom: capacity / 4}
 }
 
-// add makes gd one of the targets shared among.
-func (f *fair) add(gd *guard) {
+// add makes s one of the targets shared among.
+func (f *fair) add(s *share) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.all = append(f.all, gd)
+	f.all = append(f.all, s)
 }
 
 // share returns a target's fair share now. Under f.mu.
@@ -63,10 +78,12 @@ func (f *fair) share(now time.Time) int {
 	return max(f.capacity/(max(f.active, 1)+1), 1)
 }
 
-// acquire takes one of the capacity's slots for a forward of gd's target,
-// or returns false when the target has its share (or the capacity is
-// taken).
-func (f *fair) acquire(gd *guard, now time.Time) bool {
+// acquire takes one of the capacity's slots for a forward of the target
+// whose share gd is, or returns false when the target has its share (or the
+// capacity is taken). quick says that the target's attempts end quickly
+// (guard.quick): such a target may use the headroom too, since it gives
+// its slots back within moments; one that hangs or is slow may not.
+func (f *fair) acquire(gd *share, now time.Time, quick bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if gd.seen.IsZero() || now.Sub(gd.seen) >= activeFor {
@@ -76,7 +93,7 @@ func (f *fair) acquire(gd *guard, now time.Time) bool {
 	switch {
 	case f.total >= f.capacity,
 		gd.held >= f.share(now),
-		gd.held >= floorHeld && f.total >= f.capacity-f.headroom:
+		gd.held >= floorHeld && !quick && f.total >= f.capacity-f.headroom:
 		return false
 	}
 	gd.held++
@@ -85,7 +102,7 @@ func (f *fair) acquire(gd *guard, now time.Time) bool {
 }
 
 // release gives back a slot taken by acquire.
-func (f *fair) release(gd *guard) {
+func (f *fair) release(gd *share) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	gd.held--

@@ -22,24 +22,40 @@ import (
 // The fast path (issue 18): most forwards succeed at their first attempt,
 // and the process that committed a delivery still holds its body and
 // headers. That process leases the delivery's outbox rows in the ingest
-// transaction (QueueOutbox with Dispatcher.Lease's duration), and right
-// after COMMIT hands the forwards to its Dispatcher, which POSTs them
-// through a bounded set of goroutines, admitted by the same per-target
-// limiter as the River worker of the process (max_in_flight, breaker,
-// Retry-After pauses), and records the outcomes in batches: one statement
-// per batch and sender deletes the outbox rows and inserts their River
-// jobs already finished (completed, or retryable or failed after a failed
-// attempt; riverjob.go), so that the operator API, the metrics, the
-// console and redelivery see them like any other forward.
+// transaction (QueueOutbox with the durations Dispatcher.Lease grants, one
+// per target), and right after COMMIT hands the forwards to its
+// Dispatcher, which POSTs them through a bounded set of workers, admitted
+// by the same per-target limiter as the River worker of the process
+// (max_in_flight, breaker, Retry-After pauses, fair shares), and records
+// the outcomes in batches: one statement per batch and sender deletes the
+// outbox rows and inserts their River jobs already finished (completed,
+// or retryable or failed after a failed attempt), so that the operator
+// API, the metrics, the console and redelivery see them like any other
+// forward.
+//
+// Fairness (issue 28): forwards wait in one queue per target, and the
+// workers serve the targets in turn (round robin: each pass takes the
+// oldest forward of the next target that may send one now), never in the
+// order the forwards arrived. A target may hold at most a fair share of
+// the dispatcher's workers (fair.go, as the gate shares the process's
+// capacity) and of its queue, so a burst to slow or hung targets neither
+// fills the queue ahead of the others nor holds the workers they need: a
+// healthy target's forward is sent as soon as a worker is free, however
+// many forwards of other targets wait. A forward whose target is paused or
+// has its breaker open is not leased at all (River holds it back without
+// using attempts), and one that waited so long in its target's queue that
+// its lease could no longer cover its attempt is handed to River.
 //
 // Until the outcome is recorded, the outbox row is the durable promise. A
-// forward the dispatcher cannot take (its queue is full, the target's
-// limiter refuses it, the process is stopping) is released (its lease
-// cleared) for the relay to move into River at once; a crash, or a
-// recording that fails, leaves the row leased until the lease ends, and
-// the relay then moves it into River. The only window in which a forward
-// can be repeated is between the target's 2xx and the recording's COMMIT;
-// the repeat carries the same Idempotency-Key.
+// forward the dispatcher cannot take (its target's queue is full, the
+// target is held back, the process is stopping, it waited too long) is
+// released (its lease cleared) for the relay to move into River at once; a
+// crash, or a recording that fails, leaves the row leased until the lease
+// ends, and the relay then moves it into River. The lease is the target's
+// timeout plus DefaultLeaseMargin, so that after a SIGKILL a forward waits
+// at most that long. The only window in which a forward can be repeated is
+// between the target's 2xx and the recording's COMMIT; the repeat carries
+// the same Idempotency-Key.
 
 // Defaults of the fast path.
 const (
@@ -47,7 +63,8 @@ const (
 	// once.
 	DefaultDispatchWorkers = 64
 	// DefaultDispatchQueue is how many fast-path forwards may wait for a
-	// dispatch worker; more are left to the relay.
+	// dispatch worker; more are left to the relay. One target may have at
+	// most a quarter of them waiting.
 	DefaultDispatchQueue = 1024
 	// DefaultDispatchBytes bounds the bytes of bodies the fast path holds
 	// (queued and in flight, a body counted once per target): past it,
@@ -56,6 +73,13 @@ const (
 	// answered, so without it a burst of large bodies to slow targets would
 	// hold up to DefaultDispatchQueue bodies of max_body_bytes each.
 	DefaultDispatchBytes = 64 << 20
+	// DefaultLeaseMargin is how much longer than its target's timeout a
+	// forward's outbox row is leased: recordMargin to record the outcome,
+	// and about 2 s the forward may wait in its target's queue (a longer
+	// wait hands it to River). A crash leaves the row waiting at most the
+	// target's timeout plus this long before the relay takes it, within
+	// the timeout + 10 s that delivery may take to resume after a crash.
+	DefaultLeaseMargin = 7 * time.Second
 	// recordMargin is the part of the lease kept for recording the outcome
 	// after the attempt's timeout (a third of a shorter lease).
 	recordMargin = 5 * time.Second
@@ -72,26 +96,28 @@ const (
 	// recordRetries is how often a failed recording is tried again before
 	// its rows are left to the relay at the end of their lease.
 	recordRetries = 3
+	// idleRecheck bounds how long a worker waits, with forwards queued and
+	// none admitted, before it looks again without being told to: a
+	// target's fair share grows when other targets fall idle, which no
+	// event signals.
+	idleRecheck = 50 * time.Millisecond
 )
 
-// DefaultLease returns the default lease of the fast path's outbox rows for
-// cfg: the longest target timeout plus 10s, at least 15s. A crash leaves a
-// forward waiting that long before the relay takes it.
-func DefaultLease(cfg *config.Config) time.Duration {
-	longest := time.Duration(0)
-	for _, s := range cfg.Senders {
-		for _, t := range s.Forward {
-			longest = max(longest, time.Duration(t.Timeout))
-		}
-	}
-	return max(longest+10*time.Second, 15*time.Second)
+// Lease is what Dispatcher.Lease grants an ingest: the lease to write on
+// each of its outbox rows, in the order of its targets (zero: none, the
+// row is the relay's), and when it was granted. The zero Lease leases
+// nothing.
+type Lease struct {
+	Durations []time.Duration
+	granted   time.Time
 }
 
-// Lease is what Dispatcher.Lease grants an ingest: the lease to write on
-// its outbox rows (zero: none), and when it was granted.
-type Lease struct {
-	Duration time.Duration
-	granted  time.Time
+// For returns the lease of the i-th target's row: 0 when none.
+func (l Lease) For(i int) time.Duration {
+	if i < len(l.Durations) {
+		return l.Durations[i]
+	}
+	return 0
 }
 
 // Fast is a committed delivery whose forwards the fast path attempts.
@@ -111,18 +137,31 @@ type Fast struct {
 type fastJob struct {
 	f      *Fast
 	target *config.Target
+	lease  time.Duration // its row's lease, from f.Lease.granted
+	q      *targetQueue  // its target's queue
+}
+
+// targetQueue is one target's forwards waiting for a dispatch worker,
+// oldest first, and its use of the workers. Under the dispatcher's mu,
+// but share, which is under the dispatcher's fair.mu.
+type targetQueue struct {
+	sender string
+	target *config.Target
+	jobs   []fastJob
+	inRing bool
+	share  share
 }
 
 // Dispatcher is the fast path of one process. Its methods are safe for
 // concurrent use.
 type Dispatcher struct {
-	w       *Worker
-	gate    *Gate
-	db      *pgxpool.Pool
-	log     *slog.Logger
-	lease   time.Duration
-	queue   chan fastJob
-	records chan store.FirstAttempt
+	w           *Worker
+	gate        *Gate
+	db          *pgxpool.Pool
+	log         *slog.Logger
+	fixedLease  time.Duration // 0: each target's timeout + leaseMargin
+	leaseMargin time.Duration
+	records     chan store.FirstAttempt
 	// bytes are the body bytes of the queued and running forwards, at most
 	// maxBytes (DispatcherConfig.MaxBytes).
 	bytes    atomic.Int64
@@ -136,9 +175,24 @@ type Dispatcher struct {
 	ctx    context.Context // of the attempts; cancelled by Close's deadline
 	cancel context.CancelFunc
 
-	mu      sync.RWMutex // held to send on queue; Close takes it to close it
-	closed  bool
-	workers sync.WaitGroup
+	// fair shares the workers among the targets.
+	fair fair
+	// slots holds a token per forward under way (at most Workers).
+	slots chan struct{}
+	// kick wakes the scheduler: a forward was queued, or an attempt (of
+	// this dispatcher's or of River's worker) ended.
+	kick chan struct{}
+
+	mu        sync.Mutex
+	queues    map[[2]string]*targetQueue
+	ring      []*targetQueue // the targets with forwards queued, served in turn
+	next      int            // the ring's next target to serve
+	queued    int            // forwards queued, at most maxQueued
+	maxQueued int
+	perTarget int // the most forwards one target may have queued
+	closed    bool
+
+	running sync.WaitGroup // the scheduler and the attempts under way
 	rec     sync.WaitGroup
 
 	closeOnce sync.Once
@@ -147,16 +201,23 @@ type Dispatcher struct {
 
 // DispatcherConfig configures a Dispatcher. Zero means zero
 // (docs/configuration.md): no field is defaulted from a 0, and validate
-// refuses one; DefaultDispatcherConfig has the defaults.
+// refuses one where it is not a value of its own (FixedLease);
+// DefaultDispatcherConfig has the defaults.
 type DispatcherConfig struct {
-	// Lease is how long the fast path holds a forward's outbox row before
-	// the relay may take it (DefaultLease).
-	Lease time.Duration
+	// LeaseMargin is how much longer than its target's timeout a forward's
+	// outbox row is leased (DefaultLeaseMargin), positive.
+	LeaseMargin time.Duration
+	// FixedLease, when positive, is the lease of every forward instead,
+	// whatever its target's timeout (--forward-lease); an attempt is then
+	// cut short at the lease's end minus the recording's margin. Zero:
+	// each target's timeout + LeaseMargin.
+	FixedLease time.Duration
 	// Workers is how many forwards the fast path attempts at once
 	// (DefaultDispatchWorkers).
 	Workers int
 	// Queue is how many forwards may wait for a worker; more are left to
-	// the relay (DefaultDispatchQueue).
+	// the relay (DefaultDispatchQueue). One target may have a quarter of
+	// them waiting (at least one).
 	Queue int
 	// MaxBytes bounds the body bytes of the queued and running forwards
 	// (DefaultDispatchBytes).
@@ -169,17 +230,19 @@ type DispatcherConfig struct {
 	HandedOver chan<- struct{}
 }
 
-// DefaultDispatcherConfig returns the fast path's defaults for cfg (its
-// lease depends on the targets' timeouts: DefaultLease).
-func DefaultDispatcherConfig(cfg *config.Config) DispatcherConfig {
-	return DispatcherConfig{Lease: DefaultLease(cfg), Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}
+// DefaultDispatcherConfig returns the fast path's defaults.
+func DefaultDispatcherConfig() DispatcherConfig {
+	return DispatcherConfig{LeaseMargin: DefaultLeaseMargin, Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}
 }
 
 // validate returns an error naming the fields at fault, or nil.
 func (c DispatcherConfig) validate() error {
 	var errs []error
-	if c.Lease <= 0 {
-		errs = append(errs, fmt.Errorf("dispatcher config: Lease %s: must be positive (DefaultDispatcherConfig computes it)", c.Lease))
+	if c.LeaseMargin <= 0 {
+		errs = append(errs, fmt.Errorf("dispatcher config: LeaseMargin %s: must be positive", c.LeaseMargin))
+	}
+	if c.FixedLease < 0 {
+		errs = append(errs, fmt.Errorf("dispatcher config: FixedLease %s: must not be negative", c.FixedLease))
 	}
 	if c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("dispatcher config: Workers %d: must be at least 1", c.Workers))
@@ -196,84 +259,176 @@ func (c DispatcherConfig) validate() error {
 // NewDispatcher returns the fast path of a process whose River worker is w
 // (its HTTP client, metrics, backoff and Gate are shared, so that the
 // gate's fair shares, max_in_flight, breakers and pauses hold across both):
-// dc.Workers goroutines attempt the forwards that a queue of dc.Queue
-// holds, and their outcomes are recorded in db. Rows are leased for
-// dc.Lease. reg receives hookgate_forward_fast_path_total. Close stops it.
-// It returns an error, naming the field, when dc is invalid.
+// up to dc.Workers forwards are attempted at once, from per-target queues
+// of dc.Queue forwards in all, and their outcomes are recorded in db. reg
+// receives hookgate_forward_fast_path_total. Close stops it. It returns an
+// error, naming the field, when dc is invalid.
 func NewDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, reg prometheus.Registerer, log *slog.Logger) (*Dispatcher, error) {
 	if err := dc.validate(); err != nil {
 		return nil, err
 	}
-	lease, workers, queue := dc.Lease, dc.Workers, dc.Queue
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &Dispatcher{
-		w: w, gate: w.gate, db: db, log: log, lease: lease, maxBytes: dc.MaxBytes, handedOver: dc.HandedOver,
-		queue: make(chan fastJob, queue), records: make(chan store.FirstAttempt, queue+workers),
-		ctx: ctx, cancel: cancel,
-		count: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hookgate_forward_fast_path_total",
-			Help: "Forwards offered to the fast path (attempted right after the ingest COMMIT by the process that accepted them), by result: delivered, retry (failed, handed to River), failed, handed_over (not attempted: the dispatcher was full, the target's limits refused it, or the process was stopping), unrecorded (the outcome could not be recorded: the relay takes the row when its lease ends).",
-		}, []string{"result"}),
-	}
+	d := newDispatcher(w, db, dc, log)
 	reg.MustRegister(d.count)
 	d.delivered = d.count.WithLabelValues("delivered")
-	d.workers.Add(workers)
-	for range workers {
-		go d.work()
-	}
+	// An attempt of River's worker that ends may free a slot a queued
+	// forward waits for.
+	w.gate.OnRelease(d.wake)
+	d.running.Add(1)
+	go d.schedule()
 	d.rec.Add(1)
 	go d.record()
 	return d, nil
 }
 
-// Lease returns the lease an ingest with forwards to n targets and a body
-// of size bytes should write on its outbox rows: none when the
-// dispatcher's queue is full, its body bytes would pass their bound, or it
-// is closed (the relay then takes them at once).
-func (d *Dispatcher) Lease(n, size int) Lease {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed || len(d.queue) >= cap(d.queue) || d.bytes.Load()+int64(n)*int64(size) > d.maxBytes {
-		d.count.WithLabelValues("handed_over").Add(float64(n))
-		return Lease{}
+// newDispatcher returns a dispatcher whose scheduler and recorder are not
+// started (NewDispatcher starts them; tests of the queues do not).
+func newDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, log *slog.Logger) *Dispatcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Dispatcher{
+		w: w, db: db, log: log, fixedLease: dc.FixedLease, leaseMargin: dc.LeaseMargin,
+		maxBytes: dc.MaxBytes, handedOver: dc.HandedOver,
+		records: make(chan store.FirstAttempt, dc.Queue+dc.Workers),
+		ctx:     ctx, cancel: cancel,
+		fair:   newFair(dc.Workers),
+		slots:  make(chan struct{}, dc.Workers),
+		kick:   make(chan struct{}, 1),
+		queues: map[[2]string]*targetQueue{}, maxQueued: dc.Queue, perTarget: max(dc.Queue/4, 1),
+		count: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookgate_forward_fast_path_total",
+			Help: "Forwards offered to the fast path (attempted right after the ingest COMMIT by the process that accepted them), by result: delivered, retry (failed, handed to River), failed, handed_over (not attempted: its target's queue was full or the target held back, it waited too long for a worker, or the process was stopping), unrecorded (the outcome could not be recorded: the relay takes the row when its lease ends).",
+		}, []string{"result"}),
 	}
-	return Lease{Duration: d.lease, granted: time.Now()}
+	if w != nil {
+		d.gate = w.gate
+	}
+	return d
 }
 
-// Dispatch attempts f's forwards, whose outbox rows are leased with
-// f.Lease and committed. It does not block: a forward that finds the queue
-// full is released to the relay. With a zero lease (Lease found no room),
-// the committed rows are the relay's: Dispatch only tells it.
+// leaseFor returns the lease of a forward to t.
+func (d *Dispatcher) leaseFor(t *config.Target) time.Duration {
+	if d.fixedLease > 0 {
+		return d.fixedLease
+	}
+	return time.Duration(t.Timeout) + d.leaseMargin
+}
+
+// heldBack reports whether the gate holds t's forwards back (paused,
+// breaker not closed).
+func (d *Dispatcher) heldBack(sender string, t *config.Target) bool {
+	if d.gate == nil {
+		return false
+	}
+	held, _ := d.gate.HeldBack(sender, t)
+	return held
+}
+
+// queueOf returns the queue of sender's target t, made on first use. Under
+// d.mu.
+func (d *Dispatcher) queueOf(sender string, t *config.Target) *targetQueue {
+	k := [2]string{sender, t.Name}
+	tq := d.queues[k]
+	if tq == nil {
+		tq = &targetQueue{sender: sender, target: t}
+		d.queues[k] = tq
+		d.fair.add(&tq.share)
+	}
+	return tq
+}
+
+// Lease returns the leases an ingest of sender with forwards to targets
+// and a body of size bytes should write on its outbox rows: for each
+// target, its timeout + the lease margin, or none (the relay takes the row
+// at once) when the target is held back (paused, its breaker open: River
+// holds its forwards without using attempts), its queue or the
+// dispatcher's is full, the body bytes would pass their bound, or the
+// dispatcher is closed.
+func (d *Dispatcher) Lease(sender *config.Sender, targets []string, size int) Lease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var (
+		l      = Lease{granted: time.Now()}
+		n      int
+		refuse int
+	)
+	for i, name := range targets {
+		t, ok := sender.Target(name)
+		if d.closed || !ok || d.queued+n >= d.maxQueued || d.bytes.Load()+int64(n+1)*int64(size) > d.maxBytes {
+			refuse++
+			continue
+		}
+		if tq := d.queueOf(sender.Name, t); len(tq.jobs) >= d.perTarget || d.heldBack(sender.Name, t) {
+			refuse++
+			continue
+		}
+		if l.Durations == nil {
+			l.Durations = make([]time.Duration, len(targets))
+		}
+		l.Durations[i] = d.leaseFor(t)
+		n++
+	}
+	if refuse > 0 {
+		d.count.WithLabelValues("handed_over").Add(float64(refuse))
+	}
+	return l
+}
+
+// Dispatch queues f's forwards whose outbox rows are leased (f.Lease) and
+// committed, each in its target's queue. It does not block: a forward that
+// finds its queue full is released to the relay. The rows without a lease
+// are the relay's: Dispatch only tells it.
 func (d *Dispatcher) Dispatch(f *Fast) {
-	if f.Lease.Duration <= 0 {
-		d.wakeRelay()
-		return
-	}
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		// Stopping: the rows stay leased, and the relay of a running
-		// process takes them when the lease ends.
-		return
-	}
-	for _, name := range f.Targets {
+	unleased := false
+	var released []*config.Target
+	d.mu.Lock()
+	for i, name := range f.Targets {
+		lease := f.Lease.For(i)
+		if lease <= 0 {
+			unleased = true
+			continue
+		}
 		t, ok := f.Sender.Target(name)
 		if !ok {
-			d.handOver(f, name)
+			released = append(released, &config.Target{Name: name})
+			continue
+		}
+		if d.closed {
+			// Stopping: the row stays leased, and the relay of a running
+			// process takes it when the lease ends.
+			continue
+		}
+		tq := d.queueOf(f.Sender.Name, t)
+		if d.queued >= d.maxQueued || len(tq.jobs) >= d.perTarget {
+			released = append(released, t)
 			continue
 		}
 		size := int64(len(f.Body))
 		if d.bytes.Add(size) > d.maxBytes {
 			d.bytes.Add(-size)
-			d.handOver(f, name)
+			released = append(released, t)
 			continue
 		}
-		select {
-		case d.queue <- fastJob{f: f, target: t}:
-		default:
-			d.bytes.Add(-size)
-			d.handOver(f, name)
+		tq.jobs = append(tq.jobs, fastJob{f: f, target: t, lease: lease, q: tq})
+		d.queued++
+		if !tq.inRing {
+			tq.inRing = true
+			d.ring = append(d.ring, tq)
 		}
+	}
+	d.mu.Unlock()
+	for _, t := range released {
+		d.handOver(f, t.Name)
+	}
+	if unleased {
+		d.wakeRelay()
+	}
+	d.wake()
+}
+
+// wake tells the scheduler to look again, without blocking.
+func (d *Dispatcher) wake() {
+	select {
+	case d.kick <- struct{}{}:
+	default: // a signal is pending already
 	}
 }
 
@@ -299,36 +454,155 @@ func (d *Dispatcher) wakeRelay() {
 	}
 }
 
-// work attempts queued forwards until the queue is closed.
-func (d *Dispatcher) work() {
-	defer d.workers.Done()
-	for j := range d.queue {
-		d.attempt(j)
+// schedule starts the queued forwards' attempts, one per free worker slot,
+// taking the targets in turn, until the dispatcher is closed and its
+// queues are empty.
+func (d *Dispatcher) schedule() {
+	defer d.running.Done()
+	timer := time.NewTimer(idleRecheck)
+	defer timer.Stop()
+	for {
+		d.slots <- struct{}{} // a worker is free
+		for {
+			j, tk, ok, done, wait := d.pick(time.Now())
+			if done {
+				<-d.slots
+				return
+			}
+			if ok {
+				d.running.Add(1)
+				go func() {
+					defer d.running.Done()
+					d.attempt(j, tk)
+					d.fair.release(&j.q.share)
+					<-d.slots
+					d.wake()
+				}()
+				break
+			}
+			timer.Reset(wait)
+			select {
+			case <-d.kick:
+				if !timer.Stop() {
+					<-timer.C
+				}
+			case <-timer.C:
+			}
+		}
 	}
 }
 
-// attempt POSTs one forward and queues its outcome for recording.
-func (d *Dispatcher) attempt(j fastJob) {
+// pick takes the next forward to attempt now, serving the targets with
+// forwards queued in turn: the oldest forward of the first target, from
+// the one after the last served, that may send one (its fair share of the
+// workers, and the gate admits it: AcquireFirst). On the way it hands to
+// River the forwards that can no longer be attempted within their lease,
+// and all those of a target held back (paused, breaker open). When it
+// finds none, wait is how long until it should look again unless woken;
+// done reports that the dispatcher is closed and nothing is queued.
+func (d *Dispatcher) pick(now time.Time) (j fastJob, tk Ticket, ok, done bool, wait time.Duration) {
+	var out []fastJob // handed over, released once d.mu is unlocked
+	defer func() {
+		for _, h := range out {
+			d.bytes.Add(-int64(len(h.f.Body)))
+			d.handOver(h.f, h.target.Name)
+		}
+	}()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	wait = idleRecheck
+	stopping := d.ctx.Err() != nil
+	for i := 0; i < len(d.ring) && !ok; i++ {
+		k := (d.next + i) % len(d.ring)
+		tq := d.ring[k]
+		for len(tq.jobs) > 0 {
+			h := tq.jobs[0]
+			left, need := d.left(h, now)
+			if !stopping && left >= need {
+				wait = min(wait, max(left-need, time.Millisecond))
+				break
+			}
+			tq.jobs[0] = fastJob{}
+			tq.jobs = tq.jobs[1:]
+			d.queued--
+			out = append(out, h)
+			if !stopping { // it waited too long for its target's turn
+				d.w.metrics.waits.WithLabelValues(tq.sender, tq.target.Name, "busy").Inc()
+			}
+		}
+		if len(tq.jobs) == 0 {
+			continue
+		}
+		if held, why := d.gate.HeldBack(tq.sender, tq.target); held {
+			d.w.metrics.waits.WithLabelValues(tq.sender, tq.target.Name, why).Add(float64(len(tq.jobs)))
+			out = append(out, tq.jobs...)
+			d.queued -= len(tq.jobs)
+			tq.jobs = nil
+			continue
+		}
+		if !d.fair.acquire(&tq.share, now, d.gate.Quick(tq.sender, tq.target)) {
+			continue
+		}
+		t, admitted, w, _ := d.gate.AcquireFirst(tq.sender, tq.target)
+		if !admitted {
+			d.fair.release(&tq.share)
+			wait = min(wait, max(w, time.Millisecond))
+			continue
+		}
+		j, tk, ok = tq.jobs[0], t, true
+		tq.jobs[0] = fastJob{}
+		tq.jobs = tq.jobs[1:]
+		d.queued--
+		d.next = k + 1
+	}
+	// The targets left without forwards leave the ring.
+	kept := d.ring[:0]
+	for i, tq := range d.ring {
+		if len(tq.jobs) > 0 {
+			kept = append(kept, tq)
+			continue
+		}
+		tq.inRing = false
+		if i < d.next {
+			d.next--
+		}
+	}
+	clear(d.ring[len(kept):])
+	d.ring = kept
+	if len(d.ring) > 0 {
+		d.next %= len(d.ring)
+	} else {
+		d.next = 0
+	}
+	done = !ok && d.closed && d.queued == 0
+	return j, tk, ok, done, wait
+}
+
+// left returns how long the forward j may still take to be attempted and
+// recorded within its lease, and how long its attempt needs: the target's
+// timeout, or, under a fixed lease shorter than that plus the recording's
+// margin, a second (the attempt is then cut short at the lease's end).
+func (d *Dispatcher) left(j fastJob, now time.Time) (left, need time.Duration) {
+	margin := min(recordMargin, j.lease/3)
+	left = j.f.Lease.granted.Add(j.lease).Sub(now) - margin
+	need = time.Duration(j.target.Timeout)
+	if j.lease-margin < need {
+		need = min(time.Second, j.lease-margin)
+	}
+	return left, need
+}
+
+// attempt POSTs one forward, admitted by the gate (tk), and queues its
+// outcome for recording.
+func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	f, t := j.f, j.target
 	defer d.bytes.Add(-int64(len(f.Body)))
 	// The attempt must end, and its outcome be recorded, before the lease
 	// does: after it, the relay may move the row into River.
-	left := time.Until(f.Lease.granted.Add(f.Lease.Duration)) - min(recordMargin, f.Lease.Duration/3)
-	if left < time.Second || d.ctx.Err() != nil {
-		d.handOver(f, t.Name)
-		return
-	}
-	tk, ok, _, why := d.gate.Acquire(f.Sender.Name, t, false) // never attempted
-	if !ok {
-		// Paused, breaker open, or the target has its share: River's worker
-		// holds it back without using an attempt.
-		d.w.metrics.waits.WithLabelValues(f.Sender.Name, t.Name, why).Inc()
-		d.handOver(f, t.Name)
-		return
-	}
+	left, _ := d.left(j, time.Now())
 	a := Args{Sender: f.Sender.Name, EventID: f.EventID, Target: t.Name, DeliveryID: f.DeliveryID}
 	attemptedAt := time.Now().UTC()
-	p := d.w.post(d.ctx, t, a, f.Headers, f.Body, left)
+	p := d.w.post(d.ctx, t, a, f.Headers, f.Body, max(left, time.Millisecond))
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
 	o := store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
 	if p.status != 0 {
@@ -444,11 +718,11 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 func (d *Dispatcher) close(ctx context.Context) error {
 	d.mu.Lock()
 	d.closed = true
-	close(d.queue)
 	d.mu.Unlock()
+	d.wake()
 	done := make(chan struct{})
 	go func() {
-		d.workers.Wait()
+		d.running.Wait()
 		close(done)
 	}()
 	var err error
@@ -456,7 +730,8 @@ func (d *Dispatcher) close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
-		d.cancel() // running attempts end with no verdict and are released
+		d.cancel() // running attempts end with no verdict and are released, queued ones too
+		d.wake()
 		<-done
 	}
 	d.cancel()

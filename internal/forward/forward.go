@@ -89,14 +89,14 @@ func afterParams(sender string, cfg *config.Sender, target string, eventID uuid.
 // QueueOutbox queues, as part of a delivery's state change, the outbox rows
 // of the event's forwards to the targets named in targets: one row each,
 // none when targets is empty. They are stored under the delivery's sender,
-// leased for lease when it is positive (see Dispatcher.Lease), not leased
-// otherwise.
-func QueueOutbox(b *dedup.Batch, eventID uuid.UUID, deliveryID string, receivedAt time.Time, targets []string, lease time.Duration) {
-	var ms any // NULL: no lease
-	if lease > 0 {
-		ms = lease.Milliseconds()
-	}
-	for _, t := range targets {
+// the i-th leased for lease.For(i) when it is positive (see
+// Dispatcher.Lease), not leased otherwise (the zero Lease leases none).
+func QueueOutbox(b *dedup.Batch, eventID uuid.UUID, deliveryID string, receivedAt time.Time, targets []string, lease Lease) {
+	for i, t := range targets {
+		var ms any // NULL: no lease
+		if d := lease.For(i); d > 0 {
+			ms = d.Milliseconds()
+		}
 		b.Row(ingestsql.OutboxInsert, [16]byte(eventID), t, deliveryID, receivedAt, ms)
 	}
 }

@@ -572,7 +572,7 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 			ReceivedAt: d.ReceivedAt, Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)})
 	}
 	queueOutbox := func(b *dedup.Batch, d dedup.Delivery) {
-		forward.QueueOutbox(b, d.EventID, d.DeliveryID, d.ReceivedAt, sender.TargetNames(), 0)
+		forward.QueueOutbox(b, d.EventID, d.DeliveryID, d.ReceivedAt, sender.TargetNames(), forward.Lease{})
 	}
 	// assertRows fails the transaction (division by zero) unless it sees n
 	// outbox rows of d's event.
@@ -708,7 +708,7 @@ func TestNoTargetsQueuesNothing(t *testing.T) {
 	e := newEnv(t, "", envOpts{})
 	sender, _ := e.cfg.Sender("acme")
 	var b dedup.Batch
-	forward.QueueOutbox(&b, uuid.Must(uuid.NewV7()), "x", time.Now(), sender.TargetNames(), 0)
+	forward.QueueOutbox(&b, uuid.Must(uuid.NewV7()), "x", time.Now(), sender.TargetNames(), forward.Lease{})
 	if b.Len() != 0 {
 		t.Errorf("QueueOutbox for a sender without targets queued %d statements, want 0", b.Len())
 	}

@@ -65,6 +65,52 @@ func (g *Gate) Acquire(sender string, t *config.Target, tried bool) (tk Ticket, 
 	return Ticket{g: g.g, gd: gd, a: a}, true, 0, ""
 }
 
+// AcquireFirst is Acquire for a forward never attempted that the caller
+// would rather leave to River than let probe: while the target's breaker
+// is open or probing it is refused ("breaker") and starts no round of
+// probes. It therefore never writes to the database and does not block:
+// the fast path's dispatcher calls it under its own lock.
+func (g *Gate) AcquireFirst(sender string, t *config.Target) (tk Ticket, ok bool, wait time.Duration, why string) {
+	gd := g.g.get(sender, t)
+	a, _ := g.g.admit(gd, false, true)
+	if !a.ok {
+		return Ticket{}, false, a.wait, a.why
+	}
+	return Ticket{g: g.g, gd: gd, a: a}, true, 0, ""
+}
+
+// HeldBack reports whether t's forwards are held back now, whatever the
+// load, and why: "paused" (a Retry-After) or "breaker" (not closed). Such
+// forwards wait in River without using attempts.
+func (g *Gate) HeldBack(sender string, t *config.Target) (held bool, why string) {
+	gd := g.g.get(sender, t)
+	now := g.g.now()
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
+	switch {
+	case now.Before(gd.pausedUntil):
+		return true, "paused"
+	case gd.state != BreakerClosed:
+		return true, "breaker"
+	}
+	return false, ""
+}
+
+// Quick reports whether t's attempts end quickly (guard.quick): the fast
+// path's dispatcher shares its workers with the same rule as the gate.
+func (g *Gate) Quick(sender string, t *config.Target) bool {
+	gd := g.g.get(sender, t)
+	now := g.g.now()
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
+	return gd.quick(now)
+}
+
+// OnRelease makes f be called, without locks held, after each attempt's
+// Done: a slot of its target's, and of the process's, may have come free.
+// Call it before any forward is sent; f must not block.
+func (g *Gate) OnRelease(f func()) { g.g.released = f }
+
 // Done records the outcome of the ticket's attempt: retryFor > 0 pauses the
 // target (a 429 or 503 with Retry-After); errText is the failure, for the
 // breaker's record (no URL in it). It returns how long a failed probe's

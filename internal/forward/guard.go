@@ -98,6 +98,10 @@ type guards struct {
 	wake func(ctx context.Context, sender, target string) error
 	// process names this process in the breakers' history.
 	process string
+	// released, when set, is called after each attempt's leave, without
+	// any lock held: a slot of the target's (and of the process's) may
+	// have come free (the fast path's dispatcher looks again).
+	released func()
 
 	mu sync.Mutex
 	m  map[[2]string]*guard
@@ -128,11 +132,9 @@ type guard struct {
 	startSum     time.Duration // sum of the start times of the attempts under way, from epoch
 	latency      time.Duration // moving average of the time its attempts take
 
-	// held and seen are the target's share of the process's capacity,
-	// under the guards' fair.mu: how many forwards it runs, and when it
-	// last asked for one.
-	held int
-	seen time.Time
+	// share is the target's use of the process's capacity, under the
+	// guards' fair.mu.
+	share share
 
 	// pending are the transitions not yet written out, in the order they
 	// happened, under mu; seq numbers them. Writes take recMu and write
@@ -238,7 +240,7 @@ func (g *guards) get(sender string, t *config.Target) *guard {
 		gd = &guard{sender: sender, target: t.Name, state: BreakerClosed, epoch: g.now(),
 			threshold: max(t.BreakerThreshold, 1), limit: limit}
 		g.m[k] = gd
-		g.fair.add(gd)
+		g.fair.add(&gd.share)
 	}
 	return gd
 }
@@ -261,7 +263,7 @@ type admission struct {
 // whether it was attempted before (an open breaker probes with those
 // first). When it may, the caller must call leave once the attempt is over.
 func (g *guards) enter(gd *guard, tried bool) admission {
-	a, probing := g.admit(gd, tried)
+	a, probing := g.admit(gd, tried, false)
 	if probing { // the first probe of a round: open → half-open
 		g.record(context.Background(), gd)
 	}
@@ -269,8 +271,10 @@ func (g *guards) enter(gd *guard, tried bool) admission {
 }
 
 // admit is enter under gd.mu; probing reports that the admission started
-// a round of probes, a transition to record.
-func (g *guards) admit(gd *guard, tried bool) (_ admission, probing bool) {
+// a round of probes, a transition to record. noProbe refuses a forward
+// while the breaker is not closed instead of letting it probe, so that the
+// admission never has a transition to record.
+func (g *guards) admit(gd *guard, tried, noProbe bool) (_ admission, probing bool) {
 	now := g.now()
 	gd.mu.Lock()
 	defer gd.mu.Unlock()
@@ -279,7 +283,7 @@ func (g *guards) admit(gd *guard, tried bool) (_ admission, probing bool) {
 	}
 	probe := false
 	if gd.state != BreakerClosed {
-		if now.Before(gd.nextProbe) || gd.probes >= min(breakerProbes, gd.limit) {
+		if noProbe || now.Before(gd.nextProbe) || gd.probes >= min(breakerProbes, gd.limit) {
 			return admission{wait: gd.waiting(now), why: "breaker"}, false
 		}
 		// A forward never attempted probes only once the round has waited
@@ -289,7 +293,7 @@ func (g *guards) admit(gd *guard, tried bool) (_ admission, probing bool) {
 		}
 		probe = true
 	}
-	if gd.running >= gd.limit || !g.fair.acquire(gd, now) {
+	if gd.running >= gd.limit || !g.fair.acquire(&gd.share, now, gd.quick(now)) {
 		return admission{wait: gd.busyWait(now), why: "busy"}, false
 	}
 	if probe {
@@ -303,6 +307,16 @@ func (g *guards) admit(gd *guard, tried bool) (_ admission, probing bool) {
 	gd.running++
 	gd.startSum += now.Sub(gd.epoch)
 	return admission{ok: true, probe: probe, start: now}, probing
+}
+
+// quick reports whether gd's target answers quickly: its attempts took
+// less than quickLatency on average, and those under way have been
+// running less than that on average. Under gd.mu.
+func (gd *guard) quick(now time.Time) bool {
+	if gd.latency <= 0 || gd.latency >= quickLatency {
+		return false
+	}
+	return gd.running == 0 || now.Sub(gd.epoch)-gd.startSum/time.Duration(gd.running) < quickLatency
 }
 
 // busyWait returns how long a forward of gd's target waits when the target
@@ -352,7 +366,7 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 	gd.mu.Lock()
 	gd.running--
 	gd.startSum -= a.start.Sub(gd.epoch)
-	g.fair.release(gd)
+	g.fair.release(&gd.share)
 	if res != ResultNone {
 		took := max(now.Sub(a.start), 0)
 		if gd.latency == 0 {
@@ -420,6 +434,9 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 		}
 	}
 	gd.mu.Unlock()
+	if g.released != nil {
+		g.released()
+	}
 	if changed != "" {
 		g.record(ctx, gd)
 	}

@@ -168,10 +168,8 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		}
 	}
 	if fo != nil {
-		dc := forward.DefaultDispatcherConfig(cfg)
-		if fo.lease != 0 {
-			dc.Lease = fo.lease
-		}
+		dc := forward.DefaultDispatcherConfig()
+		dc.FixedLease = fo.lease
 		if fo.workers != 0 {
 			dc.Workers = fo.workers
 		}

@@ -185,13 +185,13 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	defer cancel()
 	var lease forward.Lease
 	if s.fast != nil && len(targets) > 0 {
-		lease = s.fast.Lease(len(targets), len(body))
+		lease = s.fast.Lease(sender.Sender, targets, len(body))
 	}
 	change := func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{
 			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, EventType: eventType, Headers: r.Header, Body: body,
 		})
-		forward.QueueOutbox(b, eventID, id, now, targets, lease.Duration)
+		forward.QueueOutbox(b, eventID, id, now, targets, lease)
 	}
 	res, err := s.deliveries.Run(ctx, d, change)
 	if err != nil {

@@ -139,11 +139,11 @@ type Server struct {
 }
 
 // FastPath is the forward fast path (forward.Dispatcher): Lease is asked
-// before the ingest transaction (a zero lease: none), Dispatch after its
-// COMMIT, with the same lease (also a zero one: the rows are then the
-// relay's, and Dispatch tells it).
+// before the ingest transaction (one lease per target, zero for none),
+// Dispatch after its COMMIT, with the same lease (rows without a lease
+// are the relay's, and Dispatch tells it).
 type FastPath interface {
-	Lease(targets, bodyBytes int) forward.Lease
+	Lease(sender *config.Sender, targets []string, bodyBytes int) forward.Lease
 	Dispatch(f *forward.Fast)
 }
 
