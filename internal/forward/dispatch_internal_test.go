@@ -1,0 +1,133 @@
+package forward
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// newQueueTestDispatcher returns a dispatcher of workers workers, with
+// neither scheduler nor recorder running, for the targets a, b and c of
+// sender acme (timeout 10 s), and the sender.
+func newQueueTestDispatcher(t *testing.T, workers int) (*Dispatcher, *Fast) {
+	t.Helper()
+	cfg := parseConfig(t, `senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - { name: a, url: "http://127.0.0.1:1/a", timeout: 10s }
+      - { name: b, url: "http://127.0.0.1:1/b", timeout: 10s }
+      - { name: c, url: "http://127.0.0.1:1/c", timeout: 10s }
+`)
+	m := NewMetrics(prometheus.NewRegistry())
+	gate, err := NewGate(nil, 100, m, slog.New(slog.DiscardHandler), DefaultBreakerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(cfg, nil, nil, gate, m, slog.New(slog.DiscardHandler), DefaultWorkerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := DefaultDispatcherConfig()
+	dc.Workers = workers
+	d := newDispatcher(w, nil, dc, slog.New(slog.DiscardHandler))
+	return d, &Fast{Sender: &cfg.Senders[0]}
+}
+
+// dispatch queues n forwards of one new event each to target.
+func dispatch(t *testing.T, d *Dispatcher, proto *Fast, target string, n int) {
+	t.Helper()
+	for range n {
+		f := *proto
+		f.EventID, f.Targets = uuid.New(), []string{target}
+		f.Lease = d.Lease(f.Sender, f.Targets, 0)
+		if f.Lease.For(0) <= 0 {
+			t.Fatalf("no lease for a forward to %s", target)
+		}
+		d.Dispatch(&f)
+	}
+}
+
+// The dispatcher serves the targets in turn, not in the order their
+// forwards arrived: 20 forwards to a, then 2 to b and 2 to c, are
+// attempted a, b, c, a, b, c, a, a, …
+func TestDispatcherServesTargetsInTurn(t *testing.T) {
+	t.Parallel()
+	d, proto := newQueueTestDispatcher(t, 100)
+	dispatch(t, d, proto, "a", 20)
+	dispatch(t, d, proto, "b", 2)
+	dispatch(t, d, proto, "c", 2)
+	var order []string
+	for range 8 {
+		j, _, ok, _, _ := d.pick(time.Now())
+		if !ok {
+			t.Fatalf("after %v: nothing to pick, want more", order)
+		}
+		order = append(order, j.target.Name)
+	}
+	want := []string{"a", "b", "c", "a", "b", "c", "a", "a"}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("attempted in the order %v, want %v", order, want)
+		}
+	}
+}
+
+// A target holds at most its fair share of the dispatcher's workers: with
+// 8 workers and three targets with forwards queued, a takes at most
+// 8/(3+1) = 2 while its attempts are under way, and b and c still get
+// theirs.
+func TestDispatcherSharesItsWorkers(t *testing.T) {
+	t.Parallel()
+	d, proto := newQueueTestDispatcher(t, 8)
+	dispatch(t, d, proto, "a", 20)
+	dispatch(t, d, proto, "b", 1)
+	dispatch(t, d, proto, "c", 1)
+	got := map[string]int{}
+	for {
+		j, _, ok, _, _ := d.pick(time.Now())
+		if !ok {
+			break
+		}
+		got[j.target.Name]++ // the attempts never end: their slots stay held
+	}
+	if got["a"] > 2 || got["b"] != 1 || got["c"] != 1 {
+		t.Errorf("attempts started: %v; want at most 2 of a (its share) and b's and c's", got)
+	}
+	if d.queued != 20-got["a"] {
+		t.Errorf("%d forwards queued, want a's other %d", d.queued, 20-got["a"])
+	}
+}
+
+// A target's queue holds at most a quarter of the dispatcher's queue: past
+// it, its forwards get no lease (the relay takes them) while another
+// target's still do.
+func TestDispatcherBoundsEachTargetsQueue(t *testing.T) {
+	t.Parallel()
+	d, proto := newQueueTestDispatcher(t, 1)
+	dispatch(t, d, proto, "a", DefaultDispatchQueue/4)
+	if l := d.Lease(proto.Sender, []string{"a", "b"}, 0); l.For(0) != 0 || l.For(1) <= 0 {
+		t.Errorf("leases with a's queue full: %v, want none for a and one for b", l.Durations)
+	}
+}
+
+// A forward waits in its target's queue only while its lease can still
+// cover its attempt and recording: one whose lease has run that low is
+// handed to the relay instead of attempted.
+func TestDispatcherHandsOverWhatWaitedTooLong(t *testing.T) {
+	t.Parallel()
+	d, proto := newQueueTestDispatcher(t, 4)
+	dispatch(t, d, proto, "a", 1)
+	// The lease is the timeout (10 s) + 7 s; 5 s are kept for the
+	// recording: after more than 2 s in the queue it cannot be attempted.
+	if _, _, ok, _, _ := d.pick(time.Now().Add(3 * time.Second)); ok {
+		t.Fatal("a forward that waited 3 s of its 2 s was attempted")
+	}
+	if d.queued != 0 || len(d.records) != 1 || !(<-d.records).Release {
+		t.Errorf("after the wait: %d queued, %d records; want none queued and its row released", d.queued, len(d.records))
+	}
+}
