@@ -93,8 +93,10 @@ const (
 	// delays only the recording (the forward has been sent), and widens by
 	// as much the window in which a SIGKILL repeats a delivered forward.
 	recordLinger = 10 * time.Millisecond
-	// recordRetries is how often a failed recording is tried again before
-	// its rows are left to the relay at the end of their lease.
+	// recordPersist is how long a failed recording is tried again before
+	// its rows are left to the relay at the end of their lease, and
+	// recordRetries how often at least, when the dispatcher is cut short.
+	recordPersist = 15 * time.Second
 	recordRetries = 3
 	// idleRecheck bounds how long a worker waits, with forwards queued and
 	// none admitted, before it looks again without being told to: a
@@ -674,11 +676,17 @@ func (d *Dispatcher) record() {
 	}
 }
 
-// flush records a batch, trying again a few times; rows it cannot record
-// stay leased, and the relay takes them when their lease ends.
+// flush records a batch, trying again with a growing pause (from 100 ms,
+// at most 2 s) for up to recordPersist, or recordRetries times once the
+// dispatcher is being cut short: a database outage of a few seconds then
+// loses no outcome (a delivered forward would otherwise be sent again once
+// its lease ends). Rows it cannot record stay leased, and the relay takes
+// them when their lease ends; recording one the relay took already does
+// nothing.
 func (d *Dispatcher) flush(batch []store.FirstAttempt) {
 	var err error
-	for try := range recordRetries {
+	deadline := time.Now().Add(recordPersist)
+	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err = store.New(d.db).RecordFirstAttempts(ctx, Queue, batch)
 		cancel()
@@ -691,8 +699,14 @@ func (d *Dispatcher) flush(batch []store.FirstAttempt) {
 			}
 			return
 		}
-		if try < recordRetries-1 {
-			time.Sleep(time.Duration(100<<try) * time.Millisecond)
+		if time.Now().After(deadline) || d.ctx.Err() != nil && try >= recordRetries-1 {
+			break
+		}
+		t := time.NewTimer(min(time.Duration(100<<min(try, 5))*time.Millisecond, 2*time.Second))
+		select {
+		case <-t.C:
+		case <-d.ctx.Done():
+			t.Stop()
 		}
 	}
 	n := 0
