@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/testkit"
@@ -243,4 +246,80 @@ func TestWorkerSIGKILLWhileRelaying(t *testing.T) {
 		t.Fatalf("%d accepted events, want %d", len(events), deliveries)
 	}
 	checkEveryEventForwarded(t, pool, tg, events, 90*time.Second)
+}
+
+// TestSIGKILLWithSlowForwardsInFlight is the check with default
+// settings: a --role all process forwards 100 deliveries, sent
+// concurrently, to a target that answers after 1 s (timeout 5 s), and is
+// killed with SIGKILL while they are in flight (in the fast path, and in
+// River for those the fast path left to it); it is started again at once.
+// Every event reaches the target within the target's timeout + 10 s of the
+// restart: the fast path's leased rows are the relay's when their lease
+// (the timeout + 4 s) ends, and River's running jobs are taken over 5 s
+// after the killed process's last heartbeat.
+func TestSIGKILLWithSlowForwardsInFlight(t *testing.T) {
+	testkit.Slow(t, "kills the server with forwards to a slow target in flight")
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
+		return testkit.Answer{Status: http.StatusOK, Delay: time.Second}
+	})
+	const timeout = 5 * time.Second // the target's
+	cfg := writeConfig(t, forwardConfig(tg.URL, "5s", 10))
+	addr := freeAddr(t)
+	base := "http://" + addr
+	c := newClient(t)
+	first := startBinaryWith(t, bin, dsn, addr, cfg)
+	waitHealthy(t, c, base, first)
+
+	const n = 100
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			_, err := deliverUntil2xx(t.Context(), c, base, fmt.Sprintf("slow-%03d", i))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Poll(t, 30*time.Second, "forwards to be in flight at the target", func() bool {
+		in, _ := tg.InFlight()
+		return in >= 10
+	})
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatalf("SIGKILL: %v", err)
+	}
+	<-first.done
+	var exitErr *exec.ExitError
+	if !errors.As(first.err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the first process ended with %v, want killed by SIGKILL", first.err)
+	}
+	t.Logf("at the kill: %d events answered, jobs %v, outbox rows %d", len(tg.Delivered()), jobStates(t, pool), outboxRows(t, pool))
+
+	restarted := time.Now()
+	second := startBinaryWith(t, bin, dsn, addr, cfg)
+	waitHealthy(t, c, base, second)
+	events := acceptedEvents(t, pool)
+	if len(events) != n {
+		t.Fatalf("%d accepted events, want %d", len(events), n)
+	}
+	missing := func() int {
+		got, k := tg.Delivered(), 0
+		for _, ev := range events {
+			if got[ev] == 0 {
+				k++
+			}
+		}
+		return k
+	}
+	testkit.Poll(t, timeout+10*time.Second-time.Since(restarted), "every event to reach the target within the target's timeout + 10 s of the restart",
+		func() bool { return missing() == 0 }, func() string {
+			return fmt.Sprintf("%d of %d missing %v after the restart; jobs %v, outbox rows %d", missing(), n,
+				time.Since(restarted).Round(100*time.Millisecond), jobStates(t, pool), outboxRows(t, pool))
+		})
+	t.Logf("every event delivered %v after the restart", time.Since(restarted).Round(100*time.Millisecond))
+	checkEveryEventForwarded(t, pool, tg, events, 30*time.Second)
 }

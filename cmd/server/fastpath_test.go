@@ -107,7 +107,7 @@ func (st *stallTarget) received() (all, answered map[string]int, keys map[string
 // target's 2xx but before the outcome is recorded (the target sent 200 and
 // holds the rest of its body). After a restart, the relay takes the leased
 // outbox rows once their lease ends (the default: the target's timeout +
-// 7 s) and River delivers every forward, within the target's timeout + 10 s
+// 4 s) and River delivers every forward, within the target's timeout + 10 s
 // of the restart: none is lost, each event has one completed forward job,
 // the forwards queued before the POST arrive exactly once, and the one
 // already answered 2xx is the only kind repeated, with the same

@@ -265,7 +265,7 @@ var settingTable = []setting{
 	{flag: "forward-fast-path-workers", env: "HOOKGATE_FORWARD_FAST_PATH_WORKERS", def: strconv.Itoa(forward.DefaultDispatchWorkers),
 		help:  "forwards the fast path runs at once; up to 1024 more wait in its queue, and past that they are left to the retry queue",
 		parse: intSetting("forward fast path workers", 1, 10_000, func(s *settings) *int { return &s.fastWorkers })},
-	{flag: "forward-lease", env: "HOOKGATE_FORWARD_LEASE", shown: "the target's timeout + 7s",
+	{flag: "forward-lease", env: "HOOKGATE_FORWARD_LEASE", shown: "the target's timeout + 4s",
 		help: "how long the fast path holds a forward's outbox row before the relay may take it: how long a crash delays that forward; set, the same for every target, and attempts are cut short to fit it (at least 3s)",
 		parse: func(s *settings, v string) error {
 			if v == "" {

@@ -122,7 +122,7 @@ func TestDispatcherHandsOverWhatWaitedTooLong(t *testing.T) {
 	t.Parallel()
 	d, proto := newQueueTestDispatcher(t, 4)
 	dispatch(t, d, proto, "a", 1)
-	// The lease is the timeout (10 s) + 7 s; 5 s are kept for the
+	// The lease is the timeout (10 s) + 4 s; 2 s are kept for the
 	// recording: after more than 2 s in the queue it cannot be attempted.
 	if _, _, ok, _, _ := d.pick(time.Now().Add(3 * time.Second)); ok {
 		t.Fatal("a forward that waited 3 s of its 2 s was attempted")

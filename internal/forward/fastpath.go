@@ -79,10 +79,13 @@ const (
 	// wait hands it to River). A crash leaves the row waiting at most the
 	// target's timeout plus this long before the relay takes it, within
 	// the timeout + 10 s that delivery may take to resume after a crash.
-	DefaultLeaseMargin = 7 * time.Second
+	DefaultLeaseMargin = 4 * time.Second
 	// recordMargin is the part of the lease kept for recording the outcome
-	// after the attempt's timeout (a third of a shorter lease).
-	recordMargin = 5 * time.Second
+	// after the attempt's timeout (a third of a shorter lease): a recording
+	// takes milliseconds (the 10 ms it gathers a batch, and its write); one
+	// that misses the lease's end only lets the relay send the forward
+	// again, with the same key.
+	recordMargin = 2 * time.Second
 	// recordBatch is the most outcomes recorded by one statement.
 	recordBatch = 500
 	// recordLinger is how long the recorder waits, after an outcome
