@@ -108,8 +108,8 @@ func (g *Gate) Quick(sender string, t *config.Target) bool {
 
 // OnRelease makes f be called, without locks held, after each attempt's
 // Done: a slot of its target's, and of the process's, may have come free.
-// Call it before any forward is sent; f must not block.
-func (g *Gate) OnRelease(f func()) { g.g.released = f }
+// f must not block; a later call replaces it.
+func (g *Gate) OnRelease(f func()) { g.g.released.Store(&f) }
 
 // Done records the outcome of the ticket's attempt: retryFor > 0 pauses the
 // target (a 429 or 503 with Retry-After); errText is the failure, for the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -101,7 +102,7 @@ type guards struct {
 	// released, when set, is called after each attempt's leave, without
 	// any lock held: a slot of the target's (and of the process's) may
 	// have come free (the fast path's dispatcher looks again).
-	released func()
+	released atomic.Pointer[func()]
 
 	mu sync.Mutex
 	m  map[[2]string]*guard
@@ -434,8 +435,8 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 		}
 	}
 	gd.mu.Unlock()
-	if g.released != nil {
-		g.released()
+	if f := g.released.Load(); f != nil {
+		(*f)()
 	}
 	if changed != "" {
 		g.record(ctx, gd)
