@@ -135,6 +135,8 @@ type forwarding struct {
 	// handedOver is what the fast path signals when it leaves rows to the
 	// relay, which then looks at once (nil without a fast path).
 	handedOver chan struct{}
+	// reg is where the relay registers its metric.
+	reg prometheus.Registerer
 }
 
 // relayConfig is the relay's configuration: with a fast path, the relay
@@ -143,6 +145,7 @@ type forwarding struct {
 // rows to it.
 func (f *forwarding) relayConfig() forward.RelayConfig {
 	rc := forward.DefaultRelayConfig()
+	rc.Registerer = f.reg
 	if f.fast != nil {
 		rc.IdleInterval, rc.Wake = forward.DefaultRelayIdleInterval, f.handedOver
 	}
@@ -199,7 +202,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		}
 		return nil, err
 	}
-	return &forwarding{client: client, work: work, fast: fast, handedOver: handedOver}, nil
+	return &forwarding{client: client, work: work, fast: fast, handedOver: handedOver, reg: reg}, nil
 }
 
 // newForwardWorker returns the process's forward worker: a Gate of

@@ -24,7 +24,7 @@ type DB interface {
 type Queries struct {
 	db DB
 	// timeout, when positive, is the statement timeout of the relay's
-	// statements (WithStatementTimeout).
+	// look (WithStatementTimeout).
 	timeout time.Duration
 }
 
@@ -33,9 +33,9 @@ func New(db DB) *Queries { return &Queries{db: db} }
 
 // WithStatementTimeout returns the queries on q's DB with a statement
 // timeout of d (whole milliseconds; none when 0) for the relay's look
-// (OutboxWaiting, its batch) and take (TakeOutbox: the rest of its
-// transaction), set transaction-locally in the same round trip: a
-// statement that runs longer fails instead of holding the relay.
+// (OutboxWaiting), set transaction-locally in its batch: a look that runs
+// longer fails instead of holding the relay. (The first parse of the
+// statement on a connection precedes the batch, and is not bounded.)
 func (q *Queries) WithStatementTimeout(d time.Duration) *Queries {
 	c := *q
 	c.timeout = d

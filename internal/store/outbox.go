@@ -67,11 +67,10 @@ const outboxRowsByKey = `ARRAY(SELECT p.ctid FROM unnest($2::uuid[], $3::text[])
 // in the transaction that inserts their jobs, so that they come back if it
 // rolls back. It returns none (nil) when every row is held or there is none.
 // The rest of the transaction runs under tidScans (River's insert of the
-// jobs reads no table), and under q's statement timeout when it has one
-// (WithStatementTimeout).
+// jobs reads no table). A statement timeout for the take is the caller's
+// to set, in the transaction's BEGIN (forward.Relay does).
 func (q *Queries) TakeOutbox(ctx context.Context, sender string, limit int) ([]OutboxRow, error) {
 	var b pgx.Batch
-	q.queueTimeout(&b)
 	b.Queue(tidScans)
 	b.Queue(takeOutboxSQL, sender, limit)
 	br := q.db.SendBatch(ctx, &b)
