@@ -215,19 +215,29 @@ func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid
 }
 
 // notSuperseded is the condition that job j (of sender $1, target $2) is
-// the newest forward of its event to its target: one probe of the index
-// per job (OFFSET 0 keeps PostgreSQL from turning it into an anti-join,
-// which on a table it has no statistics of yet compares every pair of the
-// target's jobs).
-const notSuperseded = `NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id OFFSET 0)
-  AND NOT EXISTS (SELECT 1 FROM forward_delivered n WHERE n.sender = $1 AND n.event_id = j.args->>'event_id' AND n.target = $2 AND n.id > j.id)`
+// the newest forward of its event to its target: one probe of an index per
+// job, a scalar subquery (never turned into an anti-join, which on a table
+// PostgreSQL has no statistics of yet compared every pair of the target's
+// jobs) whose ORDER BY, with the event compared by a range, makes
+// hookgate's index on the forward jobs (and forward_delivered's primary
+// key) the one path without a sort under indexOrderScans: not River's
+// index on kind, which some statistics made the cheaper, and which walks
+// every forward job per job (see plans.go).
+const notSuperseded = `(SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2
+    AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id' AND n.id > j.id
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL
+  AND (SELECT n.id FROM forward_delivered n WHERE n.sender = $1
+    AND n.event_id >= j.args->>'event_id' AND n.event_id <= j.args->>'event_id' AND n.target = $2 AND n.id > j.id
+    ORDER BY n.event_id, n.id LIMIT 1) IS NULL`
 
 // deliveredNotSuperseded is notSuperseded for forward_delivered's row d: no
 // newer job of its event to its target (an event has at most one row
 // there per target: its outbox row's first attempt).
-const deliveredNotSuperseded = `NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = d.event_id AND n.id > d.id OFFSET 0)`
+const deliveredNotSuperseded = `(SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2
+    AND n.args->>'event_id' >= d.event_id AND n.args->>'event_id' <= d.event_id AND n.id > d.id
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL`
 
 // Counts are a target's forwards by state. Pending includes the forwards
 // still in the outbox; Delivered counts every delivery River still keeps
@@ -409,10 +419,14 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 // wait. $%[1]d are the events of the target whose forward is in the outbox
 // (waitingInOutbox): forward_outbox is not read here, as Citus refuses a
 // statement that correlates a distributed table with River's (local) one.
-const queuedWaiting = `(j.args ? 'after' AND (EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id'
+// The probe is written as notSuperseded's (a scalar subquery ordered by
+// hookgate's index).
+const queuedWaiting = `(j.args ? 'after' AND ((SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2
+    AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id'
     AND n.id <> j.id AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
-    AND (n.id < j.id OR NOT n.args ? 'after'))
+    AND (n.id < j.id OR NOT n.args ? 'after')
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL
   OR j.args->>'event_id' = ANY($%[1]d::text[])))`
 
 // queuedCandidatesSQL selects the events of the redeliveries queued after a
@@ -422,12 +436,15 @@ const queuedWaiting = `(j.args ? 'after' AND (EXISTS (SELECT 1 FROM river_job n 
 // time the request asked about; NULL: none). A job matches (underWayAt, or
 // its state now) only if it is unfinished, or finished after that time, so
 // none matches later that is not selected here, whatever state it moves to
-// in between. It reads River's table alone (hookgate's index on the forward
-// jobs, by sender and target).
+// in between. It reads River's table alone: the target's forward jobs, in
+// the order of hookgate's index on them, the one path its ORDER BY leaves
+// without a sort under indexOrderScans (River's index on kind would read
+// every forward job; see plans.go).
 const queuedCandidatesSQL = `SELECT DISTINCT j.args->>'event_id' FROM river_job j
 WHERE j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
   AND j.id <= $3 AND j.id > $4
-  AND (j.state IN ('available', 'scheduled', 'pending', 'running', 'retryable') OR j.finalized_at >= $5)`
+  AND (j.state IN ('available', 'scheduled', 'pending', 'running', 'retryable') OR j.finalized_at >= $5)
+ORDER BY 1`
 
 // inOutboxSQL selects which of the events $3 of sender $1 still have an
 // outbox row to target $2: a probe of forward_outbox's key per event (a
@@ -452,7 +469,7 @@ func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID 
 	if !f.InStateAt.IsZero() {
 		since = &f.InStateAt
 	}
-	rows, err := q.db.Query(ctx, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since)
+	rows, err := q.queryUnder(ctx, indexOrderScans, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since)
 	if err != nil {
 		return nil, fmt.Errorf("redeliveries queued after a forward: %w", err)
 	}
@@ -474,15 +491,7 @@ func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID 
 	if len(ids) == 0 {
 		return []string{}, nil
 	}
-	var b pgx.Batch
-	b.Queue(outboxIndexScans)
-	b.Queue(inOutboxSQL, f.Sender, f.Target, ids)
-	br := q.db.SendBatch(ctx, &b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("outbox rows of redeliveries queued after a forward: %w", err)
-	}
-	rows, err = br.Query()
+	rows, err = q.queryUnder(ctx, outboxIndexScans, inOutboxSQL, f.Sender, f.Target, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox rows of redeliveries queued after a forward: %w", err)
 	}
@@ -664,7 +673,10 @@ func (q *Queries) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64)
 
 // CountBulkMatch returns how many forwards a bulk redelivery of f matches
 // up to job maxID: the newest forward of each event to the target, in f's
-// state and window.
+// state and window. Under indexOrderScans, so that each probe of
+// notSuperseded is one of an index (the count itself reads every job of
+// the target, or every forward job, whichever PostgreSQL takes for the
+// cheaper: once per request).
 func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
 	w, err := q.bulkWhere(ctx, f, maxID, 0)
 	if err != nil {
@@ -675,7 +687,11 @@ func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (in
 	if w.delivered != "" {
 		sql += ` + (SELECT count(*) FROM forward_delivered d WHERE ` + w.delivered + `)`
 	}
-	if err := q.db.QueryRow(ctx, sql, w.args...).Scan(&n); err != nil {
+	rows, err := q.queryUnder(ctx, indexOrderScans, sql, w.args...)
+	if err == nil {
+		n, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
 		return 0, fmt.Errorf("count forwards to redeliver: %w", err)
 	}
 	return n, nil
@@ -688,6 +704,21 @@ type Matched struct {
 	DeliveryID string
 }
 
+// bulkMatchBatchSQL is BulkMatchBatch's statement for w, whose last
+// argument is the limit: River's jobs in the order of their primary key
+// (from the batch's first job on, not the target's whole history per
+// batch) and forward_delivered's by its index on (sender, target, id),
+// merged, under indexOrderScans: each probe of notSuperseded is one of an
+// index (see plans.go).
+func bulkMatchBatchSQL(w where, limit int) string {
+	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
+	sql := `(SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE ` + w.jobs + order + `)`
+	if w.delivered != "" {
+		sql += ` UNION ALL (SELECT d.id, d.event_id, d.delivery_id FROM forward_delivered d WHERE ` + w.delivered + order + `)` + order
+	}
+	return sql
+}
+
 // BulkMatchBatch returns up to limit of the forwards CountBulkMatch counts,
 // after job afterID, oldest first.
 func (q *Queries) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
@@ -696,12 +727,7 @@ func (q *Queries) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID i
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}
 	w.args = append(w.args, limit)
-	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
-	sql := `(SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE ` + w.jobs + order + `)`
-	if w.delivered != "" {
-		sql += ` UNION ALL (SELECT d.id, d.event_id, d.delivery_id FROM forward_delivered d WHERE ` + w.delivered + order + `)` + order
-	}
-	rows, err := q.db.Query(ctx, sql, w.args...)
+	rows, err := q.queryUnder(ctx, indexOrderScans, bulkMatchBatchSQL(w, limit), w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}
@@ -1101,6 +1127,59 @@ func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
 		}
 	}
 	return stmts, nil
+}
+
+// queryUnder runs sql with args after settings (planner settings, see
+// plans.go), in one round trip: a batch, whose implicit transaction (or
+// q's) the settings last.
+func (q *Queries) queryUnder(ctx context.Context, settings, sql string, args ...any) (pgx.Rows, error) {
+	var b pgx.Batch
+	b.Queue(settings)
+	b.Queue(sql, args...)
+	br := q.db.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// batchRows are the rows of a batch's last statement: the batch is closed
+// when they are read to the end or closed, and an error of its closing is
+// theirs.
+type batchRows struct {
+	pgx.Rows
+	br  pgx.BatchResults
+	err error
+}
+
+func (r *batchRows) closeBatch() {
+	r.Rows.Close()
+	if r.br != nil {
+		r.err, r.br = r.br.Close(), nil
+	}
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.closeBatch()
+	return false
+}
+
+func (r *batchRows) Close() { r.closeBatch() }
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
 }
 
 // statement is an SQL statement and its arguments.

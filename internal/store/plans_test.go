@@ -71,15 +71,19 @@ VALUES ('seed', 'x', 't', 'seed', now(), now(), now(), 200, 5)`)
 	// acme's outbox rows, oldest event first (event IDs are UUIDv7: their
 	// order is their time's), none leased; its jobs: one per event, most
 	// delivered, every 100th snoozed behind a breaker (scheduled in an hour),
-	// every 100th from the 50th on waiting (available); its delivered
-	// forwards, the older half of them delivered 30 days ago.
+	// every 100th from the 50th on waiting (available), from the 25th on a
+	// redelivery queued after another forward (available, with "after"),
+	// from the 75th on failed (discarded); its delivered forwards, the older
+	// half of them delivered 30 days ago.
 	exec(`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
 SELECT 'acme', `+v7SQL+`, 't', 'd' || g, now() FROM generate_series(1, $1) g`, planRows)
 	exec(`INSERT INTO river_job (kind, args, queue, state, scheduled_at, finalized_at, attempt, max_attempts)
-SELECT '`+ForwardKind+`', jsonb_build_object('sender', 'acme', 'target', 't', 'event_id', `+v7SQL+`::text, 'delivery_id', 'd' || g), $2, s,
-  CASE WHEN s = 'scheduled' THEN now() + interval '1 hour' ELSE now() END, CASE WHEN s = 'completed' THEN now() END, 1, 5
+SELECT '`+ForwardKind+`', jsonb_build_object('sender', 'acme', 'target', 't', 'event_id', `+v7SQL+`::text, 'delivery_id', 'd' || g)
+    || CASE WHEN g % 100 = 25 THEN jsonb_build_object('after', 1) ELSE '{}' END, $2, s,
+  CASE WHEN s = 'scheduled' THEN now() + interval '1 hour' ELSE now() END, CASE WHEN s IN ('completed', 'discarded') THEN now() END, 1, 5
 FROM generate_series(1, $1) g,
-  LATERAL (SELECT (CASE WHEN g % 100 = 0 THEN 'scheduled' WHEN g % 100 = 50 THEN 'available' ELSE 'completed' END)::river_job_state AS s) x`, planRows, planQueue)
+  LATERAL (SELECT (CASE WHEN g % 100 = 0 THEN 'scheduled' WHEN g % 100 IN (25, 50) THEN 'available' WHEN g % 100 = 75 THEN 'discarded'
+    ELSE 'completed' END)::river_job_state AS s) x`, planRows, planQueue)
 	exec(`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
 SELECT 'acme', `+v7SQL+`::text, 't', 'd' || g, now(), now(), now() - CASE WHEN g <= $1 / 2 THEN interval '30 days' ELSE interval '1 minute' END, 200, 5
 FROM generate_series(1, $1) g`, planRows)
@@ -89,7 +93,7 @@ FROM generate_series(1, $1) g`, planRows)
 	if !grown {
 		exec(analyze)
 		exec(`DELETE FROM forward_outbox WHERE sender = 'acme' AND delivery_id NOT IN (SELECT 'd' || g FROM generate_series($1::int, $2::int) g)`, planRows-keptOutbox+1, planRows)
-		exec(`DELETE FROM river_job WHERE (args->>'delivery_id') NOT LIKE '%0'`)
+		exec(`DELETE FROM river_job WHERE (args->>'delivery_id') NOT LIKE '%0' AND (args->>'delivery_id') NOT LIKE '%5'`)
 		exec(`DELETE FROM forward_delivered WHERE delivery_id NOT LIKE '%0'`)
 	}
 	// This session's counts reach the shared statistics before the reset,
@@ -466,9 +470,10 @@ func testQueuePlans(t *testing.T, grown bool) {
 	})
 
 	t.Run("wake", func(t *testing.T) {
-		// The jobs waiting on the queue: every 100th snoozed, as many due
-		// (in the shrunk table too: their delivery IDs end in 0).
-		checkPlans(t, explainConn, 2*planRows/100, indexOrderScans, wakeSQL, planQueue, "acme", "t")
+		// The jobs waiting on the queue: every 100th snoozed, twice as
+		// many due (in the shrunk table too: their delivery IDs end in 0 or
+		// 5).
+		checkPlans(t, explainConn, 3*planRows/100, indexOrderScans, wakeSQL, planQueue, "acme", "t")
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
 				if err := New(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil {
@@ -497,6 +502,46 @@ func testQueuePlans(t *testing.T, grown bool) {
 			ids = append(ids, pgtype.UUID{Bytes: k.EventID, Valid: true})
 		}
 		checkPlans(t, explainConn, len(ids), outboxIndexScans, inOutboxSQL, "acme", "t", ids)
+	})
+
+	t.Run("bulk redelivery", func(t *testing.T) {
+		// A batch's outer scan may read the jobs from the batch's first
+		// on, or all the target's jobs (no index has a target's jobs in
+		// the order of their IDs): up to the table once, never once per
+		// job; each job's probes (notSuperseded, queuedWaiting) are index
+		// probes.
+		q := New(conn)
+		newest, at, err := q.NewestJobID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const batch = 1000
+		for _, f := range []Filter{
+			{Sender: "acme", Target: "t", State: StateDelivered},
+			{Sender: "acme", Target: "t", State: StateFailed},
+			{Sender: "acme", Target: "t", State: StatePending},
+			{Sender: "acme", Target: "t", State: StateRunning, InStateAt: at},
+		} {
+			t.Run(string(f.State), func(t *testing.T) {
+				withPlanModes(t, conn, 7, func(mode string, run int) {
+					n, err := q.CountBulkMatch(ctx, f, newest)
+					if err != nil {
+						t.Fatalf("%s, run %d: %v", mode, run, err)
+					}
+					got, err := q.BulkMatchBatch(ctx, f, newest, 0, batch)
+					if err != nil || int64(len(got)) != min(n, batch) {
+						t.Fatalf("%s, run %d: a batch of %d (%v) of the %d matched, want %d", mode, run, len(got), err, n, min(n, batch))
+					}
+				})
+				w, err := q.bulkWhere(ctx, f, newest, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w.args = append(w.args, batch)
+				checkPlans(t, explainConn, planRows, indexOrderScans, bulkMatchBatchSQL(w, batch), w.args...)
+			})
+		}
+		checkPlans(t, explainConn, planRows, indexOrderScans, queuedCandidatesSQL, "acme", "t", newest, int64(0), &at)
 	})
 
 	t.Run("event content", func(t *testing.T) {
