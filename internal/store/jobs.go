@@ -1141,7 +1141,7 @@ func (q *Queries) queryUnder(ctx context.Context, settings, sql string, args ...
 		_ = br.Close()
 		return nil, err
 	}
-	rows, err := br.Query()
+	rows, err := br.Query() //nolint:rowserrcheck // the caller reads them, and checks their Err (batchRows)
 	if err != nil {
 		_ = br.Close()
 		return nil, err
