@@ -143,6 +143,8 @@ type forwarding struct {
 	// job this process still runs is taken for a dead process's.
 	takeover     *forward.Takeover
 	stopTakeover func(context.Context)
+	// reg is where the relay registers its metric.
+	reg prometheus.Registerer
 }
 
 // startTakeover writes the process's first heartbeat and runs the takeover
@@ -180,6 +182,7 @@ func (f *forwarding) startTakeover(ctx context.Context, log *slog.Logger) {
 // rows to it.
 func (f *forwarding) relayConfig() forward.RelayConfig {
 	rc := forward.DefaultRelayConfig()
+	rc.Registerer = f.reg
 	if f.fast != nil {
 		rc.IdleInterval, rc.Wake = forward.DefaultRelayIdleInterval, f.handedOver
 	}
@@ -239,7 +242,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		}
 		return nil, err
 	}
-	return &forwarding{client: client, work: work, fast: fast, handedOver: handedOver, takeover: takeover}, nil
+	return &forwarding{client: client, work: work, fast: fast, handedOver: handedOver, takeover: takeover, reg: reg}, nil
 }
 
 // newForwardWorker returns the process's forward worker: a Gate of

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -33,6 +34,16 @@ const (
 	// accepted by a process without a fast path, one whose lease ended
 	// after a crash) waits up to this long more.
 	DefaultRelayIdleInterval = 250 * time.Millisecond
+	// DefaultRelayStatementTimeout bounds each statement of a sender's look
+	// and of its batch's transaction (the take, the jobs' insert, the
+	// COMMIT): one that runs longer fails, the rows stay in the outbox, and
+	// the relay tries again.
+	DefaultRelayStatementTimeout = 10 * time.Second
+	// DefaultRelaySlowAfter is how long a sender's batch (its look, and the
+	// transaction that moves its rows) or a whole round may take before the
+	// relay logs it at WARN (and counts a batch in
+	// hookgate_forward_relay_slow_total): a batch takes milliseconds.
+	DefaultRelaySlowAfter = 2 * time.Second
 )
 
 // Relay moves forward intents from forward_outbox into River's job table.
@@ -51,6 +62,9 @@ type Relay struct {
 	interval time.Duration
 	idle     time.Duration
 	wake     <-chan struct{}
+	timeout  time.Duration // each statement's (RelayConfig.StatementTimeout)
+	slowAt   time.Duration // RelayConfig.SlowAfter
+	slow     prometheus.Counter
 
 	mu      sync.Mutex
 	strayAt time.Time // when senders last looked for stray senders
@@ -77,11 +91,22 @@ type RelayConfig struct {
 	// signals it when it leaves rows to the relay
 	// (DispatcherConfig.HandedOver).
 	Wake <-chan struct{}
+	// StatementTimeout bounds each statement of a sender's look and of its
+	// batch's transaction, set transaction-locally in the look's round trip
+	// and in the BEGIN's (DefaultRelayStatementTimeout).
+	StatementTimeout time.Duration
+	// SlowAfter is how long a sender's batch or a round may take before it
+	// is logged at WARN (DefaultRelaySlowAfter).
+	SlowAfter time.Duration
+	// Registerer, when not nil, is where hookgate_forward_relay_slow_total
+	// is registered (a relay counts without one).
+	Registerer prometheus.Registerer
 }
 
 // DefaultRelayConfig returns the relay's defaults.
 func DefaultRelayConfig() RelayConfig {
-	return RelayConfig{Batch: DefaultRelayBatch, Interval: DefaultRelayInterval, IdleInterval: DefaultRelayInterval}
+	return RelayConfig{Batch: DefaultRelayBatch, Interval: DefaultRelayInterval, IdleInterval: DefaultRelayInterval,
+		StatementTimeout: DefaultRelayStatementTimeout, SlowAfter: DefaultRelaySlowAfter}
 }
 
 // validate returns an error naming the field at fault, or nil.
@@ -95,6 +120,12 @@ func (c RelayConfig) validate() error {
 	if c.IdleInterval < c.Interval {
 		return fmt.Errorf("relay idle interval %s: must be at least the interval %s", c.IdleInterval, c.Interval)
 	}
+	if c.StatementTimeout < time.Millisecond {
+		return fmt.Errorf("relay statement timeout %s: must be at least 1ms", c.StatementTimeout)
+	}
+	if c.SlowAfter <= 0 {
+		return fmt.Errorf("relay slow-after %s: must be positive", c.SlowAfter)
+	}
 	return nil
 }
 
@@ -104,7 +135,21 @@ func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Conf
 	if err := rc.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: rc.Batch, interval: rc.Interval, idle: rc.IdleInterval, wake: rc.Wake}, nil
+	slow := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hookgate_forward_relay_slow_total",
+		Help: "Relay batches (one sender's look, and the transaction that moves its outbox rows into River) that took longer than the relay's slow threshold (2s by default).",
+	})
+	if rc.Registerer != nil {
+		if err := rc.Registerer.Register(slow); err != nil {
+			are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
+			if !ok {
+				return nil, fmt.Errorf("register the relay's metric: %w", err)
+			}
+			slow = are.ExistingCollector.(prometheus.Counter) // another relay of the process
+		}
+	}
+	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: rc.Batch, interval: rc.Interval, idle: rc.IdleInterval, wake: rc.Wake,
+		timeout: rc.StatementTimeout, slowAt: rc.SlowAfter, slow: slow}, nil
 }
 
 // strayEvery is how often the relay looks for outbox rows of senders the
@@ -127,15 +172,32 @@ func (r *Relay) once(ctx context.Context) (moved int, full bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	var errs []error
+	var (
+		errs     []error
+		start    = time.Now()
+		slowSeen bool
+	)
 	for _, sender := range senders {
+		began := time.Now()
 		n, err := r.onceSender(ctx, sender)
+		if d := time.Since(began); d > r.slowAt {
+			slowSeen = true
+			r.slow.Inc()
+			attrs := []any{"sender", sender, "duration", d, "moved", n}
+			if err != nil {
+				attrs = append(attrs, "err", err)
+			}
+			r.log.Warn("forward relay batch slow", attrs...)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sender %s: %w", sender, err))
 			continue
 		}
 		moved += n
 		full = full || n == r.batch
+	}
+	if d := time.Since(start); d > r.slowAt && !slowSeen {
+		r.log.Warn("forward relay round slow", "senders", len(senders), "duration", d, "moved", moved)
 	}
 	return moved, full, errors.Join(errs...)
 }
@@ -164,13 +226,19 @@ func (r *Relay) senders(ctx context.Context) ([]string, error) {
 }
 
 // onceSender relays one batch of sender's rows in one transaction, when
-// it has any to take (a look first, without a transaction).
+// it has any to take (a look first, without a transaction). The look and
+// every statement of the transaction run under the statement timeout: the
+// look's set in its own batch (WithStatementTimeout), the transaction's in
+// the round trip of its BEGIN, so that it also bounds the first parse of a
+// statement on a connection (pgx prepares it in a round trip of its own,
+// and the parse takes the table's lock).
 func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
-	if waiting, err := store.New(r.pool).OutboxWaiting(ctx, sender); err != nil || !waiting {
+	if waiting, err := store.New(r.pool).WithStatementTimeout(r.timeout).OutboxWaiting(ctx, sender); err != nil || !waiting {
 		return 0, err
 	}
 	n := 0
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	begin := pgx.TxOptions{BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL statement_timeout = %d", max(r.timeout.Milliseconds(), 1))}
+	err := pgx.BeginTxFunc(ctx, r.pool, begin, func(tx pgx.Tx) error {
 		taken, err := store.New(tx).TakeOutbox(ctx, sender, r.batch)
 		if err != nil {
 			return err

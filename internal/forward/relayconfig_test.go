@@ -9,8 +9,8 @@ import (
 )
 
 // TestRelayConfigZeroIsRefused: zero means zero (docs/configuration.md): a
-// relay batch or interval of 0 is refused, never taken as the default; the
-// defaults are DefaultRelayConfig's.
+// relay batch, interval, statement timeout or slow threshold of 0 is
+// refused, never taken as the default; the defaults are DefaultRelayConfig's.
 func TestRelayConfigZeroIsRefused(t *testing.T) {
 	t.Parallel()
 	def := forward.DefaultRelayConfig()
@@ -18,7 +18,9 @@ func TestRelayConfigZeroIsRefused(t *testing.T) {
 		t.Fatalf("DefaultRelayConfig() = %+v", def)
 	}
 	log := slog.New(slog.DiscardHandler)
-	for _, rc := range []forward.RelayConfig{{}, {Batch: 0, Interval: time.Second}, {Batch: 10}, {Batch: -1, Interval: time.Second}} {
+	noTimeout, notSlow := def, def
+	noTimeout.StatementTimeout, notSlow.SlowAfter = 0, 0
+	for _, rc := range []forward.RelayConfig{{}, {Batch: 0, Interval: time.Second}, {Batch: 10}, {Batch: -1, Interval: time.Second}, noTimeout, notSlow} {
 		if _, err := forward.NewRelay(nil, nil, nil, rc, log); err == nil {
 			t.Errorf("NewRelay(%+v) = nil error, want it refused", rc)
 		}

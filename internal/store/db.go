@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,10 +23,24 @@ type DB interface {
 // with New(tx).
 type Queries struct {
 	db DB
+	// timeout, when positive, is the statement timeout of the relay's
+	// look (WithStatementTimeout).
+	timeout time.Duration
 }
 
 // New returns the queries on db.
 func New(db DB) *Queries { return &Queries{db: db} }
+
+// WithStatementTimeout returns the queries on q's DB with a statement
+// timeout of d (whole milliseconds; none when 0) for the relay's look
+// (OutboxWaiting), set transaction-locally in its batch: a look that runs
+// longer fails instead of holding the relay. (The first parse of the
+// statement on a connection precedes the batch, and is not bounded.)
+func (q *Queries) WithStatementTimeout(d time.Duration) *Queries {
+	c := *q
+	c.timeout = d
+	return &c
+}
 
 // MaxListLimit is the largest page a list returns: the operator API's one
 // page limit, for deliveries and forwards alike.

@@ -215,19 +215,29 @@ func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid
 }
 
 // notSuperseded is the condition that job j (of sender $1, target $2) is
-// the newest forward of its event to its target: one probe of the index
-// per job (OFFSET 0 keeps PostgreSQL from turning it into an anti-join,
-// which on a table it has no statistics of yet compares every pair of the
-// target's jobs).
-const notSuperseded = `NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id OFFSET 0)
-  AND NOT EXISTS (SELECT 1 FROM forward_delivered n WHERE n.sender = $1 AND n.event_id = j.args->>'event_id' AND n.target = $2 AND n.id > j.id)`
+// the newest forward of its event to its target: one probe of an index per
+// job, a scalar subquery (never turned into an anti-join, which on a table
+// PostgreSQL has no statistics of yet compared every pair of the target's
+// jobs) whose ORDER BY, with the event compared by a range, makes
+// hookgate's index on the forward jobs (and forward_delivered's primary
+// key) the one path without a sort under indexOrderScans: not River's
+// index on kind, which some statistics made the cheaper, and which walks
+// every forward job per job (see plans.go).
+const notSuperseded = `(SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2
+    AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id' AND n.id > j.id
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL
+  AND (SELECT n.id FROM forward_delivered n WHERE n.sender = $1
+    AND n.event_id >= j.args->>'event_id' AND n.event_id <= j.args->>'event_id' AND n.target = $2 AND n.id > j.id
+    ORDER BY n.event_id, n.id LIMIT 1) IS NULL`
 
 // deliveredNotSuperseded is notSuperseded for forward_delivered's row d: no
 // newer job of its event to its target (an event has at most one row
 // there per target: its outbox row's first attempt).
-const deliveredNotSuperseded = `NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = d.event_id AND n.id > d.id OFFSET 0)`
+const deliveredNotSuperseded = `(SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2
+    AND n.args->>'event_id' >= d.event_id AND n.args->>'event_id' <= d.event_id AND n.id > d.id
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL`
 
 // Counts are a target's forwards by state. Pending includes the forwards
 // still in the outbox; Delivered counts every delivery River still keeps
@@ -409,10 +419,14 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 // wait. $%[1]d are the events of the target whose forward is in the outbox
 // (waitingInOutbox): forward_outbox is not read here, as Citus refuses a
 // statement that correlates a distributed table with River's (local) one.
-const queuedWaiting = `(j.args ? 'after' AND (EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = j.args->>'event_id'
+// The probe is written as notSuperseded's (a scalar subquery ordered by
+// hookgate's index).
+const queuedWaiting = `(j.args ? 'after' AND ((SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2
+    AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id'
     AND n.id <> j.id AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
-    AND (n.id < j.id OR NOT n.args ? 'after'))
+    AND (n.id < j.id OR NOT n.args ? 'after')
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL
   OR j.args->>'event_id' = ANY($%[1]d::text[])))`
 
 // queuedCandidatesSQL selects the events of the redeliveries queued after a
@@ -422,17 +436,23 @@ const queuedWaiting = `(j.args ? 'after' AND (EXISTS (SELECT 1 FROM river_job n 
 // time the request asked about; NULL: none). A job matches (underWayAt, or
 // its state now) only if it is unfinished, or finished after that time, so
 // none matches later that is not selected here, whatever state it moves to
-// in between. It reads River's table alone (hookgate's index on the forward
-// jobs, by sender and target).
+// in between. It reads River's table alone: the target's forward jobs, in
+// the order of hookgate's index on them, the one path its ORDER BY leaves
+// without a sort under indexOrderScans (River's index on kind would read
+// every forward job; see plans.go).
 const queuedCandidatesSQL = `SELECT DISTINCT j.args->>'event_id' FROM river_job j
 WHERE j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
   AND j.id <= $3 AND j.id > $4
-  AND (j.state IN ('available', 'scheduled', 'pending', 'running', 'retryable') OR j.finalized_at >= $5)`
+  AND (j.state IN ('available', 'scheduled', 'pending', 'running', 'retryable') OR j.finalized_at >= $5)
+ORDER BY 1`
 
 // inOutboxSQL selects which of the events $3 of sender $1 still have an
-// outbox row to target $2: a probe of forward_outbox's key per event, on
-// the sender's shard on Citus.
-const inOutboxSQL = `SELECT event_id::text FROM forward_outbox WHERE sender = $1 AND event_id = ANY($3::uuid[]) AND target = $2`
+// outbox row to target $2: a probe of forward_outbox's key per event (a
+// LATERAL subquery, kept apart by its LIMIT, under outboxIndexScans: not
+// event_id = ANY, which PostgreSQL 15 may apply as a filter over the
+// sender's rows; see plans.go), on the sender's shard on Citus.
+const inOutboxSQL = `SELECT k.event_id::text FROM unnest($3::uuid[]) AS k(event_id)
+  CROSS JOIN LATERAL (SELECT 1 FROM forward_outbox o WHERE o.sender = $1 AND o.event_id = k.event_id AND o.target = $2 LIMIT 1) p`
 
 // waitingInOutbox returns the events whose forward to f's target is still
 // in the outbox, among those of the redeliveries queued after a forward
@@ -449,7 +469,7 @@ func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID 
 	if !f.InStateAt.IsZero() {
 		since = &f.InStateAt
 	}
-	rows, err := q.db.Query(ctx, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since)
+	rows, err := q.queryUnder(ctx, indexOrderScans, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since)
 	if err != nil {
 		return nil, fmt.Errorf("redeliveries queued after a forward: %w", err)
 	}
@@ -471,7 +491,7 @@ func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID 
 	if len(ids) == 0 {
 		return []string{}, nil
 	}
-	rows, err = q.db.Query(ctx, inOutboxSQL, f.Sender, f.Target, ids)
+	rows, err = q.queryUnder(ctx, outboxIndexScans, inOutboxSQL, f.Sender, f.Target, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox rows of redeliveries queued after a forward: %w", err)
 	}
@@ -591,16 +611,27 @@ FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
 
 // wakeSQL makes the forwards of a target that wait for a later time (snoozed
 // behind its breaker) available now. Forwards waiting for a retry after a
-// failed attempt (retryable) keep their backoff.
+// failed attempt (retryable) keep their backoff. The jobs are selected in
+// an InitPlan that reads River's index of waiting jobs (state, queue,
+// priority, scheduled_at, id: the queue's waiting jobs, not the target's
+// whole history, nor every forward job), the one path its ORDER BY leaves
+// without a sort under indexOrderScans (see plans.go), and updated by ctid
+// (a TID scan); a job River fetched meanwhile (its row updated) is left as
+// River made it.
 const wakeSQL = `UPDATE river_job SET state = 'available', scheduled_at = now()
-WHERE kind = '` + ForwardKind + `' AND queue = $1 AND state IN ('scheduled', 'available')
-  AND scheduled_at > now() AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)`
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
+  WHERE kind = '` + ForwardKind + `' AND queue = $1 AND state IN ('scheduled', 'available')
+    AND scheduled_at > now() AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)
+  ORDER BY state, queue, priority, scheduled_at, id))`
 
 // WakeWaitingForwards makes the forwards of sender's target on queue that
 // wait for a later time (snoozed behind its breaker) available now;
 // forwards waiting for a retry after a failed attempt keep their backoff.
 func (q *Queries) WakeWaitingForwards(ctx context.Context, queue, sender, target string) error {
-	if _, err := q.db.Exec(ctx, wakeSQL, queue, sender, target); err != nil {
+	var b pgx.Batch
+	b.Queue(indexOrderScans)
+	b.Queue(wakeSQL, queue, sender, target)
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)
 	}
 	return nil
@@ -642,7 +673,10 @@ func (q *Queries) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64)
 
 // CountBulkMatch returns how many forwards a bulk redelivery of f matches
 // up to job maxID: the newest forward of each event to the target, in f's
-// state and window.
+// state and window. Under indexOrderScans, so that each probe of
+// notSuperseded is one of an index (the count itself reads every job of
+// the target, or every forward job, whichever PostgreSQL takes for the
+// cheaper: once per request).
 func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
 	w, err := q.bulkWhere(ctx, f, maxID, 0)
 	if err != nil {
@@ -653,7 +687,11 @@ func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (in
 	if w.delivered != "" {
 		sql += ` + (SELECT count(*) FROM forward_delivered d WHERE ` + w.delivered + `)`
 	}
-	if err := q.db.QueryRow(ctx, sql, w.args...).Scan(&n); err != nil {
+	rows, err := q.queryUnder(ctx, indexOrderScans, sql, w.args...)
+	if err == nil {
+		n, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
 		return 0, fmt.Errorf("count forwards to redeliver: %w", err)
 	}
 	return n, nil
@@ -666,6 +704,21 @@ type Matched struct {
 	DeliveryID string
 }
 
+// bulkMatchBatchSQL is BulkMatchBatch's statement for w, whose last
+// argument is the limit: River's jobs in the order of their primary key
+// (from the batch's first job on, not the target's whole history per
+// batch) and forward_delivered's by its index on (sender, target, id),
+// merged, under indexOrderScans: each probe of notSuperseded is one of an
+// index (see plans.go).
+func bulkMatchBatchSQL(w where, limit int) string {
+	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
+	sql := `(SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE ` + w.jobs + order + `)`
+	if w.delivered != "" {
+		sql += ` UNION ALL (SELECT d.id, d.event_id, d.delivery_id FROM forward_delivered d WHERE ` + w.delivered + order + `)` + order
+	}
+	return sql
+}
+
 // BulkMatchBatch returns up to limit of the forwards CountBulkMatch counts,
 // after job afterID, oldest first.
 func (q *Queries) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
@@ -674,12 +727,7 @@ func (q *Queries) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID i
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}
 	w.args = append(w.args, limit)
-	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
-	sql := `(SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE ` + w.jobs + order + `)`
-	if w.delivered != "" {
-		sql += ` UNION ALL (SELECT d.id, d.event_id, d.delivery_id FROM forward_delivered d WHERE ` + w.delivered + order + `)` + order
-	}
-	rows, err := q.db.Query(ctx, sql, w.args...)
+	rows, err := q.queryUnder(ctx, indexOrderScans, bulkMatchBatchSQL(w, limit), w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}
@@ -931,14 +979,19 @@ type FirstAttempt struct {
 // row the relay took in the meantime (its lease ended) is not deleted, and
 // gets no second job. The args are those forward.Args encodes; the job has
 // no unique key (none is needed: its outbox row goes in the same
-// statement). The outbox rows are found by their key (event_id = ANY is
-// the index condition), never by a scan of the sender's rows.
+// statement). The outbox rows are found by a probe of their key each, and
+// deleted by ctid (outboxRowsByKey, under tidScans: see plans.go), never
+// by a scan of the sender's rows. d reads the arrays, not o: on Citus o is
+// an intermediate result, and Citus refuses a ctid in a modification that
+// reads one. A row updated between the statement's snapshot and the delete
+// is not deleted (its new version has another ctid); only the fast path's
+// release updates outbox rows, and never those of an attempted forward.
 const recordFirstSQL = `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[])
     AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata)
 ), d AS (
   DELETE FROM forward_outbox f
-  WHERE f.sender = $1 AND f.event_id = ANY($2::uuid[]) AND (f.event_id, f.target) IN (SELECT event_id, target FROM o)
+  WHERE f.sender = $1 AND f.ctid = ANY(` + outboxRowsByKey + `)
   RETURNING f.event_id, f.target, f.delivery_id, f.created_at
 )
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
@@ -955,7 +1008,7 @@ const recordDeliveredSQL = `WITH o AS (
     AS o(event_id, target, attempted_at, delivered_at, status, max_attempts)
 ), d AS (
   DELETE FROM forward_outbox f
-  WHERE f.sender = $1 AND f.event_id = ANY($2::uuid[]) AND (f.event_id, f.target) IN (SELECT event_id, target FROM o)
+  WHERE f.sender = $1 AND f.ctid = ANY(` + outboxRowsByKey + `)
   RETURNING f.event_id, f.target, f.delivery_id, f.created_at
 )
 INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
@@ -966,9 +1019,27 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 // and one transaction: per sender, one statement for the delivered
 // forwards (forward_delivered), one for the others that were attempted
 // (their jobs on queue), each deleting the forwards' outbox rows, and one
-// for the released ones; all of them find the outbox rows by index probes
-// (outboxIndexScans).
+// for the released ones; all of them find the outbox rows by a probe of the
+// key each (outboxRowsByKey, under tidScans).
 func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
+	stmts, err := recordStatements(queue, batch)
+	if err != nil {
+		return fmt.Errorf("record fast-path forwards: %w", err)
+	}
+	var b pgx.Batch
+	b.Queue(tidScans)
+	for _, s := range stmts {
+		b.Queue(s.sql, s.args...)
+	}
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("record fast-path forwards: %w", err)
+	}
+	return nil
+}
+
+// recordStatements returns the statements RecordFirstAttempts sends (after
+// tidScans) for batch, with their arguments.
+func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
 	// Event IDs go as pgtype.UUID, which pgx encodes in binary as they
 	// are: a uuid.UUID is a driver.Valuer, which pgx encodes through its
 	// text (formatted, then parsed again), a few percent of the
@@ -1017,7 +1088,7 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 		if a.Error != "" {
 			b, err := json.Marshal(rivertype.AttemptError{At: a.AttemptedAt, Attempt: 1, Error: a.Error})
 			if err != nil {
-				return fmt.Errorf("record fast-path forwards: %w", err)
+				return nil, err
 			}
 			s := string(b)
 			errJSON = &s
@@ -1028,7 +1099,7 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 			out.Attempt = 1
 			b, err := json.Marshal(map[string]Output{"output": out})
 			if err != nil {
-				return fmt.Errorf("record fast-path forwards: %w", err)
+				return nil, err
 			}
 			meta = string(b)
 		}
@@ -1042,33 +1113,107 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 		c.errs = append(c.errs, errJSON)
 		c.metas = append(c.metas, &meta)
 	}
-	var b pgx.Batch
-	b.Queue(outboxIndexScans)
+	var stmts []statement
 	for _, s := range order {
 		c := bySender[s]
 		if len(c.dEvents) > 0 {
-			b.Queue(recordDeliveredSQL, s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts)
+			stmts = append(stmts, statement{recordDeliveredSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts}})
 		}
 		if len(c.events) > 0 {
-			b.Queue(recordFirstSQL, s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue)
+			stmts = append(stmts, statement{recordFirstSQL, []any{s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue}})
 		}
 		if len(c.relEvents) > 0 {
-			b.Queue(releaseOutboxSQL, s, c.relEvents, c.relTargets)
+			stmts = append(stmts, statement{releaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
 		}
 	}
-	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("record fast-path forwards: %w", err)
-	}
-	return nil
+	return stmts, nil
 }
+
+// queryUnder runs sql with args after settings (planner settings, see
+// plans.go), in one round trip: a batch, whose implicit transaction (or
+// q's) the settings last.
+func (q *Queries) queryUnder(ctx context.Context, settings, sql string, args ...any) (pgx.Rows, error) {
+	var b pgx.Batch
+	b.Queue(settings)
+	b.Queue(sql, args...)
+	br := q.db.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	rows, err := br.Query() //nolint:rowserrcheck // the caller reads them, and checks their Err (batchRows)
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// batchRows are the rows of a batch's last statement: the batch is closed
+// when they are read to the end or closed, and an error of its closing is
+// theirs.
+type batchRows struct {
+	pgx.Rows
+	br  pgx.BatchResults
+	err error
+}
+
+func (r *batchRows) closeBatch() {
+	r.Rows.Close()
+	if r.br != nil {
+		r.err, r.br = r.br.Close(), nil
+	}
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.closeBatch()
+	return false
+}
+
+func (r *batchRows) Close() { r.closeBatch() }
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// statement is an SQL statement and its arguments.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// deleteDeliveredSQL deletes up to $2 delivered forwards delivered before
+// $1: selected in an InitPlan, run once (its LIMIT holds), through the
+// BRIN index on delivered_at, and deleted by ctid (a TID scan), under
+// deliveredScans. forward_delivered is a local table on Citus.
+const deleteDeliveredSQL = `DELETE FROM forward_delivered WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM forward_delivered WHERE delivered_at < $1 LIMIT $2))`
+
+// deliveredScans leaves deleteDeliveredSQL one path without a disabled
+// node: no sequential scan (so the InitPlan reads the BRIN index, and the
+// DELETE the ctids), no JIT (see plans.go).
+const deliveredScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
 // DeleteDeliveredBefore deletes up to limit of the fast path's delivered
 // forwards (forward_delivered) delivered before cutoff, in one short
 // statement, and returns how many it deleted: fewer than limit means none
 // are left. River deletes its finished jobs after the same retention.
 func (q *Queries) DeleteDeliveredBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
-	tag, err := q.db.Exec(ctx, `DELETE FROM forward_delivered WHERE ctid IN (
-  SELECT ctid FROM forward_delivered WHERE delivered_at < $1 LIMIT $2)`, cutoff, limit)
+	var b pgx.Batch
+	b.Queue(deliveredScans)
+	b.Queue(deleteDeliveredSQL, cutoff, limit)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return 0, fmt.Errorf("delete old delivered forwards: %w", err)
+	}
+	tag, err := br.Exec()
 	if err != nil {
 		return 0, fmt.Errorf("delete old delivered forwards: %w", err)
 	}
@@ -1480,19 +1625,34 @@ func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uu
 // to target $2 queued after the one under way, must still wait: while the
 // forward is in the outbox, or another of its jobs is unfinished that is
 // older or is not itself a queued redelivery (the job a relay or the fast
-// path inserted after it).
+// path inserted after it). Both are probes of a key: forward_outbox's
+// primary key, and hookgate's index on the forward jobs, which the ORDER
+// BY (the event compared by a range) makes the one path without a sort
+// under indexOrderScans: not River's index on kind, nor its primary key,
+// each of which some statistics made the cheaper (see plans.go). A scalar
+// subquery, since EXISTS drops its ORDER BY.
 const earlierForwardSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2)
-  OR EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
-    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = $3::text
+  OR (SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' >= $3::text AND n.args->>'event_id' <= $3::text
     AND n.id <> $4 AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
-    AND (n.id < $4 OR NOT n.args ? 'after'))`
+    AND (n.id < $4 OR NOT n.args ? 'after')
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL`
 
 // EarlierForwardUnfinished reports whether the forward job jobID of
 // sender's event to target, queued after an earlier forward, must wait for
 // one that is not finished yet.
 func (q *Queries) EarlierForwardUnfinished(ctx context.Context, sender, target string, eventID uuid.UUID, jobID int64) (bool, error) {
+	var b pgx.Batch
+	b.Queue(indexOrderScans)
+	b.Queue(earlierForwardSQL, sender, target, eventID.String(), jobID)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
 	var wait bool
-	if err := q.db.QueryRow(ctx, earlierForwardSQL, sender, target, eventID.String(), jobID).Scan(&wait); err != nil {
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&wait)
+	}
+	if err != nil {
 		return false, fmt.Errorf("earlier forwards of event %s to %s: %w", eventID, target, err)
 	}
 	return wait, nil

@@ -22,13 +22,21 @@ type OutboxRow struct {
 
 // takeOutboxSQL deletes up to $2 outbox rows of the sender $1 that no
 // other transaction holds and no fast path has leased (or whose lease has
-// ended), and returns them: they exist again if the transaction rolls
-// back. Both parts name the sender, so that Citus runs it on the sender's
-// shard (it cannot lock rows FOR UPDATE across shards).
-const takeOutboxSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND (event_id, target) IN (
-  SELECT event_id, target FROM forward_outbox
+// ended), oldest event first (event IDs are UUIDv7), and returns them: they
+// exist again if the transaction rolls back. The rows are selected in an
+// InitPlan, run once, so its LIMIT holds; it reads the primary key in its
+// order (sender, event_id, target) and stops after $2 rows; the DELETE then
+// finds them by ctid (a TID scan): see plans.go and tidScans, which it runs
+// under. A row the fast path's release (releaseOutboxSQL) updated between
+// the statement's snapshot and its lock is not deleted (the TID scan does
+// not see its new version) and stays for the next take: only the rows
+// returned get a job. Both parts name the sender, so that Citus runs it on
+// the sender's shard (it cannot lock rows FOR UPDATE across shards, and a
+// ctid names a row of one shard only).
+const takeOutboxSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND ctid = ANY(ARRAY(
+  SELECT ctid FROM forward_outbox
   WHERE sender = $1 AND (leased_until IS NULL OR leased_until < statement_timestamp())
-  LIMIT $2 FOR UPDATE SKIP LOCKED)
+  ORDER BY event_id, target LIMIT $2 FOR UPDATE SKIP LOCKED))
 RETURNING sender, event_id, target, delivery_id`
 
 // outboxIndexScans makes the rest of the transaction read forward_outbox
@@ -39,24 +47,35 @@ RETURNING sender, event_id, target, delivery_id`
 // deleted since the last vacuum (a bitmap scan never marks a dead entry,
 // so they pile up: thousands per statement under load). A plain index scan
 // probes the key, and marks the dead entries it meets so that later scans
-// skip them and inserts reclaim their space. Sent in the same round trip
-// as the statement it is for.
-const outboxIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+// skip them and inserts reclaim their space. JIT is off (see plans.go).
+// Sent in the same round trip as the statement it is for.
+const outboxIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
+
+// outboxRowsByKey selects the ctids of the outbox rows of sender $1 whose
+// keys are the pairs of $2 (event IDs) and $3 (targets): one probe of the
+// primary key per pair (a LATERAL subquery, in which the order by target
+// compared by a range keeps the probe on the key's index under tidScans;
+// see plans.go). A pair without a row selects nothing.
+const outboxRowsByKey = `ARRAY(SELECT p.ctid FROM unnest($2::uuid[], $3::text[]) AS k(event_id, target)
+    CROSS JOIN LATERAL (SELECT x.ctid FROM forward_outbox x
+      WHERE x.sender = $1 AND x.event_id = k.event_id AND x.target >= k.target AND x.target <= k.target
+      ORDER BY x.target) p)`
 
 // TakeOutbox deletes and returns up to limit outbox rows of sender that no
 // other transaction holds (FOR UPDATE SKIP LOCKED) and no fast path has
 // leased (forward.Dispatcher; a row whose lease has ended is taken): run it
 // in the transaction that inserts their jobs, so that they come back if it
 // rolls back. It returns none (nil) when every row is held or there is none.
-// The transaction reads the outbox through index scans from then on
-// (outboxIndexScans).
+// The rest of the transaction runs under tidScans (River's insert of the
+// jobs reads no table). A statement timeout for the take is the caller's
+// to set, in the transaction's BEGIN (forward.Relay does).
 func (q *Queries) TakeOutbox(ctx context.Context, sender string, limit int) ([]OutboxRow, error) {
 	var b pgx.Batch
-	b.Queue(outboxIndexScans)
+	b.Queue(tidScans)
 	b.Queue(takeOutboxSQL, sender, limit)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
+	if err := q.execSettings(br, &b); err != nil {
 		return nil, fmt.Errorf("take outbox rows: %w", err)
 	}
 	rows, err := br.Query()
@@ -73,6 +92,25 @@ func (q *Queries) TakeOutbox(ctx context.Context, sender string, limit int) ([]O
 	return out, nil
 }
 
+// queueTimeout queues the statement timeout of q (WithStatementTimeout) in
+// b, when it has one.
+func (q *Queries) queueTimeout(b *pgx.Batch) {
+	if q.timeout > 0 {
+		b.Queue(`SELECT set_config('statement_timeout', $1, true)`, fmt.Sprintf("%dms", max(q.timeout.Milliseconds(), 1)))
+	}
+}
+
+// execSettings reads the results of the statements queued in b before its
+// last one (settings) from br.
+func (q *Queries) execSettings(br pgx.BatchResults, b *pgx.Batch) error {
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // outboxWaitingSQL tells whether sender $1 has outbox rows that the relay
 // may take now (takeOutboxSQL's condition, without taking them).
 const outboxWaitingSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox
@@ -83,14 +121,18 @@ const outboxWaitingSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox
 // transaction of its own: the relay looks before it opens a transaction
 // to take them (a BEGIN, the take and a COMMIT: three round trips), and
 // with the fast path most of its looks find none. A row another relay
-// holds counts: the take then finds nothing, as it would have anyway.
+// holds counts: the take then finds nothing, as it would have anyway. The
+// primary key is the only path left (outboxIndexScans); the look walks the
+// sender's leased rows before the first it may take. q's statement timeout
+// bounds it when it has one (WithStatementTimeout).
 func (q *Queries) OutboxWaiting(ctx context.Context, sender string) (bool, error) {
 	var b pgx.Batch
+	q.queueTimeout(&b)
 	b.Queue(outboxIndexScans)
 	b.Queue(outboxWaitingSQL, sender)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
+	if err := q.execSettings(br, &b); err != nil {
 		return false, fmt.Errorf("look for outbox rows: %w", err)
 	}
 	var waiting bool
@@ -170,10 +212,13 @@ func (q *Queries) InsertOutbox(ctx context.Context, r OutboxRow, at time.Time) e
 	return nil
 }
 
-// releaseOutboxSQL clears the lease of outbox rows of sender $1 (a fast
-// path gave them up): the relay takes them at once.
+// releaseOutboxSQL clears the lease of outbox rows of sender $1 whose keys
+// are the pairs of $2 and $3 (a fast path gave them up): the relay takes
+// them at once. A probe of the key per pair, the rows updated by ctid
+// (outboxRowsByKey, under tidScans); a row the relay took meanwhile is
+// gone, and nothing is updated for it.
 const releaseOutboxSQL = `UPDATE forward_outbox SET leased_until = NULL
-WHERE sender = $1 AND (event_id, target) IN (SELECT * FROM unnest($2::uuid[], $3::text[]))`
+WHERE sender = $1 AND ctid = ANY(` + outboxRowsByKey + `)`
 
 // CountOutboxOf returns how many outbox rows of sender's deliveries whose
 // ID starts with prefix wait for the relay (the load benchmark's tally of a

@@ -1,0 +1,569 @@
+package store
+
+// The plans of the statements that run per batch or per job on the queue
+// tables (forward_outbox, forward_delivered, River's river_job), when the
+// statistics lie: after a crash PostgreSQL's activity counters are reset,
+// autovacuum does not ANALYZE for a long time, and the planner may believe
+// that a table of 25,000 rows holds 1 (or, after a bulk delete, that one
+// of 1,000 holds 25,000). These tests are in package store so that they can
+// EXPLAIN the statements' own SQL with their own planner settings; the SQL
+// they run themselves (filling the tables, ANALYZE, pg_stat_reset, EXPLAIN)
+// is what they examine: the statistics and the plans.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+)
+
+// planRows is how many rows the tests put in each queue table.
+const planRows = 25000
+
+// planBatch is the relay's batch (forward.DefaultRelayBatch) and the most a
+// recording holds (the fast path's batches, up to 500).
+const planBatch = 500
+
+// planQueue is the forward jobs' River queue (forward.Queue).
+const planQueue = "forward"
+
+// lyingStats makes the statistics of the queue tables lie, in a database
+// of its own, and returns its pool. grown: ANALYZE sees about one row per
+// table, then planRows rows arrive; shrunk: ANALYZE sees planRows rows, then
+// nearly all are deleted (kept: keptOutbox outbox rows, a tenth of the
+// jobs and delivered forwards). Either way the activity counters are then
+// reset (pg_stat_reset, as a crash resets them), so that autovacuum does
+// not ANALYZE again while the test runs.
+func lyingStats(t *testing.T, grown bool) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	const analyze = `ANALYZE forward_outbox, forward_delivered, river_job, webhook_events`
+	if grown {
+		exec(`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ('seed', gen_random_uuid(), 't', 'seed', now())`)
+		exec(`INSERT INTO river_job (kind, args, queue, state) VALUES ('`+ForwardKind+`', '{"sender": "seed", "target": "t", "event_id": "x", "delivery_id": "seed"}', $1, 'available')`, planQueue)
+		exec(`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
+VALUES ('seed', 'x', 't', 'seed', now(), now(), now(), 200, 5)`)
+		exec(`INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body) VALUES ('seed', gen_random_uuid(), 'seed', now(), '{}', '')`)
+		exec(analyze)
+	}
+	// acme's outbox rows, oldest event first (event IDs are UUIDv7: their
+	// order is their time's), none leased; its jobs: one per event, most
+	// delivered, every 100th snoozed behind a breaker (scheduled in an hour),
+	// every 100th from the 50th on waiting (available), from the 25th on a
+	// redelivery queued after another forward (available, with "after"),
+	// from the 75th on failed (discarded); its delivered forwards, the older
+	// half of them delivered 30 days ago.
+	exec(`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
+SELECT 'acme', `+v7SQL+`, 't', 'd' || g, now() FROM generate_series(1, $1) g`, planRows)
+	exec(`INSERT INTO river_job (kind, args, queue, state, scheduled_at, finalized_at, attempt, max_attempts)
+SELECT '`+ForwardKind+`', jsonb_build_object('sender', 'acme', 'target', 't', 'event_id', `+v7SQL+`::text, 'delivery_id', 'd' || g)
+    || CASE WHEN g % 100 = 25 THEN jsonb_build_object('after', 1) ELSE '{}' END, $2, s,
+  CASE WHEN s = 'scheduled' THEN now() + interval '1 hour' ELSE now() END, CASE WHEN s IN ('completed', 'discarded') THEN now() END, 1, 5
+FROM generate_series(1, $1) g,
+  LATERAL (SELECT (CASE WHEN g % 100 = 0 THEN 'scheduled' WHEN g % 100 IN (25, 50) THEN 'available' WHEN g % 100 = 75 THEN 'discarded'
+    ELSE 'completed' END)::river_job_state AS s) x`, planRows, planQueue)
+	exec(`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
+SELECT 'acme', `+v7SQL+`::text, 't', 'd' || g, now(), now(), now() - CASE WHEN g <= $1 / 2 THEN interval '30 days' ELSE interval '1 minute' END, 200, 5
+FROM generate_series(1, $1) g`, planRows)
+	if _, err := New(conn).InsertGenerated(ctx, Generated{Sender: "acme", Prefix: "d", N: planRows, Newest: time.Now(), Events: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !grown {
+		exec(analyze)
+		exec(`DELETE FROM forward_outbox WHERE sender = 'acme' AND delivery_id NOT IN (SELECT 'd' || g FROM generate_series($1::int, $2::int) g)`, planRows-keptOutbox+1, planRows)
+		exec(`DELETE FROM river_job WHERE (args->>'delivery_id') NOT LIKE '%0' AND (args->>'delivery_id') NOT LIKE '%5'`)
+		exec(`DELETE FROM forward_delivered WHERE delivery_id NOT LIKE '%0'`)
+	}
+	// This session's counts reach the shared statistics before the reset,
+	// not after it (they would make autovacuum ANALYZE within a minute).
+	exec(`SELECT pg_stat_force_next_flush()`)
+	exec(`SELECT 1`)
+	exec(`SELECT pg_stat_reset()`)
+	return pool
+}
+
+// keptOutbox is how many outbox rows the shrunk tables keep: more than a
+// batch, the newest ones (the deleted ones were taken first, as the relay
+// takes them).
+const keptOutbox = 1200
+
+// v7SQL is the event ID of the fixtures' row g: like a UUIDv7, it grows
+// with g (PostgreSQL 15 has no uuidv7()).
+const v7SQL = `(lpad(to_hex(g), 12, '0') || '70008000' || substr(md5(g::text), 1, 12))::uuid`
+
+// planConn returns a connection of its own (closed when the test ends), with
+// a statement timeout, so that a plan that walks the tables fails the test
+// instead of running for minutes.
+func planConn(t *testing.T, pool *pgxpool.Pool) *pgx.Conn {
+	t.Helper()
+	pc, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pc.Hijack()
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(t.Context(), `SET statement_timeout = '20s'`); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON)'s plan.
+type planNode struct {
+	NodeType         string     `json:"Node Type"`
+	Relation         string     `json:"Relation Name"`
+	Alias            string     `json:"Alias"`
+	Index            string     `json:"Index Name"`
+	IndexCond        string     `json:"Index Cond"`
+	Filter           string     `json:"Filter"`
+	Rows             float64    `json:"Actual Rows"`
+	Loops            float64    `json:"Actual Loops"`
+	RemovedByFilter  float64    `json:"Rows Removed by Filter"`
+	RemovedByRecheck float64    `json:"Rows Removed by Index Recheck"`
+	Plans            []planNode `json:"Plans"`
+}
+
+// explained is EXPLAIN (ANALYZE, FORMAT JSON)'s output for one statement.
+type explained struct {
+	Plan planNode        `json:"Plan"`
+	JIT  json.RawMessage `json:"JIT"`
+	Time float64         `json:"Execution Time"`
+	text string          // the whole output, for messages
+}
+
+// explainAs EXPLAIN ANALYZEs sql with args, as PostgreSQL plans it under
+// plan_cache_mode mode (force_generic_plan or force_custom_plan), in a
+// transaction that first runs settings (the statement's planner settings,
+// as its function sends them; "" for none) and is rolled back. The
+// arguments reach the prepared statement as parameters (the generic plan
+// does not see them): each is cast to its parameter's type through text.
+func explainAs(t *testing.T, conn *pgx.Conn, settings, mode, sql string, args ...any) explained {
+	t.Helper()
+	ctx := t.Context()
+	sd, err := conn.PgConn().Prepare(ctx, "", sql, nil)
+	if err != nil {
+		t.Fatalf("describe %s: %v", sql, err)
+	}
+	var types []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(format_type(o, NULL) ORDER BY i), '{}') FROM unnest($1::oid[]) WITH ORDINALITY AS u(o, i)`,
+		sd.ParamOIDs).Scan(&types); err != nil {
+		t.Fatal(err)
+	}
+	if len(types) != len(args) {
+		t.Fatalf("%d arguments for %d parameters of %s", len(args), len(types), sql)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Deallocated after the rollback (defers run last first).
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `DEALLOCATE hgplan`) }()
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if settings != "" {
+		if _, err := tx.Exec(ctx, settings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+		t.Fatal(err)
+	}
+	params := make([]string, len(args))
+	for i, a := range args {
+		name := fmt.Sprintf("hgplan.p%d", i+1)
+		if _, err := tx.Exec(ctx, `SELECT set_config($1, $2::`+types[i]+`::text, true)`, name, a); err != nil {
+			t.Fatalf("argument $%d: %v", i+1, err)
+		}
+		params[i] = fmt.Sprintf("current_setting('%s')::%s", name, types[i])
+	}
+	if _, err := tx.Exec(ctx, `PREPARE hgplan(`+strings.Join(types, ", ")+`) AS `+sql); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	explain := `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE hgplan`
+	if len(params) > 0 {
+		explain += `(` + strings.Join(params, ", ") + `)`
+	}
+	if err := tx.QueryRow(ctx, explain).Scan(&out); err != nil {
+		t.Fatalf("%s: EXPLAIN ANALYZE: %v", mode, err)
+	}
+	var ex []explained
+	if err := json.Unmarshal([]byte(out), &ex); err != nil || len(ex) != 1 {
+		t.Fatalf("decode EXPLAIN's JSON: %v\n%s", err, out)
+	}
+	ex[0].text = out
+	return ex[0]
+}
+
+// planModes are the plan cache modes the plan tests explain in: the plan
+// for the arguments, and the generic one PostgreSQL switches to after five
+// executions of a prepared statement (pgx prepares every statement).
+var planCacheModes = []string{"force_custom_plan", "force_generic_plan"}
+
+// scanNodes are the node types that read a table.
+var scanNodes = map[string]bool{
+	"Seq Scan": true, "Index Scan": true, "Index Only Scan": true, "Bitmap Heap Scan": true,
+	"Tid Scan": true, "Tid Range Scan": true, "Sample Scan": true,
+}
+
+// probeNodes are the scans a node run many times (the inner side of a
+// nested loop, a correlated subplan) may be: a probe of an index, or of a
+// row by its ctid.
+var probeNodes = map[string]bool{"Index Scan": true, "Index Only Scan": true, "Tid Scan": true}
+
+// planProblems returns what is wrong with plan for a statement that should
+// touch about batch rows: JIT compilation (a forced plan's disabled paths
+// cost 1e10, past jit_above_cost: 50–85 ms per execution instead of 1–2);
+// a scan that visits (rows returned + rows removed by its filters) × its
+// loops more than 3 × batch + 100 rows; a scan run more than once (a nested
+// loop's inner side, a subplan) that is not a probe (of an index, or by
+// ctid) visiting at most 2 rows per loop.
+func planProblems(ex explained, batch int) []string {
+	var problems []string
+	if len(ex.JIT) > 0 && string(ex.JIT) != "null" {
+		problems = append(problems, "the statement is compiled by JIT")
+	}
+	limit := float64(3*batch + 100)
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if scanNodes[n.NodeType] {
+			perLoop := n.Rows + n.RemovedByFilter + n.RemovedByRecheck
+			visited := perLoop * n.Loops
+			name := fmt.Sprintf("%s on %s (%s)", n.NodeType, n.Relation, n.Alias)
+			if n.Index != "" {
+				name += " using " + n.Index
+			}
+			if visited > limit {
+				problems = append(problems, fmt.Sprintf("%s visits %.0f rows (%.0f × %.0f loops), more than %.0f", name, visited, perLoop, n.Loops, limit))
+			}
+			if n.Loops > 1 && (!probeNodes[n.NodeType] || perLoop > 2) {
+				problems = append(problems, fmt.Sprintf("%s runs %.0f times, visiting %.0f rows each: not a key probe", name, n.Loops, perLoop))
+			}
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(ex.Plan)
+	return problems
+}
+
+// planShape is plan's tree in one line: each node's type, relation and
+// index, and the rows it visited × its loops, its children in brackets.
+func planShape(n planNode) string {
+	s := n.NodeType
+	if n.Relation != "" {
+		s += " " + n.Relation
+	}
+	if n.Index != "" {
+		s += " using " + n.Index
+	}
+	if scanNodes[n.NodeType] {
+		s += fmt.Sprintf(" (%.0f×%.0f)", n.Rows+n.RemovedByFilter+n.RemovedByRecheck, n.Loops)
+	}
+	if len(n.Plans) > 0 {
+		var c []string
+		for _, p := range n.Plans {
+			c = append(c, planShape(p))
+		}
+		s += " [" + strings.Join(c, ", ") + "]"
+	}
+	return s
+}
+
+// checkPlans explains sql with args in both plan cache modes (see
+// explainAs) and fails the test on every problem planProblems finds.
+func checkPlans(t *testing.T, conn *pgx.Conn, batch int, settings, sql string, args ...any) {
+	t.Helper()
+	for _, mode := range planCacheModes {
+		ex := explainAs(t, conn, settings, mode, sql, args...)
+		if p := planProblems(ex, batch); len(p) > 0 {
+			t.Errorf("%s: %s\n%s", mode, strings.Join(p, "; "), ex.text)
+		}
+		t.Logf("%s (%.2f ms): %s", mode, ex.Time, planShape(ex.Plan))
+	}
+}
+
+// withPlanModes runs f on conn once per plan cache mode, the session's
+// default (auto: custom plans, then the generic plan from the sixth
+// execution on) included: f runs the statement through its function, as
+// hookgate does.
+func withPlanModes(t *testing.T, conn *pgx.Conn, runs int, f func(mode string, run int)) {
+	t.Helper()
+	for _, mode := range []string{"auto", "force_generic_plan", "force_custom_plan"} {
+		if _, err := conn.Exec(t.Context(), `SET plan_cache_mode = `+mode); err != nil {
+			t.Fatal(err)
+		}
+		for run := range runs {
+			f(mode, run)
+		}
+	}
+	if _, err := conn.Exec(t.Context(), `RESET plan_cache_mode`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inRolledBack runs f in a transaction on conn that is rolled back.
+func inRolledBack(t *testing.T, conn *pgx.Conn, f func(tx pgx.Tx)) {
+	t.Helper()
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
+	f(tx)
+}
+
+// outboxKeys returns n outbox rows of sender, oldest event first (read
+// with SQL of its own: the statements examined get them as arguments).
+func outboxKeys(t *testing.T, conn *pgx.Conn, sender string, n int) []OutboxRow {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), `SELECT sender, event_id, target, delivery_id FROM forward_outbox WHERE sender = $1 ORDER BY event_id LIMIT $2`, sender, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxRow, error) {
+		var r OutboxRow
+		return r, row.Scan(&r.Sender, &r.EventID, &r.Target, &r.DeliveryID)
+	})
+	if err != nil || len(keys) != n {
+		t.Fatalf("outbox keys: %d of %d, %v", len(keys), n, err)
+	}
+	return keys
+}
+
+// TestQueuePlansWhenStatisticsLie: with statistics that say a queue table
+// holds one row while it holds 25,000, and with statistics that say 25,000
+// after nearly all were deleted, every statement run per relay batch, per
+// recording, per forward job and per retention batch visits about as many
+// rows as it handles, in the plan for its arguments and in the generic plan
+// alike, with no scan run once per row of another, and without JIT; and
+// run through its function (six times and more on one connection, so that
+// PostgreSQL's plan cache switches to the generic plan, and with each plan
+// cache mode forced) it does what it should: the relay's take returns at
+// most its batch.
+func TestQueuePlansWhenStatisticsLie(t *testing.T) {
+	t.Parallel()
+	if pgtest.Citus() {
+		t.Skip("EXPLAIN on Citus shows the coordinator's plan, not the shard's")
+	}
+	for _, grown := range []bool{true, false} {
+		name := map[bool]string{true: "grown after ANALYZE", false: "shrunk after ANALYZE"}[grown]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testQueuePlans(t, grown)
+		})
+	}
+}
+
+func testQueuePlans(t *testing.T, grown bool) {
+	pool := lyingStats(t, grown)
+	ctx := t.Context()
+	conn := planConn(t, pool)
+	explainConn := planConn(t, pool)
+	waiting := planRows
+	if !grown {
+		waiting = keptOutbox
+	}
+
+	t.Run("relay take", func(t *testing.T) {
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			inRolledBack(t, conn, func(tx pgx.Tx) {
+				start := time.Now()
+				taken, err := New(tx).TakeOutbox(ctx, "acme", planBatch)
+				if err != nil {
+					t.Fatalf("%s, run %d: %v", mode, run, err)
+				}
+				if len(taken) != planBatch {
+					t.Fatalf("%s, run %d: took %d rows, want the batch of %d (%d waiting)", mode, run, len(taken), planBatch, waiting)
+				}
+				if d := time.Since(start); d > time.Second {
+					t.Errorf("%s, run %d: the take took %s", mode, run, d)
+				}
+			})
+		})
+		checkPlans(t, explainConn, planBatch, tidScans, takeOutboxSQL, "acme", planBatch)
+	})
+
+	t.Run("relay look", func(t *testing.T) {
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			if ok, err := New(conn).OutboxWaiting(ctx, "acme"); err != nil || !ok {
+				t.Fatalf("%s, run %d: OutboxWaiting = %v, %v; want true", mode, run, ok, err)
+			}
+		})
+		checkPlans(t, explainConn, 1, outboxIndexScans, outboxWaitingSQL, "acme")
+	})
+
+	t.Run("recording", func(t *testing.T) {
+		keys := outboxKeys(t, conn, "acme", planBatch)
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		var batch []FirstAttempt
+		for i, k := range keys {
+			a := FirstAttempt{Sender: k.Sender, EventID: k.EventID, Target: k.Target, MaxAttempts: 5, AttemptedAt: at, ScheduledAt: at}
+			switch i % 10 {
+			case 0: // not attempted: released to the relay
+				a.Release = true
+			case 1: // failed: retried by River
+				a.State, a.ScheduledAt, a.Error, a.Output = rivertype.JobStateRetryable, at.Add(time.Hour), "target answered 503", Output{Status: 503}
+			default:
+				a.State, a.FinalizedAt, a.Output = rivertype.JobStateCompleted, &at, Output{Status: 204, DeliveredAt: at}
+			}
+			batch = append(batch, a)
+		}
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			inRolledBack(t, conn, func(tx pgx.Tx) {
+				q := New(tx)
+				if err := q.RecordFirstAttempts(ctx, planQueue, batch); err != nil {
+					t.Fatalf("%s, run %d: %v", mode, run, err)
+				}
+				if n, err := q.CountOutboxOf(ctx, "acme", "d"); err != nil || n != int64(waiting-planBatch*9/10) {
+					t.Fatalf("%s, run %d: %d outbox rows left, %v; want %d", mode, run, n, err, waiting-planBatch*9/10)
+				}
+			})
+		})
+		stmts, err := recordStatements(planQueue, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stmts) != 3 {
+			t.Fatalf("%d statements for a recording of one sender with outcomes of each kind, want 3", len(stmts))
+		}
+		for _, s := range stmts {
+			checkPlans(t, explainConn, planBatch, tidScans, s.sql, s.args...)
+		}
+	})
+
+	t.Run("earlier forward", func(t *testing.T) {
+		// The event of the 200th job (snoozed: unfinished) and one that has
+		// neither a job nor an outbox row: a probe each, whatever the job
+		// table holds.
+		for event, want := range map[uuid.UUID]bool{uuidV7(t, conn, 200): true, uuid.New(): false} {
+			withPlanModes(t, conn, 7, func(mode string, run int) {
+				wait, err := New(conn).EarlierForwardUnfinished(ctx, "acme", "t", event, 1<<40)
+				if err != nil || wait != want {
+					t.Fatalf("%s, run %d: EarlierForwardUnfinished(%s) = %v, %v; want %v", mode, run, event, wait, err, want)
+				}
+			})
+			checkPlans(t, explainConn, 1, indexOrderScans, earlierForwardSQL, "acme", "t", event.String(), int64(1<<40))
+		}
+	})
+
+	t.Run("wake", func(t *testing.T) {
+		// The jobs waiting on the queue: every 100th snoozed, twice as
+		// many due (in the shrunk table too: their delivery IDs end in 0 or
+		// 5).
+		checkPlans(t, explainConn, 3*planRows/100, indexOrderScans, wakeSQL, planQueue, "acme", "t")
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			inRolledBack(t, conn, func(tx pgx.Tx) {
+				if err := New(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil {
+					t.Fatalf("%s, run %d: %v", mode, run, err)
+				}
+			})
+		})
+	})
+
+	t.Run("retention of delivered forwards", func(t *testing.T) {
+		cutoff := time.Now().Add(-24 * time.Hour)
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			inRolledBack(t, conn, func(tx pgx.Tx) {
+				n, err := New(tx).DeleteDeliveredBefore(ctx, cutoff, 1000)
+				if err != nil || n != 1000 {
+					t.Fatalf("%s, run %d: deleted %d, %v; want 1000", mode, run, n, err)
+				}
+			})
+		})
+		checkPlans(t, explainConn, 1000, deliveredScans, deleteDeliveredSQL, cutoff, 1000)
+	})
+
+	t.Run("outbox rows of queued redeliveries", func(t *testing.T) {
+		var ids []pgtype.UUID
+		for _, k := range outboxKeys(t, conn, "acme", 100) {
+			ids = append(ids, pgtype.UUID{Bytes: k.EventID, Valid: true})
+		}
+		checkPlans(t, explainConn, len(ids), outboxIndexScans, inOutboxSQL, "acme", "t", ids)
+	})
+
+	t.Run("bulk redelivery", func(t *testing.T) {
+		// A batch's outer scan may read the jobs from the batch's first
+		// on, or all the target's jobs (no index has a target's jobs in
+		// the order of their IDs): up to the table once, never once per
+		// job; each job's probes (notSuperseded, queuedWaiting) are index
+		// probes.
+		q := New(conn)
+		newest, at, err := q.NewestJobID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const batch = 1000
+		for _, f := range []Filter{
+			{Sender: "acme", Target: "t", State: StateDelivered},
+			{Sender: "acme", Target: "t", State: StateFailed},
+			{Sender: "acme", Target: "t", State: StatePending},
+			{Sender: "acme", Target: "t", State: StateRunning, InStateAt: at},
+		} {
+			t.Run(string(f.State), func(t *testing.T) {
+				withPlanModes(t, conn, 7, func(mode string, run int) {
+					n, err := q.CountBulkMatch(ctx, f, newest)
+					if err != nil {
+						t.Fatalf("%s, run %d: %v", mode, run, err)
+					}
+					got, err := q.BulkMatchBatch(ctx, f, newest, 0, batch)
+					if err != nil || int64(len(got)) != min(n, batch) {
+						t.Fatalf("%s, run %d: a batch of %d (%v) of the %d matched, want %d", mode, run, len(got), err, n, min(n, batch))
+					}
+				})
+				w, err := q.bulkWhere(ctx, f, newest, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w.args = append(w.args, batch)
+				checkPlans(t, explainConn, planRows, indexOrderScans, bulkMatchBatchSQL(w, batch), w.args...)
+			})
+		}
+		checkPlans(t, explainConn, planRows, indexOrderScans, queuedCandidatesSQL, "acme", "t", newest, int64(0), &at)
+	})
+
+	t.Run("event content", func(t *testing.T) {
+		var id uuid.UUID
+		if err := conn.QueryRow(ctx, `SELECT id FROM webhook_events WHERE sender = 'acme' LIMIT 1`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			if _, _, err := New(conn).EventContent(ctx, "acme", id); err != nil {
+				t.Fatalf("%s, run %d: %v", mode, run, err)
+			}
+		})
+		checkPlans(t, explainConn, 1, indexOrderScans, eventContentSQL, "acme", id)
+	})
+}
+
+// uuidV7 returns the event ID of the fixtures' row g (v7SQL).
+func uuidV7(t *testing.T, conn *pgx.Conn, g int) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	if err := conn.QueryRow(t.Context(), `SELECT `+v7SQL+` FROM (SELECT $1::bigint AS g) x`, g).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
