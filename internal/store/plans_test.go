@@ -77,13 +77,14 @@ VALUES ('seed', 'x', 't', 'seed', now(), now(), now(), 200, 5)`)
 	// half of them delivered 30 days ago.
 	exec(`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
 SELECT 'acme', `+v7SQL+`, 't', 'd' || g, now() FROM generate_series(1, $1) g`, planRows)
-	exec(`INSERT INTO river_job (kind, args, queue, state, scheduled_at, finalized_at, attempt, max_attempts)
+	exec(`INSERT INTO river_job (kind, args, queue, state, scheduled_at, finalized_at, attempt, max_attempts, attempted_by)
 SELECT '`+ForwardKind+`', jsonb_build_object('sender', 'acme', 'target', 't', 'event_id', `+v7SQL+`::text, 'delivery_id', 'd' || g)
     || CASE WHEN g % 100 = 25 THEN jsonb_build_object('after', 1) ELSE '{}' END, $2, s,
-  CASE WHEN s = 'scheduled' THEN now() + interval '1 hour' ELSE now() END, CASE WHEN s IN ('completed', 'discarded') THEN now() END, 1, 5
+  CASE WHEN s = 'scheduled' THEN now() + interval '1 hour' ELSE now() END, CASE WHEN s IN ('completed', 'discarded') THEN now() END, 1, 5,
+  CASE WHEN s = 'running' THEN ARRAY['hookgate:gone'] END
 FROM generate_series(1, $1) g,
   LATERAL (SELECT (CASE WHEN g % 100 = 0 THEN 'scheduled' WHEN g % 100 IN (25, 50) THEN 'available' WHEN g % 100 = 75 THEN 'discarded'
-    ELSE 'completed' END)::river_job_state AS s) x`, planRows, planQueue)
+    WHEN g % 100 = 60 THEN 'running' ELSE 'completed' END)::river_job_state AS s) x`, planRows, planQueue)
 	exec(`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
 SELECT 'acme', `+v7SQL+`::text, 't', 'd' || g, now(), now(), now() - CASE WHEN g <= $1 / 2 THEN interval '30 days' ELSE interval '1 minute' END, 200, 5
 FROM generate_series(1, $1) g`, planRows)
@@ -542,6 +543,22 @@ func testQueuePlans(t *testing.T, grown bool) {
 			})
 		}
 		checkPlans(t, explainConn, planRows, indexOrderScans, queuedCandidatesSQL, "acme", "t", newest, int64(0), &at)
+	})
+
+	t.Run("takeover of a dead process's jobs", func(t *testing.T) {
+		// Every 100th job runs for a process that is gone: a batch of
+		// them is taken over, and the plan reads the running jobs alone,
+		// never the table.
+		running := planRows / 100
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			inRolledBack(t, conn, func(tx pgx.Tx) {
+				taken, err := New(tx).TakeOverJobs(ctx, "hookgate:", 5*time.Second, planBatch)
+				if err != nil || len(taken) != min(running, planBatch) {
+					t.Fatalf("%s, run %d: took over %d jobs, %v; want %d", mode, run, len(taken), err, min(running, planBatch))
+				}
+			})
+		})
+		checkPlans(t, explainConn, planBatch, processIndexScans, takeOverSQL, "hookgate:", int64(5000), planBatch)
 	})
 
 	t.Run("event content", func(t *testing.T) {
