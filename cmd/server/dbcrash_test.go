@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -19,8 +20,8 @@ import (
 // TestForwardsResumeAfterDatabaseCrash is the outage, with two
 // --role api and two --role worker processes of the real binary and default
 // settings: the outbox's statistics were taken when it held one row, the
-// api processes accept 10,000 deliveries while no worker runs (a backlog of
-// 10,000 forwards in the outbox), the workers start relaying, and in the
+// api processes accept 5,000 deliveries while no worker runs (a backlog of
+// 5,000 forwards in the outbox), the workers start relaying, and in the
 // middle of that, with senders still delivering about 300 a second and
 // retrying until they get a 2xx, PostgreSQL is killed (pg_ctl stop -m
 // immediate: crash recovery, and the cumulative statistics are lost, so no
@@ -37,8 +38,8 @@ func TestForwardsResumeAfterDatabaseCrash(t *testing.T) {
 	cluster := pgtest.StartCluster(t)
 	dsn := cluster.URL()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
-	const timeout = 2 * time.Second // the target's
-	cfg := writeConfig(t, forwardConfig(tg.URL, "2s", 10))
+	const timeout = config.DefaultForwardTimeout // the target's: the default
+	cfg := writeConfig(t, forwardConfig(tg.URL, time.Duration(timeout).String(), 10))
 	c := newClient(t)
 
 	var apis []string
@@ -62,8 +63,8 @@ func TestForwardsResumeAfterDatabaseCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A backlog: 10,000 deliveries while no worker runs.
-	const backlog = 10_000
+	// A backlog: 5,000 deliveries while no worker runs.
+	const backlog = 5_000
 	var g errgroup.Group
 	g.SetLimit(16)
 	for i := range backlog {
@@ -127,7 +128,7 @@ func TestForwardsResumeAfterDatabaseCrash(t *testing.T) {
 
 	events := acceptedEvents(t, pool)
 	t.Logf("%d events accepted (%d sent while the database was killed and after)", len(events), sent.Load())
-	bound := timeout + 10*time.Second
+	bound := time.Duration(timeout) + 10*time.Second
 	upMu.Lock()
 	deadline := upAt.Add(bound)
 	upMu.Unlock()

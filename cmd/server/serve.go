@@ -218,6 +218,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		if takeover, err = forward.NewTakeover(db.pool, forward.DefaultTakeoverConfig(cc.ID), reg, log); err != nil {
 			return nil, err
 		}
+		cc.Middleware = append(cc.Middleware, takeover.Middleware())
 		if worker, err = newForwardWorker(db, cfg, s, m, log); err != nil {
 			return nil, err
 		}

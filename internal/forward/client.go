@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 )
@@ -46,6 +47,9 @@ type ClientConfig struct {
 	// it leaves running if it dies. Empty: River's default ID, whose jobs
 	// only River's rescuer rescues.
 	ID string
+	// Middleware are River worker middleware for every job the client
+	// works (Takeover.Middleware).
+	Middleware []rivertype.Middleware
 	// Maintenance are other jobs the client works (the retention job):
 	// their workers, the periodic jobs that enqueue them, and their queue,
 	// worked one job at a time. A zero Maintenance has none.
@@ -237,6 +241,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, worker *Worker, cc Client
 			rc.PeriodicJobs = m.Periodic
 		}
 		rc.Workers = workers
+		rc.Middleware = cc.Middleware
 		rc.JobTimeout = h.forward
 		rc.RescueStuckJobsAfter = h.rescue
 		rc.FetchCooldown = fetchCooldown

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -123,6 +125,11 @@ type Takeover struct {
 	// upSince is when the heartbeats last started to succeed one after
 	// another (zero after a failure).
 	upSince time.Time
+	// working are the jobs this process's River workers run now, and
+	// finishing those whose work ended and whose outcome River may still
+	// be writing (its completer retries through a database outage), until
+	// a look finds them no longer running (Middleware).
+	working, finishing map[int64]struct{}
 }
 
 // NewTakeover returns the takeover of a process whose River client ID is
@@ -134,10 +141,83 @@ func NewTakeover(db *pgxpool.Pool, tc TakeoverConfig, reg prometheus.Registerer,
 	}
 	taken := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "hookgate_forward_taken_over_total",
-		Help: "Jobs (forwards, bulk redeliveries, retention runs) left running by a hookgate process that is gone (no heartbeat for the stale time), which this process made available again.",
+		Help: "Jobs (forwards, bulk redeliveries, retention runs) left running by a hookgate process that is gone (no heartbeat for the stale time), or shown running in this process while none of its workers ran them (a fetch whose answer was cut off), which this process made available again.",
 	})
 	reg.MustRegister(taken)
-	return &Takeover{q: store.New(db), cfg: tc, log: log, started: time.Now(), taken: taken}, nil
+	return &Takeover{q: store.New(db), cfg: tc, log: log, started: time.Now(), taken: taken,
+		working: map[int64]struct{}{}, finishing: map[int64]struct{}{}}, nil
+}
+
+// Middleware returns the River worker middleware that tells the takeover
+// which jobs this process works (ClientConfig.Middleware): a job River
+// shows as running on behalf of this process that none of its workers
+// runs, past Stale after its attempt started, was lost between River's
+// fetch and its workers (the fetch's answer cut off by a database crash or
+// a broken connection), and is made available again (ReleaseOrphans)
+// instead of waiting for River's rescuer.
+func (t *Takeover) Middleware() rivertype.WorkerMiddleware { return &trackJobs{t: t} }
+
+// trackJobs is Takeover.Middleware.
+type trackJobs struct {
+	river.MiddlewareDefaults
+	t *Takeover
+}
+
+// Work records job as worked by this process while its worker runs, and
+// as finishing afterwards.
+func (m *trackJobs) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	t := m.t
+	t.mu.Lock()
+	t.working[job.ID] = struct{}{}
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.working, job.ID)
+		t.finishing[job.ID] = struct{}{}
+		t.mu.Unlock()
+	}()
+	return doInner(ctx)
+}
+
+// releaseOrphans makes available again the jobs River shows as running on
+// behalf of this process, whose attempt started more than Stale ago, that
+// none of its workers runs or has just finished (Middleware).
+func (t *Takeover) releaseOrphans(ctx context.Context) ([]store.TakenOver, error) {
+	running, err := t.q.RunningJobsOf(ctx, t.cfg.ID, t.cfg.Stale)
+	if err != nil {
+		return nil, err
+	}
+	inDB := make(map[int64]bool, len(running))
+	var orphans []int64
+	t.mu.Lock()
+	for _, j := range running {
+		inDB[j.ID] = true
+		_, w := t.working[j.ID]
+		_, f := t.finishing[j.ID]
+		if j.Old && !w && !f {
+			orphans = append(orphans, j.ID)
+		}
+	}
+	// An outcome no longer running has been written: forget it.
+	for id := range t.finishing {
+		if !inDB[id] {
+			delete(t.finishing, id)
+		}
+	}
+	t.mu.Unlock()
+	if len(orphans) == 0 {
+		return nil, nil
+	}
+	released, err := t.q.ReleaseOrphans(ctx, t.cfg.ID, orphans)
+	if err != nil {
+		return nil, err
+	}
+	if len(released) > 0 {
+		t.taken.Add(float64(len(released)))
+		t.log.Warn("made available again jobs River showed running in this process that none of its workers ran (a fetch cut off); they are attempted again now",
+			"jobs", len(released))
+	}
+	return released, nil
 }
 
 // Heartbeat writes the process's heartbeat once. Call it before River
@@ -160,7 +240,8 @@ func (t *Takeover) Heartbeat(ctx context.Context) error {
 
 // Once writes the heartbeat and, when the process has been connected for
 // longer than Stale, takes over the running jobs of processes that are
-// gone; it returns them.
+// gone, and those River shows running in this process that none of its
+// workers runs (Middleware); it returns them.
 func (t *Takeover) Once(ctx context.Context) ([]store.TakenOver, error) {
 	if err := t.Heartbeat(ctx); err != nil {
 		return nil, err
@@ -188,7 +269,8 @@ func (t *Takeover) Once(ctx context.Context) ([]store.TakenOver, error) {
 				"process", p, "jobs", n, "stale_after", t.cfg.Stale)
 		}
 	}
-	return taken, nil
+	lost, err := t.releaseOrphans(ctx)
+	return append(taken, lost...), err
 }
 
 // Run writes heartbeats and takes over jobs every HeartbeatEvery until ctx

@@ -1253,21 +1253,115 @@ type TakenOver struct {
 // the leading column, under the transaction's index scans, processIndexScans).
 // The outer state = 'running' makes a job that its process finished
 // meanwhile (or that another process took over first) stay as it is.
-const takeOverSQL = `WITH running AS MATERIALIZED (
+// takeOverSet says what becomes of a job taken over.
+var takeOverSQL = `WITH running AS MATERIALIZED (
   SELECT id, attempted_by[cardinality(attempted_by)] AS process FROM river_job WHERE state = 'running'
 )
-UPDATE river_job SET
-  state = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
-  scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE statement_timestamp() END,
-  finalized_at = CASE WHEN attempt >= max_attempts THEN statement_timestamp() END,
-  errors = array_append(errors, jsonb_build_object('at', statement_timestamp(), 'attempt', greatest(attempt, 0),
-    'error', 'taken over: the process running it (' || attempted_by[cardinality(attempted_by)] || ') is gone', 'trace', ''))
+UPDATE river_job SET ` + takeOverSet("'the process running it (' || attempted_by[cardinality(attempted_by)] || ') is gone'") + `
 WHERE state = 'running' AND id = ANY(ARRAY(
   SELECT r.id FROM running r
   WHERE starts_with(r.process, $1)
     AND NOT EXISTS (SELECT 1 FROM forward_processes p WHERE p.id = r.process AND p.seen_at >= statement_timestamp() - $2 * interval '1 millisecond')
   ORDER BY r.id LIMIT $3))
 RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
+
+// takeOverSet is the SET list of a job taken over because why (an SQL
+// text expression): made available again at once, as River's rescuer does
+// (its attempt count kept, the attempt under way counted, an error saying
+// why), or discarded when its attempts are used up.
+func takeOverSet(why string) string {
+	return `state = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
+  scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE statement_timestamp() END,
+  finalized_at = CASE WHEN attempt >= max_attempts THEN statement_timestamp() END,
+  errors = array_append(errors, jsonb_build_object('at', statement_timestamp(), 'attempt', greatest(attempt, 0),
+    'error', 'taken over: ' || ` + why + `, 'trace', ''))`
+}
+
+// runningOfSQL returns the jobs River shows as running whose last attempt
+// was made by the process $1, and whether that attempt started more than
+// $2 milliseconds ago. Read as takeOverSQL reads the running jobs.
+const runningOfSQL = `WITH running AS MATERIALIZED (
+  SELECT id, attempted_by[cardinality(attempted_by)] AS process, attempted_at FROM river_job WHERE state = 'running'
+)
+SELECT id, coalesce(attempted_at < statement_timestamp() - $2 * interval '1 millisecond', true) FROM running WHERE process = $1 ORDER BY id`
+
+// releaseOrphansSQL makes available again the jobs $2 of the process $1
+// that River shows as running while the process runs none of them (see
+// ReleaseOrphans). By their key, as takeOverSQL updates its jobs.
+var releaseOrphansSQL = `UPDATE river_job SET ` + takeOverSet("'its process (' || $1 || ') was not running it (its fetch was cut off)'") + `
+WHERE state = 'running' AND id = ANY($2::bigint[]) AND attempted_by[cardinality(attempted_by)] = $1
+RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
+
+// RunningJob is a job River shows as running on behalf of a process.
+type RunningJob struct {
+	ID int64
+	// Old: its attempt started more than the age asked for ago.
+	Old bool
+}
+
+// RunningJobsOf returns the jobs River shows as running whose last attempt
+// was made by process, oldest ID first, each saying whether that attempt
+// started more than age ago.
+func (q *Queries) RunningJobsOf(ctx context.Context, process string, age time.Duration) ([]RunningJob, error) {
+	var b pgx.Batch
+	b.Queue(processIndexScans)
+	b.Queue(runningOfSQL, process, age.Milliseconds())
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("list the running jobs of %s: %w", process, err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("list the running jobs of %s: %w", process, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunningJob, error) {
+		var j RunningJob
+		return j, row.Scan(&j.ID, &j.Old)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the running jobs of %s: %w", process, err)
+	}
+	return out, nil
+}
+
+// ReleaseOrphans makes available again (as TakeOverJobs does) the jobs ids
+// that River shows as running on behalf of process although the process
+// runs none of them: River's fetch marks the jobs it takes running in the
+// database, and a fetch whose answer was lost (the database crashed, the
+// connection broke) leaves jobs that no worker runs, which River's rescuer
+// would retry only after its horizon. Jobs no longer running, or now
+// another process's, are left as they are. It returns those it released.
+func (q *Queries) ReleaseOrphans(ctx context.Context, process string, ids []int64) ([]TakenOver, error) {
+	var b pgx.Batch
+	b.Queue(processIndexScans)
+	b.Queue(releaseOrphansSQL, process, ids)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("release the lost jobs of %s: %w", process, err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("release the lost jobs of %s: %w", process, err)
+	}
+	return collectTakenOver(rows, process)
+}
+
+// collectTakenOver collects the rows of takeOverSQL or releaseOrphansSQL.
+func collectTakenOver(rows pgx.Rows, what string) ([]TakenOver, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TakenOver, error) {
+		var t TakenOver
+		var state string
+		err := row.Scan(&t.JobID, &t.Kind, &t.Process, &state)
+		t.State = rivertype.JobState(state)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take over jobs (%s): %w", what, err)
+	}
+	return out, nil
+}
 
 // processIndexScans keeps takeOverSQL on its plan whatever the statistics
 // say (they are reset by a crash, when the takeover matters most): no
@@ -1296,17 +1390,7 @@ func (q *Queries) TakeOverJobs(ctx context.Context, prefix string, stale time.Du
 	if err != nil {
 		return nil, fmt.Errorf("take over the jobs of processes that are gone: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TakenOver, error) {
-		var t TakenOver
-		var state string
-		err := row.Scan(&t.JobID, &t.Kind, &t.Process, &state)
-		t.State = rivertype.JobState(state)
-		return t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("take over the jobs of processes that are gone: %w", err)
-	}
-	return out, nil
+	return collectTakenOver(rows, "processes that are gone")
 }
 
 // ForwardJob is a forward job's row as River stores it.

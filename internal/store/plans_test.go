@@ -559,6 +559,23 @@ func testQueuePlans(t *testing.T, grown bool) {
 			})
 		})
 		checkPlans(t, explainConn, planBatch, processIndexScans, takeOverSQL, "hookgate:", int64(5000), planBatch)
+		// The same process's running jobs, and the release of some.
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			jobs, err := New(conn).RunningJobsOf(ctx, "hookgate:gone", 5*time.Second)
+			if err != nil || len(jobs) != running {
+				t.Fatalf("%s, run %d: %d running jobs, %v; want %d", mode, run, len(jobs), err, running)
+			}
+		})
+		checkPlans(t, explainConn, running, processIndexScans, runningOfSQL, "hookgate:gone", int64(5000))
+		jobs, err := New(conn).RunningJobsOf(ctx, "hookgate:gone", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, j := range jobs[:min(len(jobs), 100)] {
+			ids = append(ids, j.ID)
+		}
+		checkPlans(t, explainConn, len(ids), processIndexScans, releaseOrphansSQL, "hookgate:gone", ids)
 	})
 
 	t.Run("event content", func(t *testing.T) {

@@ -1,0 +1,116 @@
+package forward
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
+)
+
+// A job River shows as running on behalf of this process, whose attempt
+// started past the stale time, and that none of its workers runs (a
+// fetch whose answer was cut off) is made available again; a job one of
+// its workers runs, one whose work has ended while River may still be
+// writing its outcome, one whose attempt started just now, and another
+// process's are left alone. A finished job is forgotten once the database
+// shows it finished.
+func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	ctx := t.Context()
+	q := store.New(pool)
+	const me = ProcessIDPrefix + "host:1:me"
+	tk, err := NewTakeover(pool, TakeoverConfig{ID: me, HeartbeatEvery: 10 * time.Millisecond, Stale: 50 * time.Millisecond},
+		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ProcessIDPrefix + "host:2:other"
+	if err := q.Heartbeat(ctx, other, time.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Minute)
+	job := func(by string, at time.Time) int64 {
+		ids, err := q.InsertForwardJobs(ctx, Queue, store.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at, AttemptedBy: []string{by}},
+			store.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids[0]
+	}
+	lost, working, finishing, fresh, others := job(me, old), job(me, old), job(me, old), job(me, time.Now().Add(time.Hour)), job(other, old)
+
+	mw := tk.Middleware()
+	release := make(chan struct{})
+	inWork := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- mw.Work(ctx, &rivertype.JobRow{ID: working}, func(context.Context) error {
+			close(inWork)
+			<-release
+			return nil
+		})
+	}()
+	<-inWork
+	if err := mw.Work(ctx, &rivertype.JobRow{ID: finishing}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	var released []int64
+	testkit.Poll(t, 10*time.Second, "the lost job to be released", func() bool {
+		if err := q.Heartbeat(ctx, other, time.Now(), 0); err != nil { // the other process lives
+			t.Fatal(err)
+		}
+		taken, err := tk.Once(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range taken {
+			released = append(released, j.JobID)
+		}
+		return len(released) > 0
+	})
+	if !slices.Equal(released, []int64{lost}) {
+		t.Errorf("released %v, want only the lost job %d (working %d, finishing %d, fresh %d, another process's %d)",
+			released, lost, working, finishing, fresh, others)
+	}
+	jobs, err := q.ForwardJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		want := rivertype.JobStateRunning
+		if j.ID == lost {
+			want = rivertype.JobStateAvailable
+		}
+		if j.State != want {
+			t.Errorf("job %d: %s, want %s", j.ID, j.State, want)
+		}
+	}
+
+	// The finishing job's outcome is written: forgotten at the next look.
+	if err := q.SetForwardJob(ctx, finishing, store.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tk.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tk.mu.Lock()
+	_, kept := tk.finishing[finishing]
+	tk.mu.Unlock()
+	if kept {
+		t.Error("a finished job whose outcome the database shows is still remembered as finishing")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
