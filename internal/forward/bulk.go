@@ -27,7 +27,12 @@ import (
 // event to the target, and each batch's new jobs supersede what it
 // redelivered, so a second run (or a second request) does not match them
 // again; a forward still pending is never inserted twice (River's unique
-// insert on sender, event and target, as everywhere).
+// insert on sender, event and target, as everywhere). A batch and a single
+// redelivery (Redeliver) of one of its events never both queue a new
+// forward: the batch takes its sender's redelivery lock, reads the batch
+// again and inserts in one transaction (lockedAgain), as a single
+// redelivery reads and inserts under its event's lock (and its sender's,
+// shared: store.Queries.LockRedelivery).
 //
 // A redelivery is a new attempt: the forwards of a target that are running
 // or retrying can be redelivered in bulk too (state running or retrying).
@@ -220,12 +225,27 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 		total += n
 	}
 	for {
-		var n int
+		var n, read int
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			matched, err := store.New(tx).BulkMatchBatch(ctx, a.filter(), a.MaxJobID, after, w.batch)
+			q := store.New(tx)
+			matched, err := q.BulkMatchBatch(ctx, a.filter(), a.MaxJobID, after, w.batch)
 			if err != nil {
 				return err
 			}
+			read = len(matched)
+			if read == 0 {
+				return nil
+			}
+			// The batch again under its sender's redelivery lock, up to its
+			// last forward: one that a single redelivery superseded in
+			// between is no longer matched.
+			last := matched[read-1].JobID
+			if matched, err = lockedAgain(ctx, q, a.Sender, matched, func(limit int) ([]store.Matched, error) {
+				return q.BulkMatchBatch(ctx, a.filter(), last, after, limit)
+			}); err != nil {
+				return err
+			}
+			after = last
 			params := make([]river.InsertManyParams, 0, len(matched))
 			for _, m := range matched {
 				if afterCurrent(a.State) {
@@ -233,7 +253,6 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 				} else {
 					params = append(params, jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID))
 				}
-				after = m.JobID
 			}
 			if len(params) == 0 {
 				return nil
@@ -248,7 +267,7 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			return fmt.Errorf("bulk redeliver %s/%s after job %d: %w", a.Sender, a.Target, after, err)
 		}
 		total += int64(n)
-		if n < w.batch {
+		if read < w.batch {
 			w.log.Info("bulk redelivery done", "sender", a.Sender, "target", a.Target, "state", a.State, "forwards", total)
 			return nil
 		}
@@ -271,10 +290,20 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[pgx.Tx], sender *config.Sender, a BulkArgs) (int64, error) {
 	var total int64
 	for {
-		var n int
+		var n, read int
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			matched, err := store.New(tx).FastPathRunningBatch(ctx, a.filter(), w.batch)
+			q := store.New(tx)
+			matched, err := q.FastPathRunningBatch(ctx, a.filter(), w.batch)
 			if err != nil {
+				return err
+			}
+			read = len(matched)
+			if read == 0 {
+				return nil
+			}
+			if matched, err = lockedAgain(ctx, q, a.Sender, matched, func(limit int) ([]store.Matched, error) {
+				return q.FastPathRunningBatch(ctx, a.filter(), limit)
+			}); err != nil {
 				return err
 			}
 			if len(matched) == 0 {
@@ -294,10 +323,51 @@ func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[p
 			return total, fmt.Errorf("bulk redeliver %s/%s: the fast path's forwards under way: %w", a.Sender, a.Target, err)
 		}
 		total += int64(n)
-		if n < w.batch {
+		if read < w.batch {
 			return total, nil
 		}
 	}
+}
+
+// lockedAgain takes the redelivery lock of sender (exclusively: it waits
+// for the single redeliveries of its events under way), then reads the
+// batch matched, just read, again (again, up to limit forwards, in a
+// statement that starts once the lock is held) and returns the forwards of
+// matched that it still matches. A single redelivery of one of those
+// events (Redeliver) that committed before the lock was taken has
+// superseded its forward, or queued a redelivery after it: the batch no
+// longer matches it, and it gets no second new forward. One that comes
+// after waits for the batch's COMMIT, and then finds the batch's new
+// forward pending. Forwards the second read matches that the first did not
+// are left out: they were not in the batch. The second read is asked for
+// twice as many as the batch, and again with twice the limit while it
+// returns as many as asked, so that forwards matched since cannot push one
+// of the batch out.
+func lockedAgain(ctx context.Context, q *store.Queries, sender string, matched []store.Matched, again func(limit int) ([]store.Matched, error)) ([]store.Matched, error) {
+	if err := q.LockBulkRedelivery(ctx, sender); err != nil {
+		return nil, err
+	}
+	var now []store.Matched
+	for limit := 2 * len(matched); ; limit *= 2 {
+		var err error
+		if now, err = again(limit); err != nil {
+			return nil, err
+		}
+		if len(now) < limit {
+			break
+		}
+	}
+	still := make(map[store.Matched]bool, len(now))
+	for _, m := range now {
+		still[m] = true
+	}
+	out := matched[:0]
+	for _, m := range matched {
+		if still[m] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // bulkSliceMargin is how much of a bulk redelivery's slice is left when it

@@ -30,21 +30,40 @@ type Enqueued struct {
 	CurrentJobID int64
 }
 
-// Redeliver inserts, outside any transaction, one new forward job of the
-// event for each target sender has now, with the same idempotency key (the
-// event ID) as its first forwards. A redelivery is a new attempt: where the
-// event's forward is running or retrying, the new job is queued after it
-// (it waits for that forward to finish, without using attempts); where the
-// forward is still waiting for its first attempt, or a redelivery is
-// already queued after it, nothing is inserted. It returns the jobs, or nil
+// Redeliver inserts one new forward job of the event for each target
+// sender has now, with the same idempotency key (the event ID) as its
+// first forwards. A redelivery is a new attempt: where the event's forward
+// is running or retrying, the new job is queued after it (it waits for
+// that forward to finish, without using attempts); where the forward is
+// still waiting for its first attempt, or a redelivery is already queued
+// after it, nothing is inserted. It reads the event's forwards and inserts
+// the new jobs in one transaction that holds the event's redelivery lock
+// (store.Queries.Redelivering), so that concurrent redeliveries of the
+// event, in any process on the database, queue at most one new forward
+// per target: each later one finds it pending. It returns the jobs, or nil
 // and no error when sender has no targets.
 func Redeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
 	if len(sender.Forward) == 0 {
 		return nil, nil
 	}
-	cur, err := q.CurrentForwards(ctx, sender.Name, eventID, sender.TargetNames())
+	var out []Enqueued
+	err := q.Redelivering(ctx, sender.Name, eventID, func(q *store.Queries, tx pgx.Tx) error {
+		var err error
+		out, err = redeliverTx(ctx, q, tx, client, sender, eventID, deliveryID)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("redeliver event %s: %w", eventID, err)
+	}
+	return out, nil
+}
+
+// redeliverTx is Redeliver in tx, which holds the event's redelivery lock;
+// q runs in tx.
+func redeliverTx(ctx context.Context, q *store.Queries, tx pgx.Tx, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
+	cur, err := q.CurrentForwards(ctx, sender.Name, eventID, sender.TargetNames())
+	if err != nil {
+		return nil, err
 	}
 	params := make([]river.InsertManyParams, 0, len(sender.Forward))
 	out := make([]Enqueued, 0, len(sender.Forward))
@@ -54,7 +73,7 @@ func Redeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.T
 		e := Enqueued{Target: t.Name}
 		pending, err := waiting(ctx, q, sender.Name, t.Name, eventID, c)
 		if err != nil {
-			return nil, fmt.Errorf("redeliver event %s: %w", eventID, err)
+			return nil, err
 		}
 		switch {
 		case pending:
@@ -80,9 +99,9 @@ func Redeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.T
 	if len(params) == 0 {
 		return out, nil
 	}
-	res, err := client.InsertMany(ctx, params)
+	res, err := client.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return nil, fmt.Errorf("redeliver event %s: %w", eventID, err)
+		return nil, err
 	}
 	for i, r := range res {
 		e := &out[inserted[i]]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"regexp"
 	"strconv"
@@ -1740,6 +1741,101 @@ func (q *Queries) EarlierForwardUnfinished(ctx context.Context, sender, target s
 		return false, fmt.Errorf("earlier forwards of event %s to %s: %w", eventID, target, err)
 	}
 	return wait, nil
+}
+
+// Redeliveries serialise on PostgreSQL advisory locks taken for the rest
+// of a transaction, so that they hold across processes on one database. A
+// redelivery of one event reads the event's forwards (CurrentForwards) and
+// inserts the new ones in one transaction (Redelivering) that holds its
+// sender's redelivery lock in share mode and then its event's lock
+// (LockRedelivery): two redeliveries of one event run one after the other,
+// and the second sees what the first inserted. A batch of a bulk
+// redelivery takes its sender's lock alone, exclusively
+// (LockBulkRedelivery), before it reads its forwards again and inserts
+// their new ones: it waits for the single redeliveries of the sender under
+// way, and those that come meanwhile wait for its COMMIT. Without them,
+// two concurrent redeliveries of a forward under way both saw it running
+// and both queued a forward after it (such a forward has no unique key).
+//
+// A bulk batch takes one lock, not one per event: a batch of BulkBatch
+// events would hold a thousand entries of the server's shared lock table
+// (max_locks_per_transaction × max_connections, 6,400 by default, shared
+// by every session), and running out of it fails other sessions'
+// statements too. A single redelivery takes its two locks in that order
+// (sender, then event), the bulk batch only one, so no two of them wait
+// for each other in a cycle. The cost: a single redelivery of a sender
+// waits for a bulk batch of that sender being written (one transaction of
+// up to BulkBatch inserts), and bulk batches of one sender's targets take
+// turns.
+//
+// The locks are the two-key form, pg_advisory_xact_lock(int4, int4): a
+// class (redeliverySenderLock, redeliveryEventLock), then a 32-bit hash of
+// the sender (and the event). Keys whose hashes collide only wait for each
+// other. The two-key form never collides with one-key locks (goose's,
+// pgtest's) nor with Citus's own (other lock tag fields). On Citus the
+// locks are the coordinator's (the functions name no table, and Citus does
+// not propagate them), which every gateway process talks to.
+
+// The first keys of the redelivery locks: the bytes "hkrs" and "hkrd".
+const (
+	redeliverySenderLock int32 = 0x686b7273
+	redeliveryEventLock  int32 = 0x686b7264
+)
+
+// redeliveryLockKey is the second key of the redelivery lock of sender's
+// event, or of sender itself when eventID is nil.
+func redeliveryLockKey(sender string, eventID *uuid.UUID) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sender))
+	if eventID != nil {
+		_, _ = h.Write([]byte{'/'})
+		_, _ = h.Write(eventID[:])
+	}
+	return int32(h.Sum32())
+}
+
+// LockRedelivery takes the redelivery locks of sender's event: its
+// sender's in share mode, then the event's, waiting for the transactions
+// that hold them (a redelivery of the event, a bulk batch of the sender),
+// and keeps them until the end of the transaction q runs in (on a pool,
+// until the end of the statement: no use). One round trip. It returns an
+// error when the wait ends with ctx or the connection.
+func (q *Queries) LockRedelivery(ctx context.Context, sender string, eventID uuid.UUID) error {
+	var b pgx.Batch
+	b.Queue(`SELECT pg_advisory_xact_lock_shared($1::int4, $2::int4)`, redeliverySenderLock, redeliveryLockKey(sender, nil))
+	b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, redeliveryEventLock, redeliveryLockKey(sender, &eventID))
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("lock redeliveries of event %s: %w", eventID, err)
+	}
+	return nil
+}
+
+// LockBulkRedelivery takes sender's redelivery lock exclusively, waiting
+// for the redeliveries of its events under way (LockRedelivery) and for
+// another bulk batch of the sender, and keeps it until the end of the
+// transaction q runs in. It returns an error when the wait ends with ctx
+// or the connection.
+func (q *Queries) LockBulkRedelivery(ctx context.Context, sender string) error {
+	if _, err := q.db.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, redeliverySenderLock, redeliveryLockKey(sender, nil)); err != nil {
+		return fmt.Errorf("lock redeliveries of %s: %w", sender, err)
+	}
+	return nil
+}
+
+// Redelivering runs fn in a transaction (a savepoint when q runs in one)
+// that holds the redelivery locks of sender's event (LockRedelivery),
+// with the queries on that transaction, and commits it when fn returns
+// nil. fn reads the event's forwards and inserts its new ones in tx: a
+// concurrent redelivery of the event, in this process or another, waits
+// for the COMMIT and then sees what fn inserted.
+func (q *Queries) Redelivering(ctx context.Context, sender string, eventID uuid.UUID, fn func(q *Queries, tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
+		tq := New(tx)
+		if err := tq.LockRedelivery(ctx, sender, eventID); err != nil {
+			return err
+		}
+		return fn(tq, tx)
+	})
 }
 
 // The load benchmark's tally of a phase (internal/bench): the forward jobs
