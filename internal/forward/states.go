@@ -115,13 +115,18 @@ func redeliverTx(ctx context.Context, q *store.Queries, tx pgx.Tx, client *river
 
 // waiting reports whether c's job is still to come: not attempted yet (a
 // new attempt is coming), or a redelivery queued after a forward that is
-// still under way (it may be running only to find that it must wait).
+// still under way (it may be running only to find that it must wait). A
+// queued redelivery whose forward has ended is still to come until it is
+// attempted (River's snoozes while it waited used no attempt).
 func waiting(ctx context.Context, q *store.Queries, sender, target string, eventID uuid.UUID, c store.Current) (bool, error) {
 	if c.JobID == 0 {
 		return false, nil
 	}
 	if c.Queued && unfinished(c.State) {
-		return q.EarlierForwardUnfinished(ctx, sender, target, eventID, c.JobID)
+		wait, err := q.EarlierForwardUnfinished(ctx, sender, target, eventID, c.JobID)
+		if err != nil || wait {
+			return wait, err
+		}
 	}
 	if store.StateOf(c.State) == store.StatePending {
 		return c.Attempt == 0, nil

@@ -1663,19 +1663,27 @@ type Current struct {
 	Outbox, Leased bool
 }
 
-// currentJobsSQL finds the newest job of sender $1's event $3 to each of the
-// targets $2, through hookgate's index on the forward jobs.
-// and its delivered first attempts.
+// currentJobsSQL finds the newest forward of sender $1's event $3 to each
+// of the targets $2 (its jobs, through hookgate's index on the forward
+// jobs, and its delivered first attempt), a redelivery queued after an
+// earlier forward and not finished yet (a job with "after") coming before
+// any newer one: a newer forward that is not itself queued after one is
+// the record of the fast path's first attempt that the redelivery was
+// queued after (it gets its ID when the attempt ends: a River job, or a
+// forward_delivered row) or the relay's job of that forward (handed over),
+// so the queued redelivery is the one to come.
 const currentJobsSQL = `SELECT DISTINCT ON (target) target, id, state, attempt, queued FROM (
   SELECT args->>'target' AS target, id, state::text AS state, attempt, args ? 'after' AS queued
   FROM river_job
   WHERE kind = '` + ForwardKind + `' AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
   UNION ALL
   SELECT target, id, 'completed', 1, false FROM forward_delivered WHERE sender = $1 AND target = ANY($2) AND event_id = $3::text) f
-ORDER BY target, id DESC`
+ORDER BY target, (queued AND state IN ('available', 'scheduled', 'pending', 'running', 'retryable')) DESC, id DESC`
 
 // CurrentForwards returns, for each of targets that has any, the newest
-// forward of sender's event to it: its job, or its outbox row.
+// forward of sender's event to it: its job (an unfinished redelivery
+// queued after an earlier forward before any newer job: see
+// currentJobsSQL), or its outbox row.
 func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uuid.UUID, targets []string) (map[string]Current, error) {
 	out := map[string]Current{}
 	rows, err := q.db.Query(ctx, currentJobsSQL, sender, targets, eventID.String()) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
