@@ -254,7 +254,7 @@ func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.
 	if err != nil {
 		return nil, err
 	}
-	return forward.NewWorker(cfg, db.pool, forward.NewHTTPClient(s.forwardWorkers), gate, m, log, forward.WorkerConfig{Backoff: s.backoff})
+	return forward.NewWorker(cfg, db.pool, forward.NewHTTPClient(s.forwardWorkers), gate, m, log, forward.WorkerConfig{Backoff: s.backoff, RetryAfterMax: s.retryAfterMax})
 }
 
 // forwardClientConfig is the River client's configuration from the

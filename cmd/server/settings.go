@@ -35,6 +35,7 @@ type settings struct {
 	rescueAfter    time.Duration // 0 (unset): forward.DefaultClientConfig's, a forward's timeout + 1m
 	fetchPoll      time.Duration
 	backoff        forward.Backoff
+	retryAfterMax  time.Duration // longest Retry-After honoured (forward.WorkerConfig.RetryAfterMax)
 	fastPath       bool          // role all: attempt forwards right after COMMIT
 	fastWorkers    int           // forwards the fast path runs at once
 	forwardLease   time.Duration // of the fast path's outbox rows; 0: unset (each target's timeout + forward.DefaultLeaseMargin)
@@ -240,6 +241,9 @@ var settingTable = []setting{
 	{flag: "forward-backoff-max", env: "HOOKGATE_FORWARD_BACKOFF_MAX", def: shortDuration(forward.DefaultBackoff.Max),
 		help:  "longest retry delay of a failed forward",
 		parse: durationSetting("forward backoff max", time.Millisecond, func(s *settings) *time.Duration { return &s.backoff.Max })},
+	{flag: "forward-retry-after-max", env: "HOOKGATE_FORWARD_RETRY_AFTER_MAX", def: shortDuration(forward.DefaultRetryAfterMax),
+		help:  "longest Retry-After honoured (at least 1s): a 429 or 503 with Retry-After pauses its target for what it asks up to this, and a forward's retry after a Retry-After waits at least that long, up to this, whatever the backoff's max",
+		parse: durationSetting("forward retry-after max", time.Second, func(s *settings) *time.Duration { return &s.retryAfterMax })},
 	{flag: "forward-rescue-after", env: "HOOKGATE_FORWARD_RESCUE_AFTER", shown: "longest target timeout + 5s + 1m",
 		help: "how long a job may stay running before River's rescuer retries it: the backstop for jobs of processes without heartbeats (a killed hookgate process's are taken over 5s after its last heartbeat); more than the longest target timeout + 5s; shorter, bulk redeliveries and retention run in slices of this - 5s",
 		parse: func(s *settings, v string) error {

@@ -84,16 +84,18 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.addr != ":8080" || s.replayCache != 10000 || s.shutdownWait != 20*time.Second || s.ingestMaxWaiting != "" || s.bodyBudget != 64<<20 || s.maxQueueWait != 3*time.Second || s.allowExampleSecrets || s.rescueAfter != 0 {
+	if s.addr != ":8080" || s.replayCache != 10000 || s.shutdownWait != 20*time.Second || s.ingestMaxWaiting != "" || s.bodyBudget != 64<<20 || s.maxQueueWait != 3*time.Second || s.allowExampleSecrets || s.rescueAfter != 0 || s.retryAfterMax != 5*time.Minute {
 		t.Errorf("defaults: %+v", s)
 	}
 	env := envOf("HOOKGATE_ADDR", ":1", "HOOKGATE_FORWARD_WORKERS", "7", "HOOKGATE_SHUTDOWN_TIMEOUT", "3s",
-		"HOOKGATE_ALLOW_EXAMPLE_SECRETS", "1", "HOOKGATE_REPLAY_CACHE_SIZE", "0", "HOOKGATE_RETENTION_INTERVAL", "5m")
+		"HOOKGATE_ALLOW_EXAMPLE_SECRETS", "1", "HOOKGATE_REPLAY_CACHE_SIZE", "0", "HOOKGATE_RETENTION_INTERVAL", "5m",
+		"HOOKGATE_FORWARD_RETRY_AFTER_MAX", "1m")
 	s, err = parseSettings("serve", []string{"--addr", ":2", "--allow-example-secrets=false", "--forward-rescue-after", "2m"}, env, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.addr != ":2" || s.forwardWorkers != 7 || s.shutdownWait != 3*time.Second || s.allowExampleSecrets || s.replayCache != 0 || s.retentionInterval != 5*time.Minute || s.rescueAfter != 2*time.Minute {
+	if s.addr != ":2" || s.forwardWorkers != 7 || s.shutdownWait != 3*time.Second || s.allowExampleSecrets || s.replayCache != 0 || s.retentionInterval != 5*time.Minute || s.rescueAfter != 2*time.Minute ||
+		s.retryAfterMax != time.Minute {
 		t.Errorf("flag over env over default: %+v", s)
 	}
 	s, err = parseSettings("serve", []string{"--allow-example-secrets"}, envOf(), &stderr)
@@ -113,6 +115,8 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 		{nil, []string{"--ingest-batch-size", "0"}, "ingest batch size"},
 		{[]string{"HOOKGATE_FORWARD_BACKOFF_BASE", "2h"}, nil, "forward backoff"},
 		{nil, []string{"--forward-rescue-after", "0"}, "forward rescue after"},
+		{nil, []string{"--forward-retry-after-max", "0"}, "forward retry-after max"},
+		{[]string{"HOOKGATE_FORWARD_RETRY_AFTER_MAX", "500ms"}, nil, "forward retry-after max"},
 		{nil, []string{"extra"}, "unexpected argument"},
 	} {
 		_, err := parseSettings("serve", tc.args, envOf(tc.env...), &stderr)

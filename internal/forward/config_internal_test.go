@@ -22,6 +22,9 @@ func TestConfigsValidate(t *testing.T) {
     forward:
       - { name: t, url: "http://127.0.0.1:1/a", timeout: 10s }
 `)
+	if wc := DefaultWorkerConfig(); wc != (WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax}) || wc.RetryAfterMax != 5*time.Minute {
+		t.Errorf("DefaultWorkerConfig = %+v, want DefaultBackoff and a RetryAfterMax of 5m", wc)
+	}
 	if err := DefaultWorkerConfig().validate(); err != nil {
 		t.Errorf("DefaultWorkerConfig: %v", err)
 	}
@@ -49,8 +52,23 @@ func TestConfigsValidate(t *testing.T) {
 		{"negative base", Backoff{Base: -time.Second, Max: time.Minute}, "Base -1s"},
 		{"max below base", Backoff{Base: time.Minute, Max: time.Second}, "Max 1s"},
 	} {
-		wantErr(tc.name, WorkerConfig{Backoff: tc.b}.validate(), tc.field)
-		_, err := NewWorker(cfg, nil, nil, nil, nil, nil, WorkerConfig{Backoff: tc.b})
+		wc := WorkerConfig{Backoff: tc.b, RetryAfterMax: DefaultRetryAfterMax}
+		wantErr(tc.name, wc.validate(), tc.field)
+		_, err := NewWorker(cfg, nil, nil, nil, nil, nil, wc)
+		wantErr("NewWorker with "+tc.name, err, tc.field)
+	}
+	for _, tc := range []struct {
+		name  string
+		max   time.Duration
+		field string
+	}{
+		{"zero Retry-After max", 0, "RetryAfterMax 0s"},
+		{"negative Retry-After max", -time.Second, "RetryAfterMax -1s"},
+	} {
+		wc := DefaultWorkerConfig()
+		wc.RetryAfterMax = tc.max
+		wantErr(tc.name, wc.validate(), tc.field)
+		_, err := NewWorker(cfg, nil, nil, nil, nil, nil, wc)
 		wantErr("NewWorker with "+tc.name, err, tc.field)
 	}
 	for _, tc := range []struct {

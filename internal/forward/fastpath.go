@@ -634,10 +634,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 		default:
 			// As River would schedule the retry (Worker.NextRetry), or when
 			// a failed breaker probe says.
-			wait := d.w.backoff.delay(1)
-			if p.retryAfter > 0 {
-				wait = min(max(p.retryAfter, wait), d.w.backoff.Max)
-			}
+			wait := d.w.retryWait(1, p.retryAfter)
 			if snooze > 0 {
 				wait = snooze
 			}

@@ -90,6 +90,8 @@ type envOpts struct {
 	MaxWorkers int
 	// Backoff is the worker's (testBackoff when zero).
 	Backoff forward.Backoff
+	// RetryAfterMax is the worker's (forward.DefaultRetryAfterMax when 0).
+	RetryAfterMax time.Duration
 	// BreakerProbe and BreakerWindow tune the gate's breakers (testProbe
 	// and forward.DefaultBreakerWindow when 0).
 	BreakerProbe, BreakerWindow time.Duration
@@ -136,6 +138,9 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	if opts.FetchPollInterval == 0 {
 		opts.FetchPollInterval = testFetchPoll
 	}
+	if opts.RetryAfterMax == 0 {
+		opts.RetryAfterMax = forward.DefaultRetryAfterMax
+	}
 	if opts.BreakerProbe == 0 {
 		opts.BreakerProbe = testProbe
 	}
@@ -162,7 +167,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		if err != nil {
 			t.Fatal(err)
 		}
-		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(capacity), gate, m, log, forward.WorkerConfig{Backoff: opts.Backoff})
+		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(capacity), gate, m, log, forward.WorkerConfig{Backoff: opts.Backoff, RetryAfterMax: opts.RetryAfterMax})
 		if err != nil {
 			t.Fatal(err)
 		}

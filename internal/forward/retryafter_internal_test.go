@@ -21,6 +21,7 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // retryAfterEntries counts the Retry-After values the worker holds for
@@ -189,9 +190,153 @@ func newTestWorker(t *testing.T, cfg *config.Config, pool *pgxpool.Pool, client 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(cfg, pool, client, gate, m, log, WorkerConfig{Backoff: backoff})
+	w, err := NewWorker(cfg, pool, client, gate, m, log, WorkerConfig{Backoff: backoff, RetryAfterMax: DefaultRetryAfterMax})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// TestParseRetryAfter: Retry-After in seconds or as an HTTP date, from
+// now. A huge value saturates at maxRetryAfter (before, 99999999999999
+// seconds × time.Second overflowed int64, and more digits than an int64
+// holds read as no Retry-After at all); a negative or fractional number,
+// a date in the past and garbage are no Retry-After.
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		v    string
+		want time.Duration
+	}{
+		{"", 0},
+		{"0", 0},
+		{"1", time.Second},
+		{"120", 2 * time.Minute},
+		{" 7 ", 7 * time.Second},
+		{"31536000", maxRetryAfter}, // a year: the ceiling itself
+		{"31536001", maxRetryAfter},
+		{"99999999999999", maxRetryAfter},          // × 1e9 ns overflows int64
+		{"9223372036854775807", maxRetryAfter},     // the largest int64
+		{"99999999999999999999999", maxRetryAfter}, // more digits than an int64 holds
+		{"-5", 0},
+		{"+5", 0},
+		{"1.5", 0},
+		{"5s", 0},
+		{"soon", 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0},
+		{now.Format(http.TimeFormat), 0},
+		{"Fri, 31 Dec 9999 23:59:59 GMT", maxRetryAfter}, // t.Sub(now) saturates at the largest Duration
+		{"Wed, 02 Dec 2026 12:00:60 GMT", 0},             // not a date
+	} {
+		got := parseRetryAfter(tc.v, now)
+		if got != tc.want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", tc.v, got, tc.want)
+		}
+		if got < 0 || got > maxRetryAfter {
+			t.Errorf("parseRetryAfter(%q) = %v: out of [0, %v]", tc.v, got, maxRetryAfter)
+		}
+	}
+}
+
+// TestRetryWaitIsBounded: a retry after a Retry-After waits at least what
+// the target asked and the backoff's delay, and at most RetryAfterMax for
+// the Retry-After's part, whatever the backoff's Max (here a minute): a
+// huge Retry-After waits RetryAfterMax, not an hour, and never less.
+func TestRetryWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	w := &Worker{backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, retryAfterMax: 2 * time.Second}
+	for _, tc := range []struct {
+		attempt        int
+		retryAfter     time.Duration
+		least, longest time.Duration
+	}{
+		{1, 0, 5 * time.Millisecond, 10 * time.Millisecond},    // the backoff alone
+		{1, time.Second, time.Second, time.Second},             // Retry-After is the floor
+		{1, 2 * time.Second, 2 * time.Second, 2 * time.Second}, // exactly the max
+		{1, 3 * time.Second, 2 * time.Second, 2 * time.Second}, // capped
+		{1, maxRetryAfter, 2 * time.Second, 2 * time.Second},   // a huge one: the max
+		{20, time.Second, 30 * time.Second, time.Minute},       // a backoff beyond the Retry-After wins
+		{20, maxRetryAfter, 30 * time.Second, time.Minute},     // and is not cut to RetryAfterMax
+	} {
+		for range 20 { // the backoff's jitter
+			if got := w.retryWait(tc.attempt, tc.retryAfter); got < tc.least || got > tc.longest {
+				t.Errorf("retryWait(attempt %d, Retry-After %v) = %v, want from %v to %v", tc.attempt, tc.retryAfter, got, tc.least, tc.longest)
+				break
+			}
+		}
+	}
+}
+
+// TestHugeRetryAfterPausesForTheMax: a target that answers 429 (or 503)
+// with Retry-After: 99999999999999, or with a date in the year 9999,
+// pauses for RetryAfterMax (2 s here) — not for the backoff's Max (a
+// minute), not for less — and the forward's retry is scheduled
+// RetryAfterMax after the answer. The clocks of the worker and of its
+// gate are fixed, so the pause and the schedule are compared exactly.
+func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+	}{
+		{http.StatusTooManyRequests, "99999999999999"},
+		{http.StatusServiceUnavailable, "99999999999999999999999"},
+		{http.StatusTooManyRequests, "Fri, 31 Dec 9999 23:59:59 GMT"},
+	} {
+		name := fmt.Sprintf("%d %s", tc.status, tc.retryAfter)
+		tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
+			return testkit.Answer{Status: tc.status, Header: http.Header{"Retry-After": {tc.retryAfter}}}
+		})
+		cfg := parseConfig(t, `senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - { name: t1, url: "`+tg.URL+`", timeout: 5s, max_attempts: 5 }
+`)
+		pool, _ := pgtest.NewDB(t)
+		eventID := uuid.Must(uuid.NewV7())
+		if err := store.New(pool).InsertEvent(ctx, events.Event{ID: eventID, Sender: "acme", DeliveryID: "d1", ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+		m := NewMetrics(prometheus.NewRegistry())
+		gate, err := NewGate(pool, 10, m, testkit.Logger(t), DefaultBreakerConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := NewWorker(cfg, pool, http.DefaultClient, gate, m, testkit.Logger(t),
+			WorkerConfig{Backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, RetryAfterMax: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := time.Now()
+		w.now = func() time.Time { return clock }
+		gate.g.now = func() time.Time { return clock }
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 5},
+			Args: Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}}
+		if err := w.Work(ctx, job); err == nil {
+			t.Fatalf("%s: Work returned nil, want an error (retry)", name)
+		}
+		gd := gate.g.get("acme", mustTarget(t, cfg, "t1"))
+		if got := gd.pausedUntil.Sub(clock); got != 2*time.Second {
+			t.Errorf("%s: the target is paused for %v, want RetryAfterMax (2s)", name, got)
+		}
+		tgt := mustTarget(t, cfg, "t1")
+		for _, at := range []struct {
+			after  time.Duration
+			paused bool
+		}{{0, true}, {2*time.Second - time.Millisecond, true}, {2 * time.Second, false}} {
+			now := clock.Add(at.after)
+			gate.g.now = func() time.Time { return now }
+			if held, why := gate.HeldBack("acme", tgt); held != at.paused || (held && why != "paused") {
+				t.Errorf("%s: %v after the answer HeldBack = %v, %q; want paused %v", name, at.after, held, why, at.paused)
+			}
+		}
+		if got := w.NextRetry(job).Sub(clock); got != 2*time.Second {
+			t.Errorf("%s: the retry is scheduled %v after the answer, want RetryAfterMax (2s)", name, got)
+		}
+	}
 }

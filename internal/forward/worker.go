@@ -26,7 +26,8 @@ import (
 // Backoff is the retry schedule of failed forwards: attempt n waits a random
 // time between half of and the full Base·2^(n-1), at most Max (full jitter
 // would let retries bunch up near zero; half keeps them spread and growing).
-// A 429 or 503 with Retry-After waits what the target asked, at most Max.
+// A Retry-After waits at least what the target asked, up to
+// WorkerConfig.RetryAfterMax (Worker.retryWait), whatever Max is.
 type Backoff struct {
 	Base time.Duration
 	Max  time.Duration
@@ -53,16 +54,33 @@ type WorkerConfig struct {
 	// Backoff is the retry schedule of failed forwards (DefaultBackoff):
 	// Base positive, Max at least Base.
 	Backoff Backoff
+	// RetryAfterMax is the longest Retry-After honoured
+	// (DefaultRetryAfterMax): a 429 or 503 with Retry-After pauses its
+	// target for what it asks up to this, and a forward's retry after a
+	// Retry-After (of a 408, 429 or 5xx) waits at least that long (at
+	// least the backoff's delay). Positive.
+	RetryAfterMax time.Duration
 }
+
+// DefaultRetryAfterMax is the longest Retry-After a worker honours by
+// default: a target that asks for more (a day, or 99999999999999 seconds)
+// is paused for five minutes, not for the backoff's hour.
+const DefaultRetryAfterMax = 5 * time.Minute
 
 // DefaultWorkerConfig returns the worker's defaults.
 func DefaultWorkerConfig() WorkerConfig {
-	return WorkerConfig{Backoff: DefaultBackoff}
+	return WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax}
 }
 
 // validate returns an error naming the field at fault, or nil.
 func (c WorkerConfig) validate() error {
-	return c.Backoff.validate()
+	if err := c.Backoff.validate(); err != nil {
+		return err
+	}
+	if c.RetryAfterMax <= 0 {
+		return fmt.Errorf("forward worker: RetryAfterMax %s: must be positive", c.RetryAfterMax)
+	}
+	return nil
 }
 
 // delay returns the wait before the retry that follows failed attempt n (1-based).
@@ -87,10 +105,12 @@ type Worker struct {
 	db      *pgxpool.Pool
 	client  *http.Client
 	backoff Backoff
-	log     *slog.Logger
-	metrics *Metrics
-	now     func() time.Time
-	gate    *Gate
+	// retryAfterMax is WorkerConfig.RetryAfterMax.
+	retryAfterMax time.Duration
+	log           *slog.Logger
+	metrics       *Metrics
+	now           func() time.Time
+	gate          *Gate
 
 	// retryAfter holds, per job ID, a target's Retry-After between Work
 	// returning and River asking NextRetry for the same job.
@@ -114,7 +134,7 @@ func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, gate *
 	if err := wc.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, db: db, client: client, backoff: wc.Backoff, metrics: m, log: log, now: time.Now, gate: gate}
+	w := &Worker{cfg: cfg, db: db, client: client, backoff: wc.Backoff, retryAfterMax: wc.RetryAfterMax, metrics: m, log: log, now: time.Now, gate: gate}
 	if client != nil && client.Transport != nil && client.Jar == nil && client.Timeout == 0 {
 		w.rt = client.Transport
 	}
@@ -140,15 +160,23 @@ func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
 	return config.DefaultForwardTimeout
 }
 
-// NextRetry schedules the retry of a failed attempt.
+// NextRetry schedules the retry of a failed attempt (retryWait).
 func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
-	d := w.backoff.delay(job.Attempt)
+	var retryAfter time.Duration
 	if v, ok := w.retryAfter.LoadAndDelete(job.ID); ok {
-		// Retry-After is a floor: a target asking for 1s during a long
-		// outage must not burn every attempt in seconds.
-		d = min(max(v.(time.Duration), d), w.backoff.Max)
+		retryAfter = v.(time.Duration)
 	}
-	return w.now().Add(d)
+	return w.now().Add(w.retryWait(job.Attempt, retryAfter))
+}
+
+// retryWait is how long the retry after failed attempt n (1-based) waits:
+// the backoff's delay, or the target's Retry-After when that is longer, up
+// to RetryAfterMax. Retry-After is a floor: a target asking for 1s during a
+// long outage must not burn every attempt in seconds; and a bound: one
+// asking for a day is tried again after RetryAfterMax. The River worker
+// (NextRetry) and the fast path schedule retries with it.
+func (w *Worker) retryWait(attempt int, retryAfter time.Duration) time.Duration {
+	return max(w.backoff.delay(attempt), min(retryAfter, w.retryAfterMax))
 }
 
 func (w *Worker) target(a Args) (*config.Target, bool) {
@@ -253,9 +281,9 @@ type posted struct {
 	// final: no other attempt can succeed (another 4xx, a URL that does
 	// not parse).
 	final bool
-	// retryAfter is the Retry-After of a 408, 429 or 5xx; pause is how long
-	// the whole target waits (a 429 or 503's Retry-After, at most the
-	// backoff's Max).
+	// retryAfter is the Retry-After of a 408, 429 or 5xx, as the target
+	// asked (parseRetryAfter); pause is how long the whole target waits (a
+	// 429 or 503's Retry-After, at most RetryAfterMax).
 	retryAfter, pause time.Duration
 	at                time.Time // when it was delivered
 }
@@ -323,7 +351,7 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), w.now())}
 		var pause time.Duration
 		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
-			pause = min(e.retryAfter, w.backoff.Max) // the whole target waits, not just this forward
+			pause = min(e.retryAfter, w.retryAfterMax) // the whole target waits, not just this forward
 		}
 		return posted{res: ResultRetryable, status: code, err: e, retryAfter: e.retryAfter, pause: pause}
 	default:
@@ -425,17 +453,33 @@ func (w *Worker) targetURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// parseRetryAfter reads a Retry-After value in seconds or as an HTTP date;
-// 0 when absent or unreadable.
+// maxRetryAfter is the most parseRetryAfter returns: a year, far beyond
+// any RetryAfterMax worth setting, and small enough that the value stays
+// what it is through every conversion (seconds as a float64 in a job's
+// recorded output, a time plus it).
+const maxRetryAfter = 365 * 24 * time.Hour
+
+// parseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3): a number
+// of seconds (digits only) or an HTTP date, from now. It saturates: a
+// number or a date beyond maxRetryAfter (99999999999999 seconds, more
+// digits than an int64 holds, the year 9999) is maxRetryAfter, never a
+// product that overflowed into something negative or small. 0 when absent,
+// 0 seconds, a date not after now, or unreadable (a sign, a fraction,
+// garbage).
 func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+	if strings.Trim(v, "0123456789") == "" {
+		s, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || s > int64(maxRetryAfter/time.Second) { // err: only ErrRange, digits past an int64
+			return maxRetryAfter
+		}
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), maxRetryAfter) // Sub saturates at the largest Duration
 	}
 	return 0
 }

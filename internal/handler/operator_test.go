@@ -108,7 +108,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		if err != nil {
 			t.Fatal(err)
 		}
-		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(cc.MaxWorkers), gate, m, log, forward.WorkerConfig{Backoff: o.backoff})
+		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(cc.MaxWorkers), gate, m, log, forward.WorkerConfig{Backoff: o.backoff, RetryAfterMax: forward.DefaultRetryAfterMax})
 		if err != nil {
 			t.Fatal(err)
 		}
