@@ -638,7 +638,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 			if snooze > 0 {
 				wait = snooze
 			}
-			o.State, o.ScheduledAt = rivertype.JobStateRetryable, now.Add(wait)
+			o.State, o.ScheduledAt = retryState(wait), now.Add(wait)
 			d.count.WithLabelValues("retry").Inc()
 		}
 	}

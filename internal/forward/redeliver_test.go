@@ -72,9 +72,9 @@ func TestRedeliveryQueuedAfterTheFastPathStaysTheOne(t *testing.T) {
 			if !again.AlreadyPending || again.AfterCurrent || again.JobID != first.JobID {
 				t.Errorf("redelivery once the attempt is recorded = %+v; want already pending, job %d (the redelivery still waiting)", again, first.JobID)
 			}
-			var after []int64
+			var after []int64 // forwards not attempted yet besides the first redelivery
 			for _, j := range e.jobs() {
-				if j.ID != first.JobID && j.State == "available" {
+				if j.ID != first.JobID && j.Attempt == 0 {
 					after = append(after, j.ID)
 				}
 			}

@@ -340,3 +340,22 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryStateFollowsRiversScheduler: a retry due within River's
+// scheduler interval (5 s) is recorded available (River's fetch takes it
+// once its scheduled_at has come), as River's executor leaves its own; one
+// due later is retryable, for the scheduler.
+func TestRetryStateFollowsRiversScheduler(t *testing.T) {
+	t.Parallel()
+	for wait, want := range map[time.Duration]rivertype.JobState{
+		0:                               rivertype.JobStateAvailable,
+		100 * time.Millisecond:          rivertype.JobStateAvailable,
+		5 * time.Second:                 rivertype.JobStateAvailable,
+		5*time.Second + time.Nanosecond: rivertype.JobStateRetryable,
+		DefaultRetryAfterMax:            rivertype.JobStateRetryable,
+	} {
+		if got := retryState(wait); got != want {
+			t.Errorf("retryState(%v) = %s, want %s", wait, got, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/signature"
@@ -92,6 +93,28 @@ func (b Backoff) delay(attempt int) time.Duration {
 		}
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// riverSchedulerInterval is how often River's job scheduler, which runs in
+// the elected leader only, makes the jobs whose time has come (retryable,
+// scheduled) available: River's internal
+// maintenance.JobSchedulerIntervalDefault, which a Client does not let us
+// set. River's fetch takes available jobs alone (once their scheduled_at
+// has come), so a retryable job due sooner than this waits for the
+// scheduler's next run: up to 5 s late.
+const riverSchedulerInterval = 5 * time.Second
+
+// retryState is the River state of a job whose next attempt is due in
+// wait, as River's executor decides it for its own retries and snoozes:
+// available (with the retry's time as scheduled_at) when wait is within
+// riverSchedulerInterval, so that a fetch takes it once it is due, and
+// retryable otherwise, for the scheduler to make available. The fast path
+// records its failed first attempts with it.
+func retryState(wait time.Duration) rivertype.JobState {
+	if wait <= riverSchedulerInterval {
+		return rivertype.JobStateAvailable
+	}
+	return rivertype.JobStateRetryable
 }
 
 // maxResponseBytes is how much of a target's response body is read (and

@@ -959,8 +959,11 @@ type FirstAttempt struct {
 	// cleared for the relay, and no job is inserted. The fields below are
 	// then unused.
 	Release bool
-	// State is the job's state after the attempt: completed, retryable
-	// (ScheduledAt is its retry), cancelled or discarded (FinalizedAt set).
+	// State is the job's state after the attempt: completed, available or
+	// retryable (ScheduledAt is its retry: available when it is due within
+	// River's scheduler interval, as River leaves its own retries, so that
+	// a fetch takes it once due; retryable for the scheduler to make
+	// available later), cancelled or discarded (FinalizedAt set).
 	State       rivertype.JobState
 	MaxAttempts int
 	AttemptedAt time.Time
