@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -164,7 +165,7 @@ func deliverUntil2xx(ctx context.Context, c *http.Client, base, id string) (repl
 		}
 		select {
 		case <-ctx.Done():
-			return r, fmt.Errorf("deliver %s: %w (last: %v %v)", id, ctx.Err(), r, err)
+			return r, fmt.Errorf("deliver %s: %w (last answer: %v)", id, errors.Join(ctx.Err(), err), r)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
