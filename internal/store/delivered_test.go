@@ -290,3 +290,65 @@ func bulkMatchIDs(t *testing.T, s *Queries, f Filter, maxID int64) []int64 {
 	}
 	return ids
 }
+
+// TestRecordFirstAttemptsOneTransactionPerSender: a recording that holds
+// outcomes of several senders commits each sender's in a transaction of
+// its own (on Citus, one transaction over the outbox rows of two senders
+// would commit in two phases), still in one round trip; each sender's
+// delivered, retried and released forwards stay one transaction.
+func TestRecordFirstAttemptsOneTransactionPerSender(t *testing.T) {
+	t.Parallel()
+	s, pool := store(t)
+	ctx := t.Context()
+	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+	var batch []FirstAttempt
+	for _, sender := range []string{"acme", "bravo", "acme", "carol", "bravo"} {
+		e := uuid.New()
+		if err := s.InsertOutbox(ctx, OutboxRow{Sender: sender, Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, FirstAttempt{Sender: sender, EventID: e, Target: "t", State: rivertype.JobStateCompleted, MaxAttempts: 5,
+			AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}})
+	}
+	if err := s.RecordFirstAttempts(ctx, "q", batch); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT sender, xmin::text FROM forward_delivered`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xids := map[string]map[string]bool{} // sender -> its rows' transactions
+	n := 0
+	for rows.Next() {
+		var sender, xid string
+		if err := rows.Scan(&sender, &xid); err != nil {
+			t.Fatal(err)
+		}
+		if xids[sender] == nil {
+			xids[sender] = map[string]bool{}
+		}
+		xids[sender][xid] = true
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(batch) || len(xids) != 3 {
+		t.Fatalf("%d delivered rows of %d senders, want %d of 3", n, len(xids), len(batch))
+	}
+	seen := map[string]string{}
+	for sender, set := range xids {
+		if len(set) != 1 {
+			t.Errorf("%s's rows were written by %d transactions, want 1", sender, len(set))
+		}
+		for xid := range set {
+			if other, ok := seen[xid]; ok {
+				t.Errorf("%s and %s were recorded in one transaction (%s)", sender, other, xid)
+			}
+			seen[xid] = sender
+		}
+	}
+	if left, err := s.CountOutboxOf(ctx, "acme", "t"); err != nil || left != 0 {
+		t.Errorf("acme's outbox rows left: %d, %v", left, err)
+	}
+}

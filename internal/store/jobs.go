@@ -1019,21 +1019,39 @@ INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at
 SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 
-// RecordFirstAttempts records the fast path's outcomes in one round trip
-// and one transaction: per sender, one statement for the delivered
-// forwards (forward_delivered), one for the others that were attempted
-// (their jobs on queue), each deleting the forwards' outbox rows, and one
-// for the released ones; all of them find the outbox rows by a probe of the
-// key each (outboxRowsByKey, under tidScans).
+// RecordFirstAttempts records the fast path's outcomes in one round trip:
+// per sender, one statement for the delivered forwards
+// (forward_delivered), one for the others that were attempted (their jobs
+// on queue), each deleting the forwards' outbox rows, and one for the
+// released ones; all of them find the outbox rows by a probe of the key
+// each (outboxRowsByKey, under tidScans). Each sender's statements are a
+// transaction of their own (BEGIN … COMMIT in the batch, when it holds
+// several senders): on Citus a sender's outbox rows live on one worker, and
+// a transaction writing the rows of senders on two workers would commit in
+// two phases. A failure leaves the senders before it recorded: recording
+// them again finds no outbox row and does nothing. Run on a transaction
+// (q on a pgx.Tx), everything is the caller's transaction.
 func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
-	stmts, err := recordStatements(queue, batch)
+	groups, err := recordStatements(queue, batch)
 	if err != nil {
 		return fmt.Errorf("record fast-path forwards: %w", err)
 	}
+	_, inTx := q.db.(pgx.Tx)
+	own := len(groups) > 1 && !inTx
 	var b pgx.Batch
-	b.Queue(tidScans)
-	for _, s := range stmts {
-		b.Queue(s.sql, s.args...)
+	for i, g := range groups {
+		if own {
+			b.Queue("BEGIN")
+		}
+		if own || i == 0 {
+			b.Queue(tidScans)
+		}
+		for _, s := range g {
+			b.Queue(s.sql, s.args...)
+		}
+		if own {
+			b.Queue("COMMIT")
+		}
 	}
 	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("record fast-path forwards: %w", err)
@@ -1042,8 +1060,8 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 }
 
 // recordStatements returns the statements RecordFirstAttempts sends (after
-// tidScans) for batch, with their arguments.
-func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
+// tidScans) for batch, with their arguments, one group per sender.
+func recordStatements(queue string, batch []FirstAttempt) ([][]statement, error) {
 	// Event IDs go as pgtype.UUID, which pgx encodes in binary as they
 	// are: a uuid.UUID is a driver.Valuer, which pgx encodes through its
 	// text (formatted, then parsed again), a few percent of the
@@ -1117,9 +1135,10 @@ func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
 		c.errs = append(c.errs, errJSON)
 		c.metas = append(c.metas, &meta)
 	}
-	var stmts []statement
+	groups := make([][]statement, 0, len(order))
 	for _, s := range order {
 		c := bySender[s]
+		var stmts []statement
 		if len(c.dEvents) > 0 {
 			stmts = append(stmts, statement{recordDeliveredSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts}})
 		}
@@ -1129,8 +1148,9 @@ func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
 		if len(c.relEvents) > 0 {
 			stmts = append(stmts, statement{releaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
 		}
+		groups = append(groups, stmts)
 	}
-	return stmts, nil
+	return groups, nil
 }
 
 // queryUnder runs sql with args after settings (planner settings, see

@@ -443,14 +443,14 @@ func testQueuePlans(t *testing.T, grown bool) {
 				}
 			})
 		})
-		stmts, err := recordStatements(planQueue, batch)
+		groups, err := recordStatements(planQueue, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(stmts) != 3 {
-			t.Fatalf("%d statements for a recording of one sender with outcomes of each kind, want 3", len(stmts))
+		if len(groups) != 1 || len(groups[0]) != 3 {
+			t.Fatalf("%d groups of statements for a recording of one sender with outcomes of each kind, want 1 of 3", len(groups))
 		}
-		for _, s := range stmts {
+		for _, s := range groups[0] {
 			checkPlans(t, explainConn, planBatch, tidScans, s.sql, s.args...)
 		}
 	})
