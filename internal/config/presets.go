@@ -51,6 +51,22 @@ type PresetSignature struct {
 	// Layout is the signature header's shape, for the schemes that read it
 	// (signature.SchemeList, signature.SchemeTimestampHeader).
 	Layout signature.Layout
+	// SignatureHeaders are the request headers that carry the provider's
+	// signature (or, for the token schemes, the secret itself), the one
+	// the verifier reads among them and any other the provider sends
+	// beside it (GitHub's legacy X-Hub-Signature). With a body, they are a
+	// request anyone can send again, so they are never stored with an
+	// event, whatever store_headers says: neither the operator API nor the
+	// console can show them, and forwards, which carry only the stored
+	// Content-Type and hookgate's own headers, never send them.
+	SignatureHeaders []string
+	// SignatureObject is the top-level member of a JSON body that carries
+	// the signature (Mailgun's "signature"), and SignatureFields the fields
+	// of a form body that do: they are removed from the body before it is
+	// stored, hashed and forwarded (after the signature was checked on the
+	// body as received). Empty: the body carries no signature.
+	SignatureObject string
+	SignatureFields []string
 }
 
 // Params returns the check's parameters for signature.New, with the
@@ -103,7 +119,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: "X-GitHub-Delivery"},
 		EventType:  EventType{Header: "X-GitHub-Event"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: signature.HeaderGitHub, Encoding: signature.EncodingHex,
-			Prefix: "sha256=", Signed: "body"},
+			Prefix: "sha256=", Signed: "body",
+			SignatureHeaders: []string{signature.HeaderGitHub, "X-Hub-Signature"}},
 		Docs: "https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
 	},
 	{
@@ -111,7 +128,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/id"},
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeStripe, Header: signature.HeaderStripe, Encoding: signature.EncodingHex,
-			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance},
+			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderStripe}},
 		Docs: "https://docs.stripe.com/webhooks#verify-manually",
 	},
 	{
@@ -119,7 +137,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: "X-Shopify-Event-Id"},
 		EventType:  EventType{Header: "X-Shopify-Topic"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: signature.HeaderShopify, Encoding: signature.EncodingBase64,
-			Signed: "body"},
+			Signed:           "body",
+			SignatureHeaders: []string{signature.HeaderShopify}},
 		Docs: "https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-5-verify-the-webhook",
 	},
 	{
@@ -128,7 +147,8 @@ var Presets = []Preset{
 		EventType:         EventType{JSONPointer: "/type"},
 		EventTypeEnvelope: Envelope{When: "event_callback", JSONPointer: "/event/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeSlack, Header: signature.HeaderSlackSignature, Encoding: signature.EncodingHex,
-			Prefix: "v0=", Signed: "v0:<X-Slack-Request-Timestamp>:<body>", Tolerance: signature.DefaultTolerance},
+			Prefix: "v0=", Signed: "v0:<X-Slack-Request-Timestamp>:<body>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderSlackSignature}},
 		Handshake: HandshakeSlackURLVerification,
 		Docs:      "https://api.slack.com/authentication/verifying-requests-from-slack",
 	},
@@ -137,7 +157,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: "webhook-id"},
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeStandardWebhooks, Header: signature.HeaderWebhookSignature, Encoding: signature.EncodingBase64,
-			Prefix: "v1,", Signed: "<webhook-id>.<webhook-timestamp>.<body>", Tolerance: signature.DefaultTolerance},
+			Prefix: "v1,", Signed: "<webhook-id>.<webhook-timestamp>.<body>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderWebhookSignature}},
 		Docs: "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
 	},
 	{
@@ -153,8 +174,9 @@ var Presets = []Preset{
 		Name:       "gitlab",
 		DeliveryID: DeliveryID{Header: "Idempotency-Key"},
 		EventType:  EventType{Header: "X-Gitlab-Event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeToken, Header: "X-Gitlab-Token", Signed: "nothing: the header holds the secret token itself"},
-		Docs:       "https://docs.gitlab.com/user/project/integrations/webhooks/",
+		Signature: PresetSignature{Scheme: signature.SchemeToken, Header: "X-Gitlab-Token", Signed: "nothing: the header holds the secret token itself",
+			SignatureHeaders: []string{"X-Gitlab-Token"}},
+		Docs: "https://docs.gitlab.com/user/project/integrations/webhooks/",
 	},
 	{
 		// https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/#Secure-webhooks
@@ -163,7 +185,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: "X-Request-UUID"},
 		EventType:  EventType{Header: "X-Event-Key"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Hub-Signature", Encoding: signature.EncodingHex,
-			Prefix: "sha256=", Signed: "body"},
+			Prefix: "sha256=", Signed: "body",
+			SignatureHeaders: []string{"X-Hub-Signature"}},
 		Docs: "https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/",
 	},
 	{
@@ -173,8 +196,9 @@ var Presets = []Preset{
 		Name:       "gitea",
 		DeliveryID: DeliveryID{Header: "X-Gitea-Delivery"},
 		EventType:  EventType{Header: "X-Gitea-Event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Gitea-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://docs.gitea.com/usage/webhooks",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Gitea-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature", "X-Hub-Signature-256"}},
+		Docs: "https://docs.gitea.com/usage/webhooks",
 	},
 	{
 		// https://forgejo.org/docs/latest/user/webhooks/ (X-Forgejo-Delivery,
@@ -182,8 +206,9 @@ var Presets = []Preset{
 		Name:       "forgejo",
 		DeliveryID: DeliveryID{Header: "X-Forgejo-Delivery"},
 		EventType:  EventType{Header: "X-Forgejo-Event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Forgejo-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://forgejo.org/docs/latest/user/webhooks/",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Forgejo-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-Forgejo-Signature", "X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature", "X-Hub-Signature-256"}},
+		Docs: "https://forgejo.org/docs/latest/user/webhooks/",
 	},
 	{
 		// https://razorpay.com/docs/webhooks/validate-test/ (X-Razorpay-Signature:
@@ -192,8 +217,9 @@ var Presets = []Preset{
 		Name:       "razorpay",
 		DeliveryID: DeliveryID{Header: "X-Razorpay-Event-Id"},
 		EventType:  EventType{JSONPointer: "/event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Razorpay-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://razorpay.com/docs/webhooks/validate-test/",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Razorpay-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-Razorpay-Signature"}},
+		Docs: "https://razorpay.com/docs/webhooks/validate-test/",
 	},
 	{
 		// https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks
@@ -202,8 +228,9 @@ var Presets = []Preset{
 		Name:       "woocommerce",
 		DeliveryID: DeliveryID{Header: "X-WC-Webhook-Delivery-ID"},
 		EventType:  EventType{Header: "X-WC-Webhook-Topic"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-WC-Webhook-Signature", Encoding: signature.EncodingBase64, Signed: "body"},
-		Docs:       "https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-WC-Webhook-Signature", Encoding: signature.EncodingBase64, Signed: "body",
+			SignatureHeaders: []string{"X-WC-Webhook-Signature"}},
+		Docs: "https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks",
 	},
 	{
 		// https://developers.intercom.com/docs/references/webhooks/webhook-models
@@ -213,7 +240,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/id"},
 		EventType:  EventType{JSONPointer: "/topic"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Hub-Signature", Encoding: signature.EncodingHex,
-			Prefix: "sha1=", Signed: "body (HMAC-SHA1)"},
+			Prefix: "sha1=", Signed: "body (HMAC-SHA1)",
+			SignatureHeaders: []string{"X-Hub-Signature"}},
 		Docs: "https://developers.intercom.com/docs/references/webhooks/webhook-models",
 	},
 	{
@@ -223,8 +251,9 @@ var Presets = []Preset{
 		Name:       "linear",
 		DeliveryID: DeliveryID{Header: "Linear-Delivery"},
 		EventType:  EventType{Header: "Linear-Event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "Linear-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://linear.app/developers/webhooks",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Linear-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"Linear-Signature"}},
+		Docs: "https://linear.app/developers/webhooks",
 	},
 	{
 		// https://docs.sentry.io/organization/integrations/integration-platform/webhooks/
@@ -233,8 +262,9 @@ var Presets = []Preset{
 		Name:       "sentry",
 		DeliveryID: DeliveryID{Header: "Request-ID"},
 		EventType:  EventType{Header: "Sentry-Hook-Resource"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "Sentry-Hook-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://docs.sentry.io/organization/integrations/integration-platform/webhooks/",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Sentry-Hook-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"Sentry-Hook-Signature"}},
+		Docs: "https://docs.sentry.io/organization/integrations/integration-platform/webhooks/",
 	},
 	{
 		// https://www.typeform.com/developers/webhooks/secure-your-webhooks/
@@ -244,7 +274,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/event_id"},
 		EventType:  EventType{JSONPointer: "/event_type"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Typeform-Signature", Encoding: signature.EncodingBase64,
-			Prefix: "sha256=", Signed: "body"},
+			Prefix: "sha256=", Signed: "body",
+			SignatureHeaders: []string{"Typeform-Signature"}},
 		Docs: "https://www.typeform.com/developers/webhooks/secure-your-webhooks/",
 	},
 	{
@@ -253,8 +284,9 @@ var Presets = []Preset{
 		Name:       "vercel",
 		DeliveryID: DeliveryID{JSONPointer: "/id"},
 		EventType:  EventType{JSONPointer: "/type"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Vercel-Signature", Encoding: signature.EncodingHex, Signed: "body (HMAC-SHA1)"},
-		Docs:       "https://vercel.com/docs/webhooks/webhooks-api",
+		Signature: PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Vercel-Signature", Encoding: signature.EncodingHex, Signed: "body (HMAC-SHA1)",
+			SignatureHeaders: []string{"X-Vercel-Signature"}},
+		Docs: "https://vercel.com/docs/webhooks/webhooks-api",
 	},
 	{
 		// https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security
@@ -263,8 +295,9 @@ var Presets = []Preset{
 		Name:       "coinbase-commerce",
 		DeliveryID: DeliveryID{JSONPointer: "/event/id"},
 		EventType:  EventType{JSONPointer: "/event/type"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-CC-Webhook-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-CC-Webhook-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-CC-Webhook-Signature"}},
+		Docs: "https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security",
 	},
 	{
 		// https://docs.lemonsqueezy.com/help/webhooks/signing-requests (X-Signature:
@@ -273,8 +306,9 @@ var Presets = []Preset{
 		Name:       "lemon-squeezy",
 		DeliveryID: DeliveryID{BodySHA256: true},
 		EventType:  EventType{Header: "X-Event-Name"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://docs.lemonsqueezy.com/help/webhooks/signing-requests",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-Signature"}},
+		Docs: "https://docs.lemonsqueezy.com/help/webhooks/signing-requests",
 	},
 	{
 		// https://developer.pagerduty.com/docs/webhooks-v3-overview#verifying-signatures
@@ -284,7 +318,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/event/id"},
 		EventType:  EventType{JSONPointer: "/event/event_type"},
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "X-PagerDuty-Signature", Encoding: signature.EncodingHex,
-			Signed: "v1=<hex of body>[,v1=...]", Layout: signature.Layout{Separator: ",", SignatureKey: "v1"}},
+			Signed: "v1=<hex of body>[,v1=...]", Layout: signature.Layout{Separator: ",", SignatureKey: "v1"},
+			SignatureHeaders: []string{"X-PagerDuty-Signature"}},
 		Docs: "https://developer.pagerduty.com/docs/webhooks-v3-overview",
 	},
 	{
@@ -297,7 +332,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/event_type"},
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Paddle-Signature", Encoding: signature.EncodingHex,
 			Signed: "ts=<ts>;h1=<hex of <ts>:<body>>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{Separator: ";", TimestampKey: "ts", SignatureKey: "h1", Joiner: ":"}},
+			Layout:           signature.Layout{Separator: ";", TimestampKey: "ts", SignatureKey: "h1", Joiner: ":"},
+			SignatureHeaders: []string{"Paddle-Signature"}},
 		Docs: "https://developer.paddle.com/webhooks/signature-verification",
 	},
 	{
@@ -308,7 +344,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Mux-Signature", Encoding: signature.EncodingHex,
 			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."}},
+			Layout:           signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."},
+			SignatureHeaders: []string{"Mux-Signature"}},
 		Docs: "https://docs.mux.com/core/verify-webhook-signatures",
 	},
 	{
@@ -321,7 +358,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Calendly-Webhook-Signature", Encoding: signature.EncodingHex,
 			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."}},
+			Layout:           signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."},
+			SignatureHeaders: []string{"Calendly-Webhook-Signature"}},
 		Docs: "https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures",
 	},
 	{
@@ -334,7 +372,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeTimestampHeader, Header: "X-Zendesk-Webhook-Signature", Encoding: signature.EncodingBase64,
 			Signed: "<X-Zendesk-Webhook-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{TimestampHeader: "X-Zendesk-Webhook-Signature-Timestamp"}},
+			Layout:           signature.Layout{TimestampHeader: "X-Zendesk-Webhook-Signature-Timestamp"},
+			SignatureHeaders: []string{"X-Zendesk-Webhook-Signature"}},
 		Docs: "https://developer.zendesk.com/documentation/webhooks/verifying/",
 	},
 	{
@@ -342,8 +381,9 @@ var Presets = []Preset{
 		// in X-Telegram-Bot-Api-Secret-Token; each Update has /update_id).
 		Name:       "telegram",
 		DeliveryID: DeliveryID{JSONPointer: "/update_id"},
-		Signature:  PresetSignature{Scheme: signature.SchemeToken, Header: "X-Telegram-Bot-Api-Secret-Token", Signed: "nothing: the header holds the secret token itself"},
-		Docs:       "https://core.telegram.org/bots/api#setwebhook",
+		Signature: PresetSignature{Scheme: signature.SchemeToken, Header: "X-Telegram-Bot-Api-Secret-Token", Signed: "nothing: the header holds the secret token itself",
+			SignatureHeaders: []string{"X-Telegram-Bot-Api-Secret-Token"}},
+		Docs: "https://core.telegram.org/bots/api#setwebhook",
 	},
 	{
 		// https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/
@@ -353,8 +393,9 @@ var Presets = []Preset{
 		Name:       "line",
 		DeliveryID: DeliveryID{JSONPointer: "/events/0/webhookEventId"},
 		EventType:  EventType{JSONPointer: "/events/0/type"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Line-Signature", Encoding: signature.EncodingBase64, Signed: "body"},
-		Docs:       "https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Line-Signature", Encoding: signature.EncodingBase64, Signed: "body",
+			SignatureHeaders: []string{"X-Line-Signature"}},
+		Docs: "https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/",
 	},
 	{
 		// https://developers.facebook.com/docs/graph-api/webhooks/getting-started#validate-payloads
@@ -365,7 +406,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{BodySHA256: true},
 		EventType:  EventType{JSONPointer: "/object"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Hub-Signature-256", Encoding: signature.EncodingHex,
-			Prefix: "sha256=", Signed: "body"},
+			Prefix: "sha256=", Signed: "body",
+			SignatureHeaders: []string{"X-Hub-Signature-256", "X-Hub-Signature"}},
 		// https://developers.facebook.com/docs/graph-api/webhooks/getting-started#verification-requests
 		// (GET ?hub.mode=subscribe&hub.challenge=...&hub.verify_token=...).
 		Handshake: HandshakeMetaSubscribe,
@@ -382,7 +424,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/0/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeECDSA, Header: "X-Twilio-Email-Event-Webhook-Signature", Encoding: signature.EncodingBase64,
 			Signed: "ECDSA P-256 of <X-Twilio-Email-Event-Webhook-Timestamp><body>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{TimestampHeader: "X-Twilio-Email-Event-Webhook-Timestamp"}},
+			Layout:           signature.Layout{TimestampHeader: "X-Twilio-Email-Event-Webhook-Timestamp"},
+			SignatureHeaders: []string{"X-Twilio-Email-Event-Webhook-Signature"}},
 		Docs: "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features",
 	},
 	{
@@ -396,7 +439,8 @@ var Presets = []Preset{
 		Name:       "twilio",
 		DeliveryID: DeliveryID{Header: "I-Twilio-Idempotency-Token"},
 		Signature: PresetSignature{Scheme: signature.SchemeTwilio, Header: signature.HeaderTwilio, Encoding: signature.EncodingBase64,
-			Signed: "<URL><name><value>... of the form, sorted by name (HMAC-SHA1)"},
+			Signed:           "<URL><name><value>... of the form, sorted by name (HMAC-SHA1)",
+			SignatureHeaders: []string{signature.HeaderTwilio}},
 		Docs: "https://www.twilio.com/docs/usage/security#validating-requests",
 	},
 	{
@@ -409,7 +453,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/id"},
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeEd25519, Header: signature.HeaderDiscordSignature, Encoding: signature.EncodingHex,
-			Signed: "Ed25519 of <X-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance},
+			Signed: "Ed25519 of <X-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderDiscordSignature}},
 		Handshake: HandshakeDiscordPing,
 		Docs:      "https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers",
 	},
@@ -423,7 +468,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{BodySHA256: true},
 		EventType:  EventType{JSONPointer: "/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeZoom, Header: signature.HeaderZoomSignature, Encoding: signature.EncodingHex,
-			Prefix: "v0=", Signed: "v0:<x-zm-request-timestamp>:<body>", Tolerance: signature.DefaultTolerance},
+			Prefix: "v0=", Signed: "v0:<x-zm-request-timestamp>:<body>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderZoomSignature}},
 		Handshake: HandshakeZoomURLValidation,
 		Docs:      "https://developers.zoom.us/docs/api/webhooks/",
 	},
@@ -438,7 +484,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: signature.HeaderTwitchID},
 		EventType:  EventType{JSONPointer: "/subscription/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeTwitch, Header: signature.HeaderTwitchSignature, Encoding: signature.EncodingHex,
-			Prefix: "sha256=", Signed: "<Twitch-Eventsub-Message-Id><Twitch-Eventsub-Message-Timestamp><body>", Tolerance: 10 * time.Minute},
+			Prefix: "sha256=", Signed: "<Twitch-Eventsub-Message-Id><Twitch-Eventsub-Message-Timestamp><body>", Tolerance: 10 * time.Minute,
+			SignatureHeaders: []string{signature.HeaderTwitchSignature}},
 		Handshake: HandshakeTwitchVerification,
 		Docs:      "https://dev.twitch.tv/docs/eventsub/handling-webhook-events/",
 	},
@@ -452,7 +499,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/event_id"},
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeSquare, Header: signature.HeaderSquare, Encoding: signature.EncodingBase64,
-			Signed: "<notification URL><body>"},
+			Signed:           "<notification URL><body>",
+			SignatureHeaders: []string{signature.HeaderSquare, "X-Square-Signature"}},
 		Docs: "https://developer.squareup.com/docs/webhooks/step3validate",
 	},
 	{
@@ -466,7 +514,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/0/eventId"},
 		EventType:  EventType{JSONPointer: "/0/subscriptionType"},
 		Signature: PresetSignature{Scheme: signature.SchemeHubSpotV3, Header: signature.HeaderHubSpotV3, Encoding: signature.EncodingBase64,
-			Signed: "<method><URI><body><X-HubSpot-Request-Timestamp>", Tolerance: 5 * time.Minute},
+			Signed: "<method><URI><body><X-HubSpot-Request-Timestamp>", Tolerance: 5 * time.Minute,
+			SignatureHeaders: []string{signature.HeaderHubSpotV3, "X-Hubspot-Signature"}},
 		Docs: "https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests",
 	},
 	{
@@ -479,7 +528,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/event-data/id"},
 		EventType:  EventType{JSONPointer: "/event-data/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeMailgun, Encoding: signature.EncodingHex,
-			Signed: "<signature.timestamp><signature.token> (in the body)", Tolerance: signature.DefaultTolerance},
+			Signed: "<signature.timestamp><signature.token> (in the body)", Tolerance: signature.DefaultTolerance,
+			SignatureObject: "signature", SignatureFields: []string{"timestamp", "token", "signature"}},
 		Docs: "https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks",
 	},
 	{
@@ -490,7 +540,8 @@ var Presets = []Preset{
 		Name:       "airtable",
 		DeliveryID: DeliveryID{BodySHA256: true},
 		Signature: PresetSignature{Scheme: signature.SchemeHMACBase64Key, Header: signature.HeaderAirtableSignature, Encoding: signature.EncodingHex,
-			Prefix: "hmac-sha256=", Signed: "body (key: the base64-decoded secret)"},
+			Prefix: "hmac-sha256=", Signed: "body (key: the base64-decoded secret)",
+			SignatureHeaders: []string{signature.HeaderAirtableSignature}},
 		Docs: "https://airtable.com/developers/web/api/webhooks-overview",
 	},
 }
@@ -541,8 +592,9 @@ func (s *Sender) SignatureScheme() string {
 
 // SignatureCheck returns the sender's signature check as data: the
 // preset row's (of its preset, or of the preset its signature.scheme
-// names), or, for hmac-sha256, the signature block's header, encoding and
-// prefix. Scheme is SchemeNone when no signature is checked.
+// names), or, for hmac-sha256, the signature block's header (also its one
+// SignatureHeaders), encoding and prefix. Scheme is SchemeNone when no
+// signature is checked.
 func (s *Sender) SignatureCheck() PresetSignature {
 	switch name := s.SignatureScheme(); name {
 	case SchemeNone:
@@ -552,7 +604,8 @@ func (s *Sender) SignatureCheck() PresetSignature {
 		if enc == "" {
 			enc = signature.EncodingHex
 		}
-		return PresetSignature{Scheme: SchemeHMAC, Header: s.Signature.Header, Encoding: enc, Prefix: s.Signature.Prefix, Signed: "body"}
+		return PresetSignature{Scheme: SchemeHMAC, Header: s.Signature.Header, Encoding: enc, Prefix: s.Signature.Prefix, Signed: "body",
+			SignatureHeaders: []string{s.Signature.Header}}
 	default:
 		p, _ := PresetNamed(name)
 		return p.Signature

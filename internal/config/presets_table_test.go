@@ -29,6 +29,18 @@ func TestPresetTableIsConsistent(t *testing.T) {
 		if sig.Scheme != config.SchemeNone && ((sig.Header == "" && sig.Scheme != signature.SchemeMailgun) || sig.Signed == "" || p.Docs == "") {
 			t.Errorf("preset %s: a signing preset names its header, what is signed and its documentation", p.Name)
 		}
+		// Where the signature travels is named, so that it is never
+		// stored: the verifier's header among the signature headers, or
+		// the body's signature object.
+		if sig.Scheme != config.SchemeNone && len(sig.SignatureHeaders) == 0 && sig.SignatureObject == "" {
+			t.Errorf("preset %s: names neither its signature headers nor its body's signature object", p.Name)
+		}
+		if sig.Header != "" && !slices.ContainsFunc(sig.SignatureHeaders, func(h string) bool { return strings.EqualFold(h, sig.Header) }) {
+			t.Errorf("preset %s: its signature header %s is not among its SignatureHeaders %v", p.Name, sig.Header, sig.SignatureHeaders)
+		}
+		if (sig.SignatureObject == "") != (len(sig.SignatureFields) == 0) {
+			t.Errorf("preset %s: a body's signature object (JSON) and fields (form) are named together", p.Name)
+		}
 		if sig.Encoding != "" && sig.Encoding != signature.EncodingHex && sig.Encoding != signature.EncodingBase64 {
 			t.Errorf("preset %s: encoding %q", p.Name, sig.Encoding)
 		}

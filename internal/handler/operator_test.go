@@ -35,6 +35,7 @@ import (
 	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
@@ -66,6 +67,8 @@ type opOptions struct {
 	noDB bool
 	// limiter replaces the server's own wrong-token limiter.
 	limiter *authlimit.Limiter
+	// console serves the console under /console, signed in with testToken.
+	console bool
 }
 
 // opServer is a hookgate server with its operator API enabled, on its own
@@ -149,6 +152,13 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	}
 	if !o.noDB {
 		hc.DB = pool
+	}
+	if o.console {
+		cons, err := console.New(cfg, store.New(pool), log, console.Config{AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, River: client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc.Console = cons
 	}
 	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
 	if err != nil {

@@ -1,6 +1,7 @@
 package sender_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -28,5 +29,34 @@ func TestParseIngestHardeningFields(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.extra, err, tc.want)
 		}
+	}
+}
+
+// A sender's signature headers (its preset's, or its hmac-sha256 header)
+// cannot be listed in store_headers, and are not stored when a filter would
+// keep them otherwise; another sender's signature header may be.
+func TestSignatureHeadersAreNeverStored(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ yaml, want string }{
+		{"  - name: a\n    preset: github\n    secret: s\n    store_headers: [X-Hub-Signature-256]\n", "senders[0].store_headers[0]: X-Hub-Signature-256 is never stored (it carries the sender's signature"},
+		{"  - name: a\n    preset: github\n    secret: s\n    store_headers: [X-Keep, x-hub-signature]\n", "senders[0].store_headers[1]: x-hub-signature is never stored"},
+		{"  - name: a\n    preset: airtable\n    secret: c2VjcmV0\n    store_headers: [X-Airtable-Content-MAC]\n", "senders[0].store_headers[0]: X-Airtable-Content-MAC is never stored"},
+		{senderYAML("a", "delivery_id: { header: X-Id }", "signature: { scheme: hmac-sha256, header: X-Body-Check }", "secret: s", "store_headers: [X-Body-Check]"), "senders[0].store_headers[0]: X-Body-Check is never stored"},
+	} {
+		_, err := parse([]byte("senders:\n"+tc.yaml), noEnv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), ": s") {
+			t.Errorf("%s: err = %v, want it to contain %q", tc.yaml, err, tc.want)
+		}
+	}
+	set := mustParse(t, "senders:\n  - name: a\n    preset: airtable\n    secret: c2VjcmV0\n    drop_headers: [X-Other]\n"+
+		"  - name: b\n    preset: generic\n    delivery_id: { header: X-Id }\n    store_headers: [X-Airtable-Content-MAC]\n", noEnv)
+	h := http.Header{"X-Airtable-Content-Mac": {"hmac-sha256=00"}, "Content-Type": {"application/json"}}
+	a, _ := set.Get("a")
+	b, _ := set.Get("b")
+	if got := a.HeaderFilter.Filter(h); got.Get("X-Airtable-Content-Mac") != "" {
+		t.Errorf("airtable sender stores its signature header: %v", got)
+	}
+	if got := b.HeaderFilter.Filter(h); got.Get("X-Airtable-Content-Mac") == "" {
+		t.Errorf("a generic sender's store_headers does not keep a header that is no signature of its own: %v", got)
 	}
 }

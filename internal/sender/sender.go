@@ -34,7 +34,9 @@ type Sender struct {
 	*config.Sender
 	// Verifier checks request signatures; nil when the sender has none.
 	Verifier signature.Verifier
-	// HeaderFilter picks the request headers stored with an event.
+	// HeaderFilter picks the request headers stored with an event; it
+	// never keeps the sender's signature headers
+	// (config.PresetSignature.SignatureHeaders).
 	HeaderFilter events.HeaderFilter
 
 	plan plan
@@ -94,19 +96,26 @@ func (set *Set) Get(name string) (*Sender, bool) {
 // field at fault, relative to the sender.
 func compile(out *Sender, s *config.Sender) error {
 	out.Sender = s
+	check := s.SignatureCheck()
 	for i, n := range s.StoreHeaders {
 		if events.NeverStored(n) {
 			return fmt.Errorf("store_headers[%d]: %s is never stored (it carries the client's or a proxy's credentials)", i, n)
 		}
+		for _, sig := range check.SignatureHeaders {
+			if http.CanonicalHeaderKey(n) == http.CanonicalHeaderKey(sig) {
+				return fmt.Errorf("store_headers[%d]: %s is never stored (it carries the sender's signature: with the body it is a request anyone could send again)", i, n)
+			}
+		}
 	}
-	out.HeaderFilter = events.NewHeaderFilter(s.StoreHeaders, s.DropHeaders)
+	// The sender's signature headers are never stored, whatever
+	// store_headers says, so that no view and no forward holds them.
+	out.HeaderFilter = events.NewHeaderFilter(s.StoreHeaders, s.DropHeaders).Never(check.SignatureHeaders...)
 	v, keys, err := verifier(s)
 	if err != nil {
 		return err
 	}
 	out.Verifier, out.keys = v, keys
 	if slices.Contains(s.Handshakes(), config.HandshakeZoomURLValidation) && v != nil {
-		check := s.SignatureCheck()
 		for _, k := range keys {
 			kv, err := signature.New(check.Scheme, check.Params(time.Duration(s.Tolerance)), [][]byte{k})
 			if err != nil {
