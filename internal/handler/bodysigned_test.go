@@ -1,6 +1,8 @@
 package handler_test
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -16,10 +18,16 @@ import (
 // mailgunBody returns a Mailgun webhook body for event id, signed with key
 // at ts (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks).
 func mailgunBody(key []byte, id string, ts int64, token string) []byte {
+	return mailgunSigned(key, ts, token, id, ts)
+}
+
+// mailgunSigned is mailgunBody signed at ts for an event of eventTS (a
+// retry signs the same event again, later).
+func mailgunSigned(key []byte, ts int64, token, id string, eventTS int64) []byte {
 	t := strconv.FormatInt(ts, 10)
 	sig := hexOf(macOf(key, t, token))
-	return fmt.Appendf(nil, `{"signature":{"timestamp":%q,"token":%q,"signature":%q},"event-data":{"id":%q,"event":"delivered","timestamp":%s}}`,
-		t, token, sig, id, t)
+	return fmt.Appendf(nil, `{"signature":{"timestamp":%q,"token":%q,"signature":%q},"event-data":{"id":%q,"event":"delivered","timestamp":%d}}`,
+		t, token, sig, id, eventTS)
 }
 
 func TestMailgunSignatureInBody(t *testing.T) {
@@ -36,7 +44,15 @@ func TestMailgunSignatureInBody(t *testing.T) {
 	first := post("mailgun", body)
 	wantAccepted(t, first, "mailgun", "evt-1")
 	wantReplay(t, post("mailgun", body), first)
+	// A retry signed afresh (a new timestamp and token, the same event) is
+	// the same delivery: the stored body, and its SHA-256, leave the
+	// signature object out.
+	wantReplay(t, post("mailgun", mailgunSigned(keys[0], now+1, "tok-1-again", "evt-1", now)), first)
 	wantRecorded(t, pool, "mailgun", "evt-1", 1)
+	if k, e := readKey(t, pool, "mailgun", "evt-1"), readEvent(t, pool, "mailgun", "evt-1"); string(e.body) != fmt.Sprintf(`{"event-data":{"id":"evt-1","event":"delivered","timestamp":%d}}`, now) ||
+		!bytes.Equal(k.sha256, sha256Of(e.body)) {
+		t.Errorf("stored body %s (SHA-256 %x): want the body sent less its signature object, and its SHA-256", e.body, k.sha256)
+	}
 
 	for name, b := range map[string][]byte{
 		"wrong key":         mailgunBody([]byte("not-mailgun"), "evt-2", now, "tok-2"),
@@ -153,3 +169,5 @@ func TestHubSpotBatch(t *testing.T) {
 	}
 	wantRejected(t, send("portal=62515", ms-301_000), secret)
 }
+
+func sha256Of(b []byte) []byte { sum := sha256.Sum256(b); return sum[:] }

@@ -146,6 +146,12 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 		_, _ = w.Write(reply.Body)
 		return outcomeURLVerification, nil
 	}
+	// A signature inside the body (Mailgun's signature object), checked
+	// above on the body as received, is no part of what is kept: from here
+	// on the body is the one without it. Its SHA-256 is the delivery's
+	// (and, for body_sha256, its ID), so a retry signed afresh is the same
+	// delivery; it is what is stored and forwarded.
+	body = sender.StoredBody(body, r.Header.Get("Content-Type"))
 	id, err := deliveryID(r, body, &in, sender)
 	if err != nil {
 		return "", err

@@ -8,6 +8,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func consoleClient(t *testing.T, s *opServer) *http.Client {
 }
 
 // consolePage returns the text of the console page at path, HTML entities
-// decoded.
+// decoded (not those of a raw body, which is no HTML).
 func consolePage(t *testing.T, c *http.Client, base, path string) string {
 	t.Helper()
 	resp, err := c.Get(base + path)
@@ -91,6 +92,9 @@ func consolePage(t *testing.T, c *http.Client, base, path string) string {
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+	}
+	if strings.HasSuffix(path, "/body") {
+		return string(b)
 	}
 	return html.UnescapeString(string(b))
 }
@@ -117,6 +121,10 @@ func TestSignaturesAreNeverStoredShownOrForwarded(t *testing.T) {
 		fmt.Fprintf(&b, "    secret: ${K%d}\n    forward:\n      - { name: t, url: %q }\n", i, target.URL)
 		env[fmt.Sprintf("K%d", i)] = p.secret(keyMain)
 	}
+	// Mailgun signs inside the body, JSON or a form.
+	mgKey := []byte("mg-key-sig-kept-8e2b")
+	fmt.Fprintf(&b, "  - { name: mailgun, preset: mailgun, secret: %s, forward: [{ name: t, url: %q }] }\n", mgKey, target.URL)
+	fmt.Fprintf(&b, "  - { name: mailgun-form, preset: mailgun, secret: %s, delivery_id: { header: X-Delivery-Id }, forward: [{ name: t, url: %q }] }\n", mgKey, target.URL)
 	s := newOpServer(t, opOptions{yaml: b.String(), env: env, work: true, console: true})
 	cc := consoleClient(t, s)
 
@@ -126,6 +134,7 @@ func TestSignaturesAreNeverStoredShownOrForwarded(t *testing.T) {
 		eventID string
 		names   []string
 		values  []string
+		body    string // the body that must be stored, when it differs from the one sent
 	}
 	var all []sent
 	for _, p := range providers {
@@ -149,8 +158,23 @@ func TestSignaturesAreNeverStoredShownOrForwarded(t *testing.T) {
 			}
 		}
 		r := p.deliver(s.server, p.name, id, body, h)
-		all = append(all, sent{p, id, wantAccepted(t, r, p.name, id).EventID, names, values})
+		all = append(all, sent{p: p, id: id, eventID: wantAccepted(t, r, p.name, id).EventID, names: names, values: values})
 	}
+	// Mailgun: the stored and forwarded body is the one sent without its
+	// signature object (or, of a form, its timestamp, token and signature
+	// fields), the rest byte for byte.
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	mgSig := hexOf(macOf(mgKey, now, "tok-kept-json-5d1f0a7c9e"))
+	mgBody := `{"signature":{"timestamp":"` + now + `","token":"tok-kept-json-5d1f0a7c9e","signature":"` + mgSig + `"},` +
+		"\n  \"event-data\": {\"id\": \"sig-kept-mailgun\", \"event\": \"delivered\"} }"
+	r := s.post("mailgun", "", []byte(mgBody))
+	all = append(all, sent{p: provider{name: "mailgun"}, id: "sig-kept-mailgun", eventID: wantAccepted(t, r, "mailgun", "sig-kept-mailgun").EventID,
+		values: []string{mgSig, "tok-kept-json-5d1f0a7c9e", `"signature"`}, body: "{\"event-data\": {\"id\": \"sig-kept-mailgun\", \"event\": \"delivered\"} }"})
+	formSig := hexOf(macOf(mgKey, now, "tok-kept-form-0b8e4c2a61"))
+	form := "event=delivered&timestamp=" + now + "&token=tok-kept-form-0b8e4c2a61&recipient=a%40example.com&signature=" + formSig
+	r = s.post("mailgun-form", "sig-kept-mailgun-form", []byte(form), func(r *http.Request) { r.Header.Set("Content-Type", "application/x-www-form-urlencoded") })
+	all = append(all, sent{p: provider{name: "mailgun-form"}, id: "sig-kept-mailgun-form", eventID: wantAccepted(t, r, "mailgun-form", "sig-kept-mailgun-form").EventID,
+		values: []string{formSig, "tok-kept-form-0b8e4c2a61", "signature=", "token=", "timestamp="}, body: "event=delivered&recipient=a%40example.com"})
 	testkit.Poll(t, pollTimeout, "every forward to arrive", func() bool { return len(target.Delivered()) == len(all) })
 
 	for _, x := range all {
@@ -163,9 +187,15 @@ func TestSignaturesAreNeverStoredShownOrForwarded(t *testing.T) {
 			if !strings.Contains(headers, "Content-Type") {
 				t.Errorf("stored headers %s: Content-Type is missing", headers)
 			}
+			if x.body != "" && body != x.body {
+				t.Errorf("stored body %q, want %q (the body sent less its signature)", body, x.body)
+			}
 			hits := target.HitsFor(x.eventID)
 			if len(hits) == 0 {
 				t.Fatalf("no forward of event %s", x.eventID)
+			}
+			if x.body != "" && string(hits[0].Body) != x.body {
+				t.Errorf("forwarded body %q, want %q", hits[0].Body, x.body)
 			}
 			path := "/console/senders/" + x.p.name + "/deliveries/" + url.PathEscape(x.id)
 			for where, text := range map[string]string{

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 func TestParseIngestHardeningFields(t *testing.T) {
@@ -58,5 +60,36 @@ func TestSignatureHeadersAreNeverStored(t *testing.T) {
 	}
 	if got := b.HeaderFilter.Filter(h); got.Get("X-Airtable-Content-Mac") == "" {
 		t.Errorf("a generic sender's store_headers does not keep a header that is no signature of its own: %v", got)
+	}
+}
+
+// StoredBody takes Mailgun's signature out of a JSON body (its signature
+// member) or a form (its timestamp, token and signature fields), keeping
+// the rest as sent; other senders' bodies, and bodies without it, come back
+// as they are.
+func TestStoredBodyLeavesTheSignatureOut(t *testing.T) {
+	t.Parallel()
+	set := mustParse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n"+
+		"  - name: gh\n    preset: github\n    secret: k\n", noEnv)
+	mg, _ := set.Get("mg")
+	gh, _ := set.Get("gh")
+	const form = "application/x-www-form-urlencoded"
+	for _, tc := range []struct {
+		s                *sender.Sender
+		body, ctype, out string
+	}{
+		{mg, `{"signature":{"token":"t","timestamp":"1","signature":"s"}, "event-data":{"id":"e","signature":"kept"}}`, "application/json", `{"event-data":{"id":"e","signature":"kept"}}`},
+		{mg, `{"event-data":{"id":"e"} ,"signature":{} }`, "", `{"event-data":{"id":"e"} }`},
+		{mg, "event=delivered&timestamp=1&token=t&recipient=a%40b&signature=s", form, "event=delivered&recipient=a%40b"},
+		{mg, "timestamp=1&token=t&signature=s", form + "; charset=utf-8", ""},
+		{mg, "%73ignature=s&event=x", form, "event=x"},
+		{mg, "event=x&signatures=kept", form, "event=x&signatures=kept"},
+		{mg, `[{"signature":1}]`, "application/json", `[{"signature":1}]`},
+		{mg, `not json`, "application/json", `not json`},
+		{gh, `{"signature":{"token":"t"}}`, "application/json", `{"signature":{"token":"t"}}`},
+	} {
+		if got := tc.s.StoredBody([]byte(tc.body), tc.ctype); string(got) != tc.out {
+			t.Errorf("%s: StoredBody(%q, %q) = %q, want %q", tc.s.Name, tc.body, tc.ctype, got, tc.out)
+		}
 	}
 }

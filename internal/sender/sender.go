@@ -40,6 +40,10 @@ type Sender struct {
 	HeaderFilter events.HeaderFilter
 
 	plan plan
+	// sigObject and sigFields are where the body carries the signature
+	// (StoredBody): the check's SignatureObject and SignatureFields.
+	sigObject string
+	sigFields []string
 	// keyed are one verifier per secret, in order, for the handshakes
 	// whose answer is keyed with the secret that signed the request
 	// (Zoom's); keys are those secrets' keys.
@@ -110,6 +114,7 @@ func compile(out *Sender, s *config.Sender) error {
 	// The sender's signature headers are never stored, whatever
 	// store_headers says, so that no view and no forward holds them.
 	out.HeaderFilter = events.NewHeaderFilter(s.StoreHeaders, s.DropHeaders).Never(check.SignatureHeaders...)
+	out.sigObject, out.sigFields = check.SignatureObject, check.SignatureFields
 	v, keys, err := verifier(s)
 	if err != nil {
 		return err
