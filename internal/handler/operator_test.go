@@ -41,6 +41,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -146,7 +147,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		t.Cleanup(func() { stopRelay(); <-done })
 	}
 	hc := handler.DefaultConfig()
-	hc.River, hc.AuthLimiter = client, o.limiter
+	hc.River, hc.AuthLimiter, hc.Tokens = client, o.limiter, sigtoken.New(pool)
 	if !o.noToken {
 		hc.AdminToken = testToken
 	}

@@ -169,6 +169,27 @@ func (s *Sender) Verify(r *http.Request, body []byte, now time.Time) error {
 	return s.Verifier.Verify(r.Header, body, now)
 }
 
+// SignsNonces reports whether the sender's signature scheme signs a
+// single-use token instead of the body (signature.NonceVerifier,
+// Mailgun's): ingest must then accept each token for one delivery only
+// (package sigtoken).
+func (s *Sender) SignsNonces() bool {
+	_, ok := s.Verifier.(signature.NonceVerifier)
+	return ok
+}
+
+// Nonce returns the single-use token of a request whose signature Verify
+// accepted, and the time from which the signature check refuses it; ok is
+// false for a sender whose scheme signs none (SignsNonces). body is the
+// raw body as received.
+func (s *Sender) Nonce(r *http.Request, body []byte) (token string, until time.Time, ok bool) {
+	nv, isNonce := s.Verifier.(signature.NonceVerifier)
+	if !isNonce {
+		return "", time.Time{}, false
+	}
+	return nv.Nonce(r.Header, body)
+}
+
 // RequestURL returns the URL the provider requested, as the schemes that
 // sign it need it: the sender's public_url followed by the request's query
 // string, or without public_url the request's own URL (https when the

@@ -455,3 +455,38 @@ func TestMailgunAgreesWithMailgunGo(t *testing.T) {
 		}
 	}
 }
+
+// Mailgun's verifier tells ingest the token of a request it accepts and
+// the moment it stops accepting it: from then on Verify refuses the
+// timestamp, and until then it does not. A JSON body and a form give the
+// same; a request without a token gives none.
+func TestMailgunNonce(t *testing.T) {
+	t.Parallel()
+	key := []byte("mg-nonce-key")
+	for _, tol := range []time.Duration{0, 30 * time.Second, 90*time.Second + 500*time.Millisecond} {
+		v := signature.Mailgun([][]byte{key}, tol)
+		ts := int64(1795993200)
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(strconv.FormatInt(ts, 10) + "tok-n"))
+		sig := hex.EncodeToString(m.Sum(nil))
+		for ctype, body := range map[string]string{
+			"application/json":                  `{"signature":{"timestamp":"1795993200","token":"tok-n","signature":"` + sig + `"},"event-data":{}}`,
+			"application/x-www-form-urlencoded": "timestamp=1795993200&token=tok-n&signature=" + sig,
+		} {
+			h := http.Header{"Content-Type": {ctype}}
+			token, until, ok := v.Nonce(h, []byte(body))
+			if !ok || token != "tok-n" {
+				t.Fatalf("tolerance %s, %s: Nonce = %q, %v, %t", tol, ctype, token, until, ok)
+			}
+			if err := v.Verify(h, []byte(body), until.Add(-time.Nanosecond)); err != nil {
+				t.Errorf("tolerance %s, %s: refused just before %v: %v", tol, ctype, until, err)
+			}
+			if err := v.Verify(h, []byte(body), until); !errors.Is(err, signature.ErrTimestamp) {
+				t.Errorf("tolerance %s, %s: at %v (%v after the timestamp): %v, want ErrTimestamp", tol, ctype, until, until.Sub(time.Unix(ts, 0)), err)
+			}
+		}
+	}
+	if _, _, ok := signature.Mailgun([][]byte{key}, 0).Nonce(http.Header{}, []byte(`{"event-data":{}}`)); ok {
+		t.Error("a body without a signature object has a nonce")
+	}
+}
