@@ -30,6 +30,10 @@ type Preset struct {
 	// is answered after its signature check and stores nothing
 	// (HandshakeNone when it sends none).
 	Handshake string
+	// Replay says whether a captured request of the provider can be sent
+	// again under a new delivery ID, and what to do about it
+	// (docs/providers.md shows it).
+	Replay Replay
 	// Docs is the provider's documentation of its webhooks.
 	Docs string
 }
@@ -74,6 +78,69 @@ type PresetSignature struct {
 func (ps PresetSignature) Params(tolerance time.Duration) signature.Params {
 	return signature.Params{Header: ps.Header, Encoding: ps.Encoding, Prefix: ps.Prefix, Tolerance: tolerance, Layout: ps.Layout}
 }
+
+// Replay is what a captured request of a preset allows: one validly
+// signed request someone obtained (a proxy log, a pasted debug dump), sent
+// to hookgate again. A copy whose delivery ID is signed (in the signed
+// body, the SHA-256 of the signed body, a signed header) has the same ID
+// and is a duplicate; one whose ID is an unsigned header can carry a
+// fresh ID and is accepted as a new event, within the tolerance where a
+// timestamp is signed, at any time where none is. The table
+// "Replays under a new delivery ID" of docs/providers.md is made of these
+// (TestReplayTableIsDocumented), and TestReplayUnderANewDeliveryID sends
+// each preset's copy under a new ID and checks NewID.
+type Replay struct {
+	// NewID: a copy under a new delivery ID is accepted as a new event
+	// (with the preset's defaults; for generic, with an ID header and
+	// hmac-sha256).
+	NewID bool
+	// Why says why (or why not), and until when, in the page's words.
+	Why string
+	// Do is what to do about it.
+	Do string
+}
+
+// Replay texts of the common cases.
+const (
+	doNothing     = "nothing needed"
+	doAfterKeyGap = "nothing for a new ID; a copy sent after `retention` is a new event with the same ID: let the services behind hookgate deduplicate on it (`X-Hookgate-Delivery-Id`)"
+	doBodyHash    = "body-hash IDs (`delivery_id: { body_sha256: true }`) if the provider's retries resend the same bytes; keep signed requests out of logs"
+	doToken       = "use HTTPS, keep requests out of logs, and rotate the token when one leaks: body-hash IDs stop only verbatim copies"
+)
+
+// idInSignedBody: the delivery ID is at ptr in the signed body. tol is the
+// default tolerance as the page writes it ("300 s"), "" for a scheme that
+// signs no timestamp (so for the helpers below).
+func idInSignedBody(ptr, tol string) Replay {
+	return idSigned("the ID (`"+ptr+"`) is in the signed body", tol)
+}
+
+// idIsBodyHash: the delivery ID is the SHA-256 of the signed body.
+func idIsBodyHash(tol string) Replay {
+	return idSigned("the ID is the SHA-256 of the signed body", tol)
+}
+
+// idHeaderSigned: the delivery ID is the header h, which is signed.
+func idHeaderSigned(h, tol string) Replay { return idSigned("the ID header `"+h+"` is signed", tol) }
+
+func idSigned(why, tol string) Replay {
+	if tol == "" {
+		return Replay{Why: why + "; a copy is a duplicate while its key is retained (`retention`)", Do: doAfterKeyGap}
+	}
+	return Replay{Why: why + "; a copy is a duplicate, and refused once its timestamp is outside `tolerance` (" + tol + ")", Do: doNothing}
+}
+
+// idHeaderUnsigned: the delivery ID is the header h, which is not signed.
+func idHeaderUnsigned(h, tol string) Replay {
+	if tol == "" {
+		return Replay{NewID: true, Why: "at any time: the ID header `" + h + "` is not signed, and no timestamp is", Do: doBodyHash}
+	}
+	return Replay{NewID: true, Why: "within `tolerance` (" + tol + "): the ID header `" + h + "` is not signed, the timestamp is",
+		Do: "body-hash IDs (`delivery_id: { body_sha256: true }`) if the provider's retries resend the same bytes, or a shorter `tolerance` (`tolerance: 30s`) to narrow the window"}
+}
+
+// nothingSigned: the request carries the secret token itself.
+var nothingSigned = Replay{NewID: true, Why: "whatever the body: nothing is signed, a captured request holds the secret token, and with it any body is accepted under any ID", Do: doToken}
 
 // Envelope says where the event type is when the value found at the
 // sender's event type location is When: at JSONPointer instead.
@@ -121,7 +188,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: signature.HeaderGitHub, Encoding: signature.EncodingHex,
 			Prefix: "sha256=", Signed: "body",
 			SignatureHeaders: []string{signature.HeaderGitHub, "X-Hub-Signature"}},
-		Docs: "https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
+		Replay: idHeaderUnsigned("X-GitHub-Delivery", ""),
+		Docs:   "https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
 	},
 	{
 		Name:       "stripe",
@@ -130,7 +198,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeStripe, Header: signature.HeaderStripe, Encoding: signature.EncodingHex,
 			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
 			SignatureHeaders: []string{signature.HeaderStripe}},
-		Docs: "https://docs.stripe.com/webhooks#verify-manually",
+		Replay: idInSignedBody("/id", "300 s"),
+		Docs:   "https://docs.stripe.com/webhooks#verify-manually",
 	},
 	{
 		Name:       "shopify",
@@ -139,7 +208,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: signature.HeaderShopify, Encoding: signature.EncodingBase64,
 			Signed:           "body",
 			SignatureHeaders: []string{signature.HeaderShopify}},
-		Docs: "https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-5-verify-the-webhook",
+		Replay: idHeaderUnsigned("X-Shopify-Event-Id", ""),
+		Docs:   "https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-5-verify-the-webhook",
 	},
 	{
 		Name:              "slack",
@@ -150,6 +220,7 @@ var Presets = []Preset{
 			Prefix: "v0=", Signed: "v0:<X-Slack-Request-Timestamp>:<body>", Tolerance: signature.DefaultTolerance,
 			SignatureHeaders: []string{signature.HeaderSlackSignature}},
 		Handshake: HandshakeSlackURLVerification,
+		Replay:    idInSignedBody("/event_id", "300 s"),
 		Docs:      "https://api.slack.com/authentication/verifying-requests-from-slack",
 	},
 	{
@@ -159,11 +230,15 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeStandardWebhooks, Header: signature.HeaderWebhookSignature, Encoding: signature.EncodingBase64,
 			Prefix: "v1,", Signed: "<webhook-id>.<webhook-timestamp>.<body>", Tolerance: signature.DefaultTolerance,
 			SignatureHeaders: []string{signature.HeaderWebhookSignature}},
-		Docs: "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
+		Replay: idHeaderSigned("webhook-id", "300 s"),
+		Docs:   "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
 	},
 	{
 		Name:      "generic",
 		Signature: PresetSignature{Scheme: SchemeNone},
+		Replay: Replay{NewID: true,
+			Why: "with `delivery_id: { header: … }` and `signature: { scheme: hmac-sha256 }`, at any time (the header is not signed, and no timestamp is); not with `json_pointer` or `body_sha256` (the ID is then in, or the hash of, the signed body: a copy is a duplicate while its key is retained); without a signature anyone can send anything",
+			Do:  "sign with `hmac-sha256` and take the ID from the body (`json_pointer` or `body_sha256`)"},
 	},
 	// The providers below are rows of the same shapes. Each cites the
 	// provider's own documentation of its webhooks' headers and signature.
@@ -176,7 +251,8 @@ var Presets = []Preset{
 		EventType:  EventType{Header: "X-Gitlab-Event"},
 		Signature: PresetSignature{Scheme: signature.SchemeToken, Header: "X-Gitlab-Token", Signed: "nothing: the header holds the secret token itself",
 			SignatureHeaders: []string{"X-Gitlab-Token"}},
-		Docs: "https://docs.gitlab.com/user/project/integrations/webhooks/",
+		Replay: nothingSigned,
+		Docs:   "https://docs.gitlab.com/user/project/integrations/webhooks/",
 	},
 	{
 		// https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/#Secure-webhooks
@@ -187,7 +263,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Hub-Signature", Encoding: signature.EncodingHex,
 			Prefix: "sha256=", Signed: "body",
 			SignatureHeaders: []string{"X-Hub-Signature"}},
-		Docs: "https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/",
+		Replay: idHeaderUnsigned("X-Request-UUID", ""),
+		Docs:   "https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/",
 	},
 	{
 		// https://docs.gitea.com/usage/webhooks (X-Gitea-Delivery, X-Gitea-Event,
@@ -198,7 +275,8 @@ var Presets = []Preset{
 		EventType:  EventType{Header: "X-Gitea-Event"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Gitea-Signature", Encoding: signature.EncodingHex, Signed: "body",
 			SignatureHeaders: []string{"X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature", "X-Hub-Signature-256"}},
-		Docs: "https://docs.gitea.com/usage/webhooks",
+		Replay: idHeaderUnsigned("X-Gitea-Delivery", ""),
+		Docs:   "https://docs.gitea.com/usage/webhooks",
 	},
 	{
 		// https://forgejo.org/docs/latest/user/webhooks/ (X-Forgejo-Delivery,
@@ -208,7 +286,8 @@ var Presets = []Preset{
 		EventType:  EventType{Header: "X-Forgejo-Event"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Forgejo-Signature", Encoding: signature.EncodingHex, Signed: "body",
 			SignatureHeaders: []string{"X-Forgejo-Signature", "X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature", "X-Hub-Signature-256"}},
-		Docs: "https://forgejo.org/docs/latest/user/webhooks/",
+		Replay: idHeaderUnsigned("X-Forgejo-Delivery", ""),
+		Docs:   "https://forgejo.org/docs/latest/user/webhooks/",
 	},
 	{
 		// https://razorpay.com/docs/webhooks/validate-test/ (X-Razorpay-Signature:
@@ -219,7 +298,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Razorpay-Signature", Encoding: signature.EncodingHex, Signed: "body",
 			SignatureHeaders: []string{"X-Razorpay-Signature"}},
-		Docs: "https://razorpay.com/docs/webhooks/validate-test/",
+		Replay: idHeaderUnsigned("X-Razorpay-Event-Id", ""),
+		Docs:   "https://razorpay.com/docs/webhooks/validate-test/",
 	},
 	{
 		// https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks
@@ -230,7 +310,8 @@ var Presets = []Preset{
 		EventType:  EventType{Header: "X-WC-Webhook-Topic"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-WC-Webhook-Signature", Encoding: signature.EncodingBase64, Signed: "body",
 			SignatureHeaders: []string{"X-WC-Webhook-Signature"}},
-		Docs: "https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks",
+		Replay: idHeaderUnsigned("X-WC-Webhook-Delivery-ID", ""),
+		Docs:   "https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks",
 	},
 	{
 		// https://developers.intercom.com/docs/references/webhooks/webhook-models
@@ -242,7 +323,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Hub-Signature", Encoding: signature.EncodingHex,
 			Prefix: "sha1=", Signed: "body (HMAC-SHA1)",
 			SignatureHeaders: []string{"X-Hub-Signature"}},
-		Docs: "https://developers.intercom.com/docs/references/webhooks/webhook-models",
+		Replay: idInSignedBody("/id", ""),
+		Docs:   "https://developers.intercom.com/docs/references/webhooks/webhook-models",
 	},
 	{
 		// https://linear.app/developers/webhooks#securing-webhooks (Linear-Signature:
@@ -253,6 +335,8 @@ var Presets = []Preset{
 		EventType:  EventType{Header: "Linear-Event"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Linear-Signature", Encoding: signature.EncodingHex, Signed: "body",
 			SignatureHeaders: []string{"Linear-Signature"}},
+		Replay: Replay{NewID: true, Why: idHeaderUnsigned("Linear-Delivery", "").Why,
+			Do: "body-hash IDs (`delivery_id: { body_sha256: true }`) if Linear's retries resend the same bytes (its body holds `webhookTimestamp`, which hookgate does not check), or let the service behind hookgate refuse an old `webhookTimestamp`; keep signed requests out of logs"},
 		Docs: "https://linear.app/developers/webhooks",
 	},
 	{
@@ -264,7 +348,8 @@ var Presets = []Preset{
 		EventType:  EventType{Header: "Sentry-Hook-Resource"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Sentry-Hook-Signature", Encoding: signature.EncodingHex, Signed: "body",
 			SignatureHeaders: []string{"Sentry-Hook-Signature"}},
-		Docs: "https://docs.sentry.io/organization/integrations/integration-platform/webhooks/",
+		Replay: idHeaderUnsigned("Request-ID", ""),
+		Docs:   "https://docs.sentry.io/organization/integrations/integration-platform/webhooks/",
 	},
 	{
 		// https://www.typeform.com/developers/webhooks/secure-your-webhooks/
@@ -276,7 +361,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Typeform-Signature", Encoding: signature.EncodingBase64,
 			Prefix: "sha256=", Signed: "body",
 			SignatureHeaders: []string{"Typeform-Signature"}},
-		Docs: "https://www.typeform.com/developers/webhooks/secure-your-webhooks/",
+		Replay: idInSignedBody("/event_id", ""),
+		Docs:   "https://www.typeform.com/developers/webhooks/secure-your-webhooks/",
 	},
 	{
 		// https://vercel.com/docs/webhooks/webhooks-api#securing-webhooks
@@ -286,7 +372,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Vercel-Signature", Encoding: signature.EncodingHex, Signed: "body (HMAC-SHA1)",
 			SignatureHeaders: []string{"X-Vercel-Signature"}},
-		Docs: "https://vercel.com/docs/webhooks/webhooks-api",
+		Replay: idInSignedBody("/id", ""),
+		Docs:   "https://vercel.com/docs/webhooks/webhooks-api",
 	},
 	{
 		// https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security
@@ -297,7 +384,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/event/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-CC-Webhook-Signature", Encoding: signature.EncodingHex, Signed: "body",
 			SignatureHeaders: []string{"X-CC-Webhook-Signature"}},
-		Docs: "https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security",
+		Replay: idInSignedBody("/event/id", ""),
+		Docs:   "https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security",
 	},
 	{
 		// https://docs.lemonsqueezy.com/help/webhooks/signing-requests (X-Signature:
@@ -308,7 +396,8 @@ var Presets = []Preset{
 		EventType:  EventType{Header: "X-Event-Name"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Signature", Encoding: signature.EncodingHex, Signed: "body",
 			SignatureHeaders: []string{"X-Signature"}},
-		Docs: "https://docs.lemonsqueezy.com/help/webhooks/signing-requests",
+		Replay: idIsBodyHash(""),
+		Docs:   "https://docs.lemonsqueezy.com/help/webhooks/signing-requests",
 	},
 	{
 		// https://developer.pagerduty.com/docs/webhooks-v3-overview#verifying-signatures
@@ -320,7 +409,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "X-PagerDuty-Signature", Encoding: signature.EncodingHex,
 			Signed: "v1=<hex of body>[,v1=...]", Layout: signature.Layout{Separator: ",", SignatureKey: "v1"},
 			SignatureHeaders: []string{"X-PagerDuty-Signature"}},
-		Docs: "https://developer.pagerduty.com/docs/webhooks-v3-overview",
+		Replay: idInSignedBody("/event/id", ""),
+		Docs:   "https://developer.pagerduty.com/docs/webhooks-v3-overview",
 	},
 	{
 		// https://developer.paddle.com/webhooks/signature-verification
@@ -334,7 +424,8 @@ var Presets = []Preset{
 			Signed: "ts=<ts>;h1=<hex of <ts>:<body>>", Tolerance: signature.DefaultTolerance,
 			Layout:           signature.Layout{Separator: ";", TimestampKey: "ts", SignatureKey: "h1", Joiner: ":"},
 			SignatureHeaders: []string{"Paddle-Signature"}},
-		Docs: "https://developer.paddle.com/webhooks/signature-verification",
+		Replay: idInSignedBody("/event_id", "300 s"),
+		Docs:   "https://developer.paddle.com/webhooks/signature-verification",
 	},
 	{
 		// https://docs.mux.com/core/verify-webhook-signatures (Mux-Signature:
@@ -346,7 +437,8 @@ var Presets = []Preset{
 			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
 			Layout:           signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."},
 			SignatureHeaders: []string{"Mux-Signature"}},
-		Docs: "https://docs.mux.com/core/verify-webhook-signatures",
+		Replay: idInSignedBody("/id", "300 s"),
+		Docs:   "https://docs.mux.com/core/verify-webhook-signatures",
 	},
 	{
 		// https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures
@@ -360,7 +452,8 @@ var Presets = []Preset{
 			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
 			Layout:           signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."},
 			SignatureHeaders: []string{"Calendly-Webhook-Signature"}},
-		Docs: "https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures",
+		Replay: idIsBodyHash("300 s"),
+		Docs:   "https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures",
 	},
 	{
 		// https://developer.zendesk.com/documentation/webhooks/verifying/
@@ -374,7 +467,8 @@ var Presets = []Preset{
 			Signed: "<X-Zendesk-Webhook-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance,
 			Layout:           signature.Layout{TimestampHeader: "X-Zendesk-Webhook-Signature-Timestamp"},
 			SignatureHeaders: []string{"X-Zendesk-Webhook-Signature"}},
-		Docs: "https://developer.zendesk.com/documentation/webhooks/verifying/",
+		Replay: idHeaderUnsigned("X-Zendesk-Webhook-Invocation-Id", "300 s"),
+		Docs:   "https://developer.zendesk.com/documentation/webhooks/verifying/",
 	},
 	{
 		// https://core.telegram.org/bots/api#setwebhook (secret_token is sent
@@ -383,7 +477,8 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/update_id"},
 		Signature: PresetSignature{Scheme: signature.SchemeToken, Header: "X-Telegram-Bot-Api-Secret-Token", Signed: "nothing: the header holds the secret token itself",
 			SignatureHeaders: []string{"X-Telegram-Bot-Api-Secret-Token"}},
-		Docs: "https://core.telegram.org/bots/api#setwebhook",
+		Replay: nothingSigned,
+		Docs:   "https://core.telegram.org/bots/api#setwebhook",
 	},
 	{
 		// https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/
@@ -395,7 +490,8 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/events/0/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Line-Signature", Encoding: signature.EncodingBase64, Signed: "body",
 			SignatureHeaders: []string{"X-Line-Signature"}},
-		Docs: "https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/",
+		Replay: idInSignedBody("/events/0/webhookEventId", ""),
+		Docs:   "https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/",
 	},
 	{
 		// https://developers.facebook.com/docs/graph-api/webhooks/getting-started#validate-payloads
@@ -411,6 +507,7 @@ var Presets = []Preset{
 		// https://developers.facebook.com/docs/graph-api/webhooks/getting-started#verification-requests
 		// (GET ?hub.mode=subscribe&hub.challenge=...&hub.verify_token=...).
 		Handshake: HandshakeMetaSubscribe,
+		Replay:    idIsBodyHash(""),
 		Docs:      "https://developers.facebook.com/docs/graph-api/webhooks/getting-started",
 	},
 	{
@@ -426,7 +523,8 @@ var Presets = []Preset{
 			Signed: "ECDSA P-256 of <X-Twilio-Email-Event-Webhook-Timestamp><body>", Tolerance: signature.DefaultTolerance,
 			Layout:           signature.Layout{TimestampHeader: "X-Twilio-Email-Event-Webhook-Timestamp"},
 			SignatureHeaders: []string{"X-Twilio-Email-Event-Webhook-Signature"}},
-		Docs: "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features",
+		Replay: idIsBodyHash("300 s"),
+		Docs:   "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features",
 	},
 	{
 		// https://www.twilio.com/docs/usage/security#validating-requests
@@ -441,7 +539,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeTwilio, Header: signature.HeaderTwilio, Encoding: signature.EncodingBase64,
 			Signed:           "<URL><name><value>... of the form, sorted by name (HMAC-SHA1)",
 			SignatureHeaders: []string{signature.HeaderTwilio}},
-		Docs: "https://www.twilio.com/docs/usage/security#validating-requests",
+		Replay: idHeaderUnsigned("I-Twilio-Idempotency-Token", ""),
+		Docs:   "https://www.twilio.com/docs/usage/security#validating-requests",
 	},
 	{
 		// https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers
@@ -456,6 +555,7 @@ var Presets = []Preset{
 			Signed: "Ed25519 of <X-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance,
 			SignatureHeaders: []string{signature.HeaderDiscordSignature}},
 		Handshake: HandshakeDiscordPing,
+		Replay:    idInSignedBody("/id", "300 s"),
 		Docs:      "https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers",
 	},
 	{
@@ -471,6 +571,7 @@ var Presets = []Preset{
 			Prefix: "v0=", Signed: "v0:<x-zm-request-timestamp>:<body>", Tolerance: signature.DefaultTolerance,
 			SignatureHeaders: []string{signature.HeaderZoomSignature}},
 		Handshake: HandshakeZoomURLValidation,
+		Replay:    idIsBodyHash("300 s"),
 		Docs:      "https://developers.zoom.us/docs/api/webhooks/",
 	},
 	{
@@ -487,6 +588,7 @@ var Presets = []Preset{
 			Prefix: "sha256=", Signed: "<Twitch-Eventsub-Message-Id><Twitch-Eventsub-Message-Timestamp><body>", Tolerance: 10 * time.Minute,
 			SignatureHeaders: []string{signature.HeaderTwitchSignature}},
 		Handshake: HandshakeTwitchVerification,
+		Replay:    idHeaderSigned("Twitch-Eventsub-Message-Id", "600 s"),
 		Docs:      "https://dev.twitch.tv/docs/eventsub/handling-webhook-events/",
 	},
 	{
@@ -501,7 +603,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeSquare, Header: signature.HeaderSquare, Encoding: signature.EncodingBase64,
 			Signed:           "<notification URL><body>",
 			SignatureHeaders: []string{signature.HeaderSquare, "X-Square-Signature"}},
-		Docs: "https://developer.squareup.com/docs/webhooks/step3validate",
+		Replay: idInSignedBody("/event_id", ""),
+		Docs:   "https://developer.squareup.com/docs/webhooks/step3validate",
 	},
 	{
 		// https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests#validate-the-v3-request-signature
@@ -516,7 +619,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeHubSpotV3, Header: signature.HeaderHubSpotV3, Encoding: signature.EncodingBase64,
 			Signed: "<method><URI><body><X-HubSpot-Request-Timestamp>", Tolerance: 5 * time.Minute,
 			SignatureHeaders: []string{signature.HeaderHubSpotV3, "X-Hubspot-Signature"}},
-		Docs: "https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests",
+		Replay: idInSignedBody("/0/eventId", "300 s"),
+		Docs:   "https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests",
 	},
 	{
 		// https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks
@@ -530,6 +634,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeMailgun, Encoding: signature.EncodingHex,
 			Signed: "<signature.timestamp><signature.token> (in the body)", Tolerance: signature.DefaultTolerance,
 			SignatureObject: "signature", SignatureFields: []string{"timestamp", "token", "signature"}},
+		Replay: Replay{Why: "the body (and the ID in it) is not signed, but the signed token is accepted for one delivery, its ID and body: a copy under another ID gets 401 (tokens are remembered for `tolerance`, 300 s)",
+			Do: "nothing needed; a longer `tolerance`, to accept Mailgun's later retries, keeps the tokens as long"},
 		Docs: "https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks",
 	},
 	{
@@ -542,7 +648,8 @@ var Presets = []Preset{
 		Signature: PresetSignature{Scheme: signature.SchemeHMACBase64Key, Header: signature.HeaderAirtableSignature, Encoding: signature.EncodingHex,
 			Prefix: "hmac-sha256=", Signed: "body (key: the base64-decoded secret)",
 			SignatureHeaders: []string{signature.HeaderAirtableSignature}},
-		Docs: "https://airtable.com/developers/web/api/webhooks-overview",
+		Replay: idIsBodyHash(""),
+		Docs:   "https://airtable.com/developers/web/api/webhooks-overview",
 	},
 }
 
