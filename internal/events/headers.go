@@ -48,11 +48,17 @@ func CredentialLike(name string) bool {
 			return true
 		}
 	}
-	for part := range strings.FieldsFuncSeq(n, func(r rune) bool { return r == '-' || r == '_' }) {
-		for _, w := range credentialParts {
-			if part == w {
+	for _, w := range credentialParts {
+		for i := strings.Index(n, w); i >= 0; {
+			end := i + len(w)
+			if (i == 0 || n[i-1] == '-' || n[i-1] == '_') && (end == len(n) || n[end] == '-' || n[end] == '_') {
 				return true
 			}
+			next := strings.Index(n[i+1:], w)
+			if next < 0 {
+				break
+			}
+			i += 1 + next
 		}
 	}
 	return false

@@ -15,7 +15,7 @@ func TestCredentialLikeNames(t *testing.T) {
 	for name, want := range map[string]bool{
 		"X-Airtable-Content-MAC": true, "X-Payload-Mac": true, "mac": true, "X_Body_Mac": true, "X-Sig": true,
 		"X-Shopify-Hmac-Sha256": true, "X-Hub-Signature-256": true, "X-Gitlab-Token": true,
-		"X-Machine-Id": false, "X-Macro": false, "Stomach": false, "X-Signal": false, "Content-Type": false, "X-Delivery-Id": false,
+		"X-Imac-Mac": true, "X-Machine-Id": false, "X-Macro": false, "X-Macmac": false, "Imac": false, "Stomach": false, "X-Signal": false, "Content-Type": false, "X-Delivery-Id": false,
 	} {
 		if got := events.CredentialLike(name); got != want {
 			t.Errorf("CredentialLike(%q) = %t, want %t", name, got, want)
