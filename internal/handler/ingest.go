@@ -198,8 +198,8 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	// this same delivery (its retry, or one whose transaction failed)
 	// goes on to the transaction, and only its key decides what a
 	// duplicate is.
-	if token, until, ok := sender.Nonce(r, signed); ok {
-		fresh, err := s.tokens.Claim(ctx, sigtoken.Use{Sender: sender.Name, Token: token, DeliveryID: id, RequestSHA256: d.RequestSHA256, ExpiresAt: until}, now)
+	if token, signedAt, ok := sender.Nonce(r, signed); ok {
+		fresh, err := s.tokens.Claim(ctx, sigtoken.Use{Sender: sender.Name, Token: token, SignedAt: signedAt, DeliveryID: id, RequestSHA256: d.RequestSHA256})
 		if err != nil {
 			return "", err
 		}

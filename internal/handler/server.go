@@ -92,7 +92,7 @@ type Config struct {
 // (sigtoken.Store): true when the request may go on, false when another
 // delivery used the token before (a replay, answered 401).
 type TokenStore interface {
-	Claim(ctx context.Context, u sigtoken.Use, now time.Time) (bool, error)
+	Claim(ctx context.Context, u sigtoken.Use) (bool, error)
 }
 
 // DefaultConfig returns the Server's defaults: no admin token (the operator

@@ -59,8 +59,15 @@ type Result struct {
 	Tokens int64
 }
 
+// forgetAll is how far after now the tokens of a sender no longer
+// configured are deleted up to: all of them (a timestamp in the future is
+// refused beyond the tolerance, and no tolerance is this long).
+const forgetAll = 100 * 365 * 24 * time.Hour
+
 // Run deletes, in batches of BatchSize, every key expired at now, every
-// signature token expired at now, every event older than its sender's
+// signature token whose timestamp its sender's tolerance (plus
+// sigtoken.ClockMargin) has passed at now (all of a sender no longer
+// configured), every event older than its sender's
 // event retention (config.DefaultRetention for a sender no longer
 // configured) and every delivered forward of the fast path older than the
 // longest sender retention, until none is left or ctx ends. It returns
@@ -68,14 +75,21 @@ type Result struct {
 func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
 	var res Result
 	// The signature tokens first: they are few, and bounded only by this.
+	// A configured sender's are kept while their timestamps are within its
+	// tolerance (and sigtoken.ClockMargin); those of a sender no longer
+	// configured all go, as no request of it is accepted.
 	tokens := sigtoken.New(db)
-	withTokens, err := tokens.ExpiredSenders(ctx, now)
+	withTokens, err := tokens.Senders(ctx)
 	if err != nil {
 		return res, err
 	}
-	for _, sender := range withTokens { // configured or not
+	for _, sender := range withTokens {
+		cutoff := now.Add(forgetAll)
+		if s, ok := cfg.Sender(sender); ok {
+			cutoff = now.Add(-time.Duration(s.Tolerance) - sigtoken.ClockMargin)
+		}
 		for {
-			n, err := tokens.DeleteExpired(ctx, sender, now, BatchSize)
+			n, err := tokens.DeleteSignedBefore(ctx, sender, cutoff, BatchSize)
 			res.Tokens += n
 			if err != nil {
 				return res, err

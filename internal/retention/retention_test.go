@@ -191,36 +191,38 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 }
 
 // TestRunDeletesExpiredSignatureTokens: the single-use signature tokens
-// whose timestamps the check refuses by now are deleted, over several
-// batches and for senders no longer configured too; the live ones stay.
+// whose timestamps are past their sender's tolerance (plus the clock
+// margin) are deleted, over several batches, and all the tokens of a
+// sender no longer configured; those the signature check may still accept
+// stay, whatever tolerance they were claimed under.
 func TestRunDeletesExpiredSignatureTokens(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n")
+	cfg := parse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n    tolerance: 10m\n")
 	now := time.Now()
 	tokens := sigtoken.New(pool)
-	claim := func(sender string, i int, expires time.Time) {
-		if ok, err := tokens.Claim(t.Context(), sigtoken.Use{Sender: sender, Token: fmt.Sprint("tok-", i), DeliveryID: fmt.Sprint("d-", i), ExpiresAt: expires}, now); err != nil || !ok {
+	claim := func(sender string, i int, signed time.Time) {
+		if ok, err := tokens.Claim(t.Context(), sigtoken.Use{Sender: sender, Token: fmt.Sprint("tok-", i), SignedAt: signed, DeliveryID: fmt.Sprint("d-", i)}); err != nil || !ok {
 			t.Fatalf("claim: %t, %v", ok, err)
 		}
 	}
-	expired := retention.BatchSize + 9 // more than one batch
-	for i := range expired {
-		claim("mg", i, now.Add(-time.Second))
+	old := retention.BatchSize + 9 // more than one batch
+	for i := range old {
+		claim("mg", i, now.Add(-10*time.Minute-sigtoken.ClockMargin-time.Second))
 	}
 	for i := range 4 {
-		claim("mg", expired+i, now.Add(time.Minute))
-		claim("gone", i, now.Add(-time.Hour))
+		claim("mg", old+i, now.Add(-10*time.Minute+time.Second)) // within mg's 10 minutes
+		claim("gone", i, now.Add(time.Minute))
 	}
 	res, err := retention.Run(t.Context(), pool, cfg, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(expired + 4); res.Tokens != want {
+	if want := int64(old + 4); res.Tokens != want {
 		t.Errorf("deleted %d signature tokens, want %d", res.Tokens, want)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM signature_tokens`); n != 4 {
-		t.Errorf("%d signature tokens left, want mg's 4 live ones", n)
+	if n := count(t, pool, `SELECT count(*) FROM signature_tokens WHERE sender = 'mg'`); n != 4 {
+		t.Errorf("%d signature tokens left, want mg's 4 recent ones", n)
 	}
 	if res, err := retention.Run(t.Context(), pool, cfg, now); err != nil || res != (retention.Result{}) {
 		t.Errorf("second run: %+v, %v; want nothing deleted", res, err)

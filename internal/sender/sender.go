@@ -179,10 +179,9 @@ func (s *Sender) SignsNonces() bool {
 }
 
 // Nonce returns the single-use token of a request whose signature Verify
-// accepted, and the time from which the signature check refuses it; ok is
-// false for a sender whose scheme signs none (SignsNonces). body is the
-// raw body as received.
-func (s *Sender) Nonce(r *http.Request, body []byte) (token string, until time.Time, ok bool) {
+// accepted, and the timestamp signed with it; ok is false for a sender
+// whose scheme signs none (SignsNonces). body is the raw body as received.
+func (s *Sender) Nonce(r *http.Request, body []byte) (token string, signedAt time.Time, ok bool) {
 	nv, isNonce := s.Verifier.(signature.NonceVerifier)
 	if !isNonce {
 		return "", time.Time{}, false

@@ -225,11 +225,11 @@ func Mailgun(secrets [][]byte, tolerance time.Duration) NonceVerifier {
 type NonceVerifier interface {
 	Verifier
 	// Nonce returns the token of a request (the headers and raw body
-	// Verify accepted) and the time from which Verify refuses it, its
-	// timestamp being then outside the tolerance; ok is false when the
-	// request carries no well-formed token and timestamp (which Verify
+	// Verify accepted) and the timestamp signed with it, which Verify
+	// accepts while it is within the tolerance of now; ok is false when
+	// the request carries no well-formed token and timestamp (which Verify
 	// refuses).
-	Nonce(h http.Header, body []byte) (token string, until time.Time, ok bool)
+	Nonce(h http.Header, body []byte) (token string, signedAt time.Time, ok bool)
 }
 
 type mailgun struct {
@@ -308,9 +308,7 @@ func (v *mailgun) Nonce(h http.Header, body []byte) (string, time.Time, bool) {
 	if err != nil {
 		return "", time.Time{}, false
 	}
-	// checkTimestamp accepts ts while now, in whole seconds, is at most
-	// tol past it: until the second after that.
-	return token, time.Unix(ts, 0).Add(v.tol.Truncate(time.Second) + time.Second), true
+	return token, time.Unix(ts, 0), true
 }
 
 // mailgunParentSignature returns the decoded signature.parent-signature of

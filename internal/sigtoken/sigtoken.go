@@ -14,12 +14,19 @@
 // or its key: a token claimed for a delivery whose transaction then fails
 // is claimed for that same delivery, whose retry goes through.
 //
-// A token is remembered until its timestamp leaves the sender's tolerance
-// (its ExpiresAt), after which the signature check refuses it anyway; the
-// retention job deletes the rows that have expired (DeleteExpired), sender
-// by sender, in batches. Only genuinely signed requests insert rows, so
-// the table holds at most the tokens of the provider's deliveries of about
-// one tolerance, plus one retention interval.
+// A token is remembered while its signed timestamp is within its sender's
+// tolerance: a request with the token passes the signature check only then
+// (and with its own timestamp, which is the row's: the signature binds the
+// two), so a row never needs to be taken over, only deleted once the
+// signature check refuses its token for good. The retention job deletes
+// those rows (Senders, DeleteSignedBefore), sender by sender, in batches,
+// with the tolerance configured when it runs plus ClockMargin: a longer
+// tolerance configured later still finds the tokens not deleted by then,
+// whatever tolerance they were claimed under (but not those deleted
+// before: a request signed between the old window and the new one is not
+// known). Only genuinely signed requests insert rows, so the table holds
+// at most the tokens of the provider's deliveries of about one tolerance,
+// plus the margin and one retention interval.
 package sigtoken
 
 import (
@@ -46,51 +53,55 @@ type Store struct{ db DB }
 // New returns the Store of db.
 func New(db DB) *Store { return &Store{db: db} }
 
-// Use is one request's use of a token: the sender and the token, the
-// delivery the request is (its ID and the SHA-256 of its stored body), and
-// when the token expires (the moment from which the signature check
-// refuses it).
+// ClockMargin is how much longer than its sender's tolerance a token is
+// remembered, for the clocks of the replicas, which check timestamps each
+// by its own, and of the one that deletes the tokens.
+const ClockMargin = time.Minute
+
+// Use is one request's use of a token: the sender and the token, its
+// signed timestamp, and the delivery the request is (its ID and the
+// SHA-256 of its stored body).
 type Use struct {
 	Sender        string
 	Token         string
+	SignedAt      time.Time
 	DeliveryID    string
 	RequestSHA256 [32]byte
-	ExpiresAt     time.Time
 }
 
 // The statements on signature_tokens. Each names its sender ($1), so that
 // on Citus it runs on the sender's shard alone.
 const (
 	// claimSQL inserts the token for its delivery. A row that holds the
-	// token already is taken over when it has expired (before the
-	// retention job deleted it), and left as it is (but returned) when it
-	// is the same delivery's with the same body; for any other delivery
-	// nothing is returned.
-	claimSQL = `INSERT INTO signature_tokens AS t (sender, token_sha256, delivery_id, request_sha256, expires_at)
+	// token already is returned (its no-op update locks it until the
+	// statement ends) only when it is the same delivery's with the same
+	// body; for any other delivery nothing is returned.
+	claimSQL = `INSERT INTO signature_tokens AS t (sender, token_sha256, delivery_id, request_sha256, signed_at)
 VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT ON CONSTRAINT signature_tokens_pkey DO UPDATE
-  SET delivery_id = EXCLUDED.delivery_id, request_sha256 = EXCLUDED.request_sha256, expires_at = EXCLUDED.expires_at
-  WHERE t.expires_at <= $6 OR (t.delivery_id = EXCLUDED.delivery_id AND t.request_sha256 = EXCLUDED.request_sha256)
+ON CONFLICT ON CONSTRAINT signature_tokens_pkey DO UPDATE SET signed_at = t.signed_at
+  WHERE t.delivery_id = EXCLUDED.delivery_id AND t.request_sha256 = EXCLUDED.request_sha256
 RETURNING true`
-	expiredSendersSQL = `SELECT DISTINCT sender FROM signature_tokens WHERE expires_at <= $1`
-	deleteExpiredSQL  = `DELETE FROM signature_tokens
+	// The senders that have tokens: a small table (about one tolerance of
+	// tokens), read whole.
+	sendersSQL      = `SELECT DISTINCT sender FROM signature_tokens`
+	deleteBeforeSQL = `DELETE FROM signature_tokens
 WHERE sender = $1 AND token_sha256 IN (
-  SELECT token_sha256 FROM signature_tokens WHERE sender = $1 AND expires_at <= $2 LIMIT $3)`
+  SELECT token_sha256 FROM signature_tokens WHERE sender = $1 AND signed_at < $2 LIMIT $3)`
 )
 
-// Claim records that u's token is used by u's delivery, at now, and
-// reports whether the request may go on: true when the token was not in
-// use (or its row had expired), or is used by the same delivery with the
-// same body (the provider's retry); false when another delivery, or the
+// Claim records that u's token is used by u's delivery, and reports
+// whether the request may go on: true when the token was not in use, or is
+// used by the same delivery with the same body (the provider's retry, or
+// the request again after a failure); false when another delivery, or the
 // same delivery ID with another body, used it first: a replay of a genuine
 // signature, to refuse (401), which changes nothing. Concurrent claims of
 // one token are decided by the table's primary key: at most one delivery
 // gets true. An error is the database's, wrapped: nothing is decided, and
 // the request is to fail as any other failure to reach the database does.
-func (s *Store) Claim(ctx context.Context, u Use, now time.Time) (bool, error) {
+func (s *Store) Claim(ctx context.Context, u Use) (bool, error) {
 	tok := sha256.Sum256([]byte(u.Token))
 	var ok bool
-	err := s.db.QueryRow(ctx, claimSQL, u.Sender, tok[:], u.DeliveryID, u.RequestSHA256[:], u.ExpiresAt, now).Scan(&ok)
+	err := s.db.QueryRow(ctx, claimSQL, u.Sender, tok[:], u.DeliveryID, u.RequestSHA256[:], u.SignedAt).Scan(&ok)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
@@ -100,26 +111,28 @@ func (s *Store) Claim(ctx context.Context, u Use, now time.Time) (bool, error) {
 	return true, nil
 }
 
-// ExpiredSenders returns the senders that have tokens expired at now.
-func (s *Store) ExpiredSenders(ctx context.Context, now time.Time) ([]string, error) {
-	rows, err := s.db.Query(ctx, expiredSendersSQL, now)
+// Senders returns the senders that have tokens, configured or not.
+func (s *Store) Senders(ctx context.Context) ([]string, error) {
+	rows, err := s.db.Query(ctx, sendersSQL)
 	if err != nil {
-		return nil, fmt.Errorf("find senders with expired signature tokens: %w", err)
+		return nil, fmt.Errorf("find senders with signature tokens: %w", err)
 	}
 	senders, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("find senders with expired signature tokens: %w", err)
+		return nil, fmt.Errorf("find senders with signature tokens: %w", err)
 	}
 	return senders, nil
 }
 
-// DeleteExpired deletes up to limit of sender's tokens expired at now, in
-// one short statement, and returns how many it deleted: fewer than limit
-// means none of the sender's are left.
-func (s *Store) DeleteExpired(ctx context.Context, sender string, now time.Time, limit int) (int64, error) {
-	tag, err := s.db.Exec(ctx, deleteExpiredSQL, sender, now, limit)
+// DeleteSignedBefore deletes up to limit of sender's tokens signed before
+// cutoff, in one short statement, and returns how many it deleted: fewer
+// than limit means none of the sender's are left. The retention job's
+// cutoff is now less the sender's tolerance and ClockMargin: the signature
+// check refuses those tokens anyway.
+func (s *Store) DeleteSignedBefore(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
+	tag, err := s.db.Exec(ctx, deleteBeforeSQL, sender, cutoff, limit)
 	if err != nil {
-		return 0, fmt.Errorf("delete expired signature tokens of %s: %w", sender, err)
+		return 0, fmt.Errorf("delete old signature tokens of %s: %w", sender, err)
 	}
 	return tag.RowsAffected(), nil
 }

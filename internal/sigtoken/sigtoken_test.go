@@ -18,36 +18,33 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
 
 // Claim accepts a token for the first delivery that uses it and for that
 // delivery again (the same ID and body), and refuses it for another
-// delivery ID or another body, until it expires; an expired token is
-// taken over by the next delivery. Tokens are per sender.
+// delivery ID or another body, for as long as the row is kept (the
+// signature check refuses the token once its timestamp is past the
+// tolerance, and the retention job deletes the row then). Tokens are per
+// sender.
 func TestClaim(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
 	s := sigtoken.New(pool)
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	use := func(sender, token, id, body string, expires time.Time) sigtoken.Use {
-		return sigtoken.Use{Sender: sender, Token: token, DeliveryID: id, RequestSHA256: sha256.Sum256([]byte(body)), ExpiresAt: expires}
+	signed := time.Now().UTC().Truncate(time.Second)
+	use := func(sender, token, id, body string) sigtoken.Use {
+		return sigtoken.Use{Sender: sender, Token: token, SignedAt: signed, DeliveryID: id, RequestSHA256: sha256.Sum256([]byte(body))}
 	}
-	live := now.Add(5 * time.Minute)
 	for i, tc := range []struct {
 		use  sigtoken.Use
-		at   time.Time
 		want bool
 	}{
-		{use("mg", "tok-1", "evt-1", "a", live), now, true},                          // a new token
-		{use("mg", "tok-1", "evt-1", "a", live), now.Add(time.Second), true},         // the same delivery again
-		{use("mg", "tok-1", "evt-2", "a", live), now, false},                         // another delivery ID
-		{use("mg", "tok-1", "evt-1", "b", live), now, false},                         // the same ID, another body
-		{use("other", "tok-1", "evt-2", "b", live), now, true},                       // another sender's token
-		{use("mg", "tok-1", "evt-2", "a", live), live.Add(-time.Microsecond), false}, // still live
-		{use("mg", "tok-1", "evt-3", "c", live.Add(time.Hour)), live, true},          // expired: taken over
-		{use("mg", "tok-1", "evt-1", "a", live), live, false},                        // and now evt-3's
-		{use("mg", "tok-1", "evt-3", "c", live.Add(time.Hour)), live, true},
-		{use("mg", string(make([]byte, 64<<10)), "evt-4", "d", live), now, true}, // a long token: its hash is the key
+		{use("mg", "tok-1", "evt-1", "a"), true},                      // a new token
+		{use("mg", "tok-1", "evt-1", "a"), true},                      // the same delivery again
+		{use("mg", "tok-1", "evt-2", "a"), false},                     // another delivery ID
+		{use("mg", "tok-1", "evt-1", "b"), false},                     // the same ID, another body
+		{use("other", "tok-1", "evt-2", "b"), true},                   // another sender's token
+		{use("mg", "tok-1", "evt-1", "a"), true},                      // still the first delivery's
+		{use("mg", string(make([]byte, 64<<10)), "evt-4", "d"), true}, // a long token: its hash is the key
 	} {
-		got, err := s.Claim(t.Context(), tc.use, tc.at)
+		got, err := s.Claim(t.Context(), tc.use)
 		if err != nil || got != tc.want {
-			t.Errorf("%d: Claim(%s, %.10q, %s, at %s) = %t, %v; want %t", i, tc.use.Sender, tc.use.Token, tc.use.DeliveryID, tc.at.Sub(now), got, err, tc.want)
+			t.Errorf("%d: Claim(%s, %.10q, %s) = %t, %v; want %t", i, tc.use.Sender, tc.use.Token, tc.use.DeliveryID, got, err, tc.want)
 		}
 	}
 	var n int
@@ -55,10 +52,9 @@ func TestClaim(t *testing.T) {
 		t.Errorf("rows of tok-1: %d, %v; want 2 (one per sender), keyed by the token's SHA-256", n, err)
 	}
 	// A failure to reach the database is an error, not a decision.
-	done := t.Context()
-	ctx, cancel := contextCancelled(done)
+	ctx, cancel := contextCancelled(t.Context())
 	defer cancel()
-	if ok, err := s.Claim(ctx, use("mg", "tok-9", "evt-9", "x", live), now); err == nil || ok {
+	if ok, err := s.Claim(ctx, use("mg", "tok-9", "evt-9", "x")); err == nil || ok {
 		t.Errorf("Claim with a cancelled context = %t, %v; want an error", ok, err)
 	}
 }
@@ -81,8 +77,8 @@ func TestClaimRace(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				results[i], errs[i] = s.Claim(t.Context(), sigtoken.Use{Sender: "mg", Token: token, DeliveryID: fmt.Sprintf("evt-%d", i%(n/2)),
-					RequestSHA256: sha256.Sum256([]byte("body")), ExpiresAt: now.Add(time.Minute)}, now)
+				results[i], errs[i] = s.Claim(t.Context(), sigtoken.Use{Sender: "mg", Token: token, SignedAt: now, DeliveryID: fmt.Sprintf("evt-%d", i%(n/2)),
+					RequestSHA256: sha256.Sum256([]byte("body"))})
 			})
 		}
 		close(start)
@@ -107,31 +103,32 @@ func TestClaimRace(t *testing.T) {
 	}
 }
 
-// DeleteExpired deletes a sender's expired tokens in batches of at most
-// limit, and nothing else; ExpiredSenders names the senders that have some.
-func TestDeleteExpired(t *testing.T) {
+// DeleteSignedBefore deletes a sender's tokens signed before the cutoff in
+// batches of at most limit, and nothing else; Senders names the senders
+// that have tokens.
+func TestDeleteSignedBefore(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
 	s := sigtoken.New(pool)
 	now := time.Now()
 	for i := range 25 {
 		for _, sender := range []string{"a", "b"} {
-			expires := now.Add(-time.Minute)
+			signed := now.Add(-time.Hour)
 			if i%5 == 0 {
-				expires = now.Add(time.Minute)
+				signed = now
 			}
-			if _, err := s.Claim(t.Context(), sigtoken.Use{Sender: sender, Token: fmt.Sprint(i), DeliveryID: "d", ExpiresAt: expires}, now.Add(-time.Hour)); err != nil {
+			if _, err := s.Claim(t.Context(), sigtoken.Use{Sender: sender, Token: fmt.Sprint(i), SignedAt: signed, DeliveryID: "d"}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	senders, err := s.ExpiredSenders(t.Context(), now)
+	senders, err := s.Senders(t.Context())
 	if err != nil || fmt.Sprint(senders) != "[a b]" && fmt.Sprint(senders) != "[b a]" {
-		t.Fatalf("ExpiredSenders = %v, %v; want a and b", senders, err)
+		t.Fatalf("Senders = %v, %v; want a and b", senders, err)
 	}
 	var deleted []int64
 	for {
-		n, err := s.DeleteExpired(t.Context(), "a", now, 7)
+		n, err := s.DeleteSignedBefore(t.Context(), "a", now.Add(-time.Minute), 7)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,14 +138,14 @@ func TestDeleteExpired(t *testing.T) {
 		}
 	}
 	if fmt.Sprint(deleted) != "[7 7 6]" {
-		t.Errorf("batches deleted %v, want [7 7 6] (20 expired)", deleted)
+		t.Errorf("batches deleted %v, want [7 7 6] (20 signed an hour ago)", deleted)
 	}
 	var left, leftB int
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE sender = 'a'), count(*) FILTER (WHERE sender = 'b') FROM signature_tokens`).Scan(&left, &leftB); err != nil {
 		t.Fatal(err)
 	}
 	if left != 5 || leftB != 25 {
-		t.Errorf("left: a %d, b %d; want 5 live tokens of a, all 25 of b", left, leftB)
+		t.Errorf("left: a %d, b %d; want a's 5 recent tokens, all 25 of b", left, leftB)
 	}
 }
 
