@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/traffic"
 	"github.com/hookgate/hookgate/migrations"
@@ -380,6 +381,7 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 		AdminToken: s.adminToken, BodyBudget: s.bodyBudget, BodyBudgetWait: s.bodyBudgetWait,
 		MetricsElsewhere: s.metricsAddr != "",
 		DB:               db.pool, River: fwd.client, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
+		Tokens: sigtoken.New(db.pool),
 	}
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
 		hc.FastPath = fwd.fast

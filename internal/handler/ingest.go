@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/jsonptr"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 )
 
 // MaxDeliveryIDBytes is the longest delivery ID accepted.
@@ -146,6 +147,12 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 		_, _ = w.Write(reply.Body)
 		return outcomeURLVerification, nil
 	}
+	// A signature inside the body (Mailgun's signature object), checked
+	// above on the body as received, is no part of what is kept: from here
+	// on the body is the one without it. Its SHA-256 is the delivery's
+	// (and, for body_sha256, its ID), so a retry signed afresh is the same
+	// delivery; it is what is stored and forwarded.
+	body = sender.StoredBody(body, r.Header.Get("Content-Type"))
 	id, err := deliveryID(r, body, &in, sender)
 	if err != nil {
 		return "", err
@@ -183,6 +190,23 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
 	defer cancel()
+	// A scheme that signs a single-use token instead of the body
+	// (Mailgun's): the token is this delivery's, or the request is a
+	// replay of a genuine signature with another event. Decided by the
+	// token table's key, in a statement of its own before the delivery's
+	// transaction, which it leaves as it is: a token already claimed by
+	// this same delivery (its retry, or one whose transaction failed)
+	// goes on to the transaction, and only its key decides what a
+	// duplicate is.
+	if token, signedAt, ok := sender.Nonce(r, signed); ok {
+		fresh, err := s.tokens.Claim(ctx, sigtoken.Use{Sender: sender.Name, Token: token, SignedAt: signedAt, DeliveryID: id, RequestSHA256: d.RequestSHA256})
+		if err != nil {
+			return "", err
+		}
+		if !fresh {
+			return "", newProblem(probSignature, "The request's signature token was used by another delivery (Mailgun signs its timestamp and token, not the event: a token is accepted for one delivery ID and body only). Nothing was recorded.")
+		}
+	}
 	var lease forward.Lease
 	if s.fast != nil && len(targets) > 0 {
 		lease = s.fast.Lease(sender.Sender, targets, len(body))

@@ -35,11 +35,13 @@ import (
 	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -66,6 +68,8 @@ type opOptions struct {
 	noDB bool
 	// limiter replaces the server's own wrong-token limiter.
 	limiter *authlimit.Limiter
+	// console serves the console under /console, signed in with testToken.
+	console bool
 }
 
 // opServer is a hookgate server with its operator API enabled, on its own
@@ -143,12 +147,19 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		t.Cleanup(func() { stopRelay(); <-done })
 	}
 	hc := handler.DefaultConfig()
-	hc.River, hc.AuthLimiter = client, o.limiter
+	hc.River, hc.AuthLimiter, hc.Tokens = client, o.limiter, sigtoken.New(pool)
 	if !o.noToken {
 		hc.AdminToken = testToken
 	}
 	if !o.noDB {
 		hc.DB = pool
+	}
+	if o.console {
+		cons, err := console.New(cfg, store.New(pool), log, console.Config{AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, River: client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc.Console = cons
 	}
 	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
 	if err != nil {

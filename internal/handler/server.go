@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/traffic"
 )
@@ -78,6 +79,20 @@ type Config struct {
 	// Traffic counts every delivery of a configured sender, for the
 	// console's charts; nil counts nothing.
 	Traffic *traffic.Recorder
+	// Tokens remembers the single-use tokens of the senders whose
+	// signature scheme signs one instead of the body (Mailgun's:
+	// sender.Sender.SignsNonces), so that each is accepted for one
+	// delivery only (a *sigtoken.Store on the database deliveries are
+	// stored in). Required when there is such a sender: New refuses a
+	// configuration with one and no Tokens.
+	Tokens TokenStore
+}
+
+// TokenStore claims a single-use signature token for a delivery
+// (sigtoken.Store): true when the request may go on, false when another
+// delivery used the token before (a replay, answered 401).
+type TokenStore interface {
+	Claim(ctx context.Context, u sigtoken.Use) (bool, error)
 }
 
 // DefaultConfig returns the Server's defaults: no admin token (the operator
@@ -93,6 +108,20 @@ func (c Config) validate() error {
 	}
 	if c.BodyBudgetWait <= 0 {
 		return fmt.Errorf("handler config: BodyBudgetWait %s: must be positive", c.BodyBudgetWait)
+	}
+	return nil
+}
+
+// needsTokens returns an error naming the field when a sender of set signs
+// single-use tokens and c has no Tokens to remember them in.
+func (c Config) needsTokens(set *sender.Set) error {
+	if c.Tokens != nil {
+		return nil
+	}
+	for i := range set.Senders {
+		if sd := &set.Senders[i]; sd.SignsNonces() {
+			return fmt.Errorf("handler config: Tokens: sender %q's signature scheme signs a single-use token, not the body: a token store is required", sd.Name)
+		}
 	}
 	return nil
 }
@@ -136,6 +165,9 @@ type Server struct {
 	// traffic counts deliveries for the console's charts (Config.Traffic);
 	// nil counts nothing.
 	traffic *traffic.Recorder
+
+	// tokens claims the single-use signature tokens (Config.Tokens).
+	tokens TokenStore
 }
 
 // FastPath is the forward fast path (forward.Dispatcher): Lease is asked
@@ -157,6 +189,9 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 	if err := hc.validate(); err != nil {
 		return nil, err
 	}
+	if err := hc.needsTokens(senders); err != nil {
+		return nil, err
+	}
 	s := &Server{
 		senders:    senders,
 		cfg:        senders.Config(),
@@ -175,6 +210,7 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 		console:          hc.Console,
 		fast:             hc.FastPath,
 		traffic:          hc.Traffic,
+		tokens:           hc.Tokens,
 	}
 	if s.authLimit == nil {
 		s.authLimit = authlimit.New()

@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -186,5 +187,44 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	}
 	if len(left) != 2 || !kept["d-2"] || !kept["d-3"] {
 		t.Errorf("left %+v, want d-2 and d-3", left)
+	}
+}
+
+// TestRunDeletesExpiredSignatureTokens: the single-use signature tokens
+// whose timestamps are past their sender's tolerance (plus the clock
+// margin) are deleted, over several batches, and all the tokens of a
+// sender no longer configured; those the signature check may still accept
+// stay, whatever tolerance they were claimed under.
+func TestRunDeletesExpiredSignatureTokens(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := parse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n    tolerance: 10m\n")
+	now := time.Now()
+	tokens := sigtoken.New(pool)
+	claim := func(sender string, i int, signed time.Time) {
+		if ok, err := tokens.Claim(t.Context(), sigtoken.Use{Sender: sender, Token: fmt.Sprint("tok-", i), SignedAt: signed, DeliveryID: fmt.Sprint("d-", i)}); err != nil || !ok {
+			t.Fatalf("claim: %t, %v", ok, err)
+		}
+	}
+	old := retention.BatchSize + 9 // more than one batch
+	for i := range old {
+		claim("mg", i, now.Add(-10*time.Minute-sigtoken.ClockMargin-time.Second))
+	}
+	for i := range 4 {
+		claim("mg", old+i, now.Add(-10*time.Minute+time.Second)) // within mg's 10 minutes
+		claim("gone", i, now.Add(time.Minute))
+	}
+	res, err := retention.Run(t.Context(), pool, cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(old + 4); res.Tokens != want {
+		t.Errorf("deleted %d signature tokens, want %d", res.Tokens, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM signature_tokens WHERE sender = 'mg'`); n != 4 {
+		t.Errorf("%d signature tokens left, want mg's 4 recent ones", n)
+	}
+	if res, err := retention.Run(t.Context(), pool, cfg, now); err != nil || res != (retention.Result{}) {
+		t.Errorf("second run: %+v, %v; want nothing deleted", res, err)
 	}
 }
