@@ -1,0 +1,74 @@
+package store
+
+import (
+	"github.com/riverqueue/river/rivertype"
+)
+
+// State is a forward's state as operators see it.
+type State string
+
+// The states of a forward.
+const (
+	// StatePending: waiting for its first attempt, or for the next one.
+	StatePending State = "pending"
+	// StateRunning: an attempt is under way.
+	StateRunning State = "running"
+	// StateRetrying: an attempt failed and another is scheduled.
+	StateRetrying State = "retrying"
+	// StateDelivered: the target answered 2xx.
+	StateDelivered State = "delivered"
+	// StateFailed: no more attempts will be made.
+	StateFailed State = "failed"
+)
+
+// jobStates maps each forward state to River's job states: the one
+// mapping of the two (StateOf is its inverse). A state River may add later
+// is pending.
+var jobStates = map[State][]rivertype.JobState{
+	StatePending:   {rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStatePending},
+	StateRunning:   {rivertype.JobStateRunning},
+	StateRetrying:  {rivertype.JobStateRetryable},
+	StateDelivered: {rivertype.JobStateCompleted},
+	StateFailed:    {rivertype.JobStateCancelled, rivertype.JobStateDiscarded},
+}
+
+// StateOf maps a River job state to a forward's state: available,
+// scheduled and pending are pending; running is running; retryable is
+// retrying; completed is delivered; cancelled and discarded are failed. A
+// state River may add later is pending.
+func StateOf(s rivertype.JobState) State {
+	for st, js := range jobStates {
+		for _, j := range js {
+			if j == s {
+				return st
+			}
+		}
+	}
+	return StatePending
+}
+
+// ValidState reports whether s is one of the five forward states.
+func ValidState(s State) bool { return jobStates[s] != nil }
+
+// UnfinishedJobStates are the River job states of a job not yet finished
+// (pending, running or retrying): the states in which a unique job (a
+// forward of the same event to the same target, a second retention run) is
+// not inserted again.
+func UnfinishedJobStates() []rivertype.JobState {
+	var out []rivertype.JobState
+	for _, s := range []State{StatePending, StateRunning, StateRetrying} {
+		out = append(out, jobStates[s]...)
+	}
+	return out
+}
+
+// stateNames returns River's names of the job states of the forward states.
+func stateNames(states ...State) []string {
+	var out []string
+	for _, s := range states {
+		for _, j := range jobStates[s] {
+			out = append(out, string(j))
+		}
+	}
+	return out
+}
