@@ -17,6 +17,7 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -176,7 +177,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	if res.Forwards != 2 {
 		t.Errorf("deleted %d delivered forwards, want the 2 older than 48h", res.Forwards)
 	}
-	left, err := q.ForwardJobs(t.Context())
+	left, err := storetest.New(pool).ForwardJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

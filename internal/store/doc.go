@@ -30,7 +30,9 @@
 // Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
 // satisfy, through Queries. Every list pages with one Cursor format. The
 // fixture builders (fixtures.go for deliveries and events, many at once
-// with InsertGenerated; jobfixtures.go for the forward jobs; InsertEvent,
-// InsertOutbox, DeleteOutboxOfEvent) put rows in a given state for tests
-// and tools, so that they write no SQL of their own on these tables.
+// with InsertGenerated; InsertEvent, InsertOutbox, DeleteOutboxOfEvent)
+// put rows in a given state for tests and tools, so that they write no SQL
+// of their own on these tables. River's forward jobs are put in a state,
+// and read back, by package storetest, which only tests may import (a
+// depguard rule in .golangci.yaml).
 package store

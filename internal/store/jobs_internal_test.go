@@ -5,7 +5,18 @@ import (
 	"time"
 
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
+
+// TestFixturesForwardKind: the job fixtures (package storetest, which
+// cannot import this package) write and read jobs of the forward kind.
+func TestFixturesForwardKind(t *testing.T) {
+	t.Parallel()
+	if storetest.ForwardKind != ForwardKind {
+		t.Fatalf("storetest.ForwardKind = %q, want ForwardKind %q", storetest.ForwardKind, ForwardKind)
+	}
+}
 
 func TestStateOf(t *testing.T) {
 	t.Parallel()

@@ -1,4 +1,16 @@
-package store
+// Package storetest puts River's table of jobs in the states tests need,
+// and reads it back: forward jobs as River stores them, inserted as they
+// are (InsertForwardJobs) or put in a state after attempts (SetForwardJob),
+// every forward job and delivered first attempt read back (ForwardJobs),
+// jobs counted (CountJobs), and River's table scanned or locked. It writes
+// the SQL tests would otherwise write on River's table, so that a change of
+// that table touches package store and this package only, as River's own
+// tests build their jobs through its testfactory.
+//
+// It is imported by tests only: a depguard rule (.golangci.yaml) keeps it
+// out of every file that is not a _test.go file. It does not import package
+// store, so that store's own tests can use it too.
+package storetest
 
 import (
 	"context"
@@ -8,12 +20,35 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Fixtures: forward jobs as River stores them, read and put in a given
-// state by tests (and tools) through this adapter, so that a change of
-// River's table touches this file only.
+// ForwardKind is the River job kind of forwards: store.ForwardKind, which
+// a test of package store checks it is (this package cannot import store).
+const ForwardKind = "hookgate_forward"
+
+// deliveredOutput is the recorded output of forward_delivered's row d, as
+// River's worker records it under metadata.output: what package store
+// reads for such a row.
+const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
+
+// DB is what the fixtures run on: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx, as for store.DB.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Jobs are the fixtures of River's jobs on one DB.
+type Jobs struct {
+	db DB
+}
+
+// New returns the fixtures on db.
+func New(db DB) *Jobs { return &Jobs{db: db} }
 
 // ForwardJob is a forward job's row as River stores it.
 type ForwardJob struct {
@@ -40,7 +75,7 @@ type ForwardJob struct {
 // ForwardJobs returns every forward job, oldest (lowest ID) first, and
 // every forward_delivered row as the job it stands for (completed after one
 // attempt, on no queue).
-func (q *Queries) ForwardJobs(ctx context.Context) ([]ForwardJob, error) {
+func (q *Jobs) ForwardJobs(ctx context.Context) ([]ForwardJob, error) {
 	rows, err := q.db.Query(ctx, `SELECT id, queue, state::text, attempt, max_attempts,
   coalesce(args->>'sender', ''), coalesce(args->>'event_id', ''), coalesce(args->>'target', ''), coalesce(args->>'delivery_id', ''), coalesce(args->>'url', ''),
   coalesce(attempted_by, '{}'), scheduled_at,
@@ -76,7 +111,7 @@ const JobTable = "river_job"
 // JobScans returns how many times the transaction q is on has scanned
 // River's GIN index on the jobs' args (river_job_args_index), and River's
 // job table sequentially.
-func (q *Queries) JobScans(ctx context.Context) (argIndex, seq int64, err error) {
+func (q *Jobs) JobScans(ctx context.Context) (argIndex, seq int64, err error) {
 	err = q.db.QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('river_job_args_index'::regclass),
   (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'river_job')`).Scan(&argIndex, &seq)
 	if err != nil {
@@ -87,7 +122,7 @@ func (q *Queries) JobScans(ctx context.Context) (argIndex, seq int64, err error)
 
 // LockJobInserts blocks every insert of a job (River's table in SHARE ROW
 // EXCLUSIVE mode) until the transaction q is on ends.
-func (q *Queries) LockJobInserts(ctx context.Context) error {
+func (q *Jobs) LockJobInserts(ctx context.Context) error {
 	if _, err := q.db.Exec(ctx, `LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 		return fmt.Errorf("lock the jobs: %w", err)
 	}
@@ -96,7 +131,7 @@ func (q *Queries) LockJobInserts(ctx context.Context) error {
 
 // CountJobs returns how many River jobs of kind there are (of any kind when
 // kind is ""), in one of states (any state when none).
-func (q *Queries) CountJobs(ctx context.Context, kind string, states ...rivertype.JobState) (int, error) {
+func (q *Jobs) CountJobs(ctx context.Context, kind string, states ...rivertype.JobState) (int, error) {
 	names := make([]string, 0, len(states))
 	for _, s := range states {
 		names = append(names, string(s))
@@ -120,8 +155,9 @@ type JobFixture struct {
 	// Errors are the errors of the attempts up to Attempt, the last one
 	// Attempt's: they are numbered to end at it.
 	Errors []string
-	// Output is the recorded output; nil leaves it as it is.
-	Output *Output
+	// Output is the recorded output (a store.Output), as JSON; nil leaves
+	// it as it is.
+	Output any
 	// At is when the last attempt started and, in a finished state
 	// (completed, cancelled, discarded), when it finished; now when zero.
 	At time.Time
@@ -133,7 +169,7 @@ type JobFixture struct {
 }
 
 // SetForwardJob puts the forward job id in f's state.
-func (q *Queries) SetForwardJob(ctx context.Context, id int64, f JobFixture) error {
+func (q *Jobs) SetForwardJob(ctx context.Context, id int64, f JobFixture) error {
 	args, err := f.args()
 	if err != nil {
 		return err
@@ -143,7 +179,7 @@ func (q *Queries) SetForwardJob(ctx context.Context, id int64, f JobFixture) err
 		return fmt.Errorf("set forward job %d: %w", id, err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("set forward job %d: %w", id, ErrNotFound)
+		return fmt.Errorf("set forward job %d: no such forward job", id)
 	}
 	return nil
 }
@@ -177,6 +213,9 @@ func (f JobFixture) args() ([]any, error) {
 		if output, err = json.Marshal(f.Output); err != nil {
 			return nil, fmt.Errorf("encode output: %w", err)
 		}
+		if string(output) == "null" { // a nil *store.Output
+			output = nil
+		}
 	}
 	errs := f.Errors
 	if errs == nil {
@@ -203,7 +242,7 @@ type NewForwardJob struct {
 // InsertForwardJobs writes jobs on queue, each in f's state (a zero State
 // is available: due now), in one transaction, and returns their IDs in
 // order.
-func (q *Queries) InsertForwardJobs(ctx context.Context, queue string, f JobFixture, jobs ...NewForwardJob) ([]int64, error) {
+func (q *Jobs) InsertForwardJobs(ctx context.Context, queue string, f JobFixture, jobs ...NewForwardJob) ([]int64, error) {
 	if f.State == "" {
 		f.State = rivertype.JobStateAvailable
 	}
