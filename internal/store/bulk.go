@@ -24,13 +24,13 @@ import (
 // statement that correlates a distributed table with River's (local) one.
 // The probe is written as notSuperseded's (a scalar subquery ordered by
 // hookgate's index).
-const queuedWaiting = `(j.args ? 'after' AND ((SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2
     AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id'
     AND n.id <> j.id AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
     AND (n.id < j.id OR NOT n.args ? 'after')
     ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL
-  OR j.args->>'event_id' = ANY($%[1]d::text[])))`
+  OR j.args->>'event_id' = ANY($%[1]d::text[])))`)
 
 // queuedCandidatesSQL selects the events of the redeliveries queued after a
 // forward (jobs with "after") of sender $1's target $2, from job $4
@@ -43,11 +43,11 @@ const queuedWaiting = `(j.args ? 'after' AND ((SELECT n.id FROM river_job n WHER
 // the order of hookgate's index on them, the one path its ORDER BY leaves
 // without a sort under indexOrderScans (River's index on kind would read
 // every forward job; see plans.go).
-const queuedCandidatesSQL = `SELECT DISTINCT j.args->>'event_id' FROM river_job j
-WHERE j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
+var queuedCandidatesSQL = jobSQL(`SELECT DISTINCT j.args->>'event_id' FROM river_job j
+WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
   AND j.id <= $3 AND j.id > $4
   AND (j.state IN ('available', 'scheduled', 'pending', 'running', 'retryable') OR j.finalized_at >= $5)
-ORDER BY 1`
+ORDER BY 1`)
 
 // inOutboxSQL selects which of the events $3 of sender $1 still have an
 // outbox row to target $2: a probe of forward_outbox's key per event (a
@@ -243,7 +243,7 @@ WHERE sender = $1 AND target = $2 AND leased_until > statement_timestamp() AND c
 // one statement then would). One recorded as a River job in between (a
 // failed attempt) stays as still under way: a redelivery queued after it
 // waits for that job.
-const fastRunningSQL = `SELECT id, event_id, delivery_id FROM (
+var fastRunningSQL = jobSQL(`SELECT id, event_id, delivery_id FROM (
   SELECT -1::bigint AS id, o.event_id, o.delivery_id, o.created_at
   FROM unnest($4::text[], $5::text[], $6::timestamptz[]) AS o(event_id, delivery_id, created_at)
   WHERE NOT EXISTS (SELECT 1 FROM forward_delivered d WHERE d.sender = $1 AND d.event_id = o.event_id AND d.target = $2)
@@ -252,9 +252,9 @@ const fastRunningSQL = `SELECT id, event_id, delivery_id FROM (
   FROM forward_delivered d
   WHERE d.sender = $1 AND d.target = $2 AND d.attempted_at < $3 AND d.delivered_at >= $3
 ) f
-WHERE NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+WHERE NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = f.event_id AND n.args ? 'after'
-    AND (n.created_at >= $3 OR n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')))%s`
+    AND (n.created_at >= $3 OR n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')))%s`)
 
 // fastRunning reads the leased outbox rows of f's target (fastLeasedSQL)
 // and returns fastRunningSQL for f (running, under way at at) with its

@@ -58,7 +58,7 @@ type FirstAttempt struct {
 // reads one. A row updated between the statement's snapshot and the delete
 // is not deleted (its new version has another ctid); only the fast path's
 // release updates outbox rows, and never those of an attempted forward.
-const recordFirstSQL = `WITH o AS (
+var recordFirstSQL = jobSQL(`WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[])
     AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata)
 ), d AS (
@@ -69,8 +69,8 @@ const recordFirstSQL = `WITH o AS (
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
 SELECT jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', d.target, 'delivery_id', d.delivery_id),
        1, o.attempted_at, d.created_at, CASE WHEN o.error IS NULL THEN NULL ELSE ARRAY[o.error] END, o.finalized_at,
-       '` + ForwardKind + `', o.max_attempts, o.metadata, 1, $11::text, o.state::river_job_state, o.scheduled_at, '{}'
-FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
+       {forward_kind}, o.max_attempts, o.metadata, 1, $11::text, o.state::river_job_state, o.scheduled_at, '{}'
+FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
 
 // recordDeliveredSQL records the fast path's delivered forwards of sender
 // $1 as recordFirstSQL records the others, in forward_delivered instead of

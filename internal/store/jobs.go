@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,8 +37,9 @@ import (
 //
 // A target's jobs, and an event's newer forward, are found through
 // hookgate's index on the forward jobs' sender, target, event and ID
-// (migration 9), whose expressions (args->>'sender' = …, kind =
-// 'hookgate_forward' as a constant) the queries repeat exactly. River's
+// (migration 9), whose expressions (args->>'sender' = …, and its
+// predicate kind = 'hookgate_forward' as a literal: forwardKind) the
+// queries repeat exactly. River's
 // GIN index on args would take milliseconds per lookup (jsonb_ops indexes
 // the keys every job has).
 //
@@ -56,6 +58,23 @@ import (
 
 // ForwardKind is the River job kind of forwards.
 const ForwardKind = "hookgate_forward"
+
+// forwardKind is ForwardKind as an SQL literal: the one place it is
+// formatted into SQL. The statements on River's table write
+// {forward_kind} where they name the forward jobs' kind, and are passed
+// through jobSQL once, when the package is initialised. A literal, not a
+// parameter: hookgate's index on the forward jobs (migration 9) is partial,
+// WHERE kind = 'hookgate_forward', and PostgreSQL plans with a partial
+// index only a query whose conditions imply its predicate when it is
+// planned. kind = $n implies nothing in a generic plan, which PostgreSQL
+// may choose for pgx's prepared statements from their sixth execution on,
+// and the statements would then read River's index on kind instead (every
+// forward job, per job: see plans.go).
+var forwardKind = "'" + strings.ReplaceAll(ForwardKind, "'", "''") + "'"
+
+// jobSQL returns the statement sql with each {forward_kind} replaced by
+// forwardKind.
+func jobSQL(sql string) string { return strings.ReplaceAll(sql, "{forward_kind}", forwardKind) }
 
 // Output is what a forward's attempt records on its job (River's recorded
 // output, river.RecordOutput): the target's HTTP status (0 when it gave no
@@ -112,11 +131,11 @@ type Forward struct {
 // without a sort under indexOrderScans (see plans.go), and updated by ctid
 // (a TID scan); a job River fetched meanwhile (its row updated) is left as
 // River made it.
-const wakeSQL = `UPDATE river_job SET state = 'available', scheduled_at = now()
+var wakeSQL = jobSQL(`UPDATE river_job SET state = 'available', scheduled_at = now()
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
-  WHERE kind = '` + ForwardKind + `' AND queue = $1 AND state IN ('scheduled', 'available')
+  WHERE kind = {forward_kind} AND queue = $1 AND state IN ('scheduled', 'available')
     AND scheduled_at > now() AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)
-  ORDER BY state, queue, priority, scheduled_at, id))`
+  ORDER BY state, queue, priority, scheduled_at, id))`)
 
 // WakeWaitingForwards makes the forwards of sender's target on queue that
 // wait for a later time (snoozed behind its breaker) available now;

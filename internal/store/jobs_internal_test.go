@@ -1,13 +1,33 @@
 package store
 
 import (
+	"io/fs"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/migrations"
 )
+
+// TestForwardKindLiteral: the statements name the forward jobs' kind as
+// the literal that hookgate's partial index on them has in its predicate
+// (migration 9), so that PostgreSQL plans them with it.
+func TestForwardKindLiteral(t *testing.T) {
+	t.Parallel()
+	if got, want := jobSQL("j.kind = {forward_kind} AND n.kind = {forward_kind}"), "j.kind = 'hookgate_forward' AND n.kind = 'hookgate_forward'"; got != want {
+		t.Errorf("jobSQL = %q, want %q", got, want)
+	}
+	index, err := fs.ReadFile(migrations.FS(), "00009_forward_job_index.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pred := "WHERE kind = " + forwardKind + ";"; !strings.Contains(string(index), pred) {
+		t.Errorf("migration 9's index has no predicate %q:\n%s", pred, index)
+	}
+}
 
 // TestFixturesForwardKind: the job fixtures (package storetest, which
 // cannot import this package) write and read jobs of the forward kind.

@@ -18,14 +18,14 @@ import (
 // (river_job_args_index): args @> {"event_id": …} is the indexable form.
 //
 // and the event's delivered first attempts in forward_delivered.
-const eventJobsSQL = `SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
+var eventJobsSQL = jobSQL(`SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
        errors[array_upper(errors, 1)], metadata->'output'
 FROM river_job
-WHERE kind = '` + ForwardKind + `' AND args @> jsonb_build_object('event_id', $1::text)
+WHERE kind = {forward_kind} AND args @> jsonb_build_object('event_id', $1::text)
 UNION ALL
 SELECT d.id, 'completed', 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + deliveredOutput + `
 FROM forward_delivered d WHERE d.sender = $2 AND d.event_id = $1::text
-ORDER BY 1`
+ORDER BY 1`)
 
 // deliveredOutput is the recorded output (Output) of forward_delivered's
 // row d, as River's worker records it under metadata.output.
@@ -76,21 +76,21 @@ func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid
 // key) the one path without a sort under indexOrderScans: not River's
 // index on kind, which some statistics made the cheaper, and which walks
 // every forward job per job (see plans.go).
-const notSuperseded = `(SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+var notSuperseded = jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2
     AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id' AND n.id > j.id
     ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL
   AND (SELECT n.id FROM forward_delivered n WHERE n.sender = $1
     AND n.event_id >= j.args->>'event_id' AND n.event_id <= j.args->>'event_id' AND n.target = $2 AND n.id > j.id
-    ORDER BY n.event_id, n.id LIMIT 1) IS NULL`
+    ORDER BY n.event_id, n.id LIMIT 1) IS NULL`)
 
 // deliveredNotSuperseded is notSuperseded for forward_delivered's row d: no
 // newer job of its event to its target (an event has at most one row
 // there per target: its outbox row's first attempt).
-const deliveredNotSuperseded = `(SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+var deliveredNotSuperseded = jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2
     AND n.args->>'event_id' >= d.event_id AND n.args->>'event_id' <= d.event_id AND n.id > d.id
-    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL`
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL`)
 
 // Counts are a target's forwards by state. Pending includes the forwards
 // still in the outbox; Delivered counts every delivery River still keeps
@@ -106,14 +106,14 @@ type Counts struct {
 // event to the same target follows them. It names the states, so that
 // without the delivered ones River's indexes that lead with state narrow
 // the scan and a long history is never read.
-const countsSQL = `SELECT j.args->>'target', j.state::text, count(*) FROM river_job j
-WHERE j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.state::text = ANY($2::text[])
-  AND (j.state NOT IN ('cancelled', 'discarded') OR NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+var countsSQL = jobSQL(`SELECT j.args->>'target', j.state::text, count(*) FROM river_job j
+WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.state::text = ANY($2::text[])
+  AND (j.state NOT IN ('cancelled', 'discarded') OR NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = j.args->>'target' AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id)
     AND NOT EXISTS (SELECT 1 FROM forward_delivered n WHERE n.sender = $1 AND n.event_id = j.args->>'event_id' AND n.target = j.args->>'target' AND n.id > j.id))
 GROUP BY 1, 2
 UNION ALL
-SELECT target, 'completed', count(*) FROM forward_delivered WHERE sender = $1 AND $3 GROUP BY 1`
+SELECT target, 'completed', count(*) FROM forward_delivered WHERE sender = $1 AND $3 GROUP BY 1`)
 
 // CountForwards returns the counts of sender's forwards by target name,
 // Delivered left 0 unless delivered is true (counting them reads the
@@ -216,6 +216,10 @@ func (w *where) and(jobs, delivered string) {
 	}
 }
 
+// targetJobs is the condition that job j is a forward of sender $1 to
+// target $2, in the terms of hookgate's index on the forward jobs.
+var targetJobs = jobSQL(`j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2`)
+
 // where returns the conditions of f over river_job j and forward_delivered
 // d and their arguments, $1 and $2 being the sender and the target. It adds
 // the not-superseded condition for failed forwards, or for every state when
@@ -224,7 +228,7 @@ func (w *where) and(jobs, delivered string) {
 // f's target whose forward is in the outbox (waitingInOutbox).
 func (f Filter) where(latest bool, inOutbox []string) where {
 	w := where{
-		jobs:      `j.kind = '` + ForwardKind + `' AND j.args->>'sender' = $1 AND j.args->>'target' = $2`,
+		jobs:      targetJobs,
 		delivered: `d.sender = $1 AND d.target = $2`,
 		args:      []any{f.Sender, f.Target},
 	}
@@ -377,15 +381,18 @@ func BacklogStates() []string {
 	return append([]string{"outbox"}, stateNames(StatePending, StateRunning, StateRetrying)...)
 }
 
+// backlogSQL counts the forward jobs in the River states $1 by state, and
+// the outbox rows (every sender's) as outbox.
+var backlogSQL = jobSQL(`SELECT state::text, count(*) FROM river_job
+WHERE kind = {forward_kind} AND state::text = ANY($1::text[])
+GROUP BY state
+UNION ALL SELECT 'outbox', count(*) FROM forward_outbox`)
+
 // Backlog returns how many forwards are not yet finished, by state: outbox
 // (accepted, not yet relayed into River) and River's job state of the
 // unfinished ones (see BacklogStates); a state without any is absent.
 func (q *Queries) Backlog(ctx context.Context) (map[string]int64, error) {
-	//nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
-	rows, err := q.db.Query(ctx, `SELECT state::text, count(*) FROM river_job
-WHERE kind = '`+ForwardKind+`' AND state::text = ANY($1::text[])
-GROUP BY state
-UNION ALL SELECT 'outbox', count(*) FROM forward_outbox`, stateNames(StatePending, StateRunning, StateRetrying))
+	rows, err := q.db.Query(ctx, backlogSQL, stateNames(StatePending, StateRunning, StateRetrying)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count forward backlog: %w", err)
 	}

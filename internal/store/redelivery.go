@@ -38,13 +38,13 @@ type Current struct {
 // queued after (it gets its ID when the attempt ends: a River job, or a
 // forward_delivered row) or the relay's job of that forward (handed over),
 // so the queued redelivery is the one to come.
-const currentJobsSQL = `SELECT DISTINCT ON (target) target, id, state, attempt, queued FROM (
+var currentJobsSQL = jobSQL(`SELECT DISTINCT ON (target) target, id, state, attempt, queued FROM (
   SELECT args->>'target' AS target, id, state::text AS state, attempt, args ? 'after' AS queued
   FROM river_job
-  WHERE kind = '` + ForwardKind + `' AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
+  WHERE kind = {forward_kind} AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
   UNION ALL
   SELECT target, id, 'completed', 1, false FROM forward_delivered WHERE sender = $1 AND target = ANY($2) AND event_id = $3::text) f
-ORDER BY target, (queued AND state IN ('available', 'scheduled', 'pending', 'running', 'retryable')) DESC, id DESC`
+ORDER BY target, (queued AND state IN ('available', 'scheduled', 'pending', 'running', 'retryable')) DESC, id DESC`)
 
 // CurrentForwards returns, for each of targets that has any, the newest
 // forward of sender's event to it: its job (an unfinished redelivery
@@ -90,12 +90,12 @@ func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uu
 // under indexOrderScans: not River's index on kind, nor its primary key,
 // each of which some statistics made the cheaper (see plans.go). A scalar
 // subquery, since EXISTS drops its ORDER BY.
-const earlierForwardSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2)
-  OR (SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `'
+var earlierForwardSQL = jobSQL(`SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2)
+  OR (SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' >= $3::text AND n.args->>'event_id' <= $3::text
     AND n.id <> $4 AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
     AND (n.id < $4 OR NOT n.args ? 'after')
-    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL`
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL`)
 
 // EarlierForwardUnfinished reports whether the forward job jobID of
 // sender's event to target, queued after an earlier forward, must wait for
