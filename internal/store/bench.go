@@ -17,17 +17,17 @@ import (
 
 // phaseStatesSQL counts the forward jobs of the deliveries whose ID starts
 // with $1 by River job state, and the fast path's delivered forwards of
-// those deliveries (forward_delivered) as completed.
+// those deliveries (forward_delivered) as River's state $2 (completed).
 var phaseStatesSQL = jobSQL(`SELECT state::text, count(*) FROM river_job
 WHERE kind = {forward_kind} AND starts_with(args->>'delivery_id', $1) GROUP BY 1
 UNION ALL
-SELECT 'completed', count(*) FROM forward_delivered WHERE starts_with(delivery_id, $1) HAVING count(*) > 0`)
+SELECT $2::text, count(*) FROM forward_delivered WHERE starts_with(delivery_id, $1) HAVING count(*) > 0`)
 
 // ForwardJobStates counts, by River job state, the forward jobs of the
 // deliveries whose ID starts with prefix, the fast path's delivered
 // forwards (forward_delivered) counted as completed.
 func (q *Queries) ForwardJobStates(ctx context.Context, prefix string) (map[rivertype.JobState]int64, error) {
-	rows, err := q.db.Query(ctx, phaseStatesSQL, prefix) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := q.db.Query(ctx, phaseStatesSQL, prefix, jobCompleted) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count forward jobs by state: %w", err)
 	}
@@ -46,16 +46,16 @@ func (q *Queries) ForwardJobStates(ctx context.Context, prefix string) (map[rive
 	return out, nil
 }
 
-// deleteAvailableSQL deletes the available forward jobs of the deliveries
-// whose ID starts with $1.
+// deleteAvailableSQL deletes the forward jobs in River's state $2
+// (available) of the deliveries whose ID starts with $1.
 var deleteAvailableSQL = jobSQL(`DELETE FROM river_job
-WHERE kind = {forward_kind} AND state = 'available' AND starts_with(args->>'delivery_id', $1)`)
+WHERE kind = {forward_kind} AND state = $2::river_job_state AND starts_with(args->>'delivery_id', $1)`)
 
 // DeleteAvailableForwardJobs deletes the available forward jobs (not yet
 // attempted, or waiting for their retry) of the deliveries whose ID starts
 // with prefix, and returns how many it deleted.
 func (q *Queries) DeleteAvailableForwardJobs(ctx context.Context, prefix string) (int64, error) {
-	tag, err := q.db.Exec(ctx, deleteAvailableSQL, prefix)
+	tag, err := q.db.Exec(ctx, deleteAvailableSQL, prefix, jobAvailable)
 	if err != nil {
 		return 0, fmt.Errorf("delete available forward jobs: %w", err)
 	}

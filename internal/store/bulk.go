@@ -20,14 +20,15 @@ import (
 // outbox (the fast path's attempt under way, as a lease-holding outbox row):
 // it is not under way, even while River runs it only to find that it must
 // wait. $%[1]d are the events of the target whose forward is in the outbox
-// (waitingInOutbox): forward_outbox is not read here, as Citus refuses a
+// (waitingInOutbox), $%[2]d the River states of an unfinished forward
+// (unfinishedJobs): forward_outbox is not read here, as Citus refuses a
 // statement that correlates a distributed table with River's (local) one.
 // The probe is written as notSuperseded's (a scalar subquery ordered by
 // hookgate's index).
 var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2
     AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id'
-    AND n.id <> j.id AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
+    AND n.id <> j.id AND n.state = ANY($%[2]d::river_job_state[])
     AND (n.id < j.id OR NOT n.args ? 'after')
     ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL
   OR j.args->>'event_id' = ANY($%[1]d::text[])))`)
@@ -35,8 +36,8 @@ var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n
 // queuedCandidatesSQL selects the events of the redeliveries queued after a
 // forward (jobs with "after") of sender $1's target $2, from job $4
 // (exclusive) to job $3, that a bulk redelivery of running or retrying
-// forwards may match: those unfinished, or finished at or after $5 (the
-// time the request asked about; NULL: none). A job matches (underWayAt, or
+// forwards may match: those unfinished (in the River states $6), or
+// finished at or after $5 (the time the request asked about; NULL: none). A job matches (underWayAt, or
 // its state now) only if it is unfinished, or finished after that time, so
 // none matches later that is not selected here, whatever state it moves to
 // in between. It reads River's table alone: the target's forward jobs, in
@@ -46,7 +47,7 @@ var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n
 var queuedCandidatesSQL = jobSQL(`SELECT DISTINCT j.args->>'event_id' FROM river_job j
 WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
   AND j.id <= $3 AND j.id > $4
-  AND (j.state IN ('available', 'scheduled', 'pending', 'running', 'retryable') OR j.finalized_at >= $5)
+  AND (j.state = ANY($6::river_job_state[]) OR j.finalized_at >= $5)
 ORDER BY 1`)
 
 // inOutboxSQL selects which of the events $3 of sender $1 still have an
@@ -72,7 +73,7 @@ func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID 
 	if !f.InStateAt.IsZero() {
 		since = &f.InStateAt
 	}
-	rows, err := q.queryUnder(ctx, indexOrderScans, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since)
+	rows, err := q.queryUnder(ctx, indexOrderScans, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since, unfinishedJobs)
 	if err != nil {
 		return nil, fmt.Errorf("redeliveries queued after a forward: %w", err)
 	}
@@ -227,8 +228,8 @@ WHERE sender = $1 AND target = $2 AND leased_until > statement_timestamp() AND c
 // rows attempted before $3 and delivered at or after it (it ran then, and
 // has been delivered since). A failed first attempt is a River job, which
 // underWayAt judges. An event that already has a redelivery queued after
-// its forward (a job with "after"), unfinished or made at or after $3, is
-// left out: a request counts it no more, and a job run twice (River's
+// its forward (a job with "after"), unfinished (in the River states $7) or
+// made at or after $3, is left out: a request counts it no more, and a job run twice (River's
 // rescue, a new slice) queues one redelivery per forward. %s is the
 // window's condition on f.created_at.
 //
@@ -254,7 +255,7 @@ var fastRunningSQL = jobSQL(`SELECT id, event_id, delivery_id FROM (
 ) f
 WHERE NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = f.event_id AND n.args ? 'after'
-    AND (n.created_at >= $3 OR n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')))%s`)
+    AND (n.created_at >= $3 OR n.state = ANY($7::river_job_state[])))%s`)
 
 // fastRunning reads the leased outbox rows of f's target (fastLeasedSQL)
 // and returns fastRunningSQL for f (running, under way at at) with its
@@ -276,7 +277,7 @@ func (q *Queries) fastRunning(ctx context.Context, f Filter, at time.Time) (stri
 	if err != nil {
 		return "", nil, fmt.Errorf("leased outbox rows: %w", err)
 	}
-	args := []any{f.Sender, f.Target, at, events, deliveries, accepted}
+	args := []any{f.Sender, f.Target, at, events, deliveries, accepted, unfinishedJobs}
 	cond := ""
 	if !f.Since.IsZero() {
 		args = append(args, f.Since)

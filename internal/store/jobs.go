@@ -122,20 +122,27 @@ type Forward struct {
 	CreatedAt time.Time
 }
 
-// wakeSQL makes the forwards of a target that wait for a later time (snoozed
-// behind its breaker) available now. Forwards waiting for a retry after a
-// failed attempt (retryable) keep their backoff. The jobs are selected in
+// wakeSQL makes the forwards of sender $2's target $3 on queue $1 that wait
+// for a later time (snoozed behind its breaker: in River's states $5,
+// scheduled and available) available now (River's state $4). Forwards
+// waiting for a retry after a failed attempt (retryable) keep their
+// backoff. The jobs are selected in
 // an InitPlan that reads River's index of waiting jobs (state, queue,
 // priority, scheduled_at, id: the queue's waiting jobs, not the target's
 // whole history, nor every forward job), the one path its ORDER BY leaves
 // without a sort under indexOrderScans (see plans.go), and updated by ctid
 // (a TID scan); a job River fetched meanwhile (its row updated) is left as
 // River made it.
-var wakeSQL = jobSQL(`UPDATE river_job SET state = 'available', scheduled_at = now()
+var wakeSQL = jobSQL(`UPDATE river_job SET state = $4::river_job_state, scheduled_at = now()
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
-  WHERE kind = {forward_kind} AND queue = $1 AND state IN ('scheduled', 'available')
+  WHERE kind = {forward_kind} AND queue = $1 AND state = ANY($5::river_job_state[])
     AND scheduled_at > now() AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)
   ORDER BY state, queue, priority, scheduled_at, id))`)
+
+// wakeArgs are wakeSQL's arguments.
+func wakeArgs(queue, sender, target string) []any {
+	return []any{queue, sender, target, jobAvailable, []string{jobScheduled, jobAvailable}}
+}
 
 // WakeWaitingForwards makes the forwards of sender's target on queue that
 // wait for a later time (snoozed behind its breaker) available now;
@@ -143,7 +150,7 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
 func (q *Queries) WakeWaitingForwards(ctx context.Context, queue, sender, target string) error {
 	var b pgx.Batch
 	b.Queue(indexOrderScans)
-	b.Queue(wakeSQL, queue, sender, target)
+	b.Queue(wakeSQL, wakeArgs(queue, sender, target)...)
 	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)
 	}

@@ -15,15 +15,15 @@ import (
 // through them), and the backlog of unfinished forwards (a metric).
 
 // eventJobsSQL finds an event's forwards through River's GIN index on args
-// (river_job_args_index): args @> {"event_id": …} is the indexable form.
-//
-// and the event's delivered first attempts in forward_delivered.
+// (river_job_args_index): args @> {"event_id": …} is the indexable form;
+// and the event's delivered first attempts in forward_delivered, in River's
+// state $3 (completed).
 var eventJobsSQL = jobSQL(`SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
        errors[array_upper(errors, 1)], metadata->'output'
 FROM river_job
 WHERE kind = {forward_kind} AND args @> jsonb_build_object('event_id', $1::text)
 UNION ALL
-SELECT d.id, 'completed', 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + deliveredOutput + `
+SELECT d.id, $3::text, 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + deliveredOutput + `
 FROM forward_delivered d WHERE d.sender = $2 AND d.event_id = $1::text
 ORDER BY 1`)
 
@@ -42,7 +42,7 @@ func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.db.Query(ctx, eventJobsSQL, eventID.String(), sender)
+	rows, err := q.db.Query(ctx, eventJobsSQL, eventID.String(), sender, jobCompleted)
 	if err != nil {
 		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
 	}
@@ -102,18 +102,20 @@ type Counts struct {
 }
 
 // countsSQL counts the forwards of sender $1 in the River states $2 by
-// target and state, failed ones only when no newer forward of the same
-// event to the same target follows them. It names the states, so that
-// without the delivered ones River's indexes that lead with state narrow
-// the scan and a long history is never read.
+// target and state, failed ones (in the River states $4) only when no
+// newer forward of the same event to the same target follows them, and,
+// when $3, the delivered first attempts of forward_delivered as River's
+// state $5 (completed). It names the states, so that without the delivered
+// ones River's indexes that lead with state narrow the scan and a long
+// history is never read.
 var countsSQL = jobSQL(`SELECT j.args->>'target', j.state::text, count(*) FROM river_job j
 WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.state::text = ANY($2::text[])
-  AND (j.state NOT IN ('cancelled', 'discarded') OR NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
+  AND (j.state <> ALL($4::river_job_state[]) OR NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = j.args->>'target' AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id)
     AND NOT EXISTS (SELECT 1 FROM forward_delivered n WHERE n.sender = $1 AND n.event_id = j.args->>'event_id' AND n.target = j.args->>'target' AND n.id > j.id))
 GROUP BY 1, 2
 UNION ALL
-SELECT target, 'completed', count(*) FROM forward_delivered WHERE sender = $1 AND $3 GROUP BY 1`)
+SELECT target, $5::text, count(*) FROM forward_delivered WHERE sender = $1 AND $3 GROUP BY 1`)
 
 // CountForwards returns the counts of sender's forwards by target name,
 // Delivered left 0 unless delivered is true (counting them reads the
@@ -126,7 +128,7 @@ func (q *Queries) CountForwards(ctx context.Context, sender string, delivered bo
 		states = append(states, StateDelivered)
 	}
 	out := map[string]Counts{}
-	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...), delivered) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...), delivered, failedJobs, jobCompleted) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
 	}
@@ -186,18 +188,20 @@ type Filter struct {
 }
 
 // underWayAt are the conditions that job j was running, or retrying, at
-// the time $%[1]d, from what it is now: its state, when its latest attempt
+// the time $%[1]d, from what it is now ($%[2]d and $%[3]d are the River
+// states of a running and of a retrying forward): its state, when its latest attempt
 // started (attempted_at), when that attempt's error was recorded (its
 // last error's "at"), and when it finished. Running then: running now, or
 // its attempt then has ended since (failed and waits for a retry, or
 // finished). Retrying then: waiting for a retry whose failure came before,
 // or its retry (attempt 2 or later) has started since.
 var underWayAt = map[State]string{
-	StateRunning: `j.attempted_at < $%[1]d AND (j.state = 'running'
-    OR (j.state = 'retryable' AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz >= $%[1]d)
+	StateRunning: `j.attempted_at < $%[1]d AND (j.state = ANY($%[2]d::river_job_state[])
+    OR (j.state = ANY($%[3]d::river_job_state[]) AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz >= $%[1]d)
     OR j.finalized_at >= $%[1]d)`,
-	StateRetrying: `((j.state = 'retryable' AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz < $%[1]d)
-    OR (j.attempt >= 2 AND j.attempted_at >= $%[1]d AND (j.state IN ('running', 'retryable') OR j.finalized_at >= $%[1]d)))`,
+	StateRetrying: `((j.state = ANY($%[3]d::river_job_state[]) AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz < $%[1]d)
+    OR (j.attempt >= 2 AND j.attempted_at >= $%[1]d
+      AND (j.state = ANY($%[2]d::river_job_state[]) OR j.state = ANY($%[3]d::river_job_state[]) OR j.finalized_at >= $%[1]d)))`,
 }
 
 // where is a Filter's condition on both tables of forwards.
@@ -234,8 +238,9 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 	}
 	col, dcol := "j.created_at", "d.created_at"
 	if (f.State == StateRunning || f.State == StateRetrying) && !f.InStateAt.IsZero() {
-		w.args = append(w.args, f.InStateAt)
-		w.jobs += " AND " + fmt.Sprintf(underWayAt[f.State], len(w.args))
+		w.args = append(w.args, f.InStateAt, runningJobs, retryingJobs)
+		n := len(w.args)
+		w.jobs += " AND " + fmt.Sprintf(underWayAt[f.State], n-2, n-1, n)
 		w.delivered = "" // a delivered first attempt was never a job under way
 	} else if f.State != "" {
 		w.args = append(w.args, stateNames(f.State))
@@ -262,8 +267,9 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 		if inOutbox == nil {
 			inOutbox = []string{}
 		}
-		w.args = append(w.args, inOutbox)
-		w.jobs += " AND NOT " + fmt.Sprintf(queuedWaiting, len(w.args))
+		w.args = append(w.args, inOutbox, unfinishedJobs)
+		n := len(w.args)
+		w.jobs += " AND NOT " + fmt.Sprintf(queuedWaiting, n-1, n)
 	}
 	return w
 }
@@ -309,6 +315,11 @@ func (q *Queries) ListTargetForwards(ctx context.Context, f Filter, limit int, a
 		w.args = append(w.args, after.JobID)
 		w.and(fmt.Sprintf("j.id < $%d", len(w.args)), fmt.Sprintf("d.id < $%d", len(w.args)))
 	}
+	completed := 0 // the parameter of the delivered first attempts' River state
+	if w.delivered != "" {
+		w.args = append(w.args, jobCompleted)
+		completed = len(w.args)
+	}
 	w.args = append(w.args, limit+1)
 	order := fmt.Sprintf(" ORDER BY 1 DESC LIMIT $%d", len(w.args))
 	sql := `(SELECT j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
@@ -317,7 +328,7 @@ FROM river_job j WHERE ` + w.jobs + order + ")"
 	if w.delivered != "" {
 		sql += `
 UNION ALL
-(SELECT d.id, 'completed', 1, d.max_attempts, d.event_id, d.delivery_id, d.created_at, d.attempted_at, d.delivered_at, NULL, ` + deliveredOutput + `
+(SELECT d.id, ` + fmt.Sprintf("$%d::text", completed) + `, 1, d.max_attempts, d.event_id, d.delivery_id, d.created_at, d.attempted_at, d.delivered_at, NULL, ` + deliveredOutput + `
 FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
 	}
 	rows, err := q.db.Query(ctx, sql, w.args...)

@@ -37,14 +37,15 @@ type Current struct {
 // the record of the fast path's first attempt that the redelivery was
 // queued after (it gets its ID when the attempt ends: a River job, or a
 // forward_delivered row) or the relay's job of that forward (handed over),
-// so the queued redelivery is the one to come.
+// so the queued redelivery is the one to come. $4 is the River state of a
+// delivered first attempt (completed), $5 those of an unfinished forward.
 var currentJobsSQL = jobSQL(`SELECT DISTINCT ON (target) target, id, state, attempt, queued FROM (
   SELECT args->>'target' AS target, id, state::text AS state, attempt, args ? 'after' AS queued
   FROM river_job
   WHERE kind = {forward_kind} AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
   UNION ALL
-  SELECT target, id, 'completed', 1, false FROM forward_delivered WHERE sender = $1 AND target = ANY($2) AND event_id = $3::text) f
-ORDER BY target, (queued AND state IN ('available', 'scheduled', 'pending', 'running', 'retryable')) DESC, id DESC`)
+  SELECT target, id, $4::text, 1, false FROM forward_delivered WHERE sender = $1 AND target = ANY($2) AND event_id = $3::text) f
+ORDER BY target, (queued AND state = ANY($5::text[])) DESC, id DESC`)
 
 // CurrentForwards returns, for each of targets that has any, the newest
 // forward of sender's event to it: its job (an unfinished redelivery
@@ -52,7 +53,7 @@ ORDER BY target, (queued AND state IN ('available', 'scheduled', 'pending', 'run
 // currentJobsSQL), or its outbox row.
 func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uuid.UUID, targets []string) (map[string]Current, error) {
 	out := map[string]Current{}
-	rows, err := q.db.Query(ctx, currentJobsSQL, sender, targets, eventID.String()) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := q.db.Query(ctx, currentJobsSQL, sender, targets, eventID.String(), jobCompleted, unfinishedJobs) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("current forwards of event %s: %w", eventID, err)
 	}
@@ -83,8 +84,8 @@ func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uu
 // earlierForwardSQL tells whether job $4, a forward of sender $1's event $3
 // to target $2 queued after the one under way, must still wait: while the
 // forward is in the outbox, or another of its jobs is unfinished that is
-// older or is not itself a queued redelivery (the job a relay or the fast
-// path inserted after it). Both are probes of a key: forward_outbox's
+// older (unfinished: in the River states $5) or is not itself a queued
+// redelivery (the job a relay or the fast path inserted after it). Both are probes of a key: forward_outbox's
 // primary key, and hookgate's index on the forward jobs, which the ORDER
 // BY (the event compared by a range) makes the one path without a sort
 // under indexOrderScans: not River's index on kind, nor its primary key,
@@ -93,9 +94,14 @@ func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uu
 var earlierForwardSQL = jobSQL(`SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2)
   OR (SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' >= $3::text AND n.args->>'event_id' <= $3::text
-    AND n.id <> $4 AND n.state IN ('available', 'scheduled', 'pending', 'running', 'retryable')
+    AND n.id <> $4 AND n.state = ANY($5::river_job_state[])
     AND (n.id < $4 OR NOT n.args ? 'after')
     ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL`)
+
+// earlierForwardArgs are earlierForwardSQL's arguments.
+func earlierForwardArgs(sender, target string, eventID uuid.UUID, jobID int64) []any {
+	return []any{sender, target, eventID.String(), jobID, unfinishedJobs}
+}
 
 // EarlierForwardUnfinished reports whether the forward job jobID of
 // sender's event to target, queued after an earlier forward, must wait for
@@ -103,7 +109,7 @@ var earlierForwardSQL = jobSQL(`SELECT EXISTS (SELECT 1 FROM forward_outbox WHER
 func (q *Queries) EarlierForwardUnfinished(ctx context.Context, sender, target string, eventID uuid.UUID, jobID int64) (bool, error) {
 	var b pgx.Batch
 	b.Queue(indexOrderScans)
-	b.Queue(earlierForwardSQL, sender, target, eventID.String(), jobID)
+	b.Queue(earlierForwardSQL, earlierForwardArgs(sender, target, eventID, jobID)...)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	var wait bool

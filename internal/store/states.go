@@ -62,6 +62,34 @@ func UnfinishedJobStates() []rivertype.JobState {
 	return out
 }
 
+// River's job states as the statements on its table take them: query
+// parameters (a text, or an array of River's state names), never literals
+// in the SQL text, so that jobStates is the one mapping of forward states
+// to River's. None of River's indexes that the statements use has a state
+// in its predicate (a partial index would need the literal: see
+// forwardKind).
+var (
+	// unfinishedJobs are the River states of a forward not finished yet
+	// (pending, running or retrying): UnfinishedJobStates.
+	unfinishedJobs = stateNames(StatePending, StateRunning, StateRetrying)
+	// runningJobs, retryingJobs and failedJobs are the River states of a
+	// running, a retrying and a failed forward.
+	runningJobs  = stateNames(StateRunning)
+	retryingJobs = stateNames(StateRetrying)
+	failedJobs   = stateNames(StateFailed)
+)
+
+// River's job states as River's own machinery moves jobs between them (a
+// snoozed job woken, a job taken over from a process that is gone), and
+// the one a forward_delivered row stands for (completed: delivered).
+var (
+	jobAvailable = string(rivertype.JobStateAvailable)
+	jobScheduled = string(rivertype.JobStateScheduled)
+	jobRunning   = string(rivertype.JobStateRunning)
+	jobDiscarded = string(rivertype.JobStateDiscarded)
+	jobCompleted = string(rivertype.JobStateCompleted)
+)
+
 // stateNames returns River's names of the job states of the forward states.
 func stateNames(states ...State) []string {
 	var out []string

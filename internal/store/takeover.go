@@ -24,7 +24,8 @@ type TakenOver struct {
 // takeOverSQL makes available again, at once, up to $3 jobs River shows as
 // running whose last attempt was made by a process whose client ID starts
 // with $1 and that has no row in forward_processes seen within the last $2
-// milliseconds: it died while running them. As River's rescuer does, the
+// milliseconds: it died while running them ($4 is River's state running,
+// $5 and $6 those takeOverSet names). As River's rescuer does, the
 // job keeps its attempt count (the attempt under way counts) and gets an
 // error saying why; one whose attempts are used up is discarded. A job
 // whose last attempt was made by another kind of client (a process of an
@@ -36,14 +37,14 @@ type TakenOver struct {
 // processes is a probe of forward_processes' key, and the update finds the
 // jobs by their key (id = ANY of an InitPlan's array: an index condition on
 // the leading column, under the transaction's index scans, processIndexScans).
-// The outer state = 'running' makes a job that its process finished
+// The outer condition on the state (running) makes a job that its process finished
 // meanwhile (or that another process took over first) stay as it is.
 // takeOverSet says what becomes of a job taken over.
 var takeOverSQL = `WITH running AS MATERIALIZED (
-  SELECT id, attempted_by[cardinality(attempted_by)] AS process FROM river_job WHERE state = 'running'
+  SELECT id, attempted_by[cardinality(attempted_by)] AS process FROM river_job WHERE state = $4::river_job_state
 )
-UPDATE river_job SET ` + takeOverSet("'the process running it (' || attempted_by[cardinality(attempted_by)] || ') is gone'") + `
-WHERE state = 'running' AND id = ANY(ARRAY(
+UPDATE river_job SET ` + takeOverSet("'the process running it (' || attempted_by[cardinality(attempted_by)] || ') is gone'", 5) + `
+WHERE state = $4::river_job_state AND id = ANY(ARRAY(
   SELECT r.id FROM running r
   WHERE starts_with(r.process, $1)
     AND NOT EXISTS (SELECT 1 FROM forward_processes p WHERE p.id = r.process AND p.seen_at >= statement_timestamp() - $2 * interval '1 millisecond')
@@ -53,28 +54,35 @@ RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
 // takeOverSet is the SET list of a job taken over because why (an SQL
 // text expression): made available again at once, as River's rescuer does
 // (its attempt count kept, the attempt under way counted, an error saying
-// why), or discarded when its attempts are used up.
-func takeOverSet(why string) string {
-	return `state = CASE WHEN attempt >= max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
+// why), or discarded when its attempts are used up. The parameters
+// $<states> and $<states+1> are River's states discarded and available
+// (takeOverStates).
+func takeOverSet(why string, states int) string {
+	return fmt.Sprintf(`state = CASE WHEN attempt >= max_attempts THEN $%d ELSE $%d END::river_job_state,`, states, states+1) + `
   scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE statement_timestamp() END,
   finalized_at = CASE WHEN attempt >= max_attempts THEN statement_timestamp() END,
   errors = array_append(errors, jsonb_build_object('at', statement_timestamp(), 'attempt', greatest(attempt, 0),
     'error', 'taken over: ' || ` + why + `, 'trace', ''))`
 }
 
-// runningOfSQL returns the jobs River shows as running whose last attempt
-// was made by the process $1, and whether that attempt started more than
-// $2 milliseconds ago. Read as takeOverSQL reads the running jobs.
+// takeOverStates are the arguments of takeOverSet's states.
+func takeOverStates() []any { return []any{jobDiscarded, jobAvailable} }
+
+// runningOfSQL returns the jobs River shows as running (in River's state
+// $3) whose last attempt was made by the process $1, and whether that
+// attempt started more than $2 milliseconds ago. Read as takeOverSQL reads
+// the running jobs.
 const runningOfSQL = `WITH running AS MATERIALIZED (
-  SELECT id, attempted_by[cardinality(attempted_by)] AS process, attempted_at FROM river_job WHERE state = 'running'
+  SELECT id, attempted_by[cardinality(attempted_by)] AS process, attempted_at FROM river_job WHERE state = $3::river_job_state
 )
 SELECT id, coalesce(attempted_at < statement_timestamp() - $2 * interval '1 millisecond', true) FROM running WHERE process = $1 ORDER BY id`
 
 // releaseOrphansSQL makes available again the jobs $2 of the process $1
-// that River shows as running while the process runs none of them (see
-// ReleaseOrphans). By their key, as takeOverSQL updates its jobs.
-var releaseOrphansSQL = `UPDATE river_job SET ` + takeOverSet("'its process (' || $1 || ') was not running it (its fetch was cut off)'") + `
-WHERE state = 'running' AND id = ANY($2::bigint[]) AND attempted_by[cardinality(attempted_by)] = $1
+// that River shows as running (River's state $3) while the process runs
+// none of them (see ReleaseOrphans). By their key, as takeOverSQL updates
+// its jobs.
+var releaseOrphansSQL = `UPDATE river_job SET ` + takeOverSet("'its process (' || $1 || ') was not running it (its fetch was cut off)'", 4) + `
+WHERE state = $3::river_job_state AND id = ANY($2::bigint[]) AND attempted_by[cardinality(attempted_by)] = $1
 RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
 
 // RunningJob is a job River shows as running on behalf of a process.
@@ -90,7 +98,7 @@ type RunningJob struct {
 func (q *Queries) RunningJobsOf(ctx context.Context, process string, age time.Duration) ([]RunningJob, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)
-	b.Queue(runningOfSQL, process, age.Milliseconds())
+	b.Queue(runningOfSQL, runningOfArgs(process, age)...)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -120,7 +128,7 @@ func (q *Queries) RunningJobsOf(ctx context.Context, process string, age time.Du
 func (q *Queries) ReleaseOrphans(ctx context.Context, process string, ids []int64) ([]TakenOver, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)
-	b.Queue(releaseOrphansSQL, process, ids)
+	b.Queue(releaseOrphansSQL, releaseOrphansArgs(process, ids)...)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -165,7 +173,7 @@ const processIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set
 func (q *Queries) TakeOverJobs(ctx context.Context, prefix string, stale time.Duration, limit int) ([]TakenOver, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)
-	b.Queue(takeOverSQL, prefix, stale.Milliseconds(), limit)
+	b.Queue(takeOverSQL, takeOverArgs(prefix, stale, limit)...)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -176,4 +184,18 @@ func (q *Queries) TakeOverJobs(ctx context.Context, prefix string, stale time.Du
 		return nil, fmt.Errorf("take over the jobs of processes that are gone: %w", err)
 	}
 	return collectTakenOver(rows, "processes that are gone")
+}
+
+// takeOverArgs, runningOfArgs and releaseOrphansArgs are the arguments of
+// takeOverSQL, runningOfSQL and releaseOrphansSQL.
+func takeOverArgs(prefix string, stale time.Duration, limit int) []any {
+	return append([]any{prefix, stale.Milliseconds(), limit, jobRunning}, takeOverStates()...)
+}
+
+func runningOfArgs(process string, age time.Duration) []any {
+	return []any{process, age.Milliseconds(), jobRunning}
+}
+
+func releaseOrphansArgs(process string, ids []int64) []any {
+	return append([]any{process, ids, jobRunning}, takeOverStates()...)
 }
