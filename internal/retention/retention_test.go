@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/rivertype"
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -164,7 +163,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 		if err := q.InsertOutbox(t.Context(), r, at); err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, store.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: rivertype.JobStateCompleted,
+		batch = append(batch, store.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: store.StateDelivered,
 			MaxAttempts: 5, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: store.Output{Status: 200, DeliveredAt: at}})
 	}
 	if err := q.RecordFirstAttempts(t.Context(), "q", batch); err != nil {

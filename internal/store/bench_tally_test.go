@@ -43,7 +43,7 @@ func TestPhaseTally(t *testing.T) {
 	}
 	at := time.Now()
 	if err := s.RecordFirstAttempts(ctx, "forward", []FirstAttempt{{Sender: "bench", EventID: fast.EventID, Target: "sink",
-		State: rivertype.JobStateCompleted, MaxAttempts: 3, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}}); err != nil {
+		State: StateDelivered, MaxAttempts: 3, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}}); err != nil {
 		t.Fatal(err)
 	}
 	states, err := s.ForwardJobStates(ctx, "p1-")

@@ -27,16 +27,18 @@ type FirstAttempt struct {
 	// cleared for the relay, and no job is inserted. The fields below are
 	// then unused.
 	Release bool
-	// State is the job's state after the attempt: completed, available or
-	// retryable (ScheduledAt is its retry: available when it is due within
-	// River's scheduler interval, as River leaves its own retries, so that
-	// a fetch takes it once due; retryable for the scheduler to make
-	// available later), cancelled or discarded (FinalizedAt set).
-	State       rivertype.JobState
-	MaxAttempts int
-	AttemptedAt time.Time
-	FinalizedAt *time.Time
-	ScheduledAt time.Time
+	// State is the forward's state after the attempt: delivered, pending
+	// or retrying (ScheduledAt is its retry: pending when it is due within
+	// River's scheduler interval, retrying when later; see recordedState),
+	// or failed (FinalizedAt set): at once when FailedAtOnce (the target's
+	// answer fails the forward without retries), else because its attempts
+	// are used up.
+	State        State
+	FailedAtOnce bool
+	MaxAttempts  int
+	AttemptedAt  time.Time
+	FinalizedAt  *time.Time
+	ScheduledAt  time.Time
 	// Error is the attempt's error text ("" when delivered); Output, when
 	// its Status is not 0, the attempt's recorded output.
 	Error  string
@@ -109,6 +111,28 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 	return nil
 }
 
+// recordedState is the River state in which RecordFirstAttempts records
+// the job of a forward a first attempt left in a.State: pending as
+// available (a retry due within River's scheduler interval, as River
+// leaves its own such retries, so that a fetch takes it once due), retrying
+// as retryable (for River's scheduler to make available once due), failed
+// as cancelled when it failed at once (River's JobCancel) and as discarded
+// when its attempts are used up. A delivered forward is a row of
+// forward_delivered, not a job.
+func recordedState(a FirstAttempt) (string, error) {
+	switch {
+	case a.State == StatePending:
+		return jobAvailable, nil
+	case a.State == StateRetrying:
+		return string(rivertype.JobStateRetryable), nil
+	case a.State == StateFailed && a.FailedAtOnce:
+		return string(rivertype.JobStateCancelled), nil
+	case a.State == StateFailed:
+		return jobDiscarded, nil
+	}
+	return "", fmt.Errorf("the first attempt of %s/%s to %s left it %q: not a state to record", a.Sender, a.EventID, a.Target, a.State)
+}
+
 // recordStatements returns the statements RecordFirstAttempts sends (after
 // tidScans) for batch, with their arguments.
 func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
@@ -143,7 +167,7 @@ func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
 			c.relTargets = append(c.relTargets, a.Target)
 			continue
 		}
-		if a.State == rivertype.JobStateCompleted {
+		if a.State == StateDelivered {
 			at := a.Output.DeliveredAt
 			if at.IsZero() && a.FinalizedAt != nil {
 				at = *a.FinalizedAt
@@ -155,6 +179,10 @@ func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
 			c.dStatus = append(c.dStatus, int16(a.Output.Status))
 			c.dMaxAttempts = append(c.dMaxAttempts, int16(min(a.MaxAttempts, math.MaxInt16)))
 			continue
+		}
+		state, err := recordedState(*a)
+		if err != nil {
+			return nil, err
 		}
 		var errJSON *string
 		if a.Error != "" {
@@ -177,7 +205,7 @@ func recordStatements(queue string, batch []FirstAttempt) ([]statement, error) {
 		}
 		c.events = append(c.events, pgtype.UUID{Bytes: a.EventID, Valid: true})
 		c.targets = append(c.targets, a.Target)
-		c.states = append(c.states, string(a.State))
+		c.states = append(c.states, state)
 		c.maxAttempts = append(c.maxAttempts, int32(a.MaxAttempts))
 		c.attempted = append(c.attempted, &a.AttemptedAt)
 		c.finalized = append(c.finalized, a.FinalizedAt)

@@ -39,10 +39,10 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 		}
 	}
 	delivered := func(e uuid.UUID) FirstAttempt {
-		return FirstAttempt{Sender: "acme", EventID: e, Target: "t", State: rivertype.JobStateCompleted, MaxAttempts: 5,
+		return FirstAttempt{Sender: "acme", EventID: e, Target: "t", State: StateDelivered, MaxAttempts: 5,
 			AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}
 	}
-	retry := FirstAttempt{Sender: "acme", EventID: e3, Target: "t", State: rivertype.JobStateRetryable, MaxAttempts: 5,
+	retry := FirstAttempt{Sender: "acme", EventID: e3, Target: "t", State: StateRetrying, MaxAttempts: 5,
 		AttemptedAt: at, ScheduledAt: at.Add(time.Hour), Error: "target answered 503", Output: Output{Status: 503}}
 	if err := s.RecordFirstAttempts(ctx, "q", []FirstAttempt{delivered(e1), delivered(e2), retry, delivered(e4)}); err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 			e1Delivery = f.JobID
 		}
 	}
-	if c := cur["t"]; c.JobID != e1Delivery || c.State != rivertype.JobStateCompleted || c.Attempt != 1 || c.Outbox || c.Queued {
+	if c := cur["t"]; c.JobID != e1Delivery || c.State != StateDelivered || c.Attempt != 1 || c.Outbox || c.Queued {
 		t.Errorf("current forward of e1: %+v, want its delivery %d", c, e1Delivery)
 	}
 

@@ -147,3 +147,33 @@ func TestDecodeOutcome(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordedState: the fast path's first attempts that were not delivered
+// are recorded in the River states River's own worker leaves such jobs in:
+// a retry due soon available, a later one retryable, a failure at once
+// cancelled and one whose attempts are used up discarded; no other state is
+// recorded as a job.
+func TestRecordedState(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a    FirstAttempt
+		want rivertype.JobState
+	}{
+		{FirstAttempt{State: StatePending}, rivertype.JobStateAvailable},
+		{FirstAttempt{State: StateRetrying}, rivertype.JobStateRetryable},
+		{FirstAttempt{State: StateFailed, FailedAtOnce: true}, rivertype.JobStateCancelled},
+		{FirstAttempt{State: StateFailed}, rivertype.JobStateDiscarded},
+	} {
+		if got, err := recordedState(c.a); err != nil || got != string(c.want) {
+			t.Errorf("recordedState(%s, at once %v) = %q, %v; want %s", c.a.State, c.a.FailedAtOnce, got, err, c.want)
+		}
+		if StateOf(c.want) != c.a.State {
+			t.Errorf("%s is recorded as %s, which reads back as %s", c.a.State, c.want, StateOf(c.want))
+		}
+	}
+	for _, s := range []State{StateRunning, StateDelivered, ""} {
+		if got, err := recordedState(FirstAttempt{State: s}); err == nil {
+			t.Errorf("recordedState(%q) = %q, want an error", s, got)
+		}
+	}
+}

@@ -22,7 +22,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
@@ -426,9 +425,9 @@ func testQueuePlans(t *testing.T, grown bool) {
 			case 0: // not attempted: released to the relay
 				a.Release = true
 			case 1: // failed: retried by River
-				a.State, a.ScheduledAt, a.Error, a.Output = rivertype.JobStateRetryable, at.Add(time.Hour), "target answered 503", Output{Status: 503}
+				a.State, a.ScheduledAt, a.Error, a.Output = StateRetrying, at.Add(time.Hour), "target answered 503", Output{Status: 503}
 			default:
-				a.State, a.FinalizedAt, a.Output = rivertype.JobStateCompleted, &at, Output{Status: 204, DeliveredAt: at}
+				a.State, a.FinalizedAt, a.Output = StateDelivered, &at, Output{Status: 204, DeliveredAt: at}
 			}
 			batch = append(batch, a)
 		}

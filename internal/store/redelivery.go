@@ -21,7 +21,7 @@ type Current struct {
 	// Queued: that job is a redelivery queued after an earlier forward (its
 	// args name the job it follows).
 	JobID   int64
-	State   rivertype.JobState
+	State   State
 	Attempt int
 	Queued  bool
 	// Outbox: the forward is still in the outbox; Leased: a fast path is
@@ -62,7 +62,7 @@ func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uu
 		c             Current
 	)
 	_, err = pgx.ForEachRow(rows, []any{&target, &c.JobID, &state, &c.Attempt, &c.Queued}, func() error {
-		c.State = rivertype.JobState(state)
+		c.State = StateOf(rivertype.JobState(state))
 		out[target] = c
 		return nil
 	})

@@ -1,8 +1,13 @@
 package store
 
 import (
+	"slices"
+
 	"github.com/riverqueue/river/rivertype"
 )
+
+// A forward's five states, the one mapping between them and River's job
+// states (jobStates), and River's state names as the statements take them.
 
 // State is a forward's state as operators see it.
 type State string
@@ -35,7 +40,9 @@ var jobStates = map[State][]rivertype.JobState{
 // StateOf maps a River job state to a forward's state: available,
 // scheduled and pending are pending; running is running; retryable is
 // retrying; completed is delivered; cancelled and discarded are failed. A
-// state River may add later is pending.
+// state River may add later is pending. The store's API speaks a forward's
+// five states only; StateOf and UnfinishedJobStates are its bridge to what
+// River's own API shows and takes (a job row's state, UniqueOpts).
 func StateOf(s rivertype.JobState) State {
 	for st, js := range jobStates {
 		for _, j := range js {
@@ -50,13 +57,20 @@ func StateOf(s rivertype.JobState) State {
 // ValidState reports whether s is one of the five forward states.
 func ValidState(s State) bool { return jobStates[s] != nil }
 
+// unfinished are the states of a forward not finished yet.
+var unfinished = []State{StatePending, StateRunning, StateRetrying}
+
+// Unfinished reports whether a forward in state s may still be attempted:
+// pending, running or retrying.
+func (s State) Unfinished() bool { return slices.Contains(unfinished, s) }
+
 // UnfinishedJobStates are the River job states of a job not yet finished
 // (pending, running or retrying): the states in which a unique job (a
 // forward of the same event to the same target, a second retention run) is
-// not inserted again.
+// not inserted again, for River's own configuration (UniqueOpts).
 func UnfinishedJobStates() []rivertype.JobState {
 	var out []rivertype.JobState
-	for _, s := range []State{StatePending, StateRunning, StateRetrying} {
+	for _, s := range unfinished {
 		out = append(out, jobStates[s]...)
 	}
 	return out
@@ -71,7 +85,7 @@ func UnfinishedJobStates() []rivertype.JobState {
 var (
 	// unfinishedJobs are the River states of a forward not finished yet
 	// (pending, running or retrying): UnfinishedJobStates.
-	unfinishedJobs = stateNames(StatePending, StateRunning, StateRetrying)
+	unfinishedJobs = stateNames(unfinished...)
 	// runningJobs, retryingJobs and failedJobs are the River states of a
 	// running, a retrying and a failed forward.
 	runningJobs  = stateNames(StateRunning)

@@ -12,13 +12,13 @@ import (
 // The jobs of processes that are gone (forward_processes, processes.go).
 
 // TakenOver is a running job of a process that is gone, which
-// TakeOverJobs made available again (or discarded: its attempts were used
-// up).
+// TakeOverJobs made available again (State pending) or discarded (State
+// failed: its attempts were used up).
 type TakenOver struct {
 	JobID   int64
 	Kind    string
 	Process string // the River client ID of the process that was running it
-	State   rivertype.JobState
+	State   State
 }
 
 // takeOverSQL makes available again, at once, up to $3 jobs River shows as
@@ -147,7 +147,7 @@ func collectTakenOver(rows pgx.Rows, what string) ([]TakenOver, error) {
 		var t TakenOver
 		var state string
 		err := row.Scan(&t.JobID, &t.Kind, &t.Process, &state)
-		t.State = rivertype.JobState(state)
+		t.State = StateOf(rivertype.JobState(state))
 		return t, err
 	})
 	if err != nil {
