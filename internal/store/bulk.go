@@ -37,13 +37,14 @@ var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n
 // forward (jobs with "after") of sender $1's target $2, from job $4
 // (exclusive) to job $3, that a bulk redelivery of running or retrying
 // forwards may match: those unfinished (in the River states $6), or
-// finished at or after $5 (the time the request asked about; NULL: none). A job matches (underWayAt, or
-// its state now) only if it is unfinished, or finished after that time, so
-// none matches later that is not selected here, whatever state it moves to
-// in between. It reads River's table alone: the target's forward jobs, in
-// the order of hookgate's index on them, the one path its ORDER BY leaves
-// without a sort under indexOrderScans (River's index on kind would read
-// every forward job; see plans.go).
+// finished at or after $5 (the time the request asked about; NULL: none). A
+// job matches (underWayAt, or its state now) only if it is unfinished, or
+// finished after that time, so none matches later that is not selected
+// here, whatever state it moves to in between. It reads River's table
+// alone: the target's forward jobs, in the order of hookgate's index on
+// them, the one path its ORDER BY leaves without a sort under
+// indexOrderScans (River's index on kind would read every forward job; see
+// plans.go).
 var queuedCandidatesSQL = jobSQL(`SELECT DISTINCT j.args->>'event_id' FROM river_job j
 WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
   AND j.id <= $3 AND j.id > $4
@@ -229,9 +230,9 @@ WHERE sender = $1 AND target = $2 AND leased_until > statement_timestamp() AND c
 // has been delivered since). A failed first attempt is a River job, which
 // underWayAt judges. An event that already has a redelivery queued after
 // its forward (a job with "after"), unfinished (in the River states $7) or
-// made at or after $3, is left out: a request counts it no more, and a job run twice (River's
-// rescue, a new slice) queues one redelivery per forward. %s is the
-// window's condition on f.created_at.
+// made at or after $3, is left out: a request counts it no more, and a job
+// run twice (River's rescue, a new slice) queues one redelivery per
+// forward. %s is the window's condition on f.created_at.
 //
 // The outbox is read in a statement of its own, first, because on Citus
 // forward_outbox is distributed and forward_delivered and River's table are

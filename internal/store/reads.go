@@ -187,12 +187,12 @@ type Filter struct {
 	InStateAt time.Time
 }
 
-// underWayAt are the conditions that job j was running, or retrying, at
-// the time $%[1]d, from what it is now ($%[2]d and $%[3]d are the River
-// states of a running and of a retrying forward): its state, when its latest attempt
-// started (attempted_at), when that attempt's error was recorded (its
-// last error's "at"), and when it finished. Running then: running now, or
-// its attempt then has ended since (failed and waits for a retry, or
+// underWayAt are the conditions that job j was running, or retrying, at the
+// time $%[1]d, from what it is now ($%[2]d and $%[3]d are the River states
+// of a running and of a retrying forward): its state, when its latest
+// attempt started (attempted_at), when that attempt's error was recorded
+// (its last error's "at"), and when it finished. Running then: running now,
+// or its attempt then has ended since (failed and waits for a retry, or
 // finished). Retrying then: waiting for a retry whose failure came before,
 // or its retry (attempt 2 or later) has started since.
 var underWayAt = map[State]string{

@@ -85,12 +85,13 @@ func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uu
 // to target $2 queued after the one under way, must still wait: while the
 // forward is in the outbox, or another of its jobs is unfinished that is
 // older (unfinished: in the River states $5) or is not itself a queued
-// redelivery (the job a relay or the fast path inserted after it). Both are probes of a key: forward_outbox's
-// primary key, and hookgate's index on the forward jobs, which the ORDER
-// BY (the event compared by a range) makes the one path without a sort
-// under indexOrderScans: not River's index on kind, nor its primary key,
-// each of which some statistics made the cheaper (see plans.go). A scalar
-// subquery, since EXISTS drops its ORDER BY.
+// redelivery (the job a relay or the fast path inserted after it). Both are
+// probes of a key: forward_outbox's primary key, and hookgate's index on
+// the forward jobs, which the ORDER BY (the event compared by a range)
+// makes the one path without a sort under indexOrderScans: not River's
+// index on kind, nor its primary key, each of which some statistics made
+// the cheaper (see plans.go). A scalar subquery, since EXISTS drops its
+// ORDER BY.
 var earlierForwardSQL = jobSQL(`SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2)
   OR (SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' >= $3::text AND n.args->>'event_id' <= $3::text

@@ -31,15 +31,16 @@ type TakenOver struct {
 // whose last attempt was made by another kind of client (a process of an
 // earlier version, which writes no heartbeat) is left to River's rescuer.
 //
-// Its plan cannot depend on statistics: the running jobs are read in a
-// CTE whose only condition is the state (River's fetching index leads with
-// it: the running jobs, a few per worker, never the table), each of their
+// Its plan cannot depend on statistics: the running jobs are read in a CTE
+// whose only condition is the state (River's fetching index leads with it:
+// the running jobs, a few per worker, never the table), each of their
 // processes is a probe of forward_processes' key, and the update finds the
 // jobs by their key (id = ANY of an InitPlan's array: an index condition on
-// the leading column, under the transaction's index scans, processIndexScans).
-// The outer condition on the state (running) makes a job that its process finished
-// meanwhile (or that another process took over first) stay as it is.
-// takeOverSet says what becomes of a job taken over.
+// the leading column, under the transaction's index scans,
+// processIndexScans). The outer condition on the state (running) makes a
+// job that its process finished meanwhile (or that another process took
+// over first) stay as it is. takeOverSet says what becomes of a job taken
+// over.
 var takeOverSQL = `WITH running AS MATERIALIZED (
   SELECT id, attempted_by[cardinality(attempted_by)] AS process FROM river_job WHERE state = $4::river_job_state
 )
