@@ -21,10 +21,12 @@ import (
 // forwards a bulk redelivery matches, the newest forward of an event) is
 // read here with SQL. One file per concern:
 //
-//   - jobs.go: the forward job kind, a forward (Forward, Output) as read
-//     from its job, and the updates of waiting jobs (the breaker's wake)
-//   - states.go: hookgate's five forward states and their mapping to
-//     River's job states
+//   - jobs.go: the forward job kind (formatted into SQL once:
+//     forwardKind), a forward (Forward, Output) as read from its job, and
+//     the updates of waiting jobs (the breaker's wake)
+//   - states.go: hookgate's five forward states, the one mapping of them
+//     to River's job states, and River's state names as the statements'
+//     parameters (never literals in their SQL)
 //   - reads.go: the operator reads (an event's forwards, a target's counts
 //     and list, the backlog)
 //   - bulk.go: the forwards a bulk redelivery matches
@@ -35,13 +37,15 @@ import (
 //   - takeover.go: the jobs of processes that are gone
 //   - bench.go: what only the load benchmark (internal/bench) uses
 //
+// The fixtures that put River's jobs in a given state for tests are in
+// package storetest, which only tests import.
+//
 // A target's jobs, and an event's newer forward, are found through
 // hookgate's index on the forward jobs' sender, target, event and ID
-// (migration 9), whose expressions (args->>'sender' = …, and its
-// predicate kind = 'hookgate_forward' as a literal: forwardKind) the
-// queries repeat exactly. River's
-// GIN index on args would take milliseconds per lookup (jsonb_ops indexes
-// the keys every job has).
+// (migration 9), whose expressions (args->>'sender' = …) and predicate
+// (kind = 'hookgate_forward', as a literal: forwardKind) the queries
+// repeat exactly. River's GIN index on args would take milliseconds per
+// lookup (jsonb_ops indexes the keys every job has).
 //
 // "Failed" means a forward that failed and was not followed by a newer
 // forward of the same event to the same target (a redelivery): once an
