@@ -43,6 +43,7 @@ import (
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -1013,7 +1014,7 @@ senders:
 	maxAttempts := map[string]int{"orders": 4, "ledger": config.DefaultForwardMaxAttempts}
 	jobsOf := func(eventID string) map[string]int64 {
 		t.Helper()
-		jobs, err := store.New(s.pool).ForwardJobs(t.Context())
+		jobs, err := storetest.New(s.pool).ForwardJobs(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1120,7 +1121,7 @@ senders:
 		t.Fatalf("relay moved %d forwards, want 2", n)
 	}
 	q := store.New(s.pool)
-	jobs, err := q.ForwardJobs(t.Context())
+	jobs, err := storetest.New(s.pool).ForwardJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1131,7 +1132,7 @@ senders:
 		}
 	}
 	for target, state := range map[string]rivertype.JobState{"orders": rivertype.JobStateRunning, "ledger": rivertype.JobStateRetryable} {
-		if err := q.SetForwardJob(t.Context(), current[target], store.JobFixture{State: state, Attempt: 1}); err != nil {
+		if err := storetest.New(s.pool).SetForwardJob(t.Context(), current[target], storetest.JobFixture{State: state, Attempt: 1}); err != nil {
 			t.Fatalf("forward to %s: %v", target, err)
 		}
 	}
@@ -1172,7 +1173,7 @@ func TestOperatorRedeliverWithoutTargetsIs409(t *testing.T) {
 	if !strings.Contains(p.Detail, `"hdr"`) {
 		t.Errorf("detail %q does not name the sender", p.Detail)
 	}
-	if jobs, err := store.New(s.pool).CountJobs(t.Context(), ""); err != nil || jobs != 0 {
+	if jobs, err := storetest.New(s.pool).CountJobs(t.Context(), ""); err != nil || jobs != 0 {
 		t.Errorf("%d jobs (%v), want none", jobs, err)
 	}
 	if d := s.delivery("hdr", "d1"); d.Forwards == nil || len(d.Forwards) != 0 {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/rivertype"
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -18,6 +17,7 @@ import (
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -164,7 +164,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 		if err := q.InsertOutbox(t.Context(), r, at); err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, store.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: rivertype.JobStateCompleted,
+		batch = append(batch, store.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: store.StateDelivered,
 			MaxAttempts: 5, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: store.Output{Status: 200, DeliveredAt: at}})
 	}
 	if err := q.RecordFirstAttempts(t.Context(), "q", batch); err != nil {
@@ -177,7 +177,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	if res.Forwards != 2 {
 		t.Errorf("deleted %d delivered forwards, want the 2 older than 48h", res.Forwards)
 	}
-	left, err := q.ForwardJobs(t.Context())
+	left, err := storetest.New(pool).ForwardJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // TestPhaseTally checks the load benchmark's tally of a phase: the forward
@@ -19,14 +21,14 @@ func TestPhaseTally(t *testing.T) {
 	t.Parallel()
 	s, _ := store(t)
 	ctx := t.Context()
-	if _, err := s.InsertForwardJobs(ctx, "forward", JobFixture{},
-		NewForwardJob{Sender: "bench", Target: "sink", DeliveryID: "p1-1"},
-		NewForwardJob{Sender: "bench", Target: "sink", DeliveryID: "p1-2"},
-		NewForwardJob{Sender: "bench", Target: "sink", DeliveryID: "p2-1"}); err != nil {
+	if _, err := s.jobs.InsertForwardJobs(ctx, "forward", storetest.JobFixture{},
+		storetest.NewForwardJob{Sender: "bench", Target: "sink", DeliveryID: "p1-1"},
+		storetest.NewForwardJob{Sender: "bench", Target: "sink", DeliveryID: "p1-2"},
+		storetest.NewForwardJob{Sender: "bench", Target: "sink", DeliveryID: "p2-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.InsertForwardJobs(ctx, "forward", JobFixture{State: rivertype.JobStateCompleted, Attempt: 1},
-		NewForwardJob{Sender: "bench", Target: "sink", DeliveryID: "p1-3"}); err != nil {
+	if _, err := s.jobs.InsertForwardJobs(ctx, "forward", storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1},
+		storetest.NewForwardJob{Sender: "bench", Target: "sink", DeliveryID: "p1-3"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"p1-4", "p2-2"} {
@@ -41,7 +43,7 @@ func TestPhaseTally(t *testing.T) {
 	}
 	at := time.Now()
 	if err := s.RecordFirstAttempts(ctx, "forward", []FirstAttempt{{Sender: "bench", EventID: fast.EventID, Target: "sink",
-		State: rivertype.JobStateCompleted, MaxAttempts: 3, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}}); err != nil {
+		State: StateDelivered, MaxAttempts: 3, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}}); err != nil {
 		t.Fatal(err)
 	}
 	states, err := s.ForwardJobStates(ctx, "p1-")
