@@ -57,14 +57,10 @@ func (db *benchDB) postmasterPID(ctx context.Context) int {
 // printMachine prints what the figures depend on.
 func (db *benchDB) printMachine(ctx context.Context, out io.Writer, pgbench string) {
 	fmt.Fprintf(out, "machine: %d CPUs, GOMAXPROCS %d (load generator), %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-	var settings []string
-	for _, name := range []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "shared_buffers", "max_wal_size", "max_connections"} {
-		var v string
-		if err := db.conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err == nil {
-			settings = append(settings, name+"="+v)
-		}
-	}
-	fmt.Fprintf(out, "postgres: %s\n", strings.Join(settings, " "))
+	var settings string
+	_ = db.conn.QueryRow(ctx, `SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY n) FROM unnest(ARRAY['server_version', 'fsync',
+  'synchronous_commit', 'full_page_writes', 'wal_sync_method', 'shared_buffers', 'max_wal_size', 'max_connections']) WITH ORDINALITY AS s(name, n)`).Scan(&settings)
+	fmt.Fprintf(out, "postgres: %s\n", settings)
 	if pgbench != "" {
 		v, _ := exec.CommandContext(ctx, pgbench, "--version").Output()
 		fmt.Fprintf(out, "pgbench: %s (%s)\n", strings.TrimSpace(string(v)), pgbench)

@@ -240,27 +240,30 @@ func (f forwards) String() string {
 }
 
 // forwards reads the counts of the sink target. With settle it reads
-// again, for up to wait, while some are pending or running: the API counts
-// the outbox and the jobs in two statements, and a forward recorded in
-// between counts in neither.
+// them until two reads in a row agree and none is pending or running (for
+// up to wait): the API counts the outbox and the jobs in two statements,
+// and a forward recorded in between counts in neither.
 func (s *server) forwards(ctx context.Context, settle bool, wait time.Duration) (forwards, error) {
-	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+	var last forwards
+	for deadline, i := time.Now().Add(wait), 0; ; i++ {
 		var list struct{ Items []struct{ Forwards forwards } }
 		resp, err := s.get(ctx, "/v1/senders/bench/targets", s.token)
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			if err == nil && (resp.StatusCode != http.StatusOK || len(list.Items) != 1) {
+				err = fmt.Errorf("%s, %d targets", resp.Status, len(list.Items))
+			}
+		}
 		if err != nil {
 			return forwards{}, fmt.Errorf("read the target's forwards: %w", err)
 		}
-		err = json.NewDecoder(resp.Body).Decode(&list)
-		resp.Body.Close()
-		if err == nil && (resp.StatusCode != http.StatusOK || len(list.Items) != 1) {
-			err = fmt.Errorf("%s, %d targets", resp.Status, len(list.Items))
-		}
-		if err != nil {
-			return forwards{}, fmt.Errorf("read the target's forwards: %w", err)
-		}
-		if f := list.Items[0].Forwards; !settle || f.Pending+f.Running == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+		f := list.Items[0].Forwards
+		if !settle || i > 0 && f == last && f.Pending+f.Running == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			return f, nil
 		}
+		last = f
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
