@@ -1,7 +1,7 @@
 // Package store owns every SQL statement of hookgate outside the ingest
 // pipeline (package dedup runs the claim, the change and the stored
-// response in one transaction; package ingestsql holds those statements'
-// texts). It is the one
+// response in one transaction, with the event's and the outbox rows'
+// inserts that packages events and forward queue). It is the one
 // package below the HTTP layer that the JSON API (package handler), the
 // browser console (package console), the retention job (package retention)
 // and forwarding (package forward) read and write the tables through, so

@@ -35,7 +35,8 @@ import (
 //   - redelivery.go: an event's current forwards and the locks that
 //     serialise redeliveries
 //   - takeover.go: the jobs of processes that are gone
-//   - bench.go: what only the load benchmark (internal/bench) uses
+//   - analyze.go: VACUUM ANALYZE of River's table (tests that need fresh
+//     statistics)
 //
 // The fixtures that put River's jobs in a given state for tests are in
 // package storetest, which only tests import.
