@@ -162,7 +162,7 @@ var settingTable = []setting{
 		help:  "longest a delivery waits for the database (a batch slot or a connection) before it is answered 503 (10ms to 10s)",
 		parse: durationIn(func(s *settings) *time.Duration { return &s.maxQueueWait }, "ingest max queue wait", 10*time.Millisecond, maxInFlightWait)},
 	{flag: "ingest-body-budget", env: "HOOKGATE_INGEST_BODY_BUDGET", def: strconv.Itoa(handler.DefaultBodyBudget),
-		help: "bytes of request bodies that ingest requests hold in memory at once (at least 1048576); past it a delivery waits for room, then gets 503; a quarter is kept for bodies up to 64 KiB",
+		help: "bytes of request bodies that ingest requests hold in memory at once, as their bytes arrive (at least 1048576); past it a delivery waits for room, then gets 503; a quarter is kept for bodies up to 64 KiB, and one client holds at most a quarter",
 		parse: func(s *settings, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 1<<20 {
@@ -178,7 +178,7 @@ var settingTable = []setting{
 		help:  "no longer used (accepted with a warning): deliveries are shed on queueing delay, see --ingest-queue-target",
 		parse: func(s *settings, v string) error { s.ingestMaxWaiting = v; return nil }},
 	{flag: "trusted-proxies", env: "HOOKGATE_TRUSTED_PROXIES", shown: "(none)",
-		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts",
+		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts and the body budget gives its share to",
 		parse: func(s *settings, v string) error {
 			p, err := console.ParseTrustedProxies(v)
 			if err != nil {

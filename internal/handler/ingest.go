@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -109,11 +108,11 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if err != nil {
 		return "", err
 	}
-	// The body's bytes are counted against the memory budget of bodies
-	// until the request ends.
-	hold := s.budget.hold(r.Context())
+	// The body's bytes are counted against the memory budget of bodies,
+	// and its client's share of it, until the request ends.
+	hold := s.budget.hold(r.Context(), s.authLimit.ClientKey(r))
 	defer hold.release()
-	body, err := readBody(w, r, sender.MaxBodyBytes, &hold)
+	body, err := readBody(w, r, sender.MaxBodyBytes, hold)
 	if err != nil {
 		return "", err
 	}
@@ -126,7 +125,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if gzipped {
 		// From here on the body is the decompressed one: the delivery ID is
 		// read from it, and it is what is stored, hashed and forwarded.
-		if body, err = gunzip(body, sender.MaxBodyBytes, &hold); err != nil {
+		if body, err = gunzip(body, sender.MaxBodyBytes, hold); err != nil {
 			return "", err
 		}
 	}
@@ -279,8 +278,7 @@ func withHeaders(r *http.Request, h http.Header) *http.Request {
 }
 
 // readBody reads the whole request body, refusing more than limit bytes,
-// after taking room for it in h (by its Content-Length when announced,
-// chunk by chunk as it arrives otherwise).
+// holding room for it in h as its bytes arrive (bodyHold.readAll).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 	// (The problem is made only when needed: formatting it for every
 	// request showed in make bench's CPU profile.)
@@ -290,33 +288,28 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) 
 	if r.ContentLength > limit {
 		return nil, tooLarge()
 	}
-	if r.ContentLength >= 0 {
-		// The size is announced (and net/http ends the body there): one
-		// allocation of exactly that size.
-		if err := h.grow(r.ContentLength); err != nil {
-			return nil, err
-		}
-		body := make([]byte, r.ContentLength)
-		_, err := io.ReadFull(r.Body, body)
-		if err != nil {
-			return nil, &problemError{typ: probInvalidBody, detail: "The request body could not be read completely. Nothing was recorded.", cause: err}
-		}
-		return body, nil
+	if r.ContentLength == 0 {
+		return []byte{}, nil
 	}
-	body, err := h.readAll(http.MaxBytesReader(w, r.Body, limit), 0, limit)
+	src := r.Body
+	if r.ContentLength < 0 {
+		src = http.MaxBytesReader(w, r.Body, limit)
+	}
+	body, err := h.readAll(src, 0, r.ContentLength, limit)
 	var (
 		mbe *http.MaxBytesError
 		pe  *problemError
 	)
 	switch {
+	case err == nil:
+		return body, nil
 	case errors.As(err, &mbe):
 		return nil, tooLarge()
 	case errors.As(err, &pe):
 		return nil, pe
-	case err != nil:
+	default:
 		return nil, &problemError{typ: probInvalidBody, detail: "The request body could not be read completely. Nothing was recorded.", cause: err}
 	}
-	return body, nil
 }
 
 // deliveryID extracts the delivery ID from where sender's configuration says

@@ -45,12 +45,15 @@ type Config struct {
 	// API, which then answers every request 403.
 	AdminToken string
 	// BodyBudget bounds the request body bytes that ingest requests hold
-	// in memory at once (DefaultBodyBudget), at least 1: a request that
-	// finds no room waits at most BodyBudgetWait (DefaultBodyBudgetWait,
-	// positive) for it before it is answered 503 with Retry-After. A body
-	// larger than the share of large bodies (three quarters of the budget)
-	// waits for all of that share and may then exceed it: keep the budget
-	// above twice the largest max_body_bytes.
+	// in memory at once (DefaultBodyBudget), at least 1, held as they
+	// arrive; each client (AuthLimiter's ClientKey) holds at most a quarter
+	// of it. A request that finds no room waits at most BodyBudgetWait
+	// (DefaultBodyBudgetWait, positive) for it, each time, before it is
+	// answered 503 with Retry-After. The oldest request of the budget, and of each
+	// client, always gets room, past the bound by at most its own body; a
+	// body larger than the share of large bodies (three quarters of the
+	// budget) gets it only then: keep the budget above twice the largest
+	// max_body_bytes.
 	BodyBudget     int64
 	BodyBudgetWait time.Duration
 	// MetricsElsewhere says that /metrics is served on a listener of its
@@ -65,8 +68,10 @@ type Config struct {
 	// work jobs); nil: redeliver answers 503.
 	River *river.Client[pgx.Tx]
 	// AuthLimiter counts the operator API's wrong tokens per client; share
-	// it with the console so that both count against one limit. nil: the
-	// Server has a Limiter of its own.
+	// it with the console so that both count against one limit. Its
+	// ClientKey (the peer, or the client its trusted proxies name) is also
+	// the client whose share of the body budget a request takes. nil: the
+	// Server has a Limiter of its own, which trusts no proxy.
 	AuthLimiter *authlimit.Limiter
 	// Console is served under /console (the browser console, package
 	// console; it has its own sign-in); nil: none.
