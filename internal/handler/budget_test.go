@@ -1,8 +1,10 @@
 package handler_test
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +52,7 @@ func (s *server) metricInt(name string) int64 {
 type heldBody struct {
 	t    *testing.T
 	conn net.Conn
+	r    *bufio.Reader
 }
 
 // holdBody dials s from the loopback address ip, sends the headers of a
@@ -64,7 +68,7 @@ func (s *server) holdBody(ip, id string, length, sent int, extra string) *heldBo
 	}
 	s.t.Cleanup(func() { conn.Close() })
 	fmt.Fprintf(conn, "POST /webhooks/hdr HTTP/1.1\r\nHost: x\r\nX-Delivery-Id: %s\r\nContent-Length: %d\r\n%s\r\n", id, length, extra)
-	h := &heldBody{t: s.t, conn: conn}
+	h := &heldBody{t: s.t, conn: conn, r: bufio.NewReader(conn)}
 	h.send(sent)
 	return h
 }
@@ -75,6 +79,28 @@ func (h *heldBody) send(n int) {
 	if _, err := h.conn.Write(bytes.Repeat([]byte("b"), n)); err != nil {
 		h.t.Fatalf("write %d bytes of the body: %v", n, err)
 	}
+}
+
+// answer reads the response and, when closing, reports whether the server
+// closed the connection after it.
+func (h *heldBody) answer(closing bool) (reply, bool) {
+	h.t.Helper()
+	_ = h.conn.SetReadDeadline(time.Now().Add(pollTimeout))
+	resp, err := http.ReadResponse(h.r, nil)
+	if err != nil {
+		h.t.Fatalf("read the response: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		h.t.Fatalf("read the response's body: %v", err)
+	}
+	r := reply{status: resp.StatusCode, header: resp.Header, body: body}
+	if !closing {
+		return r, false
+	}
+	_, err = h.r.ReadByte()
+	return r, errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // The body budget holds the bytes that arrived, not the ones announced:
@@ -150,8 +176,8 @@ func TestBodyBudget(t *testing.T) {
 // Each client holds at most a quarter of the budget: while one client's
 // held body takes most of its share (256 KiB of 1 MiB), its next delivery
 // finds no room, waits for it and gets 503 overloaded with Retry-After
-// (shed for body_client_share), while the same delivery from another
-// client is accepted. The client is the TCP peer, or the client a trusted
+// (shed for body_client_share), and its connection is closed, while the
+// same delivery from another client is accepted. The client is the TCP peer, or the client a trusted
 // proxy names in X-Forwarded-For: two deliveries through the proxy for two
 // clients are two clients, two through it for one client are one. Once
 // the held body's request ends, the client holds nothing and is
@@ -171,8 +197,17 @@ func TestBodyClientShare(t *testing.T) {
 	r := s.from(t, "127.0.0.2").post("hdr", "same-client", body)
 	wantProblem(t, r, http.StatusServiceUnavailable, "overloaded")
 	wantRetryAfter(t, r)
-	if got := s.metric(`hookgate_ingest_shed_total{reason="body_client_share"}`); got != "1" {
-		t.Errorf("shed for body_client_share: %s, want 1", got)
+	// Answered before its body was read whole, a request's connection is
+	// closed, and the rest of its body never read (net/http would wait for
+	// it before answering).
+	partial := s.holdBody("127.0.0.2", "same-client-partial", 100_000, 50_000, "")
+	r, closed := partial.answer(true)
+	wantProblem(t, r, http.StatusServiceUnavailable, "overloaded")
+	if !closed {
+		t.Errorf("the connection of a request answered before its body was read stayed open")
+	}
+	if got := s.metric(`hookgate_ingest_shed_total{reason="body_client_share"}`); got != "2" {
+		t.Errorf("shed for body_client_share: %s, want 2", got)
 	}
 	wantAccepted(t, s.from(t, "127.0.0.3").post("hdr", "other-client", body), "hdr", "other-client")
 	if got := s.metric("hookgate_ingest_body_clients"); got != "1" {
@@ -192,8 +227,8 @@ func TestBodyClientShare(t *testing.T) {
 	wantAccepted(t, viaProxy.post("hdr", "proxy-other-client", body, forClient("192.0.2.2")), "hdr", "proxy-other-client")
 	// A peer that is not a trusted proxy is its own client, whatever it says.
 	wantAccepted(t, s.from(t, "127.0.0.4").post("hdr", "untrusted-xff", body, forClient("127.0.0.2")), "hdr", "untrusted-xff")
-	if got := s.metric(`hookgate_ingest_shed_total{reason="body_client_share"}`); got != "2" {
-		t.Errorf("shed for body_client_share: %s, want 2", got)
+	if got := s.metric(`hookgate_ingest_shed_total{reason="body_client_share"}`); got != "3" {
+		t.Errorf("shed for body_client_share: %s, want 3", got)
 	}
 
 	held.conn.Close()
@@ -203,4 +238,94 @@ func TestBodyClientShare(t *testing.T) {
 	})
 	wantAccepted(t, s.from(t, "127.0.0.2").post("hdr", "same-client", body), "hdr", "same-client")
 	wantCounts(t, db, 4, 4)
+}
+
+// A body must keep arriving: after a grace period (here 300 ms), at the
+// minimum rate (here 4 KiB/s) on average. A body that stops after its
+// first bytes, one that trickles a byte at a time, and one of unknown
+// length that trickles are answered 408 request-timeout, with the
+// connection closed and nothing recorded; a body that arrives slowly but
+// above the rate, for longer than the grace period, is accepted whole.
+func TestBodyMinRate(t *testing.T) {
+	t.Parallel()
+	s, db := newDBServer(t, options{config: func(hc *handler.Config) {
+		hc.BodyMinRate, hc.BodyMinRateGrace = 4096, 300*time.Millisecond
+	}})
+	want408 := func(name string, h *heldBody, start time.Time) {
+		t.Helper()
+		r, closed := h.answer(true)
+		if took := time.Since(start); took < 300*time.Millisecond {
+			t.Errorf("%s: answered after %s, within the grace period", name, took)
+		}
+		wantProblem(t, r, http.StatusRequestTimeout, "request-timeout")
+		if !closed {
+			t.Errorf("%s: the connection stayed open after the 408", name)
+		}
+	}
+
+	start := time.Now()
+	stalled := s.holdBody("127.0.0.2", "stalled", 1000, 10, "")
+	want408("a body that stopped", stalled, start)
+
+	start = time.Now()
+	trickle := s.holdBody("127.0.0.2", "trickle", 1000, 1, "")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := trickle.conn.Write([]byte("t")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	want408("a body that trickles", trickle, start)
+
+	start = time.Now()
+	chunked := s.holdChunked("127.0.0.3", "chunked")
+	want408("a chunked body that stopped", chunked, start)
+
+	// 12 KiB in 1 KiB steps every 100 ms: about 10 KiB/s for 1.1 s.
+	steady := s.holdBody("127.0.0.4", "slow-but-steady", 12<<10, 1<<10, "")
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for range 11 {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := steady.conn.Write(bytes.Repeat([]byte("b"), 1<<10)); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	r, _ := steady.answer(false)
+	wantAccepted(t, r, "hdr", "slow-but-steady")
+	var stored []byte
+	if err := db.QueryRow(t.Context(), `SELECT body FROM webhook_events WHERE delivery_id = 'slow-but-steady'`).Scan(&stored); err != nil || !bytes.Equal(stored, bytes.Repeat([]byte("b"), 12<<10)) {
+		t.Errorf("stored body of the slow delivery: %d bytes, %v; want the %d sent", len(stored), err, 12<<10)
+	}
+	wantCounts(t, db, 1, 1)
+}
+
+// holdChunked is holdBody for a chunked body: headers, then the first
+// chunk of 10 bytes, and no more.
+func (s *server) holdChunked(ip, id string) *heldBody {
+	s.t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	conn, err := d.DialContext(s.t.Context(), "tcp", s.srv.Listener.Addr().String())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST /webhooks/hdr HTTP/1.1\r\nHost: x\r\nX-Delivery-Id: %s\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n", id)
+	return &heldBody{t: s.t, conn: conn, r: bufio.NewReader(conn)}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -112,7 +113,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	// and its client's share of it, until the request ends.
 	hold := s.budget.hold(r.Context(), s.authLimit.ClientKey(r))
 	defer hold.release()
-	body, err := readBody(w, r, sender.MaxBodyBytes, hold)
+	body, err := s.readBody(w, r, sender.MaxBodyBytes, hold)
 	if err != nil {
 		return "", err
 	}
@@ -278,8 +279,29 @@ func withHeaders(r *http.Request, h http.Header) *http.Request {
 }
 
 // readBody reads the whole request body, refusing more than limit bytes,
-// holding room for it in h as its bytes arrive (bodyHold.readAll).
-func readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
+// holding room for it in h as its bytes arrive (bodyHold.readAll), at the
+// minimum rate of bodies (bodyPace): a body that arrives slower is a 408
+// problem. On any error the answer is sent at once and the connection
+// closed after it (net/http would otherwise read up to 256 KiB of what is
+// left of the body before answering, for as long as its client takes);
+// after the answer, what is left is read and thrown away for at most
+// bodyDrain, so that the client is not reset before it reads the answer.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
+	body, err := s.readBodyBytes(w, r, limit, h)
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDrain))
+	}
+	return body, err
+}
+
+// bodyDrain is how long the rest of a body answered before it was read
+// whole may still arrive (net/http reads at most 256 KiB of it) before
+// its connection is closed. Closing with unread bytes makes the kernel
+// reset the connection, and a client can then lose the answer.
+const bodyDrain = time.Second
+
+func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 	// (The problem is made only when needed: formatting it for every
 	// request showed in make bench's CPU profile.)
 	tooLarge := func() error {
@@ -295,7 +317,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) 
 	if r.ContentLength < 0 {
 		src = http.MaxBytesReader(w, r.Body, limit)
 	}
-	body, err := h.readAll(src, 0, r.ContentLength, limit)
+	p := s.pace(w)
+	body, err := h.readAll(src, 0, r.ContentLength, limit, p)
+	p.done()
 	var (
 		mbe *http.MaxBytesError
 		pe  *problemError
@@ -307,9 +331,31 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) 
 		return nil, tooLarge()
 	case errors.As(err, &pe):
 		return nil, pe
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, &problemError{typ: probBodyTimeout, detail: s.slowBodyDetail(), cause: err}
 	default:
 		return nil, &problemError{typ: probInvalidBody, detail: "The request body could not be read completely. Nothing was recorded.", cause: err}
 	}
+}
+
+// pace returns the pace of a body read for w now; nil without a minimum
+// rate.
+func (s *Server) pace(w http.ResponseWriter) *bodyPace {
+	if s.minRate == 0 {
+		return nil
+	}
+	now := time.Now()
+	return &bodyPace{rc: http.NewResponseController(w), rate: s.minRate, grace: s.minRateGrace, start: now, end: now.Add(s.readTimeout)}
+}
+
+// slowBodyDetail is the detail of a 408 for a body that did not arrive in
+// time.
+func (s *Server) slowBodyDetail() string {
+	if s.minRate == 0 {
+		return fmt.Sprintf("The body did not arrive within %s. Nothing was recorded; the connection is closed.", s.readTimeout)
+	}
+	return fmt.Sprintf("The body did not arrive in time: after its first %s it must arrive at %d bytes per second or more on average, and all of it within %s. Nothing was recorded; the connection is closed.",
+		s.minRateGrace, s.minRate, s.readTimeout)
 }
 
 // deliveryID extracts the delivery ID from where sender's configuration says

@@ -56,6 +56,17 @@ type Config struct {
 	// max_body_bytes.
 	BodyBudget     int64
 	BodyBudgetWait time.Duration
+	// BodyMinRate is the rate, in bytes per second, at which a body must
+	// arrive on average once BodyMinRateGrace has passed since the request
+	// began reading it (DefaultBodyMinRate, DefaultBodyMinRateGrace): the
+	// read deadline of its connection is start + grace + bytes/rate, and a
+	// body that misses it is answered 408 with its connection closed. 0
+	// sets no minimum rate. BodyReadTimeout (DefaultBodyReadTimeout,
+	// positive) bounds the body's time in all, as the HTTP server's
+	// ReadTimeout does: the deadline is never moved past it.
+	BodyMinRate      int64
+	BodyMinRateGrace time.Duration
+	BodyReadTimeout  time.Duration
 	// MetricsElsewhere says that /metrics is served on a listener of its
 	// own (MetricsHandler): the Server's routers then answer 404 there.
 	MetricsElsewhere bool
@@ -86,10 +97,15 @@ type Config struct {
 }
 
 // DefaultConfig returns the Server's defaults: no admin token (the operator
-// API disabled), the default body budget, and no optional dependency.
+// API disabled), the default body budget and minimum rate of bodies, and no
+// optional dependency.
 func DefaultConfig() Config {
-	return Config{BodyBudget: DefaultBodyBudget, BodyBudgetWait: DefaultBodyBudgetWait}
+	return Config{BodyBudget: DefaultBodyBudget, BodyBudgetWait: DefaultBodyBudgetWait,
+		BodyMinRate: DefaultBodyMinRate, BodyMinRateGrace: DefaultBodyMinRateGrace, BodyReadTimeout: DefaultBodyReadTimeout}
 }
+
+// MaxBodyMinRate is the largest Config.BodyMinRate: 1 GiB/s.
+const MaxBodyMinRate = 1 << 30
 
 // validate returns an error naming the field at fault, or nil.
 func (c Config) validate() error {
@@ -98,6 +114,15 @@ func (c Config) validate() error {
 	}
 	if c.BodyBudgetWait <= 0 {
 		return fmt.Errorf("handler config: BodyBudgetWait %s: must be positive", c.BodyBudgetWait)
+	}
+	if c.BodyMinRate < 0 || c.BodyMinRate > MaxBodyMinRate {
+		return fmt.Errorf("handler config: BodyMinRate %d: must be from 0 (none) to %d bytes per second", c.BodyMinRate, MaxBodyMinRate)
+	}
+	if c.BodyMinRateGrace < 0 {
+		return fmt.Errorf("handler config: BodyMinRateGrace %s: must not be negative", c.BodyMinRateGrace)
+	}
+	if c.BodyReadTimeout <= 0 {
+		return fmt.Errorf("handler config: BodyReadTimeout %s: must be positive", c.BodyReadTimeout)
 	}
 	return nil
 }
@@ -133,6 +158,12 @@ type Server struct {
 	// shed counts the deliveries shed, by reason.
 	budget *bodyBudget
 	shed   *prometheus.CounterVec
+
+	// The pace of bodies (Config.BodyMinRate, BodyMinRateGrace,
+	// BodyReadTimeout); minRate 0: none.
+	minRate      int64
+	minRateGrace time.Duration
+	readTimeout  time.Duration
 
 	// fast attempts forwards right after the ingest COMMIT (Config.FastPath);
 	// nil for none: the relay moves every forward into River.
@@ -174,6 +205,8 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 		authLimit:  hc.AuthLimiter,
 		now:        time.Now,
 		budget:     newBodyBudget(hc.BodyBudget, hc.BodyBudgetWait),
+
+		minRate: hc.BodyMinRate, minRateGrace: hc.BodyMinRateGrace, readTimeout: hc.BodyReadTimeout,
 
 		metricsElsewhere: hc.MetricsElsewhere,
 		river:            hc.River,

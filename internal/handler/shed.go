@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -38,12 +39,17 @@ import (
 //     wait for each other. So the oldest request of the budget, and the
 //     oldest of each client, are never refused room: a body may exceed the
 //     budget, or its client's share, by its own size while it is the oldest.
-//     It ends (read and stored, or refused), and the next is oldest.
+//     It ends (read, stored, or cut for its rate), and the next is oldest.
+//   - A body must arrive at a minimum rate (Config.BodyMinRate, after
+//     Config.BodyMinRateGrace, and within Config.BodyReadTimeout in all:
+//     bodyPace moves the connection's read deadline as the bytes arrive):
+//     past it the request is answered 408 request-timeout and its
+//     connection closed (Server.readBody).
 //   - The store sheds on queueing delay (dedup.Config.Shedding): reasons
 //     queue_delay and queue_timeout. Copies of a delivery in flight in this
 //     process wait for the first copy and are never counted.
 
-// Defaults of the body budget.
+// Defaults of the body budget and of the minimum rate of bodies.
 const (
 	// DefaultBodyBudget suits a small machine: 64 MiB of bodies in
 	// memory at once, 64 requests of the default 1 MiB limit.
@@ -51,6 +57,16 @@ const (
 	// DefaultBodyBudgetWait is how long a request waits for room in the
 	// budget before it is answered 503.
 	DefaultBodyBudgetWait = 2 * time.Second
+	// DefaultBodyMinRate (bytes per second) and DefaultBodyMinRateGrace:
+	// after its first 5 s, a body must have arrived at 1 KiB/s on average
+	// (8 kbit/s, slower than any link a webhook sender uses; a body that
+	// came fast has credit for long pauses). A connection that sends a byte
+	// now and then is cut after 5 s.
+	DefaultBodyMinRate      = 1024
+	DefaultBodyMinRateGrace = 5 * time.Second
+	// DefaultBodyReadTimeout is how long a body may take in all, whatever
+	// its rate: the HTTP server's ReadTimeout (cmd/server).
+	DefaultBodyReadTimeout = 60 * time.Second
 )
 
 // smallBody is the largest body that may use the budget's reserve for
@@ -149,6 +165,8 @@ type bodyHold struct {
 	want                                   int64 // while waiting: the size waited for
 	ready                                  chan struct{}
 	granted, released                      bool
+
+	waited time.Duration // spent waiting for room, in all
 }
 
 // errBodyBudget and errBodyClientShare are returned when the wait for room
@@ -247,6 +265,7 @@ func (h *bodyHold) grow(to int64) error {
 	}
 	b.mu.Unlock()
 
+	began := time.Now()
 	timer := time.NewTimer(b.wait)
 	select {
 	case <-h.ready:
@@ -261,6 +280,7 @@ func (h *bodyHold) grow(to int64) error {
 		_, clientFull = b.fits(h, to)
 	}
 	b.mu.Unlock()
+	h.waited += time.Since(began)
 	switch {
 	case granted:
 		return nil
@@ -321,8 +341,9 @@ func (h *bodyHold) release() {
 // size is the body's announced length, -1 for none: the buffer never grows
 // past it and reading stops there (a body that ends before it is
 // io.ErrUnexpectedEOF). Without one, it reads to the end, at most limit+1
-// bytes (the caller tells a body over limit by its length).
-func (h *bodyHold) readAll(r io.Reader, base, size, limit int64) ([]byte, error) {
+// bytes (the caller tells a body over limit by its length). p, when not
+// nil, moves the connection's read deadline as the bytes arrive.
+func (h *bodyHold) readAll(r io.Reader, base, size, limit int64, p *bodyPace) ([]byte, error) {
 	end := limit + 1
 	if size >= 0 {
 		end = size
@@ -341,6 +362,7 @@ func (h *bodyHold) readAll(r io.Reader, base, size, limit int64) ([]byte, error)
 			copy(nb, buf)
 			buf = nb
 		}
+		p.arm(int64(len(buf)), h.waited)
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
@@ -353,6 +375,61 @@ func (h *bodyHold) readAll(r io.Reader, base, size, limit int64) ([]byte, error)
 			return buf, err
 		}
 	}
+}
+
+// bodyPace keeps a body to its minimum rate: before each read it moves the
+// connection's read deadline to start + grace + (bytes read) / rate, and
+// never past end (start + the read timeout); the time the request spent
+// waiting for room in the budget is not the body's and is added. nil (no
+// minimum rate) does nothing.
+type bodyPace struct {
+	rc         *http.ResponseController // nil when the connection has no deadlines
+	rate       int64
+	grace      time.Duration
+	start, end time.Time
+	set        time.Time // the deadline set last
+}
+
+// arm sets the read deadline for a body of which n bytes arrived, after
+// waiting for room for waited.
+func (p *bodyPace) arm(n int64, waited time.Duration) {
+	if p == nil || p.rc == nil {
+		return
+	}
+	d := p.deadline(n, waited)
+	if d.Equal(p.set) {
+		return
+	}
+	if err := p.rc.SetReadDeadline(d); err != nil {
+		p.rc = nil // no deadlines on this connection: no minimum rate
+		return
+	}
+	p.set = d
+}
+
+// deadline is the read deadline of a body of which n bytes arrived, after
+// waiting for room for waited: start + grace + waited + n/rate, at most
+// end.
+func (p *bodyPace) deadline(n int64, waited time.Duration) time.Time {
+	secs := n / p.rate
+	if secs >= int64(p.end.Sub(p.start)/time.Second) {
+		return p.end // (and no overflow below)
+	}
+	credit := p.grace + waited + time.Duration(secs)*time.Second + time.Duration(n%p.rate)*time.Second/time.Duration(p.rate)
+	if t := p.start.Add(credit); t.Before(p.end) {
+		return t
+	}
+	return p.end
+}
+
+// done gives the connection back the deadline of the whole request (end),
+// once the body is read: the server reads on in the background, and the
+// body's own deadline must not end the request meanwhile.
+func (p *bodyPace) done() {
+	if p == nil || p.rc == nil || p.set.IsZero() {
+		return
+	}
+	_ = p.rc.SetReadDeadline(p.end)
 }
 
 // shedReason returns the reason a delivery answered err was shed, "" when

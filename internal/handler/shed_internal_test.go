@@ -82,3 +82,30 @@ func TestBodyBudgetOldestGetsRoom(t *testing.T) {
 		t.Errorf("after every release: all %d, large %d, holds %p..%p, waiters %p..%p", b.all, b.large, b.oldest, b.newest, b.waitFirst, b.waitLast)
 	}
 }
+
+// TestBodyPace: the read deadline a body is given for n bytes that
+// arrived is start + grace + n / rate, plus the time it waited for room,
+// never past the end.
+func TestBodyPace(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	end := start.Add(time.Minute)
+	for _, tc := range []struct {
+		n      int64
+		waited time.Duration
+		want   time.Time
+	}{
+		{0, 0, start.Add(5 * time.Second)},
+		{1, 0, start.Add(5*time.Second + time.Second/1024)},
+		{1024, 0, start.Add(6 * time.Second)},
+		{1536, 2 * time.Second, start.Add(8*time.Second + 500*time.Millisecond)},
+		{54 << 10, 0, start.Add(59 * time.Second)},
+		{55 << 10, 0, end},
+		{1 << 40, 0, end},
+	} {
+		p := &bodyPace{rc: nil, rate: 1024, grace: 5 * time.Second, start: start, end: end}
+		if got := p.deadline(tc.n, tc.waited); !got.Equal(tc.want) {
+			t.Errorf("deadline after %d bytes, %s waited: %s, want %s", tc.n, tc.waited, got.Sub(start), tc.want.Sub(start))
+		}
+	}
+}
