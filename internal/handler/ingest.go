@@ -318,7 +318,7 @@ func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int
 		src = http.MaxBytesReader(w, r.Body, limit)
 	}
 	p := s.pace(w)
-	body, err := h.readAll(src, 0, r.ContentLength, limit, p)
+	body, err := h.readAll(src, 0, r.ContentLength, limit, &p)
 	p.done()
 	var (
 		mbe *http.MaxBytesError
@@ -338,14 +338,14 @@ func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int
 	}
 }
 
-// pace returns the pace of a body read for w now; nil without a minimum
-// rate.
-func (s *Server) pace(w http.ResponseWriter) *bodyPace {
+// pace returns the pace of a body read for w from now on; one that does
+// nothing without a minimum rate.
+func (s *Server) pace(w http.ResponseWriter) bodyPace {
 	if s.minRate == 0 {
-		return nil
+		return bodyPace{}
 	}
 	now := time.Now()
-	return &bodyPace{rc: http.NewResponseController(w), rate: s.minRate, grace: s.minRateGrace, start: now, end: now.Add(s.readTimeout)}
+	return bodyPace{w: w, rate: s.minRate, grace: s.minRateGrace, start: now, end: now.Add(s.readTimeout)}
 }
 
 // slowBodyDetail is the detail of a 408 for a body that did not arrive in

@@ -380,10 +380,10 @@ func (h *bodyHold) readAll(r io.Reader, base, size, limit int64, p *bodyPace) ([
 // bodyPace keeps a body to its minimum rate: before each read it moves the
 // connection's read deadline to start + grace + (bytes read) / rate, and
 // never past end (start + the read timeout); the time the request spent
-// waiting for room in the budget is not the body's and is added. nil (no
-// minimum rate) does nothing.
+// waiting for room in the budget is not the body's and is added. Without
+// w (no minimum rate, or a connection without deadlines) it does nothing.
 type bodyPace struct {
-	rc         *http.ResponseController // nil when the connection has no deadlines
+	w          http.ResponseWriter // whose connection's deadline is moved
 	rate       int64
 	grace      time.Duration
 	start, end time.Time
@@ -393,15 +393,16 @@ type bodyPace struct {
 // arm sets the read deadline for a body of which n bytes arrived, after
 // waiting for room for waited.
 func (p *bodyPace) arm(n int64, waited time.Duration) {
-	if p == nil || p.rc == nil {
+	if p == nil || p.w == nil {
 		return
 	}
 	d := p.deadline(n, waited)
 	if d.Equal(p.set) {
 		return
 	}
-	if err := p.rc.SetReadDeadline(d); err != nil {
-		p.rc = nil // no deadlines on this connection: no minimum rate
+	// (A ResponseController of its own each time stays on the stack.)
+	if err := http.NewResponseController(p.w).SetReadDeadline(d); err != nil {
+		p.w = nil // no deadlines on this connection: no minimum rate
 		return
 	}
 	p.set = d
@@ -426,10 +427,10 @@ func (p *bodyPace) deadline(n int64, waited time.Duration) time.Time {
 // once the body is read: the server reads on in the background, and the
 // body's own deadline must not end the request meanwhile.
 func (p *bodyPace) done() {
-	if p == nil || p.rc == nil || p.set.IsZero() {
+	if p == nil || p.w == nil || p.set.IsZero() {
 		return
 	}
-	_ = p.rc.SetReadDeadline(p.end)
+	_ = http.NewResponseController(p.w).SetReadDeadline(p.end)
 }
 
 // shedReason returns the reason a delivery answered err was shed, "" when

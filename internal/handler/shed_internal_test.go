@@ -103,7 +103,7 @@ func TestBodyPace(t *testing.T) {
 		{55 << 10, 0, end},
 		{1 << 40, 0, end},
 	} {
-		p := &bodyPace{rc: nil, rate: 1024, grace: 5 * time.Second, start: start, end: end}
+		p := &bodyPace{rate: 1024, grace: 5 * time.Second, start: start, end: end}
 		if got := p.deadline(tc.n, tc.waited); !got.Equal(tc.want) {
 			t.Errorf("deadline after %d bytes, %s waited: %s, want %s", tc.n, tc.waited, got.Sub(start), tc.want.Sub(start))
 		}
