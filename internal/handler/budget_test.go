@@ -61,13 +61,21 @@ type heldBody struct {
 // bytes of the body. The connection is closed when the test ends.
 func (s *server) holdBody(ip, id string, length, sent int, extra string) *heldBody {
 	s.t.Helper()
+	return s.holdRequest(ip, fmt.Sprintf("POST /webhooks/hdr HTTP/1.1\r\nHost: x\r\nX-Delivery-Id: %s\r\nContent-Length: %d\r\n%s\r\n", id, length, extra), sent)
+}
+
+// holdRequest is holdBody for the request head given.
+func (s *server) holdRequest(ip, head string, sent int) *heldBody {
+	s.t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 	conn, err := d.DialContext(s.t.Context(), "tcp", s.srv.Listener.Addr().String())
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "POST /webhooks/hdr HTTP/1.1\r\nHost: x\r\nX-Delivery-Id: %s\r\nContent-Length: %d\r\n%s\r\n", id, length, extra)
+	if _, err := io.WriteString(conn, head); err != nil {
+		s.t.Fatal(err)
+	}
 	h := &heldBody{t: s.t, conn: conn, r: bufio.NewReader(conn)}
 	h.send(sent)
 	return h
@@ -320,12 +328,29 @@ func TestBodyMinRate(t *testing.T) {
 // chunk of 10 bytes, and no more.
 func (s *server) holdChunked(ip, id string) *heldBody {
 	s.t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	conn, err := d.DialContext(s.t.Context(), "tcp", s.srv.Listener.Addr().String())
-	if err != nil {
-		s.t.Fatal(err)
+	return s.holdRequest(ip, "POST /webhooks/hdr HTTP/1.1\r\nHost: x\r\nX-Delivery-Id: "+id+"\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n", 0)
+}
+
+// A delivery refused before its body is read (an unknown sender, an
+// encoding the sender does not accept) is answered at once, however slowly
+// its body comes, and its connection is closed: net/http would otherwise
+// read up to 256 KiB of the body before answering, for as long as the
+// client takes.
+func TestUnreadBodyClosesConnection(t *testing.T) {
+	t.Parallel()
+	s, _ := newDBServer(t, options{})
+	for _, tc := range []struct {
+		name, head string
+		status     int
+		slug       string
+	}{
+		{"unknown sender", "POST /webhooks/nobody HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n", http.StatusNotFound, "unknown-sender"},
+		{"an encoding refused", "POST /webhooks/hdr HTTP/1.1\r\nHost: x\r\nX-Delivery-Id: br\r\nContent-Encoding: br\r\nContent-Length: 1000\r\n\r\n", http.StatusUnsupportedMediaType, "unsupported-encoding"},
+	} {
+		r, closed := s.holdRequest("127.0.0.2", tc.head, 10).answer(true)
+		wantProblem(t, r, tc.status, tc.slug)
+		if !closed {
+			t.Errorf("%s: the connection stayed open", tc.name)
+		}
 	}
-	s.t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "POST /webhooks/hdr HTTP/1.1\r\nHost: x\r\nX-Delivery-Id: %s\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n", id)
-	return &heldBody{t: s.t, conn: conn, r: bufio.NewReader(conn)}
 }

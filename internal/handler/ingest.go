@@ -49,6 +49,7 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 		outcome, err = s.ingest(w, r, sd, info)
 	} else {
 		err = newProblem(probUnknownSender, fmt.Sprintf("No sender named %q is configured. Configured senders are listed in hookgate.yaml.", sender))
+		closeUnread(w, r)
 	}
 	if err != nil {
 		pe := writeProblem(w, err)
@@ -107,6 +108,7 @@ func (s *Server) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.Sender, info *reqInfo) (string, error) {
 	gzipped, err := contentEncoding(w, r, sender)
 	if err != nil {
+		closeUnread(w, r)
 		return "", err
 	}
 	// The body's bytes are counted against the memory budget of bodies,
@@ -289,10 +291,20 @@ func withHeaders(r *http.Request, h http.Header) *http.Request {
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 	body, err := s.readBodyBytes(w, r, limit, h)
 	if err != nil {
-		w.Header().Set("Connection", "close")
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDrain))
+		closeUnread(w, r)
 	}
 	return body, err
+}
+
+// closeUnread makes the answer to r, whose body is not read (whole), close
+// the connection, and gives what is left of the body bodyDrain to arrive
+// after the answer (see readBody); nothing for a request without a body.
+func closeUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDrain))
 }
 
 // bodyDrain is how long the rest of a body answered before it was read
