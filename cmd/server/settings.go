@@ -125,7 +125,7 @@ var settingTable = []setting{
 		help:  "senders configuration file",
 		parse: func(s *settings, v string) error { s.configPath = v; return nil }},
 	{flag: "admin-token", env: "HOOKGATE_ADMIN_TOKEN", shown: "(none)",
-		help:  "bearer token of the operator API and the console; a weak one (under 128 bits of estimated entropy, only whitespace, a repeated pattern) is refused: use openssl rand -hex 32",
+		help:  "bearer token of the operator API and the console; a weak one (under 128 bits of estimated entropy, only whitespace, a repeated pattern, mostly dictionary words, keyboard rows, sequences or dates) is refused: use openssl rand -hex 32",
 		parse: parseAdminToken},
 	{flag: "in-flight-wait", env: "HOOKGATE_IN_FLIGHT_WAIT", def: dedup.DefaultInFlightWait.String(),
 		help: "how long a delivery waits for a concurrent one with the same ID before 409 (at most 10s)",
