@@ -1,6 +1,9 @@
 package main
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"regexp"
@@ -123,4 +126,94 @@ func TestBinaryRefusesWeakAdminTokens(t *testing.T) {
 			t.Errorf("a random token (%d characters) is refused:\n%s", len(tok), st.out)
 		}
 	}
+}
+
+// refusal is a hookgate.yaml the real binary must refuse at start-up.
+type refusal struct {
+	name   string
+	cfg    string
+	env    []string // pairs
+	want   []string // in the output
+	hidden string   // never in the output
+}
+
+// checkRefusals starts the real binary with each configuration of cases
+// and fails the test when one starts, or its refusal lacks a want or shows
+// its hidden value.
+func checkRefusals(t *testing.T, dsn string, cases []refusal) {
+	t.Helper()
+	for _, tc := range cases {
+		st := startBinaryOnce(t, dsn, tc.cfg, tc.env)
+		if st.up {
+			t.Errorf("%s: the binary started, want a refusal", tc.name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(st.out, w) {
+				t.Errorf("%s: the refusal does not say %q:\n%s", tc.name, w, st.out)
+			}
+		}
+		if tc.hidden != "" && strings.Contains(st.out, tc.hidden) {
+			t.Errorf("%s: the refusal shows the secret %q:\n%s", tc.name, tc.hidden, st.out)
+		}
+	}
+}
+
+// checkStarts starts the real binary with each configuration of cfgs (by
+// name) and fails the test when one does not start.
+func checkStarts(t *testing.T, dsn string, cfgs map[string]string) {
+	t.Helper()
+	for name, cfg := range cfgs {
+		if st := startBinaryOnce(t, dsn, cfg, nil); !st.up {
+			t.Errorf("%s: the binary did not start:\n%s", name, st.out)
+		}
+	}
+}
+
+// whsec returns a Standard Webhooks secret of an n-byte random key.
+func whsec(n int) string {
+	return "whsec_" + base64.StdEncoding.EncodeToString([]byte(randHex(n)[:n]))
+}
+
+// Weak signing secrets stop the real binary at start-up, naming the sender
+// (or target) and the field, never the value: under 16 bytes (of the key a
+// whsec_ secret decodes to), only whitespace, or padded with whitespace
+// (from the environment too); so does a tolerance above an hour. Their
+// safe neighbours start it; an Ed25519 public key is not a secret and
+// keeps its own size.
+func TestBinaryRefusesWeakSecrets(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	long := randHex(16)       // 32 bytes
+	const short = "s3cr3t-9z" // 9 bytes
+	checkRefusals(t, dsn, []refusal{
+		{"short secret", "senders:\n  - name: gh\n    preset: github\n    secret: " + short + "\n", nil,
+			[]string{"senders[0].secret (gh)", "9 bytes", "at least 16"}, short},
+		{"one-character secret", "senders:\n  - name: gh\n    preset: github\n    secret: x\n", nil,
+			[]string{"senders[0].secret (gh)", "1 byte", "at least 16"}, ""},
+		{"short secret in secrets", "senders:\n  - name: gh\n    preset: github\n    secrets: [" + long + ", " + short + "]\n", nil,
+			[]string{"senders[0].secrets[1] (gh)", "at least 16"}, short},
+		{"short signature.secret", "senders:\n  - name: b\n    preset: generic\n    delivery_id: { header: X-Id }\n" +
+			"    signature: { scheme: hmac-sha256, header: X-Sig, secret: " + short + " }\n", nil,
+			[]string{"senders[0].signature.secret (b)", "at least 16"}, short},
+		{"whitespace secret", "senders:\n  - name: gh\n    preset: github\n    secret: \"                    \"\n", nil,
+			[]string{"senders[0].secret (gh)", "only whitespace"}, ""},
+		{"padded secret from the environment", "senders:\n  - name: gh\n    preset: github\n    secret: ${GH_SECRET}\n",
+			[]string{"GH_SECRET", long + "\n"}, []string{"senders[0].secret (gh)", "whitespace"}, long},
+		{"short Standard Webhooks key", "senders:\n  - name: sw\n    preset: standard-webhooks\n    secret: " + whsec(8) + "\n", nil,
+			[]string{"senders[0].secret (sw)", "8 bytes", "at least 16"}, ""},
+		{"short target signing secret", senderConfig + "    forward:\n      - name: t\n        url: http://127.0.0.1:1/x\n        signing_secret: " + whsec(10) + "\n", nil,
+			[]string{"senders[0].forward[0].signing_secret (acme, target t)", "10 bytes", "at least 16"}, ""},
+		{"short verify token", "senders:\n  - name: m\n    preset: meta\n    secret: " + long + "\n    verify_token: " + short + "\n", nil,
+			[]string{"senders[0].verify_token (m)", "at least 16"}, short},
+		{"tolerance of ten years", "senders:\n  - name: st\n    preset: stripe\n    secret: " + long + "\n    tolerance: 87600h\n", nil,
+			[]string{"senders[0].tolerance", "at most 1h"}, long},
+	})
+	discordKey := hex.EncodeToString(ed25519.NewKeyFromSeed(make([]byte, 32)).Public().(ed25519.PublicKey))
+	checkStarts(t, dsn, map[string]string{
+		"16-byte secret, 1h tolerance": "senders:\n  - name: st\n    preset: stripe\n    secret: " + randHex(8) + "\n    tolerance: 1h\n",
+		"16-byte Standard Webhooks key and target key": "senders:\n  - name: sw\n    preset: standard-webhooks\n    secret: " + whsec(16) + "\n" +
+			"    forward:\n      - name: t\n        url: http://127.0.0.1:1/x\n        signing_secret: " + whsec(16) + "\n",
+		"an Ed25519 public key (not a secret)": "senders:\n  - name: d\n    preset: discord\n    secret: " + discordKey + "\n",
+	})
 }

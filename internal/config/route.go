@@ -99,6 +99,9 @@ func check(s *Sender) error {
 	if err := checkSignature(s); err != nil {
 		return err
 	}
+	if err := checkSecretStrength(s); err != nil {
+		return err
+	}
 	if s.PublicURL != "" && strings.ContainsAny(s.PublicURL, "?#") {
 		return errors.New("public_url: must not have a query or fragment: the request's query string is appended to it")
 	}

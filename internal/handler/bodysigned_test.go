@@ -24,7 +24,7 @@ func mailgunBody(key []byte, id string, ts int64, token string) []byte {
 
 func TestMailgunSignatureInBody(t *testing.T) {
 	t.Parallel()
-	keys := [][]byte{[]byte("mg-key-main-3f1a"), []byte("mg-key-old"), []byte("mg-key-new")}
+	keys := [][]byte{[]byte("mg-key-main-3f1a"), []byte("mg-key-old-0123456"), []byte("mg-key-new-0123456")}
 	yaml := "senders:\n  - name: mailgun\n    preset: mailgun\n    secret: ${MG}\n" +
 		"  - name: mailgun-rot\n    preset: mailgun\n    secrets: [\"${MG_OLD}\", \"${MG_NEW}\"]\n"
 	s, pool := newDBServer(t, options{yaml: yaml, env: map[string]string{"MG": string(keys[0]), "MG_OLD": string(keys[1]), "MG_NEW": string(keys[2])}})

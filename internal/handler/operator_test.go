@@ -597,7 +597,7 @@ senders:
     preset: generic
     delivery_id: { header: X-Delivery-Id }
 `,
-		env: map[string]string{"GH": "gh-secret", "HM1": "hm-secret-1", "HM2": "hm-secret-2", "PW": "url-password", "SIGN": "whsec_" + base64.StdEncoding.EncodeToString([]byte("signing-key-32-bytes-long-......")), "KEY": "header-value"},
+		env: map[string]string{"GH": "gh-secret-0123456789", "HM1": "hm-secret-1-0123456789", "HM2": "hm-secret-2-0123456789", "PW": "url-password", "SIGN": "whsec_" + base64.StdEncoding.EncodeToString([]byte("signing-key-32-bytes-long-......")), "KEY": "header-value"},
 	})
 	var got sendersPage
 	decode(t, s.call("GET", "/v1/senders"), http.StatusOK, "GET", routeSenders, &got)
