@@ -217,3 +217,26 @@ func TestBinaryRefusesWeakSecrets(t *testing.T) {
 		"an Ed25519 public key (not a secret)": "senders:\n  - name: d\n    preset: discord\n    secret: " + discordKey + "\n",
 	})
 }
+
+// A preset that answers a provider's handshake (Slack's url_verification,
+// Zoom's, Twitch's, Discord's PING, Meta's) with its signature check turned
+// off would answer anyone's challenge: the real binary refuses it at
+// start-up; with its check it starts.
+func TestBinaryRefusesHandshakeWithoutSignature(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	checkRefusals(t, dsn, []refusal{
+		{"slack without its signature check", "senders:\n  - name: sl\n    preset: slack\n    signature: { scheme: none }\n", nil,
+			[]string{"senders[0].signature.scheme (sl)", "url_verification", "slack"}, ""},
+		{"zoom without its signature check", "senders:\n  - name: z\n    preset: zoom\n    signature: { scheme: none }\n", nil,
+			[]string{"senders[0].signature.scheme (z)", "zoom"}, ""},
+		{"twitch without its signature check", "senders:\n  - name: tw\n    preset: twitch\n    signature: { scheme: none }\n", nil,
+			[]string{"senders[0].signature.scheme (tw)", "twitch"}, ""},
+		{"discord without its signature check", "senders:\n  - name: d\n    preset: discord\n    signature: { scheme: none }\n", nil,
+			[]string{"senders[0].signature.scheme (d)", "discord"}, ""},
+	})
+	checkStarts(t, dsn, map[string]string{
+		"slack with its check": "senders:\n  - name: sl\n    preset: slack\n    secret: " + randHex(16) + "\n",
+		"generic without one":  senderConfig,
+	})
+}

@@ -84,3 +84,28 @@ func weakSecret(raw string, key []byte, publicKey bool) string {
 	}
 	return ""
 }
+
+// handshakeNames are how the refusals name each handshake kind.
+var handshakeNames = map[string]string{
+	HandshakeSlackURLVerification: "Slack's url_verification handshake",
+	HandshakeZoomURLValidation:    "Zoom's endpoint.url_validation handshake",
+	HandshakeTwitchVerification:   "Twitch's callback verification",
+	HandshakeDiscordPing:          "Discord's PING",
+	HandshakeMetaSubscribe:        "Meta's subscription check",
+}
+
+// checkHandshakeSigned refuses a sender whose preset answers a handshake
+// while signature.scheme none turns its signature check off: the
+// handshake would then be answered for anyone (a stranger could verify
+// an endpoint they do not own as theirs, or probe it).
+func checkHandshakeSigned(s *Sender) error {
+	if s.Signature.Scheme != SchemeNone {
+		return nil
+	}
+	p, ok := PresetNamed(s.Preset)
+	if !ok || p.Handshake == HandshakeNone {
+		return nil
+	}
+	return fmt.Errorf("signature.scheme (%s): none cannot turn off the signature check of preset %s: hookgate answers %s only after that check, and would answer it for anyone; leave signature.scheme out to keep the preset's check (or use preset generic for a sender that signs nothing)",
+		s.Name, s.Preset, handshakeNames[p.Handshake])
+}

@@ -72,3 +72,27 @@ func TestToleranceIsAtMostAnHour(t *testing.T) {
 		t.Errorf("timeout 6m: %v", err)
 	}
 }
+
+// signature.scheme none is refused on every preset that answers a
+// handshake, and allowed on the others.
+func TestHandshakePresetsKeepTheirSignatureCheck(t *testing.T) {
+	t.Parallel()
+	handshakes := 0
+	for _, p := range config.Presets {
+		yaml := "senders:\n  - name: x\n    preset: " + p.Name + "\n    delivery_id: { header: X-Id }\n    signature: { scheme: none }\n"
+		_, err := config.Parse([]byte(yaml), noEnv)
+		if p.Handshake == config.HandshakeNone {
+			if err != nil {
+				t.Errorf("preset %s with scheme none: %v", p.Name, err)
+			}
+			continue
+		}
+		handshakes++
+		if err == nil || !strings.Contains(err.Error(), "senders[0].signature.scheme (x): none cannot turn off the signature check of preset "+p.Name) {
+			t.Errorf("preset %s (handshake %s) with scheme none: %v", p.Name, p.Handshake, err)
+		}
+	}
+	if handshakes < 5 {
+		t.Errorf("%d presets answer a handshake, want Slack's, Zoom's, Twitch's, Discord's and Meta's at least", handshakes)
+	}
+}

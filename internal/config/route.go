@@ -99,6 +99,9 @@ func check(s *Sender) error {
 	if err := checkSignature(s); err != nil {
 		return err
 	}
+	if err := checkHandshakeSigned(s); err != nil {
+		return err
+	}
 	if err := checkSecretStrength(s); err != nil {
 		return err
 	}

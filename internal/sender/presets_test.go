@@ -202,8 +202,9 @@ func TestPresetSchemeOverride(t *testing.T) {
 		presetSender("gh", "github", "secret: s1-0123456789abcdef", "signature: { scheme: hmac-sha256, header: X-Sig }")+
 		// A generic sender checked like Shopify.
 		presetSender("gen", "generic", "delivery_id: { header: X-Id }", "secret: s2-0123456789abcdef", "signature: { scheme: shopify }")+
-		// A Slack sender whose check is turned off.
-		presetSender("sl", "slack", "signature: { scheme: none }")+
+		// A Stripe sender whose check is turned off (a preset that answers
+		// a handshake, such as Slack's, refuses that: config).
+		presetSender("sl", "stripe", "signature: { scheme: none }")+
 		// A generic sender with the Standard Webhooks scheme.
 		presetSender("gsw", "generic", "delivery_id: { header: webhook-id }", "signature: { scheme: standard-webhooks, secret: \""+whsec("s3-0123456789abcdef")+"\" }"), noEnv)
 
@@ -230,8 +231,8 @@ func TestPresetSchemeOverride(t *testing.T) {
 	if got := sl.SignatureScheme(); got != config.SchemeNone || sl.Verifier != nil {
 		t.Errorf("sl: SignatureScheme() = %q, Verifier %v; want none and nil", got, sl.Verifier)
 	}
-	if sl.DeliveryID.JSONPointer != "/event_id" {
-		t.Errorf("sl: delivery_id = %+v, want the preset's /event_id", sl.DeliveryID)
+	if sl.DeliveryID.JSONPointer != "/id" {
+		t.Errorf("sl: delivery_id = %+v, want the preset's /id", sl.DeliveryID)
 	}
 
 	gsw, _ := c.Get("gsw")
