@@ -240,3 +240,23 @@ func TestBinaryRefusesHandshakeWithoutSignature(t *testing.T) {
 		"generic without one":  senderConfig,
 	})
 }
+
+// A target URL with a user name or password (whose credentials a forward
+// would not send) stops the real binary at start-up, pointing to headers:,
+// and never shows the password; the same credentials in headers: start it.
+func TestBinaryRefusesCredentialsInTargetURL(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	checkRefusals(t, dsn, []refusal{
+		{"target URL with a password", senderConfig + "    forward:\n      - name: t\n        url: http://svc:pw-q8x7@127.0.0.1:1/x\n", nil,
+			[]string{"senders[0].forward[0].url (acme, target t)", "user name or password", "headers", "Authorization"}, "pw-q8x7"},
+		{"target URL with a user name", senderConfig + "    forward:\n      - name: t\n        url: https://tok-3k9d@127.0.0.1:1/x\n", nil,
+			[]string{"senders[0].forward[0].url (acme, target t)", "headers", "Authorization"}, "tok-3k9d"},
+		{"target URL with a password from the environment", senderConfig + "    forward:\n      - name: t\n        url: ${TARGET_URL}\n",
+			[]string{"TARGET_URL", "http://svc:pw-e5r2@127.0.0.1:1/x"},
+			[]string{"senders[0].forward[0].url (acme, target t)", "headers"}, "pw-e5r2"},
+	})
+	checkStarts(t, dsn, map[string]string{
+		"credentials in headers": senderConfig + "    forward:\n      - name: t\n        url: http://127.0.0.1:1/x\n        headers: { Authorization: \"Basic c3ZjOnB3\" }\n",
+	})
+}

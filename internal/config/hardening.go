@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -108,4 +110,18 @@ func checkHandshakeSigned(s *Sender) error {
 	}
 	return fmt.Errorf("signature.scheme (%s): none cannot turn off the signature check of preset %s: hookgate answers %s only after that check, and would answer it for anyone; leave signature.scheme out to keep the preset's check (or use preset generic for a sender that signs nothing)",
 		s.Name, s.Preset, handshakeNames[p.Handshake])
+}
+
+// errURLCredentials explains what to do instead of credentials in a
+// target URL.
+var errURLCredentials = errors.New("has a user name or password in it, which hookgate does not send with forwards: remove them from the URL and give them as a header instead, headers: { Authorization: \"Basic <base64 of user:password>\" } (or \"Bearer <token>\")")
+
+// checkTargetURL refuses a target URL with user information
+// (http://user:password@host/…), without quoting it. url is the URL's
+// field ("forward[0].url") and where its sender and target names.
+func checkTargetURL(raw, field, where string) error {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return fmt.Errorf("%s (%s): %w", field, where, errURLCredentials)
+	}
+	return nil
 }

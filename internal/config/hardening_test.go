@@ -96,3 +96,20 @@ func TestHandshakePresetsKeepTheirSignatureCheck(t *testing.T) {
 		t.Errorf("%d presets answer a handshake, want Slack's, Zoom's, Twitch's, Discord's and Meta's at least", handshakes)
 	}
 }
+
+// A target URL with user information is refused, pointing to headers:,
+// without the URL (or its password) in the error.
+func TestTargetURLCredentialsAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"http://user:pw-7h3k@svc/x", "https://tok-7h3k@svc/x", "http://:pw-7h3k@svc/x", "http://user@svc:9000/x"} {
+		yaml := "senders:\n  - name: o\n    preset: generic\n    delivery_id: { header: X-Id }\n    forward:\n      - name: t\n        url: " + u + "\n"
+		_, err := config.Parse([]byte(yaml), noEnv)
+		if err == nil || !strings.Contains(err.Error(), "senders[0].forward[0].url (o, target t): has a user name or password") || !strings.Contains(err.Error(), "headers: { Authorization:") {
+			t.Errorf("%s: %v", u, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "7h3k") || strings.Contains(err.Error(), "svc") {
+			t.Errorf("%s: the error shows the URL: %v", u, err)
+		}
+	}
+}
