@@ -4,6 +4,9 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testkit"
 )
 
 // startup is one start of the real hookgate binary: serve with the
@@ -259,4 +263,77 @@ func TestBinaryRefusesCredentialsInTargetURL(t *testing.T) {
 	checkStarts(t, dsn, map[string]string{
 		"credentials in headers": senderConfig + "    forward:\n      - name: t\n        url: http://127.0.0.1:1/x\n        headers: { Authorization: \"Basic c3ZjOnB3\" }\n",
 	})
+}
+
+// --forward-allowed-hosts (HOOKGATE_FORWARD_ALLOWED_HOSTS) restricts the
+// hosts forwards reach, in the real binary on a real database: a target
+// whose host is not in the list stops start-up, naming the target, the
+// host and the setting; a listed name or address is forwarded to; a name
+// allowed only by a CIDR prefix is checked at each connection against the
+// address actually dialed, so localhost, let through start-up by
+// 10.0.0.0/8 (a name that no name entry lists, with prefixes in the list),
+// is never reached (by the fast path or by River's worker), and the
+// forward fails saying why. Without the setting, any host is allowed.
+func TestBinaryForwardAllowedHosts(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusNoContent))
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(tg.Server(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFor := func(host string) string { return forwardConfig("http://"+host+":"+port+"/hooks", "2s", 1) }
+
+	_, dsn := pgtest.NewDB(t)
+	checkRefusals(t, dsn, []refusal{
+		{"an address not in the list", cfgFor("127.0.0.1"), []string{"HOOKGATE_FORWARD_ALLOWED_HOSTS", "hooks.example.com,*.internal"},
+			[]string{"senders[0].forward[0].url (acme, target t1)", "127.0.0.1", "HOOKGATE_FORWARD_ALLOWED_HOSTS"}, ""},
+		{"a name not in the list", cfgFor("localhost"), []string{"HOOKGATE_FORWARD_ALLOWED_HOSTS", "hooks.example.com,*.localhost.internal"},
+			[]string{"senders[0].forward[0].url (acme, target t1)", "localhost", "--forward-allowed-hosts"}, ""},
+		{"a malformed entry", senderConfig, []string{"HOOKGATE_FORWARD_ALLOWED_HOSTS", "10.0.0.0/33"},
+			[]string{"forward allowed hosts", "10.0.0.0/33"}, ""},
+	})
+
+	c := newClient(t)
+	for _, tc := range []struct {
+		name, host, allowed string
+		args                []string
+		delivered           bool
+	}{
+		{"no list", "127.0.0.1", "", nil, true},
+		{"a listed address", "127.0.0.1", "hooks.example.com,127.0.0.1", nil, true},
+		{"a listed name", "localhost", "localhost", nil, true},
+		{"a name whose address is in a listed prefix", "localhost", "127.0.0.0/8,::1/128", nil, true},
+		{"a name whose address is not in the listed prefix (fast path)", "localhost", "10.0.0.0/8", nil, false},
+		{"a name whose address is not in the listed prefix (River)", "localhost", "10.0.0.0/8", []string{"--forward-fast-path=false"}, false},
+	} {
+		pool, dsn := pgtest.NewDB(t)
+		before := len(tg.Hits())
+		addr := freeAddr(t)
+		args := append([]string{"--forward-allowed-hosts", tc.allowed}, append(tc.args, fastForwardFlags...)...)
+		p := startBinaryWith(t, bin, dsn, addr, writeConfig(t, cfgFor(tc.host)), args...)
+		waitHealthy(t, c, "http://"+addr, p)
+		deliverAll(t, c, "http://"+addr, makeIDs("allow", 1))
+		testkit.Poll(t, 45*time.Second, tc.name+": the forward to finish", func() bool {
+			st := jobStates(t, pool)
+			return st["completed"]+st["discarded"] == 1
+		}, func() string { return fmt.Sprint(jobStates(t, pool)) })
+		hits := len(tg.Hits()) - before
+		if tc.delivered {
+			if hits != 1 || jobStates(t, pool)["completed"] != 1 {
+				t.Errorf("%s: %d requests reached the target, jobs %v; want the forward delivered", tc.name, hits, jobStates(t, pool))
+			}
+			continue
+		}
+		if hits != 0 {
+			t.Errorf("%s: %d requests reached the target, want none", tc.name, hits)
+		}
+		var errs string
+		for _, j := range forwardJobs(t, pool) {
+			errs += strings.Join(j.Errors, " ")
+		}
+		if !strings.Contains(errs, "not allowed by --forward-allowed-hosts") {
+			t.Errorf("%s: the forward's errors %q do not say the address is not allowed", tc.name, errs)
+		}
+	}
 }
