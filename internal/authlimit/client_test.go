@@ -80,6 +80,8 @@ func TestCheckToken(t *testing.T) {
 		strings.Repeat("a", 32):                                             "one character repeated",
 		strings.Repeat(" ", 32):                                             "only whitespace",
 		"\t\n \t\n \t\n \t\n \t\n \t\n \t\n \t\n":                           "only whitespace",
+		"0f6c2b9e4d8a71355e09c3b7a2f4d6e8\n":                                "begins or ends with whitespace",
+		" 0f6c2b9e4d8a71355e09c3b7a2f4d6e8":                                 "begins or ends with whitespace",
 		strings.Repeat("hookgate", 6):                                       "pattern of 8 characters repeated",
 		strings.Repeat("0123456789", 4) + "0123":                            "pattern of 10 characters repeated",
 		"short-admin-token-31-characters":                                   "bits of entropy",

@@ -27,7 +27,7 @@ const MinTokenBits = 128
 const TokenHint = "generate one with: openssl rand -hex 32 (or: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')"
 
 // CheckToken returns why token is too weak to be the admin token, or nil:
-// only whitespace, a repeated pattern (the same run of characters over and
+// only whitespace, whitespace around it, a repeated pattern (the same run of characters over and
 // over, 32 × "a" included), fewer than MinTokenLength characters, fewer
 // than MinTokenBits of estimated entropy (EstimateBits), or made mostly of
 // what guessers try first: dictionary words, names, common passwords,
@@ -37,6 +37,11 @@ const TokenHint = "generate one with: openssl rand -hex 32 (or: head -c 32 /dev/
 func CheckToken(token string) error {
 	if strings.TrimSpace(token) == "" {
 		return errors.New("admin token: it is only whitespace; " + TokenHint)
+	}
+	if strings.TrimSpace(token) != token {
+		// HTTP drops the whitespace around a header's value: no request
+		// could carry this token.
+		return errors.New("admin token: it begins or ends with whitespace (a line break from the file or variable it was read from?), which no Authorization header can carry: remove it; " + TokenHint)
 	}
 	if p := period(token); p > 0 {
 		if p == 1 {
