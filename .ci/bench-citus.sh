@@ -2,7 +2,7 @@
 # bench-citus.sh compares first deliveries/s on a running Citus cluster with
 # a throwaway plain PostgreSQL (fsync on, as make bench starts it) on the
 # same machine, under the same load: the benchmark's first-delivery phase
-# (internal/bench phase 1, --role api, 32 concurrent requests of one sender,
+# (cmd/bench phase 1, --role api, 32 concurrent requests of one sender,
 # 512-byte bodies), ROUNDS times on each, alternating, and prints each run,
 # the means and their ratio, with the machine's load average before and
 # after (docs/distributed.md#figures).
@@ -31,7 +31,7 @@ plain_url=$TMP_PG_URL
 
 bin=$TMP_PG_ROOT/bin
 mkdir -p "$bin"
-go build -o "$bin/bench" ./internal/bench
+go build -o "$bin/bench" ./cmd/bench
 go build -o "$bin/hookgate" ./cmd/server
 
 # with_db URL NAME: URL pointing at database NAME (same host, port, user).

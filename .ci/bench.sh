@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh runs the load benchmark (internal/bench) against a throwaway
+# bench.sh runs the load benchmark (cmd/bench) against a throwaway
 # PostgreSQL configured as in production (fsync on), which it stops and
 # deletes afterwards. Arguments are passed to the benchmark.
 set -euo pipefail
@@ -13,4 +13,4 @@ PG_FAST= tmp_pg_start
 export HOOKGATE_BENCH_DATABASE_URL=$TMP_PG_URL
 export HOOKGATE_PG_BINDIR=$PG_BINDIR
 
-go run ./internal/bench "$@"
+go run ./cmd/bench "$@"

@@ -859,7 +859,7 @@ type Problem struct {
 
 	// Type Identifies the kind of problem: `urn:hookgate:problem:<slug>`, one of
 	// `invalid-delivery-id`, `invalid-signature`, `invalid-body`,
-	// `unknown-sender`, `in-flight`, `payload-too-large`,
+	// `unknown-sender`, `in-flight`, `payload-too-large`, `request-timeout`,
 	// `payload-mismatch`, `not-found`, `method-not-allowed`,
 	// `invalid-parameter`, `unauthorized`, `operator-disabled`,
 	// `no-targets`, `too-many-attempts`, `unsupported-encoding`,

@@ -132,7 +132,7 @@ func sameSet(a, b []string) bool {
 }
 
 var problemSlugs = []string{
-	"invalid-delivery-id", "invalid-signature", "unknown-sender", "in-flight", "payload-too-large",
+	"invalid-delivery-id", "invalid-signature", "unknown-sender", "in-flight", "payload-too-large", "request-timeout",
 	"payload-mismatch", "unavailable", "internal",
 	"unauthorized", "operator-disabled", "invalid-parameter", "not-found", "no-targets",
 	"too-many-attempts",

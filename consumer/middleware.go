@@ -3,12 +3,14 @@ package consumer
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,9 +102,10 @@ func Tx(ctx context.Context) pgx.Tx {
 //     another transaction past the in-flight wait, or the database fails,
 //     so that hookgate retries.
 //
-// It fails when cfg lacks DB or Consumer, has no usable secret (unless
-// Unsigned), holds a malformed secret, or a negative MaxBodyBytes or
-// InFlightWait.
+// It fails when cfg lacks DB or Consumer, has no secret (unless Unsigned),
+// holds a secret that is empty, malformed or whose key is shorter than
+// MinSecretBytes (whatever Unsigned says: a secret given is meant to be
+// checked), or a negative MaxBodyBytes or InFlightWait.
 func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("consumer: MiddlewareConfig.DB is required")
@@ -112,9 +115,13 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	}
 	var hooks []*standardwebhooks.Webhook
 	for i, s := range cfg.Secrets {
-		wh, err := standardwebhooks.NewWebhook(s)
+		key, err := signingKey(s)
 		if err != nil {
-			return nil, fmt.Errorf("consumer: MiddlewareConfig.Secrets[%d] is not a Standard Webhooks secret (whsec_ and base64)", i)
+			return nil, fmt.Errorf("consumer: MiddlewareConfig.Secrets[%d] %w", i, err)
+		}
+		wh, err := standardwebhooks.NewWebhookRaw(key)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: MiddlewareConfig.Secrets[%d]: %w", i, err)
 		}
 		hooks = append(hooks, wh)
 	}
@@ -135,6 +142,29 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
+}
+
+// MinSecretBytes is the shortest signing key Middleware accepts: a secret
+// whose key (the base64 after "whsec_") decodes to fewer bytes is refused,
+// an empty one above all, since anybody can sign with an empty HMAC key.
+const MinSecretBytes = 16
+
+// signingKey returns the HMAC key of a Standard Webhooks secret ("whsec_"
+// and base64; the prefix is optional, as in the Standard Webhooks
+// libraries), or an error that says what is wrong with it without
+// repeating it.
+func signingKey(secret string) ([]byte, error) {
+	if strings.TrimSpace(secret) == "" {
+		return nil, errors.New("is empty (is the environment variable it is read from set?): give the target's signing_secret, whsec_ and base64")
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		return nil, errors.New("is not a Standard Webhooks secret (whsec_ and base64)")
+	}
+	if len(key) < MinSecretBytes {
+		return nil, fmt.Errorf("decodes to a %d-byte key: a signing secret needs at least %d bytes (for example whsec_ and the output of openssl rand -base64 24)", len(key), MinSecretBytes)
+	}
+	return key, nil
 }
 
 type middleware struct {

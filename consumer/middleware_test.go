@@ -2,10 +2,12 @@ package consumer_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -310,5 +312,53 @@ func TestMiddlewareBounds(t *testing.T) {
 	ok.Header.Set("Idempotency-Key", "evt_ok")
 	if resp, _ := do(t, ok); resp.StatusCode != http.StatusCreated {
 		t.Errorf("unsigned with an Idempotency-Key: %d, want 201", resp.StatusCode)
+	}
+}
+
+// TestMiddlewareRefusesUnusableSecrets: a secret whose HMAC key is empty or
+// short is refused at construction, with an error that says why without
+// repeating the secret, Unsigned or not. The README's own pattern,
+// os.Getenv of a variable that is not set, is the first case: before, it
+// built a middleware that accepted requests signed with an empty key.
+func TestMiddlewareRefusesUnusableSecrets(t *testing.T) {
+	t.Parallel()
+	pool := ordersDB(t)
+	const unset = "HOOKGATE_TEST_ORDERS_SIGNING_SECRET_NEVER_SET"
+	if _, ok := os.LookupEnv(unset); ok {
+		t.Fatalf("%s is set", unset)
+	}
+	// Exactly the README's lines.
+	mc := consumer.DefaultMiddlewareConfig()
+	mc.DB, mc.Consumer = pool, "orders"
+	mc.Secrets = []string{os.Getenv(unset)}
+	if _, err := consumer.Middleware(mc); err == nil || !strings.Contains(err.Error(), "Secrets[0] is empty") {
+		t.Errorf("the README's service with %s unset: %v, want Secrets[0] is empty", unset, err)
+	}
+	short := "whsec_" + base64.StdEncoding.EncodeToString([]byte("fifteen bytes!!"))
+	for name, c := range map[string]struct {
+		secret, says string
+	}{
+		"the README's pattern, variable unset": {os.Getenv(unset), "is empty"},
+		"whsec_ alone":                         {"whsec_", "0-byte key"},
+		"blank":                                {"   ", "is empty"},
+		"15-byte key":                          {short, "15-byte key"},
+		"not base64":                           {"whsec_not base64!", "not a Standard Webhooks secret"},
+	} {
+		for _, unsigned := range []bool{false, true} {
+			mc := consumer.DefaultMiddlewareConfig()
+			mc.DB, mc.Consumer, mc.Unsigned = pool, "orders", unsigned
+			mc.Secrets = []string{secretA, c.secret}
+			_, err := consumer.Middleware(mc)
+			if err == nil || !strings.Contains(err.Error(), "Secrets[1]") || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s (Unsigned %v): %v, want an error naming Secrets[1] and saying %q", name, unsigned, err, c.says)
+			}
+			if key := strings.TrimSpace(strings.TrimPrefix(c.secret, "whsec_")); err != nil && key != "" && strings.Contains(err.Error(), key) {
+				t.Errorf("%s: the error repeats the secret: %v", name, err)
+			}
+		}
+	}
+	sixteen := "whsec_" + base64.StdEncoding.EncodeToString([]byte("sixteen bytes!!!"))
+	if _, err := consumer.Middleware(mwConfig(pool, "c", sixteen)); err != nil {
+		t.Errorf("a 16-byte key: %v", err)
 	}
 }

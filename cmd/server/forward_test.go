@@ -17,7 +17,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -43,9 +43,9 @@ var fastForwardFlags = []string{
 func block(int, *http.Request) testkit.Answer { return testkit.Answer{Block: true} }
 
 // forwardJobs returns every forward job, oldest first.
-func forwardJobs(t *testing.T, pool *pgxpool.Pool) []store.ForwardJob {
+func forwardJobs(t *testing.T, pool *pgxpool.Pool) []storetest.ForwardJob {
 	t.Helper()
-	jobs, err := store.New(pool).ForwardJobs(context.Background())
+	jobs, err := storetest.New(pool).ForwardJobs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,7 +590,7 @@ func TestNoSecretInLogsOrMetrics(t *testing.T) {
 	deliverAll(t, c, "http://"+addr, makeIDs("secret", 3))
 	// A job of a target this process does not know, named by the URL as an
 	// older version did: its error must not echo the URL either.
-	if _, err := store.New(pool).InsertForwardJobs(t.Context(), forward.Queue, store.JobFixture{}, store.NewForwardJob{
+	if _, err := storetest.New(pool).InsertForwardJobs(t.Context(), forward.Queue, storetest.JobFixture{}, storetest.NewForwardJob{
 		Sender: "acme", DeliveryID: "old", URL: "http://old:" + password + "@127.0.0.1:1/?token=" + token, MaxAttempts: 2,
 	}); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // TestRunRedeliver runs `hookgate redeliver` against a database with failed
@@ -23,14 +23,14 @@ func TestRunRedeliver(t *testing.T) {
 	ctx := t.Context()
 	// 3 forwards to orders failed half an hour ago, 1 three hours ago, and
 	// 2 to another target half an hour ago.
-	q := store.New(pool)
+	q := storetest.New(pool)
 	failed := func(ago time.Duration, target string, ids ...string) {
 		t.Helper()
-		var jobs []store.NewForwardJob
+		var jobs []storetest.NewForwardJob
 		for _, id := range ids {
-			jobs = append(jobs, store.NewForwardJob{Sender: "acme", Target: target, DeliveryID: id, MaxAttempts: 3})
+			jobs = append(jobs, storetest.NewForwardJob{Sender: "acme", Target: target, DeliveryID: id, MaxAttempts: 3})
 		}
-		if _, err := q.InsertForwardJobs(ctx, forward.Queue, store.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-ago)}, jobs...); err != nil {
+		if _, err := q.InsertForwardJobs(ctx, forward.Queue, storetest.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-ago)}, jobs...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,8 +66,8 @@ func TestRunRedeliver(t *testing.T) {
 
 	// A forward to ledger still retrying gets a new attempt after the
 	// current one, and the output says so.
-	if _, err := q.InsertForwardJobs(ctx, forward.Queue, store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
-		ScheduledAt: time.Now().Add(time.Hour)}, store.NewForwardJob{Sender: "acme", Target: "ledger", DeliveryID: "d-7", MaxAttempts: 3}); err != nil {
+	if _, err := q.InsertForwardJobs(ctx, forward.Queue, storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
+		ScheduledAt: time.Now().Add(time.Hour)}, storetest.NewForwardJob{Sender: "acme", Target: "ledger", DeliveryID: "d-7", MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()

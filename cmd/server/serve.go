@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/traffic"
 	"github.com/hookgate/hookgate/migrations"
@@ -382,14 +383,21 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 	}
 	hc := handler.Config{
 		AdminToken: s.adminToken, BodyBudget: s.bodyBudget, BodyBudgetWait: s.bodyBudgetWait,
+		BodyMinRate: s.bodyMinRate, BodyMinRateGrace: s.bodyMinRateGrace, BodyReadTimeout: readTimeout,
 		MetricsElsewhere: s.metricsAddr != "",
 		DB:               db.pool, River: fwd.client, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
+		Tokens: sigtoken.New(db.pool),
 	}
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
 		hc.FastPath = fwd.fast
 	}
 	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log, hc)
 }
+
+// readTimeout bounds the reading of a request, headers and body: the HTTP
+// server's ReadTimeout, and the longest the ingest handler lets a body take
+// whatever its rate (handler.Config.BodyReadTimeout).
+const readTimeout = handler.DefaultBodyReadTimeout
 
 // newHTTPServer returns the main listener's server: the whole API, or for
 // the worker role only the service endpoints.
@@ -401,7 +409,7 @@ func newHTTPServer(api *handler.Server, s *settings, log *slog.Logger) *http.Ser
 	return &http.Server{
 		Handler:           router,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
+		ReadTimeout:       readTimeout,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    netHTTPMaxHeaderBytes(s.maxHeaderBytes),

@@ -55,6 +55,8 @@ type settings struct {
 	queueTarget, maxQueueWait time.Duration // of shedding on delay (dedup.ShedPolicy)
 	bodyBudget                int64         // bytes of request bodies in memory at once
 	bodyBudgetWait            time.Duration // for room in the body budget
+	bodyMinRate               int64         // bytes per second a body must arrive at; 0: none
+	bodyMinRateGrace          time.Duration // before the minimum rate applies
 
 	allowExampleSecrets bool
 
@@ -163,7 +165,7 @@ var settingTable = []setting{
 		help:  "longest a delivery waits for the database (a batch slot or a connection) before it is answered 503 (10ms to 10s)",
 		parse: durationIn(func(s *settings) *time.Duration { return &s.maxQueueWait }, "ingest max queue wait", 10*time.Millisecond, maxInFlightWait)},
 	{flag: "ingest-body-budget", env: "HOOKGATE_INGEST_BODY_BUDGET", def: strconv.Itoa(handler.DefaultBodyBudget),
-		help: "bytes of request bodies that ingest requests hold in memory at once (at least 1048576); past it a delivery waits for room, then gets 503; a quarter is kept for bodies up to 64 KiB",
+		help: "bytes of request bodies that ingest requests hold in memory at once, as their bytes arrive (at least 1048576); past it a delivery waits for room, then gets 503; a quarter is kept for bodies up to 64 KiB, and one client holds at most a quarter",
 		parse: func(s *settings, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 1<<20 {
@@ -175,11 +177,24 @@ var settingTable = []setting{
 	{flag: "ingest-body-budget-wait", env: "HOOKGATE_INGEST_BODY_BUDGET_WAIT", def: handler.DefaultBodyBudgetWait.String(),
 		help:  "longest a delivery waits for room in the body budget before it is answered 503 (1ms to 1m)",
 		parse: durationIn(func(s *settings) *time.Duration { return &s.bodyBudgetWait }, "ingest body budget wait", time.Millisecond, time.Minute)},
+	{flag: "ingest-body-min-rate", env: "HOOKGATE_INGEST_BODY_MIN_RATE", def: strconv.Itoa(handler.DefaultBodyMinRate),
+		help: "bytes per second at which a request body must arrive on average once its grace period has passed; slower gets 408 and the connection is closed; 0 for no minimum",
+		parse: func(s *settings, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || n > handler.MaxBodyMinRate {
+				return fmt.Errorf("ingest body min rate %q: must be a whole number of bytes per second from 0 (no minimum) to %d", v, handler.MaxBodyMinRate)
+			}
+			s.bodyMinRate = n
+			return nil
+		}},
+	{flag: "ingest-body-min-rate-grace", env: "HOOKGATE_INGEST_BODY_MIN_RATE_GRACE", def: handler.DefaultBodyMinRateGrace.String(),
+		help:  "how long a request body may take before --ingest-body-min-rate applies to it (0s to 1m)",
+		parse: durationIn(func(s *settings) *time.Duration { return &s.bodyMinRateGrace }, "ingest body min rate grace", 0, time.Minute)},
 	{flag: "ingest-max-waiting", env: "HOOKGATE_INGEST_MAX_WAITING", shown: "(none)",
 		help:  "no longer used (accepted with a warning): deliveries are shed on queueing delay, see --ingest-queue-target",
 		parse: func(s *settings, v string) error { s.ingestMaxWaiting = v; return nil }},
 	{flag: "trusted-proxies", env: "HOOKGATE_TRUSTED_PROXIES", shown: "(none)",
-		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts",
+		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts and the body budget gives its share to",
 		parse: func(s *settings, v string) error {
 			p, err := console.ParseTrustedProxies(v)
 			if err != nil {

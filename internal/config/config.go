@@ -87,7 +87,8 @@ type Sender struct {
 	// StoreHeaders, when set, lists the only request headers stored with an
 	// event (Content-Type always is); DropHeaders lists headers not stored
 	// besides the credential-like ones (events.HeaderFilter). At most one of
-	// the two is set.
+	// the two is set. A preset's signature headers are never stored, and
+	// naming one in StoreHeaders is refused.
 	StoreHeaders []string `yaml:"store_headers" validate:"excluded_with=DropHeaders,dive,headername"`
 	DropHeaders  []string `yaml:"drop_headers" validate:"dive,headername"`
 	// Forward lists the services each accepted event is forwarded to.
@@ -102,8 +103,9 @@ type Sender struct {
 }
 
 // Target is a service an accepted event is forwarded to, by a POST of the
-// original body (design: transactional outbox, at least once, with the event
-// ID as idempotency key).
+// stored body: the body as received, decompressed, without a preset's
+// signature object (Mailgun's) (design: transactional outbox, at least once,
+// with the event ID as idempotency key).
 type Target struct {
 	// Name identifies the target within its sender (unique there, same
 	// syntax as a sender's name): in the outbox, in forward jobs, in metric

@@ -30,6 +30,10 @@ type Preset struct {
 	// is answered after its signature check and stores nothing
 	// (HandshakeNone when it sends none).
 	Handshake string
+	// Replay says whether a captured request of the provider can be sent
+	// again under a new delivery ID, and what to do about it
+	// (docs/providers.md shows it).
+	Replay Replay
 	// Docs is the provider's documentation of its webhooks.
 	Docs string
 }
@@ -51,6 +55,22 @@ type PresetSignature struct {
 	// Layout is the signature header's shape, for the schemes that read it
 	// (signature.SchemeList, signature.SchemeTimestampHeader).
 	Layout signature.Layout
+	// SignatureHeaders are the request headers that carry the provider's
+	// signature (or, for the token schemes, the secret itself), the one
+	// the verifier reads among them and any other the provider sends
+	// beside it (GitHub's legacy X-Hub-Signature). With a body, they are a
+	// request anyone can send again, so they are never stored with an
+	// event, whatever store_headers says: neither the operator API nor the
+	// console can show them, and forwards, which carry only the stored
+	// Content-Type and hookgate's own headers, never send them.
+	SignatureHeaders []string
+	// SignatureObject is the top-level member of a JSON body that carries
+	// the signature (Mailgun's "signature"), and SignatureFields the fields
+	// of a form body that do: they are removed from the body before it is
+	// stored, hashed and forwarded (after the signature was checked on the
+	// body as received). Empty: the body carries no signature.
+	SignatureObject string
+	SignatureFields []string
 }
 
 // Params returns the check's parameters for signature.New, with the
@@ -58,6 +78,69 @@ type PresetSignature struct {
 func (ps PresetSignature) Params(tolerance time.Duration) signature.Params {
 	return signature.Params{Header: ps.Header, Encoding: ps.Encoding, Prefix: ps.Prefix, Tolerance: tolerance, Layout: ps.Layout}
 }
+
+// Replay is what a captured request of a preset allows: one validly
+// signed request someone obtained (a proxy log, a pasted debug dump), sent
+// to hookgate again. A copy whose delivery ID is signed (in the signed
+// body, the SHA-256 of the signed body, a signed header) has the same ID
+// and is a duplicate; one whose ID is an unsigned header can carry a
+// fresh ID and is accepted as a new event, within the tolerance where a
+// timestamp is signed, at any time where none is. The table
+// "Replays under a new delivery ID" of docs/providers.md is made of these
+// (TestReplayTableIsDocumented), and TestReplayUnderANewDeliveryID sends
+// each preset's copy under a new ID and checks NewID.
+type Replay struct {
+	// NewID: a copy under a new delivery ID is accepted as a new event
+	// (with the preset's defaults; for generic, with an ID header and
+	// hmac-sha256).
+	NewID bool
+	// Why says why (or why not), and until when, in the page's words.
+	Why string
+	// Do is what to do about it.
+	Do string
+}
+
+// Replay texts of the common cases.
+const (
+	doNothing     = "nothing needed"
+	doAfterKeyGap = "nothing for a new ID; a copy sent after `retention` is a new event with the same ID: let the services behind hookgate deduplicate on it (`X-Hookgate-Delivery-Id`)"
+	doBodyHash    = "body-hash IDs (`delivery_id: { body_sha256: true }`) if the provider's retries resend the same bytes; keep signed requests out of logs"
+	doToken       = "use HTTPS, keep requests out of logs, and rotate the token when one leaks: body-hash IDs stop only verbatim copies"
+)
+
+// idInSignedBody: the delivery ID is at ptr in the signed body. tol is the
+// default tolerance as the page writes it ("300 s"), "" for a scheme that
+// signs no timestamp (so for the helpers below).
+func idInSignedBody(ptr, tol string) Replay {
+	return idSigned("the ID (`"+ptr+"`) is in the signed body", tol)
+}
+
+// idIsBodyHash: the delivery ID is the SHA-256 of the signed body.
+func idIsBodyHash(tol string) Replay {
+	return idSigned("the ID is the SHA-256 of the signed body", tol)
+}
+
+// idHeaderSigned: the delivery ID is the header h, which is signed.
+func idHeaderSigned(h, tol string) Replay { return idSigned("the ID header `"+h+"` is signed", tol) }
+
+func idSigned(why, tol string) Replay {
+	if tol == "" {
+		return Replay{Why: why + "; a copy is a duplicate while its key is retained (`retention`)", Do: doAfterKeyGap}
+	}
+	return Replay{Why: why + "; a copy is a duplicate, and refused once its timestamp is outside `tolerance` (" + tol + ")", Do: doNothing}
+}
+
+// idHeaderUnsigned: the delivery ID is the header h, which is not signed.
+func idHeaderUnsigned(h, tol string) Replay {
+	if tol == "" {
+		return Replay{NewID: true, Why: "at any time: the ID header `" + h + "` is not signed, and no timestamp is", Do: doBodyHash}
+	}
+	return Replay{NewID: true, Why: "within `tolerance` (" + tol + "): the ID header `" + h + "` is not signed, the timestamp is",
+		Do: "body-hash IDs (`delivery_id: { body_sha256: true }`) if the provider's retries resend the same bytes, or a shorter `tolerance` (`tolerance: 30s`) to narrow the window"}
+}
+
+// nothingSigned: the request carries the secret token itself.
+var nothingSigned = Replay{NewID: true, Why: "whatever the body: nothing is signed, a captured request holds the secret token, and with it any body is accepted under any ID", Do: doToken}
 
 // Envelope says where the event type is when the value found at the
 // sender's event type location is When: at JSONPointer instead.
@@ -103,24 +186,30 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: "X-GitHub-Delivery"},
 		EventType:  EventType{Header: "X-GitHub-Event"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: signature.HeaderGitHub, Encoding: signature.EncodingHex,
-			Prefix: "sha256=", Signed: "body"},
-		Docs: "https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
+			Prefix: "sha256=", Signed: "body",
+			SignatureHeaders: []string{signature.HeaderGitHub, "X-Hub-Signature"}},
+		Replay: idHeaderUnsigned("X-GitHub-Delivery", ""),
+		Docs:   "https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
 	},
 	{
 		Name:       "stripe",
 		DeliveryID: DeliveryID{JSONPointer: "/id"},
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeStripe, Header: signature.HeaderStripe, Encoding: signature.EncodingHex,
-			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance},
-		Docs: "https://docs.stripe.com/webhooks#verify-manually",
+			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderStripe}},
+		Replay: idInSignedBody("/id", "300 s"),
+		Docs:   "https://docs.stripe.com/webhooks#verify-manually",
 	},
 	{
 		Name:       "shopify",
 		DeliveryID: DeliveryID{Header: "X-Shopify-Event-Id"},
 		EventType:  EventType{Header: "X-Shopify-Topic"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: signature.HeaderShopify, Encoding: signature.EncodingBase64,
-			Signed: "body"},
-		Docs: "https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-5-verify-the-webhook",
+			Signed:           "body",
+			SignatureHeaders: []string{signature.HeaderShopify}},
+		Replay: idHeaderUnsigned("X-Shopify-Event-Id", ""),
+		Docs:   "https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-5-verify-the-webhook",
 	},
 	{
 		Name:              "slack",
@@ -128,8 +217,10 @@ var Presets = []Preset{
 		EventType:         EventType{JSONPointer: "/type"},
 		EventTypeEnvelope: Envelope{When: "event_callback", JSONPointer: "/event/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeSlack, Header: signature.HeaderSlackSignature, Encoding: signature.EncodingHex,
-			Prefix: "v0=", Signed: "v0:<X-Slack-Request-Timestamp>:<body>", Tolerance: signature.DefaultTolerance},
+			Prefix: "v0=", Signed: "v0:<X-Slack-Request-Timestamp>:<body>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderSlackSignature}},
 		Handshake: HandshakeSlackURLVerification,
+		Replay:    idInSignedBody("/event_id", "300 s"),
 		Docs:      "https://api.slack.com/authentication/verifying-requests-from-slack",
 	},
 	{
@@ -137,12 +228,17 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: "webhook-id"},
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeStandardWebhooks, Header: signature.HeaderWebhookSignature, Encoding: signature.EncodingBase64,
-			Prefix: "v1,", Signed: "<webhook-id>.<webhook-timestamp>.<body>", Tolerance: signature.DefaultTolerance},
-		Docs: "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
+			Prefix: "v1,", Signed: "<webhook-id>.<webhook-timestamp>.<body>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderWebhookSignature}},
+		Replay: idHeaderSigned("webhook-id", "300 s"),
+		Docs:   "https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md",
 	},
 	{
 		Name:      "generic",
 		Signature: PresetSignature{Scheme: SchemeNone},
+		Replay: Replay{NewID: true,
+			Why: "with `delivery_id: { header: … }` and `signature: { scheme: hmac-sha256 }`, at any time (the header is not signed, and no timestamp is); not with `json_pointer` or `body_sha256` (the ID is then in, or the hash of, the signed body: a copy is a duplicate while its key is retained); without a signature anyone can send anything",
+			Do:  "sign with `hmac-sha256` and take the ID from the body (`json_pointer` or `body_sha256`)"},
 	},
 	// The providers below are rows of the same shapes. Each cites the
 	// provider's own documentation of its webhooks' headers and signature.
@@ -153,8 +249,10 @@ var Presets = []Preset{
 		Name:       "gitlab",
 		DeliveryID: DeliveryID{Header: "Idempotency-Key"},
 		EventType:  EventType{Header: "X-Gitlab-Event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeToken, Header: "X-Gitlab-Token", Signed: "nothing: the header holds the secret token itself"},
-		Docs:       "https://docs.gitlab.com/user/project/integrations/webhooks/",
+		Signature: PresetSignature{Scheme: signature.SchemeToken, Header: "X-Gitlab-Token", Signed: "nothing: the header holds the secret token itself",
+			SignatureHeaders: []string{"X-Gitlab-Token"}},
+		Replay: nothingSigned,
+		Docs:   "https://docs.gitlab.com/user/project/integrations/webhooks/",
 	},
 	{
 		// https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/#Secure-webhooks
@@ -163,8 +261,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: "X-Request-UUID"},
 		EventType:  EventType{Header: "X-Event-Key"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Hub-Signature", Encoding: signature.EncodingHex,
-			Prefix: "sha256=", Signed: "body"},
-		Docs: "https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/",
+			Prefix: "sha256=", Signed: "body",
+			SignatureHeaders: []string{"X-Hub-Signature"}},
+		Replay: idHeaderUnsigned("X-Request-UUID", ""),
+		Docs:   "https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/",
 	},
 	{
 		// https://docs.gitea.com/usage/webhooks (X-Gitea-Delivery, X-Gitea-Event,
@@ -173,8 +273,10 @@ var Presets = []Preset{
 		Name:       "gitea",
 		DeliveryID: DeliveryID{Header: "X-Gitea-Delivery"},
 		EventType:  EventType{Header: "X-Gitea-Event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Gitea-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://docs.gitea.com/usage/webhooks",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Gitea-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature", "X-Hub-Signature-256"}},
+		Replay: idHeaderUnsigned("X-Gitea-Delivery", ""),
+		Docs:   "https://docs.gitea.com/usage/webhooks",
 	},
 	{
 		// https://forgejo.org/docs/latest/user/webhooks/ (X-Forgejo-Delivery,
@@ -182,8 +284,10 @@ var Presets = []Preset{
 		Name:       "forgejo",
 		DeliveryID: DeliveryID{Header: "X-Forgejo-Delivery"},
 		EventType:  EventType{Header: "X-Forgejo-Event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Forgejo-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://forgejo.org/docs/latest/user/webhooks/",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Forgejo-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-Forgejo-Signature", "X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature", "X-Hub-Signature-256"}},
+		Replay: idHeaderUnsigned("X-Forgejo-Delivery", ""),
+		Docs:   "https://forgejo.org/docs/latest/user/webhooks/",
 	},
 	{
 		// https://razorpay.com/docs/webhooks/validate-test/ (X-Razorpay-Signature:
@@ -192,8 +296,10 @@ var Presets = []Preset{
 		Name:       "razorpay",
 		DeliveryID: DeliveryID{Header: "X-Razorpay-Event-Id"},
 		EventType:  EventType{JSONPointer: "/event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Razorpay-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://razorpay.com/docs/webhooks/validate-test/",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Razorpay-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-Razorpay-Signature"}},
+		Replay: idHeaderUnsigned("X-Razorpay-Event-Id", ""),
+		Docs:   "https://razorpay.com/docs/webhooks/validate-test/",
 	},
 	{
 		// https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks
@@ -202,8 +308,10 @@ var Presets = []Preset{
 		Name:       "woocommerce",
 		DeliveryID: DeliveryID{Header: "X-WC-Webhook-Delivery-ID"},
 		EventType:  EventType{Header: "X-WC-Webhook-Topic"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-WC-Webhook-Signature", Encoding: signature.EncodingBase64, Signed: "body"},
-		Docs:       "https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-WC-Webhook-Signature", Encoding: signature.EncodingBase64, Signed: "body",
+			SignatureHeaders: []string{"X-WC-Webhook-Signature"}},
+		Replay: idHeaderUnsigned("X-WC-Webhook-Delivery-ID", ""),
+		Docs:   "https://woocommerce.github.io/woocommerce-rest-api-docs/#webhooks",
 	},
 	{
 		// https://developers.intercom.com/docs/references/webhooks/webhook-models
@@ -213,8 +321,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/id"},
 		EventType:  EventType{JSONPointer: "/topic"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Hub-Signature", Encoding: signature.EncodingHex,
-			Prefix: "sha1=", Signed: "body (HMAC-SHA1)"},
-		Docs: "https://developers.intercom.com/docs/references/webhooks/webhook-models",
+			Prefix: "sha1=", Signed: "body (HMAC-SHA1)",
+			SignatureHeaders: []string{"X-Hub-Signature"}},
+		Replay: idInSignedBody("/id", ""),
+		Docs:   "https://developers.intercom.com/docs/references/webhooks/webhook-models",
 	},
 	{
 		// https://linear.app/developers/webhooks#securing-webhooks (Linear-Signature:
@@ -223,8 +333,11 @@ var Presets = []Preset{
 		Name:       "linear",
 		DeliveryID: DeliveryID{Header: "Linear-Delivery"},
 		EventType:  EventType{Header: "Linear-Event"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "Linear-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://linear.app/developers/webhooks",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Linear-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"Linear-Signature"}},
+		Replay: Replay{NewID: true, Why: idHeaderUnsigned("Linear-Delivery", "").Why,
+			Do: "body-hash IDs (`delivery_id: { body_sha256: true }`) if Linear's retries resend the same bytes (its body holds `webhookTimestamp`, which hookgate does not check), or let the service behind hookgate refuse an old `webhookTimestamp`; keep signed requests out of logs"},
+		Docs: "https://linear.app/developers/webhooks",
 	},
 	{
 		// https://docs.sentry.io/organization/integrations/integration-platform/webhooks/
@@ -233,8 +346,10 @@ var Presets = []Preset{
 		Name:       "sentry",
 		DeliveryID: DeliveryID{Header: "Request-ID"},
 		EventType:  EventType{Header: "Sentry-Hook-Resource"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "Sentry-Hook-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://docs.sentry.io/organization/integrations/integration-platform/webhooks/",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Sentry-Hook-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"Sentry-Hook-Signature"}},
+		Replay: idHeaderUnsigned("Request-ID", ""),
+		Docs:   "https://docs.sentry.io/organization/integrations/integration-platform/webhooks/",
 	},
 	{
 		// https://www.typeform.com/developers/webhooks/secure-your-webhooks/
@@ -244,8 +359,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/event_id"},
 		EventType:  EventType{JSONPointer: "/event_type"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "Typeform-Signature", Encoding: signature.EncodingBase64,
-			Prefix: "sha256=", Signed: "body"},
-		Docs: "https://www.typeform.com/developers/webhooks/secure-your-webhooks/",
+			Prefix: "sha256=", Signed: "body",
+			SignatureHeaders: []string{"Typeform-Signature"}},
+		Replay: idInSignedBody("/event_id", ""),
+		Docs:   "https://www.typeform.com/developers/webhooks/secure-your-webhooks/",
 	},
 	{
 		// https://vercel.com/docs/webhooks/webhooks-api#securing-webhooks
@@ -253,8 +370,10 @@ var Presets = []Preset{
 		Name:       "vercel",
 		DeliveryID: DeliveryID{JSONPointer: "/id"},
 		EventType:  EventType{JSONPointer: "/type"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Vercel-Signature", Encoding: signature.EncodingHex, Signed: "body (HMAC-SHA1)"},
-		Docs:       "https://vercel.com/docs/webhooks/webhooks-api",
+		Signature: PresetSignature{Scheme: signature.SchemeHMACSHA1, Header: "X-Vercel-Signature", Encoding: signature.EncodingHex, Signed: "body (HMAC-SHA1)",
+			SignatureHeaders: []string{"X-Vercel-Signature"}},
+		Replay: idInSignedBody("/id", ""),
+		Docs:   "https://vercel.com/docs/webhooks/webhooks-api",
 	},
 	{
 		// https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security
@@ -263,8 +382,10 @@ var Presets = []Preset{
 		Name:       "coinbase-commerce",
 		DeliveryID: DeliveryID{JSONPointer: "/event/id"},
 		EventType:  EventType{JSONPointer: "/event/type"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-CC-Webhook-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-CC-Webhook-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-CC-Webhook-Signature"}},
+		Replay: idInSignedBody("/event/id", ""),
+		Docs:   "https://docs.cdp.coinbase.com/commerce-onchain/docs/webhooks-security",
 	},
 	{
 		// https://docs.lemonsqueezy.com/help/webhooks/signing-requests (X-Signature:
@@ -273,8 +394,10 @@ var Presets = []Preset{
 		Name:       "lemon-squeezy",
 		DeliveryID: DeliveryID{BodySHA256: true},
 		EventType:  EventType{Header: "X-Event-Name"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Signature", Encoding: signature.EncodingHex, Signed: "body"},
-		Docs:       "https://docs.lemonsqueezy.com/help/webhooks/signing-requests",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Signature", Encoding: signature.EncodingHex, Signed: "body",
+			SignatureHeaders: []string{"X-Signature"}},
+		Replay: idIsBodyHash(""),
+		Docs:   "https://docs.lemonsqueezy.com/help/webhooks/signing-requests",
 	},
 	{
 		// https://developer.pagerduty.com/docs/webhooks-v3-overview#verifying-signatures
@@ -284,8 +407,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/event/id"},
 		EventType:  EventType{JSONPointer: "/event/event_type"},
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "X-PagerDuty-Signature", Encoding: signature.EncodingHex,
-			Signed: "v1=<hex of body>[,v1=...]", Layout: signature.Layout{Separator: ",", SignatureKey: "v1"}},
-		Docs: "https://developer.pagerduty.com/docs/webhooks-v3-overview",
+			Signed: "v1=<hex of body>[,v1=...]", Layout: signature.Layout{Separator: ",", SignatureKey: "v1"},
+			SignatureHeaders: []string{"X-PagerDuty-Signature"}},
+		Replay: idInSignedBody("/event/id", ""),
+		Docs:   "https://developer.pagerduty.com/docs/webhooks-v3-overview",
 	},
 	{
 		// https://developer.paddle.com/webhooks/signature-verification
@@ -297,8 +422,10 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/event_type"},
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Paddle-Signature", Encoding: signature.EncodingHex,
 			Signed: "ts=<ts>;h1=<hex of <ts>:<body>>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{Separator: ";", TimestampKey: "ts", SignatureKey: "h1", Joiner: ":"}},
-		Docs: "https://developer.paddle.com/webhooks/signature-verification",
+			Layout:           signature.Layout{Separator: ";", TimestampKey: "ts", SignatureKey: "h1", Joiner: ":"},
+			SignatureHeaders: []string{"Paddle-Signature"}},
+		Replay: idInSignedBody("/event_id", "300 s"),
+		Docs:   "https://developer.paddle.com/webhooks/signature-verification",
 	},
 	{
 		// https://docs.mux.com/core/verify-webhook-signatures (Mux-Signature:
@@ -308,8 +435,10 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Mux-Signature", Encoding: signature.EncodingHex,
 			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."}},
-		Docs: "https://docs.mux.com/core/verify-webhook-signatures",
+			Layout:           signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."},
+			SignatureHeaders: []string{"Mux-Signature"}},
+		Replay: idInSignedBody("/id", "300 s"),
+		Docs:   "https://docs.mux.com/core/verify-webhook-signatures",
 	},
 	{
 		// https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures
@@ -321,8 +450,10 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeList, Header: "Calendly-Webhook-Signature", Encoding: signature.EncodingHex,
 			Signed: "t=<ts>,v1=<hex of <ts>.<body>>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."}},
-		Docs: "https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures",
+			Layout:           signature.Layout{Separator: ",", TimestampKey: "t", SignatureKey: "v1", Joiner: "."},
+			SignatureHeaders: []string{"Calendly-Webhook-Signature"}},
+		Replay: idIsBodyHash("300 s"),
+		Docs:   "https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures",
 	},
 	{
 		// https://developer.zendesk.com/documentation/webhooks/verifying/
@@ -334,16 +465,20 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeTimestampHeader, Header: "X-Zendesk-Webhook-Signature", Encoding: signature.EncodingBase64,
 			Signed: "<X-Zendesk-Webhook-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{TimestampHeader: "X-Zendesk-Webhook-Signature-Timestamp"}},
-		Docs: "https://developer.zendesk.com/documentation/webhooks/verifying/",
+			Layout:           signature.Layout{TimestampHeader: "X-Zendesk-Webhook-Signature-Timestamp"},
+			SignatureHeaders: []string{"X-Zendesk-Webhook-Signature"}},
+		Replay: idHeaderUnsigned("X-Zendesk-Webhook-Invocation-Id", "300 s"),
+		Docs:   "https://developer.zendesk.com/documentation/webhooks/verifying/",
 	},
 	{
 		// https://core.telegram.org/bots/api#setwebhook (secret_token is sent
 		// in X-Telegram-Bot-Api-Secret-Token; each Update has /update_id).
 		Name:       "telegram",
 		DeliveryID: DeliveryID{JSONPointer: "/update_id"},
-		Signature:  PresetSignature{Scheme: signature.SchemeToken, Header: "X-Telegram-Bot-Api-Secret-Token", Signed: "nothing: the header holds the secret token itself"},
-		Docs:       "https://core.telegram.org/bots/api#setwebhook",
+		Signature: PresetSignature{Scheme: signature.SchemeToken, Header: "X-Telegram-Bot-Api-Secret-Token", Signed: "nothing: the header holds the secret token itself",
+			SignatureHeaders: []string{"X-Telegram-Bot-Api-Secret-Token"}},
+		Replay: nothingSigned,
+		Docs:   "https://core.telegram.org/bots/api#setwebhook",
 	},
 	{
 		// https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/
@@ -353,8 +488,10 @@ var Presets = []Preset{
 		Name:       "line",
 		DeliveryID: DeliveryID{JSONPointer: "/events/0/webhookEventId"},
 		EventType:  EventType{JSONPointer: "/events/0/type"},
-		Signature:  PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Line-Signature", Encoding: signature.EncodingBase64, Signed: "body"},
-		Docs:       "https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/",
+		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Line-Signature", Encoding: signature.EncodingBase64, Signed: "body",
+			SignatureHeaders: []string{"X-Line-Signature"}},
+		Replay: idInSignedBody("/events/0/webhookEventId", ""),
+		Docs:   "https://developers.line.biz/en/docs/messaging-api/verify-webhook-signature/",
 	},
 	{
 		// https://developers.facebook.com/docs/graph-api/webhooks/getting-started#validate-payloads
@@ -365,10 +502,12 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{BodySHA256: true},
 		EventType:  EventType{JSONPointer: "/object"},
 		Signature: PresetSignature{Scheme: signature.SchemeHMAC, Header: "X-Hub-Signature-256", Encoding: signature.EncodingHex,
-			Prefix: "sha256=", Signed: "body"},
+			Prefix: "sha256=", Signed: "body",
+			SignatureHeaders: []string{"X-Hub-Signature-256", "X-Hub-Signature"}},
 		// https://developers.facebook.com/docs/graph-api/webhooks/getting-started#verification-requests
 		// (GET ?hub.mode=subscribe&hub.challenge=...&hub.verify_token=...).
 		Handshake: HandshakeMetaSubscribe,
+		Replay:    idIsBodyHash(""),
 		Docs:      "https://developers.facebook.com/docs/graph-api/webhooks/getting-started",
 	},
 	{
@@ -382,8 +521,10 @@ var Presets = []Preset{
 		EventType:  EventType{JSONPointer: "/0/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeECDSA, Header: "X-Twilio-Email-Event-Webhook-Signature", Encoding: signature.EncodingBase64,
 			Signed: "ECDSA P-256 of <X-Twilio-Email-Event-Webhook-Timestamp><body>", Tolerance: signature.DefaultTolerance,
-			Layout: signature.Layout{TimestampHeader: "X-Twilio-Email-Event-Webhook-Timestamp"}},
-		Docs: "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features",
+			Layout:           signature.Layout{TimestampHeader: "X-Twilio-Email-Event-Webhook-Timestamp"},
+			SignatureHeaders: []string{"X-Twilio-Email-Event-Webhook-Signature"}},
+		Replay: idIsBodyHash("300 s"),
+		Docs:   "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features",
 	},
 	{
 		// https://www.twilio.com/docs/usage/security#validating-requests
@@ -396,8 +537,10 @@ var Presets = []Preset{
 		Name:       "twilio",
 		DeliveryID: DeliveryID{Header: "I-Twilio-Idempotency-Token"},
 		Signature: PresetSignature{Scheme: signature.SchemeTwilio, Header: signature.HeaderTwilio, Encoding: signature.EncodingBase64,
-			Signed: "<URL><name><value>... of the form, sorted by name (HMAC-SHA1)"},
-		Docs: "https://www.twilio.com/docs/usage/security#validating-requests",
+			Signed:           "<URL><name><value>... of the form, sorted by name (HMAC-SHA1)",
+			SignatureHeaders: []string{signature.HeaderTwilio}},
+		Replay: idHeaderUnsigned("I-Twilio-Idempotency-Token", ""),
+		Docs:   "https://www.twilio.com/docs/usage/security#validating-requests",
 	},
 	{
 		// https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers
@@ -409,8 +552,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/id"},
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeEd25519, Header: signature.HeaderDiscordSignature, Encoding: signature.EncodingHex,
-			Signed: "Ed25519 of <X-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance},
+			Signed: "Ed25519 of <X-Signature-Timestamp><body>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderDiscordSignature}},
 		Handshake: HandshakeDiscordPing,
+		Replay:    idInSignedBody("/id", "300 s"),
 		Docs:      "https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers",
 	},
 	{
@@ -423,8 +568,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{BodySHA256: true},
 		EventType:  EventType{JSONPointer: "/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeZoom, Header: signature.HeaderZoomSignature, Encoding: signature.EncodingHex,
-			Prefix: "v0=", Signed: "v0:<x-zm-request-timestamp>:<body>", Tolerance: signature.DefaultTolerance},
+			Prefix: "v0=", Signed: "v0:<x-zm-request-timestamp>:<body>", Tolerance: signature.DefaultTolerance,
+			SignatureHeaders: []string{signature.HeaderZoomSignature}},
 		Handshake: HandshakeZoomURLValidation,
+		Replay:    idIsBodyHash("300 s"),
 		Docs:      "https://developers.zoom.us/docs/api/webhooks/",
 	},
 	{
@@ -438,8 +585,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{Header: signature.HeaderTwitchID},
 		EventType:  EventType{JSONPointer: "/subscription/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeTwitch, Header: signature.HeaderTwitchSignature, Encoding: signature.EncodingHex,
-			Prefix: "sha256=", Signed: "<Twitch-Eventsub-Message-Id><Twitch-Eventsub-Message-Timestamp><body>", Tolerance: 10 * time.Minute},
+			Prefix: "sha256=", Signed: "<Twitch-Eventsub-Message-Id><Twitch-Eventsub-Message-Timestamp><body>", Tolerance: 10 * time.Minute,
+			SignatureHeaders: []string{signature.HeaderTwitchSignature}},
 		Handshake: HandshakeTwitchVerification,
+		Replay:    idHeaderSigned("Twitch-Eventsub-Message-Id", "600 s"),
 		Docs:      "https://dev.twitch.tv/docs/eventsub/handling-webhook-events/",
 	},
 	{
@@ -452,8 +601,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/event_id"},
 		EventType:  EventType{JSONPointer: "/type"},
 		Signature: PresetSignature{Scheme: signature.SchemeSquare, Header: signature.HeaderSquare, Encoding: signature.EncodingBase64,
-			Signed: "<notification URL><body>"},
-		Docs: "https://developer.squareup.com/docs/webhooks/step3validate",
+			Signed:           "<notification URL><body>",
+			SignatureHeaders: []string{signature.HeaderSquare, "X-Square-Signature"}},
+		Replay: idInSignedBody("/event_id", ""),
+		Docs:   "https://developer.squareup.com/docs/webhooks/step3validate",
 	},
 	{
 		// https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests#validate-the-v3-request-signature
@@ -466,8 +617,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/0/eventId"},
 		EventType:  EventType{JSONPointer: "/0/subscriptionType"},
 		Signature: PresetSignature{Scheme: signature.SchemeHubSpotV3, Header: signature.HeaderHubSpotV3, Encoding: signature.EncodingBase64,
-			Signed: "<method><URI><body><X-HubSpot-Request-Timestamp>", Tolerance: 5 * time.Minute},
-		Docs: "https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests",
+			Signed: "<method><URI><body><X-HubSpot-Request-Timestamp>", Tolerance: 5 * time.Minute,
+			SignatureHeaders: []string{signature.HeaderHubSpotV3, "X-Hubspot-Signature"}},
+		Replay: idInSignedBody("/0/eventId", "300 s"),
+		Docs:   "https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests",
 	},
 	{
 		// https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks
@@ -479,7 +632,10 @@ var Presets = []Preset{
 		DeliveryID: DeliveryID{JSONPointer: "/event-data/id"},
 		EventType:  EventType{JSONPointer: "/event-data/event"},
 		Signature: PresetSignature{Scheme: signature.SchemeMailgun, Encoding: signature.EncodingHex,
-			Signed: "<signature.timestamp><signature.token> (in the body)", Tolerance: signature.DefaultTolerance},
+			Signed: "<signature.timestamp><signature.token> (in the body)", Tolerance: signature.DefaultTolerance,
+			SignatureObject: "signature", SignatureFields: []string{"timestamp", "token", "signature"}},
+		Replay: Replay{Why: "the body (and the ID in it) is not signed, but the signed token is accepted for one delivery, its ID and body: a copy under another ID gets 401 (tokens are remembered for `tolerance`, 300 s)",
+			Do: "nothing needed; a longer `tolerance`, to accept Mailgun's later retries, keeps the tokens as long"},
 		Docs: "https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks",
 	},
 	{
@@ -490,8 +646,10 @@ var Presets = []Preset{
 		Name:       "airtable",
 		DeliveryID: DeliveryID{BodySHA256: true},
 		Signature: PresetSignature{Scheme: signature.SchemeHMACBase64Key, Header: signature.HeaderAirtableSignature, Encoding: signature.EncodingHex,
-			Prefix: "hmac-sha256=", Signed: "body (key: the base64-decoded secret)"},
-		Docs: "https://airtable.com/developers/web/api/webhooks-overview",
+			Prefix: "hmac-sha256=", Signed: "body (key: the base64-decoded secret)",
+			SignatureHeaders: []string{signature.HeaderAirtableSignature}},
+		Replay: idIsBodyHash(""),
+		Docs:   "https://airtable.com/developers/web/api/webhooks-overview",
 	},
 }
 
@@ -541,8 +699,9 @@ func (s *Sender) SignatureScheme() string {
 
 // SignatureCheck returns the sender's signature check as data: the
 // preset row's (of its preset, or of the preset its signature.scheme
-// names), or, for hmac-sha256, the signature block's header, encoding and
-// prefix. Scheme is SchemeNone when no signature is checked.
+// names), or, for hmac-sha256, the signature block's header (also its one
+// SignatureHeaders), encoding and prefix. Scheme is SchemeNone when no
+// signature is checked.
 func (s *Sender) SignatureCheck() PresetSignature {
 	switch name := s.SignatureScheme(); name {
 	case SchemeNone:
@@ -552,7 +711,8 @@ func (s *Sender) SignatureCheck() PresetSignature {
 		if enc == "" {
 			enc = signature.EncodingHex
 		}
-		return PresetSignature{Scheme: SchemeHMAC, Header: s.Signature.Header, Encoding: enc, Prefix: s.Signature.Prefix, Signed: "body"}
+		return PresetSignature{Scheme: SchemeHMAC, Header: s.Signature.Header, Encoding: enc, Prefix: s.Signature.Prefix, Signed: "body",
+			SignatureHeaders: []string{s.Signature.Header}}
 	default:
 		p, _ := PresetNamed(name)
 		return p.Signature

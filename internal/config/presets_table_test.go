@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -28,6 +29,18 @@ func TestPresetTableIsConsistent(t *testing.T) {
 		// (Mailgun's signature is in the body: no header.)
 		if sig.Scheme != config.SchemeNone && ((sig.Header == "" && sig.Scheme != signature.SchemeMailgun) || sig.Signed == "" || p.Docs == "") {
 			t.Errorf("preset %s: a signing preset names its header, what is signed and its documentation", p.Name)
+		}
+		// Where the signature travels is named, so that it is never
+		// stored: the verifier's header among the signature headers, or
+		// the body's signature object.
+		if sig.Scheme != config.SchemeNone && len(sig.SignatureHeaders) == 0 && sig.SignatureObject == "" {
+			t.Errorf("preset %s: names neither its signature headers nor its body's signature object", p.Name)
+		}
+		if sig.Header != "" && !slices.ContainsFunc(sig.SignatureHeaders, func(h string) bool { return strings.EqualFold(h, sig.Header) }) {
+			t.Errorf("preset %s: its signature header %s is not among its SignatureHeaders %v", p.Name, sig.Header, sig.SignatureHeaders)
+		}
+		if (sig.SignatureObject == "") != (len(sig.SignatureFields) == 0) {
+			t.Errorf("preset %s: a body's signature object (JSON) and fields (form) are named together", p.Name)
 		}
 		if sig.Encoding != "" && sig.Encoding != signature.EncodingHex && sig.Encoding != signature.EncodingBase64 {
 			t.Errorf("preset %s: encoding %q", p.Name, sig.Encoding)
@@ -133,5 +146,47 @@ func TestPublicURLAndVerifyToken(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "vt-secret-9a8b7c6d") || strings.Contains(err.Error(), "tok-5e1f-9a8b7c6d") {
 			t.Errorf("%q: %v, want %q (and no secret)", extra, err, want)
 		}
+	}
+}
+
+// replayRow is a preset's row of the table "Replays under a new delivery
+// ID" of docs/providers.md.
+func replayRow(p config.Preset) string {
+	answer := "no: "
+	if p.Replay.NewID {
+		answer = "**yes**, "
+	}
+	return "| `" + p.Name + "` | " + answer + p.Replay.Why + " | " + p.Replay.Do + " |"
+}
+
+// TestReplayTableIsDocumented: docs/providers.md's table "Replays under a
+// new delivery ID" has one row per preset, as the preset table's Replay
+// says, in the table's order, and no other.
+func TestReplayTableIsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Replays under a new delivery ID\n")
+	if !ok {
+		t.Fatal("docs/providers.md has no section ## Replays under a new delivery ID")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var rows []string
+	for line := range strings.SplitSeq(section, "\n") {
+		if strings.HasPrefix(line, "| `") {
+			rows = append(rows, line)
+		}
+	}
+	var want []string
+	for _, p := range config.Presets {
+		if p.Replay.Why == "" || p.Replay.Do == "" || strings.Contains(p.Replay.Why+p.Replay.Do, "|") {
+			t.Errorf("preset %s: Replay %+v: say why and what to do, without a |", p.Name, p.Replay)
+		}
+		want = append(want, replayRow(p))
+	}
+	if got := strings.Join(rows, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("the table's rows in docs/providers.md:\n%s\n\nwant (from config.Presets):\n%s", got, strings.Join(want, "\n"))
 	}
 }

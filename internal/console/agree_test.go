@@ -20,7 +20,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // apiGet reads an operator API resource into v.
@@ -138,7 +138,7 @@ func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
 	e.failForwards("u-1", "target answered 503")
 	e.failForwards("u-2", "target answered 410")
 	ctx := t.Context()
-	jobs, err := e.q.ForwardJobs(ctx)
+	jobs, err := storetest.New(e.pool).ForwardJobs(ctx)
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("forward jobs: %+v, %v", jobs, err)
 	}
@@ -146,7 +146,7 @@ func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
 	if jobs[0].DeliveryID != "u-1" {
 		retrying = jobs[1].ID
 	}
-	if err := e.q.SetForwardJob(ctx, retrying, store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
+	if err := storetest.New(e.pool).SetForwardJob(ctx, retrying, storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
 		ScheduledAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}

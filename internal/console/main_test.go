@@ -30,6 +30,7 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/traffic"
 )
 
@@ -276,7 +277,7 @@ func (e *env) failForwards(id, errText string) {
 		e.t.Fatal(err)
 	}
 	for _, j := range jobs {
-		if err := e.q.SetForwardJob(ctx, j.JobID, store.JobFixture{State: rivertype.JobStateDiscarded, Errors: []string{errText}}); err != nil {
+		if err := storetest.New(e.pool).SetForwardJob(ctx, j.JobID, storetest.JobFixture{State: rivertype.JobStateDiscarded, Errors: []string{errText}}); err != nil {
 			e.t.Fatal(err)
 		}
 	}

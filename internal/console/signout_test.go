@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // replica returns a second server on e's database with a console of its
@@ -47,7 +48,7 @@ func (e *env) replica() *env {
 // forwardJobs counts the River jobs of the orders delivery id.
 func (e *env) forwardJobs(id string) int {
 	e.t.Helper()
-	jobs, err := e.q.ForwardJobs(e.t.Context())
+	jobs, err := storetest.New(e.pool).ForwardJobs(e.t.Context())
 	if err != nil {
 		e.t.Fatal(err)
 	}

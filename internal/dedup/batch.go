@@ -36,7 +36,7 @@ const (
 	DefaultMaxInFlight = 2
 )
 
-// A batch's claim waits ingestsql.BatchLockWait for a key another
+// A batch's claim waits batchLockWait for a key another
 // transaction holds before the batch gives up and its deliveries go the
 // single path, where each waits the whole in-flight wait by itself.
 

@@ -18,8 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/singleflight"
-
-	"github.com/hookgate/hookgate/internal/ingestsql"
 )
 
 // KeyConstraint is the name of the processed_messages constraint on which,
@@ -214,8 +212,8 @@ func newStore(db Querier, cfg Config) (*Store, error) {
 	wait := (cfg.InFlightWait + time.Millisecond - 1) / time.Millisecond * time.Millisecond // never 0, which would mean "wait forever"
 	s := &Store{
 		db:               db,
-		setLockTimeout:   ingestsql.LockTimeout(wait),
-		batchLockTimeout: ingestsql.LockTimeout(min(wait, ingestsql.BatchLockWait)),
+		setLockTimeout:   lockTimeoutSQL(wait),
+		batchLockTimeout: lockTimeoutSQL(min(wait, batchLockWait)),
 		encoders:         sync.Pool{New: func() any { return &encoders{} }},
 		now:              time.Now,
 	}
@@ -236,9 +234,7 @@ func newStore(db Querier, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// The statements of the pipeline that are not in package ingestsql (which
-// holds the claim, the read, the settings and the state change's inserts,
-// so that the benchmark replays the same texts).
+// The statements of the pipeline besides those of statements.go.
 const (
 	beginSQL  = "BEGIN"
 	commitSQL = "COMMIT"
@@ -357,7 +353,7 @@ func (s *Store) runSingle(ctx context.Context, d Delivery, change Change) (Resul
 // passed; it never leaves Run.
 var errExpired = errors.New("expired key")
 
-// stored is the row read by ingestsql.Stored.
+// stored is the row read by storedSQL.
 type stored struct {
 	found   bool
 	sum     []byte
@@ -457,7 +453,7 @@ type plan struct {
 	// read (-1 for none).
 	changes, changesEnd, read int
 	// returning: the claim returns the delivery ID and event ID of each key
-	// it inserted (ingestsql.ClaimValuesReturning), and there is no read.
+	// it inserted (claimValuesReturningSQL), and there is no read.
 	returning bool
 }
 
@@ -488,8 +484,8 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 	returning := false
 	if s.layout.Load() != layoutDistributed {
 		stmts = append(stmts,
-			statement{sql: ingestsql.GenericPlans},
-			statement{sql: ingestsql.Claim, args: []any{sender, column(ids), column(sums), column(eventIDs), column(statuses), column(ctypes), column(bodies), column(received), column(expires)}})
+			statement{sql: genericPlansSQL},
+			statement{sql: claimSQL, args: []any{sender, column(ids), column(sums), column(eventIDs), column(statuses), column(ctypes), column(bodies), column(received), column(expires)}})
 	} else {
 		// Citus routes a multi-row INSERT … VALUES whose rows all name the
 		// sender $1 to that sender's shard; it would pull an INSERT …
@@ -500,9 +496,9 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 		for i := range ds {
 			args = append(args, ids[i], sums[i], eventIDs[i], statuses[i], ctypes[i], bodies[i], received[i], expires[i])
 		}
-		claim := ingestsql.ClaimValues(n)
+		claim := claimValuesSQL(n)
 		if returning = batch; returning {
-			claim = ingestsql.ClaimValuesReturning(n)
+			claim = claimValuesReturningSQL(n)
 		}
 		stmts = append(stmts, statement{sql: claim, args: args})
 	}
@@ -553,7 +549,7 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 	p.changesEnd = len(stmts)
 	if !returning {
 		p.read = len(stmts)
-		stmts = append(stmts, statement{sql: ingestsql.Stored, args: []any{sender, column(ids), column(eventIDs)}})
+		stmts = append(stmts, statement{sql: storedSQL, args: []any{sender, column(ids), column(eventIDs)}})
 	}
 	p.stmts = stmts
 	return p, nil
@@ -754,7 +750,7 @@ func classify(err error, at int, p *plan) error {
 // pgEpoch is PostgreSQL's timestamp epoch.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// decodeStored decodes ingestsql.Stored's rows into rows, by delivery number, from
+// decodeStored decodes storedSQL's rows into rows, by delivery number, from
 // binary columns: int8, bytea, uuid, int2, text, bytea, timestamptz.
 func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, error) {
 	for r.NextRow() {

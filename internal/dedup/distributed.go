@@ -3,8 +3,6 @@ package dedup
 import (
 	"context"
 	"fmt"
-
-	"github.com/hookgate/hookgate/internal/ingestsql"
 )
 
 // ClaimedJoin is the guard of a multi-row statement (Batch.Row) in the form
@@ -21,7 +19,8 @@ import (
 // coordinator and commit in two phases). On PostgreSQL it is ClaimedRow's
 // per-row probe of the key's index (OFFSET 0 keeps it one).
 func ClaimedJoin(deliveryID, eventID string) string {
-	return ingestsql.ClaimedJoin(deliveryID, eventID)
+	return "CROSS JOIN LATERAL (SELECT k.sender FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " +
+		deliveryID + " AND k.event_id = " + eventID + " OFFSET 0) AS k"
 }
 
 // Citus describes the database's Citus setup, as Inspect found it.

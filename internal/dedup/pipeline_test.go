@@ -69,10 +69,11 @@ func prepared(t *testing.T, ctx context.Context, pool *pgxpool.Pool) string {
 }
 
 // TestRunOneRoundTripPerOutcome: once a connection has prepared the
-// pipeline's statements, a first delivery, a replay, a payload mismatch, an
-// in-flight wait and a failing state change each take exactly one round
-// trip, and none of them, in any order, prepares a statement again (a failed
-// statement must not make the connection drop its prepared statements).
+// pipeline's statements, a first delivery, a replay, a first delivery
+// after a replay, a payload mismatch, an in-flight wait and a failing
+// state change each take exactly one round trip, and none of them, in any
+// order, prepares a statement again (a failed statement must not make the
+// connection drop its prepared statements).
 func TestRunOneRoundTripPerOutcome(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -176,6 +177,10 @@ func TestRunOneRoundTripPerOutcome(t *testing.T) {
 		}},
 		{"replay", func() (dedup.Result, error) {
 			d := newDelivery(t, dedup.Key{Sender: "rt", DeliveryID: "d" + string(rune('a'+1))}, "p")
+			return store.Run(ctx, d, both(insertEvent(d, "p"), countRuns(d)))
+		}},
+		{"first delivery after a replay", func() (dedup.Result, error) {
+			d := newDelivery(t, key(), "p")
 			return store.Run(ctx, d, both(insertEvent(d, "p"), countRuns(d)))
 		}},
 		{"payload mismatch", func() (dedup.Result, error) {

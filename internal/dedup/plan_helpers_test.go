@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hookgate/hookgate/internal/ingestsql"
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
@@ -30,7 +29,7 @@ func mustNew(t testing.TB, pool *pgxpool.Pool, cfg Config) *Store {
 }
 
 // claimKeys stores the keys of ds, all of one sender, on db with the
-// pipeline's own claim statement (ingestsql.Claim), without their changes:
+// pipeline's own claim statement (claimSQL), without their changes:
 // on a transaction left open it holds them, as a delivery in flight does.
 // (Package dedup's tests build their rows so; the others use package
 // store's fixtures, which this package cannot import: store imports it.)
@@ -57,7 +56,7 @@ func claimKeys(t testing.TB, ctx context.Context, db interface {
 		}
 		received[i], expires[i] = d.ReceivedAt, d.ExpiresAt
 	}
-	tag, err := db.Exec(ctx, ingestsql.Claim, ds[0].Sender, ids, sums, eventIDs, statuses, ctypes, bodies, received, expires)
+	tag, err := db.Exec(ctx, claimSQL, ds[0].Sender, ids, sums, eventIDs, statuses, ctypes, bodies, received, expires)
 	if err != nil {
 		t.Fatalf("claim %d keys of %s: %v", n, ds[0].Sender, err)
 	}

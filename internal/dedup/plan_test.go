@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/hookgate/hookgate/internal/ingestsql"
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
@@ -56,7 +55,7 @@ SELECT m.* FROM unnest($2::uuid[], $3::text[]) AS m(event_id, delivery_id) WHERE
 		for _, tc := range []struct {
 			name, sql, types, args string
 		}{
-			{"read", ingestsql.Stored, "text, text[], uuid[]", "'s7', '{d7,d27,x}', ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid()]"},
+			{"read", storedSQL, "text, text[], uuid[]", "'s7', '{d7,d27,x}', ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid()]"},
 			{"guarded change", guarded, "text, uuid[], text[]", "'s7', ARRAY[gen_random_uuid(), gen_random_uuid()], '{d7,x}'"},
 		} {
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {

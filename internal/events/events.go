@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/ingestsql"
 )
 
 // Event is an accepted delivery: the raw request body and its headers.
@@ -38,8 +37,17 @@ func QueueInsert(b *dedup.Batch, e Event) {
 	if body == nil {
 		body = []byte{}
 	}
-	b.Row(ingestsql.EventInsert, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
+	b.Row(insertSQL, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
 }
+
+// insertSQL inserts the events of a pipeline's deliveries (a multi-row
+// statement, dedup.Batch.Row: $1 the sender, then one array per column),
+// each only in the transaction whose claim took its delivery's key
+// (dedup.ClaimedJoin, which Citus routes to the sender's shard).
+var insertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
+SELECT k.sender, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[])
+  AS e(id, delivery_id, received_at, headers, body, event_type)
+` + dedup.ClaimedJoin("e.delivery_id", "e.id")
 
 // StoredHeaders returns h as stored, as a map that encodes to a JSON object
 // of string arrays (never nil): without Authorization, Proxy-Authorization,

@@ -32,14 +32,33 @@ func NeverStored(name string) bool { return neverStored[http.CanonicalHeaderKey(
 var credentialWords = []string{"auth", "token", "secret", "password", "passwd", "api-key", "apikey", "session",
 	"cookie", "credential", "signature", "hmac"}
 
+// credentialParts are the words that mark a header name as carrying a
+// credential when one of its hyphen- or underscore-separated parts is
+// exactly the word (case-insensitive): a MAC (X-Airtable-Content-MAC,
+// X-Payload-Mac) but not X-Machine-Id.
+var credentialParts = []string{"mac", "sig"}
+
 // CredentialLike reports whether the header name carries a credential by
-// default (see credentialWords), so that it is not stored unless a sender's
-// store_headers lists it.
+// default (see credentialWords and credentialParts), so that it is not
+// stored unless a sender's store_headers lists it.
 func CredentialLike(name string) bool {
 	n := strings.ToLower(name)
 	for _, w := range credentialWords {
 		if strings.Contains(n, w) {
 			return true
+		}
+	}
+	for _, w := range credentialParts {
+		for i := strings.Index(n, w); i >= 0; {
+			end := i + len(w)
+			if (i == 0 || n[i-1] == '-' || n[i-1] == '_') && (end == len(n) || n[end] == '-' || n[end] == '_') {
+				return true
+			}
+			next := strings.Index(n[i+1:], w)
+			if next < 0 {
+				break
+			}
+			i += 1 + next
 		}
 	}
 	return false
@@ -51,6 +70,7 @@ func CredentialLike(name string) bool {
 type HeaderFilter struct {
 	store map[string]bool // allow-list; nil for the default
 	drop  map[string]bool // dropped besides the default
+	never map[string]bool // dropped whatever store says (Never)
 }
 
 // NewHeaderFilter returns the filter of a sender's store_headers (an
@@ -74,9 +94,27 @@ func NewHeaderFilter(store, drop []string) HeaderFilter {
 	return f
 }
 
+// Never returns a copy of f that never stores the headers names, even
+// where store_headers lists them: a sender's signature headers (package
+// config's PresetSignature.SignatureHeaders). Names are case-insensitive.
+func (f HeaderFilter) Never(names ...string) HeaderFilter {
+	if len(names) == 0 {
+		return f
+	}
+	never := make(map[string]bool, len(f.never)+len(names))
+	for n := range f.never {
+		never[n] = true
+	}
+	for _, n := range names {
+		never[http.CanonicalHeaderKey(n)] = true
+	}
+	f.never = never
+	return f
+}
+
 // keeps reports whether f stores the header name (canonical).
 func (f HeaderFilter) keeps(name string) bool {
-	if neverStored[name] || strings.TrimSpace(name) == "" {
+	if neverStored[name] || f.never[name] || strings.TrimSpace(name) == "" {
 		return false
 	}
 	if name == "Content-Type" {

@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/store"
@@ -616,7 +615,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	now := time.Now().UTC()
 	switch {
 	case p.res == ResultDelivered:
-		o.State, o.FinalizedAt, o.ScheduledAt = rivertype.JobStateCompleted, &p.at, attemptedAt
+		o.State, o.FinalizedAt, o.ScheduledAt = store.StateDelivered, &p.at, attemptedAt
 		d.delivered.Inc()
 	case p.res == ResultNone && !p.final:
 		// No verdict (the process is stopping): nothing to record.
@@ -626,10 +625,10 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 		o.Error, o.ScheduledAt = p.err.Error(), now
 		switch {
 		case p.final:
-			o.State, o.FinalizedAt = rivertype.JobStateCancelled, &now
+			o.State, o.FailedAtOnce, o.FinalizedAt = store.StateFailed, true, &now
 			d.count.WithLabelValues("failed").Inc()
 		case o.MaxAttempts <= 1:
-			o.State, o.FinalizedAt = rivertype.JobStateDiscarded, &now
+			o.State, o.FinalizedAt = store.StateFailed, &now
 			d.count.WithLabelValues("failed").Inc()
 		default:
 			// As River would schedule the retry (Worker.NextRetry), or when

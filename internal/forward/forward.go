@@ -19,7 +19,6 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/ingestsql"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -86,6 +85,18 @@ func afterParams(sender string, cfg *config.Sender, target string, eventID uuid.
 	return p
 }
 
+// outboxInsertSQL writes the outbox rows of a pipeline's deliveries (a
+// multi-row statement, dedup.Batch.Row: $1 the sender, then one array per
+// column), one per forward, each only in the transaction whose claim took
+// its delivery's key (dedup.ClaimedJoin). A row with a lease (milliseconds,
+// NULL for none) is leased until that long after the statement started:
+// the relay leaves it to the process's fast path until then.
+var outboxInsertSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until)
+SELECT k.sender, o.event_id, o.target, o.delivery_id, o.created_at, statement_timestamp() + o.lease_ms * interval '1 millisecond'
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[])
+  AS o(event_id, target, delivery_id, created_at, lease_ms)
+` + dedup.ClaimedJoin("o.delivery_id", "o.event_id")
+
 // QueueOutbox queues, as part of a delivery's state change, the outbox rows
 // of the event's forwards to the targets named in targets: one row each,
 // none when targets is empty. They are stored under the delivery's sender,
@@ -97,6 +108,6 @@ func QueueOutbox(b *dedup.Batch, eventID uuid.UUID, deliveryID string, receivedA
 		if d := lease.For(i); d > 0 {
 			ms = d.Milliseconds()
 		}
-		b.Row(ingestsql.OutboxInsert, [16]byte(eventID), t, deliveryID, receivedAt, ms)
+		b.Row(outboxInsertSQL, [16]byte(eventID), t, deliveryID, receivedAt, ms)
 	}
 }

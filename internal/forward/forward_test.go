@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -772,7 +773,7 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 		Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"a":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.New(e.pool).InsertForwardJobs(ctx, forward.Queue, store.JobFixture{}, store.NewForwardJob{
+	if _, err := storetest.New(e.pool).InsertForwardJobs(ctx, forward.Queue, storetest.JobFixture{}, storetest.NewForwardJob{
 		Sender: "acme", EventID: uuid.MustParse(d.eventID), DeliveryID: "legacy-1", URL: tg.URL + "?token=LEGACYTOKEN", MaxAttempts: 3,
 	}); err != nil {
 		t.Fatal(err)

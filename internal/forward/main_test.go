@@ -32,6 +32,7 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -351,7 +352,7 @@ func (e *env) tryDeliver(id string, body []byte, ct string) (delivery, error) {
 		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }
 
-// job is a forward job's row (store.ForwardJob).
+// job is a forward job's row (storetest.ForwardJob).
 type job struct {
 	ID          int64
 	State       string
@@ -376,7 +377,7 @@ func (e *env) jobs() []job {
 
 // readJobs reads every forward job, ordered by ID.
 func readJobs(ctx context.Context, db store.DB) ([]job, error) {
-	fjs, err := store.New(db).ForwardJobs(ctx)
+	fjs, err := storetest.New(db).ForwardJobs(ctx)
 	if err != nil {
 		return nil, err
 	}

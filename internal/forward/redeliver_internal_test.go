@@ -16,6 +16,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -54,8 +55,8 @@ func TestRedeliveriesSerialiseAcrossProcesses(t *testing.T) {
 	ev := newEventID(t)
 	current := map[string]int64{}
 	for _, tg := range orders.Forward {
-		ids, err := procs[0].InsertForwardJobs(ctx, Queue, store.JobFixture{State: rivertype.JobStateRunning, Attempt: 1},
-			store.NewForwardJob{Sender: "orders", Target: tg.Name, EventID: ev, DeliveryID: "d-1", MaxAttempts: tg.MaxAttempts})
+		ids, err := storetest.New(pool).InsertForwardJobs(ctx, Queue, storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1},
+			storetest.NewForwardJob{Sender: "orders", Target: tg.Name, EventID: ev, DeliveryID: "d-1", MaxAttempts: tg.MaxAttempts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +86,7 @@ func TestRedeliveriesSerialiseAcrossProcesses(t *testing.T) {
 		}
 	}
 
-	jobs, err := procs[0].ForwardJobs(ctx)
+	jobs, err := storetest.New(pool).ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +155,8 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 	orders := sender(t, cfg, "orders")
 	q := store.New(pool)
 	ev := newEventID(t)
-	running, err := q.InsertForwardJobs(ctx, Queue, store.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: time.Now().Add(-time.Minute)},
-		store.NewForwardJob{Sender: "orders", Target: "t1", EventID: ev, DeliveryID: "d-1", MaxAttempts: 3})
+	running, err := storetest.New(pool).InsertForwardJobs(ctx, Queue, storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: time.Now().Add(-time.Minute)},
+		storetest.NewForwardJob{Sender: "orders", Target: "t1", EventID: ev, DeliveryID: "d-1", MaxAttempts: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,17 +194,17 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 		if err == nil && waiting == 1 {
 			return true
 		}
-		n, err := q.CountJobs(ctx, BulkArgs{}.Kind(), rivertype.JobStateCompleted)
+		n, err := storetest.New(pool).CountJobs(ctx, BulkArgs{}.Kind(), rivertype.JobStateCompleted)
 		return err == nil && n == 1
 	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Poll(t, lockTestWait, "the bulk job to finish", func() bool {
-		n, err := q.CountJobs(ctx, BulkArgs{}.Kind(), rivertype.JobStateCompleted)
+		n, err := storetest.New(pool).CountJobs(ctx, BulkArgs{}.Kind(), rivertype.JobStateCompleted)
 		return err == nil && n == 1
 	})
-	jobs, err := q.ForwardJobs(ctx)
+	jobs, err := storetest.New(pool).ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -342,17 +342,17 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 }
 
 // TestRetryStateFollowsRiversScheduler: a retry due within River's
-// scheduler interval (5 s) is recorded available (River's fetch takes it
-// once its scheduled_at has come), as River's executor leaves its own; one
-// due later is retryable, for the scheduler.
+// scheduler interval (5 s) is recorded pending (River's available: its
+// fetch takes it once its scheduled_at has come), as River's executor
+// leaves its own; one due later is retrying (retryable), for the scheduler.
 func TestRetryStateFollowsRiversScheduler(t *testing.T) {
 	t.Parallel()
-	for wait, want := range map[time.Duration]rivertype.JobState{
-		0:                               rivertype.JobStateAvailable,
-		100 * time.Millisecond:          rivertype.JobStateAvailable,
-		5 * time.Second:                 rivertype.JobStateAvailable,
-		5*time.Second + time.Nanosecond: rivertype.JobStateRetryable,
-		DefaultRetryAfterMax:            rivertype.JobStateRetryable,
+	for wait, want := range map[time.Duration]store.State{
+		0:                               store.StatePending,
+		100 * time.Millisecond:          store.StatePending,
+		5 * time.Second:                 store.StatePending,
+		5*time.Second + time.Nanosecond: store.StateRetrying,
+		DefaultRetryAfterMax:            store.StateRetrying,
 	} {
 		if got := retryState(wait); got != want {
 			t.Errorf("retryState(%v) = %s, want %s", wait, got, want)

@@ -3,12 +3,10 @@ package forward
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/store"
@@ -87,7 +85,7 @@ func redeliverTx(ctx context.Context, q *store.Queries, tx pgx.Tx, client *river
 			// Not relayed yet: its job is inserted now, and the relay's
 			// insert of the row is skipped as a duplicate.
 			params = append(params, jobParams(sender.Name, sender, t.Name, eventID, deliveryID))
-		case c.JobID != 0 && unfinished(c.State):
+		case c.JobID != 0 && c.State.Unfinished():
 			e.AfterCurrent, e.CurrentJobID = true, c.JobID
 			params = append(params, afterParams(sender.Name, sender, t.Name, eventID, deliveryID, c.JobID))
 		default: // delivered, failed, or never forwarded
@@ -122,19 +120,14 @@ func waiting(ctx context.Context, q *store.Queries, sender, target string, event
 	if c.JobID == 0 {
 		return false, nil
 	}
-	if c.Queued && unfinished(c.State) {
+	if c.Queued && c.State.Unfinished() {
 		wait, err := q.EarlierForwardUnfinished(ctx, sender, target, eventID, c.JobID)
 		if err != nil || wait {
 			return wait, err
 		}
 	}
-	if store.StateOf(c.State) == store.StatePending {
+	if c.State == store.StatePending {
 		return c.Attempt == 0, nil
 	}
 	return false, nil
-}
-
-// unfinished reports whether a job in state s may still be attempted.
-func unfinished(s rivertype.JobState) bool {
-	return slices.Contains(store.UnfinishedJobStates(), s)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // statesYAML has a sender with three targets (one with a secret path) and
@@ -103,12 +104,12 @@ func TestRedeliver(t *testing.T) {
 		t.Fatalf("Redeliver enqueued %+v, want one job per target %v", jobs, wantTargets)
 	}
 	first := map[string]int64{}
-	q := store.New(pool)
+	q := storetest.New(pool)
 	rows, err := q.ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[int64]store.ForwardJob{}
+	byID := map[int64]storetest.ForwardJob{}
 	for _, r := range rows {
 		byID[r.ID] = r
 	}
@@ -142,7 +143,7 @@ func TestRedeliver(t *testing.T) {
 	}
 
 	// t1's forward was delivered: it gets a new job, the others still wait.
-	if err := q.SetForwardJob(ctx, first["t1"], store.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
+	if err := q.SetForwardJob(ctx, first["t1"], storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	third, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
@@ -192,9 +193,9 @@ func TestList(t *testing.T) {
 	}
 	delivered := time.Date(2026, 11, 29, 19, 31, 9, 87000000, time.UTC)
 	q := store.New(pool)
-	update := func(job int64, f store.JobFixture) {
+	update := func(job int64, f storetest.JobFixture) {
 		t.Helper()
-		if err := q.SetForwardJob(ctx, job, f); err != nil {
+		if err := storetest.New(pool).SetForwardJob(ctx, job, f); err != nil {
 			t.Fatalf("update job %d: %v", job, err)
 		}
 	}
@@ -209,14 +210,14 @@ func TestList(t *testing.T) {
 	first := redeliver()
 	// Errors of an older version (the status only in the text) and an
 	// output as the worker records it.
-	update(jobOf(first, "t1"), store.JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"target answered 503"},
+	update(jobOf(first, "t1"), storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"target answered 503"},
 		Output: &store.Output{Attempt: 2, Status: 204, DeliveredAt: delivered}})
-	update(jobOf(first, "t2"), store.JobFixture{State: rivertype.JobStateCancelled, Attempt: 1, Errors: []string{"JobCancelError: target answered 400"}})
-	update(jobOf(first, "t3"), store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 2, ScheduledAt: time.Now().Add(time.Minute),
+	update(jobOf(first, "t2"), storetest.JobFixture{State: rivertype.JobStateCancelled, Attempt: 1, Errors: []string{"JobCancelError: target answered 400"}})
+	update(jobOf(first, "t3"), storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 2, ScheduledAt: time.Now().Add(time.Minute),
 		Errors: []string{"target answered 502", `post to target "t3": connection refused`}})
 	again := redeliver() // t3 is still retrying: a new job is queued after it
-	update(jobOf(again, "t1"), store.JobFixture{State: rivertype.JobStateRunning, Attempt: 1})
-	update(jobOf(again, "t2"), store.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 20, Errors: []string{"target answered 500"}})
+	update(jobOf(again, "t1"), storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1})
+	update(jobOf(again, "t2"), storetest.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 20, Errors: []string{"target answered 500"}})
 	third := redeliver() // t1 is running: a new job after it; t3's queued job still waits: none; t2: a new job
 	jobOf(third, "t2")
 	jobOf(third, "t1")
@@ -328,7 +329,7 @@ func TestListUsesArgsIndex(t *testing.T) {
 			t.Errorf("%s: List = %d forwards, want 3", mode, len(got))
 		}
 	}
-	argScans, seqScans, err := store.New(tx).JobScans(ctx)
+	argScans, seqScans, err := storetest.New(tx).JobScans(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

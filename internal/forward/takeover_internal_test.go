@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -28,7 +29,7 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	ctx := t.Context()
 	q := store.New(pool)
 	const me = ProcessIDPrefix + "host:1:me"
-	tk, err := NewTakeover(pool, TakeoverConfig{ID: me, HeartbeatEvery: 10 * time.Millisecond, Stale: 50 * time.Millisecond},
+	tk, err := NewTakeover(pool, TakeoverConfig{ID: me, HeartbeatEvery: 100 * time.Millisecond, Stale: 5 * time.Second},
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -39,8 +40,8 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	}
 	old := time.Now().Add(-time.Minute)
 	job := func(by string, at time.Time) int64 {
-		ids, err := q.InsertForwardJobs(ctx, Queue, store.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at, AttemptedBy: []string{by}},
-			store.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
+		ids, err := storetest.New(pool).InsertForwardJobs(ctx, Queue, storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at, AttemptedBy: []string{by}},
+			storetest.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +83,7 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 		t.Errorf("released %v, want only the lost job %d (working %d, finishing %d, fresh %d, another process's %d)",
 			released, lost, working, finishing, fresh, others)
 	}
-	jobs, err := q.ForwardJobs(ctx)
+	jobs, err := storetest.New(pool).ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	}
 
 	// The finishing job's outcome is written: forgotten at the next look.
-	if err := q.SetForwardJob(ctx, finishing, store.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
+	if err := storetest.New(pool).SetForwardJob(ctx, finishing, storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tk.Once(ctx); err != nil {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/signature"
@@ -104,17 +103,17 @@ func (b Backoff) delay(attempt int) time.Duration {
 // scheduler's next run: up to 5 s late.
 const riverSchedulerInterval = 5 * time.Second
 
-// retryState is the River state of a job whose next attempt is due in
-// wait, as River's executor decides it for its own retries and snoozes:
-// available (with the retry's time as scheduled_at) when wait is within
-// riverSchedulerInterval, so that a fetch takes it once it is due, and
-// retryable otherwise, for the scheduler to make available. The fast path
-// records its failed first attempts with it.
-func retryState(wait time.Duration) rivertype.JobState {
+// retryState is the state of a forward whose next attempt is due in wait,
+// as River's executor decides it for its own retries and snoozes: pending
+// (River's available, with the retry's time as scheduled_at) when wait is
+// within riverSchedulerInterval, so that a fetch takes it once it is due,
+// and retrying (retryable) otherwise, for the scheduler to make available.
+// The fast path records its failed first attempts with it.
+func retryState(wait time.Duration) store.State {
 	if wait <= riverSchedulerInterval {
-		return rivertype.JobStateAvailable
+		return store.StatePending
 	}
-	return rivertype.JobStateRetryable
+	return store.StateRetrying
 }
 
 // maxResponseBytes is how much of a target's response body is read (and

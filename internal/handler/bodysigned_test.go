@@ -1,13 +1,26 @@
 package handler_test
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // Mailgun signs inside the body; Twilio's usual body is a form; HubSpot's
@@ -16,10 +29,16 @@ import (
 // mailgunBody returns a Mailgun webhook body for event id, signed with key
 // at ts (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks).
 func mailgunBody(key []byte, id string, ts int64, token string) []byte {
+	return mailgunSigned(key, ts, token, id, ts)
+}
+
+// mailgunSigned is mailgunBody signed at ts for an event of eventTS (a
+// retry signs the same event again, later).
+func mailgunSigned(key []byte, ts int64, token, id string, eventTS int64) []byte {
 	t := strconv.FormatInt(ts, 10)
 	sig := hexOf(macOf(key, t, token))
-	return fmt.Appendf(nil, `{"signature":{"timestamp":%q,"token":%q,"signature":%q},"event-data":{"id":%q,"event":"delivered","timestamp":%s}}`,
-		t, token, sig, id, t)
+	return fmt.Appendf(nil, `{"signature":{"timestamp":%q,"token":%q,"signature":%q},"event-data":{"id":%q,"event":"delivered","timestamp":%d}}`,
+		t, token, sig, id, eventTS)
 }
 
 func TestMailgunSignatureInBody(t *testing.T) {
@@ -36,7 +55,15 @@ func TestMailgunSignatureInBody(t *testing.T) {
 	first := post("mailgun", body)
 	wantAccepted(t, first, "mailgun", "evt-1")
 	wantReplay(t, post("mailgun", body), first)
+	// A retry signed afresh (a new timestamp and token, the same event) is
+	// the same delivery: the stored body, and its SHA-256, leave the
+	// signature object out.
+	wantReplay(t, post("mailgun", mailgunSigned(keys[0], now+1, "tok-1-again", "evt-1", now)), first)
 	wantRecorded(t, pool, "mailgun", "evt-1", 1)
+	if k, e := readKey(t, pool, "mailgun", "evt-1"), readEvent(t, pool, "mailgun", "evt-1"); string(e.body) != fmt.Sprintf(`{"event-data":{"id":"evt-1","event":"delivered","timestamp":%d}}`, now) ||
+		!bytes.Equal(k.sha256, sha256Of(e.body)) {
+		t.Errorf("stored body %s (SHA-256 %x): want the body sent less its signature object, and its SHA-256", e.body, k.sha256)
+	}
 
 	for name, b := range map[string][]byte{
 		"wrong key":         mailgunBody([]byte("not-mailgun"), "evt-2", now, "tok-2"),
@@ -152,4 +179,146 @@ func TestHubSpotBatch(t *testing.T) {
 		t.Errorf("event type %q, %v; want contact.creation", eventType, err)
 	}
 	wantRejected(t, send("portal=62515", ms-301_000), secret)
+}
+
+func sha256Of(b []byte) []byte { sum := sha256.Sum256(b); return sum[:] }
+
+// Mailgun signs its timestamp and token, not the event (issue 29): a
+// genuine signature object reused with another event is refused with 401
+// and records nothing, whether the event has another delivery ID or the
+// same one with another body, for as long as the timestamp is within the
+// tolerance; Mailgun's retry of the same delivery (the same bytes) is
+// replayed.
+func TestMailgunTokenReuseIsRefused(t *testing.T) {
+	t.Parallel()
+	key := []byte("mg-key-reuse-41c7")
+	yaml := "senders:\n  - name: mailgun\n    preset: mailgun\n    secret: ${MG}\n" +
+		"  - name: other\n    preset: mailgun\n    secret: ${MG}\n"
+	s, pool := newDBServer(t, options{yaml: yaml, env: map[string]string{"MG": string(key)}})
+	now := time.Now().Unix()
+	genuine := mailgunSigned(key, now, "tok-genuine-7a0e", "evt-genuine", now)
+	first := s.post("mailgun", "", genuine)
+	wantAccepted(t, first, "mailgun", "evt-genuine")
+
+	// The attacker keeps the signature object and writes its own event.
+	sigObject := genuine[:bytes.Index(genuine, []byte(`,"event-data"`))]
+	forged := func(eventData string) []byte {
+		return append(bytes.Clone(sigObject), `,"event-data":`+eventData+`}`...)
+	}
+	for _, body := range [][]byte{
+		forged(`{"id":"evt-forged","event":"delivered"}`),
+		forged(`{"id":"evt-genuine","event":"failed","severity":"permanent"}`),
+		forged(fmt.Sprintf(`{"id":"evt-genuine","event":"delivered","timestamp":%d,"extra":1}`, now)),
+	} {
+		wantRejected(t, s.post("mailgun", "", body), string(key))
+	}
+	wantRecorded(t, pool, "mailgun", "evt-forged", 0)
+	if k := readKey(t, pool, "mailgun", "evt-genuine"); !bytes.Equal(k.body, first.body) {
+		t.Errorf("the genuine delivery's record changed: %s", k.body)
+	}
+	// Mailgun's retry, the same bytes: replayed.
+	wantReplay(t, s.post("mailgun", "", genuine), first)
+	// A token is the sender's: another sender with the same key is not
+	// refused for it.
+	wantAccepted(t, s.post("other", "", mailgunSigned(key, now, "tok-genuine-7a0e", "evt-other", now)), "other", "evt-other")
+	wantCounts(t, pool, 2, 2)
+}
+
+// Requests reusing one token race: whatever their number and order, at
+// most one delivery is accepted with it. After a genuine delivery, every
+// forged request reusing its token under another delivery ID is refused
+// while the genuine retries race beside them; a token no delivery has
+// used yet goes to exactly one of the delivery IDs that race for it.
+func TestMailgunTokenReuseRaces(t *testing.T) {
+	t.Parallel()
+	key := []byte("mg-key-race-93bd")
+	s, pool := newDBServer(t, options{yaml: "senders:\n  - name: mailgun\n    preset: mailgun\n    secret: ${MG}\n", env: map[string]string{"MG": string(key)}})
+	now := time.Now().Unix()
+	genuine := mailgunSigned(key, now, "tok-race-genuine", "evt-race", now)
+	first := s.post("mailgun", "", genuine)
+	wantAccepted(t, first, "mailgun", "evt-race")
+
+	const n = 16
+	race := func(bodies [][]byte) []reply {
+		replies := make([]reply, len(bodies))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, b := range bodies {
+			wg.Go(func() {
+				<-start
+				replies[i] = s.do(s.postRequest("mailgun", "", b))
+			})
+		}
+		close(start)
+		wg.Wait()
+		return replies
+	}
+	var bodies [][]byte
+	for i := range n {
+		bodies = append(bodies, mailgunSigned(key, now, "tok-race-genuine", fmt.Sprintf("evt-forged-%d", i), now))
+		if i%4 == 0 {
+			bodies = append(bodies, genuine) // Mailgun retrying meanwhile
+		}
+	}
+	for i, r := range race(bodies) {
+		if bytes.Equal(bodies[i], genuine) {
+			wantReplay(t, r, first)
+			continue
+		}
+		wantRejected(t, r, string(key))
+	}
+	wantCounts(t, pool, 1, 1)
+
+	// A fresh token, n delivery IDs racing for it: one wins.
+	bodies = bodies[:0]
+	for i := range n {
+		bodies = append(bodies, mailgunSigned(key, now, "tok-race-fresh", fmt.Sprintf("evt-fresh-%d", i), now))
+	}
+	accepted := 0
+	for _, r := range race(bodies) {
+		switch r.status {
+		case http.StatusAccepted:
+			accepted++
+		case http.StatusUnauthorized:
+			wantRejected(t, r, string(key))
+		default:
+			t.Errorf("a request racing for a fresh token: %s", r)
+		}
+	}
+	if accepted != 1 {
+		t.Errorf("%d deliveries accepted with one token, want 1", accepted)
+	}
+	wantCounts(t, pool, 2, 2)
+}
+
+// A server with a Mailgun sender needs somewhere to remember its tokens:
+// handler.New refuses one without Config.Tokens, naming the sender; with
+// the database unreachable, a valid Mailgun delivery gets 503 (the token
+// is not decided, nothing is recorded) and an invalid one still 401.
+func TestMailgunNeedsTheTokenStore(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte("senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n"), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = handler.New(sender.MustCompile(cfg), nil, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), handler.DefaultConfig())
+	if err == nil || !strings.Contains(err.Error(), "Tokens") || !strings.Contains(err.Error(), `"mg"`) {
+		t.Errorf("handler.New without a token store: %v", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	pool, err := pgxpool.New(t.Context(), "postgres://hookgate@"+addr+"/nowhere?sslmode=disable&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := newServer(t, pool, options{yaml: "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n"})
+	now := time.Now().Unix()
+	wantProblem(t, s.post("mg", "", mailgunBody([]byte("k"), "evt-1", now, "tok-1")), http.StatusServiceUnavailable, "unavailable")
+	wantRejected(t, s.post("mg", "", mailgunBody([]byte("not-k"), "evt-1", now, "tok-1")))
 }

@@ -6,9 +6,11 @@ import (
 	"time"
 )
 
-// TestConfigValidate: DefaultConfig is valid; a body budget or a wait for
-// room that is zero or negative is refused with an error naming the field
-// (never taken for the default).
+// TestConfigValidate: DefaultConfig is valid; a body budget, a wait for
+// room or a body read timeout that is zero or negative, a negative minimum
+// rate or grace, or a rate past MaxBodyMinRate is refused with an error
+// naming the field (never taken for the default). A minimum rate of 0 (none)
+// and a grace of 0 are valid.
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	if err := DefaultConfig().validate(); err != nil {
@@ -23,6 +25,10 @@ func TestConfigValidate(t *testing.T) {
 		{"negative budget", func(c *Config) { c.BodyBudget = -1 }, "BodyBudget -1"},
 		{"zero wait", func(c *Config) { c.BodyBudgetWait = 0 }, "BodyBudgetWait 0s"},
 		{"negative wait", func(c *Config) { c.BodyBudgetWait = -time.Second }, "BodyBudgetWait -1s"},
+		{"negative min rate", func(c *Config) { c.BodyMinRate = -1 }, "BodyMinRate -1"},
+		{"min rate too high", func(c *Config) { c.BodyMinRate = MaxBodyMinRate + 1 }, "BodyMinRate 1073741825"},
+		{"negative grace", func(c *Config) { c.BodyMinRateGrace = -time.Second }, "BodyMinRateGrace -1s"},
+		{"zero read timeout", func(c *Config) { c.BodyReadTimeout = 0 }, "BodyReadTimeout 0s"},
 	} {
 		c := DefaultConfig()
 		tc.apply(&c)
@@ -32,5 +38,16 @@ func TestConfigValidate(t *testing.T) {
 		if _, err := New(nil, nil, nil, nil, nil, c); err == nil {
 			t.Errorf("%s: New accepted it", tc.name)
 		}
+	}
+}
+
+// TestConfigValidateZeroes: no minimum rate (0) and no grace (0) are
+// settings, not mistakes.
+func TestConfigValidateZeroes(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.BodyMinRate, c.BodyMinRateGrace = 0, 0
+	if err := c.validate(); err != nil {
+		t.Errorf("no minimum rate and no grace: %v", err)
 	}
 }

@@ -53,7 +53,7 @@ func gunzip(body []byte, limit int64, h *bodyHold) ([]byte, error) {
 	if err != nil {
 		return nil, &problemError{typ: probInvalidBody, detail: "The body is not valid gzip, as its Content-Encoding says. Nothing was recorded.", cause: err}
 	}
-	out, err := h.readAll(zr, int64(len(body)), limit)
+	out, err := h.readAll(zr, int64(len(body)), -1, limit, nil)
 	var pe *problemError
 	if errors.As(err, &pe) {
 		return nil, pe

@@ -35,6 +35,7 @@ var (
 	probNoTargets           = problemType{http.StatusConflict, "no-targets", "No forward targets", 0}
 	probInFlight            = problemType{http.StatusConflict, "in-flight", "Delivery is still being processed", 1}
 	probTooLarge            = problemType{http.StatusRequestEntityTooLarge, "payload-too-large", "Request body too large", 0}
+	probBodyTimeout         = problemType{http.StatusRequestTimeout, "request-timeout", "Request body not received in time", 0}
 	probUnsupportedEncoding = problemType{http.StatusUnsupportedMediaType, "unsupported-encoding", "Unsupported Content-Encoding", 0}
 	probMismatch            = problemType{http.StatusUnprocessableEntity, "payload-mismatch", "Delivery ID reused with a different body", 0}
 	probUnavailable         = problemType{http.StatusServiceUnavailable, "unavailable", "Service unavailable", 5}

@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/jsonptr"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 )
 
 // MaxDeliveryIDBytes is the longest delivery ID accepted.
@@ -49,6 +50,7 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 		outcome, err = s.ingest(w, r, sd, info)
 	} else {
 		err = newProblem(probUnknownSender, fmt.Sprintf("No sender named %q is configured. Configured senders are listed in hookgate.yaml.", sender))
+		closeUnread(w, r)
 	}
 	if err != nil {
 		pe := writeProblem(w, err)
@@ -107,13 +109,14 @@ func (s *Server) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.Sender, info *reqInfo) (string, error) {
 	gzipped, err := contentEncoding(w, r, sender)
 	if err != nil {
+		closeUnread(w, r)
 		return "", err
 	}
-	// The body's bytes are counted against the memory budget of bodies
-	// until the request ends.
-	hold := s.budget.hold(r.Context())
+	// The body's bytes are counted against the memory budget of bodies,
+	// and its client's share of it, until the request ends.
+	hold := s.budget.hold(r.Context(), s.authLimit.ClientKey(r))
 	defer hold.release()
-	body, err := readBody(w, r, sender.MaxBodyBytes, &hold)
+	body, err := s.readBody(w, r, sender.MaxBodyBytes, hold)
 	if err != nil {
 		return "", err
 	}
@@ -126,7 +129,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if gzipped {
 		// From here on the body is the decompressed one: the delivery ID is
 		// read from it, and it is what is stored, hashed and forwarded.
-		if body, err = gunzip(body, sender.MaxBodyBytes, &hold); err != nil {
+		if body, err = gunzip(body, sender.MaxBodyBytes, hold); err != nil {
 			return "", err
 		}
 	}
@@ -146,6 +149,12 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 		_, _ = w.Write(reply.Body)
 		return outcomeURLVerification, nil
 	}
+	// A signature inside the body (Mailgun's signature object), checked
+	// above on the body as received, is no part of what is kept: from here
+	// on the body is the one without it. Its SHA-256 is the delivery's
+	// (and, for body_sha256, its ID), so a retry signed afresh is the same
+	// delivery; it is what is stored and forwarded.
+	body = sender.StoredBody(body, r.Header.Get("Content-Type"))
 	id, err := deliveryID(r, body, &in, sender)
 	if err != nil {
 		return "", err
@@ -183,6 +192,23 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
 	defer cancel()
+	// A scheme that signs a single-use token instead of the body
+	// (Mailgun's): the token is this delivery's, or the request is a
+	// replay of a genuine signature with another event. Decided by the
+	// token table's key, in a statement of its own before the delivery's
+	// transaction, which it leaves as it is: a token already claimed by
+	// this same delivery (its retry, or one whose transaction failed)
+	// goes on to the transaction, and only its key decides what a
+	// duplicate is.
+	if token, signedAt, ok := sender.Nonce(r, signed); ok {
+		fresh, err := s.tokens.Claim(ctx, sigtoken.Use{Sender: sender.Name, Token: token, SignedAt: signedAt, DeliveryID: id, RequestSHA256: d.RequestSHA256})
+		if err != nil {
+			return "", err
+		}
+		if !fresh {
+			return "", newProblem(probSignature, "The request's signature token was used by another delivery (Mailgun signs its timestamp and token, not the event: a token is accepted for one delivery ID and body only). Nothing was recorded.")
+		}
+	}
 	var lease forward.Lease
 	if s.fast != nil && len(targets) > 0 {
 		lease = s.fast.Lease(sender.Sender, targets, len(body))
@@ -279,9 +305,39 @@ func withHeaders(r *http.Request, h http.Header) *http.Request {
 }
 
 // readBody reads the whole request body, refusing more than limit bytes,
-// after taking room for it in h (by its Content-Length when announced,
-// chunk by chunk as it arrives otherwise).
-func readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
+// holding room for it in h as its bytes arrive (bodyHold.readAll), at the
+// minimum rate of bodies (bodyPace): a body that arrives slower is a 408
+// problem. On any error the answer is sent at once and the connection
+// closed after it (net/http would otherwise read up to 256 KiB of what is
+// left of the body before answering, for as long as its client takes);
+// after the answer, what is left is read and thrown away for at most
+// bodyDrain, so that the client is not reset before it reads the answer.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
+	body, err := s.readBodyBytes(w, r, limit, h)
+	if err != nil {
+		closeUnread(w, r)
+	}
+	return body, err
+}
+
+// closeUnread makes the answer to r, whose body is not read (whole), close
+// the connection, and gives what is left of the body bodyDrain to arrive
+// after the answer (see readBody); nothing for a request without a body.
+func closeUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDrain))
+}
+
+// bodyDrain is how long the rest of a body answered before it was read
+// whole may still arrive (net/http reads at most 256 KiB of it) before
+// its connection is closed. Closing with unread bytes makes the kernel
+// reset the connection, and a client can then lose the answer.
+const bodyDrain = time.Second
+
+func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 	// (The problem is made only when needed: formatting it for every
 	// request showed in make bench's CPU profile.)
 	tooLarge := func() error {
@@ -290,33 +346,52 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) 
 	if r.ContentLength > limit {
 		return nil, tooLarge()
 	}
-	if r.ContentLength >= 0 {
-		// The size is announced (and net/http ends the body there): one
-		// allocation of exactly that size.
-		if err := h.grow(r.ContentLength); err != nil {
-			return nil, err
-		}
-		body := make([]byte, r.ContentLength)
-		_, err := io.ReadFull(r.Body, body)
-		if err != nil {
-			return nil, &problemError{typ: probInvalidBody, detail: "The request body could not be read completely. Nothing was recorded.", cause: err}
-		}
-		return body, nil
+	if r.ContentLength == 0 {
+		return []byte{}, nil
 	}
-	body, err := h.readAll(http.MaxBytesReader(w, r.Body, limit), 0, limit)
+	src := r.Body
+	if r.ContentLength < 0 {
+		src = http.MaxBytesReader(w, r.Body, limit)
+	}
+	p := s.pace(w)
+	body, err := h.readAll(src, 0, r.ContentLength, limit, &p)
+	p.done()
 	var (
 		mbe *http.MaxBytesError
 		pe  *problemError
 	)
 	switch {
+	case err == nil:
+		return body, nil
 	case errors.As(err, &mbe):
 		return nil, tooLarge()
 	case errors.As(err, &pe):
 		return nil, pe
-	case err != nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, &problemError{typ: probBodyTimeout, detail: s.slowBodyDetail(), cause: err}
+	default:
 		return nil, &problemError{typ: probInvalidBody, detail: "The request body could not be read completely. Nothing was recorded.", cause: err}
 	}
-	return body, nil
+}
+
+// pace returns the pace of a body read for w from now on; one that does
+// nothing without a minimum rate.
+func (s *Server) pace(w http.ResponseWriter) bodyPace {
+	if s.minRate == 0 {
+		return bodyPace{}
+	}
+	now := time.Now()
+	return bodyPace{w: w, rate: s.minRate, grace: s.minRateGrace, start: now, end: now.Add(s.readTimeout)}
+}
+
+// slowBodyDetail is the detail of a 408 for a body that did not arrive in
+// time.
+func (s *Server) slowBodyDetail() string {
+	if s.minRate == 0 {
+		return fmt.Sprintf("The body did not arrive within %s. Nothing was recorded; the connection is closed.", s.readTimeout)
+	}
+	return fmt.Sprintf("The body did not arrive in time: after its first %s it must arrive at %d bytes per second or more on average, and all of it within %s. Nothing was recorded; the connection is closed.",
+		s.minRateGrace, s.minRate, s.readTimeout)
 }
 
 // deliveryID extracts the delivery ID from where sender's configuration says

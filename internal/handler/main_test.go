@@ -25,6 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 )
 
 func TestMain(m *testing.M) {
@@ -103,6 +104,7 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
+	hc.Tokens = sigtoken.New(db)
 	if o.config != nil {
 		o.config(&hc)
 	}

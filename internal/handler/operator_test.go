@@ -35,12 +35,15 @@ import (
 	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -66,6 +69,8 @@ type opOptions struct {
 	noDB bool
 	// limiter replaces the server's own wrong-token limiter.
 	limiter *authlimit.Limiter
+	// console serves the console under /console, signed in with testToken.
+	console bool
 }
 
 // opServer is a hookgate server with its operator API enabled, on its own
@@ -143,12 +148,19 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		t.Cleanup(func() { stopRelay(); <-done })
 	}
 	hc := handler.DefaultConfig()
-	hc.River, hc.AuthLimiter = client, o.limiter
+	hc.River, hc.AuthLimiter, hc.Tokens = client, o.limiter, sigtoken.New(pool)
 	if !o.noToken {
 		hc.AdminToken = testToken
 	}
 	if !o.noDB {
 		hc.DB = pool
+	}
+	if o.console {
+		cons, err := console.New(cfg, store.New(pool), log, console.Config{AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, River: client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc.Console = cons
 	}
 	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
 	if err != nil {
@@ -1004,7 +1016,7 @@ senders:
 	maxAttempts := map[string]int{"orders": 4, "ledger": config.DefaultForwardMaxAttempts}
 	jobsOf := func(eventID string) map[string]int64 {
 		t.Helper()
-		jobs, err := store.New(s.pool).ForwardJobs(t.Context())
+		jobs, err := storetest.New(s.pool).ForwardJobs(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1111,7 +1123,7 @@ senders:
 		t.Fatalf("relay moved %d forwards, want 2", n)
 	}
 	q := store.New(s.pool)
-	jobs, err := q.ForwardJobs(t.Context())
+	jobs, err := storetest.New(s.pool).ForwardJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1122,7 +1134,7 @@ senders:
 		}
 	}
 	for target, state := range map[string]rivertype.JobState{"orders": rivertype.JobStateRunning, "ledger": rivertype.JobStateRetryable} {
-		if err := q.SetForwardJob(t.Context(), current[target], store.JobFixture{State: state, Attempt: 1}); err != nil {
+		if err := storetest.New(s.pool).SetForwardJob(t.Context(), current[target], storetest.JobFixture{State: state, Attempt: 1}); err != nil {
 			t.Fatalf("forward to %s: %v", target, err)
 		}
 	}
@@ -1163,7 +1175,7 @@ func TestOperatorRedeliverWithoutTargetsIs409(t *testing.T) {
 	if !strings.Contains(p.Detail, `"hdr"`) {
 		t.Errorf("detail %q does not name the sender", p.Detail)
 	}
-	if jobs, err := store.New(s.pool).CountJobs(t.Context(), ""); err != nil || jobs != 0 {
+	if jobs, err := storetest.New(s.pool).CountJobs(t.Context(), ""); err != nil || jobs != 0 {
 		t.Errorf("%d jobs (%v), want none", jobs, err)
 	}
 	if d := s.delivery("hdr", "d1"); d.Forwards == nil || len(d.Forwards) != 0 {

@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/traffic"
 )
@@ -45,14 +46,28 @@ type Config struct {
 	// API, which then answers every request 403.
 	AdminToken string
 	// BodyBudget bounds the request body bytes that ingest requests hold
-	// in memory at once (DefaultBodyBudget), at least 1: a request that
-	// finds no room waits at most BodyBudgetWait (DefaultBodyBudgetWait,
-	// positive) for it before it is answered 503 with Retry-After. A body
-	// larger than the share of large bodies (three quarters of the budget)
-	// waits for all of that share and may then exceed it: keep the budget
-	// above twice the largest max_body_bytes.
+	// in memory at once (DefaultBodyBudget), at least 1, held as they
+	// arrive; each client (AuthLimiter's ClientKey) holds at most a quarter
+	// of it. A request that finds no room waits at most BodyBudgetWait
+	// (DefaultBodyBudgetWait, positive) for it, each time, before it is
+	// answered 503 with Retry-After. The oldest request of the budget, and of each
+	// client, always gets room, past the bound by at most its own body; a
+	// body larger than the share of large bodies (three quarters of the
+	// budget) gets it only then: keep the budget above twice the largest
+	// max_body_bytes.
 	BodyBudget     int64
 	BodyBudgetWait time.Duration
+	// BodyMinRate is the rate, in bytes per second, at which a body must
+	// arrive on average once BodyMinRateGrace has passed since the request
+	// began reading it (DefaultBodyMinRate, DefaultBodyMinRateGrace): the
+	// read deadline of its connection is start + grace + bytes/rate, and a
+	// body that misses it is answered 408 with its connection closed. 0
+	// sets no minimum rate. BodyReadTimeout (DefaultBodyReadTimeout,
+	// positive) bounds the body's time in all, as the HTTP server's
+	// ReadTimeout does: the deadline is never moved past it.
+	BodyMinRate      int64
+	BodyMinRateGrace time.Duration
+	BodyReadTimeout  time.Duration
 	// MetricsElsewhere says that /metrics is served on a listener of its
 	// own (MetricsHandler): the Server's routers then answer 404 there.
 	MetricsElsewhere bool
@@ -65,8 +80,10 @@ type Config struct {
 	// work jobs); nil: redeliver answers 503.
 	River *river.Client[pgx.Tx]
 	// AuthLimiter counts the operator API's wrong tokens per client; share
-	// it with the console so that both count against one limit. nil: the
-	// Server has a Limiter of its own.
+	// it with the console so that both count against one limit. Its
+	// ClientKey (the peer, or the client its trusted proxies name) is also
+	// the client whose share of the body budget a request takes. nil: the
+	// Server has a Limiter of its own, which trusts no proxy.
 	AuthLimiter *authlimit.Limiter
 	// Console is served under /console (the browser console, package
 	// console; it has its own sign-in); nil: none.
@@ -78,13 +95,32 @@ type Config struct {
 	// Traffic counts every delivery of a configured sender, for the
 	// console's charts; nil counts nothing.
 	Traffic *traffic.Recorder
+	// Tokens remembers the single-use tokens of the senders whose
+	// signature scheme signs one instead of the body (Mailgun's:
+	// sender.Sender.SignsNonces), so that each is accepted for one
+	// delivery only (a *sigtoken.Store on the database deliveries are
+	// stored in). Required when there is such a sender: New refuses a
+	// configuration with one and no Tokens.
+	Tokens TokenStore
+}
+
+// TokenStore claims a single-use signature token for a delivery
+// (sigtoken.Store): true when the request may go on, false when another
+// delivery used the token before (a replay, answered 401).
+type TokenStore interface {
+	Claim(ctx context.Context, u sigtoken.Use) (bool, error)
 }
 
 // DefaultConfig returns the Server's defaults: no admin token (the operator
-// API disabled), the default body budget, and no optional dependency.
+// API disabled), the default body budget and minimum rate of bodies, and no
+// optional dependency.
 func DefaultConfig() Config {
-	return Config{BodyBudget: DefaultBodyBudget, BodyBudgetWait: DefaultBodyBudgetWait}
+	return Config{BodyBudget: DefaultBodyBudget, BodyBudgetWait: DefaultBodyBudgetWait,
+		BodyMinRate: DefaultBodyMinRate, BodyMinRateGrace: DefaultBodyMinRateGrace, BodyReadTimeout: DefaultBodyReadTimeout}
 }
+
+// MaxBodyMinRate is the largest Config.BodyMinRate: 1 GiB/s.
+const MaxBodyMinRate = 1 << 30
 
 // validate returns an error naming the field at fault, or nil.
 func (c Config) validate() error {
@@ -93,6 +129,29 @@ func (c Config) validate() error {
 	}
 	if c.BodyBudgetWait <= 0 {
 		return fmt.Errorf("handler config: BodyBudgetWait %s: must be positive", c.BodyBudgetWait)
+	}
+	if c.BodyMinRate < 0 || c.BodyMinRate > MaxBodyMinRate {
+		return fmt.Errorf("handler config: BodyMinRate %d: must be from 0 (none) to %d bytes per second", c.BodyMinRate, MaxBodyMinRate)
+	}
+	if c.BodyMinRateGrace < 0 {
+		return fmt.Errorf("handler config: BodyMinRateGrace %s: must not be negative", c.BodyMinRateGrace)
+	}
+	if c.BodyReadTimeout <= 0 {
+		return fmt.Errorf("handler config: BodyReadTimeout %s: must be positive", c.BodyReadTimeout)
+	}
+	return nil
+}
+
+// needsTokens returns an error naming the field when a sender of set signs
+// single-use tokens and c has no Tokens to remember them in.
+func (c Config) needsTokens(set *sender.Set) error {
+	if c.Tokens != nil {
+		return nil
+	}
+	for i := range set.Senders {
+		if sd := &set.Senders[i]; sd.SignsNonces() {
+			return fmt.Errorf("handler config: Tokens: sender %q's signature scheme signs a single-use token, not the body: a token store is required", sd.Name)
+		}
 	}
 	return nil
 }
@@ -129,6 +188,12 @@ type Server struct {
 	budget *bodyBudget
 	shed   *prometheus.CounterVec
 
+	// The pace of bodies (Config.BodyMinRate, BodyMinRateGrace,
+	// BodyReadTimeout); minRate 0: none.
+	minRate      int64
+	minRateGrace time.Duration
+	readTimeout  time.Duration
+
 	// fast attempts forwards right after the ingest COMMIT (Config.FastPath);
 	// nil for none: the relay moves every forward into River.
 	fast FastPath
@@ -136,6 +201,9 @@ type Server struct {
 	// traffic counts deliveries for the console's charts (Config.Traffic);
 	// nil counts nothing.
 	traffic *traffic.Recorder
+
+	// tokens claims the single-use signature tokens (Config.Tokens).
+	tokens TokenStore
 }
 
 // FastPath is the forward fast path (forward.Dispatcher): Lease is asked
@@ -157,6 +225,9 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 	if err := hc.validate(); err != nil {
 		return nil, err
 	}
+	if err := hc.needsTokens(senders); err != nil {
+		return nil, err
+	}
 	s := &Server{
 		senders:    senders,
 		cfg:        senders.Config(),
@@ -170,11 +241,14 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 		now:        time.Now,
 		budget:     newBodyBudget(hc.BodyBudget, hc.BodyBudgetWait),
 
+		minRate: hc.BodyMinRate, minRateGrace: hc.BodyMinRateGrace, readTimeout: hc.BodyReadTimeout,
+
 		metricsElsewhere: hc.MetricsElsewhere,
 		river:            hc.River,
 		console:          hc.Console,
 		fast:             hc.FastPath,
 		traffic:          hc.Traffic,
+		tokens:           hc.Tokens,
 	}
 	if s.authLimit == nil {
 		s.authLimit = authlimit.New()

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/hookgate/hookgate/internal/dedup"
 )
@@ -16,19 +18,38 @@ import (
 // What is shed, and when (docs/operations.md tells operators):
 //
 //   - The body budget bounds the bytes of request bodies that ingest
-//     requests hold in memory at once (Config.BodyBudget). A request takes its
-//     share before its body is read: its Content-Length when announced,
-//     otherwise chunk by chunk as the body arrives (and again for a gzip
-//     body's inflated bytes). When the budget is used up it waits for room
-//     (the budget's wait), then gets 503 overloaded with Retry-After, reason
-//     body_budget. A quarter of the budget is kept for small bodies (at
-//     most smallBody bytes): a sender, or an attacker, holding large bodies
-//     open cannot stop small deliveries of other clients.
+//     requests hold in memory at once (Config.BodyBudget). A request holds
+//     what its body's buffer needs as the bytes arrive, never what its
+//     Content-Length announces before they came: a first step of firstStep
+//     bytes (or its Content-Length when smaller), then, each time the buffer
+//     is full, twice as much (never past its Content-Length), and again for
+//     a gzip body's inflated bytes. What it holds is therefore at most about
+//     twice what arrived. When the budget has no room for a step, the request
+//     stops reading and waits for room (the budget's wait), then gets 503
+//     overloaded with Retry-After, reason body_budget. A quarter of the
+//     budget is kept for small bodies (at most smallBody bytes): a sender,
+//     or an attacker, holding large bodies open cannot stop small
+//     deliveries of other clients.
+//   - Each client (authlimit.Limiter.ClientKey: the TCP peer, or the client
+//     a trusted proxy names; an IPv6 address's /64) holds at most a quarter
+//     of the budget: past it, its request waits the same way, then gets 503
+//     overloaded, reason body_client_share. Other clients are not held up.
+//   - Requests that wait for room hold what they read so far: many bodies
+//     half read could hold the whole budget (or a client's share) and all
+//     wait for each other. So the oldest request of the budget, and the
+//     oldest of each client, are never refused room: a body may exceed the
+//     budget, or its client's share, by its own size while it is the oldest.
+//     It ends (read, stored, or cut for its rate), and the next is oldest.
+//   - A body must arrive at a minimum rate (Config.BodyMinRate, after
+//     Config.BodyMinRateGrace, and within Config.BodyReadTimeout in all:
+//     bodyPace moves the connection's read deadline as the bytes arrive):
+//     past it the request is answered 408 request-timeout and its
+//     connection closed (Server.readBody).
 //   - The store sheds on queueing delay (dedup.Config.Shedding): reasons
 //     queue_delay and queue_timeout. Copies of a delivery in flight in this
 //     process wait for the first copy and are never counted.
 
-// Defaults of the body budget.
+// Defaults of the body budget and of the minimum rate of bodies.
 const (
 	// DefaultBodyBudget suits a small machine: 64 MiB of bodies in
 	// memory at once, 64 requests of the default 1 MiB limit.
@@ -36,123 +57,304 @@ const (
 	// DefaultBodyBudgetWait is how long a request waits for room in the
 	// budget before it is answered 503.
 	DefaultBodyBudgetWait = 2 * time.Second
+	// DefaultBodyMinRate (bytes per second) and DefaultBodyMinRateGrace:
+	// after its first 5 s, a body must have arrived at 1 KiB/s on average
+	// (8 kbit/s, slower than any link a webhook sender uses; a body that
+	// came fast has credit for long pauses). A connection that sends a byte
+	// now and then is cut after 5 s.
+	DefaultBodyMinRate      = 1024
+	DefaultBodyMinRateGrace = 5 * time.Second
+	// DefaultBodyReadTimeout is how long a body may take in all, whatever
+	// its rate: the HTTP server's ReadTimeout (cmd/server).
+	DefaultBodyReadTimeout = 60 * time.Second
 )
 
 // smallBody is the largest body that may use the budget's reserve for
-// small bodies; budgetChunk is the step in which a body of unknown length
-// takes its share.
+// small bodies; firstStep is the first step of a body's buffer, before
+// any of it arrived (net/http's own buffer of a connection is as large).
 const (
-	smallBody   = 64 << 10
-	budgetChunk = 32 << 10
+	smallBody = 64 << 10
+	firstStep = 4 << 10
 )
 
 // Shed reasons, the values of hookgate_ingest_shed_total's reason label
 // (dedup.ShedQueueDelay and dedup.ShedQueueTimeout are the others).
-const shedBodyBudget = "body_budget"
+const (
+	shedBodyBudget      = "body_budget"
+	shedBodyClientShare = "body_client_share"
+)
 
 // bodyBudget is the memory budget of request bodies: all bounds every
 // body's bytes, large (three quarters of all) those of bodies over
-// smallBody, so that a quarter stays for small bodies.
+// smallBody, so that a quarter stays for small bodies, and each client
+// holds at most clientSize (a quarter of all). Its holds are kept oldest
+// first, in all and per client, and its waiters in the order they began to
+// wait.
 type bodyBudget struct {
-	size, largeSize int64
-	wait            time.Duration
-	all, large      *semaphore.Weighted
-	inFlight        atomic.Int64
+	size, largeSize, clientSize int64
+	wait                        time.Duration
+
+	mu                  sync.Mutex
+	all, large          int64 // held now
+	oldest, newest      *bodyHold
+	waitFirst, waitLast *bodyHold
+	clients             map[netip.Prefix]*bodyClient
+	inFlight            atomic.Int64 // all, read without the lock
+}
+
+// bodyClient is what one client holds: held bytes, by its holds (oldest
+// first). It is forgotten when its last hold is released.
+type bodyClient struct {
+	held           int64
+	oldest, newest *bodyHold
 }
 
 // newBodyBudget returns a budget of size bytes (at least 1) whose requests
 // wait at most wait (positive) for room (Config.validate checks both).
 func newBodyBudget(size int64, wait time.Duration) *bodyBudget {
-	large := max(size-size/4, 1)
 	return &bodyBudget{
-		size: size, largeSize: large, wait: wait,
-		all: semaphore.NewWeighted(size), large: semaphore.NewWeighted(large),
+		size: size, largeSize: max(size-size/4, 1), clientSize: max(size/4, 1), wait: wait,
+		clients: map[netip.Prefix]*bodyClient{},
 	}
 }
 
-// hold returns an empty share of the budget for a request with context
-// ctx; give it back with release when the request ends.
-func (b *bodyBudget) hold(ctx context.Context) bodyHold {
-	return bodyHold{b: b, ctx: ctx}
+// hold returns an empty share of the budget for a request of client with
+// context ctx; give it back with release when the request ends.
+func (b *bodyBudget) hold(ctx context.Context, client netip.Prefix) *bodyHold {
+	h := &bodyHold{b: b, ctx: ctx, key: client}
+	b.mu.Lock()
+	c := b.clients[client]
+	if c == nil {
+		c = &bodyClient{}
+		b.clients[client] = c
+	}
+	h.client = c
+	h.prev, b.newest = b.newest, h
+	if h.prev != nil {
+		h.prev.next = h
+	} else {
+		b.oldest = h
+	}
+	h.cprev, c.newest = c.newest, h
+	if h.cprev != nil {
+		h.cprev.cnext = h
+	} else {
+		c.oldest = h
+	}
+	b.mu.Unlock()
+	return h
+}
+
+// clientCount returns how many clients hold a share now.
+func (b *bodyBudget) clientCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.clients)
 }
 
 // bodyHold is the share of the budget that one request holds.
 type bodyHold struct {
-	b          *bodyBudget
-	ctx        context.Context
-	deadline   time.Time // of the wait for room; zero until the first wait
-	all, large int64
-	shed       bool // the wait ran out
+	b      *bodyBudget
+	ctx    context.Context
+	key    netip.Prefix
+	client *bodyClient
+	// In the budget's holds, its client's holds, and (while it waits) the
+	// budget's waiters; guarded by b.mu, as are all and large.
+	prev, next, cprev, cnext, wprev, wnext *bodyHold
+	all, large                             int64 // held: large is all or 0
+	want                                   int64 // while waiting: the size waited for
+	ready                                  chan struct{}
+	granted, released                      bool
+
+	waited time.Duration // spent waiting for room, in all
 }
 
-// errBodyBudget is returned when the wait for room ran out.
-var errBodyBudget = errors.New("body budget used up")
+// errBodyBudget and errBodyClientShare are returned when the wait for room
+// ran out, in the budget or in the client's share of it.
+var (
+	errBodyBudget      = errors.New("body budget used up")
+	errBodyClientShare = errors.New("client's share of the body budget used up")
+)
 
-// grow makes h hold room for to bytes of body in all (at most the whole
-// budget, and the share of large bodies for a body over smallBody),
-// waiting for it until the request's wait runs out: then it returns a
-// problem 503 overloaded.
-func (h *bodyHold) grow(to int64) error {
+// fits reports whether h may hold to bytes now, and if not whether its
+// client's share is what it lacks. A body over smallBody holds all of it
+// in the share of large bodies too. A hold alone in the budget (or in its
+// client's share) may take it all and more; so may the oldest.
+func (b *bodyBudget) fits(h *bodyHold, to int64) (ok, clientFull bool) {
+	more := to - h.all
+	var large int64
 	if to > smallBody {
-		if want := min(to, h.b.largeSize); want > h.large {
-			if err := h.acquire(h.b.large, want-h.large); err != nil {
-				return err
-			}
-			h.large = want
-		}
+		large = to
 	}
-	if want := min(to, h.b.size); want > h.all {
-		if err := h.acquire(h.b.all, want-h.all); err != nil {
-			return err
-		}
-		h.b.inFlight.Add(want - h.all)
-		h.all = want
-	}
-	return nil
+	c := h.client
+	clientOK := c.oldest == h || c.held == h.all || c.held+more <= b.clientSize
+	// When the oldest took the share of large bodies past its bound, the
+	// budget is larger by as much: the quarter for small bodies stays.
+	allSize := b.size + max(b.large-b.largeSize, 0)
+	budgetOK := b.oldest == h ||
+		(b.all == h.all || b.all+more <= allSize) &&
+			(large <= h.large || b.large == h.large || b.large+large-h.large <= b.largeSize)
+	return clientOK && budgetOK, !clientOK
 }
 
-func (h *bodyHold) acquire(sem *semaphore.Weighted, n int64) error {
-	if sem.TryAcquire(n) {
+// take makes h hold to bytes (fits said it may).
+func (b *bodyBudget) take(h *bodyHold, to int64) {
+	var large int64
+	if to > smallBody {
+		large = to
+	}
+	b.all += to - h.all
+	b.large += large - h.large
+	h.client.held += to - h.all
+	h.all, h.large = to, large
+	b.inFlight.Store(b.all)
+}
+
+// grantWaiters gives room to the waiters that fit now, in the order they
+// began to wait (a waiter that does not fit does not hold up the others).
+func (b *bodyBudget) grantWaiters() {
+	for h := b.waitFirst; h != nil; {
+		next := h.wnext
+		if ok, _ := b.fits(h, h.want); ok {
+			b.take(h, h.want)
+			h.granted = true
+			b.unwait(h)
+			close(h.ready)
+		}
+		h = next
+	}
+}
+
+// unwait takes h off the waiters.
+func (b *bodyBudget) unwait(h *bodyHold) {
+	if h.wprev != nil {
+		h.wprev.wnext = h.wnext
+	} else {
+		b.waitFirst = h.wnext
+	}
+	if h.wnext != nil {
+		h.wnext.wprev = h.wprev
+	} else {
+		b.waitLast = h.wprev
+	}
+	h.wprev, h.wnext = nil, nil
+}
+
+// grow makes h hold room for to bytes of body, waiting for it at most the
+// budget's wait (each step waits afresh: a body that gets room now and then
+// makes progress): then it returns a problem 503 overloaded (its cause
+// errBodyBudget or errBodyClientShare), or 400 invalid-body when the
+// request ended first.
+func (h *bodyHold) grow(to int64) error {
+	if to <= h.all {
 		return nil
 	}
-	if h.deadline.IsZero() {
-		h.deadline = time.Now().Add(h.b.wait)
+	b := h.b
+	b.mu.Lock()
+	if ok, _ := b.fits(h, to); ok {
+		b.take(h, to)
+		b.mu.Unlock()
+		return nil
 	}
-	ctx, cancel := context.WithDeadline(h.ctx, h.deadline)
-	defer cancel()
-	if err := sem.Acquire(ctx, n); err != nil {
-		if h.ctx.Err() != nil {
-			return &problemError{typ: probInvalidBody, detail: "The request ended before its body was read. Nothing was recorded.", cause: err}
-		}
-		h.shed = true
+	h.want, h.granted, h.ready = to, false, make(chan struct{})
+	h.wprev, b.waitLast = b.waitLast, h
+	if h.wprev != nil {
+		h.wprev.wnext = h
+	} else {
+		b.waitFirst = h
+	}
+	b.mu.Unlock()
+
+	began := time.Now()
+	timer := time.NewTimer(b.wait)
+	select {
+	case <-h.ready:
+	case <-timer.C:
+	case <-h.ctx.Done():
+	}
+	timer.Stop()
+	b.mu.Lock()
+	granted, clientFull := h.granted, false
+	if !granted {
+		b.unwait(h)
+		_, clientFull = b.fits(h, to)
+	}
+	b.mu.Unlock()
+	h.waited += time.Since(began)
+	switch {
+	case granted:
+		return nil
+	case h.ctx.Err() != nil:
+		return &problemError{typ: probInvalidBody, detail: "The request ended before its body was read. Nothing was recorded.", cause: h.ctx.Err()}
+	case clientFull:
+		return &problemError{typ: probOverloaded, detail: "The request bodies of this client (its address, or the client a trusted proxy named) hold as much memory as one client may, and no room came free in time. Nothing was recorded; retry after the time in Retry-After.", cause: errBodyClientShare}
+	default:
 		return &problemError{typ: probOverloaded, detail: "The gateway holds as many request bodies in memory as its budget allows and no room came free in time. Nothing was recorded; retry after the time in Retry-After.", cause: errBodyBudget}
 	}
-	return nil
 }
 
-// release gives back everything h holds.
+// release gives back everything h holds, forgets its client when it held
+// the client's last share, and gives the room to the waiters that fit.
 func (h *bodyHold) release() {
-	if h.all > 0 {
-		h.b.all.Release(h.all)
-		h.b.inFlight.Add(-h.all)
+	b := h.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h.released {
+		return
 	}
-	if h.large > 0 {
-		h.b.large.Release(h.large)
-	}
+	h.released = true
+	b.all -= h.all
+	b.large -= h.large
+	c := h.client
+	c.held -= h.all
 	h.all, h.large = 0, 0
+	b.inFlight.Store(b.all)
+	if h.prev != nil {
+		h.prev.next = h.next
+	} else {
+		b.oldest = h.next
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	} else {
+		b.newest = h.prev
+	}
+	if h.cprev != nil {
+		h.cprev.cnext = h.cnext
+	} else {
+		c.oldest = h.cnext
+	}
+	if h.cnext != nil {
+		h.cnext.cprev = h.cprev
+	} else {
+		c.newest = h.cprev
+	}
+	if c.oldest == nil {
+		delete(b.clients, h.key)
+	}
+	b.grantWaiters()
 }
 
-// readAll reads r to its end into a buffer that grows in steps, holding
-// base + the buffer's capacity in h before each step. It reads at most
-// limit+1 bytes (the caller tells a body over limit by its length).
-func (h *bodyHold) readAll(r io.Reader, base, limit int64) ([]byte, error) {
+// readAll reads r into a buffer that grows geometrically from firstStep,
+// holding base + the buffer's capacity in h before each step: what h holds
+// for the buffer is never more than twice what arrived (or firstStep).
+// size is the body's announced length, -1 for none: the buffer never grows
+// past it and reading stops there (a body that ends before it is
+// io.ErrUnexpectedEOF). Without one, it reads to the end, at most limit+1
+// bytes (the caller tells a body over limit by its length). p, when not
+// nil, moves the connection's read deadline as the bytes arrive.
+func (h *bodyHold) readAll(r io.Reader, base, size, limit int64, p *bodyPace) ([]byte, error) {
+	end := limit + 1
+	if size >= 0 {
+		end = size
+	}
 	var buf []byte
 	for {
 		if len(buf) == cap(buf) {
-			c := min(max(2*int64(cap(buf)), budgetChunk), limit+1)
-			if c <= int64(len(buf)) {
-				return buf, nil // limit+1 bytes read
+			if int64(len(buf)) >= end {
+				return buf, nil // all of size, or limit+1 bytes, read
 			}
+			c := min(max(2*int64(cap(buf)), firstStep), end)
 			if err := h.grow(base + c); err != nil {
 				return nil, err
 			}
@@ -160,15 +362,75 @@ func (h *bodyHold) readAll(r io.Reader, base, limit int64) ([]byte, error) {
 			copy(nb, buf)
 			buf = nb
 		}
+		p.arm(int64(len(buf)), h.waited)
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
+			if size >= 0 && int64(len(buf)) < size {
+				return buf, io.ErrUnexpectedEOF
+			}
 			return buf, nil
 		}
 		if err != nil {
 			return buf, err
 		}
 	}
+}
+
+// bodyPace keeps a body to its minimum rate: before each read it moves the
+// connection's read deadline to start + grace + (bytes read) / rate, and
+// never past end (start + the read timeout); the time the request spent
+// waiting for room in the budget is not the body's and is added. Without
+// w (no minimum rate, or a connection without deadlines) it does nothing.
+type bodyPace struct {
+	w          http.ResponseWriter // whose connection's deadline is moved
+	rate       int64
+	grace      time.Duration
+	start, end time.Time
+	set        time.Time // the deadline set last
+}
+
+// arm sets the read deadline for a body of which n bytes arrived, after
+// waiting for room for waited.
+func (p *bodyPace) arm(n int64, waited time.Duration) {
+	if p == nil || p.w == nil {
+		return
+	}
+	d := p.deadline(n, waited)
+	if d.Equal(p.set) {
+		return
+	}
+	// (A ResponseController of its own each time stays on the stack.)
+	if err := http.NewResponseController(p.w).SetReadDeadline(d); err != nil {
+		p.w = nil // no deadlines on this connection: no minimum rate
+		return
+	}
+	p.set = d
+}
+
+// deadline is the read deadline of a body of which n bytes arrived, after
+// waiting for room for waited: start + grace + waited + n/rate, at most
+// end.
+func (p *bodyPace) deadline(n int64, waited time.Duration) time.Time {
+	secs := n / p.rate
+	if secs >= int64(p.end.Sub(p.start)/time.Second) {
+		return p.end // (and no overflow below)
+	}
+	credit := p.grace + waited + time.Duration(secs)*time.Second + time.Duration(n%p.rate)*time.Second/time.Duration(p.rate)
+	if t := p.start.Add(credit); t.Before(p.end) {
+		return t
+	}
+	return p.end
+}
+
+// done gives the connection back the deadline of the whole request (end),
+// once the body is read: the server reads on in the background, and the
+// body's own deadline must not end the request meanwhile.
+func (p *bodyPace) done() {
+	if p == nil || p.w == nil || p.set.IsZero() {
+		return
+	}
+	_ = http.NewResponseController(p.w).SetReadDeadline(p.end)
 }
 
 // shedReason returns the reason a delivery answered err was shed, "" when
@@ -180,6 +442,8 @@ func shedReason(err error) string {
 		return oe.Reason
 	case errors.Is(err, errBodyBudget):
 		return shedBodyBudget
+	case errors.Is(err, errBodyClientShare):
+		return shedBodyClientShare
 	}
 	return ""
 }
@@ -190,9 +454,9 @@ func shedReason(err error) string {
 func registerShedMetrics(reg prometheus.Registerer, s *Server) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookgate_ingest_shed_total",
-		Help: "Deliveries answered 503 overloaded at once, nothing recorded, by reason: queue_delay (the queue for the database has stood above its target), queue_timeout (waited the longest queueing time), body_budget (no room in the memory budget of request bodies).",
+		Help: "Deliveries answered 503 overloaded at once, nothing recorded, by reason: queue_delay (the queue for the database has stood above its target), queue_timeout (waited the longest queueing time), body_budget (no room in the memory budget of request bodies), body_client_share (no room in the client's share of that budget).",
 	}, []string{"reason"})
-	for _, r := range []string{dedup.ShedQueueDelay, dedup.ShedQueueTimeout, shedBodyBudget} {
+	for _, r := range []string{dedup.ShedQueueDelay, dedup.ShedQueueTimeout, shedBodyBudget, shedBodyClientShare} {
 		c.WithLabelValues(r)
 	}
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -203,10 +467,14 @@ func registerShedMetrics(reg prometheus.Registerer, s *Server) *prometheus.Count
 		Name: "hookgate_ingest_body_budget_bytes",
 		Help: "The memory budget of request bodies (--ingest-body-budget).",
 	}, func() float64 { return float64(s.budget.size) })
+	clients := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hookgate_ingest_body_clients",
+		Help: "Clients (TCP peers, or the clients trusted proxies name; an IPv6 address's /64) with ingest requests reading or holding a body now, each held to its share of the body budget.",
+	}, func() float64 { return float64(s.budget.clientCount()) })
 	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "hookgate_ingest_store_queued",
 		Help: "Deliveries admitted and waiting for the database now (a batch slot or a connection; copies of a delivery in flight are not counted).",
 	}, func() float64 { return float64(s.deliveries.Queued()) })
-	reg.MustRegister(c, inFlight, budget, queued)
+	reg.MustRegister(c, inFlight, budget, clients, queued)
 	return c
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -129,7 +130,7 @@ func (s *opServer) countJobs(kind string, states ...string) int {
 	for _, st := range states {
 		js = append(js, rivertype.JobState(st))
 	}
-	n, err := store.New(s.pool).CountJobs(s.t.Context(), kind, js...)
+	n, err := storetest.New(s.pool).CountJobs(s.t.Context(), kind, js...)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ senders:
 	var failedIDs []int64
 	for i, f := range all[3:] {
 		failedIDs = append(failedIDs, f.JobID)
-		if err := store.New(s.pool).SetForwardJob(t.Context(), f.JobID, store.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 7,
+		if err := storetest.New(s.pool).SetForwardJob(t.Context(), f.JobID, storetest.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 7,
 			At: base.Add(time.Duration(i) * time.Hour), Errors: []string{"post to http://127.0.0.1:1/a?token=sekrit: target answered 503"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -425,11 +426,11 @@ senders:
 	ctx := t.Context()
 	// n failed forwards of orders, and n of other that must stay alone.
 	for _, target := range []string{"orders", "other"} {
-		jobs := make([]store.NewForwardJob, n)
+		jobs := make([]storetest.NewForwardJob, n)
 		for i := range jobs {
-			jobs[i] = store.NewForwardJob{Sender: "fwd", Target: target, DeliveryID: fmt.Sprintf("d-%d", i+1), MaxAttempts: 3}
+			jobs[i] = storetest.NewForwardJob{Sender: "fwd", Target: target, DeliveryID: fmt.Sprintf("d-%d", i+1), MaxAttempts: 3}
 		}
-		if _, err := store.New(s.pool).InsertForwardJobs(ctx, forward.Queue, store.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-time.Minute)}, jobs...); err != nil {
+		if _, err := storetest.New(s.pool).InsertForwardJobs(ctx, forward.Queue, storetest.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-time.Minute)}, jobs...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -491,7 +492,7 @@ senders:
 	if got := s.countJobs(store.ForwardKind, "available"); got != n {
 		t.Errorf("%d forwards enqueued, want %d", got, n)
 	}
-	all, err := store.New(s.pool).ForwardJobs(ctx)
+	all, err := storetest.New(s.pool).ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,10 +579,10 @@ senders:
 	})
 	// The second event's forward failed its next attempt and waits an hour
 	// for its retry: a job as River leaves it.
-	q := store.New(s.pool)
-	retryJob, err := q.InsertForwardJobs(t.Context(), forward.Queue, store.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1,
+	q := storetest.New(s.pool)
+	retryJob, err := q.InsertForwardJobs(t.Context(), forward.Queue, storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1,
 		Errors: []string{"target answered 503"}, ScheduledAt: time.Now().Add(time.Hour)},
-		store.NewForwardJob{Sender: "fwd", Target: "orders", EventID: uuid.MustParse(retrying), DeliveryID: "retry-1", MaxAttempts: 5})
+		storetest.NewForwardJob{Sender: "fwd", Target: "orders", EventID: uuid.MustParse(retrying), DeliveryID: "retry-1", MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,7 +606,7 @@ senders:
 
 	// The held forward is answered, and the retry comes due.
 	tg.Release()
-	if err := q.SetForwardJob(t.Context(), retryJob[0], store.JobFixture{State: rivertype.JobStateAvailable, Attempt: 1,
+	if err := q.SetForwardJob(t.Context(), retryJob[0], storetest.JobFixture{State: rivertype.JobStateAvailable, Attempt: 1,
 		Errors: []string{"target answered 503"}, ScheduledAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 // Package retention deletes what hookgate no longer needs to remember:
 // delivery keys whose retention has passed (their IDs are then accepted as
-// new), events older than their sender's event_retention, and the fast
-// path's delivered forwards older than the longest sender retention (as
-// River deletes its finished jobs). It runs as a River periodic job, so
+// new), events older than their sender's event_retention, the fast path's
+// delivered forwards older than the longest sender retention (as River
+// deletes its finished jobs), and the single-use signature tokens
+// (package sigtoken) whose timestamps the signature check refuses by now.
+// It runs as a River periodic job, so
 // one replica at a time does the work, in small batches, so that no
 // long-held lock blocks ingestion.
 package retention
@@ -17,6 +19,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -52,15 +55,50 @@ type Result struct {
 	// Forwards are the fast path's delivered forwards deleted (River
 	// deletes its own finished jobs).
 	Forwards int64
+	// Tokens are the expired signature tokens deleted.
+	Tokens int64
 }
 
+// forgetAll is how far after now the tokens of a sender no longer
+// configured are deleted up to: all of them (a timestamp in the future is
+// refused beyond the tolerance, and no tolerance is this long).
+const forgetAll = 100 * 365 * 24 * time.Hour
+
 // Run deletes, in batches of BatchSize, every key expired at now, every
-// event older than its sender's event retention (config.DefaultRetention
-// for a sender no longer configured) and every delivered forward of the
-// fast path older than the longest sender retention, until none is left
-// or ctx ends. It returns what it deleted (also on error).
+// signature token whose timestamp its sender's tolerance (plus
+// sigtoken.ClockMargin) has passed at now (all of a sender no longer
+// configured), every event older than its sender's
+// event retention (config.DefaultRetention for a sender no longer
+// configured) and every delivered forward of the fast path older than the
+// longest sender retention, until none is left or ctx ends. It returns
+// what it deleted (also on error).
 func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
 	var res Result
+	// The signature tokens first: they are few, and bounded only by this.
+	// A configured sender's are kept while their timestamps are within its
+	// tolerance (and sigtoken.ClockMargin); those of a sender no longer
+	// configured all go, as no request of it is accepted.
+	tokens := sigtoken.New(db)
+	withTokens, err := tokens.Senders(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, sender := range withTokens {
+		cutoff := now.Add(forgetAll)
+		if s, ok := cfg.Sender(sender); ok {
+			cutoff = now.Add(-time.Duration(s.Tolerance) - sigtoken.ClockMargin)
+		}
+		for {
+			n, err := tokens.DeleteSignedBefore(ctx, sender, cutoff, BatchSize)
+			res.Tokens += n
+			if err != nil {
+				return res, err
+			}
+			if n < BatchSize {
+				break
+			}
+		}
+	}
 	q := store.New(db)
 	senders, err := q.ExpiredSenders(ctx, now)
 	if err != nil {
@@ -184,8 +222,9 @@ func (w *Worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
 // Work deletes what has expired.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	res, err := Run(ctx, w.db, w.cfg, time.Now())
-	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 {
-		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events, "forwards_deleted", res.Forwards)
+	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 || res.Tokens > 0 {
+		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events, "forwards_deleted", res.Forwards,
+			"signature_tokens_deleted", res.Tokens)
 	}
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)

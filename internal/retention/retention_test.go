@@ -10,13 +10,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/rivertype"
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -163,7 +164,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 		if err := q.InsertOutbox(t.Context(), r, at); err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, store.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: rivertype.JobStateCompleted,
+		batch = append(batch, store.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: store.StateDelivered,
 			MaxAttempts: 5, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: store.Output{Status: 200, DeliveredAt: at}})
 	}
 	if err := q.RecordFirstAttempts(t.Context(), "q", batch); err != nil {
@@ -176,7 +177,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	if res.Forwards != 2 {
 		t.Errorf("deleted %d delivered forwards, want the 2 older than 48h", res.Forwards)
 	}
-	left, err := q.ForwardJobs(t.Context())
+	left, err := storetest.New(pool).ForwardJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,5 +187,44 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	}
 	if len(left) != 2 || !kept["d-2"] || !kept["d-3"] {
 		t.Errorf("left %+v, want d-2 and d-3", left)
+	}
+}
+
+// TestRunDeletesExpiredSignatureTokens: the single-use signature tokens
+// whose timestamps are past their sender's tolerance (plus the clock
+// margin) are deleted, over several batches, and all the tokens of a
+// sender no longer configured; those the signature check may still accept
+// stay, whatever tolerance they were claimed under.
+func TestRunDeletesExpiredSignatureTokens(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := parse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n    tolerance: 10m\n")
+	now := time.Now()
+	tokens := sigtoken.New(pool)
+	claim := func(sender string, i int, signed time.Time) {
+		if ok, err := tokens.Claim(t.Context(), sigtoken.Use{Sender: sender, Token: fmt.Sprint("tok-", i), SignedAt: signed, DeliveryID: fmt.Sprint("d-", i)}); err != nil || !ok {
+			t.Fatalf("claim: %t, %v", ok, err)
+		}
+	}
+	old := retention.BatchSize + 9 // more than one batch
+	for i := range old {
+		claim("mg", i, now.Add(-10*time.Minute-sigtoken.ClockMargin-time.Second))
+	}
+	for i := range 4 {
+		claim("mg", old+i, now.Add(-10*time.Minute+time.Second)) // within mg's 10 minutes
+		claim("gone", i, now.Add(time.Minute))
+	}
+	res, err := retention.Run(t.Context(), pool, cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(old + 4); res.Tokens != want {
+		t.Errorf("deleted %d signature tokens, want %d", res.Tokens, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM signature_tokens WHERE sender = 'mg'`); n != 4 {
+		t.Errorf("%d signature tokens left, want mg's 4 recent ones", n)
+	}
+	if res, err := retention.Run(t.Context(), pool, cfg, now); err != nil || res != (retention.Result{}) {
+		t.Errorf("second run: %+v, %v; want nothing deleted", res, err)
 	}
 }

@@ -34,10 +34,16 @@ type Sender struct {
 	*config.Sender
 	// Verifier checks request signatures; nil when the sender has none.
 	Verifier signature.Verifier
-	// HeaderFilter picks the request headers stored with an event.
+	// HeaderFilter picks the request headers stored with an event; it
+	// never keeps the sender's signature headers
+	// (config.PresetSignature.SignatureHeaders).
 	HeaderFilter events.HeaderFilter
 
 	plan plan
+	// sigObject and sigFields are where the body carries the signature
+	// (StoredBody): the check's SignatureObject and SignatureFields.
+	sigObject string
+	sigFields []string
 	// keyed are one verifier per secret, in order, for the handshakes
 	// whose answer is keyed with the secret that signed the request
 	// (Zoom's); keys are those secrets' keys.
@@ -94,19 +100,27 @@ func (set *Set) Get(name string) (*Sender, bool) {
 // field at fault, relative to the sender.
 func compile(out *Sender, s *config.Sender) error {
 	out.Sender = s
+	check := s.SignatureCheck()
 	for i, n := range s.StoreHeaders {
 		if events.NeverStored(n) {
 			return fmt.Errorf("store_headers[%d]: %s is never stored (it carries the client's or a proxy's credentials)", i, n)
 		}
+		for _, sig := range check.SignatureHeaders {
+			if http.CanonicalHeaderKey(n) == http.CanonicalHeaderKey(sig) {
+				return fmt.Errorf("store_headers[%d]: %s is never stored (it carries the sender's signature: with the body it is a request anyone could send again)", i, n)
+			}
+		}
 	}
-	out.HeaderFilter = events.NewHeaderFilter(s.StoreHeaders, s.DropHeaders)
+	// The sender's signature headers are never stored, whatever
+	// store_headers says, so that no view and no forward holds them.
+	out.HeaderFilter = events.NewHeaderFilter(s.StoreHeaders, s.DropHeaders).Never(check.SignatureHeaders...)
+	out.sigObject, out.sigFields = check.SignatureObject, check.SignatureFields
 	v, keys, err := verifier(s)
 	if err != nil {
 		return err
 	}
 	out.Verifier, out.keys = v, keys
 	if slices.Contains(s.Handshakes(), config.HandshakeZoomURLValidation) && v != nil {
-		check := s.SignatureCheck()
 		for _, k := range keys {
 			kv, err := signature.New(check.Scheme, check.Params(time.Duration(s.Tolerance)), [][]byte{k})
 			if err != nil {
@@ -153,6 +167,26 @@ func (s *Sender) Verify(r *http.Request, body []byte, now time.Time) error {
 		return rv.VerifyRequest(signature.Request{Method: r.Method, URL: s.RequestURL(r)}, r.Header, body, now)
 	}
 	return s.Verifier.Verify(r.Header, body, now)
+}
+
+// SignsNonces reports whether the sender's signature scheme signs a
+// single-use token instead of the body (signature.NonceVerifier,
+// Mailgun's): ingest must then accept each token for one delivery only
+// (package sigtoken).
+func (s *Sender) SignsNonces() bool {
+	_, ok := s.Verifier.(signature.NonceVerifier)
+	return ok
+}
+
+// Nonce returns the single-use token of a request whose signature Verify
+// accepted, and the timestamp signed with it; ok is false for a sender
+// whose scheme signs none (SignsNonces). body is the raw body as received.
+func (s *Sender) Nonce(r *http.Request, body []byte) (token string, signedAt time.Time, ok bool) {
+	nv, isNonce := s.Verifier.(signature.NonceVerifier)
+	if !isNonce {
+		return "", time.Time{}, false
+	}
+	return nv.Nonce(r.Header, body)
 }
 
 // RequestURL returns the URL the provider requested, as the schemes that

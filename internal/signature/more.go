@@ -208,10 +208,28 @@ func (v *edV) Verify(h http.Header, body []byte, now time.Time) error {
 // webhooks) is read too. The timestamp must be within tolerance of now.
 //
 // What is signed is the timestamp and token only, not the event: Mailgun's
-// scheme binds the request to Mailgun's key and time, not to its content
-// (TLS protects that).
-func Mailgun(secrets [][]byte, tolerance time.Duration) Verifier {
+// scheme binds the request to Mailgun's key and time, not to its content,
+// so a genuine signature object fits any event. The verifier is a
+// NonceVerifier: ingest accepts each token for one delivery only (package
+// sigtoken), as Mailgun's documentation suggests (cache the token, refuse
+// a request that uses it again).
+func Mailgun(secrets [][]byte, tolerance time.Duration) NonceVerifier {
 	return &mailgun{keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
+}
+
+// A NonceVerifier is a Verifier whose scheme signs a single-use token
+// (a nonce) and a timestamp instead of the body, Mailgun's: a valid
+// signature proves that the token came from the provider, not that the
+// rest of the request did, so each token must be accepted for one
+// delivery only, as long as Verify accepts it.
+type NonceVerifier interface {
+	Verifier
+	// Nonce returns the token of a request (the headers and raw body
+	// Verify accepted) and the timestamp signed with it, which Verify
+	// accepts while it is within the tolerance of now; ok is false when
+	// the request carries no well-formed token and timestamp (which Verify
+	// refuses).
+	Nonce(h http.Header, body []byte) (token string, signedAt time.Time, ok bool)
 }
 
 type mailgun struct {
@@ -279,6 +297,18 @@ func (v *mailgun) Verify(h http.Header, body []byte, now time.Time) error {
 		return fmt.Errorf("%w: signature.signature does not match signature.timestamp and signature.token", ErrMismatch)
 	}
 	return nil
+}
+
+func (v *mailgun) Nonce(h http.Header, body []byte) (string, time.Time, bool) {
+	tsText, token, _, err := ParseMailgunSignature(body, h.Get("Content-Type"))
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	ts, err := ParseUnixTimestamp(tsText)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return token, time.Unix(ts, 0), true
 }
 
 // mailgunParentSignature returns the decoded signature.parent-signature of

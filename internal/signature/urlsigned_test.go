@@ -455,3 +455,44 @@ func TestMailgunAgreesWithMailgunGo(t *testing.T) {
 		}
 	}
 }
+
+// Mailgun's verifier tells ingest the token of a request it accepts and
+// the timestamp signed with it: Verify accepts the request while that is
+// within the tolerance (counted in whole seconds), and not a second
+// longer. A JSON body and a form give the same; a request without a token
+// gives none.
+func TestMailgunNonce(t *testing.T) {
+	t.Parallel()
+	key := []byte("mg-nonce-key")
+	for _, tol := range []time.Duration{0, 30 * time.Second, 90*time.Second + 500*time.Millisecond} {
+		v := signature.Mailgun([][]byte{key}, tol)
+		ts := int64(1795993200)
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(strconv.FormatInt(ts, 10) + "tok-n"))
+		sig := hex.EncodeToString(m.Sum(nil))
+		window := tol.Truncate(time.Second)
+		if tol == 0 {
+			window = signature.DefaultTolerance
+		}
+		for ctype, body := range map[string]string{
+			"application/json":                  `{"signature":{"timestamp":"1795993200","token":"tok-n","signature":"` + sig + `"},"event-data":{}}`,
+			"application/x-www-form-urlencoded": "timestamp=1795993200&token=tok-n&signature=" + sig,
+		} {
+			h := http.Header{"Content-Type": {ctype}}
+			token, signedAt, ok := v.Nonce(h, []byte(body))
+			if !ok || token != "tok-n" || !signedAt.Equal(time.Unix(ts, 0)) {
+				t.Fatalf("tolerance %s, %s: Nonce = %q, %v, %t", tol, ctype, token, signedAt, ok)
+			}
+			last := signedAt.Add(window + time.Second - time.Nanosecond)
+			if err := v.Verify(h, []byte(body), last); err != nil {
+				t.Errorf("tolerance %s, %s: refused at %v: %v", tol, ctype, last.Sub(signedAt), err)
+			}
+			if err := v.Verify(h, []byte(body), last.Add(time.Nanosecond)); !errors.Is(err, signature.ErrTimestamp) {
+				t.Errorf("tolerance %s, %s: at %v: %v, want ErrTimestamp", tol, ctype, last.Add(time.Nanosecond).Sub(signedAt), err)
+			}
+		}
+	}
+	if _, _, ok := signature.Mailgun([][]byte{key}, 0).Nonce(http.Header{}, []byte(`{"event-data":{}}`)); ok {
+		t.Error("a body without a signature object has a nonce")
+	}
+}

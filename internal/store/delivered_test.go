@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // A forward the fast path delivered at its first attempt is a row of
@@ -26,8 +28,8 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 	// (retryable, a River job); e4's outbox row was taken by the relay
 	// before the outcome was recorded (nothing recorded).
 	e1, e2, e3, e4 := uuid.New(), uuid.New(), uuid.New(), uuid.New()
-	failed, err := s.InsertForwardJobs(ctx, "q", JobFixture{State: rivertype.JobStateDiscarded, At: at.Add(-time.Hour)},
-		NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5})
+	failed, err := s.jobs.InsertForwardJobs(ctx, "q", storetest.JobFixture{State: rivertype.JobStateDiscarded, At: at.Add(-time.Hour)},
+		storetest.NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +39,10 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 		}
 	}
 	delivered := func(e uuid.UUID) FirstAttempt {
-		return FirstAttempt{Sender: "acme", EventID: e, Target: "t", State: rivertype.JobStateCompleted, MaxAttempts: 5,
+		return FirstAttempt{Sender: "acme", EventID: e, Target: "t", State: StateDelivered, MaxAttempts: 5,
 			AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}
 	}
-	retry := FirstAttempt{Sender: "acme", EventID: e3, Target: "t", State: rivertype.JobStateRetryable, MaxAttempts: 5,
+	retry := FirstAttempt{Sender: "acme", EventID: e3, Target: "t", State: StateRetrying, MaxAttempts: 5,
 		AttemptedAt: at, ScheduledAt: at.Add(time.Hour), Error: "target answered 503", Output: Output{Status: 503}}
 	if err := s.RecordFirstAttempts(ctx, "q", []FirstAttempt{delivered(e1), delivered(e2), retry, delivered(e4)}); err != nil {
 		t.Fatal(err)
@@ -115,7 +117,7 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 			e1Delivery = f.JobID
 		}
 	}
-	if c := cur["t"]; c.JobID != e1Delivery || c.State != rivertype.JobStateCompleted || c.Attempt != 1 || c.Outbox || c.Queued {
+	if c := cur["t"]; c.JobID != e1Delivery || c.State != StateDelivered || c.Attempt != 1 || c.Outbox || c.Queued {
 		t.Errorf("current forward of e1: %+v, want its delivery %d", c, e1Delivery)
 	}
 
@@ -128,7 +130,7 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 		t.Errorf("bulk match of delivered: %d, %v; want 2", n, err)
 	}
 	// A redelivery of e1 (a newer River job) supersedes its delivery.
-	if _, err := s.InsertForwardJobs(ctx, "q", JobFixture{}, NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5}); err != nil {
+	if _, err := s.jobs.InsertForwardJobs(ctx, "q", storetest.JobFixture{}, storetest.NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.BulkMatchBatch(ctx, match, newest, 0, 10)
@@ -139,7 +141,7 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 		t.Errorf("bulk match after e1's redelivery: %+v, want e2's delivery only", got)
 	}
 
-	jobs, err := s.ForwardJobs(ctx)
+	jobs, err := s.jobs.ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,19 +164,19 @@ func TestBulkMatchUnderWayAt(t *testing.T) {
 	s, _ := store(t)
 	ctx := t.Context()
 	at := time.Now().UTC().Truncate(time.Microsecond)
-	job := func(f JobFixture) int64 {
+	job := func(f storetest.JobFixture) int64 {
 		t.Helper()
-		ids, err := s.InsertForwardJobs(ctx, "q", f, NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
+		ids, err := s.jobs.InsertForwardJobs(ctx, "q", f, storetest.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ids[0]
 	}
-	running := job(JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)})
-	retrying := job(JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"503"}, At: at.Add(-time.Second), ScheduledAt: at.Add(time.Hour)})
-	retriedSince := job(JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"503"}, At: at.Add(time.Second)})
-	job(JobFixture{State: rivertype.JobStateCompleted, Attempt: 1, At: at.Add(time.Second)}) // pending then, delivered since
-	job(JobFixture{})                                                                        // pending
+	running := job(storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)})
+	retrying := job(storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"503"}, At: at.Add(-time.Second), ScheduledAt: at.Add(time.Hour)})
+	retriedSince := job(storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"503"}, At: at.Add(time.Second)})
+	job(storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1, At: at.Add(time.Second)}) // pending then, delivered since
+	job(storetest.JobFixture{})                                                                        // pending
 	newest, _, err := s.NewestJobID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -233,9 +235,9 @@ RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
 	if err := s.InsertOutbox(ctx, OutboxRow{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d"}, at.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	queued, err := s.InsertForwardJobs(ctx, "q", JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)},
-		NewForwardJob{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d", MaxAttempts: 5},
-		NewForwardJob{Sender: "acme", Target: "t", EventID: eE, DeliveryID: "d", MaxAttempts: 5})
+	queued, err := s.jobs.InsertForwardJobs(ctx, "q", storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)},
+		storetest.NewForwardJob{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d", MaxAttempts: 5},
+		storetest.NewForwardJob{Sender: "acme", Target: "t", EventID: eE, DeliveryID: "d", MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,4 +291,66 @@ func bulkMatchIDs(t *testing.T, s *Queries, f Filter, maxID int64) []int64 {
 		ids = append(ids, m.JobID)
 	}
 	return ids
+}
+
+// TestRecordFirstAttemptsOneTransactionPerSender: a recording that holds
+// outcomes of several senders commits each sender's in a transaction of
+// its own (on Citus, one transaction over the outbox rows of two senders
+// would commit in two phases), still in one round trip; each sender's
+// delivered, retried and released forwards stay one transaction.
+func TestRecordFirstAttemptsOneTransactionPerSender(t *testing.T) {
+	t.Parallel()
+	s, pool := store(t)
+	ctx := t.Context()
+	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+	var batch []FirstAttempt
+	for _, sender := range []string{"acme", "bravo", "acme", "carol", "bravo"} {
+		e := uuid.New()
+		if err := s.InsertOutbox(ctx, OutboxRow{Sender: sender, Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, FirstAttempt{Sender: sender, EventID: e, Target: "t", State: StateDelivered, MaxAttempts: 5,
+			AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}})
+	}
+	if err := s.RecordFirstAttempts(ctx, "q", batch); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT sender, xmin::text FROM forward_delivered`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xids := map[string]map[string]bool{} // sender -> its rows' transactions
+	n := 0
+	for rows.Next() {
+		var sender, xid string
+		if err := rows.Scan(&sender, &xid); err != nil {
+			t.Fatal(err)
+		}
+		if xids[sender] == nil {
+			xids[sender] = map[string]bool{}
+		}
+		xids[sender][xid] = true
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(batch) || len(xids) != 3 {
+		t.Fatalf("%d delivered rows of %d senders, want %d of 3", n, len(xids), len(batch))
+	}
+	seen := map[string]string{}
+	for sender, set := range xids {
+		if len(set) != 1 {
+			t.Errorf("%s's rows were written by %d transactions, want 1", sender, len(set))
+		}
+		for xid := range set {
+			if other, ok := seen[xid]; ok {
+				t.Errorf("%s and %s were recorded in one transaction (%s)", sender, other, xid)
+			}
+			seen[xid] = sender
+		}
+	}
+	if left, err := s.CountOutboxOf(ctx, "acme", "t"); err != nil || left != 0 {
+		t.Errorf("acme's outbox rows left: %d, %v", left, err)
+	}
 }

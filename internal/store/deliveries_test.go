@@ -20,6 +20,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // fixture is a fresh database: its pool, the ingest pipeline that stores
@@ -28,6 +29,8 @@ type fixture struct {
 	*Queries
 	ingest *dedup.Store
 	pool   *pgxpool.Pool
+	// jobs are River's jobs, put in a state and read back.
+	jobs *storetest.Jobs
 }
 
 // store returns a fixture on a fresh database, and its pool.
@@ -38,7 +41,7 @@ func store(t *testing.T) (*fixture, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{Queries: New(pool), ingest: ingest, pool: pool}, pool
+	return &fixture{Queries: New(pool), ingest: ingest, pool: pool, jobs: storetest.New(pool)}, pool
 }
 
 // accept stores a delivery of sender with id received at at, through Run,

@@ -1,7 +1,7 @@
 // Package store owns every SQL statement of hookgate outside the ingest
 // pipeline (package dedup runs the claim, the change and the stored
-// response in one transaction; package ingestsql holds those statements'
-// texts). It is the one
+// response in one transaction, with the event's and the outbox rows'
+// inserts that packages events and forward queue). It is the one
 // package below the HTTP layer that the JSON API (package handler), the
 // browser console (package console), the retention job (package retention)
 // and forwarding (package forward) read and write the tables through, so
@@ -19,16 +19,20 @@
 //   - sessions.go: console_revoked_sessions and console_signouts (console
 //     sign-outs)
 //   - processes.go: forward_processes (the worker processes' heartbeats)
-//   - jobs.go: River's river_job, the forward jobs: the only file that
-//     names its columns, the forward job kind and the mapping of River's
-//     job states to a forward's state; and forward_delivered, the fast
-//     path's delivered first attempts, read with the jobs as one set;
-//     and the takeover of the jobs of processes that are gone
+//   - jobs.go and the files it lists: River's river_job, the forward jobs
+//     (the only files that name its columns, the forward job kind and
+//     River's job states: states.go maps them to a forward's state); and
+//     forward_delivered, the fast path's delivered first attempts, read
+//     with the jobs as one set (reads.go, bulk.go, delivered.go,
+//     redelivery.go); and the takeover of the jobs of processes that are
+//     gone (takeover.go)
 //
 // Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
 // satisfy, through Queries. Every list pages with one Cursor format. The
 // fixture builders (fixtures.go for deliveries and events, many at once
-// with InsertGenerated; the last section of jobs.go; InsertEvent,
-// InsertOutbox, DeleteOutboxOfEvent) put rows in a given state for tests
-// and tools, so that they write no SQL of their own on these tables.
+// with InsertGenerated; InsertEvent, InsertOutbox, DeleteOutboxOfEvent)
+// put rows in a given state for tests and tools, so that they write no SQL
+// of their own on these tables. River's forward jobs are put in a state,
+// and read back, by package storetest, which only tests may import (a
+// depguard rule in .golangci.yaml).
 package store

@@ -119,17 +119,6 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`, e.Sender, e.ID, e.DeliveryID, e.ReceivedAt
 	return nil
 }
 
-// CountEventsOf returns how many events of sender's deliveries whose ID
-// starts with prefix are stored (the load benchmark's tally of a phase).
-func (q *Queries) CountEventsOf(ctx context.Context, sender, prefix string) (int64, error) {
-	var n int64
-	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM webhook_events WHERE sender = $1 AND starts_with(delivery_id, $2)`,
-		sender, prefix).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count events of %s: %w", sender, err)
-	}
-	return n, nil
-}
-
 // deleteEventsBeforeSQL names rows by key within one sender (a distributed
 // PostgreSQL refuses deletes by ctid).
 const deleteEventsBeforeSQL = `DELETE FROM webhook_events

@@ -15,8 +15,9 @@ import (
 // ingest pipeline (dedup.Store.Run) stays the way a delivery is accepted;
 // these only put the tables in a state a test needs, so that their columns
 // are named here and nowhere in the tests. The forward jobs' fixtures are
-// in jobs.go (SetForwardJob, InsertForwardJobs), the outbox's in outbox.go
-// (InsertOutbox), an event's in events.go (InsertEvent).
+// in package storetest (SetForwardJob, InsertForwardJobs), for tests only,
+// the outbox's in outbox.go (InsertOutbox), an event's in events.go
+// (InsertEvent).
 
 // InsertKey stores d's key, as the ingest pipeline's claim stores it with
 // its response: received (created_at) at d.ReceivedAt. On a pgx.Tx left

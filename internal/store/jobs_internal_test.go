@@ -1,11 +1,42 @@
 package store
 
 import (
+	"io/fs"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/migrations"
 )
+
+// TestForwardKindLiteral: the statements name the forward jobs' kind as
+// the literal that hookgate's partial index on them has in its predicate
+// (migration 9), so that PostgreSQL plans them with it.
+func TestForwardKindLiteral(t *testing.T) {
+	t.Parallel()
+	if got, want := jobSQL("j.kind = {forward_kind} AND n.kind = {forward_kind}"), "j.kind = 'hookgate_forward' AND n.kind = 'hookgate_forward'"; got != want {
+		t.Errorf("jobSQL = %q, want %q", got, want)
+	}
+	index, err := fs.ReadFile(migrations.FS(), "00009_forward_job_index.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pred := "WHERE kind = " + forwardKind + ";"; !strings.Contains(string(index), pred) {
+		t.Errorf("migration 9's index has no predicate %q:\n%s", pred, index)
+	}
+}
+
+// TestFixturesForwardKind: the job fixtures (package storetest, which
+// cannot import this package) write and read jobs of the forward kind.
+func TestFixturesForwardKind(t *testing.T) {
+	t.Parallel()
+	if storetest.ForwardKind != ForwardKind {
+		t.Fatalf("storetest.ForwardKind = %q, want ForwardKind %q", storetest.ForwardKind, ForwardKind)
+	}
+}
 
 func TestStateOf(t *testing.T) {
 	t.Parallel()
@@ -113,6 +144,36 @@ func TestDecodeOutcome(t *testing.T) {
 		}
 		if tc.state == rivertype.JobStateCompleted && !f.DeliveredAt.Equal(delivered) {
 			t.Errorf("%s: delivered at %v, want %v", tc.name, f.DeliveredAt, delivered)
+		}
+	}
+}
+
+// TestRecordedState: the fast path's first attempts that were not delivered
+// are recorded in the River states River's own worker leaves such jobs in:
+// a retry due soon available, a later one retryable, a failure at once
+// cancelled and one whose attempts are used up discarded; no other state is
+// recorded as a job.
+func TestRecordedState(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a    FirstAttempt
+		want rivertype.JobState
+	}{
+		{FirstAttempt{State: StatePending}, rivertype.JobStateAvailable},
+		{FirstAttempt{State: StateRetrying}, rivertype.JobStateRetryable},
+		{FirstAttempt{State: StateFailed, FailedAtOnce: true}, rivertype.JobStateCancelled},
+		{FirstAttempt{State: StateFailed}, rivertype.JobStateDiscarded},
+	} {
+		if got, err := recordedState(c.a); err != nil || got != string(c.want) {
+			t.Errorf("recordedState(%s, at once %v) = %q, %v; want %s", c.a.State, c.a.FailedAtOnce, got, err, c.want)
+		}
+		if StateOf(c.want) != c.a.State {
+			t.Errorf("%s is recorded as %s, which reads back as %s", c.a.State, c.want, StateOf(c.want))
+		}
+	}
+	for _, s := range []State{StateRunning, StateDelivered, ""} {
+		if got, err := recordedState(FirstAttempt{State: s}); err == nil {
+			t.Errorf("recordedState(%q) = %q, want an error", s, got)
 		}
 	}
 }

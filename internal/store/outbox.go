@@ -220,41 +220,6 @@ func (q *Queries) InsertOutbox(ctx context.Context, r OutboxRow, at time.Time) e
 const releaseOutboxSQL = `UPDATE forward_outbox SET leased_until = NULL
 WHERE sender = $1 AND ctid = ANY(` + outboxRowsByKey + `)`
 
-// CountOutboxOf returns how many outbox rows of sender's deliveries whose
-// ID starts with prefix wait for the relay (the load benchmark's tally of a
-// phase).
-func (q *Queries) CountOutboxOf(ctx context.Context, sender, prefix string) (int64, error) {
-	var n int64
-	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM forward_outbox WHERE sender = $1 AND starts_with(delivery_id, $2)`,
-		sender, prefix).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count outbox rows of %s: %w", sender, err)
-	}
-	return n, nil
-}
-
-// DeleteOutboxOf deletes the outbox rows of sender's deliveries whose ID
-// starts with prefix, and returns how many it deleted.
-func (q *Queries) DeleteOutboxOf(ctx context.Context, sender, prefix string) (int64, error) {
-	tag, err := q.db.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1 AND starts_with(delivery_id, $2)`, sender, prefix)
-	if err != nil {
-		return 0, fmt.Errorf("delete outbox rows of %s: %w", sender, err)
-	}
-	return tag.RowsAffected(), nil
-}
-
-// VacuumOutbox vacuums forward_outbox: after a bulk delete (DeleteOutboxOf),
-// its index holds the deleted rows' entries until a vacuum, and every scan
-// of the sender's rows (the relay's look, OutboxWaiting) walks them.
-// Autovacuum would remove them within its naptime (a minute); the load
-// benchmark does it at once, so that a phase does not pay for the rows the
-// previous phase left.
-func (q *Queries) VacuumOutbox(ctx context.Context) error {
-	if _, err := q.db.Exec(ctx, `VACUUM forward_outbox`); err != nil {
-		return fmt.Errorf("vacuum the outbox: %w", err)
-	}
-	return nil
-}
-
 // DeleteOutboxOfEvent deletes the outbox rows of sender's event (a fixture:
 // tests put its forwards in a state of their own instead), and returns how
 // many it deleted.

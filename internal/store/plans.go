@@ -1,5 +1,11 @@
 package store
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // Plans that no statistic can ruin (issue 28). The statements run per relay
 // batch, per recording of the fast path, per forward job and per retention
 // batch read tables whose rows come and go by thousands a second: the
@@ -64,3 +70,56 @@ const indexOrderScans = `SELECT set_config('enable_seqscan', 'off', true), set_c
 // sequential and bitmap scans and sorts disabled, JIT off.
 const tidScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
   set_config('enable_indexscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+
+// queryUnder runs sql with args after settings (planner settings, see
+// plans.go), in one round trip: a batch, whose implicit transaction (or
+// q's) the settings last.
+func (q *Queries) queryUnder(ctx context.Context, settings, sql string, args ...any) (pgx.Rows, error) {
+	var b pgx.Batch
+	b.Queue(settings)
+	b.Queue(sql, args...)
+	br := q.db.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	rows, err := br.Query() //nolint:rowserrcheck // the caller reads them, and checks their Err (batchRows)
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// batchRows are the rows of a batch's last statement: the batch is closed
+// when they are read to the end or closed, and an error of its closing is
+// theirs.
+type batchRows struct {
+	pgx.Rows
+	br  pgx.BatchResults
+	err error
+}
+
+func (r *batchRows) closeBatch() {
+	r.Rows.Close()
+	if r.br != nil {
+		r.err, r.br = r.br.Close(), nil
+	}
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.closeBatch()
+	return false
+}
+
+func (r *batchRows) Close() { r.closeBatch() }
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}

@@ -22,7 +22,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
@@ -426,9 +425,9 @@ func testQueuePlans(t *testing.T, grown bool) {
 			case 0: // not attempted: released to the relay
 				a.Release = true
 			case 1: // failed: retried by River
-				a.State, a.ScheduledAt, a.Error, a.Output = rivertype.JobStateRetryable, at.Add(time.Hour), "target answered 503", Output{Status: 503}
+				a.State, a.ScheduledAt, a.Error, a.Output = StateRetrying, at.Add(time.Hour), "target answered 503", Output{Status: 503}
 			default:
-				a.State, a.FinalizedAt, a.Output = rivertype.JobStateCompleted, &at, Output{Status: 204, DeliveredAt: at}
+				a.State, a.FinalizedAt, a.Output = StateDelivered, &at, Output{Status: 204, DeliveredAt: at}
 			}
 			batch = append(batch, a)
 		}
@@ -443,14 +442,14 @@ func testQueuePlans(t *testing.T, grown bool) {
 				}
 			})
 		})
-		stmts, err := recordStatements(planQueue, batch)
+		groups, err := recordStatements(planQueue, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(stmts) != 3 {
-			t.Fatalf("%d statements for a recording of one sender with outcomes of each kind, want 3", len(stmts))
+		if len(groups) != 1 || len(groups[0]) != 3 {
+			t.Fatalf("%d groups of statements for a recording of one sender with outcomes of each kind, want 1 of 3", len(groups))
 		}
-		for _, s := range stmts {
+		for _, s := range groups[0] {
 			checkPlans(t, explainConn, planBatch, tidScans, s.sql, s.args...)
 		}
 	})
@@ -466,7 +465,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 					t.Fatalf("%s, run %d: EarlierForwardUnfinished(%s) = %v, %v; want %v", mode, run, event, wait, err, want)
 				}
 			})
-			checkPlans(t, explainConn, 1, indexOrderScans, earlierForwardSQL, "acme", "t", event.String(), int64(1<<40))
+			checkPlans(t, explainConn, 1, indexOrderScans, earlierForwardSQL, earlierForwardArgs("acme", "t", event, 1<<40)...)
 		}
 	})
 
@@ -474,7 +473,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 		// The jobs waiting on the queue: every 100th snoozed, twice as
 		// many due (in the shrunk table too: their delivery IDs end in 0 or
 		// 5).
-		checkPlans(t, explainConn, 3*planRows/100, indexOrderScans, wakeSQL, planQueue, "acme", "t")
+		checkPlans(t, explainConn, 3*planRows/100, indexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t")...)
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
 				if err := New(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil {
@@ -542,7 +541,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 				checkPlans(t, explainConn, planRows, indexOrderScans, bulkMatchBatchSQL(w, batch), w.args...)
 			})
 		}
-		checkPlans(t, explainConn, planRows, indexOrderScans, queuedCandidatesSQL, "acme", "t", newest, int64(0), &at)
+		checkPlans(t, explainConn, planRows, indexOrderScans, queuedCandidatesSQL, "acme", "t", newest, int64(0), &at, unfinishedJobs)
 	})
 
 	t.Run("takeover of a dead process's jobs", func(t *testing.T) {
@@ -558,7 +557,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 				}
 			})
 		})
-		checkPlans(t, explainConn, planBatch, processIndexScans, takeOverSQL, "hookgate:", int64(5000), planBatch)
+		checkPlans(t, explainConn, planBatch, processIndexScans, takeOverSQL, takeOverArgs("hookgate:", 5*time.Second, planBatch)...)
 		// The same process's running jobs, and the release of some.
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			jobs, err := New(conn).RunningJobsOf(ctx, "hookgate:gone", 5*time.Second)
@@ -566,7 +565,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 				t.Fatalf("%s, run %d: %d running jobs, %v; want %d", mode, run, len(jobs), err, running)
 			}
 		})
-		checkPlans(t, explainConn, running, processIndexScans, runningOfSQL, "hookgate:gone", int64(5000))
+		checkPlans(t, explainConn, running, processIndexScans, runningOfSQL, runningOfArgs("hookgate:gone", 5*time.Second)...)
 		jobs, err := New(conn).RunningJobsOf(ctx, "hookgate:gone", 0)
 		if err != nil {
 			t.Fatal(err)
@@ -575,7 +574,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 		for _, j := range jobs[:min(len(jobs), 100)] {
 			ids = append(ids, j.ID)
 		}
-		checkPlans(t, explainConn, len(ids), processIndexScans, releaseOrphansSQL, "hookgate:gone", ids)
+		checkPlans(t, explainConn, len(ids), processIndexScans, releaseOrphansSQL, releaseOrphansArgs("hookgate:gone", ids)...)
 	})
 
 	t.Run("event content", func(t *testing.T) {

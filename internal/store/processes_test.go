@@ -8,6 +8,7 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -55,9 +56,9 @@ func TestTakeOverJobsOfProcessesThatAreGone(t *testing.T) {
 	}
 	ids := map[int64]job{}
 	for _, j := range jobs {
-		id, err := s.InsertForwardJobs(ctx, "q", JobFixture{State: j.state, Attempt: j.attempt, AttemptedBy: j.attemptedBy,
+		id, err := s.jobs.InsertForwardJobs(ctx, "q", storetest.JobFixture{State: j.state, Attempt: j.attempt, AttemptedBy: j.attemptedBy,
 			ScheduledAt: time.Now().Add(-time.Minute)},
-			NewForwardJob{Sender: "acme", Target: "t", DeliveryID: j.name, MaxAttempts: 3})
+			storetest.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: j.name, MaxAttempts: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestTakeOverJobsOfProcessesThatAreGone(t *testing.T) {
 	for _, tk := range taken {
 		j := ids[tk.JobID]
 		got = append(got, j.name)
-		if tk.State != j.wantState || tk.Kind != ForwardKind || tk.Process != j.attemptedBy[len(j.attemptedBy)-1] {
+		if tk.State != StateOf(j.wantState) || tk.Kind != ForwardKind || tk.Process != j.attemptedBy[len(j.attemptedBy)-1] {
 			t.Errorf("taken over %q: %+v, want state %s, kind %s, process %s", j.name, tk, j.wantState, ForwardKind, j.attemptedBy[len(j.attemptedBy)-1])
 		}
 	}
@@ -88,7 +89,7 @@ func TestTakeOverJobsOfProcessesThatAreGone(t *testing.T) {
 		t.Errorf("taken over %q, want %q", got, want)
 	}
 
-	all, err := s.ForwardJobs(ctx)
+	all, err := s.jobs.ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +122,11 @@ func TestTakeOverJobsLimit(t *testing.T) {
 	t.Parallel()
 	s, _ := store(t)
 	ctx := t.Context()
-	var jobs []NewForwardJob
+	var jobs []storetest.NewForwardJob
 	for range 5 {
-		jobs = append(jobs, NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 3})
+		jobs = append(jobs, storetest.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 3})
 	}
-	if _, err := s.InsertForwardJobs(ctx, "q", JobFixture{State: rivertype.JobStateRunning, Attempt: 1, AttemptedBy: []string{"hookgate:gone"}}, jobs...); err != nil {
+	if _, err := s.jobs.InsertForwardJobs(ctx, "q", storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, AttemptedBy: []string{"hookgate:gone"}}, jobs...); err != nil {
 		t.Fatal(err)
 	}
 	first, err := s.TakeOverJobs(ctx, "hookgate:", time.Second, 3)

@@ -3,11 +3,15 @@
 -- the ingest transaction writes are colocated, so that a sender's key, its
 -- event and its outbox rows live on one shard group and a sender's batch
 -- commits on one worker. The console's closed-hour delivery counts are
--- colocated with the deliveries they count.
+-- colocated with the deliveries they count, and the signature tokens with
+-- the deliveries that used them.
 SELECT create_distributed_table('processed_messages', 'sender');
 SELECT create_distributed_table('webhook_events', 'sender', colocate_with => 'processed_messages');
 SELECT create_distributed_table('forward_outbox', 'sender', colocate_with => 'processed_messages');
 SELECT create_distributed_table('delivery_hour_counts', 'sender', colocate_with => 'processed_messages');
+-- The single-use signature tokens (Mailgun's) are claimed by sender, just
+-- before the delivery's transaction, and deleted by sender.
+SELECT create_distributed_table('signature_tokens', 'sender', colocate_with => 'processed_messages');
 
 -- Every other table stays a local table of the coordinator, each for its
 -- reason (a line `-- local: <table>: <why>` for every table a migration

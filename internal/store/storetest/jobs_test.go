@@ -1,4 +1,4 @@
-package store
+package storetest_test
 
 import (
 	"encoding/json"
@@ -6,6 +6,10 @@ import (
 	"testing"
 
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // TestForwardJobFixturesReadBack: the fixtures tests build forward jobs
@@ -14,15 +18,16 @@ import (
 // numbered to end at the attempt) and output.
 func TestForwardJobFixturesReadBack(t *testing.T) {
 	t.Parallel()
-	s, _ := store(t)
+	pool, _ := pgtest.NewDB(t)
+	s := storetest.New(pool)
 	ctx := t.Context()
-	ids, err := s.InsertForwardJobs(ctx, "forward", JobFixture{State: rivertype.JobStateRetryable, Attempt: 3, Errors: []string{"boom 2", "boom 3"}, Output: &Output{Attempt: 3, Status: 503}},
-		NewForwardJob{Sender: "s", Target: "a", DeliveryID: "d-1", MaxAttempts: 5},
-		NewForwardJob{Sender: "s", Target: "b", DeliveryID: "d-2", MaxAttempts: 5})
+	ids, err := s.InsertForwardJobs(ctx, "forward", storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 3, Errors: []string{"boom 2", "boom 3"}, Output: &store.Output{Attempt: 3, Status: 503}},
+		storetest.NewForwardJob{Sender: "s", Target: "a", DeliveryID: "d-1", MaxAttempts: 5},
+		storetest.NewForwardJob{Sender: "s", Target: "b", DeliveryID: "d-2", MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetForwardJob(ctx, ids[1], JobFixture{State: rivertype.JobStateRunning, Attempt: 1}); err != nil {
+	if err := s.SetForwardJob(ctx, ids[1], storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	jobs, err := s.ForwardJobs(ctx)

@@ -1,0 +1,288 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// forward_delivered, the fast path's delivered first attempts (migration
+// 14): the recording of the fast path's outcomes (a delivered forward as a
+// row there, any other as its River job) and their retention.
+
+// FirstAttempt is the outcome of a forward's first attempt made by the fast
+// path (forward.Dispatcher), to record as its job (RecordFirstAttempts).
+type FirstAttempt struct {
+	Sender  string
+	EventID uuid.UUID
+	Target  string
+	// Release: the forward was not attempted; its outbox row's lease is
+	// cleared for the relay, and no job is inserted. The fields below are
+	// then unused.
+	Release bool
+	// State is the forward's state after the attempt: delivered, pending
+	// or retrying (ScheduledAt is its retry: pending when it is due within
+	// River's scheduler interval, retrying when later; see recordedState),
+	// or failed (FinalizedAt set): at once when FailedAtOnce (the target's
+	// answer fails the forward without retries), else because its attempts
+	// are used up.
+	State        State
+	FailedAtOnce bool
+	MaxAttempts  int
+	AttemptedAt  time.Time
+	FinalizedAt  *time.Time
+	ScheduledAt  time.Time
+	// Error is the attempt's error text ("" when delivered); Output, when
+	// its Status is not 0, the attempt's recorded output.
+	Error  string
+	Output Output
+}
+
+// recordFirstSQL records the fast path's finished forwards of sender $1
+// that were not delivered: it deletes their outbox rows and, for each row
+// it deleted, inserts the forward's job in its state after the first
+// attempt, as River's worker would have left it (attempt 1, the attempt's
+// error, the output River's RecordOutput keeps under metadata.output). A
+// row the relay took in the meantime (its lease ended) is not deleted, and
+// gets no second job. The args are those forward.Args encodes; the job has
+// no unique key (none is needed: its outbox row goes in the same
+// statement). The outbox rows are found by a probe of their key each, and
+// deleted by ctid (outboxRowsByKey, under tidScans: see plans.go), never
+// by a scan of the sender's rows. d reads the arrays, not o: on Citus o is
+// an intermediate result, and Citus refuses a ctid in a modification that
+// reads one. A row updated between the statement's snapshot and the delete
+// is not deleted (its new version has another ctid); only the fast path's
+// release updates outbox rows, and never those of an attempted forward.
+var recordFirstSQL = jobSQL(`WITH o AS (
+  SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[])
+    AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata)
+), d AS (
+  DELETE FROM forward_outbox f
+  WHERE f.sender = $1 AND f.ctid = ANY(` + outboxRowsByKey + `)
+  RETURNING f.event_id, f.target, f.delivery_id, f.created_at
+)
+INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
+SELECT jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', d.target, 'delivery_id', d.delivery_id),
+       1, o.attempted_at, d.created_at, CASE WHEN o.error IS NULL THEN NULL ELSE ARRAY[o.error] END, o.finalized_at,
+       {forward_kind}, o.max_attempts, o.metadata, 1, $11::text, o.state::river_job_state, o.scheduled_at, '{}'
+FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
+
+// recordDeliveredSQL records the fast path's delivered forwards of sender
+// $1 as recordFirstSQL records the others, in forward_delivered instead of
+// River's table: a row only for each outbox row it deleted.
+const recordDeliveredSQL = `WITH o AS (
+  SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[])
+    AS o(event_id, target, attempted_at, delivered_at, status, max_attempts)
+), d AS (
+  DELETE FROM forward_outbox f
+  WHERE f.sender = $1 AND f.ctid = ANY(` + outboxRowsByKey + `)
+  RETURNING f.event_id, f.target, f.delivery_id, f.created_at
+)
+INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
+SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts
+FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
+
+// RecordFirstAttempts records the fast path's outcomes in one round trip:
+// per sender, one statement for the delivered forwards
+// (forward_delivered), one for the others that were attempted (their jobs
+// on queue), each deleting the forwards' outbox rows, and one for the
+// released ones; all of them find the outbox rows by a probe of the key
+// each (outboxRowsByKey, under tidScans). Each sender's statements are a
+// transaction of their own (BEGIN … COMMIT in the batch, when it holds
+// several senders): on Citus a sender's outbox rows live on one worker, and
+// a transaction writing the rows of senders on two workers would commit in
+// two phases. A failure leaves the senders before it recorded: recording
+// them again finds no outbox row and does nothing. Run on a transaction
+// (q on a pgx.Tx), everything is the caller's transaction.
+func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
+	groups, err := recordStatements(queue, batch)
+	if err != nil {
+		return fmt.Errorf("record fast-path forwards: %w", err)
+	}
+	_, inTx := q.db.(pgx.Tx)
+	own := len(groups) > 1 && !inTx
+	var b pgx.Batch
+	for i, g := range groups {
+		if own {
+			b.Queue("BEGIN")
+		}
+		if own || i == 0 {
+			b.Queue(tidScans)
+		}
+		for _, s := range g {
+			b.Queue(s.sql, s.args...)
+		}
+		if own {
+			b.Queue("COMMIT")
+		}
+	}
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("record fast-path forwards: %w", err)
+	}
+	return nil
+}
+
+// recordedState is the River state in which RecordFirstAttempts records
+// the job of a forward a first attempt left in a.State: pending as
+// available (a retry due within River's scheduler interval, as River
+// leaves its own such retries, so that a fetch takes it once due), retrying
+// as retryable (for River's scheduler to make available once due), failed
+// as cancelled when it failed at once (River's JobCancel) and as discarded
+// when its attempts are used up. A delivered forward is a row of
+// forward_delivered, not a job.
+func recordedState(a FirstAttempt) (string, error) {
+	switch {
+	case a.State == StatePending:
+		return jobAvailable, nil
+	case a.State == StateRetrying:
+		return string(rivertype.JobStateRetryable), nil
+	case a.State == StateFailed && a.FailedAtOnce:
+		return string(rivertype.JobStateCancelled), nil
+	case a.State == StateFailed:
+		return jobDiscarded, nil
+	}
+	return "", fmt.Errorf("the first attempt of %s/%s to %s left it %q: not a state to record", a.Sender, a.EventID, a.Target, a.State)
+}
+
+// recordStatements returns the statements RecordFirstAttempts sends (after
+// tidScans) for batch, with their arguments, one group per sender.
+func recordStatements(queue string, batch []FirstAttempt) ([][]statement, error) {
+	// Event IDs go as pgtype.UUID, which pgx encodes in binary as they
+	// are: a uuid.UUID is a driver.Valuer, which pgx encodes through its
+	// text (formatted, then parsed again), a few percent of the
+	// gateway's CPU under make bench's forwarding load.
+	type cols struct {
+		events, relEvents              []pgtype.UUID
+		targets, relTargets, states    []string
+		maxAttempts                    []int32
+		attempted, finalized, schedule []*time.Time
+		errs, metas                    []*string
+		// The delivered ones.
+		dEvents                []pgtype.UUID
+		dTargets               []string
+		dAttempted, dDelivered []time.Time
+		dStatus, dMaxAttempts  []int16
+	}
+	bySender := map[string]*cols{}
+	var order []string
+	for i := range batch {
+		a := &batch[i]
+		c := bySender[a.Sender]
+		if c == nil {
+			c = &cols{}
+			bySender[a.Sender] = c
+			order = append(order, a.Sender)
+		}
+		if a.Release {
+			c.relEvents = append(c.relEvents, pgtype.UUID{Bytes: a.EventID, Valid: true})
+			c.relTargets = append(c.relTargets, a.Target)
+			continue
+		}
+		if a.State == StateDelivered {
+			at := a.Output.DeliveredAt
+			if at.IsZero() && a.FinalizedAt != nil {
+				at = *a.FinalizedAt
+			}
+			c.dEvents = append(c.dEvents, pgtype.UUID{Bytes: a.EventID, Valid: true})
+			c.dTargets = append(c.dTargets, a.Target)
+			c.dAttempted = append(c.dAttempted, a.AttemptedAt)
+			c.dDelivered = append(c.dDelivered, at)
+			c.dStatus = append(c.dStatus, int16(a.Output.Status))
+			c.dMaxAttempts = append(c.dMaxAttempts, int16(min(a.MaxAttempts, math.MaxInt16)))
+			continue
+		}
+		state, err := recordedState(*a)
+		if err != nil {
+			return nil, err
+		}
+		var errJSON *string
+		if a.Error != "" {
+			b, err := json.Marshal(rivertype.AttemptError{At: a.AttemptedAt, Attempt: 1, Error: a.Error})
+			if err != nil {
+				return nil, err
+			}
+			s := string(b)
+			errJSON = &s
+		}
+		meta := "{}"
+		if a.Output.Status != 0 {
+			out := a.Output
+			out.Attempt = 1
+			b, err := json.Marshal(map[string]Output{"output": out})
+			if err != nil {
+				return nil, err
+			}
+			meta = string(b)
+		}
+		c.events = append(c.events, pgtype.UUID{Bytes: a.EventID, Valid: true})
+		c.targets = append(c.targets, a.Target)
+		c.states = append(c.states, state)
+		c.maxAttempts = append(c.maxAttempts, int32(a.MaxAttempts))
+		c.attempted = append(c.attempted, &a.AttemptedAt)
+		c.finalized = append(c.finalized, a.FinalizedAt)
+		c.schedule = append(c.schedule, &a.ScheduledAt)
+		c.errs = append(c.errs, errJSON)
+		c.metas = append(c.metas, &meta)
+	}
+	groups := make([][]statement, 0, len(order))
+	for _, s := range order {
+		c := bySender[s]
+		var stmts []statement
+		if len(c.dEvents) > 0 {
+			stmts = append(stmts, statement{recordDeliveredSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts}})
+		}
+		if len(c.events) > 0 {
+			stmts = append(stmts, statement{recordFirstSQL, []any{s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue}})
+		}
+		if len(c.relEvents) > 0 {
+			stmts = append(stmts, statement{releaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
+		}
+		groups = append(groups, stmts)
+	}
+	return groups, nil
+}
+
+// statement is an SQL statement and its arguments.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// deleteDeliveredSQL deletes up to $2 delivered forwards delivered before
+// $1: selected in an InitPlan, run once (its LIMIT holds), through the
+// BRIN index on delivered_at, and deleted by ctid (a TID scan), under
+// deliveredScans. forward_delivered is a local table on Citus.
+const deleteDeliveredSQL = `DELETE FROM forward_delivered WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM forward_delivered WHERE delivered_at < $1 LIMIT $2))`
+
+// deliveredScans leaves deleteDeliveredSQL one path without a disabled
+// node: no sequential scan (so the InitPlan reads the BRIN index, and the
+// DELETE the ctids), no JIT (see plans.go).
+const deliveredScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
+
+// DeleteDeliveredBefore deletes up to limit of the fast path's delivered
+// forwards (forward_delivered) delivered before cutoff, in one short
+// statement, and returns how many it deleted: fewer than limit means none
+// are left. River deletes its finished jobs after the same retention.
+func (q *Queries) DeleteDeliveredBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	var b pgx.Batch
+	b.Queue(deliveredScans)
+	b.Queue(deleteDeliveredSQL, cutoff, limit)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return 0, fmt.Errorf("delete old delivered forwards: %w", err)
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, fmt.Errorf("delete old delivered forwards: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

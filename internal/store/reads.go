@@ -1,0 +1,419 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// The operator reads of forwards: an event's forwards, a target's counts
+// and its forwards page by page (the JSON API and the console read both
+// through them), and the backlog of unfinished forwards (a metric).
+
+// eventJobsSQL finds an event's forwards through River's GIN index on args
+// (river_job_args_index): args @> {"event_id": …} is the indexable form;
+// and the event's delivered first attempts in forward_delivered, in River's
+// state $3 (completed).
+var eventJobsSQL = jobSQL(`SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
+       errors[array_upper(errors, 1)], metadata->'output'
+FROM river_job
+WHERE kind = {forward_kind} AND args @> jsonb_build_object('event_id', $1::text)
+UNION ALL
+SELECT d.id, $3::text, 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + deliveredOutput + `
+FROM forward_delivered d WHERE d.sender = $2 AND d.event_id = $1::text
+ORDER BY 1`)
+
+// deliveredOutput is the recorded output (Output) of forward_delivered's
+// row d, as River's worker records it under metadata.output.
+const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
+
+// EventForwards returns the forwards of the event of sender: first those
+// still in the outbox (pending, JobID 0), then its jobs, oldest first: one
+// per target of its sender when it was accepted, and one per target for
+// each redelivery. It returns an empty slice, not nil, when the event has
+// none (its sender had no targets, or the jobs were deleted after River's
+// retention).
+func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
+	out, err := q.outboxOfEvent(ctx, sender, eventID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.db.Query(ctx, eventJobsSQL, eventID.String(), sender, jobCompleted)
+	if err != nil {
+		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Forward, error) {
+		var (
+			f         Forward
+			state     string
+			lastErr   []byte // jsonb, NULL without errors
+			outputRaw []byte // jsonb, NULL without output
+		)
+		if err := row.Scan(&f.JobID, &state, &f.Attempts, &f.MaxAttempts, &f.Target, &f.LegacyURL, &f.CreatedAt, &lastErr, &outputRaw); err != nil {
+			return Forward{}, err
+		}
+		if err := decodeOutcome(&f, rivertype.JobState(state), lastErr, outputRaw); err != nil {
+			return Forward{}, fmt.Errorf("job %d: %w", f.JobID, err)
+		}
+		return f, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
+	}
+	return append(out, jobs...), nil
+}
+
+// notSuperseded is the condition that job j (of sender $1, target $2) is
+// the newest forward of its event to its target: one probe of an index per
+// job, a scalar subquery (never turned into an anti-join, which on a table
+// PostgreSQL has no statistics of yet compared every pair of the target's
+// jobs) whose ORDER BY, with the event compared by a range, makes
+// hookgate's index on the forward jobs (and forward_delivered's primary
+// key) the one path without a sort under indexOrderScans: not River's
+// index on kind, which some statistics made the cheaper, and which walks
+// every forward job per job (see plans.go).
+var notSuperseded = jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2
+    AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id' AND n.id > j.id
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL
+  AND (SELECT n.id FROM forward_delivered n WHERE n.sender = $1
+    AND n.event_id >= j.args->>'event_id' AND n.event_id <= j.args->>'event_id' AND n.target = $2 AND n.id > j.id
+    ORDER BY n.event_id, n.id LIMIT 1) IS NULL`)
+
+// deliveredNotSuperseded is notSuperseded for forward_delivered's row d: no
+// newer job of its event to its target (an event has at most one row
+// there per target: its outbox row's first attempt).
+var deliveredNotSuperseded = jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
+    AND n.args->>'sender' = $1 AND n.args->>'target' = $2
+    AND n.args->>'event_id' >= d.event_id AND n.args->>'event_id' <= d.event_id AND n.id > d.id
+    ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL`)
+
+// Counts are a target's forwards by state. Pending includes the forwards
+// still in the outbox; Delivered counts every delivery River still keeps
+// (CompletedJobRetentionPeriod: the longest sender retention), an event
+// redelivered counting once per delivery; Failed counts the failures not
+// followed by a newer forward of the same event.
+type Counts struct {
+	Pending, Running, Retrying, Delivered, Failed int64
+}
+
+// countsSQL counts the forwards of sender $1 in the River states $2 by
+// target and state, failed ones (in the River states $4) only when no
+// newer forward of the same event to the same target follows them, and,
+// when $3, the delivered first attempts of forward_delivered as River's
+// state $5 (completed). It names the states, so that without the delivered
+// ones River's indexes that lead with state narrow the scan and a long
+// history is never read.
+var countsSQL = jobSQL(`SELECT j.args->>'target', j.state::text, count(*) FROM river_job j
+WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.state::text = ANY($2::text[])
+  AND (j.state <> ALL($4::river_job_state[]) OR NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
+    AND n.args->>'sender' = $1 AND n.args->>'target' = j.args->>'target' AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id)
+    AND NOT EXISTS (SELECT 1 FROM forward_delivered n WHERE n.sender = $1 AND n.event_id = j.args->>'event_id' AND n.target = j.args->>'target' AND n.id > j.id))
+GROUP BY 1, 2
+UNION ALL
+SELECT target, $5::text, count(*) FROM forward_delivered WHERE sender = $1 AND $3 GROUP BY 1`)
+
+// CountForwards returns the counts of sender's forwards by target name,
+// Delivered left 0 unless delivered is true (counting them reads the
+// target's whole history). A target without forwards is absent (its counts
+// are all zero). Jobs of versions that named targets by URL are not
+// counted. The JSON API and the console both count with it.
+func (q *Queries) CountForwards(ctx context.Context, sender string, delivered bool) (map[string]Counts, error) {
+	states := []State{StatePending, StateRunning, StateRetrying, StateFailed}
+	if delivered {
+		states = append(states, StateDelivered)
+	}
+	out := map[string]Counts{}
+	rows, err := q.db.Query(ctx, countsSQL, sender, stateNames(states...), delivered, failedJobs, jobCompleted) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	if err != nil {
+		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
+	}
+	var (
+		target *string
+		state  string
+		n      int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&target, &state, &n}, func() error {
+		if target == nil {
+			return nil
+		}
+		c := out[*target]
+		switch StateOf(rivertype.JobState(state)) {
+		case StatePending:
+			c.Pending += n
+		case StateRunning:
+			c.Running += n
+		case StateRetrying:
+			c.Retrying += n
+		case StateDelivered:
+			c.Delivered += n
+		case StateFailed:
+			c.Failed += n
+		}
+		out[*target] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count forwards of %s: %w", sender, err)
+	}
+	outbox, err := q.outboxCounts(ctx, sender)
+	if err != nil {
+		return nil, err
+	}
+	for name, n := range outbox {
+		c := out[name]
+		c.Pending += n
+		out[name] = c
+	}
+	return out, nil
+}
+
+// Filter selects forwards of one target: in State (any state when ""),
+// whose time is at or after Since and before Until (no bound when zero).
+// A forward's time is when it reached its state for delivered and failed
+// forwards (River's finalized_at), and when it was enqueued otherwise.
+type Filter struct {
+	Sender, Target string
+	State          State
+	Since, Until   time.Time
+	// InStateAt, with State running or retrying and not zero, matches the
+	// forwards in State at that time, whatever they have become since
+	// (a bulk redelivery's job matches what its request asked for): see
+	// underWayAt.
+	InStateAt time.Time
+}
+
+// underWayAt are the conditions that job j was running, or retrying, at the
+// time $%[1]d, from what it is now ($%[2]d and $%[3]d are the River states
+// of a running and of a retrying forward): its state, when its latest
+// attempt started (attempted_at), when that attempt's error was recorded
+// (its last error's "at"), and when it finished. Running then: running now,
+// or its attempt then has ended since (failed and waits for a retry, or
+// finished). Retrying then: waiting for a retry whose failure came before,
+// or its retry (attempt 2 or later) has started since.
+var underWayAt = map[State]string{
+	StateRunning: `j.attempted_at < $%[1]d AND (j.state = ANY($%[2]d::river_job_state[])
+    OR (j.state = ANY($%[3]d::river_job_state[]) AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz >= $%[1]d)
+    OR j.finalized_at >= $%[1]d)`,
+	StateRetrying: `((j.state = ANY($%[3]d::river_job_state[]) AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz < $%[1]d)
+    OR (j.attempt >= 2 AND j.attempted_at >= $%[1]d
+      AND (j.state = ANY($%[2]d::river_job_state[]) OR j.state = ANY($%[3]d::river_job_state[]) OR j.finalized_at >= $%[1]d)))`,
+}
+
+// where is a Filter's condition on both tables of forwards.
+type where struct {
+	// jobs is the condition over river_job j; delivered the one over
+	// forward_delivered d, "" when f's state excludes its rows.
+	jobs, delivered string
+	args            []any
+}
+
+// and adds cond (with the same placeholders) to both conditions.
+func (w *where) and(jobs, delivered string) {
+	w.jobs += " AND " + jobs
+	if w.delivered != "" {
+		w.delivered += " AND " + delivered
+	}
+}
+
+// targetJobs is the condition that job j is a forward of sender $1 to
+// target $2, in the terms of hookgate's index on the forward jobs.
+var targetJobs = jobSQL(`j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2`)
+
+// where returns the conditions of f over river_job j and forward_delivered
+// d and their arguments, $1 and $2 being the sender and the target. It adds
+// the not-superseded condition for failed forwards, or for every state when
+// latest is true; and then, for running or retrying forwards, that j is not
+// a redelivery still waiting (queuedWaiting), inOutbox being the events of
+// f's target whose forward is in the outbox (waitingInOutbox).
+func (f Filter) where(latest bool, inOutbox []string) where {
+	w := where{
+		jobs:      targetJobs,
+		delivered: `d.sender = $1 AND d.target = $2`,
+		args:      []any{f.Sender, f.Target},
+	}
+	col, dcol := "j.created_at", "d.created_at"
+	if (f.State == StateRunning || f.State == StateRetrying) && !f.InStateAt.IsZero() {
+		w.args = append(w.args, f.InStateAt, runningJobs, retryingJobs)
+		n := len(w.args)
+		w.jobs += " AND " + fmt.Sprintf(underWayAt[f.State], n-2, n-1, n)
+		w.delivered = "" // a delivered first attempt was never a job under way
+	} else if f.State != "" {
+		w.args = append(w.args, stateNames(f.State))
+		w.jobs += fmt.Sprintf(" AND j.state = ANY($%d::river_job_state[])", len(w.args))
+		if f.State == StateDelivered || f.State == StateFailed {
+			col, dcol = "j.finalized_at", "d.delivered_at"
+		}
+		if f.State != StateDelivered {
+			w.delivered = ""
+		}
+	}
+	if !f.Since.IsZero() {
+		w.args = append(w.args, f.Since)
+		w.and(fmt.Sprintf("%s >= $%d", col, len(w.args)), fmt.Sprintf("%s >= $%d", dcol, len(w.args)))
+	}
+	if !f.Until.IsZero() {
+		w.args = append(w.args, f.Until)
+		w.and(fmt.Sprintf("%s < $%d", col, len(w.args)), fmt.Sprintf("%s < $%d", dcol, len(w.args)))
+	}
+	if latest || f.State == StateFailed {
+		w.and(notSuperseded, deliveredNotSuperseded)
+	}
+	if latest && (f.State == StateRunning || f.State == StateRetrying) {
+		if inOutbox == nil {
+			inOutbox = []string{}
+		}
+		w.args = append(w.args, inOutbox, unfinishedJobs)
+		n := len(w.args)
+		w.jobs += " AND NOT " + fmt.Sprintf(queuedWaiting, n-1, n)
+	}
+	return w
+}
+
+// TargetForward is one forward of a target, as ListTargetForwards returns
+// it.
+type TargetForward struct {
+	Forward
+	EventID    uuid.UUID
+	DeliveryID string
+	// EventType is the event's type; "" when it has none or is no longer
+	// stored.
+	EventType string
+	// AttemptedAt is when the latest attempt started, FinishedAt when the
+	// forward was delivered or failed; zero when not (yet).
+	AttemptedAt time.Time
+	FinishedAt  time.Time
+}
+
+// ForwardPage is one page of ListTargetForwards.
+type ForwardPage struct {
+	// Forwards are newest first; empty, not nil, when there are none.
+	Forwards []TargetForward
+	// Next is the cursor of the next page; nil on the last page.
+	Next *Cursor
+}
+
+// ListTargetForwards returns up to limit (1 to MaxListLimit) forwards of
+// f's target that match f, newest first (by job ID, descending), starting
+// right after after (a forward's cursor) when it is not nil. Pages are
+// stable while forwards are added (newer ones go to a new first page).
+// Forwards still in the outbox are not listed (they have no job yet;
+// CountForwards includes them).
+func (q *Queries) ListTargetForwards(ctx context.Context, f Filter, limit int, after *Cursor) (ForwardPage, error) {
+	if limit < 1 || limit > MaxListLimit {
+		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, MaxListLimit)
+	}
+	w := f.where(false, nil)
+	if after != nil {
+		if after.JobID == 0 {
+			return ForwardPage{}, fmt.Errorf("list forwards: %w: a cursor of deliveries", errBadCursor)
+		}
+		w.args = append(w.args, after.JobID)
+		w.and(fmt.Sprintf("j.id < $%d", len(w.args)), fmt.Sprintf("d.id < $%d", len(w.args)))
+	}
+	completed := 0 // the parameter of the delivered first attempts' River state
+	if w.delivered != "" {
+		w.args = append(w.args, jobCompleted)
+		completed = len(w.args)
+	}
+	w.args = append(w.args, limit+1)
+	order := fmt.Sprintf(" ORDER BY 1 DESC LIMIT $%d", len(w.args))
+	sql := `(SELECT j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
+       j.created_at, j.attempted_at, j.finalized_at, j.errors[array_upper(j.errors, 1)], j.metadata->'output'
+FROM river_job j WHERE ` + w.jobs + order + ")"
+	if w.delivered != "" {
+		sql += `
+UNION ALL
+(SELECT d.id, ` + fmt.Sprintf("$%d::text", completed) + `, 1, d.max_attempts, d.event_id, d.delivery_id, d.created_at, d.attempted_at, d.delivered_at, NULL, ` + deliveredOutput + `
+FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
+	}
+	rows, err := q.db.Query(ctx, sql, w.args...)
+	if err != nil {
+		return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
+	}
+	fwds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TargetForward, error) {
+		var (
+			tf                     TargetForward
+			state, eventID         string
+			attemptedAt, finalized *time.Time
+			lastErr, output        []byte
+		)
+		if err := row.Scan(&tf.JobID, &state, &tf.Attempts, &tf.MaxAttempts, &eventID, &tf.DeliveryID,
+			&tf.CreatedAt, &attemptedAt, &finalized, &lastErr, &output); err != nil {
+			return TargetForward{}, err
+		}
+		tf.Target = f.Target
+		tf.EventID, _ = uuid.Parse(eventID) // the nil UUID for a malformed job
+		if attemptedAt != nil {
+			tf.AttemptedAt = *attemptedAt
+		}
+		if finalized != nil {
+			tf.FinishedAt = *finalized
+		}
+		if err := decodeOutcome(&tf.Forward, rivertype.JobState(state), lastErr, output); err != nil {
+			return TargetForward{}, fmt.Errorf("job %d: %w", tf.JobID, err)
+		}
+		return tf, nil
+	})
+	if err != nil {
+		return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
+	}
+	page := ForwardPage{Forwards: fwds}
+	if page.Forwards == nil {
+		page.Forwards = []TargetForward{}
+	}
+	if len(page.Forwards) > limit {
+		page.Forwards = page.Forwards[:limit]
+		page.Next = &Cursor{JobID: page.Forwards[limit-1].JobID}
+	}
+	if len(page.Forwards) > 0 {
+		ids := make([]uuid.UUID, len(page.Forwards))
+		for i := range page.Forwards {
+			ids[i] = page.Forwards[i].EventID
+		}
+		types, err := q.EventTypes(ctx, f.Sender, ids)
+		if err != nil {
+			return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
+		}
+		for i := range page.Forwards {
+			page.Forwards[i].EventType = types[page.Forwards[i].EventID]
+		}
+	}
+	return page, nil
+}
+
+// BacklogStates are the names Backlog counts under: "outbox" and River's
+// job states of unfinished forwards.
+func BacklogStates() []string {
+	return append([]string{"outbox"}, stateNames(StatePending, StateRunning, StateRetrying)...)
+}
+
+// backlogSQL counts the forward jobs in the River states $1 by state, and
+// the outbox rows (every sender's) as outbox.
+var backlogSQL = jobSQL(`SELECT state::text, count(*) FROM river_job
+WHERE kind = {forward_kind} AND state::text = ANY($1::text[])
+GROUP BY state
+UNION ALL SELECT 'outbox', count(*) FROM forward_outbox`)
+
+// Backlog returns how many forwards are not yet finished, by state: outbox
+// (accepted, not yet relayed into River) and River's job state of the
+// unfinished ones (see BacklogStates); a state without any is absent.
+func (q *Queries) Backlog(ctx context.Context) (map[string]int64, error) {
+	rows, err := q.db.Query(ctx, backlogSQL, stateNames(StatePending, StateRunning, StateRetrying)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	if err != nil {
+		return nil, fmt.Errorf("count forward backlog: %w", err)
+	}
+	out := map[string]int64{}
+	var (
+		state string
+		n     int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error { out[state] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("count forward backlog: %w", err)
+	}
+	return out, nil
+}

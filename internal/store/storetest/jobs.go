@@ -1,0 +1,299 @@
+// Package storetest puts River's table of jobs in the states tests need,
+// and reads it back: forward jobs as River stores them, inserted as they
+// are (InsertForwardJobs) or put in a state after attempts (SetForwardJob),
+// every forward job and delivered first attempt read back (ForwardJobs),
+// jobs counted (CountJobs), and River's table scanned or locked. It writes
+// the SQL tests would otherwise write on River's table, so that a change of
+// that table touches package store and this package only, as River's own
+// tests build their jobs through its testfactory.
+//
+// It is imported by tests only: a depguard rule (.golangci.yaml) keeps it
+// out of every file that is not a _test.go file. It does not import package
+// store, so that store's own tests can use it too.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// ForwardKind is the River job kind of forwards: store.ForwardKind, which
+// a test of package store checks it is (this package cannot import store).
+const ForwardKind = "hookgate_forward"
+
+// deliveredOutput is the recorded output of forward_delivered's row d, as
+// River's worker records it under metadata.output: what package store
+// reads for such a row.
+const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
+
+// DB is what the fixtures run on: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx, as for store.DB.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Jobs are the fixtures of River's jobs on one DB.
+type Jobs struct {
+	db DB
+}
+
+// New returns the fixtures on db.
+func New(db DB) *Jobs { return &Jobs{db: db} }
+
+// ForwardJob is a forward job's row as River stores it.
+type ForwardJob struct {
+	ID          int64
+	Queue       string
+	State       rivertype.JobState
+	Attempt     int
+	MaxAttempts int
+	// The job's arguments; URL only in jobs of versions that named targets
+	// by URL.
+	Sender, EventID, Target, DeliveryID, URL string
+	// AttemptedBy are the clients that worked it, in order.
+	AttemptedBy []string
+	ScheduledAt time.Time
+	// Errors are the errors of its failed attempts, in order.
+	Errors []string
+	// ErrorRecords are its failed attempts' records as River stores them
+	// (JSON: at, attempt, error, trace), in order.
+	ErrorRecords []string
+	// Output is its recorded output (JSON), "" when none.
+	Output string
+}
+
+// ForwardJobs returns every forward job, oldest (lowest ID) first, and
+// every forward_delivered row as the job it stands for (completed after one
+// attempt, on no queue).
+func (q *Jobs) ForwardJobs(ctx context.Context) ([]ForwardJob, error) {
+	rows, err := q.db.Query(ctx, `SELECT id, queue, state::text, attempt, max_attempts,
+  coalesce(args->>'sender', ''), coalesce(args->>'event_id', ''), coalesce(args->>'target', ''), coalesce(args->>'delivery_id', ''), coalesce(args->>'url', ''),
+  coalesce(attempted_by, '{}'), scheduled_at,
+  coalesce((SELECT array_agg(e->>'error' ORDER BY ord) FROM unnest(errors) WITH ORDINALITY AS x(e, ord)), '{}'),
+  coalesce(errors::text[], '{}'), coalesce(metadata->>'output', '')
+FROM river_job WHERE kind = '`+ForwardKind+`'
+UNION ALL
+SELECT d.id, '', 'completed', 1, d.max_attempts, d.sender, d.event_id, d.target, d.delivery_id, '', '{}', d.attempted_at, '{}', '{}', (`+deliveredOutput+`)::text
+FROM forward_delivered d ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("read forward jobs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ForwardJob, error) {
+		var (
+			j     ForwardJob
+			state string
+		)
+		err := row.Scan(&j.ID, &j.Queue, &state, &j.Attempt, &j.MaxAttempts, &j.Sender, &j.EventID, &j.Target, &j.DeliveryID, &j.URL,
+			&j.AttemptedBy, &j.ScheduledAt, &j.Errors, &j.ErrorRecords, &j.Output)
+		j.State = rivertype.JobState(state)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read forward jobs: %w", err)
+	}
+	return out, nil
+}
+
+// JobTable is River's table of jobs, for tests that look for its name in
+// PostgreSQL's views (pg_stat_activity's queries).
+const JobTable = "river_job"
+
+// JobScans returns how many times the transaction q is on has scanned
+// River's GIN index on the jobs' args (river_job_args_index), and River's
+// job table sequentially.
+func (q *Jobs) JobScans(ctx context.Context) (argIndex, seq int64, err error) {
+	err = q.db.QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('river_job_args_index'::regclass),
+  (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'river_job')`).Scan(&argIndex, &seq)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the scans of the jobs: %w", err)
+	}
+	return argIndex, seq, nil
+}
+
+// LockJobInserts blocks every insert of a job (River's table in SHARE ROW
+// EXCLUSIVE mode) until the transaction q is on ends.
+func (q *Jobs) LockJobInserts(ctx context.Context) error {
+	if _, err := q.db.Exec(ctx, `LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		return fmt.Errorf("lock the jobs: %w", err)
+	}
+	return nil
+}
+
+// CountJobs returns how many River jobs of kind there are (of any kind when
+// kind is ""), in one of states (any state when none).
+func (q *Jobs) CountJobs(ctx context.Context, kind string, states ...rivertype.JobState) (int, error) {
+	names := make([]string, 0, len(states))
+	for _, s := range states {
+		names = append(names, string(s))
+	}
+	var n int
+	err := q.db.QueryRow(ctx, `SELECT count(*) FROM river_job
+WHERE ($1 = '' OR kind = $1) AND (cardinality($2::text[]) = 0 OR state::text = ANY($2))`, kind, names).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count jobs: %w", err)
+	}
+	return n, nil
+}
+
+// JobFixture is a state to put a forward job in, as River records it after
+// attempts.
+type JobFixture struct {
+	State rivertype.JobState
+	// Attempt is how many attempts started; 0 means all of them
+	// (max_attempts).
+	Attempt int
+	// Errors are the errors of the attempts up to Attempt, the last one
+	// Attempt's: they are numbered to end at it.
+	Errors []string
+	// Output is the recorded output (a store.Output), as JSON; nil leaves
+	// it as it is.
+	Output any
+	// At is when the last attempt started and, in a finished state
+	// (completed, cancelled, discarded), when it finished; now when zero.
+	At time.Time
+	// ScheduledAt is when the next attempt is due; zero leaves it.
+	ScheduledAt time.Time
+	// AttemptedBy are the River clients that worked it, in order; nil
+	// leaves them as they are.
+	AttemptedBy []string
+}
+
+// SetForwardJob puts the forward job id in f's state.
+func (q *Jobs) SetForwardJob(ctx context.Context, id int64, f JobFixture) error {
+	args, err := f.args()
+	if err != nil {
+		return err
+	}
+	tag, err := q.db.Exec(ctx, `UPDATE river_job SET `+fixtureSet+` WHERE kind = '`+ForwardKind+`' AND id = $6`, withID(args, id)...)
+	if err != nil {
+		return fmt.Errorf("set forward job %d: %w", id, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("set forward job %d: no such forward job", id)
+	}
+	return nil
+}
+
+// fixtureSet sets a job's state from a JobFixture's arguments ($1 to $5,
+// see JobFixture.args).
+const fixtureSet = `state = $1::river_job_state,
+  attempt = CASE WHEN $2::int = 0 THEN max_attempts ELSE $2::int END,
+  attempted_at = coalesce($3::timestamptz, now()),
+  finalized_at = CASE WHEN $1 IN ('completed', 'cancelled', 'discarded') THEN coalesce($3::timestamptz, now()) END,
+  errors = (SELECT array_agg(jsonb_build_object('at', coalesce($3::timestamptz, now()),
+      'attempt', (CASE WHEN $2::int = 0 THEN max_attempts ELSE $2::int END) - cardinality($4::text[]) + ord::int, 'error', e, 'trace', '') ORDER BY ord)
+    FROM unnest($4::text[]) WITH ORDINALITY AS x(e, ord)),
+  metadata = CASE WHEN $5::jsonb IS NULL THEN metadata ELSE metadata || jsonb_build_object('output', $5::jsonb) END,
+  scheduled_at = coalesce($7::timestamptz, scheduled_at),
+  attempted_by = coalesce($8::text[], attempted_by)`
+
+// args returns f's arguments of fixtureSet: $1 to $5, the scheduled time
+// ($7; withID puts the job's ID between them) and the clients ($8).
+func (f JobFixture) args() ([]any, error) {
+	var at, scheduled *time.Time
+	if !f.At.IsZero() {
+		at = &f.At
+	}
+	if !f.ScheduledAt.IsZero() {
+		scheduled = &f.ScheduledAt
+	}
+	var output []byte
+	if f.Output != nil {
+		var err error
+		if output, err = json.Marshal(f.Output); err != nil {
+			return nil, fmt.Errorf("encode output: %w", err)
+		}
+		if string(output) == "null" { // a nil *store.Output
+			output = nil
+		}
+	}
+	errs := f.Errors
+	if errs == nil {
+		errs = []string{}
+	}
+	return []any{string(f.State), f.Attempt, at, errs, output, scheduled, f.AttemptedBy}, nil
+}
+
+// withID returns the arguments of fixtureSet with the job's ID as $6.
+func withID(args []any, id int64) []any {
+	return []any{args[0], args[1], args[2], args[3], args[4], id, args[5], args[6]}
+}
+
+// NewForwardJob is a forward job InsertForwardJobs writes as it is,
+// without River's insert (no uniqueness): one of another version (URL set,
+// no target) or one already in a given state.
+type NewForwardJob struct {
+	Sender, Target, DeliveryID, URL string
+	// EventID is the event's ID; a new random one when zero.
+	EventID     uuid.UUID
+	MaxAttempts int
+}
+
+// InsertForwardJobs writes jobs on queue, each in f's state (a zero State
+// is available: due now), in one transaction, and returns their IDs in
+// order.
+func (q *Jobs) InsertForwardJobs(ctx context.Context, queue string, f JobFixture, jobs ...NewForwardJob) ([]int64, error) {
+	if f.State == "" {
+		f.State = rivertype.JobStateAvailable
+	}
+	encoded := make([][]byte, 0, len(jobs))
+	maxAttempts := make([]int, 0, len(jobs))
+	for _, j := range jobs {
+		if j.EventID == uuid.Nil {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, err
+			}
+			j.EventID = id
+		}
+		a := map[string]string{"sender": j.Sender, "event_id": j.EventID.String(), "delivery_id": j.DeliveryID}
+		if j.Target != "" {
+			a["target"] = j.Target
+		}
+		if j.URL != "" {
+			a["url"] = j.URL
+		}
+		b, err := json.Marshal(a)
+		if err != nil {
+			return nil, fmt.Errorf("encode args: %w", err)
+		}
+		encoded = append(encoded, b)
+		maxAttempts = append(maxAttempts, max(j.MaxAttempts, 1))
+	}
+	args, err := f.args()
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	err = pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `INSERT INTO river_job (kind, args, max_attempts, queue, state, priority)
+SELECT '`+ForwardKind+`', x.a, x.m, $3, 'available', 1 FROM unnest($1::jsonb[], $2::int[]) WITH ORDINALITY AS x(a, m, ord) ORDER BY x.ord
+RETURNING id`, encoded, maxAttempts, queue)
+		if err != nil {
+			return err
+		}
+		if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return err
+		}
+		if f.State == rivertype.JobStateAvailable && f.Attempt == 0 && len(f.Errors) == 0 && f.Output == nil && f.ScheduledAt.IsZero() && f.AttemptedBy == nil {
+			return nil // new jobs, as River inserts them
+		}
+		_, err = tx.Exec(ctx, `UPDATE river_job SET `+fixtureSet+` WHERE id = ANY($6::bigint[])`,
+			args[0], args[1], args[2], args[3], args[4], ids, args[5], args[6])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("insert forward jobs: %w", err)
+	}
+	return ids, nil
+}
