@@ -27,7 +27,7 @@ GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -
 
 .PHONY: check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
-## run: start the local PostgreSQL (.data/pg) and run the server on :8080
+## run: start the local PostgreSQL (.data/pg) and run the server on 127.0.0.1:8080 (HOOKGATE_ADDR=:8080 make run: every interface)
 run:
 	@.ci/run-local.sh
 

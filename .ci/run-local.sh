@@ -8,9 +8,11 @@
 # Ports: PostgreSQL's is HOOKGATE_PG_PORT, else the one remembered in
 # .data/pg-port, else 54329; when it is taken (by another checkout's
 # `make run`, say), a free one is picked and remembered, and the script says
-# who holds the usual one. The gateway's is HOOKGATE_ADDR, else 8080 when it
-# is free, else the last run's (.data/http-port) or a free one: the docs'
-# commands use 8080, so it is never kept off 8080 once 8080 is free.
+# who holds the usual one. The gateway's is HOOKGATE_ADDR, else 127.0.0.1 on
+# port 8080 when it is free, else the last run's (.data/http-port) or a free
+# one: the docs' commands use 8080, so it is never kept off 8080 once 8080 is
+# free. It listens on 127.0.0.1 only unless HOOKGATE_ADDR says otherwise
+# (HOOKGATE_ADDR=:8080 for every interface): the example's secrets are public.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -72,7 +74,7 @@ if [[ -z $addr ]]; then
 		echo "Port 8080 is in use by $(holder 8080); the gateway listens on $http_port instead:"
 		echo "replace localhost:8080 with localhost:$http_port in the docs' commands. make run goes back to 8080 once it is free."
 	fi
-	addr=:$http_port
+	addr=127.0.0.1:$http_port
 fi
 # The gateway's address and the database's URL, for scripts and for
 # make redeliver.
@@ -100,9 +102,14 @@ if busy "${sink_addr##*:}"; then
 	echo "this gateway's forwards to http://$sink_addr go there. Stop it, or set HOOKGATE_SINK_ADDR and the forward url in hookgate.yaml."
 fi
 
-host=localhost${addr#"${addr%:*}"} # ":8080" and "0.0.0.0:8080" -> localhost:8080
+host=localhost${addr#"${addr%:*}"} # "127.0.0.1:8080", ":8080" and "0.0.0.0:8080" -> localhost:8080
+listen="on $addr"
+case $addr in
+127.0.0.1:* | localhost:* | "[::1]:"*) listen="on $addr only (HOOKGATE_ADDR=:${addr##*:} make run listens on every interface)" ;;
+esac
 cat <<MSG
 
+The gateway listens $listen.
 Admin token (Authorization: Bearer ...): $token
 Console:  http://$host/console/  (sign in with the admin token)
 Try it (the orders sender forwards to hookgate sink, which prints each forward below):

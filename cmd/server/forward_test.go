@@ -302,8 +302,10 @@ func TestForwardsByWorkerProcesses(t *testing.T) {
 		urlPassword = "url-pw-41d7c2"
 		urlToken    = "qtok-9b03e5"
 	)
-	targetURL := strings.Replace(tg.URL, "http://", "http://fwd:"+urlPassword+"@", 1) + "?token=" + urlToken
-	cfg := writeConfig(t, forwardConfig(targetURL, "30s", 5))
+	// The password is in the path, marked secret (a URL with a password is
+	// refused at start-up).
+	targetURL := tg.URL + "/" + urlPassword + "?token=" + urlToken
+	cfg := writeConfig(t, forwardConfig(targetURL, "30s", 5)+"        secret_path: true\n")
 	c := newClient(t)
 	const n = 40
 
@@ -566,9 +568,10 @@ func TestShutdownRetriesForwardThatOutlastsGrace(t *testing.T) {
 }
 
 // TestNoSecretInLogsOrMetrics runs a real worker whose target URL carries a
-// password and a query token and whose forwards fail (connection refused,
-// and a job naming a target this process does not know): neither the
-// process's log nor its /metrics contains the password, the token or the URL.
+// secret path and a query token and whose forwards fail (connection
+// refused, and a job naming, as older versions did, by a URL with a
+// password, a target this process does not know): neither the process's
+// log nor its /metrics contains the password, the token or the URL.
 func TestNoSecretInLogsOrMetrics(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
@@ -577,9 +580,9 @@ func TestNoSecretInLogsOrMetrics(t *testing.T) {
 		password = "pw-7f3e9a1c"
 		token    = "tok-2b8d4e6f"
 	)
-	targetURL := "http://hookuser:" + password + "@127.0.0.1:1/hook?token=" + token
+	targetURL := "http://127.0.0.1:1/hook/hookuser/" + password + "?token=" + token
 	// The breaker stays shut: every forward must fail (and be logged).
-	cfg := writeConfig(t, forwardConfig(targetURL, "2s", 2)+"        breaker_threshold: 1000\n")
+	cfg := writeConfig(t, forwardConfig(targetURL, "2s", 2)+"        breaker_threshold: 1000\n        secret_path: true\n")
 	c := newClient(t)
 	addr := freeAddr(t)
 	p := startBinaryWith(t, bin, dsn, addr, cfg, fastForwardFlags...)

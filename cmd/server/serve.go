@@ -71,13 +71,17 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 }
 
 // loadSenders reads, validates and compiles the senders configuration, and
-// refuses the example's published secrets (checkExampleSecrets).
+// refuses the example's published secrets (checkExampleSecrets) and targets
+// whose host --forward-allowed-hosts does not allow.
 func loadSenders(s *settings, log *slog.Logger) (*sender.Set, error) {
 	senders, err := sender.Load(s.configPath)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkExampleSecrets(senders.Config(), s, log); err != nil {
+		return nil, err
+	}
+	if err := s.allowedHosts.CheckTargets(senders.Config()); err != nil {
 		return nil, err
 	}
 	return senders, nil
@@ -255,7 +259,7 @@ func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.
 	if err != nil {
 		return nil, err
 	}
-	return forward.NewWorker(cfg, db.pool, forward.NewHTTPClient(s.forwardWorkers), gate, m, log, forward.WorkerConfig{Backoff: s.backoff, RetryAfterMax: s.retryAfterMax})
+	return forward.NewWorker(cfg, db.pool, forward.NewGuardedHTTPClient(s.forwardWorkers, s.allowedHosts), gate, m, log, forward.WorkerConfig{Backoff: s.backoff, RetryAfterMax: s.retryAfterMax})
 }
 
 // forwardClientConfig is the River client's configuration from the

@@ -35,10 +35,11 @@ type settings struct {
 	rescueAfter    time.Duration // 0 (unset): forward.DefaultClientConfig's, a forward's timeout + 1m
 	fetchPoll      time.Duration
 	backoff        forward.Backoff
-	retryAfterMax  time.Duration // longest Retry-After honoured (forward.WorkerConfig.RetryAfterMax)
-	fastPath       bool          // role all: attempt forwards right after COMMIT
-	fastWorkers    int           // forwards the fast path runs at once
-	forwardLease   time.Duration // of the fast path's outbox rows; 0: unset (each target's timeout + forward.DefaultLeaseMargin)
+	retryAfterMax  time.Duration         // longest Retry-After honoured (forward.WorkerConfig.RetryAfterMax)
+	fastPath       bool                  // role all: attempt forwards right after COMMIT
+	fastWorkers    int                   // forwards the fast path runs at once
+	forwardLease   time.Duration         // of the fast path's outbox rows; 0: unset (each target's timeout + forward.DefaultLeaseMargin)
+	allowedHosts   *forward.AllowedHosts // the hosts forwards may reach; nil: any
 
 	retentionInterval time.Duration
 	pprofAddr         string
@@ -127,7 +128,7 @@ var settingTable = []setting{
 		help:  "senders configuration file",
 		parse: func(s *settings, v string) error { s.configPath = v; return nil }},
 	{flag: "admin-token", env: "HOOKGATE_ADMIN_TOKEN", shown: "(none)",
-		help:  "bearer token of the operator API and the console; a weak one (under 128 bits of estimated entropy, only whitespace, a repeated pattern) is refused: use openssl rand -hex 32",
+		help:  "bearer token of the operator API and the console; a weak one (under 128 bits of estimated entropy, only whitespace, a repeated pattern, mostly dictionary words, keyboard rows, sequences or dates) is refused: use openssl rand -hex 32",
 		parse: parseAdminToken},
 	{flag: "in-flight-wait", env: "HOOKGATE_IN_FLIGHT_WAIT", def: dedup.DefaultInFlightWait.String(),
 		help: "how long a delivery waits for a concurrent one with the same ID before 409 (at most 10s)",
@@ -292,6 +293,16 @@ var settingTable = []setting{
 				return nil
 			}
 			return durationSetting("forward lease", 3*time.Second, func(s *settings) *time.Duration { return &s.forwardLease })(s, v)
+		}},
+	{flag: "forward-allowed-hosts", env: "HOOKGATE_FORWARD_ALLOWED_HOSTS", shown: "(any host)",
+		help: "comma-separated hosts forwards may reach: names (orders.internal), *.example.com for any name under a domain, addresses and CIDR prefixes (10.0.0.0/8); every target's URL is checked at start-up, and a name allowed only by a prefix at each connection, against the address dialed; empty: any host",
+		parse: func(s *settings, v string) error {
+			a, err := forward.ParseAllowedHosts(v)
+			if err != nil {
+				return err
+			}
+			s.allowedHosts = a
+			return nil
 		}},
 	{flag: "retention-interval", env: "HOOKGATE_RETENTION_INTERVAL", def: shortDuration(retention.DefaultInterval),
 		help:  "how often expired keys and old events are deleted (by one worker process at a time)",

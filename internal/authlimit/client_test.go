@@ -2,12 +2,14 @@ package authlimit
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The client is the TCP peer, or, behind a trusted proxy, the last address
@@ -78,12 +80,29 @@ func TestCheckToken(t *testing.T) {
 		strings.Repeat("a", 32):                                             "one character repeated",
 		strings.Repeat(" ", 32):                                             "only whitespace",
 		"\t\n \t\n \t\n \t\n \t\n \t\n \t\n \t\n":                           "only whitespace",
+		"0f6c2b9e4d8a71355e09c3b7a2f4d6e8\n":                                "begins or ends with whitespace",
+		" 0f6c2b9e4d8a71355e09c3b7a2f4d6e8":                                 "begins or ends with whitespace",
 		strings.Repeat("hookgate", 6):                                       "pattern of 8 characters repeated",
 		strings.Repeat("0123456789", 4) + "0123":                            "pattern of 10 characters repeated",
 		"short-admin-token-31-characters":                                   "bits of entropy",
 		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab":                            "bits of entropy",
 		"00000000000000000000000000000000000000000000000000000000000000001": "bits of entropy",
 		"aaaaaaaabbbbbbbbccccccccdddddddd":                                  "bits of entropy",
+		// Issue 29: long enough and varied enough, but made of what
+		// guessers try first.
+		"abcdefghijklmnopqrstuvwxyz012345":                      "sequences",
+		"zyxwvutsrqponmlkjihgfedcba987654":                      "sequences",
+		"ThisIsMyVerySecureAdminToken2026!":                     "dictionary words",
+		"MySuperSecretAdminTokenForHookgate":                    "dictionary words",
+		"ThisIsMyVerySecureAdminTokenForTheHookgateServer2026!": "dictionary words",
+		"correct horse battery staple and some more words here": "dictionary words",
+		"correcthorsebatterystaplecorrecthorse":                 "dictionary words",
+		"my-admin-token-for-local-testing-only":                 "dictionary words",
+		"qwertyuiopasdfghjklzxcvbnm123456":                      "common passwords",
+		"QWERTYUIOPasdfghjkl;zxcvbnm,./1234567890":              "keyboard patterns",
+		"SuperSecretPassword123!SuperSecret":                    "common passwords",
+		"deadbeefcafebabe0123456789abcdef":                      "dictionary words",
+		"P4ssw0rd-Adm1n-T0ken-H00kg4te-2026":                    "dictionary words",
 	}
 	for tok, why := range weak {
 		err := CheckToken(tok)
@@ -102,14 +121,53 @@ func TestCheckToken(t *testing.T) {
 		t.Errorf("an uneven draw of 16 random bytes in hex is refused: %v", err)
 	}
 	// openssl rand -hex 16's (128 bits), make run's (24 random bytes in
-	// hex), openssl rand -hex 32's.
-	for i := range 200 {
+	// hex), openssl rand -hex 32's, and base64 ones (openssl rand -base64).
+	// (A few dozen of each: MinRandomShare's comment has the figures of
+	// 200,000.)
+	for i := range 40 {
 		for _, n := range []int{16, 24, 32} {
 			b := make([]byte, n)
 			_, _ = rand.Read(b)
 			if err := CheckToken(hex.EncodeToString(b)); err != nil {
 				t.Fatalf("try %d: %d random bytes in hex refused: %v", i, n, err)
 			}
+			if err := CheckToken(base64.StdEncoding.EncodeToString(b)); n > 16 && err != nil {
+				t.Fatalf("try %d: %d random bytes in base64 refused: %v", i, n, err)
+			}
 		}
+	}
+	// Draws of 16 random bytes in hex that zxcvbn reads as many dates,
+	// repeats and sequences: they keep 0.59 to 0.68 of their estimate (the
+	// first kept the least of 200,000 draws; the others were among the
+	// lowest of 20,000).
+	for _, tok := range []string{"b041924ebdf5f090247931b931bf9135", "85bbb90478240106a70839524490d0d8", "f009241f951678d05f1929146d46deb8", "20123b25b25d2991198cc69117456c9b"} {
+		if err := CheckToken(tok); err != nil {
+			t.Errorf("an unlucky draw of 16 random bytes in hex is refused: %v", err)
+		}
+	}
+}
+
+// A token's pattern share is 1 without patterns and near 0 for a phrase;
+// long tokens are read up to maxPatternBytes, quickly.
+func TestPatternShare(t *testing.T) {
+	t.Parallel()
+	if share, _, kinds := PatternShare("x7Kq9vZp"); share < 0.999 || len(kinds) != 0 {
+		t.Errorf("no pattern: share %v, kinds %q", share, kinds)
+	}
+	if share, _, kinds := PatternShare("passwordpasswordpassword"); share > 0.2 || len(kinds) == 0 {
+		t.Errorf("a repeated word: share %v, kinds %q", share, kinds)
+	}
+	b := make([]byte, 4096)
+	_, _ = rand.Read(b)
+	long := hex.EncodeToString(b)
+	start := time.Now()
+	if share, _, _ := PatternShare(long); share < MinRandomShare {
+		t.Errorf("8,192 random hex digits: share %v", share)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("8,192 characters took %v: only the first %d bytes should be read", d, maxPatternBytes)
+	}
+	if share, _, _ := PatternShare("é" + strings.Repeat("password", 8)); share > 0.3 {
+		t.Errorf("a word after a multi-byte character: share %v", share)
 	}
 }

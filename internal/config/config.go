@@ -57,8 +57,8 @@ type Sender struct {
 	Secret  string   `yaml:"secret"`
 	Secrets []string `yaml:"secrets" validate:"dive,required"`
 	// Tolerance is how far a signed timestamp may be from now (300s by
-	// default), for the schemes that sign one.
-	Tolerance Duration `yaml:"tolerance" validate:"gte=1000000000"`
+	// default), for the schemes that sign one; at most MaxTolerance.
+	Tolerance Duration `yaml:"tolerance" validate:"gte=1000000000,lte=3600000000000"`
 	// Signature overrides the preset's signature check; generic senders
 	// use it to turn on hmac-sha256.
 	Signature Signature `yaml:"signature"`
@@ -472,6 +472,18 @@ func newValidator() func(*Config) error {
 	}
 }
 
+// durationParam writes a validator parameter in nanoseconds as a duration
+// without zero units ("5m", "1h").
+func durationParam(p string) string {
+	n, err := strconv.ParseInt(p, 10, 64)
+	if err != nil {
+		return p
+	}
+	s := time.Duration(n).String()
+	s = strings.TrimSuffix(s, "0s")
+	return strings.TrimSuffix(s, "0m")
+}
+
 // describe turns a validation failure into "field: reason", without the
 // field's value (it may be a secret).
 func describe(fe validator.FieldError) string {
@@ -514,7 +526,10 @@ func describe(fe validator.FieldError) string {
 			reason = "must be at least 1s"
 		}
 	case "lte":
-		reason = "must be at most 5m"
+		reason = "must be at most " + durationParam(fe.Param())
+		if fe.Field() == "tolerance" {
+			reason += ": a signed request that someone captured passes the signature check for as long as its timestamp is within the tolerance"
+		}
 	case "http_url":
 		reason = "must be an http or https URL"
 	case "oneof":

@@ -66,7 +66,7 @@ func TestExampleSecretsListed(t *testing.T) {
 	}
 	// A secret of one's own, or the example's from the environment.
 	own := "senders:\n  - name: gh\n    preset: github\n    secret: ${S}\n"
-	for v, want := range map[string]int{"my-own-secret": 0, secrets[0]: 1} {
+	for v, want := range map[string]int{"my-own-secret-5f2a9c": 0, secrets[0]: 1} {
 		c, err := config.Parse([]byte(own), func(string) (string, bool) { return v, true })
 		if err != nil {
 			t.Fatal(err)

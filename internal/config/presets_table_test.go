@@ -76,8 +76,8 @@ func TestPresetTableIsConsistent(t *testing.T) {
 func TestDeliveryIDFromBodySHA256Config(t *testing.T) {
 	t.Parallel()
 	yaml := "senders:\n  - name: x\n    preset: generic\n    delivery_id: { body_sha256: true }\n" +
-		"  - name: y\n    preset: calendly\n    secret: s\n" +
-		"  - name: z\n    preset: calendly\n    secret: s\n    delivery_id: { json_pointer: /payload/uri }\n"
+		"  - name: y\n    preset: calendly\n    secret: " + testKey + "\n" +
+		"  - name: z\n    preset: calendly\n    secret: " + testKey + "\n    delivery_id: { json_pointer: /payload/uri }\n"
 	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -101,10 +101,14 @@ func testSecret(scheme string) string {
 	case signature.SchemeEd25519:
 		return strings.Repeat("ab", 32)
 	case signature.SchemeHMACBase64Key:
-		return "c2VjcmV0"
+		return testKey
 	}
-	return "whsec_" + "c2VjcmV0"
+	return "whsec_" + testKey
 }
+
+// testKey is a key of 32 bytes in base64, as Standard Webhooks (after
+// whsec_) and Airtable take theirs; as written, it is a secret of 44 bytes.
+const testKey = "aG9va2dhdGUgdGVzdCBzZWNyZXQsIDMyIGJ5dGVzISE="
 
 // testECDSAPublicKey is an ECDSA P-256 public key, base64 DER, as the
 // ECDSA presets (SendGrid) take their "secret".
@@ -126,8 +130,8 @@ func TestECDSASecretMustBeAPublicKey(t *testing.T) {
 func TestPublicURLAndVerifyToken(t *testing.T) {
 	t.Parallel()
 	parse := func(extra string) error {
-		_, err := config.Parse([]byte("senders:\n  - name: x\n    preset: twilio\n    secret: tok-5e1f\n"+extra+
-			"  - name: m\n    preset: meta\n    secret: s\n    verify_token: vt-secret-9a\n"), func(string) (string, bool) { return "", false })
+		_, err := config.Parse([]byte("senders:\n  - name: x\n    preset: twilio\n    secret: tok-5e1f-9a8b7c6d\n"+extra+
+			"  - name: m\n    preset: meta\n    secret: "+testKey+"\n    verify_token: vt-secret-9a8b7c6d\n"), func(string) (string, bool) { return "", false })
 		return err
 	}
 	if err := parse("    public_url: https://hooks.example.com/webhooks/twilio\n"); err != nil {
@@ -136,10 +140,10 @@ func TestPublicURLAndVerifyToken(t *testing.T) {
 	for extra, want := range map[string]string{
 		"    public_url: https://hooks.example.com/webhooks/twilio?a=1\n": "senders[0].public_url: must not have a query",
 		"    public_url: hooks.example.com/webhooks/twilio\n":             "senders[0].public_url: must be an http or https URL",
-		"    verify_token: vt-secret-9a\n":                                "senders[0].verify_token: is only used by the meta preset",
+		"    verify_token: vt-secret-9a8b7c6d\n":                          "senders[0].verify_token: is only used by the meta preset",
 	} {
 		err := parse(extra)
-		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "vt-secret-9a") || strings.Contains(err.Error(), "tok-5e1f") {
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "vt-secret-9a8b7c6d") || strings.Contains(err.Error(), "tok-5e1f-9a8b7c6d") {
 			t.Errorf("%q: %v, want %q (and no secret)", extra, err, want)
 		}
 	}

@@ -99,6 +99,12 @@ func check(s *Sender) error {
 	if err := checkSignature(s); err != nil {
 		return err
 	}
+	if err := checkHandshakeSigned(s); err != nil {
+		return err
+	}
+	if err := checkSecretStrength(s); err != nil {
+		return err
+	}
 	if s.PublicURL != "" && strings.ContainsAny(s.PublicURL, "?#") {
 		return errors.New("public_url: must not have a query or fragment: the request's query string is appended to it")
 	}
@@ -107,6 +113,9 @@ func check(s *Sender) error {
 	}
 	for i := range s.Forward {
 		t := &s.Forward[i]
+		if err := checkTargetURL(t.URL, fmt.Sprintf("forward[%d].url", i), s.Name+", target "+t.Name); err != nil {
+			return err
+		}
 		if t.EventTypes != nil && len(t.EventTypes) == 0 {
 			return fmt.Errorf("forward[%d].event_types: lists no event type: leave event_types out for every event", i)
 		}

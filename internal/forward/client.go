@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -171,10 +172,20 @@ const slowQueuePoll = time.Second
 const fetchCooldown = 10 * time.Millisecond
 
 // NewHTTPClient returns the HTTP client of forwards, keeping up to
-// maxIdlePerHost idle connections to each target.
+// maxIdlePerHost idle connections to each target, to any host.
 func NewHTTPClient(maxIdlePerHost int) *http.Client {
+	return NewGuardedHTTPClient(maxIdlePerHost, nil)
+}
+
+// NewGuardedHTTPClient is NewHTTPClient connecting only where allowed
+// permits (AllowedHosts.DialContext; a proxy from the environment is
+// connected to, and so must be allowed, itself); a nil allowed permits
+// every host. The fast path and River's worker share the client
+// (NewWorker).
+func NewGuardedHTTPClient(maxIdlePerHost int, allowed *AllowedHosts) *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{
+			DialContext:         allowed.DialContext(&net.Dialer{}),
 			Proxy:               http.ProxyFromEnvironment,
 			MaxIdleConnsPerHost: maxIdlePerHost,
 			IdleConnTimeout:     90 * time.Second,

@@ -23,8 +23,8 @@ import (
 	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
-// statesYAML has a sender with three targets (one with a password in its
-// URL) and one without targets.
+// statesYAML has a sender with three targets (one with a secret path) and
+// one without targets.
 const statesYAML = `
 senders:
   - name: orders
@@ -37,7 +37,8 @@ senders:
       - name: t2
         url: http://b.example/hook
       - name: t3
-        url: http://user:pw@c.example/hook
+        url: http://c.example/hook/s3cr3t-path
+        secret_path: true
         max_attempts: 7
   - name: quiet
     preset: generic

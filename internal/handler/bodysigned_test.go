@@ -43,7 +43,7 @@ func mailgunSigned(key []byte, ts int64, token, id string, eventTS int64) []byte
 
 func TestMailgunSignatureInBody(t *testing.T) {
 	t.Parallel()
-	keys := [][]byte{[]byte("mg-key-main-3f1a"), []byte("mg-key-old"), []byte("mg-key-new")}
+	keys := [][]byte{[]byte("mg-key-main-3f1a"), []byte("mg-key-old-0123456"), []byte("mg-key-new-0123456")}
 	yaml := "senders:\n  - name: mailgun\n    preset: mailgun\n    secret: ${MG}\n" +
 		"  - name: mailgun-rot\n    preset: mailgun\n    secrets: [\"${MG_OLD}\", \"${MG_NEW}\"]\n"
 	s, pool := newDBServer(t, options{yaml: yaml, env: map[string]string{"MG": string(keys[0]), "MG_OLD": string(keys[1]), "MG_NEW": string(keys[2])}})
@@ -297,7 +297,7 @@ func TestMailgunTokenReuseRaces(t *testing.T) {
 // is not decided, nothing is recorded) and an invalid one still 401.
 func TestMailgunNeedsTheTokenStore(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Parse([]byte("senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n"), func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse([]byte("senders:\n  - name: mg\n    preset: mailgun\n    secret: k-0123456789abcdef\n"), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,8 +317,8 @@ func TestMailgunNeedsTheTokenStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := newServer(t, pool, options{yaml: "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n"})
+	s := newServer(t, pool, options{yaml: "senders:\n  - name: mg\n    preset: mailgun\n    secret: k-0123456789abcdef\n"})
 	now := time.Now().Unix()
-	wantProblem(t, s.post("mg", "", mailgunBody([]byte("k"), "evt-1", now, "tok-1")), http.StatusServiceUnavailable, "unavailable")
+	wantProblem(t, s.post("mg", "", mailgunBody([]byte("k-0123456789abcdef"), "evt-1", now, "tok-1")), http.StatusServiceUnavailable, "unavailable")
 	wantRejected(t, s.post("mg", "", mailgunBody([]byte("not-k"), "evt-1", now, "tok-1")))
 }

@@ -42,7 +42,7 @@ func gzipped(t *testing.T, b []byte) []byte {
 // raw (compressed) bytes.
 func signed(body []byte, enc string) func(*http.Request) {
 	return func(r *http.Request) {
-		mac := hmac.New(sha256.New, []byte("gz-secret"))
+		mac := hmac.New(sha256.New, []byte("gz-secret-0123456789"))
 		mac.Write(body)
 		r.Header.Set("X-Signature", hex.EncodeToString(mac.Sum(nil)))
 		if enc != "" {
@@ -56,7 +56,7 @@ func signed(body []byte, enc string) func(*http.Request) {
 // SHA-256 taken over the decompressed bytes, without Content-Encoding.
 func TestIngestContentEncoding(t *testing.T) {
 	t.Parallel()
-	s, pool := newDBServer(t, options{yaml: gzipSendersYAML, env: map[string]string{"GZ_SECRET": "gz-secret"}})
+	s, pool := newDBServer(t, options{yaml: gzipSendersYAML, env: map[string]string{"GZ_SECRET": "gz-secret-0123456789"}})
 	json := []byte(`{"id":"evt-1","n":1}`)
 	gz := gzipped(t, json)
 
@@ -112,7 +112,7 @@ func TestIngestContentEncoding(t *testing.T) {
 // about the sender's limit in memory, never the inflated size.
 func TestIngestGzipBombIs413(t *testing.T) {
 	t.Parallel()
-	s, pool := newDBServer(t, options{yaml: gzipSendersYAML, env: map[string]string{"GZ_SECRET": "gz-secret"}})
+	s, pool := newDBServer(t, options{yaml: gzipSendersYAML, env: map[string]string{"GZ_SECRET": "gz-secret-0123456789"}})
 	// 256 gzip members of 1 MiB of zeros each, about 1 KB each: one
 	// stream (RFC 1952 allows members to follow each other).
 	var buf bytes.Buffer

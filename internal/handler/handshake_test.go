@@ -57,10 +57,10 @@ func TestHandshakesLeaveNoTrace(t *testing.T) {
 	const metaVerify = "meta-verify-token-5b1e"
 	vars := map[string]string{
 		"ZOOM1": string(zoom1), "ZOOM2": string(zoom2), "TWITCH": string(twitchKey),
-		"DISCORD": ed25519Public(discordKey), "META": "meta-app-secret", "META_VERIFY": metaVerify,
+		"DISCORD": ed25519Public(discordKey), "META": "meta-app-secret-0123", "META_VERIFY": metaVerify,
 	}
 	s, pool := newDBServer(t, options{yaml: handshakeYAML, env: vars})
-	leaks := []string{string(zoom1), string(zoom2), string(twitchKey), "meta-app-secret", metaVerify}
+	leaks := []string{string(zoom1), string(zoom2), string(twitchKey), "meta-app-secret-0123", metaVerify}
 	post := func(sender string, body []byte, h http.Header) reply {
 		return s.post(sender, "", body, func(r *http.Request) {
 			for k, v := range h {
@@ -230,7 +230,7 @@ func TestHandshakesWithoutDatabase(t *testing.T) {
 	t.Cleanup(pool.Close)
 	discordKey := []byte("discord-app-key-nodb")
 	s := newServer(t, pool, options{yaml: handshakeYAML, env: map[string]string{
-		"ZOOM1": "z1", "ZOOM2": "z2", "TWITCH": "tw-secret", "DISCORD": ed25519Public(discordKey), "META": "m", "META_VERIFY": "mv",
+		"ZOOM1": "zoom-secret-token-z1", "ZOOM2": "zoom-secret-token-z2", "TWITCH": "twitch-secret-0123", "DISCORD": ed25519Public(discordKey), "META": "meta-app-secret-0123", "META_VERIFY": "meta-verify-token-mv",
 	}})
 	now := time.Now().Unix()
 	ts := strconv.FormatInt(now, 10)
@@ -246,12 +246,12 @@ func TestHandshakesWithoutDatabase(t *testing.T) {
 	zoomBody := `{"event":"endpoint.url_validation","payload":{"plainToken":"tok"}}`
 	r := s.post("zoom", "", []byte(zoomBody), func(r *http.Request) {
 		r.Header.Set("x-zm-request-timestamp", ts)
-		r.Header.Set("x-zm-signature", "v0="+hexOf(macOf([]byte("z2"), "v0:", ts, ":", zoomBody)))
+		r.Header.Set("x-zm-signature", "v0="+hexOf(macOf([]byte("zoom-secret-token-z2"), "v0:", ts, ":", zoomBody)))
 	})
-	if r.status != http.StatusOK || !strings.Contains(string(r.body), hexOf(macOf([]byte("z2"), "tok"))) {
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), hexOf(macOf([]byte("zoom-secret-token-z2"), "tok"))) {
 		t.Errorf("zoom url_validation with the database down: %s", r)
 	}
-	if r := s.get("/webhooks/meta?hub.mode=subscribe&hub.challenge=77&hub.verify_token=mv"); r.status != http.StatusOK || string(r.body) != "77" {
+	if r := s.get("/webhooks/meta?hub.mode=subscribe&hub.challenge=77&hub.verify_token=meta-verify-token-mv"); r.status != http.StatusOK || string(r.body) != "77" {
 		t.Errorf("meta subscription check with the database down: %s", r)
 	}
 	wantProblem(t, sendDiscord(`{"id":"10","type":2}`), http.StatusServiceUnavailable, "unavailable")

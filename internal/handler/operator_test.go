@@ -598,7 +598,8 @@ senders:
     max_body_bytes: 4096
     forward:
       - name: t1
-        url: https://bob:${PW}@orders.internal:9000/hooks?x=1
+        url: https://orders.internal:9000/hooks/${PW}?x=1
+        secret_path: true
         timeout: 1500ms
         max_attempts: 3
         signing_secret: ${SIGN}
@@ -609,7 +610,7 @@ senders:
     preset: generic
     delivery_id: { header: X-Delivery-Id }
 `,
-		env: map[string]string{"GH": "gh-secret", "HM1": "hm-secret-1", "HM2": "hm-secret-2", "PW": "url-password", "SIGN": "whsec_" + base64.StdEncoding.EncodeToString([]byte("signing-key-32-bytes-long-......")), "KEY": "header-value"},
+		env: map[string]string{"GH": "gh-secret-0123456789", "HM1": "hm-secret-1-0123456789", "HM2": "hm-secret-2-0123456789", "PW": "url-password", "SIGN": "whsec_" + base64.StdEncoding.EncodeToString([]byte("signing-key-32-bytes-long-......")), "KEY": "header-value"},
 	})
 	var got sendersPage
 	decode(t, s.call("GET", "/v1/senders"), http.StatusOK, "GET", routeSenders, &got)
@@ -632,7 +633,7 @@ senders:
 	if len(hm.Forward) != 2 {
 		t.Fatalf("hm has %d targets, want 2: %+v", len(hm.Forward), hm.Forward)
 	}
-	if f := hm.Forward[0]; f.Name != "t1" || f.URL != "https://xxxxx:xxxxx@orders.internal:9000/hooks?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
+	if f := hm.Forward[0]; f.Name != "t1" || f.URL != "https://orders.internal:9000/xxxxx/xxxxx?x=xxxxx" || f.TimeoutSeconds != 1.5 || f.MaxAttempts != 3 ||
 		!f.Signed || !slices.Equal(f.HeaderNames, []string{"Authorization", "X-Api-Key"}) {
 		t.Errorf("hm target 0 = %+v", f)
 	}
@@ -1005,12 +1006,13 @@ senders:
     delivery_id: { header: X-Delivery-Id }
     forward:
       - name: orders
-        url: http://bob:${PW}@orders.internal:9000/hooks?token=tok-77e2
+        url: http://orders.internal:9000/hooks/${PW}?token=tok-77e2
+        secret_path: true
         max_attempts: 4
       - name: ledger
         url: http://ledger.internal/webhooks
 `})
-	urls := map[string]string{"orders": "http://xxxxx:xxxxx@orders.internal:9000/hooks?token=xxxxx", "ledger": "http://ledger.internal/webhooks"}
+	urls := map[string]string{"orders": "http://orders.internal:9000/xxxxx/xxxxx?token=xxxxx", "ledger": "http://ledger.internal/webhooks"}
 	maxAttempts := map[string]int{"orders": 4, "ledger": config.DefaultForwardMaxAttempts}
 	jobsOf := func(eventID string) map[string]int64 {
 		t.Helper()
@@ -1288,13 +1290,15 @@ senders:
     secret: ${GH}
     forward:
       - name: t8
-        url: %s
+        url: %s/in/${PW}
+        secret_path: true
         signing_secret: ${SIGN}
         headers: { X-Api-Key: "${KEY}" }
       - name: t9
         url: %s
       - name: t10
-        url: http://hook:${PW}@127.0.0.1:1/unreachable
+        url: http://127.0.0.1:1/unreachable/${PW}
+        secret_path: true
         max_attempts: 2
         timeout: 1s
   - name: hm
@@ -1302,7 +1306,7 @@ senders:
     delivery_id: { header: X-Delivery-Id }
     signature: { scheme: hmac-sha256, header: X-Signature }
     secrets: [ "${HM1}", "${HM2}" ]
-`, strings.Replace(ok.Server(), "http://", "http://hook:${PW}@", 1), bad.Server())})
+`, ok.Server(), bad.Server())})
 
 	body := []byte(`{"action":"opened"}`)
 	mac := hmac.New(sha256.New, []byte(secrets["GH"]))
@@ -1337,7 +1341,7 @@ senders:
 	replies = append(replies, s.do(s.opRequest("GET", "/v1/senders", "Bearer wrong")), s.do(s.opRequest("GET", "/v1/senders", "")))
 	d := s.delivery("gh", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 	unreachable := forwardsOf(d, "t10")
-	if len(unreachable) != 2 || unreachable[0].State != "failed" || unreachable[0].LastError == nil || unreachable[0].URL != "http://xxxxx:xxxxx@127.0.0.1:1/unreachable" {
+	if len(unreachable) != 2 || unreachable[0].State != "failed" || unreachable[0].LastError == nil || unreachable[0].URL != "http://127.0.0.1:1/xxxxx/xxxxx" {
 		t.Errorf("forwards = %+v; want the unreachable target's first failed, with its error, and a redelivery", d.Forwards)
 	}
 	for _, r := range replies {
@@ -1360,9 +1364,11 @@ senders:
 	}
 }
 
-// TestOperatorRedactsTargetURLs: a token as a URL's user name, a Slack-style
-// path secret (by host, and by secret_path) and query values never appear in
-// /v1/senders nor in a delivery's forwards; what is not secret stays.
+// TestOperatorRedactsTargetURLs: Discord's and Slack's path secrets (by
+// host), one marked by secret_path, query values and a fragment never
+// appear in /v1/senders nor in a delivery's forwards; what is not secret
+// stays. (A URL with a user name or password is refused at start-up:
+// config.)
 func TestOperatorRedactsTargetURLs(t *testing.T) {
 	t.Parallel()
 	s := newOpServer(t, opOptions{yaml: `
@@ -1371,8 +1377,8 @@ senders:
     preset: generic
     delivery_id: { header: X-Delivery-Id }
     forward:
-      - name: user-token
-        url: https://USERONLYTOKEN1@svc.internal/hook
+      - name: discord
+        url: https://discord.com/api/webhooks/4242/DISCORDTOKEN1
       - name: slack
         url: https://hooks.slack.com/services/T0001/B0001/SLACKPATHSECRET
       - name: marked
@@ -1382,7 +1388,7 @@ senders:
         url: https://svc.internal/q?token=QUERYSECRET1#FRAGSECRET1
 `})
 	s.accept("hdr", "d1", []byte(`{}`))
-	leaks := []string{"USERONLYTOKEN1", "T0001", "B0001", "SLACKPATHSECRET", "T0002", "MARKEDPATHSECRET", "QUERYSECRET1", "FRAGSECRET1"}
+	leaks := []string{"DISCORDTOKEN1", "4242", "T0001", "B0001", "SLACKPATHSECRET", "T0002", "MARKEDPATHSECRET", "QUERYSECRET1", "FRAGSECRET1"}
 	for _, path := range []string{"/v1/senders", "/v1/senders/hdr/deliveries/d1"} {
 		r := s.call("GET", path)
 		if r.status != http.StatusOK {
@@ -1393,7 +1399,7 @@ senders:
 		}
 	}
 	want := []string{
-		"https://xxxxx@svc.internal/hook",
+		"https://discord.com/xxxxx/xxxxx/xxxxx/xxxxx",
 		"https://hooks.slack.com/xxxxx/xxxxx/xxxxx/xxxxx",
 		"https://chat.internal/xxxxx/xxxxx/xxxxx/xxxxx",
 		"https://svc.internal/q?token=xxxxx#xxxxx",
@@ -1406,7 +1412,7 @@ senders:
 		}
 	}
 	d := s.delivery("hdr", "d1")
-	for i, name := range []string{"user-token", "slack", "marked", "query"} {
+	for i, name := range []string{"discord", "slack", "marked", "query"} {
 		if fs := forwardsOf(d, name); len(fs) != 1 || fs[0].URL != want[i] {
 			t.Errorf("forward to %s: %+v, want one shown with the URL %q", name, fs, want[i])
 		}

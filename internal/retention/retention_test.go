@@ -198,7 +198,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 func TestRunDeletesExpiredSignatureTokens(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n    tolerance: 10m\n")
+	cfg := parse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k-0123456789abcdef\n    tolerance: 10m\n")
 	now := time.Now()
 	tokens := sigtoken.New(pool)
 	claim := func(sender string, i int, signed time.Time) {

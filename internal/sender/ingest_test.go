@@ -40,17 +40,17 @@ func TestParseIngestHardeningFields(t *testing.T) {
 func TestSignatureHeadersAreNeverStored(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ yaml, want string }{
-		{"  - name: a\n    preset: github\n    secret: s\n    store_headers: [X-Hub-Signature-256]\n", "senders[0].store_headers[0]: X-Hub-Signature-256 is never stored (it carries the sender's signature"},
-		{"  - name: a\n    preset: github\n    secret: s\n    store_headers: [X-Keep, x-hub-signature]\n", "senders[0].store_headers[1]: x-hub-signature is never stored"},
-		{"  - name: a\n    preset: airtable\n    secret: c2VjcmV0\n    store_headers: [X-Airtable-Content-MAC]\n", "senders[0].store_headers[0]: X-Airtable-Content-MAC is never stored"},
-		{senderYAML("a", "delivery_id: { header: X-Id }", "signature: { scheme: hmac-sha256, header: X-Body-Check }", "secret: s", "store_headers: [X-Body-Check]"), "senders[0].store_headers[0]: X-Body-Check is never stored"},
+		{"  - name: a\n    preset: github\n    secret: s-0123456789abcdef\n    store_headers: [X-Hub-Signature-256]\n", "senders[0].store_headers[0]: X-Hub-Signature-256 is never stored (it carries the sender's signature"},
+		{"  - name: a\n    preset: github\n    secret: s-0123456789abcdef\n    store_headers: [X-Keep, x-hub-signature]\n", "senders[0].store_headers[1]: x-hub-signature is never stored"},
+		{"  - name: a\n    preset: airtable\n    secret: " + testKey + "\n    store_headers: [X-Airtable-Content-MAC]\n", "senders[0].store_headers[0]: X-Airtable-Content-MAC is never stored"},
+		{senderYAML("a", "delivery_id: { header: X-Id }", "signature: { scheme: hmac-sha256, header: X-Body-Check }", "secret: s-0123456789abcdef", "store_headers: [X-Body-Check]"), "senders[0].store_headers[0]: X-Body-Check is never stored"},
 	} {
 		_, err := parse([]byte("senders:\n"+tc.yaml), noEnv)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), ": s") {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.yaml, err, tc.want)
 		}
 	}
-	set := mustParse(t, "senders:\n  - name: a\n    preset: airtable\n    secret: c2VjcmV0\n    drop_headers: [X-Other]\n"+
+	set := mustParse(t, "senders:\n  - name: a\n    preset: airtable\n    secret: "+testKey+"\n    drop_headers: [X-Other]\n"+
 		"  - name: b\n    preset: generic\n    delivery_id: { header: X-Id }\n    store_headers: [X-Airtable-Content-MAC]\n", noEnv)
 	h := http.Header{"X-Airtable-Content-Mac": {"hmac-sha256=00"}, "Content-Type": {"application/json"}}
 	a, _ := set.Get("a")
@@ -69,8 +69,8 @@ func TestSignatureHeadersAreNeverStored(t *testing.T) {
 // as they are.
 func TestStoredBodyLeavesTheSignatureOut(t *testing.T) {
 	t.Parallel()
-	set := mustParse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k\n"+
-		"  - name: gh\n    preset: github\n    secret: k\n", noEnv)
+	set := mustParse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k-0123456789abcdef\n"+
+		"  - name: gh\n    preset: github\n    secret: k-0123456789abcdef\n", noEnv)
 	mg, _ := set.Get("mg")
 	gh, _ := set.Get("gh")
 	const form = "application/x-www-form-urlencoded"

@@ -96,10 +96,10 @@ func TestPresetDefaults(t *testing.T) {
 		key               string // the HMAC key the secret stands for
 		signedWithTimeout bool
 	}{
-		{"github", "gh-secret", "X-GitHub-Delivery", "", "github", "gh-secret", false},
+		{"github", "gh-secret-0123456789abcdef", "X-GitHub-Delivery", "", "github", "gh-secret-0123456789abcdef", false},
 		{"stripe", "whsec_stripe-is-used-as-is", "", "/id", "stripe", "whsec_stripe-is-used-as-is", true},
-		{"shopify", "shp-secret", "X-Shopify-Event-Id", "", "shopify", "shp-secret", false},
-		{"slack", "slack-secret", "", "/event_id", "slack", "slack-secret", true},
+		{"shopify", "shp-secret-0123456789abcdef", "X-Shopify-Event-Id", "", "shopify", "shp-secret-0123456789abcdef", false},
+		{"slack", "slack-secret-0123456789abcdef", "", "/event_id", "slack", "slack-secret-0123456789abcdef", true},
 		{"standard-webhooks", whsec("sw-key-0123456789abcdef"), "webhook-id", "", "standard-webhooks", "sw-key-0123456789abcdef", true},
 	} {
 		t.Run(tc.preset, func(t *testing.T) {
@@ -137,7 +137,7 @@ func TestPresetTolerance(t *testing.T) {
 	for _, preset := range []string{"stripe", "slack", "standard-webhooks"} {
 		t.Run(preset, func(t *testing.T) {
 			t.Parallel()
-			secret, key := "k-"+preset, "k-"+preset
+			secret, key := "k-0123456789abcdef-"+preset, "k-0123456789abcdef-"+preset
 			if preset == "standard-webhooks" {
 				secret = whsec(key)
 			}
@@ -175,10 +175,10 @@ func TestPresetTolerance(t *testing.T) {
 func TestPresetDeliveryIDOverride(t *testing.T) {
 	t.Parallel()
 	c := mustParse(t, "senders:\n"+
-		presetSender("gh", "github", "secret: s", "delivery_id: { json_pointer: /hook_id }")+
-		presetSender("st", "stripe", "secret: s", "delivery_id: { header: X-Event }")+
-		presetSender("sl", "slack", "secret: s", "delivery_id: { json_pointer: /event/client_msg_id }")+
-		presetSender("sw", "standard-webhooks", "secret: "+whsec("key"), "delivery_id: { header: X-Msg }"), noEnv)
+		presetSender("gh", "github", "secret: s-0123456789abcdef", "delivery_id: { json_pointer: /hook_id }")+
+		presetSender("st", "stripe", "secret: s-0123456789abcdef", "delivery_id: { header: X-Event }")+
+		presetSender("sl", "slack", "secret: s-0123456789abcdef", "delivery_id: { json_pointer: /event/client_msg_id }")+
+		presetSender("sw", "standard-webhooks", "secret: "+whsec("key-0123456789abcdef"), "delivery_id: { header: X-Msg }"), noEnv)
 	for name, want := range map[string]config.DeliveryID{
 		"gh": {JSONPointer: "/hook_id"},
 		"st": {Header: "X-Event"},
@@ -192,20 +192,21 @@ func TestPresetDeliveryIDOverride(t *testing.T) {
 	}
 	// The signature check stays the preset's.
 	gh, _ := c.Get("gh")
-	wantVerifies(t, gh, "github", "s")
+	wantVerifies(t, gh, "github", "s-0123456789abcdef")
 }
 
 func TestPresetSchemeOverride(t *testing.T) {
 	t.Parallel()
 	c := mustParse(t, "senders:\n"+
 		// A GitHub sender whose proxy re-signs in X-Sig.
-		presetSender("gh", "github", "secret: s1", "signature: { scheme: hmac-sha256, header: X-Sig }")+
+		presetSender("gh", "github", "secret: s1-0123456789abcdef", "signature: { scheme: hmac-sha256, header: X-Sig }")+
 		// A generic sender checked like Shopify.
-		presetSender("gen", "generic", "delivery_id: { header: X-Id }", "secret: s2", "signature: { scheme: shopify }")+
-		// A Slack sender whose check is turned off.
-		presetSender("sl", "slack", "signature: { scheme: none }")+
+		presetSender("gen", "generic", "delivery_id: { header: X-Id }", "secret: s2-0123456789abcdef", "signature: { scheme: shopify }")+
+		// A Stripe sender whose check is turned off (a preset that answers
+		// a handshake, such as Slack's, refuses that: config).
+		presetSender("sl", "stripe", "signature: { scheme: none }")+
 		// A generic sender with the Standard Webhooks scheme.
-		presetSender("gsw", "generic", "delivery_id: { header: webhook-id }", "signature: { scheme: standard-webhooks, secret: \""+whsec("s3")+"\" }"), noEnv)
+		presetSender("gsw", "generic", "delivery_id: { header: webhook-id }", "signature: { scheme: standard-webhooks, secret: \""+whsec("s3-0123456789abcdef")+"\" }"), noEnv)
 
 	gh, _ := c.Get("gh")
 	if got := gh.SignatureScheme(); got != config.SchemeHMAC {
@@ -214,9 +215,9 @@ func TestPresetSchemeOverride(t *testing.T) {
 	if gh.DeliveryID.Header != "X-GitHub-Delivery" {
 		t.Errorf("gh: delivery_id = %+v; overriding the scheme must keep the preset's delivery ID", gh.DeliveryID)
 	}
-	wantVerifies(t, gh, config.SchemeHMAC, "s1")
+	wantVerifies(t, gh, config.SchemeHMAC, "s1-0123456789abcdef")
 	body := []byte("{}")
-	if err := gh.Verifier.Verify(signFor(t, "github", []byte("s1"), body, time.Now()), body, time.Now()); err == nil {
+	if err := gh.Verifier.Verify(signFor(t, "github", []byte("s1-0123456789abcdef"), body, time.Now()), body, time.Now()); err == nil {
 		t.Error("gh: a GitHub-style signature passes though the scheme is hmac-sha256 in X-Sig")
 	}
 
@@ -224,29 +225,29 @@ func TestPresetSchemeOverride(t *testing.T) {
 	if got := gen.SignatureScheme(); got != "shopify" {
 		t.Errorf("gen: SignatureScheme() = %q, want shopify", got)
 	}
-	wantVerifies(t, gen, "shopify", "s2")
+	wantVerifies(t, gen, "shopify", "s2-0123456789abcdef")
 
 	sl, _ := c.Get("sl")
 	if got := sl.SignatureScheme(); got != config.SchemeNone || sl.Verifier != nil {
 		t.Errorf("sl: SignatureScheme() = %q, Verifier %v; want none and nil", got, sl.Verifier)
 	}
-	if sl.DeliveryID.JSONPointer != "/event_id" {
-		t.Errorf("sl: delivery_id = %+v, want the preset's /event_id", sl.DeliveryID)
+	if sl.DeliveryID.JSONPointer != "/id" {
+		t.Errorf("sl: delivery_id = %+v, want the preset's /id", sl.DeliveryID)
 	}
 
 	gsw, _ := c.Get("gsw")
-	wantVerifies(t, gsw, "standard-webhooks", "s3")
+	wantVerifies(t, gsw, "standard-webhooks", "s3-0123456789abcdef")
 }
 
 func TestGenericHMACOptions(t *testing.T) {
 	t.Parallel()
 	c := mustParse(t, "senders:\n"+
-		presetSender("hexp", "generic", "delivery_id: { header: X-Id }", "secret: k",
+		presetSender("hexp", "generic", "delivery_id: { header: X-Id }", "secret: k-0123456789abcdef",
 			`signature: { scheme: hmac-sha256, header: X-Signature, encoding: hex, prefix: "sha256=" }`)+
-		presetSender("b64", "generic", "delivery_id: { header: X-Id }", "secret: k",
+		presetSender("b64", "generic", "delivery_id: { header: X-Id }", "secret: k-0123456789abcdef",
 			"signature: { scheme: hmac-sha256, header: X-Mac, encoding: base64 }"), noEnv)
 	body := []byte(`{"a":1}`)
-	mac := testMAC([]byte("k"), string(body))
+	mac := testMAC([]byte("k-0123456789abcdef"), string(body))
 	now := time.Now()
 	for _, tc := range []struct {
 		sender, header, value string
@@ -273,28 +274,28 @@ func TestGenericHMACOptions(t *testing.T) {
 func TestPresetSecretsRotation(t *testing.T) {
 	t.Parallel()
 	vars := env(map[string]string{
-		"GH_OLD": "gh-old", "GH_NEW": "gh-new", "GH_CUR": "gh-cur",
-		"SW_OLD": whsec("sw-old"), "SW_NEW": whsec("sw-new"),
+		"GH_OLD": "gh-old-0123456789abcdef", "GH_NEW": "gh-new-0123456789abcdef", "GH_CUR": "gh-cur-0123456789abcdef",
+		"SW_OLD": whsec("sw-old-0123456789abcdef"), "SW_NEW": whsec("sw-new-0123456789abcdef"),
 		"WEIRD": "a: b #c, \"quoted\" ${NOT_EXPANDED}",
 	})
 	c := mustParse(t, "senders:\n"+
 		presetSender("gh", "github", "secret: ${GH_CUR}", `secrets: ["${GH_OLD}", "${GH_NEW}"]`)+
-		presetSender("st", "stripe", "secrets: [literal-1, literal-2]")+
+		presetSender("st", "stripe", "secrets: [literal-1-0123456789abcdef, literal-2-0123456789abcdef]")+
 		presetSender("sh", "shopify", "secret: ${WEIRD}")+
-		presetSender("sl", "slack", "secret: one", "secrets: [two]", "signature: { secret: three }")+
+		presetSender("sl", "slack", "secret: one-0123456789abcdef", "secrets: [two-0123456789abcdef]", "signature: { secret: three-0123456789abcdef }")+
 		presetSender("sw", "standard-webhooks", `secrets: ["${SW_OLD}", "${SW_NEW}"]`)+
-		presetSender("gen", "generic", "delivery_id: { header: X-Id }", "secrets: [g1, g2]",
-			"signature: { scheme: hmac-sha256, header: X-Sig, secret: g3 }"), vars)
+		presetSender("gen", "generic", "delivery_id: { header: X-Id }", "secrets: [g1-0123456789abcdef, g2-0123456789abcdef]",
+			"signature: { scheme: hmac-sha256, header: X-Sig, secret: g3-0123456789abcdef }"), vars)
 	for _, tc := range []struct {
 		sender, scheme string
 		keys           []string
 	}{
-		{"gh", "github", []string{"gh-old", "gh-new", "gh-cur"}},
-		{"st", "stripe", []string{"literal-1", "literal-2"}},
+		{"gh", "github", []string{"gh-old-0123456789abcdef", "gh-new-0123456789abcdef", "gh-cur-0123456789abcdef"}},
+		{"st", "stripe", []string{"literal-1-0123456789abcdef", "literal-2-0123456789abcdef"}},
 		{"sh", "shopify", []string{"a: b #c, \"quoted\" ${NOT_EXPANDED}"}},
-		{"sl", "slack", []string{"one", "two", "three"}},
-		{"sw", "standard-webhooks", []string{"sw-old", "sw-new"}},
-		{"gen", config.SchemeHMAC, []string{"g1", "g2", "g3"}},
+		{"sl", "slack", []string{"one-0123456789abcdef", "two-0123456789abcdef", "three-0123456789abcdef"}},
+		{"sw", "standard-webhooks", []string{"sw-old-0123456789abcdef", "sw-new-0123456789abcdef"}},
+		{"gen", config.SchemeHMAC, []string{"g1-0123456789abcdef", "g2-0123456789abcdef", "g3-0123456789abcdef"}},
 	} {
 		s, _ := c.Get(tc.sender)
 		wantVerifies(t, s, tc.scheme, tc.keys...)
@@ -325,7 +326,7 @@ func resolveError(t *testing.T, yaml string, lookup func(string) (string, bool),
 }
 
 // A valid first sender, so that errors must name the right index.
-var okSender = presetSender("ok", "github", "secret: fine")
+var okSender = presetSender("ok", "github", "secret: fine-0123456789abcdef")
 
 func TestPresetMissingSecret(t *testing.T) {
 	t.Parallel()
@@ -374,7 +375,7 @@ func TestPresetBadStandardWebhooksSecret(t *testing.T) {
 			resolveError(t, "senders:\n"+okSender+presetSender("x", "standard-webhooks", `secrets: ["${SW}"]`), lookup,
 				[]string{"senders[1].secrets[0]:", "whsec_"}, leaks...)
 			// The second of two: the error names its index.
-			resolveError(t, "senders:\n"+okSender+presetSender("x", "standard-webhooks", `secrets: ["`+whsec("good")+`", "${SW}"]`), lookup,
+			resolveError(t, "senders:\n"+okSender+presetSender("x", "standard-webhooks", `secrets: ["`+whsec("good-0123456789abcdef")+`", "${SW}"]`), lookup,
 				[]string{"senders[1].secrets[1]:"}, leaks...)
 		})
 	}
@@ -398,7 +399,7 @@ func TestPresetBadStandardWebhooksSecretNamesItsField(t *testing.T) {
 		{"signature.secret", presetSender("x", "generic", "delivery_id: { header: webhook-id }",
 			"signature: { scheme: standard-webhooks, secret: "+bad+" }"),
 			[]string{"senders[1].signature.secret:"}, ""},
-		{"secrets after secret", presetSender("x", "standard-webhooks", "secret: "+whsec("good"), "secrets: ["+bad+"]"),
+		{"secrets after secret", presetSender("x", "standard-webhooks", "secret: "+whsec("good-0123456789abcdef"), "secrets: ["+bad+"]"),
 			[]string{"senders[1].secrets[0]:"}, "secrets[1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

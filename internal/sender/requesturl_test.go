@@ -13,8 +13,8 @@ import (
 func TestRequestURL(t *testing.T) {
 	t.Parallel()
 	set := mustParse(t, "senders:\n"+
-		presetSender("pub", "twilio", "secret: s", "public_url: https://hooks.example.com/in/twilio")+
-		presetSender("own", "square", "secret: s"), noEnv)
+		presetSender("pub", "twilio", "secret: s-0123456789abcdef", "public_url: https://hooks.example.com/in/twilio")+
+		presetSender("own", "square", "secret: s-0123456789abcdef"), noEnv)
 	pub, _ := set.Get("pub")
 	own, _ := set.Get("own")
 	req := func(target string) *http.Request {

@@ -14,7 +14,7 @@ import (
 // routeSender parses one sender with the given extra lines and returns it.
 func routeSender(t *testing.T, preset string, extra ...string) *sender.Sender {
 	t.Helper()
-	c := mustParse(t, "senders:\n"+presetSender("s", preset, extra...), env(map[string]string{"K": whsec("k")}))
+	c := mustParse(t, "senders:\n"+presetSender("s", preset, extra...), env(map[string]string{"K": whsec("k-0123456789abcdef")}))
 	s, _ := c.Get("s")
 	return s
 }
@@ -30,21 +30,21 @@ func TestPresetEventTypes(t *testing.T) {
 		body         string
 		want         string
 	}{
-		{"github", "github", []string{"secret: x"}, http.Header{"X-Github-Event": {"push"}}, `{}`, "push"},
-		{"github without the header", "github", []string{"secret: x"}, http.Header{}, `{}`, ""},
-		{"stripe", "stripe", []string{"secret: x"}, nil, `{"id":"evt_1","type":"invoice.paid"}`, "invoice.paid"},
-		{"stripe without type", "stripe", []string{"secret: x"}, nil, `{"id":"evt_1"}`, ""},
-		{"stripe type not a string", "stripe", []string{"secret: x"}, nil, `{"id":"evt_1","type":{"a":1}}`, ""},
-		{"shopify", "shopify", []string{"secret: x"}, http.Header{"X-Shopify-Topic": {"orders/create"}}, `{}`, "orders/create"},
-		{"slack event_callback", "slack", []string{"secret: x"}, nil, `{"type":"event_callback","event_id":"Ev1","event":{"type":"app_mention"}}`, "app_mention"},
-		{"slack other type", "slack", []string{"secret: x"}, nil, `{"type":"app_rate_limited","event_id":"Ev1"}`, "app_rate_limited"},
+		{"github", "github", []string{"secret: x-0123456789abcdef"}, http.Header{"X-Github-Event": {"push"}}, `{}`, "push"},
+		{"github without the header", "github", []string{"secret: x-0123456789abcdef"}, http.Header{}, `{}`, ""},
+		{"stripe", "stripe", []string{"secret: x-0123456789abcdef"}, nil, `{"id":"evt_1","type":"invoice.paid"}`, "invoice.paid"},
+		{"stripe without type", "stripe", []string{"secret: x-0123456789abcdef"}, nil, `{"id":"evt_1"}`, ""},
+		{"stripe type not a string", "stripe", []string{"secret: x-0123456789abcdef"}, nil, `{"id":"evt_1","type":{"a":1}}`, ""},
+		{"shopify", "shopify", []string{"secret: x-0123456789abcdef"}, http.Header{"X-Shopify-Topic": {"orders/create"}}, `{}`, "orders/create"},
+		{"slack event_callback", "slack", []string{"secret: x-0123456789abcdef"}, nil, `{"type":"event_callback","event_id":"Ev1","event":{"type":"app_mention"}}`, "app_mention"},
+		{"slack other type", "slack", []string{"secret: x-0123456789abcdef"}, nil, `{"type":"app_rate_limited","event_id":"Ev1"}`, "app_rate_limited"},
 		{"standard-webhooks", "standard-webhooks", []string{"secret: ${K}"}, nil, `{"type":"user.created"}`, "user.created"},
 		{"standard-webhooks, body not JSON", "standard-webhooks", []string{"secret: ${K}"}, nil, `type=user.created`, ""},
 		{"generic: none", "generic", []string{"delivery_id: { header: X-Id }"}, http.Header{"X-Event-Type": {"a"}}, `{"type":"b"}`, ""},
 		{"generic header", "generic", []string{"delivery_id: { header: X-Id }", "event_type: { header: X-Event-Type }"}, http.Header{"X-Event-Type": {"order.created", "second"}}, `{}`, "order.created"},
 		{"generic pointer", "generic", []string{"delivery_id: { json_pointer: /id }", "event_type: { json_pointer: /meta/kind }"}, nil, `{"id":"1","meta":{"kind":"order.paid"}}`, "order.paid"},
 		{"generic pointer to a number", "generic", []string{"delivery_id: { json_pointer: /id }", "event_type: { json_pointer: /kind }"}, nil, `{"id":"1","kind":42}`, "42"},
-		{"override a preset", "github", []string{"secret: x", "event_type: { json_pointer: /action }"}, http.Header{"X-Github-Event": {"push"}}, `{"action":"opened"}`, "opened"},
+		{"override a preset", "github", []string{"secret: x-0123456789abcdef", "event_type: { json_pointer: /action }"}, http.Header{"X-Github-Event": {"push"}}, `{"action":"opened"}`, "opened"},
 		{"too long", "generic", []string{"delivery_id: { header: X-Id }", "event_type: { header: X-Event-Type }"}, http.Header{"X-Event-Type": {strings.Repeat("a", 256)}}, `{}`, ""},
 		{"control character", "generic", []string{"delivery_id: { json_pointer: /id }", "event_type: { json_pointer: /t }"}, nil, `{"id":"1","t":"a\u0000b"}`, ""},
 	} {
