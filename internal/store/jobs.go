@@ -172,7 +172,7 @@ func (q *Queries) WakeWaitingForwards(ctx context.Context, queue, sender, target
 // and delivery time from a job's latest attempt error and recorded output
 // (either may be nil).
 func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte) error {
-	f.State = StateOf(state)
+	f.State = stateOf(state)
 	var out *Output
 	if len(output) > 0 && string(output) != "null" {
 		var o Output
