@@ -374,9 +374,10 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.trustedProxies...)
+	redeliverer := forward.NewRedeliverer(db.pool, fwd.client)
 	cons, err := console.New(senders.Config(), db.queries, log, console.Config{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
-		Limiter: limiter, River: fwd.client,
+		Limiter: limiter, Redeliverer: redeliverer,
 	})
 	if err != nil {
 		return nil, err
@@ -385,7 +386,7 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 		AdminToken: s.adminToken, BodyBudget: s.bodyBudget, BodyBudgetWait: s.bodyBudgetWait,
 		BodyMinRate: s.bodyMinRate, BodyMinRateGrace: s.bodyMinRateGrace, BodyReadTimeout: readTimeout,
 		MetricsElsewhere: s.metricsAddr != "",
-		DB:               db.pool, River: fwd.client, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
+		DB:               db.pool, Redeliverer: redeliverer, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
 		Tokens: sigtoken.New(db.pool),
 	}
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath

@@ -12,6 +12,7 @@
 package console
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"html/template"
@@ -24,11 +25,11 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
+	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -38,7 +39,7 @@ const DefaultSessionTTL = 12 * time.Hour
 
 // Config configures a Console. Zero means zero (docs/configuration.md): no
 // setting takes a default from a 0, and validate refuses one; DefaultConfig
-// has the defaults. The dependencies (Limiter, River, Now) are optional:
+// has the defaults. The dependencies (Limiter, Redeliverer, Now) are optional:
 // each says what the Console does without one.
 type Config struct {
 	// AdminToken signs operators in; empty disables the console (its pages
@@ -54,10 +55,19 @@ type Config struct {
 	// Limiter counts wrong tokens per client; share the operator API's.
 	// A new one (trusting TrustedProxies' X-Forwarded-For) when nil.
 	Limiter *authlimit.Limiter
-	// River inserts redeliveries; without it Redeliver answers 503.
-	River *river.Client[pgx.Tx]
+	// Redeliverer inserts redeliveries (forward.Redeliverer); without it
+	// Redeliver answers 503.
+	Redeliverer Redeliverer
 	// Now is the clock (time.Now).
 	Now func() time.Time
+}
+
+// Redeliverer is the forward queue's redelivery (forward.Redeliverer):
+// Redeliver enqueues an event's forwards again, BulkRedeliver the
+// forwards of a target in a state.
+type Redeliverer interface {
+	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]forward.Enqueued, error)
+	BulkRedeliver(ctx context.Context, req forward.BulkRequest) (forward.Bulk, error)
 }
 
 // DefaultConfig returns the console's defaults: no admin token (the

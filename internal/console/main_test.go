@@ -136,8 +136,8 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.River == nil {
-		opts.River = rc
+	if opts.Redeliverer == nil {
+		opts.Redeliverer = forward.NewRedeliverer(pool, rc)
 	}
 	if opts.SessionTTL == 0 { // the tests' literals leave it out
 		opts.SessionTTL = console.DefaultSessionTTL
@@ -151,7 +151,7 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 		t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.DB, hc.River, hc.Console, hc.Traffic = opts.AdminToken, pool, rc, cons, tr
+	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console, hc.Traffic = opts.AdminToken, pool, forward.NewRedeliverer(pool, rc), cons, tr
 	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
 	if err != nil {
 		t.Fatal(err)

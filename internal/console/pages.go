@@ -602,15 +602,15 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusConflict, "error", page{Title: "Nothing to redeliver", Message: "This sender has no forward targets configured."})
 		return
 	}
-	if c.opts.River == nil {
-		c.fail(w, r, errors.New("console: no River client"))
+	if c.opts.Redeliverer == nil {
+		c.fail(w, r, errors.New("console: no redelivery (console.Config.Redeliverer)"))
 		return
 	}
 	_, rec, ok := c.lookupDelivery(w, r, sender, id)
 	if !ok {
 		return
 	}
-	jobs, err := forward.Redeliver(r.Context(), c.q, c.opts.River, sd, rec.EventID, rec.DeliveryID)
+	jobs, err := c.opts.Redeliverer.Redeliver(r.Context(), sd, rec.EventID, rec.DeliveryID)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -757,8 +757,8 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Redeliver", Message: "Since: " + err.Error() + "."})
 		return
 	}
-	if c.opts.River == nil {
-		c.fail(w, r, errors.New("console: no River client"))
+	if c.opts.Redeliverer == nil {
+		c.fail(w, r, errors.New("console: no redelivery (console.Config.Redeliverer)"))
 		return
 	}
 	state := store.StateFailed
@@ -770,7 +770,7 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Redeliver", Message: "State: failed, running or retrying."})
 		return
 	}
-	res, err := forward.BulkRedeliver(r.Context(), c.q, c.opts.River, forward.BulkRequest{Sender: sd, Target: target, State: state, Since: since})
+	res, err := c.opts.Redeliverer.BulkRedeliver(r.Context(), forward.BulkRequest{Sender: sd, Target: target, State: state, Since: since})
 	if err != nil {
 		c.fail(w, r, err)
 		return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store/storetest"
@@ -33,7 +34,7 @@ func (e *env) replica() *env {
 		e.t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.DB, hc.River, hc.Console = e.opts.AdminToken, e.pool, e.rc, cons
+	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.pool, forward.NewRedeliverer(e.pool, e.rc), cons
 	h, err := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
 	if err != nil {
 		e.t.Fatal(err)

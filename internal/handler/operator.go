@@ -134,19 +134,19 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // dbProblem is the problem of a failed database read or write of the
 // operator API: 503 for a transient failure (dedup.Transient) or a Server
-// without a database or River client, 500 for any other error.
+// without a database or redelivery, 500 for any other error.
 func dbProblem(err error) *problemError {
-	if errors.Is(err, errNoDB) || errors.Is(err, errNoRiver) || dedup.Transient(err) {
+	if errors.Is(err, errNoDB) || errors.Is(err, errNoRedeliverer) || dedup.Transient(err) {
 		return &problemError{typ: probUnavailable, detail: "The database could not be read or written. Retry later.", cause: err}
 	}
 	return &problemError{typ: probInternal, detail: "An unexpected error occurred.", cause: err}
 }
 
-// errNoDB and errNoRiver are the causes (logged, never sent) of a 503 from
-// a Server built without Config.DB or Config.River.
+// errNoDB and errNoRedeliverer are the causes (logged, never sent) of a
+// 503 from a Server built without Config.DB or Config.Redeliverer.
 var (
-	errNoDB    = errors.New("operator API: no database (handler.Config.DB)")
-	errNoRiver = errors.New("operator API: no River client (handler.Config.River)")
+	errNoDB          = errors.New("operator API: no database (handler.Config.DB)")
+	errNoRedeliverer = errors.New("operator API: no redelivery (handler.Config.Redeliverer)")
 )
 
 // invalidParameter turns a parameter-binding error of the generated router
@@ -484,15 +484,15 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 		s.fail(w, r, newProblem(probNoTargets, fmt.Sprintf("Sender %q has no forward targets configured, so there is nothing to redeliver to. Add a forward target to it in hookgate.yaml first.", e.Sender)))
 		return
 	}
-	if s.river == nil {
-		s.fail(w, r, dbProblem(errNoRiver))
+	if s.redeliver == nil {
+		s.fail(w, r, dbProblem(errNoRedeliverer))
 		return
 	}
 	if s.q == nil {
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
-	jobs, err := forward.Redeliver(r.Context(), s.q, s.river, sender, e.ID, e.DeliveryID)
+	jobs, err := s.redeliver.Redeliver(r.Context(), sender, e.ID, e.DeliveryID)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return

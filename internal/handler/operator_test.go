@@ -148,7 +148,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		t.Cleanup(func() { stopRelay(); <-done })
 	}
 	hc := handler.DefaultConfig()
-	hc.River, hc.AuthLimiter, hc.Tokens = client, o.limiter, sigtoken.New(pool)
+	hc.Redeliverer, hc.AuthLimiter, hc.Tokens = forward.NewRedeliverer(pool, client), o.limiter, sigtoken.New(pool)
 	if !o.noToken {
 		hc.AdminToken = testToken
 	}
@@ -156,7 +156,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		hc.DB = pool
 	}
 	if o.console {
-		cons, err := console.New(cfg, store.New(pool), log, console.Config{AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, River: client})
+		cons, err := console.New(cfg, store.New(pool), log, console.Config{AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
 		if err != nil {
 			t.Fatal(err)
 		}

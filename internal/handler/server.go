@@ -15,10 +15,9 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/riverqueue/river"
 	"github.com/swaggest/swgui/v5emb"
 
 	"github.com/hookgate/hookgate/api"
@@ -76,9 +75,10 @@ type Config struct {
 	// forwards from (through package store's queries); nil: the operator
 	// endpoints that read them answer 503.
 	DB store.DB
-	// River is the client that redeliveries are inserted with (it need not
+	// Redeliverer redelivers an event's forwards and a target's forwards
+	// in a state (forward.Redeliverer, on River's client, which need not
 	// work jobs); nil: redeliver answers 503.
-	River *river.Client[pgx.Tx]
+	Redeliverer Redeliverer
 	// AuthLimiter counts the operator API's wrong tokens per client; share
 	// it with the console so that both count against one limit. Its
 	// ClientKey (the peer, or the client its trusted proxies name) is also
@@ -170,12 +170,12 @@ type Server struct {
 	now        func() time.Time
 
 	// The operator API's: adminDigest is the SHA-256 of its token, nil when
-	// none is configured (the operator API is disabled); q and river read
-	// and redeliver (nil without Config.DB and Config.River).
+	// none is configured (the operator API is disabled); q and redeliver
+	// read and redeliver (nil without Config.DB and Config.Redeliverer).
 	adminDigest *[32]byte
 	authLimit   *authlimit.Limiter
 	q           *store.Queries
-	river       *river.Client[pgx.Tx]
+	redeliver   Redeliverer
 
 	// console is the browser console served under /console; nil for none.
 	console http.Handler
@@ -215,6 +215,14 @@ type FastPath interface {
 	Dispatch(f *forward.Fast)
 }
 
+// Redeliverer is the forward queue's redelivery (forward.Redeliverer):
+// Redeliver enqueues an event's forwards again, BulkRedeliver the
+// forwards of a target in a state.
+type Redeliverer interface {
+	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]forward.Enqueued, error)
+	BulkRedeliver(ctx context.Context, req forward.BulkRequest) (forward.Bulk, error)
+}
+
 var _ api.ServerInterface = (*Server)(nil)
 
 // New returns a Server for the compiled senders, storing deliveries with
@@ -244,7 +252,7 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 		minRate: hc.BodyMinRate, minRateGrace: hc.BodyMinRateGrace, readTimeout: hc.BodyReadTimeout,
 
 		metricsElsewhere: hc.MetricsElsewhere,
-		river:            hc.River,
+		redeliver:        hc.Redeliverer,
 		console:          hc.Console,
 		fast:             hc.FastPath,
 		traffic:          hc.Traffic,

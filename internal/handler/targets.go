@@ -185,8 +185,8 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
-	if s.river == nil {
-		s.fail(w, r, dbProblem(errNoRiver))
+	if s.redeliver == nil {
+		s.fail(w, r, dbProblem(errNoRedeliverer))
 		return
 	}
 	br := forward.BulkRequest{Sender: sd, Target: target, State: state}
@@ -196,7 +196,7 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 	if req.Until != nil {
 		br.Until = *req.Until
 	}
-	res, err := forward.BulkRedeliver(r.Context(), s.q, s.river, br)
+	res, err := s.redeliver.BulkRedeliver(r.Context(), br)
 	if errors.Is(err, forward.ErrUnknownTarget) || errors.Is(err, forward.ErrBulkState) {
 		s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err, detail: "The request cannot be redelivered: " + err.Error() + "."})
 		return

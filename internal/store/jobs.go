@@ -38,6 +38,12 @@ import (
 //   - analyze.go: VACUUM ANALYZE of River's table (tests that need fresh
 //     statistics)
 //
+// TestRiverSchema (riverschema_test.go) checks that River's schema is the
+// one these statements were written for: river_job's columns and their
+// types, River's job states, the columns the fast path's insert must give,
+// River's job sequence and the indexes the reads use. A River upgrade that
+// changes any of them fails there first.
+//
 // The fixtures that put River's jobs in a given state for tests are in
 // package storetest, which only tests import.
 //
@@ -166,7 +172,7 @@ func (q *Queries) WakeWaitingForwards(ctx context.Context, queue, sender, target
 // and delivery time from a job's latest attempt error and recorded output
 // (either may be nil).
 func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte) error {
-	f.State = StateOf(state)
+	f.State = stateOf(state)
 	var out *Output
 	if len(output) > 0 && string(output) != "null" {
 		var o Output

@@ -51,15 +51,15 @@ func TestStateOf(t *testing.T) {
 		rivertype.JobStateDiscarded: StateFailed,
 		"some_future_state":         StatePending,
 	} {
-		if got := StateOf(js); got != want {
-			t.Errorf("StateOf(%s) = %s, want %s", js, got, want)
+		if got := stateOf(js); got != want {
+			t.Errorf("stateOf(%s) = %s, want %s", js, got, want)
 		}
 	}
 	// Every state River knows maps to a forward state, and back.
 	for _, js := range rivertype.JobStates() {
-		st := StateOf(js)
+		st := stateOf(js)
 		if !ValidState(st) {
-			t.Errorf("StateOf(%s) = %q, not a forward state", js, st)
+			t.Errorf("stateOf(%s) = %q, not a forward state", js, st)
 		}
 		found := false
 		for _, j := range jobStates[st] {
@@ -74,7 +74,7 @@ func TestStateOf(t *testing.T) {
 		unfinished[js] = true
 	}
 	for _, js := range rivertype.JobStates() {
-		want := StateOf(js) != StateDelivered && StateOf(js) != StateFailed
+		want := stateOf(js) != StateDelivered && stateOf(js) != StateFailed
 		if unfinished[js] != want {
 			t.Errorf("job state %s: unfinished %v, want %v", js, unfinished[js], want)
 		}
@@ -167,8 +167,8 @@ func TestRecordedState(t *testing.T) {
 		if got, err := recordedState(c.a); err != nil || got != string(c.want) {
 			t.Errorf("recordedState(%s, at once %v) = %q, %v; want %s", c.a.State, c.a.FailedAtOnce, got, err, c.want)
 		}
-		if StateOf(c.want) != c.a.State {
-			t.Errorf("%s is recorded as %s, which reads back as %s", c.a.State, c.want, StateOf(c.want))
+		if stateOf(c.want) != c.a.State {
+			t.Errorf("%s is recorded as %s, which reads back as %s", c.a.State, c.want, stateOf(c.want))
 		}
 	}
 	for _, s := range []State{StateRunning, StateDelivered, ""} {

@@ -142,7 +142,7 @@ func (q *Queries) CountForwards(ctx context.Context, sender string, delivered bo
 			return nil
 		}
 		c := out[*target]
-		switch StateOf(rivertype.JobState(state)) {
+		switch stateOf(rivertype.JobState(state)) {
 		case StatePending:
 			c.Pending += n
 		case StateRunning:

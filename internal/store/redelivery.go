@@ -62,7 +62,7 @@ func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uu
 		c             Current
 	)
 	_, err = pgx.ForEachRow(rows, []any{&target, &c.JobID, &state, &c.Attempt, &c.Queued}, func() error {
-		c.State = StateOf(rivertype.JobState(state))
+		c.State = stateOf(rivertype.JobState(state))
 		out[target] = c
 		return nil
 	})

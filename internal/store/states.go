@@ -27,7 +27,7 @@ const (
 )
 
 // jobStates maps each forward state to River's job states: the one
-// mapping of the two (StateOf is its inverse). A state River may add later
+// mapping of the two (stateOf is its inverse). A state River may add later
 // is pending.
 var jobStates = map[State][]rivertype.JobState{
 	StatePending:   {rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStatePending},
@@ -37,13 +37,13 @@ var jobStates = map[State][]rivertype.JobState{
 	StateFailed:    {rivertype.JobStateCancelled, rivertype.JobStateDiscarded},
 }
 
-// StateOf maps a River job state to a forward's state: available,
-// scheduled and pending are pending; running is running; retryable is
-// retrying; completed is delivered; cancelled and discarded are failed. A
-// state River may add later is pending. The store's API speaks a forward's
-// five states only; StateOf and UnfinishedJobStates are its bridge to what
-// River's own API shows and takes (a job row's state, UniqueOpts).
-func StateOf(s rivertype.JobState) State {
+// stateOf maps a River job state (as the statements read it) to a
+// forward's state: available, scheduled and pending are pending; running is
+// running; retryable is retrying; completed is delivered; cancelled and
+// discarded are failed. A state River may add later is pending. The store's
+// API speaks a forward's five states only; UnfinishedJobStates is its one
+// bridge to what River's own API takes (UniqueOpts).
+func stateOf(s rivertype.JobState) State {
 	for st, js := range jobStates {
 		for _, j := range js {
 			if j == s {

@@ -83,8 +83,8 @@ func (q *Jobs) ForwardJobs(ctx context.Context) ([]ForwardJob, error) {
   coalesce(errors::text[], '{}'), coalesce(metadata->>'output', '')
 FROM river_job WHERE kind = '`+ForwardKind+`'
 UNION ALL
-SELECT d.id, '', 'completed', 1, d.max_attempts, d.sender, d.event_id, d.target, d.delivery_id, '', '{}', d.attempted_at, '{}', '{}', (`+deliveredOutput+`)::text
-FROM forward_delivered d ORDER BY 1`)
+SELECT d.id, '', $1::text, 1, d.max_attempts, d.sender, d.event_id, d.target, d.delivery_id, '', '{}', d.attempted_at, '{}', '{}', (`+deliveredOutput+`)::text
+FROM forward_delivered d ORDER BY 1`, string(rivertype.JobStateCompleted))
 	if err != nil {
 		return nil, fmt.Errorf("read forward jobs: %w", err)
 	}
@@ -185,11 +185,12 @@ func (q *Jobs) SetForwardJob(ctx context.Context, id int64, f JobFixture) error 
 }
 
 // fixtureSet sets a job's state from a JobFixture's arguments ($1 to $5,
-// see JobFixture.args).
+// see JobFixture.args), with River's finished states as $9 (finished): a
+// parameter, as the store's statements take River's states, not literals.
 const fixtureSet = `state = $1::river_job_state,
   attempt = CASE WHEN $2::int = 0 THEN max_attempts ELSE $2::int END,
   attempted_at = coalesce($3::timestamptz, now()),
-  finalized_at = CASE WHEN $1 IN ('completed', 'cancelled', 'discarded') THEN coalesce($3::timestamptz, now()) END,
+  finalized_at = CASE WHEN $1::text = ANY($9::text[]) THEN coalesce($3::timestamptz, now()) END,
   errors = (SELECT array_agg(jsonb_build_object('at', coalesce($3::timestamptz, now()),
       'attempt', (CASE WHEN $2::int = 0 THEN max_attempts ELSE $2::int END) - cardinality($4::text[]) + ord::int, 'error', e, 'trace', '') ORDER BY ord)
     FROM unnest($4::text[]) WITH ORDINALITY AS x(e, ord)),
@@ -224,10 +225,14 @@ func (f JobFixture) args() ([]any, error) {
 	return []any{string(f.State), f.Attempt, at, errs, output, scheduled, f.AttemptedBy}, nil
 }
 
-// withID returns the arguments of fixtureSet with the job's ID as $6.
+// withID returns the arguments of fixtureSet with the job's ID as $6 (and
+// finished as $9).
 func withID(args []any, id int64) []any {
-	return []any{args[0], args[1], args[2], args[3], args[4], id, args[5], args[6]}
+	return []any{args[0], args[1], args[2], args[3], args[4], id, args[5], args[6], finished}
 }
+
+// finished are River's states of a finished job, fixtureSet's $9.
+var finished = []string{string(rivertype.JobStateCompleted), string(rivertype.JobStateCancelled), string(rivertype.JobStateDiscarded)}
 
 // NewForwardJob is a forward job InsertForwardJobs writes as it is,
 // without River's insert (no uniqueness): one of another version (URL set,
@@ -277,8 +282,8 @@ func (q *Jobs) InsertForwardJobs(ctx context.Context, queue string, f JobFixture
 	var ids []int64
 	err = pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `INSERT INTO river_job (kind, args, max_attempts, queue, state, priority)
-SELECT '`+ForwardKind+`', x.a, x.m, $3, 'available', 1 FROM unnest($1::jsonb[], $2::int[]) WITH ORDINALITY AS x(a, m, ord) ORDER BY x.ord
-RETURNING id`, encoded, maxAttempts, queue)
+SELECT '`+ForwardKind+`', x.a, x.m, $3, $4::river_job_state, 1 FROM unnest($1::jsonb[], $2::int[]) WITH ORDINALITY AS x(a, m, ord) ORDER BY x.ord
+RETURNING id`, encoded, maxAttempts, queue, string(rivertype.JobStateAvailable))
 		if err != nil {
 			return err
 		}
@@ -289,7 +294,7 @@ RETURNING id`, encoded, maxAttempts, queue)
 			return nil // new jobs, as River inserts them
 		}
 		_, err = tx.Exec(ctx, `UPDATE river_job SET `+fixtureSet+` WHERE id = ANY($6::bigint[])`,
-			args[0], args[1], args[2], args[3], args[4], ids, args[5], args[6])
+			args[0], args[1], args[2], args[3], args[4], ids, args[5], args[6], finished)
 		return err
 	})
 	if err != nil {
