@@ -20,7 +20,7 @@ import (
 // TestSIGKILLMidLoad runs the real binary (role all: it ingests, relays the
 // outbox and forwards) under a load of senders that retry until they get a
 // 2xx, kills it with SIGKILL in the middle of the load, starts it again on
-// the same port, and checks that every delivery was accepted exactly once
+// the same port, and checks that every delivery was accepted once (one key)
 // and answered with one event_id, and that every accepted event reached
 // the forward target, with one forward job each and nothing left in the
 // outbox.

@@ -21,7 +21,7 @@ import (
 // of senders that retry until they get a 2xx: while it is down the gateway
 // answers 503 problems with Retry-After and /readyz is 503; once it is back,
 // /readyz is 200 again, every delivery gets its 2xx, and each was accepted
-// exactly once.
+// once (one key each).
 func TestDatabaseOutageMidLoad(t *testing.T) {
 	testkit.Slow(t, "stops PostgreSQL under load (an outage)")
 	t.Parallel()
