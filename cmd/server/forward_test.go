@@ -279,8 +279,9 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 // and only writes their forwards to the outbox; two --role worker processes
 // on the same database relay them into River and work them. Each event
 // reaches the target once in this run (nothing crashes, so nothing is
-// repeated), and both workers take part. The workers' metrics name the target by its name: its URL, with a password
-// and a query token, appears nowhere in /metrics.
+// repeated), and both workers take part. The workers' metrics name the
+// target by its name: its URL, with a password and a query token, appears
+// nowhere in /metrics.
 func TestForwardsByWorkerProcesses(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
