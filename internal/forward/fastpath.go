@@ -26,11 +26,11 @@ import (
 // Dispatcher, which POSTs them through a bounded set of workers, admitted
 // by the same per-target limiter as the River worker of the process
 // (max_in_flight, breaker, Retry-After pauses, fair shares), and records
-// the outcomes in batches: one statement per batch and sender deletes the
-// outbox rows and inserts their River jobs already finished (completed,
-// or retryable or failed after a failed attempt), so that the operator
-// API, the metrics, the console and redelivery see them like any other
-// forward.
+// the outcomes in batches, each sender's in a transaction of its own: its
+// statements delete the outbox rows and record the outcome, a
+// forward_delivered row for a delivered forward, a River job for one whose
+// attempt failed (its retry due, or failed), so that the operator API,
+// the metrics, the console and redelivery see them like any other forward.
 //
 // Fairness (issue 28): forwards wait in one queue per target, and the
 // workers serve the targets in turn (round robin: each pass takes the
