@@ -34,21 +34,7 @@ func TestRedeliveryQueuedAfterTheFastPathStaysTheOne(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			release := make(chan struct{})
-			tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
-				if n == 1 {
-					select {
-					case <-release:
-					case <-r.Context().Done():
-					}
-					return testkit.Answer{Status: tc.status}
-				}
-				return testkit.Answer{Status: http.StatusOK}
-			})
-			e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        timeout: 20s\n        max_attempts: 5\n",
-				envOpts{}, fastOptions{lease: 40 * time.Second})
-			d := e.deliver("queued-1", []byte(`{}`), "application/json")
-			testkit.Poll(t, waitTimeout, "the fast path's POST to reach the target", func() bool { return len(tg.Hits()) == 1 }, nil)
+			e, release, d := heldFirstAttempt(t, "queued-1", tc.status)
 
 			acme, _ := e.cfg.Sender("acme")
 			ev := uuid.MustParse(d.eventID)
@@ -94,21 +80,7 @@ func TestRedeliveryQueuedAfterTheFastPathStaysTheOne(t *testing.T) {
 // other finds it already pending.
 func TestConcurrentRedeliveriesAroundTheFastPathsRecord(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
-		if n == 1 {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-			return testkit.Answer{Status: http.StatusServiceUnavailable}
-		}
-		return testkit.Answer{Status: http.StatusOK}
-	})
-	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        timeout: 20s\n        max_attempts: 5\n",
-		envOpts{}, fastOptions{lease: 40 * time.Second})
-	d := e.deliver("around-1", []byte(`{}`), "application/json")
-	testkit.Poll(t, waitTimeout, "the fast path's POST to reach the target", func() bool { return len(tg.Hits()) == 1 }, nil)
+	e, release, d := heldFirstAttempt(t, "around-1", http.StatusServiceUnavailable)
 
 	acme, _ := e.cfg.Sender("acme")
 	ev := uuid.MustParse(d.eventID)
@@ -174,4 +146,27 @@ func TestConcurrentRedeliveriesAroundTheFastPathsRecord(t *testing.T) {
 	if len(states) != 2 {
 		t.Errorf("the event's forward jobs: %v; want 2 (the attempt's record, retryable, and the one redelivery)", states)
 	}
+}
+
+// heldFirstAttempt delivers id to a fast-path gateway whose target holds
+// the first POST until release is closed, then answers it status (every
+// later POST 200), and returns once that POST has reached the target.
+func heldFirstAttempt(t *testing.T, id string, status int) (*env, chan struct{}, delivery) {
+	t.Helper()
+	release := make(chan struct{})
+	tg := testkit.NewTarget(t, func(n int, r *http.Request) testkit.Answer {
+		if n == 1 {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return testkit.Answer{Status: status}
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	})
+	e := newFastEnv(t, "      - name: orders\n        url: "+tg.URL+"\n        timeout: 20s\n        max_attempts: 5\n",
+		envOpts{}, fastOptions{lease: 40 * time.Second})
+	d := e.deliver(id, []byte(`{}`), "application/json")
+	testkit.Poll(t, waitTimeout, "the fast path's POST to reach the target", func() bool { return len(tg.Hits()) == 1 }, nil)
+	return e, release, d
 }
