@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -43,9 +43,9 @@ var fastForwardFlags = []string{
 func block(int, *http.Request) testkit.Answer { return testkit.Answer{Block: true} }
 
 // forwardJobs returns every forward job, oldest first.
-func forwardJobs(t *testing.T, pool *pgxpool.Pool) []storetest.ForwardJob {
+func forwardJobs(t *testing.T, pool *pgxpool.Pool) []queuetest.ForwardJob {
 	t.Helper()
-	jobs, err := storetest.New(pool).ForwardJobs(context.Background())
+	jobs, err := queuetest.New(pool).ForwardJobs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +591,7 @@ func TestNoSecretInLogsOrMetrics(t *testing.T) {
 	deliverAll(t, c, "http://"+addr, makeIDs("secret", 3))
 	// A job of a target this process does not know, named by the URL as an
 	// older version did: its error must not echo the URL either.
-	if _, err := storetest.New(pool).InsertForwardJobs(t.Context(), forward.Queue, storetest.JobFixture{}, storetest.NewForwardJob{
+	if _, err := queuetest.New(pool).InsertForwardJobs(t.Context(), queue.ForwardQueue, queuetest.JobFixture{}, queuetest.NewForwardJob{
 		Sender: "acme", DeliveryID: "old", URL: "http://old:" + password + "@127.0.0.1:1/?token=" + token, MaxAttempts: 2,
 	}); err != nil {
 		t.Fatal(err)

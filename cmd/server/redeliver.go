@@ -8,14 +8,13 @@ import (
 	"io"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
 	senderpkg "github.com/hookgate/hookgate/internal/sender"
-	"github.com/hookgate/hookgate/internal/store"
 )
 
 // redeliver is `hookgate redeliver`: the bulk redelivery of the operator
 // API (POST /v1/senders/{sender}/targets/{target}/redeliver) from the
-// command line, through the same code (forward.BulkRedeliver). It prints
+// command line, through the same code (queue.River.BulkRedeliver). It prints
 // how many forwards it matched; the worker processes forward them again.
 func redeliver(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hookgate redeliver", flag.ContinueOnError)
@@ -45,9 +44,9 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	if sender == "" || target == "" {
 		return errors.New("redeliver: --sender and --target are required")
 	}
-	st := store.State(state)
+	st := queue.State(state)
 	switch st {
-	case store.StateFailed, store.StateDelivered, store.StateRunning, store.StateRetrying:
+	case queue.StateFailed, queue.StateDelivered, queue.StateRunning, queue.StateRetrying:
 	default:
 		return fmt.Errorf("redeliver: --state %q: must be failed, delivered, running or retrying", state)
 	}
@@ -81,11 +80,11 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	defer pool.Close()
 	log := newLogger("text", stderr)
-	client, err := forward.NewClient(pool, cfg, nil, forward.DefaultClientConfig(cfg), log) // inserts only
+	q, err := queue.New(pool, cfg, nil, queue.DefaultClientConfig(cfg), log) // inserts only
 	if err != nil {
 		return err
 	}
-	res, err := forward.BulkRedeliver(ctx, store.New(pool), client, forward.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
+	res, err := q.BulkRedeliver(ctx, queue.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 )
 
 // TestRunRedeliver runs `hookgate redeliver` against a database with failed
@@ -23,14 +23,14 @@ func TestRunRedeliver(t *testing.T) {
 	ctx := t.Context()
 	// 3 forwards to orders failed half an hour ago, 1 three hours ago, and
 	// 2 to another target half an hour ago.
-	q := storetest.New(pool)
+	q := queuetest.New(pool)
 	failed := func(ago time.Duration, target string, ids ...string) {
 		t.Helper()
-		var jobs []storetest.NewForwardJob
+		var jobs []queuetest.NewForwardJob
 		for _, id := range ids {
-			jobs = append(jobs, storetest.NewForwardJob{Sender: "acme", Target: target, DeliveryID: id, MaxAttempts: 3})
+			jobs = append(jobs, queuetest.NewForwardJob{Sender: "acme", Target: target, DeliveryID: id, MaxAttempts: 3})
 		}
-		if _, err := q.InsertForwardJobs(ctx, forward.Queue, storetest.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-ago)}, jobs...); err != nil {
+		if _, err := q.InsertForwardJobs(ctx, queue.ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-ago)}, jobs...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,14 +60,14 @@ func TestRunRedeliver(t *testing.T) {
 	// A relative --since is a new instant each time, so each run is a
 	// request of its own (the forwards are still redelivered once: the
 	// job that runs second finds them redelivered).
-	if bulk, err := q.CountJobs(ctx, forward.BulkArgs{}.Kind()); err != nil || bulk != 3 {
+	if bulk, err := q.CountJobs(ctx, queue.BulkArgs{}.Kind()); err != nil || bulk != 3 {
 		t.Errorf("%d bulk jobs (%v), want 3", bulk, err)
 	}
 
 	// A forward to ledger still retrying gets a new attempt after the
 	// current one, and the output says so.
-	if _, err := q.InsertForwardJobs(ctx, forward.Queue, storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
-		ScheduledAt: time.Now().Add(time.Hour)}, storetest.NewForwardJob{Sender: "acme", Target: "ledger", DeliveryID: "d-7", MaxAttempts: 3}); err != nil {
+	if _, err := q.InsertForwardJobs(ctx, queue.ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
+		ScheduledAt: time.Now().Add(time.Hour)}, queuetest.NewForwardJob{Sender: "acme", Target: "ledger", DeliveryID: "d-7", MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/sigtoken"
@@ -126,18 +126,19 @@ func (db *database) close() {
 func newRegistry(db *database) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(db.pool), forward.NewBacklogCollector(db.queries))
+		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool)))
 	return reg
 }
 
-// forwarding is River's client, which inserts forward jobs and, when the
-// process works them (work), runs them and the retention job; and, in a
+// forwarding is the forwards' queue (on River), which inserts forward jobs
+// and, when the process works them (work), runs them and the retention
+// job; and, in a
 // --role all process with the fast path on, the dispatcher of first
 // attempts (fast, nil otherwise).
 type forwarding struct {
-	client *river.Client[pgx.Tx]
-	work   bool
-	fast   *forward.Dispatcher
+	queue *queue.River
+	work  bool
+	fast  *forward.Dispatcher
 	// handedOver is what the fast path signals when it leaves rows to the
 	// relay, which then looks at once (nil without a fast path).
 	handedOver chan struct{}
@@ -223,7 +224,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		if takeover, err = forward.NewTakeover(db.pool, forward.DefaultTakeoverConfig(cc.ID), reg, log); err != nil {
 			return nil, err
 		}
-		cc.Middleware = append(cc.Middleware, takeover.Middleware())
+		cc.Tracker = takeover
 		if worker, err = newForwardWorker(db, cfg, s, m, log); err != nil {
 			return nil, err
 		}
@@ -241,14 +242,18 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			}
 		}
 	}
-	client, err := forward.NewClient(db.pool, cfg, worker, cc, log)
+	var fw queue.ForwardWorker // nil for the api role: its client inserts only
+	if worker != nil {
+		fw = worker
+	}
+	q, err := queue.New(db.pool, cfg, fw, cc, log)
 	if err != nil {
 		if fast != nil {
 			_ = fast.Close(context.Background())
 		}
 		return nil, err
 	}
-	return &forwarding{client: client, work: work, fast: fast, handedOver: handedOver, takeover: takeover, reg: reg}, nil
+	return &forwarding{queue: q, work: work, fast: fast, handedOver: handedOver, takeover: takeover, reg: reg}, nil
 }
 
 // newForwardWorker returns the process's forward worker: a Gate of
@@ -264,8 +269,8 @@ func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.
 
 // forwardClientConfig is the River client's configuration from the
 // settings, with the retention job as its maintenance.
-func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slog.Logger) (forward.ClientConfig, error) {
-	cc := forward.DefaultClientConfig(cfg)
+func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
+	cc := queue.DefaultClientConfig(cfg)
 	cc.MaxWorkers = s.forwardWorkers
 	if s.rescueAfter > 0 { // set; unset keeps the horizon computed from the targets
 		cc.RescueAfter = s.rescueAfter
@@ -277,7 +282,7 @@ func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slo
 	if err != nil {
 		return cc, err
 	}
-	cc.Maintenance = forward.Maintenance{
+	cc.Maintenance = queue.Maintenance{
 		Queue:   retention.Queue,
 		Timeout: rc.Timeout,
 		Register: func(w *river.Workers, maxTimeout time.Duration) error {
@@ -374,7 +379,7 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.trustedProxies...)
-	redeliverer := forward.NewRedeliverer(db.pool, fwd.client)
+	redeliverer := fwd.queue
 	cons, err := console.New(senders.Config(), db.queries, log, console.Config{
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, Redeliverer: redeliverer,
@@ -428,7 +433,7 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	if fwd.work {
 		// Jobs are worked with a context of their own, so that a shutdown
 		// lets running forwards finish (River's Stop) before cancelling them.
-		if err := fwd.client.Start(context.WithoutCancel(ctx)); err != nil {
+		if err := fwd.queue.Start(context.WithoutCancel(ctx)); err != nil {
 			ln.Close()
 			return fmt.Errorf("start forward workers: %w", err)
 		}
@@ -451,7 +456,7 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
-		relay, err := forward.NewRelay(db.pool, fwd.client, cfg, fwd.relayConfig(), log)
+		relay, err := forward.NewRelay(db.pool, fwd.queue, cfg, fwd.relayConfig(), log)
 		if err != nil {
 			ln.Close()
 			return err
@@ -504,11 +509,11 @@ func shutdown(ctx context.Context, httpSrv *http.Server, fwd *forwarding, wait t
 	if !fwd.work {
 		return errors.Join(errs...)
 	}
-	if err := fwd.client.Stop(sctx); err != nil {
+	if err := fwd.queue.Stop(sctx); err != nil {
 		log.Warn("forwards still running at the end of the grace period: cancelling them", "err", err)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := fwd.client.StopAndCancel(cctx); err != nil {
+		if err := fwd.queue.StopAndCancel(cctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop forward workers: %w", err))
 		}
 	}

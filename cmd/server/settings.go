@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/retention"
 )
 
@@ -32,7 +33,7 @@ type settings struct {
 
 	role           string
 	forwardWorkers int
-	rescueAfter    time.Duration // 0 (unset): forward.DefaultClientConfig's, a forward's timeout + 1m
+	rescueAfter    time.Duration // 0 (unset): queue.DefaultClientConfig's, a forward's timeout + 1m
 	fetchPoll      time.Duration
 	backoff        forward.Backoff
 	retryAfterMax  time.Duration         // longest Retry-After honoured (forward.WorkerConfig.RetryAfterMax)
@@ -248,7 +249,7 @@ var settingTable = []setting{
 	{flag: "shutdown-timeout", env: "HOOKGATE_SHUTDOWN_TIMEOUT", def: "20s",
 		help:  "how long in-flight requests and forwards may take to finish on shutdown",
 		parse: durationSetting("shutdown timeout", 0, func(s *settings) *time.Duration { return &s.shutdownWait })},
-	{flag: "forward-workers", env: "HOOKGATE_FORWARD_WORKERS", def: strconv.Itoa(forward.DefaultMaxWorkers),
+	{flag: "forward-workers", env: "HOOKGATE_FORWARD_WORKERS", def: strconv.Itoa(queue.DefaultMaxWorkers),
 		help:  "forwards run at once by this process",
 		parse: intSetting("forward workers", 1, 10_000, func(s *settings) *int { return &s.forwardWorkers })},
 	{flag: "forward-backoff-base", env: "HOOKGATE_FORWARD_BACKOFF_BASE", def: shortDuration(forward.DefaultBackoff.Base),
@@ -264,12 +265,12 @@ var settingTable = []setting{
 		help: "how long a job may stay running before River's rescuer retries it: the backstop for jobs of processes without heartbeats (a killed hookgate process's are taken over 5s after its last heartbeat); more than the longest target timeout + 5s; shorter, bulk redeliveries and retention run in slices of this - 5s",
 		parse: func(s *settings, v string) error {
 			if v == "" {
-				s.rescueAfter = 0 // computed: forward.DefaultClientConfig
+				s.rescueAfter = 0 // computed: queue.DefaultClientConfig
 				return nil
 			}
 			return durationSetting("forward rescue after", time.Second, func(s *settings) *time.Duration { return &s.rescueAfter })(s, v)
 		}},
-	{flag: "forward-poll-interval", env: "HOOKGATE_FORWARD_POLL_INTERVAL", def: shortDuration(forward.DefaultFetchPollInterval),
+	{flag: "forward-poll-interval", env: "HOOKGATE_FORWARD_POLL_INTERVAL", def: shortDuration(queue.DefaultFetchPollInterval),
 		help:  "how often workers poll for forwards between notifications (at least 100ms)",
 		parse: durationSetting("forward poll interval", 100*time.Millisecond, func(s *settings) *time.Duration { return &s.fetchPoll })},
 	{flag: "forward-fast-path", env: "HOOKGATE_FORWARD_FAST_PATH", def: "true", boolean: true,

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,14 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/console"
-	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 )
 
 // apiGet reads an operator API resource into v.
@@ -62,12 +64,12 @@ func TestConsoleAgreesWithTheAPIAfterBulkRedelivery(t *testing.T) {
 	// A worker runs the bulk job (found with River's API), then o-3 fails
 	// too: it was not part of the redelivery.
 	ctx := t.Context()
-	jobs, err := e.rc.JobList(ctx, river.NewJobListParams().Kinds(forward.BulkArgs{}.Kind()))
+	jobs, err := listJobs(t, ctx, e.pool, river.NewJobListParams().Kinds(queue.BulkArgs{}.Kind()))
 	if err != nil || len(jobs.Jobs) != 1 {
 		t.Fatalf("bulk jobs: %+v, %v; want one", jobs, err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, forward.NewBulkWorker(e.pool, e.cfg, log))
+	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, queue.NewBulkWorker(e.pool, e.cfg, log))
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +140,7 @@ func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
 	e.failForwards("u-1", "target answered 503")
 	e.failForwards("u-2", "target answered 410")
 	ctx := t.Context()
-	jobs, err := storetest.New(e.pool).ForwardJobs(ctx)
+	jobs, err := queuetest.New(e.pool).ForwardJobs(ctx)
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("forward jobs: %+v, %v", jobs, err)
 	}
@@ -146,7 +148,7 @@ func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
 	if jobs[0].DeliveryID != "u-1" {
 		retrying = jobs[1].ID
 	}
-	if err := storetest.New(e.pool).SetForwardJob(ctx, retrying, storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
+	if err := queuetest.New(e.pool).SetForwardJob(ctx, retrying, queuetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"target answered 503"},
 		ScheduledAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -161,12 +163,12 @@ func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
 	if page := e.do(c, http.MethodGet, loc, nil, nil).body; !strings.Contains(page, "1 retrying forwards get a new attempt: a new forward is queued after each current one") {
 		t.Errorf("the target page does not say the new forward is queued after the current one:\n%s", page)
 	}
-	bulk, err := e.rc.JobList(ctx, river.NewJobListParams().Kinds(forward.BulkArgs{}.Kind()))
+	bulk, err := listJobs(t, ctx, e.pool, river.NewJobListParams().Kinds(queue.BulkArgs{}.Kind()))
 	if err != nil || len(bulk.Jobs) != 1 {
 		t.Fatalf("bulk jobs: %+v, %v; want one", bulk, err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, forward.NewBulkWorker(e.pool, e.cfg, log))
+	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, queue.NewBulkWorker(e.pool, e.cfg, log))
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -177,15 +179,27 @@ func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after, err := e.rc.JobList(ctx, river.NewJobListParams().Kinds(forward.Args{}.Kind()).States(rivertype.JobStateAvailable))
+	after, err := listJobs(t, ctx, e.pool, river.NewJobListParams().Kinds(queue.Args{}.Kind()).States(rivertype.JobStateAvailable))
 	if err != nil || len(after.Jobs) != 1 {
 		t.Fatalf("new forwards: %+v, %v; want one", after, err)
 	}
-	var a forward.Args
+	var a queue.Args
 	if err := json.Unmarshal(after.Jobs[0].EncodedArgs, &a); err != nil || a.After != retrying || a.DeliveryID != "u-1" {
 		t.Errorf("the new forward's args %+v (%v); want u-1's, queued after job %d", a, err, retrying)
 	}
-	if wait, err := e.q.EarlierForwardUnfinished(ctx, "orders", "orders-svc", a.EventID, after.Jobs[0].ID); err != nil || !wait {
+	if wait, err := queue.NewJobs(e.pool).EarlierForwardUnfinished(ctx, "orders", "orders-svc", a.EventID, after.Jobs[0].ID); err != nil || !wait {
 		t.Errorf("the new forward waits for the retrying one: %v, %v; want true", wait, err)
 	}
+}
+
+// listJobs lists River's jobs on pool with River's own API (an insert-only
+// client of the test's: hookgate's code reaches River through package
+// queue only).
+func listJobs(t *testing.T, ctx context.Context, pool *pgxpool.Pool, params *river.JobListParams) (*river.JobListResult, error) {
+	t.Helper()
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.JobList(ctx, params)
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -251,7 +251,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if msg, tt := text(`p.message`), title(); !strings.Contains(msg, "CSRF token is missing or wrong") || !strings.HasPrefix(tt, "Forbidden") {
 		t.Errorf("a POST without the CSRF token: title %q, message %q", tt, msg)
 	}
-	jobs, err := store.New(e.pool).EventForwards(t.Context(), "orders", e.eventOf("ord_1002"))
+	jobs, err := queue.NewJobs(e.pool).EventForwards(t.Context(), "orders", e.eventOf("ord_1002"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // pages (html/template, our own small stylesheet, no script) under
 // /console, for finding deliveries, seeing why their forwards failed,
 // sending them again, and seeing which target is sick. It is a second view
-// of the queries the JSON API uses (package store): it has no SQL of its
+// of the queries the JSON API uses (packages store and queue): it has no SQL of its
 // own.
 //
 // Sign-in is with the admin token; the session is a signed cookie that
@@ -29,7 +29,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -55,19 +55,19 @@ type Config struct {
 	// Limiter counts wrong tokens per client; share the operator API's.
 	// A new one (trusting TrustedProxies' X-Forwarded-For) when nil.
 	Limiter *authlimit.Limiter
-	// Redeliverer inserts redeliveries (forward.Redeliverer); without it
+	// Redeliverer inserts redeliveries (queue.River); without it
 	// Redeliver answers 503.
 	Redeliverer Redeliverer
 	// Now is the clock (time.Now).
 	Now func() time.Time
 }
 
-// Redeliverer is the forward queue's redelivery (forward.Redeliverer):
+// Redeliverer is the forward queue's redelivery (queue.River):
 // Redeliver enqueues an event's forwards again, BulkRedeliver the
 // forwards of a target in a state.
 type Redeliverer interface {
-	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]forward.Enqueued, error)
-	BulkRedeliver(ctx context.Context, req forward.BulkRequest) (forward.Bulk, error)
+	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]queue.Enqueued, error)
+	BulkRedeliver(ctx context.Context, req queue.BulkRequest) (queue.Bulk, error)
 }
 
 // DefaultConfig returns the console's defaults: no admin token (the
@@ -88,6 +88,7 @@ func (c Config) validate() error {
 type Console struct {
 	cfg     *config.Config
 	q       *store.Queries
+	jobs    *queue.Jobs
 	log     *slog.Logger
 	opts    Config
 	key     []byte // session signing key, nil without an admin token
@@ -115,7 +116,7 @@ func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Config) (*
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Console{cfg: cfg, q: q, log: log, opts: opts, pages: parsePages()}
+	c := &Console{cfg: cfg, q: q, jobs: queue.NewJobs(q.DB()), log: log, opts: opts, pages: parsePages()}
 	if opts.AdminToken != "" {
 		c.key, c.digest = sessionKey(opts.AdminToken)
 	}

@@ -15,10 +15,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"go.uber.org/goleak"
 
@@ -28,9 +26,10 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/traffic"
 )
 
@@ -67,7 +66,7 @@ type env struct {
 	srv  *httptest.Server
 	opts console.Config
 	cfg  *config.Config
-	rc   *river.Client[pgx.Tx]
+	rc   *queue.River
 	// traffic counts the server's deliveries for the overview's charts;
 	// the test flushes it.
 	traffic *traffic.Recorder
@@ -91,12 +90,12 @@ type workOpts struct {
 }
 
 // worker returns the forward worker of o, with a gate of
-// forward.DefaultMaxWorkers forwards.
+// queue.DefaultMaxWorkers forwards.
 func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m *forward.Metrics, log *slog.Logger) *forward.Worker {
 	t.Helper()
 	bc := forward.DefaultBreakerConfig()
 	bc.Probe, bc.Window = cmp.Or(o.BreakerProbe, bc.Probe), cmp.Or(o.BreakerWindow, bc.Window)
-	gate, err := forward.NewGate(pool, forward.DefaultMaxWorkers, m, log, bc)
+	gate, err := forward.NewGate(pool, queue.DefaultMaxWorkers, m, log, bc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +103,7 @@ func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m
 	if o.Backoff != (forward.Backoff{}) {
 		wc.Backoff = o.Backoff
 	}
-	w, err := forward.NewWorker(cfg, pool, forward.NewHTTPClient(forward.DefaultMaxWorkers), gate, m, log, wc)
+	w, err := forward.NewWorker(cfg, pool, forward.NewHTTPClient(queue.DefaultMaxWorkers), gate, m, log, wc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,18 +125,18 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	tr := traffic.New(q, log)
 	m := forward.NewMetrics(prometheus.NewRegistry())
 	m.CountTraffic(tr)
-	cc := forward.DefaultClientConfig(cfg)
+	cc := queue.DefaultClientConfig(cfg)
 	var worker *forward.Worker // nil: the client inserts only
 	if fopts.Work {
 		worker = fopts.worker(t, pool, cfg, m, log)
 		cc.FetchPollInterval = cmp.Or(fopts.FetchPollInterval, cc.FetchPollInterval)
 	}
-	rc, err := forward.NewClient(pool, cfg, worker, cc, log)
+	rc, err := queue.New(pool, cfg, worker, cc, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if opts.Redeliverer == nil {
-		opts.Redeliverer = forward.NewRedeliverer(pool, rc)
+		opts.Redeliverer = rc
 	}
 	if opts.SessionTTL == 0 { // the tests' literals leave it out
 		opts.SessionTTL = console.DefaultSessionTTL
@@ -151,7 +150,7 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 		t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console, hc.Traffic = opts.AdminToken, pool, forward.NewRedeliverer(pool, rc), cons, tr
+	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console, hc.Traffic = opts.AdminToken, pool, rc, cons, tr
 	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
 	if err != nil {
 		t.Fatal(err)
@@ -272,12 +271,12 @@ func (e *env) failForwards(id, errText string) {
 		e.t.Fatal(err)
 	}
 	sd, _ := e.cfg.Sender("orders")
-	jobs, err := forward.Redeliver(ctx, store.New(e.pool), e.rc, sd, ev, id)
+	jobs, err := e.rc.Redeliver(ctx, sd, ev, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	for _, j := range jobs {
-		if err := storetest.New(e.pool).SetForwardJob(ctx, j.JobID, storetest.JobFixture{State: rivertype.JobStateDiscarded, Errors: []string{errText}}); err != nil {
+		if err := queuetest.New(e.pool).SetForwardJob(ctx, j.JobID, queuetest.JobFixture{State: rivertype.JobStateDiscarded, Errors: []string{errText}}); err != nil {
 			e.t.Fatal(err)
 		}
 	}

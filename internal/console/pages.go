@@ -25,6 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/redact"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -267,7 +268,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			}
 			// The API's counts (GET /v1/senders/{sender}/targets), without
 			// the delivered ones, which the overview does not show.
-			byTarget, err := c.q.CountForwards(ctx, sd.Name, false)
+			byTarget, err := c.jobs.CountForwards(ctx, sd.Name, false)
 			if err != nil {
 				c.fail(w, r, err)
 				return
@@ -495,7 +496,7 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Body = showBody(e.Headers.Get("Content-Type"), e.Body)
 	}
-	fwds, err := c.q.EventForwards(r.Context(), sender, rec.EventID)
+	fwds, err := c.jobs.EventForwards(r.Context(), sender, rec.EventID)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -517,7 +518,7 @@ func mapsKeys(h http.Header) func(func(string) bool) {
 }
 
 // showForward shows f with its target's URL redacted, as the JSON API does.
-func showForward(sd *config.Sender, f store.Forward) forwardView {
+func showForward(sd *config.Sender, f queue.Forward) forwardView {
 	sh := forward.Show(sd, f)
 	return forwardView{Target: sh.Target, URL: sh.URL, State: string(sh.State), JobID: sh.JobID, Attempts: sh.Attempts, MaxAttempts: sh.MaxAttempts,
 		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError}
@@ -665,7 +666,7 @@ const maxFailedShown = 200
 // failedForward is a failed forward of the target page: FailedAt is when
 // it was given up.
 type failedForward struct {
-	store.TargetForward
+	queue.TargetForward
 	FailedAt time.Time
 }
 
@@ -701,7 +702,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	}
 	// The API's failed forwards (GET …/forwards?state=failed): a forward
 	// redelivered since is no longer failed.
-	pg, err := c.q.ListTargetForwards(r.Context(), store.Filter{Sender: sender, Target: target, State: store.StateFailed}, maxFailedShown, nil)
+	pg, err := c.jobs.ListTargetForwards(r.Context(), queue.Filter{Sender: sender, Target: target, State: queue.StateFailed}, maxFailedShown, nil)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -724,8 +725,8 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := ""
 	if n, err := strconv.ParseInt(r.URL.Query().Get("matched"), 10, 64); err == nil && n >= 0 {
-		switch st := store.State(r.URL.Query().Get("state")); st {
-		case store.StateRunning, store.StateRetrying:
+		switch st := queue.State(r.URL.Query().Get("state")); st {
+		case queue.StateRunning, queue.StateRetrying:
 			msg = fmt.Sprintf("%d %s forwards get a new attempt: a new forward is queued after each current one, and is sent once that one has ended (delivered or failed).", n, st)
 		default:
 			msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
@@ -761,16 +762,16 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, errors.New("console: no redelivery (console.Config.Redeliverer)"))
 		return
 	}
-	state := store.StateFailed
-	switch st := store.State(r.PostFormValue("state")); st {
-	case "", store.StateFailed:
-	case store.StateRunning, store.StateRetrying:
+	state := queue.StateFailed
+	switch st := queue.State(r.PostFormValue("state")); st {
+	case "", queue.StateFailed:
+	case queue.StateRunning, queue.StateRetrying:
 		state = st
 	default:
 		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Redeliver", Message: "State: failed, running or retrying."})
 		return
 	}
-	res, err := c.opts.Redeliverer.BulkRedeliver(r.Context(), forward.BulkRequest{Sender: sd, Target: target, State: state, Since: since})
+	res, err := c.opts.Redeliverer.BulkRedeliver(r.Context(), queue.BulkRequest{Sender: sd, Target: target, State: state, Since: since})
 	if err != nil {
 		c.fail(w, r, err)
 		return

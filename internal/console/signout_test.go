@@ -14,10 +14,9 @@ import (
 
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/sender"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // replica returns a second server on e's database with a console of its
@@ -34,7 +33,7 @@ func (e *env) replica() *env {
 		e.t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.pool, forward.NewRedeliverer(e.pool, e.rc), cons
+	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.pool, e.rc, cons
 	h, err := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
 	if err != nil {
 		e.t.Fatal(err)
@@ -49,7 +48,7 @@ func (e *env) replica() *env {
 // forwardJobs counts the River jobs of the orders delivery id.
 func (e *env) forwardJobs(id string) int {
 	e.t.Helper()
-	jobs, err := storetest.New(e.pool).ForwardJobs(e.t.Context())
+	jobs, err := queuetest.New(e.pool).ForwardJobs(e.t.Context())
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -7,12 +7,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/queue"
 )
 
 // backlogCollector reports the outbox backlog, counted when scraped.
 type backlogCollector struct {
-	q    *store.Queries
+	q    *queue.Jobs
 	desc *prometheus.Desc
 	up   *prometheus.Desc
 
@@ -27,7 +27,7 @@ type backlogCollector struct {
 // counted them, 0 when it could not (a database outage). A scrape that
 // cannot count reports the last counts taken (none before the first), so
 // that the backlog does not vanish from the series during an outage.
-func NewBacklogCollector(q *store.Queries) prometheus.Collector {
+func NewBacklogCollector(q *queue.Jobs) prometheus.Collector {
 	return &backlogCollector{q: q,
 		desc: prometheus.NewDesc(
 			"hookgate_forward_backlog",
@@ -63,7 +63,7 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	if last == nil {
 		return
 	}
-	for _, state := range store.BacklogStates() {
+	for _, state := range queue.BacklogStates() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(last[state]), state)
 	}
 }

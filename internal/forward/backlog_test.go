@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -29,7 +30,7 @@ func TestBacklogCollectorDuringOutage(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(forward.NewBacklogCollector(store.New(pool)))
+	reg.MustRegister(forward.NewBacklogCollector(queue.NewJobs(pool)))
 	want := func(when, up string) {
 		t.Helper()
 		expected := `# HELP hookgate_forward_backlog_up 1 when the last scrape counted the forward backlog in the database, 0 when it could not (hookgate_forward_backlog then repeats the last counts taken).

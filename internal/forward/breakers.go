@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -19,5 +20,5 @@ const (
 // wakeWaiting makes the waiting forwards of sender's target available now:
 // its breaker closed, so they need not wait for their snooze to end.
 func wakeWaiting(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
-	return store.New(db).WakeWaitingForwards(ctx, Queue, sender, target)
+	return queue.NewJobs(db).WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
 }

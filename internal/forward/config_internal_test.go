@@ -4,14 +4,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/riverqueue/river"
 )
 
-// TestConfigsValidate: the defaults of the worker, the breakers, the
-// River client and the fast path are valid, and every nonsense value (a zero or negative
-// duration or count, a backoff whose max is below its base, a rescue
-// horizon not above a forward's timeout) is refused by validate and by the
+// TestConfigsValidate: the defaults of the worker, the breakers and
+// the fast path are valid, and every nonsense value (a zero or negative
+// duration or count, a backoff whose max is below its base) is refused by validate and by the
 // constructor, with an error naming the field.
 func TestConfigsValidate(t *testing.T) {
 	t.Parallel()
@@ -30,12 +27,6 @@ func TestConfigsValidate(t *testing.T) {
 	}
 	if err := DefaultBreakerConfig().validate(); err != nil {
 		t.Errorf("DefaultBreakerConfig: %v", err)
-	}
-	if err := DefaultClientConfig(cfg).validate(); err != nil {
-		t.Errorf("DefaultClientConfig: %v", err)
-	}
-	if _, err := newHorizons(cfg, DefaultClientConfig(cfg).RescueAfter, 0); err != nil {
-		t.Errorf("DefaultClientConfig's rescue horizon: %v", err)
 	}
 	wantErr := func(name string, err error, field string) {
 		t.Helper()
@@ -87,28 +78,6 @@ func TestConfigsValidate(t *testing.T) {
 	}
 	_, err := NewGate(nil, 0, nil, nil, DefaultBreakerConfig())
 	wantErr("NewGate of capacity 0", err, "capacity 0")
-	for _, tc := range []struct {
-		name  string
-		apply func(*ClientConfig)
-		field string
-	}{
-		{"zero workers", func(c *ClientConfig) { c.MaxWorkers = 0 }, "MaxWorkers 0"},
-		{"zero rescue horizon", func(c *ClientConfig) { c.RescueAfter = 0 }, "RescueAfter 0s"},
-		{"negative poll", func(c *ClientConfig) { c.FetchPollInterval = -time.Millisecond }, "FetchPollInterval -1ms"},
-		{"zero retention", func(c *ClientConfig) { c.Retention = 0 }, "Retention 0s"},
-		{"maintenance without a queue", func(c *ClientConfig) {
-			c.Maintenance = Maintenance{Timeout: time.Minute, Register: func(*river.Workers, time.Duration) error { return nil }}
-		}, "Maintenance"},
-	} {
-		cc := DefaultClientConfig(cfg)
-		tc.apply(&cc)
-		wantErr(tc.name, cc.validate(), tc.field)
-		_, err := NewClient(nil, cfg, nil, cc, nil)
-		wantErr("NewClient with "+tc.name, err, tc.field)
-	}
-	_, err = newHorizons(cfg, 15*time.Second, 0)
-	wantErr("a rescue horizon not above a forward's timeout (15s)", err, "RescueAfter")
-
 	// The fast path: zero means zero (but for FixedLease, whose zero is
 	// "each target's timeout + LeaseMargin"); the defaults are
 	// DefaultDispatcherConfig's.

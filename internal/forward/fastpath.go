@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/queue"
 )
 
 // The fast path (issue 18): most forwards succeed at their first attempt,
@@ -165,7 +165,7 @@ type Dispatcher struct {
 	log         *slog.Logger
 	fixedLease  time.Duration // 0: each target's timeout + leaseMargin
 	leaseMargin time.Duration
-	records     chan store.FirstAttempt
+	records     chan queue.FirstAttempt
 	// bytes are the body bytes of the queued and running forwards, at most
 	// maxBytes (DispatcherConfig.MaxBytes).
 	bytes    atomic.Int64
@@ -291,7 +291,7 @@ func newDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, log *slog.L
 	d := &Dispatcher{
 		w: w, db: db, log: log, fixedLease: dc.FixedLease, leaseMargin: dc.LeaseMargin,
 		maxBytes: dc.MaxBytes, handedOver: dc.HandedOver,
-		records: make(chan store.FirstAttempt, dc.Queue+dc.Workers),
+		records: make(chan queue.FirstAttempt, dc.Queue+dc.Workers),
 		ctx:     ctx, cancel: cancel,
 		fair:   newFair(dc.Workers),
 		slots:  make(chan struct{}, dc.Workers),
@@ -442,7 +442,7 @@ func (d *Dispatcher) wake() {
 func (d *Dispatcher) handOver(f *Fast, target string) {
 	d.count.WithLabelValues("handed_over").Inc()
 	select {
-	case d.records <- store.FirstAttempt{Sender: f.Sender.Name, EventID: f.EventID, Target: target, Release: true}:
+	case d.records <- queue.FirstAttempt{Sender: f.Sender.Name, EventID: f.EventID, Target: target, Release: true}:
 	default:
 	}
 }
@@ -604,31 +604,31 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	// The attempt must end, and its outcome be recorded, before the lease
 	// does: after it, the relay may move the row into River.
 	left, _ := d.left(j, time.Now())
-	a := Args{Sender: f.Sender.Name, EventID: f.EventID, Target: t.Name, DeliveryID: f.DeliveryID}
+	a := queue.Args{Sender: f.Sender.Name, EventID: f.EventID, Target: t.Name, DeliveryID: f.DeliveryID}
 	attemptedAt := time.Now().UTC()
 	p := d.w.post(d.ctx, t, a, f.Headers, f.Body, max(left, time.Millisecond))
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
-	o := store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
+	o := queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
 	if p.status != 0 {
 		o.Output = p.output()
 	}
 	now := time.Now().UTC()
 	switch {
 	case p.res == ResultDelivered:
-		o.State, o.FinalizedAt, o.ScheduledAt = store.StateDelivered, &p.at, attemptedAt
+		o.State, o.FinalizedAt, o.ScheduledAt = queue.StateDelivered, &p.at, attemptedAt
 		d.delivered.Inc()
 	case p.res == ResultNone && !p.final:
 		// No verdict (the process is stopping): nothing to record.
 		d.count.WithLabelValues("handed_over").Inc()
-		o = store.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, Release: true}
+		o = queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, Release: true}
 	default:
 		o.Error, o.ScheduledAt = p.err.Error(), now
 		switch {
 		case p.final:
-			o.State, o.FailedAtOnce, o.FinalizedAt = store.StateFailed, true, &now
+			o.State, o.FailedAtOnce, o.FinalizedAt = queue.StateFailed, true, &now
 			d.count.WithLabelValues("failed").Inc()
 		case o.MaxAttempts <= 1:
-			o.State, o.FinalizedAt = store.StateFailed, &now
+			o.State, o.FinalizedAt = queue.StateFailed, &now
 			d.count.WithLabelValues("failed").Inc()
 		default:
 			// As River would schedule the retry (Worker.NextRetry), or when
@@ -637,7 +637,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 			if snooze > 0 {
 				wait = snooze
 			}
-			o.State, o.ScheduledAt = retryState(wait), now.Add(wait)
+			o.State, o.ScheduledAt = queue.StateRetrying, now.Add(wait)
 			d.count.WithLabelValues("retry").Inc()
 		}
 	}
@@ -656,7 +656,7 @@ func (d *Dispatcher) record() {
 		if !ok {
 			return
 		}
-		batch := []store.FirstAttempt{o}
+		batch := []queue.FirstAttempt{o}
 		linger.Reset(recordLinger)
 	fill:
 		for len(batch) < recordBatch {
@@ -682,12 +682,12 @@ func (d *Dispatcher) record() {
 // its lease ends). Rows it cannot record stay leased, and the relay takes
 // them when their lease ends; recording one the relay took already does
 // nothing.
-func (d *Dispatcher) flush(batch []store.FirstAttempt) {
+func (d *Dispatcher) flush(batch []queue.FirstAttempt) {
 	var err error
 	deadline := time.Now().Add(recordPersist)
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = store.New(d.db).RecordFirstAttempts(ctx, Queue, batch)
+		err = queue.NewJobs(d.db).RecordFirstAttempts(ctx, queue.ForwardQueue, batch)
 		cancel()
 		if err == nil {
 			for _, o := range batch {

@@ -9,8 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -33,7 +32,7 @@ func TestFastPathDeliversAndRecords(t *testing.T) {
 		if j.State != "completed" || j.Attempt != 1 || !ids[j.EventID] || j.Target != "orders" {
 			t.Errorf("job %+v: want completed at attempt 1, target orders, one of the delivered events", j)
 		}
-		var out store.Output
+		var out queue.Output
 		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status != http.StatusOK || out.DeliveredAt.IsZero() {
 			t.Errorf("job %d output %q: want status 200 and delivered_at", j.ID, j.Output)
 		}
@@ -44,11 +43,11 @@ func TestFastPathDeliversAndRecords(t *testing.T) {
 	if ob := e.outbox(); len(ob) != 0 {
 		t.Errorf("outbox after the fast path: %v, want empty", ob)
 	}
-	st, err := store.New(e.pool).EventForwards(context.Background(), "acme", uuid.MustParse(js[0].EventID))
+	st, err := queue.NewJobs(e.pool).EventForwards(context.Background(), "acme", uuid.MustParse(js[0].EventID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 1 || st[0].State != store.StateDelivered || st[0].LastStatus != http.StatusOK || st[0].DeliveredAt.IsZero() || st[0].Attempts != 1 {
+	if len(st) != 1 || st[0].State != queue.StateDelivered || st[0].LastStatus != http.StatusOK || st[0].DeliveredAt.IsZero() || st[0].Attempts != 1 {
 		t.Errorf("List: %+v, want one delivered forward, status 200, attempt 1, delivered_at set", st)
 	}
 	if got := e.counter("hookgate_forward_attempts_total", map[string]string{"outcome": "delivered"}); got != n {
@@ -88,11 +87,11 @@ func TestFastPathClientErrorFails(t *testing.T) {
 	if js[0].State != "cancelled" || js[0].Attempt != 1 || len(js[0].Errors) != 1 {
 		t.Errorf("job %+v: want cancelled at attempt 1 with one error", js[0])
 	}
-	st, err := store.New(e.pool).EventForwards(context.Background(), "acme", uuid.MustParse(d.eventID))
+	st, err := queue.NewJobs(e.pool).EventForwards(context.Background(), "acme", uuid.MustParse(d.eventID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st) != 1 || st[0].State != store.StateFailed || st[0].LastStatus != http.StatusUnprocessableEntity {
+	if len(st) != 1 || st[0].State != queue.StateFailed || st[0].LastStatus != http.StatusUnprocessableEntity {
 		t.Errorf("List: %+v, want one failed forward with last status 422", st)
 	}
 	if got := len(tg.Hits()); got != 1 {
@@ -170,9 +169,9 @@ func TestRedeliverWhileRunningQueuesAfter(t *testing.T) {
 
 	acme, _ := e.cfg.Sender("acme")
 	ev := uuid.MustParse(d.eventID)
-	redeliver := func() forward.Enqueued {
+	redeliver := func() queue.Enqueued {
 		t.Helper()
-		jobs, err := forward.Redeliver(t.Context(), store.New(e.pool), e.river, acme, ev, d.id)
+		jobs, err := e.river.Redeliver(t.Context(), acme, ev, d.id)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("Redeliver = %+v, %v; want one forward", jobs, err)
 		}
@@ -225,8 +224,7 @@ func TestBulkRedeliverFastPathDeliveries(t *testing.T) {
 		t.Fatalf("hookgate_forward_fast_path_total{result=delivered} = %v, want %d (the fast path delivered each)", got, n)
 	}
 	acme, _ := e.cfg.Sender("acme")
-	q := store.New(e.pool)
-	res, err := forward.BulkRedeliver(t.Context(), q, e.river, forward.BulkRequest{Sender: acme, Target: "orders", State: store.StateDelivered})
+	res, err := e.river.BulkRedeliver(t.Context(), queue.BulkRequest{Sender: acme, Target: "orders", State: queue.StateDelivered})
 	if err != nil || res.Matched != n || res.AfterCurrent {
 		t.Fatalf("BulkRedeliver(delivered) = %+v, %v; want %d matched, not after a current one", res, err, n)
 	}
@@ -244,7 +242,7 @@ func TestBulkRedeliverFastPathDeliveries(t *testing.T) {
 	if len(tg.Delivered()) != n {
 		t.Errorf("%d events reached the target, want %d", len(tg.Delivered()), n)
 	}
-	if again, err := forward.BulkRedeliver(t.Context(), q, e.river, forward.BulkRequest{Sender: acme, Target: "orders", State: store.StateDelivered}); err != nil || again.Matched != n {
+	if again, err := e.river.BulkRedeliver(t.Context(), queue.BulkRequest{Sender: acme, Target: "orders", State: queue.StateDelivered}); err != nil || again.Matched != n {
 		t.Errorf("second BulkRedeliver(delivered) = %+v, %v; want the %d redeliveries (now the newest, delivered)", again, err, n)
 	}
 }
@@ -273,10 +271,9 @@ func TestBulkRedeliverWhileFastPathRuns(t *testing.T) {
 	testkit.Poll(t, waitTimeout, "the fast path's POSTs to reach the target", func() bool { return len(tg.Hits()) == 2 }, nil)
 
 	acme, _ := e.cfg.Sender("acme")
-	q := store.New(e.pool)
-	bulk := func() forward.Bulk {
+	bulk := func() queue.Bulk {
 		t.Helper()
-		res, err := forward.BulkRedeliver(t.Context(), q, e.river, forward.BulkRequest{Sender: acme, Target: "orders", State: store.StateRunning})
+		res, err := e.river.BulkRedeliver(t.Context(), queue.BulkRequest{Sender: acme, Target: "orders", State: queue.StateRunning})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,14 +16,15 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -89,7 +90,7 @@ func TestForwardRetriesThenDeliversSigned(t *testing.T) {
 		if !ok || j.DeliveryID != d.id {
 			t.Errorf("job %d names event %s, delivery %s: not one of the accepted deliveries", j.ID, j.EventID, j.DeliveryID)
 		}
-		var out store.Output
+		var out queue.Output
 		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status < 200 || out.Status > 299 || out.DeliveredAt.IsZero() {
 			t.Errorf("job %d: recorded output %q, want the 2xx status and the delivery time", j.ID, j.Output)
 		}
@@ -252,7 +253,7 @@ func TestForwardClientErrorFailsAtOnce(t *testing.T) {
 		}
 		// The status is recorded as the attempt's output (river.RecordOutput),
 		// not only in the error's text.
-		var out store.Output
+		var out queue.Output
 		if err := json.Unmarshal([]byte(j.Output), &out); err != nil || out.Status != s || out.Attempt != 1 {
 			t.Errorf("target answered %d: recorded output %q, want its status at attempt 1", s, j.Output)
 		}
@@ -388,11 +389,11 @@ func TestForwardRecordsStatusAndRetryAfter(t *testing.T) {
 	e := newEnv(t, fmt.Sprintf("      - name: t7\n        url: %s\n        timeout: 1s\n        max_attempts: 5\n        breaker_threshold: 1000\n", tg.URL),
 		envOpts{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: time.Minute}})
 	d := e.deliver("ra-120", []byte(`{}`), "application/json")
-	var fwds []store.Forward
+	var fwds []queue.Forward
 	e.poll("the forward to be retrying after its first attempt", func() bool {
 		var err error
-		fwds, err = store.New(e.pool).EventForwards(t.Context(), "acme", uuid.MustParse(d.eventID))
-		return err == nil && len(fwds) == 1 && fwds[0].State == store.StateRetrying
+		fwds, err = queue.NewJobs(e.pool).EventForwards(t.Context(), "acme", uuid.MustParse(d.eventID))
+		return err == nil && len(fwds) == 1 && fwds[0].State == queue.StateRetrying
 	}, func() string { return fmt.Sprintf("forwards: %+v", fwds) })
 	f := fwds[0]
 	if f.Attempts != 1 || f.LastStatus != http.StatusServiceUnavailable || f.LastRetryAfter != 2*time.Minute {
@@ -736,14 +737,11 @@ func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
 	e := newEnv(t, fmt.Sprintf("      - name: t9\n        url: %s\n        timeout: 1s\n", tg.URL), envOpts{Work: true})
 	ctx := t.Context()
-	for _, a := range []forward.Args{
-		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone", Target: "t9"},
-		{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "elsewhere", Target: "removed"},
-		{Sender: "removed", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "nobody", Target: "t9"},
-	} {
-		if _, err := e.river.Insert(ctx, a, &river.InsertOpts{Queue: forward.Queue, MaxAttempts: 5}); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := queuetest.New(e.pool).InsertForwardJobs(ctx, queue.ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateAvailable},
+		queuetest.NewForwardJob{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone", Target: "t9", MaxAttempts: 5},
+		queuetest.NewForwardJob{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "elsewhere", Target: "removed", MaxAttempts: 5},
+		queuetest.NewForwardJob{Sender: "removed", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "nobody", Target: "t9", MaxAttempts: 5}); err != nil {
+		t.Fatal(err)
 	}
 	for _, j := range e.waitJobs(3) {
 		switch {
@@ -773,7 +771,7 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 		Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"a":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storetest.New(e.pool).InsertForwardJobs(ctx, forward.Queue, storetest.JobFixture{}, storetest.NewForwardJob{
+	if _, err := queuetest.New(e.pool).InsertForwardJobs(ctx, queue.ForwardQueue, queuetest.JobFixture{}, queuetest.NewForwardJob{
 		Sender: "acme", EventID: uuid.MustParse(d.eventID), DeliveryID: "legacy-1", URL: tg.URL + "?token=LEGACYTOKEN", MaxAttempts: 3,
 	}); err != nil {
 		t.Fatal(err)
@@ -791,11 +789,11 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 	if strings.Contains(e.metricsText(), "LEGACYTOKEN") {
 		t.Error("/metrics shows the legacy job's URL token")
 	}
-	list, err := store.New(e.pool).EventForwards(ctx, "acme", uuid.MustParse(d.eventID))
+	list, err := queue.NewJobs(e.pool).EventForwards(ctx, "acme", uuid.MustParse(d.eventID))
 	if err != nil {
 		t.Fatalf("List with a legacy job: %v", err)
 	}
-	if len(list) != 1 || list[0].Target != "" || list[0].LegacyURL == "" || list[0].State != store.StateDelivered {
+	if len(list) != 1 || list[0].Target != "" || list[0].LegacyURL == "" || list[0].State != queue.StateDelivered {
 		t.Fatalf("List = %+v, want the delivered legacy job with its URL", list)
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/riverqueue/river"
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -30,9 +29,10 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -59,7 +59,7 @@ type env struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
 	cfg     *config.Config
-	river   *river.Client[pgx.Tx]
+	river   *queue.River
 	reg     *prometheus.Registry
 	log     *slog.Logger
 	gateway *httptest.Server
@@ -86,7 +86,7 @@ func newEnv(t *testing.T, forwardYAML string, opts envOpts) *env {
 // value or the package's default, as each says.
 type envOpts struct {
 	Work bool
-	// MaxWorkers is the client's (forward.DefaultMaxWorkers when 0) and its
+	// MaxWorkers is the client's (queue.DefaultMaxWorkers when 0) and its
 	// gate's (10 in an env with a fast path).
 	MaxWorkers int
 	// Backoff is the worker's (testBackoff when zero).
@@ -149,7 +149,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		opts.BreakerWindow = forward.DefaultBreakerWindow
 	}
 	if opts.MaxWorkers == 0 {
-		opts.MaxWorkers = forward.DefaultMaxWorkers
+		opts.MaxWorkers = queue.DefaultMaxWorkers
 	}
 	log := testkit.Logger(t)
 	reg := prometheus.NewRegistry()
@@ -197,14 +197,15 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 			}
 		})
 	}
-	cc := forward.DefaultClientConfig(cfg)
+	cc := queue.DefaultClientConfig(cfg)
 	cc.MaxWorkers, cc.FetchPollInterval = opts.MaxWorkers, opts.FetchPollInterval
-	if !opts.Work {
-		worker = nil // the client inserts only
+	var fw queue.ForwardWorker // nil: the client inserts only
+	if opts.Work {
+		fw = worker
 	}
-	client, err := forward.NewClient(pool, cfg, worker, cc, log)
+	client, err := queue.New(pool, cfg, fw, cc, log)
 	if err != nil {
-		t.Fatalf("forward.NewClient: %v", err)
+		t.Fatalf("queue.New: %v", err)
 	}
 	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake}
 	if fo != nil {
@@ -288,7 +289,7 @@ func (e *env) outbox() []string {
 }
 
 // stopRiver stops c gracefully, or cancels its jobs if that takes long.
-func stopRiver(t *testing.T, c *river.Client[pgx.Tx]) {
+func stopRiver(t *testing.T, c *queue.River) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := c.Stop(ctx); err != nil {
@@ -352,7 +353,7 @@ func (e *env) tryDeliver(id string, body []byte, ct string) (delivery, error) {
 		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }
 
-// job is a forward job's row (storetest.ForwardJob).
+// job is a forward job's row (queuetest.ForwardJob).
 type job struct {
 	ID          int64
 	State       string
@@ -377,7 +378,7 @@ func (e *env) jobs() []job {
 
 // readJobs reads every forward job, ordered by ID.
 func readJobs(ctx context.Context, db store.DB) ([]job, error) {
-	fjs, err := storetest.New(db).ForwardJobs(ctx)
+	fjs, err := queuetest.New(db).ForwardJobs(ctx)
 	if err != nil {
 		return nil, err
 	}

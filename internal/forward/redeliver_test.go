@@ -9,8 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -38,9 +37,9 @@ func TestRedeliveryQueuedAfterTheFastPathStaysTheOne(t *testing.T) {
 
 			acme, _ := e.cfg.Sender("acme")
 			ev := uuid.MustParse(d.eventID)
-			redeliver := func() forward.Enqueued {
+			redeliver := func() queue.Enqueued {
 				t.Helper()
-				jobs, err := forward.Redeliver(t.Context(), store.New(e.pool), e.river, acme, ev, d.id)
+				jobs, err := e.river.Redeliver(t.Context(), acme, ev, d.id)
 				if err != nil || len(jobs) != 1 {
 					t.Fatalf("Redeliver = %+v, %v; want one forward", jobs, err)
 				}
@@ -84,7 +83,7 @@ func TestConcurrentRedeliveriesAroundTheFastPathsRecord(t *testing.T) {
 
 	acme, _ := e.cfg.Sender("acme")
 	ev := uuid.MustParse(d.eventID)
-	var answers [][]forward.Enqueued
+	var answers [][]queue.Enqueued
 	// burst runs k redeliveries at once, released together, and keeps
 	// their answers.
 	burst := func(k int) {
@@ -92,7 +91,7 @@ func TestConcurrentRedeliveriesAroundTheFastPathsRecord(t *testing.T) {
 		var (
 			wg    sync.WaitGroup
 			start = make(chan struct{})
-			got   = make([][]forward.Enqueued, k)
+			got   = make([][]queue.Enqueued, k)
 			errs  = make([]error, k)
 		)
 		for i := range k {
@@ -100,7 +99,7 @@ func TestConcurrentRedeliveriesAroundTheFastPathsRecord(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				got[i], errs[i] = forward.Redeliver(t.Context(), store.New(e.pool), e.river, acme, ev, d.id)
+				got[i], errs[i] = e.river.Redeliver(t.Context(), acme, ev, d.id)
 			}()
 		}
 		close(start)
@@ -119,7 +118,7 @@ func TestConcurrentRedeliveriesAroundTheFastPathsRecord(t *testing.T) {
 		func() string { return "outbox: " + strings.Join(e.outbox(), ", ") })
 	burst(15)
 
-	var queued []forward.Enqueued
+	var queued []queue.Enqueued
 	pending := map[int64]int{}
 	for _, a := range answers {
 		for _, f := range a {

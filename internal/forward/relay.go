@@ -9,13 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -55,7 +54,7 @@ const (
 // get each forward once per relay of its row.
 type Relay struct {
 	pool     *pgxpool.Pool
-	client   *river.Client[pgx.Tx]
+	queue    queue.Queue
 	cfg      *config.Config
 	log      *slog.Logger
 	batch    int
@@ -131,7 +130,7 @@ func (c RelayConfig) validate() error {
 
 // NewRelay returns a relay of pool's outbox into client's job table for the
 // senders of cfg, configured by rc; an error when rc is invalid.
-func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Config, rc RelayConfig, log *slog.Logger) (*Relay, error) {
+func NewRelay(pool *pgxpool.Pool, q queue.Queue, cfg *config.Config, rc RelayConfig, log *slog.Logger) (*Relay, error) {
 	if err := rc.validate(); err != nil {
 		return nil, err
 	}
@@ -148,7 +147,7 @@ func NewRelay(pool *pgxpool.Pool, client *river.Client[pgx.Tx], cfg *config.Conf
 			slow = are.ExistingCollector.(prometheus.Counter) // another relay of the process
 		}
 	}
-	return &Relay{pool: pool, client: client, cfg: cfg, log: log, batch: rc.Batch, interval: rc.Interval, idle: rc.IdleInterval, wake: rc.Wake,
+	return &Relay{pool: pool, queue: q, cfg: cfg, log: log, batch: rc.Batch, interval: rc.Interval, idle: rc.IdleInterval, wake: rc.Wake,
 		timeout: rc.StatementTimeout, slowAt: rc.SlowAfter, slow: slow}, nil
 }
 
@@ -243,17 +242,14 @@ func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 		if err != nil {
 			return err
 		}
-		params := make([]river.InsertManyParams, 0, len(taken))
+		forwards := make([]queue.NewForward, 0, len(taken))
 		for _, o := range taken {
-			params = append(params, r.params(o.Sender, o.Target, o.EventID, o.DeliveryID))
+			forwards = append(forwards, queue.NewForward{Sender: o.Sender, Target: o.Target, EventID: o.EventID, DeliveryID: o.DeliveryID})
 		}
-		if len(params) == 0 {
-			return nil
+		if _, err := r.queue.Enqueue(ctx, tx, forwards); err != nil {
+			return err
 		}
-		if _, err := r.client.InsertManyTx(ctx, tx, params); err != nil {
-			return fmt.Errorf("insert forward jobs: %w", err)
-		}
-		n = len(params)
+		n = len(forwards)
 		return nil
 	})
 	return n, err
@@ -295,10 +291,4 @@ func (r *Relay) Run(ctx context.Context) {
 			t.Stop()
 		}
 	}
-}
-
-// params returns the job of a forward; see jobParams.
-func (r *Relay) params(sender, target string, eventID uuid.UUID, deliveryID string) river.InsertManyParams {
-	s, _ := r.cfg.Sender(sender)
-	return jobParams(sender, s, target, eventID, deliveryID)
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -260,7 +260,7 @@ func TestRelayDyingMidTransactionLosesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
-			if err := storetest.New(lock).LockJobInserts(ctx); err != nil {
+			if err := queuetest.New(lock).LockJobInserts(ctx); err != nil {
 				t.Fatal(err)
 			}
 
@@ -278,7 +278,7 @@ func TestRelayDyingMidTransactionLosesNothing(t *testing.T) {
 			var pid int32
 			testkit.Poll(t, waitTimeout, "the relay's job insert to wait on the lock", func() bool {
 				err := e.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, storetest.JobTable).Scan(&pid)
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, queuetest.JobTable).Scan(&pid)
 				return err == nil
 			}, nil)
 			// The relay has deleted (and so holds) every row; others still see them.
@@ -367,7 +367,7 @@ func TestRelayInsertIsIdempotent(t *testing.T) {
 		t.Helper()
 		for _, j := range e.jobs() {
 			if j.Target == target && j.State != "completed" {
-				if err := storetest.New(e.pool).SetForwardJob(ctx, j.ID, storetest.JobFixture{State: rivertype.JobState(state), Attempt: 1}); err != nil {
+				if err := queuetest.New(e.pool).SetForwardJob(ctx, j.ID, queuetest.JobFixture{State: rivertype.JobState(state), Attempt: 1}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -65,10 +65,10 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 	}
 	m, log := NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil))
 	w := newTestWorker(t, cfg, pool, srv.Client(), Backoff{Base: time.Second, Max: time.Minute}, DefaultBreakerConfig(), m, log)
-	args := Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}
+	args := queue.Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}
 
 	// Not the last attempt: the value is held, and NextRetry uses and drops it.
-	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 3}, Args: args}
+	job := queue.Job{ID: 1, Attempt: 1, MaxAttempts: 3, Args: args}
 	if err := w.Work(ctx, job); err == nil {
 		t.Fatal("Work on a 429 returned nil, want an error (retry)")
 	}
@@ -82,7 +82,7 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 	}
 
 	// The last attempt: River discards the job and never calls NextRetry.
-	last := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 2, Attempt: 3, MaxAttempts: 3}, Args: args}
+	last := queue.Job{ID: 2, Attempt: 3, MaxAttempts: 3, Args: args}
 	if err := w.Work(ctx, last); err == nil {
 		t.Fatal("Work on a 429 returned nil, want an error")
 	}
@@ -127,13 +127,12 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	w.gate.g.now = func() time.Time { return time.Unix(0, clock.Load()) }
-	newJob := func(id int64) *river.Job[Args] {
+	newJob := func(id int64) queue.Job {
 		eventID := uuid.Must(uuid.NewV7())
 		if err := store.New(pool).InsertEvent(ctx, events.Event{ID: eventID, Sender: "acme", DeliveryID: fmt.Sprint("d", id), ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
-		return &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1, MaxAttempts: 5},
-			Args: Args{Sender: "acme", EventID: eventID, DeliveryID: fmt.Sprint("d", id), Target: "t1"}}
+		return queue.Job{ID: id, Attempt: 1, MaxAttempts: 5, Args: queue.Args{Sender: "acme", EventID: eventID, DeliveryID: fmt.Sprint("d", id), Target: "t1"}}
 	}
 
 	// 503s without Retry-After for half the window open the breaker.
@@ -315,8 +314,7 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 		clock := time.Now()
 		w.now = func() time.Time { return clock }
 		gate.g.now = func() time.Time { return clock }
-		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 5},
-			Args: Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}}
+		job := queue.Job{ID: 1, Attempt: 1, MaxAttempts: 5, Args: queue.Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}}
 		if err := w.Work(ctx, job); err == nil {
 			t.Fatalf("%s: Work returned nil, want an error (retry)", name)
 		}
@@ -337,25 +335,6 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 		}
 		if got := w.NextRetry(job).Sub(clock); got != 2*time.Second {
 			t.Errorf("%s: the retry is scheduled %v after the answer, want RetryAfterMax (2s)", name, got)
-		}
-	}
-}
-
-// TestRetryStateFollowsRiversScheduler: a retry due within River's
-// scheduler interval (5 s) is recorded pending (River's available: its
-// fetch takes it once its scheduled_at has come), as River's executor
-// leaves its own; one due later is retrying (retryable), for the scheduler.
-func TestRetryStateFollowsRiversScheduler(t *testing.T) {
-	t.Parallel()
-	for wait, want := range map[time.Duration]store.State{
-		0:                               store.StatePending,
-		100 * time.Millisecond:          store.StatePending,
-		5 * time.Second:                 store.StatePending,
-		5*time.Second + time.Nanosecond: store.StateRetrying,
-		DefaultRetryAfterMax:            store.StateRetrying,
-	} {
-		if got := retryState(wait); got != want {
-			t.Errorf("retryState(%v) = %s, want %s", wait, got, want)
 		}
 	}
 }

@@ -2,14 +2,14 @@ package forward
 
 import (
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/redact"
-	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Shown is a forward as an operator sees it (the JSON API and the console
 // alike): its target named, its URL and last error redacted.
 type Shown struct {
-	store.Forward
+	queue.Forward
 	// URL is the target's URL as configured now, redacted; for a job of a
 	// version that named targets by URL and whose target is gone, that URL
 	// redacted; "" when neither is known.
@@ -21,7 +21,7 @@ type Shown struct {
 // by URL gets the target's name; the URL and every URL in the last error are
 // redacted (package redact); a forward still in the outbox gets the
 // max_attempts its job will get from the relay.
-func Show(sender *config.Sender, f store.Forward) Shown {
+func Show(sender *config.Sender, f queue.Forward) Shown {
 	var t *config.Target
 	if sender != nil {
 		if f.Target == "" && f.LegacyURL != "" {

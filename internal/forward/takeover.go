@@ -14,9 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -29,7 +28,7 @@ import (
 // heartbeat (forward_processes) every HeartbeatEvery, under the River
 // client ID it works jobs as, and looks every HeartbeatEvery for running
 // jobs whose last attempt was made by a hookgate process not seen for
-// Stale: those it makes available again at once (store.TakeOverJobs), and
+// Stale: those it makes available again at once (queue.Jobs.TakeOverJobs), and
 // River's workers of any live process fetch them within their poll
 // interval. A process looks only once it has itself been connected
 // without a failed heartbeat for longer than Stale, so that right after a
@@ -116,6 +115,7 @@ func (c TakeoverConfig) validate() error {
 // of processes that are gone. Run runs it; Stop deletes the process's row.
 type Takeover struct {
 	q       *store.Queries
+	jobs    *queue.Jobs
 	cfg     TakeoverConfig
 	log     *slog.Logger
 	started time.Time
@@ -144,46 +144,38 @@ func NewTakeover(db *pgxpool.Pool, tc TakeoverConfig, reg prometheus.Registerer,
 		Help: "Jobs (forwards, bulk redeliveries, retention runs) left running by a hookgate process that is gone (no heartbeat for the stale time), or shown running in this process while none of its workers ran them (a fetch whose answer was cut off), which this process made available again.",
 	})
 	reg.MustRegister(taken)
-	return &Takeover{q: store.New(db), cfg: tc, log: log, started: time.Now(), taken: taken,
+	return &Takeover{q: store.New(db), jobs: queue.NewJobs(db), cfg: tc, log: log, started: time.Now(), taken: taken,
 		working: map[int64]struct{}{}, finishing: map[int64]struct{}{}}, nil
 }
 
-// Middleware returns the River worker middleware that tells the takeover
-// which jobs this process works (ClientConfig.Middleware): a job River
-// shows as running on behalf of this process that none of its workers
-// runs, past Stale after its attempt started, was lost between River's
-// fetch and its workers (the fetch's answer cut off by a database crash or
-// a broken connection), and is made available again (ReleaseOrphans)
-// instead of waiting for River's rescuer.
-func (t *Takeover) Middleware() rivertype.WorkerMiddleware { return &trackJobs{t: t} }
-
-// trackJobs is Takeover.Middleware.
-type trackJobs struct {
-	river.MiddlewareDefaults
-	t *Takeover
+// Started and Finished tell the takeover which jobs this process works
+// (queue.ClientConfig.Tracker): a job River shows as running on behalf of
+// this process that none of its workers runs, past Stale after its attempt
+// started, was lost between River's fetch and its workers (the fetch's
+// answer cut off by a database crash or a broken connection), and is made
+// available again (ReleaseOrphans) instead of waiting for River's rescuer.
+//
+// Started records job id as worked by this process while its worker runs.
+func (t *Takeover) Started(id int64) {
+	t.mu.Lock()
+	t.working[id] = struct{}{}
+	t.mu.Unlock()
 }
 
-// Work records job as worked by this process while its worker runs, and
-// as finishing afterwards.
-func (m *trackJobs) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	t := m.t
+// Finished records job id as finishing: its worker is done, and River may
+// still be writing its outcome.
+func (t *Takeover) Finished(id int64) {
 	t.mu.Lock()
-	t.working[job.ID] = struct{}{}
+	delete(t.working, id)
+	t.finishing[id] = struct{}{}
 	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		delete(t.working, job.ID)
-		t.finishing[job.ID] = struct{}{}
-		t.mu.Unlock()
-	}()
-	return doInner(ctx)
 }
 
 // releaseOrphans makes available again the jobs River shows as running on
 // behalf of this process, whose attempt started more than Stale ago, that
 // none of its workers runs or has just finished (Middleware).
-func (t *Takeover) releaseOrphans(ctx context.Context) ([]store.TakenOver, error) {
-	running, err := t.q.RunningJobsOf(ctx, t.cfg.ID, t.cfg.Stale)
+func (t *Takeover) releaseOrphans(ctx context.Context) ([]queue.TakenOver, error) {
+	running, err := t.jobs.RunningJobsOf(ctx, t.cfg.ID, t.cfg.Stale)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +200,7 @@ func (t *Takeover) releaseOrphans(ctx context.Context) ([]store.TakenOver, error
 	if len(orphans) == 0 {
 		return nil, nil
 	}
-	released, err := t.q.ReleaseOrphans(ctx, t.cfg.ID, orphans)
+	released, err := t.jobs.ReleaseOrphans(ctx, t.cfg.ID, orphans)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +234,7 @@ func (t *Takeover) Heartbeat(ctx context.Context) error {
 // longer than Stale, takes over the running jobs of processes that are
 // gone, and those River shows running in this process that none of its
 // workers runs (Middleware); it returns them.
-func (t *Takeover) Once(ctx context.Context) ([]store.TakenOver, error) {
+func (t *Takeover) Once(ctx context.Context) ([]queue.TakenOver, error) {
 	if err := t.Heartbeat(ctx); err != nil {
 		return nil, err
 	}
@@ -254,7 +246,7 @@ func (t *Takeover) Once(ctx context.Context) ([]store.TakenOver, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(t.cfg.HeartbeatEvery, time.Second))
 	defer cancel()
-	taken, err := t.q.TakeOverJobs(ctx, ProcessIDPrefix, t.cfg.Stale, takeoverBatch)
+	taken, err := t.jobs.TakeOverJobs(ctx, ProcessIDPrefix, t.cfg.Stale, takeoverBatch)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"context"
 	"log/slog"
 	"slices"
 	"testing"
@@ -11,8 +10,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -40,8 +40,8 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	}
 	old := time.Now().Add(-time.Minute)
 	job := func(by string, at time.Time) int64 {
-		ids, err := storetest.New(pool).InsertForwardJobs(ctx, Queue, storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at, AttemptedBy: []string{by}},
-			storetest.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
+		ids, err := queuetest.New(pool).InsertForwardJobs(ctx, queue.ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at, AttemptedBy: []string{by}},
+			queuetest.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,21 +49,11 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	}
 	lost, working, finishing, fresh, others := job(me, old), job(me, old), job(me, old), job(me, time.Now().Add(time.Hour)), job(other, old)
 
-	mw := tk.Middleware()
-	release := make(chan struct{})
-	inWork := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- mw.Work(ctx, &rivertype.JobRow{ID: working}, func(context.Context) error {
-			close(inWork)
-			<-release
-			return nil
-		})
-	}()
-	<-inWork
-	if err := mw.Work(ctx, &rivertype.JobRow{ID: finishing}, func(context.Context) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	// The queue tells the takeover which jobs its workers run
+	// (queue.JobTracker): one is under way, one has just finished.
+	tk.Started(working)
+	tk.Started(finishing)
+	tk.Finished(finishing)
 
 	var released []int64
 	testkit.Poll(t, 10*time.Second, "the lost job to be released", func() bool {
@@ -83,7 +73,7 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 		t.Errorf("released %v, want only the lost job %d (working %d, finishing %d, fresh %d, another process's %d)",
 			released, lost, working, finishing, fresh, others)
 	}
-	jobs, err := storetest.New(pool).ForwardJobs(ctx)
+	jobs, err := queuetest.New(pool).ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +88,7 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	}
 
 	// The finishing job's outcome is written: forgotten at the next look.
-	if err := storetest.New(pool).SetForwardJob(ctx, finishing, storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
+	if err := queuetest.New(pool).SetForwardJob(ctx, finishing, queuetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tk.Once(ctx); err != nil {
@@ -110,8 +100,5 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	if kept {
 		t.Error("a finished job whose outcome the database shows is still remembered as finishing")
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	tk.Finished(working)
 }

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/signature"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -94,35 +94,12 @@ func (b Backoff) delay(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// riverSchedulerInterval is how often River's job scheduler, which runs in
-// the elected leader only, makes the jobs whose time has come (retryable,
-// scheduled) available: River's internal
-// maintenance.JobSchedulerIntervalDefault, which a Client does not let us
-// set. River's fetch takes available jobs alone (once their scheduled_at
-// has come), so a retryable job due sooner than this waits for the
-// scheduler's next run: up to 5 s late.
-const riverSchedulerInterval = 5 * time.Second
-
-// retryState is the state of a forward whose next attempt is due in wait,
-// as River's executor decides it for its own retries and snoozes: pending
-// (River's available, with the retry's time as scheduled_at) when wait is
-// within riverSchedulerInterval, so that a fetch takes it once it is due,
-// and retrying (retryable) otherwise, for the scheduler to make available.
-// The fast path records its failed first attempts with it.
-func retryState(wait time.Duration) store.State {
-	if wait <= riverSchedulerInterval {
-		return store.StatePending
-	}
-	return store.StateRetrying
-}
-
 // maxResponseBytes is how much of a target's response body is read (and
 // discarded) so the connection can be reused.
 const maxResponseBytes = 64 << 10
 
-// Worker delivers forward jobs.
+// Worker delivers forward jobs (the queue's ForwardWorker).
 type Worker struct {
-	river.WorkerDefaults[Args]
 	cfg     *config.Config
 	db      *pgxpool.Pool
 	client  *http.Client
@@ -163,19 +140,9 @@ func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, gate *
 	return w, nil
 }
 
-// probedKey marks, in a job's metadata, a forward that was sent as a probe
-// of an open breaker and snoozed after it failed: it counts as attempted
-// although River did not count the attempt.
-const probedKey = "hookgate_probed"
-
-// tried reports whether job was sent to its target before.
-func tried(job *river.Job[Args]) bool {
-	return job.Attempt > 1 || bytes.Contains(job.Metadata, []byte(`"`+probedKey+`"`))
-}
-
 // Timeout is the target's timeout plus a margin to read the event: River
 // cancels the job's context after it.
-func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
+func (w *Worker) Timeout(job queue.Job) time.Duration {
 	if t, ok := w.target(job.Args); ok {
 		return time.Duration(t.Timeout) + 5*time.Second
 	}
@@ -183,7 +150,7 @@ func (w *Worker) Timeout(job *river.Job[Args]) time.Duration {
 }
 
 // NextRetry schedules the retry of a failed attempt (retryWait).
-func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
+func (w *Worker) NextRetry(job queue.Job) time.Time {
 	var retryAfter time.Duration
 	if v, ok := w.retryAfter.LoadAndDelete(job.ID); ok {
 		retryAfter = v.(time.Duration)
@@ -201,7 +168,7 @@ func (w *Worker) retryWait(attempt int, retryAfter time.Duration) time.Duration 
 	return max(w.backoff.delay(attempt), min(retryAfter, w.retryAfterMax))
 }
 
-func (w *Worker) target(a Args) (*config.Target, bool) {
+func (w *Worker) target(a queue.Args) (*config.Target, bool) {
 	s, ok := w.cfg.Sender(a.Sender)
 	if !ok {
 		return nil, false
@@ -217,7 +184,7 @@ func (w *Worker) target(a Args) (*config.Target, bool) {
 // longer stored cancel it (failed, no retries). A target this process does
 // not know is retried too: during a rolling deploy another worker may know
 // it; after max_attempts the forward has failed.
-func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 	a := job.Args
 	t, ok := w.target(a)
 	if !ok {
@@ -228,33 +195,33 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if a.After != 0 {
 		// A redelivery queued after the forward under way: it waits for
 		// that forward (and any earlier one) to finish.
-		wait, err := store.New(w.db).EarlierForwardUnfinished(ctx, a.Sender, a.Target, a.EventID, job.ID)
+		wait, err := queue.NewJobs(w.db).EarlierForwardUnfinished(ctx, a.Sender, a.Target, a.EventID, job.ID)
 		if err != nil {
 			return err
 		}
 		if wait {
 			w.metrics.waits.WithLabelValues(a.Sender, a.Target, "after").Inc()
-			return river.JobSnooze(jitter(busySnooze))
+			return queue.Snooze(jitter(busySnooze))
 		}
 	}
-	tk, ok, wait, why := w.gate.Acquire(a.Sender, t, tried(job))
+	tk, ok, wait, why := w.gate.Acquire(a.Sender, t, job.Tried())
 	if !ok {
 		// The target is paused, its breaker is open, or it has its share of
 		// this process's workers: wait without using an attempt (and give
 		// the River worker back at once).
 		w.metrics.waits.WithLabelValues(a.Sender, a.Target, why).Inc()
-		return river.JobSnooze(wait)
+		return queue.Snooze(wait)
 	}
 	res, retryFor, err := w.attempt(ctx, job, t, a)
 	if wait := tk.Done(ctx, res, retryFor, errText(err)); wait > 0 {
 		// A failed probe: the breaker stays open, and this forward waits
 		// with the others instead of spending its attempts on the outage.
 		// No NextRetry follows a snooze: the Retry-After is not kept.
-		if err := river.MetadataSet(ctx, probedKey, true); err != nil {
+		if err := queue.MarkProbed(ctx); err != nil {
 			w.log.Warn("mark a failed probe as attempted", "job_id", job.ID, "err", err)
 		}
 		w.metrics.waits.WithLabelValues(a.Sender, a.Target, "breaker").Inc()
-		return river.JobSnooze(wait)
+		return queue.Snooze(wait)
 	}
 	var es *errStatus
 	if errors.As(err, &es) && es.retryAfter > 0 && job.Attempt < job.MaxAttempts {
@@ -276,11 +243,11 @@ func errText(err error) string {
 // attempt reads the event and POSTs it to t once, records the outcome as
 // the job's output, and classifies it for the target's guard; retryFor is a
 // Retry-After the target asked for with a 429 or 503.
-func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Target, a Args) (Result, time.Duration, error) {
+func (w *Worker) attempt(ctx context.Context, job queue.Job, t *config.Target, a queue.Args) (Result, time.Duration, error) {
 	headers, body, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
 	if errors.Is(err, store.ErrNotFound) {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return ResultNone, 0, river.JobCancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+		return ResultNone, 0, queue.Cancel(fmt.Errorf("event %s is no longer stored", a.EventID))
 	}
 	if err != nil {
 		return ResultNone, 0, fmt.Errorf("read event: %w", err)
@@ -290,7 +257,7 @@ func (w *Worker) attempt(ctx context.Context, job *river.Job[Args], t *config.Ta
 		w.record(ctx, job, p.output())
 	}
 	if p.final {
-		return p.res, 0, river.JobCancel(p.err)
+		return p.res, 0, queue.Cancel(p.err)
 	}
 	return p.res, p.pause, p.err
 }
@@ -312,8 +279,8 @@ type posted struct {
 
 // output is what the attempt records on its job (its Attempt is set by
 // the caller).
-func (p posted) output() store.Output {
-	return store.Output{Status: p.status, DeliveredAt: p.at, RetryAfter: p.retryAfter.Seconds()}
+func (p posted) output() queue.Output {
+	return queue.Output{Status: p.status, DeliveredAt: p.at, RetryAfter: p.retryAfter.Seconds()}
 }
 
 // post POSTs the event (its stored headers and body) to t once, within t's
@@ -323,7 +290,7 @@ func (p posted) output() store.Output {
 // (the fast path's lease): an attempt cut short by it, like one cut short
 // by ctx, has no verdict (ResultNone), as if the process were stopping.
 // One context and one timer bound the attempt either way.
-func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map[string][]string, body []byte, limit time.Duration) posted {
+func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, headers map[string][]string, body []byte, limit time.Duration) posted {
 	timeout, limited := time.Duration(t.Timeout), false
 	if limit > 0 && limit < timeout {
 		timeout, limited = limit, true
@@ -385,9 +352,9 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a Args, headers map
 // record records the outcome of the job's attempt as its output (the
 // target's status and Retry-After: operators read them there, not from the
 // error's text). A failure to record is logged: the forward works without.
-func (w *Worker) record(ctx context.Context, job *river.Job[Args], out store.Output) {
+func (w *Worker) record(ctx context.Context, job queue.Job, out queue.Output) {
 	out.Attempt = job.Attempt
-	if err := river.RecordOutput(ctx, out); err != nil {
+	if err := queue.RecordOutput(ctx, out); err != nil {
 		w.log.Warn("record forward output", "job_id", job.ID, "err", err)
 	}
 }
@@ -396,7 +363,7 @@ func (w *Worker) record(ctx context.Context, job *river.Job[Args], out store.Out
 // the target's extra headers, and the identifying and signing headers. The
 // target's URL is parsed once (Worker.targetURL), and the header map is
 // filled with canonical keys and one backing array for its values.
-func (w *Worker) request(ctx context.Context, t *config.Target, a Args, stored map[string][]string, body []byte) (*http.Request, error) {
+func (w *Worker) request(ctx context.Context, t *config.Target, a queue.Args, stored map[string][]string, body []byte) (*http.Request, error) {
 	u, err := w.targetURL(t.URL)
 	if err != nil {
 		return nil, fmt.Errorf("build request for target %q: the URL does not parse", a.Target)

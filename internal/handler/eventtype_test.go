@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -109,7 +110,7 @@ senders:
 		if err != nil || ev.Sender != sender {
 			t.Errorf("event %s matching no target: %+v, %v; want it stored, of %s", id, ev, err, sender)
 		}
-		fw, err := q.EventForwards(t.Context(), sender, uuid.MustParse(id))
+		fw, err := queue.NewJobs(q.DB()).EventForwards(t.Context(), sender, uuid.MustParse(id))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/redact"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -376,7 +377,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	fwds, err := s.q.EventForwards(r.Context(), sender, rec.EventID)
+	fwds, err := s.jobs.EventForwards(r.Context(), sender, rec.EventID)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -404,7 +405,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 
 // forwardState shows f, a forward of an event of sender (nil when sender is
 // no longer configured).
-func forwardState(sender *config.Sender, f store.Forward) api.ForwardState {
+func forwardState(sender *config.Sender, f queue.Forward) api.ForwardState {
 	sh := forward.Show(sender, f)
 	fs := api.ForwardState{
 		Target:      sh.Target,
@@ -499,7 +500,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 	}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
-		f := api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, store.Forward{Target: j.Target, JobID: j.JobID}).URL,
+		f := api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, queue.Forward{Target: j.Target, JobID: j.JobID}).URL,
 			AlreadyPending: j.AlreadyPending, AfterCurrent: j.AfterCurrent}
 		if j.CurrentJobID != 0 {
 			f.CurrentJobId = &j.CurrentJobID

@@ -26,10 +26,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/api"
@@ -40,10 +38,11 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -80,7 +79,7 @@ type opServer struct {
 	pool   *pgxpool.Pool
 	router http.Handler
 	cfg    *config.Config
-	river  *river.Client[pgx.Tx]
+	river  *queue.River
 	log    *slog.Logger
 }
 
@@ -104,7 +103,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if o.backoff == (forward.Backoff{}) {
 		o.backoff = forward.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond}
 	}
-	cc := forward.DefaultClientConfig(cfg)
+	cc := queue.DefaultClientConfig(cfg)
 	cc.MaxWorkers, cc.FetchPollInterval = 4, 100*time.Millisecond
 	var worker *forward.Worker // nil: the client inserts only
 	if o.work {
@@ -118,7 +117,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 			t.Fatal(err)
 		}
 	}
-	client, err := forward.NewClient(pool, cfg, worker, cc, log)
+	client, err := queue.New(pool, cfg, worker, cc, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +147,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		t.Cleanup(func() { stopRelay(); <-done })
 	}
 	hc := handler.DefaultConfig()
-	hc.Redeliverer, hc.AuthLimiter, hc.Tokens = forward.NewRedeliverer(pool, client), o.limiter, sigtoken.New(pool)
+	hc.Redeliverer, hc.AuthLimiter, hc.Tokens = client, o.limiter, sigtoken.New(pool)
 	if !o.noToken {
 		hc.AdminToken = testToken
 	}
@@ -1016,7 +1015,7 @@ senders:
 	maxAttempts := map[string]int{"orders": 4, "ledger": config.DefaultForwardMaxAttempts}
 	jobsOf := func(eventID string) map[string]int64 {
 		t.Helper()
-		jobs, err := storetest.New(s.pool).ForwardJobs(t.Context())
+		jobs, err := queuetest.New(s.pool).ForwardJobs(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1123,7 +1122,7 @@ senders:
 		t.Fatalf("relay moved %d forwards, want 2", n)
 	}
 	q := store.New(s.pool)
-	jobs, err := storetest.New(s.pool).ForwardJobs(t.Context())
+	jobs, err := queuetest.New(s.pool).ForwardJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1134,7 +1133,7 @@ senders:
 		}
 	}
 	for target, state := range map[string]rivertype.JobState{"orders": rivertype.JobStateRunning, "ledger": rivertype.JobStateRetryable} {
-		if err := storetest.New(s.pool).SetForwardJob(t.Context(), current[target], storetest.JobFixture{State: state, Attempt: 1}); err != nil {
+		if err := queuetest.New(s.pool).SetForwardJob(t.Context(), current[target], queuetest.JobFixture{State: state, Attempt: 1}); err != nil {
 			t.Fatalf("forward to %s: %v", target, err)
 		}
 	}
@@ -1150,7 +1149,7 @@ senders:
 		}
 		queued[f.Target] = f.JobID
 	}
-	now, err := q.CurrentForwards(t.Context(), "fwd", uuid.MustParse(ev), []string{"orders", "ledger"})
+	now, err := queue.NewJobs(q.DB()).CurrentForwards(t.Context(), "fwd", uuid.MustParse(ev), []string{"orders", "ledger"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1175,7 +1174,7 @@ func TestOperatorRedeliverWithoutTargetsIs409(t *testing.T) {
 	if !strings.Contains(p.Detail, `"hdr"`) {
 		t.Errorf("detail %q does not name the sender", p.Detail)
 	}
-	if jobs, err := storetest.New(s.pool).CountJobs(t.Context(), ""); err != nil || jobs != 0 {
+	if jobs, err := queuetest.New(s.pool).CountJobs(t.Context(), ""); err != nil || jobs != 0 {
 		t.Errorf("%d jobs (%v), want none", jobs, err)
 	}
 	if d := s.delivery("hdr", "d1"); d.Forwards == nil || len(d.Forwards) != 0 {

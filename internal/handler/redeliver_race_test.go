@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -73,7 +73,7 @@ senders:
 	}
 
 	// The event's jobs: per target the one under way and one new one.
-	jobs, err := storetest.New(s.pool).ForwardJobs(t.Context())
+	jobs, err := queuetest.New(s.pool).ForwardJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

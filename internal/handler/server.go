@@ -25,6 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
@@ -72,11 +73,11 @@ type Config struct {
 	MetricsElsewhere bool
 
 	// DB is the database the operator API reads deliveries, events and
-	// forwards from (through package store's queries); nil: the operator
+	// forwards from (through the queries of packages store and queue); nil: the operator
 	// endpoints that read them answer 503.
 	DB store.DB
 	// Redeliverer redelivers an event's forwards and a target's forwards
-	// in a state (forward.Redeliverer, on River's client, which need not
+	// in a state (queue.River, on River's client, which need not
 	// work jobs); nil: redeliver answers 503.
 	Redeliverer Redeliverer
 	// AuthLimiter counts the operator API's wrong tokens per client; share
@@ -175,6 +176,7 @@ type Server struct {
 	adminDigest *[32]byte
 	authLimit   *authlimit.Limiter
 	q           *store.Queries
+	jobs        *queue.Jobs
 	redeliver   Redeliverer
 
 	// console is the browser console served under /console; nil for none.
@@ -215,12 +217,12 @@ type FastPath interface {
 	Dispatch(f *forward.Fast)
 }
 
-// Redeliverer is the forward queue's redelivery (forward.Redeliverer):
+// Redeliverer is the forward queue's redelivery (queue.River):
 // Redeliver enqueues an event's forwards again, BulkRedeliver the
 // forwards of a target in a state.
 type Redeliverer interface {
-	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]forward.Enqueued, error)
-	BulkRedeliver(ctx context.Context, req forward.BulkRequest) (forward.Bulk, error)
+	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]queue.Enqueued, error)
+	BulkRedeliver(ctx context.Context, req queue.BulkRequest) (queue.Bulk, error)
 }
 
 var _ api.ServerInterface = (*Server)(nil)
@@ -266,7 +268,7 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 		s.adminDigest = &d
 	}
 	if hc.DB != nil {
-		s.q = store.New(hc.DB)
+		s.q, s.jobs = store.New(hc.DB), queue.NewJobs(hc.DB)
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)

@@ -11,6 +11,7 @@ import (
 	"github.com/hookgate/hookgate/api"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/redact"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -36,7 +37,7 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, dbProblem(err))
 		return
 	}
-	counts, err := s.q.CountForwards(r.Context(), sender, true)
+	counts, err := s.jobs.CountForwards(r.Context(), sender, true)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -86,10 +87,10 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 		s.fail(w, r, err)
 		return
 	}
-	f := store.Filter{Sender: sender, Target: target}
+	f := queue.Filter{Sender: sender, Target: target}
 	if params.State != nil {
-		f.State = store.State(*params.State)
-		if !store.ValidState(f.State) {
+		f.State = queue.State(*params.State)
+		if !queue.ValidState(f.State) {
 			s.fail(w, r, newProblem(probInvalidParameter, fmt.Sprintf("Query parameter state must be pending, running, retrying, delivered or failed; got %s.", quote(string(f.State)))))
 			return
 		}
@@ -118,7 +119,7 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
-	page, err := s.q.ListTargetForwards(r.Context(), f, limit, after)
+	page, err := s.jobs.ListTargetForwards(r.Context(), f, limit, after)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -176,7 +177,7 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 			detail: `The request body must be a JSON object {"state": "failed", "delivered", "running" or "retrying", "since": RFC 3339 time, "until": RFC 3339 time} (times optional), with no other members.`})
 		return
 	}
-	state := store.State(req.State)
+	state := queue.State(req.State)
 	if !req.State.Valid() {
 		s.fail(w, r, newProblem(probInvalidParameter, fmt.Sprintf(`The request body's state must be "failed", "delivered", "running" or "retrying"; got %s.`, quote(string(req.State)))))
 		return
@@ -189,7 +190,7 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 		s.fail(w, r, dbProblem(errNoRedeliverer))
 		return
 	}
-	br := forward.BulkRequest{Sender: sd, Target: target, State: state}
+	br := queue.BulkRequest{Sender: sd, Target: target, State: state}
 	if req.Since != nil {
 		br.Since = *req.Since
 	}
@@ -197,7 +198,7 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 		br.Until = *req.Until
 	}
 	res, err := s.redeliver.BulkRedeliver(r.Context(), br)
-	if errors.Is(err, forward.ErrUnknownTarget) || errors.Is(err, forward.ErrBulkState) {
+	if errors.Is(err, queue.ErrUnknownTarget) || errors.Is(err, queue.ErrBulkState) {
 		s.fail(w, r, &problemError{typ: probInvalidParameter, cause: err, detail: "The request cannot be redelivered: " + err.Error() + "."})
 		return
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -130,7 +130,7 @@ func (s *opServer) countJobs(kind string, states ...string) int {
 	for _, st := range states {
 		js = append(js, rivertype.JobState(st))
 	}
-	n, err := storetest.New(s.pool).CountJobs(s.t.Context(), kind, js...)
+	n, err := queuetest.New(s.pool).CountJobs(s.t.Context(), kind, js...)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ senders:
 	var failedIDs []int64
 	for i, f := range all[3:] {
 		failedIDs = append(failedIDs, f.JobID)
-		if err := storetest.New(s.pool).SetForwardJob(t.Context(), f.JobID, storetest.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 7,
+		if err := queuetest.New(s.pool).SetForwardJob(t.Context(), f.JobID, queuetest.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 7,
 			At: base.Add(time.Duration(i) * time.Hour), Errors: []string{"post to http://127.0.0.1:1/a?token=sekrit: target answered 503"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -378,10 +378,10 @@ senders:
 	if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed"}`); m != 0 {
 		t.Errorf("second bulk redelivery matched %d, want 0", m)
 	}
-	if got := s.countJobs(store.ForwardKind); got != 2*n {
+	if got := s.countJobs(queue.ForwardKind); got != 2*n {
 		t.Errorf("%d forward jobs, want %d", got, 2*n)
 	}
-	if got := s.countJobs(forward.BulkArgs{}.Kind(), "completed"); got != 1 {
+	if got := s.countJobs(queue.BulkArgs{}.Kind(), "completed"); got != 1 {
 		t.Errorf("%d completed bulk jobs, want 1", got)
 	}
 
@@ -426,11 +426,11 @@ senders:
 	ctx := t.Context()
 	// n failed forwards of orders, and n of other that must stay alone.
 	for _, target := range []string{"orders", "other"} {
-		jobs := make([]storetest.NewForwardJob, n)
+		jobs := make([]queuetest.NewForwardJob, n)
 		for i := range jobs {
-			jobs[i] = storetest.NewForwardJob{Sender: "fwd", Target: target, DeliveryID: fmt.Sprintf("d-%d", i+1), MaxAttempts: 3}
+			jobs[i] = queuetest.NewForwardJob{Sender: "fwd", Target: target, DeliveryID: fmt.Sprintf("d-%d", i+1), MaxAttempts: 3}
 		}
-		if _, err := storetest.New(s.pool).InsertForwardJobs(ctx, forward.Queue, storetest.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-time.Minute)}, jobs...); err != nil {
+		if _, err := queuetest.New(s.pool).InsertForwardJobs(ctx, queue.ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateDiscarded, At: time.Now().Add(-time.Minute)}, jobs...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -439,18 +439,18 @@ senders:
 			t.Fatalf("matched %d, want %d", m, n)
 		}
 	}
-	if got := s.countJobs(forward.BulkArgs{}.Kind()); got != 1 {
+	if got := s.countJobs(queue.BulkArgs{}.Kind()); got != 1 {
 		t.Fatalf("%d bulk jobs after two identical requests, want 1", got)
 	}
 
 	// A worker process of bulk redeliveries only (the forwards stay
 	// available, so that they can be counted).
 	workers := river.NewWorkers()
-	river.AddWorker(workers, forward.NewBulkWorker(s.pool, s.cfg, s.log))
+	river.AddWorker(workers, queue.NewBulkWorker(s.pool, s.cfg, s.log))
 	client, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
 		Logger:              s.log,
 		Workers:             workers,
-		Queues:              map[string]river.QueueConfig{forward.BulkQueue: {MaxWorkers: 1}},
+		Queues:              map[string]river.QueueConfig{queue.BulkQueue: {MaxWorkers: 1}},
 		FetchPollInterval:   100 * time.Millisecond,
 		SkipUnknownJobCheck: true, // it inserts forward jobs it does not work
 	})
@@ -477,22 +477,22 @@ senders:
 	started := time.Now()
 	added, progressed := -1, started
 	testkit.Poll(t, 15*time.Minute, "the bulk job to complete", func() bool {
-		if s.countJobs(forward.BulkArgs{}.Kind(), "completed") == 1 {
+		if s.countJobs(queue.BulkArgs{}.Kind(), "completed") == 1 {
 			return true
 		}
-		if got := s.countJobs(store.ForwardKind, "available"); got != added {
+		if got := s.countJobs(queue.ForwardKind, "available"); got != added {
 			added, progressed = got, time.Now()
 		} else if time.Since(progressed) > stall {
 			t.Fatalf("the bulk job added no forward for %v (%d of %d added); bulk jobs available %d, running %d, retryable %d", stall, got, n,
-				s.countJobs(forward.BulkArgs{}.Kind(), "available"), s.countJobs(forward.BulkArgs{}.Kind(), "running"), s.countJobs(forward.BulkArgs{}.Kind(), "retryable"))
+				s.countJobs(queue.BulkArgs{}.Kind(), "available"), s.countJobs(queue.BulkArgs{}.Kind(), "running"), s.countJobs(queue.BulkArgs{}.Kind(), "retryable"))
 		}
 		return false
 	})
 	t.Logf("the bulk job inserted its forwards in %v", time.Since(started).Round(100*time.Millisecond))
-	if got := s.countJobs(store.ForwardKind, "available"); got != n {
+	if got := s.countJobs(queue.ForwardKind, "available"); got != n {
 		t.Errorf("%d forwards enqueued, want %d", got, n)
 	}
-	all, err := storetest.New(s.pool).ForwardJobs(ctx)
+	all, err := queuetest.New(s.pool).ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +515,7 @@ senders:
 	if m := s.bulkRedeliver("fwd", "orders", `{"state":"failed"}`); m != 0 {
 		t.Errorf("after the bulk job, matched %d, want 0", m)
 	}
-	if got := s.countJobs(forward.BulkArgs{}.Kind()); got != 1 {
+	if got := s.countJobs(queue.BulkArgs{}.Kind()); got != 1 {
 		t.Errorf("%d bulk jobs, want one", got)
 	}
 }
@@ -579,10 +579,10 @@ senders:
 	})
 	// The second event's forward failed its next attempt and waits an hour
 	// for its retry: a job as River leaves it.
-	q := storetest.New(s.pool)
-	retryJob, err := q.InsertForwardJobs(t.Context(), forward.Queue, storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1,
+	q := queuetest.New(s.pool)
+	retryJob, err := q.InsertForwardJobs(t.Context(), queue.ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1,
 		Errors: []string{"target answered 503"}, ScheduledAt: time.Now().Add(time.Hour)},
-		storetest.NewForwardJob{Sender: "fwd", Target: "orders", EventID: uuid.MustParse(retrying), DeliveryID: "retry-1", MaxAttempts: 5})
+		queuetest.NewForwardJob{Sender: "fwd", Target: "orders", EventID: uuid.MustParse(retrying), DeliveryID: "retry-1", MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +593,7 @@ senders:
 		}
 	}
 	testkit.Poll(t, pollTimeout, "the bulk jobs to queue both new forwards", func() bool {
-		return s.countJobs(forward.BulkArgs{}.Kind(), "completed") == 2 && s.targets("fwd")["orders"].Forwards.Pending == 2
+		return s.countJobs(queue.BulkArgs{}.Kind(), "completed") == 2 && s.targets("fwd")["orders"].Forwards.Pending == 2
 	})
 	for _, state := range []string{"running", "retrying"} {
 		if b := s.bulkRedeliverAnswer("fwd", "orders", `{"state":"`+state+`"}`); b.Matched != 0 {
@@ -606,7 +606,7 @@ senders:
 
 	// The held forward is answered, and the retry comes due.
 	tg.Release()
-	if err := q.SetForwardJob(t.Context(), retryJob[0], storetest.JobFixture{State: rivertype.JobStateAvailable, Attempt: 1,
+	if err := q.SetForwardJob(t.Context(), retryJob[0], queuetest.JobFixture{State: rivertype.JobStateAvailable, Attempt: 1,
 		Errors: []string{"target answered 503"}, ScheduledAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -41,9 +43,14 @@ func (Args) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       Queue,
 		MaxAttempts: 3,
-		UniqueOpts:  river.UniqueOpts{ByState: store.UnfinishedJobStates()},
+		UniqueOpts:  river.UniqueOpts{ByState: unfinished},
 	}
 }
+
+// unfinished are River's states of a job not finished yet: a retention
+// job is not inserted again while one is in them.
+var unfinished = []rivertype.JobState{rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+	rivertype.JobStateRunning, rivertype.JobStateScheduled}
 
 // Queue is the River queue of maintenance jobs.
 const Queue = "maintenance"
@@ -124,7 +131,7 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 	}
 	// The fast path's delivered forwards, after the longest sender
 	// retention: as long as River keeps its finished forward jobs
-	// (forward.NewClient).
+	// (queue.New).
 	keepForwards := time.Duration(0)
 	for _, s := range cfg.Senders {
 		keepForwards = max(keepForwards, time.Duration(s.Retention))
@@ -133,7 +140,7 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 		keepForwards = config.DefaultRetention
 	}
 	for {
-		n, err := q.DeleteDeliveredBefore(ctx, now.Add(-keepForwards), BatchSize)
+		n, err := queue.NewJobs(q.DB()).DeleteDeliveredBefore(ctx, now.Add(-keepForwards), BatchSize)
 		res.Forwards += n
 		if err != nil {
 			return res, err
@@ -170,7 +177,7 @@ type Config struct {
 	// positive; once at start too.
 	Interval time.Duration
 	// Timeout is the longest a run takes (JobTimeout), positive. A run cut
-	// short leaves the rest to the next one. forward.NewClient gives the
+	// short leaves the rest to the next one. queue.New gives the
 	// Maintenance jobs' Register a shorter one when its rescue horizon is
 	// shorter.
 	Timeout time.Duration

@@ -14,10 +14,11 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -158,16 +159,16 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n    retention: 24h\n  - name: b\n    preset: generic\n    delivery_id: { header: X-Id }\n    retention: 48h\n")
 	now := time.Now().UTC()
 	q := store.New(pool)
-	var batch []store.FirstAttempt
+	var batch []queue.FirstAttempt
 	for i, at := range []time.Time{now.Add(-72 * time.Hour), now.Add(-49 * time.Hour), now.Add(-47 * time.Hour), now.Add(-time.Minute)} {
 		r := store.OutboxRow{Sender: "a", Target: "t", EventID: uuid.New(), DeliveryID: fmt.Sprint("d-", i)}
 		if err := q.InsertOutbox(t.Context(), r, at); err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, store.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: store.StateDelivered,
-			MaxAttempts: 5, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: store.Output{Status: 200, DeliveredAt: at}})
+		batch = append(batch, queue.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: queue.StateDelivered,
+			MaxAttempts: 5, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: queue.Output{Status: 200, DeliveredAt: at}})
 	}
-	if err := q.RecordFirstAttempts(t.Context(), "q", batch); err != nil {
+	if err := queue.NewJobs(q.DB()).RecordFirstAttempts(t.Context(), "q", batch); err != nil {
 		t.Fatal(err)
 	}
 	res, err := retention.Run(t.Context(), pool, cfg, now)
@@ -177,7 +178,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	if res.Forwards != 2 {
 		t.Errorf("deleted %d delivered forwards, want the 2 older than 48h", res.Forwards)
 	}
-	left, err := storetest.New(pool).ForwardJobs(t.Context())
+	left, err := queuetest.New(pool).ForwardJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

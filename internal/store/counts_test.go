@@ -2,11 +2,12 @@ package store
 
 import (
 	"fmt"
-	"github.com/hookgate/hookgate/internal/dedup"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 // refCounts counts sender's deliveries of the hour and the day before now

@@ -48,45 +48,45 @@ func (c Cursor) String() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// errBadCursor is what every malformed cursor's error wraps.
-var errBadCursor = errors.New("malformed cursor")
+// ErrBadCursor is what every malformed cursor's error wraps.
+var ErrBadCursor = errors.New("malformed cursor")
 
 // IsBadCursor reports whether err is (or wraps) the error of a malformed
 // cursor, or of a cursor of another kind of list.
-func IsBadCursor(err error) bool { return errors.Is(err, errBadCursor) }
+func IsBadCursor(err error) bool { return errors.Is(err, ErrBadCursor) }
 
 // ParseCursor returns the Cursor whose String is s. It returns an error
-// wrapping errBadCursor for anything String cannot have produced: bad
+// wrapping ErrBadCursor for anything String cannot have produced: bad
 // base64, padding, other JSON, unknown or missing fields, a delivery ID
 // that no delivery can have (dedup.CheckDeliveryID), a job ID below 1, or any other spelling of a valid cursor.
 func ParseCursor(s string) (Cursor, error) {
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
-		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
+		return Cursor{}, fmt.Errorf("%w: %w", ErrBadCursor, err)
 	}
 	var cj cursorJSON
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cj); err != nil {
-		return Cursor{}, fmt.Errorf("%w: %w", errBadCursor, err)
+		return Cursor{}, fmt.Errorf("%w: %w", ErrBadCursor, err)
 	}
 	var c Cursor
 	switch {
 	case cj.J != nil && cj.T == nil && cj.D == nil:
 		if *cj.J < 1 {
-			return Cursor{}, fmt.Errorf("%w: job ID %d", errBadCursor, *cj.J)
+			return Cursor{}, fmt.Errorf("%w: job ID %d", ErrBadCursor, *cj.J)
 		}
 		c.JobID = *cj.J
 	case cj.J == nil && cj.T != nil && cj.D != nil:
 		if why := dedup.CheckDeliveryID(*cj.D); why != "" { // what no delivery can have never reaches the database
-			return Cursor{}, fmt.Errorf("%w: its delivery ID %s", errBadCursor, why)
+			return Cursor{}, fmt.Errorf("%w: its delivery ID %s", ErrBadCursor, why)
 		}
 		c.ReceivedAt, c.DeliveryID = time.UnixMicro(*cj.T).UTC(), *cj.D
 	default:
-		return Cursor{}, fmt.Errorf("%w: not a cursor of hookgate", errBadCursor)
+		return Cursor{}, fmt.Errorf("%w: not a cursor of hookgate", ErrBadCursor)
 	}
 	if c.String() != s { // trailing data, reordered fields, …
-		return Cursor{}, fmt.Errorf("%w: not in canonical form", errBadCursor)
+		return Cursor{}, fmt.Errorf("%w: not in canonical form", ErrBadCursor)
 	}
 	return c, nil
 }
@@ -96,7 +96,7 @@ func ParseCursor(s string) (Cursor, error) {
 func ParseDeliveryCursor(s string) (Cursor, error) {
 	c, err := ParseCursor(s)
 	if err == nil && c.JobID != 0 {
-		err = fmt.Errorf("%w: a cursor of forwards, not of deliveries", errBadCursor)
+		err = fmt.Errorf("%w: a cursor of forwards, not of deliveries", ErrBadCursor)
 	}
 	return c, err
 }
@@ -106,7 +106,7 @@ func ParseDeliveryCursor(s string) (Cursor, error) {
 func ParseForwardCursor(s string) (Cursor, error) {
 	c, err := ParseCursor(s)
 	if err == nil && c.JobID == 0 {
-		err = fmt.Errorf("%w: a cursor of deliveries, not of forwards", errBadCursor)
+		err = fmt.Errorf("%w: a cursor of deliveries, not of forwards", ErrBadCursor)
 	}
 	return c, err
 }

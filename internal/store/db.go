@@ -31,6 +31,9 @@ type Queries struct {
 // New returns the queries on db.
 func New(db DB) *Queries { return &Queries{db: db} }
 
+// DB returns the database q runs on.
+func (q *Queries) DB() DB { return q.db }
+
 // WithStatementTimeout returns the queries on q's DB with a statement
 // timeout of d (whole milliseconds; none when 0) for the relay's look
 // (OutboxWaiting), set transaction-locally in its batch: a look that runs

@@ -8,19 +8,20 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/hookgate/hookgate/internal/events"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/events"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 )
 
 // fixture is a fresh database: its pool, the ingest pipeline that stores
@@ -30,7 +31,7 @@ type fixture struct {
 	ingest *dedup.Store
 	pool   *pgxpool.Pool
 	// jobs are River's jobs, put in a state and read back.
-	jobs *storetest.Jobs
+	jobs *queuetest.Jobs
 }
 
 // store returns a fixture on a fresh database, and its pool.
@@ -41,7 +42,7 @@ func store(t *testing.T) (*fixture, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{Queries: New(pool), ingest: ingest, pool: pool, jobs: storetest.New(pool)}, pool
+	return &fixture{Queries: New(pool), ingest: ingest, pool: pool, jobs: queuetest.New(pool)}, pool
 }
 
 // accept stores a delivery of sender with id received at at, through Run,
@@ -120,8 +121,8 @@ func TestParseCursorRejectsMalformed(t *testing.T) {
 	} {
 		if c, err := ParseCursor(s); err == nil {
 			t.Errorf("%s: ParseCursor(%q) = %+v, want an error", name, s, c)
-		} else if !errors.Is(err, errBadCursor) {
-			t.Errorf("%s: error %v does not wrap errBadCursor", name, err)
+		} else if !errors.Is(err, ErrBadCursor) {
+			t.Errorf("%s: error %v does not wrap ErrBadCursor", name, err)
 		}
 	}
 }

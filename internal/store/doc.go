@@ -1,12 +1,15 @@
 // Package store owns every SQL statement of hookgate outside the ingest
 // pipeline (package dedup runs the claim, the change and the stored
 // response in one transaction, with the event's and the outbox rows'
-// inserts that packages events and forward queue). It is the one
-// package below the HTTP layer that the JSON API (package handler), the
-// browser console (package console), the retention job (package retention)
-// and forwarding (package forward) read and write the tables through, so
-// that both views of the data run the same queries and a schema change
-// touches one place. One file per table:
+// inserts that packages events and forward queue) and outside the job
+// queue (package queue owns the statements on River's table and on
+// forward_delivered, and the reads that take them with the outbox as one
+// set of forwards). It is the one package below the HTTP layer that the
+// JSON API (package handler), the browser console (package console), the
+// retention job (package retention) and forwarding (package forward) read
+// and write hookgate's own tables through, so that both views of the data
+// run the same queries and a schema change touches one place. One file per
+// table:
 //
 //   - deliveries.go: processed_messages (lists, one delivery, counts,
 //     retention of keys) and delivery_hour_counts (the closed hours'
@@ -19,13 +22,8 @@
 //   - sessions.go: console_revoked_sessions and console_signouts (console
 //     sign-outs)
 //   - processes.go: forward_processes (the worker processes' heartbeats)
-//   - jobs.go and the files it lists: River's river_job, the forward jobs
-//     (the only files that name its columns, the forward job kind and
-//     River's job states: states.go maps them to a forward's state); and
-//     forward_delivered, the fast path's delivered first attempts, read
-//     with the jobs as one set (reads.go, bulk.go, delivered.go,
-//     redelivery.go); and the takeover of the jobs of processes that are
-//     gone (takeover.go)
+//   - plans.go: the planner settings the statements on the queue tables
+//     (the outbox here, River's table in package queue) run under
 //
 // Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
 // satisfy, through Queries. Every list pages with one Cursor format. The
@@ -33,6 +31,6 @@
 // with InsertGenerated; InsertEvent, InsertOutbox, DeleteOutboxOfEvent)
 // put rows in a given state for tests and tools, so that they write no SQL
 // of their own on these tables. River's forward jobs are put in a state,
-// and read back, by package storetest, which only tests may import (a
+// and read back, by package queuetest, which only tests may import (a
 // depguard rule in .golangci.yaml).
 package store

@@ -48,22 +48,22 @@ func (q *Queries) GetEvent(ctx context.Context, id uuid.UUID) (events.Event, err
 	return e, nil
 }
 
-// eventContentSQL reads what a forward of sender $1's event $2 sends: a
+// EventContentSQL reads what a forward of sender $1's event $2 sends: a
 // probe of the primary key (or of the index on id), never a walk of the
 // sender's events through the index by sender and event type, which some
 // statistics made the cheaper (both take sender = $1). Under
-// indexOrderScans, the ORDER BY, with the ID compared by a range (c = $2
+// IndexOrderScans, the ORDER BY, with the ID compared by a range (c = $2
 // would make the order trivial), leaves the indexes on id the one path
 // without a sort (see plans.go). Each forward job runs it.
-const eventContentSQL = `SELECT headers, body FROM webhook_events WHERE sender = $1 AND id >= $2 AND id <= $2 ORDER BY id LIMIT 1`
+const EventContentSQL = `SELECT headers, body FROM webhook_events WHERE sender = $1 AND id >= $2 AND id <= $2 ORDER BY id LIMIT 1`
 
 // EventContent returns what a forward of sender's event id sends: its
 // stored headers and body (by the primary key). It returns an error
 // wrapping ErrNotFound when the event is no longer stored.
 func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID) (headers map[string][]string, body []byte, err error) {
 	var b pgx.Batch
-	b.Queue(indexOrderScans)
-	b.Queue(eventContentSQL, sender, id)
+	b.Queue(IndexOrderScans)
+	b.Queue(EventContentSQL, sender, id)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	if _, err = br.Exec(); err == nil {

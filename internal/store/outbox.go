@@ -20,26 +20,26 @@ type OutboxRow struct {
 	DeliveryID     string
 }
 
-// takeOutboxSQL deletes up to $2 outbox rows of the sender $1 that no
+// TakeOutboxSQL deletes up to $2 outbox rows of the sender $1 that no
 // other transaction holds and no fast path has leased (or whose lease has
 // ended), oldest event first (event IDs are UUIDv7), and returns them: they
 // exist again if the transaction rolls back. The rows are selected in an
 // InitPlan, run once, so its LIMIT holds; it reads the primary key in its
 // order (sender, event_id, target) and stops after $2 rows; the DELETE then
-// finds them by ctid (a TID scan): see plans.go and tidScans, which it runs
-// under. A row the fast path's release (releaseOutboxSQL) updated between
+// finds them by ctid (a TID scan): see plans.go and TIDScans, which it runs
+// under. A row the fast path's release (ReleaseOutboxSQL) updated between
 // the statement's snapshot and its lock is not deleted (the TID scan does
 // not see its new version) and stays for the next take: only the rows
 // returned get a job. Both parts name the sender, so that Citus runs it on
 // the sender's shard (it cannot lock rows FOR UPDATE across shards, and a
 // ctid names a row of one shard only).
-const takeOutboxSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND ctid = ANY(ARRAY(
+const TakeOutboxSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND ctid = ANY(ARRAY(
   SELECT ctid FROM forward_outbox
   WHERE sender = $1 AND (leased_until IS NULL OR leased_until < statement_timestamp())
   ORDER BY event_id, target LIMIT $2 FOR UPDATE SKIP LOCKED))
 RETURNING sender, event_id, target, delivery_id`
 
-// outboxIndexScans makes the rest of the transaction read forward_outbox
+// OutboxIndexScans makes the rest of the transaction read forward_outbox
 // through plain index scans. The outbox is a queue: rows come and go by
 // thousands a second, so its statistics (refreshed at most once a minute)
 // say it is nearly empty, and PostgreSQL plans a sequential scan or a
@@ -49,14 +49,14 @@ RETURNING sender, event_id, target, delivery_id`
 // probes the key, and marks the dead entries it meets so that later scans
 // skip them and inserts reclaim their space. JIT is off (see plans.go).
 // Sent in the same round trip as the statement it is for.
-const outboxIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
+const OutboxIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
 
-// outboxRowsByKey selects the ctids of the outbox rows of sender $1 whose
+// OutboxRowsByKey selects the ctids of the outbox rows of sender $1 whose
 // keys are the pairs of $2 (event IDs) and $3 (targets): one probe of the
 // primary key per pair (a LATERAL subquery, in which the order by target
-// compared by a range keeps the probe on the key's index under tidScans;
+// compared by a range keeps the probe on the key's index under TIDScans;
 // see plans.go). A pair without a row selects nothing.
-const outboxRowsByKey = `ARRAY(SELECT p.ctid FROM unnest($2::uuid[], $3::text[]) AS k(event_id, target)
+const OutboxRowsByKey = `ARRAY(SELECT p.ctid FROM unnest($2::uuid[], $3::text[]) AS k(event_id, target)
     CROSS JOIN LATERAL (SELECT x.ctid FROM forward_outbox x
       WHERE x.sender = $1 AND x.event_id = k.event_id AND x.target >= k.target AND x.target <= k.target
       ORDER BY x.target) p)`
@@ -66,13 +66,13 @@ const outboxRowsByKey = `ARRAY(SELECT p.ctid FROM unnest($2::uuid[], $3::text[])
 // leased (forward.Dispatcher; a row whose lease has ended is taken): run it
 // in the transaction that inserts their jobs, so that they come back if it
 // rolls back. It returns none (nil) when every row is held or there is none.
-// The rest of the transaction runs under tidScans (River's insert of the
+// The rest of the transaction runs under TIDScans (River's insert of the
 // jobs reads no table). A statement timeout for the take is the caller's
 // to set, in the transaction's BEGIN (forward.Relay does).
 func (q *Queries) TakeOutbox(ctx context.Context, sender string, limit int) ([]OutboxRow, error) {
 	var b pgx.Batch
-	b.Queue(tidScans)
-	b.Queue(takeOutboxSQL, sender, limit)
+	b.Queue(TIDScans)
+	b.Queue(TakeOutboxSQL, sender, limit)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	if err := q.execSettings(br, &b); err != nil {
@@ -111,9 +111,9 @@ func (q *Queries) execSettings(br pgx.BatchResults, b *pgx.Batch) error {
 	return nil
 }
 
-// outboxWaitingSQL tells whether sender $1 has outbox rows that the relay
-// may take now (takeOutboxSQL's condition, without taking them).
-const outboxWaitingSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox
+// OutboxWaitingSQL tells whether sender $1 has outbox rows that the relay
+// may take now (TakeOutboxSQL's condition, without taking them).
+const OutboxWaitingSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox
   WHERE sender = $1 AND (leased_until IS NULL OR leased_until < statement_timestamp()))`
 
 // OutboxWaiting reports whether sender has outbox rows that no fast path
@@ -122,14 +122,14 @@ const outboxWaitingSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox
 // to take them (a BEGIN, the take and a COMMIT: three round trips), and
 // with the fast path most of its looks find none. A row another relay
 // holds counts: the take then finds nothing, as it would have anyway. The
-// primary key is the only path left (outboxIndexScans); the look walks the
+// primary key is the only path left (OutboxIndexScans); the look walks the
 // sender's leased rows before the first it may take. q's statement timeout
 // bounds it when it has one (WithStatementTimeout).
 func (q *Queries) OutboxWaiting(ctx context.Context, sender string) (bool, error) {
 	var b pgx.Batch
 	q.queueTimeout(&b)
-	b.Queue(outboxIndexScans)
-	b.Queue(outboxWaitingSQL, sender)
+	b.Queue(OutboxIndexScans)
+	b.Queue(OutboxWaitingSQL, sender)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	if err := q.execSettings(br, &b); err != nil {
@@ -156,51 +156,6 @@ func (q *Queries) OutboxSenders(ctx context.Context, except []string) ([]string,
 	return senders, nil
 }
 
-// outboxOfEvent returns the forwards of sender's event still in the outbox
-// (JobID 0: pending, or running while a fast path holds its lease), by
-// target name; empty, not nil, when none.
-func (q *Queries) outboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
-	rows, err := q.db.Query(ctx, `SELECT target, created_at, coalesce(leased_until > statement_timestamp(), false)
-FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`, sender, eventID)
-	if err != nil {
-		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Forward, error) {
-		f := Forward{State: StatePending}
-		var leased bool
-		err := row.Scan(&f.Target, &f.CreatedAt, &leased)
-		if leased {
-			f.State = StateRunning
-		}
-		return f, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
-	}
-	if out == nil {
-		out = []Forward{}
-	}
-	return out, nil
-}
-
-// outboxCounts counts the forwards of sender not yet relayed, by target
-// (forward_outbox's key leads with sender).
-func (q *Queries) outboxCounts(ctx context.Context, sender string) (map[string]int64, error) {
-	rows, err := q.db.Query(ctx, `SELECT target, count(*) FROM forward_outbox WHERE sender = $1 GROUP BY target`, sender) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
-	if err != nil {
-		return nil, fmt.Errorf("count outbox rows of %s: %w", sender, err)
-	}
-	out := map[string]int64{}
-	var (
-		name string
-		n    int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil }); err != nil {
-		return nil, fmt.Errorf("count outbox rows of %s: %w", sender, err)
-	}
-	return out, nil
-}
-
 // InsertOutbox stores a forward of sender's event to target outside the
 // ingest pipeline, as received at at (tests and tools; ingest queues its
 // rows with forward.QueueOutbox).
@@ -212,13 +167,13 @@ func (q *Queries) InsertOutbox(ctx context.Context, r OutboxRow, at time.Time) e
 	return nil
 }
 
-// releaseOutboxSQL clears the lease of outbox rows of sender $1 whose keys
+// ReleaseOutboxSQL clears the lease of outbox rows of sender $1 whose keys
 // are the pairs of $2 and $3 (a fast path gave them up): the relay takes
 // them at once. A probe of the key per pair, the rows updated by ctid
-// (outboxRowsByKey, under tidScans); a row the relay took meanwhile is
+// (OutboxRowsByKey, under TIDScans); a row the relay took meanwhile is
 // gone, and nothing is updated for it.
-const releaseOutboxSQL = `UPDATE forward_outbox SET leased_until = NULL
-WHERE sender = $1 AND ctid = ANY(` + outboxRowsByKey + `)`
+const ReleaseOutboxSQL = `UPDATE forward_outbox SET leased_until = NULL
+WHERE sender = $1 AND ctid = ANY(` + OutboxRowsByKey + `)`
 
 // DeleteOutboxOfEvent deletes the outbox rows of sender's event (a fixture:
 // tests put its forwards in a state of their own instead), and returns how

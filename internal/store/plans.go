@@ -57,28 +57,28 @@ import (
 // made under them. TestQueuePlansWhenStatisticsLie makes the statistics lie
 // both ways and checks every such statement's plans.
 
-// indexOrderScans makes the rest of the transaction read through index
+// IndexOrderScans makes the rest of the transaction read through index
 // scans in an index's order: no sequential or bitmap scan, no sort
 // (disabled paths, see above), no JIT. For SELECTs that order by the
 // columns of the index they must probe.
-const indexOrderScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+const IndexOrderScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
   set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 
-// tidScans makes the rest of the transaction delete or update the rows an
+// TIDScans makes the rest of the transaction delete or update the rows an
 // InitPlan selected by their ctid (a TID scan, the one path left without a
 // disabled node), the InitPlan reading an index in its order: index scans,
 // sequential and bitmap scans and sorts disabled, JIT off.
-const tidScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+const TIDScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
   set_config('enable_indexscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 
-// queryUnder runs sql with args after settings (planner settings, see
-// plans.go), in one round trip: a batch, whose implicit transaction (or
-// q's) the settings last.
-func (q *Queries) queryUnder(ctx context.Context, settings, sql string, args ...any) (pgx.Rows, error) {
+// QueryUnder runs sql with args on db after settings (planner settings,
+// see plans.go), in one round trip: a batch, whose implicit transaction (or
+// db's, when db is one) the settings last.
+func QueryUnder(ctx context.Context, db DB, settings, sql string, args ...any) (pgx.Rows, error) {
 	var b pgx.Batch
 	b.Queue(settings)
 	b.Queue(sql, args...)
-	br := q.db.SendBatch(ctx, &b)
+	br := db.SendBatch(ctx, &b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
 		return nil, err

@@ -1,4 +1,4 @@
-package storetest_test
+package queuetest_test
 
 import (
 	"encoding/json"
@@ -8,8 +8,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 )
 
 // TestForwardJobFixturesReadBack: the fixtures tests build forward jobs
@@ -19,15 +19,15 @@ import (
 func TestForwardJobFixturesReadBack(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	s := storetest.New(pool)
+	s := queuetest.New(pool)
 	ctx := t.Context()
-	ids, err := s.InsertForwardJobs(ctx, "forward", storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 3, Errors: []string{"boom 2", "boom 3"}, Output: &store.Output{Attempt: 3, Status: 503}},
-		storetest.NewForwardJob{Sender: "s", Target: "a", DeliveryID: "d-1", MaxAttempts: 5},
-		storetest.NewForwardJob{Sender: "s", Target: "b", DeliveryID: "d-2", MaxAttempts: 5})
+	ids, err := s.InsertForwardJobs(ctx, "forward", queuetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 3, Errors: []string{"boom 2", "boom 3"}, Output: &queue.Output{Attempt: 3, Status: 503}},
+		queuetest.NewForwardJob{Sender: "s", Target: "a", DeliveryID: "d-1", MaxAttempts: 5},
+		queuetest.NewForwardJob{Sender: "s", Target: "b", DeliveryID: "d-2", MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetForwardJob(ctx, ids[1], storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1}); err != nil {
+	if err := s.SetForwardJob(ctx, ids[1], queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	jobs, err := s.ForwardJobs(ctx)

@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"io/fs"
@@ -8,7 +8,8 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/migrations"
 )
 
@@ -29,12 +30,12 @@ func TestForwardKindLiteral(t *testing.T) {
 	}
 }
 
-// TestFixturesForwardKind: the job fixtures (package storetest, which
+// TestFixturesForwardKind: the job fixtures (package queuetest, which
 // cannot import this package) write and read jobs of the forward kind.
 func TestFixturesForwardKind(t *testing.T) {
 	t.Parallel()
-	if storetest.ForwardKind != ForwardKind {
-		t.Fatalf("storetest.ForwardKind = %q, want ForwardKind %q", storetest.ForwardKind, ForwardKind)
+	if queuetest.ForwardKind != ForwardKind {
+		t.Fatalf("queuetest.ForwardKind = %q, want ForwardKind %q", queuetest.ForwardKind, ForwardKind)
 	}
 }
 
@@ -70,7 +71,7 @@ func TestStateOf(t *testing.T) {
 		}
 	}
 	unfinished := map[rivertype.JobState]bool{}
-	for _, js := range UnfinishedJobStates() {
+	for _, js := range unfinishedJobStates() {
 		unfinished[js] = true
 	}
 	for _, js := range rivertype.JobStates() {
@@ -150,30 +151,50 @@ func TestDecodeOutcome(t *testing.T) {
 
 // TestRecordedState: the fast path's first attempts that were not delivered
 // are recorded in the River states River's own worker leaves such jobs in:
-// a retry due soon available, a later one retryable, a failure at once
-// cancelled and one whose attempts are used up discarded; no other state is
-// recorded as a job.
+// a retry due within River's scheduler interval (5 s) available (River's
+// fetch takes it once its scheduled_at has come), a later one retryable
+// (for the scheduler), a failure at once cancelled and one whose attempts
+// are used up discarded; no other state is recorded as a job.
 func TestRecordedState(t *testing.T) {
 	t.Parallel()
+	now := time.Now()
+	retry := func(in time.Duration) FirstAttempt {
+		return FirstAttempt{State: StateRetrying, ScheduledAt: now.Add(in)}
+	}
 	for _, c := range []struct {
 		a    FirstAttempt
 		want rivertype.JobState
+		// reads is the state the job reads back as.
+		reads State
 	}{
-		{FirstAttempt{State: StatePending}, rivertype.JobStateAvailable},
-		{FirstAttempt{State: StateRetrying}, rivertype.JobStateRetryable},
-		{FirstAttempt{State: StateFailed, FailedAtOnce: true}, rivertype.JobStateCancelled},
-		{FirstAttempt{State: StateFailed}, rivertype.JobStateDiscarded},
+		{FirstAttempt{State: StatePending}, rivertype.JobStateAvailable, StatePending},
+		{retry(0), rivertype.JobStateAvailable, StatePending},
+		{retry(100 * time.Millisecond), rivertype.JobStateAvailable, StatePending},
+		{retry(5 * time.Second), rivertype.JobStateAvailable, StatePending},
+		{retry(5*time.Second + time.Nanosecond), rivertype.JobStateRetryable, StateRetrying},
+		{retry(5 * time.Minute), rivertype.JobStateRetryable, StateRetrying},
+		{FirstAttempt{State: StateFailed, FailedAtOnce: true}, rivertype.JobStateCancelled, StateFailed},
+		{FirstAttempt{State: StateFailed}, rivertype.JobStateDiscarded, StateFailed},
 	} {
-		if got, err := recordedState(c.a); err != nil || got != string(c.want) {
-			t.Errorf("recordedState(%s, at once %v) = %q, %v; want %s", c.a.State, c.a.FailedAtOnce, got, err, c.want)
+		if got, err := recordedState(c.a, now); err != nil || got != string(c.want) {
+			t.Errorf("recordedState(%s due in %v, at once %v) = %q, %v; want %s", c.a.State, c.a.ScheduledAt.Sub(now), c.a.FailedAtOnce, got, err, c.want)
 		}
-		if stateOf(c.want) != c.a.State {
-			t.Errorf("%s is recorded as %s, which reads back as %s", c.a.State, c.want, stateOf(c.want))
+		if stateOf(c.want) != c.reads {
+			t.Errorf("%s is recorded as %s, which reads back as %s, want %s", c.a.State, c.want, stateOf(c.want), c.reads)
 		}
 	}
 	for _, s := range []State{StateRunning, StateDelivered, ""} {
-		if got, err := recordedState(FirstAttempt{State: s}); err == nil {
+		if got, err := recordedState(FirstAttempt{State: s}, now); err == nil {
 			t.Errorf("recordedState(%q) = %q, want an error", s, got)
 		}
+	}
+}
+
+// TestListAfterADeliveryCursor: a forward list given a delivery's cursor
+// refuses it as a bad cursor, before any query.
+func TestListAfterADeliveryCursor(t *testing.T) {
+	t.Parallel()
+	if _, err := NewJobs(nil).ListTargetForwards(t.Context(), Filter{Sender: "s", Target: "t"}, 1, &store.Cursor{DeliveryID: "x"}); !store.IsBadCursor(err) {
+		t.Errorf("ListTargetForwards after a delivery's cursor: %v, want a bad cursor", err)
 	}
 }

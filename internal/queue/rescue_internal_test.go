@@ -1,4 +1,4 @@
-package forward
+package queue
 
 import (
 	"strings"

@@ -1,11 +1,11 @@
-package store
+package queue
 
 // The plans of the statements that run per batch or per job on the queue
 // tables (forward_outbox, forward_delivered, River's river_job), when the
 // statistics lie: after a crash PostgreSQL's activity counters are reset,
 // autovacuum does not ANALYZE for a long time, and the planner may believe
 // that a table of 25,000 rows holds 1 (or, after a bulk delete, that one
-// of 1,000 holds 25,000). These tests are in package store so that they can
+// of 1,000 holds 25,000). These tests are in package queue so that they can
 // EXPLAIN the statements' own SQL with their own planner settings; the SQL
 // they run themselves (filling the tables, ANALYZE, pg_stat_reset, EXPLAIN)
 // is what they examine: the statistics and the plans.
@@ -24,6 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // planRows is how many rows the tests put in each queue table.
@@ -33,7 +35,7 @@ const planRows = 25000
 // recording holds (the fast path's batches, up to 500).
 const planBatch = 500
 
-// planQueue is the forward jobs' River queue (forward.Queue).
+// planQueue is the forward jobs' River queue (ForwardQueue).
 const planQueue = "forward"
 
 // lyingStats makes the statistics of the queue tables lie, in a database
@@ -87,7 +89,7 @@ FROM generate_series(1, $1) g,
 	exec(`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
 SELECT 'acme', `+v7SQL+`::text, 't', 'd' || g, now(), now(), now() - CASE WHEN g <= $1 / 2 THEN interval '30 days' ELSE interval '1 minute' END, 200, 5
 FROM generate_series(1, $1) g`, planRows)
-	if _, err := New(conn).InsertGenerated(ctx, Generated{Sender: "acme", Prefix: "d", N: planRows, Newest: time.Now(), Events: true}); err != nil {
+	if _, err := both(conn).InsertGenerated(ctx, store.Generated{Sender: "acme", Prefix: "d", N: planRows, Newest: time.Now(), Events: true}); err != nil {
 		t.Fatal(err)
 	}
 	if !grown {
@@ -337,14 +339,14 @@ func inRolledBack(t *testing.T, conn *pgx.Conn, f func(tx pgx.Tx)) {
 
 // outboxKeys returns n outbox rows of sender, oldest event first (read
 // with SQL of its own: the statements examined get them as arguments).
-func outboxKeys(t *testing.T, conn *pgx.Conn, sender string, n int) []OutboxRow {
+func outboxKeys(t *testing.T, conn *pgx.Conn, sender string, n int) []store.OutboxRow {
 	t.Helper()
 	rows, err := conn.Query(t.Context(), `SELECT sender, event_id, target, delivery_id FROM forward_outbox WHERE sender = $1 ORDER BY event_id LIMIT $2`, sender, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxRow, error) {
-		var r OutboxRow
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.OutboxRow, error) {
+		var r store.OutboxRow
 		return r, row.Scan(&r.Sender, &r.EventID, &r.Target, &r.DeliveryID)
 	})
 	if err != nil || len(keys) != n {
@@ -391,7 +393,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
 				start := time.Now()
-				taken, err := New(tx).TakeOutbox(ctx, "acme", planBatch)
+				taken, err := both(tx).TakeOutbox(ctx, "acme", planBatch)
 				if err != nil {
 					t.Fatalf("%s, run %d: %v", mode, run, err)
 				}
@@ -403,16 +405,16 @@ func testQueuePlans(t *testing.T, grown bool) {
 				}
 			})
 		})
-		checkPlans(t, explainConn, planBatch, tidScans, takeOutboxSQL, "acme", planBatch)
+		checkPlans(t, explainConn, planBatch, store.TIDScans, store.TakeOutboxSQL, "acme", planBatch)
 	})
 
 	t.Run("relay look", func(t *testing.T) {
 		withPlanModes(t, conn, 7, func(mode string, run int) {
-			if ok, err := New(conn).OutboxWaiting(ctx, "acme"); err != nil || !ok {
+			if ok, err := both(conn).OutboxWaiting(ctx, "acme"); err != nil || !ok {
 				t.Fatalf("%s, run %d: OutboxWaiting = %v, %v; want true", mode, run, ok, err)
 			}
 		})
-		checkPlans(t, explainConn, 1, outboxIndexScans, outboxWaitingSQL, "acme")
+		checkPlans(t, explainConn, 1, store.OutboxIndexScans, store.OutboxWaitingSQL, "acme")
 	})
 
 	t.Run("recording", func(t *testing.T) {
@@ -433,11 +435,11 @@ func testQueuePlans(t *testing.T, grown bool) {
 		}
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
-				q := New(tx)
+				q := both(tx)
 				if err := q.RecordFirstAttempts(ctx, planQueue, batch); err != nil {
 					t.Fatalf("%s, run %d: %v", mode, run, err)
 				}
-				if n, err := q.CountOutboxOf(ctx, "acme", "d"); err != nil || n != int64(waiting-planBatch*9/10) {
+				if n, err := queuetest.New(tx).CountOutboxOf(ctx, "acme", "d"); err != nil || n != int64(waiting-planBatch*9/10) {
 					t.Fatalf("%s, run %d: %d outbox rows left, %v; want %d", mode, run, n, err, waiting-planBatch*9/10)
 				}
 			})
@@ -450,7 +452,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 			t.Fatalf("%d groups of statements for a recording of one sender with outcomes of each kind, want 1 of 3", len(groups))
 		}
 		for _, s := range groups[0] {
-			checkPlans(t, explainConn, planBatch, tidScans, s.sql, s.args...)
+			checkPlans(t, explainConn, planBatch, store.TIDScans, s.sql, s.args...)
 		}
 	})
 
@@ -460,12 +462,12 @@ func testQueuePlans(t *testing.T, grown bool) {
 		// table holds.
 		for event, want := range map[uuid.UUID]bool{uuidV7(t, conn, 200): true, uuid.New(): false} {
 			withPlanModes(t, conn, 7, func(mode string, run int) {
-				wait, err := New(conn).EarlierForwardUnfinished(ctx, "acme", "t", event, 1<<40)
+				wait, err := both(conn).EarlierForwardUnfinished(ctx, "acme", "t", event, 1<<40)
 				if err != nil || wait != want {
 					t.Fatalf("%s, run %d: EarlierForwardUnfinished(%s) = %v, %v; want %v", mode, run, event, wait, err, want)
 				}
 			})
-			checkPlans(t, explainConn, 1, indexOrderScans, earlierForwardSQL, earlierForwardArgs("acme", "t", event, 1<<40)...)
+			checkPlans(t, explainConn, 1, store.IndexOrderScans, earlierForwardSQL, earlierForwardArgs("acme", "t", event, 1<<40)...)
 		}
 	})
 
@@ -473,10 +475,10 @@ func testQueuePlans(t *testing.T, grown bool) {
 		// The jobs waiting on the queue: every 100th snoozed, twice as
 		// many due (in the shrunk table too: their delivery IDs end in 0 or
 		// 5).
-		checkPlans(t, explainConn, 3*planRows/100, indexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t")...)
+		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t")...)
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
-				if err := New(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil {
+				if err := both(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil {
 					t.Fatalf("%s, run %d: %v", mode, run, err)
 				}
 			})
@@ -487,7 +489,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 		cutoff := time.Now().Add(-24 * time.Hour)
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
-				n, err := New(tx).DeleteDeliveredBefore(ctx, cutoff, 1000)
+				n, err := both(tx).DeleteDeliveredBefore(ctx, cutoff, 1000)
 				if err != nil || n != 1000 {
 					t.Fatalf("%s, run %d: deleted %d, %v; want 1000", mode, run, n, err)
 				}
@@ -501,7 +503,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 		for _, k := range outboxKeys(t, conn, "acme", 100) {
 			ids = append(ids, pgtype.UUID{Bytes: k.EventID, Valid: true})
 		}
-		checkPlans(t, explainConn, len(ids), outboxIndexScans, inOutboxSQL, "acme", "t", ids)
+		checkPlans(t, explainConn, len(ids), store.OutboxIndexScans, inOutboxSQL, "acme", "t", ids)
 	})
 
 	t.Run("bulk redelivery", func(t *testing.T) {
@@ -510,7 +512,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 		// the order of their IDs): up to the table once, never once per
 		// job; each job's probes (notSuperseded, queuedWaiting) are index
 		// probes.
-		q := New(conn)
+		q := both(conn)
 		newest, at, err := q.NewestJobID(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -538,10 +540,10 @@ func testQueuePlans(t *testing.T, grown bool) {
 					t.Fatal(err)
 				}
 				w.args = append(w.args, batch)
-				checkPlans(t, explainConn, planRows, indexOrderScans, bulkMatchBatchSQL(w, batch), w.args...)
+				checkPlans(t, explainConn, planRows, store.IndexOrderScans, bulkMatchBatchSQL(w, batch), w.args...)
 			})
 		}
-		checkPlans(t, explainConn, planRows, indexOrderScans, queuedCandidatesSQL, "acme", "t", newest, int64(0), &at, unfinishedJobs)
+		checkPlans(t, explainConn, planRows, store.IndexOrderScans, queuedCandidatesSQL, "acme", "t", newest, int64(0), &at, unfinishedJobs)
 	})
 
 	t.Run("takeover of a dead process's jobs", func(t *testing.T) {
@@ -551,7 +553,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 		running := planRows / 100
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
-				taken, err := New(tx).TakeOverJobs(ctx, "hookgate:", 5*time.Second, planBatch)
+				taken, err := both(tx).TakeOverJobs(ctx, "hookgate:", 5*time.Second, planBatch)
 				if err != nil || len(taken) != min(running, planBatch) {
 					t.Fatalf("%s, run %d: took over %d jobs, %v; want %d", mode, run, len(taken), err, min(running, planBatch))
 				}
@@ -560,13 +562,13 @@ func testQueuePlans(t *testing.T, grown bool) {
 		checkPlans(t, explainConn, planBatch, processIndexScans, takeOverSQL, takeOverArgs("hookgate:", 5*time.Second, planBatch)...)
 		// The same process's running jobs, and the release of some.
 		withPlanModes(t, conn, 7, func(mode string, run int) {
-			jobs, err := New(conn).RunningJobsOf(ctx, "hookgate:gone", 5*time.Second)
+			jobs, err := both(conn).RunningJobsOf(ctx, "hookgate:gone", 5*time.Second)
 			if err != nil || len(jobs) != running {
 				t.Fatalf("%s, run %d: %d running jobs, %v; want %d", mode, run, len(jobs), err, running)
 			}
 		})
 		checkPlans(t, explainConn, running, processIndexScans, runningOfSQL, runningOfArgs("hookgate:gone", 5*time.Second)...)
-		jobs, err := New(conn).RunningJobsOf(ctx, "hookgate:gone", 0)
+		jobs, err := both(conn).RunningJobsOf(ctx, "hookgate:gone", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -583,11 +585,11 @@ func testQueuePlans(t *testing.T, grown bool) {
 			t.Fatal(err)
 		}
 		withPlanModes(t, conn, 7, func(mode string, run int) {
-			if _, _, err := New(conn).EventContent(ctx, "acme", id); err != nil {
+			if _, _, err := both(conn).EventContent(ctx, "acme", id); err != nil {
 				t.Fatalf("%s, run %d: %v", mode, run, err)
 			}
 		})
-		checkPlans(t, explainConn, 1, indexOrderScans, eventContentSQL, "acme", id)
+		checkPlans(t, explainConn, 1, store.IndexOrderScans, store.EventContentSQL, "acme", id)
 	})
 }
 
@@ -600,3 +602,11 @@ func uuidV7(t *testing.T, conn *pgx.Conn, g int) uuid.UUID {
 	}
 	return id
 }
+
+// both are the forwards' statements and the store's queries on db.
+type bothQueries struct {
+	*Jobs
+	*store.Queries
+}
+
+func both(db store.DB) bothQueries { return bothQueries{NewJobs(db), store.New(db)} }

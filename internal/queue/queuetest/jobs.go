@@ -1,16 +1,16 @@
-// Package storetest puts River's table of jobs in the states tests need,
+// Package queuetest puts River's table of jobs in the states tests need,
 // and reads it back: forward jobs as River stores them, inserted as they
 // are (InsertForwardJobs) or put in a state after attempts (SetForwardJob),
 // every forward job and delivered first attempt read back (ForwardJobs),
 // jobs counted (CountJobs), and River's table scanned or locked. It writes
 // the SQL tests would otherwise write on River's table, so that a change of
-// that table touches package store and this package only, as River's own
+// that table touches package queue and this package only, as River's own
 // tests build their jobs through its testfactory.
 //
 // It is imported by tests only: a depguard rule (.golangci.yaml) keeps it
 // out of every file that is not a _test.go file. It does not import package
 // store, so that store's own tests can use it too.
-package storetest
+package queuetest
 
 import (
 	"context"
@@ -25,11 +25,11 @@ import (
 )
 
 // ForwardKind is the River job kind of forwards: store.ForwardKind, which
-// a test of package store checks it is (this package cannot import store).
+// a test of package queue checks it is (this package imports neither queue nor store).
 const ForwardKind = "hookgate_forward"
 
 // deliveredOutput is the recorded output of forward_delivered's row d, as
-// River's worker records it under metadata.output: what package store
+// River's worker records it under metadata.output: what package queue
 // reads for such a row.
 const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
 
@@ -301,4 +301,16 @@ RETURNING id`, encoded, maxAttempts, queue, string(rivertype.JobStateAvailable))
 		return nil, fmt.Errorf("insert forward jobs: %w", err)
 	}
 	return ids, nil
+}
+
+// CountOutboxOf returns how many outbox rows of sender's deliveries whose
+// ID starts with prefix wait for the relay (no code of hookgate counts
+// them so).
+func (q *Jobs) CountOutboxOf(ctx context.Context, sender, prefix string) (int64, error) {
+	var n int64
+	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM forward_outbox WHERE sender = $1 AND starts_with(delivery_id, $2)`,
+		sender, prefix).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count outbox rows of %s: %w", sender, err)
+	}
+	return n, nil
 }

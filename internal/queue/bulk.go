@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -43,7 +44,7 @@ var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n
 // here, whatever state it moves to in between. It reads River's table
 // alone: the target's forward jobs, in the order of hookgate's index on
 // them, the one path its ORDER BY leaves without a sort under
-// indexOrderScans (River's index on kind would read every forward job; see
+// store.IndexOrderScans (River's index on kind would read every forward job; see
 // plans.go).
 var queuedCandidatesSQL = jobSQL(`SELECT DISTINCT j.args->>'event_id' FROM river_job j
 WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
@@ -53,7 +54,7 @@ ORDER BY 1`)
 
 // inOutboxSQL selects which of the events $3 of sender $1 still have an
 // outbox row to target $2: a probe of forward_outbox's key per event (a
-// LATERAL subquery, kept apart by its LIMIT, under outboxIndexScans: not
+// LATERAL subquery, kept apart by its LIMIT, under store.OutboxIndexScans: not
 // event_id = ANY, which PostgreSQL 15 may apply as a filter over the
 // sender's rows; see plans.go), on the sender's shard on Citus.
 const inOutboxSQL = `SELECT k.event_id::text FROM unnest($3::uuid[]) AS k(event_id)
@@ -69,12 +70,12 @@ const inOutboxSQL = `SELECT k.event_id::text FROM unnest($3::uuid[]) AS k(event_
 // redelivery queued after a forward: the common case). A forward that
 // leaves the outbox after the second statement is taken as still in it: as
 // if the caller's statement had run just before it left.
-func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID int64) ([]string, error) {
+func (q *Jobs) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID int64) ([]string, error) {
 	var since *time.Time
 	if !f.InStateAt.IsZero() {
 		since = &f.InStateAt
 	}
-	rows, err := q.queryUnder(ctx, indexOrderScans, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since, unfinishedJobs)
+	rows, err := store.QueryUnder(ctx, q.db, store.IndexOrderScans, queuedCandidatesSQL, f.Sender, f.Target, maxID, afterID, since, unfinishedJobs)
 	if err != nil {
 		return nil, fmt.Errorf("redeliveries queued after a forward: %w", err)
 	}
@@ -96,7 +97,7 @@ func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID 
 	if len(ids) == 0 {
 		return []string{}, nil
 	}
-	rows, err = q.queryUnder(ctx, outboxIndexScans, inOutboxSQL, f.Sender, f.Target, ids)
+	rows, err = store.QueryUnder(ctx, q.db, store.OutboxIndexScans, inOutboxSQL, f.Sender, f.Target, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox rows of redeliveries queued after a forward: %w", err)
 	}
@@ -110,7 +111,7 @@ func (q *Queries) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID 
 // NewestJobID returns the newest ID River's job sequence has given, to a
 // River job of any kind or a forward_delivered row (0 when none), and the
 // database's time.
-func (q *Queries) NewestJobID(ctx context.Context) (int64, time.Time, error) {
+func (q *Jobs) NewestJobID(ctx context.Context) (int64, time.Time, error) {
 	var (
 		id  int64
 		now time.Time
@@ -126,7 +127,7 @@ func (q *Queries) NewestJobID(ctx context.Context) (int64, time.Time, error) {
 // to job maxID and after job afterID, and their arguments. For running or
 // retrying forwards it first reads which redeliveries queued after a
 // forward still wait for it in the outbox (waitingInOutbox).
-func (q *Queries) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (where, error) {
+func (q *Jobs) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (where, error) {
 	var inOutbox []string
 	if f.State == StateRunning || f.State == StateRetrying {
 		var err error
@@ -143,11 +144,11 @@ func (q *Queries) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64)
 
 // CountBulkMatch returns how many forwards a bulk redelivery of f matches
 // up to job maxID: the newest forward of each event to the target, in f's
-// state and window. Under indexOrderScans, so that each probe of
+// state and window. Under store.IndexOrderScans, so that each probe of
 // notSuperseded is one of an index (the count itself reads every job of
 // the target, or every forward job, whichever PostgreSQL takes for the
 // cheaper: once per request).
-func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
+func (q *Jobs) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
 	w, err := q.bulkWhere(ctx, f, maxID, 0)
 	if err != nil {
 		return 0, fmt.Errorf("count forwards to redeliver: %w", err)
@@ -157,7 +158,7 @@ func (q *Queries) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (in
 	if w.delivered != "" {
 		sql += ` + (SELECT count(*) FROM forward_delivered d WHERE ` + w.delivered + `)`
 	}
-	rows, err := q.queryUnder(ctx, indexOrderScans, sql, w.args...)
+	rows, err := store.QueryUnder(ctx, q.db, store.IndexOrderScans, sql, w.args...)
 	if err == nil {
 		n, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
 	}
@@ -178,7 +179,7 @@ type Matched struct {
 // argument is the limit: River's jobs in the order of their primary key
 // (from the batch's first job on, not the target's whole history per
 // batch) and forward_delivered's by its index on (sender, target, id),
-// merged, under indexOrderScans: each probe of notSuperseded is one of an
+// merged, under store.IndexOrderScans: each probe of notSuperseded is one of an
 // index (see plans.go).
 func bulkMatchBatchSQL(w where, limit int) string {
 	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
@@ -191,13 +192,13 @@ func bulkMatchBatchSQL(w where, limit int) string {
 
 // BulkMatchBatch returns up to limit of the forwards CountBulkMatch counts,
 // after job afterID, oldest first.
-func (q *Queries) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
+func (q *Jobs) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
 	w, err := q.bulkWhere(ctx, f, maxID, afterID)
 	if err != nil {
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}
 	w.args = append(w.args, limit)
-	rows, err := q.queryUnder(ctx, indexOrderScans, bulkMatchBatchSQL(w, limit), w.args...)
+	rows, err := store.QueryUnder(ctx, q.db, store.IndexOrderScans, bulkMatchBatchSQL(w, limit), w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}
@@ -261,7 +262,7 @@ WHERE NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
 // fastRunning reads the leased outbox rows of f's target (fastLeasedSQL)
 // and returns fastRunningSQL for f (running, under way at at) with its
 // window, and its arguments.
-func (q *Queries) fastRunning(ctx context.Context, f Filter, at time.Time) (string, []any, error) {
+func (q *Jobs) fastRunning(ctx context.Context, f Filter, at time.Time) (string, []any, error) {
 	rows, err := q.db.Query(ctx, fastLeasedSQL, f.Sender, f.Target, at) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return "", nil, fmt.Errorf("leased outbox rows: %w", err)
@@ -296,7 +297,7 @@ func (q *Queries) fastRunning(ctx context.Context, f Filter, at time.Time) (stri
 // fastRunningSQL), within f's window: what a bulk redelivery of running
 // forwards matches besides River's jobs (CountBulkMatch). Two statements:
 // the outbox's, then the local tables'.
-func (q *Queries) CountFastPathRunning(ctx context.Context, f Filter, at time.Time) (int64, error) {
+func (q *Jobs) CountFastPathRunning(ctx context.Context, f Filter, at time.Time) (int64, error) {
 	sql, args, err := q.fastRunning(ctx, f, at)
 	if err != nil {
 		return 0, fmt.Errorf("count fast-path forwards under way: %w", err)
@@ -315,7 +316,7 @@ func (q *Queries) CountFastPathRunning(ctx context.Context, f Filter, at time.Ti
 // queued a redelivery after are left out, so a caller inserts a batch's
 // redeliveries and asks again until a batch is short. Two statements: the
 // outbox's, then the local tables'.
-func (q *Queries) FastPathRunningBatch(ctx context.Context, f Filter, limit int) ([]Matched, error) {
+func (q *Jobs) FastPathRunningBatch(ctx context.Context, f Filter, limit int) ([]Matched, error) {
 	sql, args, err := q.fastRunning(ctx, f, f.InStateAt)
 	if err != nil {
 		return nil, fmt.Errorf("select fast-path forwards under way: %w", err)

@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 
 	"github.com/google/uuid"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -51,7 +52,7 @@ ORDER BY target, (queued AND state = ANY($5::text[])) DESC, id DESC`)
 // forward of sender's event to it: its job (an unfinished redelivery
 // queued after an earlier forward before any newer job: see
 // currentJobsSQL), or its outbox row.
-func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uuid.UUID, targets []string) (map[string]Current, error) {
+func (q *Jobs) CurrentForwards(ctx context.Context, sender string, eventID uuid.UUID, targets []string) (map[string]Current, error) {
 	out := map[string]Current{}
 	rows, err := q.db.Query(ctx, currentJobsSQL, sender, targets, eventID.String(), jobCompleted, unfinishedJobs) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
@@ -88,7 +89,7 @@ func (q *Queries) CurrentForwards(ctx context.Context, sender string, eventID uu
 // redelivery (the job a relay or the fast path inserted after it). Both are
 // probes of a key: forward_outbox's primary key, and hookgate's index on
 // the forward jobs, which the ORDER BY (the event compared by a range)
-// makes the one path without a sort under indexOrderScans: not River's
+// makes the one path without a sort under store.IndexOrderScans: not River's
 // index on kind, nor its primary key, each of which some statistics made
 // the cheaper (see plans.go). A scalar subquery, since EXISTS drops its
 // ORDER BY.
@@ -107,9 +108,9 @@ func earlierForwardArgs(sender, target string, eventID uuid.UUID, jobID int64) [
 // EarlierForwardUnfinished reports whether the forward job jobID of
 // sender's event to target, queued after an earlier forward, must wait for
 // one that is not finished yet.
-func (q *Queries) EarlierForwardUnfinished(ctx context.Context, sender, target string, eventID uuid.UUID, jobID int64) (bool, error) {
+func (q *Jobs) EarlierForwardUnfinished(ctx context.Context, sender, target string, eventID uuid.UUID, jobID int64) (bool, error) {
 	var b pgx.Batch
-	b.Queue(indexOrderScans)
+	b.Queue(store.IndexOrderScans)
 	b.Queue(earlierForwardSQL, earlierForwardArgs(sender, target, eventID, jobID)...)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
@@ -181,7 +182,7 @@ func redeliveryLockKey(sender string, eventID *uuid.UUID) int32 {
 // and keeps them until the end of the transaction q runs in (on a pool,
 // until the end of the statement: no use). One round trip. It returns an
 // error when the wait ends with ctx or the connection.
-func (q *Queries) LockRedelivery(ctx context.Context, sender string, eventID uuid.UUID) error {
+func (q *Jobs) LockRedelivery(ctx context.Context, sender string, eventID uuid.UUID) error {
 	var b pgx.Batch
 	b.Queue(`SELECT pg_advisory_xact_lock_shared($1::int4, $2::int4)`, redeliverySenderLock, redeliveryLockKey(sender, nil))
 	b.Queue(`SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, redeliveryEventLock, redeliveryLockKey(sender, &eventID))
@@ -196,7 +197,7 @@ func (q *Queries) LockRedelivery(ctx context.Context, sender string, eventID uui
 // another bulk batch of the sender, and keeps it until the end of the
 // transaction q runs in. It returns an error when the wait ends with ctx
 // or the connection.
-func (q *Queries) LockBulkRedelivery(ctx context.Context, sender string) error {
+func (q *Jobs) LockBulkRedelivery(ctx context.Context, sender string) error {
 	if _, err := q.db.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, redeliverySenderLock, redeliveryLockKey(sender, nil)); err != nil {
 		return fmt.Errorf("lock redeliveries of %s: %w", sender, err)
 	}
@@ -209,9 +210,9 @@ func (q *Queries) LockBulkRedelivery(ctx context.Context, sender string) error {
 // nil. fn reads the event's forwards and inserts its new ones in tx: a
 // concurrent redelivery of the event, in this process or another, waits
 // for the COMMIT and then sees what fn inserted.
-func (q *Queries) Redelivering(ctx context.Context, sender string, eventID uuid.UUID, fn func(q *Queries, tx pgx.Tx) error) error {
+func (q *Jobs) Redelivering(ctx context.Context, sender string, eventID uuid.UUID, fn func(q *Jobs, tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
-		tq := New(tx)
+		tq := NewJobs(tx)
 		if err := tq.LockRedelivery(ctx, sender, eventID); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -37,7 +38,7 @@ const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'd
 // each redelivery. It returns an empty slice, not nil, when the event has
 // none (its sender had no targets, or the jobs were deleted after River's
 // retention).
-func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
+func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
 	out, err := q.outboxOfEvent(ctx, sender, eventID)
 	if err != nil {
 		return nil, err
@@ -73,7 +74,7 @@ func (q *Queries) EventForwards(ctx context.Context, sender string, eventID uuid
 // PostgreSQL has no statistics of yet compared every pair of the target's
 // jobs) whose ORDER BY, with the event compared by a range, makes
 // hookgate's index on the forward jobs (and forward_delivered's primary
-// key) the one path without a sort under indexOrderScans: not River's
+// key) the one path without a sort under store.IndexOrderScans: not River's
 // index on kind, which some statistics made the cheaper, and which walks
 // every forward job per job (see plans.go).
 var notSuperseded = jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
@@ -122,7 +123,7 @@ SELECT target, $5::text, count(*) FROM forward_delivered WHERE sender = $1 AND $
 // target's whole history). A target without forwards is absent (its counts
 // are all zero). Jobs of versions that named targets by URL are not
 // counted. The JSON API and the console both count with it.
-func (q *Queries) CountForwards(ctx context.Context, sender string, delivered bool) (map[string]Counts, error) {
+func (q *Jobs) CountForwards(ctx context.Context, sender string, delivered bool) (map[string]Counts, error) {
 	states := []State{StatePending, StateRunning, StateRetrying, StateFailed}
 	if delivered {
 		states = append(states, StateDelivered)
@@ -294,23 +295,23 @@ type ForwardPage struct {
 	// Forwards are newest first; empty, not nil, when there are none.
 	Forwards []TargetForward
 	// Next is the cursor of the next page; nil on the last page.
-	Next *Cursor
+	Next *store.Cursor
 }
 
-// ListTargetForwards returns up to limit (1 to MaxListLimit) forwards of
+// ListTargetForwards returns up to limit (1 to store.MaxListLimit) forwards of
 // f's target that match f, newest first (by job ID, descending), starting
 // right after after (a forward's cursor) when it is not nil. Pages are
 // stable while forwards are added (newer ones go to a new first page).
 // Forwards still in the outbox are not listed (they have no job yet;
 // CountForwards includes them).
-func (q *Queries) ListTargetForwards(ctx context.Context, f Filter, limit int, after *Cursor) (ForwardPage, error) {
-	if limit < 1 || limit > MaxListLimit {
-		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, MaxListLimit)
+func (q *Jobs) ListTargetForwards(ctx context.Context, f Filter, limit int, after *store.Cursor) (ForwardPage, error) {
+	if limit < 1 || limit > store.MaxListLimit {
+		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, store.MaxListLimit)
 	}
 	w := f.where(false, nil)
 	if after != nil {
 		if after.JobID == 0 {
-			return ForwardPage{}, fmt.Errorf("list forwards: %w: a cursor of deliveries", errBadCursor)
+			return ForwardPage{}, fmt.Errorf("list forwards: %w: a cursor of deliveries", store.ErrBadCursor)
 		}
 		w.args = append(w.args, after.JobID)
 		w.and(fmt.Sprintf("j.id < $%d", len(w.args)), fmt.Sprintf("d.id < $%d", len(w.args)))
@@ -368,14 +369,14 @@ FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
 	}
 	if len(page.Forwards) > limit {
 		page.Forwards = page.Forwards[:limit]
-		page.Next = &Cursor{JobID: page.Forwards[limit-1].JobID}
+		page.Next = &store.Cursor{JobID: page.Forwards[limit-1].JobID}
 	}
 	if len(page.Forwards) > 0 {
 		ids := make([]uuid.UUID, len(page.Forwards))
 		for i := range page.Forwards {
 			ids[i] = page.Forwards[i].EventID
 		}
-		types, err := q.EventTypes(ctx, f.Sender, ids)
+		types, err := store.New(q.db).EventTypes(ctx, f.Sender, ids)
 		if err != nil {
 			return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
 		}
@@ -402,7 +403,7 @@ UNION ALL SELECT 'outbox', count(*) FROM forward_outbox`)
 // Backlog returns how many forwards are not yet finished, by state: outbox
 // (accepted, not yet relayed into River) and River's job state of the
 // unfinished ones (see BacklogStates); a state without any is absent.
-func (q *Queries) Backlog(ctx context.Context) (map[string]int64, error) {
+func (q *Jobs) Backlog(ctx context.Context) (map[string]int64, error) {
 	rows, err := q.db.Query(ctx, backlogSQL, stateNames(StatePending, StateRunning, StateRetrying)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count forward backlog: %w", err)
@@ -414,6 +415,51 @@ func (q *Queries) Backlog(ctx context.Context) (map[string]int64, error) {
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error { out[state] = n; return nil }); err != nil {
 		return nil, fmt.Errorf("count forward backlog: %w", err)
+	}
+	return out, nil
+}
+
+// outboxOfEvent returns the forwards of sender's event still in the outbox
+// (JobID 0: pending, or running while a fast path holds its lease), by
+// target name; empty, not nil, when none.
+func (q *Jobs) outboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
+	rows, err := q.db.Query(ctx, `SELECT target, created_at, coalesce(leased_until > statement_timestamp(), false)
+FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`, sender, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Forward, error) {
+		f := Forward{State: StatePending}
+		var leased bool
+		err := row.Scan(&f.Target, &f.CreatedAt, &leased)
+		if leased {
+			f.State = StateRunning
+		}
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
+	}
+	if out == nil {
+		out = []Forward{}
+	}
+	return out, nil
+}
+
+// outboxCounts counts the forwards of sender not yet relayed, by target
+// (forward_outbox's key leads with sender).
+func (q *Jobs) outboxCounts(ctx context.Context, sender string) (map[string]int64, error) {
+	rows, err := q.db.Query(ctx, `SELECT target, count(*) FROM forward_outbox WHERE sender = $1 GROUP BY target`, sender) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	if err != nil {
+		return nil, fmt.Errorf("count outbox rows of %s: %w", sender, err)
+	}
+	out := map[string]int64{}
+	var (
+		name string
+		n    int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("count outbox rows of %s: %w", sender, err)
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package forward
+package queue
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Enqueued is a forward job Redeliver inserted, or found waiting.
@@ -36,16 +35,16 @@ type Enqueued struct {
 // still waiting for its first attempt, or a redelivery is already queued
 // after it, nothing is inserted. It reads the event's forwards and inserts
 // the new jobs in one transaction that holds the event's redelivery lock
-// (store.Queries.Redelivering), so that concurrent redeliveries of the
+// (Jobs.Redelivering), so that concurrent redeliveries of the
 // event, in any process on the database, queue at most one new forward
 // per target: each later one finds it pending. It returns the jobs, or nil
 // and no error when sender has no targets.
-func Redeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
+func redeliver(ctx context.Context, q *Jobs, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
 	if len(sender.Forward) == 0 {
 		return nil, nil
 	}
 	var out []Enqueued
-	err := q.Redelivering(ctx, sender.Name, eventID, func(q *store.Queries, tx pgx.Tx) error {
+	err := q.Redelivering(ctx, sender.Name, eventID, func(q *Jobs, tx pgx.Tx) error {
 		var err error
 		out, err = redeliverTx(ctx, q, tx, client, sender, eventID, deliveryID)
 		return err
@@ -58,7 +57,7 @@ func Redeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.T
 
 // redeliverTx is Redeliver in tx, which holds the event's redelivery lock;
 // q runs in tx.
-func redeliverTx(ctx context.Context, q *store.Queries, tx pgx.Tx, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
+func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
 	cur, err := q.CurrentForwards(ctx, sender.Name, eventID, sender.TargetNames())
 	if err != nil {
 		return nil, err
@@ -116,7 +115,7 @@ func redeliverTx(ctx context.Context, q *store.Queries, tx pgx.Tx, client *river
 // still under way (it may be running only to find that it must wait). A
 // queued redelivery whose forward has ended is still to come until it is
 // attempted (River's snoozes while it waited used no attempt).
-func waiting(ctx context.Context, q *store.Queries, sender, target string, eventID uuid.UUID, c store.Current) (bool, error) {
+func waiting(ctx context.Context, q *Jobs, sender, target string, eventID uuid.UUID, c Current) (bool, error) {
 	if c.JobID == 0 {
 		return false, nil
 	}
@@ -126,7 +125,7 @@ func waiting(ctx context.Context, q *store.Queries, sender, target string, event
 			return wait, err
 		}
 	}
-	if c.State == store.StatePending {
+	if c.State == StatePending {
 		return c.Attempt == 0, nil
 	}
 	return false, nil

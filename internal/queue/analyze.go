@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 // AnalyzeJobs vacuums and analyzes River's job table, as autovacuum does on
 // a live one (VACUUM also moves the pending list of River's GIN index on
 // args into the index proper). q must not be on a transaction.
-func (q *Queries) AnalyzeJobs(ctx context.Context) error {
+func (q *Jobs) AnalyzeJobs(ctx context.Context) error {
 	if _, err := q.db.Exec(ctx, `VACUUM ANALYZE river_job`); err != nil {
 		return fmt.Errorf("analyze the jobs: %w", err)
 	}

@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"context"
@@ -96,7 +96,7 @@ type RunningJob struct {
 // RunningJobsOf returns the jobs River shows as running whose last attempt
 // was made by process, oldest ID first, each saying whether that attempt
 // started more than age ago.
-func (q *Queries) RunningJobsOf(ctx context.Context, process string, age time.Duration) ([]RunningJob, error) {
+func (q *Jobs) RunningJobsOf(ctx context.Context, process string, age time.Duration) ([]RunningJob, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)
 	b.Queue(runningOfSQL, runningOfArgs(process, age)...)
@@ -126,7 +126,7 @@ func (q *Queries) RunningJobsOf(ctx context.Context, process string, age time.Du
 // connection broke) leaves jobs that no worker runs, which River's rescuer
 // would retry only after its horizon. Jobs no longer running, or now
 // another process's, are left as they are. It returns those it released.
-func (q *Queries) ReleaseOrphans(ctx context.Context, process string, ids []int64) ([]TakenOver, error) {
+func (q *Jobs) ReleaseOrphans(ctx context.Context, process string, ids []int64) ([]TakenOver, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)
 	b.Queue(releaseOrphansSQL, releaseOrphansArgs(process, ids)...)
@@ -171,7 +171,7 @@ const processIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set
 // seen continuously for longer than stale: right after a database crash,
 // forward_processes (unlogged) is empty until each live process has
 // written its row again.
-func (q *Queries) TakeOverJobs(ctx context.Context, prefix string, stale time.Duration, limit int) ([]TakenOver, error) {
+func (q *Jobs) TakeOverJobs(ctx context.Context, prefix string, stale time.Duration, limit int) ([]TakenOver, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)
 	b.Queue(takeOverSQL, takeOverArgs(prefix, stale, limit)...)

@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"slices"
@@ -8,7 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // A forward the fast path delivered at its first attempt is a row of
@@ -20,7 +21,7 @@ import (
 // supersedes an older failure.
 func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 	t.Parallel()
-	s, _ := store(t)
+	s, _ := newFixture(t)
 	ctx := t.Context()
 	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
 	// e1 failed earlier through River (an older job), e1 and e2 then went
@@ -28,13 +29,13 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 	// (retryable, a River job); e4's outbox row was taken by the relay
 	// before the outcome was recorded (nothing recorded).
 	e1, e2, e3, e4 := uuid.New(), uuid.New(), uuid.New(), uuid.New()
-	failed, err := s.jobs.InsertForwardJobs(ctx, "q", storetest.JobFixture{State: rivertype.JobStateDiscarded, At: at.Add(-time.Hour)},
-		storetest.NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5})
+	failed, err := s.jobs.InsertForwardJobs(ctx, "q", queuetest.JobFixture{State: rivertype.JobStateDiscarded, At: at.Add(-time.Hour)},
+		queuetest.NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, e := range []uuid.UUID{e1, e2, e3} {
-		if err := s.InsertOutbox(ctx, OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: []string{"d1", "d2", "d3"}[i]}, at); err != nil {
+		if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: []string{"d1", "d2", "d3"}[i]}, at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +131,7 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 		t.Errorf("bulk match of delivered: %d, %v; want 2", n, err)
 	}
 	// A redelivery of e1 (a newer River job) supersedes its delivery.
-	if _, err := s.jobs.InsertForwardJobs(ctx, "q", storetest.JobFixture{}, storetest.NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5}); err != nil {
+	if _, err := s.jobs.InsertForwardJobs(ctx, "q", queuetest.JobFixture{}, queuetest.NewForwardJob{Sender: "acme", Target: "t", EventID: e1, DeliveryID: "d1", MaxAttempts: 5}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.BulkMatchBatch(ctx, match, newest, 0, 10)
@@ -161,28 +162,28 @@ func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 // those in the state now.
 func TestBulkMatchUnderWayAt(t *testing.T) {
 	t.Parallel()
-	s, _ := store(t)
+	s, _ := newFixture(t)
 	ctx := t.Context()
 	at := time.Now().UTC().Truncate(time.Microsecond)
-	job := func(f storetest.JobFixture) int64 {
+	job := func(f queuetest.JobFixture) int64 {
 		t.Helper()
-		ids, err := s.jobs.InsertForwardJobs(ctx, "q", f, storetest.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
+		ids, err := s.jobs.InsertForwardJobs(ctx, "q", f, queuetest.NewForwardJob{Sender: "acme", Target: "t", DeliveryID: "d", MaxAttempts: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ids[0]
 	}
-	running := job(storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)})
-	retrying := job(storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"503"}, At: at.Add(-time.Second), ScheduledAt: at.Add(time.Hour)})
-	retriedSince := job(storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"503"}, At: at.Add(time.Second)})
-	job(storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1, At: at.Add(time.Second)}) // pending then, delivered since
-	job(storetest.JobFixture{})                                                                        // pending
+	running := job(queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)})
+	retrying := job(queuetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"503"}, At: at.Add(-time.Second), ScheduledAt: at.Add(time.Hour)})
+	retriedSince := job(queuetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"503"}, At: at.Add(time.Second)})
+	job(queuetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1, At: at.Add(time.Second)}) // pending then, delivered since
+	job(queuetest.JobFixture{})                                                                        // pending
 	newest, _, err := s.NewestJobID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for state, want := range map[State][]int64{StateRunning: {running}, StateRetrying: {retrying, retriedSince}} {
-		ids := bulkMatchIDs(t, s.Queries, Filter{Sender: "acme", Target: "t", State: state, InStateAt: at}, newest)
+		ids := bulkMatchIDs(t, s.Jobs, Filter{Sender: "acme", Target: "t", State: state, InStateAt: at}, newest)
 		if !slices.Equal(ids, want) {
 			t.Errorf("%s at the request: matched jobs %v, want %v", state, ids, want)
 		}
@@ -205,7 +206,7 @@ func TestBulkMatchUnderWayAt(t *testing.T) {
 // there.
 func TestBulkRunningReadsTheOutboxApart(t *testing.T) {
 	t.Parallel()
-	s, pool := store(t)
+	s, pool := newFixture(t)
 	ctx := t.Context()
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	// eA: under way in the fast path. eB: under way at the request, its
@@ -213,7 +214,7 @@ func TestBulkRunningReadsTheOutboxApart(t *testing.T) {
 	// eC: the same, its attempt started after the request.
 	eA, eB, eC := uuid.New(), uuid.New(), uuid.New()
 	for i, e := range []uuid.UUID{eA, eB, eC} {
-		if err := s.InsertOutbox(ctx, OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: "d"}, at.Add(time.Duration(i-3)*time.Second)); err != nil {
+		if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: "d"}, at.Add(time.Duration(i-3)*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -232,12 +233,12 @@ RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
 	// River to find whether they must wait; eD's forward is still in the
 	// outbox (not leased), eE's has left it.
 	eD, eE := uuid.New(), uuid.New()
-	if err := s.InsertOutbox(ctx, OutboxRow{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d"}, at.Add(-time.Minute)); err != nil {
+	if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d"}, at.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	queued, err := s.jobs.InsertForwardJobs(ctx, "q", storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)},
-		storetest.NewForwardJob{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d", MaxAttempts: 5},
-		storetest.NewForwardJob{Sender: "acme", Target: "t", EventID: eE, DeliveryID: "d", MaxAttempts: 5})
+	queued, err := s.jobs.InsertForwardJobs(ctx, "q", queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)},
+		queuetest.NewForwardJob{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d", MaxAttempts: 5},
+		queuetest.NewForwardJob{Sender: "acme", Target: "t", EventID: eE, DeliveryID: "d", MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
 	}
 	matched := func(want ...int64) {
 		t.Helper()
-		ids := bulkMatchIDs(t, s.Queries, running, newest)
+		ids := bulkMatchIDs(t, s.Jobs, running, newest)
 		if !slices.Equal(ids, want) {
 			t.Errorf("BulkMatchBatch(running at the request) = %v, want %v", ids, want)
 		}
@@ -280,7 +281,7 @@ RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
 
 // bulkMatchIDs returns the job IDs of the first 10 forwards a bulk
 // redelivery of f matches up to job maxID (BulkMatchBatch), oldest first.
-func bulkMatchIDs(t *testing.T, s *Queries, f Filter, maxID int64) []int64 {
+func bulkMatchIDs(t *testing.T, s *Jobs, f Filter, maxID int64) []int64 {
 	t.Helper()
 	got, err := s.BulkMatchBatch(t.Context(), f, maxID, 0, 10)
 	if err != nil {
@@ -300,13 +301,13 @@ func bulkMatchIDs(t *testing.T, s *Queries, f Filter, maxID int64) []int64 {
 // delivered, retried and released forwards stay one transaction.
 func TestRecordFirstAttemptsOneTransactionPerSender(t *testing.T) {
 	t.Parallel()
-	s, pool := store(t)
+	s, pool := newFixture(t)
 	ctx := t.Context()
 	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
 	var batch []FirstAttempt
 	for _, sender := range []string{"acme", "bravo", "acme", "carol", "bravo"} {
 		e := uuid.New()
-		if err := s.InsertOutbox(ctx, OutboxRow{Sender: sender, Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
+		if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: sender, Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
 			t.Fatal(err)
 		}
 		batch = append(batch, FirstAttempt{Sender: sender, EventID: e, Target: "t", State: StateDelivered, MaxAttempts: 5,
@@ -350,7 +351,7 @@ func TestRecordFirstAttemptsOneTransactionPerSender(t *testing.T) {
 			seen[xid] = sender
 		}
 	}
-	if left, err := s.CountOutboxOf(ctx, "acme", "t"); err != nil || left != 0 {
+	if left, err := s.jobs.CountOutboxOf(ctx, "acme", "t"); err != nil || left != 0 {
 		t.Errorf("acme's outbox rows left: %d, %v", left, err)
 	}
 }

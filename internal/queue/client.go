@@ -1,14 +1,11 @@
-package forward
+package queue
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -48,9 +45,10 @@ type ClientConfig struct {
 	// it leaves running if it dies. Empty: River's default ID, whose jobs
 	// only River's rescuer rescues.
 	ID string
-	// Middleware are River worker middleware for every job the client
-	// works (Takeover.Middleware).
-	Middleware []rivertype.Middleware
+	// Tracker, when not nil, learns which jobs this process's workers run
+	// (forward.Takeover, which releases the jobs River shows running here
+	// that no worker holds).
+	Tracker JobTracker
 	// Maintenance are other jobs the client works (the retention job):
 	// their workers, the periodic jobs that enqueue them, and their queue,
 	// worked one job at a time. A zero Maintenance has none.
@@ -171,41 +169,12 @@ const slowQueuePoll = time.Second
 // (200/s with 20 workers, measured by make bench), far below ingestion.
 const fetchCooldown = 10 * time.Millisecond
 
-// NewHTTPClient returns the HTTP client of forwards, keeping up to
-// maxIdlePerHost idle connections to each target, to any host.
-func NewHTTPClient(maxIdlePerHost int) *http.Client {
-	return NewGuardedHTTPClient(maxIdlePerHost, nil)
-}
-
-// NewGuardedHTTPClient is NewHTTPClient connecting only where allowed
-// permits (AllowedHosts.DialContext; a proxy from the environment is
-// connected to, and so must be allowed, itself); a nil allowed permits
-// every host. The fast path and River's worker share the client
-// (NewWorker).
-func NewGuardedHTTPClient(maxIdlePerHost int, allowed *AllowedHosts) *http.Client {
-	return &http.Client{
-		Transport: &http.Transport{
-			DialContext:         allowed.DialContext(&net.Dialer{}),
-			Proxy:               http.ProxyFromEnvironment,
-			MaxIdleConnsPerHost: maxIdlePerHost,
-			IdleConnTimeout:     90 * time.Second,
-			// The target's answer is read only to reuse the connection (and
-			// its status kept): asking for gzip would only add a header to
-			// every forward and a decompressor to some answers.
-			DisableCompression: true,
-		},
-		// A forward is a POST of one body to one URL: a redirect is an
-		// answer (a failed forward), not an instruction.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
 // NewClient returns the River client that inserts forward jobs for the
 // senders of cfg and, when worker is not nil, works them with it (and the
 // bulk redeliveries, and cc's maintenance jobs); a nil worker makes a
 // client that only inserts (the api role, tools). cc tunes it
 // (DefaultClientConfig); an error names the field when cc is invalid.
-func NewClient(pool *pgxpool.Pool, cfg *config.Config, worker *Worker, cc ClientConfig, log *slog.Logger) (*river.Client[pgx.Tx], error) {
+func New(pool *pgxpool.Pool, cfg *config.Config, worker ForwardWorker, cc ClientConfig, log *slog.Logger) (*River, error) {
 	if err := cc.validate(); err != nil {
 		return nil, err
 	}
@@ -222,7 +191,7 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, worker *Worker, cc Client
 			return nil, err
 		}
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely(workers, worker); err != nil {
+		if err := river.AddWorkerSafely(workers, &forwardWorker{w: worker}); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		// Bulk redeliveries run on a queue of their own, one at a time.
@@ -241,8 +210,8 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, worker *Worker, cc Client
 		// FetchPollInterval. Each queue polls on its own, and an idle
 		// process made 30 polls a second with all three at 100ms.
 		rc.Queues = map[string]river.QueueConfig{
-			Queue:     {MaxWorkers: cc.MaxWorkers + spareWorkers(cc.MaxWorkers)},
-			BulkQueue: {MaxWorkers: 1, FetchPollInterval: slowQueuePoll},
+			ForwardQueue: {MaxWorkers: cc.MaxWorkers + spareWorkers(cc.MaxWorkers)},
+			BulkQueue:    {MaxWorkers: 1, FetchPollInterval: slowQueuePoll},
 		}
 		if m := cc.Maintenance; m.Register != nil {
 			if err := m.Register(workers, min(m.Timeout, h.long)); err != nil {
@@ -252,7 +221,9 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, worker *Worker, cc Client
 			rc.PeriodicJobs = m.Periodic
 		}
 		rc.Workers = workers
-		rc.Middleware = cc.Middleware
+		if cc.Tracker != nil {
+			rc.Middleware = []rivertype.Middleware{&trackJobs{t: cc.Tracker}}
+		}
 		rc.JobTimeout = h.forward
 		rc.RescueStuckJobsAfter = h.rescue
 		rc.FetchCooldown = fetchCooldown
@@ -262,5 +233,5 @@ func NewClient(pool *pgxpool.Pool, cfg *config.Config, worker *Worker, cc Client
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}
-	return client, nil
+	return &River{client: client, pool: pool, jobs: NewJobs(pool), cfg: cfg}, nil
 }

@@ -1,22 +1,17 @@
-package forward
+package queue
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -42,21 +37,20 @@ func TestRedeliveriesSerialiseAcrossProcesses(t *testing.T) {
 	t.Cleanup(other.Close)
 	cfg := parseConfig(t, statesYAML)
 	log := testkit.Logger(t)
-	var procs []*store.Queries
-	var clients []*river.Client[pgx.Tx]
+	var clients []*River
 	for _, p := range []*pgxpool.Pool{pool, other} {
-		c, err := NewClient(p, cfg, nil, DefaultClientConfig(cfg), log)
+		c, err := New(p, cfg, nil, DefaultClientConfig(cfg), log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		procs, clients = append(procs, store.New(p)), append(clients, c)
+		clients = append(clients, c)
 	}
 	orders := sender(t, cfg, "orders")
 	ev := newEventID(t)
 	current := map[string]int64{}
 	for _, tg := range orders.Forward {
-		ids, err := storetest.New(pool).InsertForwardJobs(ctx, Queue, storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1},
-			storetest.NewForwardJob{Sender: "orders", Target: tg.Name, EventID: ev, DeliveryID: "d-1", MaxAttempts: tg.MaxAttempts})
+		ids, err := queuetest.New(pool).InsertForwardJobs(ctx, ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1},
+			queuetest.NewForwardJob{Sender: "orders", Target: tg.Name, EventID: ev, DeliveryID: "d-1", MaxAttempts: tg.MaxAttempts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +69,7 @@ func TestRedeliveriesSerialiseAcrossProcesses(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			answers[i], errs[i] = Redeliver(ctx, procs[i%2], clients[i%2], orders, ev, "d-1")
+			answers[i], errs[i] = clients[i%2].Redeliver(ctx, orders, ev, "d-1")
 		}()
 	}
 	close(start)
@@ -86,7 +80,7 @@ func TestRedeliveriesSerialiseAcrossProcesses(t *testing.T) {
 		}
 	}
 
-	jobs, err := storetest.New(pool).ForwardJobs(ctx)
+	jobs, err := queuetest.New(pool).ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +130,8 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	cfg := parseConfig(t, statesYAML)
 	log := testkit.Logger(t)
-	m := NewMetrics(prometheus.NewRegistry())
-	w := newTestWorker(t, cfg, pool, http.DefaultClient, Backoff{Base: time.Second, Max: time.Minute}, DefaultBreakerConfig(), m, log)
-	client, err := NewClient(pool, cfg, w, DefaultClientConfig(cfg), log)
+	w := unreachable{}
+	client, err := New(pool, cfg, w, DefaultClientConfig(cfg), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,10 +146,9 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 		}
 	})
 	orders := sender(t, cfg, "orders")
-	q := store.New(pool)
 	ev := newEventID(t)
-	running, err := storetest.New(pool).InsertForwardJobs(ctx, Queue, storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: time.Now().Add(-time.Minute)},
-		storetest.NewForwardJob{Sender: "orders", Target: "t1", EventID: ev, DeliveryID: "d-1", MaxAttempts: 3})
+	running, err := queuetest.New(pool).InsertForwardJobs(ctx, ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: time.Now().Add(-time.Minute)},
+		queuetest.NewForwardJob{Sender: "orders", Target: "t1", EventID: ev, DeliveryID: "d-1", MaxAttempts: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,11 +159,11 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	tq := store.New(tx)
+	tq := NewJobs(tx)
 	if err := tq.LockRedelivery(ctx, "orders", ev); err != nil {
 		t.Fatal(err)
 	}
-	single, err := redeliverTx(ctx, tq, tx, client, orders, ev, "d-1")
+	single, err := redeliverTx(ctx, tq, tx, client.client, orders, ev, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +172,7 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 			t.Errorf("the single redelivery to t1 = %+v; want a forward queued after job %d", e, running[0])
 		}
 	}
-	res, err := BulkRedeliver(ctx, q, client, BulkRequest{Sender: orders, Target: "t1", State: store.StateRunning})
+	res, err := client.BulkRedeliver(ctx, BulkRequest{Sender: orders, Target: "t1", State: StateRunning})
 	if err != nil || res.Matched != 1 {
 		t.Fatalf("BulkRedeliver(running) = %+v, %v; want 1 matched", res, err)
 	}
@@ -194,17 +186,17 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 		if err == nil && waiting == 1 {
 			return true
 		}
-		n, err := storetest.New(pool).CountJobs(ctx, BulkArgs{}.Kind(), rivertype.JobStateCompleted)
+		n, err := queuetest.New(pool).CountJobs(ctx, BulkArgs{}.Kind(), rivertype.JobStateCompleted)
 		return err == nil && n == 1
 	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Poll(t, lockTestWait, "the bulk job to finish", func() bool {
-		n, err := storetest.New(pool).CountJobs(ctx, BulkArgs{}.Kind(), rivertype.JobStateCompleted)
+		n, err := queuetest.New(pool).CountJobs(ctx, BulkArgs{}.Kind(), rivertype.JobStateCompleted)
 		return err == nil && n == 1
 	})
-	jobs, err := storetest.New(pool).ForwardJobs(ctx)
+	jobs, err := queuetest.New(pool).ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

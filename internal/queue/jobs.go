@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"context"
@@ -9,44 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 )
 
-// The River adapter: forward jobs in River's table river_job. Its files
-// alone name river_job's columns, the forward job kind and River's job
-// states; the rest of hookgate asks them in terms of forwards (State,
-// Forward, Counts). River's own API inserts and works the jobs (package
-// forward); what River has no API for (counts by target and state, the
-// forwards a bulk redelivery matches, the newest forward of an event) is
-// read here with SQL. One file per concern:
-//
-//   - jobs.go: the forward job kind (formatted into SQL once:
-//     forwardKind), a forward (Forward, Output) as read from its job, and
-//     the updates of waiting jobs (the breaker's wake)
-//   - states.go: hookgate's five forward states, the one mapping of them
-//     to River's job states, and River's state names as the statements'
-//     parameters (never literals in their SQL)
-//   - reads.go: the operator reads (an event's forwards, a target's counts
-//     and list, the backlog)
-//   - bulk.go: the forwards a bulk redelivery matches
-//   - delivered.go: forward_delivered, the fast path's delivered first
-//     attempts, and the recording of the fast path's outcomes
-//   - redelivery.go: an event's current forwards and the locks that
-//     serialise redeliveries
-//   - takeover.go: the jobs of processes that are gone
-//   - analyze.go: VACUUM ANALYZE of River's table (tests that need fresh
-//     statistics)
-//
-// TestRiverSchema (riverschema_test.go) checks that River's schema is the
-// one these statements were written for: river_job's columns and their
-// types, River's job states, the columns the fast path's insert must give,
-// River's job sequence and the indexes the reads use. A River upgrade that
-// changes any of them fails there first.
-//
-// The fixtures that put River's jobs in a given state for tests are in
-// package storetest, which only tests import.
-//
 // A target's jobs, and an event's newer forward, are found through
 // hookgate's index on the forward jobs' sender, target, event and ID
 // (migration 9), whose expressions (args->>'sender' = …) and predicate
@@ -141,7 +108,7 @@ type Forward struct {
 // an InitPlan that reads River's index of waiting jobs (state, queue,
 // priority, scheduled_at, id: the queue's waiting jobs, not the target's
 // whole history, nor every forward job), the one path its ORDER BY leaves
-// without a sort under indexOrderScans (see plans.go), and updated by ctid
+// without a sort under store.IndexOrderScans (see plans.go), and updated by ctid
 // (a TID scan); a job River fetched meanwhile (its row updated) is left as
 // River made it.
 var wakeSQL = jobSQL(`UPDATE river_job SET state = $4::river_job_state, scheduled_at = now()
@@ -158,9 +125,9 @@ func wakeArgs(queue, sender, target string) []any {
 // WakeWaitingForwards makes the forwards of sender's target on queue that
 // wait for a later time (snoozed behind its breaker) available now;
 // forwards waiting for a retry after a failed attempt keep their backoff.
-func (q *Queries) WakeWaitingForwards(ctx context.Context, queue, sender, target string) error {
+func (q *Jobs) WakeWaitingForwards(ctx context.Context, queue, sender, target string) error {
 	var b pgx.Batch
-	b.Queue(indexOrderScans)
+	b.Queue(store.IndexOrderScans)
 	b.Queue(wakeSQL, wakeArgs(queue, sender, target)...)
 	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)

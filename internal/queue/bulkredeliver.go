@@ -1,4 +1,4 @@
-package forward
+package queue
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Bulk redelivery: every failed (or delivered) forward of one target in a
@@ -32,7 +31,7 @@ import (
 // forward: the batch takes its sender's redelivery lock, reads the batch
 // again and inserts in one transaction (lockedAgain), as a single
 // redelivery reads and inserts under its event's lock (and its sender's,
-// shared: store.Queries.LockRedelivery).
+// shared: Jobs.LockRedelivery).
 //
 // A redelivery is a new attempt: the forwards of a target that are running
 // or retrying can be redelivered in bulk too (state running or retrying).
@@ -41,7 +40,7 @@ import (
 // ended, without using attempts while it waits. The job matches the
 // forwards that were in the state when the request was made, whatever they
 // have become since (a new attempt was asked for all the same:
-// store.Filter.InStateAt); the new forward then is the newest of its
+// Filter.InStateAt); the new forward then is the newest of its
 // event, so that a second request does not match it again.
 
 // BulkQueue is the River queue of bulk redeliveries; each worker process
@@ -56,11 +55,11 @@ const BulkBatch = 1000
 // same sender, target, state and window while one's job has not finished
 // make one job.
 type BulkArgs struct {
-	Sender string      `json:"sender" river:"unique"`
-	Target string      `json:"target" river:"unique"`
-	State  store.State `json:"state" river:"unique"`
-	Since  *time.Time  `json:"since,omitempty" river:"unique"`
-	Until  *time.Time  `json:"until,omitempty" river:"unique"`
+	Sender string     `json:"sender" river:"unique"`
+	Target string     `json:"target" river:"unique"`
+	State  State      `json:"state" river:"unique"`
+	Since  *time.Time `json:"since,omitempty" river:"unique"`
+	Until  *time.Time `json:"until,omitempty" river:"unique"`
 	// MaxJobID is the newest forward job when the request was made: the
 	// job redelivers forwards up to it, never the ones inserted since.
 	MaxJobID int64 `json:"max_job_id"`
@@ -73,8 +72,8 @@ type BulkArgs struct {
 // Kind is the River job kind of bulk redeliveries.
 func (BulkArgs) Kind() string { return "hookgate_bulk_redeliver" }
 
-func (a BulkArgs) filter() store.Filter {
-	f := store.Filter{Sender: a.Sender, Target: a.Target, State: a.State}
+func (a BulkArgs) filter() Filter {
+	f := Filter{Sender: a.Sender, Target: a.Target, State: a.State}
 	if a.Since != nil {
 		f.Since = *a.Since
 	}
@@ -89,16 +88,16 @@ func (a BulkArgs) filter() store.Filter {
 
 // afterCurrent reports whether a bulk redelivery of forwards in state s
 // queues each new forward after the one under way.
-func afterCurrent(s store.State) bool { return s == store.StateRunning || s == store.StateRetrying }
+func afterCurrent(s State) bool { return s == StateRunning || s == StateRetrying }
 
 // BulkRequest is what to redeliver: the forwards of Sender's target Target
-// that are in State (store.StateFailed, StateDelivered, StateRunning or
+// that are in State (StateFailed, StateDelivered, StateRunning or
 // StateRetrying) and reached it at or after Since and before Until (no
 // bound when zero; for forwards under way, when they were enqueued).
 type BulkRequest struct {
 	Sender       *config.Sender
 	Target       string
-	State        store.State
+	State        State
 	Since, Until time.Time
 }
 
@@ -124,8 +123,8 @@ var ErrUnknownTarget = errors.New("no such target")
 // one under way. It returns how many it matched: 0, with no job, when
 // none. The count includes forwards that a job of an identical request
 // still running is about to redeliver; they are redelivered once.
-func BulkRedeliver(ctx context.Context, q *store.Queries, client *river.Client[pgx.Tx], req BulkRequest) (Bulk, error) {
-	if req.State != store.StateFailed && req.State != store.StateDelivered && !afterCurrent(req.State) {
+func bulkRedeliver(ctx context.Context, q *Jobs, client *river.Client[pgx.Tx], req BulkRequest) (Bulk, error) {
+	if req.State != StateFailed && req.State != StateDelivered && !afterCurrent(req.State) {
 		return Bulk{}, ErrBulkState
 	}
 	if _, ok := req.Sender.Target(req.Target); !ok {
@@ -155,7 +154,7 @@ func BulkRedeliver(ctx context.Context, q *store.Queries, client *river.Client[p
 	if res.Matched, err = q.CountBulkMatch(ctx, count, args.MaxJobID); err != nil {
 		return Bulk{}, fmt.Errorf("bulk redeliver: %w", err)
 	}
-	if req.State == store.StateRunning {
+	if req.State == StateRunning {
 		// The fast path's first attempts in flight: outbox rows, not jobs.
 		n, err := q.CountFastPathRunning(ctx, count, at)
 		if err != nil {
@@ -217,7 +216,7 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	var after, total int64
-	if a.State == store.StateRunning && a.At != nil {
+	if a.State == StateRunning && a.At != nil {
 		n, err := w.fastPathRunning(ctx, client, sender, a)
 		if err != nil {
 			return err
@@ -227,7 +226,7 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 	for {
 		var n, read int
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			q := store.New(tx)
+			q := NewJobs(tx)
 			matched, err := q.BulkMatchBatch(ctx, a.filter(), a.MaxJobID, after, w.batch)
 			if err != nil {
 				return err
@@ -240,7 +239,7 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			// last forward: one that a single redelivery superseded in
 			// between is no longer matched.
 			last := matched[read-1].JobID
-			if matched, err = lockedAgain(ctx, q, a.Sender, matched, func(limit int) ([]store.Matched, error) {
+			if matched, err = lockedAgain(ctx, q, a.Sender, matched, func(limit int) ([]Matched, error) {
 				return q.BulkMatchBatch(ctx, a.filter(), last, after, limit)
 			}); err != nil {
 				return err
@@ -292,7 +291,7 @@ func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[p
 	for {
 		var n, read int
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			q := store.New(tx)
+			q := NewJobs(tx)
 			matched, err := q.FastPathRunningBatch(ctx, a.filter(), w.batch)
 			if err != nil {
 				return err
@@ -301,7 +300,7 @@ func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[p
 			if read == 0 {
 				return nil
 			}
-			if matched, err = lockedAgain(ctx, q, a.Sender, matched, func(limit int) ([]store.Matched, error) {
+			if matched, err = lockedAgain(ctx, q, a.Sender, matched, func(limit int) ([]Matched, error) {
 				return q.FastPathRunningBatch(ctx, a.filter(), limit)
 			}); err != nil {
 				return err
@@ -343,11 +342,11 @@ func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[p
 // twice as many as the batch, and again with twice the limit while it
 // returns as many as asked, so that forwards matched since cannot push one
 // of the batch out.
-func lockedAgain(ctx context.Context, q *store.Queries, sender string, matched []store.Matched, again func(limit int) ([]store.Matched, error)) ([]store.Matched, error) {
+func lockedAgain(ctx context.Context, q *Jobs, sender string, matched []Matched, again func(limit int) ([]Matched, error)) ([]Matched, error) {
 	if err := q.LockBulkRedelivery(ctx, sender); err != nil {
 		return nil, err
 	}
-	var now []store.Matched
+	var now []Matched
 	for limit := 2 * len(matched); ; limit *= 2 {
 		var err error
 		if now, err = again(limit); err != nil {
@@ -357,7 +356,7 @@ func lockedAgain(ctx context.Context, q *store.Queries, sender string, matched [
 			break
 		}
 	}
-	still := make(map[store.Matched]bool, len(now))
+	still := make(map[Matched]bool, len(now))
 	for _, m := range now {
 		still[m] = true
 	}

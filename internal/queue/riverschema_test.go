@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"regexp"
@@ -13,7 +13,7 @@ import (
 
 // riverJobColumns are the columns of River's river_job that hookgate's own
 // SQL reads or writes (this package's statements, the fixtures of
-// storetest), with the types that SQL assumes (information_schema's
+// queuetest), with the types that SQL assumes (information_schema's
 // udt_name: an array's is its element's with a leading underscore).
 var riverJobColumns = map[string]string{
 	"id":           "int8",

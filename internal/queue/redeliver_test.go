@@ -1,4 +1,4 @@
-package forward
+package queue
 
 // These tests are in package forward so that they can insert jobs with
 // jobParams. The package's TestMain (goleak) is in main_test.go.
@@ -12,15 +12,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/store/storetest"
 )
 
 // statesYAML has a sender with three targets (one with a secret path) and
@@ -47,14 +46,14 @@ senders:
 
 // setup returns a fresh database, the configuration of statesYAML and an
 // insert-only River client on the database.
-func setup(t *testing.T) (*pgxpool.Pool, *config.Config, *river.Client[pgx.Tx]) {
+func setup(t *testing.T) (*pgxpool.Pool, *config.Config, *River) {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
 	cfg, err := config.Parse([]byte(statesYAML), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := NewClient(pool, cfg, nil, DefaultClientConfig(cfg), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	client, err := New(pool, cfg, nil, DefaultClientConfig(cfg), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +89,7 @@ func TestRedeliver(t *testing.T) {
 	id := newEventID(t)
 	orders := sender(t, cfg, "orders")
 
-	jobs, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
+	jobs, err := client.Redeliver(ctx, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +103,12 @@ func TestRedeliver(t *testing.T) {
 		t.Fatalf("Redeliver enqueued %+v, want one job per target %v", jobs, wantTargets)
 	}
 	first := map[string]int64{}
-	q := storetest.New(pool)
+	q := queuetest.New(pool)
 	rows, err := q.ForwardJobs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[int64]storetest.ForwardJob{}
+	byID := map[int64]queuetest.ForwardJob{}
 	for _, r := range rows {
 		byID[r.ID] = r
 	}
@@ -123,13 +122,13 @@ func TestRedeliver(t *testing.T) {
 			t.Fatalf("job %d is not a forward job", j.JobID)
 		}
 		target, _ := orders.Target(j.Target)
-		if r.Sender != "orders" || r.EventID != id.String() || r.Target != j.Target || r.DeliveryID != "d-1" || r.URL != "" || r.Queue != Queue || r.MaxAttempts != target.MaxAttempts {
+		if r.Sender != "orders" || r.EventID != id.String() || r.Target != j.Target || r.DeliveryID != "d-1" || r.URL != "" || r.Queue != ForwardQueue || r.MaxAttempts != target.MaxAttempts {
 			t.Errorf("job %d: %+v", j.JobID, r)
 		}
 	}
 
 	// Again while all three wait: no new job, the waiting ones are named.
-	again, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
+	again, err := client.Redeliver(ctx, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,10 +142,10 @@ func TestRedeliver(t *testing.T) {
 	}
 
 	// t1's forward was delivered: it gets a new job, the others still wait.
-	if err := q.SetForwardJob(ctx, first["t1"], storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
+	if err := q.SetForwardJob(ctx, first["t1"], queuetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	third, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
+	third, err := client.Redeliver(ctx, orders, id, "d-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +158,7 @@ func TestRedeliver(t *testing.T) {
 		}
 	}
 
-	jobs, err = Redeliver(ctx, store.New(pool), client, sender(t, cfg, "quiet"), newEventID(t), "d-2")
+	jobs, err = client.Redeliver(ctx, sender(t, cfg, "quiet"), newEventID(t), "d-2")
 	if err != nil || jobs != nil {
 		t.Errorf("Redeliver for a sender without targets = %v, %v; want nil, nil", jobs, err)
 	}
@@ -178,7 +177,7 @@ func TestList(t *testing.T) {
 	ctx := t.Context()
 	id, other := newEventID(t), newEventID(t)
 	orders := sender(t, cfg, "orders")
-	if _, err := Redeliver(ctx, store.New(pool), client, orders, other, "d-0"); err != nil {
+	if _, err := client.Redeliver(ctx, orders, other, "d-0"); err != nil {
 		t.Fatal(err)
 	}
 	jobOf := func(jobs []Enqueued, target string) int64 {
@@ -193,15 +192,15 @@ func TestList(t *testing.T) {
 	}
 	delivered := time.Date(2026, 11, 29, 19, 31, 9, 87000000, time.UTC)
 	q := store.New(pool)
-	update := func(job int64, f storetest.JobFixture) {
+	update := func(job int64, f queuetest.JobFixture) {
 		t.Helper()
-		if err := storetest.New(pool).SetForwardJob(ctx, job, f); err != nil {
+		if err := queuetest.New(pool).SetForwardJob(ctx, job, f); err != nil {
 			t.Fatalf("update job %d: %v", job, err)
 		}
 	}
 	redeliver := func() []Enqueued {
 		t.Helper()
-		jobs, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1")
+		jobs, err := client.Redeliver(ctx, orders, id, "d-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,14 +209,14 @@ func TestList(t *testing.T) {
 	first := redeliver()
 	// Errors of an older version (the status only in the text) and an
 	// output as the worker records it.
-	update(jobOf(first, "t1"), storetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"target answered 503"},
-		Output: &store.Output{Attempt: 2, Status: 204, DeliveredAt: delivered}})
-	update(jobOf(first, "t2"), storetest.JobFixture{State: rivertype.JobStateCancelled, Attempt: 1, Errors: []string{"JobCancelError: target answered 400"}})
-	update(jobOf(first, "t3"), storetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 2, ScheduledAt: time.Now().Add(time.Minute),
+	update(jobOf(first, "t1"), queuetest.JobFixture{State: rivertype.JobStateCompleted, Attempt: 2, Errors: []string{"target answered 503"},
+		Output: &Output{Attempt: 2, Status: 204, DeliveredAt: delivered}})
+	update(jobOf(first, "t2"), queuetest.JobFixture{State: rivertype.JobStateCancelled, Attempt: 1, Errors: []string{"JobCancelError: target answered 400"}})
+	update(jobOf(first, "t3"), queuetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 2, ScheduledAt: time.Now().Add(time.Minute),
 		Errors: []string{"target answered 502", `post to target "t3": connection refused`}})
 	again := redeliver() // t3 is still retrying: a new job is queued after it
-	update(jobOf(again, "t1"), storetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1})
-	update(jobOf(again, "t2"), storetest.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 20, Errors: []string{"target answered 500"}})
+	update(jobOf(again, "t1"), queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1})
+	update(jobOf(again, "t2"), queuetest.JobFixture{State: rivertype.JobStateDiscarded, Attempt: 20, Errors: []string{"target answered 500"}})
 	third := redeliver() // t1 is running: a new job after it; t3's queued job still waits: none; t2: a new job
 	jobOf(third, "t2")
 	jobOf(third, "t1")
@@ -235,21 +234,21 @@ func TestList(t *testing.T) {
 		}
 	}
 
-	got, err := store.New(pool).EventForwards(ctx, "orders", id)
+	got, err := NewJobs(pool).EventForwards(ctx, "orders", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []store.Forward{
-		{Target: "t1", State: store.StatePending},
-		{Target: "t3", State: store.StatePending},
-		{Target: "t1", State: store.StateDelivered, Attempts: 2, MaxAttempts: 3, LastStatus: 204, DeliveredAt: delivered},
-		{Target: "t2", State: store.StateFailed, Attempts: 1, MaxAttempts: 20, LastStatus: 400, LastError: "JobCancelError: target answered 400"},
-		{Target: "t3", State: store.StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: `post to target "t3": connection refused`},
-		{Target: "t1", State: store.StateRunning, Attempts: 1, MaxAttempts: 3},
-		{Target: "t2", State: store.StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},
-		{Target: "t3", State: store.StatePending, Attempts: 0, MaxAttempts: 7},
-		{Target: "t1", State: store.StatePending, Attempts: 0, MaxAttempts: 3},
-		{Target: "t2", State: store.StatePending, Attempts: 0, MaxAttempts: 20},
+	want := []Forward{
+		{Target: "t1", State: StatePending},
+		{Target: "t3", State: StatePending},
+		{Target: "t1", State: StateDelivered, Attempts: 2, MaxAttempts: 3, LastStatus: 204, DeliveredAt: delivered},
+		{Target: "t2", State: StateFailed, Attempts: 1, MaxAttempts: 20, LastStatus: 400, LastError: "JobCancelError: target answered 400"},
+		{Target: "t3", State: StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: `post to target "t3": connection refused`},
+		{Target: "t1", State: StateRunning, Attempts: 1, MaxAttempts: 3},
+		{Target: "t2", State: StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},
+		{Target: "t3", State: StatePending, Attempts: 0, MaxAttempts: 7},
+		{Target: "t1", State: StatePending, Attempts: 0, MaxAttempts: 3},
+		{Target: "t2", State: StatePending, Attempts: 0, MaxAttempts: 20},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("List = %d forwards, want %d: %+v", len(got), len(want), got)
@@ -275,7 +274,7 @@ func TestList(t *testing.T) {
 		}
 	}
 
-	none, err := store.New(pool).EventForwards(ctx, "orders", newEventID(t))
+	none, err := NewJobs(pool).EventForwards(ctx, "orders", newEventID(t))
 	if err != nil || none == nil || len(none) != 0 {
 		t.Errorf("List of an event without forwards = %v (nil %v), %v; want empty, not nil", none, none == nil, err)
 	}
@@ -297,18 +296,18 @@ func TestListUsesArgsIndex(t *testing.T) {
 			params = append(params, jobParams("orders", orders, name, ev, "d"))
 		}
 	}
-	if _, err := client.InsertMany(ctx, params); err != nil {
+	if _, err := client.client.InsertMany(ctx, params); err != nil {
 		t.Fatal(err)
 	}
 	id := newEventID(t)
-	if _, err := Redeliver(ctx, store.New(pool), client, orders, id, "d-1"); err != nil {
+	if _, err := client.Redeliver(ctx, orders, id, "d-1"); err != nil {
 		t.Fatal(err)
 	}
 	// VACUUM also moves the GIN index's pending list (where fastupdate puts
 	// new entries) into the index proper, as autovacuum does on a live
 	// table; while all 3,000 rows' entries sit in the pending list, reading
 	// the small table is cheaper than the index.
-	if err := store.New(pool).AnalyzeJobs(ctx); err != nil {
+	if err := NewJobs(pool).AnalyzeJobs(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -321,7 +320,7 @@ func TestListUsesArgsIndex(t *testing.T) {
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
 			t.Fatal(err)
 		}
-		got, err := store.New(tx).EventForwards(ctx, "orders", id)
+		got, err := NewJobs(tx).EventForwards(ctx, "orders", id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +328,7 @@ func TestListUsesArgsIndex(t *testing.T) {
 			t.Errorf("%s: List = %d forwards, want 3", mode, len(got))
 		}
 	}
-	argScans, seqScans, err := storetest.New(tx).JobScans(ctx)
+	argScans, seqScans, err := queuetest.New(tx).JobScans(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

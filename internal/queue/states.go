@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"slices"
@@ -41,8 +41,7 @@ var jobStates = map[State][]rivertype.JobState{
 // forward's state: available, scheduled and pending are pending; running is
 // running; retryable is retrying; completed is delivered; cancelled and
 // discarded are failed. A state River may add later is pending. The store's
-// API speaks a forward's five states only; UnfinishedJobStates is its one
-// bridge to what River's own API takes (UniqueOpts).
+// API speaks a forward's five states only.
 func stateOf(s rivertype.JobState) State {
 	for st, js := range jobStates {
 		for _, j := range js {
@@ -64,11 +63,11 @@ var unfinished = []State{StatePending, StateRunning, StateRetrying}
 // pending, running or retrying.
 func (s State) Unfinished() bool { return slices.Contains(unfinished, s) }
 
-// UnfinishedJobStates are the River job states of a job not yet finished
+// unfinishedJobStates are the River job states of a job not yet finished
 // (pending, running or retrying): the states in which a unique job (a
-// forward of the same event to the same target, a second retention run) is
-// not inserted again, for River's own configuration (UniqueOpts).
-func UnfinishedJobStates() []rivertype.JobState {
+// forward of the same event to the same target, a second bulk redelivery)
+// is not inserted again, for River's own configuration (UniqueOpts).
+func unfinishedJobStates() []rivertype.JobState {
 	var out []rivertype.JobState
 	for _, s := range unfinished {
 		out = append(out, jobStates[s]...)
@@ -84,7 +83,7 @@ func UnfinishedJobStates() []rivertype.JobState {
 // forwardKind).
 var (
 	// unfinishedJobs are the River states of a forward not finished yet
-	// (pending, running or retrying): UnfinishedJobStates.
+	// (pending, running or retrying): unfinishedJobStates.
 	unfinishedJobs = stateNames(unfinished...)
 	// runningJobs, retryingJobs and failedJobs are the River states of a
 	// running, a retrying and a failed forward.

@@ -1,4 +1,4 @@
-package store
+package queue
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/rivertype"
@@ -27,9 +28,8 @@ type FirstAttempt struct {
 	// cleared for the relay, and no job is inserted. The fields below are
 	// then unused.
 	Release bool
-	// State is the forward's state after the attempt: delivered, pending
-	// or retrying (ScheduledAt is its retry: pending when it is due within
-	// River's scheduler interval, retrying when later; see recordedState),
+	// State is the forward's state after the attempt: delivered, pending,
+	// or retrying (ScheduledAt is its retry; see recordedState),
 	// or failed (FinalizedAt set): at once when FailedAtOnce (the target's
 	// answer fails the forward without retries), else because its attempts
 	// are used up.
@@ -54,7 +54,7 @@ type FirstAttempt struct {
 // gets no second job. The args are those forward.Args encodes; the job has
 // no unique key (none is needed: its outbox row goes in the same
 // statement). The outbox rows are found by a probe of their key each, and
-// deleted by ctid (outboxRowsByKey, under tidScans: see plans.go), never
+// deleted by ctid (store.OutboxRowsByKey, under store.TIDScans: see plans.go), never
 // by a scan of the sender's rows. d reads the arrays, not o: on Citus o is
 // an intermediate result, and Citus refuses a ctid in a modification that
 // reads one. A row updated between the statement's snapshot and the delete
@@ -65,7 +65,7 @@ var recordFirstSQL = jobSQL(`WITH o AS (
     AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata)
 ), d AS (
   DELETE FROM forward_outbox f
-  WHERE f.sender = $1 AND f.ctid = ANY(` + outboxRowsByKey + `)
+  WHERE f.sender = $1 AND f.ctid = ANY(` + store.OutboxRowsByKey + `)
   RETURNING f.event_id, f.target, f.delivery_id, f.created_at
 )
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
@@ -82,7 +82,7 @@ const recordDeliveredSQL = `WITH o AS (
     AS o(event_id, target, attempted_at, delivered_at, status, max_attempts)
 ), d AS (
   DELETE FROM forward_outbox f
-  WHERE f.sender = $1 AND f.ctid = ANY(` + outboxRowsByKey + `)
+  WHERE f.sender = $1 AND f.ctid = ANY(` + store.OutboxRowsByKey + `)
   RETURNING f.event_id, f.target, f.delivery_id, f.created_at
 )
 INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
@@ -94,14 +94,14 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 // (forward_delivered), one for the others that were attempted (their jobs
 // on queue), each deleting the forwards' outbox rows, and one for the
 // released ones; all of them find the outbox rows by a probe of the key
-// each (outboxRowsByKey, under tidScans). Each sender's statements are a
+// each (store.OutboxRowsByKey, under store.TIDScans). Each sender's statements are a
 // transaction of their own (BEGIN … COMMIT in the batch, when it holds
 // several senders): on Citus a sender's outbox rows live on one worker, and
 // a transaction writing the rows of senders on two workers would commit in
 // two phases. A failure leaves the senders before it recorded: recording
 // them again finds no outbox row and does nothing. Run on a transaction
 // (q on a pgx.Tx), everything is the caller's transaction.
-func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
+func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
 	groups, err := recordStatements(queue, batch)
 	if err != nil {
 		return fmt.Errorf("record fast-path forwards: %w", err)
@@ -114,7 +114,7 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 			b.Queue("BEGIN")
 		}
 		if own || i == 0 {
-			b.Queue(tidScans)
+			b.Queue(store.TIDScans)
 		}
 		for _, s := range g {
 			b.Queue(s.sql, s.args...)
@@ -129,17 +129,29 @@ func (q *Queries) RecordFirstAttempts(ctx context.Context, queue string, batch [
 	return nil
 }
 
+// riverSchedulerInterval is how often River's job scheduler, which runs in
+// the elected leader only, makes the jobs whose time has come (retryable,
+// scheduled) available: River's internal
+// maintenance.JobSchedulerIntervalDefault, which a Client does not let us
+// set. River's fetch takes available jobs alone (once their scheduled_at
+// has come), so a retryable job due sooner than this would wait for the
+// scheduler's next run: up to 5 s late.
+const riverSchedulerInterval = 5 * time.Second
+
 // recordedState is the River state in which RecordFirstAttempts records
-// the job of a forward a first attempt left in a.State: pending as
-// available (a retry due within River's scheduler interval, as River
-// leaves its own such retries, so that a fetch takes it once due), retrying
-// as retryable (for River's scheduler to make available once due), failed
-// as cancelled when it failed at once (River's JobCancel) and as discarded
-// when its attempts are used up. A delivered forward is a row of
-// forward_delivered, not a job.
-func recordedState(a FirstAttempt) (string, error) {
+// (at now) the job of a forward a first attempt left in a.State, as River's
+// executor leaves its own jobs: pending as available; retrying as
+// available when its retry (ScheduledAt) is due within River's scheduler
+// interval, so that a fetch takes it once due, and as retryable otherwise,
+// for River's scheduler to make available once due; failed as cancelled
+// when it failed at once (River's JobCancel) and as discarded when its
+// attempts are used up. A delivered forward is a row of forward_delivered,
+// not a job.
+func recordedState(a FirstAttempt, now time.Time) (string, error) {
 	switch {
 	case a.State == StatePending:
+		return jobAvailable, nil
+	case a.State == StateRetrying && a.ScheduledAt.Sub(now) <= riverSchedulerInterval:
 		return jobAvailable, nil
 	case a.State == StateRetrying:
 		return string(rivertype.JobStateRetryable), nil
@@ -152,8 +164,9 @@ func recordedState(a FirstAttempt) (string, error) {
 }
 
 // recordStatements returns the statements RecordFirstAttempts sends (after
-// tidScans) for batch, with their arguments, one group per sender.
+// store.TIDScans) for batch, with their arguments, one group per sender.
 func recordStatements(queue string, batch []FirstAttempt) ([][]statement, error) {
+	now := time.Now()
 	// Event IDs go as pgtype.UUID, which pgx encodes in binary as they
 	// are: a uuid.UUID is a driver.Valuer, which pgx encodes through its
 	// text (formatted, then parsed again), a few percent of the
@@ -198,7 +211,7 @@ func recordStatements(queue string, batch []FirstAttempt) ([][]statement, error)
 			c.dMaxAttempts = append(c.dMaxAttempts, int16(min(a.MaxAttempts, math.MaxInt16)))
 			continue
 		}
-		state, err := recordedState(*a)
+		state, err := recordedState(*a, now)
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +255,7 @@ func recordStatements(queue string, batch []FirstAttempt) ([][]statement, error)
 			stmts = append(stmts, statement{recordFirstSQL, []any{s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue}})
 		}
 		if len(c.relEvents) > 0 {
-			stmts = append(stmts, statement{releaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
+			stmts = append(stmts, statement{store.ReleaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
 		}
 		groups = append(groups, stmts)
 	}
@@ -271,7 +284,7 @@ const deliveredScans = `SELECT set_config('enable_seqscan', 'off', true), set_co
 // forwards (forward_delivered) delivered before cutoff, in one short
 // statement, and returns how many it deleted: fewer than limit means none
 // are left. River deletes its finished jobs after the same retention.
-func (q *Queries) DeleteDeliveredBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+func (q *Jobs) DeleteDeliveredBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
 	var b pgx.Batch
 	b.Queue(deliveredScans)
 	b.Queue(deleteDeliveredSQL, cutoff, limit)

@@ -1,0 +1,62 @@
+package queue
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// TestClientConfigValidate: the River client's defaults are valid, and
+// every nonsense value (a zero or negative duration or count, a rescue
+// horizon not above a forward's timeout) is refused by validate and by
+// New, with an error naming the field.
+func TestClientConfigValidate(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - { name: t, url: "http://127.0.0.1:1/a", timeout: 10s }
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := DefaultClientConfig(cfg).validate(); err != nil {
+		t.Errorf("DefaultClientConfig: %v", err)
+	}
+	if _, err := newHorizons(cfg, DefaultClientConfig(cfg).RescueAfter, 0); err != nil {
+		t.Errorf("DefaultClientConfig's rescue horizon: %v", err)
+	}
+	wantErr := func(name string, err error, field string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want an error naming %q", name, err, field)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		apply func(*ClientConfig)
+		field string
+	}{
+		{"zero workers", func(c *ClientConfig) { c.MaxWorkers = 0 }, "MaxWorkers 0"},
+		{"zero rescue horizon", func(c *ClientConfig) { c.RescueAfter = 0 }, "RescueAfter 0s"},
+		{"negative poll", func(c *ClientConfig) { c.FetchPollInterval = -time.Millisecond }, "FetchPollInterval -1ms"},
+		{"zero retention", func(c *ClientConfig) { c.Retention = 0 }, "Retention 0s"},
+		{"maintenance without a queue", func(c *ClientConfig) {
+			c.Maintenance = Maintenance{Timeout: time.Minute, Register: func(*river.Workers, time.Duration) error { return nil }}
+		}, "Maintenance"},
+	} {
+		cc := DefaultClientConfig(cfg)
+		tc.apply(&cc)
+		wantErr(tc.name, cc.validate(), tc.field)
+		_, err := New(nil, cfg, nil, cc, nil)
+		wantErr("New with "+tc.name, err, tc.field)
+	}
+	_, err = newHorizons(cfg, 15*time.Second, 0)
+	wantErr("a rescue horizon not above a forward's timeout (15s)", err, "RescueAfter")
+}

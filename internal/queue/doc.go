@@ -1,0 +1,63 @@
+// Package queue is the seam between hookgate's forwarding and the job
+// queue that runs its forwards, and River is its one implementation: this
+// package alone imports River for forwards and alone knows how a forward
+// is encoded in River's table river_job. The rest of hookgate speaks in
+// forwards and their five states (State), through:
+//
+//   - Queue, the small interface of what forwarding asks of a queue:
+//     enqueue forwards (the relay), redeliver an event or a target's
+//     forwards in a state (the operator API, the console, `hookgate
+//     redeliver`), record the fast path's first attempts, and read an
+//     event's forwards. River (New) implements it; handler and console
+//     declare the smaller interfaces they use, which it satisfies.
+//   - ForwardWorker, what works a forward job (forward.Worker): Work, with
+//     Snooze, Cancel, RecordOutput and MarkProbed for what River's worker
+//     API would say; Timeout and NextRetry. JobTracker learns which jobs
+//     the process's workers run (forward.Takeover).
+//   - Jobs, the statements on River's table and forward_delivered that
+//     River has no API for: an event's forwards, a target's counts and
+//     list, the backlog, the forwards a bulk redelivery matches, the
+//     recording of the fast path's outcomes, the locks that serialise
+//     redeliveries, the takeover of the jobs of processes that are gone.
+//
+// One file per concern:
+//
+//   - river.go: Queue, River, Job, ForwardWorker and the River worker and
+//     middleware around them
+//   - client.go: River's client (ClientConfig, New): queues, timeouts, the
+//     rescue horizon, the maintenance jobs
+//   - args.go: a forward job's arguments (Args) and insert options
+//   - redeliver.go, bulkredeliver.go: redelivery of one event, and in bulk
+//     (the bulk job's worker)
+//   - jobs.go: the forward job kind (formatted into SQL once:
+//     forwardKind), a forward (Forward, Output) as read from its job, and
+//     the updates of waiting jobs (the breaker's wake)
+//   - states.go: hookgate's five forward states, the one mapping of them
+//     to River's job states, and River's state names as the statements'
+//     parameters (never literals in their SQL)
+//   - reads.go: the operator reads (an event's forwards, a target's counts
+//     and list, the backlog)
+//   - bulk.go: the forwards a bulk redelivery matches
+//   - delivered.go: forward_delivered, the fast path's delivered first
+//     attempts, and the recording of the fast path's outcomes in the
+//     states River's executor would leave (the retry schedule is
+//     forward's; when River's scheduler makes a retry available is this
+//     package's knowledge)
+//   - redelivery.go: an event's current forwards and the locks that
+//     serialise redeliveries
+//   - takeover.go: the jobs of processes that are gone
+//   - analyze.go: VACUUM ANALYZE of River's table (tests that need fresh
+//     statistics)
+//
+// TestRiverSchema (riverschema_test.go) checks that River's schema is the
+// one these statements were written for: river_job's columns and their
+// types, River's job states, the columns the fast path's insert must give,
+// River's job sequence and the indexes the reads use. A River upgrade that
+// changes any of them fails there first. The statements' plans are checked
+// under lying statistics by TestQueuePlansWhenStatisticsLie (plans_test.go),
+// with the store's statements they run beside.
+//
+// The fixtures that put River's jobs in a given state for tests are in
+// package queuetest, which only tests import (a depguard rule in
+// .golangci.yaml).
+package queue

@@ -1,0 +1,91 @@
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.M(m))
+}
+
+// fixture is a fresh database: its pool, the ingest pipeline that stores
+// deliveries in it, the forwards' statements (Jobs) and the store's
+// queries on it.
+type fixture struct {
+	*Jobs
+	*store.Queries
+	ingest *dedup.Store
+	pool   *pgxpool.Pool
+	// jobs are River's jobs, put in a state and read back.
+	jobs *queuetest.Jobs
+}
+
+// newFixture returns a fixture on a fresh database, and its pool.
+func newFixture(t *testing.T) (*fixture, *pgxpool.Pool) {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
+	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{Jobs: NewJobs(pool), Queries: store.New(pool), ingest: ingest, pool: pool, jobs: queuetest.New(pool)}, pool
+}
+
+// accept stores a delivery of sender with id received at at, through the
+// ingest pipeline, and returns it.
+func accept(t *testing.T, s *fixture, sender, id string, at time.Time) dedup.Delivery {
+	t.Helper()
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at = at.UTC().Truncate(time.Microsecond)
+	d := dedup.Delivery{
+		Key:           dedup.Key{Sender: sender, DeliveryID: id},
+		RequestSHA256: sha256.Sum256([]byte("body of " + id)),
+		EventID:       eventID,
+		Response:      dedup.Response{Status: 202, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
+		ReceivedAt:    at,
+		ExpiresAt:     at.Add(time.Hour),
+	}
+	if _, err := s.ingest.Run(t.Context(), d, nil); err != nil {
+		t.Fatalf("accept %s/%s: %v", sender, id, err)
+	}
+	return d
+}
+
+// parseConfig parses a hookgate.yaml without environment variables.
+func parseConfig(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// unreachable is a ForwardWorker whose every target is unreachable: each
+// attempt fails and is retried a minute later (as forward.Worker's would
+// against a target that refuses connections), so that the tests of the
+// queue's own jobs (bulk redeliveries) run beside forward jobs that stay
+// unfinished.
+type unreachable struct{}
+
+func (unreachable) Work(context.Context, Job) error { return errors.New("connection refused") }
+func (unreachable) Timeout(Job) time.Duration       { return 10 * time.Second }
+func (unreachable) NextRetry(Job) time.Time         { return time.Now().Add(time.Minute) }

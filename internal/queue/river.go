@@ -1,0 +1,225 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// Queue is the seam between hookgate's forwarding and the job queue that
+// runs its forwards: what the relay, the fast path, the operator API and
+// the console ask of it, in hookgate's terms (forwards, their five
+// states), never the queue's. River is its one implementation (River);
+// nothing outside this package knows River or its table.
+type Queue interface {
+	// Enqueue inserts the jobs of forwards in tx (the transaction that
+	// takes them from the outbox, or that holds a redelivery's locks).
+	Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) ([]Inserted, error)
+	// Redeliver queues a new forward of an event to each of its sender's
+	// targets (see River.Redeliver).
+	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error)
+	// BulkRedeliver queues a new forward of each forward of a target in a
+	// state (see River.BulkRedeliver).
+	BulkRedeliver(ctx context.Context, req BulkRequest) (Bulk, error)
+	// RecordFirstAttempts records the outcomes of the fast path's first
+	// attempts (see Jobs.RecordFirstAttempts).
+	RecordFirstAttempts(ctx context.Context, batch []FirstAttempt) error
+	// EventForwards reads the state of an event's forwards.
+	EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error)
+}
+
+var _ Queue = (*River)(nil)
+
+// NewForward is a forward to enqueue: an event of Sender to its target
+// Target.
+type NewForward struct {
+	Sender     string
+	Target     string
+	EventID    uuid.UUID
+	DeliveryID string
+	// After, when not 0, queues the forward after the event's forward to
+	// the target under way: that forward's job, or -1 for the fast path's
+	// attempt (Args.After). Such a forward is inserted beside the one it
+	// follows; any other is not inserted while one of the same event to
+	// the same target is unfinished.
+	After int64
+}
+
+// Inserted is what Enqueue did with a forward.
+type Inserted struct {
+	// JobID is the forward's job: the new one, or the unfinished one that
+	// made it a duplicate.
+	JobID int64
+	// Duplicate: a forward of the event to the target was unfinished, and
+	// none was inserted.
+	Duplicate bool
+}
+
+// River is the queue on River: its client inserts forward jobs and, when
+// it was made with a worker, works them (and the bulk redeliveries, and
+// the maintenance jobs).
+type River struct {
+	client *river.Client[pgx.Tx]
+	pool   *pgxpool.Pool
+	jobs   *Jobs
+	cfg    *config.Config
+}
+
+// Jobs returns the forwards' statements on the queue's pool.
+func (r *River) Jobs() *Jobs { return r.jobs }
+
+// Start starts working jobs (a client that only inserts does nothing).
+func (r *River) Start(ctx context.Context) error { return r.client.Start(ctx) }
+
+// Stop stops fetching jobs and waits for those under way until ctx ends.
+func (r *River) Stop(ctx context.Context) error { return r.client.Stop(ctx) }
+
+// StopAndCancel cancels the jobs under way and waits for them until ctx
+// ends.
+func (r *River) StopAndCancel(ctx context.Context) error { return r.client.StopAndCancel(ctx) }
+
+// Enqueue inserts the jobs of forwards in tx; a forward's max attempts are
+// its target's in the configuration (River's default for a sender or
+// target this process does not know: workers that know it will work it,
+// during a rolling deploy).
+func (r *River) Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) ([]Inserted, error) {
+	if len(forwards) == 0 {
+		return nil, nil
+	}
+	params := make([]river.InsertManyParams, 0, len(forwards))
+	for _, f := range forwards {
+		s, _ := r.cfg.Sender(f.Sender)
+		if f.After != 0 {
+			params = append(params, afterParams(f.Sender, s, f.Target, f.EventID, f.DeliveryID, f.After))
+		} else {
+			params = append(params, jobParams(f.Sender, s, f.Target, f.EventID, f.DeliveryID))
+		}
+	}
+	res, err := r.client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("insert forward jobs: %w", err)
+	}
+	out := make([]Inserted, len(res))
+	for i, x := range res {
+		out[i] = Inserted{JobID: x.Job.ID, Duplicate: x.UniqueSkippedAsDuplicate}
+	}
+	return out, nil
+}
+
+// Redeliver is redeliver on the queue's pool and client.
+func (r *River) Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
+	return redeliver(ctx, r.jobs, r.client, sender, eventID, deliveryID)
+}
+
+// BulkRedeliver is the package's BulkRedeliver on the queue's pool and
+// client.
+func (r *River) BulkRedeliver(ctx context.Context, req BulkRequest) (Bulk, error) {
+	return bulkRedeliver(ctx, r.jobs, r.client, req)
+}
+
+// RecordFirstAttempts records the fast path's outcomes on the forwards'
+// queue (Jobs.RecordFirstAttempts).
+func (r *River) RecordFirstAttempts(ctx context.Context, batch []FirstAttempt) error {
+	return r.jobs.RecordFirstAttempts(ctx, ForwardQueue, batch)
+}
+
+// EventForwards is Jobs.EventForwards on the queue's pool.
+func (r *River) EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
+	return r.jobs.EventForwards(ctx, sender, eventID)
+}
+
+// Job is a forward job as its worker sees it: the forward (Args), and how
+// far its attempts are.
+type Job struct {
+	Args
+	ID int64
+	// Attempt is the attempt under way (1 for the first); MaxAttempts how
+	// many may be made.
+	Attempt, MaxAttempts int
+	// Probed: the forward was sent before as a probe of its target's open
+	// breaker (MarkProbed), an attempt River did not count.
+	Probed bool
+}
+
+// Tried reports whether the job's forward was sent to its target before.
+func (j Job) Tried() bool { return j.Attempt > 1 || j.Probed }
+
+// ForwardWorker works forward jobs (forward.Worker): Work's error decides
+// what follows (nil: delivered; Snooze: later, without using an attempt;
+// Cancel: failed, no retries; any other: retried at NextRetry, or failed
+// when the attempts are used up).
+type ForwardWorker interface {
+	Work(ctx context.Context, job Job) error
+	// Timeout is how long an attempt of job may run.
+	Timeout(job Job) time.Duration
+	// NextRetry is when the retry after job's failed attempt is due.
+	NextRetry(job Job) time.Time
+}
+
+// Snooze returns the error that makes a job wait d without using an
+// attempt.
+func Snooze(d time.Duration) error { return river.JobSnooze(d) }
+
+// Cancel returns the error that fails a job at once, for err.
+func Cancel(err error) error { return river.JobCancel(err) }
+
+// RecordOutput records out as the outcome of the attempt under way of the
+// job whose context ctx is.
+func RecordOutput(ctx context.Context, out Output) error { return river.RecordOutput(ctx, out) }
+
+// probedKey marks, in a job's metadata, a forward that was sent as a probe
+// of an open breaker and snoozed after it failed: it counts as attempted
+// although River did not count the attempt.
+const probedKey = "hookgate_probed"
+
+// MarkProbed marks the job whose context ctx is as sent (a probe of an
+// open breaker that failed, which it snoozes after): Job.Probed from then
+// on.
+func MarkProbed(ctx context.Context) error { return river.MetadataSet(ctx, probedKey, true) }
+
+// forwardWorker is a ForwardWorker as River's worker of forward jobs.
+type forwardWorker struct {
+	river.WorkerDefaults[Args]
+	w ForwardWorker
+}
+
+func jobOf(job *river.Job[Args]) Job {
+	return Job{Args: job.Args, ID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts,
+		Probed: bytes.Contains(job.Metadata, []byte(`"`+probedKey+`"`))}
+}
+
+func (f *forwardWorker) Work(ctx context.Context, job *river.Job[Args]) error {
+	return f.w.Work(ctx, jobOf(job))
+}
+
+func (f *forwardWorker) Timeout(job *river.Job[Args]) time.Duration { return f.w.Timeout(jobOf(job)) }
+
+func (f *forwardWorker) NextRetry(job *river.Job[Args]) time.Time { return f.w.NextRetry(jobOf(job)) }
+
+// JobTracker learns which jobs this process's workers run (forward.Takeover):
+// Started when a worker takes one, Finished when it is done with it.
+type JobTracker interface {
+	Started(id int64)
+	Finished(id int64)
+}
+
+// trackJobs is the River middleware that tells a JobTracker.
+type trackJobs struct {
+	river.MiddlewareDefaults
+	t JobTracker
+}
+
+func (m *trackJobs) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	m.t.Started(job.ID)
+	defer m.t.Finished(job.ID)
+	return doInner(ctx)
+}
