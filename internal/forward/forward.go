@@ -2,8 +2,10 @@
 // through a transactional outbox. The ingest transaction writes one narrow
 // row per (event, target) into forward_outbox, only when its claim took the
 // delivery's key (QueueOutbox); worker processes relay those rows into
-// River's job table in batches (Relay), and River's workers POST each event
-// to its target, at least once, retrying with backoff (Worker).
+// the job queue in batches (Relay, through package queue's Queue, on
+// River), and the queue's workers POST each event to its target, at least
+// once, retrying with backoff (Worker, a queue.ForwardWorker). This package
+// does not know River: package queue is the seam.
 //
 // Each forward POSTs the event's original body and Content-Type with
 // Idempotency-Key and webhook-id set to the event ID, so a receiver can

@@ -51,7 +51,7 @@ type FirstAttempt struct {
 // attempt, as River's worker would have left it (attempt 1, the attempt's
 // error, the output River's RecordOutput keeps under metadata.output). A
 // row the relay took in the meantime (its lease ended) is not deleted, and
-// gets no second job. The args are those forward.Args encodes; the job has
+// gets no second job. The args are those Args encodes; the job has
 // no unique key (none is needed: its outbox row goes in the same
 // statement). The outbox rows are found by a probe of their key each, and
 // deleted by ctid (store.OutboxRowsByKey, under store.TIDScans: see plans.go), never
