@@ -2,13 +2,16 @@
 // through a transactional outbox. The ingest transaction writes one narrow
 // row per (event, target) into forward_outbox, only when its claim took the
 // delivery's key (QueueOutbox); worker processes relay those rows into
-// River's job table in batches (Relay), and River's workers POST each event
-// to its target, at least once, retrying with backoff (Worker).
+// River's job table in batches (Relay), and River's workers send each event
+// to its target, at least once, retrying with backoff (Worker). The fast
+// path (Dispatcher) and River's workers send through one Transport, which
+// sends a forward and classifies the outcome; HTTPTransport is the one of
+// HTTP targets.
 //
 // Each forward POSTs the event's original body and Content-Type with
-// Idempotency-Key and webhook-id set to the event ID, so a receiver can
-// deduplicate: a forward may arrive more than once (a worker can die after the
-// receiver answered and before the job was marked done).
+// Idempotency-Key and webhook-id set to the event ID (HTTPTransport), so a
+// receiver can deduplicate: a forward may arrive more than once (a worker
+// can die after the receiver answered and before the job was marked done).
 package forward
 
 import (
