@@ -23,9 +23,10 @@ import (
 // headers. That process leases the delivery's outbox rows in the ingest
 // transaction (QueueOutbox with the durations Dispatcher.Lease grants, one
 // per target), and right after COMMIT hands the forwards to its
-// Dispatcher, which POSTs them through a bounded set of workers, admitted
-// by the same per-target limiter as the River worker of the process
-// (max_in_flight, breaker, Retry-After pauses, fair shares), and records
+// Dispatcher, which sends them (through its River worker's Transport,
+// Worker.post) with a bounded set of workers, admitted by the same
+// per-target limiter as the River worker of the process (max_in_flight,
+// breaker, Retry-After pauses, fair shares), and records
 // the outcomes in batches, each sender's in a transaction of its own: its
 // statements delete the outbox rows and record the outcome, a
 // forward_delivered row for a delivered forward, a River job for one whose
@@ -261,7 +262,7 @@ func (c DispatcherConfig) validate() error {
 }
 
 // NewDispatcher returns the fast path of a process whose River worker is w
-// (its HTTP client, metrics, backoff and Gate are shared, so that the
+// (its Transport, metrics, backoff and Gate are shared, so that the
 // gate's fair shares, max_in_flight, breakers and pauses hold across both):
 // up to dc.Workers forwards are attempted at once, from per-target queues
 // of dc.Queue forwards in all, and their outcomes are recorded in db. reg
@@ -596,8 +597,8 @@ func (d *Dispatcher) left(j fastJob, now time.Time) (left, need time.Duration) {
 	return left, need
 }
 
-// attempt POSTs one forward, admitted by the gate (tk), and queues its
-// outcome for recording.
+// attempt sends one forward (Worker.post), admitted by the gate (tk), and
+// queues its outcome for recording.
 func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	f, t := j.f, j.target
 	defer d.bytes.Add(-int64(len(f.Body)))

@@ -3,14 +3,17 @@
 // row per (event, target) into forward_outbox, only when its claim took the
 // delivery's key (QueueOutbox); worker processes relay those rows into
 // the job queue in batches (Relay, through package queue's Queue, on
-// River), and the queue's workers POST each event to its target, at least
+// River), and the queue's workers send each event to its target, at least
 // once, retrying with backoff (Worker, a queue.ForwardWorker). This package
-// does not know River: package queue is the seam.
+// does not know River: package queue is the seam. The fast path
+// (Dispatcher) and the workers send through one Transport, which sends a
+// forward and classifies the outcome; HTTPTransport is the one of HTTP
+// targets.
 //
 // Each forward POSTs the event's original body and Content-Type with
-// Idempotency-Key and webhook-id set to the event ID, so a receiver can
-// deduplicate: a forward may arrive more than once (a worker can die after the
-// receiver answered and before the job was marked done).
+// Idempotency-Key and webhook-id set to the event ID (HTTPTransport), so a
+// receiver can deduplicate: a forward may arrive more than once (a worker
+// can die after the receiver answered and before the job was marked done).
 package forward
 
 import (

@@ -16,8 +16,8 @@ import (
 // circuit breaker and a pause its Retry-After asked for. Everything in the
 // process that sends forwards takes them through one Gate, so these hold
 // across all of it: River's worker does (Worker), and so should an
-// in-process dispatcher of first attempts, which calls Acquire before a POST
-// and Ticket.Done after it, and leaves a forward it is not admitted for to
+// in-process dispatcher of first attempts, which calls Acquire before it
+// sends a forward and Ticket.Done after, and leaves a forward it is not admitted for to
 // the relay and River.
 type Gate struct {
 	g *guards

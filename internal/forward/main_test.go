@@ -98,6 +98,9 @@ type envOpts struct {
 	BreakerProbe, BreakerWindow time.Duration
 	// FetchPollInterval is the client's (testFetchPoll when 0).
 	FetchPollInterval time.Duration
+	// Transport, when set, is what the worker (and the fast path) send
+	// forwards through instead of HTTP (Worker.SetTransport).
+	Transport forward.Transport
 }
 
 // fastOptions are the fast path's settings in a test env: each, when not
@@ -171,6 +174,9 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(capacity), gate, m, log, forward.WorkerConfig{Backoff: opts.Backoff, RetryAfterMax: opts.RetryAfterMax})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if opts.Transport != nil {
+			worker.SetTransport(opts.Transport)
 		}
 	}
 	if fo != nil {
