@@ -323,9 +323,6 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	})
 	reg.MustRegister(queueWait)
-	if s.ingestMaxWaiting != "" {
-		log.Warn("--ingest-max-waiting (HOOKGATE_INGEST_MAX_WAITING) is no longer used: deliveries are shed on queueing delay (--ingest-queue-target, --ingest-max-queue-wait)")
-	}
 	return dedup.New(db.pool, ingestConfig(s, citus.Distributed, batchSizes, queueWait))
 }
 

@@ -49,8 +49,7 @@ type settings struct {
 	batchesInFlight int // 0 (unset): dedup.DefaultMaxInFlight, or distributedMaxInFlight on Citus
 	replayCache     int // 0: no replay cache
 
-	maxHeaderBytes   int
-	ingestMaxWaiting string // no longer used: shedding is on queueing delay
+	maxHeaderBytes int
 
 	queueTarget, maxQueueWait time.Duration // of shedding on delay (dedup.ShedPolicy)
 	bodyBudget                int64         // bytes of request bodies in memory at once
@@ -87,8 +86,9 @@ const (
 // The rule for zero, here and in the components' Config structs: 0 means
 // zero. A size of 0 turns its feature off where it can be off (the replay
 // cache), and is refused where it cannot; a default is never inferred from
-// a 0. A setting whose default is computed (the rescue horizon, the waiting
-// limit) has an empty default, and only the empty value means "computed".
+// a 0. A setting whose default is computed (the rescue horizon, the batches
+// in flight) has an empty default, and only the empty value means
+// "computed".
 type setting struct {
 	flag string // without the dashes
 	env  string
@@ -96,7 +96,7 @@ type setting struct {
 	// given ("" for none).
 	def string
 	// shown is the default as docs/configuration.md writes it when def is
-	// empty ("(required)", "(none)", "4 × the pool size").
+	// empty ("(required)", "(none)", "the target's timeout + 4s").
 	shown string
 	help  string
 	// parse stores the text v in s; its error says what v must be.
@@ -190,9 +190,6 @@ var settingTable = []setting{
 	{flag: "ingest-body-min-rate-grace", env: "HOOKGATE_INGEST_BODY_MIN_RATE_GRACE", def: handler.DefaultBodyMinRateGrace.String(),
 		help:  "how long a request body may take before --ingest-body-min-rate applies to it (0s to 1m)",
 		parse: durationIn(func(s *settings) *time.Duration { return &s.bodyMinRateGrace }, "ingest body min rate grace", 0, time.Minute)},
-	{flag: "ingest-max-waiting", env: "HOOKGATE_INGEST_MAX_WAITING", shown: "(none)",
-		help:  "no longer used (accepted with a warning): deliveries are shed on queueing delay, see --ingest-queue-target",
-		parse: func(s *settings, v string) error { s.ingestMaxWaiting = v; return nil }},
 	{flag: "trusted-proxies", env: "HOOKGATE_TRUSTED_PROXIES", shown: "(none)",
 		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts and the body budget gives its share to",
 		parse: func(s *settings, v string) error {

@@ -84,7 +84,7 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.addr != ":8080" || s.replayCache != 10000 || s.shutdownWait != 20*time.Second || s.ingestMaxWaiting != "" || s.bodyBudget != 64<<20 || s.maxQueueWait != 3*time.Second || s.allowExampleSecrets || s.rescueAfter != 0 || s.retryAfterMax != 5*time.Minute {
+	if s.addr != ":8080" || s.replayCache != 10000 || s.shutdownWait != 20*time.Second || s.bodyBudget != 64<<20 || s.maxQueueWait != 3*time.Second || s.allowExampleSecrets || s.rescueAfter != 0 || s.retryAfterMax != 5*time.Minute {
 		t.Errorf("defaults: %+v", s)
 	}
 	env := envOf("HOOKGATE_ADDR", ":1", "HOOKGATE_FORWARD_WORKERS", "7", "HOOKGATE_SHUTDOWN_TIMEOUT", "3s",
