@@ -323,7 +323,9 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	})
 	reg.MustRegister(queueWait)
-	return dedup.New(db.pool, ingestConfig(s, citus.Distributed, batchSizes, queueWait))
+	cfg := ingestConfig(s, citus.Distributed, batchSizes, queueWait)
+	cfg.Pool = db.pool
+	return dedup.New(cfg)
 }
 
 // distributedMaxInFlight is the default of --ingest-batches-in-flight when

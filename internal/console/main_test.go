@@ -146,7 +146,7 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 5 * time.Second})
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

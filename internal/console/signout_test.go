@@ -29,7 +29,7 @@ func (e *env) replica() *env {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ingest, err := dedup.New(e.pool, dedup.Config{InFlightWait: 5 * time.Second})
+	ingest, err := dedup.New(dedup.Config{Pool: e.pool, InFlightWait: 5 * time.Second})
 	if err != nil {
 		e.t.Fatal(err)
 	}

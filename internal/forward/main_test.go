@@ -213,7 +213,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	if opts.Work {
 		e.start()
 	}
-	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

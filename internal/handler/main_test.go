@@ -98,8 +98,8 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		o.log = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	o.store.InFlightWait = o.wait
-	ingest, err := dedup.New(db, o.store)
+	o.store.Pool, o.store.InFlightWait = db, o.wait
+	ingest, err := dedup.New(o.store)
 	if err != nil {
 		t.Fatal(err)
 	}

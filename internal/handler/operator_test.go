@@ -162,7 +162,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		}
 		hc.Console = cons
 	}
-	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
