@@ -48,7 +48,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err := migrate(ctx, db, log); err != nil {
 		return err
 	}
-	db.traffic = traffic.New(db.queries, log)
+	if db.traffic, err = traffic.New(traffic.Config{Queries: db.queries, Log: log}); err != nil {
+		return err
+	}
 	reg := newRegistry(db)
 	fwd, err := newForwarding(db, senders.Config(), s, reg, log)
 	if err != nil {

@@ -123,7 +123,10 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := store.New(pool)
-	tr := traffic.New(q, log)
+	tr, err := traffic.New(traffic.Config{Queries: q, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := forward.NewMetrics(prometheus.NewRegistry())
 	m.CountTraffic(tr)
 	cc := forward.DefaultClientConfig(cfg)
