@@ -275,6 +275,7 @@ func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slo
 	cc.FetchPollInterval = s.fetchPoll
 	rc := retention.DefaultConfig()
 	rc.Interval = s.retentionInterval
+	rc.DB, rc.Senders, rc.Log = db.pool, cfg, log
 	periodic, err := retention.PeriodicJob(rc)
 	if err != nil {
 		return cc, err
@@ -284,7 +285,7 @@ func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slo
 		Timeout: rc.Timeout,
 		Register: func(w *river.Workers, maxTimeout time.Duration) error {
 			rc.Timeout = maxTimeout // at most rc.Timeout: shorter under a shorter rescue horizon
-			rw, err := retention.NewWorker(db.pool, cfg, log, rc)
+			rw, err := retention.NewWorker(rc)
 			if err != nil {
 				return err
 			}
