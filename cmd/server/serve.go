@@ -377,7 +377,8 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.trustedProxies...)
 	redeliverer := forward.NewRedeliverer(db.pool, fwd.client)
-	cons, err := console.New(senders.Config(), db.queries, log, console.Config{
+	cons, err := console.New(console.Config{
+		Senders: senders.Config(), Queries: db.queries, Log: log,
 		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
 		Limiter: limiter, Redeliverer: redeliverer,
 	})

@@ -145,7 +145,8 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	if opts.SessionTTL == 0 { // the tests' literals leave it out
 		opts.SessionTTL = console.DefaultSessionTTL
 	}
-	cons, err := console.New(cfg, q, log, opts)
+	opts.Senders, opts.Queries, opts.Log = cfg, q, log
+	cons, err := console.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,9 @@ import (
 func (e *env) replica() *env {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cons, err := console.New(e.cfg, e.q, log, e.opts)
+	opts := e.opts
+	opts.Senders, opts.Queries, opts.Log = e.cfg, e.q, log
+	cons, err := console.New(opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		hc.DB = pool
 	}
 	if o.console {
-		cons, err := console.New(cfg, store.New(pool), log, console.Config{AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
+		cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(pool), Log: log, AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
 		if err != nil {
 			t.Fatal(err)
 		}
