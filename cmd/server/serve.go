@@ -389,13 +389,14 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 		AdminToken: s.adminToken, BodyBudget: s.bodyBudget, BodyBudgetWait: s.bodyBudgetWait,
 		BodyMinRate: s.bodyMinRate, BodyMinRateGrace: s.bodyMinRateGrace, BodyReadTimeout: readTimeout,
 		MetricsElsewhere: s.metricsAddr != "",
-		DB:               db.pool, Redeliverer: redeliverer, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
+		Senders:          senders, Ingest: deliveries, Ready: readiness(db.pool, db.sql), Registry: reg, Log: log,
+		Queries: db.queries, Redeliverer: redeliverer, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
 		Tokens: sigtoken.New(db.pool),
 	}
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
 		hc.FastPath = fwd.fast
 	}
-	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log, hc)
+	return handler.New(hc)
 }
 
 // readTimeout bounds the reading of a request, headers and body: the HTTP

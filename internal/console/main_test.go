@@ -155,8 +155,9 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 		t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console, hc.Traffic = opts.AdminToken, pool, forward.NewRedeliverer(pool, rc), cons, tr
-	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console, hc.Traffic = opts.AdminToken, q, forward.NewRedeliverer(pool, rc), cons, tr
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}

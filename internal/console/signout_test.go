@@ -36,8 +36,9 @@ func (e *env) replica() *env {
 		e.t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.pool, forward.NewRedeliverer(e.pool, e.rc), cons
-	h, err := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.q, forward.NewRedeliverer(e.pool, e.rc), cons
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	h, err := handler.New(hc)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -217,8 +217,8 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil },
-		prometheus.NewRegistry(), log, hc)
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}
