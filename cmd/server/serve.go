@@ -233,9 +233,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			// The fast path shares the River worker's HTTP client and
 			// Gate: fair shares, max_in_flight and breakers hold across
 			// both.
-			dc := forward.DefaultDispatcherConfig()
-			dc.Workers = s.fastWorkers
-			dc.FixedLease = s.forwardLease // 0 (unset): each target's timeout + the margin
+			dc := s.dispatcher // FixedLease 0 (unset): each target's timeout + the margin
 			handedOver = make(chan struct{}, 1)
 			dc.HandedOver = handedOver
 			if fast, err = forward.NewDispatcher(worker, db.pool, dc, reg, log); err != nil {
@@ -257,24 +255,26 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 // --forward-workers forwards with the default breakers, and the retry
 // schedule of the settings.
 func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, error) {
-	gate, err := forward.NewGate(db.pool, s.forwardWorkers, m, log, forward.DefaultBreakerConfig())
+	n := s.client.MaxWorkers // --forward-workers
+	gate, err := forward.NewGate(db.pool, n, m, log, forward.DefaultBreakerConfig())
 	if err != nil {
 		return nil, err
 	}
-	return forward.NewWorker(cfg, db.pool, forward.NewGuardedHTTPClient(s.forwardWorkers, s.allowedHosts), gate, m, log, forward.WorkerConfig{Backoff: s.backoff, RetryAfterMax: s.retryAfterMax})
+	return forward.NewWorker(cfg, db.pool, forward.NewGuardedHTTPClient(n, s.allowedHosts), gate, m, log, s.worker)
 }
 
 // forwardClientConfig is the River client's configuration from the
-// settings, with the retention job as its maintenance.
+// settings, with what DefaultClientConfig computes from the senders of
+// cfg (the retention of finished jobs; the rescue horizon, when
+// --forward-rescue-after is unset), and the retention job as its
+// maintenance.
 func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slog.Logger) (forward.ClientConfig, error) {
-	cc := forward.DefaultClientConfig(cfg)
-	cc.MaxWorkers = s.forwardWorkers
-	if s.rescueAfter > 0 { // set; unset keeps the horizon computed from the targets
-		cc.RescueAfter = s.rescueAfter
+	cc, computed := s.client, forward.DefaultClientConfig(cfg)
+	cc.Retention = computed.Retention
+	if cc.RescueAfter == 0 { // unset: the horizon computed from the targets
+		cc.RescueAfter = computed.RescueAfter
 	}
-	cc.FetchPollInterval = s.fetchPoll
-	rc := retention.DefaultConfig()
-	rc.Interval = s.retentionInterval
+	rc := s.retention
 	rc.DB, rc.Senders, rc.Log = db.pool, cfg, log
 	periodic, err := retention.PeriodicJob(rc)
 	if err != nil {
@@ -341,30 +341,24 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 // delivery on the cluster.
 const distributedMaxInFlight = 1
 
-// ingestConfig is the ingest store's configuration from the settings:
-// group commit (a batch size of 1 is batches of one; batches in flight by
-// the layout unless set), the replay cache (--replay-cache-size 0 is none),
-// shedding on delay, and the statement forms of the layout InspectCitus
-// found.
+// ingestConfig is the ingest store's configuration from the settings
+// (s.dedup: the in-flight wait, group commit, the replay cache, shedding on
+// delay), with what they leave to the layout InspectCitus found: the
+// batches in flight unless set, and the statement forms; and the
+// observers of batch sizes and queueing delays. s is not changed.
 func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheus.Observer) dedup.Config {
-	inFlight := s.batchesInFlight
-	if inFlight == 0 {
-		inFlight = dedup.DefaultMaxInFlight
+	cfg := s.dedup
+	b, p := *cfg.Batching, *cfg.Shedding // copies: s keeps its own
+	if b.MaxInFlight == 0 {
+		b.MaxInFlight = dedup.DefaultMaxInFlight
 		if distributed {
-			inFlight = distributedMaxInFlight
+			b.MaxInFlight = distributedMaxInFlight
 		}
 	}
-	cfg := dedup.Config{
-		InFlightWait: s.inFlightWait,
-		Batching: &dedup.Batching{MaxBatch: s.batchSize, MaxInFlight: inFlight,
-			Observe: func(n int) { batchSizes.Observe(float64(n)) }},
-		Shedding: &dedup.ShedPolicy{Target: s.queueTarget, Interval: dedup.DefaultShedInterval, MaxWait: s.maxQueueWait,
-			Observe: func(d time.Duration) { queueWait.Observe(d.Seconds()) }},
-		Layout: dedup.LayoutPlain,
-	}
-	if s.replayCache > 0 {
-		cfg.ReplayCache = &dedup.ReplayCache{Size: s.replayCache, TTL: dedup.DefaultReplayCacheTTL}
-	}
+	b.Observe = func(n int) { batchSizes.Observe(float64(n)) }
+	p.Observe = func(d time.Duration) { queueWait.Observe(d.Seconds()) }
+	cfg.Batching, cfg.Shedding = &b, &p
+	cfg.Layout = dedup.LayoutPlain
 	if distributed {
 		cfg.Layout = dedup.LayoutDistributed
 	}
@@ -375,24 +369,19 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 // and the service endpoints.
 func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
-	limiter := authlimit.New(s.trustedProxies...)
+	limiter := authlimit.New(s.console.TrustedProxies...)
 	redeliverer := forward.NewRedeliverer(db.pool, fwd.client)
-	cons, err := console.New(console.Config{
-		Senders: senders.Config(), Queries: db.queries, Log: log,
-		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
-		Limiter: limiter, Redeliverer: redeliverer,
-	})
+	cc := s.console
+	cc.Senders, cc.Queries, cc.Log = senders.Config(), db.queries, log
+	cc.Limiter, cc.Redeliverer = limiter, redeliverer
+	cons, err := console.New(cc)
 	if err != nil {
 		return nil, err
 	}
-	hc := handler.Config{
-		AdminToken: s.adminToken, BodyBudget: s.bodyBudget, BodyBudgetWait: s.bodyBudgetWait,
-		BodyMinRate: s.bodyMinRate, BodyMinRateGrace: s.bodyMinRateGrace, BodyReadTimeout: readTimeout,
-		MetricsElsewhere: s.metricsAddr != "",
-		Senders:          senders, Ingest: deliveries, Ready: readiness(db.pool, db.sql), Registry: reg, Log: log,
-		Queries: db.queries, Redeliverer: redeliverer, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
-		Tokens: sigtoken.New(db.pool),
-	}
+	hc := s.handler
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = senders, deliveries, readiness(db.pool, db.sql), reg, log
+	hc.Queries, hc.Redeliverer, hc.AuthLimiter, hc.Console, hc.Traffic = db.queries, redeliverer, limiter, cons, db.traffic
+	hc.Tokens = sigtoken.New(db.pool)
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
 		hc.FastPath = fwd.fast
 	}
