@@ -48,7 +48,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err := migrate(ctx, db, log); err != nil {
 		return err
 	}
-	db.traffic = traffic.New(db.queries, log)
+	if db.traffic, err = traffic.New(traffic.Config{Queries: db.queries, Log: log}); err != nil {
+		return err
+	}
 	reg := newRegistry(db)
 	fwd, err := newForwarding(db, senders.Config(), s, reg, log)
 	if err != nil {
@@ -232,9 +234,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			// The fast path shares the River worker's HTTP client and
 			// Gate: fair shares, max_in_flight and breakers hold across
 			// both.
-			dc := forward.DefaultDispatcherConfig()
-			dc.Workers = s.fastWorkers
-			dc.FixedLease = s.forwardLease // 0 (unset): each target's timeout + the margin
+			dc := s.dispatcher // FixedLease 0 (unset): each target's timeout + the margin
 			handedOver = make(chan struct{}, 1)
 			dc.HandedOver = handedOver
 			if fast, err = forward.NewDispatcher(worker, db.pool, dc, reg, log); err != nil {
@@ -260,24 +260,27 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 // --forward-workers forwards with the default breakers, and the retry
 // schedule of the settings.
 func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, error) {
-	gate, err := forward.NewGate(db.pool, s.forwardWorkers, m, log, forward.DefaultBreakerConfig())
+	n := s.client.MaxWorkers // --forward-workers
+	gate, err := forward.NewGate(db.pool, n, m, log, forward.DefaultBreakerConfig())
 	if err != nil {
 		return nil, err
 	}
-	return forward.NewWorker(cfg, db.pool, forward.NewGuardedHTTPClient(s.forwardWorkers, s.allowedHosts), gate, m, log, forward.WorkerConfig{Backoff: s.backoff, RetryAfterMax: s.retryAfterMax})
+	return forward.NewWorker(cfg, db.pool, forward.NewGuardedHTTPClient(n, s.allowedHosts), gate, m, log, s.worker)
 }
 
 // forwardClientConfig is the River client's configuration from the
-// settings, with the retention job as its maintenance.
+// settings, with what DefaultClientConfig computes from the senders of
+// cfg (the retention of finished jobs; the rescue horizon, when
+// --forward-rescue-after is unset), and the retention job as its
+// maintenance.
 func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
-	cc := queue.DefaultClientConfig(cfg)
-	cc.MaxWorkers = s.forwardWorkers
-	if s.rescueAfter > 0 { // set; unset keeps the horizon computed from the targets
-		cc.RescueAfter = s.rescueAfter
+	cc, computed := s.client, queue.DefaultClientConfig(cfg)
+	cc.Retention = computed.Retention
+	if cc.RescueAfter == 0 { // unset: the horizon computed from the targets
+		cc.RescueAfter = computed.RescueAfter
 	}
-	cc.FetchPollInterval = s.fetchPoll
-	rc := retention.DefaultConfig()
-	rc.Interval = s.retentionInterval
+	rc := s.retention
+	rc.DB, rc.Senders, rc.Log = db.pool, cfg, log
 	periodic, err := retention.PeriodicJob(rc)
 	if err != nil {
 		return cc, err
@@ -287,7 +290,7 @@ func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slo
 		Timeout: rc.Timeout,
 		Register: func(w *river.Workers, maxTimeout time.Duration) error {
 			rc.Timeout = maxTimeout // at most rc.Timeout: shorter under a shorter rescue horizon
-			rw, err := retention.NewWorker(db.pool, cfg, log, rc)
+			rw, err := retention.NewWorker(rc)
 			if err != nil {
 				return err
 			}
@@ -328,10 +331,9 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	})
 	reg.MustRegister(queueWait)
-	if s.ingestMaxWaiting != "" {
-		log.Warn("--ingest-max-waiting (HOOKGATE_INGEST_MAX_WAITING) is no longer used: deliveries are shed on queueing delay (--ingest-queue-target, --ingest-max-queue-wait)")
-	}
-	return dedup.New(db.pool, ingestConfig(s, citus.Distributed, batchSizes, queueWait))
+	cfg := ingestConfig(s, citus.Distributed, batchSizes, queueWait)
+	cfg.Pool = db.pool
+	return dedup.New(cfg)
 }
 
 // distributedMaxInFlight is the default of --ingest-batches-in-flight when
@@ -344,30 +346,24 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 // delivery on the cluster.
 const distributedMaxInFlight = 1
 
-// ingestConfig is the ingest store's configuration from the settings:
-// group commit (a batch size of 1 is batches of one; batches in flight by
-// the layout unless set), the replay cache (--replay-cache-size 0 is none),
-// shedding on delay, and the statement forms of the layout InspectCitus
-// found.
+// ingestConfig is the ingest store's configuration from the settings
+// (s.dedup: the in-flight wait, group commit, the replay cache, shedding on
+// delay), with what they leave to the layout InspectCitus found: the
+// batches in flight unless set, and the statement forms; and the
+// observers of batch sizes and queueing delays. s is not changed.
 func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheus.Observer) dedup.Config {
-	inFlight := s.batchesInFlight
-	if inFlight == 0 {
-		inFlight = dedup.DefaultMaxInFlight
+	cfg := s.dedup
+	b, p := *cfg.Batching, *cfg.Shedding // copies: s keeps its own
+	if b.MaxInFlight == 0 {
+		b.MaxInFlight = dedup.DefaultMaxInFlight
 		if distributed {
-			inFlight = distributedMaxInFlight
+			b.MaxInFlight = distributedMaxInFlight
 		}
 	}
-	cfg := dedup.Config{
-		InFlightWait: s.inFlightWait,
-		Batching: &dedup.Batching{MaxBatch: s.batchSize, MaxInFlight: inFlight,
-			Observe: func(n int) { batchSizes.Observe(float64(n)) }},
-		Shedding: &dedup.ShedPolicy{Target: s.queueTarget, Interval: dedup.DefaultShedInterval, MaxWait: s.maxQueueWait,
-			Observe: func(d time.Duration) { queueWait.Observe(d.Seconds()) }},
-		Layout: dedup.LayoutPlain,
-	}
-	if s.replayCache > 0 {
-		cfg.ReplayCache = &dedup.ReplayCache{Size: s.replayCache, TTL: dedup.DefaultReplayCacheTTL}
-	}
+	b.Observe = func(n int) { batchSizes.Observe(float64(n)) }
+	p.Observe = func(d time.Duration) { queueWait.Observe(d.Seconds()) }
+	cfg.Batching, cfg.Shedding = &b, &p
+	cfg.Layout = dedup.LayoutPlain
 	if distributed {
 		cfg.Layout = dedup.LayoutDistributed
 	}
@@ -378,26 +374,23 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 // and the service endpoints.
 func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
-	limiter := authlimit.New(s.trustedProxies...)
+	limiter := authlimit.New(s.console.TrustedProxies...)
 	redeliverer := fwd.queue
-	cons, err := console.New(senders.Config(), db.queries, log, console.Config{
-		AdminToken: s.adminToken, TrustedProxies: s.trustedProxies, SessionTTL: s.sessionTTL,
-		Limiter: limiter, Redeliverer: redeliverer,
-	})
+	cc := s.console
+	cc.Senders, cc.Queries, cc.Log = senders.Config(), db.queries, log
+	cc.Limiter, cc.Redeliverer = limiter, redeliverer
+	cons, err := console.New(cc)
 	if err != nil {
 		return nil, err
 	}
-	hc := handler.Config{
-		AdminToken: s.adminToken, BodyBudget: s.bodyBudget, BodyBudgetWait: s.bodyBudgetWait,
-		BodyMinRate: s.bodyMinRate, BodyMinRateGrace: s.bodyMinRateGrace, BodyReadTimeout: readTimeout,
-		MetricsElsewhere: s.metricsAddr != "",
-		DB:               db.pool, Redeliverer: redeliverer, AuthLimiter: limiter, Console: cons, Traffic: db.traffic,
-		Tokens: sigtoken.New(db.pool),
-	}
+	hc := s.handler
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = senders, deliveries, readiness(db.pool, db.sql), reg, log
+	hc.Queries, hc.Redeliverer, hc.AuthLimiter, hc.Console, hc.Traffic = db.queries, redeliverer, limiter, cons, db.traffic
+	hc.Tokens = sigtoken.New(db.pool)
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
 		hc.FastPath = fwd.fast
 	}
-	return handler.New(senders, deliveries, readiness(db.pool, db.sql), reg, log, hc)
+	return handler.New(hc)
 }
 
 // readTimeout bounds the reading of a request, headers and body: the HTTP

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -21,48 +20,55 @@ import (
 )
 
 // settings are the values of flags and environment variables of serve and
-// migrate, parsed by the rows of settingTable.
+// migrate, parsed by the rows of settingTable. A row that configures a
+// component writes into that component's Config below, which starts as
+// the component's DefaultConfig (defaultSettings): serve adds only the
+// dependencies (the pool, the logger, the registry, …) before calling the
+// constructor. A new setting is a row of the table and the field it
+// writes.
 type settings struct {
+	// The process's own.
 	databaseURL  string
 	addr         string
 	configPath   string
-	adminToken   string
-	inFlightWait time.Duration
 	logFormat    string
 	shutdownWait time.Duration
+	role         string
+	fastPath     bool                  // role all: attempt forwards right after COMMIT (a forward.Dispatcher)
+	allowedHosts *forward.AllowedHosts // the hosts forwards may reach; nil: any
+	pprofAddr    string
+	metricsAddr  string // "": /metrics on the main listener (handler.Config.MetricsElsewhere false)
 
-	role           string
-	forwardWorkers int
-	rescueAfter    time.Duration // 0 (unset): queue.DefaultClientConfig's, a forward's timeout + 1m
-	fetchPoll      time.Duration
-	backoff        forward.Backoff
-	retryAfterMax  time.Duration         // longest Retry-After honoured (forward.WorkerConfig.RetryAfterMax)
-	fastPath       bool                  // role all: attempt forwards right after COMMIT
-	fastWorkers    int                   // forwards the fast path runs at once
-	forwardLease   time.Duration         // of the fast path's outbox rows; 0: unset (each target's timeout + forward.DefaultLeaseMargin)
-	allowedHosts   *forward.AllowedHosts // the hosts forwards may reach; nil: any
-
-	retentionInterval time.Duration
-	pprofAddr         string
-	metricsAddr       string // "": /metrics on the main listener
-
-	batchSize       int
-	batchesInFlight int // 0 (unset): dedup.DefaultMaxInFlight, or distributedMaxInFlight on Citus
-	replayCache     int // 0: no replay cache
-
-	maxHeaderBytes   int
-	ingestMaxWaiting string // no longer used: shedding is on queueing delay
-
-	queueTarget, maxQueueWait time.Duration // of shedding on delay (dedup.ShedPolicy)
-	bodyBudget                int64         // bytes of request bodies in memory at once
-	bodyBudgetWait            time.Duration // for room in the body budget
-	bodyMinRate               int64         // bytes per second a body must arrive at; 0: none
-	bodyMinRateGrace          time.Duration // before the minimum rate applies
-
+	maxHeaderBytes      int
 	allowExampleSecrets bool
 
-	trustedProxies []netip.Prefix // whose X-Forwarded-Proto and X-Forwarded-For are believed
-	sessionTTL     time.Duration  // of a console sign-in
+	// The components'.
+	handler   handler.Config   // the admin token, the body budget and pace, MetricsElsewhere
+	console   console.Config   // the admin token, the trusted proxies (also the wrong-token limit's), the session TTL
+	dedup     dedup.Config     // the in-flight wait, group commit (MaxInFlight 0: by the layout, ingestConfig), the replay cache, shedding
+	retention retention.Config // the interval
+	// MaxWorkers (also the Gate's and the HTTP client's capacity),
+	// FetchPollInterval, RescueAfter (0, unset: DefaultClientConfig's,
+	// computed from the targets).
+	client     queue.ClientConfig
+	worker     forward.WorkerConfig     // the backoff, RetryAfterMax
+	dispatcher forward.DispatcherConfig // Workers, FixedLease (0, unset: each target's timeout + LeaseMargin)
+}
+
+// defaultSettings returns the settings before the table's rows are
+// parsed: each component's Config at its defaults (the client's, which
+// are computed from the senders, are filled in by forwardClientConfig).
+func defaultSettings() *settings {
+	s := &settings{
+		handler:    handler.DefaultConfig(),
+		console:    console.DefaultConfig(),
+		dedup:      dedup.DefaultConfig(),
+		retention:  retention.DefaultConfig(),
+		worker:     forward.DefaultWorkerConfig(),
+		dispatcher: forward.DefaultDispatcherConfig(),
+	}
+	s.handler.BodyReadTimeout = readTimeout
+	return s
 }
 
 // maxInFlightWait is the longest in-flight wait serve accepts: the ingest
@@ -88,8 +94,9 @@ const (
 // The rule for zero, here and in the components' Config structs: 0 means
 // zero. A size of 0 turns its feature off where it can be off (the replay
 // cache), and is refused where it cannot; a default is never inferred from
-// a 0. A setting whose default is computed (the rescue horizon, the waiting
-// limit) has an empty default, and only the empty value means "computed".
+// a 0. A setting whose default is computed (the rescue horizon, the batches
+// in flight) has an empty default, and only the empty value means
+// "computed".
 type setting struct {
 	flag string // without the dashes
 	env  string
@@ -97,7 +104,7 @@ type setting struct {
 	// given ("" for none).
 	def string
 	// shown is the default as docs/configuration.md writes it when def is
-	// empty ("(required)", "(none)", "4 × the pool size").
+	// empty ("(required)", "(none)", "the target's timeout + 4s").
 	shown string
 	help  string
 	// parse stores the text v in s; its error says what v must be.
@@ -138,7 +145,7 @@ var settingTable = []setting{
 			if err != nil || d < time.Millisecond || d > maxInFlightWait {
 				return fmt.Errorf("in-flight wait %q: must be a duration from 1ms to %s, such as 3s", v, maxInFlightWait)
 			}
-			s.inFlightWait = d
+			s.dedup.InFlightWait = d
 			return nil
 		}},
 	{flag: "log-format", env: "HOOKGATE_LOG_FORMAT", def: "json",
@@ -161,10 +168,10 @@ var settingTable = []setting{
 		}},
 	{flag: "ingest-queue-target", env: "HOOKGATE_INGEST_QUEUE_TARGET", def: dedup.DefaultShedTarget.String(),
 		help:  "queueing delay for the database that, exceeded by every delivery for a second, sheds new deliveries with 503 until the queue drains (1ms to 1m)",
-		parse: durationIn(func(s *settings) *time.Duration { return &s.queueTarget }, "ingest queue target", time.Millisecond, time.Minute)},
+		parse: durationIn(func(s *settings) *time.Duration { return &s.dedup.Shedding.Target }, "ingest queue target", time.Millisecond, time.Minute)},
 	{flag: "ingest-max-queue-wait", env: "HOOKGATE_INGEST_MAX_QUEUE_WAIT", def: dedup.DefaultMaxQueueWait.String(),
 		help:  "longest a delivery waits for the database (a batch slot or a connection) before it is answered 503 (10ms to 10s)",
-		parse: durationIn(func(s *settings) *time.Duration { return &s.maxQueueWait }, "ingest max queue wait", 10*time.Millisecond, maxInFlightWait)},
+		parse: durationIn(func(s *settings) *time.Duration { return &s.dedup.Shedding.MaxWait }, "ingest max queue wait", 10*time.Millisecond, maxInFlightWait)},
 	{flag: "ingest-body-budget", env: "HOOKGATE_INGEST_BODY_BUDGET", def: strconv.Itoa(handler.DefaultBodyBudget),
 		help: "bytes of request bodies that ingest requests hold in memory at once, as their bytes arrive (at least 1048576); past it a delivery waits for room, then gets 503; a quarter is kept for bodies up to 64 KiB, and one client holds at most a quarter",
 		parse: func(s *settings, v string) error {
@@ -172,12 +179,12 @@ var settingTable = []setting{
 			if err != nil || n < 1<<20 {
 				return fmt.Errorf("ingest body budget %q: must be a whole number of bytes, at least 1048576 (1 MiB)", v)
 			}
-			s.bodyBudget = n
+			s.handler.BodyBudget = n
 			return nil
 		}},
 	{flag: "ingest-body-budget-wait", env: "HOOKGATE_INGEST_BODY_BUDGET_WAIT", def: handler.DefaultBodyBudgetWait.String(),
 		help:  "longest a delivery waits for room in the body budget before it is answered 503 (1ms to 1m)",
-		parse: durationIn(func(s *settings) *time.Duration { return &s.bodyBudgetWait }, "ingest body budget wait", time.Millisecond, time.Minute)},
+		parse: durationIn(func(s *settings) *time.Duration { return &s.handler.BodyBudgetWait }, "ingest body budget wait", time.Millisecond, time.Minute)},
 	{flag: "ingest-body-min-rate", env: "HOOKGATE_INGEST_BODY_MIN_RATE", def: strconv.Itoa(handler.DefaultBodyMinRate),
 		help: "bytes per second at which a request body must arrive on average once its grace period has passed; slower gets 408 and the connection is closed; 0 for no minimum",
 		parse: func(s *settings, v string) error {
@@ -185,15 +192,12 @@ var settingTable = []setting{
 			if err != nil || n < 0 || n > handler.MaxBodyMinRate {
 				return fmt.Errorf("ingest body min rate %q: must be a whole number of bytes per second from 0 (no minimum) to %d", v, handler.MaxBodyMinRate)
 			}
-			s.bodyMinRate = n
+			s.handler.BodyMinRate = n
 			return nil
 		}},
 	{flag: "ingest-body-min-rate-grace", env: "HOOKGATE_INGEST_BODY_MIN_RATE_GRACE", def: handler.DefaultBodyMinRateGrace.String(),
 		help:  "how long a request body may take before --ingest-body-min-rate applies to it (0s to 1m)",
-		parse: durationIn(func(s *settings) *time.Duration { return &s.bodyMinRateGrace }, "ingest body min rate grace", 0, time.Minute)},
-	{flag: "ingest-max-waiting", env: "HOOKGATE_INGEST_MAX_WAITING", shown: "(none)",
-		help:  "no longer used (accepted with a warning): deliveries are shed on queueing delay, see --ingest-queue-target",
-		parse: func(s *settings, v string) error { s.ingestMaxWaiting = v; return nil }},
+		parse: durationIn(func(s *settings) *time.Duration { return &s.handler.BodyMinRateGrace }, "ingest body min rate grace", 0, time.Minute)},
 	{flag: "trusted-proxies", env: "HOOKGATE_TRUSTED_PROXIES", shown: "(none)",
 		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts and the body budget gives its share to",
 		parse: func(s *settings, v string) error {
@@ -201,7 +205,7 @@ var settingTable = []setting{
 			if err != nil {
 				return fmt.Errorf("trusted proxies %q: %w; give addresses or CIDR prefixes separated by commas, such as 10.0.0.0/8,127.0.0.1", v, err)
 			}
-			s.trustedProxies = p
+			s.console.TrustedProxies = p
 			return nil
 		}},
 	{flag: "console-session-ttl", env: "HOOKGATE_CONSOLE_SESSION_TTL", def: shortDuration(console.DefaultSessionTTL),
@@ -211,7 +215,7 @@ var settingTable = []setting{
 			if err != nil || d < time.Minute {
 				return fmt.Errorf("console session TTL %q: must be a duration of at least 1m, such as 12h", v)
 			}
-			s.sessionTTL = d
+			s.console.SessionTTL = d
 			return nil
 		}},
 	{flag: "max-header-bytes", env: "HOOKGATE_MAX_HEADER_BYTES", def: strconv.Itoa(defaultMaxHeaderBytes),
@@ -226,53 +230,63 @@ var settingTable = []setting{
 		}},
 	{flag: "ingest-batch-size", env: "HOOKGATE_INGEST_BATCH_SIZE", def: strconv.Itoa(dedup.DefaultMaxBatch),
 		help:  "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off",
-		parse: intSetting("ingest batch size", 1, 1000, func(s *settings) *int { return &s.batchSize })},
+		parse: intSetting("ingest batch size", 1, 1000, func(s *settings) *int { return &s.dedup.Batching.MaxBatch })},
 	{flag: "ingest-batches-in-flight", env: "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", shown: "`" + strconv.Itoa(dedup.DefaultMaxInFlight) + "`; `" + strconv.Itoa(distributedMaxInFlight) + "` on Citus",
 		help: "most batches of one sender in flight at once; by default " + strconv.Itoa(dedup.DefaultMaxInFlight) + ", or " + strconv.Itoa(distributedMaxInFlight) +
 			" when the tables are distributed by Citus (fewer, larger batches: each statement costs Citus a plan and a round trip to a worker)",
 		parse: func(s *settings, v string) error {
 			if v == "" {
-				s.batchesInFlight = 0 // computed: ingestConfig
+				s.dedup.Batching.MaxInFlight = 0 // computed: ingestConfig
 				return nil
 			}
-			return intSetting("ingest batches in flight", 1, 64, func(s *settings) *int { return &s.batchesInFlight })(s, v)
+			return intSetting("ingest batches in flight", 1, 64, func(s *settings) *int { return &s.dedup.Batching.MaxInFlight })(s, v)
 		}},
 	{flag: "replay-cache-size", env: "HOOKGATE_REPLAY_CACHE_SIZE", def: strconv.Itoa(dedup.DefaultReplayCacheSize),
-		help:  "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off",
-		parse: intSetting("replay cache size", 0, 10_000_000, func(s *settings) *int { return &s.replayCache })},
+		help: "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off",
+		parse: func(s *settings, v string) error {
+			var n int
+			if err := intSetting("replay cache size", 0, 10_000_000, func(*settings) *int { return &n })(s, v); err != nil {
+				return err
+			}
+			s.dedup.ReplayCache = nil // 0: no replay cache
+			if n > 0 {
+				s.dedup.ReplayCache = &dedup.ReplayCache{Size: n, TTL: dedup.DefaultReplayCacheTTL}
+			}
+			return nil
+		}},
 	{flag: "pprof-addr", env: "HOOKGATE_PPROF_ADDR", shown: "(off)",
 		help:  "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty; never expose it beyond the host",
 		parse: func(s *settings, v string) error { s.pprofAddr = v; return nil }},
 	{flag: "metrics-addr", env: "HOOKGATE_METRICS_ADDR", shown: "(the main listener)",
 		help:  "serve /metrics on this address instead of the main listener (which then answers 404 there), e.g. 10.0.0.5:9090 or 127.0.0.1:9090",
-		parse: func(s *settings, v string) error { s.metricsAddr = v; return nil }},
+		parse: func(s *settings, v string) error { s.metricsAddr, s.handler.MetricsElsewhere = v, v != ""; return nil }},
 	{flag: "shutdown-timeout", env: "HOOKGATE_SHUTDOWN_TIMEOUT", def: "20s",
 		help:  "how long in-flight requests and forwards may take to finish on shutdown",
 		parse: durationSetting("shutdown timeout", 0, func(s *settings) *time.Duration { return &s.shutdownWait })},
 	{flag: "forward-workers", env: "HOOKGATE_FORWARD_WORKERS", def: strconv.Itoa(queue.DefaultMaxWorkers),
 		help:  "forwards run at once by this process",
-		parse: intSetting("forward workers", 1, 10_000, func(s *settings) *int { return &s.forwardWorkers })},
+		parse: intSetting("forward workers", 1, 10_000, func(s *settings) *int { return &s.client.MaxWorkers })},
 	{flag: "forward-backoff-base", env: "HOOKGATE_FORWARD_BACKOFF_BASE", def: shortDuration(forward.DefaultBackoff.Base),
 		help:  "first retry delay of a failed forward; it doubles per attempt",
-		parse: durationSetting("forward backoff base", time.Millisecond, func(s *settings) *time.Duration { return &s.backoff.Base })},
+		parse: durationSetting("forward backoff base", time.Millisecond, func(s *settings) *time.Duration { return &s.worker.Backoff.Base })},
 	{flag: "forward-backoff-max", env: "HOOKGATE_FORWARD_BACKOFF_MAX", def: shortDuration(forward.DefaultBackoff.Max),
 		help:  "longest retry delay of a failed forward",
-		parse: durationSetting("forward backoff max", time.Millisecond, func(s *settings) *time.Duration { return &s.backoff.Max })},
+		parse: durationSetting("forward backoff max", time.Millisecond, func(s *settings) *time.Duration { return &s.worker.Backoff.Max })},
 	{flag: "forward-retry-after-max", env: "HOOKGATE_FORWARD_RETRY_AFTER_MAX", def: shortDuration(forward.DefaultRetryAfterMax),
 		help:  "longest Retry-After honoured (at least 1s): a 429 or 503 with Retry-After pauses its target for what it asks up to this, and a forward's retry after a Retry-After waits at least that long, up to this, whatever the backoff's max",
-		parse: durationSetting("forward retry-after max", time.Second, func(s *settings) *time.Duration { return &s.retryAfterMax })},
+		parse: durationSetting("forward retry-after max", time.Second, func(s *settings) *time.Duration { return &s.worker.RetryAfterMax })},
 	{flag: "forward-rescue-after", env: "HOOKGATE_FORWARD_RESCUE_AFTER", shown: "longest target timeout + 5s + 1m",
 		help: "how long a job may stay running before River's rescuer retries it: the backstop for jobs of processes without heartbeats (a killed hookgate process's are taken over 5s after its last heartbeat); more than the longest target timeout + 5s; shorter, bulk redeliveries and retention run in slices of this - 5s",
 		parse: func(s *settings, v string) error {
 			if v == "" {
-				s.rescueAfter = 0 // computed: queue.DefaultClientConfig
+				s.client.RescueAfter = 0 // computed: queue.DefaultClientConfig (forwardClientConfig)
 				return nil
 			}
-			return durationSetting("forward rescue after", time.Second, func(s *settings) *time.Duration { return &s.rescueAfter })(s, v)
+			return durationSetting("forward rescue after", time.Second, func(s *settings) *time.Duration { return &s.client.RescueAfter })(s, v)
 		}},
 	{flag: "forward-poll-interval", env: "HOOKGATE_FORWARD_POLL_INTERVAL", def: shortDuration(queue.DefaultFetchPollInterval),
 		help:  "how often workers poll for forwards between notifications (at least 100ms)",
-		parse: durationSetting("forward poll interval", 100*time.Millisecond, func(s *settings) *time.Duration { return &s.fetchPoll })},
+		parse: durationSetting("forward poll interval", 100*time.Millisecond, func(s *settings) *time.Duration { return &s.client.FetchPollInterval })},
 	{flag: "forward-fast-path", env: "HOOKGATE_FORWARD_FAST_PATH", def: "true", boolean: true,
 		help: "with --role all, attempt each accepted delivery's forwards right after COMMIT, from memory, and hand only failures to the retry queue",
 		parse: func(s *settings, v string) error {
@@ -285,15 +299,15 @@ var settingTable = []setting{
 		}},
 	{flag: "forward-fast-path-workers", env: "HOOKGATE_FORWARD_FAST_PATH_WORKERS", def: strconv.Itoa(forward.DefaultDispatchWorkers),
 		help:  "forwards the fast path runs at once; up to 1024 more wait in its queue, and past that they are left to the retry queue",
-		parse: intSetting("forward fast path workers", 1, 10_000, func(s *settings) *int { return &s.fastWorkers })},
+		parse: intSetting("forward fast path workers", 1, 10_000, func(s *settings) *int { return &s.dispatcher.Workers })},
 	{flag: "forward-lease", env: "HOOKGATE_FORWARD_LEASE", shown: "the target's timeout + 4s",
 		help: "how long the fast path holds a forward's outbox row before the relay may take it: how long a crash delays that forward; set, the same for every target, and attempts are cut short to fit it (at least 3s)",
 		parse: func(s *settings, v string) error {
 			if v == "" {
-				s.forwardLease = 0 // unset: per target (forward.DispatcherConfig.LeaseMargin)
+				s.dispatcher.FixedLease = 0 // unset: per target (forward.DispatcherConfig.LeaseMargin)
 				return nil
 			}
-			return durationSetting("forward lease", 3*time.Second, func(s *settings) *time.Duration { return &s.forwardLease })(s, v)
+			return durationSetting("forward lease", 3*time.Second, func(s *settings) *time.Duration { return &s.dispatcher.FixedLease })(s, v)
 		}},
 	{flag: "forward-allowed-hosts", env: "HOOKGATE_FORWARD_ALLOWED_HOSTS", shown: "(any host)",
 		help: "comma-separated hosts forwards may reach: names (orders.internal), *.example.com for any name under a domain, addresses and CIDR prefixes (10.0.0.0/8); every target's URL is checked at start-up, and a name allowed only by a prefix at each connection, against the address dialed; empty: any host",
@@ -307,7 +321,7 @@ var settingTable = []setting{
 		}},
 	{flag: "retention-interval", env: "HOOKGATE_RETENTION_INTERVAL", def: shortDuration(retention.DefaultInterval),
 		help:  "how often expired keys and old events are deleted (by one worker process at a time)",
-		parse: durationSetting("retention interval", time.Second, func(s *settings) *time.Duration { return &s.retentionInterval })},
+		parse: durationSetting("retention interval", time.Second, func(s *settings) *time.Duration { return &s.retention.Interval })},
 	{flag: "allow-example-secrets", env: config.ExampleSecretsEnv, def: "false", boolean: true,
 		help: "start even though hookgate.yaml uses a secret published in hookgate.example.yaml (a local trial only; make run sets it)",
 		parse: func(s *settings, v string) error {
@@ -365,7 +379,7 @@ func parseAdminToken(s *settings, v string) error {
 			return err
 		}
 	}
-	s.adminToken = v
+	s.handler.AdminToken, s.console.AdminToken = v, v // the console signs in with it too
 	return nil
 }
 
@@ -412,7 +426,7 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	s := &settings{}
+	s := defaultSettings()
 	for i := range settingTable {
 		if err := settingTable[i].parse(s, text[i]); err != nil {
 			return nil, err
@@ -426,7 +440,7 @@ func parseSettings(name string, args []string, getenv func(string) string, stder
 
 // validate checks what no single setting can: how settings relate.
 func (s *settings) validate() error {
-	if s.backoff.Max < s.backoff.Base {
+	if s.worker.Backoff.Max < s.worker.Backoff.Base {
 		return errors.New("forward backoff: base must be positive and max at least base")
 	}
 	return nil

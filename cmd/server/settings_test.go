@@ -68,7 +68,7 @@ func TestEverySettingHasFlagEnvAndHelp(t *testing.T) {
 			t.Errorf("setting %q (%s) is listed twice", st.flag, st.env)
 		}
 		flags[st.flag], envs[st.env] = true, true
-		if err := st.parse(&settings{}, st.def); err != nil {
+		if err := st.parse(defaultSettings(), st.def); err != nil {
 			t.Errorf("setting %q: its default %q does not parse: %v", st.flag, st.def, err)
 		}
 	}
@@ -84,7 +84,7 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.addr != ":8080" || s.replayCache != 10000 || s.shutdownWait != 20*time.Second || s.ingestMaxWaiting != "" || s.bodyBudget != 64<<20 || s.maxQueueWait != 3*time.Second || s.allowExampleSecrets || s.rescueAfter != 0 || s.retryAfterMax != 5*time.Minute {
+	if s.addr != ":8080" || s.dedup.ReplayCache == nil || s.dedup.ReplayCache.Size != 10000 || s.shutdownWait != 20*time.Second || s.handler.BodyBudget != 64<<20 || s.dedup.Shedding.MaxWait != 3*time.Second || s.allowExampleSecrets || s.client.RescueAfter != 0 || s.worker.RetryAfterMax != 5*time.Minute {
 		t.Errorf("defaults: %+v", s)
 	}
 	env := envOf("HOOKGATE_ADDR", ":1", "HOOKGATE_FORWARD_WORKERS", "7", "HOOKGATE_SHUTDOWN_TIMEOUT", "3s",
@@ -94,8 +94,8 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.addr != ":2" || s.forwardWorkers != 7 || s.shutdownWait != 3*time.Second || s.allowExampleSecrets || s.replayCache != 0 || s.retentionInterval != 5*time.Minute || s.rescueAfter != 2*time.Minute ||
-		s.retryAfterMax != time.Minute {
+	if s.addr != ":2" || s.client.MaxWorkers != 7 || s.shutdownWait != 3*time.Second || s.allowExampleSecrets || s.dedup.ReplayCache != nil || s.retention.Interval != 5*time.Minute || s.client.RescueAfter != 2*time.Minute ||
+		s.worker.RetryAfterMax != time.Minute {
 		t.Errorf("flag over env over default: %+v", s)
 	}
 	s, err = parseSettings("serve", []string{"--allow-example-secrets"}, envOf(), &stderr)

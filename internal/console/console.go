@@ -14,6 +14,7 @@ package console
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -39,9 +40,19 @@ const DefaultSessionTTL = 12 * time.Hour
 
 // Config configures a Console. Zero means zero (docs/configuration.md): no
 // setting takes a default from a 0, and validate refuses one; DefaultConfig
-// has the defaults. The dependencies (Limiter, Redeliverer, Now) are optional:
-// each says what the Console does without one.
+// has the defaults. Senders, Queries and Log are required; the other
+// dependencies (Limiter, Redeliverer, Now) are optional: each says what the
+// Console does without one.
 type Config struct {
+	// Senders is the senders' configuration whose deliveries the console
+	// shows.
+	Senders *config.Config
+	// Queries reads deliveries, events and forwards (the JSON API's
+	// queries: share the process's).
+	Queries *store.Queries
+	// Log is where the console logs what fails.
+	Log *slog.Logger
+
 	// AdminToken signs operators in; empty disables the console (its pages
 	// say how to enable it).
 	AdminToken string
@@ -71,17 +82,28 @@ type Redeliverer interface {
 }
 
 // DefaultConfig returns the console's defaults: no admin token (the
-// console disabled), DefaultSessionTTL, and no optional dependency.
+// console disabled), DefaultSessionTTL, and no dependency (the caller
+// gives the required ones).
 func DefaultConfig() Config {
 	return Config{SessionTTL: DefaultSessionTTL}
 }
 
-// validate returns an error naming the field at fault, or nil.
+// validate returns an error naming the fields at fault, or nil.
 func (c Config) validate() error {
+	var errs []error
 	if c.SessionTTL <= 0 {
-		return fmt.Errorf("console config: SessionTTL %s: must be positive", c.SessionTTL)
+		errs = append(errs, fmt.Errorf("console config: SessionTTL %s: must be positive", c.SessionTTL))
 	}
-	return nil
+	if c.Senders == nil {
+		errs = append(errs, errors.New("console config: Senders: nil: the senders' configuration is required"))
+	}
+	if c.Queries == nil {
+		errs = append(errs, errors.New("console config: Queries: nil: the queries the pages read with are required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("console config: Log: nil: a logger is required"))
+	}
+	return errors.Join(errs...)
 }
 
 // Console serves the console's pages. Mount it at /console.
@@ -103,10 +125,11 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// New returns the console of the senders in cfg, reading deliveries,
-// events and forwards with q (the JSON API's queries), configured by opts
-// (DefaultConfig); an error naming the field when opts is invalid.
-func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Config) (*Console, error) {
+// New returns the console of the senders in opts.Senders, reading
+// deliveries, events and forwards with opts.Queries, configured by opts
+// (DefaultConfig); an error naming the field when opts is invalid or lacks
+// a required dependency.
+func New(opts Config) (*Console, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -116,7 +139,7 @@ func New(cfg *config.Config, q *store.Queries, log *slog.Logger, opts Config) (*
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Console{cfg: cfg, q: q, jobs: queue.NewJobs(q.DB()), log: log, opts: opts, pages: parsePages()}
+	c := &Console{cfg: opts.Senders, q: opts.Queries, jobs: queue.NewJobs(opts.Queries.DB()), log: opts.Log, opts: opts, pages: parsePages()}
 	if opts.AdminToken != "" {
 		c.key, c.digest = sessionKey(opts.AdminToken)
 	}

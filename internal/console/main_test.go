@@ -122,7 +122,10 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := store.New(pool)
-	tr := traffic.New(q, log)
+	tr, err := traffic.New(traffic.Config{Queries: q, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := forward.NewMetrics(prometheus.NewRegistry())
 	m.CountTraffic(tr)
 	cc := queue.DefaultClientConfig(cfg)
@@ -141,17 +144,19 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	if opts.SessionTTL == 0 { // the tests' literals leave it out
 		opts.SessionTTL = console.DefaultSessionTTL
 	}
-	cons, err := console.New(cfg, q, log, opts)
+	opts.Senders, opts.Queries, opts.Log = cfg, q, log
+	cons, err := console.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 5 * time.Second})
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console, hc.Traffic = opts.AdminToken, pool, rc, cons, tr
-	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console, hc.Traffic = opts.AdminToken, q, rc, cons, tr
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}

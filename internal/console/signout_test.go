@@ -24,17 +24,20 @@ import (
 func (e *env) replica() *env {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cons, err := console.New(e.cfg, e.q, log, e.opts)
+	opts := e.opts
+	opts.Senders, opts.Queries, opts.Log = e.cfg, e.q, log
+	cons, err := console.New(opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ingest, err := dedup.New(e.pool, dedup.Config{InFlightWait: 5 * time.Second})
+	ingest, err := dedup.New(dedup.Config{Pool: e.pool, InFlightWait: 5 * time.Second})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.DB, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.pool, e.rc, cons
-	h, err := handler.New(sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.q, e.rc, cons
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	h, err := handler.New(hc)
 	if err != nil {
 		e.t.Fatal(err)
 	}

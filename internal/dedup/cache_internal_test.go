@@ -22,7 +22,7 @@ func TestReplayCacheOffIsNil(t *testing.T) {
 		{&ReplayCache{Size: -1, TTL: time.Minute}, false, "ReplayCache.Size -1"},
 		{&ReplayCache{Size: 10, TTL: 0}, false, "ReplayCache.TTL 0s"},
 	} {
-		s, err := newStore(nil, Config{InFlightWait: time.Second, ReplayCache: tc.rc})
+		s, err := newStore(Config{Pool: noPool, InFlightWait: time.Second, ReplayCache: tc.rc})
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("ReplayCache %+v: err %v, want one naming %q", tc.rc, err, tc.wantErr)

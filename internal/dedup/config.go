@@ -4,17 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Config configures a Store (New).
+// Config configures a Store (New): its pool, and its settings.
 //
 // Zero means zero, as in every setting (docs/configuration.md): no field
 // takes a default from a 0, and validate refuses a 0 where it means
 // nothing. DefaultConfig has hookgate serve's defaults, in one place. A
-// feature whose field is nil is off: the zero Config with an InFlightWait
-// is a Store without group commit, replay cache or shedding, which finds
-// out at its first delivery whether the tables are distributed.
+// feature whose field is nil is off: a Config with only a Pool and an
+// InFlightWait is a Store without group commit, replay cache or shedding,
+// which finds out at its first delivery whether the tables are
+// distributed.
 type Config struct {
+	// Pool is the database the deliveries are stored in: each pipeline
+	// runs on a connection of its own (Acquire). Required.
+	Pool *pgxpool.Pool
+
 	// InFlightWait bounds how long a delivery waits for a concurrent
 	// delivery of the same key before Run gives up with ErrInFlight
 	// (DefaultInFlightWait): positive, at most MaxInFlightWait, rounded up
@@ -80,7 +87,8 @@ const (
 
 // DefaultConfig returns hookgate serve's defaults: the in-flight wait,
 // group commit, the replay cache and shedding on delay, each at its
-// documented default, and the layout found out at the first delivery.
+// documented default, and the layout found out at the first delivery. It
+// has no Pool: the caller gives it.
 func DefaultConfig() Config {
 	return Config{
 		InFlightWait: DefaultInFlightWait,
@@ -90,9 +98,12 @@ func DefaultConfig() Config {
 	}
 }
 
-// validate returns an error naming the field at fault, or nil.
+// validate returns an error naming the fields at fault, or nil.
 func (c Config) validate() error {
 	var errs []error
+	if c.Pool == nil {
+		errs = append(errs, errors.New("dedup config: Pool: nil: the pool deliveries are stored in is required"))
+	}
 	if c.InFlightWait <= 0 || c.InFlightWait > MaxInFlightWait {
 		errs = append(errs, fmt.Errorf("dedup config: InFlightWait %s: must be positive and at most %s", c.InFlightWait, MaxInFlightWait))
 	}

@@ -6,19 +6,21 @@ import (
 	"time"
 )
 
-// TestConfigValidate: DefaultConfig and a Config with every feature off
-// are valid; every nonsense value (a zero or negative duration or size, an
-// in-flight wait past MaxInFlightWait, an unknown layout) is refused with an
-// error naming its field.
+// TestConfigValidate: DefaultConfig with a Pool, and a Config with every
+// feature off, are valid; a missing Pool and every nonsense value (a zero
+// or negative duration or size, an in-flight wait past MaxInFlightWait, an
+// unknown layout) are refused with an error naming the field.
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	if err := DefaultConfig().validate(); err != nil {
+	def := DefaultConfig()
+	def.Pool = noPool
+	if err := def.validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)
 	}
-	if err := (Config{InFlightWait: time.Millisecond}).validate(); err != nil {
+	if err := (Config{Pool: noPool, InFlightWait: time.Millisecond}).validate(); err != nil {
 		t.Fatalf("every feature off: %v", err)
 	}
-	if err := (Config{InFlightWait: MaxInFlightWait, Layout: LayoutDistributed}).validate(); err != nil {
+	if err := (Config{Pool: noPool, InFlightWait: MaxInFlightWait, Layout: LayoutDistributed}).validate(); err != nil {
 		t.Fatalf("the longest in-flight wait: %v", err)
 	}
 	for _, tc := range []struct {
@@ -26,6 +28,7 @@ func TestConfigValidate(t *testing.T) {
 		apply func(*Config)
 		want  string
 	}{
+		{"no pool", func(c *Config) { c.Pool = nil }, "Pool: nil"},
 		{"zero in-flight wait", func(c *Config) { c.InFlightWait = 0 }, "InFlightWait 0s"},
 		{"negative in-flight wait", func(c *Config) { c.InFlightWait = -time.Second }, "InFlightWait -1s"},
 		{"in-flight wait too long", func(c *Config) { c.InFlightWait = 30 * 24 * time.Hour }, "InFlightWait 720h0m0s"},
@@ -39,12 +42,13 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown layout", func(c *Config) { c.Layout = 7 }, "Layout 7"},
 	} {
 		c := DefaultConfig()
+		c.Pool = noPool
 		tc.apply(&c)
 		err := c.validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: validate() = %v, want an error naming %q", tc.name, err, tc.want)
 		}
-		if _, nerr := newStore(nil, c); nerr == nil {
+		if _, nerr := newStore(c); nerr == nil {
 			t.Errorf("%s: newStore accepted the config", tc.name)
 		}
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -187,13 +186,15 @@ type Store struct {
 // MaxInFlightWait is the longest in-flight wait New accepts.
 const MaxInFlightWait = time.Hour
 
-// New returns a Store on pool configured by cfg (DefaultConfig has hookgate
-// serve's defaults); an error naming the field when cfg is invalid.
-func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	s, err := newStore(pool, cfg)
+// New returns a Store on cfg.Pool configured by cfg (DefaultConfig has
+// hookgate serve's defaults); an error naming the field when cfg is
+// invalid (a nil Pool included).
+func New(cfg Config) (*Store, error) {
+	s, err := newStore(cfg)
 	if err != nil {
 		return nil, err
 	}
+	pool := cfg.Pool
 	s.acquire = func(ctx context.Context) (*pgx.Conn, func(), error) {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
@@ -204,14 +205,15 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// newStore returns a Store on db configured by cfg, without its acquire.
-func newStore(db Querier, cfg Config) (*Store, error) {
+// newStore returns a Store on cfg.Pool configured by cfg, without its
+// acquire.
+func newStore(cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	wait := (cfg.InFlightWait + time.Millisecond - 1) / time.Millisecond * time.Millisecond // never 0, which would mean "wait forever"
 	s := &Store{
-		db:               db,
+		db:               cfg.Pool,
 		setLockTimeout:   lockTimeoutSQL(wait),
 		batchLockTimeout: lockTimeoutSQL(min(wait, batchLockWait)),
 		encoders:         sync.Pool{New: func() any { return &encoders{} }},

@@ -51,7 +51,7 @@ func TestRunHugeInFlightWaitIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	if _, err := dedup.New(pool, dedup.Config{InFlightWait: 30 * 24 * time.Hour}); err == nil || !strings.Contains(err.Error(), "InFlightWait") {
+	if _, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 30 * 24 * time.Hour}); err == nil || !strings.Contains(err.Error(), "InFlightWait") {
 		t.Fatalf("New with a 720h in-flight wait: err %v, want one naming InFlightWait", err)
 	}
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.MaxInFlightWait})

@@ -179,10 +179,11 @@ func equalResponse(a, b dedup.Response) bool {
 	return a.Status == b.Status && a.ContentType == b.ContentType && bytes.Equal(a.Body, b.Body)
 }
 
-// newStore returns dedup.New(pool, cfg), failing t when cfg is invalid.
+// newStore returns dedup.New(cfg) on pool, failing t when cfg is invalid.
 func newStore(t testing.TB, pool *pgxpool.Pool, cfg dedup.Config) *dedup.Store {
 	t.Helper()
-	s, err := dedup.New(pool, cfg)
+	cfg.Pool = pool
+	s, err := dedup.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,10 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
+// noPool is the Pool of the Configs of tests that run no statement: it is
+// never connected.
+var noPool = new(pgxpool.Pool)
+
 // store returns a Store on a fresh database, and its pool.
 func store(t *testing.T) (*Store, *pgxpool.Pool) {
 	t.Helper()
@@ -18,10 +22,11 @@ func store(t *testing.T) (*Store, *pgxpool.Pool) {
 	return mustNew(t, pool, Config{InFlightWait: DefaultInFlightWait}), pool
 }
 
-// mustNew returns New(pool, cfg), failing t when cfg is invalid.
+// mustNew returns New(cfg) on pool, failing t when cfg is invalid.
 func mustNew(t testing.TB, pool *pgxpool.Pool, cfg Config) *Store {
 	t.Helper()
-	s, err := New(pool, cfg)
+	cfg.Pool = pool
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func TestShedderRule(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	var observed []time.Duration
-	s, err := newStore(nil, Config{InFlightWait: time.Second, Shedding: &ShedPolicy{Target: 100 * time.Millisecond, Interval: time.Second, MaxWait: 3 * time.Second,
+	s, err := newStore(Config{Pool: noPool, InFlightWait: time.Second, Shedding: &ShedPolicy{Target: 100 * time.Millisecond, Interval: time.Second, MaxWait: 3 * time.Second,
 		Observe: func(d time.Duration) { observed = append(observed, d) }}})
 	if err != nil {
 		t.Fatal(err)

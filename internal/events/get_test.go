@@ -33,7 +33,7 @@ func insert(t *testing.T, pool *pgxpool.Pool, e events.Event) {
 		ReceivedAt: e.ReceivedAt,
 		ExpiresAt:  e.ReceivedAt.Add(time.Hour),
 	}
-	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: dedup.DefaultInFlightWait})
 	if err != nil {
 		t.Fatal(err)
 	}

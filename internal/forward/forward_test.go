@@ -553,7 +553,7 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	sender, _ := e.cfg.Sender("acme")
-	store, err := dedup.New(e.pool, dedup.Config{InFlightWait: 5 * time.Second})
+	store, err := dedup.New(dedup.Config{Pool: e.pool, InFlightWait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,12 +220,12 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	if opts.Work {
 		e.start()
 	}
-	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil },
-		prometheus.NewRegistry(), log, hc)
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}

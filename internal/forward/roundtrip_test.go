@@ -61,7 +61,7 @@ func TestOutboxAddsNoRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	store, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: dedup.DefaultInFlightWait})
 	if err != nil {
 		t.Fatal(err)
 	}

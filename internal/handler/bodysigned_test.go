@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/sender"
 )
@@ -301,7 +303,10 @@ func TestMailgunNeedsTheTokenStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = handler.New(sender.MustCompile(cfg), nil, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), handler.DefaultConfig())
+	hc := handler.DefaultConfig()
+	hc.Senders, hc.Ingest, hc.Ready = sender.MustCompile(cfg), new(dedup.Store), func(context.Context) error { return nil } // never run: New refuses
+	hc.Registry, hc.Log = prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err = handler.New(hc)
 	if err == nil || !strings.Contains(err.Error(), "Tokens") || !strings.Contains(err.Error(), `"mg"`) {
 		t.Errorf("handler.New without a token store: %v", err)
 	}

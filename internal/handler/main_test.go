@@ -75,7 +75,7 @@ type server struct {
 	client *http.Client
 }
 
-// newServer starts handler.New(...).Router() on an httptest server storing
+// newServer starts handler.New(…).Router() on an httptest server storing
 // deliveries with db. The server is closed (after its in-flight requests
 // finish, and before db's pool is closed) when the test ends.
 func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
@@ -98,8 +98,8 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		o.log = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	o.store.InFlightWait = o.wait
-	ingest, err := dedup.New(db, o.store)
+	o.store.Pool, o.store.InFlightWait = db, o.wait
+	ingest, err := dedup.New(o.store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,8 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 	if o.config != nil {
 		o.config(&hc)
 	}
-	h, err := handler.New(sender.MustCompile(cfg), ingest, o.ready, prometheus.NewRegistry(), log, hc)
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, o.ready, prometheus.NewRegistry(), log
+	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}

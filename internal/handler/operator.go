@@ -144,9 +144,9 @@ func dbProblem(err error) *problemError {
 }
 
 // errNoDB and errNoRedeliverer are the causes (logged, never sent) of a
-// 503 from a Server built without Config.DB or Config.Redeliverer.
+// 503 from a Server built without Config.Queries or Config.Redeliverer.
 var (
-	errNoDB          = errors.New("operator API: no database (handler.Config.DB)")
+	errNoDB          = errors.New("operator API: no database (handler.Config.Queries)")
 	errNoRedeliverer = errors.New("operator API: no redelivery (handler.Config.Redeliverer)")
 )
 

@@ -64,7 +64,7 @@ type opOptions struct {
 	// worker running).
 	work    bool
 	backoff forward.Backoff
-	// noDB leaves handler.Config.DB nil.
+	// noDB leaves handler.Config.Queries nil.
 	noDB bool
 	// limiter replaces the server's own wrong-token limiter.
 	limiter *authlimit.Limiter
@@ -152,20 +152,21 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		hc.AdminToken = testToken
 	}
 	if !o.noDB {
-		hc.DB = pool
+		hc.Queries = store.New(pool)
 	}
 	if o.console {
-		cons, err := console.New(cfg, store.New(pool), log, console.Config{AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
+		cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(pool), Log: log, AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
 		if err != nil {
 			t.Fatal(err)
 		}
 		hc.Console = cons
 	}
-	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: 10 * time.Second})
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := handler.New(sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log, hc)
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}

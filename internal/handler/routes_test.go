@@ -1,6 +1,7 @@
 package handler_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/sender"
 )
@@ -44,7 +46,11 @@ func TestRouterServesExactlyTheSpecsOperations(t *testing.T) {
 	}
 	hc := handler.DefaultConfig()
 	hc.AdminToken = "t"
-	h, err := handler.New(sender.MustCompile(cfg), nil, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), hc)
+	// The routes are only walked: the ingest store and the readiness
+	// check are never run.
+	hc.Senders, hc.Ingest, hc.Ready = sender.MustCompile(cfg), new(dedup.Store), func(context.Context) error { return nil }
+	hc.Registry, hc.Log = prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil))
+	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}

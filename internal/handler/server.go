@@ -38,8 +38,9 @@ type ReadyFunc func(ctx context.Context) error
 
 // Config configures a Server. Zero means zero (docs/configuration.md): no
 // field takes a default from a 0, and validate refuses one; DefaultConfig
-// has the defaults. The dependencies below the settings are optional: each
-// says what the Server does without one.
+// has the defaults. The first dependencies below the settings (Senders to
+// Log) are required; the others are optional: each says what the Server
+// does without one.
 type Config struct {
 	// AdminToken is the bearer token of the operator API (and of the
 	// console, which signs in with it itself); "" disables the operator
@@ -72,10 +73,22 @@ type Config struct {
 	// own (MetricsHandler): the Server's routers then answer 404 there.
 	MetricsElsewhere bool
 
-	// DB is the database the operator API reads deliveries, events and
-	// forwards from (through the queries of packages store and queue); nil: the operator
-	// endpoints that read them answer 503.
-	DB store.DB
+	// Senders are the compiled senders the Server ingests for.
+	Senders *sender.Set
+	// Ingest stores the deliveries (the ingest transaction).
+	Ingest *dedup.Store
+	// Ready answers /readyz.
+	Ready ReadyFunc
+	// Registry is where the Server's metrics are registered, and what
+	// /metrics serves.
+	Registry *prometheus.Registry
+	// Log is where requests and failures are logged.
+	Log *slog.Logger
+
+	// Queries reads the deliveries, events and forwards of the operator
+	// API (packages store's and queue's queries: share the process's); nil: the
+	// operator endpoints that read them answer 503.
+	Queries *store.Queries
 	// Redeliverer redelivers an event's forwards and a target's forwards
 	// in a state (queue.River, on River's client, which need not
 	// work jobs); nil: redeliver answers 503.
@@ -114,7 +127,7 @@ type TokenStore interface {
 
 // DefaultConfig returns the Server's defaults: no admin token (the operator
 // API disabled), the default body budget and minimum rate of bodies, and no
-// optional dependency.
+// dependency (the caller gives the required ones).
 func DefaultConfig() Config {
 	return Config{BodyBudget: DefaultBodyBudget, BodyBudgetWait: DefaultBodyBudgetWait,
 		BodyMinRate: DefaultBodyMinRate, BodyMinRateGrace: DefaultBodyMinRateGrace, BodyReadTimeout: DefaultBodyReadTimeout}
@@ -140,17 +153,32 @@ func (c Config) validate() error {
 	if c.BodyReadTimeout <= 0 {
 		return fmt.Errorf("handler config: BodyReadTimeout %s: must be positive", c.BodyReadTimeout)
 	}
-	return nil
+	for _, d := range []struct {
+		name, what string
+		missing    bool
+	}{
+		{"Senders", "the compiled senders", c.Senders == nil},
+		{"Ingest", "the ingest store", c.Ingest == nil},
+		{"Ready", "the readiness check", c.Ready == nil},
+		{"Registry", "the metrics registry", c.Registry == nil},
+		{"Log", "a logger", c.Log == nil},
+	} {
+		if d.missing {
+			return fmt.Errorf("handler config: %s: nil: %s is required", d.name, d.what)
+		}
+	}
+	return c.needsTokens()
 }
 
-// needsTokens returns an error naming the field when a sender of set signs
-// single-use tokens and c has no Tokens to remember them in.
-func (c Config) needsTokens(set *sender.Set) error {
+// needsTokens returns an error naming the field when a sender of
+// c.Senders signs single-use tokens and c has no Tokens to remember them
+// in.
+func (c Config) needsTokens() error {
 	if c.Tokens != nil {
 		return nil
 	}
-	for i := range set.Senders {
-		if sd := &set.Senders[i]; sd.SignsNonces() {
+	for i := range c.Senders.Senders {
+		if sd := &c.Senders.Senders[i]; sd.SignsNonces() {
 			return fmt.Errorf("handler config: Tokens: sender %q's signature scheme signs a single-use token, not the body: a token store is required", sd.Name)
 		}
 	}
@@ -172,7 +200,7 @@ type Server struct {
 
 	// The operator API's: adminDigest is the SHA-256 of its token, nil when
 	// none is configured (the operator API is disabled); q and redeliver
-	// read and redeliver (nil without Config.DB and Config.Redeliverer).
+	// read and redeliver (nil without Config.Queries and Config.Redeliverer).
 	adminDigest *[32]byte
 	authLimit   *authlimit.Limiter
 	q           *store.Queries
@@ -227,23 +255,22 @@ type Redeliverer interface {
 
 var _ api.ServerInterface = (*Server)(nil)
 
-// New returns a Server for the compiled senders, storing deliveries with
-// ingest, answering /readyz with ready, and configured by hc
-// (DefaultConfig); an error naming the field when hc is invalid. Its
-// metrics are registered on reg, which /metrics serves.
-func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometheus.Registry, log *slog.Logger, hc Config) (*Server, error) {
+// New returns a Server for hc.Senders, storing deliveries with hc.Ingest,
+// answering /readyz with hc.Ready, and configured by hc (DefaultConfig);
+// an error naming the field when hc is invalid or lacks a required
+// dependency. Its metrics are registered on hc.Registry, which /metrics
+// serves.
+func New(hc Config) (*Server, error) {
 	if err := hc.validate(); err != nil {
 		return nil, err
 	}
-	if err := hc.needsTokens(senders); err != nil {
-		return nil, err
-	}
+	reg := hc.Registry
 	s := &Server{
-		senders:    senders,
-		cfg:        senders.Config(),
-		deliveries: ingest,
-		ready:      ready,
-		log:        log,
+		senders:    hc.Senders,
+		cfg:        hc.Senders.Config(),
+		deliveries: hc.Ingest,
+		ready:      hc.Ready,
+		log:        hc.Log,
 		metrics:    newMetrics(reg),
 		gather:     reg,
 		docs:       v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
@@ -254,11 +281,15 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 		minRate: hc.BodyMinRate, minRateGrace: hc.BodyMinRateGrace, readTimeout: hc.BodyReadTimeout,
 
 		metricsElsewhere: hc.MetricsElsewhere,
+		q:                hc.Queries,
 		redeliver:        hc.Redeliverer,
 		console:          hc.Console,
 		fast:             hc.FastPath,
 		traffic:          hc.Traffic,
 		tokens:           hc.Tokens,
+	}
+	if hc.Queries != nil {
+		s.jobs = queue.NewJobs(hc.Queries.DB())
 	}
 	if s.authLimit == nil {
 		s.authLimit = authlimit.New()
@@ -266,9 +297,6 @@ func New(senders *sender.Set, ingest *dedup.Store, ready ReadyFunc, reg *prometh
 	if hc.AdminToken != "" {
 		d := sha256.Sum256([]byte(hc.AdminToken))
 		s.adminDigest = &d
-	}
-	if hc.DB != nil {
-		s.q, s.jobs = store.New(hc.DB), queue.NewJobs(hc.DB)
 	}
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)

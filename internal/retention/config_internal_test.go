@@ -1,21 +1,54 @@
 package retention
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/config"
 )
 
-// TestConfigValidate: DefaultConfig is valid; a zero or negative interval
-// or timeout is refused by validate, NewWorker and PeriodicJob, with an
-// error naming the field (never taken for the default).
+// withDeps returns c with dependencies no test statement runs on.
+func withDeps(c Config) Config {
+	c.DB, c.Senders, c.Log = new(pgxpool.Pool), &config.Config{}, slog.New(slog.DiscardHandler)
+	return c
+}
+
+// TestConfigValidate: DefaultConfig with its dependencies is valid; a zero
+// or negative interval or timeout is refused by validate, NewWorker and
+// PeriodicJob, with an error naming the field (never taken for the
+// default); a missing dependency by validate and NewWorker, naming it.
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	if err := DefaultConfig().validate(); err != nil {
+	if err := withDeps(DefaultConfig()).validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)
 	}
-	if w, err := NewWorker(nil, nil, nil, Config{Interval: time.Second, Timeout: time.Minute}); err != nil || w.Timeout(nil) != time.Minute {
+	if w, err := NewWorker(withDeps(Config{Interval: time.Second, Timeout: time.Minute})); err != nil || w.Timeout(nil) != time.Minute {
 		t.Fatalf("NewWorker with a 1m timeout: %v; want its runs to take at most 1m", err)
+	}
+	if _, err := PeriodicJob(DefaultConfig()); err != nil {
+		t.Errorf("PeriodicJob without dependencies: %v; it needs none", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		apply func(*Config)
+		want  string
+	}{
+		{"no DB", func(c *Config) { c.DB = nil }, "DB: nil"},
+		{"no senders", func(c *Config) { c.Senders = nil }, "Senders: nil"},
+		{"no log", func(c *Config) { c.Log = nil }, "Log: nil"},
+	} {
+		c := withDeps(DefaultConfig())
+		tc.apply(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: validate() = %v, want an error naming %q", tc.name, err, tc.want)
+		}
+		if _, err := NewWorker(c); err == nil {
+			t.Errorf("%s: NewWorker accepted it", tc.name)
+		}
 	}
 	for _, tc := range []struct {
 		name string
@@ -26,10 +59,10 @@ func TestConfigValidate(t *testing.T) {
 		{"negative interval", Config{Interval: -time.Second, Timeout: JobTimeout}, "Interval -1s"},
 		{"zero timeout", Config{Interval: DefaultInterval}, "Timeout 0s"},
 	} {
-		if err := tc.c.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := withDeps(tc.c).validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: validate() = %v, want an error naming %q", tc.name, err, tc.want)
 		}
-		if _, err := NewWorker(nil, nil, nil, tc.c); err == nil {
+		if _, err := NewWorker(withDeps(tc.c)); err == nil {
 			t.Errorf("%s: NewWorker accepted it", tc.name)
 		}
 		if _, err := PeriodicJob(tc.c); err == nil {

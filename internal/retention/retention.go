@@ -11,11 +11,11 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -79,13 +79,17 @@ const forgetAll = 100 * 365 * 24 * time.Hour
 // configured) and every delivered forward of the fast path older than the
 // longest sender retention, until none is left or ctx ends. It returns
 // what it deleted (also on error).
-func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Time) (Result, error) {
+func Run(ctx context.Context, db store.DB, cfg *config.Config, now time.Time) (Result, error) {
+	return run(ctx, store.New(db), sigtoken.New(db), cfg, now)
+}
+
+// run is Run with the queries and the token store of its database.
+func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *config.Config, now time.Time) (Result, error) {
 	var res Result
 	// The signature tokens first: they are few, and bounded only by this.
 	// A configured sender's are kept while their timestamps are within its
 	// tolerance (and sigtoken.ClockMargin); those of a sender no longer
 	// configured all go, as no request of it is accepted.
-	tokens := sigtoken.New(db)
 	withTokens, err := tokens.Senders(ctx)
 	if err != nil {
 		return res, err
@@ -106,7 +110,6 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 			}
 		}
 	}
-	q := store.New(db)
 	senders, err := q.ExpiredSenders(ctx, now)
 	if err != nil {
 		return res, err
@@ -169,10 +172,21 @@ func Run(ctx context.Context, db *pgxpool.Pool, cfg *config.Config, now time.Tim
 	return res, nil
 }
 
-// Config configures the retention job. Zero means zero
-// (docs/configuration.md): no field takes a default from a 0, and validate
-// refuses one; DefaultConfig has the defaults.
+// Config configures the retention job: its worker's dependencies
+// (NewWorker), and its settings. Zero means zero (docs/configuration.md):
+// no field takes a default from a 0, and validate refuses one;
+// DefaultConfig has the defaults.
 type Config struct {
+	// DB is the database the job deletes from (a *pgxpool.Pool). Required
+	// by NewWorker.
+	DB store.DB
+	// Senders is the senders' configuration, whose retentions and
+	// tolerances decide what is deleted. Required by NewWorker.
+	Senders *config.Config
+	// Log is where each run that deleted something is logged. Required by
+	// NewWorker.
+	Log *slog.Logger
+
 	// Interval is how often the job is enqueued (DefaultInterval),
 	// positive; once at start too.
 	Interval time.Duration
@@ -183,13 +197,34 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// DefaultConfig returns the retention job's defaults.
+// DefaultConfig returns the retention job's defaults (and no
+// dependencies: the caller gives them).
 func DefaultConfig() Config {
 	return Config{Interval: DefaultInterval, Timeout: JobTimeout}
 }
 
-// validate returns an error naming the field at fault, or nil.
+// validate returns an error naming the field at fault, or nil: the
+// settings, and the dependencies NewWorker requires.
 func (c Config) validate() error {
+	if err := c.validateSettings(); err != nil {
+		return err
+	}
+	var errs []error
+	if c.DB == nil {
+		errs = append(errs, errors.New("retention config: DB: nil: the database to delete from is required"))
+	}
+	if c.Senders == nil {
+		errs = append(errs, errors.New("retention config: Senders: nil: the senders' configuration is required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("retention config: Log: nil: a logger is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// validateSettings returns an error naming the setting at fault, or nil:
+// all that PeriodicJob needs.
+func (c Config) validateSettings() error {
 	if c.Interval <= 0 {
 		return fmt.Errorf("retention config: Interval %s: must be positive", c.Interval)
 	}
@@ -202,7 +237,8 @@ func (c Config) validate() error {
 // Worker runs the retention job.
 type Worker struct {
 	river.WorkerDefaults[Args]
-	db      *pgxpool.Pool
+	q       *store.Queries
+	tokens  *sigtoken.Store
 	cfg     *config.Config
 	log     *slog.Logger
 	timeout time.Duration
@@ -213,14 +249,14 @@ type Worker struct {
 // forwards. A run cut short leaves the rest to the next one.
 const JobTimeout = 10 * time.Minute
 
-// NewWorker returns the retention job's worker for the senders of cfg,
-// whose runs take at most rc.Timeout; an error naming the field when rc is
-// invalid.
-func NewWorker(db *pgxpool.Pool, cfg *config.Config, log *slog.Logger, rc Config) (*Worker, error) {
-	if err := rc.validate(); err != nil {
+// NewWorker returns the retention job's worker on cfg.DB for cfg.Senders,
+// whose runs take at most cfg.Timeout; an error naming the field when cfg
+// is invalid or lacks a dependency.
+func NewWorker(cfg Config) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{db: db, cfg: cfg, log: log, timeout: rc.Timeout}, nil
+	return &Worker{q: store.New(cfg.DB), tokens: sigtoken.New(cfg.DB), cfg: cfg.Senders, log: cfg.Log, timeout: cfg.Timeout}, nil
 }
 
 // Timeout is how long a run may take: the Config's Timeout.
@@ -228,7 +264,7 @@ func (w *Worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
 
 // Work deletes what has expired.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
-	res, err := Run(ctx, w.db, w.cfg, time.Now())
+	res, err := run(ctx, w.q, w.tokens, w.cfg, time.Now())
 	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 || res.Tokens > 0 {
 		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events, "forwards_deleted", res.Forwards,
 			"signature_tokens_deleted", res.Tokens)
@@ -240,9 +276,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 }
 
 // PeriodicJob enqueues the retention job every rc.Interval, and once at
-// start; an error naming the field when rc is invalid.
+// start; an error naming the field when rc's settings are invalid (it
+// needs none of the dependencies).
 func PeriodicJob(rc Config) (*river.PeriodicJob, error) {
-	if err := rc.validate(); err != nil {
+	if err := rc.validateSettings(); err != nil {
 		return nil, err
 	}
 	return river.NewPeriodicJob(river.PeriodicInterval(rc.Interval),

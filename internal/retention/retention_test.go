@@ -110,7 +110,9 @@ func TestWorkerDeletesExpired(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
 	seed(t, pool, "a", "x-", 3, time.Now().Add(-time.Second), time.Now().Add(-8*24*time.Hour))
-	w, err := retention.NewWorker(pool, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), retention.DefaultConfig())
+	rc := retention.DefaultConfig()
+	rc.DB, rc.Senders, rc.Log = pool, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))
+	w, err := retention.NewWorker(rc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ type fixture struct {
 func store(t *testing.T) (*fixture, *pgxpool.Pool) {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	ingest, err := dedup.New(pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: dedup.DefaultInFlightWait})
 	if err != nil {
 		t.Fatal(err)
 	}

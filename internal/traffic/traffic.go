@@ -7,6 +7,7 @@ package traffic
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -39,9 +40,33 @@ type Recorder struct {
 	pending  []store.TrafficDelta // counts taken but not yet stored (the database was away)
 }
 
-// New returns a Recorder that stores its counts with q.
-func New(q *store.Queries, log *slog.Logger) *Recorder {
-	return &Recorder{q: q, log: log, now: time.Now}
+// Config configures a Recorder (New): its dependencies, both required.
+type Config struct {
+	// Queries stores the counts (store.AddTraffic).
+	Queries *store.Queries
+	// Log is where Run reports a flush that failed.
+	Log *slog.Logger
+}
+
+// validate returns an error naming the fields at fault, or nil.
+func (c Config) validate() error {
+	var errs []error
+	if c.Queries == nil {
+		errs = append(errs, errors.New("traffic config: Queries: nil: the queries the counts are stored with are required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("traffic config: Log: nil: a logger is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// New returns a Recorder that stores its counts with cfg.Queries; an error
+// naming the field when cfg lacks a dependency.
+func New(cfg Config) (*Recorder, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Recorder{q: cfg.Queries, log: cfg.Log, now: time.Now}, nil
 }
 
 func (r *Recorder) counter(k key) *counter {

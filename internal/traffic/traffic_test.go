@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestFlushAddsCountsPerMinute(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	ctx := context.Background()
 	q := store.New(pool)
-	r := New(q, slog.New(slog.DiscardHandler))
+	r := newRecorder(t, q)
 	now := time.Date(2026, 12, 1, 6, 30, 10, 0, time.UTC)
 	r.now = func() time.Time { return now }
 
@@ -134,7 +135,7 @@ func TestFlushKeepsCountsWhileTheDatabaseIsAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	down.Close()
-	r := New(store.New(down), slog.New(slog.DiscardHandler))
+	r := newRecorder(t, store.New(down))
 	r.now = func() time.Time { return now }
 	r.Ingest("orders", "accepted")
 	if err := r.Flush(ctx); err == nil {
@@ -165,7 +166,7 @@ func TestLatencyHistogramAddsUp(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	ctx := context.Background()
 	q := store.New(pool)
-	r := New(q, slog.New(slog.DiscardHandler))
+	r := newRecorder(t, q)
 	now := time.Date(2026, 12, 1, 7, 10, 30, 0, time.UTC)
 	r.now = func() time.Time { return now }
 	// 1,000 attempts taking 0.1 ms, 0.2 ms, … 100 ms: p50 50 ms, p95 95 ms.
@@ -251,7 +252,7 @@ func bucketAround(ms float64) (lo, hi float64) {
 // an interval of 0 (it would flush never, or in a busy loop); it panics.
 func TestRunRefusesZeroInterval(t *testing.T) {
 	t.Parallel()
-	r := New(nil, nil)
+	r := newRecorder(t, store.New(nil)) // never used: Run panics first
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // a Run that took a default would return at once
 	defer func() {
@@ -260,4 +261,31 @@ func TestRunRefusesZeroInterval(t *testing.T) {
 		}
 	}()
 	r.Run(ctx, 0)
+}
+
+// newRecorder returns New's Recorder on q, failing t on an error.
+func newRecorder(t *testing.T, q *store.Queries) *Recorder {
+	t.Helper()
+	r, err := New(Config{Queries: q, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestNewRefusesMissingDependencies: New names the dependency it lacks.
+func TestNewRefusesMissingDependencies(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		c    Config
+		want string
+	}{
+		{Config{Log: log}, "Queries"},
+		{Config{Queries: store.New(nil)}, "Log"},
+	} {
+		if _, err := New(tc.c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.c, err, tc.want)
+		}
+	}
 }
