@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -111,8 +112,12 @@ type Target struct {
 	// syntax as a sender's name): in the outbox, in forward jobs, in metric
 	// labels and in the operator API. Unlike the URL it holds no secret.
 	Name string `yaml:"name" validate:"required,sendername"`
-	// URL is where the event is POSTed (http or https).
-	URL string `yaml:"url" validate:"required,http_url"`
+	// URL is where the event goes: POSTed to an http or https URL, or
+	// published to a message broker: NATS JetStream at a nats:// (or
+	// tls://) URL, with NATS; RabbitMQ at an amqp:// (or amqps://) URL,
+	// with RabbitMQ. Never with a user name or password in it: a broker's
+	// credentials are fields of NATS or RabbitMQ.
+	URL string `yaml:"url" validate:"required,target_url"`
 	// Timeout bounds one attempt (10s by default).
 	Timeout Duration `yaml:"timeout" validate:"gte=1000000,lte=300000000000"`
 	// MaxAttempts is how many attempts are made before the forward fails
@@ -143,8 +148,79 @@ type Target struct {
 	// open its breaker (DefaultBreakerThreshold when left out).
 	BreakerThreshold int `yaml:"breaker_threshold" validate:"min=0,max=1000"`
 
+	// NATS publishes the events of a nats:// target to JetStream: only
+	// with such a URL, and required with it.
+	NATS *NATSTarget `yaml:"nats"`
+	// RabbitMQ publishes the events of an amqp:// target to an exchange:
+	// only with such a URL, and required with it.
+	RabbitMQ *RabbitMQTarget `yaml:"rabbitmq"`
+
 	// SigningKey is SigningSecret decoded; nil when unsigned. Set by Parse.
 	SigningKey []byte `yaml:"-"`
+}
+
+// NATSTarget is where a NATS JetStream target publishes: Subject, a
+// template over {sender}, {target} and {event_type} (an event type's
+// characters that a subject cannot hold become _, and so does a missing
+// one), on a stream whose subjects take it. The credentials, when the
+// server asks for them, are a token or a user and password.
+type NATSTarget struct {
+	Subject  string `yaml:"subject" validate:"required,max=255"`
+	Token    string `yaml:"token"`
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+}
+
+// RabbitMQTarget is where a RabbitMQ target publishes: to Exchange ("",
+// the default exchange, routes by queue name) with RoutingKey, a template
+// over {sender}, {target} and {event_type}. User and Password are the
+// credentials (RabbitMQ's default guest/guest when both are left out).
+type RabbitMQTarget struct {
+	Exchange   string `yaml:"exchange" validate:"max=255"`
+	RoutingKey string `yaml:"routing_key" validate:"max=255"`
+	User       string `yaml:"user"`
+	Password   string `yaml:"password"`
+}
+
+// TargetKind is the kind of destination a target is.
+type TargetKind string
+
+// The kinds of targets.
+const (
+	KindHTTP     TargetKind = "http"
+	KindNATS     TargetKind = "nats"
+	KindRabbitMQ TargetKind = "rabbitmq"
+)
+
+// targetSchemes are the URL schemes of each kind of target.
+var targetSchemes = map[string]TargetKind{
+	"http": KindHTTP, "https": KindHTTP,
+	"nats": KindNATS, "tls": KindNATS,
+	"amqp": KindRabbitMQ, "amqps": KindRabbitMQ,
+}
+
+// Kind returns the kind of destination t is, by its URL's scheme: HTTP
+// unless it names a broker.
+func (t *Target) Kind() TargetKind {
+	scheme, _, ok := strings.Cut(t.URL, "://")
+	if !ok {
+		return KindHTTP
+	}
+	if k, ok := targetSchemes[strings.ToLower(scheme)]; ok {
+		return k
+	}
+	return KindHTTP
+}
+
+// validTargetURL reports whether raw is an absolute URL with a host and
+// one of the schemes of targets.
+func validTargetURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	_, ok := targetSchemes[strings.ToLower(u.Scheme)]
+	return ok
 }
 
 // Defaults of a forward target.
@@ -453,6 +529,7 @@ func newValidator() func(*Config) error {
 		"jsonpointer": func(s string) bool { _, err := jsonptr.ParsePointer(s); return err == nil },
 		"preset":      func(s string) bool { _, ok := PresetNamed(s); return ok },
 		"scheme":      func(s string) bool { return slices.Contains(SchemeNames(), s) },
+		"target_url":  validTargetURL,
 	} {
 		if err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool { return fn(fl.Field().String()) }); err != nil {
 			panic(err)
@@ -532,6 +609,8 @@ func describe(fe validator.FieldError) string {
 		}
 	case "http_url":
 		reason = "must be an http or https URL"
+	case "target_url":
+		reason = "must be an http or https URL, or a broker's: nats:// or tls:// (NATS JetStream), amqp:// or amqps:// (RabbitMQ)"
 	case "oneof":
 		reason = fmt.Sprintf("must be one of: %s", fe.Param())
 	case "preset":

@@ -120,8 +120,15 @@ var errURLCredentials = errors.New("has a user name or password in it, which hoo
 // (http://user:password@host/…), without quoting it. url is the URL's
 // field ("forward[0].url") and where its sender and target names.
 func checkTargetURL(raw, field, where string) error {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return fmt.Errorf("%s (%s): %w", field, where, errURLCredentials)
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return nil
 	}
-	return nil
+	switch (&Target{URL: raw}).Kind() {
+	case KindNATS:
+		return fmt.Errorf("%s (%s): has a user name or password in it, which hookgate does not keep in URLs (they are shown and logged): remove them and give them as nats: { user: …, password: ${…} } (or nats: { token: ${…} })", field, where)
+	case KindRabbitMQ:
+		return fmt.Errorf("%s (%s): has a user name or password in it, which hookgate does not keep in URLs (they are shown and logged): remove them and give them as rabbitmq: { user: …, password: ${…} }", field, where)
+	}
+	return fmt.Errorf("%s (%s): %w", field, where, errURLCredentials)
 }

@@ -116,6 +116,9 @@ func check(s *Sender) error {
 		if err := checkTargetURL(t.URL, fmt.Sprintf("forward[%d].url", i), s.Name+", target "+t.Name); err != nil {
 			return err
 		}
+		if err := checkBrokerTarget(t, fmt.Sprintf("forward[%d]", i), s.Name+", target "+t.Name); err != nil {
+			return err
+		}
 		if t.EventTypes != nil && len(t.EventTypes) == 0 {
 			return fmt.Errorf("forward[%d].event_types: lists no event type: leave event_types out for every event", i)
 		}

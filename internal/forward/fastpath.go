@@ -130,6 +130,8 @@ type Fast struct {
 	Sender     *config.Sender
 	EventID    uuid.UUID
 	DeliveryID string
+	// EventType is the event's type ("" when the sender gave none).
+	EventType string
 	// Headers and Body are the event's, as stored.
 	Headers http.Header
 	Body    []byte
@@ -607,7 +609,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	left, _ := d.left(j, time.Now())
 	a := queue.Args{Sender: f.Sender.Name, EventID: f.EventID, Target: t.Name, DeliveryID: f.DeliveryID}
 	attemptedAt := time.Now().UTC()
-	p := d.w.post(d.ctx, t, a, f.Headers, f.Body, max(left, time.Millisecond))
+	p := d.w.post(d.ctx, t, a, f.EventType, f.Headers, f.Body, max(left, time.Millisecond))
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
 	o := queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
 	if p.status != 0 {

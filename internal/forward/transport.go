@@ -36,6 +36,10 @@ type Message struct {
 	EventID uuid.UUID
 	// DeliveryID is the sender's delivery ID of the event.
 	DeliveryID string
+	// EventType is the event's type ("" when the sender gave none): a
+	// broker message carries it, and its subject or routing key may name
+	// it.
+	EventType string
 	// Headers are the event's headers as stored (those the sender's
 	// stored-header filter kept), read only.
 	Headers map[string][]string

@@ -233,7 +233,7 @@ func errText(err error) string {
 // retryFor is how long the whole target waits (a 429 or 503's
 // Retry-After), retryAfter the Retry-After of a retried forward.
 func (w *Worker) attempt(ctx context.Context, job queue.Job, t *config.Target, a queue.Args) (res Result, retryFor, retryAfter time.Duration, err error) {
-	headers, body, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
+	c, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
 	if errors.Is(err, store.ErrNotFound) {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		return ResultNone, 0, 0, queue.Cancel(fmt.Errorf("event %s is no longer stored", a.EventID))
@@ -241,7 +241,7 @@ func (w *Worker) attempt(ctx context.Context, job queue.Job, t *config.Target, a
 	if err != nil {
 		return ResultNone, 0, 0, fmt.Errorf("read event: %w", err)
 	}
-	p := w.post(ctx, t, a, headers, body, 0)
+	p := w.post(ctx, t, a, c.Type, c.Headers, c.Body, 0)
 	if p.status != 0 {
 		w.record(ctx, job, p.output())
 	}
@@ -287,8 +287,8 @@ func (p posted) output() queue.Output {
 // latency is observed when the target answered, and the console's traffic
 // counts it when it reached the target or failed to (not when it was cut
 // short or could not be sent at all).
-func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, headers map[string][]string, body []byte, limit time.Duration) posted {
-	s := w.transport.Send(ctx, Message{Sender: a.Sender, Target: t, EventID: a.EventID, DeliveryID: a.DeliveryID, Headers: headers, Body: body, Limit: limit})
+func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, eventType string, headers map[string][]string, body []byte, limit time.Duration) posted {
+	s := w.transport.Send(ctx, Message{Sender: a.Sender, Target: t, EventID: a.EventID, DeliveryID: a.DeliveryID, EventType: eventType, Headers: headers, Body: body, Limit: limit})
 	series := w.metrics.series(a.Sender, a.Target)
 	answered := s.answered()
 	if answered {

@@ -226,7 +226,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	if !res.Replayed && s.fast != nil && len(targets) > 0 {
 		// Committed, with its outbox rows leased to this process (or, with
 		// a zero lease, left to the relay, which Dispatch wakes).
-		s.fast.Dispatch(&forward.Fast{Sender: sender.Sender, EventID: eventID, DeliveryID: id,
+		s.fast.Dispatch(&forward.Fast{Sender: sender.Sender, EventID: eventID, DeliveryID: id, EventType: eventType,
 			Headers: r.Header, Body: body, Targets: targets, Lease: lease})
 	}
 	h := w.Header()

@@ -585,7 +585,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 			t.Fatal(err)
 		}
 		withPlanModes(t, conn, 7, func(mode string, run int) {
-			if _, _, err := both(conn).EventContent(ctx, "acme", id); err != nil {
+			if _, err := both(conn).EventContent(ctx, "acme", id); err != nil {
 				t.Fatalf("%s, run %d: %v", mode, run, err)
 			}
 		})

@@ -55,27 +55,37 @@ func (q *Queries) GetEvent(ctx context.Context, id uuid.UUID) (events.Event, err
 // IndexOrderScans, the ORDER BY, with the ID compared by a range (c = $2
 // would make the order trivial), leaves the indexes on id the one path
 // without a sort (see plans.go). Each forward job runs it.
-const EventContentSQL = `SELECT headers, body FROM webhook_events WHERE sender = $1 AND id >= $2 AND id <= $2 ORDER BY id LIMIT 1`
+const EventContentSQL = `SELECT headers, body, event_type FROM webhook_events WHERE sender = $1 AND id >= $2 AND id <= $2 ORDER BY id LIMIT 1`
 
-// EventContent returns what a forward of sender's event id sends: its
-// stored headers and body (by the primary key). It returns an error
-// wrapping ErrNotFound when the event is no longer stored.
-func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID) (headers map[string][]string, body []byte, err error) {
+// Content is what a forward of an event sends: its stored headers and
+// body, and its type ("" when the sender gave none).
+type Content struct {
+	Headers map[string][]string
+	Body    []byte
+	Type    string
+}
+
+// EventContent returns what a forward of sender's event id sends (by the
+// primary key). It returns an error wrapping ErrNotFound when the event is
+// no longer stored.
+func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID) (Content, error) {
 	var b pgx.Batch
 	b.Queue(IndexOrderScans)
 	b.Queue(EventContentSQL, sender, id)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
-	if _, err = br.Exec(); err == nil {
-		err = br.QueryRow().Scan(&headers, &body)
+	var c Content
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&c.Headers, &c.Body, &c.Type)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, fmt.Errorf("read event %s: %w", id, ErrNotFound)
+		return Content{}, fmt.Errorf("read event %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("read event %s: %w", id, err)
+		return Content{}, fmt.Errorf("read event %s: %w", id, err)
 	}
-	return headers, body, nil
+	return c, nil
 }
 
 // EventTypes returns the event type of each of sender's events ids that is

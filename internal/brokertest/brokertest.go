@@ -1,0 +1,184 @@
+// Package brokertest starts the message brokers hookgate's broker targets
+// are tested against: a real nats-server with JetStream and a real
+// rabbitmq-server, from Debian's packages (nats-server, rabbitmq-server),
+// each private to the test that starts it, on free ports of 127.0.0.1 and
+// in a temporary directory, and killed when the test ends. A broker whose
+// server is not installed is installed with apt-get when the tests run as
+// root; otherwise the test is skipped with a message naming the package, or
+// fails when HOOKGATE_REQUIRE_BROKERS is set (.ci/run sets it: CI never
+// skips them).
+package brokertest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnvRequire, when set to anything, makes a missing broker fail the test
+// instead of skipping it.
+const EnvRequire = "HOOKGATE_REQUIRE_BROKERS"
+
+// installMu serialises this process's installs; installLock (a file lock)
+// those of the test processes that run at once.
+var installMu sync.Mutex
+
+const installLock = "/tmp/hookgate-brokertest-apt.lock"
+
+// binary returns the path of the server binary of package pkg, installed
+// with apt-get when missing and the tests run as root; it skips (or fails,
+// under EnvRequire) the test when there is none.
+func binary(t testing.TB, name, pkg string, paths ...string) string {
+	t.Helper()
+	find := func() string {
+		for _, p := range paths {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+		return ""
+	}
+	if p := find(); p != "" {
+		return p
+	}
+	if os.Geteuid() == 0 {
+		installMu.Lock()
+		defer installMu.Unlock()
+		if err := install(pkg); err != nil {
+			t.Logf("brokertest: apt-get install %s: %v", pkg, err)
+		}
+		if p := find(); p != "" {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("brokertest: no %s: install the Debian/Ubuntu package '%s' (e.g. sudo apt-get install %s)", name, pkg, pkg)
+	if os.Getenv(EnvRequire) != "" {
+		t.Fatal(msg + " (" + EnvRequire + " is set: broker tests are not skipped)")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// install installs pkg with apt-get, under a file lock that the test
+// processes running at once share (dpkg takes one install at a time).
+func install(pkg string) error {
+	f, err := os.OpenFile(installLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	defer func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := exec.CommandContext(ctx, "apt-get", "install", "-y", "--no-install-recommends", pkg).CombinedOutput(); err != nil {
+		update := exec.CommandContext(ctx, "apt-get", "update")
+		update.Env = env
+		_ = update.Run()
+		cmd := exec.CommandContext(ctx, "apt-get", "install", "-y", "--no-install-recommends", pkg)
+		cmd.Env = env
+		if out2, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%w: %s%s", err, out, out2)
+		}
+	}
+	return nil
+}
+
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// waitPort waits until 127.0.0.1:port accepts a connection, or fails the
+// test after within (with what the server logged, from logFile).
+func waitPort(t testing.TB, port int, within time.Duration, exited <-chan struct{}, logFile string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+		if err == nil {
+			_ = c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logFile)
+			t.Fatalf("brokertest: the server exited before it listened on %d:\n%s", port, tail(log))
+		default:
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logFile)
+			t.Fatalf("brokertest: nothing listens on %d after %s:\n%s", port, within, tail(log))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// tail is the end of a log, for a failure's message.
+func tail(b []byte) string {
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// process is a server started by the package, in a process group of its
+// own that is killed with the test (or when the test binary dies: its
+// parent-death signal).
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// start starts name with args and env, logging to logFile.
+func start(t testing.TB, logFile string, env []string, name string, args ...string) *process {
+	t.Helper()
+	log, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		t.Fatalf("brokertest: start %s: %v", filepath.Base(name), err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		_ = log.Close()
+		close(p.exited)
+	}()
+	return p
+}
+
+// kill kills the process's group and waits for it.
+func (p *process) kill() {
+	if p == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+}

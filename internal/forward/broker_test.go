@@ -1,0 +1,205 @@
+package forward_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hookgate/hookgate/internal/brokertest"
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/testkit"
+)
+
+// natsTarget is a NATS target of subject on the server at url.
+func natsTarget(url, subject string) *config.Target {
+	return &config.Target{Name: "bus", URL: url, Timeout: config.Duration(2 * time.Second), MaxAttempts: 5,
+		Headers: map[string]string{"X-Source": "hookgate"}, SigningKey: []byte("0123456789abcdef0123456789abcdef"),
+		NATS: &config.NATSTarget{Subject: subject}}
+}
+
+// message is a forward of a new event of sender acme to t.
+func message(t *config.Target, eventType string) forward.Message {
+	return forward.Message{Sender: "acme", Target: t, EventID: uuid.Must(uuid.NewV7()), DeliveryID: "d-1", EventType: eventType,
+		Headers: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"a":1}`)}
+}
+
+// TestNATSTransport: a forward to a NATS target is published on JetStream
+// to its subject (the template filled in), with Nats-Msg-Id and Webhook-Id
+// the event ID and the forward's metadata as headers, and is delivered
+// once JetStream acknowledges it; a repeat with the same event ID is
+// delivered too (JetStream's duplicate acknowledgement) and stored once; a
+// subject no stream takes, and a server that is down, are retried; after
+// the server restarts the next attempt is delivered, and nothing stored
+// before the crash is lost.
+func TestNATSTransport(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t)
+	ctx := t.Context()
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := forward.NewNATSTransport(nil, time.Now)
+	defer tr.Close()
+	tg := natsTarget(srv.URL(), "hooks.{sender}.{event_type}")
+
+	m := message(tg, "invoice paid.*")
+	if s := tr.Send(ctx, m); s.Verdict != forward.VerdictDelivered || s.Err != nil {
+		t.Fatalf("first publish: %+v, want delivered", s)
+	}
+	got, err := stream.GetLastMsgForSubject(ctx, "hooks.acme.invoice_paid._")
+	if err != nil {
+		t.Fatalf("the message on hooks.acme.invoice_paid._ (the type's space and * made _): %v", err)
+	}
+	if string(got.Data) != `{"a":1}` {
+		t.Errorf("body %q", got.Data)
+	}
+	id := m.EventID.String()
+	for k, want := range map[string]string{"Nats-Msg-Id": id, "Webhook-Id": id, "X-Hookgate-Sender": "acme", "X-Hookgate-Delivery-Id": "d-1",
+		"X-Hookgate-Event-Type": "invoice paid.*", "Content-Type": "application/json", "X-Source": "hookgate"} {
+		if v := got.Header.Get(k); v != want {
+			t.Errorf("header %s = %q, want %q", k, v, want)
+		}
+	}
+	if got.Header.Get("Webhook-Signature") == "" || got.Header.Get("Webhook-Timestamp") == "" {
+		t.Errorf("no Standard Webhooks signature: %v", got.Header)
+	}
+	if s := tr.Send(ctx, m); s.Verdict != forward.VerdictDelivered {
+		t.Fatalf("the repeat: %+v, want delivered (JetStream's duplicate)", s)
+	}
+	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("stream after a repeat: %+v, %v; want 1 message", info, err)
+	}
+
+	nowhere := natsTarget(srv.URL(), "elsewhere.{sender}")
+	if s := tr.Send(ctx, message(nowhere, "")); s.Verdict != forward.VerdictRetry || s.Err == nil {
+		t.Errorf("a subject no stream takes: %+v, want retry", s)
+	}
+
+	srv.Stop()
+	down := message(tg, "order.created")
+	if s := tr.Send(ctx, down); s.Verdict != forward.VerdictRetry || s.Err == nil {
+		t.Errorf("the server down: %+v, want retry", s)
+	}
+	srv.Start()
+	testkit.Poll(t, 30*time.Second, "a publish after the restart to be delivered", func() bool {
+		return tr.Send(ctx, down).Verdict == forward.VerdictDelivered
+	})
+	nc2, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	js2, _ := jetstream.New(nc2)
+	stream2, err := js2.Stream(ctx, "HOOKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := stream2.Info(ctx); err != nil || info.State.Msgs != 2 {
+		t.Errorf("stream after the restart: %+v, %v; want the message from before it and the one after", info, err)
+	}
+}
+
+// TestRabbitMQTransport: a forward to a RabbitMQ target is published to
+// its exchange with its routing key (the template filled in), persistent,
+// with message_id the event ID and the forward's metadata as headers, and
+// is delivered once the broker confirms it; a message no queue takes
+// (returned as unroutable) and a broker that is down are retried; after
+// the broker restarts the next attempt is delivered, and the persistent
+// message of before the crash is still on its durable queue.
+func TestRabbitMQTransport(t *testing.T) {
+	t.Parallel()
+	b := brokertest.StartRabbitMQ(t)
+	ctx := t.Context()
+	var conn *amqp.Connection
+	testkit.Poll(t, 60*time.Second, "RabbitMQ to accept a connection", func() bool {
+		c, err := amqp.Dial(b.URL())
+		conn = c
+		return err == nil
+	})
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare("hooks", "topic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("acme-events", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("acme-events", "acme.#", "hooks", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+
+	tr := forward.NewRabbitMQTransport(nil, time.Now)
+	defer tr.Close()
+	tg := &config.Target{Name: "rabbit", URL: b.URL(), Timeout: config.Duration(5 * time.Second), MaxAttempts: 5,
+		RabbitMQ: &config.RabbitMQTarget{Exchange: "hooks", RoutingKey: "{sender}.{event_type}"}}
+	m := message(tg, "invoice.paid")
+	if s := tr.Send(ctx, m); s.Verdict != forward.VerdictDelivered || s.Err != nil {
+		t.Fatalf("publish: %+v, want delivered", s)
+	}
+	unroutable := &config.Target{Name: "rabbit2", URL: b.URL(), Timeout: config.Duration(5 * time.Second), MaxAttempts: 5,
+		RabbitMQ: &config.RabbitMQTarget{Exchange: "hooks", RoutingKey: "nobody.{event_type}"}}
+	if s := tr.Send(ctx, message(unroutable, "x")); s.Verdict != forward.VerdictRetry || s.Err == nil {
+		t.Errorf("a message no queue takes: %+v, want retry", s)
+	}
+
+	b.Stop()
+	down := message(tg, "order.created")
+	if s := tr.Send(ctx, down); s.Verdict != forward.VerdictRetry || s.Err == nil {
+		t.Errorf("the broker down: %+v, want retry", s)
+	}
+	b.Start()
+	testkit.Poll(t, 60*time.Second, "a publish after the restart to be delivered", func() bool {
+		return tr.Send(ctx, down).Verdict == forward.VerdictDelivered
+	})
+
+	var conn2 *amqp.Connection
+	testkit.Poll(t, 30*time.Second, "RabbitMQ to accept a connection", func() bool {
+		c, err := amqp.Dial(b.URL())
+		conn2 = c
+		return err == nil
+	})
+	defer conn2.Close()
+	ch2, err := conn2.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []amqp.Delivery
+	for range 2 {
+		d, ok, err := ch2.Get("acme-events", true)
+		if err != nil || !ok {
+			t.Fatalf("get from acme-events: %v, %v; want the two messages", ok, err)
+		}
+		got = append(got, d)
+	}
+	first := got[0]
+	if first.MessageId != m.EventID.String() || first.DeliveryMode != amqp.Persistent || string(first.Body) != `{"a":1}` ||
+		first.ContentType != "application/json" || first.Type != "invoice.paid" || first.RoutingKey != "acme.invoice.paid" {
+		t.Errorf("the message before the crash: %+v", first)
+	}
+	for k, want := range map[string]string{"Webhook-Id": m.EventID.String(), "X-Hookgate-Sender": "acme", "X-Hookgate-Delivery-Id": "d-1", "X-Hookgate-Event-Type": "invoice.paid"} {
+		if v, _ := first.Headers[k].(string); v != want {
+			t.Errorf("header %s = %q, want %q", k, v, want)
+		}
+	}
+	if got[1].MessageId != down.EventID.String() {
+		t.Errorf("the message after the restart: %s, want %s", got[1].MessageId, down.EventID)
+	}
+}

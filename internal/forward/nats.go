@@ -1,0 +1,195 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// NATSTransport is the Transport of NATS JetStream targets: it publishes a
+// forward to the target's subject (config.NATSTarget.Subject) with
+// Nats-Msg-Id set to the event ID, so that JetStream's duplicate window
+// drops a repeat, and the forward's metadata as headers (brokerHeaders),
+// and waits for JetStream's acknowledgement: delivered once the stream
+// has stored it, or found it a duplicate (stored before). No
+// acknowledgement within the target's timeout, no stream that takes the
+// subject, a server that is down or refuses: retried with backoff. One
+// connection per server (and credentials) is shared by every forward to
+// it, made at the first forward and again after it is lost; a message is
+// never buffered while the connection is down (it is retried instead).
+// Its methods are safe for concurrent use.
+type NATSTransport struct {
+	dial  DialFunc
+	now   func() time.Time
+	conns conns[natsConn]
+}
+
+type natsConn struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// NewNATSTransport returns the transport of NATS targets, connecting
+// through dial (nil: net.Dialer's) and reading the time from now.
+func NewNATSTransport(dial DialFunc, now func() time.Time) *NATSTransport {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	return &NATSTransport{dial: dial, now: now}
+}
+
+// Send publishes the forward once, within its target's timeout (or
+// m.Limit when shorter), and classifies the outcome.
+func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
+	t := m.Target
+	timeout, limited := time.Duration(t.Timeout), false
+	if m.Limit > 0 && m.Limit < timeout {
+		timeout, limited = m.Limit, true
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cut := func() bool { return ctx.Err() != nil || limited && sctx.Err() != nil }
+	start := time.Now()
+	c, err := n.conn(sctx, t)
+	if err != nil {
+		err = fmt.Errorf("connect to NATS target %q: %w", t.Name, err)
+		if cut() {
+			return Sent{Verdict: VerdictNone, Err: err}
+		}
+		return Sent{Verdict: VerdictRetry, Err: err, Took: time.Since(start)}
+	}
+	now := n.now()
+	msg := &nats.Msg{Subject: expand(t.NATS.Subject, m, subjectToken), Data: m.Body, Header: nats.Header{}}
+	for _, h := range brokerHeaders(m, now) {
+		msg.Header.Set(h[0], h[1])
+	}
+	_, err = c.js.PublishMsg(sctx, msg, jetstream.WithMsgID(m.EventID.String()))
+	took := time.Since(start)
+	switch {
+	case err == nil: // stored, or a duplicate of what the stream stored
+		return Sent{Verdict: VerdictDelivered, At: n.now().UTC(), Took: took}
+	case cut():
+		return Sent{Verdict: VerdictNone, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, err)}
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
+		// No attempt can succeed: the message is larger than the server
+		// takes, or the subject is not one.
+		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("publish to NATS target %q (subject %q): %w", t.Name, msg.Subject, err), Took: took}
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: no JetStream stream takes subject %q", t.Name, msg.Subject), Took: took}
+	case errors.Is(err, context.DeadlineExceeded):
+		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: no acknowledgement within %s", t.Name, timeout), Took: took}
+	default:
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			n.drop(t, c)
+		}
+		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, err), Took: took}
+	}
+}
+
+// natsKey is the connection key of a target: its server and credentials.
+func natsKey(t *config.Target) string {
+	return t.URL + "\x00" + t.NATS.Token + "\x00" + t.NATS.User + "\x00" + t.NATS.Password
+}
+
+// conn returns the connection to t's server, made now when there is none
+// (or it was closed).
+func (n *NATSTransport) conn(ctx context.Context, t *config.Target) (*natsConn, error) {
+	s := n.conns.slot(natsKey(t))
+	if s == nil {
+		return nil, errors.New("the process is stopping")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil && !s.c.nc.IsClosed() {
+		return s.c, nil
+	}
+	opts := []nats.Option{
+		nats.Name("hookgate"),
+		nats.SetCustomDialer(ctxDialer{ctx: context.WithoutCancel(ctx), dial: n.dial, timeout: time.Duration(t.Timeout)}),
+		nats.Timeout(time.Duration(t.Timeout)),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		// While the connection is down a publish fails at once (and is
+		// retried): nothing waits in a buffer to be sent behind the
+		// forward's back after its attempt was counted.
+		nats.ReconnectBufSize(-1),
+		nats.NoCallbacksAfterClientClose(),
+	}
+	switch {
+	case t.NATS.Token != "":
+		opts = append(opts, nats.Token(t.NATS.Token))
+	case t.NATS.User != "":
+		opts = append(opts, nats.UserInfo(t.NATS.User, t.NATS.Password))
+	}
+	type made struct {
+		nc  *nats.Conn
+		err error
+	}
+	ch := make(chan made, 1)
+	go func() {
+		nc, err := nats.Connect(t.URL, opts...)
+		ch <- made{nc, err}
+	}()
+	var r made
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		go func() { // the connect goes on; close what it makes
+			if r := <-ch; r.nc != nil {
+				r.nc.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		r.nc.Close()
+		return nil, err
+	}
+	s.c = &natsConn{nc: r.nc, js: js}
+	return s.c, nil
+}
+
+// drop forgets c, t's connection, when it is closed for good.
+func (n *NATSTransport) drop(t *config.Target, c *natsConn) {
+	s := n.conns.slot(natsKey(t))
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.c == c {
+		s.c = nil
+	}
+	s.mu.Unlock()
+	c.nc.Close()
+}
+
+// Close closes the transport's connections.
+func (n *NATSTransport) Close() {
+	n.conns.close(func(c *natsConn) { c.nc.Close() })
+}
+
+// ctxDialer is a DialFunc as the dialer NATS and RabbitMQ's clients take
+// (without a context): each dial within timeout.
+type ctxDialer struct {
+	ctx     context.Context
+	dial    DialFunc
+	timeout time.Duration
+}
+
+// Dial dials address within the dialer's timeout.
+func (d ctxDialer) Dial(network, address string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(d.ctx, d.timeout)
+	defer cancel()
+	return d.dial(ctx, network, address)
+}

@@ -1,0 +1,267 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// RabbitMQTransport is the Transport of RabbitMQ targets: it publishes a
+// forward to the target's exchange with its routing key
+// (config.RabbitMQTarget), persistent, mandatory, with message_id set to
+// the event ID and the forward's metadata as headers (brokerHeaders), on a
+// channel in confirm mode, and waits for the broker's confirm: delivered
+// once the broker has taken it (for a persistent message on a durable
+// queue: written it to disk). A nack, a message no queue takes (returned
+// as unroutable), no confirm within the target's timeout, a broker that
+// is down or refuses: retried with backoff. One connection per broker
+// (and credentials) is shared by every forward to it, each publish on a
+// channel of its own at a time (channels are kept for the next ones), made
+// at the first forward and again after it is lost. Its methods are safe
+// for concurrent use.
+type RabbitMQTransport struct {
+	dial  DialFunc
+	now   func() time.Time
+	conns conns[amqpConn]
+}
+
+// amqpConn is a connection and its idle channels.
+type amqpConn struct {
+	conn *amqp.Connection
+	mu   sync.Mutex
+	idle []*amqpChannel
+}
+
+// amqpChannel is a channel in confirm mode, with the messages the broker
+// returned on it (unroutable).
+type amqpChannel struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+}
+
+// maxIdleChannels is how many channels a connection keeps for the next
+// publishes.
+const maxIdleChannels = 64
+
+// NewRabbitMQTransport returns the transport of RabbitMQ targets,
+// connecting through dial (nil: net.Dialer's) and reading the time from
+// now.
+func NewRabbitMQTransport(dial DialFunc, now func() time.Time) *RabbitMQTransport {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	return &RabbitMQTransport{dial: dial, now: now}
+}
+
+// Send publishes the forward once, within its target's timeout (or
+// m.Limit when shorter), and classifies the outcome.
+func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
+	t := m.Target
+	timeout, limited := time.Duration(t.Timeout), false
+	if m.Limit > 0 && m.Limit < timeout {
+		timeout, limited = m.Limit, true
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cut := func() bool { return ctx.Err() != nil || limited && sctx.Err() != nil }
+	retry := func(err error, took time.Duration) Sent {
+		if cut() {
+			return Sent{Verdict: VerdictNone, Err: err}
+		}
+		return Sent{Verdict: VerdictRetry, Err: err, Took: took}
+	}
+	start := time.Now()
+	c, err := r.conn(sctx, t)
+	if err != nil {
+		return retry(fmt.Errorf("connect to RabbitMQ target %q: %w", t.Name, err), time.Since(start))
+	}
+	ch, err := c.channel()
+	if err != nil {
+		r.drop(t, c)
+		return retry(fmt.Errorf("open a channel to RabbitMQ target %q: %w", t.Name, err), time.Since(start))
+	}
+	now := r.now()
+	id := m.EventID.String()
+	headers := amqp.Table{}
+	for _, h := range brokerHeaders(m, now) {
+		headers[h[0]] = h[1]
+	}
+	key := expand(t.RabbitMQ.RoutingKey, m, func(s string) string { return s })
+	pub := amqp.Publishing{
+		Headers:         headers,
+		ContentType:     headerValue(m.Headers, "Content-Type"),
+		ContentEncoding: headerValue(m.Headers, "Content-Encoding"),
+		DeliveryMode:    amqp.Persistent,
+		MessageId:       id,
+		Timestamp:       now,
+		Type:            m.EventType,
+		AppId:           "hookgate",
+		Body:            m.Body,
+	}
+	if len(key) > 255 {
+		ch.close()
+		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("publish to RabbitMQ target %q: the routing key is %d bytes, more than RabbitMQ's 255", t.Name, len(key))}
+	}
+	dc, err := ch.ch.PublishWithDeferredConfirmWithContext(sctx, t.RabbitMQ.Exchange, key, true, false, pub)
+	if err != nil {
+		ch.close()
+		return retry(fmt.Errorf("publish to RabbitMQ target %q: %w", t.Name, err), time.Since(start))
+	}
+	acked, err := dc.WaitContext(sctx)
+	took := time.Since(start)
+	if err != nil {
+		// No confirm in time: the channel's confirms are out of step with
+		// its next publish; it is not used again.
+		ch.close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no confirm within %s", timeout)
+		}
+		return retry(fmt.Errorf("publish to RabbitMQ target %q: %w", t.Name, err), took)
+	}
+	if !acked {
+		c.put(ch)
+		return retry(fmt.Errorf("publish to RabbitMQ target %q: the broker refused the message (nack)", t.Name), took)
+	}
+	// The broker returns an unroutable mandatory message before it
+	// confirms it.
+	if ch.returned(id) {
+		c.put(ch)
+		return retry(fmt.Errorf("publish to RabbitMQ target %q: no queue is bound to exchange %q with routing key %q (the message was returned)", t.Name, t.RabbitMQ.Exchange, key), took)
+	}
+	c.put(ch)
+	return Sent{Verdict: VerdictDelivered, At: r.now().UTC(), Took: took}
+}
+
+// returned reports whether the broker returned the message id on the
+// channel, and forgets what else it returned (earlier messages').
+func (c *amqpChannel) returned(id string) bool {
+	for {
+		select {
+		case ret, ok := <-c.returns:
+			if !ok {
+				return false
+			}
+			if ret.MessageId == id {
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+func (c *amqpChannel) close() { _ = c.ch.Close() }
+
+// channel returns an idle channel of c, or a new one in confirm mode.
+func (c *amqpConn) channel() (*amqpChannel, error) {
+	c.mu.Lock()
+	for len(c.idle) > 0 {
+		ch := c.idle[len(c.idle)-1]
+		c.idle = c.idle[:len(c.idle)-1]
+		if !ch.ch.IsClosed() {
+			c.mu.Unlock()
+			return ch, nil
+		}
+	}
+	c.mu.Unlock()
+	ch, err := c.conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	return &amqpChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 16))}, nil
+}
+
+// put keeps ch for the next publish (or closes it when enough are kept).
+func (c *amqpConn) put(ch *amqpChannel) {
+	ch.returned("") // drain
+	c.mu.Lock()
+	if len(c.idle) < maxIdleChannels && !ch.ch.IsClosed() {
+		c.idle = append(c.idle, ch)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	ch.close()
+}
+
+// amqpKey is the connection key of a target: its broker and credentials.
+func amqpKey(t *config.Target) string {
+	return t.URL + "\x00" + t.RabbitMQ.User + "\x00" + t.RabbitMQ.Password
+}
+
+// conn returns the connection to t's broker, made now when there is none
+// (or it was closed).
+func (r *RabbitMQTransport) conn(ctx context.Context, t *config.Target) (*amqpConn, error) {
+	s := r.conns.slot(amqpKey(t))
+	if s == nil {
+		return nil, errors.New("the process is stopping")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil && !s.c.conn.IsClosed() {
+		return s.c, nil
+	}
+	cfg := amqp.Config{
+		Properties: amqp.Table{"connection_name": "hookgate"},
+		Dial:       ctxDialer{ctx: context.WithoutCancel(ctx), dial: r.dial, timeout: time.Duration(t.Timeout)}.Dial,
+		Heartbeat:  10 * time.Second,
+	}
+	if t.RabbitMQ.User != "" {
+		cfg.SASL = []amqp.Authentication{&amqp.PlainAuth{Username: t.RabbitMQ.User, Password: t.RabbitMQ.Password}}
+	}
+	type made struct {
+		conn *amqp.Connection
+		err  error
+	}
+	ch := make(chan made, 1)
+	go func() {
+		conn, err := amqp.DialConfig(t.URL, cfg)
+		ch <- made{conn, err}
+	}()
+	var m made
+	select {
+	case m = <-ch:
+	case <-ctx.Done():
+		go func() { // the dial goes on; close what it makes
+			if m := <-ch; m.conn != nil {
+				_ = m.conn.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+	if m.err != nil {
+		return nil, m.err
+	}
+	s.c = &amqpConn{conn: m.conn}
+	return s.c, nil
+}
+
+// drop forgets c, t's connection, and closes it.
+func (r *RabbitMQTransport) drop(t *config.Target, c *amqpConn) {
+	s := r.conns.slot(amqpKey(t))
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.c == c {
+		s.c = nil
+	}
+	s.mu.Unlock()
+	_ = c.conn.Close()
+}
+
+// Close closes the transport's connections.
+func (r *RabbitMQTransport) Close() {
+	r.conns.close(func(c *amqpConn) { _ = c.conn.Close() })
+}
