@@ -1116,7 +1116,7 @@ type TargetInfo struct {
 	// Example: 10
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 
-	// Url Where events are POSTed; its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
+	// Url Where events go (an http or https URL they are POSTed to, or a broker's, nats:// or amqp://, they are published to); its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/github
 	Url string `json:"url"`
@@ -1145,7 +1145,7 @@ type TargetStatus struct {
 	// Example: orders
 	Name string `json:"name"`
 
-	// Url Where events are POSTed; its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
+	// Url Where events go (an http or https URL they are POSTed to, or a broker's, nats:// or amqp://, they are published to); its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
 	//
 	// Example: http://orders.internal:9000/hooks/stripe
 	Url string `json:"url"`
