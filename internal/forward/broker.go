@@ -123,11 +123,32 @@ func expand(tmpl string, m Message, clean func(string) string) string {
 	if !strings.Contains(tmpl, "{") {
 		return tmpl
 	}
-	return strings.NewReplacer(
-		config.PlaceholderSender, m.Sender,
-		config.PlaceholderTarget, m.Target.Name,
-		config.PlaceholderEventType, clean(m.EventType),
-	).Replace(tmpl)
+	var b strings.Builder
+	b.Grow(len(tmpl) + len(m.Sender) + len(m.EventType))
+	for rest := tmpl; rest != ""; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:i])
+		rest = rest[i:]
+		switch {
+		case strings.HasPrefix(rest, config.PlaceholderSender):
+			b.WriteString(m.Sender)
+			rest = rest[len(config.PlaceholderSender):]
+		case strings.HasPrefix(rest, config.PlaceholderTarget):
+			b.WriteString(m.Target.Name)
+			rest = rest[len(config.PlaceholderTarget):]
+		case strings.HasPrefix(rest, config.PlaceholderEventType):
+			b.WriteString(clean(m.EventType))
+			rest = rest[len(config.PlaceholderEventType):]
+		default: // config refuses other placeholders; a lone { stays
+			b.WriteByte('{')
+			rest = rest[1:]
+		}
+	}
+	return b.String()
 }
 
 // subjectToken makes an event type part of a NATS subject: a character a

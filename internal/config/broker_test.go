@@ -1,0 +1,75 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hookgate/hookgate/internal/config"
+)
+
+// brokerYAML is a sender with the one target given.
+func brokerYAML(target string) string {
+	return `senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+` + target
+}
+
+// TestBrokerTargets: a target whose url is nats:// or tls:// is a NATS
+// JetStream target with its nats block, one whose url is amqp:// or
+// amqps:// a RabbitMQ target with its rabbitmq block (credentials from the
+// environment); start-up refuses a broker target without its block, a
+// block on a target of another kind, credentials in the URL (pointing to
+// the block, never quoting them), an unknown placeholder, a subject with a
+// space or a wildcard, a token beside a user, half of a user and
+// password, and the default exchange without a routing key.
+func TestBrokerTargets(t *testing.T) {
+	t.Parallel()
+	lookup := func(k string) (string, bool) { return map[string]string{"PW": "s3cret-pass"}[k], k == "PW" }
+	c, err := config.Parse([]byte(brokerYAML(`      - name: bus
+        url: nats://nats.internal:4222
+        nats: { subject: "hooks.{sender}.{event_type}", user: hg, password: "${PW}" }
+      - name: rabbit
+        url: amqps://rabbit.internal:5671/prod
+        rabbitmq: { exchange: hooks, routing_key: "{sender}.{target}", user: hg, password: "${PW}" }
+      - name: web
+        url: https://orders.internal/hooks
+`)), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.Sender("acme")
+	for name, want := range map[string]config.TargetKind{"bus": config.KindNATS, "rabbit": config.KindRabbitMQ, "web": config.KindHTTP} {
+		if tg, _ := s.Target(name); tg.Kind() != want {
+			t.Errorf("target %s is %s, want %s", name, tg.Kind(), want)
+		}
+	}
+	if tg, _ := s.Target("rabbit"); tg.RabbitMQ.Password != "s3cret-pass" || tg.RabbitMQ.Exchange != "hooks" {
+		t.Errorf("rabbitmq block %+v", tg.RabbitMQ)
+	}
+	for _, tc := range []struct{ name, target, want string }{
+		{"nats without its block", "      - { name: bus, url: \"nats://n:4222\" }\n", "needs nats: { subject"},
+		{"rabbitmq without its block", "      - { name: bus, url: \"amqp://r:5672/\" }\n", "needs rabbitmq:"},
+		{"a nats block on HTTP", "      - { name: bus, url: \"http://x/\", nats: { subject: a } }\n", "only for a NATS target"},
+		{"a rabbitmq block on NATS", "      - { name: bus, url: \"nats://n:4222\", nats: { subject: a }, rabbitmq: { routing_key: a } }\n", "only for a RabbitMQ target"},
+		{"credentials in a nats URL", "      - { name: bus, url: \"nats://hg:s3cret-pass@n:4222\", nats: { subject: a } }\n", "nats: { user: …"},
+		{"credentials in an amqp URL", "      - { name: bus, url: \"amqp://hg:s3cret-pass@r:5672/\", rabbitmq: { routing_key: a } }\n", "rabbitmq: { user: …"},
+		{"an unknown placeholder", "      - { name: bus, url: \"nats://n:4222\", nats: { subject: \"a.{delivery_id}\" } }\n", "{delivery_id} is not a placeholder"},
+		{"a wildcard subject", "      - { name: bus, url: \"nats://n:4222\", nats: { subject: \"a.>\" } }\n", "wildcards"},
+		{"a subject with a space", "      - { name: bus, url: \"nats://n:4222\", nats: { subject: \"a b\" } }\n", "wildcards"},
+		{"a token and a user", "      - { name: bus, url: \"nats://n:4222\", nats: { subject: a, token: t, user: u, password: p } }\n", "not both"},
+		{"a user without a password", "      - { name: bus, url: \"amqp://r/\", rabbitmq: { routing_key: a, user: u } }\n", "go together"},
+		{"the default exchange without a routing key", "      - { name: bus, url: \"amqp://r/\", rabbitmq: { exchange: \"\" } }\n", "give routing_key"},
+		{"another scheme", "      - { name: bus, url: \"kafka://k:9092\" }\n", "nats:// or tls://"},
+	} {
+		_, err := config.Parse([]byte(brokerYAML(tc.target)), lookup)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret-pass") {
+			t.Errorf("%s: the error quotes the password: %v", tc.name, err)
+		}
+	}
+}
