@@ -1,19 +1,28 @@
 package queue
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
 )
 
+// withDeps returns c with dependencies no test statement runs on.
+func withDeps(c ClientConfig, cfg *config.Config) ClientConfig {
+	c.Pool, c.Senders, c.Log = new(pgxpool.Pool), cfg, slog.New(slog.DiscardHandler)
+	return c
+}
+
 // TestClientConfigValidate: the River client's defaults are valid, and
 // every nonsense value (a zero or negative duration or count, a rescue
 // horizon not above a forward's timeout) is refused by validate and by
-// New, with an error naming the field.
+// New, with an error naming the field; so is a missing dependency, by New
+// and NewBulkWorker.
 func TestClientConfigValidate(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.Parse([]byte(`senders:
@@ -26,7 +35,7 @@ func TestClientConfigValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := DefaultClientConfig(cfg).validate(); err != nil {
+	if err := withDeps(DefaultClientConfig(cfg), cfg).validate(); err != nil {
 		t.Errorf("DefaultClientConfig: %v", err)
 	}
 	if _, err := newHorizons(cfg, DefaultClientConfig(cfg).RescueAfter, 0); err != nil {
@@ -50,13 +59,34 @@ func TestClientConfigValidate(t *testing.T) {
 		{"maintenance without a queue", func(c *ClientConfig) {
 			c.Maintenance = Maintenance{Timeout: time.Minute, Register: func(*river.Workers, time.Duration) error { return nil }}
 		}, "Maintenance"},
+		{"no pool", func(c *ClientConfig) { c.Pool = nil }, "Pool: nil"},
+		{"no senders", func(c *ClientConfig) { c.Senders = nil }, "Senders: nil"},
+		{"no log", func(c *ClientConfig) { c.Log = nil }, "Log: nil"},
 	} {
-		cc := DefaultClientConfig(cfg)
+		cc := withDeps(DefaultClientConfig(cfg), cfg)
 		tc.apply(&cc)
 		wantErr(tc.name, cc.validate(), tc.field)
-		_, err := New(nil, cfg, nil, cc, nil)
+		_, err := New(cc)
 		wantErr("New with "+tc.name, err, tc.field)
 	}
 	_, err = newHorizons(cfg, 15*time.Second, 0)
 	wantErr("a rescue horizon not above a forward's timeout (15s)", err, "RescueAfter")
+
+	bc := BulkWorkerConfig{Pool: new(pgxpool.Pool), Senders: cfg, Log: slog.New(slog.DiscardHandler)}
+	if _, err := NewBulkWorker(bc); err != nil {
+		t.Errorf("NewBulkWorker: %v", err)
+	}
+	for _, tc := range []struct {
+		apply func(*BulkWorkerConfig)
+		field string
+	}{
+		{func(c *BulkWorkerConfig) { c.Pool = nil }, "Pool: nil"},
+		{func(c *BulkWorkerConfig) { c.Senders = nil }, "Senders: nil"},
+		{func(c *BulkWorkerConfig) { c.Log = nil }, "Log: nil"},
+	} {
+		c := bc
+		tc.apply(&c)
+		_, err := NewBulkWorker(c)
+		wantErr("NewBulkWorker without "+tc.field, err, tc.field)
+	}
 }

@@ -1,10 +1,12 @@
 package queue
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 )
 
@@ -32,7 +34,10 @@ func TestRescueHorizonExceedsEveryJobTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		bulk := NewBulkWorker(nil, cfg, nil)
+		bulk, err := NewBulkWorker(BulkWorkerConfig{Pool: new(pgxpool.Pool), Senders: cfg, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
 		bulk.timeout = min(bulk.timeout, h.long)
 		timeouts := map[string]time.Duration{
 			"forward":          h.forward,
