@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookgate/hookgate/internal/authlimit"
@@ -283,23 +282,11 @@ func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slo
 	cc.Pool, cc.Senders, cc.Log = db.pool, cfg, log
 	rc := s.retention
 	rc.DB, rc.Senders, rc.Log = db.pool, cfg, log
-	periodic, err := retention.PeriodicJob(rc)
+	rw, err := retention.NewWorker(rc)
 	if err != nil {
 		return cc, err
 	}
-	cc.Maintenance = queue.Maintenance{
-		Queue:   retention.Queue,
-		Timeout: rc.Timeout,
-		Register: func(w *river.Workers, maxTimeout time.Duration) error {
-			rc.Timeout = maxTimeout // at most rc.Timeout: shorter under a shorter rescue horizon
-			rw, err := retention.NewWorker(rc)
-			if err != nil {
-				return err
-			}
-			return river.AddWorkerSafely(w, rw)
-		},
-		Periodic: []*river.PeriodicJob{periodic},
-	}
+	cc.Maintenance = rw.Maintenance() // worked only by a client with a worker
 	return cc, nil
 }
 

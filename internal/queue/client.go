@@ -32,7 +32,7 @@ type ClientConfig struct {
 	// error otherwise). DefaultClientConfig makes it a forward's timeout
 	// plus a minute, so that the forwards of a killed process are taken
 	// over within about that long. The longer job kinds (a bulk
-	// redelivery, up to BulkTimeout; the maintenance jobs, up to
+	// redelivery, up to BulkTimeout; the maintenance job, up to
 	// Maintenance.Timeout) run in slices of at most RescueAfter minus 5s
 	// and carry on where they stopped.
 	RescueAfter time.Duration
@@ -51,9 +51,9 @@ type ClientConfig struct {
 	// (forward.Takeover, which releases the jobs River shows running here
 	// that no worker holds).
 	Tracker JobTracker
-	// Maintenance are other jobs the client works (the retention job):
-	// their workers, the periodic jobs that enqueue them, and their queue,
-	// worked one job at a time. A zero Maintenance has none.
+	// Maintenance is the job a working client runs beside the forwards
+	// (the retention job), enqueued periodically. A zero Maintenance has
+	// none.
 	Maintenance Maintenance
 
 	// Pool is the database of River's jobs (and of the events the bulk
@@ -63,7 +63,7 @@ type ClientConfig struct {
 	// timeouts, and the senders bulk redeliveries may name.
 	Senders *config.Config
 	// Worker, when not nil, works the forward jobs (forward.Worker), and
-	// the client works the bulk redeliveries and the maintenance jobs too;
+	// the client works the bulk redeliveries and the maintenance job too;
 	// nil (a nil interface, not a nil *forward.Worker): the client only
 	// inserts (the api role, tools).
 	Worker ForwardWorker
@@ -74,7 +74,7 @@ type ClientConfig struct {
 // DefaultClientConfig returns the client's defaults for the senders of
 // cfg: DefaultMaxWorkers, the rescue horizon of a forward's timeout plus a
 // minute, DefaultFetchPollInterval, the longest sender retention, no
-// maintenance jobs, and no dependencies (the caller gives them, cfg as
+// maintenance job, and no dependencies (the caller gives them, cfg as
 // Senders).
 func DefaultClientConfig(cfg *config.Config) ClientConfig {
 	retention := time.Duration(0)
@@ -109,8 +109,8 @@ func (c ClientConfig) validate() error {
 	if c.Retention <= 0 {
 		errs = append(errs, fmt.Errorf("forward client config: Retention %s: must be positive", c.Retention))
 	}
-	if m := c.Maintenance; m.Register != nil && (m.Queue == "" || m.Timeout <= 0) {
-		errs = append(errs, fmt.Errorf("forward client config: Maintenance: Queue %q and Timeout %s: a queue and a positive timeout are needed", m.Queue, m.Timeout))
+	if err := c.Maintenance.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Pool == nil {
 		errs = append(errs, errors.New("forward client config: Pool: nil: the database of the jobs is required"))
@@ -122,17 +122,6 @@ func (c ClientConfig) validate() error {
 		errs = append(errs, errors.New("forward client config: Log: nil: a logger is required"))
 	}
 	return errors.Join(errs...)
-}
-
-// Maintenance is a set of background jobs worked beside the forwards.
-// Timeout is the longest Timeout of its jobs; Register registers their
-// workers, whose Timeout must not exceed maxTimeout (at most Timeout: less
-// when RescueAfter is shorter).
-type Maintenance struct {
-	Queue    string
-	Timeout  time.Duration
-	Register func(workers *river.Workers, maxTimeout time.Duration) error
-	Periodic []*river.PeriodicJob
 }
 
 // rescueMargin is how much shorter than the rescue horizon a job's timeout
@@ -197,7 +186,7 @@ const fetchCooldown = 10 * time.Millisecond
 
 // New returns the River client that inserts forward jobs for the senders
 // of cfg.Senders and, when cfg.Worker is not nil, works them with it (and
-// the bulk redeliveries, and cfg's maintenance jobs); a nil Worker makes a
+// the bulk redeliveries, and cfg's maintenance job); a nil Worker makes a
 // client that only inserts (the api role, tools). cfg's settings tune it
 // (DefaultClientConfig); an error names the field when cfg is invalid or
 // lacks a dependency.
@@ -243,12 +232,14 @@ func New(cfg ClientConfig) (*River, error) {
 			ForwardQueue: {MaxWorkers: cfg.MaxWorkers + spareWorkers(cfg.MaxWorkers)},
 			BulkQueue:    {MaxWorkers: 1, FetchPollInterval: slowQueuePoll},
 		}
-		if m := cfg.Maintenance; m.Register != nil {
-			if err := m.Register(workers, min(m.Timeout, h.long)); err != nil {
-				return nil, fmt.Errorf("register maintenance workers: %w", err)
+		if m := cfg.Maintenance; m.Run != nil {
+			// At most m.Timeout: shorter under a shorter rescue horizon.
+			mw := &maintenanceWorker{run: m.Run, timeout: min(m.Timeout, h.long)}
+			if err := river.AddWorkerSafely(workers, mw); err != nil {
+				return nil, fmt.Errorf("register maintenance worker: %w", err)
 			}
-			rc.Queues[m.Queue] = river.QueueConfig{MaxWorkers: 1, FetchPollInterval: slowQueuePoll}
-			rc.PeriodicJobs = m.Periodic
+			rc.Queues[MaintenanceQueue] = river.QueueConfig{MaxWorkers: 1, FetchPollInterval: slowQueuePoll}
+			rc.PeriodicJobs = []*river.PeriodicJob{m.periodicJob()}
 		}
 		rc.Workers = workers
 		if cfg.Tracker != nil {
