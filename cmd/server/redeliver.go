@@ -80,7 +80,9 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	defer pool.Close()
 	log := newLogger("text", stderr)
-	q, err := queue.New(pool, cfg, nil, queue.DefaultClientConfig(cfg), log) // inserts only
+	cc := queue.DefaultClientConfig(cfg)
+	cc.Pool, cc.Senders, cc.Log = pool, cfg, log // no Worker: it inserts only
+	q, err := queue.New(cc)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookgate/hookgate/internal/authlimit"
@@ -216,88 +215,78 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		return nil, err
 	}
 	var (
-		worker     *forward.Worker // nil for the api role: its client inserts only
-		fast       *forward.Dispatcher
-		handedOver chan struct{}
-		takeover   *forward.Takeover
+		worker   *forward.Worker // nil for the api role: its client inserts only
+		takeover *forward.Takeover
 	)
 	if work {
 		cc.ID = forward.NewProcessID()
-		if takeover, err = forward.NewTakeover(db.pool, forward.DefaultTakeoverConfig(cc.ID), reg, log); err != nil {
+		tc := forward.DefaultTakeoverConfig(cc.ID)
+		tc.DB, tc.Registerer, tc.Log = db.pool, reg, log
+		if takeover, err = forward.NewTakeover(tc); err != nil {
 			return nil, err
 		}
 		cc.Tracker = takeover
 		if worker, err = newForwardWorker(db, cfg, s, m, log); err != nil {
 			return nil, err
 		}
-		if s.role == roleAll && s.fastPath {
-			// The fast path shares the River worker's HTTP client and
-			// Gate: fair shares, max_in_flight and breakers hold across
-			// both.
-			dc := s.dispatcher // FixedLease 0 (unset): each target's timeout + the margin
-			handedOver = make(chan struct{}, 1)
-			dc.HandedOver = handedOver
-			if fast, err = forward.NewDispatcher(worker, db.pool, dc, reg, log); err != nil {
-				return nil, err
-			}
-		}
+		cc.Worker = worker
 	}
-	var fw queue.ForwardWorker // nil for the api role: its client inserts only
-	if worker != nil {
-		fw = worker
-	}
-	q, err := queue.New(db.pool, cfg, fw, cc, log)
+	q, err := queue.New(cc)
 	if err != nil {
-		if fast != nil {
-			_ = fast.Close(context.Background())
-		}
 		return nil, err
 	}
-	return &forwarding{queue: q, work: work, fast: fast, handedOver: handedOver, takeover: takeover, reg: reg}, nil
+	f := &forwarding{queue: q, work: work, takeover: takeover, reg: reg}
+	if work && s.role == roleAll && s.fastPath {
+		// The fast path shares the River worker's HTTP client and Gate:
+		// fair shares, max_in_flight and breakers hold across both. It
+		// records its outcomes through the queue.
+		dc := s.dispatcher // FixedLease 0 (unset): each target's timeout + the margin
+		f.handedOver = make(chan struct{}, 1)
+		dc.HandedOver = f.handedOver
+		dc.Worker, dc.Recorder, dc.Registerer, dc.Log = worker, q, reg, log
+		if f.fast, err = forward.NewDispatcher(dc); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
-// newForwardWorker returns the process's forward worker: a Gate of
-// --forward-workers forwards with the default breakers, and the retry
+// newForwardWorker returns the process's forward worker: a Gate of the
+// settings (--forward-workers forwards at once, the default breakers), an
+// HTTP client keeping as many idle connections per target, and the retry
 // schedule of the settings.
 func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, error) {
-	n := s.client.MaxWorkers // --forward-workers
-	gate, err := forward.NewGate(db.pool, n, m, log, forward.DefaultBreakerConfig())
+	gc := s.gate
+	gc.DB, gc.Metrics, gc.Log = db.pool, m, log
+	gate, err := forward.NewGate(gc)
 	if err != nil {
 		return nil, err
 	}
-	return forward.NewWorker(cfg, db.pool, forward.NewGuardedHTTPClient(n, s.allowedHosts), gate, m, log, s.worker)
+	wc := s.worker
+	wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, gate, m, log
+	wc.Client = forward.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
+	return forward.NewWorker(wc)
 }
 
 // forwardClientConfig is the River client's configuration from the
 // settings, with what DefaultClientConfig computes from the senders of
 // cfg (the retention of finished jobs; the rescue horizon, when
-// --forward-rescue-after is unset), and the retention job as its
-// maintenance.
+// --forward-rescue-after is unset), its dependencies but the worker, and
+// the retention job as its maintenance.
 func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
 	cc, computed := s.client, queue.DefaultClientConfig(cfg)
 	cc.Retention = computed.Retention
 	if cc.RescueAfter == 0 { // unset: the horizon computed from the targets
 		cc.RescueAfter = computed.RescueAfter
 	}
+	cc.Pool, cc.Senders, cc.Log = db.pool, cfg, log
 	rc := s.retention
 	rc.DB, rc.Senders, rc.Log = db.pool, cfg, log
-	periodic, err := retention.PeriodicJob(rc)
+	rw, err := retention.NewWorker(rc)
 	if err != nil {
 		return cc, err
 	}
-	cc.Maintenance = queue.Maintenance{
-		Queue:   retention.Queue,
-		Timeout: rc.Timeout,
-		Register: func(w *river.Workers, maxTimeout time.Duration) error {
-			rc.Timeout = maxTimeout // at most rc.Timeout: shorter under a shorter rescue horizon
-			rw, err := retention.NewWorker(rc)
-			if err != nil {
-				return err
-			}
-			return river.AddWorkerSafely(w, rw)
-		},
-		Periodic: []*river.PeriodicJob{periodic},
-	}
+	cc.Maintenance = rw.Maintenance() // worked only by a client with a worker
 	return cc, nil
 }
 
@@ -449,7 +438,9 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
-		relay, err := forward.NewRelay(db.pool, fwd.queue, cfg, fwd.relayConfig(), log)
+		rc := fwd.relayConfig()
+		rc.Pool, rc.Queue, rc.Senders, rc.Log = db.pool, fwd.queue, cfg, log
+		relay, err := forward.NewRelay(rc)
 		if err != nil {
 			ln.Close()
 			return err

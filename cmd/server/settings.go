@@ -47,10 +47,11 @@ type settings struct {
 	console   console.Config   // the admin token, the trusted proxies (also the wrong-token limit's), the session TTL
 	dedup     dedup.Config     // the in-flight wait, group commit (MaxInFlight 0: by the layout, ingestConfig), the replay cache, shedding
 	retention retention.Config // the interval
-	// MaxWorkers (also the Gate's and the HTTP client's capacity),
+	// MaxWorkers (--forward-workers, which sets the gate's Capacity too),
 	// FetchPollInterval, RescueAfter (0, unset: DefaultClientConfig's,
 	// computed from the targets).
 	client     queue.ClientConfig
+	gate       forward.GateConfig       // Capacity (also the HTTP client's idle connections per host), the breakers
 	worker     forward.WorkerConfig     // the backoff, RetryAfterMax
 	dispatcher forward.DispatcherConfig // Workers, FixedLease (0, unset: each target's timeout + LeaseMargin)
 }
@@ -64,6 +65,7 @@ func defaultSettings() *settings {
 		console:    console.DefaultConfig(),
 		dedup:      dedup.DefaultConfig(),
 		retention:  retention.DefaultConfig(),
+		gate:       forward.DefaultGateConfig(),
 		worker:     forward.DefaultWorkerConfig(),
 		dispatcher: forward.DefaultDispatcherConfig(),
 	}
@@ -264,8 +266,15 @@ var settingTable = []setting{
 		help:  "how long in-flight requests and forwards may take to finish on shutdown",
 		parse: durationSetting("shutdown timeout", 0, func(s *settings) *time.Duration { return &s.shutdownWait })},
 	{flag: "forward-workers", env: "HOOKGATE_FORWARD_WORKERS", def: strconv.Itoa(queue.DefaultMaxWorkers),
-		help:  "forwards run at once by this process",
-		parse: intSetting("forward workers", 1, 10_000, func(s *settings) *int { return &s.client.MaxWorkers })},
+		help: "forwards run at once by this process",
+		parse: func(s *settings, v string) error {
+			// The River client's workers and the gate's capacity are one.
+			if err := intSetting("forward workers", 1, 10_000, func(s *settings) *int { return &s.client.MaxWorkers })(s, v); err != nil {
+				return err
+			}
+			s.gate.Capacity = s.client.MaxWorkers
+			return nil
+		}},
 	{flag: "forward-backoff-base", env: "HOOKGATE_FORWARD_BACKOFF_BASE", def: shortDuration(forward.DefaultBackoff.Base),
 		help:  "first retry delay of a failed forward; it doubles per attempt",
 		parse: durationSetting("forward backoff base", time.Millisecond, func(s *settings) *time.Duration { return &s.worker.Backoff.Base })},

@@ -84,7 +84,8 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.addr != ":8080" || s.dedup.ReplayCache == nil || s.dedup.ReplayCache.Size != 10000 || s.shutdownWait != 20*time.Second || s.handler.BodyBudget != 64<<20 || s.dedup.Shedding.MaxWait != 3*time.Second || s.allowExampleSecrets || s.client.RescueAfter != 0 || s.worker.RetryAfterMax != 5*time.Minute {
+	if s.addr != ":8080" || s.dedup.ReplayCache == nil || s.dedup.ReplayCache.Size != 10000 || s.shutdownWait != 20*time.Second || s.handler.BodyBudget != 64<<20 || s.dedup.Shedding.MaxWait != 3*time.Second || s.allowExampleSecrets || s.client.RescueAfter != 0 || s.worker.RetryAfterMax != 5*time.Minute ||
+		s.client.MaxWorkers != 100 || s.gate.Capacity != 100 {
 		t.Errorf("defaults: %+v", s)
 	}
 	env := envOf("HOOKGATE_ADDR", ":1", "HOOKGATE_FORWARD_WORKERS", "7", "HOOKGATE_SHUTDOWN_TIMEOUT", "3s",
@@ -94,7 +95,7 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.addr != ":2" || s.client.MaxWorkers != 7 || s.shutdownWait != 3*time.Second || s.allowExampleSecrets || s.dedup.ReplayCache != nil || s.retention.Interval != 5*time.Minute || s.client.RescueAfter != 2*time.Minute ||
+	if s.addr != ":2" || s.client.MaxWorkers != 7 || s.gate.Capacity != 7 || s.shutdownWait != 3*time.Second || s.allowExampleSecrets || s.dedup.ReplayCache != nil || s.retention.Interval != 5*time.Minute || s.client.RescueAfter != 2*time.Minute ||
 		s.worker.RetryAfterMax != time.Minute {
 		t.Errorf("flag over env over default: %+v", s)
 	}

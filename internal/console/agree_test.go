@@ -69,7 +69,11 @@ func TestConsoleAgreesWithTheAPIAfterBulkRedelivery(t *testing.T) {
 		t.Fatalf("bulk jobs: %+v, %v; want one", jobs, err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, queue.NewBulkWorker(e.pool, e.cfg, log))
+	bulk, err := queue.NewBulkWorker(queue.BulkWorkerConfig{Pool: e.pool, Senders: e.cfg, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, bulk)
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +172,11 @@ func TestConsoleBulkRedeliverUnderWay(t *testing.T) {
 		t.Fatalf("bulk jobs: %+v, %v; want one", bulk, err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, queue.NewBulkWorker(e.pool, e.cfg, log))
+	bw, err := queue.NewBulkWorker(queue.BulkWorkerConfig{Pool: e.pool, Senders: e.cfg, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := rivertest.NewWorker(t, riverpgxv5.New(e.pool), &river.Config{Logger: log}, bw)
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,8 @@ func (e *env) startWorking() {
 	})
 	rc := forward.DefaultRelayConfig()
 	rc.Interval = 10 * time.Millisecond
-	relay, err := forward.NewRelay(e.pool, e.rc, e.cfg, rc, testkit.Logger(e.t))
+	rc.Pool, rc.Queue, rc.Senders, rc.Log = e.pool, e.rc, e.cfg, testkit.Logger(e.t)
+	relay, err := forward.NewRelay(rc)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m
 	t.Helper()
 	bc := forward.DefaultBreakerConfig()
 	bc.Probe, bc.Window = cmp.Or(o.BreakerProbe, bc.Probe), cmp.Or(o.BreakerWindow, bc.Window)
-	gate, err := forward.NewGate(pool, queue.DefaultMaxWorkers, m, log, bc)
+	gate, err := forward.NewGate(forward.GateConfig{Capacity: queue.DefaultMaxWorkers, Breakers: bc, DB: pool, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,8 @@ func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m
 	if o.Backoff != (forward.Backoff{}) {
 		wc.Backoff = o.Backoff
 	}
-	w, err := forward.NewWorker(cfg, pool, forward.NewHTTPClient(queue.DefaultMaxWorkers), gate, m, log, wc)
+	wc.Senders, wc.DB, wc.Client, wc.Gate, wc.Metrics, wc.Log = cfg, pool, forward.NewHTTPClient(queue.DefaultMaxWorkers), gate, m, log
+	w, err := forward.NewWorker(wc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,12 +130,12 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	m := forward.NewMetrics(prometheus.NewRegistry())
 	m.CountTraffic(tr)
 	cc := queue.DefaultClientConfig(cfg)
-	var worker *forward.Worker // nil: the client inserts only
-	if fopts.Work {
-		worker = fopts.worker(t, pool, cfg, m, log)
+	cc.Pool, cc.Senders, cc.Log = pool, cfg, log
+	if fopts.Work { // otherwise the client inserts only
+		cc.Worker = fopts.worker(t, pool, cfg, m, log)
 		cc.FetchPollInterval = cmp.Or(fopts.FetchPollInterval, cc.FetchPollInterval)
 	}
-	rc, err := queue.New(pool, cfg, worker, cc, log)
+	rc, err := queue.New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}

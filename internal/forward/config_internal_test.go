@@ -1,15 +1,54 @@
 package forward
 
 import (
+	"context"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/queue"
 )
 
-// TestConfigsValidate: the defaults of the worker, the breakers and
-// the fast path are valid, and every nonsense value (a zero or negative
-// duration or count, a backoff whose max is below its base) is refused by validate and by the
-// constructor, with an error naming the field.
+// Dependencies no test statement runs on, for the Configs' validation.
+var (
+	noPool = new(pgxpool.Pool)
+	noLog  = slog.New(slog.DiscardHandler)
+)
+
+// gateDeps returns c with its dependencies.
+func gateDeps(c GateConfig) GateConfig {
+	c.DB, c.Metrics, c.Log = noPool, NewMetrics(prometheus.NewRegistry()), noLog
+	return c
+}
+
+// workerDeps returns c with its dependencies (an HTTP client, no
+// Transport) for the senders of cfg.
+func workerDeps(t *testing.T, c WorkerConfig, cfg *config.Config) WorkerConfig {
+	t.Helper()
+	gate, err := NewGate(gateDeps(DefaultGateConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Senders, c.DB, c.Gate, c.Metrics, c.Log, c.Client = cfg, noPool, gate, NewMetrics(prometheus.NewRegistry()), noLog, http.DefaultClient
+	return c
+}
+
+// recordNothing is a FirstAttemptRecorder that records nothing.
+type recordNothing struct{}
+
+func (recordNothing) RecordFirstAttempts(context.Context, []queue.FirstAttempt) error { return nil }
+
+// TestConfigsValidate: the defaults of the worker, the gate, the breakers
+// and the fast path are valid, and every nonsense value (a zero or
+// negative duration or count, a backoff whose max is below its base) is
+// refused by validate and by the constructor, with an error naming the
+// field; so is a missing dependency.
 func TestConfigsValidate(t *testing.T) {
 	t.Parallel()
 	cfg := parseConfig(t, `senders:
@@ -22,7 +61,7 @@ func TestConfigsValidate(t *testing.T) {
 	if wc := DefaultWorkerConfig(); wc != (WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax}) || wc.RetryAfterMax != 5*time.Minute {
 		t.Errorf("DefaultWorkerConfig = %+v, want DefaultBackoff and a RetryAfterMax of 5m", wc)
 	}
-	if err := DefaultWorkerConfig().validate(); err != nil {
+	if err := workerDeps(t, DefaultWorkerConfig(), cfg).validate(); err != nil {
 		t.Errorf("DefaultWorkerConfig: %v", err)
 	}
 	if err := DefaultBreakerConfig().validate(); err != nil {
@@ -43,9 +82,9 @@ func TestConfigsValidate(t *testing.T) {
 		{"negative base", Backoff{Base: -time.Second, Max: time.Minute}, "Base -1s"},
 		{"max below base", Backoff{Base: time.Minute, Max: time.Second}, "Max 1s"},
 	} {
-		wc := WorkerConfig{Backoff: tc.b, RetryAfterMax: DefaultRetryAfterMax}
+		wc := workerDeps(t, WorkerConfig{Backoff: tc.b, RetryAfterMax: DefaultRetryAfterMax}, cfg)
 		wantErr(tc.name, wc.validate(), tc.field)
-		_, err := NewWorker(cfg, nil, nil, nil, nil, nil, wc)
+		_, err := NewWorker(wc)
 		wantErr("NewWorker with "+tc.name, err, tc.field)
 	}
 	for _, tc := range []struct {
@@ -56,11 +95,35 @@ func TestConfigsValidate(t *testing.T) {
 		{"zero Retry-After max", 0, "RetryAfterMax 0s"},
 		{"negative Retry-After max", -time.Second, "RetryAfterMax -1s"},
 	} {
-		wc := DefaultWorkerConfig()
+		wc := workerDeps(t, DefaultWorkerConfig(), cfg)
 		wc.RetryAfterMax = tc.max
 		wantErr(tc.name, wc.validate(), tc.field)
-		_, err := NewWorker(cfg, nil, nil, nil, nil, nil, wc)
+		_, err := NewWorker(wc)
 		wantErr("NewWorker with "+tc.name, err, tc.field)
+	}
+	if _, err := NewWorker(workerDeps(t, DefaultWorkerConfig(), cfg)); err != nil {
+		t.Errorf("NewWorker with the defaults: %v", err)
+	}
+	withTransport := workerDeps(t, DefaultWorkerConfig(), cfg)
+	withTransport.Client, withTransport.Transport = nil, NewHTTPTransport(http.DefaultClient, time.Now)
+	if _, err := NewWorker(withTransport); err != nil {
+		t.Errorf("NewWorker with a Transport and no Client: %v", err)
+	}
+	for _, tc := range []struct {
+		apply func(*WorkerConfig)
+		field string
+	}{
+		{func(c *WorkerConfig) { c.Senders = nil }, "Senders: nil"},
+		{func(c *WorkerConfig) { c.DB = nil }, "DB: nil"},
+		{func(c *WorkerConfig) { c.Gate = nil }, "Gate: nil"},
+		{func(c *WorkerConfig) { c.Metrics = nil }, "Metrics: nil"},
+		{func(c *WorkerConfig) { c.Log = nil }, "Log: nil"},
+		{func(c *WorkerConfig) { c.Client = nil }, "Client: nil"}, // and no Transport
+	} {
+		wc := workerDeps(t, DefaultWorkerConfig(), cfg)
+		tc.apply(&wc)
+		_, err := NewWorker(wc)
+		wantErr("NewWorker without "+tc.field, err, tc.field)
 	}
 	for _, tc := range []struct {
 		name  string
@@ -73,11 +136,35 @@ func TestConfigsValidate(t *testing.T) {
 		{"window under 10ms", BreakerConfig{Probe: time.Second, Window: 5 * time.Millisecond}, "Window 5ms"},
 	} {
 		wantErr(tc.name, tc.bc.validate(), tc.field)
-		_, err := NewGate(nil, 10, nil, nil, tc.bc)
+		_, err := NewGate(gateDeps(GateConfig{Capacity: 10, Breakers: tc.bc}))
 		wantErr("NewGate with "+tc.name, err, tc.field)
 	}
-	_, err := NewGate(nil, 0, nil, nil, DefaultBreakerConfig())
-	wantErr("NewGate of capacity 0", err, "capacity 0")
+	if gc := DefaultGateConfig(); gc != (GateConfig{Capacity: queue.DefaultMaxWorkers, Breakers: DefaultBreakerConfig()}) {
+		t.Errorf("DefaultGateConfig = %+v, want the River client's default capacity and the default breakers", gc)
+	}
+	if _, err := NewGate(gateDeps(DefaultGateConfig())); err != nil {
+		t.Errorf("NewGate with the defaults: %v", err)
+	}
+	noDB := gateDeps(DefaultGateConfig())
+	noDB.DB = nil
+	if _, err := NewGate(noDB); err != nil {
+		t.Errorf("NewGate without a DB (optional): %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		apply func(*GateConfig)
+		field string
+	}{
+		{"capacity 0", func(c *GateConfig) { c.Capacity = 0 }, "Capacity 0"},
+		{"no metrics", func(c *GateConfig) { c.Metrics = nil }, "Metrics: nil"},
+		{"no log", func(c *GateConfig) { c.Log = nil }, "Log: nil"},
+	} {
+		gc := gateDeps(DefaultGateConfig())
+		tc.apply(&gc)
+		wantErr(tc.name, gc.validate(), tc.field)
+		_, err := NewGate(gc)
+		wantErr("NewGate with "+tc.name, err, tc.field)
+	}
 	// The fast path: zero means zero (but for FixedLease, whose zero is
 	// "each target's timeout + LeaseMargin"); the defaults are
 	// DefaultDispatcherConfig's.
@@ -85,7 +172,15 @@ func TestConfigsValidate(t *testing.T) {
 	if dc != (DispatcherConfig{LeaseMargin: DefaultLeaseMargin, Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}) {
 		t.Errorf("DefaultDispatcherConfig = %+v", dc)
 	}
-	if err := dc.validate(); err != nil {
+	w, err := NewWorker(workerDeps(t, DefaultWorkerConfig(), cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dispatcherDeps := func(c DispatcherConfig) DispatcherConfig {
+		c.Worker, c.Recorder, c.Registerer, c.Log = w, recordNothing{}, prometheus.NewRegistry(), noLog
+		return c
+	}
+	if err := dispatcherDeps(dc).validate(); err != nil {
 		t.Errorf("DefaultDispatcherConfig: %v", err)
 	}
 	for _, tc := range []struct {
@@ -98,11 +193,53 @@ func TestConfigsValidate(t *testing.T) {
 		{"zero workers", func(c *DispatcherConfig) { c.Workers = 0 }, "Workers 0"},
 		{"zero queue", func(c *DispatcherConfig) { c.Queue = 0 }, "Queue 0"},
 		{"zero bytes", func(c *DispatcherConfig) { c.MaxBytes = 0 }, "MaxBytes 0"},
+		{"no worker", func(c *DispatcherConfig) { c.Worker = nil }, "Worker: nil"},
+		{"no recorder", func(c *DispatcherConfig) { c.Recorder = nil }, "Recorder: nil"},
+		{"no registerer", func(c *DispatcherConfig) { c.Registerer = nil }, "Registerer: nil"},
+		{"no log", func(c *DispatcherConfig) { c.Log = nil }, "Log: nil"},
 	} {
-		dc := DefaultDispatcherConfig()
+		dc := dispatcherDeps(DefaultDispatcherConfig())
 		tc.apply(&dc)
 		wantErr(tc.name, dc.validate(), tc.field)
-		_, err := NewDispatcher(nil, nil, dc, nil, nil)
+		d, err := NewDispatcher(dc)
+		if d != nil {
+			_ = d.Close(context.Background())
+		}
 		wantErr("NewDispatcher with "+tc.name, err, tc.field)
+	}
+}
+
+// TestTakeoverConfigValidate: DefaultTakeoverConfig of a process ID, with
+// its dependencies, is valid; an ID not of NewProcessID's form, a zero
+// heartbeat interval, a stale time not above it and a missing dependency
+// are refused by validate and NewTakeover, naming the field.
+func TestTakeoverConfigValidate(t *testing.T) {
+	t.Parallel()
+	withDeps := func(c TakeoverConfig) TakeoverConfig {
+		c.DB, c.Registerer, c.Log = noPool, prometheus.NewRegistry(), noLog
+		return c
+	}
+	if _, err := NewTakeover(withDeps(DefaultTakeoverConfig(NewProcessID()))); err != nil {
+		t.Errorf("DefaultTakeoverConfig: %v", err)
+	}
+	for _, tc := range []struct {
+		apply func(*TakeoverConfig)
+		field string
+	}{
+		{func(c *TakeoverConfig) { c.ID = "other:1" }, "ID \"other:1\""},
+		{func(c *TakeoverConfig) { c.HeartbeatEvery = 0 }, "HeartbeatEvery 0s"},
+		{func(c *TakeoverConfig) { c.Stale = c.HeartbeatEvery }, "Stale 1s"},
+		{func(c *TakeoverConfig) { c.DB = nil }, "DB: nil"},
+		{func(c *TakeoverConfig) { c.Registerer = nil }, "Registerer: nil"},
+		{func(c *TakeoverConfig) { c.Log = nil }, "Log: nil"},
+	} {
+		c := withDeps(DefaultTakeoverConfig(NewProcessID()))
+		tc.apply(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("validate: %v, want an error naming %q", err, tc.field)
+		}
+		if _, err := NewTakeover(c); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("NewTakeover: %v, want an error naming %q", err, tc.field)
+		}
 	}
 }

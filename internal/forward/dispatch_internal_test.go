@@ -1,7 +1,7 @@
 package forward
 
 import (
-	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
@@ -24,17 +24,19 @@ func newQueueTestDispatcher(t *testing.T, workers int) (*Dispatcher, *Fast) {
       - { name: c, url: "http://127.0.0.1:1/c", timeout: 10s }
 `)
 	m := NewMetrics(prometheus.NewRegistry())
-	gate, err := NewGate(nil, 100, m, slog.New(slog.DiscardHandler), DefaultBreakerConfig())
+	gate, err := NewGate(GateConfig{Capacity: 100, Breakers: DefaultBreakerConfig(), Metrics: m, Log: noLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(cfg, nil, nil, gate, m, slog.New(slog.DiscardHandler), DefaultWorkerConfig())
+	wc := DefaultWorkerConfig()
+	wc.Senders, wc.DB, wc.Client, wc.Gate, wc.Metrics, wc.Log = cfg, noPool, http.DefaultClient, gate, m, noLog
+	w, err := NewWorker(wc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dc := DefaultDispatcherConfig()
-	dc.Workers = workers
-	d := newDispatcher(w, nil, dc, slog.New(slog.DiscardHandler))
+	dc.Workers, dc.Worker, dc.Log = workers, w, noLog
+	d := newDispatcher(dc)
 	return d, &Fast{Sender: &cfg.Senders[0]}
 }
 

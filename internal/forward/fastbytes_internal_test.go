@@ -22,7 +22,7 @@ func TestFastPathBodyBytesAreBounded(t *testing.T) {
 `)
 	dc := DefaultDispatcherConfig()
 	dc.MaxBytes, dc.Queue = 100, 10
-	d := newDispatcher(nil, nil, dc, nil) // neither scheduler nor recorder: the queues alone
+	d := newDispatcher(dc) // neither scheduler nor recorder: the queues alone
 	s := &cfg.Senders[0]
 	leased := func(l Lease) int {
 		n := 0

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -164,7 +163,7 @@ type targetQueue struct {
 type Dispatcher struct {
 	w           *Worker
 	gate        *Gate
-	db          *pgxpool.Pool
+	recorder    FirstAttemptRecorder
 	log         *slog.Logger
 	fixedLease  time.Duration // 0: each target's timeout + leaseMargin
 	leaseMargin time.Duration
@@ -206,10 +205,11 @@ type Dispatcher struct {
 	closeErr  error
 }
 
-// DispatcherConfig configures a Dispatcher. Zero means zero
-// (docs/configuration.md): no field is defaulted from a 0, and validate
-// refuses one where it is not a value of its own (FixedLease);
-// DefaultDispatcherConfig has the defaults.
+// DispatcherConfig configures a Dispatcher (NewDispatcher): its settings
+// and its dependencies. Zero means zero (docs/configuration.md): no setting
+// is defaulted from a 0, and validate refuses one where it is not a value
+// of its own (FixedLease); DefaultDispatcherConfig has the defaults.
+// Worker, Recorder, Registerer and Log are required.
 type DispatcherConfig struct {
 	// LeaseMargin is how much longer than its target's timeout a forward's
 	// outbox row is leased (DefaultLeaseMargin), positive.
@@ -235,6 +235,25 @@ type DispatcherConfig struct {
 	// process's relay (RelayConfig.Wake) then looks at once instead of
 	// at its idle interval.
 	HandedOver chan<- struct{}
+
+	// Worker is the process's River worker (NewWorker), whose Transport,
+	// metrics, backoff and Gate the fast path shares, so that the gate's
+	// fair shares, max_in_flight, breakers and pauses hold across both.
+	Worker *Worker
+	// Recorder records the outcomes of the attempts (the process's queue,
+	// queue.River).
+	Recorder FirstAttemptRecorder
+	// Registerer receives hookgate_forward_fast_path_total.
+	Registerer prometheus.Registerer
+	// Log is where what fails beside the attempts is logged.
+	Log *slog.Logger
+}
+
+// FirstAttemptRecorder records the outcomes of the fast path's first
+// attempts, in the transactions of their senders (queue.Queue's
+// RecordFirstAttempts, which queue.River has).
+type FirstAttemptRecorder interface {
+	RecordFirstAttempts(ctx context.Context, batch []queue.FirstAttempt) error
 }
 
 // DefaultDispatcherConfig returns the fast path's defaults.
@@ -242,7 +261,8 @@ func DefaultDispatcherConfig() DispatcherConfig {
 	return DispatcherConfig{LeaseMargin: DefaultLeaseMargin, Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}
 }
 
-// validate returns an error naming the fields at fault, or nil.
+// validate returns an error naming the fields at fault, or nil: the
+// settings, and the dependencies NewDispatcher requires.
 func (c DispatcherConfig) validate() error {
 	var errs []error
 	if c.LeaseMargin <= 0 {
@@ -260,26 +280,37 @@ func (c DispatcherConfig) validate() error {
 	if c.MaxBytes < 1 {
 		errs = append(errs, fmt.Errorf("dispatcher config: MaxBytes %d: must be at least 1", c.MaxBytes))
 	}
+	if c.Worker == nil {
+		errs = append(errs, errors.New("dispatcher config: Worker: nil: the process's forward worker is required"))
+	}
+	if c.Recorder == nil {
+		errs = append(errs, errors.New("dispatcher config: Recorder: nil: the queue that records the outcomes is required"))
+	}
+	if c.Registerer == nil {
+		errs = append(errs, errors.New("dispatcher config: Registerer: nil: a metrics registerer is required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("dispatcher config: Log: nil: a logger is required"))
+	}
 	return errors.Join(errs...)
 }
 
-// NewDispatcher returns the fast path of a process whose River worker is w
-// (its Transport, metrics, backoff and Gate are shared, so that the
-// gate's fair shares, max_in_flight, breakers and pauses hold across both):
-// up to dc.Workers forwards are attempted at once, from per-target queues
-// of dc.Queue forwards in all, and their outcomes are recorded in db. reg
-// receives hookgate_forward_fast_path_total. Close stops it. It returns an
-// error, naming the field, when dc is invalid.
-func NewDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, reg prometheus.Registerer, log *slog.Logger) (*Dispatcher, error) {
-	if err := dc.validate(); err != nil {
+// NewDispatcher returns the fast path of a process whose River worker is
+// cfg.Worker (its Transport, metrics, backoff and Gate are shared): up to
+// cfg.Workers forwards are attempted at once, from per-target queues of
+// cfg.Queue forwards in all, and their outcomes are recorded by
+// cfg.Recorder. Close stops it. It returns an error, naming the field,
+// when cfg is invalid or lacks a dependency.
+func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	d := newDispatcher(w, db, dc, log)
-	reg.MustRegister(d.count)
+	d := newDispatcher(cfg)
+	cfg.Registerer.MustRegister(d.count)
 	d.delivered = d.count.WithLabelValues("delivered")
 	// An attempt of River's worker that ends may free a slot a queued
 	// forward waits for.
-	w.gate.OnRelease(d.wake)
+	d.gate.OnRelease(d.wake)
 	d.running.Add(1)
 	go d.schedule()
 	d.rec.Add(1)
@@ -287,12 +318,13 @@ func NewDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, reg prometh
 	return d, nil
 }
 
-// newDispatcher returns a dispatcher whose scheduler and recorder are not
-// started (NewDispatcher starts them; tests of the queues do not).
-func newDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, log *slog.Logger) *Dispatcher {
+// newDispatcher returns a dispatcher of dc whose scheduler and recorder
+// are not started (NewDispatcher starts them; tests of the queues do not,
+// and may leave out the dependencies).
+func newDispatcher(dc DispatcherConfig) *Dispatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
-		w: w, db: db, log: log, fixedLease: dc.FixedLease, leaseMargin: dc.LeaseMargin,
+		w: dc.Worker, recorder: dc.Recorder, log: dc.Log, fixedLease: dc.FixedLease, leaseMargin: dc.LeaseMargin,
 		maxBytes: dc.MaxBytes, handedOver: dc.HandedOver,
 		records: make(chan queue.FirstAttempt, dc.Queue+dc.Workers),
 		ctx:     ctx, cancel: cancel,
@@ -305,8 +337,8 @@ func newDispatcher(w *Worker, db *pgxpool.Pool, dc DispatcherConfig, log *slog.L
 			Help: "Forwards offered to the fast path (attempted right after the ingest COMMIT by the process that accepted them), by result: delivered, retry (failed, handed to River), failed, handed_over (not attempted: its target's queue was full or the target held back, it waited too long for a worker, or the process was stopping), unrecorded (the outcome could not be recorded: the relay takes the row when its lease ends).",
 		}, []string{"result"}),
 	}
-	if w != nil {
-		d.gate = w.gate
+	if dc.Worker != nil {
+		d.gate = dc.Worker.gate
 	}
 	return d
 }
@@ -690,7 +722,7 @@ func (d *Dispatcher) flush(batch []queue.FirstAttempt) {
 	deadline := time.Now().Add(recordPersist)
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = queue.NewJobs(d.db).RecordFirstAttempts(ctx, queue.ForwardQueue, batch)
+		err = d.recorder.RecordFirstAttempts(ctx, batch)
 		cancel()
 		if err == nil {
 			for _, o := range batch {

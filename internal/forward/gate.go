@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/queue"
 )
 
 // Gate admits one process's forwards to their targets: a fair share of the
@@ -23,20 +25,70 @@ type Gate struct {
 	g *guards
 }
 
-// NewGate returns the gate of a process that sends at most capacity (at
-// least 1) forwards at once. db records breaker transitions in
-// target_breakers and wakes the forwards waiting for a breaker that closes;
-// bc tunes the breakers (DefaultBreakerConfig). It returns an error naming
-// the field when capacity or bc is invalid.
-func NewGate(db *pgxpool.Pool, capacity int, m *Metrics, log *slog.Logger, bc BreakerConfig) (*Gate, error) {
-	if capacity < 1 {
-		return nil, fmt.Errorf("forward gate: capacity %d: must be at least 1", capacity)
+// DefaultGateCapacity is a Gate's capacity by default: the River client's
+// default of forwards run at once (queue.DefaultMaxWorkers), which it
+// should equal.
+const DefaultGateCapacity = queue.DefaultMaxWorkers
+
+// GateConfig configures a Gate (NewGate): its settings and its
+// dependencies. Zero means zero (docs/configuration.md): no setting takes
+// a default from a 0, and validate refuses one; DefaultGateConfig has the
+// defaults. Metrics and Log are required; DB is optional.
+type GateConfig struct {
+	// Capacity is how many forwards the process sends at once
+	// (DefaultGateCapacity), at least 1: the River client's MaxWorkers
+	// (queue.ClientConfig), which --forward-workers sets too.
+	Capacity int
+	// Breakers tunes the circuit breakers (DefaultBreakerConfig).
+	Breakers BreakerConfig
+
+	// DB is where breaker transitions are recorded (target_breakers), and
+	// the forwards waiting for a breaker that closes are woken; nil (a
+	// test of the gate alone): transitions are only logged, and the
+	// waiting forwards come back when their wait ends.
+	DB *pgxpool.Pool
+	// Metrics shows the breakers' states (the Worker's: NewMetrics).
+	Metrics *Metrics
+	// Log is where breaker transitions and failures to record them are
+	// logged.
+	Log *slog.Logger
+}
+
+// DefaultGateConfig returns the gate's defaults (and no dependencies: the
+// caller gives them).
+func DefaultGateConfig() GateConfig {
+	return GateConfig{Capacity: DefaultGateCapacity, Breakers: DefaultBreakerConfig()}
+}
+
+// validate returns an error naming the field at fault, or nil: the
+// settings, and the dependencies NewGate requires.
+func (c GateConfig) validate() error {
+	var errs []error
+	if c.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("forward gate config: Capacity %d: must be at least 1", c.Capacity))
 	}
-	if err := bc.validate(); err != nil {
+	if err := c.Breakers.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Metrics == nil {
+		errs = append(errs, errors.New("forward gate config: Metrics: nil: the forward metrics are required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("forward gate config: Log: nil: a logger is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// NewGate returns the gate of a process that sends at most cfg.Capacity
+// forwards at once, with breakers tuned by cfg.Breakers, recording their
+// transitions in cfg.DB; an error naming the field when cfg is invalid or
+// lacks a dependency.
+func NewGate(cfg GateConfig) (*Gate, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g := newGuards(db, capacity, bc, m, log)
-	if db != nil {
+	g := newGuards(cfg.DB, cfg.Capacity, cfg.Breakers, cfg.Metrics, cfg.Log)
+	if db := cfg.DB; db != nil {
 		g.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
 	}
 	return &Gate{g: g}, nil

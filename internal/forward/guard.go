@@ -51,9 +51,9 @@ const (
 	maxBusySnooze = 5 * time.Second
 )
 
-// BreakerConfig tunes the circuit breakers (NewGate). Zero means zero
-// (docs/configuration.md): no field takes a default from a 0, and validate
-// refuses one; DefaultBreakerConfig has the defaults.
+// BreakerConfig tunes the circuit breakers (GateConfig.Breakers). Zero
+// means zero (docs/configuration.md): no field takes a default from a 0,
+// and validate refuses one; DefaultBreakerConfig has the defaults.
 type BreakerConfig struct {
 	// Probe is the first wait of an open breaker before its first probes
 	// (DefaultProbeInterval), positive; it doubles after a failed round, up

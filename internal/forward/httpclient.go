@@ -16,7 +16,7 @@ func NewHTTPClient(maxIdlePerHost int) *http.Client {
 // permits (AllowedHosts.DialContext; a proxy from the environment is
 // connected to, and so must be allowed, itself); a nil allowed permits
 // every host. The fast path and River's worker share the client
-// (NewWorker).
+// (WorkerConfig.Client).
 func NewGuardedHTTPClient(maxIdlePerHost int, allowed *AllowedHosts) *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{

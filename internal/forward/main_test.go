@@ -99,7 +99,7 @@ type envOpts struct {
 	// FetchPollInterval is the client's (testFetchPoll when 0).
 	FetchPollInterval time.Duration
 	// Transport, when set, is what the worker (and the fast path) send
-	// forwards through instead of HTTP (Worker.SetTransport).
+	// forwards through instead of HTTP (WorkerConfig.Transport).
 	Transport forward.Transport
 }
 
@@ -167,17 +167,28 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		if fo != nil {
 			capacity = 10
 		}
-		gate, err := forward.NewGate(pool, capacity, m, log, forward.BreakerConfig{Probe: opts.BreakerProbe, Window: opts.BreakerWindow})
+		gc := forward.GateConfig{Capacity: capacity, Breakers: forward.BreakerConfig{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}}
+		gc.DB, gc.Metrics, gc.Log = pool, m, log
+		gate, err := forward.NewGate(gc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(capacity), gate, m, log, forward.WorkerConfig{Backoff: opts.Backoff, RetryAfterMax: opts.RetryAfterMax})
-		if err != nil {
+		wc := forward.WorkerConfig{Backoff: opts.Backoff, RetryAfterMax: opts.RetryAfterMax}
+		wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, pool, gate, m, log
+		wc.Client, wc.Transport = forward.NewHTTPClient(capacity), opts.Transport
+		if worker, err = forward.NewWorker(wc); err != nil {
 			t.Fatal(err)
 		}
-		if opts.Transport != nil {
-			worker.SetTransport(opts.Transport)
-		}
+	}
+	cc := queue.DefaultClientConfig(cfg)
+	cc.MaxWorkers, cc.FetchPollInterval = opts.MaxWorkers, opts.FetchPollInterval
+	cc.Pool, cc.Senders, cc.Log = pool, cfg, log
+	if opts.Work { // otherwise the client inserts only
+		cc.Worker = worker
+	}
+	client, err := queue.New(cc)
+	if err != nil {
+		t.Fatalf("queue.New: %v", err)
 	}
 	if fo != nil {
 		dc := forward.DefaultDispatcherConfig()
@@ -192,7 +203,8 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 			wake = make(chan struct{}, 1)
 			dc.HandedOver = wake
 		}
-		d, err := forward.NewDispatcher(worker, pool, dc, reg, log)
+		dc.Worker, dc.Recorder, dc.Registerer, dc.Log = worker, client, reg, log
+		d, err := forward.NewDispatcher(dc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,16 +214,6 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 				t.Errorf("close the dispatcher: %v", err)
 			}
 		})
-	}
-	cc := queue.DefaultClientConfig(cfg)
-	cc.MaxWorkers, cc.FetchPollInterval = opts.MaxWorkers, opts.FetchPollInterval
-	var fw queue.ForwardWorker // nil: the client inserts only
-	if opts.Work {
-		fw = worker
-	}
-	client, err := queue.New(pool, cfg, fw, cc, log)
-	if err != nil {
-		t.Fatalf("queue.New: %v", err)
 	}
 	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake}
 	if fo != nil {
@@ -259,7 +261,8 @@ func (e *env) newRelay(batch int) *forward.Relay {
 	if e.relayIdle != 0 {
 		rc.IdleInterval, rc.Wake = e.relayIdle, e.relayWake
 	}
-	r, err := forward.NewRelay(e.pool, e.river, e.cfg, rc, e.log)
+	rc.Pool, rc.Queue, rc.Senders, rc.Log = e.pool, e.river, e.cfg, e.log
+	r, err := forward.NewRelay(rc)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -72,9 +72,10 @@ type Relay struct {
 	looks atomic.Int64
 }
 
-// RelayConfig configures a Relay. Zero means zero (docs/configuration.md):
-// no field is defaulted from a 0, and validate refuses one;
-// DefaultRelayConfig has the defaults.
+// RelayConfig configures a Relay (NewRelay): its settings and its
+// dependencies. Zero means zero (docs/configuration.md): no setting is
+// defaulted from a 0, and validate refuses one; DefaultRelayConfig has the
+// defaults. Pool, Queue, Senders and Log are required.
 type RelayConfig struct {
 	// Batch is how many outbox rows one relay transaction moves
 	// (DefaultRelayBatch).
@@ -100,6 +101,18 @@ type RelayConfig struct {
 	// Registerer, when not nil, is where hookgate_forward_relay_slow_total
 	// is registered (a relay counts without one).
 	Registerer prometheus.Registerer
+
+	// Pool is the database of the outbox.
+	Pool *pgxpool.Pool
+	// Queue is where the forwards are enqueued, in the transaction that
+	// takes them from the outbox (queue.River).
+	Queue queue.Queue
+	// Senders is the senders' configuration: the senders whose outbox rows
+	// the relay looks for first (and the stray ones of senders no longer
+	// configured, less often).
+	Senders *config.Config
+	// Log is where slow and failed relays are logged.
+	Log *slog.Logger
 }
 
 // DefaultRelayConfig returns the relay's defaults.
@@ -108,7 +121,8 @@ func DefaultRelayConfig() RelayConfig {
 		StatementTimeout: DefaultRelayStatementTimeout, SlowAfter: DefaultRelaySlowAfter}
 }
 
-// validate returns an error naming the field at fault, or nil.
+// validate returns an error naming the field at fault, or nil: the
+// settings, and the dependencies NewRelay requires.
 func (c RelayConfig) validate() error {
 	if c.Batch < 1 {
 		return fmt.Errorf("relay batch %d: must be at least 1", c.Batch)
@@ -125,21 +139,35 @@ func (c RelayConfig) validate() error {
 	if c.SlowAfter <= 0 {
 		return fmt.Errorf("relay slow-after %s: must be positive", c.SlowAfter)
 	}
-	return nil
+	var errs []error
+	if c.Pool == nil {
+		errs = append(errs, errors.New("relay config: Pool: nil: the database of the outbox is required"))
+	}
+	if c.Queue == nil {
+		errs = append(errs, errors.New("relay config: Queue: nil: the queue forwards are enqueued in is required"))
+	}
+	if c.Senders == nil {
+		errs = append(errs, errors.New("relay config: Senders: nil: the senders' configuration is required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("relay config: Log: nil: a logger is required"))
+	}
+	return errors.Join(errs...)
 }
 
-// NewRelay returns a relay of pool's outbox into client's job table for the
-// senders of cfg, configured by rc; an error when rc is invalid.
-func NewRelay(pool *pgxpool.Pool, q queue.Queue, cfg *config.Config, rc RelayConfig, log *slog.Logger) (*Relay, error) {
-	if err := rc.validate(); err != nil {
+// NewRelay returns a relay of cfg.Pool's outbox into cfg.Queue for the
+// senders of cfg.Senders, configured by cfg; an error naming the field when
+// cfg is invalid or lacks a dependency.
+func NewRelay(cfg RelayConfig) (*Relay, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	slow := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "hookgate_forward_relay_slow_total",
 		Help: "Relay batches (one sender's look, and the transaction that moves its outbox rows into River) that took longer than the relay's slow threshold (2s by default).",
 	})
-	if rc.Registerer != nil {
-		if err := rc.Registerer.Register(slow); err != nil {
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(slow); err != nil {
 			are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
 			if !ok {
 				return nil, fmt.Errorf("register the relay's metric: %w", err)
@@ -147,8 +175,8 @@ func NewRelay(pool *pgxpool.Pool, q queue.Queue, cfg *config.Config, rc RelayCon
 			slow = are.ExistingCollector.(prometheus.Counter) // another relay of the process
 		}
 	}
-	return &Relay{pool: pool, queue: q, cfg: cfg, log: log, batch: rc.Batch, interval: rc.Interval, idle: rc.IdleInterval, wake: rc.Wake,
-		timeout: rc.StatementTimeout, slowAt: rc.SlowAfter, slow: slow}, nil
+	return &Relay{pool: cfg.Pool, queue: cfg.Queue, cfg: cfg.Senders, log: cfg.Log, batch: cfg.Batch, interval: cfg.Interval, idle: cfg.IdleInterval, wake: cfg.Wake,
+		timeout: cfg.StatementTimeout, slowAt: cfg.SlowAfter, slow: slow}, nil
 }
 
 // strayEvery is how often the relay looks for outbox rows of senders the

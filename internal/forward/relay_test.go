@@ -417,7 +417,8 @@ func TestRelayIdleLooksAgainWhenWoken(t *testing.T) {
 	wake := make(chan struct{}, 1)
 	rc := forward.DefaultRelayConfig()
 	rc.Interval, rc.IdleInterval, rc.Wake = 5*time.Millisecond, time.Hour, wake
-	relay, err := forward.NewRelay(e.pool, e.river, e.cfg, rc, e.log)
+	rc.Pool, rc.Queue, rc.Senders, rc.Log = e.pool, e.river, e.cfg, e.log
+	relay, err := forward.NewRelay(rc)
 	if err != nil {
 		t.Fatal(err)
 	}

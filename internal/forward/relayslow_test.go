@@ -43,7 +43,8 @@ func slowRelay(t *testing.T, e *env, buf *testkit.LogBuffer, timeout, slowAfter 
 	rc := forward.DefaultRelayConfig()
 	rc.Interval, rc.IdleInterval = 5*time.Millisecond, 5*time.Millisecond
 	rc.StatementTimeout, rc.SlowAfter, rc.Registerer = timeout, slowAfter, e.reg
-	r, err := forward.NewRelay(e.pool, e.river, e.cfg, rc, buf.Logger())
+	rc.Pool, rc.Queue, rc.Senders, rc.Log = e.pool, e.river, e.cfg, buf.Logger()
+	r, err := forward.NewRelay(rc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,11 +185,12 @@ func mustTarget(t *testing.T, cfg *config.Config, name string) *config.Target {
 // forwards whose breakers bc tunes, failing t when either is invalid.
 func newTestWorker(t *testing.T, cfg *config.Config, pool *pgxpool.Pool, client *http.Client, backoff Backoff, bc BreakerConfig, m *Metrics, log *slog.Logger) *Worker {
 	t.Helper()
-	gate, err := NewGate(pool, 10, m, log, bc)
+	gate, err := NewGate(GateConfig{Capacity: 10, Breakers: bc, DB: pool, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(cfg, pool, client, gate, m, log, WorkerConfig{Backoff: backoff, RetryAfterMax: DefaultRetryAfterMax})
+	w, err := NewWorker(WorkerConfig{Backoff: backoff, RetryAfterMax: DefaultRetryAfterMax,
+		Senders: cfg, DB: pool, Client: client, Gate: gate, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +261,12 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := NewMetrics(prometheus.NewRegistry())
-		gate, err := NewGate(pool, 10, m, testkit.Logger(t), DefaultBreakerConfig())
+		gate, err := NewGate(GateConfig{Capacity: 10, Breakers: DefaultBreakerConfig(), DB: pool, Metrics: m, Log: testkit.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := NewWorker(cfg, pool, http.DefaultClient, gate, m, testkit.Logger(t),
-			WorkerConfig{Backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, RetryAfterMax: 2 * time.Second})
+		w, err := NewWorker(WorkerConfig{Backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, RetryAfterMax: 2 * time.Second,
+			Senders: cfg, DB: pool, Client: http.DefaultClient, Gate: gate, Metrics: m, Log: testkit.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -75,9 +75,10 @@ func NewProcessID() string {
 	return ProcessIDPrefix + host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
 }
 
-// TakeoverConfig configures a Takeover. Zero means zero
-// (docs/configuration.md): validate refuses one; DefaultTakeoverConfig has
-// the defaults.
+// TakeoverConfig configures a Takeover (NewTakeover): its settings and its
+// dependencies. Zero means zero (docs/configuration.md): validate refuses
+// one; DefaultTakeoverConfig has the defaults. DB, Registerer and Log are
+// required.
 type TakeoverConfig struct {
 	// ID is the River client ID this process works jobs as (NewProcessID);
 	// it must start with ProcessIDPrefix.
@@ -88,10 +89,18 @@ type TakeoverConfig struct {
 	// Stale is how long a process may go without a heartbeat before its
 	// running jobs are taken over (DefaultStale), more than HeartbeatEvery.
 	Stale time.Duration
+
+	// DB is where the heartbeats are written and the jobs taken over.
+	DB *pgxpool.Pool
+	// Registerer receives hookgate_forward_taken_over_total.
+	Registerer prometheus.Registerer
+	// Log is where the jobs taken over, and the failed heartbeats, are
+	// logged.
+	Log *slog.Logger
 }
 
 // DefaultTakeoverConfig returns the takeover's defaults for the process
-// whose River client ID is id.
+// whose River client ID is id (and no dependencies: the caller gives them).
 func DefaultTakeoverConfig(id string) TakeoverConfig {
 	return TakeoverConfig{ID: id, HeartbeatEvery: DefaultHeartbeatEvery, Stale: DefaultStale}
 }
@@ -107,6 +116,15 @@ func (c TakeoverConfig) validate() error {
 	}
 	if c.Stale <= c.HeartbeatEvery {
 		errs = append(errs, fmt.Errorf("takeover config: Stale %s: must be longer than HeartbeatEvery (%s)", c.Stale, c.HeartbeatEvery))
+	}
+	if c.DB == nil {
+		errs = append(errs, errors.New("takeover config: DB: nil: the database of the heartbeats and jobs is required"))
+	}
+	if c.Registerer == nil {
+		errs = append(errs, errors.New("takeover config: Registerer: nil: a metrics registerer is required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("takeover config: Log: nil: a logger is required"))
 	}
 	return errors.Join(errs...)
 }
@@ -133,18 +151,18 @@ type Takeover struct {
 }
 
 // NewTakeover returns the takeover of a process whose River client ID is
-// tc.ID, on db; reg receives hookgate_forward_taken_over_total. It returns
-// an error naming the field when tc is invalid.
-func NewTakeover(db *pgxpool.Pool, tc TakeoverConfig, reg prometheus.Registerer, log *slog.Logger) (*Takeover, error) {
-	if err := tc.validate(); err != nil {
+// cfg.ID, on cfg.DB; it returns an error naming the field when cfg is
+// invalid or lacks a dependency.
+func NewTakeover(cfg TakeoverConfig) (*Takeover, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	taken := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "hookgate_forward_taken_over_total",
 		Help: "Jobs (forwards, bulk redeliveries, retention runs) left running by a hookgate process that is gone (no heartbeat for the stale time), or shown running in this process while none of its workers ran them (a fetch whose answer was cut off), which this process made available again.",
 	})
-	reg.MustRegister(taken)
-	return &Takeover{q: store.New(db), jobs: queue.NewJobs(db), cfg: tc, log: log, started: time.Now(), taken: taken,
+	cfg.Registerer.MustRegister(taken)
+	return &Takeover{q: store.New(cfg.DB), jobs: queue.NewJobs(cfg.DB), cfg: cfg, log: cfg.Log, started: time.Now(), taken: taken,
 		working: map[int64]struct{}{}, finishing: map[int64]struct{}{}}, nil
 }
 

@@ -29,8 +29,8 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	ctx := t.Context()
 	q := store.New(pool)
 	const me = ProcessIDPrefix + "host:1:me"
-	tk, err := NewTakeover(pool, TakeoverConfig{ID: me, HeartbeatEvery: 100 * time.Millisecond, Stale: 5 * time.Second},
-		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	tk, err := NewTakeover(TakeoverConfig{ID: me, HeartbeatEvery: 100 * time.Millisecond, Stale: 5 * time.Second,
+		DB: pool, Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,9 +41,11 @@ func (b Backoff) validate() error {
 	return nil
 }
 
-// WorkerConfig configures a Worker. Zero means zero (docs/configuration.md):
-// no field takes a default from a 0, and validate refuses one;
-// DefaultWorkerConfig has the defaults.
+// WorkerConfig configures a Worker (NewWorker): its settings and its
+// dependencies. Zero means zero (docs/configuration.md): no setting takes
+// a default from a 0, and validate refuses one; DefaultWorkerConfig has the
+// defaults. Senders, DB, Gate, Metrics and Log are required, and Client
+// unless Transport is given.
 type WorkerConfig struct {
 	// Backoff is the retry schedule of failed forwards (DefaultBackoff):
 	// Base positive, Max at least Base.
@@ -54,6 +56,28 @@ type WorkerConfig struct {
 	// Retry-After (of a 408, 429 or 5xx) waits at least that long (at
 	// least the backoff's delay). Positive.
 	RetryAfterMax time.Duration
+
+	// Senders is the senders' configuration: the targets the worker sends
+	// to.
+	Senders *config.Config
+	// DB is where the events are read from, and the forwards queued after
+	// another are looked for.
+	DB *pgxpool.Pool
+	// Gate admits the forwards (NewGate): one per process, shared by
+	// everything in it that sends forwards (the fast path's Dispatcher
+	// takes the Worker's).
+	Gate *Gate
+	// Metrics counts the attempts (NewMetrics; the Gate's).
+	Metrics *Metrics
+	// Log is where what fails beside a forward's attempt is logged.
+	Log *slog.Logger
+	// Transport sends the forwards of the worker and of the fast path that
+	// shares it; nil: an HTTPTransport over Client.
+	Transport Transport
+	// Client is the HTTP client of the HTTPTransport when Transport is nil
+	// (NewGuardedHTTPClient, with as many idle connections per host as the
+	// Gate's Capacity); required then.
+	Client *http.Client
 }
 
 // DefaultRetryAfterMax is the longest Retry-After a worker honours by
@@ -61,12 +85,14 @@ type WorkerConfig struct {
 // is paused for five minutes, not for the backoff's hour.
 const DefaultRetryAfterMax = 5 * time.Minute
 
-// DefaultWorkerConfig returns the worker's defaults.
+// DefaultWorkerConfig returns the worker's defaults (and no dependencies:
+// the caller gives them).
 func DefaultWorkerConfig() WorkerConfig {
 	return WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax}
 }
 
-// validate returns an error naming the field at fault, or nil.
+// validate returns an error naming the field at fault, or nil: the
+// settings, and the dependencies NewWorker requires.
 func (c WorkerConfig) validate() error {
 	if err := c.Backoff.validate(); err != nil {
 		return err
@@ -74,7 +100,23 @@ func (c WorkerConfig) validate() error {
 	if c.RetryAfterMax <= 0 {
 		return fmt.Errorf("forward worker: RetryAfterMax %s: must be positive", c.RetryAfterMax)
 	}
-	return nil
+	var errs []error
+	for _, d := range []struct {
+		name, what string
+		missing    bool
+	}{
+		{"Senders", "the senders' configuration", c.Senders == nil},
+		{"DB", "the database of events", c.DB == nil},
+		{"Gate", "the process's gate", c.Gate == nil},
+		{"Metrics", "a Metrics (NewMetrics)", c.Metrics == nil},
+		{"Log", "a logger", c.Log == nil},
+		{"Client", "the HTTP client of forwards (without a Transport)", c.Transport == nil && c.Client == nil},
+	} {
+		if d.missing {
+			errs = append(errs, fmt.Errorf("forward worker: %s: nil: %s is required", d.name, d.what))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // delay returns the wait before the retry that follows failed attempt n (1-based).
@@ -101,8 +143,7 @@ type Worker struct {
 	gate          *Gate
 
 	// transport sends the forwards of the River worker and of the fast
-	// path: an HTTPTransport over NewWorker's client, or another a test
-	// plugs in before the worker is used.
+	// path: WorkerConfig.Transport, or an HTTPTransport over its Client.
 	transport Transport
 
 	// retryAfter holds, per job ID, a target's Retry-After between Work
@@ -110,20 +151,23 @@ type Worker struct {
 	retryAfter sync.Map
 }
 
-// NewWorker returns a Worker that reads events from db and sends them to
-// the targets in cfg through an HTTPTransport over client (NewHTTPClient),
-// as gate admits them: a fair share of the process's capacity per target,
-// at most each target's max_in_flight, holding back the forwards of a
-// target whose circuit breaker is open or that asked for a pause (without
-// using their attempts). A forward never follows a redirect
-// (NewHTTPTransport). wc tunes it (DefaultWorkerConfig); an error names
-// the field when wc is invalid.
-func NewWorker(cfg *config.Config, db *pgxpool.Pool, client *http.Client, gate *Gate, m *Metrics, log *slog.Logger, wc WorkerConfig) (*Worker, error) {
-	if err := wc.validate(); err != nil {
+// NewWorker returns a Worker that reads events from cfg.DB and sends them
+// to the targets in cfg.Senders through cfg.Transport (an HTTPTransport
+// over cfg.Client when nil), as cfg.Gate admits them: a fair share of the
+// process's capacity per target, at most each target's max_in_flight,
+// holding back the forwards of a target whose circuit breaker is open or
+// that asked for a pause (without using their attempts). A forward never
+// follows a redirect (NewHTTPTransport). It returns an error naming the
+// field when cfg is invalid or lacks a dependency.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, db: db, backoff: wc.Backoff, retryAfterMax: wc.RetryAfterMax, metrics: m, log: log, now: time.Now, gate: gate}
-	w.transport = NewHTTPTransport(client, time.Now)
+	w := &Worker{cfg: cfg.Senders, db: cfg.DB, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
+		now: time.Now, gate: cfg.Gate, transport: cfg.Transport}
+	if w.transport == nil {
+		w.transport = NewHTTPTransport(cfg.Client, time.Now)
+	}
 	return w, nil
 }
 

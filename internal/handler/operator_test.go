@@ -105,19 +105,21 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	}
 	cc := queue.DefaultClientConfig(cfg)
 	cc.MaxWorkers, cc.FetchPollInterval = 4, 100*time.Millisecond
-	var worker *forward.Worker // nil: the client inserts only
-	if o.work {
+	cc.Pool, cc.Senders, cc.Log = pool, cfg, log
+	if o.work { // otherwise the client inserts only
 		m := forward.NewMetrics(prometheus.NewRegistry())
-		gate, err := forward.NewGate(pool, cc.MaxWorkers, m, log, forward.DefaultBreakerConfig())
+		gate, err := forward.NewGate(forward.GateConfig{Capacity: cc.MaxWorkers, Breakers: forward.DefaultBreakerConfig(), DB: pool, Metrics: m, Log: log})
 		if err != nil {
 			t.Fatal(err)
 		}
-		worker, err = forward.NewWorker(cfg, pool, forward.NewHTTPClient(cc.MaxWorkers), gate, m, log, forward.WorkerConfig{Backoff: o.backoff, RetryAfterMax: forward.DefaultRetryAfterMax})
+		worker, err := forward.NewWorker(forward.WorkerConfig{Backoff: o.backoff, RetryAfterMax: forward.DefaultRetryAfterMax,
+			Senders: cfg, DB: pool, Client: forward.NewHTTPClient(cc.MaxWorkers), Gate: gate, Metrics: m, Log: log})
 		if err != nil {
 			t.Fatal(err)
 		}
+		cc.Worker = worker
 	}
-	client, err := queue.New(pool, cfg, worker, cc, log)
+	client, err := queue.New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +136,9 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		})
 	}
 	if o.work {
-		relay, err := forward.NewRelay(pool, client, cfg, forward.DefaultRelayConfig(), log)
+		rc := forward.DefaultRelayConfig()
+		rc.Pool, rc.Queue, rc.Senders, rc.Log = pool, client, cfg, log
+		relay, err := forward.NewRelay(rc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +184,9 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 // and returns how many forwards it moved.
 func (s *opServer) relayOnce() int {
 	s.t.Helper()
-	relay, err := forward.NewRelay(s.pool, s.river, s.cfg, forward.DefaultRelayConfig(), s.log)
+	rc := forward.DefaultRelayConfig()
+	rc.Pool, rc.Queue, rc.Senders, rc.Log = s.pool, s.river, s.cfg, s.log
+	relay, err := forward.NewRelay(rc)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -446,7 +446,11 @@ senders:
 	// A worker process of bulk redeliveries only (the forwards stay
 	// available, so that they can be counted).
 	workers := river.NewWorkers()
-	river.AddWorker(workers, queue.NewBulkWorker(s.pool, s.cfg, s.log))
+	bulk, err := queue.NewBulkWorker(queue.BulkWorkerConfig{Pool: s.pool, Senders: s.cfg, Log: s.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	river.AddWorker(workers, bulk)
 	client, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
 		Logger:              s.log,
 		Workers:             workers,

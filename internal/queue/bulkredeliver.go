@@ -191,10 +191,42 @@ type BulkWorker struct {
 // carries on where it stopped at its next attempt.
 const BulkTimeout = time.Hour
 
+// BulkWorkerConfig configures a BulkWorker (NewBulkWorker): its
+// dependencies, all required.
+type BulkWorkerConfig struct {
+	// Pool is the database of the forwards redelivered.
+	Pool *pgxpool.Pool
+	// Senders is the senders' configuration: a bulk redelivery of a
+	// sender or target it no longer has fails, and the new jobs get their
+	// target's max_attempts.
+	Senders *config.Config
+	// Log is where what a bulk redelivery did is logged.
+	Log *slog.Logger
+}
+
+// validate returns an error naming the dependency missing, or nil.
+func (c BulkWorkerConfig) validate() error {
+	var errs []error
+	if c.Pool == nil {
+		errs = append(errs, errors.New("bulk worker config: Pool: nil: the database of the forwards is required"))
+	}
+	if c.Senders == nil {
+		errs = append(errs, errors.New("bulk worker config: Senders: nil: the senders' configuration is required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("bulk worker config: Log: nil: a logger is required"))
+	}
+	return errors.Join(errs...)
+}
+
 // NewBulkWorker returns the worker of bulk redeliveries, which inserts the
-// new forward jobs with the River client that runs it.
-func NewBulkWorker(pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) *BulkWorker {
-	return &BulkWorker{pool: pool, cfg: cfg, log: log, batch: BulkBatch, timeout: BulkTimeout}
+// new forward jobs with the River client that runs it; an error naming the
+// field when cfg lacks a dependency.
+func NewBulkWorker(cfg BulkWorkerConfig) (*BulkWorker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &BulkWorker{pool: cfg.Pool, cfg: cfg.Senders, log: cfg.Log, batch: BulkBatch, timeout: BulkTimeout}, nil
 }
 
 // Timeout lets a bulk redelivery run for up to BulkTimeout (less when the

@@ -14,10 +14,12 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// ClientConfig configures the River client (NewClient). Zero means zero
-// (docs/configuration.md): no field takes a default from a 0, and validate
-// refuses one; DefaultClientConfig has the defaults, two of them computed
-// from the senders' configuration.
+// ClientConfig configures the River client (New): its settings and its
+// dependencies. Zero means zero (docs/configuration.md): no setting takes
+// a default from a 0, and validate refuses one; DefaultClientConfig has the
+// defaults, two of them computed from the senders' configuration. Pool,
+// Senders and Log are required; Worker is optional (nil: a client that
+// only inserts).
 type ClientConfig struct {
 	// MaxWorkers is how many forwards run at once in this process
 	// (DefaultMaxWorkers), at least 1, shared fairly among the targets by
@@ -26,11 +28,11 @@ type ClientConfig struct {
 	// RescueAfter is how long a job may stay running before another worker
 	// takes it over, which is what happens to the jobs of a killed process.
 	// River requires it to exceed every job's timeout, and it must exceed a
-	// forward's (the longest target timeout plus 5s; NewClient returns an
+	// forward's (the longest target timeout plus 5s; New returns an
 	// error otherwise). DefaultClientConfig makes it a forward's timeout
 	// plus a minute, so that the forwards of a killed process are taken
 	// over within about that long. The longer job kinds (a bulk
-	// redelivery, up to BulkTimeout; the maintenance jobs, up to
+	// redelivery, up to BulkTimeout; the maintenance job, up to
 	// Maintenance.Timeout) run in slices of at most RescueAfter minus 5s
 	// and carry on where they stopped.
 	RescueAfter time.Duration
@@ -49,16 +51,31 @@ type ClientConfig struct {
 	// (forward.Takeover, which releases the jobs River shows running here
 	// that no worker holds).
 	Tracker JobTracker
-	// Maintenance are other jobs the client works (the retention job):
-	// their workers, the periodic jobs that enqueue them, and their queue,
-	// worked one job at a time. A zero Maintenance has none.
+	// Maintenance is the job a working client runs beside the forwards
+	// (the retention job), enqueued periodically. A zero Maintenance has
+	// none.
 	Maintenance Maintenance
+
+	// Pool is the database of River's jobs (and of the events the bulk
+	// redeliveries read).
+	Pool *pgxpool.Pool
+	// Senders is the senders' configuration: their targets' attempts and
+	// timeouts, and the senders bulk redeliveries may name.
+	Senders *config.Config
+	// Worker, when not nil, works the forward jobs (forward.Worker), and
+	// the client works the bulk redeliveries and the maintenance job too;
+	// nil (a nil interface, not a nil *forward.Worker): the client only
+	// inserts (the api role, tools).
+	Worker ForwardWorker
+	// Log is River's logger, and the bulk redeliveries'.
+	Log *slog.Logger
 }
 
 // DefaultClientConfig returns the client's defaults for the senders of
 // cfg: DefaultMaxWorkers, the rescue horizon of a forward's timeout plus a
-// minute, DefaultFetchPollInterval, the longest sender retention, and no
-// maintenance jobs.
+// minute, DefaultFetchPollInterval, the longest sender retention, no
+// maintenance job, and no dependencies (the caller gives them, cfg as
+// Senders).
 func DefaultClientConfig(cfg *config.Config) ClientConfig {
 	retention := time.Duration(0)
 	for _, s := range cfg.Senders {
@@ -92,21 +109,19 @@ func (c ClientConfig) validate() error {
 	if c.Retention <= 0 {
 		errs = append(errs, fmt.Errorf("forward client config: Retention %s: must be positive", c.Retention))
 	}
-	if m := c.Maintenance; m.Register != nil && (m.Queue == "" || m.Timeout <= 0) {
-		errs = append(errs, fmt.Errorf("forward client config: Maintenance: Queue %q and Timeout %s: a queue and a positive timeout are needed", m.Queue, m.Timeout))
+	if err := c.Maintenance.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Pool == nil {
+		errs = append(errs, errors.New("forward client config: Pool: nil: the database of the jobs is required"))
+	}
+	if c.Senders == nil {
+		errs = append(errs, errors.New("forward client config: Senders: nil: the senders' configuration is required"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("forward client config: Log: nil: a logger is required"))
 	}
 	return errors.Join(errs...)
-}
-
-// Maintenance is a set of background jobs worked beside the forwards.
-// Timeout is the longest Timeout of its jobs; Register registers their
-// workers, whose Timeout must not exceed maxTimeout (at most Timeout: less
-// when RescueAfter is shorter).
-type Maintenance struct {
-	Queue    string
-	Timeout  time.Duration
-	Register func(workers *river.Workers, maxTimeout time.Duration) error
-	Periodic []*river.PeriodicJob
 }
 
 // rescueMargin is how much shorter than the rescue horizon a job's timeout
@@ -169,33 +184,37 @@ const slowQueuePoll = time.Second
 // (200/s with 20 workers, measured by make bench), far below ingestion.
 const fetchCooldown = 10 * time.Millisecond
 
-// NewClient returns the River client that inserts forward jobs for the
-// senders of cfg and, when worker is not nil, works them with it (and the
-// bulk redeliveries, and cc's maintenance jobs); a nil worker makes a
-// client that only inserts (the api role, tools). cc tunes it
-// (DefaultClientConfig); an error names the field when cc is invalid.
-func New(pool *pgxpool.Pool, cfg *config.Config, worker ForwardWorker, cc ClientConfig, log *slog.Logger) (*River, error) {
-	if err := cc.validate(); err != nil {
+// New returns the River client that inserts forward jobs for the senders
+// of cfg.Senders and, when cfg.Worker is not nil, works them with it (and
+// the bulk redeliveries, and cfg's maintenance job); a nil Worker makes a
+// client that only inserts (the api role, tools). cfg's settings tune it
+// (DefaultClientConfig); an error names the field when cfg is invalid or
+// lacks a dependency.
+func New(cfg ClientConfig) (*River, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	rc := &river.Config{
-		ID:                          cc.ID,
-		Logger:                      log,
-		CompletedJobRetentionPeriod: cc.Retention,
-		CancelledJobRetentionPeriod: cc.Retention,
-		DiscardedJobRetentionPeriod: cc.Retention,
+		ID:                          cfg.ID,
+		Logger:                      cfg.Log,
+		CompletedJobRetentionPeriod: cfg.Retention,
+		CancelledJobRetentionPeriod: cfg.Retention,
+		DiscardedJobRetentionPeriod: cfg.Retention,
 	}
-	if worker != nil {
-		h, err := newHorizons(cfg, cc.RescueAfter, cc.Maintenance.Timeout)
+	if cfg.Worker != nil {
+		h, err := newHorizons(cfg.Senders, cfg.RescueAfter, cfg.Maintenance.Timeout)
 		if err != nil {
 			return nil, err
 		}
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely(workers, &forwardWorker{w: worker}); err != nil {
+		if err := river.AddWorkerSafely(workers, &forwardWorker{w: cfg.Worker}); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
 		// Bulk redeliveries run on a queue of their own, one at a time.
-		bulk := NewBulkWorker(pool, cfg, log)
+		bulk, err := NewBulkWorker(BulkWorkerConfig{Pool: cfg.Pool, Senders: cfg.Senders, Log: cfg.Log})
+		if err != nil {
+			return nil, err
+		}
 		bulk.timeout = min(bulk.timeout, h.long)
 		if err := river.AddWorkerSafely(workers, bulk); err != nil {
 			return nil, fmt.Errorf("register bulk redelivery worker: %w", err)
@@ -210,28 +229,30 @@ func New(pool *pgxpool.Pool, cfg *config.Config, worker ForwardWorker, cc Client
 		// FetchPollInterval. Each queue polls on its own, and an idle
 		// process made 30 polls a second with all three at 100ms.
 		rc.Queues = map[string]river.QueueConfig{
-			ForwardQueue: {MaxWorkers: cc.MaxWorkers + spareWorkers(cc.MaxWorkers)},
+			ForwardQueue: {MaxWorkers: cfg.MaxWorkers + spareWorkers(cfg.MaxWorkers)},
 			BulkQueue:    {MaxWorkers: 1, FetchPollInterval: slowQueuePoll},
 		}
-		if m := cc.Maintenance; m.Register != nil {
-			if err := m.Register(workers, min(m.Timeout, h.long)); err != nil {
-				return nil, fmt.Errorf("register maintenance workers: %w", err)
+		if m := cfg.Maintenance; m.Run != nil {
+			// At most m.Timeout: shorter under a shorter rescue horizon.
+			mw := &maintenanceWorker{run: m.Run, timeout: min(m.Timeout, h.long)}
+			if err := river.AddWorkerSafely(workers, mw); err != nil {
+				return nil, fmt.Errorf("register maintenance worker: %w", err)
 			}
-			rc.Queues[m.Queue] = river.QueueConfig{MaxWorkers: 1, FetchPollInterval: slowQueuePoll}
-			rc.PeriodicJobs = m.Periodic
+			rc.Queues[MaintenanceQueue] = river.QueueConfig{MaxWorkers: 1, FetchPollInterval: slowQueuePoll}
+			rc.PeriodicJobs = []*river.PeriodicJob{m.periodicJob()}
 		}
 		rc.Workers = workers
-		if cc.Tracker != nil {
-			rc.Middleware = []rivertype.Middleware{&trackJobs{t: cc.Tracker}}
+		if cfg.Tracker != nil {
+			rc.Middleware = []rivertype.Middleware{&trackJobs{t: cfg.Tracker}}
 		}
 		rc.JobTimeout = h.forward
 		rc.RescueStuckJobsAfter = h.rescue
 		rc.FetchCooldown = fetchCooldown
-		rc.FetchPollInterval = cc.FetchPollInterval
+		rc.FetchPollInterval = cfg.FetchPollInterval
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), rc)
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}
-	return &River{client: client, pool: pool, jobs: NewJobs(pool), cfg: cfg}, nil
+	return &River{client: client, pool: cfg.Pool, jobs: NewJobs(cfg.Pool), cfg: cfg.Senders}, nil
 }

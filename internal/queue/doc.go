@@ -1,8 +1,10 @@
 // Package queue is the seam between hookgate's forwarding and the job
 // queue that runs its forwards, and River is its one implementation: this
-// package alone imports River for forwards and alone knows how a forward
-// is encoded in River's table river_job. The rest of hookgate speaks in
-// forwards and their five states (State), through:
+// package alone imports River (but for migrations, which runs River's
+// migrator; a depguard rule in .golangci.yaml keeps it out of the others'
+// non-test files) and alone knows how a forward is encoded in River's
+// table river_job. The rest of hookgate speaks in forwards and their five
+// states (State), through:
 //
 //   - Queue, the small interface of what forwarding asks of a queue:
 //     enqueue forwards (the relay), redeliver an event or a target's
@@ -14,6 +16,9 @@
 //     Snooze, Cancel, RecordOutput and MarkProbed for what River's worker
 //     API would say; Timeout and NextRetry. JobTracker learns which jobs
 //     the process's workers run (forward.Takeover).
+//   - Maintenance, a periodic job a working client runs beside the
+//     forwards, one process at a time: package retention's runs
+//     (retention.Worker.Maintenance), a plain function to River.
 //   - Jobs, the statements on River's table and forward_delivered that
 //     River has no API for: an event's forwards, a target's counts and
 //     list, the backlog, the forwards a bulk redelivery matches, the
@@ -25,7 +30,9 @@
 //   - river.go: Queue, River, Job, ForwardWorker and the River worker and
 //     middleware around them
 //   - client.go: River's client (ClientConfig, New): queues, timeouts, the
-//     rescue horizon, the maintenance jobs
+//     rescue horizon
+//   - maintenance.go: the maintenance job (Maintenance: package
+//     retention's runs), its River job kind, worker and periodic job
 //   - args.go: a forward job's arguments (Args) and insert options
 //   - redeliver.go, bulkredeliver.go: redelivery of one event, and in bulk
 //     (the bulk job's worker)

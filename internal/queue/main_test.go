@@ -2,13 +2,10 @@ package queue
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -44,29 +41,6 @@ func newFixture(t *testing.T) (*fixture, *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	return &fixture{Jobs: NewJobs(pool), Queries: store.New(pool), ingest: ingest, pool: pool, jobs: queuetest.New(pool)}, pool
-}
-
-// accept stores a delivery of sender with id received at at, through the
-// ingest pipeline, and returns it.
-func accept(t *testing.T, s *fixture, sender, id string, at time.Time) dedup.Delivery {
-	t.Helper()
-	eventID, err := uuid.NewV7()
-	if err != nil {
-		t.Fatal(err)
-	}
-	at = at.UTC().Truncate(time.Microsecond)
-	d := dedup.Delivery{
-		Key:           dedup.Key{Sender: sender, DeliveryID: id},
-		RequestSHA256: sha256.Sum256([]byte("body of " + id)),
-		EventID:       eventID,
-		Response:      dedup.Response{Status: 202, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
-		ReceivedAt:    at,
-		ExpiresAt:     at.Add(time.Hour),
-	}
-	if _, err := s.ingest.Run(t.Context(), d, nil); err != nil {
-		t.Fatalf("accept %s/%s: %v", sender, id, err)
-	}
-	return d
 }
 
 // parseConfig parses a hookgate.yaml without environment variables.

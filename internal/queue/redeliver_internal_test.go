@@ -39,7 +39,9 @@ func TestRedeliveriesSerialiseAcrossProcesses(t *testing.T) {
 	log := testkit.Logger(t)
 	var clients []*River
 	for _, p := range []*pgxpool.Pool{pool, other} {
-		c, err := New(p, cfg, nil, DefaultClientConfig(cfg), log)
+		cc := DefaultClientConfig(cfg)
+		cc.Pool, cc.Senders, cc.Log = p, cfg, log
+		c, err := New(cc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +133,9 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 	cfg := parseConfig(t, statesYAML)
 	log := testkit.Logger(t)
 	w := unreachable{}
-	client, err := New(pool, cfg, w, DefaultClientConfig(cfg), log)
+	cc := DefaultClientConfig(cfg)
+	cc.Pool, cc.Senders, cc.Worker, cc.Log = pool, cfg, w, log
+	client, err := New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,9 @@ func setup(t *testing.T) (*pgxpool.Pool, *config.Config, *River) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := New(pool, cfg, nil, DefaultClientConfig(cfg), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cc := DefaultClientConfig(cfg)
+	cc.Pool, cc.Senders, cc.Log = pool, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))
+	client, err := New(cc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,19 @@
 package queue
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 )
 
 // TestRescueHorizonExceedsEveryJobTimeout: River's rescuer takes over a job
 // running longer than RescueStuckJobsAfter, so (River's documentation) it
 // must exceed every job's timeout — a forward's (the longest target timeout
-// + 5s), a bulk redelivery's (up to an hour) and the maintenance jobs'
+// + 5s), a bulk redelivery's (up to an hour) and the maintenance job's
 // (retention: ten minutes) — or a long job is started again on another
 // worker while it still runs. By default the horizon is a forward's timeout
 // plus a minute, and the long kinds run in slices below it.
@@ -32,12 +34,15 @@ func TestRescueHorizonExceedsEveryJobTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		bulk := NewBulkWorker(nil, cfg, nil)
+		bulk, err := NewBulkWorker(BulkWorkerConfig{Pool: new(pgxpool.Pool), Senders: cfg, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
 		bulk.timeout = min(bulk.timeout, h.long)
 		timeouts := map[string]time.Duration{
-			"forward":          h.forward,
-			"bulk redelivery":  bulk.Timeout(&river.Job[BulkArgs]{}),
-			"maintenance jobs": min(maintenance, h.long),
+			"forward":         h.forward,
+			"bulk redelivery": bulk.Timeout(&river.Job[BulkArgs]{}),
+			"maintenance":     min(maintenance, h.long),
 		}
 		for kind, d := range timeouts {
 			if d <= 0 || d >= h.rescue {

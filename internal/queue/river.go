@@ -66,7 +66,7 @@ type Inserted struct {
 
 // River is the queue on River: its client inserts forward jobs and, when
 // it was made with a worker, works them (and the bulk redeliveries, and
-// the maintenance jobs).
+// the maintenance job).
 type River struct {
 	client *river.Client[pgx.Tx]
 	pool   *pgxpool.Pool

@@ -17,20 +17,23 @@ func withDeps(c Config) Config {
 	return c
 }
 
-// TestConfigValidate: DefaultConfig with its dependencies is valid; a zero
-// or negative interval or timeout is refused by validate, NewWorker and
-// PeriodicJob, with an error naming the field (never taken for the
-// default); a missing dependency by validate and NewWorker, naming it.
+// TestConfigValidate: DefaultConfig with its dependencies is valid, and
+// NewWorker's maintenance job runs every Interval for at most Timeout; a
+// zero or negative interval or timeout is refused by validate and
+// NewWorker, with an error naming the field (never taken for the
+// default); a missing dependency too, naming it. (That the queue refuses
+// a maintenance job of a zero interval or timeout is queue's test.)
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	if err := withDeps(DefaultConfig()).validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)
 	}
-	if w, err := NewWorker(withDeps(Config{Interval: time.Second, Timeout: time.Minute})); err != nil || w.Timeout(nil) != time.Minute {
-		t.Fatalf("NewWorker with a 1m timeout: %v; want its runs to take at most 1m", err)
+	w, err := NewWorker(withDeps(Config{Interval: time.Second, Timeout: time.Minute}))
+	if err != nil {
+		t.Fatalf("NewWorker with a 1s interval and a 1m timeout: %v", err)
 	}
-	if _, err := PeriodicJob(DefaultConfig()); err != nil {
-		t.Errorf("PeriodicJob without dependencies: %v; it needs none", err)
+	if m := w.Maintenance(); m.Interval != time.Second || m.Timeout != time.Minute || m.Run == nil {
+		t.Errorf("NewWorker with a 1s interval and a 1m timeout: its maintenance job %+v; want it run every 1s, for at most 1m", m)
 	}
 	for _, tc := range []struct {
 		name  string
@@ -62,11 +65,8 @@ func TestConfigValidate(t *testing.T) {
 		if err := withDeps(tc.c).validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: validate() = %v, want an error naming %q", tc.name, err, tc.want)
 		}
-		if _, err := NewWorker(withDeps(tc.c)); err == nil {
-			t.Errorf("%s: NewWorker accepted it", tc.name)
-		}
-		if _, err := PeriodicJob(tc.c); err == nil {
-			t.Errorf("%s: PeriodicJob accepted it", tc.name)
+		if _, err := NewWorker(withDeps(tc.c)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: NewWorker: %v, want an error naming %q", tc.name, err, tc.want)
 		}
 	}
 }

@@ -4,9 +4,9 @@
 // delivered forwards older than the longest sender retention (as River
 // deletes its finished jobs), and the single-use signature tokens
 // (package sigtoken) whose timestamps the signature check refuses by now.
-// It runs as a River periodic job, so
-// one replica at a time does the work, in small batches, so that no
-// long-held lock blocks ingestion.
+// It runs as the job queue's periodic maintenance job (Worker.Maintenance,
+// queue.Maintenance), so one replica at a time does the work, in small
+// batches, so that no long-held lock blocks ingestion.
 package retention
 
 import (
@@ -15,9 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/queue"
@@ -31,29 +28,6 @@ const (
 	// BatchSize is how many rows one statement deletes at most.
 	BatchSize = 1000
 )
-
-// Args are the retention job's arguments (none).
-type Args struct{}
-
-// Kind is the River job kind of the retention job.
-func (Args) Kind() string { return "hookgate_retention" }
-
-// InsertOpts keeps at most one retention job waiting or running.
-func (Args) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       Queue,
-		MaxAttempts: 3,
-		UniqueOpts:  river.UniqueOpts{ByState: unfinished},
-	}
-}
-
-// unfinished are River's states of a job not finished yet: a retention
-// job is not inserted again while one is in them.
-var unfinished = []rivertype.JobState{rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
-	rivertype.JobStateRunning, rivertype.JobStateScheduled}
-
-// Queue is the River queue of maintenance jobs.
-const Queue = "maintenance"
 
 // Result counts what one run deleted.
 type Result struct {
@@ -191,9 +165,8 @@ type Config struct {
 	// positive; once at start too.
 	Interval time.Duration
 	// Timeout is the longest a run takes (JobTimeout), positive. A run cut
-	// short leaves the rest to the next one. queue.New gives the
-	// Maintenance jobs' Register a shorter one when its rescue horizon is
-	// shorter.
+	// short leaves the rest to the next one. The queue cuts it shorter when
+	// its rescue horizon is shorter (queue.Maintenance.Timeout).
 	Timeout time.Duration
 }
 
@@ -206,8 +179,11 @@ func DefaultConfig() Config {
 // validate returns an error naming the field at fault, or nil: the
 // settings, and the dependencies NewWorker requires.
 func (c Config) validate() error {
-	if err := c.validateSettings(); err != nil {
-		return err
+	if c.Interval <= 0 {
+		return fmt.Errorf("retention config: Interval %s: must be positive", c.Interval)
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("retention config: Timeout %s: must be positive", c.Timeout)
 	}
 	var errs []error
 	if c.DB == nil {
@@ -222,26 +198,15 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// validateSettings returns an error naming the setting at fault, or nil:
-// all that PeriodicJob needs.
-func (c Config) validateSettings() error {
-	if c.Interval <= 0 {
-		return fmt.Errorf("retention config: Interval %s: must be positive", c.Interval)
-	}
-	if c.Timeout <= 0 {
-		return fmt.Errorf("retention config: Timeout %s: must be positive", c.Timeout)
-	}
-	return nil
-}
-
-// Worker runs the retention job.
+// Worker runs the retention job: Work is what the job queue's maintenance
+// job (Maintenance) runs.
 type Worker struct {
-	river.WorkerDefaults[Args]
-	q       *store.Queries
-	tokens  *sigtoken.Store
-	cfg     *config.Config
-	log     *slog.Logger
-	timeout time.Duration
+	q        *store.Queries
+	tokens   *sigtoken.Store
+	cfg      *config.Config
+	log      *slog.Logger
+	interval time.Duration
+	timeout  time.Duration
 }
 
 // JobTimeout is the longest a run takes (a large backlog after an outage)
@@ -250,20 +215,19 @@ type Worker struct {
 const JobTimeout = 10 * time.Minute
 
 // NewWorker returns the retention job's worker on cfg.DB for cfg.Senders,
-// whose runs take at most cfg.Timeout; an error naming the field when cfg
-// is invalid or lacks a dependency.
+// run every cfg.Interval for at most cfg.Timeout (Maintenance); an error
+// naming the field when cfg is invalid or lacks a dependency.
 func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{q: store.New(cfg.DB), tokens: sigtoken.New(cfg.DB), cfg: cfg.Senders, log: cfg.Log, timeout: cfg.Timeout}, nil
+	return &Worker{q: store.New(cfg.DB), tokens: sigtoken.New(cfg.DB), cfg: cfg.Senders, log: cfg.Log,
+		interval: cfg.Interval, timeout: cfg.Timeout}, nil
 }
 
-// Timeout is how long a run may take: the Config's Timeout.
-func (w *Worker) Timeout(*river.Job[Args]) time.Duration { return w.timeout }
-
-// Work deletes what has expired.
-func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+// Work deletes what has expired at the time it starts (Run, until ctx
+// ends), and logs what it deleted.
+func (w *Worker) Work(ctx context.Context) error {
 	res, err := run(ctx, w.q, w.tokens, w.cfg, time.Now())
 	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 || res.Tokens > 0 {
 		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events, "forwards_deleted", res.Forwards,
@@ -275,14 +239,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	return nil
 }
 
-// PeriodicJob enqueues the retention job every rc.Interval, and once at
-// start; an error naming the field when rc's settings are invalid (it
-// needs none of the dependencies).
-func PeriodicJob(rc Config) (*river.PeriodicJob, error) {
-	if err := rc.validateSettings(); err != nil {
-		return nil, err
-	}
-	return river.NewPeriodicJob(river.PeriodicInterval(rc.Interval),
-		func() (river.JobArgs, *river.InsertOpts) { return Args{}, nil },
-		&river.PeriodicJobOpts{RunOnStart: true}), nil
+// Maintenance returns the job queue's maintenance job that runs w's Work
+// every Config.Interval, and once at start, for at most Config.Timeout
+// (queue.ClientConfig.Maintenance).
+func (w *Worker) Maintenance() queue.Maintenance {
+	return queue.Maintenance{Interval: w.interval, Timeout: w.timeout, Run: w.Work}
 }

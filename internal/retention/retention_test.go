@@ -1,10 +1,11 @@
 package retention_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,23 +105,28 @@ senders:
 	}
 }
 
-// The worker does the same as Run, as a River job would call it.
+// The worker does the same as Run, as the queue's maintenance job calls it
+// (Maintenance().Run), and logs what it deleted.
 func TestWorkerDeletesExpired(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
 	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
 	seed(t, pool, "a", "x-", 3, time.Now().Add(-time.Second), time.Now().Add(-8*24*time.Hour))
 	rc := retention.DefaultConfig()
-	rc.DB, rc.Senders, rc.Log = pool, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logged bytes.Buffer
+	rc.DB, rc.Senders, rc.Log = pool, cfg, slog.New(slog.NewTextHandler(&logged, nil))
 	w, err := retention.NewWorker(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Work(context.Background(), nil); err != nil {
+	if err := w.Maintenance().Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if k, e := count(t, pool, `SELECT count(*) FROM processed_messages`), count(t, pool, `SELECT count(*) FROM webhook_events`); k != 0 || e != 0 {
 		t.Errorf("after the job: %d keys, %d events; want none", k, e)
+	}
+	if !strings.Contains(logged.String(), "keys_deleted=3 events_deleted=3") {
+		t.Errorf("logged %q, want what the run deleted", logged.String())
 	}
 }
 
