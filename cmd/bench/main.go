@@ -8,7 +8,8 @@
 // rows, the gateway idle, and BenchmarkRun (internal/dedup) beside it;
 // replays; a server forwarding to a sink with --role api and --role all
 // (the sink's receipt of every forward, the time from the 2xx to it, the
-// CPU per forward, each forward's state from the operator API). Each phase
+// CPU per forward, each forward's state from the operator API), and
+// --role all with a NATS JetStream target (nats.go). Each phase
 // reads from /proc the CPU of the gateway, this load generator, PostgreSQL,
 // pgbench and the machine; a ratio that other processes' load could have
 // decided is ???? (inconclusive). It exits 1 unless every check passes.
@@ -59,6 +60,7 @@ type bench struct {
 	pgPID                    int // the postmaster's; 0 when PostgreSQL runs elsewhere
 	body                     []byte
 	first                    *loadResult // phase 1: the ratios' reference
+	allRatio                 float64     // the --role all phase's rate ÷ first's
 	rss                      float64     // the highest peak RSS of a server, MB
 	lines, disturbed         []string
 	failed, inconclusive     bool
@@ -251,6 +253,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 				return err
 			}
 		}
+		if err := b.natsPhase(ctx, b.allRatio); err != nil {
+			return err
+		}
 	}
 	b.check(b.rss > 0 && b.rss <= b.maxRSS, "server peak RSS %.1f MB (limit %.0f MB)", b.rss, b.maxRSS)
 	return nil
@@ -386,6 +391,7 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, role, tag string) er
 	b.ratio("forwarding: "+what+" %.0f/s ÷ without a target %.0f/s", load.rate(), ref, need, load.cpu, b.first.cpu, "--role "+role+" phase", "no-target phase")
 	expected := load.accepted
 	if role == "all" {
+		b.allRatio = load.rate() / max(ref, 1)
 		// The same process works the forwards: wait for the backlog.
 		t0 := time.Now()
 		received := sk.wait(ctx, tag, load.accepted, b.forwardDrain, srv)

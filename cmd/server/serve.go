@@ -150,6 +150,9 @@ type forwarding struct {
 	// job this process still runs is taken for a dead process's.
 	takeover     *forward.Takeover
 	stopTakeover func(context.Context)
+	// transports send the forwards (HTTP, and the brokers' connections,
+	// closed once nothing forwards any more); nil for the api role.
+	transports *forward.Transports
 	// reg is where the relay registers its metric.
 	reg prometheus.Registerer
 }
@@ -215,8 +218,9 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 		return nil, err
 	}
 	var (
-		worker   *forward.Worker // nil for the api role: its client inserts only
-		takeover *forward.Takeover
+		worker     *forward.Worker // nil for the api role: its client inserts only
+		takeover   *forward.Takeover
+		transports *forward.Transports
 	)
 	if work {
 		cc.ID = forward.NewProcessID()
@@ -226,7 +230,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			return nil, err
 		}
 		cc.Tracker = takeover
-		if worker, err = newForwardWorker(db, cfg, s, m, log); err != nil {
+		if worker, transports, err = newForwardWorker(db, cfg, s, m, log); err != nil {
 			return nil, err
 		}
 		cc.Worker = worker
@@ -235,7 +239,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{queue: q, work: work, takeover: takeover, reg: reg}
+	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg}
 	if work && s.role == roleAll && s.fastPath {
 		// The fast path shares the River worker's HTTP client and Gate:
 		// fair shares, max_in_flight and breakers hold across both. It
@@ -252,20 +256,28 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 }
 
 // newForwardWorker returns the process's forward worker: a Gate of the
-// settings (--forward-workers forwards at once, the default breakers), an
-// HTTP client keeping as many idle connections per target, and the retry
-// schedule of the settings.
-func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, error) {
+// settings (--forward-workers forwards at once, the default breakers), its
+// transports (an HTTP client keeping as many idle connections per target,
+// and the brokers' connections, all to the allowed hosts only), and the
+// retry schedule of the settings.
+func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, *forward.Transports, error) {
 	gc := s.gate
 	gc.DB, gc.Metrics, gc.Log = db.pool, m, log
 	gate, err := forward.NewGate(gc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	wc := s.worker
 	wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, gate, m, log
-	wc.Client = forward.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
-	return forward.NewWorker(wc)
+	client := forward.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
+	ts := forward.NewTransports(client, s.allowedHosts.DialContext(&net.Dialer{}), time.Now)
+	wc.Transport = ts
+	w, err := forward.NewWorker(wc)
+	if err != nil {
+		ts.Close()
+		return nil, nil, err
+	}
+	return w, ts, nil
 }
 
 // forwardClientConfig is the River client's configuration from the
@@ -504,5 +516,8 @@ func shutdown(ctx context.Context, httpSrv *http.Server, fwd *forwarding, wait t
 	// River works no job any more: the heartbeat stops, and whatever is
 	// left running can be taken over by the other processes at once.
 	fwd.stopTakeover(ctx)
+	if fwd.transports != nil {
+		fwd.transports.Close() // the brokers' connections
+	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// natsPhase runs the --role all phase again with a NATS JetStream target
+// instead of the HTTP sink: a nats-server -js of its own (Debian's
+// package nats-server), a stream that takes the target's subject, and the
+// ratio of first deliveries/s to the no-target phase's, beside the HTTP
+// target's (httpRatio); then every accepted event must be in the stream,
+// once, within the drain timeout.
+func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nats-server"); serr != nil {
+			b.line("----", "forwarding to NATS: not measured (no nats-server: install the Debian/Ubuntu package 'nats-server')")
+			return nil
+		}
+		bin = "/usr/sbin/nats-server"
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	cmd := exec.CommandContext(ctx, bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", b.tmp+"/nats")
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start nats-server: %w", err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	var nc *nats.Conn
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if nc, err = nats.Connect(url); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("connect to nats-server: %w", err)
+		}
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		return fmt.Errorf("create the stream: %w", err)
+	}
+	config := benchConfig + "    forward:\n      - name: bus\n        url: " + url + "\n        nats: { subject: \"bench.{sender}.{event_type}\" }\n        event_types: [\"order.*\"]\n"
+	srv, err := b.startServer(ctx, "server-forward-nats", config, "--role", "all")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.stop() }()
+	b.checkpoint(ctx)
+	load, err := b.load(ctx, srv, "first delivery, 1 NATS target, all", loadConfig{ids: firstIDs("fwn")})
+	if err != nil {
+		return err
+	}
+	b.ratio("forwarding to NATS JetStream: --role all %.0f/s ÷ without a target %.0f/s", load.rate(), b.first.rate(), b.minForwardAllRatio, load.cpu, b.first.cpu, "NATS phase", "no-target phase")
+	ratio := load.rate() / max(b.first.rate(), 1)
+	fmt.Fprintf(b.out, "  NATS target %.2f× the no-target rate, HTTP target %.2f× (NATS ÷ HTTP %.2f)\n", ratio, httpRatio, ratio/max(httpRatio, 1e-9))
+	t0 := time.Now()
+	var stored uint64
+	for deadline := t0.Add(b.forwardDrain); ; time.Sleep(20 * time.Millisecond) {
+		info, err := stream.Info(ctx)
+		if err == nil {
+			stored = info.State.Msgs
+		}
+		if stored >= uint64(load.accepted) || time.Now().After(deadline) {
+			break
+		}
+	}
+	b.check(stored == uint64(load.accepted) && load.accepted > 0, "forwarding to NATS, --role all: the stream holds %d messages for %d accepted events %s after the load's end",
+		stored, load.accepted, time.Since(t0).Round(10*time.Millisecond))
+	b.check(load.errors == 0 && load.count > 0, "forwarding to NATS, --role all: %d errors in %d requests", load.errors, load.requests)
+	b.stop(srv, " (--role all, one NATS target)")
+	return nil
+}
