@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -88,15 +87,7 @@ func TestNATSTargetSurvivesKillsAndRestarts(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.StartNATS(t)
 	ctx := t.Context()
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := srv.JetStream(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +116,7 @@ func TestNATSTargetSurvivesKillsAndRestarts(t *testing.T) {
 		return jobStates(t, pool)["completed"] == len(events)
 	}, func() string { return fmt.Sprintf("jobs %v, outbox %d", jobStates(t, pool), outboxRows(t, pool)) })
 
-	nc2, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc2.Close()
-	js2, _ := jetstream.New(nc2)
+	js2 := srv.JetStream(t)
 	cons, err := js2.OrderedConsumer(ctx, "HOOKS", jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -176,12 +162,7 @@ func TestRabbitMQTargetSurvivesKillsAndRestarts(t *testing.T) {
 	testkit.Slow(t, "kills hookgate and RabbitMQ under load")
 	t.Parallel()
 	b := brokertest.StartRabbitMQ(t)
-	var conn *amqp.Connection
-	testkit.Poll(t, time.Minute, "RabbitMQ to accept a connection", func() bool {
-		c, err := amqp.Dial(b.URL())
-		conn = c
-		return err == nil
-	})
+	conn := b.Dial(t)
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +176,6 @@ func TestRabbitMQTargetSurvivesKillsAndRestarts(t *testing.T) {
 	if err := ch.QueueBind("acme", "acme.#", "hooks", false, nil); err != nil {
 		t.Fatal(err)
 	}
-	_ = conn.Close()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
 	cfg := writeConfig(t, senderConfig+fmt.Sprintf(`    forward:
@@ -218,13 +198,7 @@ func TestRabbitMQTargetSurvivesKillsAndRestarts(t *testing.T) {
 		return jobStates(t, pool)["completed"] == len(events)
 	}, func() string { return fmt.Sprintf("jobs %v, outbox %d", jobStates(t, pool), outboxRows(t, pool)) })
 
-	var conn2 *amqp.Connection
-	testkit.Poll(t, 30*time.Second, "RabbitMQ to accept a connection", func() bool {
-		c, err := amqp.Dial(b.URL())
-		conn2 = c
-		return err == nil
-	})
-	defer conn2.Close()
+	conn2 := b.Dial(t)
 	ch2, err := conn2.Channel()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,9 @@
 package brokertest
 
 import (
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -56,4 +59,20 @@ func (n *NATS) Stop() {
 	defer n.mu.Unlock()
 	n.p.kill()
 	n.p = nil
+}
+
+// JetStream returns a JetStream client of the server on a connection
+// closed with the test.
+func (n *NATS) JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatalf("brokertest: connect to NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

@@ -1,6 +1,8 @@
 package brokertest
 
 import (
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -98,4 +100,22 @@ func (r *RabbitMQ) close() {
 	defer r.mu.Unlock()
 	r.epmdP.kill()
 	r.epmdP = nil
+}
+
+// Dial returns a connection to the broker (as guest), made as soon as the
+// broker accepts one (within a minute of a Start), closed with the test.
+func (r *RabbitMQ) Dial(t testing.TB) *amqp.Connection {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := amqp.Dial(r.URL())
+		if err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("brokertest: connect to RabbitMQ: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

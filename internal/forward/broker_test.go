@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -40,15 +39,7 @@ func TestNATSTransport(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.StartNATS(t)
 	ctx := t.Context()
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := srv.JetStream(t)
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -99,12 +90,7 @@ func TestNATSTransport(t *testing.T) {
 	testkit.Poll(t, 30*time.Second, "a publish after the restart to be delivered", func() bool {
 		return tr.Send(ctx, down).Verdict == forward.VerdictDelivered
 	})
-	nc2, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc2.Close()
-	js2, _ := jetstream.New(nc2)
+	js2 := srv.JetStream(t)
 	stream2, err := js2.Stream(ctx, "HOOKS")
 	if err != nil {
 		t.Fatal(err)
@@ -125,12 +111,7 @@ func TestRabbitMQTransport(t *testing.T) {
 	t.Parallel()
 	b := brokertest.StartRabbitMQ(t)
 	ctx := t.Context()
-	var conn *amqp.Connection
-	testkit.Poll(t, 60*time.Second, "RabbitMQ to accept a connection", func() bool {
-		c, err := amqp.Dial(b.URL())
-		conn = c
-		return err == nil
-	})
+	conn := b.Dial(t)
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +125,6 @@ func TestRabbitMQTransport(t *testing.T) {
 	if err := ch.QueueBind("acme-events", "acme.#", "hooks", false, nil); err != nil {
 		t.Fatal(err)
 	}
-	_ = conn.Close()
 
 	tr := forward.NewRabbitMQTransport(nil, time.Now)
 	defer tr.Close()
@@ -170,13 +150,7 @@ func TestRabbitMQTransport(t *testing.T) {
 		return tr.Send(ctx, down).Verdict == forward.VerdictDelivered
 	})
 
-	var conn2 *amqp.Connection
-	testkit.Poll(t, 30*time.Second, "RabbitMQ to accept a connection", func() bool {
-		c, err := amqp.Dial(b.URL())
-		conn2 = c
-		return err == nil
-	})
-	defer conn2.Close()
+	conn2 := b.Dial(t)
 	ch2, err := conn2.Channel()
 	if err != nil {
 		t.Fatal(err)

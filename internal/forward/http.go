@@ -55,11 +55,7 @@ func NewHTTPTransport(client *http.Client, now func() time.Time) *HTTPTransport 
 // bound the attempt either way.
 func (h *HTTPTransport) Send(ctx context.Context, m Message) Sent {
 	t := m.Target
-	timeout, limited := time.Duration(t.Timeout), false
-	if m.Limit > 0 && m.Limit < timeout {
-		timeout, limited = m.Limit, true
-	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
+	b, rctx, cancel := bound(ctx, m)
 	defer cancel()
 	req, err := h.request(rctx, m)
 	if err != nil {
@@ -76,7 +72,7 @@ func (h *HTTPTransport) Send(ctx context.Context, m Message) Sent {
 			err = ue.Err
 		}
 		err = fmt.Errorf("post to target %q: %w", t.Name, err)
-		if ctx.Err() != nil || limited && rctx.Err() != nil {
+		if b.cut(rctx) {
 			// The process is stopping (or the caller's time is up), not
 			// the target failing.
 			return Sent{Verdict: VerdictNone, Err: err}

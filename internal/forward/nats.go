@@ -49,13 +49,10 @@ func NewNATSTransport(dial DialFunc, now func() time.Time) *NATSTransport {
 // m.Limit when shorter), and classifies the outcome.
 func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 	t := m.Target
-	timeout, limited := time.Duration(t.Timeout), false
-	if m.Limit > 0 && m.Limit < timeout {
-		timeout, limited = m.Limit, true
-	}
-	sctx, cancel := context.WithTimeout(ctx, timeout)
+	b, sctx, cancel := bound(ctx, m)
 	defer cancel()
-	cut := func() bool { return ctx.Err() != nil || limited && sctx.Err() != nil }
+	cut := func() bool { return b.cut(sctx) }
+	timeout := b.timeout
 	start := time.Now()
 	c, err := n.conn(sctx, t)
 	if err != nil {

@@ -64,13 +64,10 @@ func NewRabbitMQTransport(dial DialFunc, now func() time.Time) *RabbitMQTranspor
 // m.Limit when shorter), and classifies the outcome.
 func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
 	t := m.Target
-	timeout, limited := time.Duration(t.Timeout), false
-	if m.Limit > 0 && m.Limit < timeout {
-		timeout, limited = m.Limit, true
-	}
-	sctx, cancel := context.WithTimeout(ctx, timeout)
+	b, sctx, cancel := bound(ctx, m)
 	defer cancel()
-	cut := func() bool { return ctx.Err() != nil || limited && sctx.Err() != nil }
+	cut := func() bool { return b.cut(sctx) }
+	timeout := b.timeout
 	retry := func(err error, took time.Duration) Sent {
 		if cut() {
 			return Sent{Verdict: VerdictNone, Err: err}

@@ -120,3 +120,29 @@ type Sent struct {
 func (s Sent) answered() bool {
 	return s.Status != 0 || s.Verdict == VerdictDelivered
 }
+
+// sendBound is the time one send of a message has: its target's timeout,
+// or the message's Limit when shorter, within the caller's context.
+type sendBound struct {
+	ctx     context.Context // the caller's
+	timeout time.Duration
+	limited bool // Limit is shorter than the target's timeout
+}
+
+// bound returns m's send bound and the context of the send, which the
+// caller cancels once the send is done.
+func bound(ctx context.Context, m Message) (sendBound, context.Context, context.CancelFunc) {
+	b := sendBound{ctx: ctx, timeout: time.Duration(m.Target.Timeout)}
+	if m.Limit > 0 && m.Limit < b.timeout {
+		b.timeout, b.limited = m.Limit, true
+	}
+	sctx, cancel := context.WithTimeout(ctx, b.timeout)
+	return b, sctx, cancel
+}
+
+// cut reports whether a send that failed in sctx was cut short by the
+// caller (the process is stopping, the fast path's lease is running out)
+// rather than by the target: the send then has no verdict.
+func (b sendBound) cut(sctx context.Context) bool {
+	return b.ctx.Err() != nil || b.limited && sctx.Err() != nil
+}
