@@ -28,7 +28,7 @@ func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
 		}
 		bin = "/usr/sbin/nats-server"
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}

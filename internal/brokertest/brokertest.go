@@ -101,7 +101,7 @@ func install(pkg string) error {
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func waitPort(t testing.TB, port int, within time.Duration, exited <-chan struct
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err == nil {
 			_ = c.Close()
 			return
@@ -157,7 +157,8 @@ func start(t testing.TB, logFile string, env []string, name string, args ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(name, args...)
+	// Not CommandContext: the server lives beyond the call, until kill.
+	cmd := exec.Command(name, args...) //nolint:noctx // killed by process.kill (and the parent-death signal)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
