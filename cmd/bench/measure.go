@@ -229,6 +229,7 @@ var procFS, _ = procfs.NewDefaultFS()
 type cpuSnap struct {
 	at                                       time.Time
 	server, postgres, self, busy, irq, total float64 // postgres: the postmaster and its children, live or reaped
+	broker                                   float64 // the NATS phase's nats-server
 	others                                   map[int]float64
 	comm                                     map[int]string // of others; "" for kernel threads
 }
@@ -247,6 +248,8 @@ func takeCPU(serverPID, pgPID int) cpuSnap {
 			s.server = st.CPUTime()
 		case pgPID > 0 && (p.PID == pgPID || st.PPID == pgPID):
 			s.postgres += all
+		case st.Comm == "nats-server": // the NATS phase's target, part of what it measures
+			s.broker += all
 		default:
 			s.others[p.PID], s.comm[p.PID] = all, st.Comm
 			if st.PPID == 2 || p.PID == 2 {
@@ -276,6 +279,7 @@ func gatewayPGTime(a, b cpuSnap) time.Duration {
 // busy for the whole interval).
 type cpuUse struct {
 	server, loadgen, postgres, pgbench, irq, kthreads, machine, cores float64
+	broker                                                            float64 // nats-server
 	others                                                            float64 // processes outside the measurement
 	topOthers                                                         string  // which (a hint: reaped children count whole)
 	ok, isPgbench                                                     bool
@@ -289,7 +293,7 @@ func cpuBetween(a, b cpuSnap, pgbench *time.Duration) cpuUse {
 		return cpuUse{}
 	}
 	u := cpuUse{server: (b.server - a.server) / secs, loadgen: (b.self - a.self) / secs, postgres: (b.postgres - a.postgres) / secs,
-		irq: (b.irq - a.irq) / secs, machine: (b.busy - a.busy) / secs, cores: (b.total - a.total) / secs, ok: true}
+		irq: (b.irq - a.irq) / secs, machine: (b.busy - a.busy) / secs, cores: (b.total - a.total) / secs, broker: (b.broker - a.broker) / secs, ok: true}
 	if pgbench != nil {
 		u.pgbench, u.isPgbench = pgbench.Seconds()/secs, true
 	}
@@ -310,7 +314,7 @@ func cpuBetween(a, b cpuSnap, pgbench *time.Duration) cpuUse {
 	// Other processes are what the machine did beyond what is accounted
 	// for (summing their deltas would overstate: a process that reaps a
 	// long-running child gains its whole lifetime at once).
-	u.others, u.topOthers = max(u.machine-u.server-u.loadgen-u.postgres-u.pgbench-u.irq-u.kthreads, 0), strings.Join(top, ", ")
+	u.others, u.topOthers = max(u.machine-u.server-u.loadgen-u.postgres-u.pgbench-u.broker-u.irq-u.kthreads, 0), strings.Join(top, ", ")
 	return u
 }
 
@@ -322,6 +326,9 @@ func (u cpuUse) String() string {
 	who := fmt.Sprintf("gateway %.2f, load generator %.2f", u.server, u.loadgen)
 	if u.isPgbench {
 		who = fmt.Sprintf("pgbench %.2f", u.pgbench)
+	}
+	if u.broker > 0 {
+		who += fmt.Sprintf(", nats-server %.2f", u.broker)
 	}
 	s := fmt.Sprintf("%s, postgres %.2f, irq/softirq %.2f, kernel threads %.2f, other processes %.2f", who, u.postgres, u.irq, u.kthreads, u.others)
 	if u.topOthers != "" {
