@@ -25,7 +25,13 @@ GOLANGCI_LINT ?= go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+# The container image (make image, make test-image; docs/deployment.md):
+# IMAGE:VERSION and IMAGE:latest, built with CONTAINER_ENGINE (podman, or
+# docker when a Docker engine answers) for GOARCH (default: the host's).
+IMAGE ?= hookgate
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: image test-image check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on 127.0.0.1:8080 (HOOKGATE_ADDR=:8080 make run: every interface)
 run:
@@ -86,6 +92,14 @@ check-generated: generate
 		git status --short -- api/; git diff --stat -- api/; \
 		echo "check-generated: api/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
+
+## image: build the container image $(IMAGE):$(VERSION) and $(IMAGE):latest (Containerfile, FROM scratch) from a static binary built here
+image:
+	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' .ci/image.sh
+
+## test-image: build the image and run it with podman against a throwaway PostgreSQL: non-root, read-only root, migrate, /readyz, a delivery, its replay, a forward to the host, SIGTERM
+test-image:
+	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-image.sh
 
 ## build: build the server into bin/hookgate
 build:
