@@ -31,7 +31,7 @@ GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -
 IMAGE ?= hookgate
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: image test-image check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: image test-image check-compose check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on 127.0.0.1:8080 (HOOKGATE_ADDR=:8080 make run: every interface)
 run:
@@ -100,6 +100,10 @@ image:
 ## test-image: build the image and run it with podman against a throwaway PostgreSQL: non-root, read-only root, migrate, /readyz, a delivery, its replay, a forward to the host, SIGTERM
 test-image:
 	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-image.sh
+
+## check-compose: parse deploy/compose.yaml (TestComposeFile); it is never run here (no registry to pull postgres from)
+check-compose:
+	go test -count=1 -run '^TestComposeFile' -v ./internal/deploytest/
 
 ## build: build the server into bin/hookgate
 build:
