@@ -31,7 +31,14 @@ GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -
 IMAGE ?= hookgate
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: image test-image check-compose check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+# Helm, built by the Go toolchain from the module proxy at this version
+# (go run caches the binary), kept out of go.mod: it brings hundreds of
+# modules (Kubernetes' client).
+HELM_VERSION ?= v4.3.2
+HELM ?= go run helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+CHART = deploy/helm/hookgate
+
+.PHONY: image test-image check-chart check-compose check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on 127.0.0.1:8080 (HOOKGATE_ADDR=:8080 make run: every interface)
 run:
@@ -100,6 +107,14 @@ image:
 ## test-image: build the image and run it with podman against a throwaway PostgreSQL: non-root, read-only root, migrate, /readyz, a delivery, its replay, a forward to the host, SIGTERM
 test-image:
 	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-image.sh
+
+## check-chart: helm lint --strict and helm template with each values file of deploy/helm/hookgate/ci/, and TestChart: the rendered manifests name the image, probes and secrets as docs/deployment.md says
+check-chart:
+	@for f in $(CHART)/ci/*.yaml; do \
+		echo "helm lint --strict $(CHART) -f $$f"; \
+		$(HELM) lint --strict $(CHART) -f "$$f" 2>&1 | grep -v 'found symbolic link in path'; \
+	done
+	HOOKGATE_HELM='$(HELM)' go test -count=1 -run '^TestChart' -v ./internal/deploytest/
 
 ## check-compose: parse deploy/compose.yaml (TestComposeFile); it is never run here (no registry to pull postgres from)
 check-compose:
