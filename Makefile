@@ -31,14 +31,16 @@ GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -
 IMAGE ?= hookgate
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-# Helm, built by the Go toolchain from the module proxy at this version
-# (go run caches the binary), kept out of go.mod: it brings hundreds of
-# modules (Kubernetes' client).
+# Helm and GoReleaser, built by the Go toolchain from the module proxy at
+# these versions (go run caches the binaries), kept out of go.mod: both
+# bring hundreds of modules (Kubernetes' client, cloud SDKs).
 HELM_VERSION ?= v4.3.2
 HELM ?= go run helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+GORELEASER_VERSION ?= v2.17.0
+GORELEASER ?= go run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
 CHART = deploy/helm/hookgate
 
-.PHONY: image test-image check-chart check-compose check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: image test-image check-chart check-compose check-release check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on 127.0.0.1:8080 (HOOKGATE_ADDR=:8080 make run: every interface)
 run:
@@ -119,6 +121,10 @@ check-chart:
 ## check-compose: parse deploy/compose.yaml (TestComposeFile); it is never run here (no registry to pull postgres from)
 check-compose:
 	go test -count=1 -run '^TestComposeFile' -v ./internal/deploytest/
+
+## check-release: goreleaser check, a snapshot build into dist/ (Linux and macOS archives, amd64 and arm64, checksums, SBOMs; nothing published), and a check of what it made
+check-release:
+	@GORELEASER='$(GORELEASER)' .ci/check-release.sh
 
 ## build: build the server into bin/hookgate
 build:
