@@ -25,7 +25,22 @@ GOLANGCI_LINT ?= go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$
 
 GO_FILES = find . \( -path ./.git -o -path ./.data -o -path ./bin \) -prune -o -name '*.go' -print
 
-.PHONY: check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+# The container image (make image, make test-image; docs/deployment.md):
+# IMAGE:VERSION and IMAGE:latest, built with CONTAINER_ENGINE (podman, or
+# docker when a Docker engine answers) for GOARCH (default: the host's).
+IMAGE ?= hookgate
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+# Helm and GoReleaser, built by the Go toolchain from the module proxy at
+# these versions (go run caches the binaries), kept out of go.mod: both
+# bring hundreds of modules (Kubernetes' client, cloud SDKs).
+HELM_VERSION ?= v4.3.2
+HELM ?= go run helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+GORELEASER_VERSION ?= v2.17.0
+GORELEASER ?= go run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+CHART = deploy/helm/hookgate
+
+.PHONY: image test-image check-chart check-compose check-release check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on 127.0.0.1:8080 (HOOKGATE_ADDR=:8080 make run: every interface)
 run:
@@ -86,6 +101,30 @@ check-generated: generate
 		git status --short -- api/; git diff --stat -- api/; \
 		echo "check-generated: api/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
+
+## image: build the container image $(IMAGE):$(VERSION) and $(IMAGE):latest (Containerfile, FROM scratch) from a static binary built here
+image:
+	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' .ci/image.sh
+
+## test-image: build the image and run it with podman against a throwaway PostgreSQL: non-root, read-only root, migrate, /readyz, a delivery, its replay, a forward to the host, SIGTERM
+test-image:
+	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-image.sh
+
+## check-chart: helm lint --strict and helm template with each values file of deploy/helm/hookgate/ci/, and TestChart: the rendered manifests name the image, probes and secrets as docs/deployment.md says
+check-chart:
+	@for f in $(CHART)/ci/*.yaml; do \
+		echo "helm lint --strict $(CHART) -f $$f"; \
+		$(HELM) lint --strict $(CHART) -f "$$f" 2>&1 | grep -v 'found symbolic link in path'; \
+	done
+	HOOKGATE_HELM='$(HELM)' go test -count=1 -run '^TestChart' -v ./internal/deploytest/
+
+## check-compose: parse deploy/compose.yaml (TestComposeFile); it is never run here (no registry to pull postgres from)
+check-compose:
+	go test -count=1 -run '^TestComposeFile' -v ./internal/deploytest/
+
+## check-release: goreleaser check, a snapshot build into dist/ (Linux and macOS archives, amd64 and arm64, checksums, SBOMs; nothing published), and a check of what it made
+check-release:
+	@GORELEASER='$(GORELEASER)' .ci/check-release.sh
 
 ## build: build the server into bin/hookgate
 build:

@@ -31,6 +31,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	// The IANA time zone database, for TZ=… where the system has none
+	// (the container image is FROM scratch).
+	_ "time/tzdata"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
