@@ -111,9 +111,10 @@ check-alerts:
 check-docs:
 	go test -count=1 -run 'TestRelativeLinksResolve|TestLinkCheckCatchesBrokenLinks' ./internal/doccheck/
 
-## check-walkthrough: run the README's curl walk-through as printed against hookgate started as make run starts it (throwaway PostgreSQL); fails when an answer differs from the document
+## check-walkthrough: run the README's curl walk-through as printed against hookgate started as make run starts it (throwaway PostgreSQL); fails when an answer differs from the document;
+##   and build the README's complete service from its text and run it behind hookgate (TestReadmeService)
 check-walkthrough:
-	@PKGS=./internal/doccheck/ GOTESTFLAGS='-run ^TestReadmeWalkthrough$$ -v' .ci/test.sh
+	@PKGS=./internal/doccheck/ GOTESTFLAGS='-run ^(TestReadmeWalkthrough|TestReadmeService)$$ -v' .ci/test.sh
 
 ## db-stop: stop the local PostgreSQL `make run` started
 db-stop:
