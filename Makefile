@@ -86,7 +86,8 @@ bench-citus:
 bench-console:
 	@.ci/bench-console.sh
 
-## screenshots: run the console's browser tests, rewriting docs/console-overview.png, docs/console-delivery.png and docs/console-target.png when a page looks different (more than 1% of its pixels: not just times and IDs)
+## screenshots: run the console's browser tests, rewriting docs/console-overview.png, docs/console-delivery.png and docs/console-target.png when a page looks different (more than 1% of its pixels,
+##   a line a few pixels higher counted as its rows: not times and IDs, which the tests write as fixed values; docs/tests.md)
 screenshots:
 	@mkdir -p docs
 	@PKGS=./internal/console/ GOTESTFLAGS='-run ^(TestConsoleInBrowser|TestConsoleBreakerHistoryInBrowser)$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh
@@ -150,9 +151,10 @@ check-alerts:
 check-docs:
 	go test -count=1 -run 'TestRelativeLinksResolve|TestLinkCheckCatchesBrokenLinks' ./internal/doccheck/
 
-## check-walkthrough: run the README's curl walk-through as printed against hookgate started as make run starts it (throwaway PostgreSQL); fails when an answer differs from the document
+## check-walkthrough: run the README's curl walk-through as printed against hookgate started as make run starts it (throwaway PostgreSQL); fails when an answer differs from the document;
+##   and build the README's complete service from its text and run it behind hookgate (TestReadmeService)
 check-walkthrough:
-	@PKGS=./internal/doccheck/ GOTESTFLAGS='-run ^TestReadmeWalkthrough$$ -v' .ci/test.sh
+	@PKGS=./internal/doccheck/ GOTESTFLAGS='-run ^(TestReadmeWalkthrough|TestReadmeService)$$ -v' .ci/test.sh
 
 ## db-stop: stop the local PostgreSQL `make run` started
 db-stop:

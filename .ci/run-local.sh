@@ -8,7 +8,9 @@
 # Ports: PostgreSQL's is HOOKGATE_PG_PORT, else the one remembered in
 # .data/pg-port, else 54329; when it is taken (by another checkout's
 # `make run`, say), a free one is picked and remembered, and the script says
-# who holds the usual one. The gateway's is HOOKGATE_ADDR, else 127.0.0.1 on
+# who holds the usual one. While this checkout's server runs, it keeps its
+# port: a HOOKGATE_PG_PORT naming another one is not used, and the script
+# says so (make db-stop first to move it). The gateway's is HOOKGATE_ADDR, else 127.0.0.1 on
 # port 8080 when it is free, else the last run's (.data/http-port) or a free
 # one: the docs' commands use 8080, so it is never kept off 8080 once 8080 is
 # free. It listens on 127.0.0.1 only unless HOOKGATE_ADDR says otherwise
@@ -44,6 +46,10 @@ if [[ -f $pg_data/postmaster.pid ]] && kill -0 "$(head -n 1 "$pg_data/postmaster
 	own_port=$(sed -n 4p "$pg_data/postmaster.pid")
 fi
 if [[ -n $own_port ]]; then
+	if [[ -n ${HOOKGATE_PG_PORT:-} && $HOOKGATE_PG_PORT != "$own_port" ]]; then
+		echo "HOOKGATE_PG_PORT=$HOOKGATE_PG_PORT is not used: this checkout's PostgreSQL (.data/pg) is running on port $own_port, and make run uses the running server."
+		echo "To move it to port $HOOKGATE_PG_PORT, stop it first (make db-stop), then run HOOKGATE_PG_PORT=$HOOKGATE_PG_PORT make run again."
+	fi
 	port=$own_port
 elif busy "$port"; then
 	if [[ -n ${HOOKGATE_PG_PORT:-} ]]; then
@@ -97,7 +103,9 @@ go build -o .data/hookgate ./cmd/server
 # The sink: the forward target of hookgate.example.yaml's orders sender.
 sink_addr=${HOOKGATE_SINK_ADDR:-127.0.0.1:9099}
 sink_pid=
+start_sink=1
 if busy "${sink_addr##*:}"; then
+	start_sink=
 	echo "Port ${sink_addr##*:} is in use by $(holder "${sink_addr##*:}") (another checkout's hookgate sink?): not starting a sink;"
 	echo "this gateway's forwards to http://$sink_addr go there. Stop it, or set HOOKGATE_SINK_ADDR and the forward url in hookgate.yaml."
 fi
@@ -107,12 +115,19 @@ listen="on $addr"
 case $addr in
 127.0.0.1:* | localhost:* | "[::1]:"*) listen="on $addr only (HOOKGATE_ADDR=:${addr##*:} make run listens on every interface)" ;;
 esac
+if [[ -z $start_sink ]]; then
+	sink_line="Try it (this run started no sink, see above: the orders sender's forwards go to what holds port ${sink_addr##*:}, and are not printed here):"
+elif grep -qF "//$sink_addr/" hookgate.yaml; then
+	sink_line="Try it (the orders sender forwards to hookgate sink on $sink_addr, which prints each forward below):"
+else
+	sink_line="Try it (hookgate sink listens on $sink_addr and prints each forward below, but no url in hookgate.yaml names $sink_addr: point the sink target's url there):"
+fi
 cat <<MSG
 
 The gateway listens $listen.
 Admin token (Authorization: Bearer ...): $token
 Console:  http://$host/console/  (sign in with the admin token)
-Try it (the orders sender forwards to hookgate sink, which prints each forward below):
+$sink_line
   curl -i -X POST $host/webhooks/orders -H 'X-Delivery-Id: d1' -H 'Content-Type: application/json' -d '{"order":42}'
   curl -H "Authorization: Bearer $token" $host/v1/senders/orders/deliveries/d1
   TOKEN=\$(cat .data/admin-token)   # the token, as the docs' commands use it
@@ -131,7 +146,7 @@ stop() {
 trap stop INT TERM
 trap 'stop; wait' EXIT
 
-if ! busy "${sink_addr##*:}"; then
+if [[ -n $start_sink ]]; then
 	env HOOKGATE_CONFIG=hookgate.yaml DATABASE_URL="$url" .data/hookgate sink --addr "$sink_addr" &
 	sink_pid=$!
 fi

@@ -34,7 +34,11 @@
 //	    until the first transaction ends: it then sees the committed row (a
 //	    duplicate) or, if the first rolled back, claims the key itself. The
 //	    wait is bounded by the in-flight wait (Config.InFlightWait); past it
-//	    Process returns ErrInFlight and nothing is recorded.
+//	    Process returns ErrInFlight and nothing is recorded. The in-flight
+//	    wait is the transaction's lock_timeout, so it bounds the change's
+//	    own lock waits too: a statement of the change that waits longer for
+//	    a row another transaction holds fails with SQLSTATE 55P03
+//	    (lock_not_available), an ordinary error of the change (below).
 //	  - Any other error — another constraint's 23505 in the change, an error
 //	    the change returns, a lost connection, a timeout — rolls the whole
 //	    transaction back, and Process returns it. It is never reported as a
@@ -58,9 +62,9 @@
 // Once a key row is deleted (DeleteProcessedBefore), the same message ID is
 // accepted as new: keep the rows longer than anything can redeliver the
 // message. hookgate redelivers an event with the same message ID (its event
-// ID) for as long as it keeps the event (its sender's retention, 7 days by
-// default) — an operator can redeliver it that long — so keep them at least
-// that long.
+// ID) for as long as it keeps the event (its sender's event_retention, which
+// defaults to its retention, 7 days by default) — an operator can redeliver
+// it that long — so keep them at least that long.
 //
 // # The table
 //

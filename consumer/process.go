@@ -94,7 +94,10 @@ type Config struct {
 	// holding the same message's key (PostgreSQL's lock_timeout, set for the
 	// transaction only). Zero means DefaultInFlightWait (a lock_timeout of
 	// 0 would wait for ever); a negative one is refused; it is rounded up to
-	// whole milliseconds.
+	// whole milliseconds. Being the transaction's lock_timeout, it bounds
+	// every lock wait of the change's own statements too: one that waits
+	// longer fails with SQLSTATE 55P03 (lock_not_available), which Process
+	// returns as the change's error (not ErrInFlight), rolled back.
 	InFlightWait time.Duration
 }
 

@@ -169,6 +169,56 @@ func TestProcessInFlight(t *testing.T) {
 	}
 }
 
+// TestInFlightWaitBoundsTheChange: the in-flight wait is the transaction's
+// lock_timeout, so it bounds the change's own statements too. A change
+// whose UPDATE waits on a row another transaction holds fails with
+// SQLSTATE 55P03 (lock_not_available) after the wait: an ordinary error of
+// the change, returned as it is (not ErrInFlight), with everything rolled
+// back, so that the message is new on the retry.
+func TestInFlightWaitBoundsTheChange(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := newDB(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE stock (sku text PRIMARY KEY, n int NOT NULL); INSERT INTO stock VALUES ('BK-42', 10)`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `UPDATE stock SET n = n - 1 WHERE sku = 'BK-42'`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := consumer.New(pool, consumer.Config{InFlightWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change := func(ctx context.Context, tx pgx.Tx) (consumer.Response, error) {
+		_, err := tx.Exec(ctx, `UPDATE stock SET n = n - 2 WHERE sku = 'BK-42'`)
+		return consumer.Response{Status: 204}, err
+	}
+	begun := time.Now()
+	_, err = p.Process(ctx, "c", "busy-row", change)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.LockNotAvailable || errors.Is(err, consumer.ErrInFlight) {
+		t.Fatalf("a change waiting on a busy row: %v, want the change's own 55P03 (not ErrInFlight)", err)
+	}
+	if waited := time.Since(begun); waited > 10*time.Second {
+		t.Errorf("the change waited %v, not about the in-flight wait", waited)
+	}
+	if n, err := keyRows(ctx, pool, "c", "busy-row"); err != nil || n != 0 {
+		t.Fatalf("after the change failed: %d key rows (%v), want none", n, err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Process(ctx, "c", "busy-row", change)
+	if err != nil || res.Duplicate {
+		t.Fatalf("the retry once the row is free: %+v, %v; want new", res, err)
+	}
+}
+
 // TestProcessRejectsInvalidKeys: keys PostgreSQL's text cannot hold, or
 // over the limit, are refused before any statement.
 func TestProcessRejectsInvalidKeys(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/queue"
@@ -15,7 +16,8 @@ import (
 // redeliver is `hookgate redeliver`: the bulk redelivery of the operator
 // API (POST /v1/senders/{sender}/targets/{target}/redeliver) from the
 // command line, through the same code (queue.River.BulkRedeliver). It prints
-// how many forwards it matched; the worker processes forward them again.
+// how many forwards it matched, which the worker processes forward again;
+// when it matched none, that nothing was enqueued.
 func redeliver(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hookgate redeliver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -89,6 +91,21 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	res, err := q.BulkRedeliver(ctx, queue.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
 	if err != nil {
 		return err
+	}
+	if res.Matched == 0 {
+		var window []string
+		if !from.IsZero() {
+			window = append(window, "since "+from.UTC().Format(time.RFC3339))
+		}
+		if !to.IsZero() {
+			window = append(window, "before "+to.UTC().Format(time.RFC3339))
+		}
+		in := ""
+		if len(window) > 0 {
+			in = " (" + strings.Join(window, ", ") + ")"
+		}
+		fmt.Fprintf(stdout, "matched no %s forwards of %s/%s%s: nothing was enqueued\n", st, sender, target, in)
+		return nil
 	}
 	if res.AfterCurrent {
 		fmt.Fprintf(stdout, "matched %d %s forwards of %s/%s; the worker processes forward each again after the current one has ended\n", res.Matched, st, sender, target)

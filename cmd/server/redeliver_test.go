@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,15 @@ func TestRunRedeliver(t *testing.T) {
 	// job that runs second finds them redelivered).
 	if bulk, err := q.CountJobs(ctx, queue.BulkArgs{}.Kind()); err != nil || bulk != 3 {
 		t.Errorf("%d bulk jobs (%v), want 3", bulk, err)
+	}
+	// No failure in the last 10 minutes: it says so, and enqueues nothing.
+	out.Reset()
+	if err := run(ctx, []string{"redeliver", "--sender", "acme", "--target", "orders", "--since", "10m"}, env, &out, io.Discard); err != nil ||
+		!regexp.MustCompile(`^matched no failed forwards of acme/orders \(since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\): nothing was enqueued\n$`).MatchString(out.String()) {
+		t.Errorf("redeliver --since 10m: %v, stdout %q; want none matched, nothing enqueued", err, out.String())
+	}
+	if bulk, err := q.CountJobs(ctx, queue.BulkArgs{}.Kind()); err != nil || bulk != 3 {
+		t.Errorf("after matching nothing: %d bulk jobs (%v), want still 3", bulk, err)
 	}
 
 	// A forward to ledger still retrying gets a new attempt after the

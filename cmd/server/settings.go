@@ -234,8 +234,7 @@ var settingTable = []setting{
 		help:  "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off",
 		parse: intSetting("ingest batch size", 1, 1000, func(s *settings) *int { return &s.dedup.Batching.MaxBatch })},
 	{flag: "ingest-batches-in-flight", env: "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", shown: "`" + strconv.Itoa(dedup.DefaultMaxInFlight) + "`; `" + strconv.Itoa(distributedMaxInFlight) + "` on Citus",
-		help: "most batches of one sender in flight at once; by default " + strconv.Itoa(dedup.DefaultMaxInFlight) + ", or " + strconv.Itoa(distributedMaxInFlight) +
-			" when the tables are distributed by Citus (fewer, larger batches: each statement costs Citus a plan and a round trip to a worker)",
+		help: "most batches of one sender in flight at once; fewer when the tables are distributed by Citus, for larger batches (each statement costs Citus a plan and a round trip to a worker)",
 		parse: func(s *settings, v string) error {
 			if v == "" {
 				s.dedup.Batching.MaxInFlight = 0 // computed: ingestConfig
@@ -285,7 +284,7 @@ var settingTable = []setting{
 		help:  "longest Retry-After honoured (at least 1s): a 429 or 503 with Retry-After pauses its target for what it asks up to this, and a forward's retry after a Retry-After waits at least that long, up to this, whatever the backoff's max",
 		parse: durationSetting("forward retry-after max", time.Second, func(s *settings) *time.Duration { return &s.worker.RetryAfterMax })},
 	{flag: "forward-rescue-after", env: "HOOKGATE_FORWARD_RESCUE_AFTER", shown: "longest target timeout + 5s + 1m",
-		help: "how long a job may stay running before River's rescuer retries it: the backstop for jobs of processes without heartbeats (a killed hookgate process's are taken over 5s after its last heartbeat); more than the longest target timeout + 5s; shorter, bulk redeliveries and retention run in slices of this - 5s",
+		help: "how long a job may stay running before River's rescuer retries it: the backstop for jobs of processes without heartbeats (a killed hookgate process's are taken over 5s after its last heartbeat); bulk redeliveries and retention run in slices of it minus 5s; when set, it must exceed the longest target timeout + 5s (a forward's own timeout)",
 		parse: func(s *settings, v string) error {
 			if v == "" {
 				s.client.RescueAfter = 0 // computed: queue.DefaultClientConfig (forwardClientConfig)
@@ -406,11 +405,15 @@ func (t textValue) Set(v string) error { *t.v = v; return nil }
 
 func (t textValue) IsBoolFlag() bool { return t.boolean }
 
-// usage is the help text of the flag of st.
+// usage is the help text of the flag of st. It must hold no backquote
+// (TestServeHelp): the flag package prints the first backquoted word as the
+// flag's placeholder (-ingest-batches-in-flight 2) and the others as they
+// are; the shown default is Markdown for docs/configuration.md, so its
+// backquotes go.
 func (st *setting) usage() string {
 	def := st.def
 	if def == "" {
-		def = strings.Trim(st.shown, "()")
+		def = strings.ReplaceAll(strings.Trim(st.shown, "()"), "`", "")
 	}
 	return fmt.Sprintf("%s (env %s; default %s)", st.help, st.env, def)
 }

@@ -50,6 +50,39 @@ func TestSettingsTableMatchesDocs(t *testing.T) {
 	}
 }
 
+// TestServeHelp: serve --help prints each setting as -flag value (a
+// boolean as -flag), its help without a backquote (which the flag package
+// would take for the placeholder), and one default: the one
+// docs/configuration.md shows, without its Markdown.
+func TestServeHelp(t *testing.T) {
+	t.Parallel()
+	var help bytes.Buffer
+	if _, err := parseSettings("serve", []string{"--help"}, envOf(), &help); err == nil {
+		t.Fatal("--help: no error")
+	}
+	out := help.String()
+	if strings.Contains(out, "`") {
+		t.Errorf("serve --help prints a backquote:\n%s", out)
+	}
+	for i := range settingTable {
+		st := &settingTable[i]
+		want := "\n  -" + st.flag + " value\n"
+		if st.boolean {
+			want = "\n  -" + st.flag + "\n"
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("serve --help does not print %q", strings.TrimSpace(want))
+		}
+		u := st.usage()
+		if n := strings.Count(u, "default"); n != 1 {
+			t.Errorf("--%s: the help says default %d times: %s", st.flag, n, u)
+		}
+		if def := strings.ReplaceAll(strings.Trim(st.shownDefault(), "()"), "`", ""); !strings.HasSuffix(u, "; default "+def+")") {
+			t.Errorf("--%s: the help %q does not end with the default docs/configuration.md shows (%s)", st.flag, u, st.shownDefault())
+		}
+	}
+}
+
 // TestEverySettingHasFlagEnvAndHelp: each row has a flag, a variable named
 // HOOKGATE_* (or DATABASE_URL), help, a parser, a default or a documented
 // one; no name appears twice; and each default parses.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -85,6 +86,7 @@ senders:
 	e := newEnvWith(t, yaml, newOptions(), workOpts{Work: true, BreakerWindow: 400 * time.Millisecond, BreakerProbe: 200 * time.Millisecond,
 		Backoff: forward.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}, FetchPollInterval: 20 * time.Millisecond})
 	e.startWorking()
+	began := time.Now() // the screenshot's times count from here (steadyText)
 	for i := range 5 {
 		e.ingest(fmt.Sprintf("brk-%d", i), "application/json", `{}`)
 	}
@@ -140,6 +142,16 @@ senders:
 		chromedp.WaitVisible(chromedp.CSS(`div.timelines figure.timeline`)),
 	)
 	if dir := os.Getenv(screenshotsEnv); dir != "" {
+		// The target's address and this process's name in the breaker's
+		// history differ from run to run and machine to machine.
+		host, _ := os.Hostname()
+		steady := steadyText(began, map[string]string{
+			strings.TrimPrefix(tg.Server(), "http://"): "127.0.0.1:40000",
+			host + "/" + strconv.Itoa(os.Getpid()):     "worker-1/4242",
+		})
+		if err := chromedp.Do(ctx, steady); err != nil {
+			t.Fatal(err)
+		}
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)

@@ -22,7 +22,11 @@ import (
 // in a copy of the checkout: its own .data, PostgreSQL, build, gateway and
 // sink) and reads the kernel's table of listening sockets: the gateway,
 // which starts with the example's public secrets, listens on 127.0.0.1
-// only; with HOOKGATE_ADDR=:PORT (told otherwise) on every interface.
+// only; with HOOKGATE_ADDR=:PORT (told otherwise) on every interface. The
+// second run, whose HOOKGATE_PG_PORT names another port while the first
+// run's PostgreSQL still runs, says that it keeps the running server's
+// port and how to move it. Both say that no url of hookgate.yaml names the
+// sink they start (HOOKGATE_SINK_ADDR is not the example's 9099).
 func TestMakeRunListensOnLoopback(t *testing.T) {
 	testkit.Slow(t, "runs make run's script: PostgreSQL, go build, the gateway and the sink")
 	t.Parallel()
@@ -37,18 +41,24 @@ func TestMakeRunListensOnLoopback(t *testing.T) {
 		}
 	})
 	_, pgPort, _ := net.SplitHostPort(freePort(t))
+	_, otherPGPort, _ := net.SplitHostPort(freePort(t))
 	sink := freePort(t)
 	_, own, _ := net.SplitHostPort(freePort(t))
 	for _, tc := range []struct {
 		name, addr string
 		loopback   bool // listens on 127.0.0.1 only, else on every interface
+		pgPort     string
+		says       []string
 	}{
-		{"make run", "", true},
-		{"make run with HOOKGATE_ADDR=:PORT", ":" + own, false},
+		{"make run", "", true, pgPort, nil},
+		{"make run with HOOKGATE_ADDR=:PORT", ":" + own, false, otherPGPort, []string{
+			"HOOKGATE_PG_PORT=" + otherPGPort + " is not used: this checkout's PostgreSQL (.data/pg) is running on port " + pgPort,
+			"stop it first (make db-stop)",
+		}},
 	} {
 		cmd := exec.Command("bash", ".ci/run-local.sh")
 		cmd.Dir = work
-		cmd.Env = []string{"HOOKGATE_PG_PORT=" + pgPort, "HOOKGATE_SINK_ADDR=" + sink}
+		cmd.Env = []string{"HOOKGATE_PG_PORT=" + tc.pgPort, "HOOKGATE_SINK_ADDR=" + sink}
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "HOOKGATE_ADDR=") && !strings.HasPrefix(kv, "HOOKGATE_PG_PORT=") && !strings.HasPrefix(kv, "HOOKGATE_SINK_ADDR=") {
 				cmd.Env = append(cmd.Env, kv)
@@ -108,6 +118,11 @@ func TestMakeRunListensOnLoopback(t *testing.T) {
 		}
 		if tc.loopback && !strings.Contains(log.String(), "127.0.0.1:"+port) {
 			t.Errorf("%s: the script does not say it listens on 127.0.0.1:%s:\n%s", tc.name, port, log.String())
+		}
+		for _, s := range append(tc.says, "hookgate sink listens on "+sink+" and prints each forward below, but no url in hookgate.yaml names "+sink) {
+			if !strings.Contains(log.String(), s) {
+				t.Errorf("%s: the script does not say %q:\n%s", tc.name, s, log.String())
+			}
 		}
 	}
 }

@@ -103,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // waitReasons are the values of hookgate_forward_waits_total's reason label.
-var waitReasons = []string{"breaker", "paused", "busy"}
+var waitReasons = []string{"breaker", "paused", "busy", "after"}
 
 // Init creates the series of every target of cfg at zero, so that they
 // are there before the first event (a rate or an alert on them has a

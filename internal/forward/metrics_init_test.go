@@ -53,6 +53,7 @@ senders:
 		"hookgate_forward_waits_total{reason=breaker,sender=shop,target=orders}",
 		"hookgate_forward_waits_total{reason=paused,sender=shop,target=orders}",
 		"hookgate_forward_waits_total{reason=busy,sender=shop,target=orders}",
+		"hookgate_forward_waits_total{reason=after,sender=shop,target=orders}",
 	} {
 		if !got[want] {
 			t.Errorf("%s is missing before the first event; have %v", want, got)
