@@ -335,7 +335,8 @@ func TestConsoleOverviewAndFailedForwards(t *testing.T) {
 	p := e.do(c, http.MethodGet, "/console/", nil, nil)
 	for _, want := range []string{
 		`<td>202</td><td class="num">3</td><td class="num">3</td>`,
-		`breaker-open">open</span> <span class="error">connection refused</span>`,
+		`breaker-open">open</span> <span class="since" data-opened-at="` + now.UTC().Format("2006-01-02T15:04:05.000Z07:00") + `">open since `,
+		`)</span> <span class="error">connection refused</span>`,
 		`<td class="num">2</td><td class="num">0</td><td class="num">0</td>`, // pending (the outbox), running, retrying
 		`<a href="/console/senders/orders/targets/orders-svc/failed">1</a>`,
 		"No deliveries in the last day.", // billing

@@ -236,7 +236,7 @@ type senderView struct {
 
 type targetView struct {
 	Name, URL                          string
-	Breaker                            store.BreakerState
+	Breaker                            breakerShown
 	Pending, Running, Retrying, Failed int64
 	Charts                             []chart // forwards: last hour, last day
 	// P50 and P95 are the latency quantiles of the last hour's attempts.
@@ -279,7 +279,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 					b = store.BreakerState{State: store.BreakerClosed}
 				}
 				n := byTarget[t.Name]
-				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
+				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now),
 					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]}
 				if len(tv.Charts) > 0 {
 					tv.P50, tv.P95 = tv.Charts[0].P50, tv.Charts[0].P95
@@ -290,6 +290,34 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		out = append(out, sv)
 	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: out})
+}
+
+// breakerShown is a target's breaker as its badge shows it: the state,
+// and while not closed since when it is open (OpenedAt), For how long.
+type breakerShown struct {
+	store.BreakerState
+	For string // "" when closed
+}
+
+// showBreaker is b's badge at now.
+func showBreaker(b store.BreakerState, now time.Time) breakerShown {
+	s := breakerShown{BreakerState: b}
+	if b.State != store.BreakerClosed && !b.OpenedAt.IsZero() {
+		s.For = roundDuration(now.Sub(b.OpenedAt))
+	}
+	return s
+}
+
+// roundDuration shows d to the second (to the minute past an hour), at
+// least "0s".
+func roundDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d >= time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 // The deliveries of a sender.
@@ -672,7 +700,7 @@ type failedForward struct {
 
 type failedView struct {
 	Sender, Target, URL string
-	Breaker             store.BreakerState
+	Breaker             breakerShown
 	Failed              []failedForward
 	Max                 int
 	Charts              []chart // forwards delivered and failed, and latency: last hour, last day
@@ -718,7 +746,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	history, err := c.breakerHistory(r.Context(), sender, target, b.State, now, func(s string) string { return redact.URLInText(s, t.URL, t.SecretPath) })
+	history, err := c.breakerHistory(r.Context(), sender, target, b, now, func(s string) string { return redact.URLInText(s, t.URL, t.SecretPath) })
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -733,7 +761,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Message: msg,
-		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown,
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Failed: fs, Max: maxFailedShown,
 			Charts: targetCharts[target], History: history}})
 }
 

@@ -1,0 +1,106 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testkit"
+)
+
+// A staged outage in a real browser: a real worker forwards to a real
+// target that answers 503 to everything, so its breaker opens and probes
+// round after round (two transitions a round) until the opening has long
+// left the 50 latest transitions. The target's page then says since when
+// the breaker is open, pins the transition that opened it first in the
+// history, and draws its charts with labelled axes.
+func TestConsoleOutageInBrowser(t *testing.T) {
+	testkit.Slow(t, "drives a real browser and a real worker")
+	t.Parallel()
+	ctx := browser(t)
+	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
+		return testkit.Answer{Status: http.StatusServiceUnavailable}
+	})
+	yaml := fmt.Sprintf(`
+senders:
+  - name: orders
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: orders-svc
+        url: %s
+        timeout: 1s
+        max_attempts: 50
+        breaker_threshold: 2
+`, tg.URL)
+	e := newEnvWith(t, yaml, newOptions(), workOpts{Work: true, BreakerWindow: 200 * time.Millisecond,
+		BreakerProbe: 30 * time.Millisecond, BreakerMaxProbe: 60 * time.Millisecond,
+		Backoff: forward.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}, FetchPollInterval: 20 * time.Millisecond})
+	e.startWorking()
+	for i := range 8 {
+		e.ingest(fmt.Sprintf("out-%d", i), "application/json", `{}`)
+	}
+	history := func() []store.BreakerTransition {
+		h, err := e.q.BreakerHistory(t.Context(), "orders", "orders-svc", time.Now().Add(-time.Hour), time.Now().Add(time.Hour), 1000, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	describe := func() string { return fmt.Sprintf("%d requests, %d transitions", len(tg.Hits()), len(history())) }
+	testkit.Poll(t, 60*time.Second, "the breaker to open and probe more than 30 rounds", func() bool {
+		return len(history()) > 70
+	}, describe)
+	if err := e.traffic.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	hist := history()
+	opening := hist[0]
+	if opening.From != store.BreakerClosed || opening.State != store.BreakerOpen {
+		t.Fatalf("the first transition is %s → %s, want closed → open", opening.From, opening.State)
+	}
+
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) { t.Helper(); browse(t, ctx, what, steps...) }
+	do("sign in and open the target's page",
+		chromedp.Navigate(e.url+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), token),
+		chromedp.Submit(chromedp.CSS(`#token`)),
+		chromedp.WaitVisible(chromedp.CSS(`section.sender`)),
+	)
+	// The overview's badge says since when.
+	if since := textOf(t, ctx, `table.targets span.since`); !strings.HasPrefix(since, "open since "+opening.At.UTC().Format("2006-01-02 15:04:05.000 UTC")) {
+		t.Errorf("the overview's breaker badge says %q, want open since %s", since, opening.At.UTC())
+	}
+	do("open the target's page",
+		chromedp.Navigate(e.url+"/console/senders/orders/targets/orders-svc/failed"),
+		chromedp.WaitVisible(chromedp.CSS(`div.timelines figure.timeline`)),
+	)
+	if since := textOf(t, ctx, `dl.facts span.since`); !strings.HasPrefix(since, "open since "+opening.At.UTC().Format("2006-01-02 15:04:05.000 UTC")) {
+		t.Errorf("the target page's breaker badge says %q, want open since %s", since, opening.At.UTC())
+	}
+	// The history's first row is the opening, pinned, however many rounds
+	// of probes came after it; then the 50 latest.
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('table.transitions tbody tr')).map(r =>
+  (r.dataset.pinned || '') + ' ' + r.dataset.from + '>' + r.dataset.state + ' ' + r.querySelector('td.reason').textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 51 {
+		t.Errorf("the history lists %d rows, want the pinned opening and the 50 latest", len(rows))
+	}
+	if len(rows) == 0 || !strings.HasPrefix(rows[0], "opening closed>open ") || !strings.Contains(rows[0], "503") {
+		t.Errorf("the history's first row is %q, want the pinned closed → open with its 503 (rows %q)", rows[0], rows)
+	}
+	for _, r := range rows[1:] {
+		if strings.HasPrefix(r, "opening ") || strings.Contains(r, " closed>open ") {
+			t.Errorf("row %q: the opening is listed twice", r)
+		}
+	}
+}
