@@ -3,6 +3,7 @@ package console_test
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,24 @@ senders:
 	)
 	if since := textOf(t, ctx, `dl.facts span.since`); !strings.HasPrefix(since, "open since "+opening.At.UTC().Format("2006-01-02 15:04:05.000 UTC")) {
 		t.Errorf("the target page's breaker badge says %q, want open since %s", since, opening.At.UTC())
+	}
+	// The charts have a time axis (UTC, every 10 minutes for the hour,
+	// every 4 hours for the day) and their scales' values, as SVG text.
+	axes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('div.charts[data-target=orders-svc] figure.chart')).map(f =>
+  f.dataset.span + ' time=' + Array.from(f.querySelectorAll('svg text.axis-time')).map(t => t.textContent).join(',') +
+  ' counts=' + f.querySelectorAll('svg text.axis-count').length + ' latency=' + f.querySelectorAll('svg text.axis-latency').length +
+  ' caption=' + f.querySelector('figcaption').textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeRE := regexp.MustCompile(`(?s)^(hour time=(\d\d:\d0,){5}\d\d:\d0|day time=(\d\d:00|[A-Z][a-z]{2} \d\d?)(,(\d\d:00|[A-Z][a-z]{2} \d\d?)){5}) counts=[12] latency=2 caption=.*failed attempts`)
+	if len(axes) != 2 {
+		t.Errorf("the target's charts: %q, want two", axes)
+	}
+	for _, a := range axes {
+		if !timeRE.MatchString(a) {
+			t.Errorf("chart %q: want a time axis labelled every 10 minutes (hour) or 4 hours (day), the counts' and latencies' values, and failed attempts in the legend", a)
+		}
 	}
 	// The history's first row is the opening, pinned, however many rounds
 	// of probes came after it; then the 50 latest.

@@ -51,6 +51,8 @@ var funcs = template.FuncMap{
 	// delivery is the address of a delivery's page (deliveryURL).
 	"delivery": deliveryURL,
 	"add":      func(a, b float64) float64 { return a + b },
+	// kind is how a chart names a kind of count (kindLabel).
+	"kind": kindLabel,
 }
 
 // parsePages parses each page template with the layout.
