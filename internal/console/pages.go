@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -36,7 +37,8 @@ type page struct {
 	Title    string
 	SignedIn bool
 	CSRF     string
-	Message  string // an error or notice shown at the top
+	Message  string // an error shown at the top (role alert)
+	Notice   string // information shown at the top (role status)
 	Data     any
 }
 
@@ -742,6 +744,14 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
 		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
+	// Listed by when they failed, newest first (the API pages them by job
+	// ID: a forward retried for hours fails long after newer ones).
+	slices.SortStableFunc(fs, func(a, b failedForward) int {
+		if c := b.FailedAt.Compare(a.FailedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.JobID, a.JobID)
+	})
 	now := c.opts.Now()
 	_, targetCharts, err := c.senderCharts(r.Context(), sender, now)
 	if err != nil {
@@ -762,7 +772,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 			msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
 		}
 	}
-	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Message: msg,
+	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Notice: msg,
 		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Failed: fs, Max: maxFailedShown,
 			Charts: targetCharts[target], History: history}})
 }
@@ -834,7 +844,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
 	view := searchView{Query: q}
 	if q == "" {
-		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Message: "Type a delivery ID (of any sender) or an event ID.", Data: view})
+		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Notice: "Type a delivery ID (of any sender) or an event ID.", Data: view})
 		return
 	}
 	if id, err := uuid.Parse(q); err == nil && len(q) == 36 {
@@ -870,6 +880,6 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 	case 1:
 		http.Redirect(w, r, deliveryURL(view.Hits[0].Sender, view.Hits[0].DeliveryID, ""), http.StatusSeeOther)
 	default:
-		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Message: fmt.Sprintf("%d deliveries match.", len(view.Hits)), Data: view})
+		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Notice: fmt.Sprintf("%d deliveries match.", len(view.Hits)), Data: view})
 	}
 }
