@@ -86,6 +86,38 @@ senders:
 	if since := textOf(t, ctx, `dl.facts span.since`); !strings.HasPrefix(since, "open since "+opening.At.UTC().Format("2006-01-02 15:04:05.000 UTC")) {
 		t.Errorf("the target page's breaker badge says %q, want open since %s", since, opening.At.UTC())
 	}
+	// The forwards held by the open breaker say so: on the target page,
+	// and on a delivery's page. Its forward may be running just then (a
+	// probe, or a held forward the worker is snoozing again: with these
+	// short waits each comes back every few hundred milliseconds), so the
+	// deliveries are looked at until one of them is waiting.
+	held, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(p => p ? p.dataset.held + ' ' + p.textContent : '')(document.querySelector('p.held-forwards'))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^[1-9]\d* [1-9]\d* forwards held: breaker (open|half-open) \(open since ` + regexp.QuoteMeta(opening.At.UTC().Format("2006-01-02 15:04:05.000 UTC")) + `\)`).MatchString(held) {
+		t.Errorf("the target page's held forwards: %q, want how many are held by the breaker, open since its opening", held)
+	}
+	var heldShown []string
+	for i := range 8 {
+		id := fmt.Sprintf("out-%d", 7-i)
+		do("open delivery "+id, chromedp.Navigate(e.url+"/console/senders/orders/deliveries/"+id), chromedp.WaitVisible(chromedp.CSS(`h2`)))
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('table.forwards tbody tr')).map(r => r.textContent.replace(/\s+/g, ' ')).join('|')`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		heldShown = append(heldShown, id+": "+got)
+		if strings.Contains(got, "held: breaker") {
+			break
+		}
+	}
+	if last := heldShown[len(heldShown)-1]; !strings.Contains(last, "held: breaker") || !strings.Contains(last, "open since "+opening.At.UTC().Format("2006-01-02 15:04:05.000 UTC")) {
+		t.Errorf("the deliveries' forwards: %q, want one held by the breaker, open since its opening", heldShown)
+	}
+	do("back to the target's page",
+		chromedp.Navigate(e.url+"/console/senders/orders/targets/orders-svc/failed"),
+		chromedp.WaitVisible(chromedp.CSS(`div.timelines figure.timeline`)),
+	)
 	// The charts have a time axis (UTC, every 10 minutes for the hour,
 	// every 4 hours for the day) and their scales' values, as SVG text.
 	axes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('div.charts[data-target=orders-svc] figure.chart')).map(f =>

@@ -312,6 +312,22 @@ func showBreaker(b store.BreakerState, now time.Time) breakerShown {
 	return s
 }
 
+// heldBy says that the unfinished forwards of b's target are held by its
+// breaker, and since when; "" when it is closed. A forward held that way
+// stays pending (or retrying) with its attempts unused: the worker snoozes
+// it until a round of probes lets it through or a probe closes the
+// breaker.
+func heldBy(b store.BreakerState) string {
+	if b.State == store.BreakerClosed || b.State == "" {
+		return ""
+	}
+	s := "held: breaker " + b.State
+	if !b.OpenedAt.IsZero() {
+		s += " (open since " + b.OpenedAt.UTC().Format("2006-01-02 15:04:05.000 UTC") + ")"
+	}
+	return s
+}
+
 // roundDuration shows d to the second (to the minute past an hour), at
 // least "0s".
 func roundDuration(d time.Duration) string {
@@ -475,10 +491,13 @@ type headerView struct{ Name, Value string }
 
 type forwardView struct {
 	Target, URL, State, LastError string
-	JobID                         int64
-	Attempts, MaxAttempts         int
-	LastStatus                    int
-	CreatedAt, DeliveredAt        time.Time
+	// Held says why an unfinished forward waits though its attempt is due:
+	// its target's breaker is not closed ("" otherwise).
+	Held                   string
+	JobID                  int64
+	Attempts, MaxAttempts  int
+	LastStatus             int
+	CreatedAt, DeliveredAt time.Time
 }
 
 type deliveryView struct {
@@ -533,8 +552,19 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
+	var breakers map[string]store.BreakerState
+	if len(fwds) > 0 {
+		if breakers, err = c.q.Breakers(r.Context(), sender); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+	}
 	for _, f := range fwds {
-		v.Forwards = append(v.Forwards, showForward(sd, f))
+		fv := showForward(sd, f)
+		if b, ok := breakers[f.Target]; ok && f.State != queue.StateRunning && f.State.Unfinished() {
+			fv.Held = heldBy(b)
+		}
+		v.Forwards = append(v.Forwards, fv)
 	}
 	c.render(w, r, http.StatusOK, "delivery", page{Title: "Delivery " + id, Data: v})
 }
@@ -705,10 +735,14 @@ type failedForward struct {
 type failedView struct {
 	Sender, Target, URL string
 	Breaker             breakerShown
-	Failed              []failedForward
-	Max                 int
-	Charts              []chart // forwards delivered and failed, and latency: last hour, last day
-	History             breakerView
+	// Held is how many of the target's forwards wait for its breaker
+	// (pending or retrying while it is not closed), HeldBy says so.
+	Held    int64
+	HeldBy  string
+	Failed  []failedForward
+	Max     int
+	Charts  []chart // forwards delivered and failed, and latency: last hour, last day
+	History breakerView
 }
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
@@ -738,6 +772,17 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		c.fail(w, r, err)
 		return
+	}
+	// While the breaker is not closed, the target's unfinished forwards
+	// (but those running: probes) are held by it.
+	var held int64
+	if b.State != store.BreakerClosed {
+		counts, err := c.jobs.CountForwards(r.Context(), sender, false)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		held = counts[target].Pending + counts[target].Retrying
 	}
 	fs := make([]failedForward, 0, len(pg.Forwards))
 	for _, f := range pg.Forwards {
@@ -773,7 +818,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Notice: msg,
-		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Failed: fs, Max: maxFailedShown,
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Held: held, HeldBy: heldBy(b), Failed: fs, Max: maxFailedShown,
 			Charts: targetCharts[target], History: history}})
 }
 
