@@ -756,7 +756,7 @@ type ForwardState struct {
 	// Example: 1841
 	JobId *int64 `json:"job_id"`
 
-	// LastError Why the most recent finished attempt failed; null when it succeeded or none finished.
+	// LastError Why the most recent finished attempt failed, one text per outcome whichever process attempted it (the fast path or a worker); null when it succeeded or none finished.
 	LastError *string `json:"last_error"`
 
 	// LastStatus The target's HTTP status in the most recent finished attempt; null when none finished or no status came back (timeout, connection error).
@@ -1053,7 +1053,7 @@ type TargetForward struct {
 	// Example: 1842
 	JobId int64 `json:"job_id"`
 
-	// LastError Why the most recent finished attempt failed (the target's URL redacted); null when it succeeded or none finished.
+	// LastError Why the most recent finished attempt failed (the target's URL redacted), one text per outcome whichever process attempted it (the fast path or a worker); null when it succeeded or none finished.
 	//
 	// Example: target answered 503
 	LastError *string `json:"last_error"`

@@ -160,12 +160,17 @@ func buildTimeline(sp chartSpan, now time.Time, trs []store.BreakerTransition, c
 type breakerView struct {
 	Timelines []timeline
 	Recent    []store.BreakerTransition // newest first
+	// Opening, while the breaker is not closed, is the transition that
+	// opened it (the incident's start), shown pinned above Recent however
+	// many transitions came after it; Recent then leaves it out.
+	Opening *store.BreakerTransition
 }
 
 // breakerHistory reads sender's target's breaker history for its page;
 // clean redacts the target's URL from the reasons.
-func (c *Console) breakerHistory(ctx context.Context, sender, target, current string, now time.Time, clean func(string) string) (breakerView, error) {
+func (c *Console) breakerHistory(ctx context.Context, sender, target string, b store.BreakerState, now time.Time, clean func(string) string) (breakerView, error) {
 	var v breakerView
+	current := b.State
 	for _, sp := range chartSpans {
 		end := now.UTC().Truncate(sp.Width).Add(sp.Width)
 		start := end.Add(-time.Duration(sp.Count) * sp.Width)
@@ -190,7 +195,26 @@ func (c *Console) breakerHistory(ctx context.Context, sender, target, current st
 	if len(recent) > 0 && recent[0].At.Before(now.Add(-store.BreakerHistoryRetention)) {
 		recent = recent[1:]
 	}
+	if current != store.BreakerClosed {
+		at := b.OpenedAt
+		if at.IsZero() || at.After(now) {
+			at = now
+		}
+		// opened_at is the opening transition's time (the same value):
+		// a millisecond more leaves no doubt about rounding.
+		tr, ok, err := c.q.BreakerOpening(ctx, sender, target, at.Add(time.Millisecond))
+		if err != nil {
+			return v, err
+		}
+		if ok {
+			tr.Reason = clean(tr.Reason)
+			v.Opening = &tr
+		}
+	}
 	for i := len(recent) - 1; i >= 0; i-- {
+		if o := v.Opening; o != nil && recent[i].At.Equal(o.At) && recent[i].Process == o.Process && recent[i].Seq == o.Seq {
+			continue
+		}
 		recent[i].Reason = clean(recent[i].Reason)
 		v.Recent = append(v.Recent, recent[i])
 	}

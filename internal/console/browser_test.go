@@ -195,12 +195,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	)
 	target, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('div.charts[data-target=orders-svc] figure.chart')).map(f =>
   f.dataset.span + ' bars=' + f.querySelectorAll('svg g.bucket').length + ' delivered=' + f.dataset.totalDelivered + ' failed=' + f.dataset.totalFailed +
-  ' latency=' + f.querySelectorAll('svg polyline.latency-p50, svg polyline.latency-p95').length + ' ' + Array.from(f.querySelectorAll('svg g.bucket title')).map(t => t.textContent).filter(t => t.includes('delivered 2')).map(t => t.replace(/^.*UTC: /, '')).join('|'))`))
+  ' latency=' + f.querySelectorAll('svg polyline.latency-p50, svg polyline.latency-p95').length + ' ' + Array.from(f.querySelectorAll('svg g.bucket title')).map(t => t.textContent).filter(t => t.includes('delivered attempts 2')).map(t => t.replace(/^.*UTC: /, '')).join('|'))`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The bucket's p50 and p95, and its mean latency: (30 + 50 + 10000) ms / 3.
-	if got, want := strings.Join(target, "\n"), "hour bars=60 delivered=2 failed=1 latency=2 delivered 2, failed 1, latency p50 ≈ 42 ms, p95 ≈ 9400 ms, mean 3360 ms\nday bars=24 delivered=2 failed=1 latency=2 delivered 2, failed 1, latency p50 ≈ 42 ms, p95 ≈ 9400 ms, mean 3360 ms"; got != want {
+	if got, want := strings.Join(target, "\n"), "hour bars=60 delivered=2 failed=1 latency=2 delivered attempts 2, failed attempts 1, latency p50 ≈ 42 ms, p95 ≈ 9400 ms, mean 3360 ms\nday bars=24 delivered=2 failed=1 latency=2 delivered attempts 2, failed attempts 1, latency p50 ≈ 42 ms, p95 ≈ 9400 ms, mean 3360 ms"; got != want {
 		t.Errorf("the target page's charts:\n%s\nwant\n%s", got, want)
 	}
 	do("find by ID",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +22,14 @@ import (
 const (
 	chartW, chartH = 600.0, 120.0
 	chartTop       = 4.0 // room above the tallest bar
+	// chartAxisH is the band under the bars that holds the time axis's
+	// labels: the SVG is chartW by chartH+chartAxisH, scaled uniformly
+	// (its text is never stretched).
+	chartAxisH = 16.0
 )
+
+// ViewH is the height of a chart's SVG (its viewBox).
+func (chart) ViewH() float64 { return chartH + chartAxisH }
 
 // chartSpan is one of the two spans a chart shows.
 type chartSpan struct {
@@ -29,11 +38,29 @@ type chartSpan struct {
 	Width  time.Duration
 	Count  int
 	Layout string // of a bucket's start in its title
+	// Every is how many buckets apart the time axis's labels are (at
+	// bucket starts that are a multiple of Every buckets since midnight UTC).
+	Every int
 }
 
 var chartSpans = []chartSpan{
-	{Name: "hour", Label: "Last hour, per minute", Width: time.Minute, Count: 60, Layout: "15:04"},
-	{Name: "day", Label: "Last day, per hour", Width: time.Hour, Count: 24, Layout: "Jan 2 15:04"},
+	{Name: "hour", Label: "Last hour, per minute", Width: time.Minute, Count: 60, Layout: "15:04", Every: 10},
+	{Name: "day", Label: "Last day, per hour", Width: time.Hour, Count: 24, Layout: "Jan 2 15:04", Every: 4},
+}
+
+// axisLabel is a label of a chart's axis: a time under the bars (X), or a
+// value at the height Y of its grid line.
+type axisLabel struct {
+	X, Y   float64
+	Text   string
+	Anchor string // text-anchor: start, middle or end
+}
+
+// clipMark marks a bucket whose latency is above the chart's latency
+// scale: drawn at the top, at X, titled with the bucket's values.
+type clipMark struct {
+	X     float64
+	Title string
 }
 
 // barPart is one coloured segment of a bar.
@@ -64,11 +91,19 @@ type chart struct {
 	Bars        []bar
 	Max         int64
 	Total       map[string]int64
+	// Top is the count at the top of the bars' scale (Max rounded up to
+	// 1, 2 or 5 times a power of ten).
+	Top int64
 	// P50Line and P95Line are the polylines of the estimated latency
 	// quantiles per bucket (targets only), "" when no bucket has
-	// attempts; MaxLatencyMS is their top (the largest p95).
+	// attempts; LatencyTopMS is their scale's top (latencyScale): a
+	// bucket above it is drawn at the top and marked (Clipped).
 	P50Line, P95Line string
-	MaxLatencyMS     int64
+	LatencyTopMS     float64
+	Clipped          []clipMark
+	// TimeLabels are the time axis's labels (UTC), CountLabels the bar
+	// scale's (left), LatencyLabels the latency scale's (right).
+	TimeLabels, CountLabels, LatencyLabels []axisLabel
 	// P50 and P95 are the quantiles of the whole span (latency.go).
 	P50, P95 latency
 }
@@ -125,9 +160,28 @@ func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds
 			ch.Max = ch.Bars[i].Total
 		}
 	}
+	ch.Top = int64(niceCeil(float64(ch.Max)))
 	scale := 0.0
-	if ch.Max > 0 {
-		scale = (chartH - chartTop) / float64(ch.Max)
+	if ch.Top > 0 {
+		scale = (chartH - chartTop) / float64(ch.Top)
+		ch.CountLabels = valueLabels(float64(ch.Top), 2, "start", func(v float64) string { return strconv.FormatInt(int64(v), 10) })
+	}
+	for i := 0; i < sp.Count; i++ {
+		at := start.Add(time.Duration(i) * sp.Width)
+		if n := at.Sub(at.Truncate(24*time.Hour)) / sp.Width; int(n)%sp.Every != 0 {
+			continue
+		}
+		l := axisLabel{X: float64(i) * slot, Y: chartH + chartAxisH - 3, Text: at.Format("15:04"), Anchor: "middle"}
+		if sp.Width >= time.Hour && at.Hour() == 0 {
+			l.Text = at.Format("Jan 2")
+		}
+		switch {
+		case l.X < 20:
+			l.Anchor = "start"
+		case l.X > chartW-20:
+			l.Anchor = "end"
+		}
+		ch.TimeLabels = append(ch.TimeLabels, l)
 	}
 	var (
 		means = make([]int64, sp.Count)
@@ -141,7 +195,7 @@ func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds
 		var parts []string
 		for _, k := range kinds {
 			n := b.Data[k]
-			parts = append(parts, fmt.Sprintf("%s %d", k, n))
+			parts = append(parts, fmt.Sprintf("%s %d", kindLabel(k), n))
 			if n == 0 {
 				continue
 			}
@@ -158,39 +212,127 @@ func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds
 				title += fmt.Sprintf(", latency p50 %s, p95 %s", p50s[i].Text(), p95s[i].Text())
 			}
 			title += fmt.Sprintf(", mean %d ms", means[i])
-			if top := int64(math.Ceil(p95s[i].ms)); top > ch.MaxLatencyMS {
-				ch.MaxLatencyMS = top
-			}
 		}
 		b.Title = title
 	}
 	if withLatency {
+		ch.LatencyTopMS = latencyScale(p95s)
+		if ch.LatencyTopMS > 0 {
+			ch.LatencyLabels = valueLabels(ch.LatencyTopMS, 2, "end", formatMS)
+		}
 		var p50Points, p95Points []string
 		for i := range ch.Bars {
 			if p50s[i].n == 0 {
 				continue
 			}
-			x := ch.Bars[i].X + ch.Bars[i].W/2
-			p50Points = append(p50Points, fmt.Sprintf("%.1f,%.1f", x, latencyY(p50s[i].ms, ch.MaxLatencyMS)))
-			p95Points = append(p95Points, fmt.Sprintf("%.1f,%.1f", x, latencyY(p95s[i].ms, ch.MaxLatencyMS)))
-		}
-		ch.P50Line, ch.P95Line = strings.Join(p50Points, " "), strings.Join(p95Points, " ")
-		for i := range ch.Bars {
-			if p50s[i].n != 0 {
-				ch.Bars[i].P50Y, ch.Bars[i].P95Y = latencyY(p50s[i].ms, ch.MaxLatencyMS), latencyY(p95s[i].ms, ch.MaxLatencyMS)
+			b := &ch.Bars[i]
+			x := b.X + b.W/2
+			b.P50Y, b.P95Y = latencyY(p50s[i].ms, ch.LatencyTopMS), latencyY(p95s[i].ms, ch.LatencyTopMS)
+			p50Points = append(p50Points, fmt.Sprintf("%.1f,%.1f", x, b.P50Y))
+			p95Points = append(p95Points, fmt.Sprintf("%.1f,%.1f", x, b.P95Y))
+			if p95s[i].ms > ch.LatencyTopMS {
+				ch.Clipped = append(ch.Clipped, clipMark{X: x, Title: fmt.Sprintf("%s UTC: latency p50 %s, p95 %s: above the scale's top, %s",
+					start.Add(time.Duration(i)*sp.Width).Format(sp.Layout), p50s[i].Text(), p95s[i].Text(), formatMS(ch.LatencyTopMS))})
 			}
 		}
+		ch.P50Line, ch.P95Line = strings.Join(p50Points, " "), strings.Join(p95Points, " ")
 		ch.P50, ch.P95 = quantile(spanHist, 0.5), quantile(spanHist, 0.95)
 	}
 	return ch
 }
 
-// latencyY is the height of ms in a chart whose top is maxMS.
-func latencyY(ms float64, maxMS int64) float64 {
-	if maxMS <= 0 {
+// kindLabel is how a chart names a kind of count: a target's counts are
+// of attempts (a forward retried counts each of its failed attempts), not
+// of forwards, and say so.
+func kindLabel(kind string) string {
+	switch kind {
+	case store.TrafficDelivered:
+		return "delivered attempts"
+	case store.TrafficFailed:
+		return "failed attempts"
+	}
+	return kind
+}
+
+// latencyScale is the top, in ms, of a chart's latency scale from its
+// buckets' p95s: the largest, unless it is more than latencySpike times
+// the buckets' 75th percentile (a spike), when the scale ends there and
+// the buckets above are drawn at its top, marked. Rounded up to 1, 2 or 5
+// times a power of ten; 0 without attempts.
+func latencyScale(p95s []latency) float64 {
+	var vals []float64
+	for _, l := range p95s {
+		if l.n != 0 {
+			vals = append(vals, l.ms)
+		}
+	}
+	if len(vals) == 0 {
+		return 0
+	}
+	slices.Sort(vals)
+	top := vals[len(vals)-1]
+	// The 75th percentile, nearest rank: with 3 buckets or fewer the
+	// largest, and no clipping.
+	q := vals[int(math.Ceil(0.75*float64(len(vals))))-1]
+	if bound := latencySpike * q; top > bound {
+		top = bound
+	}
+	return niceCeil(top)
+}
+
+// latencySpike is how far above most buckets' p95 (their 75th percentile)
+// a latency scale goes before it clips: a single slow bucket never
+// flattens the others into the baseline.
+const latencySpike = 4
+
+// niceCeil rounds v > 0 up to 1, 2 or 5 times a power of ten; 0 stays 0.
+func niceCeil(v float64) float64 {
+	if v <= 0 {
+		return 0
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if n := m * p; n >= v*(1-1e-9) {
+			return n
+		}
+	}
+	return 10 * p
+}
+
+// valueLabels are the labels of a scale from 0 to top, at top and at
+// its fractions 1/n … (n-1)/n, at the height of their grid lines.
+func valueLabels(top float64, n int, anchor string, format func(float64) string) []axisLabel {
+	x := 3.0
+	if anchor == "end" {
+		x = chartW - 3
+	}
+	var out []axisLabel
+	for i := n; i >= 1; i-- {
+		v := top * float64(i) / float64(n)
+		if anchor == "start" && v != math.Trunc(v) { // counts are whole
+			continue
+		}
+		y := chartH - v*(chartH-chartTop)/top
+		out = append(out, axisLabel{X: x, Y: y, Text: format(v), Anchor: anchor})
+	}
+	return out
+}
+
+// formatMS shows a latency scale's value: "20 ms", "0.5 ms", "1.5 s".
+func formatMS(ms float64) string {
+	if ms >= 1000 {
+		return strconv.FormatFloat(ms/1000, 'f', -1, 64) + " s"
+	}
+	return strconv.FormatFloat(ms, 'f', -1, 64) + " ms"
+}
+
+// latencyY is the height of ms in a chart whose latency scale's top is
+// topMS; above it, the top.
+func latencyY(ms, topMS float64) float64 {
+	if topMS <= 0 {
 		return chartH
 	}
-	return chartH - ms*(chartH-chartTop)/float64(maxMS)
+	return chartH - min(ms, topMS)*(chartH-chartTop)/topMS
 }
 
 // Kinds of the two charts, in stacking order.

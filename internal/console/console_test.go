@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river/rivertype"
+
 	"github.com/hookgate/hookgate/internal/console"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -335,7 +338,8 @@ func TestConsoleOverviewAndFailedForwards(t *testing.T) {
 	p := e.do(c, http.MethodGet, "/console/", nil, nil)
 	for _, want := range []string{
 		`<td>202</td><td class="num">3</td><td class="num">3</td>`,
-		`breaker-open">open</span> <span class="error">connection refused</span>`,
+		`breaker-open">open</span> <span class="since" data-opened-at="` + now.UTC().Format("2006-01-02T15:04:05.000Z07:00") + `">open since `,
+		`)</span> <span class="error">connection refused</span>`,
 		`<td class="num">2</td><td class="num">0</td><td class="num">0</td>`, // pending (the outbox), running, retrying
 		`<a href="/console/senders/orders/targets/orders-svc/failed">1</a>`,
 		"No deliveries in the last day.", // billing
@@ -438,5 +442,43 @@ func TestConsoleSignInBehindTrustedProxy(t *testing.T) {
 	}
 	if p := signIn("198.51.100.8", "nope-nope-nope-nope-nope-nope-nope"); p.status != http.StatusUnauthorized {
 		t.Errorf("another client's first wrong token: %d, want 401", p.status)
+	}
+}
+
+// TestConsoleFailedNewestFirst: the target page lists its failed forwards
+// by when they failed, newest first (not by job ID), with one error text
+// per outcome: River's "JobCancelError: " prefix is not shown.
+func TestConsoleFailedNewestFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newOptions())
+	ctx := t.Context()
+	sd, _ := e.cfg.Sender("orders")
+	failed := map[string]time.Time{"f-old-job": time.Now().Add(-time.Minute), "f-new-job": time.Now().Add(-time.Hour)}
+	for _, id := range []string{"f-old-job", "f-new-job"} { // job IDs in this order
+		e.ingest(id, "application/json", `{}`)
+		ev := e.eventOf(id)
+		if _, err := e.q.DeleteOutboxOfEvent(ctx, "orders", ev); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.rc.Redeliver(ctx, sd, ev, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			if err := queuetest.New(e.pool).SetForwardJob(ctx, j.JobID, queuetest.JobFixture{State: rivertype.JobStateCancelled, Attempt: 1,
+				Errors: []string{"JobCancelError: target answered 400"}, At: failed[id]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := e.client()
+	e.signIn(c)
+	p := e.do(c, http.MethodGet, "/console/senders/orders/targets/orders-svc/failed", nil, nil)
+	older, newer := strings.Index(p.body, "/deliveries/f-old-job\""), strings.Index(p.body, "/deliveries/f-new-job\"")
+	if older < 0 || newer < 0 || older > newer {
+		t.Errorf("failed forwards at %d (failed a minute ago) and %d (an hour ago): want the one that failed last first", older, newer)
+	}
+	if strings.Contains(p.body, "JobCancelError") || !strings.Contains(p.body, `<td class="error">target answered 400</td>`) {
+		t.Errorf("the failed forwards' error: want \"target answered 400\" as the fast path records it: %.3000s", p.body)
 	}
 }

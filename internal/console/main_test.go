@@ -87,6 +87,8 @@ type workOpts struct {
 	Work                                           bool
 	Backoff                                        forward.Backoff
 	BreakerProbe, BreakerWindow, FetchPollInterval time.Duration
+	// BreakerMaxProbe is forward.BreakerConfig.MaxProbe.
+	BreakerMaxProbe time.Duration
 }
 
 // worker returns the forward worker of o, with a gate of
@@ -94,7 +96,7 @@ type workOpts struct {
 func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m *forward.Metrics, log *slog.Logger) *forward.Worker {
 	t.Helper()
 	bc := forward.DefaultBreakerConfig()
-	bc.Probe, bc.Window = cmp.Or(o.BreakerProbe, bc.Probe), cmp.Or(o.BreakerWindow, bc.Window)
+	bc.Probe, bc.Window, bc.MaxProbe = cmp.Or(o.BreakerProbe, bc.Probe), cmp.Or(o.BreakerWindow, bc.Window), o.BreakerMaxProbe
 	gate, err := forward.NewGate(forward.GateConfig{Capacity: queue.DefaultMaxWorkers, Breakers: bc, DB: pool, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)

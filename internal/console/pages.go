@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -36,7 +37,8 @@ type page struct {
 	Title    string
 	SignedIn bool
 	CSRF     string
-	Message  string // an error or notice shown at the top
+	Message  string // an error shown at the top (role alert)
+	Notice   string // information shown at the top (role status)
 	Data     any
 }
 
@@ -51,6 +53,8 @@ var funcs = template.FuncMap{
 	// delivery is the address of a delivery's page (deliveryURL).
 	"delivery": deliveryURL,
 	"add":      func(a, b float64) float64 { return a + b },
+	// kind is how a chart names a kind of count (kindLabel).
+	"kind": kindLabel,
 }
 
 // parsePages parses each page template with the layout.
@@ -236,7 +240,7 @@ type senderView struct {
 
 type targetView struct {
 	Name, URL                          string
-	Breaker                            store.BreakerState
+	Breaker                            breakerShown
 	Pending, Running, Retrying, Failed int64
 	Charts                             []chart // forwards: last hour, last day
 	// P50 and P95 are the latency quantiles of the last hour's attempts.
@@ -279,7 +283,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 					b = store.BreakerState{State: store.BreakerClosed}
 				}
 				n := byTarget[t.Name]
-				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: b,
+				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now),
 					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]}
 				if len(tv.Charts) > 0 {
 					tv.P50, tv.P95 = tv.Charts[0].P50, tv.Charts[0].P95
@@ -290,6 +294,50 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		out = append(out, sv)
 	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: out})
+}
+
+// breakerShown is a target's breaker as its badge shows it: the state,
+// and while not closed since when it is open (OpenedAt), For how long.
+type breakerShown struct {
+	store.BreakerState
+	For string // "" when closed
+}
+
+// showBreaker is b's badge at now.
+func showBreaker(b store.BreakerState, now time.Time) breakerShown {
+	s := breakerShown{BreakerState: b}
+	if b.State != store.BreakerClosed && !b.OpenedAt.IsZero() {
+		s.For = roundDuration(now.Sub(b.OpenedAt))
+	}
+	return s
+}
+
+// heldBy says that the unfinished forwards of b's target are held by its
+// breaker, and since when; "" when it is closed. A forward held that way
+// stays pending (or retrying) with its attempts unused: the worker snoozes
+// it until a round of probes lets it through or a probe closes the
+// breaker.
+func heldBy(b store.BreakerState) string {
+	if b.State == store.BreakerClosed || b.State == "" {
+		return ""
+	}
+	s := "held: breaker " + b.State
+	if !b.OpenedAt.IsZero() {
+		s += " (open since " + b.OpenedAt.UTC().Format("2006-01-02 15:04:05.000 UTC") + ")"
+	}
+	return s
+}
+
+// roundDuration shows d to the second (to the minute past an hour), at
+// least "0s".
+func roundDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d >= time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 // The deliveries of a sender.
@@ -443,10 +491,13 @@ type headerView struct{ Name, Value string }
 
 type forwardView struct {
 	Target, URL, State, LastError string
-	JobID                         int64
-	Attempts, MaxAttempts         int
-	LastStatus                    int
-	CreatedAt, DeliveredAt        time.Time
+	// Held says why an unfinished forward waits though its attempt is due:
+	// its target's breaker is not closed ("" otherwise).
+	Held                   string
+	JobID                  int64
+	Attempts, MaxAttempts  int
+	LastStatus             int
+	CreatedAt, DeliveredAt time.Time
 }
 
 type deliveryView struct {
@@ -501,8 +552,19 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
+	var breakers map[string]store.BreakerState
+	if len(fwds) > 0 {
+		if breakers, err = c.q.Breakers(r.Context(), sender); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+	}
 	for _, f := range fwds {
-		v.Forwards = append(v.Forwards, showForward(sd, f))
+		fv := showForward(sd, f)
+		if b, ok := breakers[f.Target]; ok && f.State != queue.StateRunning && f.State.Unfinished() {
+			fv.Held = heldBy(b)
+		}
+		v.Forwards = append(v.Forwards, fv)
 	}
 	c.render(w, r, http.StatusOK, "delivery", page{Title: "Delivery " + id, Data: v})
 }
@@ -672,11 +734,15 @@ type failedForward struct {
 
 type failedView struct {
 	Sender, Target, URL string
-	Breaker             store.BreakerState
-	Failed              []failedForward
-	Max                 int
-	Charts              []chart // forwards delivered and failed, and latency: last hour, last day
-	History             breakerView
+	Breaker             breakerShown
+	// Held is how many of the target's forwards wait for its breaker
+	// (pending or retrying while it is not closed), HeldBy says so.
+	Held    int64
+	HeldBy  string
+	Failed  []failedForward
+	Max     int
+	Charts  []chart // forwards delivered and failed, and latency: last hour, last day
+	History breakerView
 }
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
@@ -707,18 +773,37 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
+	// While the breaker is not closed, the target's unfinished forwards
+	// (but those running: probes) are held by it.
+	var held int64
+	if b.State != store.BreakerClosed {
+		counts, err := c.jobs.CountForwards(r.Context(), sender, false)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		held = counts[target].Pending + counts[target].Retrying
+	}
 	fs := make([]failedForward, 0, len(pg.Forwards))
 	for _, f := range pg.Forwards {
 		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
 		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
+	// Listed by when they failed, newest first (the API pages them by job
+	// ID: a forward retried for hours fails long after newer ones).
+	slices.SortStableFunc(fs, func(a, b failedForward) int {
+		if c := b.FailedAt.Compare(a.FailedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.JobID, a.JobID)
+	})
 	now := c.opts.Now()
 	_, targetCharts, err := c.senderCharts(r.Context(), sender, now)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	history, err := c.breakerHistory(r.Context(), sender, target, b.State, now, func(s string) string { return redact.URLInText(s, t.URL, t.SecretPath) })
+	history, err := c.breakerHistory(r.Context(), sender, target, b, now, func(s string) string { return redact.URLInText(s, t.URL, t.SecretPath) })
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -732,8 +817,8 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 			msg = fmt.Sprintf("%d failed forwards are being sent again, in batches, by the worker processes.", n)
 		}
 	}
-	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Message: msg,
-		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: b, Failed: fs, Max: maxFailedShown,
+	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Notice: msg,
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Held: held, HeldBy: heldBy(b), Failed: fs, Max: maxFailedShown,
 			Charts: targetCharts[target], History: history}})
 }
 
@@ -804,7 +889,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
 	view := searchView{Query: q}
 	if q == "" {
-		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Message: "Type a delivery ID (of any sender) or an event ID.", Data: view})
+		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Notice: "Type a delivery ID (of any sender) or an event ID.", Data: view})
 		return
 	}
 	if id, err := uuid.Parse(q); err == nil && len(q) == 36 {
@@ -840,6 +925,6 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 	case 1:
 		http.Redirect(w, r, deliveryURL(view.Hits[0].Sender, view.Hits[0].DeliveryID, ""), http.StatusSeeOther)
 	default:
-		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Message: fmt.Sprintf("%d deliveries match.", len(view.Hits)), Data: view})
+		c.render(w, r, http.StatusOK, "search", page{Title: "Find a delivery", Notice: fmt.Sprintf("%d deliveries match.", len(view.Hits)), Data: view})
 	}
 }

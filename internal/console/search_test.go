@@ -45,6 +45,16 @@ func TestConsoleSearch(t *testing.T) {
 			t.Errorf("search %q: %d, want 404 (never a 5xx)", q, p.status)
 		}
 	}
+	// One delivery ID in two senders: both listed, and that is
+	// information, not an error.
+	resp, err := e.srv.Client().Post(e.url+"/webhooks/billing", "application/json", strings.NewReader(`{"id":"ord_77"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if p := find("ord_77"); p.status != http.StatusOK || !strings.Contains(p.body, `<p class="notice" role="status">2 deliveries match.</p>`) || strings.Contains(p.body, `class="message"`) {
+		t.Errorf("two matches: %d %.2000s, want both listed with a notice, not an error", p.status, p.body)
+	}
 	if p := find(""); p.status != http.StatusOK || !strings.Contains(p.body, `name="q"`) {
 		t.Errorf("empty search: %d, want the search form", p.status)
 	}

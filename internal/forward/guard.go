@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -57,8 +58,11 @@ const (
 type BreakerConfig struct {
 	// Probe is the first wait of an open breaker before its first probes
 	// (DefaultProbeInterval), positive; it doubles after a failed round, up
-	// to 3s.
+	// to MaxProbe.
 	Probe time.Duration
+	// MaxProbe is the longest wait between two rounds of probes; zero is
+	// 3s, and it is never less than Probe.
+	MaxProbe time.Duration
 	// Window is the time over which the failure rate is measured
 	// (DefaultBreakerWindow), at least 10ms (windowBuckets buckets of at
 	// least 1ms).
@@ -75,6 +79,9 @@ func (c BreakerConfig) validate() error {
 	if c.Probe <= 0 {
 		return fmt.Errorf("breaker config: Probe %s: must be positive", c.Probe)
 	}
+	if c.MaxProbe < 0 {
+		return fmt.Errorf("breaker config: MaxProbe %s: must not be negative", c.MaxProbe)
+	}
 	if c.Window < windowBuckets*time.Millisecond {
 		return fmt.Errorf("breaker config: Window %s: must be at least %s", c.Window, windowBuckets*time.Millisecond)
 	}
@@ -88,12 +95,14 @@ func (c BreakerConfig) validate() error {
 // the failures it sees itself (the last transition is recorded in
 // target_breakers for the operator API).
 type guards struct {
-	db      *pgxpool.Pool
-	log     *slog.Logger
-	probe   time.Duration
-	window  time.Duration
-	now     func() time.Time
-	metrics *Metrics
+	db    *pgxpool.Pool
+	log   *slog.Logger
+	probe time.Duration
+	// maxProbe bounds the wait between rounds of probes (BreakerConfig.MaxProbe).
+	maxProbe time.Duration
+	window   time.Duration
+	now      func() time.Time
+	metrics  *Metrics
 	// wake makes the waiting forwards of a target whose breaker closed
 	// available now (nil: they come back when their snooze ends).
 	wake func(ctx context.Context, sender, target string) error
@@ -214,7 +223,7 @@ func (w *window) counts(slot int64) (attempts, fails int) {
 // forwards at once; bc must be valid (NewGate checks it).
 func newGuards(db *pgxpool.Pool, capacity int, bc BreakerConfig, m *Metrics, log *slog.Logger) *guards {
 	return &guards{db: db, log: log, process: processName(),
-		probe: bc.Probe, window: bc.Window,
+		probe: bc.Probe, maxProbe: max(cmp.Or(bc.MaxProbe, maxProbeInterval), bc.Probe), window: bc.Window,
 		now: time.Now, metrics: m, m: map[[2]string]*guard{}, fair: newFair(capacity)}
 }
 
@@ -422,7 +431,7 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 			changed = BreakerOpen
 		case a.probe:
 			if gd.probing == 0 { // the round is over and no probe succeeded
-				gd.probeWait = min(gd.probeWait*2, maxProbeInterval)
+				gd.probeWait = min(gd.probeWait*2, g.maxProbe)
 				gd.nextProbe = now.Add(gd.probeWait)
 				gd.probes, gd.reserved = 0, 0
 				if gd.state != BreakerOpen {

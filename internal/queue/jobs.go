@@ -158,7 +158,7 @@ func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte)
 		if err := json.Unmarshal(lastErr, &ae); err != nil {
 			return fmt.Errorf("decode last error: %w", err)
 		}
-		f.LastError = ae.Error
+		f.LastError = strings.TrimPrefix(ae.Error, riverCancelPrefix)
 	}
 	switch {
 	case out != nil && (len(lastErr) == 0 || out.Attempt == ae.Attempt):
@@ -172,6 +172,12 @@ func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte)
 	}
 	return nil
 }
+
+// riverCancelPrefix is what River's JobCancel puts before the error of a
+// forward failed at once (rivertype's JobCancelError), and the fast path
+// does not: a forward's last error is read without it, so that one outcome
+// has one text whichever path attempted it.
+const riverCancelPrefix = "JobCancelError: "
 
 // answered finds the status in the text of the error older versions
 // recorded for a target's answer (prefixed by River's JobCancelError when

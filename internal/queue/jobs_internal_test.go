@@ -122,7 +122,7 @@ func TestDecodeOutcome(t *testing.T) {
 		{"retrying with Retry-After", rivertype.JobStateRetryable,
 			`{"attempt":3,"error":"target answered 503, Retry-After 1m30s"}`, `{"attempt":3,"status":503,"retry_after":90}`, 503, 90 * time.Second, "target answered 503, Retry-After 1m30s"},
 		{"status from output, not text", rivertype.JobStateCancelled,
-			`{"attempt":1,"error":"JobCancelError: gone"}`, `{"attempt":1,"status":410}`, 410, 0, "JobCancelError: gone"},
+			`{"attempt":1,"error":"JobCancelError: gone"}`, `{"attempt":1,"status":410}`, 410, 0, "gone"},
 		{"older version: the text", rivertype.JobStateDiscarded,
 			`{"attempt":20,"error":"target answered 500"}`, ``, 500, 0, "target answered 500"},
 		{"earlier attempt's output", rivertype.JobStateRetryable,

@@ -244,7 +244,7 @@ func TestList(t *testing.T) {
 		{Target: "t1", State: StatePending},
 		{Target: "t3", State: StatePending},
 		{Target: "t1", State: StateDelivered, Attempts: 2, MaxAttempts: 3, LastStatus: 204, DeliveredAt: delivered},
-		{Target: "t2", State: StateFailed, Attempts: 1, MaxAttempts: 20, LastStatus: 400, LastError: "JobCancelError: target answered 400"},
+		{Target: "t2", State: StateFailed, Attempts: 1, MaxAttempts: 20, LastStatus: 400, LastError: "target answered 400"},
 		{Target: "t3", State: StateRetrying, Attempts: 2, MaxAttempts: 7, LastError: `post to target "t3": connection refused`},
 		{Target: "t1", State: StateRunning, Attempts: 1, MaxAttempts: 3},
 		{Target: "t2", State: StateFailed, Attempts: 20, MaxAttempts: 20, LastStatus: 500, LastError: "target answered 500"},

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -149,6 +150,25 @@ func (q *Queries) BreakerHistory(ctx context.Context, sender, target string, sin
 		return nil, fmt.Errorf("read breaker history of %s/%s: %w", sender, target, err)
 	}
 	return out, nil
+}
+
+// BreakerOpening returns the transition that opened sender's target's
+// breaker last at or before at (a closed → open one, of any process): the
+// start of the incident a breaker that is open or half-open at at is in
+// (pass its OpenedAt, from Breakers). ok is false when there is none in
+// the history (its retention has deleted it). One backward range scan of
+// the table's key from at, stopped at the first opening.
+func (q *Queries) BreakerOpening(ctx context.Context, sender, target string, at time.Time) (tr BreakerTransition, ok bool, err error) {
+	err = q.db.QueryRow(ctx, `SELECT at, process, seq, from_state, state, reason FROM target_breaker_transitions
+WHERE sender = $1 AND target = $2 AND at <= $3 AND from_state = 'closed'
+ORDER BY at DESC, process DESC, seq DESC LIMIT 1`, sender, target, at).Scan(&tr.At, &tr.Process, &tr.Seq, &tr.From, &tr.State, &tr.Reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return tr, false, nil
+	}
+	if err != nil {
+		return tr, false, fmt.Errorf("read breaker opening of %s/%s: %w", sender, target, err)
+	}
+	return tr, true, nil
 }
 
 // truncate cuts s to at most n bytes, on a UTF-8 character boundary.
