@@ -240,3 +240,43 @@ type noTransportError struct {
 func (e *noTransportError) Error() string {
 	return "target " + strconv.Quote(e.target) + ": no transport for " + string(e.kind) + " targets in this process"
 }
+
+// connectWithin runs connect, returning what it made, or ctx's error once
+// ctx ends first: the connect then goes on in the background, and what it
+// makes is closed with closeFn (the broker clients' dials take no
+// context).
+func connectWithin[C any](ctx context.Context, connect func() (*C, error), closeFn func(*C)) (*C, error) {
+	type made struct {
+		c   *C
+		err error
+	}
+	ch := make(chan made, 1)
+	go func() {
+		c, err := connect()
+		ch <- made{c, err}
+	}()
+	select {
+	case m := <-ch:
+		return m.c, m.err
+	case <-ctx.Done():
+		go func() {
+			if m := <-ch; m.c != nil {
+				closeFn(m.c)
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// forget forgets c, the connection of key, when it is still the one kept,
+// and closes it with closeFn.
+func (cs *conns[C]) forget(key string, c *C, closeFn func(*C)) {
+	if s := cs.slot(key); s != nil {
+		s.mu.Lock()
+		if s.c == c {
+			s.c = nil
+		}
+		s.mu.Unlock()
+	}
+	closeFn(c)
+}

@@ -125,50 +125,22 @@ func (n *NATSTransport) conn(ctx context.Context, t *config.Target) (*natsConn, 
 	case t.NATS.User != "":
 		opts = append(opts, nats.UserInfo(t.NATS.User, t.NATS.Password))
 	}
-	type made struct {
-		nc  *nats.Conn
-		err error
-	}
-	ch := make(chan made, 1)
-	go func() {
-		nc, err := nats.Connect(t.URL, opts...)
-		ch <- made{nc, err}
-	}()
-	var r made
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		go func() { // the connect goes on; close what it makes
-			if r := <-ch; r.nc != nil {
-				r.nc.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	js, err := jetstream.New(r.nc)
+	nc, err := connectWithin(ctx, func() (*nats.Conn, error) { return nats.Connect(t.URL, opts...) }, (*nats.Conn).Close)
 	if err != nil {
-		r.nc.Close()
 		return nil, err
 	}
-	s.c = &natsConn{nc: r.nc, js: js}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.c = &natsConn{nc: nc, js: js}
 	return s.c, nil
 }
 
-// drop forgets c, t's connection, when it is closed for good.
+// drop forgets c, t's connection, and closes it.
 func (n *NATSTransport) drop(t *config.Target, c *natsConn) {
-	s := n.conns.slot(natsKey(t))
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	if s.c == c {
-		s.c = nil
-	}
-	s.mu.Unlock()
-	c.nc.Close()
+	n.conns.forget(natsKey(t), c, func(c *natsConn) { c.nc.Close() })
 }
 
 // Close closes the transport's connections.

@@ -217,45 +217,18 @@ func (r *RabbitMQTransport) conn(ctx context.Context, t *config.Target) (*amqpCo
 	if t.RabbitMQ.User != "" {
 		cfg.SASL = []amqp.Authentication{&amqp.PlainAuth{Username: t.RabbitMQ.User, Password: t.RabbitMQ.Password}}
 	}
-	type made struct {
-		conn *amqp.Connection
-		err  error
+	conn, err := connectWithin(ctx, func() (*amqp.Connection, error) { return amqp.DialConfig(t.URL, cfg) },
+		func(c *amqp.Connection) { _ = c.Close() })
+	if err != nil {
+		return nil, err
 	}
-	ch := make(chan made, 1)
-	go func() {
-		conn, err := amqp.DialConfig(t.URL, cfg)
-		ch <- made{conn, err}
-	}()
-	var m made
-	select {
-	case m = <-ch:
-	case <-ctx.Done():
-		go func() { // the dial goes on; close what it makes
-			if m := <-ch; m.conn != nil {
-				_ = m.conn.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
-	if m.err != nil {
-		return nil, m.err
-	}
-	s.c = &amqpConn{conn: m.conn}
+	s.c = &amqpConn{conn: conn}
 	return s.c, nil
 }
 
 // drop forgets c, t's connection, and closes it.
 func (r *RabbitMQTransport) drop(t *config.Target, c *amqpConn) {
-	s := r.conns.slot(amqpKey(t))
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	if s.c == c {
-		s.c = nil
-	}
-	s.mu.Unlock()
-	_ = c.conn.Close()
+	r.conns.forget(amqpKey(t), c, func(c *amqpConn) { _ = c.conn.Close() })
 }
 
 // Close closes the transport's connections.
