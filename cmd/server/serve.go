@@ -47,6 +47,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err := migrate(ctx, db, log); err != nil {
 		return err
 	}
+	if db.citus, err = dedup.InspectCitus(ctx, db.pool); err != nil {
+		return err
+	}
 	if db.traffic, err = traffic.New(traffic.Config{Queries: db.queries, Log: log}); err != nil {
 		return err
 	}
@@ -107,6 +110,9 @@ type database struct {
 	queries *store.Queries
 	// traffic counts deliveries and forwards for the console's charts.
 	traffic *traffic.Recorder
+	// citus is the database's Citus setup (the zero Citus on PostgreSQL),
+	// inspected once the tables are migrated.
+	citus dedup.Citus
 }
 
 func openDatabase(ctx context.Context, url string) (*database, error) {
@@ -292,6 +298,7 @@ func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slo
 		cc.RescueAfter = computed.RescueAfter
 	}
 	cc.Pool, cc.Senders, cc.Log = db.pool, cfg, log
+	cc.Distributed = db.citus.Distributed
 	rc := s.retention
 	rc.DB, rc.Senders, rc.Log = db.pool, cfg, log
 	rw, err := retention.NewWorker(rc)
@@ -307,10 +314,7 @@ func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slo
 // the statement forms Citus routes to one shard when processed_messages is
 // distributed.
 func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometheus.Registry, log *slog.Logger) (*dedup.Store, error) {
-	citus, err := dedup.InspectCitus(ctx, db.pool)
-	if err != nil {
-		return nil, err
-	}
+	citus := db.citus
 	if citus.Distributed {
 		log.Info("citus: processed_messages is distributed; using the statement forms Citus routes to one shard")
 		if citus.PropagateSetCommands != "local" {
@@ -452,6 +456,7 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 		// Worker processes relay the outbox into River's job table.
 		rc := fwd.relayConfig()
 		rc.Pool, rc.Queue, rc.Senders, rc.Log = db.pool, fwd.queue, cfg, log
+		rc.Distributed = db.citus.Distributed
 		relay, err := forward.NewRelay(rc)
 		if err != nil {
 			ln.Close()

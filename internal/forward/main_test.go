@@ -67,6 +67,9 @@ type env struct {
 	// fastOptions.relayIdle and the fast path's signal.
 	relayIdle time.Duration
 	relayWake chan struct{}
+	// split: the env's relays and recording run the split form
+	// (envOpts.Split).
+	split bool
 }
 
 // newEnv parses the configuration (forwardYAML is the sender's forward list,
@@ -101,6 +104,11 @@ type envOpts struct {
 	// Transport, when set, is what the worker (and the fast path) send
 	// forwards through instead of HTTP (WorkerConfig.Transport).
 	Transport forward.Transport
+	// Split runs the relay and the fast path's recording in the form for
+	// a distributed outbox (RelayConfig.Distributed,
+	// queue.ClientConfig.Distributed), as serve does on Citus: the records
+	// first, the outbox rows deleted after. Always on Citus.
+	Split bool
 }
 
 // fastOptions are the fast path's settings in a test env: each, when not
@@ -183,6 +191,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	cc := queue.DefaultClientConfig(cfg)
 	cc.MaxWorkers, cc.FetchPollInterval = opts.MaxWorkers, opts.FetchPollInterval
 	cc.Pool, cc.Senders, cc.Log = pool, cfg, log
+	cc.Distributed = opts.Split || pgtest.Citus()
 	if opts.Work { // otherwise the client inserts only
 		cc.Worker = worker
 	}
@@ -215,7 +224,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 			}
 		})
 	}
-	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake}
+	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake, split: cc.Distributed}
 	if fo != nil {
 		e.relayIdle = fo.relayIdle
 	}
@@ -253,6 +262,12 @@ func (e *env) start() {
 // every 5ms once the outbox is drained (or, with fastOptions.relayIdle, at
 // that idle interval unless the fast path wakes it).
 func (e *env) newRelay(batch int) *forward.Relay {
+	return e.newRelayWith(batch, nil)
+}
+
+// newRelayWith is newRelay with set, when not nil, changing the relay's
+// configuration last.
+func (e *env) newRelayWith(batch int, set func(*forward.RelayConfig)) *forward.Relay {
 	rc := forward.DefaultRelayConfig()
 	if batch > 0 {
 		rc.Batch = batch
@@ -262,6 +277,10 @@ func (e *env) newRelay(batch int) *forward.Relay {
 		rc.IdleInterval, rc.Wake = e.relayIdle, e.relayWake
 	}
 	rc.Pool, rc.Queue, rc.Senders, rc.Log = e.pool, e.river, e.cfg, e.log
+	rc.Distributed = e.split
+	if set != nil {
+		set(&rc)
+	}
 	r, err := forward.NewRelay(rc)
 	if err != nil {
 		e.t.Fatal(err)

@@ -62,6 +62,8 @@ type Relay struct {
 	idle     time.Duration
 	wake     <-chan struct{}
 	timeout  time.Duration // each statement's (RelayConfig.StatementTimeout)
+	split    bool          // RelayConfig.Distributed
+	grace    time.Duration // RelayConfig.RecordedGrace
 	slowAt   time.Duration // RelayConfig.SlowAfter
 	slow     prometheus.Counter
 
@@ -98,6 +100,21 @@ type RelayConfig struct {
 	// SlowAfter is how long a sender's batch or a round may take before it
 	// is logged at WARN (DefaultRelaySlowAfter).
 	SlowAfter time.Duration
+	// Distributed: the outbox is a distributed table (Citus) and River's
+	// job table a local table of the coordinator, so that a transaction
+	// writing both commits on the worker before the coordinator, without
+	// two-phase commit, and a coordinator that dies between the two would
+	// lose the forwards it took. The relay then inserts a batch's jobs in
+	// a transaction that marks its outbox rows recorded (MarkOutbox) and
+	// deletes them in one of its own once that has committed
+	// (DeleteRecorded): a crash can only leave a row to be relayed again
+	// after RecordedGrace. False: the take deletes the rows in the jobs'
+	// transaction (one atomic transaction on PostgreSQL).
+	Distributed bool
+	// RecordedGrace is how long a row marked recorded is left alone before
+	// the relay takes it again (store.DefaultRecordedGrace): its delete
+	// never came.
+	RecordedGrace time.Duration
 	// Registerer, when not nil, is where hookgate_forward_relay_slow_total
 	// is registered (a relay counts without one).
 	Registerer prometheus.Registerer
@@ -118,7 +135,7 @@ type RelayConfig struct {
 // DefaultRelayConfig returns the relay's defaults.
 func DefaultRelayConfig() RelayConfig {
 	return RelayConfig{Batch: DefaultRelayBatch, Interval: DefaultRelayInterval, IdleInterval: DefaultRelayInterval,
-		StatementTimeout: DefaultRelayStatementTimeout, SlowAfter: DefaultRelaySlowAfter}
+		StatementTimeout: DefaultRelayStatementTimeout, SlowAfter: DefaultRelaySlowAfter, RecordedGrace: store.DefaultRecordedGrace}
 }
 
 // validate returns an error naming the field at fault, or nil: the
@@ -138,6 +155,9 @@ func (c RelayConfig) validate() error {
 	}
 	if c.SlowAfter <= 0 {
 		return fmt.Errorf("relay slow-after %s: must be positive", c.SlowAfter)
+	}
+	if c.RecordedGrace < time.Millisecond {
+		return fmt.Errorf("relay recorded grace %s: must be at least 1ms", c.RecordedGrace)
 	}
 	var errs []error
 	if c.Pool == nil {
@@ -176,13 +196,17 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 		}
 	}
 	return &Relay{pool: cfg.Pool, queue: cfg.Queue, cfg: cfg.Senders, log: cfg.Log, batch: cfg.Batch, interval: cfg.Interval, idle: cfg.IdleInterval, wake: cfg.Wake,
-		timeout: cfg.StatementTimeout, slowAt: cfg.SlowAfter, slow: slow}, nil
+		timeout: cfg.StatementTimeout, slowAt: cfg.SlowAfter, slow: slow, split: cfg.Distributed, grace: cfg.RecordedGrace}, nil
 }
 
 // strayEvery is how often the relay looks for outbox rows of senders the
 // configuration no longer names (written before a restart that removed
-// them), which it relays like the others.
-const strayEvery = 10 * time.Second
+// them, or by a process of another configuration), which it relays like
+// the others: in its first round, and then this rarely. The look reads
+// every sender's rows (on Citus, every shard: the one relay statement that
+// names no sender, docs/distributed.md); every other statement names its
+// sender.
+const strayEvery = 5 * time.Minute
 
 // Once relays, sender by sender, one batch of each sender in a transaction
 // of its own (one shard each when the tables are distributed by sender),
@@ -258,15 +282,25 @@ func (r *Relay) senders(ctx context.Context) ([]string, error) {
 // look's set in its own batch (WithStatementTimeout), the transaction's in
 // the round trip of its BEGIN, so that it also bounds the first parse of a
 // statement on a connection (pgx prepares it in a round trip of its own,
-// and the parse takes the table's lock).
+// and the parse takes the table's lock). In the split form (Distributed)
+// the transaction marks the rows and the delete that follows its COMMIT
+// runs under the same timeout.
 func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
-	if waiting, err := store.New(r.pool).WithStatementTimeout(r.timeout).OutboxWaiting(ctx, sender); err != nil || !waiting {
+	if waiting, err := store.New(r.pool).WithStatementTimeout(r.timeout).OutboxWaiting(ctx, sender, r.grace); err != nil || !waiting {
 		return 0, err
 	}
-	n := 0
+	var (
+		taken []store.OutboxRow
+		at    = time.Now().UTC().Truncate(time.Microsecond) // the mark of the split form; PostgreSQL keeps microseconds
+	)
 	begin := pgx.TxOptions{BeginQuery: fmt.Sprintf("BEGIN; SET LOCAL statement_timeout = %d", max(r.timeout.Milliseconds(), 1))}
 	err := pgx.BeginTxFunc(ctx, r.pool, begin, func(tx pgx.Tx) error {
-		taken, err := store.New(tx).TakeOutbox(ctx, sender, r.batch)
+		var err error
+		if r.split {
+			taken, err = store.New(tx).MarkOutbox(ctx, sender, r.batch, r.grace, at)
+		} else {
+			taken, err = store.New(tx).TakeOutbox(ctx, sender, r.batch, r.grace)
+		}
 		if err != nil {
 			return err
 		}
@@ -274,13 +308,21 @@ func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 		for _, o := range taken {
 			forwards = append(forwards, queue.NewForward{Sender: o.Sender, Target: o.Target, EventID: o.EventID, DeliveryID: o.DeliveryID})
 		}
-		if _, err := r.queue.Enqueue(ctx, tx, forwards); err != nil {
-			return err
-		}
-		n = len(forwards)
-		return nil
+		_, err = r.queue.Enqueue(ctx, tx, forwards)
+		return err
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	if r.split {
+		// The jobs have committed: the rows can go. A failure here leaves
+		// them marked, for the relay to take again after the grace (River
+		// inserts no second job while the first is unfinished).
+		if err := store.New(r.pool).WithStatementTimeout(r.timeout).DeleteRecorded(ctx, sender, taken, at); err != nil {
+			return len(taken), err
+		}
+	}
+	return len(taken), nil
 }
 
 // Run relays until ctx is done: batch after batch while the outbox is full,

@@ -107,9 +107,21 @@ func deliveryIDs(prefix string, n int) []string {
 // written: none was relayed twice, which River's uniqueness would otherwise
 // hide), there is exactly one job per event and target, and the outbox ends
 // empty.
+// Both forms: the take that deletes the rows in the jobs' transaction
+// (PostgreSQL), and the split form that marks them there and deletes them
+// after (Citus).
 func TestTwoRelaysMoveEachForwardOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, twoTargets, envOpts{})
+	for _, split := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deleting take", true: "split take"}[split], func(t *testing.T) {
+			t.Parallel()
+			testTwoRelaysMoveEachForwardOnce(t, split)
+		})
+	}
+}
+
+func testTwoRelaysMoveEachForwardOnce(t *testing.T, split bool) {
+	e := newEnv(t, twoTargets, envOpts{Split: split})
 	ctx := t.Context()
 	events := e.deliverMany(deliveryIDs("before", 250))
 	if rows := e.outbox(); len(rows) != 500 {
@@ -182,6 +194,65 @@ func TestTwoRelaysMoveEachForwardOnce(t *testing.T) {
 				t.Errorf("two jobs for %s", k)
 			}
 		}
+	}
+}
+
+// TestRelayTakesRowsWhoseRecordWasLost: in the split form (Citus) a batch's
+// jobs commit in a transaction that marks its outbox rows recorded, and
+// the rows are deleted after. A coordinator that dies between the worker's
+// commit and its own leaves rows marked and no job (the state this test
+// writes: marked rows, no job); a process that dies before the delete
+// leaves rows marked and their jobs. The relay leaves a marked row alone
+// for its grace, then takes it again: a lost job is inserted, one that
+// exists and is unfinished is not inserted twice (River's uniqueness), and
+// the outbox ends empty. Nothing is lost, in either form of the relay.
+func TestRelayTakesRowsWhoseRecordWasLost(t *testing.T) {
+	t.Parallel()
+	for _, split := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deleting take", true: "split take"}[split], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, twoTargets, envOpts{Split: split})
+			ctx := t.Context()
+			events := e.deliverMany(deliveryIDs("lost", 10))
+			// The forwards to tb were relayed (their jobs exist) but not
+			// deleted: a crash before the delete.
+			if _, err := e.pool.Exec(ctx, `CREATE TABLE hold AS SELECT * FROM forward_outbox WHERE target = 'tb'`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.pool.Exec(ctx, `UPDATE forward_outbox SET leased_until = now() + interval '1 hour' WHERE target = 'ta'`); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := e.newRelay(0).Once(ctx); err != nil || n != 10 {
+				t.Fatalf("relay of the forwards to tb: moved %d (%v), want 10", n, err)
+			}
+			// Every row is back in the outbox, marked recorded a second ago:
+			// those to ta without a job (the coordinator lost it), those to
+			// tb with theirs.
+			if _, err := e.pool.Exec(ctx, `INSERT INTO forward_outbox SELECT * FROM hold`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.pool.Exec(ctx, `UPDATE forward_outbox SET leased_until = NULL, recorded_at = now() - interval '1 second'`); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(e.jobs()); got != 10 {
+				t.Fatalf("%d jobs before the relay takes the marked rows, want the 10 to tb", got)
+			}
+			// Within its grace a marked row is left alone.
+			if n, err := e.newRelayWith(0, func(rc *forward.RelayConfig) { rc.RecordedGrace = time.Hour }).Once(ctx); err != nil || n != 0 {
+				t.Fatalf("relay within the grace: moved %d (%v), want none", n, err)
+			}
+			// After it, every row is taken again.
+			if n, err := e.newRelayWith(0, func(rc *forward.RelayConfig) { rc.RecordedGrace = 500 * time.Millisecond }).Once(ctx); err != nil || n != 20 {
+				t.Fatalf("relay after the grace: moved %d (%v), want the 20 marked rows", n, err)
+			}
+			if rows := e.outbox(); len(rows) != 0 {
+				t.Errorf("%d outbox rows left, want none", len(rows))
+			}
+			want, deliveryOf := wantForwards(events)
+			if got := e.forwardKeys(deliveryOf); !slices.Equal(got, want) {
+				t.Errorf("forward jobs %v, want exactly one per event and target %v", got, want)
+			}
+		})
 	}
 }
 

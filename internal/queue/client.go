@@ -55,6 +55,14 @@ type ClientConfig struct {
 	// (the retention job), enqueued periodically. A zero Maintenance has
 	// none.
 	Maintenance Maintenance
+	// Distributed: forward_outbox is distributed by Citus, River's table and
+	// forward_delivered are local tables of the coordinator. A transaction
+	// writing both commits on the worker first, without two-phase commit,
+	// and a coordinator that died between the two commits would lose the
+	// record of a forward whose outbox row is gone; the fast path's
+	// recording then writes the records first and deletes the outbox rows
+	// after (Jobs.Distributed).
+	Distributed bool
 
 	// Pool is the database of River's jobs (and of the events the bulk
 	// redeliveries read).
@@ -254,5 +262,9 @@ func New(cfg ClientConfig) (*River, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}
-	return &River{client: client, pool: cfg.Pool, jobs: NewJobs(cfg.Pool), cfg: cfg.Senders}, nil
+	jobs := NewJobs(cfg.Pool)
+	if cfg.Distributed {
+		jobs = jobs.Distributed()
+	}
+	return &River{client: client, pool: cfg.Pool, jobs: jobs, cfg: cfg.Senders}, nil
 }

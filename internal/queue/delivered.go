@@ -45,88 +45,155 @@ type FirstAttempt struct {
 	Output Output
 }
 
-// recordFirstSQL records the fast path's finished forwards of sender $1
-// that were not delivered: it deletes their outbox rows and, for each row
-// it deleted, inserts the forward's job in its state after the first
-// attempt, as River's worker would have left it (attempt 1, the attempt's
-// error, the output River's RecordOutput keeps under metadata.output). A
-// row the relay took in the meantime (its lease ended) is not deleted, and
-// gets no second job. The args are those Args encodes; the job has
-// no unique key (none is needed: its outbox row goes in the same
-// statement). The outbox rows are found by a probe of their key each, and
-// deleted by ctid (store.OutboxRowsByKey, under store.TIDScans: see plans.go), never
-// by a scan of the sender's rows. d reads the arrays, not o: on Citus o is
-// an intermediate result, and Citus refuses a ctid in a modification that
-// reads one. A row updated between the statement's snapshot and the delete
-// is not deleted (its new version has another ctid); only the fast path's
-// release updates outbox rows, and never those of an attempted forward.
-var recordFirstSQL = jobSQL(`WITH o AS (
+// The fast path's recording takes each attempted forward's outbox row in
+// one of two ways (recordTake), and writes its record from what it took:
+//
+//   - deleting it (PostgreSQL): the record and the delete are one
+//     statement, atomic;
+//   - marking it recorded (recorded_at = the mark, a parameter), on Citus:
+//     the outbox row is on the sender's worker, the record on the
+//     coordinator, and a transaction writing both commits on the worker
+//     first (no two-phase commit); a coordinator that died between the two
+//     commits would leave the row deleted and no record. Marked, the row
+//     stays until store.DeleteRecordedSQL deletes it, in a transaction of
+//     its own after the record's COMMIT; a crash in between leaves it to
+//     the relay after its grace, which inserts its job again: the forward
+//     may be repeated (with its Idempotency-Key), never lost.
+//
+// Either way a row some recording marked already is not taken again.
+
+// recordTake returns the CTE d of the recording statements: the outbox rows
+// of sender $1 whose keys are the pairs of $2 and $3, deleted (mark "") or
+// marked recorded at the parameter mark, returning their event, target,
+// delivery and creation time.
+func recordTake(mark string) string {
+	take := "DELETE FROM forward_outbox f"
+	if mark != "" {
+		take = "UPDATE forward_outbox f SET recorded_at = " + mark + "::timestamptz"
+	}
+	return `d AS (
+  ` + take + `
+  WHERE f.sender = $1 AND f.ctid = ANY(` + store.OutboxRowsByKey + `) AND f.recorded_at IS NULL
+  RETURNING f.event_id, f.target, f.delivery_id, f.created_at
+)`
+}
+
+// recordFirst returns the statement that records the fast path's finished
+// forwards of sender $1 that were not delivered: it takes their outbox
+// rows (recordTake) and, for each row it took, inserts the forward's job in
+// its state after the first attempt, as River's worker would have left it
+// (attempt 1, the attempt's error, the output River's RecordOutput keeps
+// under metadata.output). A row the relay took in the meantime (its lease
+// ended) is not taken, and gets no second job. The args are those Args
+// encodes; the job has no unique key (none is needed: its outbox row is
+// taken in the same statement). The outbox rows are found by a probe of
+// their key each, and taken by ctid (store.OutboxRowsByKey, under
+// store.TIDScans: see plans.go), never by a scan of the sender's rows. d
+// reads the arrays, not o: on Citus o is an intermediate result, and Citus
+// refuses a ctid in a modification that reads one. A row updated between
+// the statement's snapshot and the take is not taken (its new version has
+// another ctid); only the fast path's release updates outbox rows, and
+// never those of an attempted forward.
+func recordFirst(mark string) string {
+	return jobSQL(`WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[])
     AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata)
-), d AS (
-  DELETE FROM forward_outbox f
-  WHERE f.sender = $1 AND f.ctid = ANY(` + store.OutboxRowsByKey + `)
-  RETURNING f.event_id, f.target, f.delivery_id, f.created_at
-)
+), ` + recordTake(mark) + `
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
 SELECT jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', d.target, 'delivery_id', d.delivery_id),
        1, o.attempted_at, d.created_at, CASE WHEN o.error IS NULL THEN NULL ELSE ARRAY[o.error] END, o.finalized_at,
        {forward_kind}, o.max_attempts, o.metadata, 1, $11::text, o.state::river_job_state, o.scheduled_at, '{}'
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
+}
 
-// recordDeliveredSQL records the fast path's delivered forwards of sender
-// $1 as recordFirstSQL records the others, in forward_delivered instead of
-// River's table: a row only for each outbox row it deleted.
-const recordDeliveredSQL = `WITH o AS (
+// recordDelivered returns the statement that records the fast path's
+// delivered forwards of sender $1 as recordFirst records the others, in
+// forward_delivered instead of River's table: a row only for each outbox
+// row it took.
+func recordDelivered(mark string) string {
+	return `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[])
     AS o(event_id, target, attempted_at, delivered_at, status, max_attempts)
-), d AS (
-  DELETE FROM forward_outbox f
-  WHERE f.sender = $1 AND f.ctid = ANY(` + store.OutboxRowsByKey + `)
-  RETURNING f.event_id, f.target, f.delivery_id, f.created_at
-)
+), ` + recordTake(mark) + `
 INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
 SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
+}
+
+// The recording statements: deleting the outbox rows, and (on Citus)
+// marking them, the mark the last parameter.
+var (
+	recordFirstSQL         = recordFirst("")
+	recordFirstMarkSQL     = recordFirst("$12")
+	recordDeliveredSQL     = recordDelivered("")
+	recordDeliveredMarkSQL = recordDelivered("$8")
+)
 
 // RecordFirstAttempts records the fast path's outcomes in one round trip:
 // per sender, one statement for the delivered forwards
 // (forward_delivered), one for the others that were attempted (their jobs
-// on queue), each deleting the forwards' outbox rows, and one for the
+// on queue), each taking the forwards' outbox rows, and one for the
 // released ones; all of them find the outbox rows by a probe of the key
-// each (store.OutboxRowsByKey, under store.TIDScans). Each sender's statements are a
-// transaction of their own (BEGIN … COMMIT in the batch, when it holds
-// several senders): on Citus a sender's outbox rows live on one worker, and
-// a transaction writing the rows of senders on two workers would commit in
-// two phases. A failure leaves the senders before it recorded: recording
-// them again finds no outbox row and does nothing. Run on a transaction
-// (q on a pgx.Tx), everything is the caller's transaction.
+// each (store.OutboxRowsByKey, under store.TIDScans). Each sender's
+// statements are a transaction of their own (BEGIN … COMMIT in the batch,
+// when it holds several senders): on Citus a sender's outbox rows live on
+// one worker, and a transaction writing the rows of senders on two workers
+// would commit in two phases. On Citus (Distributed) the statements mark
+// the outbox rows instead of deleting them, and a second transaction of
+// the sender deletes the rows it marked, after the first has committed
+// (see recordTake). A failure leaves the senders before it recorded:
+// recording them again finds no outbox row (or only marked ones) and does
+// nothing. Run on a transaction (q on a pgx.Tx), everything is the
+// caller's transaction.
 func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
-	groups, err := recordStatements(queue, batch)
+	var mark *time.Time
+	if q.split {
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		mark = &at
+	}
+	groups, err := recordStatements(queue, batch, mark)
 	if err != nil {
 		return fmt.Errorf("record fast-path forwards: %w", err)
 	}
 	_, inTx := q.db.(pgx.Tx)
-	own := len(groups) > 1 && !inTx
+	own := (len(groups) > 1 || q.split) && !inTx
 	var b pgx.Batch
 	for i, g := range groups {
-		if own {
-			b.Queue("BEGIN")
-		}
-		if own || i == 0 {
-			b.Queue(store.TIDScans)
-		}
-		for _, s := range g {
-			b.Queue(s.sql, s.args...)
-		}
-		if own {
-			b.Queue("COMMIT")
+		for j, tx := range g.txs() {
+			if own {
+				b.Queue("BEGIN")
+			}
+			if own || i == 0 && j == 0 {
+				b.Queue(store.TIDScans)
+			}
+			for _, s := range tx {
+				b.Queue(s.sql, s.args...)
+			}
+			if own {
+				b.Queue("COMMIT")
+			}
 		}
 	}
 	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("record fast-path forwards: %w", err)
 	}
 	return nil
+}
+
+// senderRecording is one sender's statements of a recording: record, the
+// transaction that records (and releases), and, in the split form, remove,
+// the transaction that deletes the outbox rows record marked.
+type senderRecording struct {
+	record []statement
+	remove []statement
+}
+
+// txs returns g's transactions in their order.
+func (g senderRecording) txs() [][]statement {
+	if len(g.remove) == 0 {
+		return [][]statement{g.record}
+	}
+	return [][]statement{g.record, g.remove}
 }
 
 // riverSchedulerInterval is how often River's job scheduler, which runs in
@@ -164,8 +231,11 @@ func recordedState(a FirstAttempt, now time.Time) (string, error) {
 }
 
 // recordStatements returns the statements RecordFirstAttempts sends (after
-// store.TIDScans) for batch, with their arguments, one group per sender.
-func recordStatements(queue string, batch []FirstAttempt) ([][]statement, error) {
+// store.TIDScans) for batch, with their arguments, one group per sender:
+// the forms that delete the outbox rows, or, with a mark (the split form),
+// those that mark them recorded at *mark and the delete of the rows so
+// marked.
+func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]senderRecording, error) {
 	now := time.Now()
 	// Event IDs go as pgtype.UUID, which pgx encodes in binary as they
 	// are: a uuid.UUID is a driver.Valuer, which pgx encodes through its
@@ -244,20 +314,34 @@ func recordStatements(queue string, batch []FirstAttempt) ([][]statement, error)
 		c.errs = append(c.errs, errJSON)
 		c.metas = append(c.metas, &meta)
 	}
-	groups := make([][]statement, 0, len(order))
+	groups := make([]senderRecording, 0, len(order))
 	for _, s := range order {
 		c := bySender[s]
-		var stmts []statement
+		var g senderRecording
 		if len(c.dEvents) > 0 {
-			stmts = append(stmts, statement{recordDeliveredSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts}})
+			if mark == nil {
+				g.record = append(g.record, statement{recordDeliveredSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts}})
+			} else {
+				g.record = append(g.record, statement{recordDeliveredMarkSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, *mark}})
+			}
 		}
 		if len(c.events) > 0 {
-			stmts = append(stmts, statement{recordFirstSQL, []any{s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue}})
+			args := []any{s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue}
+			if mark == nil {
+				g.record = append(g.record, statement{recordFirstSQL, args})
+			} else {
+				g.record = append(g.record, statement{recordFirstMarkSQL, append(args, *mark)})
+			}
 		}
 		if len(c.relEvents) > 0 {
-			stmts = append(stmts, statement{store.ReleaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
+			g.record = append(g.record, statement{store.ReleaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
 		}
-		groups = append(groups, stmts)
+		if mark != nil && len(c.dEvents)+len(c.events) > 0 {
+			events := append(append([]pgtype.UUID(nil), c.dEvents...), c.events...)
+			targets := append(append([]string(nil), c.dTargets...), c.targets...)
+			g.remove = []statement{{store.DeleteRecordedSQL, []any{s, events, targets, *mark}}}
+		}
+		groups = append(groups, g)
 	}
 	return groups, nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/queue/queuetest"
@@ -21,7 +23,27 @@ import (
 // supersedes an older failure.
 func TestDeliveredFirstAttemptsReadLikeJobs(t *testing.T) {
 	t.Parallel()
-	s, _ := newFixture(t)
+	forEachRecordingForm(t, testDeliveredFirstAttemptsReadLikeJobs)
+}
+
+// forEachRecordingForm runs test in a subtest for each form of the fast
+// path's recording: deleting the outbox rows in the records' statements
+// (PostgreSQL), and the split form (Citus: Jobs.Distributed), each on a
+// fixture of its own.
+func forEachRecordingForm(t *testing.T, test func(t *testing.T, s *fixture, pool *pgxpool.Pool)) {
+	for _, split := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deleting", true: "split"}[split], func(t *testing.T) {
+			t.Parallel()
+			s, pool := newFixture(t)
+			if split {
+				s.Jobs = s.Distributed()
+			}
+			test(t, s, pool)
+		})
+	}
+}
+
+func testDeliveredFirstAttemptsReadLikeJobs(t *testing.T, s *fixture, _ *pgxpool.Pool) {
 	ctx := t.Context()
 	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
 	// e1 failed earlier through River (an older job), e1 and e2 then went
@@ -301,7 +323,10 @@ func bulkMatchIDs(t *testing.T, s *Jobs, f Filter, maxID int64) []int64 {
 // delivered, retried and released forwards stay one transaction.
 func TestRecordFirstAttemptsOneTransactionPerSender(t *testing.T) {
 	t.Parallel()
-	s, pool := newFixture(t)
+	forEachRecordingForm(t, testRecordFirstAttemptsOneTransactionPerSender)
+}
+
+func testRecordFirstAttemptsOneTransactionPerSender(t *testing.T, s *fixture, pool *pgxpool.Pool) {
 	ctx := t.Context()
 	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
 	var batch []FirstAttempt
@@ -353,5 +378,64 @@ func TestRecordFirstAttemptsOneTransactionPerSender(t *testing.T) {
 	}
 	if left, err := s.jobs.CountOutboxOf(ctx, "acme", "t"); err != nil || left != 0 {
 		t.Errorf("acme's outbox rows left: %d, %v", left, err)
+	}
+}
+
+// TestSplitRecordingLeavesOthersMarks: the split form of the recording
+// (Citus) writes each record in a transaction that marks its outbox row
+// recorded, and deletes the rows it marked after that has committed. A
+// row another recording (the relay's, say) marked already is neither
+// recorded a second time nor deleted by this one: its delete is the other
+// recording's, and if that never comes, the relay takes the row again
+// after its grace.
+func TestSplitRecordingLeavesOthersMarks(t *testing.T) {
+	t.Parallel()
+	f, pool := newFixture(t)
+	s := f.Distributed()
+	ctx := t.Context()
+	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+	e1, e2, e3 := uuid.New(), uuid.New(), uuid.New()
+	for _, e := range []uuid.UUID{e1, e2, e3} {
+		if err := f.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := time.Now().UTC().Add(-time.Second).Truncate(time.Microsecond)
+	if _, err := pool.Exec(ctx, `UPDATE forward_outbox SET recorded_at = $1 WHERE event_id = $2`, other, e3); err != nil {
+		t.Fatal(err)
+	}
+	delivered := func(e uuid.UUID) FirstAttempt {
+		return FirstAttempt{Sender: "acme", EventID: e, Target: "t", State: StateDelivered, MaxAttempts: 5,
+			AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}
+	}
+	retry := FirstAttempt{Sender: "acme", EventID: e2, Target: "t", State: StateRetrying, MaxAttempts: 5,
+		AttemptedAt: at, ScheduledAt: at.Add(time.Hour), Error: "target answered 503", Output: Output{Status: 503}}
+	if err := s.RecordFirstAttempts(ctx, "q", []FirstAttempt{delivered(e1), retry, delivered(e3)}); err != nil {
+		t.Fatal(err)
+	}
+	for e, want := range map[uuid.UUID]State{e1: StateDelivered, e2: StateRetrying} {
+		fwds, err := s.EventForwards(ctx, "acme", e)
+		if err != nil || len(fwds) != 1 || fwds[0].State != want {
+			t.Errorf("forwards of %s: %+v, %v; want one %s", e, fwds, err, want)
+		}
+	}
+	// Still its outbox row alone (a pending forward without a job): no
+	// record of this recording's.
+	if fwds, err := s.EventForwards(ctx, "acme", e3); err != nil || len(fwds) != 1 || fwds[0].JobID != 0 || fwds[0].State != StatePending {
+		t.Errorf("forwards of the row another recording marked: %+v, %v; want its outbox row alone, none recorded by this one", fwds, err)
+	}
+	var left []uuid.UUID
+	rows, err := pool.Query(ctx, `SELECT event_id FROM forward_outbox WHERE sender = 'acme' AND recorded_at = $1`, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != e3 {
+		t.Errorf("outbox rows left marked by the other recording: %v, want e3 alone", left)
+	}
+	if n, err := f.jobs.CountOutboxOf(ctx, "acme", ""); err != nil || n != 1 {
+		t.Errorf("%d outbox rows left (%v), want e3's alone", n, err)
 	}
 }

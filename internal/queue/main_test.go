@@ -40,7 +40,11 @@ func newFixture(t *testing.T) (*fixture, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{Jobs: NewJobs(pool), Queries: store.New(pool), ingest: ingest, pool: pool, jobs: queuetest.New(pool)}, pool
+	jobs := NewJobs(pool)
+	if pgtest.Citus() { // as serve runs it there (ClientConfig.Distributed)
+		jobs = jobs.Distributed()
+	}
+	return &fixture{Jobs: jobs, Queries: store.New(pool), ingest: ingest, pool: pool, jobs: queuetest.New(pool)}, pool
 }
 
 // parseConfig parses a hookgate.yaml without environment variables.

@@ -393,7 +393,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
 				start := time.Now()
-				taken, err := both(tx).TakeOutbox(ctx, "acme", planBatch)
+				taken, err := both(tx).TakeOutbox(ctx, "acme", planBatch, store.DefaultRecordedGrace)
 				if err != nil {
 					t.Fatalf("%s, run %d: %v", mode, run, err)
 				}
@@ -405,16 +405,18 @@ func testQueuePlans(t *testing.T, grown bool) {
 				}
 			})
 		})
-		checkPlans(t, explainConn, planBatch, store.TIDScans, store.TakeOutboxSQL, "acme", planBatch)
+		grace := store.DefaultRecordedGrace.Microseconds()
+		checkPlans(t, explainConn, planBatch, store.TIDScans, store.TakeOutboxSQL, "acme", planBatch, grace)
+		checkPlans(t, explainConn, planBatch, store.TIDScans, store.MarkOutboxSQL, "acme", planBatch, grace, time.Now())
 	})
 
 	t.Run("relay look", func(t *testing.T) {
 		withPlanModes(t, conn, 7, func(mode string, run int) {
-			if ok, err := both(conn).OutboxWaiting(ctx, "acme"); err != nil || !ok {
+			if ok, err := both(conn).OutboxWaiting(ctx, "acme", store.DefaultRecordedGrace); err != nil || !ok {
 				t.Fatalf("%s, run %d: OutboxWaiting = %v, %v; want true", mode, run, ok, err)
 			}
 		})
-		checkPlans(t, explainConn, 1, store.OutboxIndexScans, store.OutboxWaitingSQL, "acme")
+		checkPlans(t, explainConn, 1, store.OutboxIndexScans, store.OutboxWaitingSQL, "acme", store.DefaultRecordedGrace.Microseconds())
 	})
 
 	t.Run("recording", func(t *testing.T) {
@@ -444,15 +446,20 @@ func testQueuePlans(t *testing.T, grown bool) {
 				}
 			})
 		})
-		groups, err := recordStatements(planQueue, batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(groups) != 1 || len(groups[0]) != 3 {
-			t.Fatalf("%d groups of statements for a recording of one sender with outcomes of each kind, want 1 of 3", len(groups))
-		}
-		for _, s := range groups[0] {
-			checkPlans(t, explainConn, planBatch, store.TIDScans, s.sql, s.args...)
+		for _, mark := range []*time.Time{nil, &at} { // the deleting form, the split form (Citus)
+			groups, err := recordStatements(planQueue, batch, mark)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRemove := map[bool]int{true: 0, false: 1}[mark == nil]
+			if len(groups) != 1 || len(groups[0].record) != 3 || len(groups[0].remove) != wantRemove {
+				t.Fatalf("mark %v: %d groups of statements for a recording of one sender with outcomes of each kind, want 1 of 3 (and %d to remove)", mark, len(groups), wantRemove)
+			}
+			for _, tx := range groups[0].txs() {
+				for _, s := range tx {
+					checkPlans(t, explainConn, planBatch, store.TIDScans, s.sql, s.args...)
+				}
+			}
 		}
 	})
 
