@@ -7,6 +7,12 @@
 # tables by sender there (migrations/citus/distribute.sql) and drops it
 # afterwards (internal/pgtest). PKGS and GOTESTFLAGS as for test.sh;
 # SERVER_TESTS names cmd/server's tests (real gateway processes) to run too.
+# Every test's database is watched for two-phase commits (pg_dist_transaction,
+# read every 200 ms and at the test's end): a test whose database shows one
+# fails (internal/pgtest). TestCitusCoordinatorCrashLosesNoForward (gdb kills
+# the coordinator's backend between the workers' commit and its own, which
+# restarts the coordinator) runs alone after the others; CRASH_TESTS=''
+# leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +35,11 @@ if [[ -n ${SERVER_TESTS:-} ]]; then
 	go test -race -count=1 -timeout 20m -v -run "^(${SERVER_TESTS})\$" ./cmd/server/ >>"$out" 2>&1 || rc=$?
 fi
 # CITUS_TEST_LOG, when set, keeps go test's whole -v output there.
+# The coordinator-crash test restarts the coordinator under whatever runs on
+# it: alone, after the others (CRASH_TESTS='' leaves it out).
+if [[ -n ${CRASH_TESTS-TestCitusCoordinatorCrashLosesNoForward} ]]; then
+	HOOKGATE_TEST_CITUS_CRASH=1 go test -race -count=1 -timeout 10m -v -run "^(${CRASH_TESTS-TestCitusCoordinatorCrashLosesNoForward})\$" ./internal/forward/ >>"$out" 2>&1 || rc=$?
+fi
 if [[ -n ${CITUS_TEST_LOG:-} ]]; then cp "$out" "$CITUS_TEST_LOG"; fi
 # The verdicts, each skip with its reason, every failure, and the tests' log
 # lines (a parallel test's log comes before its verdict).

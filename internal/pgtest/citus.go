@@ -7,7 +7,10 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -179,4 +182,112 @@ func escape(s string) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// twoPhaseEvery is how often watchTwoPhase reads pg_dist_transaction. A
+// row stays there until Citus's recovery of prepared transactions deletes
+// it (citus.recover_2pc_interval: a minute by default), so a read this
+// often, and one at the end of the test, sees every two-phase commit.
+const twoPhaseEvery = 200 * time.Millisecond
+
+// watchTwoPhase fails t when Citus records a two-phase commit in the
+// database dsn while the test runs: every transaction hookgate sends
+// commits on one worker (docs/distributed.md), ingest, forwarding,
+// recording, retention and the console's writes alike. It reads
+// pg_dist_transaction (Citus's record of the transactions it committed in
+// two phases) every twoPhaseEvery on a connection of its own, and once
+// more when the test ends, before the database is dropped.
+func watchTwoPhase(t testing.TB, dsn string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		cancel()
+		t.Fatalf("pgtest: connect to watch two-phase commits: %v", err)
+	}
+	// Distributing the tables committed in two phases: those are recovered
+	// (their rows deleted) first, and any left are not the test's.
+	before := map[string]bool{}
+	if _, err := conn.Exec(ctx, `SELECT recover_prepared_transactions()`); err != nil {
+		cancel()
+		t.Fatalf("pgtest: recover the set-up's prepared transactions: %v", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT gid FROM pg_dist_transaction`)
+	if err == nil {
+		var gids []string
+		if gids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+			for _, g := range gids {
+				before[g] = true
+			}
+		}
+	}
+	if err != nil {
+		cancel()
+		t.Fatalf("pgtest: read pg_dist_transaction: %v", err)
+	}
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{} // the gids of the rows seen
+		done = make(chan struct{})
+	)
+	// A read that fails (the coordinator restarting, in a test that
+	// restarts it) is not a finding; the next one, or the last, reads.
+	read := func(ctx context.Context, conn *pgx.Conn) {
+		rows, err := conn.Query(ctx, `SELECT gid FROM pg_dist_transaction`)
+		if err != nil {
+			return
+		}
+		gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		for _, g := range gids {
+			if !before[g] {
+				seen[g] = true
+			}
+		}
+		mu.Unlock()
+	}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(twoPhaseEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if conn.IsClosed() {
+					if c, err := pgx.Connect(ctx, dsn); err == nil {
+						_ = conn.Close(ctx)
+						conn = c
+					}
+				}
+				read(ctx, conn)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		rctx, rcancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer rcancel()
+		_ = conn.Close(rctx)
+		// The last read, on a connection of its own: the test's own may
+		// have been ended (a test that restarts the coordinator).
+		if c, err := pgx.Connect(rctx, dsn); err == nil {
+			read(rctx, c)
+			_ = c.Close(rctx)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) > 0 {
+			gids := make([]string, 0, len(seen))
+			for g := range seen {
+				gids = append(gids, g)
+			}
+			t.Errorf("pgtest: Citus committed %d transactions of this test in two phases (pg_dist_transaction: %s); every transaction hookgate sends must commit on one worker (docs/distributed.md)",
+				len(gids), strings.Join(gids[:min(len(gids), 5)], ", "))
+		}
+	})
 }

@@ -74,7 +74,16 @@ type Option func(*options)
 
 type options struct {
 	conns int32 // the pool's MaxConns: defaultConns unless Conns says
+	// twoPhaseOK: the test commits in two phases on Citus on purpose
+	// (AllowTwoPhaseCommit).
+	twoPhaseOK bool
 }
+
+// AllowTwoPhaseCommit lets a test on Citus commit in two phases: without
+// it, NewDB fails the test when Citus records a two-phase commit in its
+// database (watchTwoPhase). For a test that shows a form hookgate does
+// not use committing so.
+func AllowTwoPhaseCommit() Option { return func(o *options) { o.twoPhaseOK = true } }
 
 // Conns makes the pool NewDB returns hold up to n connections at once
 // (pgxpool's default is 4, or the number of CPUs when more).
@@ -169,6 +178,9 @@ func NewDB(t testing.TB, opts ...Option) (*pgxpool.Pool, string) {
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		t.Fatalf("pgtest: ping %s: %v", name, err)
+	}
+	if Citus() && !o.twoPhaseOK {
+		watchTwoPhase(t, dsn)
 	}
 	if spareDB && sp.pool == nil {
 		if err := endOtherSessions(ctx, pool); err != nil {
