@@ -48,9 +48,7 @@ SELECT m.* FROM unnest($2::uuid[], $3::text[]) AS m(event_id, delivery_id) WHERE
 				claimKeys(t, ctx, pool, ds...)
 			}
 			// ANALYZE: the plans are what the test examines.
-			if _, err := pool.Exec(ctx, `ANALYZE processed_messages`); err != nil {
-				t.Fatal(err)
-			}
+			pgtest.Analyze(t, pool, "processed_messages")
 		}
 		for _, tc := range []struct {
 			name, sql, types, args string

@@ -121,9 +121,7 @@ func TestGetUsesIDIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ANALYZE: the plan (which index Get reads) is what the test examines.
-	if _, err := pool.Exec(ctx, `ANALYZE webhook_events`); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Analyze(t, pool, "webhook_events")
 	e := events.Event{ID: newID(t), Sender: "github", DeliveryID: "d1", ReceivedAt: time.Now(), Headers: http.Header{}}
 	insert(t, pool, e)
 

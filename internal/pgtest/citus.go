@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/migrations"
 )
@@ -198,6 +199,10 @@ const twoPhaseEvery = 200 * time.Millisecond
 // two phases) every twoPhaseEvery on a connection of its own, and once
 // more when the test ends, before the database is dropped.
 func watchTwoPhase(t testing.TB, dsn string) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -228,10 +233,41 @@ func watchTwoPhase(t testing.TB, dsn string) {
 		mu   sync.Mutex
 		seen = map[string]bool{} // the gids of the rows seen
 		done = make(chan struct{})
+		w    = &twoPhaseWatch{}
 	)
+	watches.Store(cfg.Database, w)
+	// A set-up of the test's own that commits in two phases
+	// (TwoPhaseFixture) runs while no read does, and its rows join before.
+	w.exempt = func(fn func()) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		fn()
+		rctx, rcancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer rcancel()
+		c, err := pgx.Connect(rctx, dsn)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		defer c.Close(rctx)
+		rows, err := c.Query(rctx, `SELECT gid FROM pg_dist_transaction`)
+		if err != nil {
+			t.Fatalf("pgtest: read pg_dist_transaction: %v", err)
+		}
+		gids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("pgtest: read pg_dist_transaction: %v", err)
+		}
+		mu.Lock()
+		for _, g := range gids {
+			before[g] = true
+		}
+		mu.Unlock()
+	}
 	// A read that fails (the coordinator restarting, in a test that
 	// restarts it) is not a finding; the next one, or the last, reads.
 	read := func(ctx context.Context, conn *pgx.Conn) {
+		w.mu.RLock()
+		defer w.mu.RUnlock()
 		rows, err := conn.Query(ctx, `SELECT gid FROM pg_dist_transaction`)
 		if err != nil {
 			return
@@ -268,6 +304,7 @@ func watchTwoPhase(t testing.TB, dsn string) {
 		}
 	}()
 	t.Cleanup(func() {
+		watches.Delete(cfg.Database)
 		cancel()
 		<-done
 		rctx, rcancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -290,4 +327,47 @@ func watchTwoPhase(t testing.TB, dsn string) {
 				len(gids), strings.Join(gids[:min(len(gids), 5)], ", "))
 		}
 	})
+}
+
+// twoPhaseWatch is a test database's watchTwoPhase: exempt runs a set-up
+// that commits in two phases without the watch counting it.
+type twoPhaseWatch struct {
+	mu     sync.RWMutex // held by exempt, read-held by each read
+	exempt func(fn func())
+}
+
+// watches holds the watch of each test database by its name.
+var watches sync.Map // string -> *twoPhaseWatch
+
+// TwoPhaseFixture runs fn, a test's own set-up on pool's database that
+// Citus commits in two phases (an ANALYZE of a distributed table, which
+// Citus runs on every shard), so that watchTwoPhase does not count it: the
+// watch reads nothing while fn runs, and takes what pg_dist_transaction
+// holds after it as the set-up's. Elsewhere (PostgreSQL, a database that
+// NewDB did not make) it runs fn.
+func TwoPhaseFixture(pool *pgxpool.Pool, fn func()) {
+	w, ok := watches.Load(pool.Config().ConnConfig.Database)
+	if !ok {
+		fn()
+		return
+	}
+	w.(*twoPhaseWatch).exempt(fn)
+}
+
+// Analyze runs ANALYZE of tables on pool's database, failing t on error:
+// on Citus, under TwoPhaseFixture (Citus analyzes every shard, committed
+// in two phases).
+func Analyze(t testing.TB, pool *pgxpool.Pool, tables ...string) {
+	t.Helper()
+	var err error
+	TwoPhaseFixture(pool, func() {
+		for _, table := range tables {
+			if _, err = pool.Exec(context.Background(), "ANALYZE "+pgx.Identifier{table}.Sanitize()); err != nil {
+				return
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("pgtest: analyze %v: %v", tables, err)
+	}
 }

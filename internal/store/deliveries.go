@@ -374,10 +374,6 @@ const (
 	// countHoursSQL counts the hours of [$2, $3) from processed_messages.
 	countHoursSQL = `SELECT date_bin('1 hour', created_at, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS hour, response_status, count(*)
 FROM processed_messages WHERE sender = $1 AND created_at >= $2 AND created_at < $3 GROUP BY hour, response_status`
-	// storeHourSQL keeps an hour's count (concurrent viewers may count the
-	// same hour: they find the same numbers, the first one stays).
-	storeHourSQL = `INSERT INTO delivery_hour_counts (sender, hour, status, n) SELECT $1, $2, s, n FROM unnest($3::int2[], $4::int8[]) AS c(s, n)
-ON CONFLICT ON CONSTRAINT delivery_hour_counts_pkey DO NOTHING`
 	forgetHoursSQL = `DELETE FROM delivery_hour_counts WHERE sender = $1 AND hour < $2`
 )
 
@@ -478,6 +474,31 @@ func (q *Queries) CountDeliveries(ctx context.Context, sender string, now time.T
 	return out, nil
 }
 
+// storeHoursSQL returns the statement that keeps the counts of sender $1
+// of rows hours and statuses (concurrent viewers may count the same hour:
+// they find the same numbers, the first one stays): a multi-row VALUES
+// whose every row names the sender $1, which Citus routes to the sender's
+// shard and commits there alone. The form INSERT … SELECT … FROM unnest(…)
+// is pulled to the coordinator by Citus, copied back to the shard, and
+// committed in two phases.
+func storeHoursSQL(rows int) string {
+	// (PostgreSQL takes up to 65535 parameters: storeHoursMaxRows rows a
+	// statement.)
+	var b strings.Builder
+	b.WriteString(`INSERT INTO delivery_hour_counts (sender, hour, status, n) VALUES `)
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "($1, $%d::timestamptz, $%d::int2, $%d::int8)", 3*i+2, 3*i+3, 3*i+4)
+	}
+	b.WriteString(` ON CONFLICT ON CONSTRAINT delivery_hour_counts_pkey DO NOTHING`)
+	return b.String()
+}
+
+// storeHoursMaxRows is how many counts one statement of storeHoursSQL keeps.
+const storeHoursMaxRows = 5000
+
 // countHours counts sender's deliveries in each of the closed hours,
 // oldest first, from processed_messages, and keeps the counts in
 // delivery_hour_counts (with the mark status 0, the hour's total), in one
@@ -508,14 +529,22 @@ func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Ti
 			return err
 		}
 		b := &pgx.Batch{}
-		for _, h := range hours {
-			var statuses []int16
-			var ns []int64
-			for s, n := range out[h] {
-				statuses, ns = append(statuses, s), append(ns, n)
+		args := []any{sender}
+		flush := func() {
+			if len(args) > 1 {
+				b.Queue(storeHoursSQL((len(args)-1)/3), args...)
+				args = []any{sender}
 			}
-			b.Queue(storeHourSQL, sender, h, statuses, ns)
 		}
+		for _, h := range hours {
+			for s, n := range out[h] {
+				args = append(args, h, s, n)
+				if len(args) > storeHoursMaxRows*3 {
+					flush()
+				}
+			}
+		}
+		flush()
 		b.Queue(forgetHoursSQL, sender, now.Add(-HourCountRetention))
 		return tx.SendBatch(ctx, b).Close()
 	})

@@ -259,9 +259,7 @@ func TestListUsesIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ANALYZE: the plans are what the test examines.
-	if _, err := pool.Exec(ctx, `ANALYZE processed_messages`); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Analyze(t, pool, "processed_messages")
 	for _, tc := range []struct {
 		name, sql, types, args string
 	}{
@@ -456,11 +454,7 @@ func TestListByEventTypeUsesIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ANALYZE: the plans are what the test examines.
-	for _, q := range []string{`ANALYZE processed_messages`, `ANALYZE webhook_events`} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pgtest.Analyze(t, pool, "processed_messages", "webhook_events")
 	for _, tc := range []struct {
 		name, sql, types, args string
 	}{

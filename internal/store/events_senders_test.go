@@ -27,9 +27,7 @@ func TestEventSendersProbesTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ANALYZE: the plan is what the test examines.
-	if _, err := pool.Exec(ctx, `ANALYZE webhook_events`); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Analyze(t, pool, "webhook_events")
 	var want []string
 	for i := range 20 {
 		want = append(want, fmt.Sprintf("s%d", i))
