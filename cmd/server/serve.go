@@ -53,7 +53,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if db.traffic, err = traffic.New(traffic.Config{Queries: db.queries, Log: log}); err != nil {
 		return err
 	}
-	reg := newRegistry(db)
+	reg := newRegistry(db, senders.Config())
 	fwd, err := newForwarding(db, senders.Config(), s, reg, log)
 	if err != nil {
 		return err
@@ -129,11 +129,16 @@ func (db *database) close() {
 }
 
 // newRegistry returns the Prometheus registry /metrics serves, with the Go
-// runtime's, the process's, the pool's and the forward backlog's collectors.
-func newRegistry(db *database) *prometheus.Registry {
+// runtime's, the process's, the pool's and the forward backlog's collectors
+// (the outbox counted for the senders of cfg).
+func newRegistry(db *database, cfg *config.Config) *prometheus.Registry {
+	names := make([]string, 0, len(cfg.Senders))
+	for i := range cfg.Senders {
+		names = append(names, cfg.Senders[i].Name)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool)))
+		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool), func() []string { return names }))
 	return reg
 }
 

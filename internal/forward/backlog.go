@@ -12,7 +12,8 @@ import (
 
 // backlogCollector reports the outbox backlog, counted when scraped.
 type backlogCollector struct {
-	q    *queue.Jobs
+	q       *queue.Jobs
+	senders func() []string
 	desc *prometheus.Desc
 	up   *prometheus.Desc
 
@@ -26,9 +27,11 @@ type backlogCollector struct {
 // and pending; and of hookgate_forward_backlog_up: 1 when this scrape
 // counted them, 0 when it could not (a database outage). A scrape that
 // cannot count reports the last counts taken (none before the first), so
-// that the backlog does not vanish from the series during an outage.
-func NewBacklogCollector(q *queue.Jobs) prometheus.Collector {
-	return &backlogCollector{q: q,
+// that the backlog does not vanish from the series during an outage. The
+// outbox is counted sender by sender, for the senders senders returns (the
+// configured ones): on Citus each count is a statement of one shard.
+func NewBacklogCollector(q *queue.Jobs, senders func() []string) prometheus.Collector {
+	return &backlogCollector{q: q, senders: senders,
 		desc: prometheus.NewDesc(
 			"hookgate_forward_backlog",
 			"Forwards not yet delivered or failed, by state: outbox (not yet relayed into the job queue) or the job's state. When the database cannot be read, the last counts taken.",
@@ -48,7 +51,7 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	counts, err := c.q.Backlog(ctx)
+	counts, err := c.q.Backlog(ctx, c.senders())
 	c.mu.Lock()
 	if err == nil {
 		c.last = counts

@@ -30,7 +30,7 @@ func TestBacklogCollectorDuringOutage(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(forward.NewBacklogCollector(queue.NewJobs(pool)))
+	reg.MustRegister(forward.NewBacklogCollector(queue.NewJobs(pool), func() []string { return []string{"acme"} }))
 	want := func(when, up string) {
 		t.Helper()
 		expected := `# HELP hookgate_forward_backlog_up 1 when the last scrape counted the forward backlog in the database, 0 when it could not (hookgate_forward_backlog then repeats the last counts taken).

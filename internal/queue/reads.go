@@ -393,18 +393,29 @@ func BacklogStates() []string {
 	return append([]string{"outbox"}, stateNames(StatePending, StateRunning, StateRetrying)...)
 }
 
-// backlogSQL counts the forward jobs in the River states $1 by state, and
-// the outbox rows (every sender's) as outbox.
+// backlogSQL counts the forward jobs in the River states $1 by state.
 var backlogSQL = jobSQL(`SELECT state::text, count(*) FROM river_job
 WHERE kind = {forward_kind} AND state::text = ANY($1::text[])
-GROUP BY state
-UNION ALL SELECT 'outbox', count(*) FROM forward_outbox`)
+GROUP BY state`)
+
+// outboxCountSQL counts sender $1's outbox rows: a statement per sender,
+// which Citus runs on the sender's shard alone.
+const outboxCountSQL = `SELECT count(*) FROM forward_outbox WHERE sender = $1`
 
 // Backlog returns how many forwards are not yet finished, by state: outbox
-// (accepted, not yet relayed into River) and River's job state of the
-// unfinished ones (see BacklogStates); a state without any is absent.
-func (q *Jobs) Backlog(ctx context.Context) (map[string]int64, error) {
-	rows, err := q.db.Query(ctx, backlogSQL, stateNames(StatePending, StateRunning, StateRetrying)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+// (accepted, not yet relayed into River: the rows of senders, the
+// configured ones) and River's job state of the unfinished ones (see
+// BacklogStates); a state without any is absent. One round trip: the
+// jobs' counts and one count of the outbox per sender.
+func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64, error) {
+	var b pgx.Batch
+	b.Queue(backlogSQL, stateNames(StatePending, StateRunning, StateRetrying))
+	for _, s := range senders {
+		b.Queue(outboxCountSQL, s)
+	}
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	rows, err := br.Query() //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count forward backlog: %w", err)
 	}
@@ -415,6 +426,16 @@ func (q *Jobs) Backlog(ctx context.Context) (map[string]int64, error) {
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error { out[state] = n; return nil }); err != nil {
 		return nil, fmt.Errorf("count forward backlog: %w", err)
+	}
+	var outbox int64
+	for range senders {
+		if err := br.QueryRow().Scan(&n); err != nil {
+			return nil, fmt.Errorf("count forward backlog: %w", err)
+		}
+		outbox += n
+	}
+	if outbox > 0 {
+		out["outbox"] = outbox
 	}
 	return out, nil
 }

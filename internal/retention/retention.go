@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -53,18 +54,56 @@ const forgetAll = 100 * 365 * 24 * time.Hour
 // configured) and every delivered forward of the fast path older than the
 // longest sender retention, until none is left or ctx ends. It returns
 // what it deleted (also on error).
+//
+// It finds the senders no longer configured by reading every sender's rows
+// (strays); Worker.Work does that only every StrayEvery.
 func Run(ctx context.Context, db store.DB, cfg *config.Config, now time.Time) (Result, error) {
-	return run(ctx, store.New(db), sigtoken.New(db), cfg, now)
+	return run(ctx, store.New(db), sigtoken.New(db), cfg, now, true)
 }
 
-// run is Run with the queries and the token store of its database.
-func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *config.Config, now time.Time) (Result, error) {
+// StrayEvery is how often the retention job also looks for the rows of
+// senders the configuration no longer names (removed senders, whose keys,
+// events and tokens expire all the same): in a process's first run, and
+// then this rarely. The look reads every sender's rows of each table (on
+// Citus, every shard: docs/distributed.md names these as the job's rare
+// statements); every other statement of the job names its sender, taken
+// from the configuration.
+const StrayEvery = time.Hour
+
+// withStrays returns the names of the configured senders and, when strays,
+// those that find returns besides.
+func withStrays(cfg *config.Config, strays bool, find func() ([]string, error)) ([]string, error) {
+	names := make([]string, 0, len(cfg.Senders))
+	known := make(map[string]bool, len(cfg.Senders))
+	for i := range cfg.Senders {
+		names = append(names, cfg.Senders[i].Name)
+		known[cfg.Senders[i].Name] = true
+	}
+	if !strays {
+		return names, nil
+	}
+	found, err := find()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range found {
+		if !known[s] {
+			names = append(names, s)
+		}
+	}
+	return names, nil
+}
+
+// run is Run with the queries and the token store of its database; the
+// senders are the configured ones, and with strays those no longer
+// configured that have rows.
+func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *config.Config, now time.Time, strays bool) (Result, error) {
 	var res Result
 	// The signature tokens first: they are few, and bounded only by this.
 	// A configured sender's are kept while their timestamps are within its
 	// tolerance (and sigtoken.ClockMargin); those of a sender no longer
 	// configured all go, as no request of it is accepted.
-	withTokens, err := tokens.Senders(ctx)
+	withTokens, err := withStrays(cfg, strays, func() ([]string, error) { return tokens.Senders(ctx) })
 	if err != nil {
 		return res, err
 	}
@@ -84,7 +123,7 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *con
 			}
 		}
 	}
-	senders, err := q.ExpiredSenders(ctx, now)
+	senders, err := withStrays(cfg, strays, func() ([]string, error) { return q.ExpiredSenders(ctx, now) })
 	if err != nil {
 		return res, err
 	}
@@ -102,7 +141,7 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *con
 	}
 	// Every sender that has events: a configured one keeps them for its
 	// event_retention, one no longer configured for DefaultRetention.
-	withEvents, err := q.EventSenders(ctx)
+	withEvents, err := withStrays(cfg, strays, func() ([]string, error) { return q.EventSenders(ctx) })
 	if err != nil {
 		return res, err
 	}
@@ -207,6 +246,9 @@ type Worker struct {
 	log      *slog.Logger
 	interval time.Duration
 	timeout  time.Duration
+
+	mu      sync.Mutex
+	strayAt time.Time // when a run last looked for stray senders
 }
 
 // JobTimeout is the longest a run takes (a large backlog after an outage)
@@ -228,7 +270,16 @@ func NewWorker(cfg Config) (*Worker, error) {
 // Work deletes what has expired at the time it starts (Run, until ctx
 // ends), and logs what it deleted.
 func (w *Worker) Work(ctx context.Context) error {
-	res, err := run(ctx, w.q, w.tokens, w.cfg, time.Now())
+	now := time.Now()
+	w.mu.Lock()
+	strays := w.strayAt.IsZero() || now.Sub(w.strayAt) >= StrayEvery
+	w.mu.Unlock()
+	res, err := run(ctx, w.q, w.tokens, w.cfg, now, strays)
+	if strays && err == nil {
+		w.mu.Lock()
+		w.strayAt = now
+		w.mu.Unlock()
+	}
 	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 || res.Tokens > 0 {
 		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events, "forwards_deleted", res.Forwards,
 			"signature_tokens_deleted", res.Tokens)

@@ -130,6 +130,42 @@ func TestWorkerDeletesExpired(t *testing.T) {
 	}
 }
 
+// TestWorkerLooksForRemovedSendersRarely: a run finds the senders it deletes
+// for in the configuration; it reads every sender's rows for those no
+// longer configured (on Citus, a read of every shard) in a process's first
+// run and then only every retention.StrayEvery. The first run deletes the
+// expired keys and old events of a removed sender too; a later run within
+// StrayEvery deletes the configured sender's and leaves the removed one's
+// for the next look.
+func TestWorkerLooksForRemovedSendersRarely(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
+	rc := retention.DefaultConfig()
+	rc.DB, rc.Senders, rc.Log = pool, cfg, slog.New(slog.DiscardHandler)
+	w, err := retention.NewWorker(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, old := time.Now().Add(-time.Second), time.Now().Add(-400*24*time.Hour)
+	keys := func(sender string) int {
+		return count(t, pool, `SELECT count(*) FROM processed_messages WHERE sender = $1`, sender)
+	}
+	for round, wantRemoved := range []int{0, 3} {
+		seed(t, pool, "a", fmt.Sprintf("r%d-", round), 3, expired, old)
+		seed(t, pool, "removed", fmt.Sprintf("r%d-", round), 3, expired, old)
+		if err := w.Work(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got := keys("a"); got != 0 {
+			t.Errorf("run %d: %d expired keys of the configured sender left, want none", round+1, got)
+		}
+		if got := keys("removed"); got != wantRemoved {
+			t.Errorf("run %d: %d expired keys of the removed sender left, want %d", round+1, got, wantRemoved)
+		}
+	}
+}
+
 // TestRunDeletesEventsOfRemovedSenders: the events of a sender no longer in
 // the configuration are deleted too, once older than the default retention
 // (their keys expire as before); its recent events, and the configured
