@@ -14,8 +14,8 @@ import (
 type backlogCollector struct {
 	q       *queue.Jobs
 	senders func() []string
-	desc *prometheus.Desc
-	up   *prometheus.Desc
+	desc    *prometheus.Desc
+	up      *prometheus.Desc
 
 	mu   sync.Mutex
 	last map[string]int64 // the last counts taken; nil before the first
