@@ -26,12 +26,18 @@ func TestBreakerTransitionsAreRecordedInOrder(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	// Raw SQL on purpose: the trigger (a slow write of an "open") is the
 	// race the test provokes, not a fixture.
-	if _, err := pool.Exec(ctx, `CREATE FUNCTION slow_open() RETURNS trigger LANGUAGE plpgsql AS $$
+	// (On Citus the function is created on every node, in two phases:
+	// TwoPhaseFixture.)
+	var err error
+	pgtest.TwoPhaseFixture(pool, func() {
+		_, err = pool.Exec(ctx, `CREATE FUNCTION slow_open() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.state = 'open' THEN PERFORM pg_sleep(0.5); END IF;
   RETURN NEW;
 END $$;
-CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW EXECUTE FUNCTION slow_open()`); err != nil {
+CREATE TRIGGER slow_open BEFORE INSERT OR UPDATE ON target_breakers FOR EACH ROW EXECUTE FUNCTION slow_open()`)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -499,9 +500,13 @@ func TestIngestFailingStateChangeIs500AndConsumesNothing(t *testing.T) {
 	var logs testkit.LogBuffer
 	s, pool := newDBServer(t, options{log: &logs})
 	ctx := t.Context()
+	// The test's DDL: on Citus it reaches every shard, committed in two
+	// phases (TwoPhaseFixture: not hookgate's).
 	exec := func(sql string) {
 		t.Helper()
-		if _, err := pool.Exec(ctx, sql); err != nil {
+		var err error
+		pgtest.TwoPhaseFixture(pool, func() { _, err = pool.Exec(ctx, sql) })
+		if err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}

@@ -401,7 +401,7 @@ func TestSplitRecordingLeavesOthersMarks(t *testing.T) {
 		}
 	}
 	other := time.Now().UTC().Add(-time.Second).Truncate(time.Microsecond)
-	if _, err := pool.Exec(ctx, `UPDATE forward_outbox SET recorded_at = $1 WHERE event_id = $2`, other, e3); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE forward_outbox SET recorded_at = $1 WHERE sender = 'acme' AND event_id = $2`, other, e3); err != nil {
 		t.Fatal(err)
 	}
 	delivered := func(e uuid.UUID) FirstAttempt {
