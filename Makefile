@@ -67,7 +67,7 @@ test-fast:
 ## test-citus: run the pattern's tests (dedup, store, handler, forward) on a running Citus cluster:
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
 ##   CITUS_SERVER_TESTS: cmd/server's tests of real gateway processes run there too ('' for none)
-CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/queue/... ./internal/handler/... ./internal/forward/... ./internal/retention/... ./internal/sigtoken/...
+CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/queue/... ./internal/handler/... ./internal/forward/... ./internal/retention/... ./internal/sigtoken/... ./internal/console/...
 CITUS_SERVER_TESTS ?= TestCopiesThroughTwoProcesses
 test-citus:
 	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' SERVER_TESTS='$(CITUS_SERVER_TESTS)' .ci/test-citus.sh
