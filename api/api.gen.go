@@ -716,12 +716,12 @@ type ForwardCounts struct {
 	// Example: 412
 	Failed int64 `json:"failed"`
 
-	// Pending Waiting for an attempt, including those not yet relayed from the outbox.
+	// Pending Waiting for their first attempt (none has failed yet), including those not yet relayed from the outbox.
 	//
 	// Example: 1204
 	Pending int64 `json:"pending"`
 
-	// Retrying An attempt failed and another is scheduled.
+	// Retrying An attempt failed and they wait for the next one, however soon it is due.
 	//
 	// Example: 3
 	Retrying int64 `json:"retrying"`
@@ -769,9 +769,12 @@ type ForwardState struct {
 	// Example: 20
 	MaxAttempts int `json:"max_attempts"`
 
-	// State `pending`: waiting for its first attempt or, after a failed
-	// attempt, for the next one; `running`: an attempt is under way;
-	// `retrying`: an attempt failed and another is scheduled;
+	// State `pending`: waiting for its first attempt (none has failed yet;
+	// a forward held by an open breaker before any attempt failed is
+	// pending too); `running`: an attempt is under way; `retrying`: an
+	// attempt failed and the forward waits for the next one, however
+	// soon it is due (a forward held after a failed attempt is
+	// retrying);
 	// `delivered`: the target answered 2xx; `failed`: no more attempts
 	// will be made (a 4xx other than 408 and 429, `max_attempts` used
 	// up, or the target or event is gone).
@@ -791,9 +794,12 @@ type ForwardState struct {
 	Url string `json:"url"`
 }
 
-// ForwardStateState `pending`: waiting for its first attempt or, after a failed
-// attempt, for the next one; `running`: an attempt is under way;
-// `retrying`: an attempt failed and another is scheduled;
+// ForwardStateState `pending`: waiting for its first attempt (none has failed yet;
+// a forward held by an open breaker before any attempt failed is
+// pending too); `running`: an attempt is under way; `retrying`: an
+// attempt failed and the forward waits for the next one, however
+// soon it is due (a forward held after a failed attempt is
+// retrying);
 // `delivered`: the target answered 2xx; `failed`: no more attempts
 // will be made (a 4xx other than 408 and 429, `max_attempts` used
 // up, or the target or event is gone).
@@ -1200,7 +1206,7 @@ type ListDeliveriesParams struct {
 
 // ListTargetForwardsParams defines parameters for ListTargetForwards.
 type ListTargetForwardsParams struct {
-	// State Only forwards in this state.
+	// State Only forwards in this state, as each forward's `state` says it (`pending`, waiting for a first attempt; `retrying`, waiting for the next one after a failed attempt, however soon it is due).
 	State *ListTargetForwardsParamsState `form:"state,omitempty" json:"state,omitempty"`
 
 	// Since Only forwards whose time (see above) is at or after this instant (RFC 3339).

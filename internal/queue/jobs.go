@@ -137,9 +137,10 @@ func (q *Jobs) WakeWaitingForwards(ctx context.Context, queue, sender, target st
 
 // decodeOutcome sets f's state, and its last status, Retry-After, error
 // and delivery time from a job's latest attempt error and recorded output
-// (either may be nil).
+// (either may be nil), f.Attempts being already set: a waiting job after a
+// failed attempt (attempted, with an error) is retrying (stateOf).
 func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte) error {
-	f.State = stateOf(state)
+	f.State = stateOf(state, f.Attempts >= 1 && len(lastErr) > 0)
 	var out *Output
 	if len(output) > 0 && string(output) != "null" {
 		var o Output

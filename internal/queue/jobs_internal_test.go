@@ -2,6 +2,7 @@ package queue
 
 import (
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,44 +42,51 @@ func TestFixturesForwardKind(t *testing.T) {
 
 func TestStateOf(t *testing.T) {
 	t.Parallel()
-	for js, want := range map[rivertype.JobState]State{
-		rivertype.JobStateAvailable: StatePending,
-		rivertype.JobStateScheduled: StatePending,
-		rivertype.JobStatePending:   StatePending,
-		rivertype.JobStateRunning:   StateRunning,
-		rivertype.JobStateRetryable: StateRetrying,
-		rivertype.JobStateCompleted: StateDelivered,
-		rivertype.JobStateCancelled: StateFailed,
-		rivertype.JobStateDiscarded: StateFailed,
-		"some_future_state":         StatePending,
+	// want before any failed attempt, and after one.
+	for js, want := range map[rivertype.JobState][2]State{
+		rivertype.JobStateAvailable: {StatePending, StateRetrying},
+		rivertype.JobStateScheduled: {StatePending, StateRetrying},
+		rivertype.JobStatePending:   {StatePending, StateRetrying},
+		rivertype.JobStateRetryable: {StatePending, StateRetrying},
+		rivertype.JobStateRunning:   {StateRunning, StateRunning},
+		rivertype.JobStateCompleted: {StateDelivered, StateDelivered},
+		rivertype.JobStateCancelled: {StateFailed, StateFailed},
+		rivertype.JobStateDiscarded: {StateFailed, StateFailed},
+		"some_future_state":         {StatePending, StateRetrying},
 	} {
-		if got := stateOf(js); got != want {
-			t.Errorf("stateOf(%s) = %s, want %s", js, got, want)
+		for i, failed := range []bool{false, true} {
+			if got := stateOf(js, failed); got != want[i] {
+				t.Errorf("stateOf(%s, failed attempt %v) = %s, want %s", js, failed, got, want[i])
+			}
 		}
 	}
 	// Every state River knows maps to a forward state, and back.
 	for _, js := range rivertype.JobStates() {
-		st := stateOf(js)
-		if !ValidState(st) {
-			t.Errorf("stateOf(%s) = %q, not a forward state", js, st)
-		}
-		found := false
-		for _, j := range jobStates[st] {
-			found = found || j == js
-		}
-		if !found {
-			t.Errorf("job state %s is not among the job states of %s: %v", js, st, jobStates[st])
+		for _, failed := range []bool{false, true} {
+			st := stateOf(js, failed)
+			if !ValidState(st) {
+				t.Errorf("stateOf(%s, %v) = %q, not a forward state", js, failed, st)
+			}
+			if !slices.Contains(jobStates[st], js) {
+				t.Errorf("job state %s is not among the job states of %s: %v", js, st, jobStates[st])
+			}
 		}
 	}
 	unfinished := map[rivertype.JobState]bool{}
 	for _, js := range unfinishedJobStates() {
+		if unfinished[js] {
+			t.Errorf("job state %s twice among the unfinished ones", js)
+		}
 		unfinished[js] = true
 	}
 	for _, js := range rivertype.JobStates() {
-		want := stateOf(js) != StateDelivered && stateOf(js) != StateFailed
+		want := stateOf(js, false) != StateDelivered && stateOf(js, false) != StateFailed
 		if unfinished[js] != want {
 			t.Errorf("job state %s: unfinished %v, want %v", js, unfinished[js], want)
 		}
+	}
+	if n := stateNames(StatePending, StateRetrying); len(n) != len(waitingJobStates) {
+		t.Errorf("stateNames(pending, retrying) = %v, want each waiting state once", n)
 	}
 }
 
@@ -168,9 +176,9 @@ func TestRecordedState(t *testing.T) {
 		reads State
 	}{
 		{FirstAttempt{State: StatePending}, rivertype.JobStateAvailable, StatePending},
-		{retry(0), rivertype.JobStateAvailable, StatePending},
-		{retry(100 * time.Millisecond), rivertype.JobStateAvailable, StatePending},
-		{retry(5 * time.Second), rivertype.JobStateAvailable, StatePending},
+		{retry(0), rivertype.JobStateAvailable, StateRetrying},
+		{retry(100 * time.Millisecond), rivertype.JobStateAvailable, StateRetrying},
+		{retry(5 * time.Second), rivertype.JobStateAvailable, StateRetrying},
 		{retry(5*time.Second + time.Nanosecond), rivertype.JobStateRetryable, StateRetrying},
 		{retry(5 * time.Minute), rivertype.JobStateRetryable, StateRetrying},
 		{FirstAttempt{State: StateFailed, FailedAtOnce: true}, rivertype.JobStateCancelled, StateFailed},
@@ -179,8 +187,9 @@ func TestRecordedState(t *testing.T) {
 		if got, err := recordedState(c.a, now); err != nil || got != string(c.want) {
 			t.Errorf("recordedState(%s due in %v, at once %v) = %q, %v; want %s", c.a.State, c.a.ScheduledAt.Sub(now), c.a.FailedAtOnce, got, err, c.want)
 		}
-		if stateOf(c.want) != c.reads {
-			t.Errorf("%s is recorded as %s, which reads back as %s, want %s", c.a.State, c.want, stateOf(c.want), c.reads)
+		// A retry is recorded with its first attempt's error.
+		if got := stateOf(c.want, c.a.State == StateRetrying); got != c.reads {
+			t.Errorf("%s is recorded as %s, which reads back as %s, want %s", c.a.State, c.want, got, c.reads)
 		}
 	}
 	for _, s := range []State{StateRunning, StateDelivered, ""} {

@@ -103,20 +103,21 @@ type Counts struct {
 }
 
 // countsSQL counts the forwards of sender $1 in the River states $2 by
-// target and state, failed ones (in the River states $4) only when no
+// target, state and whether an attempt failed (failedAttempt: a waiting
+// job is retrying or pending), failed ones (in the River states $4) only when no
 // newer forward of the same event to the same target follows them, and,
 // when $3, the delivered first attempts of forward_delivered as River's
 // state $5 (completed). It names the states, so that without the delivered
 // ones River's indexes that lead with state narrow the scan and a long
 // history is never read.
-var countsSQL = jobSQL(`SELECT j.args->>'target', j.state::text, count(*) FROM river_job j
+var countsSQL = jobSQL(`SELECT j.args->>'target', j.state::text, ` + failedAttempt("j") + `, count(*) FROM river_job j
 WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.state::text = ANY($2::text[])
   AND (j.state <> ALL($4::river_job_state[]) OR NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = j.args->>'target' AND n.args->>'event_id' = j.args->>'event_id' AND n.id > j.id)
     AND NOT EXISTS (SELECT 1 FROM forward_delivered n WHERE n.sender = $1 AND n.event_id = j.args->>'event_id' AND n.target = j.args->>'target' AND n.id > j.id))
-GROUP BY 1, 2
+GROUP BY 1, 2, 3
 UNION ALL
-SELECT target, $5::text, count(*) FROM forward_delivered WHERE sender = $1 AND $3 GROUP BY 1`)
+SELECT target, $5::text, false, count(*) FROM forward_delivered WHERE sender = $1 AND $3 GROUP BY 1`)
 
 // CountForwards returns the counts of sender's forwards by target name,
 // Delivered left 0 unless delivered is true (counting them reads the
@@ -136,14 +137,15 @@ func (q *Jobs) CountForwards(ctx context.Context, sender string, delivered bool)
 	var (
 		target *string
 		state  string
+		failed bool
 		n      int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&target, &state, &n}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&target, &state, &failed, &n}, func() error {
 		if target == nil {
 			return nil
 		}
 		c := out[*target]
-		switch stateOf(rivertype.JobState(state)) {
+		switch stateOf(rivertype.JobState(state), failed) {
 		case StatePending:
 			c.Pending += n
 		case StateRunning:
@@ -245,7 +247,7 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 		w.delivered = "" // a delivered first attempt was never a job under way
 	} else if f.State != "" {
 		w.args = append(w.args, stateNames(f.State))
-		w.jobs += fmt.Sprintf(" AND j.state = ANY($%d::river_job_state[])", len(w.args))
+		w.jobs += " AND " + inState(f.State, len(w.args))
 		if f.State == StateDelivered || f.State == StateFailed {
 			col, dcol = "j.finalized_at", "d.delivered_at"
 		}

@@ -39,13 +39,14 @@ type Current struct {
 // queued after (it gets its ID when the attempt ends: a River job, or a
 // forward_delivered row) or the relay's job of that forward (handed over),
 // so the queued redelivery is the one to come. $4 is the River state of a
-// delivered first attempt (completed), $5 those of an unfinished forward.
-var currentJobsSQL = jobSQL(`SELECT DISTINCT ON (target) target, id, state, attempt, queued FROM (
-  SELECT args->>'target' AS target, id, state::text AS state, attempt, args ? 'after' AS queued
+// delivered first attempt (completed), $5 those of an unfinished forward;
+// failed tells a retrying forward from a pending one (failedAttempt).
+var currentJobsSQL = jobSQL(`SELECT DISTINCT ON (target) target, id, state, attempt, queued, failed FROM (
+  SELECT args->>'target' AS target, id, state::text AS state, attempt, args ? 'after' AS queued, ` + failedAttempt("river_job") + ` AS failed
   FROM river_job
   WHERE kind = {forward_kind} AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
   UNION ALL
-  SELECT target, id, $4::text, 1, false FROM forward_delivered WHERE sender = $1 AND target = ANY($2) AND event_id = $3::text) f
+  SELECT target, id, $4::text, 1, false, false FROM forward_delivered WHERE sender = $1 AND target = ANY($2) AND event_id = $3::text) f
 ORDER BY target, (queued AND state = ANY($5::text[])) DESC, id DESC`)
 
 // CurrentForwards returns, for each of targets that has any, the newest
@@ -60,10 +61,11 @@ func (q *Jobs) CurrentForwards(ctx context.Context, sender string, eventID uuid.
 	}
 	var (
 		target, state string
+		failed        bool
 		c             Current
 	)
-	_, err = pgx.ForEachRow(rows, []any{&target, &c.JobID, &state, &c.Attempt, &c.Queued}, func() error {
-		c.State = stateOf(rivertype.JobState(state))
+	_, err = pgx.ForEachRow(rows, []any{&target, &c.JobID, &state, &c.Attempt, &c.Queued, &failed}, func() error {
+		c.State = stateOf(rivertype.JobState(state), failed)
 		out[target] = c
 		return nil
 	})

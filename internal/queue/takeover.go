@@ -148,7 +148,7 @@ func collectTakenOver(rows pgx.Rows, what string) ([]TakenOver, error) {
 		var t TakenOver
 		var state string
 		err := row.Scan(&t.JobID, &t.Kind, &t.Process, &state)
-		t.State = stateOf(rivertype.JobState(state))
+		t.State = stateOf(rivertype.JobState(state), false)
 		return t, err
 	})
 	if err != nil {

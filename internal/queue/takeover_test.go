@@ -73,7 +73,7 @@ func TestTakeOverJobsOfProcessesThatAreGone(t *testing.T) {
 	for _, tk := range taken {
 		j := ids[tk.JobID]
 		got = append(got, j.name)
-		if tk.State != stateOf(j.wantState) || tk.Kind != ForwardKind || tk.Process != j.attemptedBy[len(j.attemptedBy)-1] {
+		if tk.State != stateOf(j.wantState, false) || tk.Kind != ForwardKind || tk.Process != j.attemptedBy[len(j.attemptedBy)-1] {
 			t.Errorf("taken over %q: %+v, want state %s, kind %s, process %s", j.name, tk, j.wantState, ForwardKind, j.attemptedBy[len(j.attemptedBy)-1])
 		}
 	}

@@ -1,0 +1,90 @@
+package handler_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
+)
+
+// TestForwardStatesPendingAndRetrying: a waiting forward is retrying after
+// a failed attempt, whichever River state it waits in (available, when its
+// retry is due within River's scheduler interval; retryable, when later),
+// and pending before any (a new job, or one snoozed behind its breaker
+// before any attempt failed); the delivery's forwards, the target's counts
+// and ?state=pending and ?state=retrying all say so alike.
+func TestForwardStatesPendingAndRetrying(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: a
+        url: http://127.0.0.1:1/a
+        max_attempts: 5
+`})
+	ids := []string{"new", "snoozed", "retry-soon", "retry-later"}
+	for _, id := range ids {
+		s.accept("fwd", id, []byte(`{}`))
+	}
+	if n := s.relayOnce(); n != len(ids) {
+		t.Fatalf("relayed %d, want %d", n, len(ids))
+	}
+	jobs := map[string]int64{}
+	for _, f := range s.forwardPage("fwd", "a", "").Items {
+		jobs[f.DeliveryID] = f.JobID
+	}
+	q := queuetest.New(s.pool)
+	for id, f := range map[string]queuetest.JobFixture{
+		"retry-soon": {State: rivertype.JobStateAvailable, Attempt: 1, Errors: []string{"target answered 500"}, ScheduledAt: time.Now().Add(3 * time.Second)},
+		"retry-later": {State: rivertype.JobStateRetryable, Attempt: 2, Errors: []string{"target answered 500", "target answered 500"},
+			ScheduledAt: time.Now().Add(time.Hour)},
+	} {
+		if err := q.SetForwardJob(t.Context(), jobs[id], f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Snoozed behind an open breaker before any attempt: River puts the
+	// attempt back (attempt 0) and schedules it later, with no error.
+	if _, err := s.pool.Exec(t.Context(), `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 minute',
+  attempted_at = now(), metadata = metadata || '{"snoozes": 1}' WHERE id = $1`, jobs["snoozed"]); err != nil {
+		t.Fatal(err)
+	}
+
+	want := map[string]string{"new": "pending", "snoozed": "pending", "retry-soon": "retrying", "retry-later": "retrying"}
+	for _, id := range ids {
+		d := s.delivery("fwd", id)
+		if len(d.Forwards) != 1 || d.Forwards[0].State != want[id] {
+			t.Errorf("delivery %s: forwards %+v, want one %s", id, d.Forwards, want[id])
+		}
+	}
+	if c := s.targets("fwd")["a"].Forwards; c != (forwardCounts{Pending: 2, Retrying: 2}) {
+		t.Errorf("counts = %+v, want 2 pending and 2 retrying", c)
+	}
+	for _, state := range []queue.State{queue.StatePending, queue.StateRetrying} {
+		var got, exp []string
+		for _, f := range s.forwardPage("fwd", "a", "?state="+string(state)).Items {
+			got = append(got, f.DeliveryID)
+			if f.State != string(state) {
+				t.Errorf("?state=%s listed %s in state %s", state, f.DeliveryID, f.State)
+			}
+		}
+		for _, id := range ids {
+			if want[id] == string(state) {
+				exp = append(exp, id)
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(exp)
+		if fmt.Sprint(got) != fmt.Sprint(exp) {
+			t.Errorf("?state=%s = %v, want %v", state, got, exp)
+		}
+	}
+}
