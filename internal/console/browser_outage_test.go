@@ -114,6 +114,26 @@ senders:
 	if last := heldShown[len(heldShown)-1]; !strings.Contains(last, "held: breaker") || !strings.Contains(last, "open since "+opening.At.UTC().Format("2006-01-02 15:04:05.000 UTC")) {
 		t.Errorf("the deliveries' forwards: %q, want one held by the breaker, open since its opening", heldShown)
 	}
+	// The deliveries list says what each delivery's forward is doing: one
+	// that failed waits behind the breaker for its retry (retrying), one
+	// snoozed before its first attempt is pending, a probe just then is
+	// running.
+	do("open the deliveries list", chromedp.Navigate(e.url+"/console/senders/orders/deliveries"), chromedp.WaitVisible(chromedp.CSS(`table.deliveries`)))
+	states, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('table.deliveries td.forwards')).map(td => td.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	retrying := 0
+	for _, s := range states {
+		if s == "1 retrying" {
+			retrying++
+		} else if s != "1 running" && s != "1 pending" {
+			t.Errorf("a delivery's forwards in the list: %q, want 1 retrying, 1 running or 1 pending", s)
+		}
+	}
+	if len(states) != 8 || retrying == 0 {
+		t.Errorf("the deliveries list's forwards: %q, want 8, retrying", states)
+	}
 	do("back to the target's page",
 		chromedp.Navigate(e.url+"/console/senders/orders/targets/orders-svc/failed"),
 		chromedp.WaitVisible(chromedp.CSS(`div.timelines figure.timeline`)),

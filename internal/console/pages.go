@@ -346,13 +346,38 @@ func roundDuration(d time.Duration) string {
 const pageSize = 50
 
 type deliveriesView struct {
-	Sender                string
-	DeliveryID            string
-	Since, Until          string // as typed into the form
-	EventType             string // a prefix, as typed into the form
-	Records               []store.Delivery
+	Sender       string
+	DeliveryID   string
+	Since, Until string // as typed into the form
+	EventType    string // a prefix, as typed into the form
+	Records      []store.Delivery
+	// Forwards are the forward states of each record's event, in words
+	// ("2 delivered, 1 retrying": its newest forward to each of the
+	// sender's targets); none for an event without forwards.
+	Forwards              map[uuid.UUID]string
 	Next                  template.URL // the next page, "" on the last
 	Filtered, ExactLookup bool
+}
+
+// forwardSummaries sets v.Forwards for v.Records: one round trip for the
+// page, whatever its length.
+func (c *Console) forwardSummaries(r *http.Request, sd *config.Sender, v *deliveriesView) error {
+	if len(v.Records) == 0 || len(sd.Forward) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(v.Records))
+	for i, rec := range v.Records {
+		ids[i] = rec.EventID
+	}
+	sums, err := c.jobs.ForwardSummaries(r.Context(), sd.Name, sd.TargetNames(), ids)
+	if err != nil {
+		return err
+	}
+	v.Forwards = make(map[uuid.UUID]string, len(sums))
+	for id, s := range sums {
+		v.Forwards[id] = s.String()
+	}
+	return nil
 }
 
 // timeLayouts are the forms the time range is accepted in: what an HTML
@@ -374,7 +399,8 @@ func parseTime(s string) (time.Time, error) {
 
 func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	sender := param(r, "sender")
-	if _, ok := c.cfg.Sender(sender); !ok {
+	sd, ok := c.cfg.Sender(sender)
+	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return
 	}
@@ -400,6 +426,10 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		default:
 			rec.Response.Body = nil
 			v.Records = []store.Delivery{rec}
+		}
+		if err := c.forwardSummaries(r, sd, &v); err != nil {
+			c.fail(w, r, err)
+			return
 		}
 		c.render(w, r, http.StatusOK, "deliveries", page{Title: "Deliveries of " + sender, Data: v})
 		return
@@ -457,6 +487,10 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Records = pg.Deliveries
+	if err := c.forwardSummaries(r, sd, &v); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	if pg.Next != nil {
 		nq := url.Values{}
 		nq.Set("cursor", pg.Next.String())

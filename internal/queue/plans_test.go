@@ -478,6 +478,20 @@ func testQueuePlans(t *testing.T, grown bool) {
 		}
 	})
 
+	t.Run("forward summaries", func(t *testing.T) {
+		// A page of the console's deliveries: 50 events, 3 targets.
+		events := make([]string, 50)
+		for i := range events {
+			events[i] = uuidV7(t, conn, 100*i+1).String()
+		}
+		checkPlans(t, explainConn, 50*3, store.IndexOrderScans, summaryJobsSQL, summaryJobsArgs("acme", []string{"t", "u", "v"}, events)...)
+		ids := make([]pgtype.UUID, len(events))
+		for i, e := range events {
+			ids[i] = pgtype.UUID{Bytes: uuid.MustParse(e), Valid: true}
+		}
+		checkPlans(t, explainConn, 50*3, store.IndexOrderScans, summaryOutboxSQL, "acme", ids, []string{"t", "u", "v"})
+	})
+
 	t.Run("wake", func(t *testing.T) {
 		// The jobs waiting on the queue: every 100th snoozed, twice as
 		// many due (in the shrunk table too: their delivery IDs end in 0 or

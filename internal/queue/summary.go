@@ -1,0 +1,164 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/hookgate/hookgate/internal/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// A page of deliveries' forwards in a few words: the state of each event's
+// newest forward to each target, read for the whole page at once.
+
+// Summary is how many of an event's targets its newest forward is in each
+// state: one forward per target (a redelivery replaces the forward it
+// follows), 0 states absent.
+type Summary map[State]int
+
+// maxSummaryEvents bounds the events of one ForwardSummaries call (a page
+// of deliveries is far fewer): the statement probes an index per event and
+// target.
+const maxSummaryEvents = 500
+
+// summaryJobsSQL finds, for each of the events $2 of sender $1 and each of
+// the targets $3, its newest forward job (a probe of hookgate's index on
+// the forward jobs per event and target, ordered as it is: the event by a
+// range, the ID descending) and its newest delivered first attempt in
+// forward_delivered (a probe of its key per event and target, the event
+// compared by a range so that the key's order is the one without a sort:
+// not its index on target); failed tells a
+// retrying job from a pending one (failedAttempt). $4 is the River state of
+// a delivered first attempt (completed). Under store.IndexOrderScans, so
+// that whatever the statistics say each probe is one of an index (see
+// plans.go).
+var summaryJobsSQL = jobSQL(`SELECT e.event_id, t.target, j.id, j.state, j.failed
+FROM unnest($2::text[]) AS e(event_id) CROSS JOIN unnest($3::text[]) AS t(target)
+CROSS JOIN LATERAL (SELECT n.id, n.state::text AS state, ` + failedAttempt("n") + ` AS failed FROM river_job n
+  WHERE n.kind = {forward_kind} AND n.args->>'sender' = $1 AND n.args->>'target' = t.target
+    AND n.args->>'event_id' >= e.event_id AND n.args->>'event_id' <= e.event_id
+  ORDER BY n.args->>'event_id' DESC, n.id DESC LIMIT 1) j
+UNION ALL
+SELECT e.event_id, t.target, d.id, $4::text, false
+FROM unnest($2::text[]) AS e(event_id) CROSS JOIN unnest($3::text[]) AS t(target)
+CROSS JOIN LATERAL (SELECT d.id FROM forward_delivered d WHERE d.sender = $1 AND d.event_id >= e.event_id AND d.event_id <= e.event_id AND d.target = t.target
+  ORDER BY d.event_id DESC, d.target DESC, d.id DESC LIMIT 1) d`)
+
+// summaryOutboxSQL finds the outbox rows of sender $1's events $2 to the
+// targets $3 (a probe of forward_outbox's key per event and target, kept
+// apart by its LIMIT as inOutboxSQL's), and whether a fast path holds each
+// (its attempt is under way). A row whose forward is recorded already
+// (recorded_at, on Citus: its delete follows) is its record's, not read.
+const summaryOutboxSQL = `SELECT k.event_id::text, t.target, coalesce(o.leased_until > statement_timestamp(), false)
+FROM unnest($2::uuid[]) AS k(event_id) CROSS JOIN unnest($3::text[]) AS t(target)
+CROSS JOIN LATERAL (SELECT o.leased_until FROM forward_outbox o WHERE o.sender = $1 AND o.event_id = k.event_id AND o.target = t.target
+  AND o.recorded_at IS NULL LIMIT 1) o`
+
+// summaryJobsArgs are summaryJobsSQL's arguments.
+func summaryJobsArgs(sender string, targets, events []string) []any {
+	return []any{sender, events, targets, jobCompleted}
+}
+
+// ForwardSummaries returns the forward states of sender's events (up to
+// maxSummaryEvents of them) to targets, by event: for each target, the
+// state of the event's newest forward to it (its outbox row while it has
+// one and no job: pending, or running while a fast path attempts it). A
+// target the event has no forward to is not counted; an event without any
+// forward is absent. One round trip of two statements, whatever the number
+// of events: the console's deliveries list reads a page's summaries with
+// it.
+func (q *Jobs) ForwardSummaries(ctx context.Context, sender string, targets []string, events []uuid.UUID) (map[uuid.UUID]Summary, error) {
+	out := map[uuid.UUID]Summary{}
+	if len(events) == 0 || len(targets) == 0 {
+		return out, nil
+	}
+	if len(events) > maxSummaryEvents {
+		return nil, fmt.Errorf("forward summaries: %d events, at most %d", len(events), maxSummaryEvents)
+	}
+	texts := make([]string, len(events))
+	ids := make([]pgtype.UUID, len(events))
+	for i, e := range events {
+		texts[i], ids[i] = e.String(), pgtype.UUID{Bytes: e, Valid: true}
+	}
+	type key struct{ event, target string }
+	type newest struct {
+		id    int64
+		state State
+	}
+	var b pgx.Batch
+	b.Queue(store.IndexOrderScans)
+	b.Queue(summaryJobsSQL, summaryJobsArgs(sender, targets, texts)...)
+	b.Queue(summaryOutboxSQL, sender, ids, targets)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("forward summaries of %s: %w", sender, err)
+	}
+	rows, err := br.Query() //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	if err != nil {
+		return nil, fmt.Errorf("forward summaries of %s: %w", sender, err)
+	}
+	found := map[key]newest{}
+	var (
+		k      key
+		id     int64
+		state  string
+		failed bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k.event, &k.target, &id, &state, &failed}, func() error {
+		if n, ok := found[k]; !ok || id > n.id {
+			found[k] = newest{id: id, state: stateOf(rivertype.JobState(state), failed)}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("forward summaries of %s: %w", sender, err)
+	}
+	rows, err = br.Query() //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	if err != nil {
+		return nil, fmt.Errorf("forward summaries of %s (outbox): %w", sender, err)
+	}
+	var leased bool
+	_, err = pgx.ForEachRow(rows, []any{&k.event, &k.target, &leased}, func() error {
+		if leased {
+			found[k] = newest{state: StateRunning} // the fast path's attempt is the newest
+		} else if _, ok := found[k]; !ok {
+			found[k] = newest{state: StatePending}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("forward summaries of %s (outbox): %w", sender, err)
+	}
+	for k, n := range found {
+		e, err := uuid.Parse(k.event)
+		if err != nil {
+			continue // a malformed job's event
+		}
+		if out[e] == nil {
+			out[e] = Summary{}
+		}
+		out[e][n.state]++
+	}
+	return out, nil
+}
+
+// summaryOrder is the order a Summary's states are told in.
+var summaryOrder = []State{StateDelivered, StateFailed, StateRetrying, StateRunning, StatePending}
+
+// String tells s in words, e.g. "2 delivered, 1 retrying"; "" when empty.
+func (s Summary) String() string {
+	out := ""
+	for _, st := range summaryOrder {
+		if n := s[st]; n > 0 {
+			if out != "" {
+				out += ", "
+			}
+			out += fmt.Sprintf("%d %s", n, st)
+		}
+	}
+	return out
+}
