@@ -2,7 +2,6 @@ package console
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -823,14 +822,9 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
 		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
-	// Listed by when they failed, newest first (the API pages them by job
-	// ID: a forward retried for hours fails long after newer ones).
-	slices.SortStableFunc(fs, func(a, b failedForward) int {
-		if c := b.FailedAt.Compare(a.FailedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.JobID, a.JobID)
-	})
+	// Listed by when they failed, newest first, as the API pages them: the
+	// maxFailedShown that failed last (a forward retried for hours fails
+	// long after newer ones).
 	now := c.opts.Now()
 	_, targetCharts, err := c.senderCharts(r.Context(), sender, now)
 	if err != nil {

@@ -2,6 +2,8 @@ package handler_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -87,4 +89,82 @@ senders:
 			t.Errorf("?state=%s = %v, want %v", state, got, exp)
 		}
 	}
+}
+
+// TestTargetFailedForwardsPageByFailure: ?state=failed pages the failed
+// forwards by when they failed, newest first (then by job), as the
+// console's target page lists them, whatever order their jobs were
+// inserted in; the cursor carries that position, and a cursor of the
+// other order is refused.
+func TestTargetFailedForwardsPageByFailure(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: a
+        url: http://127.0.0.1:1/a
+`})
+	// Failed at these minutes past the base, in job order: two at the same
+	// time (then the newer job first).
+	minutes := []int{50, 10, 40, 40, 20, 30}
+	for i := range minutes {
+		s.accept("fwd", fmt.Sprintf("f-%d", i), []byte(`{}`))
+	}
+	if n := s.relayOnce(); n != len(minutes) {
+		t.Fatalf("relayed %d", n)
+	}
+	byID := s.forwardPage("fwd", "a", "").Items // newest job first
+	slices.Reverse(byID)
+	base := time.Date(2026, 11, 30, 1, 0, 0, 123456000, time.UTC)
+	q := queuetest.New(s.pool)
+	failedAt := map[int64]time.Time{}
+	for i, f := range byID {
+		failedAt[f.JobID] = base.Add(time.Duration(minutes[i]) * time.Minute)
+		if err := q.SetForwardJob(t.Context(), f.JobID, queuetest.JobFixture{State: rivertype.JobStateDiscarded, At: failedAt[f.JobID],
+			Errors: []string{"target answered 503"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := slices.Clone(byID)
+	slices.SortFunc(want, func(x, y targetForward) int {
+		if c := failedAt[y.JobID].Compare(failedAt[x.JobID]); c != 0 {
+			return c
+		}
+		return int(y.JobID - x.JobID)
+	})
+	var got []int64
+	query := "?state=failed&limit=2"
+	for pages := 0; ; pages++ {
+		if pages > 3 {
+			t.Fatal("more than 3 pages of 2 for 6 forwards")
+		}
+		p := s.forwardPage("fwd", "a", query)
+		for _, f := range p.Items {
+			got = append(got, f.JobID)
+			if !f.FinishedAt.Equal(failedAt[f.JobID]) {
+				t.Errorf("job %d finished at %v, want %v", f.JobID, f.FinishedAt, failedAt[f.JobID])
+			}
+		}
+		if p.NextCursor == nil {
+			break
+		}
+		// A cursor of this order is not one of the list by job.
+		wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/fwd/targets/a/forwards?cursor="+url.QueryEscape(*p.NextCursor)),
+			http.StatusBadRequest, "invalid-parameter", http.MethodGet, routeTargetForwards)
+		query = "?state=failed&limit=2&cursor=" + url.QueryEscape(*p.NextCursor)
+	}
+	var wantIDs []int64
+	for _, f := range want {
+		wantIDs = append(wantIDs, f.JobID)
+	}
+	if !slices.Equal(got, wantIDs) {
+		t.Errorf("failed forwards page by page: jobs %v, want %v (by when they failed, newest first)", got, wantIDs)
+	}
+	// And the list by job refuses to be continued as failed ones.
+	p := s.forwardPage("fwd", "a", "?limit=2")
+	wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/fwd/targets/a/forwards?state=failed&cursor="+url.QueryEscape(*p.NextCursor)),
+		http.StatusBadRequest, "invalid-parameter", http.MethodGet, routeTargetForwards)
 }

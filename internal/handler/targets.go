@@ -120,7 +120,11 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 		return
 	}
 	page, err := s.jobs.ListTargetForwards(r.Context(), f, limit, after)
-	if err != nil {
+	switch {
+	case store.IsBadCursor(err): // a cursor of the list in another order (state=failed or not)
+		s.fail(w, r, badCursor(err))
+		return
+	case err != nil:
 		s.fail(w, r, dbProblem(err))
 		return
 	}

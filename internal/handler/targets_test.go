@@ -300,8 +300,9 @@ senders:
 		}
 	}
 	window := "?state=failed&since=" + url.QueryEscape(base.Add(time.Hour).Format(time.RFC3339)) + "&until=" + url.QueryEscape(base.Add(3*time.Hour).Format(time.RFC3339))
-	if w := s.forwardPage("fwd", "a", window); len(w.Items) != 2 || w.Items[0].JobID != failedIDs[1] || w.Items[1].JobID != failedIDs[2] {
-		t.Errorf("failed in [1h, 3h) = %+v, want jobs %d and %d", w.Items, failedIDs[1], failedIDs[2])
+	// By when they failed, newest first: the one that failed at 2h first.
+	if w := s.forwardPage("fwd", "a", window); len(w.Items) != 2 || w.Items[0].JobID != failedIDs[2] || w.Items[1].JobID != failedIDs[1] {
+		t.Errorf("failed in [1h, 3h) = %+v, want jobs %d and %d", w.Items, failedIDs[2], failedIDs[1])
 	}
 	if p := s.forwardPage("fwd", "a", "?state=pending"); len(p.Items) != 3 {
 		t.Errorf("pending = %d, want 3", len(p.Items))

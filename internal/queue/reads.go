@@ -301,9 +301,12 @@ type ForwardPage struct {
 }
 
 // ListTargetForwards returns up to limit (1 to store.MaxListLimit) forwards of
-// f's target that match f, newest first (by job ID, descending), starting
-// right after after (a forward's cursor) when it is not nil. Pages are
-// stable while forwards are added (newer ones go to a new first page).
+// f's target that match f, newest first, starting right after after (a
+// forward's cursor of the same order) when it is not nil: failed forwards
+// by when they failed (FinishedAt, then job ID, descending: a forward
+// retried for hours fails after newer ones), the others by job ID,
+// descending. Pages are stable while forwards are added (newer ones go to
+// a new first page).
 // Forwards still in the outbox are not listed (they have no job yet;
 // CountForwards includes them).
 func (q *Jobs) ListTargetForwards(ctx context.Context, f Filter, limit int, after *store.Cursor) (ForwardPage, error) {
@@ -311,12 +314,20 @@ func (q *Jobs) ListTargetForwards(ctx context.Context, f Filter, limit int, afte
 		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, store.MaxListLimit)
 	}
 	w := f.where(false, nil)
+	byFinish := f.State == StateFailed // only River's jobs: w.delivered is ""
 	if after != nil {
-		if after.JobID == 0 {
+		switch {
+		case after.JobID == 0:
 			return ForwardPage{}, fmt.Errorf("list forwards: %w: a cursor of deliveries", store.ErrBadCursor)
+		case byFinish != !after.FinishedAt.IsZero():
+			return ForwardPage{}, fmt.Errorf("list forwards: %w: a cursor of a list in another order", store.ErrBadCursor)
+		case byFinish:
+			w.args = append(w.args, after.FinishedAt, after.JobID)
+			w.jobs += fmt.Sprintf(" AND (j.finalized_at, j.id) < ($%d, $%d)", len(w.args)-1, len(w.args))
+		default:
+			w.args = append(w.args, after.JobID)
+			w.and(fmt.Sprintf("j.id < $%d", len(w.args)), fmt.Sprintf("d.id < $%d", len(w.args)))
 		}
-		w.args = append(w.args, after.JobID)
-		w.and(fmt.Sprintf("j.id < $%d", len(w.args)), fmt.Sprintf("d.id < $%d", len(w.args)))
 	}
 	completed := 0 // the parameter of the delivered first attempts' River state
 	if w.delivered != "" {
@@ -325,6 +336,9 @@ func (q *Jobs) ListTargetForwards(ctx context.Context, f Filter, limit int, afte
 	}
 	w.args = append(w.args, limit+1)
 	order := fmt.Sprintf(" ORDER BY 1 DESC LIMIT $%d", len(w.args))
+	if byFinish {
+		order = fmt.Sprintf(" ORDER BY 9 DESC, 1 DESC LIMIT $%d", len(w.args)) // finalized_at, id
+	}
 	sql := `(SELECT j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
        j.created_at, j.attempted_at, j.finalized_at, j.errors[array_upper(j.errors, 1)], j.metadata->'output'
 FROM river_job j WHERE ` + w.jobs + order + ")"
@@ -372,6 +386,9 @@ FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
 	if len(page.Forwards) > limit {
 		page.Forwards = page.Forwards[:limit]
 		page.Next = &store.Cursor{JobID: page.Forwards[limit-1].JobID}
+		if byFinish {
+			page.Next.FinishedAt = page.Forwards[limit-1].FinishedAt
+		}
 	}
 	if len(page.Forwards) > 0 {
 		ids := make([]uuid.UUID, len(page.Forwards))

@@ -15,12 +15,17 @@ import (
 // Cursor is a position in a list, opaque to clients: in a sender's
 // deliveries (ListDeliveries' order), the (received at, delivery ID) of the
 // last delivery of a page; in a target's forwards (ListTargetForwards'
-// order), the job ID of the last forward of a page. The next page starts
+// order), the job ID of the last forward of a page, and when it finished
+// in a list ordered by that (failed forwards). The next page starts
 // right after it. One kind of list refuses the other's cursors.
 type Cursor struct {
 	ReceivedAt time.Time
 	DeliveryID string
 	JobID      int64
+	// FinishedAt is, in a list of forwards ordered by when they finished
+	// (failed forwards: ListTargetForwards), when the last forward of a
+	// page did; zero in a list ordered by job ID.
+	FinishedAt time.Time
 }
 
 // cursorJSON is a Cursor's encoded form: a delivery's time in Unix
@@ -32,13 +37,16 @@ type cursorJSON struct {
 }
 
 // String returns the cursor's opaque form, URL-safe base64 (no padding) of
-// a small JSON document ({"t":…,"d":…} or {"j":…}). ParseCursor reads it
-// back.
+// a small JSON document ({"t":…,"d":…}, {"j":…} or {"j":…,"t":…}).
+// ParseCursor reads it back.
 func (c Cursor) String() string {
 	var b []byte
-	if c.JobID != 0 {
+	switch {
+	case c.JobID != 0 && !c.FinishedAt.IsZero():
+		b = []byte(`{"j":` + strconv.FormatInt(c.JobID, 10) + `,"t":` + strconv.FormatInt(c.FinishedAt.UnixMicro(), 10) + `}`)
+	case c.JobID != 0:
 		b = []byte(`{"j":` + strconv.FormatInt(c.JobID, 10) + `}`)
-	} else {
+	default:
 		t := c.ReceivedAt.UnixMicro()
 		var err error
 		if b, err = json.Marshal(cursorJSON{T: &t, D: &c.DeliveryID}); err != nil { // an int and a string always encode
@@ -72,11 +80,14 @@ func ParseCursor(s string) (Cursor, error) {
 	}
 	var c Cursor
 	switch {
-	case cj.J != nil && cj.T == nil && cj.D == nil:
+	case cj.J != nil && cj.D == nil:
 		if *cj.J < 1 {
 			return Cursor{}, fmt.Errorf("%w: job ID %d", ErrBadCursor, *cj.J)
 		}
 		c.JobID = *cj.J
+		if cj.T != nil {
+			c.FinishedAt = time.UnixMicro(*cj.T).UTC()
+		}
 	case cj.J == nil && cj.T != nil && cj.D != nil:
 		if why := dedup.CheckDeliveryID(*cj.D); why != "" { // what no delivery can have never reaches the database
 			return Cursor{}, fmt.Errorf("%w: its delivery ID %s", ErrBadCursor, why)

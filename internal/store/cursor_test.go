@@ -34,6 +34,29 @@ func TestCursorFormsOfEarlierVersions(t *testing.T) {
 	}
 }
 
+// TestFinishedForwardCursor: a forward's cursor in a list ordered by when
+// forwards finished carries that time (microseconds) with the job ID, and
+// reads back as it was; in any other spelling it is malformed.
+func TestFinishedForwardCursor(t *testing.T) {
+	t.Parallel()
+	enc := base64.RawURLEncoding.EncodeToString
+	at := time.UnixMicro(1795980667412345).UTC()
+	s := Cursor{JobID: 42, FinishedAt: at}.String()
+	if s != enc([]byte(`{"j":42,"t":1795980667412345}`)) {
+		t.Errorf("finished forward cursor encodes as %q", s)
+	}
+	c, err := ParseForwardCursor(s)
+	if err != nil || c.JobID != 42 || !c.FinishedAt.Equal(at) || c.DeliveryID != "" || !c.ReceivedAt.IsZero() {
+		t.Errorf("finished forward cursor = %+v, %v", c, err)
+	}
+	if _, err := ParseForwardCursor(enc([]byte(`{"t":1795980667412345,"j":42}`))); !IsBadCursor(err) {
+		t.Errorf("reordered fields: %v, want a bad cursor", err)
+	}
+	if _, err := ParseDeliveryCursor(s); !IsBadCursor(err) {
+		t.Errorf("a finished forward cursor for deliveries: %v, want a bad cursor", err)
+	}
+}
+
 // TestCursorOfTheOtherList checks that a list refuses the other list's
 // cursors, and cursors that mix both, as malformed.
 func TestCursorOfTheOtherList(t *testing.T) {
