@@ -87,7 +87,8 @@ bench-console:
 	@.ci/bench-console.sh
 
 ## screenshots: run the console's browser tests, rewriting docs/console-overview.png, docs/console-delivery.png and docs/console-target.png when a page looks different (more than 1% of its pixels,
-##   a line a few pixels higher counted as its rows: not times and IDs, which the tests write as fixed values; docs/tests.md)
+##   a line a few pixels higher counted as its rows: not times and IDs, which the tests write as fixed values, with the server on a fixed clock
+##   so that the charts' time axes are the same in every run; docs/tests.md)
 screenshots:
 	@mkdir -p docs
 	@PKGS=./internal/console/ GOTESTFLAGS='-run ^(TestConsoleInBrowser|TestConsoleBreakerHistoryInBrowser)$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh

@@ -83,7 +83,10 @@ senders:
         max_attempts: 20
         breaker_threshold: 2
 `, tg.URL)
-	e := newEnvWith(t, yaml, newOptions(), workOpts{Work: true, BreakerWindow: 400 * time.Millisecond, BreakerProbe: 200 * time.Millisecond,
+	opts := newOptions()
+	now := shotClock() // the charts' axes and the breaker's timeline are the same in every run
+	opts.Now = now
+	e := newEnvWith(t, yaml, opts, workOpts{Work: true, BreakerWindow: 400 * time.Millisecond, BreakerProbe: 200 * time.Millisecond,
 		Backoff: forward.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}, FetchPollInterval: 20 * time.Millisecond})
 	e.startWorking()
 	began := time.Now() // the screenshot's times count from here (steadyText)
@@ -91,7 +94,7 @@ senders:
 		e.ingest(fmt.Sprintf("brk-%d", i), "application/json", `{}`)
 	}
 	history := func() []store.BreakerTransition {
-		h, err := e.q.BreakerHistory(t.Context(), "orders", "orders-svc", time.Now().Add(-time.Hour), time.Now().Add(time.Hour), 100, false)
+		h, err := e.q.BreakerHistory(t.Context(), "orders", "orders-svc", now().Add(-time.Hour), now().Add(time.Hour), 100, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +120,7 @@ senders:
 		if err := e.traffic.Flush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		buckets, err := e.q.Traffic(t.Context(), "orders", time.Now().Add(-2*time.Hour), time.Now().Add(time.Hour), time.Minute)
+		buckets, err := e.q.Traffic(t.Context(), "orders", now().Add(-2*time.Hour), now().Add(time.Hour), time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -83,8 +83,10 @@ func textOf(t *testing.T, ctx context.Context, sel string) string {
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	e := newEnv(t, newOptions())
 	began := time.Now() // the screenshots' times count from here (steadyText)
+	opts := newOptions()
+	opts.Now = shotClock() // the charts' axes are the same in every run
+	e := newEnv(t, opts)
 	e.ingestTyped("ord_1001", "order.created", "application/json", `{"order":1001,"customer":"ada@example.com","items":[{"sku":"BK-42","qty":2}],"total":"31.90"}`)
 	e.ingestTyped("ord_1002", "order.paid", "application/json", `{"order":1002,"total":"12.00"}`)
 	e.ingest("xss-1", "text/html", `<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">`)

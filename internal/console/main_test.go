@@ -89,6 +89,8 @@ type workOpts struct {
 	BreakerProbe, BreakerWindow, FetchPollInterval time.Duration
 	// BreakerMaxProbe is forward.BreakerConfig.MaxProbe.
 	BreakerMaxProbe time.Duration
+	// now is the gate's clock (the console's: newEnvWith sets it).
+	now func() time.Time
 }
 
 // worker returns the forward worker of o, with a gate of
@@ -97,7 +99,7 @@ func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m
 	t.Helper()
 	bc := forward.DefaultBreakerConfig()
 	bc.Probe, bc.Window, bc.MaxProbe = cmp.Or(o.BreakerProbe, bc.Probe), cmp.Or(o.BreakerWindow, bc.Window), o.BreakerMaxProbe
-	gate, err := forward.NewGate(forward.GateConfig{Capacity: queue.DefaultMaxWorkers, Breakers: bc, DB: pool, Metrics: m, Log: log})
+	gate, err := forward.NewGate(forward.GateConfig{Capacity: queue.DefaultMaxWorkers, Breakers: bc, DB: pool, Metrics: m, Log: log, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,9 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	q := store.New(pool)
-	tr, err := traffic.New(traffic.Config{Queries: q, Log: log})
+	// opts.Now (a fixed clock: the screenshots' shotClock) is the clock of
+	// the whole server: ingest, the charts' counts, the breakers.
+	tr, err := traffic.New(traffic.Config{Queries: q, Log: log, Now: opts.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +138,7 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	cc := queue.DefaultClientConfig(cfg)
 	cc.Pool, cc.Senders, cc.Log = pool, cfg, log
 	if fopts.Work { // otherwise the client inserts only
+		fopts.now = opts.Now
 		cc.Worker = fopts.worker(t, pool, cfg, m, log)
 		cc.FetchPollInterval = cmp.Or(fopts.FetchPollInterval, cc.FetchPollInterval)
 	}
@@ -157,7 +162,7 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 		t.Fatal(err)
 	}
 	hc := handler.DefaultConfig()
-	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console, hc.Traffic = opts.AdminToken, q, rc, cons, tr
+	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console, hc.Traffic, hc.Now = opts.AdminToken, q, rc, cons, tr, opts.Now
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
 	h, err := handler.New(hc)
 	if err != nil {

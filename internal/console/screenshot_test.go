@@ -16,13 +16,19 @@ import (
 
 // The screenshots make screenshots writes into docs/ must not change when
 // the pages do not: a fresh clone's make screenshots leaves the tree clean.
-// Two things see to it. Before a shot, steadyText rewrites what differs
-// from run to run in the page's text (times, event IDs, the test target's
-// port, the worker process's name) to fixed values, so that a fresh run,
-// here or on another machine, draws the same text in the same places; and
-// writeScreenshot leaves the committed image alone unless the new one
-// looks different (sameLook): what steadyText cannot fix (measured
-// latencies, counts of attempts) changes a few pixels, not a page.
+// Three things see to it. The tests that take them run the server on a
+// fixed clock (shotClock: shotClockEpoch plus the time since the test
+// began) for everything it times itself (deliveries received, the charts'
+// counts and their time axes, the breakers), so that the charts' axes and
+// bars are drawn the same whenever the test runs. Before a shot,
+// steadyText rewrites what still differs from run to run in the page's
+// text (times the database or River stamped, fractions of seconds, event
+// IDs, the test target's port, the worker process's name) to fixed values,
+// so that a fresh run, here or on another machine, draws the same text in
+// the same places; and writeScreenshot leaves the committed image alone
+// unless the new one looks different (sameLook): what neither can fix
+// (measured latencies, counts of attempts) changes a few pixels, not a
+// page.
 
 // shotEpoch is where steadyText moves the time the test began: a time the
 // page shows becomes shotEpoch plus its whole seconds since then, so that
@@ -30,6 +36,20 @@ import (
 // received) stay, and those under a second (how long the test took to
 // get there) go.
 var shotEpoch = time.Date(2026, 11, 29, 19, 36, 39, 0, time.UTC)
+
+// shotClockEpoch is where shotClock starts: a few seconds into a minute,
+// so that a test reaches its shots within the same minute (the charts'
+// current bucket) however slow the machine is (within 50 s).
+var shotClockEpoch = time.Date(2026, 11, 29, 19, 36, 9, 0, time.UTC)
+
+// shotClock returns a clock that reads shotClockEpoch now and runs on
+// with the real one: the server's clock in the tests that take the
+// screenshots (console.Config.Now, which newEnvWith gives the whole
+// server).
+func shotClock() func() time.Time {
+	began := time.Now()
+	return func() time.Time { return shotClockEpoch.Add(time.Since(began)) }
+}
 
 // shotFraction is the fraction of a second of every time steadyText writes,
 // cut to as many digits as the page's time has.
@@ -41,12 +61,14 @@ const shotEventID = "01a228cf-3b24-7c83-9e90-cdd66669eb21"
 // steadyTextJS rewrites the text nodes of the page (see steadyText). Times
 // are "2006-01-02 15:04:05.000" (the console's) or RFC 3339 (a stored
 // body's), with or without a fraction; each keeps its form and width.
-const steadyTextJS = `((began, epoch, fraction, id, literal) => {
+const steadyTextJS = `((anchors, epoch, fraction, id, literal) => {
   const ts = /(\d{4}-\d\d-\d\d)([ T])(\d\d:\d\d:\d\d)(\.\d+)?/g;
   const uuid = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g;
   const moved = (m, date, sep, clock, frac) => {
     const t = Date.parse(date + 'T' + clock + (frac ? frac.slice(0, 4) : '') + 'Z');
     if (isNaN(t)) return m;
+    // The anchor of t's clock: the nearest (the real clock's start, the fixed clock's).
+    const began = anchors.reduce((a, b) => Math.abs(t - b) < Math.abs(t - a) ? b : a);
     const s = new Date(epoch + Math.floor((t - began) / 1000) * 1000).toISOString(); // 2026-11-29T19:36:39.000Z
     return s.slice(0, 10) + sep + s.slice(11, 19) + (frac ? '.' + fraction.padEnd(frac.length - 1, '0').slice(0, frac.length - 1) : '');
   };
@@ -62,15 +84,17 @@ const steadyTextJS = `((began, epoch, fraction, id, literal) => {
 
 // steadyText returns the action that rewrites the page's text before a
 // shot: each time to shotEpoch plus its whole seconds since began (before
-// it: minus), each UUID to shotEventID, and each of literal's keys (an
-// address, a process name) to its value.
+// it: minus), the time the test began by the real clock, or since
+// shotClockEpoch when it is a time of the fixed clock (shotClock: the
+// nearer of the two), each UUID to shotEventID, and each of literal's keys
+// (an address, a process name) to its value.
 func steadyText(began time.Time, literal map[string]string) chromedp.Action[chromedp.Void] {
 	pairs := [][2]string{}
 	for from, to := range literal {
 		pairs = append(pairs, [2]string{from, to})
 	}
 	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		args, err := json.Marshal([]any{began.UnixMilli(), shotEpoch.UnixMilli(), shotFraction, shotEventID, pairs})
+		args, err := json.Marshal([]any{[]int64{began.UnixMilli(), shotClockEpoch.UnixMilli()}, shotEpoch.UnixMilli(), shotFraction, shotEventID, pairs})
 		if err != nil {
 			return chromedp.Void{}, err
 		}

@@ -139,7 +139,8 @@ func TestConfigsValidate(t *testing.T) {
 		_, err := NewGate(gateDeps(GateConfig{Capacity: 10, Breakers: tc.bc}))
 		wantErr("NewGate with "+tc.name, err, tc.field)
 	}
-	if gc := DefaultGateConfig(); gc != (GateConfig{Capacity: queue.DefaultMaxWorkers, Breakers: DefaultBreakerConfig()}) {
+	if gc := DefaultGateConfig(); gc.Capacity != queue.DefaultMaxWorkers || gc.Breakers != DefaultBreakerConfig() ||
+		gc.DB != nil || gc.Metrics != nil || gc.Log != nil || gc.Now != nil {
 		t.Errorf("DefaultGateConfig = %+v, want the River client's default capacity and the default breakers", gc)
 	}
 	if _, err := NewGate(gateDeps(DefaultGateConfig())); err != nil {

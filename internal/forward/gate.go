@@ -52,6 +52,9 @@ type GateConfig struct {
 	// Log is where breaker transitions and failures to record them are
 	// logged.
 	Log *slog.Logger
+	// Now is the breakers' clock (time.Now when nil): a test's fixed clock
+	// (the console's screenshots) sets it.
+	Now func() time.Time
 }
 
 // DefaultGateConfig returns the gate's defaults (and no dependencies: the
@@ -88,6 +91,9 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		return nil, err
 	}
 	g := newGuards(cfg.DB, cfg.Capacity, cfg.Breakers, cfg.Metrics, cfg.Log)
+	if cfg.Now != nil {
+		g.now = cfg.Now
+	}
 	if db := cfg.DB; db != nil {
 		g.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
 	}

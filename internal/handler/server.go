@@ -99,6 +99,9 @@ type Config struct {
 	// the client whose share of the body budget a request takes. nil: the
 	// Server has a Limiter of its own, which trusts no proxy.
 	AuthLimiter *authlimit.Limiter
+	// Now is the clock deliveries are received by (time.Now when nil): a
+	// test's fixed clock (the console's screenshots) sets it.
+	Now func() time.Time
 	// Console is served under /console (the browser console, package
 	// console; it has its own sign-in); nil: none.
 	Console http.Handler
@@ -265,6 +268,10 @@ func New(hc Config) (*Server, error) {
 		return nil, err
 	}
 	reg := hc.Registry
+	now := time.Now
+	if hc.Now != nil {
+		now = hc.Now
+	}
 	s := &Server{
 		senders:    hc.Senders,
 		cfg:        hc.Senders.Config(),
@@ -275,7 +282,7 @@ func New(hc Config) (*Server, error) {
 		gather:     reg,
 		docs:       v5emb.New("hookgate API", "/openapi.yaml", "/docs"),
 		authLimit:  hc.AuthLimiter,
-		now:        time.Now,
+		now:        now,
 		budget:     newBodyBudget(hc.BodyBudget, hc.BodyBudgetWait),
 
 		minRate: hc.BodyMinRate, minRateGrace: hc.BodyMinRateGrace, readTimeout: hc.BodyReadTimeout,

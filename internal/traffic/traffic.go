@@ -46,6 +46,9 @@ type Config struct {
 	Queries *store.Queries
 	// Log is where Run reports a flush that failed.
 	Log *slog.Logger
+	// Now is the clock the counts are stored by (time.Now when nil): a
+	// test's fixed clock (the console's screenshots) sets it.
+	Now func() time.Time
 }
 
 // validate returns an error naming the fields at fault, or nil.
@@ -66,7 +69,11 @@ func New(cfg Config) (*Recorder, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Recorder{q: cfg.Queries, log: cfg.Log, now: time.Now}, nil
+	r := &Recorder{q: cfg.Queries, log: cfg.Log, now: time.Now}
+	if cfg.Now != nil {
+		r.now = cfg.Now
+	}
+	return r, nil
 }
 
 func (r *Recorder) counter(k key) *counter {
