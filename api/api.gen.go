@@ -438,6 +438,9 @@ type BreakerStatus struct {
 	// Example: 2026-11-30T05:12:40.118Z
 	OpenedAt *time.Time `json:"opened_at"`
 
+	// PausedUntil Until when the target's forwards are held (pending or retrying, without using attempts) because the target answered 429 or 503 with `Retry-After`, as the worker process that got that answer last recorded it (each worker process pauses on the answers it gets); null when no pause is recorded or it has ended.
+	PausedUntil *time.Time `json:"paused_until"`
+
 	// State `closed`: forwards flow; `open`: they wait (without using attempts) until a probe succeeds; `half-open`: one probe is under way.
 	//
 	// Example: open

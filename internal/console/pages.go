@@ -312,19 +312,28 @@ func showBreaker(b store.BreakerState, now time.Time) breakerShown {
 }
 
 // heldBy says that the unfinished forwards of b's target are held by its
-// breaker, and since when; "" when it is closed. A forward held that way
-// stays pending (or retrying) with its attempts unused: the worker snoozes
-// it until a round of probes lets it through or a probe closes the
-// breaker.
-func heldBy(b store.BreakerState) string {
-	if b.State == store.BreakerClosed || b.State == "" {
-		return ""
+// breaker, and since when, or, while it is closed, by a pause the target
+// asked for (a 429 or 503 with Retry-After) that has not ended at now, and
+// until when; "" when neither. A forward held that way stays pending (or
+// retrying) with its attempts unused: the worker snoozes it until a round
+// of probes lets it through or a probe closes the breaker, or until the
+// pause ends. hint says when held forwards go.
+func heldBy(b store.BreakerState, now time.Time) (held, hint string) {
+	switch {
+	case b.State != store.BreakerClosed && b.State != "":
+		s := "held: breaker " + b.State
+		if !b.OpenedAt.IsZero() {
+			s += " (open since " + b.OpenedAt.UTC().Format("2006-01-02 15:04:05.000 UTC") + ")"
+		}
+		return s, "a few go as each round of probes, the others once a probe is answered and the breaker closes"
+	case b.PausedUntil.After(now):
+		s := "held: paused until " + b.PausedUntil.UTC().Format("2006-01-02 15:04:05.000 UTC")
+		if b.PauseReason != "" {
+			s += " (" + b.PauseReason + ")"
+		}
+		return s, "the target asked for the pause with its Retry-After; they go once it ends"
 	}
-	s := "held: breaker " + b.State
-	if !b.OpenedAt.IsZero() {
-		s += " (open since " + b.OpenedAt.UTC().Format("2006-01-02 15:04:05.000 UTC") + ")"
-	}
-	return s
+	return "", ""
 }
 
 // roundDuration shows d to the second (to the minute past an hour), at
@@ -592,10 +601,11 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	now := c.opts.Now()
 	for _, f := range fwds {
 		fv := showForward(sd, f)
 		if b, ok := breakers[f.Target]; ok && f.State != queue.StateRunning && f.State.Unfinished() {
-			fv.Held = heldBy(b)
+			fv.Held, _ = heldBy(b, now)
 		}
 		v.Forwards = append(v.Forwards, fv)
 	}
@@ -769,13 +779,14 @@ type failedView struct {
 	Sender, Target, URL string
 	Breaker             breakerShown
 	// Held is how many of the target's forwards wait for its breaker
-	// (pending or retrying while it is not closed), HeldBy says so.
-	Held    int64
-	HeldBy  string
-	Failed  []failedForward
-	Max     int
-	Charts  []chart // forwards delivered and failed, and latency: last hour, last day
-	History breakerView
+	// (pending or retrying while it is not closed) or its pause, HeldBy
+	// says so and HeldHint when they go.
+	Held             int64
+	HeldBy, HeldHint string
+	Failed           []failedForward
+	Max              int
+	Charts           []chart // forwards delivered and failed, and latency: last hour, last day
+	History          breakerView
 }
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
@@ -806,10 +817,13 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	// While the breaker is not closed, the target's unfinished forwards
-	// (but those running: probes) are held by it.
+	// While the breaker is not closed, or a pause has not ended, the
+	// target's unfinished forwards (but those running: probes) are held by
+	// it.
+	now := c.opts.Now()
+	heldText, heldHint := heldBy(b, now)
 	var held int64
-	if b.State != store.BreakerClosed {
+	if heldText != "" {
 		counts, err := c.jobs.CountForwards(r.Context(), sender, false)
 		if err != nil {
 			c.fail(w, r, err)
@@ -825,7 +839,6 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	// Listed by when they failed, newest first, as the API pages them: the
 	// maxFailedShown that failed last (a forward retried for hours fails
 	// long after newer ones).
-	now := c.opts.Now()
 	_, targetCharts, err := c.senderCharts(r.Context(), sender, now)
 	if err != nil {
 		c.fail(w, r, err)
@@ -846,7 +859,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Notice: msg,
-		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Held: held, HeldBy: heldBy(b), Failed: fs, Max: maxFailedShown,
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Held: held, HeldBy: heldText, HeldHint: heldHint, Failed: fs, Max: maxFailedShown,
 			Charts: targetCharts[target], History: history}})
 }
 

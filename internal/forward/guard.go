@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,9 +139,13 @@ type guard struct {
 	probing      int    // probes under way
 	reserved     int    // waiting forwards told to come back for the next round
 	pausedUntil  time.Time
-	epoch        time.Time     // when the guard was made
-	startSum     time.Duration // sum of the start times of the attempts under way, from epoch
-	latency      time.Duration // moving average of the time its attempts take
+	// pauseShown is the end of the last pause recorded for operators
+	// (store.RecordPause); a pause ending within pauseShownSlack of it is
+	// not written again.
+	pauseShown time.Time
+	epoch      time.Time     // when the guard was made
+	startSum   time.Duration // sum of the start times of the attempts under way, from epoch
+	latency    time.Duration // moving average of the time its attempts take
 
 	// share is the target's use of the process's capacity, under the
 	// guards' fair.mu.
@@ -388,8 +393,12 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 	if a.probe {
 		gd.probing--
 	}
+	var showPause time.Time // a pause to record for operators (recordPause)
 	if retryFor > 0 {
 		gd.pausedUntil = now.Add(retryFor)
+		if gd.pausedUntil.Sub(gd.pauseShown) > pauseShownSlack {
+			gd.pauseShown, showPause = gd.pausedUntil, gd.pausedUntil
+		}
 	}
 	changed := ""
 	switch res {
@@ -449,6 +458,9 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 	}
 	if changed != "" {
 		g.record(ctx, gd)
+	}
+	if !showPause.IsZero() {
+		g.recordPause(ctx, gd, showPause, retryFor, errText)
 	}
 	if changed == BreakerClosed && g.wake != nil {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -532,6 +544,33 @@ func (g *guards) record(ctx context.Context, gd *guard) {
 			gd.pending = append(gd.pending[:0], gd.pending[n:]...)
 		}
 		gd.mu.Unlock()
+	}
+}
+
+// pauseShownSlack is how much later than the last recorded one a pause
+// must end to be recorded again: the answers of one pause (every attempt
+// under way when it began) are written once, not each.
+const pauseShownSlack = time.Second
+
+// recordPause records for operators (target_breakers.paused_until: the
+// console says the target's forwards are held by it) that gd's target is
+// paused until until, for retryFor, by the answer errText; a failed write
+// is logged, and the pause holds the forwards all the same.
+func (g *guards) recordPause(ctx context.Context, gd *guard, until time.Time, retryFor time.Duration, errText string) {
+	if g.log != nil {
+		g.log.Info("forward target paused by its Retry-After", "sender", gd.sender, "target", gd.target, "until", until, "retry_after", retryFor)
+	}
+	if g.db == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	reason := errText // "target answered 503, Retry-After 30s"
+	if !strings.Contains(reason, "Retry-After") {
+		reason = strings.TrimPrefix(reason+", ", ", ") + fmt.Sprintf("Retry-After %s", retryFor.Round(time.Millisecond))
+	}
+	if err := store.New(g.db).RecordPause(ctx, gd.sender, gd.target, until, reason); err != nil && g.log != nil {
+		g.log.Warn("record a target's pause; the pause holds its forwards all the same", "sender", gd.sender, "target", gd.target, "err", err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // TestForwardStatesPendingAndRetrying: a waiting forward is retrying after
@@ -167,4 +168,37 @@ senders:
 	p := s.forwardPage("fwd", "a", "?limit=2")
 	wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/fwd/targets/a/forwards?state=failed&cursor="+url.QueryEscape(*p.NextCursor)),
 		http.StatusBadRequest, "invalid-parameter", http.MethodGet, routeTargetForwards)
+}
+
+// TestTargetsShowAPause: a target's breaker in the list says until when a
+// pause a worker recorded (its Retry-After) holds the target's forwards,
+// and nothing once it has ended.
+func TestTargetsShowAPause(t *testing.T) {
+	t.Parallel()
+	s := newOpServer(t, opOptions{yaml: `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: a
+        url: http://127.0.0.1:1/a
+      - name: b
+        url: http://127.0.0.1:1/b
+`})
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	q := store.New(s.pool)
+	if err := q.RecordPause(t.Context(), "fwd", "a", until, "target answered 429, Retry-After 1h0m0s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.RecordPause(t.Context(), "fwd", "b", time.Now().Add(-time.Minute), "target answered 503, Retry-After 30s"); err != nil {
+		t.Fatal(err)
+	}
+	got := s.targets("fwd")
+	if b := got["a"].Breaker; b.State != "closed" || b.PausedUntil == nil || !b.PausedUntil.Equal(until) || b.OpenedAt != nil {
+		t.Errorf("a's breaker = %+v, want closed, paused until %s", b, until)
+	}
+	if b := got["b"].Breaker; b.State != "closed" || b.PausedUntil != nil {
+		t.Errorf("b's breaker = %+v, want closed, its pause over (null)", b)
+	}
 }

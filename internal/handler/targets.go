@@ -42,6 +42,7 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, dbProblem(err))
 		return
 	}
+	now := s.now()
 	out := api.TargetList{Items: make([]api.TargetStatus, 0, len(sd.Forward))}
 	for i := range sd.Forward {
 		t := &sd.Forward[i]
@@ -56,6 +57,10 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 			if !b.OpenedAt.IsZero() && b.State != forward.BreakerClosed {
 				at := b.OpenedAt.UTC()
 				ts.Breaker.OpenedAt = &at
+			}
+			if b.PausedUntil.After(now) {
+				until := b.PausedUntil.UTC()
+				ts.Breaker.PausedUntil = &until
 			}
 		}
 		c := counts[t.Name]

@@ -36,8 +36,9 @@ type (
 		URL        string   `json:"url"`
 		EventTypes []string `json:"event_types"`
 		Breaker    struct {
-			State    string     `json:"state"`
-			OpenedAt *time.Time `json:"opened_at"`
+			State       string     `json:"state"`
+			OpenedAt    *time.Time `json:"opened_at"`
+			PausedUntil *time.Time `json:"paused_until"`
 		} `json:"breaker"`
 		Forwards forwardCounts `json:"forwards"`
 	}

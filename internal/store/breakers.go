@@ -29,25 +29,34 @@ type BreakerState struct {
 	UpdatedAt time.Time
 	// LastError is the failure that opened it (no URL in it), "" when closed.
 	LastError string
+	// PausedUntil is the end of the latest pause a worker process recorded
+	// for the target (a 429 or 503 with Retry-After: RecordPause), zero
+	// when none; it may have passed. PauseReason is the answer that asked
+	// for it (no URL in it).
+	PausedUntil time.Time
+	PauseReason string
 }
 
 // Breakers returns the recorded breaker of every target of sender that has
 // one, by target name. A target no worker has recorded is closed.
 func (q *Queries) Breakers(ctx context.Context, sender string) (map[string]BreakerState, error) {
-	rows, err := q.db.Query(ctx, `SELECT target, state, opened_at, updated_at, last_error FROM target_breakers WHERE sender = $1`, sender) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := q.db.Query(ctx, `SELECT target, state, opened_at, updated_at, last_error, paused_until, pause_reason FROM target_breakers WHERE sender = $1`, sender) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("read breakers of %s: %w", sender, err)
 	}
 	out := map[string]BreakerState{}
 	var (
-		b        BreakerState
-		openedAt *time.Time
+		b                   BreakerState
+		openedAt, pausedTil *time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&b.Target, &b.State, &openedAt, &b.UpdatedAt, &b.LastError}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&b.Target, &b.State, &openedAt, &b.UpdatedAt, &b.LastError, &pausedTil, &b.PauseReason}, func() error {
 		b.Sender = sender
-		b.OpenedAt = time.Time{}
+		b.OpenedAt, b.PausedUntil = time.Time{}, time.Time{}
 		if openedAt != nil {
 			b.OpenedAt = *openedAt
+		}
+		if pausedTil != nil {
+			b.PausedUntil = *pausedTil
 		}
 		out[b.Target] = b
 		return nil
@@ -73,6 +82,24 @@ const upsertBreakerSQL = `INSERT INTO target_breakers (sender, target, state, op
 VALUES ($1, $2, $3, $4, now(), $5)
 ON CONFLICT ON CONSTRAINT target_breakers_pkey DO UPDATE
 SET state = excluded.state, opened_at = excluded.opened_at, updated_at = excluded.updated_at, last_error = excluded.last_error`
+
+// RecordPause records that a worker process holds sender's target's
+// forwards until until, because the target answered reason (no URL in it)
+// with a Retry-After, unless a later pause is recorded already. A target
+// without a recorded breaker gets one, closed.
+func (q *Queries) RecordPause(ctx context.Context, sender, target string, until time.Time, reason string) error {
+	_, err := q.db.Exec(ctx, recordPauseSQL, sender, target, BreakerClosed, until, truncate(reason, MaxBreakerReason))
+	if err != nil {
+		return fmt.Errorf("record pause of %s/%s: %w", sender, target, err)
+	}
+	return nil
+}
+
+const recordPauseSQL = `INSERT INTO target_breakers (sender, target, state, opened_at, updated_at, last_error, paused_until, pause_reason)
+VALUES ($1, $2, $3, NULL, now(), '', $4, $5)
+ON CONFLICT ON CONSTRAINT target_breakers_pkey DO UPDATE
+SET paused_until = excluded.paused_until, pause_reason = excluded.pause_reason
+WHERE target_breakers.paused_until IS NULL OR target_breakers.paused_until < excluded.paused_until`
 
 // BreakerHistoryRetention is how long target_breaker_transitions keeps a
 // transition.
