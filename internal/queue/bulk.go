@@ -57,8 +57,9 @@ ORDER BY 1`)
 // LATERAL subquery, kept apart by its LIMIT, under store.OutboxIndexScans: not
 // event_id = ANY, which PostgreSQL 15 may apply as a filter over the
 // sender's rows; see plans.go), on the sender's shard on Citus.
-const inOutboxSQL = `SELECT k.event_id::text FROM unnest($3::uuid[]) AS k(event_id)
-  CROSS JOIN LATERAL (SELECT 1 FROM forward_outbox o WHERE o.sender = $1 AND o.event_id = k.event_id AND o.target = $2 LIMIT 1) p`
+var inOutboxSQL = `SELECT k.event_id::text FROM unnest($3::uuid[]) AS k(event_id)
+  CROSS JOIN LATERAL (SELECT 1 FROM forward_outbox o WHERE o.sender = $1 AND o.event_id = k.event_id AND o.target = $2
+    AND ` + store.Unrecorded("o") + ` LIMIT 1) p`
 
 // waitingInOutbox returns the events whose forward to f's target is still
 // in the outbox, among those of the redeliveries queued after a forward
@@ -219,8 +220,8 @@ func (q *Jobs) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int6
 // forward.DefaultDispatchWorkers and DefaultDispatchQueue), plus those a
 // crashed process left leased until their lease ends. On Citus it runs on
 // the sender's shard.
-const fastLeasedSQL = `SELECT event_id::text, delivery_id, created_at FROM forward_outbox
-WHERE sender = $1 AND target = $2 AND leased_until > statement_timestamp() AND created_at < $3`
+var fastLeasedSQL = `SELECT event_id::text, delivery_id, created_at FROM forward_outbox
+WHERE sender = $1 AND target = $2 AND leased_until > statement_timestamp() AND created_at < $3 AND ` + store.Unrecorded("")
 
 // fastRunningSQL selects the fast path's first attempts of sender $1's
 // target $2 that were under way at $3 (a bulk redelivery of running

@@ -419,7 +419,7 @@ GROUP BY state`)
 
 // outboxCountSQL counts sender $1's outbox rows: a statement per sender,
 // which Citus runs on the sender's shard alone.
-const outboxCountSQL = `SELECT count(*) FROM forward_outbox WHERE sender = $1`
+var outboxCountSQL = `SELECT count(*) FROM forward_outbox WHERE sender = $1 AND ` + store.Unrecorded("")
 
 // Backlog returns how many forwards are not yet finished, by state: outbox
 // (accepted, not yet relayed into River: the rows of senders, the
@@ -464,7 +464,7 @@ func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64,
 // target name; empty, not nil, when none.
 func (q *Jobs) outboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
 	rows, err := q.db.Query(ctx, `SELECT target, created_at, coalesce(leased_until > statement_timestamp(), false)
-FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`, sender, eventID)
+FROM forward_outbox WHERE sender = $1 AND event_id = $2 AND `+store.Unrecorded("")+` ORDER BY target`, sender, eventID)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
 	}
@@ -489,7 +489,7 @@ FROM forward_outbox WHERE sender = $1 AND event_id = $2 ORDER BY target`, sender
 // outboxCounts counts the forwards of sender not yet relayed, by target
 // (forward_outbox's key leads with sender).
 func (q *Jobs) outboxCounts(ctx context.Context, sender string) (map[string]int64, error) {
-	rows, err := q.db.Query(ctx, `SELECT target, count(*) FROM forward_outbox WHERE sender = $1 GROUP BY target`, sender) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := q.db.Query(ctx, `SELECT target, count(*) FROM forward_outbox WHERE sender = $1 AND `+store.Unrecorded("")+` GROUP BY target`, sender) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("count outbox rows of %s: %w", sender, err)
 	}

@@ -95,7 +95,7 @@ func (q *Jobs) CurrentForwards(ctx context.Context, sender string, eventID uuid.
 // index on kind, nor its primary key, each of which some statistics made
 // the cheaper (see plans.go). A scalar subquery, since EXISTS drops its
 // ORDER BY.
-var earlierForwardSQL = jobSQL(`SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2)
+var earlierForwardSQL = jobSQL(`SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2 AND ` + store.Unrecorded("") + `)
   OR (SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' >= $3::text AND n.args->>'event_id' <= $3::text
     AND n.id <> $4 AND n.state = ANY($5::river_job_state[])

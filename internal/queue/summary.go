@@ -51,11 +51,12 @@ CROSS JOIN LATERAL (SELECT d.id FROM forward_delivered d WHERE d.sender = $1 AND
 // targets $3 (a probe of forward_outbox's key per event and target, kept
 // apart by its LIMIT as inOutboxSQL's), and whether a fast path holds each
 // (its attempt is under way). A row whose forward is recorded already
-// (recorded_at, on Citus: its delete follows) is its record's, not read.
-const summaryOutboxSQL = `SELECT k.event_id::text, t.target, coalesce(o.leased_until > statement_timestamp(), false)
+// (recorded_at, on Citus: its delete follows) is its record's, not read
+// (store.Unrecorded).
+var summaryOutboxSQL = `SELECT k.event_id::text, t.target, coalesce(o.leased_until > statement_timestamp(), false)
 FROM unnest($2::uuid[]) AS k(event_id) CROSS JOIN unnest($3::text[]) AS t(target)
 CROSS JOIN LATERAL (SELECT o.leased_until FROM forward_outbox o WHERE o.sender = $1 AND o.event_id = k.event_id AND o.target = t.target
-  AND o.recorded_at IS NULL LIMIT 1) o`
+  AND ` + store.Unrecorded("o") + ` LIMIT 1) o`
 
 // summaryJobsArgs are summaryJobsSQL's arguments.
 func summaryJobsArgs(sender string, targets, events []string) []any {

@@ -29,6 +29,21 @@ type OutboxRow struct {
 // record) leaves the row to the relay after this long.
 const DefaultRecordedGrace = 30 * time.Second
 
+// Unrecorded returns the condition, on the outbox row named alias (""
+// for none), that the reads of forwards put on it: it has no record yet,
+// or its record was written more than DefaultRecordedGrace ago and the row
+// is still there (a crash: the relay takes it again). A row marked
+// recorded within the grace (the split form, on Citus: its delete follows
+// in milliseconds) is its record's, which the reads find in River's table
+// or forward_delivered: it is not read twice.
+func Unrecorded(alias string) string {
+	col := "recorded_at"
+	if alias != "" {
+		col = alias + ".recorded_at"
+	}
+	return fmt.Sprintf("(%s IS NULL OR %s < statement_timestamp() - interval '%d milliseconds')", col, col, DefaultRecordedGrace.Milliseconds())
+}
+
 // takeable is the condition on an outbox row that the relay may take:
 // no fast path has leased it (or its lease has ended), and it is not
 // recorded, or was recorded more than the grace (the parameter grace, in
