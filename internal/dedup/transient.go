@@ -22,9 +22,17 @@ var ErrUnavailable = errors.New("dedup: database unavailable")
 // connection (I/O errors), a timeout or cancellation, and the PostgreSQL
 // errors of a busy or failing-over server (connection exceptions,
 // serialization failures and deadlocks, a lock or statement timeout,
-// insufficient resources, an administrator's shutdown, a read-only standby).
+// insufficient resources, an administrator's shutdown, a read-only standby,
+// any error of severity FATAL or PANIC (the server ended the session,
+// whatever its code), and Citus's "postmaster was shut down, exiting"
+// (XX000, an ERROR: the coordinator's postmaster died under a statement
+// that waited on a worker).
 // Every other error, nil included, is not transient: an invariant violation,
 // another constraint's violation, a bug — a retry meets it again.
+// citusPostmasterDied is the message of the error Citus raises in a
+// statement waiting on a worker when the coordinator's postmaster dies.
+const citusPostmasterDied = "postmaster was shut down, exiting"
+
 func Transient(err error) bool {
 	if err == nil {
 		return false
@@ -32,7 +40,9 @@ func Transient(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		code := pgErr.Code
-		return pgerrcode.IsConnectionException(code) ||
+		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC" ||
+			code == pgerrcode.InternalError && pgErr.Message == citusPostmasterDied ||
+			pgerrcode.IsConnectionException(code) ||
 			pgerrcode.IsTransactionRollback(code) || // serialization failure, deadlock
 			pgerrcode.IsInsufficientResources(code) ||
 			pgerrcode.IsOperatorIntervention(code) || // query canceled (statement timeout), shutdown

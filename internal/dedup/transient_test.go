@@ -19,6 +19,9 @@ import (
 func TestTransient(t *testing.T) {
 	t.Parallel()
 	pg := func(code string) error { return fmt.Errorf("apply state change: %w", &pgconn.PgError{Code: code}) }
+	pg2 := func(severity, code, msg string) error {
+		return fmt.Errorf("apply state change (statement 1): %w", &pgconn.PgError{Severity: severity, Code: code, Message: msg})
+	}
 	tests := []struct {
 		name string
 		err  error
@@ -37,11 +40,16 @@ func TestTransient(t *testing.T) {
 		{"admin shutdown", pg(pgerrcode.AdminShutdown), true},
 		{"too many connections", pg(pgerrcode.TooManyConnections), true},
 		{"read-only standby", pg(pgerrcode.ReadOnlySQLTransaction), true},
+		{"fatal of any code", pg2("FATAL", pgerrcode.InternalError, "terminating connection"), true},
+		// Seen when a Citus coordinator's postmaster was killed under a
+		// delivery's statement (the 500 it got is now a 503).
+		{"citus coordinator died", pg2("ERROR", pgerrcode.InternalError, "postmaster was shut down, exiting"), true},
 		{"nil", nil, false},
 		{"invariant violation", errors.New("claim delivery: the claim took a key another delivery holds"), false},
 		{"another constraint", pg(pgerrcode.UniqueViolation), false},
 		{"check violation", pg(pgerrcode.CheckViolation), false},
 		{"undefined table", pg(pgerrcode.UndefinedTable), false},
+		{"internal error", pg2("ERROR", pgerrcode.InternalError, "cache lookup failed"), false},
 		{"payload mismatch", dedup.ErrPayloadMismatch, false},
 	}
 	for _, tt := range tests {
