@@ -40,7 +40,7 @@ GORELEASER_VERSION ?= v2.17.0
 GORELEASER ?= go run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
 CHART = deploy/helm/hookgate
 
-.PHONY: image test-image check-chart check-compose check-release check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: citus-crash image test-image check-chart check-compose check-release check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## run: start the local PostgreSQL (.data/pg) and run the server on 127.0.0.1:8080 (HOOKGATE_ADDR=:8080 make run: every interface)
 run:
@@ -81,6 +81,11 @@ bench:
 ##   make bench-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md#figures)
 bench-citus:
 	@CITUS_URL='$(CITUS_URL)' ROUNDS='$(ROUNDS)' .ci/bench-citus.sh $(BENCHFLAGS)
+
+## citus-crash: a black-box check on a running Citus cluster: a gateway forwarding a burst while the coordinator is killed (SIGKILL) and
+##   restarted; every accepted delivery's forward must reach the sink: make citus-crash CITUS_URL=… CITUS_COORD_DATA=/tmp/citus/n9700
+citus-crash:
+	@CITUS_URL='$(CITUS_URL)' CITUS_COORD_DATA='$(CITUS_COORD_DATA)' .ci/citus-crash.sh
 
 ## bench-console: time the console's delivery list queries on 1,000,000 deliveries of one sender (throwaway PostgreSQL)
 bench-console:
