@@ -320,9 +320,19 @@ func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slo
 // distributed.
 func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometheus.Registry, log *slog.Logger) (*dedup.Store, error) {
 	citus := db.citus
+	delegated := false
 	if citus.Distributed {
-		log.Info("citus: processed_messages is distributed; using the statement forms Citus routes to one shard")
-		if citus.PropagateSetCommands != "local" {
+		var err error
+		if delegated, err = dedup.DelegatedFunction(ctx, db.pool, handler.IngestFunctionName); err != nil {
+			return nil, err
+		}
+		if delegated {
+			log.Info("citus: processed_messages is distributed and " + handler.IngestFunctionName + " is delegated to the sender's worker: one call per ingest transaction")
+		} else {
+			log.Warn("citus: processed_messages is distributed but " + handler.IngestFunctionName + " is not (run its line of migrations/citus/distribute.sql, see docs/distributed.md): " +
+				"ingest uses the statement forms Citus routes to one shard, a round trip to the worker per statement")
+		}
+		if !delegated && citus.PropagateSetCommands != "local" {
 			log.Warn("citus: citus.propagate_set_commands is not 'local', so the in-flight wait (SET LOCAL lock_timeout) does not reach the workers: "+
 				"a delivery whose key another transaction holds waits until that transaction ends instead of getting 409; "+
 				"set it for hookgate's role or database (ALTER ROLE … SET citus.propagate_set_commands = 'local'), see docs/distributed.md",
@@ -343,6 +353,9 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 	reg.MustRegister(queueWait)
 	cfg := ingestConfig(s, citus.Distributed, batchSizes, queueWait)
 	cfg.Pool = db.pool
+	if delegated {
+		cfg.Delegated = handler.IngestFunction()
+	}
 	return dedup.New(cfg)
 }
 

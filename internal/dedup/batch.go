@@ -48,6 +48,10 @@ type call struct {
 	res    Result
 	err    error
 	done   chan struct{}
+	// held: the batch's claim found the key held (a delegated or
+	// returning claim did not insert it): the single path reads what
+	// holds it, without calling the delegated function first.
+	held bool
 }
 
 // batcher queues the deliveries of one sender.
@@ -140,7 +144,7 @@ func (s *Store) runBatch(batch []*call) {
 	}
 	if len(batch) == 1 {
 		c := batch[0]
-		c.res, c.err = s.runSingle(c.ctx, c.d, c.change)
+		c.res, c.err = s.runSingle(c.ctx, c.d, c.change, true)
 		return
 	}
 	retry := s.runMany(batch)
@@ -155,7 +159,7 @@ func (s *Store) runBatch(batch []*call) {
 					panicked.CompareAndSwap(nil, fmt.Sprintf("%v\n%s", v, debug.Stack()))
 				}
 			}()
-			c.res, c.err = s.runSingle(c.ctx, c.d, c.change)
+			c.res, c.err = s.runSingle(c.ctx, c.d, c.change, !c.held)
 		})
 	}
 	wg.Wait()
@@ -183,9 +187,21 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	if err := s.detectLayout(ctx); err != nil {
 		return batch
 	}
-	p, err := s.plan(ds, changes, s.batchLockTimeout, true)
-	if err != nil {
-		return batch
+	var (
+		p   *plan
+		err error
+	)
+	if s.delegating() {
+		// One call of the delegated function, which returns the keys it
+		// inserted, as a returning claim does.
+		if p, err = s.planDelegated(ds, changes, s.batchWait); err != nil {
+			return batch
+		}
+	}
+	if p == nil {
+		if p, err = s.plan(ds, changes, s.batchLockTimeout, true); err != nil {
+			return batch
+		}
 	}
 	tickets := make([]*ticket, len(batch))
 	for i, c := range batch {
@@ -219,6 +235,7 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 		// reads what holds the key.
 		for i, c := range batch {
 			if !res.claimed[i] {
+				c.held = true
 				retry = append(retry, c)
 				continue
 			}

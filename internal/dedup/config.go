@@ -41,6 +41,13 @@ type Config struct {
 	// decides the statements' forms; LayoutDetect (the zero value): the
 	// store's first delivery finds out (InspectCitus), once.
 	Layout Layout
+	// Delegated, when not nil, is a function of the database that performs
+	// a pipeline's claim and state change in one call (delegated.go),
+	// which Citus delegates to the worker of the sender's shard: on a
+	// distributed layout, each pipeline whose changes it performs calls it
+	// first (DelegatedFunction tells whether Citus delegates it). Unused
+	// on LayoutPlain.
+	Delegated *Delegated
 }
 
 // Batching configures group commit (batch.go).
@@ -131,6 +138,11 @@ func (c Config) validate() error {
 			if f.d <= 0 {
 				errs = append(errs, fmt.Errorf("dedup config: Shedding.%s %s: must be positive (a nil Shedding is no shedding)", f.name, f.d))
 			}
+		}
+	}
+	if c.Delegated != nil {
+		if err := c.Delegated.validate(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.Layout < LayoutDetect || c.Layout > LayoutDistributed {

@@ -161,7 +161,15 @@ type Store struct {
 	// setLockTimeout is the in-flight wait, as a statement of the
 	// delivery's transaction.
 	setLockTimeout string
-	encoders       sync.Pool // of *encoders
+	// inFlightWait and batchWait are the in-flight wait of a delivery and
+	// of a batch as lock_timeout values ('3000ms'), for the delegated
+	// function.
+	inFlightWait, batchWait string
+	encoders                sync.Pool // of *encoders
+
+	// delegated is Config.Delegated, used on a distributed layout
+	// (delegated.go); nil when not configured.
+	delegated *delegation
 
 	// Batching (batch.go): off when maxBatch is at most 1.
 	maxBatch, maxInFlight int
@@ -216,6 +224,8 @@ func newStore(cfg Config) (*Store, error) {
 		db:               cfg.Pool,
 		setLockTimeout:   lockTimeoutSQL(wait),
 		batchLockTimeout: lockTimeoutSQL(min(wait, batchLockWait)),
+		inFlightWait:     lockTimeoutValue(wait),
+		batchWait:        lockTimeoutValue(min(wait, batchLockWait)),
 		encoders:         sync.Pool{New: func() any { return &encoders{} }},
 		now:              time.Now,
 	}
@@ -233,6 +243,9 @@ func newStore(cfg Config) (*Store, error) {
 		s.shed = &shedder{policy: *p, now: time.Now}
 	}
 	s.layout.Store(int32(cfg.Layout))
+	if cfg.Delegated != nil {
+		s.delegated = newDelegation(cfg.Delegated)
+	}
 	return s, nil
 }
 
@@ -309,7 +322,7 @@ func (s *Store) runAdmitted(ctx context.Context, d Delivery, change Change) (Res
 	defer t.leave() // when it never reached the database
 	ctx = withTicket(ctx, t)
 	if s.maxBatch <= 1 {
-		return s.runSingle(ctx, d, change)
+		return s.runSingle(ctx, d, change, true)
 	}
 	return s.batcher(d.Sender).run(ctx, d, change)
 }
@@ -331,9 +344,12 @@ func (s *Store) batcher(sender string) *batcher {
 	return b.(*batcher)
 }
 
-// runSingle runs d in a transaction of its own.
-func (s *Store) runSingle(ctx context.Context, d Delivery, change Change) (Result, error) {
-	res, err := s.runOnce(ctx, d, change)
+// runSingle runs d in a transaction of its own: with tryDelegated, and a
+// delegated function on a distributed layout, first as one call of that
+// function, then, when its key was held, in the statement forms, which
+// read what holds it.
+func (s *Store) runSingle(ctx context.Context, d Delivery, change Change, tryDelegated bool) (Result, error) {
+	res, err := s.runOnce(ctx, d, change, tryDelegated)
 	if !errors.Is(err, errExpired) {
 		return res, err
 	}
@@ -342,7 +358,7 @@ func (s *Store) runSingle(ctx context.Context, d Delivery, change Change) (Resul
 	if err := s.db.QueryRow(ctx, forgetExpiredSQL, d.Sender, d.DeliveryID, d.ReceivedAt).Scan(&n); err != nil {
 		return Result{}, fmt.Errorf("forget expired key: %w", err)
 	}
-	res, err = s.runOnce(ctx, d, change)
+	res, err = s.runOnce(ctx, d, change, true)
 	if errors.Is(err, errExpired) {
 		// Only a concurrent delivery that claimed, and expired, in between
 		// could cause this; the sender's retry sorts it out.
@@ -364,9 +380,17 @@ type stored struct {
 	expires time.Time
 }
 
-func (s *Store) runOnce(ctx context.Context, d Delivery, change Change) (Result, error) {
+func (s *Store) runOnce(ctx context.Context, d Delivery, change Change, tryDelegated bool) (Result, error) {
 	if err := s.detectLayout(ctx); err != nil {
 		return Result{}, err
+	}
+	if tryDelegated && s.delegating() {
+		res, claimed, err := s.runDelegated(ctx, d, change)
+		if err != nil || claimed {
+			return res, err
+		}
+		// The key is held (or the change has a statement the function
+		// does not perform): the statement forms read what holds it.
 	}
 	p, err := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout, false)
 	if err != nil {
@@ -457,6 +481,10 @@ type plan struct {
 	// returning: the claim returns the delivery ID and event ID of each key
 	// it inserted (claimValuesReturningSQL), and there is no read.
 	returning bool
+	// autocommit: the pipeline is one statement outside a transaction
+	// block (a delegated function's call, delegated.go), without BEGIN and
+	// COMMIT.
+	autocommit bool
 }
 
 // plan lays out the pipeline of deliveries ds, all of one sender, with
@@ -464,10 +492,62 @@ type plan struct {
 func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch bool) (*plan, error) {
 	n := len(ds)
 	sender := ds[0].Sender
+	claim, err := claimColumns(ds)
+	if err != nil {
+		return nil, err
+	}
+	stmts := make([]statement, 0, 8)
+	stmts = append(stmts, statement{sql: beginSQL}, statement{sql: lockTimeout})
+	returning := false
+	if s.layout.Load() != layoutDistributed {
+		stmts = append(stmts,
+			statement{sql: genericPlansSQL},
+			statement{sql: claimSQL, args: append([]any{sender}, claim...)})
+	} else {
+		// Citus routes a multi-row INSERT … VALUES whose rows all name the
+		// sender $1 to that sender's shard; it would pull an INSERT …
+		// SELECT … FROM unnest(…) to the coordinator and copy the rows
+		// back, in a two-phase commit.
+		args := make([]any, 0, 1+8*n)
+		args = append(args, sender)
+		for i := range ds {
+			for _, c := range claim {
+				args = append(args, c.(column)[i])
+			}
+		}
+		sql := claimValuesSQL(n)
+		if returning = batch; returning {
+			sql = claimValuesReturningSQL(n)
+		}
+		stmts = append(stmts, statement{sql: sql, args: args})
+	}
+	p := &plan{ds: ds, n: n, claim: len(stmts) - 1, changes: len(stmts), read: -1, returning: returning}
+	groups, own, err := collectChanges(sender, n, changes)
+	if err != nil {
+		return nil, err
+	}
+	stmts = append(stmts, groups...)
+	stmts = append(stmts, own...)
+	p.changesEnd = len(stmts)
+	if !returning {
+		p.read = len(stmts)
+		stmts = append(stmts, statement{sql: storedSQL, args: []any{sender, claim[0], claim[2]}})
+	}
+	p.stmts = stmts
+	return p, nil
+}
+
+// claimColumns returns the claim's eight columns of ds (claimSQL's order:
+// delivery ID, request SHA-256, event ID, response status, content type and
+// body, created and expires), each a column with one value per delivery; an
+// error when ds are not all of one sender.
+func claimColumns(ds []Delivery) ([]any, error) {
+	n := len(ds)
+	sender := ds[0].Sender
 	var (
-		ids, ctypes                 = make([]any, n), make([]any, n)
-		sums, eventIDs, bodies      = make([]any, n), make([]any, n), make([]any, n)
-		statuses, received, expires = make([]any, n), make([]any, n), make([]any, n)
+		ids, ctypes                 = make(column, n), make(column, n)
+		sums, eventIDs, bodies      = make(column, n), make(column, n), make(column, n)
+		statuses, received, expires = make(column, n), make(column, n), make(column, n)
 	)
 	for i, d := range ds {
 		if d.Sender != sender {
@@ -481,39 +561,17 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 		statuses[i], ctypes[i], bodies[i] = int16(d.Response.Status), d.Response.ContentType, body
 		received[i], expires[i] = d.ReceivedAt, d.ExpiresAt
 	}
-	stmts := make([]statement, 0, 8)
-	stmts = append(stmts, statement{sql: beginSQL}, statement{sql: lockTimeout})
-	returning := false
-	if s.layout.Load() != layoutDistributed {
-		stmts = append(stmts,
-			statement{sql: genericPlansSQL},
-			statement{sql: claimSQL, args: []any{sender, column(ids), column(sums), column(eventIDs), column(statuses), column(ctypes), column(bodies), column(received), column(expires)}})
-	} else {
-		// Citus routes a multi-row INSERT … VALUES whose rows all name the
-		// sender $1 to that sender's shard; it would pull an INSERT …
-		// SELECT … FROM unnest(…) to the coordinator and copy the rows
-		// back, in a two-phase commit.
-		args := make([]any, 0, 1+8*n)
-		args = append(args, sender)
-		for i := range ds {
-			args = append(args, ids[i], sums[i], eventIDs[i], statuses[i], ctypes[i], bodies[i], received[i], expires[i])
-		}
-		claim := claimValuesSQL(n)
-		if returning = batch; returning {
-			claim = claimValuesReturningSQL(n)
-		}
-		stmts = append(stmts, statement{sql: claim, args: args})
-	}
-	p := &plan{ds: ds, n: n, claim: len(stmts) - 1, changes: len(stmts), read: -1, returning: returning}
+	return []any{ids, sums, eventIDs, statuses, ctypes, bodies, received, expires}, nil
+}
 
-	// The changes: each delivery's rows join the multi-row statement of
-	// their sql; each delivery's own statements follow all of those.
-	var (
-		b      Batch
-		groups []int // index in stmts of each multi-row statement (a few: a linear search)
-		own    []statement
-	)
-	for i := range ds {
+// collectChanges runs the changes of n deliveries of sender and returns
+// their statements: groups, one multi-row statement per sql given to
+// Batch.Row (its args the sender, then one column per value), in the order
+// their sql was first used; own, each delivery's own statements (Queue),
+// in order.
+func collectChanges(sender string, n int, changes []Change) (groups, own []statement, err error) {
+	var b Batch
+	for i := range changes {
 		if changes[i] == nil {
 			continue
 		}
@@ -521,25 +579,24 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 		changes[i](&b)
 		for _, r := range b.rows {
 			g := -1
-			for _, at := range groups {
-				if stmts[at].sql == r.sql {
+			for at := range groups { // a few: a linear search
+				if groups[at].sql == r.sql {
 					g = at
 					break
 				}
 			}
 			if g < 0 {
-				g = len(stmts)
-				groups = append(groups, g)
+				g = len(groups)
 				args := make([]any, 1+len(r.values))
 				args[0] = sender
 				for j := range r.values {
 					args[1+j] = make(column, 0, n)
 				}
-				stmts = append(stmts, statement{sql: r.sql, args: args})
+				groups = append(groups, statement{sql: r.sql, args: args})
 			}
-			args := stmts[g].args
+			args := groups[g].args
 			if len(r.values) != len(args)-1 {
-				return nil, fmt.Errorf("apply state change: rows of one statement with %d and %d values", len(args)-1, len(r.values))
+				return nil, nil, fmt.Errorf("apply state change: rows of one statement with %d and %d values", len(args)-1, len(r.values))
 			}
 			for j, v := range r.values {
 				args[1+j] = append(args[1+j].(column), v)
@@ -547,14 +604,7 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 		}
 		own = append(own, b.stmts...)
 	}
-	stmts = append(stmts, own...)
-	p.changesEnd = len(stmts)
-	if !returning {
-		p.read = len(stmts)
-		stmts = append(stmts, statement{sql: storedSQL, args: []any{sender, column(ids), column(eventIDs)}})
-	}
-	p.stmts = stmts
-	return p, nil
+	return groups, own, nil
 }
 
 // column is a multi-row statement's parameter: one value per row, sent as
@@ -600,7 +650,9 @@ func (r *results) outcomes(ds []Delivery) ([]outcome, bool) {
 // with a rollback, so the connection is idle again without another round
 // trip. A statement's own error is returned in results.failed; a network
 // error (after which the connection is closed, and the outcome of COMMIT
-// unknown) or a COMMIT that did not commit is returned as the error.
+// unknown) or a COMMIT that did not commit is returned as the error. A
+// plan in autocommit (a delegated function's call) is its one statement
+// and a Sync, which commits it.
 func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results, error) {
 	stmts := p.stmts
 	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make([]stored, p.n), claimed: make([]bool, p.n), failedAt: -1}
@@ -612,11 +664,16 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		}
 		sds[i] = sd
 	}
-	sd, err := conn.Prepare(ctx, commitSQL, commitSQL)
-	if err != nil {
-		return out, fmt.Errorf("prepare commit: %w", unavailable(err))
+	syncs := 2 // the statements' Sync, the COMMIT's
+	if p.autocommit {
+		syncs = 1
+	} else {
+		sd, err := conn.Prepare(ctx, commitSQL, commitSQL)
+		if err != nil {
+			return out, fmt.Errorf("prepare commit: %w", unavailable(err))
+		}
+		sds[len(stmts)] = sd
 	}
-	sds[len(stmts)] = sd
 
 	enc := s.encoders.Get().(*encoders)
 	defer s.encoders.Put(enc)
@@ -638,15 +695,17 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		pl.SendQueryPrepared(sds[i].Name, enc.pgx.ParamValues, enc.pgx.ParamFormats, binaryResults)
 	}
 	pl.SendPipelineSync()
-	pl.SendQueryPrepared(sds[len(stmts)].Name, nil, nil, nil)
-	pl.SendPipelineSync()
+	if !p.autocommit {
+		pl.SendQueryPrepared(sds[len(stmts)].Name, nil, nil, nil)
+		pl.SendPipelineSync()
+	}
 	if err := pl.Flush(); err != nil {
 		_ = pl.Close()
 		// Some of it, the COMMIT included, may have reached the server.
 		return out, fmt.Errorf("send delivery: %w: %w", ErrUnavailable, err)
 	}
 
-	i, syncs := 0, 0 // i: the statement whose result comes next
+	i := 0 // the statement whose result comes next
 	fail := func(err error) error {
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) {
@@ -660,7 +719,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		i = len(stmts) // the rest of this segment is skipped
 		return nil
 	}
-	for syncs < 2 {
+	for syncs > 0 {
 		res, err := pl.GetResults()
 		if err != nil {
 			if err := fail(err); err != nil {
@@ -670,7 +729,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		}
 		switch r := res.(type) {
 		case *pgconn.PipelineSync:
-			syncs++
+			syncs--
 		case *pgconn.ResultReader:
 			var tag pgconn.CommandTag
 			switch {
@@ -697,7 +756,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	if err := pl.Close(); err != nil {
 		return out, fmt.Errorf("delivery pipeline: %w", err)
 	}
-	if commit := out.tags[len(stmts)].String(); out.failed == nil && commit != "COMMIT" {
+	if commit := out.tags[len(stmts)].String(); !p.autocommit && out.failed == nil && commit != "COMMIT" {
 		return out, fmt.Errorf("commit delivery: PostgreSQL answered %q", commit)
 	}
 	return out, nil

@@ -31,7 +31,7 @@ func TestBatchRowsOneStatementPerSQL(t *testing.T) {
 	t.Parallel()
 	s, ctx, _ := batchStore(t)
 	stored := delivery(t, "r", "stored", "p")
-	if res, err := s.runSingle(ctx, stored, rowMarks(stored, 1)); err != nil || res.Replayed {
+	if res, err := s.runSingle(ctx, stored, rowMarks(stored, 1), true); err != nil || res.Replayed {
 		t.Fatalf("first delivery of the stored key: %+v, %v", res, err)
 	}
 	a, b, c := delivery(t, "r", "a", "p"), delivery(t, "r", "b", "p"), delivery(t, "r", "c", "p")
@@ -82,7 +82,7 @@ func TestRowsOfOneStatementDisagree(t *testing.T) {
 	_, err := s.runSingle(ctx, d, func(b *Batch) {
 		b.Row(rowMarkSQL, [16]byte(d.EventID), d.DeliveryID, int64(1))
 		b.Row(rowMarkSQL, [16]byte(d.EventID), d.DeliveryID)
-	})
+	}, true)
 	if err == nil || IsDuplicate(err) {
 		t.Fatalf("rows with 3 and 2 values: %v; want an error", err)
 	}
@@ -104,7 +104,7 @@ func TestRowValuesRoundTrip(t *testing.T) {
 	if _, err := s.runSingle(ctx, d, func(b *Batch) {
 		b.Row(sql, "tëxt", []byte{0, 1, 255}, [16]byte(d.EventID), int16(-7), int64(1<<40), true, ts, []byte(`{"a":[1,"b"]}`), "x")
 		b.Row(sql, "", []byte{}, nil, nil, nil, false, nil, nil, "x")
-	}); err != nil {
+	}, true); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -149,7 +149,7 @@ func TestRowValueOfUnknownType(t *testing.T) {
 	d := delivery(t, "r", "float", "p")
 	_, err := s.runSingle(ctx, d, func(b *Batch) {
 		b.Row(rowMarkSQL, [16]byte(d.EventID), d.DeliveryID, 1.5) // int8 column, float64 value
-	})
+	}, true)
 	if err == nil || IsDuplicate(err) {
 		t.Fatalf("a float64 for an int8 column: %v; want an error", err)
 	}
@@ -158,7 +158,7 @@ func TestRowValueOfUnknownType(t *testing.T) {
 		t.Errorf("key rows: %d, %v; want 0", n, err)
 	}
 	again := delivery(t, "r", "float", "p")
-	if res, err := s.runSingle(ctx, again, rowMarks(again, 1)); err != nil || res.Replayed {
+	if res, err := s.runSingle(ctx, again, rowMarks(again, 1), true); err != nil || res.Replayed {
 		t.Errorf("the sender's retry with a valid change: %+v, %v; want new", res, err)
 	}
 }

@@ -68,7 +68,12 @@ const batchLockWait = 50 * time.Millisecond
 // lockTimeoutSQL is the statement that sets a delivery transaction's in-flight
 // wait to d, in whole milliseconds.
 func lockTimeoutSQL(d time.Duration) string {
-	return "SET LOCAL lock_timeout = '" + strconv.FormatInt(d.Milliseconds(), 10) + "ms'"
+	return "SET LOCAL lock_timeout = '" + lockTimeoutValue(d) + "'"
+}
+
+// lockTimeoutValue is d as a value of lock_timeout, in whole milliseconds.
+func lockTimeoutValue(d time.Duration) string {
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
 // claimValuesCache and claimValuesReturningCache hold claimValuesSQL and

@@ -40,6 +40,12 @@ func QueueInsert(b *dedup.Batch, e Event) {
 	b.Row(insertSQL, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
 }
 
+// InsertRow is QueueInsert's multi-row statement with the number of values
+// of its rows, for a function that performs it (dedup.Delegated; migration
+// 20's ingest_deliveries takes its values in this order: id, delivery ID,
+// received at, headers, body, event type).
+func InsertRow() dedup.DelegatedRow { return dedup.DelegatedRow{SQL: insertSQL, Values: 6} }
+
 // insertSQL inserts the events of a pipeline's deliveries (a multi-row
 // statement, dedup.Batch.Row: $1 the sender, then one array per column),
 // each only in the transaction whose claim took its delivery's key

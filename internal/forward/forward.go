@@ -24,6 +24,12 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 )
 
+// OutboxRow is QueueOutbox's multi-row statement with the number of values
+// of its rows, for a function that performs it (dedup.Delegated; migration
+// 20's ingest_deliveries takes its values in this order: event ID, target,
+// delivery ID, created at, lease in milliseconds).
+func OutboxRow() dedup.DelegatedRow { return dedup.DelegatedRow{SQL: outboxInsertSQL, Values: 5} }
+
 // outboxInsertSQL writes the outbox rows of a pipeline's deliveries (a
 // multi-row statement, dedup.Batch.Row: $1 the sender, then one array per
 // column), one per forward, each only in the transaction whose claim took

@@ -231,7 +231,9 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	if opts.Work {
 		e.start()
 	}
-	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 10 * time.Second})
+	// As hookgate serve on Citus: ingest through the delegated function
+	// (unused on PostgreSQL, where the layout is plain).
+	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 10 * time.Second, Delegated: handler.IngestFunction()})
 	if err != nil {
 		t.Fatal(err)
 	}

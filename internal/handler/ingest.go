@@ -23,6 +23,20 @@ import (
 	"github.com/hookgate/hookgate/internal/sigtoken"
 )
 
+// IngestFunctionName is the database function (migration 20) that performs
+// an ingest delivery's claim and state change, its event and its outbox
+// rows, in one call: IngestFunction.
+const IngestFunctionName = "ingest_deliveries"
+
+// IngestFunction describes ingest_deliveries for the ingest store
+// (dedup.Config.Delegated): the statements of ingest's state change, the
+// event's insert and the outbox's, in the order of its parameters. Set it
+// when Citus delegates the function to the sender's worker
+// (dedup.DelegatedFunction, docs/distributed.md).
+func IngestFunction() *dedup.Delegated {
+	return &dedup.Delegated{Function: IngestFunctionName, Rows: []dedup.DelegatedRow{events.InsertRow(), forward.OutboxRow()}}
+}
+
 // MaxDeliveryIDBytes is the longest delivery ID accepted.
 const MaxDeliveryIDBytes = dedup.MaxDeliveryIDBytes
 

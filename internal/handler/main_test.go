@@ -99,6 +99,11 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 	}
 	log := slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o.store.Pool, o.store.InFlightWait = db, o.wait
+	if o.store.Delegated == nil {
+		// As hookgate serve on Citus: ingest through the delegated
+		// function (unused on PostgreSQL, where the layout is plain).
+		o.store.Delegated = handler.IngestFunction()
+	}
 	ingest, err := dedup.New(o.store)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,10 @@
 -- commits on one worker. The console's closed-hour delivery counts are
 -- colocated with the deliveries they count, and the signature tokens with
 -- the deliveries that used them.
+-- Sequential: so that the file also runs as one transaction (psql -1, or
+-- one simple query), where Citus refuses to distribute a function after
+-- parallel work on distributed tables.
+SET citus.multi_shard_modify_mode TO 'sequential';
 SELECT create_distributed_table('processed_messages', 'sender');
 SELECT create_distributed_table('webhook_events', 'sender', colocate_with => 'processed_messages');
 SELECT create_distributed_table('forward_outbox', 'sender', colocate_with => 'processed_messages');
@@ -12,6 +16,13 @@ SELECT create_distributed_table('delivery_hour_counts', 'sender', colocate_with 
 -- The single-use signature tokens (Mailgun's) are claimed by sender, just
 -- before the delivery's transaction, and deleted by sender.
 SELECT create_distributed_table('signature_tokens', 'sender', colocate_with => 'processed_messages');
+-- The ingest function (migration 20): distributed by its sender and
+-- colocated with processed_messages, Citus delegates a call to the worker
+-- that holds the sender's shard, where it claims the keys and writes the
+-- events and outbox rows in one round trip and one commit.
+SELECT create_distributed_function(
+    'ingest_deliveries(text, text, text[], bytea[], uuid[], int2[], text[], bytea[], timestamptz[], timestamptz[], uuid[], text[], timestamptz[], jsonb[], bytea[], text[], uuid[], text[], text[], timestamptz[], int8[])',
+    'in_sender', colocate_with => 'processed_messages');
 
 -- Every other table stays a local table of the coordinator, each for its
 -- reason (a line `-- local: <table>: <why>` for every table a migration
