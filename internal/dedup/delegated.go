@@ -199,7 +199,8 @@ func (s *Store) runDelegated(ctx context.Context, d Delivery, change Change) (re
 	return res, true, err
 }
 
-// The parts of DelegatedFunction's statement.
+// delegatedFunctionSQL tells whether the function $1 is distributed by its
+// first parameter and colocated with processed_messages (DelegatedFunction).
 const delegatedFunctionSQL = `SELECT EXISTS (
   SELECT FROM pg_catalog.pg_dist_object o, pg_catalog.pg_dist_partition t
   WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.objid = $1::regproc::oid
