@@ -80,7 +80,17 @@ declare -a plain citus
 # Distributing the tables committed in two phases: recover those, so that
 # the count after the runs is theirs.
 psql "$citus_url" -Atc 'SELECT recover_prepared_transactions()' >/dev/null
-echo "bench-citus: 2PC rows in pg_dist_transaction before the runs: $(psql "$citus_url" -Atc 'SELECT count(*) FROM pg_dist_transaction')"
+# two_phase: the rows of pg_dist_transaction on every node (a worker records
+# the two-phase commits of the transactions sent straight to it).
+two_phase() {
+	local n total=0 c
+	for n in "${nodes[@]}"; do
+		c=$(psql "$(with_db "$(with_node "$CITUS_URL" ${n})" "$db")" -Atc 'SELECT count(*) FROM pg_dist_transaction')
+		total=$((total + c))
+	done
+	echo "$total"
+}
+echo "bench-citus: 2PC rows in pg_dist_transaction (all nodes) before the runs: $(two_phase)"
 for i in $(seq "$ROUNDS"); do
 	HOOKGATE_BENCH_DATABASE_URL=$plain_url "$bin/bench" "${flags[@]}" "$@" >"$out/plain$i" 2>&1 || true
 	HOOKGATE_BENCH_DATABASE_URL=$citus_url "$bin/bench" "${flags[@]}" "$@" >"$out/citus$i" 2>&1 || true
@@ -94,7 +104,7 @@ for i in $(seq "$ROUNDS"); do
 	done
 	[[ -n ${plain[-1]} && -n ${citus[-1]} ]] || { echo "bench-citus: a run printed no rate; its output:" >&2; cat "$out/plain$i" "$out/citus$i" >&2; exit 1; }
 done
-echo "bench-citus: 2PC rows in pg_dist_transaction after the runs: $(psql "$citus_url" -Atc 'SELECT count(*) FROM pg_dist_transaction')"
+echo "bench-citus: 2PC rows in pg_dist_transaction (all nodes) after the runs: $(two_phase)"
 python3 - "${plain[@]}" -- "${citus[@]}" <<'EOF'
 import sys
 a = sys.argv[1:]

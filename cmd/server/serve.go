@@ -113,6 +113,9 @@ type database struct {
 	// citus is the database's Citus setup (the zero Citus on PostgreSQL),
 	// inspected once the tables are migrated.
 	citus dedup.Citus
+	// routes sends the ingest calls to the Citus workers (newIngestStore);
+	// nil when not.
+	routes *dedup.Routes
 }
 
 func openDatabase(ctx context.Context, url string) (*database, error) {
@@ -124,6 +127,9 @@ func openDatabase(ctx context.Context, url string) (*database, error) {
 }
 
 func (db *database) close() {
+	if db.routes != nil {
+		db.routes.Close()
+	}
 	db.sql.Close()
 	db.pool.Close()
 }
@@ -355,6 +361,14 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 	cfg.Pool = db.pool
 	if delegated {
 		cfg.Delegated = handler.IngestFunction()
+		if s.onWorkers {
+			r, err := dedup.NewRoutes(ctx, db.pool, log)
+			if err != nil {
+				return nil, err
+			}
+			db.routes, cfg.Routes = r, r
+			log.Info("citus: ingest calls go straight to the worker that holds the sender's shards", "workers", r.Workers())
+		}
 	}
 	return dedup.New(cfg)
 }
@@ -362,11 +376,11 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 // distributedMaxInFlight is the default of --ingest-batches-in-flight when
 // the tables are distributed by Citus: one batch of a sender at a time, so
 // that the deliveries that arrive meanwhile make the next batch larger.
-// Every statement costs the Citus coordinator a plan and a round trip to
-// the worker, per batch rather than per delivery; measured
-// (docs/distributed.md#figures), one batch in flight carried about 16
-// deliveries per transaction against 9 with two, for a quarter less CPU per
-// delivery on the cluster.
+// A batch costs Citus a call of the ingest function (planned and its
+// arrays parsed on the worker), per batch rather than per delivery;
+// measured (make bench-citus, docs/benchmarks/2026-citus.md), one batch in
+// flight carried about 15 deliveries per transaction against 8 with two,
+// and ran more deliveries per second.
 const distributedMaxInFlight = 1
 
 // ingestConfig is the ingest store's configuration from the settings

@@ -35,6 +35,7 @@ type settings struct {
 	shutdownWait time.Duration
 	role         string
 	fastPath     bool                  // role all: attempt forwards right after COMMIT (a forward.Dispatcher)
+	onWorkers    bool                  // Citus: ingest calls straight to the sender's worker (dedup.Routes)
 	allowedHosts *forward.AllowedHosts // the hosts forwards may reach; nil: any
 	pprofAddr    string
 	metricsAddr  string // "": /metrics on the main listener (handler.Config.MetricsElsewhere false)
@@ -234,13 +235,23 @@ var settingTable = []setting{
 		help:  "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off",
 		parse: intSetting("ingest batch size", 1, 1000, func(s *settings) *int { return &s.dedup.Batching.MaxBatch })},
 	{flag: "ingest-batches-in-flight", env: "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", shown: "`" + strconv.Itoa(dedup.DefaultMaxInFlight) + "`; `" + strconv.Itoa(distributedMaxInFlight) + "` on Citus",
-		help: "most batches of one sender in flight at once; fewer when the tables are distributed by Citus, for larger batches (each statement costs Citus a plan and a round trip to a worker)",
+		help: "most batches of one sender in flight at once; fewer when the tables are distributed by Citus, for larger batches (each batch costs Citus a call on the sender's worker)",
 		parse: func(s *settings, v string) error {
 			if v == "" {
 				s.dedup.Batching.MaxInFlight = 0 // computed: ingestConfig
 				return nil
 			}
 			return intSetting("ingest batches in flight", 1, 64, func(s *settings) *int { return &s.dedup.Batching.MaxInFlight })(s, v)
+		}},
+	{flag: "citus-ingest-on-workers", env: "HOOKGATE_CITUS_INGEST_ON_WORKERS", def: "true", boolean: true,
+		help: "on Citus, send each ingest call straight to the worker that holds the sender's shards (at its address in pg_dist_node, with DATABASE_URL's user and TLS) rather than through the coordinator; a worker it cannot reach is left to the coordinator",
+		parse: func(s *settings, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("citus ingest on workers %q: must be 1 or 0 (true or false)", v)
+			}
+			s.onWorkers = b
+			return nil
 		}},
 	{flag: "replay-cache-size", env: "HOOKGATE_REPLAY_CACHE_SIZE", def: strconv.Itoa(dedup.DefaultReplayCacheSize),
 		help: "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off",

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Group commit: when batching is on (Config.Batching), deliveries of one sender
@@ -207,7 +209,13 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	for i, c := range batch {
 		tickets[i] = ticketOf(c.ctx)
 	}
-	conn, release, err := s.acquireQueued(ctx, tickets...)
+	acquire := s.acquireQueued
+	if p.autocommit { // the delegated call
+		acquire = func(ctx context.Context, ts ...*ticket) (*pgx.Conn, func(), error) {
+			return s.acquireDelegated(ctx, ds[0].Sender, ts...)
+		}
+	}
+	conn, release, err := acquire(ctx, tickets...)
 	if err != nil {
 		for _, c := range batch {
 			c.err = fmt.Errorf("claim delivery: acquire connection: %w: %w", ErrUnavailable, err)

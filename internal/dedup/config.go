@@ -48,6 +48,11 @@ type Config struct {
 	// first (DelegatedFunction tells whether Citus delegates it). Unused
 	// on LayoutPlain.
 	Delegated *Delegated
+	// Routes, when not nil, sends the delegated calls of each sender to
+	// the Citus worker that holds its shard group (NewRoutes) rather than
+	// to Pool; unused without Delegated. The caller closes it after the
+	// store's last delivery.
+	Routes *Routes
 }
 
 // Batching configures group commit (batch.go).

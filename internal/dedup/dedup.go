@@ -170,6 +170,8 @@ type Store struct {
 	// delegated is Config.Delegated, used on a distributed layout
 	// (delegated.go); nil when not configured.
 	delegated *delegation
+	// routes is Config.Routes: where the delegated calls go; nil: Pool.
+	routes *Routes
 
 	// Batching (batch.go): off when maxBatch is at most 1.
 	maxBatch, maxInFlight int
@@ -245,6 +247,7 @@ func newStore(cfg Config) (*Store, error) {
 	s.layout.Store(int32(cfg.Layout))
 	if cfg.Delegated != nil {
 		s.delegated = newDelegation(cfg.Delegated)
+		s.routes = cfg.Routes
 	}
 	return s, nil
 }

@@ -178,7 +178,7 @@ func (s *Store) runDelegated(ctx context.Context, d Delivery, change Change) (re
 	if err != nil || p == nil {
 		return Result{}, false, err
 	}
-	conn, release, err := s.acquireQueued(ctx, ticketOf(ctx))
+	conn, release, err := s.acquireDelegated(ctx, d.Sender, ticketOf(ctx))
 	if err != nil {
 		return Result{}, false, fmt.Errorf("claim delivery: acquire connection: %w: %w", ErrUnavailable, err)
 	}

@@ -88,6 +88,13 @@ func TestDelegatedWritesWhatTheStatementsWrite(t *testing.T) {
 		}()),
 		"delegated": newStore(t, delegated, delegatedConfig(base, "ingest_deliveries")),
 	}
+	dbs := map[string]*pgxpool.Pool{"delegated": delegated}
+	if pgtest.Citus() { // the calls sent straight to the workers, too
+		routed, _ := pgtest.NewDB(t)
+		cfg := delegatedConfig(base, "ingest_deliveries")
+		cfg.Routes = newRoutes(t, ctx, routed)
+		forms["routed"], dbs["routed"] = newStore(t, routed, cfg), routed
+	}
 	const n = 120
 	ds := make([]dedup.Delivery, n)
 	for i := range ds {
@@ -125,19 +132,24 @@ func TestDelegatedWritesWhatTheStatementsWrite(t *testing.T) {
   leased_until IS NULL OR leased_until BETWEEN created_at + interval '1 minute' AND created_at + interval '2 minutes'), E'\n' ORDER BY sender, delivery_id, target) FROM forward_outbox`
 	)
 	for _, q := range []string{keysSQL, eventsSQL, outboxSQL} {
-		var a, b string
+		var a string
 		if err := statements.QueryRow(ctx, q).Scan(&a); err != nil {
 			t.Fatal(err)
 		}
-		if err := delegated.QueryRow(ctx, q).Scan(&b); err != nil {
-			t.Fatal(err)
-		}
-		if a != b || a == "" {
-			t.Errorf("%s\nstatement forms:\n%.2000s\ndelegated:\n%.2000s", q, a, b)
+		for name, db := range dbs {
+			var b string
+			if err := db.QueryRow(ctx, q).Scan(&b); err != nil {
+				t.Fatal(err)
+			}
+			if a != b || a == "" {
+				t.Errorf("%s\nstatement forms:\n%.2000s\n%s:\n%.2000s", q, a, name, b)
+			}
 		}
 	}
-	if got := count(t, ctx, delegated, `SELECT count(*) FROM forward_outbox WHERE leased_until IS NOT NULL`); got != 80 {
-		t.Errorf("%d leased outbox rows, want 80 (one per delivery with forwards)", got)
+	for name, db := range dbs {
+		if got := count(t, ctx, db, `SELECT count(*) FROM forward_outbox WHERE leased_until IS NOT NULL`); got != 80 {
+			t.Errorf("%s: %d leased outbox rows, want 80 (one per delivery with forwards)", name, got)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Shedding on delay (Config.Shedding). A delivery "queues for the store" from
@@ -190,6 +191,34 @@ func ticketOf(ctx context.Context) *ticket {
 // deadlines, after which it returns an *OverloadError of reason
 // ShedQueueTimeout. Either way every ticket leaves the queue.
 func (s *Store) acquireQueued(ctx context.Context, ts ...*ticket) (*pgx.Conn, func(), error) {
+	return s.acquireQueuedWith(ctx, s.acquire, ts...)
+}
+
+// acquireDelegated is acquireQueued for a delegated call of sender's: a
+// connection to the worker that holds the sender's shard group when
+// Config.Routes knows it (and its pool gives one), else the store's.
+func (s *Store) acquireDelegated(ctx context.Context, sender string, ts ...*ticket) (*pgx.Conn, func(), error) {
+	var pool *pgxpool.Pool
+	if s.routes != nil {
+		pool = s.routes.pool(sender)
+	}
+	if pool == nil {
+		return s.acquireQueued(ctx, ts...)
+	}
+	return s.acquireQueuedWith(ctx, func(ctx context.Context) (*pgx.Conn, func(), error) {
+		c, err := pool.Acquire(ctx)
+		if err == nil {
+			return c.Conn(), c.Release, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil, err
+		}
+		return s.acquire(ctx) // the worker cannot be reached: through the coordinator
+	}, ts...)
+}
+
+// acquireQueuedWith is acquireQueued with acquire for s.acquire.
+func (s *Store) acquireQueuedWith(ctx context.Context, acquire func(context.Context) (*pgx.Conn, func(), error), ts ...*ticket) (*pgx.Conn, func(), error) {
 	var deadline time.Time
 	for _, t := range ts {
 		if t != nil && !t.left.Load() && (deadline.IsZero() || t.deadline.Before(deadline)) {
@@ -202,11 +231,11 @@ func (s *Store) acquireQueued(ctx context.Context, ts ...*ticket) (*pgx.Conn, fu
 		}
 	}()
 	if deadline.IsZero() {
-		return s.acquire(ctx)
+		return acquire(ctx)
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	conn, release, err := s.acquire(actx)
+	conn, release, err := acquire(actx)
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		return nil, nil, &OverloadError{Reason: ShedQueueTimeout}
 	}

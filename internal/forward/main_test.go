@@ -232,8 +232,18 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		e.start()
 	}
 	// As hookgate serve on Citus: ingest through the delegated function
-	// (unused on PostgreSQL, where the layout is plain).
-	ingest, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: 10 * time.Second, Delegated: handler.IngestFunction()})
+	// (unused on PostgreSQL, where the layout is plain), and the calls
+	// straight to the workers.
+	ic := dedup.Config{Pool: pool, InFlightWait: 10 * time.Second, Delegated: handler.IngestFunction()}
+	if pgtest.Citus() {
+		r, err := dedup.NewRoutes(context.Background(), pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		ic.Routes = r
+	}
+	ingest, err := dedup.New(ic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,17 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		// function (unused on PostgreSQL, where the layout is plain).
 		o.store.Delegated = handler.IngestFunction()
 	}
+	if pgtest.Citus() && o.store.Routes == nil {
+		// As hookgate serve on Citus: the calls straight to the workers
+		// (not for the tests of a database that cannot be reached, where
+		// serve would not start).
+		if r, err := dedup.NewRoutes(context.Background(), db, nil); err == nil {
+			t.Cleanup(r.Close)
+			o.store.Routes = r
+		} else {
+			t.Logf("no routes to the Citus workers: %v", err)
+		}
+	}
 	ingest, err := dedup.New(o.store)
 	if err != nil {
 		t.Fatal(err)

@@ -191,6 +191,17 @@ func escape(s string) string {
 // often, and one at the end of the test, sees every two-phase commit.
 const twoPhaseEvery = 200 * time.Millisecond
 
+// twoPhaseSQL reads the gids of the two-phase commits Citus recorded on
+// the coordinator and on each worker (a transaction a gateway sends
+// straight to a worker, dedup.Routes, is coordinated there), a worker's
+// prefixed with its address.
+const twoPhaseSQL = `SELECT gid FROM pg_dist_transaction
+UNION ALL
+SELECT r.nodename || ':' || r.nodeport || ' ' || g
+FROM run_command_on_workers($$SELECT coalesce(string_agg(gid, ' '), '') FROM pg_dist_transaction$$) r,
+  unnest(string_to_array(r.result, ' ')) g
+WHERE r.success AND g <> ''`
+
 // watchTwoPhase fails t when Citus records a two-phase commit in the
 // database dsn while the test runs: every transaction hookgate sends
 // commits on one worker (docs/distributed.md), ingest, forwarding,
@@ -216,7 +227,7 @@ func watchTwoPhase(t testing.TB, dsn string) {
 		cancel()
 		t.Fatalf("pgtest: recover the set-up's prepared transactions: %v", err)
 	}
-	rows, err := conn.Query(ctx, `SELECT gid FROM pg_dist_transaction`)
+	rows, err := conn.Query(ctx, twoPhaseSQL)
 	if err == nil {
 		var gids []string
 		if gids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
@@ -249,7 +260,7 @@ func watchTwoPhase(t testing.TB, dsn string) {
 			t.Fatalf("pgtest: %v", err)
 		}
 		defer c.Close(rctx)
-		rows, err := c.Query(rctx, `SELECT gid FROM pg_dist_transaction`)
+		rows, err := c.Query(rctx, twoPhaseSQL)
 		if err != nil {
 			t.Fatalf("pgtest: read pg_dist_transaction: %v", err)
 		}
@@ -268,7 +279,7 @@ func watchTwoPhase(t testing.TB, dsn string) {
 	read := func(ctx context.Context, conn *pgx.Conn) {
 		w.mu.RLock()
 		defer w.mu.RUnlock()
-		rows, err := conn.Query(ctx, `SELECT gid FROM pg_dist_transaction`)
+		rows, err := conn.Query(ctx, twoPhaseSQL)
 		if err != nil {
 			return
 		}
