@@ -244,15 +244,8 @@ var settingTable = []setting{
 			return intSetting("ingest batches in flight", 1, 64, func(s *settings) *int { return &s.dedup.Batching.MaxInFlight })(s, v)
 		}},
 	{flag: "citus-ingest-on-workers", env: "HOOKGATE_CITUS_INGEST_ON_WORKERS", def: "true", boolean: true,
-		help: "on Citus, send each ingest call straight to the worker that holds the sender's shards (at its address in pg_dist_node, with DATABASE_URL's user and TLS) rather than through the coordinator; a worker it cannot reach is left to the coordinator",
-		parse: func(s *settings, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("citus ingest on workers %q: must be 1 or 0 (true or false)", v)
-			}
-			s.onWorkers = b
-			return nil
-		}},
+		help:  "on Citus, send each ingest call straight to the worker that holds the sender's shards (at its address in pg_dist_node, with DATABASE_URL's user and TLS) rather than through the coordinator; a worker it cannot reach is left to the coordinator",
+		parse: boolSetting("citus ingest on workers", func(s *settings) *bool { return &s.onWorkers })},
 	{flag: "replay-cache-size", env: "HOOKGATE_REPLAY_CACHE_SIZE", def: strconv.Itoa(dedup.DefaultReplayCacheSize),
 		help: "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off",
 		parse: func(s *settings, v string) error {
@@ -307,15 +300,8 @@ var settingTable = []setting{
 		help:  "how often workers poll for forwards between notifications (at least 100ms)",
 		parse: durationSetting("forward poll interval", 100*time.Millisecond, func(s *settings) *time.Duration { return &s.client.FetchPollInterval })},
 	{flag: "forward-fast-path", env: "HOOKGATE_FORWARD_FAST_PATH", def: "true", boolean: true,
-		help: "with --role all, attempt each accepted delivery's forwards right after COMMIT, from memory, and hand only failures to the retry queue",
-		parse: func(s *settings, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("forward fast path %q: must be 1 or 0 (true or false)", v)
-			}
-			s.fastPath = b
-			return nil
-		}},
+		help:  "with --role all, attempt each accepted delivery's forwards right after COMMIT, from memory, and hand only failures to the retry queue",
+		parse: boolSetting("forward fast path", func(s *settings) *bool { return &s.fastPath })},
 	{flag: "forward-fast-path-workers", env: "HOOKGATE_FORWARD_FAST_PATH_WORKERS", def: strconv.Itoa(forward.DefaultDispatchWorkers),
 		help:  "forwards the fast path runs at once; up to 1024 more wait in its queue, and past that they are left to the retry queue",
 		parse: intSetting("forward fast path workers", 1, 10_000, func(s *settings) *int { return &s.dispatcher.Workers })},
@@ -342,15 +328,20 @@ var settingTable = []setting{
 		help:  "how often expired keys and old events are deleted (by one worker process at a time)",
 		parse: durationSetting("retention interval", time.Second, func(s *settings) *time.Duration { return &s.retention.Interval })},
 	{flag: "allow-example-secrets", env: config.ExampleSecretsEnv, def: "false", boolean: true,
-		help: "start even though hookgate.yaml uses a secret published in hookgate.example.yaml (a local trial only; make run sets it)",
-		parse: func(s *settings, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("allow example secrets %q: must be 1 or 0 (true or false)", v)
-			}
-			s.allowExampleSecrets = b
-			return nil
-		}},
+		help:  "start even though hookgate.yaml uses a secret published in hookgate.example.yaml (a local trial only; make run sets it)",
+		parse: boolSetting("allow example secrets", func(s *settings) *bool { return &s.allowExampleSecrets })},
+}
+
+// boolSetting parses 1 or 0 (true or false) into the field at.
+func boolSetting(name string, at func(*settings) *bool) func(*settings, string) error {
+	return func(s *settings, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%s %q: must be 1 or 0 (true or false)", name, v)
+		}
+		*at(s) = b
+		return nil
+	}
 }
 
 // intSetting parses a whole number from min to max into the field at.

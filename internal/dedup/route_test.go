@@ -14,6 +14,18 @@ import (
 	"github.com/hookgate/hookgate/internal/pgtest"
 )
 
+// citusRoutes skips t unless the tests run on Citus, and returns its
+// context, a fresh database and Routes on it.
+func citusRoutes(t *testing.T) (context.Context, *pgxpool.Pool, *dedup.Routes) {
+	t.Helper()
+	if !pgtest.Citus() {
+		t.Skip("needs Citus: make test-citus CITUS_URL=…")
+	}
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	return ctx, pool, newRoutes(t, ctx, pool)
+}
+
 // newRoutes returns dedup.NewRoutes on pool, closed at the test's end.
 func newRoutes(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *dedup.Routes {
 	t.Helper()
@@ -23,6 +35,15 @@ func newRoutes(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *dedup.Rou
 	}
 	t.Cleanup(r.Close)
 	return r
+}
+
+// routedStore is a store on pool ingesting through the delegated function,
+// its calls sent where routes says, in batches of up to 16, one in flight.
+func routedStore(t *testing.T, pool *pgxpool.Pool, routes *dedup.Routes) *dedup.Store {
+	t.Helper()
+	cfg := delegatedConfig(dedup.Config{InFlightWait: 5 * time.Second, Batching: &dedup.Batching{MaxBatch: 16, MaxInFlight: 1}}, "ingest_deliveries")
+	cfg.Routes = routes
+	return newStore(t, pool, cfg)
 }
 
 // placement returns the address (host:port) of the node that holds sender's
@@ -118,19 +139,12 @@ func rowsOf(t *testing.T, ctx context.Context, pool *pgxpool.Pool, n int, sender
 // commits in two phases on any node (pgtest's watch reads every node).
 func TestRoutesCallTheSendersWorker(t *testing.T) {
 	t.Parallel()
-	if !pgtest.Citus() {
-		t.Skip("needs Citus: make test-citus CITUS_URL=…")
-	}
-	ctx := testCtx(t)
-	pool, _ := pgtest.NewDB(t)
-	routes := newRoutes(t, ctx, pool)
+	ctx, pool, routes := citusRoutes(t)
 	if got, want := routes.Workers(), count(t, ctx, pool, `SELECT count(*) FROM pg_dist_node WHERE groupid <> 0`); got != want {
 		t.Fatalf("Routes has %d workers, want %d", got, want)
 	}
 	senders, workers := sendersOnTwoWorkers(t, ctx, pool)
-	cfg := delegatedConfig(dedup.Config{InFlightWait: 5 * time.Second, Batching: &dedup.Batching{MaxBatch: 16, MaxInFlight: 1}}, "ingest_deliveries")
-	cfg.Routes = routes
-	store := newStore(t, pool, cfg)
+	store := routedStore(t, pool, routes)
 	// A sender's first call goes through the coordinator while its
 	// placement is read.
 	for i, s := range senders {
@@ -157,21 +171,14 @@ func TestRoutesCallTheSendersWorker(t *testing.T) {
 // retries replay, and nothing commits in two phases.
 func TestRoutesToAWorkerWithoutTheShard(t *testing.T) {
 	t.Parallel()
-	if !pgtest.Citus() {
-		t.Skip("needs Citus: make test-citus CITUS_URL=…")
-	}
-	ctx := testCtx(t)
-	pool, _ := pgtest.NewDB(t)
-	routes := newRoutes(t, ctx, pool)
+	ctx, pool, routes := citusRoutes(t)
 	senders, workers := sendersOnTwoWorkers(t, ctx, pool)
 	wrong := routes.Pool(workers[1])
 	if wrong == nil {
 		t.Fatalf("no pool for worker %s", workers[1])
 	}
 	routes.Force(senders[0], wrong) // senders[0]'s shard is on workers[0]
-	cfg := delegatedConfig(dedup.Config{InFlightWait: 5 * time.Second, Batching: &dedup.Batching{MaxBatch: 16, MaxInFlight: 1}}, "ingest_deliveries")
-	cfg.Routes = routes
-	store := newStore(t, pool, cfg)
+	store := routedStore(t, pool, routes)
 	before := wrong.Stat().AcquireCount()
 	ds := burst(t, ctx, store, "moved", 30, senders[0])
 	if wrong.Stat().AcquireCount() == before {
@@ -186,12 +193,7 @@ func TestRoutesToAWorkerWithoutTheShard(t *testing.T) {
 // coordinator: every delivery claimed and applied once.
 func TestRoutesFallBackToTheCoordinator(t *testing.T) {
 	t.Parallel()
-	if !pgtest.Citus() {
-		t.Skip("needs Citus: make test-citus CITUS_URL=…")
-	}
-	ctx := testCtx(t)
-	pool, _ := pgtest.NewDB(t)
-	routes := newRoutes(t, ctx, pool)
+	ctx, pool, routes := citusRoutes(t)
 	cc := pool.Config().Copy()
 	cc.ConnConfig.Host, cc.ConnConfig.Port, cc.ConnConfig.Fallbacks = "127.0.0.1", 1, nil // nothing listens on port 1
 	cc.ConnConfig.ConnectTimeout = time.Second
@@ -201,9 +203,7 @@ func TestRoutesFallBackToTheCoordinator(t *testing.T) {
 	}
 	t.Cleanup(gone.Close)
 	routes.Force("s0", gone)
-	cfg := delegatedConfig(dedup.Config{InFlightWait: 5 * time.Second, Batching: &dedup.Batching{MaxBatch: 16, MaxInFlight: 1}}, "ingest_deliveries")
-	cfg.Routes = routes
-	store := newStore(t, pool, cfg)
+	store := routedStore(t, pool, routes)
 	ds := burst(t, ctx, store, "fallback", 20, "s0")
 	rowsOf(t, ctx, pool, 20, "s0")
 	replayAll(t, ctx, store, ds)
