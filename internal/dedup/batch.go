@@ -209,13 +209,15 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	for i, c := range batch {
 		tickets[i] = ticketOf(c.ctx)
 	}
-	acquire := s.acquireQueued
-	if p.autocommit { // the delegated call
-		acquire = func(ctx context.Context, ts ...*ticket) (*pgx.Conn, func(), error) {
-			return s.acquireDelegated(ctx, ds[0].Sender, ts...)
-		}
+	var (
+		conn    *pgx.Conn
+		release func()
+	)
+	if p.autocommit { // the delegated call: on the sender's worker when routed
+		conn, release, err = s.acquireDelegated(ctx, ds[0].Sender, tickets...)
+	} else {
+		conn, release, err = s.acquireQueued(ctx, tickets...)
 	}
-	conn, release, err := acquire(ctx, tickets...)
 	if err != nil {
 		for _, c := range batch {
 			c.err = fmt.Errorf("claim delivery: acquire connection: %w: %w", ErrUnavailable, err)
