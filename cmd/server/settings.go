@@ -201,6 +201,9 @@ var settingTable = []setting{
 	{flag: "ingest-body-min-rate-grace", env: "HOOKGATE_INGEST_BODY_MIN_RATE_GRACE", def: handler.DefaultBodyMinRateGrace.String(),
 		help:  "how long a request body may take before --ingest-body-min-rate applies to it (0s to 1m)",
 		parse: durationIn(func(s *settings) *time.Duration { return &s.handler.BodyMinRateGrace }, "ingest body min rate grace", 0, time.Minute)},
+	{flag: "ingest-body-idle-timeout", env: "HOOKGATE_INGEST_BODY_IDLE_TIMEOUT", def: handler.DefaultBodyIdleTimeout.String(),
+		help:  "longest a request body may pause (no byte arriving), whatever it sent before; past it the request gets 408 and the connection is closed (0s for no bound, to 1m)",
+		parse: durationIn(func(s *settings) *time.Duration { return &s.handler.BodyIdleTimeout }, "ingest body idle timeout", 0, time.Minute)},
 	{flag: "trusted-proxies", env: "HOOKGATE_TRUSTED_PROXIES", shown: "(none)",
 		help: "comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto: https makes the console's session cookie Secure, and whose X-Forwarded-For names the client the wrong-token limit counts and the body budget gives its share to",
 		parse: func(s *settings, v string) error {

@@ -105,6 +105,29 @@ type slowConn struct {
 
 const slowLength = 65536
 
+// heldBack is how many bytes of its body holdBack holds back.
+const heldBack = 64
+
+// holdBack sends one more byte of a body of which all but heldBack bytes
+// were sent, every 2 s, and never the last, until ctx ends: a body that
+// stays open without stalling (a body that stalls is cut after
+// --ingest-body-idle-timeout, 5 s).
+func holdBack(ctx context.Context, conn net.Conn) {
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for range heldBack - 1 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if _, err := conn.Write([]byte{'x'}); err != nil {
+				return
+			}
+		}
+	}
+	<-ctx.Done()
+}
+
 // openSlow dials base from the loopback address ip, writes the headers of
 // a delivery announcing slowLength bytes and the body's first byte, and
 // reads the answer in the background.
@@ -284,7 +307,8 @@ func TestStormSlowBodies(t *testing.T) {
 	})
 }
 
-// One client (127.0.0.3) sends eight 4 MiB bodies but for their last byte:
+// One client (127.0.0.3) sends eight 4 MiB bodies but for their last bytes
+// (holdBack):
 // 32 MiB, which the budget (64 MiB, 48 MiB of it for large bodies) would
 // hold, but a client holds at most a quarter of it (16 MiB, and its oldest
 // body may exceed that). So some of them are answered 503 overloaded
@@ -303,7 +327,7 @@ func TestStormClientShare(t *testing.T) {
 		conns = 8
 		size  = 4 << 20
 	)
-	body := bytes.Repeat([]byte{'x'}, size-1)
+	body := bytes.Repeat([]byte{'x'}, size-heldBack)
 	var (
 		mu      sync.Mutex
 		answers = map[int]int{}
@@ -328,7 +352,9 @@ func TestStormClientShare(t *testing.T) {
 			}()
 			go func() {
 				if _, err := fmt.Fprintf(conn, "POST /webhooks/acme HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\nX-Delivery-Id: share-%d\r\nContent-Length: %d\r\n\r\n", addr, i, size); err == nil {
-					_, _ = conn.Write(body)
+					if _, err := conn.Write(body); err == nil {
+						holdBack(ctx, conn)
+					}
 				}
 			}()
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

@@ -169,7 +169,9 @@ func TestStormDistinctBurst(t *testing.T) {
 
 // 150 connections, each from a client of its own (127.0.1.1 to
 // 127.0.1.150, so that no client's share is what limits them), send the
-// headers and all but the last byte of 4 MiB bodies and hold that byte
+// headers and all but the last heldBack bytes of 4 MiB bodies, then one
+// byte every 2 s (holdBack: a body that stalls is cut after 5 s), and
+// never the last
 // back. They hold at most the body budget's share of large bodies (and the
 // oldest of them one body more); the others get 503 with Retry-After once
 // their wait for room runs out. Meanwhile a 1 KB delivery from another
@@ -187,7 +189,7 @@ func TestStormHeldBodies(t *testing.T) {
 		conns = 150
 		size  = 4 << 20
 	)
-	body := bytes.Repeat([]byte{'x'}, size-1)
+	body := bytes.Repeat([]byte{'x'}, size-heldBack)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var (
@@ -209,10 +211,12 @@ func TestStormHeldBodies(t *testing.T) {
 			}()
 			head := fmt.Sprintf("POST /webhooks/acme HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\nX-Delivery-Id: held-%d\r\nContent-Length: %d\r\n\r\n", addr, i, size)
 			go func() {
-				// The body, but for its last byte; the write ends when the
+				// The body, but for its last bytes; the write ends when the
 				// server answers and closes, or when the test does.
 				if _, err := conn.Write([]byte(head)); err == nil {
-					_, _ = conn.Write(body)
+					if _, err := conn.Write(body); err == nil {
+						holdBack(ctx, conn)
+					}
 				}
 			}()
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

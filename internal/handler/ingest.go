@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -128,7 +129,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 	}
 	// The body's bytes are counted against the memory budget of bodies,
 	// and its client's share of it, until the request ends.
-	hold := s.budget.hold(r.Context(), s.authLimit.ClientKey(r))
+	hold := s.budget.hold(r.Context(), s.authLimit.ClientKey(r), w)
 	defer hold.release()
 	body, err := s.readBody(w, r, sender.MaxBodyBytes, hold)
 	if err != nil {
@@ -369,6 +370,7 @@ func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int
 	}
 	p := s.pace(w)
 	body, err := h.readAll(src, 0, r.ContentLength, limit, &p)
+	h.read.Store(true)
 	p.done()
 	var (
 		mbe *http.MaxBytesError
@@ -389,23 +391,27 @@ func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int
 }
 
 // pace returns the pace of a body read for w from now on; one that does
-// nothing without a minimum rate.
+// nothing without a minimum rate or a bound on pauses.
 func (s *Server) pace(w http.ResponseWriter) bodyPace {
-	if s.minRate == 0 {
+	if s.minRate == 0 && s.idleTimeout == 0 {
 		return bodyPace{}
 	}
 	now := time.Now()
-	return bodyPace{w: w, rate: s.minRate, grace: s.minRateGrace, start: now, end: now.Add(s.readTimeout)}
+	return bodyPace{w: w, rate: s.minRate, grace: s.minRateGrace, idle: s.idleTimeout, start: now, end: now.Add(s.readTimeout)}
 }
 
 // slowBodyDetail is the detail of a 408 for a body that did not arrive in
 // time.
 func (s *Server) slowBodyDetail() string {
-	if s.minRate == 0 {
-		return fmt.Sprintf("The body did not arrive within %s. Nothing was recorded; the connection is closed.", s.readTimeout)
+	var rules []string
+	if s.idleTimeout > 0 {
+		rules = append(rules, fmt.Sprintf("no byte of it may take more than %s to come", s.idleTimeout))
 	}
-	return fmt.Sprintf("The body did not arrive in time: after its first %s it must arrive at %d bytes per second or more on average, and all of it within %s. Nothing was recorded; the connection is closed.",
-		s.minRateGrace, s.minRate, s.readTimeout)
+	if s.minRate > 0 {
+		rules = append(rules, fmt.Sprintf("after its first %s it must arrive at %d bytes per second or more on average", s.minRateGrace, s.minRate))
+	}
+	rules = append(rules, fmt.Sprintf("all of it must arrive within %s", s.readTimeout))
+	return "The body did not arrive in time: " + strings.Join(rules, ", ") + ". Nothing was recorded; the connection is closed."
 }
 
 // deliveryID extracts the delivery ID from where sender's configuration says

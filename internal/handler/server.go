@@ -69,6 +69,11 @@ type Config struct {
 	BodyMinRate      int64
 	BodyMinRateGrace time.Duration
 	BodyReadTimeout  time.Duration
+	// BodyIdleTimeout (DefaultBodyIdleTimeout) bounds a pause of a body:
+	// when no byte of it arrived for that long, whatever came before, it
+	// is answered 408 with its connection closed. 0 sets no bound (the
+	// minimum rate and BodyReadTimeout still hold).
+	BodyIdleTimeout time.Duration
 	// MetricsElsewhere says that /metrics is served on a listener of its
 	// own (MetricsHandler): the Server's routers then answer 404 there.
 	MetricsElsewhere bool
@@ -133,7 +138,8 @@ type TokenStore interface {
 // dependency (the caller gives the required ones).
 func DefaultConfig() Config {
 	return Config{BodyBudget: DefaultBodyBudget, BodyBudgetWait: DefaultBodyBudgetWait,
-		BodyMinRate: DefaultBodyMinRate, BodyMinRateGrace: DefaultBodyMinRateGrace, BodyReadTimeout: DefaultBodyReadTimeout}
+		BodyMinRate: DefaultBodyMinRate, BodyMinRateGrace: DefaultBodyMinRateGrace, BodyReadTimeout: DefaultBodyReadTimeout,
+		BodyIdleTimeout: DefaultBodyIdleTimeout}
 }
 
 // MaxBodyMinRate is the largest Config.BodyMinRate: 1 GiB/s.
@@ -152,6 +158,9 @@ func (c Config) validate() error {
 	}
 	if c.BodyMinRateGrace < 0 {
 		return fmt.Errorf("handler config: BodyMinRateGrace %s: must not be negative", c.BodyMinRateGrace)
+	}
+	if c.BodyIdleTimeout < 0 {
+		return fmt.Errorf("handler config: BodyIdleTimeout %s: must not be negative", c.BodyIdleTimeout)
 	}
 	if c.BodyReadTimeout <= 0 {
 		return fmt.Errorf("handler config: BodyReadTimeout %s: must be positive", c.BodyReadTimeout)
@@ -222,10 +231,12 @@ type Server struct {
 	shed   *prometheus.CounterVec
 
 	// The pace of bodies (Config.BodyMinRate, BodyMinRateGrace,
-	// BodyReadTimeout); minRate 0: none.
+	// BodyReadTimeout, BodyIdleTimeout); minRate 0: none, idleTimeout 0:
+	// none.
 	minRate      int64
 	minRateGrace time.Duration
 	readTimeout  time.Duration
+	idleTimeout  time.Duration
 
 	// fast attempts forwards right after the ingest COMMIT (Config.FastPath);
 	// nil for none: the relay moves every forward into River.
@@ -285,7 +296,7 @@ func New(hc Config) (*Server, error) {
 		now:        now,
 		budget:     newBodyBudget(hc.BodyBudget, hc.BodyBudgetWait),
 
-		minRate: hc.BodyMinRate, minRateGrace: hc.BodyMinRateGrace, readTimeout: hc.BodyReadTimeout,
+		minRate: hc.BodyMinRate, minRateGrace: hc.BodyMinRateGrace, readTimeout: hc.BodyReadTimeout, idleTimeout: hc.BodyIdleTimeout,
 
 		metricsElsewhere: hc.MetricsElsewhere,
 		q:                hc.Queries,

@@ -40,11 +40,22 @@ import (
 //     oldest of each client, are never refused room: a body may exceed the
 //     budget, or its client's share, by its own size while it is the oldest.
 //     It ends (read, stored, or cut for its rate), and the next is oldest.
+//   - A client that holds nothing always finds room for a small body: when
+//     the budget has none for a step (up to smallBody) of the only body of
+//     a client, that body takes it from the client holding the most, as
+//     long as that client holds more than the body asks for
+//     (bodyBudget.preemptFor). The newest body of that client
+//     still being read is cut short (answered 503 overloaded, reason
+//     body_preempted, connection closed; never the budget's oldest), and
+//     its room goes to the newcomer first (grantWaiters). So a few clients
+//     holding the budget with bodies they never finish cannot lock out a
+//     sender that holds nothing.
 //   - A body must arrive at a minimum rate (Config.BodyMinRate, after
-//     Config.BodyMinRateGrace, and within Config.BodyReadTimeout in all:
-//     bodyPace moves the connection's read deadline as the bytes arrive):
-//     past it the request is answered 408 request-timeout and its
-//     connection closed (Server.readBody).
+//     Config.BodyMinRateGrace, and within Config.BodyReadTimeout in all),
+//     and must never stall for Config.BodyIdleTimeout, whatever it sent
+//     before (bodyPace moves the connection's read deadline as the bytes
+//     arrive): past either the request is answered 408 request-timeout and
+//     its connection closed (Server.readBody).
 //   - The store sheds on queueing delay (dedup.Config.Shedding): reasons
 //     queue_delay and queue_timeout. Copies of a delivery in flight in this
 //     process wait for the first copy and are never counted.
@@ -64,6 +75,10 @@ const (
 	// now and then is cut after 5 s.
 	DefaultBodyMinRate      = 1024
 	DefaultBodyMinRateGrace = 5 * time.Second
+	// DefaultBodyIdleTimeout: a body from which no byte arrived for 5 s
+	// is cut, whatever came before it (its credit of the minimum rate
+	// does not buy a longer pause).
+	DefaultBodyIdleTimeout = 5 * time.Second
 	// DefaultBodyReadTimeout is how long a body may take in all, whatever
 	// its rate: the HTTP server's ReadTimeout (cmd/server).
 	DefaultBodyReadTimeout = 60 * time.Second
@@ -82,7 +97,11 @@ const (
 const (
 	shedBodyBudget      = "body_budget"
 	shedBodyClientShare = "body_client_share"
+	shedBodyPreempted   = "body_preempted"
 )
+
+// maxPreempt bounds the bodies that one newcomer's step may cut short.
+const maxPreempt = 64
 
 // bodyBudget is the memory budget of request bodies: all bounds every
 // body's bytes, large (three quarters of all) those of bodies over
@@ -107,6 +126,10 @@ type bodyBudget struct {
 type bodyClient struct {
 	held           int64
 	oldest, newest *bodyHold
+	// cut is what its preempted holds hold until they are released: they
+	// are as good as gone when a newcomer looks for the client holding
+	// the most.
+	cut int64
 }
 
 // newBodyBudget returns a budget of size bytes (at least 1) whose requests
@@ -119,9 +142,10 @@ func newBodyBudget(size int64, wait time.Duration) *bodyBudget {
 }
 
 // hold returns an empty share of the budget for a request of client with
-// context ctx; give it back with release when the request ends.
-func (b *bodyBudget) hold(ctx context.Context, client netip.Prefix) *bodyHold {
-	h := &bodyHold{b: b, ctx: ctx, key: client}
+// context ctx whose body is read from w's connection (nil: none that can
+// be cut short); give it back with release when the request ends.
+func (b *bodyBudget) hold(ctx context.Context, client netip.Prefix, w http.ResponseWriter) *bodyHold {
+	h := &bodyHold{b: b, ctx: ctx, key: client, w: w}
 	b.mu.Lock()
 	c := b.clients[client]
 	if c == nil {
@@ -165,6 +189,14 @@ type bodyHold struct {
 	want                                   int64 // while waiting: the size waited for
 	ready                                  chan struct{}
 	granted, released                      bool
+	// w is the request's, whose connection's read deadline a newcomer
+	// moves to the past to cut the body short (bodyBudget.preemptFor)
+	// while read is false. Set once, before the hold is shared.
+	w http.ResponseWriter
+	// read: the body was read from the connection (and is no longer to
+	// be cut short); preempted: a newcomer took its room, and the request
+	// is answered 503 (reason body_preempted) at its next step or read.
+	read, preempted atomic.Bool
 
 	waited time.Duration // spent waiting for room, in all
 }
@@ -174,7 +206,13 @@ type bodyHold struct {
 var (
 	errBodyBudget      = errors.New("body budget used up")
 	errBodyClientShare = errors.New("client's share of the body budget used up")
+	errBodyPreempted   = errors.New("body budget's room given to a client that held none")
 )
+
+// preemptedProblem is the answer to a request whose room a newcomer took.
+func preemptedProblem() error {
+	return &problemError{typ: probOverloaded, detail: "The gateway holds as many request bodies in memory as its budget allows, and this body's room was given to a client that held none (this client held the most). Nothing was recorded; retry after the time in Retry-After.", cause: errBodyPreempted}
+}
 
 // fits reports whether h may hold to bytes now, and if not whether its
 // client's share is what it lacks. A body over smallBody holds all of it
@@ -182,19 +220,92 @@ var (
 // client's share) may take it all and more; so may the oldest.
 func (b *bodyBudget) fits(h *bodyHold, to int64) (ok, clientFull bool) {
 	more := to - h.all
-	var large int64
-	if to > smallBody {
-		large = to
-	}
 	c := h.client
 	clientOK := c.oldest == h || c.held == h.all || c.held+more <= b.clientSize
+	return clientOK && b.budgetFits(h, to, b.all, b.large), !clientOK
+}
+
+// budgetFits reports whether the budget has room for h to hold to bytes
+// if all bodies held all bytes, large of them in the share of large ones
+// (fits's rule for the budget, also asked of the budget as it will be
+// once preempted holds are released).
+func (b *bodyBudget) budgetFits(h *bodyHold, to, all, large int64) bool {
+	more := to - h.all
+	var l int64
+	if to > smallBody {
+		l = to
+	}
 	// When the oldest took the share of large bodies past its bound, the
 	// budget is larger by as much: the quarter for small bodies stays.
-	allSize := b.size + max(b.large-b.largeSize, 0)
-	budgetOK := b.oldest == h ||
-		(b.all == h.all || b.all+more <= allSize) &&
-			(large <= h.large || b.large == h.large || b.large+large-h.large <= b.largeSize)
-	return clientOK && budgetOK, !clientOK
+	allSize := b.size + max(large-b.largeSize, 0)
+	return b.oldest == h ||
+		(all == h.all || all+more <= allSize) &&
+			(l <= h.large || large == h.large || large+l-h.large <= b.largeSize)
+}
+
+// newcomer reports whether h is its client's only hold: a client that
+// holds nothing else, whose body may take room from the client holding
+// the most (preemptFor).
+func (h *bodyHold) newcomer() bool { return h.client.oldest == h && h.client.newest == h }
+
+// preemptFor makes room for the newcomer h to hold to bytes, as the budget
+// will be once the holds it preempts are released: each time from the
+// client that holds the most (less what it is losing already), if that
+// client holds more than to, its newest hold still reading from its
+// connection (never the budget's oldest), at most maxPreempt of them. A
+// preempted hold that waits for room stops waiting; one that reads has
+// its connection's read deadline moved to the past, so that its read ends
+// at once (under b.mu: the request cannot have ended meanwhile). Either
+// way its request is answered 503 and its room released; grantWaiters
+// then gives it to the newcomer first. It reports whether it preempted
+// any.
+func (b *bodyBudget) preemptFor(h *bodyHold, to int64) bool {
+	all, large := b.all, b.large
+	n := 0
+	for ; n < maxPreempt && !b.budgetFits(h, to, all, large); n++ {
+		v := b.victim(h, to)
+		if v == nil {
+			break
+		}
+		v.preempted.Store(true)
+		v.client.cut += v.all
+		all -= v.all
+		large -= v.large
+		if v.waiting() {
+			b.unwait(v)
+			close(v.ready)
+			continue
+		}
+		_ = http.NewResponseController(v.w).SetReadDeadline(time.Unix(1, 0))
+	}
+	return n > 0
+}
+
+// victim returns the hold preemptFor cuts short for newcomer h, which
+// asks for to bytes, or nil when there is none.
+func (b *bodyBudget) victim(h *bodyHold, to int64) *bodyHold {
+	var (
+		best     *bodyHold
+		bestHeld int64
+	)
+	for _, c := range b.clients {
+		held := c.held - c.cut
+		if c == h.client || held <= to || held <= bestHeld {
+			continue
+		}
+		for v := c.newest; v != nil; v = v.cprev {
+			if v != b.oldest && v.w != nil && v.all > 0 && !v.read.Load() && !v.preempted.Load() {
+				best, bestHeld = v, held
+				break
+			}
+		}
+	}
+	return best
+}
+
+// waiting reports whether h is among the budget's waiters.
+func (h *bodyHold) waiting() bool {
+	return h.wprev != nil || h.b.waitFirst == h
 }
 
 // take makes h hold to bytes (fits said it may).
@@ -210,18 +321,24 @@ func (b *bodyBudget) take(h *bodyHold, to int64) {
 	b.inFlight.Store(b.all)
 }
 
-// grantWaiters gives room to the waiters that fit now, in the order they
-// began to wait (a waiter that does not fit does not hold up the others).
+// grantWaiters gives room to the waiters that fit now: first to those
+// whose client holds nothing else (newcomers, for whom preemptFor made the
+// room), then to the others; each time in the order they began to wait (a
+// waiter that does not fit does not hold up the others).
 func (b *bodyBudget) grantWaiters() {
-	for h := b.waitFirst; h != nil; {
-		next := h.wnext
-		if ok, _ := b.fits(h, h.want); ok {
-			b.take(h, h.want)
-			h.granted = true
-			b.unwait(h)
-			close(h.ready)
+	for _, newcomers := range [...]bool{true, false} {
+		for h := b.waitFirst; h != nil; {
+			next := h.wnext
+			if !newcomers || h.newcomer() {
+				if ok, _ := b.fits(h, h.want); ok {
+					b.take(h, h.want)
+					h.granted = true
+					b.unwait(h)
+					close(h.ready)
+				}
+			}
+			h = next
 		}
-		h = next
 	}
 }
 
@@ -251,10 +368,17 @@ func (h *bodyHold) grow(to int64) error {
 	}
 	b := h.b
 	b.mu.Lock()
+	if h.preempted.Load() {
+		b.mu.Unlock()
+		return preemptedProblem()
+	}
 	if ok, _ := b.fits(h, to); ok {
 		b.take(h, to)
 		b.mu.Unlock()
 		return nil
+	}
+	if h.newcomer() && to <= smallBody {
+		b.preemptFor(h, to)
 	}
 	h.want, h.granted, h.ready = to, false, make(chan struct{})
 	h.wprev, b.waitLast = b.waitLast, h
@@ -276,7 +400,9 @@ func (h *bodyHold) grow(to int64) error {
 	b.mu.Lock()
 	granted, clientFull := h.granted, false
 	if !granted {
-		b.unwait(h)
+		if h.waiting() { // (not when preemptFor took it off)
+			b.unwait(h)
+		}
 		_, clientFull = b.fits(h, to)
 	}
 	b.mu.Unlock()
@@ -284,6 +410,8 @@ func (h *bodyHold) grow(to int64) error {
 	switch {
 	case granted:
 		return nil
+	case h.preempted.Load():
+		return preemptedProblem()
 	case h.ctx.Err() != nil:
 		return &problemError{typ: probInvalidBody, detail: "The request ended before its body was read. Nothing was recorded.", cause: h.ctx.Err()}
 	case clientFull:
@@ -307,6 +435,9 @@ func (h *bodyHold) release() {
 	b.large -= h.large
 	c := h.client
 	c.held -= h.all
+	if h.preempted.Load() {
+		c.cut -= h.all
+	}
 	h.all, h.large = 0, 0
 	b.inFlight.Store(b.all)
 	if h.prev != nil {
@@ -363,6 +494,11 @@ func (h *bodyHold) readAll(r io.Reader, base, size, limit int64, p *bodyPace) ([
 			buf = nb
 		}
 		p.arm(int64(len(buf)), h.waited)
+		// (After arm: a preemption that this load does not see moved the
+		// deadline after arm did, and the read below ends at once.)
+		if h.preempted.Load() {
+			return nil, preemptedProblem()
+		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
@@ -372,20 +508,21 @@ func (h *bodyHold) readAll(r io.Reader, base, size, limit int64, p *bodyPace) ([
 			return buf, nil
 		}
 		if err != nil {
+			if h.preempted.Load() {
+				return nil, preemptedProblem()
+			}
 			return buf, err
 		}
 	}
 }
 
-// bodyPace keeps a body to its minimum rate: before each read it moves the
-// connection's read deadline to start + grace + (bytes read) / rate, and
-// never past end (start + the read timeout); the time the request spent
-// waiting for room in the budget is not the body's and is added. Without
-// w (no minimum rate, or a connection without deadlines) it does nothing.
+// bodyPace keeps a body to its minimum rate and bounds its pauses: before
+// each read it moves the connection's read deadline (never past end).
 type bodyPace struct {
 	w          http.ResponseWriter // whose connection's deadline is moved
-	rate       int64
+	rate       int64               // 0: no minimum rate
 	grace      time.Duration
+	idle       time.Duration // 0: no bound on a pause
 	start, end time.Time
 	set        time.Time // the deadline set last
 }
@@ -396,7 +533,7 @@ func (p *bodyPace) arm(n int64, waited time.Duration) {
 	if p == nil || p.w == nil {
 		return
 	}
-	d := p.deadline(n, waited)
+	d := p.deadline(n, waited, time.Now())
 	if d.Equal(p.set) {
 		return
 	}
@@ -408,19 +545,25 @@ func (p *bodyPace) arm(n int64, waited time.Duration) {
 	p.set = d
 }
 
-// deadline is the read deadline of a body of which n bytes arrived, after
-// waiting for room for waited: start + grace + waited + n/rate, at most
-// end.
-func (p *bodyPace) deadline(n int64, waited time.Duration) time.Time {
-	secs := n / p.rate
-	if secs >= int64(p.end.Sub(p.start)/time.Second) {
-		return p.end // (and no overflow below)
+// deadline is the read deadline, at now, of a body of which n bytes
+// arrived, after waiting for room for waited: start + grace + waited +
+// n/rate, and at most now + idle (a pause may not last longer, whatever
+// arrived before), at most end.
+func (p *bodyPace) deadline(n int64, waited time.Duration, now time.Time) time.Time {
+	d := p.end
+	if p.rate > 0 && n/p.rate < int64(p.end.Sub(p.start)/time.Second) { // (no overflow below)
+		secs := n / p.rate
+		credit := p.grace + waited + time.Duration(secs)*time.Second + time.Duration(n%p.rate)*time.Second/time.Duration(p.rate)
+		if t := p.start.Add(credit); t.Before(d) {
+			d = t
+		}
 	}
-	credit := p.grace + waited + time.Duration(secs)*time.Second + time.Duration(n%p.rate)*time.Second/time.Duration(p.rate)
-	if t := p.start.Add(credit); t.Before(p.end) {
-		return t
+	if p.idle > 0 {
+		if t := now.Add(p.idle); t.Before(d) {
+			d = t
+		}
 	}
-	return p.end
+	return d
 }
 
 // done gives the connection back the deadline of the whole request (end),
@@ -444,6 +587,8 @@ func shedReason(err error) string {
 		return shedBodyBudget
 	case errors.Is(err, errBodyClientShare):
 		return shedBodyClientShare
+	case errors.Is(err, errBodyPreempted):
+		return shedBodyPreempted
 	}
 	return ""
 }
@@ -454,9 +599,9 @@ func shedReason(err error) string {
 func registerShedMetrics(reg prometheus.Registerer, s *Server) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookgate_ingest_shed_total",
-		Help: "Deliveries answered 503 overloaded at once, nothing recorded, by reason: queue_delay (the queue for the database has stood above its target), queue_timeout (waited the longest queueing time), body_budget (no room in the memory budget of request bodies), body_client_share (no room in the client's share of that budget).",
+		Help: "Deliveries answered 503 overloaded at once, nothing recorded, by reason: queue_delay (the queue for the database has stood above its target), queue_timeout (waited the longest queueing time), body_budget (no room in the memory budget of request bodies), body_client_share (no room in the client's share of that budget), body_preempted (a body still being read, cut short to give its room to a client that held none).",
 	}, []string{"reason"})
-	for _, r := range []string{dedup.ShedQueueDelay, dedup.ShedQueueTimeout, shedBodyBudget, shedBodyClientShare} {
+	for _, r := range []string{dedup.ShedQueueDelay, dedup.ShedQueueTimeout, shedBodyBudget, shedBodyClientShare, shedBodyPreempted} {
 		c.WithLabelValues(r)
 	}
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
