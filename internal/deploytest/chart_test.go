@@ -80,12 +80,13 @@ func str(v any, path ...any) string {
 }
 
 // render runs helm template with the values file (under the chart's ci/)
-// and returns the objects by kind and name.
-func render(t *testing.T, values string) map[string]manifest {
+// and the further arguments (--set …), and returns the objects by kind and
+// name.
+func render(t *testing.T, values string, args ...string) map[string]manifest {
 	t.Helper()
-	out, err := helm(t, "template", "hg", chartDir, "-f", chartDir+"/ci/"+values)
+	out, err := helm(t, append([]string{"template", "hg", chartDir, "-f", chartDir + "/ci/" + values}, args...)...)
 	if err != nil {
-		t.Fatalf("helm template -f ci/%s: %v", values, err)
+		t.Fatalf("helm template -f ci/%s %q: %v", values, args, err)
 	}
 	objs := map[string]manifest{}
 	dec := yaml.NewDecoder(bytes.NewReader(out))
@@ -113,6 +114,8 @@ func render(t *testing.T, values string) map[string]manifest {
 // chartCase is what one values file of the chart's ci/ must render.
 type chartCase struct {
 	values      string
+	name        string   // the subtest's, when values is rendered more than once
+	set         []string // more arguments of helm template
 	image       string
 	replicas    map[string]int // role -> replicas: the Deployments
 	poolMax     map[string]int // role -> pool_max_conns in its DATABASE_URL (chart's Secret only)
@@ -124,16 +127,65 @@ type chartCase struct {
 	monitor     bool // ServiceMonitor and PrometheusRule
 	resources   map[string]string
 	trustedProx string
+	netpol      string // the NetworkPolicy's spec as YAML, or "" for none
+}
+
+// allValues is what ci/all-values.yaml renders.
+var allValues = chartCase{values: "all-values.yaml", image: "hookgate:" + chartAppVersion(), replicas: map[string]int{"all": 1}, poolMax: map[string]int{"all": 32},
+	senders: []string{"GITHUB_WEBHOOK_SECRET"}, job: true, pdb: true}
+
+// netpolSelector is the NetworkPolicy's pod selector: every hookgate pod
+// of the release hg, whatever its role.
+const netpolSelector = "podSelector: {matchLabels: {app.kubernetes.io/name: hookgate, app.kubernetes.io/instance: hg}}\n"
+
+// withNetworkPolicy is c rendered with the arguments set, as the subtest
+// name, and the NetworkPolicy spec it must render.
+func withNetworkPolicy(c chartCase, name string, set []string, spec string) chartCase {
+	c.name, c.set, c.netpol = name, set, netpolSelector+spec
+	return c
 }
 
 var chartCases = []chartCase{
-	{values: "all-values.yaml", image: "hookgate:" + chartAppVersion(), replicas: map[string]int{"all": 1}, poolMax: map[string]int{"all": 32},
-		senders: []string{"GITHUB_WEBHOOK_SECRET"}, job: true, pdb: true},
+	allValues,
 	{values: "split-values.yaml", image: "registry.example.com/hookgate:1.2.3", replicas: map[string]int{"api": 3, "worker": 2},
 		poolMax: map[string]int{"api": 24, "worker": 6}, senders: []string{"ORDERS_SIGNING_SECRET", "STRIPE_WEBHOOK_SECRET"},
 		job: true, pdb: true, ingress: true, monitor: true, resources: map[string]string{"api": "500m", "worker": "250m"}, trustedProx: "10.0.0.0/8"},
 	{values: "existing-secret-values.yaml", image: "hookgate:" + chartAppVersion(), replicas: map[string]int{"all": 1},
 		existing: "hookgate-credentials", senders: []string{"GITHUB_WEBHOOK_SECRET"}},
+	// The NetworkPolicy with its defaults: the http port from anywhere,
+	// the metrics port from the namespace monitoring, egress unrestricted.
+	withNetworkPolicy(allValues, "netpol-defaults", []string{"--set", "networkPolicy.enabled=true"}, `
+policyTypes: [Ingress]
+ingress:
+  - ports: [{port: 8080, protocol: TCP}]
+  - ports: [{port: 9090, protocol: TCP}]
+    from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
+`),
+	// metrics.from empty: no rule for the metrics port, which is closed.
+	withNetworkPolicy(allValues, "netpol-metrics-closed", []string{"--set-json", `networkPolicy={"enabled":true,"metrics":{"from":[]}}`}, `
+policyTypes: [Ingress]
+ingress:
+  - ports: [{port: 8080, protocol: TCP}]
+`),
+	// Split roles, both ports limited to selectors, egress restricted.
+	{values: "networkpolicy-values.yaml", image: "hookgate:" + chartAppVersion(), replicas: map[string]int{"api": 2, "worker": 2},
+		poolMax: map[string]int{"api": 24, "worker": 8}, senders: []string{"ORDERS_SIGNING_SECRET", "STRIPE_WEBHOOK_SECRET"},
+		job: true, pdb: true, ingress: true, netpol: netpolSelector + `
+policyTypes: [Ingress, Egress]
+ingress:
+  - ports: [{port: 8080, protocol: TCP}]
+    from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress-nginx}}}]
+  - ports: [{port: 9090, protocol: TCP}]
+    from:
+      - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
+        podSelector: {matchLabels: {app.kubernetes.io/name: prometheus}}
+egress:
+  - ports: [{port: 53, protocol: UDP}, {port: 53, protocol: TCP}]
+  - ports: [{port: 5432, protocol: TCP}]
+    to: [{ipBlock: {cidr: 10.0.5.7/32}}]
+  - to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: orders}}}]
+    ports: [{port: 9000, protocol: TCP}]
+`},
 }
 
 // chartAppVersion returns Chart.yaml's appVersion, the image tag by default.
@@ -155,7 +207,8 @@ func chartAppVersion() string {
 // where each variable comes from (its tables "Where the containers' secrets
 // come from" and "Probes"), the security context, the migration Job, the
 // Service, Ingress, PodDisruptionBudget, ServiceMonitor and PrometheusRule
-// (whose groups are deploy/prometheus/alerts.yaml's).
+// (whose groups are deploy/prometheus/alerts.yaml's), and the NetworkPolicy,
+// absent unless enabled.
 func TestChart(t *testing.T) {
 	if os.Getenv(envHelm) == "" {
 		t.Skip(envHelm + " is not set: make check-chart runs the chart's tests with Helm")
@@ -163,8 +216,12 @@ func TestChart(t *testing.T) {
 	secretRows := docsTable(t, "| variable | Secret key (chart's Secret) | Secret key (`existingSecret`) |")
 	probeRows := docsTable(t, "| probe | request |")
 	for _, c := range chartCases {
-		t.Run(strings.TrimSuffix(c.values, "-values.yaml"), func(t *testing.T) {
-			objs := render(t, c.values)
+		name := c.name
+		if name == "" {
+			name = strings.TrimSuffix(c.values, "-values.yaml")
+		}
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, c.values, c.set...)
 			checkChart(t, c, objs, secretRows, probeRows)
 		})
 	}
@@ -356,6 +413,7 @@ func checkChart(t *testing.T, c chartCase, objs map[string]manifest, secretRows,
 			t.Errorf("the Ingress routes %v, want /webhooks/ to %s", path, fullname)
 		}
 	}
+	checkNetworkPolicy(t, c, objs, fullname)
 	if c.monitor {
 		if port := str(objs["ServiceMonitor/"+fullname], "spec", "endpoints", 0, "port"); port != "metrics" {
 			t.Errorf("the ServiceMonitor scrapes port %q, want metrics", port)
@@ -393,6 +451,50 @@ func TestChartRefusesMissingValues(t *testing.T) {
 		}
 		if !regexp.MustCompile(`config|secrets\.`).MatchString(err.Error()) {
 			t.Errorf("helm template %q: %v: names no value", c.args, err)
+		}
+	}
+}
+
+// checkNetworkPolicy checks the NetworkPolicy: none unless c.netpol, else
+// the spec c.netpol gives (its ports, peers and policy types), whose pod
+// selector selects the pods of every Deployment and of the migration Job.
+func checkNetworkPolicy(t *testing.T, c chartCase, objs map[string]manifest, fullname string) {
+	t.Helper()
+	key := "NetworkPolicy/" + fullname
+	checkPresent(t, objs, key, c.netpol != "")
+	for k := range objs {
+		if strings.HasPrefix(k, "NetworkPolicy/") && k != key {
+			t.Errorf("%s rendered, want only %s", k, key)
+		}
+	}
+	if c.netpol == "" {
+		return
+	}
+	var want map[string]any
+	if err := yaml.Unmarshal([]byte(c.netpol), &want); err != nil {
+		t.Fatalf("the case's NetworkPolicy: %v", err)
+	}
+	got := at(objs[key], "spec")
+	if !reflect.DeepEqual(got, want) {
+		g, _ := yaml.Marshal(got)
+		w, _ := yaml.Marshal(want)
+		t.Errorf("the NetworkPolicy's spec is\n%s\nwant\n%s", g, w)
+	}
+	selector, _ := at(got, "podSelector", "matchLabels").(map[string]any)
+	if len(selector) == 0 {
+		t.Fatalf("the NetworkPolicy has no podSelector.matchLabels: it would select every pod of the namespace")
+	}
+	pods := map[string]any{}
+	for k, o := range objs {
+		if strings.HasPrefix(k, "Deployment/") || strings.HasPrefix(k, "Job/") {
+			pods[k] = at(o, "spec", "template", "metadata", "labels")
+		}
+	}
+	for k, labels := range pods {
+		for name, value := range selector {
+			if at(labels, name) != value {
+				t.Errorf("the NetworkPolicy does not select the pods of %s: label %s is %v, want %v", k, name, at(labels, name), value)
+			}
 		}
 	}
 }
