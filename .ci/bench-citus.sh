@@ -72,7 +72,10 @@ DATABASE_URL=$citus_url "$bin/hookgate" migrate >/dev/null
 # rate RUNLOG: the first deliveries/s the run printed.
 rate() { sed -nE 's/^ *first delivery: gateway +([0-9]+) .*/\1/p' "$1" | head -1; }
 
-flags=(-skip-forward -skip-replay -skip-pgbench -d 5s -server-arg=--role=api)
+# The gateway sends its ingest calls straight to the workers it is given
+# (docs/distributed.md#which-workers-the-gateway-contacts): the cluster's.
+worker_hosts=$(for w in "${workers[@]}"; do read -r h p <<<"$w"; echo "$h:$p"; done | paste -sd,)
+flags=(-skip-forward -skip-replay -skip-pgbench -d 5s -server-arg=--role=api "-server-arg=--citus-worker-hosts=$worker_hosts")
 out=$(mktemp -d "$HOOKGATE_BENCH_KEEP_DIR/bench-citus.XXXXXX")
 echo "bench-citus: $(psql "$CITUS_URL" -Atc 'SELECT citus_version()' | cut -d' ' -f1,2), $ROUNDS rounds, $SHARDS shards, benchmark flags: ${flags[*]} $*"
 echo "bench-citus: load before: $(uptime | sed 's/.*load average: //')"

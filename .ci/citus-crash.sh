@@ -78,7 +78,9 @@ senders:
       - name: sink
         url: $sink/in
 YAML
-DATABASE_URL=$url HOOKGATE_ADMIN_TOKEN=$(openssl rand -hex 32) "$dir/hookgate" serve --config "$dir/hookgate.yaml" --addr 127.0.0.1:0 >"$dir/gateway.log" 2>&1 & pids+=($!)
+# The ingest calls straight to the cluster's workers (docs/distributed.md#which-workers-the-gateway-contacts).
+worker_hosts=$(for w in "${workers[@]}"; do read -r h p <<<"$w"; echo "$h:$p"; done | paste -sd,)
+DATABASE_URL=$url HOOKGATE_ADMIN_TOKEN=$(openssl rand -hex 32) HOOKGATE_CITUS_WORKER_HOSTS=$worker_hosts "$dir/hookgate" serve --config "$dir/hookgate.yaml" --addr 127.0.0.1:0 >"$dir/gateway.log" 2>&1 & pids+=($!)
 for _ in $(seq 100); do addr=$(sed -nE 's/.*"msg":"listening","addr":"([^"]+)".*/\1/p' "$dir/gateway.log" 2>/dev/null | head -1); [[ -n $addr ]] && break; sleep 0.1; done
 gw="http://${addr/\[::\]/127.0.0.1}"
 send() { for i in "$@"; do echo "$i $(curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-Delivery-Id: d$i" -H 'Content-Type: application/json' --data "{\"i\":$i}" "$gw/webhooks/acme")"; done >>"$dir/codes"; }

@@ -362,12 +362,17 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 	if delegated {
 		cfg.Delegated = handler.IngestFunction()
 		if s.onWorkers {
-			r, err := dedup.NewRoutes(ctx, db.pool, log)
-			if err != nil {
+			r, err := dedup.NewRoutes(ctx, db.pool, dedup.RoutesConfig{Workers: s.citusWorkers, Log: log})
+			switch {
+			case errors.Is(err, dedup.ErrWorkersUnverified):
+				log.Warn("citus: ingest calls go through the coordinator, not straight to the workers: the gateway sends DATABASE_URL's password and the deliveries to a worker " +
+					"only when --citus-worker-hosts (HOOKGATE_CITUS_WORKER_HOSTS) lists it, or, with none listed, when DATABASE_URL has sslmode=verify-full; see docs/distributed.md")
+			case err != nil:
 				return nil, err
+			default:
+				db.routes, cfg.Routes = r, r
+				log.Info("citus: ingest calls go straight to the worker that holds the sender's shards", "workers", r.Workers())
 			}
-			db.routes, cfg.Routes = r, r
-			log.Info("citus: ingest calls go straight to the worker that holds the sender's shards", "workers", r.Workers())
 		}
 	}
 	return dedup.New(cfg)

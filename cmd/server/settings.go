@@ -36,6 +36,7 @@ type settings struct {
 	role         string
 	fastPath     bool                  // role all: attempt forwards right after COMMIT (a forward.Dispatcher)
 	onWorkers    bool                  // Citus: ingest calls straight to the sender's worker (dedup.Routes)
+	citusWorkers []string              // Citus: the workers onWorkers may reach (dedup.RoutesConfig.Workers); nil: with verify-full only
 	allowedHosts *forward.AllowedHosts // the hosts forwards may reach; nil: any
 	pprofAddr    string
 	metricsAddr  string // "": /metrics on the main listener (handler.Config.MetricsElsewhere false)
@@ -247,8 +248,18 @@ var settingTable = []setting{
 			return intSetting("ingest batches in flight", 1, 64, func(s *settings) *int { return &s.dedup.Batching.MaxInFlight })(s, v)
 		}},
 	{flag: "citus-ingest-on-workers", env: "HOOKGATE_CITUS_INGEST_ON_WORKERS", def: "true", boolean: true,
-		help:  "on Citus, send each ingest call straight to the worker that holds the sender's shards (at its address in pg_dist_node, with DATABASE_URL's user and TLS) rather than through the coordinator; a worker it cannot reach is left to the coordinator",
+		help:  "on Citus, send each ingest call straight to the worker that holds the sender's shards rather than through the coordinator, with DATABASE_URL's user, password and TLS settings: to the workers --citus-worker-hosts lists, or, when it lists none, to the workers of pg_dist_node only if DATABASE_URL has sslmode=verify-full (each verified against its own name); otherwise, and for a worker it cannot reach, the calls go through the coordinator",
 		parse: boolSetting("citus ingest on workers", func(s *settings) *bool { return &s.onWorkers })},
+	{flag: "citus-worker-hosts", env: "HOOKGATE_CITUS_WORKER_HOSTS", shown: "(none)",
+		help: "comma-separated host:port of the Citus workers, as pg_dist_node names them, that --citus-ingest-on-workers may send DATABASE_URL's credentials and the deliveries to; a worker not listed is never contacted; empty: none, unless DATABASE_URL has sslmode=verify-full",
+		parse: func(s *settings, v string) error {
+			ws, err := dedup.ParseWorkerHosts(v)
+			if err != nil {
+				return err
+			}
+			s.citusWorkers = ws
+			return nil
+		}},
 	{flag: "replay-cache-size", env: "HOOKGATE_REPLAY_CACHE_SIZE", def: strconv.Itoa(dedup.DefaultReplayCacheSize),
 		help: "committed deliveries this process remembers to answer their retries without a database round trip (for at most a minute, never past their retention); 0 turns it off",
 		parse: func(s *settings, v string) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -135,10 +136,14 @@ func TestCopiesThroughTwoProcesses(t *testing.T) {
 		sampler = sampleTwoPhaseCommits(t, pool)
 	}
 
+	flags := fastForwardFlags
+	if pgtest.Citus() { // the ingest calls straight to the cluster's workers
+		flags = append(slices.Clone(flags), "--citus-worker-hosts", strings.Join(pgtest.CitusWorkerHosts(t), ","))
+	}
 	var bases []string
 	for range 2 {
 		addr := freeAddr(t)
-		p := startBinaryWith(t, bin, dsn, addr, cfg, fastForwardFlags...)
+		p := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
 		waitHealthy(t, c, "http://"+addr, p)
 		bases = append(bases, "http://"+addr)
 	}

@@ -64,3 +64,10 @@ func (r *Routes) WaitRoute(ctx context.Context, sender string) string {
 		}
 	}
 }
+
+// NewRoutesFrom is NewRoutes with the workers' pools made from base (a
+// configuration parsed from a DATABASE_URL) rather than from coordinator's
+// own: the TLS settings of a URL the test server could not serve.
+func NewRoutesFrom(ctx context.Context, coordinator *pgxpool.Pool, base *pgxpool.Config, cfg RoutesConfig) (*Routes, error) {
+	return newRoutes(ctx, coordinator, base, cfg)
+}

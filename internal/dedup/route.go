@@ -2,11 +2,14 @@ package dedup
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +36,10 @@ import (
 // reached, its calls go through the coordinator (Config.Pool), as they do
 // when a worker's pool cannot give a connection. Everything else (the
 // statement forms, the reads of what holds a key) goes to the coordinator.
+// Only the workers the operator lists, or, when none is listed, those
+// whose names TLS verifies (sslmode=verify-full), are contacted at all
+// (RoutesConfig): a worker's address comes from pg_dist_node, and the
+// calls carry the password and the deliveries.
 type Routes struct {
 	coordinator *pgxpool.Pool
 	base        *pgxpool.Config
@@ -75,19 +82,66 @@ JOIN pg_catalog.pg_dist_placement p ON p.shardid = x.shardid
 JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary' AND n.isactive
   AND n.hasmetadata AND n.metadatasynced`
 
+// RoutesConfig says which workers NewRoutes may send the coordinator's
+// credentials to.
+type RoutesConfig struct {
+	// Workers lists the workers the calls may go to, each "host:port" as
+	// pg_dist_node names it (ParseWorkerHosts): a worker outside the list
+	// is never connected to. Empty, every worker of pg_dist_node is, but
+	// only when the coordinator's connection verifies the server's name
+	// (sslmode=verify-full); otherwise none is (ErrWorkersUnverified).
+	Workers []string
+	// Log receives a line for each worker left to the coordinator; nil
+	// discards them.
+	Log *slog.Logger
+}
+
+// ErrWorkersUnverified is NewRoutes's error when it may contact no worker:
+// the coordinator's connection does not verify the server's name
+// (sslmode is not verify-full) and RoutesConfig.Workers lists none. A
+// worker's address comes from the database (pg_dist_node), not from the
+// operator: without either, a connection there could reach a host that is
+// not the worker and hand it the password and the deliveries.
+var ErrWorkersUnverified = errors.New("citus routes: DATABASE_URL's connection does not verify the server's name (sslmode=verify-full) and no worker is listed")
+
 // NewRoutes returns the Routes of the Citus cluster whose coordinator
 // coordinator is: a pool per node that holds shards of processed_messages,
 // at the node's name and port as pg_dist_node has them, with coordinator's
-// configuration otherwise (user, password, TLS, pool size). A node it
-// cannot connect to within routeConnectTimeout is logged and left out: its
-// senders go through the coordinator. Close closes the pools.
-func NewRoutes(ctx context.Context, coordinator *pgxpool.Pool, log *slog.Logger) (*Routes, error) {
+// configuration otherwise (user, password, TLS, pool size), for the nodes
+// cfg allows: those it lists, or, when it lists none and the coordinator's
+// connection verifies the server's name (verify-full), every one, each
+// verified against its own name. Otherwise it contacts no node and
+// returns ErrWorkersUnverified. A worker connection never goes without
+// TLS when the coordinator's has it (no plain fallback of sslmode=prefer),
+// and without TLS it refuses to send the password in clear (require_auth
+// !password). A node it cannot connect to within routeConnectTimeout is
+// logged and left out: its senders go through the coordinator. Close
+// closes the pools.
+func NewRoutes(ctx context.Context, coordinator *pgxpool.Pool, cfg RoutesConfig) (*Routes, error) {
+	return newRoutes(ctx, coordinator, coordinator.Config(), cfg)
+}
+
+// newRoutes is NewRoutes with base, the configuration the workers' pools
+// are made from (the coordinator's).
+func newRoutes(ctx context.Context, coordinator *pgxpool.Pool, base *pgxpool.Config, cfg RoutesConfig) (*Routes, error) {
+	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	listed := make(map[string]bool, len(cfg.Workers))
+	for _, w := range cfg.Workers {
+		host, port, err := splitWorker(w)
+		if err != nil {
+			return nil, fmt.Errorf("citus routes: %w", err)
+		}
+		listed[workerKey(host, port)] = true
+	}
+	if len(listed) == 0 && !verifiesServer(base.ConnConfig.TLSConfig) {
+		return nil, ErrWorkersUnverified
+	}
 	r := &Routes{
 		coordinator: coordinator,
-		base:        coordinator.Config(),
+		base:        base,
 		log:         log,
 		now:         time.Now,
 		pools:       map[string]*pgxpool.Pool{},
@@ -107,11 +161,16 @@ func NewRoutes(ctx context.Context, coordinator *pgxpool.Pool, log *slog.Logger)
 	}
 	for _, n := range nodes {
 		addr := net.JoinHostPort(n.Host, strconv.Itoa(int(n.Port)))
+		r.pools[addr] = nil
+		if len(listed) > 0 && !listed[workerKey(n.Host, int(n.Port))] {
+			log.Warn("citus: a worker not in --citus-worker-hosts is not contacted; the calls of its senders go through the coordinator",
+				"worker", addr)
+			continue
+		}
 		pool, err := r.connect(ctx, n.Host, uint16(n.Port))
 		if err != nil {
 			log.Warn("citus: cannot connect to a worker; the calls of its senders go through the coordinator",
 				"worker", addr, "error", err)
-			r.pools[addr] = nil
 			continue
 		}
 		r.pools[addr] = pool
@@ -119,8 +178,20 @@ func NewRoutes(ctx context.Context, coordinator *pgxpool.Pool, log *slog.Logger)
 	return r, nil
 }
 
+// verifiesServer reports whether a connection with c (a pgx ConnConfig's
+// TLSConfig) verifies the server's certificate and name: sslmode
+// verify-full (or sslrootcert=system), the only mode pgx does not set
+// InsecureSkipVerify for; verify-ca checks the chain alone, and require
+// and prefer nothing.
+func verifiesServer(c *tls.Config) bool {
+	return c != nil && !c.InsecureSkipVerify
+}
+
 // connect opens a pool on host:port with the coordinator's configuration
-// and tests it.
+// and tests it: over TLS, verified against host when the coordinator's
+// is verified, whenever the coordinator's connection tries TLS first
+// (sslmode prefer, require, verify-*: no fallback to a plain connection);
+// without TLS (disable, allow), the password is never sent in clear.
 func (r *Routes) connect(ctx context.Context, host string, port uint16) (*pgxpool.Pool, error) {
 	cfg := r.base.Copy()
 	cc := cfg.ConnConfig
@@ -128,6 +199,8 @@ func (r *Routes) connect(ctx context.Context, host string, port uint16) (*pgxpoo
 	if cc.TLSConfig != nil {
 		cc.TLSConfig = cc.TLSConfig.Clone()
 		cc.TLSConfig.ServerName = host
+	} else {
+		cc.RequireAuth = withoutClearPassword(cc.RequireAuth)
 	}
 	cfg.MinConns = 0
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -141,6 +214,64 @@ func (r *Routes) connect(ctx context.Context, host string, port uint16) (*pgxpoo
 		return nil, err
 	}
 	return pool, nil
+}
+
+// withoutClearPassword returns the require_auth list ra (libpq's syntax,
+// as pgx reads it: methods allowed, or, each with "!", refused; "" allows
+// every one) with the password in clear (method password) refused too.
+func withoutClearPassword(ra string) string {
+	var items []string
+	for m := range strings.SplitSeq(ra, ",") {
+		if m = strings.TrimSpace(m); m != "" && m != "password" && m != "!password" {
+			items = append(items, m)
+		}
+	}
+	switch {
+	case len(items) > 0 && !strings.HasPrefix(items[0], "!"):
+		return strings.Join(items, ",") // the methods allowed but password
+	case len(items) == 0 && strings.TrimSpace(ra) == "password":
+		return "none" // password alone was allowed: only no authentication is
+	default:
+		return strings.Join(append(items, "!password"), ",") // the methods refused, and password
+	}
+}
+
+// ParseWorkerHosts parses --citus-worker-hosts: comma-separated host:port
+// of Citus workers, as pg_dist_node names them (nodename, nodeport).
+// Empty (or only commas and spaces) is nil.
+func ParseWorkerHosts(s string) ([]string, error) {
+	var ws []string
+	for e := range strings.SplitSeq(s, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		if _, _, err := splitWorker(e); err != nil {
+			return nil, err
+		}
+		ws = append(ws, e)
+	}
+	return ws, nil
+}
+
+// splitWorker splits a worker's "host:port".
+func splitWorker(w string) (string, int, error) {
+	host, p, err := net.SplitHostPort(w)
+	port, perr := strconv.Atoi(p)
+	if err != nil || perr != nil || host == "" || port < 1 || port > 65535 || strings.ContainsAny(host, "/@*, ") {
+		return "", 0, fmt.Errorf("citus worker %q: must be host:port as pg_dist_node names the worker, such as worker-1.internal:5432 or 10.0.0.7:5432", w)
+	}
+	return host, port, nil
+}
+
+// workerKey is the worker host:port compared with the list: the name in
+// lower case without a final dot, an address in its usual form.
+func workerKey(host string, port int) string {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if a, err := netip.ParseAddr(h); err == nil {
+		h = a.Unmap().String()
+	}
+	return net.JoinHostPort(h, strconv.Itoa(port))
 }
 
 // Workers returns the number of workers the calls can go to.

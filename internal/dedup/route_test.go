@@ -26,10 +26,11 @@ func citusRoutes(t *testing.T) (context.Context, *pgxpool.Pool, *dedup.Routes) {
 	return ctx, pool, newRoutes(t, ctx, pool)
 }
 
-// newRoutes returns dedup.NewRoutes on pool, closed at the test's end.
+// newRoutes returns dedup.NewRoutes on pool, to the Citus cluster's
+// workers (listed, as --citus-worker-hosts does), closed at the test's end.
 func newRoutes(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *dedup.Routes {
 	t.Helper()
-	r, err := dedup.NewRoutes(ctx, pool, nil)
+	r, err := dedup.NewRoutes(ctx, pool, dedup.RoutesConfig{Workers: pgtest.CitusWorkerHosts(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -233,10 +233,10 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	}
 	// As hookgate serve on Citus: ingest through the delegated function
 	// (unused on PostgreSQL, where the layout is plain), and the calls
-	// straight to the workers.
+	// straight to the workers, listed as --citus-worker-hosts lists them.
 	ic := dedup.Config{Pool: pool, InFlightWait: 10 * time.Second, Delegated: handler.IngestFunction()}
 	if pgtest.Citus() {
-		r, err := dedup.NewRoutes(context.Background(), pool, nil)
+		r, err := dedup.NewRoutes(context.Background(), pool, dedup.RoutesConfig{Workers: pgtest.CitusWorkerHosts(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -105,10 +105,10 @@ func newServer(t *testing.T, db *pgxpool.Pool, o options) *server {
 		o.store.Delegated = handler.IngestFunction()
 	}
 	if pgtest.Citus() && o.store.Routes == nil {
-		// As hookgate serve on Citus: the calls straight to the workers
-		// (not for the tests of a database that cannot be reached, where
-		// serve would not start).
-		if r, err := dedup.NewRoutes(context.Background(), db, nil); err == nil {
+		// As hookgate serve on Citus with --citus-worker-hosts: the calls
+		// straight to the workers (not for the tests of a database that
+		// cannot be reached, where serve would not start).
+		if r, err := dedup.NewRoutes(context.Background(), db, dedup.RoutesConfig{Workers: pgtest.CitusWorkerHosts(t)}); err == nil {
 			t.Cleanup(r.Close)
 			o.store.Routes = r
 		} else {

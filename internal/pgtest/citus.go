@@ -91,6 +91,25 @@ WHERE groupid <> 0 AND noderole = 'primary' AND isactive ORDER BY nodeid`)
 	return ws, nil
 }
 
+// CitusWorkerHosts returns the workers of the Citus cluster the tests run
+// on, each "host:port" as pg_dist_node names it: the list a gateway is
+// given to send its ingest calls there (dedup.RoutesConfig.Workers,
+// --citus-worker-hosts). It fails t when the workers cannot be read.
+func CitusWorkerHosts(t testing.TB) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	ws, err := citusWorkers(ctx, URL(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	hosts := make([]string, len(ws))
+	for i, w := range ws {
+		hosts[i] = net.JoinHostPort(w[0], w[1])
+	}
+	return hosts
+}
+
 // distribute makes the database name (created on the coordinator from the
 // migrated template) a Citus database: the same database with the citus
 // extension on every worker, the workers added, the tables distributed. It

@@ -14,6 +14,46 @@ import (
 	"testing"
 )
 
+// connSet is the open connections of a test's server, closed at once at
+// its end.
+type connSet struct {
+	mu     sync.Mutex
+	open   map[net.Conn]struct{}
+	closed bool
+}
+
+// add adds c, or returns false once closeAll has run.
+func (s *connSet) add(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.open == nil {
+		s.open = map[net.Conn]struct{}{}
+	}
+	s.open[c] = struct{}{}
+	return true
+}
+
+// remove forgets c (closed by its owner).
+func (s *connSet) remove(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.open, c)
+}
+
+// closeAll closes every connection added, and any added later.
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for c := range s.open {
+		_ = c.Close()
+	}
+	s.open = nil
+}
+
 // CutProxy is a TCP proxy in front of PostgreSQL that relays the protocol
 // unchanged until it is armed (ArmCommitCut). Armed, it cuts the next
 // connection that sends a COMMIT the way a network failure at the worst
@@ -27,8 +67,7 @@ type CutProxy struct {
 	armed  atomic.Bool
 	cuts   atomic.Int32
 	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	conns  connSet
 }
 
 // NewCutProxy starts a proxy in front of the server of dsn (a postgres://
@@ -49,7 +88,7 @@ func NewCutProxy(t testing.TB, dsn string) (*CutProxy, string) {
 	if err != nil {
 		t.Fatalf("pgtest: cut proxy: %v", err)
 	}
-	p := &CutProxy{t: t, l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p := &CutProxy{t: t, l: l, target: target}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -70,23 +109,8 @@ func (p *CutProxy) Cuts() int { return int(p.cuts.Load()) }
 
 func (p *CutProxy) close() {
 	_ = p.l.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-	p.mu.Unlock()
+	p.conns.closeAll()
 	p.wg.Wait()
-}
-
-func (p *CutProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conns == nil {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
 }
 
 func (p *CutProxy) accept() {
@@ -101,7 +125,7 @@ func (p *CutProxy) accept() {
 			_ = client.Close()
 			continue
 		}
-		if !p.track(client) || !p.track(server) {
+		if !p.conns.add(client) || !p.conns.add(server) {
 			_ = client.Close()
 			_ = server.Close()
 			return
