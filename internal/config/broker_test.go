@@ -73,3 +73,47 @@ func TestBrokerTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerTemplateFirstToken: start-up refuses a subject or routing key
+// template whose first token (before the first dot) holds {event_type},
+// which the sender chooses (with subject "{event_type}" an event type
+// $JS.API.STREAM.PURGE.X purged a stream; with routing key "{event_type}"
+// on the default exchange it named any queue), naming the sender, the
+// target and the field, and a subject whose first token is empty or
+// starts with $ or _INBOX; a first token that is a literal, {sender} or
+// {target} is taken.
+func TestBrokerTemplateFirstToken(t *testing.T) {
+	t.Parallel()
+	nats := func(subject string) string {
+		return "      - { name: bus, url: \"nats://n:4222\", nats: { subject: \"" + subject + "\" } }\n"
+	}
+	rabbit := func(exchange, key string) string {
+		return "      - { name: bus, url: \"amqp://r:5672/\", rabbitmq: { exchange: \"" + exchange + "\", routing_key: \"" + key + "\" } }\n"
+	}
+	for _, tc := range []struct{ target, want string }{
+		{nats("{event_type}"), "forward[0].nats.subject (acme, target bus): the subject's first token (before the first dot) holds {event_type}, which the sender chooses"},
+		{nats("{event_type}.hooks"), "holds {event_type}"},
+		{nats("hooks{event_type}.x"), "holds {event_type}"},
+		{nats("{sender}{event_type}"), "holds {event_type}"},
+		{nats(".{event_type}"), "first token (before the first dot) is empty"},
+		{nats("$JS.API.STREAM.PURGE.{sender}"), "starts with $ or _INBOX"},
+		{nats("_INBOX.{sender}.{event_type}"), "starts with $ or _INBOX"},
+		{rabbit("", "{event_type}"), "forward[0].rabbitmq.routing_key (acme, target bus): the routing key's first word (before the first dot) holds {event_type}, which the sender chooses"},
+		{rabbit("hooks", "{event_type}.x"), "holds {event_type}"},
+		{rabbit("", "q{event_type}"), "holds {event_type}"},
+	} {
+		_, err := config.Parse([]byte(brokerYAML(tc.target)), nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", strings.TrimSpace(tc.target), err, tc.want)
+		}
+	}
+	for _, target := range []string{
+		nats("hooks.{event_type}"), nats("{sender}.{event_type}"), nats("{target}.{sender}.{event_type}"), nats("hooks"),
+		nats("hooks-{sender}.{event_type}"), nats("a$b.{event_type}"),
+		rabbit("", "{sender}.{event_type}"), rabbit("hooks", "hooks.{event_type}"), rabbit("fan", ""), rabbit("hooks", "{target}"),
+	} {
+		if _, err := config.Parse([]byte(brokerYAML(target)), nil); err != nil {
+			t.Errorf("%s: %v, want it taken", strings.TrimSpace(target), err)
+		}
+	}
+}

@@ -162,7 +162,8 @@ type Target struct {
 // NATSTarget is where a NATS JetStream target publishes: Subject, a
 // template over {sender}, {target} and {event_type} (an event type's
 // characters that a subject cannot hold become _, and so does a missing
-// one), on a stream whose subjects take it. The credentials, when the
+// one), on a stream whose subjects take it; its first token is a literal,
+// {sender} or {target} (checkFirstToken). The credentials, when the
 // server asks for them, are a token or a user and password.
 type NATSTarget struct {
 	Subject  string `yaml:"subject" validate:"required,max=255"`
@@ -173,7 +174,8 @@ type NATSTarget struct {
 
 // RabbitMQTarget is where a RabbitMQ target publishes: to Exchange ("",
 // the default exchange, routes by queue name) with RoutingKey, a template
-// over {sender}, {target} and {event_type}. User and Password are the
+// over {sender}, {target} and {event_type} whose first word is not
+// {event_type} (checkFirstToken). User and Password are the
 // credentials (RabbitMQ's default guest/guest when both are left out).
 type RabbitMQTarget struct {
 	Exchange   string `yaml:"exchange" validate:"max=255"`

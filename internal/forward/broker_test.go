@@ -1,6 +1,7 @@
 package forward_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -175,5 +176,86 @@ func TestRabbitMQTransport(t *testing.T) {
 	}
 	if got[1].MessageId != down.EventID.String() {
 		t.Errorf("the message after the restart: %s, want %s", got[1].MessageId, down.EventID)
+	}
+}
+
+// TestNATSSenderCannotReachJetStreamAPI: a forward whose subject would
+// start with $ never reaches the NATS server: with subject "{event_type}"
+// and the event type $JS.API.STREAM.PURGE.VICTIM the forward fails (no
+// retry) and the stream VICTIM keeps its message (before, JetStream took
+// the publish as its API call and purged it); a subject that is itself
+// $JS.API.… or _INBOX.… is refused the same way; an event type under a
+// literal first token stays under it.
+func TestNATSSenderCannotReachJetStreamAPI(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t)
+	ctx := t.Context()
+	js := srv.JetStream(t)
+	victim, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "VICTIM", Subjects: []string{"victim.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "victim.kept", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	tr := forward.NewNATSTransport(nil, time.Now)
+	defer tr.Close()
+	for _, c := range []struct{ subject, eventType string }{
+		{"{event_type}", "$JS.API.STREAM.PURGE.VICTIM"},
+		{"{event_type}", "_INBOX.x"},
+		{"$JS.API.STREAM.PURGE.VICTIM", ""},
+		{"_INBOX.{sender}", ""},
+	} {
+		s := tr.Send(ctx, message(natsTarget(srv.URL(), c.subject), c.eventType))
+		if s.Verdict != forward.VerdictFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "refused") {
+			t.Errorf("subject %q, event type %q: %+v, want failed (refused)", c.subject, c.eventType, s)
+		}
+	}
+	if info, err := victim.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("stream VICTIM: %+v, %v; want its message kept", info, err)
+	}
+	if s := tr.Send(ctx, message(natsTarget(srv.URL(), "hooks.{event_type}"), "$JS.API.STREAM.PURGE.VICTIM")); s.Verdict != forward.VerdictDelivered {
+		t.Errorf("hooks.{event_type}: %+v, want delivered on hooks.$JS.API.STREAM.PURGE.VICTIM", s)
+	}
+	if info, err := victim.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Errorf("stream VICTIM: %+v, %v; want its message kept", info, err)
+	}
+}
+
+// TestRabbitMQSenderCannotChooseQueue: on RabbitMQ's default exchange,
+// which routes by queue name, a routing key "{event_type}" would let the
+// sender put its message on any queue: the forward fails (no retry) and
+// the unrelated queue stays empty (before, the message landed there); with
+// "{sender}.{event_type}" the same event type stays under the sender's
+// name (no queue takes it: retried).
+func TestRabbitMQSenderCannotChooseQueue(t *testing.T) {
+	t.Parallel()
+	b := brokertest.StartRabbitMQ(t)
+	ctx := t.Context()
+	ch, err := b.Dial(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("victim-q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	tr := forward.NewRabbitMQTransport(nil, time.Now)
+	defer tr.Close()
+	target := func(key string) *config.Target {
+		return &config.Target{Name: "rabbit", URL: b.URL(), Timeout: config.Duration(5 * time.Second), MaxAttempts: 5,
+			RabbitMQ: &config.RabbitMQTarget{RoutingKey: key}}
+	}
+	if s := tr.Send(ctx, message(target("{event_type}"), "victim-q")); s.Verdict != forward.VerdictFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "refused") {
+		t.Errorf("routing key {event_type}: %+v, want failed (refused)", s)
+	}
+	if s := tr.Send(ctx, message(target("{sender}.{event_type}"), "victim-q")); s.Verdict != forward.VerdictRetry {
+		t.Errorf("routing key {sender}.{event_type}: %+v, want retry (no queue acme.victim-q)", s)
+	}
+	q, err := ch.QueueDeclarePassive("victim-q", true, false, false, false, nil)
+	if err != nil || q.Messages != 0 {
+		t.Errorf("victim-q: %+v, %v; want no message", q, err)
 	}
 }

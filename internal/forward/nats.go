@@ -53,6 +53,10 @@ func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 	defer cancel()
 	cut := func() bool { return b.cut(sctx) }
 	timeout := b.timeout
+	subject := expand(t.NATS.Subject, m, subjectToken)
+	if err := refusedDestination(t.NATS.Subject, subject, true); err != nil {
+		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, err)}
+	}
 	start := time.Now()
 	c, err := n.conn(sctx, t)
 	if err != nil {
@@ -63,7 +67,7 @@ func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 		return Sent{Verdict: VerdictRetry, Err: err, Took: time.Since(start)}
 	}
 	now := n.now()
-	msg := &nats.Msg{Subject: expand(t.NATS.Subject, m, subjectToken), Data: m.Body, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: subject, Data: m.Body, Header: nats.Header{}}
 	for _, h := range brokerHeaders(m, now) {
 		msg.Header.Set(h[0], h[1])
 	}

@@ -74,6 +74,10 @@ func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
 		}
 		return Sent{Verdict: VerdictRetry, Err: err, Took: took}
 	}
+	key := expand(t.RabbitMQ.RoutingKey, m, func(s string) string { return s })
+	if err := refusedDestination(t.RabbitMQ.RoutingKey, key, false); err != nil {
+		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("publish to RabbitMQ target %q: %w", t.Name, err)}
+	}
 	start := time.Now()
 	c, err := r.conn(sctx, t)
 	if err != nil {
@@ -90,7 +94,6 @@ func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
 	for _, h := range brokerHeaders(m, now) {
 		headers[h[0]] = h[1]
 	}
-	key := expand(t.RabbitMQ.RoutingKey, m, func(s string) string { return s })
 	pub := amqp.Publishing{
 		Headers:         headers,
 		ContentType:     headerValue(m.Headers, "Content-Type"),
