@@ -1,7 +1,13 @@
 package forward_test
 
 import (
+	"fmt"
+	"io"
+	"net"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,4 +264,105 @@ func TestRabbitMQSenderCannotChooseQueue(t *testing.T) {
 	if err != nil || q.Messages != 0 {
 		t.Errorf("victim-q: %+v, %v; want no message", q, err)
 	}
+}
+
+// silentListener is a TCP listener on 127.0.0.1 that accepts connections
+// and never writes to them: it counts those accepted and those the other
+// side closed (a read ended).
+type silentListener struct {
+	net.Listener
+	accepted, closed atomic.Int64
+}
+
+func listenSilent(t *testing.T) *silentListener {
+	t.Helper()
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &silentListener{Listener: l}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns { // those the client left open
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			s.accepted.Add(1)
+			wg.Go(func() {
+				defer c.Close()
+				if _, err := io.Copy(io.Discard, c); err == nil { // EOF: the client closed it
+					s.closed.Add(1)
+				}
+			})
+		}
+	})
+	return s
+}
+
+// amqpGoroutines counts the goroutines in amqp091-go or in the transport's
+// bounded connect.
+func amqpGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	n := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "rabbitmq/amqp091-go") || strings.Contains(g, "forward.connectWithin") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRabbitMQHandshakeDeadline: against a listener that accepts and
+// never answers, forwards with timeout 1s over amqp:// and amqps:// are
+// retried, and hookgate closes each connection it made (the listener
+// reads its end) and keeps no goroutine of them: the handshake (TCP, TLS,
+// AMQP's open) is bounded by the target's timeout. Before, each
+// connection and its goroutines stayed for ever. Not parallel: it counts
+// the process's amqp091 goroutines, which the other RabbitMQ tests have
+// too.
+func TestRabbitMQHandshakeDeadline(t *testing.T) {
+	l := listenSilent(t)
+	before := amqpGoroutines()
+	tr := forward.NewRabbitMQTransport(nil, time.Now)
+	const each = 3
+	for _, scheme := range []string{"amqp", "amqps"} {
+		tg := &config.Target{Name: "silent", URL: scheme + "://" + l.Addr().String() + "/", Timeout: config.Duration(time.Second), MaxAttempts: 5,
+			RabbitMQ: &config.RabbitMQTarget{Exchange: "hooks", RoutingKey: "{sender}"}}
+		for range each {
+			if s := tr.Send(t.Context(), message(tg, "x")); s.Verdict != forward.VerdictRetry || s.Err == nil {
+				t.Errorf("%s: %+v, want retry", scheme, s)
+			}
+		}
+	}
+	tr.Close()
+	testkit.Poll(t, 30*time.Second, "hookgate to close every connection it made and keep no goroutine of them", func() bool {
+		return l.accepted.Load() >= 2*each && l.closed.Load() == l.accepted.Load() && amqpGoroutines() <= before
+	}, func() string {
+		return fmt.Sprintf("%d connections accepted, %d closed by hookgate; %d amqp goroutines, %d before", l.accepted.Load(), l.closed.Load(), amqpGoroutines(), before)
+	})
 }
