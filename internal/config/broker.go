@@ -13,6 +13,35 @@ const (
 	PlaceholderEventType = "{event_type}"
 )
 
+// NATSServers returns the servers of a NATS target's url as nats.go reads
+// it (nats.Connect): a comma-separated list, each element trimmed and the
+// empty ones dropped, an element without a scheme taken as nats:// (for
+// checking it: nats.go gives it the connection's scheme). A url without a
+// comma is its one server.
+func NATSServers(raw string) []string {
+	var out []string
+	for s := range strings.SplitSeq(raw, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			s = "nats://" + s
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Servers returns the URLs t connects to: each server of a NATS target's
+// list (NATSServers), or its one URL.
+func (t *Target) Servers() []string {
+	if t.Kind() == KindNATS {
+		return NATSServers(t.URL)
+	}
+	return []string{t.URL}
+}
+
 // placeholder finds what looks like a placeholder in a template.
 var placeholder = regexp.MustCompile(`\{[^{}]*\}`)
 

@@ -20,9 +20,11 @@ func brokerYAML(target string) string {
 // TestBrokerTargets: a target whose url is nats:// or tls:// is a NATS
 // JetStream target with its nats block, one whose url is amqp:// or
 // amqps:// a RabbitMQ target with its rabbitmq block (credentials from the
-// environment); start-up refuses a broker target without its block, a
-// block on a target of another kind, credentials in the URL (pointing to
-// the block, never quoting them), an unknown placeholder, a subject with a
+// environment), and a NATS url may list servers as nats.go splits it;
+// start-up refuses a broker target without its block, a block on a target
+// of another kind, credentials in the URL or in any server of a NATS list
+// (pointing to the block, never quoting them), another scheme in a NATS
+// list, a list in any other URL, an unknown placeholder, a subject with a
 // space or a wildcard, a token beside a user, half of a user and
 // password, and the default exchange without a routing key.
 func TestBrokerTargets(t *testing.T) {
@@ -36,12 +38,15 @@ func TestBrokerTargets(t *testing.T) {
         rabbitmq: { exchange: hooks, routing_key: "{sender}.{target}", user: hg, password: "${PW}" }
       - name: web
         url: https://orders.internal/hooks
+      - name: cluster
+        url: "nats://nats-1.internal:4222, nats-2.internal:4222,tls://nats-3.internal:4222"
+        nats: { subject: "hooks.{sender}", token: "${PW}" }
 `)), lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, _ := c.Sender("acme")
-	for name, want := range map[string]config.TargetKind{"bus": config.KindNATS, "rabbit": config.KindRabbitMQ, "web": config.KindHTTP} {
+	for name, want := range map[string]config.TargetKind{"bus": config.KindNATS, "rabbit": config.KindRabbitMQ, "web": config.KindHTTP, "cluster": config.KindNATS} {
 		if tg, _ := s.Target(name); tg.Kind() != want {
 			t.Errorf("target %s is %s, want %s", name, tg.Kind(), want)
 		}
@@ -55,6 +60,12 @@ func TestBrokerTargets(t *testing.T) {
 		{"a nats block on HTTP", "      - { name: bus, url: \"http://x/\", nats: { subject: a } }\n", "only for a NATS target"},
 		{"a rabbitmq block on NATS", "      - { name: bus, url: \"nats://n:4222\", nats: { subject: a }, rabbitmq: { routing_key: a } }\n", "only for a RabbitMQ target"},
 		{"credentials in a nats URL", "      - { name: bus, url: \"nats://hg:s3cret-pass@n:4222\", nats: { subject: a } }\n", "nats: { user: …"},
+		{"credentials in a later server of a nats list", "      - { name: bus, url: \"nats://n:4222,nats://hg:s3cret-pass@n2:4223\", nats: { subject: a } }\n", "nats: { user: …"},
+		{"credentials in a later bare server of a nats list", "      - { name: bus, url: \"nats://n:4222, hg:s3cret-pass@n2:4223\", nats: { subject: a } }\n", "nats: { user: …"},
+		{"a token in a later server of a tls list", "      - { name: bus, url: \"tls://n:4222,tls://s3cret-pass@n2:4223\", nats: { subject: a } }\n", "nats: { user: …"},
+		{"another scheme in a nats list", "      - { name: bus, url: \"nats://n:4222,amqp://r:5672\", nats: { subject: a } }\n", "nats:// or tls://"},
+		{"a list in an amqp URL", "      - { name: bus, url: \"amqp://r:5672,amqp://hg:s3cret-pass@r2:5672/\", rabbitmq: { routing_key: a } }\n", "only a NATS target (nats://, tls://) takes a list of servers"},
+		{"a list in an https URL", "      - { name: bus, url: \"https://a,https://hg:s3cret-pass@b/\" }\n", "only a NATS target"},
 		{"credentials in an amqp URL", "      - { name: bus, url: \"amqp://hg:s3cret-pass@r:5672/\", rabbitmq: { routing_key: a } }\n", "rabbitmq: { user: …"},
 		{"an unknown placeholder", "      - { name: bus, url: \"nats://n:4222\", nats: { subject: \"a.{delivery_id}\" } }\n", "{delivery_id} is not a placeholder"},
 		{"a wildcard subject", "      - { name: bus, url: \"nats://n:4222\", nats: { subject: \"a.>\" } }\n", "wildcards"},

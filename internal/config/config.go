@@ -115,8 +115,10 @@ type Target struct {
 	// URL is where the event goes: POSTed to an http or https URL, or
 	// published to a message broker: NATS JetStream at a nats:// (or
 	// tls://) URL, with NATS; RabbitMQ at an amqp:// (or amqps://) URL,
-	// with RabbitMQ. Never with a user name or password in it: a broker's
-	// credentials are fields of NATS or RabbitMQ.
+	// with RabbitMQ; a NATS target's may list the servers of a cluster,
+	// comma-separated (NATSServers). Never with a user name or password in
+	// it (in any server of a list): a broker's credentials are fields of
+	// NATS or RabbitMQ.
 	URL string `yaml:"url" validate:"required,target_url"`
 	// Timeout bounds one attempt (10s by default).
 	Timeout Duration `yaml:"timeout" validate:"gte=1000000,lte=300000000000"`
@@ -215,14 +217,21 @@ func (t *Target) Kind() TargetKind {
 }
 
 // validTargetURL reports whether raw is an absolute URL with a host and
-// one of the schemes of targets.
+// one of the schemes of targets; a NATS target's, a list of such URLs
+// (NATSServers), each nats:// or tls://.
 func validTargetURL(raw string) bool {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return false
+	t := &Target{URL: raw}
+	servers := t.Servers()
+	for _, s := range servers {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return false
+		}
+		if k, ok := targetSchemes[strings.ToLower(u.Scheme)]; !ok || k != t.Kind() {
+			return false
+		}
 	}
-	_, ok := targetSchemes[strings.ToLower(u.Scheme)]
-	return ok
+	return len(servers) > 0
 }
 
 // Defaults of a forward target.
