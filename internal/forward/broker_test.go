@@ -366,3 +366,41 @@ func TestRabbitMQHandshakeDeadline(t *testing.T) {
 		return fmt.Sprintf("%d connections accepted, %d closed by hookgate; %d amqp goroutines, %d before", l.accepted.Load(), l.closed.Load(), amqpGoroutines(), before)
 	})
 }
+
+// TestNATSServerUnreachable: with its NATS server stopped, a forward's
+// error (which the breaker's reason quotes) says "NATS server
+// unreachable", whether the connection was made before (nats.go said
+// "outbound buffer limit exceeded": a publish is not buffered while it
+// reconnects) or never was (nats.go said "no servers available for
+// connection"), and the forward is retried.
+func TestNATSServerUnreachable(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t)
+	ctx := t.Context()
+	if _, err := srv.JetStream(t).CreateStream(ctx, jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	tr := forward.NewNATSTransport(nil, time.Now)
+	defer tr.Close()
+	tg := natsTarget(srv.URL(), "hooks.{sender}")
+	if s := tr.Send(ctx, message(tg, "")); s.Verdict != forward.VerdictDelivered {
+		t.Fatalf("publish: %+v, want delivered", s)
+	}
+	srv.Stop()
+	var last forward.Sent
+	testkit.Poll(t, 30*time.Second, "a publish to the stopped server to fail as unreachable", func() bool {
+		last = tr.Send(ctx, message(tg, ""))
+		return last.Verdict == forward.VerdictRetry && last.Err != nil && strings.Contains(last.Err.Error(), "NATS server unreachable")
+	}, func() string { return fmt.Sprintf("the last: %+v", last) })
+	if strings.Contains(last.Err.Error(), "buffer") {
+		t.Errorf("the error speaks of a buffer: %v", last.Err)
+	}
+
+	fresh := forward.NewNATSTransport(nil, time.Now)
+	defer fresh.Close()
+	s := fresh.Send(ctx, message(tg, ""))
+	if want := `connect to NATS target "bus": NATS server unreachable`; s.Verdict != forward.VerdictRetry || s.Err == nil || !strings.Contains(s.Err.Error(), want) {
+		t.Errorf("a first connect to the stopped server: %+v, want retry with %q", s, want)
+	}
+	t.Logf("the connection lost: %v; never made: %v", last.Err, s.Err)
+}

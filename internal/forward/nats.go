@@ -60,7 +60,10 @@ func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 	start := time.Now()
 	c, err := n.conn(sctx, t)
 	if err != nil {
-		err = fmt.Errorf("connect to NATS target %q: %w", t.Name, err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (not connected within %s)", errNATSUnreachable, timeout)
+		}
+		err = fmt.Errorf("connect to NATS target %q: %w", t.Name, natsUnreachable(err))
 		if cut() {
 			return Sent{Verdict: VerdictNone, Err: err}
 		}
@@ -90,8 +93,34 @@ func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			n.drop(t, c)
 		}
-		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, err), Took: took}
+		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, natsUnreachable(err)), Took: took}
 	}
+}
+
+// errNATSUnreachable is what a forward's error says of a NATS server that
+// cannot be reached: one that refuses the connection, does not complete it
+// in time, or whose connection was lost and is being made again. nats.go's
+// own words for these mislead: "no servers available for connection" at
+// the connect, and "outbound buffer limit exceeded" for a publish while it
+// reconnects (nothing is buffered then: nats.ReconnectBufSize(-1)).
+var errNATSUnreachable = errors.New("NATS server unreachable")
+
+// natsUnreachable returns err, nats.go's error of a connect or publish, as
+// errNATSUnreachable with its cause when it means the server cannot be
+// reached, or err as it is.
+func natsUnreachable(err error) error {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, ErrHostNotAllowed): // the allowed hosts refused it, not the server
+		return err
+	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
+		return fmt.Errorf("%w (the connection was lost and is being made again)", errNATSUnreachable)
+	case errors.Is(err, nats.ErrNoServers):
+		return fmt.Errorf("%w (connection refused)", errNATSUnreachable)
+	case errors.As(err, &op) && op.Op == "dial":
+		return fmt.Errorf("%w (%w)", errNATSUnreachable, err)
+	}
+	return err
 }
 
 // natsKey is the connection key of a target: its server and credentials.
