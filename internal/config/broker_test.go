@@ -20,7 +20,8 @@ func brokerYAML(target string) string {
 // TestBrokerTargets: a target whose url is nats:// or tls:// is a NATS
 // JetStream target with its nats block, one whose url is amqp:// or
 // amqps:// a RabbitMQ target with its rabbitmq block (credentials from the
-// environment), and a NATS url may list servers as nats.go splits it;
+// environment), and a NATS url may list servers as nats.go splits it
+// (discovered_servers false unless set);
 // start-up refuses a broker target without its block, a block on a target
 // of another kind, credentials in the URL or in any server of a NATS list
 // (pointing to the block, never quoting them), another scheme in a NATS
@@ -40,7 +41,7 @@ func TestBrokerTargets(t *testing.T) {
         url: https://orders.internal/hooks
       - name: cluster
         url: "nats://nats-1.internal:4222, nats-2.internal:4222,tls://nats-3.internal:4222"
-        nats: { subject: "hooks.{sender}", token: "${PW}" }
+        nats: { subject: "hooks.{sender}", token: "${PW}", discovered_servers: true }
 `)), lookup)
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +54,11 @@ func TestBrokerTargets(t *testing.T) {
 	}
 	if tg, _ := s.Target("rabbit"); tg.RabbitMQ.Password != "s3cret-pass" || tg.RabbitMQ.Exchange != "hooks" {
 		t.Errorf("rabbitmq block %+v", tg.RabbitMQ)
+	}
+	bus, _ := s.Target("bus")
+	cluster, _ := s.Target("cluster")
+	if bus.NATS.DiscoveredServers || !cluster.NATS.DiscoveredServers {
+		t.Errorf("discovered_servers: bus %v (want false, the default), cluster %v (want true)", bus.NATS.DiscoveredServers, cluster.NATS.DiscoveredServers)
 	}
 	for _, tc := range []struct{ name, target, want string }{
 		{"nats without its block", "      - { name: bus, url: \"nats://n:4222\" }\n", "needs nats: { subject"},

@@ -172,6 +172,12 @@ type NATSTarget struct {
 	Token    string `yaml:"token"`
 	User     string `yaml:"user"`
 	Password string `yaml:"password"`
+	// DiscoveredServers, when true, lets the connection also go to the
+	// servers a NATS server advertises (the other members of its cluster,
+	// as its INFO lists them), with the target's credentials. False, the
+	// default: only to the servers of the target's url (which may list a
+	// cluster's), so that the credentials go nowhere else.
+	DiscoveredServers bool `yaml:"discovered_servers"`
 }
 
 // RabbitMQTarget is where a RabbitMQ target publishes: to Exchange ("",

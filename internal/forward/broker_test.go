@@ -404,3 +404,59 @@ func TestNATSServerUnreachable(t *testing.T) {
 	}
 	t.Logf("the connection lost: %v; never made: %v", last.Err, s.Err)
 }
+
+// TestNATSIgnoresDiscoveredServers: a NATS target connects only to the
+// servers of its url, never to those its server advertises, which would
+// get its token: with server a of a two-server cluster stopped, the
+// connection waits for a to come back and server b never sees it (before,
+// it went to b at once, token and all). With discovered_servers: true it
+// goes to b.
+func TestNATSIgnoresDiscoveredServers(t *testing.T) {
+	t.Parallel()
+	const token = "cluster-token-0123456789"
+	a, b := brokertest.StartNATSCluster(t, token)
+	ctx := t.Context()
+	target := func(discovered bool) *config.Target {
+		tg := natsTarget(a.URL(), "hooks.{sender}")
+		tg.NATS.Token, tg.NATS.DiscoveredServers = token, discovered
+		return tg
+	}
+	hookgate := func(names []string) int { // hookgate's connections among names
+		n := 0
+		for _, name := range names {
+			if name == "hookgate" {
+				n++
+			}
+		}
+		return n
+	}
+	tr := forward.NewNATSTransport(nil, time.Now)
+	defer tr.Close()
+	send := func(tg *config.Target) { // no JetStream on the cluster: retried, once connected
+		if s := tr.Send(ctx, message(tg, "")); s.Verdict != forward.VerdictRetry {
+			t.Fatalf("publish: %+v, want retry", s)
+		}
+	}
+	send(target(false))
+	if hookgate(a.ClientNames(false)) != 1 {
+		t.Fatalf("server a's clients %v, want hookgate's connection", a.ClientNames(false))
+	}
+	a.Stop()
+	send(target(false))
+	a.Start()
+	testkit.Poll(t, 30*time.Second, "hookgate's connection to come back to a (or go to b)", func() bool {
+		return hookgate(a.ClientNames(false)) == 1 || hookgate(b.ClientNames(true)) > 0
+	})
+	if names := b.ClientNames(true); hookgate(names) != 0 {
+		t.Fatalf("server b saw hookgate's connection (with the token): %v", names)
+	}
+
+	send(target(true))
+	a.Stop()
+	testkit.Poll(t, 30*time.Second, "the connection of discovered_servers: true to go to b", func() bool {
+		return hookgate(b.ClientNames(false)) > 0
+	}, func() string { return fmt.Sprintf("b's clients %v", b.ClientNames(true)) })
+	if names := b.ClientNames(false); hookgate(names) != 1 {
+		t.Errorf("b's clients %v, want only the connection of discovered_servers: true", names)
+	}
+}

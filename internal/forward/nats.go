@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,7 +23,9 @@ import (
 // acknowledgement within the target's timeout, no stream that takes the
 // subject, a server that is down or refuses: retried with backoff. One
 // connection per server (and credentials) is shared by every forward to
-// it, made at the first forward and again after it is lost; a message is
+// it, made at the first forward and again after it is lost, to the
+// servers of the target's url only (unless config.NATSTarget's
+// DiscoveredServers), never to those a server advertises; a message is
 // never buffered while the connection is down (it is retried instead).
 // Its methods are safe for concurrent use.
 type NATSTransport struct {
@@ -123,9 +126,10 @@ func natsUnreachable(err error) error {
 	return err
 }
 
-// natsKey is the connection key of a target: its server and credentials.
+// natsKey is the connection key of a target: its servers, credentials
+// and whether it follows discovered servers.
 func natsKey(t *config.Target) string {
-	return t.URL + "\x00" + t.NATS.Token + "\x00" + t.NATS.User + "\x00" + t.NATS.Password
+	return t.URL + "\x00" + t.NATS.Token + "\x00" + t.NATS.User + "\x00" + t.NATS.Password + "\x00" + strconv.FormatBool(t.NATS.DiscoveredServers)
 }
 
 // conn returns the connection to t's server, made now when there is none
@@ -151,6 +155,11 @@ func (n *NATSTransport) conn(ctx context.Context, t *config.Target) (*natsConn, 
 		// forward's back after its attempt was counted.
 		nats.ReconnectBufSize(-1),
 		nats.NoCallbacksAfterClientClose(),
+	}
+	if !t.NATS.DiscoveredServers {
+		// Reconnect to the url's servers only, not to those a server
+		// advertises: nats.go would send them the credentials.
+		opts = append(opts, nats.IgnoreDiscoveredServers())
 	}
 	switch {
 	case t.NATS.Token != "":
