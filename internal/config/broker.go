@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // The placeholders of a broker target's subject or routing key.
@@ -11,6 +12,35 @@ const (
 	PlaceholderTarget    = "{target}"
 	PlaceholderEventType = "{event_type}"
 )
+
+// NATSServers returns the servers of a NATS target's url as nats.go reads
+// it (nats.Connect): a comma-separated list, each element trimmed and the
+// empty ones dropped, an element without a scheme taken as nats:// (for
+// checking it: nats.go gives it the connection's scheme). A url without a
+// comma is its one server.
+func NATSServers(raw string) []string {
+	var out []string
+	for s := range strings.SplitSeq(raw, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			s = "nats://" + s
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Servers returns the URLs t connects to: each server of a NATS target's
+// list (NATSServers), or its one URL.
+func (t *Target) Servers() []string {
+	if t.Kind() == KindNATS {
+		return NATSServers(t.URL)
+	}
+	return []string{t.URL}
+}
 
 // placeholder finds what looks like a placeholder in a template.
 var placeholder = regexp.MustCompile(`\{[^{}]*\}`)
@@ -21,6 +51,55 @@ func checkTemplate(tmpl, field, where string) error {
 		if p != PlaceholderSender && p != PlaceholderTarget && p != PlaceholderEventType {
 			return fmt.Errorf("%s (%s): %s is not a placeholder: use {sender}, {target} or {event_type}", field, where, p)
 		}
+	}
+	return nil
+}
+
+// FirstToken is the part of a subject or routing key (or of its
+// template) before its first dot: NATS's first token, a topic exchange's
+// first word. The placeholders hold no dot (names are [a-z0-9_-], and an
+// event type goes in later tokens only), so a template's first token is
+// its expansion's.
+func FirstToken(s string) string {
+	first, _, _ := strings.Cut(s, ".")
+	return first
+}
+
+// SenderChoosesFirstToken reports whether the first token of a subject or
+// routing key template holds {event_type}: the sender, who chooses its
+// event types, would then choose where the message goes (a NATS subject
+// $JS.API.STREAM.PURGE.<stream> purges a stream; a routing key on
+// RabbitMQ's default exchange is a queue's name). Config refuses such a
+// template; the transports refuse it too, for a target made otherwise.
+func SenderChoosesFirstToken(tmpl string) bool {
+	return strings.Contains(FirstToken(tmpl), PlaceholderEventType)
+}
+
+// ReservedSubject reports whether subject's first token starts with $
+// (the NATS server's own subjects: $JS.API.… drives JetStream, $SYS.… is
+// the system account's, $KV.… and $O.… are JetStream's stores) or _INBOX
+// (where requests' replies go): no forward is published there.
+func ReservedSubject(subject string) bool {
+	first := FirstToken(subject)
+	return strings.HasPrefix(first, "$") || strings.HasPrefix(first, "_INBOX")
+}
+
+// checkFirstToken refuses a subject or routing key template whose first
+// token is not fixed by the configuration (a literal, {sender} or
+// {target}), and a subject whose first token is empty, starts with $ or
+// with _INBOX.
+func checkFirstToken(tmpl, field, where string, subject bool) error {
+	what := "routing key's first word"
+	if subject {
+		what = "subject's first token"
+	}
+	switch first := FirstToken(tmpl); {
+	case SenderChoosesFirstToken(tmpl):
+		return fmt.Errorf("%s (%s): the %s (before the first dot) holds {event_type}, which the sender chooses: it would choose where the message goes (a subject $JS.API.… is a JetStream API call; a routing key on the default exchange names any queue): start it with a literal, {sender} or {target}, as in hooks.{event_type} or {sender}.{event_type}", field, where, what)
+	case subject && first == "":
+		return fmt.Errorf("%s (%s): the %s (before the first dot) is empty: start it with a literal, {sender} or {target}", field, where, what)
+	case subject && ReservedSubject(tmpl):
+		return fmt.Errorf("%s (%s): the %s starts with $ or _INBOX, the NATS server's own subjects ($JS.API.… drives JetStream) and its replies': publish to a subject of your streams", field, where, what)
 	}
 	return nil
 }
@@ -49,6 +128,9 @@ func checkBrokerTarget(t *Target, field, where string) error {
 		if err := checkTemplate(n.Subject, field+".nats.subject", where); err != nil {
 			return err
 		}
+		if err := checkFirstToken(n.Subject, field+".nats.subject", where, true); err != nil {
+			return err
+		}
 		if !natsSubjectLiteral.MatchString(placeholder.ReplaceAllString(n.Subject, "x")) {
 			return fmt.Errorf("%s.nats.subject (%s): must not hold spaces or the wildcards * and > (a message is published to one subject)", field, where)
 		}
@@ -61,6 +143,9 @@ func checkBrokerTarget(t *Target, field, where string) error {
 	}
 	if r := t.RabbitMQ; r != nil {
 		if err := checkTemplate(r.RoutingKey, field+".rabbitmq.routing_key", where); err != nil {
+			return err
+		}
+		if err := checkFirstToken(r.RoutingKey, field+".rabbitmq.routing_key", where, false); err != nil {
 			return err
 		}
 		if r.Exchange == "" && r.RoutingKey == "" {

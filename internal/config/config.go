@@ -115,8 +115,10 @@ type Target struct {
 	// URL is where the event goes: POSTed to an http or https URL, or
 	// published to a message broker: NATS JetStream at a nats:// (or
 	// tls://) URL, with NATS; RabbitMQ at an amqp:// (or amqps://) URL,
-	// with RabbitMQ. Never with a user name or password in it: a broker's
-	// credentials are fields of NATS or RabbitMQ.
+	// with RabbitMQ; a NATS target's may list the servers of a cluster,
+	// comma-separated (NATSServers). Never with a user name or password in
+	// it (in any server of a list): a broker's credentials are fields of
+	// NATS or RabbitMQ.
 	URL string `yaml:"url" validate:"required,target_url"`
 	// Timeout bounds one attempt (10s by default).
 	Timeout Duration `yaml:"timeout" validate:"gte=1000000,lte=300000000000"`
@@ -162,18 +164,26 @@ type Target struct {
 // NATSTarget is where a NATS JetStream target publishes: Subject, a
 // template over {sender}, {target} and {event_type} (an event type's
 // characters that a subject cannot hold become _, and so does a missing
-// one), on a stream whose subjects take it. The credentials, when the
+// one), on a stream whose subjects take it; its first token is a literal,
+// {sender} or {target} (checkFirstToken). The credentials, when the
 // server asks for them, are a token or a user and password.
 type NATSTarget struct {
 	Subject  string `yaml:"subject" validate:"required,max=255"`
 	Token    string `yaml:"token"`
 	User     string `yaml:"user"`
 	Password string `yaml:"password"`
+	// DiscoveredServers, when true, lets the connection also go to the
+	// servers a NATS server advertises (the other members of its cluster,
+	// as its INFO lists them), with the target's credentials. False, the
+	// default: only to the servers of the target's url (which may list a
+	// cluster's), so that the credentials go nowhere else.
+	DiscoveredServers bool `yaml:"discovered_servers"`
 }
 
 // RabbitMQTarget is where a RabbitMQ target publishes: to Exchange ("",
 // the default exchange, routes by queue name) with RoutingKey, a template
-// over {sender}, {target} and {event_type}. User and Password are the
+// over {sender}, {target} and {event_type} whose first word is not
+// {event_type} (checkFirstToken). User and Password are the
 // credentials (RabbitMQ's default guest/guest when both are left out).
 type RabbitMQTarget struct {
 	Exchange   string `yaml:"exchange" validate:"max=255"`
@@ -213,14 +223,21 @@ func (t *Target) Kind() TargetKind {
 }
 
 // validTargetURL reports whether raw is an absolute URL with a host and
-// one of the schemes of targets.
+// one of the schemes of targets; a NATS target's, a list of such URLs
+// (NATSServers), each nats:// or tls://.
 func validTargetURL(raw string) bool {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return false
+	t := &Target{URL: raw}
+	servers := t.Servers()
+	for _, s := range servers {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return false
+		}
+		if k, ok := targetSchemes[strings.ToLower(u.Scheme)]; !ok || k != t.Kind() {
+			return false
+		}
 	}
-	_, ok := targetSchemes[strings.ToLower(u.Scheme)]
-	return ok
+	return len(servers) > 0
 }
 
 // Defaults of a forward target.

@@ -117,14 +117,28 @@ func checkHandshakeSigned(s *Sender) error {
 var errURLCredentials = errors.New("has a user name or password in it, which hookgate does not send with forwards: remove them from the URL and give them as a header instead, headers: { Authorization: \"Basic <base64 of user:password>\" } (or \"Bearer <token>\")")
 
 // checkTargetURL refuses a target URL with user information
-// (http://user:password@host/…), without quoting it. url is the URL's
-// field ("forward[0].url") and where its sender and target names.
+// (http://user:password@host/…), in any server of a NATS target's list,
+// and a host with a comma in any other URL (a list of servers, which only
+// NATS takes, whose later URLs would be shown as its path), without
+// quoting it. url is the URL's field ("forward[0].url") and where its
+// sender and target names.
 func checkTargetURL(raw, field, where string) error {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	t := &Target{URL: raw}
+	withUser := false
+	for _, s := range t.Servers() {
+		u, err := url.Parse(s)
+		if err != nil {
+			return nil // validation refuses it
+		}
+		if t.Kind() != KindNATS && strings.Contains(u.Host, ",") {
+			return fmt.Errorf("%s (%s): has a comma in its host: only a NATS target (nats://, tls://) takes a list of servers", field, where)
+		}
+		withUser = withUser || u.User != nil
+	}
+	if !withUser {
 		return nil
 	}
-	switch (&Target{URL: raw}).Kind() {
+	switch t.Kind() {
 	case KindNATS:
 		return fmt.Errorf("%s (%s): has a user name or password in it, which hookgate does not keep in URLs (they are shown and logged): remove them and give them as nats: { user: …, password: ${…} } (or nats: { token: ${…} })", field, where)
 	case KindRabbitMQ:

@@ -143,8 +143,9 @@ func (a *AllowedHosts) allowsTarget(host string) bool {
 }
 
 // CheckTargets returns an error naming every target of cfg whose URL's
-// host the list does not allow (its sender, name and host, never the rest
-// of the URL), or nil; nil for a nil list.
+// host, or the host of any server of a NATS target's list
+// (config.Target.Servers), the list does not allow (its sender, name and
+// host, never the rest of the URL), or nil; nil for a nil list.
 func (a *AllowedHosts) CheckTargets(cfg *config.Config) error {
 	if a == nil {
 		return nil
@@ -154,13 +155,15 @@ func (a *AllowedHosts) CheckTargets(cfg *config.Config) error {
 		s := &cfg.Senders[i]
 		for j := range s.Forward {
 			t := &s.Forward[j]
-			u, err := url.Parse(t.URL)
-			if err != nil {
-				continue // config has refused it
-			}
-			if !a.allowsTarget(u.Hostname()) {
-				errs = append(errs, fmt.Errorf("senders[%d].forward[%d].url (%s, target %s): its host %s is not in %s: add it (a name, *.domain, an address or a CIDR prefix) or point the target elsewhere",
-					i, j, s.Name, t.Name, u.Hostname(), AllowedHostsSetting))
+			for _, srv := range t.Servers() {
+				u, err := url.Parse(srv)
+				if err != nil {
+					continue // config has refused it
+				}
+				if !a.allowsTarget(u.Hostname()) {
+					errs = append(errs, fmt.Errorf("senders[%d].forward[%d].url (%s, target %s): its host %s is not in %s: add it (a name, *.domain, an address or a CIDR prefix) or point the target elsewhere",
+						i, j, s.Name, t.Name, u.Hostname(), AllowedHostsSetting))
+				}
 			}
 		}
 	}

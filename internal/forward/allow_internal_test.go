@@ -85,6 +85,28 @@ func TestAllowedHostsCheckTargets(t *testing.T) {
 	}
 }
 
+// CheckTargets checks the host of every server of a NATS target's list,
+// split as nats.go splits it (before, it saw the first host only).
+func TestAllowedHostsCheckNATSServerList(t *testing.T) {
+	t.Parallel()
+	cfg := parseConfig(t, `senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - { name: ok, url: "nats://127.0.0.1:4222, 127.0.0.2:4223 ,", nats: { subject: hooks } }
+      - { name: bus, url: "nats://127.0.0.1:4222,nats://10.1.2.3:4223", nats: { subject: hooks } }
+`)
+	a, _ := ParseAllowedHosts("127.0.0.0/8")
+	err := a.CheckTargets(cfg)
+	if err == nil || !strings.Contains(err.Error(), "senders[0].forward[1].url (acme, target bus): its host 10.1.2.3 is not in") {
+		t.Fatalf("CheckTargets: %v, want target bus refused for its second server", err)
+	}
+	if strings.Contains(err.Error(), "target ok") {
+		t.Errorf("CheckTargets refused the list inside 127.0.0.0/8: %v", err)
+	}
+}
+
 // The guarded client reaches a listed name and an address inside a listed
 // prefix, and refuses, before any byte is sent, an address outside and a
 // name whose address is outside the prefixes (localhost against

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -149,6 +150,29 @@ func expand(tmpl string, m Message, clean func(string) string) string {
 		}
 	}
 	return b.String()
+}
+
+// refusedDestination returns why a forward is not published to dest, the
+// expansion of the template tmpl (a NATS subject when subject, else a
+// RabbitMQ routing key), or nil: a template whose first token holds
+// {event_type} (the sender would choose the destination), a subject whose
+// first token starts with $ or _INBOX (the NATS server's own subjects,
+// replies). Config refuses such templates at start-up; this holds for a
+// target made otherwise, and for whatever an expansion gives. No attempt
+// can succeed: the forward fails (VerdictFailed) without reaching the
+// broker.
+func refusedDestination(tmpl, dest string, subject bool) error {
+	what := "routing key's first word"
+	if subject {
+		what = "subject's first token"
+	}
+	switch {
+	case config.SenderChoosesFirstToken(tmpl):
+		return fmt.Errorf("refused: the %s holds {event_type}, which the sender chooses: it would choose where the message goes", what)
+	case subject && config.ReservedSubject(dest):
+		return fmt.Errorf("refused subject %q: its first token starts with $ or _INBOX (the NATS server's own subjects, replies)", dest)
+	}
+	return nil
 }
 
 // subjectToken makes an event type part of a NATS subject: a character a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,7 +23,9 @@ import (
 // acknowledgement within the target's timeout, no stream that takes the
 // subject, a server that is down or refuses: retried with backoff. One
 // connection per server (and credentials) is shared by every forward to
-// it, made at the first forward and again after it is lost; a message is
+// it, made at the first forward and again after it is lost, to the
+// servers of the target's url only (unless config.NATSTarget's
+// DiscoveredServers), never to those a server advertises; a message is
 // never buffered while the connection is down (it is retried instead).
 // Its methods are safe for concurrent use.
 type NATSTransport struct {
@@ -53,17 +56,24 @@ func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 	defer cancel()
 	cut := func() bool { return b.cut(sctx) }
 	timeout := b.timeout
+	subject := expand(t.NATS.Subject, m, subjectToken)
+	if err := refusedDestination(t.NATS.Subject, subject, true); err != nil {
+		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, err)}
+	}
 	start := time.Now()
 	c, err := n.conn(sctx, t)
 	if err != nil {
-		err = fmt.Errorf("connect to NATS target %q: %w", t.Name, err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (not connected within %s)", errNATSUnreachable, timeout)
+		}
+		err = fmt.Errorf("connect to NATS target %q: %w", t.Name, natsUnreachable(err))
 		if cut() {
 			return Sent{Verdict: VerdictNone, Err: err}
 		}
 		return Sent{Verdict: VerdictRetry, Err: err, Took: time.Since(start)}
 	}
 	now := n.now()
-	msg := &nats.Msg{Subject: expand(t.NATS.Subject, m, subjectToken), Data: m.Body, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: subject, Data: m.Body, Header: nats.Header{}}
 	for _, h := range brokerHeaders(m, now) {
 		msg.Header.Set(h[0], h[1])
 	}
@@ -86,13 +96,40 @@ func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			n.drop(t, c)
 		}
-		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, err), Took: took}
+		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, natsUnreachable(err)), Took: took}
 	}
 }
 
-// natsKey is the connection key of a target: its server and credentials.
+// errNATSUnreachable is what a forward's error says of a NATS server that
+// cannot be reached: one that refuses the connection, does not complete it
+// in time, or whose connection was lost and is being made again. nats.go's
+// own words for these mislead: "no servers available for connection" at
+// the connect, and "outbound buffer limit exceeded" for a publish while it
+// reconnects (nothing is buffered then: nats.ReconnectBufSize(-1)).
+var errNATSUnreachable = errors.New("NATS server unreachable")
+
+// natsUnreachable returns err, nats.go's error of a connect or publish, as
+// errNATSUnreachable with its cause when it means the server cannot be
+// reached, or err as it is.
+func natsUnreachable(err error) error {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, ErrHostNotAllowed): // the allowed hosts refused it, not the server
+		return err
+	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
+		return fmt.Errorf("%w (the connection was lost and is being made again)", errNATSUnreachable)
+	case errors.Is(err, nats.ErrNoServers):
+		return fmt.Errorf("%w (connection refused)", errNATSUnreachable)
+	case errors.As(err, &op) && op.Op == "dial":
+		return fmt.Errorf("%w (%w)", errNATSUnreachable, err)
+	}
+	return err
+}
+
+// natsKey is the connection key of a target: its servers, credentials
+// and whether it follows discovered servers.
 func natsKey(t *config.Target) string {
-	return t.URL + "\x00" + t.NATS.Token + "\x00" + t.NATS.User + "\x00" + t.NATS.Password
+	return t.URL + "\x00" + t.NATS.Token + "\x00" + t.NATS.User + "\x00" + t.NATS.Password + "\x00" + strconv.FormatBool(t.NATS.DiscoveredServers)
 }
 
 // conn returns the connection to t's server, made now when there is none
@@ -118,6 +155,11 @@ func (n *NATSTransport) conn(ctx context.Context, t *config.Target) (*natsConn, 
 		// forward's back after its attempt was counted.
 		nats.ReconnectBufSize(-1),
 		nats.NoCallbacksAfterClientClose(),
+	}
+	if !t.NATS.DiscoveredServers {
+		// Reconnect to the url's servers only, not to those a server
+		// advertises: nats.go would send them the credentials.
+		opts = append(opts, nats.IgnoreDiscoveredServers())
 	}
 	switch {
 	case t.NATS.Token != "":

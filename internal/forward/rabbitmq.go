@@ -74,6 +74,10 @@ func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
 		}
 		return Sent{Verdict: VerdictRetry, Err: err, Took: took}
 	}
+	key := expand(t.RabbitMQ.RoutingKey, m, func(s string) string { return s })
+	if err := refusedDestination(t.RabbitMQ.RoutingKey, key, false); err != nil {
+		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("publish to RabbitMQ target %q: %w", t.Name, err)}
+	}
 	start := time.Now()
 	c, err := r.conn(sctx, t)
 	if err != nil {
@@ -90,7 +94,6 @@ func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
 	for _, h := range brokerHeaders(m, now) {
 		headers[h[0]] = h[1]
 	}
-	key := expand(t.RabbitMQ.RoutingKey, m, func(s string) string { return s })
 	pub := amqp.Publishing{
 		Headers:         headers,
 		ContentType:     headerValue(m.Headers, "Content-Type"),
@@ -211,7 +214,7 @@ func (r *RabbitMQTransport) conn(ctx context.Context, t *config.Target) (*amqpCo
 	}
 	cfg := amqp.Config{
 		Properties: amqp.Table{"connection_name": "hookgate"},
-		Dial:       ctxDialer{ctx: context.WithoutCancel(ctx), dial: r.dial, timeout: time.Duration(t.Timeout)}.Dial,
+		Dial:       handshakeDial(ctxDialer{ctx: context.WithoutCancel(ctx), dial: r.dial, timeout: time.Duration(t.Timeout)}),
 		Heartbeat:  10 * time.Second,
 	}
 	if t.RabbitMQ.User != "" {
@@ -224,6 +227,29 @@ func (r *RabbitMQTransport) conn(ctx context.Context, t *config.Target) (*amqpCo
 	}
 	s.c = &amqpConn{conn: conn}
 	return s.c, nil
+}
+
+// handshakeDial returns d's Dial, whose connection has a deadline d's
+// timeout after the dial began: it bounds the whole handshake that
+// follows (TCP, TLS for amqps, AMQP's connection open), so that a broker
+// that accepts and never answers costs a socket and goroutines for that
+// long, not for ever. amqp091's DefaultDial sets such a deadline, and a
+// Config.Dial replaces it; amqp.DialConfig clears it once the connection
+// is open (heartbeats take over), and closes the connection when the
+// handshake fails.
+func handshakeDial(d ctxDialer) func(network, addr string) (net.Conn, error) {
+	return func(network, addr string) (net.Conn, error) {
+		deadline := time.Now().Add(d.timeout)
+		c, err := d.Dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.SetDeadline(deadline); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 }
 
 // drop forgets c, t's connection, and closes it.

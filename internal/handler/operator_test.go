@@ -55,6 +55,9 @@ type opOptions struct {
 	// its ${VAR} references expand to.
 	yaml string
 	env  map[string]string
+	// edit, when set, changes the parsed configuration: for what start-up
+	// refuses now and an older version took.
+	edit func(*config.Config)
 	// noToken leaves the admin token out (the operator API is disabled);
 	// otherwise it is testToken.
 	noToken bool
@@ -98,6 +101,9 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) { v, ok := o.env[k]; return v, ok })
 	if err != nil {
 		t.Fatalf("config.Parse: %v", err)
+	}
+	if o.edit != nil {
+		o.edit(cfg)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.backoff == (forward.Backoff{}) {

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
@@ -194,6 +195,41 @@ senders:
 		t.Errorf("quiet's targets = %+v, want idle with no forwards", q)
 	}
 	wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/nobody/targets"), http.StatusNotFound, "unknown-sender", http.MethodGet, routeTargets)
+}
+
+// TestTargetsHideNATSServerListCredentials: a NATS target's url that
+// lists servers (nats://a,nats://user:password@b) is shown with every
+// server's credentials hidden in GET /v1/senders/{sender}/targets, GET
+// /v1/senders and the console's overview (start-up refuses such a url;
+// before, it took it, and the second server's password was shown).
+func TestTargetsHideNATSServerListCredentials(t *testing.T) {
+	t.Parallel()
+	const raw = "nats://127.0.0.1:14222,nats://hguser:pw-s3cret@127.0.0.1:14223, tokenUSER@127.0.0.1:14224"
+	s := newOpServer(t, opOptions{console: true, yaml: `
+senders:
+  - name: s
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - { name: bus, url: "nats://127.0.0.1:14222", nats: { subject: "hooks.{sender}" } }
+`, edit: func(c *config.Config) { c.Senders[0].Forward[0].URL = raw }})
+	const want = "nats://127.0.0.1:14222,nats://xxxxx:xxxxx@127.0.0.1:14223,xxxxx@127.0.0.1:14224"
+	if got := s.targets("s")["bus"].URL; got != want {
+		t.Errorf("GET /v1/senders/s/targets: url %q, want %q", got, want)
+	}
+	pages := map[string]string{
+		"GET /v1/senders/s/targets": string(s.call(http.MethodGet, "/v1/senders/s/targets").body),
+		"GET /v1/senders":           string(s.call(http.MethodGet, "/v1/senders").body),
+		"the console's overview":    consolePage(t, consoleClient(t, s), s.url, "/console/"),
+	}
+	for where, page := range pages {
+		if leak := containsAny(page, "hguser", "pw-s3cret", "tokenUSER"); leak != "" {
+			t.Errorf("%s shows %q", where, leak)
+		}
+		if !strings.Contains(page, "127.0.0.1:14224") {
+			t.Errorf("%s does not show the servers", where)
+		}
+	}
 }
 
 // TestTargetsCountOutboxAsPending checks that forwards not yet relayed

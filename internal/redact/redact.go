@@ -45,12 +45,51 @@ func SecretPathHost(host string) bool {
 	return strings.HasSuffix(host, ".webhook.office.com")
 }
 
+// serverList returns the servers of raw when it is a NATS URL (nats:// or
+// tls://) listing several, comma-separated, as nats.go reads it: each may
+// hold secrets of its own, and the later ones' parse as the first's path.
+// A server without a scheme is returned with nats:// in front and bare
+// true. Nil for any other URL.
+func serverList(raw string) (servers []string, bare []bool) {
+	scheme, _, _ := strings.Cut(raw, "://")
+	if s := strings.ToLower(scheme); s != "nats" && s != "tls" || !strings.Contains(raw, ",") {
+		return nil, nil
+	}
+	for s := range strings.SplitSeq(raw, ",") {
+		s = strings.TrimSpace(s)
+		b := s != "" && !strings.Contains(s, "://")
+		if b {
+			s = natsScheme + s
+		}
+		servers, bare = append(servers, s), append(bare, b)
+	}
+	return servers, bare
+}
+
+const natsScheme = "nats://"
+
 // URL returns raw with every secret replaced by Mask: the user name and
 // password, each query value (names are kept), the fragment, and, when
-// secretPath is true or the host is a SecretPathHost, each path segment.
-// A URL without secrets comes back unchanged; a string that does not parse
-// comes back as Unparseable.
+// secretPath is true or the host is a SecretPathHost, each path segment;
+// of a NATS URL listing several servers (nats://a:4222,nats://b:4222),
+// those of each. A URL without secrets comes back unchanged; a string that
+// does not parse comes back as Unparseable.
 func URL(raw string, secretPath bool) string {
+	if servers, bare := serverList(raw); servers != nil {
+		changed := false
+		for i, s := range servers {
+			red := URL(s, secretPath)
+			changed = changed || red != s
+			servers[i] = red
+			if bare[i] {
+				servers[i] = strings.TrimPrefix(red, natsScheme)
+			}
+		}
+		if !changed {
+			return raw
+		}
+		return strings.Join(servers, ",")
+	}
 	p, err := url.Parse(raw)
 	if err != nil {
 		return Unparseable
@@ -101,9 +140,17 @@ func URL(raw string, secretPath bool) string {
 }
 
 // Secrets returns the parts of raw that URL hides (user name, password,
-// query values, fragment, and the path segments when the path is secret),
-// for Text. A string that does not parse is a secret as a whole.
+// query values, fragment, and the path segments when the path is secret;
+// of each server of a NATS URL's list), for Text. A string that does not
+// parse is a secret as a whole.
 func Secrets(raw string, secretPath bool) []string {
+	if servers, _ := serverList(raw); servers != nil {
+		var out []string
+		for _, s := range servers {
+			out = append(out, Secrets(s, secretPath)...)
+		}
+		return out
+	}
 	p, err := url.Parse(raw)
 	if err != nil {
 		return []string{raw}

@@ -33,6 +33,13 @@ func TestURL(t *testing.T) {
 		{"https://acme.webhook.office.com/webhookb2/abc/IncomingWebhook/def/ghi", false, "https://acme.webhook.office.com/xxxxx/xxxxx/xxxxx/xxxxx/xxxxx"},
 		{"https://u:p@hooks.slack.com/services/T/B/S?x=1#f", false, "https://xxxxx:xxxxx@hooks.slack.com/xxxxx/xxxxx/xxxxx/xxxxx?x=xxxxx#xxxxx"},
 		{"http://[::1", false, redact.Unparseable},
+		// A NATS URL lists servers as nats.go splits it: each server's
+		// secrets are hidden (the later ones parse as the first's path).
+		{"nats://127.0.0.1:14222,nats://hg:pw@127.0.0.1:14223", false, "nats://127.0.0.1:14222,nats://xxxxx:xxxxx@127.0.0.1:14223"},
+		{"nats://a:4222, hg:pw@b:4223 ,", false, "nats://a:4222,xxxxx:xxxxx@b:4223,"},
+		{"tls://TOKEN@a:4222,tls://b:4222", false, "tls://xxxxx@a:4222,tls://b:4222"},
+		{"nats://a:4222, b:4223", false, "nats://a:4222, b:4223"},
+		{"https://svc/a,b", false, "https://svc/a,b"},
 	} {
 		if got := redact.URL(tc.in, tc.secretPath); got != tc.want {
 			t.Errorf("URL(%q, %v) = %q, want %q", tc.in, tc.secretPath, got, tc.want)
@@ -79,6 +86,21 @@ func TestURLInText(t *testing.T) {
 				t.Errorf("URLInText(%q) = %q: want the host kept", text, got)
 			}
 		}
+	}
+}
+
+// URLInText hides every server's secrets of a NATS server list.
+func TestURLInTextNATSServerList(t *testing.T) {
+	t.Parallel()
+	raw := "nats://127.0.0.1:14222,nats://hguser:pw-s3cret@127.0.0.1:14223, tokenUSER@127.0.0.1:14224"
+	got := redact.URLInText("connect to "+raw+": refused by 127.0.0.1:14223 for hguser (pw-s3cret) and tokenUSER", raw, false)
+	for _, s := range []string{"hguser", "pw-s3cret", "tokenUSER"} {
+		if strings.Contains(got, s) {
+			t.Errorf("URLInText = %q: still contains %q", got, s)
+		}
+	}
+	if !strings.Contains(got, "127.0.0.1:14223") {
+		t.Errorf("URLInText = %q: want the hosts kept", got)
 	}
 }
 
