@@ -12,8 +12,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -115,183 +113,25 @@ const keptOutbox = 1200
 // with g (PostgreSQL 15 has no uuidv7()).
 const v7SQL = `(lpad(to_hex(g), 12, '0') || '70008000' || substr(md5(g::text), 1, 12))::uuid`
 
-// planConn returns a connection of its own (closed when the test ends), with
-// a statement timeout, so that a plan that walks the tables fails the test
-// instead of running for minutes.
-func planConn(t *testing.T, pool *pgxpool.Pool) *pgx.Conn {
-	t.Helper()
-	pc, err := pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := pc.Hijack()
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	if _, err := conn.Exec(t.Context(), `SET statement_timeout = '20s'`); err != nil {
-		t.Fatal(err)
-	}
-	return conn
-}
+// planConn, explainAs and the plans' types are pgtest's (PlanConn,
+// ExplainAnalyze).
+var (
+	planConn       = pgtest.PlanConn
+	explainAs      = pgtest.ExplainAnalyze
+	planCacheModes = pgtest.PlanCacheModes
+)
 
-// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON)'s plan.
-type planNode struct {
-	NodeType         string     `json:"Node Type"`
-	Relation         string     `json:"Relation Name"`
-	Alias            string     `json:"Alias"`
-	Index            string     `json:"Index Name"`
-	IndexCond        string     `json:"Index Cond"`
-	Filter           string     `json:"Filter"`
-	Rows             float64    `json:"Actual Rows"`
-	Loops            float64    `json:"Actual Loops"`
-	RemovedByFilter  float64    `json:"Rows Removed by Filter"`
-	RemovedByRecheck float64    `json:"Rows Removed by Index Recheck"`
-	Plans            []planNode `json:"Plans"`
-}
-
-// explained is EXPLAIN (ANALYZE, FORMAT JSON)'s output for one statement.
-type explained struct {
-	Plan planNode        `json:"Plan"`
-	JIT  json.RawMessage `json:"JIT"`
-	Time float64         `json:"Execution Time"`
-	text string          // the whole output, for messages
-}
-
-// explainAs EXPLAIN ANALYZEs sql with args, as PostgreSQL plans it under
-// plan_cache_mode mode (force_generic_plan or force_custom_plan), in a
-// transaction that first runs settings (the statement's planner settings,
-// as its function sends them; "" for none) and is rolled back. The
-// arguments reach the prepared statement as parameters (the generic plan
-// does not see them): each is cast to its parameter's type through text.
-func explainAs(t *testing.T, conn *pgx.Conn, settings, mode, sql string, args ...any) explained {
-	t.Helper()
-	ctx := t.Context()
-	sd, err := conn.PgConn().Prepare(ctx, "", sql, nil)
-	if err != nil {
-		t.Fatalf("describe %s: %v", sql, err)
-	}
-	var types []string
-	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(format_type(o, NULL) ORDER BY i), '{}') FROM unnest($1::oid[]) WITH ORDINALITY AS u(o, i)`,
-		sd.ParamOIDs).Scan(&types); err != nil {
-		t.Fatal(err)
-	}
-	if len(types) != len(args) {
-		t.Fatalf("%d arguments for %d parameters of %s", len(args), len(types), sql)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Deallocated after the rollback (defers run last first).
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `DEALLOCATE hgplan`) }()
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if settings != "" {
-		if _, err := tx.Exec(ctx, settings); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
-		t.Fatal(err)
-	}
-	params := make([]string, len(args))
-	for i, a := range args {
-		name := fmt.Sprintf("hgplan.p%d", i+1)
-		if _, err := tx.Exec(ctx, `SELECT set_config($1, $2::`+types[i]+`::text, true)`, name, a); err != nil {
-			t.Fatalf("argument $%d: %v", i+1, err)
-		}
-		params[i] = fmt.Sprintf("current_setting('%s')::%s", name, types[i])
-	}
-	if _, err := tx.Exec(ctx, `PREPARE hgplan(`+strings.Join(types, ", ")+`) AS `+sql); err != nil {
-		t.Fatal(err)
-	}
-	var out string
-	explain := `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE hgplan`
-	if len(params) > 0 {
-		explain += `(` + strings.Join(params, ", ") + `)`
-	}
-	if err := tx.QueryRow(ctx, explain).Scan(&out); err != nil {
-		t.Fatalf("%s: EXPLAIN ANALYZE: %v", mode, err)
-	}
-	var ex []explained
-	if err := json.Unmarshal([]byte(out), &ex); err != nil || len(ex) != 1 {
-		t.Fatalf("decode EXPLAIN's JSON: %v\n%s", err, out)
-	}
-	ex[0].text = out
-	return ex[0]
-}
-
-// planModes are the plan cache modes the plan tests explain in: the plan
-// for the arguments, and the generic one PostgreSQL switches to after five
-// executions of a prepared statement (pgx prepares every statement).
-var planCacheModes = []string{"force_custom_plan", "force_generic_plan"}
-
-// scanNodes are the node types that read a table.
-var scanNodes = map[string]bool{
-	"Seq Scan": true, "Index Scan": true, "Index Only Scan": true, "Bitmap Heap Scan": true,
-	"Tid Scan": true, "Tid Range Scan": true, "Sample Scan": true,
-}
-
-// probeNodes are the scans a node run many times (the inner side of a
-// nested loop, a correlated subplan) may be: a probe of an index, or of a
-// row by its ctid.
-var probeNodes = map[string]bool{"Index Scan": true, "Index Only Scan": true, "Tid Scan": true}
+type explained = pgtest.Explained
 
 // planProblems returns what is wrong with plan for a statement that should
-// touch about batch rows: JIT compilation (a forced plan's disabled paths
-// cost 1e10, past jit_above_cost: 50–85 ms per execution instead of 1–2);
-// a scan that visits (rows returned + rows removed by its filters) × its
-// loops more than 3 × batch + 100 rows; a scan run more than once (a nested
+// touch about batch rows (pgtest.PlanProblems): JIT compilation; a scan
+// that visits (rows returned + rows removed by its filters) × its loops
+// more than 3 × batch + 100 rows; a scan run more than once (a nested
 // loop's inner side, a subplan) that is not a probe (of an index, or by
 // ctid) visiting at most 2 rows per loop.
 func planProblems(ex explained, batch int) []string {
-	var problems []string
-	if len(ex.JIT) > 0 && string(ex.JIT) != "null" {
-		problems = append(problems, "the statement is compiled by JIT")
-	}
 	limit := float64(3*batch + 100)
-	var walk func(n planNode)
-	walk = func(n planNode) {
-		if scanNodes[n.NodeType] {
-			perLoop := n.Rows + n.RemovedByFilter + n.RemovedByRecheck
-			visited := perLoop * n.Loops
-			name := fmt.Sprintf("%s on %s (%s)", n.NodeType, n.Relation, n.Alias)
-			if n.Index != "" {
-				name += " using " + n.Index
-			}
-			if visited > limit {
-				problems = append(problems, fmt.Sprintf("%s visits %.0f rows (%.0f × %.0f loops), more than %.0f", name, visited, perLoop, n.Loops, limit))
-			}
-			if n.Loops > 1 && (!probeNodes[n.NodeType] || perLoop > 2) {
-				problems = append(problems, fmt.Sprintf("%s runs %.0f times, visiting %.0f rows each: not a key probe", name, n.Loops, perLoop))
-			}
-		}
-		for _, c := range n.Plans {
-			walk(c)
-		}
-	}
-	walk(ex.Plan)
-	return problems
-}
-
-// planShape is plan's tree in one line: each node's type, relation and
-// index, and the rows it visited × its loops, its children in brackets.
-func planShape(n planNode) string {
-	s := n.NodeType
-	if n.Relation != "" {
-		s += " " + n.Relation
-	}
-	if n.Index != "" {
-		s += " using " + n.Index
-	}
-	if scanNodes[n.NodeType] {
-		s += fmt.Sprintf(" (%.0f×%.0f)", n.Rows+n.RemovedByFilter+n.RemovedByRecheck, n.Loops)
-	}
-	if len(n.Plans) > 0 {
-		var c []string
-		for _, p := range n.Plans {
-			c = append(c, planShape(p))
-		}
-		s += " [" + strings.Join(c, ", ") + "]"
-	}
-	return s
+	return pgtest.PlanProblems(ex, pgtest.PlanLimits{MaxVisited: func(string) float64 { return limit }})
 }
 
 // checkPlans explains sql with args in both plan cache modes (see
@@ -301,9 +141,9 @@ func checkPlans(t *testing.T, conn *pgx.Conn, batch int, settings, sql string, a
 	for _, mode := range planCacheModes {
 		ex := explainAs(t, conn, settings, mode, sql, args...)
 		if p := planProblems(ex, batch); len(p) > 0 {
-			t.Errorf("%s: %s\n%s", mode, strings.Join(p, "; "), ex.text)
+			t.Errorf("%s: %s\n%s", mode, strings.Join(p, "; "), ex.Text)
 		}
-		t.Logf("%s (%.2f ms): %s", mode, ex.Time, planShape(ex.Plan))
+		t.Logf("%s (%.2f ms): %s", mode, ex.Time, ex.Plan.Shape())
 	}
 }
 

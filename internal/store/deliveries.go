@@ -387,7 +387,9 @@ const HourCountRetention = 48 * time.Hour
 // nothing. The closed hours of the day are counted once, from
 // processed_messages, and read from delivery_hour_counts after that (a key
 // deleted later, its retention shorter than a day, stays counted in its
-// hour); the rest of the day is counted at each call.
+// hour); the rest of the day is counted at each call. Every statement
+// reads through an index (IndexScans): a day of keys, never their
+// retention's.
 func (q *Queries) CountDeliveries(ctx context.Context, sender string, now time.Time) ([]StatusCount, error) {
 	now = now.UTC()
 	dayAgo, hourAgo := now.Add(-24*time.Hour), now.Add(-time.Hour)
@@ -409,6 +411,7 @@ func (q *Queries) CountDeliveries(ctx context.Context, sender string, now time.T
 	}
 	closed := map[time.Time]map[int16]int64{}
 	b := &pgx.Batch{}
+	b.Queue(IndexScans)
 	b.Queue(countOpenSQL, sender, dayAgo, first, last, hourAgo).Query(func(rows pgx.Rows) error {
 		var (
 			status    int16
@@ -509,7 +512,7 @@ func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Ti
 		out[h] = map[int16]int64{0: 0}
 	}
 	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, countHoursSQL, sender, hours[0], hours[len(hours)-1].Add(time.Hour)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+		rows, err := QueryUnder(ctx, tx, IndexScans, countHoursSQL, sender, hours[0], hours[len(hours)-1].Add(time.Hour)) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 		if err != nil {
 			return err
 		}
