@@ -495,12 +495,14 @@ func testQueuePlans(t *testing.T, grown bool) {
 	t.Run("wake", func(t *testing.T) {
 		// The jobs waiting on the queue: every 100th snoozed, twice as
 		// many due (in the shrunk table too: their delivery IDs end in 0 or
-		// 5).
-		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t")...)
+		// 5). The snoozed ones are woken, in batches.
+		snoozed := int64(planRows / 100)
+		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t", wakeBatch)...)
+		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t", 100)...)
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
-				if err := both(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil {
-					t.Fatalf("%s, run %d: %v", mode, run, err)
+				if n, err := both(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil || n != snoozed {
+					t.Fatalf("%s, run %d: woke %d, %v; want %d", mode, run, n, err, snoozed)
 				}
 			})
 		})
