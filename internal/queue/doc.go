@@ -39,6 +39,9 @@
 //   - jobs.go: the forward job kind (formatted into SQL once:
 //     forwardKind), a forward (Forward, Output) as read from its job, and
 //     the breaker's wake of a target's waiting forwards
+//   - schedule.go: the forwards made available when their time comes by
+//     hookgate itself, not by River's job scheduler, which hookgate
+//     cancels and analyzes the table for when its plan stalls
 //   - states.go: hookgate's five forward states, the one mapping of them
 //     to River's job states, and River's state names as the statements'
 //     parameters (never literals in their SQL)
@@ -57,8 +60,9 @@
 //     statistics)
 //
 // The lock order. Hookgate's statements that update River's jobs never
-// wait for a row lock: the breaker's wake (wakeSQL) and the takeover
-// (takeOverSQL, releaseOrphansSQL) take their jobs with FOR UPDATE SKIP LOCKED in an
+// wait for a row lock: the scheduling of due forwards (scheduleSQL), the
+// breaker's wake (wakeSQL) and the takeover (takeOverSQL,
+// releaseOrphansSQL) take their jobs with FOR UPDATE SKIP LOCKED in an
 // InitPlan and update only those; a job another transaction holds is left
 // to it (River's fetch makes it running, its scheduler available, its
 // completer writes its outcome) or to the next pass. Their transactions

@@ -508,6 +508,29 @@ func testQueuePlans(t *testing.T, grown bool) {
 		})
 	})
 
+	t.Run("scheduling of due forwards", func(t *testing.T) {
+		// The snoozed jobs are due within two hours: a batch of them, then
+		// the rest; none within the next seconds.
+		snoozed := int64(planRows / 100)
+		checkPlans(t, explainConn, planRows/100, store.IndexOrderScans, scheduleSQL, scheduleArgs(planQueue, 2*time.Hour, scheduleBatch)...)
+		checkPlans(t, explainConn, 100, store.IndexOrderScans, scheduleSQL, scheduleArgs(planQueue, 2*time.Hour, 100)...)
+		checkPlans(t, explainConn, 1, store.IndexOrderScans, scheduleSQL, scheduleArgs(planQueue, scheduleAhead, scheduleBatch)...)
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			inRolledBack(t, conn, func(tx pgx.Tx) {
+				q := both(tx)
+				if n, err := q.ScheduleDueForwards(ctx, planQueue, scheduleAhead, scheduleBatch); err != nil || n != 0 {
+					t.Fatalf("%s, run %d: made %d available ahead of %s, %v; want none", mode, run, n, scheduleAhead, err)
+				}
+				if n, err := q.ScheduleDueForwards(ctx, planQueue, 2*time.Hour, 100); err != nil || n != 100 {
+					t.Fatalf("%s, run %d: made %d available, %v; want a batch of 100", mode, run, n, err)
+				}
+				if n, err := q.ScheduleDueForwards(ctx, planQueue, 2*time.Hour, scheduleBatch); err != nil || n != snoozed-100 {
+					t.Fatalf("%s, run %d: made %d available, %v; want the other %d", mode, run, n, err, snoozed-100)
+				}
+			})
+		})
+	})
+
 	t.Run("retention of delivered forwards", func(t *testing.T) {
 		cutoff := time.Now().Add(-24 * time.Hour)
 		withPlanModes(t, conn, 7, func(mode string, run int) {

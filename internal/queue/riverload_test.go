@@ -103,8 +103,10 @@ FROM generate_series(1, $5::int) g`, string(state), due.Milliseconds(), target, 
 }
 
 // riverAlone returns a River client of loadYAML's sender working forwards
-// with w on pool, at most workers at once.
-func riverAlone(t *testing.T, pool *pgxpool.Pool, w ForwardWorker, workers int) *River {
+// with w on pool, at most workers at once, with hookgate's scheduling of
+// due forwards off (River's scheduler alone makes them available), and
+// that scheduling.
+func riverAlone(t *testing.T, pool *pgxpool.Pool, w ForwardWorker, workers int) (*River, *forwardScheduler) {
 	t.Helper()
 	cfg := parseConfig(t, loadYAML)
 	cc := DefaultClientConfig(cfg)
@@ -114,7 +116,9 @@ func riverAlone(t *testing.T, pool *pgxpool.Pool, w ForwardWorker, workers int) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r
+	sched := r.sched
+	r.sched = nil
+	return r, sched
 }
 
 // startRiver starts r and returns what stops it, cancelling its jobs.
@@ -150,7 +154,7 @@ func riverScheduling(t *testing.T, pool *pgxpool.Pool, since time.Time) bool {
 	var n int
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND starts_with(query, $1) AND query_start > $2`,
-		"-- name: JobSchedule ", since).Scan(&n); err != nil {
+		riverScheduleStatement, since).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n > 0
@@ -164,7 +168,8 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'acti
 // PostgreSQL detects no deadlock. Before, the wake waited behind the
 // scheduler, then updated the jobs River had fetched meanwhile, locking
 // them as the completer wrote them in another order: 2 deadlocks in 6
-// rounds, the completer's and the scheduler's.
+// rounds, the completer's and the scheduler's. Hookgate's own scheduling
+// of the forwards is off here, so that River's scheduler has them.
 func TestBreakerWakeNeverDeadlocks(t *testing.T) {
 	testkit.Slow(t, "River's completer and scheduler under load for half a minute")
 	t.Parallel()
@@ -174,7 +179,7 @@ func TestBreakerWakeNeverDeadlocks(t *testing.T) {
 	before := deadlocks(t, pool)
 
 	w := &loadWorker{}
-	r := riverAlone(t, pool, w, 50)
+	r, _ := riverAlone(t, pool, w, 50)
 	const rounds, snoozed, others = 3, 1200, 2000
 	for i := range rounds {
 		// The target's forwards snoozed behind its breaker, due within
@@ -276,3 +281,48 @@ func waitFinished(t *testing.T, pool *pgxpool.Pool) {
 // waitFor bounds the load tests' waits: a guard against hangs, not a
 // timed assertion.
 const waitFor = 2 * time.Minute
+
+// TestStalledRiverSchedulerIsCancelled: on statistics that say no job
+// waits, River's scheduler statement takes 3,000 due forwards (River's
+// scheduler alone: hookgate's scheduling is off until then) and runs for
+// seconds, holding them. Hookgate's pass then analyzes River's table and
+// cancels the statement, and the forwards are worked: made available by
+// hookgate's next passes, or by River's next run, planned on the new
+// statistics.
+func TestStalledRiverSchedulerIsCancelled(t *testing.T) {
+	testkit.Slow(t, "River's scheduler stalled on lying statistics")
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t, pgtest.Conns(20))
+	ctx := t.Context()
+	finishedLoad(t, pool, 25000)
+	w := &loadWorker{}
+	r, sched := riverAlone(t, pool, w, 20) // River's scheduler alone, until the passes below
+	const due = 3000
+	insertWaiting(t, pool, "t", rivertype.JobStateRetryable, -time.Second, due, "due-")
+	defer startRiver(t, r)()
+	deadline := time.Now().Add(waitFor)
+	var cancelled int
+	for cancelled == 0 {
+		n, longest, err := sched.jobs.CancelStalledRiverSchedule(ctx, riverScheduleStall)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			cancelled = n
+			t.Logf("cancelled River's scheduler statement after %s", longest)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("River's scheduler statement not cancelled within %s", waitFor)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ok, err := sched.jobs.JobsAnalyzedSinceReset(ctx); err != nil || !ok {
+		t.Errorf("river_job analyzed: %v, %v; want true", ok, err)
+	}
+	stop := sched.start(ctx)
+	defer stop()
+	waitFinished(t, pool)
+	if w.done.Load() != due {
+		t.Errorf("%d forwards worked, want %d", w.done.Load(), due)
+	}
+}
