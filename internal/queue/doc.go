@@ -88,7 +88,9 @@
 // River's job sequence and the indexes the reads use. A River upgrade that
 // changes any of them fails there first. The statements' plans are checked
 // under lying statistics by TestQueuePlansWhenStatisticsLie (plans_test.go),
-// with the store's statements they run beside.
+// with the store's statements they run beside, and River's own statements
+// on its table in a working process's steady state by
+// TestRiverPlansWhenStatisticsLie (riverplans_test.go).
 //
 // The fixtures that put River's jobs in a given state for tests are in
 // package queuetest, which only tests import (a depguard rule in
