@@ -160,16 +160,18 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'acti
 	return n > 0
 }
 
-// TestBreakerWakeNeverDeadlocks: a target's breaker closes, again and
-// again, while River's scheduler makes its snoozed forwards available on
-// statistics that say none waits (its statement holds them for seconds)
-// and River's completer writes the outcomes of thousands of forwards (of
-// the target and of another): the wake never waits for River's locks, and
-// PostgreSQL detects no deadlock. Before, the wake waited behind the
-// scheduler, then updated the jobs River had fetched meanwhile, locking
-// them as the completer wrote them in another order: 2 deadlocks in 6
-// rounds, the completer's and the scheduler's. Hookgate's own scheduling
-// of the forwards is off here, so that River's scheduler has them.
+// TestBreakerWakeNeverDeadlocks: the wake a target's breaker runs when it
+// closes (WakeWaitingForwards) runs three times while River's scheduler
+// makes the target's snoozed forwards available on statistics that say
+// none waits (its statement holds them for seconds) and River's completer
+// writes the outcomes of thousands of forwards (of the target and of
+// another): the wake is never seen waiting for a lock, PostgreSQL detects
+// no deadlock, and every forward is worked. The earlier wake waited behind
+// the scheduler in every round, then updated the jobs River had fetched
+// meanwhile, locking them as the completer wrote them in another order
+// (2 deadlocks in 6 rounds, the completer's and the scheduler's).
+// Hookgate's own scheduling of the forwards is off here, so that River's
+// scheduler has them.
 func TestBreakerWakeNeverDeadlocks(t *testing.T) {
 	testkit.Slow(t, "River's completer and scheduler under load for half a minute")
 	t.Parallel()
