@@ -24,13 +24,7 @@ import (
 func TestBreakerHoldsForwardsThroughAnOutage(t *testing.T) {
 	testkit.Slow(t, "a target outage longer than the forwards' attempts")
 	t.Parallel()
-	var up atomic.Bool
-	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
-		if up.Load() {
-			return testkit.Answer{Status: http.StatusOK}
-		}
-		return testkit.Answer{Status: http.StatusServiceUnavailable}
-	})
+	tg, up := downTarget(t)
 	e := newEnv(t, fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 1s\n        max_attempts: 10\n        breaker_threshold: 2\n", tg.URL),
 		envOpts{Work: true, BreakerWindow: 400 * time.Millisecond,
 			Backoff: forward.Backoff{Base: 100 * time.Millisecond, Max: 400 * time.Millisecond}})
@@ -186,6 +180,20 @@ func (e *env) breaker(target string) string {
 	return forward.BreakerClosed
 }
 
+// downTarget returns a target that answers 503 until up is set, and 200
+// from then on.
+func downTarget(t *testing.T) (tg *testkit.Target, up *atomic.Bool) {
+	t.Helper()
+	up = new(atomic.Bool)
+	tg = testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
+		if up.Load() {
+			return testkit.Answer{Status: http.StatusOK}
+		}
+		return testkit.Answer{Status: http.StatusServiceUnavailable}
+	})
+	return tg, up
+}
+
 // delivered returns how many of keys received a 2xx from tg.
 func delivered(tg *testkit.Target, keys []string) int {
 	ok := tg.Delivered()
@@ -239,13 +247,7 @@ func TestFlakyTargetGetsEveryEvent(t *testing.T) {
 func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 	testkit.Slow(t, "a long target outage (about 30 s)")
 	t.Parallel()
-	var up atomic.Bool
-	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
-		if up.Load() {
-			return testkit.Answer{Status: http.StatusOK}
-		}
-		return testkit.Answer{Status: http.StatusServiceUnavailable}
-	})
+	tg, up := downTarget(t)
 	e := newEnv(t, fmt.Sprintf("      - name: down\n        url: %s\n        timeout: 5s\n", tg.URL),
 		envOpts{Work: true, Backoff: forward.DefaultBackoff, BreakerProbe: forward.DefaultProbeInterval})
 	const n = 20

@@ -2,6 +2,8 @@ package forward
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,8 +19,26 @@ const (
 	BreakerHalfOpen = store.BreakerHalfOpen
 )
 
+// wakeAgainAfter is how long after a breaker closed its target's waiting
+// forwards are woken a second time: a forward the breaker told to wait
+// just before it closed may have its snooze written by River after the
+// first wake (River's completer writes outcomes in batches, every 50 ms).
+const wakeAgainAfter = time.Second
+
 // wakeWaiting makes the waiting forwards of sender's target available now:
-// its breaker closed, so they need not wait for their snooze to end.
+// its breaker closed, so they need not wait for their snooze, or their
+// retry, to come (queue.Jobs.WakeWaitingForwards), and again wakeAgainAfter
+// later.
 func wakeWaiting(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
-	return queue.NewJobs(db).WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
+	jobs := queue.NewJobs(db)
+	_, err := jobs.WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
+	t := time.NewTimer(wakeAgainAfter)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return errors.Join(err, ctx.Err())
+	case <-t.C:
+	}
+	_, again := jobs.WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
+	return errors.Join(err, again)
 }

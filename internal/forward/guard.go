@@ -44,6 +44,10 @@ const (
 	// breaker. The breaker wakes its forwards when it closes, so this bounds
 	// the work of waiting, not the time to resume.
 	maxBreakerWait = 30 * time.Second
+	// wakeTimeout bounds the wake of a target's waiting forwards when its
+	// breaker closes (wakeWaiting: two passes a second apart, each a few
+	// statements of up to a thousand jobs).
+	wakeTimeout = 10 * time.Second
 	// busySnooze is about how long a forward waits when its target is at
 	// its limit in this process and nothing better is known: the wait
 	// follows how long the target's attempts take, between minBusySnooze
@@ -105,7 +109,8 @@ type guards struct {
 	now      func() time.Time
 	metrics  *Metrics
 	// wake makes the waiting forwards of a target whose breaker closed
-	// available now (nil: they come back when their snooze ends).
+	// available now, their retries too, and again a second later
+	// (wakeWaiting; nil: they come back when their snooze or retry is due).
 	wake func(ctx context.Context, sender, target string) error
 	// process names this process in the breakers' history.
 	process string
@@ -463,7 +468,7 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 		g.recordPause(ctx, gd, showPause, retryFor, errText)
 	}
 	if changed == BreakerClosed && g.wake != nil {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
 		defer cancel()
 		if err := g.wake(wctx, gd.sender, gd.target); err != nil && g.log != nil {
 			g.log.Warn("wake forwards of a target whose breaker closed; they come back when their wait ends",

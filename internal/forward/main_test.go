@@ -109,6 +109,9 @@ type envOpts struct {
 	// queue.ClientConfig.Distributed), as serve does on Citus: the records
 	// first, the outbox rows deleted after. Always on Citus.
 	Split bool
+	// Setup, when set, runs on the env's database before its River client
+	// starts (with Work).
+	Setup func(pool *pgxpool.Pool)
 }
 
 // fastOptions are the fast path's settings in a test env: each, when not
@@ -227,6 +230,9 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake, split: cc.Distributed}
 	if fo != nil {
 		e.relayIdle = fo.relayIdle
+	}
+	if opts.Setup != nil {
+		opts.Setup(pool)
 	}
 	if opts.Work {
 		e.start()

@@ -156,7 +156,7 @@ func (e Explained) JITCompiled() bool { return len(e.JIT) > 0 && string(e.JIT) !
 // transaction that first runs settings (the planner settings the
 // statement is sent with; "" for none) and is rolled back, so that a
 // statement that writes leaves nothing. The arguments reach the prepared
-// statement as parameters, each cast to its parameter's type through text.
+// statement as parameters, each cast to its parameter's type through text (a nil one is NULL).
 // It fails the test on any error.
 func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, args ...any) Explained {
 	t.Helper()
@@ -191,10 +191,14 @@ func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, ar
 	params := make([]string, len(args))
 	for i, a := range args {
 		name := fmt.Sprintf("hgexplained.p%d", i+1)
-		if _, err := tx.Exec(ctx, `SELECT set_config($1, $2::`+types[i]+`::text, true)`, name, a); err != nil {
+		var null bool
+		if err := tx.QueryRow(ctx, `SELECT $1::`+types[i]+` IS NULL, set_config($2, coalesce($1::`+types[i]+`::text, ''), true)`, a, name).Scan(&null, nil); err != nil {
 			t.Fatalf("argument $%d: %v", i+1, err)
 		}
 		params[i] = fmt.Sprintf("current_setting('%s')::%s", name, types[i])
+		if null {
+			params[i] = "NULL::" + types[i]
+		}
 	}
 	if _, err := tx.Exec(ctx, `PREPARE hgexplained(`+strings.Join(types, ", ")+`) AS `+sql); err != nil {
 		t.Fatal(err)

@@ -45,6 +45,7 @@ var uniqueStates = unfinishedJobStates()
 func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UUID, deliveryID string) river.InsertManyParams {
 	opts := &river.InsertOpts{
 		Queue:      ForwardQueue,
+		Priority:   forwardPriority,
 		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueStates},
 	}
 	if cfg != nil {

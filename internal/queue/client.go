@@ -266,5 +266,9 @@ func New(cfg ClientConfig) (*River, error) {
 	if cfg.Distributed {
 		jobs = jobs.Distributed()
 	}
-	return &River{client: client, pool: cfg.Pool, jobs: jobs, cfg: cfg.Senders}, nil
+	r := &River{client: client, pool: cfg.Pool, jobs: jobs, cfg: cfg.Senders}
+	if cfg.Worker != nil {
+		r.sched = &forwardScheduler{jobs: NewJobs(cfg.Pool), queue: ForwardQueue, log: cfg.Log}
+	}
+	return r, nil
 }

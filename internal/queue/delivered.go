@@ -210,7 +210,8 @@ const riverSchedulerInterval = 5 * time.Second
 // executor leaves its own jobs: pending as available; retrying as
 // available when its retry (ScheduledAt) is due within River's scheduler
 // interval, so that a fetch takes it once due, and as retryable otherwise,
-// for River's scheduler to make available once due; failed as cancelled
+// for the scheduling of due forwards (schedule.go) to make available
+// before it is due; failed as cancelled
 // when it failed at once (River's JobCancel) and as discarded when its
 // attempts are used up. A delivered forward is a row of forward_delivered,
 // not a job.

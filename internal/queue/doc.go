@@ -38,7 +38,10 @@
 //     (the bulk job's worker)
 //   - jobs.go: the forward job kind (formatted into SQL once:
 //     forwardKind), a forward (Forward, Output) as read from its job, and
-//     the updates of waiting jobs (the breaker's wake)
+//     the breaker's wake of a target's waiting forwards
+//   - schedule.go: the forwards made available when their time comes by
+//     hookgate itself, not by River's job scheduler, which hookgate
+//     cancels and analyzes the table for when its plan stalls
 //   - states.go: hookgate's five forward states, the one mapping of them
 //     to River's job states, and River's state names as the statements'
 //     parameters (never literals in their SQL)
@@ -56,13 +59,38 @@
 //   - analyze.go: VACUUM ANALYZE of River's table (tests that need fresh
 //     statistics)
 //
+// The lock order. Hookgate's statements that update River's jobs never
+// wait for a row lock: the scheduling of due forwards (scheduleSQL), the
+// breaker's wake (wakeSQL) and the takeover (takeOverSQL,
+// releaseOrphansSQL) take their jobs with FOR UPDATE SKIP LOCKED in an
+// InitPlan and update only those; a job another transaction holds is left
+// to it (River's fetch makes it running, its scheduler available, its
+// completer writes its outcome) or to the next pass. Their transactions
+// are one statement each and hold no other lock. A statement that never
+// waits for a lock is in no cycle of waits, so none of them can deadlock
+// with River's statements, which lock in orders of their own: the fetch
+// SKIP LOCKED in (priority, scheduled_at, id) order, the scheduler FOR
+// UPDATE in the same order, waiting, the completer in the order of a Go
+// map, waiting, the rescuer and the cleaner by ID. A statement of River's
+// may wait for one of hookgate's for the milliseconds it runs. Hookgate's
+// inserts (the relay's, the fast path's recording, the redeliveries) lock
+// only the jobs they add, and wait only where River's insert of a unique
+// forward does: for the transaction that holds the unfinished forward of
+// its key. Before (issue 43), the wake's UPDATE waited behind the
+// scheduler's locks, then locked the jobs River had fetched meanwhile as
+// it went (an UPDATE locks the newest version of a row it rechecks), in
+// an order the completer did not share: PostgreSQL found deadlocks
+// (TestBreakerWakeNeverDeadlocks).
+//
 // TestRiverSchema (riverschema_test.go) checks that River's schema is the
 // one these statements were written for: river_job's columns and their
 // types, River's job states, the columns the fast path's insert must give,
 // River's job sequence and the indexes the reads use. A River upgrade that
 // changes any of them fails there first. The statements' plans are checked
 // under lying statistics by TestQueuePlansWhenStatisticsLie (plans_test.go),
-// with the store's statements they run beside.
+// with the store's statements they run beside, and River's own statements
+// on its table in a working process's steady state by
+// TestRiverPlansWhenStatisticsLie (riverplans_test.go).
 //
 // The fixtures that put River's jobs in a given state for tests are in
 // package queuetest, which only tests import (a depguard rule in

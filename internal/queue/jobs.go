@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 )
 
@@ -100,39 +99,82 @@ type Forward struct {
 	CreatedAt time.Time
 }
 
-// wakeSQL makes the forwards of sender $2's target $3 on queue $1 that wait
-// for a later time (snoozed behind its breaker: in River's states $5,
-// scheduled and available) available now (River's state $4). Forwards
-// waiting for a retry after a failed attempt (retryable) keep their
-// backoff. The jobs are selected in
-// an InitPlan that reads River's index of waiting jobs (state, queue,
-// priority, scheduled_at, id: the queue's waiting jobs, not the target's
-// whole history, nor every forward job), the one path its ORDER BY leaves
-// without a sort under store.IndexOrderScans (see plans.go), and updated by ctid
-// (a TID scan); a job River fetched meanwhile (its row updated) is left as
-// River made it.
-var wakeSQL = jobSQL(`UPDATE river_job SET state = $4::river_job_state, scheduled_at = now()
-WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
-  WHERE kind = {forward_kind} AND queue = $1 AND state = ANY($5::river_job_state[])
-    AND scheduled_at > now() AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)
-  ORDER BY state, queue, priority, scheduled_at, id))`)
+// forwardPriority is the River priority of every forward job: River's
+// default, which jobParams gives and the fast path's recording writes.
+// The statements that find waiting forwards through River's fetching
+// index (state, queue, priority, scheduled_at, id) name it, so that the
+// time is a bound of the index scan, not a filter over every waiting job.
+const forwardPriority = 1
 
-// wakeArgs are wakeSQL's arguments.
-func wakeArgs(queue, sender, target string) []any {
-	return []any{queue, sender, target, jobAvailable, []string{jobScheduled, jobAvailable}}
+// staysUnique is the condition, over a job j in River's state $<p> to be
+// changed to available, that the change keeps j in River's unique index
+// (river_job_unique_idx: a job with a unique key is in it while its state
+// is one of its unique states) or keeps it out: a job that would enter it
+// could conflict with another job of its key, which River's scheduler
+// discards, and is left to River. Every forward has both states among its
+// unique states (uniqueStates), or no unique key.
+func staysUnique(available int) string {
+	return fmt.Sprintf(`(unique_key IS NULL OR unique_states IS NULL
+      OR river_job_state_in_bitmask(unique_states, state) = river_job_state_in_bitmask(unique_states, $%d::river_job_state))`, available)
 }
 
-// WakeWaitingForwards makes the forwards of sender's target on queue that
-// wait for a later time (snoozed behind its breaker) available now;
-// forwards waiting for a retry after a failed attempt keep their backoff.
-func (q *Jobs) WakeWaitingForwards(ctx context.Context, queue, sender, target string) error {
-	var b pgx.Batch
-	b.Queue(store.IndexOrderScans)
-	b.Queue(wakeSQL, wakeArgs(queue, sender, target)...)
-	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)
+// wakeSQL makes available now (River's state $4, scheduled_at now) up to
+// $7 forwards of sender $2's target $3 on queue $1 that wait: snoozed
+// behind its breaker or waiting for a retry (River's states $5, scheduled
+// and retryable, whatever their time), and up to $7 waiting in River's
+// state available for a later time (River leaves a snooze or a retry due
+// within its scheduler's interval so). A target whose breaker closes
+// answers again, so its forwards are attempted at once, its retries too:
+// they failed while it was down.
+//
+// The jobs are selected in two InitPlans that read River's fetching index
+// (state, queue, priority, scheduled_at, id) in its order (the one path
+// without a sort under store.IndexOrderScans, see plans.go): the queue's
+// waiting forwards of priority $6 (forwardPriority), the target's kept by
+// a filter on args; the available ones from now on only. They are locked
+// with FOR UPDATE SKIP LOCKED and updated by ctid (a TID scan): the
+// statement never waits for a job another transaction holds (River's
+// fetch takes it, its scheduler makes it available, its completer writes
+// it), so it takes part in no deadlock (see the lock order, doc.go). A job
+// it skips is woken by the next statement, if it still waits.
+var wakeSQL = jobSQL(`UPDATE river_job SET state = $4::river_job_state, scheduled_at = now()
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
+    WHERE state = ANY($5::river_job_state[]) AND queue = $1 AND priority = $6
+      AND kind = {forward_kind} AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text) AND ` + staysUnique(4) + `
+    ORDER BY state, queue, priority, scheduled_at, id LIMIT $7 FOR UPDATE SKIP LOCKED)
+  || ARRAY(SELECT ctid FROM river_job
+    WHERE state = $4::river_job_state AND queue = $1 AND priority = $6 AND scheduled_at > now()
+      AND kind = {forward_kind} AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)
+    ORDER BY state, queue, priority, scheduled_at, id LIMIT $7 FOR UPDATE SKIP LOCKED))`)
+
+// wakeBatch is the most jobs of each kind (see wakeSQL) one statement of
+// a wake takes: a transaction of a wake holds at most twice as many jobs,
+// for milliseconds.
+const wakeBatch = 1000
+
+// wakeArgs are wakeSQL's arguments.
+func wakeArgs(queue, sender, target string, limit int) []any {
+	return []any{queue, sender, target, jobAvailable, []string{jobScheduled, jobRetryable}, forwardPriority, limit}
+}
+
+// WakeWaitingForwards makes the waiting forwards of sender's target on
+// queue available now: those snoozed behind its breaker, waiting for a
+// retry, or for a later time (see wakeSQL), wakeBatch at a time until a
+// statement finds fewer, and returns how many. It never waits for a job
+// another transaction holds: a job River's fetch, scheduler or completer
+// holds meanwhile is left as they leave it (running, or available).
+func (q *Jobs) WakeWaitingForwards(ctx context.Context, queue, sender, target string) (int64, error) {
+	var total int64
+	for {
+		n, err := execUnder(ctx, q.db, store.IndexOrderScans, wakeSQL, wakeArgs(queue, sender, target, wakeBatch)...)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)
+		}
+		if n < wakeBatch {
+			return total, nil
+		}
 	}
-	return nil
 }
 
 // decodeOutcome sets f's state, and its last status, Retry-After, error

@@ -207,6 +207,13 @@ func outboxKeys(t *testing.T, conn *pgx.Conn, sender string, n int) []store.Outb
 // most its batch.
 func TestQueuePlansWhenStatisticsLie(t *testing.T) {
 	t.Parallel()
+	eachLie(t, testQueuePlans)
+}
+
+// eachLie runs test in parallel subtests, on statistics that lie one way
+// and the other (lyingStats' grown), except on Citus.
+func eachLie(t *testing.T, test func(t *testing.T, grown bool)) {
+	t.Helper()
 	if pgtest.Citus() {
 		t.Skip("EXPLAIN on Citus shows the coordinator's plan, not the shard's")
 	}
@@ -214,7 +221,7 @@ func TestQueuePlansWhenStatisticsLie(t *testing.T) {
 		name := map[bool]string{true: "grown after ANALYZE", false: "shrunk after ANALYZE"}[grown]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			testQueuePlans(t, grown)
+			test(t, grown)
 		})
 	}
 }
@@ -335,12 +342,37 @@ func testQueuePlans(t *testing.T, grown bool) {
 	t.Run("wake", func(t *testing.T) {
 		// The jobs waiting on the queue: every 100th snoozed, twice as
 		// many due (in the shrunk table too: their delivery IDs end in 0 or
-		// 5).
-		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t")...)
+		// 5). The snoozed ones are woken, in batches.
+		snoozed := int64(planRows / 100)
+		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t", wakeBatch)...)
+		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t", 100)...)
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
-				if err := both(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil {
-					t.Fatalf("%s, run %d: %v", mode, run, err)
+				if n, err := both(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil || n != snoozed {
+					t.Fatalf("%s, run %d: woke %d, %v; want %d", mode, run, n, err, snoozed)
+				}
+			})
+		})
+	})
+
+	t.Run("scheduling of due forwards", func(t *testing.T) {
+		// The snoozed jobs are due within two hours: a batch of them, then
+		// the rest; none within the next seconds.
+		snoozed := int64(planRows / 100)
+		checkPlans(t, explainConn, planRows/100, store.IndexOrderScans, scheduleSQL, scheduleArgs(planQueue, 2*time.Hour, scheduleBatch)...)
+		checkPlans(t, explainConn, 100, store.IndexOrderScans, scheduleSQL, scheduleArgs(planQueue, 2*time.Hour, 100)...)
+		checkPlans(t, explainConn, 1, store.IndexOrderScans, scheduleSQL, scheduleArgs(planQueue, scheduleAhead, scheduleBatch)...)
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			inRolledBack(t, conn, func(tx pgx.Tx) {
+				q := both(tx)
+				if n, err := q.ScheduleDueForwards(ctx, planQueue, scheduleAhead, scheduleBatch); err != nil || n != 0 {
+					t.Fatalf("%s, run %d: made %d available ahead of %s, %v; want none", mode, run, n, scheduleAhead, err)
+				}
+				if n, err := q.ScheduleDueForwards(ctx, planQueue, 2*time.Hour, 100); err != nil || n != 100 {
+					t.Fatalf("%s, run %d: made %d available, %v; want a batch of 100", mode, run, n, err)
+				}
+				if n, err := q.ScheduleDueForwards(ctx, planQueue, 2*time.Hour, scheduleBatch); err != nil || n != snoozed-100 {
+					t.Fatalf("%s, run %d: made %d available, %v; want the other %d", mode, run, n, err, snoozed-100)
 				}
 			})
 		})

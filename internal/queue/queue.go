@@ -1,6 +1,12 @@
 package queue
 
-import "github.com/hookgate/hookgate/internal/store"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/store"
+)
 
 // Jobs reads and writes hookgate's forwards where River keeps them (its
 // table river_job, and forward_delivered beside it) and in the outbox.
@@ -23,3 +29,21 @@ func NewJobs(db store.DB) *Jobs { return &Jobs{db: db} }
 // rows recorded, and deletes the rows in one of its own after it
 // (RecordFirstAttempts).
 func (q *Jobs) Distributed() *Jobs { return &Jobs{db: q.db, split: true} }
+
+// execUnder runs sql with args on db after settings (planner settings, see
+// plans.go), in one round trip, and returns the rows it affected.
+func execUnder(ctx context.Context, db store.DB, settings, sql string, args ...any) (int64, error) {
+	var b pgx.Batch
+	b.Queue(settings)
+	b.Queue(sql, args...)
+	br := db.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return 0, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag.RowsAffected(), err
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -72,20 +73,59 @@ type River struct {
 	pool   *pgxpool.Pool
 	jobs   *Jobs
 	cfg    *config.Config
+	// sched makes the forwards available when their time comes, in a
+	// client that works them (nil in one that only inserts): started by
+	// Start, stopped by Stop or StopAndCancel (stopSched).
+	sched     *forwardScheduler
+	schedMu   sync.Mutex
+	stopSched func()
 }
 
 // Jobs returns the forwards' statements on the queue's pool.
 func (r *River) Jobs() *Jobs { return r.jobs }
 
-// Start starts working jobs (a client that only inserts does nothing).
-func (r *River) Start(ctx context.Context) error { return r.client.Start(ctx) }
+// Start starts working jobs (a client that only inserts does nothing):
+// first the scheduling of the forwards (schedule.go), which makes the due
+// ones available once before River starts, then River's client.
+func (r *River) Start(ctx context.Context) error {
+	if r.sched != nil {
+		r.schedMu.Lock()
+		if r.stopSched == nil {
+			r.stopSched = r.sched.start(ctx)
+		}
+		r.schedMu.Unlock()
+	}
+	if err := r.client.Start(ctx); err != nil {
+		r.stopScheduling()
+		return err
+	}
+	return nil
+}
 
-// Stop stops fetching jobs and waits for those under way until ctx ends.
-func (r *River) Stop(ctx context.Context) error { return r.client.Stop(ctx) }
+// Stop stops fetching jobs and waits for those under way until ctx ends,
+// and stops the scheduling of the forwards.
+func (r *River) Stop(ctx context.Context) error {
+	defer r.stopScheduling()
+	return r.client.Stop(ctx)
+}
 
 // StopAndCancel cancels the jobs under way and waits for them until ctx
-// ends.
-func (r *River) StopAndCancel(ctx context.Context) error { return r.client.StopAndCancel(ctx) }
+// ends, and stops the scheduling of the forwards.
+func (r *River) StopAndCancel(ctx context.Context) error {
+	defer r.stopScheduling()
+	return r.client.StopAndCancel(ctx)
+}
+
+// stopScheduling stops the scheduling of the forwards, if it runs.
+func (r *River) stopScheduling() {
+	r.schedMu.Lock()
+	stop := r.stopSched
+	r.stopSched = nil
+	r.schedMu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
 
 // Enqueue inserts the jobs of forwards in tx; a forward's max attempts are
 // its target's in the configuration (River's default for a sender or

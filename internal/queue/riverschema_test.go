@@ -127,8 +127,10 @@ FROM pg_enum e JOIN pg_type ty ON ty.oid = e.enumtypid WHERE ty.typname = 'river
 		t.Errorf("river_job.id's default is %q and forward_delivered.id's %q: both should take river_job_id_seq", jobDefault, deliveredDefault)
 	}
 
-	// The indexes the reads are planned with (reads.go, plans.go).
-	for _, index := range []string{"river_job_args_index", "river_job_hookgate_forward_idx"} {
+	// The indexes the reads are planned with (reads.go, plans.go), and
+	// River's fetching index, which the scheduling of due forwards and the
+	// breaker's wake read in its order (schedule.go, jobs.go).
+	for _, index := range []string{"river_job_args_index", "river_job_hookgate_forward_idx", "river_job_prioritized_fetching_index"} {
 		var ok bool
 		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, index).Scan(&ok); err != nil {
 			t.Fatal(err)
@@ -136,5 +138,18 @@ FROM pg_enum e JOIN pg_type ty ON ty.oid = e.enumtypid WHERE ty.typname = 'river
 		if !ok {
 			t.Errorf("no index %s on river_job", index)
 		}
+	}
+	var fetching string
+	if err := pool.QueryRow(ctx, `SELECT pg_get_indexdef('river_job_prioritized_fetching_index'::regclass)`).Scan(&fetching); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(fetching, "(state, queue, priority, scheduled_at, id)") {
+		t.Errorf("River's fetching index is %s, hookgate's statements order by (state, queue, priority, scheduled_at, id)", fetching)
+	}
+	// River's test of a job's state against its unique states
+	// (staysUnique), and its unique index, which it defines.
+	var bitmask bool
+	if err := pool.QueryRow(ctx, `SELECT river_job_state_in_bitmask(B'10000000', 'scheduled') AND NOT river_job_state_in_bitmask(B'10000000', 'available')`).Scan(&bitmask); err != nil || !bitmask {
+		t.Errorf("river_job_state_in_bitmask does not read a job's unique states as staysUnique expects: %v, %v", bitmask, err)
 	}
 }

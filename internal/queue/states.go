@@ -149,6 +149,7 @@ var (
 var (
 	jobAvailable = string(rivertype.JobStateAvailable)
 	jobScheduled = string(rivertype.JobStateScheduled)
+	jobRetryable = string(rivertype.JobStateRetryable)
 	jobRunning   = string(rivertype.JobStateRunning)
 	jobDiscarded = string(rivertype.JobStateDiscarded)
 	jobCompleted = string(rivertype.JobStateCompleted)

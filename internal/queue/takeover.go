@@ -37,19 +37,26 @@ type TakenOver struct {
 // processes is a probe of forward_processes' key, and the update finds the
 // jobs by their key (id = ANY of an InitPlan's array: an index condition on
 // the leading column, under the transaction's index scans,
-// processIndexScans). The outer condition on the state (running) makes a
-// job that its process finished meanwhile (or that another process took
-// over first) stay as it is. takeOverSet says what becomes of a job taken
-// over.
+// processIndexScans). The jobs are locked in a second InitPlan, FOR UPDATE
+// SKIP LOCKED: a job another transaction holds (River's completer writing
+// its outcome, River's rescuer) is left to it, and the statement never
+// waits for a lock (see the lock order, doc.go). The conditions on the
+// state (running) make a job that its process finished meanwhile (or that
+// another process took over first) stay as it is. takeOverSet says what
+// becomes of a job taken over.
 var takeOverSQL = `WITH running AS MATERIALIZED (
   SELECT id, attempted_by[cardinality(attempted_by)] AS process FROM river_job WHERE state = $4::river_job_state
 )
 UPDATE river_job SET ` + takeOverSet("'the process running it (' || attempted_by[cardinality(attempted_by)] || ') is gone'", 5) + `
 WHERE state = $4::river_job_state AND id = ANY(ARRAY(
-  SELECT r.id FROM running r
-  WHERE starts_with(r.process, $1)
-    AND NOT EXISTS (SELECT 1 FROM forward_processes p WHERE p.id = r.process AND p.seen_at >= statement_timestamp() - $2 * interval '1 millisecond')
-  ORDER BY r.id LIMIT $3))
+  SELECT j.id FROM river_job j
+  WHERE j.id = ANY(ARRAY(
+      SELECT r.id FROM running r
+      WHERE starts_with(r.process, $1)
+        AND NOT EXISTS (SELECT 1 FROM forward_processes p WHERE p.id = r.process AND p.seen_at >= statement_timestamp() - $2 * interval '1 millisecond')
+      ORDER BY r.id LIMIT $3))
+    AND j.state = $4::river_job_state
+  ORDER BY j.id FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
 
 // takeOverSet is the SET list of a job taken over because why (an SQL
@@ -80,10 +87,13 @@ SELECT id, coalesce(attempted_at < statement_timestamp() - $2 * interval '1 mill
 
 // releaseOrphansSQL makes available again the jobs $2 of the process $1
 // that River shows as running (River's state $3) while the process runs
-// none of them (see ReleaseOrphans). By their key, as takeOverSQL updates
-// its jobs.
+// none of them (see ReleaseOrphans). By their key, locked as takeOverSQL
+// locks its jobs (SKIP LOCKED: never waiting).
 var releaseOrphansSQL = `UPDATE river_job SET ` + takeOverSet("'its process (' || $1 || ') was not running it (its fetch was cut off)'", 4) + `
-WHERE state = $3::river_job_state AND id = ANY($2::bigint[]) AND attempted_by[cardinality(attempted_by)] = $1
+WHERE state = $3::river_job_state AND id = ANY(ARRAY(
+  SELECT id FROM river_job
+  WHERE id = ANY($2::bigint[]) AND state = $3::river_job_state AND attempted_by[cardinality(attempted_by)] = $1
+  ORDER BY id FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
 
 // RunningJob is a job River shows as running on behalf of a process.

@@ -314,3 +314,48 @@ func (q *Jobs) CountOutboxOf(ctx context.Context, sender, prefix string) (int64,
 	}
 	return n, nil
 }
+
+// InsertFinishedForwardJobs writes n forward jobs of sender's target on
+// queue that were delivered over the last week (completed after one
+// attempt), in one statement: the history a table holds in production.
+// Their events do not exist.
+func (q *Jobs) InsertFinishedForwardJobs(ctx context.Context, queue, sender, target string, n int) error {
+	_, err := q.db.Exec(ctx, `INSERT INTO river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at, args, kind, metadata, queue, priority)
+SELECT $1::river_job_state, 1, 5, t, t, t + interval '80 ms', t,
+  jsonb_build_object('sender', $2::text, 'target', $3::text, 'event_id', gen_random_uuid()::text, 'delivery_id', 'finished-' || g),
+  '`+ForwardKind+`', jsonb_build_object('output', jsonb_build_object('attempt', 1, 'status', 204)), $4, 1
+FROM generate_series(1, $5::int) g, LATERAL (SELECT now() - interval '7 days' + g * (interval '7 days' / $5::int) AS t) x`,
+		string(rivertype.JobStateCompleted), sender, target, queue, n)
+	if err != nil {
+		return fmt.Errorf("insert finished forward jobs: %w", err)
+	}
+	return nil
+}
+
+// ResetStatistics makes PostgreSQL forget its activity statistics, as a
+// crash does: autovacuum then counts the changes since the last ANALYZE
+// from zero again, and will not analyze River's table while a test runs,
+// whatever the test changes. The planner's statistics (pg_statistic) stay
+// as the last ANALYZE left them. The session's own counts are flushed
+// first, so that they do not reach the shared statistics after the reset:
+// run it on the connection that changed the tables.
+func (q *Jobs) ResetStatistics(ctx context.Context) error {
+	for _, sql := range []string{`SELECT pg_stat_force_next_flush()`, `SELECT 1`, `SELECT pg_stat_reset()`} {
+		if _, err := q.db.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("reset the statistics: %w", err)
+		}
+	}
+	return nil
+}
+
+// HoldLeadership makes the River client leaderID River's elected leader
+// for d, as a process that runs River's maintenance (its job scheduler
+// among it) does: no River client of the test is elected meanwhile, so
+// River's scheduler does not run.
+func (q *Jobs) HoldLeadership(ctx context.Context, leaderID string, d time.Duration) error {
+	if _, err := q.db.Exec(ctx, `INSERT INTO river_leader (leader_id, elected_at, expires_at) VALUES ($1, now(), now() + $2 * interval '1 millisecond')`,
+		leaderID, d.Milliseconds()); err != nil {
+		return fmt.Errorf("hold River's leadership: %w", err)
+	}
+	return nil
+}
