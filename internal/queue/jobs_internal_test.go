@@ -16,7 +16,9 @@ import (
 
 // TestForwardKindLiteral: the statements name the forward jobs' kind as
 // the literal that hookgate's partial index on them has in its predicate
-// (migration 9), so that PostgreSQL plans them with it.
+// (migration 9), so that PostgreSQL plans them with it; and the counts
+// name the forward jobs River has not completed as the predicate of
+// hookgate's index on those (migration 21) has it.
 func TestForwardKindLiteral(t *testing.T) {
 	t.Parallel()
 	if got, want := jobSQL("j.kind = {forward_kind} AND n.kind = {forward_kind}"), "j.kind = 'hookgate_forward' AND n.kind = 'hookgate_forward'"; got != want {
@@ -28,6 +30,17 @@ func TestForwardKindLiteral(t *testing.T) {
 	}
 	if pred := "WHERE kind = " + forwardKind + ";"; !strings.Contains(string(index), pred) {
 		t.Errorf("migration 9's index has no predicate %q:\n%s", pred, index)
+	}
+	// The counts repeat migration 21's predicate (openJobs).
+	open, err := fs.ReadFile(migrations.FS(), "00021_forward_open_index.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pred := "WHERE " + strings.ReplaceAll(jobSQL(openJobs), "j.", "") + ";"; !strings.Contains(string(open), pred) {
+		t.Errorf("migration 21's index has no predicate %q (openJobs):\n%s", pred, open)
+	}
+	if !strings.Contains(countsSQL, jobSQL(openJobs)) {
+		t.Errorf("countsSQL does not repeat openJobs %q:\n%s", jobSQL(openJobs), countsSQL)
 	}
 }
 
