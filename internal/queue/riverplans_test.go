@@ -157,8 +157,8 @@ func testRiverPlans(t *testing.T, grown bool) {
 		checkPlans(t, conn, bound, "", s.sql, s.args...)
 	}
 
-	// River's scheduler, with 200 forwards due: on the lying statistics,
-	// then once hookgate has analyzed the table.
+	// River's scheduler, with 200 forwards due, once hookgate has analyzed
+	// the table.
 	sched := got["JobSchedule"]
 	if _, err := pool.Exec(ctx, `INSERT INTO river_job (state, attempt, max_attempts, created_at, scheduled_at, args, kind, queue, unique_key, unique_states)
 SELECT 'scheduled', 0, 5, now(), now() - interval '1 s',
@@ -167,10 +167,9 @@ SELECT 'scheduled', 0, 5, now(), now() - interval '1 s',
 FROM generate_series(1, 200) g`, planQueue); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range planCacheModes {
-		ex := explainAs(t, conn, "", mode, sched.sql, sched.args...)
-		t.Logf("JobSchedule on the lying statistics, %s (%.2f ms): %s; %v", mode, ex.Time, ex.Plan.Shape(), planProblems(ex, planRows))
-	}
+	// (Its plan on the lying statistics is not run here: it is the
+	// quadratic one, 1.3 s for these 200 jobs alone and past the explain's
+	// 20 s timeout on a loaded machine; docs/forwarding.md has the figures.)
 	if ok, err := NewJobs(pool).AnalyzeJobsOnce(ctx); err != nil || !ok {
 		t.Fatalf("AnalyzeJobsOnce = %v, %v", ok, err)
 	}
