@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,8 +152,13 @@ func TestParseFlags(t *testing.T) {
 	b, err := parseFlags([]string{"-d", "5s", "-skip-forward", "-skip-replay", "-skip-pgbench", "-server-arg=--role=api", "-server-env", "GOGC=400"}, io.Discard) // .ci/bench-citus.sh's
 	if err != nil || b.duration != 5*time.Second || !b.skipForward || b.minRatio != 0.7 || b.serverArgs[0] != "--role=api" || b.serverEnv[0] != "GOGC=400" {
 		t.Fatalf("parseFlags = %+v, %v", b, err)
+	} else if !slices.Equal(b.drainBacklogs, []int{20000, 200000}) || b.minDrainRatio != 0.9 {
+		t.Errorf("the drain's defaults: backlogs %v, ratio %v; want 20000,200000 and 0.9", b.drainBacklogs, b.minDrainRatio)
 	}
-	for _, args := range [][]string{{"-server-env", "GOGC"}, {"-forward-drain-timeout", "-1s"}, {"x"}} {
+	if b, err := parseFlags([]string{"-drain-backlogs", "2000, 20000"}, io.Discard); err != nil || !slices.Equal(b.drainBacklogs, []int{2000, 20000}) {
+		t.Errorf("parseFlags(-drain-backlogs 2000, 20000) = %v, %v", b, err)
+	}
+	for _, args := range [][]string{{"-server-env", "GOGC"}, {"-forward-drain-timeout", "-1s"}, {"x"}, {"-drain-backlogs", "20000,2000"}, {"-drain-backlogs", "1"}, {"-drain-backlogs", "a"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
 		}

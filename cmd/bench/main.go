@@ -51,7 +51,10 @@ type bench struct {
 	concurrency                                                           int
 	duration, warmup, forwardDrain, maxP99, maxCPUPerForward              time.Duration
 	minRatio, minReplayRatio, minForwardRatio, minForwardAllRatio, maxRSS float64
-	skipPgbench, skipReplay, skipForward, keep, pprof                     bool
+	skipPgbench, skipReplay, skipForward, skipDrain, keep, pprof          bool
+	drainTimeout                                                          time.Duration
+	drainBacklogs                                                         []int
+	minDrainRatio                                                         float64
 	serverArgs, serverEnv                                                 []string
 
 	out                      io.Writer
@@ -83,7 +86,22 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "warm-up before each gateway phase, not counted")
 	fs.BoolVar(&b.skipPgbench, "skip-pgbench", false, "no pgbench (no ratio to it)")
 	fs.BoolVar(&b.skipReplay, "skip-replay", false, "no replay phase")
-	fs.BoolVar(&b.skipForward, "skip-forward", false, "no forwarding phases")
+	fs.BoolVar(&b.skipForward, "skip-forward", false, "no forwarding phases (and no drain)")
+	fs.BoolVar(&b.skipDrain, "skip-drain", false, "no worker drain phase")
+	b.drainBacklogs = []int{20000, 200000}
+	fs.Func("drain-backlogs", "the backlogs a --role worker process alone drains, comma-separated, smallest first (default 20000,200000)", func(v string) error {
+		b.drainBacklogs = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 2 || len(b.drainBacklogs) > 0 && n <= b.drainBacklogs[len(b.drainBacklogs)-1] {
+				return errors.New("want increasing counts ≥ 2, e.g. 20000,200000")
+			}
+			b.drainBacklogs = append(b.drainBacklogs, n)
+		}
+		return nil
+	})
+	fs.DurationVar(&b.drainTimeout, "drain-timeout", 5*time.Minute, "how long a --role worker process may take to drain each backlog")
+	fs.Float64Var(&b.minDrainRatio, "min-drain-ratio", 0.9, "lowest passing drain rate of the largest backlog ÷ the smallest's")
 	fs.Float64Var(&b.minRatio, "min-ratio", 0.7, "lowest passing first deliveries/s ÷ pgbench's tps with the minimal plain SQL")
 	fs.Float64Var(&b.minReplayRatio, "min-replay-ratio", 1.5, "lowest passing replays/s ÷ first deliveries/s")
 	fs.Float64Var(&b.minForwardRatio, "min-forward-ratio", 0.85, "lowest passing first deliveries/s with one target (--role api) ÷ without")
@@ -256,6 +274,11 @@ func (b *bench) run(ctx context.Context) (err error) {
 		if err := b.natsPhase(ctx, b.allRatio); err != nil {
 			return err
 		}
+		if b.skipDrain {
+			b.line("----", "worker drain: not measured (-skip-drain)")
+		} else if err := b.drainPhase(ctx, sk, forwardConfig(sk)); err != nil {
+			return err
+		}
 	}
 	b.check(b.rss > 0 && b.rss <= b.maxRSS, "server peak RSS %.1f MB (limit %.0f MB)", b.rss, b.maxRSS)
 	return nil
@@ -368,7 +391,7 @@ func (b *bench) noTarget(ctx context.Context) (err error) {
 // sender with the sink as its one target (for the load's event type, so
 // that routing is measured), serve --role role, delivery IDs tagged tag.
 func (b *bench) forwardPhase(ctx context.Context, sk *sink, role, tag string) error {
-	config := benchConfig + "    forward:\n      - name: sink\n        url: " + sk.url() + "\n        event_types: [\"order.*\"]\n"
+	config := forwardConfig(sk)
 	srv, err := b.startServer(ctx, "server-forward-"+role, config, "--role", role)
 	if err != nil {
 		return err
@@ -454,6 +477,12 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, role, tag string) er
 		fmt.Fprintf(b.out, "  removed the %d outbox rows left, so that the next server does not work them\n", tg.RowsAffected())
 	}
 	return nil
+}
+
+// forwardConfig is the bench sender with the sink as its one target, for
+// the load's event type.
+func forwardConfig(sk *sink) string {
+	return benchConfig + "    forward:\n      - name: sink\n        url: " + sk.url() + "\n        event_types: [\"order.*\"]\n"
 }
 
 func errSuffix(err error) string {
