@@ -12,11 +12,13 @@ package brokertest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -99,14 +101,52 @@ func install(pkg string) error {
 }
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+//
+// The port is below the kernel's range of ephemeral ports when it can be:
+// a port the kernel gave a listener of its own (port 0) is free only until
+// that listener closes, and the kernel may then give it to any outgoing
+// connection of the machine's (the tests make thousands) before the
+// server binds it; a RabbitMQ that found its distribution port taken so
+// failed to boot. Below that range only another bind can take it.
 func freePort(t testing.TB) int {
 	t.Helper()
+	lo := ephemeralLow()
+	for range 200 {
+		if lo <= minPort+1000 {
+			break
+		}
+		port := minPort + rand.IntN(lo-minPort)
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			_ = l.Close()
+			return port
+		}
+	}
 	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// minPort is the lowest port freePort picks (above the well-known and most
+// registered servers' ports).
+const minPort = 20000
+
+// ephemeralLow returns the first of the kernel's ephemeral ports (Linux's
+// ip_local_port_range), or 0 when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	lo, _ := strconv.Atoi(f[0])
+	return lo
 }
 
 // waitPort waits until 127.0.0.1:port accepts a connection, or fails the
