@@ -187,16 +187,7 @@ const plansMaxVisited = historyRows / 8
 // shared); docs/console.md gives the figures of 10 million real jobs.
 func TestOverviewAndMetricsPlans(t *testing.T) {
 	t.Parallel()
-	if pgtest.Citus() {
-		t.Skip("EXPLAIN on Citus shows the coordinator's plan, not the shard's")
-	}
-	for _, faked := range []bool{true, false} {
-		name := map[bool]string{true: "10 million finished jobs", false: "grown after ANALYZE"}[faked]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testOverviewAndMetricsPlans(t, faked)
-		})
-	}
+	pgtest.PlanVariants(t, "10 million finished jobs", "grown after ANALYZE", testOverviewAndMetricsPlans)
 }
 
 func testOverviewAndMetricsPlans(t *testing.T, faked bool) {

@@ -224,6 +224,24 @@ func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, ar
 // five executions of a prepared statement (pgx prepares every statement).
 var PlanCacheModes = []string{"force_custom_plan", "force_generic_plan"}
 
+// PlanVariants runs test in two parallel subtests, named yes and no, with
+// true and false: the two sets of statistics a plan test checks its
+// statements on. It skips on Citus, whose EXPLAIN shows the coordinator's
+// plan, not the shard's.
+func PlanVariants(t *testing.T, yes, no string, test func(t *testing.T, v bool)) {
+	t.Helper()
+	if Citus() {
+		t.Skip("EXPLAIN on Citus shows the coordinator's plan, not the shard's")
+	}
+	for _, v := range []bool{true, false} {
+		name := map[bool]string{true: yes, false: no}[v]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, v)
+		})
+	}
+}
+
 // ScanNodes are the node types that read a table.
 var ScanNodes = map[string]bool{
 	"Seq Scan": true, "Index Scan": true, "Index Only Scan": true, "Bitmap Heap Scan": true,

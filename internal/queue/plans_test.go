@@ -214,16 +214,7 @@ func TestQueuePlansWhenStatisticsLie(t *testing.T) {
 // and the other (lyingStats' grown), except on Citus.
 func eachLie(t *testing.T, test func(t *testing.T, grown bool)) {
 	t.Helper()
-	if pgtest.Citus() {
-		t.Skip("EXPLAIN on Citus shows the coordinator's plan, not the shard's")
-	}
-	for _, grown := range []bool{true, false} {
-		name := map[bool]string{true: "grown after ANALYZE", false: "shrunk after ANALYZE"}[grown]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			test(t, grown)
-		})
-	}
+	pgtest.PlanVariants(t, "grown after ANALYZE", "shrunk after ANALYZE", test)
 }
 
 func testQueuePlans(t *testing.T, grown bool) {
