@@ -149,6 +149,14 @@ type Target struct {
 	// circuit breaker's window (10s) before the target's failure rate can
 	// open its breaker (DefaultBreakerThreshold when left out).
 	BreakerThreshold int `yaml:"breaker_threshold" validate:"min=0,max=1000"`
+	// Rate, when set, is the most forwards sent to the target per second
+	// or per minute by the whole deployment ("50/s", "600/m"): the
+	// processes that forward share it. Zero: no rate.
+	Rate Rate `yaml:"rate"`
+	// Burst is how many forwards over the rate may go at once after a
+	// quiet spell: only with Rate; left out, a tenth of the rate's count
+	// (at least 1).
+	Burst int `yaml:"burst" validate:"min=0,max=100000"`
 
 	// NATS publishes the events of a nats:// target to JetStream: only
 	// with such a URL, and required with it.
@@ -312,6 +320,75 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// Rate is a delivery rate: Count forwards per Per, a second or a minute,
+// written "50/s" or "600/m". The zero Rate is no rate.
+type Rate struct {
+	Count int
+	Per   time.Duration
+}
+
+// MaxRateCount bounds a rate's count.
+const MaxRateCount = 1_000_000
+
+// UnmarshalYAML parses "<count>/s" or "<count>/m".
+func (r *Rate) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseRate(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*r = v
+	return nil
+}
+
+// ParseRate parses a rate written "<count>/s" or "<count>/m", the count a
+// whole number from 1 to MaxRateCount.
+func ParseRate(s string) (Rate, error) {
+	count, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	per := map[string]time.Duration{"s": time.Second, "m": time.Minute}[unit]
+	n, err := strconv.Atoi(count)
+	if !ok || per == 0 || err != nil || n < 1 || n > MaxRateCount {
+		return Rate{}, fmt.Errorf("not a rate such as 50/s or 600/m (a whole number from 1 to %d, per second or per minute)", MaxRateCount)
+	}
+	return Rate{Count: n, Per: per}, nil
+}
+
+// IsZero reports whether r is no rate.
+func (r Rate) IsZero() bool { return r.Count == 0 }
+
+// PerSecond is r in forwards per second.
+func (r Rate) PerSecond() float64 {
+	if r.Per <= 0 {
+		return 0
+	}
+	return float64(r.Count) / r.Per.Seconds()
+}
+
+// String writes r as in the configuration ("50/s"), "" for no rate.
+func (r Rate) String() string {
+	switch {
+	case r.IsZero():
+		return ""
+	case r.Per == time.Minute:
+		return strconv.Itoa(r.Count) + "/m"
+	}
+	return strconv.Itoa(r.Count) + "/s"
+}
+
+// MarshalYAML writes r as in the configuration.
+func (r Rate) MarshalYAML() (any, error) { return r.String(), nil }
+
+// RateBurst returns t's burst: Burst, or a tenth of its rate's count (at
+// least 1) when left out; 0 when t has no rate.
+func (t *Target) RateBurst() int {
+	switch {
+	case t.Rate.IsZero():
+		return 0
+	case t.Burst > 0:
+		return t.Burst
+	}
+	return max(1, t.Rate.Count/10)
 }
 
 // Sender returns the sender named name, or false.

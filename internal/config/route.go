@@ -119,6 +119,9 @@ func check(s *Sender) error {
 		if err := checkBrokerTarget(t, fmt.Sprintf("forward[%d]", i), s.Name+", target "+t.Name); err != nil {
 			return err
 		}
+		if t.Burst > 0 && t.Rate.IsZero() {
+			return fmt.Errorf("forward[%d].burst: is only used with rate: set rate (such as 50/s) or leave burst out", i)
+		}
 		if t.EventTypes != nil && len(t.EventTypes) == 0 {
 			return fmt.Errorf("forward[%d].event_types: lists no event type: leave event_types out for every event", i)
 		}
