@@ -351,9 +351,13 @@ func (d *Dispatcher) leaseFor(t *config.Target) time.Duration {
 	return time.Duration(t.Timeout) + d.leaseMargin
 }
 
-// heldBack reports whether the gate holds t's forwards back (paused,
-// breaker not closed).
+// heldBack reports whether t's forwards are left to River: t has a rate
+// (its turns are taken by River's workers, rate.go), or the gate holds
+// them back (paused, breaker not closed).
 func (d *Dispatcher) heldBack(sender string, t *config.Target) bool {
+	if !t.Rate.IsZero() {
+		return true
+	}
 	if d.gate == nil {
 		return false
 	}
@@ -572,7 +576,10 @@ func (d *Dispatcher) pick(now time.Time) (j fastJob, tk Ticket, ok, done bool, w
 		if len(tq.jobs) == 0 {
 			continue
 		}
-		if held, why := d.gate.HeldBack(tq.sender, tq.target); held {
+		if held, why := d.gate.HeldBack(tq.sender, tq.target); held || !tq.target.Rate.IsZero() {
+			if !held {
+				why = "rate"
+			}
 			d.w.metrics.waits.WithLabelValues(tq.sender, tq.target.Name, why).Add(float64(len(tq.jobs)))
 			out = append(out, tq.jobs...)
 			d.queued -= len(tq.jobs)

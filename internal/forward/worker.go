@@ -246,6 +246,13 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 		return queue.Snooze(wait)
 	}
 	res, retryFor, retryAfter, err := w.attempt(ctx, job, t, a)
+	if over, ok := errors.AsType[overRate](err); ok {
+		// Over the target's rate: wait for a turn without using an
+		// attempt, and leave the breaker untouched (ResultNone).
+		tk.Done(ctx, ResultNone, 0, "")
+		w.metrics.waits.WithLabelValues(a.Sender, a.Target, "rate").Inc()
+		return queue.Snooze(over.wait)
+	}
 	if wait := tk.Done(ctx, res, retryFor, errText(err)); wait > 0 {
 		// A failed probe: the breaker stays open, and this forward waits
 		// with the others instead of spending its attempts on the outage.
@@ -284,6 +291,13 @@ func (w *Worker) attempt(ctx context.Context, job queue.Job, t *config.Target, a
 	}
 	if err != nil {
 		return ResultNone, 0, 0, fmt.Errorf("read event: %w", err)
+	}
+	if !t.Rate.IsZero() {
+		// The turn is taken once the event is read: the forward goes as
+		// soon as its turn comes.
+		if ok, wait := w.takeTurn(ctx, a.Sender, t); !ok {
+			return ResultNone, 0, 0, overRate{wait}
+		}
 	}
 	p := w.post(ctx, t, a, c.Type, c.Headers, c.Body, 0)
 	if p.status != 0 {
