@@ -1141,6 +1141,11 @@ type TargetStatus struct {
 	// Breaker The target's circuit breaker as the worker processes last recorded it.
 	Breaker BreakerStatus `json:"breaker"`
 
+	// Burst How many forwards over the rate may go at once after a quiet spell (`burst:`, by default a tenth of the rate's count); left out when the target has no rate.
+	//
+	// Example: 5
+	Burst *int `json:"burst,omitempty"`
+
 	// EventTypes The event types the target asks for (a trailing `*` is a prefix); empty when it takes every event.
 	//
 	// Example: ["invoice.*","customer.created"]
@@ -1153,6 +1158,11 @@ type TargetStatus struct {
 	//
 	// Example: orders
 	Name string `json:"name"`
+
+	// Rate The target's delivery rate (hookgate.yaml's `rate:`), for the whole deployment, as `<count>/s` or `<count>/m`; left out when it has none. Forwards over it wait in turn without using attempts.
+	//
+	// Example: 50/s
+	Rate *string `json:"rate,omitempty"`
 
 	// Url Where events go (an http or https URL they are POSTed to, or a broker's, nats:// or amqp://, they are published to); its user name, password, query values, fragment and secret path segments are shown as `xxxxx`.
 	//

@@ -336,6 +336,15 @@ func heldBy(b store.BreakerState, now time.Time) (held, hint string) {
 	return "", ""
 }
 
+// heldByRate says that the unfinished forwards of t wait for their turns
+// of its rate, "" when it has none; hint says when they go.
+func heldByRate(t *config.Target) (held, hint string) {
+	if t.Rate.IsZero() {
+		return "", ""
+	}
+	return "held: rate " + t.Rate.String(), "they go in turn, no faster than the rate, which every process that forwards shares"
+}
+
 // roundDuration shows d to the second (to the minute past an hour), at
 // least "0s".
 func roundDuration(d time.Duration) string {
@@ -607,6 +616,9 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		if b, ok := breakers[f.Target]; ok && f.State != queue.StateRunning && f.State.Unfinished() {
 			fv.Held, _ = heldBy(b, now)
 		}
+		if t, ok := sd.Target(f.Target); ok && fv.Held == "" && f.State != queue.StateRunning && f.State.Unfinished() {
+			fv.Held, _ = heldByRate(t)
+		}
 		v.Forwards = append(v.Forwards, fv)
 	}
 	c.render(w, r, http.StatusOK, "delivery", page{Title: "Delivery " + id, Data: v})
@@ -822,6 +834,11 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	// it.
 	now := c.opts.Now()
 	heldText, heldHint := heldBy(b, now)
+	byRate := false
+	if heldText == "" {
+		heldText, heldHint = heldByRate(t)
+		byRate = heldText != ""
+	}
 	var held int64
 	if heldText != "" {
 		counts, err := c.jobs.CountForwards(r.Context(), sender, false)
@@ -830,6 +847,9 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		held = counts[target].Pending + counts[target].Retrying
+	}
+	if byRate && held == 0 {
+		heldText, heldHint = "", "" // none waits for a turn
 	}
 	fs := make([]failedForward, 0, len(pg.Forwards))
 	for _, f := range pg.Forwards {

@@ -52,6 +52,10 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 			EventTypes: append([]string{}, t.EventTypes...),
 			Breaker:    api.BreakerStatus{State: forward.BreakerClosed},
 		}
+		if !t.Rate.IsZero() {
+			rate, burst := t.Rate.String(), t.RateBurst()
+			ts.Rate, ts.Burst = &rate, &burst
+		}
 		if b, ok := breakers[t.Name]; ok {
 			ts.Breaker.State = api.BreakerStatusState(b.State)
 			if !b.OpenedAt.IsZero() && b.State != forward.BreakerClosed {

@@ -36,6 +36,8 @@ type (
 		Name       string   `json:"name"`
 		URL        string   `json:"url"`
 		EventTypes []string `json:"event_types"`
+		Rate       *string  `json:"rate"`
+		Burst      *int     `json:"burst"`
 		Breaker    struct {
 			State       string     `json:"state"`
 			OpenedAt    *time.Time `json:"opened_at"`
@@ -159,6 +161,7 @@ senders:
     forward:
       - name: idle
         url: http://127.0.0.1:1/never
+        rate: 600/m
 `, ok.Server(), bad.Server())})
 	for i := range 3 {
 		s.accept("fwd", fmt.Sprintf("d-%d", i), []byte(`{}`))
@@ -193,6 +196,11 @@ senders:
 	}
 	if q := s.targets("quiet"); len(q) != 1 || q["idle"].Forwards != (forwardCounts{}) || q["idle"].Breaker.State != "closed" {
 		t.Errorf("quiet's targets = %+v, want idle with no forwards", q)
+	} else if r, b := q["idle"].Rate, q["idle"].Burst; r == nil || *r != "600/m" || b == nil || *b != 60 {
+		t.Errorf("idle's rate %v and burst %v, want 600/m and 60", r, b)
+	}
+	if g := got["good"]; g.Rate != nil || g.Burst != nil {
+		t.Errorf("good has no rate, shown with rate %v and burst %v", g.Rate, g.Burst)
 	}
 	wantOpProblem(t, s.call(http.MethodGet, "/v1/senders/nobody/targets"), http.StatusNotFound, "unknown-sender", http.MethodGet, routeTargets)
 }
