@@ -20,8 +20,8 @@ import (
 // forwards, and bulk recovery. The queries are package forward's.
 
 // ListTargets answers sender's targets in configuration order, each with
-// its breaker (closed when no worker recorded one) and its forwards by
-// state: 404 for an unknown sender.
+// its breaker (closed when no worker recorded one), an operator's pause
+// while it holds, and its forwards by state: 404 for an unknown sender.
 func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.Sender) {
 	sd, ok := s.cfg.Sender(sender)
 	if !ok {
@@ -33,6 +33,11 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 		return
 	}
 	breakers, err := s.q.Breakers(r.Context(), sender)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	pauses, err := s.q.TargetPausesOf(r.Context(), sender)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -51,6 +56,7 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 			Url:        redact.URL(t.URL, t.SecretPath),
 			EventTypes: append([]string{}, t.EventTypes...),
 			Breaker:    api.BreakerStatus{State: forward.BreakerClosed},
+			Pause:      shownPause(pauses, t.Name, now),
 		}
 		if b, ok := breakers[t.Name]; ok {
 			ts.Breaker.State = api.BreakerStatusState(b.State)
