@@ -754,6 +754,14 @@ type ForwardState struct {
 	// Example: 2026-11-29T19:31:09.087Z
 	DeliveredAt *time.Time `json:"delivered_at"`
 
+	// Held Why the forward waits although its attempt is due, while it is
+	// `pending` or `retrying` (its attempts unused): `paused by an
+	// operator since <time> (<reason>)` (`POST …/pause`), `breaker
+	// open (open since <time>)` (or `half-open`), or `paused until
+	// <time> (<answer>)` (the target asked for it with
+	// `Retry-After`); null when nothing holds it.
+	Held *string `json:"held"`
+
 	// JobId The forward's job ID; null while the forward is still in the outbox.
 	//
 	// Example: 1841
@@ -1090,6 +1098,9 @@ type TargetForward struct {
 	//
 	// Example: 2026-11-30T05:40:12.090Z
 	FinishedAt *time.Time `json:"finished_at"`
+
+	// Held As in a delivery's forwards.
+	Held *string `json:"held"`
 
 	// JobId The forward's job ID.
 	//

@@ -290,7 +290,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 					b = store.BreakerState{State: store.BreakerClosed}
 				}
 				n := byTarget[t.Name]
-				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Paused: activePause(pauses, t.Name, now),
+				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Paused: forward.ActivePause(pauses, t.Name, now),
 					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]}
 				if len(tv.Charts) > 0 {
 					tv.P50, tv.P95 = tv.Charts[0].P50, tv.Charts[0].P95
@@ -319,51 +319,14 @@ func showBreaker(b store.BreakerState, now time.Time) breakerShown {
 	return s
 }
 
-// heldBy says that the unfinished forwards of b's target are held by an
-// operator's pause of it (paused, nil when none holds), and since when; or
-// by its breaker, and since when; or, while it is closed, by a pause the
-// target asked for (a 429 or 503 with Retry-After) that has not ended at
-// now, and until when; "" when none. A forward held that way stays pending
-// (or retrying) with its attempts unused: the worker snoozes it until the
-// operator resumes the target, until a round of probes lets it through or
-// a probe closes the breaker, or until the pause ends. hint says when held
-// forwards go.
+// heldBy is forward.Held's words, as the console shows them: "held: …",
+// "" when nothing holds the forwards.
 func heldBy(b store.BreakerState, paused *store.TargetPause, now time.Time) (held, hint string) {
-	switch {
-	case paused != nil:
-		s := "held: paused by an operator since " + paused.Since.UTC().Format("2006-01-02 15:04:05.000 UTC")
-		if paused.Reason != "" {
-			s += " (" + paused.Reason + ")"
-		}
-		hint := "they go once the target is resumed"
-		if !paused.Until.IsZero() {
-			hint += ", or at " + paused.Until.UTC().Format("2006-01-02 15:04:05.000 UTC") + " when the pause ends"
-		}
-		return s, hint
-	case b.State != store.BreakerClosed && b.State != "":
-		s := "held: breaker " + b.State
-		if !b.OpenedAt.IsZero() {
-			s += " (open since " + b.OpenedAt.UTC().Format("2006-01-02 15:04:05.000 UTC") + ")"
-		}
-		return s, "a few go as each round of probes, the others once a probe is answered and the breaker closes"
-	case b.PausedUntil.After(now):
-		s := "held: paused until " + b.PausedUntil.UTC().Format("2006-01-02 15:04:05.000 UTC")
-		if b.PauseReason != "" {
-			s += " (" + b.PauseReason + ")"
-		}
-		return s, "the target asked for the pause with its Retry-After; they go once it ends"
+	held, hint = forward.Held(b, paused, now)
+	if held != "" {
+		held = "held: " + held
 	}
-	return "", ""
-}
-
-// activePause returns the pause of target among pauses when it holds at
-// now, nil otherwise.
-func activePause(pauses map[string]store.TargetPause, target string, now time.Time) *store.TargetPause {
-	p, ok := pauses[target]
-	if !ok || !p.Active(now) {
-		return nil
-	}
-	return &p
+	return held, hint
 }
 
 // roundDuration shows d to the second (to the minute past an hour), at
@@ -643,7 +606,7 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	for _, f := range fwds {
 		fv := showForward(sd, f)
 		if f.State != queue.StateRunning && f.State.Unfinished() {
-			fv.Held, _ = heldBy(breakers[f.Target], activePause(pauses, f.Target, now), now)
+			fv.Held, _ = heldBy(breakers[f.Target], forward.ActivePause(pauses, f.Target, now), now)
 		}
 		v.Forwards = append(v.Forwards, fv)
 	}
@@ -867,7 +830,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	// pause the target asked for has not ended, the target's unfinished
 	// forwards (but those running: probes) are held by it.
 	now := c.opts.Now()
-	paused := activePause(pauses, target, now)
+	paused := forward.ActivePause(pauses, target, now)
 	heldText, heldHint := heldBy(b, paused, now)
 	var held int64
 	if heldText != "" {

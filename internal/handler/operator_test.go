@@ -375,6 +375,7 @@ type (
 		Target      string     `json:"target"`
 		URL         string     `json:"url"`
 		State       string     `json:"state"`
+		Held        *string    `json:"held"`
 		Attempts    int        `json:"attempts"`
 		MaxAttempts int        `json:"max_attempts"`
 		LastStatus  *int       `json:"last_status"`

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -124,10 +127,43 @@ func operatorPause(p store.TargetPause) api.OperatorPause {
 // shownPause is sender's target's pause in the target list: nil unless one
 // holds at now.
 func shownPause(pauses map[string]store.TargetPause, target string, now time.Time) *api.OperatorPause {
-	p, ok := pauses[target]
-	if !ok || !p.Active(now) {
+	p := forward.ActivePause(pauses, target, now)
+	if p == nil {
 		return nil
 	}
-	op := operatorPause(p)
+	op := operatorPause(*p)
 	return &op
+}
+
+// holds are what may hold a sender's forwards now: its targets' breakers
+// and operators' pauses (forward.Held).
+type holds struct {
+	breakers map[string]store.BreakerState
+	pauses   map[string]store.TargetPause
+	now      time.Time
+}
+
+// readHolds reads what may hold sender's forwards.
+func (s *Server) readHolds(ctx context.Context, sender string) (holds, error) {
+	h := holds{now: s.now()}
+	var err error
+	if h.breakers, err = s.q.Breakers(ctx, sender); err != nil {
+		return h, err
+	}
+	h.pauses, err = s.q.TargetPausesOf(ctx, sender)
+	return h, err
+}
+
+// of says why a forward to target in state st waits although its attempt
+// is due (forward.Held); nil when nothing holds it, or it is not waiting
+// (running, delivered or failed).
+func (h holds) of(target string, st queue.State) *string {
+	if st == queue.StateRunning || !st.Unfinished() {
+		return nil
+	}
+	held, _ := forward.Held(h.breakers[target], forward.ActivePause(h.pauses, target, h.now), h.now)
+	if held == "" {
+		return nil
+	}
+	return &held
 }

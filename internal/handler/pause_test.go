@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -48,7 +50,8 @@ func (s *opServer) postJSON(path, body string) reply {
 // TestPauseAndResumeATarget: POST …/pause pauses a target (200, as
 // openapi.yaml says), with its reason, its end and who did it (the operator
 // API and the client's address), and the target list shows the pause
-// while it holds; pausing again keeps when it began and takes the new
+// while it holds, as do the target's waiting forwards (held), in a
+// delivery's forwards and in the target's; pausing again keeps when it began and takes the new
 // reason and end (an empty body: none); POST …/resume ends it (200, not
 // paused) and the list shows none; resuming again answers the same. The
 // other target is never paused.
@@ -72,6 +75,38 @@ func TestPauseAndResumeATarget(t *testing.T) {
 		t.Errorf("target list, b's pause: %+v; want none", ts["b"].Pause)
 	}
 
+	// The forwards held by the pause say so: a delivery's (in the outbox)
+	// and a target's forward (a job waiting for its first attempt).
+	s.accept("fwd", "d-1", []byte(`{}`))
+	if _, err := queuetest.New(s.pool).InsertForwardJobs(t.Context(), queue.ForwardQueue, queuetest.JobFixture{},
+		queuetest.NewForwardJob{Sender: "fwd", Target: "a", DeliveryID: "d-0", MaxAttempts: 5}); err != nil {
+		t.Fatal(err)
+	}
+	held := "paused by an operator since " + since.UTC().Format("2006-01-02 15:04:05.000 UTC") + " (orders-svc is being migrated)"
+	heldOf := func() (delivery, listed map[string]*string) {
+		var d deliveryRecord
+		decode(t, s.call(http.MethodGet, "/v1/senders/fwd/deliveries/d-1"), http.StatusOK, http.MethodGet, routeDelivery, &d)
+		delivery = map[string]*string{}
+		for _, f := range d.Forwards {
+			delivery[f.Target] = f.Held
+		}
+		listed = map[string]*string{}
+		for _, f := range s.forwardPage("fwd", "a", "").Items {
+			listed[f.DeliveryID] = f.Held
+		}
+		return delivery, listed
+	}
+	delivery, listed := heldOf()
+	if h := delivery["a"]; h == nil || *h != held {
+		t.Errorf("the delivery's forward to a: held %v, want %q", h, held)
+	}
+	if h := delivery["b"]; h != nil {
+		t.Errorf("the delivery's forward to b: held %q, want null", *h)
+	}
+	if h := listed["d-0"]; h == nil || *h != held {
+		t.Errorf("a's forward listed: held %v, want %q", h, held)
+	}
+
 	decode(t, s.postJSON("/v1/senders/fwd/targets/a/pause", ""), http.StatusOK, http.MethodPost, routeTargetPause, &p)
 	if !p.Paused || p.Since == nil || !p.Since.Equal(since) || p.Until != nil || p.Reason == nil || *p.Reason != "" {
 		t.Errorf("paused again without a body: %+v; want paused since %s still, until resumed, no reason", p, since)
@@ -85,6 +120,9 @@ func TestPauseAndResumeATarget(t *testing.T) {
 		if pa := s.targets("fwd")["a"].Pause; pa != nil {
 			t.Errorf("target list after the resume, a's pause: %+v; want none", pa)
 		}
+	}
+	if delivery, listed := heldOf(); delivery["a"] != nil || listed["d-0"] != nil {
+		t.Errorf("after the resume, the forwards to a are still held: %v, %v", delivery["a"], listed["d-0"])
 	}
 }
 

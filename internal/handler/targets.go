@@ -89,9 +89,9 @@ func (s *Server) target(sender, name string) (*config.Sender, *config.Target, er
 	return sd, t, nil
 }
 
-// ListTargetForwards answers a page of a target's forwards, newest first:
-// 404 for an unknown sender or target, 400 for an invalid state, window,
-// limit or cursor.
+// ListTargetForwards answers a page of a target's forwards, newest first,
+// with what holds those that wait: 404 for an unknown sender or target,
+// 400 for an invalid state, window, limit or cursor.
 func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, sender api.Sender, target api.Target, params api.ListTargetForwardsParams) {
 	_, t, err := s.target(sender, target)
 	if err != nil {
@@ -139,6 +139,11 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 		s.fail(w, r, dbProblem(err))
 		return
 	}
+	h, err := s.readHolds(r.Context(), sender)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
 	out := api.TargetForwardPage{Items: make([]api.TargetForward, 0, len(page.Forwards))}
 	for _, tf := range page.Forwards {
 		item := api.TargetForward{
@@ -147,6 +152,7 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 			DeliveryId:  tf.DeliveryID,
 			EventType:   tf.EventType,
 			State:       api.TargetForwardState(tf.State),
+			Held:        h.of(target, tf.State),
 			Attempts:    tf.Attempts,
 			MaxAttempts: tf.MaxAttempts,
 			CreatedAt:   tf.CreatedAt.UTC(),

@@ -69,6 +69,7 @@ type (
 		DeliveryID  string     `json:"delivery_id"`
 		EventType   string     `json:"event_type"`
 		State       string     `json:"state"`
+		Held        *string    `json:"held"`
 		Attempts    int        `json:"attempts"`
 		MaxAttempts int        `json:"max_attempts"`
 		LastStatus  *int       `json:"last_status"`
