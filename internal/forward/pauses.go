@@ -246,7 +246,8 @@ func (p *Pauses) Run(ctx context.Context) {
 }
 
 // poll reads the pauses, shows them in the gauge, logs those that began or
-// ended since the last read, deletes the pauses whose end has passed, and
+// ended since the last read, deletes the pauses whose end has passed (with
+// PausesConfig.Wake: in a worker process), and
 // returns the targets whose pause held at the last read and no longer
 // does.
 func (p *Pauses) poll(ctx context.Context) (ended [][2]string, err error) {
@@ -298,7 +299,7 @@ func (p *Pauses) poll(ctx context.Context) (ended [][2]string, err error) {
 		ended = append(ended, k)
 	}
 	p.held = held
-	if passed {
+	if passed && p.wake { // a worker process deletes them (any would do)
 		if _, err := store.New(p.db).DeleteEndedPauses(ctx); err != nil {
 			p.log.Warn("delete the target pauses that ended; they hold nothing, and are deleted at the next read", "err", err)
 		}
