@@ -211,7 +211,9 @@ func TestPauseHoldsForwardsInEveryProcess(t *testing.T) {
 
 	operate(t, c, bases["all"], "/v1/senders/acme/targets/held/resume", "")
 	testkit.Poll(t, 60*time.Second, "every held forward to reach the resumed target", func() bool { return len(tg.Delivered()) == n },
-		func() string { return fmt.Sprintf("%d of %d delivered; jobs %v", len(tg.Delivered()), n, jobStates(t, pool)) })
+		func() string {
+			return fmt.Sprintf("%d of %d delivered; jobs %v", len(tg.Delivered()), n, jobStates(t, pool))
+		})
 	waitPaused(t, c, all, 0)
 	evs := make([]string, 0, n)
 	for _, ev := range events {

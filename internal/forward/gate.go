@@ -56,8 +56,9 @@ type GateConfig struct {
 	// Now is the breakers' clock (time.Now when nil): a test's fixed clock
 	// (the console's screenshots) sets it.
 	Now func() time.Time
-	// Pauses are the operators' pauses (NewPauses): a paused target's
-	// forwards are admitted to none of the process's senders; nil: none.
+	// Pauses are the operators' pauses (NewPauses): none of a paused
+	// target's forwards is admitted, by River's worker or the fast path;
+	// nil: no target is ever paused.
 	Pauses *Pauses
 }
 
