@@ -754,6 +754,14 @@ type ForwardState struct {
 	// Example: 2026-11-29T19:31:09.087Z
 	DeliveredAt *time.Time `json:"delivered_at"`
 
+	// Held Why the forward waits although its attempt is due, while it is
+	// `pending` or `retrying` (its attempts unused): `paused by an
+	// operator since <time> (<reason>)` (`POST …/pause`), `breaker
+	// open (open since <time>)` (or `half-open`), or `paused until
+	// <time> (<answer>)` (the target asked for it with
+	// `Retry-After`); null when nothing holds it.
+	Held *string `json:"held"`
+
 	// JobId The forward's job ID; null while the forward is still in the outbox.
 	//
 	// Example: 1841
@@ -842,6 +850,40 @@ type IngestAccepted struct {
 	//
 	// Example: stripe
 	Sender string `json:"sender"`
+}
+
+// OperatorPause An operator's pause of the target (`POST …/pause`), which holds its forwards in every process (pending or retrying, without using attempts) until it is resumed or `until` passes; null when the target is not paused.
+type OperatorPause struct {
+	// By Who paused it, `operator API` or `console`, and the client's address.
+	//
+	// Example: console (10.0.3.7)
+	By string `json:"by"`
+
+	// Reason What the operator wrote; empty when nothing.
+	//
+	// Example: orders-svc is being migrated
+	Reason string `json:"reason"`
+
+	// Since When the pause began.
+	//
+	// Example: 2026-11-30T05:12:40.118Z
+	Since time.Time `json:"since"`
+
+	// Until When it ends by itself; null when it lasts until the target is resumed.
+	Until *time.Time `json:"until"`
+}
+
+// PauseRequest Why and until when to pause a target; both optional.
+type PauseRequest struct {
+	// Reason Why, shown with the held forwards (at most 200 characters, on one line).
+	//
+	// Example: orders-svc is being migrated
+	Reason *string `json:"reason,omitempty"`
+
+	// Until When the pause ends by itself (RFC 3339, in the future); left out, it lasts until the target is resumed.
+	//
+	// Example: 2026-11-30T06:00:00Z
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // Problem An RFC 9457 problem detail, served as `application/problem+json`.
@@ -1057,6 +1099,9 @@ type TargetForward struct {
 	// Example: 2026-11-30T05:40:12.090Z
 	FinishedAt *time.Time `json:"finished_at"`
 
+	// Held As in a delivery's forwards.
+	Held *string `json:"held"`
+
 	// JobId The forward's job ID.
 	//
 	// Example: 1842
@@ -1136,7 +1181,43 @@ type TargetList struct {
 	Items []TargetStatus `json:"items"`
 }
 
-// TargetStatus A forward target with its circuit breaker and its forwards by state.
+// TargetPause Whether the target is paused by an operator now, and that pause.
+type TargetPause struct {
+	// By Who paused it, `operator API` or `console`, and the client's address; null when not paused.
+	//
+	// Example: operator API (10.0.3.7)
+	By *string `json:"by"`
+
+	// Paused True while the pause holds the target's forwards.
+	//
+	// Example: true
+	Paused bool `json:"paused"`
+
+	// Reason What the operator wrote (empty when nothing); null when not paused.
+	//
+	// Example: orders-svc is being migrated
+	Reason *string `json:"reason"`
+
+	// Sender The sender's name.
+	//
+	// Example: stripe
+	Sender string `json:"sender"`
+
+	// Since When the pause began; null when not paused.
+	//
+	// Example: 2026-11-30T05:12:40.118Z
+	Since *time.Time `json:"since"`
+
+	// Target The target's name.
+	//
+	// Example: orders
+	Target string `json:"target"`
+
+	// Until When it ends by itself; null when it lasts until resumed, or when not paused.
+	Until *time.Time `json:"until"`
+}
+
+// TargetStatus A forward target with its circuit breaker, an operator's pause, and its forwards by state.
 type TargetStatus struct {
 	// Breaker The target's circuit breaker as the worker processes last recorded it.
 	Breaker BreakerStatus `json:"breaker"`
@@ -1158,6 +1239,9 @@ type TargetStatus struct {
 	//
 	// Example: orders
 	Name string `json:"name"`
+
+	// Pause An operator's pause of the target (`POST …/pause`), which holds its forwards in every process (pending or retrying, without using attempts) until it is resumed or `until` passes; null when the target is not paused.
+	Pause *OperatorPause `json:"pause"`
 
 	// Rate The target's delivery rate (hookgate.yaml's `rate:`), for the whole deployment, as `<count>/s` or `<count>/m`; left out when it has none. Forwards over it wait in turn without using attempts.
 	//
@@ -1253,6 +1337,9 @@ type CheckWebhookSubscriptionParams struct {
 // IngestWebhookJSONBody defines parameters for IngestWebhook.
 type IngestWebhookJSONBody = interface{}
 
+// PauseTargetJSONRequestBody defines body for PauseTarget for application/json ContentType.
+type PauseTargetJSONRequestBody = PauseRequest
+
 // RedeliverTargetJSONRequestBody defines body for RedeliverTarget for application/json ContentType.
 type RedeliverTargetJSONRequestBody = BulkRedeliverRequest
 
@@ -1297,9 +1384,15 @@ type ServerInterface interface {
 	// ListTargetForwards List a target's forwards, newest first
 	// (GET /v1/senders/{sender}/targets/{target}/forwards)
 	ListTargetForwards(w http.ResponseWriter, r *http.Request, sender Sender, target Target, params ListTargetForwardsParams)
+	// PauseTarget Pause a target, holding its forwards until it is resumed
+	// (POST /v1/senders/{sender}/targets/{target}/pause)
+	PauseTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target)
 	// RedeliverTarget Forward again, in bulk, a target's forwards in one state
 	// (POST /v1/senders/{sender}/targets/{target}/redeliver)
 	RedeliverTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target)
+	// ResumeTarget Resume a paused target, releasing its held forwards
+	// (POST /v1/senders/{sender}/targets/{target}/resume)
+	ResumeTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target)
 	// CheckWebhookSubscription Answer a provider's subscription check (Meta's hub.challenge)
 	// (GET /webhooks/{sender})
 	CheckWebhookSubscription(w http.ResponseWriter, r *http.Request, sender string, params CheckWebhookSubscriptionParams)
@@ -1384,9 +1477,21 @@ func (_ Unimplemented) ListTargetForwards(w http.ResponseWriter, r *http.Request
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// PauseTarget Pause a target, holding its forwards until it is resumed
+// (POST /v1/senders/{sender}/targets/{target}/pause)
+func (_ Unimplemented) PauseTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // RedeliverTarget Forward again, in bulk, a target's forwards in one state
 // (POST /v1/senders/{sender}/targets/{target}/redeliver)
 func (_ Unimplemented) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ResumeTarget Resume a paused target, releasing its held forwards
+// (POST /v1/senders/{sender}/targets/{target}/resume)
+func (_ Unimplemented) ResumeTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1779,6 +1884,41 @@ func (siw *ServerInterfaceWrapper) ListTargetForwards(w http.ResponseWriter, r *
 	handler.ServeHTTP(w, r)
 }
 
+// PauseTarget operation middleware
+func (siw *ServerInterfaceWrapper) PauseTarget(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "target" -------------
+	var target Target
+
+	err = runtime.BindStyledParameterWithOptions("simple", "target", chi.URLParam(r, "target"), &target, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseTarget(w, r, sender, target)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // RedeliverTarget operation middleware
 func (siw *ServerInterfaceWrapper) RedeliverTarget(w http.ResponseWriter, r *http.Request) {
 
@@ -1805,6 +1945,41 @@ func (siw *ServerInterfaceWrapper) RedeliverTarget(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RedeliverTarget(w, r, sender, target)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeTarget operation middleware
+func (siw *ServerInterfaceWrapper) ResumeTarget(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "target" -------------
+	var target Target
+
+	err = runtime.BindStyledParameterWithOptions("simple", "target", chi.URLParam(r, "target"), &target, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeTarget(w, r, sender, target)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2050,6 +2225,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/senders/{sender}/targets/{target}/redeliver", wrapper.RedeliverTarget)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/senders/{sender}/targets/{target}/pause", wrapper.PauseTarget)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/senders/{sender}/targets/{target}/resume", wrapper.ResumeTarget)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealthz)

@@ -108,6 +108,8 @@ func TestSpecPathsAndOperations(t *testing.T) {
 		"GET /v1/senders/{sender}/targets":                     "listTargets",
 		"GET /v1/senders/{sender}/targets/{target}/forwards":   "listTargetForwards",
 		"POST /v1/senders/{sender}/targets/{target}/redeliver": "redeliverTarget",
+		"POST /v1/senders/{sender}/targets/{target}/pause":     "pauseTarget",
+		"POST /v1/senders/{sender}/targets/{target}/resume":    "resumeTarget",
 	}
 	wantPaths := make(map[string]bool)
 	for k := range want {

@@ -59,6 +59,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	defer func() { _ = fwd.closeFast(context.WithoutCancel(ctx)) }() // returns at once after shutdown's
+	// The operators' pauses hold from the first forward on.
+	if err := fwd.pauses.Load(ctx); err != nil {
+		return err
+	}
 	deliveries, err := newIngestStore(ctx, db, s, reg, log)
 	if err != nil {
 		return err
@@ -172,6 +176,11 @@ type forwarding struct {
 	transports *forward.Transports
 	// reg is where the relay registers its metric.
 	reg prometheus.Registerer
+	// pauses are the operators' pauses of targets, read by every process
+	// (the gauge hookgate_target_paused), held by the Gate of one that
+	// works forwards, and poked by the operator API and the console when
+	// they pause or resume a target.
+	pauses *forward.Pauses
 }
 
 // startTakeover writes the process's first heartbeat and runs the takeover
@@ -234,6 +243,12 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 	if err != nil {
 		return nil, err
 	}
+	pc := forward.DefaultPausesConfig()
+	pc.Wake, pc.DB, pc.Senders, pc.Registerer, pc.Log = work, db.pool, cfg, reg, log
+	pauses, err := forward.NewPauses(pc)
+	if err != nil {
+		return nil, err
+	}
 	var (
 		worker     *forward.Worker // nil for the api role: its client inserts only
 		takeover   *forward.Takeover
@@ -247,7 +262,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			return nil, err
 		}
 		cc.Tracker = takeover
-		if worker, transports, err = newForwardWorker(db, cfg, s, m, log); err != nil {
+		if worker, transports, err = newForwardWorker(db, cfg, s, m, pauses, log); err != nil {
 			return nil, err
 		}
 		cc.Worker = worker
@@ -256,7 +271,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg}
+	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, pauses: pauses}
 	if work && s.role == roleAll && s.fastPath {
 		// The fast path shares the River worker's HTTP client and Gate:
 		// fair shares, max_in_flight and breakers hold across both. It
@@ -273,13 +288,14 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 }
 
 // newForwardWorker returns the process's forward worker: a Gate of the
-// settings (--forward-workers forwards at once, the default breakers), its
+// settings (--forward-workers forwards at once, the default breakers,
+// holding the targets pauses says are paused), its
 // transports (an HTTP client keeping as many idle connections per target,
 // and the brokers' connections, all to the allowed hosts only), and the
 // retry schedule of the settings.
-func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, *forward.Transports, error) {
+func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Transports, error) {
 	gc := s.gate
-	gc.DB, gc.Metrics, gc.Log = db.pool, m, log
+	gc.DB, gc.Metrics, gc.Log, gc.Pauses = db.pool, m, log, pauses
 	gate, err := forward.NewGate(gc)
 	if err != nil {
 		return nil, nil, err
@@ -420,7 +436,7 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 	redeliverer := fwd.queue
 	cc := s.console
 	cc.Senders, cc.Queries, cc.Log = senders.Config(), db.queries, log
-	cc.Limiter, cc.Redeliverer = limiter, redeliverer
+	cc.Limiter, cc.Redeliverer, cc.Pauses = limiter, redeliverer, fwd.pauses
 	cons, err := console.New(cc)
 	if err != nil {
 		return nil, err
@@ -429,6 +445,7 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = senders, deliveries, readiness(db.pool, db.sql), reg, log
 	hc.Queries, hc.Redeliverer, hc.AuthLimiter, hc.Console, hc.Traffic = db.queries, redeliverer, limiter, cons, db.traffic
 	hc.Tokens = sigtoken.New(db.pool)
+	hc.Pauses = fwd.pauses
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
 		hc.FastPath = fwd.fast
 	}
@@ -506,6 +523,10 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	}
 	g.Go(func() error {
 		db.traffic.Run(gctx, traffic.DefaultInterval)
+		return nil
+	})
+	g.Go(func() error {
+		fwd.pauses.Run(gctx)
 		return nil
 	})
 	g.Go(func() error {

@@ -93,6 +93,10 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	return false
 }
 
+// ClientOf returns the client of r (Client) under the Limiter's trusted
+// proxies: the zero Addr when r's peer is not an address.
+func (l *Limiter) ClientOf(r *http.Request) netip.Addr { return Client(r, l.trusted) }
+
 // ClientKey returns the client of r (Client) as the prefix its failures
 // are counted under: the address itself for IPv4, its /64 for IPv6.
 func (l *Limiter) ClientKey(r *http.Request) netip.Prefix {

@@ -1,7 +1,8 @@
 // Package console is hookgate's operator console: server-rendered HTML
 // pages (html/template, our own small stylesheet, no script) under
 // /console, for finding deliveries, seeing why their forwards failed,
-// sending them again, and seeing which target is sick. It is a second view
+// sending them again, seeing which target is sick, and pausing and
+// resuming a target. It is a second view
 // of the queries the JSON API uses (packages store and queue): it has no SQL of its
 // own.
 //
@@ -71,7 +72,16 @@ type Config struct {
 	Redeliverer Redeliverer
 	// Now is the clock (time.Now).
 	Now func() time.Time
+	// Pauses is told when an operator pauses or resumes a target here, so
+	// that this process holds or releases its forwards at once
+	// (forward.Pauses, which reads the pauses anyway about every second);
+	// nil: it learns at its next read.
+	Pauses Poker
 }
+
+// Poker is told that the operators' pauses changed (forward.Pauses.Poke):
+// it must not block.
+type Poker interface{ Poke() }
 
 // Redeliverer is the forward queue's redelivery (queue.River):
 // Redeliver enqueues an event's forwards again, BulkRedeliver the
@@ -189,6 +199,8 @@ func (c *Console) routes() http.Handler {
 		r.Post("/senders/{sender}/delivery/redeliver", c.redeliver)
 		r.Get("/senders/{sender}/targets/{target}/failed", c.failed)
 		r.Post("/senders/{sender}/targets/{target}/redeliver", c.bulkRedeliver)
+		r.Post("/senders/{sender}/targets/{target}/pause", c.pauseTarget)
+		r.Post("/senders/{sender}/targets/{target}/resume", c.resumeTarget)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Message: "There is no console page at this address."})

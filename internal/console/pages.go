@@ -238,8 +238,11 @@ type senderView struct {
 }
 
 type targetView struct {
-	Name, URL                          string
-	Breaker                            breakerShown
+	Name, URL string
+	Breaker   breakerShown
+	// Paused is an operator's pause that holds the target's forwards; nil
+	// when none does.
+	Paused                             *store.TargetPause
 	Pending, Running, Retrying, Failed int64
 	Charts                             []chart // forwards: last hour, last day
 	// P50 and P95 are the latency quantiles of the last hour's attempts.
@@ -269,6 +272,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				c.fail(w, r, err)
 				return
 			}
+			pauses, err := c.q.TargetPausesOf(ctx, sd.Name)
+			if err != nil {
+				c.fail(w, r, err)
+				return
+			}
 			// The API's counts (GET /v1/senders/{sender}/targets), without
 			// the delivered ones, which the overview does not show.
 			byTarget, err := c.jobs.CountForwards(ctx, sd.Name, false)
@@ -282,7 +290,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 					b = store.BreakerState{State: store.BreakerClosed}
 				}
 				n := byTarget[t.Name]
-				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now),
+				tv := targetView{Name: t.Name, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Paused: forward.ActivePause(pauses, t.Name, now),
 					Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed, Charts: targetCharts[t.Name]}
 				if len(tv.Charts) > 0 {
 					tv.P50, tv.P95 = tv.Charts[0].P50, tv.Charts[0].P95
@@ -311,38 +319,23 @@ func showBreaker(b store.BreakerState, now time.Time) breakerShown {
 	return s
 }
 
-// heldBy says that the unfinished forwards of b's target are held by its
-// breaker, and since when, or, while it is closed, by a pause the target
-// asked for (a 429 or 503 with Retry-After) that has not ended at now, and
-// until when; "" when neither. A forward held that way stays pending (or
-// retrying) with its attempts unused: the worker snoozes it until a round
-// of probes lets it through or a probe closes the breaker, or until the
-// pause ends. hint says when held forwards go.
-func heldBy(b store.BreakerState, now time.Time) (held, hint string) {
-	switch {
-	case b.State != store.BreakerClosed && b.State != "":
-		s := "held: breaker " + b.State
-		if !b.OpenedAt.IsZero() {
-			s += " (open since " + b.OpenedAt.UTC().Format("2006-01-02 15:04:05.000 UTC") + ")"
-		}
-		return s, "a few go as each round of probes, the others once a probe is answered and the breaker closes"
-	case b.PausedUntil.After(now):
-		s := "held: paused until " + b.PausedUntil.UTC().Format("2006-01-02 15:04:05.000 UTC")
-		if b.PauseReason != "" {
-			s += " (" + b.PauseReason + ")"
-		}
-		return s, "the target asked for the pause with its Retry-After; they go once it ends"
+// heldBy is forward.Held's words, as the console shows them: "held: …",
+// "" when nothing holds the forwards.
+func heldBy(b store.BreakerState, paused *store.TargetPause, now time.Time) (held, hint string) {
+	held, hint = forward.Held(b, paused, now)
+	if held != "" {
+		held = "held: " + held
 	}
-	return "", ""
+	return held, hint
 }
 
-// heldByRate says that the unfinished forwards of t wait for their turns
-// of its rate, "" when it has none; hint says when they go.
+// heldByRate is forward.HeldByRate's words, as the console shows them.
 func heldByRate(t *config.Target) (held, hint string) {
-	if t.Rate.IsZero() {
-		return "", ""
+	held, hint = forward.HeldByRate(t)
+	if held != "" {
+		held = "held: " + held
 	}
-	return "held: rate " + t.Rate.String(), "they go in turn, no faster than the rate, which every process that forwards shares"
+	return held, hint
 }
 
 // roundDuration shows d to the second (to the minute past an hour), at
@@ -543,7 +536,8 @@ type headerView struct{ Name, Value string }
 type forwardView struct {
 	Target, URL, State, LastError string
 	// Held says why an unfinished forward waits though its attempt is due:
-	// its target's breaker is not closed ("" otherwise).
+	// an operator paused its target, its target's breaker is not closed, or
+	// its target asked for a pause ("" otherwise).
 	Held                   string
 	JobID                  int64
 	Attempts, MaxAttempts  int
@@ -603,9 +597,16 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	var breakers map[string]store.BreakerState
+	var (
+		breakers map[string]store.BreakerState
+		pauses   map[string]store.TargetPause
+	)
 	if len(fwds) > 0 {
 		if breakers, err = c.q.Breakers(r.Context(), sender); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if pauses, err = c.q.TargetPausesOf(r.Context(), sender); err != nil {
 			c.fail(w, r, err)
 			return
 		}
@@ -613,8 +614,8 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	now := c.opts.Now()
 	for _, f := range fwds {
 		fv := showForward(sd, f)
-		if b, ok := breakers[f.Target]; ok && f.State != queue.StateRunning && f.State.Unfinished() {
-			fv.Held, _ = heldBy(b, now)
+		if f.State != queue.StateRunning && f.State.Unfinished() {
+			fv.Held, _ = heldBy(breakers[f.Target], forward.ActivePause(pauses, f.Target, now), now)
 		}
 		if t, ok := sd.Target(f.Target); ok && fv.Held == "" && f.State != queue.StateRunning && f.State.Unfinished() {
 			fv.Held, _ = heldByRate(t)
@@ -795,10 +796,13 @@ type failedView struct {
 	// says so and HeldHint when they go.
 	Held             int64
 	HeldBy, HeldHint string
-	Failed           []failedForward
-	Max              int
-	Charts           []chart // forwards delivered and failed, and latency: last hour, last day
-	History          breakerView
+	// Paused is an operator's pause that holds the target's forwards; nil
+	// when none does (the page offers to pause it).
+	Paused  *store.TargetPause
+	Failed  []failedForward
+	Max     int
+	Charts  []chart // forwards delivered and failed, and latency: last hour, last day
+	History breakerView
 }
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
@@ -822,6 +826,11 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		b = store.BreakerState{State: store.BreakerClosed}
 	}
+	pauses, err := c.q.TargetPausesOf(r.Context(), sender)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	// The API's failed forwards (GET …/forwards?state=failed): a forward
 	// redelivered since is no longer failed.
 	pg, err := c.jobs.ListTargetForwards(r.Context(), queue.Filter{Sender: sender, Target: target, State: queue.StateFailed}, maxFailedShown, nil)
@@ -829,11 +838,12 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	// While the breaker is not closed, or a pause has not ended, the
-	// target's unfinished forwards (but those running: probes) are held by
-	// it.
+	// While an operator's pause holds, the breaker is not closed, or a
+	// pause the target asked for has not ended, the target's unfinished
+	// forwards (but those running: probes) are held by it.
 	now := c.opts.Now()
-	heldText, heldHint := heldBy(b, now)
+	paused := forward.ActivePause(pauses, target, now)
+	heldText, heldHint := heldBy(b, paused, now)
 	byRate := false
 	if heldText == "" {
 		heldText, heldHint = heldByRate(t)
@@ -870,6 +880,12 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg := ""
+	switch {
+	case r.URL.Query().Has("paused") && paused != nil:
+		msg = "Paused: the target's forwards are held in every process within about a second, until it is resumed."
+	case r.URL.Query().Has("resumed") && paused == nil:
+		msg = "Resumed: the held forwards are released, in the order they were accepted."
+	}
 	if n, err := strconv.ParseInt(r.URL.Query().Get("matched"), 10, 64); err == nil && n >= 0 {
 		switch st := queue.State(r.URL.Query().Get("state")); st {
 		case queue.StateRunning, queue.StateRetrying:
@@ -879,7 +895,8 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Notice: msg,
-		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Held: held, HeldBy: heldText, HeldHint: heldHint, Failed: fs, Max: maxFailedShown,
+		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Held: held, HeldBy: heldText, HeldHint: heldHint,
+			Paused: paused, Failed: fs, Max: maxFailedShown,
 			Charts: targetCharts[target], History: history}})
 }
 
@@ -889,16 +906,11 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 // empty), as POST /v1/senders/{sender}/targets/{target}/redeliver does,
 // then shows the target's page, which says how many it matched.
 func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
-	sender, target := param(r, "sender"), param(r, "target")
-	sd, ok := c.cfg.Sender(sender)
+	sd, target, ok := c.formTarget(w, r)
 	if !ok {
-		c.notFound(w, r, "No sender with this name is configured.")
 		return
 	}
-	if _, ok := sd.Target(target); !ok {
-		c.notFound(w, r, "This sender has no target with this name.")
-		return
-	}
+	sender := sd.Name
 	since, err := parseTime(r.PostFormValue("since"))
 	if err != nil {
 		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Redeliver", Message: "Since: " + err.Error() + "."})
@@ -922,11 +934,89 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	to := Prefix + "/senders/" + url.PathEscape(sender) + "/targets/" + url.PathEscape(target) + "/failed?matched=" + strconv.FormatInt(res.Matched, 10)
+	to := targetURL(sender, target) + "?matched=" + strconv.FormatInt(res.Matched, 10)
 	if res.AfterCurrent {
 		to += "&state=" + string(state)
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// targetURL is the address of sender's target's page.
+func targetURL(sender, target string) string {
+	return Prefix + "/senders/" + url.PathEscape(sender) + "/targets/" + url.PathEscape(target) + "/failed"
+}
+
+// pauseTarget pauses a target for the form's reason, until the form's time
+// (UTC; until resumed when empty), as POST
+// /v1/senders/{sender}/targets/{target}/pause does, then shows the
+// target's page, which says so.
+func (c *Console) pauseTarget(w http.ResponseWriter, r *http.Request) {
+	sd, target, ok := c.formTarget(w, r)
+	if !ok {
+		return
+	}
+	sender := sd.Name
+	until, err := parseTime(r.PostFormValue("until"))
+	if err != nil {
+		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Pause", Message: "Until: " + err.Error() + "."})
+		return
+	}
+	p := store.TargetPause{Sender: sender, Target: target, Until: until, Reason: strings.TrimSpace(r.PostFormValue("reason")),
+		By: store.PausedBy("console", c.opts.Limiter.ClientOf(r))}
+	if why := store.CheckPause(p.Reason, p.Until, c.opts.Now()); why != "" {
+		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Pause", Message: "The pause's " + why + "."})
+		return
+	}
+	if p, err = c.q.PauseTarget(r.Context(), p); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if c.opts.Pauses != nil {
+		c.opts.Pauses.Poke()
+	}
+	c.log.Info("target paused by an operator", "sender", sender, "target", target, "until", p.Until, "reason", p.Reason, "by", p.By)
+	http.Redirect(w, r, targetURL(sender, target)+"?paused=1", http.StatusSeeOther)
+}
+
+// resumeTarget ends a target's pause, as POST
+// /v1/senders/{sender}/targets/{target}/resume does, then shows the
+// target's page, which says so.
+func (c *Console) resumeTarget(w http.ResponseWriter, r *http.Request) {
+	sd, target, ok := c.formTarget(w, r)
+	if !ok {
+		return
+	}
+	sender := sd.Name
+	p, was, err := c.q.ResumeTarget(r.Context(), sender, target)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if c.opts.Pauses != nil {
+		c.opts.Pauses.Poke()
+	}
+	if was {
+		c.log.Info("target resumed by an operator", "sender", sender, "target", target, "paused_since", p.Since, "reason", p.Reason,
+			"by", store.PausedBy("console", c.opts.Limiter.ClientOf(r)))
+	}
+	http.Redirect(w, r, targetURL(sender, target)+"?resumed=1", http.StatusSeeOther)
+}
+
+// formTarget returns the configured sender and the name of its target a
+// target's form was posted for; when either is missing it has answered
+// 404 and ok is false.
+func (c *Console) formTarget(w http.ResponseWriter, r *http.Request) (sd *config.Sender, target string, ok bool) {
+	sender, target := param(r, "sender"), param(r, "target")
+	sd, ok = c.cfg.Sender(sender)
+	if !ok {
+		c.notFound(w, r, "No sender with this name is configured.")
+		return nil, "", false
+	}
+	if _, ok := sd.Target(target); !ok {
+		c.notFound(w, r, "This sender has no target with this name.")
+		return nil, "", false
+	}
+	return sd, target, true
 }
 
 // searchHit is a delivery the search box found, and how.

@@ -86,8 +86,12 @@ func steps(t *testing.T, file, text, heading string) []step {
 // the document repeats must be repeated in the answers too.
 var volatile = map[string]*regexp.Regexp{
 	"event_id":    regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`),
-	"received_at": regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$`),
+	"received_at": timeForm,
+	"since":       timeForm, // a pause's start
 }
+
+// timeForm is the form of the times the walk-through's answers carry.
+var timeForm = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$`)
 
 // compare returns how got (a command's output) differs from want (the
 // lines the document prints under it): the status line, each header shown
@@ -145,7 +149,7 @@ func compare(want []string, got string, seen map[string]string) error {
 		if !ok {
 			return fmt.Errorf("body has no %q, the document shows %v", k, wv)
 		}
-		if re, ok := volatile[k]; ok {
+		if re, ok := volatile[k]; ok && (wv != nil || gv != nil) { // null where the document shows null
 			ws, _ := wv.(string)
 			gs, _ := gv.(string)
 			if !re.MatchString(ws) || !re.MatchString(gs) {
@@ -339,6 +343,14 @@ func TestWalkthroughCompare(t *testing.T) {
 		if err := compare(want, got, map[string]string{}); err == nil {
 			t.Errorf("%s: a different answer passes", name)
 		}
+	}
+	// A volatile field the document shows null must be null in the answer.
+	pause := []string{`{"paused":false,"since":null}`}
+	if err := compare(pause, `{"paused":false,"since":null}`, map[string]string{}); err != nil {
+		t.Errorf("a null start where the document shows null: %v", err)
+	}
+	if err := compare(pause, `{"paused":false,"since":"2026-11-29T19:36:41.102Z"}`, map[string]string{}); err == nil {
+		t.Error("a start where the document shows null passes")
 	}
 	seen := map[string]string{}
 	_ = compare(want, ok, seen)

@@ -31,7 +31,16 @@ const wakeAgainAfter = time.Second
 // later.
 func wakeWaiting(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
 	jobs := queue.NewJobs(db)
-	_, err := jobs.WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
+	return twice(ctx, func() error {
+		_, err := jobs.WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
+		return err
+	})
+}
+
+// twice calls wake, and again wakeAgainAfter later (unless ctx ends
+// first), and returns both errors.
+func twice(ctx context.Context, wake func() error) error {
+	err := wake()
 	t := time.NewTimer(wakeAgainAfter)
 	defer t.Stop()
 	select {
@@ -39,6 +48,5 @@ func wakeWaiting(ctx context.Context, db *pgxpool.Pool, sender, target string) e
 		return errors.Join(err, ctx.Err())
 	case <-t.C:
 	}
-	_, again := jobs.WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
-	return errors.Join(err, again)
+	return errors.Join(err, wake())
 }

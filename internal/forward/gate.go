@@ -13,9 +13,10 @@ import (
 	"github.com/hookgate/hookgate/internal/queue"
 )
 
-// Gate admits one process's forwards to their targets: a fair share of the
-// process's capacity per target (fair.go), each target's max_in_flight, its
-// circuit breaker and a pause its Retry-After asked for. Everything in the
+// Gate admits one process's forwards to their targets: none while an
+// operator pauses the target (Pauses), a fair share of the process's
+// capacity per target (fair.go), each target's max_in_flight, its circuit
+// breaker and a pause its Retry-After asked for. Everything in the
 // process that sends forwards takes them through one Gate, so these hold
 // across all of it: River's worker does (Worker), and so should an
 // in-process dispatcher of first attempts, which calls Acquire before it
@@ -55,6 +56,10 @@ type GateConfig struct {
 	// Now is the breakers' clock (time.Now when nil): a test's fixed clock
 	// (the console's screenshots) sets it.
 	Now func() time.Time
+	// Pauses are the operators' pauses (NewPauses): none of a paused
+	// target's forwards is admitted, by River's worker or the fast path;
+	// nil: no target is ever paused.
+	Pauses *Pauses
 }
 
 // DefaultGateConfig returns the gate's defaults (and no dependencies: the
@@ -94,6 +99,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	if cfg.Now != nil {
 		g.now = cfg.Now
 	}
+	g.pauses = cfg.Pauses
 	if db := cfg.DB; db != nil {
 		g.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
 	}
@@ -113,7 +119,8 @@ func (tk Ticket) Probe() bool { return tk.a.probe }
 // Acquire asks whether a forward to t, a target of sender, may be sent now;
 // tried says whether it was sent before (an open breaker probes with those
 // first). When it may not, wait is about how long to wait before asking
-// again, and why is "breaker", "paused" or "busy".
+// again, and why is "operator" (an operator paused the target),
+// "breaker", "paused" or "busy".
 func (g *Gate) Acquire(sender string, t *config.Target, tried bool) (tk Ticket, ok bool, wait time.Duration, why string) {
 	gd := g.g.get(sender, t)
 	a := g.g.enter(gd, tried)
@@ -138,11 +145,15 @@ func (g *Gate) AcquireFirst(sender string, t *config.Target) (tk Ticket, ok bool
 }
 
 // HeldBack reports whether t's forwards are held back now, whatever the
-// load, and why: "paused" (a Retry-After) or "breaker" (not closed). Such
-// forwards wait in River without using attempts.
+// load, and why: "operator" (an operator paused the target), "paused" (a
+// Retry-After) or "breaker" (not closed). Such forwards wait in River
+// without using attempts.
 func (g *Gate) HeldBack(sender string, t *config.Target) (held bool, why string) {
 	gd := g.g.get(sender, t)
 	now := g.g.now()
+	if _, ok := g.g.pauses.Paused(sender, t.Name, now); ok {
+		return true, WaitOperator
+	}
 	gd.mu.Lock()
 	defer gd.mu.Unlock()
 	switch {

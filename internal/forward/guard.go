@@ -114,6 +114,9 @@ type guards struct {
 	wake func(ctx context.Context, sender, target string) error
 	// process names this process in the breakers' history.
 	process string
+	// pauses are the operators' pauses, which hold a target's forwards
+	// before anything else is asked (nil: none).
+	pauses *Pauses
 	// released, when set, is called after each attempt's leave, without
 	// any lock held: a slot of the target's (and of the process's) may
 	// have come free (the fast path's dispatcher looks again).
@@ -275,7 +278,7 @@ type admission struct {
 	ok    bool
 	probe bool          // the forward is one of the breaker's probes
 	wait  time.Duration // when !ok: snooze this long
-	why   string        // when !ok: breaker, paused or busy
+	why   string        // when !ok: operator, breaker, paused or busy
 	start time.Time     // when ok: when it was admitted
 }
 
@@ -296,6 +299,9 @@ func (g *guards) enter(gd *guard, tried bool) admission {
 // admission never has a transition to record.
 func (g *guards) admit(gd *guard, tried, noProbe bool) (_ admission, probing bool) {
 	now := g.now()
+	if wait, held := g.pauses.heldFor(gd.sender, gd.target, now); held {
+		return admission{wait: wait, why: WaitOperator}, false
+	}
 	gd.mu.Lock()
 	defer gd.mu.Unlock()
 	if now.Before(gd.pausedUntil) {

@@ -70,6 +70,9 @@ type env struct {
 	// split: the env's relays and recording run the split form
 	// (envOpts.Split).
 	split bool
+	// pauses are the operators' pauses the env's gate holds (with
+	// envOpts.Pauses), read every 50 ms.
+	pauses *forward.Pauses
 }
 
 // newEnv parses the configuration (forwardYAML is the sender's forward list,
@@ -112,6 +115,10 @@ type envOpts struct {
 	// Setup, when set, runs on the env's database before its River client
 	// starts (with Work).
 	Setup func(pool *pgxpool.Pool)
+	// Pauses makes the gate hold the targets an operator paused
+	// (forward.Pauses, read every 50 ms, waking the forwards of a pause
+	// that ends with Work).
+	Pauses bool
 }
 
 // fastOptions are the fast path's settings in a test env: each, when not
@@ -172,14 +179,19 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		hc     = handler.DefaultConfig()
 		worker *forward.Worker
 		wake   chan struct{} // the fast path's signal to the relay (fastOptions.relayIdle)
+		pauses *forward.Pauses
 	)
+	if opts.Pauses {
+		pauses = startPauses(t, pool, cfg, reg, log, opts.Work)
+		hc.Pauses = pauses
+	}
 	if opts.Work || fo != nil {
 		capacity := opts.MaxWorkers
 		if fo != nil {
 			capacity = 10
 		}
 		gc := forward.GateConfig{Capacity: capacity, Breakers: forward.BreakerConfig{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}}
-		gc.DB, gc.Metrics, gc.Log = pool, m, log
+		gc.DB, gc.Metrics, gc.Log, gc.Pauses = pool, m, log, pauses
 		gate, err := forward.NewGate(gc)
 		if err != nil {
 			t.Fatal(err)
@@ -227,7 +239,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 			}
 		})
 	}
-	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake, split: cc.Distributed}
+	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake, split: cc.Distributed, pauses: pauses}
 	if fo != nil {
 		e.relayIdle = fo.relayIdle
 	}
@@ -261,6 +273,32 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	e.gateway = httptest.NewServer(h.Router())
 	t.Cleanup(e.gateway.Close)
 	return e
+}
+
+// startPauses reads the operators' pauses on pool every 50 ms (waking the
+// forwards of a pause that ends when wake) until the test ends.
+func startPauses(t *testing.T, pool *pgxpool.Pool, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, wake bool) *forward.Pauses {
+	t.Helper()
+	pc := forward.DefaultPausesConfig()
+	pc.Every, pc.Wake, pc.DB, pc.Senders, pc.Registerer, pc.Log = 50*time.Millisecond, wake, pool, cfg, reg, log
+	p, err := forward.NewPauses(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return p
 }
 
 // start starts the River client and a relay of the outbox into it, as a

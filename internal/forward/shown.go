@@ -1,9 +1,12 @@
 package forward
 
 import (
+	"time"
+
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/redact"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Shown is a forward as an operator sees it (the JSON API and the console
@@ -46,4 +49,66 @@ func Show(sender *config.Sender, f queue.Forward) Shown {
 	}
 	s.LegacyURL = ""
 	return s
+}
+
+// shownTime is how a time is shown in Held's words.
+const shownTime = "2006-01-02 15:04:05.000 UTC"
+
+// Held says why the unfinished forwards of a target (but those running)
+// wait though their attempt is due, for the JSON API and the console
+// alike: an operator's pause of it (paused, nil when none holds), and
+// since when; or its breaker b, and since when; or, while it is closed, a
+// pause the target asked for (a 429 or 503 with Retry-After) that has not
+// ended at now, and until when. held is "" when none holds them. A
+// forward held that way stays pending (or retrying) with its attempts
+// unused: the worker snoozes it until the operator resumes the target (or
+// the pause's end), until a round of probes lets it through or a probe
+// closes the breaker, or until the target's pause ends. hint says when
+// held forwards go.
+func Held(b store.BreakerState, paused *store.TargetPause, now time.Time) (held, hint string) {
+	switch {
+	case paused != nil:
+		s := "paused by an operator since " + paused.Since.UTC().Format(shownTime)
+		if paused.Reason != "" {
+			s += " (" + paused.Reason + ")"
+		}
+		hint := "they go once the target is resumed"
+		if !paused.Until.IsZero() {
+			hint += ", or at " + paused.Until.UTC().Format(shownTime) + " when the pause ends"
+		}
+		return s, hint
+	case b.State != store.BreakerClosed && b.State != "":
+		s := "breaker " + b.State
+		if !b.OpenedAt.IsZero() {
+			s += " (open since " + b.OpenedAt.UTC().Format(shownTime) + ")"
+		}
+		return s, "a few go as each round of probes, the others once a probe is answered and the breaker closes"
+	case b.PausedUntil.After(now):
+		s := "paused until " + b.PausedUntil.UTC().Format(shownTime)
+		if b.PauseReason != "" {
+			s += " (" + b.PauseReason + ")"
+		}
+		return s, "the target asked for the pause with its Retry-After; they go once it ends"
+	}
+	return "", ""
+}
+
+// HeldByRate says that the unfinished forwards of t (but those running)
+// wait for their turns of its rate: "rate 50/s"; "" when t has none. hint
+// says when they go.
+func HeldByRate(t *config.Target) (held, hint string) {
+	if t == nil || t.Rate.IsZero() {
+		return "", ""
+	}
+	return "rate " + t.Rate.String(), "they go in turn, no faster than the rate, which every process that forwards shares"
+}
+
+// ActivePause returns the pause of target among pauses (by target name)
+// when it holds at now, nil otherwise.
+func ActivePause(pauses map[string]store.TargetPause, target string, now time.Time) *store.TargetPause {
+	p, ok := pauses[target]
+	if !ok || !p.Active(now) {
+		return nil
+	}
+	return &p
 }

@@ -352,7 +352,8 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 }
 
 // GetDelivery answers one delivery of sender with its stored response and
-// the state of each of its forwards: 404 for an unknown sender or delivery.
+// the state of each of its forwards, and what holds those that wait: 404
+// for an unknown sender or delivery.
 func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.Sender, deliveryID string) {
 	sd, ok := s.cfg.Sender(sender)
 	if !ok {
@@ -382,6 +383,13 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, dbProblem(err))
 		return
 	}
+	var h holds
+	if len(fwds) > 0 {
+		if h, err = s.readHolds(r.Context(), sender); err != nil {
+			s.fail(w, r, dbProblem(err))
+			return
+		}
+	}
 	out := api.Delivery{
 		Sender:        sender,
 		DeliveryId:    rec.DeliveryID,
@@ -398,7 +406,9 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 	}
 	out.Response.BodyEncoding, out.Response.Body = showBody(rec.Response.ContentType, rec.Response.Body)
 	for _, f := range fwds {
-		out.Forwards = append(out.Forwards, forwardState(sd, f))
+		fs := forwardState(sd, f)
+		fs.Held = h.of(fs.Target, f.State)
+		out.Forwards = append(out.Forwards, fs)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -307,8 +307,8 @@ func operatorRoutes(t *testing.T, router http.Handler, sender, deliveryID string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 8 {
-		t.Fatalf("router has %d operator routes, want 8: %v", len(out), out)
+	if len(out) != 10 {
+		t.Fatalf("router has %d operator routes, want 10: %v", len(out), out)
 	}
 	return out
 }
@@ -375,6 +375,7 @@ type (
 		Target      string     `json:"target"`
 		URL         string     `json:"url"`
 		State       string     `json:"state"`
+		Held        *string    `json:"held"`
 		Attempts    int        `json:"attempts"`
 		MaxAttempts int        `json:"max_attempts"`
 		LastStatus  *int       `json:"last_status"`
@@ -481,9 +482,10 @@ func TestOperatorAPIAuth(t *testing.T) {
 		{"token and more", "Bearer " + testToken + "0", `Bearer realm="hookgate", error="invalid_token"`},
 		{"token in another case", "Bearer " + strings.ToUpper(testToken), `Bearer realm="hookgate", error="invalid_token"`},
 	} {
-		// Each case from its own address: wrong tokens are limited per client.
-		from := s.from(t, fmt.Sprintf("127.0.0.%d", 10+i))
-		for _, rt := range routes {
+		// Each case from addresses of its own, a few routes from each:
+		// wrong tokens are limited per client (a burst of 10).
+		for k, rt := range routes {
+			from := s.from(t, fmt.Sprintf("127.0.%d.%d", 1+k/8, 10+i))
 			r := from.do(s.opRequest(rt.method, rt.path, tc.auth))
 			wantProblem(t, r, http.StatusUnauthorized, "unauthorized")
 			if got := r.header.Get("WWW-Authenticate"); got != tc.challenge {
@@ -504,6 +506,7 @@ func TestOperatorAPIAuth(t *testing.T) {
 		routeSenders: http.StatusOK, routeDeliveries: http.StatusOK, routeDelivery: http.StatusOK, routeEvent: http.StatusOK,
 		routeRedeliver: http.StatusConflict, // hdr has no targets
 		routeTargets:   http.StatusOK, routeTargetForwards: http.StatusNotFound, routeTargetRedeliver: http.StatusNotFound,
+		routeTargetPause: http.StatusNotFound, routeTargetResume: http.StatusNotFound, // hdr has no target t
 	}
 	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
 		for _, rt := range routes[:len(routes)-1] { // not the appended "(no route)"

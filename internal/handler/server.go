@@ -124,7 +124,16 @@ type Config struct {
 	// stored in). Required when there is such a sender: New refuses a
 	// configuration with one and no Tokens.
 	Tokens TokenStore
+	// Pauses is told when the operator API pauses or resumes a target, so
+	// that this process holds or releases its forwards at once
+	// (forward.Pauses, which reads the pauses anyway about every second);
+	// nil: it learns at its next read.
+	Pauses Poker
 }
+
+// Poker is told that the operators' pauses changed (forward.Pauses.Poke):
+// it must not block.
+type Poker interface{ Poke() }
 
 // TokenStore claims a single-use signature token for a delivery
 // (sigtoken.Store): true when the request may go on, false when another
@@ -248,6 +257,9 @@ type Server struct {
 
 	// tokens claims the single-use signature tokens (Config.Tokens).
 	tokens TokenStore
+
+	// pauses is told of a pause or a resume (Config.Pauses); nil: none.
+	pauses Poker
 }
 
 // FastPath is the forward fast path (forward.Dispatcher): Lease is asked
@@ -305,6 +317,7 @@ func New(hc Config) (*Server, error) {
 		fast:             hc.FastPath,
 		traffic:          hc.Traffic,
 		tokens:           hc.Tokens,
+		pauses:           hc.Pauses,
 	}
 	if hc.Queries != nil {
 		s.jobs = queue.NewJobs(hc.Queries.DB())

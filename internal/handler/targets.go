@@ -20,8 +20,8 @@ import (
 // forwards, and bulk recovery. The queries are package forward's.
 
 // ListTargets answers sender's targets in configuration order, each with
-// its breaker (closed when no worker recorded one) and its forwards by
-// state: 404 for an unknown sender.
+// its breaker (closed when no worker recorded one), an operator's pause
+// while it holds, and its forwards by state: 404 for an unknown sender.
 func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.Sender) {
 	sd, ok := s.cfg.Sender(sender)
 	if !ok {
@@ -33,6 +33,11 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 		return
 	}
 	breakers, err := s.q.Breakers(r.Context(), sender)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	pauses, err := s.q.TargetPausesOf(r.Context(), sender)
 	if err != nil {
 		s.fail(w, r, dbProblem(err))
 		return
@@ -51,6 +56,7 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 			Url:        redact.URL(t.URL, t.SecretPath),
 			EventTypes: append([]string{}, t.EventTypes...),
 			Breaker:    api.BreakerStatus{State: forward.BreakerClosed},
+			Pause:      shownPause(pauses, t.Name, now),
 		}
 		if !t.Rate.IsZero() {
 			rate, burst := t.Rate.String(), t.RateBurst()
@@ -87,9 +93,9 @@ func (s *Server) target(sender, name string) (*config.Sender, *config.Target, er
 	return sd, t, nil
 }
 
-// ListTargetForwards answers a page of a target's forwards, newest first:
-// 404 for an unknown sender or target, 400 for an invalid state, window,
-// limit or cursor.
+// ListTargetForwards answers a page of a target's forwards, newest first,
+// with what holds those that wait: 404 for an unknown sender or target,
+// 400 for an invalid state, window, limit or cursor.
 func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, sender api.Sender, target api.Target, params api.ListTargetForwardsParams) {
 	_, t, err := s.target(sender, target)
 	if err != nil {
@@ -137,6 +143,11 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 		s.fail(w, r, dbProblem(err))
 		return
 	}
+	h, err := s.readHolds(r.Context(), sender)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
 	out := api.TargetForwardPage{Items: make([]api.TargetForward, 0, len(page.Forwards))}
 	for _, tf := range page.Forwards {
 		item := api.TargetForward{
@@ -145,6 +156,7 @@ func (s *Server) ListTargetForwards(w http.ResponseWriter, r *http.Request, send
 			DeliveryId:  tf.DeliveryID,
 			EventType:   tf.EventType,
 			State:       api.TargetForwardState(tf.State),
+			Held:        h.of(target, tf.State),
 			Attempts:    tf.Attempts,
 			MaxAttempts: tf.MaxAttempts,
 			CreatedAt:   tf.CreatedAt.UTC(),

@@ -26,6 +26,8 @@ const (
 	routeTargets         = "/v1/senders/{sender}/targets"
 	routeTargetForwards  = "/v1/senders/{sender}/targets/{target}/forwards"
 	routeTargetRedeliver = "/v1/senders/{sender}/targets/{target}/redeliver"
+	routeTargetPause     = "/v1/senders/{sender}/targets/{target}/pause"
+	routeTargetResume    = "/v1/senders/{sender}/targets/{target}/resume"
 )
 
 type (
@@ -43,7 +45,14 @@ type (
 			OpenedAt    *time.Time `json:"opened_at"`
 			PausedUntil *time.Time `json:"paused_until"`
 		} `json:"breaker"`
-		Forwards forwardCounts `json:"forwards"`
+		Pause    *operatorPause `json:"pause"`
+		Forwards forwardCounts  `json:"forwards"`
+	}
+	operatorPause struct {
+		Since  time.Time  `json:"since"`
+		Until  *time.Time `json:"until"`
+		Reason string     `json:"reason"`
+		By     string     `json:"by"`
 	}
 	forwardCounts struct {
 		Pending   int64 `json:"pending"`
@@ -62,6 +71,7 @@ type (
 		DeliveryID  string     `json:"delivery_id"`
 		EventType   string     `json:"event_type"`
 		State       string     `json:"state"`
+		Held        *string    `json:"held"`
 		Attempts    int        `json:"attempts"`
 		MaxAttempts int        `json:"max_attempts"`
 		LastStatus  *int       `json:"last_status"`

@@ -118,8 +118,11 @@ func staysUnique(available int) string {
       OR river_job_state_in_bitmask(unique_states, state) = river_job_state_in_bitmask(unique_states, $%d::river_job_state))`, available)
 }
 
-// wakeSQL makes available now (River's state $4, scheduled_at now) up to
-// $7 forwards of sender $2's target $3 on queue $1 that wait: snoozed
+// wakeSQL makes available now (River's state $4; scheduled_at now, or
+// with $8 when each was created, at the latest now, so that River's fetch,
+// by priority, scheduled_at and ID, takes them in the order they were
+// accepted) up to $7 forwards of sender $2's target $3 on queue $1 that
+// wait: snoozed
 // behind its breaker or waiting for a retry (River's states $5, scheduled
 // and retryable, whatever their time), and up to $7 waiting in River's
 // state available for a later time (River leaves a snooze or a retry due
@@ -137,7 +140,7 @@ func staysUnique(available int) string {
 // fetch takes it, its scheduler makes it available, its completer writes
 // it), so it takes part in no deadlock (see the lock order, doc.go). A job
 // it skips is woken by the next statement, if it still waits.
-var wakeSQL = jobSQL(`UPDATE river_job SET state = $4::river_job_state, scheduled_at = now()
+var wakeSQL = jobSQL(`UPDATE river_job SET state = $4::river_job_state, scheduled_at = CASE WHEN $8::bool THEN least(created_at, now()) ELSE now() END
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
     WHERE state = ANY($5::river_job_state[]) AND queue = $1 AND priority = $6
       AND kind = {forward_kind} AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text) AND ` + staysUnique(4) + `
@@ -152,9 +155,9 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
 // for milliseconds.
 const wakeBatch = 1000
 
-// wakeArgs are wakeSQL's arguments.
-func wakeArgs(queue, sender, target string, limit int) []any {
-	return []any{queue, sender, target, jobAvailable, []string{jobScheduled, jobRetryable}, forwardPriority, limit}
+// wakeArgs are wakeSQL's arguments: inOrder keeps the order of creation.
+func wakeArgs(queue, sender, target string, limit int, inOrder bool) []any {
+	return []any{queue, sender, target, jobAvailable, []string{jobScheduled, jobRetryable}, forwardPriority, limit, inOrder}
 }
 
 // WakeWaitingForwards makes the waiting forwards of sender's target on
@@ -164,9 +167,21 @@ func wakeArgs(queue, sender, target string, limit int) []any {
 // another transaction holds: a job River's fetch, scheduler or completer
 // holds meanwhile is left as they leave it (running, or available).
 func (q *Jobs) WakeWaitingForwards(ctx context.Context, queue, sender, target string) (int64, error) {
+	return q.wake(ctx, queue, sender, target, false)
+}
+
+// WakeHeldForwards is WakeWaitingForwards for the forwards of a target an
+// operator resumed: each is made available as of when it was created (or
+// now, if later), so that River's fetch takes them in the order they were
+// accepted, before the forwards accepted since.
+func (q *Jobs) WakeHeldForwards(ctx context.Context, queue, sender, target string) (int64, error) {
+	return q.wake(ctx, queue, sender, target, true)
+}
+
+func (q *Jobs) wake(ctx context.Context, queue, sender, target string, inOrder bool) (int64, error) {
 	var total int64
 	for {
-		n, err := execUnder(ctx, q.db, store.IndexOrderScans, wakeSQL, wakeArgs(queue, sender, target, wakeBatch)...)
+		n, err := execUnder(ctx, q.db, store.IndexOrderScans, wakeSQL, wakeArgs(queue, sender, target, wakeBatch, inOrder)...)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("wake the forwards of %s/%s: %w", sender, target, err)

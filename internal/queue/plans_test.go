@@ -335,8 +335,8 @@ func testQueuePlans(t *testing.T, grown bool) {
 		// many due (in the shrunk table too: their delivery IDs end in 0 or
 		// 5). The snoozed ones are woken, in batches.
 		snoozed := int64(planRows / 100)
-		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t", wakeBatch)...)
-		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t", 100)...)
+		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t", wakeBatch, false)...)
+		checkPlans(t, explainConn, 3*planRows/100, store.IndexOrderScans, wakeSQL, wakeArgs(planQueue, "acme", "t", 100, true)...)
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
 				if n, err := both(tx).WakeWaitingForwards(ctx, planQueue, "acme", "t"); err != nil || n != snoozed {

@@ -227,7 +227,7 @@ func TestBreakerWakeNeverDeadlocks(t *testing.T) {
 }
 
 // wakeStatement starts the text of wakeSQL, as pg_stat_activity shows it.
-const wakeStatement = "UPDATE river_job SET state = $4::river_job_state, scheduled_at = now()"
+const wakeStatement = "UPDATE river_job SET state = $4::river_job_state, scheduled_at = CASE"
 
 // watchLockWaits watches, every few milliseconds until the returned
 // function is called, for a statement of this database whose text starts

@@ -39,5 +39,6 @@ SELECT create_distributed_function(
 -- local: traffic_minutes: the console's per-minute counts (two days of them), flushed by each process about once a minute in one transaction for every sender, with the deletion of old minutes (distributed, that would commit on every worker in two phases); ingest never writes it.
 -- local: traffic_hours: the same counts per hour (the day charts read it), written in the same flush transaction as traffic_minutes, for the same reason.
 -- local: forward_delivered: the fast path's delivered first attempts, read together with River's (local) jobs in one statement by internal/store; written in the statement that deletes the forward's (distributed) outbox row, as River's job of any other outcome is.
+-- local: paused_targets: the targets an operator paused, a row each, read whole by every process about once a second; written by operators, never in an ingest transaction.
 -- local: target_rates: one row per target with a rate, updated once per attempt of its forwards by the worker processes (River's jobs are local too); never in an ingest transaction.
 -- local: forward_processes: the worker processes' heartbeats (one row each, written every second, not keyed by sender), read with River's (local) running jobs to take over those of a process that died.
