@@ -52,7 +52,7 @@ drop_citus() {
 		psql "$(with_node "$CITUS_URL" ${n})" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 	done
 }
-trap 'drop_citus; tmp_pg_cleanup' EXIT
+trap 'rc=$?; drop_citus || true; tmp_pg_cleanup "$rc"' EXIT
 
 for n in "${nodes[@]}"; do
 	psql "$(with_node "$CITUS_URL" ${n})" -qc "CREATE DATABASE $db"

@@ -49,7 +49,7 @@ export DC SG
 
 "$TMP_PG_ROOT/hookgate" serve >"$TMP_PG_ROOT/hookgate.log" 2>&1 &
 pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; tmp_pg_cleanup' EXIT
+trap 'rc=$?; kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; tmp_pg_cleanup "$rc"' EXIT
 for _ in $(seq 1 150); do
 	curl -sf "$HOOKGATE_URL/readyz" >/dev/null && break
 	kill -0 "$pid" 2>/dev/null || { cat "$TMP_PG_ROOT/hookgate.log" >&2; exit 1; }

@@ -62,7 +62,9 @@ if [[ -n $bin_cache ]] && mkdir -p "$bin_cache"; then
 	key=$(printf '%s\n' "${TEST_RACE--race}" "${CGO_ENABLED:-}" "$GOFLAGS" "$(go env GOVERSION GOOS GOARCH)" | sha256sum | cut -c1-12)
 	shared=$bin_cache/$key
 	if mkdir -p "$shared" && run_bins=$(mktemp -d "$bin_cache/run.XXXXXX"); then
-		trap 'rc=$?; rm -rf -- "$run_bins"; (exit $rc); tmp_pg_cleanup' EXIT
+		# (exit $rc) here, under errexit, ended the trap before the
+		# cleanup whenever go test failed: the server was left running.
+		trap 'rc=$?; rm -rf -- "$run_bins"; tmp_pg_cleanup "$rc"' EXIT
 		cp -al "$shared/." "$run_bins/" 2>/dev/null || true
 		# -s -w: without debugging information, as go test links when it
 		# keeps no binary.

@@ -1,6 +1,7 @@
 # tmp-pg.sh is sourced by test.sh and bench.sh. tmp_pg_start starts a
 # throwaway PostgreSQL in a fresh directory under /tmp and sets
-#   TMP_PG_ROOT  the directory (deleted on exit, with everything under it)
+#   TMP_PG_ROOT  the directory (deleted on exit, with everything under it),
+#                under HOOKGATE_TMP_PG_PARENT (default /tmp)
 #   TMP_PG_PORT  the server's port on 127.0.0.1
 #   TMP_PG_URL   the URL of its database "hookgate"
 #   PG_BINDIR    the directory of the server binaries
@@ -11,8 +12,13 @@
 
 CI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
+# tmp_pg_cleanup [RC] stops every server under TMP_PG_ROOT, deletes it and
+# exits with RC (by default the status it was called with). A trap that
+# does more first saves $? and passes it: rc=$?; ...; tmp_pg_cleanup "$rc".
+# Nothing in it may stop it early: errexit is off from its first line.
 tmp_pg_cleanup() {
-	local rc=$? pid
+	local rc=${1:-$?} pid
+	set +e
 	trap - EXIT
 	if [[ -n ${TMP_PG_ROOT:-} && -d $TMP_PG_ROOT ]]; then
 		while IFS= read -r pid; do
@@ -26,7 +32,7 @@ tmp_pg_cleanup() {
 tmp_pg_start() {
 	local attempt
 	PG_BINDIR=$("$CI_DIR/pg.sh" bindir)
-	TMP_PG_ROOT=$(mktemp -d /tmp/hookgate-pg.XXXXXX)
+	TMP_PG_ROOT=$(mktemp -d "${HOOKGATE_TMP_PG_PARENT:-/tmp}/hookgate-pg.XXXXXX")
 	trap tmp_pg_cleanup EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
