@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -239,11 +240,15 @@ func TestFlakyTargetGetsEveryEvent(t *testing.T) {
 	}
 }
 
-// TestDeliveryResumesSoonAfterAnOutage: a target down (503) for long enough
-// that its breaker is open and its waiting forwards snooze for many seconds
-// gets every forward within seconds of its return (probes are at most 3s
-// apart, and the breaker wakes the waiting forwards when it closes), without
-// the outage using up their attempts.
+// TestDeliveryResumesSoonAfterAnOutage: a target is down (503) for long
+// enough that its breaker is open and its waiting forwards snooze for many
+// seconds. The test moves the snoozes that end after the next round of
+// probes an hour ahead: only the breaker's wake, when a probe closes it,
+// can bring those forwards back while the test runs. Once the target is
+// back every forward arrives, answered 200 once, and the outage did not
+// use up their attempts. The time from the target's return to the last
+// arrival is logged, not bounded: a bound of 12 s failed on a busy
+// machine. make bench has no outage figure.
 func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 	testkit.Slow(t, "a long target outage (about 30 s)")
 	t.Parallel()
@@ -257,23 +262,34 @@ func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 	}
 	e.poll("the breaker to open", func() bool { return e.breaker("down") == forward.BreakerOpen },
 		func() string { return fmt.Sprintf("%d requests", len(tg.Hits())) })
-	// Stay down until the waiting forwards snooze for longer than the
-	// deadline below.
+	// Stay down for 20 s, and until at least half the forwards wait an
+	// hour. A forward due within 5 s is left alone: the rounds of probes
+	// (at most 3 s apart, jittered by half) take theirs from those, and
+	// the breaker closes only once a probe is answered.
 	opened := time.Now()
-	e.poll("the outage to last", func() bool { return time.Since(opened) > 20*time.Second }, nil)
+	var held int64
+	testkit.Poll(t, stallTimeout, "the outage to last, with forwards snoozed behind the open breaker", func() bool {
+		tag, err := e.pool.Exec(t.Context(), `UPDATE river_job SET scheduled_at = now() + interval '1 hour'
+WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable')
+  AND scheduled_at > now() + interval '5 seconds' AND scheduled_at < now() + interval '10 minutes'`, queue.ForwardKind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held += tag.RowsAffected()
+		return time.Since(opened) > 20*time.Second && held >= n/2
+	}, func() string { return fmt.Sprintf("%d forwards moved an hour ahead; jobs %+v", held, e.jobs()) })
 	up.Store(true)
 	back := time.Now()
-	const resume = 12 * time.Second
-	deadline := back.Add(resume)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for delivered(tg, keys) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v after the target came back %d of %d forwards had arrived (breaker %s)", resume, delivered(tg, keys), n, e.breaker("down"))
+	testkit.Poll(t, stallTimeout, "every forward to reach the target once it is back", func() bool { return delivered(tg, keys) == n },
+		func() string {
+			return fmt.Sprintf("%d of %d forwards arrived (breaker %s); jobs %+v", delivered(tg, keys), n, e.breaker("down"), e.jobs())
+		})
+	t.Logf("all %d forwards arrived %v after the target came back (%d had been moved an hour ahead)", n, time.Since(back).Round(time.Millisecond), held)
+	for _, k := range keys {
+		if oks := tg.Delivered()[k]; oks != 1 {
+			t.Errorf("event %s answered 200 %d times, want once", k, oks)
 		}
-		<-tick.C
 	}
-	t.Logf("all %d forwards arrived %v after the target came back", n, time.Since(back).Round(time.Millisecond))
 	for _, j := range e.waitJobs(n) {
 		if j.State != "completed" || j.Attempt > 6 {
 			t.Errorf("job %d: %s after %d attempts, want completed after a few of its 20", j.ID, j.State, j.Attempt)

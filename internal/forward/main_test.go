@@ -52,6 +52,11 @@ var (
 // a timed assertion.
 const waitTimeout = 30 * time.Second
 
+// stallTimeout bounds a wait whose length a test logs rather than asserts
+// (a recovery after an outage): minutes, so that it fails on a stall, not
+// on a busy machine.
+const stallTimeout = 3 * time.Minute
+
 // env is a database, a River client working forwards and a relay feeding it
 // from the outbox (when started), and a hookgate ingest server writing the
 // outbox, for one sender "acme" whose delivery ID is in X-Delivery-Id.
