@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
 
@@ -16,13 +19,15 @@ var scheduleBackoff = forward.Backoff{Base: 100 * time.Millisecond, Max: time.Mi
 
 // TestRetryComesOnSchedule: a forward whose first attempt fails (500) is
 // attempted again on its backoff's schedule (50 to 100 ms later here),
-// well before River's job scheduler, which runs every 5 s in the elected
-// leader only, would make a retryable job available: the second attempt
-// reaches the target within 2 s of the first's answer, and not before its
+// without River's job scheduler, which runs in the elected leader only:
+// another process holds River's leadership here, so the scheduler never
+// runs, and the second attempt still reaches the target, not before its
 // schedule. The first attempt is River's worker's (which leaves a retry due
 // within the scheduler's interval available itself), or the fast path's
 // (which recorded it retryable, and its second attempt came up to 5 s
-// late: 3.9 s in the run).
+// late: 3.9 s in the run). The time from the first answer to the
+// second attempt is logged, not bounded: a bound of 2 s fails on a busy
+// machine, and the held leadership proves what the bound stood for.
 func TestRetryComesOnSchedule(t *testing.T) {
 	t.Parallel()
 	for _, fast := range []bool{false, true} {
@@ -34,7 +39,11 @@ func TestRetryComesOnSchedule(t *testing.T) {
 			t.Parallel()
 			tg := testkit.NewTarget(t, testkit.FailFirst(1, http.StatusInternalServerError))
 			forwardYAML := fmt.Sprintf("      - name: flaky\n        url: %s\n        timeout: 5s\n        max_attempts: 5\n", tg.URL)
-			opts := envOpts{Work: true, Backoff: scheduleBackoff}
+			opts := envOpts{Work: true, Backoff: scheduleBackoff, Setup: func(pool *pgxpool.Pool) {
+				if err := queuetest.New(pool).HoldLeadership(t.Context(), "another-process", time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}}
 			var e *env
 			if fast {
 				e = newFastEnv(t, forwardYAML, opts, fastOptions{})
@@ -51,10 +60,10 @@ func TestRetryComesOnSchedule(t *testing.T) {
 				t.Fatalf("the target received %d requests for the event, want 2, the first answered 500", len(hits))
 			}
 			gap := hits[1].At.Sub(hits[0].AnswerAt)
-			if gap < scheduleBackoff.Base/2 || gap > 2*time.Second {
-				t.Errorf("the second attempt reached the target %v after the first was answered; want from %v (its backoff) to 2s (well before River's scheduler's 5s)",
-					gap, scheduleBackoff.Base/2)
+			if gap < scheduleBackoff.Base/2 {
+				t.Errorf("the second attempt reached the target %v after the first was answered; want at least %v (its backoff)", gap, scheduleBackoff.Base/2)
 			}
+			t.Logf("the second attempt reached the target %v after the first was answered", gap)
 		})
 	}
 }
@@ -72,7 +81,7 @@ func TestFastPathRecordsRetriesAsRiverWould(t *testing.T) {
 		name        string
 		answer      testkit.Answer
 		state       string
-		least, most time.Duration // of scheduled_at after the attempt's answer
+		least, most time.Duration // of scheduled_at after the attempt's answer, and after its record was seen
 	}{
 		{"500, the backoff's 50 to 100 ms", testkit.Answer{Status: http.StatusInternalServerError}, "available", 50 * time.Millisecond, time.Second},
 		{"503, Retry-After 3", testkit.Answer{Status: http.StatusServiceUnavailable, Header: http.Header{"Retry-After": {"3"}}}, "available", 3 * time.Second, 4 * time.Second},
@@ -89,13 +98,17 @@ func TestFastPathRecordsRetriesAsRiverWould(t *testing.T) {
 				js = e.jobs()
 				return len(js) == 1 && len(e.outbox()) == 0
 			}, func() string { return fmt.Sprintf("jobs: %+v; outbox: %s", js, strings.Join(e.outbox(), ", ")) })
+			seen := time.Now() // after the record: a busy machine may take seconds from the answer to it
 			j := js[0]
 			answered := tg.Hits()[0].AnswerAt
 			if j.State != tc.state || j.Attempt != 1 || len(j.Errors) != 1 {
 				t.Errorf("job %+v: want %s at attempt 1 with the attempt's error", j, tc.state)
 			}
-			if d := j.ScheduledAt.Sub(answered); d < tc.least || d > tc.most {
-				t.Errorf("job scheduled %v after the attempt's answer, want from %v to %v", d, tc.least, tc.most)
+			if d := j.ScheduledAt.Sub(answered); d < tc.least {
+				t.Errorf("job scheduled %v after the attempt's answer, want at least %v", d, tc.least)
+			}
+			if d := j.ScheduledAt.Sub(seen); d > tc.most {
+				t.Errorf("job scheduled %v after its record was seen, want at most %v", d, tc.most)
 			}
 		})
 	}
