@@ -253,10 +253,13 @@ func TestWorkerSIGKILLWhileRelaying(t *testing.T) {
 // concurrently, to a target that answers after 1 s (timeout 5 s), and is
 // killed with SIGKILL while they are in flight (in the fast path, and in
 // River for those the fast path left to it); it is started again at once.
-// Every event reaches the target within the target's timeout + 10 s of the
-// restart: the fast path's leased rows are the relay's when their lease
-// (the timeout + 4 s) ends, and River's running jobs are taken over 5 s
-// after the killed process's last heartbeat.
+// Every event reaches the target, with one forward job each: the fast
+// path's leased rows are the relay's when their lease (the timeout + 4 s)
+// ends, and River's running jobs are taken over 5 s after the killed
+// process's last heartbeat (the restarted process counts them in
+// hookgate_forward_taken_over_total), not rescued by River a minute later.
+// The time from the restart to the last event is logged, not bounded: a
+// bound of the target's timeout + 10 s fails on a busy machine.
 func TestSIGKILLWithSlowForwardsInFlight(t *testing.T) {
 	testkit.Slow(t, "kills the server with forwards to a slow target in flight")
 	t.Parallel()
@@ -265,7 +268,6 @@ func TestSIGKILLWithSlowForwardsInFlight(t *testing.T) {
 	tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
 		return testkit.Answer{Status: http.StatusOK, Delay: time.Second}
 	})
-	const timeout = 5 * time.Second // the target's
 	cfg := writeConfig(t, forwardConfig(tg.URL, "5s", 10))
 	addr := freeAddr(t)
 	base := "http://" + addr
@@ -297,7 +299,8 @@ func TestSIGKILLWithSlowForwardsInFlight(t *testing.T) {
 	if !errors.As(first.err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("the first process ended with %v, want killed by SIGKILL", first.err)
 	}
-	t.Logf("at the kill: %d events answered, jobs %v, outbox rows %d", len(tg.Delivered()), jobStates(t, pool), outboxRows(t, pool))
+	atKill := jobStates(t, pool)
+	t.Logf("at the kill: %d events answered, jobs %v, outbox rows %d", len(tg.Delivered()), atKill, outboxRows(t, pool))
 
 	restarted := time.Now()
 	second := startBinaryWith(t, bin, dsn, addr, cfg)
@@ -315,11 +318,16 @@ func TestSIGKILLWithSlowForwardsInFlight(t *testing.T) {
 		}
 		return k
 	}
-	testkit.Poll(t, timeout+10*time.Second-time.Since(restarted), "every event to reach the target within the target's timeout + 10 s of the restart",
+	testkit.Poll(t, stallTimeout, "every event to reach the target after the restart",
 		func() bool { return missing() == 0 }, func() string {
 			return fmt.Sprintf("%d of %d missing %v after the restart; jobs %v, outbox rows %d", missing(), n,
 				time.Since(restarted).Round(100*time.Millisecond), jobStates(t, pool), outboxRows(t, pool))
 		})
 	t.Logf("every event delivered %v after the restart", time.Since(restarted).Round(100*time.Millisecond))
+	taken := scrape(t, c, base, "hookgate_forward_taken_over_total")
+	t.Logf("the restarted process took over %v jobs", taken)
+	if taken < float64(atKill["running"]) {
+		t.Errorf("the restarted process took over %v jobs, want the %d running at the kill", taken, atKill["running"])
+	}
 	checkEveryEventForwarded(t, pool, tg, events, 30*time.Second)
 }

@@ -131,7 +131,7 @@ func TestForwardsResumeAfterDatabaseCrash(t *testing.T) {
 
 	events := acceptedEvents(t, pool)
 	t.Logf("%d events accepted (%d sent while the database was killed and after)", len(events), sent.Load())
-	bound := 3 * time.Minute // a stall, not a slow machine
+	bound := stallTimeout
 	upMu.Lock()
 	deadline := upAt.Add(bound)
 	upMu.Unlock()

@@ -54,6 +54,11 @@ const senderConfig = `senders:
     delivery_id: { header: X-Delivery-Id }
 `
 
+// stallTimeout bounds a wait whose length a test logs rather than asserts
+// (a recovery after a kill or an outage, a backlog): minutes, so that it
+// fails on a stall, not on a busy machine.
+const stallTimeout = 3 * time.Minute
+
 // writeConfig writes content to a hookgate.yaml in a temporary directory and
 // returns its path.
 func writeConfig(t *testing.T, content string) string {
