@@ -15,12 +15,16 @@ import (
 
 // TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes: the real binary
 // with default settings forwards the events of sender acme to two targets
-// that never answer (timeout 30s), two that answer after 3s and a healthy
-// one, and the events of sender other to another healthy target. Every
-// forward to both healthy targets arrives while the bad targets still hold
-// theirs, within seconds of the delivery's 202 (milliseconds, on an idle
-// machine): no target, and no group of them, holds the workers the others
-// need.
+// that never answer (timeout 5 m, longer than the test), two that answer
+// after 3s and a healthy one, and the events of sender other to another
+// healthy target. Every forward to both healthy targets arrives, once,
+// while the hung targets still hold their first attempts: no target, and
+// no group of them, holds the workers the others need (the hung targets'
+// workers come free only at their timeout, so a starved forward fails the
+// test as a stall). The time from each delivery's 202 to its forward's
+// arrival is logged, not bounded (milliseconds on an idle machine; a bound
+// fails on a busy one): make bench measures it, at a steady rate with no
+// bad target beside.
 func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
@@ -32,8 +36,8 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 	slow1, slow2 := testkit.NewTarget(t, hold), testkit.NewTarget(t, hold)
 	ok, other := testkit.NewTarget(t, testkit.Always(http.StatusOK)), testkit.NewTarget(t, testkit.Always(http.StatusOK))
 	cfg := writeConfig(t, senderConfig+fmt.Sprintf(`    forward:
-      - { name: hang1, url: %s, timeout: 30s }
-      - { name: hang2, url: %s, timeout: 30s }
+      - { name: hang1, url: %s, timeout: 5m }
+      - { name: hang2, url: %s, timeout: 5m }
       - { name: slow1, url: %s, timeout: 10s }
       - { name: slow2, url: %s, timeout: 10s }
       - { name: ok, url: %s, timeout: 10s }
@@ -72,11 +76,7 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 			otherEvents = append(otherEvents, ev)
 		}
 	}
-	last := time.Now()
 
-	// The hung targets hold their forwards for 30s: every healthy forward
-	// must arrive well before that.
-	const deadline = 15 * time.Second
 	missing := func(tg *testkit.Target, events []string) int {
 		got := tg.Delivered()
 		n := 0
@@ -87,22 +87,25 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 		}
 		return n
 	}
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for missing(ok, acmeEvents) > 0 || missing(other, otherEvents) > 0 {
-		if time.Since(last) > deadline {
-			t.Fatalf("%v after the last delivery: %d of %d forwards to acme's healthy target and %d of %d to other's have not arrived",
-				deadline, missing(ok, acmeEvents), nAcme, missing(other, otherEvents), nOther)
-		}
-		<-tick.C
-	}
+	testkit.Poll(t, stallTimeout, "every forward to the healthy targets", func() bool { return missing(ok, acmeEvents)+missing(other, otherEvents) == 0 },
+		func() string {
+			return fmt.Sprintf("%d of %d forwards to acme's healthy target and %d of %d to other's have not arrived",
+				missing(ok, acmeEvents), nAcme, missing(other, otherEvents), nOther)
+		})
+	checkStillHeld(t, hang1, hang2)
 	for _, tc := range []struct {
-		name string
-		tg   *testkit.Target
-	}{{"acme/ok", ok}, {"other/ok", other}} {
-		hits := tc.tg.Hits()
+		name   string
+		tg     *testkit.Target
+		events []string
+	}{{"acme/ok", ok, acmeEvents}, {"other/ok", other, otherEvents}} {
+		got := tc.tg.Delivered()
+		for _, ev := range tc.events {
+			if got[ev] != 1 {
+				t.Errorf("%s: event %s answered 2xx %d times, want once", tc.name, ev, got[ev])
+			}
+		}
 		var lat []time.Duration
-		for _, h := range hits {
+		for _, h := range tc.tg.Hits() {
 			if h.Status == http.StatusOK {
 				lat = append(lat, h.At.Sub(accepted[h.Key()]))
 			}
@@ -110,18 +113,25 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 		slices.Sort(lat)
 		p50, p90, worst := lat[len(lat)/2], lat[len(lat)*9/10], lat[len(lat)-1]
 		t.Logf("%s: %d forwards, from 202 to arrival p50 %v, p90 %v, max %v", tc.name, len(lat), p50, p90, worst)
-		// The target answers at once: its forwards take milliseconds. The
-		// bounds are generous for a busy shared machine; a forward starved
-		// by the bad targets waits for their 30s timeouts.
-		if p50 > 2*time.Second || worst > 5*time.Second {
-			t.Errorf("%s: from 202 to arrival p50 %v, max %v; want at most 2s and 5s", tc.name, p50, worst)
-		}
 	}
 	hung1, _ := hang1.InFlight()
 	hung2, _ := hang2.InFlight()
 	held1, _ := slow1.InFlight()
 	held2, _ := slow2.InFlight()
 	t.Logf("forwards held at the end: hang1 %d, hang2 %d, slow1 %d, slow2 %d", hung1, hung2, held1, held2)
+}
+
+// checkStillHeld fails the test unless each of the hung targets holds
+// every forward it received (the hits are read first: a forward that
+// arrives meanwhile only adds to those held).
+func checkStillHeld(t *testing.T, hung ...*testkit.Target) {
+	t.Helper()
+	for i, h := range hung {
+		received := len(h.Hits())
+		if held, _ := h.InFlight(); held == 0 || held < received {
+			t.Errorf("hung target %d holds %d of the %d forwards it received, want all of them: the healthy forwards must arrive while the hung targets hold theirs", i+1, held, received)
+		}
+	}
 }
 
 // deliverOther delivers id to sender other and returns its event ID.
