@@ -142,7 +142,12 @@ func TestDatabaseOutageMidLoad(t *testing.T) {
 		t.Fatal("the load did not end within two minutes")
 	}
 	reportLoad(t, rl.st)
-	if d := time.Duration(longest.Load()); d > 5*time.Second {
+	// A request queued for the store timeout (the handler's 15 s) waits at
+	// least that long; one answered at once takes milliseconds, or seconds
+	// on a busy machine, which is why the bound is not tighter.
+	d := time.Duration(longest.Load())
+	t.Logf("the longest request took %s", d.Round(time.Millisecond))
+	if d >= 15*time.Second {
 		t.Errorf("a request waited %s for its answer: during an outage the gateway must answer at once, not queue requests for the 15s store timeout", d)
 	}
 	if peak := heap(); peak > 100<<20 {
