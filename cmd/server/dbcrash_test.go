@@ -151,7 +151,7 @@ func TestForwardsResumeAfterDatabaseCrash(t *testing.T) {
 				missing(), len(events), time.Since(upAt).Round(100*time.Millisecond), outboxRows(t, pool), jobStates(t, pool))
 		})
 	t.Logf("every event delivered %v after the database accepted connections again", time.Since(upAt).Round(100*time.Millisecond))
-	checkEveryEventForwarded(t, pool, tg, events, 30*time.Second)
+	checkEveryEventForwarded(t, pool, tg, events)
 }
 
 // deliverUntil2xx delivers id to acme at base until it gets a 2xx (every

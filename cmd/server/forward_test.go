@@ -98,9 +98,11 @@ func acceptedEvents(t *testing.T, pool *pgxpool.Pool) []string {
 
 // checkEveryEventForwarded waits until the target has answered 2xx to a
 // forward of every event in events, and then checks that the outbox is
-// empty and that every event has exactly one forward job, completed.
-func checkEveryEventForwarded(t *testing.T, pool *pgxpool.Pool, tg *testkit.Target, events []string, timeout time.Duration) {
+// empty and that every event has exactly one forward job, completed. It
+// waits up to stallTimeout, and logs how long the wait took.
+func checkEveryEventForwarded(t *testing.T, pool *pgxpool.Pool, tg *testkit.Target, events []string) {
 	t.Helper()
+	start := time.Now()
 	missing := func() []string {
 		got := tg.Delivered()
 		var out []string
@@ -111,13 +113,14 @@ func checkEveryEventForwarded(t *testing.T, pool *pgxpool.Pool, tg *testkit.Targ
 		}
 		return out
 	}
-	testkit.Poll(t, timeout, "every accepted event to reach the target", func() bool { return len(missing()) == 0 }, func() string {
+	testkit.Poll(t, stallTimeout, "every accepted event to reach the target", func() bool { return len(missing()) == 0 }, func() string {
 		m := missing()
 		return fmt.Sprintf("%d of %d never arrived (e.g. %v); outbox rows %d, jobs %v", len(m), len(events), m[:min(5, len(m))], outboxRows(t, pool), jobStates(t, pool))
 	})
-	testkit.Poll(t, 30*time.Second, "every forward job to be completed", func() bool {
+	testkit.Poll(t, stallTimeout, "every forward job to be completed", func() bool {
 		return jobStates(t, pool)["completed"] == len(events)
 	})
+	t.Logf("every one of %d events at the target and its job completed %v after the check began", len(events), time.Since(start).Round(100*time.Millisecond))
 	if n := outboxRows(t, pool); n != 0 {
 		t.Errorf("%d forwards left in the outbox, want none", n)
 	}
@@ -277,7 +280,7 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 	if len(got) != n {
 		t.Errorf("%d distinct Idempotency-Keys delivered, want %d", len(got), n)
 	}
-	checkEveryEventForwarded(t, pool, tg, events, 30*time.Second)
+	checkEveryEventForwarded(t, pool, tg, events)
 }
 
 // TestForwardsByWorkerProcesses: one --role api process accepts deliveries
@@ -426,7 +429,7 @@ func TestWorkerRoleServesOnlyServiceEndpoints(t *testing.T) {
 
 	// Readiness pings the database (2 s): on a saturated machine one ping
 	// can time out, so wait for the worker to report ready before asking.
-	testkit.Poll(t, 20*time.Second, "the worker's /readyz to answer 200", func() bool {
+	testkit.Poll(t, time.Minute, "the worker's /readyz to answer 200", func() bool {
 		r, err := get(t.Context(), c, base+"/readyz")
 		return err == nil && r.status == http.StatusOK
 	})

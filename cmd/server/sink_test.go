@@ -54,7 +54,7 @@ func TestSinkVerifiesSignatures(t *testing.T) {
 		return resp.StatusCode
 	}
 	var status int
-	testkit.Poll(t, 10*time.Second, "the sink to answer", func() bool { status = send(key); return status != 0 })
+	testkit.Poll(t, time.Minute, "the sink to answer", func() bool { status = send(key); return status != 0 })
 	if status != http.StatusNoContent {
 		t.Errorf("signed with the secret: %d, want 204", status)
 	}
@@ -63,7 +63,7 @@ func TestSinkVerifiesSignatures(t *testing.T) {
 			t.Errorf("%s: %d, want 401", name, s)
 		}
 	}
-	testkit.Poll(t, 5*time.Second, "the sink's output", func() bool { return strings.Contains(out.tail(100), "signature: valid") })
+	testkit.Poll(t, time.Minute, "the sink's output", func() bool { return strings.Contains(out.tail(100), "signature: valid") })
 	if got := out.tail(100); !strings.Contains(got, "X-Hookgate-Delivery-Id: d1") || !strings.Contains(got, `body (12 bytes): {"order":42}`) || !strings.Contains(got, "signature: INVALID") {
 		t.Errorf("sink output:\n%s", got)
 	}
@@ -109,14 +109,14 @@ func TestSinkRecognisesRedelivery(t *testing.T) {
 	}
 	var status int
 	var replayed string
-	testkit.Poll(t, 10*time.Second, "the sink to answer", func() bool { status, replayed = send(); return status != 0 })
+	testkit.Poll(t, time.Minute, "the sink to answer", func() bool { status, replayed = send(); return status != 0 })
 	if status != http.StatusNoContent || replayed != "" {
 		t.Fatalf("first forward: %d (replayed %q), want 204", status, replayed)
 	}
 	if status, replayed = send(); status != http.StatusNoContent || replayed != "true" {
 		t.Fatalf("redelivered forward: %d (replayed %q), want the stored 204 replayed", status, replayed)
 	}
-	testkit.Poll(t, 5*time.Second, "the sink's output", func() bool { return strings.Contains(out.tail(100), "ALREADY PROCESSED") })
+	testkit.Poll(t, time.Minute, "the sink's output", func() bool { return strings.Contains(out.tail(100), "ALREADY PROCESSED") })
 	if got := out.tail(100); strings.Count(got, "first delivery of this event") != 1 {
 		t.Errorf("sink output:\n%s", got)
 	}

@@ -248,7 +248,7 @@ func TestCopiesThroughTwoProcesses(t *testing.T) {
 	if len(all) != len(items)+1 {
 		t.Fatalf("%d keys stored, want %d", len(all), len(items)+1)
 	}
-	checkEveryEventForwarded(t, pool, tg, all, 90*time.Second)
+	checkEveryEventForwarded(t, pool, tg, all)
 	fast := 0
 	for _, j := range forwardJobs(t, pool) {
 		if len(j.AttemptedBy) == 0 { // recorded by the fast path, not worked by River
