@@ -171,7 +171,7 @@ func TestBatchHeldKeyDoesNotStallBatch(t *testing.T) {
 		}
 	}
 	// The neighbours are committed while the key is held: poll for them.
-	testkit.Poll(t, 15*time.Second, "the batch's other deliveries to commit while a key of the batch is held elsewhere", func() bool {
+	testkit.Poll(t, time.Minute, "the batch's other deliveries to commit while a key of the batch is held elsewhere", func() bool {
 		var n int
 		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM processed_messages WHERE sender = 'b' AND delivery_id IN ('a', 'c')`).Scan(&n); err != nil {
 			t.Fatal(err)

@@ -268,7 +268,7 @@ func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 	// the breaker closes only once a probe is answered.
 	opened := time.Now()
 	var held int64
-	testkit.Poll(t, stallTimeout, "the outage to last, with forwards snoozed behind the open breaker", func() bool {
+	e.poll("the outage to last, with forwards snoozed behind the open breaker", func() bool {
 		tag, err := e.pool.Exec(t.Context(), `UPDATE river_job SET scheduled_at = now() + interval '1 hour'
 WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable')
   AND scheduled_at > now() + interval '5 seconds' AND scheduled_at < now() + interval '10 minutes'`, queue.ForwardKind)
@@ -280,7 +280,7 @@ WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable')
 	}, func() string { return fmt.Sprintf("%d forwards moved an hour ahead; jobs %+v", held, e.jobs()) })
 	up.Store(true)
 	back := time.Now()
-	testkit.Poll(t, stallTimeout, "every forward to reach the target once it is back", func() bool { return delivered(tg, keys) == n },
+	e.poll("every forward to reach the target once it is back", func() bool { return delivered(tg, keys) == n },
 		func() string {
 			return fmt.Sprintf("%d of %d forwards arrived (breaker %s); jobs %+v", delivered(tg, keys), n, e.breaker("down"), e.jobs())
 		})

@@ -43,7 +43,7 @@ func TestFastPathDeliversAndRecords(t *testing.T) {
 	// The outbox rows go with the records (on Citus, in the transaction
 	// right after theirs: the split form): none is left once recorded.
 	var ob []string
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitTimeout)
 	for ob = e.outbox(); len(ob) != 0 && time.Now().Before(deadline); ob = e.outbox() {
 		time.Sleep(5 * time.Millisecond)
 	}

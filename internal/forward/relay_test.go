@@ -294,7 +294,7 @@ func TestRelaySkipsRowsAnotherRelayHolds(t *testing.T) {
 	}
 	relay := e.newRelay(0)
 	// A relay that waited for the held rows would wait until the timeout.
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	n, err := relay.Once(wctx)
 	if err != nil || n != 20 {

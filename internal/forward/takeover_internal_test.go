@@ -56,7 +56,7 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	tk.Finished(finishing)
 
 	var released []int64
-	testkit.Poll(t, 10*time.Second, "the lost job to be released", func() bool {
+	testkit.Poll(t, time.Minute, "the lost job to be released", func() bool {
 		if err := q.Heartbeat(ctx, other, time.Now(), 0); err != nil { // the other process lives
 			t.Fatal(err)
 		}
