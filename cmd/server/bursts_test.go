@@ -19,18 +19,19 @@ import (
 // TestHealthyTargetsUnderConcurrentBursts is the issue's burst, sent as
 // users send it, concurrently, to the real binary with default settings:
 // sender acme forwards to two targets that never answer (timeout 5 m,
-// longer than the test) beside a healthy one; sender slow to two targets
-// that answer after 3 s, receiving 150 deliveries at a concurrency of 16;
-// and, once that burst is under way, sender other receives 60 deliveries
-// (concurrency 16) for its healthy target, while acme receives 60 more.
-// Every forward to the two healthy targets arrives, once, while the hung
-// targets still hold theirs: in the fast path (the default), and with the
-// fast path off, through the relay and River's workers alone. The time
-// from each delivery's 202 to its forward's arrival is logged, not
-// bounded: a bound of 2 s fails on a busy machine. A FIFO in front of
-// per-target limits shows there: the healthy forwards wait seconds behind
-// the slow targets' hundreds. make bench measures that time at a steady
-// rate, with no bad target beside.
+// longer than the test) beside a healthy one; sender slow to two slow
+// targets (slowUntil: 200 after 3 s, and none before the healthy forwards
+// are in), receiving 150 deliveries at a concurrency of 16; and, once that
+// burst is under way, sender other receives 60 deliveries (concurrency 16)
+// for its healthy target, while acme receives 60 more. Every forward to
+// the two healthy targets arrives, once, while the hung targets still hold
+// theirs: in the fast path (the default), and with the fast path off,
+// through the relay and River's workers alone. A FIFO in front of
+// per-target limits fails this: the healthy forwards wait behind the slow
+// targets' hundreds, for answers that do not come, and the test fails as a
+// stall. The time from each delivery's 202 to its forward's arrival is
+// logged, not bounded: a bound of 2 s fails on a busy machine. make bench
+// measures that time at a steady rate, with no bad target beside.
 func TestHealthyTargetsUnderConcurrentBursts(t *testing.T) {
 	testkit.Slow(t, "a burst of hundreds of deliveries to hung and slow targets")
 	t.Parallel()
@@ -51,11 +52,12 @@ func TestHealthyTargetsUnderConcurrentBursts(t *testing.T) {
 
 func burstsScenario(t *testing.T, bin string, flags []string) {
 	_, dsn := pgtest.NewDB(t)
-	slowAnswer := func(int, *http.Request) testkit.Answer {
-		return testkit.Answer{Status: http.StatusOK, Delay: 3 * time.Second}
-	}
 	hang1, hang2 := testkit.NewTarget(t, block), testkit.NewTarget(t, block)
-	slow1, slow2 := testkit.NewTarget(t, slowAnswer), testkit.NewTarget(t, slowAnswer)
+	healthyIn := make(chan struct{})
+	slow1, slow2 := testkit.NewTarget(t, slowUntil(healthyIn)), testkit.NewTarget(t, slowUntil(healthyIn))
+	var healthyOnce sync.Once
+	releaseSlow := func() { healthyOnce.Do(func() { close(healthyIn) }) }
+	t.Cleanup(releaseSlow)
 	acmeOK, otherOK := testkit.NewTarget(t, testkit.Always(http.StatusOK)), testkit.NewTarget(t, testkit.Always(http.StatusOK))
 	cfg := writeConfig(t, fmt.Sprintf(`senders:
   - name: acme
@@ -171,6 +173,7 @@ func burstsScenario(t *testing.T, bin string, flags []string) {
 		t.Logf("%s: %d forwards, from 202 to arrival p50 %v, p99 %v, max %v", tc.name, len(lat), p50, p99, worst)
 	}
 	checkStillHeld(t, hang1, hang2)
+	releaseSlow()
 	h1, _ := hang1.InFlight()
 	h2, _ := hang2.InFlight()
 	s1, _ := slow1.InFlight()

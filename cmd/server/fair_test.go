@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +16,27 @@ import (
 
 // TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes: the real binary
 // with default settings forwards the events of sender acme to two targets
-// that never answer (timeout 5 m, longer than the test), two that answer
-// after 3s and a healthy one, and the events of sender other to another
-// healthy target. Every forward to both healthy targets arrives, once,
-// while the hung targets still hold their first attempts: no target, and
-// no group of them, holds the workers the others need (the hung targets'
-// workers come free only at their timeout, so a starved forward fails the
-// test as a stall). The time from each delivery's 202 to its forward's
-// arrival is logged, not bounded (milliseconds on an idle machine; a bound
-// fails on a busy one): make bench measures it, at a steady rate with no
-// bad target beside.
+// that never answer (timeout 5 m, longer than the test), two slow ones
+// (slowUntil: 200 after 3 s, and none before the healthy forwards are in)
+// and a healthy one, and the events of sender other to another healthy
+// target. Every forward to both healthy targets arrives, once, while the
+// hung targets still hold their first attempts: no target, and no group of
+// them, holds the workers the others need. A forward starved by the bad
+// targets would wait for answers that do not come, and the test fails as
+// a stall. The time from each delivery's 202 to its forward's arrival is
+// logged, not bounded (milliseconds on an idle machine; bounds of 2 s and
+// 5 s fail on a busy one): make bench measures it, at a steady rate with
+// no bad target beside.
 func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	_, dsn := pgtest.NewDB(t)
-	hold := func(int, *http.Request) testkit.Answer {
-		return testkit.Answer{Status: http.StatusOK, Delay: 3 * time.Second}
-	}
 	hang1, hang2 := testkit.NewTarget(t, block), testkit.NewTarget(t, block)
-	slow1, slow2 := testkit.NewTarget(t, hold), testkit.NewTarget(t, hold)
+	healthyIn := make(chan struct{})
+	slow1, slow2 := testkit.NewTarget(t, slowUntil(healthyIn)), testkit.NewTarget(t, slowUntil(healthyIn))
+	var healthyOnce sync.Once
+	releaseSlow := func() { healthyOnce.Do(func() { close(healthyIn) }) }
+	t.Cleanup(releaseSlow)
 	ok, other := testkit.NewTarget(t, testkit.Always(http.StatusOK)), testkit.NewTarget(t, testkit.Always(http.StatusOK))
 	cfg := writeConfig(t, senderConfig+fmt.Sprintf(`    forward:
       - { name: hang1, url: %s, timeout: 5m }
@@ -93,6 +96,7 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 				missing(ok, acmeEvents), nAcme, missing(other, otherEvents), nOther)
 		})
 	checkStillHeld(t, hang1, hang2)
+	releaseSlow()
 	for _, tc := range []struct {
 		name   string
 		tg     *testkit.Target
@@ -119,6 +123,29 @@ func TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes(t *testing.T) {
 	held1, _ := slow1.InFlight()
 	held2, _ := slow2.InFlight()
 	t.Logf("forwards held at the end: hang1 %d, hang2 %d, slow1 %d, slow2 %d", hung1, hung2, held1, held2)
+}
+
+// slowUntil is a slow target: it answers 200 after 3 s, and not before
+// healthyIn is closed (once every healthy forward has arrived), however
+// slow the machine. A FIFO in front of the per-target limits would make the
+// healthy forwards wait for its answers: they would never arrive, and the
+// test would fail as a stall.
+func slowUntil(healthyIn <-chan struct{}) testkit.Decide {
+	return func(_ int, r *http.Request) testkit.Answer {
+		timer := time.NewTimer(3 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			return testkit.Answer{Block: true} // the client is gone: no answer
+		}
+		select {
+		case <-healthyIn:
+		case <-r.Context().Done():
+			return testkit.Answer{Block: true}
+		}
+		return testkit.Answer{Status: http.StatusOK}
+	}
 }
 
 // checkStillHeld fails the test unless each of the hung targets holds
