@@ -190,7 +190,7 @@ func TestPauseHoldsForwardsInEveryProcess(t *testing.T) {
 
 	// Every forward is relayed into River, fetched, and snoozed by the
 	// pause without an attempt; none reached the target.
-	testkit.Poll(t, 60*time.Second, "every held forward to be snoozed by the pause", func() bool {
+	testkit.Poll(t, stallTimeout, "every held forward to be snoozed by the pause", func() bool {
 		jobs, snoozed := heldJobs(t, pool)
 		return jobs == n && snoozed == n && outboxRows(t, pool) == 0
 	}, func() string {
@@ -210,10 +210,12 @@ func TestPauseHoldsForwardsInEveryProcess(t *testing.T) {
 	}
 
 	operate(t, c, bases["all"], "/v1/senders/acme/targets/held/resume", "")
-	testkit.Poll(t, 60*time.Second, "every held forward to reach the resumed target", func() bool { return len(tg.Delivered()) == n },
+	resumed := time.Now()
+	testkit.Poll(t, stallTimeout, "every held forward to reach the resumed target", func() bool { return len(tg.Delivered()) == n },
 		func() string {
 			return fmt.Sprintf("%d of %d delivered; jobs %v", len(tg.Delivered()), n, jobStates(t, pool))
 		})
+	t.Logf("every held forward reached the target %v after the resume", time.Since(resumed).Round(100*time.Millisecond))
 	waitPaused(t, c, all, 0)
 	evs := make([]string, 0, n)
 	for _, ev := range events {
