@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -269,13 +269,11 @@ func TestDeliveryResumesSoonAfterAnOutage(t *testing.T) {
 	opened := time.Now()
 	var held int64
 	e.poll("the outage to last, with forwards snoozed behind the open breaker", func() bool {
-		tag, err := e.pool.Exec(t.Context(), `UPDATE river_job SET scheduled_at = now() + interval '1 hour'
-WHERE kind = $1 AND state IN ('available', 'scheduled', 'retryable')
-  AND scheduled_at > now() + interval '5 seconds' AND scheduled_at < now() + interval '10 minutes'`, queue.ForwardKind)
+		moved, err := queuetest.New(e.pool).PostponeWaitingForwards(t.Context(), 5*time.Second, 10*time.Minute, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		held += tag.RowsAffected()
+		held += moved
 		return time.Since(opened) > 20*time.Second && held >= n/2
 	}, func() string { return fmt.Sprintf("%d forwards moved an hour ahead; jobs %+v", held, e.jobs()) })
 	up.Store(true)

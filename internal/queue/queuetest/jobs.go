@@ -1,7 +1,7 @@
 // Package queuetest puts River's table of jobs in the states tests need,
 // and reads it back: forward jobs as River stores them, inserted as they
 // are (InsertForwardJobs) or put in a state after attempts (SetForwardJob),
-// every forward job and delivered first attempt read back (ForwardJobs),
+// waiting forwards postponed (PostponeWaitingForwards), every forward job and delivered first attempt read back (ForwardJobs),
 // jobs counted (CountJobs), and River's table scanned or locked. It writes
 // the SQL tests would otherwise write on River's table, so that a change of
 // that table touches package queue and this package only, as River's own
@@ -118,6 +118,23 @@ func (q *Jobs) JobScans(ctx context.Context) (argIndex, seq int64, err error) {
 		return 0, 0, fmt.Errorf("read the scans of the jobs: %w", err)
 	}
 	return argIndex, seq, nil
+}
+
+// PostponeWaitingForwards moves the forward jobs waiting for their time
+// (available, scheduled or retryable) that is due between after and
+// before from now to to from now, as if each had been told to wait that
+// long; it returns how many it moved. A job River or another statement
+// holds meanwhile is moved once they let it go.
+func (q *Jobs) PostponeWaitingForwards(ctx context.Context, after, before, to time.Duration) (int64, error) {
+	tag, err := q.db.Exec(ctx, `UPDATE river_job SET scheduled_at = now() + $4 * interval '1 millisecond'
+WHERE kind = '`+ForwardKind+`' AND state = ANY($1::river_job_state[])
+  AND scheduled_at > now() + $2 * interval '1 millisecond' AND scheduled_at < now() + $3 * interval '1 millisecond'`,
+		[]string{string(rivertype.JobStateAvailable), string(rivertype.JobStateScheduled), string(rivertype.JobStateRetryable)},
+		after.Milliseconds(), before.Milliseconds(), to.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("postpone the waiting forwards: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // LockJobInserts blocks every insert of a job (River's table in SHARE ROW

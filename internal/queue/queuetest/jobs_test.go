@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river/rivertype"
 
@@ -56,5 +57,44 @@ func TestForwardJobFixturesReadBack(t *testing.T) {
 	}
 	if b.State != rivertype.JobStateRunning || b.Attempt != 1 || len(b.Errors) != 0 || len(b.ErrorRecords) != 0 {
 		t.Errorf("job set running at its first attempt: %+v", b)
+	}
+}
+
+// TestPostponeWaitingForwards: the forwards waiting for a time within the
+// span given are moved to the new time; one due sooner, one due later and
+// a running one are left as they were.
+func TestPostponeWaitingForwards(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	s := queuetest.New(pool)
+	ctx := t.Context()
+	now := time.Now()
+	insert := func(f queuetest.JobFixture, id string) int64 {
+		t.Helper()
+		ids, err := s.InsertForwardJobs(ctx, "forward", f, queuetest.NewForwardJob{Sender: "s", Target: "t", DeliveryID: id, MaxAttempts: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids[0]
+	}
+	insert(queuetest.JobFixture{State: rivertype.JobStateScheduled, Attempt: 1, Errors: []string{}, ScheduledAt: now.Add(2 * time.Second)}, "soon")
+	snoozed := insert(queuetest.JobFixture{State: rivertype.JobStateScheduled, Attempt: 1, Errors: []string{}, ScheduledAt: now.Add(30 * time.Second)}, "snoozed")
+	retrying := insert(queuetest.JobFixture{State: rivertype.JobStateRetryable, Attempt: 1, Errors: []string{"503"}, ScheduledAt: now.Add(time.Minute)}, "retrying")
+	insert(queuetest.JobFixture{State: rivertype.JobStateScheduled, Attempt: 1, Errors: []string{}, ScheduledAt: now.Add(time.Hour)}, "later")
+	insert(queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, ScheduledAt: now.Add(30 * time.Second)}, "running")
+
+	moved, err := s.PostponeWaitingForwards(ctx, 5*time.Second, 10*time.Minute, 2*time.Hour)
+	if err != nil || moved != 2 {
+		t.Fatalf("PostponeWaitingForwards moved %d (%v), want the snoozed and the retrying forward", moved, err)
+	}
+	jobs, err := s.ForwardJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		postponed := j.ScheduledAt.After(now.Add(2*time.Hour - time.Minute))
+		if want := j.ID == snoozed || j.ID == retrying; postponed != want {
+			t.Errorf("job %s scheduled at %s: postponed %v, want %v", j.DeliveryID, j.ScheduledAt, postponed, want)
+		}
 	}
 }
