@@ -35,10 +35,12 @@ import (
 // serve runs the gateway until ctx is done, then shuts it down gracefully.
 // Each step is a function below.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	senders, err := loadSenders(s, log)
+	snap, err := loadSenders(s, log)
 	if err != nil {
 		return err
 	}
+	// Every component reads the configuration in force from senders.
+	senders := sender.NewLive(snap)
 	db, err := openDatabase(ctx, s.databaseURL)
 	if err != nil {
 		return err
@@ -53,8 +55,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if db.traffic, err = traffic.New(traffic.Config{Queries: db.queries, Log: log}); err != nil {
 		return err
 	}
-	reg := newRegistry(db, senders.Config())
-	fwd, err := newForwarding(db, senders.Config(), s, reg, log)
+	reg := newRegistry(db, senders)
+	fwd, err := newForwarding(db, senders, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -71,24 +73,24 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	return serveUntilDone(ctx, ln, api, db, fwd, senders.Config(), s, log)
+	return serveUntilDone(ctx, ln, api, db, fwd, senders, s, log)
 }
 
 // loadSenders reads, validates and compiles the senders configuration, and
 // refuses the example's published secrets (checkExampleSecrets) and targets
 // whose host --forward-allowed-hosts does not allow.
-func loadSenders(s *settings, log *slog.Logger) (*sender.Set, error) {
-	senders, err := sender.Load(s.configPath)
+func loadSenders(s *settings, log *slog.Logger) (*sender.Snapshot, error) {
+	snap, err := sender.LoadSnapshot(s.configPath, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	if err := checkExampleSecrets(senders.Config(), s, log); err != nil {
+	if err := checkExampleSecrets(snap.Config(), s, log); err != nil {
 		return nil, err
 	}
-	if err := s.allowedHosts.CheckTargets(senders.Config()); err != nil {
+	if err := s.allowedHosts.CheckTargets(snap.Config()); err != nil {
 		return nil, err
 	}
-	return senders, nil
+	return snap, nil
 }
 
 // migrate applies the pending migrations under an advisory lock, on the
@@ -136,15 +138,19 @@ func (db *database) close() {
 
 // newRegistry returns the Prometheus registry /metrics serves, with the Go
 // runtime's, the process's, the pool's and the forward backlog's collectors
-// (the outbox counted for the senders of cfg).
-func newRegistry(db *database, cfg *config.Config) *prometheus.Registry {
-	names := make([]string, 0, len(cfg.Senders))
-	for i := range cfg.Senders {
-		names = append(names, cfg.Senders[i].Name)
+// (the outbox counted for the senders of the configuration in force).
+func newRegistry(db *database, senders config.Source) *prometheus.Registry {
+	names := func() []string {
+		cfg := senders.Current()
+		out := make([]string, 0, len(cfg.Senders))
+		for i := range cfg.Senders {
+			out = append(out, cfg.Senders[i].Name)
+		}
+		return out
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool), func() []string { return names }))
+		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool), names))
 	return reg
 }
 
@@ -225,10 +231,10 @@ func (f *forwarding) closeFast(ctx context.Context) error {
 	return f.fast.Close(ctx)
 }
 
-func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
+func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
 	work := s.role == roleAll || s.role == roleWorker
 	m := forward.NewMetrics(reg)
-	m.Init(cfg) // every target's series from the start
+	m.Init(cfg.Current()) // every target's series from the start
 	m.CountTraffic(db.traffic)
 	cc, err := forwardClientConfig(db, cfg, s, log)
 	if err != nil {
@@ -277,7 +283,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 // transports (an HTTP client keeping as many idle connections per target,
 // and the brokers' connections, all to the allowed hosts only), and the
 // retry schedule of the settings.
-func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, *forward.Transports, error) {
+func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, *forward.Transports, error) {
 	gc := s.gate
 	gc.DB, gc.Metrics, gc.Log = db.pool, m, log
 	gate, err := forward.NewGate(gc)
@@ -302,8 +308,8 @@ func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.
 // cfg (the retention of finished jobs; the rescue horizon, when
 // --forward-rescue-after is unset), its dependencies but the worker, and
 // the retention job as its maintenance.
-func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
-	cc, computed := s.client, queue.DefaultClientConfig(cfg)
+func forwardClientConfig(db *database, cfg config.Source, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
+	cc, computed := s.client, queue.DefaultClientConfig(cfg.Current())
 	cc.Retention = computed.Retention
 	if cc.RescueAfter == 0 { // unset: the horizon computed from the targets
 		cc.RescueAfter = computed.RescueAfter
@@ -414,12 +420,12 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 
 // newAPI returns the HTTP server of ingest, the operator API, the console
 // and the service endpoints.
-func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
+func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.console.TrustedProxies...)
 	redeliverer := fwd.queue
 	cc := s.console
-	cc.Senders, cc.Queries, cc.Log = senders.Config(), db.queries, log
+	cc.Senders, cc.Queries, cc.Log = senders, db.queries, log
 	cc.Limiter, cc.Redeliverer = limiter, redeliverer
 	cons, err := console.New(cc)
 	if err != nil {
@@ -461,7 +467,7 @@ func newHTTPServer(api *handler.Server, s *settings, log *slog.Logger) *http.Ser
 // serveUntilDone starts the forward workers (when the process works them), serves on
 // ln (and the profiler's and the metrics' listeners when set), relays the
 // outbox (workers), and shuts everything down when ctx is done.
-func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, cfg *config.Config, s *settings, log *slog.Logger) error {
+func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, cfg *sender.Live, s *settings, log *slog.Logger) error {
 	httpSrv := newHTTPServer(api, s, log)
 	fwd.startTakeover(ctx, log)
 	defer fwd.stopTakeover(ctx) // after shutdown's, a no-op
@@ -488,7 +494,7 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	}
 	// Logged once every listener is bound: whoever waits for this line
 	// (a test, a supervisor) can reach /metrics at once.
-	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
+	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Current().Senders), "version", buildVersion())
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
 		rc := fwd.relayConfig()

@@ -250,8 +250,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	now := c.opts.Now()
 	var out []senderView
-	for i := range c.cfg.Senders {
-		sd := &c.cfg.Senders[i]
+	cfg := c.config()
+	for i := range cfg.Senders {
+		sd := &cfg.Senders[i]
 		counts, err := c.q.CountDeliveries(ctx, sd.Name, now)
 		if err != nil {
 			c.fail(w, r, err)
@@ -407,7 +408,7 @@ func parseTime(s string) (time.Time, error) {
 
 func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	sender := param(r, "sender")
-	sd, ok := c.cfg.Sender(sender)
+	sd, ok := c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return
@@ -699,7 +700,7 @@ func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
 // delivery page.
 func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 	sender, id := param(r, "sender"), deliveryID(r)
-	sd, ok := c.cfg.Sender(sender)
+	sd, ok := c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return
@@ -742,7 +743,7 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 // delivery id; when either is missing or the lookup fails, it has answered
 // the request (404 or 500) and ok is false.
 func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender, id string) (sd *config.Sender, rec store.Delivery, ok bool) {
-	sd, ok = c.cfg.Sender(sender)
+	sd, ok = c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return nil, rec, false
@@ -791,7 +792,7 @@ type failedView struct {
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	sender, target := param(r, "sender"), param(r, "target")
-	sd, ok := c.cfg.Sender(sender)
+	sd, ok := c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return
@@ -870,7 +871,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 // then shows the target's page, which says how many it matched.
 func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 	sender, target := param(r, "sender"), param(r, "target")
-	sd, ok := c.cfg.Sender(sender)
+	sd, ok := c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return
@@ -944,9 +945,10 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if dedup.CheckDeliveryID(q) == "" {
-		senders := make([]string, len(c.cfg.Senders))
-		for i := range c.cfg.Senders {
-			senders[i] = c.cfg.Senders[i].Name
+		cfg := c.config()
+		senders := make([]string, len(cfg.Senders))
+		for i := range cfg.Senders {
+			senders[i] = cfg.Senders[i].Name
 		}
 		found, err := c.q.FindDelivery(ctx, senders, q)
 		if err != nil {

@@ -58,8 +58,9 @@ type WorkerConfig struct {
 	RetryAfterMax time.Duration
 
 	// Senders is the senders' configuration: the targets the worker sends
-	// to.
-	Senders *config.Config
+	// to, read at each attempt (a *config.Config, or the process's
+	// sender.Live: a reload applies to the attempts that follow).
+	Senders config.Source
 	// DB is where the events are read from, and the forwards queued after
 	// another are looked for.
 	DB *pgxpool.Pool
@@ -132,7 +133,7 @@ func (b Backoff) delay(attempt int) time.Duration {
 
 // Worker delivers forward jobs (the queue's ForwardWorker).
 type Worker struct {
-	cfg     *config.Config
+	senders config.Source
 	db      *pgxpool.Pool
 	backoff Backoff
 	// retryAfterMax is WorkerConfig.RetryAfterMax.
@@ -163,7 +164,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg.Senders, db: cfg.DB, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
+	w := &Worker{senders: cfg.Senders, db: cfg.DB, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
 		now: time.Now, gate: cfg.Gate, transport: cfg.Transport}
 	if w.transport == nil {
 		w.transport = NewHTTPTransport(cfg.Client, time.Now)
@@ -199,8 +200,10 @@ func (w *Worker) retryWait(attempt int, retryAfter time.Duration) time.Duration 
 	return max(w.backoff.delay(attempt), min(retryAfter, w.retryAfterMax))
 }
 
+// target returns the target of the forward a in the configuration in
+// force, or false when it names none.
 func (w *Worker) target(a queue.Args) (*config.Target, bool) {
-	s, ok := w.cfg.Sender(a.Sender)
+	s, ok := w.senders.Current().Sender(a.Sender)
 	if !ok {
 		return nil, false
 	}

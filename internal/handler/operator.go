@@ -218,9 +218,10 @@ func quote(v string) string {
 // without any secret: only how many signing secrets a sender has, whether
 // its targets sign, and the names of their extra headers.
 func (s *Server) ListSenders(w http.ResponseWriter, r *http.Request) {
-	out := api.SenderList{Items: make([]api.SenderInfo, 0, len(s.cfg.Senders))}
-	for i := range s.cfg.Senders {
-		out.Items = append(out.Items, senderInfo(&s.cfg.Senders[i]))
+	cfg := s.snapshot().Config()
+	out := api.SenderList{Items: make([]api.SenderInfo, 0, len(cfg.Senders))}
+	for i := range cfg.Senders {
+		out.Items = append(out.Items, senderInfo(&cfg.Senders[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -297,7 +298,7 @@ func secretCount(sd *config.Sender) int {
 // 1..500, a cursor this API did not return, or an event_type that is not
 // an event type or prefix.
 func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender api.Sender, params api.ListDeliveriesParams) {
-	if _, ok := s.cfg.Sender(sender); !ok {
+	if _, ok := s.snapshot().Config().Sender(sender); !ok {
 		s.fail(w, r, unknownSender(sender))
 		return
 	}
@@ -354,7 +355,7 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 // GetDelivery answers one delivery of sender with its stored response and
 // the state of each of its forwards: 404 for an unknown sender or delivery.
 func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.Sender, deliveryID string) {
-	sd, ok := s.cfg.Sender(sender)
+	sd, ok := s.snapshot().Config().Sender(sender)
 	if !ok {
 		s.fail(w, r, unknownSender(sender))
 		return
@@ -476,7 +477,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 		s.fail(w, r, err)
 		return
 	}
-	sender, ok := s.cfg.Sender(e.Sender)
+	sender, ok := s.snapshot().Config().Sender(e.Sender)
 	if !ok {
 		s.fail(w, r, newProblem(probNoTargets, fmt.Sprintf("Sender %q of this event is no longer configured, so it has no forward targets to redeliver to.", e.Sender)))
 		return

@@ -78,8 +78,10 @@ type Config struct {
 	// own (MetricsHandler): the Server's routers then answer 404 there.
 	MetricsElsewhere bool
 
-	// Senders are the compiled senders the Server ingests for.
-	Senders *sender.Set
+	// Senders are the compiled senders the Server ingests for: a
+	// *sender.Set, or the process's sender.Live, whose snapshot each
+	// request takes once (a reload swaps it for the requests that follow).
+	Senders sender.Source
 	// Ingest stores the deliveries (the ingest transaction).
 	Ingest *dedup.Store
 	// Ready answers /readyz.
@@ -189,8 +191,9 @@ func (c Config) needsTokens() error {
 	if c.Tokens != nil {
 		return nil
 	}
-	for i := range c.Senders.Senders {
-		if sd := &c.Senders.Senders[i]; sd.SignsNonces() {
+	set := c.Senders.Snapshot()
+	for i := range set.Senders {
+		if sd := &set.Senders[i]; sd.SignsNonces() {
 			return fmt.Errorf("handler config: Tokens: sender %q's signature scheme signs a single-use token, not the body: a token store is required", sd.Name)
 		}
 	}
@@ -199,8 +202,9 @@ func (c Config) needsTokens() error {
 
 // Server implements api.ServerInterface.
 type Server struct {
-	senders    *sender.Set
-	cfg        *config.Config // senders.Config()
+	// senders are the compiled senders: each request takes one snapshot
+	// (snapshot) and uses it throughout.
+	senders    sender.Source
 	deliveries *dedup.Store
 	ready      ReadyFunc
 	log        *slog.Logger
@@ -250,6 +254,10 @@ type Server struct {
 	tokens TokenStore
 }
 
+// snapshot returns the configuration in force, for one request: the
+// compiled senders and their config.Config (snapshot.Config()).
+func (s *Server) snapshot() *sender.Snapshot { return s.senders.Snapshot() }
+
 // FastPath is the forward fast path (forward.Dispatcher): Lease is asked
 // before the ingest transaction (one lease per target, zero for none),
 // Dispatch after its COMMIT, with the same lease (rows without a lease
@@ -285,7 +293,6 @@ func New(hc Config) (*Server, error) {
 	}
 	s := &Server{
 		senders:    hc.Senders,
-		cfg:        hc.Senders.Config(),
 		deliveries: hc.Ingest,
 		ready:      hc.Ready,
 		log:        hc.Log,

@@ -23,7 +23,7 @@ import (
 // its breaker (closed when no worker recorded one) and its forwards by
 // state: 404 for an unknown sender.
 func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.Sender) {
-	sd, ok := s.cfg.Sender(sender)
+	sd, ok := s.snapshot().Config().Sender(sender)
 	if !ok {
 		s.fail(w, r, unknownSender(sender))
 		return
@@ -72,7 +72,7 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 
 // target returns sender's target named name, or the 404 problem.
 func (s *Server) target(sender, name string) (*config.Sender, *config.Target, error) {
-	sd, ok := s.cfg.Sender(sender)
+	sd, ok := s.snapshot().Config().Sender(sender)
 	if !ok {
 		return nil, nil, unknownSender(sender)
 	}

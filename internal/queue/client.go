@@ -68,8 +68,10 @@ type ClientConfig struct {
 	// redeliveries read).
 	Pool *pgxpool.Pool
 	// Senders is the senders' configuration: their targets' attempts and
-	// timeouts, and the senders bulk redeliveries may name.
-	Senders *config.Config
+	// timeouts, and the senders bulk redeliveries may name. The rescue
+	// horizon's check (New) reads it once; the jobs, at their insert or
+	// their start (a *config.Config, or the process's sender.Live).
+	Senders config.Source
 	// Worker, when not nil, works the forward jobs (forward.Worker), and
 	// the client works the bulk redeliveries and the maintenance job too;
 	// nil (a nil interface, not a nil *forward.Worker): the client only
@@ -210,7 +212,7 @@ func New(cfg ClientConfig) (*River, error) {
 		DiscardedJobRetentionPeriod: cfg.Retention,
 	}
 	if cfg.Worker != nil {
-		h, err := newHorizons(cfg.Senders, cfg.RescueAfter, cfg.Maintenance.Timeout)
+		h, err := newHorizons(cfg.Senders.Current(), cfg.RescueAfter, cfg.Maintenance.Timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -266,7 +268,7 @@ func New(cfg ClientConfig) (*River, error) {
 	if cfg.Distributed {
 		jobs = jobs.Distributed()
 	}
-	r := &River{client: client, pool: cfg.Pool, jobs: jobs, cfg: cfg.Senders}
+	r := &River{client: client, pool: cfg.Pool, jobs: jobs, senders: cfg.Senders}
 	if cfg.Worker != nil {
 		r.sched = &forwardScheduler{jobs: NewJobs(cfg.Pool), queue: ForwardQueue, log: cfg.Log}
 	}
