@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -35,6 +36,10 @@ import (
 // serve runs the gateway until ctx is done, then shuts it down gracefully.
 // Each step is a function below.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
+	// From here on a SIGHUP reloads the configuration (once serving), and
+	// never ends the process.
+	hup, stopHUP := notifySIGHUP()
+	defer stopHUP()
 	snap, err := loadSenders(s, log)
 	if err != nil {
 		return err
@@ -73,7 +78,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	return serveUntilDone(ctx, ln, api, db, fwd, senders, s, log)
+	rl := newReloader(s, senders, fwd.fixed, reg, log)
+	rl.applied = append(rl.applied, fwd.applyConfig)
+	return serveUntilDone(ctx, ln, api, db, fwd, rl, hup, s, log)
 }
 
 // loadSenders reads, validates and compiles the senders configuration, and
@@ -178,6 +185,23 @@ type forwarding struct {
 	transports *forward.Transports
 	// reg is where the relay registers its metric.
 	reg prometheus.Registerer
+	// metrics are the forwards' metrics; gate admits the forwards of the
+	// process (nil when it works none).
+	metrics *forward.Metrics
+	gate    *forward.Gate
+	// fixed is what the River client took from the configuration at
+	// start, which a reload cannot change.
+	fixed fixedAtStart
+}
+
+// applyConfig makes the forwarding follow a configuration reloaded: the
+// new targets' series from the start, each target's max_in_flight and
+// breaker_threshold from its next admission.
+func (f *forwarding) applyConfig(to *sender.Snapshot, _ config.Changes) {
+	f.metrics.Init(to.Config())
+	if f.gate != nil {
+		f.gate.Reconfigure(to.Config())
+	}
 }
 
 // startTakeover writes the process's first heartbeat and runs the takeover
@@ -242,6 +266,7 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 	}
 	var (
 		worker     *forward.Worker // nil for the api role: its client inserts only
+		gate       *forward.Gate
 		takeover   *forward.Takeover
 		transports *forward.Transports
 	)
@@ -253,7 +278,7 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 			return nil, err
 		}
 		cc.Tracker = takeover
-		if worker, transports, err = newForwardWorker(db, cfg, s, m, log); err != nil {
+		if worker, gate, transports, err = newForwardWorker(db, cfg, s, m, log); err != nil {
 			return nil, err
 		}
 		cc.Worker = worker
@@ -262,7 +287,10 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg}
+	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate}
+	if work {
+		f.fixed = fixedAtStart{work: true, rescueAfter: cc.RescueAfter, computed: s.client.RescueAfter == 0, jobRetention: cc.Retention}
+	}
 	if work && s.role == roleAll && s.fastPath {
 		// The fast path shares the River worker's HTTP client and Gate:
 		// fair shares, max_in_flight and breakers hold across both. It
@@ -283,12 +311,12 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 // transports (an HTTP client keeping as many idle connections per target,
 // and the brokers' connections, all to the allowed hosts only), and the
 // retry schedule of the settings.
-func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, *forward.Transports, error) {
+func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, log *slog.Logger) (*forward.Worker, *forward.Gate, *forward.Transports, error) {
 	gc := s.gate
 	gc.DB, gc.Metrics, gc.Log = db.pool, m, log
 	gate, err := forward.NewGate(gc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	wc := s.worker
 	wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, gate, m, log
@@ -298,9 +326,9 @@ func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.M
 	w, err := forward.NewWorker(wc)
 	if err != nil {
 		ts.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return w, ts, nil
+	return w, gate, ts, nil
 }
 
 // forwardClientConfig is the River client's configuration from the
@@ -467,7 +495,7 @@ func newHTTPServer(api *handler.Server, s *settings, log *slog.Logger) *http.Ser
 // serveUntilDone starts the forward workers (when the process works them), serves on
 // ln (and the profiler's and the metrics' listeners when set), relays the
 // outbox (workers), and shuts everything down when ctx is done.
-func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, cfg *sender.Live, s *settings, log *slog.Logger) error {
+func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, rl *reloader, hup <-chan os.Signal, s *settings, log *slog.Logger) error {
 	httpSrv := newHTTPServer(api, s, log)
 	fwd.startTakeover(ctx, log)
 	defer fwd.stopTakeover(ctx) // after shutdown's, a no-op
@@ -494,11 +522,11 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	}
 	// Logged once every listener is bound: whoever waits for this line
 	// (a test, a supervisor) can reach /metrics at once.
-	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Current().Senders), "version", buildVersion())
+	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(rl.live.Current().Senders), "version", buildVersion())
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
 		rc := fwd.relayConfig()
-		rc.Pool, rc.Queue, rc.Senders, rc.Log = db.pool, fwd.queue, cfg, log
+		rc.Pool, rc.Queue, rc.Senders, rc.Log = db.pool, fwd.queue, rl.live, log
 		rc.Distributed = db.citus.Distributed
 		relay, err := forward.NewRelay(rc)
 		if err != nil {
@@ -514,6 +542,16 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 		db.traffic.Run(gctx, traffic.DefaultInterval)
 		return nil
 	})
+	g.Go(func() error {
+		rl.onSIGHUP(gctx, hup)
+		return nil
+	})
+	if s.configWatch {
+		g.Go(func() error {
+			rl.watch(gctx, watchEvery)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve: %w", err)

@@ -337,6 +337,19 @@ type Source interface {
 // Current returns c: a fixed configuration is its own Source.
 func (c *Config) Current() *Config { return c }
 
+// Target returns the target named target of the sender named sender, or
+// false; false for a nil c.
+func (c *Config) Target(sender, target string) (*Target, bool) {
+	if c == nil {
+		return nil, false
+	}
+	s, ok := c.Sender(sender)
+	if !ok {
+		return nil, false
+	}
+	return s.Target(target)
+}
+
 // Load reads the file at path and returns its validated configuration; see
 // Parse.
 func Load(path string) (*Config, error) {

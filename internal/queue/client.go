@@ -169,6 +169,25 @@ func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (ho
 	return h, nil
 }
 
+// CheckRescueAfter returns an error naming each target of cfg whose
+// forward's timeout (its timeout + 5s) the rescue horizon rescueAfter does
+// not exceed, or nil: the check New makes at start, for a configuration
+// reloaded into a process whose client runs with that horizon, which only
+// a restart changes.
+func CheckRescueAfter(cfg *config.Config, rescueAfter time.Duration) error {
+	var errs []error
+	for i, s := range cfg.Senders {
+		for j, t := range s.Forward {
+			if need := time.Duration(t.Timeout) + rescueMargin; rescueAfter <= need {
+				errs = append(errs, fmt.Errorf("senders[%d].forward[%d].timeout: %s needs a rescue horizon over %s (the timeout plus 5s), and this process runs with %s "+
+					"(--forward-rescue-after, or when unset the longest target timeout at start-up plus 5s and a minute), which only a restart changes: "+
+					"restart with the longer timeout, or keep it under %s", i, j, time.Duration(t.Timeout), need, rescueAfter, rescueAfter-rescueMargin))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // DefaultMaxWorkers is how many forwards a process runs at once by default.
 const DefaultMaxWorkers = 100
 
