@@ -268,3 +268,141 @@ func TestConfigWatchFollowsConfigMapSwap(t *testing.T) {
 		t.Errorf(`hookgate_config_reloads_total{result="applied"} = %v, want 2`, v)
 	}
 }
+
+// heldConfig is the hookgate.yaml of TestRemovedTargetsForwardsHeldAndResumed:
+// acme forwarding to t1 at url1 and, with t2, to url2 as well.
+func heldConfig(url1, url2 string, t2 bool) string {
+	s := "senders:\n" + genericSender("acme", "forward:",
+		"  - { name: t1, url: '"+url1+"', max_attempts: 1000 }")
+	if t2 {
+		s += "      - { name: t2, url: '" + url2 + "', max_attempts: 1000 }\n"
+	}
+	return s
+}
+
+// TestRemovedTargetsForwardsHeldAndResumed: a target removed by a reload
+// while its forwards are retrying (it answers 503) keeps them: none is
+// attempted again or failed, none uses an attempt, each is counted as held
+// (hookgate_forward_waits_total's reason target_removed), and deliveries
+// accepted meanwhile get no forward to it. When a reload brings it back
+// under the same name (and it answers 200), its held forwards are woken
+// and delivered, each once, with exactly one more attempt.
+func TestRemovedTargetsForwardsHeldAndResumed(t *testing.T) {
+	testkit.Slow(t, "starts the gateway binary")
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	c := newClient(t)
+	t1 := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	t2 := testkit.NewTarget(t, testkit.Always(http.StatusServiceUnavailable))
+	path := writeConfig(t, heldConfig(t1.URL, t2.URL, true))
+	addr := freeAddr(t)
+	p := startBinaryWith(t, bin, dsn, addr, path, fastForwardFlags...)
+	base := "http://" + addr
+	waitHealthy(t, c, base, p)
+	reload := func(content string, n int) {
+		t.Helper()
+		writeFile(t, path, content)
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Poll(t, time.Minute, "the reload", func() bool { return p.log.count("configuration reloaded") == n })
+	}
+	t2Jobs := func() map[string]int { // event → attempt, of t2's unfinished jobs
+		out := map[string]int{}
+		for _, j := range forwardJobs(t, pool) {
+			if j.Target == "t2" {
+				if j.State != "scheduled" && j.State != "available" && j.State != "retryable" && j.State != "running" {
+					t.Errorf("t2's forward of %s is %s, want it held (waiting)", j.EventID, j.State)
+				}
+				out[j.EventID] = j.Attempt
+			}
+		}
+		return out
+	}
+
+	first := deliverAll(t, c, base, makeIDs("held", 20))
+	testkit.Poll(t, time.Minute, "every forward to reach t1, and to be tried at t2", func() bool {
+		d := t1.Delivered()
+		for _, ev := range first {
+			if d[ev] == 0 || len(t2.HitsFor(ev)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	reload(heldConfig(t1.URL, t2.URL, false), 1)
+	waits := `hookgate_forward_waits_total{reason="target_removed",sender="acme",target="t2"}`
+	testkit.Poll(t, time.Minute, "every forward to t2 to be held", func() bool {
+		if seriesValue(scrape(t, c, base), waits) < float64(len(first)) {
+			return false
+		}
+		for _, j := range forwardJobs(t, pool) { // River has written each one's snooze
+			if j.Target == "t2" && j.State != "scheduled" {
+				return false
+			}
+		}
+		return true
+	})
+	hits := len(t2.Hits())
+	held := t2Jobs()
+	if len(held) != len(first) {
+		t.Fatalf("%d forwards to t2 waiting, want %d", len(held), len(first))
+	}
+	second := deliverAll(t, c, base, makeIDs("after", 5))
+	testkit.Poll(t, time.Minute, "the new deliveries to reach t1", func() bool {
+		d := t1.Delivered()
+		for _, ev := range second {
+			if d[ev] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := len(t2.Hits()); n != hits {
+		t.Errorf("t2 got %d requests while removed, want none", n-hits)
+	}
+	for ev, attempt := range t2Jobs() {
+		if attempt != held[ev] {
+			t.Errorf("t2's forward of %s: attempt %d while held, was %d", ev, attempt, held[ev])
+		}
+	}
+
+	t2.SetDecide(testkit.Always(http.StatusOK))
+	reload(heldConfig(t1.URL, t2.URL, true), 2)
+	// Woken by the reload, not at the end of their wait (a minute or more).
+	testkit.Poll(t, 45*time.Second, "every held forward to reach t2", func() bool {
+		d := t2.Delivered()
+		for _, ev := range first {
+			if d[ev] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	d1, d2 := t1.Delivered(), t2.Delivered()
+	for _, ev := range first {
+		if d1[ev] != 1 || d2[ev] != 1 {
+			t.Errorf("event %s delivered %d times to t1 and %d to t2, want once each", ev, d1[ev], d2[ev])
+		}
+	}
+	for _, ev := range second {
+		if d1[ev] != 1 || d2[ev] != 0 || len(t2.HitsFor(ev)) != 0 {
+			t.Errorf("event %s accepted while t2 was removed: %d to t1, %d requests to t2; want 1 and none", ev, d1[ev], len(t2.HitsFor(ev)))
+		}
+	}
+	testkit.Poll(t, 30*time.Second, "t2's jobs to be completed", func() bool {
+		for _, j := range forwardJobs(t, pool) {
+			if j.Target == "t2" && j.State != "completed" {
+				return false
+			}
+		}
+		return true
+	})
+	for _, j := range forwardJobs(t, pool) {
+		if j.Target == "t2" && j.Attempt != held[j.EventID]+1 {
+			t.Errorf("t2's forward of %s: %d attempts, want %d (one more than when it was held)", j.EventID, j.Attempt, held[j.EventID]+1)
+		}
+	}
+}

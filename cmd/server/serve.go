@@ -192,15 +192,35 @@ type forwarding struct {
 	// fixed is what the River client took from the configuration at
 	// start, which a reload cannot change.
 	fixed fixedAtStart
+	// pool wakes the forwards of the targets a reload adds (wakes: those
+	// under way; shutdown waits for them).
+	pool  *pgxpool.Pool
+	wakes sync.WaitGroup
+	log   *slog.Logger
 }
+
+// wakeTimeout bounds the wake of a target's held forwards after a reload
+// (forward.WakeTarget: two passes a second apart).
+const wakeTimeout = 10 * time.Second
 
 // applyConfig makes the forwarding follow a configuration reloaded: the
 // new targets' series from the start, each target's max_in_flight and
-// breaker_threshold from its next admission.
-func (f *forwarding) applyConfig(to *sender.Snapshot, _ config.Changes) {
+// breaker_threshold from its next admission, and the forwards held for a
+// target it configures (again) woken, in the background.
+func (f *forwarding) applyConfig(to *sender.Snapshot, c config.Changes) {
 	f.metrics.Init(to.Config())
 	if f.gate != nil {
 		f.gate.Reconfigure(to.Config())
+	}
+	for _, n := range c.TargetsAdded {
+		f.wakes.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
+			defer cancel()
+			if err := forward.WakeTarget(ctx, f.pool, n.Sender, n.Target); err != nil {
+				f.log.Warn("wake the forwards held for a target the reload configured; they come back when their wait ends",
+					"sender", n.Sender, "target", n.Target, "err", err)
+			}
+		})
 	}
 }
 
@@ -287,7 +307,7 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate}
+	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate, pool: db.pool, log: log}
 	if work {
 		f.fixed = fixedAtStart{work: true, rescueAfter: cc.RescueAfter, computed: s.client.RescueAfter == 0, jobRetention: cc.Retention}
 	}
@@ -563,6 +583,7 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 		return shutdown(ctx, httpSrv, fwd, s.shutdownWait, log)
 	})
 	err := g.Wait()
+	fwd.wakes.Wait() // a reload's wakes, bounded by wakeTimeout
 	// What was counted while shutting down.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	if ferr := db.traffic.Flush(fctx); ferr != nil {

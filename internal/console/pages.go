@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -238,7 +239,11 @@ type senderView struct {
 }
 
 type targetView struct {
-	Name, URL                          string
+	Name, URL string
+	// Held says that the target is not configured (removed by a reload)
+	// and its unfinished forwards wait for it (forward.HeldTargetRemoved);
+	// "" for a configured target.
+	Held                               string
 	Breaker                            breakerShown
 	Pending, Running, Retrying, Failed int64
 	Charts                             []chart // forwards: last hour, last day
@@ -264,15 +269,15 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		sv := senderView{Name: sd.Name, Counts: counts, Charts: charts}
+		// The API's counts (GET /v1/senders/{sender}/targets), without the
+		// delivered ones, which the overview does not show.
+		byTarget, err := c.jobs.CountForwards(ctx, sd.Name, false)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
 		if len(sd.Forward) > 0 {
 			breakers, err := c.q.Breakers(ctx, sd.Name)
-			if err != nil {
-				c.fail(w, r, err)
-				return
-			}
-			// The API's counts (GET /v1/senders/{sender}/targets), without
-			// the delivered ones, which the overview does not show.
-			byTarget, err := c.jobs.CountForwards(ctx, sd.Name, false)
 			if err != nil {
 				c.fail(w, r, err)
 				return
@@ -291,9 +296,28 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				sv.Targets = append(sv.Targets, tv)
 			}
 		}
+		// Targets removed from the configuration whose forwards wait for
+		// them: shown, held, until they are configured again.
+		sv.Targets = append(sv.Targets, removedTargets(sd, byTarget)...)
 		out = append(out, sv)
 	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: out})
+}
+
+// removedTargets returns, by name, the targets of counts (sd's forwards by
+// target) that sd no longer has and that have unfinished forwards: held
+// until a target of that name is configured again.
+func removedTargets(sd *config.Sender, counts map[string]queue.Counts) []targetView {
+	var out []targetView
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		n := counts[name]
+		if _, ok := sd.Target(name); ok || n.Pending+n.Running+n.Retrying == 0 {
+			continue
+		}
+		out = append(out, targetView{Name: name, Held: forward.HeldTargetRemoved,
+			Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed})
+	}
+	return out
 }
 
 // breakerShown is a target's breaker as its badge shows it: the state,
@@ -535,7 +559,8 @@ type headerView struct{ Name, Value string }
 type forwardView struct {
 	Target, URL, State, LastError string
 	// Held says why an unfinished forward waits though its attempt is due:
-	// its target's breaker is not closed ("" otherwise).
+	// its target's breaker is not closed, or its target is not configured
+	// ("" otherwise).
 	Held                   string
 	JobID                  int64
 	Attempts, MaxAttempts  int
@@ -605,7 +630,7 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	now := c.opts.Now()
 	for _, f := range fwds {
 		fv := showForward(sd, f)
-		if b, ok := breakers[f.Target]; ok && f.State != queue.StateRunning && f.State.Unfinished() {
+		if b, ok := breakers[f.Target]; ok && fv.Held == "" && f.State != queue.StateRunning && f.State.Unfinished() {
 			fv.Held, _ = heldBy(b, now)
 		}
 		v.Forwards = append(v.Forwards, fv)
@@ -627,7 +652,7 @@ func mapsKeys(h http.Header) func(func(string) bool) {
 func showForward(sd *config.Sender, f queue.Forward) forwardView {
 	sh := forward.Show(sd, f)
 	return forwardView{Target: sh.Target, URL: sh.URL, State: string(sh.State), JobID: sh.JobID, Attempts: sh.Attempts, MaxAttempts: sh.MaxAttempts,
-		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError}
+		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError, Held: sh.Held}
 }
 
 // showBody shows a body: JSON pretty-printed when the content type says

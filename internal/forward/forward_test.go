@@ -728,11 +728,13 @@ func TestNoTargetsQueuesNothing(t *testing.T) {
 	}
 }
 
-// TestForwardOfMissingEventOrTargetIsCancelled: a job whose event is no
-// longer stored fails at once; one whose target (or sender) this process
-// does not know is retried (another worker may know it during a deploy) and
-// fails after max_attempts; neither makes any request.
-func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
+// TestForwardOfMissingEventIsCancelledAndOfMissingTargetHeld: a job whose
+// event is no longer stored fails at once; one whose target (or sender)
+// the configuration in force does not have (a reload removed it, or
+// another worker knows it during a deploy) is held: it waits without using
+// an attempt, neither failed nor retried, and counts as a wait of reason
+// target_removed. Neither makes any request.
+func TestForwardOfMissingEventIsCancelledAndOfMissingTargetHeld(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
 	e := newEnv(t, fmt.Sprintf("      - name: t9\n        url: %s\n        timeout: 1s\n", tg.URL), envOpts{Work: true})
@@ -743,12 +745,27 @@ func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
 		queuetest.NewForwardJob{Sender: "removed", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "nobody", Target: "t9", MaxAttempts: 5}); err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range e.waitJobs(3) {
+	start := time.Now()
+	var js []job
+	e.poll("the event's job to be cancelled and the others held", func() bool {
+		js = e.jobs()
+		held := 0
+		for _, j := range js {
+			switch {
+			case j.DeliveryID == "gone" && j.State != "cancelled":
+				return false
+			case j.DeliveryID != "gone" && j.State == "scheduled" && j.ScheduledAt.After(start.Add(30*time.Second)):
+				held++
+			}
+		}
+		return held == 2
+	}, func() string { return fmt.Sprintf("jobs: %+v", js) })
+	for _, j := range js {
 		switch {
-		case j.DeliveryID == "gone" && (j.State != "cancelled" || j.Attempt != 1):
+		case j.DeliveryID == "gone" && j.Attempt != 1:
 			t.Errorf("job %+v: want cancelled at attempt 1", j)
-		case j.DeliveryID != "gone" && (j.State != "discarded" || j.Attempt != 5):
-			t.Errorf("job %+v: want discarded after its 5 attempts", j)
+		case j.DeliveryID != "gone" && (j.Attempt != 0 || len(j.Errors) != 0):
+			t.Errorf("job %+v: want held with no attempt used and no error", j)
 		}
 	}
 	if n := len(tg.Hits()); n != 0 {

@@ -14,13 +14,25 @@ type Shown struct {
 	// version that named targets by URL and whose target is gone, that URL
 	// redacted; "" when neither is known.
 	URL string
+	// Held says why an unfinished forward that is not running waits
+	// whatever its schedule: HeldTargetRemoved when its target is not
+	// configured; "" otherwise (the breaker and pauses are the worker
+	// processes', which the caller reads from the database).
+	Held string
 }
+
+// HeldTargetRemoved is how an operator is told that a forward waits
+// because its target is not in the configuration in force: removed by a
+// reload (or not yet added to this process's). It waits with its attempts
+// unused, and is sent once a target of that name is configured again.
+const HeldTargetRemoved = "held: target removed from the configuration"
 
 // Show returns f, a forward of an event of sender (nil when the sender is no
 // longer configured), as an operator sees it: a job that named its target
 // by URL gets the target's name; the URL and every URL in the last error are
 // redacted (package redact); a forward still in the outbox gets the
-// max_attempts its job will get from the relay.
+// max_attempts its job will get from the relay; an unfinished one whose
+// target is not configured is held (HeldTargetRemoved).
 func Show(sender *config.Sender, f queue.Forward) Shown {
 	var t *config.Target
 	if sender != nil {
@@ -45,5 +57,8 @@ func Show(sender *config.Sender, f queue.Forward) Shown {
 		}
 	}
 	s.LegacyURL = ""
+	if t == nil && f.State != queue.StateRunning && f.State.Unfinished() {
+		s.Held = HeldTargetRemoved
+	}
 	return s
 }

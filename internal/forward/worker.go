@@ -213,19 +213,29 @@ func (w *Worker) target(a queue.Args) (*config.Target, bool) {
 	return s.Target(a.Target)
 }
 
+// removedSnooze is about how long a forward whose target this process's
+// configuration does not have waits before it looks again: the reload that
+// configures the target again wakes its forwards (WakeTarget), so this
+// bounds the work of waiting, and how late a forward is when the target is
+// configured by a process that does not wake them (a restart).
+const removedSnooze = time.Minute
+
 // Work sends the event to the target (Worker.post). Delivered (an HTTP
 // target's 2xx) completes the job; a retry (408, 429, 5xx, timeouts and
 // connection errors) is retried, no sooner than the target's Retry-After;
 // failed (other 4xx) and an event no longer stored cancel it (failed, no
-// retries). A target this process does not know is retried too: during a
-// rolling deploy another worker may know it; after max_attempts the
-// forward has failed.
+// retries). A forward whose target (or sender) the configuration in force
+// does not have is held: it waits without using an attempt
+// (hookgate_forward_waits_total's reason target_removed), and is sent once
+// the target is configured again under its name (a reload that removed it
+// and one that brings it back; during a rolling deploy, a worker that
+// knows it already).
 func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 	a := job.Args
 	t, ok := w.target(a)
 	if !ok {
-		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
-		return fmt.Errorf("target %q is not configured for sender %q in this process", a.Target, a.Sender)
+		w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitTargetRemoved).Inc()
+		return queue.Snooze(jitter(removedSnooze))
 	}
 	a.Target = t.Name // a job of an older version may name it by URL only
 	if a.After != 0 {
