@@ -108,6 +108,8 @@ func TestSpecPathsAndOperations(t *testing.T) {
 		"GET /v1/senders/{sender}/targets":                     "listTargets",
 		"GET /v1/senders/{sender}/targets/{target}/forwards":   "listTargetForwards",
 		"POST /v1/senders/{sender}/targets/{target}/redeliver": "redeliverTarget",
+		"GET /v1/config":                                       "getConfig",
+		"POST /v1/config/reload":                               "reloadConfig",
 	}
 	wantPaths := make(map[string]bool)
 	for k := range want {
@@ -139,6 +141,7 @@ var problemSlugs = []string{
 	"unsupported-encoding",
 	"invalid-verify-token", "method-not-allowed",
 	"overloaded",
+	"config-refused",
 }
 
 // TestSpecExamples checks, independently of Validate, that every request

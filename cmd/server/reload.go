@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
 )
@@ -39,22 +40,6 @@ const (
 	reloadRefused   = "refused"   // the file failed a check: the running one serves on
 )
 
-// reloadResult is what a reload did: the snapshots it swapped (From is To
-// when the file was unchanged), what differs between them, and the
-// settings that only a restart changes, whose value the file would have
-// changed and which kept their running value.
-type reloadResult struct {
-	From, To *sender.Snapshot
-	Changes  config.Changes
-	Kept     []keptSetting
-}
-
-// keptSetting is a setting that only a restart changes, whose value the
-// file reloaded would have made File, and which keeps its value Running.
-type keptSetting struct {
-	Name, Running, File string
-}
-
 // fixedAtStart is what start-up derived from the configuration for the
 // whole process, which only a restart changes.
 type fixedAtStart struct {
@@ -72,18 +57,18 @@ type fixedAtStart struct {
 }
 
 // kept returns the settings fixed at start that cfg would set otherwise.
-func (f fixedAtStart) kept(cfg *config.Config) []keptSetting {
+func (f fixedAtStart) kept(cfg *config.Config) []handler.KeptSetting {
 	if !f.work {
 		return nil
 	}
-	var out []keptSetting
+	var out []handler.KeptSetting
 	d := queue.DefaultClientConfig(cfg)
 	if d.Retention != f.jobRetention {
-		out = append(out, keptSetting{Name: "forward job retention (River keeps finished forward jobs for the longest sender retention at start-up)",
+		out = append(out, handler.KeptSetting{Name: "forward job retention (River keeps finished forward jobs for the longest sender retention at start-up)",
 			Running: shortDuration(f.jobRetention), File: shortDuration(d.Retention)})
 	}
 	if f.computed && d.RescueAfter != f.rescueAfter {
-		out = append(out, keptSetting{Name: "forward rescue horizon (--forward-rescue-after unset: the longest target timeout at start-up + 5s + 1m)",
+		out = append(out, handler.KeptSetting{Name: "forward rescue horizon (--forward-rescue-after unset: the longest target timeout at start-up + 5s + 1m)",
 			Running: shortDuration(f.rescueAfter), File: shortDuration(d.RescueAfter)})
 	}
 	return out
@@ -98,8 +83,8 @@ func (f fixedAtStart) check(cfg *config.Config) error {
 	return queue.CheckRescueAfter(cfg, f.rescueAfter)
 }
 
-// reloader reloads the process's configuration (reload), one reload at a
-// time, and tells the components that keep state per target (applied).
+// reloader reloads the process's configuration (ReloadConfig), one reload
+// at a time, and tells the components that keep state per target (applied).
 type reloader struct {
 	s     *settings
 	live  *sender.Live
@@ -136,11 +121,12 @@ func newReloader(s *settings, live *sender.Live, fixed fixedAtStart, reg prometh
 	return r
 }
 
-// reload reads the configuration file again and, when it passes every
-// check start-up makes, puts it in force; trigger names what asked, for
-// the log. A file refused leaves the running configuration in force and
-// returns the check's error, which names the field and holds no secret.
-func (r *reloader) reload(trigger string) (reloadResult, error) {
+// ReloadConfig reads the configuration file again and, when it passes
+// every check start-up makes, puts it in force; trigger names what asked,
+// for the log. A file refused leaves the running configuration in force
+// and returns the check's error, which names the field and holds no
+// secret. It is the operator API's handler.ConfigReloader.
+func (r *reloader) ReloadConfig(trigger string) (handler.ConfigReload, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	from := r.live.Snapshot()
@@ -152,14 +138,14 @@ func (r *reloader) reload(trigger string) (reloadResult, error) {
 		r.reloads.WithLabelValues(reloadRefused).Inc()
 		r.log.Error("configuration reload refused: the running configuration keeps serving",
 			"trigger", trigger, "config", r.s.configPath, "running_hash", from.Hash, "err", err)
-		return reloadResult{From: from, To: from}, err
+		return handler.ConfigReload{From: from, To: from}, err
 	}
 	if to.Hash == from.Hash {
 		r.reloads.WithLabelValues(reloadUnchanged).Inc()
 		r.log.Info("configuration reload: the file is the one in force", "trigger", trigger, "hash", from.Hash)
-		return reloadResult{From: from, To: from}, nil
+		return handler.ConfigReload{From: from, To: from}, nil
 	}
-	res := reloadResult{From: from, To: to, Changes: config.Diff(from.Config(), to.Config()), Kept: r.fixed.kept(to.Config())}
+	res := handler.ConfigReload{From: from, To: to, Changes: config.Diff(from.Config(), to.Config()), Kept: r.fixed.kept(to.Config())}
 	r.live.Swap(to)
 	r.info.Reset()
 	r.info.WithLabelValues(to.Hash).Set(1)
@@ -214,7 +200,7 @@ func (r *reloader) onSIGHUP(ctx context.Context, hup <-chan os.Signal) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			_, _ = r.reload("SIGHUP") // logged
+			_, _ = r.ReloadConfig("SIGHUP") // logged
 		}
 	}
 }
@@ -244,7 +230,7 @@ func (r *reloader) watch(ctx context.Context, interval time.Duration) {
 		h := fileHash(r.s.configPath)
 		if h == last && h != tried {
 			tried = h
-			_, _ = r.reload("file change (--config-watch)") // logged
+			_, _ = r.ReloadConfig("file change (--config-watch)") // logged
 		}
 		last = h
 	}

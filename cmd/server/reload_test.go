@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -405,4 +406,190 @@ func TestRemovedTargetsForwardsHeldAndResumed(t *testing.T) {
 			t.Errorf("t2's forward of %s: %d attempts, want %d (one more than when it was held)", j.EventID, j.Attempt, held[j.EventID]+1)
 		}
 	}
+}
+
+// operator sends method path to base with the admin token tok ("" for
+// none) and returns the reply.
+func operator(t *testing.T, c *http.Client, method, base, path, tok string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	r, err := do(c, req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// configAPISender is acme with its secrets: a signature secret, a target
+// URL with a secret query value, a signing secret and an extra header's
+// value, none of which the API may show; then extra lines.
+func configAPISender(url, timeout string, extra ...string) string {
+	return genericSender("acme", append([]string{
+		`signature: { scheme: hmac-sha256, header: X-Sig }`,
+		"secret: " + reloadSecret,
+		"forward:",
+		"  - name: t1",
+		"    url: " + url + "?token=qtok-9e1d7c0b5a",
+		"    timeout: " + timeout,
+		"    signing_secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		"    headers: { X-Api-Key: hdr-5d0c4b2a19 }",
+	}, extra...)...)
+}
+
+// TestConfigAPI: GET /v1/config shows the configuration in force (its
+// file's hash, when it was loaded, its senders without a secret); POST
+// /v1/config/reload reloads the file and answers what changed (names,
+// never values), the settings only a restart changes that it kept, or,
+// for a file that fails a check, 422 with the check's message naming the
+// field (a target timeout the running rescue horizon cannot cover is one),
+// the running configuration serving on. Both need the admin token.
+func TestConfigAPI(t *testing.T) {
+	t.Parallel()
+	dsn := emptyDB(t)
+	c := newClient(t)
+	tok := randHex(32)
+	one := "senders:\n" + configAPISender("http://127.0.0.1:1/a", "10s")
+	path := writeConfig(t, one)
+	s := startRunAt(t, dsn, path, "--admin-token", tok)
+	secrets := []string{reloadSecret, "qtok-9e1d7c0b5a", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "hdr-5d0c4b2a19"}
+	noSecret := func(what string, r reply) {
+		t.Helper()
+		for _, sec := range secrets {
+			if strings.Contains(string(r.body), sec) {
+				t.Errorf("%s shows the secret %s: %s", what, sec, r.body)
+			}
+		}
+	}
+
+	for _, rq := range [][2]string{{http.MethodGet, "/v1/config"}, {http.MethodPost, "/v1/config/reload"}} {
+		if r := operator(t, c, rq[0], s.base, rq[1], ""); r.status != http.StatusUnauthorized {
+			t.Errorf("%s %s without the token: %s, want 401", rq[0], rq[1], r)
+		}
+	}
+	var info struct {
+		Hash     string    `json:"hash"`
+		LoadedAt time.Time `json:"loaded_at"`
+		Senders  []struct {
+			Name    string `json:"name"`
+			Forward []struct {
+				Name, URL string
+			} `json:"forward"`
+		} `json:"senders"`
+	}
+	getInfo := func() {
+		t.Helper()
+		r := operator(t, c, http.MethodGet, s.base, "/v1/config", tok)
+		if r.status != http.StatusOK {
+			t.Fatalf("GET /v1/config: %s", r)
+		}
+		noSecret("GET /v1/config", r)
+		if err := json.Unmarshal(r.body, &info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	getInfo()
+	if info.Hash != sha256Hex(one) || info.LoadedAt.IsZero() || len(info.Senders) != 1 || info.Senders[0].Name != "acme" ||
+		len(info.Senders[0].Forward) != 1 || !strings.Contains(info.Senders[0].Forward[0].URL, "xxxxx") {
+		t.Errorf("GET /v1/config: %+v; want the file's hash %s, a load time, acme and its target with its URL redacted", info, sha256Hex(one))
+	}
+
+	// t1's URL and timeout change, t2 and bravo are added, acme's
+	// retention grows.
+	two := "senders:\n" + configAPISender("http://127.0.0.1:2/b", "20s", "  - { name: t2, url: 'http://127.0.0.1:3/' }", "retention: 720h") +
+		genericSender("bravo")
+	writeFile(t, path, two)
+	r := operator(t, c, http.MethodPost, s.base, "/v1/config/reload", tok)
+	if r.status != http.StatusOK {
+		t.Fatalf("POST /v1/config/reload: %s", r)
+	}
+	noSecret("POST /v1/config/reload", r)
+	var res struct {
+		Changed  bool      `json:"changed"`
+		H        string    `json:"hash"`
+		P        string    `json:"previous_hash"`
+		LoadedAt time.Time `json:"loaded_at"`
+		Senders  struct {
+			Added, Removed []string
+			Changed        []struct {
+				Sender string
+				Fields []string
+			}
+		} `json:"senders"`
+		Targets struct {
+			Added, Removed []struct{ Sender, Target string }
+			Changed        []struct {
+				Sender, Target string
+				Fields         []string
+			}
+		} `json:"targets"`
+		Kept []struct{ Setting, Running, File string } `json:"kept"`
+	}
+	if err := json.Unmarshal(r.body, &res); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("%v %s→%s senders +%v -%v ~%v targets +%v -%v ~%v", res.Changed, res.P, res.H,
+		res.Senders.Added, res.Senders.Removed, res.Senders.Changed, res.Targets.Added, res.Targets.Removed, res.Targets.Changed)
+	want := fmt.Sprintf("true %s→%s senders +[bravo] -[] ~[{acme [retention event_retention]}] targets +[{acme t2}] -[] ~[{acme t1 [url timeout]}]",
+		sha256Hex(one), sha256Hex(two))
+	if got != want {
+		t.Errorf("reload answered\n %s\nwant\n %s", got, want)
+	}
+	kept := map[string][2]string{}
+	for _, k := range res.Kept {
+		kept[strings.Fields(k.Setting)[1]] = [2]string{k.Running, k.File}
+	}
+	if kept["job"] != [2]string{"168h", "720h"} || kept["rescue"] != [2]string{"1m15s", "1m25s"} {
+		t.Errorf("kept %+v; want the forward job retention 168h (not 720h) and the rescue horizon 1m15s (not 1m25s)", res.Kept)
+	}
+	if got := statusOf(t, c, s.base, "bravo", "b-1"); got != http.StatusAccepted {
+		t.Errorf("bravo after the reload: %d, want 202", got)
+	}
+
+	r = operator(t, c, http.MethodPost, s.base, "/v1/config/reload", tok)
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), `"changed":false`) {
+		t.Errorf("a reload of the same file: %s, want 200 with changed false", r)
+	}
+
+	// A timeout the running rescue horizon (1m15s) cannot cover, and an
+	// invalid name beside a secret: refused, 422, naming the field.
+	for _, bad := range []struct{ content, field string }{
+		{"senders:\n" + configAPISender("http://127.0.0.1:2/b", "2m"), "senders[0].forward[0].timeout"},
+		{two + genericSender("Carol", `signature: { scheme: hmac-sha256, header: X-Sig }`, "secret: "+reloadSecret), "senders[2].name"},
+	} {
+		writeFile(t, path, bad.content)
+		r := operator(t, c, http.MethodPost, s.base, "/v1/config/reload", tok)
+		if err := checkProblemNoRetry(r, http.StatusUnprocessableEntity); err != nil || !strings.Contains(string(r.body), "config-refused") ||
+			!strings.Contains(string(r.body), bad.field) || !strings.Contains(string(r.body), "The running configuration keeps serving") {
+			t.Errorf("reload of a file with a bad %s: %s (%v); want 422 config-refused naming it", bad.field, r, err)
+		}
+		noSecret("a refused reload", r)
+		getInfo()
+		if info.Hash != sha256Hex(two) {
+			t.Errorf("after a refused reload GET /v1/config shows hash %s, want the running %s", info.Hash, sha256Hex(two))
+		}
+	}
+	body := scrape(t, c, s.base)
+	for res, want := range map[string]float64{"applied": 1, "unchanged": 1, "refused": 2} {
+		if v := seriesValue(body, `hookgate_config_reloads_total{result="`+res+`"}`); v != want {
+			t.Errorf(`hookgate_config_reloads_total{result="%s"} = %v, want %v`, res, v, want)
+		}
+	}
+	if strings.Contains(s.log.tail(1000), reloadSecret) {
+		t.Error("the log holds a secret")
+	}
+}
+
+// checkProblemNoRetry returns why r is not an RFC 9457 problem with status
+// want, or nil.
+func checkProblemNoRetry(r reply, want int) error {
+	if r.status != want || r.header.Get("Content-Type") != "application/problem+json" {
+		return fmt.Errorf("status %d %s, want %d application/problem+json", r.status, r.header.Get("Content-Type"), want)
+	}
+	return nil
 }

@@ -70,7 +70,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	api, err := newAPI(db, senders, deliveries, fwd, s, reg, log)
+	rl := newReloader(s, senders, fwd.fixed, reg, log)
+	rl.applied = append(rl.applied, fwd.applyConfig)
+	api, err := newAPI(db, senders, deliveries, fwd, rl, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -78,8 +80,6 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	rl := newReloader(s, senders, fwd.fixed, reg, log)
-	rl.applied = append(rl.applied, fwd.applyConfig)
 	return serveUntilDone(ctx, ln, api, db, fwd, rl, hup, s, log)
 }
 
@@ -468,7 +468,7 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 
 // newAPI returns the HTTP server of ingest, the operator API, the console
 // and the service endpoints.
-func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
+func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *forwarding, rl *reloader, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.console.TrustedProxies...)
 	redeliverer := fwd.queue
@@ -483,6 +483,7 @@ func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *fo
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = senders, deliveries, readiness(db.pool, db.sql), reg, log
 	hc.Queries, hc.Redeliverer, hc.AuthLimiter, hc.Console, hc.Traffic = db.queries, redeliverer, limiter, cons, db.traffic
 	hc.Tokens = sigtoken.New(db.pool)
+	hc.Reloader = rl
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
 		hc.FastPath = fwd.fast
 	}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -309,11 +308,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 // until a target of that name is configured again.
 func removedTargets(sd *config.Sender, counts map[string]queue.Counts) []targetView {
 	var out []targetView
-	for _, name := range slices.Sorted(maps.Keys(counts)) {
+	for _, name := range forward.RemovedTargets(sd, counts) {
 		n := counts[name]
-		if _, ok := sd.Target(name); ok || n.Pending+n.Running+n.Retrying == 0 {
-			continue
-		}
 		out = append(out, targetView{Name: name, Held: forward.HeldTargetRemoved,
 			Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed})
 	}

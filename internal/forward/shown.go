@@ -1,6 +1,9 @@
 package forward
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/redact"
@@ -61,4 +64,19 @@ func Show(sender *config.Sender, f queue.Forward) Shown {
 		s.Held = HeldTargetRemoved
 	}
 	return s
+}
+
+// RemovedTargets returns, by name, the targets of counts (sd's forwards by
+// target: queue.Jobs.CountForwards) that sd does not have and that have
+// unfinished forwards: targets removed by a reload, whose forwards are held
+// (HeldTargetRemoved) until a target of that name is configured again.
+func RemovedTargets(sd *config.Sender, counts map[string]queue.Counts) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		c := counts[name]
+		if _, ok := sd.Target(name); !ok && c.Pending+c.Running+c.Retrying > 0 {
+			out = append(out, name)
+		}
+	}
+	return out
 }

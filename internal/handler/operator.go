@@ -429,6 +429,9 @@ func forwardState(sender *config.Sender, f queue.Forward) api.ForwardState {
 		t := sh.DeliveredAt.UTC()
 		fs.DeliveredAt = &t
 	}
+	if sh.Held != "" {
+		fs.Held = &sh.Held
+	}
 	return fs
 }
 

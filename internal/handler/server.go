@@ -119,6 +119,10 @@ type Config struct {
 	// Traffic counts every delivery of a configured sender, for the
 	// console's charts; nil counts nothing.
 	Traffic *traffic.Recorder
+	// Reloader reloads the process's configuration for POST
+	// /v1/config/reload (the gateway's, which swaps the sender.Live given
+	// as Senders); nil: that endpoint answers 503.
+	Reloader ConfigReloader
 	// Tokens remembers the single-use tokens of the senders whose
 	// signature scheme signs one instead of the body (Mailgun's:
 	// sender.Sender.SignsNonces), so that each is accepted for one
@@ -252,6 +256,9 @@ type Server struct {
 
 	// tokens claims the single-use signature tokens (Config.Tokens).
 	tokens TokenStore
+
+	// reloader reloads the configuration (Config.Reloader); nil for none.
+	reloader ConfigReloader
 }
 
 // snapshot returns the configuration in force, for one request: the
@@ -312,6 +319,7 @@ func New(hc Config) (*Server, error) {
 		fast:             hc.FastPath,
 		traffic:          hc.Traffic,
 		tokens:           hc.Tokens,
+		reloader:         hc.Reloader,
 	}
 	if hc.Queries != nil {
 		s.jobs = queue.NewJobs(hc.Queries.DB())

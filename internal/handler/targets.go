@@ -67,6 +67,14 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 		ts.Forwards = api.ForwardCounts{Pending: c.Pending, Running: c.Running, Retrying: c.Retrying, Delivered: c.Delivered, Failed: c.Failed}
 		out.Items = append(out.Items, ts)
 	}
+	// The targets removed from the configuration whose forwards are
+	// unfinished: held until a target of that name is configured again.
+	held := forward.HeldTargetRemoved
+	for _, name := range forward.RemovedTargets(sd, counts) {
+		c := counts[name]
+		out.Items = append(out.Items, api.TargetStatus{Name: name, EventTypes: []string{}, Breaker: api.BreakerStatus{State: forward.BreakerClosed}, Held: &held,
+			Forwards: api.ForwardCounts{Pending: c.Pending, Running: c.Running, Retrying: c.Retrying, Delivered: c.Delivered, Failed: c.Failed}})
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
