@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,9 +12,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/testkit"
@@ -592,4 +597,253 @@ func checkProblemNoRetry(r reply, want int) error {
 		return fmt.Errorf("status %d %s, want %d application/problem+json", r.status, r.header.Get("Content-Type"), want)
 	}
 	return nil
+}
+
+// reloadLoadConfig is a file of TestReloadsUnderLoadAcrossTwoProcesses.
+// Its first form (second false): acme forwards to t1 at urlA. Its second:
+// acme's t1 at urlB instead, and t2 at url2; and a sender bravo,
+// forwarding to t1 at urlB.
+func reloadLoadConfig(second bool, urlA, urlB, url2 string) string {
+	if !second {
+		return "senders:\n" + genericSender("acme", "forward:", "  - { name: t1, url: '"+urlA+"', max_attempts: 1000 }")
+	}
+	return "senders:\n" +
+		genericSender("acme", "forward:", "  - { name: t1, url: '"+urlB+"', max_attempts: 1000 }", "  - { name: t2, url: '"+url2+"', max_attempts: 1000 }") +
+		genericSender("bravo", "forward:", "  - { name: t1, url: '"+urlB+"', max_attempts: 1000 }")
+}
+
+// TestReloadsUnderLoadAcrossTwoProcesses: two gateway processes (--role
+// all, the fast path on) on one database take deliveries of acme and bravo
+// while their files are reloaded ten times, one process by POST
+// /v1/config/reload and the other by SIGHUP, alternating two files (t1's
+// URL changed, a target t2 added and removed, the sender bravo added and
+// removed), one of the ten an invalid file. No delivery is answered 5xx;
+// the invalid file is refused by both (422, and a log line) while the
+// configuration before it serves on; every accepted delivery is stored
+// once and each of its forwards reaches its target once, counted by
+// Idempotency-Key at the targets: t1's at the URL in force at its attempt,
+// and t2's, held while t2 was removed, once the last reload brings it back.
+func TestReloadsUnderLoadAcrossTwoProcesses(t *testing.T) {
+	testkit.Slow(t, "two gateway processes under load, reloaded ten times")
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	c := newClient(t)
+	tok := randHex(32)
+	sinkA := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	sinkB := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	sink2 := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	first := reloadLoadConfig(false, sinkA.URL, sinkB.URL, sink2.URL)
+	second := reloadLoadConfig(true, sinkA.URL, sinkB.URL, sink2.URL)
+	invalid := second + genericSender("carol", "retention: 1ms")
+
+	type gateway struct {
+		p          *proc
+		base, path string
+	}
+	var gws []gateway
+	for range 2 {
+		path := writeConfig(t, first)
+		addr := freeAddr(t)
+		p := startBinaryWith(t, bin, dsn, addr, path, append([]string{"--admin-token", tok}, fastForwardFlags...)...)
+		waitHealthy(t, c, "http://"+addr, p)
+		gws = append(gws, gateway{p: p, base: "http://" + addr, path: path})
+	}
+	hashOf := func(g gateway) string {
+		var info struct {
+			Hash string `json:"hash"`
+		}
+		r := operator(t, c, http.MethodGet, g.base, "/v1/config", tok)
+		if r.status != http.StatusOK || json.Unmarshal(r.body, &info) != nil {
+			t.Fatalf("GET /v1/config: %s", r)
+		}
+		return info.Hash
+	}
+
+	// The load: acme's deliveries, each sent until it is answered 2xx, and
+	// bravo's, each sent until it is answered 2xx or 404 (bravo is not
+	// configured), paced, through both processes in turn, until stopped.
+	var (
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		events   = map[string]string{} // delivery ID → event ID of its 2xx
+		progress atomic.Int64          // acme deliveries accepted
+		next     atomic.Int64
+		stop     atomic.Bool
+		abort    atomic.Bool // the test failed: deliveries under way are given up
+		wg       sync.WaitGroup
+	)
+	pace := time.NewTicker(5 * time.Millisecond)
+	send := func(sender, id string, n int64, giveUpOn404 bool) {
+		for attempt := 0; !abort.Load(); attempt++ {
+			<-pace.C
+			r, err := deliverAs(context.Background(), c, gws[(n+int64(attempt))%2].base, sender, id, bodyFor(id))
+			if err != nil {
+				t.Errorf("deliver %s/%s: %v", sender, id, err)
+				return
+			}
+			mu.Lock()
+			statuses[r.status]++
+			if r.status == http.StatusAccepted {
+				var a acceptedBody
+				if err := json.Unmarshal(r.body, &a); err != nil {
+					t.Errorf("deliver %s/%s: %s", sender, id, r)
+				}
+				events[sender+"/"+id] = a.EventID
+			}
+			mu.Unlock()
+			switch {
+			case r.status == http.StatusAccepted:
+				if sender == "acme" {
+					progress.Add(1)
+				}
+				return
+			case r.status == http.StatusNotFound && giveUpOn404:
+				return
+			case attempt >= 100:
+				t.Errorf("deliver %s/%s: still %s after 100 attempts", sender, id, r)
+				return
+			}
+		}
+	}
+	for w := range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				n := next.Add(1)
+				if w == 0 {
+					send("bravo", fmt.Sprintf("b-%05d", n), n, true)
+				} else {
+					send("acme", fmt.Sprintf("a-%05d", n), n, false)
+				}
+			}
+		})
+	}
+	stopLoad := sync.OnceFunc(func() { stop.Store(true); wg.Wait() })
+	t.Cleanup(func() {
+		abort.Store(true)
+		stopLoad()
+		pace.Stop()
+	})
+
+	// Ten reloads, alternating the two files, the sixth an invalid file.
+	plan := []string{second, first, second, first, second, invalid, first, second, first, second}
+	running := first
+	for i, content := range plan {
+		from := progress.Load()
+		testkit.Poll(t, time.Minute, "deliveries to be accepted between reloads", func() bool { return progress.Load() >= from+20 })
+		for _, g := range gws {
+			writeFile(t, g.path, content)
+		}
+		r := operator(t, c, http.MethodPost, gws[0].base, "/v1/config/reload", tok)
+		if err := gws[1].p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if content == invalid {
+			if r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "senders[2].retention") {
+				t.Errorf("reload %d of the invalid file: %s, want 422 naming senders[2].retention", i+1, r)
+			}
+			testkit.Poll(t, time.Minute, "the SIGHUP reload of the invalid file to be refused", func() bool {
+				return gws[1].p.log.count("configuration reload refused: the running configuration keeps serving") == 1
+			})
+			for _, g := range gws {
+				if h := hashOf(g); h != sha256Hex(running) {
+					t.Errorf("after the invalid file, a process runs %s, want the configuration before it (%s)", h, sha256Hex(running))
+				}
+			}
+			continue
+		}
+		if r.status != http.StatusOK {
+			t.Fatalf("reload %d: %s", i+1, r)
+		}
+		testkit.Poll(t, time.Minute, "the SIGHUP reload", func() bool { return hashOf(gws[1]) == sha256Hex(content) })
+		running = content
+	}
+	from := progress.Load()
+	testkit.Poll(t, time.Minute, "deliveries after the last reload", func() bool { return progress.Load() >= from+20 })
+	stopLoad()
+
+	for status, n := range statuses {
+		if status >= 500 {
+			t.Errorf("%d deliveries answered %d", n, status)
+		}
+	}
+	t.Logf("answers by status: %v; %d deliveries accepted", statuses, len(events))
+
+	// Every accepted delivery is stored once, with the event its 2xx named.
+	stored := map[string]string{}
+	rows, err := pool.Query(t.Context(), `SELECT sender || '/' || delivery_id, event_id::text FROM processed_messages`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k, ev string
+		if err := rows.Scan(&k, &ev); err != nil {
+			t.Fatal(err)
+		}
+		stored[k] = ev
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != len(events) {
+		t.Errorf("%d deliveries stored, %d accepted", len(stored), len(events))
+	}
+	for k, ev := range events {
+		if stored[k] != ev {
+			t.Errorf("delivery %s: accepted as event %s, stored as %q", k, ev, stored[k])
+		}
+	}
+
+	// Every forward reaches its target once: t1's (acme's and bravo's) at
+	// sinkA or sinkB, t2's at sink2.
+	withT2 := map[string]bool{}
+	for _, j := range forwardJobs(t, pool) {
+		if j.Target == "t2" {
+			withT2[j.EventID] = true
+		}
+	}
+	var outboxT2 []string
+	orows, err := pool.Query(t.Context(), `SELECT event_id::text FROM forward_outbox WHERE target = 't2'`)
+	if err == nil {
+		outboxT2, err = pgx.CollectRows(orows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range outboxT2 {
+		withT2[ev] = true
+	}
+	delivered := func() (missing []string) {
+		a, b, two := sinkA.Delivered(), sinkB.Delivered(), sink2.Delivered()
+		for _, ev := range events {
+			if a[ev]+b[ev] == 0 {
+				missing = append(missing, "t1 "+ev)
+			}
+		}
+		for ev := range withT2 {
+			if two[ev] == 0 {
+				missing = append(missing, "t2 "+ev)
+			}
+		}
+		return missing
+	}
+	testkit.Poll(t, 90*time.Second, "every forward to reach its target", func() bool { return len(delivered()) == 0 },
+		func() string { m := delivered(); return fmt.Sprintf("%d missing, e.g. %v", len(m), m[:min(5, len(m))]) })
+	a, b, two := sinkA.Delivered(), sinkB.Delivered(), sink2.Delivered()
+	bad := 0
+	for k, ev := range events {
+		n2 := 0
+		if strings.HasPrefix(k, "acme/") && withT2[ev] {
+			n2 = 1
+		}
+		if a[ev]+b[ev] != 1 || two[ev] != n2 {
+			if bad++; bad <= 10 {
+				t.Errorf("delivery %s (event %s): t1 delivered %d times (sinkA %d, sinkB %d), t2 %d times; want 1 and %d", k, ev, a[ev]+b[ev], a[ev], b[ev], two[ev], n2)
+			}
+		}
+	}
+	if len(withT2) == 0 || len(a) == 0 || len(b) == 0 {
+		t.Errorf("forwards: %d with t2, %d to sinkA, %d to sinkB: the reloads did not change where forwards went", len(withT2), len(a), len(b))
+	}
+	t.Logf("%d deliveries, %d forwards to t2, t1 at sinkA %d and at sinkB %d", len(events), len(withT2), len(a), len(b))
 }
