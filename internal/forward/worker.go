@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -229,13 +230,13 @@ const removedSnooze = time.Minute
 // (hookgate_forward_waits_total's reason target_removed), and is sent once
 // the target is configured again under its name (a reload that removed it
 // and one that brings it back; during a rolling deploy, a worker that
-// knows it already).
+// knows it already); held, it lasts as long as its event, and fails once
+// retention has deleted that.
 func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 	a := job.Args
 	t, ok := w.target(a)
 	if !ok {
-		w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitTargetRemoved).Inc()
-		return queue.Snooze(jitter(removedSnooze))
+		return w.hold(ctx, a)
 	}
 	a.Target = t.Name // a job of an older version may name it by URL only
 	if a.After != 0 {
@@ -275,6 +276,21 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 		w.retryAfter.Store(job.ID, retryAfter)
 	}
 	return err
+}
+
+// hold makes the forward a, whose target the configuration in force does
+// not have, wait without using an attempt while its event is stored; one
+// whose event retention has deleted fails (cancelled, as an attempt would
+// find it gone).
+func (w *Worker) hold(ctx context.Context, a queue.Args) error {
+	stored, err := store.New(w.db).EventTypes(ctx, a.Sender, []uuid.UUID{a.EventID})
+	if _, ok := stored[a.EventID]; err == nil && !ok {
+		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
+		return queue.Cancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+	}
+	// Stored, or not known now (the database did not answer): held.
+	w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitTargetRemoved).Inc()
+	return queue.Snooze(jitter(removedSnooze))
 }
 
 // errText is err's text, "" for nil.
