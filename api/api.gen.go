@@ -488,6 +488,54 @@ type BulkRedelivery struct {
 	Matched int64 `json:"matched"`
 }
 
+// ConfigInfo The configuration a process runs on, without its secrets.
+type ConfigInfo struct {
+	// Hash The hex SHA-256 of the configuration file's bytes as the process read them (before `${VAR}` is expanded).
+	//
+	// Example: 9f2c6a1de0b8f3c4a5e6d7c8b9a0f1e2d3c4b5a6978877665544332211009988
+	Hash string `json:"hash"`
+
+	// LoadedAt When the process loaded the file (at start-up, or by the reload that put it in force).
+	//
+	// Example: 2026-12-01T10:15:02.481Z
+	LoadedAt time.Time `json:"loaded_at"`
+
+	// Senders The senders, in the order of the file, as `GET /v1/senders` shows them.
+	Senders []SenderInfo `json:"senders"`
+}
+
+// ConfigReload What a reload of the configuration did in the process that answered.
+type ConfigReload struct {
+	// Changed Whether a new configuration is in force; false when the file's bytes are those of the running one.
+	//
+	// Example: true
+	Changed bool `json:"changed"`
+
+	// Hash The SHA-256 of the file in force now.
+	//
+	// Example: 9f2c6a1de0b8f3c4a5e6d7c8b9a0f1e2d3c4b5a6978877665544332211009988
+	Hash string `json:"hash"`
+
+	// Kept The settings that only a restart changes whose value the file would have changed; each keeps its running value.
+	Kept []KeptSetting `json:"kept"`
+
+	// LoadedAt When the configuration in force now was loaded.
+	//
+	// Example: 2026-12-01T10:15:02.481Z
+	LoadedAt time.Time `json:"loaded_at"`
+
+	// PreviousHash The SHA-256 of the file in force before (the same as `hash` when nothing changed).
+	//
+	// Example: 1b7e0c2d3f4a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344
+	PreviousHash string `json:"previous_hash"`
+
+	// Senders The senders added, removed and changed by a reload.
+	Senders SenderChanges `json:"senders"`
+
+	// Targets The targets added, removed and changed by a reload, those of senders added or removed among them.
+	Targets TargetChanges `json:"targets"`
+}
+
 // Delivery An accepted delivery with its stored response and its forwards.
 type Delivery struct {
 	// DeliveryId The delivery ID, as the sender sent it.
@@ -759,7 +807,10 @@ type ForwardState struct {
 	// operator since <time> (<reason>)` (`POST …/pause`), `breaker
 	// open (open since <time>)` (or `half-open`), or `paused until
 	// <time> (<answer>)` (the target asked for it with
-	// `Retry-After`); null when nothing holds it.
+	// `Retry-After`), `rate 50/s` (it waits for a turn of the
+	// target's `rate:`), or `target removed from the configuration`
+	// (removed by a reload: it waits until a target of that name is
+	// configured again); null when nothing holds it.
 	Held *string `json:"held"`
 
 	// JobId The forward's job ID; null while the forward is still in the outbox.
@@ -788,7 +839,8 @@ type ForwardState struct {
 	// retrying);
 	// `delivered`: the target answered 2xx; `failed`: no more attempts
 	// will be made (a 4xx other than 408 and 429, `max_attempts` used
-	// up, or the target or event is gone).
+	// up, or the event is gone). A forward whose target was removed
+	// from the configuration stays pending or retrying (`held`).
 	//
 	//
 	// Example: delivered
@@ -813,7 +865,8 @@ type ForwardState struct {
 // retrying);
 // `delivered`: the target answered 2xx; `failed`: no more attempts
 // will be made (a 4xx other than 408 and 429, `max_attempts` used
-// up, or the target or event is gone).
+// up, or the event is gone). A forward whose target was removed
+// from the configuration stays pending or retrying (`held`).
 //
 // Example: delivered
 type ForwardStateState string
@@ -850,6 +903,24 @@ type IngestAccepted struct {
 	//
 	// Example: stripe
 	Sender string `json:"sender"`
+}
+
+// KeptSetting A setting that only a restart changes, whose value the reloaded file would have changed, and which keeps its running value.
+type KeptSetting struct {
+	// File The value the file would give it.
+	//
+	// Example: 1m35s
+	File string `json:"file"`
+
+	// Running The value in force, which stays until a restart.
+	//
+	// Example: 1m15s
+	Running string `json:"running"`
+
+	// Setting What the setting is.
+	//
+	// Example: forward rescue horizon (--forward-rescue-after unset, the longest target timeout at start-up + 5s + 1m)
+	Setting string `json:"setting"`
 }
 
 // OperatorPause An operator's pause of the target (`POST …/pause`), which holds its forwards in every process (pending or retrying, without using attempts) until it is resumed or `until` passes; null when the target is not paused.
@@ -914,7 +985,7 @@ type Problem struct {
 	// `payload-mismatch`, `not-found`, `method-not-allowed`,
 	// `invalid-parameter`, `unauthorized`, `operator-disabled`,
 	// `no-targets`, `too-many-attempts`, `unsupported-encoding`,
-	// `overloaded`, `unavailable`, `internal`.
+	// `config-refused`, `overloaded`, `unavailable`, `internal`.
 	//
 	//
 	// Example: urn:hookgate:problem:unknown-sender
@@ -940,6 +1011,31 @@ type Redelivery struct {
 	//
 	// Example: stripe
 	Sender string `json:"sender"`
+}
+
+// SenderChange A sender whose own settings changed (its targets are listed in `targets`).
+type SenderChange struct {
+	// Fields The names of the fields that changed, as `hookgate.yaml` writes them; never their values.
+	//
+	// Example: ["secrets"]
+	Fields []string `json:"fields"`
+
+	// Sender Example: github
+	Sender string `json:"sender"`
+}
+
+// SenderChanges The senders added, removed and changed by a reload.
+type SenderChanges struct {
+	// Added Senders the file adds; they answer at once.
+	//
+	// Example: ["shopify"]
+	Added   []string       `json:"added"`
+	Changed []SenderChange `json:"changed"`
+
+	// Removed Senders the file no longer has; their new deliveries are answered 404, their stored keys and events stay (retention as for any sender no longer configured).
+	//
+	// Example: []
+	Removed []string `json:"removed"`
 }
 
 // SenderInfo A configured sender, without its secrets.
@@ -1057,6 +1153,32 @@ type StoredResponse struct {
 	//
 	// Example: 202
 	Status int `json:"status"`
+}
+
+// TargetChange A target whose settings changed.
+type TargetChange struct {
+	// Fields The names of the fields that changed, as `hookgate.yaml` writes them; never their values.
+	//
+	// Example: ["url","timeout"]
+	Fields []string `json:"fields"`
+
+	// Sender Example: github
+	Sender string `json:"sender"`
+
+	// Target Example: orders
+	Target string `json:"target"`
+}
+
+// TargetChanges The targets added, removed and changed by a reload, those of senders added or removed among them.
+type TargetChanges struct {
+	// Added Targets the file adds (or configures again, whose held forwards are then woken).
+	Added []TargetRef `json:"added"`
+
+	// Changed Targets whose settings changed; a change applies from each forward's next attempt.
+	Changed []TargetChange `json:"changed"`
+
+	// Removed Targets the file no longer has; their unfinished forwards are held until a target of that name is configured again.
+	Removed []TargetRef `json:"removed"`
 }
 
 // TargetForward One forward of an event to the target.
@@ -1217,6 +1339,15 @@ type TargetPause struct {
 	Until *time.Time `json:"until"`
 }
 
+// TargetRef A target of a sender.
+type TargetRef struct {
+	// Sender Example: github
+	Sender string `json:"sender"`
+
+	// Target Example: orders
+	Target string `json:"target"`
+}
+
 // TargetStatus A forward target with its circuit breaker, an operator's pause, and its forwards by state.
 type TargetStatus struct {
 	// Breaker The target's circuit breaker as the worker processes last recorded it.
@@ -1234,6 +1365,9 @@ type TargetStatus struct {
 
 	// Forwards A target's forwards by state.
 	Forwards ForwardCounts `json:"forwards"`
+
+	// Held `target removed from the configuration` for a target the configuration no longer has (removed by a reload) whose forwards are unfinished: they wait, with their attempts unused, until a target of this name is configured again, and are then woken and sent. Null for a configured target.
+	Held *string `json:"held"`
 
 	// Name The target's name, unique within its sender.
 	//
@@ -1363,6 +1497,12 @@ type ServerInterface interface {
 	// GetReadyz Readiness check
 	// (GET /readyz)
 	GetReadyz(w http.ResponseWriter, r *http.Request)
+	// GetConfig The configuration this process runs on
+	// (GET /v1/config)
+	GetConfig(w http.ResponseWriter, r *http.Request)
+	// ReloadConfig Reload hookgate.yaml in this process
+	// (POST /v1/config/reload)
+	ReloadConfig(w http.ResponseWriter, r *http.Request)
 	// GetEvent Show a stored event, with its headers and body
 	// (GET /v1/events/{event_id})
 	GetEvent(w http.ResponseWriter, r *http.Request, eventId EventID)
@@ -1432,6 +1572,18 @@ func (_ Unimplemented) GetOpenAPISpec(w http.ResponseWriter, r *http.Request) {
 // GetReadyz Readiness check
 // (GET /readyz)
 func (_ Unimplemented) GetReadyz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetConfig The configuration this process runs on
+// (GET /v1/config)
+func (_ Unimplemented) GetConfig(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ReloadConfig Reload hookgate.yaml in this process
+// (POST /v1/config/reload)
+func (_ Unimplemented) ReloadConfig(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1577,6 +1729,34 @@ func (siw *ServerInterfaceWrapper) GetReadyz(w http.ResponseWriter, r *http.Requ
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetReadyz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetConfig operation middleware
+func (siw *ServerInterfaceWrapper) GetConfig(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetConfig(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReloadConfig operation middleware
+func (siw *ServerInterfaceWrapper) ReloadConfig(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReloadConfig(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2231,6 +2411,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/senders/{sender}/targets/{target}/resume", wrapper.ResumeTarget)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/config", wrapper.GetConfig)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/config/reload", wrapper.ReloadConfig)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealthz)

@@ -110,6 +110,8 @@ func TestSpecPathsAndOperations(t *testing.T) {
 		"POST /v1/senders/{sender}/targets/{target}/redeliver": "redeliverTarget",
 		"POST /v1/senders/{sender}/targets/{target}/pause":     "pauseTarget",
 		"POST /v1/senders/{sender}/targets/{target}/resume":    "resumeTarget",
+		"GET /v1/config":                                       "getConfig",
+		"POST /v1/config/reload":                               "reloadConfig",
 	}
 	wantPaths := make(map[string]bool)
 	for k := range want {
@@ -141,6 +143,7 @@ var problemSlugs = []string{
 	"unsupported-encoding",
 	"invalid-verify-token", "method-not-allowed",
 	"overloaded",
+	"config-refused",
 }
 
 // TestSpecExamples checks, independently of Validate, that every request

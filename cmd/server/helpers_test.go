@@ -213,7 +213,12 @@ type inproc struct {
 // senderConfig.
 func startRunWith(t *testing.T, dsn, cfg string, args ...string) *inproc {
 	t.Helper()
-	path := writeConfig(t, cfg)
+	return startRunAt(t, dsn, writeConfig(t, cfg), args...)
+}
+
+// startRunAt is startRunWith with the configuration file at path.
+func startRunAt(t *testing.T, dsn, path string, args ...string) *inproc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &inproc{log: newLogSink(), cancel: cancel, done: make(chan struct{})}
 	full := append([]string{"serve", "--addr", "127.0.0.1:0", "--config", path}, args...)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -35,10 +36,16 @@ import (
 // serve runs the gateway until ctx is done, then shuts it down gracefully.
 // Each step is a function below.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	senders, err := loadSenders(s, log)
+	// From here on a SIGHUP reloads the configuration (once serving), and
+	// never ends the process.
+	hup, stopHUP := notifySIGHUP()
+	defer stopHUP()
+	snap, err := loadSenders(s, log)
 	if err != nil {
 		return err
 	}
+	// Every component reads the configuration in force from senders.
+	senders := sender.NewLive(snap)
 	db, err := openDatabase(ctx, s.databaseURL)
 	if err != nil {
 		return err
@@ -53,8 +60,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if db.traffic, err = traffic.New(traffic.Config{Queries: db.queries, Log: log}); err != nil {
 		return err
 	}
-	reg := newRegistry(db, senders.Config())
-	fwd, err := newForwarding(db, senders.Config(), s, reg, log)
+	reg := newRegistry(db, senders)
+	fwd, err := newForwarding(db, senders, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -67,7 +74,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	api, err := newAPI(db, senders, deliveries, fwd, s, reg, log)
+	rl := newReloader(s, senders, fwd.fixed, reg, log)
+	rl.applied = append(rl.applied, fwd.applyConfig)
+	api, err := newAPI(db, senders, deliveries, fwd, rl, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -75,24 +84,24 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	return serveUntilDone(ctx, ln, api, db, fwd, senders.Config(), s, log)
+	return serveUntilDone(ctx, ln, api, db, fwd, rl, hup, s, log)
 }
 
 // loadSenders reads, validates and compiles the senders configuration, and
 // refuses the example's published secrets (checkExampleSecrets) and targets
 // whose host --forward-allowed-hosts does not allow.
-func loadSenders(s *settings, log *slog.Logger) (*sender.Set, error) {
-	senders, err := sender.Load(s.configPath)
+func loadSenders(s *settings, log *slog.Logger) (*sender.Snapshot, error) {
+	snap, err := sender.LoadSnapshot(s.configPath, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	if err := checkExampleSecrets(senders.Config(), s, log); err != nil {
+	if err := checkExampleSecrets(snap.Config(), s, log); err != nil {
 		return nil, err
 	}
-	if err := s.allowedHosts.CheckTargets(senders.Config()); err != nil {
+	if err := s.allowedHosts.CheckTargets(snap.Config()); err != nil {
 		return nil, err
 	}
-	return senders, nil
+	return snap, nil
 }
 
 // migrate applies the pending migrations under an advisory lock, on the
@@ -140,15 +149,19 @@ func (db *database) close() {
 
 // newRegistry returns the Prometheus registry /metrics serves, with the Go
 // runtime's, the process's, the pool's and the forward backlog's collectors
-// (the outbox counted for the senders of cfg).
-func newRegistry(db *database, cfg *config.Config) *prometheus.Registry {
-	names := make([]string, 0, len(cfg.Senders))
-	for i := range cfg.Senders {
-		names = append(names, cfg.Senders[i].Name)
+// (the outbox counted for the senders of the configuration in force).
+func newRegistry(db *database, senders config.Source) *prometheus.Registry {
+	names := func() []string {
+		cfg := senders.Current()
+		out := make([]string, 0, len(cfg.Senders))
+		for i := range cfg.Senders {
+			out = append(out, cfg.Senders[i].Name)
+		}
+		return out
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool), func() []string { return names }))
+		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool), names))
 	return reg
 }
 
@@ -181,6 +194,43 @@ type forwarding struct {
 	// works forwards, and poked by the operator API and the console when
 	// they pause or resume a target.
 	pauses *forward.Pauses
+	// metrics are the forwards' metrics; gate admits the forwards of the
+	// process (nil when it works none).
+	metrics *forward.Metrics
+	gate    *forward.Gate
+	// fixed is what the River client took from the configuration at
+	// start, which a reload cannot change.
+	fixed fixedAtStart
+	// pool wakes the forwards of the targets a reload adds (wakes: those
+	// under way; shutdown waits for them).
+	pool  *pgxpool.Pool
+	wakes sync.WaitGroup
+	log   *slog.Logger
+}
+
+// wakeTimeout bounds the wake of a target's held forwards after a reload
+// (forward.WakeTarget: two passes a second apart).
+const wakeTimeout = 10 * time.Second
+
+// applyConfig makes the forwarding follow a configuration reloaded: the
+// new targets' series from the start, each target's max_in_flight and
+// breaker_threshold from its next admission, and the forwards held for a
+// target it configures (again) woken, in the background.
+func (f *forwarding) applyConfig(to *sender.Snapshot, c config.Changes) {
+	f.metrics.Init(to.Config())
+	if f.gate != nil {
+		f.gate.Reconfigure(to.Config())
+	}
+	for _, n := range c.TargetsAdded {
+		f.wakes.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
+			defer cancel()
+			if err := forward.WakeTarget(ctx, f.pool, n.Sender, n.Target); err != nil {
+				f.log.Warn("wake the forwards held for a target the reload configured; they come back when their wait ends",
+					"sender", n.Sender, "target", n.Target, "err", err)
+			}
+		})
+	}
 }
 
 // startTakeover writes the process's first heartbeat and runs the takeover
@@ -234,23 +284,24 @@ func (f *forwarding) closeFast(ctx context.Context) error {
 	return f.fast.Close(ctx)
 }
 
-func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
+func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
 	work := s.role == roleAll || s.role == roleWorker
 	m := forward.NewMetrics(reg)
-	m.Init(cfg) // every target's series from the start
+	m.Init(cfg.Current()) // every target's series from the start
 	m.CountTraffic(db.traffic)
 	cc, err := forwardClientConfig(db, cfg, s, log)
 	if err != nil {
 		return nil, err
 	}
 	pc := forward.DefaultPausesConfig()
-	pc.Wake, pc.DB, pc.Senders, pc.Registerer, pc.Log = work, db.pool, cfg, reg, log
+	pc.Wake, pc.DB, pc.Senders, pc.Registerer, pc.Log = work, db.pool, cfg.Current(), reg, log
 	pauses, err := forward.NewPauses(pc)
 	if err != nil {
 		return nil, err
 	}
 	var (
 		worker     *forward.Worker // nil for the api role: its client inserts only
+		gate       *forward.Gate
 		takeover   *forward.Takeover
 		transports *forward.Transports
 	)
@@ -262,7 +313,7 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 			return nil, err
 		}
 		cc.Tracker = takeover
-		if worker, transports, err = newForwardWorker(db, cfg, s, m, pauses, log); err != nil {
+		if worker, gate, transports, err = newForwardWorker(db, cfg, s, m, pauses, log); err != nil {
 			return nil, err
 		}
 		cc.Worker = worker
@@ -271,7 +322,10 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, pauses: pauses}
+	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate, pool: db.pool, log: log, pauses: pauses}
+	if work {
+		f.fixed = fixedAtStart{work: true, rescueAfter: cc.RescueAfter, computed: s.client.RescueAfter == 0, jobRetention: cc.Retention}
+	}
 	if work && s.role == roleAll && s.fastPath {
 		// The fast path shares the River worker's HTTP client and Gate:
 		// fair shares, max_in_flight and breakers hold across both. It
@@ -293,12 +347,12 @@ func newForwarding(db *database, cfg *config.Config, s *settings, reg *prometheu
 // transports (an HTTP client keeping as many idle connections per target,
 // and the brokers' connections, all to the allowed hosts only), and the
 // retry schedule of the settings.
-func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Transports, error) {
+func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *forward.Transports, error) {
 	gc := s.gate
 	gc.DB, gc.Metrics, gc.Log, gc.Pauses = db.pool, m, log, pauses
 	gate, err := forward.NewGate(gc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	wc := s.worker
 	wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, gate, m, log
@@ -308,9 +362,9 @@ func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.
 	w, err := forward.NewWorker(wc)
 	if err != nil {
 		ts.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return w, ts, nil
+	return w, gate, ts, nil
 }
 
 // forwardClientConfig is the River client's configuration from the
@@ -318,8 +372,8 @@ func newForwardWorker(db *database, cfg *config.Config, s *settings, m *forward.
 // cfg (the retention of finished jobs; the rescue horizon, when
 // --forward-rescue-after is unset), its dependencies but the worker, and
 // the retention job as its maintenance.
-func forwardClientConfig(db *database, cfg *config.Config, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
-	cc, computed := s.client, queue.DefaultClientConfig(cfg)
+func forwardClientConfig(db *database, cfg config.Source, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
+	cc, computed := s.client, queue.DefaultClientConfig(cfg.Current())
 	cc.Retention = computed.Retention
 	if cc.RescueAfter == 0 { // unset: the horizon computed from the targets
 		cc.RescueAfter = computed.RescueAfter
@@ -430,12 +484,12 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 
 // newAPI returns the HTTP server of ingest, the operator API, the console
 // and the service endpoints.
-func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *forwarding, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
+func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *forwarding, rl *reloader, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.console.TrustedProxies...)
 	redeliverer := fwd.queue
 	cc := s.console
-	cc.Senders, cc.Queries, cc.Log = senders.Config(), db.queries, log
+	cc.Senders, cc.Queries, cc.Log = senders, db.queries, log
 	cc.Limiter, cc.Redeliverer, cc.Pauses = limiter, redeliverer, fwd.pauses
 	cons, err := console.New(cc)
 	if err != nil {
@@ -446,6 +500,7 @@ func newAPI(db *database, senders *sender.Set, deliveries *dedup.Store, fwd *for
 	hc.Queries, hc.Redeliverer, hc.AuthLimiter, hc.Console, hc.Traffic = db.queries, redeliverer, limiter, cons, db.traffic
 	hc.Tokens = sigtoken.New(db.pool)
 	hc.Pauses = fwd.pauses
+	hc.Reloader = rl
 	if fwd.fast != nil { // a nil *forward.Dispatcher would be a non-nil FastPath
 		hc.FastPath = fwd.fast
 	}
@@ -478,7 +533,7 @@ func newHTTPServer(api *handler.Server, s *settings, log *slog.Logger) *http.Ser
 // serveUntilDone starts the forward workers (when the process works them), serves on
 // ln (and the profiler's and the metrics' listeners when set), relays the
 // outbox (workers), and shuts everything down when ctx is done.
-func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, cfg *config.Config, s *settings, log *slog.Logger) error {
+func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, rl *reloader, hup <-chan os.Signal, s *settings, log *slog.Logger) error {
 	httpSrv := newHTTPServer(api, s, log)
 	fwd.startTakeover(ctx, log)
 	defer fwd.stopTakeover(ctx) // after shutdown's, a no-op
@@ -505,11 +560,11 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	}
 	// Logged once every listener is bound: whoever waits for this line
 	// (a test, a supervisor) can reach /metrics at once.
-	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(cfg.Senders), "version", buildVersion())
+	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(rl.live.Current().Senders), "version", buildVersion())
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
 		rc := fwd.relayConfig()
-		rc.Pool, rc.Queue, rc.Senders, rc.Log = db.pool, fwd.queue, cfg, log
+		rc.Pool, rc.Queue, rc.Senders, rc.Log = db.pool, fwd.queue, rl.live, log
 		rc.Distributed = db.citus.Distributed
 		relay, err := forward.NewRelay(rc)
 		if err != nil {
@@ -530,6 +585,16 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 		return nil
 	})
 	g.Go(func() error {
+		rl.onSIGHUP(gctx, hup)
+		return nil
+	})
+	if s.configWatch {
+		g.Go(func() error {
+			rl.watch(gctx, watchEvery)
+			return nil
+		})
+	}
+	g.Go(func() error {
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -540,6 +605,7 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 		return shutdown(ctx, httpSrv, fwd, s.shutdownWait, log)
 	})
 	err := g.Wait()
+	fwd.wakes.Wait() // a reload's wakes, bounded by wakeTimeout
 	// What was counted while shutting down.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	if ferr := db.traffic.Flush(fctx); ferr != nil {

@@ -31,6 +31,7 @@ type settings struct {
 	databaseURL  string
 	addr         string
 	configPath   string
+	configWatch  bool // reload configPath when its content changes (reloader.watch)
 	logFormat    string
 	shutdownWait time.Duration
 	role         string
@@ -139,6 +140,9 @@ var settingTable = []setting{
 	{flag: "config", env: "HOOKGATE_CONFIG", def: "hookgate.yaml",
 		help:  "senders configuration file",
 		parse: func(s *settings, v string) error { s.configPath = v; return nil }},
+	{flag: "config-watch", env: "HOOKGATE_CONFIG_WATCH", def: "false", boolean: true,
+		help:  "reload the senders configuration file when its content changes (its SHA-256 is read every second; a Kubernetes ConfigMap update swaps it), as SIGHUP and POST /v1/config/reload do; an invalid file is refused and the running configuration kept",
+		parse: boolSetting("config watch", func(s *settings) *bool { return &s.configWatch })},
 	{flag: "admin-token", env: "HOOKGATE_ADMIN_TOKEN", shown: "(none)",
 		help:  "bearer token of the operator API and the console; a weak one (under 128 bits of estimated entropy, only whitespace, a repeated pattern, mostly dictionary words, keyboard rows, sequences or dates) is refused: use openssl rand -hex 32",
 		parse: parseAdminToken},

@@ -401,6 +401,32 @@ func (c *Config) Sender(name string) (*Sender, bool) {
 	return nil, false
 }
 
+// Source gives the configuration in force. A *Config gives itself; a
+// process that reloads its configuration gives the one it loaded last
+// (sender.Live), so that a component reads the running configuration
+// without holding on to one. Read it once per request or per forward
+// attempt, and use what it returned throughout: a reload swaps it whole,
+// and two reads may return two configurations.
+type Source interface {
+	Current() *Config
+}
+
+// Current returns c: a fixed configuration is its own Source.
+func (c *Config) Current() *Config { return c }
+
+// Target returns the target named target of the sender named sender, or
+// false; false for a nil c.
+func (c *Config) Target(sender, target string) (*Target, bool) {
+	if c == nil {
+		return nil, false
+	}
+	s, ok := c.Sender(sender)
+	if !ok {
+		return nil, false
+	}
+	return s.Target(target)
+}
+
 // Load reads the file at path and returns its validated configuration; see
 // Parse.
 func Load(path string) (*Config, error) {
@@ -408,6 +434,13 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
+	return ParseFile(path, data)
+}
+
+// ParseFile is Parse of data, the contents of the file at path, with
+// ${VAR} expanded from the process's environment: its errors start with
+// path, as Load's do.
+func ParseFile(path string, data []byte) (*Config, error) {
 	c, err := Parse(data, os.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

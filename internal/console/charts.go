@@ -366,10 +366,11 @@ func (c *Console) senderCharts(ctx context.Context, sender string, now time.Time
 
 // senderTargets returns the names of sender's forward targets.
 func (c *Console) senderTargets(sender string) []string {
-	for i := range c.cfg.Senders {
-		if c.cfg.Senders[i].Name == sender {
+	cfg := c.config()
+	for i := range cfg.Senders {
+		if cfg.Senders[i].Name == sender {
 			var out []string
-			for _, t := range c.cfg.Senders[i].Forward {
+			for _, t := range cfg.Senders[i].Forward {
 				out = append(out, t.Name)
 			}
 			return out

@@ -46,8 +46,9 @@ const DefaultSessionTTL = 12 * time.Hour
 // Console does without one.
 type Config struct {
 	// Senders is the senders' configuration whose deliveries the console
-	// shows.
-	Senders *config.Config
+	// shows: a *config.Config, or the process's sender.Live, which each
+	// page reads when it is asked for (a reload shows on the next page).
+	Senders config.Source
 	// Queries reads deliveries, events and forwards (the JSON API's
 	// queries: share the process's).
 	Queries *store.Queries
@@ -118,7 +119,7 @@ func (c Config) validate() error {
 
 // Console serves the console's pages. Mount it at /console.
 type Console struct {
-	cfg     *config.Config
+	senders config.Source
 	q       *store.Queries
 	jobs    *queue.Jobs
 	log     *slog.Logger
@@ -149,13 +150,16 @@ func New(opts Config) (*Console, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Console{cfg: opts.Senders, q: opts.Queries, jobs: queue.NewJobs(opts.Queries.DB()), log: opts.Log, opts: opts, pages: parsePages()}
+	c := &Console{senders: opts.Senders, q: opts.Queries, jobs: queue.NewJobs(opts.Queries.DB()), log: opts.Log, opts: opts, pages: parsePages()}
 	if opts.AdminToken != "" {
 		c.key, c.digest = sessionKey(opts.AdminToken)
 	}
 	c.handler = c.routes()
 	return c, nil
 }
+
+// config returns the configuration in force.
+func (c *Console) config() *config.Config { return c.senders.Current() }
 
 // ServeHTTP serves the console. Mount it at Prefix on a chi router
 // (handler.Config.Console does): its routes are relative to the mount point,

@@ -66,6 +66,9 @@ type env struct {
 	srv  *httptest.Server
 	opts console.Config
 	cfg  *config.Config
+	// live is the configuration the console and the API read (a reload
+	// swaps it; the River client keeps cfg).
+	live *sender.Live
 	rc   *queue.River
 	// traffic counts the server's deliveries for the overview's charts;
 	// the test flushes it.
@@ -152,7 +155,10 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	if opts.SessionTTL == 0 { // the tests' literals leave it out
 		opts.SessionTTL = console.DefaultSessionTTL
 	}
-	opts.Senders, opts.Queries, opts.Log = cfg, q, log
+	// The console and the API read the configuration from live, as a
+	// gateway's do: a test reloads by swapping it.
+	live := sender.NewLive(sender.MustCompile(cfg).Snapshot())
+	opts.Senders, opts.Queries, opts.Log = live, q, log
 	cons, err := console.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -163,14 +169,14 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	}
 	hc := handler.DefaultConfig()
 	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console, hc.Traffic, hc.Now = opts.AdminToken, q, rc, cons, tr, opts.Now
-	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = live, ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
 	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h.Router())
 	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, rc: rc, q: q, traffic: tr}
+	return &env{t: t, url: srv.URL, pool: pool, srv: srv, opts: opts, cfg: cfg, live: live, rc: rc, q: q, traffic: tr}
 }
 
 // client returns a client with its own cookie jar that does not follow

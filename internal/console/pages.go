@@ -239,7 +239,11 @@ type senderView struct {
 
 type targetView struct {
 	Name, URL string
-	Breaker   breakerShown
+	// Held says that the target is not configured (removed by a reload)
+	// and its unfinished forwards wait for it (forward.HeldTargetRemoved);
+	// "" for a configured target.
+	Held    string
+	Breaker breakerShown
 	// Paused is an operator's pause that holds the target's forwards; nil
 	// when none does.
 	Paused                             *store.TargetPause
@@ -253,8 +257,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	now := c.opts.Now()
 	var out []senderView
-	for i := range c.cfg.Senders {
-		sd := &c.cfg.Senders[i]
+	cfg := c.config()
+	for i := range cfg.Senders {
+		sd := &cfg.Senders[i]
 		counts, err := c.q.CountDeliveries(ctx, sd.Name, now)
 		if err != nil {
 			c.fail(w, r, err)
@@ -266,6 +271,13 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		sv := senderView{Name: sd.Name, Counts: counts, Charts: charts}
+		// The API's counts (GET /v1/senders/{sender}/targets), without the
+		// delivered ones, which the overview does not show.
+		byTarget, err := c.jobs.CountForwards(ctx, sd.Name, false)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
 		if len(sd.Forward) > 0 {
 			breakers, err := c.q.Breakers(ctx, sd.Name)
 			if err != nil {
@@ -273,13 +285,6 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			pauses, err := c.q.TargetPausesOf(ctx, sd.Name)
-			if err != nil {
-				c.fail(w, r, err)
-				return
-			}
-			// The API's counts (GET /v1/senders/{sender}/targets), without
-			// the delivered ones, which the overview does not show.
-			byTarget, err := c.jobs.CountForwards(ctx, sd.Name, false)
 			if err != nil {
 				c.fail(w, r, err)
 				return
@@ -298,9 +303,25 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				sv.Targets = append(sv.Targets, tv)
 			}
 		}
+		// Targets removed from the configuration whose forwards wait for
+		// them: shown, held, until they are configured again.
+		sv.Targets = append(sv.Targets, removedTargets(sd, byTarget)...)
 		out = append(out, sv)
 	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: out})
+}
+
+// removedTargets returns, by name, the targets of counts (sd's forwards by
+// target) that sd no longer has and that have unfinished forwards: held
+// until a target of that name is configured again.
+func removedTargets(sd *config.Sender, counts map[string]queue.Counts) []targetView {
+	var out []targetView
+	for _, name := range forward.RemovedTargets(sd, counts) {
+		n := counts[name]
+		out = append(out, targetView{Name: name, Held: shownHeld(forward.HeldTargetRemoved),
+			Pending: n.Pending, Running: n.Running, Retrying: n.Retrying, Failed: n.Failed})
+	}
+	return out
 }
 
 // breakerShown is a target's breaker as its badge shows it: the state,
@@ -327,6 +348,15 @@ func heldBy(b store.BreakerState, paused *store.TargetPause, now time.Time) (hel
 		held = "held: " + held
 	}
 	return held, hint
+}
+
+// shownHeld is held (forward's words) as the console shows them: "held:
+// …", "" for "".
+func shownHeld(held string) string {
+	if held == "" {
+		return ""
+	}
+	return "held: " + held
 }
 
 // heldByRate is forward.HeldByRate's words, as the console shows them.
@@ -409,7 +439,7 @@ func parseTime(s string) (time.Time, error) {
 
 func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	sender := param(r, "sender")
-	sd, ok := c.cfg.Sender(sender)
+	sd, ok := c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return
@@ -536,8 +566,9 @@ type headerView struct{ Name, Value string }
 type forwardView struct {
 	Target, URL, State, LastError string
 	// Held says why an unfinished forward waits though its attempt is due:
-	// an operator paused its target, its target's breaker is not closed, or
-	// its target asked for a pause ("" otherwise).
+	// an operator paused its target, its target's breaker is not closed,
+	// its target asked for a pause, or its target is not configured (""
+	// otherwise).
 	Held                   string
 	JobID                  int64
 	Attempts, MaxAttempts  int
@@ -614,7 +645,7 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	now := c.opts.Now()
 	for _, f := range fwds {
 		fv := showForward(sd, f)
-		if f.State != queue.StateRunning && f.State.Unfinished() {
+		if fv.Held == "" && f.State != queue.StateRunning && f.State.Unfinished() {
 			fv.Held, _ = heldBy(breakers[f.Target], forward.ActivePause(pauses, f.Target, now), now)
 		}
 		if t, ok := sd.Target(f.Target); ok && fv.Held == "" && f.State != queue.StateRunning && f.State.Unfinished() {
@@ -639,7 +670,7 @@ func mapsKeys(h http.Header) func(func(string) bool) {
 func showForward(sd *config.Sender, f queue.Forward) forwardView {
 	sh := forward.Show(sd, f)
 	return forwardView{Target: sh.Target, URL: sh.URL, State: string(sh.State), JobID: sh.JobID, Attempts: sh.Attempts, MaxAttempts: sh.MaxAttempts,
-		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError}
+		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError, Held: shownHeld(sh.Held)}
 }
 
 // showBody shows a body: JSON pretty-printed when the content type says
@@ -712,7 +743,7 @@ func (c *Console) rawBody(w http.ResponseWriter, r *http.Request) {
 // delivery page.
 func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 	sender, id := param(r, "sender"), deliveryID(r)
-	sd, ok := c.cfg.Sender(sender)
+	sd, ok := c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return
@@ -755,7 +786,7 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 // delivery id; when either is missing or the lookup fails, it has answered
 // the request (404 or 500) and ok is false.
 func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender, id string) (sd *config.Sender, rec store.Delivery, ok bool) {
-	sd, ok = c.cfg.Sender(sender)
+	sd, ok = c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return nil, rec, false
@@ -807,7 +838,7 @@ type failedView struct {
 
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	sender, target := param(r, "sender"), param(r, "target")
-	sd, ok := c.cfg.Sender(sender)
+	sd, ok := c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return
@@ -1007,7 +1038,7 @@ func (c *Console) resumeTarget(w http.ResponseWriter, r *http.Request) {
 // 404 and ok is false.
 func (c *Console) formTarget(w http.ResponseWriter, r *http.Request) (sd *config.Sender, target string, ok bool) {
 	sender, target := param(r, "sender"), param(r, "target")
-	sd, ok = c.cfg.Sender(sender)
+	sd, ok = c.config().Sender(sender)
 	if !ok {
 		c.notFound(w, r, "No sender with this name is configured.")
 		return nil, "", false
@@ -1054,9 +1085,10 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if dedup.CheckDeliveryID(q) == "" {
-		senders := make([]string, len(c.cfg.Senders))
-		for i := range c.cfg.Senders {
-			senders[i] = c.cfg.Senders[i].Name
+		cfg := c.config()
+		senders := make([]string, len(cfg.Senders))
+		for i := range cfg.Senders {
+			senders[i] = cfg.Senders[i].Name
 		}
 		found, err := c.q.FindDelivery(ctx, senders, q)
 		if err != nil {

@@ -303,6 +303,14 @@ func checkChart(t *testing.T, c chartCase, objs map[string]manifest, secretRows,
 		if str(ctr, "volumeMounts", 0, "mountPath") != "/etc/hookgate" || str(pod, "volumes", 0, "configMap", "name") != fullname {
 			t.Errorf("%s: hookgate.yaml is not the ConfigMap %s mounted at /etc/hookgate", role, fullname)
 		}
+		// A changed hookgate.yaml is reloaded by the processes
+		// (--config-watch), not by rolling the pods: the ConfigMap is
+		// mounted as a directory, which the kubelet updates in place.
+		if env["HOOKGATE_CONFIG_WATCH"].value != "true" || str(ctr, "volumeMounts", 0, "subPath") != "" ||
+			str(d, "spec", "template", "metadata", "annotations", "checksum/config") != "" {
+			t.Errorf("%s: HOOKGATE_CONFIG_WATCH %+v, subPath %q, checksum/config %q; want true, none and none",
+				role, env["HOOKGATE_CONFIG_WATCH"], str(ctr, "volumeMounts", 0, "subPath"), str(d, "spec", "template", "metadata", "annotations", "checksum/config"))
+		}
 		if env["HOOKGATE_METRICS_ADDR"].value != ":9090" || env["HOOKGATE_ADDR"].value != ":8080" {
 			t.Errorf("%s: HOOKGATE_ADDR %+v, HOOKGATE_METRICS_ADDR %+v, want :8080 and :9090", role, env["HOOKGATE_ADDR"], env["HOOKGATE_METRICS_ADDR"])
 		}

@@ -50,3 +50,12 @@ func twice(ctx context.Context, wake func() error) error {
 	}
 	return errors.Join(err, wake())
 }
+
+// WakeTarget makes the waiting forwards of sender's target available now,
+// and again a second later (as when its breaker closes): a reload that
+// configures the target again calls it, so that the forwards held while it
+// was not configured are sent at once, not when their wait ends. It
+// returns when both passes are done or ctx ends.
+func WakeTarget(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
+	return wakeWaiting(ctx, db, sender, target)
+}

@@ -2,19 +2,20 @@ package forward
 
 import (
 	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookgate/hookgate/internal/config"
 )
 
-// newQueueTestDispatcher returns a dispatcher of workers workers, with
-// neither scheduler nor recorder running, for the targets a, b and c of
-// sender acme (timeout 10 s), and the sender.
-func newQueueTestDispatcher(t *testing.T, workers int) (*Dispatcher, *Fast) {
-	t.Helper()
-	cfg := parseConfig(t, `senders:
+// queueTestConfig has the targets a, b and c of sender acme (timeout 10 s).
+const queueTestConfig = `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }
@@ -22,22 +23,36 @@ func newQueueTestDispatcher(t *testing.T, workers int) (*Dispatcher, *Fast) {
       - { name: a, url: "http://127.0.0.1:1/a", timeout: 10s }
       - { name: b, url: "http://127.0.0.1:1/b", timeout: 10s }
       - { name: c, url: "http://127.0.0.1:1/c", timeout: 10s }
-`)
+`
+
+// newQueueTestDispatcher returns a dispatcher of workers workers, with
+// neither scheduler nor recorder running, for the targets of
+// queueTestConfig, and the sender.
+func newQueueTestDispatcher(t *testing.T, workers int) (*Dispatcher, *Fast) {
+	t.Helper()
+	cfg := parseConfig(t, queueTestConfig)
+	return newDispatcherOn(t, workers, cfg), &Fast{Sender: &cfg.Senders[0]}
+}
+
+// newDispatcherOn returns a dispatcher of workers workers, with neither
+// scheduler nor recorder running, whose worker reads its configuration
+// from senders.
+func newDispatcherOn(t *testing.T, workers int, senders config.Source) *Dispatcher {
+	t.Helper()
 	m := NewMetrics(prometheus.NewRegistry())
 	gate, err := NewGate(GateConfig{Capacity: 100, Breakers: DefaultBreakerConfig(), Metrics: m, Log: noLog})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wc := DefaultWorkerConfig()
-	wc.Senders, wc.DB, wc.Client, wc.Gate, wc.Metrics, wc.Log = cfg, noPool, http.DefaultClient, gate, m, noLog
+	wc.Senders, wc.DB, wc.Client, wc.Gate, wc.Metrics, wc.Log = senders, noPool, http.DefaultClient, gate, m, noLog
 	w, err := NewWorker(wc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dc := DefaultDispatcherConfig()
 	dc.Workers, dc.Worker, dc.Log = workers, w, noLog
-	d := newDispatcher(dc)
-	return d, &Fast{Sender: &cfg.Senders[0]}
+	return newDispatcher(dc)
 }
 
 // dispatch queues n forwards of one new event each to target.
@@ -131,5 +146,48 @@ func TestDispatcherHandsOverWhatWaitedTooLong(t *testing.T) {
 	}
 	if d.queued != 0 || len(d.records) != 1 || !(<-d.records).Release {
 		t.Errorf("after the wait: %d queued, %d records; want none queued and its row released", d.queued, len(d.records))
+	}
+}
+
+// liveConfig is a config.Source a test swaps, as a reload does.
+type liveConfig struct{ p atomic.Pointer[config.Config] }
+
+func (l *liveConfig) Current() *config.Config { return l.p.Load() }
+
+// A forward queued in the fast path is attempted with its target as the
+// configuration in force has it when its attempt starts: a target a reload
+// changed sends to its new URL, and the forwards of a target a reload
+// removed are not attempted but handed to the relay (River holds them).
+func TestDispatcherFollowsReloadedTargets(t *testing.T) {
+	t.Parallel()
+	from := parseConfig(t, queueTestConfig)
+	to := parseConfig(t, strings.Replace(strings.Replace(queueTestConfig, "127.0.0.1:1/a", "127.0.0.1:2/a2", 1),
+		`      - { name: b, url: "http://127.0.0.1:1/b", timeout: 10s }`+"\n", "", 1))
+	var live liveConfig
+	live.p.Store(from)
+	d := newDispatcherOn(t, 100, &live)
+	proto := &Fast{Sender: &from.Senders[0]}
+	dispatch(t, d, proto, "a", 2)
+	dispatch(t, d, proto, "b", 3)
+	live.p.Store(to)
+	var picked []string
+	for {
+		j, _, ok, _, _ := d.pick(time.Now())
+		if !ok {
+			break
+		}
+		picked = append(picked, j.target.Name+" "+j.target.URL)
+	}
+	if want := []string{"a http://127.0.0.1:2/a2", "a http://127.0.0.1:2/a2"}; !slices.Equal(picked, want) {
+		t.Errorf("attempted %v, want %v", picked, want)
+	}
+	released := 0
+	for len(d.records) > 0 {
+		if o := <-d.records; o.Release && o.Target == "b" {
+			released++
+		}
+	}
+	if released != 3 || d.queued != 0 {
+		t.Errorf("b's forwards: %d released to the relay, %d still queued; want 3 and none", released, d.queued)
 	}
 }

@@ -141,7 +141,9 @@ type Fast struct {
 
 // fastJob is one forward of a Fast.
 type fastJob struct {
-	f      *Fast
+	f *Fast
+	// target is its queue's target, as the configuration in force had it
+	// when the dispatcher last looked (Dispatcher.current).
 	target *config.Target
 	lease  time.Duration // its row's lease, from f.Lease.granted
 	q      *targetQueue  // its target's queue
@@ -450,7 +452,7 @@ func (d *Dispatcher) Dispatch(f *Fast) {
 			released = append(released, t)
 			continue
 		}
-		tq.jobs = append(tq.jobs, fastJob{f: f, target: t, lease: lease, q: tq})
+		tq.jobs = append(tq.jobs, fastJob{f: f, target: tq.target, lease: lease, q: tq})
 		d.queued++
 		if !tq.inRing {
 			tq.inRing = true
@@ -558,6 +560,14 @@ func (d *Dispatcher) pick(now time.Time) (j fastJob, tk Ticket, ok, done bool, w
 	for i := 0; i < len(d.ring) && !ok; i++ {
 		k := (d.next + i) % len(d.ring)
 		tq := d.ring[k]
+		if len(tq.jobs) > 0 && !d.current(tq) {
+			// A reload removed its target: River holds its forwards.
+			d.w.metrics.waits.WithLabelValues(tq.sender, tq.target.Name, WaitTargetRemoved).Add(float64(len(tq.jobs)))
+			out = append(out, tq.jobs...)
+			d.queued -= len(tq.jobs)
+			tq.jobs = nil
+			continue
+		}
 		for len(tq.jobs) > 0 {
 			h := tq.jobs[0]
 			left, need := d.left(h, now)
@@ -622,6 +632,25 @@ func (d *Dispatcher) pick(now time.Time) (j fastJob, tk Ticket, ok, done bool, w
 	}
 	done = !ok && d.closed && d.queued == 0
 	return j, tk, ok, done, wait
+}
+
+// current makes tq's target, and its queued forwards', the target of that
+// name in the configuration in force (a reload may have changed it since
+// they were queued: its timeout, URL or secret apply to their attempts),
+// and returns true; false when that configuration has no such target.
+// Under d.mu.
+func (d *Dispatcher) current(tq *targetQueue) bool {
+	t, ok := d.w.target(queue.Args{Sender: tq.sender, Target: tq.target.Name})
+	if !ok {
+		return false
+	}
+	if t != tq.target {
+		tq.target = t
+		for i := range tq.jobs {
+			tq.jobs[i].target = t
+		}
+	}
+	return true
 }
 
 // left returns how long the forward j may still take to be attempted and

@@ -728,27 +728,56 @@ func TestNoTargetsQueuesNothing(t *testing.T) {
 	}
 }
 
-// TestForwardOfMissingEventOrTargetIsCancelled: a job whose event is no
-// longer stored fails at once; one whose target (or sender) this process
-// does not know is retried (another worker may know it during a deploy) and
-// fails after max_attempts; neither makes any request.
-func TestForwardOfMissingEventOrTargetIsCancelled(t *testing.T) {
+// TestForwardOfMissingEventIsCancelledAndOfMissingTargetHeld: a job whose
+// event is no longer stored fails at once; one whose target (or sender)
+// the configuration in force does not have (a reload removed it, or
+// another worker knows it during a deploy) is held while its event is
+// stored: it waits without using an attempt, neither failed nor retried,
+// and counts as a wait of reason target_removed; once its event is gone
+// (retention), it fails too. None makes any request.
+func TestForwardOfMissingEventIsCancelledAndOfMissingTargetHeld(t *testing.T) {
 	t.Parallel()
 	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
 	e := newEnv(t, fmt.Sprintf("      - name: t9\n        url: %s\n        timeout: 1s\n", tg.URL), envOpts{Work: true})
 	ctx := t.Context()
+	// Stored events of acme and of a sender no longer configured.
+	stored := map[string]uuid.UUID{}
+	for _, sender := range []string{"acme", "removed"} {
+		if _, err := store.New(e.pool).InsertGenerated(ctx, store.Generated{Sender: sender, Prefix: "held-", N: 1, Newest: time.Now(), Step: time.Second, Events: true}); err != nil {
+			t.Fatal(err)
+		}
+		var id uuid.UUID
+		if err := e.pool.QueryRow(ctx, `SELECT id FROM webhook_events WHERE sender = $1`, sender).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		stored[sender] = id
+	}
 	if _, err := queuetest.New(e.pool).InsertForwardJobs(ctx, queue.ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateAvailable},
 		queuetest.NewForwardJob{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone", Target: "t9", MaxAttempts: 5},
-		queuetest.NewForwardJob{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "elsewhere", Target: "removed", MaxAttempts: 5},
-		queuetest.NewForwardJob{Sender: "removed", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "nobody", Target: "t9", MaxAttempts: 5}); err != nil {
+		queuetest.NewForwardJob{Sender: "acme", EventID: stored["acme"], DeliveryID: "elsewhere", Target: "removed", MaxAttempts: 5},
+		queuetest.NewForwardJob{Sender: "removed", EventID: stored["removed"], DeliveryID: "nobody", Target: "t9", MaxAttempts: 5},
+		queuetest.NewForwardJob{Sender: "acme", EventID: uuid.Must(uuid.NewV7()), DeliveryID: "gone-removed", Target: "removed", MaxAttempts: 5}); err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range e.waitJobs(3) {
+	start := time.Now()
+	var js []job
+	e.poll("the jobs of gone events to be cancelled and the others held", func() bool {
+		js = e.jobs()
+		done := 0
+		for _, j := range js {
+			gone := strings.HasPrefix(j.DeliveryID, "gone")
+			if gone && j.State == "cancelled" || !gone && j.State == "scheduled" && j.ScheduledAt.After(start.Add(30*time.Second)) {
+				done++
+			}
+		}
+		return done == 4
+	}, func() string { return fmt.Sprintf("jobs: %+v", js) })
+	for _, j := range js {
 		switch {
-		case j.DeliveryID == "gone" && (j.State != "cancelled" || j.Attempt != 1):
+		case j.DeliveryID == "gone" && j.Attempt != 1:
 			t.Errorf("job %+v: want cancelled at attempt 1", j)
-		case j.DeliveryID != "gone" && (j.State != "discarded" || j.Attempt != 5):
-			t.Errorf("job %+v: want discarded after its 5 attempts", j)
+		case !strings.HasPrefix(j.DeliveryID, "gone") && (j.Attempt != 0 || len(j.Errors) != 0):
+			t.Errorf("job %+v: want held with no attempt used and no error", j)
 		}
 	}
 	if n := len(tg.Hits()); n != 0 {

@@ -106,6 +106,11 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	return &Gate{g: g}, nil
 }
 
+// Reconfigure makes the gate follow cfg, a configuration reloaded: each
+// target's max_in_flight and breaker_threshold apply from its next
+// admission on (what the breakers know of the targets stays).
+func (g *Gate) Reconfigure(cfg *config.Config) { g.g.reconfigure(cfg) }
+
 // Ticket is an admitted forward: call Done once its attempt is over.
 type Ticket struct {
 	g  *guards

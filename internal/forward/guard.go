@@ -124,6 +124,10 @@ type guards struct {
 
 	mu sync.Mutex
 	m  map[[2]string]*guard
+	// current is the configuration reconfigure applied last (nil before
+	// the first), under mu: a guard made after it takes its target's
+	// settings from it, not from an attempt that began before it.
+	current *config.Config
 
 	fair fair
 }
@@ -256,16 +260,43 @@ func (g *guards) get(sender string, t *config.Target) *guard {
 	defer g.mu.Unlock()
 	gd, ok := g.m[k]
 	if !ok {
-		limit := t.MaxInFlight
-		if limit <= 0 {
-			limit = g.fair.capacity // only the fair share limits it
+		if cur, ok := g.current.Target(sender, t.Name); ok {
+			t = cur
 		}
-		gd = &guard{sender: sender, target: t.Name, state: BreakerClosed, epoch: g.now(),
-			threshold: max(t.BreakerThreshold, 1), limit: limit}
+		gd = &guard{sender: sender, target: t.Name, state: BreakerClosed, epoch: g.now()}
+		gd.configure(t, g.fair.capacity)
 		g.m[k] = gd
 		g.fair.add(&gd.share)
 	}
 	return gd
+}
+
+// configure sets gd's limits from its target's settings t: max_in_flight
+// (capacity, only the fair share, when unset) and breaker_threshold. Under
+// gd.mu, or before gd is shared.
+func (gd *guard) configure(t *config.Target, capacity int) {
+	gd.limit = t.MaxInFlight
+	if gd.limit <= 0 {
+		gd.limit = capacity // only the fair share limits it
+	}
+	gd.threshold = max(t.BreakerThreshold, 1)
+}
+
+// reconfigure makes the guards follow the settings their targets have in
+// cfg, a configuration reloaded: the next admission uses them. A guard
+// whose target cfg no longer has keeps its state (its forwards are held
+// before they reach the gate, Worker.Work).
+func (g *guards) reconfigure(cfg *config.Config) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.current = cfg
+	for k, gd := range g.m {
+		if t, ok := cfg.Target(k[0], k[1]); ok {
+			gd.mu.Lock()
+			gd.configure(t, g.fair.capacity)
+			gd.mu.Unlock()
+		}
+	}
 }
 
 // slot is the window bucket of t.

@@ -96,14 +96,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"sender", "target"})
 	m.waits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookgate_forward_waits_total",
-		Help: "Forwards put back to wait without using an attempt, by sender, target and reason (operator: an operator paused the target; breaker, paused: a Retry-After, rate: waiting for a turn of the target's rate, busy; after: a redelivery waiting for the forward under way).",
+		Help: "Forwards put back to wait without using an attempt, by sender, target and reason (operator: an operator paused the target; breaker, paused: a Retry-After, rate: waiting for a turn of the target's rate, busy; after: a redelivery waiting for the forward under way; target_removed: the target is not in the configuration in force).",
 	}, []string{"sender", "target", "reason"})
 	reg.MustRegister(m.attempts, m.latency, m.breakerOpen, m.breakerOpened, m.waits)
 	return m
 }
 
+// WaitTargetRemoved is the reason a forward waits whose target the
+// configuration in force does not have (removed by a reload).
+const WaitTargetRemoved = "target_removed"
+
 // waitReasons are the values of hookgate_forward_waits_total's reason label.
-var waitReasons = []string{WaitOperator, "breaker", "paused", "rate", "busy", "after"}
+var waitReasons = []string{WaitOperator, "breaker", "paused", "rate", "busy", "after", WaitTargetRemoved}
 
 // Init creates the series of every target of cfg at zero, so that they
 // are there before the first event (a rate or an alert on them has a

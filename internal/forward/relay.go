@@ -55,7 +55,7 @@ const (
 type Relay struct {
 	pool     *pgxpool.Pool
 	queue    queue.Queue
-	cfg      *config.Config
+	config   config.Source
 	log      *slog.Logger
 	batch    int
 	interval time.Duration
@@ -126,8 +126,9 @@ type RelayConfig struct {
 	Queue queue.Queue
 	// Senders is the senders' configuration: the senders whose outbox rows
 	// the relay looks for first (and the stray ones of senders no longer
-	// configured, less often).
-	Senders *config.Config
+	// configured, less often), read at each round (a *config.Config, or
+	// the process's sender.Live).
+	Senders config.Source
 	// Log is where slow and failed relays are logged.
 	Log *slog.Logger
 }
@@ -195,7 +196,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 			slow = are.ExistingCollector.(prometheus.Counter) // another relay of the process
 		}
 	}
-	return &Relay{pool: cfg.Pool, queue: cfg.Queue, cfg: cfg.Senders, log: cfg.Log, batch: cfg.Batch, interval: cfg.Interval, idle: cfg.IdleInterval, wake: cfg.Wake,
+	return &Relay{pool: cfg.Pool, queue: cfg.Queue, config: cfg.Senders, log: cfg.Log, batch: cfg.Batch, interval: cfg.Interval, idle: cfg.IdleInterval, wake: cfg.Wake,
 		timeout: cfg.StatementTimeout, slowAt: cfg.SlowAfter, slow: slow, split: cfg.Distributed, grace: cfg.RecordedGrace}, nil
 }
 
@@ -256,9 +257,10 @@ func (r *Relay) once(ctx context.Context) (moved int, full bool, err error) {
 // senders returns the configured senders, and every strayEvery also the
 // senders with outbox rows that the configuration does not name.
 func (r *Relay) senders(ctx context.Context) ([]string, error) {
-	names := make([]string, 0, len(r.cfg.Senders))
-	for i := range r.cfg.Senders {
-		names = append(names, r.cfg.Senders[i].Name)
+	cfg := r.config.Current()
+	names := make([]string, 0, len(cfg.Senders))
+	for i := range cfg.Senders {
+		names = append(names, cfg.Senders[i].Name)
 	}
 	r.mu.Lock()
 	due := time.Since(r.strayAt) >= strayEvery

@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -17,13 +19,25 @@ type Shown struct {
 	// version that named targets by URL and whose target is gone, that URL
 	// redacted; "" when neither is known.
 	URL string
+	// Held says why an unfinished forward that is not running waits
+	// whatever its schedule: HeldTargetRemoved when its target is not
+	// configured; "" otherwise (the breaker and pauses are the worker
+	// processes', which the caller reads from the database).
+	Held string
 }
+
+// HeldTargetRemoved is how an operator is told that a forward waits
+// because its target is not in the configuration in force: removed by a
+// reload (or not yet added to this process's). It waits with its attempts
+// unused, and is sent once a target of that name is configured again.
+const HeldTargetRemoved = "target removed from the configuration"
 
 // Show returns f, a forward of an event of sender (nil when the sender is no
 // longer configured), as an operator sees it: a job that named its target
 // by URL gets the target's name; the URL and every URL in the last error are
 // redacted (package redact); a forward still in the outbox gets the
-// max_attempts its job will get from the relay.
+// max_attempts its job will get from the relay; an unfinished one whose
+// target is not configured is held (HeldTargetRemoved).
 func Show(sender *config.Sender, f queue.Forward) Shown {
 	var t *config.Target
 	if sender != nil {
@@ -48,6 +62,9 @@ func Show(sender *config.Sender, f queue.Forward) Shown {
 		}
 	}
 	s.LegacyURL = ""
+	if t == nil && f.State != queue.StateRunning && f.State.Unfinished() {
+		s.Held = HeldTargetRemoved
+	}
 	return s
 }
 
@@ -111,4 +128,19 @@ func ActivePause(pauses map[string]store.TargetPause, target string, now time.Ti
 		return nil
 	}
 	return &p
+}
+
+// RemovedTargets returns, by name, the targets of counts (sd's forwards by
+// target: queue.Jobs.CountForwards) that sd does not have and that have
+// unfinished forwards: targets removed by a reload, whose forwards are held
+// (HeldTargetRemoved) until a target of that name is configured again.
+func RemovedTargets(sd *config.Sender, counts map[string]queue.Counts) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		c := counts[name]
+		if _, ok := sd.Target(name); !ok && c.Pending+c.Running+c.Retrying > 0 {
+			out = append(out, name)
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
@@ -58,8 +59,9 @@ type WorkerConfig struct {
 	RetryAfterMax time.Duration
 
 	// Senders is the senders' configuration: the targets the worker sends
-	// to.
-	Senders *config.Config
+	// to, read at each attempt (a *config.Config, or the process's
+	// sender.Live: a reload applies to the attempts that follow).
+	Senders config.Source
 	// DB is where the events are read from, and the forwards queued after
 	// another are looked for.
 	DB *pgxpool.Pool
@@ -132,7 +134,7 @@ func (b Backoff) delay(attempt int) time.Duration {
 
 // Worker delivers forward jobs (the queue's ForwardWorker).
 type Worker struct {
-	cfg     *config.Config
+	senders config.Source
 	db      *pgxpool.Pool
 	backoff Backoff
 	// retryAfterMax is WorkerConfig.RetryAfterMax.
@@ -163,7 +165,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg.Senders, db: cfg.DB, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
+	w := &Worker{senders: cfg.Senders, db: cfg.DB, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
 		now: time.Now, gate: cfg.Gate, transport: cfg.Transport}
 	if w.transport == nil {
 		w.transport = NewHTTPTransport(cfg.Client, time.Now)
@@ -199,8 +201,10 @@ func (w *Worker) retryWait(attempt int, retryAfter time.Duration) time.Duration 
 	return max(w.backoff.delay(attempt), min(retryAfter, w.retryAfterMax))
 }
 
+// target returns the target of the forward a in the configuration in
+// force, or false when it names none.
 func (w *Worker) target(a queue.Args) (*config.Target, bool) {
-	s, ok := w.cfg.Sender(a.Sender)
+	s, ok := w.senders.Current().Sender(a.Sender)
 	if !ok {
 		return nil, false
 	}
@@ -210,19 +214,29 @@ func (w *Worker) target(a queue.Args) (*config.Target, bool) {
 	return s.Target(a.Target)
 }
 
+// removedSnooze is about how long a forward whose target this process's
+// configuration does not have waits before it looks again: the reload that
+// configures the target again wakes its forwards (WakeTarget), so this
+// bounds the work of waiting, and how late a forward is when the target is
+// configured by a process that does not wake them (a restart).
+const removedSnooze = time.Minute
+
 // Work sends the event to the target (Worker.post). Delivered (an HTTP
 // target's 2xx) completes the job; a retry (408, 429, 5xx, timeouts and
 // connection errors) is retried, no sooner than the target's Retry-After;
 // failed (other 4xx) and an event no longer stored cancel it (failed, no
-// retries). A target this process does not know is retried too: during a
-// rolling deploy another worker may know it; after max_attempts the
-// forward has failed.
+// retries). A forward whose target (or sender) the configuration in force
+// does not have is held: it waits without using an attempt
+// (hookgate_forward_waits_total's reason target_removed), and is sent once
+// the target is configured again under its name (a reload that removed it
+// and one that brings it back; during a rolling deploy, a worker that
+// knows it already); held, it lasts as long as its event, and fails once
+// retention has deleted that.
 func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 	a := job.Args
 	t, ok := w.target(a)
 	if !ok {
-		w.metrics.attempt(a.Sender, a.Target, outcomeRetry)
-		return fmt.Errorf("target %q is not configured for sender %q in this process", a.Target, a.Sender)
+		return w.hold(ctx, a)
 	}
 	a.Target = t.Name // a job of an older version may name it by URL only
 	if a.After != 0 {
@@ -269,6 +283,21 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 		w.retryAfter.Store(job.ID, retryAfter)
 	}
 	return err
+}
+
+// hold makes the forward a, whose target the configuration in force does
+// not have, wait without using an attempt while its event is stored; one
+// whose event retention has deleted fails (cancelled, as an attempt would
+// find it gone).
+func (w *Worker) hold(ctx context.Context, a queue.Args) error {
+	stored, err := store.New(w.db).EventTypes(ctx, a.Sender, []uuid.UUID{a.EventID})
+	if _, ok := stored[a.EventID]; err == nil && !ok {
+		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
+		return queue.Cancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+	}
+	// Stored, or not known now (the database did not answer): held.
+	w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitTargetRemoved).Inc()
+	return queue.Snooze(jitter(removedSnooze))
 }
 
 // errText is err's text, "" for nil.

@@ -38,6 +38,7 @@ var (
 	probBodyTimeout         = problemType{http.StatusRequestTimeout, "request-timeout", "Request body not received in time", 0}
 	probUnsupportedEncoding = problemType{http.StatusUnsupportedMediaType, "unsupported-encoding", "Unsupported Content-Encoding", 0}
 	probMismatch            = problemType{http.StatusUnprocessableEntity, "payload-mismatch", "Delivery ID reused with a different body", 0}
+	probConfigRefused       = problemType{http.StatusUnprocessableEntity, "config-refused", "Configuration refused", 0}
 	probUnavailable         = problemType{http.StatusServiceUnavailable, "unavailable", "Service unavailable", 5}
 	probOverloaded          = problemType{http.StatusServiceUnavailable, "overloaded", "Too many deliveries waiting", 2}
 	probInternal            = problemType{http.StatusInternalServerError, "internal", "Internal error", 5}

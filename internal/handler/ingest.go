@@ -60,7 +60,7 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 		outcome string
 		err     error
 	)
-	if sd, ok := s.senders.Get(sender); ok {
+	if sd, ok := s.snapshot().Get(sender); ok {
 		label = sender
 		outcome, err = s.ingest(w, r, sd, info)
 	} else {
@@ -91,7 +91,7 @@ func (s *Server) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request
 	info := requestInfo(r.Context())
 	info.sender = name
 	start := time.Now()
-	sd, ok := s.senders.Get(name)
+	sd, ok := s.snapshot().Get(name)
 	if !ok {
 		info.err = writeProblem(w, newProblem(probUnknownSender, fmt.Sprintf("No sender named %q is configured. Configured senders are listed in hookgate.yaml.", name)))
 		return

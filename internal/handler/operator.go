@@ -218,9 +218,10 @@ func quote(v string) string {
 // without any secret: only how many signing secrets a sender has, whether
 // its targets sign, and the names of their extra headers.
 func (s *Server) ListSenders(w http.ResponseWriter, r *http.Request) {
-	out := api.SenderList{Items: make([]api.SenderInfo, 0, len(s.cfg.Senders))}
-	for i := range s.cfg.Senders {
-		out.Items = append(out.Items, senderInfo(&s.cfg.Senders[i]))
+	cfg := s.snapshot().Config()
+	out := api.SenderList{Items: make([]api.SenderInfo, 0, len(cfg.Senders))}
+	for i := range cfg.Senders {
+		out.Items = append(out.Items, senderInfo(&cfg.Senders[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -297,7 +298,7 @@ func secretCount(sd *config.Sender) int {
 // 1..500, a cursor this API did not return, or an event_type that is not
 // an event type or prefix.
 func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender api.Sender, params api.ListDeliveriesParams) {
-	if _, ok := s.cfg.Sender(sender); !ok {
+	if _, ok := s.snapshot().Config().Sender(sender); !ok {
 		s.fail(w, r, unknownSender(sender))
 		return
 	}
@@ -355,7 +356,7 @@ func (s *Server) ListDeliveries(w http.ResponseWriter, r *http.Request, sender a
 // the state of each of its forwards, and what holds those that wait: 404
 // for an unknown sender or delivery.
 func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.Sender, deliveryID string) {
-	sd, ok := s.cfg.Sender(sender)
+	sd, ok := s.snapshot().Config().Sender(sender)
 	if !ok {
 		s.fail(w, r, unknownSender(sender))
 		return
@@ -407,7 +408,9 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 	out.Response.BodyEncoding, out.Response.Body = showBody(rec.Response.ContentType, rec.Response.Body)
 	for _, f := range fwds {
 		fs := forwardState(sd, f)
-		fs.Held = h.of(fs.Target, f.State)
+		if fs.Held == nil { // a removed target's (forward.Show) comes first
+			fs.Held = h.of(fs.Target, f.State)
+		}
 		out.Forwards = append(out.Forwards, fs)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -437,6 +440,9 @@ func forwardState(sender *config.Sender, f queue.Forward) api.ForwardState {
 	if !sh.DeliveredAt.IsZero() {
 		t := sh.DeliveredAt.UTC()
 		fs.DeliveredAt = &t
+	}
+	if sh.Held != "" {
+		fs.Held = &sh.Held
 	}
 	return fs
 }
@@ -486,7 +492,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 		s.fail(w, r, err)
 		return
 	}
-	sender, ok := s.cfg.Sender(e.Sender)
+	sender, ok := s.snapshot().Config().Sender(e.Sender)
 	if !ok {
 		s.fail(w, r, newProblem(probNoTargets, fmt.Sprintf("Sender %q of this event is no longer configured, so it has no forward targets to redeliver to.", e.Sender)))
 		return

@@ -82,6 +82,7 @@ type opServer struct {
 	pool   *pgxpool.Pool
 	router http.Handler
 	cfg    *config.Config
+	live   *sender.Live // what the API reads; the River client keeps cfg
 	river  *queue.River
 	log    *slog.Logger
 }
@@ -175,7 +176,10 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
+	// The API reads the configuration from live, as a gateway's does: a
+	// test reloads by swapping it.
+	live := sender.NewLive(sender.MustCompile(cfg).Snapshot())
+	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = live, ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
 	h, err := handler.New(hc)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +187,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	router := h.Router()
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
-	return &opServer{server: &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}, pool: pool, router: router, cfg: cfg, river: client, log: log}
+	return &opServer{server: &server{t: t, srv: srv, url: srv.URL, client: srv.Client()}, pool: pool, router: router, cfg: cfg, live: live, river: client, log: log}
 }
 
 // relayOnce moves the outbox into River once, as a worker's relay does,
@@ -307,8 +311,8 @@ func operatorRoutes(t *testing.T, router http.Handler, sender, deliveryID string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 10 {
-		t.Fatalf("router has %d operator routes, want 10: %v", len(out), out)
+	if len(out) != 12 {
+		t.Fatalf("router has %d operator routes, want 12: %v", len(out), out)
 	}
 	return out
 }
@@ -409,11 +413,13 @@ type (
 )
 
 const (
-	routeSenders    = "/v1/senders"
-	routeDeliveries = "/v1/senders/{sender}/deliveries"
-	routeDelivery   = "/v1/senders/{sender}/deliveries/{delivery_id}"
-	routeEvent      = "/v1/events/{event_id}"
-	routeRedeliver  = "/v1/events/{event_id}/redeliver"
+	routeSenders      = "/v1/senders"
+	routeDeliveries   = "/v1/senders/{sender}/deliveries"
+	routeDelivery     = "/v1/senders/{sender}/deliveries/{delivery_id}"
+	routeEvent        = "/v1/events/{event_id}"
+	routeRedeliver    = "/v1/events/{event_id}/redeliver"
+	routeConfig       = "/v1/config"
+	routeConfigReload = "/v1/config/reload"
 )
 
 func (s *opServer) delivery(sender, id string) deliveryRecord {
@@ -482,11 +488,10 @@ func TestOperatorAPIAuth(t *testing.T) {
 		{"token and more", "Bearer " + testToken + "0", `Bearer realm="hookgate", error="invalid_token"`},
 		{"token in another case", "Bearer " + strings.ToUpper(testToken), `Bearer realm="hookgate", error="invalid_token"`},
 	} {
-		// Each case from addresses of its own, a few routes from each:
-		// wrong tokens are limited per client (a burst of 10).
-		for k, rt := range routes {
-			from := s.from(t, fmt.Sprintf("127.0.%d.%d", 1+k/8, 10+i))
-			r := from.do(s.opRequest(rt.method, rt.path, tc.auth))
+		// Each case and route from its own address: wrong tokens are
+		// limited per client (a burst of 10).
+		for j, rt := range routes {
+			r := s.from(t, fmt.Sprintf("127.0.%d.%d", 10+i, 1+j)).do(s.opRequest(rt.method, rt.path, tc.auth))
 			wantProblem(t, r, http.StatusUnauthorized, "unauthorized")
 			if got := r.header.Get("WWW-Authenticate"); got != tc.challenge {
 				t.Errorf("%s, %s %s: WWW-Authenticate %q, want %q", tc.name, rt.method, rt.path, got, tc.challenge)
@@ -507,6 +512,7 @@ func TestOperatorAPIAuth(t *testing.T) {
 		routeRedeliver: http.StatusConflict, // hdr has no targets
 		routeTargets:   http.StatusOK, routeTargetForwards: http.StatusNotFound, routeTargetRedeliver: http.StatusNotFound,
 		routeTargetPause: http.StatusNotFound, routeTargetResume: http.StatusNotFound, // hdr has no target t
+		routeConfig: http.StatusOK, routeConfigReload: http.StatusServiceUnavailable, // the test server has no Reloader
 	}
 	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
 		for _, rt := range routes[:len(routes)-1] { // not the appended "(no route)"

@@ -150,7 +150,7 @@ type holds struct {
 // readHolds reads what may hold sender's forwards.
 func (s *Server) readHolds(ctx context.Context, sender string) (holds, error) {
 	h := holds{now: s.now()}
-	h.sender, _ = s.cfg.Sender(sender)
+	h.sender, _ = s.snapshot().Config().Sender(sender)
 	var err error
 	if h.breakers, err = s.q.Breakers(ctx, sender); err != nil {
 		return h, err
@@ -166,9 +166,16 @@ func (h holds) of(target string, st queue.State) *string {
 	if st == queue.StateRunning || !st.Unfinished() {
 		return nil
 	}
+	var t *config.Target
+	if h.sender != nil {
+		var ok bool
+		if t, ok = h.sender.Target(target); !ok {
+			held := forward.HeldTargetRemoved
+			return &held
+		}
+	}
 	held, _ := forward.Held(h.breakers[target], forward.ActivePause(h.pauses, target, h.now), h.now)
-	if held == "" && h.sender != nil {
-		t, _ := h.sender.Target(target)
+	if held == "" {
 		held, _ = forward.HeldByRate(t)
 	}
 	if held == "" {

@@ -78,8 +78,10 @@ type Config struct {
 	// own (MetricsHandler): the Server's routers then answer 404 there.
 	MetricsElsewhere bool
 
-	// Senders are the compiled senders the Server ingests for.
-	Senders *sender.Set
+	// Senders are the compiled senders the Server ingests for: a
+	// *sender.Set, or the process's sender.Live, whose snapshot each
+	// request takes once (a reload swaps it for the requests that follow).
+	Senders sender.Source
 	// Ingest stores the deliveries (the ingest transaction).
 	Ingest *dedup.Store
 	// Ready answers /readyz.
@@ -117,6 +119,10 @@ type Config struct {
 	// Traffic counts every delivery of a configured sender, for the
 	// console's charts; nil counts nothing.
 	Traffic *traffic.Recorder
+	// Reloader reloads the process's configuration for POST
+	// /v1/config/reload (the gateway's, which swaps the sender.Live given
+	// as Senders); nil: that endpoint answers 503.
+	Reloader ConfigReloader
 	// Tokens remembers the single-use tokens of the senders whose
 	// signature scheme signs one instead of the body (Mailgun's:
 	// sender.Sender.SignsNonces), so that each is accepted for one
@@ -198,8 +204,9 @@ func (c Config) needsTokens() error {
 	if c.Tokens != nil {
 		return nil
 	}
-	for i := range c.Senders.Senders {
-		if sd := &c.Senders.Senders[i]; sd.SignsNonces() {
+	set := c.Senders.Snapshot()
+	for i := range set.Senders {
+		if sd := &set.Senders[i]; sd.SignsNonces() {
 			return fmt.Errorf("handler config: Tokens: sender %q's signature scheme signs a single-use token, not the body: a token store is required", sd.Name)
 		}
 	}
@@ -208,8 +215,9 @@ func (c Config) needsTokens() error {
 
 // Server implements api.ServerInterface.
 type Server struct {
-	senders    *sender.Set
-	cfg        *config.Config // senders.Config()
+	// senders are the compiled senders: each request takes one snapshot
+	// (snapshot) and uses it throughout.
+	senders    sender.Source
 	deliveries *dedup.Store
 	ready      ReadyFunc
 	log        *slog.Logger
@@ -260,7 +268,13 @@ type Server struct {
 
 	// pauses is told of a pause or a resume (Config.Pauses); nil: none.
 	pauses Poker
+	// reloader reloads the configuration (Config.Reloader); nil for none.
+	reloader ConfigReloader
 }
+
+// snapshot returns the configuration in force, for one request: the
+// compiled senders and their config.Config (snapshot.Config()).
+func (s *Server) snapshot() *sender.Snapshot { return s.senders.Snapshot() }
 
 // FastPath is the forward fast path (forward.Dispatcher): Lease is asked
 // before the ingest transaction (one lease per target, zero for none),
@@ -297,7 +311,6 @@ func New(hc Config) (*Server, error) {
 	}
 	s := &Server{
 		senders:    hc.Senders,
-		cfg:        hc.Senders.Config(),
 		deliveries: hc.Ingest,
 		ready:      hc.Ready,
 		log:        hc.Log,
@@ -318,6 +331,7 @@ func New(hc Config) (*Server, error) {
 		traffic:          hc.Traffic,
 		tokens:           hc.Tokens,
 		pauses:           hc.Pauses,
+		reloader:         hc.Reloader,
 	}
 	if hc.Queries != nil {
 		s.jobs = queue.NewJobs(hc.Queries.DB())

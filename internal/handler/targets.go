@@ -23,7 +23,7 @@ import (
 // its breaker (closed when no worker recorded one), an operator's pause
 // while it holds, and its forwards by state: 404 for an unknown sender.
 func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.Sender) {
-	sd, ok := s.cfg.Sender(sender)
+	sd, ok := s.snapshot().Config().Sender(sender)
 	if !ok {
 		s.fail(w, r, unknownSender(sender))
 		return
@@ -77,12 +77,20 @@ func (s *Server) ListTargets(w http.ResponseWriter, r *http.Request, sender api.
 		ts.Forwards = api.ForwardCounts{Pending: c.Pending, Running: c.Running, Retrying: c.Retrying, Delivered: c.Delivered, Failed: c.Failed}
 		out.Items = append(out.Items, ts)
 	}
+	// The targets removed from the configuration whose forwards are
+	// unfinished: held until a target of that name is configured again.
+	held := forward.HeldTargetRemoved
+	for _, name := range forward.RemovedTargets(sd, counts) {
+		c := counts[name]
+		out.Items = append(out.Items, api.TargetStatus{Name: name, EventTypes: []string{}, Breaker: api.BreakerStatus{State: forward.BreakerClosed}, Held: &held,
+			Forwards: api.ForwardCounts{Pending: c.Pending, Running: c.Running, Retrying: c.Retrying, Delivered: c.Delivered, Failed: c.Failed}})
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 // target returns sender's target named name, or the 404 problem.
 func (s *Server) target(sender, name string) (*config.Sender, *config.Target, error) {
-	sd, ok := s.cfg.Sender(sender)
+	sd, ok := s.snapshot().Config().Sender(sender)
 	if !ok {
 		return nil, nil, unknownSender(sender)
 	}

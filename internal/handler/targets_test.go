@@ -16,8 +16,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testkit"
 )
@@ -47,6 +49,7 @@ type (
 		} `json:"breaker"`
 		Pause    *operatorPause `json:"pause"`
 		Forwards forwardCounts  `json:"forwards"`
+		Held     *string        `json:"held"`
 	}
 	operatorPause struct {
 		Since  time.Time  `json:"since"`
@@ -278,6 +281,52 @@ senders:
 				t.Fatalf("relayed %d forwards, want 8", n)
 			}
 		}
+	}
+}
+
+// TestTargetsRemovedByReloadShownHeld: a target a reload removed while its
+// forwards are unfinished is listed after the configured ones, with its
+// counts, no URL and held; its forwards on a delivery's record are held
+// too, the configured target's are not.
+func TestTargetsRemovedByReloadShownHeld(t *testing.T) {
+	t.Parallel()
+	yaml := `
+senders:
+  - name: fwd
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - name: a
+        url: http://127.0.0.1:1/a
+      - name: b
+        url: http://127.0.0.1:1/b?token=b-secret-7c1e
+`
+	s := newOpServer(t, opOptions{yaml: yaml})
+	s.accept("fwd", "d-0", []byte(`{}`))
+	s.accept("fwd", "d-1", []byte(`{}`))
+	cfg, err := config.Parse([]byte(strings.Replace(yaml, "      - name: b\n        url: http://127.0.0.1:1/b?token=b-secret-7c1e\n", "", 1)), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.live.Swap(sender.MustCompile(cfg).Snapshot())
+
+	var list targetList
+	decode(t, s.call(http.MethodGet, "/v1/senders/fwd/targets"), http.StatusOK, http.MethodGet, routeTargets, &list)
+	if len(list.Items) != 2 || list.Items[0].Name != "a" || list.Items[0].Held != nil ||
+		list.Items[1].Name != "b" || list.Items[1].URL != "" || list.Items[1].Held == nil || *list.Items[1].Held != forward.HeldTargetRemoved ||
+		list.Items[1].Forwards != (forwardCounts{Pending: 2}) {
+		t.Errorf("targets after b was removed: %+v; want a, then b held with its 2 pending forwards", list.Items)
+	}
+	d := s.delivery("fwd", "d-0")
+	held := map[string]string{}
+	for _, f := range d.Forwards {
+		held[f.Target] = "null"
+		if f.Held != nil {
+			held[f.Target] = *f.Held
+		}
+	}
+	if held["a"] != "null" || held["b"] != forward.HeldTargetRemoved {
+		t.Errorf("forwards' held: %v; want a's null and b's %q", held, forward.HeldTargetRemoved)
 	}
 }
 

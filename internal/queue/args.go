@@ -40,8 +40,9 @@ var uniqueStates = unfinishedJobStates()
 // jobParams returns the insert parameters of the forward of an event of the
 // sender named sender to its target named target. cfg is that sender's
 // configuration, nil when this process does not know it; the job then gets
-// River's default attempts, and workers retry it until one that knows the
-// target works it (during a rolling deploy) or its attempts run out.
+// River's default attempts, and workers hold it (without using attempts)
+// until one that knows the target works it (a reload that configures the
+// target again, or another worker during a rolling deploy).
 func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UUID, deliveryID string) river.InsertManyParams {
 	opts := &river.InsertOpts{
 		Queue:      ForwardQueue,

@@ -179,10 +179,10 @@ func bulkRedeliver(ctx context.Context, q *Jobs, client *river.Client[pgx.Tx], r
 // BulkWorker works bulk redelivery jobs.
 type BulkWorker struct {
 	river.WorkerDefaults[BulkArgs]
-	pool  *pgxpool.Pool
-	cfg   *config.Config
-	log   *slog.Logger
-	batch int
+	pool    *pgxpool.Pool
+	senders config.Source
+	log     *slog.Logger
+	batch   int
 	// timeout is BulkTimeout, or less under a shorter rescue horizon.
 	timeout time.Duration
 }
@@ -198,8 +198,9 @@ type BulkWorkerConfig struct {
 	Pool *pgxpool.Pool
 	// Senders is the senders' configuration: a bulk redelivery of a
 	// sender or target it no longer has fails, and the new jobs get their
-	// target's max_attempts.
-	Senders *config.Config
+	// target's max_attempts. Read when a job starts (a *config.Config, or
+	// the process's sender.Live).
+	Senders config.Source
 	// Log is where what a bulk redelivery did is logged.
 	Log *slog.Logger
 }
@@ -226,7 +227,7 @@ func NewBulkWorker(cfg BulkWorkerConfig) (*BulkWorker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &BulkWorker{pool: cfg.Pool, cfg: cfg.Senders, log: cfg.Log, batch: BulkBatch, timeout: BulkTimeout}, nil
+	return &BulkWorker{pool: cfg.Pool, senders: cfg.Senders, log: cfg.Log, batch: BulkBatch, timeout: BulkTimeout}, nil
 }
 
 // Timeout lets a bulk redelivery run for up to BulkTimeout (less when the
@@ -239,7 +240,7 @@ func (w *BulkWorker) Timeout(*river.Job[BulkArgs]) time.Duration { return w.time
 // or target no longer configured fails the job at once.
 func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 	a := job.Args
-	sender, ok := w.cfg.Sender(a.Sender)
+	sender, ok := w.senders.Current().Sender(a.Sender)
 	if !ok {
 		return river.JobCancel(fmt.Errorf("sender %q is not configured", a.Sender))
 	}

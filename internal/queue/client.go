@@ -68,8 +68,10 @@ type ClientConfig struct {
 	// redeliveries read).
 	Pool *pgxpool.Pool
 	// Senders is the senders' configuration: their targets' attempts and
-	// timeouts, and the senders bulk redeliveries may name.
-	Senders *config.Config
+	// timeouts, and the senders bulk redeliveries may name. The rescue
+	// horizon's check (New) reads it once; the jobs, at their insert or
+	// their start (a *config.Config, or the process's sender.Live).
+	Senders config.Source
 	// Worker, when not nil, works the forward jobs (forward.Worker), and
 	// the client works the bulk redeliveries and the maintenance job too;
 	// nil (a nil interface, not a nil *forward.Worker): the client only
@@ -167,6 +169,25 @@ func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (ho
 	return h, nil
 }
 
+// CheckRescueAfter returns an error naming each target of cfg whose
+// forward's timeout (its timeout + 5s) the rescue horizon rescueAfter does
+// not exceed, or nil: the check New makes at start, for a configuration
+// reloaded into a process whose client runs with that horizon, which only
+// a restart changes.
+func CheckRescueAfter(cfg *config.Config, rescueAfter time.Duration) error {
+	var errs []error
+	for i, s := range cfg.Senders {
+		for j, t := range s.Forward {
+			if need := time.Duration(t.Timeout) + rescueMargin; rescueAfter <= need {
+				errs = append(errs, fmt.Errorf("senders[%d].forward[%d].timeout: %s needs a rescue horizon over %s (the timeout plus 5s), and this process runs with %s "+
+					"(--forward-rescue-after, or when unset the longest target timeout at start-up plus 5s and a minute), which only a restart changes: "+
+					"restart with the longer timeout, or keep it under %s", i, j, time.Duration(t.Timeout), need, rescueAfter, rescueAfter-rescueMargin))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // DefaultMaxWorkers is how many forwards a process runs at once by default.
 const DefaultMaxWorkers = 100
 
@@ -210,7 +231,7 @@ func New(cfg ClientConfig) (*River, error) {
 		DiscardedJobRetentionPeriod: cfg.Retention,
 	}
 	if cfg.Worker != nil {
-		h, err := newHorizons(cfg.Senders, cfg.RescueAfter, cfg.Maintenance.Timeout)
+		h, err := newHorizons(cfg.Senders.Current(), cfg.RescueAfter, cfg.Maintenance.Timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -266,7 +287,7 @@ func New(cfg ClientConfig) (*River, error) {
 	if cfg.Distributed {
 		jobs = jobs.Distributed()
 	}
-	r := &River{client: client, pool: cfg.Pool, jobs: jobs, cfg: cfg.Senders}
+	r := &River{client: client, pool: cfg.Pool, jobs: jobs, senders: cfg.Senders}
 	if cfg.Worker != nil {
 		r.sched = &forwardScheduler{jobs: NewJobs(cfg.Pool), queue: ForwardQueue, log: cfg.Log}
 	}

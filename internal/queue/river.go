@@ -72,7 +72,9 @@ type River struct {
 	client *river.Client[pgx.Tx]
 	pool   *pgxpool.Pool
 	jobs   *Jobs
-	cfg    *config.Config
+	// senders is the configuration the forwards' max_attempts are read
+	// from, at their insert (ClientConfig.Senders).
+	senders config.Source
 	// sched makes the forwards available when their time comes, in a
 	// client that works them (nil in one that only inserts): started by
 	// Start, stopped by Stop or StopAndCancel (stopSched).
@@ -136,8 +138,9 @@ func (r *River) Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) (
 		return nil, nil
 	}
 	params := make([]river.InsertManyParams, 0, len(forwards))
+	cfg := r.senders.Current()
 	for _, f := range forwards {
-		s, _ := r.cfg.Sender(f.Sender)
+		s, _ := cfg.Sender(f.Sender)
 		if f.After != 0 {
 			params = append(params, afterParams(f.Sender, s, f.Target, f.EventID, f.DeliveryID, f.After))
 		} else {

@@ -194,8 +194,10 @@ type Config struct {
 	// by NewWorker.
 	DB store.DB
 	// Senders is the senders' configuration, whose retentions and
-	// tolerances decide what is deleted. Required by NewWorker.
-	Senders *config.Config
+	// tolerances decide what is deleted, read at each run (a
+	// *config.Config, or the process's sender.Live). Required by
+	// NewWorker.
+	Senders config.Source
 	// Log is where each run that deleted something is logged. Required by
 	// NewWorker.
 	Log *slog.Logger
@@ -242,7 +244,7 @@ func (c Config) validate() error {
 type Worker struct {
 	q        *store.Queries
 	tokens   *sigtoken.Store
-	cfg      *config.Config
+	senders  config.Source
 	log      *slog.Logger
 	interval time.Duration
 	timeout  time.Duration
@@ -263,7 +265,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{q: store.New(cfg.DB), tokens: sigtoken.New(cfg.DB), cfg: cfg.Senders, log: cfg.Log,
+	return &Worker{q: store.New(cfg.DB), tokens: sigtoken.New(cfg.DB), senders: cfg.Senders, log: cfg.Log,
 		interval: cfg.Interval, timeout: cfg.Timeout}, nil
 }
 
@@ -274,7 +276,7 @@ func (w *Worker) Work(ctx context.Context) error {
 	w.mu.Lock()
 	strays := w.strayAt.IsZero() || now.Sub(w.strayAt) >= StrayEvery
 	w.mu.Unlock()
-	res, err := run(ctx, w.q, w.tokens, w.cfg, now, strays)
+	res, err := run(ctx, w.q, w.tokens, w.senders.Current(), now, strays)
 	if strays && err == nil {
 		w.mu.Lock()
 		w.strayAt = now

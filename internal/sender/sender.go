@@ -22,6 +22,8 @@ import (
 // for concurrent use.
 type Set struct {
 	cfg *config.Config
+	// snap is the set as a Snapshot of no file (Snapshot).
+	snap *Snapshot
 	// Senders are the compiled senders, in configuration order (do not
 	// modify them).
 	Senders []Sender
@@ -65,21 +67,18 @@ func Compile(cfg *config.Config) (*Set, error) {
 	if len(errs) > 0 {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
+	set.snap = &Snapshot{Set: set}
 	return set, nil
 }
 
 // Load reads, validates and compiles the configuration file at path
 // (config.Load, then Compile); its errors start with path.
 func Load(path string) (*Set, error) {
-	cfg, err := config.Load(path)
+	snap, err := LoadSnapshot(path, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	set, err := Compile(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return set, nil
+	return snap.Set, nil
 }
 
 // Config returns the configuration the set was compiled from (shared: do

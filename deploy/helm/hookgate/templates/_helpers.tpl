@@ -121,6 +121,10 @@ Job): the settings, then the Secret's values.
   value: {{ printf ":%d" (int $root.Values.service.metricsPort) | quote }}
 - name: HOOKGATE_CONFIG
   value: /etc/hookgate/hookgate.yaml
+{{- if $root.Values.configWatch }}
+- name: HOOKGATE_CONFIG_WATCH
+  value: "true"
+{{- end }}
 - name: HOOKGATE_SHUTDOWN_TIMEOUT
   value: {{ $root.Values.shutdownTimeout | quote }}
 {{- $env := merge (dict) (index $root.Values .role).env $root.Values.env }}

@@ -1,0 +1,108 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+)
+
+// Changes is what differs between two configurations, by name: the senders
+// and the targets added, removed and changed. It holds names only, never a
+// value (a changed secret is named by its field, not shown).
+type Changes struct {
+	SendersAdded, SendersRemoved []string
+	// SendersChanged are the senders of both whose own settings differ
+	// (their targets are compared one by one, in Targets*).
+	SendersChanged []Changed
+	// Targets* name every target added, removed or changed, also those of
+	// a sender added or removed.
+	TargetsAdded, TargetsRemoved []TargetName
+	TargetsChanged               []Changed
+}
+
+// TargetName names a target of a sender.
+type TargetName struct {
+	Sender, Target string
+}
+
+// String is sender/target.
+func (n TargetName) String() string { return n.Sender + "/" + n.Target }
+
+// Changed is a sender (Target "") or a target whose settings differ, and
+// the YAML names of the fields that do (forward[…] not among a sender's).
+type Changed struct {
+	TargetName
+	Fields []string
+}
+
+// None reports whether nothing differs.
+func (c Changes) None() bool {
+	return len(c.SendersAdded)+len(c.SendersRemoved)+len(c.SendersChanged)+
+		len(c.TargetsAdded)+len(c.TargetsRemoved)+len(c.TargetsChanged) == 0
+}
+
+// Diff returns what differs from the configuration from to to, in to's
+// order (from's for what was removed). Two senders or targets are the same one when they
+// have the same name (a target's within its sender); a sender's fields
+// are compared but its forward list, whose targets are compared by name.
+func Diff(from, to *Config) Changes {
+	var c Changes
+	for i := range to.Senders {
+		cur := &to.Senders[i]
+		prev, ok := from.Sender(cur.Name)
+		if !ok {
+			c.SendersAdded = append(c.SendersAdded, cur.Name)
+			for _, t := range cur.Forward {
+				c.TargetsAdded = append(c.TargetsAdded, TargetName{cur.Name, t.Name})
+			}
+			continue
+		}
+		if fields := differing(reflect.ValueOf(*prev), reflect.ValueOf(*cur)); len(fields) > 0 {
+			c.SendersChanged = append(c.SendersChanged, Changed{TargetName{Sender: cur.Name}, fields})
+		}
+		for j := range cur.Forward {
+			ct := &cur.Forward[j]
+			pt, ok := prev.Target(ct.Name)
+			if !ok {
+				c.TargetsAdded = append(c.TargetsAdded, TargetName{cur.Name, ct.Name})
+				continue
+			}
+			if fields := differing(reflect.ValueOf(*pt), reflect.ValueOf(*ct)); len(fields) > 0 {
+				c.TargetsChanged = append(c.TargetsChanged, Changed{TargetName{cur.Name, ct.Name}, fields})
+			}
+		}
+		for _, pt := range prev.Forward {
+			if _, ok := cur.Target(pt.Name); !ok {
+				c.TargetsRemoved = append(c.TargetsRemoved, TargetName{cur.Name, pt.Name})
+			}
+		}
+	}
+	for i := range from.Senders {
+		prev := &from.Senders[i]
+		if _, ok := to.Sender(prev.Name); !ok {
+			c.SendersRemoved = append(c.SendersRemoved, prev.Name)
+			for _, t := range prev.Forward {
+				c.TargetsRemoved = append(c.TargetsRemoved, TargetName{prev.Name, t.Name})
+			}
+		}
+	}
+	return c
+}
+
+// differing returns the YAML names of the fields of the structs a and b
+// (of one type) whose values differ: the fields decoded from YAML, but a
+// sender's forward list; what Parse derives from them (yaml:"-") differs
+// only when they do.
+func differing(a, b reflect.Value) []string {
+	var out []string
+	for i := range a.NumField() {
+		f := a.Type().Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if !f.IsExported() || name == "" || name == "-" || name == "forward" {
+			continue
+		}
+		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
