@@ -163,11 +163,13 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	// bravo removed: new deliveries 404, its stored delivery stays.
 	writeFile(t, path, one)
 	hup()
+	// A probe sent while the reload is under way may still be accepted
+	// with the configuration it began with: its key is not counted.
 	testkit.Poll(t, time.Minute, "bravo to answer 404 once removed", func() bool {
-		return statusOf(t, c, base, "bravo", "b-3") == http.StatusNotFound
+		return statusOf(t, c, base, "bravo", "b-probe") == http.StatusNotFound
 	})
 	var kept int
-	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM processed_messages WHERE sender = 'bravo'`).Scan(&kept); err != nil {
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM processed_messages WHERE sender = 'bravo' AND delivery_id IN ('b-1', 'b-2')`).Scan(&kept); err != nil {
 		t.Fatal(err)
 	}
 	if kept != 2 {
