@@ -798,12 +798,11 @@ func TestReloadsUnderLoadAcrossTwoProcesses(t *testing.T) {
 
 	// Every forward reaches its target once: t1's (acme's and bravo's) at
 	// sinkA or sinkB, t2's at sink2.
+	// The outbox first: a forward leaves it in the transaction that makes
+	// its job (or records the fast path's attempt), so each is in one read
+	// or the other; read the other way round, one moved in between was in
+	// neither.
 	withT2 := map[string]bool{}
-	for _, j := range forwardJobs(t, pool) {
-		if j.Target == "t2" {
-			withT2[j.EventID] = true
-		}
-	}
 	var outboxT2 []string
 	orows, err := pool.Query(t.Context(), `SELECT event_id::text FROM forward_outbox WHERE target = 't2'`)
 	if err == nil {
@@ -811,6 +810,11 @@ func TestReloadsUnderLoadAcrossTwoProcesses(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, j := range forwardJobs(t, pool) {
+		if j.Target == "t2" {
+			withT2[j.EventID] = true
+		}
 	}
 	for _, ev := range outboxT2 {
 		withT2[ev] = true
