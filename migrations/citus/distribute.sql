@@ -40,3 +40,4 @@ SELECT create_distributed_function(
 -- local: traffic_hours: the same counts per hour (the day charts read it), written in the same flush transaction as traffic_minutes, for the same reason.
 -- local: forward_delivered: the fast path's delivered first attempts, read together with River's (local) jobs in one statement by internal/store; written in the statement that deletes the forward's (distributed) outbox row, as River's job of any other outcome is.
 -- local: forward_processes: the worker processes' heartbeats (one row each, written every second, not keyed by sender), read with River's (local) running jobs to take over those of a process that died.
+-- local: forward_failed_counts: the counts of failed forwards by sender, target and hour, written with the marks on River's (local) jobs they count, in the same statements.
