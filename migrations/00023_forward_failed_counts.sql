@@ -23,12 +23,14 @@
 -- marking's probes of an event's failed forwards), and those not counted
 -- yet by sender and ID (the fold, and the counts' jobs not folded yet);
 -- and over the forward jobs not finished, by sender, target, state and ID
--- (the counts of the forwards pending, running and retrying), which
--- replaces migration 21's index over those not completed (it held the
--- failed ones too, which the counts no longer read one by one). Built
--- CONCURRENTLY, as migration 9's; an interrupted run leaves an INVALID
--- index, which the DROP before each CREATE removes when the migration
--- runs again.
+-- (the counts of the forwards pending, running and retrying). Migration
+-- 21's index over those not completed (it holds the failed ones too,
+-- which the counts no longer read one by one) is no longer read, and is
+-- left for the processes of the previous release, which read it while a
+-- rollout replaces them (see docs/deployment.md, Upgrades): a later
+-- migration drops it. Built CONCURRENTLY, as migration 9's; an
+-- interrupted run leaves an INVALID index, which the DROP before each
+-- CREATE removes when the migration runs again.
 --
 -- Then the forward jobs River has not completed that a newer forward
 -- already followed are marked superseded, as the code before this
@@ -61,8 +63,6 @@ CREATE INDEX CONCURRENTLY river_job_hookgate_forward_unfinished_idx
     ON river_job ((args->>'sender'), (args->>'target'), state, id)
     WHERE kind = 'hookgate_forward' AND state NOT IN ('cancelled', 'completed', 'discarded');
 
-DROP INDEX CONCURRENTLY IF EXISTS river_job_hookgate_forward_open_idx;
-
 UPDATE river_job SET metadata = metadata || '{"hookgate:superseded": true}'
 WHERE ctid = ANY(ARRAY(SELECT j.ctid FROM river_job j
   WHERE j.kind = 'hookgate_forward' AND j.state <> 'completed' AND NOT (j.metadata ? 'hookgate:superseded')
@@ -74,9 +74,6 @@ WHERE ctid = ANY(ARRAY(SELECT j.ctid FROM river_job j
   FOR UPDATE OF j SKIP LOCKED));
 
 -- +goose Down
-CREATE INDEX CONCURRENTLY IF NOT EXISTS river_job_hookgate_forward_open_idx
-    ON river_job ((args->>'sender'), (args->>'target'), state, id)
-    WHERE kind = 'hookgate_forward' AND state <> 'completed';
 DROP INDEX CONCURRENTLY IF EXISTS river_job_hookgate_forward_unfinished_idx;
 DROP INDEX CONCURRENTLY IF EXISTS river_job_hookgate_forward_uncounted_idx;
 DROP INDEX CONCURRENTLY IF EXISTS river_job_hookgate_forward_failed_idx;
