@@ -38,8 +38,8 @@ import (
 //     counted job superseded takes it out of its hour's count in the same
 //     statement.
 //   - A sender's failed forwards are the sum of its hours there and its
-//     failed jobs not folded yet (failedCountsSQL, uncountedFailuresSQL):
-//     a few rows per target and hour whatever the number of failed
+//     failed jobs not folded yet, in one statement (failedCountsSQL): a
+//     few rows per target and hour whatever the number of failed
 //     forwards, and the failures of the last second or so.
 //
 // The marks are taken FOR UPDATE SKIP LOCKED: a job another transaction
@@ -294,10 +294,9 @@ const (
 // counted yet into their counts (foldSQL), in batches of batch, each in a
 // transaction of its own under countsLock (none with batch 0); with
 // expireBefore not zero the first also deletes the counts of the hours
-// before it. It returns how
-// many it folded, and false when another transaction held countsLock at
-// the first batch (a marking, or another process's fold): it then does
-// nothing, without waiting.
+// before it. It returns how many it folded, and false when another
+// transaction held countsLock at the first batch (a marking, or another
+// process's fold): it then does nothing, without waiting.
 func (q *Jobs) FoldFailedForwards(ctx context.Context, batch int, expireBefore time.Time) (int64, bool, error) {
 	var total int64
 	for first := true; ; first = false {
