@@ -20,6 +20,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -76,8 +77,9 @@ VALUES ('seed', 'seed', '\x00', gen_random_uuid(), 202, 'application/json', '{}'
 // counts); 120 unfinished jobs u, six kinds of 20 by u % 6, so that each
 // target has two (fixtureCounts); otherFailed failed jobs of a sender
 // the configuration does not name, which no count of acme's or beta's may
-// visit; 7 outbox rows of acme's t0; the fast
-// path's delivered first attempts; 48 hours of traffic counts.
+// visit; acmeFailed more failed jobs of acme, over the last 7 days, which
+// its counts may not visit one by one either; 7 outbox rows of acme's t0;
+// the fast path's delivered first attempts; 48 hours of traffic counts.
 var plansFillSQL = []string{
 	`INSERT INTO river_job (kind, args, queue, state, attempt, max_attempts, scheduled_at, attempted_at, finalized_at, errors)
 SELECT '` + queue.ForwardKind + `', jsonb_build_object('sender', s, 'target', 't' || (g % 3), 'event_id', 'e' || g, 'delivery_id', 'h' || g), '` + queue.ForwardQueue + `',
@@ -103,6 +105,10 @@ FROM unnest($1::text[]) s, generate_series(1, 120) u,
 SELECT '` + queue.ForwardKind + `', jsonb_build_object('sender', 'other', 'target', 't' || (g % 3), 'event_id', 'o' || g, 'delivery_id', 'o' || g), '` + queue.ForwardQueue + `',
   'discarded', 5, 5, now(), now(), now(), ARRAY['{"at": "2026-01-01T00:00:00Z", "attempt": 5, "error": "target answered 503"}'::jsonb]
 FROM generate_series(1, ` + strconv.Itoa(otherFailed) + `) g`,
+	`INSERT INTO river_job (kind, args, queue, state, attempt, max_attempts, scheduled_at, attempted_at, finalized_at, errors)
+SELECT '` + queue.ForwardKind + `', jsonb_build_object('sender', 'acme', 'target', 't' || (g % 3), 'event_id', 'x' || g, 'delivery_id', 'x' || g), '` + queue.ForwardQueue + `',
+  'discarded', 5, 5, at, at, at, ARRAY['{"at": "2026-01-01T00:00:00Z", "attempt": 5, "error": "target answered 503"}'::jsonb]
+FROM generate_series(1, ` + strconv.Itoa(acmeFailed) + `) g, LATERAL (SELECT now() - g * interval '1 minute' AS at) x`,
 	`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at)
 SELECT 'acme', gen_random_uuid(), 't0', 'o' || g, now() FROM generate_series(1, 7) g`,
 	`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
@@ -123,6 +129,12 @@ FROM unnest($1::text[]) s, (VALUES ('', 'accepted'), ('t0', 'delivered'), ('t1',
 // forwards that reads every sender's failed ones (River's index on job
 // state) fails the test.
 const otherFailed = plansMaxVisited * 2
+
+// acmeFailed is how many more failed forwards acme has in the fixtures (a
+// minute apart, a week's worth): four times plansMaxVisited, so that a
+// count that reads a sender's failed forwards one by one fails the test
+// (the counts before migration 23: about 10 µs each, 100 ms for 10,000).
+const acmeFailed = plansMaxVisited * 4
 
 // fixtureCounts are the overview's counts of each target of each sender
 // in the fixtures: pending (waiting without a failed attempt, and the
@@ -145,6 +157,13 @@ func fixtureCounts(sender, target string) [4]int {
 			c[3]++
 		}
 	}
+	if sender == "acme" {
+		for g := 1; g <= acmeFailed; g++ {
+			if "t"+strconv.Itoa(g%3) == target {
+				c[3]++
+			}
+		}
+	}
 	return c
 }
 
@@ -163,7 +182,7 @@ const fakedRows = 10_000_000
 // operators make.
 var plansScanTables = map[string]bool{
 	"river_job": true, "forward_delivered": true, "forward_outbox": true, "processed_messages": true, "webhook_events": true,
-	"delivery_hour_counts": true, "traffic_minutes": true, "traffic_hours": true,
+	"delivery_hour_counts": true, "traffic_minutes": true, "traffic_hours": true, "forward_failed_counts": true,
 }
 
 // plansMaxVisited bounds the rows a statement's scan of one of
@@ -181,7 +200,8 @@ const plansMaxVisited = historyRows / 8
 // arguments and in the generic plan alike: no sequential scan of a table
 // that keeps history, no scan that visits more than about what the page
 // shows (a sender's counts do not read the failed forwards of a sender the
-// page does not show: otherFailed), no scan run once per row of another
+// page does not show, otherFailed, nor its own one by one, acmeFailed:
+// they read its kept counts), no scan run once per row of another
 // unless it is an index probe, no JIT. The overview's counts and the metric's are those of the
 // fixtures. The plans' times are logged, not checked (the machine is
 // shared); docs/console.md gives the figures of 10 million real jobs.
@@ -294,6 +314,15 @@ func fillPlanFixtures(t *testing.T, pool *pgxpool.Pool, faked bool) {
 		} else {
 			exec(s)
 		}
+	}
+	// The failures the redeliveries followed are marked superseded (as a
+	// redelivery marks them), and the failures folded into their counts
+	// (as the working processes fold them every second).
+	if err := queuetest.New(conn).MarkSuperseded(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := queue.NewJobs(conn).FoldFailedForwards(ctx, 100_000, time.Time{}); err != nil {
+		t.Fatal(err)
 	}
 	q := store.New(conn)
 	for _, sender := range senders {

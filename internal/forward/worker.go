@@ -250,6 +250,13 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 			w.metrics.waits.WithLabelValues(a.Sender, a.Target, "after").Inc()
 			return queue.Snooze(jitter(busySnooze))
 		}
+		// The forward it followed has ended: if it failed, it is
+		// superseded by this one (the redelivery could not mark it while
+		// River held it). A failure here leaves it counted as failed, and
+		// the forward goes ahead.
+		if err := queue.NewJobs(w.db).MarkSupersededFailures(ctx, a.Sender, a.Target, a.EventID); err != nil {
+			w.log.Warn("mark the forward a redelivery followed as superseded", "job_id", job.ID, "err", err)
+		}
 	}
 	tk, ok, wait, why := w.gate.Acquire(a.Sender, t, job.Tried())
 	if !ok {

@@ -62,10 +62,16 @@ func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UU
 
 // afterParams returns jobParams for a redelivery queued after the forward
 // under way, after (see Args.After): not unique, so that it is inserted
-// beside the forward it follows.
+// beside the forward it follows. Queued after the fast path's attempt
+// (after -1), it is inserted marked superseded (failed.go): the attempt's
+// record (a job, a delivered forward), or the relay's job, comes after
+// it, with a larger ID.
 func afterParams(sender string, cfg *config.Sender, target string, eventID uuid.UUID, deliveryID string, after int64) river.InsertManyParams {
 	p := jobParams(sender, cfg, target, eventID, deliveryID)
 	p.InsertOpts.UniqueOpts = river.UniqueOpts{}
+	if after < 0 {
+		p.InsertOpts.Metadata = supersededMetadata
+	}
 	a := p.Args.(Args)
 	a.After = after
 	p.Args = a

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
 )
@@ -289,11 +290,12 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			if len(params) == 0 {
 				return nil
 			}
-			if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
+			res, err := client.InsertManyTx(ctx, tx, params)
+			if err != nil {
 				return fmt.Errorf("insert forwards: %w", err)
 			}
 			n = len(params)
-			return nil
+			return q.markSuperseded(ctx, a.Sender, insertedKeys(a.Target, matched, res), true)
 		})
 		if err != nil {
 			return fmt.Errorf("bulk redeliver %s/%s after job %d: %w", a.Sender, a.Target, after, err)
@@ -345,11 +347,12 @@ func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[p
 			for _, m := range matched {
 				params = append(params, afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID))
 			}
-			if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
+			res, err := client.InsertManyTx(ctx, tx, params)
+			if err != nil {
 				return fmt.Errorf("insert forwards: %w", err)
 			}
 			n = len(params)
-			return nil
+			return q.markSuperseded(ctx, a.Sender, insertedKeys(a.Target, matched, res), true)
 		})
 		if err != nil {
 			return total, fmt.Errorf("bulk redeliver %s/%s: the fast path's forwards under way: %w", a.Sender, a.Target, err)
@@ -406,3 +409,17 @@ func lockedAgain(ctx context.Context, q *Jobs, sender string, matched []Matched,
 // stops between batches and snoozes itself to carry on: far more than a
 // batch takes.
 const bulkSliceMargin = 10 * time.Second
+
+// insertedKeys returns the keys of the forwards of target matched whose
+// new jobs res inserted (in matched's order; none skipped as a
+// duplicate), with those jobs' IDs: what they supersede (failed.go).
+func insertedKeys(target string, matched []Matched, res []*rivertype.JobInsertResult) []ForwardKey {
+	keys := make([]ForwardKey, 0, len(res))
+	for i, r := range res {
+		if r.UniqueSkippedAsDuplicate {
+			continue
+		}
+		keys = append(keys, ForwardKey{Target: target, EventID: matched[i].EventID, Newer: r.Job.ID})
+	}
+	return keys
+}

@@ -289,7 +289,7 @@ func New(cfg ClientConfig) (*River, error) {
 	}
 	r := &River{client: client, pool: cfg.Pool, jobs: jobs, senders: cfg.Senders}
 	if cfg.Worker != nil {
-		r.sched = &forwardScheduler{jobs: NewJobs(cfg.Pool), queue: ForwardQueue, log: cfg.Log}
+		r.sched = &forwardScheduler{jobs: NewJobs(cfg.Pool), queue: ForwardQueue, log: cfg.Log, retention: cfg.Retention}
 	}
 	return r, nil
 }

@@ -158,16 +158,22 @@ func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []Fi
 	_, inTx := q.db.(pgx.Tx)
 	own := (len(groups) > 1 || q.split) && !inTx
 	var b pgx.Batch
+	reset := false // the marks changed the planner settings
 	for i, g := range groups {
 		for j, tx := range g.txs() {
 			if own {
 				b.Queue("BEGIN")
 			}
-			if own || i == 0 && j == 0 {
+			if own || i == 0 && j == 0 || reset {
 				b.Queue(store.TIDScans)
+				reset = false
 			}
 			for _, s := range tx {
 				b.Queue(s.sql, s.args...)
+			}
+			if j == 0 && len(g.marks) > 0 {
+				queueMarks(&b, g.sender, g.marks, false)
+				reset = true
 			}
 			if own {
 				b.Queue("COMMIT")
@@ -186,6 +192,11 @@ func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []Fi
 type senderRecording struct {
 	record []statement
 	remove []statement
+	// marks are the forwards record records (of sender): the failed jobs
+	// of their events to their targets are superseded (failed.go), marked
+	// at the end of record's transaction.
+	sender string
+	marks  []ForwardKey
 }
 
 // txs returns g's transactions in their order.
@@ -341,6 +352,13 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			events := append(append([]pgtype.UUID(nil), c.dEvents...), c.events...)
 			targets := append(append([]string(nil), c.dTargets...), c.targets...)
 			g.remove = []statement{{store.DeleteRecordedSQL, []any{s, events, targets, *mark}}}
+		}
+		g.sender = s
+		for i, e := range c.dEvents {
+			g.marks = append(g.marks, ForwardKey{Target: c.dTargets[i], EventID: e.Bytes})
+		}
+		for i, e := range c.events {
+			g.marks = append(g.marks, ForwardKey{Target: c.targets[i], EventID: e.Bytes})
 		}
 		groups = append(groups, g)
 	}

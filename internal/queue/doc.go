@@ -47,6 +47,8 @@
 //     parameters (never literals in their SQL)
 //   - reads.go: the operator reads (an event's forwards, a target's counts
 //     and list, the backlog)
+//   - failed.go: the failed forwards a newer one superseded (marked when
+//     it is added), and their counts, kept by sender, target and hour
 //   - bulk.go: the forwards a bulk redelivery matches
 //   - delivered.go: forward_delivered, the fast path's delivered first
 //     attempts, and the recording of the fast path's outcomes in the
@@ -76,7 +78,13 @@
 // inserts (the relay's, the fast path's recording, the redeliveries) lock
 // only the jobs they add, and wait only where River's insert of a unique
 // forward does: for the transaction that holds the unfinished forward of
-// its key. Before (issue 43), the wake's UPDATE waited behind the
+// its key. Their last statements mark the older forwards their new ones
+// supersede (failed.go), FOR UPDATE SKIP LOCKED in an InitPlan too, after
+// taking countsLock in share mode when there is anything to mark; the fold
+// of the failed forwards into their counts takes countsLock exclusively
+// without waiting (it skips its turn) and then waits for nothing: a
+// marking may wait for a fold, never a fold for anything. Two markings
+// lock the counts' rows in their key's order. Before (issue 43), the wake's UPDATE waited behind the
 // scheduler's locks, then locked the jobs River had fetched meanwhile as
 // it went (an UPDATE locks the newest version of a row it rechecks), in
 // an order the completer did not share: PostgreSQL found deadlocks

@@ -24,7 +24,8 @@ import (
 // forward of the same event to the same target (a redelivery): once an
 // event has been redelivered its old failure is no longer counted, listed
 // or matched, so redelivering the failures twice sends each event once.
-// The JSON API and the console count and list with the same definition.
+// The JSON API and the console count and list with the same definition:
+// the failed jobs not marked superseded (failed.go).
 //
 // A forward the fast path delivered at its first attempt is not a River
 // job: it is a row of forward_delivered (migration 14), a narrow table

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"io/fs"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,8 +18,8 @@ import (
 // TestForwardKindLiteral: the statements name the forward jobs' kind as
 // the literal that hookgate's partial index on them has in its predicate
 // (migration 9), so that PostgreSQL plans them with it; and the counts
-// name the forward jobs River has not completed as the predicate of
-// hookgate's index on those (migration 21) has it.
+// name the forward jobs not finished as the predicate of hookgate's index
+// on those (migration 23) has it.
 func TestForwardKindLiteral(t *testing.T) {
 	t.Parallel()
 	if got, want := jobSQL("j.kind = {forward_kind} AND n.kind = {forward_kind}"), "j.kind = 'hookgate_forward' AND n.kind = 'hookgate_forward'"; got != want {
@@ -31,16 +32,23 @@ func TestForwardKindLiteral(t *testing.T) {
 	if pred := "WHERE kind = " + forwardKind + ";"; !strings.Contains(string(index), pred) {
 		t.Errorf("migration 9's index has no predicate %q:\n%s", pred, index)
 	}
-	// The counts repeat migration 21's predicate (openJobs).
-	open, err := fs.ReadFile(migrations.FS(), "00021_forward_open_index.sql")
+	// The counts repeat the predicate of migration 23's index on the
+	// forwards not finished (unfinishedForwards), which names River's
+	// states of a finished forward: completed and failed.
+	m, err := fs.ReadFile(migrations.FS(), "00023_forward_failed_counts.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pred := "WHERE " + strings.ReplaceAll(jobSQL(openJobs), "j.", "") + ";"; !strings.Contains(string(open), pred) {
-		t.Errorf("migration 21's index has no predicate %q (openJobs):\n%s", pred, open)
+	if pred := "WHERE " + strings.ReplaceAll(jobSQL(unfinishedForwards), "j.", "") + ";"; !strings.Contains(string(m), pred) {
+		t.Errorf("migration 23 has no index with the predicate %q (unfinishedForwards):\n%s", pred, m)
 	}
-	if !strings.Contains(countsSQL, jobSQL(openJobs)) {
-		t.Errorf("countsSQL does not repeat openJobs %q:\n%s", jobSQL(openJobs), countsSQL)
+	if !strings.Contains(countsSQL, jobSQL(unfinishedForwards)) {
+		t.Errorf("countsSQL does not repeat unfinishedForwards %q:\n%s", jobSQL(unfinishedForwards), countsSQL)
+	}
+	finished := append(stateNames(StateDelivered), stateNames(StateFailed)...)
+	slices.Sort(finished)
+	if want := "NOT IN ('" + strings.Join(finished, "', '") + "')"; !strings.Contains(unfinishedForwards, want) {
+		t.Errorf("unfinishedForwards %q does not name River's finished states as %s", unfinishedForwards, want)
 	}
 }
 
@@ -50,6 +58,46 @@ func TestFixturesForwardKind(t *testing.T) {
 	t.Parallel()
 	if queuetest.ForwardKind != ForwardKind {
 		t.Fatalf("queuetest.ForwardKind = %q, want ForwardKind %q", queuetest.ForwardKind, ForwardKind)
+	}
+	if queuetest.SupersededKey != supersededKey {
+		t.Fatalf("queuetest.SupersededKey = %q, want supersededKey %q", queuetest.SupersededKey, supersededKey)
+	}
+}
+
+// TestFailedLiteral: the statements on failed forwards name River's
+// states of a failed forward (stateNames(StateFailed)) as the literals of
+// the predicates of migration 23's indexes, and repeat those predicates
+// (failedForwards, uncountedFailures), so that PostgreSQL plans them with
+// those indexes.
+func TestFailedLiteral(t *testing.T) {
+	t.Parallel()
+	m := regexp.MustCompile(`^j\.state IN \((.*)\)$`).FindStringSubmatch(failedLiteral)
+	if m == nil {
+		t.Fatalf("failedLiteral %q is not j.state IN (…)", failedLiteral)
+	}
+	var lits []string
+	for _, l := range strings.Split(m[1], ", ") {
+		lits = append(lits, strings.Trim(l, "'"))
+	}
+	if want := stateNames(StateFailed); !slices.Equal(lits, want) {
+		t.Errorf("failedLiteral names the states %v, a failed forward's are %v", lits, want)
+	}
+	index, err := fs.ReadFile(migrations.FS(), "00023_forward_failed_counts.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pred := range []string{failedForwards("j"), uncountedFailures("j")} {
+		if want := "WHERE " + strings.ReplaceAll(pred, "j.", "") + ";"; !strings.Contains(string(index), want) {
+			t.Errorf("migration 23 has no index with the predicate %q:\n%s", want, index)
+		}
+	}
+	for name, sql := range map[string]string{"failedCountsSQL": failedCountsSQL, "foldSQL": foldSQL} {
+		if !strings.Contains(sql, uncountedFailures("j")) {
+			t.Errorf("%s does not repeat uncountedFailures %q:\n%s", name, uncountedFailures("j"), sql)
+		}
+	}
+	if !strings.Contains(failedCandidates, failedForwards("f")) {
+		t.Errorf("failedCandidates does not repeat failedForwards %q:\n%s", failedForwards("f"), failedCandidates)
 	}
 }
 

@@ -430,6 +430,38 @@ func testQueuePlans(t *testing.T, grown bool) {
 		checkPlans(t, explainConn, planRows, store.IndexOrderScans, queuedCandidatesSQL, "acme", "t", newest, int64(0), &at, unfinishedJobs)
 	})
 
+	t.Run("failed forwards", func(t *testing.T) {
+		// The events of a batch of jobs, a hundredth of them failed (the
+		// 75th of each hundred): the markings probe each event's forwards
+		// (the failed ones alone, or those not completed), the fold reads
+		// the failures not counted, the counts a sender's.
+		targets := make([]string, planBatch)
+		events := make([]string, planBatch)
+		newer := make([]int64, planBatch)
+		for i := range events {
+			targets[i], events[i], newer[i] = "t", uuidV7(t, conn, i+1).String(), 1<<40
+		}
+		failed := planRows / 100 // their delivery IDs end in 5: kept in the shrunk table too
+		checkPlans(t, explainConn, planBatch, store.IndexOrderScans, lockFailedSQL, "acme", targets, events)
+		checkPlans(t, explainConn, planBatch, store.IndexOrderScans, markFailedSQL, "acme", targets, events)
+		checkPlans(t, explainConn, planBatch, store.IndexOrderScans, lockOlderSQL, "acme", targets, events, newer, jobCompleted)
+		checkPlans(t, explainConn, planBatch, store.IndexOrderScans, markOlderSQL, "acme", targets, events, newer, jobCompleted)
+		checkPlans(t, explainConn, failed, store.IndexOrderScans, foldSQL, foldBatch)
+		checkPlans(t, explainConn, failed, store.IndexOrderScans, failedCountsSQL, "acme", jobDiscarded)
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			inRolledBack(t, conn, func(tx pgx.Tx) {
+				q := NewJobs(tx)
+				if n, ran, err := q.FoldFailedForwards(ctx, foldBatch, time.Now().Add(-24*time.Hour)); err != nil || !ran || n != int64(failed) {
+					t.Fatalf("%s, run %d: folded %d (ran %v), %v; want %d", mode, run, n, ran, err, failed)
+				}
+				c, err := q.CountForwards(ctx, "acme", false)
+				if err != nil || c["t"].Failed != int64(failed) {
+					t.Fatalf("%s, run %d: %d failed forwards counted, %v; want %d", mode, run, c["t"].Failed, err, failed)
+				}
+			})
+		})
+	})
+
 	t.Run("takeover of a dead process's jobs", func(t *testing.T) {
 		// Every 100th job runs for a process that is gone: a batch of
 		// them is taken over, and the plan reads the running jobs alone,

@@ -78,19 +78,18 @@ func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UU
 // key) the one path without a sort under store.IndexOrderScans: not River's
 // index on kind, which some statistics made the cheaper, and which walks
 // every forward job per job (see plans.go).
-var notSuperseded = notSupersededTo("$2")
+var notSuperseded = notSupersededOf("j", "$2")
 
-// notSupersededTo is notSuperseded with job j's target given by the SQL
-// expression target: $2, or j's own (j.args->>'target') where a statement
-// reads the jobs of every target of sender $1.
-func notSupersededTo(target string) string {
-	return strings.ReplaceAll(jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
+// notSupersededOf is notSuperseded for the job with the alias alias, of
+// sender $1 and of the target given by the SQL expression target.
+func notSupersededOf(alias, target string) string {
+	return strings.NewReplacer("{target}", target, "j.", alias+".").Replace(jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = {target}
     AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id' AND n.id > j.id
     ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL
   AND (SELECT n.id FROM forward_delivered n WHERE n.sender = $1
     AND n.event_id >= j.args->>'event_id' AND n.event_id <= j.args->>'event_id' AND n.target = {target} AND n.id > j.id
-    ORDER BY n.event_id, n.id LIMIT 1) IS NULL`), "{target}", target)
+    ORDER BY n.event_id, n.id LIMIT 1) IS NULL`))
 }
 
 // deliveredNotSuperseded is notSuperseded for forward_delivered's row d: no
@@ -105,39 +104,38 @@ var deliveredNotSuperseded = jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind 
 // still in the outbox; Delivered counts every delivery River still keeps
 // (CompletedJobRetentionPeriod: the longest sender retention), an event
 // redelivered counting once per delivery; Failed counts the failures not
-// followed by a newer forward of the same event.
+// followed by a newer forward of the same event (see failed.go).
 type Counts struct {
 	Pending, Running, Retrying, Delivered, Failed int64
 }
 
 // countsSQL counts the forward jobs of sender $1 in the River states $2
-// (those of forwards not finished, and failed ones) by target, state and
-// whether an attempt failed (failedAttempt: a waiting job is retrying or
-// pending), failed ones (in the River states $3) only when no newer
-// forward of the same event to the same target follows them
-// (notSupersededTo: a probe of an index per failed job). It reads the
-// sender's jobs River has not completed alone, through hookgate's index on
-// them (migration 21, whose predicate openJobs repeats), in that index's
-// order (sender, target, state, id), which under store.IndexOrderScans (no
-// sort) is the one path without a disabled node whatever the statistics
-// say (see store/plans.go). Not the completed jobs River keeps (issue 43:
-// 3.4 s on 10 million finished jobs when it read every job of the sender,
-// through hookgate's index on the forwards' sender), nor the unfinished
-// and failed jobs of every sender (River's index on job state: 86–95 ms
-// for a sender with 10,000 failed forwards when the others had as many).
+// (those of forwards not finished) by target, state and whether an attempt
+// failed (failedAttempt: a waiting job is retrying or pending). It reads
+// the sender's jobs not finished alone, through hookgate's index on them
+// (migration 23, whose predicate unfinishedForwards repeats), in that
+// index's order (sender, target, state, id), which under
+// store.IndexOrderScans (no sort) is the one path without a disabled node
+// whatever the statistics say (see store/plans.go). Not the finished jobs
+// River keeps (issue 43: 3.4 s on 10 million finished jobs when it read
+// every job of the sender, through hookgate's index on the forwards'
+// sender), nor the unfinished jobs of every sender (River's index on job
+// state), nor the sender's failed ones (about 10 µs each with their
+// checks for a newer forward, before migration 23): those are counted
+// apart (failedCountsSQL).
 var countsSQL = jobSQL(`SELECT j.target, j.state::text, j.failed, count(*) FROM (
   SELECT j.args->>'target' AS target, j.state, ` + failedAttempt("j") + ` AS failed FROM river_job j
-  WHERE ` + openJobs + ` AND j.args->>'sender' = $1 AND j.state = ANY($2::river_job_state[])
-    AND (j.state <> ALL($3::river_job_state[]) OR (` + notSupersededTo("j.args->>'target'") + `))
+  WHERE ` + unfinishedForwards + ` AND j.args->>'sender' = $1 AND j.state = ANY($2::river_job_state[])
   ORDER BY j.args->>'target', j.state, j.id) j
 GROUP BY 1, 2, 3`)
 
-// openJobs is the condition that job j is a forward River has not
-// completed: the predicate of hookgate's index on such jobs (migration
-// 21), as literals (a parameter in a generic plan implies nothing, see
-// forwardKind), which a statement must repeat for PostgreSQL to read that
-// index.
-const openJobs = `j.kind = {forward_kind} AND j.state <> 'completed'`
+// unfinishedForwards is the condition that job j is a forward not finished
+// (not completed, cancelled nor discarded: River's states of a delivered
+// and of a failed forward): the predicate of hookgate's index on such jobs
+// (migration 23), as literals (a parameter in a generic plan implies
+// nothing, see forwardKind), which a statement must repeat for PostgreSQL
+// to read that index. TestForwardKindLiteral checks the states.
+const unfinishedForwards = `j.kind = {forward_kind} AND j.state NOT IN ('cancelled', 'completed', 'discarded')`
 
 // completedCountsSQL counts the completed forward jobs of sender $1 by
 // target, as countsSQL's rows of River's state $2 (completed): every job
@@ -162,9 +160,10 @@ const deliveredCountsSQL = `SELECT target, $2::text, false, count(*) FROM forwar
 // target's whole history). A target without forwards is absent (its counts
 // are all zero). Jobs of versions that named targets by URL are not
 // counted. The JSON API and the console both count with it. One round
-// trip: the planner settings, the counts of the jobs not finished and
-// failed (countsSQL), with delivered those of the completed jobs and of
-// the delivered first attempts, and the outbox's.
+// trip: the planner settings, the counts of the jobs not finished
+// (countsSQL), of the failed ones (the kept counts and the failed jobs not
+// folded into them yet, see failed.go), with delivered those of the
+// completed jobs and of the delivered first attempts, and the outbox's.
 func (q *Jobs) CountForwards(ctx context.Context, sender string, delivered bool) (map[string]Counts, error) {
 	out := map[string]Counts{}
 	var (
@@ -198,7 +197,8 @@ func (q *Jobs) CountForwards(ctx context.Context, sender string, delivered bool)
 	}
 	var b pgx.Batch
 	b.Queue(store.IndexOrderScans)
-	b.Queue(countsSQL, sender, stateNames(StatePending, StateRunning, StateRetrying, StateFailed), failedJobs).Query(add)
+	b.Queue(countsSQL, sender, unfinishedJobs).Query(add)
+	b.Queue(failedCountsSQL, sender, failedJobs[0]).Query(add)
 	if delivered {
 		b.Queue(completedCountsSQL, sender, jobCompleted).Query(add)
 		b.Queue(deliveredCountsSQL, sender, jobCompleted).Query(add)
@@ -273,8 +273,10 @@ var targetJobs = jobSQL(`j.kind = {forward_kind} AND j.args->>'sender' = $1 AND 
 
 // where returns the conditions of f over river_job j and forward_delivered
 // d and their arguments, $1 and $2 being the sender and the target. It adds
-// the not-superseded condition for failed forwards, or for every state when
-// latest is true; and then, for running or retrying forwards, that j is not
+// the not-superseded condition: for failed forwards, that the job is not
+// marked superseded (as the counts have it, see failed.go); for every
+// other state when latest is true, that no newer forward of its event to
+// its target is there (notSuperseded); and then, for running or retrying forwards, that j is not
 // a redelivery still waiting (queuedWaiting), inOutbox being the events of
 // f's target whose forward is in the outbox (waitingInOutbox).
 func (f Filter) where(latest bool, inOutbox []string) where {
@@ -307,7 +309,10 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 		w.args = append(w.args, f.Until)
 		w.and(fmt.Sprintf("%s < $%d", col, len(w.args)), fmt.Sprintf("%s < $%d", dcol, len(w.args)))
 	}
-	if latest || f.State == StateFailed {
+	switch {
+	case f.State == StateFailed: // only River's jobs: w.delivered is ""
+		w.and(notMarkedSuperseded("j"), "")
+	case latest:
 		w.and(notSuperseded, deliveredNotSuperseded)
 	}
 	if latest && (f.State == StateRunning || f.State == StateRetrying) {

@@ -100,12 +100,19 @@ func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[p
 	if err != nil {
 		return nil, err
 	}
+	var keys []ForwardKey
 	for i, r := range res {
 		e := &out[inserted[i]]
 		e.JobID = r.Job.ID
 		if r.UniqueSkippedAsDuplicate {
 			e.AlreadyPending = true
+			continue
 		}
+		keys = append(keys, ForwardKey{Target: e.Target, EventID: eventID, Newer: r.Job.ID})
+	}
+	// The forwards the new jobs follow are superseded (failed.go).
+	if err := q.markSuperseded(ctx, sender.Name, keys, true); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -152,8 +152,29 @@ func (r *River) Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) (
 		return nil, fmt.Errorf("insert forward jobs: %w", err)
 	}
 	out := make([]Inserted, len(res))
+	keys := map[string][]ForwardKey{}
+	var senders []string
 	for i, x := range res {
 		out[i] = Inserted{JobID: x.Job.ID, Duplicate: x.UniqueSkippedAsDuplicate}
+		if x.UniqueSkippedAsDuplicate {
+			continue
+		}
+		f := forwards[i]
+		if keys[f.Sender] == nil {
+			senders = append(senders, f.Sender)
+		}
+		keys[f.Sender] = append(keys[f.Sender], ForwardKey{Target: f.Target, EventID: f.EventID, Newer: x.Job.ID})
+	}
+	// A failed forward of the same event to the same target (a redelivery
+	// made while the forward was in the outbox) is superseded (failed.go).
+	var b pgx.Batch
+	for _, s := range senders {
+		queueMarks(&b, s, keys[s], false)
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return nil, fmt.Errorf("mark the failed forwards the new jobs follow: %w", err)
+		}
 	}
 	return out, nil
 }

@@ -233,6 +233,43 @@ type forwardScheduler struct {
 	// watched is when River's scheduler was last looked at (watchEvery),
 	// checked when the statistics were (analyzeCheckEvery).
 	watched, checked time.Time
+
+	// retention is River's for finished jobs: the counts of failed
+	// forwards of the hours before it (and one more) are deleted. folded
+	// is when the failed forwards were last folded into their counts
+	// (foldEvery, failed.go), expired when old counts were last deleted
+	// (expireEvery); foldFailing: the last fold failed (logged once until
+	// one succeeds).
+	retention       time.Duration
+	folded, expired time.Time
+	foldFailing     bool
+}
+
+// fold folds the failed forwards into their counts, every foldEvery, and
+// deletes the counts River's retention has passed, every expireEvery. A
+// failure is logged once until a fold succeeds again: the counts then
+// read the failures not folded (failed.go).
+func (s *forwardScheduler) fold(ctx context.Context) {
+	if time.Since(s.folded) < foldEvery {
+		return
+	}
+	s.folded = time.Now()
+	var expire time.Time
+	if s.retention > 0 && time.Since(s.expired) >= expireEvery {
+		expire = time.Now().Add(-s.retention - time.Hour)
+	}
+	_, ran, err := s.jobs.FoldFailedForwards(ctx, foldBatch, expire)
+	switch {
+	case err != nil && ctx.Err() == nil && !s.foldFailing:
+		s.foldFailing = true
+		s.log.Warn("folding the failed forwards into their counts failed; the counts read them one by one meanwhile, tried again every "+foldEvery.String(), "err", err)
+	case err == nil && s.foldFailing:
+		s.foldFailing = false
+		s.log.Info("folding the failed forwards into their counts works again")
+	}
+	if err == nil && ran && !expire.IsZero() {
+		s.expired = time.Now()
+	}
 }
 
 // schedule makes the due forwards available, a batch at a time, and
@@ -248,14 +285,16 @@ func (s *forwardScheduler) schedule(ctx context.Context) (int64, error) {
 	}
 }
 
-// pass makes the due forwards available, cancels a stalled run of River's
-// scheduler, and analyzes River's table when its statistics were reset;
-// it returns how many forwards it made available.
+// pass makes the due forwards available, folds the failed forwards into
+// their counts (fold), cancels a stalled run of River's scheduler, and
+// analyzes River's table when its statistics were reset; it returns how
+// many forwards it made available.
 func (s *forwardScheduler) pass(ctx context.Context) (int64, error) {
 	total, err := s.schedule(ctx)
 	if err != nil {
 		return total, err
 	}
+	s.fold(ctx)
 	if time.Since(s.watched) >= watchEvery {
 		s.watched = time.Now()
 		n, longest, err := s.jobs.CancelStalledRiverSchedule(ctx, riverScheduleStall)

@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// target_rates (migration 25): per target with a rate, the state that
+// target_rates (migration 24): per target with a rate, the state that
 // every process forwarding to it shares (forward/rate.go).
 
 // takeRateSQL takes a turn of target ($1, $2)'s rate, at the database's
-// clock, in one round trip (take_rate_turn, migration 25): $3 is the
+// clock, in one round trip (take_rate_turn, migration 24): $3 is the
 // rate's interval, $4 its tolerance ((burst-1) intervals), $5 how far
 // ahead a turn may be granted, $6 the longest wait of a forward put back,
 // all in microseconds.

@@ -28,6 +28,67 @@ import (
 // a test of package queue checks it is (this package imports neither queue nor store).
 const ForwardKind = "hookgate_forward"
 
+// SupersededKey is the metadata key with which package queue marks a
+// forward job a newer forward of its event to its target followed (a test
+// of package queue checks it is queue's).
+const SupersededKey = "hookgate:superseded"
+
+// markSupersededSQL marks, as package queue marks them when it adds a
+// newer forward, the forward jobs of the events and targets of the jobs $1
+// that are not completed (River's state $2) and that a newer job or
+// delivered first attempt of the same event to the same target followed:
+// what the fixtures do after they insert jobs or change a job's state. It
+// runs under markScans: probes of the keys of the tables, whatever their
+// statistics say (a test may have made them lie).
+const markSupersededSQL = `UPDATE river_job j SET metadata = j.metadata || jsonb_build_object('` + SupersededKey + `', true)
+WHERE j.id = ANY(ARRAY(SELECT c.id FROM unnest($1::bigint[]) AS i(id)
+  JOIN river_job s ON s.id = i.id AND s.kind = '` + ForwardKind + `'
+  CROSS JOIN LATERAL (SELECT c.id, c.args FROM river_job c WHERE c.kind = '` + ForwardKind + `' AND c.args->>'sender' = s.args->>'sender'
+    AND c.args->>'target' = s.args->>'target' AND c.args->>'event_id' >= s.args->>'event_id' AND c.args->>'event_id' <= s.args->>'event_id'
+    AND c.state <> $2::river_job_state AND NOT (c.metadata ? '` + SupersededKey + `')
+    ORDER BY c.args->>'event_id', c.id) c
+  WHERE ((SELECT n.id FROM river_job n WHERE n.kind = '` + ForwardKind + `' AND n.args->>'sender' = c.args->>'sender'
+          AND n.args->>'target' = c.args->>'target' AND n.args->>'event_id' >= c.args->>'event_id' AND n.args->>'event_id' <= c.args->>'event_id'
+          AND n.id > c.id ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL
+      OR (SELECT n.id FROM forward_delivered n WHERE n.sender = c.args->>'sender' AND n.event_id >= c.args->>'event_id'
+          AND n.event_id <= c.args->>'event_id' AND n.target = c.args->>'target' AND n.id > c.id ORDER BY n.event_id, n.id LIMIT 1) IS NOT NULL)))`
+
+// markScans leaves markSupersededSQL nested loops over index probes alone
+// (the probes ordered as the indexes of the keys are, as package queue's
+// are: no sort).
+const markScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+  set_config('enable_mergejoin', 'off', true), set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+  set_config('jit', 'off', true)`
+
+// markSuperseded runs markSupersededSQL for the jobs ids on db, in a
+// transaction (a savepoint on a transaction).
+func markSuperseded(ctx context.Context, db DB, ids []int64) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, markScans); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, markSupersededSQL, ids, string(rivertype.JobStateCompleted))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("mark superseded forward jobs: %w", err)
+	}
+	return nil
+}
+
+// MarkSuperseded marks every forward job that is not completed and that a
+// newer forward of its event to its target followed, as package queue
+// marks it when it adds the newer forward: for tests that write their
+// jobs with SQL of their own.
+func (q *Jobs) MarkSuperseded(ctx context.Context) error {
+	var ids []int64
+	if err := q.db.QueryRow(ctx, `SELECT coalesce(array_agg(id), '{}') FROM river_job WHERE kind = '`+ForwardKind+`' AND state <> $1::river_job_state`,
+		string(rivertype.JobStateCompleted)).Scan(&ids); err != nil {
+		return fmt.Errorf("mark superseded forward jobs: %w", err)
+	}
+	return markSuperseded(ctx, q.db, ids)
+}
+
 // deliveredOutput is the recorded output of forward_delivered's row d, as
 // River's worker records it under metadata.output: what package queue
 // reads for such a row.
@@ -185,7 +246,8 @@ type JobFixture struct {
 	AttemptedBy []string
 }
 
-// SetForwardJob puts the forward job id in f's state.
+// SetForwardJob puts the forward job id in f's state; it is marked
+// superseded when a newer forward of its event to its target is there.
 func (q *Jobs) SetForwardJob(ctx context.Context, id int64, f JobFixture) error {
 	args, err := f.args()
 	if err != nil {
@@ -198,7 +260,7 @@ func (q *Jobs) SetForwardJob(ctx context.Context, id int64, f JobFixture) error 
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("set forward job %d: no such forward job", id)
 	}
-	return nil
+	return markSuperseded(ctx, q.db, []int64{id})
 }
 
 // fixtureSet sets a job's state from a JobFixture's arguments ($1 to $5,
@@ -263,7 +325,8 @@ type NewForwardJob struct {
 
 // InsertForwardJobs writes jobs on queue, each in f's state (a zero State
 // is available: due now), in one transaction, and returns their IDs in
-// order.
+// order. The older forwards of their events to their targets are marked
+// superseded, as package queue marks them when it adds a newer forward.
 func (q *Jobs) InsertForwardJobs(ctx context.Context, queue string, f JobFixture, jobs ...NewForwardJob) ([]int64, error) {
 	if f.State == "" {
 		f.State = rivertype.JobStateAvailable
@@ -307,12 +370,14 @@ RETURNING id`, encoded, maxAttempts, queue, string(rivertype.JobStateAvailable))
 		if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 			return err
 		}
-		if f.State == rivertype.JobStateAvailable && f.Attempt == 0 && len(f.Errors) == 0 && f.Output == nil && f.ScheduledAt.IsZero() && f.AttemptedBy == nil {
-			return nil // new jobs, as River inserts them
+		if f.State != rivertype.JobStateAvailable || f.Attempt != 0 || len(f.Errors) != 0 || f.Output != nil || !f.ScheduledAt.IsZero() || f.AttemptedBy != nil {
+			// Not new jobs as River inserts them: in f's state.
+			if _, err := tx.Exec(ctx, `UPDATE river_job SET `+fixtureSet+` WHERE id = ANY($6::bigint[])`,
+				args[0], args[1], args[2], args[3], args[4], ids, args[5], args[6], finished); err != nil {
+				return err
+			}
 		}
-		_, err = tx.Exec(ctx, `UPDATE river_job SET `+fixtureSet+` WHERE id = ANY($6::bigint[])`,
-			args[0], args[1], args[2], args[3], args[4], ids, args[5], args[6], finished)
-		return err
+		return markSuperseded(ctx, tx, ids)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("insert forward jobs: %w", err)
