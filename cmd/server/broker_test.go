@@ -162,20 +162,28 @@ func TestRabbitMQTargetSurvivesKillsAndRestarts(t *testing.T) {
 	testkit.Slow(t, "kills hookgate and RabbitMQ under load")
 	t.Parallel()
 	b := brokertest.StartRabbitMQ(t)
-	conn := b.Dial(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
+	// The consumer's topology, declared again (idempotent) after the
+	// broker's restart, as a consumer does when it reconnects: a broker
+	// killed under load once came back without the binding, and the
+	// forwards waited behind the breaker ("no queue is bound") until the
+	// test's end.
+	declare := func() {
+		conn := b.Dial(t)
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.ExchangeDeclare("hooks", "topic", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare("acme", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.QueueBind("acme", "acme.#", "hooks", false, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := ch.ExchangeDeclare("hooks", "topic", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare("acme", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind("acme", "acme.#", "hooks", false, nil); err != nil {
-		t.Fatal(err)
-	}
+	declare()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)
 	cfg := writeConfig(t, senderConfig+fmt.Sprintf(`    forward:
@@ -189,6 +197,7 @@ func TestRabbitMQTargetSurvivesKillsAndRestarts(t *testing.T) {
 	events, second := killMidLoad(t, bin, pool, dsn, cfg, ids, 70, func() {
 		b.Stop()
 		b.Start()
+		declare()
 	})
 	defer func() { _ = second.cmd.Process.Signal(syscall.SIGTERM); <-second.done }()
 	if len(events) != len(ids) {
