@@ -110,6 +110,9 @@ prepare_dir() {
 	chown postgres:postgres "$real"
 	chmod 700 "$real"
 	ln -s "$real" "$abs"
+	# Where it is linked from, for tmp-pg.sh's cleanup: a test that links
+	# a server's data from a directory it deletes leaves no link to follow.
+	printf '%s\n' "$abs" >"$real.origin"
 	echo "pg.sh: the user postgres cannot reach $parent; keeping the data in $real ($abs links to it)" >&2
 	printf '%s\n' "$real"
 }
@@ -226,7 +229,7 @@ cmd_destroy() {
 	if [[ -L $1 ]]; then
 		local real
 		real=$(readlink -f "$1")
-		[[ $real == "$PG_RELOCATE_ROOT"/* ]] && rm -rf -- "$real"
+		[[ $real == "$PG_RELOCATE_ROOT"/* ]] && rm -rf -- "$real" "$real.origin"
 		rm -f -- "$1"
 	else
 		rm -rf -- "$1"

@@ -24,6 +24,16 @@ tmp_pg_cleanup() {
 		while IFS= read -r pid; do
 			"$CI_DIR/pg.sh" stop "$(dirname "$pid")" || true
 		done < <(find "$TMP_PG_ROOT" -name postmaster.pid 2>/dev/null)
+		# Servers whose data pg.sh kept outside (the user postgres could
+		# not reach a test's directory under TMP_PG_ROOT): the test may
+		# have deleted the link, so they are found by where they were
+		# linked from.
+		local origin
+		for origin in "${PG_RELOCATE_ROOT:-/var/lib/hookgate}"/*.origin; do
+			[[ -f $origin && $(<"$origin") == "$TMP_PG_ROOT"/* ]] || continue
+			"$CI_DIR/pg.sh" stop "${origin%.origin}" || true
+			rm -rf -- "${origin%.origin}" "$origin"
+		done
 		rm -rf -- "$TMP_PG_ROOT"
 	fi
 	exit "$rc"
