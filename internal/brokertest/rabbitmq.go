@@ -79,6 +79,9 @@ func (r *RabbitMQ) Start() {
 		"RABBITMQ_CONFIG_FILE=" + filepath.Join(r.dir, "rabbitmq"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(r.dir, "enabled_plugins"),
 		"RABBITMQ_PID_FILE=" + filepath.Join(r.dir, "rabbitmq.pid"),
+		// A crash dump goes with the broker's files, not into the test's
+		// package directory (one was committed from there).
+		"ERL_CRASH_DUMP=" + filepath.Join(r.dir, "erl_crash.dump"),
 	}
 	r.p = start(r.t, logFile, env, r.bin)
 	waitPort(r.t, r.port, 90*time.Second, r.p.exited, logFile)
