@@ -167,22 +167,7 @@ func TestRabbitMQTargetSurvivesKillsAndRestarts(t *testing.T) {
 	// killed under load once came back without the binding, and the
 	// forwards waited behind the breaker ("no queue is bound") until the
 	// test's end.
-	declare := func() {
-		conn := b.Dial(t)
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ch.ExchangeDeclare("hooks", "topic", true, false, false, false, nil); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ch.QueueDeclare("acme", true, false, false, false, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := ch.QueueBind("acme", "acme.#", "hooks", false, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	declare := func() { b.Bind(t, "hooks", "acme", "acme.#") }
 	declare()
 	bin := buildBinary(t)
 	pool, dsn := pgtest.NewDB(t)

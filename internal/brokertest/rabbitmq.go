@@ -122,3 +122,23 @@ func (r *RabbitMQ) Dial(t testing.TB) *amqp.Connection {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Bind declares, as a consumer does when it connects, a durable topic
+// exchange, a durable queue, and the queue's binding to the exchange with
+// key. Declaring them again (after a restart) changes nothing.
+func (r *RabbitMQ) Bind(t testing.TB, exchange, queue, key string) {
+	t.Helper()
+	ch, err := r.Dial(t).Channel()
+	if err != nil {
+		t.Fatalf("brokertest: open a channel: %v", err)
+	}
+	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+		t.Fatalf("brokertest: declare exchange %s: %v", exchange, err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatalf("brokertest: declare queue %s: %v", queue, err)
+	}
+	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
+		t.Fatalf("brokertest: bind queue %s: %v", queue, err)
+	}
+}

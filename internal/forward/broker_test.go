@@ -118,20 +118,7 @@ func TestRabbitMQTransport(t *testing.T) {
 	t.Parallel()
 	b := brokertest.StartRabbitMQ(t)
 	ctx := t.Context()
-	conn := b.Dial(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare("hooks", "topic", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare("acme-events", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind("acme-events", "acme.#", "hooks", false, nil); err != nil {
-		t.Fatal(err)
-	}
+	b.Bind(t, "hooks", "acme-events", "acme.#")
 
 	tr := forward.NewRabbitMQTransport(nil, time.Now)
 	defer tr.Close()
