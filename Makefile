@@ -40,19 +40,26 @@ GORELEASER_VERSION ?= v2.17.0
 GORELEASER ?= go run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
 CHART = deploy/helm/hookgate
 
-.PHONY: citus-crash image test-image check-chart check-compose check-release check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: help citus-crash image test-image check-chart check-compose check-release check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
-## run: start the local PostgreSQL (.data/pg) and run the server on 127.0.0.1:8080 (HOOKGATE_ADDR=:8080 make run: every interface)
+## help: list the targets, each with its one-line description
+help:
+	@awk '/^## [a-z-]+:/ { sub(/^## /, ""); n = index($$0, ":"); printf "  %-18s %s\n", substr($$0, 1, n - 1), substr($$0, n + 2) }' $(MAKEFILE_LIST)
+
+## run: start the local PostgreSQL in .data/pg and serve on 127.0.0.1:8080
+##   HOOKGATE_ADDR=:8080 make run listens on every interface.
 run:
 	@.ci/run-local.sh
 
-## redeliver: run `hookgate redeliver $(ARGS)` against make run's database (after make run), e.g.
+## redeliver: run `hookgate redeliver $(ARGS)` against the database of make run
+##   For example:
 ##   make redeliver ARGS='--sender orders --target sink --state failed --since 2h'
 redeliver:
 	@[[ -s .data/database-url && -x .data/hookgate ]] || { echo "make redeliver: run make run first (it builds .data/hookgate and starts the database)" >&2; exit 1; }
 	@DATABASE_URL="$$(<.data/database-url)" HOOKGATE_CONFIG="$${HOOKGATE_CONFIG:-hookgate.yaml}" .data/hookgate redeliver $(ARGS)
 
-## check-providers: the providers' own Node libraries (npm, pinned) sign deliveries a real hookgate must accept, replay, refuse and answer (needs node and npm; not in .ci/run)
+## check-providers: sign deliveries with the providers' own Node libraries and check hookgate's answers
+##   Needs node and npm; the libraries are pinned. Not part of .ci/run.
 check-providers:
 	@.ci/check-providers.sh
 
@@ -60,11 +67,13 @@ check-providers:
 test:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test.sh
 
-## test-fast: the fast tier: go test -short -vet=off, without -race (FAST_RACE=-race keeps it), against a throwaway PostgreSQL; it leaves out the process-kill, outage, load and browser suites (testkit.Slow skips them under -short, saying why); make test runs everything with -race
+## test-fast: the fast tier: go test -short without -race against a throwaway PostgreSQL
+##   (FAST_RACE=-race keeps -race). It leaves out the process-kill, outage, load and browser suites;
+##   testkit.Slow skips them under -short and says why. make test runs everything with -race.
 test-fast:
 	@PKGS='$(PKGS)' GOTESTFLAGS='$(FAST_FLAGS) $(GOTESTFLAGS)' TEST_RACE='$(FAST_RACE)' .ci/test.sh
 
-## test-citus: run the pattern's tests (dedup, store, handler, forward) on a running Citus cluster:
+## test-citus: run the tests of dedup, store, handler and forward on a running Citus cluster
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
 ##   CITUS_SERVER_TESTS: cmd/server's tests of real gateway processes run there too ('' for none)
 CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/queue/... ./internal/handler/... ./internal/forward/... ./internal/retention/... ./internal/sigtoken/... ./internal/console/...
@@ -76,14 +85,14 @@ test-citus:
 bench:
 	@.ci/bench.sh $(BENCHFLAGS)
 
-## bench-citus: first deliveries/s (the benchmark's phase 1, --role api) on a running Citus cluster and on a
-##   throwaway PostgreSQL, ROUNDS runs of each (default 3), alternating; prints each run, the means and the ratio:
+## bench-citus: first deliveries/s on a running Citus cluster against a throwaway PostgreSQL
+##   It alternates ROUNDS runs of each (default 3) and prints each run, the means and the ratio:
 ##   make bench-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md#figures)
 bench-citus:
 	@CITUS_URL='$(CITUS_URL)' ROUNDS='$(ROUNDS)' .ci/bench-citus.sh $(BENCHFLAGS)
 
-## citus-crash: a black-box check on a running Citus cluster: a gateway forwarding a burst while the coordinator is killed (SIGKILL) and
-##   restarted; every accepted delivery's forward must reach the sink: make citus-crash CITUS_URL=… CITUS_COORD_DATA=/tmp/citus/n9700
+## citus-crash: kill and restart a running Citus coordinator while a gateway forwards a burst
+##   Every accepted delivery's forward must reach the sink: make citus-crash CITUS_URL=… CITUS_COORD_DATA=/tmp/citus/n9700
 citus-crash:
 	@CITUS_URL='$(CITUS_URL)' CITUS_COORD_DATA='$(CITUS_COORD_DATA)' .ci/citus-crash.sh
 
@@ -91,9 +100,9 @@ citus-crash:
 bench-console:
 	@.ci/bench-console.sh
 
-## screenshots: run the console's browser tests, rewriting docs/console-overview.png, docs/console-delivery.png and docs/console-target.png when a page looks different (more than 1% of its pixels,
-##   a line a few pixels higher counted as its rows: not times and IDs, which the tests write as fixed values, with the server on a fixed clock
-##   so that the charts' time axes are the same in every run; docs/tests.md)
+## screenshots: run the console's browser tests and rewrite the screenshots in docs/ that changed
+##   A page counts as changed when more than 1% of its pixels differ. The tests write fixed times and IDs
+##   and run the server on a fixed clock, so the charts' axes match from run to run (docs/tests.md).
 screenshots:
 	@mkdir -p docs
 	@PKGS=./internal/console/ GOTESTFLAGS='-run ^(TestConsoleInBrowser|TestConsoleBreakerHistoryInBrowser)$$ -v' HOOKGATE_SCREENSHOTS_DIR='$(CURDIR)/docs' .ci/test.sh
@@ -109,27 +118,30 @@ check-generated: generate
 		echo "check-generated: api/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 
-## image: build the container image $(IMAGE):$(VERSION) and $(IMAGE):latest (Containerfile, FROM scratch) from a static binary built here
+## image: build the container image $(IMAGE):$(VERSION) and :latest from a static binary
 image:
 	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' .ci/image.sh
 
-## test-image: build the image and run it with podman against a throwaway PostgreSQL: non-root, read-only root, migrate, /readyz, a delivery, its replay, a forward to the host, SIGTERM
+## test-image: build the image and run it with podman against a throwaway PostgreSQL
+##   It checks: non-root, read-only root, migrate, /readyz, a delivery, its replay, a forward to the host, SIGTERM.
 test-image:
 	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' GOTESTFLAGS='$(GOTESTFLAGS)' .ci/test-image.sh
 
-## check-chart: helm lint --strict and helm template with each values file of deploy/helm/hookgate/ci/, and TestChart: the rendered manifests name the image, probes and secrets as docs/deployment.md says
+## check-chart: helm lint --strict and helm template with each values file of deploy/helm/hookgate/ci/
+##   TestChart then checks the rendered manifests name the image, probes and secrets as docs/deployment.md says.
 check-chart:
 	@for f in $(CHART)/ci/*.yaml; do \
 		echo "helm lint --strict $(CHART) -f $$f"; \
 		$(HELM) lint --strict $(CHART) -f "$$f" 2>&1 | grep -v 'found symbolic link in path'; \
 	done
-	HOOKGATE_HELM='$(HELM)' go test -count=1 -run '^TestChart' -v ./internal/deploytest/
+	HOOKGATE_HELM='$(HELM)' go test -count=1 -run '^TestChart' -v ./internal/testing/deploytest/
 
 ## check-compose: parse deploy/compose.yaml (TestComposeFile); it is never run here (no registry to pull postgres from)
 check-compose:
-	go test -count=1 -run '^TestComposeFile' -v ./internal/deploytest/
+	go test -count=1 -run '^TestComposeFile' -v ./internal/testing/deploytest/
 
-## check-release: goreleaser check, a snapshot build into dist/ (Linux and macOS archives, amd64 and arm64, checksums, SBOMs; nothing published), and a check of what it made
+## check-release: goreleaser check and a snapshot build into dist/, nothing published
+##   Linux and macOS archives for amd64 and arm64, checksums and SBOMs, then a check of what it made.
 check-release:
 	@GORELEASER='$(GORELEASER)' .ci/check-release.sh
 
@@ -137,7 +149,7 @@ check-release:
 build:
 	go build -o bin/hookgate ./cmd/server
 
-## lint: gofmt must have nothing to say, go vet and golangci-lint (.golangci.yaml) must pass
+## lint: gofmt, go vet and golangci-lint (.golangci.yaml)
 lint:
 	@unformatted=$$($(GO_FILES) | xargs -r gofmt -l); \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt needed on:" >&2; echo "$$unformatted" >&2; exit 1; fi
@@ -155,12 +167,12 @@ check-alerts:
 
 ## check-docs: fail on a relative link or #anchor in a Markdown file that does not resolve
 check-docs:
-	go test -count=1 -run 'TestRelativeLinksResolve|TestLinkCheckCatchesBrokenLinks' ./internal/doccheck/
+	go test -count=1 -run 'TestRelativeLinksResolve|TestLinkCheckCatchesBrokenLinks' ./internal/testing/doccheck/
 
-## check-walkthrough: run the README's curl walk-through as printed against hookgate started as make run starts it (throwaway PostgreSQL); fails when an answer differs from the document;
-##   and build the README's complete service from its text and run it behind hookgate (TestReadmeService)
+## check-walkthrough: run the README's curl walk-through as printed, and its example service behind hookgate
+##   It fails when an answer differs from the README. It uses a throwaway PostgreSQL.
 check-walkthrough:
-	@PKGS=./internal/doccheck/ GOTESTFLAGS='-run ^(TestReadmeWalkthrough|TestReadmeService)$$ -v' .ci/test.sh
+	@PKGS=./internal/testing/doccheck/ GOTESTFLAGS='-run ^(TestReadmeWalkthrough|TestReadmeService)$$ -v' .ci/test.sh
 
 ## db-stop: stop the local PostgreSQL `make run` started
 db-stop:

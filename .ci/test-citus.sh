@@ -5,11 +5,11 @@
 # extension and the workers added (citus_add_node). Each test creates its own
 # database on the coordinator and on every worker, distributes hookgate's
 # tables by sender there (migrations/citus/distribute.sql) and drops it
-# afterwards (internal/pgtest). PKGS and GOTESTFLAGS as for test.sh;
+# afterwards (internal/testing/pgtest). PKGS and GOTESTFLAGS as for test.sh;
 # SERVER_TESTS names cmd/server's tests (real gateway processes) to run too.
 # Every test's database is watched for two-phase commits (pg_dist_transaction,
 # read every 200 ms and at the test's end): a test whose database shows one
-# fails (internal/pgtest). TestCitusCoordinatorCrashLosesNoForward (gdb kills
+# fails (internal/testing/pgtest). TestCitusCoordinatorCrashLosesNoForward (gdb kills
 # the coordinator's backend between the workers' commit and its own, which
 # restarts the coordinator) runs alone after the others; CRASH_TESTS=''
 # leaves it out.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-image.sh is `make test-image`: it builds the image (.ci/image.sh, the
-# binary built on the host) and runs internal/deploytest's TestImage against
+# binary built on the host) and runs internal/testing/deploytest's TestImage against
 # a throwaway PostgreSQL (.ci/test.sh): the image started by podman (or
 # docker) as non-root on a read-only root file system, migrate, /readyz, a
 # delivery and its replay, a forward to a target on the host, SIGTERM.
@@ -30,4 +30,4 @@ cleanup() {
 }
 trap cleanup EXIT
 HOOKGATE_TEST_IMAGE=$(<.build/image.id) HOOKGATE_TEST_ENGINE=$engine HOOKGATE_TEST_CONTAINER_LABEL=$label \
-	PKGS=./internal/deploytest/ GOTESTFLAGS="-run ^TestImage\$ -v ${GOTESTFLAGS:-}" .ci/test.sh
+	PKGS=./internal/testing/deploytest/ GOTESTFLAGS="-run ^TestImage\$ -v ${GOTESTFLAGS:-}" .ci/test.sh

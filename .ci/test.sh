@@ -10,11 +10,11 @@ source .ci/tmp-pg.sh
 PG_FAST=1 tmp_pg_start
 export HOOKGATE_TEST_DATABASE_URL=$TMP_PG_URL
 export HOOKGATE_PG_BINDIR=$PG_BINDIR
-# One migrated template for every test process of this run (internal/pgtest),
+# One migrated template for every test process of this run (internal/testing/pgtest),
 # on this run's new server.
 export HOOKGATE_TEST_TEMPLATE=hgtpl_shared
 # A database a test is done with is emptied and given to the next test of
-# the same process instead of being dropped (internal/pgtest/reuse.go):
+# the same process instead of being dropped (internal/testing/pgtest/reuse.go):
 # copying the template and dropping the copy cost the server more than any
 # test.
 export HOOKGATE_TEST_REUSE_DB=1
@@ -71,7 +71,7 @@ if [[ -n $bin_cache ]] && mkdir -p "$bin_cache"; then
 		bin_flags=(-o "$run_bins/" -ldflags=-s\ -w)
 	fi
 fi
-# internal/doccheck's TestReadmeService builds the README's service as a
+# internal/testing/doccheck's TestReadmeService builds the README's service as a
 # module of its own with GOPROXY=off: its go mod tidy reads the go.mod files
 # of the whole module graph (older versions included), which a build of
 # this module never needs, so a fresh module cache lacks them. Loading the

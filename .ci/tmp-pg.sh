@@ -6,7 +6,7 @@
 #   TMP_PG_URL   the URL of its database "hookgate"
 #   PG_BINDIR    the directory of the server binaries
 # It also points TMPDIR into TMP_PG_ROOT, so that servers the tests start
-# themselves (internal/pgtest.StartCluster) are found and stopped on exit even
+# themselves (internal/testing/pgtest.StartCluster) are found and stopped on exit even
 # when a test process dies. Set PG_FAST=1 beforehand for a server without
 # fsync (tests only, never benchmarks).
 

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/consumer"
-	"github.com/hookgate/hookgate/internal/patterntest"
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/patterntest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 func TestMain(m *testing.M) {

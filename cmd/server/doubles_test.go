@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestDoublesAfterSIGKILL measures the forwards a SIGKILL makes the target

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // A DATABASE_URL with pgxpool settings (pool_max_conns=…) works for

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestHealthyTargetsKeepTheirPaceBesideHungAndSlowOnes: the real binary

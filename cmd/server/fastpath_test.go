@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // stallTarget is a forward target that decides by delivery ID

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // Weak admin tokens are refused at start-up, with the reason: too short

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // A Mailgun token is remembered in PostgreSQL, so that every replica

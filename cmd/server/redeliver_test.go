@@ -10,9 +10,9 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
 
 // TestRunRedeliver runs `hookgate redeliver` against a database with failed

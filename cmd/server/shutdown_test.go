@@ -9,9 +9,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestShutdownFinishesInFlightRequest cancels run while a delivery is blocked
@@ -33,7 +33,7 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	}
 	defer func() { _ = holder.Rollback(context.Background()) }()
 	now := time.Now()
-	if err := store.New(holder).InsertKey(ctx, dedup.Delivery{Key: dedup.Key{Sender: "acme", DeliveryID: id}, EventID: uuid.New(),
+	if err := storetest.InsertKey(ctx, holder, dedup.Delivery{Key: dedup.Key{Sender: "acme", DeliveryID: id}, EventID: uuid.New(),
 		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/signature"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // hookgate sink answers 204 to a forward signed with its secret and prints

@@ -24,7 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/handler"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // Slow bodies against the real binary with its default settings (issue 29,

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // Retry storms against the real binary with its default settings (issue

@@ -22,7 +22,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
 
 // apiGet reads an operator API resource into v.

@@ -10,6 +10,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // benchDeliveries is how many deliveries of one sender BenchmarkConsoleList
@@ -31,7 +32,7 @@ func BenchmarkConsoleList(b *testing.B) {
 	e := newEnv(b, console.Config{AdminToken: token})
 	ctx := b.Context()
 	start := time.Now()
-	if _, err := e.q.InsertGenerated(ctx, store.Generated{Sender: "orders", Prefix: "dlv_", N: benchDeliveries, Newest: start,
+	if _, err := storetest.InsertGenerated(ctx, e.q.DB(), storetest.Generated{Sender: "orders", Prefix: "dlv_", N: benchDeliveries, Newest: start,
 		Step: 7 * 24 * time.Hour / benchDeliveries, ExpiresAt: start.Add(24 * time.Hour), Status: 202, Keys: true}); err != nil {
 		b.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func BenchmarkConsoleList(b *testing.B) {
 	// first count is timed here, once; the overview's timings below come
 	// after it.
 	// (Signing in viewed the overview: its count is forgotten first.)
-	if err := e.q.ForgetHourCounts(ctx, ""); err != nil {
+	if err := storetest.ForgetHourCounts(ctx, e.q.DB(), ""); err != nil {
 		b.Fatal(err)
 	}
 	firstCount := time.Now()

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // startWorking starts e's River client working forwards and a relay of

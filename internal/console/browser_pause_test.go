@@ -12,7 +12,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestConsolePauseInBrowser: a real target answers 503 with Retry-After:

@@ -11,8 +11,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/console"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // Without an admin token every console page says how to enable it.
@@ -285,7 +286,7 @@ func TestConsoleDeliveriesPaginate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, console.Config{AdminToken: token})
 	now := time.Now()
-	if _, err := e.q.InsertGenerated(t.Context(), store.Generated{Sender: "orders", Prefix: "d", Width: 4, N: 120, Newest: now, Step: time.Second,
+	if _, err := storetest.InsertGenerated(t.Context(), e.q.DB(), storetest.Generated{Sender: "orders", Prefix: "d", Width: 4, N: 120, Newest: now, Step: time.Second,
 		ExpiresAt: now.Add(24 * time.Hour), Status: 202, Keys: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +458,7 @@ func TestConsoleFailedNewestFirst(t *testing.T) {
 	for _, id := range []string{"f-old-job", "f-new-job"} { // job IDs in this order
 		e.ingest(id, "application/json", `{}`)
 		ev := e.eventOf(id)
-		if _, err := e.q.DeleteOutboxOfEvent(ctx, "orders", ev); err != nil {
+		if _, err := storetest.DeleteOutboxOfEvent(ctx, e.q.DB(), "orders", ev); err != nil {
 			t.Fatal(err)
 		}
 		jobs, err := e.rc.Redeliver(ctx, sd, ev, id)

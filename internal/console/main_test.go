@@ -25,11 +25,12 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 	"github.com/hookgate/hookgate/internal/traffic"
 )
 
@@ -286,7 +287,7 @@ func (e *env) failForwards(id, errText string) {
 	e.t.Helper()
 	ctx := e.t.Context()
 	ev := e.eventOf(id)
-	if _, err := e.q.DeleteOutboxOfEvent(ctx, "orders", ev); err != nil {
+	if _, err := storetest.DeleteOutboxOfEvent(ctx, e.q.DB(), "orders", ev); err != nil {
 		e.t.Fatal(err)
 	}
 	sd, _ := e.cfg.Sender("orders")

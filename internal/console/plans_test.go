@@ -18,10 +18,11 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // The plans of what /metrics and the console's overview read (issue 43):
@@ -244,7 +245,7 @@ func testOverviewAndMetricsPlans(t *testing.T, faked bool) {
 	e := &env{t: t, url: srv.URL}
 	c := e.client()
 	e.signIn(c) // and views the overview once
-	if err := store.New(pool).ForgetHourCounts(ctx, ""); err != nil {
+	if err := storetest.ForgetHourCounts(ctx, pool, ""); err != nil {
 		t.Fatal(err)
 	}
 	rec.Reset()
@@ -327,12 +328,12 @@ func fillPlanFixtures(t *testing.T, pool *pgxpool.Pool, faked bool) {
 	q := store.New(conn)
 	for _, sender := range senders {
 		// Keys older than a day, and a day's.
-		for _, g := range []store.Generated{
+		for _, g := range []storetest.Generated{
 			{Sender: sender, Prefix: "old", N: historyRows, Newest: time.Now().Add(-26 * time.Hour), Step: 10 * time.Second},
 			{Sender: sender, Prefix: "new", N: 300, Newest: time.Now().Add(-2 * time.Minute), Step: 4 * time.Minute},
 		} {
 			g.ExpiresAt, g.Status, g.Keys = time.Now().Add(7*24*time.Hour), http.StatusAccepted, true
-			if _, err := q.InsertGenerated(ctx, g); err != nil {
+			if _, err := storetest.InsertGenerated(ctx, q.DB(), g); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
 
 // replica returns a second server on e's database with a console of its

@@ -8,7 +8,7 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
 
 // TestConsoleDeliveriesShowForwardStates: each row of the deliveries list

@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // delivery returns a new delivery of (sender, id) with body's fingerprint.

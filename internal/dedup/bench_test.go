@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // BenchmarkRun measures the ingest pipeline as the gateway runs it per

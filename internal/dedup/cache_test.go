@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // TestReplayCache: with the replay cache on, a retry of a delivery this

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // TestCitusBatchOnOneShard (Citus only: make test-citus): batches of one

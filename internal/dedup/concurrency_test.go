@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/patterntest"
+	"github.com/hookgate/hookgate/internal/testing/patterntest"
 )
 
 // racers is how many deliveries of one key each race round runs at once.

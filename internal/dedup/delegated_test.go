@@ -14,7 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // ingestFunction is migration 20's function as hookgate serve configures it

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // A positive in-flight wait under 1ms must not become lock_timeout '0', which

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // holdKey begins a transaction on a connection of its own and claims d's key
@@ -30,7 +30,7 @@ func holdKey(t *testing.T, ctx context.Context, dsn string, d dedup.Delivery) pg
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.New(tx).InsertKey(ctx, d); err != nil {
+	if err := storetest.InsertKey(ctx, tx, d); err != nil {
 		t.Fatalf("hold key: %v", err)
 	}
 	return tx

@@ -14,8 +14,9 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // closedPortURL returns a PostgreSQL URL on a 127.0.0.1 port nothing listens
@@ -107,11 +108,11 @@ func TestIsDuplicateServerErrors(t *testing.T) {
 	)
 	// The rows whose keys the statements below collide with.
 	q, now, id := store.New(pool), time.Now(), uuid.MustParse("00000000-0000-0000-0000-000000000001")
-	if err := q.InsertKey(ctx, dedup.Delivery{Key: dedup.Key{Sender: "s", DeliveryID: "d"}, EventID: id,
+	if err := storetest.InsertKey(ctx, q.DB(), dedup.Delivery{Key: dedup.Key{Sender: "s", DeliveryID: "d"}, EventID: id,
 		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.InsertEvent(ctx, events.Event{ID: id, Sender: "s", DeliveryID: "d", ReceivedAt: now, Headers: http.Header{}}); err != nil {
+	if err := storetest.InsertEvent(ctx, q.DB(), events.Event{ID: id, Sender: "s", DeliveryID: "d", ReceivedAt: now, Headers: http.Header{}}); err != nil {
 		t.Fatal(err)
 	}
 	// The statements themselves are what the test examines: each provokes

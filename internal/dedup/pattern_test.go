@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/patterntest"
+	"github.com/hookgate/hookgate/internal/testing/patterntest"
 )
 
 // patternSubject adapts Store.Run to the pattern's suite (the one that

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // The tests of whom Routes contacts run on plain PostgreSQL: the test

@@ -14,8 +14,9 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -117,7 +118,7 @@ func TestGetUsesIDIndex(t *testing.T) {
 		"on the coordinator and the scans happen on the workers' shards (a lookup by ID alone asks every shard, docs/distributed.md)")
 	pool, _ := pgtest.NewDB(t)
 	ctx := t.Context()
-	if _, err := store.New(pool).InsertGenerated(ctx, store.Generated{Sender: "s", Senders: 10, Prefix: "d", N: 20000, Newest: time.Now(), Events: true}); err != nil {
+	if _, err := storetest.InsertGenerated(ctx, pool, storetest.Generated{Sender: "s", Senders: 10, Prefix: "d", N: 20000, Newest: time.Now(), Events: true}); err != nil {
 		t.Fatal(err)
 	}
 	// ANALYZE: the plan (which index Get reads) is what the test examines.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestOutageBacklogComesBackWithoutRiversScheduler: a target is down while
@@ -47,7 +47,7 @@ func TestOutageBacklogComesBackWithoutRiversScheduler(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Release()
-		if _, err := store.New(conn).InsertGenerated(ctx, store.Generated{Sender: "acme", Prefix: "w", N: waiting,
+		if _, err := storetest.InsertGenerated(ctx, conn, storetest.Generated{Sender: "acme", Prefix: "w", N: waiting,
 			Newest: time.Now(), Step: time.Millisecond, Events: true}); err != nil {
 			t.Fatal(err)
 		}

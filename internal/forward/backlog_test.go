@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // TestBacklogCollectorDuringOutage: a scrape that cannot read the database
@@ -24,8 +24,8 @@ func TestBacklogCollectorDuringOutage(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
 	for i := range 3 {
-		r := store.OutboxRow{Sender: "acme", EventID: uuid.New(), Target: "t", DeliveryID: fmt.Sprintf("d%d", i+1)}
-		if err := store.New(pool).InsertOutbox(t.Context(), r, time.Now()); err != nil {
+		r := storetest.Outbox{Sender: "acme", EventID: uuid.New(), Target: "t", DeliveryID: fmt.Sprintf("d%d", i+1)}
+		if err := storetest.InsertOutbox(t.Context(), pool, r, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestBreakerHoldsForwardsThroughAnOutage: a target that is down (503) for

@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/hookgate/hookgate/internal/brokertest"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/brokertest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // natsTarget is a NATS target of subject on the server at url.

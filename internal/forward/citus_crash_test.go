@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // EnvCitusCrash names the environment variable that runs

@@ -23,9 +23,9 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestForwardRetriesThenDeliversSigned: a target that answers the first two
@@ -743,7 +743,7 @@ func TestForwardOfMissingEventIsCancelledAndOfMissingTargetHeld(t *testing.T) {
 	// Stored events of acme and of a sender no longer configured.
 	stored := map[string]uuid.UUID{}
 	for _, sender := range []string{"acme", "removed"} {
-		if _, err := store.New(e.pool).InsertGenerated(ctx, store.Generated{Sender: sender, Prefix: "held-", N: 1, Newest: time.Now(), Step: time.Second, Events: true}); err != nil {
+		if _, err := storetest.InsertGenerated(ctx, e.pool, storetest.Generated{Sender: sender, Prefix: "held-", N: 1, Newest: time.Now(), Step: time.Second, Events: true}); err != nil {
 			t.Fatal(err)
 		}
 		var id uuid.UUID
@@ -796,7 +796,7 @@ func TestLegacyJobNamingTargetByURL(t *testing.T) {
 	// job queued as the previous version did.
 	ctx := context.Background()
 	d := delivery{eventID: uuid.Must(uuid.NewV7()).String()}
-	if err := store.New(e.pool).InsertEvent(ctx, events.Event{ID: uuid.MustParse(d.eventID), Sender: "acme", DeliveryID: "legacy-1", ReceivedAt: time.Now(),
+	if err := storetest.InsertEvent(ctx, e.pool, events.Event{ID: uuid.MustParse(d.eventID), Sender: "acme", DeliveryID: "legacy-1", ReceivedAt: time.Now(),
 		Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"a":1}`)}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestParseRetryAfter: Retry-After in seconds or as an HTTP date, from

@@ -28,12 +28,12 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestHugeRetryAfterPausesTheTargetForTheMax: a real target answers the

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestPauseIsRecordedForOperators: a target answering 503 with

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestRedeliveryQueuedAfterTheFastPathStaysTheOne: a redelivery queued

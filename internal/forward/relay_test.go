@@ -15,9 +15,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // twoTargets is the forward list of the relay tests: two targets nothing
@@ -224,7 +225,7 @@ func TestRelayTakesRowsWhoseRecordWasLost(t *testing.T) {
 				t.Fatal(err)
 			}
 			type held struct {
-				row store.OutboxRow
+				row storetest.Outbox
 				at  time.Time
 			}
 			hold, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (held, error) {
@@ -244,7 +245,7 @@ func TestRelayTakesRowsWhoseRecordWasLost(t *testing.T) {
 			// those to ta without a job (the coordinator lost it), those to
 			// tb with theirs.
 			for _, h := range hold {
-				if err := store.New(e.pool).InsertOutbox(ctx, h.row, h.at); err != nil {
+				if err := storetest.InsertOutbox(ctx, e.pool, h.row, h.at); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -446,7 +447,7 @@ func TestRelayInsertIsIdempotent(t *testing.T) {
 	requeue := func() {
 		t.Helper()
 		for _, target := range []string{"ta", "tb"} {
-			if err := q.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", EventID: uuid.MustParse(events["twice"]), Target: target, DeliveryID: "twice"}, time.Now()); err != nil {
+			if err := storetest.InsertOutbox(ctx, q.DB(), storetest.Outbox{Sender: "acme", EventID: uuid.MustParse(events["twice"]), Target: target, DeliveryID: "twice"}, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -18,10 +18,10 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/events"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // retryAfterEntries counts the Retry-After values the worker holds for
@@ -60,7 +60,7 @@ func TestRetryAfterIsNotKeptForFinalAttempt(t *testing.T) {
 	}
 	pool, _ := pgtest.NewDB(t)
 	eventID := uuid.Must(uuid.NewV7())
-	if err := store.New(pool).InsertEvent(ctx, events.Event{ID: eventID, Sender: "acme", DeliveryID: "d1", ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
+	if err := storetest.InsertEvent(ctx, pool, events.Event{ID: eventID, Sender: "acme", DeliveryID: "d1", ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
 	m, log := NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -129,7 +129,7 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 	w.gate.g.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	newJob := func(id int64) queue.Job {
 		eventID := uuid.Must(uuid.NewV7())
-		if err := store.New(pool).InsertEvent(ctx, events.Event{ID: eventID, Sender: "acme", DeliveryID: fmt.Sprint("d", id), ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
+		if err := storetest.InsertEvent(ctx, pool, events.Event{ID: eventID, Sender: "acme", DeliveryID: fmt.Sprint("d", id), ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 		return queue.Job{ID: id, Attempt: 1, MaxAttempts: 5, Args: queue.Args{Sender: "acme", EventID: eventID, DeliveryID: fmt.Sprint("d", id), Target: "t1"}}
@@ -257,7 +257,7 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 `)
 		pool, _ := pgtest.NewDB(t)
 		eventID := uuid.Must(uuid.NewV7())
-		if err := store.New(pool).InsertEvent(ctx, events.Event{ID: eventID, Sender: "acme", DeliveryID: "d1", ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
+		if err := storetest.InsertEvent(ctx, pool, events.Event{ID: eventID, Sender: "acme", DeliveryID: "d1", ReceivedAt: time.Now(), Body: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 		m := NewMetrics(prometheus.NewRegistry())

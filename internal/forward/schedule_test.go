@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // scheduleBackoff is a short backoff: a first retry after 50 to 100 ms.

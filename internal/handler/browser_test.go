@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // The API explorer renders in a real browser under its Content-Security-

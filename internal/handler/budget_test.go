@@ -18,7 +18,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/handler"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // onlyReader hides a reader's length, so that the request is sent chunked

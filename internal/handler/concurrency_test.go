@@ -18,9 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // holdKey claims (sender, id) for body in a transaction on its own
@@ -40,7 +40,7 @@ func holdKey(t *testing.T, pool *pgxpool.Pool, sender, id string, body []byte) (
 	resp := []byte(`{"held":"` + eventID.String() + `"}` + "\n")
 	sum := sha256.Sum256(body)
 	now := time.Now()
-	err = store.New(tx).InsertKey(ctx, dedup.Delivery{Key: dedup.Key{Sender: sender, DeliveryID: id}, RequestSHA256: sum, EventID: eventID,
+	err = storetest.InsertKey(ctx, tx, dedup.Delivery{Key: dedup.Key{Sender: sender, DeliveryID: id}, RequestSHA256: sum, EventID: eventID,
 		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: resp}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
 	if err != nil {
 		t.Fatalf("hold key: %v", err)

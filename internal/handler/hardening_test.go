@@ -17,8 +17,8 @@ import (
 
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // The request ID in the log is hookgate's own, never the client's

@@ -23,9 +23,9 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/sigtoken"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 func TestMain(m *testing.M) {

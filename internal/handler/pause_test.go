@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
 
 // pausesYAML: sender fwd forwards to targets a and b.

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestConcurrentRedeliveriesQueueOneForwardPerTarget: 50 concurrent

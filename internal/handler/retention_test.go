@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // Until its key expires a retry is replayed; after, the same delivery ID is

@@ -11,8 +11,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
 
 // TestForwardStatesPendingAndRetrying: a waiting forward is retrying after

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/hookgate/hookgate/api"
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 func TestHealthz(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestBodyBudgetOldestGetsRoom: bodies half read that fill a client's

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // notSignature are the headers the test signers set that carry no

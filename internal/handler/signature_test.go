@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/signature"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // Signature verification through real HTTP, one sender per preset. The

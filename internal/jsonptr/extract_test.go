@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/jsonptr"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // decodeString is the former Pointer.String: the whole body decoded into

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // A forward the fast path delivered at its first attempt is a row of
@@ -57,7 +57,7 @@ func testDeliveredFirstAttemptsReadLikeJobs(t *testing.T, s *fixture, _ *pgxpool
 		t.Fatal(err)
 	}
 	for i, e := range []uuid.UUID{e1, e2, e3} {
-		if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: []string{"d1", "d2", "d3"}[i]}, at); err != nil {
+		if err := storetest.InsertOutbox(ctx, s.DB(), storetest.Outbox{Sender: "acme", Target: "t", EventID: e, DeliveryID: []string{"d1", "d2", "d3"}[i]}, at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,7 +236,7 @@ func TestBulkRunningReadsTheOutboxApart(t *testing.T) {
 	// eC: the same, its attempt started after the request.
 	eA, eB, eC := uuid.New(), uuid.New(), uuid.New()
 	for i, e := range []uuid.UUID{eA, eB, eC} {
-		if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: "d"}, at.Add(time.Duration(i-3)*time.Second)); err != nil {
+		if err := storetest.InsertOutbox(ctx, s.DB(), storetest.Outbox{Sender: "acme", Target: "t", EventID: e, DeliveryID: "d"}, at.Add(time.Duration(i-3)*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -255,7 +255,7 @@ RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
 	// River to find whether they must wait; eD's forward is still in the
 	// outbox (not leased), eE's has left it.
 	eD, eE := uuid.New(), uuid.New()
-	if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d"}, at.Add(-time.Minute)); err != nil {
+	if err := storetest.InsertOutbox(ctx, s.DB(), storetest.Outbox{Sender: "acme", Target: "t", EventID: eD, DeliveryID: "d"}, at.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	queued, err := s.jobs.InsertForwardJobs(ctx, "q", queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: at.Add(-time.Second)},
@@ -295,7 +295,7 @@ RETURNING id`, eB.String(), eC.String(), at).Scan(&dB)
 		}
 	}
 	matched(queued[1])
-	if _, err := s.DeleteOutboxOfEvent(ctx, "acme", eD); err != nil {
+	if _, err := storetest.DeleteOutboxOfEvent(ctx, s.DB(), "acme", eD); err != nil {
 		t.Fatal(err)
 	}
 	matched(queued...)
@@ -332,7 +332,7 @@ func testRecordFirstAttemptsOneTransactionPerSender(t *testing.T, s *fixture, po
 	var batch []FirstAttempt
 	for _, sender := range []string{"acme", "bravo", "acme", "carol", "bravo"} {
 		e := uuid.New()
-		if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: sender, Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
+		if err := storetest.InsertOutbox(ctx, s.DB(), storetest.Outbox{Sender: sender, Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
 			t.Fatal(err)
 		}
 		batch = append(batch, FirstAttempt{Sender: sender, EventID: e, Target: "t", State: StateDelivered, MaxAttempts: 5,
@@ -396,7 +396,7 @@ func TestSplitRecordingLeavesOthersMarks(t *testing.T) {
 	at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
 	e1, e2, e3 := uuid.New(), uuid.New(), uuid.New()
 	for _, e := range []uuid.UUID{e1, e2, e3} {
-		if err := f.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
+		if err := storetest.InsertOutbox(ctx, f.DB(), storetest.Outbox{Sender: "acme", Target: "t", EventID: e, DeliveryID: e.String()}, at); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -100,7 +100,6 @@
 // on its table in a working process's steady state by
 // TestRiverPlansWhenStatisticsLie (riverplans_test.go).
 //
-// The fixtures that put River's jobs in a given state for tests are in
-// package queuetest, which only tests import (a depguard rule in
-// .golangci.yaml).
+// Tests put River's jobs in a given state with package queuetest, under
+// internal/testing, which only tests may import.
 package queue

@@ -10,8 +10,8 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
 	"github.com/hookgate/hookgate/migrations"
 )
 

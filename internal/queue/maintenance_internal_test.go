@@ -8,9 +8,9 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestMaintenanceJobKeepsItsRows: the maintenance job is the job package

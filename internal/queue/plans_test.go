@@ -21,9 +21,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // planRows is how many rows the tests put in each queue table.
@@ -87,7 +88,7 @@ FROM generate_series(1, $1) g,
 	exec(`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
 SELECT 'acme', `+v7SQL+`::text, 't', 'd' || g, now(), now(), now() - CASE WHEN g <= $1 / 2 THEN interval '30 days' ELSE interval '1 minute' END, 200, 5
 FROM generate_series(1, $1) g`, planRows)
-	if _, err := both(conn).InsertGenerated(ctx, store.Generated{Sender: "acme", Prefix: "d", N: planRows, Newest: time.Now(), Events: true}); err != nil {
+	if _, err := storetest.InsertGenerated(ctx, conn, storetest.Generated{Sender: "acme", Prefix: "d", N: planRows, Newest: time.Now(), Events: true}); err != nil {
 		t.Fatal(err)
 	}
 	if !grown {

@@ -17,9 +17,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // statesYAML has a sender with three targets (one with a secret path) and
@@ -226,12 +227,12 @@ func TestList(t *testing.T) {
 	// Outbox rows: two of the event's, and others of another event and of
 	// another sender's event with the same ID.
 	queued := time.Date(2026, 11, 29, 19, 30, 0, 0, time.UTC)
-	for _, r := range []store.OutboxRow{
+	for _, r := range []storetest.Outbox{
 		{Sender: "orders", EventID: id, Target: "t3"}, {Sender: "orders", EventID: id, Target: "t1"},
 		{Sender: "orders", EventID: other, Target: "t2"}, {Sender: "quiet", EventID: id, Target: "t2"},
 	} {
 		r.DeliveryID = "d-1"
-		if err := q.InsertOutbox(ctx, r, queued); err != nil {
+		if err := storetest.InsertOutbox(ctx, q.DB(), r, queued); err != nil {
 			t.Fatal(err)
 		}
 	}

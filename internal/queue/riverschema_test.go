@@ -8,7 +8,7 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // riverJobColumns are the columns of River's river_job that hookgate's own

@@ -7,8 +7,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
-	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // TestForwardSummaries: a page of events' forward states, each target
@@ -38,7 +38,7 @@ func TestForwardSummaries(t *testing.T) {
 	insert(queuetest.JobFixture{State: rivertype.JobStateDiscarded, Errors: []string{"x"}}, "other", "t1", e1)
 	insert(queuetest.JobFixture{State: rivertype.JobStateDiscarded, Errors: []string{"x"}}, "acme", "gone", e1)
 	// e2: delivered by the fast path to t1; a new job (pending) to t2.
-	if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: "t1", EventID: e2, DeliveryID: "d2"}, at); err != nil {
+	if err := storetest.InsertOutbox(ctx, s.DB(), storetest.Outbox{Sender: "acme", Target: "t1", EventID: e2, DeliveryID: "d2"}, at); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordFirstAttempts(ctx, "q", []FirstAttempt{{Sender: "acme", EventID: e2, Target: "t1", State: StateDelivered, MaxAttempts: 5,
@@ -48,7 +48,7 @@ func TestForwardSummaries(t *testing.T) {
 	insert(queuetest.JobFixture{}, "acme", "t2", e2)
 	// e3: still in the outbox for t1 and t2 (not relayed), t3 running.
 	for _, tg := range []string{"t1", "t2"} {
-		if err := s.InsertOutbox(ctx, store.OutboxRow{Sender: "acme", Target: tg, EventID: e3, DeliveryID: "d3"}, at); err != nil {
+		if err := storetest.InsertOutbox(ctx, s.DB(), storetest.Outbox{Sender: "acme", Target: tg, EventID: e3, DeliveryID: "d3"}, at); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
 
 // WakeHeldForwards makes a resumed target's waiting forwards available in

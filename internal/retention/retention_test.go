@@ -14,12 +14,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/queue"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -37,7 +38,7 @@ func parse(t *testing.T, yaml string) *config.Config {
 // at received.
 func seed(t *testing.T, pool *pgxpool.Pool, sender, prefix string, n int, expires, received time.Time) {
 	t.Helper()
-	if _, err := store.New(pool).InsertGenerated(t.Context(), store.Generated{Sender: sender, Prefix: prefix, N: n, Newest: received,
+	if _, err := storetest.InsertGenerated(t.Context(), pool, storetest.Generated{Sender: sender, Prefix: prefix, N: n, Newest: received,
 		ExpiresAt: expires, Status: 202, Keys: true, Events: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -205,8 +206,8 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	q := store.New(pool)
 	var batch []queue.FirstAttempt
 	for i, at := range []time.Time{now.Add(-72 * time.Hour), now.Add(-49 * time.Hour), now.Add(-47 * time.Hour), now.Add(-time.Minute)} {
-		r := store.OutboxRow{Sender: "a", Target: "t", EventID: uuid.New(), DeliveryID: fmt.Sprint("d-", i)}
-		if err := q.InsertOutbox(t.Context(), r, at); err != nil {
+		r := storetest.Outbox{Sender: "a", Target: "t", EventID: uuid.New(), DeliveryID: fmt.Sprint("d-", i)}
+		if err := storetest.InsertOutbox(t.Context(), q.DB(), r, at); err != nil {
 			t.Fatal(err)
 		}
 		batch = append(batch, queue.FirstAttempt{Sender: "a", EventID: r.EventID, Target: "t", State: queue.StateDelivered,

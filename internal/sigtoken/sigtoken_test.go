@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
 	"github.com/hookgate/hookgate/internal/sigtoken"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }

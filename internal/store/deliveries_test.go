@@ -20,8 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/queue/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/queuetest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // fixture is a fresh database: its pool, the ingest pipeline that stores
@@ -254,7 +255,7 @@ func TestListUsesIndex(t *testing.T) {
 	s, pool := store(t)
 	ctx := t.Context()
 	now := time.Now()
-	if _, err := s.InsertGenerated(ctx, Generated{Sender: "s", Senders: 20, Prefix: "d", N: 20000, Newest: now, Step: time.Second,
+	if _, err := storetest.InsertGenerated(ctx, s.DB(), storetest.Generated{Sender: "s", Senders: 20, Prefix: "d", N: 20000, Newest: now, Step: time.Second,
 		ExpiresAt: now.Add(24 * time.Hour), Status: 202, Keys: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func planModes() []string {
 func acceptTyped(t *testing.T, s *fixture, pool *pgxpool.Pool, sender, id, eventType string, at time.Time) dedup.Delivery {
 	t.Helper()
 	d := accept(t, s, sender, id, at)
-	if err := s.InsertEvent(t.Context(), events.Event{ID: d.EventID, Sender: sender, DeliveryID: id, ReceivedAt: d.ReceivedAt,
+	if err := storetest.InsertEvent(t.Context(), s.DB(), events.Event{ID: d.EventID, Sender: sender, DeliveryID: id, ReceivedAt: d.ReceivedAt,
 		Headers: http.Header{}, Body: []byte{}, EventType: eventType}); err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +412,7 @@ func TestListByEventType(t *testing.T) {
 	var kept []typed
 	for i, x := range all {
 		if i%3 == 1 {
-			if ok, err := s.DeleteKey(t.Context(), x.d.Key); err != nil || !ok {
+			if ok, err := storetest.DeleteKey(t.Context(), s.DB(), x.d.Key); err != nil || !ok {
 				t.Fatalf("delete key %v: %v, %v", x.d.Key, ok, err)
 			}
 			continue
@@ -449,7 +450,7 @@ func TestListByEventTypeUsesIndex(t *testing.T) {
 	s, pool := store(t)
 	ctx := t.Context()
 	now := time.Now()
-	if _, err := s.InsertGenerated(ctx, Generated{Sender: "s", Senders: 5, Prefix: "d", N: 20000, Newest: now, Step: time.Second,
+	if _, err := storetest.InsertGenerated(ctx, s.DB(), storetest.Generated{Sender: "s", Senders: 5, Prefix: "d", N: 20000, Newest: now, Step: time.Second,
 		ExpiresAt: now.Add(24 * time.Hour), Status: 202, Keys: true, Events: true, EventTypes: 16}); err != nil {
 		t.Fatal(err)
 	}

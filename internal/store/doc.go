@@ -26,11 +26,8 @@
 //     (the outbox here, River's table in package queue) run under
 //
 // Every query runs on a DB, which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
-// satisfy, through Queries. Every list pages with one Cursor format. The
-// fixture builders (fixtures.go for deliveries and events, many at once
-// with InsertGenerated; InsertEvent, InsertOutbox, DeleteOutboxOfEvent)
-// put rows in a given state for tests and tools, so that they write no SQL
-// of their own on these tables. River's forward jobs are put in a state,
-// and read back, by package queuetest, which only tests may import (a
-// depguard rule in .golangci.yaml).
+// satisfy, through Queries. Every list pages with one Cursor format. Tests
+// put rows in a given state with package storetest and River's jobs with
+// package queuetest. Both live under internal/testing, which only tests
+// may import.
 package store

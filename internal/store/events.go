@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -107,26 +106,6 @@ func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID
 		return nil, fmt.Errorf("event types of %s: %w", sender, err)
 	}
 	return types, nil
-}
-
-// InsertEvent stores e outside the ingest pipeline (tests and tools: ingest
-// stores an event with events.QueueInsert, in its delivery's transaction),
-// its headers as events.StoredHeaders keeps them, a nil body as an empty
-// one.
-func (q *Queries) InsertEvent(ctx context.Context, e events.Event) error {
-	headers, err := json.Marshal(events.StoredHeaders(e.Headers))
-	if err != nil {
-		return fmt.Errorf("insert event %s: encode headers: %w", e.ID, err)
-	}
-	body := e.Body
-	if body == nil {
-		body = []byte{}
-	}
-	if _, err := q.db.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`, e.Sender, e.ID, e.DeliveryID, e.ReceivedAt, headers, body, e.EventType); err != nil {
-		return fmt.Errorf("insert event %s: %w", e.ID, err)
-	}
-	return nil
 }
 
 // deleteEventsBeforeSQL names rows by key within one sender (a distributed

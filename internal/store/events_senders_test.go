@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
 // TestEventSendersProbesTheIndex: EventSenders finds every sender that has
@@ -23,7 +24,7 @@ func TestEventSendersProbesTheIndex(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("EventSenders of an empty table = %v, %v; want none", got, err)
 	}
-	if _, err := s.InsertGenerated(ctx, Generated{Sender: "s", Senders: 20, Prefix: "d", N: 20000, Newest: time.Now(), Events: true}); err != nil {
+	if _, err := storetest.InsertGenerated(ctx, s.DB(), storetest.Generated{Sender: "s", Senders: 20, Prefix: "d", N: 20000, Newest: time.Now(), Events: true}); err != nil {
 		t.Fatal(err)
 	}
 	// ANALYZE: the plan is what the test examines.

@@ -247,17 +247,6 @@ func (q *Queries) OutboxSenders(ctx context.Context, except []string) ([]string,
 	return senders, nil
 }
 
-// InsertOutbox stores a forward of sender's event to target outside the
-// ingest pipeline, as received at at (tests and tools; ingest queues its
-// rows with forward.QueueOutbox).
-func (q *Queries) InsertOutbox(ctx context.Context, r OutboxRow, at time.Time) error {
-	if _, err := q.db.Exec(ctx, `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		r.Sender, r.EventID, r.Target, r.DeliveryID, at); err != nil {
-		return fmt.Errorf("insert outbox row of event %s: %w", r.EventID, err)
-	}
-	return nil
-}
-
 // ReleaseOutboxSQL clears the lease of outbox rows of sender $1 whose keys
 // are the pairs of $2 and $3 (a fast path gave them up): the relay takes
 // them at once. A probe of the key per pair, the rows updated by ctid
@@ -265,14 +254,3 @@ func (q *Queries) InsertOutbox(ctx context.Context, r OutboxRow, at time.Time) e
 // gone, and nothing is updated for it.
 const ReleaseOutboxSQL = `UPDATE forward_outbox SET leased_until = NULL
 WHERE sender = $1 AND ctid = ANY(` + OutboxRowsByKey + `)`
-
-// DeleteOutboxOfEvent deletes the outbox rows of sender's event (a fixture:
-// tests put its forwards in a state of their own instead), and returns how
-// many it deleted.
-func (q *Queries) DeleteOutboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) (int64, error) {
-	tag, err := q.db.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1 AND event_id = $2`, sender, eventID)
-	if err != nil {
-		return 0, fmt.Errorf("delete outbox rows of event %s: %w", eventID, err)
-	}
-	return tag.RowsAffected(), nil
-}

@@ -14,8 +14,8 @@ import (
 )
 
 const (
-	composeFile   = "../../deploy/compose.yaml"
-	containerfile = "../../Containerfile"
+	composeFile   = "../../../deploy/compose.yaml"
+	containerfile = "../../../Containerfile"
 )
 
 // loadCompose loads deploy/compose.yaml as docker compose does (`docker
@@ -76,7 +76,7 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("postgres has no healthcheck: migrate waits for service_healthy")
 	}
 
-	example, err := filepath.Abs("../../hookgate.example.yaml")
+	example, err := filepath.Abs("../../../hookgate.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/hookgate/hookgate/internal/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // TestMain checks that no goroutine outlives the tests, and lets pgtest

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestMakeRunListensOnLoopback runs make run's script (.ci/run-local.sh,

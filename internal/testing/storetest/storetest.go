@@ -1,38 +1,53 @@
-package store
+// Package storetest writes rows of hookgate's tables outside the ingest
+// pipeline, for tests: a key held in an open transaction, a key deleted by
+// hand, an event, an outbox row, and many generated deliveries at once.
+// Ingest stays the one way a delivery is accepted. These functions only put
+// the tables in the state a test needs, so that their columns are named
+// here and nowhere in the tests.
+package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
 )
 
-// Fixtures: rows of deliveries (processed_messages) and their events
-// (webhook_events) written outside the ingest pipeline, for tests and
-// tools: a key held in an open transaction, a key deleted by hand, and many
-// generated deliveries at once for the plan tests and the benchmarks. The
-// ingest pipeline (dedup.Store.Run) stays the way a delivery is accepted;
-// these only put the tables in a state a test needs, so that their columns
-// are named here and nowhere in the tests. The forward jobs' fixtures are
-// in package storetest (SetForwardJob, InsertForwardJobs), for tests only,
-// the outbox's in outbox.go (InsertOutbox), an event's in events.go
-// (InsertEvent).
+// DB is what the fixtures write on: a pool, a connection or a transaction.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Outbox is a forward of Sender's event EventID to Target, waiting in the
+// outbox.
+type Outbox struct {
+	Sender     string
+	Target     string
+	EventID    uuid.UUID
+	DeliveryID string
+}
 
 // InsertKey stores d's key, as the ingest pipeline's claim stores it with
 // its response: received (created_at) at d.ReceivedAt. On a pgx.Tx left
 // open it holds the key, as a concurrent delivery still being processed
 // does.
-func (q *Queries) InsertKey(ctx context.Context, d dedup.Delivery) error {
+func InsertKey(ctx context.Context, db DB, d dedup.Delivery) error {
 	body := d.Response.Body
 	if body == nil {
 		body = []byte{}
 	}
-	_, err := q.db.Exec(ctx, `INSERT INTO processed_messages
+	_, err := db.Exec(ctx, `INSERT INTO processed_messages
   (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		d.Sender, d.DeliveryID, d.RequestSHA256[:], d.EventID, d.Response.Status, d.Response.ContentType, body, d.ReceivedAt, d.ExpiresAt)
@@ -44,8 +59,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 
 // DeleteKey deletes k's key (as if it had expired and retention had
 // deleted it), and reports whether there was one. Its event, if any, stays.
-func (q *Queries) DeleteKey(ctx context.Context, k dedup.Key) (bool, error) {
-	tag, err := q.db.Exec(ctx, `DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.DeliveryID)
+func DeleteKey(ctx context.Context, db DB, k dedup.Key) (bool, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.DeliveryID)
 	if err != nil {
 		return false, fmt.Errorf("delete key %s/%s: %w", k.Sender, k.DeliveryID, err)
 	}
@@ -55,8 +70,8 @@ func (q *Queries) DeleteKey(ctx context.Context, k dedup.Key) (bool, error) {
 // ForgetHourCounts forgets the counts of closed hours CountDeliveries kept
 // for sender (every sender's when sender is ""): the next count counts
 // them again.
-func (q *Queries) ForgetHourCounts(ctx context.Context, sender string) error {
-	if _, err := q.db.Exec(ctx, `DELETE FROM delivery_hour_counts WHERE $1 = '' OR sender = $1`, sender); err != nil {
+func ForgetHourCounts(ctx context.Context, db DB, sender string) error {
+	if _, err := db.Exec(ctx, `DELETE FROM delivery_hour_counts WHERE $1 = '' OR sender = $1`, sender); err != nil {
 		return fmt.Errorf("forget the kept hour counts: %w", err)
 	}
 	return nil
@@ -107,19 +122,19 @@ const generatedSQL = `SELECT sender, delivery_id, sha, md5(sender || '/' || deli
 // per sender (insertGeneratedBySender), each committed on the sender's
 // worker alone: an INSERT … SELECT from generate_series into a distributed
 // table commits in two phases, which the Citus tests refuse.
-func (q *Queries) InsertGenerated(ctx context.Context, g Generated) (int64, error) {
+func InsertGenerated(ctx context.Context, db DB, g Generated) (int64, error) {
 	if !g.Keys && !g.Events {
 		return 0, fmt.Errorf("insert generated deliveries: neither keys nor events chosen")
 	}
 	args := []any{g.Sender, g.Senders, g.Prefix, g.Width, g.N, g.Newest, g.Step, g.EventTypes}
 	var distributed bool
-	if err := q.db.QueryRow(ctx, `SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL`).Scan(&distributed); err != nil {
+	if err := db.QueryRow(ctx, `SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL`).Scan(&distributed); err != nil {
 		return 0, fmt.Errorf("insert generated deliveries: %w", err)
 	}
 	if distributed {
-		return q.insertGeneratedBySender(ctx, g, args)
+		return insertGeneratedBySender(ctx, db, g, args)
 	}
-	tx, err := q.db.Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("insert generated deliveries: %w", err)
 	}
@@ -156,7 +171,7 @@ FROM (`+generatedSQL+`) g`, args...)
 // INSERT to the sender's shard and commits one sender's rows (of colocated
 // tables) on its worker alone. COPY, like INSERT … SELECT, commits in two
 // phases on Citus even into one shard.
-func (q *Queries) insertGeneratedBySender(ctx context.Context, g Generated, args []any) (int64, error) {
+func insertGeneratedBySender(ctx context.Context, db DB, g Generated, args []any) (int64, error) {
 	type row struct {
 		sender, id, eventType string
 		sha                   []byte
@@ -165,7 +180,7 @@ func (q *Queries) insertGeneratedBySender(ctx context.Context, g Generated, args
 	}
 	bySender := map[string][]row{}
 	var order []string
-	rows, err := q.db.Query(ctx, generatedSQL, args...)
+	rows, err := db.Query(ctx, generatedSQL, args...)
 	if err != nil {
 		return 0, fmt.Errorf("insert generated deliveries: %w", err)
 	}
@@ -207,7 +222,7 @@ func (q *Queries) insertGeneratedBySender(ctx context.Context, g Generated, args
 	var n int64
 	for _, sender := range order {
 		rs := bySender[sender]
-		err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			for lo := 0; lo < len(rs); lo += chunk {
 				part := rs[lo:min(lo+chunk, len(rs))]
 				if g.Keys {
@@ -240,4 +255,46 @@ func (q *Queries) insertGeneratedBySender(ctx context.Context, g Generated, args
 		n += int64(len(rs))
 	}
 	return n, nil
+}
+
+// InsertEvent stores e outside the ingest pipeline (tests and tools: ingest
+// stores an event with events.QueueInsert, in its delivery's transaction),
+// its headers as events.StoredHeaders keeps them, a nil body as an empty
+// one.
+func InsertEvent(ctx context.Context, db DB, e events.Event) error {
+	headers, err := json.Marshal(events.StoredHeaders(e.Headers))
+	if err != nil {
+		return fmt.Errorf("insert event %s: encode headers: %w", e.ID, err)
+	}
+	body := e.Body
+	if body == nil {
+		body = []byte{}
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`, e.Sender, e.ID, e.DeliveryID, e.ReceivedAt, headers, body, e.EventType); err != nil {
+		return fmt.Errorf("insert event %s: %w", e.ID, err)
+	}
+	return nil
+}
+
+// InsertOutbox stores a forward of sender's event to target outside the
+// ingest pipeline, as received at at (tests and tools; ingest queues its
+// rows with forward.QueueOutbox).
+func InsertOutbox(ctx context.Context, db DB, r Outbox, at time.Time) error {
+	if _, err := db.Exec(ctx, `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		r.Sender, r.EventID, r.Target, r.DeliveryID, at); err != nil {
+		return fmt.Errorf("insert outbox row of event %s: %w", r.EventID, err)
+	}
+	return nil
+}
+
+// DeleteOutboxOfEvent deletes the outbox rows of sender's event (a fixture:
+// tests put its forwards in a state of their own instead), and returns how
+// many it deleted.
+func DeleteOutboxOfEvent(ctx context.Context, db DB, sender string, eventID uuid.UUID) (int64, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1 AND event_id = $2`, sender, eventID)
+	if err != nil {
+		return 0, fmt.Errorf("delete outbox rows of event %s: %w", eventID, err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -11,10 +11,10 @@ import (
 	"unicode"
 )
 
-// repoRoot is the module's root: two directories above this package.
+// repoRoot is the module's root: three directories above this package.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,9 @@ import (
 const envHelm = "HOOKGATE_HELM"
 
 const (
-	chartDir   = "../../deploy/helm/hookgate"
-	alertsFile = "../../deploy/prometheus/alerts.yaml"
-	docsFile   = "../../docs/deployment.md"
+	chartDir   = "../../../deploy/helm/hookgate"
+	alertsFile = "../../../deploy/prometheus/alerts.yaml"
+	docsFile   = "../../../docs/deployment.md"
 )
 
 // helm runs Helm with args and returns its standard output and error.

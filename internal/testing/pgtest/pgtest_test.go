@@ -12,9 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/dedup"
-	"github.com/hookgate/hookgate/internal/pgtest"
-	"github.com/hookgate/hookgate/internal/store"
-	"github.com/hookgate/hookgate/internal/testkit"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -52,7 +52,7 @@ func TestNewDBIsMigratedAndIsolated(t *testing.T) {
 	}
 
 	now := time.Now()
-	err := store.New(poolA).InsertKey(ctx, dedup.Delivery{Key: dedup.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
+	err := storetest.InsertKey(ctx, poolA, dedup.Delivery{Key: dedup.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
 		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestNewDBDropsDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		err := store.New(pool).InsertKey(t.Context(), dedup.Delivery{Key: dedup.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
+		err := storetest.InsertKey(t.Context(), pool, dedup.Delivery{Key: dedup.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
 			Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
 		if err != nil {
 			t.Fatal(err)
