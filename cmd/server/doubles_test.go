@@ -18,7 +18,7 @@ import (
 )
 
 // TestDoublesAfterSIGKILL measures the forwards a SIGKILL makes the target
-// receive twice (docs/forwarding.md, "Forwards sent twice after a
+// receive twice (docs/forwarding-crashes.md, "Forwards sent twice after a
 // SIGKILL"): under a steady load, a process that forwards is killed, and
 // every forward its target had answered 2xx before the kill whose outcome
 // the process had not yet written is sent again by another process. The

@@ -169,7 +169,7 @@ FROM generate_series(1, 200) g`, planQueue); err != nil {
 	}
 	// (Its plan on the lying statistics is not run here: it is the
 	// quadratic one, 1.3 s for these 200 jobs alone and past the explain's
-	// 20 s timeout on a loaded machine; docs/forwarding.md has the figures.)
+	// 20 s timeout on a loaded machine; docs/forwarding-queue.md has the figures.)
 	if ok, err := NewJobs(pool).AnalyzeJobsOnce(ctx); err != nil || !ok {
 		t.Fatalf("AnalyzeJobsOnce = %v, %v", ok, err)
 	}
