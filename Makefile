@@ -40,7 +40,7 @@ GORELEASER_VERSION ?= v2.17.0
 GORELEASER ?= go run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
 CHART = deploy/helm/hookgate
 
-.PHONY: help citus-crash image test-image check-chart check-compose check-release check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
+.PHONY: help recovery citus-crash image test-image check-chart check-compose check-release check-docs check-providers check-walkthrough redeliver run test test-fast test-citus bench bench-citus bench-console screenshots generate check-generated build lint check-alerts db-stop clean-data
 
 ## help: list the targets, each with its one-line description
 help:
@@ -84,6 +84,11 @@ test-citus:
 ## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
 bench:
 	@.ci/bench.sh $(BENCHFLAGS)
+
+## recovery: kill the gateway and PostgreSQL mid-load and print how long forwarding took to recover
+##   The crash tests of cmd/server assert every event arrives, none twice; the times are figures, not bounds.
+recovery:
+	@.ci/recovery.sh
 
 ## bench-citus: first deliveries/s on a running Citus cluster against a throwaway PostgreSQL
 ##   It alternates ROUNDS runs of each (default 3) and prints each run, the means and the ratio:
