@@ -51,6 +51,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	defer db.close()
+	jobs := queue.NewJobs(db.pool)
 	if err := migrate(ctx, db, log); err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	reg := newRegistry(db, senders)
-	fwd, err := newForwarding(db, senders, s, reg, log)
+	fwd, err := newForwarding(db, jobs, senders, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	rl := newReloader(s, senders, fwd.fixed, reg, log)
 	rl.applied = append(rl.applied, fwd.applyConfig)
-	api, err := newAPI(db, senders, deliveries, fwd, rl, s, reg, log)
+	api, err := newAPI(db, jobs, senders, deliveries, fwd, rl, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -284,12 +285,12 @@ func (f *forwarding) closeFast(ctx context.Context) error {
 	return f.fast.Close(ctx)
 }
 
-func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
+func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
 	work := s.role == roleAll || s.role == roleWorker
 	m := forward.NewMetrics(reg)
 	m.Init(cfg.Current()) // every target's series from the start
 	m.CountTraffic(db.traffic)
-	cc, err := forwardClientConfig(db, cfg, s, log)
+	cc, err := forwardClientConfig(db, jobs, cfg, s, log)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +373,7 @@ func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.M
 // cfg (the retention of finished jobs; the rescue horizon, when
 // --forward-rescue-after is unset), its dependencies but the worker, and
 // the retention job as its maintenance.
-func forwardClientConfig(db *database, cfg config.Source, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
+func forwardClientConfig(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
 	cc, computed := s.client, queue.DefaultClientConfig(cfg.Current())
 	cc.Retention = computed.Retention
 	if cc.RescueAfter == 0 { // unset: the horizon computed from the targets
@@ -381,7 +382,7 @@ func forwardClientConfig(db *database, cfg config.Source, s *settings, log *slog
 	cc.Pool, cc.Senders, cc.Log = db.pool, cfg, log
 	cc.Distributed = db.citus.Distributed
 	rc := s.retention
-	rc.DB, rc.Senders, rc.Log = db.pool, cfg, log
+	rc.DB, rc.Forwards, rc.Senders, rc.Log = db.pool, jobs, cfg, log
 	rw, err := retention.NewWorker(rc)
 	if err != nil {
 		return cc, err
@@ -484,12 +485,12 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 
 // newAPI returns the HTTP server of ingest, the operator API, the console
 // and the service endpoints.
-func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *forwarding, rl *reloader, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
+func newAPI(db *database, jobs *queue.Jobs, senders *sender.Live, deliveries *dedup.Store, fwd *forwarding, rl *reloader, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.console.TrustedProxies...)
 	redeliverer := fwd.queue
 	cc := s.console
-	cc.Senders, cc.Queries, cc.Log = senders, db.queries, log
+	cc.Senders, cc.Queries, cc.Forwards, cc.Log = senders, db.queries, jobs, log
 	cc.Limiter, cc.Redeliverer, cc.Pauses = limiter, redeliverer, fwd.pauses
 	cons, err := console.New(cc)
 	if err != nil {

@@ -49,9 +49,11 @@ type Config struct {
 	// shows: a *config.Config, or the process's sender.Live, which each
 	// page reads when it is asked for (a reload shows on the next page).
 	Senders config.Source
-	// Queries reads deliveries, events and forwards (the JSON API's
+	// Queries reads deliveries and events (the JSON API's
 	// queries: share the process's).
 	Queries *store.Queries
+	// Forwards reads the forwards' jobs: the process's [queue.Jobs].
+	Forwards Forwards
 	// Log is where the console logs what fails.
 	Log *slog.Logger
 
@@ -78,6 +80,14 @@ type Config struct {
 	// (forward.Pauses, which reads the pauses anyway about every second);
 	// nil: it learns at its next read.
 	Pauses Poker
+}
+
+// Forwards reads the forwards the pages show. [queue.Jobs] implements it.
+type Forwards interface {
+	CountForwards(ctx context.Context, sender string, delivered bool) (map[string]queue.Counts, error)
+	ForwardSummaries(ctx context.Context, sender string, targets []string, events []uuid.UUID) (map[uuid.UUID]queue.Summary, error)
+	EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]queue.Forward, error)
+	ListTargetForwards(ctx context.Context, f queue.Filter, limit int, after *store.Cursor) (queue.ForwardPage, error)
 }
 
 // Poker is told that the operators' pauses changed (forward.Pauses.Poke):
@@ -111,6 +121,9 @@ func (c Config) validate() error {
 	if c.Queries == nil {
 		errs = append(errs, errors.New("console config: Queries: nil: the queries the pages read with are required"))
 	}
+	if c.Forwards == nil {
+		errs = append(errs, errors.New("console config: Forwards: nil: the forwards' reads are required"))
+	}
 	if c.Log == nil {
 		errs = append(errs, errors.New("console config: Log: nil: a logger is required"))
 	}
@@ -119,15 +132,15 @@ func (c Config) validate() error {
 
 // Console serves the console's pages. Mount it at /console.
 type Console struct {
-	senders config.Source
-	q       *store.Queries
-	jobs    *queue.Jobs
-	log     *slog.Logger
-	opts    Config
-	key     []byte // session signing key, nil without an admin token
-	digest  [32]byte
-	pages   map[string]*template.Template
-	handler http.Handler
+	senders  config.Source
+	q        *store.Queries
+	forwards Forwards
+	log      *slog.Logger
+	opts     Config
+	key      []byte // session signing key, nil without an admin token
+	digest   [32]byte
+	pages    map[string]*template.Template
+	handler  http.Handler
 }
 
 //go:embed templates/*.html
@@ -150,7 +163,7 @@ func New(opts Config) (*Console, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Console{senders: opts.Senders, q: opts.Queries, jobs: queue.NewJobs(opts.Queries.DB()), log: opts.Log, opts: opts, pages: parsePages()}
+	c := &Console{senders: opts.Senders, q: opts.Queries, forwards: opts.Forwards, log: opts.Log, opts: opts, pages: parsePages()}
 	if opts.AdminToken != "" {
 		c.key, c.digest = sessionKey(opts.AdminToken)
 	}

@@ -41,7 +41,7 @@ func (c *Console) forwardSummaries(r *http.Request, sd *config.Sender, v *delive
 	for i, rec := range v.Records {
 		ids[i] = rec.EventID
 	}
-	sums, err := c.jobs.ForwardSummaries(r.Context(), sd.Name, sd.TargetNames(), ids)
+	sums, err := c.forwards.ForwardSummaries(r.Context(), sd.Name, sd.TargetNames(), ids)
 	if err != nil {
 		return err
 	}

@@ -93,7 +93,7 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Body = showBody(e.Headers.Get("Content-Type"), e.Body)
 	}
-	fwds, err := c.jobs.EventForwards(r.Context(), sender, rec.EventID)
+	fwds, err := c.forwards.EventForwards(r.Context(), sender, rec.EventID)
 	if err != nil {
 		c.fail(w, r, err)
 		return

@@ -67,7 +67,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	}
 	// The API's failed forwards (GET …/forwards?state=failed): a forward
 	// redelivered since is no longer failed.
-	pg, err := c.jobs.ListTargetForwards(r.Context(), queue.Filter{Sender: sender, Target: target, State: queue.StateFailed}, maxFailedShown, nil)
+	pg, err := c.forwards.ListTargetForwards(r.Context(), queue.Filter{Sender: sender, Target: target, State: queue.StateFailed}, maxFailedShown, nil)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -85,7 +85,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	}
 	var held int64
 	if heldText != "" {
-		counts, err := c.jobs.CountForwards(r.Context(), sender, false)
+		counts, err := c.forwards.CountForwards(r.Context(), sender, false)
 		if err != nil {
 			c.fail(w, r, err)
 			return

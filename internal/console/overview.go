@@ -53,7 +53,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		sv := senderView{Name: sd.Name, Counts: counts, Charts: charts}
 		// The API's counts (GET /v1/senders/{sender}/targets), without the
 		// delivered ones, which the overview does not show.
-		byTarget, err := c.jobs.CountForwards(ctx, sd.Name, false)
+		byTarget, err := c.forwards.CountForwards(ctx, sd.Name, false)
 		if err != nil {
 			c.fail(w, r, err)
 			return
