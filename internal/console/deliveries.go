@@ -17,22 +17,21 @@ import (
 // pageSize is how many deliveries a page of the list shows.
 const pageSize = 50
 
+// deliveriesView is the deliveries page's data.
 type deliveriesView struct {
 	Sender       string
 	DeliveryID   string
 	Since, Until string // as typed into the form
 	EventType    string // a prefix, as typed into the form
 	Records      []store.Delivery
-	// Forwards are the forward states of each record's event, in words
-	// ("2 delivered, 1 retrying": its newest forward to each of the
-	// sender's targets); none for an event without forwards.
+	// Forwards sums up each record's forwards in words, such as "2
+	// delivered, 1 retrying". The newest forward to each target counts.
 	Forwards              map[uuid.UUID]string
 	Next                  template.URL // the next page, "" on the last
 	Filtered, ExactLookup bool
 }
 
-// forwardSummaries sets v.Forwards for v.Records: one round trip for the
-// page, whatever its length.
+// forwardSummaries sets v.Forwards for v.Records in one round trip.
 func (c *Console) forwardSummaries(r *http.Request, sd *config.Sender, v *deliveriesView) error {
 	if len(v.Records) == 0 || len(sd.Forward) == 0 {
 		return nil
@@ -52,6 +51,8 @@ func (c *Console) forwardSummaries(r *http.Request, sd *config.Sender, v *delive
 	return nil
 }
 
+// deliveries lists a sender's deliveries, newest first. The form finds one
+// by delivery ID, or filters by time range and event type prefix.
 func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	sender := param(r, "sender")
 	sd, ok := c.config().Sender(sender)

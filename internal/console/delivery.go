@@ -24,6 +24,7 @@ import (
 // behind the raw body link.
 const maxShownBody = 64 << 10
 
+// bodyView is a body as the delivery page shows it.
 type bodyView struct {
 	Kind      string // "json", "text", "hex" or "empty"
 	Text      string
@@ -33,12 +34,12 @@ type bodyView struct {
 
 type headerView struct{ Name, Value string }
 
+// forwardView is a forward of the delivery page.
 type forwardView struct {
 	Target, URL, State, LastError string
-	// Held says why an unfinished forward waits though its attempt is due:
-	// an operator paused its target, its target's breaker is not closed,
-	// its target asked for a pause, or its target is not configured (""
-	// otherwise).
+	// Held says why an unfinished forward waits though its attempt is due.
+	// An operator's pause, the target's breaker, a pause the target asked
+	// for or a removed target can hold it.
 	Held                   string
 	JobID                  int64
 	Attempts, MaxAttempts  int
@@ -46,6 +47,7 @@ type forwardView struct {
 	CreatedAt, DeliveredAt time.Time
 }
 
+// deliveryView is the delivery page's data.
 type deliveryView struct {
 	Sender     string
 	Rec        store.Delivery
@@ -57,12 +59,14 @@ type deliveryView struct {
 	Body       bodyView
 	Forwards   []forwardView
 	HasTargets bool
-	// Redelivered is how many forwards the Redeliver that led here
-	// enqueued; -1 when the page was not reached that way. After is how
-	// many of them are queued after a forward that was running or retrying.
+	// Redelivered is how many forwards the redelivery that led here
+	// enqueued, or -1. After is how many of them wait for a forward that
+	// was running or retrying.
 	Redelivered, After int
 }
 
+// delivery shows a delivery, its event's headers and body, and its
+// forwards.
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	sender, id := param(r, "sender"), deliveryID(r)
 	sd, rec, ok := c.lookupDelivery(w, r, sender, id)
@@ -143,10 +147,9 @@ func showForward(sd *config.Sender, f queue.Forward) forwardView {
 		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError, Held: shownHeld(sh.Held)}
 }
 
-// showBody shows a body: JSON pretty-printed when the content type says
-// JSON and it is valid, text when it is valid UTF-8 without control
-// characters other than whitespace, a hex dump otherwise; cut to
-// maxShownBody.
+// showBody shows a body cut to [maxShownBody]. Valid JSON of a JSON
+// content type is pretty-printed. Text without control characters is shown
+// as is, anything else as a hex dump.
 func showBody(contentType string, body []byte) bodyView {
 	v := bodyView{Size: len(body)}
 	if len(body) == 0 {
@@ -172,8 +175,8 @@ func showBody(contentType string, body []byte) bodyView {
 	return v
 }
 
-// isText reports whether b is UTF-8 text (a character cut at the end of a
-// truncated body allowed) without control characters but tab, CR and LF.
+// isText reports whether b is UTF-8 text without control characters but
+// tab, CR and LF. A truncated body may end in a cut character.
 func isText(b []byte, truncated bool) bool {
 	for len(b) > 0 {
 		r, n := utf8.DecodeRune(b)
@@ -252,9 +255,9 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, to+sep+"redelivered="+strconv.Itoa(n)+"&after="+strconv.Itoa(after), http.StatusSeeOther)
 }
 
-// lookupDelivery returns the configured sender named sender and its
-// delivery id; when either is missing or the lookup fails, it has answered
-// the request (404 or 500) and ok is false.
+// lookupDelivery returns the configured sender and its delivery id. When
+// either is missing or the read fails, it has answered 404 or 503 and ok
+// is false.
 func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender, id string) (sd *config.Sender, rec store.Delivery, ok bool) {
 	sd, ok = c.config().Sender(sender)
 	if !ok {

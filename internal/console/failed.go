@@ -22,16 +22,16 @@ type failedForward struct {
 	FailedAt time.Time
 }
 
+// failedView is the target page's data.
 type failedView struct {
 	Sender, Target, URL string
 	Breaker             breakerShown
-	// Held is how many of the target's forwards wait for its breaker
-	// (pending or retrying while it is not closed) or its pause, HeldBy
-	// says so and HeldHint when they go.
+	// Held counts the pending and retrying forwards that are held. HeldBy
+	// says what holds them, and HeldHint when they go.
 	Held             int64
 	HeldBy, HeldHint string
-	// Paused is an operator's pause that holds the target's forwards; nil
-	// when none does (the page offers to pause it).
+	// Paused is the operator's pause in force, or nil. Without one the
+	// page offers to pause.
 	Paused  *store.TargetPause
 	Failed  []failedForward
 	Max     int
@@ -39,6 +39,8 @@ type failedView struct {
 	History breakerView
 }
 
+// failed is a target's page: its state, charts, breaker history and
+// failed forwards.
 func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	sender, target := param(r, "sender"), param(r, "target")
 	sd, ok := c.config().Sender(sender)
@@ -65,16 +67,16 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	// The API's failed forwards (GET …/forwards?state=failed): a forward
-	// redelivered since is no longer failed.
+	// As GET …/forwards?state=failed lists them: a forward redelivered
+	// since is no longer failed.
 	pg, err := c.forwards.ListTargetForwards(r.Context(), queue.Filter{Sender: sender, Target: target, State: queue.StateFailed}, maxFailedShown, nil)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	// While an operator's pause holds, the breaker is not closed, or a
-	// pause the target asked for has not ended, the target's unfinished
-	// forwards (but those running: probes) are held by it.
+	// An operator's pause, a breaker that is not closed, or a pause the
+	// target asked for holds the unfinished forwards. Running ones, the
+	// probes, are not held.
 	now := c.opts.Now()
 	paused := forward.ActivePause(pauses, target, now)
 	heldText, heldHint := heldBy(b, paused, now)
@@ -100,9 +102,8 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
 		fs = append(fs, failedForward{TargetForward: f, FailedAt: f.FinishedAt})
 	}
-	// Listed by when they failed, newest first, as the API pages them: the
-	// maxFailedShown that failed last (a forward retried for hours fails
-	// long after newer ones).
+	// The list is by failure time, newest first, as the API pages it. A
+	// forward retried for hours fails long after newer ones.
 	_, targetCharts, err := c.senderCharts(r.Context(), sender, now)
 	if err != nil {
 		c.fail(w, r, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
+// senderView is a sender on the overview.
 type senderView struct {
 	Name    string
 	Counts  []store.StatusCount
@@ -17,15 +18,14 @@ type senderView struct {
 	Targets []targetView
 }
 
+// targetView is a target on the overview.
 type targetView struct {
 	Name, URL string
-	// Held says that the target is not configured (removed by a reload)
-	// and its unfinished forwards wait for it (forward.HeldTargetRemoved);
-	// "" for a configured target.
+	// Held is set when a reload removed the target and its unfinished
+	// forwards wait for it. It is "" for a configured target.
 	Held    string
 	Breaker breakerShown
-	// Paused is an operator's pause that holds the target's forwards; nil
-	// when none does.
+	// Paused is the operator's pause in force, or nil.
 	Paused                             *store.TargetPause
 	Pending, Running, Retrying, Failed int64
 	Charts                             []chart // forwards: last hour, last day
@@ -33,6 +33,7 @@ type targetView struct {
 	P50, P95 latency
 }
 
+// overview shows each sender's deliveries and the state of its targets.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	now := c.opts.Now()
@@ -51,8 +52,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		sv := senderView{Name: sd.Name, Counts: counts, Charts: charts}
-		// The API's counts (GET /v1/senders/{sender}/targets), without the
-		// delivered ones, which the overview does not show.
+		// The counts of GET /v1/senders/{sender}/targets, without the
+		// delivered ones.
 		byTarget, err := c.forwards.CountForwards(ctx, sd.Name, false)
 		if err != nil {
 			c.fail(w, r, err)
@@ -83,17 +84,15 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 				sv.Targets = append(sv.Targets, tv)
 			}
 		}
-		// Targets removed from the configuration whose forwards wait for
-		// them: shown, held, until they are configured again.
+		// Removed targets whose forwards wait for them are shown as held.
 		sv.Targets = append(sv.Targets, removedTargets(sd, byTarget)...)
 		out = append(out, sv)
 	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: out})
 }
 
-// removedTargets returns, by name, the targets of counts (sd's forwards by
-// target) that sd no longer has and that have unfinished forwards: held
-// until a target of that name is configured again.
+// removedTargets returns the targets that sd no longer has but that have
+// unfinished forwards in counts. They are held until configured again.
 func removedTargets(sd *config.Sender, counts map[string]queue.Counts) []targetView {
 	var out []targetView
 	for _, name := range forward.RemovedTargets(sd, counts) {

@@ -22,6 +22,7 @@ type page struct {
 	Data     any
 }
 
+// funcs are the functions the templates call.
 var funcs = template.FuncMap{
 	"time": func(t time.Time) string {
 		if t.IsZero() {
@@ -30,10 +31,10 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
 	},
 	"path": url.PathEscape,
-	// delivery is the address of a delivery's page (deliveryURL).
+	// delivery is the address of a delivery's page.
 	"delivery": deliveryURL,
 	"add":      func(a, b float64) float64 { return a + b },
-	// kind is how a chart names a kind of count (kindLabel).
+	// kind is how a chart names a kind of count.
 	"kind": kindLabel,
 }
 

@@ -25,10 +25,10 @@ type searchView struct {
 	Hits  []searchHit
 }
 
-// search is the search box: q is a delivery ID (of any configured sender)
-// or an event ID. One delivery found goes to its page (303); several are
-// listed; none is a 404 page saying so. What ingest would refuse as a
-// delivery ID, and what is not a UUID, is never sent to the database.
+// search finds deliveries by delivery ID, of any configured sender, or by
+// event ID. One hit redirects to its page, several are listed, and none is
+// a 404. A delivery ID that ingest would refuse, or an event ID that is
+// not a UUID, never reaches the database.
 func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := strings.TrimSpace(r.URL.Query().Get("q"))

@@ -9,10 +9,10 @@ import (
 	"strconv"
 )
 
-// requireSession lets signed-in requests through; it sends others to the
-// sign-in page (a GET) or refuses them 403 (a POST). A POST must also come
-// from this console (crossSite) and carry the session's CSRF token in the
-// form field csrf_token.
+// requireSession lets signed-in requests through. It sends other GETs to
+// the sign-in page and refuses other POSTs with 403. A POST must also come
+// from this console, see [crossSite], and carry the session's CSRF token
+// in the form field csrf_token.
 func (c *Console) requireSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.key == nil {
@@ -66,8 +66,8 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // login signs in with the admin token in the form field token. Wrong
-// tokens count against the client's address in the shared limiter; past
-// its burst a wrong token is answered 429. The right token always signs in.
+// tokens count against the client's address in the shared limiter. Past
+// its burst a wrong token gets 429, but the right token always signs in.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if c.key == nil {
 		c.disabled(w, r)
@@ -77,8 +77,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.forbidden(w, r, "This sign-in was refused because "+why+".")
 		return
 	}
-	// The token is looked at first: the right one always signs in, whatever
-	// failures came from the same address.
+	// The token is checked first, so that the right one always signs in.
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	d := sha256.Sum256([]byte(r.PostFormValue("token")))
 	if subtle.ConstantTimeCompare(d[:], c.digest[:]) != 1 {
@@ -97,9 +96,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 }
 
-// logout ends this session: it is recorded as revoked, so that a copy of
-// its cookie is refused by every process on the database, and the cookie
-// is deleted.
+// logout ends this session. It is recorded as revoked, so that every
+// process on the database refuses a copy of its cookie.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	s, _, _ := c.session(r) // requireSession found it
 	if err := c.q.RevokeSession(r.Context(), s.id, s.expires, c.opts.Now()); err != nil {
@@ -109,8 +107,8 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	c.signedOut(w, r)
 }
 
-// logoutEverywhere ends every session issued until now, this one included,
-// in every process on the database.
+// logoutEverywhere ends every session issued until now, in every process
+// on the database.
 func (c *Console) logoutEverywhere(w http.ResponseWriter, r *http.Request) {
 	if err := c.q.RevokeAllSessions(r.Context(), c.opts.Now()); err != nil {
 		c.fail(w, r, err)

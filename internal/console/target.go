@@ -14,8 +14,8 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// breakerShown is a target's breaker as its badge shows it: the state,
-// and while not closed since when it is open (OpenedAt), For how long.
+// breakerShown is a target's breaker as its badge shows it. For says how
+// long it has been open.
 type breakerShown struct {
 	store.BreakerState
 	For string // "" when closed
@@ -30,8 +30,8 @@ func showBreaker(b store.BreakerState, now time.Time) breakerShown {
 	return s
 }
 
-// heldBy is forward.Held's words, as the console shows them: "held: …",
-// "" when nothing holds the forwards.
+// heldBy returns [forward.Held]'s words as the console shows them, or ""
+// when nothing holds the forwards.
 func heldBy(b store.BreakerState, paused *store.TargetPause, now time.Time) (held, hint string) {
 	held, hint = forward.Held(b, paused, now)
 	if held != "" {
@@ -40,8 +40,7 @@ func heldBy(b store.BreakerState, paused *store.TargetPause, now time.Time) (hel
 	return held, hint
 }
 
-// shownHeld is held (forward's words) as the console shows them: "held:
-// …", "" for "".
+// shownHeld returns forward's words as the console shows them.
 func shownHeld(held string) string {
 	if held == "" {
 		return ""
@@ -49,7 +48,8 @@ func shownHeld(held string) string {
 	return "held: " + held
 }
 
-// heldByRate is forward.HeldByRate's words, as the console shows them.
+// heldByRate returns [forward.HeldByRate]'s words as the console shows
+// them.
 func heldByRate(t *config.Target) (held, hint string) {
 	held, hint = forward.HeldByRate(t)
 	if held != "" {
@@ -58,8 +58,8 @@ func heldByRate(t *config.Target) (held, hint string) {
 	return held, hint
 }
 
-// roundDuration shows d to the second (to the minute past an hour), at
-// least "0s".
+// roundDuration shows d to the second, or to the minute past an hour. It
+// is at least "0s".
 func roundDuration(d time.Duration) string {
 	switch {
 	case d < 0:
@@ -70,11 +70,10 @@ func roundDuration(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// bulkRedeliver redelivers every forward of a target in the form's state
-// (failed, the default, or running or retrying: each of those gets a new
-// forward queued after it) since the time in the form (all of them when
-// empty), as POST /v1/senders/{sender}/targets/{target}/redeliver does,
-// then shows the target's page, which says how many it matched.
+// bulkRedeliver redelivers a target's forwards in the form's state since
+// the form's time, as POST …/targets/{target}/redeliver does. The state is
+// failed by default. A running or retrying forward gets a new forward
+// queued after it. The target's page then says how many matched.
 func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 	sd, target, ok := c.formTarget(w, r)
 	if !ok {
@@ -111,15 +110,14 @@ func (c *Console) bulkRedeliver(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
-// targetURL is the address of sender's target's page.
+// targetURL returns the address of a target's page.
 func targetURL(sender, target string) string {
 	return Prefix + "/senders/" + url.PathEscape(sender) + "/targets/" + url.PathEscape(target) + "/failed"
 }
 
-// pauseTarget pauses a target for the form's reason, until the form's time
-// (UTC; until resumed when empty), as POST
-// /v1/senders/{sender}/targets/{target}/pause does, then shows the
-// target's page, which says so.
+// pauseTarget pauses a target, as POST …/targets/{target}/pause does. The
+// form gives the reason and the end in UTC, empty until resumed. The
+// target's page then says so.
 func (c *Console) pauseTarget(w http.ResponseWriter, r *http.Request) {
 	sd, target, ok := c.formTarget(w, r)
 	if !ok {
@@ -148,9 +146,8 @@ func (c *Console) pauseTarget(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, targetURL(sender, target)+"?paused=1", http.StatusSeeOther)
 }
 
-// resumeTarget ends a target's pause, as POST
-// /v1/senders/{sender}/targets/{target}/resume does, then shows the
-// target's page, which says so.
+// resumeTarget ends a target's pause, as POST …/targets/{target}/resume
+// does. The target's page then says so.
 func (c *Console) resumeTarget(w http.ResponseWriter, r *http.Request) {
 	sd, target, ok := c.formTarget(w, r)
 	if !ok {
@@ -172,9 +169,8 @@ func (c *Console) resumeTarget(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, targetURL(sender, target)+"?resumed=1", http.StatusSeeOther)
 }
 
-// formTarget returns the configured sender and the name of its target a
-// target's form was posted for; when either is missing it has answered
-// 404 and ok is false.
+// formTarget returns the configured sender and target a form was posted
+// for. When either is missing, it has answered 404 and ok is false.
 func (c *Console) formTarget(w http.ResponseWriter, r *http.Request) (sd *config.Sender, target string, ok bool) {
 	sender, target := param(r, "sender"), param(r, "target")
 	sd, ok = c.config().Sender(sender)
