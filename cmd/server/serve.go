@@ -184,8 +184,8 @@ type forwarding struct {
 	// stopped, so that no job this process runs is taken for a dead one's.
 	takeover     *forward.Takeover
 	stopTakeover func(context.Context)
-	// transports send the forwards over HTTP and the brokers. They are
-	// closed once nothing forwards, and nil for the api role.
+	// transports send the forwards (HTTP, and the brokers' connections,
+	// closed once nothing forwards any more); nil for the api role.
 	transports *forward.Transports
 	// reg is where the relay registers its metric.
 	reg prometheus.Registerer
@@ -341,10 +341,12 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 	return f, nil
 }
 
-// newForwardWorker returns the process's forward worker, its Gate and its
-// transports. The Gate admits --forward-workers forwards at once and holds
-// the paused targets. The transports keep as many idle HTTP connections
-// per target, and reach the allowed hosts only.
+// newForwardWorker returns the process's forward worker: a Gate of the
+// settings (--forward-workers forwards at once, the default breakers,
+// holding the targets pauses says are paused), its
+// transports (an HTTP client keeping as many idle connections per target,
+// and the brokers' connections, all to the allowed hosts only), and the
+// retry schedule of the settings.
 func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *forward.Transports, error) {
 	gc := s.gate
 	gc.DB, gc.Metrics, gc.Log, gc.Pauses = db.pool, m, log, pauses

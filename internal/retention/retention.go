@@ -1,7 +1,7 @@
-// Package retention deletes what hookgate no longer needs to remember.
-// That is expired delivery keys, whose IDs are then accepted as new, and
-// events past their sender's event_retention. It is also the fast path's
-// old delivered forwards and the signature tokens the check refuses by now.
+// Package retention deletes what hookgate no longer needs to remember:
+// expired delivery keys, old events, the fast path's old delivered
+// forwards, and signature tokens past their tolerance. Once its key is
+// deleted, a delivery ID is accepted as new.
 //
 // It runs as the job queue's maintenance job, see [Worker.Maintenance].
 // One replica at a time does the work, in small batches, so that no long
