@@ -9,9 +9,9 @@
 //	hookgate sink      a forward target for trying hookgate out: prints each
 //	                   forward and checks its signature (make run starts it)
 //
-// Settings come from flags or the environment (each flag has its variable):
-// settingTable in settings.go lists them, `hookgate serve --help` prints
-// them, and docs/configuration.md documents them.
+// Settings come from flags or the environment, and each flag has its
+// variable. `hookgate serve --help` prints them, and docs/configuration.md
+// documents them.
 package main
 
 import (
@@ -31,8 +31,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	// The IANA time zone database, for TZ=… where the system has none
-	// (the container image is FROM scratch).
+	// The IANA time zone database, for TZ=… on a system without one, such
+	// as the FROM scratch container image.
 	_ "time/tzdata"
 
 	"github.com/google/uuid"
@@ -44,13 +44,13 @@ import (
 	"github.com/hookgate/hookgate/migrations"
 )
 
-// version is set at build time with -ldflags "-X main.version=…"; otherwise
-// the module version or VCS revision from the build info is used.
+// version is set at build time with -ldflags "-X main.version=…". When it
+// is empty, the build info's module version or VCS revision is used.
 var version = ""
 
 func main() {
-	// Event IDs take their random bits from a buffer refilled in blocks
-	// rather than one getrandom call each (measured by make bench's profile).
+	// Event IDs take their random bits from a buffer refilled in blocks,
+	// not from one getrandom call each.
 	uuid.EnableRandPool()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -66,9 +66,9 @@ func main() {
 	}
 }
 
-// run is the whole program: it parses args (a subcommand and its flags),
-// reads the environment through getenv, and returns when the command is done
-// or, for serve, when ctx is cancelled and the server has shut down.
+// run is the whole program. args are a subcommand and its flags, and getenv
+// reads the environment. run returns when the command is done, or for
+// serve, once ctx is cancelled and the server has shut down.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -105,16 +105,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return serve(ctx, s, log)
 }
 
-// netHTTPMaxHeaderBytes returns the http.Server.MaxHeaderBytes that bounds
-// a request's header section (request line and headers) at n bytes:
-// net/http reads up to MaxHeaderBytes + 4096 bytes before answering 431.
+// netHTTPMaxHeaderBytes returns the [http.Server].MaxHeaderBytes that
+// bounds a request's line and headers at n bytes. net/http reads up to
+// MaxHeaderBytes + 4096 bytes before answering 431.
 func netHTTPMaxHeaderBytes(n int) int {
 	const slack = 4096 // net/http's bufio allowance over MaxHeaderBytes
 	return max(n-slack, 1)
 }
 
-// serveMetrics serves metrics at /metrics on addr (--metrics-addr) until
-// ctx is done; anything else there is 404.
+// serveMetrics serves metrics at /metrics on addr until ctx is done. Any
+// other path there is 404.
 func serveMetrics(ctx context.Context, g *errgroup.Group, addr string, metrics http.Handler, log *slog.Logger) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -164,14 +164,14 @@ func servePprof(ctx context.Context, g *errgroup.Group, addr string, log *slog.L
 }
 
 // defaultMaxConnIdleTime is how long a pooled connection may stay idle
-// before it is closed, unless the URL sets pool_max_conn_idle_time (pgx's
-// own default is 30 minutes).
+// before it is closed, unless the URL sets pool_max_conn_idle_time. pgx's
+// own default is 30 minutes.
 const defaultMaxConnIdleTime = time.Minute
 
 // checkExampleSecrets refuses a configuration that uses a secret of
-// hookgate.example.yaml (public, so anyone could sign requests with it),
-// unless HOOKGATE_ALLOW_EXAMPLE_SECRETS=1 (make run sets it), in which case
-// it logs a warning.
+// hookgate.example.yaml: anyone can read it and sign requests. With
+// HOOKGATE_ALLOW_EXAMPLE_SECRETS=1, as make run sets, it logs a warning
+// instead.
 func checkExampleSecrets(cfg *config.Config, s *settings, log *slog.Logger) error {
 	fields := cfg.ExampleSecrets()
 	if len(fields) == 0 {
@@ -198,16 +198,15 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if !strings.Contains(url, "pool_max_conns") {
 		pc.MaxConns = 32
 	}
-	// Connections idle for a minute are closed, so that a process's pool
-	// shrinks back after a burst and PostgreSQL's max_connections is shared
-	// by what the processes use, not by what they once used.
+	// Idle connections are closed after a minute, so that a pool shrinks
+	// after a burst. PostgreSQL's max_connections is then shared by what
+	// the processes use, not by what they once used.
 	if !strings.Contains(url, "pool_max_conn_idle_time") {
 		pc.MaxConnIdleTime = defaultMaxConnIdleTime
 	}
-	// A transaction left open by a gateway that vanished mid-way (a network
-	// partition, a frozen VM; a relay between its statements) must not hold
-	// claimed keys or outbox rows — answering every retry 409 — until TCP
-	// keepalive notices.
+	// A gateway can vanish mid-transaction, behind a network partition or
+	// in a frozen VM. Its transaction must not hold claimed keys or outbox
+	// rows until TCP keepalive notices: every retry would get 409.
 	if _, ok := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "30000"
 	}
@@ -242,10 +241,10 @@ func buildVersion() string {
 	return "devel"
 }
 
-// readiness returns the check of /readyz: the database answers, every
-// migration of this build is applied, and River's schema is at the version
-// this build's River expects (a database migrated by another build, or
-// whose River schema was changed by hand, is not ready).
+// readiness returns the check of /readyz. The database must answer, every
+// migration of this build must be applied, and River's schema must be at
+// the version this build's River expects. A database migrated by another
+// build, or changed by hand, is not ready.
 func readiness(pool *pgxpool.Pool, sqlDB *sql.DB) handler.ReadyFunc {
 	return func(ctx context.Context) error {
 		if err := pool.Ping(ctx); err != nil {

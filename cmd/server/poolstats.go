@@ -11,6 +11,7 @@ type poolCollector struct {
 	acquired, idle, total, max, waitsTotal *prometheus.Desc
 }
 
+// newPoolCollector returns the collector of pool's metrics.
 func newPoolCollector(pool *pgxpool.Pool) *poolCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("hookgate_db_pool_"+name, help, nil, nil)

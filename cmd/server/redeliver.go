@@ -13,11 +13,10 @@ import (
 	senderpkg "github.com/hookgate/hookgate/internal/sender"
 )
 
-// redeliver is `hookgate redeliver`: the bulk redelivery of the operator
-// API (POST /v1/senders/{sender}/targets/{target}/redeliver) from the
-// command line, through the same code (queue.River.BulkRedeliver). It prints
-// how many forwards it matched, which the worker processes forward again;
-// when it matched none, that nothing was enqueued.
+// redeliver is `hookgate redeliver`: the operator API's bulk redelivery
+// from the command line, through [queue.River.BulkRedeliver]. It prints how
+// many forwards it matched, which the worker processes forward again. When
+// none matched, it says that nothing was enqueued.
 func redeliver(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hookgate redeliver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -115,8 +114,8 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	return nil
 }
 
-// pointInTime reads a time given as an RFC 3339 time or as a positive
-// duration before now; the zero time for "".
+// pointInTime reads an RFC 3339 time, or a positive duration before now.
+// It returns the zero time for "".
 func pointInTime(v string, now time.Time) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil

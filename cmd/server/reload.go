@@ -20,20 +20,21 @@ import (
 	"github.com/hookgate/hookgate/internal/sender"
 )
 
-// Reloading the configuration (docs/operations.md#reloading-the-configuration).
+// Reloading the configuration, see docs/operations.md.
+//
 // SIGHUP, POST /v1/config/reload and, with --config-watch, a change of the
-// file's content make the process read hookgate.yaml again (and expand its
-// ${VAR}s from the environment), check it as start-up does (loadSenders:
-// config.Load, sender.Compile, the example's secrets, the allowed hosts;
-// and, in a process that works forwards, the rescue horizon its River
-// client runs with), and swap it whole into the process's sender.Live. A
-// file that fails a check is refused with the check's message, logged at
-// ERROR and counted, and the running configuration keeps serving.
-// Every component reads the configuration from the Live once per request
-// or per forward attempt, so that each uses one configuration, old or new.
+// file make the process read hookgate.yaml again. It checks the file as
+// start-up does, see [loadSenders]. A process that works forwards also
+// checks its River client's rescue horizon. The new configuration is then
+// swapped whole into the process's [sender.Live].
+//
+// A file that fails a check is refused with the check's message, logged at
+// ERROR and counted. The running configuration keeps serving. Every
+// component reads the configuration once per request or forward attempt,
+// so each uses one configuration, old or new.
 
-// Results of a reload, the values of hookgate_config_reloads_total's result
-// label.
+// Results of a reload: the values of hookgate_config_reloads_total's
+// result label.
 const (
 	reloadApplied   = "applied"   // a new configuration is in force
 	reloadUnchanged = "unchanged" // the file is the one in force: nothing to do
@@ -41,14 +42,14 @@ const (
 )
 
 // fixedAtStart is what start-up derived from the configuration for the
-// whole process, which only a restart changes.
+// whole process. Only a restart changes it.
 type fixedAtStart struct {
-	// work: the process works forwards (its River client rescues jobs and
-	// deletes finished ones); the rest is zero otherwise.
+	// work is set when the process works forwards. The other fields are
+	// zero otherwise.
 	work bool
-	// rescueAfter is the River client's rescue horizon; computed, when
-	// --forward-rescue-after was unset (the longest target timeout + 5s +
-	// 1m).
+	// rescueAfter is the River client's rescue horizon. computed is set
+	// when --forward-rescue-after was unset: the longest target timeout
+	// plus 5s plus 1m.
 	rescueAfter time.Duration
 	computed    bool
 	// jobRetention is how long River keeps finished forward jobs: the
@@ -83,8 +84,8 @@ func (f fixedAtStart) check(cfg *config.Config) error {
 	return queue.CheckRescueAfter(cfg, f.rescueAfter)
 }
 
-// reloader reloads the process's configuration (ReloadConfig), one reload
-// at a time, and tells the components that keep state per target (applied).
+// reloader reloads the process's configuration, one reload at a time. It
+// tells the components that keep state per target.
 type reloader struct {
 	s     *settings
 	live  *sender.Live
@@ -100,7 +101,7 @@ type reloader struct {
 	mu sync.Mutex
 }
 
-// newReloader returns the reloader of live, registering
+// newReloader returns the reloader of live. It registers
 // hookgate_config_reloads_total and hookgate_config_info on reg.
 func newReloader(s *settings, live *sender.Live, fixed fixedAtStart, reg prometheus.Registerer, log *slog.Logger) *reloader {
 	r := &reloader{s: s, live: live, fixed: fixed, log: log,
@@ -121,11 +122,11 @@ func newReloader(s *settings, live *sender.Live, fixed fixedAtStart, reg prometh
 	return r
 }
 
-// ReloadConfig reads the configuration file again and, when it passes
-// every check start-up makes, puts it in force; trigger names what asked,
-// for the log. A file refused leaves the running configuration in force
-// and returns the check's error, which names the field and holds no
-// secret. It is the operator API's handler.ConfigReloader.
+// ReloadConfig reads the configuration file again. When it passes every
+// check start-up makes, it is put in force. trigger names what asked, for
+// the log. A refused file leaves the running configuration in force. The
+// check's error names the field and holds no secret. ReloadConfig
+// implements [handler.ConfigReloader].
 func (r *reloader) ReloadConfig(trigger string) (handler.ConfigReload, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -160,8 +161,8 @@ func (r *reloader) ReloadConfig(trigger string) (handler.ConfigReload, error) {
 	return res, nil
 }
 
-// changeAttrs are the log attributes of c: the names of what was added,
-// removed and changed (never a value).
+// changeAttrs returns the log attributes of c: the names of what was
+// added, removed and changed, never a value.
 func changeAttrs(c config.Changes) []any {
 	var out []any
 	add := func(key string, names []string) {
@@ -192,8 +193,8 @@ func changeAttrs(c config.Changes) []any {
 	return out
 }
 
-// onSIGHUP reloads on each SIGHUP until ctx is done (a SIGHUP that comes
-// while a reload runs is one more reload after it).
+// onSIGHUP reloads on each SIGHUP until ctx is done. A SIGHUP during a
+// reload makes one more reload after it.
 func (r *reloader) onSIGHUP(ctx context.Context, hup <-chan os.Signal) {
 	for {
 		select {
@@ -208,14 +209,12 @@ func (r *reloader) onSIGHUP(ctx context.Context, hup <-chan os.Signal) {
 // watchEvery is how often --config-watch reads the file.
 const watchEvery = time.Second
 
-// watch reads the configuration file every interval until ctx is done,
-// and reloads when its content differs from the one last loaded or
-// refused and has stayed the same since the read before: a file written
-// in place in several steps is loaded once whole, not refused half
-// written. It follows the path, symbolic links and all, at each read, so
-// that a Kubernetes ConfigMap's update (a new directory, and the link to
-// it swapped) is seen. A file that cannot be read is a content of its own:
-// its reload is refused once, and the running configuration kept.
+// watch reads the configuration file every interval until ctx is done. It
+// reloads when the content changed and then stayed the same for one read.
+// So a file written in place in several steps is loaded once whole. Each
+// read follows the path's symbolic links, so a Kubernetes ConfigMap's
+// update is seen. A file that cannot be read is refused once, and the
+// running configuration is kept.
 func (r *reloader) watch(ctx context.Context, interval time.Duration) {
 	tried := r.live.Snapshot().Hash // the content last loaded or refused
 	last := tried
@@ -237,8 +236,7 @@ func (r *reloader) watch(ctx context.Context, interval time.Duration) {
 }
 
 // fileHash returns the hex SHA-256 of the file at path, as
-// sender.Snapshot's Hash, or the text of the error that reading it
-// returned.
+// [sender.Snapshot].Hash does, or the text of the read's error.
 func fileHash(path string) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -248,8 +246,8 @@ func fileHash(path string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// notifySIGHUP returns the channel SIGHUP is delivered on from now on,
-// instead of ending the process, and the function that stops that.
+// notifySIGHUP returns the channel that receives SIGHUP from now on,
+// instead of the process ending, and the function that stops that.
 func notifySIGHUP() (<-chan os.Signal, func()) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGHUP)

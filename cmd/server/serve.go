@@ -36,8 +36,8 @@ import (
 // serve runs the gateway until ctx is done, then shuts it down gracefully.
 // Each step is a function below.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	// From here on a SIGHUP reloads the configuration (once serving), and
-	// never ends the process.
+	// From here on a SIGHUP never ends the process. Once serving, it
+	// reloads the configuration.
 	hup, stopHUP := notifySIGHUP()
 	defer stopHUP()
 	snap, err := loadSenders(s, log)
@@ -51,6 +51,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	defer db.close()
+	jobs := queue.NewJobs(db.pool)
 	if err := migrate(ctx, db, log); err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	reg := newRegistry(db, senders)
-	fwd, err := newForwarding(db, senders, s, reg, log)
+	fwd, err := newForwarding(db, jobs, senders, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	rl := newReloader(s, senders, fwd.fixed, reg, log)
 	rl.applied = append(rl.applied, fwd.applyConfig)
-	api, err := newAPI(db, senders, deliveries, fwd, rl, s, reg, log)
+	api, err := newAPI(db, jobs, senders, deliveries, fwd, rl, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -87,9 +88,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	return serveUntilDone(ctx, ln, api, db, fwd, rl, hup, s, log)
 }
 
-// loadSenders reads, validates and compiles the senders configuration, and
-// refuses the example's published secrets (checkExampleSecrets) and targets
-// whose host --forward-allowed-hosts does not allow.
+// loadSenders reads, validates and compiles the senders configuration. It
+// refuses the example's published secrets, see [checkExampleSecrets], and
+// targets whose host --forward-allowed-hosts does not allow.
 func loadSenders(s *settings, log *slog.Logger) (*sender.Snapshot, error) {
 	snap, err := sender.LoadSnapshot(s.configPath, time.Now())
 	if err != nil {
@@ -115,22 +116,23 @@ func migrate(ctx context.Context, db *database, log *slog.Logger) error {
 	return nil
 }
 
-// database is the process's connections: the pool, database/sql over it
-// (migrations' readiness check), and the queries below the HTTP layer.
+// database is the process's connections and what reads through them.
 type database struct {
-	pool    *pgxpool.Pool
+	pool *pgxpool.Pool
+	// sql is database/sql over pool, for the migrations.
 	sql     *sql.DB
 	queries *store.Queries
 	// traffic counts deliveries and forwards for the console's charts.
 	traffic *traffic.Recorder
-	// citus is the database's Citus setup (the zero Citus on PostgreSQL),
-	// inspected once the tables are migrated.
+	// citus is the database's Citus setup, inspected once the tables are
+	// migrated. It is the zero Citus on plain PostgreSQL.
 	citus dedup.Citus
-	// routes sends the ingest calls to the Citus workers (newIngestStore);
-	// nil when not.
+	// routes sends the ingest calls straight to the Citus workers, or is
+	// nil.
 	routes *dedup.Routes
 }
 
+// openDatabase connects to url.
 func openDatabase(ctx context.Context, url string) (*database, error) {
 	pool, err := newPool(ctx, url)
 	if err != nil {
@@ -147,9 +149,9 @@ func (db *database) close() {
 	db.pool.Close()
 }
 
-// newRegistry returns the Prometheus registry /metrics serves, with the Go
-// runtime's, the process's, the pool's and the forward backlog's collectors
-// (the outbox counted for the senders of the configuration in force).
+// newRegistry returns the Prometheus registry /metrics serves. It holds the
+// Go runtime's, the process's, the pool's and the forward backlog's
+// collectors.
 func newRegistry(db *database, senders config.Source) *prometheus.Registry {
 	names := func() []string {
 		cfg := senders.Current()
@@ -165,23 +167,21 @@ func newRegistry(db *database, senders config.Source) *prometheus.Registry {
 	return reg
 }
 
-// forwarding is the forwards' queue (on River), which inserts forward jobs
-// and, when the process works them (work), runs them and the retention
-// job; and, in a
-// --role all process with the fast path on, the dispatcher of first
-// attempts (fast, nil otherwise).
+// forwarding is the forwards' side of the process. Its River queue inserts
+// forward jobs, and works them and the retention job when work is set.
 type forwarding struct {
 	queue *queue.River
 	work  bool
-	fast  *forward.Dispatcher
-	// handedOver is what the fast path signals when it leaves rows to the
-	// relay, which then looks at once (nil without a fast path).
+	// fast is the dispatcher of first attempts in a --role all process with
+	// the fast path on, or nil.
+	fast *forward.Dispatcher
+	// handedOver is signalled when the fast path leaves rows to the relay,
+	// which then looks at once. It is nil without a fast path.
 	handedOver chan struct{}
 	// takeover writes this process's heartbeat and takes over the jobs of
-	// processes that are gone (when the process works forwards; nil
-	// otherwise). It runs from before River starts working jobs until
-	// after River has stopped (startTakeover, stopTakeover), so that no
-	// job this process still runs is taken for a dead process's.
+	// processes that are gone. It is nil when the process works no
+	// forwards. It runs from before River works jobs until after River has
+	// stopped, so that no job this process runs is taken for a dead one's.
 	takeover     *forward.Takeover
 	stopTakeover func(context.Context)
 	// transports send the forwards (HTTP, and the brokers' connections,
@@ -189,33 +189,31 @@ type forwarding struct {
 	transports *forward.Transports
 	// reg is where the relay registers its metric.
 	reg prometheus.Registerer
-	// pauses are the operators' pauses of targets, read by every process
-	// (the gauge hookgate_target_paused), held by the Gate of one that
-	// works forwards, and poked by the operator API and the console when
-	// they pause or resume a target.
-	pauses *forward.Pauses
-	// metrics are the forwards' metrics; gate admits the forwards of the
-	// process (nil when it works none).
+	// pauses are the operators' pauses of targets. Every process reads
+	// them, and a worker's Gate holds them. The operator API and the
+	// console poke them when they pause or resume a target.
+	pauses  *forward.Pauses
 	metrics *forward.Metrics
-	gate    *forward.Gate
+	// gate admits the process's forwards, or is nil when it works none.
+	gate *forward.Gate
 	// fixed is what the River client took from the configuration at
-	// start, which a reload cannot change.
+	// start. A reload cannot change it.
 	fixed fixedAtStart
-	// pool wakes the forwards of the targets a reload adds (wakes: those
-	// under way; shutdown waits for them).
+	// pool wakes the forwards of the targets a reload adds. Shutdown waits
+	// for the wakes under way.
 	pool  *pgxpool.Pool
 	wakes sync.WaitGroup
 	log   *slog.Logger
 }
 
-// wakeTimeout bounds the wake of a target's held forwards after a reload
-// (forward.WakeTarget: two passes a second apart).
+// wakeTimeout bounds the wake of a target's held forwards after a reload,
+// see [forward.WakeTarget].
 const wakeTimeout = 10 * time.Second
 
-// applyConfig makes the forwarding follow a configuration reloaded: the
-// new targets' series from the start, each target's max_in_flight and
-// breaker_threshold from its next admission, and the forwards held for a
-// target it configures (again) woken, in the background.
+// applyConfig makes the forwarding follow a reloaded configuration. New
+// targets get their metric series at once. Each target's max_in_flight and
+// breaker_threshold apply from its next admission. The forwards held for a
+// target configured again are woken in the background.
 func (f *forwarding) applyConfig(to *sender.Snapshot, c config.Changes) {
 	f.metrics.Init(to.Config())
 	if f.gate != nil {
@@ -233,9 +231,9 @@ func (f *forwarding) applyConfig(to *sender.Snapshot, c config.Changes) {
 	}
 }
 
-// startTakeover writes the process's first heartbeat and runs the takeover
-// until stopTakeover (once; later calls do nothing), which then deletes the
-// process's row; a no-op for a process that works no forwards.
+// startTakeover writes the process's first heartbeat and runs the takeover.
+// stopTakeover ends it once and deletes the process's row; later calls do
+// nothing. It is a no-op for a process that works no forwards.
 func (f *forwarding) startTakeover(ctx context.Context, log *slog.Logger) {
 	f.stopTakeover = func(context.Context) {}
 	if f.takeover == nil {
@@ -262,10 +260,10 @@ func (f *forwarding) startTakeover(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// relayConfig is the relay's configuration: with a fast path, the relay
-// looks at its idle interval after a look that moved nothing (the fast
-// path leases nearly every row), and the fast path wakes it when it leaves
-// rows to it.
+// relayConfig returns the relay's configuration. With a fast path, the
+// fast path leases nearly every row. So the relay waits its idle interval
+// after a look that moved nothing, and the fast path wakes it when it
+// leaves rows.
 func (f *forwarding) relayConfig() forward.RelayConfig {
 	rc := forward.DefaultRelayConfig()
 	rc.Registerer = f.reg
@@ -275,8 +273,8 @@ func (f *forwarding) relayConfig() forward.RelayConfig {
 	return rc
 }
 
-// closeFast stops the fast path, letting its forwards finish until ctx's
-// end; a no-op without one (or when it is closed already).
+// closeFast stops the fast path and lets its forwards finish until ctx
+// ends. It is a no-op without a fast path or once it is closed.
 func (f *forwarding) closeFast(ctx context.Context) error {
 	if f.fast == nil {
 		return nil
@@ -284,12 +282,14 @@ func (f *forwarding) closeFast(ctx context.Context) error {
 	return f.fast.Close(ctx)
 }
 
-func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
+// newForwarding returns the process's forwarding. A worker or all role
+// works forwards; the api role only inserts them.
+func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
 	work := s.role == roleAll || s.role == roleWorker
 	m := forward.NewMetrics(reg)
 	m.Init(cfg.Current()) // every target's series from the start
 	m.CountTraffic(db.traffic)
-	cc, err := forwardClientConfig(db, cfg, s, log)
+	cc, err := forwardClientConfig(db, jobs, cfg, s, log)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 		return nil, err
 	}
 	var (
-		worker     *forward.Worker // nil for the api role: its client inserts only
+		worker     *forward.Worker // nil for the api role
 		gate       *forward.Gate
 		takeover   *forward.Takeover
 		transports *forward.Transports
@@ -327,10 +327,10 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 		f.fixed = fixedAtStart{work: true, rescueAfter: cc.RescueAfter, computed: s.client.RescueAfter == 0, jobRetention: cc.Retention}
 	}
 	if work && s.role == roleAll && s.fastPath {
-		// The fast path shares the River worker's HTTP client and Gate:
+		// The fast path shares the River worker's HTTP client and Gate, so
 		// fair shares, max_in_flight and breakers hold across both. It
 		// records its outcomes through the queue.
-		dc := s.dispatcher // FixedLease 0 (unset): each target's timeout + the margin
+		dc := s.dispatcher // FixedLease 0: each target's timeout plus the margin
 		f.handedOver = make(chan struct{}, 1)
 		dc.HandedOver = f.handedOver
 		dc.Worker, dc.Recorder, dc.Registerer, dc.Log = worker, q, reg, log
@@ -367,21 +367,21 @@ func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.M
 	return w, gate, ts, nil
 }
 
-// forwardClientConfig is the River client's configuration from the
-// settings, with what DefaultClientConfig computes from the senders of
-// cfg (the retention of finished jobs; the rescue horizon, when
-// --forward-rescue-after is unset), its dependencies but the worker, and
-// the retention job as its maintenance.
-func forwardClientConfig(db *database, cfg config.Source, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
+// forwardClientConfig returns the River client's configuration from the
+// settings, with its dependencies but the worker. [queue.DefaultClientConfig]
+// computes the finished jobs' retention from the senders, and the rescue
+// horizon when --forward-rescue-after is unset. The retention job is its
+// maintenance.
+func forwardClientConfig(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, log *slog.Logger) (queue.ClientConfig, error) {
 	cc, computed := s.client, queue.DefaultClientConfig(cfg.Current())
 	cc.Retention = computed.Retention
-	if cc.RescueAfter == 0 { // unset: the horizon computed from the targets
+	if cc.RescueAfter == 0 { // unset: computed from the targets
 		cc.RescueAfter = computed.RescueAfter
 	}
 	cc.Pool, cc.Senders, cc.Log = db.pool, cfg, log
 	cc.Distributed = db.citus.Distributed
 	rc := s.retention
-	rc.DB, rc.Senders, rc.Log = db.pool, cfg, log
+	rc.DB, rc.Forwards, rc.Senders, rc.Log = db.pool, jobs, cfg, log
 	rw, err := retention.NewWorker(rc)
 	if err != nil {
 		return cc, err
@@ -390,10 +390,10 @@ func forwardClientConfig(db *database, cfg config.Source, s *settings, log *slog
 	return cc, nil
 }
 
-// newIngestStore returns the store of the ingest transaction: group commit
-// and the replay cache as the settings say, batch sizes observed in reg, and
-// the statement forms Citus routes to one shard when processed_messages is
-// distributed.
+// newIngestStore returns the store of the ingest transaction, configured
+// by the settings, with batch sizes observed in reg. When
+// processed_messages is distributed, it uses the statement forms Citus
+// routes to one shard.
 func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometheus.Registry, log *slog.Logger) (*dedup.Store, error) {
 	citus := db.citus
 	delegated := false
@@ -448,21 +448,18 @@ func newIngestStore(ctx context.Context, db *database, s *settings, reg *prometh
 	return dedup.New(cfg)
 }
 
-// distributedMaxInFlight is the default of --ingest-batches-in-flight when
-// the tables are distributed by Citus: one batch of a sender at a time, so
-// that the deliveries that arrive meanwhile make the next batch larger.
-// A batch costs Citus a call of the ingest function (planned and its
-// arrays parsed on the worker), per batch rather than per delivery;
-// measured (make bench-citus, docs/benchmarks/2026-citus.md), one batch in
-// flight carried about 15 deliveries per transaction against 8 with two,
-// and ran more deliveries per second.
+// distributedMaxInFlight is the default of --ingest-batches-in-flight on
+// Citus. One batch of a sender at a time makes the next batch larger. Each
+// batch costs Citus a call of the ingest function on the worker. With one
+// batch in flight, make bench-citus measured about 15 deliveries per
+// transaction against 8 with two, and more deliveries per second. See
+// docs/benchmarks/2026-citus.md.
 const distributedMaxInFlight = 1
 
-// ingestConfig is the ingest store's configuration from the settings
-// (s.dedup: the in-flight wait, group commit, the replay cache, shedding on
-// delay), with what they leave to the layout InspectCitus found: the
-// batches in flight unless set, and the statement forms; and the
-// observers of batch sizes and queueing delays. s is not changed.
+// ingestConfig returns the ingest store's configuration from s.dedup,
+// which it does not change. The Citus layout decides the statement forms,
+// and the batches in flight unless set. It adds the observers of batch
+// sizes and queueing delays.
 func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheus.Observer) dedup.Config {
 	cfg := s.dedup
 	b, p := *cfg.Batching, *cfg.Shedding // copies: s keeps its own
@@ -484,12 +481,12 @@ func ingestConfig(s *settings, distributed bool, batchSizes, queueWait prometheu
 
 // newAPI returns the HTTP server of ingest, the operator API, the console
 // and the service endpoints.
-func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *forwarding, rl *reloader, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
+func newAPI(db *database, jobs *queue.Jobs, senders *sender.Live, deliveries *dedup.Store, fwd *forwarding, rl *reloader, s *settings, reg *prometheus.Registry, log *slog.Logger) (*handler.Server, error) {
 	// The console shares the operator API's limit on wrong tokens.
 	limiter := authlimit.New(s.console.TrustedProxies...)
 	redeliverer := fwd.queue
 	cc := s.console
-	cc.Senders, cc.Queries, cc.Log = senders, db.queries, log
+	cc.Senders, cc.Queries, cc.Forwards, cc.Log = senders, db.queries, jobs, log
 	cc.Limiter, cc.Redeliverer, cc.Pauses = limiter, redeliverer, fwd.pauses
 	cons, err := console.New(cc)
 	if err != nil {
@@ -507,13 +504,12 @@ func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *fo
 	return handler.New(hc)
 }
 
-// readTimeout bounds the reading of a request, headers and body: the HTTP
-// server's ReadTimeout, and the longest the ingest handler lets a body take
-// whatever its rate (handler.Config.BodyReadTimeout).
+// readTimeout bounds the reading of a request's headers and body. It is
+// the HTTP server's ReadTimeout and [handler.Config].BodyReadTimeout.
 const readTimeout = handler.DefaultBodyReadTimeout
 
-// newHTTPServer returns the main listener's server: the whole API, or for
-// the worker role only the service endpoints.
+// newHTTPServer returns the main listener's server. It serves the whole
+// API, or only the service endpoints for the worker role.
 func newHTTPServer(api *handler.Server, s *settings, log *slog.Logger) *http.Server {
 	router := api.Router()
 	if s.role == roleWorker {
@@ -530,16 +526,16 @@ func newHTTPServer(api *handler.Server, s *settings, log *slog.Logger) *http.Ser
 	}
 }
 
-// serveUntilDone starts the forward workers (when the process works them), serves on
-// ln (and the profiler's and the metrics' listeners when set), relays the
-// outbox (workers), and shuts everything down when ctx is done.
+// serveUntilDone serves on ln, and on the profiler's and metrics'
+// listeners when set. A worker process also works forwards and relays the
+// outbox. Everything shuts down when ctx is done.
 func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, db *database, fwd *forwarding, rl *reloader, hup <-chan os.Signal, s *settings, log *slog.Logger) error {
 	httpSrv := newHTTPServer(api, s, log)
 	fwd.startTakeover(ctx, log)
 	defer fwd.stopTakeover(ctx) // after shutdown's, a no-op
 	if fwd.work {
-		// Jobs are worked with a context of their own, so that a shutdown
-		// lets running forwards finish (River's Stop) before cancelling them.
+		// Jobs get a context of their own, so that a shutdown lets running
+		// forwards finish before cancelling them.
 		if err := fwd.queue.Start(context.WithoutCancel(ctx)); err != nil {
 			ln.Close()
 			return fmt.Errorf("start forward workers: %w", err)
@@ -558,8 +554,8 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 			return err
 		}
 	}
-	// Logged once every listener is bound: whoever waits for this line
-	// (a test, a supervisor) can reach /metrics at once.
+	// Logged once every listener is bound, so that whoever waits for this
+	// line can reach /metrics at once.
 	log.Info("listening", "addr", ln.Addr().String(), "role", s.role, "senders", len(rl.live.Current().Senders), "version", buildVersion())
 	if fwd.work {
 		// Worker processes relay the outbox into River's job table.
@@ -605,8 +601,8 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 		return shutdown(ctx, httpSrv, fwd, s.shutdownWait, log)
 	})
 	err := g.Wait()
-	fwd.wakes.Wait() // a reload's wakes, bounded by wakeTimeout
-	// What was counted while shutting down.
+	fwd.wakes.Wait() // bounded by wakeTimeout
+	// Store what was counted while shutting down.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	if ferr := db.traffic.Flush(fctx); ferr != nil {
 		log.Warn("traffic counts not stored at shutdown", "err", ferr)
@@ -616,8 +612,9 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *handler.Server, d
 	return err
 }
 
-// shutdown lets in-flight requests and running forwards finish within wait;
-// forwards still running then are cancelled and retried by the next worker.
+// shutdown lets in-flight requests and running forwards finish within
+// wait. Forwards still running then are cancelled, and the next worker
+// retries them.
 func shutdown(ctx context.Context, httpSrv *http.Server, fwd *forwarding, wait time.Duration, log *slog.Logger) error {
 	log.Info("shutting down: finishing in-flight requests and forwards", "timeout", wait)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
@@ -626,8 +623,8 @@ func shutdown(ctx context.Context, httpSrv *http.Server, fwd *forwarding, wait t
 	if err := httpSrv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("shutdown http: %w", err))
 	}
-	// Fast-path forwards finish and are recorded; those cut short are
-	// handed to the relay.
+	// Fast-path forwards finish and are recorded. Those cut short go to the
+	// relay.
 	if err := fwd.closeFast(sctx); err != nil {
 		log.Warn("fast path: forwards still running at the end of the grace period were handed to the retry queue", "err", err)
 	}
@@ -642,11 +639,11 @@ func shutdown(ctx context.Context, httpSrv *http.Server, fwd *forwarding, wait t
 			errs = append(errs, fmt.Errorf("stop forward workers: %w", err))
 		}
 	}
-	// River works no job any more: the heartbeat stops, and whatever is
-	// left running can be taken over by the other processes at once.
+	// River works no job any more. The heartbeat stops, so the other
+	// processes can take over what is left at once.
 	fwd.stopTakeover(ctx)
 	if fwd.transports != nil {
-		fwd.transports.Close() // the brokers' connections
+		fwd.transports.Close() // closes the brokers' connections
 	}
 	return errors.Join(errs...)
 }

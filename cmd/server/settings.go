@@ -19,49 +19,46 @@ import (
 	"github.com/hookgate/hookgate/internal/retention"
 )
 
-// settings are the values of flags and environment variables of serve and
-// migrate, parsed by the rows of settingTable. A row that configures a
-// component writes into that component's Config below, which starts as
-// the component's DefaultConfig (defaultSettings): serve adds only the
-// dependencies (the pool, the logger, the registry, …) before calling the
-// constructor. A new setting is a row of the table and the field it
-// writes.
+// settings are the values of the flags and environment variables of serve
+// and migrate, parsed by the rows of [settingTable]. A row that configures
+// a component writes into that component's Config, which starts at its
+// defaults. serve adds only the dependencies before calling the
+// constructor. A new setting is a row of the table and the field it writes.
 type settings struct {
 	// The process's own.
 	databaseURL  string
 	addr         string
 	configPath   string
-	configWatch  bool // reload configPath when its content changes (reloader.watch)
+	configWatch  bool // reload configPath when its content changes
 	logFormat    string
 	shutdownWait time.Duration
 	role         string
-	fastPath     bool                  // role all: attempt forwards right after COMMIT (a forward.Dispatcher)
-	onWorkers    bool                  // Citus: ingest calls straight to the sender's worker (dedup.Routes)
-	citusWorkers []string              // Citus: the workers onWorkers may reach (dedup.RoutesConfig.Workers); nil: with verify-full only
+	fastPath     bool                  // role all: attempt forwards right after COMMIT
+	onWorkers    bool                  // Citus: ingest calls straight to the sender's worker
+	citusWorkers []string              // Citus: the workers onWorkers may reach; nil: with verify-full only
 	allowedHosts *forward.AllowedHosts // the hosts forwards may reach; nil: any
 	pprofAddr    string
-	metricsAddr  string // "": /metrics on the main listener (handler.Config.MetricsElsewhere false)
+	metricsAddr  string // "": /metrics on the main listener
 
 	maxHeaderBytes      int
 	allowExampleSecrets bool
 
 	// The components'.
 	handler   handler.Config   // the admin token, the body budget and pace, MetricsElsewhere
-	console   console.Config   // the admin token, the trusted proxies (also the wrong-token limit's), the session TTL
-	dedup     dedup.Config     // the in-flight wait, group commit (MaxInFlight 0: by the layout, ingestConfig), the replay cache, shedding
+	console   console.Config   // the admin token, the trusted proxies, the session TTL
+	dedup     dedup.Config     // the in-flight wait, group commit, the replay cache, shedding
 	retention retention.Config // the interval
-	// MaxWorkers (--forward-workers, which sets the gate's Capacity too),
-	// FetchPollInterval, RescueAfter (0, unset: DefaultClientConfig's,
-	// computed from the targets).
+	// client holds MaxWorkers, FetchPollInterval and RescueAfter. A zero
+	// RescueAfter is computed from the targets.
 	client     queue.ClientConfig
-	gate       forward.GateConfig       // Capacity (also the HTTP client's idle connections per host), the breakers
+	gate       forward.GateConfig       // Capacity, the breakers
 	worker     forward.WorkerConfig     // the backoff, RetryAfterMax
-	dispatcher forward.DispatcherConfig // Workers, FixedLease (0, unset: each target's timeout + LeaseMargin)
+	dispatcher forward.DispatcherConfig // Workers, FixedLease (0: each target's timeout plus LeaseMargin)
 }
 
 // defaultSettings returns the settings before the table's rows are
-// parsed: each component's Config at its defaults (the client's, which
-// are computed from the senders, are filled in by forwardClientConfig).
+// parsed: each component's Config at its defaults. The River client's
+// depend on the senders, and [forwardClientConfig] fills them in.
 func defaultSettings() *settings {
 	s := &settings{
 		handler:    handler.DefaultConfig(),
@@ -76,13 +73,13 @@ func defaultSettings() *settings {
 	return s
 }
 
-// maxInFlightWait is the longest in-flight wait serve accepts: the ingest
-// transaction is given 15s in all (handler), and the wait must end well
-// within it to be answered 409 rather than 503.
+// maxInFlightWait is the longest in-flight wait serve accepts. The ingest
+// transaction gets 15s in all, and the wait must end well within it to be
+// answered 409 rather than 503.
 const maxInFlightWait = 10 * time.Second
 
-// defaultMaxHeaderBytes bounds a request's header section (net/http's own
-// default is 1 MiB).
+// defaultMaxHeaderBytes bounds a request's header section. net/http's own
+// default is 1 MiB.
 const defaultMaxHeaderBytes = 64 << 10
 
 // Roles of a serve process.
@@ -92,29 +89,28 @@ const (
 	roleWorker = "worker" // forward only: serves /healthz, /readyz and /metrics
 )
 
-// setting is one row of the settings table: a flag of serve and migrate, the
-// environment variable read when the flag is not given, the default used
-// when neither is, how the text is parsed into settings, and the help.
+// setting is one row of the settings table. It holds a flag of serve and
+// migrate, the environment variable read without the flag, and the default
+// without either. It also says how the text is parsed, and the help.
 //
-// The rule for zero, here and in the components' Config structs: 0 means
-// zero. A size of 0 turns its feature off where it can be off (the replay
-// cache), and is refused where it cannot; a default is never inferred from
-// a 0. A setting whose default is computed (the rescue horizon, the batches
-// in flight) has an empty default, and only the empty value means
+// Here and in the components' Config structs, 0 means zero. A size of 0
+// turns its feature off where it can be off, and is refused where it
+// cannot. A default is never inferred from a 0. A computed default, such
+// as the rescue horizon, has an empty def, and only the empty value means
 // "computed".
 type setting struct {
 	flag string // without the dashes
 	env  string
 	// def is the text parsed when neither the flag nor the variable is
-	// given ("" for none).
+	// given, or "".
 	def string
 	// shown is the default as docs/configuration.md writes it when def is
-	// empty ("(required)", "(none)", "the target's timeout + 4s").
+	// empty, such as "(required)".
 	shown string
 	help  string
-	// parse stores the text v in s; its error says what v must be.
+	// parse stores the text v in s. Its error says what v must be.
 	parse func(s *settings, v string) error
-	// boolean: the flag may be given without a value (--flag means true).
+	// boolean is set when the flag may be given without a value, for true.
 	boolean bool
 }
 
@@ -127,9 +123,9 @@ func (st *setting) shownDefault() string {
 	return st.shown
 }
 
-// settingTable lists every setting of serve and migrate: it makes the flags,
-// the environment lookups and the help text, and docs/configuration.md's
-// table lists the same rows (TestSettingsTableMatchesDocs).
+// settingTable lists every setting of serve and migrate. It makes the
+// flags, the environment lookups and the help text. docs/configuration.md's
+// table lists the same rows, and a test checks that.
 var settingTable = []setting{
 	{flag: "database-url", env: "DATABASE_URL", shown: "(required)",
 		help:  "PostgreSQL connection URL",
@@ -350,7 +346,7 @@ var settingTable = []setting{
 		parse: boolSetting("allow example secrets", func(s *settings) *bool { return &s.allowExampleSecrets })},
 }
 
-// boolSetting parses 1 or 0 (true or false) into the field at.
+// boolSetting parses 1 or 0, true or false, into the field at.
 func boolSetting(name string, at func(*settings) *bool) func(*settings, string) error {
 	return func(s *settings, v string) error {
 		b, err := strconv.ParseBool(v)
@@ -398,8 +394,8 @@ func shortDuration(d time.Duration) string {
 	return s
 }
 
-// parseAdminToken refuses a weak admin token (authlimit.CheckToken): the
-// right token is never refused by the wrong-token limit, which is safe only
+// parseAdminToken refuses a weak admin token, see [authlimit.CheckToken].
+// The wrong-token limit never refuses the right token, which is safe only
 // when guessing it is hopeless.
 func parseAdminToken(s *settings, v string) error {
 	if v != "" {
@@ -425,11 +421,10 @@ func (t textValue) Set(v string) error { *t.v = v; return nil }
 
 func (t textValue) IsBoolFlag() bool { return t.boolean }
 
-// usage is the help text of the flag of st. It must hold no backquote
-// (TestServeHelp): the flag package prints the first backquoted word as the
-// flag's placeholder (-ingest-batches-in-flight 2) and the others as they
-// are; the shown default is Markdown for docs/configuration.md, so its
-// backquotes go.
+// usage returns the help text of the flag of st. It holds no backquote:
+// the flag package would print the first backquoted word as the flag's
+// placeholder. The shown default is Markdown for docs/configuration.md, so
+// its backquotes go.
 func (st *setting) usage() string {
 	def := st.def
 	if def == "" {
@@ -438,8 +433,8 @@ func (st *setting) usage() string {
 	return fmt.Sprintf("%s (env %s; default %s)", st.help, st.env, def)
 }
 
-// parseSettings reads the settings of command name from the flags in args,
-// falling back to the environment (getenv) and then to each row's default.
+// parseSettings reads the settings of command name from the flags in args.
+// It falls back to the environment, then to each row's default.
 func parseSettings(name string, args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
 	fs := flag.NewFlagSet("hookgate "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -479,7 +474,7 @@ func (s *settings) validate() error {
 }
 
 // durationIn returns a parser of a duration from lo to hi into the field
-// that field returns; name is how its error names it.
+// that field returns. Its error calls it name.
 func durationIn(field func(*settings) *time.Duration, name string, lo, hi time.Duration) func(*settings, string) error {
 	return func(s *settings, v string) error {
 		d, err := time.ParseDuration(v)

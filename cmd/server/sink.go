@@ -23,26 +23,23 @@ import (
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
-// defaultSinkAddr is where `hookgate sink` listens unless told otherwise;
+// defaultSinkAddr is where `hookgate sink` listens by default.
 // hookgate.example.yaml's sink target points at it.
 const defaultSinkAddr = "127.0.0.1:9099"
 
 // sinkBodyShown is how much of a forward's body the sink prints.
 const sinkBodyShown = 2048
 
-// runSink is `hookgate sink`: a forward target for trying hookgate out. It
-// prints each request it receives and checks its Standard Webhooks
-// signature with the signing secret given (--secret, HOOKGATE_SINK_SECRET)
-// or, without one, with every signing_secret of the targets in the
-// configuration file. It answers 204 to a request whose signature is valid
-// (or to any request when it has no secret), 401 otherwise, until ctx is
-// cancelled.
+// runSink is `hookgate sink`, a forward target for trying hookgate out. It
+// prints each request and checks its Standard Webhooks signature. It uses
+// the secret of --secret, or else every signing_secret of the
+// configuration's targets. It answers 204 to a valid signature, or to any
+// request without a secret, and 401 otherwise, until ctx is cancelled.
 //
-// With a database (--database-url, DATABASE_URL) it is a service built on
-// the public consumer package: each valid forward goes through
-// consumer.Middleware (consumer name "hookgate-sink"), so that a forward
-// seen before (a redelivery) is recognised as already processed, answered
-// with the stored 204 and Idempotent-Replayed, and printed as such.
+// With a database, each valid forward goes through the public consumer
+// package's middleware. A redelivery is then recognised as already
+// processed, answered with the stored 204 and Idempotent-Replayed, and
+// printed as such.
 func runSink(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hookgate sink", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -159,9 +156,9 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 // sinkConsumer returns the handler that processes a verified forward at
-// most once with the consumer package (nil without dsn), and a function
-// closing its database. The sink has checked the signature already, so
-// the middleware is told the target's secrets only to check them again.
+// most once with the consumer package, or nil without dsn. It also returns
+// the function that closes its database. The middleware checks the
+// signature again with the targets' secrets.
 func sinkConsumer(ctx context.Context, dsn string, keys [][]byte) (http.Handler, func(), error) {
 	if dsn == "" {
 		return nil, func() {}, nil
@@ -185,8 +182,8 @@ func sinkConsumer(ctx context.Context, dsn string, keys [][]byte) (http.Handler,
 		pool.Close()
 		return nil, nil, fmt.Errorf("sink: %w", err)
 	}
-	// The state change of the example: nothing but the event's key, which
-	// the middleware records.
+	// The example changes no state: the middleware records the event's
+	// key.
 	return mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })), pool.Close, nil
 }
 
@@ -217,8 +214,8 @@ func orNone(from string, n int) string {
 	return fmt.Sprintf("%s (%d)", from, n)
 }
 
-// shownBody returns up to sinkBodyShown bytes of b, as text when it is
-// UTF-8, quoted otherwise.
+// shownBody returns up to sinkBodyShown bytes of b. It is text when b is
+// UTF-8, and quoted otherwise.
 func shownBody(b []byte) string {
 	cut := ""
 	if len(b) > sinkBodyShown {
@@ -230,7 +227,7 @@ func shownBody(b []byte) string {
 	return fmt.Sprintf("%q", b) + cut
 }
 
-// printable replaces control characters (terminal escapes) in s.
+// printable replaces control characters, such as terminal escapes, in s.
 func printable(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {

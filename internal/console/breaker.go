@@ -8,16 +8,15 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// A target's breaker history on its page: a timeline per span (the same
-// spans as the charts), drawn as inline SVG by the server, and a table of
-// the latest transitions. Each worker process has its own breaker; their
-// transitions are drawn in time order on one line (the table names the
-// process of each).
+// A target's page shows its breaker history as inline SVG drawn on the
+// server: one timeline per chart span, and a table of the latest
+// transitions. Each worker process has its own breaker. Their transitions
+// share one timeline in time order, and the table names their processes.
 
 const (
-	// minSegment is the narrowest segment drawn, in SVG units (600 a
-	// span): narrower ones are merged into their neighbour, which then
-	// shows the worse state (open, then half-open, then closed).
+	// minSegment is the narrowest segment drawn, in SVG units of a
+	// 600-wide span. Narrower ones merge into a neighbour, which shows the
+	// worse state.
 	minSegment = 1.0
 	// maxTransitions bounds the transitions read for one timeline, and
 	// recentTransitions the table's.
@@ -32,8 +31,8 @@ type segment struct {
 	From, To time.Time
 }
 
-// DrawW is the width the segment is drawn with: at least minSegment, so
-// that a short opening shows (it is drawn over the closed segments).
+// DrawW is the segment's drawn width. It is at least minSegment, so that
+// a short opening shows.
 func (s segment) DrawW() float64 { return max(s.W, minSegment) }
 
 // Title says what the segment shows, on hover.
@@ -53,21 +52,21 @@ type timeline struct {
 	Span, Label string
 	Segments    []segment
 	Marks       []mark
-	// Detail says which transitions are drawn: every one (the hour), or
-	// only openings and closings (the day: the rounds of probes in
-	// between show as open).
+	// Detail says which transitions are drawn. The hour draws every one.
+	// The day draws openings and closings, and the probes between show as
+	// open.
 	Detail string
-	// Truncated: more transitions than maxTransitions; only the newest
-	// are drawn, the rest of the span is left blank.
+	// Truncated is set when the span had more than maxTransitions. Only
+	// the newest are drawn, and the rest of the span stays blank.
 	Truncated bool
 }
 
 // stateRank orders the states by how bad they are, for merging.
 var stateRank = map[string]int{store.BreakerClosed: 0, store.BreakerHalfOpen: 1, store.BreakerOpen: 2}
 
-// buildTimeline draws trs (oldest first, the first possibly before the
-// span: the state at its start) over sp ending with the charts' last
-// bucket; the breaker is in state current now (target_breakers).
+// buildTimeline draws trs, oldest first, over sp ending with the charts'
+// last bucket. The first transition may precede the span and give the
+// state at its start. current is the breaker's state now.
 func buildTimeline(sp chartSpan, now time.Time, trs []store.BreakerTransition, current string, openClose, truncated bool) timeline {
 	end := now.UTC().Truncate(sp.Width).Add(sp.Width)
 	start := end.Add(-time.Duration(sp.Count) * sp.Width)
@@ -123,10 +122,9 @@ func buildTimeline(sp chartSpan, now time.Time, trs []store.BreakerTransition, c
 	if now.After(from) {
 		raw = append(raw, segment{X: x(from), W: x(now) - x(from), State: state, From: from, To: now})
 	}
-	// Runs of segments narrower than minSegment (a breaker probing every
-	// few seconds, seen over an hour or a day) become one segment of
-	// their worst state; a wider segment stays as it is, and so does the
-	// last (the state the breaker is in now).
+	// Runs of segments narrower than minSegment, such as a breaker's
+	// probes, become one segment of their worst state. Wider segments
+	// stay, and so does the last one, the state now.
 	for i, sg := range raw {
 		n := len(tl.Segments)
 		if n > 0 {
@@ -160,9 +158,8 @@ func buildTimeline(sp chartSpan, now time.Time, trs []store.BreakerTransition, c
 type breakerView struct {
 	Timelines []timeline
 	Recent    []store.BreakerTransition // newest first
-	// Opening, while the breaker is not closed, is the transition that
-	// opened it (the incident's start), shown pinned above Recent however
-	// many transitions came after it; Recent then leaves it out.
+	// Opening is the transition that opened a breaker not closed yet. It
+	// is pinned above Recent, which then leaves it out.
 	Opening *store.BreakerTransition
 }
 
@@ -200,8 +197,8 @@ func (c *Console) breakerHistory(ctx context.Context, sender, target string, b s
 		if at.IsZero() || at.After(now) {
 			at = now
 		}
-		// opened_at is the opening transition's time (the same value):
-		// a millisecond more leaves no doubt about rounding.
+		// opened_at is the opening transition's time. A millisecond more
+		// leaves no doubt about rounding.
 		tr, ok, err := c.q.BreakerOpening(ctx, sender, target, at.Add(time.Millisecond))
 		if err != nil {
 			return v, err

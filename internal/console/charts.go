@@ -12,19 +12,17 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// The overview's charts: bar charts drawn as inline SVG by the server (the
-// CSP allows no script), from the per-minute counts of traffic_minutes
-// (the last hour) and the per-hour counts of traffic_hours (the last day).
-// Each bar carries its counts in data-* attributes and a <title> (shown
-// on hover), so that a reader and a test see the same numbers.
+// The charts are bars drawn as inline SVG on the server, as the CSP allows
+// no script. The last hour is drawn from per-minute counts, the last day
+// from per-hour counts. Each bar carries its counts in data-* attributes
+// and a <title>, so that a reader and a test see the same numbers.
 
-// Chart geometry, in SVG user units (the SVG scales to its box).
+// Chart geometry, in SVG user units. The SVG scales to its box.
 const (
 	chartW, chartH = 600.0, 120.0
 	chartTop       = 4.0 // room above the tallest bar
-	// chartAxisH is the band under the bars that holds the time axis's
-	// labels: the SVG is chartW by chartH+chartAxisH, scaled uniformly
-	// (its text is never stretched).
+	// chartAxisH is the band under the bars for the time labels. The SVG
+	// scales uniformly, so its text is never stretched.
 	chartAxisH = 16.0
 )
 
@@ -38,26 +36,27 @@ type chartSpan struct {
 	Width  time.Duration
 	Count  int
 	Layout string // of a bucket's start in its title
-	// Every is how many buckets apart the time axis's labels are (at
-	// bucket starts that are a multiple of Every buckets since midnight UTC).
+	// Every is how many buckets apart the time labels are, counted from
+	// midnight UTC.
 	Every int
 }
 
+// chartSpans are the spans each chart is drawn over.
 var chartSpans = []chartSpan{
 	{Name: "hour", Label: "Last hour, per minute", Width: time.Minute, Count: 60, Layout: "15:04", Every: 10},
 	{Name: "day", Label: "Last day, per hour", Width: time.Hour, Count: 24, Layout: "Jan 2 15:04", Every: 4},
 }
 
-// axisLabel is a label of a chart's axis: a time under the bars (X), or a
-// value at the height Y of its grid line.
+// axisLabel is a label of a chart's axis: a time under the bars, or a
+// value at the height of its grid line.
 type axisLabel struct {
 	X, Y   float64
 	Text   string
 	Anchor string // text-anchor: start, middle or end
 }
 
-// clipMark marks a bucket whose latency is above the chart's latency
-// scale: drawn at the top, at X, titled with the bucket's values.
+// clipMark marks a bucket whose latency is above the chart's scale. It is
+// drawn at the top.
 type clipMark struct {
 	X     float64
 	Title string
@@ -76,10 +75,9 @@ type bar struct {
 	Data  map[string]int64 // kind → count; rendered as data-<kind>
 	Parts []barPart
 	Total int64
-	// P50 and P95 are the bucket's estimated latency quantiles (targets
-	// only), "" without attempts; rendered as data-p50-ms, data-p95-ms,
-	// and drawn as ticks across the bar at heights P50Y and P95Y (so that
-	// a lone bucket shows them too).
+	// P50 and P95 are the bucket's estimated latency quantiles, "" without
+	// attempts. They are rendered as data-p50-ms and data-p95-ms, and as
+	// ticks across the bar at P50Y and P95Y, so a lone bucket shows them.
 	P50, P95   string
 	P50Y, P95Y float64
 }
@@ -91,20 +89,19 @@ type chart struct {
 	Bars        []bar
 	Max         int64
 	Total       map[string]int64
-	// Top is the count at the top of the bars' scale (Max rounded up to
-	// 1, 2 or 5 times a power of ten).
+	// Top is the top of the count scale: Max rounded up to 1, 2 or 5
+	// times a power of ten.
 	Top int64
-	// P50Line and P95Line are the polylines of the estimated latency
-	// quantiles per bucket (targets only), "" when no bucket has
-	// attempts; LatencyTopMS is their scale's top (latencyScale): a
-	// bucket above it is drawn at the top and marked (Clipped).
+	// P50Line and P95Line are the latency quantiles' polylines, "" when no
+	// bucket has attempts. LatencyTopMS is their scale's top. A bucket
+	// above it is drawn at the top and marked in Clipped.
 	P50Line, P95Line string
 	LatencyTopMS     float64
 	Clipped          []clipMark
-	// TimeLabels are the time axis's labels (UTC), CountLabels the bar
-	// scale's (left), LatencyLabels the latency scale's (right).
+	// TimeLabels are the time axis's labels in UTC. CountLabels are the
+	// count scale's, on the left, and LatencyLabels the latency scale's.
 	TimeLabels, CountLabels, LatencyLabels []axisLabel
-	// P50 and P95 are the quantiles of the whole span (latency.go).
+	// P50 and P95 are the whole span's quantiles.
 	P50, P95 latency
 }
 
@@ -117,13 +114,14 @@ func (b bar) DataAttrs(kinds []string) []dataAttr {
 	return out
 }
 
+// dataAttr is a data-* attribute of a bar.
 type dataAttr struct {
 	Name  string
 	Value int64
 }
 
-// buildChart draws the buckets of one span ending at now from counts
-// (of one target, "" for the sender's deliveries), stacking kinds.
+// buildChart draws the buckets of one span ending at now from counts,
+// stacking kinds. The counts are one target's or the sender's.
 func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds []string, withLatency bool) chart {
 	end := now.UTC().Truncate(sp.Width).Add(sp.Width) // the current bucket is the last
 	start := end.Add(-time.Duration(sp.Count) * sp.Width)
@@ -241,9 +239,8 @@ func buildChart(sp chartSpan, now time.Time, counts []store.TrafficBucket, kinds
 	return ch
 }
 
-// kindLabel is how a chart names a kind of count: a target's counts are
-// of attempts (a forward retried counts each of its failed attempts), not
-// of forwards, and say so.
+// kindLabel is how a chart names a kind of count. A target's counts are of
+// attempts, not forwards, and say so.
 func kindLabel(kind string) string {
 	switch kind {
 	case store.TrafficDelivered:
@@ -254,11 +251,10 @@ func kindLabel(kind string) string {
 	return kind
 }
 
-// latencyScale is the top, in ms, of a chart's latency scale from its
-// buckets' p95s: the largest, unless it is more than latencySpike times
-// the buckets' 75th percentile (a spike), when the scale ends there and
-// the buckets above are drawn at its top, marked. Rounded up to 1, 2 or 5
-// times a power of ten; 0 without attempts.
+// latencyScale returns the top of a latency scale in ms from the buckets'
+// p95s. It is the largest p95, capped at [latencySpike] times their 75th
+// percentile. It is rounded up to 1, 2 or 5 times a power of ten, and is 0
+// without attempts.
 func latencyScale(p95s []latency) float64 {
 	var vals []float64
 	for _, l := range p95s {
@@ -271,8 +267,8 @@ func latencyScale(p95s []latency) float64 {
 	}
 	slices.Sort(vals)
 	top := vals[len(vals)-1]
-	// The 75th percentile, nearest rank: with 3 buckets or fewer the
-	// largest, and no clipping.
+	// The 75th percentile by nearest rank. With 3 buckets or fewer it is
+	// the largest, and nothing is clipped.
 	q := vals[int(math.Ceil(0.75*float64(len(vals))))-1]
 	if bound := latencySpike * q; top > bound {
 		top = bound
@@ -280,9 +276,8 @@ func latencyScale(p95s []latency) float64 {
 	return niceCeil(top)
 }
 
-// latencySpike is how far above most buckets' p95 (their 75th percentile)
-// a latency scale goes before it clips: a single slow bucket never
-// flattens the others into the baseline.
+// latencySpike is how far above most buckets' p95 a latency scale goes
+// before it clips. One slow bucket never flattens the others.
 const latencySpike = 4
 
 // niceCeil rounds v > 0 up to 1, 2 or 5 times a power of ten; 0 stays 0.
@@ -299,8 +294,8 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-// valueLabels are the labels of a scale from 0 to top, at top and at
-// its fractions 1/n … (n-1)/n, at the height of their grid lines.
+// valueLabels returns the labels of a scale from 0 to top, at each n-th of
+// it, at the height of their grid lines.
 func valueLabels(top float64, n int, anchor string, format func(float64) string) []axisLabel {
 	x := 3.0
 	if anchor == "end" {
@@ -341,8 +336,8 @@ var (
 	targetKinds = []string{store.TrafficDelivered, store.TrafficFailed}
 )
 
-// senderCharts reads a sender's last day of counts and returns its charts
-// (hour, day) and each of its targets' charts, by target name.
+// senderCharts reads a sender's last day of counts. It returns the
+// sender's charts, hour then day, and each target's charts by name.
 func (c *Console) senderCharts(ctx context.Context, sender string, now time.Time) ([]chart, map[string][]chart, error) {
 	var senderOut []chart
 	targets := map[string][]chart{}

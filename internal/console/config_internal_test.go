@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
 // withDeps returns c with the required dependencies, on no database.
 func withDeps(c Config) Config {
-	c.Senders, c.Queries, c.Log = &config.Config{}, store.New(nil), slog.New(slog.DiscardHandler)
+	c.Senders, c.Queries, c.Forwards, c.Log = &config.Config{}, store.New(nil), queue.NewJobs(nil), slog.New(slog.DiscardHandler)
 	return c
 }
 
@@ -42,6 +43,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"no senders", func(c *Config) { c.Senders = nil }, "Senders: nil"},
 		{"no queries", func(c *Config) { c.Queries = nil }, "Queries: nil"},
+		{"no forwards", func(c *Config) { c.Forwards = nil }, "Forwards: nil"},
 		{"no log", func(c *Config) { c.Log = nil }, "Log: nil"},
 	} {
 		c := withDeps(DefaultConfig())

@@ -1,15 +1,13 @@
-// Package console is hookgate's operator console: server-rendered HTML
-// pages (html/template, our own small stylesheet, no script) under
-// /console, for finding deliveries, seeing why their forwards failed,
-// sending them again, seeing which target is sick, and pausing and
-// resuming a target. It is a second view
-// of the queries the JSON API uses (packages store and queue): it has no SQL of its
-// own.
+// Package console is hookgate's operator console, served under /console.
+// Its pages are HTML rendered on the server, with no script. An operator
+// finds deliveries, sees why their forwards failed and sends them again.
+// The overview shows which target is sick, and a target's page pauses it.
 //
-// Sign-in is with the admin token; the session is a signed cookie that
-// sign-out revokes in the database (see session.go). Every state-changing
-// request is a POST carrying a CSRF token, refused when it comes from
-// another site.
+// The console reads through the JSON API's queries and has no SQL of its
+// own. An operator signs in with the admin token. The session is a signed
+// cookie that sign-out revokes in the database. Every state-changing
+// request is a POST with a CSRF token, and one from another site is
+// refused.
 package console
 
 import (
@@ -35,66 +33,70 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// DefaultSessionTTL is how long a sign-in lasts by default
-// (DefaultConfig).
+// DefaultSessionTTL is how long a sign-in lasts by default.
 const DefaultSessionTTL = 12 * time.Hour
 
-// Config configures a Console. Zero means zero (docs/configuration.md): no
-// setting takes a default from a 0, and validate refuses one; DefaultConfig
-// has the defaults. Senders, Queries and Log are required; the other
-// dependencies (Limiter, Redeliverer, Now) are optional: each says what the
-// Console does without one.
+// Config configures a [Console]. A zero setting is refused, never taken
+// for the default; [DefaultConfig] has the defaults. Senders, Queries,
+// Forwards and Log are required. Each optional dependency says what the
+// console does without it.
 type Config struct {
-	// Senders is the senders' configuration whose deliveries the console
-	// shows: a *config.Config, or the process's sender.Live, which each
-	// page reads when it is asked for (a reload shows on the next page).
+	// Senders is the configuration in force. Each page reads it when asked
+	// for, so a reload shows on the next page.
 	Senders config.Source
-	// Queries reads deliveries, events and forwards (the JSON API's
-	// queries: share the process's).
+	// Queries reads deliveries, events, breakers and sessions. Share the
+	// process's.
 	Queries *store.Queries
-	// Log is where the console logs what fails.
+	// Forwards reads the forwards' jobs: the process's [queue.Jobs].
+	Forwards Forwards
+	// Log receives what fails.
 	Log *slog.Logger
 
-	// AdminToken signs operators in; empty disables the console (its pages
-	// say how to enable it).
+	// AdminToken signs operators in. Empty disables the console, and its
+	// pages say how to enable it.
 	AdminToken string
-	// TrustedProxies are the addresses whose X-Forwarded-Proto and
-	// X-Forwarded-For are believed: a request from one of them with
-	// X-Forwarded-Proto: https gets a Secure session cookie, as does a
-	// request over TLS; give the Limiter the same (authlimit.New).
+	// TrustedProxies are the proxies whose X-Forwarded-Proto and
+	// X-Forwarded-For are believed. Through one of them, X-Forwarded-Proto:
+	// https gets a Secure cookie, as TLS does. Give the Limiter the same.
 	TrustedProxies []netip.Prefix
-	// SessionTTL is how long a sign-in lasts (DefaultSessionTTL), positive.
+	// SessionTTL is how long a sign-in lasts.
 	SessionTTL time.Duration
 	// Limiter counts wrong tokens per client; share the operator API's.
-	// A new one (trusting TrustedProxies' X-Forwarded-For) when nil.
+	// When nil, New makes one that trusts TrustedProxies.
 	Limiter *authlimit.Limiter
-	// Redeliverer inserts redeliveries (queue.River); without it
-	// Redeliver answers 503.
+	// Redeliverer sends forwards again. Without it, redelivery answers 503.
 	Redeliverer Redeliverer
-	// Now is the clock (time.Now).
+	// Now is the clock; nil means [time.Now].
 	Now func() time.Time
 	// Pauses is told when an operator pauses or resumes a target here, so
-	// that this process holds or releases its forwards at once
-	// (forward.Pauses, which reads the pauses anyway about every second);
-	// nil: it learns at its next read.
+	// that this process acts at once. When nil, the process learns at its
+	// next read of the pauses, about every second.
 	Pauses Poker
 }
 
-// Poker is told that the operators' pauses changed (forward.Pauses.Poke):
-// it must not block.
+// Forwards reads the forwards the pages show. [queue.Jobs] implements it.
+type Forwards interface {
+	CountForwards(ctx context.Context, sender string, delivered bool) (map[string]queue.Counts, error)
+	ForwardSummaries(ctx context.Context, sender string, targets []string, events []uuid.UUID) (map[uuid.UUID]queue.Summary, error)
+	EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]queue.Forward, error)
+	ListTargetForwards(ctx context.Context, f queue.Filter, limit int, after *store.Cursor) (queue.ForwardPage, error)
+}
+
+// Poker is told that the operators' pauses changed. Poke must not block.
+// The forward package's Pauses implements it.
 type Poker interface{ Poke() }
 
-// Redeliverer is the forward queue's redelivery (queue.River):
-// Redeliver enqueues an event's forwards again, BulkRedeliver the
-// forwards of a target in a state.
+// Redeliverer enqueues forwards again. [queue.River] implements it.
+// Redeliver does an event's forwards, BulkRedeliver a target's forwards in
+// one state.
 type Redeliverer interface {
 	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]queue.Enqueued, error)
 	BulkRedeliver(ctx context.Context, req queue.BulkRequest) (queue.Bulk, error)
 }
 
-// DefaultConfig returns the console's defaults: no admin token (the
-// console disabled), DefaultSessionTTL, and no dependency (the caller
-// gives the required ones).
+// DefaultConfig returns the default settings: no admin token, so the
+// console is disabled, and [DefaultSessionTTL]. The caller adds the
+// dependencies.
 func DefaultConfig() Config {
 	return Config{SessionTTL: DefaultSessionTTL}
 }
@@ -111,23 +113,26 @@ func (c Config) validate() error {
 	if c.Queries == nil {
 		errs = append(errs, errors.New("console config: Queries: nil: the queries the pages read with are required"))
 	}
+	if c.Forwards == nil {
+		errs = append(errs, errors.New("console config: Forwards: nil: the forwards' reads are required"))
+	}
 	if c.Log == nil {
 		errs = append(errs, errors.New("console config: Log: nil: a logger is required"))
 	}
 	return errors.Join(errs...)
 }
 
-// Console serves the console's pages. Mount it at /console.
+// Console serves the console's pages. Mount it at [Prefix].
 type Console struct {
-	senders config.Source
-	q       *store.Queries
-	jobs    *queue.Jobs
-	log     *slog.Logger
-	opts    Config
-	key     []byte // session signing key, nil without an admin token
-	digest  [32]byte
-	pages   map[string]*template.Template
-	handler http.Handler
+	senders  config.Source
+	q        *store.Queries
+	forwards Forwards
+	log      *slog.Logger
+	opts     Config
+	key      []byte // session signing key, nil without an admin token
+	digest   [32]byte
+	pages    map[string]*template.Template
+	handler  http.Handler
 }
 
 //go:embed templates/*.html
@@ -136,10 +141,8 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// New returns the console of the senders in opts.Senders, reading
-// deliveries, events and forwards with opts.Queries, configured by opts
-// (DefaultConfig); an error naming the field when opts is invalid or lacks
-// a required dependency.
+// New returns the console configured by opts. It returns an error naming
+// the field when opts is invalid or lacks a required dependency.
 func New(opts Config) (*Console, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -150,7 +153,7 @@ func New(opts Config) (*Console, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Console{senders: opts.Senders, q: opts.Queries, jobs: queue.NewJobs(opts.Queries.DB()), log: opts.Log, opts: opts, pages: parsePages()}
+	c := &Console{senders: opts.Senders, q: opts.Queries, forwards: opts.Forwards, log: opts.Log, opts: opts, pages: parsePages()}
 	if opts.AdminToken != "" {
 		c.key, c.digest = sessionKey(opts.AdminToken)
 	}
@@ -161,9 +164,9 @@ func New(opts Config) (*Console, error) {
 // config returns the configuration in force.
 func (c *Console) config() *config.Config { return c.senders.Current() }
 
-// ServeHTTP serves the console. Mount it at Prefix on a chi router
-// (handler.Config.Console does): its routes are relative to the mount point,
-// its links absolute, under Prefix.
+// ServeHTTP serves the console. Mount it at [Prefix] on a chi router, as
+// the handler package does. Its routes are relative to the mount point,
+// and its links are absolute.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
 
 // Prefix is the path the console is served under.
@@ -175,8 +178,7 @@ func (c *Console) routes() http.Handler {
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.StripPrefix(Prefix+"/static/", http.FileServerFS(static))
 	r.Get("/static/*", func(w http.ResponseWriter, r *http.Request) {
-		// Files only: a directory (the folder itself, or any path ending
-		// in "/") is not listed.
+		// Files only: no directory is listed.
 		name := strings.TrimPrefix(r.URL.Path, Prefix+"/static/")
 		if st, err := fs.Stat(static, strings.TrimSuffix(name, "/")); name == "" || strings.HasSuffix(name, "/") || err != nil || st.IsDir() {
 			c.notFound(w, r, "There is no console page at this address.")
@@ -196,8 +198,8 @@ func (c *Console) routes() http.Handler {
 		r.Get("/senders/{sender}/deliveries/{delivery_id}", c.delivery)
 		r.Get("/senders/{sender}/deliveries/{delivery_id}/body", c.rawBody)
 		r.Post("/senders/{sender}/deliveries/{delivery_id}/redeliver", c.redeliver)
-		// The same pages with the delivery ID in the query (?id=), for the
-		// IDs "." and "..", which browsers remove from a path.
+		// Browsers remove the IDs "." and ".." from a path, so these
+		// routes take the ID in the query (?id=).
 		r.Get("/senders/{sender}/delivery", c.delivery)
 		r.Get("/senders/{sender}/delivery/body", c.rawBody)
 		r.Post("/senders/{sender}/delivery/redeliver", c.redeliver)
@@ -215,9 +217,8 @@ func (c *Console) routes() http.Handler {
 	return r
 }
 
-// CSP is the console's Content-Security-Policy: no script at all, styles
-// and images from this origin only, forms posting to this origin only, no
-// framing.
+// CSP is the console's Content-Security-Policy. It allows no script and no
+// framing. Styles, images and form posts stay on this origin.
 const CSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // pageHeaders sets the console's security headers, replacing the API's.
@@ -233,9 +234,8 @@ func pageHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// deliveryID returns the delivery ID of a delivery page's request: its
-// path parameter, or, on the query form of the pages (deliveryURL), its
-// query parameter id.
+// deliveryID returns the delivery ID of a delivery page's request. It is
+// the path parameter, or the query parameter id, see [deliveryURL].
 func deliveryID(r *http.Request) string {
 	if rc := chi.RouteContext(r.Context()); rc != nil && strings.Contains(rc.RoutePattern(), "{delivery_id}") {
 		return param(r, "delivery_id")
@@ -243,10 +243,9 @@ func deliveryID(r *http.Request) string {
 	return r.URL.Query().Get("id")
 }
 
-// deliveryURL returns the address of the delivery id's page, or of its
-// sub-page sub ("/body", "/redeliver"). The IDs "." and ".." would be
-// removed from a path by browsers (percent-encoded too: %2E is a dot
-// segment to them), so theirs carry the ID in the query.
+// deliveryURL returns the address of delivery id's page, or of its
+// sub-page sub, such as "/body". Browsers remove the IDs "." and ".." from
+// a path, even percent-encoded, so theirs go in the query.
 func deliveryURL(sender, id, sub string) string {
 	if id == "." || id == ".." {
 		return Prefix + "/senders/" + url.PathEscape(sender) + "/delivery" + sub + "?id=" + url.QueryEscape(id)
@@ -254,8 +253,8 @@ func deliveryURL(sender, id, sub string) string {
 	return Prefix + "/senders/" + url.PathEscape(sender) + "/deliveries/" + url.PathEscape(id) + sub
 }
 
-// param returns the path parameter name, decoded: chi routes on the raw
-// path when the request has one (an ID with an escaped '/' or '%'), and its
+// param returns the path parameter name, unescaped. chi routes on the raw
+// path when there is one, such as for an ID with an escaped '/', and its
 // parameters are then still escaped.
 func param(r *http.Request, name string) string {
 	v := chi.URLParam(r, name)

@@ -6,17 +6,17 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// latency is a latency quantile estimated from a histogram of attempts
-// (store.LatencyQuantile): within a bucket of the true value, or, when
-// over, at least ms.
+// latency is a quantile estimated from a histogram of attempts, see
+// [store.LatencyQuantile]. It is within a bucket of the true value, or at
+// least ms when over is set.
 type latency struct {
 	ms   float64
 	over bool
 	n    int // 0: no attempts, nothing to estimate
 }
 
-// quantile estimates the q-quantile of hist (nil or store.LatencyBuckets
-// long).
+// quantile estimates the q-quantile of hist, which is nil or
+// [store.LatencyBuckets] long.
 func quantile(hist []int64, q float64) latency {
 	ms, over, ok := store.LatencyQuantile(hist, q)
 	if !ok {

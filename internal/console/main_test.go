@@ -159,7 +159,7 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	// The console and the API read the configuration from live, as a
 	// gateway's do: a test reloads by swapping it.
 	live := sender.NewLive(sender.MustCompile(cfg).Snapshot())
-	opts.Senders, opts.Queries, opts.Log = live, q, log
+	opts.Senders, opts.Queries, opts.Forwards, opts.Log = live, q, queue.NewJobs(pool), log
 	cons, err := console.New(opts)
 	if err != nil {
 		t.Fatal(err)

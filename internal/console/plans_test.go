@@ -233,7 +233,7 @@ func testOverviewAndMetricsPlans(t *testing.T, faked bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(traced), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(traced), Forwards: queue.NewJobs(traced), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		AdminToken: token, SessionTTL: console.DefaultSessionTTL})
 	if err != nil {
 		t.Fatal(err)

@@ -15,15 +15,16 @@ import (
 	"time"
 )
 
-// Sessions are signed cookies: the cookie holds its issue time, its expiry
+// Sessions are signed cookies. A cookie holds its issue time, its expiry
 // and a random ID, signed with HMAC-SHA256 under a key derived from the
-// admin token. A restart with the same token keeps sessions valid; a new
-// token ends them all. The CSRF token of a session is an HMAC of its ID
-// under the same key, so it needs no storage either. Sign-out records the
-// session as revoked in PostgreSQL (package store), and "sign out
-// everywhere" the time before which every session is over; every request
-// with a session asks the database, so a copy of a signed-out cookie is
-// refused by every process on the database.
+// admin token. A restart with the same token keeps sessions valid, and a
+// new token ends them all. A session's CSRF token is an HMAC of its ID, so
+// it needs no storage either.
+//
+// Sign-out records the session as revoked in PostgreSQL. "Sign out
+// everywhere" records the time before which every session is over. Every
+// request with a session asks the database, so every process refuses a
+// copy of a signed-out cookie.
 
 // CookieName is the session cookie's name.
 const CookieName = "hookgate_console"
@@ -63,10 +64,9 @@ func (c *Console) newCookie(r *http.Request) *http.Cookie {
 	}
 }
 
-// session returns the session of r's cookie, or false when it has none,
-// or its cookie is malformed, badly signed, expired or signed out. err is
-// set (and ok false) when the database could not say whether the session
-// was signed out.
+// session returns the session of r's cookie. ok is false when there is
+// none, or it is malformed, badly signed, expired or signed out. err is set
+// when the database could not say whether it was signed out.
 func (c *Console) session(r *http.Request) (s session, ok bool, err error) {
 	if s, ok := r.Context().Value(sessionKeyCtx{}).(session); ok {
 		return s, true, nil
@@ -148,9 +148,8 @@ func (c *Console) fromTrustedProxy(r *http.Request) bool {
 	return false
 }
 
-// crossSite returns why r, a POST, is not from a page of this console ("" when it
-// is): a Sec-Fetch-Site other than same-origin, or an Origin whose host is
-// not the request's.
+// crossSite returns why r, a POST, is not from a page of this console, or
+// "". It checks Sec-Fetch-Site and the host of Origin.
 func crossSite(r *http.Request) string {
 	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
 		return "it came from another site (Sec-Fetch-Site: " + s + ")"
@@ -165,8 +164,7 @@ func crossSite(r *http.Request) string {
 }
 
 // ParseTrustedProxies parses a comma-separated list of CIDR prefixes or
-// single addresses (HOOKGATE_TRUSTED_PROXIES), such as "10.0.0.0/8,
-// 127.0.0.1"; an empty s is none.
+// single addresses, such as "10.0.0.0/8, 127.0.0.1". An empty s is none.
 func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, f := range strings.Split(s, ",") {

@@ -166,7 +166,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		hc.Queries = store.New(pool)
 	}
 	if o.console {
-		cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(pool), Log: log, AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
+		cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(pool), Forwards: queue.NewJobs(pool), Log: log, AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
 		if err != nil {
 			t.Fatal(err)
 		}

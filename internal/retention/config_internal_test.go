@@ -9,11 +9,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/queue"
 )
 
 // withDeps returns c with dependencies no test statement runs on.
 func withDeps(c Config) Config {
-	c.DB, c.Senders, c.Log = new(pgxpool.Pool), &config.Config{}, slog.New(slog.DiscardHandler)
+	c.DB, c.Forwards, c.Senders, c.Log = new(pgxpool.Pool), queue.NewJobs(nil), &config.Config{}, slog.New(slog.DiscardHandler)
 	return c
 }
 
@@ -41,6 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		want  string
 	}{
 		{"no DB", func(c *Config) { c.DB = nil }, "DB: nil"},
+		{"no forwards", func(c *Config) { c.Forwards = nil }, "Forwards: nil"},
 		{"no senders", func(c *Config) { c.Senders = nil }, "Senders: nil"},
 		{"no log", func(c *Config) { c.Log = nil }, "Log: nil"},
 	} {

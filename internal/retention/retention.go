@@ -1,12 +1,11 @@
 // Package retention deletes what hookgate no longer needs to remember:
-// delivery keys whose retention has passed (their IDs are then accepted as
-// new), events older than their sender's event_retention, the fast path's
-// delivered forwards older than the longest sender retention (as River
-// deletes its finished jobs), and the single-use signature tokens
-// (package sigtoken) whose timestamps the signature check refuses by now.
-// It runs as the job queue's periodic maintenance job (Worker.Maintenance,
-// queue.Maintenance), so one replica at a time does the work, in small
-// batches, so that no long-held lock blocks ingestion.
+// expired delivery keys, old events, the fast path's old delivered
+// forwards, and signature tokens past their tolerance. Once its key is
+// deleted, a delivery ID is accepted as new.
+//
+// It runs as the job queue's maintenance job, see [Worker.Maintenance].
+// One replica at a time does the work, in small batches, so that no long
+// lock blocks ingestion.
 package retention
 
 import (
@@ -23,7 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// Defaults of the retention job (DefaultConfig).
+// Defaults of the retention job.
 const (
 	DefaultInterval = time.Minute
 	// BatchSize is how many rows one statement deletes at most.
@@ -34,44 +33,38 @@ const (
 type Result struct {
 	Keys   int64
 	Events int64
-	// Forwards are the fast path's delivered forwards deleted (River
-	// deletes its own finished jobs).
+	// Forwards counts the fast path's delivered forwards. River deletes
+	// its own finished jobs.
 	Forwards int64
-	// Tokens are the expired signature tokens deleted.
-	Tokens int64
+	Tokens   int64
 }
 
-// forgetAll is how far after now the tokens of a sender no longer
-// configured are deleted up to: all of them (a timestamp in the future is
-// refused beyond the tolerance, and no tolerance is this long).
+// forgetAll is the cutoff after now for a sender no longer configured.
+// No tolerance is this long, so all its tokens go.
 const forgetAll = 100 * 365 * 24 * time.Hour
 
-// Run deletes, in batches of BatchSize, every key expired at now, every
-// signature token whose timestamp its sender's tolerance (plus
-// sigtoken.ClockMargin) has passed at now (all of a sender no longer
-// configured), every event older than its sender's
-// event retention (config.DefaultRetention for a sender no longer
-// configured) and every delivered forward of the fast path older than the
-// longest sender retention, until none is left or ctx ends. It returns
-// what it deleted (also on error).
+// Run deletes what has expired at now, in batches of [BatchSize], until
+// none is left or ctx ends. It returns what it deleted, also on error.
 //
-// It finds the senders no longer configured by reading every sender's rows
-// (strays); Worker.Work does that only every StrayEvery.
-func Run(ctx context.Context, db store.DB, cfg *config.Config, now time.Time) (Result, error) {
-	return run(ctx, store.New(db), sigtoken.New(db), cfg, now, true)
+// Run also looks for the rows of senders no longer configured.
+// [Worker.Work] does that only every [StrayEvery].
+func Run(ctx context.Context, db store.DB, forwards DeliveredForwards, cfg *config.Config, now time.Time) (Result, error) {
+	return run(ctx, store.New(db), sigtoken.New(db), forwards, cfg, now, true)
 }
 
-// StrayEvery is how often the retention job also looks for the rows of
-// senders the configuration no longer names (removed senders, whose keys,
-// events and tokens expire all the same): in a process's first run, and
-// then this rarely. The look reads every sender's rows of each table (on
-// Citus, every shard: docs/distributed.md names these as the job's rare
-// statements); every other statement of the job names its sender, taken
-// from the configuration.
+// DeliveredForwards deletes the fast path's delivered forwards.
+// [queue.Jobs] implements it.
+type DeliveredForwards interface {
+	DeleteDeliveredBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error)
+}
+
+// StrayEvery is how often the job looks for the rows of removed senders.
+// It looks in a process's first run too. The look reads every sender's
+// rows, on Citus every shard; every other statement names its sender.
 const StrayEvery = time.Hour
 
-// withStrays returns the names of the configured senders and, when strays,
-// those that find returns besides.
+// withStrays returns the configured senders, and with strays those find
+// returns besides.
 func withStrays(cfg *config.Config, strays bool, find func() ([]string, error)) ([]string, error) {
 	names := make([]string, 0, len(cfg.Senders))
 	known := make(map[string]bool, len(cfg.Senders))
@@ -94,15 +87,13 @@ func withStrays(cfg *config.Config, strays bool, find func() ([]string, error)) 
 	return names, nil
 }
 
-// run is Run with the queries and the token store of its database; the
-// senders are the configured ones, and with strays those no longer
-// configured that have rows.
-func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *config.Config, now time.Time, strays bool) (Result, error) {
+// run is [Run] on q and tokens. With strays it also deletes for the
+// senders no longer configured that have rows.
+func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, forwards DeliveredForwards, cfg *config.Config, now time.Time, strays bool) (Result, error) {
 	var res Result
-	// The signature tokens first: they are few, and bounded only by this.
-	// A configured sender's are kept while their timestamps are within its
-	// tolerance (and sigtoken.ClockMargin); those of a sender no longer
-	// configured all go, as no request of it is accepted.
+	// Tokens go first: nothing else bounds them. A configured sender's stay
+	// within its tolerance and [sigtoken.ClockMargin]. A removed sender's
+	// all go, as none of its requests is accepted.
 	withTokens, err := withStrays(cfg, strays, func() ([]string, error) { return tokens.Senders(ctx) })
 	if err != nil {
 		return res, err
@@ -127,7 +118,7 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *con
 	if err != nil {
 		return res, err
 	}
-	for _, sender := range senders { // configured or not: every key expires
+	for _, sender := range senders {
 		for {
 			n, err := q.DeleteExpiredKeys(ctx, sender, now, BatchSize)
 			res.Keys += n
@@ -139,15 +130,13 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *con
 			}
 		}
 	}
-	// Every sender that has events: a configured one keeps them for its
-	// event_retention, one no longer configured for DefaultRetention.
+	// A removed sender's events are kept for [config.DefaultRetention].
 	withEvents, err := withStrays(cfg, strays, func() ([]string, error) { return q.EventSenders(ctx) })
 	if err != nil {
 		return res, err
 	}
-	// The fast path's delivered forwards, after the longest sender
-	// retention: as long as River keeps its finished forward jobs
-	// (queue.New).
+	// Delivered forwards are kept for the longest sender retention, as
+	// River keeps its finished jobs.
 	keepForwards := time.Duration(0)
 	for _, s := range cfg.Senders {
 		keepForwards = max(keepForwards, time.Duration(s.Retention))
@@ -156,7 +145,7 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *con
 		keepForwards = config.DefaultRetention
 	}
 	for {
-		n, err := queue.NewJobs(q.DB()).DeleteDeliveredBefore(ctx, now.Add(-keepForwards), BatchSize)
+		n, err := forwards.DeleteDeliveredBefore(ctx, now.Add(-keepForwards), BatchSize)
 		res.Forwards += n
 		if err != nil {
 			return res, err
@@ -185,40 +174,34 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, cfg *con
 	return res, nil
 }
 
-// Config configures the retention job: its worker's dependencies
-// (NewWorker), and its settings. Zero means zero (docs/configuration.md):
-// no field takes a default from a 0, and validate refuses one;
-// DefaultConfig has the defaults.
+// Config configures the retention job: its dependencies and its settings.
+// A zero setting is refused, never taken for the default; [DefaultConfig]
+// has the defaults. DB, Forwards, Senders and Log are required.
 type Config struct {
-	// DB is the database the job deletes from (a *pgxpool.Pool). Required
-	// by NewWorker.
+	// DB is the database the job deletes from.
 	DB store.DB
-	// Senders is the senders' configuration, whose retentions and
-	// tolerances decide what is deleted, read at each run (a
-	// *config.Config, or the process's sender.Live). Required by
-	// NewWorker.
+	// Forwards deletes the fast path's delivered forwards: the process's
+	// [queue.Jobs].
+	Forwards DeliveredForwards
+	// Senders' retentions and tolerances decide what is deleted. Each run
+	// reads the configuration in force.
 	Senders config.Source
-	// Log is where each run that deleted something is logged. Required by
-	// NewWorker.
+	// Log receives a line for each run that deleted something.
 	Log *slog.Logger
 
-	// Interval is how often the job is enqueued (DefaultInterval),
-	// positive; once at start too.
+	// Interval is how often the job runs, and once at start.
 	Interval time.Duration
-	// Timeout is the longest a run takes (JobTimeout), positive. A run cut
-	// short leaves the rest to the next one. The queue cuts it shorter when
-	// its rescue horizon is shorter (queue.Maintenance.Timeout).
+	// Timeout is the longest a run takes; the next run does the rest. The
+	// queue may cut it shorter, see [queue.Maintenance].
 	Timeout time.Duration
 }
 
-// DefaultConfig returns the retention job's defaults (and no
-// dependencies: the caller gives them).
+// DefaultConfig returns the job's default settings, without dependencies.
 func DefaultConfig() Config {
 	return Config{Interval: DefaultInterval, Timeout: JobTimeout}
 }
 
-// validate returns an error naming the field at fault, or nil: the
-// settings, and the dependencies NewWorker requires.
+// validate returns an error naming the fields at fault, or nil.
 func (c Config) validate() error {
 	if c.Interval <= 0 {
 		return fmt.Errorf("retention config: Interval %s: must be positive", c.Interval)
@@ -230,6 +213,9 @@ func (c Config) validate() error {
 	if c.DB == nil {
 		errs = append(errs, errors.New("retention config: DB: nil: the database to delete from is required"))
 	}
+	if c.Forwards == nil {
+		errs = append(errs, errors.New("retention config: Forwards: nil: the delivered forwards to delete from are required"))
+	}
 	if c.Senders == nil {
 		errs = append(errs, errors.New("retention config: Senders: nil: the senders' configuration is required"))
 	}
@@ -239,11 +225,11 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Worker runs the retention job: Work is what the job queue's maintenance
-// job (Maintenance) runs.
+// Worker runs the retention job.
 type Worker struct {
 	q        *store.Queries
 	tokens   *sigtoken.Store
+	forwards DeliveredForwards
 	senders  config.Source
 	log      *slog.Logger
 	interval time.Duration
@@ -253,30 +239,28 @@ type Worker struct {
 	strayAt time.Time // when a run last looked for stray senders
 }
 
-// JobTimeout is the longest a run takes (a large backlog after an outage)
-// by default (Config.Timeout), instead of the client's job timeout, which is sized for
-// forwards. A run cut short leaves the rest to the next one.
+// JobTimeout is the default of [Config.Timeout]. It is longer than the
+// forwards' job timeout, for the backlog after an outage.
 const JobTimeout = 10 * time.Minute
 
-// NewWorker returns the retention job's worker on cfg.DB for cfg.Senders,
-// run every cfg.Interval for at most cfg.Timeout (Maintenance); an error
-// naming the field when cfg is invalid or lacks a dependency.
+// NewWorker returns the retention job's worker. It returns an error naming
+// the field when cfg is invalid or lacks a dependency.
 func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{q: store.New(cfg.DB), tokens: sigtoken.New(cfg.DB), senders: cfg.Senders, log: cfg.Log,
+	return &Worker{q: store.New(cfg.DB), tokens: sigtoken.New(cfg.DB), forwards: cfg.Forwards, senders: cfg.Senders, log: cfg.Log,
 		interval: cfg.Interval, timeout: cfg.Timeout}, nil
 }
 
-// Work deletes what has expired at the time it starts (Run, until ctx
-// ends), and logs what it deleted.
+// Work deletes what has expired when it starts, as [Run] does, and logs
+// what it deleted. It looks for removed senders every [StrayEvery].
 func (w *Worker) Work(ctx context.Context) error {
 	now := time.Now()
 	w.mu.Lock()
 	strays := w.strayAt.IsZero() || now.Sub(w.strayAt) >= StrayEvery
 	w.mu.Unlock()
-	res, err := run(ctx, w.q, w.tokens, w.senders.Current(), now, strays)
+	res, err := run(ctx, w.q, w.tokens, w.forwards, w.senders.Current(), now, strays)
 	if strays && err == nil {
 		w.mu.Lock()
 		w.strayAt = now
@@ -292,9 +276,8 @@ func (w *Worker) Work(ctx context.Context) error {
 	return nil
 }
 
-// Maintenance returns the job queue's maintenance job that runs w's Work
-// every Config.Interval, and once at start, for at most Config.Timeout
-// (queue.ClientConfig.Maintenance).
+// Maintenance returns the queue's maintenance job that runs [Worker.Work].
+// It goes in [queue.ClientConfig].Maintenance.
 func (w *Worker) Maintenance() queue.Maintenance {
 	return queue.Maintenance{Interval: w.interval, Timeout: w.timeout, Run: w.Work}
 }

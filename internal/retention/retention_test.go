@@ -77,7 +77,7 @@ senders:
 	seed(t, pool, "b", "old-", 5, now.Add(time.Hour), now.Add(-2*time.Hour)) // key live, event past b's 1h
 	seed(t, pool, "b", "new-", 3, now.Add(time.Hour), now.Add(-time.Minute))
 
-	res, err := retention.Run(t.Context(), pool, cfg, now)
+	res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ senders:
 	}
 
 	// A second run finds nothing.
-	res, err = retention.Run(t.Context(), pool, cfg, now)
+	res, err = retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now)
 	if err != nil || res != (retention.Result{}) {
 		t.Errorf("second run: %+v, %v; want nothing deleted", res, err)
 	}
@@ -115,7 +115,7 @@ func TestWorkerDeletesExpired(t *testing.T) {
 	seed(t, pool, "a", "x-", 3, time.Now().Add(-time.Second), time.Now().Add(-8*24*time.Hour))
 	rc := retention.DefaultConfig()
 	var logged bytes.Buffer
-	rc.DB, rc.Senders, rc.Log = pool, cfg, slog.New(slog.NewTextHandler(&logged, nil))
+	rc.DB, rc.Forwards, rc.Senders, rc.Log = pool, queue.NewJobs(pool), cfg, slog.New(slog.NewTextHandler(&logged, nil))
 	w, err := retention.NewWorker(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestWorkerLooksForRemovedSendersRarely(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
 	rc := retention.DefaultConfig()
-	rc.DB, rc.Senders, rc.Log = pool, cfg, slog.New(slog.DiscardHandler)
+	rc.DB, rc.Forwards, rc.Senders, rc.Log = pool, queue.NewJobs(pool), cfg, slog.New(slog.DiscardHandler)
 	w, err := retention.NewWorker(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestRunDeletesEventsOfRemovedSenders(t *testing.T) {
 	seed(t, pool, "gone", "new-", 4, now.Add(time.Hour), now.Add(-time.Hour))
 	seed(t, pool, "kept", "old-", 2, now.Add(time.Hour), old) // within kept's 30 days
 
-	res, err := retention.Run(t.Context(), pool, cfg, now)
+	res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	if err := queue.NewJobs(q.DB()).RecordFirstAttempts(t.Context(), "q", batch); err != nil {
 		t.Fatal(err)
 	}
-	res, err := retention.Run(t.Context(), pool, cfg, now)
+	res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestRunDeletesExpiredSignatureTokens(t *testing.T) {
 		claim("mg", old+i, now.Add(-10*time.Minute+time.Second)) // within mg's 10 minutes
 		claim("gone", i, now.Add(time.Minute))
 	}
-	res, err := retention.Run(t.Context(), pool, cfg, now)
+	res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestRunDeletesExpiredSignatureTokens(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM signature_tokens WHERE sender = 'mg'`); n != 4 {
 		t.Errorf("%d signature tokens left, want mg's 4 recent ones", n)
 	}
-	if res, err := retention.Run(t.Context(), pool, cfg, now); err != nil || res != (retention.Result{}) {
+	if res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now); err != nil || res != (retention.Result{}) {
 		t.Errorf("second run: %+v, %v; want nothing deleted", res, err)
 	}
 }
