@@ -27,8 +27,10 @@ echo "test-citus: ${version:-Citus version unknown (psql missing?)}"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 rc=0
-# shellcheck disable=SC2086 # GOTESTFLAGS and PKGS are word lists
-go test -race -count=1 -timeout 30m -v ${GOTESTFLAGS:-} ${PKGS} >"$out" 2>&1 || rc=$?
+# GOTESTFLAGS is split as the shell splits words, quotes included.
+eval "test_flags=(${GOTESTFLAGS:-})"
+# shellcheck disable=SC2086 # PKGS is a word list
+go test -race -count=1 -timeout 30m -v "${test_flags[@]}" ${PKGS} >"$out" 2>&1 || rc=$?
 # The tests of real gateway processes that run on Citus too (SERVER_TESTS,
 # a |-separated list of cmd/server's test names; empty: none).
 if [[ -n ${SERVER_TESTS:-} ]]; then

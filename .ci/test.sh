@@ -80,8 +80,11 @@ go list -m all >/dev/null ||
 	echo "test: could not load the module graph (go list -m all); TestReadmeService may fail on a fresh module cache" >&2
 # TEST_RACE: the race detector flag, on unless set to '' (make test-fast).
 set +e
-# shellcheck disable=SC2086 # GOTESTFLAGS, PKGS and TEST_RACE are word lists
-go test ${TEST_RACE--race} -count=1 -timeout 15m "${bin_flags[@]}" ${GOTESTFLAGS:-} ${PKGS:-./...}
+# GOTESTFLAGS is split as the shell splits words, quotes included, so that
+# GOTESTFLAGS='-run "TestA|TestB"' runs both tests.
+eval "test_flags=(${GOTESTFLAGS:-})"
+# shellcheck disable=SC2086 # PKGS and TEST_RACE are word lists
+go test ${TEST_RACE--race} -count=1 -timeout 15m "${bin_flags[@]}" "${test_flags[@]}" ${PKGS:-./...}
 rc=$?
 set -e
 # Not after go test was killed: it may have been writing a binary.
