@@ -1,15 +1,12 @@
-// Package queuetest puts River's table of jobs in the states tests need,
-// and reads it back: forward jobs as River stores them, inserted as they
-// are (InsertForwardJobs) or put in a state after attempts (SetForwardJob),
-// waiting forwards postponed (PostponeWaitingForwards), every forward job and delivered first attempt read back (ForwardJobs),
-// jobs counted (CountJobs), and River's table scanned or locked. It writes
-// the SQL tests would otherwise write on River's table, so that a change of
-// that table touches package queue and this package only, as River's own
-// tests build their jobs through its testfactory.
+// Package queuetest puts River's table of jobs in the states that tests
+// need, and reads it back. It inserts forward jobs as River stores them,
+// sets a job's state after attempts, postpones waiting forwards, counts
+// jobs and scans or locks the table. Tests use it instead of writing SQL on
+// River's table, so a change of that table touches package queue and this
+// package only.
 //
-// It is imported by tests only: a depguard rule (.golangci.yaml) keeps it
-// out of every file that is not a _test.go file. It does not import package
-// store, so that store's own tests can use it too.
+// Only tests import it; a depguard rule keeps it out of production code.
+// It imports neither queue nor store, so the tests of both can use it.
 package queuetest
 
 import (
@@ -24,13 +21,13 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// ForwardKind is the River job kind of forwards: store.ForwardKind, which
-// a test of package queue checks it is (this package imports neither queue nor store).
+// ForwardKind is the River job kind of forwards. It is a copy of
+// queue.ForwardKind, and a test of package queue checks that they match.
 const ForwardKind = "hookgate_forward"
 
 // SupersededKey is the metadata key with which package queue marks a
-// forward job a newer forward of its event to its target followed (a test
-// of package queue checks it is queue's).
+// forward job that a newer forward of its event to its target followed.
+// A test of package queue checks that it matches queue's key.
 const SupersededKey = "hookgate:superseded"
 
 // markSupersededSQL marks, as package queue marks them when it adds a
@@ -95,7 +92,7 @@ func (q *Jobs) MarkSuperseded(ctx context.Context) error {
 const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
 
 // DB is what the fixtures run on: a *pgxpool.Pool, a *pgx.Conn or a
-// pgx.Tx, as for store.DB.
+// pgx.Tx.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -233,8 +230,8 @@ type JobFixture struct {
 	// Errors are the errors of the attempts up to Attempt, the last one
 	// Attempt's: they are numbered to end at it.
 	Errors []string
-	// Output is the recorded output (a store.Output), as JSON; nil leaves
-	// it as it is.
+	// Output is the recorded output, encoded as JSON like a queue.Output.
+	// Nil leaves it as it is.
 	Output any
 	// At is when the last attempt started and, in a finished state
 	// (completed, cancelled, discarded), when it finished; now when zero.
@@ -293,7 +290,7 @@ func (f JobFixture) args() ([]any, error) {
 		if output, err = json.Marshal(f.Output); err != nil {
 			return nil, fmt.Errorf("encode output: %w", err)
 		}
-		if string(output) == "null" { // a nil *store.Output
+		if string(output) == "null" { // a nil *queue.Output
 			output = nil
 		}
 	}
