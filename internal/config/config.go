@@ -75,10 +75,10 @@ type Sender struct {
 	VerifyToken string `yaml:"verify_token"`
 	// Retention is how long the sender's delivery keys are remembered.
 	Retention Duration `yaml:"retention" validate:"gte=1000000000"`
-	// EventRetention is how long the sender's events are kept (by default
-	// as long as Retention).
+	// EventRetention is how long the sender's events are kept. It
+	// defaults to Retention.
 	EventRetention Duration `yaml:"event_retention" validate:"gte=1000000000"`
-	// MaxBodyBytes is the largest request body accepted (1 MiB by default).
+	// MaxBodyBytes is the largest request body accepted, 1 MiB by default.
 	MaxBodyBytes int64 `yaml:"max_body_bytes" validate:"min=1,max=67108864"`
 	// AcceptEncodings lists the Content-Encodings accepted besides
 	// identity. Only gzip is possible. A body in any other gets 415.
