@@ -218,7 +218,6 @@ func New(cfg ClientConfig) (*River, error) {
 		if err := river.AddWorkerSafely(workers, &forwardWorker{w: cfg.Worker}); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
-		// Bulk redeliveries run on a queue of their own, one at a time.
 		bulk, err := NewBulkWorker(BulkWorkerConfig{Pool: cfg.Pool, Senders: cfg.Senders, Log: cfg.Log})
 		if err != nil {
 			return nil, err
@@ -238,7 +237,6 @@ func New(cfg ClientConfig) (*River, error) {
 			BulkQueue:    {MaxWorkers: 1, FetchPollInterval: slowQueuePoll},
 		}
 		if m := cfg.Maintenance; m.Run != nil {
-			// A shorter rescue horizon cuts m.Timeout.
 			mw := &maintenanceWorker{run: m.Run, timeout: min(m.Timeout, h.long)}
 			if err := river.AddWorkerSafely(workers, mw); err != nil {
 				return nil, fmt.Errorf("register maintenance worker: %w", err)

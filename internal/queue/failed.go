@@ -14,9 +14,12 @@ import (
 )
 
 // A target's failed forwards are its cancelled or discarded jobs that no
-// newer forward of the same event to the same target followed. Checking
-// each failed job for a newer forward would cost two index probes per
-// failure. So the marks and counts are kept as forwards change:
+// newer forward of the same event to the same target followed. Once an
+// event is redelivered, its old failure is no longer counted, listed or
+// matched. So redelivering the failures twice sends each event once. The
+// JSON API and the console use this definition. Checking each failed job
+// for a newer forward would cost two index probes per failure. So the
+// marks and counts are kept as forwards change:
 //
 //   - Whatever adds a newer forward marks the older jobs of that event and
 //     target superseded, in its own transaction. A redelivery marks the

@@ -19,12 +19,6 @@ import (
 // GIN index on args would take milliseconds per lookup, because it indexes
 // the keys that every job has.
 //
-// A failed forward counts only while no newer forward of the same event to
-// the same target follows it. Once an event is redelivered, its old
-// failure is no longer counted, listed or matched. So redelivering the
-// failures twice sends each event once. The JSON API and the console use
-// the same definition: the failed jobs not marked superseded.
-//
 // A forward that the fast path delivered at its first attempt is not a
 // River job. It is a row of forward_delivered, a narrow table that costs a
 // fraction of a job. Every read takes both tables as one set of forwards.
