@@ -244,9 +244,9 @@ var targetJobs = jobSQL(`j.kind = {forward_kind} AND j.args->>'sender' = $1 AND 
 // forward_delivered d, and their arguments. $1 is the sender and $2 the
 // target. A failed forward must not be marked superseded, as in the
 // counts. With latest, a forward in any other state must be the newest of
-// its event to its target. Running or retrying jobs must also not be a
-// redelivery still waiting. inOutbox lists the events whose forward to
-// f's target is in the outbox.
+// its event to its target. With latest, a running or retrying job must
+// also not be a redelivery still waiting. inOutbox lists the events whose
+// forward to f's target is in the outbox.
 func (f Filter) where(latest bool, inOutbox []string) where {
 	w := where{
 		jobs:      targetJobs,

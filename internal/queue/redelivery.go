@@ -28,9 +28,10 @@ type Current struct {
 // currentJobsSQL finds the newest forward of sender $1's event $3 to each
 // target in $2, among its jobs and its delivered first attempt. An
 // unfinished redelivery queued after an earlier forward comes before any
-// newer forward. That newer forward can only be the record of the attempt
-// the redelivery follows, which gets its ID when it ends. So the queued
-// redelivery is the one still to come.
+// newer forward. That newer forward can only be the relay's job of the
+// forward that the redelivery follows, or the record of that fast-path
+// attempt, which gets its ID when it ends. So the queued redelivery is the
+// one still to come.
 var currentJobsSQL = jobSQL(`SELECT DISTINCT ON (target) target, id, state, attempt, queued, failed FROM (
   SELECT args->>'target' AS target, id, state::text AS state, attempt, args ? 'after' AS queued, ` + failedAttempt("river_job") + ` AS failed
   FROM river_job

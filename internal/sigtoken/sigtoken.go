@@ -15,8 +15,9 @@
 // A token is kept while its signed timestamp is within the sender's
 // tolerance, because only then does the signature check pass. The
 // retention job deletes older tokens in batches, sender by sender, with
-// the tolerance plus [ClockMargin]. Only genuinely signed requests insert
-// rows, so the table holds about one tolerance of the provider's
+// the tolerance plus [ClockMargin]. A tolerance raised later does not
+// bring back the tokens deleted before. Only genuinely signed requests
+// insert rows, so the table holds about one tolerance of the provider's
 // deliveries.
 package sigtoken
 
