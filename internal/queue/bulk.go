@@ -29,8 +29,7 @@ var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n
 // sender $1's target $2 in the job range ($4, $3]. These are the ones
 // that a bulk redelivery of running or retrying forwards may match: those
 // unfinished, or finished at or after $5. A job matches only in those
-// cases, so no job matches later that is not selected here. It reads only
-// River's table, in the order of hookgate's index on the forward jobs.
+// cases, so no job matches later that is not selected here.
 var queuedCandidatesSQL = jobSQL(`SELECT DISTINCT j.args->>'event_id' FROM river_job j
 WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
   AND j.id <= $3 AND j.id > $4
@@ -123,8 +122,7 @@ func (q *Jobs) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (w
 
 // CountBulkMatch returns how many forwards a bulk redelivery of f matches
 // up to job maxID: the newest forward of each event to the target, in f's
-// state and window. [store.IndexOrderScans] makes each check for a newer
-// forward one index probe.
+// state and window.
 func (q *Jobs) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
 	w, err := q.bulkWhere(ctx, f, maxID, 0)
 	if err != nil {

@@ -19,6 +19,19 @@
 //     River has no API for: reads, counts, bulk matches, the fast path's
 //     outcomes, the redelivery locks and the takeover.
 //
+// # Plans
+//
+// The statements are written so that their plans do not depend on the
+// statistics, which a crash or an outage can make lie. Each runs under a
+// planner setting of package store, such as [store.IndexOrderScans], which
+// disables sequential scans, bitmap scans and sorts. The statement's ORDER
+// BY then leaves one path without a disabled node: the index it was
+// written for. A probe compares the event as a range, so that the index's
+// order needs no sort. A probe is a scalar subquery with LIMIT 1, since
+// EXISTS would drop its ORDER BY. The predicate of a partial index is
+// written with literals, since a parameter implies nothing in a generic
+// plan.
+//
 // # Lock order
 //
 // Hookgate's statements that update River's jobs never wait for a row lock.

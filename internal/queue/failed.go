@@ -64,10 +64,9 @@ var supersededMetadata = func() []byte {
 	return b
 }()
 
-// failedLiteral is the condition that job j is in a failed state, written
-// with literals. It is the predicate of hookgate's indexes on failed
-// forwards, which a statement must repeat for PostgreSQL to use them; see
-// forwardKind. A test checks it against the mapping of states.
+// failedLiteral is the condition that job j is in a failed state: the
+// predicate of hookgate's indexes on failed forwards. A test checks it
+// against the mapping of states.
 const failedLiteral = `j.state IN ('cancelled', 'discarded')`
 
 // notMarkedSuperseded is the condition that job alias is not marked
@@ -126,8 +125,7 @@ func lockIfSQL(candidates string) string {
 
 // olderCandidates selects, for each key of sender $1, the unmarked jobs
 // of that event to that target that are older than the newer job and not
-// completed. The ORDER BY makes hookgate's index the one path without a
-// sort.
+// completed.
 var olderCandidates = jobSQL(`SELECT f.id FROM unnest($2::text[], $3::text[], $4::bigint[]) AS k(target, event_id, newer)
   CROSS JOIN LATERAL (SELECT f.id FROM river_job f WHERE f.kind = {forward_kind}
     AND f.args->>'sender' = $1 AND f.args->>'target' = k.target
@@ -229,8 +227,7 @@ const expireCountsSQL = `DELETE FROM forward_failed_counts WHERE hour < $1`
 // failedCountsSQL counts sender $1's failed forwards by target, in rows
 // like countsSQL's. It adds the kept hourly counts and the failed jobs
 // not folded yet. It is one statement, so both come from one snapshot, as
-// a fold commits its counts and marks together. The ORDER BY picks the
-// index on unfolded failures over the wider one with the same conditions.
+// a fold commits its counts and marks together.
 var failedCountsSQL = `SELECT target, $2::text, false, sum(n)::bigint FROM (
   SELECT c.target, c.n FROM forward_failed_counts c WHERE c.sender = $1
   UNION ALL

@@ -15,9 +15,9 @@ import (
 
 // The statements find a target's jobs, and an event's newer forward,
 // through hookgate's index on the forward jobs' sender, target, event and
-// ID. They repeat that index's expressions and predicate exactly. River's
-// GIN index on args would take milliseconds per lookup, because it indexes
-// the keys that every job has.
+// ID. They repeat that index's expressions exactly. River's GIN index on
+// args would take milliseconds per lookup, because it indexes the keys
+// that every job has.
 //
 // A forward that the fast path delivered at its first attempt is not a
 // River job. It is a row of forward_delivered, a narrow table that costs a
@@ -30,15 +30,10 @@ const ForwardKind = "hookgate_forward"
 
 // forwardKind is [ForwardKind] as an SQL literal, the one place it is
 // formatted into SQL. Statements write {forward_kind} and pass through
-// jobSQL once, when the package is initialised.
-//
-// It is a literal, not a parameter, because hookgate's index on the
-// forward jobs is partial: WHERE kind = 'hookgate_forward'. PostgreSQL
-// uses a partial index only when the query's conditions imply its
-// predicate at planning time. In a generic plan, kind = $n implies
-// nothing. PostgreSQL may pick a generic plan for prepared statements
-// from their sixth run. The statements would then read every forward job
-// through River's index on kind.
+// jobSQL once, when the package is initialised. It is a literal, not a
+// parameter, because hookgate's index on the forward jobs is partial on
+// the kind. PostgreSQL may pick a generic plan for a prepared statement
+// from its sixth run, and kind = $n would then match no partial index.
 var forwardKind = "'" + strings.ReplaceAll(ForwardKind, "'", "''") + "'"
 
 // jobSQL returns the statement sql with each {forward_kind} replaced by

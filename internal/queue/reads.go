@@ -65,10 +65,7 @@ func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UU
 // notSuperseded is the condition that job j of sender $1 and target $2 is
 // the newest forward of its event to its target. It is one index probe per
 // job. A scalar subquery is never turned into an anti-join, which on a
-// table without statistics compared every pair of jobs. The ORDER BY, with
-// the event compared as a range, makes hookgate's index the one path
-// without a sort under [store.IndexOrderScans]. Otherwise some statistics
-// make River's index on kind look cheaper, and it walks every forward job.
+// table without statistics compared every pair of jobs.
 var notSuperseded = notSupersededOf("j", "$2")
 
 // notSupersededOf is notSuperseded for the job with the alias alias, of
@@ -100,10 +97,9 @@ type Counts struct {
 
 // countsSQL counts sender $1's unfinished forward jobs by target, state
 // and whether an attempt failed. It reads only those jobs, through
-// hookgate's index on unfinished forwards, in that index's order. Under
-// [store.IndexOrderScans] that is the one path without a disabled node,
-// whatever the statistics say. It never reads the finished jobs that River
-// keeps, which can be millions. failedCountsSQL counts the failed ones.
+// hookgate's index on unfinished forwards. It never reads the finished
+// jobs that River keeps, which can be millions. failedCountsSQL counts the
+// failed ones.
 var countsSQL = jobSQL(`SELECT j.target, j.state::text, j.failed, count(*) FROM (
   SELECT j.args->>'target' AS target, j.state, ` + failedAttempt("j") + ` AS failed FROM river_job j
   WHERE ` + unfinishedForwards + ` AND j.args->>'sender' = $1 AND j.state = ANY($2::river_job_state[])
@@ -111,15 +107,14 @@ var countsSQL = jobSQL(`SELECT j.target, j.state::text, j.failed, count(*) FROM 
 GROUP BY 1, 2, 3`)
 
 // unfinishedForwards is the condition that job j is an unfinished
-// forward. It is the predicate of hookgate's index on such jobs, written
-// with literals, which a statement must repeat to use that index; see
-// forwardKind. A test checks the states.
+// forward: the predicate of hookgate's index on such jobs. A test checks
+// its states.
 const unfinishedForwards = `j.kind = {forward_kind} AND j.state NOT IN ('cancelled', 'completed', 'discarded')`
 
 // completedCountsSQL counts sender $1's completed forward jobs by target,
-// in rows like countsSQL's. It reads hookgate's index on the forwards in
-// its order, not River's index on job state, which would read every
-// sender's jobs. It runs only when the delivered forwards are asked for.
+// in rows like countsSQL's. It reads hookgate's index on the forwards, not
+// River's index on job state, which would read every sender's jobs. It
+// runs only when the delivered forwards are asked for.
 var completedCountsSQL = jobSQL(`SELECT j.target, $2::text, false, count(*) FROM (
   SELECT j.args->>'target' AS target FROM river_job j
   WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.state = $2::river_job_state
@@ -427,10 +422,9 @@ func BacklogStates() []string {
 }
 
 // backlogSQL counts the forward jobs in the River states $1 by state. It
-// reads River's fetching index for those states alone, in its order.
-// Under [store.IndexOrderScans] that is the one path without a disabled
-// node. A sequential scan, or River's index on kind, would read every
-// finished job that River keeps.
+// reads River's fetching index for those states alone. A sequential scan,
+// or River's index on kind, would read every finished job that River
+// keeps.
 var backlogSQL = jobSQL(`SELECT state::text, count(*) FROM (
   SELECT state FROM river_job WHERE state = ANY($1::river_job_state[]) AND kind = {forward_kind}
   ORDER BY state, queue, priority, scheduled_at, id) j

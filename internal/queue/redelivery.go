@@ -76,12 +76,7 @@ func (q *Jobs) CurrentForwards(ctx context.Context, sender string, eventID uuid.
 // earlierForwardSQL tells whether job $4, a redelivery queued after the
 // forward under way, must still wait. It waits while the forward is in the
 // outbox. It also waits while another unfinished job of the forward is
-// older, or is not itself a queued redelivery.
-//
-// Both parts probe a key. The ORDER BY, with the event compared as a
-// range, makes hookgate's index the one path without a sort. Otherwise
-// some statistics make River's index on kind, or its primary key, look
-// cheaper. It is a scalar subquery because EXISTS drops its ORDER BY.
+// older, or is not itself a queued redelivery. Both parts probe a key.
 var earlierForwardSQL = jobSQL(`SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = $1 AND event_id = $3 AND target = $2 AND ` + store.Unrecorded("") + `)
   OR (SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' >= $3::text AND n.args->>'event_id' <= $3::text

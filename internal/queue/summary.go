@@ -23,9 +23,7 @@ const maxSummaryEvents = 500
 
 // summaryJobsSQL finds, for each event $2 of sender $1 and each target
 // $3, the newest forward job and the newest delivered first attempt. Each
-// is one index probe, with the event compared as a range so that the
-// index's order needs no sort. [store.IndexOrderScans] keeps each probe on
-// its index, whatever the statistics say.
+// is one index probe.
 var summaryJobsSQL = jobSQL(`SELECT e.event_id, t.target, j.id, j.state, j.failed
 FROM unnest($2::text[]) AS e(event_id) CROSS JOIN unnest($3::text[]) AS t(target)
 CROSS JOIN LATERAL (SELECT n.id, n.state::text AS state, ` + failedAttempt("n") + ` AS failed FROM river_job n
