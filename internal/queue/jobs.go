@@ -107,11 +107,9 @@ func staysUnique(available int) string {
 // $8, each job is scheduled at its creation time, so River's fetch takes
 // them in the order they were accepted.
 //
-// Two InitPlans read River's fetching index in its order, and a filter on
-// args keeps the target's jobs. They lock with FOR UPDATE SKIP LOCKED and
-// update by ctid. So the statement never waits for a job that another
-// transaction holds, and takes part in no deadlock. The next statement
-// wakes a job it skipped, if that job still waits.
+// Two InitPlans read River's fetching index, and a filter on args keeps
+// the target's jobs. They skip locked jobs, as the lock order says, and
+// the next statement wakes a job that this one skipped.
 var wakeSQL = jobSQL(`UPDATE river_job SET state = $4::river_job_state, scheduled_at = CASE WHEN $8::bool THEN least(created_at, now()) ELSE now() END
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
     WHERE state = ANY($5::river_job_state[]) AND queue = $1 AND priority = $6

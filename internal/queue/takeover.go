@@ -26,12 +26,10 @@ type TakenOver struct {
 // saying why. A job whose attempts are used up is discarded. A job of a
 // client that writes no heartbeat is left to River's rescuer.
 //
-// Its plan cannot depend on statistics. The running jobs come from River's
-// fetching index, which leads with the state. Each process is a probe of
-// forward_processes' key, and the update finds the jobs by primary key.
-// A second InitPlan locks the jobs with FOR UPDATE SKIP LOCKED, so the
-// statement never waits for a lock. A job that its process finished
-// meanwhile, or that another process took over, stays as it is.
+// The running jobs come from River's fetching index, which leads with the
+// state. Each process is a probe of forward_processes' key. A second
+// InitPlan locks the jobs, skipping locked ones. A job that its process
+// finished meanwhile, or that another process took over, stays as it is.
 var takeOverSQL = `WITH running AS MATERIALIZED (
   SELECT id, attempted_by[cardinality(attempted_by)] AS process FROM river_job WHERE state = $4::river_job_state
 )
