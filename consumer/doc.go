@@ -1,14 +1,14 @@
 // Package consumer applies the Idempotent Consumer pattern in the services
-// behind hookgate: the other half of the pattern hookgate applies at the
-// edge.
+// behind hookgate. It is the other half of the pattern that hookgate applies
+// at the edge.
 //
-// hookgate forwards each accepted event at least once. A forward can arrive
-// twice: after a crash between the target's 2xx and hookgate recording it,
-// after an operator redelivers it, or after its key has expired. Whatever a
-// service does with an event must itself tolerate being told twice. This
-// package makes that the default: Process applies a state change at most
-// once per (consumer name, message ID), and Middleware does it for an HTTP
-// handler receiving hookgate's forwards.
+// hookgate forwards each accepted event at least once, so a forward can
+// arrive twice. That happens after a crash between the target's 2xx and
+// hookgate's record of it, after an operator redelivers the event, or after
+// its key has expired. Whatever a service does with an event must tolerate
+// being told twice. This package makes that the default. [Process] applies a
+// state change at most once per consumer name and message ID. [Middleware]
+// does the same for an HTTP handler that receives hookgate's forwards.
 //
 // # The pattern
 //
@@ -23,53 +23,53 @@
 //		UPDATE consumer_processed_messages SET response_… = …                  -- the response
 //		COMMIT
 //
-//	  - The claim inserts a row: the message is new; the change runs, and
-//	    COMMIT commits the key, the change and the response together. Process
-//	    returns the change's response with Duplicate false.
-//	  - The claim conflicts on consumer_processed_messages_key (and only a
-//	    conflict on that constraint is absorbed by ON CONFLICT): a committed
-//	    transaction holds the key. The change does not run; Process reads the
-//	    stored response, rolls back, and returns it with Duplicate true.
+//	  - When the claim inserts a row, the message is new. The change runs,
+//	    and COMMIT commits the key, the change and the response together.
+//	    Process returns the change's response with Duplicate false.
+//	  - When the claim conflicts on consumer_processed_messages_key, a
+//	    committed transaction holds the key. ON CONFLICT absorbs only a
+//	    conflict on that constraint. The change does not run. Process reads
+//	    the stored response, rolls back, and returns it with Duplicate true.
 //	  - A concurrent delivery of the same message waits on the unique index
-//	    until the first transaction ends: it then sees the committed row (a
-//	    duplicate) or, if the first rolled back, claims the key itself. The
-//	    wait is bounded by the in-flight wait (Config.InFlightWait); past it
-//	    Process returns ErrInFlight and nothing is recorded. The in-flight
-//	    wait is the transaction's lock_timeout, so it bounds the change's
-//	    own lock waits too: a statement of the change that waits longer for
-//	    a row another transaction holds fails with SQLSTATE 55P03
-//	    (lock_not_available), an ordinary error of the change (below).
-//	  - Any other error — another constraint's 23505 in the change, an error
-//	    the change returns, a lost connection, a timeout — rolls the whole
-//	    transaction back, and Process returns it. It is never reported as a
-//	    duplicate, so the sender's retry can succeed.
+//	    until the first transaction ends. It then sees the committed row, or
+//	    claims the key itself if the first rolled back. [Config.InFlightWait]
+//	    bounds the wait; past it Process returns [ErrInFlight] and records
+//	    nothing. The wait is the transaction's lock_timeout, so it also bounds
+//	    the change's own lock waits. A statement of the change that waits
+//	    longer fails with SQLSTATE 55P03, an ordinary error of the change.
+//	  - Any other error rolls the whole transaction back, and Process
+//	    returns it. That includes another constraint's 23505, an error the
+//	    change returns, a lost connection and a timeout. It is never reported
+//	    as a duplicate, so the sender's retry can succeed.
 //
-// A pre-check never decides that a message is new: only the claim's INSERT,
-// inside the transaction that applies the change, does.
+// A pre-check never decides that a message is new. Only the claim's INSERT
+// does, inside the transaction that applies the change.
 //
 // # The guarantee and its limits
 //
-// Each (consumer_name, message_id) is accepted and its state change applied
-// at most once while its key row exists, and at least once if the sender
-// keeps retrying until it receives a 2xx. A crash before COMMIT leaves
-// nothing; a crash after COMMIT but before the response reached the sender
-// is answered by a replay on the sender's retry.
+// Each consumer name and message ID has its state change applied at most
+// once while its key row exists. It is applied at least once if the sender
+// retries until it receives a 2xx. A crash before COMMIT leaves nothing. A
+// crash after COMMIT, before the response reached the sender, is answered by
+// a replay on the sender's retry.
 //
-// This is not exactly-once processing end to end. Effects outside this
-// database must not be performed in the state change: enqueue them in it (a
-// transactional outbox) and carry them out afterwards, at least once, with a
-// stable idempotency key so that their receivers can deduplicate in turn.
-// Once a key row is deleted (DeleteProcessedBefore), the same message ID is
-// accepted as new: keep the rows longer than anything can redeliver the
-// message. hookgate redelivers an event with the same message ID (its event
-// ID) for as long as it keeps the event (its sender's event_retention, which
-// defaults to its retention, 7 days by default) — an operator can redeliver
-// it that long — so keep them at least that long.
+// This is not exactly-once processing end to end. Do not perform effects
+// outside this database in the state change. Enqueue them in it, as a
+// transactional outbox, and carry them out afterwards, at least once. Give
+// them a stable idempotency key so that their receivers can deduplicate in
+// turn.
+//
+// Once a key row is deleted with [DeleteProcessedBefore], the same message
+// ID is accepted as new. So keep the rows longer than anything can redeliver
+// the message. hookgate redelivers an event with its event ID as the message
+// ID for as long as it keeps the event. That is the sender's
+// event_retention, which defaults to its retention of 7 days. Keep the rows
+// at least that long.
 //
 // # The table
 //
-// Schema (also the file schema.sql) creates consumer_processed_messages;
-// run it with your migration tool, or call Migrate. The table holds one row
+// [Schema], also the file schema.sql, creates consumer_processed_messages.
+// Run it with your migration tool, or call [Migrate]. The table holds one row
 // per processed message: its key, when it was processed, and the stored
-// response (bounded by MaxResponseBytes).
+// response, bounded by [MaxResponseBytes].
 package consumer

@@ -17,8 +17,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
-// DefaultMaxBodyBytes is MiddlewareConfig.MaxBodyBytes's default: hookgate's
-// own default limit for a delivery's body.
+// DefaultMaxBodyBytes is the default of [MiddlewareConfig.MaxBodyBytes]. It
+// is hookgate's own default limit for a delivery's body.
 const DefaultMaxBodyBytes = 1 << 20
 
 // Headers the middleware reads and writes.
@@ -26,86 +26,88 @@ const (
 	// HeaderWebhookID carries the message ID of a Standard Webhooks
 	// delivery; hookgate puts the event ID there.
 	HeaderWebhookID = "Webhook-Id"
-	// HeaderIdempotencyKey carries the message ID when webhook-id is
-	// absent (an unsigned forward); hookgate puts the event ID there too.
+	// HeaderIdempotencyKey carries the message ID of an unsigned forward,
+	// which has no webhook-id. hookgate puts the event ID there too.
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderReplayed is set to "true" on a replayed response.
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// MiddlewareConfig configures Middleware. A field left at zero takes its
-// documented default (DefaultMiddlewareConfig returns them spelled out): this
-// is a public library, and its zero value stays usable and compatible.
+// MiddlewareConfig configures [Middleware]. A field left at zero takes its
+// documented default, which [DefaultMiddlewareConfig] spells out. This is a
+// public library, so its zero value stays usable and compatible.
 type MiddlewareConfig struct {
-	// DB is the database the state changes are applied to, with the
-	// package's table (Schema). Required.
+	// DB is the database that the state changes are applied to. It must
+	// hold the package's table. Required.
 	DB DB
-	// Consumer names this service (or handler): a message ID is processed
-	// at most once per consumer name. Required.
+	// Consumer names this service or handler. A message ID is processed at
+	// most once per consumer name. Required.
 	Consumer string
-	// Secrets are the target's Standard Webhooks signing secrets
-	// ("whsec_" followed by base64), the one hookgate's target
-	// configuration has as signing_secret. A request whose signature is
-	// valid under any of them passes (several while a secret is rotated).
-	// Required unless Unsigned is set.
+	// Secrets are the target's Standard Webhooks signing secrets, "whsec_"
+	// followed by base64. hookgate's target configuration has one as
+	// signing_secret. A request passes when its signature is valid under
+	// any of them, so a secret can be rotated. Required unless Unsigned is
+	// set.
 	Secrets []string
 	// Unsigned accepts requests without checking a signature, taking the
 	// message ID from webhook-id or Idempotency-Key. Use it only where
 	// nobody but hookgate can reach the service.
 	Unsigned bool
-	// MaxBodyBytes bounds a request's body: larger ones are answered 413.
-	// Zero means DefaultMaxBodyBytes; a negative one is refused.
+	// MaxBodyBytes bounds a request's body; larger ones are answered 413.
+	// Zero means [DefaultMaxBodyBytes], and a negative value is refused.
 	MaxBodyBytes int64
-	// InFlightWait is Config.InFlightWait (zero means DefaultInFlightWait).
+	// InFlightWait is [Config.InFlightWait]. Zero means
+	// [DefaultInFlightWait].
 	InFlightWait time.Duration
-	// Logger receives the errors answered 5xx (never a secret or a body).
+	// Logger receives the errors answered 5xx, never a secret or a body.
 	// Nil logs nothing.
 	Logger *slog.Logger
 }
 
-// DefaultMiddlewareConfig returns Middleware's defaults: MaxBodyBytes and
-// InFlightWait set, DB, Consumer and Secrets left for the caller.
+// DefaultMiddlewareConfig returns the defaults of [Middleware]. The caller
+// sets DB, Consumer and Secrets.
 func DefaultMiddlewareConfig() MiddlewareConfig {
 	return MiddlewareConfig{MaxBodyBytes: DefaultMaxBodyBytes, InFlightWait: DefaultInFlightWait}
 }
 
 type txKey struct{}
 
-// Tx returns the transaction in which Middleware runs the current request's
-// handler: the handler applies its state change on it, and the change is
-// committed with the message's key and the handler's response, or not at
-// all. It returns nil outside such a handler.
+// Tx returns the transaction in which [Middleware] runs the current
+// request's handler. The handler applies its state change on it. The change
+// is committed with the message's key and the handler's response, or not at
+// all. Tx returns nil outside such a handler.
 func Tx(ctx context.Context) pgx.Tx {
 	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
 	return tx
 }
 
-// Middleware returns an http middleware (it works with net/http and chi)
-// for a service receiving hookgate's forwards. For each request it
+// Middleware returns an HTTP middleware for a service that receives
+// hookgate's forwards. It works with net/http and chi. For each request it
+// does the following:
 //
-//   - reads the body (up to MaxBodyBytes, else 413) and verifies its
-//     Standard Webhooks signature (webhook-id, webhook-timestamp within 5
-//     minutes, webhook-signature) under any of Secrets: a bad or missing
-//     signature is answered 401 and records nothing;
-//   - takes the message ID from webhook-id (or Idempotency-Key): none, or
-//     an invalid one, is answered 400;
-//   - runs the next handler through Process: in a transaction that claimed
-//     the message ID (Tx gives it to the handler), with the request's body
-//     readable again. When the handler answers 2xx, its status, Content-Type
-//     and body are stored with the key and committed with its change, then
-//     sent. When it answers anything else, everything is rolled back and its
-//     answer is sent, so that hookgate retries (or gives up on a 4xx);
-//   - answers a message already processed with the stored status,
-//     Content-Type and body, and Idempotent-Replayed: true, without calling
-//     the handler;
-//   - answers 503 with Retry-After when the message is being processed by
-//     another transaction past the in-flight wait, or the database fails,
-//     so that hookgate retries.
+//   - It reads the body, up to MaxBodyBytes or else 413. It verifies the
+//     Standard Webhooks signature under any of Secrets, with a timestamp
+//     within 5 minutes. A bad or missing signature gets 401 and records
+//     nothing.
+//   - It takes the message ID from webhook-id, or else Idempotency-Key. A
+//     missing or invalid ID gets 400.
+//   - It runs the next handler through [Process], in a transaction that
+//     claimed the message ID. [Tx] gives the handler that transaction, and
+//     the body is readable again. When the handler answers 2xx, its status,
+//     Content-Type and body are stored and committed with its change, then
+//     sent. Any other answer rolls everything back and is sent, so hookgate
+//     retries, or gives up on a 4xx.
+//   - It answers a message already processed with the stored status,
+//     Content-Type and body, and Idempotent-Replayed: true. The handler is
+//     not called.
+//   - It answers 503 with Retry-After when another transaction holds the
+//     message past the in-flight wait, or when the database fails. So
+//     hookgate retries.
 //
-// It fails when cfg lacks DB or Consumer, has no secret (unless Unsigned),
-// holds a secret that is empty, malformed or whose key is shorter than
-// MinSecretBytes (whatever Unsigned says: a secret given is meant to be
-// checked), or a negative MaxBodyBytes or InFlightWait.
+// It fails when cfg lacks DB or Consumer, or has no secret unless Unsigned.
+// It also fails for a secret that is empty, malformed or shorter than
+// [MinSecretBytes], even with Unsigned, since a given secret is meant to be
+// checked. A negative MaxBodyBytes or InFlightWait fails too.
 func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("consumer: MiddlewareConfig.DB is required")
@@ -144,15 +146,14 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	}, nil
 }
 
-// MinSecretBytes is the shortest signing key Middleware accepts: a secret
-// whose key (the base64 after "whsec_") decodes to fewer bytes is refused,
-// an empty one above all, since anybody can sign with an empty HMAC key.
+// MinSecretBytes is the shortest signing key that [Middleware] accepts. A
+// secret whose base64 after "whsec_" decodes to fewer bytes is refused. An
+// empty one matters most, since anybody can sign with an empty HMAC key.
 const MinSecretBytes = 16
 
-// signingKey returns the HMAC key of a Standard Webhooks secret ("whsec_"
-// and base64; the prefix is optional, as in the Standard Webhooks
-// libraries), or an error that says what is wrong with it without
-// repeating it.
+// signingKey returns the HMAC key of a Standard Webhooks secret. The
+// "whsec_" prefix is optional, as in the Standard Webhooks libraries. An
+// error says what is wrong without repeating the secret.
 func signingKey(secret string) ([]byte, error) {
 	if strings.TrimSpace(secret) == "" {
 		return nil, errors.New("is empty (is the environment variable it is read from set?): give the target's signing_secret, whsec_ and base64")
@@ -173,8 +174,8 @@ type middleware struct {
 	p     *Processor
 }
 
-// errNotStored makes Process roll back when the handler did not answer 2xx
-// (or its answer is too large to store).
+// errNotStored makes Process roll back when the handler did not answer 2xx,
+// or its answer is too large to store.
 var errNotStored = errors.New("consumer: the handler did not answer 2xx")
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -243,7 +244,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // verified reports whether body and h carry a valid Standard Webhooks
-// signature under one of the secrets (always true when Unsigned).
+// signature under one of the secrets. It is always true when Unsigned.
 func (m *middleware) verified(body []byte, h http.Header) bool {
 	if m.cfg.Unsigned {
 		return true

@@ -8,15 +8,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Execer is what Migrate and DeleteProcessedBefore need of the database:
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+// Execer is what [Migrate] and [DeleteProcessedBefore] need of the
+// database. *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate runs Schema on db: it creates the package's table and index when
+// Migrate runs [Schema] on db. It creates the package's table and index when
 // they are missing, and changes nothing otherwise. Users with a migration
-// tool of their own run Schema (schema.sql) with it instead.
+// tool of their own can run schema.sql with it instead.
 func Migrate(ctx context.Context, db Execer) error {
 	if _, err := db.Exec(ctx, Schema); err != nil {
 		return fmt.Errorf("consumer: migrate: %w", err)
@@ -25,12 +25,11 @@ func Migrate(ctx context.Context, db Execer) error {
 }
 
 // DeleteProcessedBefore deletes up to limit of consumerName's processed
-// messages whose processed_at is before before, oldest first, and returns
-// how many it deleted (fewer than limit when no more are that old). Run it
-// periodically (in a loop until it returns less than limit) to bound the
-// table. A deleted message ID is new again: keep each ID for longer than
-// anything can redeliver its message (see the package documentation).
-// limit <= 0 deletes nothing.
+// messages that were processed before before, oldest first. It returns how
+// many it deleted; fewer than limit means no more are that old. Run it in a
+// loop, periodically, to bound the table. A deleted message ID is new again,
+// so keep each ID longer than anything can redeliver its message. A limit of
+// 0 or less deletes nothing.
 func DeleteProcessedBefore(ctx context.Context, db Execer, consumerName string, before time.Time, limit int) (int64, error) {
 	if limit <= 0 {
 		return 0, nil

@@ -15,89 +15,87 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Schema is the DDL of the package's table, consumer_processed_messages
-// (the file schema.sql). It is idempotent: run it with your own migration
-// tool, or with Migrate.
+// Schema is the DDL of the package's table, consumer_processed_messages,
+// from the file schema.sql. It is idempotent. Run it with your own migration
+// tool, or with [Migrate].
 //
 //go:embed schema.sql
 var Schema string
 
-// Constraint is the name of the unique constraint on (consumer_name,
-// message_id): only a conflict on it means "already processed".
+// Constraint is the name of the unique constraint on consumer_name and
+// message_id. Only a conflict on it means "already processed".
 const Constraint = "consumer_processed_messages_key"
 
-// MaxResponseBytes bounds the body of a stored response: Process fails with
-// ErrResponseTooLarge, and stores nothing, past it.
+// MaxResponseBytes bounds the body of a stored response. Past it, [Process]
+// fails with [ErrResponseTooLarge] and stores nothing.
 const MaxResponseBytes = 1 << 20
 
-// MaxMessageIDBytes bounds a message ID: Process fails with
-// ErrInvalidMessageID past it.
+// MaxMessageIDBytes bounds a message ID. Past it, [Process] fails with
+// [ErrInvalidMessageID].
 const MaxMessageIDBytes = 255
 
-// DefaultInFlightWait is Config.InFlightWait's default.
+// DefaultInFlightWait is the default of [Config.InFlightWait].
 const DefaultInFlightWait = 5 * time.Second
 
 var (
 	// ErrInFlight is returned when another transaction holds the message's
-	// key for longer than the in-flight wait: the message is being processed
-	// elsewhere, and nothing was recorded here. Retry later.
+	// key for longer than the in-flight wait. The message is being
+	// processed elsewhere, and nothing was recorded here. Retry later.
 	ErrInFlight = errors.New("consumer: the message is being processed by another transaction")
 	// ErrInvalidMessageID is returned for an empty consumer name or message
-	// ID, or one longer than MaxMessageIDBytes, or one holding a NUL byte or
-	// invalid UTF-8 (which PostgreSQL's text cannot store).
+	// ID, or one longer than [MaxMessageIDBytes]. It is also returned for a
+	// NUL byte or invalid UTF-8, which PostgreSQL's text cannot store.
 	ErrInvalidMessageID = errors.New("consumer: invalid consumer name or message ID")
 	// ErrResponseTooLarge is returned when a change's response body is over
-	// MaxResponseBytes; the transaction is rolled back.
+	// [MaxResponseBytes]. The transaction is rolled back.
 	ErrResponseTooLarge = errors.New("consumer: response body over MaxResponseBytes")
 )
 
-// DB is what Process needs of the caller's database: *pgxpool.Pool and
+// DB is what [Process] needs of the caller's database. *pgxpool.Pool and
 // *pgx.Conn satisfy it.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Response is what a state change answers. It is stored with the message's
-// key in the change's transaction and returned again, unchanged, for every
-// later delivery of the message. The zero Response is a valid one (status 0,
-// no body) for callers that need none.
+// key in the change's transaction. It is returned again, unchanged, for
+// every later delivery of the message. The zero Response, with status 0 and
+// no body, is valid for callers that need none.
 type Response struct {
 	Status      int
 	ContentType string
 	Body        []byte
 }
 
-// Result is the outcome of Process.
+// Result is the outcome of [Process].
 type Result struct {
-	// Duplicate is true when the message had already been processed, by an
-	// earlier call or by a concurrent one that committed first: the change
-	// did not run in this call.
+	// Duplicate is true when an earlier call, or a concurrent one that
+	// committed first, had already processed the message. The change did
+	// not run in this call.
 	Duplicate bool
-	// Response is the change's response (Duplicate false), or the stored
-	// response of the call that processed the message (Duplicate true).
+	// Response is the change's response. For a duplicate, it is the stored
+	// response of the call that processed the message.
 	Response Response
 }
 
-// Change is a caller's state change: it runs on tx, the transaction that
-// claimed the message, and returns the response to store. Returning an
-// error rolls back the claim and the change; Process returns that error.
-// A change must not commit or roll back tx, and must not have effects
-// outside the database (they would happen again when the transaction rolls
-// back and the message is retried).
+// Change is a caller's state change. It runs on tx, the transaction that
+// claimed the message, and returns the response to store. An error rolls
+// back the claim and the change, and [Process] returns it. A change must
+// not commit or roll back tx. It must not have effects outside the
+// database, because they would happen again after a rollback and a retry.
 type Change func(ctx context.Context, tx pgx.Tx) (Response, error)
 
-// Config configures a Processor. The zero Config is valid: a field left at
-// zero takes its documented default (DefaultConfig returns them spelled
-// out), so that code written against the zero value keeps working.
+// Config configures a [Processor]. The zero Config is valid. A field left
+// at zero takes its documented default, which [DefaultConfig] spells out.
+// So code written against the zero value keeps working.
 type Config struct {
-	// InFlightWait bounds how long a delivery waits for another transaction
-	// holding the same message's key (PostgreSQL's lock_timeout, set for the
-	// transaction only). Zero means DefaultInFlightWait (a lock_timeout of
-	// 0 would wait for ever); a negative one is refused; it is rounded up to
-	// whole milliseconds. Being the transaction's lock_timeout, it bounds
-	// every lock wait of the change's own statements too: one that waits
-	// longer fails with SQLSTATE 55P03 (lock_not_available), which Process
-	// returns as the change's error (not ErrInFlight), rolled back.
+	// InFlightWait bounds how long a delivery waits for another
+	// transaction that holds the same message's key. It is set as the
+	// transaction's lock_timeout, rounded up to whole milliseconds. Zero
+	// means [DefaultInFlightWait], since a lock_timeout of 0 waits for ever.
+	// A negative value is refused. It also bounds the change's own lock
+	// waits. A statement that waits longer fails with SQLSTATE 55P03, and
+	// Process returns that as the change's error, not [ErrInFlight].
 	InFlightWait time.Duration
 }
 
@@ -127,8 +125,8 @@ type Processor struct {
 	lockTimeout string // SET LOCAL lock_timeout's value, in milliseconds
 }
 
-// New returns a Processor on db. It fails when cfg is invalid. db's schema
-// must hold the package's table (Schema, Migrate).
+// New returns a Processor on db. It fails when cfg is invalid. db must hold
+// the package's table; see [Migrate].
 func New(db DB, cfg Config) (*Processor, error) {
 	if db == nil {
 		return nil, errors.New("consumer: nil DB")
@@ -141,7 +139,7 @@ func New(db DB, cfg Config) (*Processor, error) {
 	return &Processor{db: db, lockTimeout: strconv.FormatInt(int64(ms), 10)}, nil
 }
 
-// Process is New(db, DefaultConfig()) followed by its Process.
+// Process calls [Processor.Process] on New(db, DefaultConfig()).
 func Process(ctx context.Context, db DB, consumerName, messageID string, change Change) (Result, error) {
 	p, err := New(db, DefaultConfig())
 	if err != nil {
@@ -160,18 +158,18 @@ WHERE consumer_name = $1 AND message_id = $2`
 FROM consumer_processed_messages WHERE consumer_name = $1 AND message_id = $2`
 )
 
-// Process applies change at most once for (consumerName, messageID), in
-// one transaction with the claim of that key (see the package
-// documentation).
+// Process applies change at most once for consumerName and messageID, in
+// one transaction with the claim of that key.
 //
-// It returns the change's response with Duplicate false when this call
-// claimed the key and committed; the stored response with Duplicate true
-// when the message had been processed; ErrInFlight when another
-// transaction held the key past the in-flight wait; ErrInvalidMessageID for
-// a key PostgreSQL cannot store; ErrResponseTooLarge for a response over
-// MaxResponseBytes; and otherwise the error that failed the transaction
-// (wrapped), after rolling everything back. No error means "duplicate" but a
-// conflict on Constraint. A panic in change rolls back and is re-raised.
+// When this call claimed the key and committed, it returns the change's
+// response with Duplicate false. When the message had been processed, it
+// returns the stored response with Duplicate true. It returns [ErrInFlight]
+// when another transaction held the key past the in-flight wait. It returns
+// [ErrInvalidMessageID] for a key that PostgreSQL cannot store, and
+// [ErrResponseTooLarge] for a response over [MaxResponseBytes]. Otherwise it
+// rolls everything back and returns the wrapped error that failed the
+// transaction. Only a conflict on [Constraint] means "duplicate". A panic in
+// change rolls back and is re-raised.
 func (p *Processor) Process(ctx context.Context, consumerName, messageID string, change Change) (res Result, err error) {
 	if !validKey(consumerName) || !validKey(messageID) {
 		return Result{}, ErrInvalidMessageID
@@ -224,9 +222,8 @@ func (p *Processor) Process(ctx context.Context, consumerName, messageID string,
 		return Result{}, fmt.Errorf("consumer: store response: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		// A lost connection here leaves the outcome unknown: the caller
-		// answers with an error, and the sender's retry finds out (a
-		// duplicate if the COMMIT went through).
+		// A lost connection here leaves the outcome unknown. The caller
+		// answers with an error, and the sender's retry finds out.
 		return Result{}, fmt.Errorf("consumer: commit: %w", err)
 	}
 	committed = true
@@ -249,11 +246,11 @@ func isLockTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
 }
 
-// IsDuplicate reports whether err is a unique violation of Constraint: the
-// only error that means "already processed". Process never returns one (it
-// absorbs that conflict with ON CONFLICT); it is exported for callers that
-// claim keys with their own INSERT. A unique violation of any other
-// constraint, any other error, and nil are not duplicates.
+// IsDuplicate reports whether err is a unique violation of [Constraint],
+// the only error that means "already processed". [Process] never returns
+// one, since ON CONFLICT absorbs it. It serves callers that claim keys with
+// their own INSERT. A unique violation of any other constraint, any other
+// error and nil are not duplicates.
 func IsDuplicate(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == Constraint

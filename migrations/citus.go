@@ -2,9 +2,9 @@ package migrations
 
 import _ "embed" // CitusDDL
 
-// CitusDDL distributes hookgate's tables by sender on a Citus coordinator
-// whose database `hookgate migrate` has brought to head (docs/distributed.md):
-// citus/distribute.sql.
+// CitusDDL is citus/distribute.sql. It distributes hookgate's tables by
+// sender on a Citus coordinator, once `hookgate migrate` has brought its
+// database to head.
 //
 //go:embed citus/distribute.sql
 var CitusDDL string

@@ -1,6 +1,6 @@
-// Package migrations holds hookgate's SQL migrations, embedded in the binary,
-// and applies them with goose under a PostgreSQL advisory lock so that several
-// replicas can start at once.
+// Package migrations holds hookgate's SQL migrations, embedded in the
+// binary. It applies them with goose under a PostgreSQL advisory lock, so
+// several replicas can start at once.
 package migrations
 
 import (
@@ -27,9 +27,8 @@ func FS() fs.FS { return files }
 func provider(db *sql.DB, locked bool) (*goose.Provider, error) {
 	opts := []goose.ProviderOption{goose.WithGoMigrations(goMigrations()...)}
 	if locked {
-		// Retry the advisory lock every second (goose's default is every
-		// 5 s) for up to an hour: another replica may be building an index
-		// CONCURRENTLY on a large table.
+		// Retry the advisory lock every second for up to an hour. Another
+		// replica may be building an index CONCURRENTLY on a large table.
 		locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 3600))
 		if err != nil {
 			return nil, fmt.Errorf("create migration lock: %w", err)
@@ -43,14 +42,12 @@ func provider(db *sql.DB, locked bool) (*goose.Provider, error) {
 	return p, nil
 }
 
-// Up applies every pending migration to the database at dsn while holding a
-// session advisory lock, so concurrent callers (replicas starting together)
-// apply each migration once. A database already at head is left alone
-// without taking the lock. It returns the number of migrations it applied:
-// 0 when the database was already at head.
+// Up applies every pending migration to the database at dsn under a
+// session advisory lock. So replicas that start together apply each
+// migration once. A database already at head is left alone, without the
+// lock. It returns the number of migrations it applied.
 func Up(ctx context.Context, dsn string) (int, error) {
-	// Parsed as the pool parses it, so that a URL with pool settings
-	// (pool_max_conns=…) is accepted here too.
+	// Parse dsn as the pool does, so a URL with pool settings is accepted.
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return 0, fmt.Errorf("parse database URL: %w", err)
@@ -60,8 +57,8 @@ func Up(ctx context.Context, dsn string) (int, error) {
 	return UpDB(ctx, db)
 }
 
-// UpDB is Up on db: on stdlib.OpenDBFromPool of the pool a process goes on
-// to use, the migrations open no session of their own.
+// UpDB is [Up] on db. On stdlib.OpenDBFromPool of the process's pool, the
+// migrations open no session of their own.
 func UpDB(ctx context.Context, db *sql.DB) (int, error) {
 	if pending, err := Pending(ctx, db); err == nil && !pending {
 		return 0, nil

@@ -10,27 +10,26 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-// River's own schema (river_job and its companions: the forward outbox and
-// periodic jobs) is brought up by goose migrations written in Go, so every
-// schema change runs in order under goose's advisory lock. Migration 2 takes
-// it to River's version 4 and migration 3 to version 8, in two transactions
-// because version 4 adds an enum value that version 6 uses, which PostgreSQL
-// allows only once the value is committed. A River upgrade that needs a newer
-// schema gets a new migration with a higher target.
+// River's own schema is brought up by goose migrations written in Go, so
+// every schema change runs in order under goose's advisory lock. Migration 2
+// takes it to River's version 4 and migration 3 to version 8. They are two
+// transactions because version 4 adds an enum value that version 6 uses.
+// PostgreSQL allows that only once the value is committed. A River upgrade
+// that needs a newer schema gets a new migration with a higher target.
 const (
 	riverVersionAt2 = 4
 	riverVersionAt3 = 8
 )
 
 // RiverSchemaVersion is the version of River's schema that this build's
-// migrations bring the database to, and that its River library expects:
-// River's latest (a test checks it, so that a River upgrade whose schema is
-// newer fails there, not at run time).
+// migrations bring the database to, and that its River library expects. A
+// test checks that it is River's latest, so a River upgrade with a newer
+// schema fails there, not at run time.
 const RiverSchemaVersion = riverVersionAt3
 
 // CheckRiverSchema returns nil when River's schema in db is at
-// RiverSchemaVersion, and otherwise an error that says at which version it
-// is (or that it is not installed).
+// [RiverSchemaVersion]. Otherwise its error says which version is there, or
+// that none is.
 func CheckRiverSchema(ctx context.Context, db *sql.DB) error {
 	m, err := rivermigrate.New(riverdatabasesql.New(db), nil)
 	if err != nil {
@@ -68,8 +67,8 @@ func goMigrations() []*goose.Migration {
 	}
 }
 
-// migrateRiver runs River's migrator in goose's transaction, in direction dir
-// to version target (-1: all the way down).
+// migrateRiver runs River's migrator in goose's transaction, in direction
+// dir, to version target. A target of -1 goes all the way down.
 func migrateRiver(ctx context.Context, tx *sql.Tx, dir rivermigrate.Direction, target int) error {
 	m, err := rivermigrate.New(riverdatabasesql.New(nil), nil)
 	if err != nil {

@@ -14,11 +14,11 @@ import (
 )
 
 // natsPhase runs the --role all phase again with a NATS JetStream target
-// instead of the HTTP sink: a nats-server -js of its own (Debian's
-// package nats-server), a stream that takes the target's subject, and the
-// ratio of first deliveries/s to the no-target phase's, beside the HTTP
-// target's (httpRatio); then every accepted event must be in the stream,
-// once, within the drain timeout.
+// instead of the HTTP sink. It starts a nats-server -js of its own, with a
+// stream that takes the target's subject. It reports the ratio of first
+// deliveries per second to the no-target phase's, beside httpRatio. Then
+// every accepted event must be in the stream, once, within the drain
+// timeout.
 func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {

@@ -1,10 +1,10 @@
-// Package authlimit slows down guessing of the admin token: it remembers,
+// Package authlimit slows down guessing of the admin token. It remembers,
 // per client address, how many wrong or missing tokens came lately. The
-// operator API (internal/handler) and the console (internal/console) share
-// one Limiter, so a guesser cannot double its rate by using both. A request
-// with the right token is never refused by it: callers check the token
-// first and ask Blocked only for a wrong one. Weak tokens, which would make
-// that unsafe, are refused at start-up (CheckToken).
+// operator API and the console share one [Limiter], so a guesser cannot
+// double its rate by using both. A request with the right token is never
+// refused: callers check the token first and ask [Limiter.Blocked] only for
+// a wrong one. That is safe because [CheckToken] refuses weak tokens at
+// start-up.
 package authlimit
 
 import (
@@ -18,10 +18,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Limits on wrong admin tokens, per client address: a client may get a
-// burst of FailureBurst refusals (401), then one per FailureEvery;
-// beyond that its operator requests are answered 429 without the token being
-// looked at.
+// Limits on wrong admin tokens, per client address. A client may get a
+// burst of FailureBurst refusals with 401, then one per FailureEvery.
+// Beyond that, its operator requests get 429 without a look at the token.
 const (
 	// FailureBurst refusals are allowed at once, then one per FailureEvery.
 	FailureBurst = 10
@@ -30,12 +29,11 @@ const (
 	MaxClients = 10000
 )
 
-// Limiter slows down guessing of the admin token: a token bucket per
-// client address (an IPv6 address's /64, where one client usually has many
-// addresses), taken from only by requests whose token was missing or wrong.
-// Its memory is bounded: past MaxClients, the clients whose bucket has
-// filled up again (who told it nothing) are forgotten first, then arbitrary
-// ones.
+// Limiter slows down guessing of the admin token with a token bucket per
+// client address. For IPv6 it uses the /64, since one client usually has
+// many addresses there. Only requests with a missing or wrong token take
+// from the bucket. Past MaxClients, it forgets the clients whose bucket is
+// full again first, then arbitrary ones.
 type Limiter struct {
 	mu      sync.Mutex
 	clients map[netip.Prefix]*rate.Limiter
@@ -44,16 +42,16 @@ type Limiter struct {
 }
 
 // New returns an empty Limiter. trusted are the reverse proxies whose
-// X-Forwarded-For names the client (HOOKGATE_TRUSTED_PROXIES); from any
-// other peer the header is ignored.
+// X-Forwarded-For names the client. From any other peer the header is
+// ignored.
 func New(trusted ...netip.Prefix) *Limiter {
 	return &Limiter{clients: map[netip.Prefix]*rate.Limiter{}, now: time.Now, trusted: trusted}
 }
 
-// Client returns the client address of r: its TCP peer, or, when the peer
-// is a trusted proxy, the last address in X-Forwarded-For that is not a
-// trusted proxy itself (the first one when all are; the peer when the
-// header is missing or ends in something that is not an address).
+// Client returns the client address of r. That is its TCP peer, unless the
+// peer is a trusted proxy. Then it is the last address in X-Forwarded-For
+// that is not a trusted proxy, or the first when all are. It stays the peer
+// when the header is missing or ends in something that is not an address.
 func Client(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -93,12 +91,12 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	return false
 }
 
-// ClientOf returns the client of r (Client) under the Limiter's trusted
-// proxies: the zero Addr when r's peer is not an address.
+// ClientOf returns the [Client] of r under the Limiter's trusted proxies.
+// It returns the zero Addr when r's peer is not an address.
 func (l *Limiter) ClientOf(r *http.Request) netip.Addr { return Client(r, l.trusted) }
 
-// ClientKey returns the client of r (Client) as the prefix its failures
-// are counted under: the address itself for IPv4, its /64 for IPv6.
+// ClientKey returns the prefix under which the failures of r's client are
+// counted: the address itself for IPv4, its /64 for IPv6.
 func (l *Limiter) ClientKey(r *http.Request) netip.Prefix {
 	a := Client(r, l.trusted)
 	if !a.IsValid() {
@@ -145,9 +143,9 @@ func (l *Limiter) Failed(r *http.Request) {
 	lim.AllowN(now, 1)
 }
 
-// evict makes room for one more client when the map is full: it forgets the
-// clients whose bucket is full again, and if that is not enough, arbitrary
-// ones, down to three quarters of the bound.
+// evict makes room for one more client when the map is full. It forgets
+// the clients whose bucket is full again, then arbitrary ones, down to
+// three quarters of the bound.
 func (l *Limiter) evict(now time.Time) {
 	if len(l.clients) < MaxClients {
 		return
@@ -165,7 +163,6 @@ func (l *Limiter) evict(now time.Time) {
 	}
 }
 
-// size returns how many clients are remembered.
 func (l *Limiter) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -18,28 +18,28 @@ import (
 const MinTokenLength = 32
 
 // MinTokenBits is the least estimated entropy of an admin token that
-// hookgate starts with. With it, guessing is hopeless whatever the rate,
-// which is what lets a request with the right token through even when its
-// client is limited.
+// hookgate starts with. With it, guessing is hopeless at any rate. That is
+// why a request with the right token goes through even when its client is
+// limited.
 const MinTokenBits = 128
 
 // TokenHint says how to make a good admin token.
 const TokenHint = "generate one with: openssl rand -hex 32 (or: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')"
 
-// CheckToken returns why token is too weak to be the admin token, or nil:
-// only whitespace, whitespace around it, a repeated pattern (the same run of characters over and
-// over, 32 × "a" included), fewer than MinTokenLength characters, fewer
-// than MinTokenBits of estimated entropy (EstimateBits), or made mostly of
-// what guessers try first: dictionary words, names, common passwords,
-// keyboard rows, sequences, repeats and dates (PatternShare under
-// MinRandomShare), however long the phrase. The error never contains the
-// token, nor any part of it.
+// CheckToken returns why token is too weak to be the admin token, or nil.
+// It refuses whitespace alone or around the token, and a run of characters
+// repeated over and over. It refuses fewer than [MinTokenLength] characters
+// and fewer than [MinTokenBits] by [EstimateBits]. It also refuses a token
+// made mostly of what guessers try first, however long: words, names,
+// common passwords, keyboard rows, sequences and dates. That is a
+// [PatternShare] under [MinRandomShare]. The error never contains any part
+// of the token.
 func CheckToken(token string) error {
 	if strings.TrimSpace(token) == "" {
 		return errors.New("admin token: it is only whitespace; " + TokenHint)
 	}
 	if strings.TrimSpace(token) != token {
-		// HTTP drops the whitespace around a header's value: no request
+		// HTTP drops the whitespace around a header's value, so no request
 		// could carry this token.
 		return errors.New("admin token: it begins or ends with whitespace (a line break from the file or variable it was read from?), which no Authorization header can carry: remove it; " + TokenHint)
 	}
@@ -61,8 +61,7 @@ func CheckToken(token string) error {
 }
 
 // period returns the length of the run of characters that token repeats
-// (token[i] == token[i-p] throughout, at least twice over), or 0 when it
-// repeats none.
+// at least twice over, or 0 when it repeats none.
 func period(token string) int {
 	r := []rune(token)
 	for p := 1; p <= len(r)/2; p++ {
@@ -80,28 +79,21 @@ func period(token string) int {
 	return 0
 }
 
-// lowVariety is the share of the most Shannon entropy a token's length and
-// alphabet permit under which EstimateBits counts the token's characters
-// as too little varied. Random tokens fall under it by chance, and it is
-// set so that they practically never do: 16 random bytes in hex (32 draws
-// of 16 characters, the shortest token hookgate takes) fall under 0.55 of
-// 4 bits with probability 1.3e-12, 32 draws of [a-z0-9] under 0.55 of 5
-// bits with 3.4e-14 (summed exactly over the multinomial's count
-// patterns). 0.75, used before, refused one `openssl rand -hex 16` in
-// 9,400 and one [a-z0-9] token in 1,300. Weak tokens stay far under it:
-// "aaaa…ab" has 0.2 bits per character, and four characters eight times
-// each have 2 bits, under 0.55 × 4.
+// lowVariety is the share of the greatest Shannon entropy, for a token's
+// length and alphabet, under which [EstimateBits] counts its characters as
+// too little varied. Random tokens fall under it only by chance, and it is
+// set so that they practically never do. The shortest random token
+// hookgate takes, 16 bytes in hex, falls under it with probability
+// 1.3e-12. Weak tokens stay far under it: "aaaa…ab" has 0.2 bits per
+// character.
 const lowVariety = 0.55
 
 // EstimateBits estimates the entropy of a random token: its length times
-// the bits a character of its alphabet can carry (from the classes of
-// characters it uses: hex digits, digits, lower case, upper case, other),
-// so 32 hex digits (16 random bytes) estimate at 128 bits and 64 at 256.
-// When its characters are far less varied than such an alphabet allows
-// (their Shannon entropy under lowVariety of the most its length and
-// alphabet permit: few distinct characters, or one used far more than the
-// others, as in "aaaa…ab"), the estimate is its length times that Shannon
-// entropy instead.
+// the bits that a character of its alphabet carries. The alphabet comes from
+// the classes of characters it uses. So 32 hex digits estimate at 128 bits.
+// When the characters are far less varied than the alphabet allows, the
+// estimate is the length times their Shannon entropy instead. That happens
+// with few distinct characters, or one used far more than the others.
 func EstimateBits(token string) float64 {
 	r := []rune(token)
 	if len(r) == 0 {
@@ -125,14 +117,14 @@ func EstimateBits(token string) float64 {
 	return n * perChar
 }
 
-// alphabetBits is the bits a random character of token's alphabet carries
-// (alphabetSize).
+// alphabetBits is the bits that a random character of token's alphabet
+// carries.
 func alphabetBits(token string) float64 { return math.Log2(float64(alphabetSize(token))) }
 
-// alphabetSize is the size of the alphabet token's characters appear to be
-// drawn from, from the classes of characters it uses: 16 for hexadecimal
-// digits of one case, else 10 for digits, 26 for lower case, 26 for upper
-// case and 33 for anything else, added up (at least 2).
+// alphabetSize is the size of the alphabet that token's characters seem
+// drawn from. Hex digits of one case give 16. Otherwise it adds 10 for
+// digits, 26 for lower case, 26 for upper case and 33 for anything else.
+// It is at least 2.
 func alphabetSize(token string) int {
 	var lower, upper, digit, other, nonHex bool
 	for _, c := range token {
@@ -173,49 +165,38 @@ func alphabetSize(token string) int {
 }
 
 // MinRandomShare is the least share of its alphabet estimate that a token
-// keeps when it is read as zxcvbn's patterns (PatternShare). Random tokens
-// keep most of theirs: zxcvbn finds dates in runs of digits, short words
-// and l33t spellings in random letters, but only ever a few. Measured on
-// 200,000 draws of 16 random bytes in hex (openssl rand -hex 16, the
-// shortest token hookgate takes): a median of 0.886, one in 1,000 under
-// 0.695, one in 10,000 under 0.657, the lowest 0.593, a tail that falls
-// like a normal distribution's of σ 0.062 to 0.066, under which about one
-// draw in 10^9 would fall under 0.5. On 20,000 draws each, 24 random bytes
-// in base64 keep a median of 0.94 (lowest 0.70), 24 and 32 bytes in hex
-// (make run's, openssl rand -hex 32's) a median of 0.88 (lowest 0.69) and
-// more. Phrases stay far under it, however long:
-// "ThisIsMyVerySecureAdminToken2026!" keeps 0.43, sentences of 53
-// characters 0.35 to 0.39, "abcdefghijklmnopqrstuvwxyz012345" 0.08.
+// keeps when read as zxcvbn's patterns; see [PatternShare]. Random tokens
+// keep most of theirs. zxcvbn finds dates in runs of digits, and short
+// words in random letters, but only a few. For 16 random bytes in hex, the
+// shortest token hookgate takes, the median is about 0.89. About one draw
+// in 10^9 would fall under 0.5. Phrases stay far under it, however long:
+// "ThisIsMyVerySecureAdminToken2026!" keeps 0.43.
 const MinRandomShare = 0.5
 
 // minPatternLen is the fewest characters of a zxcvbn pattern that
-// PatternShare counts: random tokens are full of two-character "words"
-// and sequences ("of", "12"), which say nothing of how they were made.
+// [PatternShare] counts. Random tokens are full of two-character words and
+// sequences, such as "of" and "12", which say nothing of how they were made.
 const minPatternLen = 3
 
-// patternChunk is how many bytes of a token zxcvbn reads at a time, and
-// maxPatternBytes how many of its first bytes PatternShare reads in all:
-// zxcvbn's matching takes time that grows faster than the square of its
-// input's length (about 20 ms for 64 characters, 2 s for 256), and a
-// token whose first 256 bytes are random enough is long enough.
+// patternChunk is how many bytes of a token zxcvbn reads at a time.
+// maxPatternBytes is how many of its first bytes [PatternShare] reads in
+// all. zxcvbn's time grows faster than the square of its input's length.
+// A token whose first 256 bytes are random enough is long enough.
 const (
 	patternChunk    = 64
 	maxPatternBytes = 256
 )
 
-// PatternShare reads token (at most its first maxPatternBytes bytes) the
-// way a guesser would: as a sequence of the patterns of the zxcvbn
-// password-strength estimator (github.com/trustelem/zxcvbn: dictionary
-// words, names, common passwords, l33t spellings, keyboard rows,
-// sequences, repeats, dates) of at least minPatternLen characters, each
-// costing the guesses zxcvbn estimates for it, and random characters of
-// the token's alphabet (as EstimateBits counts them) between them, the
-// cheapest such reading. It returns that reading's bits, their share of
-// the bits of the same bytes read as random characters only (1 for a
-// token with no pattern; near 0 for one of words alone), and the kinds of
-// pattern the reading uses, most characters first. (zxcvbn's own total
-// charges 10 guesses per random character, whatever the alphabet, so a
-// random base64 token of 32 characters would count only 106 bits.)
+// PatternShare reads token the way a guesser would, and takes the
+// cheapest reading. A reading is a sequence of zxcvbn's patterns, such as
+// words, names, common passwords, keyboard rows, sequences and dates. Each
+// pattern costs the guesses that zxcvbn estimates for it. Between the
+// patterns are random characters of the token's alphabet, counted as
+// [EstimateBits] does. It returns the reading's bits and their share of
+// the bits of the same bytes read as random characters. The share is 1
+// with no pattern, and near 0 for words alone. It also returns the kinds of
+// pattern used, most characters first. It does not use zxcvbn's own total,
+// which charges 10 guesses per random character whatever the alphabet.
 func PatternShare(token string) (share, bits float64, kinds []string) {
 	text := token
 	if len(text) > maxPatternBytes {
@@ -253,8 +234,8 @@ func cheapestReading(text string, perChar float64) (float64, map[string]int) {
 	n := len(text)
 	byEnd := make([][]*match.Match, n)
 	for _, m := range matching.Omnimatch(text, nil) {
-		// Indices are of bytes; a match whose indices do not frame its
-		// token (zxcvbn counts some in runes) is left out.
+		// Indices are of bytes. zxcvbn counts some in runes, so a match
+		// whose indices do not frame its token is left out.
 		if m.I < 0 || m.J >= n || m.J-m.I+1 < minPatternLen || text[m.I:m.J+1] != m.Token {
 			continue
 		}

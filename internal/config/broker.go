@@ -13,11 +13,10 @@ const (
 	PlaceholderEventType = "{event_type}"
 )
 
-// NATSServers returns the servers of a NATS target's url as nats.go reads
-// it (nats.Connect): a comma-separated list, each element trimmed and the
-// empty ones dropped, an element without a scheme taken as nats:// (for
-// checking it: nats.go gives it the connection's scheme). A url without a
-// comma is its one server.
+// NATSServers returns the servers of a NATS target's url, as nats.Connect
+// reads it. The url is a comma-separated list. Each element is trimmed, and
+// empty ones are dropped. An element without a scheme is checked as
+// nats://, while nats.go gives it the connection's scheme.
 func NATSServers(raw string) []string {
 	var out []string
 	for s := range strings.SplitSeq(raw, ",") {
@@ -33,8 +32,8 @@ func NATSServers(raw string) []string {
 	return out
 }
 
-// Servers returns the URLs t connects to: each server of a NATS target's
-// list (NATSServers), or its one URL.
+// Servers returns the URLs that t connects to: each server of a NATS
+// target's list, or its one URL.
 func (t *Target) Servers() []string {
 	if t.Kind() == KindNATS {
 		return NATSServers(t.URL)
@@ -55,39 +54,36 @@ func checkTemplate(tmpl, field, where string) error {
 	return nil
 }
 
-// FirstToken is the part of a subject or routing key (or of its
-// template) before its first dot: NATS's first token, a topic exchange's
-// first word. The placeholders hold no dot (names are [a-z0-9_-], and an
-// event type goes in later tokens only), so a template's first token is
-// its expansion's.
+// FirstToken is the part of a subject, routing key or template before its
+// first dot. That is NATS's first token, or a topic exchange's first word.
+// Names hold no dot, and an event type goes in later tokens only. So a
+// template's first token is also its expansion's.
 func FirstToken(s string) string {
 	first, _, _ := strings.Cut(s, ".")
 	return first
 }
 
 // SenderChoosesFirstToken reports whether the first token of a subject or
-// routing key template holds {event_type}: the sender, who chooses its
-// event types, would then choose where the message goes (a NATS subject
-// $JS.API.STREAM.PURGE.<stream> purges a stream; a routing key on
-// RabbitMQ's default exchange is a queue's name). Config refuses such a
-// template; the transports refuse it too, for a target made otherwise.
+// routing key template holds {event_type}. The sender chooses its event
+// types, so it would choose where the message goes. A NATS subject can
+// purge a stream, and a routing key on RabbitMQ's default exchange names a
+// queue. Config refuses such a template, and so do the transports.
 func SenderChoosesFirstToken(tmpl string) bool {
 	return strings.Contains(FirstToken(tmpl), PlaceholderEventType)
 }
 
-// ReservedSubject reports whether subject's first token starts with $
-// (the NATS server's own subjects: $JS.API.… drives JetStream, $SYS.… is
-// the system account's, $KV.… and $O.… are JetStream's stores) or _INBOX
-// (where requests' replies go): no forward is published there.
+// ReservedSubject reports whether subject's first token starts with $ or
+// _INBOX. Subjects with $ are the NATS server's own, such as $JS.API,
+// which drives JetStream. _INBOX is where replies go. No forward is
+// published there.
 func ReservedSubject(subject string) bool {
 	first := FirstToken(subject)
 	return strings.HasPrefix(first, "$") || strings.HasPrefix(first, "_INBOX")
 }
 
-// checkFirstToken refuses a subject or routing key template whose first
-// token is not fixed by the configuration (a literal, {sender} or
-// {target}), and a subject whose first token is empty, starts with $ or
-// with _INBOX.
+// checkFirstToken refuses a template whose first token is not a literal,
+// {sender} or {target}. It also refuses a subject whose first token is
+// empty or reserved.
 func checkFirstToken(tmpl, field, where string, subject bool) error {
 	what := "routing key's first word"
 	if subject {
@@ -110,8 +106,8 @@ func checkFirstToken(tmpl, field, where string, subject bool) error {
 var natsSubjectLiteral = regexp.MustCompile(`^[^\s*>]*$`)
 
 // checkBrokerTarget checks that a target's broker block matches its URL's
-// kind (nats: with a nats:// URL, rabbitmq: with an amqp:// one, neither
-// with HTTP), and the block's templates.
+// kind, and checks the block's templates. An HTTP target has neither
+// block.
 func checkBrokerTarget(t *Target, field, where string) error {
 	kind := t.Kind()
 	switch {

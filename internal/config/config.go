@@ -1,12 +1,11 @@
-// Package config loads and validates hookgate.yaml: the senders hookgate
-// accepts webhooks from, where each one puts its delivery ID, and how long
-// delivery keys are remembered.
+// Package config loads and validates hookgate.yaml. It describes the
+// senders that hookgate accepts webhooks from, where each puts its delivery
+// ID, and how long delivery keys are remembered.
 //
 // It is plain data: structs decoded from YAML, with ${VAR} expanded, the
-// presets' values applied (Presets, a table of values) and every field
-// validated. What ingest runs per request (signature verifiers, the JSON
-// scan of a body, routes, the header filter) is compiled from it by
-// package sender.
+// values of [Presets] applied and every field validated. Package sender
+// compiles from it what ingest runs per request, such as signature
+// verifiers, routes and the header filter.
 package config
 
 import (
@@ -45,154 +44,148 @@ type Config struct {
 type Sender struct {
 	Name string `yaml:"name" validate:"required,sendername"`
 	// Preset sets where the delivery ID is and how the signature is
-	// checked; explicit delivery_id and signature fields override it.
+	// checked. Explicit delivery_id and signature fields override it.
 	Preset string `yaml:"preset" validate:"required,preset"`
-	// DeliveryID says where the delivery ID is; the preset's place when
-	// left out (required for generic).
+	// DeliveryID says where the delivery ID is. It defaults to the
+	// preset's place, and generic senders must set it.
 	DeliveryID DeliveryID `yaml:"delivery_id"`
-	// EventType says where the event type is; the preset's place when left
-	// out (none for generic: every event type is then empty).
+	// EventType says where the event type is. It defaults to the preset's
+	// place. A generic sender without it has empty event types.
 	EventType EventType `yaml:"event_type"`
-	// Secret and Secrets are the signing secrets; a signature valid under
-	// any of them passes (rotation).
+	// Secret and Secrets are the signing secrets. A signature valid under
+	// any of them passes, so a secret can be rotated.
 	Secret  string   `yaml:"secret"`
 	Secrets []string `yaml:"secrets" validate:"dive,required"`
-	// Tolerance is how far a signed timestamp may be from now (300s by
-	// default), for the schemes that sign one; at most MaxTolerance.
+	// Tolerance is how far a signed timestamp may be from now, for the
+	// schemes that sign one. It is 300s by default and at most
+	// [MaxTolerance].
 	Tolerance Duration `yaml:"tolerance" validate:"gte=1000000000,lte=3600000000000"`
-	// Signature overrides the preset's signature check; generic senders
+	// Signature overrides the preset's signature check. Generic senders
 	// use it to turn on hmac-sha256.
 	Signature Signature `yaml:"signature"`
 	// PublicURL is the URL of this sender's endpoint as the provider
-	// requests it (https://hooks.example.com/webhooks/twilio), for the
-	// schemes that sign the URL (Twilio, Square, HubSpot): behind a proxy
-	// the gateway's own scheme, host and path differ from it. The request's
-	// query string is appended to it. Left out: the request's own URL
-	// (http or https as the connection is, its Host header, its path and
-	// query as sent).
+	// requests it. Schemes that sign the URL need it, such as Twilio's,
+	// because behind a proxy the gateway's own URL differs. The request's
+	// query string is appended to it. When left out, the request's own
+	// scheme, Host header, path and query are used.
 	PublicURL string `yaml:"public_url" validate:"omitempty,http_url"`
-	// VerifyToken answers a Meta subscription check (GET
-	// /webhooks/{sender}?hub.mode=subscribe&hub.verify_token=...): the
-	// token must equal it. Like a secret, it is never shown.
+	// VerifyToken answers a Meta subscription check, a GET with
+	// hub.mode=subscribe. Its hub.verify_token must equal VerifyToken.
+	// Like a secret, it is never shown.
 	VerifyToken string `yaml:"verify_token"`
 	// Retention is how long the sender's delivery keys are remembered.
 	Retention Duration `yaml:"retention" validate:"gte=1000000000"`
-	// EventRetention is how long the sender's events are kept (by default
-	// as long as Retention).
+	// EventRetention is how long the sender's events are kept. It
+	// defaults to Retention.
 	EventRetention Duration `yaml:"event_retention" validate:"gte=1000000000"`
-	// MaxBodyBytes is the largest request body accepted (1 MiB by default).
+	// MaxBodyBytes is the largest request body accepted, 1 MiB by default.
 	MaxBodyBytes int64 `yaml:"max_body_bytes" validate:"min=1,max=67108864"`
-	// AcceptEncodings lists the Content-Encodings accepted besides identity
-	// (only gzip); a body in any other is refused with 415.
+	// AcceptEncodings lists the Content-Encodings accepted besides
+	// identity. Only gzip is possible. A body in any other gets 415.
 	AcceptEncodings []string `yaml:"accept_encodings" validate:"unique,dive,oneof=gzip"`
-	// StoreHeaders, when set, lists the only request headers stored with an
-	// event (Content-Type always is); DropHeaders lists headers not stored
-	// besides the credential-like ones (events.HeaderFilter). At most one of
-	// the two is set. A preset's signature headers are never stored, and
-	// naming one in StoreHeaders is refused.
+	// StoreHeaders, when set, lists the only request headers stored with
+	// an event; Content-Type always is. DropHeaders lists headers not to
+	// store, besides the credential-like ones. At most one of the two is
+	// set. A preset's signature headers are never stored, and naming one in
+	// StoreHeaders is refused.
 	StoreHeaders []string `yaml:"store_headers" validate:"excluded_with=DropHeaders,dive,headername"`
 	DropHeaders  []string `yaml:"drop_headers" validate:"dive,headername"`
 	// Forward lists the services each accepted event is forwarded to.
 	Forward []Target `yaml:"forward" validate:"unique=Name,dive"`
 
 	// EventTypeEnvelope is where the event type is when the value at
-	// EventType is EventTypeEnvelope.When (Slack's event_callback); set
-	// from the preset when event_type is left out.
+	// EventType is EventTypeEnvelope.When, as in Slack's event_callback.
+	// The preset sets it when event_type is left out.
 	EventTypeEnvelope Envelope `yaml:"-"`
 
 	targetNames []string
 }
 
-// Target is a service an accepted event is forwarded to, by a POST of the
-// stored body: the body as received, decompressed, without a preset's
-// signature object (Mailgun's) (design: transactional outbox, at least once,
-// with the event ID as idempotency key).
+// Target is a service that accepted events are forwarded to, at least
+// once, through a transactional outbox. The forward POSTs the stored body
+// with the event ID as the idempotency key. The stored body is the body as
+// received, decompressed, without a preset's signature object.
 type Target struct {
-	// Name identifies the target within its sender (unique there, same
-	// syntax as a sender's name): in the outbox, in forward jobs, in metric
-	// labels and in the operator API. Unlike the URL it holds no secret.
+	// Name identifies the target within its sender, with the syntax of a
+	// sender's name. The outbox, forward jobs, metric labels and the
+	// operator API use it. Unlike the URL, it holds no secret.
 	Name string `yaml:"name" validate:"required,sendername"`
-	// URL is where the event goes: POSTed to an http or https URL, or
-	// published to a message broker: NATS JetStream at a nats:// (or
-	// tls://) URL, with NATS; RabbitMQ at an amqp:// (or amqps://) URL,
-	// with RabbitMQ; a NATS target's may list the servers of a cluster,
-	// comma-separated (NATSServers). Never with a user name or password in
-	// it (in any server of a list): a broker's credentials are fields of
-	// NATS or RabbitMQ.
+	// URL is where the event goes. An http or https URL gets a POST. A
+	// nats:// or tls:// URL publishes to NATS JetStream, and may list a
+	// cluster's servers, comma-separated. An amqp:// or amqps:// URL
+	// publishes to RabbitMQ. A URL never holds a user name or password; a
+	// broker's credentials are fields of NATS or RabbitMQ.
 	URL string `yaml:"url" validate:"required,target_url"`
-	// Timeout bounds one attempt (10s by default).
+	// Timeout bounds one attempt, 10s by default.
 	Timeout Duration `yaml:"timeout" validate:"gte=1000000,lte=300000000000"`
-	// MaxAttempts is how many attempts are made before the forward fails
-	// (20 by default).
+	// MaxAttempts is how many attempts are made before the forward fails,
+	// 20 by default.
 	MaxAttempts int `yaml:"max_attempts" validate:"min=1,max=1000"`
-	// SigningSecret, a Standard Webhooks secret (whsec_ + base64), signs
-	// forwards with webhook-signature when set.
+	// SigningSecret, when set, signs forwards with webhook-signature. It
+	// is a Standard Webhooks secret: whsec_ and base64.
 	SigningSecret string `yaml:"signing_secret"`
 	// Headers are extra request headers sent with every forward.
 	Headers map[string]string `yaml:"headers" validate:"dive,keys,headername,endkeys"`
-	// SecretPath marks the URL's path as a secret (as in Slack's
-	// /services/T…/B…/<secret>): wherever the URL is shown, its path
-	// segments are redacted too (package redact).
+	// SecretPath marks the URL's path as a secret, as in Slack's webhook
+	// URLs. Wherever the URL is shown, its path segments are redacted too.
 	SecretPath bool `yaml:"secret_path"`
 	// MaxInFlight is how many forwards to this target one worker process
-	// runs at once (0, the default: no cap beyond the target's fair share of
-	// the process's forward workers, which shrinks as more targets are busy).
+	// runs at once. The default 0 sets no cap beyond the target's fair
+	// share of the workers, which shrinks as more targets are busy.
 	MaxInFlight int `yaml:"max_in_flight" validate:"min=0,max=1000"`
 	// EventTypes, when set, are the only event types forwarded to the
-	// target: each an exact type or a prefix ending in "*" ("invoice.*";
-	// "*" alone is every type). Left out: every event.
+	// target. Each is an exact type or a prefix ending in "*", such as
+	// "invoice.*". "*" alone is every type, as is leaving it out.
 	EventTypes []string `yaml:"event_types"`
 	// Match lists conditions on the request's headers or JSON body that
 	// must all hold for an event to be forwarded to the target.
 	Match []Condition `yaml:"match" validate:"dive"`
 	// BreakerThreshold is the least number of failed attempts within the
-	// circuit breaker's window (10s) before the target's failure rate can
-	// open its breaker (DefaultBreakerThreshold when left out).
+	// circuit breaker's 10s window before the failure rate can open the
+	// breaker. It defaults to [DefaultBreakerThreshold].
 	BreakerThreshold int `yaml:"breaker_threshold" validate:"min=0,max=1000"`
 	// Rate, when set, is the most forwards sent to the target per second
-	// or per minute by the whole deployment ("50/s", "600/m"): the
-	// processes that forward share it. Zero: no rate.
+	// or per minute, such as "50/s". The forwarding processes of the whole
+	// deployment share it.
 	Rate Rate `yaml:"rate"`
 	// Burst is how many forwards over the rate may go at once after a
-	// quiet spell: only with Rate; left out, a tenth of the rate's count
-	// (at least 1).
+	// quiet spell. It needs Rate. It defaults to a tenth of the rate's
+	// count, at least 1.
 	Burst int `yaml:"burst" validate:"min=0,max=100000"`
 
-	// NATS publishes the events of a nats:// target to JetStream: only
-	// with such a URL, and required with it.
+	// NATS says where a nats:// target publishes. It is required with
+	// such a URL, and refused with any other.
 	NATS *NATSTarget `yaml:"nats"`
-	// RabbitMQ publishes the events of an amqp:// target to an exchange:
-	// only with such a URL, and required with it.
+	// RabbitMQ says where an amqp:// target publishes. It is required
+	// with such a URL, and refused with any other.
 	RabbitMQ *RabbitMQTarget `yaml:"rabbitmq"`
 
-	// SigningKey is SigningSecret decoded; nil when unsigned. Set by Parse.
+	// SigningKey is SigningSecret decoded, or nil. Parse sets it.
 	SigningKey []byte `yaml:"-"`
 }
 
-// NATSTarget is where a NATS JetStream target publishes: Subject, a
-// template over {sender}, {target} and {event_type} (an event type's
-// characters that a subject cannot hold become _, and so does a missing
-// one), on a stream whose subjects take it; its first token is a literal,
-// {sender} or {target} (checkFirstToken). The credentials, when the
-// server asks for them, are a token or a user and password.
+// NATSTarget is where a NATS JetStream target publishes. Subject is a
+// template over {sender}, {target} and {event_type}, on a stream whose
+// subjects take it. An event type's characters that a subject cannot hold
+// become _, and so does a missing type. The first token is a literal,
+// {sender} or {target}. The credentials are a token, or a user and
+// password.
 type NATSTarget struct {
 	Subject  string `yaml:"subject" validate:"required,max=255"`
 	Token    string `yaml:"token"`
 	User     string `yaml:"user"`
 	Password string `yaml:"password"`
 	// DiscoveredServers, when true, lets the connection also go to the
-	// servers a NATS server advertises (the other members of its cluster,
-	// as its INFO lists them), with the target's credentials. False, the
-	// default: only to the servers of the target's url (which may list a
-	// cluster's), so that the credentials go nowhere else.
+	// other cluster members that a NATS server advertises, with the
+	// target's credentials. By default it goes only to the servers of the
+	// target's URL, so the credentials go nowhere else.
 	DiscoveredServers bool `yaml:"discovered_servers"`
 }
 
-// RabbitMQTarget is where a RabbitMQ target publishes: to Exchange ("",
-// the default exchange, routes by queue name) with RoutingKey, a template
-// over {sender}, {target} and {event_type} whose first word is not
-// {event_type} (checkFirstToken). User and Password are the
-// credentials (RabbitMQ's default guest/guest when both are left out).
+// RabbitMQTarget is where a RabbitMQ target publishes: to Exchange with
+// RoutingKey. The default exchange "" routes by queue name. RoutingKey is
+// a template over {sender}, {target} and {event_type}, whose first word is
+// not {event_type}. User and Password default to RabbitMQ's guest/guest.
 type RabbitMQTarget struct {
 	Exchange   string `yaml:"exchange" validate:"max=255"`
 	RoutingKey string `yaml:"routing_key" validate:"max=255"`
@@ -217,8 +210,8 @@ var targetSchemes = map[string]TargetKind{
 	"amqp": KindRabbitMQ, "amqps": KindRabbitMQ,
 }
 
-// Kind returns the kind of destination t is, by its URL's scheme: HTTP
-// unless it names a broker.
+// Kind returns the kind of destination t is, by its URL's scheme. It is
+// HTTP unless the scheme names a broker.
 func (t *Target) Kind() TargetKind {
 	scheme, _, ok := strings.Cut(t.URL, "://")
 	if !ok {
@@ -230,9 +223,8 @@ func (t *Target) Kind() TargetKind {
 	return KindHTTP
 }
 
-// validTargetURL reports whether raw is an absolute URL with a host and
-// one of the schemes of targets; a NATS target's, a list of such URLs
-// (NATSServers), each nats:// or tls://.
+// validTargetURL reports whether raw is an absolute URL with a host and a
+// target's scheme. A NATS target's may be a list of nats:// or tls:// URLs.
 func validTargetURL(raw string) bool {
 	t := &Target{URL: raw}
 	servers := t.Servers()
@@ -256,8 +248,7 @@ const (
 )
 
 // TargetNames returns the names of the sender's forward targets, in
-// configuration order: nil when it has none. The slice is shared: do not
-// modify it.
+// configuration order, or nil. The slice is shared, so do not modify it.
 func (s *Sender) TargetNames() []string { return s.targetNames }
 
 // Target returns the sender's forward target with the given name, or false.
@@ -271,7 +262,7 @@ func (s *Sender) Target(name string) (*Target, bool) {
 }
 
 // TargetByURL returns the sender's forward target with the given URL, or
-// false: forward jobs of versions that named targets by URL find theirs.
+// false. Forward jobs that name their target by URL find it so.
 func (s *Sender) TargetByURL(url string) (*Target, bool) {
 	for i := range s.Forward {
 		if s.Forward[i].URL == url {
@@ -283,9 +274,9 @@ func (s *Sender) TargetByURL(url string) (*Target, bool) {
 
 // Signature is a sender's signature block.
 type Signature struct {
-	// Scheme is the signature scheme: the name of a preset that checks a
-	// signature (its check), hmac-sha256 (with Header, Encoding and
-	// Prefix), or none. Empty means the preset's.
+	// Scheme is the signature scheme. It is the name of a preset that
+	// checks a signature, hmac-sha256 with Header, Encoding and Prefix, or
+	// none. Empty means the preset's.
 	Scheme   string `yaml:"scheme" validate:"omitempty,scheme"`
 	Header   string `yaml:"header" validate:"omitempty,headername"`
 	Encoding string `yaml:"encoding" validate:"omitempty,oneof=hex base64"`
@@ -294,18 +285,17 @@ type Signature struct {
 	Secret string `yaml:"secret"`
 }
 
-// DeliveryID names where a request carries its delivery ID: a header, a
-// JSON pointer (RFC 6901) into a JSON body, or (BodySHA256) none at all.
-// Exactly one is set.
+// DeliveryID names where a request carries its delivery ID: a header, or
+// an RFC 6901 JSON pointer into a JSON body. BodySHA256 is for requests
+// that carry none. Exactly one is set.
 type DeliveryID struct {
 	Header      string `yaml:"header" validate:"required_without_all=JSONPointer BodySHA256,excluded_with=JSONPointer,omitempty,headername"`
 	JSONPointer string `yaml:"json_pointer" validate:"omitempty,jsonpointer"`
-	// BodySHA256, for providers that send no delivery ID (Meta, Lemon
-	// Squeezy, Calendly): the delivery ID is the hex SHA-256 of the
-	// (decompressed) body, so a retry of the same bytes is a replay. Its
-	// limit: two genuinely different events sent with identical bytes are
-	// one delivery, and a retry whose bytes differ (a new timestamp inside
-	// the body) is a new one.
+	// BodySHA256 serves providers that send no delivery ID, such as Meta.
+	// The delivery ID is the hex SHA-256 of the decompressed body, so a
+	// retry of the same bytes is a replay. Two different events with
+	// identical bytes are then one delivery. A retry whose bytes differ,
+	// such as by a new timestamp, is a new one.
 	BodySHA256 bool `yaml:"body_sha256" validate:"excluded_with=Header JSONPointer"`
 }
 
@@ -342,8 +332,8 @@ func (r *Rate) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// ParseRate parses a rate written "<count>/s" or "<count>/m", the count a
-// whole number from 1 to MaxRateCount.
+// ParseRate parses a rate written "<count>/s" or "<count>/m". The count is
+// a whole number from 1 to [MaxRateCount].
 func ParseRate(s string) (Rate, error) {
 	count, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
 	per := map[string]time.Duration{"s": time.Second, "m": time.Minute}[unit]
@@ -365,7 +355,8 @@ func (r Rate) PerSecond() float64 {
 	return float64(r.Count) / r.Per.Seconds()
 }
 
-// String writes r as in the configuration ("50/s"), "" for no rate.
+// String writes r as in the configuration, such as "50/s", or "" for no
+// rate.
 func (r Rate) String() string {
 	switch {
 	case r.IsZero():
@@ -379,8 +370,8 @@ func (r Rate) String() string {
 // MarshalYAML writes r as in the configuration.
 func (r Rate) MarshalYAML() (any, error) { return r.String(), nil }
 
-// RateBurst returns t's burst: Burst, or a tenth of its rate's count (at
-// least 1) when left out; 0 when t has no rate.
+// RateBurst returns t's burst. That is Burst, or else a tenth of the
+// rate's count, at least 1. It is 0 when t has no rate.
 func (t *Target) RateBurst() int {
 	switch {
 	case t.Rate.IsZero():
@@ -401,21 +392,20 @@ func (c *Config) Sender(name string) (*Sender, bool) {
 	return nil, false
 }
 
-// Source gives the configuration in force. A *Config gives itself; a
-// process that reloads its configuration gives the one it loaded last
-// (sender.Live), so that a component reads the running configuration
-// without holding on to one. Read it once per request or per forward
-// attempt, and use what it returned throughout: a reload swaps it whole,
-// and two reads may return two configurations.
+// Source gives the configuration in force. A *Config gives itself. A
+// process that reloads its configuration gives the one it loaded last. So
+// a component reads the running configuration without holding on to one.
+// Read it once per request or forward attempt, and use that throughout. A
+// reload swaps it whole, so two reads may return two configurations.
 type Source interface {
 	Current() *Config
 }
 
-// Current returns c: a fixed configuration is its own Source.
+// Current returns c, since a fixed configuration is its own [Source].
 func (c *Config) Current() *Config { return c }
 
-// Target returns the target named target of the sender named sender, or
-// false; false for a nil c.
+// Target returns the target named target of the sender named sender. It
+// returns false when there is none, or c is nil.
 func (c *Config) Target(sender, target string) (*Target, bool) {
 	if c == nil {
 		return nil, false
@@ -427,8 +417,8 @@ func (c *Config) Target(sender, target string) (*Target, bool) {
 	return s.Target(target)
 }
 
-// Load reads the file at path and returns its validated configuration; see
-// Parse.
+// Load reads the file at path and returns its validated configuration.
+// See [Parse].
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -437,8 +427,8 @@ func Load(path string) (*Config, error) {
 	return ParseFile(path, data)
 }
 
-// ParseFile is Parse of data, the contents of the file at path, with
-// ${VAR} expanded from the process's environment: its errors start with
+// ParseFile calls [Parse] on data, the contents of the file at path, with
+// ${VAR} expanded from the process's environment. Its errors start with
 // path, as Load's do.
 func ParseFile(path string, data []byte) (*Config, error) {
 	c, err := Parse(data, os.LookupEnv)
@@ -449,9 +439,9 @@ func ParseFile(path string, data []byte) (*Config, error) {
 }
 
 // Parse decodes YAML, expands ${VAR} in string values with lookup, applies
-// the defaults and validates the result. Unknown fields are errors. The
-// returned error names the offending field (e.g. "senders[1].name") and the
-// rule it broke; it never contains the value of a secret.
+// the defaults and validates the result. Unknown fields are errors. An
+// error names the field at fault, such as "senders[1].name", and the rule
+// it broke. It never contains the value of a secret.
 func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
@@ -509,7 +499,7 @@ var (
 )
 
 // decodeError rewrites a YAML decoding error so that it names the field at
-// fault (e.g. "senders[1].retention") and contains no value that came from
+// fault, such as "senders[1].retention". It drops any value that came from
 // the environment, which may be a secret. text is the document decoded.
 func decodeError(err error, text []byte, expanded []string) error {
 	var root yaml.Node
@@ -517,7 +507,7 @@ func decodeError(err error, text []byte, expanded []string) error {
 	if yaml.Unmarshal(text, &root) == nil {
 		fieldPaths(&root, "", paths)
 	}
-	// yaml.v3 quotes (a prefix of) the offending value in backquotes.
+	// yaml.v3 quotes the offending value, or a prefix, in backquotes.
 	msg := quotedValue.ReplaceAllString(err.Error(), "a value")
 	for _, v := range expanded {
 		msg = strings.ReplaceAll(msg, v, "(value from the environment)")
@@ -531,8 +521,8 @@ func decodeError(err error, text []byte, expanded []string) error {
 	return errors.New("parse YAML: " + strings.TrimPrefix(msg, "yaml: "))
 }
 
-// fieldPaths records, for each line that holds a mapping value, the path of
-// that value ("senders[1].retention").
+// fieldPaths records the path of each line's mapping value, such as
+// "senders[1].retention".
 func fieldPaths(n *yaml.Node, path string, out map[string]string) {
 	switch n.Kind {
 	case yaml.DocumentNode:
@@ -579,8 +569,8 @@ func expand(n *yaml.Node, lookup func(string) (string, bool), expanded *[]string
 		if len(missing) > 0 {
 			return fmt.Errorf("line %d: environment variable %s is not set", n.Line, strings.Join(missing, ", "))
 		}
-		// A value from the environment is taken literally: a string, or a
-		// whole number where the field is a number (max_body_bytes: ${MAX}).
+		// A value from the environment is taken literally. It is a string,
+		// or a whole number where the field is a number.
 		n.Tag = "!!str"
 		n.Style = yaml.DoubleQuotedStyle
 		if wholeNumber.MatchString(n.Value) {
@@ -635,7 +625,7 @@ func applyDefaults(s *Sender) {
 
 var (
 	senderName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	// headerName is an RFC 9110 field name (a token).
+	// headerName is an RFC 9110 field name, a token.
 	headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 )
 
@@ -677,7 +667,7 @@ func newValidator() func(*Config) error {
 }
 
 // durationParam writes a validator parameter in nanoseconds as a duration
-// without zero units ("5m", "1h").
+// without zero units, such as "5m".
 func durationParam(p string) string {
 	n, err := strconv.ParseInt(p, 10, 64)
 	if err != nil {
@@ -689,7 +679,7 @@ func durationParam(p string) string {
 }
 
 // describe turns a validation failure into "field: reason", without the
-// field's value (it may be a secret).
+// field's value, which may be a secret.
 func describe(fe validator.FieldError) string {
 	field := strings.TrimPrefix(fe.Namespace(), "Config.")
 	parent := field

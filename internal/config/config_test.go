@@ -304,7 +304,7 @@ func TestParseInvalidConfigs(t *testing.T) {
 		{"negative retention", "senders:\n" + sender("x", ok, "retention: -1h"),
 			[]string{"senders[0].retention", "at least 1s"}},
 		// Errors raised while decoding (before validation) name the line and
-		// the offending value; see bugs_test.go for the missing field path.
+		// the offending value; regression_test.go checks that they name the field path.
 		{"retention abc", "senders:\n" + sender("x", ok, "retention: abc"),
 			[]string{"line 5", "not a duration"}},
 		{"max_body_bytes not a number", "senders:\n" + sender("x", ok, "max_body_bytes: lots"),

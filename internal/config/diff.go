@@ -5,13 +5,13 @@ import (
 	"strings"
 )
 
-// Changes is what differs between two configurations, by name: the senders
-// and the targets added, removed and changed. It holds names only, never a
-// value (a changed secret is named by its field, not shown).
+// Changes is what differs between two configurations, by name: the
+// senders and targets added, removed and changed. It holds names only,
+// never a value. A changed secret is named by its field.
 type Changes struct {
 	SendersAdded, SendersRemoved []string
-	// SendersChanged are the senders of both whose own settings differ
-	// (their targets are compared one by one, in Targets*).
+	// SendersChanged are the senders of both whose own settings differ.
+	// Their targets are compared one by one.
 	SendersChanged []Changed
 	// Targets* name every target added, removed or changed, also those of
 	// a sender added or removed.
@@ -27,8 +27,8 @@ type TargetName struct {
 // String is sender/target.
 func (n TargetName) String() string { return n.Sender + "/" + n.Target }
 
-// Changed is a sender (Target "") or a target whose settings differ, and
-// the YAML names of the fields that do (forward[…] not among a sender's).
+// Changed is a sender or a target whose settings differ, with the YAML
+// names of the fields that do. Target is "" for a sender.
 type Changed struct {
 	TargetName
 	Fields []string
@@ -41,9 +41,9 @@ func (c Changes) None() bool {
 }
 
 // Diff returns what differs from the configuration from to to, in to's
-// order (from's for what was removed). Two senders or targets are the same one when they
-// have the same name (a target's within its sender); a sender's fields
-// are compared but its forward list, whose targets are compared by name.
+// order, or from's for what was removed. Senders and targets are matched
+// by name. A sender's fields are compared except its forward list, whose
+// targets are compared one by one.
 func Diff(from, to *Config) Changes {
 	var c Changes
 	for i := range to.Senders {
@@ -88,10 +88,10 @@ func Diff(from, to *Config) Changes {
 	return c
 }
 
-// differing returns the YAML names of the fields of the structs a and b
-// (of one type) whose values differ: the fields decoded from YAML, but a
-// sender's forward list; what Parse derives from them (yaml:"-") differs
-// only when they do.
+// differing returns the YAML names of the fields whose values differ
+// between a and b, two structs of one type. It skips a sender's forward
+// list and the fields that Parse derives, which differ only when their
+// sources do.
 func differing(a, b reflect.Value) []string {
 	var out []string
 	for i := range a.NumField() {

@@ -2,9 +2,9 @@ package config
 
 import "fmt"
 
-// exampleSecrets are the secrets hookgate.example.yaml ships with, which
-// anyone who has read the repository knows. TestExampleSecretsListed keeps
-// this list and the file in agreement.
+// exampleSecrets are the secrets that hookgate.example.yaml ships with.
+// Anyone who has read the repository knows them. A test keeps this list and
+// the file in agreement.
 var exampleSecrets = map[string]bool{
 	"dev-github-secret":       true,
 	"whsec_dev_stripe_secret": true,
@@ -12,13 +12,12 @@ var exampleSecrets = map[string]bool{
 }
 
 // ExampleSecretsEnv is the environment variable that lets hookgate start
-// with the example's secrets (make run sets it).
+// with the example's secrets. make run sets it.
 const ExampleSecretsEnv = "HOOKGATE_ALLOW_EXAMPLE_SECRETS"
 
-// ExampleSecrets returns the fields of c ("senders[2].secret (github)")
-// whose value, after ${VAR} expansion, is one of the secrets
-// hookgate.example.yaml ships with; nil when there are none. It never
-// returns a secret's value.
+// ExampleSecrets returns the fields of c whose value, after ${VAR}
+// expansion, is one of the example's secrets. A field reads like
+// "senders[2].secret (github)". It never returns a secret's value.
 func (c *Config) ExampleSecrets() []string {
 	var out []string
 	for i := range c.Senders {

@@ -10,29 +10,26 @@ import (
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
-// MinSecretBytes is the fewest bytes a signing secret may have: of the
-// secret as written, or of the key it decodes to (a Standard Webhooks
-// whsec_ secret, a base64 key). 16 bytes are 128 bits when random; a
-// shorter secret can be guessed, or is a placeholder left in.
+// MinSecretBytes is the fewest bytes a signing secret may have, as written
+// or as the key it decodes to. 16 random bytes are 128 bits. A shorter
+// secret can be guessed, or is a placeholder left in.
 const MinSecretBytes = 16
 
-// MaxTolerance is the longest tolerance a sender may have: a signed
-// request that someone captured passes the signature check for as long as
-// its timestamp is within the tolerance of the clock.
+// MaxTolerance is the longest tolerance a sender may have. A captured
+// signed request passes the signature check while its timestamp is within
+// the tolerance.
 const MaxTolerance = time.Hour
 
 // publicKeySchemes are the schemes whose "secrets" are the provider's
-// public keys (Discord's Ed25519, SendGrid's ECDSA): not secrets, and of
-// the size their algorithm gives them.
+// public keys, such as Discord's. They are not secrets, and have the size
+// that their algorithm gives them.
 var publicKeySchemes = map[string]bool{signature.SchemeEd25519: true, signature.SchemeECDSA: true}
 
-// checkSecretStrength refuses the sender's secrets that are only
-// whitespace, begin or end with whitespace, or have fewer than
-// MinSecretBytes bytes (decoded, for the schemes that decode them; public
-// keys keep their own size): its signing secrets, its verify_token and
-// its targets' signing secrets (decoded into SigningKey already). Its
-// errors start with the field, name the sender (and target), and never
-// contain a secret.
+// checkSecretStrength refuses the sender's weak secrets: its signing
+// secrets, its verify_token and its targets' signing secrets. A weak
+// secret is only whitespace, has whitespace around it, or is shorter than
+// [MinSecretBytes] once decoded. Public keys keep their own size. Its
+// errors start with the field and name the sender, never a secret.
 func checkSecretStrength(s *Sender) error {
 	scheme := s.SignatureCheck().Scheme
 	for _, sec := range s.secrets() {
@@ -64,9 +61,8 @@ func checkSecretStrength(s *Sender) error {
 // secretHint says where a good secret comes from.
 const secretHint = "use the secret the provider generated, or make one with: openssl rand -hex 32"
 
-// weakSecret returns why the secret raw (whose key is key) is unfit, or
-// "": only whitespace, whitespace around it, or, unless it is a public
-// key, a key under MinSecretBytes. It never quotes the secret.
+// weakSecret returns why the secret raw, whose key is key, is unfit, or
+// "". It never quotes the secret.
 func weakSecret(raw string, key []byte, publicKey bool) string {
 	switch {
 	case strings.TrimSpace(raw) == "":
@@ -97,9 +93,9 @@ var handshakeNames = map[string]string{
 }
 
 // checkHandshakeSigned refuses a sender whose preset answers a handshake
-// while signature.scheme none turns its signature check off: the
-// handshake would then be answered for anyone (a stranger could verify
-// an endpoint they do not own as theirs, or probe it).
+// while signature.scheme none turns its check off. The handshake would
+// then be answered for anyone. A stranger could claim the endpoint as
+// theirs, or probe it.
 func checkHandshakeSigned(s *Sender) error {
 	if s.Signature.Scheme != SchemeNone {
 		return nil
@@ -116,12 +112,11 @@ func checkHandshakeSigned(s *Sender) error {
 // target URL.
 var errURLCredentials = errors.New("has a user name or password in it, which hookgate does not send with forwards: remove them from the URL and give them as a header instead, headers: { Authorization: \"Basic <base64 of user:password>\" } (or \"Bearer <token>\")")
 
-// checkTargetURL refuses a target URL with user information
-// (http://user:password@host/…), in any server of a NATS target's list,
-// and a host with a comma in any other URL (a list of servers, which only
-// NATS takes, whose later URLs would be shown as its path), without
-// quoting it. url is the URL's field ("forward[0].url") and where its
-// sender and target names.
+// checkTargetURL refuses a target URL with a user name or password, in
+// any server of a NATS list. It also refuses a comma in the host of any
+// other URL. Only NATS takes a list, and elsewhere the later URLs would be
+// shown as a path. It never quotes the URL. url is the URL's field, and
+// where names its sender and target.
 func checkTargetURL(raw, field, where string) error {
 	t := &Target{URL: raw}
 	withUser := false

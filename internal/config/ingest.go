@@ -1,7 +1,7 @@
 package config
 
 // AcceptsEncoding reports whether the sender accepts bodies in the
-// Content-Encoding enc (besides identity, which every sender accepts).
+// Content-Encoding enc. Every sender accepts identity.
 func (s *Sender) AcceptsEncoding(enc string) bool {
 	for _, e := range s.AcceptEncodings {
 		if e == enc {

@@ -8,31 +8,31 @@ import (
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
-// Preset is one row of the preset table: plain values saying where a
+// Preset is one row of the preset table. Its plain values say where a
 // provider's deliveries carry their ID and event type, how they are signed
 // and which handshake the provider sends. Adding a provider is adding a row
-// to Presets (and, only for a new signature scheme, a verifier in package
-// signature; only for a new handshake, its kind in package sender).
+// to [Presets]. Only a new signature scheme also needs a verifier in package
+// signature, and only a new handshake needs its kind in package sender.
 type Preset struct {
-	// Name is what `preset:` in hookgate.yaml names, and what
-	// `signature.scheme:` names to take this row's signature check alone.
+	// Name is what `preset:` in hookgate.yaml names. `signature.scheme:`
+	// names it to take this row's signature check alone.
 	Name string
-	// DeliveryID is where the delivery ID is (empty: the sender must say).
+	// DeliveryID is where the delivery ID is. When empty, the sender must
+	// say.
 	DeliveryID DeliveryID
-	// EventType is where the event type is (empty: none).
+	// EventType is where the event type is, if anywhere.
 	EventType EventType
-	// EventTypeEnvelope: where the event type is instead when the value at
-	// EventType is EventTypeEnvelope.When (zero: never).
+	// EventTypeEnvelope is where the event type is instead, when the value
+	// at EventType is EventTypeEnvelope.When.
 	EventTypeEnvelope Envelope
 	// Signature is how the provider signs its requests.
 	Signature PresetSignature
-	// Handshake is the kind of handshake request the provider sends, which
-	// is answered after its signature check and stores nothing
-	// (HandshakeNone when it sends none).
+	// Handshake is the kind of handshake request the provider sends. It
+	// is answered after its signature check, and stores nothing.
 	Handshake string
 	// Replay says whether a captured request of the provider can be sent
-	// again under a new delivery ID, and what to do about it
-	// (docs/providers.md shows it).
+	// again under a new delivery ID, and what to do about it.
+	// docs/providers.md shows it.
 	Replay Replay
 	// Docs is the provider's documentation of its webhooks.
 	Docs string
@@ -40,61 +40,57 @@ type Preset struct {
 
 // PresetSignature is a preset's signature check.
 type PresetSignature struct {
-	// Scheme is the verifier of package signature that checks it
-	// (signature.Schemes); SchemeNone for a provider that signs nothing.
+	// Scheme is the verifier of package signature that checks it, or
+	// SchemeNone for a provider that signs nothing.
 	Scheme string
-	// Header, Encoding (hex or base64) and Prefix are where the MAC is and
-	// how it is written, for the schemes that read them (hmac-sha256).
+	// Header, Encoding and Prefix are where the MAC is and how it is
+	// written, for the schemes that read them. Encoding is hex or base64.
 	Header, Encoding, Prefix string
-	// Signed is what is signed, in the providers page's notation
-	// (documentation: the scheme's verifier computes it).
+	// Signed documents what is signed, in the providers page's notation.
+	// The scheme's verifier computes it.
 	Signed string
 	// Tolerance is how far a signed timestamp may be from now by default,
-	// for the schemes that sign one (0: signature.DefaultTolerance).
+	// for the schemes that sign one. Zero means the signature package's
+	// default.
 	Tolerance time.Duration
-	// Layout is the signature header's shape, for the schemes that read it
-	// (signature.SchemeList, signature.SchemeTimestampHeader).
+	// Layout is the signature header's shape, for the schemes that read
+	// it.
 	Layout signature.Layout
 	// SignatureHeaders are the request headers that carry the provider's
-	// signature (or, for the token schemes, the secret itself), the one
-	// the verifier reads among them and any other the provider sends
-	// beside it (GitHub's legacy X-Hub-Signature). With a body, they are a
-	// request anyone can send again, so they are never stored with an
-	// event, whatever store_headers says: neither the operator API nor the
-	// console can show them, and forwards, which carry only the stored
-	// Content-Type and hookgate's own headers, never send them.
+	// signature, or for the token schemes the secret itself. They include
+	// any other signature header the provider sends, such as GitHub's
+	// legacy X-Hub-Signature. With a body, they make a request anyone can
+	// send again. So they are never stored with an event, whatever
+	// store_headers says. Neither the operator API nor the console can show
+	// them, and forwards never send them.
 	SignatureHeaders []string
 	// SignatureObject is the top-level member of a JSON body that carries
-	// the signature (Mailgun's "signature"), and SignatureFields the fields
-	// of a form body that do: they are removed from the body before it is
-	// stored, hashed and forwarded (after the signature was checked on the
-	// body as received). Empty: the body carries no signature.
+	// the signature, such as Mailgun's "signature". SignatureFields are the
+	// fields of a form body that do. After the signature check, they are
+	// removed from the body before it is stored, hashed and forwarded.
 	SignatureObject string
 	SignatureFields []string
 }
 
-// Params returns the check's parameters for signature.New, with the
+// Params returns the check's parameters for [signature.New], with the
 // sender's tolerance.
 func (ps PresetSignature) Params(tolerance time.Duration) signature.Params {
 	return signature.Params{Header: ps.Header, Encoding: ps.Encoding, Prefix: ps.Prefix, Tolerance: tolerance, Layout: ps.Layout}
 }
 
-// Replay is what a captured request of a preset allows: one validly
-// signed request someone obtained (a proxy log, a pasted debug dump), sent
-// to hookgate again. A copy whose delivery ID is signed (in the signed
-// body, the SHA-256 of the signed body, a signed header) has the same ID
-// and is a duplicate; one whose ID is an unsigned header can carry a
-// fresh ID and is accepted as a new event, within the tolerance where a
-// timestamp is signed, at any time where none is. The table
-// "Replays under a new delivery ID" of docs/providers.md is made of these
-// (TestReplayTableIsDocumented), and TestReplayUnderANewDeliveryID sends
-// each preset's copy under a new ID and checks NewID.
+// Replay is what a captured request of a preset allows, when someone sends
+// a validly signed request to hookgate again. It may come from a proxy log
+// or a pasted debug dump. When the delivery ID is signed, a copy has the
+// same ID and is a duplicate. When the ID is an unsigned header, a copy can
+// carry a fresh ID and is accepted as a new event. That works within the
+// tolerance when a timestamp is signed, and at any time otherwise. The
+// replay table of docs/providers.md is made of these, and a test checks
+// NewID for each preset.
 type Replay struct {
-	// NewID: a copy under a new delivery ID is accepted as a new event
-	// (with the preset's defaults; for generic, with an ID header and
-	// hmac-sha256).
+	// NewID reports that a copy under a new delivery ID is accepted as a
+	// new event, with the preset's defaults.
 	NewID bool
-	// Why says why (or why not), and until when, in the page's words.
+	// Why says why or why not, and until when, in the page's words.
 	Why string
 	// Do is what to do about it.
 	Do string
@@ -108,19 +104,20 @@ const (
 	doToken       = "use HTTPS, keep requests out of logs, and rotate the token when one leaks: body-hash IDs stop only verbatim copies"
 )
 
-// idInSignedBody: the delivery ID is at ptr in the signed body. tol is the
-// default tolerance as the page writes it ("300 s"), "" for a scheme that
-// signs no timestamp (so for the helpers below).
+// idInSignedBody is the [Replay] of a delivery ID at ptr in the signed
+// body. tol is the default tolerance as the page writes it, such as
+// "300 s". It is "" for a scheme that signs no timestamp, here and below.
 func idInSignedBody(ptr, tol string) Replay {
 	return idSigned("the ID (`"+ptr+"`) is in the signed body", tol)
 }
 
-// idIsBodyHash: the delivery ID is the SHA-256 of the signed body.
+// idIsBodyHash is the [Replay] of a delivery ID that is the SHA-256 of the
+// signed body.
 func idIsBodyHash(tol string) Replay {
 	return idSigned("the ID is the SHA-256 of the signed body", tol)
 }
 
-// idHeaderSigned: the delivery ID is the header h, which is signed.
+// idHeaderSigned is the [Replay] of a delivery ID in the signed header h.
 func idHeaderSigned(h, tol string) Replay { return idSigned("the ID header `"+h+"` is signed", tol) }
 
 func idSigned(why, tol string) Replay {
@@ -130,7 +127,8 @@ func idSigned(why, tol string) Replay {
 	return Replay{Why: why + "; a copy is a duplicate, and refused once its timestamp is outside `tolerance` (" + tol + ")", Do: doNothing}
 }
 
-// idHeaderUnsigned: the delivery ID is the header h, which is not signed.
+// idHeaderUnsigned is the [Replay] of a delivery ID in the unsigned header
+// h.
 func idHeaderUnsigned(h, tol string) Replay {
 	if tol == "" {
 		return Replay{NewID: true, Why: "at any time: the ID header `" + h + "` is not signed, and no timestamp is", Do: doBodyHash}
@@ -139,37 +137,37 @@ func idHeaderUnsigned(h, tol string) Replay {
 		Do: "body-hash IDs (`delivery_id: { body_sha256: true }`) if the provider's retries resend the same bytes, or a shorter `tolerance` (`tolerance: 30s`) to narrow the window"}
 }
 
-// nothingSigned: the request carries the secret token itself.
+// nothingSigned is the [Replay] of a request that carries the secret token
+// itself.
 var nothingSigned = Replay{NewID: true, Why: "whatever the body: nothing is signed, a captured request holds the secret token, and with it any body is accepted under any ID", Do: doToken}
 
-// Envelope says where the event type is when the value found at the
-// sender's event type location is When: at JSONPointer instead.
+// Envelope says where the event type is when the value at the sender's
+// event type location is When. It is then at JSONPointer instead.
 type Envelope struct {
 	When        string
 	JSONPointer string
 }
 
-// Handshake kinds (Preset.Handshake).
+// Handshake kinds, for [Preset.Handshake].
 const (
 	HandshakeNone = ""
-	// HandshakeSlackURLVerification: a JSON body with "type":
-	// "url_verification" is answered with its "challenge".
+	// HandshakeSlackURLVerification answers a JSON body with "type":
+	// "url_verification" with its "challenge".
 	HandshakeSlackURLVerification = "slack-url-verification"
-	// HandshakeZoomURLValidation: a JSON body with "event":
-	// "endpoint.url_validation" is answered with {"plainToken",
-	// "encryptedToken"}: the token and its hex HMAC-SHA256 under the secret
-	// that signed the request.
+	// HandshakeZoomURLValidation answers a JSON body with "event":
+	// "endpoint.url_validation". The answer holds "plainToken" and
+	// "encryptedToken", its hex HMAC-SHA256 under the request's secret.
 	HandshakeZoomURLValidation = "zoom-url-validation"
-	// HandshakeTwitchVerification: a request with
-	// Twitch-Eventsub-Message-Type: webhook_callback_verification is
-	// answered with its /challenge as text/plain.
+	// HandshakeTwitchVerification answers a request whose
+	// Twitch-Eventsub-Message-Type is webhook_callback_verification. The
+	// answer is its /challenge as text/plain.
 	HandshakeTwitchVerification = "twitch-callback-verification"
-	// HandshakeDiscordPing: a JSON body with "type": 1 (PING) is answered
-	// with {"type":1} (PONG).
+	// HandshakeDiscordPing answers a PING, a JSON body with "type": 1,
+	// with a PONG, {"type":1}.
 	HandshakeDiscordPing = "discord-ping"
-	// HandshakeMetaSubscribe: GET /webhooks/{sender}?hub.mode=subscribe
-	// with hub.verify_token equal to the sender's verify_token is answered
-	// with hub.challenge as text/plain (403 for another token).
+	// HandshakeMetaSubscribe answers a GET with hub.mode=subscribe whose
+	// hub.verify_token is the sender's verify_token. The answer is
+	// hub.challenge as text/plain. Another token gets 403.
 	HandshakeMetaSubscribe = "meta-subscribe"
 )
 
@@ -672,8 +670,8 @@ func PresetNames() []string {
 	return out
 }
 
-// SchemeNames returns what signature.scheme may be: none, hmac-sha256, and
-// the name of every preset that checks a signature.
+// SchemeNames returns what signature.scheme may be: none, hmac-sha256, or
+// the name of a preset that checks a signature.
 func SchemeNames() []string {
 	out := []string{SchemeNone, SchemeHMAC}
 	for _, p := range Presets {
@@ -684,9 +682,9 @@ func SchemeNames() []string {
 	return out
 }
 
-// SignatureScheme returns the name of the check the sender's requests get:
-// its signature block's scheme, or else its preset's name ("none" for a
-// preset that checks no signature, such as generic).
+// SignatureScheme returns the name of the check that the sender's requests
+// get. That is its signature block's scheme, or else its preset's name. It
+// is "none" for a preset that checks no signature, such as generic.
 func (s *Sender) SignatureScheme() string {
 	if s.Signature.Scheme != "" {
 		return s.Signature.Scheme
@@ -697,11 +695,10 @@ func (s *Sender) SignatureScheme() string {
 	return s.Preset
 }
 
-// SignatureCheck returns the sender's signature check as data: the
-// preset row's (of its preset, or of the preset its signature.scheme
-// names), or, for hmac-sha256, the signature block's header (also its one
-// SignatureHeaders), encoding and prefix. Scheme is SchemeNone when no
-// signature is checked.
+// SignatureCheck returns the sender's signature check as data. It is the
+// check of the preset that signature.scheme names, or else of the sender's
+// preset. For hmac-sha256 it takes the signature block's header, encoding
+// and prefix. Scheme is SchemeNone when no signature is checked.
 func (s *Sender) SignatureCheck() PresetSignature {
 	switch name := s.SignatureScheme(); name {
 	case SchemeNone:
@@ -720,8 +717,8 @@ func (s *Sender) SignatureCheck() PresetSignature {
 }
 
 // Handshakes returns the kinds of handshake the sender answers: its
-// preset's, and that of the preset its signature.scheme names (a generic
-// sender checking Slack's signature answers Slack's url_verification).
+// preset's, and that of the preset its signature.scheme names. So a generic
+// sender that checks Slack's signature answers Slack's url_verification.
 func (s *Sender) Handshakes() []string {
 	var out []string
 	for _, name := range []string{s.Preset, s.Signature.Scheme} {
@@ -754,8 +751,8 @@ func (s *Sender) secrets() []namedSecret {
 	return out
 }
 
-// SecretValues returns every signing secret the sender lists (secret,
-// signature.secret, then secrets), in order: nil when there is none.
+// SecretValues returns every signing secret the sender lists, in order:
+// secret, signature.secret, then secrets.
 func (s *Sender) SecretValues() []string {
 	var out []string
 	for _, sec := range s.secrets() {
@@ -765,7 +762,7 @@ func (s *Sender) SecretValues() []string {
 }
 
 // checkSignature checks that the sender's secrets fit its signature check.
-// Its errors start with the field at fault (relative to the sender) and
+// Its errors start with the field at fault, relative to the sender, and
 // never contain a secret.
 func checkSignature(s *Sender) error {
 	scheme := s.SignatureScheme()

@@ -10,9 +10,9 @@ import (
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
-// EventType names where a request carries its event type: a header, or a
-// JSON pointer (RFC 6901) into a JSON body. At most one is set; neither
-// (generic senders by default) means every event has the empty type.
+// EventType names where a request carries its event type: a header, or
+// an RFC 6901 JSON pointer into a JSON body. At most one is set. With
+// neither, every event has the empty type.
 type EventType struct {
 	Header      string `yaml:"header" validate:"excluded_with=JSONPointer,omitempty,headername"`
 	JSONPointer string `yaml:"json_pointer" validate:"omitempty,jsonpointer"`
@@ -24,18 +24,18 @@ type EventType struct {
 type Condition struct {
 	Header      string `yaml:"header" validate:"required_without=JSONPointer,excluded_with=JSONPointer,omitempty,headername"`
 	JSONPointer string `yaml:"json_pointer" validate:"omitempty,jsonpointer"`
-	// In are the values that satisfy the condition (alternatives). A JSON
-	// scalar is compared as its JSON text without quotes: "true", "42",
-	// "null", or a string's decoded value.
+	// In are the values that satisfy the condition. A JSON scalar is
+	// compared as its JSON text without quotes, such as "42", or as a
+	// string's decoded value.
 	In []string `yaml:"in" validate:"required,min=1"`
 }
 
-// MaxEventTypeBytes is the longest event type stored; a longer one (or one
-// that is not valid UTF-8 or has control characters) counts as no event type.
+// MaxEventTypeBytes is the longest event type stored. A longer one counts
+// as no event type, as does invalid UTF-8 or a control character.
 const MaxEventTypeBytes = 255
 
-// Label values of the event_type label of hookgate_deliveries_total besides
-// the patterns of a sender's targets (EventTypeLabel).
+// Values of the event_type label of hookgate_deliveries_total, besides the
+// patterns of a sender's targets.
 const (
 	EventTypeLabelNone  = "none"
 	EventTypeLabelOther = "other"
@@ -57,7 +57,7 @@ func checkPattern(p string) string {
 }
 
 // CheckEventTypeFilter returns why f cannot filter a list by event type, or
-// "": f is "" (no filter), an event type, or a prefix ending in "*".
+// "". A valid f is "", an event type, or a prefix ending in "*".
 func CheckEventTypeFilter(f string) string {
 	if f == "" {
 		return ""
@@ -79,11 +79,10 @@ func ValidEventType(s string) bool {
 	return true
 }
 
-// check checks what the validator's tags cannot say about a sender (its
-// secrets against its signature check, its targets' signing secrets and
-// event_types patterns), decodes its targets' signing secrets and records
-// its target names. Its errors start with the field at fault, relative to
-// the sender, and never contain a secret.
+// check checks what the validator's tags cannot say about a sender, such
+// as its secrets against its signature check. It decodes its targets'
+// signing secrets and records their names. Its errors start with the
+// field at fault, relative to the sender, and never contain a secret.
 func check(s *Sender) error {
 	for i := range s.Forward {
 		t := &s.Forward[i]

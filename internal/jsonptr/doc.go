@@ -1,7 +1,7 @@
-// Package jsonptr resolves JSON pointers (RFC 6901) in a request body: a
-// pointer's syntax (ParsePointer), and a streaming scanner (Extract) that
-// resolves several pointers in one pass over a document, validating it as
-// it goes, with memory bounded whatever the document's shape. Ingest reads
-// a delivery's ID, event type and match conditions with it
-// (internal/sender); configuration checks pointers' syntax with it.
+// Package jsonptr resolves RFC 6901 JSON pointers in a request body.
+// [ParsePointer] checks a pointer's syntax. [Extract] is a streaming scanner
+// that resolves several pointers in one pass over a document. It validates
+// the document as it goes, with memory bounded whatever its shape. Ingest
+// reads a delivery's ID, event type and match conditions with it. The
+// configuration checks pointers' syntax with it.
 package jsonptr

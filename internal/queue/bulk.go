@@ -11,21 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// Bulk matching: the forwards a bulk redelivery of a target matches (its
-// newest forward of each event in a state and window), counted once and
-// read in batches, River's jobs and the fast path's forwards alike.
-
-// queuedWaiting is the condition that job j (of sender $1, target $2) is a
-// redelivery queued after a forward of its event that is not finished yet
-// (EarlierForwardUnfinished's jobs), or whose forward is still in the
-// outbox (the fast path's attempt under way, as a lease-holding outbox row):
-// it is not under way, even while River runs it only to find that it must
-// wait. $%[1]d are the events of the target whose forward is in the outbox
-// (waitingInOutbox), $%[2]d the River states of an unfinished forward
-// (unfinishedJobs): forward_outbox is not read here, as Citus refuses a
-// statement that correlates a distributed table with River's (local) one.
-// The probe is written as notSuperseded's (a scalar subquery ordered by
-// hookgate's index).
+// queuedWaiting is the condition that job j is a redelivery that still
+// waits. It waits for an unfinished forward of its event, or for one still
+// in the outbox. Such a job is not under way, even while River runs it only
+// to find that it must wait. The events still in the outbox come as a
+// parameter, because Citus refuses a statement that correlates the
+// distributed outbox with River's local table.
 var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2
     AND n.args->>'event_id' >= j.args->>'event_id' AND n.args->>'event_id' <= j.args->>'event_id'
@@ -34,18 +25,11 @@ var queuedWaiting = jobSQL(`(j.args ? 'after' AND ((SELECT n.id FROM river_job n
     ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NOT NULL
   OR j.args->>'event_id' = ANY($%[1]d::text[])))`)
 
-// queuedCandidatesSQL selects the events of the redeliveries queued after a
-// forward (jobs with "after") of sender $1's target $2, from job $4
-// (exclusive) to job $3, that a bulk redelivery of running or retrying
-// forwards may match: those unfinished (in the River states $6), or
-// finished at or after $5 (the time the request asked about; NULL: none). A
-// job matches (underWayAt, or its state now) only if it is unfinished, or
-// finished after that time, so none matches later that is not selected
-// here, whatever state it moves to in between. It reads River's table
-// alone: the target's forward jobs, in the order of hookgate's index on
-// them, the one path its ORDER BY leaves without a sort under
-// store.IndexOrderScans (River's index on kind would read every forward job; see
-// plans.go).
+// queuedCandidatesSQL selects the events of the queued redeliveries of
+// sender $1's target $2 in the job range ($4, $3]. These are the ones
+// that a bulk redelivery of running or retrying forwards may match: those
+// unfinished, or finished at or after $5. A job matches only in those
+// cases, so no job matches later that is not selected here.
 var queuedCandidatesSQL = jobSQL(`SELECT DISTINCT j.args->>'event_id' FROM river_job j
 WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2 AND j.args ? 'after'
   AND j.id <= $3 AND j.id > $4
@@ -53,24 +37,19 @@ WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' =
 ORDER BY 1`)
 
 // inOutboxSQL selects which of the events $3 of sender $1 still have an
-// outbox row to target $2: a probe of forward_outbox's key per event (a
-// LATERAL subquery, kept apart by its LIMIT, under store.OutboxIndexScans: not
-// event_id = ANY, which PostgreSQL 15 may apply as a filter over the
-// sender's rows; see plans.go), on the sender's shard on Citus.
+// outbox row to target $2. It probes forward_outbox's key once per event
+// under [store.OutboxIndexScans]. event_id = ANY would not do, because
+// PostgreSQL 15 may apply it as a filter over the sender's rows.
 var inOutboxSQL = `SELECT k.event_id::text FROM unnest($3::uuid[]) AS k(event_id)
   CROSS JOIN LATERAL (SELECT 1 FROM forward_outbox o WHERE o.sender = $1 AND o.event_id = k.event_id AND o.target = $2
     AND ` + store.Unrecorded("o") + ` LIMIT 1) p`
 
-// waitingInOutbox returns the events whose forward to f's target is still
-// in the outbox, among those of the redeliveries queued after a forward
-// that a bulk redelivery of f (running or retrying) may match up to job
-// maxID and after job afterID (queuedCandidatesSQL): the events
-// queuedWaiting takes. Two statements, one per side, so that neither joins
-// River's (local) table with forward_outbox (distributed by sender on
-// Citus); the second is skipped when there are no candidates (no
-// redelivery queued after a forward: the common case). A forward that
-// leaves the outbox after the second statement is taken as still in it: as
-// if the caller's statement had run just before it left.
+// waitingInOutbox returns the events that queuedWaiting takes: those of
+// the candidate redeliveries whose forward to f's target is still in the
+// outbox. It runs one statement per table, so neither joins River's local
+// table with the distributed outbox. The second is skipped when there are
+// no candidates, the common case. A forward that leaves the outbox just
+// after counts as still in it.
 func (q *Jobs) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID int64) ([]string, error) {
 	var since *time.Time
 	if !f.InStateAt.IsZero() {
@@ -109,9 +88,9 @@ func (q *Jobs) waitingInOutbox(ctx context.Context, f Filter, maxID, afterID int
 	return out, nil
 }
 
-// NewestJobID returns the newest ID River's job sequence has given, to a
-// River job of any kind or a forward_delivered row (0 when none), and the
-// database's time.
+// NewestJobID returns the newest ID that River's job sequence has given,
+// or 0, and the database's time. The sequence numbers River's jobs of
+// every kind and forward_delivered's rows.
 func (q *Jobs) NewestJobID(ctx context.Context) (int64, time.Time, error) {
 	var (
 		id  int64
@@ -123,11 +102,9 @@ func (q *Jobs) NewestJobID(ctx context.Context) (int64, time.Time, error) {
 	return id, now, nil
 }
 
-// bulkWhere returns the conditions of the forwards a bulk redelivery of f
-// matches (the newest forward of each event, in f's state and window), up
-// to job maxID and after job afterID, and their arguments. For running or
-// retrying forwards it first reads which redeliveries queued after a
-// forward still wait for it in the outbox (waitingInOutbox).
+// bulkWhere returns the conditions and arguments of the forwards that a
+// bulk redelivery of f matches in the job range (afterID, maxID]. These
+// are the newest forward of each event in f's state and window.
 func (q *Jobs) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (where, error) {
 	var inOutbox []string
 	if f.State == StateRunning || f.State == StateRetrying {
@@ -145,10 +122,7 @@ func (q *Jobs) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (w
 
 // CountBulkMatch returns how many forwards a bulk redelivery of f matches
 // up to job maxID: the newest forward of each event to the target, in f's
-// state and window. Under store.IndexOrderScans, so that each probe of
-// notSuperseded is one of an index (the count itself reads every job of
-// the target, or every forward job, whichever PostgreSQL takes for the
-// cheaper: once per request).
+// state and window.
 func (q *Jobs) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
 	w, err := q.bulkWhere(ctx, f, maxID, 0)
 	if err != nil {
@@ -176,12 +150,10 @@ type Matched struct {
 	DeliveryID string
 }
 
-// bulkMatchBatchSQL is BulkMatchBatch's statement for w, whose last
-// argument is the limit: River's jobs in the order of their primary key
-// (from the batch's first job on, not the target's whole history per
-// batch) and forward_delivered's by its index on (sender, target, id),
-// merged, under store.IndexOrderScans: each probe of notSuperseded is one of an
-// index (see plans.go).
+// bulkMatchBatchSQL is the statement of [Jobs.BulkMatchBatch] for w, whose
+// last argument is the limit. It merges River's jobs, read by primary key
+// from the batch's first job, with forward_delivered's rows, read by its
+// index on sender, target and ID.
 func bulkMatchBatchSQL(w where, limit int) string {
 	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
 	sql := `(SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE ` + w.jobs + order + `)`
@@ -191,8 +163,8 @@ func bulkMatchBatchSQL(w where, limit int) string {
 	return sql
 }
 
-// BulkMatchBatch returns up to limit of the forwards CountBulkMatch counts,
-// after job afterID, oldest first.
+// BulkMatchBatch returns up to limit of the forwards that
+// [Jobs.CountBulkMatch] counts, after job afterID, oldest first.
 func (q *Jobs) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
 	w, err := q.bulkWhere(ctx, f, maxID, afterID)
 	if err != nil {
@@ -213,40 +185,29 @@ func (q *Jobs) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int6
 	return out, nil
 }
 
-// fastLeasedSQL selects the outbox rows of sender $1's target $2 accepted
-// before $3 whose lease has not ended: the fast path's first attempts under
-// way (or about to be made). There are at most about as many as the fast
-// path holds in flight (each process's dispatch workers and queue:
-// forward.DefaultDispatchWorkers and DefaultDispatchQueue), plus those a
-// crashed process left leased until their lease ends. On Citus it runs on
-// the sender's shard.
+// fastLeasedSQL selects the outbox rows of sender $1's target $2 that
+// were accepted before $3 and are still leased. These are the fast path's
+// first attempts under way or about to start. There are about as many as
+// the fast path holds in flight, plus those that a crashed process left
+// leased.
 var fastLeasedSQL = `SELECT event_id::text, delivery_id, created_at FROM forward_outbox
 WHERE sender = $1 AND target = $2 AND leased_until > statement_timestamp() AND created_at < $3 AND ` + store.Unrecorded("")
 
 // fastRunningSQL selects the fast path's first attempts of sender $1's
-// target $2 that were under way at $3 (a bulk redelivery of running
-// forwards, Filter.InStateAt): the outbox rows still leased (the attempt
-// runs), read before by fastLeasedSQL and passed as the arrays $4 (event
-// IDs), $5 (delivery IDs) and $6 (when accepted), and the forward_delivered
-// rows attempted before $3 and delivered at or after it (it ran then, and
-// has been delivered since). A failed first attempt is a River job, which
-// underWayAt judges. An event that already has a redelivery queued after
-// its forward (a job with "after"), unfinished (in the River states $7) or
-// made at or after $3, is left out: a request counts it no more, and a job
-// run twice (River's rescue, a new slice) queues one redelivery per
-// forward. %s is the window's condition on f.created_at.
+// target $2 that were under way at $3. These are the leased outbox rows
+// that fastLeasedSQL read, passed as arrays in $4 to $6. They also include
+// the forward_delivered rows attempted before $3 and delivered since. A
+// failed first attempt is a River job, which underWayAt judges. An event
+// that already has a queued redelivery is left out. So a request no longer
+// counts it, and a job run twice queues one redelivery per forward. %s is
+// the window's condition on f.created_at.
 //
-// The outbox is read in a statement of its own, first, because on Citus
-// forward_outbox is distributed and forward_delivered and River's table are
-// local, and Citus refuses a statement that joins or correlates the two
-// kinds. A forward whose attempt is recorded in between (the recorder
-// deletes its outbox row and inserts its forward_delivered row in one
-// statement) is in both reads: its leased row is dropped when its event has
-// a forward_delivered row to the target, which is then taken as it is (it
-// is counted once, or not at all if its attempt started at or after $3, as
-// one statement then would). One recorded as a River job in between (a
-// failed attempt) stays as still under way: a redelivery queued after it
-// waits for that job.
+// The outbox is read first, in a statement of its own, because Citus
+// refuses a statement that joins the distributed outbox with local tables.
+// A forward recorded in between is in both reads. Its leased row is
+// dropped when its event has a forward_delivered row to the target, so it
+// is counted once, as one statement would. A forward recorded as a failed
+// River job in between stays under way, and a redelivery waits for it.
 var fastRunningSQL = jobSQL(`SELECT id, event_id, delivery_id FROM (
   SELECT -1::bigint AS id, o.event_id, o.delivery_id, o.created_at
   FROM unnest($4::text[], $5::text[], $6::timestamptz[]) AS o(event_id, delivery_id, created_at)
@@ -260,9 +221,8 @@ WHERE NOT EXISTS (SELECT 1 FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2 AND n.args->>'event_id' = f.event_id AND n.args ? 'after'
     AND (n.created_at >= $3 OR n.state = ANY($7::river_job_state[])))%s`)
 
-// fastRunning reads the leased outbox rows of f's target (fastLeasedSQL)
-// and returns fastRunningSQL for f (running, under way at at) with its
-// window, and its arguments.
+// fastRunning reads the leased outbox rows of f's target. It returns
+// fastRunningSQL for f's window and the time at, with its arguments.
 func (q *Jobs) fastRunning(ctx context.Context, f Filter, at time.Time) (string, []any, error) {
 	rows, err := q.db.Query(ctx, fastLeasedSQL, f.Sender, f.Target, at) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
@@ -294,10 +254,8 @@ func (q *Jobs) fastRunning(ctx context.Context, f Filter, at time.Time) (string,
 }
 
 // CountFastPathRunning returns how many of the fast path's first attempts
-// of f's target are under way at at (their outbox rows leased; see
-// fastRunningSQL), within f's window: what a bulk redelivery of running
-// forwards matches besides River's jobs (CountBulkMatch). Two statements:
-// the outbox's, then the local tables'.
+// of f's target were under way at at, within f's window. A bulk
+// redelivery of running forwards matches them besides River's jobs.
 func (q *Jobs) CountFastPathRunning(ctx context.Context, f Filter, at time.Time) (int64, error) {
 	sql, args, err := q.fastRunning(ctx, f, at)
 	if err != nil {
@@ -311,12 +269,11 @@ func (q *Jobs) CountFastPathRunning(ctx context.Context, f Filter, at time.Time)
 }
 
 // FastPathRunningBatch returns up to limit of the fast path's first
-// attempts of f's target that were under way at f.InStateAt (see
-// fastRunningSQL), oldest first: JobID is -1 for one still under way (not
-// yet a job), else its forward_delivered row's ID. Those a previous batch
-// queued a redelivery after are left out, so a caller inserts a batch's
-// redeliveries and asks again until a batch is short. Two statements: the
-// outbox's, then the local tables'.
+// attempts of f's target that were under way at f.InStateAt, oldest first.
+// JobID is -1 for one still under way, or else its forward_delivered row's
+// ID. Those that a previous batch queued a redelivery after are left out.
+// So a caller inserts a batch's redeliveries and asks again until a batch
+// is short.
 func (q *Jobs) FastPathRunningBatch(ctx context.Context, f Filter, limit int) ([]Matched, error) {
 	sql, args, err := q.fastRunning(ctx, f, f.InStateAt)
 	if err != nil {

@@ -15,34 +15,24 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// Bulk redelivery: every failed (or delivered) forward of one target in a
-// time window is forwarded again, with the same idempotency key (the event
-// ID). The request counts the forwards it matches and enqueues one River
-// job (BulkArgs) that inserts their new forward jobs in batches of
-// BulkBatch, each batch its own short transaction, so that neither the
-// request nor any transaction grows with the number matched.
+// Bulk redelivery forwards again every forward of one target that is in a
+// given state within a time window. The new forwards keep their event ID as
+// the idempotency key. The request counts the matches and enqueues one
+// [BulkArgs] job. That job inserts the new forward jobs in batches of
+// [BulkBatch], one short transaction each, so no transaction grows with the
+// number matched.
 //
-// It is safe to repeat at any time, and to run the job twice (River rescues
-// a job it believes stuck): a forward matched is the newest forward of its
-// event to the target, and each batch's new jobs supersede what it
-// redelivered, so a second run (or a second request) does not match them
-// again; a forward still pending is never inserted twice (River's unique
-// insert on sender, event and target, as everywhere). A batch and a single
-// redelivery (Redeliver) of one of its events never both queue a new
-// forward: the batch takes its sender's redelivery lock, reads the batch
-// again and inserts in one transaction (lockedAgain), as a single
-// redelivery reads and inserts under its event's lock (and its sender's,
-// shared: Jobs.LockRedelivery).
+// It is safe to repeat, and safe when River runs the job twice. A match is
+// the newest forward of its event to the target, and each batch's new jobs
+// supersede it, so a second run does not match it again. River's unique
+// insert never queues a pending forward twice. A batch and a single
+// redelivery of one of its events never both queue a forward: see
+// lockedAgain.
 //
-// A redelivery is a new attempt: the forwards of a target that are running
-// or retrying can be redelivered in bulk too (state running or retrying).
-// Each gets a new forward queued after it, as a single redelivery of its
-// event queues one (afterParams): sent once the forward under way has
-// ended, without using attempts while it waits. The job matches the
-// forwards that were in the state when the request was made, whatever they
-// have become since (a new attempt was asked for all the same:
-// Filter.InStateAt); the new forward then is the newest of its
-// event, so that a second request does not match it again.
+// Running and retrying forwards can be redelivered too. Each gets a new
+// forward queued after the one under way, which waits without using
+// attempts. The job matches the forwards that were in the state when the
+// request was made, whatever they became since ([Filter.InStateAt]).
 
 // BulkQueue is the River queue of bulk redeliveries; each worker process
 // works one at a time.
@@ -61,12 +51,11 @@ type BulkArgs struct {
 	State  State      `json:"state" river:"unique"`
 	Since  *time.Time `json:"since,omitempty" river:"unique"`
 	Until  *time.Time `json:"until,omitempty" river:"unique"`
-	// MaxJobID is the newest forward job when the request was made: the
-	// job redelivers forwards up to it, never the ones inserted since.
+	// MaxJobID is the newest forward job when the request was made. The
+	// job never redelivers forwards inserted after it.
 	MaxJobID int64 `json:"max_job_id"`
-	// At is when the request was made (the database's time): a bulk
-	// redelivery of forwards under way matches those that were in State
-	// then, whatever they have become since.
+	// At is the database's time of the request. A redelivery of forwards
+	// under way matches those that were in State at that time.
 	At *time.Time `json:"at,omitempty"`
 }
 
@@ -91,10 +80,11 @@ func (a BulkArgs) filter() Filter {
 // queues each new forward after the one under way.
 func afterCurrent(s State) bool { return s == StateRunning || s == StateRetrying }
 
-// BulkRequest is what to redeliver: the forwards of Sender's target Target
-// that are in State (StateFailed, StateDelivered, StateRunning or
-// StateRetrying) and reached it at or after Since and before Until (no
-// bound when zero; for forwards under way, when they were enqueued).
+// BulkRequest is what to redeliver: the forwards of Sender's Target that
+// are in State and reached it in [Since, Until). A zero time is no bound.
+// For forwards under way, the window applies to when they were enqueued.
+// State is [StateFailed], [StateDelivered], [StateRunning] or
+// [StateRetrying].
 type BulkRequest struct {
 	Sender       *config.Sender
 	Target       string
@@ -108,22 +98,20 @@ var ErrBulkState = errors.New("only failed, delivered, running or retrying forwa
 
 // Bulk is what a bulk redelivery request did.
 type Bulk struct {
-	// Matched is how many forwards it matched (0: nothing was enqueued).
+	// Matched is how many forwards it matched. Nothing is enqueued for 0.
 	Matched int64
-	// AfterCurrent: the matched forwards were under way (running or
-	// retrying), and each new forward is queued after its current one.
+	// AfterCurrent reports that the matched forwards were under way, so
+	// each new forward is queued after the current one.
 	AfterCurrent bool
 }
 
 // ErrUnknownTarget is returned for a target the sender does not have.
 var ErrUnknownTarget = errors.New("no such target")
 
-// BulkRedeliver counts the forwards req matches and, when there are any,
-// enqueues a job (worked by any worker process) that forwards each matched
-// event again to the target: for forwards running or retrying, after the
-// one under way. It returns how many it matched: 0, with no job, when
-// none. The count includes forwards that a job of an identical request
-// still running is about to redeliver; they are redelivered once.
+// bulkRedeliver counts the forwards that req matches. When there are any,
+// it enqueues a job that forwards each matched event again to the target.
+// The count includes forwards that a running job of an identical request
+// is about to redeliver; each is still redelivered once.
 func bulkRedeliver(ctx context.Context, q *Jobs, client *river.Client[pgx.Tx], req BulkRequest) (Bulk, error) {
 	if req.State != StateFailed && req.State != StateDelivered && !afterCurrent(req.State) {
 		return Bulk{}, ErrBulkState
@@ -149,7 +137,7 @@ func bulkRedeliver(ctx context.Context, q *Jobs, client *river.Client[pgx.Tx], r
 	if res.AfterCurrent {
 		args.At = &at
 	}
-	// Counted as the request sees them: in req.State now.
+	// Count the forwards in req.State now, as the request sees them.
 	count := args.filter()
 	count.InStateAt = time.Time{}
 	if res.Matched, err = q.CountBulkMatch(ctx, count, args.MaxJobID); err != nil {
@@ -188,25 +176,23 @@ type BulkWorker struct {
 	timeout time.Duration
 }
 
-// BulkTimeout is the longest a bulk redelivery runs before it stops; it
-// carries on where it stopped at its next attempt.
+// BulkTimeout is the longest a bulk redelivery runs before it stops. Its
+// next attempt carries on where it stopped.
 const BulkTimeout = time.Hour
 
-// BulkWorkerConfig configures a BulkWorker (NewBulkWorker): its
-// dependencies, all required.
+// BulkWorkerConfig holds the dependencies of a [BulkWorker]. All are
+// required.
 type BulkWorkerConfig struct {
 	// Pool is the database of the forwards redelivered.
 	Pool *pgxpool.Pool
-	// Senders is the senders' configuration: a bulk redelivery of a
-	// sender or target it no longer has fails, and the new jobs get their
-	// target's max_attempts. Read when a job starts (a *config.Config, or
-	// the process's sender.Live).
+	// Senders is the senders' configuration, read when a job starts. A
+	// job fails for a sender or target it no longer has. The new jobs get
+	// their target's max_attempts.
 	Senders config.Source
 	// Log is where what a bulk redelivery did is logged.
 	Log *slog.Logger
 }
 
-// validate returns an error naming the dependency missing, or nil.
 func (c BulkWorkerConfig) validate() error {
 	var errs []error
 	if c.Pool == nil {
@@ -221,9 +207,8 @@ func (c BulkWorkerConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// NewBulkWorker returns the worker of bulk redeliveries, which inserts the
-// new forward jobs with the River client that runs it; an error naming the
-// field when cfg lacks a dependency.
+// NewBulkWorker returns the worker of bulk redeliveries. It inserts the
+// new forward jobs with the River client that runs it.
 func NewBulkWorker(cfg BulkWorkerConfig) (*BulkWorker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -231,14 +216,12 @@ func NewBulkWorker(cfg BulkWorkerConfig) (*BulkWorker, error) {
 	return &BulkWorker{pool: cfg.Pool, senders: cfg.Senders, log: cfg.Log, batch: BulkBatch, timeout: BulkTimeout}, nil
 }
 
-// Timeout lets a bulk redelivery run for up to BulkTimeout (less when the
-// client's rescue horizon is shorter); each batch commits on its own, so a
-// job cut short and retried carries on where it stopped.
+// Timeout lets a bulk redelivery run for up to [BulkTimeout]. Each batch
+// commits on its own, so a retry carries on where the job stopped.
 func (w *BulkWorker) Timeout(*river.Job[BulkArgs]) time.Duration { return w.timeout }
 
 // Work redelivers the matched forwards batch by batch, oldest first. The
-// target's current configuration sets the new jobs' max_attempts; a sender
-// or target no longer configured fails the job at once.
+// job is cancelled when its sender or target is no longer configured.
 func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 	a := job.Args
 	sender, ok := w.senders.Current().Sender(a.Sender)
@@ -269,9 +252,8 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			if read == 0 {
 				return nil
 			}
-			// The batch again under its sender's redelivery lock, up to its
-			// last forward: one that a single redelivery superseded in
-			// between is no longer matched.
+			// Read the batch again under the sender's redelivery lock. A
+			// forward that a single redelivery superseded meanwhile drops out.
 			last := matched[read-1].JobID
 			if matched, err = lockedAgain(ctx, q, a.Sender, matched, func(limit int) ([]Matched, error) {
 				return q.BulkMatchBatch(ctx, a.filter(), last, after, limit)
@@ -306,21 +288,20 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			return nil
 		}
 		if d, ok := ctx.Deadline(); ok && time.Until(d) < bulkSliceMargin {
-			// The slice is nearly over: carry on in a new one without
-			// using an attempt (what is redelivered no longer matches).
+			// The slice is nearly over. Snoozing carries on in a new slice
+			// without using an attempt.
 			w.log.Info("bulk redelivery continues in a new slice", "sender", a.Sender, "target", a.Target, "forwards", total)
 			return river.JobSnooze(0)
 		}
 	}
 }
 
-// fastPathRunning queues a redelivery after each of the fast path's first
-// attempts that were under way when a bulk redelivery of running forwards
-// was asked for (store.FastPathRunningBatch), as a single redelivery
-// queues one after such an attempt (Redeliver: after -1 while it is not a
-// job yet), batch by batch, and returns how many it queued. Each batch's
-// redeliveries take their events out of the next batch, and out of a
-// second run of the job.
+// fastPathRunning queues a redelivery after each fast-path first attempt
+// that was under way when the request was made. It reads them with
+// [Jobs.FastPathRunningBatch], batch by batch, and returns how many it
+// queued. An attempt that is not a job yet has the job ID -1, as in
+// [River.Redeliver]. Each batch's redeliveries leave the next batch, and
+// a second run of the job.
 func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[pgx.Tx], sender *config.Sender, a BulkArgs) (int64, error) {
 	var total int64
 	for {
@@ -364,20 +345,17 @@ func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[p
 	}
 }
 
-// lockedAgain takes the redelivery lock of sender (exclusively: it waits
-// for the single redeliveries of its events under way), then reads the
-// batch matched, just read, again (again, up to limit forwards, in a
-// statement that starts once the lock is held) and returns the forwards of
-// matched that it still matches. A single redelivery of one of those
-// events (Redeliver) that committed before the lock was taken has
-// superseded its forward, or queued a redelivery after it: the batch no
-// longer matches it, and it gets no second new forward. One that comes
-// after waits for the batch's COMMIT, and then finds the batch's new
-// forward pending. Forwards the second read matches that the first did not
-// are left out: they were not in the batch. The second read is asked for
-// twice as many as the batch, and again with twice the limit while it
-// returns as many as asked, so that forwards matched since cannot push one
-// of the batch out.
+// lockedAgain takes the sender's redelivery lock exclusively, so it waits
+// for the single redeliveries under way. Then it reads the batch again with
+// again and returns the forwards of matched that still match.
+//
+// A single redelivery that committed before the lock has superseded its
+// forward, so the batch no longer matches it and queues no second forward.
+// One that comes later waits for the batch's COMMIT and finds its new
+// forward pending. Forwards that only the second read matches are left
+// out. The second read asks for twice the batch, and doubles the limit
+// while it gets as many as it asked for. So new matches cannot push a
+// forward of the batch out.
 func lockedAgain(ctx context.Context, q *Jobs, sender string, matched []Matched, again func(limit int) ([]Matched, error)) ([]Matched, error) {
 	if err := q.LockBulkRedelivery(ctx, sender); err != nil {
 		return nil, err
@@ -405,14 +383,13 @@ func lockedAgain(ctx context.Context, q *Jobs, sender string, matched []Matched,
 	return out, nil
 }
 
-// bulkSliceMargin is how much of a bulk redelivery's slice is left when it
-// stops between batches and snoozes itself to carry on: far more than a
-// batch takes.
+// bulkSliceMargin is the time left in a slice when a bulk redelivery
+// snoozes itself to carry on. It is far more than a batch takes.
 const bulkSliceMargin = 10 * time.Second
 
-// insertedKeys returns the keys of the forwards of target matched whose
-// new jobs res inserted (in matched's order; none skipped as a
-// duplicate), with those jobs' IDs: what they supersede (failed.go).
+// insertedKeys returns the keys of the matched forwards whose new jobs res
+// inserted, with the new jobs' IDs. res is in matched's order. These are
+// the forwards that the new jobs supersede.
 func insertedKeys(target string, matched []Matched, res []*rivertype.JobInsertResult) []ForwardKey {
 	keys := make([]ForwardKey, 0, len(res))
 	for i, r := range res {

@@ -14,78 +14,64 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// ClientConfig configures the River client (New): its settings and its
-// dependencies. Zero means zero (docs/configuration.md): no setting takes
-// a default from a 0, and validate refuses one; DefaultClientConfig has the
-// defaults, two of them computed from the senders' configuration. Pool,
-// Senders and Log are required; Worker is optional (nil: a client that
-// only inserts).
+// ClientConfig holds the settings and dependencies of the River client
+// that [New] returns. Zero means zero: no setting takes a default from a 0,
+// and New refuses one. [DefaultClientConfig] has the defaults. Pool,
+// Senders and Log are required. Without a Worker, the client only inserts.
 type ClientConfig struct {
-	// MaxWorkers is how many forwards run at once in this process
-	// (DefaultMaxWorkers), at least 1, shared fairly among the targets by
-	// the worker's Gate, which should have the same capacity.
+	// MaxWorkers is how many forwards run at once in this process, at
+	// least 1. The worker's gate shares them among the targets and should
+	// have the same capacity.
 	MaxWorkers int
 	// RescueAfter is how long a job may stay running before another worker
-	// takes it over, which is what happens to the jobs of a killed process.
-	// River requires it to exceed every job's timeout, and it must exceed a
-	// forward's (the longest target timeout plus 5s; New returns an
-	// error otherwise). DefaultClientConfig makes it a forward's timeout
-	// plus a minute, so that the forwards of a killed process are taken
-	// over within about that long. The longer job kinds (a bulk
-	// redelivery, up to BulkTimeout; the maintenance job, up to
-	// Maintenance.Timeout) run in slices of at most RescueAfter minus 5s
-	// and carry on where they stopped.
+	// takes it over, as happens to the jobs of a killed process. It must
+	// exceed a forward's timeout: the longest target timeout plus 5s. The
+	// default adds a minute to that. Bulk redeliveries and the maintenance
+	// job run in slices of at most RescueAfter minus 5s, and each slice
+	// carries on where the last one stopped.
 	RescueAfter time.Duration
 	// FetchPollInterval is how often River polls for jobs when no
-	// notification arrives (DefaultFetchPollInterval), positive.
+	// notification arrives. It must be positive.
 	FetchPollInterval time.Duration
-	// Retention is how long finished forward jobs stay queryable,
-	// positive: DefaultClientConfig makes it the longest sender retention.
+	// Retention is how long finished forward jobs stay queryable. It must
+	// be positive.
 	Retention time.Duration
-	// ID is the River client ID the process works jobs as: NewProcessID,
-	// whose heartbeats (Takeover) let other processes take over the jobs
-	// it leaves running if it dies. Empty: River's default ID, whose jobs
-	// only River's rescuer rescues.
+	// ID is the River client ID that the process works jobs as. Its
+	// heartbeats let other processes take over the jobs it leaves running
+	// if it dies. When empty, only River's rescuer rescues its jobs.
 	ID string
-	// Tracker, when not nil, learns which jobs this process's workers run
-	// (forward.Takeover, which releases the jobs River shows running here
-	// that no worker holds).
+	// Tracker, when not nil, learns which jobs this process's workers run.
 	Tracker JobTracker
-	// Maintenance is the job a working client runs beside the forwards
-	// (the retention job), enqueued periodically. A zero Maintenance has
-	// none.
+	// Maintenance is a periodic job that a working client runs beside the
+	// forwards. A zero Maintenance has none.
 	Maintenance Maintenance
-	// Distributed: forward_outbox is distributed by Citus, River's table and
-	// forward_delivered are local tables of the coordinator. A transaction
-	// writing both commits on the worker first, without two-phase commit,
-	// and a coordinator that died between the two commits would lose the
-	// record of a forward whose outbox row is gone; the fast path's
-	// recording then writes the records first and deletes the outbox rows
-	// after (Jobs.Distributed).
+	// Distributed is set when Citus distributes forward_outbox while
+	// River's table and forward_delivered stay on the coordinator. A
+	// transaction that writes both has no two-phase commit. A coordinator
+	// that died between the two commits would lose a forward's record. So
+	// the fast path writes the records first and deletes the outbox rows
+	// after; see [Jobs.Distributed].
 	Distributed bool
 
-	// Pool is the database of River's jobs (and of the events the bulk
-	// redeliveries read).
+	// Pool is the database of River's jobs and of the events that bulk
+	// redeliveries read.
 	Pool *pgxpool.Pool
-	// Senders is the senders' configuration: their targets' attempts and
-	// timeouts, and the senders bulk redeliveries may name. The rescue
-	// horizon's check (New) reads it once; the jobs, at their insert or
-	// their start (a *config.Config, or the process's sender.Live).
+	// Senders gives the targets' attempts and timeouts. New reads it once
+	// to check the rescue horizon. The jobs read it when they are inserted
+	// or start.
 	Senders config.Source
-	// Worker, when not nil, works the forward jobs (forward.Worker), and
-	// the client works the bulk redeliveries and the maintenance job too;
-	// nil (a nil interface, not a nil *forward.Worker): the client only
-	// inserts (the api role, tools).
+	// Worker, when not nil, works the forward jobs. The client then also
+	// works the bulk redeliveries and the maintenance job. With a nil
+	// interface, the client only inserts.
 	Worker ForwardWorker
-	// Log is River's logger, and the bulk redeliveries'.
+	// Log is the logger of River and of the bulk redeliveries.
 	Log *slog.Logger
 }
 
 // DefaultClientConfig returns the client's defaults for the senders of
-// cfg: DefaultMaxWorkers, the rescue horizon of a forward's timeout plus a
-// minute, DefaultFetchPollInterval, the longest sender retention, no
-// maintenance job, and no dependencies (the caller gives them, cfg as
-// Senders).
+// cfg. The rescue horizon is a forward's timeout plus a minute, and the
+// retention is the longest sender retention. The caller adds the
+// dependencies.
 func DefaultClientConfig(cfg *config.Config) ClientConfig {
 	retention := time.Duration(0)
 	for _, s := range cfg.Senders {
@@ -102,9 +88,8 @@ func DefaultClientConfig(cfg *config.Config) ClientConfig {
 	}
 }
 
-// validate returns an error naming the field at fault, or nil. That
-// RescueAfter exceeds a forward's timeout is checked by newHorizons, which
-// knows the targets.
+// validate returns an error naming the field at fault. newHorizons checks
+// RescueAfter against the targets' timeouts.
 func (c ClientConfig) validate() error {
 	var errs []error
 	if c.MaxWorkers < 1 {
@@ -134,8 +119,9 @@ func (c ClientConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// rescueMargin is how much shorter than the rescue horizon a job's timeout
-// is at least, and Worker.Timeout's margin over the longest target timeout.
+// rescueMargin is the least gap between a job's timeout and the rescue
+// horizon. It is also a forward job's margin over the longest target
+// timeout.
 const rescueMargin = 5 * time.Second
 
 // horizons are the job timeouts and the rescue horizon of a client.
@@ -145,8 +131,8 @@ type horizons struct {
 	rescue  time.Duration // RescueStuckJobsAfter: more than every job's timeout
 }
 
-// forwardTimeout is a forward job's timeout for the targets of cfg: the
-// longest target timeout plus rescueMargin.
+// forwardTimeout is a forward job's timeout: the longest target timeout
+// of cfg plus rescueMargin.
 func forwardTimeout(cfg *config.Config) time.Duration {
 	longest := time.Duration(0)
 	for _, s := range cfg.Senders {
@@ -158,8 +144,8 @@ func forwardTimeout(cfg *config.Config) time.Duration {
 }
 
 // newHorizons derives the job timeouts under the rescue horizon
-// rescueAfter, which must exceed the forwards' timeout. The longer kinds'
-// timeouts are cut to the horizon minus rescueMargin: they run in slices.
+// rescueAfter, which must exceed the forwards' timeout. The longer kinds
+// run in slices, cut to the horizon minus rescueMargin.
 func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (horizons, error) {
 	h := horizons{forward: forwardTimeout(cfg), rescue: rescueAfter}
 	if rescueAfter <= h.forward {
@@ -170,10 +156,8 @@ func newHorizons(cfg *config.Config, rescueAfter, maintenance time.Duration) (ho
 }
 
 // CheckRescueAfter returns an error naming each target of cfg whose
-// forward's timeout (its timeout + 5s) the rescue horizon rescueAfter does
-// not exceed, or nil: the check New makes at start, for a configuration
-// reloaded into a process whose client runs with that horizon, which only
-// a restart changes.
+// timeout plus 5s is not below rescueAfter. It is the check that [New]
+// makes, for a reloaded configuration. Only a restart changes the horizon.
 func CheckRescueAfter(cfg *config.Config, rescueAfter time.Duration) error {
 	var errs []error
 	for i, s := range cfg.Senders {
@@ -192,33 +176,28 @@ func CheckRescueAfter(cfg *config.Config, rescueAfter time.Duration) error {
 const DefaultMaxWorkers = 100
 
 // spareWorkers is how many River workers a process runs beside its
-// maxWorkers forwards: they only ever decide that a forward waits.
+// maxWorkers forwards. They only ever decide that a forward waits.
 func spareWorkers(maxWorkers int) int { return max(maxWorkers/10, 2) }
 
 // DefaultFetchPollInterval is how often workers look for available
-// forwards between River's notifications: River throttles and may miss
-// them, and at its default poll (1s) a forward then waited up to a second
-// (make bench: p99 from ingest to the first attempt 1,157 ms in one run,
-// under 160 ms in others). An empty poll is one indexed query.
+// forwards between River's notifications. River throttles notifications
+// and may miss them. At River's default poll of 1s, a forward could then
+// wait a second. An empty poll is one indexed query.
 const DefaultFetchPollInterval = 100 * time.Millisecond
 
 // slowQueuePoll is how often the bulk-redelivery and maintenance queues
-// poll for jobs between River's notifications (River's default): an
-// operator's bulk redelivery or a periodic job may start up to this late
-// when a notification is missed.
+// poll between River's notifications, River's default. When a
+// notification is missed, their jobs start up to this late.
 const slowQueuePoll = time.Second
 
-// fetchCooldown is the least time between two fetches of available forwards.
-// River's default, 100ms, caps a process at MaxWorkers forwards per 100ms
-// (200/s with 20 workers, measured by make bench), far below ingestion.
+// fetchCooldown is the least time between two fetches of available
+// forwards. River's default of 100ms caps a process at MaxWorkers forwards
+// per 100ms, far below ingestion.
 const fetchCooldown = 10 * time.Millisecond
 
-// New returns the River client that inserts forward jobs for the senders
-// of cfg.Senders and, when cfg.Worker is not nil, works them with it (and
-// the bulk redeliveries, and cfg's maintenance job); a nil Worker makes a
-// client that only inserts (the api role, tools). cfg's settings tune it
-// (DefaultClientConfig); an error names the field when cfg is invalid or
-// lacks a dependency.
+// New returns the River client that inserts forward jobs. When
+// cfg.Worker is not nil, it also works them, the bulk redeliveries and the
+// maintenance job. An error names the field when cfg is invalid.
 func New(cfg ClientConfig) (*River, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -239,7 +218,6 @@ func New(cfg ClientConfig) (*River, error) {
 		if err := river.AddWorkerSafely(workers, &forwardWorker{w: cfg.Worker}); err != nil {
 			return nil, fmt.Errorf("register forward worker: %w", err)
 		}
-		// Bulk redeliveries run on a queue of their own, one at a time.
 		bulk, err := NewBulkWorker(BulkWorkerConfig{Pool: cfg.Pool, Senders: cfg.Senders, Log: cfg.Log})
 		if err != nil {
 			return nil, err
@@ -248,21 +226,17 @@ func New(cfg ClientConfig) (*River, error) {
 		if err := river.AddWorkerSafely(workers, bulk); err != nil {
 			return nil, fmt.Errorf("register bulk redelivery worker: %w", err)
 		}
-		// River runs a few more jobs at once than the gate lets forwards
-		// run: with every forward slot held (by targets that hang, say),
-		// River can still fetch the others' forwards and, when their target
-		// has its share, snooze them at once.
-		// The bulk and maintenance queues poll at River's default: their
-		// jobs start on River's insert notification, and a missed one waits
-		// at most a second; only the forwards' queue polls every
-		// FetchPollInterval. Each queue polls on its own, and an idle
-		// process made 30 polls a second with all three at 100ms.
+		// River runs a few more jobs than the gate lets forwards run. When
+		// hanging targets hold every slot, River can still fetch other
+		// forwards and snooze those whose target has its share.
+		// Only the forwards' queue polls every FetchPollInterval. Each
+		// queue polls on its own, so three fast queues would poll 30 times
+		// a second in an idle process.
 		rc.Queues = map[string]river.QueueConfig{
 			ForwardQueue: {MaxWorkers: cfg.MaxWorkers + spareWorkers(cfg.MaxWorkers)},
 			BulkQueue:    {MaxWorkers: 1, FetchPollInterval: slowQueuePoll},
 		}
 		if m := cfg.Maintenance; m.Run != nil {
-			// At most m.Timeout: shorter under a shorter rescue horizon.
 			mw := &maintenanceWorker{run: m.Run, timeout: min(m.Timeout, h.long)}
 			if err := river.AddWorkerSafely(workers, mw); err != nil {
 				return nil, fmt.Errorf("register maintenance worker: %w", err)

@@ -14,57 +14,50 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// forward_delivered, the fast path's delivered first attempts (migration
-// 14): the recording of the fast path's outcomes (a delivered forward as a
-// row there, any other as its River job) and their retention.
-
-// FirstAttempt is the outcome of a forward's first attempt made by the fast
-// path (forward.Dispatcher), to record as its job (RecordFirstAttempts).
+// FirstAttempt is the outcome of a fast-path first attempt, to record with
+// [Jobs.RecordFirstAttempts]. A delivered forward becomes a row of
+// forward_delivered, and any other a River job.
 type FirstAttempt struct {
 	Sender  string
 	EventID uuid.UUID
 	Target  string
-	// Release: the forward was not attempted; its outbox row's lease is
-	// cleared for the relay, and no job is inserted. The fields below are
-	// then unused.
+	// Release reports that the forward was not attempted. Its outbox
+	// row's lease is cleared for the relay, no job is inserted, and the
+	// fields below are unused.
 	Release bool
-	// State is the forward's state after the attempt: delivered, pending,
-	// or retrying (ScheduledAt is its retry; see recordedState),
-	// or failed (FinalizedAt set): at once when FailedAtOnce (the target's
-	// answer fails the forward without retries), else because its attempts
-	// are used up.
+	// State is the forward's state after the attempt. A retrying forward
+	// has its retry in ScheduledAt. A failed one has FinalizedAt set. It
+	// failed at once when FailedAtOnce, or else used up its attempts.
 	State        State
 	FailedAtOnce bool
 	MaxAttempts  int
 	AttemptedAt  time.Time
 	FinalizedAt  *time.Time
 	ScheduledAt  time.Time
-	// Error is the attempt's error text ("" when delivered); Output, when
-	// its Status is not 0, the attempt's recorded output.
+	// Error is the attempt's error text, "" when delivered. Output is the
+	// attempt's recorded output when its Status is not 0.
 	Error  string
 	Output Output
 }
 
 // The fast path's recording takes each attempted forward's outbox row in
-// one of two ways (recordTake), and writes its record from what it took:
+// one of two ways, and writes its record from what it took:
 //
-//   - deleting it (PostgreSQL): the record and the delete are one
-//     statement, atomic;
-//   - marking it recorded (recorded_at = the mark, a parameter), on Citus:
-//     the outbox row is on the sender's worker, the record on the
-//     coordinator, and a transaction writing both commits on the worker
-//     first (no two-phase commit); a coordinator that died between the two
-//     commits would leave the row deleted and no record. Marked, the row
-//     stays until store.DeleteRecordedSQL deletes it, in a transaction of
-//     its own after the record's COMMIT; a crash in between leaves it to
-//     the relay after its grace, which inserts its job again: the forward
-//     may be repeated (with its Idempotency-Key), never lost.
+//   - On PostgreSQL it deletes the row. The record and the delete are one
+//     atomic statement.
+//   - On Citus it marks the row recorded. The row lives on the sender's
+//     worker and the record on the coordinator, with no two-phase commit.
+//     A coordinator that died between the two commits would otherwise
+//     lose the record. The marked row stays until a second transaction
+//     deletes it after the record's COMMIT. After a crash in between, the
+//     relay inserts its job again, so the forward may be repeated with its
+//     Idempotency-Key, but never lost.
 //
-// Either way a row some recording marked already is not taken again.
+// Either way, a row that a recording already marked is not taken again.
 
-// recordTake returns the CTE d of the recording statements: the outbox rows
-// of sender $1 whose keys are the pairs of $2 and $3, deleted (mark "") or
-// marked recorded at the parameter mark, returning their event, target,
+// recordTake returns the CTE d of the recording statements. It deletes
+// sender $1's outbox rows whose keys are the pairs of $2 and $3, or marks
+// them recorded when mark is not "". It returns their event, target,
 // delivery and creation time.
 func recordTake(mark string) string {
 	take := "DELETE FROM forward_outbox f"
@@ -78,22 +71,19 @@ func recordTake(mark string) string {
 )`
 }
 
-// recordFirst returns the statement that records the fast path's finished
-// forwards of sender $1 that were not delivered: it takes their outbox
-// rows (recordTake) and, for each row it took, inserts the forward's job in
-// its state after the first attempt, as River's worker would have left it
-// (attempt 1, the attempt's error, the output River's RecordOutput keeps
-// under metadata.output). A row the relay took in the meantime (its lease
-// ended) is not taken, and gets no second job. The args are those Args
-// encodes; the job has no unique key (none is needed: its outbox row is
-// taken in the same statement). The outbox rows are found by a probe of
-// their key each, and taken by ctid (store.OutboxRowsByKey, under
-// store.TIDScans: see plans.go), never by a scan of the sender's rows. d
-// reads the arrays, not o: on Citus o is an intermediate result, and Citus
-// refuses a ctid in a modification that reads one. A row updated between
-// the statement's snapshot and the take is not taken (its new version has
-// another ctid); only the fast path's release updates outbox rows, and
-// never those of an attempted forward.
+// recordFirst returns the statement that records sender $1's finished
+// fast-path forwards that were not delivered. For each outbox row it
+// takes, it inserts the forward's job as River's worker would have left it
+// after the first attempt. A row that the relay took meanwhile is not
+// taken, and gets no second job. The job needs no unique key, because its
+// outbox row is taken in the same statement.
+//
+// Each outbox row is found by a key probe and taken by ctid, under
+// [store.TIDScans], never by a scan of the sender's rows. d reads the
+// arrays, not o, because Citus refuses a ctid in a modification that reads
+// an intermediate result. A row updated since the snapshot is not taken.
+// Only the fast path's release updates outbox rows, and never those of an
+// attempted forward.
 func recordFirst(mark string) string {
 	return jobSQL(`WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[])
@@ -106,10 +96,9 @@ SELECT jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', 
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
 }
 
-// recordDelivered returns the statement that records the fast path's
-// delivered forwards of sender $1 as recordFirst records the others, in
-// forward_delivered instead of River's table: a row only for each outbox
-// row it took.
+// recordDelivered returns the statement that records sender $1's
+// delivered fast-path forwards. It works like recordFirst, but writes one
+// forward_delivered row for each outbox row it took.
 func recordDelivered(mark string) string {
 	return `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[])
@@ -120,8 +109,8 @@ SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.atte
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 }
 
-// The recording statements: deleting the outbox rows, and (on Citus)
-// marking them, the mark the last parameter.
+// The recording statements. The first pair deletes the outbox rows. The
+// second marks them, on Citus, with the mark as the last parameter.
 var (
 	recordFirstSQL         = recordFirst("")
 	recordFirstMarkSQL     = recordFirst("$12")
@@ -129,22 +118,18 @@ var (
 	recordDeliveredMarkSQL = recordDelivered("$8")
 )
 
-// RecordFirstAttempts records the fast path's outcomes in one round trip:
-// per sender, one statement for the delivered forwards
-// (forward_delivered), one for the others that were attempted (their jobs
-// on queue), each taking the forwards' outbox rows, and one for the
-// released ones; all of them find the outbox rows by a probe of the key
-// each (store.OutboxRowsByKey, under store.TIDScans). Each sender's
-// statements are a transaction of their own (BEGIN … COMMIT in the batch,
-// when it holds several senders): on Citus a sender's outbox rows live on
-// one worker, and a transaction writing the rows of senders on two workers
-// would commit in two phases. On Citus (Distributed) the statements mark
-// the outbox rows instead of deleting them, and a second transaction of
-// the sender deletes the rows it marked, after the first has committed
-// (see recordTake). A failure leaves the senders before it recorded:
-// recording them again finds no outbox row (or only marked ones) and does
-// nothing. Run on a transaction (q on a pgx.Tx), everything is the
-// caller's transaction.
+// RecordFirstAttempts records the fast path's outcomes in one round trip.
+// Per sender, one statement records the delivered forwards, one the other
+// attempted forwards as jobs on queue, and one the released ones. Each
+// finds the outbox rows by key probes.
+//
+// Each sender's statements are a transaction of their own. On Citus a
+// sender's outbox rows live on one worker, and a transaction across two
+// workers would commit in two phases. On Citus the statements also mark
+// the rows instead of deleting them; see [Jobs.Distributed]. A failure
+// leaves the earlier senders recorded. Recording them again finds no
+// outbox row and does nothing. When q runs on a transaction, everything is
+// the caller's transaction.
 func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
 	var mark *time.Time
 	if q.split {
@@ -186,15 +171,14 @@ func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []Fi
 	return nil
 }
 
-// senderRecording is one sender's statements of a recording: record, the
-// transaction that records (and releases), and, in the split form, remove,
-// the transaction that deletes the outbox rows record marked.
+// senderRecording is one sender's statements of a recording. record is
+// the transaction that records and releases. remove, in the split form,
+// deletes the outbox rows that record marked.
 type senderRecording struct {
 	record []statement
 	remove []statement
-	// marks are the forwards record records (of sender): the failed jobs
-	// of their events to their targets are superseded (failed.go), marked
-	// at the end of record's transaction.
+	// marks are the forwards that record records. At the end of record's
+	// transaction they supersede the failed jobs of their events.
 	sender string
 	marks  []ForwardKey
 }
@@ -207,25 +191,18 @@ func (g senderRecording) txs() [][]statement {
 	return [][]statement{g.record, g.remove}
 }
 
-// riverSchedulerInterval is how often River's job scheduler, which runs in
-// the elected leader only, makes the jobs whose time has come (retryable,
-// scheduled) available: River's internal
-// maintenance.JobSchedulerIntervalDefault, which a Client does not let us
-// set. River's fetch takes available jobs alone (once their scheduled_at
-// has come), so a retryable job due sooner than this would wait for the
-// scheduler's next run: up to 5 s late.
+// riverSchedulerInterval is how often River's job scheduler makes due jobs
+// available. It is River's internal default, which a Client cannot set.
+// River's fetch takes only available jobs, so a retryable job due sooner
+// than this could wait up to 5s for the scheduler's next run.
 const riverSchedulerInterval = 5 * time.Second
 
-// recordedState is the River state in which RecordFirstAttempts records
-// (at now) the job of a forward a first attempt left in a.State, as River's
-// executor leaves its own jobs: pending as available; retrying as
-// available when its retry (ScheduledAt) is due within River's scheduler
-// interval, so that a fetch takes it once due, and as retryable otherwise,
-// for the scheduling of due forwards (schedule.go) to make available
-// before it is due; failed as cancelled
-// when it failed at once (River's JobCancel) and as discarded when its
-// attempts are used up. A delivered forward is a row of forward_delivered,
-// not a job.
+// recordedState is the River state of the job that records a first
+// attempt's outcome, as River's executor would leave it. Pending becomes
+// available. Retrying becomes available when the retry is due within
+// River's scheduler interval, and retryable otherwise. Failed becomes
+// cancelled when it failed at once, and discarded when its attempts are
+// used up. A delivered forward is not a job.
 func recordedState(a FirstAttempt, now time.Time) (string, error) {
 	switch {
 	case a.State == StatePending:
@@ -242,17 +219,15 @@ func recordedState(a FirstAttempt, now time.Time) (string, error) {
 	return "", fmt.Errorf("the first attempt of %s/%s to %s left it %q: not a state to record", a.Sender, a.EventID, a.Target, a.State)
 }
 
-// recordStatements returns the statements RecordFirstAttempts sends (after
-// store.TIDScans) for batch, with their arguments, one group per sender:
-// the forms that delete the outbox rows, or, with a mark (the split form),
-// those that mark them recorded at *mark and the delete of the rows so
-// marked.
+// recordStatements returns the statements of [Jobs.RecordFirstAttempts]
+// for batch, one group per sender. Without mark they delete the outbox
+// rows. With mark, the split form, they mark the rows and then delete
+// them.
 func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]senderRecording, error) {
 	now := time.Now()
-	// Event IDs go as pgtype.UUID, which pgx encodes in binary as they
-	// are: a uuid.UUID is a driver.Valuer, which pgx encodes through its
-	// text (formatted, then parsed again), a few percent of the
-	// gateway's CPU under make bench's forwarding load.
+	// Event IDs go as pgtype.UUID, which pgx encodes in binary. pgx
+	// encodes a uuid.UUID through its text, which costs a few percent of
+	// the gateway's CPU under forwarding load.
 	type cols struct {
 		events, relEvents              []pgtype.UUID
 		targets, relTargets, states    []string
@@ -371,22 +346,20 @@ type statement struct {
 	args []any
 }
 
-// deleteDeliveredSQL deletes up to $2 delivered forwards delivered before
-// $1: selected in an InitPlan, run once (its LIMIT holds), through the
-// BRIN index on delivered_at, and deleted by ctid (a TID scan), under
-// deliveredScans. forward_delivered is a local table on Citus.
+// deleteDeliveredSQL deletes up to $2 forwards delivered before $1. An
+// InitPlan selects them once through the BRIN index on delivered_at, so its
+// LIMIT holds. The DELETE finds them by ctid.
 const deleteDeliveredSQL = `DELETE FROM forward_delivered WHERE ctid = ANY(ARRAY(
   SELECT ctid FROM forward_delivered WHERE delivered_at < $1 LIMIT $2))`
 
 // deliveredScans leaves deleteDeliveredSQL one path without a disabled
-// node: no sequential scan (so the InitPlan reads the BRIN index, and the
-// DELETE the ctids), no JIT (see plans.go).
+// node. It turns off sequential scans and JIT.
 const deliveredScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
-// DeleteDeliveredBefore deletes up to limit of the fast path's delivered
-// forwards (forward_delivered) delivered before cutoff, in one short
-// statement, and returns how many it deleted: fewer than limit means none
-// are left. River deletes its finished jobs after the same retention.
+// DeleteDeliveredBefore deletes up to limit of the fast path's forwards
+// delivered before cutoff, in one short statement. It returns how many it
+// deleted; fewer than limit means none are left. River deletes its
+// finished jobs after the same retention.
 func (q *Jobs) DeleteDeliveredBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
 	var b pgx.Batch
 	b.Queue(deliveredScans)

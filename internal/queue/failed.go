@@ -13,58 +13,43 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// Failed forwards: which a newer forward superseded, and their kept counts
-// (migration 23, issue 43).
+// A target's failed forwards are its cancelled or discarded jobs that no
+// newer forward of the same event to the same target followed. Once an
+// event is redelivered, its old failure is no longer counted, listed or
+// matched. So redelivering the failures twice sends each event once. The
+// JSON API and the console use this definition. Checking each failed job
+// for a newer forward would cost two index probes per failure. So the
+// marks and counts are kept as forwards change:
 //
-// A target's failed forwards are its failed jobs (River's states cancelled
-// and discarded) that no newer forward of the same event to the same
-// target followed. The counts once checked each failed job for a newer
-// forward (two index probes each): about 10 µs per failed forward kept,
-// 100 ms for a sender with 10,000. Now:
+//   - Whatever adds a newer forward marks the older jobs of that event and
+//     target superseded, in its own transaction. A redelivery marks the
+//     jobs it follows whatever their state. The relay, the fast path's
+//     records and a queued redelivery that goes ahead mark only the failed
+//     jobs. A redelivery queued after a fast-path attempt is inserted
+//     marked, because the attempt's record comes after it.
+//   - Every foldEvery, each working process folds the unmarked failed
+//     jobs into forward_failed_counts by sender, target and hour, and marks
+//     them counted. Marking a counted job superseded takes it out of its
+//     hour's count in the same statement.
+//   - A sender's failed forwards are the sum of its hourly counts and its
+//     unfolded failed jobs, read in one statement.
 //
-//   - Whatever adds a newer forward of an event to a target marks the older
-//     forward jobs of that event and target superseded (metadata key
-//     supersededKey), in its own transaction: a redelivery marks the jobs
-//     it follows whatever their state (markOlderSQL: a forward under way
-//     when it is redelivered is marked before it fails), and the relay's
-//     jobs, the fast path's records and a redelivery queued after a
-//     forward, once it goes ahead, mark the failed jobs a newer forward
-//     followed (markFailedSQL). A redelivery queued after the fast path's
-//     attempt (after -1) is inserted marked: the attempt's record comes
-//     after it, with a larger ID.
-//   - Each working process folds, every foldEvery, the failed jobs not
-//     superseded into forward_failed_counts, by sender, target and hour of
-//     failure (foldSQL), marking each counted (countedKey). Marking a
-//     counted job superseded takes it out of its hour's count in the same
-//     statement.
-//   - A sender's failed forwards are the sum of its hours there and its
-//     failed jobs not folded yet, in one statement (failedCountsSQL): a
-//     few rows per target and hour whatever the number of failed
-//     forwards, and the failures of the last second or so.
+// The marks use FOR UPDATE SKIP LOCKED, so they never wait for a job.
+// River holds a job while it moves it, and the fold while it counts it. So
+// that a marking does not skip a job that the fold holds, they share the
+// advisory lock countsLock. The fold takes it exclusively and skips its
+// turn when it cannot. A marking takes it in share mode, just before it
+// marks. So the fold never waits for a marking, and a marking waits only
+// for a fold's few milliseconds. A job that River held is left unmarked;
+// the redelivery marks it when it goes ahead, with
+// [Jobs.MarkSupersededFailures].
 //
-// The marks are taken FOR UPDATE SKIP LOCKED: a job another transaction
-// holds is not waited for (the lock order, doc.go). River holds a job
-// while it moves it (its fetch, its completer, its cleaner deleting it),
-// hookgate's fold while it counts it. So that a marking does not skip a
-// job the fold holds, the fold runs under the advisory lock countsLock
-// taken exclusively (and skips its turn when it cannot have it at once),
-// and a marking takes it in share mode when it finds a job to mark, in a
-// statement of its own before the marking, the last two of its
-// transaction: the fold never waits for a marking, a marking waits for a
-// fold's few milliseconds (and then sees what it counted), and two
-// markings never wait for each other on it. A job River held is left
-// unmarked: a forward under way when it is redelivered is then marked by
-// the redelivery once that goes ahead (MarkSupersededFailures). Jobs
-// written by a version before migration 23 while it ran beside this one
-// (a rolling upgrade) are not marked: such a redelivered failure counts
-// until River deletes it.
-//
-// A failure stops counting with its hour, an hour after River's retention
-// (River deletes it at its own time within that hour).
+// A failure stops counting with its hour, an hour after River's retention.
 
-// The metadata keys hookgate sets on River's forward jobs: supersededKey,
-// a newer forward of the job's event to its target followed it;
-// countedKey, the job is failed and counted in forward_failed_counts.
+// The metadata keys that hookgate sets on River's forward jobs.
+// supersededKey marks a job that a newer forward of its event to its
+// target followed. countedKey marks a failed job counted in
+// forward_failed_counts.
 const (
 	supersededKey = "hookgate:superseded"
 	countedKey    = "hookgate:counted"
@@ -79,12 +64,9 @@ var supersededMetadata = func() []byte {
 	return b
 }()
 
-// failedLiteral is the condition, over job j, that it is in one of River's
-// states of a failed forward (stateNames(StateFailed)), as literals: the
-// predicate of hookgate's indexes on failed forwards (migration 23), which
-// a statement must repeat for PostgreSQL to read them (a parameter implies
-// nothing in a generic plan, see forwardKind). TestFailedLiteral checks
-// it against the mapping of states.
+// failedLiteral is the condition that job j is in a failed state: the
+// predicate of hookgate's indexes on failed forwards. A test checks it
+// against the mapping of states.
 const failedLiteral = `j.state IN ('cancelled', 'discarded')`
 
 // notMarkedSuperseded is the condition that job alias is not marked
@@ -94,36 +76,32 @@ func notMarkedSuperseded(alias string) string {
 }
 
 // failedForwards is the condition that job alias is a failed forward not
-// marked superseded: the predicate of migration 23's index on the failed
-// forwards by sender, target, event and ID.
+// marked superseded. It is the predicate of an index on failed forwards.
 func failedForwards(alias string) string {
 	return strings.ReplaceAll(jobSQL(`j.kind = {forward_kind} AND `+failedLiteral), "j.", alias+".") + " AND " + notMarkedSuperseded(alias)
 }
 
-// uncountedFailures is failedForwards, and not counted yet: the predicate
-// of migration 23's index on them by sender and ID.
+// uncountedFailures adds "not counted yet" to failedForwards. It is the
+// predicate of an index on them by sender and ID.
 func uncountedFailures(alias string) string {
 	return failedForwards(alias) + fmt.Sprintf(" AND NOT (%s.metadata ? '%s')", alias, countedKey)
 }
 
-// failedHour is the hour (UTC, whatever the session's time zone) of job
-// alias's failure: its count's in forward_failed_counts.
+// failedHour is the UTC hour of job alias's failure, whatever the
+// session's time zone. It is the hour of its count.
 func failedHour(alias string) string {
 	return fmt.Sprintf(`date_bin('1 hour', coalesce(%[1]s.finalized_at, %[1]s.created_at), TIMESTAMPTZ '2000-01-01 00:00:00+00')`, alias)
 }
 
-// countsLock is the first key of the advisory lock (the two-key form, see
-// redelivery.go) that keeps the fold and the markings apart: the bytes
-// "hkfc", and 0.
+// countsLock is the first key of the advisory lock that keeps the fold
+// and the markings apart. It is the bytes "hkfc".
 const countsLock int32 = 0x686b6663
 
-// markSQL returns the statement that marks superseded the jobs candidates
-// selects (their IDs, in an InitPlan, locked FOR UPDATE SKIP LOCKED), and
-// takes those that were counted out of their hours' counts of sender $1,
-// locking the counts' rows in their key's order (so that two markings
-// never wait for each other in a cycle). The jobs are updated by ID, not
-// by ctid: a job River changed between the statement's start and its
-// lock (a forward under way that failed) is updated in its new version.
+// markSQL returns the statement that marks the jobs of candidates
+// superseded. It takes the counted ones out of sender $1's hourly counts.
+// It locks the counts' rows in key order, so two markings never wait for
+// each other in a cycle. The jobs are updated by ID, not by ctid, so a job
+// that River changed meanwhile is updated in its new version.
 func markSQL(candidates string) string {
 	return `WITH m AS (
   UPDATE river_job j SET metadata = j.metadata || jsonb_build_object('` + supersededKey + `', true)
@@ -138,20 +116,16 @@ func markSQL(candidates string) string {
 UPDATE forward_failed_counts c SET n = c.n - b.n FROM b WHERE c.sender = $1 AND c.target = b.target AND c.hour = b.hour`
 }
 
-// lockIfSQL returns the statement that takes countsLock in share mode,
-// until the end of the transaction, when candidates selects any job: run
-// before the marking, so that the marking, which starts after it, sees
-// what a fold it waited for committed (the jobs counted, their counts).
+// lockIfSQL returns the statement that takes countsLock in share mode
+// when candidates selects any job. It runs before the marking, so the
+// marking sees what a fold that it waited for committed.
 func lockIfSQL(candidates string) string {
 	return fmt.Sprintf(`SELECT pg_advisory_xact_lock_shared(%d, 0) FROM (%s LIMIT 1) f`, countsLock, candidates)
 }
 
-// olderCandidates selects, for each key ($2 targets, $3 events, $4 newer
-// job IDs) of sender $1, the forward jobs of that event to that target
-// older than the newer job, not completed (River's state $5) and not marked
-// yet: probes of hookgate's index on the forward jobs (migration 9), which
-// the ORDER BY (the event compared by a range) makes the one path without
-// a sort under store.IndexOrderScans.
+// olderCandidates selects, for each key of sender $1, the unmarked jobs
+// of that event to that target that are older than the newer job and not
+// completed.
 var olderCandidates = jobSQL(`SELECT f.id FROM unnest($2::text[], $3::text[], $4::bigint[]) AS k(target, event_id, newer)
   CROSS JOIN LATERAL (SELECT f.id FROM river_job f WHERE f.kind = {forward_kind}
     AND f.args->>'sender' = $1 AND f.args->>'target' = k.target
@@ -159,10 +133,9 @@ var olderCandidates = jobSQL(`SELECT f.id FROM unnest($2::text[], $3::text[], $4
     AND f.state <> $5::river_job_state AND ` + notMarkedSuperseded("f") + `
     ORDER BY f.args->>'event_id', f.id) f`)
 
-// failedCandidates selects, for each key ($2 targets, $3 events) of
-// sender $1, the failed forward jobs not marked superseded (a probe of
-// migration 23's index on them, small: the failures kept) that a newer
-// forward followed (notSuperseded's probes, for those few).
+// failedCandidates selects, for each key of sender $1, the unmarked
+// failed jobs that a newer forward followed. It probes the small index on
+// failures first, then checks those few for a newer forward.
 var failedCandidates = `SELECT f.id FROM unnest($2::text[], $3::text[]) AS k(target, event_id)
   CROSS JOIN LATERAL (SELECT f.id FROM river_job f WHERE ` + failedForwards("f") + `
     AND f.args->>'sender' = $1 AND f.args->>'target' = k.target
@@ -170,9 +143,8 @@ var failedCandidates = `SELECT f.id FROM unnest($2::text[], $3::text[]) AS k(tar
     AND NOT (` + notSupersededOf("f", "k.target") + `)
     ORDER BY f.args->>'target', f.args->>'event_id', f.id) f`
 
-// The marking statements: of a redelivery's older jobs, of the failed jobs
-// a newer forward followed; and the statements that take countsLock
-// before them.
+// The marking statements and the statements that take countsLock before
+// them.
 var (
 	markOlderSQL  = markSQL(olderCandidates)
 	lockOlderSQL  = lockIfSQL(olderCandidates)
@@ -188,12 +160,10 @@ type ForwardKey struct {
 	Newer   int64
 }
 
-// queueMarks queues on b the marking of sender's forwards of keys: with
-// older, the jobs of each key older than its Newer job and not completed
-// (a redelivery's), else the failed jobs a newer forward followed. The
-// planner settings first (store.IndexOrderScans, for the rest of the
-// transaction), then countsLock in share mode when there is anything to
-// mark (lockIfSQL), then the marking. Nothing is queued without keys.
+// queueMarks queues on b the marking of sender's forwards of keys. With
+// older, it marks each key's unfinished jobs older than Newer, as a
+// redelivery does. Otherwise it marks the failed jobs that a newer forward
+// followed. It queues the planner settings, countsLock and the marking.
 func queueMarks(b *pgx.Batch, sender string, keys []ForwardKey, older bool) {
 	if len(keys) == 0 {
 		return
@@ -214,9 +184,8 @@ func queueMarks(b *pgx.Batch, sender string, keys []ForwardKey, older bool) {
 	b.Queue(markFailedSQL, sender, targets, events)
 }
 
-// markSuperseded runs queueMarks' statements on q, in one round trip:
-// q should be the transaction that added the newer forwards (its last
-// statements), or a pool (one implicit transaction).
+// markSuperseded runs queueMarks' statements on q in one round trip. q
+// should be the transaction that added the newer forwards, or a pool.
 func (q *Jobs) markSuperseded(ctx context.Context, sender string, keys []ForwardKey, older bool) error {
 	var b pgx.Batch
 	queueMarks(&b, sender, keys, older)
@@ -230,21 +199,16 @@ func (q *Jobs) markSuperseded(ctx context.Context, sender string, keys []Forward
 }
 
 // MarkSupersededFailures marks the failed forwards of sender's event to
-// target that a newer forward followed (see the top of this file): what a
-// redelivery queued after a forward under way does once it goes ahead,
-// that forward having failed since.
+// target that a newer forward followed. A redelivery queued after a
+// forward under way calls it when it goes ahead.
 func (q *Jobs) MarkSupersededFailures(ctx context.Context, sender, target string, eventID uuid.UUID) error {
 	return q.markSuperseded(ctx, sender, []ForwardKey{{Target: target, EventID: eventID}}, false)
 }
 
-// foldSQL folds up to $1 failed forward jobs not superseded nor counted
-// into forward_failed_counts (by sender, target and hour of failure),
-// marking them counted, and returns how many: they are selected in an
-// InitPlan in the order of migration 23's index on them (sender, ID),
-// locked SKIP LOCKED, and updated by ctid; the counts' rows are written in
-// their key's order. A job of a version that named targets by URL (no
-// target) is marked counted and counted nowhere (the counts leave such
-// jobs out).
+// foldSQL folds up to $1 failed jobs, neither superseded nor counted, into
+// forward_failed_counts, marks them counted and returns how many. It reads
+// them in index order with SKIP LOCKED, and writes the counts in key
+// order. A job that names its target by URL is marked but counted nowhere.
 var foldSQL = `WITH f AS (
   UPDATE river_job j SET metadata = j.metadata || jsonb_build_object('` + countedKey + `', true)
   WHERE j.ctid = ANY(ARRAY(SELECT j.ctid FROM river_job j WHERE ` + uncountedFailures("j") + `
@@ -260,17 +224,10 @@ SELECT count(*) FROM f`
 // expireCountsSQL deletes the counts of the hours before $1.
 const expireCountsSQL = `DELETE FROM forward_failed_counts WHERE hour < $1`
 
-// failedCountsSQL counts sender $1's failed forwards by target, as
-// countsSQL's rows of River's state $2 (a failed one): its kept counts
-// (forward_failed_counts, through their key: a row per target and hour
-// with failures, for River's retention) and its failed jobs not superseded
-// and not folded yet (those of about the last fold's interval, through
-// migration 23's index on them). One statement, so that both are read in
-// one snapshot: a fold commits its counts and its jobs' marks together.
-// The jobs are read in the order of that index (sender, ID), which under
-// store.IndexOrderScans (no sort) is the one path without a disabled node:
-// not the index on all failed jobs not superseded (counted or not), which
-// takes the same conditions.
+// failedCountsSQL counts sender $1's failed forwards by target, in rows
+// like countsSQL's. It adds the kept hourly counts and the failed jobs
+// not folded yet. It is one statement, so both come from one snapshot, as
+// a fold commits its counts and marks together.
 var failedCountsSQL = `SELECT target, $2::text, false, sum(n)::bigint FROM (
   SELECT c.target, c.n FROM forward_failed_counts c WHERE c.sender = $1
   UNION ALL
@@ -282,21 +239,19 @@ GROUP BY 1 HAVING sum(n) <> 0`
 const (
 	// foldEvery is how often a working process folds the failures.
 	foldEvery = time.Second
-	// foldBatch is the most failures one statement folds; a fold runs
-	// statements until one folds fewer.
+	// foldBatch is the most failures that one statement folds.
 	foldBatch = 5000
 	// expireEvery is how often a fold also deletes the counts of hours
-	// River no longer keeps.
+	// that River no longer keeps.
 	expireEvery = time.Minute
 )
 
-// FoldFailedForwards folds the failed forward jobs not superseded nor
-// counted yet into their counts (foldSQL), in batches of batch, each in a
-// transaction of its own under countsLock (none with batch 0); with
-// expireBefore not zero the first also deletes the counts of the hours
-// before it. It returns how many it folded, and false when another
-// transaction held countsLock at the first batch (a marking, or another
-// process's fold): it then does nothing, without waiting.
+// FoldFailedForwards folds the failed jobs, neither superseded nor
+// counted, into their counts. Each batch runs in its own transaction under
+// countsLock. When expireBefore is not zero, the first batch also deletes
+// the counts of the hours before it. It returns how many it folded. It
+// returns false, without waiting, when another transaction held countsLock
+// at the first batch.
 func (q *Jobs) FoldFailedForwards(ctx context.Context, batch int, expireBefore time.Time) (int64, bool, error) {
 	var total int64
 	for first := true; ; first = false {

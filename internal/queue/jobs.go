@@ -13,134 +13,103 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// A target's jobs, and an event's newer forward, are found through
-// hookgate's index on the forward jobs' sender, target, event and ID
-// (migration 9), whose expressions (args->>'sender' = …) and predicate
-// (kind = 'hookgate_forward', as a literal: forwardKind) the queries
-// repeat exactly. River's GIN index on args would take milliseconds per
-// lookup (jsonb_ops indexes the keys every job has).
+// The statements find a target's jobs, and an event's newer forward,
+// through hookgate's index on the forward jobs' sender, target, event and
+// ID. They repeat that index's expressions exactly. River's GIN index on
+// args would take milliseconds per lookup, because it indexes the keys
+// that every job has.
 //
-// "Failed" means a forward that failed and was not followed by a newer
-// forward of the same event to the same target (a redelivery): once an
-// event has been redelivered its old failure is no longer counted, listed
-// or matched, so redelivering the failures twice sends each event once.
-// The JSON API and the console count and list with the same definition:
-// the failed jobs not marked superseded (failed.go).
-//
-// A forward the fast path delivered at its first attempt is not a River
-// job: it is a row of forward_delivered (migration 14), a narrow table
-// that costs PostgreSQL a fraction of a job. Every read here takes both
-// tables as one set of forwards: such a row is a forward in River's state
-// completed after one attempt, whose ID comes from River's job sequence,
-// so that IDs order forwards across both tables.
+// A forward that the fast path delivered at its first attempt is not a
+// River job. It is a row of forward_delivered, a narrow table that costs a
+// fraction of a job. Every read takes both tables as one set of forwards.
+// Such a row stands for a job completed after one attempt. Its ID comes
+// from River's job sequence, so IDs order forwards across both tables.
 
 // ForwardKind is the River job kind of forwards.
 const ForwardKind = "hookgate_forward"
 
-// forwardKind is ForwardKind as an SQL literal: the one place it is
-// formatted into SQL. The statements on River's table write
-// {forward_kind} where they name the forward jobs' kind, and are passed
-// through jobSQL once, when the package is initialised. A literal, not a
-// parameter: hookgate's index on the forward jobs (migration 9) is partial,
-// WHERE kind = 'hookgate_forward', and PostgreSQL plans with a partial
-// index only a query whose conditions imply its predicate when it is
-// planned. kind = $n implies nothing in a generic plan, which PostgreSQL
-// may choose for pgx's prepared statements from their sixth execution on,
-// and the statements would then read River's index on kind instead (every
-// forward job, per job: see plans.go).
+// forwardKind is [ForwardKind] as an SQL literal, the one place it is
+// formatted into SQL. Statements write {forward_kind} and pass through
+// jobSQL once, when the package is initialised. It is a literal, not a
+// parameter, because hookgate's index on the forward jobs is partial on
+// the kind. PostgreSQL may pick a generic plan for a prepared statement
+// from its sixth run, and kind = $n would then match no partial index.
 var forwardKind = "'" + strings.ReplaceAll(ForwardKind, "'", "''") + "'"
 
 // jobSQL returns the statement sql with each {forward_kind} replaced by
 // forwardKind.
 func jobSQL(sql string) string { return strings.ReplaceAll(sql, "{forward_kind}", forwardKind) }
 
-// Output is what a forward's attempt records on its job (River's recorded
-// output, river.RecordOutput): the target's HTTP status (0 when it gave no
-// answer: a timeout, a connection error) and the Retry-After it asked for,
-// and, once delivered, when.
+// Output is what a forward's attempt records on its job as River's
+// recorded output. It holds the target's HTTP status, the Retry-After it
+// asked for and the time of delivery. Status is 0 when the target gave no
+// answer, as after a timeout or a connection error.
 type Output struct {
-	// Attempt is the attempt that recorded it (River's job.Attempt).
+	// Attempt is the attempt that recorded it.
 	Attempt     int       `json:"attempt,omitempty"`
 	Status      int       `json:"status"`
 	DeliveredAt time.Time `json:"delivered_at,omitzero"`
-	// RetryAfter is the target's Retry-After in seconds (fractions kept),
-	// 0 when it sent none.
+	// RetryAfter is the target's Retry-After in seconds, fractions kept.
+	// It is 0 when the target sent none.
 	RetryAfter float64 `json:"retry_after,omitempty"`
 }
 
 // Forward is one forward of an event.
 type Forward struct {
-	// JobID is the forward's River job; 0 while the forward is still in the
-	// outbox, not yet relayed (its state is then pending).
+	// JobID is the forward's River job. It is 0 while the forward is still
+	// in the outbox, and its state is then pending.
 	JobID int64
-	// Target is the target's name; "" for a job of a version that named
-	// targets by URL (see LegacyURL).
+	// Target is the target's name, or "" for a job that names its target
+	// by LegacyURL.
 	Target string
-	// LegacyURL is the target URL such a job names, which may hold
-	// credentials: never show it unredacted. "" for current jobs.
+	// LegacyURL is the target URL that such a job names. It may hold
+	// credentials, so never show it unredacted.
 	LegacyURL string
 	State     State
-	// Attempts is how many attempts have started; MaxAttempts how many may.
+	// Attempts is how many attempts have started, MaxAttempts how many may.
 	Attempts    int
 	MaxAttempts int
-	// LastStatus is the target's HTTP status in the most recent finished
-	// attempt: 0 when none finished or it got no answer (a timeout or a
-	// connection error).
+	// LastStatus is the target's HTTP status in the latest finished
+	// attempt. It is 0 when none finished or the target gave no answer.
 	LastStatus int
-	// LastRetryAfter is the Retry-After the target sent with LastStatus; 0
-	// when none.
+	// LastRetryAfter is the Retry-After that came with LastStatus.
 	LastRetryAfter time.Duration
-	// LastError is why the most recent finished attempt failed: "" when it
-	// succeeded or none finished. Errors recorded by versions that named
-	// targets by URL may contain it: redact with LegacyURL.
+	// LastError is why the latest finished attempt failed. Errors of jobs
+	// that name their target by URL may contain it: redact with LegacyURL.
 	LastError string
-	// DeliveredAt is when the target accepted the forward; zero until then.
+	// DeliveredAt is when the target accepted the forward.
 	DeliveredAt time.Time
-	// CreatedAt is when the job was inserted.
-	CreatedAt time.Time
+	CreatedAt   time.Time
 }
 
-// forwardPriority is the River priority of every forward job: River's
-// default, which jobParams gives and the fast path's recording writes.
-// The statements that find waiting forwards through River's fetching
-// index (state, queue, priority, scheduled_at, id) name it, so that the
-// time is a bound of the index scan, not a filter over every waiting job.
+// forwardPriority is the River priority of every forward job, River's
+// default. The statements that find waiting forwards through River's
+// fetching index name it. The time then bounds the index scan instead of
+// filtering every waiting job.
 const forwardPriority = 1
 
-// staysUnique is the condition, over a job j in River's state $<p> to be
-// changed to available, that the change keeps j in River's unique index
-// (river_job_unique_idx: a job with a unique key is in it while its state
-// is one of its unique states) or keeps it out: a job that would enter it
-// could conflict with another job of its key, which River's scheduler
-// discards, and is left to River. Every forward has both states among its
-// unique states (uniqueStates), or no unique key.
+// staysUnique is the condition that making job j available neither puts
+// it into River's unique index nor takes it out. A job that would enter
+// the index could conflict with another job of its key, so it is left to
+// River's scheduler, which discards such a job. Every forward has no
+// unique key, or both states among its unique states.
 func staysUnique(available int) string {
 	return fmt.Sprintf(`(unique_key IS NULL OR unique_states IS NULL
       OR river_job_state_in_bitmask(unique_states, state) = river_job_state_in_bitmask(unique_states, $%d::river_job_state))`, available)
 }
 
-// wakeSQL makes available now (River's state $4; scheduled_at now, or
-// with $8 when each was created, at the latest now, so that River's fetch,
-// by priority, scheduled_at and ID, takes them in the order they were
-// accepted) up to $7 forwards of sender $2's target $3 on queue $1 that
-// wait: snoozed
-// behind its breaker or waiting for a retry (River's states $5, scheduled
-// and retryable, whatever their time), and up to $7 waiting in River's
-// state available for a later time (River leaves a snooze or a retry due
-// within its scheduler's interval so). A target whose breaker closes
-// answers again, so its forwards are attempted at once, its retries too:
-// they failed while it was down.
+// wakeSQL makes the waiting forwards of a target available now. It takes
+// up to $7 scheduled or retryable jobs, whatever their time: those snoozed
+// behind the breaker and those waiting for a retry. It also takes up to $7
+// available jobs set for a later time, as River leaves a snooze or a retry
+// that is due soon. A target whose breaker closes answers again, so even
+// its retries are attempted at once: they failed while it was down. With
+// $8, each job is scheduled at its creation time, so River's fetch takes
+// them in the order they were accepted.
 //
-// The jobs are selected in two InitPlans that read River's fetching index
-// (state, queue, priority, scheduled_at, id) in its order (the one path
-// without a sort under store.IndexOrderScans, see plans.go): the queue's
-// waiting forwards of priority $6 (forwardPriority), the target's kept by
-// a filter on args; the available ones from now on only. They are locked
-// with FOR UPDATE SKIP LOCKED and updated by ctid (a TID scan): the
-// statement never waits for a job another transaction holds (River's
-// fetch takes it, its scheduler makes it available, its completer writes
-// it), so it takes part in no deadlock (see the lock order, doc.go). A job
-// it skips is woken by the next statement, if it still waits.
+// Two InitPlans read River's fetching index, and a filter on args keeps
+// the target's jobs. They skip locked jobs, as the lock order says, and
+// the next statement wakes a job that this one skipped.
 var wakeSQL = jobSQL(`UPDATE river_job SET state = $4::river_job_state, scheduled_at = CASE WHEN $8::bool THEN least(created_at, now()) ELSE now() END
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
     WHERE state = ANY($5::river_job_state[]) AND queue = $1 AND priority = $6
@@ -151,30 +120,28 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
       AND kind = {forward_kind} AND args @> jsonb_build_object('sender', $2::text, 'target', $3::text)
     ORDER BY state, queue, priority, scheduled_at, id LIMIT $7 FOR UPDATE SKIP LOCKED))`)
 
-// wakeBatch is the most jobs of each kind (see wakeSQL) one statement of
-// a wake takes: a transaction of a wake holds at most twice as many jobs,
-// for milliseconds.
+// wakeBatch is the most jobs of each kind that one statement of a wake
+// takes. A wake's transaction holds at most twice as many, for
+// milliseconds.
 const wakeBatch = 1000
 
-// wakeArgs are wakeSQL's arguments: inOrder keeps the order of creation.
+// wakeArgs are wakeSQL's arguments. inOrder keeps the order of creation.
 func wakeArgs(queue, sender, target string, limit int, inOrder bool) []any {
 	return []any{queue, sender, target, jobAvailable, []string{jobScheduled, jobRetryable}, forwardPriority, limit, inOrder}
 }
 
 // WakeWaitingForwards makes the waiting forwards of sender's target on
-// queue available now: those snoozed behind its breaker, waiting for a
-// retry, or for a later time (see wakeSQL), wakeBatch at a time until a
-// statement finds fewer, and returns how many. It never waits for a job
-// another transaction holds: a job River's fetch, scheduler or completer
-// holds meanwhile is left as they leave it (running, or available).
+// queue available now, and returns how many it woke. These are the
+// forwards snoozed behind the breaker, waiting for a retry or set for a
+// later time. It never waits for a job that another transaction holds,
+// but leaves that job to River.
 func (q *Jobs) WakeWaitingForwards(ctx context.Context, queue, sender, target string) (int64, error) {
 	return q.wake(ctx, queue, sender, target, false)
 }
 
-// WakeHeldForwards is WakeWaitingForwards for the forwards of a target an
-// operator resumed: each is made available as of when it was created (or
-// now, if later), so that River's fetch takes them in the order they were
-// accepted, before the forwards accepted since.
+// WakeHeldForwards is [Jobs.WakeWaitingForwards] for a target that an
+// operator resumed. Each forward is made available as of its creation, so
+// River's fetch takes them in the order they were accepted.
 func (q *Jobs) WakeHeldForwards(ctx context.Context, queue, sender, target string) (int64, error) {
 	return q.wake(ctx, queue, sender, target, true)
 }
@@ -193,10 +160,9 @@ func (q *Jobs) wake(ctx context.Context, queue, sender, target string, inOrder b
 	}
 }
 
-// decodeOutcome sets f's state, and its last status, Retry-After, error
-// and delivery time from a job's latest attempt error and recorded output
-// (either may be nil), f.Attempts being already set: a waiting job after a
-// failed attempt (attempted, with an error) is retrying (stateOf).
+// decodeOutcome sets f's state, last status, Retry-After, error and
+// delivery time from a job's latest error and recorded output. Either may
+// be nil. f.Attempts must be set already.
 func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte) error {
 	f.State = stateOf(state, f.Attempts >= 1 && len(lastErr) > 0)
 	var out *Output
@@ -224,27 +190,23 @@ func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte)
 		f.LastStatus = out.Status
 		f.LastRetryAfter = time.Duration(out.RetryAfter * float64(time.Second))
 	case f.LastError != "":
-		// An attempt that recorded no output: of an older version, or one
-		// that ended before it had an answer. An older version's status is
-		// in the error's text.
+		// The attempt recorded no output: it ended before an answer, or
+		// it is an old job whose status is in the error's text.
 		f.LastStatus = statusIn(f.LastError)
 	}
 	return nil
 }
 
 // riverCancelPrefix is what River's JobCancel puts before the error of a
-// forward failed at once (rivertype's JobCancelError), and the fast path
-// does not: a forward's last error is read without it, so that one outcome
-// has one text whichever path attempted it.
+// forward that failed at once. The fast path does not add it. A forward's
+// last error is read without it, so one outcome has one text on both paths.
 const riverCancelPrefix = "JobCancelError: "
 
-// answered finds the status in the text of the error older versions
-// recorded for a target's answer (prefixed by River's JobCancelError when
-// the forward failed at once).
+// answered finds the status in the error text that old jobs recorded for
+// a target's answer.
 var answered = regexp.MustCompile(`target answered ([1-5][0-9][0-9])\b`)
 
-// statusIn returns the target's status named in an old attempt's error
-// text, or 0 when it names none.
+// statusIn returns the status named in an old attempt's error text, or 0.
 func statusIn(errText string) int {
 	m := answered.FindStringSubmatch(errText)
 	if m == nil {

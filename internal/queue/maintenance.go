@@ -9,27 +9,24 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// Maintenance is the job a working client runs beside the forwards, on a
-// queue of its own one run at a time: hookgate's retention
-// (retention.Worker.Maintenance), enqueued every Interval and once at
-// start, by one process at a time. A zero Maintenance (Run nil) has none.
+// Maintenance is a periodic job that a working client runs beside the
+// forwards, such as hookgate's retention. It runs on a queue of its own,
+// one run at a time, every Interval and once at start. A zero Maintenance
+// has none.
 type Maintenance struct {
-	// Interval is how often a run is enqueued (and once at start),
-	// positive. At most one run waits or runs at a time: a run not started
-	// by the next interval is not enqueued again.
+	// Interval is how often a run is enqueued. At most one run waits or
+	// runs at a time.
 	Interval time.Duration
-	// Timeout is the longest a run takes, positive: less when the client's
-	// rescue horizon is shorter (its RescueAfter minus 5s). A run cut
-	// short leaves the rest to the next one.
+	// Timeout is the longest a run takes. A shorter rescue horizon cuts it
+	// to RescueAfter minus 5s. A run cut short leaves the rest to the next.
 	Timeout time.Duration
-	// Run does the work; its ctx ends at the timeout, or when the client
-	// is stopped and cancels its jobs. An error fails the attempt: it is
-	// retried, at most MaintenanceMaxAttempts attempts in all.
+	// Run does the work. Its ctx ends at the timeout, or when the client
+	// stops and cancels its jobs. An error fails the attempt, which is
+	// retried up to [MaintenanceMaxAttempts] in all.
 	Run func(ctx context.Context) error
 }
 
-// validate returns an error naming the field at fault, or nil (none for a
-// zero Maintenance).
+// validate returns an error naming the field at fault.
 func (m Maintenance) validate() error {
 	if m.Run == nil {
 		return nil
@@ -47,24 +44,21 @@ func (m Maintenance) validate() error {
 // MaintenanceQueue is the River queue of the maintenance job.
 const MaintenanceQueue = "maintenance"
 
-// MaintenanceKind is the River job kind of the maintenance job: the kind
-// package retention gave its job when it was River's, kept so that the
-// rows of earlier versions (a run waiting, its unique key) are the same
-// job's.
+// MaintenanceKind is the River job kind of the maintenance job. It keeps
+// the retention job's kind, so that a waiting run in the table and its
+// unique key stay the same job's.
 const MaintenanceKind = "hookgate_retention"
 
 // MaintenanceMaxAttempts is how many attempts a maintenance run gets.
 const MaintenanceMaxAttempts = 3
 
-// maintenanceArgs are the maintenance job's arguments (none).
+// maintenanceArgs are the maintenance job's arguments. It has none.
 type maintenanceArgs struct{}
 
 // Kind is MaintenanceKind.
 func (maintenanceArgs) Kind() string { return MaintenanceKind }
 
-// InsertOpts keeps at most one maintenance job waiting or running (unique
-// while unfinished: uniqueStates, River's states of a job not finished
-// yet), on MaintenanceQueue, with MaintenanceMaxAttempts.
+// InsertOpts keeps at most one maintenance job waiting or running.
 func (maintenanceArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       MaintenanceQueue,
@@ -80,7 +74,7 @@ type maintenanceWorker struct {
 	timeout time.Duration
 }
 
-// Timeout is Maintenance.Timeout, cut to the client's long-job horizon.
+// Timeout is [Maintenance.Timeout], cut to the client's long-job horizon.
 func (w *maintenanceWorker) Timeout(*river.Job[maintenanceArgs]) time.Duration { return w.timeout }
 
 // Work runs Maintenance.Run.

@@ -12,14 +12,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// The operator reads of forwards: an event's forwards, a target's counts
-// and its forwards page by page (the JSON API and the console read both
-// through them), and the backlog of unfinished forwards (a metric).
-
-// eventJobsSQL finds an event's forwards through River's GIN index on args
-// (river_job_args_index): args @> {"event_id": …} is the indexable form;
-// and the event's delivered first attempts in forward_delivered, in River's
-// state $3 (completed).
+// eventJobsSQL finds an event's jobs through River's GIN index on args,
+// for which args @> … is the indexable form. It adds the event's delivered
+// first attempts from forward_delivered.
 var eventJobsSQL = jobSQL(`SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
        errors[array_upper(errors, 1)], metadata->'output'
 FROM river_job
@@ -29,16 +24,14 @@ SELECT d.id, $3::text, 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + 
 FROM forward_delivered d WHERE d.sender = $2 AND d.event_id = $1::text
 ORDER BY 1`)
 
-// deliveredOutput is the recorded output (Output) of forward_delivered's
-// row d, as River's worker records it under metadata.output.
+// deliveredOutput is the [Output] of forward_delivered's row d, as River's
+// worker records it under metadata.output.
 const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
 
-// EventForwards returns the forwards of the event of sender: first those
-// still in the outbox (pending, JobID 0), then its jobs, oldest first: one
-// per target of its sender when it was accepted, and one per target for
-// each redelivery. It returns an empty slice, not nil, when the event has
-// none (its sender had no targets, or the jobs were deleted after River's
-// retention).
+// EventForwards returns the forwards of sender's event. Those still in the
+// outbox come first, with JobID 0. Its jobs follow, oldest first: one per
+// target when it was accepted, and one per target for each redelivery. It
+// returns an empty slice, not nil, when the event has none.
 func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
 	out, err := q.outboxOfEvent(ctx, sender, eventID)
 	if err != nil {
@@ -69,15 +62,10 @@ func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UU
 	return append(out, jobs...), nil
 }
 
-// notSuperseded is the condition that job j (of sender $1, target $2) is
-// the newest forward of its event to its target: one probe of an index per
-// job, a scalar subquery (never turned into an anti-join, which on a table
-// PostgreSQL has no statistics of yet compared every pair of the target's
-// jobs) whose ORDER BY, with the event compared by a range, makes
-// hookgate's index on the forward jobs (and forward_delivered's primary
-// key) the one path without a sort under store.IndexOrderScans: not River's
-// index on kind, which some statistics made the cheaper, and which walks
-// every forward job per job (see plans.go).
+// notSuperseded is the condition that job j of sender $1 and target $2 is
+// the newest forward of its event to its target. It is one index probe per
+// job. A scalar subquery is never turned into an anti-join, which on a
+// table without statistics compared every pair of jobs.
 var notSuperseded = notSupersededOf("j", "$2")
 
 // notSupersededOf is notSuperseded for the job with the alias alias, of
@@ -92,78 +80,57 @@ func notSupersededOf(alias, target string) string {
     ORDER BY n.event_id, n.id LIMIT 1) IS NULL`))
 }
 
-// deliveredNotSuperseded is notSuperseded for forward_delivered's row d: no
-// newer job of its event to its target (an event has at most one row
-// there per target: its outbox row's first attempt).
+// deliveredNotSuperseded is notSuperseded for forward_delivered's row d.
+// An event has at most one row there per target.
 var deliveredNotSuperseded = jobSQL(`(SELECT n.id FROM river_job n WHERE n.kind = {forward_kind}
     AND n.args->>'sender' = $1 AND n.args->>'target' = $2
     AND n.args->>'event_id' >= d.event_id AND n.args->>'event_id' <= d.event_id AND n.id > d.id
     ORDER BY n.args->>'event_id', n.id LIMIT 1) IS NULL`)
 
 // Counts are a target's forwards by state. Pending includes the forwards
-// still in the outbox; Delivered counts every delivery River still keeps
-// (CompletedJobRetentionPeriod: the longest sender retention), an event
-// redelivered counting once per delivery; Failed counts the failures not
-// followed by a newer forward of the same event (see failed.go).
+// still in the outbox. Delivered counts every delivery that River still
+// keeps, once per delivery of a redelivered event. Failed counts the
+// failures that no newer forward of the same event followed.
 type Counts struct {
 	Pending, Running, Retrying, Delivered, Failed int64
 }
 
-// countsSQL counts the forward jobs of sender $1 in the River states $2
-// (those of forwards not finished) by target, state and whether an attempt
-// failed (failedAttempt: a waiting job is retrying or pending). It reads
-// the sender's jobs not finished alone, through hookgate's index on them
-// (migration 23, whose predicate unfinishedForwards repeats), in that
-// index's order (sender, target, state, id), which under
-// store.IndexOrderScans (no sort) is the one path without a disabled node
-// whatever the statistics say (see store/plans.go). Not the finished jobs
-// River keeps (issue 43: 3.4 s on 10 million finished jobs when it read
-// every job of the sender, through hookgate's index on the forwards'
-// sender), nor the unfinished jobs of every sender (River's index on job
-// state), nor the sender's failed ones (about 10 µs each with their
-// checks for a newer forward, before migration 23): those are counted
-// apart (failedCountsSQL).
+// countsSQL counts sender $1's unfinished forward jobs by target, state
+// and whether an attempt failed. It reads only those jobs, through
+// hookgate's index on unfinished forwards. It never reads the finished
+// jobs that River keeps, which can be millions. failedCountsSQL counts the
+// failed ones.
 var countsSQL = jobSQL(`SELECT j.target, j.state::text, j.failed, count(*) FROM (
   SELECT j.args->>'target' AS target, j.state, ` + failedAttempt("j") + ` AS failed FROM river_job j
   WHERE ` + unfinishedForwards + ` AND j.args->>'sender' = $1 AND j.state = ANY($2::river_job_state[])
   ORDER BY j.args->>'target', j.state, j.id) j
 GROUP BY 1, 2, 3`)
 
-// unfinishedForwards is the condition that job j is a forward not finished
-// (not completed, cancelled nor discarded: River's states of a delivered
-// and of a failed forward): the predicate of hookgate's index on such jobs
-// (migration 23), as literals (a parameter in a generic plan implies
-// nothing, see forwardKind), which a statement must repeat for PostgreSQL
-// to read that index. TestForwardKindLiteral checks the states.
+// unfinishedForwards is the condition that job j is an unfinished
+// forward: the predicate of hookgate's index on such jobs. A test checks
+// its states.
 const unfinishedForwards = `j.kind = {forward_kind} AND j.state NOT IN ('cancelled', 'completed', 'discarded')`
 
-// completedCountsSQL counts the completed forward jobs of sender $1 by
-// target, as countsSQL's rows of River's state $2 (completed): every job
-// of the sender, read through hookgate's index on the forwards' sender,
-// target and event in its order (the one path without a sort under
-// store.IndexOrderScans), not River's index on job state, which would read
-// every sender's. Sent only when the delivered forwards are asked for.
+// completedCountsSQL counts sender $1's completed forward jobs by target,
+// in rows like countsSQL's. It reads hookgate's index on the forwards, not
+// River's index on job state, which would read every sender's jobs. It
+// runs only when the delivered forwards are asked for.
 var completedCountsSQL = jobSQL(`SELECT j.target, $2::text, false, count(*) FROM (
   SELECT j.args->>'target' AS target FROM river_job j
   WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.state = $2::river_job_state
   ORDER BY j.args->>'target', j.args->>'event_id', j.id) j
 GROUP BY 1`)
 
-// deliveredCountsSQL counts the delivered first attempts of sender $1 in
-// forward_delivered by target, as countsSQL's rows of River's state $2
-// (completed): the target's whole history, sent only when the delivered
-// forwards are asked for.
+// deliveredCountsSQL counts sender $1's delivered first attempts by
+// target, in rows like countsSQL's. It reads the whole history, so it runs
+// only when the delivered forwards are asked for.
 const deliveredCountsSQL = `SELECT target, $2::text, false, count(*) FROM forward_delivered WHERE sender = $1 GROUP BY 1`
 
 // CountForwards returns the counts of sender's forwards by target name,
-// Delivered left 0 unless delivered is true (counting them reads the
-// target's whole history). A target without forwards is absent (its counts
-// are all zero). Jobs of versions that named targets by URL are not
-// counted. The JSON API and the console both count with it. One round
-// trip: the planner settings, the counts of the jobs not finished
-// (countsSQL), of the failed ones (the kept counts and the failed jobs not
-// folded into them yet, see failed.go), with delivered those of the
-// completed jobs and of the delivered first attempts, and the outbox's.
+// in one round trip. Delivered stays 0 unless delivered is true, because
+// counting it reads the target's whole history. A target without forwards
+// is absent. Jobs that name their target by URL are not counted. The JSON
+// API and the console both count with it.
 func (q *Jobs) CountForwards(ctx context.Context, sender string, delivered bool) (map[string]Counts, error) {
 	out := map[string]Counts{}
 	var (
@@ -219,29 +186,26 @@ func (q *Jobs) CountForwards(ctx context.Context, sender string, delivered bool)
 	return out, nil
 }
 
-// Filter selects forwards of one target: in State (any state when ""),
-// whose time is at or after Since and before Until (no bound when zero).
-// A forward's time is when it reached its state for delivered and failed
-// forwards (River's finalized_at), and when it was enqueued otherwise.
+// Filter selects forwards of one target in State, or in any state when
+// State is "". Their time is in [Since, Until), and a zero time is no
+// bound. A delivered or failed forward's time is when it finished. Any
+// other forward's time is when it was enqueued.
 type Filter struct {
 	Sender, Target string
 	State          State
 	Since, Until   time.Time
-	// InStateAt, with State running or retrying and not zero, matches the
-	// forwards in State at that time, whatever they have become since
-	// (a bulk redelivery's job matches what its request asked for): see
-	// underWayAt.
+	// InStateAt, when not zero with State running or retrying, matches
+	// the forwards that were in State at that time. A bulk redelivery's
+	// job uses it to match what its request saw.
 	InStateAt time.Time
 }
 
-// underWayAt are the conditions that job j was running, or retrying, at the
-// time $%[1]d, from what it is now ($%[2]d and $%[3]d are the River states
-// of a running and of a retrying forward): its state, when its latest
-// attempt started (attempted_at), when that attempt's error was recorded
-// (its last error's "at"), and when it finished. Running then: running now,
-// or its attempt then has ended since (failed and waits for a retry, or
-// finished). Retrying then: waiting for a retry whose failure came before,
-// or its retry (attempt 2 or later) has started since.
+// underWayAt are the conditions that job j was running, or retrying, at a
+// given time. They read its state now, when its latest attempt started,
+// when that attempt's error was recorded and when it finished. A job was
+// running then if it still runs, or if that attempt ended since. It was
+// retrying then if its failure came before and it still waits, or if its
+// retry started since.
 var underWayAt = map[State]string{
 	StateRunning: `j.attempted_at < $%[1]d AND (j.state = ANY($%[2]d::river_job_state[])
     OR (j.state = ANY($%[3]d::river_job_state[]) AND (j.errors[array_upper(j.errors, 1)]->>'at')::timestamptz >= $%[1]d)
@@ -253,13 +217,13 @@ var underWayAt = map[State]string{
 
 // where is a Filter's condition on both tables of forwards.
 type where struct {
-	// jobs is the condition over river_job j; delivered the one over
-	// forward_delivered d, "" when f's state excludes its rows.
+	// jobs is the condition over river_job j. delivered is the one over
+	// forward_delivered d, or "" when the state excludes its rows.
 	jobs, delivered string
 	args            []any
 }
 
-// and adds cond (with the same placeholders) to both conditions.
+// and adds a condition to each table's condition.
 func (w *where) and(jobs, delivered string) {
 	w.jobs += " AND " + jobs
 	if w.delivered != "" {
@@ -271,14 +235,13 @@ func (w *where) and(jobs, delivered string) {
 // target $2, in the terms of hookgate's index on the forward jobs.
 var targetJobs = jobSQL(`j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = $2`)
 
-// where returns the conditions of f over river_job j and forward_delivered
-// d and their arguments, $1 and $2 being the sender and the target. It adds
-// the not-superseded condition: for failed forwards, that the job is not
-// marked superseded (as the counts have it, see failed.go); for every
-// other state when latest is true, that no newer forward of its event to
-// its target is there (notSuperseded); and then, for running or retrying forwards, that j is not
-// a redelivery still waiting (queuedWaiting), inOutbox being the events of
-// f's target whose forward is in the outbox (waitingInOutbox).
+// where returns the conditions of f over river_job j and
+// forward_delivered d, and their arguments. $1 is the sender and $2 the
+// target. A failed forward must not be marked superseded, as in the
+// counts. With latest, a forward in any other state must be the newest of
+// its event to its target. With latest, a running or retrying job must
+// also not be a redelivery still waiting. inOutbox lists the events whose
+// forward to f's target is in the outbox.
 func (f Filter) where(latest bool, inOutbox []string) where {
 	w := where{
 		jobs:      targetJobs,
@@ -326,38 +289,35 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 	return w
 }
 
-// TargetForward is one forward of a target, as ListTargetForwards returns
-// it.
+// TargetForward is one forward of a target, as [Jobs.ListTargetForwards]
+// returns it.
 type TargetForward struct {
 	Forward
 	EventID    uuid.UUID
 	DeliveryID string
-	// EventType is the event's type; "" when it has none or is no longer
-	// stored.
+	// EventType is the event's type, or "" when it has none or is no
+	// longer stored.
 	EventType string
-	// AttemptedAt is when the latest attempt started, FinishedAt when the
-	// forward was delivered or failed; zero when not (yet).
+	// AttemptedAt is when the latest attempt started. FinishedAt is when
+	// the forward was delivered or failed.
 	AttemptedAt time.Time
 	FinishedAt  time.Time
 }
 
-// ForwardPage is one page of ListTargetForwards.
+// ForwardPage is one page of [Jobs.ListTargetForwards].
 type ForwardPage struct {
-	// Forwards are newest first; empty, not nil, when there are none.
+	// Forwards are newest first. It is empty, not nil, when there are none.
 	Forwards []TargetForward
-	// Next is the cursor of the next page; nil on the last page.
+	// Next is the cursor of the next page, or nil on the last page.
 	Next *store.Cursor
 }
 
-// ListTargetForwards returns up to limit (1 to store.MaxListLimit) forwards of
-// f's target that match f, newest first, starting right after after (a
-// forward's cursor of the same order) when it is not nil: failed forwards
-// by when they failed (FinishedAt, then job ID, descending: a forward
-// retried for hours fails after newer ones), the others by job ID,
-// descending. Pages are stable while forwards are added (newer ones go to
-// a new first page).
-// Forwards still in the outbox are not listed (they have no job yet;
-// CountForwards includes them).
+// ListTargetForwards returns up to limit forwards of f's target that
+// match f, newest first, from the cursor after when it is not nil. limit
+// is from 1 to [store.MaxListLimit]. Failed forwards are ordered by when
+// they failed, since a forward retried for hours fails after newer ones.
+// The others are ordered by job ID. Pages stay stable while forwards are
+// added. Forwards still in the outbox have no job yet and are not listed.
 func (q *Jobs) ListTargetForwards(ctx context.Context, f Filter, limit int, after *store.Cursor) (ForwardPage, error) {
 	if limit < 1 || limit > store.MaxListLimit {
 		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, store.MaxListLimit)
@@ -455,38 +415,30 @@ FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
 	return page, nil
 }
 
-// BacklogStates are the names Backlog counts under: "outbox" and River's
-// job states of unfinished forwards.
+// BacklogStates are the names that [Jobs.Backlog] counts under: "outbox"
+// and River's job states of unfinished forwards.
 func BacklogStates() []string {
 	return append([]string{"outbox"}, stateNames(StatePending, StateRunning, StateRetrying)...)
 }
 
-// backlogSQL counts the forward jobs in the River states $1 by state: it
-// reads River's index on (state, queue, priority, scheduled_at, id) for
-// those states alone, in that index's order, which with
-// store.IndexOrderScans (no sort) is the one path without a disabled node
-// whatever the statistics say (see store/plans.go); a sequential scan, or
-// River's index on kind, would read every finished job River keeps (issue
-// 43: state::text = ANY(…), which no index serves, took 1.5 s a scrape on
-// 10 million finished jobs, 2 ms this way).
+// backlogSQL counts the forward jobs in the River states $1 by state. It
+// reads River's fetching index for those states alone. A sequential scan,
+// or River's index on kind, would read every finished job that River
+// keeps.
 var backlogSQL = jobSQL(`SELECT state::text, count(*) FROM (
   SELECT state FROM river_job WHERE state = ANY($1::river_job_state[]) AND kind = {forward_kind}
   ORDER BY state, queue, priority, scheduled_at, id) j
 GROUP BY state`)
 
-// outboxCountSQL counts sender $1's outbox rows: a statement per sender,
-// which Citus runs on the sender's shard alone, reading the outbox's key
-// (which leads with sender).
+// outboxCountSQL counts sender $1's outbox rows. There is one statement
+// per sender, so Citus runs each on one shard, through the outbox's key.
 var outboxCountSQL = `SELECT count(*) FROM forward_outbox WHERE sender = $1 AND ` + store.Unrecorded("")
 
-// Backlog returns how many forwards are not yet finished, by state: outbox
-// (accepted, not yet relayed into River: the rows of senders, the
-// configured ones) and River's job state of the unfinished ones (see
-// BacklogStates); a state without any is absent. One round trip: the
-// planner settings (store.IndexOrderScans), the jobs' counts and one count
-// of the outbox per sender, each through an index (the metric is read at
-// every scrape of every process: its cost must not grow with the finished
-// jobs River keeps).
+// Backlog returns how many forwards are unfinished, by the names of
+// [BacklogStates]. "outbox" counts the rows of senders that are accepted
+// but not relayed yet. A state without any is absent. It is one round trip
+// of indexed reads. Every process reads this metric at every scrape, so
+// its cost must not grow with the finished jobs that River keeps.
 func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64, error) {
 	var b pgx.Batch
 	b.Queue(store.IndexOrderScans)
@@ -524,9 +476,9 @@ func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64,
 	return out, nil
 }
 
-// outboxOfEvent returns the forwards of sender's event still in the outbox
-// (JobID 0: pending, or running while a fast path holds its lease), by
-// target name; empty, not nil, when none.
+// outboxOfEvent returns the forwards of sender's event still in the
+// outbox, by target name. They are pending, or running while a fast path
+// holds the lease. It returns an empty slice, not nil, when there are none.
 func (q *Jobs) outboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
 	rows, err := q.db.Query(ctx, `SELECT target, created_at, coalesce(leased_until > statement_timestamp(), false)
 FROM forward_outbox WHERE sender = $1 AND event_id = $2 AND `+store.Unrecorded("")+` ORDER BY target`, sender, eventID)
@@ -551,7 +503,6 @@ FROM forward_outbox WHERE sender = $1 AND event_id = $2 AND `+store.Unrecorded("
 	return out, nil
 }
 
-// outboxCountsSQL counts sender $1's outbox rows by target (the
-// forwards not yet relayed: pending), reading the outbox's key, which
-// leads with sender.
+// outboxCountsSQL counts sender $1's outbox rows by target, through the
+// outbox's key.
 var outboxCountsSQL = `SELECT target, count(*) FROM forward_outbox WHERE sender = $1 AND ` + store.Unrecorded("") + ` GROUP BY target`

@@ -11,34 +11,31 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// Enqueued is a forward job Redeliver inserted, or found waiting.
+// Enqueued is a forward job that a redelivery inserted or found waiting.
 type Enqueued struct {
 	JobID  int64
 	Target string
-	// AlreadyPending is true when a forward of the event to the target was
-	// still waiting for its first attempt (or a redelivery was already
-	// queued after the forward under way): no second one was inserted, and
-	// JobID is that forward's (0 while it is in the outbox).
+	// AlreadyPending is true when a forward of the event to the target
+	// still waited for its first attempt, or a redelivery was already
+	// queued. No second one was inserted, and JobID is the waiting one's.
+	// JobID is 0 while that forward is in the outbox.
 	AlreadyPending bool
-	// AfterCurrent is true when the forward was running or retrying: the
-	// new job runs after it. CurrentJobID is that forward's job; 0 when it
-	// was the fast path's attempt, not yet a job.
+	// AfterCurrent is true when the forward was running or retrying, so
+	// the new job runs after it. CurrentJobID is that forward's job, or 0
+	// for a fast-path attempt that is not a job yet.
 	AfterCurrent bool
 	CurrentJobID int64
 }
 
-// Redeliver inserts one new forward job of the event for each target
-// sender has now, with the same idempotency key (the event ID) as its
-// first forwards. A redelivery is a new attempt: where the event's forward
-// is running or retrying, the new job is queued after it (it waits for
-// that forward to finish, without using attempts); where the forward is
-// still waiting for its first attempt, or a redelivery is already queued
-// after it, nothing is inserted. It reads the event's forwards and inserts
-// the new jobs in one transaction that holds the event's redelivery lock
-// (Jobs.Redelivering), so that concurrent redeliveries of the
-// event, in any process on the database, queue at most one new forward
-// per target: each later one finds it pending. It returns the jobs, or nil
-// and no error when sender has no targets.
+// redeliver inserts one new forward job of the event for each target that
+// sender has now. The new jobs keep the event ID as the idempotency key.
+// Where the event's forward is running or retrying, the new job is queued
+// after it and waits without using attempts. Where a forward still waits
+// for its first attempt, nothing is inserted.
+//
+// It reads and inserts in one transaction that holds the event's
+// redelivery lock; see [Jobs.Redelivering]. So concurrent redeliveries of
+// the event, in any process, queue at most one new forward per target.
 func redeliver(ctx context.Context, q *Jobs, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
 	if len(sender.Forward) == 0 {
 		return nil, nil
@@ -55,7 +52,7 @@ func redeliver(ctx context.Context, q *Jobs, client *river.Client[pgx.Tx], sende
 	return out, nil
 }
 
-// redeliverTx is Redeliver in tx, which holds the event's redelivery lock;
+// redeliverTx is redeliver in tx, which holds the event's redelivery lock.
 // q runs in tx.
 func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[pgx.Tx], sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
 	cur, err := q.CurrentForwards(ctx, sender.Name, eventID, sender.TargetNames())
@@ -81,8 +78,8 @@ func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[p
 			e.AfterCurrent = true
 			params = append(params, afterParams(sender.Name, sender, t.Name, eventID, deliveryID, -1))
 		case c.Outbox:
-			// Not relayed yet: its job is inserted now, and the relay's
-			// insert of the row is skipped as a duplicate.
+			// Not relayed yet. Its job is inserted now, and the relay's
+			// insert is skipped as a duplicate.
 			params = append(params, jobParams(sender.Name, sender, t.Name, eventID, deliveryID))
 		case c.JobID != 0 && c.State.Unfinished():
 			e.AfterCurrent, e.CurrentJobID = true, c.JobID
@@ -110,18 +107,17 @@ func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[p
 		}
 		keys = append(keys, ForwardKey{Target: e.Target, EventID: eventID, Newer: r.Job.ID})
 	}
-	// The forwards the new jobs follow are superseded (failed.go).
+	// The new jobs supersede the forwards that they follow.
 	if err := q.markSuperseded(ctx, sender.Name, keys, true); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// waiting reports whether c's job is still to come: not attempted yet (a
-// new attempt is coming), or a redelivery queued after a forward that is
-// still under way (it may be running only to find that it must wait). A
-// queued redelivery whose forward has ended is still to come until it is
-// attempted (River's snoozes while it waited used no attempt).
+// waiting reports whether c's job is still to come. That is so when it
+// has not been attempted yet. It is also so for a redelivery queued after
+// a forward that is still under way, even if it is running only to find
+// that it must wait.
 func waiting(ctx context.Context, q *Jobs, sender, target string, eventID uuid.UUID, c Current) (bool, error) {
 	if c.JobID == 0 {
 		return false, nil

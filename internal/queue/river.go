@@ -16,23 +16,21 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// Queue is the seam between hookgate's forwarding and the job queue that
-// runs its forwards: what the relay, the fast path, the operator API and
-// the console ask of it, in hookgate's terms (forwards, their five
-// states), never the queue's. River is its one implementation (River);
-// nothing outside this package knows River or its table.
+// Queue is what the relay, the fast path, the operator API and the console
+// ask of the job queue. It speaks in forwards and their five states, never
+// in the queue's own terms. [River] is its one implementation.
 type Queue interface {
-	// Enqueue inserts the jobs of forwards in tx (the transaction that
-	// takes them from the outbox, or that holds a redelivery's locks).
+	// Enqueue inserts the jobs of forwards in tx. That transaction takes
+	// them from the outbox, or holds a redelivery's locks.
 	Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) ([]Inserted, error)
 	// Redeliver queues a new forward of an event to each of its sender's
-	// targets (see River.Redeliver).
+	// targets. See [River.Redeliver].
 	Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error)
 	// BulkRedeliver queues a new forward of each forward of a target in a
-	// state (see River.BulkRedeliver).
+	// state. See [River.BulkRedeliver].
 	BulkRedeliver(ctx context.Context, req BulkRequest) (Bulk, error)
 	// RecordFirstAttempts records the outcomes of the fast path's first
-	// attempts (see Jobs.RecordFirstAttempts).
+	// attempts. See [Jobs.RecordFirstAttempts].
 	RecordFirstAttempts(ctx context.Context, batch []FirstAttempt) error
 	// EventForwards reads the state of an event's forwards.
 	EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error)
@@ -40,44 +38,40 @@ type Queue interface {
 
 var _ Queue = (*River)(nil)
 
-// NewForward is a forward to enqueue: an event of Sender to its target
-// Target.
+// NewForward is a forward to enqueue: an event of Sender to Target.
 type NewForward struct {
 	Sender     string
 	Target     string
 	EventID    uuid.UUID
 	DeliveryID string
-	// After, when not 0, queues the forward after the event's forward to
-	// the target under way: that forward's job, or -1 for the fast path's
-	// attempt (Args.After). Such a forward is inserted beside the one it
-	// follows; any other is not inserted while one of the same event to
-	// the same target is unfinished.
+	// After, when not 0, queues the forward after the one under way, as
+	// [Args.After] says. Such a forward is inserted beside the one it
+	// follows. Any other forward is not inserted while one of the same
+	// event to the same target is unfinished.
 	After int64
 }
 
 // Inserted is what Enqueue did with a forward.
 type Inserted struct {
-	// JobID is the forward's job: the new one, or the unfinished one that
-	// made it a duplicate.
+	// JobID is the new job, or the unfinished one that made it a
+	// duplicate.
 	JobID int64
-	// Duplicate: a forward of the event to the target was unfinished, and
-	// none was inserted.
+	// Duplicate reports that a forward of the event to the target was
+	// unfinished, so none was inserted.
 	Duplicate bool
 }
 
-// River is the queue on River: its client inserts forward jobs and, when
-// it was made with a worker, works them (and the bulk redeliveries, and
-// the maintenance job).
+// River is the [Queue] on River. Its client inserts forward jobs. When it
+// was made with a worker, it also works them, the bulk redeliveries and the
+// maintenance job.
 type River struct {
 	client *river.Client[pgx.Tx]
 	pool   *pgxpool.Pool
 	jobs   *Jobs
-	// senders is the configuration the forwards' max_attempts are read
-	// from, at their insert (ClientConfig.Senders).
+	// senders gives the forwards' max_attempts when they are inserted.
 	senders config.Source
-	// sched makes the forwards available when their time comes, in a
-	// client that works them (nil in one that only inserts): started by
-	// Start, stopped by Stop or StopAndCancel (stopSched).
+	// sched makes the forwards available when they are due. It is nil in
+	// a client that only inserts.
 	sched     *forwardScheduler
 	schedMu   sync.Mutex
 	stopSched func()
@@ -86,9 +80,9 @@ type River struct {
 // Jobs returns the forwards' statements on the queue's pool.
 func (r *River) Jobs() *Jobs { return r.jobs }
 
-// Start starts working jobs (a client that only inserts does nothing):
-// first the scheduling of the forwards (schedule.go), which makes the due
-// ones available once before River starts, then River's client.
+// Start starts working jobs; a client that only inserts does nothing. It
+// starts the forwards' scheduler first, which makes the due forwards
+// available once before River's client starts.
 func (r *River) Start(ctx context.Context) error {
 	if r.sched != nil {
 		r.schedMu.Lock()
@@ -118,7 +112,6 @@ func (r *River) StopAndCancel(ctx context.Context) error {
 	return r.client.StopAndCancel(ctx)
 }
 
-// stopScheduling stops the scheduling of the forwards, if it runs.
 func (r *River) stopScheduling() {
 	r.schedMu.Lock()
 	stop := r.stopSched
@@ -129,10 +122,9 @@ func (r *River) stopScheduling() {
 	}
 }
 
-// Enqueue inserts the jobs of forwards in tx; a forward's max attempts are
-// its target's in the configuration (River's default for a sender or
-// target this process does not know: workers that know it will work it,
-// during a rolling deploy).
+// Enqueue inserts the jobs of forwards in tx. A forward gets its target's
+// max attempts. It gets River's default for a target that this process
+// does not know; during a rolling deploy, workers that know it work it.
 func (r *River) Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) ([]Inserted, error) {
 	if len(forwards) == 0 {
 		return nil, nil
@@ -165,8 +157,8 @@ func (r *River) Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) (
 		}
 		keys[f.Sender] = append(keys[f.Sender], ForwardKey{Target: f.Target, EventID: f.EventID, Newer: x.Job.ID})
 	}
-	// A failed forward of the same event to the same target (a redelivery
-	// made while the forward was in the outbox) is superseded (failed.go).
+	// The new jobs supersede failed forwards of the same event to the same
+	// target, such as one redelivered while this one was in the outbox.
 	var b pgx.Batch
 	for _, s := range senders {
 		queueMarks(&b, s, keys[s], false)
@@ -179,48 +171,48 @@ func (r *River) Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) (
 	return out, nil
 }
 
-// Redeliver is redeliver on the queue's pool and client.
+// Redeliver queues a new forward of an event to each of its sender's
+// targets.
 func (r *River) Redeliver(ctx context.Context, sender *config.Sender, eventID uuid.UUID, deliveryID string) ([]Enqueued, error) {
 	return redeliver(ctx, r.jobs, r.client, sender, eventID, deliveryID)
 }
 
-// BulkRedeliver is the package's BulkRedeliver on the queue's pool and
-// client.
+// BulkRedeliver queues a new forward of each forward that req matches.
 func (r *River) BulkRedeliver(ctx context.Context, req BulkRequest) (Bulk, error) {
 	return bulkRedeliver(ctx, r.jobs, r.client, req)
 }
 
-// RecordFirstAttempts records the fast path's outcomes on the forwards'
-// queue (Jobs.RecordFirstAttempts).
+// RecordFirstAttempts records the fast path's outcomes on
+// [ForwardQueue].
 func (r *River) RecordFirstAttempts(ctx context.Context, batch []FirstAttempt) error {
 	return r.jobs.RecordFirstAttempts(ctx, ForwardQueue, batch)
 }
 
-// EventForwards is Jobs.EventForwards on the queue's pool.
+// EventForwards calls [Jobs.EventForwards] on the queue's pool.
 func (r *River) EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
 	return r.jobs.EventForwards(ctx, sender, eventID)
 }
 
-// Job is a forward job as its worker sees it: the forward (Args), and how
-// far its attempts are.
+// Job is a forward job as its worker sees it: the forward and how far its
+// attempts are.
 type Job struct {
 	Args
 	ID int64
-	// Attempt is the attempt under way (1 for the first); MaxAttempts how
-	// many may be made.
+	// Attempt is the attempt under way, from 1. MaxAttempts is how many
+	// may be made.
 	Attempt, MaxAttempts int
-	// Probed: the forward was sent before as a probe of its target's open
-	// breaker (MarkProbed), an attempt River did not count.
+	// Probed reports that the forward was sent before as a probe of its
+	// target's open breaker. River did not count that attempt.
 	Probed bool
 }
 
 // Tried reports whether the job's forward was sent to its target before.
 func (j Job) Tried() bool { return j.Attempt > 1 || j.Probed }
 
-// ForwardWorker works forward jobs (forward.Worker): Work's error decides
-// what follows (nil: delivered; Snooze: later, without using an attempt;
-// Cancel: failed, no retries; any other: retried at NextRetry, or failed
-// when the attempts are used up).
+// ForwardWorker works forward jobs. Work's error decides what follows.
+// Nil means delivered. [Snooze] waits without using an attempt. [Cancel]
+// fails the forward with no retries. Any other error retries it at
+// NextRetry, or fails it when the attempts are used up.
 type ForwardWorker interface {
 	Work(ctx context.Context, job Job) error
 	// Timeout is how long an attempt of job may run.
@@ -240,17 +232,16 @@ func Cancel(err error) error { return river.JobCancel(err) }
 // job whose context ctx is.
 func RecordOutput(ctx context.Context, out Output) error { return river.RecordOutput(ctx, out) }
 
-// probedKey marks, in a job's metadata, a forward that was sent as a probe
-// of an open breaker and snoozed after it failed: it counts as attempted
-// although River did not count the attempt.
+// probedKey marks a job's metadata when its forward was sent as a probe of
+// an open breaker and snoozed after it failed. The forward then counts as
+// tried, although River did not count the attempt.
 const probedKey = "hookgate_probed"
 
-// MarkProbed marks the job whose context ctx is as sent (a probe of an
-// open breaker that failed, which it snoozes after): Job.Probed from then
-// on.
+// MarkProbed marks the job of ctx as sent, after a failed probe of an open
+// breaker. From then on its [Job.Probed] is true.
 func MarkProbed(ctx context.Context) error { return river.MetadataSet(ctx, probedKey, true) }
 
-// forwardWorker is a ForwardWorker as River's worker of forward jobs.
+// forwardWorker adapts a [ForwardWorker] to River's worker of forward jobs.
 type forwardWorker struct {
 	river.WorkerDefaults[Args]
 	w ForwardWorker
@@ -269,8 +260,8 @@ func (f *forwardWorker) Timeout(job *river.Job[Args]) time.Duration { return f.w
 
 func (f *forwardWorker) NextRetry(job *river.Job[Args]) time.Time { return f.w.NextRetry(jobOf(job)) }
 
-// JobTracker learns which jobs this process's workers run (forward.Takeover):
-// Started when a worker takes one, Finished when it is done with it.
+// JobTracker learns which jobs this process's workers run. Started is
+// called when a worker takes a job, and Finished when it is done with it.
 type JobTracker interface {
 	Started(id int64)
 	Finished(id int64)

@@ -127,7 +127,7 @@ FROM pg_enum e JOIN pg_type ty ON ty.oid = e.enumtypid WHERE ty.typname = 'river
 		t.Errorf("river_job.id's default is %q and forward_delivered.id's %q: both should take river_job_id_seq", jobDefault, deliveredDefault)
 	}
 
-	// The indexes the reads are planned with (reads.go, plans.go), and
+	// The indexes the reads are planned with (reads.go; plans_test.go), and
 	// River's fetching index, which the scheduling of due forwards and the
 	// breaker's wake read in its order (schedule.go, jobs.go).
 	for _, index := range []string{"river_job_args_index", "river_job_hookgate_forward_idx", "river_job_hookgate_forward_unfinished_idx",

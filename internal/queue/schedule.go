@@ -13,69 +13,52 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// Hookgate makes its forward jobs available itself when their time comes,
-// instead of leaving them to River's job scheduler (issue 43).
+// Hookgate makes its forward jobs available itself when they are due,
+// instead of leaving them to River's job scheduler.
 //
-// River's fetch takes available jobs alone, once their scheduled_at has
-// come. A forward snoozed for longer than River's scheduler interval (5 s:
-// behind an open breaker, or paused by a Retry-After) is written
-// scheduled, and a retry due later than that retryable; River's scheduler,
-// which runs every 5 s in the elected leader, makes them available once
-// they are due within its interval. Its statement (JobSchedule) locks the
-// due jobs (FOR UPDATE, without SKIP LOCKED), then checks each against the
-// others for a unique-key conflict; on statistics that say no job is
-// scheduled (after a crash, or after an outage filled the table with
-// snoozed forwards that the last ANALYZE did not see) PostgreSQL plans that
-// check as a nested loop over the due jobs for each due job: 1,000 / 2,000
-// / 4,000 due jobs took 1.8 / 7.0 / 25 s, against 48–146 ms after ANALYZE,
-// and 10,000 run into River's 30 s timeout, after which it rolls back and
-// starts again five seconds later, holding the same locks. A target's
-// forwards then came back a minute after the target did.
+// River's fetch takes only available jobs. A forward snoozed for longer
+// than River's scheduler interval is written scheduled, and a later retry
+// retryable. River's scheduler runs every 5s in the elected leader and
+// makes them available when they are due. Its statement locks the due jobs
+// without SKIP LOCKED, then checks each for a unique-key conflict. On
+// statistics that say no job is scheduled, PostgreSQL plans that check as
+// a nested loop. Thousands of due jobs then take seconds, and 10,000 run
+// into River's 30s timeout and start again, holding the same locks. This
+// happens after a crash, or after an outage filled the table with snoozed
+// forwards.
 //
-// So each process that works forwards makes its forwards available itself,
-// every ScheduleEvery (and once before River starts): the forward jobs
-// scheduled or retryable whose time comes within scheduleAhead, in batches
-// of scheduleBatch, keeping their scheduled_at (River's fetch takes them
-// when it comes, as it does the short snoozes and retries River's executor
-// leaves available). scheduleAhead is longer than River's scheduler's own
-// look-ahead (its interval), so River's scheduler finds no forward due that
-// this has not made available already, and its plan no longer matters to
-// them. The statement needs no unique-key check: a forward's unique states
-// hold every state of an unfinished job, so it stays in River's unique
-// index (staysUnique leaves any other job to River's scheduler). It takes
-// its jobs with FOR UPDATE SKIP LOCKED, so it never waits for a lock (see
-// the lock order, doc.go).
+// So each working process makes its due forwards available itself, every
+// [ScheduleEvery] and once before River starts. It keeps their
+// scheduled_at, and River's fetch takes them when that time comes.
+// scheduleAhead is longer than River's own look-ahead, so River's
+// scheduler never finds a due forward, and its plan no longer matters. The
+// statement needs no unique-key check; see staysUnique. It uses FOR UPDATE
+// SKIP LOCKED, so it never waits for a lock.
 //
-// River's scheduler still runs, for the other job kinds. Should its
-// statement hold forwards anyway (a process's first seconds, a forward
-// snoozed just over 5 s, jobs a test or an operator wrote), a process that
-// sees it run for longer than riverScheduleStall (it looks every
-// watchEvery) cancels it (pg_cancel_backend), which releases the jobs to
-// the next pass at once, and runs ANALYZE river_job, so that River plans
-// its next run, five seconds later, on true figures. And after PostgreSQL
-// has lost its activity statistics (a crash, pg_stat_reset), when
-// autovacuum would not analyze the table for a long time, the first
-// process to look analyzes it (analyzeCheckEvery).
+// River's scheduler still runs for the other job kinds. When its statement
+// runs longer than riverScheduleStall, a process cancels it and analyzes
+// river_job. That releases the jobs at once, and River plans its next run
+// on true figures. After PostgreSQL loses its activity statistics, as in a
+// crash, autovacuum would not analyze the table for a long time. So the
+// first process to notice analyzes it.
 
 // Settings of the scheduling of forward jobs.
 const (
 	// ScheduleEvery is how often a working process makes its due forward
-	// jobs available (an indexed query that finds none most of the time).
+	// jobs available. Most passes are one indexed query that finds none.
 	ScheduleEvery = 250 * time.Millisecond
-	// scheduleAhead is how far ahead it looks: River's scheduler looks one
-	// interval ahead, and runs at most that often, so a forward due within
-	// scheduleAhead was made available before River's scheduler saw it.
+	// scheduleAhead is how far ahead a pass looks. River's scheduler looks
+	// one interval ahead, so a pass has made a forward available before
+	// River's scheduler sees it.
 	scheduleAhead = riverSchedulerInterval + 2*time.Second
-	// scheduleBatch is the most jobs one statement makes available; a
-	// pass runs statements until one makes fewer available.
+	// scheduleBatch is the most jobs that one statement makes available.
 	scheduleBatch = 1000
 	// riverScheduleStall is how long River's scheduler statement may run
-	// before hookgate cancels it and analyzes River's table: planned on
-	// true figures it takes milliseconds (10,000 due jobs beside 300,000
-	// finished ones: 0.6 s on a test machine).
+	// before hookgate cancels it. On true statistics it takes
+	// milliseconds.
 	riverScheduleStall = 3 * time.Second
 	// watchEvery is how often a process looks for a stalled statement of
-	// River's scheduler (in pg_stat_activity).
+	// River's scheduler.
 	watchEvery = time.Second
 	// analyzeCheckEvery is how often a process checks whether River's
 	// table was analyzed since PostgreSQL's activity statistics were last
@@ -83,15 +66,11 @@ const (
 	analyzeCheckEvery = 30 * time.Second
 )
 
-// scheduleSQL makes available (River's state $2) up to $6 forward jobs on
-// queue $1 in River's states $3 (scheduled, retryable) whose time comes
-// within $5 milliseconds, of priority $4, keeping their scheduled_at: the
-// jobs are selected, locked (SKIP LOCKED: a job another transaction holds
-// is left for the next pass) and made available in one statement. The
-// InitPlan reads River's fetching index in its order (state, queue,
-// priority, scheduled_at, id: under store.IndexOrderScans the one path
-// without a disabled node, see plans.go), from the earliest due, and stops
-// after $6 jobs or at the first not due; the update finds them by ctid.
+// scheduleSQL makes available up to $6 scheduled or retryable forward jobs
+// on queue $1 that are due within $5 milliseconds. They keep their
+// scheduled_at. A job that another transaction holds is left for the next
+// pass. The InitPlan reads River's fetching index in its order, from the
+// earliest due, and stops after $6 jobs or at the first not due.
 var scheduleSQL = jobSQL(`UPDATE river_job SET state = $2::river_job_state
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM river_job
   WHERE state = ANY($3::river_job_state[]) AND queue = $1 AND priority = $4
@@ -104,11 +83,10 @@ func scheduleArgs(queue string, ahead time.Duration, limit int) []any {
 	return []any{queue, jobAvailable, []string{jobScheduled, jobRetryable}, forwardPriority, ahead.Milliseconds(), limit}
 }
 
-// ScheduleDueForwards makes available up to limit forward jobs on queue
-// that River holds scheduled or retryable and whose time comes within
-// ahead, keeping their time (River's fetch takes them when it comes), and
-// returns how many it made available. It never waits for a job another
-// transaction holds (see scheduleSQL).
+// ScheduleDueForwards makes available up to limit scheduled or retryable
+// forward jobs on queue that are due within ahead, and returns how many.
+// They keep their time, and River's fetch takes them when it comes. It
+// never waits for a job that another transaction holds.
 func (q *Jobs) ScheduleDueForwards(ctx context.Context, queue string, ahead time.Duration, limit int) (int64, error) {
 	n, err := execUnder(ctx, q.db, store.IndexOrderScans, scheduleSQL, scheduleArgs(queue, ahead, limit)...)
 	if err != nil {
@@ -117,10 +95,9 @@ func (q *Jobs) ScheduleDueForwards(ctx context.Context, queue string, ahead time
 	return n, nil
 }
 
-// riverScheduleStatement starts the text of River's scheduler statement as
-// River's driver sends it (sqlc's name comment): how hookgate finds it in
-// pg_stat_activity. TestRiverPlansWhenStatisticsLie checks that River
-// still sends it so.
+// riverScheduleStatement starts the text of River's scheduler statement,
+// as River's driver sends it. Hookgate finds the statement by it in
+// pg_stat_activity, and a test checks that River still sends it so.
 const riverScheduleStatement = "-- name: JobSchedule "
 
 // stalledScheduleSQL returns the server processes of this database running
@@ -132,12 +109,10 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'acti
   AND starts_with(query, $2) AND query_start < statement_timestamp() - $1 * interval '1 millisecond'`
 
 // CancelStalledRiverSchedule cancels River's scheduler statements that
-// have run for longer than stall, then analyzes River's table, so that
-// River plans its next run on true figures (the cached plan of its
-// prepared statement is dropped with the old ones), and returns how many
-// it cancelled and how long the longest had run (see the top of this
-// file). A statement of a role this one may not see or signal is left
-// alone.
+// have run for longer than stall. Then it analyzes River's table, so River
+// plans its next run on true figures. It returns how many it cancelled and
+// how long the longest ran. It leaves alone a statement that this role may
+// not see or signal.
 func (q *Jobs) CancelStalledRiverSchedule(ctx context.Context, stall time.Duration) (int, time.Duration, error) {
 	rows, err := q.db.Query(ctx, stalledScheduleSQL, stall.Milliseconds(), riverScheduleStatement)
 	if err != nil {
@@ -171,16 +146,14 @@ func (q *Jobs) CancelStalledRiverSchedule(ctx context.Context, stall time.Durati
 	return n, longest, nil
 }
 
-// analyzeLock is the advisory lock (the two-key form, see redelivery.go)
-// under which one process at a time analyzes River's table: the bytes
-// "hkan", and 0.
+// analyzeLock is the first key of the advisory lock under which one
+// process at a time analyzes River's table. It is the bytes "hkan".
 const analyzeLock int32 = 0x686b616e
 
-// AnalyzeJobsOnce runs ANALYZE river_job unless another process is
-// analyzing it through this function (it then returns false at once): in
-// a transaction holding the advisory lock analyzeLock, waiting at most
-// 10 s for the table's lock (autovacuum gives it up to an ANALYZE that
-// waits for it). q must not be on a transaction.
+// AnalyzeJobsOnce runs ANALYZE river_job under an advisory lock. It
+// returns false at once when another process holds that lock. It waits at
+// most 10s for the table's lock, which autovacuum gives up to an ANALYZE.
+// q must not be on a transaction.
 func (q *Jobs) AnalyzeJobsOnce(ctx context.Context) (bool, error) {
 	tx, err := q.db.Begin(ctx)
 	if err != nil {
@@ -207,10 +180,9 @@ func (q *Jobs) AnalyzeJobsOnce(ctx context.Context) (bool, error) {
 }
 
 // JobsAnalyzedSinceReset reports whether River's table has been analyzed
-// (by ANALYZE or autovacuum) since PostgreSQL's activity statistics were
-// last reset: they are lost in a crash, and with them autovacuum's count
-// of the changes since the last ANALYZE, so that it would not analyze the
-// table again for a long time.
+// since PostgreSQL's activity statistics were last reset. A crash loses
+// them, and with them autovacuum's count of changes. Autovacuum would then
+// not analyze the table for a long time.
 func (q *Jobs) JobsAnalyzedSinceReset(ctx context.Context) (bool, error) {
 	var ok bool
 	err := q.db.QueryRow(ctx, `SELECT pg_stat_get_last_analyze_time(c.oid) IS NOT NULL OR pg_stat_get_last_autoanalyze_time(c.oid) IS NOT NULL
@@ -221,34 +193,33 @@ FROM pg_class c WHERE c.oid = 'river_job'::regclass`).Scan(&ok)
 	return ok, nil
 }
 
-// forwardScheduler is a working process's scheduling of its forward jobs
-// (see the top of this file): run by River.Start until River.Stop.
+// forwardScheduler makes a working process's due forward jobs available.
+// [River.Start] starts it and [River.Stop] stops it.
 type forwardScheduler struct {
 	jobs  *Jobs
 	queue string
 	log   *slog.Logger
 
-	// failing: the last pass failed (logged once until one succeeds).
+	// failing reports that the last pass failed. It is logged once until
+	// a pass succeeds.
 	failing bool
-	// watched is when River's scheduler was last looked at (watchEvery),
-	// checked when the statistics were (analyzeCheckEvery).
+	// watched is when River's scheduler was last looked at, checked when
+	// the statistics were.
 	watched, checked time.Time
 
-	// retention is River's for finished jobs: the counts of failed
-	// forwards of the hours before it (and one more) are deleted. folded
-	// is when the failed forwards were last folded into their counts
-	// (foldEvery, failed.go), expired when old counts were last deleted
-	// (expireEvery); foldFailing: the last fold failed (logged once until
-	// one succeeds).
+	// retention is River's retention of finished jobs. The counts of
+	// failed forwards older than it by an hour are deleted. folded and
+	// expired are when the last fold and the last deletion ran.
+	// foldFailing reports that the last fold failed.
 	retention       time.Duration
 	folded, expired time.Time
 	foldFailing     bool
 }
 
-// fold folds the failed forwards into their counts, every foldEvery, and
-// deletes the counts River's retention has passed, every expireEvery. A
-// failure is logged once until a fold succeeds again: the counts then
-// read the failures not folded (failed.go).
+// fold folds the failed forwards into their counts every foldEvery. Every
+// expireEvery it also deletes the counts that River's retention passed. A
+// failure is logged once until a fold succeeds. Meanwhile the counts read
+// the unfolded failures one by one.
 func (s *forwardScheduler) fold(ctx context.Context) {
 	if time.Since(s.folded) < foldEvery {
 		return
@@ -272,7 +243,7 @@ func (s *forwardScheduler) fold(ctx context.Context) {
 	}
 }
 
-// schedule makes the due forwards available, a batch at a time, and
+// schedule makes the due forwards available a batch at a time, and
 // returns how many.
 func (s *forwardScheduler) schedule(ctx context.Context) (int64, error) {
 	var total int64
@@ -285,10 +256,10 @@ func (s *forwardScheduler) schedule(ctx context.Context) (int64, error) {
 	}
 }
 
-// pass makes the due forwards available, folds the failed forwards into
-// their counts (fold), cancels a stalled run of River's scheduler, and
-// analyzes River's table when its statistics were reset; it returns how
-// many forwards it made available.
+// pass makes the due forwards available and folds the failed ones. It
+// also cancels a stalled run of River's scheduler, and analyzes River's
+// table after a reset of the statistics. It returns how many forwards it
+// made available.
 func (s *forwardScheduler) pass(ctx context.Context) (int64, error) {
 	total, err := s.schedule(ctx)
 	if err != nil {
@@ -350,9 +321,9 @@ func (s *forwardScheduler) run(ctx context.Context) {
 	}
 }
 
-// start makes the due forwards available once (before River's client
-// starts, so that River's scheduler finds no due forward), then runs the
-// loop until the returned stop is called (once; later calls do nothing).
+// start makes the due forwards available once, before River's client
+// starts, so River's scheduler finds none due. Then it runs the loop until
+// the returned stop is called.
 func (s *forwardScheduler) start(ctx context.Context) (stop func()) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	if _, err := s.schedule(pctx); err != nil && !errors.Is(err, context.Canceled) {

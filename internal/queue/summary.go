@@ -11,30 +11,19 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// A page of deliveries' forwards in a few words: the state of each event's
-// newest forward to each target, read for the whole page at once.
-
-// Summary is how many of an event's targets its newest forward is in each
-// state: one forward per target (a redelivery replaces the forward it
-// follows), 0 states absent.
+// Summary counts an event's targets by the state of its newest forward to
+// each. A redelivery replaces the forward it follows. States with 0 are
+// absent.
 type Summary map[State]int
 
-// maxSummaryEvents bounds the events of one ForwardSummaries call (a page
-// of deliveries is far fewer): the statement probes an index per event and
-// target.
+// maxSummaryEvents bounds the events of one [Jobs.ForwardSummaries] call,
+// because the statement probes an index per event and target. A page of
+// deliveries is far fewer.
 const maxSummaryEvents = 500
 
-// summaryJobsSQL finds, for each of the events $2 of sender $1 and each of
-// the targets $3, its newest forward job (a probe of hookgate's index on
-// the forward jobs per event and target, ordered as it is: the event by a
-// range, the ID descending) and its newest delivered first attempt in
-// forward_delivered (a probe of its key per event and target, the event
-// compared by a range so that the key's order is the one without a sort:
-// not its index on target); failed tells a
-// retrying job from a pending one (failedAttempt). $4 is the River state of
-// a delivered first attempt (completed). Under store.IndexOrderScans, so
-// that whatever the statistics say each probe is one of an index (see
-// plans.go).
+// summaryJobsSQL finds, for each event $2 of sender $1 and each target
+// $3, the newest forward job and the newest delivered first attempt. Each
+// is one index probe.
 var summaryJobsSQL = jobSQL(`SELECT e.event_id, t.target, j.id, j.state, j.failed
 FROM unnest($2::text[]) AS e(event_id) CROSS JOIN unnest($3::text[]) AS t(target)
 CROSS JOIN LATERAL (SELECT n.id, n.state::text AS state, ` + failedAttempt("n") + ` AS failed FROM river_job n
@@ -48,11 +37,8 @@ CROSS JOIN LATERAL (SELECT d.id FROM forward_delivered d WHERE d.sender = $1 AND
   ORDER BY d.event_id DESC, d.target DESC, d.id DESC LIMIT 1) d`)
 
 // summaryOutboxSQL finds the outbox rows of sender $1's events $2 to the
-// targets $3 (a probe of forward_outbox's key per event and target, kept
-// apart by its LIMIT as inOutboxSQL's), and whether a fast path holds each
-// (its attempt is under way). A row whose forward is recorded already
-// (recorded_at, on Citus: its delete follows) is its record's, not read
-// (store.Unrecorded).
+// targets $3, and whether a fast path holds each. It probes the outbox's
+// key once per event and target. Rows already recorded are skipped.
 var summaryOutboxSQL = `SELECT k.event_id::text, t.target, coalesce(o.leased_until > statement_timestamp(), false)
 FROM unnest($2::uuid[]) AS k(event_id) CROSS JOIN unnest($3::text[]) AS t(target)
 CROSS JOIN LATERAL (SELECT o.leased_until FROM forward_outbox o WHERE o.sender = $1 AND o.event_id = k.event_id AND o.target = t.target
@@ -63,14 +49,11 @@ func summaryJobsArgs(sender string, targets, events []string) []any {
 	return []any{sender, events, targets, jobCompleted}
 }
 
-// ForwardSummaries returns the forward states of sender's events (up to
-// maxSummaryEvents of them) to targets, by event: for each target, the
-// state of the event's newest forward to it (its outbox row while it has
-// one and no job: pending, or running while a fast path attempts it). A
-// target the event has no forward to is not counted; an event without any
-// forward is absent. One round trip of two statements, whatever the number
-// of events: the console's deliveries list reads a page's summaries with
-// it.
+// ForwardSummaries returns, by event, the state of each event's newest
+// forward to each of targets. It takes up to maxSummaryEvents events. An
+// outbox row counts as pending, or as running while a fast path attempts
+// it. An event without any forward is absent. It is one round trip of two
+// statements, so the console reads a page's summaries with it.
 func (q *Jobs) ForwardSummaries(ctx context.Context, sender string, targets []string, events []uuid.UUID) (map[uuid.UUID]Summary, error) {
 	out := map[uuid.UUID]Summary{}
 	if len(events) == 0 || len(targets) == 0 {
@@ -150,7 +133,8 @@ func (q *Jobs) ForwardSummaries(ctx context.Context, sender string, targets []st
 // summaryOrder is the order a Summary's states are told in.
 var summaryOrder = []State{StateDelivered, StateFailed, StateRetrying, StateRunning, StatePending}
 
-// String tells s in words, e.g. "2 delivered, 1 retrying"; "" when empty.
+// String tells s in words, such as "2 delivered, 1 retrying", or "" when
+// empty.
 func (s Summary) String() string {
 	out := ""
 	for _, st := range summaryOrder {

@@ -9,11 +9,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// The jobs of processes that are gone (forward_processes, processes.go).
-
-// TakenOver is a running job of a process that is gone, which
-// TakeOverJobs made available again (State pending) or discarded (State
-// failed: its attempts were used up).
+// TakenOver is a running job of a process that is gone. [Jobs.TakeOverJobs]
+// made it available again, with State pending, or discarded it, with
+// State failed, when its attempts were used up.
 type TakenOver struct {
 	JobID   int64
 	Kind    string
@@ -21,29 +19,17 @@ type TakenOver struct {
 	State   State
 }
 
-// takeOverSQL makes available again, at once, up to $3 jobs River shows as
-// running whose last attempt was made by a process whose client ID starts
-// with $1 and that has no row in forward_processes seen within the last $2
-// milliseconds: it died while running them ($4 is River's state running,
-// $5 and $6 those takeOverSet names). As River's rescuer does, the
-// job keeps its attempt count (the attempt under way counts) and gets an
-// error saying why; one whose attempts are used up is discarded. A job
-// whose last attempt was made by another kind of client (a process of an
-// earlier version, which writes no heartbeat) is left to River's rescuer.
+// takeOverSQL makes available again up to $3 running jobs of dead
+// processes. A process is dead when its client ID starts with $1 and its
+// forward_processes row was not seen within $2 milliseconds. As with
+// River's rescuer, the attempt under way counts, and the job gets an error
+// saying why. A job whose attempts are used up is discarded. A job of a
+// client that writes no heartbeat is left to River's rescuer.
 //
-// Its plan cannot depend on statistics: the running jobs are read in a CTE
-// whose only condition is the state (River's fetching index leads with it:
-// the running jobs, a few per worker, never the table), each of their
-// processes is a probe of forward_processes' key, and the update finds the
-// jobs by their key (id = ANY of an InitPlan's array: an index condition on
-// the leading column, under the transaction's index scans,
-// processIndexScans). The jobs are locked in a second InitPlan, FOR UPDATE
-// SKIP LOCKED: a job another transaction holds (River's completer writing
-// its outcome, River's rescuer) is left to it, and the statement never
-// waits for a lock (see the lock order, doc.go). The conditions on the
-// state (running) make a job that its process finished meanwhile (or that
-// another process took over first) stay as it is. takeOverSet says what
-// becomes of a job taken over.
+// The running jobs come from River's fetching index, which leads with the
+// state. Each process is a probe of forward_processes' key. A second
+// InitPlan locks the jobs, skipping locked ones. A job that its process
+// finished meanwhile, or that another process took over, stays as it is.
 var takeOverSQL = `WITH running AS MATERIALIZED (
   SELECT id, attempted_by[cardinality(attempted_by)] AS process FROM river_job WHERE state = $4::river_job_state
 )
@@ -59,12 +45,10 @@ WHERE state = $4::river_job_state AND id = ANY(ARRAY(
   ORDER BY j.id FOR UPDATE SKIP LOCKED))
 RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
 
-// takeOverSet is the SET list of a job taken over because why (an SQL
-// text expression): made available again at once, as River's rescuer does
-// (its attempt count kept, the attempt under way counted, an error saying
-// why), or discarded when its attempts are used up. The parameters
-// $<states> and $<states+1> are River's states discarded and available
-// (takeOverStates).
+// takeOverSet is the SET list of a job taken over, where why is an SQL
+// text expression. The job is made available again at once, as River's
+// rescuer does, or discarded when its attempts are used up. The parameter
+// numbered states and the next one hold takeOverStates.
 func takeOverSet(why string, states int) string {
 	return fmt.Sprintf(`state = CASE WHEN attempt >= max_attempts THEN $%d ELSE $%d END::river_job_state,`, states, states+1) + `
   scheduled_at = CASE WHEN attempt >= max_attempts THEN scheduled_at ELSE statement_timestamp() END,
@@ -76,19 +60,17 @@ func takeOverSet(why string, states int) string {
 // takeOverStates are the arguments of takeOverSet's states.
 func takeOverStates() []any { return []any{jobDiscarded, jobAvailable} }
 
-// runningOfSQL returns the jobs River shows as running (in River's state
-// $3) whose last attempt was made by the process $1, and whether that
-// attempt started more than $2 milliseconds ago. Read as takeOverSQL reads
-// the running jobs.
+// runningOfSQL returns the running jobs whose last attempt was made by the
+// process $1, and whether that attempt started more than $2 milliseconds
+// ago. It reads them as takeOverSQL does.
 const runningOfSQL = `WITH running AS MATERIALIZED (
   SELECT id, attempted_by[cardinality(attempted_by)] AS process, attempted_at FROM river_job WHERE state = $3::river_job_state
 )
 SELECT id, coalesce(attempted_at < statement_timestamp() - $2 * interval '1 millisecond', true) FROM running WHERE process = $1 ORDER BY id`
 
-// releaseOrphansSQL makes available again the jobs $2 of the process $1
-// that River shows as running (River's state $3) while the process runs
-// none of them (see ReleaseOrphans). By their key, locked as takeOverSQL
-// locks its jobs (SKIP LOCKED: never waiting).
+// releaseOrphansSQL makes available again the running jobs $2 of the
+// process $1, which runs none of them. It finds them by key and locks
+// them as takeOverSQL does, never waiting.
 var releaseOrphansSQL = `UPDATE river_job SET ` + takeOverSet("'its process (' || $1 || ') was not running it (its fetch was cut off)'", 4) + `
 WHERE state = $3::river_job_state AND id = ANY(ARRAY(
   SELECT id FROM river_job
@@ -99,13 +81,13 @@ RETURNING id, kind, attempted_by[cardinality(attempted_by)], state::text`
 // RunningJob is a job River shows as running on behalf of a process.
 type RunningJob struct {
 	ID int64
-	// Old: its attempt started more than the age asked for ago.
+	// Old reports that its attempt started more than the given age ago.
 	Old bool
 }
 
-// RunningJobsOf returns the jobs River shows as running whose last attempt
-// was made by process, oldest ID first, each saying whether that attempt
-// started more than age ago.
+// RunningJobsOf returns the running jobs whose last attempt was made by
+// process, oldest ID first. Each says whether that attempt started more
+// than age ago.
 func (q *Jobs) RunningJobsOf(ctx context.Context, process string, age time.Duration) ([]RunningJob, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)
@@ -129,13 +111,13 @@ func (q *Jobs) RunningJobsOf(ctx context.Context, process string, age time.Durat
 	return out, nil
 }
 
-// ReleaseOrphans makes available again (as TakeOverJobs does) the jobs ids
-// that River shows as running on behalf of process although the process
-// runs none of them: River's fetch marks the jobs it takes running in the
-// database, and a fetch whose answer was lost (the database crashed, the
-// connection broke) leaves jobs that no worker runs, which River's rescuer
-// would retry only after its horizon. Jobs no longer running, or now
-// another process's, are left as they are. It returns those it released.
+// ReleaseOrphans makes available again the jobs ids that River shows as
+// running for process, although the process runs none of them. River's
+// fetch marks jobs running in the database. When the fetch's answer is
+// lost, as in a crash, no worker runs those jobs, and River's rescuer
+// would retry them only after its horizon. Jobs that are no longer running,
+// or that another process runs now, are left alone. It returns those it
+// released.
 func (q *Jobs) ReleaseOrphans(ctx context.Context, process string, ids []int64) ([]TakenOver, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)
@@ -167,20 +149,17 @@ func collectTakenOver(rows pgx.Rows, what string) ([]TakenOver, error) {
 	return out, nil
 }
 
-// processIndexScans keeps takeOverSQL on its plan whatever the statistics
-// say (they are reset by a crash, when the takeover matters most): no
-// sequential or bitmap scan of River's table, and no JIT compilation (the
-// cost of a disabled path crosses jit_above_cost). Local to the batch's
-// transaction.
+// processIndexScans keeps takeOverSQL on its plan whatever the
+// statistics say. A crash resets them just when the takeover matters most.
+// It turns off sequential and bitmap scans, and JIT, since a disabled
+// path's cost crosses jit_above_cost. It lasts for the batch's transaction.
 const processIndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
 
-// TakeOverJobs makes available again up to limit jobs that are running in
-// River's table on behalf of a process whose client ID starts with prefix
-// and that has not been seen for stale (see takeOverSQL), and returns
-// them; none (nil) when there are none. The caller must itself have been
-// seen continuously for longer than stale: right after a database crash,
-// forward_processes (unlogged) is empty until each live process has
-// written its row again.
+// TakeOverJobs makes available again up to limit running jobs of
+// processes whose client ID starts with prefix and that were not seen for
+// stale. It returns them, or nil. The caller must itself have been seen for
+// longer than stale. After a database crash, the unlogged
+// forward_processes is empty until each live process writes its row again.
 func (q *Jobs) TakeOverJobs(ctx context.Context, prefix string, stale time.Duration, limit int) ([]TakenOver, error) {
 	var b pgx.Batch
 	b.Queue(processIndexScans)

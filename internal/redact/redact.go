@@ -1,15 +1,14 @@
-// Package redact hides secrets before text leaves the process: target URLs
-// (in metrics, logs, operator responses and error messages) and the error
-// texts that quote them. It is the one place that decides what of a URL is
-// secret.
+// Package redact hides secrets before text leaves the process. It hides
+// target URLs in metrics, logs, operator responses and errors, and the
+// error texts that quote them. It is the one place that decides which parts
+// of a URL are secret.
 //
-// Of a URL, the user information (user name and password: a URL such as
-// https://TOKEN@host carries its token as the user name), every query value
-// and the fragment are secret. Its path is secret when the caller says so
-// (a target's secret_path in hookgate.yaml) or when the host is one whose
-// webhook URLs carry their token in the path (see SecretPathHost). The
-// scheme, host, port, path (otherwise) and query parameter names are kept,
-// so that an operator can still tell targets apart.
+// The user name and password of a URL are secret, since a URL such as
+// https://TOKEN@host carries its token as the user name. Every query value
+// and the fragment are secret too. The path is secret when the target sets
+// secret_path, or when [SecretPathHost] reports its host. The scheme, host,
+// port, other paths and query parameter names are kept, so that an
+// operator can still tell targets apart.
 package redact
 
 import (
@@ -21,21 +20,19 @@ import (
 // Mask replaces each secret.
 const Mask = "xxxxx"
 
-// Unparseable is what URL returns for a string that does not parse as a URL
-// (which may then be anything, a secret included).
+// Unparseable is what [URL] returns for a string that does not parse as a
+// URL. Such a string may be anything, a secret included.
 const Unparseable = "(unparseable URL)"
 
-// MinSecretLen is the length below which Text leaves a secret in place:
-// shorter strings (flags such as v=1) are no secrets and would mangle the
-// text wherever they occur. URL hides secrets of any length.
+// MinSecretLen is the length below which [Text] leaves a secret in place.
+// Shorter strings, such as flags like v=1, are no secrets, and replacing
+// them would mangle the text. [URL] hides secrets of any length.
 const MinSecretLen = 4
 
-// SecretPathHost reports whether host (without port) is one whose webhook
-// URLs carry a secret in their path: Slack incoming webhooks
-// (hooks.slack.com/services/T…/B…/<secret>), Discord webhooks
-// (discord.com/api/webhooks/<id>/<token>) and Microsoft Teams/Office 365
-// connectors (*.webhook.office.com). The paths of these hosts are redacted
-// whether or not the target sets secret_path.
+// SecretPathHost reports whether host, without port, is one whose webhook
+// URLs carry a secret in their path. These are Slack incoming webhooks,
+// Discord webhooks and Microsoft Teams or Office 365 connectors. Their paths
+// are redacted whether or not the target sets secret_path.
 func SecretPathHost(host string) bool {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	switch host {
@@ -45,11 +42,11 @@ func SecretPathHost(host string) bool {
 	return strings.HasSuffix(host, ".webhook.office.com")
 }
 
-// serverList returns the servers of raw when it is a NATS URL (nats:// or
-// tls://) listing several, comma-separated, as nats.go reads it: each may
-// hold secrets of its own, and the later ones' parse as the first's path.
-// A server without a scheme is returned with nats:// in front and bare
-// true. Nil for any other URL.
+// serverList returns the servers of raw when it is a NATS URL that lists
+// several, comma-separated, as nats.go reads it. Each may hold secrets of
+// its own, and the later ones would parse as the first one's path. A server
+// without a scheme gets nats:// in front and bare true. It returns nil for
+// any other URL.
 func serverList(raw string) (servers []string, bare []bool) {
 	scheme, _, _ := strings.Cut(raw, "://")
 	if s := strings.ToLower(scheme); s != "nats" && s != "tls" || !strings.Contains(raw, ",") {
@@ -68,12 +65,12 @@ func serverList(raw string) (servers []string, bare []bool) {
 
 const natsScheme = "nats://"
 
-// URL returns raw with every secret replaced by Mask: the user name and
-// password, each query value (names are kept), the fragment, and, when
-// secretPath is true or the host is a SecretPathHost, each path segment;
-// of a NATS URL listing several servers (nats://a:4222,nats://b:4222),
-// those of each. A URL without secrets comes back unchanged; a string that
-// does not parse comes back as Unparseable.
+// URL returns raw with every secret replaced by [Mask]. It hides the user
+// name, the password, each query value and the fragment. It also hides
+// each path segment when secretPath is true or [SecretPathHost] reports the
+// host. A NATS URL that lists several servers has each server redacted. A
+// URL without secrets comes back unchanged. A string that does not parse
+// comes back as [Unparseable].
 func URL(raw string, secretPath bool) string {
 	if servers, bare := serverList(raw); servers != nil {
 		changed := false
@@ -139,10 +136,8 @@ func URL(raw string, secretPath bool) string {
 	return p.String()
 }
 
-// Secrets returns the parts of raw that URL hides (user name, password,
-// query values, fragment, and the path segments when the path is secret;
-// of each server of a NATS URL's list), for Text. A string that does not
-// parse is a secret as a whole.
+// Secrets returns the parts of raw that [URL] hides, for [Text]. A string
+// that does not parse is a secret as a whole.
 func Secrets(raw string, secretPath bool) []string {
 	if servers, _ := serverList(raw); servers != nil {
 		var out []string
@@ -178,11 +173,11 @@ func Secrets(raw string, secretPath bool) []string {
 	return slices.DeleteFunc(out, func(s string) bool { return s == "" })
 }
 
-// Text returns text with every occurrence of each secret replaced by Mask,
-// in its literal, query-escaped and path-escaped forms (error messages
-// quote URLs, encoded). Secrets shorter than MinSecretLen are left alone;
-// longer ones are replaced first, so that a secret containing another is
-// hidden whole.
+// Text returns text with every occurrence of each secret replaced by
+// [Mask]. It replaces the literal, query-escaped and path-escaped forms,
+// since error messages quote URLs encoded. Secrets shorter than
+// [MinSecretLen] are left alone. Longer ones are replaced first, so a
+// secret that contains another is hidden whole.
 func Text(text string, secrets ...string) string {
 	var forms []string
 	for _, s := range secrets {
@@ -198,11 +193,10 @@ func Text(text string, secrets ...string) string {
 	return text
 }
 
-// URLInText returns text with the target URL raw hidden: each occurrence of
-// raw, or of the form Go's net/http errors quote it in (url.URL.Redacted:
-// the password hidden, the user name and query not), becomes
-// URL(raw, secretPath), and every secret of raw that remains (Secrets) is
-// replaced as by Text.
+// URLInText returns text with the target URL raw hidden. Each occurrence
+// of raw becomes URL(raw, secretPath). So does the form that net/http's
+// errors quote, from [url.URL.Redacted], which hides only the password.
+// Then every secret of raw that remains is replaced as by [Text].
 func URLInText(text, raw string, secretPath bool) string {
 	red := URL(raw, secretPath)
 	text = strings.ReplaceAll(text, raw, red)

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Encodings accepted in HMACConfig.Encoding.
+// Encodings accepted in [HMACConfig.Encoding].
 const (
 	EncodingHex    = "hex"
 	EncodingBase64 = "base64"
@@ -15,14 +15,14 @@ const (
 // HMACConfig configures the generic hmac-sha256 scheme: one header holding
 // Prefix followed by HMAC-SHA256(secret, body), encoded as Encoding.
 type HMACConfig struct {
-	// Header is the request header carrying the signature, e.g.
-	// "X-Signature". Required; must be a valid HTTP header name.
+	// Header is the request header that carries the signature, such as
+	// "X-Signature". It is required and must be a valid HTTP header name.
 	Header string
-	// Encoding is "hex" (64 hex digits, either case) or "base64" (44
-	// characters of padded standard base64). Empty means "hex".
+	// Encoding is "hex" or "base64", padded standard base64. Empty means
+	// "hex".
 	Encoding string
-	// Prefix, if not empty, must precede the encoded MAC exactly (case
-	// sensitive), e.g. "sha256=". A value without it is ErrMalformed.
+	// Prefix, if not empty, must precede the encoded MAC exactly, such as
+	// "sha256=". A value without it is [ErrMalformed].
 	Prefix string
 }
 
@@ -48,14 +48,12 @@ func (c HMACConfig) Validate() error {
 }
 
 // HMAC returns the Verifier for the generic hmac-sha256 scheme configured
-// by cfg: the first value of cfg.Header, with surrounding white space
-// removed, must be cfg.Prefix followed by the encoded
-// HMAC-SHA256(secret, body) of the raw body. There is no timestamp.
+// by cfg. The first value of cfg.Header, trimmed, must be cfg.Prefix and the
+// encoded HMAC-SHA256 of the raw body. There is no timestamp.
 //
-// HMAC panics if cfg.Validate() returns an error; configuration loading is
-// expected to have called Validate. secrets are copied; empty ones are
-// ignored, and with no usable secret every well-formed request fails with
-// ErrMismatch.
+// HMAC panics if cfg.Validate returns an error, since loading the
+// configuration calls Validate first. Empty secrets are ignored. Without a
+// usable secret, every well-formed request fails with [ErrMismatch].
 func HMAC(cfg HMACConfig, secrets [][]byte) Verifier {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
@@ -72,7 +70,7 @@ func HMAC(cfg HMACConfig, secrets [][]byte) Verifier {
 	}
 }
 
-// validHeaderName reports whether s is an RFC 9110 field name (a token).
+// validHeaderName reports whether s is an RFC 9110 field name, a token.
 func validHeaderName(s string) bool {
 	if s == "" {
 		return false

@@ -14,48 +14,50 @@ import (
 	"time"
 )
 
-// More scheme names (see schemes): the shapes the providers' presets share,
-// each configured by the preset row's Params.
+// More scheme names: the shapes that the providers' presets share. The
+// preset row's [Params] configure each.
 const (
-	// SchemeHMACSHA1: as SchemeHMAC, with HMAC-SHA1 (Intercom, Vercel).
+	// SchemeHMACSHA1 is SchemeHMAC with HMAC-SHA1, as Intercom and Vercel
+	// use.
 	SchemeHMACSHA1 = "hmac-sha1"
-	// SchemeToken: a header holding the secret itself, compared in
-	// constant time (GitLab's X-Gitlab-Token, Telegram's
-	// X-Telegram-Bot-Api-Secret-Token). See Token.
+	// SchemeToken is a header that holds the secret itself, as GitLab and
+	// Telegram send. See [Token].
 	SchemeToken = "token"
-	// SchemeList: one header of key=value elements, an optional timestamp
-	// and one or more hex HMAC-SHA256 signatures of "<ts><joiner><body>"
-	// (Mux, Calendly, Paddle, PagerDuty). See List.
+	// SchemeList is one header of key=value elements: an optional
+	// timestamp and hex HMAC-SHA256 signatures. Mux, Calendly, Paddle and
+	// PagerDuty use it. See [List].
 	SchemeList = "hmac-sha256-list"
-	// SchemeTimestampHeader: a base64 HMAC-SHA256 of "<timestamp><body>"
-	// with the RFC 3339 timestamp in its own header (Zendesk). See
-	// TimestampHeader.
+	// SchemeTimestampHeader is a base64 HMAC-SHA256 of
+	// "<timestamp><body>", with the timestamp in its own header. Zendesk
+	// uses it. See [TimestampHeader].
 	SchemeTimestampHeader = "hmac-sha256-timestamp-header"
 )
 
-// Layout is the shape of a signature header, for SchemeList and
-// SchemeTimestampHeader.
+// Layout is the shape of a signature header, for [SchemeList] and
+// [SchemeTimestampHeader].
 type Layout struct {
-	// Separator separates the elements of a SchemeList header ("," or ";").
+	// Separator separates the elements of a SchemeList header, such as
+	// ",".
 	Separator string
 	// TimestampKey is the key of the signed timestamp element of a
-	// SchemeList header ("t", "ts"); empty when none is signed.
+	// SchemeList header, such as "t". It is empty when none is signed.
 	TimestampKey string
-	// SignatureKey is the key of the signature elements ("v1", "h1").
+	// SignatureKey is the key of the signature elements, such as "v1".
 	SignatureKey string
 	// Joiner is written between the timestamp and the body in what is
-	// signed ("." or ":").
+	// signed, such as ".".
 	Joiner string
-	// TimestampHeader is the header holding an RFC 3339 timestamp
-	// (SchemeTimestampHeader).
+	// TimestampHeader is the header that holds an RFC 3339 timestamp, for
+	// SchemeTimestampHeader.
 	TimestampHeader string
 }
 
 // Token returns the Verifier of a provider that sends the shared secret
-// itself in header name (GitLab, Telegram): the header's value must equal
-// one of the secrets. Both are hashed with SHA-256 before a constant-time
-// comparison, so neither the secret's length nor its content is revealed by
-// timing. Nothing binds the token to the body: only TLS protects the body.
+// itself in header name, as GitLab and Telegram do. The header's value must
+// equal one of the secrets. Both are hashed with SHA-256 before a
+// constant-time comparison, so timing reveals neither the secret's length
+// nor its content. Nothing binds the token to the body; only TLS protects
+// the body.
 func Token(name string, secrets [][]byte) Verifier {
 	t := &token{name: http.CanonicalHeaderKey(name)}
 	for _, s := range newKeys(secrets) {
@@ -87,15 +89,15 @@ func (v *token) Verify(h http.Header, _ []byte, _ time.Time) error {
 	return nil
 }
 
-// List returns the Verifier of a header of elements separated by
-// l.Separator, each key=value (white space around elements ignored):
+// List returns the Verifier of a header of key=value elements separated
+// by l.Separator, ignoring white space around them:
 //
 //	<Header>: <TimestampKey>=<unix seconds><Separator><SignatureKey>=<hex HMAC-SHA256(secret, "<ts><Joiner><body>")>[<Separator><SignatureKey>=...]
 //
-// With no TimestampKey, what is signed is the body alone and there is no
-// timestamp check. Any one signature valid under any secret passes (several
-// are sent while the provider rotates its secret); other keys are ignored.
-// The timestamp must be within tolerance of now (<= 0: DefaultTolerance).
+// With no TimestampKey, only the body is signed, and there is no timestamp
+// check. Any one signature valid under any secret passes, since providers
+// send several while they rotate a secret. Other keys are ignored. The
+// timestamp must be within tolerance of now.
 func List(name string, l Layout, secrets [][]byte, tolerance time.Duration) Verifier {
 	return &list{name: http.CanonicalHeaderKey(name), l: l, keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
 }
@@ -139,13 +141,12 @@ func (v *list) describe() string {
 	return v.l.TimestampKey + "=<unix seconds>" + v.l.Separator + sig
 }
 
-// ParseSignatureList parses a SchemeList header value laid out as l: the
-// timestamp (when l.TimestampKey is set: exactly one such element, which
-// must parse with ParseUnixTimestamp) and the 32-byte MACs of the
-// l.SignatureKey elements written as 64 hex digits, in order (others are
-// skipped). It returns an error wrapping ErrMalformed if s is longer than
-// MaxHeaderBytes, the timestamp is missing, repeated or invalid, there are
-// more than MaxSignatures signature elements, or none is usable.
+// ParseSignatureList parses a SchemeList header value laid out as l. It
+// returns the timestamp, when l.TimestampKey is set, and the 32-byte MACs
+// of the signature elements written as 64 hex digits, in order. Other
+// elements are skipped. It returns an error wrapping [ErrMalformed] if s is
+// too long, or the timestamp is missing, repeated or invalid. It does so
+// too for more than [MaxSignatures] signatures, or none usable.
 func ParseSignatureList(s string, l Layout) (ts int64, sigs [][]byte, err error) {
 	if len(s) > MaxHeaderBytes {
 		return 0, nil, fmt.Errorf("%w: longer than %d bytes", ErrMalformed, MaxHeaderBytes)
@@ -187,10 +188,10 @@ func ParseSignatureList(s string, l Layout) (ts int64, sigs [][]byte, err error)
 	return ts, sigs, nil
 }
 
-// TimestampHeader returns the Verifier of a base64 HMAC-SHA256 in header
-// name of "<timestamp><body>", the timestamp being the value of header
-// l.TimestampHeader as sent, which must be an RFC 3339 time within
-// tolerance of now (<= 0: DefaultTolerance). This is Zendesk's scheme.
+// TimestampHeader returns the Verifier of a base64 HMAC-SHA256 of
+// "<timestamp><body>" in header name. This is Zendesk's scheme. The
+// timestamp is the value of header l.TimestampHeader as sent. It must be an
+// RFC 3339 time within tolerance of now.
 func TimestampHeader(name string, l Layout, secrets [][]byte, tolerance time.Duration) Verifier {
 	return &tsHeader{name: http.CanonicalHeaderKey(name), tsName: http.CanonicalHeaderKey(l.TimestampHeader),
 		keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
@@ -228,14 +229,14 @@ func (v *tsHeader) Verify(h http.Header, body []byte, now time.Time) error {
 	return nil
 }
 
-// SchemeECDSA: an ECDSA P-256 signature over SHA-256 of
-// "<timestamp><body>", base64 ASN.1 DER in one header, the Unix timestamp
-// in l.TimestampHeader; the "secrets" are the provider's public keys,
-// base64 DER (PKIX) as the provider shows them (SendGrid's Event Webhook).
+// SchemeECDSA is SendGrid's Event Webhook scheme: an ECDSA P-256 signature
+// over SHA-256 of "<timestamp><body>", in base64 ASN.1 DER. The Unix
+// timestamp is in l.TimestampHeader. The "secrets" are the provider's
+// public keys, in base64 PKIX DER as the provider shows them.
 const SchemeECDSA = "ecdsa-p256"
 
-// ParseECDSAPublicKey parses a base64 (standard, padded) DER PKIX ECDSA
-// P-256 public key. Its error never contains the input.
+// ParseECDSAPublicKey parses an ECDSA P-256 public key in padded standard
+// base64 of PKIX DER. Its error never contains the input.
 func ParseECDSAPublicKey(s string) (*ecdsa.PublicKey, error) {
 	der, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
 	if err != nil {
@@ -252,9 +253,9 @@ func ParseECDSAPublicKey(s string) (*ecdsa.PublicKey, error) {
 	return pub, nil
 }
 
-// ECDSA returns the Verifier of SchemeECDSA with the public keys pubs: a
-// signature valid under any of them passes (rotation). The timestamp must
-// be within tolerance of now (<= 0: DefaultTolerance).
+// ECDSA returns the Verifier of [SchemeECDSA] with the public keys pubs. A
+// signature valid under any of them passes, so a key can be rotated. The
+// timestamp must be within tolerance of now.
 func ECDSA(name string, l Layout, pubs []*ecdsa.PublicKey, tolerance time.Duration) Verifier {
 	return &ecdsaV{name: http.CanonicalHeaderKey(name), tsName: http.CanonicalHeaderKey(l.TimestampHeader),
 		pubs: pubs, tol: toleranceOrDefault(tolerance)}
@@ -266,7 +267,8 @@ type ecdsaV struct {
 	tol          time.Duration
 }
 
-// maxECDSASignature bounds a DER ECDSA P-256 signature (72 bytes at most).
+// maxECDSASignature bounds a DER ECDSA P-256 signature, which is at most
+// 72 bytes.
 const maxECDSASignature = 80
 
 func (v *ecdsaV) Verify(h http.Header, body []byte, now time.Time) error {

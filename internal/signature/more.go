@@ -17,21 +17,24 @@ import (
 // Scheme names of Zoom's, Twitch's, Discord's, Mailgun's and Airtable's
 // verifiers.
 const (
-	// SchemeZoom: x-zm-signature with x-zm-request-timestamp. See Zoom.
+	// SchemeZoom is x-zm-signature with x-zm-request-timestamp. See
+	// [Zoom].
 	SchemeZoom = "zoom"
-	// SchemeTwitch: Twitch-Eventsub-Message-Signature. See Twitch.
+	// SchemeTwitch is Twitch-Eventsub-Message-Signature. See [Twitch].
 	SchemeTwitch = "twitch"
-	// SchemeEd25519: X-Signature-Ed25519 with X-Signature-Timestamp
-	// (Discord); the "secrets" are hex Ed25519 public keys. See Ed25519.
+	// SchemeEd25519 is Discord's X-Signature-Ed25519 with
+	// X-Signature-Timestamp. The "secrets" are hex Ed25519 public keys.
+	// See [Ed25519].
 	SchemeEd25519 = "ed25519"
-	// SchemeMailgun: the signature object inside the body. See Mailgun.
+	// SchemeMailgun is the signature object inside the body. See
+	// [Mailgun].
 	SchemeMailgun = "mailgun"
-	// SchemeHMACBase64Key: as SchemeHMAC, keyed with the base64-decoded
-	// secret (Airtable's macSecretBase64).
+	// SchemeHMACBase64Key is SchemeHMAC keyed with the base64-decoded
+	// secret, such as Airtable's macSecretBase64.
 	SchemeHMACBase64Key = "hmac-sha256-base64-key"
 )
 
-// Header names of those verifiers (as canonicalised by net/http).
+// Header names of those verifiers, as net/http canonicalises them.
 const (
 	HeaderZoomSignature     = "X-Zm-Signature"
 	HeaderZoomTimestamp     = "X-Zm-Request-Timestamp"
@@ -97,8 +100,8 @@ func (v *zoom) Verify(h http.Header, body []byte, now time.Time) error {
 //	Twitch-Eventsub-Message-Timestamp: <RFC 3339 time, nanoseconds>
 //	Twitch-Eventsub-Message-Signature: sha256=<hex HMAC-SHA256(secret, <id><timestamp><body>)>
 //
-// The timestamp, as sent, is what is signed; it must be within tolerance
-// of now (Twitch asks to refuse messages older than 10 minutes).
+// The timestamp is signed as sent. It must be within tolerance of now.
+// Twitch asks to refuse messages older than 10 minutes.
 func Twitch(secrets [][]byte, tolerance time.Duration) Verifier {
 	return &twitch{keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
 }
@@ -140,8 +143,8 @@ func (v *twitch) Verify(h http.Header, body []byte, now time.Time) error {
 }
 
 // ParseEd25519PublicKey decodes an Ed25519 public key written as 64 hex
-// digits (as Discord's developer portal shows an application's key). Its
-// error never contains the input.
+// digits, as Discord's developer portal shows it. Its error never contains
+// the input.
 func ParseEd25519PublicKey(s string) (ed25519.PublicKey, error) {
 	b, err := hex.DecodeString(strings.TrimSpace(s))
 	if err != nil || len(b) != ed25519.PublicKeySize {
@@ -199,36 +202,32 @@ func (v *edV) Verify(h http.Header, body []byte, now time.Time) error {
 
 // Mailgun returns the Verifier of Mailgun's webhooks
 // (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks):
-// the signature is inside the body, a JSON object whose "signature" member
-// holds timestamp (Unix seconds), token and signature, the hex
-// HMAC-SHA256(webhook signing key, <timestamp><token>). A subaccount's
-// event also carries parent-signature, the same under the primary account's
-// key: either passes. A form body with
-// timestamp, token and signature fields (Mailgun's routes and legacy
-// webhooks) is read too. The timestamp must be within tolerance of now.
+// the signature is inside the body. The JSON body's "signature" member
+// holds the Unix timestamp, the token and the signature. The signature is
+// the hex HMAC-SHA256 of <timestamp><token> under the webhook signing key.
+// A subaccount's event also carries parent-signature, made with the
+// primary account's key, and either passes. A form body with timestamp,
+// token and signature fields is read too. The timestamp must be within
+// tolerance of now.
 //
-// What is signed is the timestamp and token only, not the event: Mailgun's
-// scheme binds the request to Mailgun's key and time, not to its content,
-// so a genuine signature object fits any event. The verifier is a
-// NonceVerifier: ingest accepts each token for one delivery only (package
-// sigtoken), as Mailgun's documentation suggests (cache the token, refuse
-// a request that uses it again).
+// Only the timestamp and token are signed, not the event. So a genuine
+// signature object fits any event. The verifier is a [NonceVerifier], and
+// ingest accepts each token for one delivery only, as Mailgun's
+// documentation suggests.
 func Mailgun(secrets [][]byte, tolerance time.Duration) NonceVerifier {
 	return &mailgun{keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
 }
 
-// A NonceVerifier is a Verifier whose scheme signs a single-use token
-// (a nonce) and a timestamp instead of the body, Mailgun's: a valid
-// signature proves that the token came from the provider, not that the
-// rest of the request did, so each token must be accepted for one
-// delivery only, as long as Verify accepts it.
+// A NonceVerifier is a Verifier whose scheme signs a single-use token and a
+// timestamp instead of the body, as Mailgun's does. A valid signature proves
+// that the token came from the provider, not that the rest of the request
+// did. So each token must be accepted for one delivery only, as long as
+// Verify accepts it.
 type NonceVerifier interface {
 	Verifier
-	// Nonce returns the token of a request (the headers and raw body
-	// Verify accepted) and the timestamp signed with it, which Verify
-	// accepts while it is within the tolerance of now; ok is false when
-	// the request carries no well-formed token and timestamp (which Verify
-	// refuses).
+	// Nonce returns the token of a request that Verify accepted, and the
+	// timestamp signed with it. ok is false when the request carries no
+	// well-formed token and timestamp, which Verify refuses.
 	Nonce(h http.Header, body []byte) (token string, signedAt time.Time, ok bool)
 }
 
@@ -240,9 +239,9 @@ type mailgun struct {
 var mailgunPointers = []jsonptr.Pointer{{"signature", "timestamp"}, {"signature", "token"}, {"signature", "signature"}, {"signature", "parent-signature"}}
 
 // ParseMailgunSignature returns the timestamp, token and signature of a
-// Mailgun webhook body (JSON, or a form with those fields). Any of them
-// missing, not a string (or number, for the timestamp), or longer than
-// MaxHeaderBytes is an error wrapping ErrMissing or ErrMalformed.
+// Mailgun webhook body, in JSON or as a form. Each must be present, a
+// string, and no longer than [MaxHeaderBytes]; the timestamp may also be a
+// number. Otherwise the error wraps [ErrMissing] or [ErrMalformed].
 func ParseMailgunSignature(body []byte, contentType string) (ts, token, sig string, err error) {
 	if isForm(contentType) {
 		q, perr := url.ParseQuery(string(body))
@@ -312,8 +311,7 @@ func (v *mailgun) Nonce(h http.Header, body []byte) (string, time.Time, bool) {
 }
 
 // mailgunParentSignature returns the decoded signature.parent-signature of
-// a JSON body (a subaccount's event, signed also under the primary
-// account's key), or nil.
+// a subaccount's JSON body, or nil.
 func mailgunParentSignature(body []byte, contentType string) []byte {
 	if isForm(contentType) {
 		return nil
@@ -325,9 +323,8 @@ func mailgunParentSignature(body []byte, contentType string) []byte {
 	return decodeMAC(encHex, vals[0].Str)
 }
 
-// DecodeBase64Key decodes a secret given as standard base64 (padded or
-// not), such as Airtable's macSecretBase64. Its error never contains the
-// input.
+// DecodeBase64Key decodes a secret given as standard base64, padded or not,
+// such as Airtable's macSecretBase64. Its error never contains the input.
 func DecodeBase64Key(s string) ([]byte, error) {
 	s = strings.TrimRight(strings.TrimSpace(s), "=")
 	b, err := base64.RawStdEncoding.DecodeString(s)

@@ -13,9 +13,8 @@ import (
 //	X-Hub-Signature-256: sha256=<hex HMAC-SHA256(secret, body)>
 //
 // The hex digits may be upper or lower case. The legacy SHA-1 header
-// X-Hub-Signature is ignored. secrets are copied; empty ones are ignored,
-// and with no usable secret every well-formed request fails with
-// ErrMismatch.
+// X-Hub-Signature is ignored. Empty secrets are ignored. Without a usable
+// secret, every well-formed request fails with [ErrMismatch].
 func GitHub(secrets [][]byte) Verifier {
 	return &prefixed{
 		name:   HeaderGitHub,
@@ -29,9 +28,9 @@ func GitHub(secrets [][]byte) Verifier {
 //
 //	X-Shopify-Hmac-Sha256: <base64 HMAC-SHA256(secret, body)>
 //
-// The value must be padded standard base64 (44 characters). secrets are
-// copied; empty ones are ignored, and with no usable secret every
-// well-formed request fails with ErrMismatch.
+// The value must be padded standard base64. Empty secrets are ignored.
+// Without a usable secret, every well-formed request fails with
+// [ErrMismatch].
 func Shopify(secrets [][]byte) Verifier {
 	return &prefixed{
 		name: HeaderShopify,
@@ -47,7 +46,7 @@ type prefixed struct {
 	prefix string
 	enc    encoding
 	keys   keys
-	// sha1: the MAC is HMAC-SHA1 (20 bytes), not HMAC-SHA256.
+	// sha1 reports that the MAC is HMAC-SHA1, not HMAC-SHA256.
 	sha1 bool
 }
 
@@ -93,10 +92,9 @@ func describe(e encoding) string {
 //	X-Slack-Request-Timestamp: <unix seconds>
 //	X-Slack-Signature: v0=<hex HMAC-SHA256(secret, "v0:<ts>:<body>")>
 //
-// The timestamp must parse with ParseUnixTimestamp and be within tolerance
-// of now, in the past or the future; tolerance <= 0 means DefaultTolerance
-// (300 s). secrets are copied; empty ones are ignored, and with no usable
-// secret every well-formed, timely request fails with ErrMismatch.
+// The timestamp must be within tolerance of now, in the past or the future.
+// Zero or less means [DefaultTolerance]. Empty secrets are ignored. Without
+// a usable secret, every well-formed request fails with [ErrMismatch].
 func Slack(secrets [][]byte, tolerance time.Duration) Verifier {
 	return &slack{keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
 }
@@ -132,9 +130,8 @@ func (v *slack) Verify(h http.Header, body []byte, now time.Time) error {
 	return nil
 }
 
-// ParseSlackSignature decodes an X-Slack-Signature value, "v0=" followed by
-// 64 hex digits, into the 32-byte MAC. Any other input (another version,
-// wrong length, non-hex, white space inside) returns nil, false.
+// ParseSlackSignature decodes an X-Slack-Signature value, "v0=" and 64 hex
+// digits, into the 32-byte MAC. Any other input returns nil, false.
 func ParseSlackSignature(s string) ([]byte, bool) {
 	rest, ok := strings.CutPrefix(s, "v0=")
 	if !ok {
@@ -148,14 +145,11 @@ func ParseSlackSignature(s string) ([]byte, bool) {
 //
 //	Stripe-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>[,v1=...][,v0=...]
 //
-// The header is parsed with ParseStripeHeader; any one v1 signature valid
-// under any secret passes, other schemes (v0, ...) are ignored. The
-// timestamp must be within tolerance of now, in the past or the future;
-// tolerance <= 0 means DefaultTolerance (300 s). The secret is used as is
-// (Stripe's "whsec_..." string is the HMAC key; it is not base64-decoded,
-// unlike Standard Webhooks). secrets are copied; empty ones are ignored, and
-// with no usable secret every well-formed, timely request fails with
-// ErrMismatch.
+// Any one v1 signature valid under any secret passes, and other schemes
+// are ignored. The timestamp must be within tolerance of now. The secret
+// is used as is: Stripe's "whsec_..." string is the HMAC key, not base64 as
+// in Standard Webhooks. Empty secrets are ignored. Without a usable secret,
+// every well-formed request fails with [ErrMismatch].
 func Stripe(secrets [][]byte, tolerance time.Duration) Verifier {
 	return &stripe{keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
 }
@@ -195,10 +189,10 @@ func (v *stripe) Verify(h http.Header, body []byte, now time.Time) error {
 //     32-byte MAC to v1, in header order; other v1 values are skipped.
 //   - Elements with any other key, and elements without "=", are ignored.
 //
-// It returns an error wrapping ErrMalformed (and ts 0, v1 nil) if s is
-// longer than MaxHeaderBytes, t is missing, repeated or invalid, there are
-// more than MaxSignatures v1 elements, or no v1 element is usable. On
-// success 1 <= len(v1) <= MaxSignatures.
+// It returns an error wrapping [ErrMalformed] if s is too long, or t is
+// missing, repeated or invalid. It does so too for more than
+// [MaxSignatures] v1 elements, or none usable. On success, v1 holds 1 to
+// MaxSignatures MACs.
 func ParseStripeHeader(s string) (ts int64, v1 [][]byte, err error) {
 	if len(s) > MaxHeaderBytes {
 		return 0, nil, fmt.Errorf("%w: longer than %d bytes", ErrMalformed, MaxHeaderBytes)

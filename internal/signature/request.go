@@ -14,18 +14,17 @@ import (
 	"time"
 )
 
-// Request is what a RequestVerifier reads of a request besides its headers
-// and body: the method and the URL as the provider requested it (scheme,
-// host, path and query; behind a proxy the public one, which the sender's
-// configuration names).
+// Request is what a [RequestVerifier] reads of a request besides its
+// headers and body: the method and the URL as the provider requested it.
+// Behind a proxy, the URL is the public one that the configuration names.
 type Request struct {
 	Method string
 	URL    string
 }
 
-// RequestVerifier is a Verifier whose providers sign the request's URL (and
-// method) too: Twilio, Square, HubSpot. Their Verify, without a URL, fails
-// with ErrMissing; ingest calls VerifyRequest.
+// RequestVerifier is a Verifier whose providers also sign the request's
+// URL, and maybe its method: Twilio, Square and HubSpot. Verify, without a
+// URL, fails with [ErrMissing], so ingest calls VerifyRequest.
 type RequestVerifier interface {
 	Verifier
 	// VerifyRequest is Verify with the request's method and URL.
@@ -34,11 +33,11 @@ type RequestVerifier interface {
 
 // Scheme names of the verifiers that sign the URL.
 const (
-	// SchemeTwilio: X-Twilio-Signature (Twilio). See Twilio.
+	// SchemeTwilio is X-Twilio-Signature. See [Twilio].
 	SchemeTwilio = "twilio"
-	// SchemeSquare: x-square-hmacsha256-signature (Square). See Square.
+	// SchemeSquare is x-square-hmacsha256-signature. See [Square].
 	SchemeSquare = "square"
-	// SchemeHubSpotV3: X-HubSpot-Signature-v3 (HubSpot). See HubSpotV3.
+	// SchemeHubSpotV3 is X-HubSpot-Signature-v3. See [HubSpotV3].
 	SchemeHubSpotV3 = "hubspot-v3"
 )
 
@@ -52,8 +51,7 @@ const (
 )
 
 // MaxFormParams bounds the parameters of a form body that Twilio's check
-// reads (as Express's urlencoded parser does by default); more is
-// ErrMalformed.
+// reads, as Express's urlencoded parser does. More is [ErrMalformed].
 const MaxFormParams = 1000
 
 var errNoURL = fmt.Errorf("%w: the request URL is unknown", ErrMissing)
@@ -63,16 +61,15 @@ var errNoURL = fmt.Errorf("%w: the request URL is unknown", ErrMissing)
 //
 //	X-Twilio-Signature: <base64 HMAC-SHA1(auth token, <URL><name1><value1><name2><value2>...)>
 //
-// where URL is the full URL Twilio requested (with its query string) and
-// the names and values are the POST parameters of a form body, sorted by
-// name (CanonicalTwilioParams). A JSON body is not part of what is signed:
-// the URL's bodySHA256 query parameter carries the hex SHA-256 of the body,
-// which must match it. Any other non-empty body is ErrMalformed, since the
-// signature would not cover it. Like Twilio's own libraries, the URL is
-// tried with its port and without (the default port added or removed). A
-// request with X-Twilio-Webhooks-Signature-Settings: ...,algorithm=HMAC_SHA256
-// is checked with HMAC-SHA256 (a Webhooks Rule's shared key, listed among
-// the secrets). There is no timestamp.
+// URL is the full URL that Twilio requested, with its query string. The
+// names and values are a form body's POST parameters, sorted by name; see
+// [CanonicalTwilioParams]. A JSON body is not signed. Instead, the URL's
+// bodySHA256 parameter carries the body's hex SHA-256, which must match.
+// Any other non-empty body is [ErrMalformed], since the signature would
+// not cover it. As in Twilio's libraries, the URL is tried with and without
+// its default port. A request whose X-Twilio-Webhooks-Signature-Settings
+// names algorithm=HMAC_SHA256 is checked with HMAC-SHA256. There is no
+// timestamp.
 func Twilio(secrets [][]byte) RequestVerifier { return &twilio{keys: newKeys(secrets)} }
 
 type twilio struct{ keys keys }
@@ -125,8 +122,8 @@ func (v *twilio) VerifyRequest(r Request, h http.Header, body []byte, _ time.Tim
 }
 
 // twilioAlgorithm returns the algorithm= of an
-// X-Twilio-Webhooks-Signature-Settings value, HMAC_SHA1 when there is none
-// (as Twilio's libraries read it).
+// X-Twilio-Webhooks-Signature-Settings value. It is HMAC_SHA1 when there
+// is none, as Twilio's libraries read it.
 func twilioAlgorithm(settings string) string {
 	for part := range strings.SplitSeq(settings, ",") {
 		if k, v, ok := strings.Cut(part, "="); ok && strings.TrimSpace(k) == "algorithm" {
@@ -145,12 +142,11 @@ func isForm(contentType string) bool {
 }
 
 // CanonicalTwilioParams returns what Twilio appends to the URL for a form
-// body: each parameter's name followed by its value, sorted by name, the
-// values of a repeated name deduplicated and sorted (as twilio-node's
-// getExpectedTwilioSignature does). Names and values are decoded
-// (percent-escapes, "+" as space). A body that is not a valid form
-// (a bad escape, a ";"), or has more than MaxFormParams parameters, returns
-// an error wrapping ErrMalformed.
+// body: each parameter's name and then its value, sorted by name. The
+// values of a repeated name are deduplicated and sorted, as twilio-node
+// does. Names and values are decoded first. A body that is not a valid
+// form, or has more than [MaxFormParams] parameters, returns an error
+// wrapping [ErrMalformed].
 func CanonicalTwilioParams(body []byte) ([]byte, error) {
 	if n := strings.Count(string(body), "&") + 1; n > MaxFormParams {
 		return nil, fmt.Errorf("%w: the form body has more than %d parameters", ErrMalformed, MaxFormParams)
@@ -179,8 +175,8 @@ func CanonicalTwilioParams(body []byte) ([]byte, error) {
 	return out, nil
 }
 
-// urlPortVariants returns u without its port and with the scheme's default
-// port added when it has none: the two forms Twilio's libraries try.
+// urlPortVariants returns u without its port, and with the scheme's
+// default port when it has none. Twilio's libraries try both forms.
 func urlPortVariants(u string) []string {
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok {
@@ -249,11 +245,11 @@ func (v *square) VerifyRequest(r Request, h http.Header, body []byte, _ time.Tim
 //	X-HubSpot-Request-Timestamp: <Unix milliseconds>
 //	X-HubSpot-Signature-v3: <base64 HMAC-SHA256(client secret, <method><URI><body><timestamp>)>
 //
-// where URI is the full URL HubSpot requested. HubSpot's page asks to
-// decode some percent-escapes of the URI (%3A, %2F, %3F, %40, %21, %24,
-// %27, %28, %29, %2A, %2C, %3B) before signing; its Node client signs the
-// URL as given. Both forms are tried. The timestamp must be within
-// tolerance of now (HubSpot rejects requests older than 5 minutes).
+// URI is the full URL that HubSpot requested. HubSpot's page asks to
+// decode some percent-escapes of the URI before signing, but its Node
+// client signs the URL as given. Both forms are tried. The timestamp must
+// be within tolerance of now. HubSpot rejects requests older than 5
+// minutes.
 func HubSpotV3(secrets [][]byte, tolerance time.Duration) RequestVerifier {
 	return &hubspot{keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
 }

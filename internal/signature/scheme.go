@@ -8,47 +8,48 @@ import (
 	"time"
 )
 
-// Names of the schemes New builds, as the preset table (package config)
-// names them.
+// Names of the schemes that [New] builds, as the preset table names them.
 const (
-	// SchemeHMAC: one header holding a prefix and the HMAC-SHA256 of the
-	// body, hex or base64 (HMAC); GitHub's and Shopify's presets use it.
+	// SchemeHMAC is one header that holds a prefix and the HMAC-SHA256 of
+	// the body, in hex or base64. GitHub's and Shopify's presets use it.
 	SchemeHMAC = "hmac-sha256"
-	// SchemeStripe: Stripe-Signature (Stripe).
+	// SchemeStripe is Stripe's Stripe-Signature.
 	SchemeStripe = "stripe"
-	// SchemeSlack: X-Slack-Signature with X-Slack-Request-Timestamp (Slack).
+	// SchemeSlack is Slack's X-Slack-Signature with
+	// X-Slack-Request-Timestamp.
 	SchemeSlack = "slack"
-	// SchemeStandardWebhooks: webhook-signature (StandardWebhooks), with
-	// whsec_ secrets.
+	// SchemeStandardWebhooks is webhook-signature with whsec_ secrets.
 	SchemeStandardWebhooks = "standard-webhooks"
 )
 
 // Params are a scheme's parameters, from a preset row or a sender's
 // signature block. Each scheme reads those it needs.
 type Params struct {
-	// Header, Encoding and Prefix: where the MAC is and how it is written
-	// (SchemeHMAC).
+	// Header, Encoding and Prefix say where the MAC is and how it is
+	// written, for SchemeHMAC.
 	Header, Encoding, Prefix string
-	// Tolerance bounds a signed timestamp's distance from now (the schemes
-	// that sign one); <= 0 means DefaultTolerance.
+	// Tolerance bounds a signed timestamp's distance from now. Zero or
+	// less means DefaultTolerance.
 	Tolerance time.Duration
-	// Layout is the header's shape (SchemeList, SchemeTimestampHeader).
+	// Layout is the header's shape, for the schemes that read it.
 	Layout Layout
 }
 
 // scheme is one entry of schemes.
 type scheme struct {
-	// standardSecrets: the secrets are Standard Webhooks secrets (whsec_
-	// followed by base64), decoded with DecodeStandardSecret before use.
+	// standardSecrets reports that the secrets are Standard Webhooks
+	// secrets, decoded with DecodeStandardSecret before use.
 	standardSecrets bool
-	// decode turns a secret as written into the key New is given; nil:
-	// its bytes as written. Its error never contains the secret.
+	// decode turns a secret as written into the key that New is given.
+	// When nil, the key is the secret's bytes. Its error never contains
+	// the secret.
 	decode func(string) ([]byte, error)
 	build  func(p Params, secrets [][]byte) (Verifier, error)
 }
 
-// schemes are the verifiers New builds, by scheme name. Adding a signature
-// scheme is adding its Verifier to this package and an entry here.
+// schemes are the verifiers that New builds, by scheme name. Adding a
+// signature scheme is adding its Verifier to this package and an entry
+// here.
 var schemes = map[string]scheme{
 	SchemeHMAC: {build: func(p Params, secrets [][]byte) (Verifier, error) {
 		hc := HMACConfig{Header: p.Header, Encoding: p.Encoding, Prefix: p.Prefix}
@@ -135,9 +136,8 @@ var schemes = map[string]scheme{
 }
 
 // New returns the Verifier of the named scheme with params p and the
-// secrets (decoded already: see StandardSecrets). It returns an error for
-// an unknown scheme or parameters the scheme refuses; the error never
-// contains a secret.
+// secrets, decoded already. It returns an error for an unknown scheme or
+// parameters that the scheme refuses. The error never contains a secret.
 func New(name string, p Params, secrets [][]byte) (Verifier, error) {
 	s, ok := schemes[name]
 	if !ok {
@@ -146,16 +146,14 @@ func New(name string, p Params, secrets [][]byte) (Verifier, error) {
 	return s.build(p, secrets)
 }
 
-// StandardSecrets reports whether the named scheme's secrets are written
-// as Standard Webhooks secrets (whsec_ followed by base64) and must be
-// decoded with DecodeStandardSecret; false for an unknown scheme.
+// StandardSecrets reports whether the named scheme's secrets are Standard
+// Webhooks secrets, to decode with [DecodeStandardSecret].
 func StandardSecrets(name string) bool { return schemes[name].standardSecrets }
 
-// DecodeSecret returns the key the named scheme's verifier is built with
-// for a secret as the configuration writes it: a Standard Webhooks secret
-// decoded (DecodeStandardSecret), a base64 key decoded
-// (SchemeHMACBase64Key), an Ed25519 public key's bytes (SchemeEd25519),
-// otherwise the secret's bytes. Its error never contains the secret.
+// DecodeSecret returns the key that the named scheme's verifier is built
+// with, for a secret as the configuration writes it. It decodes Standard
+// Webhooks secrets, base64 keys and Ed25519 public keys. Otherwise the key
+// is the secret's bytes. Its error never contains the secret.
 func DecodeSecret(name, secret string) ([]byte, error) {
 	if d := schemes[name].decode; d != nil {
 		return d(secret)

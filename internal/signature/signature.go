@@ -1,31 +1,28 @@
 // Package signature checks the signatures webhook senders put on their
 // requests, before hookgate does any database work.
 //
-// Each signature scheme of the presets (GitHub's, Stripe's, Shopify's,
-// Slack's, Standard Webhooks', the generic HMAC-SHA256, and the shapes the
-// other providers share: New and Schemes list them) is a [Verifier]. Every
-// Verifier:
+// Each signature scheme of the presets is a [Verifier]; [New] and [Schemes]
+// list them. Every Verifier does the following:
 //
-//   - accepts several secrets (rotation): a signature valid under any of them
-//     passes;
-//   - accepts, where the scheme allows several signatures in one header
-//     (Stripe, Standard Webhooks), a request whose header holds at least one
-//     valid signature;
-//   - compares MACs in constant time (crypto/hmac.Equal) after decoding the
-//     received signature to bytes;
-//   - returns errors that wrap exactly one of [ErrMissing], [ErrMalformed],
-//     [ErrTimestamp] or [ErrMismatch], whose messages name the header at
-//     fault but never contain a secret, the expected signature or the
-//     received header value, so they are safe to send to the client;
-//   - is immutable and safe for concurrent use.
+//   - It accepts several secrets, so a secret can be rotated. A signature
+//     valid under any of them passes.
+//   - Where a scheme allows several signatures in one header, it accepts a
+//     header that holds at least one valid signature.
+//   - It compares MACs in constant time, with [hmac.Equal], after decoding
+//     the received signature to bytes.
+//   - Its errors wrap exactly one of [ErrMissing], [ErrMalformed],
+//     [ErrTimestamp] or [ErrMismatch]. Their messages name the header at
+//     fault. They never contain a secret, the expected signature or the
+//     received value, so they are safe to send to the client.
+//   - It is immutable and safe for concurrent use.
 //
-// The HTTP layer answers every error from Verify with 401. Handshakes
-// (Slack's url_verification, Zoom's url_validation, Twitch's callback
-// verification, Discord's PING) are signed like any other request of their
-// provider and are answered by package sender after Verify succeeds. Only
-// Mailgun's verifier reads the body for more than its MAC (its signature is
-// inside it). Twilio's, Square's and HubSpot's sign the URL as well: they are
-// RequestVerifiers, given the URL the provider requested.
+// The HTTP layer answers every error from Verify with 401. Handshakes, such
+// as Slack's url_verification, are signed like any other request of their
+// provider. Package sender answers them after Verify succeeds. Only
+// Mailgun's verifier reads the body for more than its MAC, since its
+// signature is inside it. Twilio's, Square's and HubSpot's sign the URL as
+// well. They are [RequestVerifier] values, given the URL that the provider
+// requested.
 package signature
 
 import (
@@ -53,21 +50,22 @@ type Verifier interface {
 	Verify(h http.Header, body []byte, now time.Time) error
 }
 
-// Errors returned (wrapped) by Verify and by the parsers. Test with
-// errors.Is. The HTTP layer answers all of them with 401.
+// Errors that Verify and the parsers return, wrapped. Test with
+// [errors.Is]. The HTTP layer answers all of them with 401.
 var (
-	// ErrMissing: a required header is absent or empty.
+	// ErrMissing means that a required header is absent or empty.
 	ErrMissing = errors.New("signature header missing")
-	// ErrMalformed: a header is present but cannot be parsed (wrong prefix,
-	// not hex or base64, wrong length, no usable signature, bad timestamp,
-	// longer than MaxHeaderBytes, more than MaxSignatures signatures).
+	// ErrMalformed means that a header is present but cannot be parsed.
+	// It may have the wrong prefix, encoding or length, no usable
+	// signature, or a bad timestamp. It may also exceed MaxHeaderBytes or
+	// MaxSignatures.
 	ErrMalformed = errors.New("signature header malformed")
-	// ErrTimestamp: the signed timestamp is further than the tolerance from
-	// the current time, in the past or in the future.
+	// ErrTimestamp means that the signed timestamp is further than the
+	// tolerance from now, in the past or in the future.
 	ErrTimestamp = errors.New("signature timestamp outside tolerance")
-	// ErrMismatch: the headers are well formed but no signature in them
-	// matches the body under any of the secrets. It is also what a verifier
-	// without a usable secret returns for every well-formed request.
+	// ErrMismatch means that the headers are well formed, but no signature
+	// in them matches the body under any of the secrets. A verifier without
+	// a usable secret returns it for every well-formed request.
 	ErrMismatch = errors.New("signature mismatch")
 )
 
@@ -79,13 +77,13 @@ const (
 	// MaxHeaderBytes is the longest signature, timestamp or ID header value
 	// accepted; a longer one is ErrMalformed.
 	MaxHeaderBytes = 8 << 10
-	// MaxSignatures is the largest number of candidate signatures (v1
-	// entries) a Stripe-Signature or webhook-signature header may carry;
-	// more is ErrMalformed.
+	// MaxSignatures is the most candidate signatures that a
+	// Stripe-Signature or webhook-signature header may carry. More is
+	// ErrMalformed.
 	MaxSignatures = 16
 )
 
-// Header names read by the presets (as canonicalised by net/http).
+// Header names that the presets read, as net/http canonicalises them.
 const (
 	HeaderGitHub           = "X-Hub-Signature-256"
 	HeaderStripe           = "Stripe-Signature"
@@ -103,9 +101,9 @@ const macSize = sha256.Size
 // keys is a verifier's copy of its secrets, empty ones dropped.
 type keys [][]byte
 
-// newKeys copies secrets so later changes by the caller have no effect.
-// Empty secrets are dropped: an HMAC under an empty key can be computed by
-// anyone, so accepting it would make the endpoint forgeable.
+// newKeys copies secrets, so later changes by the caller have no effect.
+// It drops empty secrets. Anyone can compute an HMAC under an empty key, so
+// accepting one would make the endpoint forgeable.
 func newKeys(secrets [][]byte) keys {
 	k := make(keys, 0, len(secrets))
 	for _, s := range secrets {
@@ -123,8 +121,8 @@ func (k keys) match(cands [][]byte, parts ...[]byte) bool {
 	return k.matchHash(sha256.New, cands, parts...)
 }
 
-// matchHash is match with the HMAC's hash function h (sha1.New for the
-// HMAC-SHA1 schemes); candidates have that hash's size.
+// matchHash is match with the HMAC's hash function h, such as sha1.New.
+// Candidates have that hash's size.
 func (k keys) matchHash(h func() hash.Hash, cands [][]byte, parts ...[]byte) bool {
 	var sum [sha512.Size]byte
 	for _, key := range k {
@@ -179,12 +177,12 @@ func (e encoding) String() string {
 	return "hex"
 }
 
-// decodeMAC decodes s as a 32-byte MAC: 64 hex digits (either case) or 44
-// characters of padded standard base64 with zero padding bits. Anything
-// else, including embedded white space, returns nil.
+// decodeMAC decodes s as a 32-byte MAC. It takes 64 hex digits of either
+// case, or 44 characters of padded standard base64 with zero padding bits.
+// Anything else, including embedded white space, returns nil.
 func decodeMAC(enc encoding, s string) []byte { return decodeMACSize(enc, s, macSize) }
 
-// decodeMACSize is decodeMAC for a MAC of size bytes (20 for HMAC-SHA1).
+// decodeMACSize is decodeMAC for a MAC of size bytes.
 func decodeMACSize(enc encoding, s string, size int) []byte {
 	switch enc {
 	case encHex:
@@ -209,10 +207,10 @@ func decodeMACSize(enc encoding, s string, size int) []byte {
 }
 
 // ParseUnixTimestamp parses a signature timestamp: Unix seconds written as
-// 1 to 18 ASCII decimal digits, without sign, white space or leading zeros
-// ("0" itself is allowed). Because only this canonical form is accepted, the
-// string that was signed is exactly strconv.FormatInt of the result. Any
-// other input returns an error wrapping ErrMalformed and a zero timestamp.
+// 1 to 18 ASCII decimal digits. It refuses a sign, white space and leading
+// zeros, but allows "0" itself. Since only this canonical form is accepted,
+// the signed string is exactly strconv.FormatInt of the result. Any other
+// input returns an error wrapping [ErrMalformed].
 func ParseUnixTimestamp(s string) (int64, error) {
 	if len(s) == 0 || len(s) > 18 || (len(s) > 1 && s[0] == '0') {
 		return 0, fmt.Errorf("%w: timestamp must be Unix seconds", ErrMalformed)
@@ -229,7 +227,7 @@ func ParseUnixTimestamp(s string) (int64, error) {
 }
 
 // checkTimestamp returns an error wrapping ErrTimestamp unless ts is at most
-// tol (counted in whole seconds) before or after now. It cannot overflow.
+// tol before or after now, in whole seconds. It cannot overflow.
 func checkTimestamp(name string, ts int64, now time.Time, tol time.Duration) error {
 	n := now.Unix()
 	limit := uint64(tol / time.Second)

@@ -15,23 +15,21 @@ import (
 // StandardSecretPrefix starts every Standard Webhooks symmetric secret.
 const StandardSecretPrefix = "whsec_"
 
-// StandardWebhooks returns the Verifier for Standard Webhooks
-// (https://www.standardwebhooks.com/), symmetric (HMAC) signatures only:
+// StandardWebhooks returns the Verifier for the symmetric signatures of
+// Standard Webhooks, https://www.standardwebhooks.com/:
 //
 //	webhook-id: <msg id>
 //	webhook-timestamp: <unix seconds>
 //	webhook-signature: v1,<base64 HMAC-SHA256(key, "<id>.<ts>.<body>")> [v1,<...> ...]
 //
-// secrets are the raw key bytes, already decoded with DecodeStandardSecret.
-// The signature header is parsed with ParseStandardSignatures: any one v1
-// signature valid under any key passes; other versions (such as the
-// asymmetric v1a) are ignored. All three headers are required (ErrMissing).
-// A webhook-id containing "." is ErrMalformed: the specification forbids
-// it, because it would make "<id>.<ts>.<body>" ambiguous. The timestamp
-// must parse with ParseUnixTimestamp and be within tolerance of now, in the
-// past or the future; tolerance <= 0 means DefaultTolerance (300 s).
-// secrets are copied; empty ones are ignored, and with no usable secret
-// every well-formed, timely request fails with ErrMismatch.
+// secrets are the raw key bytes, decoded with [DecodeStandardSecret]. Any
+// one v1 signature valid under any key passes. Other versions, such as the
+// asymmetric v1a, are ignored. All three headers are required. A
+// webhook-id that contains "." is [ErrMalformed], because it would make
+// "<id>.<ts>.<body>" ambiguous. The timestamp must be within tolerance of
+// now; zero or less means [DefaultTolerance]. Empty secrets are ignored.
+// Without a usable secret, every well-formed request fails with
+// [ErrMismatch].
 func StandardWebhooks(secrets [][]byte, tolerance time.Duration) Verifier {
 	return &standard{keys: newKeys(secrets), tol: toleranceOrDefault(tolerance)}
 }
@@ -78,8 +76,8 @@ func (v *standard) Verify(h http.Header, body []byte, now time.Time) error {
 // ParseStandardSignatures parses a webhook-signature value: a list of
 // "<version>,<signature>" entries separated by white space. It returns the
 // 32-byte MACs of the "v1" entries whose signature is 44 characters of
-// padded standard base64, in header order. Entries of other versions (v1a,
-// v2, ...) and v1 entries that do not decode are skipped.
+// padded standard base64, in header order. Entries of other versions, and
+// v1 entries that do not decode, are skipped.
 //
 // It returns nil if s is longer than MaxHeaderBytes, if s has more than
 // MaxSignatures v1 entries (valid or not), or if no v1 entry decodes.
@@ -104,13 +102,11 @@ func ParseStandardSignatures(s string) [][]byte {
 	return out
 }
 
-// SignStandard returns the Standard Webhooks signature of body, "v1,"
-// followed by the padded standard base64 of
-// HMAC-SHA256(key, "<id>.<unix seconds of ts>.<body>"). It is what
-// hookgate sends in webhook-signature when forwarding, with webhook-id id
-// and webhook-timestamp strconv.FormatInt(ts.Unix(), 10). key is the raw
-// key (see DecodeStandardSecret). It never fails; an empty key yields a
-// signature anyone could compute, and StandardWebhooks never accepts it.
+// SignStandard returns the Standard Webhooks signature of body: "v1,"
+// and the padded standard base64 of HMAC-SHA256(key, "<id>.<ts>.<body>"),
+// with ts in Unix seconds. hookgate sends it in webhook-signature when it
+// forwards. key is the raw key. An empty key yields a signature that
+// anyone could compute, and [StandardWebhooks] never accepts it.
 func SignStandard(key []byte, id string, ts time.Time, body []byte) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(id))
@@ -127,25 +123,24 @@ var (
 	ErrSecretBase64 = errors.New("signature: a Standard Webhooks secret must be " + StandardSecretPrefix + " followed by non-empty standard base64")
 )
 
-// DecodeStandardSecret turns a Standard Webhooks secret, "whsec_" followed
-// by the canonical standard base64 (padded or not, unused bits zero) of the
-// key, into the key bytes used by StandardWebhooks and SignStandard.
+// DecodeStandardSecret turns a Standard Webhooks secret into its key
+// bytes. The secret is "whsec_" and the canonical standard base64 of the
+// key, padded or not.
 //
-// The prefix is required: a secret without it returns ErrSecretPrefix
-// (the reference libraries also accept a bare base64 key; hookgate does
-// not, so that a Stripe-style or raw secret given to the wrong preset is
-// caught at start-up). Invalid base64, a line break anywhere or an empty
-// key returns ErrSecretBase64. The key length is not otherwise checked (the
-// specification recommends 24 to 64 bytes). The errors are these two fixed
-// values, so they never contain s.
+// The prefix is required, or it returns [ErrSecretPrefix]. The reference
+// libraries also accept a bare base64 key. hookgate does not, so a raw
+// secret given to the wrong preset is caught at start-up. Invalid base64,
+// a line break or an empty key returns [ErrSecretBase64]. The key length
+// is not checked otherwise. The errors are fixed values, so they never
+// contain s.
 func DecodeStandardSecret(s string) ([]byte, error) {
 	b64, ok := strings.CutPrefix(s, StandardSecretPrefix)
 	if !ok {
 		return nil, ErrSecretPrefix
 	}
-	// The base64 decoder skips CR and LF; a secret containing them (say, a
-	// line ending carried over from a file) is not canonical, so refuse it
-	// rather than silently use a key the operator did not write.
+	// The base64 decoder skips CR and LF. A secret with them, such as a
+	// line ending from a file, is not canonical. Refuse it rather than use
+	// a key that the operator did not write.
 	if strings.ContainsAny(b64, "\r\n") {
 		return nil, ErrSecretBase64
 	}

@@ -1,8 +1,7 @@
 // Package traffic counts deliveries and forwards in memory, per sender,
-// target and kind, and adds the counts to the database's per-minute rows
-// (store.AddTraffic) about once a minute, for the console's charts. Ingest
-// and forwarding pay an atomic add per event; nothing of theirs waits on
-// the database for it.
+// target and kind. About once a minute it adds the counts to the database's
+// per-minute rows, for the console's charts. Ingest and forwarding pay an
+// atomic add per event, and never wait on the database for it.
 package traffic
 
 import (
@@ -23,8 +22,8 @@ type key struct{ sender, target, kind string }
 
 type counter struct {
 	n, sumMS atomic.Int64
-	// hist is the latency histogram of forward attempts
-	// (store.LatencyBoundsMS); unused for ingest.
+	// hist is the latency histogram of forward attempts, with the bounds of
+	// [store.LatencyBoundsMS]. Ingest does not use it.
 	hist [store.LatencyBuckets]atomic.Int64
 }
 
@@ -40,18 +39,18 @@ type Recorder struct {
 	pending  []store.TrafficDelta // counts taken but not yet stored (the database was away)
 }
 
-// Config configures a Recorder (New): its dependencies, both required.
+// Config holds the dependencies of a [Recorder]. Queries and Log are
+// required.
 type Config struct {
-	// Queries stores the counts (store.AddTraffic).
+	// Queries stores the counts.
 	Queries *store.Queries
 	// Log is where Run reports a flush that failed.
 	Log *slog.Logger
-	// Now is the clock the counts are stored by (time.Now when nil): a
-	// test's fixed clock (the console's screenshots) sets it.
+	// Now is the clock that the counts are stored by, or time.Now when
+	// nil. A test sets a fixed clock.
 	Now func() time.Time
 }
 
-// validate returns an error naming the fields at fault, or nil.
 func (c Config) validate() error {
 	var errs []error
 	if c.Queries == nil {
@@ -63,8 +62,8 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// New returns a Recorder that stores its counts with cfg.Queries; an error
-// naming the field when cfg lacks a dependency.
+// New returns a Recorder that stores its counts with cfg.Queries. An
+// error names the field when cfg lacks a dependency.
 func New(cfg Config) (*Recorder, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -115,8 +114,8 @@ func (r *Recorder) Forward(sender, target string, delivered bool, d time.Duratio
 }
 
 // Flush adds the counts made since the last flush to the database, in the
-// current minute. Counts that cannot be stored are kept for the next
-// flush (up to a day's worth of rows).
+// current minute. Counts that cannot be stored are kept for the next flush,
+// up to a day's worth of rows.
 func (r *Recorder) Flush(ctx context.Context) error {
 	minute := r.now().UTC().Truncate(time.Minute)
 	r.mu.Lock()
@@ -154,10 +153,10 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Run flushes every interval until ctx ends; the caller flushes once more
-// after its last event. Zero means zero (docs/configuration.md): interval
-// must be positive (DefaultInterval is the default), and Run panics, as
-// time.NewTicker does, on one that is not.
+// Run flushes every interval until ctx ends. The caller flushes once more
+// after its last event. Zero means zero: interval must be positive, and Run
+// panics otherwise, as time.NewTicker does. [DefaultInterval] is the
+// default.
 func (r *Recorder) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()

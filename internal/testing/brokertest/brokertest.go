@@ -1,12 +1,11 @@
-// Package brokertest starts the message brokers hookgate's broker targets
-// are tested against: a real nats-server with JetStream and a real
-// rabbitmq-server, from Debian's packages (nats-server, rabbitmq-server),
-// each private to the test that starts it, on free ports of 127.0.0.1 and
-// in a temporary directory, and killed when the test ends. A broker whose
-// server is not installed is installed with apt-get when the tests run as
-// root; otherwise the test is skipped with a message naming the package, or
-// fails when HOOKGATE_REQUIRE_BROKERS is set (.ci/run sets it: CI never
-// skips them).
+// Package brokertest starts the message brokers that hookgate's broker
+// targets are tested against: a real nats-server with JetStream and a real
+// rabbitmq-server, from Debian's packages. Each is private to the test that
+// starts it, on free ports of 127.0.0.1 and in a temporary directory. It is
+// killed when the test ends. A missing server is installed with apt-get
+// when the tests run as root. Otherwise the test is skipped with a message
+// naming the package. It fails instead when HOOKGATE_REQUIRE_BROKERS is
+// set, as CI sets it.
 package brokertest
 
 import (
@@ -29,15 +28,15 @@ import (
 // instead of skipping it.
 const EnvRequire = "HOOKGATE_REQUIRE_BROKERS"
 
-// installMu serialises this process's installs; installLock (a file lock)
-// those of the test processes that run at once.
+// installMu serialises this process's installs. installLock, a file lock,
+// serialises those of the test processes that run at once.
 var installMu sync.Mutex
 
 const installLock = "/tmp/hookgate-brokertest-apt.lock"
 
-// binary returns the path of the server binary of package pkg, installed
-// with apt-get when missing and the tests run as root; it skips (or fails,
-// under EnvRequire) the test when there is none.
+// binary returns the path of the server binary of package pkg. When it is
+// missing and the tests run as root, it installs it with apt-get. When
+// there is none, it skips the test, or fails it under EnvRequire.
 func binary(t testing.TB, name, pkg string, paths ...string) string {
 	t.Helper()
 	find := func() string {
@@ -72,8 +71,8 @@ func binary(t testing.TB, name, pkg string, paths ...string) string {
 	return ""
 }
 
-// install installs pkg with apt-get, under a file lock that the test
-// processes running at once share (dpkg takes one install at a time).
+// install installs pkg with apt-get, under a file lock that concurrent
+// test processes share, since dpkg takes one install at a time.
 func install(pkg string) error {
 	f, err := os.OpenFile(installLock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -102,12 +101,12 @@ func install(pkg string) error {
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
 //
-// The port is below the kernel's range of ephemeral ports when it can be:
-// a port the kernel gave a listener of its own (port 0) is free only until
-// that listener closes, and the kernel may then give it to any outgoing
-// connection of the machine's (the tests make thousands) before the
-// server binds it; a RabbitMQ that found its distribution port taken so
-// failed to boot. Below that range only another bind can take it.
+// The port is below the kernel's range of ephemeral ports when it can be.
+// A port that the kernel gave a listener on port 0 is free only until that
+// listener closes. The kernel may then give it to any outgoing connection
+// before the server binds it, and the tests make thousands. A RabbitMQ
+// whose distribution port is taken fails to boot. Below that range, only
+// another bind can take the port.
 func freePort(t testing.TB) int {
 	t.Helper()
 	lo := ephemeralLow()
@@ -130,12 +129,12 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// minPort is the lowest port freePort picks (above the well-known and most
-// registered servers' ports).
+// minPort is the lowest port that freePort picks, above the well-known
+// and most registered servers' ports.
 const minPort = 20000
 
-// ephemeralLow returns the first of the kernel's ephemeral ports (Linux's
-// ip_local_port_range), or 0 when it cannot be read.
+// ephemeralLow returns the first of the kernel's ephemeral ports, from
+// Linux's ip_local_port_range, or 0 when it cannot be read.
 func ephemeralLow() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
@@ -149,8 +148,8 @@ func ephemeralLow() int {
 	return lo
 }
 
-// waitPort waits until 127.0.0.1:port accepts a connection, or fails the
-// test after within (with what the server logged, from logFile).
+// waitPort waits until 127.0.0.1:port accepts a connection. After within,
+// it fails the test with what the server logged in logFile.
 func waitPort(t testing.TB, port int, within time.Duration, exited <-chan struct{}, logFile string) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -183,8 +182,8 @@ func tail(b []byte) string {
 }
 
 // process is a server started by the package, in a process group of its
-// own that is killed with the test (or when the test binary dies: its
-// parent-death signal).
+// own. The group is killed with the test, or by the parent-death signal
+// when the test binary dies.
 type process struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -197,7 +196,8 @@ func start(t testing.TB, logFile string, env []string, name string, args ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Not CommandContext: the server lives beyond the call, until kill.
+	// Not CommandContext, since the server lives beyond the call, until
+	// kill.
 	cmd := exec.Command(name, args...) //nolint:noctx // killed by process.kill (and the parent-death signal)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), env...)

@@ -1,5 +1,4 @@
-// Package doccheck holds the check that the repository's Markdown documents
-// link only to files and anchors that exist (TestRelativeLinksResolve).
-// It has no code of its own: the check is its test, run by make test and
-// make check-docs.
+// Package doccheck holds the check that the repository's Markdown
+// documents link only to files and anchors that exist. It has no code of
+// its own. The check is its test, which make test and make check-docs run.
 package doccheck

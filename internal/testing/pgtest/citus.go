@@ -18,20 +18,20 @@ import (
 	"github.com/hookgate/hookgate/migrations"
 )
 
-// EnvCitus names the environment variable that, when set (`make
-// test-citus` sets it), makes HOOKGATE_TEST_DATABASE_URL the URL of a Citus
-// coordinator's administrative database (a URL, with the citus extension
-// and the workers added there): NewDB then creates each test's database on
-// the coordinator and on every worker, and distributes hookgate's tables by
-// sender (migrations.CitusDDL).
+// EnvCitus names the environment variable that says the tests run on
+// Citus. `make test-citus` sets it. HOOKGATE_TEST_DATABASE_URL is then the
+// URL of a Citus coordinator's administrative database, with the citus
+// extension and the workers added. NewDB then creates each test's database
+// on the coordinator and on every worker, and distributes hookgate's tables
+// by sender.
 const EnvCitus = "HOOKGATE_TEST_CITUS"
 
-// Citus reports whether the tests run on Citus (EnvCitus).
+// Citus reports whether the tests run on Citus.
 func Citus() bool { return os.Getenv(EnvCitus) != "" }
 
-// SkipOnCitus skips the test when the tests run on Citus, giving why: for
-// what Citus documents as unsupported, or a test of PostgreSQL alone (a plan
-// shape, a private server).
+// SkipOnCitus skips the test, giving why, when the tests run on Citus. It
+// serves what Citus documents as unsupported, and tests of PostgreSQL
+// alone, such as a plan shape or a private server.
 func SkipOnCitus(t testing.TB, why string) {
 	t.Helper()
 	if Citus() {
@@ -40,8 +40,8 @@ func SkipOnCitus(t testing.TB, why string) {
 }
 
 // LockWaitersSQL is a query of the number of sessions of the current
-// database that wait on a lock: on Citus, of the waits on the workers
-// (citus_lock_waits), where a statement on a distributed table waits.
+// database that wait on a lock. On Citus it counts the waits on the
+// workers, where a statement on a distributed table waits.
 func LockWaitersSQL() string {
 	if Citus() {
 		return `SELECT count(*) FROM citus_lock_waits`
@@ -49,8 +49,8 @@ func LockWaitersSQL() string {
 	return `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`
 }
 
-// testShardCount is the shard count of the tests' distributed tables: few,
-// so that a test's database is distributed quickly.
+// testShardCount is the shard count of the tests' distributed tables. It
+// is small, so a test's database is distributed quickly.
 const testShardCount = 4
 
 // nodeURL returns admin pointed at the database name of the node host:port.
@@ -65,7 +65,7 @@ func nodeURL(admin, host string, port int, name string) (string, error) {
 	return u.String(), nil
 }
 
-// citusWorkers returns the workers (host, port) registered on the
+// citusWorkers returns the host and port of the workers registered on the
 // coordinator's administrative database.
 func citusWorkers(ctx context.Context, admin string) ([][2]string, error) {
 	conn, err := pgx.Connect(ctx, admin)
@@ -91,10 +91,10 @@ WHERE groupid <> 0 AND noderole = 'primary' AND isactive ORDER BY nodeid`)
 	return ws, nil
 }
 
-// CitusWorkerHosts returns the workers of the Citus cluster the tests run
-// on, each "host:port" as pg_dist_node names it: the list a gateway is
-// given to send its ingest calls there (dedup.RoutesConfig.Workers,
-// --citus-worker-hosts). It fails t when the workers cannot be read.
+// CitusWorkerHosts returns the workers of the Citus cluster that the tests
+// run on, each "host:port" as pg_dist_node names it. A gateway gets this
+// list to send its ingest calls there. It fails t when the workers cannot
+// be read.
 func CitusWorkerHosts(t testing.TB) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -110,10 +110,10 @@ func CitusWorkerHosts(t testing.TB) []string {
 	return hosts
 }
 
-// distribute makes the database name (created on the coordinator from the
-// migrated template) a Citus database: the same database with the citus
-// extension on every worker, the workers added, the tables distributed. It
-// registers the drop of the workers' databases with t.
+// distribute makes the database name a Citus database. It creates the
+// same database with the citus extension on every worker, adds the workers
+// and distributes the tables. It registers the drop of the workers'
+// databases with t.
 func distribute(ctx context.Context, t testing.TB, admin, dsn, name string) error {
 	workers, err := citusWorkers(ctx, admin)
 	if err != nil {
@@ -129,8 +129,8 @@ func distribute(ctx context.Context, t testing.TB, admin, dsn, name string) erro
 		port = "5432"
 	}
 	// The extension is created in each test's database, not in the
-	// template: Citus records its database as a distributed object, which
-	// a copy would carry to workers that do not have the template.
+	// template. Citus records its database as a distributed object, and a
+	// copy would carry that to workers that do not have the template.
 	stmts = append(stmts, "CREATE EXTENSION citus",
 		fmt.Sprintf("SELECT citus_set_coordinator_host(%s, %s)", quote(host), port))
 	for _, w := range workers {
@@ -158,14 +158,13 @@ func distribute(ctx context.Context, t testing.TB, admin, dsn, name string) erro
 		}
 		stmts = append(stmts, fmt.Sprintf("SELECT citus_add_node(%s, %d)", quote(w[0]), p))
 	}
-	// The setting docs/distributed.md asks for: SET LOCAL lock_timeout
-	// (the in-flight wait) reaches the workers only with it.
+	// docs/distributed.md asks for this setting. Without it, SET LOCAL
+	// lock_timeout does not reach the workers.
 	stmts = append(stmts, "ALTER DATABASE "+ident(name)+" SET citus.propagate_set_commands = 'local'",
 		"SET citus.shard_count = "+strconv.Itoa(testShardCount), migrations.CitusDDL)
-	// Citus fails one of two node additions that run at once on a worker
-	// ("tuple concurrently updated"): one test database adds its nodes at
-	// a time, across the test processes, under an advisory lock of the
-	// administrative database.
+	// Citus fails one of two node additions that run at once on a worker.
+	// So one test database at a time adds its nodes, across the test
+	// processes, under an advisory lock.
 	lock, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -205,15 +204,15 @@ func escape(s string) string {
 }
 
 // twoPhaseEvery is how often watchTwoPhase reads pg_dist_transaction. A
-// row stays there until Citus's recovery of prepared transactions deletes
-// it (citus.recover_2pc_interval: a minute by default), so a read this
-// often, and one at the end of the test, sees every two-phase commit.
+// row stays there until Citus's recovery deletes it, a minute later by
+// default. So reading this often, and once at the end, sees every
+// two-phase commit.
 const twoPhaseEvery = 200 * time.Millisecond
 
-// twoPhaseSQL reads the gids of the two-phase commits Citus recorded on
-// the coordinator and on each worker (a transaction a gateway sends
-// straight to a worker, dedup.Routes, is coordinated there), a worker's
-// prefixed with its address.
+// twoPhaseSQL reads the gids of the two-phase commits that Citus recorded
+// on the coordinator and on each worker. A transaction that a gateway sends
+// straight to a worker is coordinated there. A worker's gids are prefixed
+// with its address.
 const twoPhaseSQL = `SELECT gid FROM pg_dist_transaction
 UNION ALL
 SELECT r.nodename || ':' || r.nodeport || ' ' || g
@@ -222,12 +221,10 @@ FROM run_command_on_workers($$SELECT coalesce(string_agg(gid, ' '), '') FROM pg_
 WHERE r.success AND g <> ''`
 
 // watchTwoPhase fails t when Citus records a two-phase commit in the
-// database dsn while the test runs: every transaction hookgate sends
-// commits on one worker (docs/distributed.md), ingest, forwarding,
-// recording, retention and the console's writes alike. It reads
-// pg_dist_transaction (Citus's record of the transactions it committed in
-// two phases) every twoPhaseEvery on a connection of its own, and once
-// more when the test ends, before the database is dropped.
+// database dsn while the test runs. Every transaction that hookgate sends
+// commits on one worker. It reads pg_dist_transaction every twoPhaseEvery
+// on a connection of its own. It reads once more when the test ends,
+// before the database is dropped.
 func watchTwoPhase(t testing.TB, dsn string) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -239,8 +236,8 @@ func watchTwoPhase(t testing.TB, dsn string) {
 		cancel()
 		t.Fatalf("pgtest: connect to watch two-phase commits: %v", err)
 	}
-	// Distributing the tables committed in two phases: those are recovered
-	// (their rows deleted) first, and any left are not the test's.
+	// Distributing the tables committed in two phases. Those rows are
+	// recovered first, so any left are not the test's.
 	before := map[string]bool{}
 	if _, err := conn.Exec(ctx, `SELECT recover_prepared_transactions()`); err != nil {
 		cancel()
@@ -266,8 +263,8 @@ func watchTwoPhase(t testing.TB, dsn string) {
 		w    = &twoPhaseWatch{}
 	)
 	watches.Store(cfg.Database, w)
-	// A set-up of the test's own that commits in two phases
-	// (TwoPhaseFixture) runs while no read does, and its rows join before.
+	// A set-up of the test's own that commits in two phases runs while no
+	// read does, and its rows join before.
 	w.exempt = func(fn func()) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -293,8 +290,8 @@ func watchTwoPhase(t testing.TB, dsn string) {
 		}
 		mu.Unlock()
 	}
-	// A read that fails (the coordinator restarting, in a test that
-	// restarts it) is not a finding; the next one, or the last, reads.
+	// A read that fails, as while a test restarts the coordinator, is not
+	// a finding. The next read, or the last, covers it.
 	read := func(ctx context.Context, conn *pgx.Conn) {
 		w.mu.RLock()
 		defer w.mu.RUnlock()
@@ -340,8 +337,8 @@ func watchTwoPhase(t testing.TB, dsn string) {
 		rctx, rcancel := context.WithTimeout(context.Background(), setupTimeout)
 		defer rcancel()
 		_ = conn.Close(rctx)
-		// The last read, on a connection of its own: the test's own may
-		// have been ended (a test that restarts the coordinator).
+		// The last read uses a connection of its own, since a test that
+		// restarts the coordinator ends the test's connections.
 		if c, err := pgx.Connect(rctx, dsn); err == nil {
 			read(rctx, c)
 			_ = c.Close(rctx)
@@ -359,7 +356,7 @@ func watchTwoPhase(t testing.TB, dsn string) {
 	})
 }
 
-// twoPhaseWatch is a test database's watchTwoPhase: exempt runs a set-up
+// twoPhaseWatch is a test database's watchTwoPhase. exempt runs a set-up
 // that commits in two phases without the watch counting it.
 type twoPhaseWatch struct {
 	mu     sync.RWMutex // held by exempt, read-held by each read
@@ -369,12 +366,11 @@ type twoPhaseWatch struct {
 // watches holds the watch of each test database by its name.
 var watches sync.Map // string -> *twoPhaseWatch
 
-// TwoPhaseFixture runs fn, a test's own set-up on pool's database that
-// Citus commits in two phases (an ANALYZE of a distributed table, which
-// Citus runs on every shard), so that watchTwoPhase does not count it: the
-// watch reads nothing while fn runs, and takes what pg_dist_transaction
-// holds after it as the set-up's. Elsewhere (PostgreSQL, a database that
-// NewDB did not make) it runs fn.
+// TwoPhaseFixture runs fn, a test's own set-up that Citus commits in two
+// phases, so that the watch does not count it. An ANALYZE of a distributed
+// table is such a set-up, since Citus runs it on every shard. The watch
+// reads nothing while fn runs, and counts what it finds after as fn's. On
+// plain PostgreSQL, or a database that NewDB did not make, it just runs fn.
 func TwoPhaseFixture(pool *pgxpool.Pool, fn func()) {
 	w, ok := watches.Load(pool.Config().ConnConfig.Database)
 	if !ok {
@@ -384,9 +380,9 @@ func TwoPhaseFixture(pool *pgxpool.Pool, fn func()) {
 	w.(*twoPhaseWatch).exempt(fn)
 }
 
-// Analyze runs ANALYZE of tables on pool's database, failing t on error:
-// on Citus, under TwoPhaseFixture (Citus analyzes every shard, committed
-// in two phases).
+// Analyze runs ANALYZE of tables on pool's database, and fails t on error.
+// On Citus it runs under [TwoPhaseFixture], since Citus analyzes every
+// shard and commits in two phases.
 func Analyze(t testing.TB, pool *pgxpool.Pool, tables ...string) {
 	t.Helper()
 	var err error

@@ -10,9 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// fakeCitusSQL creates, in pg_catalog of one database, Citus's catalog
-// tables with the columns hookgate reads of them (dedup.InspectCitus,
-// dedup.DelegatedFunction, dedup.NewRoutes).
+// fakeCitusSQL creates Citus's catalog tables in pg_catalog of one
+// database, with the columns that package dedup reads of them.
 const fakeCitusSQL = `
 CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass, partmethod "char", colocationid int);
 CREATE TABLE pg_catalog.pg_dist_shard (logicalrelid regclass, shardid bigint);
@@ -22,24 +21,22 @@ CREATE TABLE pg_catalog.pg_dist_node (nodeid int, groupid int, nodename text, no
 CREATE TABLE pg_catalog.pg_dist_object (classid oid, objid oid, distribution_argument_index int, colocationid int);`
 
 // fakeShardsSQL distributes processed_messages and delegates
-// ingest_deliveries in the fake catalog: one shard on each group 1…$1.
+// ingest_deliveries in the fake catalog, with one shard on each group
+// 1…$1.
 const fakeShardsSQL = `WITH
   p AS (INSERT INTO pg_catalog.pg_dist_partition VALUES ('processed_messages', 'h', 1)),
   o AS (INSERT INTO pg_catalog.pg_dist_object VALUES ('pg_catalog.pg_proc'::regclass, 'ingest_deliveries'::regproc::oid, 0, 1)),
   s AS (INSERT INTO pg_catalog.pg_dist_shard SELECT 'processed_messages', 102000 + g FROM generate_series(1, $1::int) g)
 INSERT INTO pg_catalog.pg_dist_placement SELECT 102000 + g, g FROM generate_series(1, $1::int) g`
 
-// FakeCitus makes the database of pool look like a Citus coordinator to
-// what hookgate reads of Citus's catalog, on plain PostgreSQL: the tables
-// pg_dist_partition, pg_dist_shard, pg_dist_placement, pg_dist_node and
-// pg_dist_object, in pg_catalog (allow_system_table_mods, for a
-// superuser, as the test server's user is), with the columns hookgate
-// reads; the workers, each "host:port", as primary nodes with the
-// metadata. When the database has processed_messages (migrated), it is
-// distributed there, with a shard on each worker, and ingest_deliveries
-// delegated. Nothing of Citus runs: it is for the tests of whom the
-// gateway contacts when pg_dist_node names a host. The database is not
-// handed to another test afterwards (its catalog is not the template's).
+// FakeCitus makes the database of pool, on plain PostgreSQL, look like a
+// Citus coordinator to what hookgate reads of Citus's catalog. It creates
+// Citus's catalog tables in pg_catalog, which needs a superuser. It adds
+// the workers, each "host:port", as primary nodes. A migrated database
+// gets processed_messages distributed, with a shard on each worker, and
+// ingest_deliveries delegated. Nothing of Citus runs. It serves tests of
+// whom the gateway contacts when pg_dist_node names a host. The database
+// is not reused afterwards, since its catalog differs from the template's.
 func FakeCitus(t testing.TB, pool *pgxpool.Pool, workers ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)

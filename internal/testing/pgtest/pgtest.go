@@ -1,6 +1,7 @@
-// Package pgtest gives tests a real PostgreSQL: a fresh, migrated database per
-// test on the server `make test` starts (NewDB), or a private server a test
-// may stop and start again to simulate an outage (StartCluster).
+// Package pgtest gives tests a real PostgreSQL. [NewDB] gives each test a
+// fresh, migrated database on the server that `make test` starts.
+// [StartCluster] gives a test a private server that it may stop and start
+// again to simulate an outage.
 //
 // Tests never mock the database. They run with `make test`, which starts a
 // throwaway server and sets HOOKGATE_TEST_DATABASE_URL and HOOKGATE_PG_BINDIR.
@@ -29,15 +30,15 @@ import (
 	"github.com/hookgate/hookgate/migrations"
 )
 
-// EnvURL names the environment variable holding the URL of the test server's
-// administrative database; `make test` sets it.
+// EnvURL names the environment variable that holds the URL of the test
+// server's administrative database. `make test` sets it.
 const EnvURL = "HOOKGATE_TEST_DATABASE_URL"
 
 // setupTimeout bounds each database operation this package performs.
 const setupTimeout = 2 * time.Minute
 
 // URL returns the URL in HOOKGATE_TEST_DATABASE_URL. It fails the test when
-// the variable is unset or empty: the tests need a real PostgreSQL.
+// the variable is unset or empty, since the tests need a real PostgreSQL.
 func URL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv(EnvURL)
@@ -47,16 +48,16 @@ func URL(t testing.TB) string {
 	return u
 }
 
-// EnvTemplate names the environment variable that, when set, names the
-// migrated template database the test processes of one run share: the first
-// process that needs it creates and migrates it (under an advisory lock on
-// the server), the others copy it. `make test` sets it: its server is new
-// for each run, so the template is never older than the code. Unset (and on
-// Citus), each test process migrates a template of its own.
+// EnvTemplate names the environment variable that names the migrated
+// template database shared by the test processes of one run. The first
+// process that needs it creates and migrates it under an advisory lock, and
+// the others copy it. `make test` sets it. Its server is new for each run,
+// so the template is never older than the code. When it is unset, or on
+// Citus, each test process migrates a template of its own.
 const EnvTemplate = "HOOKGATE_TEST_TEMPLATE"
 
-// templateLock is the key of the advisory lock under which a shared template
-// (EnvTemplate) is looked for and created.
+// templateLock is the key of the advisory lock under which a shared
+// template is looked for and created.
 const templateLock = 0x686f6f6b67617465 // "hookgate"
 
 // template is the migrated database of this test process that NewDB copies.
@@ -74,36 +75,38 @@ type Option func(*options)
 
 type options struct {
 	conns int32 // the pool's MaxConns: defaultConns unless Conns says
-	// twoPhaseOK: the test commits in two phases on Citus on purpose
-	// (AllowTwoPhaseCommit).
+	// twoPhaseOK reports that the test commits in two phases on Citus on
+	// purpose.
 	twoPhaseOK bool
 }
 
-// AllowTwoPhaseCommit lets a test on Citus commit in two phases: without
+// AllowTwoPhaseCommit lets a test on Citus commit in two phases. Without
 // it, NewDB fails the test when Citus records a two-phase commit in its
-// database (watchTwoPhase). For a test that shows a form hookgate does
-// not use committing so.
+// database. It serves a test that shows that a form hookgate does not use
+// would commit so.
 func AllowTwoPhaseCommit() Option { return func(o *options) { o.twoPhaseOK = true } }
 
-// Conns makes the pool NewDB returns hold up to n connections at once
-// (pgxpool's default is 4, or the number of CPUs when more).
+// Conns makes the pool that NewDB returns hold up to n connections at
+// once. pgxpool's default is 4, or the number of CPUs when more.
 func Conns(n int32) Option { return func(o *options) { o.conns = n } }
 
 // defaultConns is pgxpool's default MaxConns.
 func defaultConns() int32 { return int32(max(4, runtime.NumCPU())) }
 
-// NewDB gives this test a database of its own, copied from a template that is
-// migrated to head once per test process, and returns a pool connected to it
-// and its DSN. The pool is closed when the test ends, and the database
-// dropped (WITH (FORCE), so connections the test leaves open do not stop the
-// drop); with EnvReuse set (make test, make test-fast), it is instead emptied
-// and handed to a later NewDB of the same process, unless the test changed
-// the template's schema (tables of its own are dropped; reuse.go), and so
-// is the pool, its sessions cleaned, unless the test closed it or left a
-// connection of it acquired: no test sees another's rows, tables,
-// sequences, statistics or session state. It fails the test when
-// HOOKGATE_TEST_DATABASE_URL is unset or the server cannot be reached. A
-// package whose tests call it runs them through M.
+// NewDB gives this test a database of its own and returns a pool connected
+// to it, and its DSN. The database is a copy of a template that is migrated
+// to head once per test process. When the test ends, the pool is closed
+// and the database dropped WITH (FORCE).
+//
+// With [EnvReuse] set, the database is instead emptied and handed to a
+// later NewDB of the same process. That does not happen when the test
+// changed the template's schema. The pool goes with it, its sessions
+// cleaned, unless the test closed it or left a connection acquired. Either
+// way, no test sees another's rows, tables, sequences, statistics or
+// session state.
+//
+// It fails the test when HOOKGATE_TEST_DATABASE_URL is unset or the server
+// cannot be reached. A package whose tests call it runs them through [M].
 func NewDB(t testing.TB, opts ...Option) (*pgxpool.Pool, string) {
 	t.Helper()
 	o := options{conns: defaultConns()}
@@ -129,7 +132,7 @@ func NewDB(t testing.TB, opts ...Option) (*pgxpool.Pool, string) {
 	if !spareDB {
 		name = fmt.Sprintf("hgt_%d_%d_%s_%s", os.Getpid(), dbSeq.Add(1), randHex(3), sanitize(t.Name(), 24))
 		if reuse {
-			// One an ended test process of this run left (M).
+			// A database that an ended test process of this run left.
 			if spareDB, err = adoptSpare(ctx, admin, tpl, name, sparePrefix); err != nil {
 				t.Fatalf("pgtest: %v", err)
 			}
@@ -189,15 +192,15 @@ func NewDB(t testing.TB, opts ...Option) (*pgxpool.Pool, string) {
 		}
 	}
 	if reuse {
-		// The catalogs as the test gets them; the database is reused only
-		// if they are the same once the tables the test made are dropped.
+		// The catalogs as the test gets them. The database is reused only
+		// if they match once the tables the test made are dropped.
 		state, err := catalogState(ctx, pool)
 		if err != nil {
 			pool.Close()
 			t.Fatalf("pgtest: %s: %v", name, err)
 		}
-		// Runs before the drop above (last-in first-out), after the
-		// cleanups of whatever the test started with the database.
+		// Cleanups run last-in first-out, so this runs before the drop
+		// above, and after the cleanups of what the test started.
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 			defer cancel()
@@ -207,12 +210,11 @@ func NewDB(t testing.TB, opts ...Option) (*pgxpool.Pool, string) {
 	return pool, dsn
 }
 
-// M wraps the testing.M of a package whose tests use NewDB: after the tests
-// have run, it closes the pools of the process's spare databases, leaves
-// the databases to the test processes still running or yet to start
-// (adoptSpare), and closes its connections to the server's administrative
-// database, so that no goroutine of theirs is left for goleak to report.
-// Use it as goleak.VerifyTestMain(pgtest.M(m)).
+// M wraps the testing.M of a package whose tests use NewDB. After the
+// tests, it closes the pools of the process's spare databases and leaves
+// the databases to the run's other test processes. It also closes its
+// connections to the administrative database, so goleak finds no
+// goroutine of theirs. Use it as goleak.VerifyTestMain(pgtest.M(m)).
 func M(m interface{ Run() int }) interface{ Run() int } { return mainM{m} }
 
 type mainM struct{ m interface{ Run() int } }
@@ -250,9 +252,9 @@ func migratedTemplate(ctx context.Context, admin string) (string, error) {
 
 // sharedTemplate returns name once it is a migrated template, creating it
 // unless another process has. It holds an advisory lock meanwhile, so one
-// process creates it and the others wait for it. A database of that name
-// that is not marked a template was left half made by a process that died:
-// it is dropped and made again.
+// process creates it and the others wait. A database of that name that is
+// not marked a template was left half made by a process that died. It is
+// dropped and made again.
 func sharedTemplate(ctx context.Context, admin, name string) (string, error) {
 	pool, err := admins.get(ctx, admin)
 	if err != nil {
@@ -271,8 +273,8 @@ func sharedTemplate(ctx context.Context, admin, name string) (string, error) {
 		}
 		c.Release()
 	}()
-	// adminExec runs the statements below on this session: the pool has
-	// no other.
+	// adminExec runs the statements below on this session, since the pool
+	// has no other.
 	ctx = context.WithValue(ctx, heldAdminConn{}, conn)
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(templateLock)); err != nil {
 		return "", fmt.Errorf("lock the shared template: %w", err)
@@ -294,8 +296,8 @@ func sharedTemplate(ctx context.Context, admin, name string) (string, error) {
 }
 
 // createTemplate creates the database name, migrates it and marks it a
-// template that accepts no connections (the last step: a database marked a
-// template is complete).
+// template that accepts no connections. The mark comes last, so a database
+// marked a template is complete.
 func createTemplate(ctx context.Context, admin, name string) (string, error) {
 	if err := adminExec(ctx, admin, "CREATE DATABASE "+ident(name)); err != nil {
 		return "", fmt.Errorf("create database %s: %w", name, err)
@@ -307,9 +309,8 @@ func createTemplate(ctx context.Context, admin, name string) (string, error) {
 	if _, err := migrations.Up(ctx, dsn); err != nil {
 		return "", fmt.Errorf("migrate %s: %w", name, err)
 	}
-	// Refuse new connections, then end any that linger (a closed client's
-	// backend may not have exited yet): CREATE DATABASE … TEMPLATE fails while
-	// anyone is connected to the template.
+	// Refuse new connections, then end any that linger. CREATE DATABASE
+	// … TEMPLATE fails while anyone is connected to the template.
 	err = adminExec(ctx, admin,
 		"ALTER DATABASE "+ident(name)+" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true",
 		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'")
@@ -319,9 +320,9 @@ func createTemplate(ctx context.Context, admin, name string) (string, error) {
 	return name, nil
 }
 
-// dropDatabase drops name WITH (FORCE), trying again for a while when it is
-// still in use (on Citus, its maintenance daemon may connect again between
-// FORCE's termination and the drop).
+// dropDatabase drops name WITH (FORCE), and tries again for a while when
+// it is still in use. On Citus, its maintenance daemon may connect again
+// between FORCE's termination and the drop.
 func dropDatabase(ctx context.Context, admin, name string) error {
 	for {
 		err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
@@ -359,9 +360,9 @@ func createDatabase(ctx context.Context, admin, name, tpl string) error {
 }
 
 // admins holds this process's connection to the test server's
-// administrative database (EnvURL), which every NewDB needs to copy or drop
-// a database: a new session costs the server more than the statements it
-// runs there. One session serves the whole process, one statement at a
+// administrative database, which every NewDB needs to copy or drop a
+// database. A new session costs the server more than the statements it
+// runs there. So one session serves the whole process, one statement at a
 // time. M closes it.
 var admins adminPool
 
@@ -392,7 +393,7 @@ func (a *adminPool) get(ctx context.Context, dsn string) (*pgxpool.Pool, error) 
 	return a.pool, nil
 }
 
-// close closes the pool; a later get opens another.
+// close closes the pool. A later get opens another.
 func (a *adminPool) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -402,12 +403,11 @@ func (a *adminPool) close() {
 	}
 }
 
-// adminExec runs the statements, in order, on one connection to admin (none
-// of them in a transaction: CREATE and DROP DATABASE refuse one): admins'
-// when admin is the test server's administrative database (the one ctx
-// holds, if it holds it: heldAdminConn), else a short-lived one, so that no
-// pool outlives the call (a Citus worker's database, a cluster a test
-// stops).
+// adminExec runs the statements in order on one connection to admin,
+// outside a transaction, since CREATE and DROP DATABASE refuse one. For
+// the test server's administrative database, it uses admins' session, or
+// the one that ctx holds. Otherwise it uses a short-lived connection, so no
+// pool outlives the call.
 func adminExec(ctx context.Context, admin string, statements ...string) error {
 	var conn *pgx.Conn
 	held, holds := ctx.Value(heldAdminConn{}).(*pgx.Conn)
@@ -441,7 +441,7 @@ func adminExec(ctx context.Context, admin string, statements ...string) error {
 	return nil
 }
 
-// withDatabase returns dsn (a URL or a keyword/value string) pointing at
+// withDatabase returns dsn, a URL or a keyword/value string, pointing at
 // database name instead.
 func withDatabase(dsn, name string) (string, error) {
 	if !strings.Contains(dsn, "://") {
@@ -459,9 +459,9 @@ func withDatabase(dsn, name string) (string, error) {
 // ident quotes a database name as an SQL identifier.
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 
-// sanitize returns s lower-cased, with runs of characters other than [a-z0-9]
-// turned into one '_', cut to at most n bytes: a readable hint of the test in
-// a database name.
+// sanitize returns s lower-cased, with runs of characters other than
+// [a-z0-9] turned into one '_', cut to at most n bytes. It gives a readable
+// hint of the test in a database name.
 func sanitize(s string, n int) string {
 	var b strings.Builder
 	under := false

@@ -12,25 +12,25 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Plan tests examine what PostgreSQL does with hookgate's statements: a
-// Recorder, as a pool's tracer, collects every statement a page or a scrape
-// sends, with its arguments and its planner settings, and ExplainAnalyze
-// runs each under EXPLAIN (ANALYZE, FORMAT JSON).
+// Plan tests examine what PostgreSQL does with hookgate's statements. A
+// [Recorder], as a pool's tracer, collects every statement that a page or a
+// scrape sends, with its arguments and planner settings. [ExplainAnalyze]
+// runs each under EXPLAIN ANALYZE.
 
-// Statement is a statement a Recorder saw: its SQL, its arguments, and the
-// planner settings it ran under (a `SELECT set_config(…)` sent before it in
-// the same batch, whose implicit transaction they last; "" for none).
+// Statement is a statement that a Recorder saw: its SQL, its arguments and
+// the planner settings it ran under. The settings are a `SELECT
+// set_config(…)` sent before it in the same batch, or "".
 type Statement struct {
 	SQL, Settings string
 	Args          []any
 }
 
-// Recorder records the statements sent on the connections it traces (set
-// it as pgx.ConnConfig.Tracer of a pool's connections): each statement
-// once, with the arguments and the settings it was first sent with,
-// leaving out transaction control (BEGIN, COMMIT, ROLLBACK) and planner
-// settings, which it keeps as the settings of the statements that follow
-// them in their batch. It is safe for concurrent use.
+// Recorder records the statements sent on the connections it traces. Set
+// it as pgx.ConnConfig.Tracer of a pool's connections. It records each
+// statement once, with the arguments and settings it was first sent with.
+// It leaves out transaction control and planner settings. It keeps the
+// settings as those of the statements that follow in their batch. It is
+// safe for concurrent use.
 type Recorder struct {
 	mu   sync.Mutex
 	seen map[string]bool
@@ -52,8 +52,8 @@ func (r *Recorder) Reset() {
 	r.seen, r.list = nil, nil
 }
 
-// isSettings reports whether sql is a statement of planner settings (as
-// store.IndexOrderScans and its like are).
+// isSettings reports whether sql is a statement of planner settings, like
+// store.IndexOrderScans.
 func isSettings(sql string) bool {
 	return strings.HasPrefix(strings.TrimSpace(sql), "SELECT set_config(")
 }
@@ -75,7 +75,7 @@ func (r *Recorder) add(sql, settings string, args []any) {
 	r.list = append(r.list, Statement{SQL: sql, Settings: settings, Args: args})
 }
 
-// TraceQueryStart records a statement sent on its own (pgx.QueryTracer).
+// TraceQueryStart records a statement sent on its own.
 func (r *Recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if !isSettings(data.SQL) {
 		r.add(data.SQL, "", data.Args)
@@ -86,8 +86,8 @@ func (r *Recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 // TraceQueryEnd implements pgx.QueryTracer.
 func (r *Recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// TraceBatchStart records the statements of a batch (pgx.BatchTracer),
-// each under the settings queued before it.
+// TraceBatchStart records the statements of a batch, each under the
+// settings queued before it.
 func (r *Recorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
 	settings := ""
 	for _, q := range data.Batch.QueuedQueries {
@@ -106,9 +106,9 @@ func (r *Recorder) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQue
 // TraceBatchEnd implements pgx.BatchTracer.
 func (r *Recorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// PlanConn returns a connection of pool's of its own (closed when the test
-// ends), with a statement timeout, so that a plan that walks the tables
-// fails the test instead of running for minutes.
+// PlanConn returns a connection of pool's of its own, closed when the test
+// ends. It has a statement timeout, so a plan that walks the tables fails
+// the test instead of running for minutes.
 func PlanConn(t testing.TB, pool *pgxpool.Pool) *pgx.Conn {
 	t.Helper()
 	pc, err := pool.Acquire(t.Context())
@@ -123,7 +123,7 @@ func PlanConn(t testing.TB, pool *pgxpool.Pool) *pgx.Conn {
 	return conn
 }
 
-// PlanNode is a node of EXPLAIN (ANALYZE, FORMAT JSON)'s plan.
+// PlanNode is a node of the plan of EXPLAIN ANALYZE in JSON.
 type PlanNode struct {
 	NodeType         string     `json:"Node Type"`
 	Relation         string     `json:"Relation Name"`
@@ -138,7 +138,7 @@ type PlanNode struct {
 	Plans            []PlanNode `json:"Plans"`
 }
 
-// Explained is EXPLAIN (ANALYZE, FORMAT JSON)'s output for one statement.
+// Explained is the JSON output of EXPLAIN ANALYZE for one statement.
 type Explained struct {
 	Plan PlanNode        `json:"Plan"`
 	JIT  json.RawMessage `json:"JIT"`
@@ -149,15 +149,14 @@ type Explained struct {
 // JITCompiled reports whether PostgreSQL compiled the statement with JIT.
 func (e Explained) JITCompiled() bool { return len(e.JIT) > 0 && string(e.JIT) != "null" }
 
-// ExplainAnalyze EXPLAIN ANALYZEs sql with args on conn, as PostgreSQL
-// plans it under plan_cache_mode mode (force_custom_plan: the plan for the
-// arguments; force_generic_plan: the one PostgreSQL may switch to after
-// five executions of a prepared statement, which does not see them), in a
-// transaction that first runs settings (the planner settings the
-// statement is sent with; "" for none) and is rolled back, so that a
-// statement that writes leaves nothing. The arguments reach the prepared
-// statement as parameters, each cast to its parameter's type through text (a nil one is NULL).
-// It fails the test on any error.
+// ExplainAnalyze runs EXPLAIN ANALYZE of sql with args on conn, under the
+// plan_cache_mode mode. force_custom_plan gives the plan for the
+// arguments. force_generic_plan gives the plan that PostgreSQL may switch
+// to after five executions of a prepared statement. It runs in a
+// transaction that first runs settings and is rolled back, so a statement
+// that writes leaves nothing. Each argument reaches the prepared statement
+// cast through text to its parameter's type. It fails the test on any
+// error.
 func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, args ...any) Explained {
 	t.Helper()
 	ctx := t.Context()
@@ -177,7 +176,8 @@ func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, ar
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Deallocated after the rollback (defers run last first).
+	// Deferred calls run last first, so this deallocates after the
+	// rollback.
 	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `DEALLOCATE hgexplained`) }()
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if settings != "" {
@@ -219,15 +219,15 @@ func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, ar
 	return ex[0]
 }
 
-// PlanCacheModes are the plan cache modes plan tests explain in: the plan
-// for the arguments, and the generic plan PostgreSQL switches to after
-// five executions of a prepared statement (pgx prepares every statement).
+// PlanCacheModes are the plan cache modes that plan tests explain in: the
+// plan for the arguments, and the generic plan. pgx prepares every
+// statement, so PostgreSQL may switch to the generic plan after five runs.
 var PlanCacheModes = []string{"force_custom_plan", "force_generic_plan"}
 
 // PlanVariants runs test in two parallel subtests, named yes and no, with
-// true and false: the two sets of statistics a plan test checks its
-// statements on. It skips on Citus, whose EXPLAIN shows the coordinator's
-// plan, not the shard's.
+// true and false. They are the two sets of statistics that a plan test
+// checks its statements on. It skips on Citus, whose EXPLAIN shows the
+// coordinator's plan, not the shard's.
 func PlanVariants(t *testing.T, yes, no string, test func(t *testing.T, v bool)) {
 	t.Helper()
 	if Citus() {
@@ -256,15 +256,15 @@ func (n PlanNode) Walk(f func(PlanNode)) {
 	}
 }
 
-// Visited is how many rows a scan node read: the rows it returned and
-// those its filters removed, in all its loops.
+// Visited is how many rows a scan node read in all its loops, counting
+// those its filters removed.
 func (n PlanNode) Visited() float64 {
 	return (n.Rows + n.RemovedByFilter + n.RemovedByRecheck) * n.Loops
 }
 
-// Shape is the plan's tree in one line: each node's type, relation and
-// index, and for a scan the rows it visited per loop × its loops, its
-// children in brackets.
+// Shape is the plan's tree in one line. It shows each node's type,
+// relation and index, and for a scan the rows per loop × its loops. Each
+// node's children are in brackets.
 func (n PlanNode) Shape() string {
 	s := n.NodeType
 	if n.Relation != "" {
@@ -286,29 +286,29 @@ func (n PlanNode) Shape() string {
 	return s
 }
 
-// probeNodes are the scans a node run many times (the inner side of a
-// nested loop, a correlated subplan) may be: a probe of an index, or of a
-// row by its ctid.
+// probeNodes are the scans allowed in a node that runs many times, such
+// as a nested loop's inner side. Each is a probe of an index, or of a row
+// by its ctid.
 var probeNodes = map[string]bool{"Index Scan": true, "Index Only Scan": true, "Tid Scan": true}
 
-// PlanLimits say what a plan may do (PlanProblems).
+// PlanLimits say what a plan may do; see [PlanProblems].
 type PlanLimits struct {
-	// MaxVisited is the most rows a scan of a table may visit in all its
-	// loops (rows returned + rows removed by its filters, × its loops);
-	// negative for no limit.
+	// MaxVisited is the most rows that a scan of a table may visit in all
+	// its loops. A negative value sets no limit.
 	MaxVisited func(table string) float64
-	// Indexed reports whether a table must be read through an index: no
-	// sequential scan of it (nil: none must).
+	// Indexed reports whether a table must be read through an index,
+	// without a sequential scan.
 	Indexed func(table string) bool
 }
 
-// PlanProblems returns what is wrong with ex under limits: JIT compilation
-// (a forced plan's disabled paths cost 1e10, past jit_above_cost: 50–85 ms
-// per execution instead of 1–2); a sequential scan of a table that must be
-// read through an index; a scan that visits more rows than its table's
-// limit; a scan run more than once (a nested loop's inner side, a subplan)
-// that is not a probe (of an index, or by ctid) visiting at most 2 rows per
-// loop.
+// PlanProblems returns what is wrong with ex under limits:
+//
+//   - JIT compilation. A forced plan's disabled paths cost past
+//     jit_above_cost, and JIT then costs tens of milliseconds.
+//   - A sequential scan of a table that must be read through an index.
+//   - A scan that visits more rows than its table's limit.
+//   - A scan that runs more than once but is not a probe visiting at most
+//     2 rows per loop.
 func PlanProblems(ex Explained, limits PlanLimits) []string {
 	var problems []string
 	if ex.JITCompiled() {

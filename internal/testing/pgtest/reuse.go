@@ -14,15 +14,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// EnvReuse names the environment variable that, set to 1, lets NewDB hand a
-// database a finished test of the same process gave back, emptied, to the
-// next test instead of copying the template again; `make test` and `make
-// test-fast` set it (.ci/test.sh). Copying the template (CREATE DATABASE …
-// TEMPLATE, about 8 MB) costs the throwaway server about a tenth of a
-// second of CPU, and dropping the copy forces a checkpoint; emptying the few
-// tables a test wrote costs a fraction of that. Never on Citus (each database is distributed
-// afresh there). The databases left spare when a test process exits are not
-// dropped: the throwaway server is deleted after the run.
+// EnvReuse names the environment variable that, set to 1, lets [NewDB]
+// reuse databases. A finished test gives its database back, emptied, and
+// the next test of the process gets it instead of a new copy of the
+// template. `make test` and `make test-fast` set it. A copy costs the
+// throwaway server about a tenth of a second of CPU, and dropping it forces
+// a checkpoint. Emptying the few tables a test wrote costs a fraction of
+// that. Citus never reuses databases, since each is distributed afresh.
+// Spare databases are not dropped when a process exits, because the
+// throwaway server is deleted after the run.
 const EnvReuse = "HOOKGATE_TEST_REUSE_DB"
 
 // reuseDBs reports whether NewDB reuses databases (EnvReuse).
@@ -31,10 +31,9 @@ func reuseDBs() bool { return os.Getenv(EnvReuse) == "1" && !Citus() }
 // spares are the databases of this process ready for another test.
 var spares = &reuser{}
 
-// spare is a database a finished test gave back, emptied, and the pool of
-// that test when its connections were handed over with it (nil otherwise):
-// open sessions whose state reset discarded. A new session costs the
-// server more CPU than most tests' statements (TestHandedOverPoolIsClean).
+// spare is a database that a finished test gave back, emptied. pool is
+// that test's pool when its clean sessions were handed over too, or nil. A
+// new session costs the server more CPU than most tests' statements.
 type spare struct {
 	name string
 	pool *pgxpool.Pool
@@ -47,11 +46,11 @@ type reuser struct {
 	spares []spare
 }
 
-// take returns a spare database and true, or false when there is none: the
-// newest one given back whose pool holds up to conns connections, or else
-// the newest one given back without a pool. One with a pool of another size
-// is left for a test that asks for that size: copying the template costs
-// the server less than opening a pool of Racers sessions.
+// take returns a spare database and true, or false when there is none. It
+// takes the newest one whose pool holds up to conns connections, or else
+// the newest without a pool. One with a pool of another size waits for a
+// test that asks for that size. Copying the template costs the server less
+// than opening a pool of Racers sessions.
 func (r *reuser) take(conns int32) (spare, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -88,17 +87,14 @@ func (r *reuser) has(name string) bool {
 	return false
 }
 
-// sparePrefix begins the names of the databases that test processes which
-// have ended left for others (leave, adoptSpare; their tests use another
-// prefix). They exist only on the server of one run (.ci/test.sh), copies
-// of its one template.
+// sparePrefix begins the names of the databases that ended test
+// processes left for others. Tests use another prefix. They exist only on
+// the server of one run, as copies of its one template.
 const sparePrefix = "hgt_spare_"
 
-// leave closes the pools of the spare databases and renames each to
-// sparePrefix…, for the processes of the run still to come (adoptSpare):
-// a database that cannot be renamed (a session lingers) stays as it is.
-// The databases are not dropped: the throwaway server is deleted after the
-// run.
+// leave closes the pools of the spare databases and renames each with
+// sparePrefix, for the later processes of the run. A database whose rename
+// fails, because a session lingers, stays as it is.
 func (r *reuser) leave(ctx context.Context, prefix string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -126,11 +122,11 @@ func (r *reuser) leave(ctx context.Context, prefix string) {
 	r.spares = nil
 }
 
-// adoptSpare renames a database another test process of the run left
-// (leave) to name and returns true, or returns false when there is none to
-// take. Only with a template the processes share (EnvTemplate), whose copies
-// they all are: then a database left is as a fresh copy of tpl is. Two
-// processes may try the same one: the rename succeeds for one of them.
+// adoptSpare renames a database that another process of the run left to
+// name, and returns true. It returns false when there is none. It works
+// only with a template that the processes share, since a database left is
+// then like a fresh copy of tpl. When two processes try the same one, the
+// rename succeeds for one of them.
 func adoptSpare(ctx context.Context, admin, tpl, name, prefix string) (bool, error) {
 	if os.Getenv(EnvTemplate) != tpl {
 		return false, nil
@@ -156,20 +152,18 @@ func adoptSpare(ctx context.Context, admin, tpl, name, prefix string) (bool, err
 		if !errors.As(err, &pgErr) || (pgErr.Code != pgerrcode.InvalidCatalogName && pgErr.Code != pgerrcode.ObjectInUse) {
 			return false, fmt.Errorf("take spare database %s: %w", old, err)
 		}
-		// Another process took it first (or is taking it).
+		// Another process took it first, or is taking it.
 	}
 	return false, nil
 }
 
 // giveBack takes back the database name of a test that has ended, with
-// pool, the pool NewDB gave the test (nil: none). When the catalogs are
-// what they were when the test got the database (state, from
-// catalogState) once the tables the test made are dropped, the database is
-// emptied (reset), kept for the next test, and giveBack returns true;
-// otherwise (the test altered or dropped a table of the template, made a
-// function, a schema, …), or when emptying fails, it returns false and the
-// caller drops it. The pool is kept with the database when reset kept its
-// sessions (resetConn); otherwise it is closed.
+// the pool that NewDB gave the test, if any. It drops the tables that the
+// test made. When the catalogs then match state, it empties the database,
+// keeps it for the next test and returns true. Otherwise it returns false,
+// and the caller drops the database. That happens when the test altered a
+// table of the template or made a function or schema, or when emptying
+// fails. The pool stays with the database when reset kept its sessions.
 func (r *reuser) giveBack(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) bool {
 	kept, err := reset(ctx, admin, name, state, pool)
 	if pool != nil && (!kept || err != nil) {
@@ -188,18 +182,13 @@ func (r *reuser) giveBack(ctx context.Context, admin, name string, state catalog
 	return true
 }
 
-// catalogStateSQL sums up the catalog rows of the current database's own
-// objects (OID 16384 and up: the template's and any a test made, not the
-// built-in ones) that a test's DDL changes: how many, and the newest
-// transaction that wrote one. It covers relations, columns, defaults,
-// constraints, indexes, triggers, functions, types, enum values, schemas
-// (not the temporary ones sessions make), extensions, rules, policies, event
-// triggers, sequences, extended statistics, inheritance and dependencies,
-// plus the database's own row, its settings (ALTER DATABASE … SET) and the
-// schema versions of goose and River. Creating an object adds rows with a
-// newer xmin; altering one writes a new row version (a newer xmin); dropping
-// one removes rows. ANALYZE and VACUUM update pg_class in place (the xmin
-// stays); the statistics they write are cleared by reset.
+// catalogStateSQL sums up the catalog rows of the database's own objects
+// that a test's DDL changes: how many, and the newest transaction that wrote
+// one. Own objects have an OID of 16384 and up. It covers every kind of
+// object a test might make, the database's own row and settings, and the
+// schema versions of goose and River. Creating or altering an object
+// writes rows with a newer xmin, and dropping one removes rows. ANALYZE and
+// VACUUM update pg_class in place, and reset clears their statistics.
 const catalogStateSQL = `SELECT count(*), coalesce(max(x::text::bigint), 0) FROM (
   SELECT xmin AS x FROM pg_class WHERE oid >= 16384
   UNION ALL SELECT xmin FROM pg_attribute WHERE attrelid >= 16384
@@ -246,23 +235,19 @@ func catalogState(ctx context.Context, q querier) (catalog, error) {
 }
 
 // newTablesSQL lists, as one DROP TABLE list, the tables of schema public
-// that a test made (their pg_class row is newer than the newest catalog row
-// the test found, $1): many tests make a table of their own next to
-// hookgate's. Dropping them takes away every catalog row they brought
-// (columns, types, constraints, indexes, identity sequences,
-// dependencies), which the check that follows verifies; anything else a
-// test made (a view, a function, a schema) fails that check.
+// that a test made. Their pg_class row is newer than the newest catalog row
+// that the test found, $1. Many tests make a table of their own. Dropping
+// it takes away every catalog row it brought, as the next check verifies.
+// Anything else a test made, such as a view, fails that check.
 const newTablesSQL = `SELECT coalesce(string_agg(oid::regclass::text, ', '), '') FROM pg_class
 WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p') AND xmin::text::bigint > $1`
 
-// dirtyTablesSQL lists, as one TRUNCATE list, the tables of hookgate and
-// River (schema public) that are not as a fresh copy of the template has
-// them: with pages (rows, dead or alive), with statistics counted by ANALYZE
-// or VACUUM (reltuples is -1 until then), or with an identity or serial
-// sequence that has handed out a value. goose's and River's schema version
-// tables are left alone (the catalog state covers them). The migrations
-// seed no other table (TestFreshDatabaseTablesAreEmpty), so an empty table
-// is what a fresh copy holds.
+// dirtyTablesSQL lists, as one TRUNCATE list, the tables in schema public
+// that differ from a fresh copy of the template. Such a table has pages,
+// statistics from ANALYZE or VACUUM, or a sequence that handed out a value.
+// goose's and River's schema version tables are left alone, since the
+// catalog state covers them. The migrations seed no other table, so a
+// fresh copy holds empty tables.
 const dirtyTablesSQL = `SELECT coalesce(string_agg(c.oid::regclass::text, ', '), '') FROM pg_class c
 WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
   AND c.relname NOT IN ('goose_db_version', 'river_migration')
@@ -274,20 +259,15 @@ WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
       -- has left out what is not a sequence
       AND CASE WHEN s.relkind = 'S' THEN pg_sequence_last_value(s.oid) END IS NOT NULL))`
 
-// reset makes the database name as a fresh copy of the template, or fails
-// when it cannot, on a connection of pool if it can (resetConn). It keeps
-// the sessions of pool, cleaned (cleanSession), when it can, and reports
-// whether it did (keptPool); it ends every other session still connected
-// (a closed pool's backends may not have exited yet; a test may have left
-// a connection open), and their state (settings, advisory locks, prepared
-// statements, LISTEN) goes with them. It drops the tables the test made,
-// checks that the catalogs are then as they were (state), truncates every
-// table that is not as fresh (RESTART IDENTITY resets their sequences),
-// deletes the column statistics of ANALYZE (plan tests examine the plans
-// of a fresh database) and resets the database's activity counters. It
-// needs a superuser, as the throwaway server's user is, and PostgreSQL 15
-// or later (on an older server every reset fails, and each database is
-// dropped as without EnvReuse).
+// reset makes the database name like a fresh copy of the template, or
+// fails. It keeps the sessions of pool, cleaned, when it can, and reports
+// whether it did. It ends every other session, and their state goes with
+// them. It drops the tables that the test made and checks the catalogs
+// against state. It truncates every table that is not fresh, and resets
+// their sequences. It deletes ANALYZE's column statistics, because plan
+// tests examine the plans of a fresh database. It also resets the
+// database's activity counters. It needs a superuser and PostgreSQL 15 or
+// later. On an older server every reset fails, and databases are dropped.
 func reset(ctx context.Context, admin, name string, state catalog, pool *pgxpool.Pool) (keptPool bool, err error) {
 	conn, pids, release, err := resetConn(ctx, admin, name, pool)
 	if err != nil {
@@ -329,10 +309,9 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL($1
 	}
 	if dirty != "" {
 		// TRUNCATE leaves its tables' indexes with the planner counts of a
-		// relation never built (relpages 0, reltuples -1), where a fresh
-		// copy has those CREATE INDEX gave on the empty table (its pages,
-		// 0 tuples): the planner estimates a partial index's rows from
-		// them. They are put back (TestReusedDatabaseIsLikeAFreshOne).
+		// relation never built. A fresh copy has the counts that CREATE
+		// INDEX gave, and the planner estimates a partial index's rows
+		// from them. So they are put back.
 		if _, err := conn.Exec(ctx, "TRUNCATE "+dirty+" RESTART IDENTITY"); err != nil {
 			return false, err
 		}
@@ -341,10 +320,9 @@ FROM pg_index x WHERE x.indexrelid = i.oid AND x.indrelid = ANY(('{' || $1 || '}
 			return false, err
 		}
 	}
-	// The counts of this session (the truncations) reach the shared
-	// statistics when its transaction ends, after a forced flush (those of
-	// the pool's other sessions were flushed by cleanSession); then the
-	// database's counters are reset, as a fresh copy has none.
+	// This session's counts reach the shared statistics after a forced
+	// flush. cleanSession flushed the pool's other sessions. Then the
+	// database's counters are reset, since a fresh copy has none.
 	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
 		return false, err
 	}
@@ -353,12 +331,10 @@ SELECT pg_stat_reset()`)
 	return len(pids) > 0, err
 }
 
-// endOtherSessions ends every session of the current database but the
-// caller's and those of keep (backend PIDs), and waits until each has
-// exited (pg_terminate_backend with a timeout; one that exits meanwhile
-// makes it return false with a warning). NewDB calls it on a reused
-// database whose pool was not handed over before the test gets it: the
-// session reset ran on has closed, but its backend may not have exited yet.
+// endOtherSessions ends every session of the current database except the
+// caller's and the backend PIDs in keep. It waits until each has exited.
+// NewDB calls it on a reused database whose pool was not handed over,
+// because the backend of reset's session may not have exited yet.
 func endOtherSessions(ctx context.Context, conn interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }, keep ...int32) error {
@@ -371,14 +347,11 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL($1
 }
 
 // resetConn returns a connection to the database name for reset, the
-// backend PIDs of the sessions to keep (the pool's, handed over with the
-// database to the next test; none otherwise), and the function that gives
-// the connection back. It hands the pool over when the test left none of
-// its connections acquired (waiting up to releaseWait for the last ones to
-// come back: released): it takes every idle one and cleans it
-// (cleanSession; one that fails is closed), and the first is the one
-// returned. Otherwise (no pool, a closed one, one still in use, none left
-// open) it returns a new connection, closed on release.
+// backend PIDs of the sessions to keep, and the function that gives the
+// connection back. It hands the pool over when the test left none of its
+// connections acquired, waiting up to releaseWait. It then cleans every
+// idle connection, closes those that fail, and returns the first.
+// Otherwise it returns a new connection, closed on release.
 func resetConn(ctx context.Context, admin, name string, pool *pgxpool.Pool) (*pgx.Conn, []int32, func(), error) {
 	if pool != nil && !released(pool, releaseWait) {
 		pool = nil // still in use: not handed over
@@ -421,12 +394,12 @@ func resetConn(ctx context.Context, admin, name string, pool *pgxpool.Pool) (*pg
 }
 
 // releaseWait is how long resetConn waits for the connections of a test's
-// pool to come back: River's client gives one back tens of milliseconds
-// after its Stop has returned.
+// pool to come back. River's client gives one back tens of milliseconds
+// after its Stop returns.
 const releaseWait = 500 * time.Millisecond
 
-// released reports whether pool has no connection acquired or being made,
-// waiting up to wait for that.
+// released reports whether pool has no connection acquired or being made.
+// It waits up to wait for that.
 func released(pool *pgxpool.Pool, wait time.Duration) bool {
 	deadline := time.Now().Add(wait)
 	for {
@@ -441,13 +414,11 @@ func released(pool *pgxpool.Pool, wait time.Duration) bool {
 	}
 }
 
-// cleanSession discards the state a test left in a session of its pool, so
-// that the next test gets it as a new session (TestHandedOverPoolIsClean):
-// DISCARD ALL (settings, SET ROLE, prepared statements and portals, temporary
-// tables, LISTEN, advisory locks, cached plans and sequence values), pgx's
-// statement and description caches and the notifications it buffered, and
-// the session's pending activity counts, flushed now (before reset resets
-// the database's) rather than in the next test.
+// cleanSession discards the state that a test left in a session of its
+// pool, so the next test gets it like a new session. It runs DISCARD ALL,
+// and clears pgx's statement caches and buffered notifications. It also
+// flushes the session's pending activity counts now, before reset resets
+// the database's, rather than in the next test.
 func cleanSession(ctx context.Context, conn *pgx.Conn) error {
 	if st := conn.PgConn().TxStatus(); st != 'I' {
 		return fmt.Errorf("session %d is in a transaction (%c)", conn.PgConn().PID(), st)
@@ -461,10 +432,10 @@ func cleanSession(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
 		return err
 	}
-	// Last: pgx buffers a notification that reached the socket before the
-	// UNLISTEN of DISCARD ALL when it reads the answers to the statements
-	// above. A done context makes WaitForNotification return the buffered
-	// ones, then fail without reading.
+	// This comes last. pgx buffers a notification that arrived before
+	// DISCARD ALL's UNLISTEN while it reads the answers above. A done
+	// context makes WaitForNotification return the buffered ones, then fail
+	// without reading.
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	for {

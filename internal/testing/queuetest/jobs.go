@@ -1,15 +1,12 @@
-// Package queuetest puts River's table of jobs in the states tests need,
-// and reads it back: forward jobs as River stores them, inserted as they
-// are (InsertForwardJobs) or put in a state after attempts (SetForwardJob),
-// waiting forwards postponed (PostponeWaitingForwards), every forward job and delivered first attempt read back (ForwardJobs),
-// jobs counted (CountJobs), and River's table scanned or locked. It writes
-// the SQL tests would otherwise write on River's table, so that a change of
-// that table touches package queue and this package only, as River's own
-// tests build their jobs through its testfactory.
+// Package queuetest puts River's table of jobs in the states that tests
+// need, and reads it back. It inserts forward jobs as River stores them,
+// sets a job's state after attempts, postpones waiting forwards, counts
+// jobs and scans or locks the table. Tests use it instead of writing SQL on
+// River's table, so a change of that table touches package queue and this
+// package only.
 //
-// It is imported by tests only: a depguard rule (.golangci.yaml) keeps it
-// out of every file that is not a _test.go file. It does not import package
-// store, so that store's own tests can use it too.
+// Only tests import it; a depguard rule keeps it out of production code.
+// It imports neither queue nor store, so the tests of both can use it.
 package queuetest
 
 import (
@@ -24,22 +21,21 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// ForwardKind is the River job kind of forwards: store.ForwardKind, which
-// a test of package queue checks it is (this package imports neither queue nor store).
+// ForwardKind is the River job kind of forwards. It is a copy of
+// queue.ForwardKind, and a test of package queue checks that they match.
 const ForwardKind = "hookgate_forward"
 
 // SupersededKey is the metadata key with which package queue marks a
-// forward job a newer forward of its event to its target followed (a test
-// of package queue checks it is queue's).
+// forward job that a newer forward of its event to its target followed.
+// A test of package queue checks that it matches queue's key.
 const SupersededKey = "hookgate:superseded"
 
-// markSupersededSQL marks, as package queue marks them when it adds a
-// newer forward, the forward jobs of the events and targets of the jobs $1
-// that are not completed (River's state $2) and that a newer job or
-// delivered first attempt of the same event to the same target followed:
-// what the fixtures do after they insert jobs or change a job's state. It
-// runs under markScans: probes of the keys of the tables, whatever their
-// statistics say (a test may have made them lie).
+// markSupersededSQL marks jobs superseded, as package queue does when it
+// adds a newer forward. It takes the unfinished forward jobs of the events
+// and targets of the jobs $1 that a newer job or delivered first attempt
+// followed. The fixtures run it after they insert jobs or change a job's
+// state. markScans keeps it on key probes, even when a test made the
+// statistics lie.
 const markSupersededSQL = `UPDATE river_job j SET metadata = j.metadata || jsonb_build_object('` + SupersededKey + `', true)
 WHERE j.id = ANY(ARRAY(SELECT c.id FROM unnest($1::bigint[]) AS i(id)
   JOIN river_job s ON s.id = i.id AND s.kind = '` + ForwardKind + `'
@@ -53,15 +49,14 @@ WHERE j.id = ANY(ARRAY(SELECT c.id FROM unnest($1::bigint[]) AS i(id)
       OR (SELECT n.id FROM forward_delivered n WHERE n.sender = c.args->>'sender' AND n.event_id >= c.args->>'event_id'
           AND n.event_id <= c.args->>'event_id' AND n.target = c.args->>'target' AND n.id > c.id ORDER BY n.event_id, n.id LIMIT 1) IS NOT NULL)))`
 
-// markScans leaves markSupersededSQL nested loops over index probes alone
-// (the probes ordered as the indexes of the keys are, as package queue's
-// are: no sort).
+// markScans leaves markSupersededSQL only nested loops over index probes,
+// ordered as the indexes are, so no sort is needed.
 const markScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
   set_config('enable_mergejoin', 'off', true), set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
   set_config('jit', 'off', true)`
 
 // markSuperseded runs markSupersededSQL for the jobs ids on db, in a
-// transaction (a savepoint on a transaction).
+// transaction or a savepoint.
 func markSuperseded(ctx context.Context, db DB, ids []int64) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, markScans); err != nil {
@@ -76,10 +71,9 @@ func markSuperseded(ctx context.Context, db DB, ids []int64) error {
 	return nil
 }
 
-// MarkSuperseded marks every forward job that is not completed and that a
-// newer forward of its event to its target followed, as package queue
-// marks it when it adds the newer forward: for tests that write their
-// jobs with SQL of their own.
+// MarkSuperseded marks every unfinished forward job that a newer forward
+// of its event to its target followed, as package queue does. It serves
+// tests that write their jobs with SQL of their own.
 func (q *Jobs) MarkSuperseded(ctx context.Context) error {
 	var ids []int64
 	if err := q.db.QueryRow(ctx, `SELECT coalesce(array_agg(id), '{}') FROM river_job WHERE kind = '`+ForwardKind+`' AND state <> $1::river_job_state`,
@@ -90,12 +84,12 @@ func (q *Jobs) MarkSuperseded(ctx context.Context) error {
 }
 
 // deliveredOutput is the recorded output of forward_delivered's row d, as
-// River's worker records it under metadata.output: what package queue
-// reads for such a row.
+// River's worker records it under metadata.output. Package queue reads it
+// so for such a row.
 const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
 
 // DB is what the fixtures run on: a *pgxpool.Pool, a *pgx.Conn or a
-// pgx.Tx, as for store.DB.
+// pgx.Tx.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -118,7 +112,7 @@ type ForwardJob struct {
 	State       rivertype.JobState
 	Attempt     int
 	MaxAttempts int
-	// The job's arguments; URL only in jobs of versions that named targets
+	// The job's arguments. URL is set only in jobs that name their target
 	// by URL.
 	Sender, EventID, Target, DeliveryID, URL string
 	// AttemptedBy are the clients that worked it, in order.
@@ -126,16 +120,16 @@ type ForwardJob struct {
 	ScheduledAt time.Time
 	// Errors are the errors of its failed attempts, in order.
 	Errors []string
-	// ErrorRecords are its failed attempts' records as River stores them
-	// (JSON: at, attempt, error, trace), in order.
+	// ErrorRecords are its failed attempts' records as River stores them,
+	// in JSON, in order.
 	ErrorRecords []string
-	// Output is its recorded output (JSON), "" when none.
+	// Output is its recorded output in JSON, or "".
 	Output string
 }
 
-// ForwardJobs returns every forward job, oldest (lowest ID) first, and
-// every forward_delivered row as the job it stands for (completed after one
-// attempt, on no queue).
+// ForwardJobs returns every forward job, lowest ID first. It also returns
+// every forward_delivered row as the job it stands for: completed after
+// one attempt, on no queue.
 func (q *Jobs) ForwardJobs(ctx context.Context) ([]ForwardJob, error) {
 	rows, err := q.db.Query(ctx, `SELECT id, queue, state::text, attempt, max_attempts,
   coalesce(args->>'sender', ''), coalesce(args->>'event_id', ''), coalesce(args->>'target', ''), coalesce(args->>'delivery_id', ''), coalesce(args->>'url', ''),
@@ -166,12 +160,11 @@ FROM forward_delivered d ORDER BY 1`, string(rivertype.JobStateCompleted))
 }
 
 // JobTable is River's table of jobs, for tests that look for its name in
-// PostgreSQL's views (pg_stat_activity's queries).
+// PostgreSQL's views, such as pg_stat_activity.
 const JobTable = "river_job"
 
-// JobScans returns how many times the transaction q is on has scanned
-// River's GIN index on the jobs' args (river_job_args_index), and River's
-// job table sequentially.
+// JobScans returns how many times q's transaction has scanned River's GIN
+// index on the jobs' args, and River's job table sequentially.
 func (q *Jobs) JobScans(ctx context.Context) (argIndex, seq int64, err error) {
 	err = q.db.QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('river_job_args_index'::regclass),
   (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'river_job')`).Scan(&argIndex, &seq)
@@ -181,11 +174,10 @@ func (q *Jobs) JobScans(ctx context.Context) (argIndex, seq int64, err error) {
 	return argIndex, seq, nil
 }
 
-// PostponeWaitingForwards moves the forward jobs waiting for their time
-// (available, scheduled or retryable) that is due between after and
-// before from now to to from now, as if each had been told to wait that
-// long; it returns how many it moved. A job River or another statement
-// holds meanwhile is moved once they let it go.
+// PostponeWaitingForwards moves the waiting forward jobs that are due
+// between after and before from now, to to from now. It is as if each had
+// been told to wait that long. It returns how many it moved. A job that
+// another transaction holds is moved once it is let go.
 func (q *Jobs) PostponeWaitingForwards(ctx context.Context, after, before, to time.Duration) (int64, error) {
 	tag, err := q.db.Exec(ctx, `UPDATE river_job SET scheduled_at = now() + $4 * interval '1 millisecond'
 WHERE kind = '`+ForwardKind+`' AND state = ANY($1::river_job_state[])
@@ -198,8 +190,8 @@ WHERE kind = '`+ForwardKind+`' AND state = ANY($1::river_job_state[])
 	return tag.RowsAffected(), nil
 }
 
-// LockJobInserts blocks every insert of a job (River's table in SHARE ROW
-// EXCLUSIVE mode) until the transaction q is on ends.
+// LockJobInserts blocks every insert of a job until q's transaction ends.
+// It locks River's table in SHARE ROW EXCLUSIVE mode.
 func (q *Jobs) LockJobInserts(ctx context.Context) error {
 	if _, err := q.db.Exec(ctx, `LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 		return fmt.Errorf("lock the jobs: %w", err)
@@ -207,8 +199,8 @@ func (q *Jobs) LockJobInserts(ctx context.Context) error {
 	return nil
 }
 
-// CountJobs returns how many River jobs of kind there are (of any kind when
-// kind is ""), in one of states (any state when none).
+// CountJobs returns how many River jobs of kind there are in one of
+// states. An empty kind, or no states, matches any.
 func (q *Jobs) CountJobs(ctx context.Context, kind string, states ...rivertype.JobState) (int, error) {
 	names := make([]string, 0, len(states))
 	for _, s := range states {
@@ -227,27 +219,26 @@ WHERE ($1 = '' OR kind = $1) AND (cardinality($2::text[]) = 0 OR state::text = A
 // attempts.
 type JobFixture struct {
 	State rivertype.JobState
-	// Attempt is how many attempts started; 0 means all of them
-	// (max_attempts).
+	// Attempt is how many attempts started. 0 means max_attempts.
 	Attempt int
-	// Errors are the errors of the attempts up to Attempt, the last one
-	// Attempt's: they are numbered to end at it.
+	// Errors are the errors of the attempts up to Attempt. They are
+	// numbered so that the last one is Attempt's.
 	Errors []string
-	// Output is the recorded output (a store.Output), as JSON; nil leaves
-	// it as it is.
+	// Output is the recorded output, encoded as JSON like a queue.Output.
+	// Nil leaves it as it is.
 	Output any
-	// At is when the last attempt started and, in a finished state
-	// (completed, cancelled, discarded), when it finished; now when zero.
+	// At is when the last attempt started, and when a finished job
+	// finished. Zero means now.
 	At time.Time
-	// ScheduledAt is when the next attempt is due; zero leaves it.
+	// ScheduledAt is when the next attempt is due. Zero leaves it.
 	ScheduledAt time.Time
-	// AttemptedBy are the River clients that worked it, in order; nil
+	// AttemptedBy are the River clients that worked it, in order. Nil
 	// leaves them as they are.
 	AttemptedBy []string
 }
 
-// SetForwardJob puts the forward job id in f's state; it is marked
-// superseded when a newer forward of its event to its target is there.
+// SetForwardJob puts the forward job id in f's state. It is marked
+// superseded when a newer forward of its event to its target exists.
 func (q *Jobs) SetForwardJob(ctx context.Context, id int64, f JobFixture) error {
 	args, err := f.args()
 	if err != nil {
@@ -263,9 +254,9 @@ func (q *Jobs) SetForwardJob(ctx context.Context, id int64, f JobFixture) error 
 	return markSuperseded(ctx, q.db, []int64{id})
 }
 
-// fixtureSet sets a job's state from a JobFixture's arguments ($1 to $5,
-// see JobFixture.args), with River's finished states as $9 (finished): a
-// parameter, as the store's statements take River's states, not literals.
+// fixtureSet sets a job's state from a JobFixture's arguments. River's
+// finished states are the parameter $9, not literals, as in package
+// queue's statements.
 const fixtureSet = `state = $1::river_job_state,
   attempt = CASE WHEN $2::int = 0 THEN max_attempts ELSE $2::int END,
   attempted_at = coalesce($3::timestamptz, now()),
@@ -278,7 +269,7 @@ const fixtureSet = `state = $1::river_job_state,
   attempted_by = coalesce($8::text[], attempted_by)`
 
 // args returns f's arguments of fixtureSet: $1 to $5, the scheduled time
-// ($7; withID puts the job's ID between them) and the clients ($8).
+// as $7 and the clients as $8. withID puts the job's ID in $6.
 func (f JobFixture) args() ([]any, error) {
 	var at, scheduled *time.Time
 	if !f.At.IsZero() {
@@ -293,7 +284,7 @@ func (f JobFixture) args() ([]any, error) {
 		if output, err = json.Marshal(f.Output); err != nil {
 			return nil, fmt.Errorf("encode output: %w", err)
 		}
-		if string(output) == "null" { // a nil *store.Output
+		if string(output) == "null" { // a nil *queue.Output
 			output = nil
 		}
 	}
@@ -304,8 +295,8 @@ func (f JobFixture) args() ([]any, error) {
 	return []any{string(f.State), f.Attempt, at, errs, output, scheduled, f.AttemptedBy}, nil
 }
 
-// withID returns the arguments of fixtureSet with the job's ID as $6 (and
-// finished as $9).
+// withID returns the arguments of fixtureSet with the job's ID as $6, and
+// finished as $9.
 func withID(args []any, id int64) []any {
 	return []any{args[0], args[1], args[2], args[3], args[4], id, args[5], args[6], finished}
 }
@@ -313,20 +304,20 @@ func withID(args []any, id int64) []any {
 // finished are River's states of a finished job, fixtureSet's $9.
 var finished = []string{string(rivertype.JobStateCompleted), string(rivertype.JobStateCancelled), string(rivertype.JobStateDiscarded)}
 
-// NewForwardJob is a forward job InsertForwardJobs writes as it is,
-// without River's insert (no uniqueness): one of another version (URL set,
-// no target) or one already in a given state.
+// NewForwardJob is a forward job that [Jobs.InsertForwardJobs] writes as
+// it is, without River's insert or its uniqueness. It may name its target
+// by URL, or be in a given state already.
 type NewForwardJob struct {
 	Sender, Target, DeliveryID, URL string
-	// EventID is the event's ID; a new random one when zero.
+	// EventID is the event's ID, or a new random one when zero.
 	EventID     uuid.UUID
 	MaxAttempts int
 }
 
-// InsertForwardJobs writes jobs on queue, each in f's state (a zero State
-// is available: due now), in one transaction, and returns their IDs in
-// order. The older forwards of their events to their targets are marked
-// superseded, as package queue marks them when it adds a newer forward.
+// InsertForwardJobs writes jobs on queue in f's state, in one
+// transaction, and returns their IDs in order. A zero State is available,
+// due now. The older forwards of their events to their targets are marked
+// superseded, as package queue does.
 func (q *Jobs) InsertForwardJobs(ctx context.Context, queue string, f JobFixture, jobs ...NewForwardJob) ([]int64, error) {
 	if f.State == "" {
 		f.State = rivertype.JobStateAvailable
@@ -371,7 +362,7 @@ RETURNING id`, encoded, maxAttempts, queue, string(rivertype.JobStateAvailable))
 			return err
 		}
 		if f.State != rivertype.JobStateAvailable || f.Attempt != 0 || len(f.Errors) != 0 || f.Output != nil || !f.ScheduledAt.IsZero() || f.AttemptedBy != nil {
-			// Not new jobs as River inserts them: in f's state.
+			// Not new jobs as River inserts them, but in f's state.
 			if _, err := tx.Exec(ctx, `UPDATE river_job SET `+fixtureSet+` WHERE id = ANY($6::bigint[])`,
 				args[0], args[1], args[2], args[3], args[4], ids, args[5], args[6], finished); err != nil {
 				return err
@@ -386,8 +377,7 @@ RETURNING id`, encoded, maxAttempts, queue, string(rivertype.JobStateAvailable))
 }
 
 // CountOutboxOf returns how many outbox rows of sender's deliveries whose
-// ID starts with prefix wait for the relay (no code of hookgate counts
-// them so).
+// ID starts with prefix wait for the relay.
 func (q *Jobs) CountOutboxOf(ctx context.Context, sender, prefix string) (int64, error) {
 	var n int64
 	if err := q.db.QueryRow(ctx, `SELECT count(*) FROM forward_outbox WHERE sender = $1 AND starts_with(delivery_id, $2)`,
@@ -397,10 +387,9 @@ func (q *Jobs) CountOutboxOf(ctx context.Context, sender, prefix string) (int64,
 	return n, nil
 }
 
-// InsertFinishedForwardJobs writes n forward jobs of sender's target on
-// queue that were delivered over the last week (completed after one
-// attempt), in one statement: the history a table holds in production.
-// Their events do not exist.
+// InsertFinishedForwardJobs writes, in one statement, n forward jobs of
+// sender's target on queue that completed over the last week. That is the
+// history that a table holds in production. Their events do not exist.
 func (q *Jobs) InsertFinishedForwardJobs(ctx context.Context, queue, sender, target string, n int) error {
 	_, err := q.db.Exec(ctx, `INSERT INTO river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at, args, kind, metadata, queue, priority)
 SELECT $1::river_job_state, 1, 5, t, t, t + interval '80 ms', t,
@@ -415,12 +404,11 @@ FROM generate_series(1, $5::int) g, LATERAL (SELECT now() - interval '7 days' + 
 }
 
 // ResetStatistics makes PostgreSQL forget its activity statistics, as a
-// crash does: autovacuum then counts the changes since the last ANALYZE
-// from zero again, and will not analyze River's table while a test runs,
-// whatever the test changes. The planner's statistics (pg_statistic) stay
+// crash does. Autovacuum then counts changes from zero again, and will not
+// analyze River's table while a test runs. The planner's statistics stay
 // as the last ANALYZE left them. The session's own counts are flushed
-// first, so that they do not reach the shared statistics after the reset:
-// run it on the connection that changed the tables.
+// first, so they do not arrive after the reset. Run it on the connection
+// that changed the tables.
 func (q *Jobs) ResetStatistics(ctx context.Context) error {
 	for _, sql := range []string{`SELECT pg_stat_force_next_flush()`, `SELECT 1`, `SELECT pg_stat_reset()`} {
 		if _, err := q.db.Exec(ctx, sql); err != nil {
@@ -431,9 +419,8 @@ func (q *Jobs) ResetStatistics(ctx context.Context) error {
 }
 
 // HoldLeadership makes the River client leaderID River's elected leader
-// for d, as a process that runs River's maintenance (its job scheduler
-// among it) does: no River client of the test is elected meanwhile, so
-// River's scheduler does not run.
+// for d. No River client of the test is elected meanwhile, so River's job
+// scheduler does not run.
 func (q *Jobs) HoldLeadership(ctx context.Context, leaderID string, d time.Duration) error {
 	if _, err := q.db.Exec(ctx, `INSERT INTO river_leader (leader_id, elected_at, expires_at) VALUES ($1, now(), now() + $2 * interval '1 millisecond')`,
 		leaderID, d.Milliseconds()); err != nil {

@@ -1,9 +1,9 @@
 // Package storetest writes rows of hookgate's tables outside the ingest
-// pipeline, for tests: a key held in an open transaction, a key deleted by
-// hand, an event, an outbox row, and many generated deliveries at once.
-// Ingest stays the one way a delivery is accepted. These functions only put
-// the tables in the state a test needs, so that their columns are named
-// here and nowhere in the tests.
+// pipeline, for tests. It writes a key held in an open transaction, an
+// event, an outbox row and many generated deliveries at once, and deletes
+// keys. Ingest stays the one way a delivery is accepted. These functions
+// only put the tables in the state a test needs, so the tables' columns are
+// named here and nowhere in the tests.
 package storetest
 
 import (
@@ -38,10 +38,9 @@ type Outbox struct {
 	DeliveryID string
 }
 
-// InsertKey stores d's key, as the ingest pipeline's claim stores it with
-// its response: received (created_at) at d.ReceivedAt. On a pgx.Tx left
-// open it holds the key, as a concurrent delivery still being processed
-// does.
+// InsertKey stores d's key with its response, received at d.ReceivedAt,
+// as the ingest pipeline's claim does. On a pgx.Tx left open, it holds the
+// key, as a concurrent delivery still being processed does.
 func InsertKey(ctx context.Context, db DB, d dedup.Delivery) error {
 	body := d.Response.Body
 	if body == nil {
@@ -57,8 +56,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 	return nil
 }
 
-// DeleteKey deletes k's key (as if it had expired and retention had
-// deleted it), and reports whether there was one. Its event, if any, stays.
+// DeleteKey deletes k's key, as retention does after it expires, and
+// reports whether there was one. Its event, if any, stays.
 func DeleteKey(ctx context.Context, db DB, k dedup.Key) (bool, error) {
 	tag, err := db.Exec(ctx, `DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.DeliveryID)
 	if err != nil {
@@ -67,9 +66,9 @@ func DeleteKey(ctx context.Context, db DB, k dedup.Key) (bool, error) {
 	return tag.RowsAffected() == 1, nil
 }
 
-// ForgetHourCounts forgets the counts of closed hours CountDeliveries kept
-// for sender (every sender's when sender is ""): the next count counts
-// them again.
+// ForgetHourCounts forgets the counts of closed hours that
+// CountDeliveries kept for sender, or for every sender when sender is "".
+// The next count counts them again.
 func ForgetHourCounts(ctx context.Context, db DB, sender string) error {
 	if _, err := db.Exec(ctx, `DELETE FROM delivery_hour_counts WHERE $1 = '' OR sender = $1`, sender); err != nil {
 		return fmt.Errorf("forget the kept hour counts: %w", err)
@@ -77,13 +76,13 @@ func ForgetHourCounts(ctx context.Context, db DB, sender string) error {
 	return nil
 }
 
-// Generated describes N deliveries InsertGenerated writes in one statement
-// each table (generate_series): delivery i, from 1 to N, has the ID
-// Prefix followed by i (left-padded with zeros to Width digits when Width
-// is positive), belongs to Sender (to Sender followed by i mod Senders
-// when Senders is positive) and was received Step×i before Newest. Its
-// request digest is the SHA-256 of i's decimal digits, its event ID a
-// digest of its sender and ID (the same in both tables).
+// Generated describes N deliveries that [InsertGenerated] writes with one
+// statement per table. Delivery i, from 1 to N, has the ID Prefix followed
+// by i. When Width is positive, i is left-padded with zeros to Width
+// digits. It belongs to Sender, or with Senders positive to Sender
+// followed by i mod Senders. It was received Step×i before Newest. Its
+// request digest is the SHA-256 of i's decimal digits. Its event ID is a
+// digest of its sender and ID, the same in both tables.
 type Generated struct {
 	Sender  string
 	Senders int
@@ -94,21 +93,19 @@ type Generated struct {
 	Step    time.Duration
 	// ExpiresAt is when every key expires.
 	ExpiresAt time.Time
-	// Status is every stored response's status (its body is {}, its
-	// Content-Type application/json).
+	// Status is every stored response's status. The body is {} in JSON.
 	Status int
-	// Keys and Events choose the tables written: keys (processed_messages,
-	// the stored responses) and events (webhook_events, empty headers and
-	// body).
+	// Keys and Events choose the tables written. Keys writes
+	// processed_messages with the stored responses. Events writes
+	// webhook_events with empty headers and body.
 	Keys, Events bool
 	// EventTypes, when positive, gives each event one of that many types,
-	// "type.0" to "type.<EventTypes-1>", by a hash of its delivery ID; no
-	// type when 0.
+	// from "type.0" on, by a hash of its delivery ID.
 	EventTypes int
 }
 
-// generatedSQL is the rows of Generated $1 to $8, as (sender, delivery ID,
-// request digest, event ID, received at, event type).
+// generatedSQL is the rows of Generated $1 to $8: sender, delivery ID,
+// request digest, event ID, received at and event type.
 const generatedSQL = `SELECT sender, delivery_id, sha, md5(sender || '/' || delivery_id)::uuid AS event_id, received_at, event_type FROM (
   SELECT CASE WHEN $2::int > 0 THEN $1 || (i % $2::int) ELSE $1 END AS sender,
          $3 || CASE WHEN $4::int > 0 THEN lpad(i::text, $4::int, '0') ELSE i::text END AS delivery_id,
@@ -117,11 +114,11 @@ const generatedSQL = `SELECT sender, delivery_id, sha, md5(sender || '/' || deli
          CASE WHEN $8::int > 0 THEN 'type.' || ((hashtext($3 || i) & 2147483647) % $8::int) ELSE '' END AS event_type
   FROM generate_series(1, $5::int8) AS i) g`
 
-// InsertGenerated writes g's deliveries, in one transaction, and returns
-// how many deliveries it wrote. On Citus it writes them in one transaction
-// per sender (insertGeneratedBySender), each committed on the sender's
-// worker alone: an INSERT … SELECT from generate_series into a distributed
-// table commits in two phases, which the Citus tests refuse.
+// InsertGenerated writes g's deliveries in one transaction, and returns
+// how many it wrote. On Citus it writes one transaction per sender, each
+// committed on the sender's worker alone. An INSERT … SELECT from
+// generate_series into a distributed table would commit in two phases,
+// which the Citus tests refuse.
 func InsertGenerated(ctx context.Context, db DB, g Generated) (int64, error) {
 	if !g.Keys && !g.Events {
 		return 0, fmt.Errorf("insert generated deliveries: neither keys nor events chosen")
@@ -165,12 +162,11 @@ FROM (`+generatedSQL+`) g`, args...)
 	return n, nil
 }
 
-// insertGeneratedBySender is InsertGenerated on Citus: the rows are
-// generated on the coordinator (a query of no table) and inserted by
-// multi-row VALUES, one transaction per sender: Citus routes such an
-// INSERT to the sender's shard and commits one sender's rows (of colocated
-// tables) on its worker alone. COPY, like INSERT … SELECT, commits in two
-// phases on Citus even into one shard.
+// insertGeneratedBySender is InsertGenerated on Citus. The coordinator
+// generates the rows, and a multi-row VALUES inserts them, one transaction
+// per sender. Citus routes such an INSERT to the sender's shard, and
+// commits one sender's rows on its worker alone. COPY, like INSERT …
+// SELECT, commits in two phases on Citus even into one shard.
 func insertGeneratedBySender(ctx context.Context, db DB, g Generated, args []any) (int64, error) {
 	type row struct {
 		sender, id, eventType string
@@ -257,10 +253,9 @@ func insertGeneratedBySender(ctx context.Context, db DB, g Generated, args []any
 	return n, nil
 }
 
-// InsertEvent stores e outside the ingest pipeline (tests and tools: ingest
-// stores an event with events.QueueInsert, in its delivery's transaction),
-// its headers as events.StoredHeaders keeps them, a nil body as an empty
-// one.
+// InsertEvent stores e outside the ingest pipeline. Its headers are kept
+// as events.StoredHeaders keeps them, and a nil body is stored empty.
+// Ingest stores an event in its delivery's transaction instead.
 func InsertEvent(ctx context.Context, db DB, e events.Event) error {
 	headers, err := json.Marshal(events.StoredHeaders(e.Headers))
 	if err != nil {
@@ -278,8 +273,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`, e.Sender, e.ID, e.DeliveryID, e.ReceivedAt
 }
 
 // InsertOutbox stores a forward of sender's event to target outside the
-// ingest pipeline, as received at at (tests and tools; ingest queues its
-// rows with forward.QueueOutbox).
+// ingest pipeline, as received at at.
 func InsertOutbox(ctx context.Context, db DB, r Outbox, at time.Time) error {
 	if _, err := db.Exec(ctx, `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ($1, $2, $3, $4, $5)`,
 		r.Sender, r.EventID, r.Target, r.DeliveryID, at); err != nil {
@@ -288,9 +282,9 @@ func InsertOutbox(ctx context.Context, db DB, r Outbox, at time.Time) error {
 	return nil
 }
 
-// DeleteOutboxOfEvent deletes the outbox rows of sender's event (a fixture:
-// tests put its forwards in a state of their own instead), and returns how
-// many it deleted.
+// DeleteOutboxOfEvent deletes the outbox rows of sender's event, so a test
+// can put its forwards in a state of its own. It returns how many it
+// deleted.
 func DeleteOutboxOfEvent(ctx context.Context, db DB, sender string, eventID uuid.UUID) (int64, error) {
 	tag, err := db.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = $1 AND event_id = $2`, sender, eventID)
 	if err != nil {
