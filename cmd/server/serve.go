@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/retention"
@@ -186,7 +187,7 @@ type forwarding struct {
 	stopTakeover func(context.Context)
 	// transports send the forwards (HTTP, and the brokers' connections,
 	// closed once nothing forwards any more); nil for the api role.
-	transports *forward.Transports
+	transports *transport.Router
 	// reg is where the relay registers its metric.
 	reg prometheus.Registerer
 	// pauses are the operators' pauses of targets, read by every process
@@ -303,7 +304,7 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 		worker     *forward.Worker // nil for the api role: its client inserts only
 		gate       *forward.Gate
 		takeover   *forward.Takeover
-		transports *forward.Transports
+		transports *transport.Router
 	)
 	if work {
 		cc.ID = forward.NewProcessID()
@@ -347,7 +348,7 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 // transports (an HTTP client keeping as many idle connections per target,
 // and the brokers' connections, all to the allowed hosts only), and the
 // retry schedule of the settings.
-func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *forward.Transports, error) {
+func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *transport.Router, error) {
 	gc := s.gate
 	gc.DB, gc.Metrics, gc.Log, gc.Pauses = db.pool, m, log, pauses
 	gate, err := forward.NewGate(gc)
@@ -356,8 +357,8 @@ func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.M
 	}
 	wc := s.worker
 	wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, gate, m, log
-	client := forward.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
-	ts := forward.NewTransports(client, s.allowedHosts.DialContext(&net.Dialer{}), time.Now)
+	client := transport.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
+	ts := transport.NewRouter(client, s.allowedHosts.DialContext(&net.Dialer{}), time.Now)
 	wc.Transport = ts
 	w, err := forward.NewWorker(wc)
 	if err != nil {

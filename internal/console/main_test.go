@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
@@ -111,7 +112,7 @@ func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m
 	if o.Backoff != (forward.Backoff{}) {
 		wc.Backoff = o.Backoff
 	}
-	wc.Senders, wc.DB, wc.Client, wc.Gate, wc.Metrics, wc.Log = cfg, pool, forward.NewHTTPClient(queue.DefaultMaxWorkers), gate, m, log
+	wc.Senders, wc.DB, wc.Client, wc.Gate, wc.Metrics, wc.Log = cfg, pool, transport.NewHTTPClient(queue.DefaultMaxWorkers), gate, m, log
 	w, err := forward.NewWorker(wc)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/queue"
 )
 
@@ -105,7 +106,7 @@ func TestConfigsValidate(t *testing.T) {
 		t.Errorf("NewWorker with the defaults: %v", err)
 	}
 	withTransport := workerDeps(t, DefaultWorkerConfig(), cfg)
-	withTransport.Client, withTransport.Transport = nil, NewHTTPTransport(http.DefaultClient, time.Now)
+	withTransport.Client, withTransport.Transport = nil, transport.NewHTTP(http.DefaultClient, time.Now)
 	if _, err := NewWorker(withTransport); err != nil {
 		t.Errorf("NewWorker with a Transport and no Client: %v", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
@@ -106,7 +107,7 @@ type envOpts struct {
 	FetchPollInterval time.Duration
 	// Transport, when set, is what the worker (and the fast path) send
 	// forwards through instead of HTTP (WorkerConfig.Transport).
-	Transport forward.Transport
+	Transport transport.Transport
 	// Split runs the relay and the fast path's recording in the form for
 	// a distributed outbox (RelayConfig.Distributed,
 	// queue.ClientConfig.Distributed), as serve does on Citus: the records
@@ -198,7 +199,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		}
 		wc := forward.WorkerConfig{Backoff: opts.Backoff, RetryAfterMax: opts.RetryAfterMax}
 		wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, pool, gate, m, log
-		wc.Client, wc.Transport = forward.NewHTTPClient(capacity), opts.Transport
+		wc.Client, wc.Transport = transport.NewHTTPClient(capacity), opts.Transport
 		if worker, err = forward.NewWorker(wc); err != nil {
 			t.Fatal(err)
 		}

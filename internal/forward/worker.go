@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -75,7 +76,7 @@ type WorkerConfig struct {
 	Log *slog.Logger
 	// Transport sends the forwards of the worker and of the fast path that
 	// shares it; nil: an HTTPTransport over Client.
-	Transport Transport
+	Transport transport.Transport
 	// Client is the HTTP client of the HTTPTransport when Transport is nil
 	// (NewGuardedHTTPClient, with as many idle connections per host as the
 	// Gate's Capacity); required then.
@@ -146,7 +147,7 @@ type Worker struct {
 
 	// transport sends the forwards of the River worker and of the fast
 	// path: WorkerConfig.Transport, or an HTTPTransport over its Client.
-	transport Transport
+	transport transport.Transport
 
 	// retryAfter holds, per job ID, a target's Retry-After between Work
 	// returning and River asking NextRetry for the same job.
@@ -168,7 +169,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w := &Worker{senders: cfg.Senders, db: cfg.DB, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
 		now: time.Now, gate: cfg.Gate, transport: cfg.Transport}
 	if w.transport == nil {
-		w.transport = NewHTTPTransport(cfg.Client, time.Now)
+		w.transport = transport.NewHTTP(cfg.Client, time.Now)
 	}
 	return w, nil
 }
@@ -382,34 +383,34 @@ func (p posted) output() queue.Output {
 // counts it when it reached the target or failed to (not when it was cut
 // short or could not be sent at all).
 func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, eventType string, headers map[string][]string, body []byte, limit time.Duration) posted {
-	s := w.transport.Send(ctx, Message{Sender: a.Sender, Target: t, EventID: a.EventID, DeliveryID: a.DeliveryID, EventType: eventType, Headers: headers, Body: body, Limit: limit})
+	s := w.transport.Send(ctx, transport.Message{Sender: a.Sender, Target: t, EventID: a.EventID, DeliveryID: a.DeliveryID, EventType: eventType, Headers: headers, Body: body, Limit: limit})
 	series := w.metrics.series(a.Sender, a.Target)
-	answered := s.answered()
+	answered := s.Answered()
 	if answered {
 		series.latency.Observe(s.Took.Seconds())
 	}
-	if s.Verdict != VerdictNone && (answered || s.Verdict == VerdictRetry) {
-		w.metrics.traffic.Forward(a.Sender, a.Target, s.Verdict == VerdictDelivered, s.Took)
+	if s.Verdict != transport.VerdictNone && (answered || s.Verdict == transport.VerdictRetry) {
+		w.metrics.traffic.Forward(a.Sender, a.Target, s.Verdict == transport.VerdictDelivered, s.Took)
 	}
-	if s.Err == nil && s.Verdict != VerdictDelivered { // a transport that said no more
+	if s.Err == nil && s.Verdict != transport.VerdictDelivered { // a transport that said no more
 		s.Err = fmt.Errorf("forward to target %q: %s", a.Target, s.Verdict)
 	}
 	switch s.Verdict {
-	case VerdictDelivered:
+	case transport.VerdictDelivered:
 		series.delivered.Inc()
 		at := s.At
 		if at.IsZero() {
 			at = w.now().UTC()
 		}
 		return posted{res: ResultDelivered, status: s.Status, at: at}
-	case VerdictRetry:
+	case transport.VerdictRetry:
 		series.retry.Inc()
 		var pause time.Duration
 		if s.PausesTarget {
 			pause = min(s.RetryAfter, w.retryAfterMax) // the whole target waits, not just this forward
 		}
 		return posted{res: ResultRetryable, status: s.Status, err: s.Err, retryAfter: s.RetryAfter, pause: pause}
-	case VerdictFailed:
+	case transport.VerdictFailed:
 		series.failed.Inc()
 		res := ResultOther // the target answered: the forward's own problem
 		if s.Status == 0 { // never sent: nothing to judge the target by
