@@ -55,14 +55,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err := migrate(ctx, db, log); err != nil {
 		return err
 	}
+	jobs := queue.NewJobs(db.pool)
 	if db.citus, err = dedup.InspectCitus(ctx, db.pool); err != nil {
 		return err
 	}
 	if db.traffic, err = traffic.New(traffic.Config{Queries: db.queries, Log: log}); err != nil {
 		return err
 	}
-	reg := newRegistry(db, senders)
-	fwd, err := newForwarding(db, senders, s, reg, log)
+	reg := newRegistry(db, jobs, senders)
+	fwd, err := newForwarding(db, jobs, senders, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func (db *database) close() {
 // newRegistry returns the Prometheus registry /metrics serves, with the Go
 // runtime's, the process's, the pool's and the forward backlog's collectors
 // (the outbox counted for the senders of the configuration in force).
-func newRegistry(db *database, senders config.Source) *prometheus.Registry {
+func newRegistry(db *database, jobs *queue.Jobs, senders config.Source) *prometheus.Registry {
 	names := func() []string {
 		cfg := senders.Current()
 		out := make([]string, 0, len(cfg.Senders))
@@ -162,7 +163,7 @@ func newRegistry(db *database, senders config.Source) *prometheus.Registry {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool), names))
+		newPoolCollector(db.pool), forward.NewBacklogCollector(jobs, names))
 	return reg
 }
 
@@ -202,9 +203,9 @@ type forwarding struct {
 	// fixed is what the River client took from the configuration at
 	// start, which a reload cannot change.
 	fixed fixedAtStart
-	// pool wakes the forwards of the targets a reload adds (wakes: those
+	// jobs wakes the forwards of the targets a reload adds (wakes: those
 	// under way; shutdown waits for them).
-	pool  *pgxpool.Pool
+	jobs  *queue.Jobs
 	wakes sync.WaitGroup
 	log   *slog.Logger
 }
@@ -226,7 +227,7 @@ func (f *forwarding) applyConfig(to *sender.Snapshot, c config.Changes) {
 		f.wakes.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
 			defer cancel()
-			if err := forward.WakeTarget(ctx, f.pool, n.Sender, n.Target); err != nil {
+			if err := forward.WakeTarget(ctx, f.jobs, n.Sender, n.Target); err != nil {
 				f.log.Warn("wake the forwards held for a target the reload configured; they come back when their wait ends",
 					"sender", n.Sender, "target", n.Target, "err", err)
 			}
@@ -285,7 +286,7 @@ func (f *forwarding) closeFast(ctx context.Context) error {
 	return f.fast.Close(ctx)
 }
 
-func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
+func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, reg *prometheus.Registry, log *slog.Logger) (*forwarding, error) {
 	work := s.role == roleAll || s.role == roleWorker
 	m := forward.NewMetrics(reg)
 	m.Init(cfg.Current()) // every target's series from the start
@@ -295,7 +296,7 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 		return nil, err
 	}
 	pc := forward.DefaultPausesConfig()
-	pc.Wake, pc.DB, pc.Senders, pc.Registerer, pc.Log = work, db.pool, cfg.Current(), reg, log
+	pc.Wake, pc.DB, pc.Jobs, pc.Senders, pc.Registerer, pc.Log = work, db.pool, jobs, cfg.Current(), reg, log
 	pauses, err := forward.NewPauses(pc)
 	if err != nil {
 		return nil, err
@@ -309,12 +310,12 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 	if work {
 		cc.ID = forward.NewProcessID()
 		tc := forward.DefaultTakeoverConfig(cc.ID)
-		tc.DB, tc.Registerer, tc.Log = db.pool, reg, log
+		tc.DB, tc.Jobs, tc.Registerer, tc.Log = db.pool, jobs, reg, log
 		if takeover, err = forward.NewTakeover(tc); err != nil {
 			return nil, err
 		}
 		cc.Tracker = takeover
-		if worker, gate, transports, err = newForwardWorker(db, cfg, s, m, pauses, log); err != nil {
+		if worker, gate, transports, err = newForwardWorker(db, jobs, cfg, s, m, pauses, log); err != nil {
 			return nil, err
 		}
 		cc.Worker = worker
@@ -323,7 +324,7 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate, pool: db.pool, log: log, pauses: pauses}
+	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate, jobs: jobs, log: log, pauses: pauses}
 	if work {
 		f.fixed = fixedAtStart{work: true, rescueAfter: cc.RescueAfter, computed: s.client.RescueAfter == 0, jobRetention: cc.Retention}
 	}
@@ -348,15 +349,15 @@ func newForwarding(db *database, cfg config.Source, s *settings, reg *prometheus
 // transports (an HTTP client keeping as many idle connections per target,
 // and the brokers' connections, all to the allowed hosts only), and the
 // retry schedule of the settings.
-func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *transport.Router, error) {
+func newForwardWorker(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *transport.Router, error) {
 	gc := s.gate
-	gc.DB, gc.Metrics, gc.Log, gc.Pauses = db.pool, m, log, pauses
+	gc.DB, gc.Jobs, gc.Metrics, gc.Log, gc.Pauses = db.pool, jobs, m, log, pauses
 	gate, err := forward.NewGate(gc)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	wc := s.worker
-	wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, gate, m, log
+	wc.Senders, wc.DB, wc.Jobs, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, jobs, gate, m, log
 	client := transport.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
 	ts := transport.NewRouter(client, s.allowedHosts.DialContext(&net.Dialer{}), time.Now)
 	wc.Transport = ts

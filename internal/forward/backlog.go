@@ -12,7 +12,7 @@ import (
 
 // backlogCollector reports the outbox backlog, counted when scraped.
 type backlogCollector struct {
-	q       *queue.Jobs
+	q       BacklogCounter
 	senders func() []string
 	desc    *prometheus.Desc
 	up      *prometheus.Desc
@@ -30,7 +30,7 @@ type backlogCollector struct {
 // that the backlog does not vanish from the series during an outage. The
 // outbox is counted sender by sender, for the senders senders returns (the
 // configured ones): on Citus each count is a statement of one shard.
-func NewBacklogCollector(q *queue.Jobs, senders func() []string) prometheus.Collector {
+func NewBacklogCollector(q BacklogCounter, senders func() []string) prometheus.Collector {
 	return &backlogCollector{q: q, senders: senders,
 		desc: prometheus.NewDesc(
 			"hookgate_forward_backlog",

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -29,8 +27,7 @@ const wakeAgainAfter = time.Second
 // its breaker closed, so they need not wait for their snooze, or their
 // retry, to come (queue.Jobs.WakeWaitingForwards), and again wakeAgainAfter
 // later.
-func wakeWaiting(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
-	jobs := queue.NewJobs(db)
+func wakeWaiting(ctx context.Context, jobs Waker, sender, target string) error {
 	return twice(ctx, func() error {
 		_, err := jobs.WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
 		return err
@@ -56,6 +53,6 @@ func twice(ctx context.Context, wake func() error) error {
 // configures the target again calls it, so that the forwards held while it
 // was not configured are sent at once, not when their wait ends. It
 // returns when both passes are done or ctx ends.
-func WakeTarget(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
-	return wakeWaiting(ctx, db, sender, target)
+func WakeTarget(ctx context.Context, jobs Waker, sender, target string) error {
+	return wakeWaiting(ctx, jobs, sender, target)
 }

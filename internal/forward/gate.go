@@ -48,6 +48,9 @@ type GateConfig struct {
 	// test of the gate alone): transitions are only logged, and the
 	// waiting forwards come back when their wait ends.
 	DB *pgxpool.Pool
+	// Jobs wakes the forwards waiting for a breaker that closes. When nil,
+	// they come back when their wait ends.
+	Jobs Waker
 	// Metrics shows the breakers' states (the Worker's: NewMetrics).
 	Metrics *Metrics
 	// Log is where breaker transitions and failures to record them are
@@ -100,8 +103,8 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		g.now = cfg.Now
 	}
 	g.pauses = cfg.Pauses
-	if db := cfg.DB; db != nil {
-		g.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, db, sender, target) }
+	if jobs := cfg.Jobs; jobs != nil {
+		g.wake = func(ctx context.Context, sender, target string) error { return wakeWaiting(ctx, jobs, sender, target) }
 	}
 	return &Gate{g: g}, nil
 }

@@ -49,8 +49,8 @@ const (
 // hookgate_forward_waits_total) of a forward held by an operator's pause.
 const WaitOperator = "operator"
 
-// PausesConfig configures Pauses (NewPauses). DB, Senders, Registerer and
-// Log are required.
+// PausesConfig configures Pauses (NewPauses). DB, Jobs, Senders, Registerer
+// and Log are required.
 type PausesConfig struct {
 	// Every is how often the pauses are read (DefaultPausePoll), positive.
 	Every time.Duration
@@ -61,6 +61,8 @@ type PausesConfig struct {
 	// DB is where the pauses are read (paused_targets), and the waiting
 	// forwards woken.
 	DB *pgxpool.Pool
+	// Jobs wakes the held forwards of a target whose pause ended.
+	Jobs Waker
 	// Senders are the configured targets, whose hookgate_target_paused
 	// series are there at 0 from the start.
 	Senders *config.Config
@@ -87,6 +89,7 @@ func (c PausesConfig) validate() error {
 		missing    bool
 	}{
 		{"DB", "the database of the pauses", c.DB == nil},
+		{"Jobs", "the forward jobs (queue.NewJobs)", c.Jobs == nil},
 		{"Senders", "the senders' configuration", c.Senders == nil},
 		{"Registerer", "a metrics registerer", c.Registerer == nil},
 		{"Log", "a logger", c.Log == nil},
@@ -104,6 +107,7 @@ func (c PausesConfig) validate() error {
 // concurrent use.
 type Pauses struct {
 	db    *pgxpool.Pool
+	jobs  Waker
 	every time.Duration
 	wake  bool
 	log   *slog.Logger
@@ -132,7 +136,7 @@ func NewPauses(cfg PausesConfig) (*Pauses, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Pauses{db: cfg.DB, every: cfg.Every, wake: cfg.Wake, log: cfg.Log, now: cfg.Now,
+	p := &Pauses{db: cfg.DB, jobs: cfg.Jobs, every: cfg.Every, wake: cfg.Wake, log: cfg.Log, now: cfg.Now,
 		poke: make(chan struct{}, 1), held: map[[2]string]bool{}, shown: map[[2]string]bool{},
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hookgate_target_paused",
@@ -316,9 +320,8 @@ func (p *Pauses) release(ctx context.Context, sender, target string) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel) // the process is stopping: the others wake them
 	defer stop()
-	jobs := queue.NewJobs(p.db)
 	err := twice(wctx, func() error {
-		_, err := jobs.WakeHeldForwards(wctx, queue.ForwardQueue, sender, target)
+		_, err := p.jobs.WakeHeldForwards(wctx, queue.ForwardQueue, sender, target)
 		return err
 	})
 	if err != nil && ctx.Err() == nil {

@@ -186,12 +186,12 @@ func mustTarget(t *testing.T, cfg *config.Config, name string) *config.Target {
 // forwards whose breakers bc tunes, failing t when either is invalid.
 func newTestWorker(t *testing.T, cfg *config.Config, pool *pgxpool.Pool, client *http.Client, backoff Backoff, bc BreakerConfig, m *Metrics, log *slog.Logger) *Worker {
 	t.Helper()
-	gate, err := NewGate(GateConfig{Capacity: 10, Breakers: bc, DB: pool, Metrics: m, Log: log})
+	gate, err := NewGate(GateConfig{Capacity: 10, Breakers: bc, DB: pool, Jobs: queue.NewJobs(pool), Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, err := NewWorker(WorkerConfig{Backoff: backoff, RetryAfterMax: DefaultRetryAfterMax,
-		Senders: cfg, DB: pool, Client: client, Gate: gate, Metrics: m, Log: log})
+		Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Client: client, Gate: gate, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,13 +263,13 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := NewMetrics(prometheus.NewRegistry())
-		gate, err := NewGate(GateConfig{Capacity: 10, Breakers: DefaultBreakerConfig(), DB: pool, Metrics: m, Log: testkit.Logger(t)})
+		gate, err := NewGate(GateConfig{Capacity: 10, Breakers: DefaultBreakerConfig(), DB: pool, Jobs: queue.NewJobs(pool), Metrics: m, Log: testkit.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		clock := time.Now()
 		w, err := NewWorker(WorkerConfig{Backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, RetryAfterMax: 2 * time.Second,
-			Senders: cfg, DB: pool, Transport: transport.NewHTTP(http.DefaultClient, func() time.Time { return clock }), Gate: gate, Metrics: m, Log: testkit.Logger(t)})
+			Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Transport: transport.NewHTTP(http.DefaultClient, func() time.Time { return clock }), Gate: gate, Metrics: m, Log: testkit.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

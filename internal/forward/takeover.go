@@ -77,8 +77,8 @@ func NewProcessID() string {
 
 // TakeoverConfig configures a Takeover (NewTakeover): its settings and its
 // dependencies. Zero means zero (docs/configuration.md): validate refuses
-// one; DefaultTakeoverConfig has the defaults. DB, Registerer and Log are
-// required.
+// one; DefaultTakeoverConfig has the defaults. DB, Jobs, Registerer and Log
+// are required.
 type TakeoverConfig struct {
 	// ID is the River client ID this process works jobs as (NewProcessID);
 	// it must start with ProcessIDPrefix.
@@ -92,6 +92,8 @@ type TakeoverConfig struct {
 
 	// DB is where the heartbeats are written and the jobs taken over.
 	DB *pgxpool.Pool
+	// Jobs finds and releases the jobs taken over.
+	Jobs Orphans
 	// Registerer receives hookgate_forward_taken_over_total.
 	Registerer prometheus.Registerer
 	// Log is where the jobs taken over, and the failed heartbeats, are
@@ -120,6 +122,9 @@ func (c TakeoverConfig) validate() error {
 	if c.DB == nil {
 		errs = append(errs, errors.New("takeover config: DB: nil: the database of the heartbeats and jobs is required"))
 	}
+	if c.Jobs == nil {
+		errs = append(errs, errors.New("takeover config: Jobs: nil: the forward jobs (queue.NewJobs) are required"))
+	}
 	if c.Registerer == nil {
 		errs = append(errs, errors.New("takeover config: Registerer: nil: a metrics registerer is required"))
 	}
@@ -133,7 +138,7 @@ func (c TakeoverConfig) validate() error {
 // of processes that are gone. Run runs it; Stop deletes the process's row.
 type Takeover struct {
 	q       *store.Queries
-	jobs    *queue.Jobs
+	jobs    Orphans
 	cfg     TakeoverConfig
 	log     *slog.Logger
 	started time.Time
@@ -162,7 +167,7 @@ func NewTakeover(cfg TakeoverConfig) (*Takeover, error) {
 		Help: "Jobs (forwards, bulk redeliveries, retention runs) left running by a hookgate process that is gone (no heartbeat for the stale time), or shown running in this process while none of its workers ran them (a fetch whose answer was cut off), which this process made available again.",
 	})
 	cfg.Registerer.MustRegister(taken)
-	return &Takeover{q: store.New(cfg.DB), jobs: queue.NewJobs(cfg.DB), cfg: cfg, log: cfg.Log, started: time.Now(), taken: taken,
+	return &Takeover{q: store.New(cfg.DB), jobs: cfg.Jobs, cfg: cfg, log: cfg.Log, started: time.Now(), taken: taken,
 		working: map[int64]struct{}{}, finishing: map[int64]struct{}{}}, nil
 }
 

@@ -46,7 +46,7 @@ func (b Backoff) validate() error {
 // WorkerConfig configures a Worker (NewWorker): its settings and its
 // dependencies. Zero means zero (docs/configuration.md): no setting takes
 // a default from a 0, and validate refuses one; DefaultWorkerConfig has the
-// defaults. Senders, DB, Gate, Metrics and Log are required, and Client
+// defaults. Senders, DB, Jobs, Gate, Metrics and Log are required, and Client
 // unless Transport is given.
 type WorkerConfig struct {
 	// Backoff is the retry schedule of failed forwards (DefaultBackoff):
@@ -63,9 +63,10 @@ type WorkerConfig struct {
 	// to, read at each attempt (a *config.Config, or the process's
 	// sender.Live: a reload applies to the attempts that follow).
 	Senders config.Source
-	// DB is where the events are read from, and the forwards queued after
-	// another are looked for.
+	// DB is where the events are read from.
 	DB *pgxpool.Pool
+	// Jobs orders a redelivery after the forwards under way.
+	Jobs Sequence
 	// Gate admits the forwards (NewGate): one per process, shared by
 	// everything in it that sends forwards (the fast path's Dispatcher
 	// takes the Worker's).
@@ -110,6 +111,7 @@ func (c WorkerConfig) validate() error {
 	}{
 		{"Senders", "the senders' configuration", c.Senders == nil},
 		{"DB", "the database of events", c.DB == nil},
+		{"Jobs", "the forward jobs (queue.NewJobs)", c.Jobs == nil},
 		{"Gate", "the process's gate", c.Gate == nil},
 		{"Metrics", "a Metrics (NewMetrics)", c.Metrics == nil},
 		{"Log", "a logger", c.Log == nil},
@@ -137,6 +139,7 @@ func (b Backoff) delay(attempt int) time.Duration {
 type Worker struct {
 	senders config.Source
 	db      *pgxpool.Pool
+	jobs    Sequence
 	backoff Backoff
 	// retryAfterMax is WorkerConfig.RetryAfterMax.
 	retryAfterMax time.Duration
@@ -166,7 +169,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{senders: cfg.Senders, db: cfg.DB, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
+	w := &Worker{senders: cfg.Senders, db: cfg.DB, jobs: cfg.Jobs, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
 		now: time.Now, gate: cfg.Gate, transport: cfg.Transport}
 	if w.transport == nil {
 		w.transport = transport.NewHTTP(cfg.Client, time.Now)
@@ -243,7 +246,7 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 	if a.After != 0 {
 		// A redelivery queued after the forward under way: it waits for
 		// that forward (and any earlier one) to finish.
-		wait, err := queue.NewJobs(w.db).EarlierForwardUnfinished(ctx, a.Sender, a.Target, a.EventID, job.ID)
+		wait, err := w.jobs.EarlierForwardUnfinished(ctx, a.Sender, a.Target, a.EventID, job.ID)
 		if err != nil {
 			return err
 		}
@@ -255,7 +258,7 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 		// superseded by this one (the redelivery could not mark it while
 		// River held it). A failure here leaves it counted as failed, and
 		// the forward goes ahead.
-		if err := queue.NewJobs(w.db).MarkSupersededFailures(ctx, a.Sender, a.Target, a.EventID); err != nil {
+		if err := w.jobs.MarkSupersededFailures(ctx, a.Sender, a.Target, a.EventID); err != nil {
 			w.log.Warn("mark the forward a redelivery followed as superseded", "job_id", job.ID, "err", err)
 		}
 	}
