@@ -17,44 +17,29 @@ import (
 	"github.com/hookgate/hookgate/internal/queue"
 )
 
-// The fast path (issue 18): most forwards succeed at their first attempt,
-// and the process that committed a delivery still holds its body and
-// headers. That process leases the delivery's outbox rows in the ingest
-// transaction (QueueOutbox with the durations Dispatcher.Lease grants, one
-// per target), and right after COMMIT hands the forwards to its
-// Dispatcher, which sends them (through its River worker's Transport,
-// Worker.post) with a bounded set of workers, admitted by the same
-// per-target limiter as the River worker of the process (max_in_flight,
-// breaker, Retry-After pauses, fair shares), and records
-// the outcomes in batches, each sender's in a transaction of its own: its
-// statements delete the outbox rows and record the outcome, a
-// forward_delivered row for a delivered forward, a River job for one whose
-// attempt failed (its retry due, or failed), so that the operator API,
-// the metrics, the console and redelivery see them like any other forward.
+// The fast path. Most forwards succeed at their first attempt, and the
+// process that committed a delivery still holds its body. The ingest
+// transaction leases the delivery's outbox rows, with the durations
+// [Dispatcher.Lease] grants. Right after COMMIT the process hands the
+// forwards to its [Dispatcher]. The dispatcher sends them through its
+// worker's transport, admitted by the same [Gate] as the queue's worker.
+// It records the outcomes in batches, one transaction per sender. A
+// delivered forward gets a forward_delivered row; a failed attempt becomes
+// a job. The API, the metrics and the console then see it like any other.
 //
-// Fairness (issue 28): forwards wait in one queue per target, and the
-// workers serve the targets in turn (round robin: each pass takes the
-// oldest forward of the next target that may send one now), never in the
-// order the forwards arrived. A target may hold at most a fair share of
-// the dispatcher's workers (fair.go, as the gate shares the process's
-// capacity) and of its queue, so a burst to slow or hung targets neither
-// fills the queue ahead of the others nor holds the workers they need: a
-// healthy target's forward is sent as soon as a worker is free, however
-// many forwards of other targets wait. A forward whose target is paused or
-// has its breaker open is not leased at all (River holds it back without
-// using attempts), and one that waited so long in its target's queue that
-// its lease could no longer cover its attempt is handed to River.
+// Forwards wait in one queue per target, and the workers serve the
+// targets in turn. A target holds at most a fair share of the workers and
+// of the queue. A burst to slow targets then never delays a healthy one.
+// A forward whose target is held back is not leased at all. One that
+// waited too long for its lease to cover the attempt is handed to the
+// queue.
 //
 // Until the outcome is recorded, the outbox row is the durable promise. A
-// forward the dispatcher cannot take (its target's queue is full, the
-// target is held back, the process is stopping, it waited too long) is
-// released (its lease cleared) for the relay to move into River at once; a
-// crash, or a recording that fails, leaves the row leased until the lease
-// ends, and the relay then moves it into River. The lease is the target's
-// timeout plus DefaultLeaseMargin, so that after a SIGKILL a forward waits
-// at most that long. The only window in which a forward can be repeated is
-// between the target's 2xx and the recording's COMMIT; the repeat carries
-// the same Idempotency-Key.
+// forward the dispatcher cannot take has its lease cleared, and the relay
+// moves it at once. After a crash the relay moves the row when its lease
+// ends: the target's timeout plus [DefaultLeaseMargin]. A forward can be
+// repeated only between the target's 2xx and the recording's COMMIT. The
+// repeat carries the same idempotency key.
 
 // Defaults of the fast path.
 const (

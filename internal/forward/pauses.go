@@ -17,45 +17,35 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// Operator pauses (issue 44): an operator pauses a target (the API's POST
-// …/pause, the console's Pause button), which writes a row of
-// paused_targets (store.Queries.PauseTarget); every process reads that
-// table about once a second (Pauses) and, while the pause holds, its Gate
-// admits none of the target's forwards: River's worker snoozes them
-// without using an attempt, and the fast path leases none (the relay moves
-// them into River, which holds them the same way). The breaker is not
-// touched: no attempt is made. A pause with an end (until) stops holding
-// at that end in every process at once, by its own clock; resume deletes
-// the row. A process that works forwards and sees a pause it held end
-// (resumed, or its end passed) wakes the target's waiting forwards, as a
-// closing breaker does, in the order they were accepted
-// (queue.Jobs.WakeHeldForwards), and again a second later: each such
-// process wakes what it may have snoozed, so none waits for its snooze to
-// end.
+// Operator pauses. An operator pauses a target from the API or the
+// console, which writes a row of paused_targets. Every process reads that
+// table about once a second. While the pause holds, the [Gate] admits none
+// of the target's forwards, and no attempt is used. A pause with an end
+// stops holding at that end in every process; resume deletes the row.
+// When a pause ends, each process that works forwards wakes the target's
+// waiting forwards in the order they were accepted, and again a second
+// later.
 
 // Defaults of the operator pauses.
 const (
-	// DefaultPausePoll is how often a process reads the operator pauses: a
-	// pause holds in every process within about that long (plus the read).
+	// DefaultPausePoll is how often a process reads the operator pauses.
 	DefaultPausePoll = time.Second
-	// maxPausedWait bounds the snooze of a forward held by an operator's
-	// pause: the forwards are woken when the pause ends, so this bounds
-	// how long one waits should that wake fail, and makes a long pause
-	// fetch each held forward about once a minute.
+	// maxPausedWait bounds the snooze of a forward held by a pause, in case
+	// the wake at the pause's end fails.
 	maxPausedWait = time.Minute
 )
 
-// WaitOperator is the reason (Gate.Acquire's why, and the reason label of
-// hookgate_forward_waits_total) of a forward held by an operator's pause.
+// WaitOperator is the reason given for a forward held by an operator's
+// pause, by [Gate.Acquire] and in hookgate_forward_waits_total.
 const WaitOperator = "operator"
 
-// PausesConfig configures Pauses (NewPauses). DB, Jobs, Senders, Registerer
-// and Log are required.
+// PausesConfig configures [Pauses]. DB, Jobs, Senders, Registerer and Log
+// are required.
 type PausesConfig struct {
-	// Every is how often the pauses are read (DefaultPausePoll), positive.
+	// Every is how often the pauses are read. It must be positive.
 	Every time.Duration
-	// Wake makes the process wake a target's waiting forwards when a
-	// pause it held ends: set it in a process that works forwards.
+	// Wake makes the process wake a target's forwards when its pause ends.
+	// Set it in a process that works forwards.
 	Wake bool
 
 	// DB is where the pauses are read (paused_targets), and the waiting
@@ -101,10 +91,8 @@ func (c PausesConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// Pauses is one process's view of the operator pauses: read from the
-// database every PausesConfig.Every (Run), at once when poked (Poke), and
-// asked by the process's Gate for every forward. Its methods are safe for
-// concurrent use.
+// Pauses is one process's view of the operator pauses. The [Gate] asks it
+// about every forward. Its methods are safe for concurrent use.
 type Pauses struct {
 	db    *pgxpool.Pool
 	jobs  Waker
@@ -118,9 +106,8 @@ type Pauses struct {
 	snap atomic.Pointer[map[[2]string]store.TargetPause]
 	poke chan struct{}
 
-	// Under mu (one poll at a time): held are the pauses that held at the
-	// last poll; shown the label pairs of the gauge; failing says the last
-	// read failed (logged once until one succeeds).
+	// mu allows one poll at a time. held are the pauses of the last poll,
+	// shown the gauge's label pairs; failing says the last read failed.
 	mu      sync.Mutex
 	held    map[[2]string]bool
 	shown   map[[2]string]bool
@@ -174,10 +161,8 @@ func (p *Pauses) Paused(sender, target string, now time.Time) (_ store.TargetPau
 	return tp, true
 }
 
-// heldFor returns how long a forward of sender's target waits at now when
-// an operator's pause holds it (until the pause ends, at most
-// maxPausedWait, jittered: it is woken when the pause ends), and whether
-// one does.
+// heldFor reports whether a pause holds sender's target at now, and how
+// long a forward then waits.
 func (p *Pauses) heldFor(sender, target string, now time.Time) (time.Duration, bool) {
 	tp, ok := p.Paused(sender, target, now)
 	if !ok {
@@ -190,8 +175,8 @@ func (p *Pauses) heldFor(sender, target string, now time.Time) (time.Duration, b
 	return jitter(wait), true
 }
 
-// Poke makes Run read the pauses at once (a pause or a resume was just
-// written by this process), without blocking.
+// Poke makes Run read the pauses at once, without blocking. Call it after
+// this process writes a pause or a resume.
 func (p *Pauses) Poke() {
 	select {
 	case p.poke <- struct{}{}:
@@ -199,17 +184,16 @@ func (p *Pauses) Poke() {
 	}
 }
 
-// Load reads the pauses once: call it before the process forwards, so that
-// a pause holds from its first forward on.
+// Load reads the pauses once. Call it before the process forwards, so that
+// a pause holds from the first forward on.
 func (p *Pauses) Load(ctx context.Context) error {
 	_, err := p.poll(ctx)
 	return err
 }
 
-// Run reads the pauses every PausesConfig.Every, and when poked, until ctx
-// is done, then waits for the wakes it started (cut short by ctx). A read
-// that fails keeps the pauses last read (a pause with an end still ends
-// then), and is logged once until one succeeds.
+// Run reads the pauses every [PausesConfig.Every] and when poked, until
+// ctx is done. A failed read keeps the pauses last read, and is logged
+// once until a read succeeds.
 func (p *Pauses) Run(ctx context.Context) {
 	defer p.wakes.Wait()
 	tick := time.NewTicker(p.every)
@@ -249,11 +233,8 @@ func (p *Pauses) Run(ctx context.Context) {
 	}
 }
 
-// poll reads the pauses, shows them in the gauge, logs those that began or
-// ended since the last read, deletes the pauses whose end has passed (with
-// PausesConfig.Wake: in a worker process), and
-// returns the targets whose pause held at the last read and no longer
-// does.
+// poll reads the pauses, shows them in the gauge and logs the changes. It
+// returns the targets whose pause ended since the last read.
 func (p *Pauses) poll(ctx context.Context) (ended [][2]string, err error) {
 	rows, err := store.New(p.db).TargetPauses(ctx)
 	if err != nil {

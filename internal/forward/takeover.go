@@ -19,23 +19,14 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// The takeover of the jobs of processes that are gone. River rescues a job
-// left running by a process that died (SIGKILL, a crash, a lost host) only
-// after its RescueStuckJobsAfter, and its rescuer runs once every 30 s in
-// the elected leader, whose election after the leader died waits for the
-// dead leader's term to end: a forward running in a killed process waited
-// a minute or two. Instead, every process that works forwards writes a
-// heartbeat (forward_processes) every HeartbeatEvery, under the River
-// client ID it works jobs as, and looks every HeartbeatEvery for running
-// jobs whose last attempt was made by a hookgate process not seen for
-// Stale: those it makes available again at once (queue.Jobs.TakeOverJobs), and
-// River's workers of any live process fetch them within their poll
-// interval. A process looks only once it has itself been connected
-// without a failed heartbeat for longer than Stale, so that right after a
-// database crash (which empties the unlogged table) or its own outage it
-// waits until every live process has had the time to write its row again.
-// River's rescuer stays as the backstop (a job of a process of an earlier
-// version, which writes no heartbeat).
+// The takeover of the jobs of processes that are gone. River's rescuer
+// would leave a killed process's forward waiting a minute or two. So every
+// process that works forwards writes a heartbeat every HeartbeatEvery. It
+// also looks for running jobs of processes not seen for Stale, and makes
+// them available again at once. A process looks only after its own
+// heartbeats have succeeded for longer than Stale. After a database crash
+// every live process thus has time to write its row again. River's rescuer
+// stays as the backstop.
 
 // Defaults of the takeover.
 const (
@@ -43,10 +34,8 @@ const (
 	// and looks for the jobs of processes that are gone.
 	DefaultHeartbeatEvery = time.Second
 	// DefaultStale is how long a process may go without a heartbeat before
-	// its running jobs are taken over: five heartbeats, so that a process
-	// whose heartbeat was held up by a slow statement or a pause of a few
-	// seconds is not taken for dead, and a forward of a killed process is
-	// sent again within seconds.
+	// its running jobs are taken over. Five heartbeats let a slow statement
+	// pass without taking a live process for dead.
 	DefaultStale = 5 * time.Second
 	// takeoverBatch is the most jobs one look takes over.
 	takeoverBatch = 1000
@@ -54,14 +43,12 @@ const (
 	forgetAfter = time.Hour
 )
 
-// ProcessIDPrefix starts the River client ID of every hookgate process
-// (NewProcessID): the takeover takes over only the jobs of such clients,
-// which write heartbeats.
+// ProcessIDPrefix starts the client ID of every hookgate process. The
+// takeover takes over only the jobs of such clients, which write heartbeats.
 const ProcessIDPrefix = "hookgate:"
 
-// NewProcessID returns a River client ID for this process, unique to this
-// start of it: hookgate:<host>:<pid>:<random>, at most 100 bytes (River's
-// limit).
+// NewProcessID returns a client ID unique to this start of the process:
+// hookgate:<host>:<pid>:<random>, at most 100 bytes.
 func NewProcessID() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -71,7 +58,7 @@ func NewProcessID() string {
 		host = host[:60]
 	}
 	var b [4]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	_, _ = rand.Read(b[:]) // never fails
 	return ProcessIDPrefix + host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
 }
 
@@ -145,19 +132,15 @@ type Takeover struct {
 	taken   prometheus.Counter
 
 	mu sync.Mutex
-	// upSince is when the heartbeats last started to succeed one after
-	// another (zero after a failure).
+	// upSince is when the heartbeats last started to succeed in a row.
 	upSince time.Time
-	// working are the jobs this process's River workers run now, and
-	// finishing those whose work ended and whose outcome River may still
-	// be writing (its completer retries through a database outage), until
-	// a look finds them no longer running (Middleware).
+	// working are the jobs this process's workers run. finishing are those
+	// whose outcome River may still be writing.
 	working, finishing map[int64]struct{}
 }
 
-// NewTakeover returns the takeover of a process whose River client ID is
-// cfg.ID, on cfg.DB; it returns an error naming the field when cfg is
-// invalid or lacks a dependency.
+// NewTakeover returns the takeover of the process whose client ID is
+// cfg.ID. It returns an error naming the field when cfg is invalid.
 func NewTakeover(cfg TakeoverConfig) (*Takeover, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -171,14 +154,9 @@ func NewTakeover(cfg TakeoverConfig) (*Takeover, error) {
 		working: map[int64]struct{}{}, finishing: map[int64]struct{}{}}, nil
 }
 
-// Started and Finished tell the takeover which jobs this process works
-// (queue.ClientConfig.Tracker): a job River shows as running on behalf of
-// this process that none of its workers runs, past Stale after its attempt
-// started, was lost between River's fetch and its workers (the fetch's
-// answer cut off by a database crash or a broken connection), and is made
-// available again (ReleaseOrphans) instead of waiting for River's rescuer.
-//
-// Started records job id as worked by this process while its worker runs.
+// Started records that a worker of this process runs job id. A job shown
+// running here that no worker runs was lost between River's fetch and the
+// workers. The takeover makes it available again after Stale.
 func (t *Takeover) Started(id int64) {
 	t.mu.Lock()
 	t.working[id] = struct{}{}
@@ -194,9 +172,8 @@ func (t *Takeover) Finished(id int64) {
 	t.mu.Unlock()
 }
 
-// releaseOrphans makes available again the jobs River shows as running on
-// behalf of this process, whose attempt started more than Stale ago, that
-// none of its workers runs or has just finished (Middleware).
+// releaseOrphans makes available again the jobs shown running in this
+// process for longer than Stale that none of its workers runs.
 func (t *Takeover) releaseOrphans(ctx context.Context) ([]queue.TakenOver, error) {
 	running, err := t.jobs.RunningJobsOf(ctx, t.cfg.ID, t.cfg.Stale)
 	if err != nil {
@@ -253,10 +230,9 @@ func (t *Takeover) Heartbeat(ctx context.Context) error {
 	return err
 }
 
-// Once writes the heartbeat and, when the process has been connected for
-// longer than Stale, takes over the running jobs of processes that are
-// gone, and those River shows running in this process that none of its
-// workers runs (Middleware); it returns them.
+// Once writes the heartbeat. Once the heartbeats have succeeded for longer
+// than Stale, it also takes over the jobs of processes that are gone and
+// this process's orphans, and returns them.
 func (t *Takeover) Once(ctx context.Context) ([]queue.TakenOver, error) {
 	if err := t.Heartbeat(ctx); err != nil {
 		return nil, err
