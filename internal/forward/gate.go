@@ -134,9 +134,7 @@ func (g *Gate) AcquireFirst(sender string, t *config.Target) (tk Ticket, ok bool
 }
 
 // HeldBack reports whether t's forwards are held back now, whatever the
-// load, and why: "operator" (an operator paused the target), "paused" (a
-// Retry-After) or "breaker" (not closed). Such forwards wait in River
-// without using attempts.
+// load. why is "operator", "paused" or "breaker".
 func (g *Gate) HeldBack(sender string, t *config.Target) (held bool, why string) {
 	gd := g.g.get(sender, t)
 	now := g.g.now()
@@ -154,8 +152,8 @@ func (g *Gate) HeldBack(sender string, t *config.Target) (held bool, why string)
 	return false, ""
 }
 
-// Quick reports whether t's attempts end quickly (guard.quick): the fast
-// path's dispatcher shares its workers with the same rule as the gate.
+// Quick reports whether t's attempts end quickly. The fast path shares its
+// workers by the same rule as the gate.
 func (g *Gate) Quick(sender string, t *config.Target) bool {
 	gd := g.g.get(sender, t)
 	now := g.g.now()
@@ -164,15 +162,13 @@ func (g *Gate) Quick(sender string, t *config.Target) bool {
 	return gd.quick(now)
 }
 
-// OnRelease makes f be called, without locks held, after each attempt's
-// Done: a slot of its target's, and of the process's, may have come free.
-// f must not block; a later call replaces it.
+// OnRelease makes f be called without locks after each [Ticket.Done], since
+// a slot may have come free. f must not block; a later call replaces it.
 func (g *Gate) OnRelease(f func()) { g.g.released.Store(&f) }
 
-// Done records the outcome of the ticket's attempt: retryFor > 0 pauses the
-// target (a 429 or 503 with Retry-After); errText is the failure, for the
-// breaker's record (no URL in it). It returns how long a failed probe's
-// forward should wait without using its attempt (0 otherwise).
+// Done records the outcome of the ticket's attempt. A positive retryFor
+// pauses the target. errText is the failure, without URLs. After a failed
+// probe it returns how long the forward should wait; otherwise 0.
 func (tk Ticket) Done(ctx context.Context, res Result, retryFor time.Duration, errText string) time.Duration {
 	return tk.g.leave(ctx, tk.gd, tk.a, res, retryFor, errText)
 }

@@ -48,24 +48,21 @@ type PausesConfig struct {
 	// Set it in a process that works forwards.
 	Wake bool
 
-	// DB is where the pauses are read (paused_targets), and the waiting
-	// forwards woken.
+	// DB is where the pauses are read.
 	DB *pgxpool.Pool
 	// Jobs wakes the held forwards of a target whose pause ended.
 	Jobs Waker
-	// Senders are the configured targets, whose hookgate_target_paused
-	// series are there at 0 from the start.
+	// Senders are the configured targets, whose gauges start at 0.
 	Senders *config.Config
 	// Registerer receives hookgate_target_paused.
 	Registerer prometheus.Registerer
-	// Log is where pauses seen, ended, and failures to read them are
-	// logged.
+	// Log receives the pauses seen and ended, and failed reads.
 	Log *slog.Logger
-	// Now is the clock (time.Now when nil).
+	// Now is the clock; nil means [time.Now].
 	Now func() time.Time
 }
 
-// DefaultPausesConfig returns the defaults (and no dependencies).
+// DefaultPausesConfig returns the defaults, without dependencies.
 func DefaultPausesConfig() PausesConfig { return PausesConfig{Every: DefaultPausePoll} }
 
 // validate returns an error naming the fields at fault, or nil.
@@ -116,9 +113,8 @@ type Pauses struct {
 	wakes sync.WaitGroup
 }
 
-// NewPauses returns the operator pauses of a process, not read yet (Load,
-// Run), with hookgate_target_paused registered at 0 for every configured
-// target; an error naming the field when cfg is invalid.
+// NewPauses returns the operator pauses of a process, not read yet. It
+// returns an error naming the field when cfg is invalid.
 func NewPauses(cfg PausesConfig) (*Pauses, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -144,8 +140,8 @@ func NewPauses(cfg PausesConfig) (*Pauses, error) {
 	return p, nil
 }
 
-// Paused returns the operator's pause of sender's target when one holds
-// at now (as last read); ok is false otherwise. Nil Pauses hold nothing.
+// Paused returns the pause of sender's target when one holds at now. A nil
+// Pauses holds nothing.
 func (p *Pauses) Paused(sender, target string, now time.Time) (_ store.TargetPause, ok bool) {
 	if p == nil {
 		return store.TargetPause{}, false
@@ -292,10 +288,8 @@ func (p *Pauses) poll(ctx context.Context) (ended [][2]string, err error) {
 	return ended, nil
 }
 
-// release wakes the waiting forwards of a target whose pause ended, in the
-// order they were accepted, and again a second later (for a forward this
-// process told to wait just before, whose snooze River writes after the
-// first wake).
+// release wakes the forwards of a target whose pause ended, in the order
+// they were accepted, and again a second later.
 func (p *Pauses) release(ctx context.Context, sender, target string) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
 	defer cancel()

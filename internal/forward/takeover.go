@@ -62,22 +62,21 @@ func NewProcessID() string {
 	return ProcessIDPrefix + host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
 }
 
-// TakeoverConfig configures a Takeover (NewTakeover): its settings and its
-// dependencies. Zero means zero (docs/configuration.md): validate refuses
-// one; DefaultTakeoverConfig has the defaults. DB, Jobs, Registerer and Log
+// TakeoverConfig configures a [Takeover]. A zero setting is refused;
+// [DefaultTakeoverConfig] has the defaults. DB, Jobs, Registerer and Log
 // are required.
 type TakeoverConfig struct {
-	// ID is the River client ID this process works jobs as (NewProcessID);
-	// it must start with ProcessIDPrefix.
+	// ID is the client ID this process works jobs as, from [NewProcessID].
+	// It must start with [ProcessIDPrefix].
 	ID string
-	// HeartbeatEvery is how often the heartbeat is written and the jobs of
-	// processes that are gone are looked for (DefaultHeartbeatEvery).
+	// HeartbeatEvery is how often the heartbeat is written and orphans are
+	// looked for.
 	HeartbeatEvery time.Duration
 	// Stale is how long a process may go without a heartbeat before its
-	// running jobs are taken over (DefaultStale), more than HeartbeatEvery.
+	// jobs are taken over. It must exceed HeartbeatEvery.
 	Stale time.Duration
 
-	// DB is where the heartbeats are written and the jobs taken over.
+	// DB is where the heartbeats are written.
 	DB *pgxpool.Pool
 	// Jobs finds and releases the jobs taken over.
 	Jobs Orphans
@@ -88,8 +87,8 @@ type TakeoverConfig struct {
 	Log *slog.Logger
 }
 
-// DefaultTakeoverConfig returns the takeover's defaults for the process
-// whose River client ID is id (and no dependencies: the caller gives them).
+// DefaultTakeoverConfig returns the defaults for the process whose client
+// ID is id, without dependencies.
 func DefaultTakeoverConfig(id string) TakeoverConfig {
 	return TakeoverConfig{ID: id, HeartbeatEvery: DefaultHeartbeatEvery, Stale: DefaultStale}
 }
@@ -212,9 +211,8 @@ func (t *Takeover) releaseOrphans(ctx context.Context) ([]queue.TakenOver, error
 	return released, nil
 }
 
-// Heartbeat writes the process's heartbeat once. Call it before River
-// starts working jobs, so that no job this process fetches is ever taken
-// for a dead process's.
+// Heartbeat writes the process's heartbeat once. Call it before the queue
+// works jobs, so that none of them is taken for a dead process's.
 func (t *Takeover) Heartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(t.cfg.HeartbeatEvery, time.Second))
 	defer cancel()
@@ -264,9 +262,8 @@ func (t *Takeover) Once(ctx context.Context) ([]queue.TakenOver, error) {
 	return append(taken, lost...), err
 }
 
-// Run writes heartbeats and takes over jobs every HeartbeatEvery until ctx
-// is done. A failure is logged (once per outage) and tried again at the
-// next beat.
+// Run calls [Takeover.Once] every HeartbeatEvery until ctx is done. A
+// failure is logged once per outage.
 func (t *Takeover) Run(ctx context.Context) {
 	tick := time.NewTicker(t.cfg.HeartbeatEvery)
 	defer tick.Stop()
@@ -291,9 +288,8 @@ func (t *Takeover) Run(ctx context.Context) {
 	}
 }
 
-// Stop deletes the process's row: call it once River has stopped working
-// jobs. Whatever it left running is then taken over at the other
-// processes' next look.
+// Stop deletes the process's row. Call it once the queue stopped working
+// jobs. Other processes then take over what it left running.
 func (t *Takeover) Stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -75,14 +75,12 @@ type WorkerConfig struct {
 // default.
 const DefaultRetryAfterMax = 5 * time.Minute
 
-// DefaultWorkerConfig returns the worker's defaults (and no dependencies:
-// the caller gives them).
+// DefaultWorkerConfig returns the worker's defaults, without dependencies.
 func DefaultWorkerConfig() WorkerConfig {
 	return WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax}
 }
 
-// validate returns an error naming the field at fault, or nil: the
-// settings, and the dependencies NewWorker requires.
+// validate returns an error naming the field at fault, or nil.
 func (c WorkerConfig) validate() error {
 	if err := c.Backoff.validate(); err != nil {
 		return err
@@ -110,7 +108,7 @@ func (c WorkerConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// delay returns the wait before the retry that follows failed attempt n (1-based).
+// delay returns the wait before the retry after failed attempt n.
 func (b Backoff) delay(attempt int) time.Duration {
 	d := b.Max
 	if attempt < 62 {
@@ -121,7 +119,7 @@ func (b Backoff) delay(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// Worker delivers forward jobs (the queue's ForwardWorker).
+// Worker delivers forward jobs. It is the queue's [queue.ForwardWorker].
 type Worker struct {
 	senders config.Source
 	db      *pgxpool.Pool
@@ -259,7 +257,7 @@ func (w *Worker) hold(ctx context.Context, a queue.Args) error {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
 		return queue.Cancel(fmt.Errorf("event %s is no longer stored", a.EventID))
 	}
-	// Stored, or not known now (the database did not answer): held.
+	// The event is stored, or the database did not answer: hold.
 	w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitTargetRemoved).Inc()
 	return queue.Snooze(jitter(removedSnooze))
 }
