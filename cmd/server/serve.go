@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/retention"
@@ -61,7 +62,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if db.traffic, err = traffic.New(traffic.Config{Queries: db.queries, Log: log}); err != nil {
 		return err
 	}
-	reg := newRegistry(db, senders)
+	reg := newRegistry(db, jobs, senders)
 	fwd, err := newForwarding(db, jobs, senders, s, reg, log)
 	if err != nil {
 		return err
@@ -152,7 +153,7 @@ func (db *database) close() {
 // newRegistry returns the Prometheus registry /metrics serves. It holds the
 // Go runtime's, the process's, the pool's and the forward backlog's
 // collectors.
-func newRegistry(db *database, senders config.Source) *prometheus.Registry {
+func newRegistry(db *database, jobs *queue.Jobs, senders config.Source) *prometheus.Registry {
 	names := func() []string {
 		cfg := senders.Current()
 		out := make([]string, 0, len(cfg.Senders))
@@ -163,7 +164,7 @@ func newRegistry(db *database, senders config.Source) *prometheus.Registry {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newPoolCollector(db.pool), forward.NewBacklogCollector(queue.NewJobs(db.pool), names))
+		newPoolCollector(db.pool), forward.NewBacklogCollector(jobs, names))
 	return reg
 }
 
@@ -186,7 +187,7 @@ type forwarding struct {
 	stopTakeover func(context.Context)
 	// transports send the forwards (HTTP, and the brokers' connections,
 	// closed once nothing forwards any more); nil for the api role.
-	transports *forward.Transports
+	transports *transport.Router
 	// reg is where the relay registers its metric.
 	reg prometheus.Registerer
 	// pauses are the operators' pauses of targets. Every process reads
@@ -199,9 +200,9 @@ type forwarding struct {
 	// fixed is what the River client took from the configuration at
 	// start. A reload cannot change it.
 	fixed fixedAtStart
-	// pool wakes the forwards of the targets a reload adds. Shutdown waits
+	// jobs wakes the forwards of the targets a reload adds. Shutdown waits
 	// for the wakes under way.
-	pool  *pgxpool.Pool
+	jobs  *queue.Jobs
 	wakes sync.WaitGroup
 	log   *slog.Logger
 }
@@ -223,7 +224,7 @@ func (f *forwarding) applyConfig(to *sender.Snapshot, c config.Changes) {
 		f.wakes.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
 			defer cancel()
-			if err := forward.WakeTarget(ctx, f.pool, n.Sender, n.Target); err != nil {
+			if err := forward.WakeTarget(ctx, f.jobs, n.Sender, n.Target); err != nil {
 				f.log.Warn("wake the forwards held for a target the reload configured; they come back when their wait ends",
 					"sender", n.Sender, "target", n.Target, "err", err)
 			}
@@ -294,7 +295,7 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 		return nil, err
 	}
 	pc := forward.DefaultPausesConfig()
-	pc.Wake, pc.DB, pc.Senders, pc.Registerer, pc.Log = work, db.pool, cfg.Current(), reg, log
+	pc.Wake, pc.DB, pc.Jobs, pc.Senders, pc.Registerer, pc.Log = work, db.pool, jobs, cfg.Current(), reg, log
 	pauses, err := forward.NewPauses(pc)
 	if err != nil {
 		return nil, err
@@ -303,17 +304,17 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 		worker     *forward.Worker // nil for the api role
 		gate       *forward.Gate
 		takeover   *forward.Takeover
-		transports *forward.Transports
+		transports *transport.Router
 	)
 	if work {
 		cc.ID = forward.NewProcessID()
 		tc := forward.DefaultTakeoverConfig(cc.ID)
-		tc.DB, tc.Registerer, tc.Log = db.pool, reg, log
+		tc.DB, tc.Jobs, tc.Registerer, tc.Log = db.pool, jobs, reg, log
 		if takeover, err = forward.NewTakeover(tc); err != nil {
 			return nil, err
 		}
 		cc.Tracker = takeover
-		if worker, gate, transports, err = newForwardWorker(db, cfg, s, m, pauses, log); err != nil {
+		if worker, gate, transports, err = newForwardWorker(db, jobs, cfg, s, m, pauses, log); err != nil {
 			return nil, err
 		}
 		cc.Worker = worker
@@ -322,7 +323,7 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate, pool: db.pool, log: log, pauses: pauses}
+	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate, jobs: jobs, log: log, pauses: pauses}
 	if work {
 		f.fixed = fixedAtStart{work: true, rescueAfter: cc.RescueAfter, computed: s.client.RescueAfter == 0, jobRetention: cc.Retention}
 	}
@@ -347,17 +348,17 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 // transports (an HTTP client keeping as many idle connections per target,
 // and the brokers' connections, all to the allowed hosts only), and the
 // retry schedule of the settings.
-func newForwardWorker(db *database, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *forward.Transports, error) {
+func newForwardWorker(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *transport.Router, error) {
 	gc := s.gate
-	gc.DB, gc.Metrics, gc.Log, gc.Pauses = db.pool, m, log, pauses
+	gc.DB, gc.Jobs, gc.Metrics, gc.Log, gc.Pauses = db.pool, jobs, m, log, pauses
 	gate, err := forward.NewGate(gc)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	wc := s.worker
-	wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, gate, m, log
-	client := forward.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
-	ts := forward.NewTransports(client, s.allowedHosts.DialContext(&net.Dialer{}), time.Now)
+	wc.Senders, wc.DB, wc.Jobs, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, jobs, gate, m, log
+	client := transport.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
+	ts := transport.NewRouter(client, s.allowedHosts.DialContext(&net.Dialer{}), time.Now)
 	wc.Transport = ts
 	w, err := forward.NewWorker(wc)
 	if err != nil {

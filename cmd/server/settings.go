@@ -14,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/retention"
@@ -33,10 +34,10 @@ type settings struct {
 	logFormat    string
 	shutdownWait time.Duration
 	role         string
-	fastPath     bool                  // role all: attempt forwards right after COMMIT
-	onWorkers    bool                  // Citus: ingest calls straight to the sender's worker
-	citusWorkers []string              // Citus: the workers onWorkers may reach; nil: with verify-full only
-	allowedHosts *forward.AllowedHosts // the hosts forwards may reach; nil: any
+	fastPath     bool                    // role all: attempt forwards right after COMMIT
+	onWorkers    bool                    // Citus: ingest calls straight to the sender's worker
+	citusWorkers []string                // Citus: the workers onWorkers may reach; nil: with verify-full only
+	allowedHosts *transport.AllowedHosts // the hosts forwards may reach; nil: any
 	pprofAddr    string
 	metricsAddr  string // "": /metrics on the main listener
 
@@ -331,7 +332,7 @@ var settingTable = []setting{
 	{flag: "forward-allowed-hosts", env: "HOOKGATE_FORWARD_ALLOWED_HOSTS", shown: "(any host)",
 		help: "comma-separated hosts forwards may reach: names (orders.internal), *.example.com for any name under a domain, addresses and CIDR prefixes (10.0.0.0/8); every target's URL is checked at start-up, and a name allowed only by a prefix at each connection, against the address dialed; empty: any host",
 		parse: func(s *settings, v string) error {
-			a, err := forward.ParseAllowedHosts(v)
+			a, err := transport.ParseAllowedHosts(v)
 			if err != nil {
 				return err
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
@@ -103,7 +104,7 @@ func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m
 	t.Helper()
 	bc := forward.DefaultBreakerConfig()
 	bc.Probe, bc.Window, bc.MaxProbe = cmp.Or(o.BreakerProbe, bc.Probe), cmp.Or(o.BreakerWindow, bc.Window), o.BreakerMaxProbe
-	gate, err := forward.NewGate(forward.GateConfig{Capacity: queue.DefaultMaxWorkers, Breakers: bc, DB: pool, Metrics: m, Log: log, Now: o.now})
+	gate, err := forward.NewGate(forward.GateConfig{Capacity: queue.DefaultMaxWorkers, Breakers: bc, DB: pool, Jobs: queue.NewJobs(pool), Metrics: m, Log: log, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func (o workOpts) worker(t testing.TB, pool *pgxpool.Pool, cfg *config.Config, m
 	if o.Backoff != (forward.Backoff{}) {
 		wc.Backoff = o.Backoff
 	}
-	wc.Senders, wc.DB, wc.Client, wc.Gate, wc.Metrics, wc.Log = cfg, pool, forward.NewHTTPClient(queue.DefaultMaxWorkers), gate, m, log
+	wc.Senders, wc.DB, wc.Jobs, wc.Client, wc.Gate, wc.Metrics, wc.Log = cfg, pool, queue.NewJobs(pool), transport.NewHTTPClient(queue.DefaultMaxWorkers), gate, m, log
 	w, err := forward.NewWorker(wc)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 // backlogCollector reports the outbox backlog, counted when scraped.
 type backlogCollector struct {
-	q       *queue.Jobs
+	q       BacklogCounter
 	senders func() []string
 	desc    *prometheus.Desc
 	up      *prometheus.Desc
@@ -21,16 +21,12 @@ type backlogCollector struct {
 	last map[string]int64 // the last counts taken; nil before the first
 }
 
-// NewBacklogCollector returns a collector of hookgate_forward_backlog: the
-// forwards not yet finished, by state: outbox (accepted, not yet relayed
-// into the job queue) and River's available, scheduled, retryable, running
-// and pending; and of hookgate_forward_backlog_up: 1 when this scrape
-// counted them, 0 when it could not (a database outage). A scrape that
-// cannot count reports the last counts taken (none before the first), so
-// that the backlog does not vanish from the series during an outage. The
-// outbox is counted sender by sender, for the senders senders returns (the
-// configured ones): on Citus each count is a statement of one shard.
-func NewBacklogCollector(q *queue.Jobs, senders func() []string) prometheus.Collector {
+// NewBacklogCollector returns a collector of hookgate_forward_backlog, the
+// unfinished forwards by state, and of hookgate_forward_backlog_up. A
+// scrape that cannot count reports the last counts taken, so the series
+// stays during an outage. The outbox is counted for each sender senders
+// returns.
+func NewBacklogCollector(q BacklogCounter, senders func() []string) prometheus.Collector {
 	return &backlogCollector{q: q, senders: senders,
 		desc: prometheus.NewDesc(
 			"hookgate_forward_backlog",

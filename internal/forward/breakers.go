@@ -5,40 +5,32 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// The states of a target's circuit breaker, as the workers record them
-// (store.Queries.RecordBreaker) and operators read them (store.BreakerState).
+// The states of a target's circuit breaker, as recorded for operators.
 const (
 	BreakerClosed   = store.BreakerClosed
 	BreakerOpen     = store.BreakerOpen
 	BreakerHalfOpen = store.BreakerHalfOpen
 )
 
-// wakeAgainAfter is how long after a breaker closed its target's waiting
-// forwards are woken a second time: a forward the breaker told to wait
-// just before it closed may have its snooze written by River after the
-// first wake (River's completer writes outcomes in batches, every 50 ms).
+// wakeAgainAfter is when a target's forwards are woken a second time. A
+// snooze written just after the first wake would otherwise be missed.
 const wakeAgainAfter = time.Second
 
-// wakeWaiting makes the waiting forwards of sender's target available now:
-// its breaker closed, so they need not wait for their snooze, or their
-// retry, to come (queue.Jobs.WakeWaitingForwards), and again wakeAgainAfter
-// later.
-func wakeWaiting(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
-	jobs := queue.NewJobs(db)
+// wakeWaiting makes the waiting forwards of sender's target available now,
+// and again wakeAgainAfter later.
+func wakeWaiting(ctx context.Context, jobs Waker, sender, target string) error {
 	return twice(ctx, func() error {
 		_, err := jobs.WakeWaitingForwards(ctx, queue.ForwardQueue, sender, target)
 		return err
 	})
 }
 
-// twice calls wake, and again wakeAgainAfter later (unless ctx ends
-// first), and returns both errors.
+// twice calls wake now and again wakeAgainAfter later, and returns both
+// errors.
 func twice(ctx context.Context, wake func() error) error {
 	err := wake()
 	t := time.NewTimer(wakeAgainAfter)
@@ -52,10 +44,8 @@ func twice(ctx context.Context, wake func() error) error {
 }
 
 // WakeTarget makes the waiting forwards of sender's target available now,
-// and again a second later (as when its breaker closes): a reload that
-// configures the target again calls it, so that the forwards held while it
-// was not configured are sent at once, not when their wait ends. It
-// returns when both passes are done or ctx ends.
-func WakeTarget(ctx context.Context, db *pgxpool.Pool, sender, target string) error {
-	return wakeWaiting(ctx, db, sender, target)
+// and again a second later. A reload that configures the target again
+// calls it. It returns when both passes are done or ctx ends.
+func WakeTarget(ctx context.Context, jobs Waker, sender, target string) error {
+	return wakeWaiting(ctx, jobs, sender, target)
 }

@@ -12,18 +12,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/queue"
 )
 
 // Dependencies no test statement runs on, for the Configs' validation.
 var (
 	noPool = new(pgxpool.Pool)
+	noJobs = queue.NewJobs(noPool)
 	noLog  = slog.New(slog.DiscardHandler)
 )
 
 // gateDeps returns c with its dependencies.
 func gateDeps(c GateConfig) GateConfig {
-	c.DB, c.Metrics, c.Log = noPool, NewMetrics(prometheus.NewRegistry()), noLog
+	c.DB, c.Jobs, c.Metrics, c.Log = noPool, noJobs, NewMetrics(prometheus.NewRegistry()), noLog
 	return c
 }
 
@@ -35,7 +37,7 @@ func workerDeps(t *testing.T, c WorkerConfig, cfg *config.Config) WorkerConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Senders, c.DB, c.Gate, c.Metrics, c.Log, c.Client = cfg, noPool, gate, NewMetrics(prometheus.NewRegistry()), noLog, http.DefaultClient
+	c.Senders, c.DB, c.Jobs, c.Gate, c.Metrics, c.Log, c.Client = cfg, noPool, noJobs, gate, NewMetrics(prometheus.NewRegistry()), noLog, http.DefaultClient
 	return c
 }
 
@@ -105,7 +107,7 @@ func TestConfigsValidate(t *testing.T) {
 		t.Errorf("NewWorker with the defaults: %v", err)
 	}
 	withTransport := workerDeps(t, DefaultWorkerConfig(), cfg)
-	withTransport.Client, withTransport.Transport = nil, NewHTTPTransport(http.DefaultClient, time.Now)
+	withTransport.Client, withTransport.Transport = nil, transport.NewHTTP(http.DefaultClient, time.Now)
 	if _, err := NewWorker(withTransport); err != nil {
 		t.Errorf("NewWorker with a Transport and no Client: %v", err)
 	}
@@ -115,6 +117,7 @@ func TestConfigsValidate(t *testing.T) {
 	}{
 		{func(c *WorkerConfig) { c.Senders = nil }, "Senders: nil"},
 		{func(c *WorkerConfig) { c.DB = nil }, "DB: nil"},
+		{func(c *WorkerConfig) { c.Jobs = nil }, "Jobs: nil"},
 		{func(c *WorkerConfig) { c.Gate = nil }, "Gate: nil"},
 		{func(c *WorkerConfig) { c.Metrics = nil }, "Metrics: nil"},
 		{func(c *WorkerConfig) { c.Log = nil }, "Log: nil"},
@@ -140,7 +143,7 @@ func TestConfigsValidate(t *testing.T) {
 		wantErr("NewGate with "+tc.name, err, tc.field)
 	}
 	if gc := DefaultGateConfig(); gc.Capacity != queue.DefaultMaxWorkers || gc.Breakers != DefaultBreakerConfig() ||
-		gc.DB != nil || gc.Metrics != nil || gc.Log != nil || gc.Now != nil {
+		gc.DB != nil || gc.Jobs != nil || gc.Metrics != nil || gc.Log != nil || gc.Now != nil {
 		t.Errorf("DefaultGateConfig = %+v, want the River client's default capacity and the default breakers", gc)
 	}
 	if _, err := NewGate(gateDeps(DefaultGateConfig())); err != nil {
@@ -217,7 +220,7 @@ func TestConfigsValidate(t *testing.T) {
 func TestTakeoverConfigValidate(t *testing.T) {
 	t.Parallel()
 	withDeps := func(c TakeoverConfig) TakeoverConfig {
-		c.DB, c.Registerer, c.Log = noPool, prometheus.NewRegistry(), noLog
+		c.DB, c.Jobs, c.Registerer, c.Log = noPool, noJobs, prometheus.NewRegistry(), noLog
 		return c
 	}
 	if _, err := NewTakeover(withDeps(DefaultTakeoverConfig(NewProcessID()))); err != nil {
@@ -231,6 +234,7 @@ func TestTakeoverConfigValidate(t *testing.T) {
 		{func(c *TakeoverConfig) { c.HeartbeatEvery = 0 }, "HeartbeatEvery 0s"},
 		{func(c *TakeoverConfig) { c.Stale = c.HeartbeatEvery }, "Stale 1s"},
 		{func(c *TakeoverConfig) { c.DB = nil }, "DB: nil"},
+		{func(c *TakeoverConfig) { c.Jobs = nil }, "Jobs: nil"},
 		{func(c *TakeoverConfig) { c.Registerer = nil }, "Registerer: nil"},
 		{func(c *TakeoverConfig) { c.Log = nil }, "Log: nil"},
 	} {

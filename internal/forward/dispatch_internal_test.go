@@ -45,7 +45,7 @@ func newDispatcherOn(t *testing.T, workers int, senders config.Source) *Dispatch
 		t.Fatal(err)
 	}
 	wc := DefaultWorkerConfig()
-	wc.Senders, wc.DB, wc.Client, wc.Gate, wc.Metrics, wc.Log = senders, noPool, http.DefaultClient, gate, m, noLog
+	wc.Senders, wc.DB, wc.Jobs, wc.Client, wc.Gate, wc.Metrics, wc.Log = senders, noPool, noJobs, http.DefaultClient, gate, m, noLog
 	w, err := NewWorker(wc)
 	if err != nil {
 		t.Fatal(err)

@@ -5,36 +5,27 @@ import (
 	"time"
 )
 
-// Fairness across targets. A process runs at most capacity forwards at once
-// (--forward-workers). Each target may hold at most a fair share of them,
-// capacity / (active + 1), where active is the number of targets that have
-// forwards under way or asked for one within activeFor: the share shrinks as
-// more targets have work, and one share is always left for a target that
-// has none yet. Shares only limit what a target may start; one that hangs
-// keeps what it holds until its attempts time out, so a target holding
-// floorHeld forwards or more may not take the last headroom slots of the
-// capacity either: those stay for targets that hold fewer. Together, no
-// target and no group of targets can take the slots the others need, however
-// many of them hang, and a target alone may use half the capacity (as the
-// former default max_in_flight did). A target's max_in_flight, when set,
-// caps it below its share.
+// Fairness across targets. A process runs at most capacity forwards at
+// once. Each target may hold a fair share: capacity / (active + 1), where
+// active counts the targets with recent work. One share is always left for
+// a target with none yet. A target that hangs keeps its slots until its
+// attempts time out. So a slow target holding floorHeld forwards may not
+// take the last headroom slots either. No group of hung targets can then
+// take the slots the others need. A target's max_in_flight may cap it
+// below its share.
 const (
 	activeFor = 2 * time.Second
 	floorHeld = 2
-	// quickLatency is how quickly a target's attempts must end, on
-	// average and those under way so far, for it to use the headroom
-	// (guard.quick): a burst to a healthy target is not held to two
-	// forwards at a time while hung targets hold the rest, and a target
-	// that starts to hang loses the headroom within this long.
+	// quickLatency is how quickly a target's attempts must end for it to
+	// use the headroom. A target that starts to hang loses it this soon.
 	quickLatency = 500 * time.Millisecond
 	// recountEvery bounds how often the active targets are counted.
 	recountEvery = 50 * time.Millisecond
 )
 
-// fair shares a process's capacity among targets. Its fields, and each
-// share's, are under mu. The gate shares the process's forwards (River's
-// workers and the fast path together); the fast path's dispatcher shares
-// its own workers the same way.
+// fair shares a capacity among targets. The gate shares the process's
+// forwards this way, and the fast path shares its workers. Its fields, and
+// each share's, are under mu.
 type fair struct {
 	capacity, headroom int
 
@@ -45,8 +36,7 @@ type fair struct {
 	all     []*share
 }
 
-// share is one target's use of a fair capacity: how many of its slots it
-// holds, and when it last asked for one.
+// share is how many slots one target holds, and when it last asked.
 type share struct {
 	held int
 	seen time.Time
@@ -78,11 +68,9 @@ func (f *fair) share(now time.Time) int {
 	return max(f.capacity/(max(f.active, 1)+1), 1)
 }
 
-// acquire takes one of the capacity's slots for a forward of the target
-// whose share gd is, or returns false when the target has its share (or the
-// capacity is taken). quick says that the target's attempts end quickly
-// (guard.quick): such a target may use the headroom too, since it gives
-// its slots back within moments; one that hangs or is slow may not.
+// acquire takes a slot for the target whose share gd is. It returns false
+// when the target has its share or the capacity is taken. Only a quick
+// target may use the headroom, since it gives its slots back soon.
 func (f *fair) acquire(gd *share, now time.Time, quick bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

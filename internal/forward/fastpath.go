@@ -17,44 +17,29 @@ import (
 	"github.com/hookgate/hookgate/internal/queue"
 )
 
-// The fast path (issue 18): most forwards succeed at their first attempt,
-// and the process that committed a delivery still holds its body and
-// headers. That process leases the delivery's outbox rows in the ingest
-// transaction (QueueOutbox with the durations Dispatcher.Lease grants, one
-// per target), and right after COMMIT hands the forwards to its
-// Dispatcher, which sends them (through its River worker's Transport,
-// Worker.post) with a bounded set of workers, admitted by the same
-// per-target limiter as the River worker of the process (max_in_flight,
-// breaker, Retry-After pauses, fair shares), and records
-// the outcomes in batches, each sender's in a transaction of its own: its
-// statements delete the outbox rows and record the outcome, a
-// forward_delivered row for a delivered forward, a River job for one whose
-// attempt failed (its retry due, or failed), so that the operator API,
-// the metrics, the console and redelivery see them like any other forward.
+// The fast path. Most forwards succeed at their first attempt, and the
+// process that committed a delivery still holds its body. The ingest
+// transaction leases the delivery's outbox rows, with the durations
+// [Dispatcher.Lease] grants. Right after COMMIT the process hands the
+// forwards to its [Dispatcher]. The dispatcher sends them through its
+// worker's transport, admitted by the same [Gate] as the queue's worker.
+// It records the outcomes in batches, one transaction per sender. A
+// delivered forward gets a forward_delivered row; a failed attempt becomes
+// a job. The API, the metrics and the console then see it like any other.
 //
-// Fairness (issue 28): forwards wait in one queue per target, and the
-// workers serve the targets in turn (round robin: each pass takes the
-// oldest forward of the next target that may send one now), never in the
-// order the forwards arrived. A target may hold at most a fair share of
-// the dispatcher's workers (fair.go, as the gate shares the process's
-// capacity) and of its queue, so a burst to slow or hung targets neither
-// fills the queue ahead of the others nor holds the workers they need: a
-// healthy target's forward is sent as soon as a worker is free, however
-// many forwards of other targets wait. A forward whose target is paused or
-// has its breaker open is not leased at all (River holds it back without
-// using attempts), and one that waited so long in its target's queue that
-// its lease could no longer cover its attempt is handed to River.
+// Forwards wait in one queue per target, and the workers serve the
+// targets in turn. A target holds at most a fair share of the workers and
+// of the queue. A burst to slow targets then never delays a healthy one.
+// A forward whose target is held back is not leased at all. One that
+// waited too long for its lease to cover the attempt is handed to the
+// queue.
 //
 // Until the outcome is recorded, the outbox row is the durable promise. A
-// forward the dispatcher cannot take (its target's queue is full, the
-// target is held back, the process is stopping, it waited too long) is
-// released (its lease cleared) for the relay to move into River at once; a
-// crash, or a recording that fails, leaves the row leased until the lease
-// ends, and the relay then moves it into River. The lease is the target's
-// timeout plus DefaultLeaseMargin, so that after a SIGKILL a forward waits
-// at most that long. The only window in which a forward can be repeated is
-// between the target's 2xx and the recording's COMMIT; the repeat carries
-// the same Idempotency-Key.
+// forward the dispatcher cannot take has its lease cleared, and the relay
+// moves it at once. After a crash the relay moves the row when its lease
+// ends: the target's timeout plus [DefaultLeaseMargin]. A forward can be
+// repeated only between the target's 2xx and the recording's COMMIT. The
+// repeat carries the same idempotency key.
 
 // Defaults of the fast path.
 const (
@@ -62,61 +47,44 @@ const (
 	// once.
 	DefaultDispatchWorkers = 64
 	// DefaultDispatchQueue is how many fast-path forwards may wait for a
-	// dispatch worker; more are left to the relay. One target may have at
-	// most a quarter of them waiting.
+	// worker. More are left to the relay.
 	DefaultDispatchQueue = 1024
-	// DefaultDispatchBytes bounds the bytes of bodies the fast path holds
-	// (queued and in flight, a body counted once per target): past it,
-	// forwards are left to the relay, which reads them from the database.
-	// The ingest body budget no longer covers a body once its delivery is
-	// answered, so without it a burst of large bodies to slow targets would
-	// hold up to DefaultDispatchQueue bodies of max_body_bytes each.
+	// DefaultDispatchBytes bounds the body bytes the fast path holds, a
+	// body counted once per target. Past it, forwards are left to the
+	// relay. The ingest body budget no longer covers an answered delivery.
 	DefaultDispatchBytes = 64 << 20
 	// DefaultLeaseMargin is how much longer than its target's timeout a
-	// forward's outbox row is leased: recordMargin to record the outcome,
-	// and about 2 s the forward may wait in its target's queue (a longer
-	// wait hands it to River). A crash leaves the row waiting at most the
-	// target's timeout plus this long before the relay takes it, within
-	// the timeout + 10 s that delivery may take to resume after a crash.
+	// forward's outbox row is leased. It leaves recordMargin to record the
+	// outcome, and about 2 s to wait in the target's queue.
 	DefaultLeaseMargin = 4 * time.Second
-	// recordMargin is the part of the lease kept for recording the outcome
-	// after the attempt's timeout (a third of a shorter lease): a recording
-	// takes milliseconds (the 10 ms it gathers a batch, and its write); one
-	// that misses the lease's end only lets the relay send the forward
-	// again, with the same key.
+	// recordMargin is the part of the lease kept to record the outcome. A
+	// recording that misses it only lets the relay send the forward again.
 	recordMargin = 2 * time.Second
 	// recordBatch is the most outcomes recorded by one statement.
 	recordBatch = 500
-	// recordLinger is how long the recorder waits, after an outcome
-	// arrives, for more to record with it: each recording is a transaction
-	// whose COMMIT waits for a WAL flush, and a statement whose fixed cost
-	// (planning, execution start) is shared by its rows. At a few thousand
-	// forwards a second that makes batches of tens instead of a few. It
-	// delays only the recording (the forward has been sent), and widens by
-	// as much the window in which a SIGKILL repeats a delivered forward.
+	// recordLinger is how long the recorder waits for more outcomes to
+	// record together. Each recording waits for a WAL flush, so batches
+	// save much. It delays only the recording, not the forward.
 	recordLinger = 10 * time.Millisecond
-	// recordPersist is how long a failed recording is tried again before
-	// its rows are left to the relay at the end of their lease, and
-	// recordRetries how often at least, when the dispatcher is cut short.
+	// recordPersist is how long a failed recording is tried again.
+	// recordRetries is how often at least, when the dispatcher is cut short.
 	recordPersist = 15 * time.Second
 	recordRetries = 3
-	// idleRecheck bounds how long a worker waits, with forwards queued and
-	// none admitted, before it looks again without being told to: a
-	// target's fair share grows when other targets fall idle, which no
+	// idleRecheck bounds the wait of a worker with forwards queued and none
+	// admitted. A fair share grows when other targets fall idle, which no
 	// event signals.
 	idleRecheck = 50 * time.Millisecond
 )
 
-// Lease is what Dispatcher.Lease grants an ingest: the lease to write on
-// each of its outbox rows, in the order of its targets (zero: none, the
-// row is the relay's), and when it was granted. The zero Lease leases
-// nothing.
+// Lease is what [Dispatcher.Lease] grants an ingest: one lease per outbox
+// row, in the order of its targets. A zero duration leaves the row to the
+// relay. The zero Lease leases nothing.
 type Lease struct {
 	Durations []time.Duration
 	granted   time.Time
 }
 
-// For returns the lease of the i-th target's row: 0 when none.
+// For returns the lease of the i-th target's row, or 0.
 func (l Lease) For(i int) time.Duration {
 	if i < len(l.Durations) {
 		return l.Durations[i]
@@ -129,7 +97,7 @@ type Fast struct {
 	Sender     *config.Sender
 	EventID    uuid.UUID
 	DeliveryID string
-	// EventType is the event's type ("" when the sender gave none).
+	// EventType is the event's type, or "".
 	EventType string
 	// Headers and Body are the event's, as stored.
 	Headers http.Header
@@ -142,16 +110,14 @@ type Fast struct {
 // fastJob is one forward of a Fast.
 type fastJob struct {
 	f *Fast
-	// target is its queue's target, as the configuration in force had it
-	// when the dispatcher last looked (Dispatcher.current).
+	// target is the configured target when the dispatcher last looked.
 	target *config.Target
 	lease  time.Duration // its row's lease, from f.Lease.granted
 	q      *targetQueue  // its target's queue
 }
 
-// targetQueue is one target's forwards waiting for a dispatch worker,
-// oldest first, and its use of the workers. Under the dispatcher's mu,
-// but share, which is under the dispatcher's fair.mu.
+// targetQueue is one target's waiting forwards, oldest first. It is under
+// the dispatcher's mu, except share, under fair.mu.
 type targetQueue struct {
 	sender string
 	target *config.Target
@@ -170,14 +136,13 @@ type Dispatcher struct {
 	fixedLease  time.Duration // 0: each target's timeout + leaseMargin
 	leaseMargin time.Duration
 	records     chan queue.FirstAttempt
-	// bytes are the body bytes of the queued and running forwards, at most
-	// maxBytes (DispatcherConfig.MaxBytes).
+	// bytes are the body bytes of the queued and running forwards.
 	bytes    atomic.Int64
 	maxBytes int64
 	// handedOver is DispatcherConfig.HandedOver.
 	handedOver chan<- struct{}
 	count      *prometheus.CounterVec
-	// delivered is count's series of the common result, looked up once.
+	// delivered is count's most common series, looked up once.
 	delivered prometheus.Counter
 
 	ctx    context.Context // of the attempts; cancelled by Close's deadline
@@ -185,10 +150,9 @@ type Dispatcher struct {
 
 	// fair shares the workers among the targets.
 	fair fair
-	// slots holds a token per forward under way (at most Workers).
+	// slots holds a token per forward under way.
 	slots chan struct{}
-	// kick wakes the scheduler: a forward was queued, or an attempt (of
-	// this dispatcher's or of River's worker) ended.
+	// kick wakes the scheduler when a forward is queued or an attempt ends.
 	kick chan struct{}
 
 	mu        sync.Mutex
@@ -207,53 +171,40 @@ type Dispatcher struct {
 	closeErr  error
 }
 
-// DispatcherConfig configures a Dispatcher (NewDispatcher): its settings
-// and its dependencies. Zero means zero (docs/configuration.md): no setting
-// is defaulted from a 0, and validate refuses one where it is not a value
-// of its own (FixedLease); DefaultDispatcherConfig has the defaults.
-// Worker, Recorder, Registerer and Log are required.
+// DispatcherConfig configures a [Dispatcher]. A zero setting is refused,
+// not defaulted, except FixedLease; [DefaultDispatcherConfig] has the
+// defaults. Worker, Recorder, Registerer and Log are required.
 type DispatcherConfig struct {
-	// LeaseMargin is how much longer than its target's timeout a forward's
-	// outbox row is leased (DefaultLeaseMargin), positive.
+	// LeaseMargin is how much longer than its target's timeout a row is
+	// leased.
 	LeaseMargin time.Duration
-	// FixedLease, when positive, is the lease of every forward instead,
-	// whatever its target's timeout (--forward-lease); an attempt is then
-	// cut short at the lease's end minus the recording's margin. Zero:
-	// each target's timeout + LeaseMargin.
+	// FixedLease, when positive, is every forward's lease, whatever its
+	// target's timeout. An attempt is then cut short before the lease ends.
 	FixedLease time.Duration
-	// Workers is how many forwards the fast path attempts at once
-	// (DefaultDispatchWorkers).
+	// Workers is how many forwards the fast path attempts at once.
 	Workers int
-	// Queue is how many forwards may wait for a worker; more are left to
-	// the relay (DefaultDispatchQueue). One target may have a quarter of
-	// them waiting (at least one).
+	// Queue is how many forwards may wait for a worker. One target may
+	// have a quarter of them waiting.
 	Queue int
-	// MaxBytes bounds the body bytes of the queued and running forwards
-	// (DefaultDispatchBytes).
+	// MaxBytes bounds the body bytes of the queued and running forwards.
 	MaxBytes int64
-	// HandedOver, when not nil, is signalled (without blocking: a buffered
-	// channel of one keeps one signal) whenever forwards are left to the
-	// relay: committed without a lease, or released unattempted. The
-	// process's relay (RelayConfig.Wake) then looks at once instead of
-	// at its idle interval.
+	// HandedOver, when not nil, is signalled without blocking whenever
+	// forwards are left to the relay. The relay then looks at once.
 	HandedOver chan<- struct{}
 
-	// Worker is the process's River worker (NewWorker), whose Transport,
-	// metrics, backoff and Gate the fast path shares, so that the gate's
-	// fair shares, max_in_flight, breakers and pauses hold across both.
+	// Worker is the process's [Worker]. The fast path shares its
+	// transport, metrics, backoff and Gate.
 	Worker *Worker
-	// Recorder records the outcomes of the attempts (the process's queue,
-	// queue.River).
+	// Recorder records the outcomes of the attempts.
 	Recorder FirstAttemptRecorder
 	// Registerer receives hookgate_forward_fast_path_total.
 	Registerer prometheus.Registerer
-	// Log is where what fails beside the attempts is logged.
+	// Log receives what fails beside the attempts.
 	Log *slog.Logger
 }
 
 // FirstAttemptRecorder records the outcomes of the fast path's first
-// attempts, in the transactions of their senders (queue.Queue's
-// RecordFirstAttempts, which queue.River has).
+// attempts, one transaction per sender. [queue.River] implements it.
 type FirstAttemptRecorder interface {
 	RecordFirstAttempts(ctx context.Context, batch []queue.FirstAttempt) error
 }
@@ -263,8 +214,7 @@ func DefaultDispatcherConfig() DispatcherConfig {
 	return DispatcherConfig{LeaseMargin: DefaultLeaseMargin, Workers: DefaultDispatchWorkers, Queue: DefaultDispatchQueue, MaxBytes: DefaultDispatchBytes}
 }
 
-// validate returns an error naming the fields at fault, or nil: the
-// settings, and the dependencies NewDispatcher requires.
+// validate returns an error naming the fields at fault, or nil.
 func (c DispatcherConfig) validate() error {
 	var errs []error
 	if c.LeaseMargin <= 0 {
@@ -297,12 +247,8 @@ func (c DispatcherConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// NewDispatcher returns the fast path of a process whose River worker is
-// cfg.Worker (its Transport, metrics, backoff and Gate are shared): up to
-// cfg.Workers forwards are attempted at once, from per-target queues of
-// cfg.Queue forwards in all, and their outcomes are recorded by
-// cfg.Recorder. Close stops it. It returns an error, naming the field,
-// when cfg is invalid or lacks a dependency.
+// NewDispatcher returns the fast path of a process. [Dispatcher.Close]
+// stops it. It returns an error naming the field when cfg is invalid.
 func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -310,8 +256,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	d := newDispatcher(cfg)
 	cfg.Registerer.MustRegister(d.count)
 	d.delivered = d.count.WithLabelValues("delivered")
-	// An attempt of River's worker that ends may free a slot a queued
-	// forward waits for.
+	// An attempt of the queue's worker may free a slot.
 	d.gate.OnRelease(d.wake)
 	d.running.Add(1)
 	go d.schedule()
@@ -320,9 +265,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	return d, nil
 }
 
-// newDispatcher returns a dispatcher of dc whose scheduler and recorder
-// are not started (NewDispatcher starts them; tests of the queues do not,
-// and may leave out the dependencies).
+// newDispatcher returns a dispatcher whose scheduler and recorder are not
+// started.
 func newDispatcher(dc DispatcherConfig) *Dispatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dispatcher{
@@ -353,9 +297,8 @@ func (d *Dispatcher) leaseFor(t *config.Target) time.Duration {
 	return time.Duration(t.Timeout) + d.leaseMargin
 }
 
-// heldBack reports whether t's forwards are left to River: t has a rate
-// (its turns are taken by River's workers, rate.go), or the gate holds
-// them back (paused, breaker not closed).
+// heldBack reports whether t's forwards are left to the queue: t has a
+// rate, or the gate holds it back.
 func (d *Dispatcher) heldBack(sender string, t *config.Target) bool {
 	if !t.Rate.IsZero() {
 		return true
@@ -367,8 +310,7 @@ func (d *Dispatcher) heldBack(sender string, t *config.Target) bool {
 	return held
 }
 
-// queueOf returns the queue of sender's target t, made on first use. Under
-// d.mu.
+// queueOf returns the queue of sender's target t. Under d.mu.
 func (d *Dispatcher) queueOf(sender string, t *config.Target) *targetQueue {
 	k := [2]string{sender, t.Name}
 	tq := d.queues[k]
@@ -380,13 +322,9 @@ func (d *Dispatcher) queueOf(sender string, t *config.Target) *targetQueue {
 	return tq
 }
 
-// Lease returns the leases an ingest of sender with forwards to targets
-// and a body of size bytes should write on its outbox rows: for each
-// target, its timeout + the lease margin, or none (the relay takes the row
-// at once) when the target is held back (paused, its breaker open: River
-// holds its forwards without using attempts), its queue or the
-// dispatcher's is full, the body bytes would pass their bound, or the
-// dispatcher is closed.
+// Lease returns the leases an ingest should write on its outbox rows. A
+// target gets none when it is held back, when a queue is full, when the
+// body bytes would pass their bound, or when the dispatcher is closed.
 func (d *Dispatcher) Lease(sender *config.Sender, targets []string, size int) Lease {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -417,10 +355,8 @@ func (d *Dispatcher) Lease(sender *config.Sender, targets []string, size int) Le
 	return l
 }
 
-// Dispatch queues f's forwards whose outbox rows are leased (f.Lease) and
-// committed, each in its target's queue. It does not block: a forward that
-// finds its queue full is released to the relay. The rows without a lease
-// are the relay's: Dispatch only tells it.
+// Dispatch queues f's leased forwards, each in its target's queue. It does
+// not block: a forward whose queue is full is released to the relay.
 func (d *Dispatcher) Dispatch(f *Fast) {
 	unleased := false
 	var released []*config.Target
@@ -437,8 +373,7 @@ func (d *Dispatcher) Dispatch(f *Fast) {
 			continue
 		}
 		if d.closed {
-			// Stopping: the row stays leased, and the relay of a running
-			// process takes it when the lease ends.
+			// Stopping: a relay takes the row when its lease ends.
 			continue
 		}
 		tq := d.queueOf(f.Sender.Name, t)
@@ -477,9 +412,8 @@ func (d *Dispatcher) wake() {
 	}
 }
 
-// handOver releases a forward's outbox row to the relay. It never blocks:
-// when the recorder is that far behind, the row stays leased until its
-// lease ends.
+// handOver releases a forward's outbox row to the relay. It never blocks;
+// a row it cannot release stays leased until its lease ends.
 func (d *Dispatcher) handOver(f *Fast, target string) {
 	d.count.WithLabelValues("handed_over").Inc()
 	select {
@@ -499,9 +433,8 @@ func (d *Dispatcher) wakeRelay() {
 	}
 }
 
-// schedule starts the queued forwards' attempts, one per free worker slot,
-// taking the targets in turn, until the dispatcher is closed and its
-// queues are empty.
+// schedule starts the queued attempts, one per free worker, until the
+// dispatcher is closed and its queues are empty.
 func (d *Dispatcher) schedule() {
 	defer d.running.Done()
 	timer := time.NewTimer(idleRecheck)
@@ -537,14 +470,10 @@ func (d *Dispatcher) schedule() {
 	}
 }
 
-// pick takes the next forward to attempt now, serving the targets with
-// forwards queued in turn: the oldest forward of the first target, from
-// the one after the last served, that may send one (its fair share of the
-// workers, and the gate admits it: AcquireFirst). On the way it hands to
-// River the forwards that can no longer be attempted within their lease,
-// and all those of a target held back (paused, breaker open). When it
-// finds none, wait is how long until it should look again unless woken;
-// done reports that the dispatcher is closed and nothing is queued.
+// pick takes the next forward to attempt, serving the targets in turn. It
+// hands to the queue the forwards that no longer fit their lease, and
+// those of a target held back. When it finds none, wait is how long until
+// it looks again. done reports that nothing is left to do.
 func (d *Dispatcher) pick(now time.Time) (j fastJob, tk Ticket, ok, done bool, wait time.Duration) {
 	var out []fastJob // handed over, released once d.mu is unlocked
 	defer func() {
@@ -561,7 +490,7 @@ func (d *Dispatcher) pick(now time.Time) (j fastJob, tk Ticket, ok, done bool, w
 		k := (d.next + i) % len(d.ring)
 		tq := d.ring[k]
 		if len(tq.jobs) > 0 && !d.current(tq) {
-			// A reload removed its target: River holds its forwards.
+			// A reload removed its target: the queue holds its forwards.
 			d.w.metrics.waits.WithLabelValues(tq.sender, tq.target.Name, WaitTargetRemoved).Add(float64(len(tq.jobs)))
 			out = append(out, tq.jobs...)
 			d.queued -= len(tq.jobs)
@@ -634,10 +563,8 @@ func (d *Dispatcher) pick(now time.Time) (j fastJob, tk Ticket, ok, done bool, w
 	return j, tk, ok, done, wait
 }
 
-// current makes tq's target, and its queued forwards', the target of that
-// name in the configuration in force (a reload may have changed it since
-// they were queued: its timeout, URL or secret apply to their attempts),
-// and returns true; false when that configuration has no such target.
+// current updates tq's target from the configuration in force, since a
+// reload may have changed it. It returns false when the target is gone.
 // Under d.mu.
 func (d *Dispatcher) current(tq *targetQueue) bool {
 	t, ok := d.w.target(queue.Args{Sender: tq.sender, Target: tq.target.Name})
@@ -653,10 +580,8 @@ func (d *Dispatcher) current(tq *targetQueue) bool {
 	return true
 }
 
-// left returns how long the forward j may still take to be attempted and
-// recorded within its lease, and how long its attempt needs: the target's
-// timeout, or, under a fixed lease shorter than that plus the recording's
-// margin, a second (the attempt is then cut short at the lease's end).
+// left returns how long j may still take within its lease, and how long
+// its attempt needs.
 func (d *Dispatcher) left(j fastJob, now time.Time) (left, need time.Duration) {
 	margin := min(recordMargin, j.lease/3)
 	left = j.f.Lease.granted.Add(j.lease).Sub(now) - margin
@@ -667,13 +592,11 @@ func (d *Dispatcher) left(j fastJob, now time.Time) (left, need time.Duration) {
 	return left, need
 }
 
-// attempt sends one forward (Worker.post), admitted by the gate (tk), and
-// queues its outcome for recording.
+// attempt sends one admitted forward and queues its outcome for recording.
 func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	f, t := j.f, j.target
 	defer d.bytes.Add(-int64(len(f.Body)))
-	// The attempt must end, and its outcome be recorded, before the lease
-	// does: after it, the relay may move the row into River.
+	// The attempt and its recording must end before the lease does.
 	left, _ := d.left(j, time.Now())
 	a := queue.Args{Sender: f.Sender.Name, EventID: f.EventID, Target: t.Name, DeliveryID: f.DeliveryID}
 	attemptedAt := time.Now().UTC()
@@ -689,7 +612,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 		o.State, o.FinalizedAt, o.ScheduledAt = queue.StateDelivered, &p.at, attemptedAt
 		d.delivered.Inc()
 	case p.res == ResultNone && !p.final:
-		// No verdict (the process is stopping): nothing to record.
+		// No verdict: nothing to record.
 		d.count.WithLabelValues("handed_over").Inc()
 		o = queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, Release: true}
 	default:
@@ -702,8 +625,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 			o.State, o.FinalizedAt = queue.StateFailed, &now
 			d.count.WithLabelValues("failed").Inc()
 		default:
-			// As River would schedule the retry (Worker.NextRetry), or when
-			// a failed breaker probe says.
+			// Schedule the retry as the queue would, or as a failed probe says.
 			wait := d.w.retryWait(1, p.retryAfter)
 			if snooze > 0 {
 				wait = snooze
@@ -715,10 +637,8 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	d.records <- o
 }
 
-// record writes outcomes in batches until records is closed: it takes
-// what queues within recordLinger of the first outcome (up to
-// recordBatch), writes it, and goes again, so that batches grow with the
-// load.
+// record writes outcomes in batches until records is closed. Batches grow
+// with the load.
 func (d *Dispatcher) record() {
 	defer d.rec.Done()
 	linger := time.NewTimer(recordLinger)
@@ -746,13 +666,9 @@ func (d *Dispatcher) record() {
 	}
 }
 
-// flush records a batch, trying again with a growing pause (from 100 ms,
-// at most 2 s) for up to recordPersist, or recordRetries times once the
-// dispatcher is being cut short: a database outage of a few seconds then
-// loses no outcome (a delivered forward would otherwise be sent again once
-// its lease ends). Rows it cannot record stay leased, and the relay takes
-// them when their lease ends; recording one the relay took already does
-// nothing.
+// flush records a batch, trying again for up to recordPersist. A short
+// database outage then loses no outcome. Rows it cannot record stay
+// leased, and the relay takes them when their lease ends.
 func (d *Dispatcher) flush(batch []queue.FirstAttempt) {
 	var err error
 	deadline := time.Now().Add(recordPersist)
@@ -790,10 +706,9 @@ func (d *Dispatcher) flush(batch []queue.FirstAttempt) {
 		"forwards", len(batch), "err", err)
 }
 
-// Close stops the dispatcher: no new forward is taken, queued and running
-// ones finish (or, at ctx's end, are cancelled and released), and their
-// outcomes are recorded. It returns an error when ctx's deadline cut
-// attempts short. Calls after the first return the first's result.
+// Close stops the dispatcher. Queued and running forwards finish and are
+// recorded; at ctx's end they are cancelled and released. It returns an
+// error when ctx cut attempts short. Later calls return the first's result.
 func (d *Dispatcher) Close(ctx context.Context) error {
 	d.closeOnce.Do(func() { d.closeErr = d.close(ctx) })
 	return d.closeErr

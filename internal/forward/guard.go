@@ -22,55 +22,42 @@ import (
 // Defaults of the per-target guard.
 const (
 	// DefaultProbeInterval is the first wait of an open breaker before it
-	// lets a few forwards through as probes; it doubles after each round of
-	// failed probes, up to maxProbeInterval, so that delivery resumes within
-	// seconds of a target's return, however long it was down.
+	// lets a few probes through. It doubles after each failed round, up to
+	// a few seconds, so delivery resumes soon after a target returns.
 	DefaultProbeInterval = time.Second
 	maxProbeInterval     = 3 * time.Second
 	// DefaultBreakerWindow is the time over which a target's failure rate
-	// is measured. The breaker opens when at least breakerRate of the
-	// attempts in the window failed (and at least the target's
-	// breaker_threshold of them), and the rate has stayed that high for half
-	// the window: a burst of first attempts of a flaky target does not open
-	// it, a target that is down does.
+	// is measured. The breaker opens when breakerRate of the attempts
+	// failed, at least breaker_threshold of them, for half the window. A
+	// flaky burst does not open it; a target that is down does.
 	DefaultBreakerWindow = 10 * time.Second
 	breakerRate          = 0.8
-	// breakerProbes is how many forwards one round of probes lets through
-	// (at most the target's limit). Forwards already attempted are taken
-	// first: a target that fails each event's first attempts is judged by
-	// its retries.
+	// breakerProbes is how many forwards one round of probes lets through.
+	// Forwards already attempted go first.
 	breakerProbes = 3
-	// maxBreakerWait bounds the snooze of a forward held back by an open
-	// breaker. The breaker wakes its forwards when it closes, so this bounds
-	// the work of waiting, not the time to resume.
+	// maxBreakerWait bounds the snooze of a forward held by an open
+	// breaker. A closing breaker wakes its forwards sooner.
 	maxBreakerWait = 30 * time.Second
-	// wakeTimeout bounds the wake of a target's waiting forwards when its
-	// breaker closes (wakeWaiting: two passes a second apart, each a few
-	// statements of up to a thousand jobs).
+	// wakeTimeout bounds the wake of a target's forwards when its breaker
+	// closes.
 	wakeTimeout = 10 * time.Second
 	// busySnooze is about how long a forward waits when its target is at
-	// its limit in this process and nothing better is known: the wait
-	// follows how long the target's attempts take, between minBusySnooze
-	// and maxBusySnooze.
+	// its limit and nothing better is known.
 	busySnooze    = 500 * time.Millisecond
 	minBusySnooze = 100 * time.Millisecond
 	maxBusySnooze = 5 * time.Second
 )
 
-// BreakerConfig tunes the circuit breakers (GateConfig.Breakers). Zero
-// means zero (docs/configuration.md): no field takes a default from a 0,
-// and validate refuses one; DefaultBreakerConfig has the defaults.
+// BreakerConfig tunes the circuit breakers. A zero field is refused, not
+// defaulted; [DefaultBreakerConfig] has the defaults.
 type BreakerConfig struct {
-	// Probe is the first wait of an open breaker before its first probes
-	// (DefaultProbeInterval), positive; it doubles after a failed round, up
-	// to MaxProbe.
+	// Probe is the first wait of an open breaker before its probes. It
+	// doubles after a failed round, up to MaxProbe.
 	Probe time.Duration
-	// MaxProbe is the longest wait between two rounds of probes; zero is
-	// 3s, and it is never less than Probe.
+	// MaxProbe is the longest wait between rounds of probes. Zero means 3s.
 	MaxProbe time.Duration
-	// Window is the time over which the failure rate is measured
-	// (DefaultBreakerWindow), at least 10ms (windowBuckets buckets of at
-	// least 1ms).
+	// Window is the time over which the failure rate is measured, at least
+	// 10ms.
 	Window time.Duration
 }
 
@@ -93,40 +80,34 @@ func (c BreakerConfig) validate() error {
 	return nil
 }
 
-// guards keeps, per target, what a worker process knows of it: how many of
-// its forwards run now (at most max_in_flight), its circuit breaker, and a
-// pause a 429 or 503 with Retry-After asked for. Each worker process has its
-// own: max_in_flight holds per process, and each process's breaker opens on
-// the failures it sees itself (the last transition is recorded in
-// target_breakers for the operator API).
+// guards keeps what a process knows of each target: the forwards under
+// way, the circuit breaker, and a pause the target asked for. Each process
+// has its own, so its breaker opens on the failures it sees. The last
+// transition is recorded in target_breakers for operators.
 type guards struct {
 	db    *pgxpool.Pool
 	log   *slog.Logger
 	probe time.Duration
-	// maxProbe bounds the wait between rounds of probes (BreakerConfig.MaxProbe).
+	// maxProbe bounds the wait between rounds of probes.
 	maxProbe time.Duration
 	window   time.Duration
 	now      func() time.Time
 	metrics  *Metrics
 	// wake makes the waiting forwards of a target whose breaker closed
-	// available now, their retries too, and again a second later
-	// (wakeWaiting; nil: they come back when their snooze or retry is due).
+	// available now. When nil, they wait for their snooze to end.
 	wake func(ctx context.Context, sender, target string) error
 	// process names this process in the breakers' history.
 	process string
-	// pauses are the operators' pauses, which hold a target's forwards
-	// before anything else is asked (nil: none).
+	// pauses are the operators' pauses, asked first. nil means none.
 	pauses *Pauses
-	// released, when set, is called after each attempt's leave, without
-	// any lock held: a slot of the target's (and of the process's) may
-	// have come free (the fast path's dispatcher looks again).
+	// released, when set, is called without locks after each attempt,
+	// since a slot may have come free.
 	released atomic.Pointer[func()]
 
 	mu sync.Mutex
 	m  map[[2]string]*guard
-	// current is the configuration reconfigure applied last (nil before
-	// the first), under mu: a guard made after it takes its target's
-	// settings from it, not from an attempt that began before it.
+	// current is the configuration reconfigure applied last, under mu. A
+	// new guard takes its target's settings from it.
 	current *config.Config
 
 	fair fair
@@ -151,22 +132,17 @@ type guard struct {
 	probing      int    // probes under way
 	reserved     int    // waiting forwards told to come back for the next round
 	pausedUntil  time.Time
-	// pauseShown is the end of the last pause recorded for operators
-	// (store.RecordPause); a pause ending within pauseShownSlack of it is
-	// not written again.
+	// pauseShown is the end of the last pause recorded for operators.
 	pauseShown time.Time
 	epoch      time.Time     // when the guard was made
 	startSum   time.Duration // sum of the start times of the attempts under way, from epoch
 	latency    time.Duration // moving average of the time its attempts take
 
-	// share is the target's use of the process's capacity, under the
-	// guards' fair.mu.
+	// share is the target's use of the capacity, under fair.mu.
 	share share
 
-	// pending are the transitions not yet written out, in the order they
-	// happened, under mu; seq numbers them. Writes take recMu and write
-	// every pending transition in order, so a slow write of an older one
-	// can never land after a newer one, and none is skipped.
+	// pending are the transitions not yet written, in order, under mu.
+	// Writes hold recMu, so an older transition never lands after a newer.
 	pending []transition
 	seq     int64
 	recMu   sync.Mutex
@@ -182,12 +158,12 @@ type transition struct {
 	reason      string
 }
 
-// maxPendingTransitions bounds the transitions a guard keeps while the
-// database cannot take them; past it the oldest are dropped.
+// maxPendingTransitions bounds the transitions kept while the database is
+// down. Past it the oldest are dropped.
 const maxPendingTransitions = 256
 
-// transit moves gd's breaker to state at now for reason, and queues the
-// transition to be recorded (guards.record). Under gd.mu.
+// transit moves gd's breaker to state and queues the transition to be
+// recorded. Under gd.mu.
 func (gd *guard) transit(now time.Time, state, reason, errText string) {
 	from := gd.state
 	gd.state = state
@@ -202,8 +178,7 @@ func (gd *guard) transit(now time.Time, state, reason, errText string) {
 	}
 }
 
-// window counts a target's attempts and failures over the last
-// windowBuckets bucket widths.
+// window counts a target's attempts and failures over a sliding window.
 type window struct {
 	b [windowBuckets]bucket
 }
@@ -236,8 +211,7 @@ func (w *window) counts(slot int64) (attempts, fails int) {
 	return attempts, fails
 }
 
-// newGuards returns the guards of a process that sends at most capacity
-// forwards at once; bc must be valid (NewGate checks it).
+// newGuards returns the guards of a process. bc must be valid.
 func newGuards(db *pgxpool.Pool, capacity int, bc BreakerConfig, m *Metrics, log *slog.Logger) *guards {
 	return &guards{db: db, log: log, process: processName(),
 		probe: bc.Probe, maxProbe: max(cmp.Or(bc.MaxProbe, maxProbeInterval), bc.Probe), window: bc.Window,
@@ -271,9 +245,8 @@ func (g *guards) get(sender string, t *config.Target) *guard {
 	return gd
 }
 
-// configure sets gd's limits from its target's settings t: max_in_flight
-// (capacity, only the fair share, when unset) and breaker_threshold. Under
-// gd.mu, or before gd is shared.
+// configure sets gd's limits from t's max_in_flight and breaker_threshold.
+// Under gd.mu, or before gd is shared.
 func (gd *guard) configure(t *config.Target, capacity int) {
 	gd.limit = t.MaxInFlight
 	if gd.limit <= 0 {
@@ -282,10 +255,8 @@ func (gd *guard) configure(t *config.Target, capacity int) {
 	gd.threshold = max(t.BreakerThreshold, 1)
 }
 
-// reconfigure makes the guards follow the settings their targets have in
-// cfg, a configuration reloaded: the next admission uses them. A guard
-// whose target cfg no longer has keeps its state (its forwards are held
-// before they reach the gate, Worker.Work).
+// reconfigure makes the guards follow a reloaded configuration from their
+// next admission. A guard whose target is gone keeps its state.
 func (g *guards) reconfigure(cfg *config.Config) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -313,9 +284,8 @@ type admission struct {
 	start time.Time     // when ok: when it was admitted
 }
 
-// enter decides whether a forward to gd's target may go now; tried says
-// whether it was attempted before (an open breaker probes with those
-// first). When it may, the caller must call leave once the attempt is over.
+// enter decides whether a forward to gd's target may go now. When it may,
+// the caller must call leave once the attempt is over.
 func (g *guards) enter(gd *guard, tried bool) admission {
 	a, probing := g.admit(gd, tried, false)
 	if probing { // the first probe of a round: open → half-open
@@ -324,10 +294,9 @@ func (g *guards) enter(gd *guard, tried bool) admission {
 	return a
 }
 
-// admit is enter under gd.mu; probing reports that the admission started
-// a round of probes, a transition to record. noProbe refuses a forward
-// while the breaker is not closed instead of letting it probe, so that the
-// admission never has a transition to record.
+// admit is enter under gd.mu. probing reports that a round of probes
+// began. noProbe refuses while the breaker is not closed, so that nothing
+// needs recording.
 func (g *guards) admit(gd *guard, tried, noProbe bool) (_ admission, probing bool) {
 	now := g.now()
 	if wait, held := g.pauses.heldFor(gd.sender, gd.target, now); held {
@@ -343,8 +312,7 @@ func (g *guards) admit(gd *guard, tried, noProbe bool) (_ admission, probing boo
 		if noProbe || now.Before(gd.nextProbe) || gd.probes >= min(breakerProbes, gd.limit) {
 			return admission{wait: gd.waiting(now), why: "breaker"}, false
 		}
-		// A forward never attempted probes only once the round has waited
-		// a while for one that was.
+		// A first attempt probes only after the round waited for a retry.
 		if grace := gd.nextProbe.Add(gd.probeWait / 2); !tried && now.Before(grace) {
 			return admission{wait: jitter(min(grace.Sub(now), busySnooze)), why: "breaker"}, false
 		}
@@ -366,9 +334,8 @@ func (g *guards) admit(gd *guard, tried, noProbe bool) (_ admission, probing boo
 	return admission{ok: true, probe: probe, start: now}, probing
 }
 
-// quick reports whether gd's target answers quickly: its attempts took
-// less than quickLatency on average, and those under way have been
-// running less than that on average. Under gd.mu.
+// quick reports whether gd's attempts, done and under way, take less than
+// quickLatency on average. Under gd.mu.
 func (gd *guard) quick(now time.Time) bool {
 	if gd.latency <= 0 || gd.latency >= quickLatency {
 		return false
@@ -376,10 +343,8 @@ func (gd *guard) quick(now time.Time) bool {
 	return gd.running == 0 || now.Sub(gd.epoch)-gd.startSum/time.Duration(gd.running) < quickLatency
 }
 
-// busyWait returns how long a forward of gd's target waits when the target
-// is at its limit: about how long its attempts take (the moving average,
-// or how long those under way have been running if that is longer), so a
-// target that hangs does not make its waiting forwards spin. Under gd.mu.
+// busyWait returns how long a forward waits when its target is at its
+// limit: about as long as its attempts take. Under gd.mu.
 func (gd *guard) busyWait(now time.Time) time.Duration {
 	d := gd.latency
 	if gd.running > 0 {
@@ -391,10 +356,8 @@ func (gd *guard) busyWait(now time.Time) time.Duration {
 	return jitter(min(max(d, minBusySnooze), maxBusySnooze))
 }
 
-// waiting returns how long a forward held back by gd's open breaker
-// waits: a few come back for the next round of probes, the others wait
-// longer the longer the breaker is open (they are woken when it closes).
-// Under gd.mu.
+// waiting returns how long a forward held by an open breaker waits. A few
+// come back for the next probes; the others wait longer. Under gd.mu.
 func (gd *guard) waiting(now time.Time) time.Duration {
 	if gd.reserved < breakerProbes {
 		gd.reserved++
@@ -413,10 +376,9 @@ const (
 	ResultOther                   // any other answer: the forward's own problem
 )
 
-// leave records the attempt's outcome: retryFor > 0 pauses the target (a 429
-// or 503 with Retry-After). When the attempt was a probe that failed it
-// returns how long the forward should wait for the next round of probes
-// (the caller snoozes it rather than use its attempt); otherwise 0.
+// leave records the attempt's outcome. A positive retryFor pauses the
+// target. After a failed probe it returns how long the forward waits for
+// the next round; otherwise 0.
 func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, retryFor time.Duration, errText string) (snooze time.Duration) {
 	now := g.now()
 	slot := g.slot(now)
@@ -515,9 +477,8 @@ func (g *guards) leave(ctx context.Context, gd *guard, a admission, res Result, 
 	return snooze
 }
 
-// rate updates failingSince from the failure rate in the window ending at
-// slot and reports whether the breaker may open: at least breakerRate of the
-// attempts failed, and at least threshold of them. Under gd.mu.
+// rate updates failingSince and reports whether the breaker may open.
+// Under gd.mu.
 func (gd *guard) rate(slot int64, now time.Time) bool {
 	attempts, fails := gd.win.counts(slot)
 	if attempts == 0 || float64(fails) < breakerRate*float64(attempts) {
@@ -530,15 +491,9 @@ func (gd *guard) rate(slot int64, now time.Time) bool {
 	return fails >= gd.threshold
 }
 
-// record writes out gd's pending breaker transitions: the latest as
-// metrics, all of them, in order, into target_breaker_transitions, and the
-// latest into target_breakers, in one transaction. Writes are serialised
-// per target and each takes every transition pending when it runs, so
-// transitions are written in the order they happened, whatever order the
-// attempts that caused them end in, and the last write is always the
-// breaker's latest state. A failed write is logged and its transitions
-// are kept (at most maxPendingTransitions) for the next: the breaker works
-// without them.
+// record writes gd's pending breaker transitions in one transaction, in
+// the order they happened. The latest also goes to the metrics. A failed
+// write is logged, and its transitions are kept for the next.
 func (g *guards) record(ctx context.Context, gd *guard) {
 	gd.recMu.Lock()
 	defer gd.recMu.Unlock()
@@ -589,15 +544,12 @@ func (g *guards) record(ctx context.Context, gd *guard) {
 	}
 }
 
-// pauseShownSlack is how much later than the last recorded one a pause
-// must end to be recorded again: the answers of one pause (every attempt
-// under way when it began) are written once, not each.
+// pauseShownSlack is how much later a pause must end to be recorded
+// again. One pause's answers are then written once.
 const pauseShownSlack = time.Second
 
-// recordPause records for operators (target_breakers.paused_until: the
-// console says the target's forwards are held by it) that gd's target is
-// paused until until, for retryFor, by the answer errText; a failed write
-// is logged, and the pause holds the forwards all the same.
+// recordPause records for operators that gd's target is paused until
+// until. A failed write is only logged.
 func (g *guards) recordPause(ctx context.Context, gd *guard, until time.Time, retryFor time.Duration, errText string) {
 	if g.log != nil {
 		g.log.Info("forward target paused by its Retry-After", "sender", gd.sender, "target", gd.target, "until", until, "retry_after", retryFor)
@@ -616,8 +568,7 @@ func (g *guards) recordPause(ctx context.Context, gd *guard, until time.Time, re
 	}
 }
 
-// jitter returns d plus up to half of it at random, at least 10ms, so that
-// waiting forwards do not come back all at once.
+// jitter returns d plus up to half of it at random, at least 10ms.
 func jitter(d time.Duration) time.Duration {
 	d = max(d, 10*time.Millisecond)
 	return d + rand.N(d/2+1)

@@ -27,6 +27,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
@@ -106,7 +107,7 @@ type envOpts struct {
 	FetchPollInterval time.Duration
 	// Transport, when set, is what the worker (and the fast path) send
 	// forwards through instead of HTTP (WorkerConfig.Transport).
-	Transport forward.Transport
+	Transport transport.Transport
 	// Split runs the relay and the fast path's recording in the form for
 	// a distributed outbox (RelayConfig.Distributed,
 	// queue.ClientConfig.Distributed), as serve does on Citus: the records
@@ -191,14 +192,14 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 			capacity = 10
 		}
 		gc := forward.GateConfig{Capacity: capacity, Breakers: forward.BreakerConfig{Probe: opts.BreakerProbe, Window: opts.BreakerWindow}}
-		gc.DB, gc.Metrics, gc.Log, gc.Pauses = pool, m, log, pauses
+		gc.DB, gc.Jobs, gc.Metrics, gc.Log, gc.Pauses = pool, queue.NewJobs(pool), m, log, pauses
 		gate, err := forward.NewGate(gc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		wc := forward.WorkerConfig{Backoff: opts.Backoff, RetryAfterMax: opts.RetryAfterMax}
-		wc.Senders, wc.DB, wc.Gate, wc.Metrics, wc.Log = cfg, pool, gate, m, log
-		wc.Client, wc.Transport = forward.NewHTTPClient(capacity), opts.Transport
+		wc.Senders, wc.DB, wc.Jobs, wc.Gate, wc.Metrics, wc.Log = cfg, pool, queue.NewJobs(pool), gate, m, log
+		wc.Client, wc.Transport = transport.NewHTTPClient(capacity), opts.Transport
 		if worker, err = forward.NewWorker(wc); err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +281,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 func startPauses(t *testing.T, pool *pgxpool.Pool, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, wake bool) *forward.Pauses {
 	t.Helper()
 	pc := forward.DefaultPausesConfig()
-	pc.Every, pc.Wake, pc.DB, pc.Senders, pc.Registerer, pc.Log = 50*time.Millisecond, wake, pool, cfg, reg, log
+	pc.Every, pc.Wake, pc.DB, pc.Jobs, pc.Senders, pc.Registerer, pc.Log = 50*time.Millisecond, wake, pool, queue.NewJobs(pool), cfg, reg, log
 	p, err := forward.NewPauses(pc)
 	if err != nil {
 		t.Fatal(err)

@@ -24,18 +24,16 @@ type Metrics struct {
 	breakerOpened *prometheus.GaugeVec
 	waits         *prometheus.CounterVec
 
-	// traffic counts attempts for the console's charts (CountTraffic).
+	// traffic counts attempts for the console's charts.
 	traffic *traffic.Recorder
 
-	// byTarget are the attempt counters and latency histogram of each
-	// target that attempts were made to (series), so that an attempt
-	// looks its series up once.
+	// byTarget caches each target's series, so that an attempt looks them
+	// up once.
 	mu       sync.RWMutex
 	byTarget map[[2]string]*targetSeries
 }
 
-// targetSeries are one target's series of hookgate_forward_attempts_total
-// (by outcome) and hookgate_forward_duration_seconds.
+// targetSeries are one target's attempt and duration series.
 type targetSeries struct {
 	delivered, retry, failed prometheus.Counter
 	latency                  prometheus.Observer
@@ -68,9 +66,8 @@ func (m *Metrics) series(sender, target string) *targetSeries {
 	return s
 }
 
-// CountTraffic makes every forward attempt that reached its target (or
-// failed to) count in rec too, for the console's charts. Call it before
-// the workers start.
+// CountTraffic makes the attempts count in rec too, for the console's
+// charts. Call it before the workers start.
 func (m *Metrics) CountTraffic(rec *traffic.Recorder) { m.traffic = rec }
 
 // NewMetrics registers the forwarding metrics on reg.
@@ -102,18 +99,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// WaitTargetRemoved is the reason a forward waits whose target the
-// configuration in force does not have (removed by a reload).
+// WaitTargetRemoved is the reason a forward waits for its target to be
+// configured again.
 const WaitTargetRemoved = "target_removed"
 
 // waitReasons are the values of hookgate_forward_waits_total's reason label.
 var waitReasons = []string{WaitOperator, "breaker", "paused", "rate", "busy", "after", WaitTargetRemoved}
 
-// Init creates the series of every target of cfg at zero, so that they
-// are there before the first event (a rate or an alert on them has a
-// value from the start): attempts by outcome, the latency histogram, the
-// breaker's state (closed) and waits by reason. The breaker's opening time
-// appears when a breaker first opens.
+// Init creates the series of every target of cfg at zero, so that rates
+// and alerts have a value from the start.
 func (m *Metrics) Init(cfg *config.Config) {
 	for i := range cfg.Senders {
 		sd := &cfg.Senders[i]

@@ -17,63 +17,52 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// Operator pauses (issue 44): an operator pauses a target (the API's POST
-// …/pause, the console's Pause button), which writes a row of
-// paused_targets (store.Queries.PauseTarget); every process reads that
-// table about once a second (Pauses) and, while the pause holds, its Gate
-// admits none of the target's forwards: River's worker snoozes them
-// without using an attempt, and the fast path leases none (the relay moves
-// them into River, which holds them the same way). The breaker is not
-// touched: no attempt is made. A pause with an end (until) stops holding
-// at that end in every process at once, by its own clock; resume deletes
-// the row. A process that works forwards and sees a pause it held end
-// (resumed, or its end passed) wakes the target's waiting forwards, as a
-// closing breaker does, in the order they were accepted
-// (queue.Jobs.WakeHeldForwards), and again a second later: each such
-// process wakes what it may have snoozed, so none waits for its snooze to
-// end.
+// Operator pauses. An operator pauses a target from the API or the
+// console, which writes a row of paused_targets. Every process reads that
+// table about once a second. While the pause holds, the [Gate] admits none
+// of the target's forwards, and no attempt is used. A pause with an end
+// stops holding at that end in every process; resume deletes the row.
+// When a pause ends, each process that works forwards wakes the target's
+// waiting forwards in the order they were accepted, and again a second
+// later.
 
 // Defaults of the operator pauses.
 const (
-	// DefaultPausePoll is how often a process reads the operator pauses: a
-	// pause holds in every process within about that long (plus the read).
+	// DefaultPausePoll is how often a process reads the operator pauses.
 	DefaultPausePoll = time.Second
-	// maxPausedWait bounds the snooze of a forward held by an operator's
-	// pause: the forwards are woken when the pause ends, so this bounds
-	// how long one waits should that wake fail, and makes a long pause
-	// fetch each held forward about once a minute.
+	// maxPausedWait bounds the snooze of a forward held by a pause, in case
+	// the wake at the pause's end fails.
 	maxPausedWait = time.Minute
 )
 
-// WaitOperator is the reason (Gate.Acquire's why, and the reason label of
-// hookgate_forward_waits_total) of a forward held by an operator's pause.
+// WaitOperator is the reason given for a forward held by an operator's
+// pause, by [Gate.Acquire] and in hookgate_forward_waits_total.
 const WaitOperator = "operator"
 
-// PausesConfig configures Pauses (NewPauses). DB, Senders, Registerer and
-// Log are required.
+// PausesConfig configures [Pauses]. DB, Jobs, Senders, Registerer and Log
+// are required.
 type PausesConfig struct {
-	// Every is how often the pauses are read (DefaultPausePoll), positive.
+	// Every is how often the pauses are read. It must be positive.
 	Every time.Duration
-	// Wake makes the process wake a target's waiting forwards when a
-	// pause it held ends: set it in a process that works forwards.
+	// Wake makes the process wake a target's forwards when its pause ends.
+	// Set it in a process that works forwards.
 	Wake bool
 
-	// DB is where the pauses are read (paused_targets), and the waiting
-	// forwards woken.
+	// DB is where the pauses are read.
 	DB *pgxpool.Pool
-	// Senders are the configured targets, whose hookgate_target_paused
-	// series are there at 0 from the start.
+	// Jobs wakes the held forwards of a target whose pause ended.
+	Jobs Waker
+	// Senders are the configured targets, whose gauges start at 0.
 	Senders *config.Config
 	// Registerer receives hookgate_target_paused.
 	Registerer prometheus.Registerer
-	// Log is where pauses seen, ended, and failures to read them are
-	// logged.
+	// Log receives the pauses seen and ended, and failed reads.
 	Log *slog.Logger
-	// Now is the clock (time.Now when nil).
+	// Now is the clock; nil means [time.Now].
 	Now func() time.Time
 }
 
-// DefaultPausesConfig returns the defaults (and no dependencies).
+// DefaultPausesConfig returns the defaults, without dependencies.
 func DefaultPausesConfig() PausesConfig { return PausesConfig{Every: DefaultPausePoll} }
 
 // validate returns an error naming the fields at fault, or nil.
@@ -87,6 +76,7 @@ func (c PausesConfig) validate() error {
 		missing    bool
 	}{
 		{"DB", "the database of the pauses", c.DB == nil},
+		{"Jobs", "the forward jobs (queue.NewJobs)", c.Jobs == nil},
 		{"Senders", "the senders' configuration", c.Senders == nil},
 		{"Registerer", "a metrics registerer", c.Registerer == nil},
 		{"Log", "a logger", c.Log == nil},
@@ -98,12 +88,11 @@ func (c PausesConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// Pauses is one process's view of the operator pauses: read from the
-// database every PausesConfig.Every (Run), at once when poked (Poke), and
-// asked by the process's Gate for every forward. Its methods are safe for
-// concurrent use.
+// Pauses is one process's view of the operator pauses. The [Gate] asks it
+// about every forward. Its methods are safe for concurrent use.
 type Pauses struct {
 	db    *pgxpool.Pool
+	jobs  Waker
 	every time.Duration
 	wake  bool
 	log   *slog.Logger
@@ -114,9 +103,8 @@ type Pauses struct {
 	snap atomic.Pointer[map[[2]string]store.TargetPause]
 	poke chan struct{}
 
-	// Under mu (one poll at a time): held are the pauses that held at the
-	// last poll; shown the label pairs of the gauge; failing says the last
-	// read failed (logged once until one succeeds).
+	// mu allows one poll at a time. held are the pauses of the last poll,
+	// shown the gauge's label pairs; failing says the last read failed.
 	mu      sync.Mutex
 	held    map[[2]string]bool
 	shown   map[[2]string]bool
@@ -125,14 +113,13 @@ type Pauses struct {
 	wakes sync.WaitGroup
 }
 
-// NewPauses returns the operator pauses of a process, not read yet (Load,
-// Run), with hookgate_target_paused registered at 0 for every configured
-// target; an error naming the field when cfg is invalid.
+// NewPauses returns the operator pauses of a process, not read yet. It
+// returns an error naming the field when cfg is invalid.
 func NewPauses(cfg PausesConfig) (*Pauses, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Pauses{db: cfg.DB, every: cfg.Every, wake: cfg.Wake, log: cfg.Log, now: cfg.Now,
+	p := &Pauses{db: cfg.DB, jobs: cfg.Jobs, every: cfg.Every, wake: cfg.Wake, log: cfg.Log, now: cfg.Now,
 		poke: make(chan struct{}, 1), held: map[[2]string]bool{}, shown: map[[2]string]bool{},
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hookgate_target_paused",
@@ -153,8 +140,8 @@ func NewPauses(cfg PausesConfig) (*Pauses, error) {
 	return p, nil
 }
 
-// Paused returns the operator's pause of sender's target when one holds
-// at now (as last read); ok is false otherwise. Nil Pauses hold nothing.
+// Paused returns the pause of sender's target when one holds at now. A nil
+// Pauses holds nothing.
 func (p *Pauses) Paused(sender, target string, now time.Time) (_ store.TargetPause, ok bool) {
 	if p == nil {
 		return store.TargetPause{}, false
@@ -170,10 +157,8 @@ func (p *Pauses) Paused(sender, target string, now time.Time) (_ store.TargetPau
 	return tp, true
 }
 
-// heldFor returns how long a forward of sender's target waits at now when
-// an operator's pause holds it (until the pause ends, at most
-// maxPausedWait, jittered: it is woken when the pause ends), and whether
-// one does.
+// heldFor reports whether a pause holds sender's target at now, and how
+// long a forward then waits.
 func (p *Pauses) heldFor(sender, target string, now time.Time) (time.Duration, bool) {
 	tp, ok := p.Paused(sender, target, now)
 	if !ok {
@@ -186,8 +171,8 @@ func (p *Pauses) heldFor(sender, target string, now time.Time) (time.Duration, b
 	return jitter(wait), true
 }
 
-// Poke makes Run read the pauses at once (a pause or a resume was just
-// written by this process), without blocking.
+// Poke makes Run read the pauses at once, without blocking. Call it after
+// this process writes a pause or a resume.
 func (p *Pauses) Poke() {
 	select {
 	case p.poke <- struct{}{}:
@@ -195,17 +180,16 @@ func (p *Pauses) Poke() {
 	}
 }
 
-// Load reads the pauses once: call it before the process forwards, so that
-// a pause holds from its first forward on.
+// Load reads the pauses once. Call it before the process forwards, so that
+// a pause holds from the first forward on.
 func (p *Pauses) Load(ctx context.Context) error {
 	_, err := p.poll(ctx)
 	return err
 }
 
-// Run reads the pauses every PausesConfig.Every, and when poked, until ctx
-// is done, then waits for the wakes it started (cut short by ctx). A read
-// that fails keeps the pauses last read (a pause with an end still ends
-// then), and is logged once until one succeeds.
+// Run reads the pauses every [PausesConfig.Every] and when poked, until
+// ctx is done. A failed read keeps the pauses last read, and is logged
+// once until a read succeeds.
 func (p *Pauses) Run(ctx context.Context) {
 	defer p.wakes.Wait()
 	tick := time.NewTicker(p.every)
@@ -245,11 +229,8 @@ func (p *Pauses) Run(ctx context.Context) {
 	}
 }
 
-// poll reads the pauses, shows them in the gauge, logs those that began or
-// ended since the last read, deletes the pauses whose end has passed (with
-// PausesConfig.Wake: in a worker process), and
-// returns the targets whose pause held at the last read and no longer
-// does.
+// poll reads the pauses, shows them in the gauge and logs the changes. It
+// returns the targets whose pause ended since the last read.
 func (p *Pauses) poll(ctx context.Context) (ended [][2]string, err error) {
 	rows, err := store.New(p.db).TargetPauses(ctx)
 	if err != nil {
@@ -307,18 +288,15 @@ func (p *Pauses) poll(ctx context.Context) (ended [][2]string, err error) {
 	return ended, nil
 }
 
-// release wakes the waiting forwards of a target whose pause ended, in the
-// order they were accepted, and again a second later (for a forward this
-// process told to wait just before, whose snooze River writes after the
-// first wake).
+// release wakes the forwards of a target whose pause ended, in the order
+// they were accepted, and again a second later.
 func (p *Pauses) release(ctx context.Context, sender, target string) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel) // the process is stopping: the others wake them
 	defer stop()
-	jobs := queue.NewJobs(p.db)
 	err := twice(wctx, func() error {
-		_, err := jobs.WakeHeldForwards(wctx, queue.ForwardQueue, sender, target)
+		_, err := p.jobs.WakeHeldForwards(wctx, queue.ForwardQueue, sender, target)
 		return err
 	})
 	if err != nil && ctx.Err() == nil {

@@ -8,51 +8,39 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// A target's rate (config.Target.Rate) holds for the whole deployment:
-// every attempt of a limited target's forward first takes a turn of the
-// rate from the target's row of target_rates (store.TakeRate, one
-// statement), which every process that forwards shares, whatever their
-// number. A turn due within rateAhead is the forward's: the worker waits
-// for it and sends. Otherwise the forward is put back in River (a snooze:
-// no attempt used, the breaker untouched) until the turn it was given:
-// those put back get turns an interval apart, in the order they asked, so
-// they come back at about the rate, oldest first, instead of all at once.
-// The fast path leaves a limited target's forwards to River (Dispatcher).
+// A target's rate holds for the whole deployment. Each attempt first takes
+// a turn from the target's row of target_rates, which every process
+// shares. When the turn is due soon, the worker waits for it and sends.
+// Otherwise the forward is snoozed until its turn, without using an
+// attempt. Forwards put back come back at the rate, oldest first. The fast
+// path leaves a limited target's forwards to the queue.
 
 const (
-	// maxRateAhead bounds how far ahead a turn is granted (the worker
-	// waits for it, holding its River worker): longer than River's fetch
-	// poll interval, so that forwards fetched together all get their turn.
+	// maxRateAhead bounds how far ahead a turn is granted. It exceeds the
+	// queue's poll interval, so forwards fetched together all get a turn.
 	maxRateAhead = 250 * time.Millisecond
-	// maxRateWait bounds the wait of a forward put back: then it asks
-	// again (a reload may have changed the rate).
+	// maxRateWait bounds the wait of a forward put back. It then asks
+	// again, since a reload may have changed the rate.
 	maxRateWait = time.Minute
 )
 
-// rateTiming returns the interval of t's rate, its burst's tolerance (how
-// far ahead of the rate a burst goes) and how far ahead a turn is granted:
-// up to 20 intervals, so that few forwards wait at once for their turn in
-// a process. The time forwards take from their turns to their target
-// varies (a connection to open, a busy machine), and one that took longer
-// arrives together with later ones. So that no second at the target holds
-// more than the rate plus the burst all the same, turns go 1% slower than
-// the rate (10 ms a second of margin), and the burst's tolerance is half
-// an interval short.
+// rateTiming returns the interval of t's rate, its burst's tolerance, and
+// how far ahead a turn is granted. A forward may reach the target late and
+// arrive with later ones. So turns go 1% slower than the rate, and the
+// burst's tolerance is half an interval short.
 func rateTiming(t *config.Target) (interval, tolerance, ahead time.Duration) {
 	interval = time.Duration(1.01 * float64(time.Second) / t.Rate.PerSecond())
 	tolerance = max(time.Duration(t.RateBurst()-1)*interval-interval/2, 0)
 	return interval, tolerance, min(maxRateAhead, 20*interval)
 }
 
-// overRate is the error of an attempt put back for want of a turn of its
-// target's rate: the forward waits wait and asks again.
+// overRate is the error of an attempt put back for want of a turn.
 type overRate struct{ wait time.Duration }
 
 func (o overRate) Error() string { return "over the target's rate: waits " + o.wait.String() }
 
-// takeTurn takes a turn of t's rate for a forward of sender's. ok: the
-// turn is the forward's, and it waited for it; otherwise wait is how long
-// the forward waits before asking again.
+// takeTurn takes a turn of t's rate and waits for it. When no turn is
+// granted, wait is how long the forward waits before asking again.
 func (w *Worker) takeTurn(ctx context.Context, sender string, t *config.Target) (ok bool, wait time.Duration) {
 	interval, tolerance, ahead := rateTiming(t)
 	turn, err := store.New(w.db).TakeRate(ctx, sender, t.Name, interval, tolerance, ahead, maxRateWait)
@@ -74,9 +62,7 @@ func (w *Worker) takeTurn(ctx context.Context, sender string, t *config.Target) 
 		}
 	}
 	if late := time.Since(due); late > max(interval, 10*time.Millisecond) {
-		// The process was held up (a busy machine): sent now, the forward
-		// would arrive together with those of the turns after its own.
-		// It gives its turn up and asks again.
+		// Sent now, the forward would arrive with later turns' forwards.
 		return false, min(late, time.Second)
 	}
 	return true, 0

@@ -23,35 +23,24 @@ const (
 	// DefaultRelayBatch is how many outbox rows one relay transaction moves.
 	DefaultRelayBatch = 500
 	// DefaultRelayInterval is how long the relay waits after finding fewer
-	// rows than a batch: the bound of the time from an ingest COMMIT to its
-	// forward's job (half of it on average).
+	// rows than a batch. It bounds the time from an ingest to its job.
 	DefaultRelayInterval = 25 * time.Millisecond
-	// DefaultRelayIdleInterval is RelayConfig.IdleInterval in a process
-	// whose fast path leases the forwards it accepts (--role all): most of
-	// the relay's looks there find every row leased, and the fast path
-	// wakes it when it leaves rows to it. A row it is not told of (one
-	// accepted by a process without a fast path, one whose lease ended
-	// after a crash) waits up to this long more.
+	// DefaultRelayIdleInterval is the relay's idle wait in a process with a
+	// fast path. The fast path wakes the relay when it leaves rows to it.
+	// Other rows wait up to this long more.
 	DefaultRelayIdleInterval = 250 * time.Millisecond
-	// DefaultRelayStatementTimeout bounds each statement of a sender's look
-	// and of its batch's transaction (the take, the jobs' insert, the
-	// COMMIT): one that runs longer fails, the rows stay in the outbox, and
-	// the relay tries again.
+	// DefaultRelayStatementTimeout bounds each statement of the relay. A
+	// statement that runs longer fails, and the relay tries again.
 	DefaultRelayStatementTimeout = 10 * time.Second
-	// DefaultRelaySlowAfter is how long a sender's batch (its look, and the
-	// transaction that moves its rows) or a whole round may take before the
-	// relay logs it at WARN (and counts a batch in
-	// hookgate_forward_relay_slow_total): a batch takes milliseconds.
+	// DefaultRelaySlowAfter is how long a batch or a round may take before
+	// the relay logs it and counts it as slow. A batch takes milliseconds.
 	DefaultRelaySlowAfter = 2 * time.Second
 )
 
-// Relay moves forward intents from forward_outbox into River's job table.
-// Several relays (one per worker process) may run at once: each takes rows
-// with FOR UPDATE SKIP LOCKED, so no row is relayed by two. A relay that dies
-// mid-way rolls back, leaving its rows for the next one; the insert into
-// River is idempotent on (sender, event, target) while such a job is not
-// finished (Args' unique fields), so even a River in another database would
-// get each forward once per relay of its row.
+// Relay moves forwards from forward_outbox into the job queue. Several
+// relays may run at once: each takes rows with FOR UPDATE SKIP LOCKED. A
+// relay that dies mid-way rolls back and leaves its rows for the next one.
+// The queue inserts no second job for a forward whose job is unfinished.
 type Relay struct {
 	pool     *pgxpool.Pool
 	queue    queue.Queue
@@ -70,64 +59,45 @@ type Relay struct {
 	mu      sync.Mutex
 	strayAt time.Time // when senders last looked for stray senders
 
-	// looks counts Run's rounds that ended in a wait (the tests').
+	// looks counts Run's rounds that ended in a wait, for tests.
 	looks atomic.Int64
 }
 
-// RelayConfig configures a Relay (NewRelay): its settings and its
-// dependencies. Zero means zero (docs/configuration.md): no setting is
-// defaulted from a 0, and validate refuses one; DefaultRelayConfig has the
-// defaults. Pool, Queue, Senders and Log are required.
+// RelayConfig configures a [Relay]. A zero setting is refused, not
+// defaulted; [DefaultRelayConfig] has the defaults. Pool, Queue, Senders
+// and Log are required.
 type RelayConfig struct {
-	// Batch is how many outbox rows one relay transaction moves
-	// (DefaultRelayBatch).
+	// Batch is how many outbox rows one transaction moves.
 	Batch int
-	// Interval is how long the relay waits, once the outbox is drained,
-	// before it looks again (DefaultRelayInterval).
+	// Interval is the wait once the outbox is drained.
 	Interval time.Duration
-	// IdleInterval is how long it waits after a look that moved nothing
-	// (at least Interval; DefaultRelayConfig: Interval, the same wait).
-	// A signal on Wake ends the wait at once.
+	// IdleInterval is the wait after a look that moved nothing. It is at
+	// least Interval.
 	IdleInterval time.Duration
-	// Wake, when not nil, ends the relay's wait: the process's fast path
-	// signals it when it leaves rows to the relay
-	// (DispatcherConfig.HandedOver).
+	// Wake, when not nil, ends the relay's wait. The fast path signals it
+	// when it leaves rows to the relay.
 	Wake <-chan struct{}
-	// StatementTimeout bounds each statement of a sender's look and of its
-	// batch's transaction, set transaction-locally in the look's round trip
-	// and in the BEGIN's (DefaultRelayStatementTimeout).
+	// StatementTimeout bounds each statement of a look and of a batch.
 	StatementTimeout time.Duration
-	// SlowAfter is how long a sender's batch or a round may take before it
-	// is logged at WARN (DefaultRelaySlowAfter).
+	// SlowAfter is how long a batch or a round may take before a warning.
 	SlowAfter time.Duration
-	// Distributed: the outbox is a distributed table (Citus) and River's
-	// job table a local table of the coordinator, so that a transaction
-	// writing both commits on the worker before the coordinator, without
-	// two-phase commit, and a coordinator that dies between the two would
-	// lose the forwards it took. The relay then inserts a batch's jobs in
-	// a transaction that marks its outbox rows recorded (MarkOutbox) and
-	// deletes them in one of its own once that has committed
-	// (DeleteRecorded): a crash can only leave a row to be relayed again
-	// after RecordedGrace. False: the take deletes the rows in the jobs'
-	// transaction (one atomic transaction on PostgreSQL).
+	// Distributed says the outbox is distributed by Citus while the job
+	// table is local. One transaction writing both is then not atomic. So
+	// the relay marks the rows in the jobs' transaction, and deletes them
+	// in a second one. A crash can only relay a row again after
+	// RecordedGrace.
 	Distributed bool
 	// RecordedGrace is how long a row marked recorded is left alone before
-	// the relay takes it again (store.DefaultRecordedGrace): its delete
-	// never came.
+	// the relay takes it again.
 	RecordedGrace time.Duration
-	// Registerer, when not nil, is where hookgate_forward_relay_slow_total
-	// is registered (a relay counts without one).
+	// Registerer, when not nil, receives hookgate_forward_relay_slow_total.
 	Registerer prometheus.Registerer
 
 	// Pool is the database of the outbox.
 	Pool *pgxpool.Pool
-	// Queue is where the forwards are enqueued, in the transaction that
-	// takes them from the outbox (queue.River).
+	// Queue enqueues the forwards in the transaction that takes them.
 	Queue queue.Queue
-	// Senders is the senders' configuration: the senders whose outbox rows
-	// the relay looks for first (and the stray ones of senders no longer
-	// configured, less often), read at each round (a *config.Config, or
-	// the process's sender.Live).
+	// Senders is the configuration in force, read at each round.
 	Senders config.Source
 	// Log is where slow and failed relays are logged.
 	Log *slog.Logger
@@ -139,8 +109,7 @@ func DefaultRelayConfig() RelayConfig {
 		StatementTimeout: DefaultRelayStatementTimeout, SlowAfter: DefaultRelaySlowAfter, RecordedGrace: store.DefaultRecordedGrace}
 }
 
-// validate returns an error naming the field at fault, or nil: the
-// settings, and the dependencies NewRelay requires.
+// validate returns an error naming the field at fault, or nil.
 func (c RelayConfig) validate() error {
 	if c.Batch < 1 {
 		return fmt.Errorf("relay batch %d: must be at least 1", c.Batch)
@@ -176,9 +145,8 @@ func (c RelayConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// NewRelay returns a relay of cfg.Pool's outbox into cfg.Queue for the
-// senders of cfg.Senders, configured by cfg; an error naming the field when
-// cfg is invalid or lacks a dependency.
+// NewRelay returns a relay of cfg.Pool's outbox into cfg.Queue. It returns
+// an error naming the field when cfg is invalid.
 func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -200,25 +168,19 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 		timeout: cfg.StatementTimeout, slowAt: cfg.SlowAfter, slow: slow, split: cfg.Distributed, grace: cfg.RecordedGrace}, nil
 }
 
-// strayEvery is how often the relay looks for outbox rows of senders the
-// configuration no longer names (written before a restart that removed
-// them, or by a process of another configuration), which it relays like
-// the others: in its first round, and then this rarely. The look reads
-// every sender's rows (on Citus, every shard: the one relay statement that
-// names no sender, docs/distributed.md); every other statement names its
-// sender.
+// strayEvery is how often the relay looks for rows of senders the
+// configuration no longer names. That look reads every shard on Citus, so
+// it runs rarely.
 const strayEvery = 5 * time.Minute
 
-// Once relays, sender by sender, one batch of each sender in a transaction
-// of its own (one shard each when the tables are distributed by sender),
-// and returns how many rows it moved: 0 when the outbox had none that no
-// other relay held.
+// Once relays one batch of each sender, each in its own transaction. It
+// returns how many rows it moved.
 func (r *Relay) Once(ctx context.Context) (int, error) {
 	n, _, err := r.once(ctx)
 	return n, err
 }
 
-// once is Once, also telling whether some sender filled its batch.
+// once is Once, and also reports whether some sender filled its batch.
 func (r *Relay) once(ctx context.Context) (moved int, full bool, err error) {
 	senders, err := r.senders(ctx)
 	if err != nil {
@@ -278,15 +240,9 @@ func (r *Relay) senders(ctx context.Context) ([]string, error) {
 	return append(names, stray...), nil
 }
 
-// onceSender relays one batch of sender's rows in one transaction, when
-// it has any to take (a look first, without a transaction). The look and
-// every statement of the transaction run under the statement timeout: the
-// look's set in its own batch (WithStatementTimeout), the transaction's in
-// the round trip of its BEGIN, so that it also bounds the first parse of a
-// statement on a connection (pgx prepares it in a round trip of its own,
-// and the parse takes the table's lock). In the split form (Distributed)
-// the transaction marks the rows and the delete that follows its COMMIT
-// runs under the same timeout.
+// onceSender relays one batch of sender's rows in one transaction, after a
+// look finds some. The timeout is set in BEGIN's round trip, so it also
+// bounds the first parse of a statement, which takes the table's lock.
 func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 	if waiting, err := store.New(r.pool).WithStatementTimeout(r.timeout).OutboxWaiting(ctx, sender, r.grace); err != nil || !waiting {
 		return 0, err
@@ -317,9 +273,8 @@ func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 		return 0, err
 	}
 	if r.split {
-		// The jobs have committed: the rows can go. A failure here leaves
-		// them marked, for the relay to take again after the grace (River
-		// inserts no second job while the first is unfinished).
+		// The jobs have committed. A failed delete leaves the rows marked,
+		// to be taken again after the grace.
 		if err := store.New(r.pool).WithStatementTimeout(r.timeout).DeleteRecorded(ctx, sender, taken, at); err != nil {
 			return len(taken), err
 		}
@@ -327,11 +282,10 @@ func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 	return len(taken), nil
 }
 
-// Run relays until ctx is done: batch after batch while the outbox is full,
-// then every interval, or every idle interval after a look that moved
-// nothing (a signal on Wake ends that wait). A failing batch is logged and
-// tried again after a pause that doubles up to 5s; nothing is lost, the
-// rows stay in the outbox.
+// Run relays until ctx is done. It moves batch after batch while the
+// outbox is full, then waits an interval. A failing batch is logged and
+// tried again after a pause that doubles up to 5s. The rows stay in the
+// outbox meanwhile.
 func (r *Relay) Run(ctx context.Context) {
 	pause := r.interval
 	for {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
@@ -185,12 +186,12 @@ func mustTarget(t *testing.T, cfg *config.Config, name string) *config.Target {
 // forwards whose breakers bc tunes, failing t when either is invalid.
 func newTestWorker(t *testing.T, cfg *config.Config, pool *pgxpool.Pool, client *http.Client, backoff Backoff, bc BreakerConfig, m *Metrics, log *slog.Logger) *Worker {
 	t.Helper()
-	gate, err := NewGate(GateConfig{Capacity: 10, Breakers: bc, DB: pool, Metrics: m, Log: log})
+	gate, err := NewGate(GateConfig{Capacity: 10, Breakers: bc, DB: pool, Jobs: queue.NewJobs(pool), Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, err := NewWorker(WorkerConfig{Backoff: backoff, RetryAfterMax: DefaultRetryAfterMax,
-		Senders: cfg, DB: pool, Client: client, Gate: gate, Metrics: m, Log: log})
+		Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Client: client, Gate: gate, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +205,7 @@ func newTestWorker(t *testing.T, cfg *config.Config, pool *pgxpool.Pool, client 
 func TestRetryWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	w := &Worker{backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, retryAfterMax: 2 * time.Second}
+	const maxRetryAfter = 365 * 24 * time.Hour // the most a Retry-After parses to
 	for _, tc := range []struct {
 		attempt        int
 		retryAfter     time.Duration
@@ -261,18 +263,17 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := NewMetrics(prometheus.NewRegistry())
-		gate, err := NewGate(GateConfig{Capacity: 10, Breakers: DefaultBreakerConfig(), DB: pool, Metrics: m, Log: testkit.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := NewWorker(WorkerConfig{Backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, RetryAfterMax: 2 * time.Second,
-			Senders: cfg, DB: pool, Client: http.DefaultClient, Gate: gate, Metrics: m, Log: testkit.Logger(t)})
+		gate, err := NewGate(GateConfig{Capacity: 10, Breakers: DefaultBreakerConfig(), DB: pool, Jobs: queue.NewJobs(pool), Metrics: m, Log: testkit.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		clock := time.Now()
+		w, err := NewWorker(WorkerConfig{Backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, RetryAfterMax: 2 * time.Second,
+			Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Transport: transport.NewHTTP(http.DefaultClient, func() time.Time { return clock }), Gate: gate, Metrics: m, Log: testkit.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
 		w.now = func() time.Time { return clock }
-		w.transport.(*HTTPTransport).now = w.now
 		gate.g.now = func() time.Time { return clock }
 		job := queue.Job{ID: 1, Attempt: 1, MaxAttempts: 5, Args: queue.Args{Sender: "acme", EventID: eventID, DeliveryID: "d1", Target: "t1"}}
 		if err := w.Work(ctx, job); err == nil {

@@ -11,33 +11,24 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// Shown is a forward as an operator sees it (the JSON API and the console
-// alike): its target named, its URL and last error redacted.
+// Shown is a forward as an operator sees it, in the API and the console.
+// Its URL and last error are redacted.
 type Shown struct {
 	queue.Forward
-	// URL is the target's URL as configured now, redacted; for a job of a
-	// version that named targets by URL and whose target is gone, that URL
-	// redacted; "" when neither is known.
+	// URL is the target's URL, redacted, or "" when not known.
 	URL string
-	// Held says why an unfinished forward that is not running waits
-	// whatever its schedule: HeldTargetRemoved when its target is not
-	// configured; "" otherwise (the breaker and pauses are the worker
-	// processes', which the caller reads from the database).
+	// Held is [HeldTargetRemoved] when the forward waits for its target to
+	// be configured, or "".
 	Held string
 }
 
-// HeldTargetRemoved is how an operator is told that a forward waits
-// because its target is not in the configuration in force: removed by a
-// reload (or not yet added to this process's). It waits with its attempts
-// unused, and is sent once a target of that name is configured again.
+// HeldTargetRemoved says a forward waits because its target is not
+// configured. It uses no attempt, and goes once the target is back.
 const HeldTargetRemoved = "target removed from the configuration"
 
-// Show returns f, a forward of an event of sender (nil when the sender is no
-// longer configured), as an operator sees it: a job that named its target
-// by URL gets the target's name; the URL and every URL in the last error are
-// redacted (package redact); a forward still in the outbox gets the
-// max_attempts its job will get from the relay; an unfinished one whose
-// target is not configured is held (HeldTargetRemoved).
+// Show returns f as an operator sees it. sender is nil when no longer
+// configured. Every URL is redacted. A forward still in the outbox shows
+// the max_attempts its job will get.
 func Show(sender *config.Sender, f queue.Forward) Shown {
 	var t *config.Target
 	if sender != nil {
@@ -71,17 +62,9 @@ func Show(sender *config.Sender, f queue.Forward) Shown {
 // shownTime is how a time is shown in Held's words.
 const shownTime = "2006-01-02 15:04:05.000 UTC"
 
-// Held says why the unfinished forwards of a target (but those running)
-// wait though their attempt is due, for the JSON API and the console
-// alike: an operator's pause of it (paused, nil when none holds), and
-// since when; or its breaker b, and since when; or, while it is closed, a
-// pause the target asked for (a 429 or 503 with Retry-After) that has not
-// ended at now, and until when. held is "" when none holds them. A
-// forward held that way stays pending (or retrying) with its attempts
-// unused: the worker snoozes it until the operator resumes the target (or
-// the pause's end), until a round of probes lets it through or a probe
-// closes the breaker, or until the target's pause ends. hint says when
-// held forwards go.
+// Held says why a target's waiting forwards wait though their attempt is
+// due. It names an operator's pause, the breaker b, or a pause the target
+// asked for. held is "" when nothing holds them. hint says when they go.
 func Held(b store.BreakerState, paused *store.TargetPause, now time.Time) (held, hint string) {
 	switch {
 	case paused != nil:
@@ -110,9 +93,8 @@ func Held(b store.BreakerState, paused *store.TargetPause, now time.Time) (held,
 	return "", ""
 }
 
-// HeldByRate says that the unfinished forwards of t (but those running)
-// wait for their turns of its rate: "rate 50/s"; "" when t has none. hint
-// says when they go.
+// HeldByRate says a target's forwards wait for turns of its rate, as
+// "rate 50/s", or "" when t has none. hint says when they go.
 func HeldByRate(t *config.Target) (held, hint string) {
 	if t == nil || t.Rate.IsZero() {
 		return "", ""
@@ -120,8 +102,7 @@ func HeldByRate(t *config.Target) (held, hint string) {
 	return "rate " + t.Rate.String(), "they go in turn, no faster than the rate, which every process that forwards shares"
 }
 
-// ActivePause returns the pause of target among pauses (by target name)
-// when it holds at now, nil otherwise.
+// ActivePause returns target's pause among pauses when it holds at now.
 func ActivePause(pauses map[string]store.TargetPause, target string, now time.Time) *store.TargetPause {
 	p, ok := pauses[target]
 	if !ok || !p.Active(now) {
@@ -130,10 +111,8 @@ func ActivePause(pauses map[string]store.TargetPause, target string, now time.Ti
 	return &p
 }
 
-// RemovedTargets returns, by name, the targets of counts (sd's forwards by
-// target: queue.Jobs.CountForwards) that sd does not have and that have
-// unfinished forwards: targets removed by a reload, whose forwards are held
-// (HeldTargetRemoved) until a target of that name is configured again.
+// RemovedTargets returns the targets in counts that sd does not configure
+// and that have unfinished forwards. Those forwards are held.
 func RemovedTargets(sd *config.Sender, counts map[string]queue.Counts) []string {
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(counts)) {

@@ -19,23 +19,14 @@ import (
 	"github.com/hookgate/hookgate/internal/store"
 )
 
-// The takeover of the jobs of processes that are gone. River rescues a job
-// left running by a process that died (SIGKILL, a crash, a lost host) only
-// after its RescueStuckJobsAfter, and its rescuer runs once every 30 s in
-// the elected leader, whose election after the leader died waits for the
-// dead leader's term to end: a forward running in a killed process waited
-// a minute or two. Instead, every process that works forwards writes a
-// heartbeat (forward_processes) every HeartbeatEvery, under the River
-// client ID it works jobs as, and looks every HeartbeatEvery for running
-// jobs whose last attempt was made by a hookgate process not seen for
-// Stale: those it makes available again at once (queue.Jobs.TakeOverJobs), and
-// River's workers of any live process fetch them within their poll
-// interval. A process looks only once it has itself been connected
-// without a failed heartbeat for longer than Stale, so that right after a
-// database crash (which empties the unlogged table) or its own outage it
-// waits until every live process has had the time to write its row again.
-// River's rescuer stays as the backstop (a job of a process of an earlier
-// version, which writes no heartbeat).
+// The takeover of the jobs of processes that are gone. River's rescuer
+// would leave a killed process's forward waiting a minute or two. So every
+// process that works forwards writes a heartbeat every HeartbeatEvery. It
+// also looks for running jobs of processes not seen for Stale, and makes
+// them available again at once. A process looks only after its own
+// heartbeats have succeeded for longer than Stale. After a database crash
+// every live process thus has time to write its row again. River's rescuer
+// stays as the backstop.
 
 // Defaults of the takeover.
 const (
@@ -43,10 +34,8 @@ const (
 	// and looks for the jobs of processes that are gone.
 	DefaultHeartbeatEvery = time.Second
 	// DefaultStale is how long a process may go without a heartbeat before
-	// its running jobs are taken over: five heartbeats, so that a process
-	// whose heartbeat was held up by a slow statement or a pause of a few
-	// seconds is not taken for dead, and a forward of a killed process is
-	// sent again within seconds.
+	// its running jobs are taken over. Five heartbeats let a slow statement
+	// pass without taking a live process for dead.
 	DefaultStale = 5 * time.Second
 	// takeoverBatch is the most jobs one look takes over.
 	takeoverBatch = 1000
@@ -54,14 +43,12 @@ const (
 	forgetAfter = time.Hour
 )
 
-// ProcessIDPrefix starts the River client ID of every hookgate process
-// (NewProcessID): the takeover takes over only the jobs of such clients,
-// which write heartbeats.
+// ProcessIDPrefix starts the client ID of every hookgate process. The
+// takeover takes over only the jobs of such clients, which write heartbeats.
 const ProcessIDPrefix = "hookgate:"
 
-// NewProcessID returns a River client ID for this process, unique to this
-// start of it: hookgate:<host>:<pid>:<random>, at most 100 bytes (River's
-// limit).
+// NewProcessID returns a client ID unique to this start of the process:
+// hookgate:<host>:<pid>:<random>, at most 100 bytes.
 func NewProcessID() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -71,27 +58,28 @@ func NewProcessID() string {
 		host = host[:60]
 	}
 	var b [4]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	_, _ = rand.Read(b[:]) // never fails
 	return ProcessIDPrefix + host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
 }
 
-// TakeoverConfig configures a Takeover (NewTakeover): its settings and its
-// dependencies. Zero means zero (docs/configuration.md): validate refuses
-// one; DefaultTakeoverConfig has the defaults. DB, Registerer and Log are
-// required.
+// TakeoverConfig configures a [Takeover]. A zero setting is refused;
+// [DefaultTakeoverConfig] has the defaults. DB, Jobs, Registerer and Log
+// are required.
 type TakeoverConfig struct {
-	// ID is the River client ID this process works jobs as (NewProcessID);
-	// it must start with ProcessIDPrefix.
+	// ID is the client ID this process works jobs as, from [NewProcessID].
+	// It must start with [ProcessIDPrefix].
 	ID string
-	// HeartbeatEvery is how often the heartbeat is written and the jobs of
-	// processes that are gone are looked for (DefaultHeartbeatEvery).
+	// HeartbeatEvery is how often the heartbeat is written and orphans are
+	// looked for.
 	HeartbeatEvery time.Duration
 	// Stale is how long a process may go without a heartbeat before its
-	// running jobs are taken over (DefaultStale), more than HeartbeatEvery.
+	// jobs are taken over. It must exceed HeartbeatEvery.
 	Stale time.Duration
 
-	// DB is where the heartbeats are written and the jobs taken over.
+	// DB is where the heartbeats are written.
 	DB *pgxpool.Pool
+	// Jobs finds and releases the jobs taken over.
+	Jobs Orphans
 	// Registerer receives hookgate_forward_taken_over_total.
 	Registerer prometheus.Registerer
 	// Log is where the jobs taken over, and the failed heartbeats, are
@@ -99,8 +87,8 @@ type TakeoverConfig struct {
 	Log *slog.Logger
 }
 
-// DefaultTakeoverConfig returns the takeover's defaults for the process
-// whose River client ID is id (and no dependencies: the caller gives them).
+// DefaultTakeoverConfig returns the defaults for the process whose client
+// ID is id, without dependencies.
 func DefaultTakeoverConfig(id string) TakeoverConfig {
 	return TakeoverConfig{ID: id, HeartbeatEvery: DefaultHeartbeatEvery, Stale: DefaultStale}
 }
@@ -120,6 +108,9 @@ func (c TakeoverConfig) validate() error {
 	if c.DB == nil {
 		errs = append(errs, errors.New("takeover config: DB: nil: the database of the heartbeats and jobs is required"))
 	}
+	if c.Jobs == nil {
+		errs = append(errs, errors.New("takeover config: Jobs: nil: the forward jobs (queue.NewJobs) are required"))
+	}
 	if c.Registerer == nil {
 		errs = append(errs, errors.New("takeover config: Registerer: nil: a metrics registerer is required"))
 	}
@@ -133,26 +124,22 @@ func (c TakeoverConfig) validate() error {
 // of processes that are gone. Run runs it; Stop deletes the process's row.
 type Takeover struct {
 	q       *store.Queries
-	jobs    *queue.Jobs
+	jobs    Orphans
 	cfg     TakeoverConfig
 	log     *slog.Logger
 	started time.Time
 	taken   prometheus.Counter
 
 	mu sync.Mutex
-	// upSince is when the heartbeats last started to succeed one after
-	// another (zero after a failure).
+	// upSince is when the heartbeats last started to succeed in a row.
 	upSince time.Time
-	// working are the jobs this process's River workers run now, and
-	// finishing those whose work ended and whose outcome River may still
-	// be writing (its completer retries through a database outage), until
-	// a look finds them no longer running (Middleware).
+	// working are the jobs this process's workers run. finishing are those
+	// whose outcome River may still be writing.
 	working, finishing map[int64]struct{}
 }
 
-// NewTakeover returns the takeover of a process whose River client ID is
-// cfg.ID, on cfg.DB; it returns an error naming the field when cfg is
-// invalid or lacks a dependency.
+// NewTakeover returns the takeover of the process whose client ID is
+// cfg.ID. It returns an error naming the field when cfg is invalid.
 func NewTakeover(cfg TakeoverConfig) (*Takeover, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -162,18 +149,13 @@ func NewTakeover(cfg TakeoverConfig) (*Takeover, error) {
 		Help: "Jobs (forwards, bulk redeliveries, retention runs) left running by a hookgate process that is gone (no heartbeat for the stale time), or shown running in this process while none of its workers ran them (a fetch whose answer was cut off), which this process made available again.",
 	})
 	cfg.Registerer.MustRegister(taken)
-	return &Takeover{q: store.New(cfg.DB), jobs: queue.NewJobs(cfg.DB), cfg: cfg, log: cfg.Log, started: time.Now(), taken: taken,
+	return &Takeover{q: store.New(cfg.DB), jobs: cfg.Jobs, cfg: cfg, log: cfg.Log, started: time.Now(), taken: taken,
 		working: map[int64]struct{}{}, finishing: map[int64]struct{}{}}, nil
 }
 
-// Started and Finished tell the takeover which jobs this process works
-// (queue.ClientConfig.Tracker): a job River shows as running on behalf of
-// this process that none of its workers runs, past Stale after its attempt
-// started, was lost between River's fetch and its workers (the fetch's
-// answer cut off by a database crash or a broken connection), and is made
-// available again (ReleaseOrphans) instead of waiting for River's rescuer.
-//
-// Started records job id as worked by this process while its worker runs.
+// Started records that a worker of this process runs job id. A job shown
+// running here that no worker runs was lost between River's fetch and the
+// workers. The takeover makes it available again after Stale.
 func (t *Takeover) Started(id int64) {
 	t.mu.Lock()
 	t.working[id] = struct{}{}
@@ -189,9 +171,8 @@ func (t *Takeover) Finished(id int64) {
 	t.mu.Unlock()
 }
 
-// releaseOrphans makes available again the jobs River shows as running on
-// behalf of this process, whose attempt started more than Stale ago, that
-// none of its workers runs or has just finished (Middleware).
+// releaseOrphans makes available again the jobs shown running in this
+// process for longer than Stale that none of its workers runs.
 func (t *Takeover) releaseOrphans(ctx context.Context) ([]queue.TakenOver, error) {
 	running, err := t.jobs.RunningJobsOf(ctx, t.cfg.ID, t.cfg.Stale)
 	if err != nil {
@@ -230,9 +211,8 @@ func (t *Takeover) releaseOrphans(ctx context.Context) ([]queue.TakenOver, error
 	return released, nil
 }
 
-// Heartbeat writes the process's heartbeat once. Call it before River
-// starts working jobs, so that no job this process fetches is ever taken
-// for a dead process's.
+// Heartbeat writes the process's heartbeat once. Call it before the queue
+// works jobs, so that none of them is taken for a dead process's.
 func (t *Takeover) Heartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(t.cfg.HeartbeatEvery, time.Second))
 	defer cancel()
@@ -248,10 +228,9 @@ func (t *Takeover) Heartbeat(ctx context.Context) error {
 	return err
 }
 
-// Once writes the heartbeat and, when the process has been connected for
-// longer than Stale, takes over the running jobs of processes that are
-// gone, and those River shows running in this process that none of its
-// workers runs (Middleware); it returns them.
+// Once writes the heartbeat. Once the heartbeats have succeeded for longer
+// than Stale, it also takes over the jobs of processes that are gone and
+// this process's orphans, and returns them.
 func (t *Takeover) Once(ctx context.Context) ([]queue.TakenOver, error) {
 	if err := t.Heartbeat(ctx); err != nil {
 		return nil, err
@@ -283,9 +262,8 @@ func (t *Takeover) Once(ctx context.Context) ([]queue.TakenOver, error) {
 	return append(taken, lost...), err
 }
 
-// Run writes heartbeats and takes over jobs every HeartbeatEvery until ctx
-// is done. A failure is logged (once per outage) and tried again at the
-// next beat.
+// Run calls [Takeover.Once] every HeartbeatEvery until ctx is done. A
+// failure is logged once per outage.
 func (t *Takeover) Run(ctx context.Context) {
 	tick := time.NewTicker(t.cfg.HeartbeatEvery)
 	defer tick.Stop()
@@ -310,9 +288,8 @@ func (t *Takeover) Run(ctx context.Context) {
 	}
 }
 
-// Stop deletes the process's row: call it once River has stopped working
-// jobs. Whatever it left running is then taken over at the other
-// processes' next look.
+// Stop deletes the process's row. Call it once the queue stopped working
+// jobs. Other processes then take over what it left running.
 func (t *Takeover) Stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -30,7 +30,7 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 	q := store.New(pool)
 	const me = ProcessIDPrefix + "host:1:me"
 	tk, err := NewTakeover(TakeoverConfig{ID: me, HeartbeatEvery: 100 * time.Millisecond, Stale: 5 * time.Second,
-		DB: pool, Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
+		DB: pool, Jobs: queue.NewJobs(pool), Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

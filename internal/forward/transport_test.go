@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 )
 
 // fakeTransport is a destination in memory: it answers each send as
 // answer says (given the message and how many sends of its delivery
 // there were, from 1), and keeps every message it was handed.
 type fakeTransport struct {
-	answer func(m forward.Message, n int) forward.Sent
+	answer func(m transport.Message, n int) transport.Sent
 
 	mu    sync.Mutex
 	sends []fakeSend
@@ -25,11 +25,11 @@ type fakeTransport struct {
 
 // fakeSend is one message a fakeTransport was handed, and when.
 type fakeSend struct {
-	m  forward.Message
+	m  transport.Message
 	at time.Time
 }
 
-func (f *fakeTransport) Send(_ context.Context, m forward.Message) forward.Sent {
+func (f *fakeTransport) Send(_ context.Context, m transport.Message) transport.Sent {
 	f.mu.Lock()
 	n := 1
 	for _, s := range f.sends {
@@ -72,15 +72,15 @@ func TestTransportSeam(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ft := &fakeTransport{answer: func(m forward.Message, n int) forward.Sent {
+			ft := &fakeTransport{answer: func(m transport.Message, n int) transport.Sent {
 				switch {
 				case m.DeliveryID == "later" && n == 1:
-					return forward.Sent{Verdict: forward.VerdictRetry, Status: http.StatusServiceUnavailable, RetryAfter: retryAfter,
+					return transport.Sent{Verdict: transport.VerdictRetry, Status: http.StatusServiceUnavailable, RetryAfter: retryAfter,
 						Err: errors.New("fake: busy"), Took: time.Millisecond}
 				case m.DeliveryID == "bad":
-					return forward.Sent{Verdict: forward.VerdictFailed, Status: http.StatusUnprocessableEntity, Err: errors.New("fake: refused"), Took: time.Millisecond}
+					return transport.Sent{Verdict: transport.VerdictFailed, Status: http.StatusUnprocessableEntity, Err: errors.New("fake: refused"), Took: time.Millisecond}
 				default:
-					return forward.Sent{Verdict: forward.VerdictDelivered, Status: http.StatusOK, At: time.Now().UTC(), Took: time.Millisecond}
+					return transport.Sent{Verdict: transport.VerdictDelivered, Status: http.StatusOK, At: time.Now().UTC(), Took: time.Millisecond}
 				}
 			}}
 			yaml := "      - name: orders\n        url: http://127.0.0.1:1/never-sent\n        max_attempts: 5\n"

@@ -36,6 +36,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
@@ -115,12 +116,12 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	cc.Pool, cc.Senders, cc.Log = pool, cfg, log
 	if o.work { // otherwise the client inserts only
 		m := forward.NewMetrics(prometheus.NewRegistry())
-		gate, err := forward.NewGate(forward.GateConfig{Capacity: cc.MaxWorkers, Breakers: forward.DefaultBreakerConfig(), DB: pool, Metrics: m, Log: log})
+		gate, err := forward.NewGate(forward.GateConfig{Capacity: cc.MaxWorkers, Breakers: forward.DefaultBreakerConfig(), DB: pool, Jobs: queue.NewJobs(pool), Metrics: m, Log: log})
 		if err != nil {
 			t.Fatal(err)
 		}
 		worker, err := forward.NewWorker(forward.WorkerConfig{Backoff: o.backoff, RetryAfterMax: forward.DefaultRetryAfterMax,
-			Senders: cfg, DB: pool, Client: forward.NewHTTPClient(cc.MaxWorkers), Gate: gate, Metrics: m, Log: log})
+			Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Client: transport.NewHTTPClient(cc.MaxWorkers), Gate: gate, Metrics: m, Log: log})
 		if err != nil {
 			t.Fatal(err)
 		}

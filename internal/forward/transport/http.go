@@ -1,4 +1,4 @@
-package forward
+package transport
 
 import (
 	"bytes"
@@ -16,44 +16,34 @@ import (
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
-// maxResponseBytes is how much of a target's response body is read (and
-// discarded) so the connection can be reused.
+// maxResponseBytes is how much of a target's answer is read and discarded,
+// so that the connection can be reused.
 const maxResponseBytes = 64 << 10
 
-// HTTPTransport is the Transport of HTTP targets: it POSTs a forward's
-// body, with its Content-Type and Content-Encoding, the target's extra
-// headers and the identifying and signing headers (request), to the
-// target's URL, within its timeout, and classifies the answer: a 2xx is
-// delivered; 408, 429, 5xx (with their Retry-After), timeouts and
-// connection errors are retried; another 4xx fails. Its methods are safe
+// HTTP is the [Transport] of HTTP targets. It posts a forward's body to
+// the target's URL, with the identifying and signing headers, within the
+// target's timeout. A 2xx is delivered. A 408, 429 or 5xx, a timeout and a
+// connection error are retried. Another 4xx fails. Its methods are safe
 // for concurrent use.
-type HTTPTransport struct {
+type HTTP struct {
 	client *http.Client
-	// rt is client's transport when send may use it directly.
-	rt http.RoundTripper
-	// now is the clock of the Webhook-Timestamp, of the delivery times and
-	// of Retry-After dates.
-	now func() time.Time
-	// urls are the targets' URLs parsed (targetURL), by URL.
-	urls sync.Map
+	rt     http.RoundTripper // client's transport, when send may use it directly
+	now    func() time.Time  // the clock of timestamps and Retry-After dates
+	urls   sync.Map          // the targets' parsed URLs, by URL
 }
 
-// NewHTTPTransport returns the transport that sends forwards with client
-// (NewHTTPClient), reading the time from now (time.Now). A forward never
-// follows a redirect: a client without a cookie jar or a timeout has its
-// requests sent by its transport directly (send).
-func NewHTTPTransport(client *http.Client, now func() time.Time) *HTTPTransport {
-	h := &HTTPTransport{client: client, now: now}
+// NewHTTP returns the transport that sends forwards with client, reading
+// the time from now. Client is usually [NewGuardedHTTPClient]'s.
+func NewHTTP(client *http.Client, now func() time.Time) *HTTP {
+	h := &HTTP{client: client, now: now}
 	if client != nil && client.Transport != nil && client.Jar == nil && client.Timeout == 0 {
 		h.rt = client.Transport
 	}
 	return h
 }
 
-// Send POSTs the forward once, within its target's timeout (or m.Limit
-// when shorter), and classifies the outcome. One context and one timer
-// bound the attempt either way.
-func (h *HTTPTransport) Send(ctx context.Context, m Message) Sent {
+// Send posts the forward once and classifies the outcome.
+func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 	t := m.Target
 	b, rctx, cancel := bound(ctx, m)
 	defer cancel()
@@ -65,16 +55,14 @@ func (h *HTTPTransport) Send(ctx context.Context, m Message) Sent {
 	resp, err := h.send(req)
 	if err != nil {
 		took := time.Since(start)
-		// *url.Error names the URL, which may hold credentials: keep only
-		// what went wrong (it names the host and port at most).
+		// A *url.Error names the URL, which may hold credentials.
+		// Keep only what went wrong.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
 		err = fmt.Errorf("post to target %q: %w", t.Name, err)
 		if b.cut(rctx) {
-			// The process is stopping (or the caller's time is up), not
-			// the target failing.
 			return Sent{Verdict: VerdictNone, Err: err}
 		}
 		return Sent{Verdict: VerdictRetry, Err: err, Took: took}
@@ -91,18 +79,15 @@ func (h *HTTPTransport) Send(ctx context.Context, m Message) Sent {
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), h.now())}
 		return Sent{Verdict: VerdictRetry, Status: code, Err: e, RetryAfter: e.retryAfter, Took: took,
-			// The whole target waits, not just this forward.
 			PausesTarget: code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable}
 	default:
 		return Sent{Verdict: VerdictFailed, Status: code, Err: &errStatus{status: code}, Took: took}
 	}
 }
 
-// request builds the forward's POST: the original body and Content-Type,
-// the target's extra headers, and the identifying and signing headers. The
-// target's URL is parsed once (targetURL), and the header map is filled
-// with canonical keys and one backing array for its values.
-func (h *HTTPTransport) request(ctx context.Context, m Message) (*http.Request, error) {
+// request builds the forward's POST. It fills the header map with
+// canonical keys and one backing array for the values, to save allocations.
+func (h *HTTP) request(ctx context.Context, m Message) (*http.Request, error) {
 	t := m.Target
 	u, err := h.targetURL(t.URL)
 	if err != nil {
@@ -154,23 +139,19 @@ func (h *HTTPTransport) request(ctx context.Context, m Message) (*http.Request, 
 	return req.WithContext(ctx), nil
 }
 
-// send sends a forward's request. Through the client's transport itself
-// when the client adds nothing a forward needs: a forward follows no
-// redirect (NewHTTPClient's CheckRedirect: a redirect is an answer), and
-// has no cookie jar and no client timeout (its context bounds it), so
-// http.Client.Do would only copy every request's header map for redirects
-// it never follows (make bench's profile).
-func (h *HTTPTransport) send(req *http.Request) (*http.Response, error) {
+// send sends a forward's request. It skips [http.Client.Do] when the
+// client has no cookie jar and no timeout. A forward follows no redirect,
+// so Do would only copy every request's headers for nothing.
+func (h *HTTP) send(req *http.Request) (*http.Response, error) {
 	if h.rt != nil {
 		return h.rt.RoundTrip(req)
 	}
 	return h.client.Do(req)
 }
 
-// targetURL returns raw parsed, as http.NewRequest would parse it, from a
-// cache: a target's URL is parsed once per process, not once per forward.
-// The *url.URL returned is shared: nothing may modify it.
-func (h *HTTPTransport) targetURL(raw string) (*url.URL, error) {
+// targetURL returns raw parsed as [http.NewRequest] parses it. Each URL is
+// parsed once per process. The result is shared: nothing may modify it.
+func (h *HTTP) targetURL(raw string) (*url.URL, error) {
 	if u, ok := h.urls.Load(raw); ok {
 		return u.(*url.URL), nil
 	}
@@ -183,19 +164,14 @@ func (h *HTTPTransport) targetURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// maxRetryAfter is the most parseRetryAfter returns: a year, far beyond
-// any RetryAfterMax worth setting, and small enough that the value stays
-// what it is through every conversion (seconds as a float64 in a job's
-// recorded output, a time plus it).
+// maxRetryAfter is the most parseRetryAfter returns. A year is far beyond
+// any useful pause, and small enough to survive every conversion.
 const maxRetryAfter = 365 * 24 * time.Hour
 
-// parseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3): a number
-// of seconds (digits only) or an HTTP date, from now. It saturates: a
-// number or a date beyond maxRetryAfter (99999999999999 seconds, more
-// digits than an int64 holds, the year 9999) is maxRetryAfter, never a
-// product that overflowed into something negative or small. 0 when absent,
-// 0 seconds, a date not after now, or unreadable (a sign, a fraction,
-// garbage).
+// parseRetryAfter reads a Retry-After value of RFC 9110: seconds, or an
+// HTTP date after now. A larger value than [maxRetryAfter] saturates at it
+// rather than overflow. It returns 0 when the value is absent, zero, past,
+// or unreadable.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -203,7 +179,7 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	}
 	if strings.Trim(v, "0123456789") == "" {
 		s, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || s > int64(maxRetryAfter/time.Second) { // err: only ErrRange, digits past an int64
+		if err != nil || s > int64(maxRetryAfter/time.Second) { // err is ErrRange only
 			return maxRetryAfter
 		}
 		return time.Duration(s) * time.Second

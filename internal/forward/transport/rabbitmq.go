@@ -1,4 +1,4 @@
-package forward
+package transport
 
 import (
 	"context"
@@ -13,20 +13,16 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// RabbitMQTransport is the Transport of RabbitMQ targets: it publishes a
-// forward to the target's exchange with its routing key
-// (config.RabbitMQTarget), persistent, mandatory, with message_id set to
-// the event ID and the forward's metadata as headers (brokerHeaders), on a
-// channel in confirm mode, and waits for the broker's confirm: delivered
-// once the broker has taken it (for a persistent message on a durable
-// queue: written it to disk). A nack, a message no queue takes (returned
-// as unroutable), no confirm within the target's timeout, a broker that
-// is down or refuses: retried with backoff. One connection per broker
-// (and credentials) is shared by every forward to it, each publish on a
-// channel of its own at a time (channels are kept for the next ones), made
-// at the first forward and again after it is lost. Its methods are safe
-// for concurrent use.
-type RabbitMQTransport struct {
+// RabbitMQ is the [Transport] of RabbitMQ targets. It publishes a forward
+// to the target's exchange, persistent and mandatory, with message_id set
+// to the event ID. The forward is delivered once the broker confirms it.
+// A nack, an unroutable message, a missing confirm, and a broker that is
+// down are retried.
+//
+// Forwards to one broker with the same credentials share one connection.
+// Each publish takes a channel of its own, kept for the next ones. Its
+// methods are safe for concurrent use.
+type RabbitMQ struct {
 	dial  DialFunc
 	now   func() time.Time
 	conns conns[amqpConn]
@@ -39,30 +35,27 @@ type amqpConn struct {
 	idle []*amqpChannel
 }
 
-// amqpChannel is a channel in confirm mode, with the messages the broker
-// returned on it (unroutable).
+// amqpChannel is a channel in confirm mode, with the unroutable messages
+// the broker returned on it.
 type amqpChannel struct {
 	ch      *amqp.Channel
 	returns chan amqp.Return
 }
 
-// maxIdleChannels is how many channels a connection keeps for the next
-// publishes.
+// maxIdleChannels is how many channels a connection keeps.
 const maxIdleChannels = 64
 
-// NewRabbitMQTransport returns the transport of RabbitMQ targets,
-// connecting through dial (nil: net.Dialer's) and reading the time from
-// now.
-func NewRabbitMQTransport(dial DialFunc, now func() time.Time) *RabbitMQTransport {
+// NewRabbitMQ returns the transport of RabbitMQ targets. It connects
+// through dial, or [net.Dialer] when nil, and reads the time from now.
+func NewRabbitMQ(dial DialFunc, now func() time.Time) *RabbitMQ {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	return &RabbitMQTransport{dial: dial, now: now}
+	return &RabbitMQ{dial: dial, now: now}
 }
 
-// Send publishes the forward once, within its target's timeout (or
-// m.Limit when shorter), and classifies the outcome.
-func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
+// Send publishes the forward once and classifies the outcome.
+func (r *RabbitMQ) Send(ctx context.Context, m Message) Sent {
 	t := m.Target
 	b, sctx, cancel := bound(ctx, m)
 	defer cancel()
@@ -117,8 +110,7 @@ func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
 	acked, err := dc.WaitContext(sctx)
 	took := time.Since(start)
 	if err != nil {
-		// No confirm in time: the channel's confirms are out of step with
-		// its next publish; it is not used again.
+		// The channel's confirms are now out of step: drop it.
 		ch.close()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no confirm within %s", timeout)
@@ -140,7 +132,7 @@ func (r *RabbitMQTransport) Send(ctx context.Context, m Message) Sent {
 }
 
 // returned reports whether the broker returned the message id on the
-// channel, and forgets what else it returned (earlier messages').
+// channel. It drops what else was returned.
 func (c *amqpChannel) returned(id string) bool {
 	for {
 		select {
@@ -182,7 +174,7 @@ func (c *amqpConn) channel() (*amqpChannel, error) {
 	return &amqpChannel{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 16))}, nil
 }
 
-// put keeps ch for the next publish (or closes it when enough are kept).
+// put keeps ch for the next publish, or closes it when enough are kept.
 func (c *amqpConn) put(ch *amqpChannel) {
 	ch.returned("") // drain
 	c.mu.Lock()
@@ -195,14 +187,13 @@ func (c *amqpConn) put(ch *amqpChannel) {
 	ch.close()
 }
 
-// amqpKey is the connection key of a target: its broker and credentials.
+// amqpKey is the connection key of a target.
 func amqpKey(t *config.Target) string {
 	return t.URL + "\x00" + t.RabbitMQ.User + "\x00" + t.RabbitMQ.Password
 }
 
-// conn returns the connection to t's broker, made now when there is none
-// (or it was closed).
-func (r *RabbitMQTransport) conn(ctx context.Context, t *config.Target) (*amqpConn, error) {
+// conn returns the connection to t's broker, and makes it when needed.
+func (r *RabbitMQ) conn(ctx context.Context, t *config.Target) (*amqpConn, error) {
 	s := r.conns.slot(amqpKey(t))
 	if s == nil {
 		return nil, errors.New("the process is stopping")
@@ -229,14 +220,10 @@ func (r *RabbitMQTransport) conn(ctx context.Context, t *config.Target) (*amqpCo
 	return s.c, nil
 }
 
-// handshakeDial returns d's Dial, whose connection has a deadline d's
-// timeout after the dial began: it bounds the whole handshake that
-// follows (TCP, TLS for amqps, AMQP's connection open), so that a broker
-// that accepts and never answers costs a socket and goroutines for that
-// long, not for ever. amqp091's DefaultDial sets such a deadline, and a
-// Config.Dial replaces it; amqp.DialConfig clears it once the connection
-// is open (heartbeats take over), and closes the connection when the
-// handshake fails.
+// handshakeDial returns d's Dial with a deadline on the connection. The
+// deadline bounds the whole handshake: TCP, TLS and AMQP's open. A broker
+// that accepts and never answers then costs nothing for ever.
+// [amqp.DialConfig] clears the deadline once the connection is open.
 func handshakeDial(d ctxDialer) func(network, addr string) (net.Conn, error) {
 	return func(network, addr string) (net.Conn, error) {
 		deadline := time.Now().Add(d.timeout)
@@ -253,11 +240,12 @@ func handshakeDial(d ctxDialer) func(network, addr string) (net.Conn, error) {
 }
 
 // drop forgets c, t's connection, and closes it.
-func (r *RabbitMQTransport) drop(t *config.Target, c *amqpConn) {
+func (r *RabbitMQ) drop(t *config.Target, c *amqpConn) {
 	r.conns.forget(amqpKey(t), c, func(c *amqpConn) { _ = c.conn.Close() })
 }
 
-// Close closes the transport's connections.
-func (r *RabbitMQTransport) Close() {
+// Close closes the transport's connections. It always returns nil.
+func (r *RabbitMQ) Close() error {
 	r.conns.close(func(c *amqpConn) { _ = c.conn.Close() })
+	return nil
 }

@@ -1,4 +1,4 @@
-package forward_test
+package transport_test
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/testing/brokertest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
@@ -29,8 +29,8 @@ func natsTarget(url, subject string) *config.Target {
 }
 
 // message is a forward of a new event of sender acme to t.
-func message(t *config.Target, eventType string) forward.Message {
-	return forward.Message{Sender: "acme", Target: t, EventID: uuid.Must(uuid.NewV7()), DeliveryID: "d-1", EventType: eventType,
+func message(t *config.Target, eventType string) transport.Message {
+	return transport.Message{Sender: "acme", Target: t, EventID: uuid.Must(uuid.NewV7()), DeliveryID: "d-1", EventType: eventType,
 		Headers: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"a":1}`)}
 }
 
@@ -51,12 +51,12 @@ func TestNATSTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := forward.NewNATSTransport(nil, time.Now)
+	tr := transport.NewNATS(nil, time.Now)
 	defer tr.Close()
 	tg := natsTarget(srv.URL(), "hooks.{sender}.{event_type}")
 
 	m := message(tg, "invoice paid.*")
-	if s := tr.Send(ctx, m); s.Verdict != forward.VerdictDelivered || s.Err != nil {
+	if s := tr.Send(ctx, m); s.Verdict != transport.VerdictDelivered || s.Err != nil {
 		t.Fatalf("first publish: %+v, want delivered", s)
 	}
 	got, err := stream.GetLastMsgForSubject(ctx, "hooks.acme.invoice_paid._")
@@ -76,7 +76,7 @@ func TestNATSTransport(t *testing.T) {
 	if got.Header.Get("Webhook-Signature") == "" || got.Header.Get("Webhook-Timestamp") == "" {
 		t.Errorf("no Standard Webhooks signature: %v", got.Header)
 	}
-	if s := tr.Send(ctx, m); s.Verdict != forward.VerdictDelivered {
+	if s := tr.Send(ctx, m); s.Verdict != transport.VerdictDelivered {
 		t.Fatalf("the repeat: %+v, want delivered (JetStream's duplicate)", s)
 	}
 	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 1 {
@@ -84,18 +84,18 @@ func TestNATSTransport(t *testing.T) {
 	}
 
 	nowhere := natsTarget(srv.URL(), "elsewhere.{sender}")
-	if s := tr.Send(ctx, message(nowhere, "")); s.Verdict != forward.VerdictRetry || s.Err == nil {
+	if s := tr.Send(ctx, message(nowhere, "")); s.Verdict != transport.VerdictRetry || s.Err == nil {
 		t.Errorf("a subject no stream takes: %+v, want retry", s)
 	}
 
 	srv.Stop()
 	down := message(tg, "order.created")
-	if s := tr.Send(ctx, down); s.Verdict != forward.VerdictRetry || s.Err == nil {
+	if s := tr.Send(ctx, down); s.Verdict != transport.VerdictRetry || s.Err == nil {
 		t.Errorf("the server down: %+v, want retry", s)
 	}
 	srv.Start()
 	testkit.Poll(t, 30*time.Second, "a publish after the restart to be delivered", func() bool {
-		return tr.Send(ctx, down).Verdict == forward.VerdictDelivered
+		return tr.Send(ctx, down).Verdict == transport.VerdictDelivered
 	})
 	js2 := srv.JetStream(t)
 	stream2, err := js2.Stream(ctx, "HOOKS")
@@ -120,28 +120,28 @@ func TestRabbitMQTransport(t *testing.T) {
 	ctx := t.Context()
 	b.Bind(t, "hooks", "acme-events", "acme.#")
 
-	tr := forward.NewRabbitMQTransport(nil, time.Now)
+	tr := transport.NewRabbitMQ(nil, time.Now)
 	defer tr.Close()
 	tg := &config.Target{Name: "rabbit", URL: b.URL(), Timeout: config.Duration(5 * time.Second), MaxAttempts: 5,
 		RabbitMQ: &config.RabbitMQTarget{Exchange: "hooks", RoutingKey: "{sender}.{event_type}"}}
 	m := message(tg, "invoice.paid")
-	if s := tr.Send(ctx, m); s.Verdict != forward.VerdictDelivered || s.Err != nil {
+	if s := tr.Send(ctx, m); s.Verdict != transport.VerdictDelivered || s.Err != nil {
 		t.Fatalf("publish: %+v, want delivered", s)
 	}
 	unroutable := &config.Target{Name: "rabbit2", URL: b.URL(), Timeout: config.Duration(5 * time.Second), MaxAttempts: 5,
 		RabbitMQ: &config.RabbitMQTarget{Exchange: "hooks", RoutingKey: "nobody.{event_type}"}}
-	if s := tr.Send(ctx, message(unroutable, "x")); s.Verdict != forward.VerdictRetry || s.Err == nil {
+	if s := tr.Send(ctx, message(unroutable, "x")); s.Verdict != transport.VerdictRetry || s.Err == nil {
 		t.Errorf("a message no queue takes: %+v, want retry", s)
 	}
 
 	b.Stop()
 	down := message(tg, "order.created")
-	if s := tr.Send(ctx, down); s.Verdict != forward.VerdictRetry || s.Err == nil {
+	if s := tr.Send(ctx, down); s.Verdict != transport.VerdictRetry || s.Err == nil {
 		t.Errorf("the broker down: %+v, want retry", s)
 	}
 	b.Start()
 	testkit.Poll(t, 60*time.Second, "a publish after the restart to be delivered", func() bool {
-		return tr.Send(ctx, down).Verdict == forward.VerdictDelivered
+		return tr.Send(ctx, down).Verdict == transport.VerdictDelivered
 	})
 
 	conn2 := b.Dial(t)
@@ -194,7 +194,7 @@ func TestNATSSenderCannotReachJetStreamAPI(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	tr := forward.NewNATSTransport(nil, time.Now)
+	tr := transport.NewNATS(nil, time.Now)
 	defer tr.Close()
 	for _, c := range []struct{ subject, eventType string }{
 		{"{event_type}", "$JS.API.STREAM.PURGE.VICTIM"},
@@ -203,14 +203,14 @@ func TestNATSSenderCannotReachJetStreamAPI(t *testing.T) {
 		{"_INBOX.{sender}", ""},
 	} {
 		s := tr.Send(ctx, message(natsTarget(srv.URL(), c.subject), c.eventType))
-		if s.Verdict != forward.VerdictFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "refused") {
+		if s.Verdict != transport.VerdictFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "refused") {
 			t.Errorf("subject %q, event type %q: %+v, want failed (refused)", c.subject, c.eventType, s)
 		}
 	}
 	if info, err := victim.Info(ctx); err != nil || info.State.Msgs != 1 {
 		t.Fatalf("stream VICTIM: %+v, %v; want its message kept", info, err)
 	}
-	if s := tr.Send(ctx, message(natsTarget(srv.URL(), "hooks.{event_type}"), "$JS.API.STREAM.PURGE.VICTIM")); s.Verdict != forward.VerdictDelivered {
+	if s := tr.Send(ctx, message(natsTarget(srv.URL(), "hooks.{event_type}"), "$JS.API.STREAM.PURGE.VICTIM")); s.Verdict != transport.VerdictDelivered {
 		t.Errorf("hooks.{event_type}: %+v, want delivered on hooks.$JS.API.STREAM.PURGE.VICTIM", s)
 	}
 	if info, err := victim.Info(ctx); err != nil || info.State.Msgs != 1 {
@@ -235,16 +235,16 @@ func TestRabbitMQSenderCannotChooseQueue(t *testing.T) {
 	if _, err := ch.QueueDeclare("victim-q", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	tr := forward.NewRabbitMQTransport(nil, time.Now)
+	tr := transport.NewRabbitMQ(nil, time.Now)
 	defer tr.Close()
 	target := func(key string) *config.Target {
 		return &config.Target{Name: "rabbit", URL: b.URL(), Timeout: config.Duration(5 * time.Second), MaxAttempts: 5,
 			RabbitMQ: &config.RabbitMQTarget{RoutingKey: key}}
 	}
-	if s := tr.Send(ctx, message(target("{event_type}"), "victim-q")); s.Verdict != forward.VerdictFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "refused") {
+	if s := tr.Send(ctx, message(target("{event_type}"), "victim-q")); s.Verdict != transport.VerdictFailed || s.Err == nil || !strings.Contains(s.Err.Error(), "refused") {
 		t.Errorf("routing key {event_type}: %+v, want failed (refused)", s)
 	}
-	if s := tr.Send(ctx, message(target("{sender}.{event_type}"), "victim-q")); s.Verdict != forward.VerdictRetry {
+	if s := tr.Send(ctx, message(target("{sender}.{event_type}"), "victim-q")); s.Verdict != transport.VerdictRetry {
 		t.Errorf("routing key {sender}.{event_type}: %+v, want retry (no queue acme.victim-q)", s)
 	}
 	q, err := ch.QueueDeclarePassive("victim-q", true, false, false, false, nil)
@@ -317,7 +317,7 @@ func amqpGoroutines() int {
 	}
 	n := 0
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "rabbitmq/amqp091-go") || strings.Contains(g, "forward.connectWithin") {
+		if strings.Contains(g, "rabbitmq/amqp091-go") || strings.Contains(g, "transport.connectWithin") {
 			n++
 		}
 	}
@@ -335,13 +335,13 @@ func amqpGoroutines() int {
 func TestRabbitMQHandshakeDeadline(t *testing.T) {
 	l := listenSilent(t)
 	before := amqpGoroutines()
-	tr := forward.NewRabbitMQTransport(nil, time.Now)
+	tr := transport.NewRabbitMQ(nil, time.Now)
 	const each = 3
 	for _, scheme := range []string{"amqp", "amqps"} {
 		tg := &config.Target{Name: "silent", URL: scheme + "://" + l.Addr().String() + "/", Timeout: config.Duration(time.Second), MaxAttempts: 5,
 			RabbitMQ: &config.RabbitMQTarget{Exchange: "hooks", RoutingKey: "{sender}"}}
 		for range each {
-			if s := tr.Send(t.Context(), message(tg, "x")); s.Verdict != forward.VerdictRetry || s.Err == nil {
+			if s := tr.Send(t.Context(), message(tg, "x")); s.Verdict != transport.VerdictRetry || s.Err == nil {
 				t.Errorf("%s: %+v, want retry", scheme, s)
 			}
 		}
@@ -367,26 +367,26 @@ func TestNATSServerUnreachable(t *testing.T) {
 	if _, err := srv.JetStream(t).CreateStream(ctx, jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	tr := forward.NewNATSTransport(nil, time.Now)
+	tr := transport.NewNATS(nil, time.Now)
 	defer tr.Close()
 	tg := natsTarget(srv.URL(), "hooks.{sender}")
-	if s := tr.Send(ctx, message(tg, "")); s.Verdict != forward.VerdictDelivered {
+	if s := tr.Send(ctx, message(tg, "")); s.Verdict != transport.VerdictDelivered {
 		t.Fatalf("publish: %+v, want delivered", s)
 	}
 	srv.Stop()
-	var last forward.Sent
+	var last transport.Sent
 	testkit.Poll(t, 30*time.Second, "a publish to the stopped server to fail as unreachable", func() bool {
 		last = tr.Send(ctx, message(tg, ""))
-		return last.Verdict == forward.VerdictRetry && last.Err != nil && strings.Contains(last.Err.Error(), "NATS server unreachable")
+		return last.Verdict == transport.VerdictRetry && last.Err != nil && strings.Contains(last.Err.Error(), "NATS server unreachable")
 	}, func() string { return fmt.Sprintf("the last: %+v", last) })
 	if strings.Contains(last.Err.Error(), "buffer") {
 		t.Errorf("the error speaks of a buffer: %v", last.Err)
 	}
 
-	fresh := forward.NewNATSTransport(nil, time.Now)
+	fresh := transport.NewNATS(nil, time.Now)
 	defer fresh.Close()
 	s := fresh.Send(ctx, message(tg, ""))
-	if want := `connect to NATS target "bus": NATS server unreachable`; s.Verdict != forward.VerdictRetry || s.Err == nil || !strings.Contains(s.Err.Error(), want) {
+	if want := `connect to NATS target "bus": NATS server unreachable`; s.Verdict != transport.VerdictRetry || s.Err == nil || !strings.Contains(s.Err.Error(), want) {
 		t.Errorf("a first connect to the stopped server: %+v, want retry with %q", s, want)
 	}
 	t.Logf("the connection lost: %v; never made: %v", last.Err, s.Err)
@@ -417,10 +417,10 @@ func TestNATSIgnoresDiscoveredServers(t *testing.T) {
 		}
 		return n
 	}
-	tr := forward.NewNATSTransport(nil, time.Now)
+	tr := transport.NewNATS(nil, time.Now)
 	defer tr.Close()
 	send := func(tg *config.Target) { // no JetStream on the cluster: retried, once connected
-		if s := tr.Send(ctx, message(tg, "")); s.Verdict != forward.VerdictRetry {
+		if s := tr.Send(ctx, message(tg, "")); s.Verdict != transport.VerdictRetry {
 			t.Fatalf("publish: %+v, want retry", s)
 		}
 	}

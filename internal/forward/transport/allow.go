@@ -1,4 +1,4 @@
-package forward
+package transport
 
 import (
 	"context"
@@ -13,31 +13,28 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// AllowedHosts is the list of hosts forwards may reach
-// (--forward-allowed-hosts): host names, "*.domain" for any name under a
-// domain, IP addresses and CIDR prefixes. The zero value (and nil) allows
-// every host. A target is allowed when its URL's host is a listed name or
-// matches a "*." entry (its addresses are then whatever DNS says), or is
-// an address inside a listed address or prefix, or, when the list has
-// prefixes, is a name whose every connection goes to an address inside
-// one: DialContext checks the address each connection is made to, after
-// name resolution, so a name that resolves (or is rebound) elsewhere is
-// never connected to.
+// AllowedHosts is the list of hosts forwards may reach, set by
+// --forward-allowed-hosts. It holds host names, "*.domain" entries, IP
+// addresses and CIDR prefixes. A nil list allows every host.
+//
+// A listed name is reached at whatever address DNS gives. Any other host
+// is reached only at an address inside a listed prefix. [AllowedHosts.DialContext]
+// checks each address after name resolution, so a name rebound elsewhere
+// is never connected to.
 type AllowedHosts struct {
 	names    map[string]bool // lower case, without a trailing dot
 	suffixes []string        // ".example.com" of "*.example.com"
 	prefixes []netip.Prefix  // addresses as /32 and /128
-	text     string          // as given, for errors
+	text     string          // as given
 }
 
 // AllowedHostsSetting names the setting in errors.
 const AllowedHostsSetting = "--forward-allowed-hosts (HOOKGATE_FORWARD_ALLOWED_HOSTS)"
 
 // ParseAllowedHosts parses a comma-separated list of host names,
-// "*.domain" entries, IP addresses and CIDR prefixes. Empty (or only
-// commas and spaces) is nil: every host is allowed. An entry with a port,
-// a scheme or a path, a bare "*", or a malformed address or prefix is an
-// error naming it.
+// "*.domain" entries, IP addresses and CIDR prefixes. An empty list is
+// nil, which allows every host. An entry with a port, a scheme or a path
+// is an error, and so is a bare "*".
 func ParseAllowedHosts(s string) (*AllowedHosts, error) {
 	a := &AllowedHosts{names: map[string]bool{}, text: s}
 	for e := range strings.SplitSeq(s, ",") {
@@ -72,8 +69,8 @@ func ParseAllowedHosts(s string) (*AllowedHosts, error) {
 	return a, nil
 }
 
-// validHostName reports whether s is a DNS name: dot-separated labels of
-// letters, digits, '-' and '_' (as some internal names have), none empty.
+// validHostName reports whether s is a DNS name. Labels may hold '_', as
+// some internal names do.
 func validHostName(s string) bool {
 	if s == "" || len(s) > 253 {
 		return false
@@ -99,8 +96,8 @@ func (a *AllowedHosts) String() string {
 	return a.text
 }
 
-// allowsName reports whether host, a name, is listed or under a "*."
-// entry; every host when a is nil.
+// allowsName reports whether the name host is listed or under a "*."
+// entry.
 func (a *AllowedHosts) allowsName(host string) bool {
 	if a == nil {
 		return true
@@ -117,8 +114,7 @@ func (a *AllowedHosts) allowsName(host string) bool {
 	return false
 }
 
-// allowsAddr reports whether ip is inside a listed address or prefix;
-// every address when a is nil.
+// allowsAddr reports whether ip is inside a listed address or prefix.
 func (a *AllowedHosts) allowsAddr(ip netip.Addr) bool {
 	if a == nil {
 		return true
@@ -133,8 +129,8 @@ func (a *AllowedHosts) allowsAddr(ip netip.Addr) bool {
 }
 
 // allowsTarget reports whether a target whose URL has host may be
-// configured: a listed name, an address inside a prefix, or any name when
-// there are prefixes (then checked at each connection).
+// configured. Any name is allowed when there are prefixes: each connection
+// is checked instead.
 func (a *AllowedHosts) allowsTarget(host string) bool {
 	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		return a.allowsAddr(ip)
@@ -142,10 +138,9 @@ func (a *AllowedHosts) allowsTarget(host string) bool {
 	return a.allowsName(host) || len(a.prefixes) > 0
 }
 
-// CheckTargets returns an error naming every target of cfg whose URL's
-// host, or the host of any server of a NATS target's list
-// (config.Target.Servers), the list does not allow (its sender, name and
-// host, never the rest of the URL), or nil; nil for a nil list.
+// CheckTargets returns an error naming every target of cfg whose host the
+// list does not allow. It checks each server of a NATS target's list. The
+// error never holds more of the URL than the host.
 func (a *AllowedHosts) CheckTargets(cfg *config.Config) error {
 	if a == nil {
 		return nil
@@ -158,7 +153,7 @@ func (a *AllowedHosts) CheckTargets(cfg *config.Config) error {
 			for _, srv := range t.Servers() {
 				u, err := url.Parse(srv)
 				if err != nil {
-					continue // config has refused it
+					continue // config refused it
 				}
 				if !a.allowsTarget(u.Hostname()) {
 					errs = append(errs, fmt.Errorf("senders[%d].forward[%d].url (%s, target %s): its host %s is not in %s: add it (a name, *.domain, an address or a CIDR prefix) or point the target elsewhere",
@@ -173,14 +168,12 @@ func (a *AllowedHosts) CheckTargets(cfg *config.Config) error {
 // ErrHostNotAllowed is the error of a connection the allowed hosts refuse.
 var ErrHostNotAllowed = errors.New("not allowed by --forward-allowed-hosts")
 
-// DialContext returns d's DialContext guarded by the list: a connection to
-// a listed name (or one under a "*." entry) is dialed as d dials it;
-// to anything else (an address, another name) only when the address it is
-// being made to, after name resolution, is inside a listed prefix (checked
-// by d's Control, so that every address tried is checked, and DNS answers
-// cannot rebind the name elsewhere between a check and the connection). A
-// nil list returns d.DialContext unchanged. A refused connection's error
-// wraps ErrHostNotAllowed and names the host and the address.
+// DialContext returns d's DialContext guarded by the list. A listed name
+// is dialed as d dials it. Anything else is dialed only when the address,
+// after name resolution, is inside a listed prefix. The check runs in d's
+// Control, on every address tried, so DNS cannot rebind the name between
+// the check and the connection. A refused connection's error wraps
+// [ErrHostNotAllowed].
 func (a *AllowedHosts) DialContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	if a == nil {
 		return d.DialContext

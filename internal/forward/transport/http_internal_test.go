@@ -1,4 +1,4 @@
-package forward
+package transport
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
-// TestHTTPTransportClassifies: HTTPTransport.Send's verdict of each kind
+// TestHTTPTransportClassifies: HTTP.Send's verdict of each kind
 // of answer: a 2xx is delivered at the transport's clock; a 503 with
 // Retry-After is retried after it and pauses the whole target, a 408's
 // Retry-After is the forward's alone; another 4xx fails; a connection
@@ -89,7 +89,7 @@ func TestHTTPTransportClassifies(t *testing.T) {
       - { name: down, url: "http://127.0.0.1:1/hook/s3cret-pw?token=s3cret-tok", timeout: 1s, secret_path: true }
 `)
 	clock := time.Date(2026, 12, 2, 12, 0, 0, 0, time.FixedZone("X", 3600))
-	tr := NewHTTPTransport(NewHTTPClient(4), func() time.Time { return clock })
+	tr := NewHTTP(NewHTTPClient(4), func() time.Time { return clock })
 	up, down := mustTarget(t, cfg, "up"), mustTarget(t, cfg, "down")
 	msg := func(target *config.Target, deliveryID string) Message {
 		return Message{Sender: "acme", Target: target, EventID: uuid.New(), DeliveryID: deliveryID,

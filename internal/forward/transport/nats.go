@@ -1,4 +1,4 @@
-package forward
+package transport
 
 import (
 	"context"
@@ -14,21 +14,17 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 )
 
-// NATSTransport is the Transport of NATS JetStream targets: it publishes a
-// forward to the target's subject (config.NATSTarget.Subject) with
-// Nats-Msg-Id set to the event ID, so that JetStream's duplicate window
-// drops a repeat, and the forward's metadata as headers (brokerHeaders),
-// and waits for JetStream's acknowledgement: delivered once the stream
-// has stored it, or found it a duplicate (stored before). No
-// acknowledgement within the target's timeout, no stream that takes the
-// subject, a server that is down or refuses: retried with backoff. One
-// connection per server (and credentials) is shared by every forward to
-// it, made at the first forward and again after it is lost, to the
-// servers of the target's url only (unless config.NATSTarget's
-// DiscoveredServers), never to those a server advertises; a message is
-// never buffered while the connection is down (it is retried instead).
-// Its methods are safe for concurrent use.
-type NATSTransport struct {
+// NATS is the [Transport] of NATS JetStream targets. It publishes a
+// forward to the target's subject with Nats-Msg-Id set to the event ID, so
+// that JetStream's duplicate window drops a repeat. The forward is
+// delivered once the stream acknowledges it. A missing acknowledgement, a
+// subject no stream takes, and a server that is down are retried.
+//
+// Forwards to one server with the same credentials share one connection.
+// It connects to the servers of the target's URL only, unless
+// [config.NATSTarget.DiscoveredServers] is set. Nothing is buffered while
+// the connection is down. Its methods are safe for concurrent use.
+type NATS struct {
 	dial  DialFunc
 	now   func() time.Time
 	conns conns[natsConn]
@@ -39,18 +35,17 @@ type natsConn struct {
 	js jetstream.JetStream
 }
 
-// NewNATSTransport returns the transport of NATS targets, connecting
-// through dial (nil: net.Dialer's) and reading the time from now.
-func NewNATSTransport(dial DialFunc, now func() time.Time) *NATSTransport {
+// NewNATS returns the transport of NATS targets. It connects through dial,
+// or [net.Dialer] when nil, and reads the time from now.
+func NewNATS(dial DialFunc, now func() time.Time) *NATS {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	return &NATSTransport{dial: dial, now: now}
+	return &NATS{dial: dial, now: now}
 }
 
-// Send publishes the forward once, within its target's timeout (or
-// m.Limit when shorter), and classifies the outcome.
-func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
+// Send publishes the forward once and classifies the outcome.
+func (n *NATS) Send(ctx context.Context, m Message) Sent {
 	t := m.Target
 	b, sctx, cancel := bound(ctx, m)
 	defer cancel()
@@ -80,13 +75,12 @@ func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 	_, err = c.js.PublishMsg(sctx, msg, jetstream.WithMsgID(m.EventID.String()))
 	took := time.Since(start)
 	switch {
-	case err == nil: // stored, or a duplicate of what the stream stored
+	case err == nil: // stored, or a duplicate of a stored message
 		return Sent{Verdict: VerdictDelivered, At: n.now().UTC(), Took: took}
 	case cut():
 		return Sent{Verdict: VerdictNone, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, err)}
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
-		// No attempt can succeed: the message is larger than the server
-		// takes, or the subject is not one.
+		// No attempt can succeed.
 		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("publish to NATS target %q (subject %q): %w", t.Name, msg.Subject, err), Took: took}
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: no JetStream stream takes subject %q", t.Name, msg.Subject), Took: took}
@@ -100,21 +94,17 @@ func (n *NATSTransport) Send(ctx context.Context, m Message) Sent {
 	}
 }
 
-// errNATSUnreachable is what a forward's error says of a NATS server that
-// cannot be reached: one that refuses the connection, does not complete it
-// in time, or whose connection was lost and is being made again. nats.go's
-// own words for these mislead: "no servers available for connection" at
-// the connect, and "outbound buffer limit exceeded" for a publish while it
-// reconnects (nothing is buffered then: nats.ReconnectBufSize(-1)).
+// errNATSUnreachable says a NATS server cannot be reached. It replaces
+// nats.go's words for these cases, which mislead: "no servers available
+// for connection", and "outbound buffer limit exceeded" while reconnecting.
 var errNATSUnreachable = errors.New("NATS server unreachable")
 
-// natsUnreachable returns err, nats.go's error of a connect or publish, as
-// errNATSUnreachable with its cause when it means the server cannot be
-// reached, or err as it is.
+// natsUnreachable returns err as [errNATSUnreachable] with its cause when
+// it means the server cannot be reached, or err as it is.
 func natsUnreachable(err error) error {
 	var op *net.OpError
 	switch {
-	case errors.Is(err, ErrHostNotAllowed): // the allowed hosts refused it, not the server
+	case errors.Is(err, ErrHostNotAllowed):
 		return err
 	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
 		return fmt.Errorf("%w (the connection was lost and is being made again)", errNATSUnreachable)
@@ -126,15 +116,13 @@ func natsUnreachable(err error) error {
 	return err
 }
 
-// natsKey is the connection key of a target: its servers, credentials
-// and whether it follows discovered servers.
+// natsKey is the connection key of a target.
 func natsKey(t *config.Target) string {
 	return t.URL + "\x00" + t.NATS.Token + "\x00" + t.NATS.User + "\x00" + t.NATS.Password + "\x00" + strconv.FormatBool(t.NATS.DiscoveredServers)
 }
 
-// conn returns the connection to t's server, made now when there is none
-// (or it was closed).
-func (n *NATSTransport) conn(ctx context.Context, t *config.Target) (*natsConn, error) {
+// conn returns the connection to t's servers, and makes it when needed.
+func (n *NATS) conn(ctx context.Context, t *config.Target) (*natsConn, error) {
 	s := n.conns.slot(natsKey(t))
 	if s == nil {
 		return nil, errors.New("the process is stopping")
@@ -150,15 +138,14 @@ func (n *NATSTransport) conn(ctx context.Context, t *config.Target) (*natsConn, 
 		nats.Timeout(time.Duration(t.Timeout)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
-		// While the connection is down a publish fails at once (and is
-		// retried): nothing waits in a buffer to be sent behind the
-		// forward's back after its attempt was counted.
+		// A publish fails at once while the connection is down. Nothing
+		// is sent later behind the back of an attempt already counted.
 		nats.ReconnectBufSize(-1),
 		nats.NoCallbacksAfterClientClose(),
 	}
 	if !t.NATS.DiscoveredServers {
-		// Reconnect to the url's servers only, not to those a server
-		// advertises: nats.go would send them the credentials.
+		// nats.go would send the credentials to the servers a server
+		// advertises.
 		opts = append(opts, nats.IgnoreDiscoveredServers())
 	}
 	switch {
@@ -181,17 +168,18 @@ func (n *NATSTransport) conn(ctx context.Context, t *config.Target) (*natsConn, 
 }
 
 // drop forgets c, t's connection, and closes it.
-func (n *NATSTransport) drop(t *config.Target, c *natsConn) {
+func (n *NATS) drop(t *config.Target, c *natsConn) {
 	n.conns.forget(natsKey(t), c, func(c *natsConn) { c.nc.Close() })
 }
 
-// Close closes the transport's connections.
-func (n *NATSTransport) Close() {
+// Close closes the transport's connections. It always returns nil.
+func (n *NATS) Close() error {
 	n.conns.close(func(c *natsConn) { c.nc.Close() })
+	return nil
 }
 
-// ctxDialer is a DialFunc as the dialer NATS and RabbitMQ's clients take
-// (without a context): each dial within timeout.
+// ctxDialer adapts a [DialFunc] to the brokers' clients, whose dials take
+// no context. Each dial is bounded by timeout.
 type ctxDialer struct {
 	ctx     context.Context
 	dial    DialFunc
