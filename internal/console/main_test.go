@@ -25,6 +25,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
@@ -273,7 +274,7 @@ func newOptions() console.Config { return console.Config{AdminToken: token} }
 // eventOf returns the event ID of the orders delivery id.
 func (e *env) eventOf(id string) uuid.UUID {
 	e.t.Helper()
-	d, err := e.q.GetDelivery(e.t.Context(), dedup.Key{Sender: "orders", DeliveryID: id})
+	d, err := e.q.GetDelivery(e.t.Context(), idempotency.Key{Sender: "orders", DeliveryID: id})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -22,9 +22,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/redact"
 	"github.com/hookgate/hookgate/internal/store"
@@ -452,12 +452,12 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	if v.DeliveryID != "" {
 		v.Filtered, v.ExactLookup = true, true
-		if why := dedup.CheckDeliveryID(v.DeliveryID); why != "" {
+		if why := idempotency.CheckDeliveryID(v.DeliveryID); why != "" {
 			v.DeliveryID = ""
 			bad("Delivery ID: it " + why + ", so no delivery has it.")
 			return
 		}
-		rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: v.DeliveryID})
+		rec, err := c.q.GetDelivery(r.Context(), idempotency.Key{Sender: sender, DeliveryID: v.DeliveryID})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
@@ -791,11 +791,11 @@ func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender,
 		c.notFound(w, r, "No sender with this name is configured.")
 		return nil, rec, false
 	}
-	if dedup.CheckDeliveryID(id) != "" { // what ingest refuses was never stored
+	if idempotency.CheckDeliveryID(id) != "" { // what ingest refuses was never stored
 		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
 		return nil, rec, false
 	}
-	rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
+	rec, err := c.q.GetDelivery(r.Context(), idempotency.Key{Sender: sender, DeliveryID: id})
 	if errors.Is(err, store.ErrNotFound) {
 		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
 		return nil, rec, false
@@ -1084,7 +1084,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if dedup.CheckDeliveryID(q) == "" {
+	if idempotency.CheckDeliveryID(q) == "" {
 		cfg := c.config()
 		senders := make([]string, len(cfg.Senders))
 		for i := range cfg.Senders {

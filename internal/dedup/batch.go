@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -45,7 +46,7 @@ const (
 // call is one delivery waiting for its batch.
 type call struct {
 	ctx    context.Context
-	d      Delivery
+	d      idempotency.Delivery
 	change Change
 	res    Result
 	err    error
@@ -66,7 +67,7 @@ type batcher struct {
 
 // run queues d and returns its result once the batch that carried it has
 // committed (or once the single path has run it).
-func (b *batcher) run(ctx context.Context, d Delivery, change Change) (Result, error) {
+func (b *batcher) run(ctx context.Context, d idempotency.Delivery, change Change) (Result, error) {
 	c := &call{ctx: ctx, d: d, change: change, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
@@ -180,7 +181,7 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	// two processes) wait for each other rather than deadlock.
 	batch = slices.Clone(batch)
 	slices.SortStableFunc(batch, func(a, b *call) int { return strings.Compare(a.d.DeliveryID, b.d.DeliveryID) })
-	ds := make([]Delivery, len(batch))
+	ds := make([]idempotency.Delivery, len(batch))
 	changes := make([]Change, len(batch))
 	for i, c := range batch {
 		ds[i], changes[i] = c.d, c.change

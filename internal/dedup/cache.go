@@ -3,6 +3,8 @@ package dedup
 import (
 	"bytes"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
 // The replay cache answers a retry of a delivery this process has seen
@@ -34,7 +36,7 @@ type cached struct {
 
 // fromCache returns the outcome of d, and true, if the cache holds its key
 // still valid at d's arrival: a replay, or ErrPayloadMismatch.
-func (s *Store) fromCache(d Delivery) (Result, bool, error) {
+func (s *Store) fromCache(d idempotency.Delivery) (Result, bool, error) {
 	if s.cache == nil {
 		return Result{}, false, nil
 	}
@@ -56,7 +58,7 @@ func (s *Store) fromCache(d Delivery) (Result, bool, error) {
 
 // remember caches what holds k after a COMMIT: the stored response and
 // event ID, the stored request's SHA-256 and the key's expires_at.
-func (s *Store) remember(k Key, resp Response, eventID [16]byte, sum []byte, expires time.Time) {
+func (s *Store) remember(k idempotency.Key, resp idempotency.Response, eventID [16]byte, sum []byte, expires time.Time) {
 	if s.cache == nil || len(sum) != 32 {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,41 +37,10 @@ var (
 	ErrInFlight = errors.New("dedup: delivery is still being processed")
 )
 
-// Key identifies a delivery: the sender's name and the sender's delivery ID.
-type Key struct {
-	Sender     string
-	DeliveryID string
-}
-
-// Response is a stored HTTP response.
-type Response struct {
-	Status      int
-	ContentType string
-	Body        []byte
-}
-
-// Delivery is one attempt to deliver a message.
-type Delivery struct {
-	Key
-	// RequestSHA256 fingerprints the request body; a later delivery with the
-	// same key and a different fingerprint is a mismatch.
-	RequestSHA256 [32]byte
-	// EventID is the ID of the event this delivery creates if it is new. It
-	// must be fresh (never used by another delivery): the state change's
-	// statements recognise this transaction's claim by it.
-	EventID uuid.UUID
-	// Response is stored with the key and returned if the delivery is new.
-	Response Response
-	// ReceivedAt is when the delivery arrived; ExpiresAt is when its key may
-	// be forgotten.
-	ReceivedAt time.Time
-	ExpiresAt  time.Time
-}
-
 // Result is the outcome of Run.
 type Result struct {
 	// Response is the response to send: the new one, or the stored one.
-	Response Response
+	Response idempotency.Response
 	// EventID is the event created by the delivery that holds the key.
 	EventID uuid.UUID
 	// Replayed is true when the key was already held by a committed delivery
@@ -188,7 +158,7 @@ type Store struct {
 	layout atomic.Int32
 
 	// The replay cache (cache.go): nil when off.
-	cache    *lru.Cache[Key, cached]
+	cache    *lru.Cache[idempotency.Key, cached]
 	cacheTTL time.Duration
 	now      func() time.Time
 }
@@ -235,7 +205,7 @@ func newStore(cfg Config) (*Store, error) {
 		s.maxBatch, s.maxInFlight, s.observeBatch = b.MaxBatch, b.MaxInFlight, b.Observe
 	}
 	if r := cfg.ReplayCache; r != nil {
-		c, err := lru.New[Key, cached](r.Size)
+		c, err := lru.New[idempotency.Key, cached](r.Size)
 		if err != nil {
 			return nil, fmt.Errorf("dedup config: ReplayCache.Size %d: %w", r.Size, err)
 		}
@@ -284,7 +254,7 @@ SELECT count(*) FROM gone`
 // deliveries of its sender (see batch.go). With shedding on
 // (Config.Shedding), d may be refused with an *OverloadError (ErrOverloaded)
 // before anything is sent to the database.
-func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
+func (s *Store) Run(ctx context.Context, d idempotency.Delivery, change Change) (Result, error) {
 	if res, hit, err := s.fromCache(d); hit {
 		return res, err
 	}
@@ -317,7 +287,7 @@ func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, err
 // runAdmitted admits d into the queue for the store (or sheds it, see
 // shed.go) and runs it: in a batch of its sender with batching on, by
 // itself otherwise.
-func (s *Store) runAdmitted(ctx context.Context, d Delivery, change Change) (Result, error) {
+func (s *Store) runAdmitted(ctx context.Context, d idempotency.Delivery, change Change) (Result, error) {
 	t, err := s.shed.admit()
 	if err != nil {
 		return Result{}, err
@@ -351,7 +321,7 @@ func (s *Store) batcher(sender string) *batcher {
 // delegated function on a distributed layout, first as one call of that
 // function, then, when its key was held, in the statement forms, which
 // read what holds it.
-func (s *Store) runSingle(ctx context.Context, d Delivery, change Change, tryDelegated bool) (Result, error) {
+func (s *Store) runSingle(ctx context.Context, d idempotency.Delivery, change Change, tryDelegated bool) (Result, error) {
 	res, err := s.runOnce(ctx, d, change, tryDelegated)
 	if !errors.Is(err, errExpired) {
 		return res, err
@@ -379,11 +349,11 @@ type stored struct {
 	found   bool
 	sum     []byte
 	eventID uuid.UUID
-	resp    Response
+	resp    idempotency.Response
 	expires time.Time
 }
 
-func (s *Store) runOnce(ctx context.Context, d Delivery, change Change, tryDelegated bool) (Result, error) {
+func (s *Store) runOnce(ctx context.Context, d idempotency.Delivery, change Change, tryDelegated bool) (Result, error) {
 	if err := s.detectLayout(ctx); err != nil {
 		return Result{}, err
 	}
@@ -395,7 +365,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change, tryDeleg
 		// The key is held (or the change has a statement the function
 		// does not perform): the statement forms read what holds it.
 	}
-	p, err := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout, false)
+	p, err := s.plan([]idempotency.Delivery{d}, []Change{change}, s.setLockTimeout, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -432,7 +402,7 @@ type outcome struct {
 // readBack decides d's outcome by the row the pipeline read back for its
 // key: its own event ID means its claim took the key (EventID is fresh);
 // another's means a duplicate; none means the key vanished in between.
-func readBack(d Delivery, row stored) outcome {
+func readBack(d idempotency.Delivery, row stored) outcome {
 	if row.found && row.eventID == d.EventID {
 		return outcome{claimed: true}
 	}
@@ -441,7 +411,7 @@ func readBack(d Delivery, row stored) outcome {
 
 // result turns the outcome of d's committed claim and read into Run's
 // answer, and remembers what holds the key in the replay cache.
-func (s *Store) result(d Delivery, o outcome) (Result, error) {
+func (s *Store) result(d idempotency.Delivery, o outcome) (Result, error) {
 	switch {
 	case o.claimed:
 		s.remember(d.Key, d.Response, d.EventID, d.RequestSHA256[:], d.ExpiresAt)
@@ -474,7 +444,7 @@ func (s *Store) result(d Delivery, o outcome) (Result, error) {
 // retries).
 type plan struct {
 	stmts []statement
-	ds    []Delivery
+	ds    []idempotency.Delivery
 	n     int // deliveries
 	claim int // statement index of the claim
 	// changes is the index of the first statement of the changes, and
@@ -492,7 +462,7 @@ type plan struct {
 
 // plan lays out the pipeline of deliveries ds, all of one sender, with
 // their changes. A batch on a distributed database has no read (see plan).
-func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch bool) (*plan, error) {
+func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout string, batch bool) (*plan, error) {
 	n := len(ds)
 	sender := ds[0].Sender
 	claim, err := claimColumns(ds)
@@ -544,7 +514,7 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 // delivery ID, request SHA-256, event ID, response status, content type and
 // body, created and expires), each a column with one value per delivery; an
 // error when ds are not all of one sender.
-func claimColumns(ds []Delivery) ([]any, error) {
+func claimColumns(ds []idempotency.Delivery) ([]any, error) {
 	n := len(ds)
 	sender := ds[0].Sender
 	var (
@@ -635,7 +605,7 @@ func (r *results) failure(p *plan) error {
 // outcomes returns what the pipeline read back for each delivery of ds
 // (see readBack), and false when a key was read back by no row (it expired
 // and was deleted between the claim and the read).
-func (r *results) outcomes(ds []Delivery) ([]outcome, bool) {
+func (r *results) outcomes(ds []idempotency.Delivery) ([]outcome, bool) {
 	out := make([]outcome, len(r.rows))
 	for i, row := range r.rows {
 		if !row.found {
@@ -843,7 +813,7 @@ func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, err
 // decodeClaimed marks in claimed, by delivery number, the deliveries of ds
 // whose keys a returning claim inserted: the rows it returned (binary
 // columns text, uuid), each with the delivery's own, fresh, event ID.
-func decodeClaimed(r *pgconn.ResultReader, ds []Delivery, claimed []bool) (pgconn.CommandTag, error) {
+func decodeClaimed(r *pgconn.ResultReader, ds []idempotency.Delivery, claimed []bool) (pgconn.CommandTag, error) {
 	// By delivery ID and event ID: a batch may carry two deliveries of one
 	// key (each with its own event ID), of which the claim inserts one.
 	type claim struct {
@@ -871,7 +841,7 @@ func decodeClaimed(r *pgconn.ResultReader, ds []Delivery, claimed []bool) (pgcon
 }
 
 // readStored reads the row that holds d's key, in its own round trip.
-func (s *Store) readStored(ctx context.Context, d Delivery) (stored, error) {
+func (s *Store) readStored(ctx context.Context, d idempotency.Delivery) (stored, error) {
 	st := stored{}
 	var status int16
 	err := s.db.QueryRow(ctx, `SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at

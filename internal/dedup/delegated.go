@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
 // Delegated describes a function of the database that performs a
@@ -127,7 +129,7 @@ func (s *Store) delegating() bool {
 // changes as one call of the delegated function, outside a transaction
 // block (autocommit), whose in-flight wait is wait ('3000ms'). It returns
 // nil when a change has a statement the function does not perform.
-func (s *Store) planDelegated(ds []Delivery, changes []Change, wait string) (*plan, error) {
+func (s *Store) planDelegated(ds []idempotency.Delivery, changes []Change, wait string) (*plan, error) {
 	g := s.delegated
 	claim, err := claimColumns(ds)
 	if err != nil {
@@ -173,8 +175,8 @@ func (s *Store) planDelegated(ds []Delivery, changes []Change, wait string) (*pl
 // key (held by another delivery, maybe expired), or when the change has a
 // statement the function does not perform: then the statement forms run
 // it. A key held past the in-flight wait is ErrInFlight.
-func (s *Store) runDelegated(ctx context.Context, d Delivery, change Change) (res Result, claimed bool, err error) {
-	p, err := s.planDelegated([]Delivery{d}, []Change{change}, s.inFlightWait)
+func (s *Store) runDelegated(ctx context.Context, d idempotency.Delivery, change Change) (res Result, claimed bool, err error) {
+	p, err := s.planDelegated([]idempotency.Delivery{d}, []Change{change}, s.inFlightWait)
 	if err != nil || p == nil {
 		return Result{}, false, err
 	}

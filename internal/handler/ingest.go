@@ -19,6 +19,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/jsonptr"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/sigtoken"
@@ -39,7 +40,7 @@ func IngestFunction() *dedup.Delegated {
 }
 
 // MaxDeliveryIDBytes is the longest delivery ID accepted.
-const MaxDeliveryIDBytes = dedup.MaxDeliveryIDBytes
+const MaxDeliveryIDBytes = idempotency.MaxDeliveryIDBytes
 
 // storeTimeout bounds the ingest transaction. It is detached from the
 // request's context: a sender that hangs up mid-request does not abort a
@@ -197,11 +198,11 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.S
 		return "", fmt.Errorf("new event id: %w", err)
 	}
 	respBody := appendAccepted(make([]byte, 0, 160), eventID, sender.Name, id, now)
-	d := dedup.Delivery{
-		Key:           dedup.Key{Sender: sender.Name, DeliveryID: id},
+	d := idempotency.Delivery{
+		Key:           idempotency.Key{Sender: sender.Name, DeliveryID: id},
 		RequestSHA256: sha256.Sum256(body),
 		EventID:       eventID,
-		Response:      dedup.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: respBody},
+		Response:      idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: respBody},
 		ReceivedAt:    now,
 		ExpiresAt:     now.Add(time.Duration(sender.Retention)),
 	}
@@ -452,4 +453,4 @@ func deliveryID(r *http.Request, body []byte, in *sender.Inspection, sender *sen
 }
 
 // invalidDeliveryID returns why id is not a valid delivery ID, or "".
-func invalidDeliveryID(id string) string { return dedup.CheckDeliveryID(id) }
+func invalidDeliveryID(id string) string { return idempotency.CheckDeliveryID(id) }

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
 // Cursor is a position in a list, opaque to clients: in a sender's
@@ -66,7 +66,7 @@ func IsBadCursor(err error) bool { return errors.Is(err, ErrBadCursor) }
 // ParseCursor returns the Cursor whose String is s. It returns an error
 // wrapping ErrBadCursor for anything String cannot have produced: bad
 // base64, padding, other JSON, unknown or missing fields, a delivery ID
-// that no delivery can have (dedup.CheckDeliveryID), a job ID below 1, or any other spelling of a valid cursor.
+// that no delivery can have (idempotency.CheckDeliveryID), a job ID below 1, or any other spelling of a valid cursor.
 func ParseCursor(s string) (Cursor, error) {
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
@@ -89,7 +89,7 @@ func ParseCursor(s string) (Cursor, error) {
 			c.FinishedAt = time.UnixMicro(*cj.T).UTC()
 		}
 	case cj.J == nil && cj.T != nil && cj.D != nil:
-		if why := dedup.CheckDeliveryID(*cj.D); why != "" { // what no delivery can have never reaches the database
+		if why := idempotency.CheckDeliveryID(*cj.D); why != "" { // what no delivery can have never reaches the database
 			return Cursor{}, fmt.Errorf("%w: its delivery ID %s", ErrBadCursor, why)
 		}
 		c.ReceivedAt, c.DeliveryID = time.UnixMicro(*cj.T).UTC(), *cj.D

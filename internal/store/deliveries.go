@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/hookgate/hookgate/internal/dedup"
 )
 
 // processed_messages, outside the ingest pipeline (package dedup claims
@@ -25,7 +24,7 @@ var ErrNotFound = errors.New("store: not found")
 
 // Delivery is a stored delivery: the row that holds its key.
 type Delivery struct {
-	dedup.Key
+	idempotency.Key
 	// RequestSHA256 is the SHA-256 of the accepted request body.
 	RequestSHA256 [32]byte
 	// EventID is the event the delivery created.
@@ -33,7 +32,7 @@ type Delivery struct {
 	// Response is the stored response that every replay returns. List
 	// leaves its Body nil; Get fills it in (empty, not nil, when the stored
 	// body is empty).
-	Response dedup.Response
+	Response idempotency.Response
 	// ReceivedAt is when the delivery was accepted (created_at), ExpiresAt
 	// when its key may be forgotten.
 	ReceivedAt time.Time
@@ -190,7 +189,7 @@ func (q *Queries) ListDeliveriesByType(ctx context.Context, sender, eventType st
 // event type) to page.
 func scanRecords(rows pgx.Rows, sender string, page *DeliveryPage) error {
 	for rows.Next() {
-		r := Delivery{Key: dedup.Key{Sender: sender}}
+		r := Delivery{Key: idempotency.Key{Sender: sender}}
 		var (
 			sum    []byte
 			status int16
@@ -231,7 +230,7 @@ func scanKeyed(rows pgx.Rows, sender string, limit int, page *DeliveryPage) erro
 			found  bool
 			sum    []byte
 			status int16
-			r      = Delivery{Key: dedup.Key{Sender: sender}}
+			r      = Delivery{Key: idempotency.Key{Sender: sender}}
 		)
 		if err := rows.Scan(&at, &id, &found, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ExpiresAt, &r.EventType); err != nil {
 			return err
@@ -260,7 +259,7 @@ func scanKeyed(rows pgx.Rows, sender string, limit int, page *DeliveryPage) erro
 
 // GetDelivery returns the stored delivery with key k, its response body included.
 // It returns an error wrapping ErrNotFound when no such delivery is stored.
-func (q *Queries) GetDelivery(ctx context.Context, k dedup.Key) (Delivery, error) {
+func (q *Queries) GetDelivery(ctx context.Context, k idempotency.Key) (Delivery, error) {
 	r := Delivery{Key: k}
 	var (
 		sum    []byte
