@@ -498,6 +498,7 @@ func newAPI(db *database, senders *sender.Live, deliveries *dedup.Store, fwd *fo
 	hc := s.handler
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = senders, deliveries, readiness(db.pool, db.sql), reg, log
 	hc.Queries, hc.Redeliverer, hc.AuthLimiter, hc.Console, hc.Traffic = db.queries, redeliverer, limiter, cons, db.traffic
+	hc.Forwards = queue.NewJobs(db.pool)
 	hc.Tokens = sigtoken.New(db.pool)
 	hc.Pauses = fwd.pauses
 	hc.Reloader = rl
