@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
 // Group commit: when batching is on (Config.Batching), deliveries of one sender

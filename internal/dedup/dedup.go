@@ -6,123 +6,22 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
-	"github.com/hookgate/hookgate/internal/idempotency"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/singleflight"
-)
 
-// KeyConstraint is the name of the processed_messages constraint on which,
-// and only on which, a conflict means "duplicate".
-const KeyConstraint = "processed_messages_key"
+	"github.com/hookgate/hookgate/internal/idempotency"
+)
 
 // DefaultInFlightWait is how long a delivery waits for a concurrent delivery
 // of the same key to finish before Run gives up with ErrInFlight.
 const DefaultInFlightWait = 3 * time.Second
-
-var (
-	// ErrPayloadMismatch means the key is held by a delivery whose request
-	// body had a different SHA-256. Nothing was changed.
-	ErrPayloadMismatch = errors.New("dedup: delivery ID reused with a different payload")
-	// ErrInFlight means another transaction still held the key when the
-	// in-flight wait ran out. Nothing was recorded; a retry can succeed.
-	ErrInFlight = errors.New("dedup: delivery is still being processed")
-)
-
-// Result is the outcome of Run.
-type Result struct {
-	// Response is the response to send: the new one, or the stored one.
-	Response idempotency.Response
-	// EventID is the event created by the delivery that holds the key.
-	EventID uuid.UUID
-	// Replayed is true when the key was already held by a committed delivery
-	// with the same fingerprint, and Response is that delivery's response.
-	Replayed bool
-}
-
-// Batch collects the statements of a state change.
-type Batch struct {
-	stmts []statement
-	rows  []row
-}
-
-type statement struct {
-	sql  string
-	args []any
-}
-
-// row is one row of a multi-row statement.
-type row struct {
-	sql    string
-	values []any
-}
-
-// Queue adds a statement of this delivery alone. Its parameters are $1, $2,
-// … as usual.
-func (b *Batch) Queue(sql string, args ...any) {
-	b.stmts = append(b.stmts, statement{sql: sql, args: args})
-}
-
-// Row adds a row to a multi-row statement: the rows that all the deliveries
-// of a pipeline add with the same sql are written by ONE execution of sql,
-// so that a batch of deliveries costs PostgreSQL one statement, not one per
-// delivery. sql's parameter $1 is the sender (one pipeline carries the
-// deliveries of one sender); $2, $3, … are arrays with one element per row,
-// the row's values in order (write them unnest($2::uuid[], $3::text[], …)).
-// A row's statement must write nothing for a row whose delivery did not
-// claim its key: guard it with ClaimedRow. The values may be string, []byte
-// (bytea, or encoded JSON for jsonb), [16]byte (uuid), int16, int64, bool,
-// time.Time (timestamptz) or nil (NULL).
-func (b *Batch) Row(sql string, values ...any) {
-	b.rows = append(b.rows, row{sql: sql, values: values})
-}
-
-// Len returns the number of statements and rows queued.
-func (b *Batch) Len() int { return len(b.stmts) + len(b.rows) }
-
-// Change queues the statements of a state change on b. They run after the
-// claim, in the same transaction and the same round trip: first the
-// multi-row statements (Row), in the order their sql was first used in the
-// pipeline, then the delivery's own statements (Queue), in the order
-// queued. They run whether or not the claim took the key, so each one must
-// do nothing unless it did: guard a Row statement with ClaimedRow and a
-// Queue statement with Claimed (INSERT … SELECT … WHERE <guard>). A Change
-// must not perform effects outside the database.
-type Change func(b *Batch)
-
-// Claimed returns an SQL condition that is true only in the transaction
-// whose claim took the key for the event: its operands are the statement's
-// parameters numbered sender, deliveryID and eventID. Because a Delivery's
-// EventID is fresh, a key held by another delivery never satisfies it.
-func Claimed(sender, deliveryID, eventID int) string {
-	return fmt.Sprintf("EXISTS (SELECT FROM processed_messages WHERE sender = $%d AND delivery_id = $%d AND event_id = $%d)",
-		sender, deliveryID, eventID)
-}
-
-// ClaimedRow is Claimed for a row of a multi-row statement (Row): true only
-// when the row's delivery, whose delivery ID and event ID are the SQL
-// expressions deliveryID and eventID, took the key of the sender $1.
-// (OFFSET 0 keeps it a per-row probe of the key's index: as a semi-join,
-// a plan made while the table was small would read all of the sender's
-// rows for each pipeline.)
-func ClaimedRow(deliveryID, eventID string) string {
-	return "EXISTS (SELECT FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " + deliveryID + " AND k.event_id = " + eventID + " OFFSET 0)"
-}
-
-// Querier is what a Store reads with outside its pipeline (a stored
-// response, the forgetting of an expired key): a *pgxpool.Pool or *pgx.Conn.
-type Querier interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Store runs deliveries against PostgreSQL.
 type Store struct {
@@ -339,10 +238,6 @@ func (s *Store) runSingle(ctx context.Context, d idempotency.Delivery, change Ch
 	}
 	return res, err
 }
-
-// errExpired marks a claim that conflicted with a key whose retention has
-// passed; it never leaves Run.
-var errExpired = errors.New("expired key")
 
 // stored is the row read by storedSQL.
 type stored struct {
@@ -735,16 +630,6 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	return out, nil
 }
 
-// unavailable wraps err with ErrUnavailable unless it is PostgreSQL's own
-// answer (a *pgconn.PgError): a lost connection, an I/O error.
-func unavailable(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
-}
-
 // encoders encode a pipeline's parameters: its own for the common types,
 // pgx's for the rest.
 type encoders struct {
@@ -754,32 +639,6 @@ type encoders struct {
 
 // binaryResults asks for every result column in binary format.
 var binaryResults = []int16{1}
-
-// errClaimConflict marks a claim that failed with a unique violation of
-// KeyConstraint; it never leaves Run.
-var errClaimConflict = errors.New("claim conflict")
-
-// classify wraps the first statement error by the statement that raised it.
-// Only the claim can be in flight or a duplicate. With ON CONFLICT on
-// KeyConstraint PostgreSQL reports no conflict as an error; a database that
-// does (23505 on KeyConstraint at the claim) still gets the pattern's
-// answer: a duplicate, read in a second round trip.
-func classify(err error, at int, p *plan) error {
-	switch {
-	case at == p.claim && IsDuplicate(err):
-		return errClaimConflict
-	case at == p.claim && isLockTimeout(err):
-		return fmt.Errorf("claim delivery: %w", ErrInFlight)
-	case at < p.changes:
-		return fmt.Errorf("claim delivery: %w", err)
-	case at < p.changesEnd:
-		return fmt.Errorf("apply state change (statement %d): %w", at-p.changes+1, err)
-	case at == p.read:
-		return fmt.Errorf("read stored delivery: %w", err)
-	default:
-		return fmt.Errorf("commit delivery: %w", err)
-	}
-}
 
 // pgEpoch is PostgreSQL's timestamp epoch.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -856,59 +715,4 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, d.Sender, d.Del
 	st.found = true
 	st.resp.Status = int(status)
 	return st, nil
-}
-
-// IsDuplicate reports whether err is, or wraps, a unique violation (SQLSTATE
-// 23505) of KeyConstraint, or of a Citus shard's copy of it (Citus names it
-// KeyConstraint_<shard id>). Every other error, including a unique
-// violation of any other constraint, and nil, is not a duplicate.
-func IsDuplicate(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && Constraint(pgErr) == KeyConstraint
-}
-
-// Constraint returns the name of the constraint that e names: its
-// ConstraintName, or for a unique violation that Citus relayed from a
-// worker without that field, the name its message quotes (in English; ""
-// in another language); in both cases without the shard suffix of a Citus
-// shard's copy (BaseConstraint).
-func Constraint(e *pgconn.PgError) string {
-	name := e.ConstraintName
-	if name == "" && e.Code == pgerrcode.UniqueViolation {
-		name = quotedConstraint(e.Message)
-	}
-	return BaseConstraint(name)
-}
-
-// quotedConstraint returns the name in PostgreSQL's message `duplicate key
-// value violates unique constraint "name"`, and "" for any other message.
-func quotedConstraint(msg string) string {
-	const prefix = `duplicate key value violates unique constraint "`
-	if !strings.HasPrefix(msg, prefix) || !strings.HasSuffix(msg, `"`) || len(msg) < len(prefix)+2 {
-		return ""
-	}
-	return msg[len(prefix) : len(msg)-1]
-}
-
-// BaseConstraint returns the name of the constraint whose shard's copy Citus
-// names name (name_<shard id>), and name itself when it has no such
-// suffix.
-func BaseConstraint(name string) string {
-	i := strings.LastIndexByte(name, '_')
-	if i <= 0 || i == len(name)-1 {
-		return name
-	}
-	for _, c := range name[i+1:] {
-		if c < '0' || c > '9' {
-			return name
-		}
-	}
-	return name[:i]
-}
-
-// isLockTimeout reports whether err is PostgreSQL's lock_not_available
-// (SQLSTATE 55P03), raised when lock_timeout expires.
-func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
 }

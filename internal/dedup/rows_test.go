@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
 // rowMarkSQL is a multi-row state change's statement, guarded by

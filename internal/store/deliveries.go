@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
 // processed_messages, outside the ingest pipeline (package dedup claims

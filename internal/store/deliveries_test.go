@@ -14,13 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/events"
-	"github.com/hookgate/hookgate/internal/idempotency"
-
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/queuetest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
