@@ -2,7 +2,6 @@ package handler
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -20,7 +19,6 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/idempotency"
-	"github.com/hookgate/hookgate/internal/jsonptr"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 )
@@ -38,9 +36,6 @@ const IngestFunctionName = "ingest_deliveries"
 func IngestFunction() *dedup.Delegated {
 	return &dedup.Delegated{Function: IngestFunctionName, Rows: []dedup.DelegatedRow{events.InsertRow(), forward.OutboxRow()}}
 }
-
-// MaxDeliveryIDBytes is the longest delivery ID accepted.
-const MaxDeliveryIDBytes = idempotency.MaxDeliveryIDBytes
 
 // storeTimeout bounds the ingest transaction. It is detached from the
 // request's context: a sender that hangs up mid-request does not abort a
@@ -112,150 +107,122 @@ func (s *Server) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request
 		pe := writeProblem(w, err)
 		info.err, outcome = pe, outcomeFor(pe)
 	} else {
-		h := w.Header()
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("Content-Length", strconv.Itoa(len(challenge)))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte(challenge))
+		writeResponse(w, http.StatusOK, "text/plain; charset=utf-8", []byte(challenge))
 	}
 	info.outcome = outcome
 	s.metrics.observe(name, outcome, "", time.Since(start))
 }
 
-func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.Sender, info *reqInfo) (string, error) {
-	gzipped, err := contentEncoding(w, r, sender)
+// ingest answers one delivery for sender. It reads the body within the
+// sender's limit and its share of the body budget. [sender.Sender.Prepare]
+// turns the request into a delivery, record stores it, and ingest answers.
+func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sd *sender.Sender, info *reqInfo) (string, error) {
+	gzipped, err := contentEncoding(w, r, sd)
 	if err != nil {
 		closeUnread(w, r)
 		return "", err
 	}
-	// The body's bytes are counted against the memory budget of bodies,
-	// and its client's share of it, until the request ends.
+	// The body's bytes count against the budget of bodies, and its
+	// client's share of it, until the request ends.
 	hold := s.budget.hold(r.Context(), s.authLimit.ClientKey(r), w)
 	defer hold.release()
-	body, err := s.readBody(w, r, sender.MaxBodyBytes, hold)
+	body, err := s.readBody(w, r, sd.MaxBodyBytes, hold)
 	if err != nil {
 		return "", err
 	}
-	// The signature covers the bytes as sent, compressed or not (and, for
-	// Twilio, Square and HubSpot, the URL as the provider requested it).
-	if err := sender.Verify(r, body, s.now()); err != nil {
-		return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
-	}
-	signed := body // the bytes the signature covers (a handshake may check them again)
+	var inflate func([]byte) ([]byte, error)
 	if gzipped {
-		// From here on the body is the decompressed one: the delivery ID is
-		// read from it, and it is what is stored, hashed and forwarded.
-		if body, err = gunzip(body, sender.MaxBodyBytes, hold); err != nil {
-			return "", err
-		}
+		inflate = func(b []byte) ([]byte, error) { return gunzip(b, sd.MaxBodyBytes, hold) }
 	}
-	// The body is read at most once, whatever the number of pointers the
-	// sender reads (delivery ID, event type, match conditions): one
-	// streaming pass that materialises only those values; none at all for
-	// a sender that reads only headers.
-	in := sender.Inspect(body)
-	// A handshake (Slack's url_verification, Zoom's url_validation,
-	// Twitch's callback verification, Discord's PING), validly signed, is
-	// answered and leaves no trace: no key claimed, nothing stored.
-	if reply, ok := sender.Handshake(r, signed, &in, s.now()); ok {
-		h := w.Header()
-		h.Set("Content-Type", reply.ContentType)
-		h.Set("Content-Length", strconv.Itoa(len(reply.Body)))
-		w.WriteHeader(reply.Status)
-		_, _ = w.Write(reply.Body)
+	now := s.now()
+	p, err := sd.Prepare(r, body, inflate, now)
+	if err != nil {
+		return "", err
+	}
+	if p.Handshake {
+		// A validly signed handshake is answered and leaves no trace.
+		writeResponse(w, p.Reply.Status, p.Reply.ContentType, p.Reply.Body)
 		return outcomeURLVerification, nil
 	}
-	// A signature inside the body (Mailgun's signature object), checked
-	// above on the body as received, is no part of what is kept: from here
-	// on the body is the one without it. Its SHA-256 is the delivery's
-	// (and, for body_sha256, its ID), so a retry signed afresh is the same
-	// delivery; it is what is stored and forwarded.
-	body = sender.StoredBody(body, r.Header.Get("Content-Type"))
-	id, err := deliveryID(r, body, &in, sender)
+	info.deliveryID = p.DeliveryID
+	info.eventType, info.eventTypeLabel = p.EventType, p.EventTypeLabel
+	res, err := s.record(r.Context(), sd, &p, now)
 	if err != nil {
 		return "", err
 	}
-	info.deliveryID = id
-	// The event type and the routing decision are made from the request as
-	// received (its headers before the storage filter) and the values read
-	// above; the targets are chosen here and written in the same
-	// transaction as the claim.
-	eventType := sender.EventTypeOf(r.Header, &in)
-	info.eventType, info.eventTypeLabel = eventType, sender.EventTypeLabel(eventType)
-	targets := sender.Route(eventType, r.Header, &in)
-	// The event stores r.Header: from here on, only the headers the
-	// sender's filter keeps (r itself is left as the server gave it).
-	stored := sender.HeaderFilter.Filter(r.Header)
-	if gzipped {
-		stored.Del("Content-Encoding") // the stored body is decompressed
-		stored.Del("Content-Length")
+	outcome := outcomeAccepted
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+		outcome = outcomeReplayed
 	}
-	r = withHeaders(r, stored)
+	writeResponse(w, res.Response.Status, res.Response.ContentType, res.Response.Body)
+	return outcome, nil
+}
 
-	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
+// record claims the delivery's key and stores its event and outbox rows in
+// one transaction ([dedup.Store.Run]). A first delivery's forwards then go
+// to the fast path. The transaction is detached from the request's context,
+// so a sender that hangs up does not abort a commit under way.
+func (s *Server) record(ctx context.Context, sd *sender.Sender, p *sender.Prepared, now time.Time) (dedup.Result, error) {
+	receivedAt := now.UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
 	eventID, err := uuid.NewV7()
 	if err != nil {
-		return "", fmt.Errorf("new event id: %w", err)
+		return dedup.Result{}, fmt.Errorf("new event id: %w", err)
 	}
-	respBody := appendAccepted(make([]byte, 0, 160), eventID, sender.Name, id, now)
 	d := idempotency.Delivery{
-		Key:           idempotency.Key{Sender: sender.Name, DeliveryID: id},
-		RequestSHA256: sha256.Sum256(body),
+		Key:           idempotency.Key{Sender: sd.Name, DeliveryID: p.DeliveryID},
+		RequestSHA256: p.BodySHA256,
 		EventID:       eventID,
-		Response:      idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: respBody},
-		ReceivedAt:    now,
-		ExpiresAt:     now.Add(time.Duration(sender.Retention)),
+		Response: idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json",
+			Body: appendAccepted(make([]byte, 0, 160), eventID, sd.Name, p.DeliveryID, receivedAt)},
+		ReceivedAt: receivedAt,
+		ExpiresAt:  receivedAt.Add(time.Duration(sd.Retention)),
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	// A scheme that signs a single-use token instead of the body
-	// (Mailgun's): the token is this delivery's, or the request is a
-	// replay of a genuine signature with another event. Decided by the
-	// token table's key, in a statement of its own before the delivery's
-	// transaction, which it leaves as it is: a token already claimed by
-	// this same delivery (its retry, or one whose transaction failed)
-	// goes on to the transaction, and only its key decides what a
-	// duplicate is.
-	if token, signedAt, ok := sender.Nonce(r, signed); ok {
-		fresh, err := s.tokens.Claim(ctx, sigtoken.Use{Sender: sender.Name, Token: token, SignedAt: signedAt, DeliveryID: id, RequestSHA256: d.RequestSHA256})
+	if p.HasNonce {
+		// The token is claimed in its own statement, before the delivery's
+		// transaction. A token this same delivery claimed before goes on:
+		// only the key decides what a duplicate is.
+		fresh, err := s.tokens.Claim(ctx, sigtoken.Use{Sender: sd.Name, Token: p.Nonce.Token, SignedAt: p.Nonce.SignedAt,
+			DeliveryID: p.DeliveryID, RequestSHA256: p.BodySHA256})
 		if err != nil {
-			return "", err
+			return dedup.Result{}, err
 		}
 		if !fresh {
-			return "", newProblem(probSignature, "The request's signature token was used by another delivery (Mailgun signs its timestamp and token, not the event: a token is accepted for one delivery ID and body only). Nothing was recorded.")
+			return dedup.Result{}, newProblem(probSignature, "The request's signature token was used by another delivery (Mailgun signs its timestamp and token, not the event: a token is accepted for one delivery ID and body only). Nothing was recorded.")
 		}
 	}
+	fast := s.fast != nil && len(p.Targets) > 0
 	var lease forward.Lease
-	if s.fast != nil && len(targets) > 0 {
-		lease = s.fast.Lease(sender.Sender, targets, len(body))
+	if fast {
+		lease = s.fast.Lease(sd.Sender, p.Targets, len(p.Body))
 	}
 	change := func(b *dedup.Batch) {
-		events.QueueInsert(b, events.Event{
-			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, EventType: eventType, Headers: r.Header, Body: body,
-		})
-		forward.QueueOutbox(b, eventID, id, now, targets, lease)
+		events.QueueInsert(b, events.Event{ID: eventID, Sender: sd.Name, DeliveryID: p.DeliveryID, ReceivedAt: receivedAt,
+			EventType: p.EventType, Headers: p.Header, Body: p.Body})
+		forward.QueueOutbox(b, eventID, p.DeliveryID, receivedAt, p.Targets, lease)
 	}
 	res, err := s.deliveries.Run(ctx, d, change)
 	if err != nil {
-		return "", err
+		return dedup.Result{}, err
 	}
-	if !res.Replayed && s.fast != nil && len(targets) > 0 {
-		// Committed, with its outbox rows leased to this process (or, with
-		// a zero lease, left to the relay, which Dispatch wakes).
-		s.fast.Dispatch(&forward.Fast{Sender: sender.Sender, EventID: eventID, DeliveryID: id, EventType: eventType,
-			Headers: r.Header, Body: body, Targets: targets, Lease: lease})
+	if fast && !res.Replayed {
+		// Committed, with its outbox rows leased to this process. With a
+		// zero lease they are the relay's, which Dispatch wakes.
+		s.fast.Dispatch(&forward.Fast{Sender: sd.Sender, EventID: eventID, DeliveryID: p.DeliveryID, EventType: p.EventType,
+			Headers: p.Header, Body: p.Body, Targets: p.Targets, Lease: lease})
 	}
+	return res, nil
+}
+
+// writeResponse writes a response whose body is known in full.
+func writeResponse(w http.ResponseWriter, status int, contentType string, body []byte) {
 	h := w.Header()
-	h.Set("Content-Type", res.Response.ContentType)
-	h.Set("Content-Length", strconv.Itoa(len(res.Response.Body)))
-	outcome := outcomeAccepted
-	if res.Replayed {
-		h.Set("Idempotent-Replayed", "true")
-		outcome = outcomeReplayed
-	}
-	w.WriteHeader(res.Response.Status)
-	_, _ = w.Write(res.Response.Body)
-	return outcome, nil
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 // appendAccepted appends the JSON body of a first delivery's 202 response
@@ -310,14 +277,6 @@ func appendJSONString(dst []byte, s string) []byte {
 		}
 	}
 	return append(dst, '"')
-}
-
-// withHeaders returns a shallow copy of r with the headers h.
-func withHeaders(r *http.Request, h http.Header) *http.Request {
-	r2 := new(http.Request)
-	*r2 = *r
-	r2.Header = h
-	return r2
 }
 
 // readBody reads the whole request body, refusing more than limit bytes,
@@ -414,43 +373,3 @@ func (s *Server) slowBodyDetail() string {
 	rules = append(rules, fmt.Sprintf("all of it must arrive within %s", s.readTimeout))
 	return "The body did not arrive in time: " + strings.Join(rules, ", ") + ". Nothing was recorded; the connection is closed."
 }
-
-// deliveryID extracts the delivery ID from where sender's configuration says
-// it is (a header, a JSON value that in holds, or the hex SHA-256 of body)
-// and validates it: 1 to 255 bytes of visible ASCII.
-func deliveryID(r *http.Request, body []byte, in *sender.Inspection, sender *sender.Sender) (string, error) {
-	var id string
-	src := sender.DeliveryID
-	switch {
-	case src.BodySHA256:
-		sum := sha256.Sum256(body)
-		id = hex.EncodeToString(sum[:])
-	case src.Header != "":
-		vals := r.Header.Values(src.Header)
-		if len(vals) == 0 {
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The %s header is missing: sender %q carries its delivery ID there.", src.Header, sender.Name))
-		}
-		if len(vals) > 1 {
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The %s header appears %d times; send exactly one delivery ID.", src.Header, len(vals)))
-		}
-		id = vals[0]
-	default:
-		v := sender.DeliveryIDValue(in)
-		switch {
-		case in.JSONErr != nil:
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The body is not valid JSON, and sender %q carries its delivery ID at the JSON pointer %s.", sender.Name, src.JSONPointer))
-		case !v.Found:
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The JSON body has no value at %s: sender %q carries its delivery ID there.", src.JSONPointer, sender.Name))
-		case v.Kind != jsonptr.KindString && v.Kind != jsonptr.KindNumber:
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The value at %s must be a string or a number to be a delivery ID.", src.JSONPointer))
-		}
-		id = v.Str
-	}
-	if reason := invalidDeliveryID(id); reason != "" {
-		return "", newProblem(probInvalidDeliveryID, "The delivery ID "+reason+". Nothing was recorded.")
-	}
-	return id, nil
-}
-
-// invalidDeliveryID returns why id is not a valid delivery ID, or "".
-func invalidDeliveryID(id string) string { return idempotency.CheckDeliveryID(id) }

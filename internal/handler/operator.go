@@ -362,7 +362,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, unknownSender(sender))
 		return
 	}
-	if reason := invalidDeliveryID(deliveryID); reason != "" {
+	if reason := idempotency.CheckDeliveryID(deliveryID); reason != "" {
 		s.fail(w, r, newProblem(probInvalidParameter, "Path parameter delivery_id "+reason+"; no delivery can have such an ID."))
 		return
 	}

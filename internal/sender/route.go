@@ -221,11 +221,6 @@ func (in *Inspection) value(slot int) jsonptr.Value {
 	return in.Values[slot]
 }
 
-// DeliveryIDValue returns the value at the sender's delivery ID pointer; the
-// zero Value (Found false) when the sender's delivery ID is a header or the
-// body is not JSON (see JSONErr).
-func (s *Sender) DeliveryIDValue(in *Inspection) jsonptr.Value { return in.value(s.plan.idSlot) }
-
 // EventTypeOf returns the delivery's event type from where the sender's
 // configuration says it is: "" when there is none (no location configured,
 // header or value missing, a JSON value that is not a string or number, a

@@ -177,10 +177,10 @@ func (s *Sender) SignsNonces() bool {
 	return ok
 }
 
-// Nonce returns the single-use token of a request whose signature Verify
-// accepted, and the timestamp signed with it; ok is false for a sender
-// whose scheme signs none (SignsNonces). body is the raw body as received.
-func (s *Sender) Nonce(r *http.Request, body []byte) (token string, signedAt time.Time, ok bool) {
+// nonce returns the single-use token of a request whose signature Verify
+// accepted, and the time signed with it. ok is false for a sender whose
+// scheme signs none ([Sender.SignsNonces]). body is the body as received.
+func (s *Sender) nonce(r *http.Request, body []byte) (token string, signedAt time.Time, ok bool) {
 	nv, isNonce := s.Verifier.(signature.NonceVerifier)
 	if !isNonce {
 		return "", time.Time{}, false
