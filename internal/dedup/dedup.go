@@ -133,26 +133,20 @@ const (
 SELECT count(*) FROM gone`
 )
 
-// Run claims d's key and applies change in one transaction, as the package
-// documentation describes, in one round trip. It returns Replayed results
-// for duplicates, ErrPayloadMismatch or ErrInFlight (wrapped) for those
-// cases, and any other failure as an error after which nothing of the
-// delivery is recorded — or, when the connection was lost during COMMIT,
-// possibly everything, in which case a retry replays.
+// Run claims d's key and applies change in one transaction and one round
+// trip, as the package documentation describes. A duplicate gets a Replayed
+// result. A reused ID with another body gets [ErrPayloadMismatch], and a
+// key held too long elsewhere [ErrInFlight]. After any other error nothing
+// of the delivery is recorded. The exception is a connection lost during
+// COMMIT, which may have committed all of it; a retry then replays.
 //
-// With the replay cache on (Config.ReplayCache), a retry of a delivery this
-// store saw committed is answered from memory, as cache.go describes.
-//
-// A delivery of a key that a delivery in this process is running already
-// waits for that one and answers with its outcome: a replay of its response
-// for the same payload, ErrPayloadMismatch for another, that one's error
-// when it was shed or met the key in flight elsewhere (ErrOverloaded,
-// ErrInFlight), or runs by itself if that one failed otherwise.
-//
-// With batching on (Config.Batching), d may share its transaction with other
-// deliveries of its sender (see batch.go). With shedding on
-// (Config.Shedding), d may be refused with an *OverloadError (ErrOverloaded)
-// before anything is sent to the database.
+// A retry this store saw committed may be answered from the replay cache
+// ([Config.ReplayCache]). A copy of a delivery already running in this
+// process waits for it and answers with its outcome. If that one failed for
+// a reason of its own, the copy runs by itself. With [Config.Batching], d
+// may share its transaction with other deliveries of its sender. With
+// [Config.Shedding], d may be refused with an [*OverloadError] before it
+// reaches the database.
 func (s *Store) Run(ctx context.Context, d idempotency.Delivery, change Change) (Result, error) {
 	if res, hit, err := s.fromCache(d); hit {
 		return res, err

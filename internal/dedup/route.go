@@ -18,28 +18,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Routes sends each sender's delegated calls (Delegated) straight to the
-// Citus worker that holds the sender's shard group, on a pool of its own
-// per worker, instead of through the coordinator, which would plan the
-// call, turn its arguments to text and send them on: measured
-// (docs/distributed.md#figures), a call on the worker ran 1.5 to 1.8
-// times as many batches per second as the same call on the coordinator.
-// Since Citus 11 every node with the metadata can run the function: on
-// the worker that holds the shard it writes the shards themselves and
-// commits there, one commit on one node as through the coordinator; on a
-// node that no longer holds it (a shard moved since the last look) it
-// writes through Citus, still correct.
+// Routes sends each sender's delegated calls straight to the Citus worker
+// that holds the sender's shard group, on a pool per worker. Through the
+// coordinator, each call is planned again and its arguments turned to text.
+// On the worker, calls ran 1.5 to 1.8 times as many batches per second
+// (docs/distributed.md#figures). Every node with Citus's metadata can run
+// the function: where the shard moved away, it writes through Citus, still
+// correctly.
 //
-// The senders' placements are looked up on the coordinator in the
-// background, when a sender is first seen and then every RouteTTL; until
-// a sender's placement is known, and for a worker that could not be
-// reached, its calls go through the coordinator (Config.Pool), as they do
-// when a worker's pool cannot give a connection. Everything else (the
-// statement forms, the reads of what holds a key) goes to the coordinator.
-// Only the workers the operator lists, or, when none is listed, those
-// whose names TLS verifies (sslmode=verify-full), are contacted at all
-// (RoutesConfig): a worker's address comes from pg_dist_node, and the
-// calls carry the password and the deliveries.
+// The senders' placements are looked up in the background, when a sender
+// is first seen and then every [RouteTTL]. Until a placement is known, and
+// when a worker cannot be reached, calls go through the coordinator. So do
+// the statement forms and the reads of what holds a key. Only the workers
+// [RoutesConfig] allows are contacted: a worker's address comes from
+// pg_dist_node, and the calls carry the password and the deliveries.
 type Routes struct {
 	coordinator *pgxpool.Pool
 	base        *pgxpool.Config
@@ -104,19 +96,16 @@ type RoutesConfig struct {
 // not the worker and hand it the password and the deliveries.
 var ErrWorkersUnverified = errors.New("citus routes: DATABASE_URL's connection does not verify the server's name (sslmode=verify-full) and no worker is listed")
 
-// NewRoutes returns the Routes of the Citus cluster whose coordinator
-// coordinator is: a pool per node that holds shards of processed_messages,
-// at the node's name and port as pg_dist_node has them, with coordinator's
-// configuration otherwise (user, password, TLS, pool size), for the nodes
-// cfg allows: those it lists, or, when it lists none and the coordinator's
-// connection verifies the server's name (verify-full), every one, each
-// verified against its own name. Otherwise it contacts no node and
-// returns ErrWorkersUnverified. A worker connection never goes without
-// TLS when the coordinator's has it (no plain fallback of sslmode=prefer),
-// and without TLS it refuses to send the password in clear (require_auth
-// !password). A node it cannot connect to within routeConnectTimeout is
-// logged and left out: its senders go through the coordinator. Close
-// closes the pools.
+// NewRoutes returns the Routes of the Citus cluster behind coordinator. It
+// opens a pool per node that holds shards of processed_messages, at the
+// address pg_dist_node gives, with the coordinator's user, password, TLS
+// and pool size. It contacts the nodes cfg lists. When cfg lists none, it
+// contacts every node only if the coordinator's connection verifies the
+// server's name, and then verifies each node against its own name.
+// Otherwise it returns [ErrWorkersUnverified]. A worker connection keeps
+// TLS when the coordinator's has it, and without TLS never sends the
+// password in clear. A node it cannot reach within routeConnectTimeout is
+// logged and left out. Close closes the pools.
 func NewRoutes(ctx context.Context, coordinator *pgxpool.Pool, cfg RoutesConfig) (*Routes, error) {
 	return newRoutes(ctx, coordinator, coordinator.Config(), cfg)
 }

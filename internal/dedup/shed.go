@@ -11,31 +11,28 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Shedding on delay (Config.Shedding). A delivery "queues for the store" from
-// the moment Run admits it until it holds a database connection for its
-// pipeline: waiting for a batch slot of its sender (group commit) and for a
-// connection of the pool. That time, not a count of requests, tells whether
-// PostgreSQL keeps up: a burst that the database drains in a second makes a
-// long queue that empties, an overload makes one that stands.
+// Shedding on delay ([Config.Shedding]). A delivery queues for the store
+// from the moment Run admits it until it holds a connection for its
+// pipeline. It waits for a batch slot of its sender and for a connection of
+// the pool. That time, not a count of requests, tells whether PostgreSQL
+// keeps up. A burst makes a queue that empties; an overload makes one that
+// stands.
 //
 // The rule is CoDel's (Nichols and Jacobson, "Controlling Queue Delay"),
 // applied at admission rather than by dropping queued work:
 //
-//   - Each delivery that reaches the database (or fails to get a
-//     connection) reports how long it queued. When every one of those
-//     reports has been above Target for at least Interval, the queue is
-//     standing: Run sheds new deliveries at once, with an *OverloadError of
-//     reason ShedQueueDelay, until a report is below Target again or the
-//     queue has emptied (nothing admitted is still waiting for the
-//     database).
-//   - Whatever the state, a delivery that has queued for MaxWait without
-//     reaching the database gives up with reason ShedQueueTimeout, so that
-//     every answer comes within MaxWait plus the transaction's own time,
-//     even while PostgreSQL hangs.
+//   - Each delivery that reaches the database reports how long it queued.
+//     When every report has been above Target for at least Interval, the
+//     queue stands. Run then sheds new deliveries at once with reason
+//     [ShedQueueDelay]. It stops when a report is below Target again or the
+//     queue has emptied.
+//   - A delivery that has queued for MaxWait gives up with reason
+//     [ShedQueueTimeout]. Every answer comes within MaxWait plus the
+//     transaction's time, even while PostgreSQL hangs.
 //
-// Copies of a delivery in flight in this process (same key) never queue:
-// they wait for the first copy's outcome before admission (Run), so a retry
-// storm of one delivery costs one place in the queue.
+// Copies of a delivery in flight in this process never queue. They wait for
+// the first copy before admission, so a retry storm of one delivery costs
+// one place in the queue.
 
 // Defaults of shedding (DefaultConfig).
 const (
