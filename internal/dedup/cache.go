@@ -7,20 +7,16 @@ import (
 	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
-// The replay cache answers a retry of a delivery this process has seen
-// committed without a round trip to PostgreSQL: a retry storm is when the
-// gateway must be fastest. An entry is made only from a committed outcome
-// (this process's first delivery after its COMMIT, or a stored row read
-// after a conflict), holds the stored response and the request's SHA-256,
-// and is used only while the key cannot have been forgotten: before the
-// key's expires_at (the retention job deletes only expired keys) and for at
-// most the cache's TTL (so that a key deleted by hand is not replayed for
-// long). A delivery with another payload gets ErrPayloadMismatch from it, as
-// from the database. Anything else — a key not in the cache, an expired
-// entry — goes to the database as usual.
+// The replay cache answers a retry of a delivery this process saw committed
+// without a round trip: a retry storm is when the gateway must be fastest.
+// An entry comes only from a committed outcome. It holds the stored
+// response and the body's SHA-256. It is used only before the key's expiry,
+// since retention deletes only expired keys, and for at most the cache's
+// TTL, in case a key is deleted by hand. Another payload gets
+// [ErrPayloadMismatch], as from the database. Anything else goes to the
+// database.
 
-// Defaults of the replay cache (DefaultConfig; hookgate serve's
-// --replay-cache-size 0 is a nil Config.ReplayCache: no cache).
+// Defaults of the replay cache. A nil [Config.ReplayCache] has no cache.
 const (
 	DefaultReplayCacheSize = 10000
 	DefaultReplayCacheTTL  = time.Minute
