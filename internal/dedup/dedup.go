@@ -298,8 +298,8 @@ func readBack(d idempotency.Delivery, row stored) outcome {
 	return outcome{row: row}
 }
 
-// result turns the outcome of d's committed claim and read into Run's
-// answer, and remembers what holds the key in the replay cache.
+// result turns the outcome of d's committed claim into Run's answer, and
+// remembers what holds the key in the replay cache.
 func (s *Store) result(d idempotency.Delivery, o outcome) (Result, error) {
 	switch {
 	case o.claimed:
@@ -321,36 +321,29 @@ func (s *Store) result(d idempotency.Delivery, o outcome) (Result, error) {
 	return Result{Response: row.resp, EventID: row.eventID, Replayed: true}, nil
 }
 
-// plan is a pipeline's statements: BEGIN, the lock timeout, the claim of
-// all its deliveries, the multi-row statements of their changes, each
-// delivery's own statements, the read of all their stored rows.
-//
-// A batch on a distributed database has no read: its claim returns the
-// keys it inserted (returning), and a delivery whose key it did not insert
-// is run again on the single path, which reads what holds the key. On
-// Citus every statement costs the coordinator a plan and a round trip to
-// the worker; a batch's duplicates are rare (the replay cache answers most
-// retries).
+// plan is a pipeline's statements: BEGIN, the lock timeout, the claim, the
+// changes' multi-row statements, each delivery's own statements, and the
+// read of the stored rows. A batch on Citus has no read: its claim returns
+// the keys it inserted. A delivery whose key it did not insert runs again
+// by itself, which reads what holds the key.
 type plan struct {
 	stmts []statement
 	ds    []idempotency.Delivery
 	n     int // deliveries
 	claim int // statement index of the claim
-	// changes is the index of the first statement of the changes, and
-	// changesEnd the index after their last one; the read, if any, is at
-	// read (-1 for none).
+	// changes and changesEnd bound the statements of the changes. read is
+	// the read's index, -1 for none.
 	changes, changesEnd, read int
-	// returning: the claim returns the delivery ID and event ID of each key
-	// it inserted (claimValuesReturningSQL), and there is no read.
+	// returning: the claim returns the keys it inserted, and there is no
+	// read.
 	returning bool
-	// autocommit: the pipeline is one statement outside a transaction
-	// block (a delegated function's call, delegated.go), without BEGIN and
-	// COMMIT.
+	// autocommit: the pipeline is one delegated call outside a transaction
+	// block, without BEGIN and COMMIT.
 	autocommit bool
 }
 
 // plan lays out the pipeline of deliveries ds, all of one sender, with
-// their changes. A batch on a distributed database has no read (see plan).
+// their changes.
 func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout string, batch bool) (*plan, error) {
 	n := len(ds)
 	sender := ds[0].Sender
@@ -366,10 +359,8 @@ func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout st
 			statement{sql: genericPlansSQL},
 			statement{sql: claimSQL, args: append([]any{sender}, claim...)})
 	} else {
-		// Citus routes a multi-row INSERT … VALUES whose rows all name the
-		// sender $1 to that sender's shard; it would pull an INSERT …
-		// SELECT … FROM unnest(…) to the coordinator and copy the rows
-		// back, in a two-phase commit.
+		// Citus routes a multi-row INSERT … VALUES whose rows all name $1 to
+		// the sender's shard.
 		args := make([]any, 0, 1+8*n)
 		args = append(args, sender)
 		for i := range ds {
@@ -399,10 +390,9 @@ func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout st
 	return p, nil
 }
 
-// claimColumns returns the claim's eight columns of ds (claimSQL's order:
-// delivery ID, request SHA-256, event ID, response status, content type and
-// body, created and expires), each a column with one value per delivery; an
-// error when ds are not all of one sender.
+// claimColumns returns the claim's eight columns of ds, in claimSQL's
+// order, with one value per delivery. It fails when ds are not all of one
+// sender.
 func claimColumns(ds []idempotency.Delivery) ([]any, error) {
 	n := len(ds)
 	sender := ds[0].Sender
@@ -427,10 +417,9 @@ func claimColumns(ds []idempotency.Delivery) ([]any, error) {
 }
 
 // collectChanges runs the changes of n deliveries of sender and returns
-// their statements: groups, one multi-row statement per sql given to
-// Batch.Row (its args the sender, then one column per value), in the order
-// their sql was first used; own, each delivery's own statements (Queue),
-// in order.
+// their statements. groups has one multi-row statement per sql given to
+// [Batch.Row], in the order of first use. own has each delivery's own
+// statements, in order.
 func collectChanges(sender string, n int, changes []Change) (groups, own []statement, err error) {
 	var b Batch
 	for i := range changes {
@@ -491,9 +480,8 @@ func (r *results) failure(p *plan) error {
 	return classify(r.failed, r.failedAt, p)
 }
 
-// outcomes returns what the pipeline read back for each delivery of ds
-// (see readBack), and false when a key was read back by no row (it expired
-// and was deleted between the claim and the read).
+// outcomes returns what the pipeline read back for each delivery of ds. It
+// returns false when a key vanished between the claim and the read.
 func (r *results) outcomes(ds []idempotency.Delivery) ([]outcome, bool) {
 	out := make([]outcome, len(r.rows))
 	for i, row := range r.rows {
@@ -505,16 +493,14 @@ func (r *results) outcomes(ds []idempotency.Delivery) ([]outcome, bool) {
 	return out, true
 }
 
-// pipeline sends, in one write and one round trip, p's statements (BEGIN,
-// the lock timeout, the claim, the changes and the read), a Sync, then
-// COMMIT and a second Sync. When a statement fails, PostgreSQL skips the rest
-// up to the first Sync, and the COMMIT after it ends the aborted transaction
-// with a rollback, so the connection is idle again without another round
-// trip. A statement's own error is returned in results.failed; a network
-// error (after which the connection is closed, and the outcome of COMMIT
-// unknown) or a COMMIT that did not commit is returned as the error. A
-// plan in autocommit (a delegated function's call) is its one statement
-// and a Sync, which commits it.
+// pipeline sends p's statements, a Sync, then COMMIT and a second Sync, in
+// one write and one round trip. When a statement fails, PostgreSQL skips
+// the rest up to the first Sync, and the COMMIT after it rolls back. So the
+// connection is idle again without another round trip. A statement's own
+// error is returned in results.failed. A network error, after which the
+// outcome of COMMIT is unknown, is returned as the error, as is a COMMIT
+// that did not commit. A delegated call is one statement and a Sync, which
+// commits it.
 func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results, error) {
 	stmts := p.stmts
 	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make([]stored, p.n), claimed: make([]bool, p.n), failedAt: -1}
@@ -663,12 +649,11 @@ func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, err
 	return r.Close()
 }
 
-// decodeClaimed marks in claimed, by delivery number, the deliveries of ds
-// whose keys a returning claim inserted: the rows it returned (binary
-// columns text, uuid), each with the delivery's own, fresh, event ID.
+// decodeClaimed marks in claimed the deliveries of ds whose keys a
+// returning claim inserted, by the rows it returned.
 func decodeClaimed(r *pgconn.ResultReader, ds []idempotency.Delivery, claimed []bool) (pgconn.CommandTag, error) {
-	// By delivery ID and event ID: a batch may carry two deliveries of one
-	// key (each with its own event ID), of which the claim inserts one.
+	// A batch may carry two deliveries of one key, each with its own event
+	// ID; the claim inserts one.
 	type claim struct {
 		deliveryID string
 		eventID    uuid.UUID

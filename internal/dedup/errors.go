@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// KeyConstraint is the name of the processed_messages constraint on which,
-// and only on which, a conflict means "duplicate".
+// KeyConstraint is the constraint on which, and only on which, a conflict
+// means a duplicate.
 const KeyConstraint = "processed_messages_key"
 
 var (
@@ -26,8 +26,8 @@ var (
 // passed; it never leaves Run.
 var errExpired = errors.New("expired key")
 
-// unavailable wraps err with ErrUnavailable unless it is PostgreSQL's own
-// answer (a *pgconn.PgError): a lost connection, an I/O error.
+// unavailable wraps err with [ErrUnavailable] unless it is PostgreSQL's own
+// answer. It is for a lost connection or an I/O error.
 func unavailable(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -41,10 +41,9 @@ func unavailable(err error) error {
 var errClaimConflict = errors.New("claim conflict")
 
 // classify wraps the first statement error by the statement that raised it.
-// Only the claim can be in flight or a duplicate. With ON CONFLICT on
-// KeyConstraint PostgreSQL reports no conflict as an error; a database that
-// does (23505 on KeyConstraint at the claim) still gets the pattern's
-// answer: a duplicate, read in a second round trip.
+// Only the claim can be in flight or a duplicate. With ON CONFLICT,
+// PostgreSQL reports no conflict as an error. A database that does still
+// gets a duplicate, read in a second round trip.
 func classify(err error, at int, p *plan) error {
 	switch {
 	case at == p.claim && IsDuplicate(err):
@@ -62,20 +61,17 @@ func classify(err error, at int, p *plan) error {
 	}
 }
 
-// IsDuplicate reports whether err is, or wraps, a unique violation (SQLSTATE
-// 23505) of KeyConstraint, or of a Citus shard's copy of it (Citus names it
-// KeyConstraint_<shard id>). Every other error, including a unique
-// violation of any other constraint, and nil, is not a duplicate.
+// IsDuplicate reports whether err wraps a unique violation of
+// [KeyConstraint], or of a Citus shard's copy of it. Every other error is
+// not a duplicate, nil included.
 func IsDuplicate(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && Constraint(pgErr) == KeyConstraint
 }
 
-// Constraint returns the name of the constraint that e names: its
-// ConstraintName, or for a unique violation that Citus relayed from a
-// worker without that field, the name its message quotes (in English; ""
-// in another language); in both cases without the shard suffix of a Citus
-// shard's copy (BaseConstraint).
+// Constraint returns the name of the constraint e names, without a Citus
+// shard's suffix ([BaseConstraint]). When Citus relays a unique violation
+// without the field, the name comes from the message, in English only.
 func Constraint(e *pgconn.PgError) string {
 	name := e.ConstraintName
 	if name == "" && e.Code == pgerrcode.UniqueViolation {
@@ -94,9 +90,8 @@ func quotedConstraint(msg string) string {
 	return msg[len(prefix) : len(msg)-1]
 }
 
-// BaseConstraint returns the name of the constraint whose shard's copy Citus
-// names name (name_<shard id>), and name itself when it has no such
-// suffix.
+// BaseConstraint returns name without the suffix Citus gives a shard's copy
+// of a constraint, name_<shard id>.
 func BaseConstraint(name string) string {
 	i := strings.LastIndexByte(name, '_')
 	if i <= 0 || i == len(name)-1 {
@@ -110,8 +105,8 @@ func BaseConstraint(name string) string {
 	return name[:i]
 }
 
-// isLockTimeout reports whether err is PostgreSQL's lock_not_available
-// (SQLSTATE 55P03), raised when lock_timeout expires.
+// isLockTimeout reports whether err is lock_not_available (55P03), raised
+// when lock_timeout expires.
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
