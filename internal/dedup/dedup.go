@@ -201,7 +201,6 @@ type flown struct {
 	eventID uuid.UUID
 }
 
-// batcher returns the batch queue of sender.
 func (s *Store) batcher(sender string) *batcher {
 	if b, ok := s.batchers.Load(sender); ok {
 		return b.(*batcher)

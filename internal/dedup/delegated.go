@@ -49,7 +49,6 @@ type DelegatedRow struct {
 	Values int    // values of each row
 }
 
-// validate returns an error naming what is wrong with d, or nil.
 func (d *Delegated) validate() error {
 	if !validFunctionName(d.Function) {
 		return fmt.Errorf("dedup config: Delegated.Function %q: must be an SQL identifier (letters, digits, underscores; schema.name allowed)", d.Function)

@@ -234,7 +234,6 @@ func ParseWorkerHosts(s string) ([]string, error) {
 	return ws, nil
 }
 
-// splitWorker splits a worker's "host:port".
 func splitWorker(w string) (string, int, error) {
 	host, p, err := net.SplitHostPort(w)
 	port, perr := strconv.Atoi(p)

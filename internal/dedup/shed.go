@@ -161,7 +161,6 @@ func (t *ticket) leave() {
 	}
 }
 
-// expired reports whether t has queued for MaxWait.
 func (t *ticket) expired() bool {
 	return t != nil && !t.sh.now().Before(t.deadline)
 }
@@ -169,7 +168,6 @@ func (t *ticket) expired() bool {
 // ticketKey is the context key of a delivery's ticket.
 type ticketKey struct{}
 
-// withTicket returns ctx carrying t.
 func withTicket(ctx context.Context, t *ticket) context.Context {
 	if t == nil {
 		return ctx
@@ -177,7 +175,6 @@ func withTicket(ctx context.Context, t *ticket) context.Context {
 	return context.WithValue(ctx, ticketKey{}, t)
 }
 
-// ticketOf returns the ticket ctx carries, nil for none.
 func ticketOf(ctx context.Context) *ticket {
 	t, _ := ctx.Value(ticketKey{}).(*ticket)
 	return t
@@ -214,7 +211,6 @@ func (s *Store) acquireDelegated(ctx context.Context, sender string, ts ...*tick
 	}, ts...)
 }
 
-// acquireQueuedWith is acquireQueued with acquire for s.acquire.
 func (s *Store) acquireQueuedWith(ctx context.Context, acquire func(context.Context) (*pgx.Conn, func(), error), ts ...*ticket) (*pgx.Conn, func(), error) {
 	var deadline time.Time
 	for _, t := range ts {

@@ -155,7 +155,6 @@ func (b *bodyBudget) hold(ctx context.Context, client netip.Prefix, w http.Respo
 	return h
 }
 
-// clientCount returns how many clients hold a share now.
 func (b *bodyBudget) clientCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -289,7 +288,6 @@ func (b *bodyBudget) victim(h *bodyHold, to int64) *bodyHold {
 	return best
 }
 
-// waiting reports whether h is among the budget's waiters.
 func (h *bodyHold) waiting() bool {
 	return h.wprev != nil || h.b.waitFirst == h
 }
@@ -328,7 +326,6 @@ func (b *bodyBudget) grantWaiters() {
 	}
 }
 
-// unwait takes h off the waiters.
 func (b *bodyBudget) unwait(h *bodyHold) {
 	if h.wprev != nil {
 		h.wprev.wnext = h.wnext
