@@ -23,30 +23,25 @@ import (
 	"github.com/hookgate/hookgate/internal/sigtoken"
 )
 
-// IngestFunctionName is the database function (migration 20) that performs
-// an ingest delivery's claim and state change, its event and its outbox
-// rows, in one call: IngestFunction.
+// IngestFunctionName is the database function that performs an ingest
+// delivery's claim, its event and its outbox rows in one call.
 const IngestFunctionName = "ingest_deliveries"
 
-// IngestFunction describes ingest_deliveries for the ingest store
-// (dedup.Config.Delegated): the statements of ingest's state change, the
-// event's insert and the outbox's, in the order of its parameters. Set it
-// when Citus delegates the function to the sender's worker
-// (dedup.DelegatedFunction, docs/distributed.md).
+// IngestFunction describes [IngestFunctionName] for the ingest store
+// ([dedup.Config.Delegated]): the event's insert and the outbox's, in the
+// order of its parameters. Set it when Citus delegates the function to the
+// sender's worker (docs/distributed.md).
 func IngestFunction() *dedup.Delegated {
 	return &dedup.Delegated{Function: IngestFunctionName, Rows: []dedup.DelegatedRow{events.InsertRow(), forward.OutboxRow()}}
 }
 
-// storeTimeout bounds the ingest transaction. It is detached from the
-// request's context: a sender that hangs up mid-request does not abort a
-// transaction that may be committing, so its retry finds a clean outcome.
+// storeTimeout bounds the ingest transaction. The transaction is detached
+// from the request's context, so a retry finds a clean outcome.
 const storeTimeout = 15 * time.Second
 
-// IngestWebhook accepts a delivery for sender: it reads the body within the
-// sender's limit, extracts and validates the delivery ID, and runs the claim
-// and the event insert in one transaction (internal/dedup). It answers 202
-// with the new event, the stored response with Idempotent-Replayed: true for
-// a duplicate, or a problem.
+// IngestWebhook accepts a delivery for sender. It answers 202 with the new
+// event, the stored response with Idempotent-Replayed: true for a
+// duplicate, or a problem. It counts the outcome in the metrics.
 func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender string) {
 	info := requestInfo(r.Context())
 	info.sender = sender
@@ -78,11 +73,11 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 	}
 }
 
-// CheckWebhookSubscription answers a provider's GET subscription check
-// (Meta's hub.challenge, sender.CheckSubscription): 200 with the challenge
-// as text/plain when the verify token matches, 403 when it does not, 400
-// for a request that is not such a check, 405 for a sender whose preset
-// sends none, 404 for an unknown sender. Nothing is recorded.
+// CheckWebhookSubscription answers a provider's GET subscription check, as
+// Meta sends ([sender.Sender.CheckSubscription]). It answers 200 with the
+// challenge when the verify token matches, and 403 when it does not. It
+// answers 400 for another request, 405 for a sender that gets no such
+// check, and 404 for an unknown sender. Nothing is recorded.
 func (s *Server) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request, name string, _ api.CheckWebhookSubscriptionParams) {
 	info := requestInfo(r.Context())
 	info.sender = name
@@ -161,8 +156,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sd *sender.Sende
 
 // record claims the delivery's key and stores its event and outbox rows in
 // one transaction ([dedup.Store.Run]). A first delivery's forwards then go
-// to the fast path. The transaction is detached from the request's context,
-// so a sender that hangs up does not abort a commit under way.
+// to the fast path.
 func (s *Server) record(ctx context.Context, sd *sender.Sender, p *sender.Prepared, now time.Time) (dedup.Result, error) {
 	receivedAt := now.UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
 	eventID, err := uuid.NewV7()
@@ -226,8 +220,7 @@ func writeResponse(w http.ResponseWriter, status int, contentType string, body [
 }
 
 // appendAccepted appends the JSON body of a first delivery's 202 response
-// (event_id, sender, delivery_id, received_at), as encoding/json would
-// encode it (accepted_internal_test.go checks), and a newline.
+// and a newline. The bytes are those encoding/json would write.
 func appendAccepted(dst []byte, eventID uuid.UUID, sender, deliveryID string, receivedAt time.Time) []byte {
 	dst = append(dst, `{"event_id":"`...)
 	var id [36]byte
@@ -250,10 +243,9 @@ func appendAccepted(dst []byte, eventID uuid.UUID, sender, deliveryID string, re
 	return append(dst, "\"}\n"...)
 }
 
-// appendJSONString appends s, a sender name or a delivery ID (visible
-// ASCII), as encoding/json encodes it: quotes and backslashes escaped, and
-// <, > and & as \u003c, \u003e and \u0026. Other bytes go through
-// encoding/json.
+// appendJSONString appends s, a sender name or a delivery ID, as
+// encoding/json encodes it. It escapes quotes and backslashes, and <, > and
+// & as \u003c, \u003e and \u0026. Other bytes go through encoding/json.
 func appendJSONString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f {
@@ -279,14 +271,10 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// readBody reads the whole request body, refusing more than limit bytes,
-// holding room for it in h as its bytes arrive (bodyHold.readAll), at the
-// minimum rate of bodies (bodyPace): a body that arrives slower is a 408
-// problem. On any error the answer is sent at once and the connection
-// closed after it (net/http would otherwise read up to 256 KiB of what is
-// left of the body before answering, for as long as its client takes);
-// after the answer, what is left is read and thrown away for at most
-// bodyDrain, so that the client is not reset before it reads the answer.
+// readBody reads the whole request body, refusing more than limit bytes. It
+// holds room for the bytes in h as they arrive, at the minimum rate of
+// bodies: a slower body is a 408 problem. On any error the answer is sent
+// at once and the connection closed after it ([closeUnread]).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 	body, err := s.readBodyBytes(w, r, limit, h)
 	if err != nil {
@@ -295,9 +283,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64, h
 	return body, err
 }
 
-// closeUnread makes the answer to r, whose body is not read (whole), close
-// the connection, and gives what is left of the body bodyDrain to arrive
-// after the answer (see readBody); nothing for a request without a body.
+// closeUnread makes the answer to r, whose body was not read whole, close
+// the connection. Otherwise net/http would read up to 256 KiB of the body
+// before answering, for as long as the client takes. What is left may still
+// arrive for [bodyDrain], so the client is not reset before it reads the
+// answer.
 func closeUnread(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength == 0 {
 		return
@@ -306,15 +296,14 @@ func closeUnread(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDrain))
 }
 
-// bodyDrain is how long the rest of a body answered before it was read
-// whole may still arrive (net/http reads at most 256 KiB of it) before
-// its connection is closed. Closing with unread bytes makes the kernel
-// reset the connection, and a client can then lose the answer.
+// bodyDrain is how long the rest of a body answered early may still arrive
+// before its connection is closed. Closing with unread bytes makes the
+// kernel reset the connection, and the client can lose the answer.
 const bodyDrain = time.Second
 
 func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
-	// (The problem is made only when needed: formatting it for every
-	// request showed in make bench's CPU profile.)
+	// The problem is made only when needed: formatting it for every request
+	// showed in the CPU profile.
 	tooLarge := func() error {
 		return newProblem(probTooLarge, fmt.Sprintf("The body exceeds this sender's limit of %d bytes. Nothing was recorded.", limit))
 	}
@@ -350,8 +339,8 @@ func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int
 	}
 }
 
-// pace returns the pace of a body read for w from now on; one that does
-// nothing without a minimum rate or a bound on pauses.
+// pace returns the pace of a body read for w from now on. It does nothing
+// without a minimum rate or a bound on pauses.
 func (s *Server) pace(w http.ResponseWriter) bodyPace {
 	if s.minRate == 0 && s.idleTimeout == 0 {
 		return bodyPace{}
