@@ -41,24 +41,20 @@ const (
 	DefaultMaxQueueWait = 3 * time.Second
 )
 
-// Reasons a delivery is shed, the values of OverloadError.Reason.
+// Reasons a delivery is shed: the values of [OverloadError].Reason.
 const (
-	// ShedQueueDelay: the queue for the store has stood above the target
-	// for an interval; the delivery was refused at admission.
+	// ShedQueueDelay: the queue stood above the target for an interval.
 	ShedQueueDelay = "queue_delay"
-	// ShedQueueTimeout: the delivery queued for MaxWait without reaching
-	// the database.
+	// ShedQueueTimeout: the delivery queued for MaxWait.
 	ShedQueueTimeout = "queue_timeout"
 )
 
-// ErrOverloaded means the database could not take the delivery in time:
-// nothing of it was recorded, and its retry is a first delivery. Errors
-// that Run returns for it are *OverloadError, which matches ErrOverloaded
-// with errors.Is.
+// ErrOverloaded means the database could not take the delivery in time.
+// Nothing was recorded, and its retry is a first delivery. Run returns an
+// [*OverloadError], which matches it with errors.Is.
 var ErrOverloaded = errors.New("dedup: the database cannot take the delivery in time")
 
-// OverloadError is a delivery shed for Reason (ShedQueueDelay or
-// ShedQueueTimeout).
+// OverloadError is a delivery shed for Reason.
 type OverloadError struct {
 	Reason string
 }
@@ -68,26 +64,23 @@ func (e *OverloadError) Error() string { return ErrOverloaded.Error() + " (" + e
 // Is makes errors.Is(err, ErrOverloaded) true.
 func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
 
-// ShedPolicy configures shedding on delay (Config.Shedding). Its durations
-// must be positive: none takes a default from a 0 (DefaultConfig has the
-// defaults).
+// ShedPolicy configures shedding on delay ([Config.Shedding]). Its durations
+// must be positive.
 type ShedPolicy struct {
-	// Target is the queueing delay that a standing queue stays above
-	// (DefaultShedTarget).
+	// Target is the queueing delay that a standing queue stays above.
 	Target time.Duration
 	// Interval is how long it must stay above Target before deliveries are
 	// shed at admission.
 	Interval time.Duration
-	// MaxWait is the longest a delivery queues for the store
-	// (DefaultMaxQueueWait).
+	// MaxWait is the longest a delivery queues for the store.
 	MaxWait time.Duration
-	// Observe, when not nil, is called with each admitted delivery's time
-	// queueing for the store (also when it gave up or got no connection).
+	// Observe, when not nil, gets each admitted delivery's time queueing,
+	// also when it gave up.
 	Observe func(wait time.Duration)
 }
 
-// Queued returns the deliveries admitted and not yet at the database (0
-// without shedding).
+// Queued returns the deliveries admitted and not yet at the database; 0
+// without shedding.
 func (s *Store) Queued() int64 {
 	if s.shed == nil {
 		return 0
@@ -115,8 +108,8 @@ type ticket struct {
 }
 
 // admit returns the place in the queue of a delivery arriving now, or an
-// *OverloadError when the queue stands. A nil shedder admits everything
-// (and returns a nil ticket, whose methods do nothing).
+// [*OverloadError] when the queue stands. A nil shedder admits everything,
+// with a nil ticket whose methods do nothing.
 func (sh *shedder) admit() (*ticket, error) {
 	if sh == nil {
 		return nil, nil
@@ -136,8 +129,7 @@ func (sh *shedder) admit() (*ticket, error) {
 	return &ticket{sh: sh, enqueued: now, deadline: now.Add(sh.policy.MaxWait)}, nil
 }
 
-// leave ends t's queueing (once; later calls do nothing) and reports its
-// delay.
+// leave ends t's queueing, once, and reports its delay.
 func (t *ticket) leave() {
 	if t == nil || t.left.Swap(true) {
 		return
@@ -180,10 +172,10 @@ func ticketOf(ctx context.Context) *ticket {
 	return t
 }
 
-// acquireQueued acquires a connection for the deliveries of tickets ts
-// (nil entries allowed), waiting at most until the earliest of their
-// deadlines, after which it returns an *OverloadError of reason
-// ShedQueueTimeout. Either way every ticket leaves the queue.
+// acquireQueued acquires a connection for the deliveries of tickets ts, nil
+// entries allowed. It waits at most until their earliest deadline, then
+// returns an [*OverloadError] of reason [ShedQueueTimeout]. Either way every
+// ticket leaves the queue.
 func (s *Store) acquireQueued(ctx context.Context, ts ...*ticket) (*pgx.Conn, func(), error) {
 	return s.acquireQueuedWith(ctx, s.acquire, ts...)
 }

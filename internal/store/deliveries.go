@@ -531,9 +531,8 @@ func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Ti
 	return out, nil
 }
 
-// The deletes name rows by key and stay within one sender, so that they run
-// on one shard when the tables are distributed by sender (a distributed
-// PostgreSQL refuses deletes by ctid).
+// The deletes name rows by key within one sender, so they run on one shard
+// on Citus, which refuses deletes by ctid.
 const (
 	expiredSendersSQL = `SELECT DISTINCT sender FROM processed_messages WHERE expires_at <= $1`
 	deleteExpiredSQL  = `DELETE FROM processed_messages
@@ -555,11 +554,10 @@ func (q *Queries) ExpiredSenders(ctx context.Context, now time.Time) ([]string, 
 	return senders, nil
 }
 
-// DeleteExpiredKeys deletes up to limit of sender's keys whose retention ended
-// at or before now, in one short statement (so it holds its row locks only
-// briefly), and returns how many it deleted: fewer than limit means none of
-// the sender's are left. A deleted key's delivery ID is accepted as new by
-// its next delivery.
+// DeleteExpiredKeys deletes up to limit of sender's keys whose retention
+// ended at or before now, in one short statement that holds its locks
+// briefly. It returns how many it deleted; fewer than limit means none are
+// left. A deleted key's delivery ID is new to its next delivery.
 func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time.Time, limit int) (int64, error) {
 	tag, err := q.db.Exec(ctx, deleteExpiredSQL, sender, now, limit)
 	if err != nil {
@@ -571,10 +569,9 @@ func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time
 // findSQL probes one sender's key for a delivery ID (FindDelivery).
 const findSQL = `SELECT EXISTS (SELECT FROM processed_messages WHERE sender = $1 AND delivery_id = $2)`
 
-// FindDelivery returns those of senders (in their order) that hold a
-// delivery with the delivery ID id: one probe of each sender's key, all in
-// one round trip (every statement names its sender, as on Citus). It
-// returns none for an empty list of senders.
+// FindDelivery returns those of senders, in order, that hold a delivery with
+// the ID id. It probes each sender's key, all in one round trip. It returns
+// none for no senders.
 func (q *Queries) FindDelivery(ctx context.Context, senders []string, id string) ([]string, error) {
 	if len(senders) == 0 {
 		return nil, nil

@@ -157,16 +157,15 @@ func (q *Queries) DeleteRecorded(ctx context.Context, sender string, rows []Outb
 	return nil
 }
 
-// queueTimeout queues the statement timeout of q (WithStatementTimeout) in
-// b, when it has one.
+// queueTimeout queues q's statement timeout, if any, in b.
 func (q *Queries) queueTimeout(b *pgx.Batch) {
 	if q.timeout > 0 {
 		b.Queue(`SELECT set_config('statement_timeout', $1, true)`, fmt.Sprintf("%dms", max(q.timeout.Milliseconds(), 1)))
 	}
 }
 
-// execSettings reads the results of the statements queued in b before its
-// last one (settings) from br.
+// execSettings reads from br the results of the settings queued in b before
+// its last statement.
 func (q *Queries) execSettings(br pgx.BatchResults, b *pgx.Batch) error {
 	for range b.Len() - 1 {
 		if _, err := br.Exec(); err != nil {
