@@ -73,7 +73,7 @@ func (b *batcher) run(ctx context.Context, d idempotency.Delivery, change Change
 		b.mu.Unlock()
 		if t := ticketOf(ctx); t != nil {
 			// Queued behind the sender's batches in flight: at most until
-			// the delivery's queueing deadline (shed.go).
+			// the delivery's queueing deadline.
 			timer := time.NewTimer(time.Until(t.deadline))
 			select {
 			case <-c.done:

@@ -36,27 +36,26 @@ type Store struct {
 	inFlightWait, batchWait string
 	encoders                sync.Pool // of *encoders
 
-	// delegated is Config.Delegated, used on a distributed layout
-	// (delegated.go); nil when not configured.
+	// delegated is [Config.Delegated], used on a distributed layout.
 	delegated *delegation
 	// routes is Config.Routes: where the delegated calls go; nil: Pool.
 	routes *Routes
 
-	// Batching (batch.go): off when maxBatch is at most 1.
+	// Group commit is off when maxBatch is at most 1.
 	maxBatch, maxInFlight int
 	observeBatch          func(int)
 	batchLockTimeout      string
 	batchers              sync.Map // sender → *batcher
 	flight                singleflight.Group
 
-	// Shedding on delay (shed.go): nil when off.
+	// shed is nil without shedding on delay.
 	shed *shedder
 
 	// layout is whether the tables are distributed by sender (Citus): see
 	// Config.Layout; unknown until set or found by the first delivery.
 	layout atomic.Int32
 
-	// The replay cache (cache.go): nil when off.
+	// cache is nil without the replay cache.
 	cache    *lru.Cache[idempotency.Key, cached]
 	cacheTTL time.Duration
 	now      func() time.Time
@@ -121,7 +120,7 @@ func newStore(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// The statements of the pipeline besides those of statements.go.
+// The pipeline's transaction and its retry after an expired key.
 const (
 	beginSQL  = "BEGIN"
 	commitSQL = "COMMIT"
@@ -177,9 +176,8 @@ func (s *Store) Run(ctx context.Context, d idempotency.Delivery, change Change) 
 	}
 }
 
-// runAdmitted admits d into the queue for the store (or sheds it, see
-// shed.go) and runs it: in a batch of its sender with batching on, by
-// itself otherwise.
+// runAdmitted admits d into the queue for the store, or sheds it, and runs
+// it: in a batch of its sender with group commit, by itself otherwise.
 func (s *Store) runAdmitted(ctx context.Context, d idempotency.Delivery, change Change) (Result, error) {
 	t, err := s.shed.admit()
 	if err != nil {

@@ -277,11 +277,10 @@ func setSum(r *Delivery, sum []byte) error {
 	return nil
 }
 
-// listRangeFirstSQL and listRangeAfterSQL are ListDeliveries' queries bounded below
-// by a time: the same index range scan of
-// processed_messages_sender_created_idx (migration 4), stopped at since.
-// An upper bound needs no query of its own: "received before until" is the
-// cursor (until, "").
+// listRangeFirstSQL and listRangeAfterSQL are the listing's queries bounded
+// below by a time: the same index range scan, stopped at since. An upper
+// bound needs no query of its own: "received before until" is the cursor
+// (until, "").
 const (
 	listRangeFirstSQL = listFrom + ` AND pm.created_at >= $2
 ORDER BY pm.created_at DESC, pm.delivery_id DESC
