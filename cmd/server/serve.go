@@ -496,6 +496,7 @@ func newAPI(db *database, jobs *queue.Jobs, senders *sender.Live, deliveries *de
 	hc := s.handler
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = senders, deliveries, readiness(db.pool, db.sql), reg, log
 	hc.Queries, hc.Redeliverer, hc.AuthLimiter, hc.Console, hc.Traffic = db.queries, redeliverer, limiter, cons, db.traffic
+	hc.Forwards = jobs
 	hc.Tokens = sigtoken.New(db.pool)
 	hc.Pauses = fwd.pauses
 	hc.Reloader = rl

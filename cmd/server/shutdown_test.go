@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
@@ -33,8 +33,8 @@ func TestShutdownFinishesInFlightRequest(t *testing.T) {
 	}
 	defer func() { _ = holder.Rollback(context.Background()) }()
 	now := time.Now()
-	if err := storetest.InsertKey(ctx, holder, dedup.Delivery{Key: dedup.Key{Sender: "acme", DeliveryID: id}, EventID: uuid.New(),
-		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
+	if err := storetest.InsertKey(ctx, holder, idempotency.Delivery{Key: idempotency.Key{Sender: "acme", DeliveryID: id}, EventID: uuid.New(),
+		Response: idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/console"
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
@@ -68,7 +68,7 @@ func BenchmarkConsoleList(b *testing.B) {
 	c := e.client()
 	e.signIn(c)
 	// A cursor in the middle of the history: the position of dlv_500000.
-	half, err := e.q.GetDelivery(ctx, dedup.Key{Sender: "orders", DeliveryID: "dlv_500000"})
+	half, err := e.q.GetDelivery(ctx, idempotency.Key{Sender: "orders", DeliveryID: "dlv_500000"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func BenchmarkConsoleList(b *testing.B) {
 	}
 	b.Run("query/delivery-id", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := e.q.GetDelivery(ctx, dedup.Key{Sender: "orders", DeliveryID: "dlv_777777"}); err != nil {
+			if _, err := e.q.GetDelivery(ctx, idempotency.Key{Sender: "orders", DeliveryID: "dlv_777777"}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -68,12 +68,12 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	if v.DeliveryID != "" {
 		v.Filtered, v.ExactLookup = true, true
-		if why := dedup.CheckDeliveryID(v.DeliveryID); why != "" {
+		if why := idempotency.CheckDeliveryID(v.DeliveryID); why != "" {
 			v.DeliveryID = ""
 			bad("Delivery ID: it " + why + ", so no delivery has it.")
 			return
 		}
-		rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: v.DeliveryID})
+		rec, err := c.q.GetDelivery(r.Context(), idempotency.Key{Sender: sender, DeliveryID: v.DeliveryID})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:

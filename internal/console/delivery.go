@@ -13,9 +13,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/hookgate/hookgate/internal/config"
-	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -264,11 +264,11 @@ func (c *Console) lookupDelivery(w http.ResponseWriter, r *http.Request, sender,
 		c.notFound(w, r, "No sender with this name is configured.")
 		return nil, rec, false
 	}
-	if dedup.CheckDeliveryID(id) != "" { // what ingest refuses was never stored
+	if idempotency.CheckDeliveryID(id) != "" { // what ingest refuses was never stored
 		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
 		return nil, rec, false
 	}
-	rec, err := c.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: id})
+	rec, err := c.q.GetDelivery(r.Context(), idempotency.Key{Sender: sender, DeliveryID: id})
 	if errors.Is(err, store.ErrNotFound) {
 		c.notFound(w, r, "This sender has no such delivery (never received, or its key has expired).")
 		return nil, rec, false

@@ -26,6 +26,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/store"
@@ -171,6 +172,7 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	}
 	hc := handler.DefaultConfig()
 	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console, hc.Traffic, hc.Now = opts.AdminToken, q, rc, cons, tr, opts.Now
+	hc.Forwards = queue.NewJobs(pool)
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = live, ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
 	h, err := handler.New(hc)
 	if err != nil {
@@ -274,7 +276,7 @@ func newOptions() console.Config { return console.Config{AdminToken: token} }
 // eventOf returns the event ID of the orders delivery id.
 func (e *env) eventOf(id string) uuid.UUID {
 	e.t.Helper()
-	d, err := e.q.GetDelivery(e.t.Context(), dedup.Key{Sender: "orders", DeliveryID: id})
+	d, err := e.q.GetDelivery(e.t.Context(), idempotency.Key{Sender: "orders", DeliveryID: id})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -47,7 +47,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if dedup.CheckDeliveryID(q) == "" {
+	if idempotency.CheckDeliveryID(q) == "" {
 		cfg := c.config()
 		senders := make([]string, len(cfg.Senders))
 		for i := range cfg.Senders {

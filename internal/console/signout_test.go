@@ -15,6 +15,7 @@ import (
 	"github.com/hookgate/hookgate/internal/console"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
@@ -36,6 +37,7 @@ func (e *env) replica() *env {
 	}
 	hc := handler.DefaultConfig()
 	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.q, e.rc, cons
+	hc.Forwards = queue.NewJobs(e.pool)
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
 	h, err := handler.New(hc)
 	if err != nil {

@@ -12,25 +12,23 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
-// Group commit: when batching is on (Config.Batching), deliveries of one sender
-// that arrive while that sender's batches are in flight wait in a queue and
-// go, up to maxBatch at once, into the next pipeline: one transaction, one
-// round trip, one WAL flush for all of them. A delivery that finds a free
-// slot (fewer than maxInFlight batches of its sender running) starts a batch
-// at once, so a lone delivery waits for nothing. Every delivery of a batch
-// is answered only after the batch's COMMIT; a batch that fails for any
-// reason (another constraint, a failing state change, a key held by another
-// process past the batch's short lock timeout) is retried delivery by
-// delivery on the single path, so that only a delivery that fails by itself
-// gets an error. Two failures fail the whole batch instead: a lost
-// connection (an error that is not PostgreSQL's answer), after which the
-// batch may have committed, so that running its deliveries again with the
-// same event IDs would pass the claim guard again and apply a change
-// without a unique key of its own twice (each delivery gets ErrUnavailable:
-// the sender's retry replays or does the work); and a panic (each delivery
-// gets an error, and the sender's later batches run as usual).
+// Group commit ([Config.Batching]). The deliveries of one sender that
+// arrive while its batches are in flight wait in a queue. Up to maxBatch of
+// them then go into the next pipeline: one transaction, one round trip and
+// one WAL flush. A delivery that finds fewer than maxInFlight batches of its
+// sender running starts a batch at once, so a lone delivery waits for
+// nothing. Every delivery of a batch is answered after the batch's COMMIT.
+//
+// A batch that fails is retried delivery by delivery, so only a delivery
+// that fails by itself gets an error. Two failures fail the whole batch
+// instead. After a lost connection the batch may have committed, and
+// running it again could apply a change twice: each delivery gets
+// [ErrUnavailable], and the sender's retry replays or does the work. After a
+// panic each delivery gets an error, and later batches run as usual.
 
 // Defaults of batching (DefaultConfig).
 const (
@@ -38,14 +36,10 @@ const (
 	DefaultMaxInFlight = 2
 )
 
-// A batch's claim waits batchLockWait for a key another
-// transaction holds before the batch gives up and its deliveries go the
-// single path, where each waits the whole in-flight wait by itself.
-
 // call is one delivery waiting for its batch.
 type call struct {
 	ctx    context.Context
-	d      Delivery
+	d      idempotency.Delivery
 	change Change
 	res    Result
 	err    error
@@ -66,7 +60,7 @@ type batcher struct {
 
 // run queues d and returns its result once the batch that carried it has
 // committed (or once the single path has run it).
-func (b *batcher) run(ctx context.Context, d Delivery, change Change) (Result, error) {
+func (b *batcher) run(ctx context.Context, d idempotency.Delivery, change Change) (Result, error) {
 	c := &call{ctx: ctx, d: d, change: change, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
@@ -79,7 +73,7 @@ func (b *batcher) run(ctx context.Context, d Delivery, change Change) (Result, e
 		b.mu.Unlock()
 		if t := ticketOf(ctx); t != nil {
 			// Queued behind the sender's batches in flight: at most until
-			// the delivery's queueing deadline (shed.go).
+			// the delivery's queueing deadline.
 			timer := time.NewTimer(time.Until(t.deadline))
 			select {
 			case <-c.done:
@@ -180,7 +174,7 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	// two processes) wait for each other rather than deadlock.
 	batch = slices.Clone(batch)
 	slices.SortStableFunc(batch, func(a, b *call) int { return strings.Compare(a.d.DeliveryID, b.d.DeliveryID) })
-	ds := make([]Delivery, len(batch))
+	ds := make([]idempotency.Delivery, len(batch))
 	changes := make([]Change, len(batch))
 	for i, c := range batch {
 		ds[i], changes[i] = c.d, c.change

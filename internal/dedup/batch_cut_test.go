@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -27,11 +28,11 @@ func TestBatchCommitCutFailsWholeBatch(t *testing.T) {
 	t.Cleanup(pool.Close)
 	s := mustNew(t, pool, Config{InFlightWait: 20 * time.Second, Batching: &Batching{MaxBatch: 64, MaxInFlight: 4}})
 
-	ds := []Delivery{delivery(t, "b", "a", "p"), delivery(t, "b", "b", "p"), delivery(t, "b", "c", "p")}
+	ds := []idempotency.Delivery{delivery(t, "b", "a", "p"), delivery(t, "b", "b", "p"), delivery(t, "b", "c", "p")}
 	changes := []Change{mark(ds[0]), mark(ds[1]), mark(ds[2])}
 	// Warm the connection up (its statements prepared) with a batch of
 	// other keys, so that the cut hits the batch under test.
-	warm := []Delivery{delivery(t, "b", "w1", "p"), delivery(t, "b", "w2", "p")}
+	warm := []idempotency.Delivery{delivery(t, "b", "w1", "p"), delivery(t, "b", "w2", "p")}
 	s.runBatch(calls(ctx, []Change{mark(warm[0]), mark(warm[1])}, warm...))
 
 	proxy.ArmCommitCut()

@@ -12,37 +12,38 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // delivery returns a new delivery of (sender, id) with body's fingerprint.
-func delivery(t *testing.T, sender, id, body string) Delivery {
+func delivery(t *testing.T, sender, id, body string) idempotency.Delivery {
 	t.Helper()
 	eventID, err := uuid.NewV7()
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	return Delivery{
-		Key:           Key{Sender: sender, DeliveryID: id},
+	return idempotency.Delivery{
+		Key:           idempotency.Key{Sender: sender, DeliveryID: id},
 		RequestSHA256: sha256.Sum256([]byte(body)),
 		EventID:       eventID,
-		Response:      Response{Status: http.StatusAccepted, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
+		Response:      idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: fmt.Appendf(nil, `{"event_id":%q}`, eventID)},
 		ReceivedAt:    now,
 		ExpiresAt:     now.Add(time.Hour),
 	}
 }
 
 // mark is a guarded state change that records the delivery's event in marks.
-func mark(d Delivery) Change {
+func mark(d idempotency.Delivery) Change {
 	return func(b *Batch) {
 		b.Queue(`INSERT INTO marks (event_id) SELECT $3::uuid WHERE `+Claimed(1, 2, 3), d.Sender, d.DeliveryID, [16]byte(d.EventID))
 	}
 }
 
 // calls wraps deliveries as the calls of one batch.
-func calls(ctx context.Context, changes []Change, ds ...Delivery) []*call {
+func calls(ctx context.Context, changes []Change, ds ...idempotency.Delivery) []*call {
 	out := make([]*call, len(ds))
 	for i, d := range ds {
 		out[i] = &call{ctx: ctx, d: d, change: changes[i], done: make(chan struct{})}
@@ -50,7 +51,7 @@ func calls(ctx context.Context, changes []Change, ds ...Delivery) []*call {
 	return out
 }
 
-func marks(t *testing.T, ctx context.Context, s *Store, d Delivery) int {
+func marks(t *testing.T, ctx context.Context, s *Store, d idempotency.Delivery) int {
 	t.Helper()
 	var n int
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM marks WHERE event_id = $1`, d.EventID).Scan(&n); err != nil {

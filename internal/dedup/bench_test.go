@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -36,7 +37,7 @@ func BenchmarkRun(b *testing.B) {
 		pool, _ := pgtest.NewDB(b, pgtest.Conns(32))
 		ctx := b.Context()
 		deliver := func(s *dedup.Store, id string) (dedup.Result, error) {
-			d := newDelivery(b, dedup.Key{Sender: "bench", DeliveryID: id}, body)
+			d := newDelivery(b, idempotency.Key{Sender: "bench", DeliveryID: id}, body)
 			return s.Run(ctx, d, insertEvent(d, body))
 		}
 		if bc.replay { // the keys, with group commit, 32 at a time

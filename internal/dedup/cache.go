@@ -3,22 +3,20 @@ package dedup
 import (
 	"bytes"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
-// The replay cache answers a retry of a delivery this process has seen
-// committed without a round trip to PostgreSQL: a retry storm is when the
-// gateway must be fastest. An entry is made only from a committed outcome
-// (this process's first delivery after its COMMIT, or a stored row read
-// after a conflict), holds the stored response and the request's SHA-256,
-// and is used only while the key cannot have been forgotten: before the
-// key's expires_at (the retention job deletes only expired keys) and for at
-// most the cache's TTL (so that a key deleted by hand is not replayed for
-// long). A delivery with another payload gets ErrPayloadMismatch from it, as
-// from the database. Anything else — a key not in the cache, an expired
-// entry — goes to the database as usual.
+// The replay cache answers a retry of a delivery this process saw committed
+// without a round trip: a retry storm is when the gateway must be fastest.
+// An entry comes only from a committed outcome. It holds the stored
+// response and the body's SHA-256. It is used only before the key's expiry,
+// since retention deletes only expired keys, and for at most the cache's
+// TTL, in case a key is deleted by hand. Another payload gets
+// [ErrPayloadMismatch], as from the database. Anything else goes to the
+// database.
 
-// Defaults of the replay cache (DefaultConfig; hookgate serve's
-// --replay-cache-size 0 is a nil Config.ReplayCache: no cache).
+// Defaults of the replay cache. A nil [Config.ReplayCache] has no cache.
 const (
 	DefaultReplayCacheSize = 10000
 	DefaultReplayCacheTTL  = time.Minute
@@ -34,7 +32,7 @@ type cached struct {
 
 // fromCache returns the outcome of d, and true, if the cache holds its key
 // still valid at d's arrival: a replay, or ErrPayloadMismatch.
-func (s *Store) fromCache(d Delivery) (Result, bool, error) {
+func (s *Store) fromCache(d idempotency.Delivery) (Result, bool, error) {
 	if s.cache == nil {
 		return Result{}, false, nil
 	}
@@ -56,7 +54,7 @@ func (s *Store) fromCache(d Delivery) (Result, bool, error) {
 
 // remember caches what holds k after a COMMIT: the stored response and
 // event ID, the stored request's SHA-256 and the key's expires_at.
-func (s *Store) remember(k Key, resp Response, eventID [16]byte, sum []byte, expires time.Time) {
+func (s *Store) remember(k idempotency.Key, resp idempotency.Response, eventID [16]byte, sum []byte, expires time.Time) {
 	if s.cache == nil || len(sum) != 32 {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -22,7 +23,7 @@ func TestReplayCache(t *testing.T) {
 	pool := countedPool(t, ctx, dsn, &writes)
 	store := newStore(t, pool, dedup.Config{InFlightWait: time.Second, ReplayCache: &dedup.ReplayCache{Size: 100, TTL: time.Minute}})
 
-	first := newDelivery(t, dedup.Key{Sender: "c", DeliveryID: "d1"}, "p")
+	first := newDelivery(t, idempotency.Key{Sender: "c", DeliveryID: "d1"}, "p")
 	if res, err := store.Run(ctx, first, insertEvent(first, "p")); err != nil || res.Replayed {
 		t.Fatalf("first delivery: %+v, %v", res, err)
 	}
@@ -44,7 +45,7 @@ func TestReplayCache(t *testing.T) {
 	}
 
 	// A key whose retention ended is not answered from the cache.
-	short := newDelivery(t, dedup.Key{Sender: "c", DeliveryID: "d2"}, "p")
+	short := newDelivery(t, idempotency.Key{Sender: "c", DeliveryID: "d2"}, "p")
 	short.ExpiresAt = short.ReceivedAt.Add(time.Millisecond)
 	if _, err := store.Run(ctx, short, insertEvent(short, "p")); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -42,7 +43,7 @@ func TestCitusBatchOnOneShard(t *testing.T) {
 	for i := range n {
 		// 200 keys of three senders; the last 100 deliveries repeat keys:
 		// replays in batches.
-		k := dedup.Key{Sender: fmt.Sprintf("s%d", i%200%3), DeliveryID: fmt.Sprintf("k%d", i%200)}
+		k := idempotency.Key{Sender: fmt.Sprintf("s%d", i%200%3), DeliveryID: fmt.Sprintf("k%d", i%200)}
 		d := newDelivery(t, k, "p")
 		wg.Go(func() {
 			_, errs[i] = store.Run(ctx, d, insertEvent(d, "p"))

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/patterntest"
 )
 
@@ -31,11 +32,11 @@ func racePool(t *testing.T) *pgxpool.Pool {
 
 // runner is Store.Run's signature, so that the race harness can run the real
 // implementation and the naive one alike.
-type runner func(ctx context.Context, d dedup.Delivery, change dedup.Change) (dedup.Result, error)
+type runner func(ctx context.Context, d idempotency.Delivery, change dedup.Change) (dedup.Result, error)
 
 // attempt is one racing delivery and its outcome.
 type attempt struct {
-	d   dedup.Delivery
+	d   idempotency.Delivery
 	res dedup.Result
 	err error
 }
@@ -47,7 +48,7 @@ func samePayload(int) string { return "payload" }
 // started and parked on a barrier, which is then opened for all of them
 // together. Delivery i has request body payload(i) and its own EventID and
 // response; its state change inserts its event.
-func race(ctx context.Context, t *testing.T, run runner, key dedup.Key, payload func(i int) string) []attempt {
+func race(ctx context.Context, t *testing.T, run runner, key idempotency.Key, payload func(i int) string) []attempt {
 	t.Helper()
 	attempts := make([]attempt, racers)
 	for i := range attempts {
@@ -75,7 +76,7 @@ func race(ctx context.Context, t *testing.T, run runner, key dedup.Key, payload 
 // and returns every violation found (none when the round was correct):
 // exactly one key row and one event, every call a success, exactly one new,
 // and every call answering with the winner's response and event ID.
-func raceViolations(ctx context.Context, t *testing.T, pool *pgxpool.Pool, key dedup.Key, attempts []attempt) []string {
+func raceViolations(ctx context.Context, t *testing.T, pool *pgxpool.Pool, key idempotency.Key, attempts []attempt) []string {
 	t.Helper()
 	var v []string
 	if n := keyRows(t, ctx, pool, key); n != 1 {
@@ -127,7 +128,7 @@ func TestRunConcurrentSameKey(t *testing.T) {
 	pool := racePool(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second}) // generous: nothing may time out under -race
 	for round := 1; round <= 5; round++ {
-		key := dedup.Key{Sender: "github", DeliveryID: fmt.Sprintf("race-%d", round)}
+		key := idempotency.Key{Sender: "github", DeliveryID: fmt.Sprintf("race-%d", round)}
 		attempts := race(ctx, t, store.Run, key, samePayload)
 		if v := raceViolations(ctx, t, pool, key, attempts); len(v) > 0 {
 			t.Fatalf("round %d:\n%s", round, strings.Join(v, "\n"))
@@ -140,7 +141,7 @@ func TestRunConcurrentSameKey(t *testing.T) {
 // in its own transaction. It is the negative control of the race harness
 // (raw SQL on purpose: the broken statements are what the test examines).
 func naiveRun(pool *pgxpool.Pool) runner {
-	return func(ctx context.Context, d dedup.Delivery, change dedup.Change) (dedup.Result, error) {
+	return func(ctx context.Context, d idempotency.Delivery, change dedup.Change) (dedup.Result, error) {
 		var exists bool
 		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_messages WHERE sender = $1 AND delivery_id = $2)`,
 			d.Sender, d.DeliveryID).Scan(&exists)
@@ -182,7 +183,7 @@ func TestRaceHarnessDetectsNaiveImplementation(t *testing.T) {
 	run := naiveRun(pool)
 	const maxRounds = 50
 	for round := 1; round <= maxRounds; round++ {
-		key := dedup.Key{Sender: "github", DeliveryID: fmt.Sprintf("naive-%d", round)}
+		key := idempotency.Key{Sender: "github", DeliveryID: fmt.Sprintf("naive-%d", round)}
 		attempts := race(ctx, t, run, key, samePayload)
 		v := raceViolations(ctx, t, pool, key, attempts)
 		if n := eventRows(t, ctx, pool, key); n > 1 {
@@ -204,7 +205,7 @@ func TestRunConcurrentMixedPayloads(t *testing.T) {
 	ctx := testCtx(t)
 	pool := racePool(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second})
-	key := dedup.Key{Sender: "github", DeliveryID: "mixed"}
+	key := idempotency.Key{Sender: "github", DeliveryID: "mixed"}
 	payload := func(i int) string { return [...]string{"even", "odd"}[i%2] }
 	attempts := race(ctx, t, store.Run, key, payload)
 
@@ -253,7 +254,7 @@ func TestRunBatchedConcurrentSameKey(t *testing.T) {
 	var batches, delivered atomic.Int64
 	store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second, Batching: &dedup.Batching{MaxBatch: 8, MaxInFlight: 2, Observe: func(n int) { batches.Add(1); delivered.Add(int64(n)) }}})
 	for round := 1; round <= 5; round++ {
-		key := dedup.Key{Sender: "github", DeliveryID: fmt.Sprintf("batched-race-%d", round)}
+		key := idempotency.Key{Sender: "github", DeliveryID: fmt.Sprintf("batched-race-%d", round)}
 		attempts := race(ctx, t, store.Run, key, samePayload)
 		if v := raceViolations(ctx, t, pool, key, attempts); len(v) > 0 {
 			t.Fatalf("round %d:\n%s", round, strings.Join(v, "\n"))
@@ -279,11 +280,11 @@ func TestRunBatchedManyKeys(t *testing.T) {
 		}
 	}}})
 	const n = 200
-	ds := make([]dedup.Delivery, n)
+	ds := make([]idempotency.Delivery, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		ds[i] = newDelivery(t, dedup.Key{Sender: "many", DeliveryID: fmt.Sprintf("k%d", i)}, "p")
+		ds[i] = newDelivery(t, idempotency.Key{Sender: "many", DeliveryID: fmt.Sprintf("k%d", i)}, "p")
 		wg.Go(func() {
 			res, err := store.Run(ctx, ds[i], insertEvent(ds[i], "p"))
 			if err == nil && res.Replayed {

@@ -8,72 +8,60 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Config configures a Store (New): its pool, and its settings.
+// Config configures a [Store]: its pool and its settings.
 //
-// Zero means zero, as in every setting (docs/configuration.md): no field
-// takes a default from a 0, and validate refuses a 0 where it means
-// nothing. DefaultConfig has hookgate serve's defaults, in one place. A
-// feature whose field is nil is off: a Config with only a Pool and an
-// InFlightWait is a Store without group commit, replay cache or shedding,
-// which finds out at its first delivery whether the tables are
-// distributed.
+// Zero means zero: no field takes a default from a 0, and validate refuses
+// a 0 where it means nothing. [DefaultConfig] has hookgate serve's
+// defaults. A feature whose field is nil is off. A Config with only a Pool
+// and an InFlightWait has no group commit, replay cache or shedding.
 type Config struct {
-	// Pool is the database the deliveries are stored in: each pipeline
-	// runs on a connection of its own (Acquire). Required.
+	// Pool is the database the deliveries are stored in. Each pipeline runs
+	// on a connection of its own. Required.
 	Pool *pgxpool.Pool
 
-	// InFlightWait bounds how long a delivery waits for a concurrent
-	// delivery of the same key before Run gives up with ErrInFlight
-	// (DefaultInFlightWait): positive, at most MaxInFlightWait, rounded up
-	// to whole milliseconds (lock_timeout '0' would mean "wait forever").
+	// InFlightWait bounds how long a delivery waits for a concurrent one of
+	// the same key before Run gives up with [ErrInFlight]. It is positive,
+	// at most [MaxInFlightWait], and rounded up to whole milliseconds.
 	InFlightWait time.Duration
-	// Batching turns group commit on (batch.go); nil: each delivery runs in
-	// a transaction of its own.
+	// Batching turns group commit on. With nil, each delivery runs in a
+	// transaction of its own.
 	Batching *Batching
-	// ReplayCache turns the replay cache on (cache.go); nil: every retry
-	// reads its stored response from the database.
+	// ReplayCache turns the replay cache on. With nil, every retry reads
+	// its stored response from the database.
 	ReplayCache *ReplayCache
-	// Shedding turns shedding on delay on (shed.go); nil: Run admits every
-	// delivery, which waits for the database as long as its context
-	// allows.
+	// Shedding turns shedding on delay on. With nil, a delivery waits for
+	// the database as long as its context allows.
 	Shedding *ShedPolicy
-	// Layout is whether the tables are distributed by sender (Citus), which
-	// decides the statements' forms; LayoutDetect (the zero value): the
-	// store's first delivery finds out (InspectCitus), once.
+	// Layout says whether the tables are distributed by sender, which
+	// decides the statements' forms. With [LayoutDetect], the store's first
+	// delivery finds out.
 	Layout Layout
-	// Delegated, when not nil, is a function of the database that performs
-	// a pipeline's claim and state change in one call (delegated.go),
-	// which Citus delegates to the worker of the sender's shard: on a
-	// distributed layout, each pipeline whose changes it performs calls it
-	// first (DelegatedFunction tells whether Citus delegates it). Unused
-	// on LayoutPlain.
+	// Delegated is a database function that runs a pipeline's claim and
+	// change in one call. On a distributed layout, each pipeline whose
+	// changes it performs calls it first. It is unused on [LayoutPlain].
 	Delegated *Delegated
-	// Routes, when not nil, sends the delegated calls of each sender to
-	// the Citus worker that holds its shard group (NewRoutes) rather than
-	// to Pool; unused without Delegated. The caller closes it after the
-	// store's last delivery.
+	// Routes sends each sender's delegated calls to the Citus worker that
+	// holds its shard group, rather than to Pool. The caller closes it after
+	// the store's last delivery.
 	Routes *Routes
 }
 
-// Batching configures group commit (batch.go).
+// Batching configures group commit.
 type Batching struct {
-	// MaxBatch is the most deliveries of one sender in one transaction
-	// (DefaultMaxBatch), at least 1 (1: batches of one, group commit off).
+	// MaxBatch is the most deliveries of one sender in one transaction, at
+	// least 1. With 1, group commit is off.
 	MaxBatch int
-	// MaxInFlight is the most batches of one sender in flight at once
-	// (DefaultMaxInFlight), at least 1.
+	// MaxInFlight is the most batches of one sender in flight, at least 1.
 	MaxInFlight int
 	// Observe, when not nil, is called with the size of each batch sent.
 	Observe func(size int)
 }
 
-// ReplayCache configures the replay cache (cache.go).
+// ReplayCache configures the replay cache.
 type ReplayCache struct {
-	// Size is the most committed outcomes kept (DefaultReplayCacheSize),
-	// at least 1.
+	// Size is the most committed outcomes kept, at least 1.
 	Size int
-	// TTL is the longest an outcome is used (DefaultReplayCacheTTL),
-	// positive (and never past its key's expires_at).
+	// TTL is the longest an outcome is used, never past its key's expiry.
 	TTL time.Duration
 }
 
@@ -82,25 +70,20 @@ type Layout int32
 
 // The layouts of Config.Layout.
 const (
-	// LayoutDetect: the store's first delivery finds out (InspectCitus).
+	// LayoutDetect lets the store's first delivery find out.
 	LayoutDetect Layout = iota
 	// LayoutPlain runs the forms for PostgreSQL.
 	LayoutPlain
-	// LayoutDistributed runs the statement forms that Citus routes to the
-	// sender's shard, for a database whose tables are distributed by sender
-	// (InspectCitus tells): the claim as a multi-row INSERT … VALUES rather
-	// than INSERT … SELECT … FROM unnest(…), and no forced generic plans,
-	// which Citus cannot make for an INSERT … SELECT; a batch's claim
-	// returns the keys it inserted instead of a read (see the package
-	// documentation). The state change's statements must be routable too
-	// (ClaimedJoin).
+	// LayoutDistributed runs the forms that Citus routes to the sender's
+	// shard. The claim is a multi-row INSERT … VALUES, and no generic plans
+	// are forced. A batch's claim returns the keys it inserted instead of a
+	// read. The change's statements must be routable too ([ClaimedJoin]).
 	LayoutDistributed
 )
 
 // DefaultConfig returns hookgate serve's defaults: the in-flight wait,
-// group commit, the replay cache and shedding on delay, each at its
-// documented default, and the layout found out at the first delivery. It
-// has no Pool: the caller gives it.
+// group commit, the replay cache and shedding on delay. The layout is found
+// at the first delivery. It has no Pool: the caller gives it.
 func DefaultConfig() Config {
 	return Config{
 		InFlightWait: DefaultInFlightWait,

@@ -6,153 +6,22 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/singleflight"
-)
 
-// KeyConstraint is the name of the processed_messages constraint on which,
-// and only on which, a conflict means "duplicate".
-const KeyConstraint = "processed_messages_key"
+	"github.com/hookgate/hookgate/internal/idempotency"
+)
 
 // DefaultInFlightWait is how long a delivery waits for a concurrent delivery
 // of the same key to finish before Run gives up with ErrInFlight.
 const DefaultInFlightWait = 3 * time.Second
-
-var (
-	// ErrPayloadMismatch means the key is held by a delivery whose request
-	// body had a different SHA-256. Nothing was changed.
-	ErrPayloadMismatch = errors.New("dedup: delivery ID reused with a different payload")
-	// ErrInFlight means another transaction still held the key when the
-	// in-flight wait ran out. Nothing was recorded; a retry can succeed.
-	ErrInFlight = errors.New("dedup: delivery is still being processed")
-)
-
-// Key identifies a delivery: the sender's name and the sender's delivery ID.
-type Key struct {
-	Sender     string
-	DeliveryID string
-}
-
-// Response is a stored HTTP response.
-type Response struct {
-	Status      int
-	ContentType string
-	Body        []byte
-}
-
-// Delivery is one attempt to deliver a message.
-type Delivery struct {
-	Key
-	// RequestSHA256 fingerprints the request body; a later delivery with the
-	// same key and a different fingerprint is a mismatch.
-	RequestSHA256 [32]byte
-	// EventID is the ID of the event this delivery creates if it is new. It
-	// must be fresh (never used by another delivery): the state change's
-	// statements recognise this transaction's claim by it.
-	EventID uuid.UUID
-	// Response is stored with the key and returned if the delivery is new.
-	Response Response
-	// ReceivedAt is when the delivery arrived; ExpiresAt is when its key may
-	// be forgotten.
-	ReceivedAt time.Time
-	ExpiresAt  time.Time
-}
-
-// Result is the outcome of Run.
-type Result struct {
-	// Response is the response to send: the new one, or the stored one.
-	Response Response
-	// EventID is the event created by the delivery that holds the key.
-	EventID uuid.UUID
-	// Replayed is true when the key was already held by a committed delivery
-	// with the same fingerprint, and Response is that delivery's response.
-	Replayed bool
-}
-
-// Batch collects the statements of a state change.
-type Batch struct {
-	stmts []statement
-	rows  []row
-}
-
-type statement struct {
-	sql  string
-	args []any
-}
-
-// row is one row of a multi-row statement.
-type row struct {
-	sql    string
-	values []any
-}
-
-// Queue adds a statement of this delivery alone. Its parameters are $1, $2,
-// … as usual.
-func (b *Batch) Queue(sql string, args ...any) {
-	b.stmts = append(b.stmts, statement{sql: sql, args: args})
-}
-
-// Row adds a row to a multi-row statement: the rows that all the deliveries
-// of a pipeline add with the same sql are written by ONE execution of sql,
-// so that a batch of deliveries costs PostgreSQL one statement, not one per
-// delivery. sql's parameter $1 is the sender (one pipeline carries the
-// deliveries of one sender); $2, $3, … are arrays with one element per row,
-// the row's values in order (write them unnest($2::uuid[], $3::text[], …)).
-// A row's statement must write nothing for a row whose delivery did not
-// claim its key: guard it with ClaimedRow. The values may be string, []byte
-// (bytea, or encoded JSON for jsonb), [16]byte (uuid), int16, int64, bool,
-// time.Time (timestamptz) or nil (NULL).
-func (b *Batch) Row(sql string, values ...any) {
-	b.rows = append(b.rows, row{sql: sql, values: values})
-}
-
-// Len returns the number of statements and rows queued.
-func (b *Batch) Len() int { return len(b.stmts) + len(b.rows) }
-
-// Change queues the statements of a state change on b. They run after the
-// claim, in the same transaction and the same round trip: first the
-// multi-row statements (Row), in the order their sql was first used in the
-// pipeline, then the delivery's own statements (Queue), in the order
-// queued. They run whether or not the claim took the key, so each one must
-// do nothing unless it did: guard a Row statement with ClaimedRow and a
-// Queue statement with Claimed (INSERT … SELECT … WHERE <guard>). A Change
-// must not perform effects outside the database.
-type Change func(b *Batch)
-
-// Claimed returns an SQL condition that is true only in the transaction
-// whose claim took the key for the event: its operands are the statement's
-// parameters numbered sender, deliveryID and eventID. Because a Delivery's
-// EventID is fresh, a key held by another delivery never satisfies it.
-func Claimed(sender, deliveryID, eventID int) string {
-	return fmt.Sprintf("EXISTS (SELECT FROM processed_messages WHERE sender = $%d AND delivery_id = $%d AND event_id = $%d)",
-		sender, deliveryID, eventID)
-}
-
-// ClaimedRow is Claimed for a row of a multi-row statement (Row): true only
-// when the row's delivery, whose delivery ID and event ID are the SQL
-// expressions deliveryID and eventID, took the key of the sender $1.
-// (OFFSET 0 keeps it a per-row probe of the key's index: as a semi-join,
-// a plan made while the table was small would read all of the sender's
-// rows for each pipeline.)
-func ClaimedRow(deliveryID, eventID string) string {
-	return "EXISTS (SELECT FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " + deliveryID + " AND k.event_id = " + eventID + " OFFSET 0)"
-}
-
-// Querier is what a Store reads with outside its pipeline (a stored
-// response, the forgetting of an expired key): a *pgxpool.Pool or *pgx.Conn.
-type Querier interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Store runs deliveries against PostgreSQL.
 type Store struct {
@@ -167,28 +36,27 @@ type Store struct {
 	inFlightWait, batchWait string
 	encoders                sync.Pool // of *encoders
 
-	// delegated is Config.Delegated, used on a distributed layout
-	// (delegated.go); nil when not configured.
+	// delegated is [Config.Delegated], used on a distributed layout.
 	delegated *delegation
 	// routes is Config.Routes: where the delegated calls go; nil: Pool.
 	routes *Routes
 
-	// Batching (batch.go): off when maxBatch is at most 1.
+	// Group commit is off when maxBatch is at most 1.
 	maxBatch, maxInFlight int
 	observeBatch          func(int)
 	batchLockTimeout      string
 	batchers              sync.Map // sender → *batcher
 	flight                singleflight.Group
 
-	// Shedding on delay (shed.go): nil when off.
+	// shed is nil without shedding on delay.
 	shed *shedder
 
 	// layout is whether the tables are distributed by sender (Citus): see
 	// Config.Layout; unknown until set or found by the first delivery.
 	layout atomic.Int32
 
-	// The replay cache (cache.go): nil when off.
-	cache    *lru.Cache[Key, cached]
+	// cache is nil without the replay cache.
+	cache    *lru.Cache[idempotency.Key, cached]
 	cacheTTL time.Duration
 	now      func() time.Time
 }
@@ -235,7 +103,7 @@ func newStore(cfg Config) (*Store, error) {
 		s.maxBatch, s.maxInFlight, s.observeBatch = b.MaxBatch, b.MaxInFlight, b.Observe
 	}
 	if r := cfg.ReplayCache; r != nil {
-		c, err := lru.New[Key, cached](r.Size)
+		c, err := lru.New[idempotency.Key, cached](r.Size)
 		if err != nil {
 			return nil, fmt.Errorf("dedup config: ReplayCache.Size %d: %w", r.Size, err)
 		}
@@ -252,7 +120,7 @@ func newStore(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// The statements of the pipeline besides those of statements.go.
+// The pipeline's transaction and its retry after an expired key.
 const (
 	beginSQL  = "BEGIN"
 	commitSQL = "COMMIT"
@@ -264,27 +132,21 @@ const (
 SELECT count(*) FROM gone`
 )
 
-// Run claims d's key and applies change in one transaction, as the package
-// documentation describes, in one round trip. It returns Replayed results
-// for duplicates, ErrPayloadMismatch or ErrInFlight (wrapped) for those
-// cases, and any other failure as an error after which nothing of the
-// delivery is recorded — or, when the connection was lost during COMMIT,
-// possibly everything, in which case a retry replays.
+// Run claims d's key and applies change in one transaction and one round
+// trip, as the package documentation describes. A duplicate gets a Replayed
+// result. A reused ID with another body gets [ErrPayloadMismatch], and a
+// key held too long elsewhere [ErrInFlight]. After any other error nothing
+// of the delivery is recorded. The exception is a connection lost during
+// COMMIT, which may have committed all of it; a retry then replays.
 //
-// With the replay cache on (Config.ReplayCache), a retry of a delivery this
-// store saw committed is answered from memory, as cache.go describes.
-//
-// A delivery of a key that a delivery in this process is running already
-// waits for that one and answers with its outcome: a replay of its response
-// for the same payload, ErrPayloadMismatch for another, that one's error
-// when it was shed or met the key in flight elsewhere (ErrOverloaded,
-// ErrInFlight), or runs by itself if that one failed otherwise.
-//
-// With batching on (Config.Batching), d may share its transaction with other
-// deliveries of its sender (see batch.go). With shedding on
-// (Config.Shedding), d may be refused with an *OverloadError (ErrOverloaded)
-// before anything is sent to the database.
-func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, error) {
+// A retry this store saw committed may be answered from the replay cache
+// ([Config.ReplayCache]). A copy of a delivery already running in this
+// process waits for it and answers with its outcome. If that one failed for
+// a reason of its own, the copy runs by itself. With [Config.Batching], d
+// may share its transaction with other deliveries of its sender. With
+// [Config.Shedding], d may be refused with an [*OverloadError] before it
+// reaches the database.
+func (s *Store) Run(ctx context.Context, d idempotency.Delivery, change Change) (Result, error) {
 	if res, hit, err := s.fromCache(d); hit {
 		return res, err
 	}
@@ -314,10 +176,9 @@ func (s *Store) Run(ctx context.Context, d Delivery, change Change) (Result, err
 	}
 }
 
-// runAdmitted admits d into the queue for the store (or sheds it, see
-// shed.go) and runs it: in a batch of its sender with batching on, by
-// itself otherwise.
-func (s *Store) runAdmitted(ctx context.Context, d Delivery, change Change) (Result, error) {
+// runAdmitted admits d into the queue for the store, or sheds it, and runs
+// it: in a batch of its sender with group commit, by itself otherwise.
+func (s *Store) runAdmitted(ctx context.Context, d idempotency.Delivery, change Change) (Result, error) {
 	t, err := s.shed.admit()
 	if err != nil {
 		return Result{}, err
@@ -338,7 +199,6 @@ type flown struct {
 	eventID uuid.UUID
 }
 
-// batcher returns the batch queue of sender.
 func (s *Store) batcher(sender string) *batcher {
 	if b, ok := s.batchers.Load(sender); ok {
 		return b.(*batcher)
@@ -351,7 +211,7 @@ func (s *Store) batcher(sender string) *batcher {
 // delegated function on a distributed layout, first as one call of that
 // function, then, when its key was held, in the statement forms, which
 // read what holds it.
-func (s *Store) runSingle(ctx context.Context, d Delivery, change Change, tryDelegated bool) (Result, error) {
+func (s *Store) runSingle(ctx context.Context, d idempotency.Delivery, change Change, tryDelegated bool) (Result, error) {
 	res, err := s.runOnce(ctx, d, change, tryDelegated)
 	if !errors.Is(err, errExpired) {
 		return res, err
@@ -370,20 +230,16 @@ func (s *Store) runSingle(ctx context.Context, d Delivery, change Change, tryDel
 	return res, err
 }
 
-// errExpired marks a claim that conflicted with a key whose retention has
-// passed; it never leaves Run.
-var errExpired = errors.New("expired key")
-
 // stored is the row read by storedSQL.
 type stored struct {
 	found   bool
 	sum     []byte
 	eventID uuid.UUID
-	resp    Response
+	resp    idempotency.Response
 	expires time.Time
 }
 
-func (s *Store) runOnce(ctx context.Context, d Delivery, change Change, tryDelegated bool) (Result, error) {
+func (s *Store) runOnce(ctx context.Context, d idempotency.Delivery, change Change, tryDelegated bool) (Result, error) {
 	if err := s.detectLayout(ctx); err != nil {
 		return Result{}, err
 	}
@@ -395,7 +251,7 @@ func (s *Store) runOnce(ctx context.Context, d Delivery, change Change, tryDeleg
 		// The key is held (or the change has a statement the function
 		// does not perform): the statement forms read what holds it.
 	}
-	p, err := s.plan([]Delivery{d}, []Change{change}, s.setLockTimeout, false)
+	p, err := s.plan([]idempotency.Delivery{d}, []Change{change}, s.setLockTimeout, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -432,16 +288,16 @@ type outcome struct {
 // readBack decides d's outcome by the row the pipeline read back for its
 // key: its own event ID means its claim took the key (EventID is fresh);
 // another's means a duplicate; none means the key vanished in between.
-func readBack(d Delivery, row stored) outcome {
+func readBack(d idempotency.Delivery, row stored) outcome {
 	if row.found && row.eventID == d.EventID {
 		return outcome{claimed: true}
 	}
 	return outcome{row: row}
 }
 
-// result turns the outcome of d's committed claim and read into Run's
-// answer, and remembers what holds the key in the replay cache.
-func (s *Store) result(d Delivery, o outcome) (Result, error) {
+// result turns the outcome of d's committed claim into Run's answer, and
+// remembers what holds the key in the replay cache.
+func (s *Store) result(d idempotency.Delivery, o outcome) (Result, error) {
 	switch {
 	case o.claimed:
 		s.remember(d.Key, d.Response, d.EventID, d.RequestSHA256[:], d.ExpiresAt)
@@ -462,37 +318,30 @@ func (s *Store) result(d Delivery, o outcome) (Result, error) {
 	return Result{Response: row.resp, EventID: row.eventID, Replayed: true}, nil
 }
 
-// plan is a pipeline's statements: BEGIN, the lock timeout, the claim of
-// all its deliveries, the multi-row statements of their changes, each
-// delivery's own statements, the read of all their stored rows.
-//
-// A batch on a distributed database has no read: its claim returns the
-// keys it inserted (returning), and a delivery whose key it did not insert
-// is run again on the single path, which reads what holds the key. On
-// Citus every statement costs the coordinator a plan and a round trip to
-// the worker; a batch's duplicates are rare (the replay cache answers most
-// retries).
+// plan is a pipeline's statements: BEGIN, the lock timeout, the claim, the
+// changes' multi-row statements, each delivery's own statements, and the
+// read of the stored rows. A batch on Citus has no read: its claim returns
+// the keys it inserted. A delivery whose key it did not insert runs again
+// by itself, which reads what holds the key.
 type plan struct {
 	stmts []statement
-	ds    []Delivery
+	ds    []idempotency.Delivery
 	n     int // deliveries
 	claim int // statement index of the claim
-	// changes is the index of the first statement of the changes, and
-	// changesEnd the index after their last one; the read, if any, is at
-	// read (-1 for none).
+	// changes and changesEnd bound the statements of the changes. read is
+	// the read's index, -1 for none.
 	changes, changesEnd, read int
-	// returning: the claim returns the delivery ID and event ID of each key
-	// it inserted (claimValuesReturningSQL), and there is no read.
+	// returning: the claim returns the keys it inserted, and there is no
+	// read.
 	returning bool
-	// autocommit: the pipeline is one statement outside a transaction
-	// block (a delegated function's call, delegated.go), without BEGIN and
-	// COMMIT.
+	// autocommit: the pipeline is one delegated call outside a transaction
+	// block, without BEGIN and COMMIT.
 	autocommit bool
 }
 
 // plan lays out the pipeline of deliveries ds, all of one sender, with
-// their changes. A batch on a distributed database has no read (see plan).
-func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch bool) (*plan, error) {
+// their changes.
+func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout string, batch bool) (*plan, error) {
 	n := len(ds)
 	sender := ds[0].Sender
 	claim, err := claimColumns(ds)
@@ -507,10 +356,8 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 			statement{sql: genericPlansSQL},
 			statement{sql: claimSQL, args: append([]any{sender}, claim...)})
 	} else {
-		// Citus routes a multi-row INSERT … VALUES whose rows all name the
-		// sender $1 to that sender's shard; it would pull an INSERT …
-		// SELECT … FROM unnest(…) to the coordinator and copy the rows
-		// back, in a two-phase commit.
+		// Citus routes a multi-row INSERT … VALUES whose rows all name $1 to
+		// the sender's shard.
 		args := make([]any, 0, 1+8*n)
 		args = append(args, sender)
 		for i := range ds {
@@ -540,11 +387,10 @@ func (s *Store) plan(ds []Delivery, changes []Change, lockTimeout string, batch 
 	return p, nil
 }
 
-// claimColumns returns the claim's eight columns of ds (claimSQL's order:
-// delivery ID, request SHA-256, event ID, response status, content type and
-// body, created and expires), each a column with one value per delivery; an
-// error when ds are not all of one sender.
-func claimColumns(ds []Delivery) ([]any, error) {
+// claimColumns returns the claim's eight columns of ds, in claimSQL's
+// order, with one value per delivery. It fails when ds are not all of one
+// sender.
+func claimColumns(ds []idempotency.Delivery) ([]any, error) {
 	n := len(ds)
 	sender := ds[0].Sender
 	var (
@@ -568,10 +414,9 @@ func claimColumns(ds []Delivery) ([]any, error) {
 }
 
 // collectChanges runs the changes of n deliveries of sender and returns
-// their statements: groups, one multi-row statement per sql given to
-// Batch.Row (its args the sender, then one column per value), in the order
-// their sql was first used; own, each delivery's own statements (Queue),
-// in order.
+// their statements. groups has one multi-row statement per sql given to
+// [Batch.Row], in the order of first use. own has each delivery's own
+// statements, in order.
 func collectChanges(sender string, n int, changes []Change) (groups, own []statement, err error) {
 	var b Batch
 	for i := range changes {
@@ -632,10 +477,9 @@ func (r *results) failure(p *plan) error {
 	return classify(r.failed, r.failedAt, p)
 }
 
-// outcomes returns what the pipeline read back for each delivery of ds
-// (see readBack), and false when a key was read back by no row (it expired
-// and was deleted between the claim and the read).
-func (r *results) outcomes(ds []Delivery) ([]outcome, bool) {
+// outcomes returns what the pipeline read back for each delivery of ds. It
+// returns false when a key vanished between the claim and the read.
+func (r *results) outcomes(ds []idempotency.Delivery) ([]outcome, bool) {
 	out := make([]outcome, len(r.rows))
 	for i, row := range r.rows {
 		if !row.found {
@@ -646,16 +490,14 @@ func (r *results) outcomes(ds []Delivery) ([]outcome, bool) {
 	return out, true
 }
 
-// pipeline sends, in one write and one round trip, p's statements (BEGIN,
-// the lock timeout, the claim, the changes and the read), a Sync, then
-// COMMIT and a second Sync. When a statement fails, PostgreSQL skips the rest
-// up to the first Sync, and the COMMIT after it ends the aborted transaction
-// with a rollback, so the connection is idle again without another round
-// trip. A statement's own error is returned in results.failed; a network
-// error (after which the connection is closed, and the outcome of COMMIT
-// unknown) or a COMMIT that did not commit is returned as the error. A
-// plan in autocommit (a delegated function's call) is its one statement
-// and a Sync, which commits it.
+// pipeline sends p's statements, a Sync, then COMMIT and a second Sync, in
+// one write and one round trip. When a statement fails, PostgreSQL skips
+// the rest up to the first Sync, and the COMMIT after it rolls back. So the
+// connection is idle again without another round trip. A statement's own
+// error is returned in results.failed. A network error, after which the
+// outcome of COMMIT is unknown, is returned as the error, as is a COMMIT
+// that did not commit. A delegated call is one statement and a Sync, which
+// commits it.
 func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results, error) {
 	stmts := p.stmts
 	out := &results{tags: make([]pgconn.CommandTag, len(stmts)+1), rows: make([]stored, p.n), claimed: make([]bool, p.n), failedAt: -1}
@@ -765,16 +607,6 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	return out, nil
 }
 
-// unavailable wraps err with ErrUnavailable unless it is PostgreSQL's own
-// answer (a *pgconn.PgError): a lost connection, an I/O error.
-func unavailable(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
-}
-
 // encoders encode a pipeline's parameters: its own for the common types,
 // pgx's for the rest.
 type encoders struct {
@@ -784,32 +616,6 @@ type encoders struct {
 
 // binaryResults asks for every result column in binary format.
 var binaryResults = []int16{1}
-
-// errClaimConflict marks a claim that failed with a unique violation of
-// KeyConstraint; it never leaves Run.
-var errClaimConflict = errors.New("claim conflict")
-
-// classify wraps the first statement error by the statement that raised it.
-// Only the claim can be in flight or a duplicate. With ON CONFLICT on
-// KeyConstraint PostgreSQL reports no conflict as an error; a database that
-// does (23505 on KeyConstraint at the claim) still gets the pattern's
-// answer: a duplicate, read in a second round trip.
-func classify(err error, at int, p *plan) error {
-	switch {
-	case at == p.claim && IsDuplicate(err):
-		return errClaimConflict
-	case at == p.claim && isLockTimeout(err):
-		return fmt.Errorf("claim delivery: %w", ErrInFlight)
-	case at < p.changes:
-		return fmt.Errorf("claim delivery: %w", err)
-	case at < p.changesEnd:
-		return fmt.Errorf("apply state change (statement %d): %w", at-p.changes+1, err)
-	case at == p.read:
-		return fmt.Errorf("read stored delivery: %w", err)
-	default:
-		return fmt.Errorf("commit delivery: %w", err)
-	}
-}
 
 // pgEpoch is PostgreSQL's timestamp epoch.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -840,12 +646,11 @@ func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, err
 	return r.Close()
 }
 
-// decodeClaimed marks in claimed, by delivery number, the deliveries of ds
-// whose keys a returning claim inserted: the rows it returned (binary
-// columns text, uuid), each with the delivery's own, fresh, event ID.
-func decodeClaimed(r *pgconn.ResultReader, ds []Delivery, claimed []bool) (pgconn.CommandTag, error) {
-	// By delivery ID and event ID: a batch may carry two deliveries of one
-	// key (each with its own event ID), of which the claim inserts one.
+// decodeClaimed marks in claimed the deliveries of ds whose keys a
+// returning claim inserted, by the rows it returned.
+func decodeClaimed(r *pgconn.ResultReader, ds []idempotency.Delivery, claimed []bool) (pgconn.CommandTag, error) {
+	// A batch may carry two deliveries of one key, each with its own event
+	// ID; the claim inserts one.
 	type claim struct {
 		deliveryID string
 		eventID    uuid.UUID
@@ -871,7 +676,7 @@ func decodeClaimed(r *pgconn.ResultReader, ds []Delivery, claimed []bool) (pgcon
 }
 
 // readStored reads the row that holds d's key, in its own round trip.
-func (s *Store) readStored(ctx context.Context, d Delivery) (stored, error) {
+func (s *Store) readStored(ctx context.Context, d idempotency.Delivery) (stored, error) {
 	st := stored{}
 	var status int16
 	err := s.db.QueryRow(ctx, `SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at
@@ -886,59 +691,4 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, d.Sender, d.Del
 	st.found = true
 	st.resp.Status = int(status)
 	return st, nil
-}
-
-// IsDuplicate reports whether err is, or wraps, a unique violation (SQLSTATE
-// 23505) of KeyConstraint, or of a Citus shard's copy of it (Citus names it
-// KeyConstraint_<shard id>). Every other error, including a unique
-// violation of any other constraint, and nil, is not a duplicate.
-func IsDuplicate(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && Constraint(pgErr) == KeyConstraint
-}
-
-// Constraint returns the name of the constraint that e names: its
-// ConstraintName, or for a unique violation that Citus relayed from a
-// worker without that field, the name its message quotes (in English; ""
-// in another language); in both cases without the shard suffix of a Citus
-// shard's copy (BaseConstraint).
-func Constraint(e *pgconn.PgError) string {
-	name := e.ConstraintName
-	if name == "" && e.Code == pgerrcode.UniqueViolation {
-		name = quotedConstraint(e.Message)
-	}
-	return BaseConstraint(name)
-}
-
-// quotedConstraint returns the name in PostgreSQL's message `duplicate key
-// value violates unique constraint "name"`, and "" for any other message.
-func quotedConstraint(msg string) string {
-	const prefix = `duplicate key value violates unique constraint "`
-	if !strings.HasPrefix(msg, prefix) || !strings.HasSuffix(msg, `"`) || len(msg) < len(prefix)+2 {
-		return ""
-	}
-	return msg[len(prefix) : len(msg)-1]
-}
-
-// BaseConstraint returns the name of the constraint whose shard's copy Citus
-// names name (name_<shard id>), and name itself when it has no such
-// suffix.
-func BaseConstraint(name string) string {
-	i := strings.LastIndexByte(name, '_')
-	if i <= 0 || i == len(name)-1 {
-		return name
-	}
-	for _, c := range name[i+1:] {
-		if c < '0' || c > '9' {
-			return name
-		}
-	}
-	return name[:i]
-}
-
-// isLockTimeout reports whether err is PostgreSQL's lock_not_available
-// (SQLSTATE 55P03), raised when lock_timeout expires.
-func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
 }

@@ -6,42 +6,40 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
-// Delegated describes a function of the database that performs a
-// pipeline's claim and its state change in one call (Config.Delegated).
-// On Citus, a function distributed by its first parameter, the sender, and
-// colocated with processed_messages (create_distributed_function) runs on
-// the worker that holds the sender's shard: a call outside a transaction
-// block is one coordinator→worker round trip and one commit on that worker,
-// where the statement forms cost a round trip to the worker for each
-// statement and for the COMMIT (docs/distributed.md#figures).
+// Delegated describes a database function that runs a pipeline's claim and
+// state change in one call ([Config.Delegated]). On Citus the function is
+// distributed by its first parameter, the sender, and colocated with
+// processed_messages. It then runs on the worker that holds the sender's
+// shard: one round trip and one commit there. The statement forms cost a
+// round trip to the worker per statement (docs/distributed.md#figures).
 //
-// The function takes, in this order: the sender (text); the in-flight
-// wait as a lock_timeout value (text, such as '3000ms'), which it sets for
-// its transaction (set_config('lock_timeout', …, true)) before the claim;
-// the claim's eight columns as arrays, one element per delivery, in
-// claimSQL's order (delivery_id text[], request_sha256 bytea[], event_id
-// uuid[], response_status int2[], response_content_type text[],
-// response_body bytea[], created_at timestamptz[], expires_at
-// timestamptz[]); then, for each statement of Rows in order, one array per
-// value of its rows. It inserts the keys under processed_messages_key (ON
-// CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING, in the arrays'
-// order), returns the delivery ID (text) and event ID (uuid) of each key
-// it inserted, and writes the rows of each statement of Rows whose
-// delivery's key it inserted (its event ID among those it returned), as
-// the statement would, and nothing else. A key it did not insert makes the
-// delivery go the statement forms' single path, which reads what holds the
-// key.
+// The function's parameters are, in order:
+//
+//   - the sender (text);
+//   - the in-flight wait as a lock_timeout value (text, such as '3000ms'),
+//     which it sets for its transaction before the claim;
+//   - the claim's eight columns as arrays, one element per delivery, in
+//     claimSQL's order: delivery_id, request_sha256, event_id,
+//     response_status, response_content_type, response_body, created_at,
+//     expires_at;
+//   - for each statement of Rows, one array per value of its rows.
+//
+// It inserts the keys under processed_messages_key with ON CONFLICT DO
+// NOTHING, in the arrays' order. It returns the delivery ID and event ID of
+// each key it inserted. It writes the rows of Rows whose delivery's key it
+// inserted, and nothing else. A delivery whose key it did not insert runs
+// again in the statement forms, which read what holds the key.
 type Delegated struct {
-	// Function is the function's name (an SQL identifier: letters, digits
-	// and underscores, optionally schema-qualified).
+	// Function is the function's name: an SQL identifier, optionally
+	// schema-qualified.
 	Function string
-	// Rows are the multi-row statements (Batch.Row's sql) the function
-	// performs, in the order of its parameters, each with the number of
-	// values of its rows. A pipeline whose changes add a row of another
-	// statement, or a statement of its own (Batch.Queue), runs in the
-	// statement forms.
+	// Rows are the multi-row statements the function performs, in the order
+	// of its parameters, with the number of values of their rows. A
+	// pipeline that adds another statement runs in the statement forms.
 	Rows []DelegatedRow
 }
 
@@ -51,7 +49,6 @@ type DelegatedRow struct {
 	Values int    // values of each row
 }
 
-// validate returns an error naming what is wrong with d, or nil.
 func (d *Delegated) validate() error {
 	if !validFunctionName(d.Function) {
 		return fmt.Errorf("dedup config: Delegated.Function %q: must be an SQL identifier (letters, digits, underscores; schema.name allowed)", d.Function)
@@ -127,7 +124,7 @@ func (s *Store) delegating() bool {
 // changes as one call of the delegated function, outside a transaction
 // block (autocommit), whose in-flight wait is wait ('3000ms'). It returns
 // nil when a change has a statement the function does not perform.
-func (s *Store) planDelegated(ds []Delivery, changes []Change, wait string) (*plan, error) {
+func (s *Store) planDelegated(ds []idempotency.Delivery, changes []Change, wait string) (*plan, error) {
 	g := s.delegated
 	claim, err := claimColumns(ds)
 	if err != nil {
@@ -173,8 +170,8 @@ func (s *Store) planDelegated(ds []Delivery, changes []Change, wait string) (*pl
 // key (held by another delivery, maybe expired), or when the change has a
 // statement the function does not perform: then the statement forms run
 // it. A key held past the in-flight wait is ErrInFlight.
-func (s *Store) runDelegated(ctx context.Context, d Delivery, change Change) (res Result, claimed bool, err error) {
-	p, err := s.planDelegated([]Delivery{d}, []Change{change}, s.inFlightWait)
+func (s *Store) runDelegated(ctx context.Context, d idempotency.Delivery, change Change) (res Result, claimed bool, err error) {
+	p, err := s.planDelegated([]idempotency.Delivery{d}, []Change{change}, s.inFlightWait)
 	if err != nil || p == nil {
 		return Result{}, false, err
 	}

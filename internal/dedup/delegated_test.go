@@ -14,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -38,7 +39,7 @@ func delegatedConfig(cfg dedup.Config, name string) dedup.Config {
 
 // withOutbox is insertEvent with the outbox rows of d's forwards to
 // targets, the first leased for a minute.
-func withOutbox(d dedup.Delivery, body string, targets ...string) dedup.Change {
+func withOutbox(d idempotency.Delivery, body string, targets ...string) dedup.Change {
 	return both(insertEvent(d, body), func(b *dedup.Batch) {
 		forward.QueueOutbox(b, d.EventID, d.DeliveryID, d.ReceivedAt, targets, forward.Lease{Durations: []time.Duration{time.Minute}})
 	})
@@ -96,9 +97,9 @@ func TestDelegatedWritesWhatTheStatementsWrite(t *testing.T) {
 		forms["routed"], dbs["routed"] = newStore(t, routed, cfg), routed
 	}
 	const n = 120
-	ds := make([]dedup.Delivery, n)
+	ds := make([]idempotency.Delivery, n)
 	for i := range ds {
-		ds[i] = newDelivery(t, dedup.Key{Sender: fmt.Sprintf("s%d", i%2), DeliveryID: fmt.Sprintf("k%03d", i)}, "p")
+		ds[i] = newDelivery(t, idempotency.Key{Sender: fmt.Sprintf("s%d", i%2), DeliveryID: fmt.Sprintf("k%03d", i)}, "p")
 	}
 	for name, store := range forms {
 		var wg sync.WaitGroup
@@ -176,7 +177,7 @@ func TestDelegatedBatchIsOneCall(t *testing.T) {
 	}}}, "counted_ingest"))
 	const keys = 100
 	type outcome struct {
-		d   dedup.Delivery
+		d   idempotency.Delivery
 		res dedup.Result
 		err error
 	}
@@ -188,7 +189,7 @@ func TestDelegatedBatchIsOneCall(t *testing.T) {
 		if i >= keys && i%2 == 0 {
 			body = "q"
 		}
-		d := newDelivery(t, dedup.Key{Sender: "s", DeliveryID: fmt.Sprintf("k%03d", i%keys)}, body)
+		d := newDelivery(t, idempotency.Key{Sender: "s", DeliveryID: fmt.Sprintf("k%03d", i%keys)}, body)
 		out[i].d = d
 		wg.Go(func() { out[i].res, out[i].err = store.Run(ctx, d, insertEvent(d, body)) })
 	}
@@ -228,7 +229,7 @@ func TestDelegatedBatchIsOneCall(t *testing.T) {
 
 	// A change with a statement of its own: the statement forms.
 	before := calls()
-	d := newDelivery(t, dedup.Key{Sender: "s", DeliveryID: "own"}, "p")
+	d := newDelivery(t, idempotency.Key{Sender: "s", DeliveryID: "own"}, "p")
 	if res, err := store.Run(ctx, d, both(insertEvent(d, "p"), queueSQL("SELECT 1"))); err != nil || res.Replayed {
 		t.Fatalf("a change with a statement of its own: %+v, %v", res, err)
 	}
@@ -250,7 +251,7 @@ func TestDelegatedInFlight(t *testing.T) {
 	const wait = 300 * time.Millisecond
 	store := newStore(t, pool, delegatedConfig(dedup.Config{InFlightWait: wait}, "ingest_deliveries"))
 	holder := newStore(t, pool, dedup.Config{InFlightWait: wait})
-	k := dedup.Key{Sender: "s", DeliveryID: "held"}
+	k := idempotency.Key{Sender: "s", DeliveryID: "held"}
 	first := newDelivery(t, k, "p")
 
 	// The holder: the key inserted in a transaction left open.
@@ -286,7 +287,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, k.Sender, k.DeliveryID, first.Requ
 	}
 
 	// A key past its retention, not yet deleted: claimed again.
-	old := newDelivery(t, dedup.Key{Sender: "s", DeliveryID: "old"}, "p")
+	old := newDelivery(t, idempotency.Key{Sender: "s", DeliveryID: "old"}, "p")
 	old.ReceivedAt, old.ExpiresAt = old.ReceivedAt.Add(-2*time.Hour), old.ReceivedAt.Add(-time.Hour)
 	if _, err := holder.Run(ctx, old, nil); err != nil {
 		t.Fatal(err)
@@ -329,7 +330,7 @@ func TestIngestFunctionOffItsWorker(t *testing.T) {
 	}
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
-	d := newDelivery(t, dedup.Key{Sender: "s", DeliveryID: "off"}, "p")
+	d := newDelivery(t, idempotency.Key{Sender: "s", DeliveryID: "off"}, "p")
 	call := func() (n int) {
 		pgtest.TwoPhaseFixture(pool, func() { // a statement pulled to the coordinator may commit in two phases
 			tx, err := pool.Begin(ctx)

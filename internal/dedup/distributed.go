@@ -5,19 +5,17 @@ import (
 	"fmt"
 )
 
-// ClaimedJoin is the guard of a multi-row statement (Batch.Row) in the form
-// that Citus runs on the sender's shard alone: a join that yields one row,
-// k, for each row of the statement whose delivery (delivery ID and event ID
-// the SQL expressions deliveryID and eventID) took the key of the sender
-// $1, and none otherwise. Write the statement
+// ClaimedJoin is the guard of a multi-row statement in the form Citus runs
+// on the sender's shard alone. It is a join that yields one row k for each
+// row whose delivery took the key of the sender $1, and none otherwise.
+// deliveryID and eventID are the row's SQL expressions. Write the statement
 //
 //	INSERT INTO t (sender, …) SELECT k.sender, x.* FROM unnest(…) AS x(…) <ClaimedJoin>
 //
-// taking the distribution column from k.sender, so that Citus pushes the
-// INSERT … SELECT down to the shard of the key (a sender taken from $1, or
-// a guard in WHERE EXISTS (…), makes Citus pull the rows to the
-// coordinator and commit in two phases). On PostgreSQL it is ClaimedRow's
-// per-row probe of the key's index (OFFSET 0 keeps it one).
+// Taking the sender from k.sender lets Citus push the INSERT down to the
+// key's shard. A sender taken from $1, or a guard in WHERE EXISTS, makes
+// Citus pull the rows to the coordinator and commit in two phases. On
+// PostgreSQL it is [ClaimedRow]'s probe of the key's index.
 func ClaimedJoin(deliveryID, eventID string) string {
 	return "CROSS JOIN LATERAL (SELECT k.sender FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " +
 		deliveryID + " AND k.event_id = " + eventID + " OFFSET 0) AS k"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -18,7 +19,7 @@ func TestRunSubMillisecondInFlightWaitStillTimesOut(t *testing.T) {
 	ctx := testCtx(t)
 	pool, dsn := pgtest.NewDB(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: 500 * time.Microsecond})
-	key := dedup.Key{Sender: "github", DeliveryID: "sub-ms"}
+	key := idempotency.Key{Sender: "github", DeliveryID: "sub-ms"}
 	holder := holdKey(t, ctx, dsn, newDelivery(t, key, "payload"))
 	defer func() { _ = holder.Rollback(context.Background()) }()
 
@@ -37,8 +38,8 @@ func TestRunNilResponseBodyStoredEmpty(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	d := newDelivery(t, dedup.Key{Sender: "generic", DeliveryID: "nil-body"}, "payload")
-	d.Response = dedup.Response{Status: 204}
+	d := newDelivery(t, idempotency.Key{Sender: "generic", DeliveryID: "nil-body"}, "payload")
+	d.Response = idempotency.Response{Status: 204}
 	if _, err := store.Run(ctx, d, nil); err != nil {
 		t.Fatalf("Run with a nil response body (204 No Content): %v", err)
 	}
@@ -55,7 +56,7 @@ func TestRunHugeInFlightWaitIsRefused(t *testing.T) {
 		t.Fatalf("New with a 720h in-flight wait: err %v, want one naming InFlightWait", err)
 	}
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.MaxInFlightWait})
-	d := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "huge-wait"}, "payload")
+	d := newDelivery(t, idempotency.Key{Sender: "github", DeliveryID: "huge-wait"}, "payload")
 	if _, err := store.Run(ctx, d, nil); err != nil {
 		t.Fatalf("Run with the longest in-flight wait (%s): %v", dedup.MaxInFlightWait, err)
 	}

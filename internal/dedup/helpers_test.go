@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -34,18 +35,18 @@ func testCtx(t *testing.T) context.Context {
 // newDelivery returns a delivery of key whose request body is requestBody and
 // whose response names its own (fresh) event ID, so that two deliveries of the
 // same key and body differ in EventID and response body.
-func newDelivery(t testing.TB, key dedup.Key, requestBody string) dedup.Delivery {
+func newDelivery(t testing.TB, key idempotency.Key, requestBody string) idempotency.Delivery {
 	t.Helper()
 	id, err := uuid.NewV7()
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
-	return dedup.Delivery{
+	return idempotency.Delivery{
 		Key:           key,
 		RequestSHA256: sha256.Sum256([]byte(requestBody)),
 		EventID:       id,
-		Response: dedup.Response{
+		Response: idempotency.Response{
 			Status:      http.StatusAccepted,
 			ContentType: "application/json",
 			Body:        fmt.Appendf(nil, "{\"event_id\":%q}\n", id),
@@ -56,7 +57,7 @@ func newDelivery(t testing.TB, key dedup.Key, requestBody string) dedup.Delivery
 }
 
 // insertEvent is the ordinary state change: insert d's event with body.
-func insertEvent(d dedup.Delivery, body string) dedup.Change {
+func insertEvent(d idempotency.Delivery, body string) dedup.Change {
 	return func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{
 			ID:         d.EventID,
@@ -107,12 +108,12 @@ func count(t testing.TB, ctx context.Context, pool *pgxpool.Pool, sql string, ar
 	return n
 }
 
-func keyRows(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k dedup.Key) int {
+func keyRows(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k idempotency.Key) int {
 	t.Helper()
 	return count(t, ctx, pool, `SELECT count(*) FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.DeliveryID)
 }
 
-func eventRows(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k dedup.Key) int {
+func eventRows(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k idempotency.Key) int {
 	t.Helper()
 	return count(t, ctx, pool, `SELECT count(*) FROM webhook_events WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.DeliveryID)
 }
@@ -128,7 +129,7 @@ type storedRow struct {
 	ExpiresAt   time.Time
 }
 
-func readStored(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k dedup.Key) storedRow {
+func readStored(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k idempotency.Key) storedRow {
 	t.Helper()
 	var r storedRow
 	err := pool.QueryRow(ctx, `SELECT request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at
@@ -141,7 +142,7 @@ FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.Del
 }
 
 // assertStored checks that the key row of d holds exactly what d says.
-func assertStored(t testing.TB, ctx context.Context, pool *pgxpool.Pool, d dedup.Delivery) {
+func assertStored(t testing.TB, ctx context.Context, pool *pgxpool.Pool, d idempotency.Delivery) {
 	t.Helper()
 	r := readStored(t, ctx, pool, d.Key)
 	if !bytes.Equal(r.SHA, d.RequestSHA256[:]) {
@@ -164,7 +165,7 @@ func assertStored(t testing.TB, ctx context.Context, pool *pgxpool.Pool, d dedup
 
 // snapshot returns the key row of k as text together with its system columns:
 // two equal snapshots mean the row was neither changed nor rewritten.
-func snapshot(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k dedup.Key) string {
+func snapshot(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k idempotency.Key) string {
 	t.Helper()
 	var s string
 	err := pool.QueryRow(ctx, `SELECT p.xmin::text || ' ' || p.ctid::text || ' ' || p::text
@@ -175,7 +176,7 @@ FROM processed_messages p WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.D
 	return s
 }
 
-func equalResponse(a, b dedup.Response) bool {
+func equalResponse(a, b idempotency.Response) bool {
 	return a.Status == b.Status && a.ContentType == b.ContentType && bytes.Equal(a.Body, b.Body)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
@@ -19,7 +20,7 @@ import (
 // in it the way Run does, without committing: a concurrent delivery of the
 // same key is in flight until the returned transaction ends. The connection is
 // closed when the test ends.
-func holdKey(t *testing.T, ctx context.Context, dsn string, d dedup.Delivery) pgx.Tx {
+func holdKey(t *testing.T, ctx context.Context, dsn string, d idempotency.Delivery) pgx.Tx {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -44,7 +45,7 @@ type outcome struct {
 
 // runAsync starts store.Run in a goroutine and returns the channel its
 // outcome arrives on.
-func runAsync(ctx context.Context, store *dedup.Store, d dedup.Delivery, change dedup.Change) <-chan outcome {
+func runAsync(ctx context.Context, store *dedup.Store, d idempotency.Delivery, change dedup.Change) <-chan outcome {
 	ch := make(chan outcome, 1)
 	go func() {
 		res, err := store.Run(ctx, d, change)
@@ -87,7 +88,7 @@ func TestRunInFlight(t *testing.T) {
 	pool, dsn := pgtest.NewDB(t)
 	execSQL(t, ctx, pool, createRuns)
 	store := newStore(t, pool, dedup.Config{InFlightWait: 300 * time.Millisecond})
-	key := dedup.Key{Sender: "github", DeliveryID: "in-flight"}
+	key := idempotency.Key{Sender: "github", DeliveryID: "in-flight"}
 	holder := holdKey(t, ctx, dsn, newDelivery(t, key, "payload"))
 
 	d := newDelivery(t, key, "payload")
@@ -151,9 +152,9 @@ func TestRunWaitsForHolder(t *testing.T) {
 			pool, dsn := pgtest.NewDB(t)
 			execSQL(t, ctx, pool, createRuns)
 			store := newStore(t, pool, dedup.Config{InFlightWait: 30 * time.Second}) // longer than the test needs
-			key := dedup.Key{Sender: "github", DeliveryID: "waits"}
+			key := idempotency.Key{Sender: "github", DeliveryID: "waits"}
 			h := newDelivery(t, key, tt.holderPayload)
-			h.Response = dedup.Response{Status: 200, ContentType: "text/plain", Body: []byte("the holder's response")}
+			h.Response = idempotency.Response{Status: 200, ContentType: "text/plain", Body: []byte("the holder's response")}
 			holder := holdKey(t, ctx, dsn, h)
 
 			d := newDelivery(t, key, "payload")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
@@ -108,8 +109,8 @@ func TestIsDuplicateServerErrors(t *testing.T) {
 	)
 	// The rows whose keys the statements below collide with.
 	q, now, id := store.New(pool), time.Now(), uuid.MustParse("00000000-0000-0000-0000-000000000001")
-	if err := storetest.InsertKey(ctx, q.DB(), dedup.Delivery{Key: dedup.Key{Sender: "s", DeliveryID: "d"}, EventID: id,
-		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now}); err != nil {
+	if err := storetest.InsertKey(ctx, q.DB(), idempotency.Delivery{Key: idempotency.Key{Sender: "s", DeliveryID: "d"}, EventID: id,
+		Response: idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	if err := storetest.InsertEvent(ctx, q.DB(), events.Event{ID: id, Sender: "s", DeliveryID: "d", ReceivedAt: now, Headers: http.Header{}}); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/patterntest"
 )
 
@@ -26,11 +27,11 @@ func patternSubject(t *testing.T) patterntest.Subject {
 		Pool: pool,
 		Apply: func(ctx context.Context, key string, c patterntest.Change) (patterntest.Outcome, error) {
 			now := time.Now().UTC()
-			d := dedup.Delivery{
-				Key:           dedup.Key{Sender: sender, DeliveryID: key},
+			d := idempotency.Delivery{
+				Key:           idempotency.Key{Sender: sender, DeliveryID: key},
 				RequestSHA256: sha256.Sum256([]byte("the same bytes")),
 				EventID:       uuid.Must(uuid.NewV7()),
-				Response:      dedup.Response{Status: http.StatusAccepted, ContentType: "text/plain", Body: []byte(c.Marker)},
+				Response:      idempotency.Response{Status: http.StatusAccepted, ContentType: "text/plain", Body: []byte(c.Marker)},
 				ReceivedAt:    now,
 				ExpiresAt:     now.Add(time.Hour),
 			}

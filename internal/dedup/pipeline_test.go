@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -85,11 +86,11 @@ func TestRunOneRoundTripPerOutcome(t *testing.T) {
 	failing := queueSQL(`INSERT INTO other VALUES ('taken')`) // another constraint's 23505
 
 	n := 0
-	key := func() dedup.Key {
+	key := func() idempotency.Key {
 		n++
-		return dedup.Key{Sender: "rt", DeliveryID: "d" + string(rune('a'+n))}
+		return idempotency.Key{Sender: "rt", DeliveryID: "d" + string(rune('a'+n))}
 	}
-	first := func() dedup.Delivery {
+	first := func() idempotency.Delivery {
 		d := newDelivery(t, key(), "p")
 		res, err := store.Run(ctx, d, both(insertEvent(d, "p"), countRuns(d)))
 		if err != nil || res.Replayed {
@@ -101,7 +102,7 @@ func TestRunOneRoundTripPerOutcome(t *testing.T) {
 		name string
 		run  func() error
 	}
-	var held dedup.Delivery
+	var held idempotency.Delivery
 	steps := func() []step {
 		return []step{
 			{"first delivery", func() error { first(); return nil }},
@@ -146,7 +147,7 @@ func TestRunOneRoundTripPerOutcome(t *testing.T) {
 			{"first delivery after a failure", func() error { first(); return nil }},
 		}
 	}
-	held = newDelivery(t, dedup.Key{Sender: "rt", DeliveryID: "held"}, "p")
+	held = newDelivery(t, idempotency.Key{Sender: "rt", DeliveryID: "held"}, "p")
 	holder := holdKey(t, ctx, dsn, held)
 	defer func() { _ = holder.Rollback(context.Background()) }()
 
@@ -176,7 +177,7 @@ func TestRunOneRoundTripPerOutcome(t *testing.T) {
 			return store.Run(ctx, d, both(insertEvent(d, "p"), countRuns(d)))
 		}},
 		{"replay", func() (dedup.Result, error) {
-			d := newDelivery(t, dedup.Key{Sender: "rt", DeliveryID: "d" + string(rune('a'+1))}, "p")
+			d := newDelivery(t, idempotency.Key{Sender: "rt", DeliveryID: "d" + string(rune('a'+1))}, "p")
 			return store.Run(ctx, d, both(insertEvent(d, "p"), countRuns(d)))
 		}},
 		{"first delivery after a replay", func() (dedup.Result, error) {
@@ -184,7 +185,7 @@ func TestRunOneRoundTripPerOutcome(t *testing.T) {
 			return store.Run(ctx, d, both(insertEvent(d, "p"), countRuns(d)))
 		}},
 		{"payload mismatch", func() (dedup.Result, error) {
-			d := newDelivery(t, dedup.Key{Sender: "rt", DeliveryID: "d" + string(rune('a'+1))}, "other")
+			d := newDelivery(t, idempotency.Key{Sender: "rt", DeliveryID: "d" + string(rune('a'+1))}, "other")
 			return store.Run(ctx, d, insertEvent(d, "other"))
 		}},
 		{"in-flight wait", func() (dedup.Result, error) {
@@ -223,13 +224,13 @@ func TestRunFailureLeavesConnectionClean(t *testing.T) {
 	store := newStore(t, pool, dedup.Config{InFlightWait: 100 * time.Millisecond})
 	pid := backendPID(t, ctx, pool)
 
-	d := newDelivery(t, dedup.Key{Sender: "c", DeliveryID: "fails"}, "p")
+	d := newDelivery(t, idempotency.Key{Sender: "c", DeliveryID: "fails"}, "p")
 	if _, err := store.Run(ctx, d, both(insertEvent(d, "p"), queueSQL(`SELECT 1/0`))); err == nil {
 		t.Fatal("Run with a failing statement succeeded")
 	}
 	assertConnClean(t, ctx, pool, pid)
 
-	held := newDelivery(t, dedup.Key{Sender: "c", DeliveryID: "held"}, "p")
+	held := newDelivery(t, idempotency.Key{Sender: "c", DeliveryID: "held"}, "p")
 	holder := holdKey(t, ctx, dsn, held)
 	defer func() { _ = holder.Rollback(context.Background()) }()
 	d = newDelivery(t, held.Key, "p")

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -40,7 +41,7 @@ func mustNew(t testing.TB, pool *pgxpool.Pool, cfg Config) *Store {
 // store's fixtures, which this package cannot import: store imports it.)
 func claimKeys(t testing.TB, ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}, ds ...Delivery) {
+}, ds ...idempotency.Delivery) {
 	t.Helper()
 	n := len(ds)
 	var (

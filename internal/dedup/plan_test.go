@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -36,11 +37,11 @@ SELECT m.* FROM unnest($2::uuid[], $3::text[]) AS m(event_id, delivery_id) WHERE
 			// 50,000 keys of 20 senders, one a second back from now,
 			// claimed as the pipeline claims them.
 			now := time.Now()
-			bySender := make([][]Delivery, 20)
+			bySender := make([][]idempotency.Delivery, 20)
 			for i := 1; i <= 50000; i++ {
-				d := Delivery{Key: Key{Sender: fmt.Sprintf("s%d", i%20), DeliveryID: fmt.Sprintf("d%d", i)},
+				d := idempotency.Delivery{Key: idempotency.Key{Sender: fmt.Sprintf("s%d", i%20), DeliveryID: fmt.Sprintf("d%d", i)},
 					RequestSHA256: sha256.Sum256([]byte(strconv.Itoa(i))), EventID: uuid.New(),
-					Response:   Response{Status: 202, ContentType: "application/json", Body: []byte("{}")},
+					Response:   idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")},
 					ReceivedAt: now.Add(-time.Duration(i) * time.Second), ExpiresAt: now.Add(24 * time.Hour)}
 				bySender[i%20] = append(bySender[i%20], d)
 			}

@@ -18,28 +18,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Routes sends each sender's delegated calls (Delegated) straight to the
-// Citus worker that holds the sender's shard group, on a pool of its own
-// per worker, instead of through the coordinator, which would plan the
-// call, turn its arguments to text and send them on: measured
-// (docs/distributed.md#figures), a call on the worker ran 1.5 to 1.8
-// times as many batches per second as the same call on the coordinator.
-// Since Citus 11 every node with the metadata can run the function: on
-// the worker that holds the shard it writes the shards themselves and
-// commits there, one commit on one node as through the coordinator; on a
-// node that no longer holds it (a shard moved since the last look) it
-// writes through Citus, still correct.
+// Routes sends each sender's delegated calls straight to the Citus worker
+// that holds the sender's shard group, on a pool per worker. Through the
+// coordinator, each call is planned again and its arguments turned to text.
+// On the worker, calls ran 1.5 to 1.8 times as many batches per second
+// (docs/distributed.md#figures). Every node with Citus's metadata can run
+// the function: where the shard moved away, it writes through Citus, still
+// correctly.
 //
-// The senders' placements are looked up on the coordinator in the
-// background, when a sender is first seen and then every RouteTTL; until
-// a sender's placement is known, and for a worker that could not be
-// reached, its calls go through the coordinator (Config.Pool), as they do
-// when a worker's pool cannot give a connection. Everything else (the
-// statement forms, the reads of what holds a key) goes to the coordinator.
-// Only the workers the operator lists, or, when none is listed, those
-// whose names TLS verifies (sslmode=verify-full), are contacted at all
-// (RoutesConfig): a worker's address comes from pg_dist_node, and the
-// calls carry the password and the deliveries.
+// The senders' placements are looked up in the background, when a sender
+// is first seen and then every [RouteTTL]. Until a placement is known, and
+// when a worker cannot be reached, calls go through the coordinator. So do
+// the statement forms and the reads of what holds a key. Only the workers
+// [RoutesConfig] allows are contacted: a worker's address comes from
+// pg_dist_node, and the calls carry the password and the deliveries.
 type Routes struct {
 	coordinator *pgxpool.Pool
 	base        *pgxpool.Config
@@ -56,16 +48,15 @@ type Routes struct {
 	wg      sync.WaitGroup
 }
 
-// RouteTTL is how often Routes reads the senders' placements again: a
-// shard moved by the rebalancer is followed within it (meanwhile the calls
-// on the old worker write through Citus).
+// RouteTTL is how often Routes reads the placements again. A shard the
+// rebalancer moved is followed within it.
 const RouteTTL = 10 * time.Second
 
 // routeConnectTimeout bounds the connection test of a worker at NewRoutes.
 const routeConnectTimeout = 5 * time.Second
 
-// workersSQL lists the primary nodes that hold shards of processed_messages
-// and have Citus's metadata (the function reads it), as placementsSQL.
+// workersSQL lists the primary nodes that hold shards of
+// processed_messages and have Citus's metadata.
 const workersSQL = `SELECT DISTINCT n.nodename, n.nodeport
 FROM pg_catalog.pg_dist_shard s
 JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
@@ -74,8 +65,8 @@ JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primar
 WHERE s.logicalrelid = 'processed_messages'::regclass
 ORDER BY 1, 2`
 
-// placementsSQL gives, for each sender of $1, the node that holds its shard
-// of processed_messages (the shard group its delegated call runs on).
+// placementsSQL gives the node that holds each sender's shard of
+// processed_messages.
 const placementsSQL = `SELECT x.sender, n.nodename, n.nodeport
 FROM (SELECT s AS sender, get_shard_id_for_distribution_column('processed_messages', s) AS shardid FROM unnest($1::text[]) s) x
 JOIN pg_catalog.pg_dist_placement p ON p.shardid = x.shardid
@@ -85,44 +76,38 @@ JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primar
 // RoutesConfig says which workers NewRoutes may send the coordinator's
 // credentials to.
 type RoutesConfig struct {
-	// Workers lists the workers the calls may go to, each "host:port" as
-	// pg_dist_node names it (ParseWorkerHosts): a worker outside the list
-	// is never connected to. Empty, every worker of pg_dist_node is, but
-	// only when the coordinator's connection verifies the server's name
-	// (sslmode=verify-full); otherwise none is (ErrWorkersUnverified).
+	// Workers lists the workers the calls may go to, as "host:port" the way
+	// pg_dist_node names them. A worker outside the list is never contacted.
+	// When it is empty, every worker is, but only if the coordinator's
+	// connection verifies the server's name ([ErrWorkersUnverified]).
 	Workers []string
-	// Log receives a line for each worker left to the coordinator; nil
-	// discards them.
+	// Log receives a line for each worker left to the coordinator.
 	Log *slog.Logger
 }
 
-// ErrWorkersUnverified is NewRoutes's error when it may contact no worker:
-// the coordinator's connection does not verify the server's name
-// (sslmode is not verify-full) and RoutesConfig.Workers lists none. A
-// worker's address comes from the database (pg_dist_node), not from the
-// operator: without either, a connection there could reach a host that is
-// not the worker and hand it the password and the deliveries.
+// ErrWorkersUnverified is the error of [NewRoutes] when it may contact no
+// worker. The coordinator's connection does not verify the server's name,
+// and [RoutesConfig].Workers lists none. A worker's address comes from the
+// database: a connection there could reach another host and hand it the
+// password and the deliveries.
 var ErrWorkersUnverified = errors.New("citus routes: DATABASE_URL's connection does not verify the server's name (sslmode=verify-full) and no worker is listed")
 
-// NewRoutes returns the Routes of the Citus cluster whose coordinator
-// coordinator is: a pool per node that holds shards of processed_messages,
-// at the node's name and port as pg_dist_node has them, with coordinator's
-// configuration otherwise (user, password, TLS, pool size), for the nodes
-// cfg allows: those it lists, or, when it lists none and the coordinator's
-// connection verifies the server's name (verify-full), every one, each
-// verified against its own name. Otherwise it contacts no node and
-// returns ErrWorkersUnverified. A worker connection never goes without
-// TLS when the coordinator's has it (no plain fallback of sslmode=prefer),
-// and without TLS it refuses to send the password in clear (require_auth
-// !password). A node it cannot connect to within routeConnectTimeout is
-// logged and left out: its senders go through the coordinator. Close
-// closes the pools.
+// NewRoutes returns the Routes of the Citus cluster behind coordinator. It
+// opens a pool per node that holds shards of processed_messages, at the
+// address pg_dist_node gives, with the coordinator's user, password, TLS
+// and pool size. It contacts the nodes cfg lists. When cfg lists none, it
+// contacts every node only if the coordinator's connection verifies the
+// server's name, and then verifies each node against its own name.
+// Otherwise it returns [ErrWorkersUnverified]. A worker connection keeps
+// TLS when the coordinator's has it, and without TLS never sends the
+// password in clear. A node it cannot reach within routeConnectTimeout is
+// logged and left out. Close closes the pools.
 func NewRoutes(ctx context.Context, coordinator *pgxpool.Pool, cfg RoutesConfig) (*Routes, error) {
 	return newRoutes(ctx, coordinator, coordinator.Config(), cfg)
 }
 
-// newRoutes is NewRoutes with base, the configuration the workers' pools
-// are made from (the coordinator's).
+// newRoutes is [NewRoutes] with base, the coordinator's configuration the
+// workers' pools are made from.
 func newRoutes(ctx context.Context, coordinator *pgxpool.Pool, base *pgxpool.Config, cfg RoutesConfig) (*Routes, error) {
 	log := cfg.Log
 	if log == nil {
@@ -178,20 +163,17 @@ func newRoutes(ctx context.Context, coordinator *pgxpool.Pool, base *pgxpool.Con
 	return r, nil
 }
 
-// verifiesServer reports whether a connection with c (a pgx ConnConfig's
-// TLSConfig) verifies the server's certificate and name: sslmode
-// verify-full (or sslrootcert=system), the only mode pgx does not set
-// InsecureSkipVerify for; verify-ca checks the chain alone, and require
-// and prefer nothing.
+// verifiesServer reports whether a connection with the TLS config c
+// verifies the server's certificate and name: sslmode verify-full.
+// verify-ca checks the chain alone, and require and prefer nothing.
 func verifiesServer(c *tls.Config) bool {
 	return c != nil && !c.InsecureSkipVerify
 }
 
 // connect opens a pool on host:port with the coordinator's configuration
-// and tests it: over TLS, verified against host when the coordinator's
-// is verified, whenever the coordinator's connection tries TLS first
-// (sslmode prefer, require, verify-*: no fallback to a plain connection);
-// without TLS (disable, allow), the password is never sent in clear.
+// and tests it. When the coordinator's connection tries TLS first, so does
+// this one, with no plain fallback, verified against host when the
+// coordinator's is. Without TLS, the password is never sent in clear.
 func (r *Routes) connect(ctx context.Context, host string, port uint16) (*pgxpool.Pool, error) {
 	cfg := r.base.Copy()
 	cc := cfg.ConnConfig
@@ -216,9 +198,8 @@ func (r *Routes) connect(ctx context.Context, host string, port uint16) (*pgxpoo
 	return pool, nil
 }
 
-// withoutClearPassword returns the require_auth list ra (libpq's syntax,
-// as pgx reads it: methods allowed, or, each with "!", refused; "" allows
-// every one) with the password in clear (method password) refused too.
+// withoutClearPassword returns the require_auth list ra with the clear-text
+// password refused too. ra uses libpq's syntax; "" allows every method.
 func withoutClearPassword(ra string) string {
 	var items []string
 	for m := range strings.SplitSeq(ra, ",") {
@@ -237,8 +218,7 @@ func withoutClearPassword(ra string) string {
 }
 
 // ParseWorkerHosts parses --citus-worker-hosts: comma-separated host:port
-// of Citus workers, as pg_dist_node names them (nodename, nodeport).
-// Empty (or only commas and spaces) is nil.
+// of Citus workers, as pg_dist_node names them. An empty list is nil.
 func ParseWorkerHosts(s string) ([]string, error) {
 	var ws []string
 	for e := range strings.SplitSeq(s, ",") {
@@ -254,7 +234,6 @@ func ParseWorkerHosts(s string) ([]string, error) {
 	return ws, nil
 }
 
-// splitWorker splits a worker's "host:port".
 func splitWorker(w string) (string, int, error) {
 	host, p, err := net.SplitHostPort(w)
 	port, perr := strconv.Atoi(p)
@@ -287,10 +266,9 @@ func (r *Routes) Workers() int {
 	return n
 }
 
-// pool returns the pool of the worker that holds sender's shard group, nil
-// for the coordinator's (not known yet, or not reachable). A sender not
-// seen before, or placements older than RouteTTL, start a look in the
-// background.
+// pool returns the pool of the worker that holds sender's shard group. It
+// returns nil for the coordinator's, when none is known or reachable. A new
+// sender, or stale placements, start a look in the background.
 func (r *Routes) pool(sender string) *pgxpool.Pool {
 	r.mu.Lock()
 	p, known := r.senders[sender]

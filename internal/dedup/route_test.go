@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -79,12 +80,12 @@ func sendersOnTwoWorkers(t *testing.T, ctx context.Context, pool *pgxpool.Pool) 
 // burst sends n first deliveries of each sender at once through store, with
 // an event and an outbox row each, and fails t unless every one is claimed
 // with its own response; it returns the deliveries.
-func burst(t *testing.T, ctx context.Context, store *dedup.Store, prefix string, n int, senders ...string) []dedup.Delivery {
+func burst(t *testing.T, ctx context.Context, store *dedup.Store, prefix string, n int, senders ...string) []idempotency.Delivery {
 	t.Helper()
-	var ds []dedup.Delivery
+	var ds []idempotency.Delivery
 	for _, s := range senders {
 		for i := range n {
-			ds = append(ds, newDelivery(t, dedup.Key{Sender: s, DeliveryID: fmt.Sprintf("%s-%03d", prefix, i)}, "p"))
+			ds = append(ds, newDelivery(t, idempotency.Key{Sender: s, DeliveryID: fmt.Sprintf("%s-%03d", prefix, i)}, "p"))
 		}
 	}
 	errs := make([]error, len(ds))
@@ -107,7 +108,7 @@ func burst(t *testing.T, ctx context.Context, store *dedup.Store, prefix string,
 
 // replayAll runs each of ds again through store and fails t unless each
 // gets its stored response, replayed.
-func replayAll(t *testing.T, ctx context.Context, store *dedup.Store, ds []dedup.Delivery) {
+func replayAll(t *testing.T, ctx context.Context, store *dedup.Store, ds []idempotency.Delivery) {
 	t.Helper()
 	for _, d := range ds {
 		again := d

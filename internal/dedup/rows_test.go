@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
 // rowMarkSQL is a multi-row state change's statement, guarded by
@@ -15,7 +17,7 @@ var rowMarkSQL = `INSERT INTO row_marks (sender, event_id, delivery_id, n)
 SELECT $1::text, m.* FROM unnest($2::uuid[], $3::text[], $4::int8[]) AS m(event_id, delivery_id, n)
 WHERE ` + ClaimedRow("m.delivery_id", "m.event_id")
 
-func rowMarks(d Delivery, n int) Change {
+func rowMarks(d idempotency.Delivery, n int) Change {
 	return func(b *Batch) {
 		for i := range n {
 			b.Row(rowMarkSQL, [16]byte(d.EventID), d.DeliveryID, int64(i))
@@ -36,7 +38,7 @@ func TestBatchRowsOneStatementPerSQL(t *testing.T) {
 	}
 	a, b, c := delivery(t, "r", "a", "p"), delivery(t, "r", "b", "p"), delivery(t, "r", "c", "p")
 	again := delivery(t, "r", "stored", "p")
-	ds := []Delivery{a, b, again, c}
+	ds := []idempotency.Delivery{a, b, again, c}
 	changes := []Change{rowMarks(a, 2), rowMarks(b, 0), rowMarks(again, 3), rowMarks(c, 1)}
 
 	p, err := s.plan(ds, changes, s.batchLockTimeout, true)

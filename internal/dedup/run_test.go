@@ -11,13 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // countRuns is a state change whose every application leaves a row in the
 // scratch table runs, so a test can count how often the change was applied.
 // Like every state change, it does nothing unless the claim took the key.
-func countRuns(d dedup.Delivery) dedup.Change {
+func countRuns(d idempotency.Delivery) dedup.Change {
 	return func(b *dedup.Batch) {
 		b.Queue(`INSERT INTO runs (event_id) SELECT k.event_id FROM processed_messages k
 WHERE k.sender = $1 AND k.delivery_id = $2 AND k.event_id = $3`, d.Sender, d.DeliveryID, d.EventID)
@@ -31,7 +32,7 @@ func TestRunFirstDelivery(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	d := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "first-1"}, "payload")
+	d := newDelivery(t, idempotency.Key{Sender: "github", DeliveryID: "first-1"}, "payload")
 
 	res, err := store.Run(ctx, d, insertEvent(d, "payload"))
 	if err != nil {
@@ -70,12 +71,12 @@ func TestRunReplay(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	execSQL(t, ctx, pool, createRuns)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	key := dedup.Key{Sender: "stripe", DeliveryID: "evt_replay"}
+	key := idempotency.Key{Sender: "stripe", DeliveryID: "evt_replay"}
 
 	first := newDelivery(t, key, "payload")
 	// A stored response that is not JSON and holds every byte value: the
 	// replay must return it byte for byte.
-	first.Response = dedup.Response{Status: 201, ContentType: "application/octet-stream", Body: []byte{0, 1, 2, 0xff, '\n', 0}}
+	first.Response = idempotency.Response{Status: 201, ContentType: "application/octet-stream", Body: []byte{0, 1, 2, 0xff, '\n', 0}}
 	if res, err := store.Run(ctx, first, both(insertEvent(first, "payload"), countRuns(first))); err != nil || res.Replayed {
 		t.Fatalf("first Run = %+v, %v; want a new delivery", res, err)
 	}
@@ -115,7 +116,7 @@ func TestRunKeyIsSenderAndDeliveryID(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	for _, k := range []dedup.Key{{"github", "d1"}, {"stripe", "d1"}, {"github", "d2"}} {
+	for _, k := range []idempotency.Key{{Sender: "github", DeliveryID: "d1"}, {Sender: "stripe", DeliveryID: "d1"}, {Sender: "github", DeliveryID: "d2"}} {
 		d := newDelivery(t, k, "payload")
 		res, err := store.Run(ctx, d, insertEvent(d, "payload"))
 		if err != nil || res.Replayed {
@@ -133,7 +134,7 @@ func TestRunPayloadMismatch(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	execSQL(t, ctx, pool, createRuns)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	key := dedup.Key{Sender: "github", DeliveryID: "mismatch"}
+	key := idempotency.Key{Sender: "github", DeliveryID: "mismatch"}
 
 	first := newDelivery(t, key, "payload")
 	if res, err := store.Run(ctx, first, both(insertEvent(first, "payload"), countRuns(first))); err != nil || res.Replayed {
@@ -187,7 +188,7 @@ func assertFailed(t *testing.T, res dedup.Result, err error) {
 
 // assertRetrySucceeds checks that a failed delivery of key left nothing, and
 // that its retry with a working state change is accepted as new.
-func assertRetrySucceeds(t *testing.T, pool *pgxpool.Pool, store *dedup.Store, key dedup.Key) {
+func assertRetrySucceeds(t *testing.T, pool *pgxpool.Pool, store *dedup.Store, key idempotency.Key) {
 	t.Helper()
 	ctx := testCtx(t)
 	if n := keyRows(t, ctx, pool, key); n != 0 {
@@ -228,7 +229,7 @@ func TestRunStateChangeFails(t *testing.T) {
 			ctx := testCtx(t)
 			pool, _ := pgtest.NewDB(t)
 			store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-			key := dedup.Key{Sender: "github", DeliveryID: "fails"}
+			key := idempotency.Key{Sender: "github", DeliveryID: "fails"}
 			d := newDelivery(t, key, "payload")
 
 			res, err := store.Run(ctx, d, both(insertEvent(d, "payload"), queueSQL(tt.change)))
@@ -252,7 +253,7 @@ func TestRunCommitFails(t *testing.T) {
 		`CREATE TABLE scratch (v int CONSTRAINT scratch_v_key UNIQUE DEFERRABLE INITIALLY DEFERRED)`,
 		`INSERT INTO scratch VALUES (1)`)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	key := dedup.Key{Sender: "github", DeliveryID: "commit-fails"}
+	key := idempotency.Key{Sender: "github", DeliveryID: "commit-fails"}
 	d := newDelivery(t, key, "payload")
 
 	res, err := store.Run(ctx, d, both(insertEvent(d, "payload"), queueSQL(`INSERT INTO scratch VALUES (1)`)))
@@ -275,7 +276,7 @@ func TestRunOtherUniqueViolation(t *testing.T) {
 		`CREATE TABLE scratch (v text CONSTRAINT scratch_v_key UNIQUE)`,
 		`INSERT INTO scratch VALUES ('taken')`)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	key := dedup.Key{Sender: "billing", DeliveryID: "other-unique"}
+	key := idempotency.Key{Sender: "billing", DeliveryID: "other-unique"}
 	d := newDelivery(t, key, "payload")
 
 	res, err := store.Run(ctx, d, both(insertEvent(d, "payload"), queueSQL(`INSERT INTO scratch VALUES ('taken')`)))
@@ -295,12 +296,12 @@ func TestRunEventKeyViolation(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	earlier := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "earlier"}, "payload")
+	earlier := newDelivery(t, idempotency.Key{Sender: "github", DeliveryID: "earlier"}, "payload")
 	if _, err := store.Run(ctx, earlier, insertEvent(earlier, "payload")); err != nil {
 		t.Fatal(err)
 	}
 
-	key := dedup.Key{Sender: "github", DeliveryID: "collides"}
+	key := idempotency.Key{Sender: "github", DeliveryID: "collides"}
 	d := newDelivery(t, key, "payload")
 	d.EventID = earlier.EventID // the event insert hits webhook_events_pkey
 	res, err := store.Run(ctx, d, insertEvent(d, "payload"))
@@ -317,7 +318,7 @@ func TestRunNilChange(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	key := dedup.Key{Sender: "slack", DeliveryID: "nil-change"}
+	key := idempotency.Key{Sender: "slack", DeliveryID: "nil-change"}
 	d := newDelivery(t, key, "payload")
 
 	res, err := store.Run(ctx, d, nil)
@@ -345,9 +346,9 @@ func TestRunEmptyResponseBody(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	key := dedup.Key{Sender: "generic", DeliveryID: "empty-body"}
+	key := idempotency.Key{Sender: "generic", DeliveryID: "empty-body"}
 	d := newDelivery(t, key, "payload")
-	d.Response = dedup.Response{Status: 204, ContentType: "", Body: []byte{}}
+	d.Response = idempotency.Response{Status: 204, ContentType: "", Body: []byte{}}
 	if _, err := store.Run(ctx, d, nil); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -372,7 +373,7 @@ func TestRunUnreachableDatabase(t *testing.T) {
 	}
 	defer pool.Close()
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	d := newDelivery(t, dedup.Key{Sender: "github", DeliveryID: "unreachable"}, "payload")
+	d := newDelivery(t, idempotency.Key{Sender: "github", DeliveryID: "unreachable"}, "payload")
 
 	res, err := store.Run(ctx, d, insertEvent(d, "payload"))
 	assertFailed(t, res, err)
@@ -389,7 +390,7 @@ func TestRunCanceledContext(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := newStore(t, pool, dedup.Config{InFlightWait: dedup.DefaultInFlightWait})
-	key := dedup.Key{Sender: "github", DeliveryID: "canceled"}
+	key := idempotency.Key{Sender: "github", DeliveryID: "canceled"}
 	d := newDelivery(t, key, "payload")
 
 	canceled, cancel := context.WithCancel(ctx)

@@ -11,31 +11,28 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Shedding on delay (Config.Shedding). A delivery "queues for the store" from
-// the moment Run admits it until it holds a database connection for its
-// pipeline: waiting for a batch slot of its sender (group commit) and for a
-// connection of the pool. That time, not a count of requests, tells whether
-// PostgreSQL keeps up: a burst that the database drains in a second makes a
-// long queue that empties, an overload makes one that stands.
+// Shedding on delay ([Config.Shedding]). A delivery queues for the store
+// from the moment Run admits it until it holds a connection for its
+// pipeline. It waits for a batch slot of its sender and for a connection of
+// the pool. That time, not a count of requests, tells whether PostgreSQL
+// keeps up. A burst makes a queue that empties; an overload makes one that
+// stands.
 //
 // The rule is CoDel's (Nichols and Jacobson, "Controlling Queue Delay"),
 // applied at admission rather than by dropping queued work:
 //
-//   - Each delivery that reaches the database (or fails to get a
-//     connection) reports how long it queued. When every one of those
-//     reports has been above Target for at least Interval, the queue is
-//     standing: Run sheds new deliveries at once, with an *OverloadError of
-//     reason ShedQueueDelay, until a report is below Target again or the
-//     queue has emptied (nothing admitted is still waiting for the
-//     database).
-//   - Whatever the state, a delivery that has queued for MaxWait without
-//     reaching the database gives up with reason ShedQueueTimeout, so that
-//     every answer comes within MaxWait plus the transaction's own time,
-//     even while PostgreSQL hangs.
+//   - Each delivery that reaches the database reports how long it queued.
+//     When every report has been above Target for at least Interval, the
+//     queue stands. Run then sheds new deliveries at once with reason
+//     [ShedQueueDelay]. It stops when a report is below Target again or the
+//     queue has emptied.
+//   - A delivery that has queued for MaxWait gives up with reason
+//     [ShedQueueTimeout]. Every answer comes within MaxWait plus the
+//     transaction's time, even while PostgreSQL hangs.
 //
-// Copies of a delivery in flight in this process (same key) never queue:
-// they wait for the first copy's outcome before admission (Run), so a retry
-// storm of one delivery costs one place in the queue.
+// Copies of a delivery in flight in this process never queue. They wait for
+// the first copy before admission, so a retry storm of one delivery costs
+// one place in the queue.
 
 // Defaults of shedding (DefaultConfig).
 const (
@@ -44,24 +41,20 @@ const (
 	DefaultMaxQueueWait = 3 * time.Second
 )
 
-// Reasons a delivery is shed, the values of OverloadError.Reason.
+// Reasons a delivery is shed: the values of [OverloadError].Reason.
 const (
-	// ShedQueueDelay: the queue for the store has stood above the target
-	// for an interval; the delivery was refused at admission.
+	// ShedQueueDelay: the queue stood above the target for an interval.
 	ShedQueueDelay = "queue_delay"
-	// ShedQueueTimeout: the delivery queued for MaxWait without reaching
-	// the database.
+	// ShedQueueTimeout: the delivery queued for MaxWait.
 	ShedQueueTimeout = "queue_timeout"
 )
 
-// ErrOverloaded means the database could not take the delivery in time:
-// nothing of it was recorded, and its retry is a first delivery. Errors
-// that Run returns for it are *OverloadError, which matches ErrOverloaded
-// with errors.Is.
+// ErrOverloaded means the database could not take the delivery in time.
+// Nothing was recorded, and its retry is a first delivery. Run returns an
+// [*OverloadError], which matches it with errors.Is.
 var ErrOverloaded = errors.New("dedup: the database cannot take the delivery in time")
 
-// OverloadError is a delivery shed for Reason (ShedQueueDelay or
-// ShedQueueTimeout).
+// OverloadError is a delivery shed for Reason.
 type OverloadError struct {
 	Reason string
 }
@@ -71,26 +64,23 @@ func (e *OverloadError) Error() string { return ErrOverloaded.Error() + " (" + e
 // Is makes errors.Is(err, ErrOverloaded) true.
 func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
 
-// ShedPolicy configures shedding on delay (Config.Shedding). Its durations
-// must be positive: none takes a default from a 0 (DefaultConfig has the
-// defaults).
+// ShedPolicy configures shedding on delay ([Config.Shedding]). Its durations
+// must be positive.
 type ShedPolicy struct {
-	// Target is the queueing delay that a standing queue stays above
-	// (DefaultShedTarget).
+	// Target is the queueing delay that a standing queue stays above.
 	Target time.Duration
 	// Interval is how long it must stay above Target before deliveries are
 	// shed at admission.
 	Interval time.Duration
-	// MaxWait is the longest a delivery queues for the store
-	// (DefaultMaxQueueWait).
+	// MaxWait is the longest a delivery queues for the store.
 	MaxWait time.Duration
-	// Observe, when not nil, is called with each admitted delivery's time
-	// queueing for the store (also when it gave up or got no connection).
+	// Observe, when not nil, gets each admitted delivery's time queueing,
+	// also when it gave up.
 	Observe func(wait time.Duration)
 }
 
-// Queued returns the deliveries admitted and not yet at the database (0
-// without shedding).
+// Queued returns the deliveries admitted and not yet at the database; 0
+// without shedding.
 func (s *Store) Queued() int64 {
 	if s.shed == nil {
 		return 0
@@ -118,8 +108,8 @@ type ticket struct {
 }
 
 // admit returns the place in the queue of a delivery arriving now, or an
-// *OverloadError when the queue stands. A nil shedder admits everything
-// (and returns a nil ticket, whose methods do nothing).
+// [*OverloadError] when the queue stands. A nil shedder admits everything,
+// with a nil ticket whose methods do nothing.
 func (sh *shedder) admit() (*ticket, error) {
 	if sh == nil {
 		return nil, nil
@@ -139,8 +129,7 @@ func (sh *shedder) admit() (*ticket, error) {
 	return &ticket{sh: sh, enqueued: now, deadline: now.Add(sh.policy.MaxWait)}, nil
 }
 
-// leave ends t's queueing (once; later calls do nothing) and reports its
-// delay.
+// leave ends t's queueing, once, and reports its delay.
 func (t *ticket) leave() {
 	if t == nil || t.left.Swap(true) {
 		return
@@ -164,7 +153,6 @@ func (t *ticket) leave() {
 	}
 }
 
-// expired reports whether t has queued for MaxWait.
 func (t *ticket) expired() bool {
 	return t != nil && !t.sh.now().Before(t.deadline)
 }
@@ -172,7 +160,6 @@ func (t *ticket) expired() bool {
 // ticketKey is the context key of a delivery's ticket.
 type ticketKey struct{}
 
-// withTicket returns ctx carrying t.
 func withTicket(ctx context.Context, t *ticket) context.Context {
 	if t == nil {
 		return ctx
@@ -180,16 +167,15 @@ func withTicket(ctx context.Context, t *ticket) context.Context {
 	return context.WithValue(ctx, ticketKey{}, t)
 }
 
-// ticketOf returns the ticket ctx carries, nil for none.
 func ticketOf(ctx context.Context) *ticket {
 	t, _ := ctx.Value(ticketKey{}).(*ticket)
 	return t
 }
 
-// acquireQueued acquires a connection for the deliveries of tickets ts
-// (nil entries allowed), waiting at most until the earliest of their
-// deadlines, after which it returns an *OverloadError of reason
-// ShedQueueTimeout. Either way every ticket leaves the queue.
+// acquireQueued acquires a connection for the deliveries of tickets ts, nil
+// entries allowed. It waits at most until their earliest deadline, then
+// returns an [*OverloadError] of reason [ShedQueueTimeout]. Either way every
+// ticket leaves the queue.
 func (s *Store) acquireQueued(ctx context.Context, ts ...*ticket) (*pgx.Conn, func(), error) {
 	return s.acquireQueuedWith(ctx, s.acquire, ts...)
 }
@@ -217,7 +203,6 @@ func (s *Store) acquireDelegated(ctx context.Context, sender string, ts ...*tick
 	}, ts...)
 }
 
-// acquireQueuedWith is acquireQueued with acquire for s.acquire.
 func (s *Store) acquireQueuedWith(ctx context.Context, acquire func(context.Context) (*pgx.Conn, func(), error), ts ...*ticket) (*pgx.Conn, func(), error) {
 	var deadline time.Time
 	for _, t := range ts {

@@ -17,22 +17,18 @@ import (
 // did, and does the work if it did not.
 var ErrUnavailable = errors.New("dedup: database unavailable")
 
-// Transient reports whether err is a failure that a later retry of the same
-// request may not meet: ErrUnavailable and ErrInFlight, a lost or refused
-// connection (I/O errors), a timeout or cancellation, and the PostgreSQL
-// errors of a busy or failing-over server (connection exceptions,
-// serialization failures and deadlocks, a lock or statement timeout,
-// insufficient resources, an administrator's shutdown, a read-only standby,
-// any error of severity FATAL or PANIC (the server ended the session,
-// whatever its code), and Citus's "postmaster was shut down, exiting"
-// (XX000, an ERROR: the coordinator's postmaster died under a statement
-// that waited on a worker).
-// Every other error, nil included, is not transient: an invariant violation,
-// another constraint's violation, a bug — a retry meets it again.
 // citusPostmasterDied is the message of the error Citus raises in a
 // statement waiting on a worker when the coordinator's postmaster dies.
 const citusPostmasterDied = "postmaster was shut down, exiting"
 
+// Transient reports whether err is a failure that a retry of the same
+// request may not meet. Those are [ErrUnavailable] and [ErrInFlight], a lost
+// or refused connection, a timeout or cancellation, and the errors of a busy
+// or failing-over server. The last are connection exceptions, serialization
+// failures and deadlocks, lock and statement timeouts, insufficient
+// resources, an administrator's shutdown, a read-only standby, any FATAL or
+// PANIC, and Citus's "postmaster was shut down". Every other error is not
+// transient, nil included: a retry meets it again.
 func Transient(err error) bool {
 	if err == nil {
 		return false

@@ -17,21 +17,20 @@ type Event struct {
 	Sender     string
 	DeliveryID string
 	ReceivedAt time.Time
-	// EventType is the event's type as read from the request (empty when
-	// it had none; see config.Sender.EventTypeOf).
+	// EventType is the type package sender read from the request; "" when
+	// it had none.
 	EventType string
-	// Headers are the request headers to store, as filtered by the sender's
-	// HeaderFilter; QueueInsert applies StoredHeaders on top.
+	// Headers are the request headers the sender's [HeaderFilter] keeps.
+	// [QueueInsert] applies [StoredHeaders] on top.
 	Headers http.Header
 	Body    []byte
 }
 
-// QueueInsert queues the insert of e on b, for use as (part of) a
-// dedup.Change: it inserts nothing unless the delivery's claim took its key
-// for e.ID. The event is stored under the delivery's sender (the
-// pipeline's), which must be e.Sender. The headers stored are
-// StoredHeaders(e.Headers): filter them with the sender's HeaderFilter
-// first. A nil Body is stored as an empty body.
+// QueueInsert queues the insert of e on b, as part of a [dedup.Change]. It
+// inserts nothing unless the delivery's claim took its key for e.ID. The
+// event is stored under the pipeline's sender, which must be e.Sender. The
+// headers stored are [StoredHeaders] of e.Headers. A nil Body is stored
+// empty.
 func QueueInsert(b *dedup.Batch, e Event) {
 	body := e.Body
 	if body == nil {
@@ -40,16 +39,15 @@ func QueueInsert(b *dedup.Batch, e Event) {
 	b.Row(insertSQL, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
 }
 
-// InsertRow is QueueInsert's multi-row statement with the number of values
-// of its rows, for a function that performs it (dedup.Delegated; migration
-// 20's ingest_deliveries takes its values in this order: id, delivery ID,
-// received at, headers, body, event type).
+// InsertRow is the statement of [QueueInsert] and the number of values of
+// its rows, for a [dedup.Delegated] function. The database function
+// ingest_deliveries takes the values in this order: id, delivery ID,
+// received at, headers, body, event type.
 func InsertRow() dedup.DelegatedRow { return dedup.DelegatedRow{SQL: insertSQL, Values: 6} }
 
-// insertSQL inserts the events of a pipeline's deliveries (a multi-row
-// statement, dedup.Batch.Row: $1 the sender, then one array per column),
-// each only in the transaction whose claim took its delivery's key
-// (dedup.ClaimedJoin, which Citus routes to the sender's shard).
+// insertSQL inserts the events of a pipeline's deliveries, one array per
+// column after the sender $1 ([dedup.Batch.Row]). Each event is inserted
+// only by the claim that took its key ([dedup.ClaimedJoin]).
 var insertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
 SELECT k.sender, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[])
   AS e(id, delivery_id, received_at, headers, body, event_type)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
@@ -27,10 +28,10 @@ func TestMain(m *testing.M) {
 // does.
 func insert(t *testing.T, pool *pgxpool.Pool, e events.Event) {
 	t.Helper()
-	d := dedup.Delivery{
-		Key:        dedup.Key{Sender: e.Sender, DeliveryID: e.DeliveryID},
+	d := idempotency.Delivery{
+		Key:        idempotency.Key{Sender: e.Sender, DeliveryID: e.DeliveryID},
 		EventID:    e.ID,
-		Response:   dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")},
+		Response:   idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")},
 		ReceivedAt: e.ReceivedAt,
 		ExpiresAt:  e.ReceivedAt.Add(time.Hour),
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/testing/queuetest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
@@ -559,36 +560,36 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 	}
 	relay := e.newRelay(0)
 
-	newDelivery := func(id string) dedup.Delivery {
+	newDelivery := func(id string) idempotency.Delivery {
 		eventID := uuid.Must(uuid.NewV7())
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		return dedup.Delivery{
-			Key:           dedup.Key{Sender: "acme", DeliveryID: id},
+		return idempotency.Delivery{
+			Key:           idempotency.Key{Sender: "acme", DeliveryID: id},
 			RequestSHA256: [32]byte{1},
 			EventID:       eventID,
-			Response:      dedup.Response{Status: 202, ContentType: "application/json", Body: []byte(`{}`)},
+			Response:      idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte(`{}`)},
 			ReceivedAt:    now,
 			ExpiresAt:     now.Add(time.Hour),
 		}
 	}
-	insertEvent := func(b *dedup.Batch, d dedup.Delivery) {
+	insertEvent := func(b *dedup.Batch, d idempotency.Delivery) {
 		events.QueueInsert(b, events.Event{ID: d.EventID, Sender: d.Sender, DeliveryID: d.DeliveryID,
 			ReceivedAt: d.ReceivedAt, Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)})
 	}
-	queueOutbox := func(b *dedup.Batch, d dedup.Delivery) {
+	queueOutbox := func(b *dedup.Batch, d idempotency.Delivery) {
 		forward.QueueOutbox(b, d.EventID, d.DeliveryID, d.ReceivedAt, sender.TargetNames(), forward.Lease{})
 	}
 	// assertRows fails the transaction (division by zero) unless it sees n
 	// outbox rows of d's event.
-	assertRows := func(b *dedup.Batch, d dedup.Delivery, n int) {
+	assertRows := func(b *dedup.Batch, d idempotency.Delivery, n int) {
 		b.Queue(`SELECT 1 / (count(*) = $3)::int FROM forward_outbox WHERE sender = $1 AND event_id = $2`, d.Sender, [16]byte(d.EventID), n)
 	}
 	tests := []struct {
 		name     string
-		change   func(d dedup.Delivery) dedup.Change
+		change   func(d idempotency.Delivery) dedup.Change
 		wantCode string // the SQLSTATE of the failure
 	}{
-		{"statement fails after the outbox rows", func(d dedup.Delivery) dedup.Change {
+		{"statement fails after the outbox rows", func(d idempotency.Delivery) dedup.Change {
 			return func(b *dedup.Batch) {
 				insertEvent(b, d)
 				queueOutbox(b, d)
@@ -596,7 +597,7 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 				b.Queue(`SELECT 1 / (count(*) - 2)::int FROM forward_outbox WHERE sender = $1 AND event_id = $2`, d.Sender, [16]byte(d.EventID))
 			}
 		}, "22012"},
-		{"commit fails", func(d dedup.Delivery) dedup.Change {
+		{"commit fails", func(d idempotency.Delivery) dedup.Change {
 			return func(b *dedup.Batch) {
 				insertEvent(b, d)
 				queueOutbox(b, d)
@@ -604,7 +605,7 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 				b.Queue(`INSERT INTO scratch VALUES (1)`) // deferred: fails at COMMIT
 			}
 		}, "23505"},
-		{"state change fails before the outbox rows", func(d dedup.Delivery) dedup.Change {
+		{"state change fails before the outbox rows", func(d idempotency.Delivery) dedup.Change {
 			return func(b *dedup.Batch) {
 				insertEvent(b, d)
 				b.Queue(`SELECT 1/0`)
@@ -647,7 +648,7 @@ func TestRolledBackDeliveryQueuesNoForward(t *testing.T) {
 	// Control: the same change commits its two outbox rows; a duplicate adds
 	// none (its transaction sees none of its event, or the replay fails).
 	d := newDelivery("committed")
-	change := func(d dedup.Delivery, wantRows int) dedup.Change {
+	change := func(d idempotency.Delivery, wantRows int) dedup.Change {
 		return func(b *dedup.Batch) {
 			insertEvent(b, d)
 			queueOutbox(b, d)

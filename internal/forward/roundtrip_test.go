@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
@@ -68,9 +69,9 @@ func TestOutboxAddsNoRoundTrip(t *testing.T) {
 	deliver := func(id string, targets ...string) dedup.Result {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		eventID := uuid.Must(uuid.NewV7())
-		d := dedup.Delivery{
-			Key: dedup.Key{Sender: "acme", DeliveryID: id}, RequestSHA256: [32]byte{1}, EventID: eventID,
-			Response:   dedup.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: []byte(`{"ok":true}`)},
+		d := idempotency.Delivery{
+			Key: idempotency.Key{Sender: "acme", DeliveryID: id}, RequestSHA256: [32]byte{1}, EventID: eventID,
+			Response:   idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: []byte(`{"ok":true}`)},
 			ReceivedAt: now, ExpiresAt: now.Add(time.Hour),
 		}
 		res, err := store.Run(ctx, d, func(b *dedup.Batch) {

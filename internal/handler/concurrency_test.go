@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
@@ -40,8 +40,8 @@ func holdKey(t *testing.T, pool *pgxpool.Pool, sender, id string, body []byte) (
 	resp := []byte(`{"held":"` + eventID.String() + `"}` + "\n")
 	sum := sha256.Sum256(body)
 	now := time.Now()
-	err = storetest.InsertKey(ctx, tx, dedup.Delivery{Key: dedup.Key{Sender: sender, DeliveryID: id}, RequestSHA256: sum, EventID: eventID,
-		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: resp}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
+	err = storetest.InsertKey(ctx, tx, idempotency.Delivery{Key: idempotency.Key{Sender: sender, DeliveryID: id}, RequestSHA256: sum, EventID: eventID,
+		Response: idempotency.Response{Status: 202, ContentType: "application/json", Body: resp}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
 	if err != nil {
 		t.Fatalf("hold key: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/sender"
 )
 
 // problemType is one kind of error response: its status, RFC 9457 type and
@@ -73,10 +74,18 @@ func newProblem(t problemType, detail string) *problemError {
 // violation, a bug — 500, which the request log records with its cause. The
 // internal text never reaches the client.
 func classify(err error) *problemError {
-	var pe *problemError
+	var (
+		pe  *problemError
+		se  *sender.SignatureError
+		ide *sender.DeliveryIDError
+	)
 	switch {
 	case errors.As(err, &pe):
 		return pe
+	case errors.As(err, &se):
+		return &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + se.Err.Error() + "). Nothing was recorded.", cause: se.Err}
+	case errors.As(err, &ide):
+		return newProblem(probInvalidDeliveryID, ide.Detail)
 	case errors.Is(err, dedup.ErrPayloadMismatch):
 		return &problemError{typ: probMismatch, detail: "This delivery ID was already accepted with a different body (its SHA-256 differs). Nothing was changed; send a new delivery ID for a new message.", cause: err}
 	case errors.Is(err, dedup.ErrOverloaded):

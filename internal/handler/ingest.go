@@ -2,7 +2,6 @@ package handler
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,38 +18,30 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
-	"github.com/hookgate/hookgate/internal/jsonptr"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/sender"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 )
 
-// IngestFunctionName is the database function (migration 20) that performs
-// an ingest delivery's claim and state change, its event and its outbox
-// rows, in one call: IngestFunction.
+// IngestFunctionName is the database function that performs an ingest
+// delivery's claim, its event and its outbox rows in one call.
 const IngestFunctionName = "ingest_deliveries"
 
-// IngestFunction describes ingest_deliveries for the ingest store
-// (dedup.Config.Delegated): the statements of ingest's state change, the
-// event's insert and the outbox's, in the order of its parameters. Set it
-// when Citus delegates the function to the sender's worker
-// (dedup.DelegatedFunction, docs/distributed.md).
+// IngestFunction describes [IngestFunctionName] for the ingest store
+// ([dedup.Config.Delegated]): the event's insert and the outbox's, in the
+// order of its parameters. Set it when Citus delegates the function to the
+// sender's worker (docs/distributed.md).
 func IngestFunction() *dedup.Delegated {
 	return &dedup.Delegated{Function: IngestFunctionName, Rows: []dedup.DelegatedRow{events.InsertRow(), forward.OutboxRow()}}
 }
 
-// MaxDeliveryIDBytes is the longest delivery ID accepted.
-const MaxDeliveryIDBytes = dedup.MaxDeliveryIDBytes
-
-// storeTimeout bounds the ingest transaction. It is detached from the
-// request's context: a sender that hangs up mid-request does not abort a
-// transaction that may be committing, so its retry finds a clean outcome.
+// storeTimeout bounds the ingest transaction. The transaction is detached
+// from the request's context, so a retry finds a clean outcome.
 const storeTimeout = 15 * time.Second
 
-// IngestWebhook accepts a delivery for sender: it reads the body within the
-// sender's limit, extracts and validates the delivery ID, and runs the claim
-// and the event insert in one transaction (internal/dedup). It answers 202
-// with the new event, the stored response with Idempotent-Replayed: true for
-// a duplicate, or a problem.
+// IngestWebhook accepts a delivery for sender. It answers 202 with the new
+// event, the stored response with Idempotent-Replayed: true for a
+// duplicate, or a problem. It counts the outcome in the metrics.
 func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender string) {
 	info := requestInfo(r.Context())
 	info.sender = sender
@@ -82,11 +73,11 @@ func (s *Server) IngestWebhook(w http.ResponseWriter, r *http.Request, sender st
 	}
 }
 
-// CheckWebhookSubscription answers a provider's GET subscription check
-// (Meta's hub.challenge, sender.CheckSubscription): 200 with the challenge
-// as text/plain when the verify token matches, 403 when it does not, 400
-// for a request that is not such a check, 405 for a sender whose preset
-// sends none, 404 for an unknown sender. Nothing is recorded.
+// CheckWebhookSubscription answers a provider's GET subscription check, as
+// Meta sends ([sender.Sender.CheckSubscription]). It answers 200 with the
+// challenge when the verify token matches, and 403 when it does not. It
+// answers 400 for another request, 405 for a sender that gets no such
+// check, and 404 for an unknown sender. Nothing is recorded.
 func (s *Server) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request, name string, _ api.CheckWebhookSubscriptionParams) {
 	info := requestInfo(r.Context())
 	info.sender = name
@@ -111,155 +102,125 @@ func (s *Server) CheckWebhookSubscription(w http.ResponseWriter, r *http.Request
 		pe := writeProblem(w, err)
 		info.err, outcome = pe, outcomeFor(pe)
 	} else {
-		h := w.Header()
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("Content-Length", strconv.Itoa(len(challenge)))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte(challenge))
+		writeResponse(w, http.StatusOK, "text/plain; charset=utf-8", []byte(challenge))
 	}
 	info.outcome = outcome
 	s.metrics.observe(name, outcome, "", time.Since(start))
 }
 
-func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sender *sender.Sender, info *reqInfo) (string, error) {
-	gzipped, err := contentEncoding(w, r, sender)
+// ingest answers one delivery for sender. It reads the body within the
+// sender's limit and its share of the body budget. [sender.Sender.Prepare]
+// turns the request into a delivery, record stores it, and ingest answers.
+func (s *Server) ingest(w http.ResponseWriter, r *http.Request, sd *sender.Sender, info *reqInfo) (string, error) {
+	gzipped, err := contentEncoding(w, r, sd)
 	if err != nil {
 		closeUnread(w, r)
 		return "", err
 	}
-	// The body's bytes are counted against the memory budget of bodies,
-	// and its client's share of it, until the request ends.
+	// The body's bytes count against the budget of bodies, and its
+	// client's share of it, until the request ends.
 	hold := s.budget.hold(r.Context(), s.authLimit.ClientKey(r), w)
 	defer hold.release()
-	body, err := s.readBody(w, r, sender.MaxBodyBytes, hold)
+	body, err := s.readBody(w, r, sd.MaxBodyBytes, hold)
 	if err != nil {
 		return "", err
 	}
-	// The signature covers the bytes as sent, compressed or not (and, for
-	// Twilio, Square and HubSpot, the URL as the provider requested it).
-	if err := sender.Verify(r, body, s.now()); err != nil {
-		return "", &problemError{typ: probSignature, detail: "The request's signature could not be verified (" + err.Error() + "). Nothing was recorded.", cause: err}
-	}
-	signed := body // the bytes the signature covers (a handshake may check them again)
+	var inflate func([]byte) ([]byte, error)
 	if gzipped {
-		// From here on the body is the decompressed one: the delivery ID is
-		// read from it, and it is what is stored, hashed and forwarded.
-		if body, err = gunzip(body, sender.MaxBodyBytes, hold); err != nil {
-			return "", err
-		}
+		inflate = func(b []byte) ([]byte, error) { return gunzip(b, sd.MaxBodyBytes, hold) }
 	}
-	// The body is read at most once, whatever the number of pointers the
-	// sender reads (delivery ID, event type, match conditions): one
-	// streaming pass that materialises only those values; none at all for
-	// a sender that reads only headers.
-	in := sender.Inspect(body)
-	// A handshake (Slack's url_verification, Zoom's url_validation,
-	// Twitch's callback verification, Discord's PING), validly signed, is
-	// answered and leaves no trace: no key claimed, nothing stored.
-	if reply, ok := sender.Handshake(r, signed, &in, s.now()); ok {
-		h := w.Header()
-		h.Set("Content-Type", reply.ContentType)
-		h.Set("Content-Length", strconv.Itoa(len(reply.Body)))
-		w.WriteHeader(reply.Status)
-		_, _ = w.Write(reply.Body)
+	now := s.now()
+	p, err := sd.Prepare(r, body, inflate, now)
+	if err != nil {
+		return "", err
+	}
+	if p.Handshake {
+		// A validly signed handshake is answered and leaves no trace.
+		writeResponse(w, p.Reply.Status, p.Reply.ContentType, p.Reply.Body)
 		return outcomeURLVerification, nil
 	}
-	// A signature inside the body (Mailgun's signature object), checked
-	// above on the body as received, is no part of what is kept: from here
-	// on the body is the one without it. Its SHA-256 is the delivery's
-	// (and, for body_sha256, its ID), so a retry signed afresh is the same
-	// delivery; it is what is stored and forwarded.
-	body = sender.StoredBody(body, r.Header.Get("Content-Type"))
-	id, err := deliveryID(r, body, &in, sender)
+	info.deliveryID = p.DeliveryID
+	info.eventType, info.eventTypeLabel = p.EventType, p.EventTypeLabel
+	res, err := s.record(r.Context(), sd, &p, now)
 	if err != nil {
 		return "", err
 	}
-	info.deliveryID = id
-	// The event type and the routing decision are made from the request as
-	// received (its headers before the storage filter) and the values read
-	// above; the targets are chosen here and written in the same
-	// transaction as the claim.
-	eventType := sender.EventTypeOf(r.Header, &in)
-	info.eventType, info.eventTypeLabel = eventType, sender.EventTypeLabel(eventType)
-	targets := sender.Route(eventType, r.Header, &in)
-	// The event stores r.Header: from here on, only the headers the
-	// sender's filter keeps (r itself is left as the server gave it).
-	stored := sender.HeaderFilter.Filter(r.Header)
-	if gzipped {
-		stored.Del("Content-Encoding") // the stored body is decompressed
-		stored.Del("Content-Length")
-	}
-	r = withHeaders(r, stored)
-
-	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
-	eventID, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("new event id: %w", err)
-	}
-	respBody := appendAccepted(make([]byte, 0, 160), eventID, sender.Name, id, now)
-	d := dedup.Delivery{
-		Key:           dedup.Key{Sender: sender.Name, DeliveryID: id},
-		RequestSHA256: sha256.Sum256(body),
-		EventID:       eventID,
-		Response:      dedup.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: respBody},
-		ReceivedAt:    now,
-		ExpiresAt:     now.Add(time.Duration(sender.Retention)),
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
-	defer cancel()
-	// A scheme that signs a single-use token instead of the body
-	// (Mailgun's): the token is this delivery's, or the request is a
-	// replay of a genuine signature with another event. Decided by the
-	// token table's key, in a statement of its own before the delivery's
-	// transaction, which it leaves as it is: a token already claimed by
-	// this same delivery (its retry, or one whose transaction failed)
-	// goes on to the transaction, and only its key decides what a
-	// duplicate is.
-	if token, signedAt, ok := sender.Nonce(r, signed); ok {
-		fresh, err := s.tokens.Claim(ctx, sigtoken.Use{Sender: sender.Name, Token: token, SignedAt: signedAt, DeliveryID: id, RequestSHA256: d.RequestSHA256})
-		if err != nil {
-			return "", err
-		}
-		if !fresh {
-			return "", newProblem(probSignature, "The request's signature token was used by another delivery (Mailgun signs its timestamp and token, not the event: a token is accepted for one delivery ID and body only). Nothing was recorded.")
-		}
-	}
-	var lease forward.Lease
-	if s.fast != nil && len(targets) > 0 {
-		lease = s.fast.Lease(sender.Sender, targets, len(body))
-	}
-	change := func(b *dedup.Batch) {
-		events.QueueInsert(b, events.Event{
-			ID: eventID, Sender: sender.Name, DeliveryID: id, ReceivedAt: now, EventType: eventType, Headers: r.Header, Body: body,
-		})
-		forward.QueueOutbox(b, eventID, id, now, targets, lease)
-	}
-	res, err := s.deliveries.Run(ctx, d, change)
-	if err != nil {
-		return "", err
-	}
-	if !res.Replayed && s.fast != nil && len(targets) > 0 {
-		// Committed, with its outbox rows leased to this process (or, with
-		// a zero lease, left to the relay, which Dispatch wakes).
-		s.fast.Dispatch(&forward.Fast{Sender: sender.Sender, EventID: eventID, DeliveryID: id, EventType: eventType,
-			Headers: r.Header, Body: body, Targets: targets, Lease: lease})
-	}
-	h := w.Header()
-	h.Set("Content-Type", res.Response.ContentType)
-	h.Set("Content-Length", strconv.Itoa(len(res.Response.Body)))
 	outcome := outcomeAccepted
 	if res.Replayed {
-		h.Set("Idempotent-Replayed", "true")
+		w.Header().Set("Idempotent-Replayed", "true")
 		outcome = outcomeReplayed
 	}
-	w.WriteHeader(res.Response.Status)
-	_, _ = w.Write(res.Response.Body)
+	writeResponse(w, res.Response.Status, res.Response.ContentType, res.Response.Body)
 	return outcome, nil
 }
 
+// record claims the delivery's key and stores its event and outbox rows in
+// one transaction ([dedup.Store.Run]). A first delivery's forwards then go
+// to the fast path.
+func (s *Server) record(ctx context.Context, sd *sender.Sender, p *sender.Prepared, now time.Time) (dedup.Result, error) {
+	receivedAt := now.UTC().Truncate(time.Microsecond) // PostgreSQL keeps microseconds
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return dedup.Result{}, fmt.Errorf("new event id: %w", err)
+	}
+	d := idempotency.Delivery{
+		Key:           idempotency.Key{Sender: sd.Name, DeliveryID: p.DeliveryID},
+		RequestSHA256: p.BodySHA256,
+		EventID:       eventID,
+		Response: idempotency.Response{Status: http.StatusAccepted, ContentType: "application/json",
+			Body: appendAccepted(make([]byte, 0, 160), eventID, sd.Name, p.DeliveryID, receivedAt)},
+		ReceivedAt: receivedAt,
+		ExpiresAt:  receivedAt.Add(time.Duration(sd.Retention)),
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if p.HasNonce {
+		// The token is claimed in its own statement, before the delivery's
+		// transaction. A token this same delivery claimed before goes on:
+		// only the key decides what a duplicate is.
+		fresh, err := s.tokens.Claim(ctx, sigtoken.Use{Sender: sd.Name, Token: p.Nonce.Token, SignedAt: p.Nonce.SignedAt,
+			DeliveryID: p.DeliveryID, RequestSHA256: p.BodySHA256})
+		if err != nil {
+			return dedup.Result{}, err
+		}
+		if !fresh {
+			return dedup.Result{}, newProblem(probSignature, "The request's signature token was used by another delivery (Mailgun signs its timestamp and token, not the event: a token is accepted for one delivery ID and body only). Nothing was recorded.")
+		}
+	}
+	fast := s.fast != nil && len(p.Targets) > 0
+	var lease forward.Lease
+	if fast {
+		lease = s.fast.Lease(sd.Sender, p.Targets, len(p.Body))
+	}
+	change := func(b *dedup.Batch) {
+		events.QueueInsert(b, events.Event{ID: eventID, Sender: sd.Name, DeliveryID: p.DeliveryID, ReceivedAt: receivedAt,
+			EventType: p.EventType, Headers: p.Header, Body: p.Body})
+		forward.QueueOutbox(b, eventID, p.DeliveryID, receivedAt, p.Targets, lease)
+	}
+	res, err := s.deliveries.Run(ctx, d, change)
+	if err != nil {
+		return dedup.Result{}, err
+	}
+	if fast && !res.Replayed {
+		// Committed, with its outbox rows leased to this process. With a
+		// zero lease they are the relay's, which Dispatch wakes.
+		s.fast.Dispatch(&forward.Fast{Sender: sd.Sender, EventID: eventID, DeliveryID: p.DeliveryID, EventType: p.EventType,
+			Headers: p.Header, Body: p.Body, Targets: p.Targets, Lease: lease})
+	}
+	return res, nil
+}
+
+// writeResponse writes a response whose body is known in full.
+func writeResponse(w http.ResponseWriter, status int, contentType string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
 // appendAccepted appends the JSON body of a first delivery's 202 response
-// (event_id, sender, delivery_id, received_at), as encoding/json would
-// encode it (accepted_internal_test.go checks), and a newline.
+// and a newline. The bytes are those encoding/json would write.
 func appendAccepted(dst []byte, eventID uuid.UUID, sender, deliveryID string, receivedAt time.Time) []byte {
 	dst = append(dst, `{"event_id":"`...)
 	var id [36]byte
@@ -282,10 +243,9 @@ func appendAccepted(dst []byte, eventID uuid.UUID, sender, deliveryID string, re
 	return append(dst, "\"}\n"...)
 }
 
-// appendJSONString appends s, a sender name or a delivery ID (visible
-// ASCII), as encoding/json encodes it: quotes and backslashes escaped, and
-// <, > and & as \u003c, \u003e and \u0026. Other bytes go through
-// encoding/json.
+// appendJSONString appends s, a sender name or a delivery ID, as
+// encoding/json encodes it. It escapes quotes and backslashes, and <, > and
+// & as \u003c, \u003e and \u0026. Other bytes go through encoding/json.
 func appendJSONString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f {
@@ -311,22 +271,10 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// withHeaders returns a shallow copy of r with the headers h.
-func withHeaders(r *http.Request, h http.Header) *http.Request {
-	r2 := new(http.Request)
-	*r2 = *r
-	r2.Header = h
-	return r2
-}
-
-// readBody reads the whole request body, refusing more than limit bytes,
-// holding room for it in h as its bytes arrive (bodyHold.readAll), at the
-// minimum rate of bodies (bodyPace): a body that arrives slower is a 408
-// problem. On any error the answer is sent at once and the connection
-// closed after it (net/http would otherwise read up to 256 KiB of what is
-// left of the body before answering, for as long as its client takes);
-// after the answer, what is left is read and thrown away for at most
-// bodyDrain, so that the client is not reset before it reads the answer.
+// readBody reads the whole request body, refusing more than limit bytes. It
+// holds room for the bytes in h as they arrive, at the minimum rate of
+// bodies: a slower body is a 408 problem. On any error the answer is sent
+// at once and the connection closed after it ([closeUnread]).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 	body, err := s.readBodyBytes(w, r, limit, h)
 	if err != nil {
@@ -335,9 +283,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64, h
 	return body, err
 }
 
-// closeUnread makes the answer to r, whose body is not read (whole), close
-// the connection, and gives what is left of the body bodyDrain to arrive
-// after the answer (see readBody); nothing for a request without a body.
+// closeUnread makes the answer to r, whose body was not read whole, close
+// the connection. Otherwise net/http would read up to 256 KiB of the body
+// before answering, for as long as the client takes. What is left may still
+// arrive for [bodyDrain], so the client is not reset before it reads the
+// answer.
 func closeUnread(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength == 0 {
 		return
@@ -346,15 +296,14 @@ func closeUnread(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDrain))
 }
 
-// bodyDrain is how long the rest of a body answered before it was read
-// whole may still arrive (net/http reads at most 256 KiB of it) before
-// its connection is closed. Closing with unread bytes makes the kernel
-// reset the connection, and a client can then lose the answer.
+// bodyDrain is how long the rest of a body answered early may still arrive
+// before its connection is closed. Closing with unread bytes makes the
+// kernel reset the connection, and the client can lose the answer.
 const bodyDrain = time.Second
 
 func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
-	// (The problem is made only when needed: formatting it for every
-	// request showed in make bench's CPU profile.)
+	// The problem is made only when needed: formatting it for every request
+	// showed in the CPU profile.
 	tooLarge := func() error {
 		return newProblem(probTooLarge, fmt.Sprintf("The body exceeds this sender's limit of %d bytes. Nothing was recorded.", limit))
 	}
@@ -390,8 +339,8 @@ func (s *Server) readBodyBytes(w http.ResponseWriter, r *http.Request, limit int
 	}
 }
 
-// pace returns the pace of a body read for w from now on; one that does
-// nothing without a minimum rate or a bound on pauses.
+// pace returns the pace of a body read for w from now on. It does nothing
+// without a minimum rate or a bound on pauses.
 func (s *Server) pace(w http.ResponseWriter) bodyPace {
 	if s.minRate == 0 && s.idleTimeout == 0 {
 		return bodyPace{}
@@ -413,43 +362,3 @@ func (s *Server) slowBodyDetail() string {
 	rules = append(rules, fmt.Sprintf("all of it must arrive within %s", s.readTimeout))
 	return "The body did not arrive in time: " + strings.Join(rules, ", ") + ". Nothing was recorded; the connection is closed."
 }
-
-// deliveryID extracts the delivery ID from where sender's configuration says
-// it is (a header, a JSON value that in holds, or the hex SHA-256 of body)
-// and validates it: 1 to 255 bytes of visible ASCII.
-func deliveryID(r *http.Request, body []byte, in *sender.Inspection, sender *sender.Sender) (string, error) {
-	var id string
-	src := sender.DeliveryID
-	switch {
-	case src.BodySHA256:
-		sum := sha256.Sum256(body)
-		id = hex.EncodeToString(sum[:])
-	case src.Header != "":
-		vals := r.Header.Values(src.Header)
-		if len(vals) == 0 {
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The %s header is missing: sender %q carries its delivery ID there.", src.Header, sender.Name))
-		}
-		if len(vals) > 1 {
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The %s header appears %d times; send exactly one delivery ID.", src.Header, len(vals)))
-		}
-		id = vals[0]
-	default:
-		v := sender.DeliveryIDValue(in)
-		switch {
-		case in.JSONErr != nil:
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The body is not valid JSON, and sender %q carries its delivery ID at the JSON pointer %s.", sender.Name, src.JSONPointer))
-		case !v.Found:
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The JSON body has no value at %s: sender %q carries its delivery ID there.", src.JSONPointer, sender.Name))
-		case v.Kind != jsonptr.KindString && v.Kind != jsonptr.KindNumber:
-			return "", newProblem(probInvalidDeliveryID, fmt.Sprintf("The value at %s must be a string or a number to be a delivery ID.", src.JSONPointer))
-		}
-		id = v.Str
-	}
-	if reason := invalidDeliveryID(id); reason != "" {
-		return "", newProblem(probInvalidDeliveryID, "The delivery ID "+reason+". Nothing was recorded.")
-	}
-	return id, nil
-}
-
-// invalidDeliveryID returns why id is not a valid delivery ID, or "".
-func invalidDeliveryID(id string) string { return dedup.CheckDeliveryID(id) }

@@ -23,6 +23,7 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/redact"
 	"github.com/hookgate/hookgate/internal/store"
@@ -361,7 +362,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, unknownSender(sender))
 		return
 	}
-	if reason := invalidDeliveryID(deliveryID); reason != "" {
+	if reason := idempotency.CheckDeliveryID(deliveryID); reason != "" {
 		s.fail(w, r, newProblem(probInvalidParameter, "Path parameter delivery_id "+reason+"; no delivery can have such an ID."))
 		return
 	}
@@ -369,7 +370,7 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 		s.fail(w, r, dbProblem(errNoDB))
 		return
 	}
-	rec, err := s.q.GetDelivery(r.Context(), dedup.Key{Sender: sender, DeliveryID: deliveryID})
+	rec, err := s.q.GetDelivery(r.Context(), idempotency.Key{Sender: sender, DeliveryID: deliveryID})
 	if errors.Is(err, store.ErrNotFound) {
 		s.fail(w, r, &problemError{typ: probNotFound, cause: err,
 			detail: fmt.Sprintf("Sender %q has no delivery %s (never received, or its key has expired).", sender, quote(deliveryID))})

@@ -164,7 +164,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		hc.AdminToken = testToken
 	}
 	if !o.noDB {
-		hc.Queries = store.New(pool)
+		hc.Queries, hc.Forwards = store.New(pool), queue.NewJobs(pool)
 	}
 	if o.console {
 		cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(pool), Forwards: queue.NewJobs(pool), Log: log, AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})

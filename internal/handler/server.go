@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -92,10 +93,11 @@ type Config struct {
 	// Log is where requests and failures are logged.
 	Log *slog.Logger
 
-	// Queries reads the deliveries, events and forwards of the operator
-	// API (packages store's and queue's queries: share the process's); nil: the
-	// operator endpoints that read them answer 503.
-	Queries *store.Queries
+	// Queries reads the deliveries and events of the operator API. Forwards
+	// reads its forwards: the process's one [*queue.Jobs]. Give both or
+	// neither; without them the endpoints that read answer 503.
+	Queries  *store.Queries
+	Forwards ForwardReader
 	// Redeliverer redelivers an event's forwards and a target's forwards
 	// in a state (queue.River, on River's client, which need not
 	// work jobs); nil: redeliver answers 503.
@@ -194,6 +196,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("handler config: %s: nil: %s is required", d.name, d.what)
 		}
 	}
+	if (c.Queries == nil) != (c.Forwards == nil) {
+		return errors.New("handler config: Queries and Forwards: give both or neither")
+	}
 	return c.needsTokens()
 }
 
@@ -233,7 +238,7 @@ type Server struct {
 	adminDigest *[32]byte
 	authLimit   *authlimit.Limiter
 	q           *store.Queries
-	jobs        *queue.Jobs
+	jobs        ForwardReader
 	redeliver   Redeliverer
 
 	// console is the browser console served under /console; nil for none.
@@ -285,6 +290,14 @@ type FastPath interface {
 	Dispatch(f *forward.Fast)
 }
 
+// ForwardReader reads the forwards the operator API shows, as [*queue.Jobs]
+// does: an event's forwards, the counts by target, and a target's list.
+type ForwardReader interface {
+	EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]queue.Forward, error)
+	CountForwards(ctx context.Context, sender string, delivered bool) (map[string]queue.Counts, error)
+	ListTargetForwards(ctx context.Context, f queue.Filter, limit int, after *store.Cursor) (queue.ForwardPage, error)
+}
+
 // Redeliverer is the forward queue's redelivery (queue.River):
 // Redeliver enqueues an event's forwards again, BulkRedeliver the
 // forwards of a target in a state.
@@ -325,6 +338,7 @@ func New(hc Config) (*Server, error) {
 
 		metricsElsewhere: hc.MetricsElsewhere,
 		q:                hc.Queries,
+		jobs:             hc.Forwards,
 		redeliver:        hc.Redeliverer,
 		console:          hc.Console,
 		fast:             hc.FastPath,
@@ -332,9 +346,6 @@ func New(hc Config) (*Server, error) {
 		tokens:           hc.Tokens,
 		pauses:           hc.Pauses,
 		reloader:         hc.Reloader,
-	}
-	if hc.Queries != nil {
-		s.jobs = queue.NewJobs(hc.Queries.DB())
 	}
 	if s.authLimit == nil {
 		s.authLimit = authlimit.New()

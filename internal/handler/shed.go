@@ -15,50 +15,36 @@ import (
 	"github.com/hookgate/hookgate/internal/dedup"
 )
 
-// What is shed, and when (docs/operations.md tells operators):
+// What is shed, and when. docs/operations.md tells operators.
 //
-//   - The body budget bounds the bytes of request bodies that ingest
-//     requests hold in memory at once (Config.BodyBudget). A request holds
-//     what its body's buffer needs as the bytes arrive, never what its
-//     Content-Length announces before they came: a first step of firstStep
-//     bytes (or its Content-Length when smaller), then, each time the buffer
-//     is full, twice as much (never past its Content-Length), and again for
-//     a gzip body's inflated bytes. What it holds is therefore at most about
-//     twice what arrived. When the budget has no room for a step, the request
-//     stops reading and waits for room (the budget's wait), then gets 503
-//     overloaded with Retry-After, reason body_budget. A quarter of the
-//     budget is kept for small bodies (at most smallBody bytes): a sender,
-//     or an attacker, holding large bodies open cannot stop small
+//   - The body budget bounds the request body bytes held in memory at once
+//     ([Config.BodyBudget]). A request holds room as its bytes arrive, never
+//     what its Content-Length announces. It takes a first step of firstStep
+//     bytes, then twice as much each time its buffer is full, so it holds
+//     at most about twice what arrived. A gzip body's inflated bytes count
+//     too. When the budget has no room, the request waits, then gets 503
+//     with reason body_budget. A quarter of the budget is kept for bodies of
+//     at most smallBody bytes, so large bodies held open cannot stop small
 //     deliveries of other clients.
-//   - Each client (authlimit.Limiter.ClientKey: the TCP peer, or the client
-//     a trusted proxy names; an IPv6 address's /64) holds at most a quarter
-//     of the budget: past it, its request waits the same way, then gets 503
-//     overloaded, reason body_client_share. Other clients are not held up.
-//   - Requests that wait for room hold what they read so far: many bodies
-//     half read could hold the whole budget (or a client's share) and all
-//     wait for each other. So the oldest request of the budget, and the
-//     oldest of each client, are never refused room: a body may exceed the
-//     budget, or its client's share, by its own size while it is the oldest.
-//     It ends (read, stored, or cut for its rate), and the next is oldest.
-//   - A client that holds nothing always finds room for a small body: when
-//     the budget has none for a step (up to smallBody) of the only body of
-//     a client, that body takes it from the client holding the most, as
-//     long as that client holds more than the body asks for
-//     (bodyBudget.preemptFor). The newest body of that client
-//     still being read is cut short (answered 503 overloaded, reason
-//     body_preempted, connection closed; never the budget's oldest), and
-//     its room goes to the newcomer first (grantWaiters). So a few clients
-//     holding the budget with bodies they never finish cannot lock out a
-//     sender that holds nothing.
-//   - A body must arrive at a minimum rate (Config.BodyMinRate, after
-//     Config.BodyMinRateGrace, and within Config.BodyReadTimeout in all),
-//     and must never stall for Config.BodyIdleTimeout, whatever it sent
-//     before (bodyPace moves the connection's read deadline as the bytes
-//     arrive): past either the request is answered 408 request-timeout and
-//     its connection closed (Server.readBody).
-//   - The store sheds on queueing delay (dedup.Config.Shedding): reasons
-//     queue_delay and queue_timeout. Copies of a delivery in flight in this
-//     process wait for the first copy and are never counted.
+//   - Each client holds at most a quarter of the budget. Past it, its
+//     request waits the same way, then gets 503 with reason
+//     body_client_share. A client is the key [authlimit.Limiter.ClientKey]
+//     gives. Other clients are not held up.
+//   - Half-read bodies that wait for each other could hold the whole
+//     budget. So the oldest request of the budget, and of each client, is
+//     never refused room while it is the oldest.
+//   - A client that holds nothing always finds room for a small body. Its
+//     body takes room from the client holding the most, if that one holds
+//     more than it asks ([bodyBudget.preemptFor]). That client's newest body
+//     still being read is cut with 503, reason body_preempted. So clients
+//     that never finish their bodies cannot lock out a sender.
+//   - A body must arrive at a minimum rate after a grace period, within a
+//     total time, and must never stall for the idle timeout. [bodyPace]
+//     moves the connection's read deadline as the bytes arrive. Past either
+//     bound the request gets 408 and its connection is closed.
+//   - The store sheds on queueing delay ([dedup.Config.Shedding]), with
+//     reasons queue_delay and queue_timeout. Copies of a delivery in flight
+//     in this process wait for the first and are never counted.
 
 // Defaults of the body budget and of the minimum rate of bodies.
 const (
@@ -169,7 +155,6 @@ func (b *bodyBudget) hold(ctx context.Context, client netip.Prefix, w http.Respo
 	return h
 }
 
-// clientCount returns how many clients hold a share now.
 func (b *bodyBudget) clientCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -303,7 +288,6 @@ func (b *bodyBudget) victim(h *bodyHold, to int64) *bodyHold {
 	return best
 }
 
-// waiting reports whether h is among the budget's waiters.
 func (h *bodyHold) waiting() bool {
 	return h.wprev != nil || h.b.waitFirst == h
 }
@@ -342,7 +326,6 @@ func (b *bodyBudget) grantWaiters() {
 	}
 }
 
-// unwait takes h off the waiters.
 func (b *bodyBudget) unwait(h *bodyHold) {
 	if h.wprev != nil {
 		h.wprev.wnext = h.wnext

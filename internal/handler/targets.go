@@ -242,7 +242,6 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 	writeJSON(w, http.StatusAccepted, api.BulkRedelivery{Matched: res.Matched, AfterCurrent: res.AfterCurrent})
 }
 
-// utcOrNil returns t in UTC, nil for the zero time.
 func utcOrNil(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil

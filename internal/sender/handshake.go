@@ -23,8 +23,8 @@ type HandshakeReply struct {
 	Body        []byte
 }
 
-// handshake is a compiled handshake kind (config.Handshake*): the slots of
-// the JSON values it reads.
+// handshake is a compiled handshake kind, with the slots of the JSON values
+// it reads.
 type handshake struct {
 	kind string
 	// typeSlot holds what marks the request as the handshake; valueSlot
@@ -54,16 +54,12 @@ func planHandshake(kind string, ptrs *[]jsonptr.Pointer) (handshake, error) {
 	return hs, nil
 }
 
-// Handshake returns the answer to a handshake request of the sender's
-// provider, which is sent instead of recording anything: Slack's
-// url_verification ({"challenge"}), Zoom's endpoint.url_validation
-// ({"plainToken","encryptedToken"}, the token's hex HMAC-SHA256 under the
-// secret that signed the request), Twitch's webhook_callback_verification
-// (the challenge as text/plain) and Discord's PING ({"type":1}). False for
-// any other request, and always for a sender whose preset (or signature
-// scheme) has no handshake. Call it after the request's signature passed:
-// it does not check it. signed is the body as received (compressed, if it
-// was: what the signature covers); in is what Inspect read of the body.
+// Handshake returns the answer to a handshake of the sender's provider,
+// which is sent instead of recording anything. It answers Slack's
+// url_verification, Zoom's endpoint.url_validation, Twitch's
+// webhook_callback_verification and Discord's PING. It returns false for
+// any other request. It does not check the signature: call it after. signed
+// is the body as received; in is what [Sender.Inspect] read of the body.
 func (s *Sender) Handshake(r *http.Request, signed []byte, in *Inspection, now time.Time) (HandshakeReply, bool) {
 	for _, hs := range s.plan.handshakes {
 		typ, val := in.value(hs.typeSlot), in.value(hs.valueSlot)

@@ -9,9 +9,9 @@ import (
 	"github.com/hookgate/hookgate/internal/jsonptr"
 )
 
-// plan is what ingest reads from a request to decide a delivery, computed
-// once per sender by Compile: the JSON pointers of one Extract call and
-// which value is which, and the targets' routes.
+// plan is what ingest reads from a request to decide a delivery. [Compile]
+// computes it once per sender: the JSON pointers of one Extract call, which
+// value is which, and the targets' routes.
 type plan struct {
 	ptrs []jsonptr.Pointer
 	// idSlot, typeSlot: index in ptrs of the delivery ID and event type
@@ -184,27 +184,24 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// Inspection is what ingest read from one request with Sender.Inspect.
+// Inspection is what [Sender.Inspect] read from one request body.
 type Inspection struct {
-	// Values are the JSON values at the sender's pointers (Sender.Pointers);
-	// nil when the sender reads none or the body is not JSON.
+	// Values are the JSON values at the sender's pointers. It is nil when
+	// the sender reads none or the body is not JSON.
 	Values []jsonptr.Value
-	// JSONErr is the error of reading the body as JSON (wrapping
-	// jsonptr.ErrSyntax); nil when it is JSON or the sender reads no
-	// pointer.
+	// JSONErr is the error of reading the body as JSON, wrapping
+	// [jsonptr.ErrSyntax]. It is nil for JSON, and when no pointer is read.
 	JSONErr error
 }
 
 // Pointers returns the JSON pointers ingest resolves in a request body, in
-// one Extract call: the delivery ID's, the event type's, the match
-// conditions' (each once), and those of a handshake (Slack's /type and
-// /challenge). Empty when the sender reads nothing from the body. The slice
-// is shared: do not modify it.
+// one Extract call. They are those of the delivery ID, the event type, the
+// match conditions and the handshakes, each once. The slice is shared: do
+// not modify it.
 func (s *Sender) Pointers() []jsonptr.Pointer { return s.plan.ptrs }
 
-// Inspect reads body once, with one Extract call resolving every pointer
-// the sender needs (none at all when it needs none, so a sender that reads
-// only headers never parses its bodies).
+// Inspect reads body once, resolving every pointer the sender needs in one
+// Extract call. A sender that reads only headers never parses its bodies.
 func (s *Sender) Inspect(body []byte) Inspection {
 	if len(s.plan.ptrs) == 0 {
 		return Inspection{}
@@ -221,19 +218,12 @@ func (in *Inspection) value(slot int) jsonptr.Value {
 	return in.Values[slot]
 }
 
-// DeliveryIDValue returns the value at the sender's delivery ID pointer; the
-// zero Value (Found false) when the sender's delivery ID is a header or the
-// body is not JSON (see JSONErr).
-func (s *Sender) DeliveryIDValue(in *Inspection) jsonptr.Value { return in.value(s.plan.idSlot) }
-
 // EventTypeOf returns the delivery's event type from where the sender's
-// configuration says it is: "" when there is none (no location configured,
-// header or value missing, a JSON value that is not a string or number, a
-// body that is not JSON), and "" too for a value that cannot be an event
-// type (config.ValidEventType). A header sent more than once counts by its
-// first value. With an envelope (the Slack preset's), the value at the
-// envelope's pointer when the event type is the envelope's (event_callback:
-// /event/type).
+// configuration says it is. It is "" when there is none, or when the value
+// cannot be an event type ([config.ValidEventType]). A header sent more
+// than once counts by its first value. With an envelope, as Slack's preset
+// has, the type is read at the envelope's pointer when the outer type is
+// the envelope's.
 func (s *Sender) EventTypeOf(h http.Header, in *Inspection) string {
 	var et string
 	switch p := &s.plan; {
@@ -267,12 +257,12 @@ func scalarText(v jsonptr.Value, all bool) string {
 	return ""
 }
 
-// Route returns the names of the sender's targets that the delivery goes
-// to, in configuration order: those whose event_types match eventType (or
-// that have none) and all of whose match conditions hold for the request's
-// headers h and the body's values in in. nil when none matches. When every
-// target matches, the returned slice is TargetNames() (shared: do not
-// modify it); otherwise it is new.
+// Route returns the names of the targets the delivery goes to, in
+// configuration order. A target matches when its event_types match
+// eventType, or it has none, and all its match conditions hold for the
+// headers h and the values in in. Route returns nil when none matches. When
+// all match, it returns the shared [config.Sender.TargetNames]: do not
+// modify it.
 func (s *Sender) Route(eventType string, h http.Header, in *Inspection) []string {
 	p := &s.plan
 	if p.allMatch {
@@ -336,13 +326,11 @@ func (c *cond) holds(h http.Header, in *Inspection) bool {
 	return contains(c.in, scalarText(v, true))
 }
 
-// EventTypeLabel returns the value of the event_type label of
-// hookgate_deliveries_total for eventType, from a set bounded by the
-// configuration: eventType itself when a target of the sender names it
-// exactly in event_types; else the first prefix pattern of those targets
-// that it matches ("invoice.*"); else "none" for the empty event type and
-// "other" for any other. A sender has at most (patterns in its targets'
-// event_types) + 2 label values.
+// EventTypeLabel returns eventType's value of the event_type label of
+// hookgate_deliveries_total. It is eventType when a target names it exactly
+// in event_types, or else the first prefix pattern it matches, such as
+// "invoice.*". Otherwise it is "none" for no event type and "other". So a
+// sender has at most its targets' patterns plus two label values.
 func (s *Sender) EventTypeLabel(eventType string) string {
 	p := &s.plan
 	if eventType == "" {

@@ -1,8 +1,8 @@
-// Package sender compiles the configured senders (package config, plain
-// data) into what ingest runs for each request: the signature verifier, the
-// one-pass JSON scan of the body that finds the delivery ID, the event type
-// and the values the routes test (Inspect), the handshake, the routes and
-// the filter of the headers stored with an event.
+// Package sender compiles the configured senders into what ingest runs for
+// each request. [Sender.Prepare] turns a request into a delivery in one
+// call: it verifies the signature, reads the body once, answers handshakes,
+// and finds the delivery ID, the event type and the routes. It also gives
+// the headers and body stored with the event.
 package sender
 
 import (
@@ -22,40 +22,38 @@ import (
 // for concurrent use.
 type Set struct {
 	cfg *config.Config
-	// snap is the set as a Snapshot of no file (Snapshot).
+	// snap is the set as a [Snapshot] of no file.
 	snap *Snapshot
-	// Senders are the compiled senders, in configuration order (do not
-	// modify them).
+	// Senders are the compiled senders, in configuration order. Do not
+	// modify them.
 	Senders []Sender
 }
 
 // Sender is one configured sender compiled for ingest. The embedded
-// *config.Sender is its configuration (shared with the config.Config the
-// Set was compiled from: do not modify it).
+// *config.Sender is shared with the configuration: do not modify it.
 type Sender struct {
 	*config.Sender
 	// Verifier checks request signatures; nil when the sender has none.
 	Verifier signature.Verifier
-	// HeaderFilter picks the request headers stored with an event; it
-	// never keeps the sender's signature headers
-	// (config.PresetSignature.SignatureHeaders).
+	// HeaderFilter picks the request headers stored with an event. It never
+	// keeps the sender's signature headers.
 	HeaderFilter events.HeaderFilter
 
 	plan plan
 	// sigObject and sigFields are where the body carries the signature
-	// (StoredBody): the check's SignatureObject and SignatureFields.
+	// ([Sender.StoredBody]).
 	sigObject string
 	sigFields []string
-	// keyed are one verifier per secret, in order, for the handshakes
-	// whose answer is keyed with the secret that signed the request
-	// (Zoom's); keys are those secrets' keys.
+	// keyed holds one verifier per secret, for the handshakes whose answer
+	// is keyed with the secret that signed the request, as Zoom's is. keys
+	// are those secrets' keys.
 	keyed []signature.Verifier
 	keys  [][]byte
 }
 
-// Compile compiles every sender of cfg, a configuration config.Parse
-// returned. Its error names each sender's field at fault
-// ("senders[1].store_headers[0]: ...") and never contains a secret.
+// Compile compiles every sender of cfg, a configuration [config.Parse]
+// returned. Its error names each sender's field at fault, such as
+// "senders[1].store_headers[0]: ...", and never contains a secret.
 func Compile(cfg *config.Config) (*Set, error) {
 	set := &Set{cfg: cfg, Senders: make([]Sender, len(cfg.Senders))}
 	var errs []string
@@ -71,8 +69,8 @@ func Compile(cfg *config.Config) (*Set, error) {
 	return set, nil
 }
 
-// Load reads, validates and compiles the configuration file at path
-// (config.Load, then Compile); its errors start with path.
+// Load reads, validates and compiles the configuration file at path. Its
+// errors start with path.
 func Load(path string) (*Set, error) {
 	snap, err := LoadSnapshot(path, time.Now())
 	if err != nil {
@@ -81,8 +79,8 @@ func Load(path string) (*Set, error) {
 	return snap.Set, nil
 }
 
-// Config returns the configuration the set was compiled from (shared: do
-// not modify it).
+// Config returns the configuration the set was compiled from. It is shared:
+// do not modify it.
 func (set *Set) Config() *config.Config { return set.cfg }
 
 // Get returns the compiled sender named name, or false.
@@ -132,8 +130,8 @@ func compile(out *Sender, s *config.Sender) error {
 }
 
 // verifier builds the sender's signature verifier from its signature check
-// (a row of the preset table, or its signature block) and its secrets, and
-// returns it with the secrets' keys; nil when it checks none.
+// and secrets, and returns it with the secrets' keys. It returns nil when
+// the sender checks no signature.
 func verifier(s *config.Sender) (signature.Verifier, [][]byte, error) {
 	check := s.SignatureCheck()
 	if check.Scheme == config.SchemeNone {
@@ -154,10 +152,9 @@ func verifier(s *config.Sender) (signature.Verifier, [][]byte, error) {
 	return v, keys, nil
 }
 
-// Verify checks the request's signature with the sender's Verifier (nil
-// when it has none): for the schemes that sign the URL, with the URL
-// RequestURL returns. body is the raw body as received. Its errors are
-// Verify's (package signature).
+// Verify checks the request's signature with the sender's Verifier, if any.
+// For the schemes that sign the URL it uses [Sender.RequestURL]. body is
+// the body as received. Its errors are the verifier's.
 func (s *Sender) Verify(r *http.Request, body []byte, now time.Time) error {
 	if s.Verifier == nil {
 		return nil
@@ -168,19 +165,18 @@ func (s *Sender) Verify(r *http.Request, body []byte, now time.Time) error {
 	return s.Verifier.Verify(r.Header, body, now)
 }
 
-// SignsNonces reports whether the sender's signature scheme signs a
-// single-use token instead of the body (signature.NonceVerifier,
-// Mailgun's): ingest must then accept each token for one delivery only
-// (package sigtoken).
+// SignsNonces reports whether the sender's scheme signs a single-use token
+// instead of the body, as Mailgun's does. Ingest then accepts each token
+// for one delivery only.
 func (s *Sender) SignsNonces() bool {
 	_, ok := s.Verifier.(signature.NonceVerifier)
 	return ok
 }
 
-// Nonce returns the single-use token of a request whose signature Verify
-// accepted, and the timestamp signed with it; ok is false for a sender
-// whose scheme signs none (SignsNonces). body is the raw body as received.
-func (s *Sender) Nonce(r *http.Request, body []byte) (token string, signedAt time.Time, ok bool) {
+// nonce returns the single-use token of a request whose signature Verify
+// accepted, and the time signed with it. ok is false for a sender whose
+// scheme signs none ([Sender.SignsNonces]). body is the body as received.
+func (s *Sender) nonce(r *http.Request, body []byte) (token string, signedAt time.Time, ok bool) {
 	nv, isNonce := s.Verifier.(signature.NonceVerifier)
 	if !isNonce {
 		return "", time.Time{}, false
@@ -188,11 +184,11 @@ func (s *Sender) Nonce(r *http.Request, body []byte) (token string, signedAt tim
 	return nv.Nonce(r.Header, body)
 }
 
-// RequestURL returns the URL the provider requested, as the schemes that
-// sign it need it: the sender's public_url followed by the request's query
-// string, or without public_url the request's own URL (https when the
-// connection is TLS, else http; its Host header; its path and query as
-// sent). Forwarded headers are not trusted: behind a proxy, set public_url.
+// RequestURL returns the URL the provider requested, for the schemes that
+// sign it. It is the sender's public_url followed by the request's query.
+// Without public_url it is the request's own URL: https on TLS, its Host
+// header, and its path and query as sent. Forwarded headers are not
+// trusted: behind a proxy, set public_url.
 func (s *Sender) RequestURL(r *http.Request) string {
 	if s.PublicURL != "" {
 		if r.URL.RawQuery != "" {

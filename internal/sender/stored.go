@@ -9,17 +9,13 @@ import (
 	"github.com/hookgate/hookgate/internal/jsonptr"
 )
 
-// StoredBody returns the body as hookgate keeps it: body (as received, or
-// decompressed), less the signature the sender's provider puts inside it
-// (config.PresetSignature.SignatureObject, Mailgun's "signature" member,
-// from a JSON body; SignatureFields from a form body), so that no stored
-// event, view or forward holds a signature anyone could send again. The
-// rest is kept byte for byte (jsonptr.RemoveMember). For every other
-// sender, and a body without such a member (or one that is not the JSON
-// object or the form it should be), it returns body itself. contentType is
-// the request's Content-Type. The signature must have been checked on the
-// body as received: StoredBody is for what comes after (the delivery ID
-// taken from its SHA-256, the request's hash, the event, the forwards).
+// StoredBody returns the body as hookgate keeps it: without the signature
+// the provider puts inside it, such as Mailgun's "signature" member or form
+// fields. So no stored event, view or forward holds a signature anyone
+// could send again. The rest is kept byte for byte. A body without that
+// signature, or of another sender, comes back as it is. contentType is the
+// request's Content-Type. Check the signature on the body as received
+// first.
 func (s *Sender) StoredBody(body []byte, contentType string) []byte {
 	if s.sigObject == "" {
 		return body
@@ -31,9 +27,9 @@ func (s *Sender) StoredBody(body []byte, contentType string) []byte {
 	return out
 }
 
-// removeFormFields returns the form body without its fields named names
-// (their names decoded as url.ParseQuery decodes them); the other fields
-// are kept as sent, in order. A body without them comes back as it is.
+// removeFormFields returns the form body without the fields named names,
+// decoded as [url.ParseQuery] decodes them. The other fields are kept as
+// sent, in order. A body without them comes back as it is.
 func removeFormFields(body []byte, names []string) []byte {
 	out := make([]byte, 0, len(body))
 	kept, removed := 0, false

@@ -29,10 +29,9 @@ type BreakerState struct {
 	UpdatedAt time.Time
 	// LastError is the failure that opened it (no URL in it), "" when closed.
 	LastError string
-	// PausedUntil is the end of the latest pause a worker process recorded
-	// for the target (a 429 or 503 with Retry-After: RecordPause), zero
-	// when none; it may have passed. PauseReason is the answer that asked
-	// for it (no URL in it).
+	// PausedUntil is the end of the latest pause a worker recorded for the
+	// target, after a 429 or 503 with Retry-After; it may have passed.
+	// PauseReason is the answer that asked for it, without a URL.
 	PausedUntil time.Time
 	PauseReason string
 }
@@ -67,9 +66,9 @@ func (q *Queries) Breakers(ctx context.Context, sender string) (map[string]Break
 	return out, nil
 }
 
-// RecordBreaker records the state of sender's target's breaker, opened at
-// openedAt (nil when closed) with the failure lastError ("" when closed),
-// updated now. It records no transition (RecordBreakerTransitions does).
+// RecordBreaker records the state of sender's target's breaker at now. It
+// opened at openedAt, nil when closed, with the failure lastError. It
+// records no transition ([Queries.RecordBreakerTransitions] does).
 func (q *Queries) RecordBreaker(ctx context.Context, sender, target, state string, openedAt *time.Time, lastError string) error {
 	_, err := q.db.Exec(ctx, upsertBreakerSQL, sender, target, state, openedAt, lastError)
 	if err != nil {
@@ -83,10 +82,10 @@ VALUES ($1, $2, $3, $4, now(), $5)
 ON CONFLICT ON CONSTRAINT target_breakers_pkey DO UPDATE
 SET state = excluded.state, opened_at = excluded.opened_at, updated_at = excluded.updated_at, last_error = excluded.last_error`
 
-// RecordPause records that a worker process holds sender's target's
-// forwards until until, because the target answered reason (no URL in it)
-// with a Retry-After, unless a later pause is recorded already. A target
-// without a recorded breaker gets one, closed.
+// RecordPause records that a worker holds sender's target's forwards until
+// until, because the target answered reason with a Retry-After. A later
+// pause already recorded stays. A target without a recorded breaker gets
+// one, closed.
 func (q *Queries) RecordPause(ctx context.Context, sender, target string, until time.Time, reason string) error {
 	_, err := q.db.Exec(ctx, recordPauseSQL, sender, target, BreakerClosed, until, truncate(reason, MaxBreakerReason))
 	if err != nil {
@@ -121,12 +120,10 @@ type BreakerTransition struct {
 	Reason string
 }
 
-// RecordBreakerTransitions appends trs, transitions of sender's target's
-// breaker in the order they happened, to its history, and records the
-// last one as the breaker's state (RecordBreaker: opened at openedAt, nil
-// when closed, with lastError), in one transaction. It deletes the
-// target's transitions older than BreakerHistoryRetention before the
-// last one.
+// RecordBreakerTransitions appends trs, in the order they happened, to the
+// history of sender's target's breaker. It records the last one as the
+// breaker's state, as [Queries.RecordBreaker] does. In the same transaction
+// it deletes transitions older than [BreakerHistoryRetention].
 func (q *Queries) RecordBreakerTransitions(ctx context.Context, sender, target string, trs []BreakerTransition, openedAt *time.Time, lastError string) error {
 	if len(trs) == 0 {
 		return nil
@@ -148,13 +145,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT ON CONSTRAINT target_breaker
 	return nil
 }
 
-// BreakerHistory returns the transitions of sender's target's breaker
-// from since to until (at most limit of them, the newest), oldest first,
-// preceded by the last one before since, if any (the state the breaker
-// was in at since, in the process that recorded it). With openClose, only
-// the transitions that open a closed breaker or close it are returned
-// (not the rounds of probes in between). Each part is read with the index
-// of the table's key: a range and one probe.
+// BreakerHistory returns the transitions of sender's target's breaker from
+// since to until, oldest first, at most limit of the newest. The last one
+// before since comes first: the state at since. With openClose, only the
+// transitions that open or close the breaker are returned. Each part is
+// read with the table's key: a range and one probe.
 func (q *Queries) BreakerHistory(ctx context.Context, sender, target string, since, until time.Time, limit int, openClose bool) ([]BreakerTransition, error) {
 	rows, err := q.db.Query(ctx, `SELECT at, process, seq, from_state, state, reason FROM (
   (SELECT at, process, seq, from_state, state, reason FROM target_breaker_transitions
@@ -179,12 +174,10 @@ func (q *Queries) BreakerHistory(ctx context.Context, sender, target string, sin
 	return out, nil
 }
 
-// BreakerOpening returns the transition that opened sender's target's
-// breaker last at or before at (a closed → open one, of any process): the
-// start of the incident a breaker that is open or half-open at at is in
-// (pass its OpenedAt, from Breakers). ok is false when there is none in
-// the history (its retention has deleted it). One backward range scan of
-// the table's key from at, stopped at the first opening.
+// BreakerOpening returns the last transition at or before at that opened
+// sender's target's breaker, in any process. It is the start of the
+// incident an open breaker is in: pass its OpenedAt. ok is false when
+// retention has deleted it. It is one backward range scan of the key.
 func (q *Queries) BreakerOpening(ctx context.Context, sender, target string, at time.Time) (tr BreakerTransition, ok bool, err error) {
 	err = q.db.QueryRow(ctx, `SELECT at, process, seq, from_state, state, reason FROM target_breaker_transitions
 WHERE sender = $1 AND target = $2 AND at <= $3 AND from_state = 'closed'

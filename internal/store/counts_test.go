@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
 )
 
@@ -90,7 +90,7 @@ func TestCountDeliveriesKeepsClosedHours(t *testing.T) {
 
 	// A delivery of a closed hour disappears (its key expired): the kept
 	// count still has it; the open ends are counted afresh.
-	if ok, err := storetest.DeleteKey(ctx, s.DB(), dedup.Key{Sender: "orders", DeliveryID: "o-7-0"}); err != nil || !ok { // 3h ago, 202
+	if ok, err := storetest.DeleteKey(ctx, s.DB(), idempotency.Key{Sender: "orders", DeliveryID: "o-7-0"}); err != nil || !ok { // 3h ago, 202
 		t.Fatalf("delete o-7-0: %v, %v", ok, err)
 	}
 	got, err := s.CountDeliveries(ctx, "orders", now)
@@ -100,7 +100,7 @@ func TestCountDeliveriesKeepsClosedHours(t *testing.T) {
 	if !slices.Equal(got, first) {
 		t.Errorf("after deleting a delivery of a closed hour: %+v, want the kept %+v", got, first)
 	}
-	if ok, err := storetest.DeleteKey(ctx, s.DB(), dedup.Key{Sender: "orders", DeliveryID: "o-0-0"}); err != nil || !ok { // 10 min ago: open
+	if ok, err := storetest.DeleteKey(ctx, s.DB(), idempotency.Key{Sender: "orders", DeliveryID: "o-0-0"}); err != nil || !ok { // 10 min ago: open
 		t.Fatalf("delete o-0-0: %v, %v", ok, err)
 	}
 	if got, _ := s.CountDeliveries(ctx, "orders", now); got[len(got)-1].LastHour != first[len(first)-1].LastHour-1 {

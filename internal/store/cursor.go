@@ -9,36 +9,33 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
-// Cursor is a position in a list, opaque to clients: in a sender's
-// deliveries (ListDeliveries' order), the (received at, delivery ID) of the
-// last delivery of a page; in a target's forwards (ListTargetForwards'
-// order), the job ID of the last forward of a page, and when it finished
-// in a list ordered by that (failed forwards). The next page starts
-// right after it. One kind of list refuses the other's cursors.
+// Cursor is a position in a list, opaque to clients. In a sender's
+// deliveries it is the time received and ID of a page's last delivery. In
+// a target's forwards it is the job ID of a page's last forward, and when it
+// finished in a list ordered by that. The next page starts right after it.
+// One kind of list refuses the other's cursors.
 type Cursor struct {
 	ReceivedAt time.Time
 	DeliveryID string
 	JobID      int64
-	// FinishedAt is, in a list of forwards ordered by when they finished
-	// (failed forwards: ListTargetForwards), when the last forward of a
-	// page did; zero in a list ordered by job ID.
+	// FinishedAt is when a page's last forward finished, in a list ordered
+	// by that; zero in a list ordered by job ID.
 	FinishedAt time.Time
 }
 
 // cursorJSON is a Cursor's encoded form: a delivery's time in Unix
-// microseconds (PostgreSQL's precision) and ID, or a forward's job ID.
+// microseconds and its ID, or a forward's job ID.
 type cursorJSON struct {
 	T *int64  `json:"t,omitempty"`
 	D *string `json:"d,omitempty"`
 	J *int64  `json:"j,omitempty"`
 }
 
-// String returns the cursor's opaque form, URL-safe base64 (no padding) of
-// a small JSON document ({"t":…,"d":…}, {"j":…} or {"j":…,"t":…}).
-// ParseCursor reads it back.
+// String returns the cursor's opaque form: URL-safe base64, without
+// padding, of a small JSON document. [ParseCursor] reads it back.
 func (c Cursor) String() string {
 	var b []byte
 	switch {
@@ -59,14 +56,14 @@ func (c Cursor) String() string {
 // ErrBadCursor is what every malformed cursor's error wraps.
 var ErrBadCursor = errors.New("malformed cursor")
 
-// IsBadCursor reports whether err is (or wraps) the error of a malformed
-// cursor, or of a cursor of another kind of list.
+// IsBadCursor reports whether err is the error of a malformed cursor, or of
+// a cursor of another kind of list.
 func IsBadCursor(err error) bool { return errors.Is(err, ErrBadCursor) }
 
-// ParseCursor returns the Cursor whose String is s. It returns an error
-// wrapping ErrBadCursor for anything String cannot have produced: bad
-// base64, padding, other JSON, unknown or missing fields, a delivery ID
-// that no delivery can have (dedup.CheckDeliveryID), a job ID below 1, or any other spelling of a valid cursor.
+// ParseCursor returns the Cursor whose String is s. Its error wraps
+// [ErrBadCursor] for anything String cannot have produced: bad base64 or
+// JSON, unknown or missing fields, a delivery ID no delivery can have
+// ([idempotency.CheckDeliveryID]), a job ID below 1, or another spelling.
 func ParseCursor(s string) (Cursor, error) {
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
@@ -89,7 +86,7 @@ func ParseCursor(s string) (Cursor, error) {
 			c.FinishedAt = time.UnixMicro(*cj.T).UTC()
 		}
 	case cj.J == nil && cj.T != nil && cj.D != nil:
-		if why := dedup.CheckDeliveryID(*cj.D); why != "" { // what no delivery can have never reaches the database
+		if why := idempotency.CheckDeliveryID(*cj.D); why != "" { // what no delivery can have never reaches the database
 			return Cursor{}, fmt.Errorf("%w: its delivery ID %s", ErrBadCursor, why)
 		}
 		c.ReceivedAt, c.DeliveryID = time.UnixMicro(*cj.T).UTC(), *cj.D
@@ -102,8 +99,8 @@ func ParseCursor(s string) (Cursor, error) {
 	return c, nil
 }
 
-// ParseDeliveryCursor is ParseCursor for a list of deliveries: a forward's
-// cursor is malformed there.
+// ParseDeliveryCursor is [ParseCursor] for a list of deliveries, where a
+// forward's cursor is malformed.
 func ParseDeliveryCursor(s string) (Cursor, error) {
 	c, err := ParseCursor(s)
 	if err == nil && c.JobID != 0 {
@@ -112,8 +109,8 @@ func ParseDeliveryCursor(s string) (Cursor, error) {
 	return c, err
 }
 
-// ParseForwardCursor is ParseCursor for a list of forwards: a delivery's
-// cursor is malformed there.
+// ParseForwardCursor is [ParseCursor] for a list of forwards, where a
+// delivery's cursor is malformed.
 func ParseForwardCursor(s string) (Cursor, error) {
 	c, err := ParseCursor(s)
 	if err == nil && c.JobID == 0 {

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DB is what the queries run on: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx
-// (whose Begin starts a savepoint).
+// DB is what the queries run on: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx,
+// whose Begin starts a savepoint.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -19,12 +19,10 @@ type DB interface {
 }
 
 // Queries runs hookgate's statements outside the ingest pipeline on one DB.
-// It holds no state besides it: make one per pool, or one per transaction
-// with New(tx).
+// It holds no other state: make one per pool, or one per transaction.
 type Queries struct {
 	db DB
-	// timeout, when positive, is the statement timeout of the relay's
-	// look (WithStatementTimeout).
+	// timeout, when positive, bounds the relay's look.
 	timeout time.Duration
 }
 
@@ -35,16 +33,16 @@ func New(db DB) *Queries { return &Queries{db: db} }
 func (q *Queries) DB() DB { return q.db }
 
 // WithStatementTimeout returns the queries on q's DB with a statement
-// timeout of d (whole milliseconds; none when 0) for the relay's look
-// (OutboxWaiting), set transaction-locally in its batch: a look that runs
-// longer fails instead of holding the relay. (The first parse of the
-// statement on a connection precedes the batch, and is not bounded.)
+// timeout of d for the relay's look ([Queries.OutboxWaiting]). A look that
+// runs longer fails instead of holding the relay. d is in whole
+// milliseconds; 0 sets none. The first parse of the statement on a
+// connection is not bounded.
 func (q *Queries) WithStatementTimeout(d time.Duration) *Queries {
 	c := *q
 	c.timeout = d
 	return &c
 }
 
-// MaxListLimit is the largest page a list returns: the operator API's one
-// page limit, for deliveries and forwards alike.
+// MaxListLimit is the largest page a list returns, for deliveries and
+// forwards alike.
 const MaxListLimit = 500

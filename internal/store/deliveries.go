@@ -11,53 +11,46 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
-// processed_messages, outside the ingest pipeline (package dedup claims
-// the keys and stores the responses): operators' lists and counts, and the
-// retention of keys.
-
-// ErrNotFound means no such row is stored: for a delivery, it was never
-// accepted, or its key has expired and been deleted; for an event, no event
-// has the ID (or it was deleted after its retention).
+// ErrNotFound means no such row is stored. A delivery was never accepted,
+// or its key expired and was deleted. An event was never stored, or was
+// deleted after its retention.
 var ErrNotFound = errors.New("store: not found")
 
 // Delivery is a stored delivery: the row that holds its key.
 type Delivery struct {
-	dedup.Key
+	idempotency.Key
 	// RequestSHA256 is the SHA-256 of the accepted request body.
 	RequestSHA256 [32]byte
 	// EventID is the event the delivery created.
 	EventID uuid.UUID
-	// Response is the stored response that every replay returns. List
-	// leaves its Body nil; Get fills it in (empty, not nil, when the stored
-	// body is empty).
-	Response dedup.Response
-	// ReceivedAt is when the delivery was accepted (created_at), ExpiresAt
-	// when its key may be forgotten.
+	// Response is the stored response that every replay returns. Lists
+	// leave its Body nil; [Queries.GetDelivery] fills it in.
+	Response idempotency.Response
+	// ReceivedAt is when the delivery was accepted. ExpiresAt is when its
+	// key may be forgotten.
 	ReceivedAt time.Time
 	ExpiresAt  time.Time
-	// EventType is the event's type (webhook_events.event_type): "" when
-	// it has none, or its event is no longer stored.
+	// EventType is the event's type: "" when it has none, or its event is
+	// no longer stored.
 	EventType string
 }
 
 // DeliveryPage is one page of ListDeliveries.
 type DeliveryPage struct {
-	// Deliveries are the page's deliveries, newest first; empty, not nil, when
-	// there are none.
+	// Deliveries are the page's deliveries, newest first. It is empty, not
+	// nil, when there are none.
 	Deliveries []Delivery
 	// Next is the cursor of the next page; nil on the last page.
 	Next *Cursor
 }
 
-// The listing is keyset pagination on (created_at DESC, delivery_id DESC),
-// served by the index processed_messages_sender_created_idx (migration 4).
-// Each row's event type comes from its event, found by its primary key
-// (sender, id). Every table of every statement is filtered on sender = $1
-// itself, not through a join (Citus routes such a statement to the
-// sender's shard; a recursive CTE it plans only with that filter).
+// The listing pages by keyset on (created_at DESC, delivery_id DESC), which
+// an index serves. Each row's event type comes from its event, by primary
+// key. Every table is filtered on sender = $1 itself, not through a join,
+// so Citus routes the statement to the sender's shard.
 const (
 	listColumns = `pm.delivery_id, pm.request_sha256, pm.event_id, pm.response_status, pm.response_content_type, pm.created_at, pm.expires_at`
 	listFrom    = `SELECT ` + listColumns + `, coalesce(e.event_type, '') AS event_type
@@ -74,20 +67,17 @@ LIMIT $4`
 FROM processed_messages pm WHERE pm.sender = $1 AND pm.delivery_id = $2`
 )
 
-// The listing by event type starts from the events: the index
-// webhook_events_sender_type_received_idx (migration 8) holds a sender's
-// events of one type in the list's order, (received_at DESC, delivery_id
-// DESC), and an event's received_at is its delivery's created_at (ingest
-// writes both from one clock reading). Each event finds its delivery by the
-// key (sender, delivery_id) and the event ID, so an event whose key expired
-// (or was claimed again by a newer event) is not listed.
+// The listing by event type starts from the events. An index holds a
+// sender's events of one type in the list's order. An event's received_at
+// is its delivery's created_at: ingest writes both from one clock reading.
+// Each event finds its delivery by key and event ID. So an event whose key
+// expired, or was claimed again, is not listed.
 const (
 	typeColumns = listColumns + `, e.event_type`
-	// The delivery of each event is looked up in a LATERAL subquery with
-	// OFFSET 0, which the planner cannot flatten into a join: it must walk
-	// the events in the index's order and stop after the page, whatever it
-	// estimates of the join (a hash join of all the sender's deliveries
-	// would read them all).
+	// Each event's delivery is looked up in a LATERAL subquery with OFFSET
+	// 0, which the planner cannot flatten into a join. It must walk the
+	// events in the index's order and stop after the page. A hash join
+	// would read all the sender's deliveries.
 	typeFrom = `SELECT ` + typeColumns + `
 FROM webhook_events e CROSS JOIN LATERAL (
   SELECT p.delivery_id, p.request_sha256, p.event_id, p.response_status, p.response_content_type, p.created_at, p.expires_at
@@ -96,15 +86,13 @@ WHERE e.sender = $1 AND e.event_type = `
 	typeOrder    = ` ORDER BY e.received_at DESC, e.delivery_id DESC`
 	typeFirstSQL = typeFrom + `$2` + typeOrder + ` LIMIT $3`
 	typeAfterSQL = typeFrom + `$2 AND (e.received_at, e.delivery_id) < ($4, $5)` + typeOrder + ` LIMIT $3`
-	// A prefix: the sender's distinct event types that start with it, found
-	// one index probe each (a loose index scan: the column's collation is
-	// "C", so they are one contiguous range of the index); then the keys
-	// (received_at, delivery_id) of each type's newest events after the
-	// cursor, read from the index alone, merged into the page's keys; then
-	// only those events and their deliveries. Every key of the page comes
-	// back, with found false when its delivery is no longer stored, so that
-	// the page's end (and the next cursor) is known without reading the
-	// deliveries of every type.
+	// A prefix first finds the sender's distinct types that start with it,
+	// one index probe each. The column's collation is "C", so they are one
+	// range of the index. Then it reads the keys of each type's newest events
+	// from the index alone and merges them into the page's keys. Only then
+	// does it read those events and their deliveries. Every key of the page
+	// comes back, with found false when its delivery is gone, so the next
+	// cursor is known without reading every type's deliveries.
 	prefixTypes = `WITH RECURSIVE types(t) AS (
   (SELECT event_type FROM webhook_events WHERE sender = $1 AND event_type >= $2 ORDER BY event_type LIMIT 1)
   UNION ALL
@@ -126,24 +114,21 @@ ORDER BY top.received_at DESC, top.delivery_id DESC`
 	prefixAfterSQL = prefixTypes + ` AND (e.received_at, e.delivery_id) < ($4, $5)` + prefixEnd
 )
 
-// ListDeliveries returns up to limit (1 to MaxListLimit) of sender's stored
-// deliveries, newest first: by received at, then by delivery ID, both
-// descending. With a nil after it starts at the newest; otherwise right
-// after the delivery after names. Pages are stable while deliveries are
-// added: following Next from the first page to the last visits every
-// delivery committed before the walk began exactly once. (A delivery whose
-// transaction commits during the walk with an older time than the walk's
-// position is not visited.) An unknown sender has no deliveries: an empty
-// page. Deliveries' Response.Body is nil.
+// ListDeliveries returns up to limit of sender's stored deliveries, newest
+// first, by time received and then delivery ID. limit is 1 to
+// [MaxListLimit]. A nil after starts at the newest; otherwise the page
+// starts right after after. Following Next visits every delivery committed
+// before the walk began once. A delivery that commits during the walk with
+// an older time is not visited. An unknown sender gets an empty page. The
+// deliveries' Response.Body is nil.
 func (q *Queries) ListDeliveries(ctx context.Context, sender string, limit int, after *Cursor) (DeliveryPage, error) {
 	return q.ListDeliveriesByType(ctx, sender, "", limit, after)
 }
 
-// ListDeliveriesByType is ListDeliveries of the deliveries whose event has the event type
-// eventType: exactly, or, when eventType ends in "*", any type that starts
-// with what comes before it. "" and "*" list every delivery, as ListDeliveries. Only
-// deliveries whose event is still stored have a type and are listed by
-// type. Its cursors are ListDeliveries': a position in the same order.
+// ListDeliveriesByType is [Queries.ListDeliveries] for the deliveries whose
+// event has the type eventType. A type ending in "*" matches every type
+// with that prefix; "" and "*" match all. A delivery whose event is no
+// longer stored has no type. The cursors are those of ListDeliveries.
 func (q *Queries) ListDeliveriesByType(ctx context.Context, sender, eventType string, limit int, after *Cursor) (DeliveryPage, error) {
 	if limit < 1 || limit > MaxListLimit {
 		return DeliveryPage{}, fmt.Errorf("list deliveries: limit %d is not from 1 to %d", limit, MaxListLimit)
@@ -190,7 +175,7 @@ func (q *Queries) ListDeliveriesByType(ctx context.Context, sender, eventType st
 // event type) to page.
 func scanRecords(rows pgx.Rows, sender string, page *DeliveryPage) error {
 	for rows.Next() {
-		r := Delivery{Key: dedup.Key{Sender: sender}}
+		r := Delivery{Key: idempotency.Key{Sender: sender}}
 		var (
 			sum    []byte
 			status int16
@@ -231,7 +216,7 @@ func scanKeyed(rows pgx.Rows, sender string, limit int, page *DeliveryPage) erro
 			found  bool
 			sum    []byte
 			status int16
-			r      = Delivery{Key: dedup.Key{Sender: sender}}
+			r      = Delivery{Key: idempotency.Key{Sender: sender}}
 		)
 		if err := rows.Scan(&at, &id, &found, &sum, &r.EventID, &status, &r.Response.ContentType, &r.ExpiresAt, &r.EventType); err != nil {
 			return err
@@ -260,7 +245,7 @@ func scanKeyed(rows pgx.Rows, sender string, limit int, page *DeliveryPage) erro
 
 // GetDelivery returns the stored delivery with key k, its response body included.
 // It returns an error wrapping ErrNotFound when no such delivery is stored.
-func (q *Queries) GetDelivery(ctx context.Context, k dedup.Key) (Delivery, error) {
+func (q *Queries) GetDelivery(ctx context.Context, k idempotency.Key) (Delivery, error) {
 	r := Delivery{Key: k}
 	var (
 		sum    []byte
@@ -292,11 +277,10 @@ func setSum(r *Delivery, sum []byte) error {
 	return nil
 }
 
-// listRangeFirstSQL and listRangeAfterSQL are ListDeliveries' queries bounded below
-// by a time: the same index range scan of
-// processed_messages_sender_created_idx (migration 4), stopped at since.
-// An upper bound needs no query of its own: "received before until" is the
-// cursor (until, "").
+// listRangeFirstSQL and listRangeAfterSQL are the listing's queries bounded
+// below by a time: the same index range scan, stopped at since. An upper
+// bound needs no query of its own: "received before until" is the cursor
+// (until, "").
 const (
 	listRangeFirstSQL = listFrom + ` AND pm.created_at >= $2
 ORDER BY pm.created_at DESC, pm.delivery_id DESC
@@ -346,18 +330,14 @@ type StatusCount struct {
 	LastDay  int64
 }
 
-// The overview's counts of deliveries by stored status, in the hour and
-// the day before now. The day is split in three: its closed hours (from
-// the first whole hour in it to the start of the hour before the last
-// one), counted once from processed_messages and kept in
-// delivery_hour_counts, and its two open ends (the part of an hour at its
-// start, and the last one to two hours), counted from processed_messages at
-// each call with range scans of processed_messages_sender_created_idx:
-// at most three hours of deliveries are read per view, not a day's.
+// The overview's counts of deliveries by stored status, in the hour and the
+// day before now. The day's closed hours are counted once from
+// processed_messages and kept in delivery_hour_counts. Its two open ends
+// are counted at each call, by range scans of the key's time index. So a
+// view reads at most three hours of deliveries, not a day's.
 //
-// An hour is counted once it ended an hour ago: a delivery's created_at is
-// the time it was received, before its transaction, and no ingest
-// transaction lasts an hour, so no delivery can still be added to it.
+// An hour is closed once it ended an hour ago. A delivery's created_at is
+// set before its transaction, and no ingest transaction lasts an hour.
 const (
 	// countOpenSQL counts the open ends: [$2, $3) and [$4, ∞); the second
 	// holds the last hour ($5).
@@ -381,15 +361,11 @@ FROM processed_messages WHERE sender = $1 AND created_at >= $2 AND created_at < 
 // counts (the overview reads the last day).
 const HourCountRetention = 48 * time.Hour
 
-// CountDeliveries returns sender's deliveries received in the hour and the day
-// before now, by stored response status, by status ascending; empty, not
-// nil, when there were none. Duplicates are not counted: a replay stores
-// nothing. The closed hours of the day are counted once, from
-// processed_messages, and read from delivery_hour_counts after that (a key
-// deleted later, its retention shorter than a day, stays counted in its
-// hour); the rest of the day is counted at each call. Every statement
-// reads through an index (IndexScans): a day of keys, never their
-// retention's.
+// CountDeliveries returns the counts of sender's deliveries in the hour and
+// the day before now, by stored status, ascending. It is empty, not nil,
+// when there were none. Replays store nothing and are not counted. A key
+// deleted after its hour was counted stays counted. Every statement reads
+// through an index ([IndexScans]).
 func (q *Queries) CountDeliveries(ctx context.Context, sender string, now time.Time) ([]StatusCount, error) {
 	now = now.UTC()
 	dayAgo, hourAgo := now.Add(-24*time.Hour), now.Add(-time.Hour)
@@ -477,16 +453,12 @@ func (q *Queries) CountDeliveries(ctx context.Context, sender string, now time.T
 	return out, nil
 }
 
-// storeHoursSQL returns the statement that keeps the counts of sender $1
-// of rows hours and statuses (concurrent viewers may count the same hour:
-// they find the same numbers, the first one stays): a multi-row VALUES
-// whose every row names the sender $1, which Citus routes to the sender's
-// shard and commits there alone. The form INSERT … SELECT … FROM unnest(…)
-// is pulled to the coordinator by Citus, copied back to the shard, and
-// committed in two phases.
+// storeHoursSQL returns the statement that keeps rows counts of the sender
+// $1. Concurrent viewers may count the same hour; they find the same
+// numbers, and the first stays. Every row of its VALUES names $1, so Citus
+// commits it on the sender's shard alone. Citus would pull an INSERT …
+// SELECT … FROM unnest to the coordinator and commit it in two phases.
 func storeHoursSQL(rows int) string {
-	// (PostgreSQL takes up to 65535 parameters: storeHoursMaxRows rows a
-	// statement.)
 	var b strings.Builder
 	b.WriteString(`INSERT INTO delivery_hour_counts (sender, hour, status, n) VALUES `)
 	for i := range rows {
@@ -500,12 +472,13 @@ func storeHoursSQL(rows int) string {
 }
 
 // storeHoursMaxRows is how many counts one statement of storeHoursSQL keeps.
+// PostgreSQL takes up to 65535 parameters.
 const storeHoursMaxRows = 5000
 
-// countHours counts sender's deliveries in each of the closed hours,
-// oldest first, from processed_messages, and keeps the counts in
-// delivery_hour_counts (with the mark status 0, the hour's total), in one
-// transaction that also forgets hours older than HourCountRetention.
+// countHours counts sender's deliveries in each closed hour, oldest first,
+// and keeps the counts in delivery_hour_counts. Status 0 holds the hour's
+// total and marks it counted. The same transaction forgets hours older
+// than [HourCountRetention].
 func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Time, now time.Time) (map[time.Time]map[int16]int64, error) {
 	out := map[time.Time]map[int16]int64{}
 	for _, h := range hours {
@@ -557,9 +530,8 @@ func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Ti
 	return out, nil
 }
 
-// The deletes name rows by key and stay within one sender, so that they run
-// on one shard when the tables are distributed by sender (a distributed
-// PostgreSQL refuses deletes by ctid).
+// The deletes name rows by key within one sender, so they run on one shard
+// on Citus, which refuses deletes by ctid.
 const (
 	expiredSendersSQL = `SELECT DISTINCT sender FROM processed_messages WHERE expires_at <= $1`
 	deleteExpiredSQL  = `DELETE FROM processed_messages
@@ -581,11 +553,10 @@ func (q *Queries) ExpiredSenders(ctx context.Context, now time.Time) ([]string, 
 	return senders, nil
 }
 
-// DeleteExpiredKeys deletes up to limit of sender's keys whose retention ended
-// at or before now, in one short statement (so it holds its row locks only
-// briefly), and returns how many it deleted: fewer than limit means none of
-// the sender's are left. A deleted key's delivery ID is accepted as new by
-// its next delivery.
+// DeleteExpiredKeys deletes up to limit of sender's keys whose retention
+// ended at or before now, in one short statement that holds its locks
+// briefly. It returns how many it deleted; fewer than limit means none are
+// left. A deleted key's delivery ID is new to its next delivery.
 func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time.Time, limit int) (int64, error) {
 	tag, err := q.db.Exec(ctx, deleteExpiredSQL, sender, now, limit)
 	if err != nil {
@@ -597,10 +568,9 @@ func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time
 // findSQL probes one sender's key for a delivery ID (FindDelivery).
 const findSQL = `SELECT EXISTS (SELECT FROM processed_messages WHERE sender = $1 AND delivery_id = $2)`
 
-// FindDelivery returns those of senders (in their order) that hold a
-// delivery with the delivery ID id: one probe of each sender's key, all in
-// one round trip (every statement names its sender, as on Citus). It
-// returns none for an empty list of senders.
+// FindDelivery returns those of senders, in order, that hold a delivery with
+// the ID id. It probes each sender's key, all in one round trip. It returns
+// none for no senders.
 func (q *Queries) FindDelivery(ctx context.Context, senders []string, id string) ([]string, error) {
 	if len(senders) == 0 {
 		return nil, nil

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookgate/hookgate/internal/events"
-
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/queuetest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
@@ -48,14 +48,14 @@ func store(t *testing.T) (*fixture, *pgxpool.Pool) {
 
 // accept stores a delivery of sender with id received at at, through Run,
 // and returns it.
-func accept(t *testing.T, s *fixture, sender, id string, at time.Time) dedup.Delivery {
+func accept(t *testing.T, s *fixture, sender, id string, at time.Time) idempotency.Delivery {
 	t.Helper()
 	return acceptAnswered(t, s, sender, id, at, 202, nil)
 }
 
 // acceptAnswered is accept with a stored response of status and body (the
 // event's ID in JSON when body is nil).
-func acceptAnswered(t *testing.T, s *fixture, sender, id string, at time.Time, status int, body []byte) dedup.Delivery {
+func acceptAnswered(t *testing.T, s *fixture, sender, id string, at time.Time, status int, body []byte) idempotency.Delivery {
 	t.Helper()
 	eventID, err := uuid.NewV7()
 	if err != nil {
@@ -65,11 +65,11 @@ func acceptAnswered(t *testing.T, s *fixture, sender, id string, at time.Time, s
 		body = fmt.Appendf(nil, `{"event_id":%q}`, eventID)
 	}
 	at = at.UTC().Truncate(time.Microsecond)
-	d := dedup.Delivery{
-		Key:           dedup.Key{Sender: sender, DeliveryID: id},
+	d := idempotency.Delivery{
+		Key:           idempotency.Key{Sender: sender, DeliveryID: id},
 		RequestSHA256: sha256.Sum256([]byte("body of " + id)),
 		EventID:       eventID,
-		Response:      dedup.Response{Status: status, ContentType: "application/json", Body: body},
+		Response:      idempotency.Response{Status: status, ContentType: "application/json", Body: body},
 		ReceivedAt:    at,
 		ExpiresAt:     at.Add(time.Hour),
 	}
@@ -136,13 +136,13 @@ func TestListPagesNewestFirst(t *testing.T) {
 	t.Parallel()
 	s, _ := store(t)
 	base := time.Date(2026, 11, 29, 19, 0, 0, 0, time.UTC)
-	var want []dedup.Delivery
+	var want []idempotency.Delivery
 	for i := range 10 {
 		at := base.Add(time.Duration(i/3) * time.Second) // groups of three share a time
 		want = append(want, accept(t, s, "github", fmt.Sprintf("d%02d", i), at))
 		accept(t, s, "stripe", fmt.Sprintf("d%02d", i), at.Add(time.Minute)) // newer, another sender
 	}
-	slices.SortFunc(want, func(a, b dedup.Delivery) int {
+	slices.SortFunc(want, func(a, b idempotency.Delivery) int {
 		if c := b.ReceivedAt.Compare(a.ReceivedAt); c != 0 {
 			return c
 		}
@@ -240,7 +240,7 @@ func TestGet(t *testing.T) {
 	if err != nil || r.Response.Body == nil || len(r.Response.Body) != 0 {
 		t.Errorf("Get of an empty stored body: body %v (nil %v), err %v; want empty, not nil", r.Response.Body, r.Response.Body == nil, err)
 	}
-	for _, k := range []dedup.Key{{Sender: "github", DeliveryID: "nope"}, {Sender: "stripe", DeliveryID: d.DeliveryID}} {
+	for _, k := range []idempotency.Key{{Sender: "github", DeliveryID: "nope"}, {Sender: "stripe", DeliveryID: d.DeliveryID}} {
 		if _, err := s.GetDelivery(t.Context(), k); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Get(%v) error = %v, want ErrNotFound", k, err)
 		}
@@ -307,7 +307,7 @@ func planModes() []string {
 // acceptTyped is accept with the delivery's event stored too, with the
 // event type eventType (as ingest's change stores it, in a statement of
 // its own here).
-func acceptTyped(t *testing.T, s *fixture, pool *pgxpool.Pool, sender, id, eventType string, at time.Time) dedup.Delivery {
+func acceptTyped(t *testing.T, s *fixture, pool *pgxpool.Pool, sender, id, eventType string, at time.Time) idempotency.Delivery {
 	t.Helper()
 	d := accept(t, s, sender, id, at)
 	if err := storetest.InsertEvent(t.Context(), s.DB(), events.Event{ID: d.EventID, Sender: sender, DeliveryID: id, ReceivedAt: d.ReceivedAt,
@@ -356,7 +356,7 @@ func TestListByEventType(t *testing.T) {
 	base := time.Date(2026, 11, 29, 19, 0, 0, 0, time.UTC)
 	types := []string{"invoice.paid", "invoice.voided", "invoiced", "customer.created", "", "invoice.paid"}
 	type typed struct {
-		d  dedup.Delivery
+		d  idempotency.Delivery
 		et string
 	}
 	var all []typed
@@ -436,7 +436,7 @@ func TestListByEventType(t *testing.T) {
 			}
 		}
 	}
-	rec, err := s.GetDelivery(t.Context(), dedup.Key{Sender: "stripe", DeliveryID: "d00"})
+	rec, err := s.GetDelivery(t.Context(), idempotency.Key{Sender: "stripe", DeliveryID: "d00"})
 	if err != nil || rec.EventType != "invoice.paid" {
 		t.Errorf("Get: event type %q, err %v; want invoice.paid", rec.EventType, err)
 	}

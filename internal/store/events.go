@@ -13,20 +13,18 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 )
 
-// webhook_events, outside the ingest pipeline (events.QueueInsert stores
-// an event in its delivery's transaction): one event, what a forward sends,
-// the event types of a page of forwards, and the retention of events.
+// webhook_events outside the ingest pipeline: one event, what a forward
+// sends, the event types of a page of forwards, and retention. Package
+// events stores an event in its delivery's transaction.
 
-// getEventSQL finds an event by its ID alone, with the index
-// webhook_events_id_idx (migration 4): the primary key leads with sender.
+// getEventSQL finds an event by its ID alone, with the index on id: the
+// primary key leads with sender.
 const getEventSQL = `SELECT sender, delivery_id, received_at, headers, body, event_type FROM webhook_events WHERE id = $1 LIMIT 1`
 
-// GetEvent returns the stored event with the given ID: its event type (""
-// when it had none, and for events stored before event types), its headers
-// as stored (never nil) and its body (empty, not nil, when the request had
-// none). It returns an error wrapping ErrNotFound when no such event is
-// stored. Event IDs are UUIDv7 that hookgate generates, so at most one
-// sender has an event with a given ID.
+// GetEvent returns the stored event with the given ID: its type, its stored
+// headers, never nil, and its body, empty when the request had none. Its
+// error wraps [ErrNotFound] when no such event is stored. Event IDs are
+// UUIDv7 that hookgate generates, so one sender at most has a given ID.
 func (q *Queries) GetEvent(ctx context.Context, id uuid.UUID) (events.Event, error) {
 	e := events.Event{ID: id}
 	var headers map[string][]string
@@ -47,26 +45,24 @@ func (q *Queries) GetEvent(ctx context.Context, id uuid.UUID) (events.Event, err
 	return e, nil
 }
 
-// EventContentSQL reads what a forward of sender $1's event $2 sends: a
-// probe of the primary key (or of the index on id), never a walk of the
-// sender's events through the index by sender and event type, which some
-// statistics made the cheaper (both take sender = $1). Under
-// IndexOrderScans, the ORDER BY, with the ID compared by a range (c = $2
-// would make the order trivial), leaves the indexes on id the one path
-// without a sort (see plans.go). Each forward job runs it.
+// EventContentSQL reads what a forward of sender $1's event $2 sends. It
+// probes the primary key or the index on id. It never walks the sender's
+// events by type, which some statistics make look cheaper. Under
+// [IndexOrderScans], its ORDER BY with the ID compared by a range leaves
+// the indexes on id as the one path without a sort. Each forward job runs
+// it.
 const EventContentSQL = `SELECT headers, body, event_type FROM webhook_events WHERE sender = $1 AND id >= $2 AND id <= $2 ORDER BY id LIMIT 1`
 
-// Content is what a forward of an event sends: its stored headers and
-// body, and its type ("" when the sender gave none).
+// Content is what a forward of an event sends: its stored headers and body,
+// and its type, "" when the sender gave none.
 type Content struct {
 	Headers map[string][]string
 	Body    []byte
 	Type    string
 }
 
-// EventContent returns what a forward of sender's event id sends (by the
-// primary key). It returns an error wrapping ErrNotFound when the event is
-// no longer stored.
+// EventContent returns what a forward of sender's event id sends. Its error
+// wraps [ErrNotFound] when the event is no longer stored.
 func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID) (Content, error) {
 	var b pgx.Batch
 	b.Queue(IndexOrderScans)
@@ -87,8 +83,8 @@ func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID)
 	return c, nil
 }
 
-// EventTypes returns the event type of each of sender's events ids that is
-// still stored, by ID, in one indexed query (the key is (sender, id)).
+// EventTypes returns the type of each of sender's events ids still stored,
+// by ID, in one indexed query.
 func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID) (map[uuid.UUID]string, error) {
 	types := map[uuid.UUID]string{}
 	if len(ids) == 0 {
@@ -108,14 +104,14 @@ func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID
 	return types, nil
 }
 
-// deleteEventsBeforeSQL names rows by key within one sender (a distributed
-// PostgreSQL refuses deletes by ctid).
+// deleteEventsBeforeSQL names rows by key within one sender: Citus refuses
+// deletes by ctid.
 const deleteEventsBeforeSQL = `DELETE FROM webhook_events
 WHERE sender = $1 AND id IN (
   SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3)`
 
 // DeleteEventsBefore deletes up to limit of sender's events received before
-// cutoff, in one short statement, and returns how many it deleted: fewer
+// cutoff, in one short statement. It returns how many it deleted; fewer
 // than limit means none are left.
 func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
 	tag, err := q.db.Exec(ctx, deleteEventsBeforeSQL, sender, cutoff, limit)
@@ -125,19 +121,18 @@ func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff 
 	return tag.RowsAffected(), nil
 }
 
-// The senders that have events, found by a loose scan of
-// webhook_events_pkey (which leads with sender): one index probe per sender,
-// not a scan of every event. The scan is a loop of probes rather than one
-// recursive CTE, which Citus plans only with a filter on the distribution
-// column; on Citus each probe asks every shard for its least sender above
-// the last, each shard by its index.
+// The senders that have events are found by a loose scan of the primary
+// key, which leads with sender: one index probe per sender. The scan is a
+// loop of probes rather than a recursive CTE, which Citus plans only with a
+// filter on the sender.
 const (
 	firstEventSenderSQL = `SELECT min(sender) FROM webhook_events`
 	nextEventSenderSQL  = `SELECT min(sender) FROM webhook_events WHERE sender > $1`
 )
 
 // EventSenders returns the names of the senders that have events,
-// configured or not, in order: one round trip per sender, and one more.
+// configured or not, in order. It costs one round trip per sender, and one
+// more.
 func (q *Queries) EventSenders(ctx context.Context) ([]string, error) {
 	var senders []string
 	var next *string

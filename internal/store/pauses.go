@@ -12,19 +12,17 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// paused_targets (migration 22): the targets an operator paused. Every
-// process reads the table about once a second (package forward's Pauses)
-// and holds a paused target's forwards; the operator API and the console
-// pause and resume through these queries.
+// paused_targets holds the targets an operator paused. Every process reads
+// it about once a second and holds a paused target's forwards. The
+// operator API and the console pause and resume through these queries.
 
 // TargetPause is an operator's pause of a target.
 type TargetPause struct {
 	Sender, Target string
-	// Since is when the pause began (a pause renewed while it held keeps
-	// its start).
+	// Since is when the pause began. A pause renewed while it held keeps its
+	// start.
 	Since time.Time
-	// Until is when it ends by itself; zero: when an operator resumes the
-	// target.
+	// Until is when it ends by itself; zero until an operator resumes it.
 	Until time.Time
 	// Reason is what the operator wrote ("" when nothing).
 	Reason string
@@ -37,8 +35,8 @@ type TargetPause struct {
 // end, or its end has not come.
 func (p TargetPause) Active(now time.Time) bool { return p.Until.IsZero() || now.Before(p.Until) }
 
-// PausedBy names who pauses a target (TargetPause.By): via, "operator
-// API" or "console", and the client's address ("unknown" when it has none).
+// PausedBy names who pauses a target: via, "operator API" or "console", and
+// the client's address, "unknown" when it has none.
 func PausedBy(via string, client netip.Addr) string {
 	if !client.IsValid() {
 		return via + " (unknown)"
@@ -49,10 +47,10 @@ func PausedBy(via string, client netip.Addr) string {
 // MaxPauseReason bounds the reason of a pause, in characters.
 const MaxPauseReason = 200
 
-// CheckPause returns why a pause with reason and until (zero: none) cannot
-// be taken at now, in words that complete "The pause's …", or "": a reason
-// longer than MaxPauseReason characters, not UTF-8 or with a control
-// character; an end that is not after now.
+// CheckPause returns why a pause with reason and until cannot be taken at
+// now, in words that complete "The pause's …", or "". The reason must be
+// UTF-8 without control characters, at most [MaxPauseReason] characters.
+// The end, if any, must be after now.
 func CheckPause(reason string, until, now time.Time) string {
 	switch {
 	case !utf8.ValidString(reason):
@@ -71,10 +69,9 @@ func CheckPause(reason string, until, now time.Time) string {
 	return ""
 }
 
-// pauseSQL pauses target $2 of sender $1 until $3 (NULL: until resumed),
-// for reason $4, by $5: a target already paused keeps the start of its
-// pause (unless that pause had ended), and takes the new end, reason and
-// author.
+// pauseSQL pauses target $2 of sender $1 until $3, NULL until resumed, for
+// reason $4, by $5. A target still paused keeps its pause's start and takes
+// the new end, reason and author.
 const pauseSQL = `INSERT INTO paused_targets AS p (sender, target, paused_at, paused_until, reason, paused_by)
 VALUES ($1, $2, statement_timestamp(), $3, $4, $5)
 ON CONFLICT ON CONSTRAINT paused_targets_pkey DO UPDATE
@@ -82,10 +79,9 @@ SET paused_at = CASE WHEN p.paused_until IS NOT NULL AND p.paused_until <= state
     paused_until = excluded.paused_until, reason = excluded.reason, paused_by = excluded.paused_by
 RETURNING paused_at, paused_until, reason, paused_by`
 
-// PauseTarget pauses p.Target of p.Sender until p.Until (zero: until it
-// is resumed), for p.Reason, by p.By, and returns the pause as stored: a
-// target already paused keeps when its pause began. The caller checks the
-// pause first (CheckPause).
+// PauseTarget pauses p.Target of p.Sender until p.Until, zero until
+// resumed, and returns the pause as stored. A target already paused keeps
+// when its pause began. The caller checks the pause first ([CheckPause]).
 func (q *Queries) PauseTarget(ctx context.Context, p TargetPause) (TargetPause, error) {
 	var until *time.Time
 	if !p.Until.IsZero() {
@@ -102,9 +98,8 @@ func (q *Queries) PauseTarget(ctx context.Context, p TargetPause) (TargetPause, 
 	return out, nil
 }
 
-// ResumeTarget ends the pause of sender's target, if any, and returns it;
-// ok is false when the target was not paused (no pause, or one that had
-// ended at the database's time).
+// ResumeTarget ends the pause of sender's target, if any, and returns it. ok
+// is false when the target was not paused at the database's time.
 func (q *Queries) ResumeTarget(ctx context.Context, sender, target string) (p TargetPause, ok bool, err error) {
 	p = TargetPause{Sender: sender, Target: target}
 	var until *time.Time
@@ -123,14 +118,14 @@ RETURNING paused_at, paused_until, reason, paused_by, paused_until IS NULL OR pa
 	return p, ok, nil
 }
 
-// TargetPauses returns every recorded pause, of every sender (some may
-// have ended: TargetPause.Active).
+// TargetPauses returns every recorded pause, of every sender. Some may have
+// ended ([TargetPause.Active]).
 func (q *Queries) TargetPauses(ctx context.Context) ([]TargetPause, error) {
 	return q.pauses(ctx, `SELECT sender, target, paused_at, paused_until, reason, paused_by FROM paused_targets`)
 }
 
-// TargetPausesOf returns the recorded pauses of sender's targets, by
-// target name (some may have ended: TargetPause.Active).
+// TargetPausesOf returns the recorded pauses of sender's targets, by target
+// name. Some may have ended.
 func (q *Queries) TargetPausesOf(ctx context.Context, sender string) (map[string]TargetPause, error) {
 	ps, err := q.pauses(ctx, `SELECT sender, target, paused_at, paused_until, reason, paused_by FROM paused_targets WHERE sender = $1`, sender)
 	if err != nil {

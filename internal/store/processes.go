@@ -8,19 +8,17 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// forward_processes (migration 16): the processes that work forwards, by
-// their River client ID, each with the time it last said it was alive. A
-// job River shows running whose last attempt was made by a process with no
-// recent row is a job of a process that died; TakeOverJobs makes such jobs
-// available again.
+// forward_processes holds the processes that work forwards, by River
+// client ID, with the time each last said it was alive. A running job whose
+// last attempt was made by a process with no recent row belongs to a dead
+// process. Package queue makes such jobs available again.
 
 // heartbeatSQL writes the row of process $1 (started at $2): seen now.
 const heartbeatSQL = `INSERT INTO forward_processes (id, started_at, seen_at) VALUES ($1, $2, statement_timestamp())
 ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at`
 
 // forgetProcessesSQL deletes the rows of processes not seen for $1
-// milliseconds: they died long ago, and none of their jobs can be running
-// any longer (taken over, or rescued by River).
+// milliseconds. They died long ago, and their jobs were taken over.
 const forgetProcessesSQL = `DELETE FROM forward_processes WHERE seen_at < statement_timestamp() - $1 * interval '1 millisecond'`
 
 // Heartbeat records that the process id (a River client ID), started at

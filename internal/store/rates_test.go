@@ -82,9 +82,11 @@ func TestTakeRateSharedByConcurrentCallers(t *testing.T) {
 		}
 	}
 
-	// Another target starts with its own burst.
+	// Another target starts with its own burst. Its rate is slow, so that
+	// no turn comes back while a busy machine asks for the burst.
+	const slow = time.Minute
 	for i := range burst {
-		turn, err := s.TakeRate(ctx, "acme", "other", interval, tolerance, 0, time.Minute)
+		turn, err := s.TakeRate(ctx, "acme", "other", slow, (burst-1)*slow, 0, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +94,7 @@ func TestTakeRateSharedByConcurrentCallers(t *testing.T) {
 			t.Errorf("forward %d of a target never limited before: granted %v in %s, want at once", i, turn.Granted, turn.In)
 		}
 	}
-	if turn, err := s.TakeRate(ctx, "acme", "other", interval, tolerance, 0, time.Minute); err != nil || turn.Granted {
+	if turn, err := s.TakeRate(ctx, "acme", "other", slow, (burst-1)*slow, 0, time.Minute); err != nil || turn.Granted {
 		t.Errorf("forward %d of a burst of %d: granted %v (%v), want put back", burst+1, burst, turn.Granted, err)
 	}
 }

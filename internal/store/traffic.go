@@ -10,10 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// traffic_minutes and traffic_hours: per-minute and per-hour counts of
-// deliveries and forwards, added by each process about once a minute
-// (package traffic) and read by the console's charts. Ingest never writes
-// them.
+// traffic_minutes and traffic_hours hold per-minute and per-hour counts of
+// deliveries and forwards. Each process adds to them about once a minute,
+// and the console's charts read them. Ingest never writes them.
 
 // Traffic kinds: the kind column's values.
 const (
@@ -28,13 +27,11 @@ const (
 // traffic_hours an hour.
 const TrafficRetention = 48 * time.Hour
 
-// LatencyBoundsMS are the upper bounds, in milliseconds, of the buckets
-// of a forward target's latency histogram (traffic_minutes.latency_hist):
-// bucket i counts the attempts that took more than LatencyBoundsMS[i-1]
-// (0 for the first) and at most LatencyBoundsMS[i]; one more bucket, the
-// last, counts those that took longer than the largest bound. Each bound is
-// at most 2.5 times the one before it. Stored histograms depend on these
-// bounds: changing them needs a migration of the stored rows.
+// LatencyBoundsMS are the upper bounds, in milliseconds, of the buckets of a
+// target's latency histogram. Bucket i counts the attempts above bound i-1
+// and at most bound i. One more bucket counts those above the largest
+// bound. Each bound is at most 2.5 times the one before. Stored histograms
+// depend on these bounds: changing them needs a migration.
 var LatencyBoundsMS = [...]float64{1, 2, 5, 10, 20, 35, 50, 75, 100, 150, 250, 400, 600, 1000, 1500, 2500, 4000, 6000, 10000, 20000, 30000, 60000}
 
 // LatencyBuckets is the length of a latency histogram.
@@ -48,14 +45,11 @@ func LatencyBucket(d time.Duration) int {
 	return i
 }
 
-// LatencyQuantile estimates the q-quantile (0 < q ≤ 1) of the latencies
-// counted in hist (LatencyBuckets long), in milliseconds: it finds the
-// bucket holding the attempt of rank q·total and interpolates linearly
-// inside it, as if its attempts were spread evenly between its bounds. The
-// estimate is off by at most the bucket's width. When the rank falls in
-// the last bucket (longer than the largest bound), it returns that bound
-// and over is true: the quantile is at least that. ok is false when hist
-// counts nothing.
+// LatencyQuantile estimates the q-quantile of the latencies counted in hist,
+// in milliseconds, for 0 < q ≤ 1. It finds the bucket that holds the rank
+// q·total and interpolates inside it, so it is off by at most the bucket's
+// width. In the last bucket it returns the largest bound, and over is true.
+// ok is false when hist counts nothing.
 func LatencyQuantile(hist []int64, q float64) (ms float64, over, ok bool) {
 	var total int64
 	for _, n := range hist {
@@ -83,10 +77,9 @@ func LatencyQuantile(hist []int64, q float64) (ms float64, over, ok bool) {
 	return LatencyBoundsMS[len(LatencyBoundsMS)-1], true, true
 }
 
-// TrafficDelta is one process's count of a kind in a minute, to be added
-// to the stored one. Target is "" for ingest kinds. SumMS is the sum of
-// the latencies, Hist their histogram (LatencyBuckets long; forwards only,
-// nil otherwise).
+// TrafficDelta is one process's count of a kind in a minute, to be added to
+// the stored one. Target is "" for ingest kinds. SumMS is the sum of the
+// latencies. Hist is their histogram, for forwards only.
 type TrafficDelta struct {
 	Sender, Target, Kind string
 	Minute               time.Time
@@ -94,9 +87,8 @@ type TrafficDelta struct {
 	Hist                 []int64
 }
 
-// addTrafficSQL adds a delta to its row in table (traffic_minutes or
-// traffic_hours, whose time column is col); histograms add up bucket by
-// bucket.
+// addTrafficSQL adds a delta to its row in table, whose time column is col.
+// Histograms add up bucket by bucket.
 func addTrafficSQL(table, col string) string {
 	return `INSERT INTO ` + table + ` (sender, target, kind, ` + col + `, n, sum_ms, latency_hist) VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (sender, target, kind, ` + col + `) DO UPDATE SET n = ` + table + `.n + EXCLUDED.n, sum_ms = ` + table + `.sum_ms + EXCLUDED.sum_ms,
@@ -110,9 +102,8 @@ var (
 	addHourSQL   = addTrafficSQL("traffic_hours", "hour")
 )
 
-// AddTraffic adds deltas to their minutes' rows and to their hours' rows,
-// and forgets the minutes and hours older than TrafficRetention before
-// now, in one transaction.
+// AddTraffic adds deltas to their minutes' and hours' rows, in one
+// transaction. It also forgets the rows older than [TrafficRetention].
 func (q *Queries) AddTraffic(ctx context.Context, deltas []TrafficDelta, now time.Time) error {
 	b := &pgx.Batch{}
 	for _, d := range deltas {
@@ -127,9 +118,9 @@ func (q *Queries) AddTraffic(ctx context.Context, deltas []TrafficDelta, now tim
 	return nil
 }
 
-// TrafficBucket is the count of one kind in one bucket of a series, with
-// the latency histogram of its forward attempts (LatencyBuckets long, all
-// zero, or empty, for ingest kinds).
+// TrafficBucket is the count of one kind in one bucket of a series, with the
+// latency histogram of its forward attempts. Ingest kinds have no
+// latencies.
 type TrafficBucket struct {
 	Target, Kind string
 	Start        time.Time
@@ -137,12 +128,11 @@ type TrafficBucket struct {
 	Hist         []int64
 }
 
-// Traffic returns sender's counts per kind (and per target) in buckets of
-// width (a whole number of minutes) from since to until, oldest first.
-// Only non-empty buckets are returned. A width of whole hours reads
-// traffic_hours (since and until are then taken to their hours), any other
-// traffic_minutes, through an index (IndexScans): the span's rows, never
-// the two days the tables keep.
+// Traffic returns sender's counts per kind and target in buckets of width,
+// from since to until, oldest first. width is a whole number of minutes.
+// Only non-empty buckets are returned. Whole hours read traffic_hours;
+// other widths read traffic_minutes. It reads through an index
+// ([IndexScans]): the span's rows, never the two days the tables keep.
 func (q *Queries) Traffic(ctx context.Context, sender string, since, until time.Time, width time.Duration) ([]TrafficBucket, error) {
 	width = width.Truncate(time.Minute)
 	if width < time.Minute {
@@ -175,9 +165,8 @@ func (q *Queries) Traffic(ctx context.Context, sender string, since, until time.
 	return out, nil
 }
 
-// trafficSQL reads a sender's buckets (Traffic) from table, whose time
-// column is col; its histograms are added up bucket by bucket, one sum per
-// element.
+// trafficSQL reads a sender's buckets from table, whose time column is col.
+// Its histograms add up bucket by bucket.
 func trafficSQL(table, col string) string {
 	sums := make([]string, LatencyBuckets)
 	for i := range sums {
@@ -190,7 +179,7 @@ GROUP BY target, kind, bucket ORDER BY bucket, target, kind`
 }
 
 // rowsSQL reads a sender's rows of table as they are, for buckets of the
-// table's own width: nothing to add up.
+// table's own width.
 func rowsSQL(table, col string) string {
 	return `SELECT target, kind, ` + col + `, n, sum_ms, coalesce(latency_hist, '{}') FROM ` + table + `
 WHERE sender = $1 AND ` + col + ` >= $2 AND ` + col + ` < $3 AND $4::interval IS NOT NULL ORDER BY ` + col + `, target, kind`

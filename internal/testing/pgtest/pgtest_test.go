@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/hookgate/hookgate/internal/dedup"
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
@@ -52,8 +52,8 @@ func TestNewDBIsMigratedAndIsolated(t *testing.T) {
 	}
 
 	now := time.Now()
-	err := storetest.InsertKey(ctx, poolA, dedup.Delivery{Key: dedup.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
-		Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
+	err := storetest.InsertKey(ctx, poolA, idempotency.Delivery{Key: idempotency.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
+		Response: idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +115,8 @@ func TestNewDBDropsDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		err := storetest.InsertKey(t.Context(), pool, dedup.Delivery{Key: dedup.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
-			Response: dedup.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
+		err := storetest.InsertKey(t.Context(), pool, idempotency.Delivery{Key: idempotency.Key{Sender: "github", DeliveryID: "d1"}, EventID: uuid.New(),
+			Response: idempotency.Response{Status: 202, ContentType: "application/json", Body: []byte("{}")}, ReceivedAt: now, ExpiresAt: now.Add(24 * time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
 // DB is what the fixtures write on: a pool, a connection or a transaction.
@@ -41,7 +41,7 @@ type Outbox struct {
 // InsertKey stores d's key with its response, received at d.ReceivedAt,
 // as the ingest pipeline's claim does. On a pgx.Tx left open, it holds the
 // key, as a concurrent delivery still being processed does.
-func InsertKey(ctx context.Context, db DB, d dedup.Delivery) error {
+func InsertKey(ctx context.Context, db DB, d idempotency.Delivery) error {
 	body := d.Response.Body
 	if body == nil {
 		body = []byte{}
@@ -58,7 +58,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 
 // DeleteKey deletes k's key, as retention does after it expires, and
 // reports whether there was one. Its event, if any, stays.
-func DeleteKey(ctx context.Context, db DB, k dedup.Key) (bool, error) {
+func DeleteKey(ctx context.Context, db DB, k idempotency.Key) (bool, error) {
 	tag, err := db.Exec(ctx, `DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, k.Sender, k.DeliveryID)
 	if err != nil {
 		return false, fmt.Errorf("delete key %s/%s: %w", k.Sender, k.DeliveryID, err)
