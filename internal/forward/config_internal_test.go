@@ -14,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // Dependencies no test statement runs on, for the Configs' validation.
@@ -53,7 +54,7 @@ func (recordNothing) RecordFirstAttempts(context.Context, []queue.FirstAttempt) 
 // field; so is a missing dependency.
 func TestConfigsValidate(t *testing.T) {
 	t.Parallel()
-	cfg := parseConfig(t, `senders:
+	cfg := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // queueTestConfig has the targets a, b and c of sender acme (timeout 10 s).
@@ -30,7 +31,7 @@ const queueTestConfig = `senders:
 // queueTestConfig, and the sender.
 func newQueueTestDispatcher(t *testing.T, workers int) (*Dispatcher, *Fast) {
 	t.Helper()
-	cfg := parseConfig(t, queueTestConfig)
+	cfg := testkit.ParseConfig(t, queueTestConfig)
 	return newDispatcherOn(t, workers, cfg), &Fast{Sender: &cfg.Senders[0]}
 }
 
@@ -160,8 +161,8 @@ func (l *liveConfig) Current() *config.Config { return l.p.Load() }
 // removed are not attempted but handed to the relay (River holds them).
 func TestDispatcherFollowsReloadedTargets(t *testing.T) {
 	t.Parallel()
-	from := parseConfig(t, queueTestConfig)
-	to := parseConfig(t, strings.Replace(strings.Replace(queueTestConfig, "127.0.0.1:1/a", "127.0.0.1:2/a2", 1),
+	from := testkit.ParseConfig(t, queueTestConfig)
+	to := testkit.ParseConfig(t, strings.Replace(strings.Replace(queueTestConfig, "127.0.0.1:1/a", "127.0.0.1:2/a2", 1),
 		`      - { name: b, url: "http://127.0.0.1:1/b", timeout: 10s }`+"\n", "", 1))
 	var live liveConfig
 	live.p.Store(from)

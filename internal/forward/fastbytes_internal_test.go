@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // The fast path holds at most maxBytes of bodies: an ingest whose body
@@ -12,7 +13,7 @@ import (
 // bytes back.
 func TestFastPathBodyBytesAreBounded(t *testing.T) {
 	t.Parallel()
-	cfg := parseConfig(t, `senders:
+	cfg := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestGateFollowsReloadedTargets(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	from := parseConfig(t, `senders:
+	from := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Id }
@@ -26,7 +27,7 @@ func TestGateFollowsReloadedTargets(t *testing.T) {
       - { name: t2, url: http://t2.internal/, max_in_flight: 1 }
       - { name: gone, url: http://gone.internal/, max_in_flight: 1 }
 `)
-	to := parseConfig(t, `senders:
+	to := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Id }

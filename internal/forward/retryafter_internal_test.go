@@ -146,7 +146,7 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 		first.Attempt++
 		clock.Add(int64(600 * time.Millisecond))
 	}
-	if st := w.gate.g.get("acme", mustTarget(t, cfg, "t1")).state; st != BreakerOpen {
+	if st := w.gate.g.get("acme", testkit.ConfigTarget(t, cfg, "acme", "t1")).state; st != BreakerOpen {
 		t.Fatalf("after 503s for half the window the breaker is %s, want open", st)
 	}
 	// The probe is due; it gets a 503 with Retry-After and is snoozed.
@@ -166,20 +166,6 @@ func TestRetryAfterIsNotKeptForSnoozedProbe(t *testing.T) {
 	if d := w.NextRetry(probe).Sub(before); d > time.Second {
 		t.Errorf("NextRetry of a job whose earlier snoozed probe got Retry-After: 7 is %v from now, want the backoff (<= 100ms)", d)
 	}
-}
-
-// mustTarget returns sender acme's target name in cfg.
-func mustTarget(t *testing.T, cfg *config.Config, name string) *config.Target {
-	t.Helper()
-	s, ok := cfg.Sender("acme")
-	if !ok {
-		t.Fatal("no sender acme")
-	}
-	tg, ok := s.Target(name)
-	if !ok {
-		t.Fatalf("no target %s", name)
-	}
-	return tg
 }
 
 // newTestWorker returns a Worker with client, backoff and a gate of 10
@@ -250,7 +236,7 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 		tg := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer {
 			return testkit.Answer{Status: tc.status, Header: http.Header{"Retry-After": {tc.retryAfter}}}
 		})
-		cfg := parseConfig(t, `senders:
+		cfg := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }
@@ -279,11 +265,11 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 		if err := w.Work(ctx, job); err == nil {
 			t.Fatalf("%s: Work returned nil, want an error (retry)", name)
 		}
-		gd := gate.g.get("acme", mustTarget(t, cfg, "t1"))
+		gd := gate.g.get("acme", testkit.ConfigTarget(t, cfg, "acme", "t1"))
 		if got := gd.pausedUntil.Sub(clock); got != 2*time.Second {
 			t.Errorf("%s: the target is paused for %v, want RetryAfterMax (2s)", name, got)
 		}
-		tgt := mustTarget(t, cfg, "t1")
+		tgt := testkit.ConfigTarget(t, cfg, "acme", "t1")
 		for _, at := range []struct {
 			after  time.Duration
 			paused bool

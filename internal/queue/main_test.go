@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
@@ -45,16 +44,6 @@ func newFixture(t *testing.T) (*fixture, *pgxpool.Pool) {
 		jobs = jobs.Distributed()
 	}
 	return &fixture{Jobs: jobs, Queries: store.New(pool), ingest: ingest, pool: pool, jobs: queuetest.New(pool)}, pool
-}
-
-// parseConfig parses a hookgate.yaml without environment variables.
-func parseConfig(t *testing.T, yaml string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }
 
 // unreachable is a ForwardWorker whose every target is unreachable: each

@@ -46,7 +46,7 @@ func TestMaintenanceJobKeepsItsRows(t *testing.T) {
 func TestMaintenanceRunsOnStart(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parseConfig(t, statesYAML)
+	cfg := testkit.ParseConfig(t, statesYAML)
 	cc := DefaultClientConfig(cfg)
 	cc.Pool, cc.Senders, cc.Worker, cc.Log = pool, cfg, unreachable{}, testkit.Logger(t)
 	cc.RescueAfter = forwardTimeout(cfg) + 10*time.Second // the long jobs' horizon: 5s below it

@@ -35,7 +35,7 @@ func TestRedeliveriesSerialiseAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(other.Close)
-	cfg := parseConfig(t, statesYAML)
+	cfg := testkit.ParseConfig(t, statesYAML)
 	log := testkit.Logger(t)
 	var clients []*River
 	for _, p := range []*pgxpool.Pool{pool, other} {
@@ -130,7 +130,7 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parseConfig(t, statesYAML)
+	cfg := testkit.ParseConfig(t, statesYAML)
 	log := testkit.Logger(t)
 	w := unreachable{}
 	cc := DefaultClientConfig(cfg)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 )
@@ -19,7 +20,7 @@ import (
 // plus a minute, and the long kinds run in slices below it.
 func TestRescueHorizonExceedsEveryJobTimeout(t *testing.T) {
 	t.Parallel()
-	cfg := parseConfig(t, `senders:
+	cfg := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }

@@ -108,7 +108,7 @@ FROM generate_series(1, $5::int) g`, string(state), due.Milliseconds(), target, 
 // that scheduling.
 func riverAlone(t *testing.T, pool *pgxpool.Pool, w ForwardWorker, workers int) (*River, *forwardScheduler) {
 	t.Helper()
-	cfg := parseConfig(t, loadYAML)
+	cfg := testkit.ParseConfig(t, loadYAML)
 	cc := DefaultClientConfig(cfg)
 	cc.Pool, cc.Senders, cc.Log, cc.Worker = pool, cfg, testkit.Logger(t), w
 	cc.MaxWorkers = workers

@@ -21,18 +21,10 @@ import (
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/queuetest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
-
-func parse(t *testing.T, yaml string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // seed inserts n keys of sender expiring at expires, and n events received
 // at received.
@@ -58,7 +50,7 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 func TestRunDeletesExpiredInBatches(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parse(t, `
+	cfg := testkit.ParseConfig(t, `
 senders:
   - name: a
     preset: generic
@@ -111,7 +103,7 @@ senders:
 func TestWorkerDeletesExpired(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
+	cfg := testkit.ParseConfig(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
 	seed(t, pool, "a", "x-", 3, time.Now().Add(-time.Second), time.Now().Add(-8*24*time.Hour))
 	rc := retention.DefaultConfig()
 	var logged bytes.Buffer
@@ -141,7 +133,7 @@ func TestWorkerDeletesExpired(t *testing.T) {
 func TestWorkerLooksForRemovedSendersRarely(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
+	cfg := testkit.ParseConfig(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
 	rc := retention.DefaultConfig()
 	rc.DB, rc.Forwards, rc.Senders, rc.Log = pool, queue.NewJobs(pool), cfg, slog.New(slog.DiscardHandler)
 	w, err := retention.NewWorker(rc)
@@ -174,7 +166,7 @@ func TestWorkerLooksForRemovedSendersRarely(t *testing.T) {
 func TestRunDeletesEventsOfRemovedSenders(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parse(t, "senders:\n  - name: kept\n    preset: generic\n    delivery_id: { header: X-Id }\n    event_retention: 720h\n")
+	cfg := testkit.ParseConfig(t, "senders:\n  - name: kept\n    preset: generic\n    delivery_id: { header: X-Id }\n    event_retention: 720h\n")
 	now := time.Now()
 	old := now.Add(-config.DefaultRetention - time.Hour)
 	seed(t, pool, "gone", "old-", retention.BatchSize+3, now.Add(-time.Minute), old) // more than one batch
@@ -201,7 +193,7 @@ func TestRunDeletesEventsOfRemovedSenders(t *testing.T) {
 func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parse(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n    retention: 24h\n  - name: b\n    preset: generic\n    delivery_id: { header: X-Id }\n    retention: 48h\n")
+	cfg := testkit.ParseConfig(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n    retention: 24h\n  - name: b\n    preset: generic\n    delivery_id: { header: X-Id }\n    retention: 48h\n")
 	now := time.Now().UTC()
 	q := store.New(pool)
 	var batch []queue.FirstAttempt
@@ -244,7 +236,7 @@ func TestRunDeletesOldDeliveredForwards(t *testing.T) {
 func TestRunDeletesExpiredSignatureTokens(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	cfg := parse(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k-0123456789abcdef\n    tolerance: 10m\n")
+	cfg := testkit.ParseConfig(t, "senders:\n  - name: mg\n    preset: mailgun\n    secret: k-0123456789abcdef\n    tolerance: 10m\n")
 	now := time.Now()
 	tokens := sigtoken.New(pool)
 	claim := func(sender string, i int, signed time.Time) {

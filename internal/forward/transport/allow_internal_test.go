@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // The allowed hosts parse names, *.domain, addresses and prefixes (and
@@ -57,7 +59,7 @@ func TestAllowedHostsParseAndMatch(t *testing.T) {
 // never the rest of its URL.
 func TestAllowedHostsCheckTargets(t *testing.T) {
 	t.Parallel()
-	cfg := parseConfig(t, `senders:
+	cfg := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }
@@ -89,7 +91,7 @@ func TestAllowedHostsCheckTargets(t *testing.T) {
 // split as nats.go splits it (before, it saw the first host only).
 func TestAllowedHostsCheckNATSServerList(t *testing.T) {
 	t.Parallel()
-	cfg := parseConfig(t, `senders:
+	cfg := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }

@@ -80,7 +80,7 @@ func TestHTTPTransportClassifies(t *testing.T) {
 			return testkit.Answer{Block: true}
 		}
 	})
-	cfg := parseConfig(t, `senders:
+	cfg := testkit.ParseConfig(t, `senders:
   - name: acme
     preset: generic
     delivery_id: { header: X-Delivery-Id }
@@ -90,7 +90,7 @@ func TestHTTPTransportClassifies(t *testing.T) {
 `)
 	clock := time.Date(2026, 12, 2, 12, 0, 0, 0, time.FixedZone("X", 3600))
 	tr := NewHTTP(NewHTTPClient(4), func() time.Time { return clock })
-	up, down := mustTarget(t, cfg, "up"), mustTarget(t, cfg, "down")
+	up, down := testkit.ConfigTarget(t, cfg, "acme", "up"), testkit.ConfigTarget(t, cfg, "acme", "down")
 	msg := func(target *config.Target, deliveryID string) Message {
 		return Message{Sender: "acme", Target: target, EventID: uuid.New(), DeliveryID: deliveryID,
 			Headers: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{}`)}
