@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/jsonptr"
 )
@@ -25,9 +26,14 @@ type Prepared struct {
 	// EventTypeLabel is the event type's value of the event_type metric
 	// label ([Sender.EventTypeLabel]).
 	EventTypeLabel string
-	// Targets are the targets the delivery goes to ([Sender.Route]). The
-	// slice may be shared: do not modify it.
+	// Targets are the targets the delivery goes to: those [Sender.Route]
+	// picks whose filter, if any, passes. The slice may be shared: do not
+	// modify it.
 	Targets []string
+	// RuleErrors are the routed targets whose filter failed to evaluate;
+	// they are not in Targets. Ingest records them on the event and counts
+	// them. Nil when none failed.
+	RuleErrors []events.RuleError
 	// Header and Body are what is stored and forwarded. Header holds the
 	// headers the sender's [Sender.HeaderFilter] keeps. Body is
 	// decompressed and has no signature inside it ([Sender.StoredBody]).
