@@ -2,16 +2,41 @@ package rules
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 )
 
+// Error is a rule's error: at compile time or when it runs.
+type Error struct {
+	// Rule is the field of the expression at fault: "filter", "transform"
+	// or "transform_headers".
+	Rule string
+	// Msg is CEL's message, or ours. It holds no body or header value.
+	Msg string
+	err error
+}
+
+func (e *Error) Error() string { return e.Rule + ": " + e.Msg }
+
+// Unwrap returns the error Msg came from, if any: never show it.
+func (e *Error) Unwrap() error { return e.err }
+
+func errorf(rule, format string, args ...any) *Error {
+	err := fmt.Errorf(format, args...)
+	return &Error{Rule: rule, Msg: err.Error(), err: errors.Unwrap(err)}
+}
+
 // evalError reports a rule's evaluation error with CEL's message, less
 // anything of the delivery it may quote: an error goes to logs, the
 // console and the API, and the body and headers may hold secrets.
 func evalError(rule string, err error, src string, a *Activation) error {
-	return fmt.Errorf("%s: %s", rule, scrub(err.Error(), src, a))
+	msg := scrub(err.Error(), src, a)
+	if strings.Contains(msg, "no such attribute(s): body") && a.jsonBody() == nil {
+		msg += " (the body is not JSON: read raw)"
+	}
+	return &Error{Rule: rule, Msg: msg}
 }
 
 // quoted finds a quoted part of a message; afterKey the key CEL names

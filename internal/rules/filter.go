@@ -1,8 +1,6 @@
 package rules
 
 import (
-	"fmt"
-
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
 )
@@ -28,7 +26,7 @@ func CompileFilter(expr string, costLimit uint64) (*Filter, error) {
 		if isDyn(t) {
 			hint = " (compare the value, for example body.livemode == true)"
 		}
-		return nil, fmt.Errorf("filter: the expression must return a bool, not %s%s", typeName(t), hint)
+		return nil, errorf("filter", "the expression must return a bool, not %s%s", typeName(t), hint)
 	}
 	return &Filter{src: expr, prg: prg}, nil
 }
@@ -45,7 +43,7 @@ func (f *Filter) Eval(a *Activation) (bool, error) {
 	}
 	b, ok := v.(types.Bool)
 	if !ok {
-		return false, fmt.Errorf("filter: returned %s, not a bool", v.Type().TypeName())
+		return false, errorf("filter", "returned %s, not a bool", v.Type().TypeName())
 	}
 	return bool(b), nil
 }

@@ -18,7 +18,6 @@
 package rules
 
 import (
-	"fmt"
 	"strings"
 	"sync"
 
@@ -78,28 +77,28 @@ func celEnv() (*cel.Env, error) {
 // costLimit (0 means DefaultCostLimit).
 func compile(rule, expr string, costLimit uint64) (cel.Program, *cel.Type, error) {
 	if strings.TrimSpace(expr) == "" {
-		return nil, nil, fmt.Errorf("%s: empty expression", rule)
+		return nil, nil, errorf(rule, "empty expression")
 	}
 	if costLimit == 0 {
 		costLimit = DefaultCostLimit
 	}
 	if costLimit > MaxCostLimit {
-		return nil, nil, fmt.Errorf("%s: cost limit %d is above the maximum %d", rule, costLimit, MaxCostLimit)
+		return nil, nil, errorf(rule, "cost limit %d is above the maximum %d", costLimit, MaxCostLimit)
 	}
 	e, err := celEnv()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: CEL environment: %w", rule, err)
+		return nil, nil, errorf(rule, "CEL environment: %w", err)
 	}
 	ast, iss := e.Compile(expr)
 	if iss != nil && iss.Err() != nil {
-		return nil, nil, fmt.Errorf("%s: %s", rule, compileMessage(iss.Err().Error()))
+		return nil, nil, errorf(rule, "%s", compileMessage(iss.Err().Error()))
 	}
 	prg, err := e.Program(ast,
 		cel.CostLimit(costLimit),
 		cel.EvalOptions(cel.OptOptimize),
 	)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", rule, err)
+		return nil, nil, errorf(rule, "%w", err)
 	}
 	return prg, ast.OutputType(), nil
 }

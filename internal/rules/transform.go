@@ -43,7 +43,7 @@ type Result struct {
 // DefaultCostLimit; above MaxCostLimit is refused).
 func CompileTransform(body, headers string, costLimit uint64) (*Transform, error) {
 	if body == "" && headers == "" {
-		return nil, fmt.Errorf("transform: no expression")
+		return nil, errorf("transform", "no expression")
 	}
 	t := &Transform{bodySrc: body, hdrSrc: headers}
 	if body != "" {
@@ -54,7 +54,7 @@ func CompileTransform(body, headers string, costLimit uint64) (*Transform, error
 		switch typ.Kind() {
 		case types.MapKind, types.ListKind, types.StringKind, types.BytesKind, types.DynKind, types.AnyKind:
 		default:
-			return nil, fmt.Errorf("transform: the expression must return a map, a list, a string or bytes, not %s", typeName(typ))
+			return nil, errorf("transform", "the expression must return a map, a list, a string or bytes, not %s", typeName(typ))
 		}
 		t.body = prg
 	}
@@ -64,7 +64,7 @@ func CompileTransform(body, headers string, costLimit uint64) (*Transform, error
 			return nil, err
 		}
 		if !headersType(typ) {
-			return nil, fmt.Errorf("transform_headers: the expression must return a map of strings to strings, not %s", typeName(typ))
+			return nil, errorf("transform_headers", "the expression must return a map of strings to strings, not %s", typeName(typ))
 		}
 		t.hdr = prg
 	}
@@ -103,17 +103,17 @@ func (t *Transform) Apply(a *Activation, maxBytes int) (Result, error) {
 		case traits.Mapper, traits.Lister:
 			b, err := marshalJSON(v)
 			if err != nil {
-				return Result{}, fmt.Errorf("transform: %w", err)
+				return Result{}, errorf("transform", "%w", err)
 			}
 			r.Body, r.ContentType = b, "application/json"
 		default:
-			return Result{}, fmt.Errorf("transform: returned %s, not a map, a list, a string or bytes", v.Type().TypeName())
+			return Result{}, errorf("transform", "returned %s, not a map, a list, a string or bytes", v.Type().TypeName())
 		}
 		if r.Body == nil {
 			r.Body = []byte{}
 		}
 		if maxBytes > 0 && len(r.Body) > maxBytes {
-			return Result{}, fmt.Errorf("transform: the body would be %d bytes, over the limit of %d", len(r.Body), maxBytes)
+			return Result{}, errorf("transform", "the body would be %d bytes, over the limit of %d", len(r.Body), maxBytes)
 		}
 	}
 	if t.hdr != nil {
@@ -123,7 +123,7 @@ func (t *Transform) Apply(a *Activation, maxBytes int) (Result, error) {
 		}
 		h, err := headerMap(v)
 		if err != nil {
-			return Result{}, fmt.Errorf("transform_headers: %w", err)
+			return Result{}, errorf("transform_headers", "%w", err)
 		}
 		if ct, ok := h["Content-Type"]; ok {
 			r.ContentType = ct
