@@ -71,7 +71,8 @@ func (e *DeliveryIDError) Error() string { return "delivery ID: " + e.Detail }
 // Prepare turns a request into a delivery, in one pass over it. It checks
 // the signature on body as received, and decompresses body with inflate
 // when inflate is not nil. It then reads the body once, answers a
-// handshake, and finds the delivery ID, the event type and the targets.
+// handshake, and finds the delivery ID, the event type and the targets:
+// those the routes pick whose filter passes.
 // Errors are a [*SignatureError], a [*DeliveryIDError], or inflate's.
 // now is the time the signature's timestamp is checked against.
 func (s *Sender) Prepare(r *http.Request, body []byte, inflate func([]byte) ([]byte, error), now time.Time) (Prepared, error) {
@@ -109,6 +110,11 @@ func (s *Sender) Prepare(r *http.Request, body []byte, inflate func([]byte) ([]b
 		// The stored body is decompressed.
 		p.Header.Del("Content-Encoding")
 		p.Header.Del("Content-Length")
+	}
+	if fs := s.plan.filters; fs != nil && len(p.Targets) > 0 {
+		// The filters read the event as it is stored, as the transforms
+		// do when its forwards are sent.
+		p.Targets, p.RuleErrors = s.filter(fs, &p, r.Header.Get("Content-Type"))
 	}
 	p.Nonce.Token, p.Nonce.SignedAt, p.HasNonce = s.nonce(r, signed)
 	return p, nil
