@@ -140,9 +140,12 @@ func (r *RuleErrors) Inc(sender, target, rule string) {
 
 // init creates the series of the rules of sender's target t at zero.
 func (r *RuleErrors) init(sender string, t *config.Target) {
-	// TODO(q46): only the rules t has, once config.Target carries them.
-	r.c.WithLabelValues(sender, t.Name, RuleFilter)
-	r.c.WithLabelValues(sender, t.Name, RuleTransform)
+	if t.Filter != nil {
+		r.c.WithLabelValues(sender, t.Name, RuleFilter)
+	}
+	if t.Transform != nil {
+		r.c.WithLabelValues(sender, t.Name, RuleTransform)
+	}
 }
 
 // WaitTargetRemoved is the reason a forward waits for its target to be

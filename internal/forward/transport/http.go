@@ -109,6 +109,9 @@ func (h *HTTP) request(ctx context.Context, m Message) (*http.Request, error) {
 	for k, v := range t.Headers {
 		hd.Set(k, v)
 	}
+	for k, v := range m.AddHeaders { // the transform's, canonical
+		hd[k] = []string{v}
+	}
 	id := m.EventID.String()
 	ts := h.now()
 	set("User-Agent", "hookgate")
