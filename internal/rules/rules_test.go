@@ -246,7 +246,7 @@ func TestTransformHeadersRefused(t *testing.T) {
 		`{"X-A": body.v}`:                  "X-A has a control character",
 		`{"X-A": body.n}`:                  "the value of header X-A is int, not a string",
 		`{"X-A": "1", "x-a": "2"}`:         "the header X-A is set twice",
-		`body`:                             "the value of header V has a control character",
+		`body`:                             "the value of header N is int, not a string",
 	} {
 		_, err := mustTransform(t, "", hdr).Apply(a, 0)
 		if err == nil || !strings.HasPrefix(err.Error(), "transform_headers: ") || !strings.Contains(err.Error(), want) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/textproto"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,7 +137,8 @@ func (t *Transform) Apply(a *Activation, maxBytes int) (Result, error) {
 
 // forbidden are the headers a transform may not set: hop-by-hop and
 // framing headers, and those hookgate sets on every forward (its
-// signature, the event's ID, the idempotency key). X-Hookgate-* too.
+// signature, the event's ID, the idempotency key). Proxy-* and
+// X-Hookgate-* too.
 var forbidden = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
 	"Proxy-Authorization": true, "Proxy-Connection": true, "Te": true,
@@ -152,19 +154,25 @@ func headerMap(v ref.Val) (map[string]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("returned %s, not a map", v.Type().TypeName())
 	}
-	out := make(map[string]string)
+	// In name order, so that the same result gives the same error.
+	var keys []types.String
 	for it := m.Iterator(); it.HasNext() == types.True; {
 		k := it.Next()
 		ks, ok := k.(types.String)
 		if !ok {
 			return nil, fmt.Errorf("a header name is %s, not a string", k.Type().TypeName())
 		}
-		name := string(ks)
+		keys = append(keys, ks)
+	}
+	slices.Sort(keys)
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		name := string(k)
 		if !validName(name) {
 			return nil, fmt.Errorf("a header name is not a valid HTTP token")
 		}
 		c := textproto.CanonicalMIMEHeaderKey(name)
-		if forbidden[c] || strings.HasPrefix(c, "X-Hookgate-") {
+		if forbidden[c] || strings.HasPrefix(c, "X-Hookgate-") || strings.HasPrefix(c, "Proxy-") {
 			return nil, fmt.Errorf("a transform may not set the header %s", c)
 		}
 		if _, dup := out[c]; dup {
