@@ -2,6 +2,7 @@ package sender
 
 import (
 	"errors"
+	"net/http"
 
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/rules"
@@ -25,13 +26,13 @@ func planFilters(s *Sender) filters {
 	return fs
 }
 
-// filter returns the targets of p whose filter, if any, passes on p, of
-// the sender's filters fs. The
+// filter returns the targets of p whose filter, if any, passes on p and
+// the request headers h, of the sender's filters fs. The
 // delivery's variables are built once, when the first routed target with
 // a filter needs them, and shared by the others. A filter that fails to
 // evaluate drops its target too: the error is returned, for the event to
 // record. targets is returned itself when no target is dropped.
-func (s *Sender) filter(fs filters, p *Prepared, contentType string) ([]string, []events.RuleError) {
+func (s *Sender) filter(fs filters, p *Prepared, h http.Header) ([]string, []events.RuleError) {
 	var (
 		act  *rules.Activation
 		out  []string
@@ -43,7 +44,7 @@ func (s *Sender) filter(fs filters, p *Prepared, contentType string) ([]string, 
 		if f != nil {
 			if act == nil {
 				act = rules.NewActivation(rules.Input{Sender: s.Name, DeliveryID: p.DeliveryID, EventType: p.EventType,
-					Headers: p.Header, Body: p.Body, ContentType: contentType})
+					Headers: h, Body: p.Body, ContentType: h.Get("Content-Type")})
 			}
 			ok, err := f.Eval(act)
 			if err != nil {

@@ -40,7 +40,8 @@ func compileWithFilters(t *testing.T, yaml string, filters map[string]string) *s
 // fails to evaluate drops its target and is returned, with CEL's message,
 // for the event to record; a has()-guarded read of a missing key is no
 // error. A target the routes do not pick is not filtered at all, and a
-// non-JSON body is no error for a filter that reads raw.
+// non-JSON body is no error for a filter that reads raw. Filters read the
+// headers as received, as the routes do, not only those stored.
 func TestPrepareFilters(t *testing.T) {
 	t.Parallel()
 	s := compileWithFilters(t, "senders:\n"+senderYAML("s",
@@ -56,7 +57,7 @@ func TestPrepareFilters(t *testing.T) {
 		"big":     `has(body.amount) && body.amount > 1000`,
 		"broken":  `body.livemode == true`,
 		"other":   `body.nothing == 1`,
-		"rawtext": `raw.size() > 0 && headers['content-type'] == 'text/plain'`,
+		"rawtext": `raw.size() > 0 && headers['content-type'] == 'text/plain' && headers['x-signature'] == 'sig'`,
 	})
 	prepare := func(id, contentType, body string) sender.Prepared {
 		t.Helper()
@@ -64,6 +65,7 @@ func TestPrepareFilters(t *testing.T) {
 		r.Header.Set("X-Id", id)
 		r.Header.Set("X-Type", "charge.succeeded")
 		r.Header.Set("Content-Type", contentType)
+		r.Header.Set("X-Signature", "sig") // not stored, read by the filters
 		p, err := s.Prepare(r, []byte(body), nil, time.Now())
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)

@@ -112,9 +112,8 @@ func (s *Sender) Prepare(r *http.Request, body []byte, inflate func([]byte) ([]b
 		p.Header.Del("Content-Length")
 	}
 	if fs := s.plan.filters; fs != nil && len(p.Targets) > 0 {
-		// The filters read the event as it is stored, as the transforms
-		// do when its forwards are sent.
-		p.Targets, p.RuleErrors = s.filter(fs, &p, r.Header.Get("Content-Type"))
+		// The filters read the headers as received, as the routes do.
+		p.Targets, p.RuleErrors = s.filter(fs, &p, r.Header)
 	}
 	p.Nonce.Token, p.Nonce.SignedAt, p.HasNonce = s.nonce(r, signed)
 	return p, nil

@@ -13,12 +13,15 @@ import (
 )
 
 // brokerHeaders are a forward's metadata as broker message headers. The
-// target's extra headers come first, then the body's Content-Type and
-// Content-Encoding, then the transform's headers, so that each wins over
+// transform's headers come first, then the target's extra headers, then
+// the body's Content-Type and Content-Encoding, so that each wins over
 // those before it and hookgate's own win over all.
 func brokerHeaders(m Message, now time.Time) [][2]string {
 	t := m.Target
 	hs := make([][2]string, 0, 10+len(t.Headers)+len(m.AddHeaders))
+	for k, v := range m.AddHeaders {
+		hs = append(hs, [2]string{k, v})
+	}
 	for k, v := range t.Headers {
 		hs = append(hs, [2]string{k, v})
 	}
@@ -26,9 +29,6 @@ func brokerHeaders(m Message, now time.Time) [][2]string {
 		if v := headerValue(m.Headers, k); v != "" {
 			hs = append(hs, [2]string{k, v})
 		}
-	}
-	for k, v := range m.AddHeaders {
-		hs = append(hs, [2]string{k, v})
 	}
 	id := m.EventID.String()
 	hs = append(hs, [2]string{"Webhook-Id", id}, [2]string{"Webhook-Timestamp", strconv.FormatInt(now.Unix(), 10)})

@@ -66,8 +66,8 @@ type Message struct {
 	// returned and its Content-Type.
 	Body []byte
 	// AddHeaders are the headers the target's transform adds, by
-	// canonical name, or nil. They win over the target's own headers;
-	// hookgate's own win over them.
+	// canonical name, or nil. The target's own headers and hookgate's win
+	// over them.
 	AddHeaders map[string]string
 	// Limit, when positive, is how long the caller lets the send run.
 	// The fast path sets it to what is left of its lease. A send cut short
