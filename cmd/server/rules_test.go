@@ -80,7 +80,8 @@ type rulesDelivery struct {
 //     target no forward; the delivery is still accepted (202), the error is
 //     recorded on the event, shown by the delivery and event views without
 //     any value of the body, and counted in
-//     hookgate_rule_errors_total{rule="filter"}.
+//     hookgate_rule_errors_total{rule="filter"}, once (not again for a
+//     replay).
 //   - A transformed body arrives at the target with the transform's
 //     Content-Type and header, and a Standard Webhooks signature that the
 //     reference library verifies over the transformed bytes; a retry sends
@@ -128,6 +129,11 @@ func TestRulesFilterAndTransformEndToEnd(t *testing.T) {
 			t.Fatalf("delivery %s: %v", id, err)
 		}
 		ev[i] = a.EventID
+	}
+	// A replay of o2 evaluates strict's filter again, and fails again: the
+	// error was counted with the event that records it, not again.
+	if r, err := deliver(ctx, c, base, "o2", []byte(o2)); err != nil || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay of o2: %v %v", r, err)
 	}
 
 	read := func(id string) rulesDelivery {
