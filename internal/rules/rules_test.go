@@ -190,6 +190,7 @@ func TestTransformResults(t *testing.T) {
 		`{"z": 1, "a": {"y": 2, "b": 3}}`: {`{"a":{"b":3,"y":2},"z":1}`, "application/json"},
 		`{"t": timestamp(body.when)}`:     {`{"t":"2026-01-02T03:04:05Z"}`, "application/json"},
 		`{"html": "<a href='x'>&</a>"}`:   {`{"html":"<a href='x'>&</a>"}`, "application/json"},
+		`{"d": duration("90s")}`:          {`{"d":"1m30s"}`, "application/json"},
 		`{"bytes": b"hi"}`:                {`{"bytes":"aGk="}`, "application/json"},
 		`""`:                              {"", "application/cloudevents+json"},
 	} {
@@ -304,12 +305,12 @@ func TestConcurrentEval(t *testing.T) {
 		wg.Go(func() {
 			for range 50 {
 				if ok, err := f.Eval(a); err != nil || !ok {
-					errs <- fmt.Errorf("filter: %v, %v", ok, err)
+					errs <- fmt.Errorf("filter: %v, %w", ok, err)
 					return
 				}
 				r, err := tr.Apply(a, 1000)
 				if err != nil || string(r.Body) != want || r.Headers["X-Tenant"] != "acme" {
-					errs <- fmt.Errorf("transform: %s %v %v", r.Body, r.Headers, err)
+					errs <- fmt.Errorf("transform: %s %v %w", r.Body, r.Headers, err)
 					return
 				}
 			}

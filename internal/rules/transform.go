@@ -264,7 +264,7 @@ func native(v ref.Val, depth int) (any, error) {
 	case types.Timestamp:
 		return x.Time.UTC().Format(time.RFC3339Nano), nil
 	case types.Duration:
-		return x.Duration.String(), nil
+		return x.String(), nil
 	case traits.Mapper:
 		out := make(map[string]any)
 		for it := x.Iterator(); it.HasNext() == types.True; {
