@@ -22,6 +22,7 @@ import (
 	"sync"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/functions"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/ext"
 )
@@ -49,6 +50,7 @@ const maxExprLen = 10_000
 var (
 	envOnce sync.Once
 	env     *cel.Env
+	guards  []*functions.Overload
 	envErr  error
 )
 
@@ -72,6 +74,9 @@ func celEnv() (*cel.Env, error) {
 			ext.Math(),
 			ext.TwoVarComprehensions(),
 		)
+		if envErr == nil {
+			guards, envErr = sizeGuards(env)
+		}
 	})
 	return env, envErr
 }
@@ -99,6 +104,10 @@ func compile(rule, expr string, costLimit uint64) (cel.Program, *cel.Type, error
 	prg, err := e.Program(ast,
 		cel.CostLimit(costLimit),
 		cel.EvalOptions(cel.OptOptimize),
+		// Functions is deprecated for declaring functions; here it
+		// replaces the implementations of declared ones, per program.
+		cel.Functions(guards...), //nolint:staticcheck // see sizeGuards
+
 	)
 	if err != nil {
 		return nil, nil, errorf(rule, "%w", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -190,6 +191,7 @@ func TestTransformResults(t *testing.T) {
 		`{"z": 1, "a": {"y": 2, "b": 3}}`: {`{"a":{"b":3,"y":2},"z":1}`, "application/json"},
 		`{"t": timestamp(body.when)}`:     {`{"t":"2026-01-02T03:04:05Z"}`, "application/json"},
 		`{"html": "<a href='x'>&</a>"}`:   {`{"html":"<a href='x'>&</a>"}`, "application/json"},
+		`{"d": duration("90s")}`:          {`{"d":"1m30s"}`, "application/json"},
 		`{"bytes": b"hi"}`:                {`{"bytes":"aGk="}`, "application/json"},
 		`""`:                              {"", "application/cloudevents+json"},
 	} {
@@ -304,12 +306,12 @@ func TestConcurrentEval(t *testing.T) {
 		wg.Go(func() {
 			for range 50 {
 				if ok, err := f.Eval(a); err != nil || !ok {
-					errs <- fmt.Errorf("filter: %v, %v", ok, err)
+					errs <- fmt.Errorf("filter: %v, %w", ok, err)
 					return
 				}
 				r, err := tr.Apply(a, 1000)
 				if err != nil || string(r.Body) != want || r.Headers["X-Tenant"] != "acme" {
-					errs <- fmt.Errorf("transform: %s %v %v", r.Body, r.Headers, err)
+					errs <- fmt.Errorf("transform: %s %v %w", r.Body, r.Headers, err)
 					return
 				}
 			}
@@ -359,5 +361,52 @@ func BenchmarkTransformApply(b *testing.B) {
 		if _, err := tr.Apply(NewActivation(Input{Body: body}), 1<<20); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A call whose result is much larger than its arguments is refused
+// before it is made: the cost limit counts a result only once it exists.
+func TestAmplificationIsRefusedBeforeItIsBuilt(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"pad":"` + strings.Repeat("x", 100_000) + `","items":[`)
+	for i := range 1000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d", i)
+	}
+	b.WriteString(`]}`)
+	a := NewActivation(Input{Body: []byte(b.String())})
+	for expr, want := range map[string]string{
+		`body.pad.replace("x", body.pad)`:            "replace would make a string of over 16777216 bytes",
+		`body.pad.replace("x", body.pad, 1000)`:      "replace would make a string of over",
+		`body.items.map(x, body.pad).join("")`:       "join would make a string of over",
+		`body.items.map(x, body.pad).join(",")`:      "join would make a string of over",
+		`"%s".format([body.items.map(x, body.pad)])`: "format would make a string of over",
+		`body.items.map(x, body)`:                    "the body would be over the limit of 1048576 bytes",
+		`body.items.map(x, {"k": raw})`:              "the body would be over the limit",
+	} {
+		tr := mustTransform(t, expr, "")
+		var m1, m2 runtime.MemStats
+		runtime.ReadMemStats(&m1)
+		_, err := tr.Apply(a, 1<<20)
+		runtime.ReadMemStats(&m2)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", expr, err, want)
+		}
+		// What was allocated is some times the body, not the result.
+		if got := m2.TotalAlloc - m1.TotalAlloc; got > 64<<20 {
+			t.Errorf("%s allocated %d MiB", expr, got>>20)
+		}
+	}
+	// Within the bounds they work.
+	tr := mustTransform(t, `{"a": "abc".replace("b", "xyz"), "j": ["a", "b"].join("-"), "f": "%d items".format([body.items.size()])}`, "")
+	r, err := tr.Apply(a, 1<<20)
+	if err != nil || string(r.Body) != `{"a":"axyzc","f":"1000 items","j":"a-b"}` {
+		t.Errorf("%s, %v", r.Body, err)
+	}
+	// Headers are bounded too.
+	if _, err := mustTransform(t, "", `{"X-A": body.pad}`).Apply(a, 0); err == nil || !strings.Contains(err.Error(), "the headers would be over 16384 bytes") {
+		t.Errorf("a 100 kB header: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/textproto"
@@ -102,7 +103,7 @@ func (t *Transform) Apply(a *Activation, maxBytes int) (Result, error) {
 		case types.Bytes:
 			r.Body = []byte(x)
 		case traits.Mapper, traits.Lister:
-			b, err := marshalJSON(v)
+			b, err := marshalJSON(v, maxBytes)
 			if err != nil {
 				return Result{}, errorf("transform", "%w", err)
 			}
@@ -166,6 +167,7 @@ func headerMap(v ref.Val) (map[string]string, error) {
 	}
 	slices.Sort(keys)
 	out := make(map[string]string, len(keys))
+	size := 0
 	for _, k := range keys {
 		name := string(k)
 		if !validName(name) {
@@ -184,6 +186,9 @@ func headerMap(v ref.Val) (map[string]string, error) {
 		}
 		if !validValue(string(val)) {
 			return nil, fmt.Errorf("the value of header %s has a control character (CR, LF or NUL)", c)
+		}
+		if size += len(c) + len(val) + 4; size > maxHeaderBytes {
+			return nil, fmt.Errorf("the headers would be over %d bytes", maxHeaderBytes)
 		}
 		out[c] = string(val)
 	}
@@ -220,8 +225,18 @@ func validValue(s string) bool {
 
 // marshalJSON encodes a CEL value as JSON, maps with sorted keys, so
 // that the same delivery always gives the same bytes.
-func marshalJSON(v ref.Val) ([]byte, error) {
-	n, err := native(v, 0)
+// The result is counted as it is converted, and refused once over
+// maxBytes (or maxResultBytes): a list that repeats a large value many
+// times is cheap in CEL and would be huge as JSON.
+func marshalJSON(v ref.Val, maxBytes int) ([]byte, error) {
+	if maxBytes <= 0 || maxBytes > maxResultBytes {
+		maxBytes = maxResultBytes
+	}
+	budget := maxBytes
+	n, err := native(v, 0, &budget)
+	if errors.Is(err, errOverBudget) {
+		return nil, fmt.Errorf("the body would be over the limit of %d bytes", maxBytes)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -234,14 +249,21 @@ func marshalJSON(v ref.Val) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
+var errOverBudget = errors.New("the body would be over the limit")
+
 // maxDepth bounds the nesting of a result.
 const maxDepth = 1000
 
-// native converts a CEL value to what encoding/json encodes.
-func native(v ref.Val, depth int) (any, error) {
+// native converts a CEL value to what encoding/json encodes. It takes
+// from budget at least the bytes each value will be in JSON.
+func native(v ref.Val, depth int, budget *int) (any, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("the result is nested deeper than %d", maxDepth)
 	}
+	if *budget < 0 {
+		return nil, errOverBudget
+	}
+	*budget--
 	switch x := v.(type) {
 	case types.Null:
 		return nil, nil
@@ -258,13 +280,18 @@ func native(v ref.Val, depth int) (any, error) {
 		}
 		return f, nil
 	case types.String:
+		*budget -= len(x) + 2
 		return string(x), nil
 	case types.Bytes:
+		*budget -= base64.StdEncoding.EncodedLen(len(x)) + 2
+		if *budget < 0 {
+			return nil, errOverBudget
+		}
 		return base64.StdEncoding.EncodeToString(x), nil
 	case types.Timestamp:
 		return x.Time.UTC().Format(time.RFC3339Nano), nil
 	case types.Duration:
-		return x.Duration.String(), nil
+		return x.String(), nil
 	case traits.Mapper:
 		out := make(map[string]any)
 		for it := x.Iterator(); it.HasNext() == types.True; {
@@ -273,7 +300,8 @@ func native(v ref.Val, depth int) (any, error) {
 			if !ok {
 				return nil, fmt.Errorf("a map key in the result is %s: JSON keys are strings", k.Type().TypeName())
 			}
-			e, err := native(x.Get(k), depth+1)
+			*budget -= len(ks) + 3
+			e, err := native(x.Get(k), depth+1, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -284,7 +312,7 @@ func native(v ref.Val, depth int) (any, error) {
 		sz, _ := x.Size().(types.Int)
 		out := make([]any, 0, int(sz))
 		for it := x.Iterator(); it.HasNext() == types.True; {
-			e, err := native(it.Next(), depth+1)
+			e, err := native(it.Next(), depth+1, budget)
 			if err != nil {
 				return nil, err
 			}

@@ -1,7 +1,6 @@
 package sender_test
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -118,6 +117,6 @@ func TestMatchAndItsFilterAgree(t *testing.T) {
 		if holds == 0 {
 			t.Errorf("%s: holds for no request of the corpus", row[0])
 		}
-		t.Log(fmt.Sprintf("%s: holds for %d requests", row[0], holds))
+		t.Logf("%s: holds for %d requests", row[0], holds)
 	}
 }
