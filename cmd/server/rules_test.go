@@ -28,8 +28,9 @@ const rulesSigningSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // amount, has()-guarded), strict (a filter that fails without livemode),
 // chat (a transform into a chat message with a header from the body,
 // signed) and shaper (a transform reading customer.email without has(),
-// shaperFix when fixed); bus, on NATS, gets chat's transform too.
-func rulesConfig(big, strict, chat, shaper, natsURL, shaperTransform string) string {
+// shaperFixed when fixed); bus, on NATS, and queue, on RabbitMQ, get chat's
+// transform too, queue with its header.
+func rulesConfig(big, strict, chat, shaper, natsURL, rabbitURL, shaperTransform string) string {
 	return genericSender("acme", "forward:",
 		"  - name: big",
 		"    url: "+big,
@@ -50,6 +51,11 @@ func rulesConfig(big, strict, chat, shaper, natsURL, shaperTransform string) str
 		"    url: "+natsURL,
 		`    nats: { subject: "hooks.{sender}.{target}" }`,
 		`    transform: '{"text": "Order " + body.id + " of " + string(body.amount) + " cents", "channel": "#sales"}'`,
+		"  - name: queue",
+		"    url: "+rabbitURL,
+		`    rabbitmq: { exchange: hooks, routing_key: "{sender}.{target}" }`,
+		`    transform: '{"text": "Order " + body.id + " of " + string(body.amount) + " cents", "channel": "#sales"}'`,
+		`    transform_headers: '{"X-Tenant": body.tenant}'`,
 	)
 }
 
@@ -85,7 +91,8 @@ type rulesDelivery struct {
 //   - A transformed body arrives at the target with the transform's
 //     Content-Type and header, and a Standard Webhooks signature that the
 //     reference library verifies over the transformed bytes; a retry sends
-//     the same bytes. A NATS target gets the transformed body too.
+//     the same bytes. NATS and RabbitMQ targets get the transformed body
+//     too.
 //   - A transform that fails to evaluate fails its forward at once (one
 //     attempt of five, the target never called), with the error as its
 //     last error, counted with rule="transform".
@@ -95,6 +102,8 @@ func TestRulesFilterAndTransformEndToEnd(t *testing.T) {
 	testkit.Slow(t, "starts the gateway binary and a NATS server")
 	t.Parallel()
 	srv := brokertest.StartNATS(t)
+	rabbit := brokertest.StartRabbitMQ(t)
+	rabbit.Bind(t, "hooks", "acme", "acme.#")
 	ctx := t.Context()
 	if _, err := srv.JetStream(t).CreateStream(ctx, jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}}); err != nil {
 		t.Fatal(err)
@@ -105,7 +114,7 @@ func TestRulesFilterAndTransformEndToEnd(t *testing.T) {
 	shaper := testkit.NewTarget(t, testkit.Always(http.StatusOK))
 	bin := buildBinary(t)
 	_, dsn := pgtest.NewDB(t)
-	path := writeConfig(t, "senders:\n"+rulesConfig(big.URL, strict.URL, chat.URL, shaper.URL, srv.URL(), shaperBroken))
+	path := writeConfig(t, "senders:\n"+rulesConfig(big.URL, strict.URL, chat.URL, shaper.URL, srv.URL(), rabbit.URL(), shaperBroken))
 	addr := freeAddr(t)
 	base := "http://" + addr
 	c := newClient(t)
@@ -170,8 +179,8 @@ func TestRulesFilterAndTransformEndToEnd(t *testing.T) {
 		}, func() string { return fmt.Sprintf("%s: forwards %v", id, states(d)) })
 		return d
 	}
-	d1 := settled("o1", map[string]string{"big": "delivered", "strict": "delivered", "chat": "delivered", "shaper": "failed", "bus": "delivered"})
-	d2 := settled("o2", map[string]string{"chat": "delivered", "shaper": "delivered", "bus": "delivered"})
+	d1 := settled("o1", map[string]string{"big": "delivered", "strict": "delivered", "chat": "delivered", "shaper": "failed", "bus": "delivered", "queue": "delivered"})
+	d2 := settled("o2", map[string]string{"chat": "delivered", "shaper": "delivered", "bus": "delivered", "queue": "delivered"})
 
 	// The filters: big and strict got o1 only; strict's error is recorded
 	// on o2, with CEL's message and no value of the body.
@@ -268,14 +277,31 @@ func TestRulesFilterAndTransformEndToEnd(t *testing.T) {
 		t.Errorf("bus messages %q, want the two chat messages", msgs)
 	}
 
+	// RabbitMQ: the queue got them too, with the transform's Content-Type
+	// and header.
+	ch, err := rabbit.Dial(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		d, ok, err := ch.Get("acme", true)
+		if err != nil || !ok {
+			t.Fatalf("get from the queue acme: %v, %v; want two messages", ok, err)
+		}
+		tenant, _ := d.Headers["X-Tenant"].(string)
+		if !strings.HasPrefix(string(d.Body), `{"channel":"#sales","text":"Order o`) || d.ContentType != "application/json" || !strings.HasPrefix(tenant, "t-") {
+			t.Errorf("queue message %d: body %q, content type %q, X-Tenant %q; want a chat message as application/json with its tenant", i+1, d.Body, d.ContentType, tenant)
+		}
+	}
+
 	// The fix: reload the rule, redeliver the failed forward.
-	writeFile(t, path, "senders:\n"+rulesConfig(big.URL, strict.URL, chat.URL, shaper.URL, srv.URL(), shaperFixed))
+	writeFile(t, path, "senders:\n"+rulesConfig(big.URL, strict.URL, chat.URL, shaper.URL, srv.URL(), rabbit.URL(), shaperFixed))
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Poll(t, time.Minute, "the fixed configuration to be in force", func() bool {
 		r := operator(t, c, http.MethodGet, base, "/v1/config", rulesToken)
-		return bytes.Contains(r.body, []byte(sha256Hex("senders:\n"+rulesConfig(big.URL, strict.URL, chat.URL, shaper.URL, srv.URL(), shaperFixed))))
+		return bytes.Contains(r.body, []byte(sha256Hex("senders:\n"+rulesConfig(big.URL, strict.URL, chat.URL, shaper.URL, srv.URL(), rabbit.URL(), shaperFixed))))
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/senders/acme/targets/shaper/redeliver", strings.NewReader(`{"state":"failed"}`))
 	if err != nil {
