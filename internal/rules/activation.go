@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,9 +61,12 @@ func (a *Activation) ResolveName(name string) (any, bool) {
 	case "headers":
 		a.hdrOnce.Do(func() {
 			m := make(map[string]string, len(a.in.Headers))
-			for k, v := range a.in.Headers {
-				if len(v) > 0 {
-					m[strings.ToLower(k)] = v[0]
+			// In key order, so that of two names that differ only in
+			// case the same one always wins.
+			for _, k := range slices.Sorted(maps.Keys(a.in.Headers)) {
+				lk := strings.ToLower(k)
+				if _, seen := m[lk]; !seen && len(a.in.Headers[k]) > 0 {
+					m[lk] = a.in.Headers[k][0]
 				}
 			}
 			a.hdr = types.DefaultTypeAdapter.NativeToValue(m)

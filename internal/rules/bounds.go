@@ -161,3 +161,24 @@ func valueSize(v ref.Val, budget int) int {
 	}
 	return 24
 }
+
+// sizeCost charges a call that returns a string or bytes by the result's
+// size, as CEL's own model charges a concatenation (a tenth of a unit a
+// byte). CEL charges by overload, and on JSON values (of type dyn) a
+// call such as body.s + body.s has no single overload: it would cost 1
+// whatever it built.
+type sizeCost struct{}
+
+func (sizeCost) CallCost(_, _ string, _ []ref.Val, result ref.Val) *uint64 {
+	var n int
+	switch r := result.(type) {
+	case types.String:
+		n = len(r)
+	case types.Bytes:
+		n = len(r)
+	default:
+		return nil
+	}
+	c := uint64(1 + n/10)
+	return &c
+}

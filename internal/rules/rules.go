@@ -103,6 +103,7 @@ func compile(rule, expr string, costLimit uint64) (cel.Program, *cel.Type, error
 	}
 	prg, err := e.Program(ast,
 		cel.CostLimit(costLimit),
+		cel.CostTracking(sizeCost{}),
 		cel.EvalOptions(cel.OptOptimize),
 		// Functions is deprecated for declaring functions; here it
 		// replaces the implementations of declared ones, per program.

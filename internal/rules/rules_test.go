@@ -383,6 +383,8 @@ func TestAmplificationIsRefusedBeforeItIsBuilt(t *testing.T) {
 		`body.items.map(x, body.pad).join("")`:       "join would make a string of over",
 		`body.items.map(x, body.pad).join(",")`:      "join would make a string of over",
 		`"%s".format([body.items.map(x, body.pad)])`: "format would make a string of over",
+		`body.items.map(x, body.pad + body.pad)`:     "cost limit exceeded",
+		`body.items.map(x, bytes(body.pad))`:         "cost limit exceeded",
 		`body.items.map(x, body)`:                    "the body would be over the limit of 1048576 bytes",
 		`body.items.map(x, {"k": raw})`:              "the body would be over the limit",
 	} {
