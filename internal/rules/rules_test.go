@@ -412,3 +412,16 @@ func TestAmplificationIsRefusedBeforeItIsBuilt(t *testing.T) {
 		t.Errorf("a 100 kB header: %v", err)
 	}
 }
+
+// The filter alone, on a delivery whose body another target's rule has
+// already parsed.
+func BenchmarkFilterEvalParsed(b *testing.B) {
+	f := mustFilter(b, `body.type == "charge.succeeded" && body.livemode == true && body.data.object.amount > 1000`)
+	a := NewActivation(Input{Body: payload(b, "stripe_charge_succeeded.json")})
+	b.ReportAllocs()
+	for b.Loop() {
+		if ok, err := f.Eval(a); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+}
