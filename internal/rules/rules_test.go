@@ -286,6 +286,10 @@ func TestErrorsHoldNoValue(t *testing.T) {
 			}
 		}
 	}
+	// Nor a literal of the rule, which ${VAR} may have filled in.
+	if _, err := eval(t, `timestamp("tok-9f8e7d6c5b4a" + event_type) > timestamp("2020-01-01T00:00:00Z")`, in); err == nil || strings.Contains(err.Error(), "tok-9f8e7d6c5b4a") {
+		t.Errorf("a literal: %v", err)
+	}
 	// Nor on a body that is not JSON.
 	form := Input{Body: []byte("password=hunter2secret&n=abc")}
 	_, err := eval(t, `int(string(raw).split("&")[0].split("=")[1]) > 0`, form)
