@@ -495,7 +495,15 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.New(strings.Join(errs, "; "))
+		// A rule's compile error shows its expression, which ${VAR} may
+		// have filled in.
+		msg := strings.Join(errs, "; ")
+		for _, v := range expanded {
+			if v != "" {
+				msg = strings.ReplaceAll(msg, v, "(value from the environment)")
+			}
+		}
+		return nil, errors.New(msg)
 	}
 	return &c, nil
 }

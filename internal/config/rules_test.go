@@ -103,3 +103,14 @@ func TestReloadCompilesRules(t *testing.T) {
 		t.Errorf("the reloaded filter: %v, %v", ok, err)
 	}
 }
+
+// A rule's compile error shows its expression, but not a value that
+// ${VAR} put in it.
+func TestRuleErrorHidesEnvironmentValues(t *testing.T) {
+	t.Parallel()
+	const token = "tok-9f8e7d6c5b4a"
+	_, err := config.Parse([]byte(ruleSender(`filter: 'headers["x-token"] == "${TOKEN}" &&'`)), env(map[string]string{"TOKEN": token}))
+	if err == nil || strings.Contains(err.Error(), token) || !strings.Contains(err.Error(), "(value from the environment)") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -46,6 +46,8 @@ var (
 	afterKey = regexp.MustCompile(`(no such key: |key )(.+?)( already exists|$)`)
 )
 
+var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
 // celWords are words CEL quotes in its messages that are not data.
 var celWords = map[string]bool{
 	"bool": true, "int": true, "uint": true, "double": true, "string": true,
@@ -57,12 +59,14 @@ var celWords = map[string]bool{
 const masked = "…"
 
 // scrub masks, in a CEL message, every quoted part and every named key
-// that is not in the rule's own source, and every string of the
+// but the names the rule's own source uses, and every string of the
 // delivery (a header value, a string in the JSON body) that the
 // message holds and the source does not.
 func scrub(msg, src string, a *Activation) string {
+	// A name the rule uses (a key, a function) is kept. Any other text,
+	// even from the source, may be a value: a ${VAR} filled in there.
 	keep := func(s string) bool {
-		return s == "" || celWords[s] || strings.Contains(src, s)
+		return s == "" || celWords[s] || ident.MatchString(s) && strings.Contains(src, s)
 	}
 	msg = quoted.ReplaceAllStringFunc(msg, func(q string) string {
 		if keep(q[1 : len(q)-1]) {

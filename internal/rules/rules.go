@@ -108,7 +108,6 @@ func compile(rule, expr string, costLimit uint64) (cel.Program, *cel.Type, error
 		// Functions is deprecated for declaring functions; here it
 		// replaces the implementations of declared ones, per program.
 		cel.Functions(guards...), //nolint:staticcheck // see sizeGuards
-
 	)
 	if err != nil {
 		return nil, nil, errorf(rule, "%w", err)

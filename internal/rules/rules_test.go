@@ -286,6 +286,10 @@ func TestErrorsHoldNoValue(t *testing.T) {
 			}
 		}
 	}
+	// Nor a literal of the rule, which ${VAR} may have filled in.
+	if _, err := eval(t, `timestamp("tok-9f8e7d6c5b4a" + event_type) > timestamp("2020-01-01T00:00:00Z")`, in); err == nil || strings.Contains(err.Error(), "tok-9f8e7d6c5b4a") {
+		t.Errorf("a literal: %v", err)
+	}
 	// Nor on a body that is not JSON.
 	form := Input{Body: []byte("password=hunter2secret&n=abc")}
 	_, err := eval(t, `int(string(raw).split("&")[0].split("=")[1]) > 0`, form)
@@ -410,5 +414,18 @@ func TestAmplificationIsRefusedBeforeItIsBuilt(t *testing.T) {
 	// Headers are bounded too.
 	if _, err := mustTransform(t, "", `{"X-A": body.pad}`).Apply(a, 0); err == nil || !strings.Contains(err.Error(), "the headers would be over 16384 bytes") {
 		t.Errorf("a 100 kB header: %v", err)
+	}
+}
+
+// The filter alone, on a delivery whose body another target's rule has
+// already parsed.
+func BenchmarkFilterEvalParsed(b *testing.B) {
+	f := mustFilter(b, `body.type == "charge.succeeded" && body.livemode == true && body.data.object.amount > 1000`)
+	a := NewActivation(Input{Body: payload(b, "stripe_charge_succeeded.json")})
+	b.ReportAllocs()
+	for b.Loop() {
+		if ok, err := f.Eval(a); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
 	}
 }
