@@ -104,6 +104,21 @@ func (e ForwardStateState) Valid() bool {
 	}
 }
 
+// Defines values for RuleErrorRule.
+const (
+	Filter RuleErrorRule = "filter"
+)
+
+// Valid indicates whether the value is a known member of the RuleErrorRule enum.
+func (e RuleErrorRule) Valid() bool {
+	switch e {
+	case Filter:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SenderInfoPreset.
 const (
 	SenderInfoPresetAirtable         SenderInfoPreset = "airtable"
@@ -581,6 +596,12 @@ type Delivery struct {
 	// Response The response stored with the key, which every replay of the delivery returns.
 	Response StoredResponse `json:"response"`
 
+	// RuleErrors The targets' filters that failed to evaluate on the delivery when
+	// it was accepted (a key read without `has()`, a wrong type): each
+	// such target got no forward. Empty when none failed, and when the
+	// event is no longer stored.
+	RuleErrors []RuleError `json:"rule_errors"`
+
 	// Sender The sender's name.
 	//
 	// Example: stripe
@@ -738,6 +759,9 @@ type Event struct {
 	// Example: 2026-11-29T19:31:07.412Z
 	ReceivedAt time.Time `json:"received_at"`
 
+	// RuleErrors The targets' filters that failed to evaluate on the event when it was accepted; each such target got no forward. Empty when none failed.
+	RuleErrors []RuleError `json:"rule_errors"`
+
 	// Sender The sender's name.
 	//
 	// Example: stripe
@@ -839,8 +863,10 @@ type ForwardState struct {
 	// retrying);
 	// `delivered`: the target answered 2xx; `failed`: no more attempts
 	// will be made (a 4xx other than 408 and 429, `max_attempts` used
-	// up, or the event is gone). A forward whose target was removed
-	// from the configuration stays pending or retrying (`held`).
+	// up, the event is gone, or the target's `transform` failed to
+	// evaluate, with CEL's message as `last_error`). A forward whose
+	// target was removed from the configuration stays pending or
+	// retrying (`held`).
 	//
 	//
 	// Example: delivered
@@ -865,8 +891,10 @@ type ForwardState struct {
 // retrying);
 // `delivered`: the target answered 2xx; `failed`: no more attempts
 // will be made (a 4xx other than 408 and 429, `max_attempts` used
-// up, or the event is gone). A forward whose target was removed
-// from the configuration stays pending or retrying (`held`).
+// up, the event is gone, or the target's `transform` failed to
+// evaluate, with CEL's message as `last_error`). A forward whose
+// target was removed from the configuration stays pending or
+// retrying (`held`).
 //
 // Example: delivered
 type ForwardStateState string
@@ -1012,6 +1040,29 @@ type Redelivery struct {
 	// Example: stripe
 	Sender string `json:"sender"`
 }
+
+// RuleError A target's rule that failed to evaluate on an event. The message is CEL's; hookgate adds no value of the body to it.
+type RuleError struct {
+	// Error CEL's message, cut to 1024 bytes.
+	//
+	// Example: no such key: amount
+	Error string `json:"error"`
+
+	// Rule The rule that failed. At ingest it is always `filter`; a failed `transform` fails its forward instead, with the error as the forward's `last_error`.
+	//
+	// Example: filter
+	Rule RuleErrorRule `json:"rule"`
+
+	// Target The target's name.
+	//
+	// Example: analytics
+	Target string `json:"target"`
+}
+
+// RuleErrorRule The rule that failed. At ingest it is always `filter`; a failed `transform` fails its forward instead, with the error as the forward's `last_error`.
+//
+// Example: filter
+type RuleErrorRule string
 
 // SenderChange A sender whose own settings changed (its targets are listed in `targets`).
 type SenderChange struct {

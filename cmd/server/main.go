@@ -5,6 +5,8 @@
 //	hookgate migrate   apply pending migrations and exit
 //	hookgate redeliver --sender S --target T --state failed --since 2h
 //	                   forward a target's failed (or delivered) forwards again
+//	hookgate rules test --config hookgate.yaml --sender S --target T [FILE]
+//	                   run a target's filter and transform on a body
 //	hookgate version   print the version
 //	hookgate sink      a forward target for trying hookgate out: prints each
 //	                   forward and checks its signature (make run starts it)
@@ -59,6 +61,13 @@ func main() {
 		stop() // a second signal ends the process at once
 	}()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil {
+				fmt.Fprintln(os.Stderr, "hookgate:", ee.err)
+			}
+			os.Exit(ee.code)
+		}
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "hookgate:", err)
 		}
@@ -82,9 +91,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runSink(ctx, args, getenv, stdout, stderr)
 	case "redeliver":
 		return redeliver(ctx, args, getenv, stdout, stderr)
+	case "rules":
+		return rulesCommand(args, getenv, os.Stdin, stdout, stderr)
 	case "serve", "migrate":
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate, redeliver, sink or version", cmd)
+		return fmt.Errorf("unknown command %q: use serve, migrate, redeliver, rules, sink or version", cmd)
 	}
 	s, err := parseSettings(cmd, args, getenv, stderr)
 	if err != nil {

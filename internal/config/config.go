@@ -26,6 +26,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hookgate/hookgate/internal/jsonptr"
+	"github.com/hookgate/hookgate/internal/rules"
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
@@ -140,6 +141,21 @@ type Target struct {
 	// Match lists conditions on the request's headers or JSON body that
 	// must all hold for an event to be forwarded to the target.
 	Match []Condition `yaml:"match" validate:"dive"`
+	// FilterExpr, when set, is a CEL expression of type bool: only the
+	// events for which it is true are forwarded to the target. It is
+	// decided at ingest, with EventTypes and Match.
+	FilterExpr string `yaml:"filter"`
+	// TransformExpr, when set, is a CEL expression whose result is the
+	// forwarded body: a map or a list sent as JSON, a string or bytes as
+	// they are.
+	TransformExpr string `yaml:"transform"`
+	// TransformHeadersExpr, when set, is a CEL expression giving a map of
+	// header names to strings added to each forward.
+	TransformHeadersExpr string `yaml:"transform_headers"`
+	// RuleCostLimit bounds one evaluation of each of the target's rules,
+	// in CEL's cost units: [rules.DefaultCostLimit] by default, at most
+	// [rules.MaxCostLimit].
+	RuleCostLimit uint64 `yaml:"rule_cost_limit"`
 	// BreakerThreshold is the least number of failed attempts within the
 	// circuit breaker's 10s window before the failure rate can open the
 	// breaker. It defaults to [DefaultBreakerThreshold].
@@ -162,6 +178,11 @@ type Target struct {
 
 	// SigningKey is SigningSecret decoded, or nil. Parse sets it.
 	SigningKey []byte `yaml:"-"`
+	// Filter is FilterExpr compiled, or nil. Parse sets it.
+	Filter *rules.Filter `yaml:"-"`
+	// Transform is TransformExpr and TransformHeadersExpr compiled, or
+	// nil. Parse sets it.
+	Transform *rules.Transform `yaml:"-"`
 }
 
 // NATSTarget is where a NATS JetStream target publishes. Subject is a
@@ -474,7 +495,15 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.New(strings.Join(errs, "; "))
+		// A rule's compile error shows its expression, which ${VAR} may
+		// have filled in.
+		msg := strings.Join(errs, "; ")
+		for _, v := range expanded {
+			if v != "" {
+				msg = strings.ReplaceAll(msg, v, "(value from the environment)")
+			}
+		}
+		return nil, errors.New(msg)
 	}
 	return &c, nil
 }
@@ -616,6 +645,9 @@ func applyDefaults(s *Sender) {
 		}
 		if t.BreakerThreshold == 0 {
 			t.BreakerThreshold = DefaultBreakerThreshold
+		}
+		if t.RuleCostLimit == 0 {
+			t.RuleCostLimit = rules.DefaultCostLimit
 		}
 		if t.MaxAttempts == 0 {
 			t.MaxAttempts = DefaultForwardMaxAttempts

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/hookgate/hookgate/internal/rules"
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
@@ -129,7 +130,39 @@ func check(s *Sender) error {
 				return fmt.Errorf("forward[%d].event_types[%d]: %s", i, j, why)
 			}
 		}
+		if err := compileRules(t, fmt.Sprintf("forward[%d]", i), s.Name+", target "+t.Name); err != nil {
+			return err
+		}
 		s.targetNames = append(s.targetNames, t.Name)
 	}
 	return nil
+}
+
+// compileRules compiles a target's filter and transform. An error names
+// the field and gives CEL's message, with the line:column in the
+// expression.
+func compileRules(t *Target, field, where string) error {
+	if t.RuleCostLimit > rules.MaxCostLimit {
+		return fmt.Errorf("%s.rule_cost_limit (%s): is above the maximum of %d: a rule runs on every delivery", field, where, rules.MaxCostLimit)
+	}
+	var err error
+	if t.FilterExpr != "" {
+		if t.Filter, err = rules.CompileFilter(t.FilterExpr, t.RuleCostLimit); err != nil {
+			return ruleError(field, where, err)
+		}
+	}
+	if t.TransformExpr != "" || t.TransformHeadersExpr != "" {
+		if t.Transform, err = rules.CompileTransform(t.TransformExpr, t.TransformHeadersExpr, t.RuleCostLimit); err != nil {
+			return ruleError(field, where, err)
+		}
+	}
+	return nil
+}
+
+func ruleError(field, where string, err error) error {
+	var re *rules.Error
+	if errors.As(err, &re) {
+		return fmt.Errorf("%s.%s (%s): %s", field, re.Rule, where, re.Msg)
+	}
+	return fmt.Errorf("%s (%s): %w", field, where, err)
 }

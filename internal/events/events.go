@@ -24,19 +24,43 @@ type Event struct {
 	// [QueueInsert] applies [StoredHeaders] on top.
 	Headers http.Header
 	Body    []byte
+	// RuleErrors are the targets' rules that failed to evaluate on the
+	// delivery at ingest (a target's filter): each such target got no
+	// forward. It is nil when none failed, as for nearly every event.
+	RuleErrors []RuleError
 }
+
+// RuleError is a target's rule that failed to evaluate on an event.
+type RuleError struct {
+	Target string `json:"target"`
+	// Rule is the rule that failed: "filter" at ingest.
+	Rule string `json:"rule"`
+	// Error is CEL's message, which names what failed in the expression,
+	// never a value of the body.
+	Error string `json:"error"`
+}
+
+// MaxRuleErrorBytes is the most bytes of a rule's error message stored.
+const MaxRuleErrorBytes = 1024
 
 // QueueInsert queues the insert of e on b, as part of a [dedup.Change]. It
 // inserts nothing unless the delivery's claim took its key for e.ID. The
 // event is stored under the pipeline's sender, which must be e.Sender. The
 // headers stored are [StoredHeaders] of e.Headers. A nil Body is stored
-// empty.
+// empty. An event with RuleErrors is inserted by a statement of its own,
+// which the ingest function does not perform ([InsertRow]): on Citus its
+// delivery runs in the statement forms.
 func QueueInsert(b *dedup.Batch, e Event) {
 	body := e.Body
 	if body == nil {
 		body = []byte{}
 	}
-	b.Row(insertSQL, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, appendHeadersJSON(nil, StoredHeaders(e.Headers)), body, e.EventType)
+	headers := appendHeadersJSON(nil, StoredHeaders(e.Headers))
+	if len(e.RuleErrors) > 0 {
+		b.Row(insertRuleErrorsSQL, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, headers, body, e.EventType, appendRuleErrorsJSON(nil, e.RuleErrors))
+		return
+	}
+	b.Row(insertSQL, [16]byte(e.ID), e.DeliveryID, e.ReceivedAt, headers, body, e.EventType)
 }
 
 // InsertRow is the statement of [QueueInsert] and the number of values of
@@ -51,6 +75,12 @@ func InsertRow() dedup.DelegatedRow { return dedup.DelegatedRow{SQL: insertSQL, 
 var insertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
 SELECT k.sender, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[])
   AS e(id, delivery_id, received_at, headers, body, event_type)
+` + dedup.ClaimedJoin("e.delivery_id", "e.id")
+
+// insertRuleErrorsSQL is insertSQL for the events with rule errors.
+var insertRuleErrorsSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type, rule_errors)
+SELECT k.sender, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[], $8::jsonb[])
+  AS e(id, delivery_id, received_at, headers, body, event_type, rule_errors)
 ` + dedup.ClaimedJoin("e.delivery_id", "e.id")
 
 // StoredHeaders returns h as stored, as a map that encodes to a JSON object

@@ -29,6 +29,29 @@ func appendHeadersJSON(dst []byte, h map[string][]string) []byte {
 	return append(dst, '}')
 }
 
+// appendRuleErrorsJSON appends errs as a JSON array of objects, each
+// message cut to [MaxRuleErrorBytes].
+func appendRuleErrorsJSON(dst []byte, errs []RuleError) []byte {
+	dst = append(dst, '[')
+	for i, e := range errs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		msg := e.Error
+		if len(msg) > MaxRuleErrorBytes {
+			msg = msg[:MaxRuleErrorBytes] // a cut character becomes U+FFFD
+		}
+		dst = append(dst, `{"target":`...)
+		dst = appendJSONString(dst, e.Target)
+		dst = append(dst, `,"rule":`...)
+		dst = appendJSONString(dst, e.Rule)
+		dst = append(dst, `,"error":`...)
+		dst = appendJSONString(dst, msg)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string. Like encoding/json it escapes

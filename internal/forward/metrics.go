@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,8 @@ type Metrics struct {
 	breakerOpen   *prometheus.GaugeVec
 	breakerOpened *prometheus.GaugeVec
 	waits         *prometheus.CounterVec
+	// ruleErrors counts the transforms that failed to evaluate.
+	ruleErrors *RuleErrors
 
 	// traffic counts attempts for the console's charts.
 	traffic *traffic.Recorder
@@ -96,7 +99,53 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Forwards put back to wait without using an attempt, by sender, target and reason (operator: an operator paused the target; breaker, paused: a Retry-After, rate: waiting for a turn of the target's rate, busy; after: a redelivery waiting for the forward under way; target_removed: the target is not in the configuration in force).",
 	}, []string{"sender", "target", "reason"})
 	reg.MustRegister(m.attempts, m.latency, m.breakerOpen, m.breakerOpened, m.waits)
+	m.ruleErrors = NewRuleErrors(reg)
 	return m
+}
+
+// Rules, the values of hookgate_rule_errors_total's rule label.
+const (
+	RuleFilter    = "filter"
+	RuleTransform = "transform"
+)
+
+// RuleErrors counts the targets' rules that failed to evaluate:
+// hookgate_rule_errors_total, by sender, target and rule. Ingest counts
+// the filters, the forwards the transforms. Its methods are safe for
+// concurrent use.
+type RuleErrors struct{ c *prometheus.CounterVec }
+
+// NewRuleErrors registers hookgate_rule_errors_total on reg, or returns the
+// one registered there already: ingest and the forwards of one process
+// count in the same series.
+func NewRuleErrors(reg prometheus.Registerer) *RuleErrors {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookgate_rule_errors_total",
+		Help: "Targets' rules that failed to evaluate, by sender, target and rule: filter (at ingest: the target got no forward, the event records the error) or transform (at a forward's send: the forward failed at once).",
+	}, []string{"sender", "target", "rule"})
+	if err := reg.Register(c); err != nil {
+		are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
+		if !ok {
+			panic(err)
+		}
+		c = are.ExistingCollector.(*prometheus.CounterVec)
+	}
+	return &RuleErrors{c: c}
+}
+
+// Inc counts one error of sender's target's rule.
+func (r *RuleErrors) Inc(sender, target, rule string) {
+	r.c.WithLabelValues(sender, target, rule).Inc()
+}
+
+// init creates the series of the rules of sender's target t at zero.
+func (r *RuleErrors) init(sender string, t *config.Target) {
+	if t.Filter != nil {
+		r.c.WithLabelValues(sender, t.Name, RuleFilter)
+	}
+	if t.Transform != nil {
+		r.c.WithLabelValues(sender, t.Name, RuleTransform)
+	}
 }
 
 // WaitTargetRemoved is the reason a forward waits for its target to be
@@ -120,6 +169,7 @@ func (m *Metrics) Init(cfg *config.Config) {
 			for _, r := range waitReasons {
 				m.waits.WithLabelValues(sd.Name, t.Name, r)
 			}
+			m.ruleErrors.init(sd.Name, &t)
 		}
 	}
 }

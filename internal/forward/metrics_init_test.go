@@ -12,7 +12,8 @@ import (
 )
 
 // Every target's forward series exist at zero before the first event,
-// with the labels docs/operations.md shows (sender and target).
+// with the labels docs/operations.md shows (sender and target); so do the
+// rule errors of the rules a target has, and only those.
 func TestMetricsPresentBeforeTheFirstEvent(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.Parse([]byte(`
@@ -23,6 +24,10 @@ senders:
     forward:
       - name: orders
         url: http://127.0.0.1:9/hooks
+      - name: chat
+        url: http://127.0.0.1:9/chat
+        filter: 'has(body.total)'
+        transform: '{"text": "order"}'
 `), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -54,9 +59,16 @@ senders:
 		"hookgate_forward_waits_total{reason=paused,sender=shop,target=orders}",
 		"hookgate_forward_waits_total{reason=busy,sender=shop,target=orders}",
 		"hookgate_forward_waits_total{reason=after,sender=shop,target=orders}",
+		"hookgate_rule_errors_total{rule=filter,sender=shop,target=chat}",
+		"hookgate_rule_errors_total{rule=transform,sender=shop,target=chat}",
 	} {
 		if !got[want] {
 			t.Errorf("%s is missing before the first event; have %v", want, got)
+		}
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "hookgate_rule_errors_total") && strings.Contains(k, "target=orders") {
+			t.Errorf("%s: orders has no rules", k)
 		}
 	}
 }

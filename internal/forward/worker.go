@@ -315,13 +315,25 @@ func (p posted) output() queue.Output {
 	return queue.Output{Status: p.status, DeliveredAt: p.at, RetryAfter: p.retryAfter.Seconds()}
 }
 
-// post sends the event to t once through the worker's transport. It
-// counts the attempt and maps the verdict to the gate's [Result]. The
+// post sends the event to t once through the worker's transport, as t's
+// transform, if any, makes it ([transform]; an error fails the forward at
+// once). It counts the attempt and maps the verdict to the gate's [Result]. The
 // queue's worker and the fast path both attempt through it. A positive
 // limit bounds the attempt; see [transport.Message.Limit].
 func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, eventType string, headers map[string][]string, body []byte, limit time.Duration) posted {
-	s := w.transport.Send(ctx, transport.Message{Sender: a.Sender, Target: t, EventID: a.EventID, DeliveryID: a.DeliveryID, EventType: eventType, Headers: headers, Body: body, Limit: limit})
+	m := transport.Message{Sender: a.Sender, Target: t, EventID: a.EventID, DeliveryID: a.DeliveryID, EventType: eventType, Headers: headers, Body: body, Limit: limit}
 	series := w.metrics.series(a.Sender, a.Target)
+	if t.Transform != nil {
+		var err error
+		if m, err = transform(m, t, w.maxTransformed(a.Sender)); err != nil {
+			// It would fail again: the forward fails at once, and the
+			// target, never reached, is not judged by it.
+			w.metrics.ruleErrors.Inc(a.Sender, a.Target, RuleTransform)
+			series.failed.Inc()
+			return posted{res: ResultNone, err: err, final: true}
+		}
+	}
+	s := w.transport.Send(ctx, m)
 	answered := s.Answered()
 	if answered {
 		series.latency.Observe(s.Took.Seconds())

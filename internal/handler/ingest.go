@@ -194,12 +194,19 @@ func (s *Server) record(ctx context.Context, sd *sender.Sender, p *sender.Prepar
 	}
 	change := func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{ID: eventID, Sender: sd.Name, DeliveryID: p.DeliveryID, ReceivedAt: receivedAt,
-			EventType: p.EventType, Headers: p.Header, Body: p.Body})
+			EventType: p.EventType, Headers: p.Header, Body: p.Body, RuleErrors: p.RuleErrors})
 		forward.QueueOutbox(b, eventID, p.DeliveryID, receivedAt, p.Targets, lease)
 	}
 	res, err := s.deliveries.Run(ctx, d, change)
 	if err != nil {
 		return dedup.Result{}, err
+	}
+	if !res.Replayed {
+		// A filter that failed is counted once, with the event that
+		// records it; a replay evaluated it again for nothing.
+		for _, e := range p.RuleErrors {
+			s.metrics.ruleErrors.Inc(sd.Name, e.Target, forward.RuleFilter)
+		}
 	}
 	if fast && !res.Replayed {
 		// Committed, with its outbox rows leased to this process. With a

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookgate/hookgate/internal/forward"
 )
 
 // Ingest outcomes, the values of the outcome label.
@@ -44,6 +46,9 @@ func outcomeFor(pe *problemError) string {
 type metrics struct {
 	deliveries *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	// ruleErrors counts the filters that failed to evaluate, in the series
+	// the forwards count the transforms' in.
+	ruleErrors *forward.RuleErrors
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,6 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.deliveries, m.latency)
+	m.ruleErrors = forward.NewRuleErrors(reg)
 	return m
 }
 

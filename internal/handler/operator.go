@@ -404,7 +404,8 @@ func (s *Server) GetDelivery(w http.ResponseWriter, r *http.Request, sender api.
 			Status:      rec.Response.Status,
 			ContentType: rec.Response.ContentType,
 		},
-		Forwards: make([]api.ForwardState, 0, len(fwds)),
+		Forwards:   make([]api.ForwardState, 0, len(fwds)),
+		RuleErrors: ruleErrors(rec.RuleErrors),
 	}
 	out.Response.BodyEncoding, out.Response.Body = showBody(rec.Response.ContentType, rec.Response.Body)
 	for _, f := range fwds {
@@ -463,9 +464,19 @@ func (s *Server) GetEvent(w http.ResponseWriter, r *http.Request, eventID api.Ev
 		EventType:  e.EventType,
 		ReceivedAt: e.ReceivedAt.UTC(),
 		Headers:    e.Headers,
+		RuleErrors: ruleErrors(e.RuleErrors),
 	}
 	out.BodyEncoding, out.Body = showBody(e.Headers.Get("Content-Type"), e.Body)
 	writeJSON(w, http.StatusOK, out)
+}
+
+// ruleErrors returns errs as the API shows them ([] for none).
+func ruleErrors(errs []events.RuleError) []api.RuleError {
+	out := make([]api.RuleError, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, api.RuleError{Target: e.Target, Rule: api.RuleErrorRule(e.Rule), Error: e.Error})
+	}
+	return out
 }
 
 // event reads an event, as a problem when that fails.

@@ -373,7 +373,13 @@ type (
 			BodyEncoding string          `json:"body_encoding"`
 			Body         json.RawMessage `json:"body"`
 		} `json:"response"`
-		Forwards []forwardState `json:"forwards"`
+		Forwards   []forwardState `json:"forwards"`
+		RuleErrors []ruleError    `json:"rule_errors"`
+	}
+	ruleError struct {
+		Target string `json:"target"`
+		Rule   string `json:"rule"`
+		Error  string `json:"error"`
 	}
 	forwardState struct {
 		JobID       *int64     `json:"job_id"`
@@ -397,6 +403,7 @@ type (
 		Headers      map[string][]string `json:"headers"`
 		BodyEncoding string              `json:"body_encoding"`
 		Body         json.RawMessage     `json:"body"`
+		RuleErrors   []ruleError         `json:"rule_errors"`
 	}
 	redelivery struct {
 		EventID    uuid.UUID `json:"event_id"`

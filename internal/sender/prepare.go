@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/jsonptr"
 )
@@ -25,9 +26,14 @@ type Prepared struct {
 	// EventTypeLabel is the event type's value of the event_type metric
 	// label ([Sender.EventTypeLabel]).
 	EventTypeLabel string
-	// Targets are the targets the delivery goes to ([Sender.Route]). The
-	// slice may be shared: do not modify it.
+	// Targets are the targets the delivery goes to: those [Sender.Route]
+	// picks whose filter, if any, passes. The slice may be shared: do not
+	// modify it.
 	Targets []string
+	// RuleErrors are the routed targets whose filter failed to evaluate;
+	// they are not in Targets. Ingest records them on the event and counts
+	// them. Nil when none failed.
+	RuleErrors []events.RuleError
 	// Header and Body are what is stored and forwarded. Header holds the
 	// headers the sender's [Sender.HeaderFilter] keeps. Body is
 	// decompressed and has no signature inside it ([Sender.StoredBody]).
@@ -65,7 +71,8 @@ func (e *DeliveryIDError) Error() string { return "delivery ID: " + e.Detail }
 // Prepare turns a request into a delivery, in one pass over it. It checks
 // the signature on body as received, and decompresses body with inflate
 // when inflate is not nil. It then reads the body once, answers a
-// handshake, and finds the delivery ID, the event type and the targets.
+// handshake, and finds the delivery ID, the event type and the targets:
+// those the routes pick whose filter passes.
 // Errors are a [*SignatureError], a [*DeliveryIDError], or inflate's.
 // now is the time the signature's timestamp is checked against.
 func (s *Sender) Prepare(r *http.Request, body []byte, inflate func([]byte) ([]byte, error), now time.Time) (Prepared, error) {
@@ -103,6 +110,10 @@ func (s *Sender) Prepare(r *http.Request, body []byte, inflate func([]byte) ([]b
 		// The stored body is decompressed.
 		p.Header.Del("Content-Encoding")
 		p.Header.Del("Content-Length")
+	}
+	if fs := s.plan.filters; fs != nil && len(p.Targets) > 0 {
+		// The filters read the headers as received, as the routes do.
+		p.Targets, p.RuleErrors = s.filter(fs, &p, r.Header)
 	}
 	p.Nonce.Token, p.Nonce.SignedAt, p.HasNonce = s.nonce(r, signed)
 	return p, nil

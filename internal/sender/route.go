@@ -35,6 +35,8 @@ type plan struct {
 	// prefix pattern of the targets' event_types.
 	exactLabels map[string]bool
 	prefixes    []string // the prefixes (without "*") of those patterns
+	// filters are the targets' filters; nil when none has one.
+	filters filters
 }
 
 // route is a target's routing rule.
@@ -168,6 +170,7 @@ func buildPlan(out *Sender) error {
 		p.routes = append(p.routes, r)
 	}
 	p.targetNames = s.TargetNames()
+	p.filters = planFilters(out)
 	if len(p.ptrs) > jsonptr.MaxExtractPointers {
 		return fmt.Errorf("forward: the delivery ID, event type and match conditions read %d JSON pointers, at most %d", len(p.ptrs), jsonptr.MaxExtractPointers)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/idempotency"
 )
 
@@ -36,6 +37,10 @@ type Delivery struct {
 	// EventType is the event's type: "" when it has none, or its event is
 	// no longer stored.
 	EventType string
+	// RuleErrors are the rules that failed to evaluate on the event at
+	// ingest: each of their targets got no forward. Only
+	// [Queries.GetDelivery] reads them; nil for none.
+	RuleErrors []events.RuleError
 }
 
 // DeliveryPage is one page of ListDeliveries.
@@ -63,8 +68,9 @@ LIMIT $2`
 ORDER BY pm.created_at DESC, pm.delivery_id DESC
 LIMIT $4`
 	getSQL = `SELECT pm.request_sha256, pm.event_id, pm.response_status, pm.response_content_type, pm.response_body, pm.created_at, pm.expires_at,
-  coalesce((SELECT e.event_type FROM webhook_events e WHERE e.sender = $1 AND e.id = pm.event_id), '')
-FROM processed_messages pm WHERE pm.sender = $1 AND pm.delivery_id = $2`
+  coalesce(e.event_type, ''), e.rule_errors
+FROM processed_messages pm LEFT JOIN webhook_events e ON e.sender = $1 AND e.id = pm.event_id
+WHERE pm.sender = $1 AND pm.delivery_id = $2`
 )
 
 // The listing by event type starts from the events. An index holds a
@@ -252,7 +258,7 @@ func (q *Queries) GetDelivery(ctx context.Context, k idempotency.Key) (Delivery,
 		status int16
 	)
 	err := q.db.QueryRow(ctx, getSQL, k.Sender, k.DeliveryID).
-		Scan(&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt, &r.EventType)
+		Scan(&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt, &r.EventType, &r.RuleErrors)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, ErrNotFound)
 	}

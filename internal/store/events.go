@@ -19,16 +19,17 @@ import (
 
 // getEventSQL finds an event by its ID alone, with the index on id: the
 // primary key leads with sender.
-const getEventSQL = `SELECT sender, delivery_id, received_at, headers, body, event_type FROM webhook_events WHERE id = $1 LIMIT 1`
+const getEventSQL = `SELECT sender, delivery_id, received_at, headers, body, event_type, rule_errors FROM webhook_events WHERE id = $1 LIMIT 1`
 
 // GetEvent returns the stored event with the given ID: its type, its stored
-// headers, never nil, and its body, empty when the request had none. Its
+// headers, never nil, its body, empty when the request had none, and the
+// rules that failed to evaluate on it at ingest (nil for none). Its
 // error wraps [ErrNotFound] when no such event is stored. Event IDs are
 // UUIDv7 that hookgate generates, so one sender at most has a given ID.
 func (q *Queries) GetEvent(ctx context.Context, id uuid.UUID) (events.Event, error) {
 	e := events.Event{ID: id}
 	var headers map[string][]string
-	err := q.db.QueryRow(ctx, getEventSQL, id).Scan(&e.Sender, &e.DeliveryID, &e.ReceivedAt, &headers, &e.Body, &e.EventType)
+	err := q.db.QueryRow(ctx, getEventSQL, id).Scan(&e.Sender, &e.DeliveryID, &e.ReceivedAt, &headers, &e.Body, &e.EventType, &e.RuleErrors)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return events.Event{}, fmt.Errorf("get event %s: %w", id, ErrNotFound)
 	}

@@ -13,10 +13,15 @@ import (
 )
 
 // brokerHeaders are a forward's metadata as broker message headers. The
-// target's extra headers come first, so that hookgate's own win.
+// transform's headers come first, then the target's extra headers, then
+// the body's Content-Type and Content-Encoding, so that each wins over
+// those before it and hookgate's own win over all.
 func brokerHeaders(m Message, now time.Time) [][2]string {
 	t := m.Target
-	hs := make([][2]string, 0, 10+len(t.Headers))
+	hs := make([][2]string, 0, 10+len(t.Headers)+len(m.AddHeaders))
+	for k, v := range m.AddHeaders {
+		hs = append(hs, [2]string{k, v})
+	}
 	for k, v := range t.Headers {
 		hs = append(hs, [2]string{k, v})
 	}

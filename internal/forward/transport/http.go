@@ -105,7 +105,11 @@ func (h *HTTP) request(ctx context.Context, m Message) (*http.Request, error) {
 			set(k, v)
 		}
 	}
-	// The target's own headers win over anything taken from the sender.
+	for k, v := range m.AddHeaders { // the transform's, canonical
+		hd[k] = []string{v}
+	}
+	// The target's own headers win over anything taken from the sender,
+	// and over the transform's.
 	for k, v := range t.Headers {
 		hd.Set(k, v)
 	}

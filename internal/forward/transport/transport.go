@@ -7,7 +7,8 @@
 // Those are the event ID (Webhook-Id), the Webhook-Timestamp, the
 // Standard Webhooks Webhook-Signature when the target has a signing
 // secret, the sender, the delivery ID, the event type, the sender's
-// Content-Type and Content-Encoding, and the target's extra headers.
+// Content-Type and Content-Encoding (the transform's Content-Type when
+// the target has one), the target's extra headers and the transform's.
 // The event ID is also the broker's deduplication key: Nats-Msg-Id on
 // JetStream, message_id on RabbitMQ.
 //
@@ -60,8 +61,14 @@ type Message struct {
 	EventType string
 	// Headers are the event's stored headers, read only.
 	Headers map[string][]string
-	// Body is the event's stored body, read only.
+	// Body is the event's stored body, read only. With the target's
+	// transform, Headers and Body are what it made of them: the body it
+	// returned and its Content-Type.
 	Body []byte
+	// AddHeaders are the headers the target's transform adds, by
+	// canonical name, or nil. The target's own headers and hookgate's win
+	// over them.
+	AddHeaders map[string]string
 	// Limit, when positive, is how long the caller lets the send run.
 	// The fast path sets it to what is left of its lease. A send cut short
 	// by it has no verdict, like one cut short by Send's context.

@@ -1,0 +1,145 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/interpreter"
+)
+
+// Input is what a rule sees of a delivery.
+type Input struct {
+	Sender, DeliveryID, EventType string
+	Headers                       http.Header
+	Body                          []byte
+	ContentType                   string
+}
+
+// Activation is one delivery's variables, built once and shared by
+// every target's rules. It parses Body as JSON at most once, lazily,
+// only when a rule reads body; it builds the headers map the same way.
+// It is safe for concurrent use.
+type Activation struct {
+	in Input
+
+	bodyOnce sync.Once
+	body     ref.Val // nil when Body is not JSON
+	tree     any     // body as decoded, for scrub
+	parsed   bool    // the body was parsed (for tests)
+
+	hdrOnce sync.Once
+	hdr     ref.Val
+}
+
+var _ interpreter.Activation = (*Activation)(nil)
+
+// NewActivation returns the variables of one delivery. It reads in but
+// does not copy it: in.Body and in.Headers must not change while rules
+// run.
+func NewActivation(in Input) *Activation {
+	return &Activation{in: in}
+}
+
+// ResolveName implements CEL's interpreter.Activation.
+func (a *Activation) ResolveName(name string) (any, bool) {
+	switch name {
+	case "body":
+		b := a.jsonBody()
+		return b, b != nil
+	case "raw":
+		return types.Bytes(a.in.Body), true
+	case "headers":
+		a.hdrOnce.Do(func() {
+			m := make(map[string]string, len(a.in.Headers))
+			// In key order, so that of two names that differ only in
+			// case the same one always wins.
+			for _, k := range slices.Sorted(maps.Keys(a.in.Headers)) {
+				lk := strings.ToLower(k)
+				if _, seen := m[lk]; !seen && len(a.in.Headers[k]) > 0 {
+					m[lk] = a.in.Headers[k][0]
+				}
+			}
+			a.hdr = types.DefaultTypeAdapter.NativeToValue(m)
+		})
+		return a.hdr, true
+	case "event_type":
+		return types.String(a.in.EventType), true
+	case "sender":
+		return types.String(a.in.Sender), true
+	case "delivery_id":
+		return types.String(a.in.DeliveryID), true
+	}
+	return nil, false
+}
+
+// Parent implements CEL's interpreter.Activation: there is none.
+func (a *Activation) Parent() interpreter.Activation { return nil }
+
+// jsonBody parses the body once; nil when it is not one JSON value.
+func (a *Activation) jsonBody() ref.Val {
+	a.bodyOnce.Do(func() {
+		a.parsed = true
+		v, err := parseJSON(a.in.Body)
+		if err != nil {
+			return
+		}
+		a.tree = v
+		a.body = types.DefaultTypeAdapter.NativeToValue(v)
+	})
+	return a.body
+}
+
+var errNotJSON = errors.New("not one JSON value")
+
+// parseJSON decodes b into maps, slices, strings, bools, nil, int64
+// (a number written without fraction or exponent that fits) and
+// float64 (any other number).
+func parseJSON(b []byte) (any, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, errNotJSON
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, errNotJSON
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errNotJSON
+	}
+	return numbers(v), nil
+}
+
+// numbers replaces every json.Number in v, in place.
+func numbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbers(e)
+		}
+	case json.Number:
+		s := string(x)
+		if !strings.ContainsAny(s, ".eE") {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return n
+			}
+		}
+		f, _ := strconv.ParseFloat(s, 64) // ±Inf past float64's range
+		return f
+	}
+	return v
+}
