@@ -14,7 +14,7 @@ import (
 )
 
 // docPage is the page whose "Rules" section shows the rules tested here.
-var docPage = filepath.Join("..", "..", "docs", "forwarding-routes.md")
+var docPage = filepath.Join("..", "..", "docs", "forwarding.md")
 
 // section returns the text of the "## " section named heading of file.
 func section(t *testing.T, file, heading string) string {

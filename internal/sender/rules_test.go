@@ -15,7 +15,7 @@ import (
 // event_types) with its filter equivalent: pairs of the YAML and the CEL.
 func matchAsFilter(t *testing.T) [][2]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "forwarding-routes.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "forwarding.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func matchAsFilter(t *testing.T) [][2]string {
 	text := string(b)
 	i := strings.Index(text, head)
 	if i < 0 {
-		t.Fatal("docs/forwarding-routes.md has no table of match conditions as filters")
+		t.Fatal("docs/forwarding.md has no table of match conditions as filters")
 	}
 	var rows [][2]string
 	for _, line := range strings.Split(text[i+len(head):], "\n") {
