@@ -491,19 +491,21 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	var errs []string
 	for i := range c.Senders {
 		if err := check(&c.Senders[i]); err != nil {
-			errs = append(errs, fmt.Sprintf("senders[%d].%v", i, err))
+			msg := fmt.Sprintf("senders[%d].%v", i, err)
+			// A rule's compile error quotes its expression, which ${VAR}
+			// may have filled in.
+			if rce := (*ruleCompileError)(nil); errors.As(err, &rce) {
+				for _, v := range expanded {
+					if v != "" {
+						msg = strings.ReplaceAll(msg, v, "(value from the environment)")
+					}
+				}
+			}
+			errs = append(errs, msg)
 		}
 	}
 	if len(errs) > 0 {
-		// A rule's compile error shows its expression, which ${VAR} may
-		// have filled in.
-		msg := strings.Join(errs, "; ")
-		for _, v := range expanded {
-			if v != "" {
-				msg = strings.ReplaceAll(msg, v, "(value from the environment)")
-			}
-		}
-		return nil, errors.New(msg)
+		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	return &c, nil
 }

@@ -159,10 +159,16 @@ func compileRules(t *Target, field, where string) error {
 	return nil
 }
 
+// ruleCompileError is a rule's compile error. It quotes the expression,
+// which ${VAR} may have filled in, so [Parse] hides the values it expanded.
+type ruleCompileError struct{ msg string }
+
+func (e *ruleCompileError) Error() string { return e.msg }
+
 func ruleError(field, where string, err error) error {
 	var re *rules.Error
 	if errors.As(err, &re) {
-		return fmt.Errorf("%s.%s (%s): %s", field, re.Rule, where, re.Msg)
+		return &ruleCompileError{fmt.Sprintf("%s.%s (%s): %s", field, re.Rule, where, re.Msg)}
 	}
-	return fmt.Errorf("%s (%s): %w", field, where, err)
+	return &ruleCompileError{fmt.Sprintf("%s (%s): %v", field, where, err)}
 }
