@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/hookgate/hookgate/internal/rules"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,7 +46,7 @@ func TestPercentileAndIDs(t *testing.T) {
 	if percentile(s, .5) != 50 || percentile(s, .99) != 99 || percentile(s, 1) != 100 || percentile(nil, .5) != 0 {
 		t.Fatal("percentile")
 	}
-	for _, n := range []int{128, 512, 1024} {
+	for _, n := range []int{480, 512, 1500} {
 		if b := makeBody(n); len(b) != n || !json.Valid(b) {
 			t.Errorf("makeBody(%d) = %s", n, b)
 		}
@@ -102,9 +106,12 @@ func TestClientAndSink(t *testing.T) {
 	defer sk.close()
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	post := func(id string, body io.Reader) int {
+	post := func(id string, body io.Reader, tenant ...string) int {
 		req, _ := http.NewRequest(http.MethodPost, sk.url(), body)
 		req.Header.Set("X-Hookgate-Delivery-Id", id)
+		for _, v := range tenant {
+			req.Header.Set("X-Tenant", v)
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -123,9 +130,57 @@ func TestClientAndSink(t *testing.T) {
 	if sk.received("fwb") != 3 || sk.received("fwa") != 1 {
 		t.Errorf("received fwb %d, fwa %d; want 3, 1", sk.received("fwb"), sk.received("fwa"))
 	}
+	// The rules phase's forwards count as transformed with the header and
+	// the body's mark, each once.
+	for i, f := range []struct{ id, body, tenant string }{
+		{"fwr-x-1", "{" + rulesMark + "}", rulesTenant}, {"fwr-x-1", "{" + rulesMark + "}", rulesTenant},
+		{"fwr-x-2", "{" + rulesMark + "}", "acct_other"}, {"fwr-x-3", `{"billing_details":{"email":"e"}}`, rulesTenant},
+		{"fwr-x-4", "{" + rulesMark + "}", rulesTenant},
+	} {
+		if code := post(f.id, strings.NewReader(f.body), f.tenant); code != http.StatusNoContent {
+			t.Errorf("forward %d: sink answered %d", i, code)
+		}
+	}
+	if sk.received("fwr") != 4 || sk.transformed("fwr") != 2 || sk.transformed("fwb") != 0 {
+		t.Errorf("fwr: received %d, transformed %d (want 4, 2); fwb transformed %d", sk.received("fwr"), sk.transformed("fwr"), sk.transformed("fwb"))
+	}
 	acks := map[string]time.Time{"fwb-x-1": time.Now(), "nope": time.Now()}
 	if l := sk.lags(acks); len(l) != 1 || l[0] != 0 { // received before its 2xx was noted
 		t.Errorf("lags = %v", l)
+	}
+}
+
+// The rules phase's target is valid, its filter passes on the bench's body,
+// and its transform makes what the sink counts as transformed: otherwise
+// the phase would measure errors, or nothing.
+func TestRulesPhaseConfig(t *testing.T) {
+	t.Parallel()
+	sk, err := startSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sk.close()
+	tg := testkit.ConfigTarget(t, testkit.ParseConfig(t, rulesConfig(sk)), "bench", "sink-rules")
+	if tg.Filter == nil || tg.Transform == nil || tg.URL != sk.url() {
+		t.Fatal("the rules phase's target has no filter or no transform")
+	}
+	body := makeBody(bodySize)
+	in := rules.Input{Sender: "bench", DeliveryID: "fwr-x-1", EventType: "charge.succeeded", Body: body,
+		Headers: http.Header{"Content-Type": {"application/json"}}, ContentType: "application/json"}
+	if ok, err := tg.Filter.Eval(rules.NewActivation(in)); !ok || err != nil {
+		t.Fatalf("the filter on the bench's body: %v, %v; want it to pass", ok, err)
+	}
+	r, err := tg.Transform.Apply(rules.NewActivation(in), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(r.Body, []byte(rulesMark)) || bytes.Contains(r.Body, []byte("email")) || bytes.Contains(r.Body, []byte("address")) ||
+		!bytes.Contains(r.Body, []byte(`"amount":4200`)) || r.Headers["X-Tenant"] != rulesTenant {
+		t.Errorf("transformed: %s, headers %v", r.Body, r.Headers)
+	}
+	// The forward config without rules is the same target.
+	if tg := testkit.ConfigTarget(t, testkit.ParseConfig(t, forwardConfig(sk)), "bench", "sink"); tg.Filter != nil || tg.Transform != nil || tg.URL != sk.url() {
+		t.Errorf("forwardConfig's target: %+v", tg)
 	}
 }
 
@@ -157,6 +212,9 @@ func TestParseFlags(t *testing.T) {
 	}
 	if b, err := parseFlags([]string{"-drain-backlogs", "2000, 20000"}, io.Discard); err != nil || !slices.Equal(b.drainBacklogs, []int{2000, 20000}) {
 		t.Errorf("parseFlags(-drain-backlogs 2000, 20000) = %v, %v", b, err)
+	}
+	if b, err := parseFlags([]string{"-only-forward", "-skip-forward"}, io.Discard); err != nil || !b.onlyForward || b.skipForward || !b.skipPgbench || !b.skipReplay || !b.skipDrain {
+		t.Errorf("parseFlags(-only-forward) = %+v, %v", b, err)
 	}
 	for _, args := range [][]string{{"-server-env", "GOGC"}, {"-forward-drain-timeout", "-1s"}, {"x"}, {"-drain-backlogs", "20000,2000"}, {"-drain-backlogs", "1"}, {"-drain-backlogs", "a"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil {

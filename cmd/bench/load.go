@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -38,10 +39,16 @@ func replayIDs(base int64, n int) idFunc {
 	}
 }
 
-// makeBody returns a JSON document of exactly size bytes (128 to 1024).
+// makeBody returns a JSON document of exactly size bytes (480 to 1500):
+// a Stripe charge.succeeded event of a Connect account, in live mode, with
+// the card holder's e-mail and address, as the rules of docs/forwarding.md
+// read it (the rules phase's filter passes on it), its description padded.
 func makeBody(size int) []byte {
-	const head = `{"type":"order.created","created":1767225600,"data":{"object":"order","id":"ord_1","amount":4200,"currency":"eur","note":"`
-	return []byte(head + strings.Repeat("abcdefghijklmnopqrstuvwxyz0123456789", 30)[:size-len(head)-3] + `"}}`)
+	const head = `{"id":"evt_3PqWz2LkdIwHu7ix0Vb1cXyZ","object":"event","account":"acct_1Nv0FGQ9RKHgCVdK","created":1767225600,"livemode":true,` +
+		`"type":"charge.succeeded","data":{"object":{"id":"ch_3PqWz2LkdIwHu7ix0Wm9aBcD","object":"charge","amount":4200,"currency":"eur",` +
+		`"status":"succeeded","billing_details":{"address":{"city":"Berlin","country":"DE","line1":"Friedrichstrasse 12","postal_code":"10117"},` +
+		`"email":"jenny.rosen@example.com","name":"Jenny Rosen","phone":null},"description":"`
+	return []byte(head + strings.Repeat("abcdefghijklmnopqrstuvwxyz0123456789", 42)[:size-len(head)-4] + `"}}}`)
 }
 
 // The load generator's client and the sink share the two cores with what
@@ -61,7 +68,7 @@ type rawClient struct {
 
 func newRawClient(addr string, body []byte) *rawClient {
 	h := "POST /webhooks/bench HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: hookgate-bench/1.0\r\nContent-Length: " + strconv.Itoa(len(body)) +
-		"\r\nContent-Type: application/json\r\nX-Event-Type: order.created\r\nAccept-Encoding: gzip\r\nX-Delivery-Id: "
+		"\r\nContent-Type: application/json\r\nX-Event-Type: charge.succeeded\r\nAccept-Encoding: gzip\r\nX-Delivery-Id: "
 	return &rawClient{addr: addr, head: []byte(h), body: body, br: bufio.NewReaderSize(nil, 4096)}
 }
 
@@ -111,15 +118,16 @@ func (c *rawClient) do(id []byte, replayed bool) (err error) {
 
 // sink is the forward target: it answers every POST with 204 at once and
 // notes when each delivery ID (X-Hookgate-Delivery-Id) first arrived, and
-// how many arrived by tag (the ID up to its first "-"); a forward delivered
-// twice (at least once) counts once. Its peers are the servers, which stop
-// before it does.
+// how many arrived by tag (the ID up to its first "-"), and of those how
+// many the rules phase's transform made (rulesTenant, rulesMark); a
+// forward delivered twice (at least once) counts once. Its peers are the
+// servers, which stop before it does.
 type sink struct {
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	seen  map[string]time.Time
-	byTag map[string]int
+	ln                   net.Listener
+	wg                   sync.WaitGroup
+	mu                   sync.Mutex
+	seen                 map[string]time.Time
+	byTag, transformedBy map[string]int
 }
 
 func startSink() (*sink, error) {
@@ -127,7 +135,7 @@ func startSink() (*sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("forward sink: %w", err)
 	}
-	s := &sink{ln: ln, seen: map[string]time.Time{}, byTag: map[string]int{}}
+	s := &sink{ln: ln, seen: map[string]time.Time{}, byTag: map[string]int{}, transformedBy: map[string]int{}}
 	s.wg.Go(func() {
 		for c, err := ln.Accept(); err == nil; c, err = ln.Accept() {
 			s.wg.Go(func() { s.serve(c) })
@@ -141,10 +149,12 @@ func (s *sink) url() string { return "http://" + s.ln.Addr().String() + "/sink" 
 // serve answers one connection's requests until it closes.
 func (s *sink) serve(c net.Conn) {
 	defer c.Close()
+	var body bytes.Buffer
 	for br := bufio.NewReaderSize(c, 8<<10); ; {
 		req, err := http.ReadRequest(br)
 		if err == nil {
-			_, err = io.Copy(io.Discard, req.Body)
+			body.Reset()
+			_, err = body.ReadFrom(req.Body)
 		}
 		if err != nil {
 			return
@@ -154,6 +164,9 @@ func (s *sink) serve(c net.Conn) {
 			s.seen[id] = time.Now()
 			tag, _, _ := strings.Cut(id, "-")
 			s.byTag[tag]++
+			if req.Header.Get("X-Tenant") == rulesTenant && bytes.Contains(body.Bytes(), []byte(rulesMark)) {
+				s.transformedBy[tag]++
+			}
 		}
 		s.mu.Unlock()
 		if _, err := c.Write([]byte("HTTP/1.1 204 No Content\r\n\r\n")); err != nil || req.Close {
@@ -167,6 +180,13 @@ func (s *sink) received(tag string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.byTag[tag]
+}
+
+// transformed returns how many of them the rules phase's transform made.
+func (s *sink) transformed(tag string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.transformedBy[tag]
 }
 
 // wait waits up to d for n of them, while srv runs, and returns how many.

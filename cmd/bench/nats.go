@@ -57,7 +57,7 @@ func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
 	if err != nil {
 		return fmt.Errorf("create the stream: %w", err)
 	}
-	config := benchConfig + "    forward:\n      - name: bus\n        url: " + url + "\n        nats: { subject: \"bench.{sender}.{event_type}\" }\n        event_types: [\"order.*\"]\n"
+	config := benchConfig + "    forward:\n      - name: bus\n        url: " + url + "\n        nats: { subject: \"bench.{sender}.{event_type}\" }\n        event_types: [\"charge.*\"]\n"
 	srv, err := b.startServer(ctx, "server-forward-nats", config, "--role", "all")
 	if err != nil {
 		return err
