@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"runtime"
@@ -426,6 +427,44 @@ func BenchmarkFilterEvalParsed(b *testing.B) {
 	for b.Loop() {
 		if ok, err := f.Eval(a); err != nil || !ok {
 			b.Fatal(ok, err)
+		}
+	}
+}
+
+// Numbers become int64 when written without a fraction or an exponent and
+// within 64 bits, float64 otherwise, at any depth: in objects, in arrays,
+// in objects in arrays.
+func TestParseJSONNumbers(t *testing.T) {
+	t.Parallel()
+	v, err := parseJSON([]byte(`{"i":1,"n":-7,"f":1.0,"e":1e3,"E":2E-1,"max":9223372036854775807,"over":9223372036854775808,"inf":1e400,
+  "s":"1","b":true,"z":null,"o":{"a":{"i":2,"f":2.5}},"l":[3,3.5,[4],{"i":5,"l":[6.0]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"i": int64(1), "n": int64(-7), "f": 1.0, "e": 1000.0, "E": 0.2, "max": int64(math.MaxInt64), "over": 9223372036854775808.0,
+		"inf": math.Inf(1), "s": "1", "b": true, "z": nil, "o": map[string]any{"a": map[string]any{"i": int64(2), "f": 2.5}},
+		"l": []any{int64(3), 3.5, []any{int64(4)}, map[string]any{"i": int64(5), "l": []any{6.0}}}}
+	if !reflect.DeepEqual(v, want) {
+		t.Errorf("parseJSON =\n%#v\nwant\n%#v", v, want)
+	}
+	for _, doc := range []string{`7`, `[1]`, `{"a":2.0}`} {
+		v, err := parseJSON([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]any{`7`: int64(7), `[1]`: []any{int64(1)}, `{"a":2.0}`: map[string]any{"a": 2.0}}[doc]; !reflect.DeepEqual(v, want) {
+			t.Errorf("parseJSON(%s) = %#v, want %#v", doc, v, want)
+		}
+	}
+}
+
+// BenchmarkParseBody is the parse a delivery pays once for its rules.
+func BenchmarkParseBody(b *testing.B) {
+	body := payload(b, "stripe_charge_succeeded.json")
+	b.ReportAllocs()
+	for b.Loop() {
+		if NewActivation(Input{Body: body}).jsonBody() == nil {
+			b.Fatal("not JSON")
 		}
 	}
 }
