@@ -118,13 +118,16 @@ func TestJobShopifyOrderToSlack(t *testing.T) {
 	}
 }
 
-// Job 4: drop the card-holder's e-mail and address, keep the rest as is.
-func TestJobDropEmailAndAddress(t *testing.T) {
-	tr := mustTransform(t, `body.transformMap(k, v, k == "data"
+// dropFields is job 4's transform.
+const dropFields = `body.transformMap(k, v, k == "data"
   ? {"object": v.object.transformMap(k2, v2, k2 == "billing_details"
       ? v2.transformMap(k3, v3, !(k3 in ["email", "address"]), v3)
       : v2)}
-  : v)`, "")
+  : v)`
+
+// Job 4: drop the card-holder's e-mail and address, keep the rest as is.
+func TestJobDropEmailAndAddress(t *testing.T) {
+	tr := mustTransform(t, dropFields, "")
 	in := payload(t, "stripe_charge_succeeded.json")
 	r, err := tr.Apply(NewActivation(Input{Body: in, ContentType: "application/json"}), 1<<20)
 	if err != nil {
@@ -171,5 +174,19 @@ func TestTransformKeepsLargeIntegers(t *testing.T) {
 	}
 	if want := `{"id":820982911946154508,"items":[866550311766439020,141249953214522974]}`; string(r.Body) != want {
 		t.Errorf("got %s, want %s", r.Body, want)
+	}
+}
+
+// BenchmarkTransformDropFields is what a forward with job 4's transform and
+// job 5's header pays: the parse of the stored body, the transform that
+// rebuilds three maps member by member, its JSON, and the header.
+func BenchmarkTransformDropFields(b *testing.B) {
+	tr := mustTransform(b, dropFields, `has(body.account) ? {"X-Tenant": body.account} : {}`)
+	body := payload(b, "stripe_charge_succeeded.json")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tr.Apply(NewActivation(Input{Body: body, ContentType: "application/json"}), 1<<20); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
