@@ -8,8 +8,10 @@
 // rows, the gateway idle, and BenchmarkRun (internal/dedup) beside it;
 // replays; a server forwarding to a sink with --role api and --role all
 // (the sink's receipt of every forward, the time from the 2xx to it, the
-// CPU per forward, each forward's state from the operator API), and
-// --role all with a NATS JetStream target (nats.go). Each phase
+// CPU per forward, each forward's state from the operator API), --role all
+// again with rules on the target (a filter, a transform and its headers:
+// its rate ÷ the --role all phase's, an info line against the aim of 0.9),
+// and --role all with a NATS JetStream target (nats.go). Each phase
 // reads from /proc the CPU of the gateway, this load generator, PostgreSQL,
 // pgbench and the machine; a ratio that other processes' load could have
 // decided is ???? (inconclusive). It exits 1 unless every check passes.
@@ -287,12 +289,14 @@ func (b *bench) run(ctx context.Context) (err error) {
 		} else if err := b.natsPhase(ctx, b.allRatio); err != nil {
 			return err
 		}
-		if b.skipDrain {
-			if !b.onlyForward {
-				b.line("----", "worker drain: not measured (-skip-drain)")
+		switch {
+		case b.onlyForward:
+		case b.skipDrain:
+			b.line("----", "worker drain: not measured (-skip-drain)")
+		default:
+			if err := b.drainPhase(ctx, sk, forwardConfig(sk)); err != nil {
+				return err
 			}
-		} else if err := b.drainPhase(ctx, sk, forwardConfig(sk)); err != nil {
-			return err
 		}
 	}
 	b.check(b.rss > 0 && b.rss <= b.maxRSS, "server peak RSS %.1f MB (limit %.0f MB)", b.rss, b.maxRSS)
