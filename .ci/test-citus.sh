@@ -28,7 +28,10 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 rc=0
 # GOTESTFLAGS is split as the shell splits words, quotes included.
-eval "test_flags=(${GOTESTFLAGS:-})"
+test_flags=()
+if [[ -n ${GOTESTFLAGS:-} ]]; then
+	mapfile -t test_flags < <(xargs printf '%s\n' <<<"$GOTESTFLAGS")
+fi
 # shellcheck disable=SC2086 # PKGS is a word list
 go test -race -count=1 -timeout 30m -v "${test_flags[@]}" ${PKGS} >"$out" 2>&1 || rc=$?
 # The tests of real gateway processes that run on Citus too (SERVER_TESTS,

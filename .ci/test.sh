@@ -82,7 +82,10 @@ go list -m all >/dev/null ||
 set +e
 # GOTESTFLAGS is split as the shell splits words, quotes included, so that
 # GOTESTFLAGS='-run "TestA|TestB"' runs both tests.
-eval "test_flags=(${GOTESTFLAGS:-})"
+test_flags=()
+if [[ -n ${GOTESTFLAGS:-} ]]; then
+	mapfile -t test_flags < <(xargs printf '%s\n' <<<"$GOTESTFLAGS")
+fi
 # shellcheck disable=SC2086 # PKGS and TEST_RACE are word lists
 go test ${TEST_RACE--race} -count=1 -timeout 15m "${bin_flags[@]}" "${test_flags[@]}" ${PKGS:-./...}
 rc=$?
