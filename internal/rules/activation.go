@@ -1,14 +1,10 @@
 package rules
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -100,46 +96,3 @@ func (a *Activation) jsonBody() ref.Val {
 }
 
 var errNotJSON = errors.New("not one JSON value")
-
-// parseJSON decodes b into maps, slices, strings, bools, nil, int64
-// (a number written without fraction or exponent that fits) and
-// float64 (any other number).
-func parseJSON(b []byte) (any, error) {
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, errNotJSON
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, errNotJSON
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return nil, errNotJSON
-	}
-	return numbers(v), nil
-}
-
-// numbers replaces every json.Number in v, in place.
-func numbers(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = numbers(e)
-		}
-	case json.Number:
-		s := string(x)
-		if !strings.ContainsAny(s, ".eE") {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return n
-			}
-		}
-		f, _ := strconv.ParseFloat(s, 64) // ±Inf past float64's range
-		return f
-	}
-	return v
-}
