@@ -129,15 +129,7 @@ func TestParseJSONAgreesWithEncodingJSON(t *testing.T) {
 		sameParse(t, []byte(strings.Repeat(`{"a":`, n)+"1"+strings.Repeat("}", n)))
 	}
 	// Every payload of the tests, whole and cut short at every byte.
-	files, err := filepath.Glob("testdata/*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, b := range payloads(t) {
 		sameParse(t, b)
 		for i := range b {
 			sameParse(t, b[:i])
@@ -150,4 +142,22 @@ func FuzzParseJSON(f *testing.F) {
 		f.Add([]byte(c))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { sameParse(t, b) })
+}
+
+// payloads are the test payloads, by file name.
+func payloads(t *testing.T) map[string][]byte {
+	t.Helper()
+	files, err := filepath.Glob("testdata/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string][]byte, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[filepath.Base(f)] = b
+	}
+	return out
 }

@@ -232,6 +232,18 @@ func marshalJSON(v ref.Val, maxBytes int) ([]byte, error) {
 	if maxBytes <= 0 || maxBytes > maxResultBytes {
 		maxBytes = maxResultBytes
 	}
+	w := jsonWriter{buf: make([]byte, 0, 1024), budget: maxBytes}
+	if w.value(v, 0) && w.budget >= 0 {
+		return w.buf, nil
+	}
+	// The writer stopped: a value JSON cannot carry, too deep, or near
+	// the limit. Convert and encode, which gives the error, or the body
+	// when the budget only ran short in the writer's order.
+	return convertJSON(v, maxBytes)
+}
+
+// convertJSON converts v with native and encodes it with encoding/json.
+func convertJSON(v ref.Val, maxBytes int) ([]byte, error) {
 	budget := maxBytes
 	n, err := native(v, 0, &budget)
 	if errors.Is(err, errOverBudget) {
