@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -91,6 +92,10 @@ func (w *jsonWriter) value(v ref.Val, depth int) bool {
 }
 
 func (w *jsonWriter) mapper(x traits.Mapper, depth int) bool {
+	if m, ok := x.Value().(map[ref.Val]ref.Val); ok {
+		// The maps CEL builds: their entries, without Get's lookups.
+		return w.refValMap(m, depth)
+	}
 	var keys []string
 	for it := x.Iterator(); it.HasNext() == types.True; {
 		k, ok := it.Next().(types.String)
@@ -109,6 +114,37 @@ func (w *jsonWriter) mapper(x traits.Mapper, depth int) bool {
 		w.buf = appendString(w.buf, k)
 		w.buf = append(w.buf, ':')
 		if !w.value(x.Get(types.String(k)), depth+1) {
+			return false
+		}
+	}
+	w.buf = append(w.buf, '}')
+	return true
+}
+
+type entry struct {
+	k string
+	v ref.Val
+}
+
+func (w *jsonWriter) refValMap(m map[ref.Val]ref.Val, depth int) bool {
+	es := make([]entry, 0, len(m))
+	for k, v := range m {
+		ks, ok := k.(types.String)
+		if !ok {
+			return false
+		}
+		es = append(es, entry{string(ks), v})
+	}
+	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.k, b.k) })
+	w.buf = append(w.buf, '{')
+	for i, e := range es {
+		if i > 0 {
+			w.buf = append(w.buf, ',')
+		}
+		w.budget -= len(e.k) + 3
+		w.buf = appendString(w.buf, e.k)
+		w.buf = append(w.buf, ':')
+		if !w.value(e.v, depth+1) {
 			return false
 		}
 	}
