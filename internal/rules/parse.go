@@ -116,20 +116,12 @@ func (p *parser) object() (any, error) {
 			return nil, err
 		}
 		m[k] = v
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, errNotJSON
+		done, err := p.next('}')
+		if err != nil {
+			return nil, err
 		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.space()
-		case '}':
-			p.i++
-			p.depth--
+		if done {
 			return m, nil
-		default:
-			return nil, errNotJSON
 		}
 	}
 }
@@ -152,22 +144,33 @@ func (p *parser) array() (any, error) {
 			return nil, err
 		}
 		l = append(l, v)
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, errNotJSON
+		done, err := p.next(']')
+		if err != nil {
+			return nil, err
 		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.space()
-		case ']':
-			p.i++
-			p.depth--
+		if done {
 			return l, nil
-		default:
-			return nil, errNotJSON
 		}
 	}
+}
+
+// next reads what follows a member or an element: a comma, or end, which
+// closes the container and reports done.
+func (p *parser) next(end byte) (done bool, err error) {
+	p.space()
+	switch {
+	case p.i >= len(p.b):
+		return false, errNotJSON
+	case p.b[p.i] == ',':
+		p.i++
+		p.space()
+		return false, nil
+	case p.b[p.i] == end:
+		p.i++
+		p.depth--
+		return true, nil
+	}
+	return false, errNotJSON
 }
 
 // number reads a number of JSON's grammar: an int64 when it has no
