@@ -575,12 +575,9 @@ func rulesConfig(sk *sink) string {
 	return strings.Replace(forwardConfig(sk), "- name: sink\n", "- name: sink-rules\n", 1) + `        filter: >-
           body.type == "charge.succeeded" && body.livemode == true
           && body.data.object.amount > 1000
-        transform: |
-          body.transformMap(k, v, k == "data"
-            ? {"object": v.object.transformMap(k2, v2, k2 == "billing_details"
-                ? v2.transformMap(k3, v3, !(k3 in ["email", "address"]), v3)
-                : v2)}
-            : v)
+        transform: >-
+          body.without(["/data/object/billing_details/email",
+                        "/data/object/billing_details/address"])
         transform_headers: 'has(body.account) ? {"X-Tenant": body.account} : {}'
 `
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/rules"
 )
 
 // The fast path. Most forwards succeed at their first attempt, and the
@@ -102,6 +103,9 @@ type Fast struct {
 	// Headers and Body are the event's, as stored.
 	Headers http.Header
 	Body    []byte
+	// Parsed is Body as the sender's filters parsed it, or nil: the
+	// targets' transforms read it instead of parsing Body again.
+	Parsed *rules.Parsed
 	// Targets are the names of the targets its outbox rows were written for.
 	Targets []string
 	Lease   Lease
@@ -600,7 +604,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	left, _ := d.left(j, time.Now())
 	a := queue.Args{Sender: f.Sender.Name, EventID: f.EventID, Target: t.Name, DeliveryID: f.DeliveryID}
 	attemptedAt := time.Now().UTC()
-	p := d.w.post(d.ctx, t, a, f.EventType, f.Headers, f.Body, max(left, time.Millisecond))
+	p := d.w.post(d.ctx, t, a, f.EventType, f.Headers, f.Body, f.Parsed, max(left, time.Millisecond))
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
 	o := queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
 	if p.status != 0 {

@@ -13,11 +13,12 @@ import (
 // with its Content-Type, and the headers it adds. It runs on the event as
 // stored, with the rule of the configuration in force, so every attempt
 // sends the same bytes and a redelivery after a fixed rule sends the fixed
-// rule's. The body may be at most maxBytes. Its error names the target and
-// holds the rule's message, which holds no value of the event.
-func transform(m transport.Message, t *config.Target, maxBytes int) (transport.Message, error) {
+// rule's. The body may be at most maxBytes. parsed, when not nil, is the
+// body as a filter parsed it. Its error names the target and holds the
+// rule's message, which holds no value of the event.
+func transform(m transport.Message, t *config.Target, parsed *rules.Parsed, maxBytes int) (transport.Message, error) {
 	h := http.Header(m.Headers)
-	in := rules.Input{Sender: m.Sender, DeliveryID: m.DeliveryID, EventType: m.EventType, Headers: h, Body: m.Body, ContentType: h.Get("Content-Type")}
+	in := rules.Input{Sender: m.Sender, DeliveryID: m.DeliveryID, EventType: m.EventType, Headers: h, Body: m.Body, ContentType: h.Get("Content-Type"), Parsed: parsed}
 	res, err := t.Transform.Apply(rules.NewActivation(in), maxBytes)
 	if err != nil {
 		return m, fmt.Errorf("target %q: %w", t.Name, err)

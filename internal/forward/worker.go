@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/rules"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -288,7 +289,7 @@ func (w *Worker) attempt(ctx context.Context, job queue.Job, t *config.Target, a
 			return ResultNone, 0, 0, overRate{wait}
 		}
 	}
-	p := w.post(ctx, t, a, c.Type, c.Headers, c.Body, 0)
+	p := w.post(ctx, t, a, c.Type, c.Headers, c.Body, nil, 0)
 	if p.status != 0 {
 		w.record(ctx, job, p.output())
 	}
@@ -319,13 +320,14 @@ func (p posted) output() queue.Output {
 // transform, if any, makes it ([transform]; an error fails the forward at
 // once). It counts the attempt and maps the verdict to the gate's [Result]. The
 // queue's worker and the fast path both attempt through it. A positive
-// limit bounds the attempt; see [transport.Message.Limit].
-func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, eventType string, headers map[string][]string, body []byte, limit time.Duration) posted {
+// limit bounds the attempt; see [transport.Message.Limit]. parsed, when not
+// nil, is body as a filter parsed it.
+func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, eventType string, headers map[string][]string, body []byte, parsed *rules.Parsed, limit time.Duration) posted {
 	m := transport.Message{Sender: a.Sender, Target: t, EventID: a.EventID, DeliveryID: a.DeliveryID, EventType: eventType, Headers: headers, Body: body, Limit: limit}
 	series := w.metrics.series(a.Sender, a.Target)
 	if t.Transform != nil {
 		var err error
-		if m, err = transform(m, t, w.maxTransformed(a.Sender)); err != nil {
+		if m, err = transform(m, t, parsed, w.maxTransformed(a.Sender)); err != nil {
 			// It would fail again: the forward fails at once, and the
 			// target, never reached, is not judged by it.
 			w.metrics.ruleErrors.Inc(a.Sender, a.Target, RuleTransform)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
@@ -19,6 +20,25 @@ type Input struct {
 	Headers                       http.Header
 	Body                          []byte
 	ContentType                   string
+	// Parsed, when not nil, is Body as an earlier activation parsed it
+	// ([Activation.Parsed]): the body is not parsed again. It is used
+	// only if it was parsed from these very bytes.
+	Parsed *Parsed
+}
+
+// Parsed is a body as rules read it, parsed once. It never changes, and
+// is safe for concurrent use.
+type Parsed struct {
+	src  []byte
+	tree any
+	val  ref.Val
+}
+
+// Parsed returns the body as a's rules parsed it, for the activation of
+// another rule on the same bytes ([Input.Parsed]). It is nil when no rule
+// read the body, or when the body is not JSON.
+func (a *Activation) Parsed() *Parsed {
+	return a.shared.Load()
 }
 
 // Activation is one delivery's variables, built once and shared by
@@ -32,6 +52,7 @@ type Activation struct {
 	body     ref.Val // nil when Body is not JSON
 	tree     any     // body as decoded, for scrub
 	parsed   bool    // the body was parsed (for tests)
+	shared   atomic.Pointer[Parsed]
 
 	hdrOnce sync.Once
 	hdr     ref.Val
@@ -85,14 +106,26 @@ func (a *Activation) Parent() interpreter.Activation { return nil }
 func (a *Activation) jsonBody() ref.Val {
 	a.bodyOnce.Do(func() {
 		a.parsed = true
+		if p := a.in.Parsed; p != nil && sameBytes(p.src, a.in.Body) {
+			a.tree, a.body = p.tree, p.val
+			a.shared.Store(p)
+			return
+		}
 		v, err := parseJSON(a.in.Body)
 		if err != nil {
 			return
 		}
 		a.tree = v
 		a.body = types.DefaultTypeAdapter.NativeToValue(v)
+		a.shared.Store(&Parsed{src: a.in.Body, tree: a.tree, val: a.body})
 	})
 	return a.body
 }
 
 var errNotJSON = errors.New("not one JSON value")
+
+// sameBytes reports whether a and b are the same bytes in memory, not
+// only equal ones.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}

@@ -169,13 +169,22 @@ func valueSize(v ref.Val, budget int) int {
 // whatever it built.
 type sizeCost struct{}
 
-func (sizeCost) CallCost(_, _ string, _ []ref.Val, result ref.Val) *uint64 {
+// A call of without is charged by the members it copied, counted as its
+// result's.
+func (sizeCost) CallCost(function, _ string, _ []ref.Val, result ref.Val) *uint64 {
 	var n int
 	switch r := result.(type) {
 	case types.String:
 		n = len(r)
 	case types.Bytes:
 		n = len(r)
+	case traits.Mapper:
+		if function != "without" {
+			return nil
+		}
+		if s, ok := r.Size().(types.Int); ok {
+			n = int(s) * 10
+		}
 	default:
 		return nil
 	}

@@ -73,6 +73,7 @@ func celEnv() (*cel.Env, error) {
 			ext.Encoders(),
 			ext.Math(),
 			ext.TwoVarComprehensions(),
+			withoutFunction(),
 		)
 		if envErr == nil {
 			guards, envErr = sizeGuards(env)

@@ -59,6 +59,9 @@ func (s *Sender) filter(fs filters, p *Prepared, h http.Header) ([]string, []eve
 			out = append(out, name)
 		}
 	}
+	if act != nil {
+		p.Parsed = act.Parsed()
+	}
 	if out == nil {
 		return p.Targets, errs
 	}

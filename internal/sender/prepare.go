@@ -10,6 +10,7 @@ import (
 	"github.com/hookgate/hookgate/internal/events"
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/jsonptr"
+	"github.com/hookgate/hookgate/internal/rules"
 )
 
 // Prepared is a request that [Sender.Prepare] turned into a delivery.
@@ -41,6 +42,9 @@ type Prepared struct {
 	Body   []byte
 	// BodySHA256 is Body's SHA-256: the delivery's fingerprint.
 	BodySHA256 [32]byte
+	// Parsed is Body as the filters parsed it, for the fast path's
+	// transforms; nil when no filter read it.
+	Parsed *rules.Parsed
 	// Nonce is the single-use token the signature covers instead of the
 	// body, when HasNonce is true (Mailgun's). Ingest accepts it for one
 	// delivery only.
