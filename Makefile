@@ -4,12 +4,18 @@ SHELL := bash
 
 # Packages `make test` runs, and extra flags for go test, e.g.
 #   make test PKGS=./internal/dedup/... GOTESTFLAGS='-run TestReplay -v'
-#   make test PKGS=./internal/dedup/ GOTESTFLAGS='-run "^(TestReplay|TestRun)$"' (quotes and $ pass through)
+#   make test PKGS=./internal/dedup/ GOTESTFLAGS='-run "^(TestReplay|TestRun)$"' (quotes and $ pass through,
+#   single or double: GOTESTFLAGS="-run 'A|B'" works too)
 PKGS ?= ./...
 GOTESTFLAGS ?=
+# The test recipes pass GOTESTFLAGS in the environment, as it was written:
+# not expanded by make (a $ stays), and not inside the recipe's own quotes
+# (a ' inside it stays).
+test test-citus test-image: export override GOTESTFLAGS := $(value GOTESTFLAGS)
 # The fast tier's go test flags and race flag (docs/tests.md#the-fast-tier):
 #   make test-fast FAST_RACE=-race   keeps the race detector in the fast tier
 FAST_FLAGS ?= -short -vet=off
+test-fast: export override GOTESTFLAGS := $(FAST_FLAGS) $(value GOTESTFLAGS)
 FAST_RACE ?=
 # Both tiers keep their linked test binaries between runs in the directory
 # HOOKGATE_TEST_CACHE names (default: hookgate-test beside Go's build cache;
@@ -66,13 +72,13 @@ check-providers:
 
 ## test: run all tests against a throwaway PostgreSQL
 test:
-	@PKGS='$(PKGS)' GOTESTFLAGS='$(value GOTESTFLAGS)' .ci/test.sh
+	@PKGS='$(PKGS)' .ci/test.sh
 
 ## test-fast: the fast tier: go test -short without -race against a throwaway PostgreSQL
 ##   (FAST_RACE=-race keeps -race). It leaves out the process-kill, outage, load and browser suites;
 ##   testkit.Slow skips them under -short and says why. make test runs everything with -race.
 test-fast:
-	@PKGS='$(PKGS)' GOTESTFLAGS='$(FAST_FLAGS) $(value GOTESTFLAGS)' TEST_RACE='$(FAST_RACE)' .ci/test.sh
+	@PKGS='$(PKGS)' TEST_RACE='$(FAST_RACE)' .ci/test.sh
 
 ## test-citus: run the tests of dedup, store, handler and forward on a running Citus cluster
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
@@ -80,7 +86,7 @@ test-fast:
 CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/queue/... ./internal/handler/... ./internal/forward/... ./internal/retention/... ./internal/sigtoken/... ./internal/console/...
 CITUS_SERVER_TESTS ?= TestCopiesThroughTwoProcesses
 test-citus:
-	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' GOTESTFLAGS='$(value GOTESTFLAGS)' SERVER_TESTS='$(CITUS_SERVER_TESTS)' .ci/test-citus.sh
+	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' SERVER_TESTS='$(CITUS_SERVER_TESTS)' .ci/test-citus.sh
 
 ## bench: run the load benchmark against a throwaway PostgreSQL (fsync on)
 bench:
@@ -131,7 +137,7 @@ image:
 ## test-image: build the image and run it with podman against a throwaway PostgreSQL
 ##   It checks: non-root, read-only root, migrate, /readyz, a delivery, its replay, a forward to the host, SIGTERM.
 test-image:
-	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' GOTESTFLAGS='$(value GOTESTFLAGS)' .ci/test-image.sh
+	@IMAGE='$(IMAGE)' VERSION='$(VERSION)' .ci/test-image.sh
 
 ## check-chart: helm lint --strict and helm template with each values file of deploy/helm/hookgate/ci/
 ##   TestChart then checks the rendered manifests name the image, probes and secrets as docs/deployment.md says.

@@ -77,3 +77,34 @@ func serversUnder(t *testing.T, dir string) []string {
 	}
 	return pids
 }
+
+// TestMakeTestPassesFlagsAsWritten: make test hands GOTESTFLAGS to go test
+// as written on make's command line, with single quotes, double quotes
+// and a $ in it. A single quote used to end the recipe's own quoting: the
+// shell ran the rest as a command.
+func TestMakeTestPassesFlagsAsWritten(t *testing.T) {
+	testkit.Slow(t, "runs make test: a PostgreSQL of its own")
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	root := repoRoot(t)
+	for _, flags := range []string{
+		`-run 'TestNothing|TestParsePointer$' -v`,
+		`-run "TestNothing|TestParsePointer$" -v`,
+	} {
+		cmd := exec.Command("make", "--no-print-directory", "test", "PKGS=./internal/jsonptr/", "GOTESTFLAGS="+flags)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "TEST_RACE=", "HOOKGATE_TMP_PG_PARENT="+t.TempDir(), "HOOKGATE_TEST_CACHE="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("make test GOTESTFLAGS=%s: %v\n%s", flags, err, out)
+			continue
+		}
+		// The pattern reached go test whole: the test it names ran, and
+		// only that one.
+		if !strings.Contains(string(out), "\n--- PASS: TestParsePointer ") || strings.Count(string(out), "\n--- PASS") != 1 {
+			t.Errorf("make test GOTESTFLAGS=%s did not run TestParsePointer alone:\n%s", flags, out)
+		}
+	}
+}
