@@ -102,6 +102,9 @@ func compile(rule, expr string, costLimit uint64) (cel.Program, *cel.Type, error
 	if iss != nil && iss.Err() != nil {
 		return nil, nil, errorf(rule, "%s", compileMessage(iss.Err().Error()))
 	}
+	if err := checkPointers(ast); err != nil {
+		return nil, nil, errorf(rule, "%s", err)
+	}
 	prg, err := e.Program(ast,
 		cel.CostLimit(costLimit),
 		cel.CostTracking(sizeCost{}),

@@ -2,10 +2,12 @@ package rules
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 
 	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
@@ -151,4 +153,37 @@ func splitPointer(p string) ([]string, error) {
 		}
 	}
 	return parts, nil
+}
+
+// checkPointers checks the pointers written in the rule, those of a call
+// of without whose list is a literal, when the rule is compiled: a wrong
+// one stops the configuration's load instead of failing every forward.
+// The error has the pointer's line and column, as CEL's own errors do.
+func checkPointers(a *cel.Ast) error {
+	native := a.NativeRep()
+	var err error
+	celast.PreOrderVisit(native.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if err != nil || e.Kind() != celast.CallKind {
+			return
+		}
+		c := e.AsCall()
+		if c.FunctionName() != "without" || !c.IsMemberFunction() || len(c.Args()) != 1 || c.Args()[0].Kind() != celast.ListKind {
+			return
+		}
+		for i, el := range c.Args()[0].AsList().Elements() {
+			if el.Kind() != celast.LiteralKind {
+				continue
+			}
+			s, ok := el.AsLiteral().(types.String)
+			if !ok {
+				continue
+			}
+			if _, perr := splitPointer(string(s)); perr != nil {
+				loc := native.SourceInfo().GetStartLocation(el.ID())
+				err = fmt.Errorf("ERROR: %d:%d: without: pointer %d %v", loc.Line(), loc.Column()+1, i+1, perr)
+				return
+			}
+		}
+	}))
+	return err
 }

@@ -55,17 +55,18 @@ func TestWithoutLeavesTheBodyAsItWas(t *testing.T) {
 	}
 }
 
-// A pointer that is not one, an item that is not a string, a value that
-// is not a map: each is an error, which names the pointer by its place,
-// never by its text (which may come from the body).
+// A pointer read from the body that is not one, an item that is not a
+// string, a value that is not a map: each is an error when the rule runs,
+// which names the pointer by its place, never by its text.
 func TestWithoutErrors(t *testing.T) {
-	a := NewActivation(Input{Body: []byte(`{"a":{"b":1},"n":7,"secret":"data/object/hunter2","l":[1],"mixed":["/a",1]}`)})
+	a := NewActivation(Input{Body: []byte(`{"a":{"b":1},"n":7,"secret":"data/object/hunter2","l":[1],"mixed":["/a",1],"p1":"a/b","p2":"","p3":"/a~2"}`)})
 	for expr, want := range map[string]string{
-		`body.without(["a/b"])`:                    "without: pointer 1 does not start with /",
-		`body.without(["/a", ""])`:                 "without: pointer 2 names the whole value",
-		`body.without(["/a~2"])`:                   "without: pointer 1 has a ~ that is not ~0 or ~1",
+		`body.without([body.p1])`:                  "without: pointer 1 does not start with /",
+		`body.without(["/a", body.p2])`:            "without: pointer 2 names the whole value",
+		`body.without([body.p3])`:                  "without: pointer 1 has a ~ that is not ~0 or ~1",
 		`body.without([body.secret])`:              "without: pointer 1 does not start with /",
 		`body.without(body.l)`:                     "no such overload",
+		`body.without(body.mixed)`:                 "without needs a list of JSON pointers: item 2 is not a string",
 		`body.n.without(["/a"])`:                   "without needs a map, not int",
 		`body.without(["/x"]).a.without(["/b"]).b`: "no such key",
 	} {
@@ -80,6 +81,23 @@ func TestWithoutErrors(t *testing.T) {
 	// A list of ints is refused when the rule is compiled.
 	if _, err := CompileTransform(`body.without([1])`, "", 0); err == nil {
 		t.Error("without([1]) compiled")
+	}
+}
+
+// A pointer written in the rule is checked when the rule is compiled, with
+// its line and column: a wrong one stops the configuration's load.
+func TestWithoutPointersCheckedAtCompile(t *testing.T) {
+	for expr, want := range map[string]string{
+		"{\"a\": 1,\n \"b\": body.without([\"/ok\", \"data/x\"])}": "transform: ERROR: 2:28: without: pointer 2 does not start with /",
+		`body.without(["/a~x"])`:                                   "transform: ERROR: 1:15: without: pointer 1 has a ~ that is not ~0 or ~1",
+		`body.a.transformMap(k, v, v.without([""]))`:               "without: pointer 1 names the whole value",
+	} {
+		if _, err := CompileTransform(expr, "", 0); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", expr, err, want)
+		}
+	}
+	if _, err := CompileFilter(`body.without(["/a"]).size() > 0`, 0); err != nil {
+		t.Errorf("a filter with a valid pointer: %v", err)
 	}
 }
 
