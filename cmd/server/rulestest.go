@@ -178,10 +178,3 @@ func rulesCommand(args []string, getenv func(string) string, stdin io.Reader, st
 	}
 	return nil
 }
-
-func getenvOr(getenv func(string) string, key, fallback string) string {
-	if v := getenv(key); v != "" {
-		return v
-	}
-	return fallback
-}

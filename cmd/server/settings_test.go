@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -58,7 +59,7 @@ func TestSettingsTableMatchesDocs(t *testing.T) {
 func TestServeHelp(t *testing.T) {
 	t.Parallel()
 	var help bytes.Buffer
-	if _, err := parseSettings("serve", []string{"--help"}, envOf(), &help); err != errHelpShown {
+	if _, err := parseSettings("serve", []string{"--help"}, envOf(), &help); !errors.Is(err, errHelpShown) {
 		t.Fatalf("--help: err = %v, want errHelpShown", err)
 	}
 	out := help.String()
