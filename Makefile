@@ -61,8 +61,11 @@ run:
 ## redeliver: run `hookgate redeliver $(ARGS)` against the database of make run
 ##   For example:
 ##   make redeliver ARGS='--sender orders --target sink --state failed --since 2h'
+##   It builds .data/hookgate and checks the configuration first: an unset ${VAR} is named before anything else.
 redeliver:
-	@[[ -s .data/database-url && -x .data/hookgate ]] || { echo "make redeliver: run make run first (it builds .data/hookgate and starts the database)" >&2; exit 1; }
+	@mkdir -p .data && go build -o .data/hookgate ./cmd/server
+	@.data/hookgate config check --config "$${HOOKGATE_CONFIG:-hookgate.yaml}" >/dev/null || { echo "make redeliver: $${HOOKGATE_CONFIG:-hookgate.yaml} cannot be loaded (see above): nothing was redelivered" >&2; exit 1; }
+	@[[ -s .data/database-url ]] || { echo "make redeliver: run make run first (it starts the database)" >&2; exit 1; }
 	@DATABASE_URL="$$(<.data/database-url)" HOOKGATE_CONFIG="$${HOOKGATE_CONFIG:-hookgate.yaml}" .data/hookgate redeliver $(ARGS)
 
 ## check-providers: sign deliveries with the providers' own Node libraries and check hookgate's answers

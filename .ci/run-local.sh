@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# run-local.sh is `make run`: it starts (or reuses) the local PostgreSQL in
-# .data/pg, prepares hookgate.yaml and an admin token, builds the server and
-# runs it in the foreground, with `hookgate sink` (the example's forward
+# run-local.sh is `make run`: it builds the server and checks hookgate.yaml
+# (an unset ${VAR} stops it there), starts (or reuses) the local PostgreSQL
+# in .data/pg, prepares an admin token and runs the server in the foreground, with `hookgate sink` (the example's forward
 # target) beside it; Ctrl-C stops both. The database keeps its data between
 # runs; stop it with `make db-stop`, delete everything with `make clean-data`.
 #
@@ -19,6 +19,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mkdir -p .data
+
+# The configuration first, before the database or any banner: a ${VAR} it
+# names that is unset (or any other fault) is said, and nothing starts.
+if [[ ! -f hookgate.yaml ]]; then
+	[[ -f hookgate.example.yaml ]] || { echo "run-local.sh: hookgate.example.yaml is missing" >&2; exit 1; }
+	cp hookgate.example.yaml hookgate.yaml
+	echo "Created hookgate.yaml from hookgate.example.yaml."
+fi
+go build -o .data/hookgate ./cmd/server
+if ! .data/hookgate config check --config hookgate.yaml >/dev/null; then
+	echo "make run: hookgate.yaml cannot be loaded (see above): export the variables it names, or fix the file. Nothing was started." >&2
+	exit 1
+fi
 
 # busy PORT: something accepts connections on 127.0.0.1:PORT.
 busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -87,18 +100,10 @@ fi
 echo "${addr##*:}" >.data/http-port
 (umask 077 && echo "$url" >.data/database-url)
 
-if [[ ! -f hookgate.yaml ]]; then
-	[[ -f hookgate.example.yaml ]] || { echo "run-local.sh: hookgate.example.yaml is missing" >&2; exit 1; }
-	cp hookgate.example.yaml hookgate.yaml
-	echo "Created hookgate.yaml from hookgate.example.yaml."
-fi
-
 if [[ ! -s .data/admin-token ]]; then
 	(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >.data/admin-token)
 fi
 token=$(<.data/admin-token)
-
-go build -o .data/hookgate ./cmd/server
 
 # The sink: the forward target of hookgate.example.yaml's orders sender.
 sink_addr=${HOOKGATE_SINK_ADDR:-127.0.0.1:9099}
@@ -131,6 +136,8 @@ $sink_line
   curl -i -X POST $host/webhooks/orders -H 'X-Delivery-Id: d1' -H 'Content-Type: application/json' -d '{"order":42}'
   curl -H "Authorization: Bearer $token" $host/v1/senders/orders/deliveries/d1
   TOKEN=\$(cat .data/admin-token)   # the token, as the docs' commands use it
+The operator API from the command line (hookgate api --help lists what it does):
+  HOOKGATE_URL=http://$host HOOKGATE_TOKEN=\$(cat .data/admin-token) .data/hookgate api deliveries --sender orders
 Bulk redelivery from the command line (hookgate redeliver, with this database):
   make redeliver ARGS='--sender orders --target sink --state failed --since 2h'
 API docs: http://$host/docs

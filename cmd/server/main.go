@@ -3,17 +3,24 @@
 //
 //	hookgate [serve]   apply pending migrations, then serve
 //	hookgate migrate   apply pending migrations and exit
+//	hookgate api deliveries|delivery|event|redeliver|failed|forwards|pause|resume|senders|targets|reload
+//	                   operate a running hookgate through its HTTP API
 //	hookgate redeliver --sender S --target T --state failed --since 2h
-//	                   forward a target's failed (or delivered) forwards again
+//	                   forward a target's failed (or delivered) forwards
+//	                   again, straight through the database
 //	hookgate rules test --config hookgate.yaml --sender S --target T [FILE]
 //	                   run a target's filter and transform on a body
-//	hookgate version   print the version
+//	hookgate config check [--config hookgate.yaml]
+//	                   load the configuration as serve would, or say why not
 //	hookgate sink      a forward target for trying hookgate out: prints each
 //	                   forward and checks its signature (make run starts it)
+//	hookgate version   print the version
+//	hookgate help [CMD]
+//	                   list the commands, or show one command's flags
 //
 // Settings come from flags or the environment, and each flag has its
-// variable. `hookgate serve --help` prints them, and docs/configuration.md
-// documents them.
+// variable. `hookgate help CMD` (or `hookgate CMD --help`) prints a
+// command's flags, one a line, and docs/configuration.md documents them.
 package main
 
 import (
@@ -80,13 +87,23 @@ func main() {
 // serve, once ctx is cancelled and the server has shut down.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := "serve"
+	if len(args) > 0 && isHelpFlag(args[0]) {
+		printCommands(stdout)
+		return nil
+	}
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
+	case "help":
+		return helpCommand(args, func(args []string) error { return run(ctx, args, getenv, stdout, stderr) }, stdout)
 	case "version":
 		fmt.Fprintln(stdout, "hookgate", buildVersion())
 		return nil
+	case "api":
+		return apiCommand(ctx, args, getenv, stdout, stderr)
+	case "config":
+		return configCommand(args, getenv, stdout)
 	case "sink":
 		return runSink(ctx, args, getenv, stdout, stderr)
 	case "redeliver":
@@ -95,9 +112,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return rulesCommand(args, getenv, os.Stdin, stdout, stderr)
 	case "serve", "migrate":
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate, redeliver, rules, sink or version", cmd)
+		return &exitError{2, fmt.Errorf("unknown command %q: use %s (hookgate help lists them)", cmd, commandNames())}
 	}
-	s, err := parseSettings(cmd, args, getenv, stderr)
+	s, err := parseSettings(cmd, args, getenv, stdout)
+	if errors.Is(err, errHelpShown) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -18,29 +17,23 @@ import (
 // many forwards it matched, which the worker processes forward again. When
 // none matched, it says that nothing was enqueued.
 func redeliver(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("hookgate redeliver", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: hookgate redeliver --sender S --target T [--state failed|delivered|running|retrying] [--since 2h|RFC3339] [--until 30m|RFC3339]")
-		fs.PrintDefaults()
-	}
-	configPath := getenv("HOOKGATE_CONFIG")
-	if configPath == "" {
-		configPath = "hookgate.yaml"
-	}
-	var databaseURL, sender, target, state, since, until string
-	fs.StringVar(&databaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL connection URL (env DATABASE_URL; required)")
-	fs.StringVar(&configPath, "config", configPath, "senders configuration file (env HOOKGATE_CONFIG)")
-	fs.StringVar(&sender, "sender", "", "the sender's name (required)")
-	fs.StringVar(&target, "target", "", "the target's name (required)")
-	fs.StringVar(&state, "state", "failed", "redeliver the forwards in this state: failed, delivered, running or retrying (each of these gets a new forward queued after the current one)")
-	fs.StringVar(&since, "since", "", "only forwards that reached the state at or after this time: a duration ago (2h) or an RFC 3339 time; no bound when empty")
-	fs.StringVar(&until, "until", "", "only forwards that reached the state before this time: a duration ago (30m) or an RFC 3339 time; no bound when empty")
-	if err := fs.Parse(args); err != nil {
+	c := newCmdFlags("hookgate redeliver",
+		"hookgate redeliver --sender S --target T [--state failed|delivered|running|retrying] [--since 2h|RFC3339] [--until 30m|RFC3339]",
+		"Forward a target's failed (or delivered, running, retrying) forwards again, straight through the database.\n"+
+			"hookgate api redeliver does the same through a running hookgate's HTTP API.", getenv)
+	var databaseURL, configPath, sender, target, state, since, until string
+	c.String(&databaseURL, "database-url", "URL", "DATABASE_URL", "", "PostgreSQL connection URL (required)")
+	c.String(&configPath, "config", "FILE", "HOOKGATE_CONFIG", "hookgate.yaml", "senders configuration file")
+	c.String(&sender, "sender", "S", "", "", "the sender's name (required)")
+	c.String(&target, "target", "T", "", "", "the target's name (required)")
+	c.String(&state, "state", "STATE", "", "failed", "redeliver the forwards in this state: failed, delivered, running or retrying")
+	c.String(&since, "since", "TIME", "", "", "only forwards that reached the state at or after this time: a duration ago (2h) or an RFC 3339 time")
+	c.String(&until, "until", "TIME", "", "", "only forwards that reached the state before this time: a duration ago (30m) or an RFC 3339 time")
+	if done, err := c.parse(args, stdout); done || err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err := c.noArgs(); err != nil {
+		return err
 	}
 	if sender == "" || target == "" {
 		return errors.New("redeliver: --sender and --target are required")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -50,44 +49,46 @@ func (h headerFlags) Set(v string) error {
 // It exits 0 when the target gets the forward, 1 when the event is
 // filtered out, and 2 on an error.
 func rulesCommand(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "test" {
-		return &exitError{2, errors.New("usage: hookgate rules test --config hookgate.yaml --sender S --target T [--header 'K: V']... [FILE]")}
-	}
-	fs := flag.NewFlagSet("hookgate rules test", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", getenvOr(getenv, "HOOKGATE_CONFIG", "hookgate.yaml"), "configuration file (env HOOKGATE_CONFIG)")
-	senderName := fs.String("sender", "", "the sender's name")
-	targetName := fs.String("target", "", "the target's name")
+	c := newCmdFlags("hookgate rules test", "hookgate rules test --config hookgate.yaml --sender S --target T [--header 'K: V']... [FILE]",
+		"Run a target's filter and transform on a body (FILE, or standard input), as ingest and a forward would, and print the outcome.\n"+
+			"It exits 0 when the target gets the forward, 1 when the event is filtered out, and 2 on an error.", getenv)
+	var cfgPath, senderName, targetName string
+	c.String(&cfgPath, "config", "FILE", "HOOKGATE_CONFIG", "hookgate.yaml", "configuration file")
+	c.String(&senderName, "sender", "S", "", "", "the sender's name (required)")
+	c.String(&targetName, "target", "T", "", "", "the target's name (required)")
 	h := headerFlags(http.Header{})
-	fs.Var(h, "header", "a request header, 'Name: value' (repeatable)")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{2, nil} // the flag package printed why
+	c.Var(h, "header", "'K: V'", "", "", "a request header (repeatable)")
+	if len(args) > 0 && isHelpFlag(args[0]) {
+		args = []string{"test", args[0]} // hookgate rules --help: the help of rules test
+	}
+	if len(args) == 0 || args[0] != "test" {
+		return c.usageError(errors.New("the only subcommand is test"))
+	}
+	if done, err := c.parse(args[1:], stdout); done || err != nil {
+		return err
 	}
 	fail := func(err error) error { return &exitError{2, err} }
-	if *senderName == "" || *targetName == "" {
+	if senderName == "" || targetName == "" {
 		return fail(errors.New("--sender and --target are required"))
 	}
-	if fs.NArg() > 1 {
-		return fail(fmt.Errorf("unexpected argument %q: give one file, or none for standard input", fs.Arg(1)))
+	if len(c.args) > 1 {
+		return fail(fmt.Errorf("unexpected argument %q: give one file, or none for standard input", c.args[1]))
 	}
-	set, err := sender.Load(*cfgPath)
+	set, err := sender.Load(cfgPath)
 	if err != nil {
 		return fail(err)
 	}
-	s, ok := set.Get(*senderName)
+	s, ok := set.Get(senderName)
 	if !ok {
-		return fail(fmt.Errorf("no sender %q in %s", *senderName, *cfgPath))
+		return fail(fmt.Errorf("no sender %q in %s", senderName, cfgPath))
 	}
-	t, ok := s.Target(*targetName)
+	t, ok := s.Target(targetName)
 	if !ok {
-		return fail(fmt.Errorf("sender %q has no target %q", *senderName, *targetName))
+		return fail(fmt.Errorf("sender %q has no target %q", senderName, targetName))
 	}
 	var body []byte
-	if fs.NArg() == 1 {
-		body, err = os.ReadFile(fs.Arg(0))
+	if len(c.args) == 1 {
+		body, err = os.ReadFile(c.args[0])
 	} else {
 		body, err = io.ReadAll(io.LimitReader(stdin, s.MaxBodyBytes+1))
 	}
@@ -176,11 +177,4 @@ func rulesCommand(args []string, getenv func(string) string, stdin io.Reader, st
 		fmt.Fprintln(stdout)
 	}
 	return nil
-}
-
-func getenvOr(getenv func(string) string, key, fallback string) string {
-	if v := getenv(key); v != "" {
-		return v
-	}
-	return fallback
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -422,37 +421,59 @@ func (t textValue) Set(v string) error { *t.v = v; return nil }
 
 func (t textValue) IsBoolFlag() bool { return t.boolean }
 
-// usage returns the help text of the flag of st. It holds no backquote:
-// the flag package would print the first backquoted word as the flag's
-// placeholder. The shown default is Markdown for docs/configuration.md, so
-// its backquotes go.
-func (st *setting) usage() string {
-	def := st.def
-	if def == "" {
-		def = strings.ReplaceAll(strings.Trim(st.shown, "()"), "`", "")
+// shownPlain is the default of st as docs/configuration.md shows it,
+// without its Markdown: for the help.
+func (st *setting) shownPlain() string {
+	if st.def != "" {
+		return st.def
 	}
-	return fmt.Sprintf("%s (env %s; default %s)", st.help, st.env, def)
+	return strings.ReplaceAll(strings.Trim(st.shown, "()"), "`", "")
+}
+
+// usage returns the whole help text of the flag of st, with its variable
+// and its default.
+func (st *setting) usage() string {
+	return fmt.Sprintf("%s (env %s; default %s)", st.help, st.env, st.shownPlain())
 }
 
 // parseSettings reads the settings of command name from the flags in args.
-// It falls back to the environment, then to each row's default.
-func parseSettings(name string, args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
-	fs := flag.NewFlagSet("hookgate "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// It falls back to the environment, then to each row's default. With
+// --help, it prints the command's flags, one a line, to stdout and returns
+// errHelpShown.
+func parseSettings(name string, args []string, getenv func(string) string, stdout io.Writer) (*settings, error) {
+	usage, about := "hookgate [serve] [FLAGS]", "Apply pending migrations, then serve deliveries, forwards, the operator API and the console."
+	if name == "migrate" {
+		usage, about = "hookgate migrate [FLAGS]", "Apply pending migrations and exit."
+	}
+	c := newCmdFlags("hookgate "+name, usage, about, getenv)
+	c.footer = "Each flag's full description: docs/configuration.md#settings."
+	if name == "migrate" {
+		c.footer = "migrate accepts serve's flags too, and ignores the others (hookgate serve --help lists them)."
+	}
 	text := make([]string, len(settingTable))
 	for i := range settingTable {
 		st := &settingTable[i]
-		text[i] = st.def
-		if v := getenv(st.env); v != "" {
-			text[i] = v
+		text[i] = c.envOr(st.env, st.def)
+		v := textValue{v: &text[i], boolean: st.boolean}
+		if name == "migrate" && st.flag != "database-url" && st.flag != "log-format" {
+			c.fs.Var(v, st.flag, st.usage())
+			continue
 		}
-		fs.Var(textValue{v: &text[i], boolean: st.boolean}, st.flag, st.usage())
+		arg := "VALUE"
+		if st.boolean {
+			arg = ""
+		}
+		c.Var(v, st.flag, arg, st.env, st.shownPlain(), shortHelp(st.help))
 	}
-	if err := fs.Parse(args); err != nil {
+	done, err := c.parse(args, stdout)
+	if done {
+		return nil, errHelpShown
+	}
+	if err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err := c.noArgs(); err != nil {
+		return nil, err
 	}
 	s := defaultSettings()
 	for i := range settingTable {

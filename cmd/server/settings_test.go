@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -50,28 +51,48 @@ func TestSettingsTableMatchesDocs(t *testing.T) {
 	}
 }
 
-// TestServeHelp: serve --help prints each setting as -flag value (a
-// boolean as -flag), its help without a backquote (which the flag package
-// would take for the placeholder), and one default: the one
-// docs/configuration.md shows, without its Markdown.
+// TestServeHelp: serve --help prints each setting on one line: the flag
+// (with a placeholder unless it is a boolean), its variable, the default
+// docs/configuration.md shows without its Markdown, and a short
+// description; no other flag, and no backquote. usage, the whole help of
+// a flag migrate accepts without listing it, says its default once.
 func TestServeHelp(t *testing.T) {
 	t.Parallel()
 	var help bytes.Buffer
-	if _, err := parseSettings("serve", []string{"--help"}, envOf(), &help); err == nil {
-		t.Fatal("--help: no error")
+	if _, err := parseSettings("serve", []string{"--help"}, envOf(), &help); !errors.Is(err, errHelpShown) {
+		t.Fatalf("--help: err = %v, want errHelpShown", err)
 	}
 	out := help.String()
 	if strings.Contains(out, "`") {
 		t.Errorf("serve --help prints a backquote:\n%s", out)
 	}
+	var flagLines []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "  --") {
+			flagLines = append(flagLines, line)
+		}
+	}
+	if len(flagLines) != len(settingTable) {
+		t.Errorf("serve --help prints %d flag lines, want one per setting (%d):\n%s", len(flagLines), len(settingTable), out)
+	}
 	for i := range settingTable {
 		st := &settingTable[i]
-		want := "\n  -" + st.flag + " value\n"
+		prefix := "  --" + st.flag + " VALUE "
 		if st.boolean {
-			want = "\n  -" + st.flag + "\n"
+			prefix = "  --" + st.flag + " "
 		}
-		if !strings.Contains(out, want) {
-			t.Errorf("serve --help does not print %q", strings.TrimSpace(want))
+		var found []string
+		for _, l := range flagLines {
+			if strings.HasPrefix(l, prefix) {
+				found = append(found, l)
+			}
+		}
+		if len(found) != 1 {
+			t.Errorf("--%s: %d lines of serve --help start with %q, want 1", st.flag, len(found), prefix)
+			continue
+		}
+		if f := strings.Fields(strings.TrimPrefix(found[0], prefix)); len(f) < 2 || f[0] != st.env || !strings.Contains(found[0], "  "+st.shownPlain()+"  ") {
+			t.Errorf("--%s: line %q does not show %s and the default %q", st.flag, found[0], st.env, st.shownPlain())
 		}
 		u := st.usage()
 		if n := strings.Count(u, "default"); n != 1 {

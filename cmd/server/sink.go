@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -33,41 +32,45 @@ const sinkBodyShown = 2048
 // runSink is `hookgate sink`, a forward target for trying hookgate out. It
 // prints each request and checks its Standard Webhooks signature. It uses
 // the secret of --secret, or else every signing_secret of the
-// configuration's targets. It answers 204 to a valid signature, or to any
-// request without a secret, and 401 otherwise, until ctx is cancelled.
+// configuration's targets; without --secret, a configuration it cannot
+// load stops it. It answers 204 to a valid signature, or to any request
+// when the configuration has no signing secret, and 401 otherwise, until
+// ctx is cancelled.
 //
 // With a database, each valid forward goes through the public consumer
 // package's middleware. A redelivery is then recognised as already
 // processed, answered with the stored 204 and Idempotent-Replayed, and
 // printed as such.
 func runSink(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("hookgate sink", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	def := func(key, fallback string) string {
-		if v := getenv(key); v != "" {
-			return v
-		}
-		return fallback
-	}
-	addr := fs.String("addr", def("HOOKGATE_SINK_ADDR", defaultSinkAddr), "listen address (env HOOKGATE_SINK_ADDR)")
-	secret := fs.String("secret", getenv("HOOKGATE_SINK_SECRET"), "Standard Webhooks secret (whsec_…) forwards must be signed with (env HOOKGATE_SINK_SECRET); default: the signing secrets of the targets in --config")
-	cfgPath := fs.String("config", def("HOOKGATE_CONFIG", "hookgate.yaml"), "configuration whose targets' signing secrets are checked when --secret is not given (env HOOKGATE_CONFIG)")
-	dsn := fs.String("database-url", getenv("DATABASE_URL"), "PostgreSQL URL: process each forward at most once with the consumer package, and say when one was already processed (env DATABASE_URL); none: no memory of forwards")
-	if err := fs.Parse(args); err != nil {
+	c := newCmdFlags("hookgate sink", "hookgate sink [FLAGS]",
+		"A forward target for trying hookgate out: it prints each forward and checks its Standard Webhooks signature.\n"+
+			"It refuses to start when --secret is not given and the configuration cannot be loaded.", getenv)
+	var addr, secret, cfgPath, dsn string
+	c.String(&addr, "addr", "ADDR", "HOOKGATE_SINK_ADDR", defaultSinkAddr, "listen address")
+	c.String(&secret, "secret", "whsec_…", "HOOKGATE_SINK_SECRET", "", "the Standard Webhooks secret forwards must be signed with; without it, the targets' signing secrets of --config")
+	c.String(&cfgPath, "config", "FILE", "HOOKGATE_CONFIG", "hookgate.yaml", "configuration whose targets' signing secrets are checked when --secret is not given")
+	c.String(&dsn, "database-url", "URL", "DATABASE_URL", "", "PostgreSQL URL: process each forward at most once with the consumer package; none: no memory of forwards")
+	if done, err := c.parse(args, stdout); done || err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err := c.noArgs(); err != nil {
+		return err
 	}
 	var keys [][]byte
 	from := ""
-	if *secret != "" {
-		k, err := signature.DecodeStandardSecret(*secret)
+	if secret != "" {
+		k, err := signature.DecodeStandardSecret(secret)
 		if err != nil {
 			return fmt.Errorf("sink secret: %w (want whsec_ followed by base64)", err)
 		}
 		keys, from = append(keys, k), "--secret"
-	} else if cfg, err := config.Load(*cfgPath); err == nil {
+	} else {
+		// A configuration that cannot be loaded is no reason to accept
+		// every request: the sink would then say nothing about signatures.
+		cfg, err := config.Load(cfgPath)
+		if err != nil {
+			return fmt.Errorf("sink: cannot check signatures: no --secret (HOOKGATE_SINK_SECRET) and the configuration cannot be loaded: %w", err)
+		}
 		for _, sd := range cfg.Senders {
 			for _, t := range sd.Forward {
 				if t.SigningKey != nil {
@@ -75,20 +78,20 @@ func runSink(ctx context.Context, args []string, getenv func(string) string, std
 				}
 			}
 		}
-		from = "the signing secrets of " + *cfgPath
+		from = "the signing secrets of " + cfgPath
 	}
 	var verify signature.Verifier
 	if len(keys) > 0 {
 		verify = signature.StandardWebhooks(keys, 0)
 	}
 
-	processed, closeDB, err := sinkConsumer(ctx, *dsn, keys)
+	processed, closeDB, err := sinkConsumer(ctx, dsn, keys)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
 
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", *addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("sink: listen: %w", err)
 	}
@@ -209,7 +212,7 @@ func (r *statusRecorder) Write(p []byte) (int, error) {
 
 func orNone(from string, n int) string {
 	if n == 0 {
-		return "nothing (no secret given and none in the configuration): every request is accepted"
+		return "nothing: the configuration loaded, but none of its targets has a signing_secret, and no --secret was given; every request is accepted"
 	}
 	return fmt.Sprintf("%s (%d)", from, n)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,5 +120,46 @@ func TestSinkRecognisesRedelivery(t *testing.T) {
 	testkit.Poll(t, time.Minute, "the sink's output", func() bool { return strings.Contains(out.tail(100), "ALREADY PROCESSED") })
 	if got := out.tail(100); strings.Count(got, "first delivery of this event") != 1 {
 		t.Errorf("sink output:\n%s", got)
+	}
+}
+
+// Without --secret, hookgate sink refuses to start when its configuration
+// cannot be loaded (missing, an unset ${VAR}, invalid), naming the file and
+// why, rather than accepting every request unchecked. A configuration that
+// loads but has no signing secret starts, and says that it checks nothing.
+func TestSinkRefusesConfigItCannotLoad(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "hookgate.yaml")
+	unset := writeConfig(t, senderConfig+"    forward:\n      - name: s\n        url: http://127.0.0.1:9/\n        signing_secret: ${HOOKGATE_TEST_SINK_UNSET}\n")
+	invalid := writeConfig(t, "senders: [")
+	for name, tc := range map[string]struct{ path, says string }{
+		"missing":      {missing, "no such file"},
+		"unset ${VAR}": {unset, "HOOKGATE_TEST_SINK_UNSET"},
+		"invalid":      {invalid, "parse YAML"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), []string{"sink", "--addr", "127.0.0.1:0", "--config", tc.path}, envOf(), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "cannot check signatures") {
+			t.Errorf("%s: err = %v, want a refusal naming %s and %q", name, err, tc.path, tc.says)
+		}
+		if strings.Contains(stdout.String(), "listening") {
+			t.Errorf("%s: the sink started: %s", name, stdout.String())
+		}
+	}
+
+	// Loaded, without a signing secret: it starts and says so.
+	out := newLogSink()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"sink", "--addr", "127.0.0.1:0", "--config", writeConfig(t, senderConfig)}, envOf(), out, out)
+	}()
+	testkit.Poll(t, time.Minute, "the sink to start", func() bool { return strings.Contains(out.tail(10), "listening") })
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("sink: %v", err)
+	}
+	if got := out.tail(10); !strings.Contains(got, "none of its targets has a signing_secret") {
+		t.Errorf("sink output: %s", got)
 	}
 }

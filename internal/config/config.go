@@ -582,24 +582,35 @@ func fieldPaths(n *yaml.Node, path string, out map[string]string) {
 
 // expand replaces ${VAR} in every scalar with the variable's value, and
 // appends the values it put in to expanded. An unset variable is an error
-// naming it and the line.
-func expand(n *yaml.Node, lookup func(string) (string, bool), expanded *[]string) error {
+// naming it and its line; the error names every unset variable of the
+// document, so that one run says all that is missing.
+func expand(root *yaml.Node, lookup func(string) (string, bool), expanded *[]string) error {
+	var missing []string
+	expandNode(root, lookup, expanded, &missing)
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("environment variable %s is not set", missing[0])
+	}
+	return fmt.Errorf("environment variables %s are not set", strings.Join(missing, ", "))
+}
+
+// expandNode expands the scalars under n, and appends each unset
+// variable, as "NAME (line N)", to missing.
+func expandNode(n *yaml.Node, lookup func(string) (string, bool), expanded, missing *[]string) {
 	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
-		var missing []string
 		n.Value = varRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
 			name := varRef.FindStringSubmatch(ref)[1]
 			v, ok := lookup(name)
 			if !ok {
-				missing = append(missing, name)
+				*missing = append(*missing, fmt.Sprintf("%s (line %d)", name, n.Line))
 			}
 			if v != "" {
 				*expanded = append(*expanded, v)
 			}
 			return v
 		})
-		if len(missing) > 0 {
-			return fmt.Errorf("line %d: environment variable %s is not set", n.Line, strings.Join(missing, ", "))
-		}
 		// A value from the environment is taken literally. It is a string,
 		// or a whole number where the field is a number.
 		n.Tag = "!!str"
@@ -610,11 +621,8 @@ func expand(n *yaml.Node, lookup func(string) (string, bool), expanded *[]string
 		}
 	}
 	for _, c := range n.Content {
-		if err := expand(c, lookup, expanded); err != nil {
-			return err
-		}
+		expandNode(c, lookup, expanded, missing)
 	}
-	return nil
 }
 
 func applyDefaults(s *Sender) {

@@ -170,6 +170,16 @@ func TestParseUnsetVariableIsAnError(t *testing.T) {
 		}
 	}
 
+	// Every unset variable is named, each with its line, in one error.
+	yaml = "senders:\n" + // line 1
+		sender("billing-${HOOKGATE_TEST_UNSET_A}", // lines 2, 3
+			"delivery_id: { header: X-Id }",               // line 4
+			"retention: ${HOOKGATE_TEST_UNSET_RETENTION}") // line 5
+	_, err = config.Parse([]byte(yaml), env(map[string]string{"OTHER": "x"}))
+	if err == nil || !strings.Contains(err.Error(), "environment variables HOOKGATE_TEST_UNSET_A (line 2), HOOKGATE_TEST_UNSET_RETENTION (line 5) are not set") {
+		t.Errorf("two unset variables: err = %v, want both named with their lines", err)
+	}
+
 	// A variable set to the empty string is set: it expands to "".
 	yaml = "senders:\n" + sender("billing${EMPTY}", "delivery_id: { header: X-Id }")
 	c := mustParse(t, yaml, env(map[string]string{"EMPTY": ""}))

@@ -215,3 +215,63 @@ func copyCheckout(t *testing.T, root string) string {
 	}
 	return work
 }
+
+// TestMakeRunNamesUnsetVariables runs make run's script and make redeliver
+// in a copy of the checkout whose hookgate.yaml names two unset ${VAR}s:
+// each fails, naming both variables, before anything else. make run prints
+// no banner and starts no PostgreSQL; make redeliver does not get as far
+// as asking for make run's database.
+func TestMakeRunNamesUnsetVariables(t *testing.T) {
+	testkit.Slow(t, "runs make run's script and make redeliver: go build")
+	t.Parallel()
+	work := copyCheckout(t, repoRoot(t))
+	cfg := `senders:
+  - name: orders
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    secret: ${HOOKGATE_TEST_UNSET_SECRET}
+    signature: { scheme: hmac-sha256, header: X-Signature, encoding: hex }
+    forward:
+      - name: sink
+        url: http://127.0.0.1:9099/
+        signing_secret: ${HOOKGATE_TEST_UNSET_SIGNING}
+`
+	if err := os.WriteFile(filepath.Join(work, "hookgate.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, pgPort, _ := net.SplitHostPort(freePort(t))
+	env := []string{"HOOKGATE_PG_PORT=" + pgPort}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOOKGATE_") && !strings.HasPrefix(kv, "MAKEFLAGS=") && !strings.HasPrefix(kv, "MAKELEVEL=") {
+			env = append(env, kv)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		not  []string // what it must not say: it got past the check
+	}{
+		{"make run", []string{"bash", ".ci/run-local.sh"}, []string{"The gateway listens", "Admin token"}},
+		{"make redeliver", []string{"make", "--no-print-directory", "redeliver", "ARGS=--sender orders --target sink"}, []string{"run make run first", "matched"}},
+	} {
+		cmd := exec.Command(tc.args[0], tc.args[1:]...)
+		cmd.Dir, cmd.Env = work, env
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("%s succeeded with unset variables:\n%s", tc.name, out)
+		}
+		if !strings.Contains(string(out), "environment variables HOOKGATE_TEST_UNSET_SECRET (line 5), HOOKGATE_TEST_UNSET_SIGNING (line 10) are not set") {
+			t.Errorf("%s does not name both unset variables with their lines:\n%s", tc.name, out)
+		}
+		for _, s := range tc.not {
+			if strings.Contains(string(out), s) {
+				t.Errorf("%s says %q: it went on past the unset variables:\n%s", tc.name, s, out)
+			}
+		}
+	}
+	for _, f := range []string{".data/pg", ".data/pg-port", ".data/database-url"} {
+		if _, err := os.Stat(filepath.Join(work, f)); !os.IsNotExist(err) {
+			t.Errorf("%s exists: make run went on to the database (%v)", f, err)
+		}
+	}
+}
