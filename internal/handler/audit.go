@@ -154,7 +154,7 @@ func auditItem(e store.AuditEntry) api.AuditEntry {
 	return out
 }
 
-// Audit answers a page of the audit trail, newest first, only the rows of
+// ListAudit answers a page of the audit trail, newest first, only the rows of
 // an action or a token when asked: 400 for a limit outside 1..500 or a
 // cursor this API did not return.
 func (s *Server) ListAudit(w http.ResponseWriter, r *http.Request, params api.ListAuditParams) {
