@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -68,6 +70,29 @@ func TestServeAuditsReloadsByTokenAndWatch(t *testing.T) {
 			t.Errorf("audit row %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
+	// The console's requests name their token in the log too: the
+	// sign-in's and a page's.
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	resp, err := browser.PostForm(s.base+"/console/login", url.Values{"token": {reader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/console/" {
+		t.Errorf("the console's sign-in with the read token ended at %d %s", resp.StatusCode, resp.Request.URL)
+	}
+	named := func(path string) bool {
+		for _, line := range strings.Split(s.log.tail(1000), "\n") {
+			if strings.Contains(line, `"path":"`+path+`"`) && strings.Contains(line, `"token":"ci-reader"`) {
+				return true
+			}
+		}
+		return false
+	}
+	testkit.Poll(t, time.Minute, "the console's log lines to name the token", func() bool {
+		return named("/console/login") && named("/console/")
+	}, func() string { return s.log.tail(20) })
 	log := s.log.tail(1000)
 	if strings.Contains(log, admin) || strings.Contains(log, reader) {
 		t.Error("the log holds a token's value")

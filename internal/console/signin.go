@@ -103,6 +103,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 			Message: "That is not the admin token or a read token. Paste the value of HOOKGATE_ADMIN_TOKEN (make run prints it), or of a token of HOOKGATE_READ_TOKENS."})
 		return
 	}
+	r = r.WithContext(access.With(r.Context(), caller)) // the log line names it
 	http.SetCookie(w, c.newCookie(r, caller))
 	c.signedIn(r, caller)
 	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
