@@ -14,6 +14,27 @@ import (
 	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
+// Defines values for AuditEntryOutcome.
+const (
+	Error   AuditEntryOutcome = "error"
+	Ok      AuditEntryOutcome = "ok"
+	Refused AuditEntryOutcome = "refused"
+)
+
+// Valid indicates whether the value is a known member of the AuditEntryOutcome enum.
+func (e AuditEntryOutcome) Valid() bool {
+	switch e {
+	case Error:
+		return true
+	case Ok:
+		return true
+	case Refused:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BodyEncoding.
 const (
 	BodyEncodingBase64 BodyEncoding = "base64"
@@ -432,6 +453,48 @@ func (e ListTargetForwardsParamsState) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// AuditEntry One operator action.
+type AuditEntry struct {
+	// Action What was done: `sign-in`, `sign-out`, `sign-out-everywhere`, `redeliver`, `redeliver-bulk`, `pause`, `resume`, `reload`, or `other` (another changing request).
+	Action string `json:"action"`
+
+	// At When the action was recorded, after it was answered.
+	At time.Time `json:"at"`
+
+	// Client The client's address, as the wrong-token limit sees it; null for none (a reload without a request).
+	Client     *string `json:"client"`
+	DeliveryId *string `json:"delivery_id"`
+
+	// Detail A short word on the outcome, such as the problem type of a refusal; never a secret.
+	Detail *string `json:"detail"`
+
+	// Details A few facts of the action (a pause's reason and end, a bulk redelivery's state and count, a reload's hashes), at most 4 KiB.
+	Details *map[string]interface{} `json:"details"`
+	EventId *openapi_types.UUID     `json:"event_id"`
+
+	// Id The row's number; a later action has a greater one.
+	Id int64 `json:"id"`
+
+	// Outcome `ok`: carried out; `refused`: not carried out (a 4xx, such as a read token's `scope-missing`); `error`: it failed (a 5xx).
+	Outcome AuditEntryOutcome `json:"outcome"`
+	Sender  *string           `json:"sender"`
+	Target  *string           `json:"target"`
+
+	// Token The name of the token (never its value), `admin` for the admin token; `signal` or `watch` for a reload by SIGHUP or `--config-watch`.
+	Token string `json:"token"`
+}
+
+// AuditEntryOutcome `ok`: carried out; `refused`: not carried out (a 4xx, such as a read token's `scope-missing`); `error`: it failed (a 5xx).
+type AuditEntryOutcome string
+
+// AuditPage One page of the audit trail, newest first.
+type AuditPage struct {
+	Items []AuditEntry `json:"items"`
+
+	// NextCursor Pass as `cursor` to get the next page; null on the last page.
+	NextCursor *string `json:"next_cursor"`
 }
 
 // Body A body, as `body_encoding` says: a JSON value, or a base64 string.
@@ -1448,6 +1511,9 @@ type Sender = string
 // Target defines model for Target.
 type Target = string
 
+// Forbidden An RFC 9457 problem detail, served as `application/problem+json`.
+type Forbidden = Problem
+
 // InvalidEventID An RFC 9457 problem detail, served as `application/problem+json`.
 type InvalidEventID = Problem
 
@@ -1471,6 +1537,21 @@ type UnknownSender = Problem
 
 // UnknownTarget An RFC 9457 problem detail, served as `application/problem+json`.
 type UnknownTarget = Problem
+
+// ListAuditParams defines parameters for ListAudit.
+type ListAuditParams struct {
+	// Limit The largest number of rows on a page, from 1 to 500; 50 when left out.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page; leave it out for the first page.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Action Only the rows of this action, such as `pause`.
+	Action *string `form:"action,omitempty" json:"action,omitempty"`
+
+	// Token Only the rows of the token of this name, such as `admin`.
+	Token *string `form:"token,omitempty" json:"token,omitempty"`
+}
 
 // ListDeliveriesParams defines parameters for ListDeliveries.
 type ListDeliveriesParams struct {
@@ -1548,6 +1629,9 @@ type ServerInterface interface {
 	// GetReadyz Readiness check
 	// (GET /readyz)
 	GetReadyz(w http.ResponseWriter, r *http.Request)
+	// ListAudit The audit trail of operators' actions, newest first
+	// (GET /v1/audit)
+	ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams)
 	// GetConfig The configuration this process runs on
 	// (GET /v1/config)
 	GetConfig(w http.ResponseWriter, r *http.Request)
@@ -1623,6 +1707,12 @@ func (_ Unimplemented) GetOpenAPISpec(w http.ResponseWriter, r *http.Request) {
 // GetReadyz Readiness check
 // (GET /readyz)
 func (_ Unimplemented) GetReadyz(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListAudit The audit trail of operators' actions, newest first
+// (GET /v1/audit)
+func (_ Unimplemented) ListAudit(w http.ResponseWriter, r *http.Request, params ListAuditParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1780,6 +1870,78 @@ func (siw *ServerInterfaceWrapper) GetReadyz(w http.ResponseWriter, r *http.Requ
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetReadyz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListAudit operation middleware
+func (siw *ServerInterfaceWrapper) ListAudit(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAuditParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "action" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "action", r.URL.Query(), &params.Action, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "action"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "action", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "token" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "token", r.URL.Query(), &params.Token, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "token"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "token", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAudit(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2468,6 +2630,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/config/reload", wrapper.ReloadConfig)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/audit", wrapper.ListAudit)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/healthz", wrapper.GetHealthz)

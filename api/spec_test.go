@@ -112,6 +112,7 @@ func TestSpecPathsAndOperations(t *testing.T) {
 		"POST /v1/senders/{sender}/targets/{target}/resume":    "resumeTarget",
 		"GET /v1/config":                                       "getConfig",
 		"POST /v1/config/reload":                               "reloadConfig",
+		"GET /v1/audit":                                        "listAudit",
 	}
 	wantPaths := make(map[string]bool)
 	for k := range want {
@@ -144,6 +145,7 @@ var problemSlugs = []string{
 	"invalid-verify-token", "method-not-allowed",
 	"overloaded",
 	"config-refused",
+	"scope-missing",
 }
 
 // TestSpecExamples checks, independently of Validate, that every request

@@ -64,6 +64,61 @@ func TestRunRejectsWeakAdminToken(t *testing.T) {
 	}
 }
 
+// Read tokens (HOOKGATE_READ_TOKENS, --read-tokens) are checked at
+// start-up as the admin token is: a weak one is refused with its name and
+// the reason, and never its value; so is a read token without an admin
+// token, one equal to the admin token, a name given twice, the name admin
+// and a malformed list. Good ones start.
+func TestRunRejectsWeakReadTokens(t *testing.T) {
+	t.Parallel()
+	const admin = "3f9a1c7e5b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a"
+	const good, good2 = "7c1e9a3b5d2f8e6a4c10b7d9f1e3a5c7", "e2b4d6f8a0c1e3b5d7f9a2c4e6b8d0f1"
+	for _, tc := range []struct {
+		name   string
+		admin  string
+		tokens string
+		want   string
+		secret string // what the refusal must not repeat
+	}{
+		{"short", admin, "ci-reader:short-read-token-31-characters", `read token "ci-reader"`, "short-read-token-31-characters"},
+		{"repeated", admin, "ci:" + good + ",grafana:" + strings.Repeat("ab", 20), `read token "grafana": it is a pattern`, strings.Repeat("ab", 20)},
+		{"no admin", "", "ci:" + good, "without an admin token", good},
+		{"same as admin", admin, "ci:" + admin, `same value as token "admin"`, admin},
+		{"twice", admin, "ci:" + good + ",ci:" + good2, "given twice", good2},
+		{"admin name", admin, "admin:" + good, `"admin" is the admin token's`, good},
+		{"no name", admin, good, "must be name:token", good},
+		{"bad name", admin, "CI:" + good, "its name must be lower-case", good},
+	} {
+		for _, via := range []string{"env", "flag"} {
+			env := []string{"DATABASE_URL", "postgres://127.0.0.1:1/x"}
+			if tc.admin != "" {
+				env = append(env, "HOOKGATE_ADMIN_TOKEN", tc.admin)
+			}
+			args := []string{"serve"}
+			if via == "env" {
+				env = append(env, "HOOKGATE_READ_TOKENS", tc.tokens)
+			} else {
+				args = append(args, "--read-tokens", tc.tokens)
+			}
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), args, envOf(env...), &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s (%s): err = %v, want an error with %q", tc.name, via, err, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error()+stdout.String()+stderr.String(), tc.secret) {
+				t.Errorf("%s (%s): the refusal repeats a token: %v", tc.name, via, err)
+			}
+		}
+	}
+	s, err := parseSettings("serve", nil, envOf("HOOKGATE_ADMIN_TOKEN", admin, "HOOKGATE_READ_TOKENS", " ci:"+good+" , grafana.prod:"+good2), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.handler.ReadTokens) != 2 || s.handler.ReadTokens[1].Name != "grafana.prod" || len(s.console.ReadTokens) != 2 {
+		t.Errorf("read tokens: %+v, %+v", s.handler.ReadTokens, s.console.ReadTokens)
+	}
+}
+
 // A request header section over 64 KiB (net/http's default is 1 MiB) is
 // refused with 431; --max-header-bytes raises the bound.
 func TestRunMaxHeaderBytes(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Reloading the configuration, see docs/operations.md.
@@ -94,6 +95,10 @@ type reloader struct {
 	// applied are called, in order, after a new configuration is in force,
 	// with it and what changed.
 	applied []func(to *sender.Snapshot, c config.Changes)
+
+	// audit records a reload of SIGHUP or --config-watch in the audit
+	// trail (nil: none). The API's reloads are recorded by the handler.
+	audit func(ctx context.Context, e store.AuditEntry)
 
 	reloads *prometheus.CounterVec
 	info    *prometheus.GaugeVec
@@ -201,8 +206,17 @@ func (r *reloader) onSIGHUP(ctx context.Context, hup <-chan os.Signal) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			_, _ = r.ReloadConfig("SIGHUP") // logged
+			res, err := r.ReloadConfig("SIGHUP") // logged
+			r.record(ctx, "signal", res, err)
 		}
+	}
+}
+
+// record writes a reload by name ("signal" or "watch") in the audit
+// trail.
+func (r *reloader) record(ctx context.Context, name string, res handler.ConfigReload, err error) {
+	if r.audit != nil {
+		r.audit(ctx, handler.ReloadAudit(name, res, err))
 	}
 }
 
@@ -229,7 +243,8 @@ func (r *reloader) watch(ctx context.Context, interval time.Duration) {
 		h := fileHash(r.s.configPath)
 		if h == last && h != tried {
 			tried = h
-			_, _ = r.ReloadConfig("file change (--config-watch)") // logged
+			res, err := r.ReloadConfig("file change (--config-watch)") // logged
+			r.record(ctx, "watch", res, err)
 		}
 		last = h
 	}

@@ -78,6 +78,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	rl := newReloader(s, senders, fwd.fixed, reg, log)
 	rl.applied = append(rl.applied, fwd.applyConfig)
+	rl.audit = func(ctx context.Context, e store.AuditEntry) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := db.queries.RecordAudit(ctx, e); err != nil {
+			log.Error("audit trail: a reload could not be recorded", "token", e.Token, "err", err)
+		}
+	}
 	api, err := newAPI(db, jobs, senders, deliveries, fwd, rl, s, reg, log)
 	if err != nil {
 		return err

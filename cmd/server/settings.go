@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/console"
@@ -44,10 +45,10 @@ type settings struct {
 	allowExampleSecrets bool
 
 	// The components'.
-	handler   handler.Config   // the admin token, the body budget and pace, MetricsElsewhere
-	console   console.Config   // the admin token, the trusted proxies, the session TTL
+	handler   handler.Config   // the admin and read tokens, the body budget and pace, MetricsElsewhere
+	console   console.Config   // the admin and read tokens, the trusted proxies, the session TTL
 	dedup     dedup.Config     // the in-flight wait, group commit, the replay cache, shedding
-	retention retention.Config // the interval
+	retention retention.Config // the interval, the audit trail's retention
 	// client holds MaxWorkers, FetchPollInterval and RescueAfter. A zero
 	// RescueAfter is computed from the targets.
 	client     queue.ClientConfig
@@ -142,6 +143,9 @@ var settingTable = []setting{
 	{flag: "admin-token", env: "HOOKGATE_ADMIN_TOKEN", shown: "(none)",
 		help:  "bearer token of the operator API and the console; a weak one (under 128 bits of estimated entropy, only whitespace, a repeated pattern, mostly dictionary words, keyboard rows, sequences or dates) is refused: use openssl rand -hex 32",
 		parse: parseAdminToken},
+	{flag: "read-tokens", env: "HOOKGATE_READ_TOKENS", shown: "(none)",
+		help:  "comma-separated name:token pairs of read-only tokens of the operator API and the console: they read everything and change nothing; a name is 1 to 32 of a-z, 0-9, -, _ and ., not admin, each once; each token is checked as the admin token is, and must differ from it and from the others",
+		parse: parseReadTokens},
 	{flag: "in-flight-wait", env: "HOOKGATE_IN_FLIGHT_WAIT", def: dedup.DefaultInFlightWait.String(),
 		help: "how long a delivery waits for a concurrent one with the same ID before 409 (at most 10s)",
 		parse: func(s *settings, v string) error {
@@ -341,6 +345,9 @@ var settingTable = []setting{
 	{flag: "retention-interval", env: "HOOKGATE_RETENTION_INTERVAL", def: shortDuration(retention.DefaultInterval),
 		help:  "how often expired keys and old events are deleted (by one worker process at a time)",
 		parse: durationSetting("retention interval", time.Second, func(s *settings) *time.Duration { return &s.retention.Interval })},
+	{flag: "audit-retention", env: "HOOKGATE_AUDIT_RETENTION", def: shortDuration(retention.DefaultAuditRetention),
+		help:  "how long the audit trail keeps an operator's action (sign-in, redelivery, pause, reload…); older rows are deleted with the expired keys; 2160h is 90 days",
+		parse: durationSetting("audit retention", time.Hour, func(s *settings) *time.Duration { return &s.retention.AuditRetention })},
 	{flag: "allow-example-secrets", env: config.ExampleSecretsEnv, def: "false", boolean: true,
 		help:  "start even though hookgate.yaml uses a secret published in hookgate.example.yaml (a local trial only; make run sets it)",
 		parse: boolSetting("allow example secrets", func(s *settings) *bool { return &s.allowExampleSecrets })},
@@ -404,6 +411,22 @@ func parseAdminToken(s *settings, v string) error {
 		}
 	}
 	s.handler.AdminToken, s.console.AdminToken = v, v // the console signs in with it too
+	return nil
+}
+
+// parseReadTokens reads HOOKGATE_READ_TOKENS and refuses a weak token, as
+// parseAdminToken does. validate checks them against the admin token.
+func parseReadTokens(s *settings, v string) error {
+	read, err := access.ParseReadTokens(v)
+	if err != nil {
+		return err
+	}
+	for _, t := range read {
+		if err := authlimit.CheckTokenOf(fmt.Sprintf("read token %q", t.Name), t.Value); err != nil {
+			return err
+		}
+	}
+	s.handler.ReadTokens, s.console.ReadTokens = read, read
 	return nil
 }
 
@@ -489,6 +512,12 @@ func parseSettings(name string, args []string, getenv func(string) string, stdou
 
 // validate checks what no single setting can: how settings relate.
 func (s *settings) validate() error {
+	if len(s.handler.ReadTokens) > 0 && s.handler.AdminToken == "" {
+		return errors.New("read tokens: they are given without an admin token, and the operator API and the console are off without one: set HOOKGATE_ADMIN_TOKEN too")
+	}
+	if _, err := access.NewTokens(s.handler.AdminToken, s.handler.ReadTokens); err != nil {
+		return err
+	}
 	if s.worker.Backoff.Max < s.worker.Backoff.Base {
 		return errors.New("forward backoff: base must be positive and max at least base")
 	}

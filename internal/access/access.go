@@ -36,9 +36,25 @@ type Caller struct {
 
 type callerKey struct{}
 
-// With returns ctx carrying c.
+// With returns ctx carrying c. It also tells the [Noter] ctx carries, if
+// any, of c.
 func With(ctx context.Context, c Caller) context.Context {
+	if n, ok := ctx.Value(noterKey{}).(Noter); ok {
+		n.NoteCaller(c)
+	}
 	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// Noter is told of the caller a request is checked to be, by whatever
+// checks it further down (the console's sessions): the handler's request
+// log line, written after the request, learns the caller's name this way.
+type Noter interface{ NoteCaller(Caller) }
+
+type noterKey struct{}
+
+// WithNoter returns ctx carrying n, which [With] tells of the caller.
+func WithNoter(ctx context.Context, n Noter) context.Context {
+	return context.WithValue(ctx, noterKey{}, n)
 }
 
 // From returns the caller ctx carries, and false when there is none.

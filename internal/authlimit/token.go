@@ -34,28 +34,33 @@ const TokenHint = "generate one with: openssl rand -hex 32 (or: head -c 32 /dev/
 // common passwords, keyboard rows, sequences and dates. That is a
 // [PatternShare] under [MinRandomShare]. The error never contains any part
 // of the token.
-func CheckToken(token string) error {
+func CheckToken(token string) error { return CheckTokenOf("admin token", token) }
+
+// CheckTokenOf is [CheckToken] for any token: its errors begin with what,
+// such as `read token "ci-reader"`. Read tokens are held to the same
+// bar: the wrong-token limit never refuses a right token of any scope.
+func CheckTokenOf(what, token string) error {
 	if strings.TrimSpace(token) == "" {
-		return errors.New("admin token: it is only whitespace; " + TokenHint)
+		return errors.New(what + ": it is only whitespace; " + TokenHint)
 	}
 	if strings.TrimSpace(token) != token {
 		// HTTP drops the whitespace around a header's value, so no request
 		// could carry this token.
-		return errors.New("admin token: it begins or ends with whitespace (a line break from the file or variable it was read from?), which no Authorization header can carry: remove it; " + TokenHint)
+		return errors.New(what + ": it begins or ends with whitespace (a line break from the file or variable it was read from?), which no Authorization header can carry: remove it; " + TokenHint)
 	}
 	if p := period(token); p > 0 {
 		if p == 1 {
-			return errors.New("admin token: it is one character repeated; " + TokenHint)
+			return errors.New(what + ": it is one character repeated; " + TokenHint)
 		}
-		return fmt.Errorf("admin token: it is a pattern of %d characters repeated; %s", p, TokenHint)
+		return fmt.Errorf("%s: it is a pattern of %d characters repeated; %s", what, p, TokenHint)
 	}
 	if n, bits := len([]rune(token)), EstimateBits(token); n < MinTokenLength || bits < MinTokenBits {
-		return fmt.Errorf("admin token: it has %d characters and about %d bits of entropy, and must have at least %d and %d, so that it cannot be guessed; %s",
-			n, int(bits), MinTokenLength, MinTokenBits, TokenHint)
+		return fmt.Errorf("%s: it has %d characters and about %d bits of entropy, and must have at least %d and %d, so that it cannot be guessed; %s",
+			what, n, int(bits), MinTokenLength, MinTokenBits, TokenHint)
 	}
 	if share, pbits, kinds := PatternShare(token); share < MinRandomShare {
-		return fmt.Errorf("admin token: it is made mostly of %s, which guessers try first: a password-strength estimator (zxcvbn) puts it at about %d bits, under %d%% of what random characters of its length would have; %s",
-			joinKinds(kinds), int(pbits), int(MinRandomShare*100), TokenHint)
+		return fmt.Errorf("%s: it is made mostly of %s, which guessers try first: a password-strength estimator (zxcvbn) puts it at about %d bits, under %d%% of what random characters of its length would have; %s",
+			what, joinKinds(kinds), int(pbits), int(MinRandomShare*100), TokenHint)
 	}
 	return nil
 }

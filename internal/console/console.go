@@ -27,6 +27,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/queue"
@@ -55,6 +56,10 @@ type Config struct {
 	// AdminToken signs operators in. Empty disables the console, and its
 	// pages say how to enable it.
 	AdminToken string
+	// ReadTokens sign operators in who may read every page and change
+	// nothing: their pages have no forms, and their POSTs (but sign-out)
+	// are refused 403. They need an AdminToken.
+	ReadTokens []access.Token
 	// TrustedProxies are the proxies whose X-Forwarded-Proto and
 	// X-Forwarded-For are believed. Through one of them, X-Forwarded-Proto:
 	// https gets a Secure cookie, as TLS does. Give the Limiter the same.
@@ -119,6 +124,12 @@ func (c Config) validate() error {
 	if c.Log == nil {
 		errs = append(errs, errors.New("console config: Log: nil: a logger is required"))
 	}
+	if len(c.ReadTokens) > 0 && c.AdminToken == "" {
+		errs = append(errs, errors.New("console config: ReadTokens: given without an AdminToken"))
+	}
+	if _, err := access.NewTokens(c.AdminToken, c.ReadTokens); err != nil {
+		errs = append(errs, fmt.Errorf("console config: ReadTokens: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -130,7 +141,7 @@ type Console struct {
 	log      *slog.Logger
 	opts     Config
 	key      []byte // session signing key, nil without an admin token
-	digest   [32]byte
+	callers  *access.Tokens
 	pages    map[string]*template.Template
 	handler  http.Handler
 }
@@ -154,8 +165,9 @@ func New(opts Config) (*Console, error) {
 		opts.Now = time.Now
 	}
 	c := &Console{senders: opts.Senders, q: opts.Queries, forwards: opts.Forwards, log: opts.Log, opts: opts, pages: parsePages()}
+	c.callers, _ = access.NewTokens(opts.AdminToken, opts.ReadTokens) // validate checked them
 	if opts.AdminToken != "" {
-		c.key, c.digest = sessionKey(opts.AdminToken)
+		c.key = sessionKey(opts.AdminToken)
 	}
 	c.handler = c.routes()
 	return c, nil
@@ -192,6 +204,7 @@ func (c *Console) routes() http.Handler {
 		r.Use(c.requireSession)
 		r.Get("/", c.overview)
 		r.Get("/search", c.search)
+		r.Get("/audit", c.audit)
 		r.Post("/logout", c.logout)
 		r.Post("/logout-everywhere", c.logoutEverywhere)
 		r.Get("/senders/{sender}/deliveries", c.deliveries)

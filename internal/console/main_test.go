@@ -172,6 +172,7 @@ func newEnvWith(t testing.TB, yaml string, opts console.Config, fopts workOpts) 
 	}
 	hc := handler.DefaultConfig()
 	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console, hc.Traffic, hc.Now = opts.AdminToken, q, rc, cons, tr, opts.Now
+	hc.ReadTokens = opts.ReadTokens
 	hc.Forwards = queue.NewJobs(pool)
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = live, ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
 	h, err := handler.New(hc)

@@ -9,6 +9,10 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // page is what every template gets: the layout's fields and the page's
@@ -16,10 +20,15 @@ import (
 type page struct {
 	Title    string
 	SignedIn bool
-	CSRF     string
-	Message  string // an error shown at the top (role alert)
-	Notice   string // information shown at the top (role status)
-	Data     any
+	// CanChange is set for a session that may change things (the admin
+	// token's): a read session's pages have no forms that change.
+	CanChange bool
+	// Who is the name of the session's token.
+	Who     string
+	CSRF    string
+	Message string // an error shown at the top (role alert)
+	Notice  string // information shown at the top (role status)
+	Data    any
 }
 
 // funcs are the functions the templates call.
@@ -36,6 +45,18 @@ var funcs = template.FuncMap{
 	"add":      func(a, b float64) float64 { return a + b },
 	// kind is how a chart names a kind of count.
 	"kind": kindLabel,
+	// actions are the audit trail's actions, for its filter.
+	"actions": func() []string {
+		return []string{store.ActionSignIn, store.ActionSignOut, store.ActionSignOutAll, store.ActionRedeliver, store.ActionRedeliverBulk,
+			store.ActionPause, store.ActionResume, store.ActionReload, store.ActionOther}
+	},
+	// event is an event ID as shown, "" for none.
+	"event": func(id uuid.UUID) string {
+		if id == uuid.Nil {
+			return ""
+		}
+		return id.String()
+	},
 }
 
 // parsePages parses each page template with the layout.
@@ -59,7 +80,7 @@ func parsePages() map[string]*template.Template {
 // render writes the page name with status.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	if s, ok, _ := c.session(r); ok {
-		p.SignedIn, p.CSRF = true, c.csrf(s)
+		p.SignedIn, p.CSRF, p.CanChange, p.Who = true, c.csrf(s), s.canChange(), s.caller.Name
 	}
 	var buf bytes.Buffer
 	if err := c.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {

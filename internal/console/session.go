@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,13 +14,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hookgate/hookgate/internal/access"
 )
 
-// Sessions are signed cookies. A cookie holds its issue time, its expiry
-// and a random ID, signed with HMAC-SHA256 under a key derived from the
-// admin token. A restart with the same token keeps sessions valid, and a
-// new token ends them all. A session's CSRF token is an HMAC of its ID, so
-// it needs no storage either.
+// Sessions are signed cookies. A cookie holds its issue time, its expiry,
+// a random ID, and the scope and name of the token that signed in, signed
+// with HMAC-SHA256 under a key derived from the admin token, and bound to
+// the digest of the token that signed in. A restart with the same tokens
+// keeps sessions valid; a new admin token ends them all, and a read
+// token's change or removal ends its own. A read session cannot become an
+// admin one: its scope is signed. A session's CSRF token is an HMAC of its
+// ID, so it needs no storage either.
 //
 // Sign-out records the session as revoked in PostgreSQL. "Sign out
 // everywhere" records the time before which every session is over. Every
@@ -29,12 +35,11 @@ import (
 // CookieName is the session cookie's name.
 const CookieName = "hookgate_console"
 
-// sessionKey derives the signing key from the admin token, and the
-// token's digest for comparing sign-in attempts in constant time.
-func sessionKey(token string) ([]byte, [32]byte) {
+// sessionKey derives the signing key from the admin token.
+func sessionKey(token string) []byte {
 	m := hmac.New(sha256.New, []byte(token))
 	m.Write([]byte("hookgate console session key v1"))
-	return m.Sum(nil), sha256.Sum256([]byte(token))
+	return m.Sum(nil)
 }
 
 func (c *Console) mac(parts ...string) string {
@@ -43,22 +48,41 @@ func (c *Console) mac(parts ...string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// session is a valid session: its ID, issue time and expiry.
+// session is a valid session: its ID, issue time and expiry, and who
+// signed in.
 type session struct {
 	id              string
 	issued, expires time.Time
+	caller          access.Caller
 }
 
-// newCookie returns a new session's cookie for a sign-in by r.
-func (c *Console) newCookie(r *http.Request) *http.Cookie {
+// canChange reports whether the session may change anything: redeliver,
+// pause, resume, sign everyone out.
+func (s session) canChange() bool { return s.caller.Scope.Allows(access.Admin) }
+
+// sessionMAC signs a session's value val for the token of caller, or
+// returns false when that token is no longer configured.
+func (c *Console) sessionMAC(val string, caller access.Caller) (string, bool) {
+	d, ok := c.callers.Digest(caller)
+	if !ok {
+		return "", false
+	}
+	return c.mac("session", val, hex.EncodeToString(d[:])), true
+}
+
+// newCookie returns a new session's cookie for a sign-in by r with the
+// token of caller.
+func (c *Console) newCookie(r *http.Request, caller access.Caller) *http.Cookie {
 	b := make([]byte, 18)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	id := base64.RawURLEncoding.EncodeToString(b)
 	now := c.opts.Now()
 	exp := now.Add(c.opts.SessionTTL)
-	val := "v2." + strconv.FormatInt(now.UnixMicro(), 10) + "." + strconv.FormatInt(exp.Unix(), 10) + "." + id
+	val := "v3." + strconv.FormatInt(now.UnixMicro(), 10) + "." + strconv.FormatInt(exp.Unix(), 10) + "." + id +
+		"." + string(caller.Scope) + "." + caller.Name
+	sig, _ := c.sessionMAC(val, caller) // caller just signed in
 	return &http.Cookie{
-		Name: CookieName, Value: val + "." + c.mac("session", val),
+		Name: CookieName, Value: val + "." + sig,
 		Path: Prefix, Expires: exp, MaxAge: int(c.opts.SessionTTL.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r),
 	}
@@ -100,11 +124,14 @@ func (c *Console) cookieSession(r *http.Request) (session, bool) {
 		return session{}, false
 	}
 	val, sig := ck.Value[:i], ck.Value[i+1:]
-	if subtle.ConstantTimeCompare([]byte(sig), []byte(c.mac("session", val))) != 1 {
+	// A token's name may hold dots: it is the last part.
+	parts := strings.SplitN(val, ".", 6)
+	if len(parts) != 6 || parts[0] != "v3" {
 		return session{}, false
 	}
-	parts := strings.Split(val, ".")
-	if len(parts) != 4 || parts[0] != "v2" {
+	caller := access.Caller{Name: parts[5], Scope: access.Scope(parts[4])}
+	want, ok := c.sessionMAC(val, caller)
+	if !ok || subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
 		return session{}, false
 	}
 	iat, err := strconv.ParseInt(parts[1], 10, 64)
@@ -115,7 +142,7 @@ func (c *Console) cookieSession(r *http.Request) (session, bool) {
 	if err != nil || !c.opts.Now().Before(time.Unix(exp, 0)) {
 		return session{}, false
 	}
-	return session{id: parts[3], issued: time.UnixMicro(iat), expires: time.Unix(exp, 0)}, true
+	return session{id: parts[3], issued: time.UnixMicro(iat), expires: time.Unix(exp, 0), caller: caller}, true
 }
 
 // csrf returns the CSRF token of the session s.

@@ -2,17 +2,20 @@ package console
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/hookgate/hookgate/internal/access"
 )
 
-// requireSession lets signed-in requests through. It sends other GETs to
+// requireSession lets signed-in requests through, with the session's
+// caller in their context (access.With). It sends other GETs to
 // the sign-in page and refuses other POSTs with 403. A POST must also come
 // from this console, see [crossSite], and carry the session's CSRF token
-// in the form field csrf_token.
+// in the form field csrf_token, and a read session may POST only its
+// sign-out.
 func (c *Console) requireSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.key == nil {
@@ -25,7 +28,8 @@ func (c *Console) requireSession(next http.Handler) http.Handler {
 			return
 		}
 		if ok {
-			r = r.WithContext(context.WithValue(r.Context(), sessionKeyCtx{}, s))
+			ctx := context.WithValue(r.Context(), sessionKeyCtx{}, s)
+			r = r.WithContext(access.With(ctx, s.caller))
 		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			if !ok {
@@ -49,7 +53,14 @@ func (c *Console) requireSession(next http.Handler) http.Handler {
 			c.forbidden(w, r, "This request was refused: its CSRF token is missing or wrong. Go back, reload the page and try again.")
 			return
 		}
-		next.ServeHTTP(w, r)
+		c.audited(w, r, s, func(w http.ResponseWriter, r *http.Request) {
+			if !s.canChange() && r.URL.Path != Prefix+"/logout" {
+				c.forbidden(w, r, fmt.Sprintf("This request changes something and needs a token with scope %q: you signed in with token %q, of scope %q, which reads everything and changes nothing. Sign in with the admin token for it.",
+					access.Admin, s.caller.Name, s.caller.Scope))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
 	})
 }
 
@@ -79,8 +90,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	// The token is checked first, so that the right one always signs in.
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	d := sha256.Sum256([]byte(r.PostFormValue("token")))
-	if subtle.ConstantTimeCompare(d[:], c.digest[:]) != 1 {
+	caller, ok := c.callers.Check(r.PostFormValue("token"))
+	if !ok {
 		if wait := c.opts.Limiter.Blocked(r); wait > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 			c.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in",
@@ -89,10 +100,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		}
 		c.opts.Limiter.Failed(r)
 		c.render(w, r, http.StatusUnauthorized, "login", page{Title: "Sign in",
-			Message: "That is not the admin token. Paste the value of HOOKGATE_ADMIN_TOKEN (make run prints it)."})
+			Message: "That is not the admin token or a read token. Paste the value of HOOKGATE_ADMIN_TOKEN (make run prints it), or of a token of HOOKGATE_READ_TOKENS."})
 		return
 	}
-	http.SetCookie(w, c.newCookie(r))
+	r = r.WithContext(access.With(r.Context(), caller)) // the log line names it
+	http.SetCookie(w, c.newCookie(r, caller))
+	c.signedIn(r, caller)
 	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 }
 

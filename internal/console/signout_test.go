@@ -37,6 +37,7 @@ func (e *env) replica() *env {
 	}
 	hc := handler.DefaultConfig()
 	hc.AdminToken, hc.Queries, hc.Redeliverer, hc.Console = e.opts.AdminToken, e.q, e.rc, cons
+	hc.ReadTokens = e.opts.ReadTokens
 	hc.Forwards = queue.NewJobs(e.pool)
 	hc.Senders, hc.Ingest, hc.Ready, hc.Registry, hc.Log = sender.MustCompile(e.cfg), ingest, func(context.Context) error { return nil }, prometheus.NewRegistry(), log
 	h, err := handler.New(hc)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/sender"
 )
@@ -56,7 +57,8 @@ func (s *Server) ReloadConfig(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, newProblem(probUnavailable, "This server cannot reload its configuration."))
 		return
 	}
-	res, err := s.reloader.ReloadConfig("POST /v1/config/reload")
+	res, err := s.reloader.ReloadConfig("POST /v1/config/reload by token " + access.Name(r.Context()))
+	requestInfo(r.Context()).audit = ReloadAudit("", res, err).Details
 	if err != nil {
 		s.fail(w, r, &problemError{typ: probConfigRefused, cause: err,
 			detail: err.Error() + ". The running configuration keeps serving."})

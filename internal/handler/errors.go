@@ -32,6 +32,7 @@ var (
 	probInvalidParameter    = problemType{http.StatusBadRequest, "invalid-parameter", "Invalid parameter", 0}
 	probUnauthorized        = problemType{http.StatusUnauthorized, "unauthorized", "Unauthorized", 0}
 	probOperatorDisabled    = problemType{http.StatusForbidden, "operator-disabled", "Operator API disabled", 0}
+	probScopeMissing        = problemType{http.StatusForbidden, "scope-missing", "Token lacks the scope", 0}
 	probTooManyAttempts     = problemType{http.StatusTooManyRequests, "too-many-attempts", "Too many failed authentication attempts", 1}
 	probNoTargets           = problemType{http.StatusConflict, "no-targets", "No forward targets", 0}
 	probInFlight            = problemType{http.StatusConflict, "in-flight", "Delivery is still being processed", 1}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
+
+	"github.com/hookgate/hookgate/internal/access"
 )
 
 // maxClientRequestIDBytes caps the client's X-Request-Id as logged.
@@ -58,10 +60,28 @@ type reqInfo struct {
 	eventType      string
 	eventTypeLabel string
 	outcome        string
-	err            *problemError
+	// caller is the name of the operator API's checked token (never its
+	// value), logged as token.
+	caller string
+	// audit holds a few facts of an operator's action for its row of the
+	// audit trail (store.AuditEntry.Details); nil for none.
+	audit map[string]any
+	err   *problemError
 }
 
 type reqInfoKey struct{}
+
+// NoteCaller keeps the name of the caller the console checked, for the
+// log line (access.Noter).
+func (ri *reqInfo) NoteCaller(c access.Caller) { ri.caller = c.Name }
+
+// noteCallers lets the console's session check name the caller in the
+// request's log line.
+func noteCallers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(access.WithNoter(r.Context(), requestInfo(r.Context()))))
+	})
+}
 
 // requestInfo returns the request's reqInfo; a throwaway one when the request
 // did not pass through assignRequestID (so handlers never check for nil).
@@ -74,7 +94,8 @@ func requestInfo(ctx context.Context) *reqInfo {
 
 // logRequests writes one structured line per request: request id (and the
 // client's X-Request-Id, if any, as client_request_id), method, path,
-// status, duration, and for ingest the sender, delivery ID, event type (when
+// status, duration, the name of the operator's token (never its value),
+// and for ingest the sender, delivery ID, event type (when
 // not empty) and outcome.
 // 5xx lines are errors and carry the cause; bodies and secrets never appear.
 func (s *Server) logRequests(next http.Handler) http.Handler {
@@ -96,6 +117,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		if id := clientRequestID(r); id != "" {
 			attrs = append(attrs, slog.String("client_request_id", id))
+		}
+		if info.caller != "" {
+			attrs = append(attrs, slog.String("token", info.caller))
 		}
 		if info.sender != "" {
 			attrs = append(attrs, slog.String("sender", info.sender))

@@ -2,8 +2,6 @@ package handler
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -19,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
@@ -48,30 +47,33 @@ func isOperatorPath(path string) bool {
 	return path == operatorPrefix || strings.HasPrefix(path, operatorPrefix+"/")
 }
 
-// requireAdmin guards every request under /v1, whether or not a route
+// requireToken guards every request under /v1, whether or not a route
 // matches it, before anything else looks at it: 403 when no admin token is
 // configured, 401 with WWW-Authenticate when the bearer token is missing or
 // wrong, or 429 with Retry-After instead when the client has sent too many
-// missing or wrong tokens lately (authlimit.Limiter; the right token always
-// passes), 400 when the path has a control
-// character or invalid UTF-8. Tokens are compared as SHA-256 digests in constant time, so neither
-// the content nor the length of the configured token leaks through timing.
-func (s *Server) requireAdmin(next http.Handler) http.Handler {
+// missing or wrong tokens lately (authlimit.Limiter; a right token always
+// passes), 403 scope-missing when a read token asks for anything but GET
+// or HEAD, 400 when the path has a control character or invalid UTF-8.
+// Tokens are compared as SHA-256 digests in constant time
+// (access.Tokens.Check), so neither the content nor the length of a
+// configured token leaks through timing. The checked token's name and
+// scope go into the request's context (access.With) and its log line.
+func (s *Server) requireToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isOperatorPath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if s.adminDigest == nil {
+		if !s.callers.HasAdmin() {
 			s.fail(w, r, newProblem(probOperatorDisabled,
 				"The operator API is disabled because no admin token is configured. Set HOOKGATE_ADMIN_TOKEN (or --admin-token) to a long random secret and restart hookgate to enable it."))
 			return
 		}
-		// The token is looked at first: a request with the right one is
+		// The token is looked at first: a request with a right one is
 		// never refused because of failures, its client's or others'.
 		token, ok := bearerToken(r.Header)
-		d := sha256.Sum256([]byte(token))
-		if !ok || subtle.ConstantTimeCompare(d[:], s.adminDigest[:]) != 1 {
+		caller, known := s.callers.Check(token)
+		if !ok || !known {
 			if wait := s.authLimit.Blocked(r); wait > 0 {
 				s.fail(w, r, newProblem(probTooManyAttempts, fmt.Sprintf(
 					"Too many requests with a missing or wrong bearer token came from this address. Retry after the time in Retry-After (about %.1fs).", wait.Seconds())))
@@ -81,12 +83,24 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate"`)
 				s.fail(w, r, newProblem(probUnauthorized,
-					"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
+					"The operator API needs a bearer token: send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN or of a read token."))
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hookgate", error="invalid_token"`)
 			s.fail(w, r, newProblem(probUnauthorized,
-				"The bearer token is wrong. Send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN."))
+				"The bearer token is wrong. Send Authorization: Bearer <token> with the value of HOOKGATE_ADMIN_TOKEN or of a read token."))
+			return
+		}
+		requestInfo(r.Context()).caller = caller.Name
+		r = r.WithContext(access.With(r.Context(), caller))
+		need := NeededScope(r.Method)
+		if need == access.Admin {
+			var record func()
+			w, record = s.audited(w, r, caller)
+			defer record()
+		}
+		if !caller.Scope.Allows(need) {
+			s.fail(w, r, scopeMissing(caller, need))
 			return
 		}
 		if reason := invalidPath(r.URL.Path); reason != "" {
@@ -95,6 +109,22 @@ func (s *Server) requireAdmin(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// NeededScope is the scope a request of method needs under /v1: read for
+// GET and HEAD, admin for any other method, which may change something.
+func NeededScope(method string) access.Scope {
+	if method == http.MethodGet || method == http.MethodHead {
+		return access.Read
+	}
+	return access.Admin
+}
+
+// scopeMissing is the 403 of a token of c that lacks scope need.
+func scopeMissing(c access.Caller, need access.Scope) *problemError {
+	return newProblem(probScopeMissing, fmt.Sprintf(
+		"This request needs a token with scope %q: token %q has scope %q only, which reads everything and changes nothing. Use the admin token for it.",
+		need, c.Name, c.Scope))
 }
 
 // invalidPath returns why the decoded operator path cannot name a resource
@@ -504,6 +534,8 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 		s.fail(w, r, err)
 		return
 	}
+	info := requestInfo(r.Context())
+	info.sender, info.deliveryID = e.Sender, e.DeliveryID
 	sender, ok := s.snapshot().Config().Sender(e.Sender)
 	if !ok {
 		s.fail(w, r, newProblem(probNoTargets, fmt.Sprintf("Sender %q of this event is no longer configured, so it has no forward targets to redeliver to.", e.Sender)))
@@ -526,6 +558,7 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 		s.fail(w, r, dbProblem(err))
 		return
 	}
+	info.audit = map[string]any{"forwards": len(jobs)}
 	out := api.Redelivery{EventId: e.ID, Sender: e.Sender, DeliveryId: e.DeliveryID, Forwards: make([]api.EnqueuedForward, 0, len(jobs))}
 	for _, j := range jobs {
 		f := api.EnqueuedForward{JobId: j.JobID, Target: j.Target, Url: forward.Show(sender, queue.Forward{Target: j.Target, JobID: j.JobID}).URL,

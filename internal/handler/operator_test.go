@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -31,6 +32,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/console"
@@ -74,6 +76,12 @@ type opOptions struct {
 	limiter *authlimit.Limiter
 	// console serves the console under /console, signed in with testToken.
 	console bool
+	// readTokens are the server's read tokens.
+	readTokens []access.Token
+	// reloader reloads for POST /v1/config/reload (none when nil).
+	reloader handler.ConfigReloader
+	// log receives the server's log lines (none when nil).
+	log io.Writer
 }
 
 // opServer is a hookgate server with its operator API enabled, on its own
@@ -107,7 +115,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if o.edit != nil {
 		o.edit(cfg)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.NewTextHandler(cmp.Or[io.Writer](o.log, io.Discard), nil))
 	if o.backoff == (forward.Backoff{}) {
 		o.backoff = forward.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond}
 	}
@@ -163,11 +171,12 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if !o.noToken {
 		hc.AdminToken = testToken
 	}
+	hc.ReadTokens, hc.Reloader = o.readTokens, o.reloader
 	if !o.noDB {
 		hc.Queries, hc.Forwards = store.New(pool), queue.NewJobs(pool)
 	}
 	if o.console {
-		cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(pool), Forwards: queue.NewJobs(pool), Log: log, AdminToken: testToken, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
+		cons, err := console.New(console.Config{Senders: cfg, Queries: store.New(pool), Forwards: queue.NewJobs(pool), Log: log, AdminToken: testToken, ReadTokens: o.readTokens, SessionTTL: console.DefaultSessionTTL, Redeliverer: hc.Redeliverer})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,8 +321,8 @@ func operatorRoutes(t *testing.T, router http.Handler, sender, deliveryID string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 12 {
-		t.Fatalf("router has %d operator routes, want 12: %v", len(out), out)
+	if len(out) != 13 {
+		t.Fatalf("router has %d operator routes, want 13: %v", len(out), out)
 	}
 	return out
 }
@@ -428,6 +437,7 @@ const (
 	routeRedeliver    = "/v1/events/{event_id}/redeliver"
 	routeConfig       = "/v1/config"
 	routeConfigReload = "/v1/config/reload"
+	routeAudit        = "/v1/audit"
 )
 
 func (s *opServer) delivery(sender, id string) deliveryRecord {
@@ -521,6 +531,7 @@ func TestOperatorAPIAuth(t *testing.T) {
 		routeTargets:   http.StatusOK, routeTargetForwards: http.StatusNotFound, routeTargetRedeliver: http.StatusNotFound,
 		routeTargetPause: http.StatusNotFound, routeTargetResume: http.StatusNotFound, // hdr has no target t
 		routeConfig: http.StatusOK, routeConfigReload: http.StatusServiceUnavailable, // the test server has no Reloader
+		routeAudit: http.StatusOK,
 	}
 	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
 		for _, rt := range routes[:len(routes)-1] { // not the appended "(no route)"

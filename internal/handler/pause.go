@@ -72,7 +72,24 @@ func (s *Server) PauseTarget(w http.ResponseWriter, r *http.Request, sender api.
 		s.pauses.Poke()
 	}
 	s.log.Info("target paused by an operator", "sender", sender, "target", target, "until", p.Until, "reason", p.Reason, "by", p.By)
+	requestInfo(r.Context()).audit = PauseAudit(p)
 	writeJSON(w, http.StatusOK, pauseState(p, true))
+}
+
+// PauseAudit is what the audit trail keeps of pause p: its reason and
+// end, when it has them; nil for neither.
+func PauseAudit(p store.TargetPause) map[string]any {
+	d := map[string]any{}
+	if p.Reason != "" {
+		d["reason"] = p.Reason
+	}
+	if !p.Until.IsZero() {
+		d["until"] = p.Until.UTC()
+	}
+	if len(d) == 0 {
+		return nil
+	}
+	return d
 }
 
 // errPauseBodyTooLarge is the cause (logged, never sent) of a 400 for a

@@ -6,7 +6,6 @@ package handler
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/swaggest/swgui/v5emb"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/authlimit"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/dedup"
@@ -47,6 +47,11 @@ type Config struct {
 	// console, which signs in with it itself); "" disables the operator
 	// API, which then answers every request 403.
 	AdminToken string
+	// ReadTokens are the read-only tokens (HOOKGATE_READ_TOKENS): they
+	// read every /v1 endpoint and are refused 403 on every other method.
+	// Their names, never their values, are logged. New refuses them
+	// without an AdminToken, or when access.NewTokens does.
+	ReadTokens []access.Token
 	// BodyBudget bounds the request body bytes that ingest requests hold
 	// in memory at once (DefaultBodyBudget), at least 1, held as they
 	// arrive; each client (AuthLimiter's ClientKey) holds at most a quarter
@@ -196,6 +201,12 @@ func (c Config) validate() error {
 			return fmt.Errorf("handler config: %s: nil: %s is required", d.name, d.what)
 		}
 	}
+	if len(c.ReadTokens) > 0 && c.AdminToken == "" {
+		return errors.New("handler config: ReadTokens: given without an AdminToken")
+	}
+	if _, err := access.NewTokens(c.AdminToken, c.ReadTokens); err != nil {
+		return fmt.Errorf("handler config: ReadTokens: %w", err)
+	}
 	if (c.Queries == nil) != (c.Forwards == nil) {
 		return errors.New("handler config: Queries and Forwards: give both or neither")
 	}
@@ -232,14 +243,15 @@ type Server struct {
 	docsCSP    string
 	now        func() time.Time
 
-	// The operator API's: adminDigest is the SHA-256 of its token, nil when
-	// none is configured (the operator API is disabled); q and redeliver
-	// read and redeliver (nil without Config.Queries and Config.Redeliverer).
-	adminDigest *[32]byte
-	authLimit   *authlimit.Limiter
-	q           *store.Queries
-	jobs        ForwardReader
-	redeliver   Redeliverer
+	// The operator API's: callers are its tokens, without an admin one
+	// when none is configured (the operator API is disabled); q and
+	// redeliver read and redeliver (nil without Config.Queries and
+	// Config.Redeliverer).
+	callers   *access.Tokens
+	authLimit *authlimit.Limiter
+	q         *store.Queries
+	jobs      ForwardReader
+	redeliver Redeliverer
 
 	// console is the browser console served under /console; nil for none.
 	console http.Handler
@@ -350,10 +362,7 @@ func New(hc Config) (*Server, error) {
 	if s.authLimit == nil {
 		s.authLimit = authlimit.New()
 	}
-	if hc.AdminToken != "" {
-		d := sha256.Sum256([]byte(hc.AdminToken))
-		s.adminDigest = &d
-	}
+	s.callers, _ = access.NewTokens(hc.AdminToken, hc.ReadTokens) // validate checked it
 	s.docsCSP = docsPolicy(s.docs)
 	s.shed = registerShedMetrics(reg, s)
 	return s, nil
@@ -366,7 +375,7 @@ func New(hc Config) (*Server, error) {
 // token, whether or not a route matches it.
 func (s *Server) Router() http.Handler {
 	r := chi.NewRouter()
-	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics, s.requireAdmin)
+	r.Use(assignRequestID, securityHeaders(s.docsCSP), s.logRequests, s.recoverPanics, s.requireToken)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		_ = writeProblem(w, newProblem(probNotFound, "No route for "+r.Method+" "+r.URL.Path+". See /docs for the API."))
 	})
@@ -378,7 +387,7 @@ func (s *Server) Router() http.Handler {
 	})
 	r.Method(http.MethodGet, "/docs/*", problemOn404(s.docs))
 	if s.console != nil {
-		r.Mount("/console", s.console)
+		r.Mount("/console", noteCallers(s.console))
 	}
 	return api.HandlerWithOptions(s, api.ChiServerOptions{
 		BaseRouter: r,

@@ -239,7 +239,21 @@ func (s *Server) RedeliverTarget(w http.ResponseWriter, r *http.Request, sender 
 		s.fail(w, r, dbProblem(err))
 		return
 	}
+	requestInfo(r.Context()).audit = bulkAudit(br, res)
 	writeJSON(w, http.StatusAccepted, api.BulkRedelivery{Matched: res.Matched, AfterCurrent: res.AfterCurrent})
+}
+
+// bulkAudit is what the audit trail keeps of a bulk redelivery: its
+// state, its window and how many forwards it matched.
+func bulkAudit(br queue.BulkRequest, res queue.Bulk) map[string]any {
+	d := map[string]any{"state": string(br.State), "matched": res.Matched}
+	if !br.Since.IsZero() {
+		d["since"] = br.Since.UTC()
+	}
+	if !br.Until.IsZero() {
+		d["until"] = br.Until.UTC()
+	}
+	return d
 }
 
 func utcOrNil(t time.Time) *time.Time {

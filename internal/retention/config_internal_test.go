@@ -20,7 +20,7 @@ func withDeps(c Config) Config {
 
 // TestConfigValidate: DefaultConfig with its dependencies is valid, and
 // NewWorker's maintenance job runs every Interval for at most Timeout; a
-// zero or negative interval or timeout is refused by validate and
+// zero or negative interval, timeout or audit retention is refused by validate and
 // NewWorker, with an error naming the field (never taken for the
 // default); a missing dependency too, naming it. (That the queue refuses
 // a maintenance job of a zero interval or timeout is queue's test.)
@@ -29,7 +29,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := withDeps(DefaultConfig()).validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)
 	}
-	w, err := NewWorker(withDeps(Config{Interval: time.Second, Timeout: time.Minute}))
+	w, err := NewWorker(withDeps(Config{Interval: time.Second, Timeout: time.Minute, AuditRetention: time.Hour}))
 	if err != nil {
 		t.Fatalf("NewWorker with a 1s interval and a 1m timeout: %v", err)
 	}
@@ -60,9 +60,10 @@ func TestConfigValidate(t *testing.T) {
 		c    Config
 		want string
 	}{
-		{"zero interval", Config{Timeout: JobTimeout}, "Interval 0s"},
-		{"negative interval", Config{Interval: -time.Second, Timeout: JobTimeout}, "Interval -1s"},
-		{"zero timeout", Config{Interval: DefaultInterval}, "Timeout 0s"},
+		{"zero interval", Config{Timeout: JobTimeout, AuditRetention: DefaultAuditRetention}, "Interval 0s"},
+		{"negative interval", Config{Interval: -time.Second, Timeout: JobTimeout, AuditRetention: DefaultAuditRetention}, "Interval -1s"},
+		{"zero timeout", Config{Interval: DefaultInterval, AuditRetention: DefaultAuditRetention}, "Timeout 0s"},
+		{"zero audit retention", Config{Interval: DefaultInterval, Timeout: JobTimeout}, "AuditRetention 0s"},
 	} {
 		if err := withDeps(tc.c).validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: validate() = %v, want an error naming %q", tc.name, err, tc.want)

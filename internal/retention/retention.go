@@ -1,6 +1,7 @@
 // Package retention deletes what hookgate no longer needs to remember:
 // expired delivery keys, old events, the fast path's old delivered
-// forwards, and signature tokens past their tolerance. Once its key is
+// forwards, signature tokens past their tolerance, and the audit trail's
+// old rows. Once its key is
 // deleted, a delivery ID is accepted as new.
 //
 // It runs as the job queue's maintenance job, see [Worker.Maintenance].
@@ -25,6 +26,8 @@ import (
 // Defaults of the retention job.
 const (
 	DefaultInterval = time.Minute
+	// DefaultAuditRetention is how long the audit trail keeps a row.
+	DefaultAuditRetention = 90 * 24 * time.Hour
 	// BatchSize is how many rows one statement deletes at most.
 	BatchSize = 1000
 )
@@ -37,6 +40,8 @@ type Result struct {
 	// its own finished jobs.
 	Forwards int64
 	Tokens   int64
+	// Audit counts the audit trail's rows.
+	Audit int64
 }
 
 // forgetAll is the cutoff after now for a sender no longer configured.
@@ -48,8 +53,9 @@ const forgetAll = 100 * 365 * 24 * time.Hour
 //
 // Run also looks for the rows of senders no longer configured.
 // [Worker.Work] does that only every [StrayEvery].
+// The audit trail keeps [DefaultAuditRetention].
 func Run(ctx context.Context, db store.DB, forwards DeliveredForwards, cfg *config.Config, now time.Time) (Result, error) {
-	return run(ctx, store.New(db), sigtoken.New(db), forwards, cfg, now, true)
+	return run(ctx, store.New(db), sigtoken.New(db), forwards, cfg, now, true, DefaultAuditRetention)
 }
 
 // DeliveredForwards deletes the fast path's delivered forwards.
@@ -88,9 +94,13 @@ func withStrays(cfg *config.Config, strays bool, find func() ([]string, error)) 
 }
 
 // run is [Run] on q and tokens. With strays it also deletes for the
-// senders no longer configured that have rows.
-func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, forwards DeliveredForwards, cfg *config.Config, now time.Time, strays bool) (Result, error) {
+// senders no longer configured that have rows. The audit trail keeps
+// auditKeep.
+func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, forwards DeliveredForwards, cfg *config.Config, now time.Time, strays bool, auditKeep time.Duration) (Result, error) {
 	var res Result
+	if err := inBatches(&res.Audit, func() (int64, error) { return q.DeleteAuditBefore(ctx, now.Add(-auditKeep), BatchSize) }); err != nil {
+		return res, err
+	}
 	// Tokens go first: nothing else bounds them. A configured sender's stay
 	// within its tolerance and [sigtoken.ClockMargin]. A removed sender's
 	// all go, as none of its requests is accepted.
@@ -103,15 +113,8 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, forwards
 		if s, ok := cfg.Sender(sender); ok {
 			cutoff = now.Add(-time.Duration(s.Tolerance) - sigtoken.ClockMargin)
 		}
-		for {
-			n, err := tokens.DeleteSignedBefore(ctx, sender, cutoff, BatchSize)
-			res.Tokens += n
-			if err != nil {
-				return res, err
-			}
-			if n < BatchSize {
-				break
-			}
+		if err := inBatches(&res.Tokens, func() (int64, error) { return tokens.DeleteSignedBefore(ctx, sender, cutoff, BatchSize) }); err != nil {
+			return res, err
 		}
 	}
 	senders, err := withStrays(cfg, strays, func() ([]string, error) { return q.ExpiredSenders(ctx, now) })
@@ -119,15 +122,8 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, forwards
 		return res, err
 	}
 	for _, sender := range senders {
-		for {
-			n, err := q.DeleteExpiredKeys(ctx, sender, now, BatchSize)
-			res.Keys += n
-			if err != nil {
-				return res, err
-			}
-			if n < BatchSize {
-				break
-			}
+		if err := inBatches(&res.Keys, func() (int64, error) { return q.DeleteExpiredKeys(ctx, sender, now, BatchSize) }); err != nil {
+			return res, err
 		}
 	}
 	// A removed sender's events are kept for [config.DefaultRetention].
@@ -144,15 +140,8 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, forwards
 	if keepForwards <= 0 {
 		keepForwards = config.DefaultRetention
 	}
-	for {
-		n, err := forwards.DeleteDeliveredBefore(ctx, now.Add(-keepForwards), BatchSize)
-		res.Forwards += n
-		if err != nil {
-			return res, err
-		}
-		if n < BatchSize {
-			break
-		}
+	if err := inBatches(&res.Forwards, func() (int64, error) { return forwards.DeleteDeliveredBefore(ctx, now.Add(-keepForwards), BatchSize) }); err != nil {
+		return res, err
 	}
 	for _, sender := range withEvents {
 		keep := config.DefaultRetention
@@ -160,18 +149,23 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, forwards
 			keep = time.Duration(s.EventRetention)
 		}
 		cutoff := now.Add(-keep)
-		for {
-			n, err := q.DeleteEventsBefore(ctx, sender, cutoff, BatchSize)
-			res.Events += n
-			if err != nil {
-				return res, err
-			}
-			if n < BatchSize {
-				break
-			}
+		if err := inBatches(&res.Events, func() (int64, error) { return q.DeleteEventsBefore(ctx, sender, cutoff, BatchSize) }); err != nil {
+			return res, err
 		}
 	}
 	return res, nil
+}
+
+// inBatches calls del, which deletes at most [BatchSize] rows, until it
+// deletes fewer or fails, adding what it deleted to n.
+func inBatches(n *int64, del func() (int64, error)) error {
+	for {
+		d, err := del()
+		*n += d
+		if err != nil || d < BatchSize {
+			return err
+		}
+	}
 }
 
 // Config configures the retention job: its dependencies and its settings.
@@ -194,11 +188,14 @@ type Config struct {
 	// Timeout is the longest a run takes; the next run does the rest. The
 	// queue may cut it shorter, see [queue.Maintenance].
 	Timeout time.Duration
+	// AuditRetention is how long the audit trail keeps a row
+	// ([DefaultAuditRetention]).
+	AuditRetention time.Duration
 }
 
 // DefaultConfig returns the job's default settings, without dependencies.
 func DefaultConfig() Config {
-	return Config{Interval: DefaultInterval, Timeout: JobTimeout}
+	return Config{Interval: DefaultInterval, Timeout: JobTimeout, AuditRetention: DefaultAuditRetention}
 }
 
 // validate returns an error naming the fields at fault, or nil.
@@ -208,6 +205,9 @@ func (c Config) validate() error {
 	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("retention config: Timeout %s: must be positive", c.Timeout)
+	}
+	if c.AuditRetention <= 0 {
+		return fmt.Errorf("retention config: AuditRetention %s: must be positive", c.AuditRetention)
 	}
 	var errs []error
 	if c.DB == nil {
@@ -234,6 +234,7 @@ type Worker struct {
 	log      *slog.Logger
 	interval time.Duration
 	timeout  time.Duration
+	audit    time.Duration // the audit trail's retention
 
 	mu      sync.Mutex
 	strayAt time.Time // when a run last looked for stray senders
@@ -250,7 +251,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{q: store.New(cfg.DB), tokens: sigtoken.New(cfg.DB), forwards: cfg.Forwards, senders: cfg.Senders, log: cfg.Log,
-		interval: cfg.Interval, timeout: cfg.Timeout}, nil
+		interval: cfg.Interval, timeout: cfg.Timeout, audit: cfg.AuditRetention}, nil
 }
 
 // Work deletes what has expired when it starts, as [Run] does, and logs
@@ -260,15 +261,15 @@ func (w *Worker) Work(ctx context.Context) error {
 	w.mu.Lock()
 	strays := w.strayAt.IsZero() || now.Sub(w.strayAt) >= StrayEvery
 	w.mu.Unlock()
-	res, err := run(ctx, w.q, w.tokens, w.forwards, w.senders.Current(), now, strays)
+	res, err := run(ctx, w.q, w.tokens, w.forwards, w.senders.Current(), now, strays, w.audit)
 	if strays && err == nil {
 		w.mu.Lock()
 		w.strayAt = now
 		w.mu.Unlock()
 	}
-	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 || res.Tokens > 0 {
+	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 || res.Tokens > 0 || res.Audit > 0 {
 		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events, "forwards_deleted", res.Forwards,
-			"signature_tokens_deleted", res.Tokens)
+			"signature_tokens_deleted", res.Tokens, "audit_rows_deleted", res.Audit)
 	}
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)

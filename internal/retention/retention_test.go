@@ -105,16 +105,8 @@ func TestWorkerDeletesExpired(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	cfg := testkit.ParseConfig(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
 	seed(t, pool, "a", "x-", 3, time.Now().Add(-time.Second), time.Now().Add(-8*24*time.Hour))
-	rc := retention.DefaultConfig()
-	var logged bytes.Buffer
-	rc.DB, rc.Forwards, rc.Senders, rc.Log = pool, queue.NewJobs(pool), cfg, slog.New(slog.NewTextHandler(&logged, nil))
-	w, err := retention.NewWorker(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Maintenance().Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	rc, logged := workerConfig(pool, cfg)
+	runWorker(t, rc)
 	if k, e := count(t, pool, `SELECT count(*) FROM processed_messages`), count(t, pool, `SELECT count(*) FROM webhook_events`); k != 0 || e != 0 {
 		t.Errorf("after the job: %d keys, %d events; want none", k, e)
 	}
@@ -264,5 +256,64 @@ func TestRunDeletesExpiredSignatureTokens(t *testing.T) {
 	}
 	if res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now); err != nil || res != (retention.Result{}) {
 		t.Errorf("second run: %+v, %v; want nothing deleted", res, err)
+	}
+}
+
+// The audit trail keeps its rows for the configured audit retention: the
+// worker deletes older ones, and keeps the others.
+func TestWorkerDeletesOldAuditRows(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := testkit.ParseConfig(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
+	q := store.New(pool)
+	now := time.Now()
+	for i, age := range []time.Duration{91 * 24 * time.Hour, 90*24*time.Hour + time.Minute, 89 * 24 * time.Hour, time.Hour} {
+		if err := q.RecordAudit(t.Context(), store.AuditEntry{At: now.Add(-age), Token: "admin", Action: store.ActionPause,
+			Target: fmt.Sprint("t", i), Outcome: store.OutcomeOK}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc, logged := workerConfig(pool, cfg)
+	runWorker(t, rc)
+	if n := count(t, pool, `SELECT count(*) FROM audit_log WHERE target IN ('t2', 't3')`); n != 2 {
+		t.Errorf("%d of the rows younger than 90 days are left, want 2", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM audit_log`); n != 2 {
+		t.Errorf("%d audit rows are left, want the 2 younger than 90 days", n)
+	}
+	if !strings.Contains(logged.String(), "audit_rows_deleted=2") {
+		t.Errorf("logged %q, want the audit rows deleted", logged.String())
+	}
+
+	// A shorter retention deletes more.
+	rc.AuditRetention = 30 * time.Minute
+	runWorker(t, rc)
+	if n := count(t, pool, `SELECT count(*) FROM audit_log`); n != 0 {
+		t.Errorf("%d audit rows are left with a 30m retention, want none", n)
+	}
+	rc.AuditRetention = 0
+	if _, err := retention.NewWorker(rc); err == nil {
+		t.Error("NewWorker takes an audit retention of 0")
+	}
+}
+
+// workerConfig returns the retention job's default configuration on pool
+// and cfg, logging to the buffer it returns.
+func workerConfig(pool *pgxpool.Pool, cfg *config.Config) (retention.Config, *bytes.Buffer) {
+	rc := retention.DefaultConfig()
+	var logged bytes.Buffer
+	rc.DB, rc.Forwards, rc.Senders, rc.Log = pool, queue.NewJobs(pool), cfg, slog.New(slog.NewTextHandler(&logged, nil))
+	return rc, &logged
+}
+
+// runWorker runs the retention job of rc once.
+func runWorker(t *testing.T, rc retention.Config) {
+	t.Helper()
+	w, err := retention.NewWorker(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Maintenance().Run(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

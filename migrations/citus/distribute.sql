@@ -42,4 +42,5 @@ SELECT create_distributed_function(
 -- local: paused_targets: the targets an operator paused, a row each, read whole by every process about once a second; written by operators, never in an ingest transaction.
 -- local: target_rates: one row per target with a rate, updated once per attempt of its forwards by the worker processes (River's jobs are local too); never in an ingest transaction.
 -- local: forward_processes: the worker processes' heartbeats (one row each, written every second, not keyed by sender), read with River's (local) running jobs to take over those of a process that died.
+-- local: audit_log: the operators' audit trail, a row per operator action (a few a day), not keyed by sender, read newest first by the operator API and the console; never in an ingest transaction.
 -- local: forward_failed_counts: the counts of failed forwards by sender, target and hour, written with the marks on River's (local) jobs they count, in the same statements.
