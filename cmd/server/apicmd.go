@@ -42,6 +42,7 @@ var apiSubs = []apiSub{
 	{command{"pause", "hold a target's forwards in every process until it is resumed"}, apiPause},
 	{command{"resume", "let a paused target's held forwards go"}, apiResume},
 	{command{"reload", "make the process that answers read hookgate.yaml again"}, apiReload},
+	{command{"audit", "list the operator actions, newest first: who did what, from where, and how it went"}, apiAudit},
 }
 
 // printAPISubs writes the help of `hookgate api`: its subcommands.
@@ -227,6 +228,14 @@ func cell(s string) string {
 		return "-"
 	}
 	return strings.NewReplacer("\t", " ", "\n", " ").Replace(printable(s))
+}
+
+// cellp is cell of *p, or "-" for nil.
+func cellp(p *string) string {
+	if p == nil {
+		return "-"
+	}
+	return cell(*p)
 }
 
 // when writes t in UTC, or "-".
@@ -808,6 +817,61 @@ func apiReload(ctx context.Context, a *apiRun, args []string) error {
 	}
 	for _, k := range res.Kept {
 		fmt.Fprintf(a.stdout, "  kept until a restart: %s (running %s, file %s)\n", cell(k.Setting), cell(k.Running), cell(k.File))
+	}
+	return nil
+}
+
+func apiAudit(ctx context.Context, a *apiRun, args []string) error {
+	c := a.flags("[--action A] [--token-name NAME] [--limit N] [--cursor C]", "List the audit trail, newest first: each operator action with its token's name, client address and outcome (GET /v1/audit).")
+	var action, token, cursor string
+	var limit int
+	c.String(&action, "action", "A", "", "", "only this action: sign-in, redeliver, redeliver-bulk, pause, resume, reload, …")
+	c.String(&token, "token-name", "NAME", "", "", "only the actions of the token of this name (admin for the admin token)")
+	c.fs.IntVar(&limit, "limit", 50, "")
+	c.row("limit", "N", "", "50", "the most rows listed, 1 to 500")
+	c.String(&cursor, "cursor", "C", "", "", "the page after the one that printed this cursor")
+	if done, err := a.parse(c, args); done || err != nil {
+		return err
+	}
+	if err := c.noArgs(); err != nil {
+		return err
+	}
+	p := &api.ListAuditParams{Limit: &limit}
+	if action != "" {
+		p.Action = &action
+	}
+	if token != "" {
+		p.Token = &token
+	}
+	if cursor != "" {
+		p.Cursor = &cursor
+	}
+	r, err := a.client.ListAuditWithResponse(ctx, p)
+	if err != nil {
+		return err
+	}
+	if a.json || r.JSON200 == nil {
+		return a.printJSON(r.Body)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "AT\tTOKEN\tCLIENT\tACTION\tSENDER\tTARGET\tEVENT ID\tOUTCOME")
+	for _, e := range r.JSON200.Items {
+		ev := ""
+		if e.EventId != nil {
+			ev = e.EventId.String()
+		}
+		outcome := string(e.Outcome)
+		if e.Detail != nil && *e.Detail != "" {
+			outcome += " (" + *e.Detail + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", when(&e.At), cell(e.Token), cellp(e.Client), cell(e.Action),
+			cellp(e.Sender), cellp(e.Target), cell(ev), cell(outcome))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if n := r.JSON200.NextCursor; n != nil {
+		fmt.Fprintf(a.stdout, "More: add --cursor %s\n", cell(*n))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +176,27 @@ func TestAPICommandAgainstServer(t *testing.T) {
 	}
 	if out := ok("senders"); !strings.Contains(out, "acme") || !strings.Contains(out, "orders") {
 		t.Errorf("senders:\n%s", out)
+	}
+
+	// The audit trail lists the pause and the resume above, by the admin
+	// token, newest first; --action filters; --json parses as the API's.
+	out = ok("audit", "--action", "pause")
+	if !strings.Contains(out, "admin") || !strings.Contains(out, "pause") || !strings.Contains(out, "acme") || !strings.Contains(out, "orders") || strings.Contains(out, "resume") {
+		t.Errorf("audit --action pause:\n%s", out)
+	}
+	var audit api.AuditPage
+	if err := json.Unmarshal([]byte(ok("audit", "--json")), &audit); err != nil {
+		t.Fatalf("audit --json: %v", err)
+	}
+	var actions []string
+	for _, e := range audit.Items {
+		actions = append(actions, e.Action)
+		if e.Token != "admin" {
+			t.Errorf("audit row %+v: token %q, want admin", e, e.Token)
+		}
+	}
+	if i, j := slices.Index(actions, "resume"), slices.Index(actions, "pause"); i < 0 || j < 0 || i > j {
+		t.Errorf("audit --json actions %v: want the resume listed before the pause", actions)
 	}
 
 	// A wrong token: exit status 1, the problem's title, never the token.
