@@ -1016,9 +1016,9 @@ type KeptSetting struct {
 
 // OperatorPause An operator's pause of the target (`POST …/pause`), which holds its forwards in every process (pending or retrying, without using attempts) until it is resumed or `until` passes; null when the target is not paused.
 type OperatorPause struct {
-	// By Who paused it, `operator API` or `console`, and the client's address.
+	// By Who paused it: the token's name, `operator API` or `console`, and the client's address.
 	//
-	// Example: console (10.0.3.7)
+	// Example: admin via console (10.0.3.7)
 	By string `json:"by"`
 
 	// Reason What the operator wrote; empty when nothing.
@@ -1419,9 +1419,9 @@ type TargetList struct {
 
 // TargetPause Whether the target is paused by an operator now, and that pause.
 type TargetPause struct {
-	// By Who paused it, `operator API` or `console`, and the client's address; null when not paused.
+	// By Who paused it: the token's name, `operator API` or `console`, and the client's address; null when not paused.
 	//
-	// Example: operator API (10.0.3.7)
+	// Example: admin via operator API (10.0.3.7)
 	By *string `json:"by"`
 
 	// Paused True while the pause holds the target's forwards.

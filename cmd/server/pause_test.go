@@ -143,7 +143,7 @@ func TestPauseHoldsForwardsInEveryProcess(t *testing.T) {
 		By     string `json:"by"`
 	}
 	if err := json.Unmarshal(operate(t, c, bases["api"], "/v1/senders/acme/targets/held/pause", `{"reason":"held is being migrated"}`), &paused); err != nil ||
-		!paused.Paused || paused.Reason != "held is being migrated" || paused.By != "operator API (127.0.0.1)" {
+		!paused.Paused || paused.Reason != "held is being migrated" || paused.By != "admin via operator API (127.0.0.1)" {
 		t.Fatalf("pause answer: %+v, %v", paused, err)
 	}
 	waitPaused(t, c, all, 1)

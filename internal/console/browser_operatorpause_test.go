@@ -36,7 +36,7 @@ func TestConsolePauseButtonsInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#resume`)),
 	)
 	want := regexp.MustCompile(`^paused by an operator since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC \(orders-svc is being migrated\), until ` +
-		regexp.QuoteMeta(until.Format("2006-01-02 15:04:05.000 UTC")) + `; by console \(127\.0\.0\.1\)$`)
+		regexp.QuoteMeta(until.Format("2006-01-02 15:04:05.000 UTC")) + `; by admin via console \(127\.0\.0\.1\)$`)
 	if got := textOf(t, ctx, `dd.pause`); !want.MatchString(got) {
 		t.Errorf("the target's pause: %q, want %s", got, want)
 	}

@@ -78,7 +78,7 @@ func TestConsolePausesAndResumesATarget(t *testing.T) {
 		t.Fatalf("pause: %d to %q, want 303 to the target's page", p.status, p.header.Get("Location"))
 	}
 	page := e.do(c, http.MethodGet, p.header.Get("Location"), nil, nil)
-	paused := regexp.MustCompile(`<span class="state paused">paused</span> by an operator since (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC) \(orders-svc is being migrated\), until resumed; by console \(127\.0\.0\.1\)`)
+	paused := regexp.MustCompile(`<span class="state paused">paused</span> by an operator since (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC) \(orders-svc is being migrated\), until resumed; by admin via console \(127\.0\.0\.1\)`)
 	m := paused.FindStringSubmatch(page.body)
 	if m == nil || !strings.Contains(page.body, `id="resume"`) || strings.Contains(page.body, `id="pause"`) || !strings.Contains(page.body, "Paused: ") {
 		t.Fatalf("the target's page after the pause does not say it is paused, and offer Resume: %.4000s", page.body)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/queue"
@@ -130,7 +131,7 @@ func (c *Console) pauseTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := store.TargetPause{Sender: sender, Target: target, Until: until, Reason: strings.TrimSpace(r.PostFormValue("reason")),
-		By: store.PausedBy("console", c.opts.Limiter.ClientOf(r))}
+		By: store.PausedBy(access.Name(r.Context()), "console", c.opts.Limiter.ClientOf(r))}
 	if why := store.CheckPause(p.Reason, p.Until, c.opts.Now()); why != "" {
 		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Pause", Message: "The pause's " + why + "."})
 		return
@@ -164,7 +165,7 @@ func (c *Console) resumeTarget(w http.ResponseWriter, r *http.Request) {
 	}
 	if was {
 		c.log.Info("target resumed by an operator", "sender", sender, "target", target, "paused_since", p.Since, "reason", p.Reason,
-			"by", store.PausedBy("console", c.opts.Limiter.ClientOf(r)))
+			"by", store.PausedBy(access.Name(r.Context()), "console", c.opts.Limiter.ClientOf(r)))
 	}
 	http.Redirect(w, r, targetURL(sender, target)+"?resumed=1", http.StatusSeeOther)
 }

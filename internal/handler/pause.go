@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hookgate/hookgate/api"
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/queue"
@@ -48,7 +49,7 @@ func (s *Server) PauseTarget(w http.ResponseWriter, r *http.Request, sender api.
 			detail: `The request body must be empty or a JSON object {"reason": text, "until": RFC 3339 time} (both optional), with no other members.`})
 		return
 	}
-	p := store.TargetPause{Sender: sender, Target: target, By: store.PausedBy("operator API", s.authLimit.ClientOf(r))}
+	p := store.TargetPause{Sender: sender, Target: target, By: store.PausedBy(access.Name(r.Context()), "operator API", s.authLimit.ClientOf(r))}
 	if req.Reason != nil {
 		p.Reason = *req.Reason
 	}
@@ -117,7 +118,7 @@ func (s *Server) ResumeTarget(w http.ResponseWriter, r *http.Request, sender api
 	}
 	if was {
 		s.log.Info("target resumed by an operator", "sender", sender, "target", target, "paused_since", p.Since, "reason", p.Reason,
-			"by", store.PausedBy("operator API", s.authLimit.ClientOf(r)))
+			"by", store.PausedBy(access.Name(r.Context()), "operator API", s.authLimit.ClientOf(r)))
 	}
 	writeJSON(w, http.StatusOK, pauseState(store.TargetPause{Sender: sender, Target: target}, false))
 }

@@ -63,12 +63,12 @@ func TestPauseAndResumeATarget(t *testing.T) {
 	decode(t, s.postJSON("/v1/senders/fwd/targets/a/pause", `{"reason":"orders-svc is being migrated","until":"`+until.Format(time.RFC3339)+`"}`),
 		http.StatusOK, http.MethodPost, routeTargetPause, &p)
 	if !p.Paused || p.Sender != "fwd" || p.Target != "a" || p.Since == nil || p.Until == nil || !p.Until.Equal(until) ||
-		p.Reason == nil || *p.Reason != "orders-svc is being migrated" || p.By == nil || *p.By != "operator API (127.0.0.1)" {
+		p.Reason == nil || *p.Reason != "orders-svc is being migrated" || p.By == nil || *p.By != "admin via operator API (127.0.0.1)" {
 		t.Fatalf("pause answer: %+v; want paused since now until %s, with the reason, by the operator API from 127.0.0.1", p, until)
 	}
 	since := *p.Since
 	ts := s.targets("fwd")
-	if pa := ts["a"].Pause; pa == nil || !pa.Since.Equal(since) || pa.Until == nil || !pa.Until.Equal(until) || pa.Reason != "orders-svc is being migrated" || pa.By != "operator API (127.0.0.1)" {
+	if pa := ts["a"].Pause; pa == nil || !pa.Since.Equal(since) || pa.Until == nil || !pa.Until.Equal(until) || pa.Reason != "orders-svc is being migrated" || pa.By != "admin via operator API (127.0.0.1)" {
 		t.Errorf("target list, a's pause: %+v; want the pause", pa)
 	}
 	if ts["b"].Pause != nil {

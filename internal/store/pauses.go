@@ -35,13 +35,18 @@ type TargetPause struct {
 // end, or its end has not come.
 func (p TargetPause) Active(now time.Time) bool { return p.Until.IsZero() || now.Before(p.Until) }
 
-// PausedBy names who pauses a target: via, "operator API" or "console", and
-// the client's address, "unknown" when it has none.
-func PausedBy(via string, client netip.Addr) string {
-	if !client.IsValid() {
-		return via + " (unknown)"
+// PausedBy names who pauses a target: the token's name (none when token is
+// ""), via, "operator API" or "console", and the client's address,
+// "unknown" when it has none: "admin via console (10.0.3.7)".
+func PausedBy(token, via string, client netip.Addr) string {
+	by := via
+	if token != "" {
+		by = token + " via " + via
 	}
-	return via + " (" + client.String() + ")"
+	if !client.IsValid() {
+		return by + " (unknown)"
+	}
+	return by + " (" + client.String() + ")"
 }
 
 // MaxPauseReason bounds the reason of a pause, in characters.

@@ -15,11 +15,11 @@ func TestTargetPauses(t *testing.T) {
 	t.Parallel()
 	s, _ := store(t)
 	ctx := t.Context()
-	first, err := s.PauseTarget(ctx, TargetPause{Sender: "acme", Target: "orders", Reason: "migration", By: PausedBy("console", netip.MustParseAddr("10.0.0.7"))})
+	first, err := s.PauseTarget(ctx, TargetPause{Sender: "acme", Target: "orders", Reason: "migration", By: PausedBy("ops-reader", "console", netip.MustParseAddr("10.0.0.7"))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Since.IsZero() || !first.Until.IsZero() || first.Reason != "migration" || first.By != "console (10.0.0.7)" || !first.Active(time.Now().Add(time.Hour)) {
+	if first.Since.IsZero() || !first.Until.IsZero() || first.Reason != "migration" || first.By != "ops-reader via console (10.0.0.7)" || !first.Active(time.Now().Add(time.Hour)) {
 		t.Errorf("first pause: %+v; want one since now, without an end, with its reason and author", first)
 	}
 	until := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
