@@ -120,7 +120,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		if err != nil {
 			t.Fatal(err)
 		}
-		worker, err := forward.NewWorker(forward.WorkerConfig{Backoff: o.backoff, RetryAfterMax: forward.DefaultRetryAfterMax,
+		worker, err := forward.NewWorker(forward.WorkerConfig{Backoff: o.backoff, RetryAfterMax: forward.DefaultRetryAfterMax, AttemptsKept: store.DefaultAttemptsKept,
 			Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Client: transport.NewHTTPClient(cc.MaxWorkers), Gate: gate, Metrics: m, Log: log})
 		if err != nil {
 			t.Fatal(err)

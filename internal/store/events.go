@@ -106,20 +106,24 @@ func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID
 }
 
 // deleteEventsBeforeSQL names rows by key within one sender: Citus refuses
-// deletes by ctid.
-const deleteEventsBeforeSQL = `DELETE FROM webhook_events
+// deletes by ctid. The attempts of the forwards of the deleted events go
+// in the same statement, on the same shard on Citus.
+const deleteEventsBeforeSQL = `WITH e AS (DELETE FROM webhook_events
 WHERE sender = $1 AND id IN (
-  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3)`
+  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3)
+RETURNING id), a AS (
+DELETE FROM forward_attempts WHERE sender = $1 AND event_id IN (SELECT id FROM e))
+SELECT count(*) FROM e`
 
 // DeleteEventsBefore deletes up to limit of sender's events received before
-// cutoff, in one short statement. It returns how many it deleted; fewer
+// cutoff, and their forwards' attempts, in one short statement. It returns how many it deleted; fewer
 // than limit means none are left.
 func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
-	tag, err := q.db.Exec(ctx, deleteEventsBeforeSQL, sender, cutoff, limit)
-	if err != nil {
+	var n int64
+	if err := q.db.QueryRow(ctx, deleteEventsBeforeSQL, sender, cutoff, limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("delete old events of %s: %w", sender, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // The senders that have events are found by a loose scan of the primary

@@ -16,6 +16,10 @@ SELECT create_distributed_table('delivery_hour_counts', 'sender', colocate_with 
 -- The single-use signature tokens (Mailgun's) are claimed by sender, just
 -- before the delivery's transaction, and deleted by sender.
 SELECT create_distributed_table('signature_tokens', 'sender', colocate_with => 'processed_messages');
+-- A forward's attempts are written by sender (the fast path's recording,
+-- beside the outbox rows it takes; River's worker) and deleted with their
+-- event by sender.
+SELECT create_distributed_table('forward_attempts', 'sender', colocate_with => 'processed_messages');
 -- The ingest function (migration 20): distributed by its sender and
 -- colocated with processed_messages, Citus delegates a call to the worker
 -- that holds the sender's shard, where it claims the keys and writes the
