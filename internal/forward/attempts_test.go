@@ -208,3 +208,23 @@ func TestNATSDeliveredByRetryShowsTimeAndAck(t *testing.T) {
 		t.Errorf("newest attempt: %+v; want the retry delivered with the stream's acknowledgement", as[0])
 	}
 }
+
+// TestBulkRedeliveryAttemptSaysByWhom: the attempts of a bulk
+// redelivery's forwards name who asked for it.
+func TestBulkRedeliveryAttemptSaysByWhom(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	e := newFastEnv(t, fmt.Sprintf("      - name: t1\n        url: %s\n        timeout: 2s\n", srv.URL), envOpts{Work: true}, fastOptions{})
+	d := e.deliver("bulk-by", []byte(`{}`), "application/json")
+	e.attemptsOf(d.eventID, 1)
+	acme, _ := e.cfg.Sender("acme")
+	ctx := access.With(t.Context(), access.Caller{Name: "ops-bob", Scope: access.Admin})
+	if res, err := e.river.BulkRedeliver(ctx, queue.BulkRequest{Sender: acme, Target: "t1", State: queue.StateDelivered}); err != nil || res.Matched != 1 {
+		t.Fatalf("BulkRedeliver = %+v, %v; want 1 matched", res, err)
+	}
+	as := e.attemptsOf(d.eventID, 2)
+	if as[0].Cause != store.CauseRedelivery || as[0].Actor != "ops-bob" || as[0].JobID == 0 || as[1].Cause != store.CauseFirst || as[1].JobID != 0 {
+		t.Errorf("attempts: %+v; want the bulk redelivery by ops-bob after the fast path's first attempt", as)
+	}
+}
