@@ -17,8 +17,8 @@ import (
 type capture struct{ jobs chan Job }
 
 func (c capture) Work(_ context.Context, j Job) error { c.jobs <- j; return nil }
-func (capture) Timeout(Job) time.Duration            { return 10 * time.Second }
-func (capture) NextRetry(Job) time.Time              { return time.Now().Add(time.Minute) }
+func (capture) Timeout(Job) time.Duration             { return 10 * time.Second }
+func (capture) NextRetry(Job) time.Time               { return time.Now().Add(time.Minute) }
 
 // TestWorkerSeesTakeover: a running forward job of a process that is gone,
 // taken over, reaches its next worker marked TakenOver, at its next
@@ -46,20 +46,7 @@ func TestWorkerSeesTakeover(t *testing.T) {
 	seen := capture{jobs: make(chan Job, 2)}
 	cc := DefaultClientConfig(cfg)
 	cc.Pool, cc.Senders, cc.Worker, cc.Log = pool, cfg, seen, testkit.Logger(t)
-	client, err := New(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := client.Stop(sctx); err != nil {
-			t.Errorf("stop River: %v", err)
-		}
-	})
+	startClient(t, cc)
 	got := map[int64]Job{}
 	for len(got) < 2 {
 		select {
@@ -75,4 +62,25 @@ func TestWorkerSeesTakeover(t *testing.T) {
 	if j := got[plain[0]]; j.TakenOver || j.Attempt != 2 {
 		t.Errorf("the retried job: %+v; want its attempt 2, not taken over", j)
 	}
+}
+
+// startClient starts a River client of cc working its queues, stopped when
+// the test ends.
+func startClient(t *testing.T, cc ClientConfig) *River {
+	t.Helper()
+	client, err := New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := client.Stop(sctx); err != nil {
+			t.Errorf("stop River: %v", err)
+		}
+	})
+	return client
 }
