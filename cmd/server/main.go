@@ -91,11 +91,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runSink(ctx, args, getenv, stdout, stderr)
 	case "redeliver":
 		return redeliver(ctx, args, getenv, stdout, stderr)
+	case "attempts":
+		return attempts(ctx, args, getenv, stdout, stderr)
 	case "rules":
 		return rulesCommand(args, getenv, os.Stdin, stdout, stderr)
 	case "serve", "migrate":
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate, redeliver, rules, sink or version", cmd)
+		return fmt.Errorf("unknown command %q: use serve, migrate, redeliver, attempts, rules, sink or version", cmd)
 	}
 	s, err := parseSettings(cmd, args, getenv, stderr)
 	if err != nil {
