@@ -228,3 +228,30 @@ func TestBulkRedeliveryAttemptSaysByWhom(t *testing.T) {
 		t.Errorf("attempts: %+v; want the bulk redelivery by ops-bob after the fast path's first attempt", as)
 	}
 }
+
+// TestNATSDeliveredByFastPathShowsTimeAndAck: a NATS forward the fast path
+// delivered reads delivered with its time and JetStream's
+// acknowledgement, like one a worker delivered.
+func TestNATSDeliveredByFastPathShowsTimeAndAck(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t)
+	if _, err := srv.JetStream(t).CreateStream(t.Context(), jetstream.StreamConfig{Name: "HOOKS", Subjects: []string{"hooks.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	router := transport.NewRouter(transport.NewHTTPClient(4), nil, time.Now)
+	t.Cleanup(func() { _ = router.Close() })
+	e := newFastEnv(t, fmt.Sprintf("      - name: bus\n        url: %s\n        timeout: 2s\n        nats: { subject: \"hooks.{sender}\" }\n", srv.URL()),
+		envOpts{Transport: router}, fastOptions{})
+	d := e.deliver("nats-fast", []byte(`{}`), "application/json")
+	as := e.attemptsOf(d.eventID, 1)
+	if as[0].Outcome != "delivered" || as[0].JobID != 0 || as[0].Ack != "stream HOOKS sequence 1" {
+		t.Fatalf("attempt: %+v; want the fast path's, delivered with the stream's acknowledgement", as[0])
+	}
+	fwds, err := queue.NewJobs(e.pool).EventForwards(t.Context(), "acme", uuid.MustParse(d.eventID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fwds) != 1 || fwds[0].State != queue.StateDelivered || fwds[0].DeliveredAt.IsZero() || fwds[0].Ack != "stream HOOKS sequence 1" {
+		t.Errorf("forwards: %+v; want one delivered, with its time and the stream's acknowledgement", fwds)
+	}
+}
