@@ -12,8 +12,8 @@
 -- in the same statement, deletes the forward's attempts beyond the last
 -- --forward-attempts-kept. Retention deletes an event's attempts with the
 -- event. The key is the forward (sender, event, target) and the start, so
--- that recording one attempt again writes nothing. On Citus it is
--- distributed by sender, colocated with the events.
+-- that recording one attempt again writes nothing. A local table on Citus,
+-- like forward_delivered and River's.
 CREATE TABLE forward_attempts (
     sender     text        NOT NULL,
     event_id   uuid        NOT NULL,

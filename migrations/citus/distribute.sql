@@ -16,10 +16,6 @@ SELECT create_distributed_table('delivery_hour_counts', 'sender', colocate_with 
 -- The single-use signature tokens (Mailgun's) are claimed by sender, just
 -- before the delivery's transaction, and deleted by sender.
 SELECT create_distributed_table('signature_tokens', 'sender', colocate_with => 'processed_messages');
--- A forward's attempts are written by sender (the fast path's recording,
--- beside the outbox rows it takes; River's worker) and deleted with their
--- event by sender.
-SELECT create_distributed_table('forward_attempts', 'sender', colocate_with => 'processed_messages');
 -- The ingest function (migration 20): distributed by its sender and
 -- colocated with processed_messages, Citus delegates a call to the worker
 -- that holds the sender's shard, where it claims the keys and writes the
@@ -46,4 +42,5 @@ SELECT create_distributed_function(
 -- local: paused_targets: the targets an operator paused, a row each, read whole by every process about once a second; written by operators, never in an ingest transaction.
 -- local: target_rates: one row per target with a rate, updated once per attempt of its forwards by the worker processes (River's jobs are local too); never in an ingest transaction.
 -- local: forward_processes: the worker processes' heartbeats (one row each, written every second, not keyed by sender), read with River's (local) running jobs to take over those of a process that died.
+-- local: forward_attempts: every attempt of a forward with its answer, written in the fast path's recording transaction beside River's (local) jobs and forward_delivered rows, and by River's worker after each attempt; distributed, the recording's INSERT … SELECT from its arrays committed in two phases.
 -- local: forward_failed_counts: the counts of failed forwards by sender, target and hour, written with the marks on River's (local) jobs they count, in the same statements.
