@@ -14,6 +14,69 @@ import (
 	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
+// Defines values for AttemptBodyEncoding.
+const (
+	AttemptBodyEncodingBase64 AttemptBodyEncoding = "base64"
+	AttemptBodyEncodingText   AttemptBodyEncoding = "text"
+)
+
+// Valid indicates whether the value is a known member of the AttemptBodyEncoding enum.
+func (e AttemptBodyEncoding) Valid() bool {
+	switch e {
+	case AttemptBodyEncodingBase64:
+		return true
+	case AttemptBodyEncodingText:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AttemptCause.
+const (
+	AttemptCauseFirst      AttemptCause = "first"
+	AttemptCauseRedelivery AttemptCause = "redelivery"
+	AttemptCauseRetry      AttemptCause = "retry"
+	AttemptCauseTakeover   AttemptCause = "takeover"
+)
+
+// Valid indicates whether the value is a known member of the AttemptCause enum.
+func (e AttemptCause) Valid() bool {
+	switch e {
+	case AttemptCauseFirst:
+		return true
+	case AttemptCauseRedelivery:
+		return true
+	case AttemptCauseRetry:
+		return true
+	case AttemptCauseTakeover:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AttemptOutcome.
+const (
+	AttemptOutcomeDelivered AttemptOutcome = "delivered"
+	AttemptOutcomeFailed    AttemptOutcome = "failed"
+	AttemptOutcomeRetry     AttemptOutcome = "retry"
+)
+
+// Valid indicates whether the value is a known member of the AttemptOutcome enum.
+func (e AttemptOutcome) Valid() bool {
+	switch e {
+	case AttemptOutcomeDelivered:
+		return true
+	case AttemptOutcomeFailed:
+		return true
+	case AttemptOutcomeRetry:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AuditEntryOutcome.
 const (
 	Error   AuditEntryOutcome = "error"
@@ -455,6 +518,109 @@ func (e ListTargetForwardsParamsState) Valid() bool {
 	}
 }
 
+// Attempt One attempt of a forward, with the target's answer.
+type Attempt struct {
+	// Ack The broker's acknowledgement of a delivered attempt; null otherwise.
+	Ack *string `json:"ack"`
+
+	// Actor Who asked for the redelivery this attempt belongs to: the operator token's name, `admin` when the request named none, or `hookgate redeliver`; null for a forward that was not redelivered.
+	Actor *string `json:"actor"`
+
+	// Attempt The attempt's number within its job, from 1.
+	//
+	// Example: 2
+	Attempt int `json:"attempt"`
+
+	// Body The first 4 KiB of the response body, as received; empty without one.
+	//
+	// Example: busy, come back
+	Body string `json:"body"`
+
+	// BodyEncoding `text` when the kept body is UTF-8 (shown as a JSON string, escaped), `base64` otherwise.
+	//
+	// Example: text
+	BodyEncoding AttemptBodyEncoding `json:"body_encoding"`
+
+	// Cause Why the attempt was made: `first`, the forward's first attempt
+	// (the fast path's or a worker's); `retry`, a retry after a failed
+	// attempt (`attempt` - 1 is its number); `redelivery`, the first
+	// attempt of a redelivery (`actor` asked); `takeover`, the attempt
+	// after the process running the forward died.
+	//
+	//
+	// Example: retry
+	Cause AttemptCause `json:"cause"`
+
+	// CauseText The cause in words, as the console shows it (`first attempt`, `retry 2`, `redelivery by ops-alice`, `takeover after a crash`).
+	//
+	// Example: retry 1
+	CauseText string `json:"cause_text"`
+
+	// DurationMs How long the attempt took, in milliseconds.
+	//
+	// Example: 12.5
+	DurationMs float64 `json:"duration_ms"`
+
+	// Error Why the attempt did not deliver; null when it did.
+	//
+	// Example: target answered 503, Retry-After 1s
+	Error *string `json:"error"`
+
+	// Headers The response headers of an HTTP target, credential-like ones as `xxxxx`; empty otherwise.
+	//
+	// Example: {"Retry-After":["1"]}
+	Headers map[string][]string `json:"headers"`
+
+	// JobId The forward's job; null for the fast path's first attempt.
+	//
+	// Example: 1841
+	JobId *int64 `json:"job_id"`
+
+	// Outcome `delivered`: the target took it (2xx, or the broker's
+	// acknowledgement); `retry`: another attempt follows, unless the
+	// attempts are used up; `failed`: no attempt can succeed.
+	//
+	//
+	// Example: retry
+	Outcome AttemptOutcome `json:"outcome"`
+
+	// StartedAt When the attempt started (UTC).
+	//
+	// Example: 2026-11-29T19:31:07.431Z
+	StartedAt time.Time `json:"started_at"`
+
+	// Status The target's HTTP status; null without one (a broker, a timeout, a connection error).
+	//
+	// Example: 503
+	Status *int `json:"status"`
+
+	// Target The target's name.
+	//
+	// Example: orders
+	Target string `json:"target"`
+}
+
+// AttemptBodyEncoding `text` when the kept body is UTF-8 (shown as a JSON string, escaped), `base64` otherwise.
+//
+// Example: text
+type AttemptBodyEncoding string
+
+// AttemptCause Why the attempt was made: `first`, the forward's first attempt
+// (the fast path's or a worker's); `retry`, a retry after a failed
+// attempt (`attempt` - 1 is its number); `redelivery`, the first
+// attempt of a redelivery (`actor` asked); `takeover`, the attempt
+// after the process running the forward died.
+//
+// Example: retry
+type AttemptCause string
+
+// AttemptOutcome `delivered`: the target took it (2xx, or the broker's
+// acknowledgement); `retry`: another attempt follows, unless the
+// attempts are used up; `failed`: no attempt can succeed.
+//
+// Example: retry
+type AttemptOutcome string
+
 // AuditEntry One operator action.
 type AuditEntry struct {
 	// Action What was done: `sign-in`, `sign-out`, `sign-out-everywhere`, `redeliver`, `redeliver-bulk`, `pause`, `resume`, `reload`, or `other` (another changing request).
@@ -831,6 +997,22 @@ type Event struct {
 	Sender string `json:"sender"`
 }
 
+// EventAttempts The kept attempts of an event's forwards.
+type EventAttempts struct {
+	// Attempts Every kept attempt, to every target, newest first.
+	Attempts []Attempt `json:"attempts"`
+
+	// EventId The event's ID.
+	//
+	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// Sender The sender's name.
+	//
+	// Example: stripe
+	Sender string `json:"sender"`
+}
+
 // EventType The event's type, read where the sender's configuration says
 // (`event_type`; the presets: GitHub's `X-GitHub-Event`, Stripe's and
 // Standard Webhooks' `/type`, Shopify's `X-Shopify-Topic`, Slack's
@@ -874,6 +1056,9 @@ type ForwardCounts struct {
 // may still be in the outbox, waiting to be relayed into the job queue:
 // it is `pending`, with a null `job_id`.
 type ForwardState struct {
+	// Ack A broker's acknowledgement of the delivered forward (NATS `stream <name> sequence <n>`, RabbitMQ `confirmed (delivery tag <n>)`), whichever path delivered it; null for HTTP targets and until delivered.
+	Ack *string `json:"ack"`
+
 	// Attempts How many attempts have started.
 	//
 	// Example: 1
@@ -1641,6 +1826,9 @@ type ServerInterface interface {
 	// GetEvent Show a stored event, with its headers and body
 	// (GET /v1/events/{event_id})
 	GetEvent(w http.ResponseWriter, r *http.Request, eventId EventID)
+	// GetEventAttempts List every kept attempt of an event's forwards, with its answer
+	// (GET /v1/events/{event_id}/attempts)
+	GetEventAttempts(w http.ResponseWriter, r *http.Request, eventId EventID)
 	// RedeliverEvent Forward an event again to its sender's targets
 	// (POST /v1/events/{event_id}/redeliver)
 	RedeliverEvent(w http.ResponseWriter, r *http.Request, eventId EventID)
@@ -1731,6 +1919,12 @@ func (_ Unimplemented) ReloadConfig(w http.ResponseWriter, r *http.Request) {
 // GetEvent Show a stored event, with its headers and body
 // (GET /v1/events/{event_id})
 func (_ Unimplemented) GetEvent(w http.ResponseWriter, r *http.Request, eventId EventID) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetEventAttempts List every kept attempt of an event's forwards, with its answer
+// (GET /v1/events/{event_id}/attempts)
+func (_ Unimplemented) GetEventAttempts(w http.ResponseWriter, r *http.Request, eventId EventID) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -1996,6 +2190,32 @@ func (siw *ServerInterfaceWrapper) GetEvent(w http.ResponseWriter, r *http.Reque
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetEvent(w, r, eventId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetEventAttempts operation middleware
+func (siw *ServerInterfaceWrapper) GetEventAttempts(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "event_id" -------------
+	var eventId EventID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "event_id", chi.URLParam(r, "event_id"), &eventId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "event_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetEventAttempts(w, r, eventId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2606,6 +2826,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/events/{event_id}", wrapper.GetEvent)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/events/{event_id}/attempts", wrapper.GetEventAttempts)
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/events/{event_id}/redeliver", wrapper.RedeliverEvent)

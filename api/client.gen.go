@@ -215,6 +215,29 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/events/{event_id} (the `GetEvent` operationId).
 	GetEvent(ctx context.Context, eventId EventID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetEventAttempts List every kept attempt of an event's forwards, with its answer
+	//
+	// Each attempt of the event's forwards, to every target, newest
+	// first: when it started, how long it took, its outcome, what caused
+	// it, the target's HTTP status or the broker's acknowledgement, the
+	// error, and for HTTP the response headers and the first 4 KiB of the
+	// response body. The fast path's first attempts are listed too.
+	//
+	// Headers that may carry a credential (`Authorization`, `Cookie`,
+	// `Set-Cookie`, `Proxy-Authorization`, and any whose name holds
+	// `token`, `secret`, `key`, `signature`, `auth`, `session`,
+	// `password` or `cookie`) keep their name and show `xxxxx`. The body
+	// is stored as received; it is shown as text when it is UTF-8, and in
+	// base64 otherwise.
+	//
+	// A forward keeps its last `--forward-attempts-kept` attempts (20 by
+	// default). Retention deletes them with the event. An attempt cut
+	// short by a crash is not listed: the attempt after it says
+	// `takeover`.
+	//
+	// Corresponds with GET /v1/events/{event_id}/attempts (the `GetEventAttempts` operationId).
+	GetEventAttempts(ctx context.Context, eventId EventID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// RedeliverEvent Forward an event again to its sender's targets
 	//
 	// Enqueues one new forward of the event for each target its sender has
@@ -893,6 +916,39 @@ func (c *Client) ReloadConfig(ctx context.Context, reqEditors ...RequestEditorFn
 // Corresponds with GET /v1/events/{event_id} (the `GetEvent` operationId).
 func (c *Client) GetEvent(ctx context.Context, eventId EventID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetEventRequest(c.Server, eventId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEventAttempts List every kept attempt of an event's forwards, with its answer
+//
+// Each attempt of the event's forwards, to every target, newest
+// first: when it started, how long it took, its outcome, what caused
+// it, the target's HTTP status or the broker's acknowledgement, the
+// error, and for HTTP the response headers and the first 4 KiB of the
+// response body. The fast path's first attempts are listed too.
+//
+// Headers that may carry a credential (`Authorization`, `Cookie`,
+// `Set-Cookie`, `Proxy-Authorization`, and any whose name holds
+// `token`, `secret`, `key`, `signature`, `auth`, `session`,
+// `password` or `cookie`) keep their name and show `xxxxx`. The body
+// is stored as received; it is shown as text when it is UTF-8, and in
+// base64 otherwise.
+//
+// A forward keeps its last `--forward-attempts-kept` attempts (20 by
+// default). Retention deletes them with the event. An attempt cut
+// short by a crash is not listed: the attempt after it says
+// `takeover`.
+//
+// Corresponds with GET /v1/events/{event_id}/attempts (the `GetEventAttempts` operationId).
+func (c *Client) GetEventAttempts(ctx context.Context, eventId EventID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEventAttemptsRequest(c.Server, eventId)
 	if err != nil {
 		return nil, err
 	}
@@ -1830,6 +1886,40 @@ func NewGetEventRequest(server string, eventId EventID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetEventAttemptsRequest constructs an http.Request for the GetEventAttempts method
+func NewGetEventAttemptsRequest(server string, eventId EventID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "event_id", eventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events/%s/attempts", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRedeliverEventRequest constructs an http.Request for the RedeliverEvent method
 func NewRedeliverEventRequest(server string, eventId EventID) (*http.Request, error) {
 	var err error
@@ -2632,6 +2722,31 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/events/{event_id} (the `GetEvent` operationId).
 	GetEventWithResponse(ctx context.Context, eventId EventID, reqEditors ...RequestEditorFn) (*GetEventResponse, error)
+
+	// GetEventAttemptsWithResponse List every kept attempt of an event's forwards, with its answer
+	//
+	// Each attempt of the event's forwards, to every target, newest
+	// first: when it started, how long it took, its outcome, what caused
+	// it, the target's HTTP status or the broker's acknowledgement, the
+	// error, and for HTTP the response headers and the first 4 KiB of the
+	// response body. The fast path's first attempts are listed too.
+	//
+	// Headers that may carry a credential (`Authorization`, `Cookie`,
+	// `Set-Cookie`, `Proxy-Authorization`, and any whose name holds
+	// `token`, `secret`, `key`, `signature`, `auth`, `session`,
+	// `password` or `cookie`) keep their name and show `xxxxx`. The body
+	// is stored as received; it is shown as text when it is UTF-8, and in
+	// base64 otherwise.
+	//
+	// A forward keeps its last `--forward-attempts-kept` attempts (20 by
+	// default). Retention deletes them with the event. An attempt cut
+	// short by a crash is not listed: the attempt after it says
+	// `takeover`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events/{event_id}/attempts (the `GetEventAttempts` operationId).
+	GetEventAttemptsWithResponse(ctx context.Context, eventId EventID, reqEditors ...RequestEditorFn) (*GetEventAttemptsResponse, error)
 
 	// RedeliverEventWithResponse Forward an event again to its sender's targets
 	//
@@ -3697,6 +3812,110 @@ func (r GetEventResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetEventResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEventAttemptsResponse401Headers the declared response headers of an HTTP 401 response for GetEventAttempts
+type GetEventAttemptsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetEventAttemptsResponse429Headers the declared response headers of an HTTP 429 response for GetEventAttempts
+type GetEventAttemptsResponse429Headers struct {
+	RetryAfter *int
+}
+
+// GetEventAttemptsResponse503Headers the declared response headers of an HTTP 503 response for GetEventAttempts
+type GetEventAttemptsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetEventAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventAttempts
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *InvalidEventID
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *OperatorDisabled
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *UnknownEvent
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyAttempts
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetEventAttemptsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetEventAttemptsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetEventAttemptsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEventAttemptsResponse) GetJSON200() *EventAttempts {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEventAttemptsResponse) GetApplicationproblemJSON400() *InvalidEventID {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetEventAttemptsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetEventAttemptsResponse) GetApplicationproblemJSON403() *OperatorDisabled {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetEventAttemptsResponse) GetApplicationproblemJSON404() *UnknownEvent {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetEventAttemptsResponse) GetApplicationproblemJSON429() *TooManyAttempts {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetEventAttemptsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEventAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEventAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEventAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEventAttemptsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5007,6 +5226,37 @@ func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, eventId 
 	return ParseGetEventResponse(rsp)
 }
 
+// GetEventAttemptsWithResponse List every kept attempt of an event's forwards, with its answer
+//
+// Each attempt of the event's forwards, to every target, newest
+// first: when it started, how long it took, its outcome, what caused
+// it, the target's HTTP status or the broker's acknowledgement, the
+// error, and for HTTP the response headers and the first 4 KiB of the
+// response body. The fast path's first attempts are listed too.
+//
+// Headers that may carry a credential (`Authorization`, `Cookie`,
+// `Set-Cookie`, `Proxy-Authorization`, and any whose name holds
+// `token`, `secret`, `key`, `signature`, `auth`, `session`,
+// `password` or `cookie`) keep their name and show `xxxxx`. The body
+// is stored as received; it is shown as text when it is UTF-8, and in
+// base64 otherwise.
+//
+// A forward keeps its last `--forward-attempts-kept` attempts (20 by
+// default). Retention deletes them with the event. An attempt cut
+// short by a crash is not listed: the attempt after it says
+// `takeover`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events/{event_id}/attempts (the `GetEventAttempts` operationId).
+func (c *ClientWithResponses) GetEventAttemptsWithResponse(ctx context.Context, eventId EventID, reqEditors ...RequestEditorFn) (*GetEventAttemptsResponse, error) {
+	rsp, err := c.GetEventAttempts(ctx, eventId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEventAttemptsResponse(rsp)
+}
+
 // RedeliverEventWithResponse Forward an event again to its sender's targets
 //
 // Enqueues one new forward of the event for each target its sender has
@@ -6057,6 +6307,107 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetEventResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEventAttemptsResponse parses an HTTP response from a GetEventAttemptsWithResponse call
+func ParseGetEventAttemptsResponse(rsp *http.Response) (*GetEventAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEventAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidEventID
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest OperatorDisabled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownEvent
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetEventAttemptsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetEventAttemptsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetEventAttemptsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

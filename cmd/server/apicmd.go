@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,7 +37,8 @@ var apiSubs = []apiSub{
 	{command{"targets", "list a sender's targets: breaker, pause and forwards by state"}, apiTargets},
 	{command{"deliveries", "list a sender's deliveries, newest first"}, apiDeliveries},
 	{command{"delivery", "show one delivery: its stored answer and its forwards"}, apiDelivery},
-	{command{"event", "show an event: headers, body and its forwards"}, apiEvent},
+	{command{"event", "show an event: headers, body, its forwards and their attempts"}, apiEvent},
+	{command{"attempts", "list every kept attempt of an event's forwards, newest first, with the target's answer and its cause"}, apiAttempts},
 	{command{"failed", "list a target's failed forwards, the latest first"}, apiFailed},
 	{command{"forwards", "list a target's forwards, in any state"}, apiForwards},
 	{command{"redeliver", "forward an event again (--event), or a target's forwards in bulk (--sender, --target)"}, apiRedeliver},
@@ -414,8 +417,6 @@ func (a *apiRun) printForwards(forwards []api.ForwardState, ruleErrors []api.Rul
 	for _, f := range forwards {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", orDash(f.JobId), cell(f.Target), f.State, f.Attempts, f.MaxAttempts,
 			orDash(f.LastStatus), orDash(f.LastError), when(&f.CreatedAt), when(f.DeliveredAt), orDash(f.Held))
-		// Each attempt and its answer go here, a line each under their
-		// forward, once the API lists a forward's attempts.
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -428,7 +429,8 @@ func (a *apiRun) printForwards(forwards []api.ForwardState, ruleErrors []api.Rul
 
 func apiEvent(ctx context.Context, a *apiRun, args []string) error {
 	c := a.flags("EVENT_ID", "Show an event: its headers and body (GET /v1/events/{event_id}), then its delivery's forwards\n"+
-		"(GET /v1/senders/{sender}/deliveries/{delivery_id}). --json prints the event's answer.")
+		"(GET /v1/senders/{sender}/deliveries/{delivery_id}) and their attempts (GET /v1/events/{event_id}/attempts).\n"+
+		"--json prints the event's answer.")
 	if done, err := a.parse(c, args); done || err != nil {
 		return err
 	}
@@ -480,7 +482,78 @@ func apiEvent(ctx context.Context, a *apiRun, args []string) error {
 	if d.JSON200 == nil {
 		return fmt.Errorf("GET the delivery: answered %s without JSON", d.Status())
 	}
-	return a.printForwards(d.JSON200.Forwards, e.RuleErrors)
+	if err := a.printForwards(d.JSON200.Forwards, e.RuleErrors); err != nil {
+		return err
+	}
+	at, err := a.client.GetEventAttemptsWithResponse(ctx, id)
+	if err != nil {
+		return err
+	}
+	if at.JSON200 == nil {
+		return fmt.Errorf("GET the attempts: answered %s without JSON", at.Status())
+	}
+	a.printAttempts(at.JSON200.Attempts)
+	return nil
+}
+
+func apiAttempts(ctx context.Context, a *apiRun, args []string) error {
+	c := a.flags("EVENT_ID", "List every kept attempt of an event's forwards, newest first: when, the target, the outcome,\n"+
+		"the status or the broker's acknowledgement, the cause, and the answer's headers and body, escaped\n"+
+		"(GET /v1/events/{event_id}/attempts).")
+	if done, err := a.parse(c, args); done || err != nil {
+		return err
+	}
+	if len(c.args) != 1 {
+		return c.usageError(errors.New("give one event ID"))
+	}
+	id, err := uuidArg(c, c.args[0])
+	if err != nil {
+		return err
+	}
+	r, err := a.client.GetEventAttemptsWithResponse(ctx, id)
+	if err != nil {
+		return err
+	}
+	if a.json || r.JSON200 == nil {
+		return a.printJSON(r.Body)
+	}
+	a.printAttempts(r.JSON200.Attempts)
+	return nil
+}
+
+// printAttempts writes attempts, newest first as the API lists them: a
+// line each, then the answer's headers and body, quoted and escaped, so
+// that a target's answer never writes control characters to the terminal.
+func (a *apiRun) printAttempts(attempts []api.Attempt) {
+	fmt.Fprintf(a.stdout, "\nAttempts (%d, newest first):\n", len(attempts))
+	for _, at := range attempts {
+		answer := "-"
+		switch {
+		case at.Status != nil:
+			answer = strconv.Itoa(*at.Status)
+		case at.Ack != nil && *at.Ack != "":
+			answer = "ack " + cell(*at.Ack)
+		}
+		fmt.Fprintf(a.stdout, "  %s  %s  %s  %s  took %.1f ms  %s\n", at.StartedAt.UTC().Format("2006-01-02 15:04:05.000Z"), cell(at.Target),
+			at.Outcome, answer, at.DurationMs, cell(at.CauseText))
+		if at.Error != nil && *at.Error != "" {
+			fmt.Fprintf(a.stdout, "    error: %s\n", strconv.Quote(*at.Error))
+		}
+		for _, name := range slices.Sorted(maps.Keys(at.Headers)) {
+			for _, v := range at.Headers[name] {
+				fmt.Fprintf(a.stdout, "    %s: %s\n", cell(name), strconv.Quote(v))
+			}
+		}
+		if at.Body != "" {
+			body := at.Body
+			if at.BodyEncoding == api.AttemptBodyEncodingBase64 {
+				if raw, err := base64.StdEncoding.DecodeString(body); err == nil {
+					body = string(raw)
+				}
+			}
+			fmt.Fprintf(a.stdout, "    body (%d bytes): %s\n", len(body), strconv.Quote(body))
+		}
+	}
 }
 
 // eventBody returns the body of an event's answer for a line: compact

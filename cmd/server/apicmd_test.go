@@ -78,8 +78,11 @@ func getJSON(t *testing.T, c *http.Client, base, path string, v any) {
 func TestAPICommandAgainstServer(t *testing.T) {
 	t.Parallel()
 	_, dsn := pgtest.NewDB(t)
+	// The target refuses with a body that holds a terminal escape, and a
+	// credential-like header.
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "refused", http.StatusBadRequest)
+		w.Header().Set("X-Api-Token", "tgt-secret-7d1c")
+		http.Error(w, "refused \x1b[31mred", http.StatusBadRequest)
 	}))
 	t.Cleanup(target.Close)
 	cfg := senderConfig + fmt.Sprintf("    forward:\n      - name: orders\n        url: %s\n        max_attempts: 3\n", target.URL)
@@ -150,6 +153,25 @@ func TestAPICommandAgainstServer(t *testing.T) {
 	if len(d.Forwards) != 2 {
 		t.Errorf("after redeliver --event, the delivery has %d forwards, want 2: %+v", len(d.Forwards), d.Forwards)
 	}
+	// attempts: the first attempt and the redelivery's, newest first, each
+	// with its answer; the body escaped, the token-like header hidden.
+	testkit.Poll(t, time.Minute, "the redelivery's attempt", func() bool {
+		var ea api.EventAttempts
+		return json.Unmarshal([]byte(ok("attempts", "--json", a.EventID)), &ea) == nil && len(ea.Attempts) == 2
+	})
+	out = ok("attempts", a.EventID)
+	i, j := strings.Index(out, "redelivery by admin"), strings.Index(out, "first attempt")
+	if i < 0 || j < i || strings.Count(out, "  orders  failed  400  ") != 2 || !strings.Contains(out, `body (17 bytes): "refused \x1b[31mred\n"`) ||
+		!strings.Contains(out, `X-Api-Token: "xxxxx"`) {
+		t.Errorf("attempts: want the redelivery's attempt, then the first, each 400 with its body escaped and its token hidden:\n%s", out)
+	}
+	if strings.Contains(out, "\x1b") || strings.Contains(out, "tgt-secret") {
+		t.Errorf("attempts printed a raw escape or the target's token:\n%q", out)
+	}
+	if out := ok("event", a.EventID); !strings.Contains(out, "Attempts (2, newest first)") || !strings.Contains(out, "redelivery by admin") {
+		t.Errorf("event: no attempts in:\n%s", out)
+	}
+
 	// redeliver in bulk: it matches what failed.
 	if out := ok("redeliver", "--sender", "acme", "--target", "orders", "--state", "failed", "--since", "1h"); !strings.HasPrefix(out, "matched ") {
 		t.Errorf("redeliver in bulk:\n%s", out)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/queue"
 	senderpkg "github.com/hookgate/hookgate/internal/sender"
 )
@@ -80,6 +81,8 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
+	// The redelivered forwards' attempts say who asked: this command.
+	ctx = access.With(ctx, access.Caller{Name: redeliverActor, Scope: access.Admin})
 	res, err := q.BulkRedeliver(ctx, queue.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
 	if err != nil {
 		return err
@@ -125,3 +128,7 @@ func pointInTime(v string, now time.Time) (time.Time, error) {
 	}
 	return t, nil
 }
+
+// redeliverActor is who a redelivery by the redeliver command is recorded
+// as, in its forwards' attempts.
+const redeliverActor = "hookgate redeliver"

@@ -54,6 +54,14 @@ func TestRunRedeliver(t *testing.T) {
 			t.Errorf("stdout %q, want it to report 3 matched", out.String())
 		}
 	}
+	// The redelivered forwards' attempts will say who asked: the command.
+	var by []string
+	if err := pool.QueryRow(ctx, `SELECT array_agg(DISTINCT coalesce(args->>'by', '')) FROM river_job WHERE kind = 'hookgate_bulk_redeliver'`).Scan(&by); err != nil {
+		t.Fatal(err)
+	}
+	if len(by) != 1 || by[0] != "hookgate redeliver" {
+		t.Errorf("the bulk redeliveries ask as %q, want hookgate redeliver", by)
+	}
 	var out bytes.Buffer
 	if err := run(ctx, []string{"redeliver", "--sender", "acme", "--target", "orders", "--until", "2h"}, env, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "matched 1 ") {
 		t.Errorf("redeliver --until 2h: %v, stdout %q; want 1 matched", err, out.String())

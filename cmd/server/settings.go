@@ -18,6 +18,7 @@ import (
 	"github.com/hookgate/hookgate/internal/handler"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/retention"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // settings are the values of the flags and environment variables of serve
@@ -305,6 +306,9 @@ var settingTable = []setting{
 	{flag: "forward-retry-after-max", env: "HOOKGATE_FORWARD_RETRY_AFTER_MAX", def: shortDuration(forward.DefaultRetryAfterMax),
 		help:  "longest Retry-After honoured (at least 1s): a 429 or 503 with Retry-After pauses its target for what it asks up to this, and a forward's retry after a Retry-After waits at least that long, up to this, whatever the backoff's max",
 		parse: durationSetting("forward retry-after max", time.Second, func(s *settings) *time.Duration { return &s.worker.RetryAfterMax })},
+	{flag: "forward-attempts-kept", env: "HOOKGATE_FORWARD_ATTEMPTS_KEPT", def: strconv.Itoa(store.DefaultAttemptsKept),
+		help:  "how many attempts of each forward are kept with their answers, the newest (1 to 1000): River's worker deletes older ones as it records each",
+		parse: intSetting("forward attempts kept", 1, 1000, func(s *settings) *int { return &s.worker.AttemptsKept })},
 	{flag: "forward-rescue-after", env: "HOOKGATE_FORWARD_RESCUE_AFTER", shown: "longest target timeout + 5s + 1m",
 		help: "how long a job may stay running before River's rescuer retries it: the backstop for jobs of processes without heartbeats (a killed hookgate process's are taken over 5s after its last heartbeat); bulk redeliveries and retention run in slices of it minus 5s; when set, it must exceed the longest target timeout + 5s (a forward's own timeout)",
 		parse: func(s *settings, v string) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -45,19 +46,48 @@ type forwardView struct {
 	Attempts, MaxAttempts  int
 	LastStatus             int
 	CreatedAt, DeliveredAt time.Time
+	// Ack is a broker's acknowledgement of the delivered forward.
+	Ack string
+}
+
+// attemptView is one attempt of a forward on the delivery page.
+type attemptView struct {
+	Target, Outcome, Cause, Ack, Error string
+	StartedAt                          time.Time
+	Took                               string
+	Status                             int
+	Headers                            []headerView
+	Body                               bodyView
+}
+
+// showAttempt shows an attempt: its headers (redacted when recorded) in
+// order, its body as text, JSON or a hex dump, escaped by the template.
+func showAttempt(a store.Attempt) attemptView {
+	v := attemptView{Target: a.Target, Outcome: a.Outcome, Cause: a.CauseText(), Ack: a.Ack, Error: a.Error,
+		StartedAt: a.StartedAt, Took: a.Took.Round(time.Microsecond).String(), Status: a.Status,
+		Body: showBody(http.Header(a.Header).Get("Content-Type"), a.Body)}
+	for _, name := range slices.Sorted(maps.Keys(a.Header)) {
+		for _, val := range a.Header[name] {
+			v.Headers = append(v.Headers, headerView{name, val})
+		}
+	}
+	return v
 }
 
 // deliveryView is the delivery page's data.
 type deliveryView struct {
-	Sender     string
-	Rec        store.Delivery
-	SHA256     string
-	Response   bodyView
-	HasEvent   bool
-	Event      events.Event
-	Headers    []headerView
-	Body       bodyView
-	Forwards   []forwardView
+	Sender   string
+	Rec      store.Delivery
+	SHA256   string
+	Response bodyView
+	HasEvent bool
+	Event    events.Event
+	Headers  []headerView
+	Body     bodyView
+	Forwards []forwardView
+	// Attempts are the kept attempts of the event's forwards, newest
+	// first.
+	Attempts   []attemptView
 	HasTargets bool
 	// Redelivered is how many forwards the redelivery that led here
 	// enqueued, or -1. After is how many of them wait for a forward that
@@ -127,6 +157,14 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Forwards = append(v.Forwards, fv)
 	}
+	attempts, err := c.q.EventAttempts(r.Context(), sender, rec.EventID)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	for _, a := range attempts {
+		v.Attempts = append(v.Attempts, showAttempt(a))
+	}
 	c.render(w, r, http.StatusOK, "delivery", page{Title: "Delivery " + id, Data: v})
 }
 
@@ -144,7 +182,7 @@ func mapsKeys(h http.Header) func(func(string) bool) {
 func showForward(sd *config.Sender, f queue.Forward) forwardView {
 	sh := forward.Show(sd, f)
 	return forwardView{Target: sh.Target, URL: sh.URL, State: string(sh.State), JobID: sh.JobID, Attempts: sh.Attempts, MaxAttempts: sh.MaxAttempts,
-		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError, Held: shownHeld(sh.Held)}
+		LastStatus: sh.LastStatus, CreatedAt: sh.CreatedAt, DeliveredAt: sh.DeliveredAt, LastError: sh.LastError, Held: shownHeld(sh.Held), Ack: sh.Ack}
 }
 
 // showBody shows a body cut to [maxShownBody]. Valid JSON of a JSON

@@ -61,7 +61,7 @@ func TestConfigsValidate(t *testing.T) {
     forward:
       - { name: t, url: "http://127.0.0.1:1/a", timeout: 10s }
 `)
-	if wc := DefaultWorkerConfig(); wc != (WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax}) || wc.RetryAfterMax != 5*time.Minute {
+	if wc := DefaultWorkerConfig(); wc != (WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax, AttemptsKept: 20}) || wc.RetryAfterMax != 5*time.Minute {
 		t.Errorf("DefaultWorkerConfig = %+v, want DefaultBackoff and a RetryAfterMax of 5m", wc)
 	}
 	if err := workerDeps(t, DefaultWorkerConfig(), cfg).validate(); err != nil {
@@ -85,7 +85,7 @@ func TestConfigsValidate(t *testing.T) {
 		{"negative base", Backoff{Base: -time.Second, Max: time.Minute}, "Base -1s"},
 		{"max below base", Backoff{Base: time.Minute, Max: time.Second}, "Max 1s"},
 	} {
-		wc := workerDeps(t, WorkerConfig{Backoff: tc.b, RetryAfterMax: DefaultRetryAfterMax}, cfg)
+		wc := workerDeps(t, WorkerConfig{Backoff: tc.b, RetryAfterMax: DefaultRetryAfterMax, AttemptsKept: 1}, cfg)
 		wantErr(tc.name, wc.validate(), tc.field)
 		_, err := NewWorker(wc)
 		wantErr("NewWorker with "+tc.name, err, tc.field)

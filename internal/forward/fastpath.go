@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/rules"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // The fast path. Most forwards succeed at their first attempt, and the
@@ -607,9 +608,12 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	p := d.w.post(d.ctx, t, a, f.EventType, f.Headers, f.Body, f.Parsed, max(left, time.Millisecond))
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
 	o := queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
-	if p.status != 0 {
+	if p.status != 0 || p.res == ResultDelivered {
 		o.Output = p.output()
 	}
+	// The attempt's answer goes in the outcome's batch: no round trip of
+	// its own.
+	o.Answer = p.answer(a, attemptedAt, cause{why: store.CauseFirst, attempt: 1})
 	now := time.Now().UTC()
 	switch {
 	case p.res == ResultDelivered:

@@ -116,6 +116,8 @@ type envOpts struct {
 	// Setup, when set, runs on the env's database before its River client
 	// starts (with Work).
 	Setup func(pool *pgxpool.Pool)
+	// AttemptsKept is the worker's (store.DefaultAttemptsKept when 0).
+	AttemptsKept int
 	// Pauses makes the gate hold the targets an operator paused
 	// (forward.Pauses, read every 50 ms, waking the forwards of a pause
 	// that ends with Work).
@@ -197,7 +199,10 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wc := forward.WorkerConfig{Backoff: opts.Backoff, RetryAfterMax: opts.RetryAfterMax}
+		wc := forward.WorkerConfig{Backoff: opts.Backoff, RetryAfterMax: opts.RetryAfterMax, AttemptsKept: opts.AttemptsKept}
+		if wc.AttemptsKept == 0 {
+			wc.AttemptsKept = store.DefaultAttemptsKept
+		}
 		wc.Senders, wc.DB, wc.Jobs, wc.Gate, wc.Metrics, wc.Log = cfg, pool, queue.NewJobs(pool), gate, m, log
 		wc.Client, wc.Transport = transport.NewHTTPClient(capacity), opts.Transport
 		if worker, err = forward.NewWorker(wc); err != nil {

@@ -176,7 +176,7 @@ func newTestWorker(t *testing.T, cfg *config.Config, pool *pgxpool.Pool, client 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(WorkerConfig{Backoff: backoff, RetryAfterMax: DefaultRetryAfterMax,
+	w, err := NewWorker(WorkerConfig{Backoff: backoff, RetryAfterMax: DefaultRetryAfterMax, AttemptsKept: 1,
 		Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Client: client, Gate: gate, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +254,7 @@ func TestHugeRetryAfterPausesForTheMax(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock := time.Now()
-		w, err := NewWorker(WorkerConfig{Backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, RetryAfterMax: 2 * time.Second,
+		w, err := NewWorker(WorkerConfig{Backoff: Backoff{Base: 10 * time.Millisecond, Max: time.Minute}, RetryAfterMax: 2 * time.Second, AttemptsKept: 1,
 			Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Transport: transport.NewHTTP(http.DefaultClient, func() time.Time { return clock }), Gate: gate, Metrics: m, Log: testkit.Logger(t)})
 		if err != nil {
 			t.Fatal(err)

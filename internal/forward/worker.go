@@ -16,6 +16,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/redact"
 	"github.com/hookgate/hookgate/internal/rules"
 	"github.com/hookgate/hookgate/internal/store"
 )
@@ -70,6 +71,9 @@ type WorkerConfig struct {
 	Transport transport.Transport
 	// Client is the HTTP client used when Transport is nil.
 	Client *http.Client
+	// AttemptsKept is how many attempts of a forward are kept, the
+	// newest. River's worker deletes older ones as it records each.
+	AttemptsKept int
 }
 
 // DefaultRetryAfterMax is the longest Retry-After a worker honours by
@@ -78,7 +82,7 @@ const DefaultRetryAfterMax = 5 * time.Minute
 
 // DefaultWorkerConfig returns the worker's defaults, without dependencies.
 func DefaultWorkerConfig() WorkerConfig {
-	return WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax}
+	return WorkerConfig{Backoff: DefaultBackoff, RetryAfterMax: DefaultRetryAfterMax, AttemptsKept: store.DefaultAttemptsKept}
 }
 
 // validate returns an error naming the field at fault, or nil.
@@ -88,6 +92,9 @@ func (c WorkerConfig) validate() error {
 	}
 	if c.RetryAfterMax <= 0 {
 		return fmt.Errorf("forward worker: RetryAfterMax %s: must be positive", c.RetryAfterMax)
+	}
+	if c.AttemptsKept < 1 {
+		return fmt.Errorf("forward worker: AttemptsKept %d: must be at least 1", c.AttemptsKept)
 	}
 	var errs []error
 	for _, d := range []struct {
@@ -132,6 +139,8 @@ type Worker struct {
 	metrics       *Metrics
 	now           func() time.Time
 	gate          *Gate
+	// attemptsKept is WorkerConfig.AttemptsKept.
+	attemptsKept int
 
 	transport transport.Transport
 
@@ -146,7 +155,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{senders: cfg.Senders, db: cfg.DB, jobs: cfg.Jobs, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
-		now: time.Now, gate: cfg.Gate, transport: cfg.Transport}
+		now: time.Now, gate: cfg.Gate, transport: cfg.Transport, attemptsKept: cfg.AttemptsKept}
 	if w.transport == nil {
 		w.transport = transport.NewHTTP(cfg.Client, time.Now)
 	}
@@ -289,10 +298,14 @@ func (w *Worker) attempt(ctx context.Context, job queue.Job, t *config.Target, a
 			return ResultNone, 0, 0, overRate{wait}
 		}
 	}
+	started := w.now().UTC()
 	p := w.post(ctx, t, a, c.Type, c.Headers, c.Body, nil, 0)
-	if p.status != 0 {
+	if p.status != 0 || p.res == ResultDelivered {
+		// A broker's delivered forward has no status: its time and
+		// acknowledgement are recorded all the same.
 		w.record(ctx, job, p.output())
 	}
+	w.recordAttempt(ctx, job, p.answer(a, started, causeOf(job)))
 	if p.final {
 		return p.res, 0, 0, queue.Cancel(p.err)
 	}
@@ -309,11 +322,69 @@ type posted struct {
 	// target waits.
 	retryAfter, pause time.Duration
 	at                time.Time // when it was delivered
+	// took is how long the send ran. header, body and ack are the
+	// target's answer: see [transport.Sent].
+	took   time.Duration
+	header map[string][]string
+	body   []byte
+	ack    string
 }
 
 // output is what the attempt records on its job.
 func (p posted) output() queue.Output {
-	return queue.Output{Status: p.status, DeliveredAt: p.at, RetryAfter: p.retryAfter.Seconds()}
+	return queue.Output{Status: p.status, DeliveredAt: p.at, RetryAfter: p.retryAfter.Seconds(), Ack: p.ack}
+}
+
+// cause is why an attempt was made: a store.Cause constant, River's
+// attempt number and who asked for a redelivery.
+type cause struct {
+	why     string
+	attempt int
+	actor   string
+	jobID   int64
+}
+
+// causeOf is the cause of job's attempt under way.
+func causeOf(job queue.Job) cause {
+	c := cause{why: store.CauseFirst, attempt: job.Attempt, actor: job.By, jobID: job.ID}
+	switch {
+	case job.TakenOver:
+		c.why = store.CauseTakeover
+	case job.Attempt > 1:
+		c.why = store.CauseRetry
+	case job.By != "":
+		c.why = store.CauseRedelivery
+	}
+	return c
+}
+
+// outcome is the outcome recorded for an attempt that went as p, or ""
+// when it had none to record.
+func (p posted) outcome() string {
+	switch {
+	case p.res == ResultDelivered:
+		return "delivered"
+	case p.final:
+		return "failed"
+	default:
+		return "retry"
+	}
+}
+
+// answer is the attempt p, of forward a, started at started, with the
+// target's answer, its credential-like headers redacted.
+func (p posted) answer(a queue.Args, started time.Time, c cause) store.Attempt {
+	return store.Attempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, StartedAt: started, Took: p.took,
+		Outcome: p.outcome(), Cause: c.why, Attempt: c.attempt, Actor: c.actor, JobID: c.jobID,
+		Status: p.status, Ack: p.ack, Error: errText(p.err), Header: redact.Headers(p.header), Body: p.body}
+}
+
+// recordAttempt records an attempt of River's worker with its answer, and
+// keeps the forward's newest attempts only. A failure is only logged.
+func (w *Worker) recordAttempt(ctx context.Context, job queue.Job, a store.Attempt) {
+	if err := store.New(w.db).RecordAttempt(ctx, a, w.attemptsKept); err != nil {
+		w.log.Warn("record forward attempt", "job_id", job.ID, "err", err)
+	}
 }
 
 // post sends the event to t once through the worker's transport, as t's
@@ -336,6 +407,7 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, event
 		}
 	}
 	s := w.transport.Send(ctx, m)
+	ans := posted{took: s.Took, header: s.Header, body: s.Body, ack: s.Ack, status: s.Status}
 	answered := s.Answered()
 	if answered {
 		series.latency.Observe(s.Took.Seconds())
@@ -353,24 +425,28 @@ func (w *Worker) post(ctx context.Context, t *config.Target, a queue.Args, event
 		if at.IsZero() {
 			at = w.now().UTC()
 		}
-		return posted{res: ResultDelivered, status: s.Status, at: at}
+		ans.res, ans.at = ResultDelivered, at
+		return ans
 	case transport.VerdictRetry:
 		series.retry.Inc()
 		var pause time.Duration
 		if s.PausesTarget {
 			pause = min(s.RetryAfter, w.retryAfterMax) // the whole target waits, not just this forward
 		}
-		return posted{res: ResultRetryable, status: s.Status, err: s.Err, retryAfter: s.RetryAfter, pause: pause}
+		ans.res, ans.err, ans.retryAfter, ans.pause = ResultRetryable, s.Err, s.RetryAfter, pause
+		return ans
 	case transport.VerdictFailed:
 		series.failed.Inc()
 		res := ResultOther // the target answered: the forward's own problem
 		if s.Status == 0 { // never sent: nothing to judge the target by
 			res = ResultNone
 		}
-		return posted{res: res, status: s.Status, err: s.Err, final: true}
+		ans.res, ans.err, ans.final = res, s.Err, true
+		return ans
 	default: // cut short: the worker is stopping, not the target failing
 		series.retry.Inc()
-		return posted{res: ResultNone, status: s.Status, err: s.Err}
+		ans.res, ans.err = ResultNone, s.Err
+		return ans
 	}
 }
 

@@ -473,6 +473,7 @@ func forwardState(sender *config.Sender, f queue.Forward) api.ForwardState {
 		t := sh.DeliveredAt.UTC()
 		fs.DeliveredAt = &t
 	}
+	fs.Ack = nullable(sh.Ack)
 	if sh.Held != "" {
 		fs.Held = &sh.Held
 	}
@@ -522,6 +523,56 @@ func (s *Server) event(ctx context.Context, id uuid.UUID) (events.Event, error) 
 		return events.Event{}, dbProblem(err)
 	}
 	return e, nil
+}
+
+// GetEventAttempts answers the kept attempts of an event's forwards,
+// newest first: 404 when no such event is stored.
+func (s *Server) GetEventAttempts(w http.ResponseWriter, r *http.Request, eventID api.EventID) {
+	e, err := s.event(r.Context(), eventID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	as, err := s.q.EventAttempts(r.Context(), e.Sender, e.ID)
+	if err != nil {
+		s.fail(w, r, dbProblem(err))
+		return
+	}
+	out := api.EventAttempts{EventId: e.ID, Sender: e.Sender, Attempts: make([]api.Attempt, 0, len(as))}
+	for _, a := range as {
+		out.Attempts = append(out.Attempts, showAttempt(a))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// showAttempt shows an attempt. Its headers were redacted when recorded.
+// Its body is text when it is UTF-8, base64 otherwise.
+func showAttempt(a store.Attempt) api.Attempt {
+	v := api.Attempt{Target: a.Target, StartedAt: a.StartedAt.UTC(), DurationMs: float64(a.Took.Microseconds()) / 1000,
+		Outcome: api.AttemptOutcome(a.Outcome), Cause: api.AttemptCause(a.Cause), CauseText: a.CauseText(), Attempt: a.Attempt,
+		Actor: nullable(a.Actor), Ack: nullable(a.Ack), Error: nullable(a.Error), Headers: a.Header,
+		BodyEncoding: api.AttemptBodyEncodingText, Body: string(a.Body)}
+	if v.Headers == nil {
+		v.Headers = map[string][]string{}
+	}
+	if a.JobID != 0 {
+		v.JobId = &a.JobID
+	}
+	if a.Status != 0 {
+		v.Status = &a.Status
+	}
+	if !utf8.Valid(a.Body) {
+		v.BodyEncoding, v.Body = api.AttemptBodyEncodingBase64, base64.StdEncoding.EncodeToString(a.Body)
+	}
+	return v
+}
+
+// nullable is s, or nil when s is "".
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // RedeliverEvent enqueues one new forward of the event per target its

@@ -128,7 +128,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 		if err != nil {
 			t.Fatal(err)
 		}
-		worker, err := forward.NewWorker(forward.WorkerConfig{Backoff: o.backoff, RetryAfterMax: forward.DefaultRetryAfterMax,
+		worker, err := forward.NewWorker(forward.WorkerConfig{Backoff: o.backoff, RetryAfterMax: forward.DefaultRetryAfterMax, AttemptsKept: store.DefaultAttemptsKept,
 			Senders: cfg, DB: pool, Jobs: queue.NewJobs(pool), Client: transport.NewHTTPClient(cc.MaxWorkers), Gate: gate, Metrics: m, Log: log})
 		if err != nil {
 			t.Fatal(err)
@@ -401,6 +401,7 @@ type (
 		LastStatus  *int       `json:"last_status"`
 		LastError   *string    `json:"last_error"`
 		DeliveredAt *time.Time `json:"delivered_at"`
+		Ack         *string    `json:"ack"`
 		CreatedAt   time.Time  `json:"created_at"`
 	}
 	eventRecord struct {
@@ -435,6 +436,7 @@ const (
 	routeDelivery     = "/v1/senders/{sender}/deliveries/{delivery_id}"
 	routeEvent        = "/v1/events/{event_id}"
 	routeRedeliver    = "/v1/events/{event_id}/redeliver"
+	routeAttempts     = "/v1/events/{event_id}/attempts"
 	routeConfig       = "/v1/config"
 	routeConfigReload = "/v1/config/reload"
 	routeAudit        = "/v1/audit"
@@ -527,6 +529,7 @@ func TestOperatorAPIAuth(t *testing.T) {
 	// The right token, with the scheme in any case, reaches every route.
 	want := map[string]int{
 		routeSenders: http.StatusOK, routeDeliveries: http.StatusOK, routeDelivery: http.StatusOK, routeEvent: http.StatusOK,
+		routeAttempts:  http.StatusOK,
 		routeRedeliver: http.StatusConflict, // hdr has no targets
 		routeTargets:   http.StatusOK, routeTargetForwards: http.StatusNotFound, routeTargetRedeliver: http.StatusNotFound,
 		routeTargetPause: http.StatusNotFound, routeTargetResume: http.StatusNotFound, // hdr has no target t
@@ -566,6 +569,7 @@ func TestOperatorInvalidParametersAre400(t *testing.T) {
 		{"GET", "/v1/events/" + eventID + "x", routeEvent, "event_id must be a UUID"},
 		{"GET", "/v1/events/" + strings.Repeat("a", 200), routeEvent, "event_id must be a UUID"},
 		{"POST", "/v1/events/not-a-uuid/redeliver", routeRedeliver, `event_id must be a UUID such as 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10; got "not-a-uuid"`},
+		{"GET", "/v1/events/not-a-uuid/attempts", routeAttempts, `event_id must be a UUID such as 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10; got "not-a-uuid"`},
 	} {
 		r := s.call(tc.method, tc.path)
 		p := wantOpProblem(t, r, http.StatusBadRequest, "invalid-parameter", tc.method, tc.route)
@@ -597,6 +601,7 @@ func TestOperatorUnknownResourcesAre404(t *testing.T) {
 		{"GET", "/v1/senders/hdr/deliveries/d2", routeDelivery, "not-found", `"d2"`},
 		{"GET", "/v1/events/" + unknown, routeEvent, "not-found", unknown},
 		{"POST", "/v1/events/" + unknown + "/redeliver", routeRedeliver, "not-found", unknown},
+		{"GET", "/v1/events/" + unknown + "/attempts", routeAttempts, "not-found", unknown},
 	} {
 		p := wantOpProblem(t, s.call(tc.method, tc.path), http.StatusNotFound, tc.slug, tc.method, tc.route)
 		if !strings.Contains(p.Detail, tc.mention) {
@@ -613,6 +618,7 @@ func TestOperatorWithoutDatabaseIs503(t *testing.T) {
 		{"GET", "/v1/senders/hdr/deliveries/d1", routeDelivery},
 		{"GET", "/v1/events/" + eventID, routeEvent},
 		{"POST", "/v1/events/" + eventID + "/redeliver", routeRedeliver},
+		{"GET", "/v1/events/" + eventID + "/attempts", routeAttempts},
 	} {
 		r := s.call(tc.method, tc.path)
 		wantOpProblem(t, r, http.StatusServiceUnavailable, "unavailable", tc.method, tc.route)

@@ -1,9 +1,12 @@
 package queue
 
 import (
+	"context"
+
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
+	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/config"
 )
 
@@ -27,6 +30,27 @@ type Args struct {
 	// job back, without using an attempt, until no earlier forward of the
 	// event to the target is unfinished. Such a job has no unique key.
 	After int64 `json:"after,omitempty"`
+	// By is set on a redelivery: who asked for it, the operator token's
+	// name, "admin" when none was named, or "hookgate redeliver". Its
+	// attempts record it.
+	By string `json:"by,omitempty"`
+}
+
+// RedeliveredBy is who asks for a redelivery in ctx: the caller's token
+// name ([access.Name]), or "admin" when the request named none.
+func RedeliveredBy(ctx context.Context) string {
+	if n := access.Name(ctx); n != "" {
+		return n
+	}
+	return "admin"
+}
+
+// redeliveredBy returns p with by as its job's [Args.By].
+func redeliveredBy(p river.InsertManyParams, by string) river.InsertManyParams {
+	a := p.Args.(Args)
+	a.By = by
+	p.Args = a
+	return p
 }
 
 // Kind is the River job kind of forwards.

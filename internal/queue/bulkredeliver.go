@@ -57,6 +57,8 @@ type BulkArgs struct {
 	// At is the database's time of the request. A redelivery of forwards
 	// under way matches those that were in State at that time.
 	At *time.Time `json:"at,omitempty"`
+	// By is who asked for the redelivery; see [Args.By].
+	By string `json:"by,omitempty"`
 }
 
 // Kind is the River job kind of bulk redeliveries.
@@ -133,7 +135,7 @@ func bulkRedeliver(ctx context.Context, q *Jobs, client *river.Client[pgx.Tx], r
 	if err != nil {
 		return Bulk{}, fmt.Errorf("bulk redeliver: %w", err)
 	}
-	args.MaxJobID = maxID
+	args.MaxJobID, args.By = maxID, RedeliveredBy(ctx)
 	if res.AfterCurrent {
 		args.At = &at
 	}
@@ -264,9 +266,9 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			params := make([]river.InsertManyParams, 0, len(matched))
 			for _, m := range matched {
 				if afterCurrent(a.State) {
-					params = append(params, afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID))
+					params = append(params, redeliveredBy(afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID), a.By))
 				} else {
-					params = append(params, jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID))
+					params = append(params, redeliveredBy(jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID), a.By))
 				}
 			}
 			if len(params) == 0 {
@@ -326,7 +328,7 @@ func (w *BulkWorker) fastPathRunning(ctx context.Context, client *river.Client[p
 			}
 			params := make([]river.InsertManyParams, 0, len(matched))
 			for _, m := range matched {
-				params = append(params, afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID))
+				params = append(params, redeliveredBy(afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID), a.By))
 			}
 			res, err := client.InsertManyTx(ctx, tx, params)
 			if err != nil {

@@ -38,6 +38,9 @@ type FirstAttempt struct {
 	// attempt's recorded output when its Status is not 0.
 	Error  string
 	Output Output
+	// Answer is the attempt with the target's answer, recorded in
+	// forward_attempts in the same transaction, when its Outcome is set.
+	Answer store.Attempt
 }
 
 // The fast path's recording takes each attempted forward's outbox row in
@@ -101,11 +104,11 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
 // forward_delivered row for each outbox row it took.
 func recordDelivered(mark string) string {
 	return `WITH o AS (
-  SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[])
-    AS o(event_id, target, attempted_at, delivered_at, status, max_attempts)
+  SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[])
+    AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack)
 ), ` + recordTake(mark) + `
-INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
-SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts
+INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack)
+SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 }
 
@@ -115,7 +118,7 @@ var (
 	recordFirstSQL         = recordFirst("")
 	recordFirstMarkSQL     = recordFirst("$12")
 	recordDeliveredSQL     = recordDelivered("")
-	recordDeliveredMarkSQL = recordDelivered("$8")
+	recordDeliveredMarkSQL = recordDelivered("$9")
 )
 
 // RecordFirstAttempts records the fast path's outcomes in one round trip.
@@ -234,11 +237,14 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		maxAttempts                    []int32
 		attempted, finalized, schedule []*time.Time
 		errs, metas                    []*string
+		// The attempts with their answers.
+		answers []store.Attempt
 		// The delivered ones.
 		dEvents                []pgtype.UUID
 		dTargets               []string
 		dAttempted, dDelivered []time.Time
 		dStatus, dMaxAttempts  []int16
+		dAcks                  []*string
 	}
 	bySender := map[string]*cols{}
 	var order []string
@@ -249,6 +255,9 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			c = &cols{}
 			bySender[a.Sender] = c
 			order = append(order, a.Sender)
+		}
+		if !a.Release && a.Answer.Outcome != "" {
+			c.answers = append(c.answers, a.Answer)
 		}
 		if a.Release {
 			c.relEvents = append(c.relEvents, pgtype.UUID{Bytes: a.EventID, Valid: true})
@@ -266,6 +275,11 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			c.dDelivered = append(c.dDelivered, at)
 			c.dStatus = append(c.dStatus, int16(a.Output.Status))
 			c.dMaxAttempts = append(c.dMaxAttempts, int16(min(a.MaxAttempts, math.MaxInt16)))
+			var ack *string
+			if a.Output.Ack != "" {
+				ack = &a.Output.Ack
+			}
+			c.dAcks = append(c.dAcks, ack)
 			continue
 		}
 		state, err := recordedState(*a, now)
@@ -307,9 +321,9 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		var g senderRecording
 		if len(c.dEvents) > 0 {
 			if mark == nil {
-				g.record = append(g.record, statement{recordDeliveredSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts}})
+				g.record = append(g.record, statement{recordDeliveredSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks}})
 			} else {
-				g.record = append(g.record, statement{recordDeliveredMarkSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, *mark}})
+				g.record = append(g.record, statement{recordDeliveredMarkSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks, *mark}})
 			}
 		}
 		if len(c.events) > 0 {
@@ -322,6 +336,14 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		}
 		if len(c.relEvents) > 0 {
 			g.record = append(g.record, statement{store.ReleaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
+		}
+		if len(c.answers) > 0 {
+			// The attempts and their answers, in the same transaction.
+			args, err := store.AttemptArgs(s, c.answers)
+			if err != nil {
+				return nil, err
+			}
+			g.record = append(g.record, statement{store.InsertAttemptsSQL, args})
 		}
 		if mark != nil && len(c.dEvents)+len(c.events) > 0 {
 			events := append(append([]pgtype.UUID(nil), c.dEvents...), c.events...)

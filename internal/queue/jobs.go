@@ -52,6 +52,8 @@ type Output struct {
 	// RetryAfter is the target's Retry-After in seconds, fractions kept.
 	// It is 0 when the target sent none.
 	RetryAfter float64 `json:"retry_after,omitempty"`
+	// Ack is a broker's acknowledgement of the delivered forward.
+	Ack string `json:"ack,omitempty"`
 }
 
 // Forward is one forward of an event.
@@ -77,8 +79,10 @@ type Forward struct {
 	// LastError is why the latest finished attempt failed. Errors of jobs
 	// that name their target by URL may contain it: redact with LegacyURL.
 	LastError string
-	// DeliveredAt is when the target accepted the forward.
+	// DeliveredAt is when the target accepted the forward. Ack is a
+	// broker's acknowledgement of it.
 	DeliveredAt time.Time
+	Ack         string
 	CreatedAt   time.Time
 }
 
@@ -174,7 +178,7 @@ func decodeOutcome(f *Forward, state rivertype.JobState, lastErr, output []byte)
 	}
 	if f.State == StateDelivered {
 		if out != nil {
-			f.LastStatus, f.DeliveredAt = out.Status, out.DeliveredAt
+			f.LastStatus, f.DeliveredAt, f.Ack = out.Status, out.DeliveredAt, out.Ack
 		}
 		return nil
 	}

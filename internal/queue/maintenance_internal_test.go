@@ -57,20 +57,7 @@ func TestMaintenanceRunsOnStart(t *testing.T) {
 		ran <- time.Until(deadline)
 		return nil
 	}}
-	client, err := New(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := client.Stop(sctx); err != nil {
-			t.Errorf("stop River: %v", err)
-		}
-	})
+	startClient(t, cc)
 	select {
 	case left := <-ran:
 		if left <= 0 || left > horizon {

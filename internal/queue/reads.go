@@ -26,7 +26,7 @@ ORDER BY 1`)
 
 // deliveredOutput is the [Output] of forward_delivered's row d, as River's
 // worker records it under metadata.output.
-const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at)`
+const deliveredOutput = `jsonb_build_object('attempt', 1, 'status', d.status, 'delivered_at', d.delivered_at, 'ack', d.ack)`
 
 // EventForwards returns the forwards of sender's event. Those still in the
 // outbox come first, with JobID 0. Its jobs follow, oldest first: one per

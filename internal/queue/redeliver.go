@@ -93,6 +93,10 @@ func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[p
 	if len(params) == 0 {
 		return out, nil
 	}
+	by := RedeliveredBy(ctx)
+	for i := range params {
+		params[i] = redeliveredBy(params[i], by)
+	}
 	res, err := client.InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return nil, err

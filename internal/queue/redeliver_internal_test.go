@@ -135,20 +135,7 @@ func TestBulkRedeliveryBatchWaitsForSingleRedelivery(t *testing.T) {
 	w := unreachable{}
 	cc := DefaultClientConfig(cfg)
 	cc.Pool, cc.Senders, cc.Worker, cc.Log = pool, cfg, w, log
-	client, err := New(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := client.Stop(sctx); err != nil {
-			t.Errorf("stop River: %v", err)
-		}
-	})
+	client := startClient(t, cc)
 	orders := sender(t, cfg, "orders")
 	ev := newEventID(t)
 	running, err := queuetest.New(pool).InsertForwardJobs(ctx, ForwardQueue, queuetest.JobFixture{State: rivertype.JobStateRunning, Attempt: 1, At: time.Now().Add(-time.Minute)},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -204,6 +205,9 @@ type Job struct {
 	// Probed reports that the forward was sent before as a probe of its
 	// target's open breaker. River did not count that attempt.
 	Probed bool
+	// TakenOver reports that the previous attempt was cut by its
+	// process's death, and this process took the job over.
+	TakenOver bool
 }
 
 // Tried reports whether the job's forward was sent to its target before.
@@ -249,7 +253,20 @@ type forwardWorker struct {
 
 func jobOf(job *river.Job[Args]) Job {
 	return Job{Args: job.Args, ID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts,
-		Probed: bytes.Contains(job.Metadata, []byte(`"`+probedKey+`"`))}
+		Probed: bytes.Contains(job.Metadata, []byte(`"`+probedKey+`"`)), TakenOver: takenOver(job.Errors, job.Attempt)}
+}
+
+// takenOverPrefix starts the error a takeover adds to a job (takeOverSet).
+const takenOverPrefix = "taken over: "
+
+// takenOver reports whether the last of errs says a takeover ended the
+// attempt before attempt.
+func takenOver(errs []rivertype.AttemptError, attempt int) bool {
+	if len(errs) == 0 {
+		return false
+	}
+	e := errs[len(errs)-1]
+	return e.Attempt == attempt-1 && strings.HasPrefix(e.Error, takenOverPrefix)
 }
 
 func (f *forwardWorker) Work(ctx context.Context, job *river.Job[Args]) error {

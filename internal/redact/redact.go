@@ -207,3 +207,45 @@ func URLInText(text, raw string, secretPath bool) string {
 	}
 	return Text(text, Secrets(raw, secretPath)...)
 }
+
+// credentialHeaders are the response headers whose values are always
+// hidden, by canonical name.
+var credentialHeaders = map[string]bool{
+	"Authorization": true, "Proxy-Authorization": true, "Cookie": true, "Set-Cookie": true,
+}
+
+// CredentialHeader reports whether the header name may carry a credential:
+// Authorization, Proxy-Authorization, Cookie, Set-Cookie, or any name that
+// holds token, secret, key, signature, auth, session or password, in any
+// case.
+func CredentialHeader(name string) bool {
+	if credentialHeaders[name] {
+		return true
+	}
+	n := strings.ToLower(name)
+	for _, w := range [...]string{"token", "secret", "key", "signature", "auth", "session", "password", "cookie"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// Headers returns a copy of h with the value of every header that may
+// carry a credential ([CredentialHeader]) replaced by one [Mask]. The
+// names stay, so that an operator sees that the header was sent. It
+// returns nil for an empty h.
+func Headers(h map[string][]string) map[string][]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string][]string, len(h))
+	for k, v := range h {
+		if CredentialHeader(k) {
+			out[k] = []string{Mask}
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}

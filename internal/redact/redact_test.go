@@ -121,3 +121,33 @@ func TestText(t *testing.T) {
 		t.Errorf("Text left an encoded form of the secret: %q", got)
 	}
 }
+
+// TestHeadersHidesCredentials: a target's response headers that may carry
+// a credential keep their names and lose their values; others stay.
+func TestHeadersHidesCredentials(t *testing.T) {
+	in := map[string][]string{
+		"Set-Cookie":       {"session=abc123"},
+		"Authorization":    {"Bearer s3cret"},
+		"X-Api-Key":        {"k-123456"},
+		"X-Auth-Token":     {"tok-123456"},
+		"X-Signature":      {"sig-123456"},
+		"X-Client-Secret":  {"shh-123456"},
+		"Content-Type":     {"text/plain"},
+		"Retry-After":      {"1"},
+		"Www-Authenticate": {"Basic realm=x"},
+	}
+	out := redact.Headers(in)
+	for _, k := range []string{"Set-Cookie", "Authorization", "X-Api-Key", "X-Auth-Token", "X-Signature", "X-Client-Secret", "Www-Authenticate"} {
+		if v := out[k]; len(v) != 1 || v[0] != redact.Mask {
+			t.Errorf("%s: %q, want the mask", k, v)
+		}
+	}
+	for _, k := range []string{"Content-Type", "Retry-After"} {
+		if v := out[k]; len(v) != 1 || v[0] != in[k][0] {
+			t.Errorf("%s: %q, want %q", k, v, in[k])
+		}
+	}
+	if in["Set-Cookie"][0] != "session=abc123" {
+		t.Error("Headers modified its argument")
+	}
+}

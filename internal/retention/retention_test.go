@@ -316,4 +316,54 @@ func runWorker(t *testing.T, rc retention.Config) {
 	if err := w.Maintenance().Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+// TestRunDeletesAttemptsWithTheirEvent: the attempts of an event's
+// forwards are deleted with the event; those of a kept event stay.
+func TestRunDeletesAttemptsWithTheirEvent(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := testkit.ParseConfig(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n    event_retention: 24h\n")
+	now := time.Now()
+	seed(t, pool, "a", "old-", 2, now.Add(time.Hour), now.Add(-48*time.Hour))
+	seed(t, pool, "a", "new-", 1, now.Add(time.Hour), now.Add(-time.Hour))
+	q := store.New(pool)
+	var oldIDs, newIDs []uuid.UUID
+	rows, err := pool.Query(t.Context(), `SELECT id, received_at < $1 FROM webhook_events WHERE sender = 'a'`, now.Add(-24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id uuid.UUID
+		var old bool
+		if err := rows.Scan(&id, &old); err != nil {
+			t.Fatal(err)
+		}
+		if old {
+			oldIDs = append(oldIDs, id)
+		} else {
+			newIDs = append(newIDs, id)
+		}
+	}
+	rows.Close()
+	for _, id := range append(append([]uuid.UUID(nil), oldIDs...), newIDs...) {
+		for i := range 2 {
+			a := store.Attempt{Sender: "a", EventID: id, Target: "t", StartedAt: now.Add(time.Duration(i) * time.Second), Outcome: "retry",
+				Cause: store.CauseFirst, Attempt: i + 1, Status: 500, Body: []byte("boom")}
+			if err := q.RecordAttempt(t.Context(), a, 20); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Events != 2 {
+		t.Errorf("deleted %d events, want 2", res.Events)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM forward_attempts WHERE event_id = ANY($1)`, oldIDs); n != 0 {
+		t.Errorf("%d attempts of the deleted events left, want none", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM forward_attempts WHERE event_id = ANY($1)`, newIDs); n != 2 {
+		t.Errorf("%d attempts of the kept event left, want 2", n)
+	}
 }

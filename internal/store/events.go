@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/hookgate/hookgate/internal/events"
 )
@@ -109,17 +110,36 @@ func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID
 // deletes by ctid.
 const deleteEventsBeforeSQL = `DELETE FROM webhook_events
 WHERE sender = $1 AND id IN (
-  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3)`
+  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3)
+RETURNING id`
+
+// deleteEventAttemptsSQL deletes the attempts of sender $1's events $2.
+// On Citus forward_attempts is a local table of the coordinator, and the
+// events distributed: one statement may not delete from both.
+const deleteEventAttemptsSQL = `DELETE FROM forward_attempts WHERE sender = $1 AND event_id = ANY($2::uuid[])`
 
 // DeleteEventsBefore deletes up to limit of sender's events received before
-// cutoff, in one short statement. It returns how many it deleted; fewer
+// cutoff, and then their forwards' attempts, in one short transaction. It returns how many it deleted; fewer
 // than limit means none are left.
 func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
-	tag, err := q.db.Exec(ctx, deleteEventsBeforeSQL, sender, cutoff, limit)
+	var n int64
+	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, deleteEventsBeforeSQL, sender, cutoff, limit)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.UUID])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		n = int64(len(ids))
+		_, err = tx.Exec(ctx, deleteEventAttemptsSQL, sender, ids)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("delete old events of %s: %w", sender, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // The senders that have events are found by a loose scan of the primary

@@ -43,4 +43,5 @@ SELECT create_distributed_function(
 -- local: target_rates: one row per target with a rate, updated once per attempt of its forwards by the worker processes (River's jobs are local too); never in an ingest transaction.
 -- local: forward_processes: the worker processes' heartbeats (one row each, written every second, not keyed by sender), read with River's (local) running jobs to take over those of a process that died.
 -- local: audit_log: the operators' audit trail, a row per operator action (a few a day), not keyed by sender, read newest first by the operator API and the console; never in an ingest transaction.
+-- local: forward_attempts: every attempt of a forward with its answer, written in the fast path's recording transaction beside River's (local) jobs and forward_delivered rows, and by River's worker after each attempt; distributed, the recording's INSERT … SELECT from its arrays committed in two phases.
 -- local: forward_failed_counts: the counts of failed forwards by sender, target and hour, written with the marks on River's (local) jobs they count, in the same statements.

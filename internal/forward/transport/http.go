@@ -16,8 +16,9 @@ import (
 	"github.com/hookgate/hookgate/internal/signature"
 )
 
-// maxResponseBytes is how much of a target's answer is read and discarded,
-// so that the connection can be reused.
+// maxResponseBytes is how much of a target's answer is read, the first
+// [MaxKeptBody] bytes kept and the rest discarded, so that the connection
+// can be reused.
 const maxResponseBytes = 64 << 10
 
 // HTTP is the [Transport] of HTTP targets. It posts a forward's body to
@@ -67,22 +68,40 @@ func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 		}
 		return Sent{Verdict: VerdictRetry, Err: err, Took: took}
 	}
+	var kept []byte
 	if resp.Body != http.NoBody {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
+		kept = readKept(resp.Body)
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes-int64(len(kept))))
 	}
 	_ = resp.Body.Close()
 	took := time.Since(start)
 
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
-		return Sent{Verdict: VerdictDelivered, Status: code, At: h.now().UTC(), Took: took}
+		return Sent{Verdict: VerdictDelivered, Status: code, At: h.now().UTC(), Took: took, Header: resp.Header, Body: kept}
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), h.now())}
 		return Sent{Verdict: VerdictRetry, Status: code, Err: e, RetryAfter: e.retryAfter, Took: took,
-			PausesTarget: code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable}
+			PausesTarget: code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable,
+			Header:       resp.Header, Body: kept}
 	default:
-		return Sent{Verdict: VerdictFailed, Status: code, Err: &errStatus{status: code}, Took: took}
+		return Sent{Verdict: VerdictFailed, Status: code, Err: &errStatus{status: code}, Took: took, Header: resp.Header, Body: kept}
 	}
+}
+
+// keptBuffers are the buffers that readKept reads into.
+var keptBuffers = sync.Pool{New: func() any { b := make([]byte, MaxKeptBody); return &b }}
+
+// readKept reads up to [MaxKeptBody] bytes of body and returns a copy of
+// them, or nil when the body is empty. A read error ends it early.
+func readKept(body io.Reader) []byte {
+	bp := keptBuffers.Get().(*[]byte)
+	defer keptBuffers.Put(bp)
+	n, _ := io.ReadFull(body, *bp)
+	if n == 0 {
+		return nil
+	}
+	return bytes.Clone((*bp)[:n])
 }
 
 // request builds the forward's POST. It fills the header map with

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,5 +138,48 @@ func TestHTTPTransportClassifies(t *testing.T) {
 	}
 	if h.Get("Idempotency-Key") == "" || h.Get("Idempotency-Key") != h.Get("Webhook-Id") {
 		t.Errorf("Idempotency-Key %q and Webhook-Id %q: want the event ID in both", h.Get("Idempotency-Key"), h.Get("Webhook-Id"))
+	}
+}
+
+// TestHTTPTransportKeepsTheAnswer: Send gives back the response's headers
+// and the first MaxKeptBody bytes of its body, whatever the verdict; a
+// longer body is read no further than maxResponseBytes, and an empty one
+// keeps nothing.
+func TestHTTPTransportKeepsTheAnswer(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("0123456789abcdef", 1024) // 16 KiB
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("X-Hookgate-Delivery-Id") {
+		case "long":
+			w.Header().Set("X-Trace", "t-1")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(long))
+		case "short":
+			_, _ = w.Write([]byte("ok"))
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testkit.ParseConfig(t, `senders:
+  - name: acme
+    preset: generic
+    delivery_id: { header: X-Delivery-Id }
+    forward:
+      - { name: up, url: "`+srv.URL+`", timeout: 5s }
+`)
+	tr := NewHTTP(NewHTTPClient(4), time.Now)
+	up := testkit.ConfigTarget(t, cfg, "acme", "up")
+	send := func(id string) Sent {
+		return tr.Send(t.Context(), Message{Sender: "acme", Target: up, EventID: uuid.New(), DeliveryID: id, Body: []byte(`{}`)})
+	}
+	if s := send("long"); s.Verdict != VerdictRetry || string(s.Body) != long[:MaxKeptBody] || s.Header["X-Trace"][0] != "t-1" {
+		t.Errorf("long: %d bytes kept, header %v, verdict %s; want the first %d bytes and the headers", len(s.Body), s.Header, s.Verdict, MaxKeptBody)
+	}
+	if s := send("short"); s.Verdict != VerdictDelivered || string(s.Body) != "ok" || http.Header(s.Header).Get("Content-Length") != "2" {
+		t.Errorf("short: %+v; want the body and headers", s)
+	}
+	if s := send("empty"); s.Verdict != VerdictDelivered || s.Body != nil {
+		t.Errorf("empty: body %q; want none", s.Body)
 	}
 }

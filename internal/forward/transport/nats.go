@@ -72,11 +72,11 @@ func (n *NATS) Send(ctx context.Context, m Message) Sent {
 	for _, h := range brokerHeaders(m, now) {
 		msg.Header.Set(h[0], h[1])
 	}
-	_, err = c.js.PublishMsg(sctx, msg, jetstream.WithMsgID(m.EventID.String()))
+	ack, err := c.js.PublishMsg(sctx, msg, jetstream.WithMsgID(m.EventID.String()))
 	took := time.Since(start)
 	switch {
 	case err == nil: // stored, or a duplicate of a stored message
-		return Sent{Verdict: VerdictDelivered, At: n.now().UTC(), Took: took}
+		return Sent{Verdict: VerdictDelivered, At: n.now().UTC(), Took: took, Ack: natsAck(ack)}
 	case cut():
 		return Sent{Verdict: VerdictNone, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, err)}
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
@@ -92,6 +92,19 @@ func (n *NATS) Send(ctx context.Context, m Message) Sent {
 		}
 		return Sent{Verdict: VerdictRetry, Err: fmt.Errorf("publish to NATS target %q: %w", t.Name, natsUnreachable(err)), Took: took}
 	}
+}
+
+// natsAck is JetStream's acknowledgement of a published message as text:
+// its stream and sequence, and whether the stream found it a duplicate.
+func natsAck(a *jetstream.PubAck) string {
+	if a == nil {
+		return ""
+	}
+	s := "stream " + a.Stream + " sequence " + strconv.FormatUint(a.Sequence, 10)
+	if a.Duplicate {
+		s += " (duplicate)"
+	}
+	return s
 }
 
 // errNATSUnreachable says a NATS server cannot be reached. It replaces

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -128,7 +129,8 @@ func (r *RabbitMQ) Send(ctx context.Context, m Message) Sent {
 		return retry(fmt.Errorf("publish to RabbitMQ target %q: no queue is bound to exchange %q with routing key %q (the message was returned)", t.Name, t.RabbitMQ.Exchange, key), took)
 	}
 	c.put(ch)
-	return Sent{Verdict: VerdictDelivered, At: r.now().UTC(), Took: took}
+	return Sent{Verdict: VerdictDelivered, At: r.now().UTC(), Took: took,
+		Ack: "confirmed (delivery tag " + strconv.FormatUint(dc.DeliveryTag, 10) + ")"}
 }
 
 // returned reports whether the broker returned the message id on the

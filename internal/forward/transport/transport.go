@@ -134,7 +134,23 @@ type Sent struct {
 	At time.Time
 	// Took is how long the target took to answer, or to fail without one.
 	Took time.Duration
+	// Header is an HTTP target's response headers, as received, or nil.
+	// They may hold credentials: redact them before they leave the
+	// process (redact.Headers).
+	Header map[string][]string
+	// Body is the first [MaxKeptBody] bytes of an HTTP target's response
+	// body, as received, or nil.
+	Body []byte
+	// Ack is a broker's acknowledgement of a delivered forward: the
+	// JetStream stream and sequence, or RabbitMQ's confirm. It is "" over
+	// HTTP and when the broker did not acknowledge.
+	Ack string
 }
+
+// MaxKeptBody is how much of an HTTP target's response body a send keeps
+// in [Sent.Body]. The rest is read and discarded, up to a bound, so that
+// the connection can be reused.
+const MaxKeptBody = 4 << 10
 
 // Answered reports whether the target answered the send. Only then is
 // its latency observed.
