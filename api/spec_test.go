@@ -113,6 +113,7 @@ func TestSpecPathsAndOperations(t *testing.T) {
 		"GET /v1/config":                                       "getConfig",
 		"POST /v1/config/reload":                               "reloadConfig",
 		"GET /v1/audit":                                        "listAudit",
+		"GET /v1/events/{event_id}/attempts":                   "getEventAttempts",
 	}
 	wantPaths := make(map[string]bool)
 	for k := range want {

@@ -321,8 +321,8 @@ func operatorRoutes(t *testing.T, router http.Handler, sender, deliveryID string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 13 {
-		t.Fatalf("router has %d operator routes, want 13: %v", len(out), out)
+	if len(out) != 14 {
+		t.Fatalf("router has %d operator routes, want 14: %v", len(out), out)
 	}
 	return out
 }

@@ -316,6 +316,8 @@ func runWorker(t *testing.T, rc retention.Config) {
 	if err := w.Maintenance().Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
 // TestRunDeletesAttemptsWithTheirEvent: the attempts of an event's
 // forwards are deleted with the event; those of a kept event stay.
 func TestRunDeletesAttemptsWithTheirEvent(t *testing.T) {
