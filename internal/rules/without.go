@@ -180,7 +180,7 @@ func checkPointers(a *cel.Ast) error {
 			}
 			if _, perr := splitPointer(string(s)); perr != nil {
 				loc := native.SourceInfo().GetStartLocation(el.ID())
-				err = fmt.Errorf("ERROR: %d:%d: without: pointer %d %v", loc.Line(), loc.Column()+1, i+1, perr)
+				err = fmt.Errorf("ERROR: %d:%d: without: pointer %d %w", loc.Line(), loc.Column()+1, i+1, perr)
 				return
 			}
 		}
