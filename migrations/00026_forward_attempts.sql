@@ -8,10 +8,10 @@
 -- takeover after the process running it died.
 --
 -- The fast path writes its first attempt in the batch and transaction
--- that record its outcome; River's worker writes each of its attempts and,
--- in the same statement, deletes the forward's attempts beyond the last
--- --forward-attempts-kept. Retention deletes an event's attempts with the
--- event. The key is the forward (sender, event, target) and the start, so
+-- that record its outcome; River's worker writes each of its attempts
+-- (many in one round trip) and, in the same statement, deletes the
+-- forward's attempts beyond the last --forward-attempts-kept. Retention
+-- deletes an event's attempts with the event. The key is the forward (sender, event, target) and the start, so
 -- that recording one attempt again writes nothing. A local table on Citus,
 -- like forward_delivered and River's.
 CREATE TABLE forward_attempts (

@@ -11,6 +11,7 @@ import (
 	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/queue"
 	senderpkg "github.com/hookgate/hookgate/internal/sender"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // redeliver is `hookgate redeliver`: the operator API's bulk redelivery
@@ -84,6 +85,16 @@ func redeliver(ctx context.Context, args []string, getenv func(string) string, s
 	// The redelivered forwards' attempts say who asked: this command.
 	ctx = access.With(ctx, access.Caller{Name: redeliverActor, Scope: access.Admin})
 	res, err := q.BulkRedeliver(ctx, queue.BulkRequest{Sender: sd, Target: target, State: st, Since: from, Until: to})
+	// The audit trail keeps it as it keeps the API's bulk redeliveries: by
+	// this command's name, without a client address.
+	audit := store.AuditEntry{Token: redeliverActor, Action: store.ActionRedeliverBulk, Sender: sender, Target: target,
+		Outcome: store.OutcomeOK, Details: map[string]any{"state": string(st), "matched": res.Matched}}
+	if err != nil {
+		audit.Outcome, audit.Detail, audit.Details = store.OutcomeError, "failed", nil
+	}
+	if aerr := store.New(pool).RecordAudit(ctx, audit); aerr != nil {
+		log.Error("the audit trail could not record the redelivery", "err", aerr)
+	}
 	if err != nil {
 		return err
 	}

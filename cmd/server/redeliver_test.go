@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/queuetest"
 )
@@ -61,6 +62,21 @@ func TestRunRedeliver(t *testing.T) {
 	}
 	if len(by) != 1 || by[0] != "hookgate redeliver" {
 		t.Errorf("the bulk redeliveries ask as %q, want hookgate redeliver", by)
+	}
+	// The audit trail keeps each run, by the command's name.
+	page, err := store.New(pool).ListAudit(ctx, store.AuditFilter{}, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := page.Entries
+	if len(entries) != 2 {
+		t.Fatalf("%d audit rows, want one per run: %+v", len(entries), entries)
+	}
+	for _, e := range entries {
+		if e.Token != "hookgate redeliver" || e.Action != store.ActionRedeliverBulk || e.Sender != "acme" || e.Target != "orders" ||
+			e.Outcome != store.OutcomeOK || e.Details["matched"] != float64(3) {
+			t.Errorf("audit row %+v, want the command's bulk redelivery of acme/orders, 3 matched", e)
+		}
 	}
 	var out bytes.Buffer
 	if err := run(ctx, []string{"redeliver", "--sender", "acme", "--target", "orders", "--until", "2h"}, env, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "matched 1 ") {

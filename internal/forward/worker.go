@@ -139,8 +139,9 @@ type Worker struct {
 	metrics       *Metrics
 	now           func() time.Time
 	gate          *Gate
-	// attemptsKept is WorkerConfig.AttemptsKept.
-	attemptsKept int
+	// attempts records the attempts, WorkerConfig.AttemptsKept of each
+	// forward kept.
+	attempts *attemptLog
 
 	transport transport.Transport
 
@@ -155,7 +156,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{senders: cfg.Senders, db: cfg.DB, jobs: cfg.Jobs, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
-		now: time.Now, gate: cfg.Gate, transport: cfg.Transport, attemptsKept: cfg.AttemptsKept}
+		now: time.Now, gate: cfg.Gate, transport: cfg.Transport}
+	w.attempts = &attemptLog{db: cfg.DB, keep: cfg.AttemptsKept, log: cfg.Log}
 	if w.transport == nil {
 		w.transport = transport.NewHTTP(cfg.Client, time.Now)
 	}
@@ -382,9 +384,7 @@ func (p posted) answer(a queue.Args, started time.Time, c cause) store.Attempt {
 // recordAttempt records an attempt of River's worker with its answer, and
 // keeps the forward's newest attempts only. A failure is only logged.
 func (w *Worker) recordAttempt(ctx context.Context, job queue.Job, a store.Attempt) {
-	if err := store.New(w.db).RecordAttempt(ctx, a, w.attemptsKept); err != nil {
-		w.log.Warn("record forward attempt", "job_id", job.ID, "err", err)
-	}
+	w.attempts.add(ctx, a)
 }
 
 // post sends the event to t once through the worker's transport, as t's

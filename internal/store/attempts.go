@@ -175,6 +175,27 @@ func (q *Queries) RecordAttempt(ctx context.Context, a Attempt, keep int) error 
 	return nil
 }
 
+// RecordAttempts records attempts of River's worker as RecordAttempt does,
+// each in its own statement, all in one round trip (and one implicit
+// transaction: one that fails fails them all).
+func (q *Queries) RecordAttempts(ctx context.Context, attempts []Attempt, keep int) error {
+	if len(attempts) == 1 {
+		return q.RecordAttempt(ctx, attempts[0], keep)
+	}
+	var b pgx.Batch
+	for _, a := range attempts {
+		args, err := AttemptArgs(a.Sender, []Attempt{a})
+		if err != nil {
+			return err
+		}
+		b.Queue(insertAttemptSQL, append(args, max(keep, 1))...)
+	}
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("record %d attempts: %w", len(attempts), err)
+	}
+	return nil
+}
+
 // eventAttemptsSQL reads an event's attempts, newest first.
 const eventAttemptsSQL = `SELECT target, started_at, took_us, outcome, cause, attempt, coalesce(actor, ''), coalesce(job_id, 0),
   coalesce(status, 0), coalesce(ack, ''), coalesce(error, ''), headers, coalesce(body, '')
