@@ -17,7 +17,10 @@ const maxNesting = 10000
 // same way (invalid UTF-8 and lone surrogates become U+FFFD). A
 // differential test and a fuzz test hold it to that.
 type parser struct {
-	b     []byte
+	b []byte
+	// s is b as one string: the strings without escapes are its
+	// substrings, not copies of their own.
+	s     string
 	i     int
 	depth int
 }
@@ -27,7 +30,7 @@ type parser struct {
 // float64 (any other number). b must hold one JSON value, with white
 // space around it or not.
 func parseJSON(b []byte) (any, error) {
-	p := parser{b: b}
+	p := parser{b: b, s: string(b)}
 	p.space()
 	if p.i == len(b) {
 		return nil, errNotJSON
@@ -250,10 +253,10 @@ func (p *parser) str() (string, error) {
 		c := p.b[p.i]
 		switch {
 		case c == '"':
-			s := p.b[start:p.i]
+			s := p.s[start:p.i]
 			p.i++
-			if ascii || utf8.Valid(s) {
-				return string(s), nil
+			if ascii || utf8.ValidString(s) {
+				return s, nil
 			}
 			return p.unquote(start)
 		case c == '\\':
