@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
@@ -91,6 +92,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.ingestTyped("ord_1002", "order.paid", "application/json", `{"order":1002,"total":"12.00"}`)
 	e.ingest("xss-1", "text/html", `<script>document.title='pwned'</script><img src=x onerror="document.title='pwned'">`)
 	e.failForwards("ord_1001", "target answered 503 Service Unavailable")
+	// The failed forward's attempts, as its worker would have recorded
+	// them, at fixed times: the screenshot shows them.
+	at := time.Date(2026, 11, 29, 19, 36, 39, 480_000_000, time.UTC)
+	for i, a := range []store.Attempt{
+		{Cause: store.CauseFirst, Attempt: 1, Took: 41 * time.Millisecond},
+		{Cause: store.CauseRetry, Attempt: 2, Took: 38 * time.Millisecond, StartedAt: at.Add(2 * time.Second)},
+		{Cause: store.CauseRetry, Attempt: 3, Took: 40 * time.Millisecond, StartedAt: at.Add(6 * time.Second)},
+	} {
+		a.Sender, a.EventID, a.Target, a.Status = "orders", e.eventOf("ord_1001"), "orders-svc", http.StatusServiceUnavailable
+		if a.StartedAt.IsZero() {
+			a.StartedAt = at
+		}
+		a.Outcome, a.Error = "retry", "target answered 503 Service Unavailable"
+		if i == 2 {
+			a.Outcome = "failed"
+		}
+		a.Header = map[string][]string{"Content-Type": {"text/plain; charset=utf-8"}, "Retry-After": {"2"}}
+		a.Body = []byte("orders-svc is restarting\n")
+		if err := store.New(e.pool).RecordAttempt(t.Context(), a, 20); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// For the charts: a replay, two refusals and forward attempts, counted
 	// by the server's recorder and flushed into traffic_minutes.
 	for _, d := range []struct {
