@@ -431,14 +431,8 @@ func apiEvent(ctx context.Context, a *apiRun, args []string) error {
 	c := a.flags("EVENT_ID", "Show an event: its headers and body (GET /v1/events/{event_id}), then its delivery's forwards\n"+
 		"(GET /v1/senders/{sender}/deliveries/{delivery_id}) and their attempts (GET /v1/events/{event_id}/attempts).\n"+
 		"--json prints the event's answer.")
-	if done, err := a.parse(c, args); done || err != nil {
-		return err
-	}
-	if len(c.args) != 1 {
-		return c.usageError(errors.New("give one event ID"))
-	}
-	id, err := uuidArg(c, c.args[0])
-	if err != nil {
+	id, done, err := a.oneEventID(c, args)
+	if done || err != nil {
 		return err
 	}
 	r, err := a.client.GetEventWithResponse(ctx, id)
@@ -500,14 +494,8 @@ func apiAttempts(ctx context.Context, a *apiRun, args []string) error {
 	c := a.flags("EVENT_ID", "List every kept attempt of an event's forwards, newest first: when, the target, the outcome,\n"+
 		"the status or the broker's acknowledgement, the cause, and the answer's headers and body, escaped\n"+
 		"(GET /v1/events/{event_id}/attempts).")
-	if done, err := a.parse(c, args); done || err != nil {
-		return err
-	}
-	if len(c.args) != 1 {
-		return c.usageError(errors.New("give one event ID"))
-	}
-	id, err := uuidArg(c, c.args[0])
-	if err != nil {
+	id, done, err := a.oneEventID(c, args)
+	if done || err != nil {
 		return err
 	}
 	r, err := a.client.GetEventAttemptsWithResponse(ctx, id)
@@ -578,6 +566,19 @@ func eventBody(answer []byte, enc api.BodyEncoding) string {
 		}
 	}
 	return shownBody(e.Body)
+}
+
+// oneEventID parses the flags and the one event ID of a subcommand that
+// takes one; done is true when the help was shown.
+func (a *apiRun) oneEventID(c *cmdFlags, args []string) (id api.EventID, done bool, err error) {
+	if done, err := a.parse(c, args); done || err != nil {
+		return id, done, err
+	}
+	if len(c.args) != 1 {
+		return id, false, c.usageError(errors.New("give one event ID"))
+	}
+	id, err = uuidArg(c, c.args[0])
+	return id, false, err
 }
 
 // uuidArg parses an event ID, or fails with a usage error.
