@@ -181,6 +181,10 @@ cmd_start() {
 		if [[ ${PG_FAST:-} == 1 ]]; then
 			opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 		fi
+		# PG_STATEMENTS=1 loads pg_stat_statements (make bench's -pgstat).
+		if [[ ${PG_STATEMENTS:-} == 1 ]]; then
+			opts+=" -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+		fi
 		if ! as_server "$bin/pg_ctl" -D "$data" -w -t 60 -l "$data/log" -o "$opts" start >/dev/null 2>&1; then
 			log_tail "$data"
 			die "could not start PostgreSQL in $dir on port $port"

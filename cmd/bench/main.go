@@ -53,7 +53,7 @@ type bench struct {
 	concurrency                                                           int
 	duration, warmup, forwardDrain, maxP99, maxCPUPerForward              time.Duration
 	minRatio, minReplayRatio, minForwardRatio, minForwardAllRatio, maxRSS float64
-	skipPgbench, skipReplay, skipForward, skipDrain, keep, pprof          bool
+	skipPgbench, skipReplay, skipForward, skipDrain, keep, pprof, pgstat  bool
 	onlyForward                                                           bool
 	drainTimeout                                                          time.Duration
 	drainBacklogs                                                         []int
@@ -118,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.Float64Var(&b.maxRSS, "max-rss-mb", 150, "highest passing peak RSS of a server, in MB")
 	fs.BoolVar(&b.keep, "keep", false, "keep the temporary directory (server logs, pgbench script and logs, profiles)")
 	fs.BoolVar(&b.pprof, "pprof", false, "CPU profiles of the server in phase 1 and the --role all phase, with their hottest functions")
+	fs.BoolVar(&b.pgstat, "pgstat", false, "PostgreSQL's statements (pg_stat_statements) and wait events in phase 1 and the forwarding phases: calls per delivery, time, where the backends wait")
 	fs.Func("server-arg", "an argument added to every server's `serve`, e.g. -server-arg=--forward-workers=100 (repeatable)", func(v string) error {
 		b.serverArgs = append(b.serverArgs, v)
 		return nil
@@ -354,9 +355,12 @@ func (b *bench) noTarget(ctx context.Context) (err error) {
 	}
 	defer func() { _ = srv.stop() }() // on failure paths; after b.stop, nothing
 	b.checkpoint(ctx)
-	report := b.profile(ctx, srv)
+	report, pgstat := b.profile(ctx, srv), b.pgStat(ctx)
 	first, err := b.load(ctx, srv, "first delivery: gateway", loadConfig{ids: firstIDs("fd")})
 	report()
+	if err == nil {
+		pgstat(first.accepted)
+	}
 	if b.first = first; err == nil && !b.onlyForward {
 		_, err = b.load(ctx, srv, "first delivery, concurrency 1", loadConfig{ids: firstIDs("lone"), workers: 1, duration: 3 * time.Second})
 	}
@@ -443,11 +447,13 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 	if p.role == "all" {
 		report = b.profile(ctx, srv)
 	}
+	pgstat := b.pgStat(ctx)
 	ref := b.first.rate()
 	load, err := b.load(ctx, srv, p.name(), loadConfig{ids: firstIDs(p.tag)})
 	if report(); err != nil {
 		return err
 	}
+	pgstat(load.accepted)
 	switch {
 	case p.rules && b.all != nil:
 		b.rulesRatio(load)
