@@ -2,9 +2,11 @@ package forward
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,9 +19,8 @@ import (
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
-// Workers that record their attempts at once share round trips: once
-// every call of add has returned, every attempt is written, once, and
-// fewer writes were made than attempts.
+// Workers that record their attempts at once share round trips: every
+// attempt is written, once, and fewer writes were made than attempts.
 func TestAttemptLogWritesEveryAttemptOnce(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
@@ -39,6 +40,7 @@ func TestAttemptLogWritesEveryAttemptOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	testkit.Poll(t, time.Minute, "the attempt log to be written", l.idle)
 	var n int
 	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM forward_attempts`).Scan(&n); err != nil {
 		t.Fatal(err)
@@ -103,4 +105,68 @@ func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 func (c *countingDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	c.count()
 	return c.DB.SendBatch(ctx, b)
+}
+
+// A worker that writes the queue writes one batch, its own attempt in it,
+// and returns: the attempts that came in meanwhile are written by another
+// goroutine. A worker used to keep writing as long as attempts kept
+// coming, past its job's deadline.
+func TestAttemptLogWorkerWritesOneBatch(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	g := &gatedDB{DB: pool, started: make(chan struct{}), proceed: make(chan struct{}), release: make(chan struct{})}
+	l := &attemptLog{db: g, keep: 20, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	attempt := func() store.Attempt {
+		return store.Attempt{Sender: "acme", EventID: uuid.New(), Target: "orders", StartedAt: time.Now(), Outcome: "delivered", Cause: store.CauseFirst, Attempt: 1, Status: 200}
+	}
+	returned := make(chan struct{})
+	go func() {
+		l.add(t.Context(), attempt())
+		close(returned)
+	}()
+	<-g.started // the first worker's write is under way
+	l.add(t.Context(), attempt())
+	l.add(t.Context(), attempt())
+	close(g.proceed)
+	select {
+	case <-returned:
+	case <-time.After(time.Minute):
+		t.Fatal("the first worker is still writing the others' attempts")
+	}
+	if l.idle() {
+		t.Fatal("the others' attempts are not queued for a write")
+	}
+	close(g.release) // the other goroutine's write goes on
+	testkit.Poll(t, time.Minute, "the others' attempts to be written", l.idle)
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM forward_attempts`).Scan(&n); err != nil || n != 3 {
+		t.Errorf("%d attempts written (%v), want 3", n, err)
+	}
+}
+
+// gatedDB holds the first write until proceed is closed, and the others
+// until release is.
+type gatedDB struct {
+	store.DB
+	started, proceed, release chan struct{}
+	n                         atomic.Int32
+}
+
+func (g *gatedDB) wait() {
+	if g.n.Add(1) == 1 {
+		close(g.started)
+		<-g.proceed
+		return
+	}
+	<-g.release
+}
+
+func (g *gatedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	g.wait()
+	return g.DB.Exec(ctx, sql, args...)
+}
+
+func (g *gatedDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	g.wait()
+	return g.DB.SendBatch(ctx, b)
 }
