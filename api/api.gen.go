@@ -531,7 +531,7 @@ type Attempt struct {
 	// Example: 2
 	Attempt int `json:"attempt"`
 
-	// Body The first 4 KiB of the response body, as received; empty without one.
+	// Body The first 4 KiB of the response body, as received but for the target's own secrets, masked; empty without one.
 	//
 	// Example: busy, come back
 	Body string `json:"body"`
@@ -566,7 +566,7 @@ type Attempt struct {
 	// Example: target answered 503, Retry-After 1s
 	Error *string `json:"error"`
 
-	// Headers The response headers of an HTTP target, credential-like ones as `xxxxx`; empty otherwise.
+	// Headers The response headers of an HTTP target, credential-like ones as `xxxxx`, the target's own secrets masked, up to 8 KiB in name order; empty otherwise.
 	//
 	// Example: {"Retry-After":["1"]}
 	Headers map[string][]string `json:"headers"`

@@ -613,7 +613,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	}
 	// The attempt's answer goes in the outcome's batch: no round trip of
 	// its own.
-	o.Answer = p.answer(a, attemptedAt, cause{why: store.CauseFirst, attempt: 1})
+	o.Answer = p.answer(t, a, attemptedAt, cause{why: store.CauseFirst, attempt: 1})
 	now := time.Now().UTC()
 	switch {
 	case p.res == ResultDelivered:

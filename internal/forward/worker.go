@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -307,7 +310,7 @@ func (w *Worker) attempt(ctx context.Context, job queue.Job, t *config.Target, a
 		// acknowledgement are recorded all the same.
 		w.record(ctx, job, p.output())
 	}
-	w.recordAttempt(ctx, job, p.answer(a, started, causeOf(job)))
+	w.recordAttempt(ctx, job, p.answer(t, a, started, causeOf(job)))
 	if p.final {
 		return p.res, 0, 0, queue.Cancel(p.err)
 	}
@@ -373,12 +376,67 @@ func (p posted) outcome() string {
 	}
 }
 
-// answer is the attempt p, of forward a, started at started, with the
-// target's answer, its credential-like headers redacted.
-func (p posted) answer(a queue.Args, started time.Time, c cause) store.Attempt {
+// answer is the attempt's record: when and how it went, why it was made,
+// and the target's answer, as [keptAnswer] keeps it.
+func (p posted) answer(t *config.Target, a queue.Args, started time.Time, c cause) store.Attempt {
+	h, body := keptAnswer(t, p.header, p.body)
 	return store.Attempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, StartedAt: started, Took: p.took,
 		Outcome: p.outcome(), Cause: c.why, Attempt: c.attempt, Actor: c.actor, JobID: c.jobID,
-		Status: p.status, Ack: p.ack, Error: errText(p.err), Header: redact.Headers(p.header), Body: p.body}
+		Status: p.status, Ack: p.ack, Error: errText(p.err), Header: h, Body: body}
+}
+
+// Bounds of an answer's headers as an attempt keeps them.
+const (
+	maxKeptHeaderBytes = 8 << 10 // names and values together
+	maxKeptHeaderValue = 1 << 10 // each value, cut with "…"
+)
+
+// keptAnswer is the target's answer as an attempt keeps it. Headers whose
+// name may carry a credential are masked. What the answer echoes of the
+// target's own secrets (its URL's user, query and secret path, its
+// credential-like headers, its signing secret) is masked in the other
+// headers and in the body. The headers, in name order, are kept up to
+// 8 KiB, each value up to 1 KiB.
+func keptAnswer(t *config.Target, h map[string][]string, body []byte) (map[string][]string, []byte) {
+	var secrets []string
+	if t != nil {
+		secrets = redact.Secrets(t.URL, t.SecretPath)
+		for k, v := range t.Headers {
+			if redact.CredentialHeader(k) {
+				secrets = append(secrets, v)
+			}
+		}
+		if t.SigningSecret != "" {
+			secrets = append(secrets, t.SigningSecret)
+		}
+	}
+	if len(secrets) > 0 && len(body) > 0 {
+		if b := redact.Text(string(body), secrets...); b != string(body) {
+			body = []byte(b)
+		}
+	}
+	if len(h) == 0 {
+		return nil, body
+	}
+	out := make(map[string][]string, len(h))
+	left := maxKeptHeaderBytes
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		vs := h[k]
+		if redact.CredentialHeader(k) {
+			vs = []string{redact.Mask}
+		}
+		for _, v := range vs {
+			if len(v) > maxKeptHeaderValue {
+				v = strings.ToValidUTF8(v[:maxKeptHeaderValue], "") + "…"
+			}
+			v = redact.Text(v, secrets...)
+			if left -= len(k) + len(v); left < 0 {
+				return out, body
+			}
+			out[k] = append(out[k], v)
+		}
+	}
+	return out, body
 }
 
 // recordAttempt records an attempt of River's worker with its answer, and

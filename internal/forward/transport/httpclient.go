@@ -24,6 +24,9 @@ func NewGuardedHTTPClient(maxIdlePerHost int, allowed *AllowedHosts) *http.Clien
 			IdleConnTimeout:     90 * time.Second,
 			// The answer's body is discarded, so gzip would only cost.
 			DisableCompression: true,
+			// A target's headers are read whole and an attempt keeps
+			// some of them: 64 KiB, not net/http's 10 MB.
+			MaxResponseHeaderBytes: 64 << 10,
 		},
 		// A redirect is an answer, which fails the forward.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
