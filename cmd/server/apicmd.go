@@ -169,8 +169,14 @@ func (a *apiRun) redacted(ee *exitError) error {
 	return &exitError{ee.code, errors.New(strings.ReplaceAll(ee.err.Error(), a.token, "(the token)"))}
 }
 
-// printJSON writes an answer's body as it is, ending in a newline.
+// printJSON writes an answer's body, ending in a newline: as it is with
+// --json, else without control characters.
 func (a *apiRun) printJSON(body []byte) error {
+	if !a.json {
+		// An answer that was not the JSON expected, shown to a person:
+		// without the control characters it may hold.
+		body = []byte(printable(string(body)))
+	}
 	if _, err := a.stdout.Write(body); err != nil {
 		return err
 	}
@@ -523,7 +529,7 @@ func (a *apiRun) printAttempts(attempts []api.Attempt) {
 			answer = "ack " + cell(*at.Ack)
 		}
 		fmt.Fprintf(a.stdout, "  %s  %s  %s  %s  took %.1f ms  %s\n", at.StartedAt.UTC().Format("2006-01-02 15:04:05.000Z"), cell(at.Target),
-			at.Outcome, answer, at.DurationMs, cell(at.CauseText))
+			cell(string(at.Outcome)), answer, at.DurationMs, cell(at.CauseText))
 		if at.Error != nil && *at.Error != "" {
 			fmt.Fprintf(a.stdout, "    error: %s\n", strconv.Quote(*at.Error))
 		}

@@ -169,9 +169,9 @@ func valueSize(v ref.Val, budget int) int {
 // whatever it built.
 type sizeCost struct{}
 
-// A call of without is charged by the members it copied, counted as its
-// result's.
-func (sizeCost) CallCost(function, _ string, _ []ref.Val, result ref.Val) *uint64 {
+// A call of without is charged a unit per member it copied, at every
+// depth.
+func (sizeCost) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
 	var n int
 	switch r := result.(type) {
 	case types.String:
@@ -179,12 +179,10 @@ func (sizeCost) CallCost(function, _ string, _ []ref.Val, result ref.Val) *uint6
 	case types.Bytes:
 		n = len(r)
 	case traits.Mapper:
-		if function != "without" {
+		if function != "without" || len(args) != 2 {
 			return nil
 		}
-		if s, ok := r.Size().(types.Int); ok {
-			n = int(s) * 10
-		}
+		n = withoutCopied(args[0], args[1]) * 10
 	default:
 		return nil
 	}

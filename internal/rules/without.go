@@ -65,6 +65,45 @@ func without(m, ptrs ref.Val) ref.Val {
 	return tree.celWithout(mp)
 }
 
+// withoutCopied is how many members m.without(ptrs) copies: those of
+// every object on the pointers' paths.
+func withoutCopied(m, ptrs ref.Val) int {
+	l, ok := ptrs.(traits.Lister)
+	if !ok {
+		return 0
+	}
+	tree := pathTree{}
+	for it := l.Iterator(); it.HasNext() == types.True; {
+		if s, ok := it.Next().(types.String); ok {
+			if path, err := splitPointer(string(s)); err == nil {
+				tree.add(path)
+			}
+		}
+	}
+	mp, ok := m.(traits.Mapper)
+	if !ok {
+		return 0
+	}
+	if g, ok := mp.Value().(map[string]any); ok {
+		return tree.copied(g)
+	}
+	if s, ok := mp.Size().(types.Int); ok {
+		return int(s)
+	}
+	return 0
+}
+
+// copied is how many members goWithout copies of m.
+func (t pathTree) copied(m map[string]any) int {
+	n := len(m)
+	for name, sub := range t {
+		if child, ok := m[name].(map[string]any); ok && sub != nil {
+			n += sub.copied(child)
+		}
+	}
+	return n
+}
+
 // add records path, a member to remove. A shorter path removes what a
 // longer one under it would.
 func (t pathTree) add(path []string) {

@@ -169,3 +169,33 @@ func TestActivationReusesAParse(t *testing.T) {
 		t.Error("a parse of a body that was never read")
 	}
 }
+
+// A call of without is charged for the nested objects it copies, not only
+// for its result's top-level members: a comprehension that copies a large
+// nested object again and again stops at the cost limit.
+func TestWithoutIsChargedForNestedCopies(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"data":{"object":{`)
+	for i := range 5000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"m` + itoa(i) + `":1`)
+	}
+	b.WriteString(`}},"items":[`)
+	for i := range 100 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("0")
+	}
+	b.WriteString(`]}`)
+	a := NewActivation(Input{Body: []byte(b.String())})
+	_, err := mustTransform(t, `body.items.map(i, body.without(["/data/object/m1"]))`, "").Apply(a, 1<<30)
+	if err == nil || !strings.Contains(err.Error(), "cost limit exceeded") {
+		t.Errorf("100 copies of a 5,000-member nested object: %v, want the cost limit", err)
+	}
+	if _, err := mustTransform(t, `body.without(["/data/object/m1"])`, "").Apply(a, 1<<30); err != nil {
+		t.Errorf("one copy: %v", err)
+	}
+}
