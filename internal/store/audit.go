@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -80,9 +82,72 @@ func clean(s string, max int) string {
 	return s
 }
 
+// Refused requests a token may write to the audit trail: at most
+// maxRefusedRows a minute. The others are counted, and the next refused
+// row of the token says how many were left out. A token's holder cannot fill
+// the table by sending requests it may not make.
+const (
+	maxRefusedRows     = 60
+	refusedRowsWindow  = time.Minute
+	refusedNotRecorded = "refusals_not_recorded"
+)
+
+// auditThrottle counts each token's refused rows in the current window.
+// Its map holds the names of the configured tokens only.
+type auditThrottle struct {
+	mu   sync.Mutex
+	byTk map[string]*refusedWindow
+}
+
+type refusedWindow struct {
+	start            time.Time
+	written, skipped int
+}
+
+// allow reports whether token may write a refused row at now, and how
+// many of its rows were left out before it.
+func (t *auditThrottle) allow(token string, now time.Time) (bool, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byTk == nil {
+		t.byTk = map[string]*refusedWindow{}
+	}
+	w := t.byTk[token]
+	if w == nil {
+		w = &refusedWindow{start: now}
+		t.byTk[token] = w
+	}
+	if now.Sub(w.start) >= refusedRowsWindow {
+		w.start, w.written = now, 0
+	}
+	if w.written >= maxRefusedRows {
+		w.skipped++
+		return false, 0
+	}
+	w.written++
+	skipped := w.skipped
+	w.skipped = 0
+	return true, skipped
+}
+
 // RecordAudit writes e to the audit trail; e.At zero is the database's
-// now. Every text is cleaned and cut to its bound.
+// now. Every text is cleaned and cut to its bound. A token's refused
+// requests beyond maxRefusedRows a minute are counted, not written; the
+// next row says how many.
 func (q *Queries) RecordAudit(ctx context.Context, e AuditEntry) error {
+	if e.Outcome == OutcomeRefused && q.refused != nil {
+		ok, skipped := q.refused.allow(e.Token, time.Now())
+		if !ok {
+			return nil
+		}
+		if skipped > 0 {
+			e.Details = maps.Clone(e.Details)
+			if e.Details == nil {
+				e.Details = map[string]any{}
+			}
+			e.Details[refusedNotRecorded] = skipped
+		}
+	}
 	var details []byte
 	if e.Details != nil {
 		b, err := json.Marshal(e.Details)

@@ -19,15 +19,18 @@ type DB interface {
 }
 
 // Queries runs hookgate's statements outside the ingest pipeline on one DB.
-// It holds no other state: make one per pool, or one per transaction.
+// Its one other state is the bound on the audit trail's refused rows
+// ([Queries.RecordAudit]): make one per pool, and share it.
 type Queries struct {
 	db DB
 	// timeout, when positive, bounds the relay's look.
 	timeout time.Duration
+	// refused bounds the audit rows of each token's refused requests.
+	refused *auditThrottle
 }
 
 // New returns the queries on db.
-func New(db DB) *Queries { return &Queries{db: db} }
+func New(db DB) *Queries { return &Queries{db: db, refused: &auditThrottle{}} }
 
 // DB returns the database q runs on.
 func (q *Queries) DB() DB { return q.db }
