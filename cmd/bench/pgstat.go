@@ -66,6 +66,9 @@ FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'cli
 				}
 			}
 			rows.Close()
+			if rows.Err() != nil {
+				counts["(a sample failed)"]++
+			}
 		}
 	}()
 	return func(accepted int) {
@@ -95,6 +98,9 @@ ORDER BY total_exec_time DESC LIMIT $1`, pgStatTop)
 			fmt.Fprintf(b.out, "    %5.2f calls %6.1f µs %5.1f%%  %s\n", float64(calls)/n, total*1000/n, 100*total/max(all, 1e-9), query)
 		}
 		rows.Close()
+		if err := rows.Err(); err != nil {
+			fmt.Fprintf(b.out, "    %v\n", err)
+		}
 		total := 0
 		for _, c := range counts {
 			total += c

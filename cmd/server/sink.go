@@ -233,10 +233,12 @@ func shownBody(b []byte) string {
 // printable replaces control characters, such as terminal escapes, in s.
 func printable(s string) string {
 	return strings.Map(func(r rune) rune {
+		// C0 and DEL; C1, an 8-bit CSI among them; the bidirectional
+		// controls.
 		switch {
 		case r < 0x20 && r != '\n' && r != '\t', r == 0x7f,
-			r >= 0x80 && r <= 0x9f, // C1 controls, CSI among them
-			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069: // bidirectional controls
+			r >= 0x80 && r <= 0x9f,
+			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
 			return '.'
 		}
 		return r
