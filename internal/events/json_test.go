@@ -49,20 +49,3 @@ func TestAppendHeadersJSONDecodesLikeEncodingJSON(t *testing.T) {
 		}
 	}
 }
-
-func FuzzAppendJSONString(f *testing.F) {
-	f.Add("plain")
-	f.Add("\x00\"\\\xff")
-	f.Fuzz(func(t *testing.T, s string) {
-		got := appendJSONString(nil, s)
-		want, _ := json.Marshal(s)
-		var a, b string
-		if err := json.Unmarshal(got, &a); err != nil {
-			t.Fatalf("%q: %s is not JSON: %v", s, got, err)
-		}
-		_ = json.Unmarshal(want, &b)
-		if a != b {
-			t.Fatalf("%q: decodes to %q, encoding/json's to %q", s, a, b)
-		}
-	})
-}

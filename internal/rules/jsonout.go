@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
+	"github.com/hookgate/hookgate/internal/jsonstr"
 )
 
 // jsonWriter writes a transform's result as JSON in one pass: the bytes
@@ -67,9 +67,9 @@ func (w *jsonWriter) value(v ref.Val, depth int) bool {
 		w.buf = base64.StdEncoding.AppendEncode(w.buf, x)
 		w.buf = append(w.buf, '"')
 	case types.Timestamp:
-		w.buf = appendString(w.buf, x.Time.UTC().Format(time.RFC3339Nano))
+		w.buf = jsonstr.Append(w.buf, x.Time.UTC().Format(time.RFC3339Nano))
 	case types.Duration:
-		w.buf = appendString(w.buf, x.String())
+		w.buf = jsonstr.Append(w.buf, x.String())
 	case traits.Mapper:
 		return w.mapper(x, depth)
 	case traits.Lister:
@@ -111,7 +111,7 @@ func (w *jsonWriter) mapper(x traits.Mapper, depth int) bool {
 			w.buf = append(w.buf, ',')
 		}
 		w.budget -= len(k) + 3
-		w.buf = appendString(w.buf, k)
+		w.buf = jsonstr.Append(w.buf, k)
 		w.buf = append(w.buf, ':')
 		if !w.value(x.Get(types.String(k)), depth+1) {
 			return false
@@ -142,7 +142,7 @@ func (w *jsonWriter) refValMap(m map[ref.Val]ref.Val, depth int) bool {
 			w.buf = append(w.buf, ',')
 		}
 		w.budget -= len(e.k) + 3
-		w.buf = appendString(w.buf, e.k)
+		w.buf = jsonstr.Append(w.buf, e.k)
 		w.buf = append(w.buf, ':')
 		if !w.value(e.v, depth+1) {
 			return false
@@ -195,7 +195,7 @@ func (w *jsonWriter) goMap(m map[string]any, depth int) bool {
 			w.buf = append(w.buf, ',')
 		}
 		w.budget -= len(k) + 3
-		w.buf = appendString(w.buf, k)
+		w.buf = jsonstr.Append(w.buf, k)
 		w.buf = append(w.buf, ':')
 		if !w.goValue(m[k], depth+1) {
 			return false
@@ -224,7 +224,7 @@ func (w *jsonWriter) str(s string) bool {
 	if w.budget -= len(s) + 2; w.budget < 0 {
 		return false
 	}
-	w.buf = appendString(w.buf, s)
+	w.buf = jsonstr.Append(w.buf, s)
 	return true
 }
 
@@ -248,61 +248,4 @@ func (w *jsonWriter) float(f float64) bool {
 	}
 	w.buf = b
 	return true
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s quoted as encoding/json does without HTML
-// escaping: \" \\ \b \f \n \r \t, \u00XX for other control bytes,
-// \ufffd for invalid UTF-8, \u2028 and \u2029.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= ' ' && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	dst = append(dst, '"')
-	return dst
 }
