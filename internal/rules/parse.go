@@ -271,6 +271,9 @@ func (p *parser) str() (string, error) {
 	return "", errNotJSON
 }
 
+// unescaped is the byte each one-letter escape stands for.
+var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
 // unquote decodes the string that starts at start (after its quote),
 // with escapes or invalid UTF-8, as encoding/json does, and moves p.i
 // past its closing quote.
@@ -289,23 +292,8 @@ func (p *parser) unquote(start int) (string, error) {
 				return "", errNotJSON
 			}
 			switch s[r] {
-			case '"', '\\', '/':
-				out = append(out, s[r])
-				r++
-			case 'b':
-				out = append(out, '\b')
-				r++
-			case 'f':
-				out = append(out, '\f')
-				r++
-			case 'n':
-				out = append(out, '\n')
-				r++
-			case 'r':
-				out = append(out, '\r')
-				r++
-			case 't':
-				out = append(out, '\t')
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				out = append(out, unescaped[s[r]])
 				r++
 			case 'u':
 				rr := hex4(s[r+1:])
