@@ -275,8 +275,11 @@ func (f *forwarding) startTakeover(ctx context.Context, log *slog.Logger) {
 func (f *forwarding) relayConfig() forward.RelayConfig {
 	rc := forward.DefaultRelayConfig()
 	rc.Registerer = f.reg
+	if f.handedOver != nil {
+		rc.Wake = f.handedOver
+	}
 	if f.fast != nil {
-		rc.IdleInterval, rc.Wake = forward.DefaultRelayIdleInterval, f.handedOver
+		rc.IdleInterval = forward.DefaultRelayIdleInterval
 	}
 	return rc
 }
@@ -312,6 +315,7 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 		gate       *forward.Gate
 		takeover   *forward.Takeover
 		transports *transport.Router
+		wake       chan struct{}
 	)
 	if work {
 		cc.ID = forward.NewProcessID()
@@ -321,7 +325,10 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 			return nil, err
 		}
 		cc.Tracker = takeover
-		if worker, gate, transports, err = newForwardWorker(db, jobs, cfg, s, m, pauses, log); err != nil {
+		// The relay looks at once when the fast path leaves rows to it, or
+		// when an ordered forward's end releases the next of its key.
+		wake = make(chan struct{}, 1)
+		if worker, gate, transports, err = newForwardWorker(db, jobs, cfg, s, m, pauses, wake, log); err != nil {
 			return nil, err
 		}
 		cc.Worker = worker
@@ -330,7 +337,8 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate, jobs: jobs, log: log, pauses: pauses}
+	f := &forwarding{queue: q, work: work, takeover: takeover, transports: transports, reg: reg, metrics: m, gate: gate, jobs: jobs, log: log, pauses: pauses,
+		handedOver: wake}
 	if work {
 		f.fixed = fixedAtStart{work: true, rescueAfter: cc.RescueAfter, computed: s.client.RescueAfter == 0, jobRetention: cc.Retention}
 	}
@@ -339,7 +347,6 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 		// fair shares, max_in_flight and breakers hold across both. It
 		// records its outcomes through the queue.
 		dc := s.dispatcher // FixedLease 0: each target's timeout plus the margin
-		f.handedOver = make(chan struct{}, 1)
 		dc.HandedOver = f.handedOver
 		dc.Worker, dc.Recorder, dc.Registerer, dc.Log = worker, q, reg, log
 		if f.fast, err = forward.NewDispatcher(dc); err != nil {
@@ -355,7 +362,7 @@ func newForwarding(db *database, jobs *queue.Jobs, cfg config.Source, s *setting
 // transports (an HTTP client keeping as many idle connections per target,
 // and the brokers' connections, all to the allowed hosts only), and the
 // retry schedule of the settings.
-func newForwardWorker(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, log *slog.Logger) (*forward.Worker, *forward.Gate, *transport.Router, error) {
+func newForwardWorker(db *database, jobs *queue.Jobs, cfg config.Source, s *settings, m *forward.Metrics, pauses *forward.Pauses, released chan<- struct{}, log *slog.Logger) (*forward.Worker, *forward.Gate, *transport.Router, error) {
 	gc := s.gate
 	gc.DB, gc.Jobs, gc.Metrics, gc.Log, gc.Pauses = db.pool, jobs, m, log, pauses
 	gate, err := forward.NewGate(gc)
@@ -363,7 +370,7 @@ func newForwardWorker(db *database, jobs *queue.Jobs, cfg config.Source, s *sett
 		return nil, nil, nil, err
 	}
 	wc := s.worker
-	wc.Senders, wc.DB, wc.Jobs, wc.Gate, wc.Metrics, wc.Log = cfg, db.pool, jobs, gate, m, log
+	wc.Senders, wc.DB, wc.Jobs, wc.Gate, wc.Metrics, wc.Log, wc.Released = cfg, db.pool, jobs, gate, m, log, released
 	client := transport.NewGuardedHTTPClient(gc.Capacity, s.allowedHosts)
 	ts := transport.NewRouter(client, s.allowedHosts.DialContext(&net.Dialer{}), time.Now)
 	wc.Transport = ts

@@ -168,6 +168,9 @@ type Target struct {
 	// quiet spell. It needs Rate. It defaults to a tenth of the rate's
 	// count, at least 1.
 	Burst int `yaml:"burst" validate:"min=0,max=100000"`
+	// Ordering, when set, delivers the target's forwards of one key one
+	// at a time, in the order hookgate accepted them.
+	Ordering *Ordering `yaml:"ordering"`
 
 	// NATS says where a nats:// target publishes. It is required with
 	// such a URL, and refused with any other.
@@ -319,6 +322,31 @@ type DeliveryID struct {
 	// such as by a new timestamp, is a new one.
 	BodySHA256 bool `yaml:"body_sha256" validate:"excluded_with=Header JSONPointer"`
 }
+
+// Ordering says where an event's ordering key is: a header, an RFC 6901
+// JSON pointer into a JSON body (a string or a number), or a constant for
+// one sequence per sender. Exactly one is set. Forwards of one (sender,
+// target, key) are attempted one at a time, in the order of their
+// acceptance. An event without the key is forwarded unordered.
+type Ordering struct {
+	Header      string `yaml:"header" validate:"omitempty,headername"`
+	JSONPointer string `yaml:"json_pointer" validate:"omitempty,jsonpointer"`
+	Constant    string `yaml:"constant" validate:"max=128"`
+	// OnFailure is what a forward that fails for good does to its key:
+	// "hold" (the default) blocks the key until an operator redelivers or
+	// skips the forward; "skip" records it failed and moves on.
+	OnFailure string `yaml:"on_failure" validate:"omitempty,oneof=hold skip"`
+}
+
+// The values of [Ordering.OnFailure].
+const (
+	OnFailureHold = "hold"
+	OnFailureSkip = "skip"
+)
+
+// Skips reports whether a forward that fails for good lets its key move
+// on. It is true for a nil Ordering: an unordered target holds nothing.
+func (o *Ordering) Skips() bool { return o == nil || o.OnFailure == OnFailureSkip }
 
 // Duration is a time.Duration written as "168h", "30m" or "10s" in YAML.
 type Duration time.Duration

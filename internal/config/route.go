@@ -122,6 +122,20 @@ func check(s *Sender) error {
 		if t.Burst > 0 && t.Rate.IsZero() {
 			return fmt.Errorf("forward[%d].burst: is only used with rate: set rate (such as 50/s) or leave burst out", i)
 		}
+		if o := t.Ordering; o != nil {
+			n := 0
+			for _, set := range []bool{o.Header != "", o.JSONPointer != "", o.Constant != ""} {
+				if set {
+					n++
+				}
+			}
+			if n != 1 {
+				return fmt.Errorf("forward[%d].ordering: set exactly one of header, json_pointer or constant (the key whose forwards go one at a time)", i)
+			}
+			if o.OnFailure == "" {
+				o.OnFailure = OnFailureHold
+			}
+		}
 		if t.EventTypes != nil && len(t.EventTypes) == 0 {
 			return fmt.Errorf("forward[%d].event_types: lists no event type: leave event_types out for every event", i)
 		}

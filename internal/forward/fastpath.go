@@ -109,7 +109,19 @@ type Fast struct {
 	Parsed *rules.Parsed
 	// Targets are the names of the targets its outbox rows were written for.
 	Targets []string
-	Lease   Lease
+	// OrderKeys are the targets' ordering keys, nil or one per target, ""
+	// for an unordered forward ([sender.Prepared.OrderKeys]). An ordered
+	// forward is attempted only when its row is its key's head.
+	OrderKeys []string
+	Lease     Lease
+}
+
+// orderKey returns the ordering key of f's i-th target, or "".
+func (f *Fast) orderKey(i int) string {
+	if i < len(f.OrderKeys) {
+		return f.OrderKeys[i]
+	}
+	return ""
 }
 
 // fastJob is one forward of a Fast.
@@ -119,6 +131,10 @@ type fastJob struct {
 	target *config.Target
 	lease  time.Duration // its row's lease, from f.Lease.granted
 	q      *targetQueue  // its target's queue
+	// key and seq are an ordered forward's key and position, "" and 0
+	// for another.
+	key string
+	seq int64
 }
 
 // targetQueue is one target's waiting forwards, oldest first. It is under
@@ -141,6 +157,9 @@ type Dispatcher struct {
 	fixedLease  time.Duration // 0: each target's timeout + leaseMargin
 	leaseMargin time.Duration
 	records     chan queue.FirstAttempt
+	// heads are the committed deliveries with ordered forwards, whose
+	// rows must be found to be their keys' heads before an attempt.
+	heads chan *Fast
 	// bytes are the body bytes of the queued and running forwards.
 	bytes    atomic.Int64
 	maxBytes int64
@@ -267,6 +286,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	go d.schedule()
 	d.rec.Add(1)
 	go d.record()
+	d.rec.Add(1)
+	go d.findHeads()
 	return d, nil
 }
 
@@ -278,6 +299,7 @@ func newDispatcher(dc DispatcherConfig) *Dispatcher {
 		w: dc.Worker, recorder: dc.Recorder, log: dc.Log, fixedLease: dc.FixedLease, leaseMargin: dc.LeaseMargin,
 		maxBytes: dc.MaxBytes, handedOver: dc.HandedOver,
 		records: make(chan queue.FirstAttempt, dc.Queue+dc.Workers),
+		heads:   make(chan *Fast, dc.Queue),
 		ctx:     ctx, cancel: cancel,
 		fair:   newFair(dc.Workers),
 		slots:  make(chan struct{}, dc.Workers),
@@ -361,12 +383,43 @@ func (d *Dispatcher) Lease(sender *config.Sender, targets []string, size int) Le
 }
 
 // Dispatch queues f's leased forwards, each in its target's queue. It does
-// not block: a forward whose queue is full is released to the relay.
+// not block: a forward whose queue is full is released to the relay. An
+// ordered forward is queued once its row is found to be its key's head
+// ([Dispatcher.findHeads]); one behind its head is left to wait.
 func (d *Dispatcher) Dispatch(f *Fast) {
+	ordered := false
+	for i := range f.Targets {
+		if f.orderKey(i) != "" && f.Lease.For(i) > 0 {
+			ordered = true
+		}
+	}
+	if ordered {
+		select {
+		case d.heads <- f:
+		default:
+			// Too many to look at: the heads go to the relay, and the
+			// rows behind their heads keep waiting.
+			for i, name := range f.Targets {
+				if f.orderKey(i) != "" && f.Lease.For(i) > 0 {
+					d.handOver(f, name)
+				}
+			}
+		}
+	}
+	d.enqueue(f, func(i int) (int64, bool) { return 0, f.orderKey(i) == "" })
+}
+
+// enqueue queues the leased forwards of f that take says to take, with
+// their positions.
+func (d *Dispatcher) enqueue(f *Fast, take func(i int) (seq int64, ok bool)) {
 	unleased := false
 	var released []*config.Target
 	d.mu.Lock()
 	for i, name := range f.Targets {
+		seq, ok := take(i)
+		if !ok {
+			continue
+		}
 		lease := f.Lease.For(i)
 		if lease <= 0 {
 			unleased = true
@@ -392,7 +445,7 @@ func (d *Dispatcher) Dispatch(f *Fast) {
 			released = append(released, t)
 			continue
 		}
-		tq.jobs = append(tq.jobs, fastJob{f: f, target: tq.target, lease: lease, q: tq})
+		tq.jobs = append(tq.jobs, fastJob{f: f, target: tq.target, lease: lease, q: tq, key: f.orderKey(i), seq: seq})
 		d.queued++
 		if !tq.inRing {
 			tq.inRing = true
@@ -407,6 +460,70 @@ func (d *Dispatcher) Dispatch(f *Fast) {
 		d.wakeRelay()
 	}
 	d.wake()
+}
+
+// maxHeadsBatch bounds the deliveries whose ordered rows one look reads.
+const maxHeadsBatch = 256
+
+// findHeads looks, for the deliveries on heads, which of their ordered
+// rows are their keys' heads with this process's lease, one round trip per
+// sender and batch, and queues those. A row behind its head waits for the
+// forward before it to end. When the look fails, the leased heads go to
+// the relay when their lease ends. It returns when the dispatcher stops.
+func (d *Dispatcher) findHeads() {
+	defer d.rec.Done()
+	for {
+		var batch []*Fast
+		select {
+		case f := <-d.heads:
+			batch = append(batch, f)
+		case <-d.ctx.Done():
+			return
+		}
+	fill:
+		for len(batch) < maxHeadsBatch {
+			select {
+			case f := <-d.heads:
+				batch = append(batch, f)
+			default:
+				break fill
+			}
+		}
+		bySender := map[string][]*Fast{}
+		for _, f := range batch {
+			bySender[f.Sender.Name] = append(bySender[f.Sender.Name], f)
+		}
+		for sender, fs := range bySender {
+			var (
+				events  []uuid.UUID
+				targets []string
+			)
+			for _, f := range fs {
+				for i, name := range f.Targets {
+					if f.orderKey(i) != "" && f.Lease.For(i) > 0 {
+						events, targets = append(events, f.EventID), append(targets, name)
+					}
+				}
+			}
+			ctx, cancel := context.WithTimeout(d.ctx, 5*time.Second)
+			heads, err := store.New(d.w.db).OrderedHeads(ctx, sender, events, targets)
+			cancel()
+			if err != nil {
+				d.log.Warn("fast path: could not read which ordered forwards are their keys' heads; the relay takes the heads when their lease ends",
+					"sender", sender, "forwards", len(events), "err", err)
+				continue
+			}
+			for _, f := range fs {
+				d.enqueue(f, func(i int) (int64, bool) {
+					if f.orderKey(i) == "" {
+						return 0, false
+					}
+					seq, ok := heads[store.ForwardRef{EventID: f.EventID, Target: f.Targets[i]}]
+					return seq, ok
+				})
+			}
+		}
+	}
 }
 
 // wake tells the scheduler to look again, without blocking.
@@ -607,7 +724,14 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	attemptedAt := time.Now().UTC()
 	p := d.w.post(d.ctx, t, a, f.EventType, f.Headers, f.Body, f.Parsed, max(left, time.Millisecond))
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
-	o := queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt}
+	o := queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt,
+		OrderKey: j.key, Seq: j.seq}
+	if j.key != "" {
+		o.OnFailure = config.OnFailureSkip
+		if t.Ordering != nil {
+			o.OnFailure = t.Ordering.OnFailure
+		}
+	}
 	if p.status != 0 || p.res == ResultDelivered {
 		o.Output = p.output()
 	}
@@ -686,7 +810,9 @@ func (d *Dispatcher) flush(batch []queue.FirstAttempt) {
 		cancel()
 		if err == nil {
 			for _, o := range batch {
-				if o.Release { // rows released to the relay: tell it
+				// Rows released to the relay, or an ordered forward's end
+				// that may have released the next of its key: tell it.
+				if o.Release || o.OrderKey != "" {
 					d.wakeRelay()
 					break
 				}

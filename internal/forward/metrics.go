@@ -152,8 +152,12 @@ func (r *RuleErrors) init(sender string, t *config.Target) {
 // configured again.
 const WaitTargetRemoved = "target_removed"
 
+// WaitOrder is the reason an ordered forward waits for the forward before
+// it in its key.
+const WaitOrder = "order"
+
 // waitReasons are the values of hookgate_forward_waits_total's reason label.
-var waitReasons = []string{WaitOperator, "breaker", "paused", "rate", "busy", "after", WaitTargetRemoved}
+var waitReasons = []string{WaitOperator, "breaker", "paused", "rate", "busy", "after", WaitTargetRemoved, WaitOrder}
 
 // Init creates the series of every target of cfg at zero, so that rates
 // and alerts have a value from the start.

@@ -264,7 +264,7 @@ func (r *Relay) onceSender(ctx context.Context, sender string) (int, error) {
 		}
 		forwards := make([]queue.NewForward, 0, len(taken))
 		for _, o := range taken {
-			forwards = append(forwards, queue.NewForward{Sender: o.Sender, Target: o.Target, EventID: o.EventID, DeliveryID: o.DeliveryID})
+			forwards = append(forwards, queue.NewForward{Sender: o.Sender, Target: o.Target, EventID: o.EventID, DeliveryID: o.DeliveryID, OrderKey: o.OrderKey, Seq: o.Seq})
 		}
 		_, err = r.queue.Enqueue(ctx, tx, forwards)
 		return err

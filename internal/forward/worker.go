@@ -77,6 +77,10 @@ type WorkerConfig struct {
 	// AttemptsKept is how many attempts of a forward are kept, the
 	// newest. River's worker deletes older ones as it records each.
 	AttemptsKept int
+	// Released, when not nil, is signalled without blocking when an
+	// ordered forward's end released the next forward of its key to the
+	// relay. The process's relay then looks at once.
+	Released chan<- struct{}
 }
 
 // DefaultRetryAfterMax is the longest Retry-After a worker honours by
@@ -150,6 +154,8 @@ type Worker struct {
 
 	// retryAfter holds a job's Retry-After until River asks NextRetry.
 	retryAfter sync.Map
+	// released is WorkerConfig.Released.
+	released chan<- struct{}
 }
 
 // NewWorker returns a Worker that sends forwards as cfg.Gate admits them.
@@ -159,7 +165,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{senders: cfg.Senders, db: cfg.DB, jobs: cfg.Jobs, backoff: cfg.Backoff, retryAfterMax: cfg.RetryAfterMax, metrics: cfg.Metrics, log: cfg.Log,
-		now: time.Now, gate: cfg.Gate, transport: cfg.Transport}
+		now: time.Now, gate: cfg.Gate, transport: cfg.Transport, released: cfg.Released}
 	w.attempts = &attemptLog{db: cfg.DB, keep: cfg.AttemptsKept, log: cfg.Log}
 	if w.transport == nil {
 		w.transport = transport.NewHTTP(cfg.Client, time.Now)
@@ -236,6 +242,21 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 			w.log.Warn("mark the forward a redelivery followed as superseded", "job_id", job.ID, "err", err)
 		}
 	}
+	if a.OrderKey != "" {
+		// An ordered forward goes only as its key's head. One whose turn
+		// has passed was ended already, before a crash or by an operator.
+		turn, err := store.New(w.db).OrderedTurnOf(ctx, a.Sender, a.Target, a.OrderKey, a.Seq)
+		switch {
+		case err != nil:
+			w.log.Warn("read an ordered forward's turn", "job_id", job.ID, "err", err)
+			return queue.Snooze(jitter(busySnooze))
+		case turn == store.TurnPast:
+			return nil
+		case turn == store.TurnLater:
+			w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitOrder).Inc()
+			return queue.Snooze(jitter(busySnooze))
+		}
+	}
 	tk, ok, wait, why := w.gate.Acquire(a.Sender, t, job.Tried())
 	if !ok {
 		// Wait without using an attempt.
@@ -261,8 +282,49 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 		// River asks NextRetry only when another attempt follows.
 		w.retryAfter.Store(job.ID, retryAfter)
 	}
+	if a.OrderKey != "" {
+		return w.endOrdered(ctx, job, t, a, err)
+	}
 	return err
 }
+
+// endOrdered ends an ordered forward after its attempt, which returned
+// err, when that was its last: delivered, failed for good, or its event
+// gone. The key's head moves on, releasing the next forward, unless the
+// forward failed and its target holds failures; then it blocks its key.
+// A delivered forward whose end cannot be recorded is tried again, so
+// that the key does not stall: its target may get it twice.
+func (w *Worker) endOrdered(ctx context.Context, job queue.Job, t *config.Target, a queue.Args, err error) error {
+	last := err == nil || queue.IsCancel(err) || job.Attempt >= job.MaxAttempts
+	if !last {
+		return err
+	}
+	e := store.OrderedEnd{Target: a.Target, Key: a.OrderKey, Seq: a.Seq, EventID: a.EventID}
+	q := store.New(w.db)
+	if err != nil && !errors.Is(err, errEventGone) && !t.Ordering.Skips() {
+		if berr := q.BlockOrdered(ctx, a.Sender, e); berr != nil {
+			w.log.Warn("record an ordered forward's block", "job_id", job.ID, "err", berr)
+		}
+		return err
+	}
+	if _, aerr := q.AdvanceOrdered(ctx, a.Sender, e); aerr != nil {
+		if err == nil {
+			return fmt.Errorf("delivered, but the ordering key's next forward could not be released: %w", aerr)
+		}
+		w.log.Warn("move an ordered key past a failed forward", "job_id", job.ID, "err", aerr)
+		return err
+	}
+	if w.released != nil {
+		select {
+		case w.released <- struct{}{}:
+		default: // a signal is pending already
+		}
+	}
+	return err
+}
+
+// errEventGone is why a forward whose event retention deleted fails.
+var errEventGone = errors.New("the event is no longer stored")
 
 // hold makes a forward of an unconfigured target wait without using an
 // attempt. Once retention has deleted its event, it fails.
@@ -270,7 +332,7 @@ func (w *Worker) hold(ctx context.Context, a queue.Args) error {
 	stored, err := store.New(w.db).EventTypes(ctx, a.Sender, []uuid.UUID{a.EventID})
 	if _, ok := stored[a.EventID]; err == nil && !ok {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return queue.Cancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+		return queue.Cancel(fmt.Errorf("event %s: %w", a.EventID, errEventGone))
 	}
 	// The event is stored, or the database did not answer: hold.
 	w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitTargetRemoved).Inc()
@@ -292,7 +354,7 @@ func (w *Worker) attempt(ctx context.Context, job queue.Job, t *config.Target, a
 	c, err := store.New(w.db).EventContent(ctx, a.Sender, a.EventID)
 	if errors.Is(err, store.ErrNotFound) {
 		w.metrics.attempt(a.Sender, a.Target, outcomeFailed)
-		return ResultNone, 0, 0, queue.Cancel(fmt.Errorf("event %s is no longer stored", a.EventID))
+		return ResultNone, 0, 0, queue.Cancel(fmt.Errorf("event %s: %w", a.EventID, errEventGone))
 	}
 	if err != nil {
 		return ResultNone, 0, 0, fmt.Errorf("read event: %w", err)

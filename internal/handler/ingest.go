@@ -195,7 +195,7 @@ func (s *Server) record(ctx context.Context, sd *sender.Sender, p *sender.Prepar
 	change := func(b *dedup.Batch) {
 		events.QueueInsert(b, events.Event{ID: eventID, Sender: sd.Name, DeliveryID: p.DeliveryID, ReceivedAt: receivedAt,
 			EventType: p.EventType, Headers: p.Header, Body: p.Body, RuleErrors: p.RuleErrors})
-		forward.QueueOutbox(b, eventID, p.DeliveryID, receivedAt, p.Targets, lease)
+		forward.QueueOrderedOutbox(b, eventID, p.DeliveryID, receivedAt, p.Targets, p.OrderKeys, lease)
 	}
 	res, err := s.deliveries.Run(ctx, d, change)
 	if err != nil {
@@ -212,7 +212,7 @@ func (s *Server) record(ctx context.Context, sd *sender.Sender, p *sender.Prepar
 		// Committed, with its outbox rows leased to this process. With a
 		// zero lease they are the relay's, which Dispatch wakes.
 		s.fast.Dispatch(&forward.Fast{Sender: sd.Sender, EventID: eventID, DeliveryID: p.DeliveryID, EventType: p.EventType,
-			Headers: p.Header, Body: p.Body, Parsed: p.Parsed, Targets: p.Targets, Lease: lease})
+			Headers: p.Header, Body: p.Body, Parsed: p.Parsed, Targets: p.Targets, OrderKeys: p.OrderKeys, Lease: lease})
 	}
 	return res, nil
 }

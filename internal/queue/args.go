@@ -34,6 +34,11 @@ type Args struct {
 	// name, "admin" when none was named, or "hookgate redeliver". Its
 	// attempts record it.
 	By string `json:"by,omitempty"`
+	// OrderKey and Seq are an ordered forward's key and position in it
+	// (store.OrderedEnd). The worker attempts it only while it is its
+	// key's head, and its end moves the head on.
+	OrderKey string `json:"order_key,omitempty"`
+	Seq      int64  `json:"seq,omitempty"`
 }
 
 // RedeliveredBy is who asks for a redelivery in ctx: the caller's token
@@ -79,6 +84,18 @@ func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UU
 		Args:       Args{Sender: sender, EventID: eventID, Target: target, DeliveryID: deliveryID},
 		InsertOpts: opts,
 	}
+}
+
+// orderedParams returns p with the ordering key and position of an ordered
+// forward, or p as it is for key "".
+func orderedParams(p river.InsertManyParams, key string, seq int64) river.InsertManyParams {
+	if key == "" {
+		return p
+	}
+	a := p.Args.(Args)
+	a.OrderKey, a.Seq = key, seq
+	p.Args = a
+	return p
 }
 
 // afterParams returns jobParams for a redelivery queued after the forward

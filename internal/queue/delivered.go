@@ -41,6 +41,13 @@ type FirstAttempt struct {
 	// Answer is the attempt with the target's answer, recorded in
 	// forward_attempts in the same transaction, when its Outcome is set.
 	Answer store.Attempt
+	// OrderKey and Seq are an ordered forward's key and position, "" and
+	// 0 for another. A delivered ordered forward moves its key's head on
+	// and releases the next forward. A failed one does too when OnFailure
+	// is "skip", and holds its key when it is "hold".
+	OrderKey  string
+	Seq       int64
+	OnFailure string
 }
 
 // The fast path's recording takes each attempted forward's outbox row in
@@ -70,7 +77,30 @@ func recordTake(mark string) string {
 	return `d AS (
   ` + take + `
   WHERE f.sender = $1 AND f.ctid = ANY(` + store.OutboxRowsByKey + `) AND f.recorded_at IS NULL
-  RETURNING f.event_id, f.target, f.delivery_id, f.created_at
+  RETURNING f.event_id, f.target, f.delivery_id, f.created_at, f.order_key, f.seq
+)`
+}
+
+// jobArgsSQL is the JSON arguments of the job of outbox row d: Args, with
+// its ordering key and position when it has them.
+const jobArgsSQL = `jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', d.target, 'delivery_id', d.delivery_id)
+         || CASE WHEN d.order_key IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('order_key', d.order_key, 'seq', d.seq) END`
+
+// advanceTaken is the CTE adv of a recording statement: it moves the head
+// of the key of each ordered outbox row d that the statement took past
+// it, when cond (over d and o) holds, or else marks it blocked when
+// blocked holds. A row the relay took meanwhile is not in d, and its key's
+// head stays for the relay's job. [store.ReleaseOrderedSQL] then releases
+// the next rows, in a statement of its own.
+func advanceTaken(cond, blocked string) string {
+	return `adv AS (
+  UPDATE forward_keys f SET head_seq = CASE WHEN ` + cond + ` THEN d.seq + 1 ELSE f.head_seq END,
+    blocked_event = CASE WHEN ` + cond + ` THEN NULL WHEN ` + blocked + ` THEN d.event_id ELSE f.blocked_event END,
+    blocked_at = CASE WHEN ` + cond + ` THEN NULL WHEN ` + blocked + ` THEN statement_timestamp() ELSE f.blocked_at END,
+    updated_at = statement_timestamp()
+  FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target
+  WHERE d.order_key IS NOT NULL AND f.sender = $1 AND f.target = d.target AND f.order_key = d.order_key AND f.head_seq = d.seq
+    AND (` + cond + ` OR ` + blocked + `)
 )`
 }
 
@@ -89,11 +119,11 @@ func recordTake(mark string) string {
 // attempted forward.
 func recordFirst(mark string) string {
 	return jobSQL(`WITH o AS (
-  SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[])
-    AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata)
-), ` + recordTake(mark) + `
+  SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[], $12::text[])
+    AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata, on_failure)
+), ` + recordTake(mark) + `, ` + advanceTaken("o.on_failure = 'skip'", "o.on_failure = 'hold'") + `
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
-SELECT jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', d.target, 'delivery_id', d.delivery_id),
+SELECT `+jobArgsSQL+`,
        1, o.attempted_at, d.created_at, CASE WHEN o.error IS NULL THEN NULL ELSE ARRAY[o.error] END, o.finalized_at,
        {forward_kind}, o.max_attempts, o.metadata, 1, $11::text, o.state::river_job_state, o.scheduled_at, '{}'
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
@@ -106,7 +136,7 @@ func recordDelivered(mark string) string {
 	return `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[])
     AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack)
-), ` + recordTake(mark) + `
+), ` + recordTake(mark) + `, ` + advanceTaken("true", "false") + `
 INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack)
 SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
@@ -116,7 +146,7 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 // second marks them, on Citus, with the mark as the last parameter.
 var (
 	recordFirstSQL         = recordFirst("")
-	recordFirstMarkSQL     = recordFirst("$12")
+	recordFirstMarkSQL     = recordFirst("$13")
 	recordDeliveredSQL     = recordDelivered("")
 	recordDeliveredMarkSQL = recordDelivered("$9")
 )
@@ -236,7 +266,9 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		targets, relTargets, states    []string
 		maxAttempts                    []int32
 		attempted, finalized, schedule []*time.Time
-		errs, metas                    []*string
+		errs, metas, onFailure         []*string
+		// The ordered forwards whose end may release the next.
+		ends []store.OrderedEnd
 		// The attempts with their answers.
 		answers []store.Attempt
 		// The delivered ones.
@@ -263,6 +295,9 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			c.relEvents = append(c.relEvents, pgtype.UUID{Bytes: a.EventID, Valid: true})
 			c.relTargets = append(c.relTargets, a.Target)
 			continue
+		}
+		if a.OrderKey != "" && (a.State == StateDelivered || a.State == StateFailed && a.OnFailure == "skip") {
+			c.ends = append(c.ends, store.OrderedEnd{Target: a.Target, Key: a.OrderKey, Seq: a.Seq, EventID: a.EventID})
 		}
 		if a.State == StateDelivered {
 			at := a.Output.DeliveredAt
@@ -314,6 +349,11 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		c.schedule = append(c.schedule, &a.ScheduledAt)
 		c.errs = append(c.errs, errJSON)
 		c.metas = append(c.metas, &meta)
+		var onFailure *string
+		if a.OrderKey != "" && a.State == StateFailed && a.OnFailure != "" {
+			onFailure = &a.OnFailure
+		}
+		c.onFailure = append(c.onFailure, onFailure)
 	}
 	groups := make([]senderRecording, 0, len(order))
 	for _, s := range order {
@@ -327,12 +367,17 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			}
 		}
 		if len(c.events) > 0 {
-			args := []any{s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue}
+			args := []any{s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue, c.onFailure}
 			if mark == nil {
 				g.record = append(g.record, statement{recordFirstSQL, args})
 			} else {
 				g.record = append(g.record, statement{recordFirstMarkSQL, append(args, *mark)})
 			}
+		}
+		if len(c.ends) > 0 {
+			// The next forwards of the keys whose heads moved, in a
+			// statement of their own: see store.ReleaseOrderedSQL.
+			g.record = append(g.record, statement{store.ReleaseOrderedSQL, store.OrderedArgs(s, c.ends)})
 		}
 		if len(c.relEvents) > 0 {
 			g.record = append(g.record, statement{store.ReleaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})

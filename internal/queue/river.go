@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -50,6 +51,9 @@ type NewForward struct {
 	// follows. Any other forward is not inserted while one of the same
 	// event to the same target is unfinished.
 	After int64
+	// OrderKey and Seq are an ordered forward's key and position.
+	OrderKey string
+	Seq      int64
 }
 
 // Inserted is what Enqueue did with a forward.
@@ -137,7 +141,7 @@ func (r *River) Enqueue(ctx context.Context, tx pgx.Tx, forwards []NewForward) (
 		if f.After != 0 {
 			params = append(params, afterParams(f.Sender, s, f.Target, f.EventID, f.DeliveryID, f.After))
 		} else {
-			params = append(params, jobParams(f.Sender, s, f.Target, f.EventID, f.DeliveryID))
+			params = append(params, orderedParams(jobParams(f.Sender, s, f.Target, f.EventID, f.DeliveryID), f.OrderKey, f.Seq))
 		}
 	}
 	res, err := r.client.InsertManyTx(ctx, tx, params)
@@ -231,6 +235,12 @@ func Snooze(d time.Duration) error { return river.JobSnooze(d) }
 
 // Cancel returns the error that fails a job at once, for err.
 func Cancel(err error) error { return river.JobCancel(err) }
+
+// IsCancel reports whether err is, or wraps, an error of [Cancel].
+func IsCancel(err error) bool {
+	_, ok := errors.AsType[*rivertype.JobCancelError](err)
+	return ok
+}
 
 // RecordOutput records out as the outcome of the attempt under way of the
 // job whose context ctx is.

@@ -35,6 +35,9 @@ type Prepared struct {
 	// they are not in Targets. Ingest records them on the event and counts
 	// them. Nil when none failed.
 	RuleErrors []events.RuleError
+	// OrderKeys are the ordering keys of Targets, one each, "" for a
+	// forward that is not ordered; nil when none is ([Sender.OrderKeys]).
+	OrderKeys []string
 	// Header and Body are what is stored and forwarded. Header holds the
 	// headers the sender's [Sender.HeaderFilter] keeps. Body is
 	// decompressed and has no signature inside it ([Sender.StoredBody]).
@@ -119,6 +122,7 @@ func (s *Sender) Prepare(r *http.Request, body []byte, inflate func([]byte) ([]b
 		// The filters read the headers as received, as the routes do.
 		p.Targets, p.RuleErrors = s.filter(fs, &p, r.Header)
 	}
+	p.OrderKeys = s.OrderKeys(p.Targets, r.Header, &in)
 	p.Nonce.Token, p.Nonce.SignedAt, p.HasNonce = s.nonce(r, signed)
 	return p, nil
 }

@@ -1,6 +1,8 @@
 package sender
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -37,6 +39,17 @@ type plan struct {
 	prefixes    []string // the prefixes (without "*") of those patterns
 	// filters are the targets' filters; nil when none has one.
 	filters filters
+	// orders are the ordered targets' keys, by target name; nil when no
+	// target is ordered.
+	orders map[string]orderKey
+}
+
+// orderKey is where an ordered target's key is: a header, a slot of ptrs,
+// or a constant.
+type orderKey struct {
+	header   string
+	slot     int
+	constant string
 }
 
 // route is a target's routing rule.
@@ -167,6 +180,20 @@ func buildPlan(out *Sender) error {
 		if !r.anyType || len(r.conds) > 0 {
 			p.allMatch = false
 		}
+		if o := t.Ordering; o != nil {
+			k := orderKey{header: http.CanonicalHeaderKey(o.Header), slot: -1, constant: o.Constant}
+			if o.JSONPointer != "" {
+				ptr, err := parsePointer(fmt.Sprintf("forward[%d].ordering.json_pointer", i), o.JSONPointer)
+				if err != nil {
+					return err
+				}
+				k.slot = slotOf(&p.ptrs, ptr)
+			}
+			if p.orders == nil {
+				p.orders = map[string]orderKey{}
+			}
+			p.orders[t.Name] = k
+		}
 		p.routes = append(p.routes, r)
 	}
 	p.targetNames = s.TargetNames()
@@ -176,6 +203,52 @@ func buildPlan(out *Sender) error {
 	}
 	out.plan = p
 	return nil
+}
+
+// MaxOrderKey is the longest ordering key kept as it is. A longer one is
+// kept as "sha256:" and the hex of its SHA-256.
+const MaxOrderKey = 128
+
+// OrderKeys returns the ordering key of each of targets, in their order,
+// "" for a target that is not ordered or an event without its key. It
+// returns nil when none has a key. A header's key must appear once; a
+// JSON key is a string or a number.
+func (s *Sender) OrderKeys(targets []string, h http.Header, in *Inspection) []string {
+	if s.plan.orders == nil {
+		return nil
+	}
+	var keys []string
+	for i, name := range targets {
+		o, ok := s.plan.orders[name]
+		if !ok {
+			continue
+		}
+		var key string
+		switch {
+		case o.constant != "":
+			key = o.constant
+		case o.header != "":
+			if vs := h.Values(o.header); len(vs) == 1 {
+				key = vs[0]
+			}
+		default:
+			if v := in.value(o.slot); v.Found && (v.Kind == jsonptr.KindString || v.Kind == jsonptr.KindNumber) {
+				key = v.Str
+			}
+		}
+		if key == "" {
+			continue
+		}
+		if len(key) > MaxOrderKey {
+			sum := sha256.Sum256([]byte(key))
+			key = "sha256:" + hex.EncodeToString(sum[:])
+		}
+		if keys == nil {
+			keys = make([]string, len(targets))
+		}
+		keys[i] = key
+	}
+	return keys
 }
 
 func contains(list []string, s string) bool {

@@ -18,6 +18,10 @@ type OutboxRow struct {
 	Sender, Target string
 	EventID        uuid.UUID
 	DeliveryID     string
+	// OrderKey and Seq are an ordered forward's key and position; "" and
+	// 0 for another.
+	OrderKey string
+	Seq      int64
 }
 
 // DefaultRecordedGrace is how long the relay leaves alone an outbox row
@@ -63,13 +67,13 @@ var takeRows = `ctid = ANY(ARRAY(
 // path released meanwhile is not deleted and stays for the next take. Both
 // parts name the sender, so Citus runs it on the sender's shard.
 var TakeOutboxSQL = `DELETE FROM forward_outbox WHERE sender = $1 AND ` + takeRows + `
-RETURNING sender, event_id, target, delivery_id`
+RETURNING sender, event_id, target, delivery_id, coalesce(order_key, ''), coalesce(seq, 0)`
 
 // MarkOutboxSQL is the split form of [TakeOutboxSQL], on Citus. It marks
 // the rows recorded at $4 in the transaction that inserts their jobs.
 // [DeleteRecordedSQL] deletes them after that transaction commits.
 var MarkOutboxSQL = `UPDATE forward_outbox SET recorded_at = $4 WHERE sender = $1 AND ` + takeRows + `
-RETURNING sender, event_id, target, delivery_id`
+RETURNING sender, event_id, target, delivery_id, coalesce(order_key, ''), coalesce(seq, 0)`
 
 // OutboxIndexScans makes the rest of the transaction read forward_outbox
 // through plain index scans, without JIT. The outbox is a queue, so its
@@ -120,7 +124,7 @@ func (q *Queries) takeOutbox(ctx context.Context, sql, sender string, args ...an
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxRow, error) {
 		var r OutboxRow
-		return r, row.Scan(&r.Sender, &r.EventID, &r.Target, &r.DeliveryID)
+		return r, row.Scan(&r.Sender, &r.EventID, &r.Target, &r.DeliveryID, &r.OrderKey, &r.Seq)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("take outbox rows: %w", err)
@@ -217,8 +221,10 @@ func (q *Queries) OutboxSenders(ctx context.Context, except []string) ([]string,
 }
 
 // ReleaseOutboxSQL clears the lease of the outbox rows of sender $1 whose
-// keys are the pairs of $2 and $3, after a fast path gave them up. The
+// keys are the pairs of $2 and $3, after a fast path gave them up. An
+// ordered forward that waits behind its key's head ('infinity') keeps
+// waiting. The
 // relay then takes them at once. A row the relay took meanwhile is gone,
 // and nothing is updated for it.
 const ReleaseOutboxSQL = `UPDATE forward_outbox SET leased_until = NULL
-WHERE sender = $1 AND ctid = ANY(` + OutboxRowsByKey + `)`
+WHERE sender = $1 AND ctid = ANY(` + OutboxRowsByKey + `) AND (leased_until IS NULL OR leased_until < 'infinity')`

@@ -12,6 +12,9 @@ SET citus.multi_shard_modify_mode TO 'sequential';
 SELECT create_distributed_table('processed_messages', 'sender');
 SELECT create_distributed_table('webhook_events', 'sender', colocate_with => 'processed_messages');
 SELECT create_distributed_table('forward_outbox', 'sender', colocate_with => 'processed_messages');
+-- The ordered targets' key sequences (migration 28) are written in the
+-- ingest transaction, beside the outbox rows they order.
+SELECT create_distributed_table('forward_keys', 'sender', colocate_with => 'processed_messages');
 SELECT create_distributed_table('delivery_hour_counts', 'sender', colocate_with => 'processed_messages');
 -- The single-use signature tokens (Mailgun's) are claimed by sender, just
 -- before the delivery's transaction, and deleted by sender.

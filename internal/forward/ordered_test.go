@@ -1,0 +1,252 @@
+package forward_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hookgate/hookgate/internal/store"
+)
+
+// orderTarget is a target that records, per ordering key, every attempt it
+// receives: which event, when it began and ended, and whether it answered
+// 2xx. It fails a share of the attempts at random, and answers some late.
+type orderTarget struct {
+	srv      *httptest.Server
+	failRate float64
+	maxDelay time.Duration
+
+	mu       sync.Mutex
+	attempts map[string][]orderAttempt // by key
+	inFlight map[string]int            // by key: attempts under way
+	overlaps []string
+	failing  map[string]bool // events that always fail (status 422)
+}
+
+type orderAttempt struct {
+	n          int // the event's place in its key, from the body
+	start, end time.Time
+	ok         bool
+}
+
+func newOrderTarget(t *testing.T, failRate float64, maxDelay time.Duration) *orderTarget {
+	ot := &orderTarget{failRate: failRate, maxDelay: maxDelay, attempts: map[string][]orderAttempt{}, inFlight: map[string]int{}, failing: map[string]bool{}}
+	ot.srv = httptest.NewServer(http.HandlerFunc(ot.serve))
+	t.Cleanup(ot.srv.Close)
+	return ot
+}
+
+func (ot *orderTarget) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var ev struct {
+		Key string `json:"key"`
+		N   int    `json:"n"`
+	}
+	if err := json.Unmarshal(body, &ev); err != nil {
+		http.Error(w, "bad body", http.StatusBadRequest)
+		return
+	}
+	a := orderAttempt{n: ev.N, start: time.Now()}
+	ot.mu.Lock()
+	if ot.inFlight[ev.Key] > 0 {
+		ot.overlaps = append(ot.overlaps, fmt.Sprintf("key %s: event %d began while another attempt of the key was under way", ev.Key, ev.N))
+	}
+	ot.inFlight[ev.Key]++
+	fail := rand.Float64() < ot.failRate
+	failing := ot.failing[fmt.Sprintf("%s/%d", ev.Key, ev.N)]
+	ot.mu.Unlock()
+	if ot.maxDelay > 0 && rand.IntN(4) == 0 {
+		time.Sleep(rand.N(ot.maxDelay))
+	}
+	status := http.StatusOK
+	switch {
+	case failing:
+		status = http.StatusUnprocessableEntity
+	case fail:
+		status = http.StatusServiceUnavailable
+	}
+	ot.mu.Lock()
+	ot.inFlight[ev.Key]--
+	a.end, a.ok = time.Now(), status == http.StatusOK
+	ot.attempts[ev.Key] = append(ot.attempts[ev.Key], a)
+	ot.mu.Unlock()
+	w.WriteHeader(status)
+}
+
+// check returns what breaks the order: for each key, the first successful
+// attempt of each event must come in the events' order, and every event
+// of want (by key: how many) must have succeeded.
+func (ot *orderTarget) check(want map[string]int) []string {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	problems := append([]string(nil), ot.overlaps...)
+	for key, n := range want {
+		as := append([]orderAttempt(nil), ot.attempts[key]...)
+		sort.SliceStable(as, func(i, j int) bool { return as[i].start.Before(as[j].start) })
+		next := 1
+		for _, a := range as {
+			if !a.ok || a.n < next {
+				continue // a failure, or a repeat of an event delivered already
+			}
+			if a.n != next {
+				problems = append(problems, fmt.Sprintf("key %s: event %d delivered first while %d was not", key, a.n, next))
+			}
+			next = a.n + 1
+		}
+		if next != n+1 {
+			problems = append(problems, fmt.Sprintf("key %s: %d of %d events delivered", key, next-1, n))
+		}
+	}
+	return problems
+}
+
+// delivered reports how many events of key have been delivered in order.
+func (ot *orderTarget) delivered(key string) int {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	next := 1
+	for _, a := range ot.attempts[key] {
+		if a.ok && a.n == next {
+			next++
+		}
+	}
+	return next - 1
+}
+
+func orderedYAML(url, onFailure string) string {
+	return "      - name: orders\n        url: " + url + "\n        timeout: 2s\n        max_attempts: 3\n" +
+		"        ordering: { json_pointer: /key" + onFailure + " }\n"
+}
+
+func orderedBody(key string, n int) []byte {
+	return fmt.Appendf(nil, `{"key":%q,"n":%d}`, key, n)
+}
+
+// Keys sent concurrently, each key's events in sequence, to a target that
+// fails a fifth of the attempts and answers some late: for each key, every
+// event reaches the target, the first delivery of each in the order
+// hookgate accepted them, and no two attempts of one key overlap, through
+// the fast path, the relay and River's retries.
+func TestOrderedDeliveryPerKey(t *testing.T) {
+	t.Parallel()
+	ot := newOrderTarget(t, 0.2, 20*time.Millisecond)
+	// max_attempts 3 with 20% failures: a forward that fails three times
+	// would block its key; skip keeps this test about the order.
+	e := newFastEnv(t, strings.Replace(orderedYAML(ot.srv.URL, ", on_failure: skip"), "max_attempts: 3", "max_attempts: 50", 1), envOpts{Work: true}, fastOptions{})
+	const keys, events = 10, 20
+	want := map[string]int{}
+	var g errgroup.Group
+	for k := range keys {
+		key := fmt.Sprintf("k%02d", k)
+		want[key] = events
+		g.Go(func() error {
+			for n := 1; n <= events; n++ {
+				if _, err := e.tryDeliver(fmt.Sprintf("%s-%d", key, n), orderedBody(key, n), "application/json"); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("every event delivered", func() bool {
+		for key, n := range want {
+			if ot.delivered(key) < n {
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprint(ot.check(want)) })
+	for _, p := range ot.check(want) {
+		t.Error(p)
+	}
+	// Nothing is left to send: every key's head moves past its last
+	// forward once that forward's outcome is recorded.
+	var waiting int
+	e.poll("every key's head past its last forward", func() bool {
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM forward_keys WHERE head_seq <= last_seq`).Scan(&waiting)
+		return err == nil && waiting == 0
+	}, func() string { return fmt.Sprintf("%d keys with forwards to send", waiting) })
+}
+
+// A forward that fails for good holds its key (on_failure: hold, the
+// default): the key's later events wait, other keys go on, and the key is
+// shown blocked with the number waiting. Skipping the forward releases the
+// key, and its later events arrive in order.
+func TestOrderedBlockedKeySkipped(t *testing.T) {
+	t.Parallel()
+	ot := newOrderTarget(t, 0, 0)
+	ot.failing["a/2"] = true
+	e := newFastEnv(t, orderedYAML(ot.srv.URL, ""), envOpts{Work: true}, fastOptions{})
+	ids := map[int]string{}
+	for n := 1; n <= 4; n++ {
+		d := e.deliver(fmt.Sprintf("a-%d", n), orderedBody("a", n), "application/json")
+		ids[n] = d.eventID
+	}
+	for n := 1; n <= 2; n++ {
+		e.deliver(fmt.Sprintf("b-%d", n), orderedBody("b", n), "application/json")
+	}
+	q := store.New(e.pool)
+	var blocked []store.BlockedKey
+	e.poll("key a blocked by its second event", func() bool {
+		var err error
+		blocked, err = q.BlockedKeys(context.Background(), "acme", "orders", 10)
+		return err == nil && len(blocked) == 1
+	}, func() string { return fmt.Sprintf("%+v", blocked) })
+	if b := blocked[0]; b.Key != "a" || b.EventID.String() != ids[2] || b.Waiting != 2 {
+		t.Errorf("blocked key %+v, want a, blocked by %s with 2 waiting", b, ids[2])
+	}
+	e.poll("key b delivered", func() bool { return ot.delivered("b") == 2 }, nil)
+	if got := ot.delivered("a"); got != 1 {
+		t.Errorf("key a: %d events delivered while blocked, want 1", got)
+	}
+	if _, err := q.SkipBlocked(context.Background(), "acme", "orders", uuid.MustParse(ids[1])); err != store.ErrNotBlocked {
+		t.Errorf("skip a forward that blocks nothing: %v, want ErrNotBlocked", err)
+	}
+	k, err := q.SkipBlocked(context.Background(), "acme", "orders", uuid.MustParse(ids[2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Key != "a" || k.Waiting != 2 {
+		t.Errorf("skipped %+v, want key a with 2 waiting", k)
+	}
+	e.poll("key a's last events delivered", func() bool {
+		ot.mu.Lock()
+		defer ot.mu.Unlock()
+		n := 0
+		for _, a := range ot.attempts["a"] {
+			if a.ok && a.n > 2 {
+				n++
+			}
+		}
+		return n >= 2
+	}, nil)
+	ot.mu.Lock()
+	var got []int
+	for _, a := range ot.attempts["a"] {
+		if a.ok {
+			got = append(got, a.n)
+		}
+	}
+	ot.mu.Unlock()
+	if fmt.Sprint(got) != "[1 3 4]" {
+		t.Errorf("key a delivered %v, want [1 3 4]", got)
+	}
+	if len(ot.overlaps) > 0 {
+		t.Error(ot.overlaps)
+	}
+}

@@ -1,0 +1,274 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Ordered delivery (migration 28). forward_keys holds each ordering key's
+// last position and head. Only the head's forward is attempted; the
+// forward that ends moves the head on and releases the next one's outbox
+// row. See docs/forwarding.md, "Ordered delivery".
+
+// OrderedEnd is the end of an ordered forward, its key's head.
+type OrderedEnd struct {
+	Target, Key string
+	Seq         int64
+	EventID     uuid.UUID
+}
+
+// AdvanceOrderedSQL moves the heads of sender $1's keys past the forwards
+// whose targets, keys and positions are $2, $3 and $4, where each still is
+// its key's head. A head that moved already moves no further.
+const AdvanceOrderedSQL = `UPDATE forward_keys f SET head_seq = a.seq + 1, blocked_event = NULL, blocked_at = NULL, updated_at = statement_timestamp()
+FROM unnest($2::text[], $3::text[], $4::int8[]) AS a(target, order_key, seq)
+WHERE f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key AND f.head_seq = a.seq`
+
+// ReleaseOrderedSQL clears the lease of the outbox row after each of the
+// forwards $2, $3, $4 of sender $1 whose key's head is now that row. Run
+// it as a statement of its own after the head moved, in the same
+// transaction: it then sees a row that an ingest committed while the move
+// waited for the key's lock. The relay takes the released rows.
+const ReleaseOrderedSQL = `UPDATE forward_outbox o SET leased_until = NULL
+FROM unnest($2::text[], $3::text[], $4::int8[]) AS a(target, order_key, seq)
+JOIN forward_keys f ON f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key AND f.head_seq = a.seq + 1
+WHERE o.sender = $1 AND o.target = a.target AND o.order_key = a.order_key AND o.seq = a.seq + 1 AND o.leased_until = 'infinity'`
+
+// blockOrderedSQL marks forward $5 (target $2, key $3, position $4) of
+// sender $1 as the failed head that holds its key.
+const blockOrderedSQL = `UPDATE forward_keys SET blocked_event = $5, blocked_at = statement_timestamp(), updated_at = statement_timestamp()
+WHERE sender = $1 AND target = $2 AND order_key = $3 AND head_seq = $4`
+
+// OrderedArgs returns the arguments of [AdvanceOrderedSQL] and
+// [ReleaseOrderedSQL] for ends, all of sender.
+func OrderedArgs(sender string, ends []OrderedEnd) []any {
+	targets, keys, seqs := make([]string, len(ends)), make([]string, len(ends)), make([]int64, len(ends))
+	for i, e := range ends {
+		targets[i], keys[i], seqs[i] = e.Target, e.Key, e.Seq
+	}
+	return []any{sender, targets, keys, seqs}
+}
+
+// AdvanceOrdered ends the ordered forward e of sender: its key's head
+// moves past it, and the next forward of the key is released to the
+// relay. It is one transaction. It reports whether e was still the head;
+// when it was not, nothing changed.
+func (q *Queries) AdvanceOrdered(ctx context.Context, sender string, e OrderedEnd) (bool, error) {
+	args := OrderedArgs(sender, []OrderedEnd{e})
+	var moved bool
+	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, AdvanceOrderedSQL, args...)
+		if err != nil {
+			return err
+		}
+		if moved = tag.RowsAffected() > 0; !moved {
+			return nil
+		}
+		_, err = tx.Exec(ctx, ReleaseOrderedSQL, args...)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("end ordered forward %s to %s: %w", e.EventID, e.Target, err)
+	}
+	return moved, nil
+}
+
+// BlockOrdered records that e, its key's head, failed for good and holds
+// its key until an operator redelivers or skips it. It does nothing when e
+// is no longer the head.
+func (q *Queries) BlockOrdered(ctx context.Context, sender string, e OrderedEnd) error {
+	if _, err := q.db.Exec(ctx, blockOrderedSQL, sender, e.Target, e.Key, e.Seq, pgtype.UUID{Bytes: e.EventID, Valid: true}); err != nil {
+		return fmt.Errorf("block ordered key of %s to %s: %w", e.EventID, e.Target, err)
+	}
+	return nil
+}
+
+// OrderedTurn is where an ordered forward stands in its key.
+type OrderedTurn int
+
+// The turns of an ordered forward.
+const (
+	// TurnNow: it is the key's head, and may be attempted.
+	TurnNow OrderedTurn = iota
+	// TurnPast: the key's head has moved past it (it ended, or was
+	// skipped): there is nothing left to do.
+	TurnPast
+	// TurnLater: a forward before it has not ended.
+	TurnLater
+)
+
+// OrderedTurnOf tells whether the forward at position seq of sender's
+// (target, key) is the key's head. A key without a row (deleted when idle)
+// has nothing left to do.
+func (q *Queries) OrderedTurnOf(ctx context.Context, sender, target, key string, seq int64) (OrderedTurn, error) {
+	var head int64
+	err := q.db.QueryRow(ctx, `SELECT head_seq FROM forward_keys WHERE sender = $1 AND target = $2 AND order_key = $3`, sender, target, key).Scan(&head)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return TurnPast, nil
+	case err != nil:
+		return TurnLater, fmt.Errorf("read ordering key of %s: %w", target, err)
+	case head == seq:
+		return TurnNow, nil
+	case head > seq:
+		return TurnPast, nil
+	}
+	return TurnLater, nil
+}
+
+// OrderedHeadsSQL selects which of sender $1's outbox rows $2 (events), $3
+// (targets) are their key's head with a lease: those the fast path may
+// attempt. A row behind its head waits with 'infinity'.
+const OrderedHeadsSQL = `SELECT x.event_id, x.target, x.seq FROM unnest($2::uuid[], $3::text[]) AS k(event_id, target)
+JOIN forward_outbox x ON x.sender = $1 AND x.event_id = k.event_id AND x.target = k.target
+WHERE x.leased_until IS NOT NULL AND x.leased_until < 'infinity' AND x.recorded_at IS NULL`
+
+// OrderedHeads returns which of sender's ordered outbox rows (events[i],
+// targets[i]) are leased heads, with their positions, in one round trip.
+func (q *Queries) OrderedHeads(ctx context.Context, sender string, events []uuid.UUID, targets []string) (map[ForwardRef]int64, error) {
+	ids := make([]pgtype.UUID, len(events))
+	for i, e := range events {
+		ids[i] = pgtype.UUID{Bytes: e, Valid: true}
+	}
+	var b pgx.Batch
+	b.Queue(OutboxIndexScans)
+	b.Queue(OrderedHeadsSQL, sender, ids, targets)
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("read ordered heads: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("read ordered heads: %w", err)
+	}
+	out := map[ForwardRef]int64{}
+	for rows.Next() {
+		var (
+			r   ForwardRef
+			seq int64
+		)
+		if err := rows.Scan(&r.EventID, &r.Target, &seq); err != nil {
+			return nil, fmt.Errorf("read ordered heads: %w", err)
+		}
+		out[r] = seq
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read ordered heads: %w", err)
+	}
+	return out, nil
+}
+
+// ForwardRef names a forward: its event and target.
+type ForwardRef struct {
+	EventID uuid.UUID
+	Target  string
+}
+
+// BlockedKey is an ordering key held by a forward that failed.
+type BlockedKey struct {
+	Key       string
+	EventID   uuid.UUID
+	Seq       int64
+	BlockedAt time.Time
+	// Waiting is how many forwards of the key wait behind it.
+	Waiting int64
+}
+
+// BlockedKeys returns up to limit of sender's target's blocked keys,
+// oldest block first.
+func (q *Queries) BlockedKeys(ctx context.Context, sender, target string, limit int) ([]BlockedKey, error) {
+	rows, err := q.db.Query(ctx, `SELECT order_key, blocked_event, head_seq, blocked_at, last_seq - head_seq
+FROM forward_keys WHERE sender = $1 AND target = $2 AND blocked_event IS NOT NULL
+ORDER BY blocked_at, order_key LIMIT $3`, sender, target, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list blocked keys of %s: %w", target, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BlockedKey, error) {
+		var k BlockedKey
+		return k, r.Scan(&k.Key, &k.EventID, &k.Seq, &k.BlockedAt, &k.Waiting)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list blocked keys of %s: %w", target, err)
+	}
+	return out, nil
+}
+
+// BlockedBy returns the key that the forward of eventID to target blocks,
+// if it does.
+func (q *Queries) BlockedBy(ctx context.Context, sender, target string, eventID uuid.UUID) (BlockedKey, bool, error) {
+	var k BlockedKey
+	err := q.db.QueryRow(ctx, `SELECT order_key, blocked_event, head_seq, blocked_at, last_seq - head_seq
+FROM forward_keys WHERE sender = $1 AND target = $2 AND blocked_event = $3`, sender, target, pgtype.UUID{Bytes: eventID, Valid: true}).
+		Scan(&k.Key, &k.EventID, &k.Seq, &k.BlockedAt, &k.Waiting)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return BlockedKey{}, false, nil
+	}
+	if err != nil {
+		return BlockedKey{}, false, fmt.Errorf("read the key %s blocks: %w", eventID, err)
+	}
+	return k, true, nil
+}
+
+// ErrNotBlocked is returned by [Queries.SkipBlocked] for a forward that
+// holds no key.
+var ErrNotBlocked = errors.New("the forward does not block its ordering key")
+
+// SkipBlocked skips the failed forward of eventID to target that blocks
+// its key: the key's head moves past it, and the next forward is released.
+// It returns the key, or ErrNotBlocked. The forward stays failed.
+func (q *Queries) SkipBlocked(ctx context.Context, sender, target string, eventID uuid.UUID) (BlockedKey, error) {
+	var k BlockedKey
+	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `UPDATE forward_keys SET head_seq = head_seq + 1, blocked_event = NULL, blocked_at = NULL, updated_at = statement_timestamp()
+WHERE sender = $1 AND target = $2 AND blocked_event = $3
+RETURNING order_key, head_seq - 1, last_seq - head_seq + 1`, sender, target, pgtype.UUID{Bytes: eventID, Valid: true}).Scan(&k.Key, &k.Seq, &k.Waiting)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotBlocked
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, ReleaseOrderedSQL, OrderedArgs(sender, []OrderedEnd{{Target: target, Key: k.Key, Seq: k.Seq}})...)
+		return err
+	})
+	if errors.Is(err, ErrNotBlocked) {
+		return BlockedKey{}, err
+	}
+	if err != nil {
+		return BlockedKey{}, fmt.Errorf("skip forward %s to %s: %w", eventID, target, err)
+	}
+	k.EventID = eventID
+	return k, nil
+}
+
+// UnblockSQL clears the block of sender $1's target $2 held by event $3,
+// for a redelivery that retries it in place. It returns the key and the
+// position.
+const UnblockSQL = `UPDATE forward_keys SET blocked_event = NULL, blocked_at = NULL, updated_at = statement_timestamp()
+WHERE sender = $1 AND target = $2 AND blocked_event = $3 RETURNING order_key, head_seq`
+
+// AppendOrderedSQL appends a forward of event $4 (delivery $5) to sender
+// $1's target $2 at the end of key $3's queue: the next position, with
+// the relay's lease when it is the head and 'infinity' otherwise. It
+// fails when the forward has an outbox row already.
+const AppendOrderedSQL = `WITH k AS (
+  INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
+  VALUES ($1, $2, $3, 1, 1, statement_timestamp())
+  ON CONFLICT (sender, target, order_key) DO UPDATE SET last_seq = f.last_seq + 1, updated_at = excluded.updated_at
+  RETURNING f.last_seq, f.head_seq
+)
+INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
+SELECT $1, $4, $2, $5, statement_timestamp(), CASE WHEN k.last_seq = k.head_seq THEN NULL ELSE 'infinity'::timestamptz END, $3, k.last_seq
+FROM k`
+
+// DeleteIdleKeysSQL deletes up to $2 ordering keys with nothing waiting
+// and unchanged since $1.
+const DeleteIdleKeysSQL = `DELETE FROM forward_keys WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM forward_keys WHERE head_seq > last_seq AND blocked_event IS NULL AND updated_at < $1 LIMIT $2))`
