@@ -123,7 +123,7 @@ func recordFirst(mark string) string {
     AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata, on_failure)
 ), ` + recordTake(mark) + `, ` + advanceTaken("o.on_failure = 'skip'", "o.on_failure = 'hold'") + `
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
-SELECT `+jobArgsSQL+`,
+SELECT ` + jobArgsSQL + `,
        1, o.attempted_at, d.created_at, CASE WHEN o.error IS NULL THEN NULL ELSE ARRAY[o.error] END, o.finalized_at,
        {forward_kind}, o.max_attempts, o.metadata, 1, $11::text, o.state::river_job_state, o.scheduled_at, '{}'
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
