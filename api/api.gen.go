@@ -623,7 +623,7 @@ type AttemptOutcome string
 
 // AuditEntry One operator action.
 type AuditEntry struct {
-	// Action What was done: `sign-in`, `sign-out`, `sign-out-everywhere`, `redeliver`, `redeliver-bulk`, `pause`, `resume`, `reload`, or `other` (another changing request).
+	// Action What was done: `sign-in`, `sign-out`, `sign-out-everywhere`, `redeliver`, `redeliver-bulk`, `skip`, `pause`, `resume`, `reload`, or `other` (another changing request).
 	Action string `json:"action"`
 
 	// At When the action was recorded, after it was answered.
@@ -661,6 +661,39 @@ type AuditPage struct {
 
 	// NextCursor Pass as `cursor` to get the next page; null on the last page.
 	NextCursor *string `json:"next_cursor"`
+}
+
+// BlockedKey An ordering key held by its forward that failed for good.
+type BlockedKey struct {
+	// BlockedAt When the forward failed for good.
+	//
+	// Example: 2026-11-30T05:12:40.118Z
+	BlockedAt time.Time `json:"blocked_at"`
+
+	// EventId The event whose forward failed and holds the key.
+	//
+	// Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// Key The ordering key, as read from the event (a key longer than 128 bytes is `sha256:` and its hash).
+	//
+	// Example: ch_3QdZ8xLkdIwHu7ix
+	Key string `json:"key"`
+
+	// Summary `blocked by <event> (N waiting)`.
+	//
+	// Example: blocked by 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10 (3 waiting)
+	Summary string `json:"summary"`
+
+	// Waiting How many forwards of the key wait behind it.
+	//
+	// Example: 3
+	Waiting int64 `json:"waiting"`
+}
+
+// BlockedKeyList A target's ordering keys held by a failed forward.
+type BlockedKeyList struct {
+	Items []BlockedKey `json:"items"`
 }
 
 // Body A body, as `body_encoding` says: a JSON value, or a base64 string.
@@ -1422,6 +1455,28 @@ type SignatureInfoEncoding string
 // Example: github
 type SignatureInfoScheme string
 
+// SkippedForward A skipped forward and the key it held.
+type SkippedForward struct {
+	// EventId Example: 01a228ca-2a14-7c1e-9a3b-5d2f8e6a4c10
+	EventId openapi_types.UUID `json:"event_id"`
+
+	// Key The ordering key it held.
+	//
+	// Example: ch_3QdZ8xLkdIwHu7ix
+	Key string `json:"key"`
+
+	// Released How many forwards of the key were waiting behind it; the first of them is released now.
+	//
+	// Example: 3
+	Released int64 `json:"released"`
+
+	// Sender Example: stripe
+	Sender string `json:"sender"`
+
+	// Target Example: orders
+	Target string `json:"target"`
+}
+
 // SlackChallenge The answer to Slack's url_verification handshake.
 type SlackChallenge struct {
 	// Challenge The challenge from the request, echoed back.
@@ -1752,6 +1807,12 @@ type ListDeliveriesParams struct {
 	EventType *string `form:"event_type,omitempty" json:"event_type,omitempty"`
 }
 
+// ListBlockedKeysParams defines parameters for ListBlockedKeys.
+type ListBlockedKeysParams struct {
+	// Limit The most keys to list, 1 to 500.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListTargetForwardsParams defines parameters for ListTargetForwards.
 type ListTargetForwardsParams struct {
 	// State Only forwards in this state, as each forward's `state` says it (`pending`, waiting for a first attempt; `retrying`, waiting for the next one after a failed attempt, however soon it is due).
@@ -1844,9 +1905,15 @@ type ServerInterface interface {
 	// ListTargets List a sender's forward targets with their breaker and forward counts
 	// (GET /v1/senders/{sender}/targets)
 	ListTargets(w http.ResponseWriter, r *http.Request, sender Sender)
+	// ListBlockedKeys List the ordering keys that a failed forward holds
+	// (GET /v1/senders/{sender}/targets/{target}/blocked)
+	ListBlockedKeys(w http.ResponseWriter, r *http.Request, sender Sender, target Target, params ListBlockedKeysParams)
 	// ListTargetForwards List a target's forwards, newest first
 	// (GET /v1/senders/{sender}/targets/{target}/forwards)
 	ListTargetForwards(w http.ResponseWriter, r *http.Request, sender Sender, target Target, params ListTargetForwardsParams)
+	// SkipForward Skip the failed forward that holds its ordering key
+	// (POST /v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip)
+	SkipForward(w http.ResponseWriter, r *http.Request, sender Sender, target Target, eventId EventID)
 	// PauseTarget Pause a target, holding its forwards until it is resumed
 	// (POST /v1/senders/{sender}/targets/{target}/pause)
 	PauseTarget(w http.ResponseWriter, r *http.Request, sender Sender, target Target)
@@ -1958,9 +2025,21 @@ func (_ Unimplemented) ListTargets(w http.ResponseWriter, r *http.Request, sende
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// ListBlockedKeys List the ordering keys that a failed forward holds
+// (GET /v1/senders/{sender}/targets/{target}/blocked)
+func (_ Unimplemented) ListBlockedKeys(w http.ResponseWriter, r *http.Request, sender Sender, target Target, params ListBlockedKeysParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ListTargetForwards List a target's forwards, newest first
 // (GET /v1/senders/{sender}/targets/{target}/forwards)
 func (_ Unimplemented) ListTargetForwards(w http.ResponseWriter, r *http.Request, sender Sender, target Target, params ListTargetForwardsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// SkipForward Skip the failed forward that holds its ordering key
+// (POST /v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip)
+func (_ Unimplemented) SkipForward(w http.ResponseWriter, r *http.Request, sender Sender, target Target, eventId EventID) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2394,6 +2473,57 @@ func (siw *ServerInterfaceWrapper) ListTargets(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListBlockedKeys operation middleware
+func (siw *ServerInterfaceWrapper) ListBlockedKeys(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "target" -------------
+	var target Target
+
+	err = runtime.BindStyledParameterWithOptions("simple", "target", chi.URLParam(r, "target"), &target, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListBlockedKeysParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListBlockedKeys(w, r, sender, target, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListTargetForwards operation middleware
 func (siw *ServerInterfaceWrapper) ListTargetForwards(w http.ResponseWriter, r *http.Request) {
 
@@ -2488,6 +2618,50 @@ func (siw *ServerInterfaceWrapper) ListTargetForwards(w http.ResponseWriter, r *
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListTargetForwards(w, r, sender, target, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SkipForward operation middleware
+func (siw *ServerInterfaceWrapper) SkipForward(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sender" -------------
+	var sender Sender
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sender", chi.URLParam(r, "sender"), &sender, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sender", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "target" -------------
+	var target Target
+
+	err = runtime.BindStyledParameterWithOptions("simple", "target", chi.URLParam(r, "target"), &target, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "target", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "event_id" -------------
+	var eventId EventID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "event_id", chi.URLParam(r, "event_id"), &eventId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "uuid", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "event_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SkipForward(w, r, sender, target, eventId)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2841,6 +3015,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/senders/{sender}/targets/{target}/redeliver", wrapper.RedeliverTarget)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/senders/{sender}/targets/{target}/blocked", wrapper.ListBlockedKeys)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip", wrapper.SkipForward)
 	})
 	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/senders/{sender}/targets/{target}/pause", wrapper.PauseTarget)

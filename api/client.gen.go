@@ -352,6 +352,19 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/senders/{sender}/targets (the `ListTargets` operationId).
 	ListTargets(ctx context.Context, sender Sender, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListBlockedKeys List the ordering keys that a failed forward holds
+	//
+	// Only for a target with `ordering:` (docs/forwarding.md, "Ordered
+	// delivery"). With `on_failure: hold`, the default, a forward that
+	// fails for good holds its key: the key's later forwards wait until an
+	// operator redelivers that forward (`POST /v1/events/{event_id}/redeliver`,
+	// which tries it again in its place) or skips it
+	// (`POST …/forwards/{event_id}/skip`). Oldest block first; other keys
+	// are not held. An unordered target has none.
+	//
+	// Corresponds with GET /v1/senders/{sender}/targets/{target}/blocked (the `ListBlockedKeys` operationId).
+	ListBlockedKeys(ctx context.Context, sender Sender, target Target, params *ListBlockedKeysParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListTargetForwards List a target's forwards, newest first
 	//
 	// The forwards of one target, newest first, one page at a time,
@@ -376,6 +389,20 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/senders/{sender}/targets/{target}/forwards (the `ListTargetForwards` operationId).
 	ListTargetForwards(ctx context.Context, sender Sender, target Target, params *ListTargetForwardsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SkipForward Skip the failed forward that holds its ordering key
+	//
+	// For an ordered target: the forward of the event, which failed for
+	// good and holds its key, stays failed, and the key's next forward is
+	// released at once, in every process. The skip is recorded in the
+	// audit trail. A forward that holds no key (not ordered, delivered,
+	// still retrying, or skipped already) gets 409 `not-blocked`: a
+	// forward still retrying may be under way, and skipping it could let
+	// the next one overtake it. Redelivering a skipped forward later sends
+	// it after the key's queue.
+	//
+	// Corresponds with POST /v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip (the `SkipForward` operationId).
+	SkipForward(ctx context.Context, sender Sender, target Target, eventId EventID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PauseTargetWithBody Pause a target, holding its forwards until it is resumed
 	//
@@ -1123,6 +1150,29 @@ func (c *Client) ListTargets(ctx context.Context, sender Sender, reqEditors ...R
 	return c.Client.Do(req)
 }
 
+// ListBlockedKeys List the ordering keys that a failed forward holds
+//
+// Only for a target with `ordering:` (docs/forwarding.md, "Ordered
+// delivery"). With `on_failure: hold`, the default, a forward that
+// fails for good holds its key: the key's later forwards wait until an
+// operator redelivers that forward (`POST /v1/events/{event_id}/redeliver`,
+// which tries it again in its place) or skips it
+// (`POST …/forwards/{event_id}/skip`). Oldest block first; other keys
+// are not held. An unordered target has none.
+//
+// Corresponds with GET /v1/senders/{sender}/targets/{target}/blocked (the `ListBlockedKeys` operationId).
+func (c *Client) ListBlockedKeys(ctx context.Context, sender Sender, target Target, params *ListBlockedKeysParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListBlockedKeysRequest(c.Server, sender, target, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListTargetForwards List a target's forwards, newest first
 //
 // The forwards of one target, newest first, one page at a time,
@@ -1148,6 +1198,30 @@ func (c *Client) ListTargets(ctx context.Context, sender Sender, reqEditors ...R
 // Corresponds with GET /v1/senders/{sender}/targets/{target}/forwards (the `ListTargetForwards` operationId).
 func (c *Client) ListTargetForwards(ctx context.Context, sender Sender, target Target, params *ListTargetForwardsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListTargetForwardsRequest(c.Server, sender, target, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SkipForward Skip the failed forward that holds its ordering key
+//
+// For an ordered target: the forward of the event, which failed for
+// good and holds its key, stays failed, and the key's next forward is
+// released at once, in every process. The skip is recorded in the
+// audit trail. A forward that holds no key (not ordered, delivered,
+// still retrying, or skipped already) gets 409 `not-blocked`: a
+// forward still retrying may be under way, and skipping it could let
+// the next one overtake it. Redelivering a skipped forward later sends
+// it after the key's queue.
+//
+// Corresponds with POST /v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip (the `SkipForward` operationId).
+func (c *Client) SkipForward(ctx context.Context, sender Sender, target Target, eventId EventID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSkipForwardRequest(c.Server, sender, target, eventId)
 	if err != nil {
 		return nil, err
 	}
@@ -2141,6 +2215,74 @@ func NewListTargetsRequest(server string, sender Sender) (*http.Request, error) 
 	return req, nil
 }
 
+// NewListBlockedKeysRequest constructs an http.Request for the ListBlockedKeys method
+func NewListBlockedKeysRequest(server string, sender Sender, target Target, params *ListBlockedKeysParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "sender", sender, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "target", target, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/senders/%s/targets/%s/blocked", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListTargetForwardsRequest constructs an http.Request for the ListTargetForwards method
 func NewListTargetForwardsRequest(server string, sender Sender, target Target, params *ListTargetForwardsParams) (*http.Request, error) {
 	var err error
@@ -2250,6 +2392,54 @@ func NewListTargetForwardsRequest(server string, sender Sender, target Target, p
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSkipForwardRequest constructs an http.Request for the SkipForward method
+func NewSkipForwardRequest(server string, sender Sender, target Target, eventId EventID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "sender", sender, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "target", target, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "event_id", eventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/senders/%s/targets/%s/forwards/%s/skip", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -2872,6 +3062,21 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/senders/{sender}/targets (the `ListTargets` operationId).
 	ListTargetsWithResponse(ctx context.Context, sender Sender, reqEditors ...RequestEditorFn) (*ListTargetsResponse, error)
 
+	// ListBlockedKeysWithResponse List the ordering keys that a failed forward holds
+	//
+	// Only for a target with `ordering:` (docs/forwarding.md, "Ordered
+	// delivery"). With `on_failure: hold`, the default, a forward that
+	// fails for good holds its key: the key's later forwards wait until an
+	// operator redelivers that forward (`POST /v1/events/{event_id}/redeliver`,
+	// which tries it again in its place) or skips it
+	// (`POST …/forwards/{event_id}/skip`). Oldest block first; other keys
+	// are not held. An unordered target has none.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/senders/{sender}/targets/{target}/blocked (the `ListBlockedKeys` operationId).
+	ListBlockedKeysWithResponse(ctx context.Context, sender Sender, target Target, params *ListBlockedKeysParams, reqEditors ...RequestEditorFn) (*ListBlockedKeysResponse, error)
+
 	// ListTargetForwardsWithResponse List a target's forwards, newest first
 	//
 	// The forwards of one target, newest first, one page at a time,
@@ -2898,6 +3103,22 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/senders/{sender}/targets/{target}/forwards (the `ListTargetForwards` operationId).
 	ListTargetForwardsWithResponse(ctx context.Context, sender Sender, target Target, params *ListTargetForwardsParams, reqEditors ...RequestEditorFn) (*ListTargetForwardsResponse, error)
+
+	// SkipForwardWithResponse Skip the failed forward that holds its ordering key
+	//
+	// For an ordered target: the forward of the event, which failed for
+	// good and holds its key, stays failed, and the key's next forward is
+	// released at once, in every process. The skip is recorded in the
+	// audit trail. A forward that holds no key (not ordered, delivered,
+	// still retrying, or skipped already) gets 409 `not-blocked`: a
+	// forward still retrying may be under way, and skipping it could let
+	// the next one overtake it. Redelivering a skipped forward later sends
+	// it after the key's queue.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip (the `SkipForward` operationId).
+	SkipForwardWithResponse(ctx context.Context, sender Sender, target Target, eventId EventID, reqEditors ...RequestEditorFn) (*SkipForwardResponse, error)
 
 	// PauseTargetWithBodyWithResponse Pause a target, holding its forwards until it is resumed
 	//
@@ -4414,6 +4635,110 @@ func (r ListTargetsResponse) ContentType() string {
 	return ""
 }
 
+// ListBlockedKeysResponse401Headers the declared response headers of an HTTP 401 response for ListBlockedKeys
+type ListBlockedKeysResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListBlockedKeysResponse429Headers the declared response headers of an HTTP 429 response for ListBlockedKeys
+type ListBlockedKeysResponse429Headers struct {
+	RetryAfter *int
+}
+
+// ListBlockedKeysResponse503Headers the declared response headers of an HTTP 503 response for ListBlockedKeys
+type ListBlockedKeysResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListBlockedKeysResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BlockedKeyList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *UnknownTarget
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyAttempts
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListBlockedKeysResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListBlockedKeysResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListBlockedKeysResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListBlockedKeysResponse) GetJSON200() *BlockedKeyList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListBlockedKeysResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListBlockedKeysResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListBlockedKeysResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListBlockedKeysResponse) GetApplicationproblemJSON404() *UnknownTarget {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListBlockedKeysResponse) GetApplicationproblemJSON429() *TooManyAttempts {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListBlockedKeysResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListBlockedKeysResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListBlockedKeysResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListBlockedKeysResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListBlockedKeysResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListTargetForwardsResponse401Headers the declared response headers of an HTTP 401 response for ListTargetForwards
 type ListTargetForwardsResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4512,6 +4837,110 @@ func (r ListTargetForwardsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListTargetForwardsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SkipForwardResponse401Headers the declared response headers of an HTTP 401 response for SkipForward
+type SkipForwardResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SkipForwardResponse429Headers the declared response headers of an HTTP 429 response for SkipForward
+type SkipForwardResponse429Headers struct {
+	RetryAfter *int
+}
+
+// SkipForwardResponse503Headers the declared response headers of an HTTP 503 response for SkipForward
+type SkipForwardResponse503Headers struct {
+	RetryAfter *int
+}
+
+type SkipForwardResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SkippedForward
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *UnknownTarget
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyAttempts
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SkipForwardResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SkipForwardResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SkipForwardResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SkipForwardResponse) GetJSON200() *SkippedForward {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SkipForwardResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SkipForwardResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SkipForwardResponse) GetApplicationproblemJSON404() *UnknownTarget {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SkipForwardResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SkipForwardResponse) GetApplicationproblemJSON429() *TooManyAttempts {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SkipForwardResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SkipForwardResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SkipForwardResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SkipForwardResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SkipForwardResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5411,6 +5840,27 @@ func (c *ClientWithResponses) ListTargetsWithResponse(ctx context.Context, sende
 	return ParseListTargetsResponse(rsp)
 }
 
+// ListBlockedKeysWithResponse List the ordering keys that a failed forward holds
+//
+// Only for a target with `ordering:` (docs/forwarding.md, "Ordered
+// delivery"). With `on_failure: hold`, the default, a forward that
+// fails for good holds its key: the key's later forwards wait until an
+// operator redelivers that forward (`POST /v1/events/{event_id}/redeliver`,
+// which tries it again in its place) or skips it
+// (`POST …/forwards/{event_id}/skip`). Oldest block first; other keys
+// are not held. An unordered target has none.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/senders/{sender}/targets/{target}/blocked (the `ListBlockedKeys` operationId).
+func (c *ClientWithResponses) ListBlockedKeysWithResponse(ctx context.Context, sender Sender, target Target, params *ListBlockedKeysParams, reqEditors ...RequestEditorFn) (*ListBlockedKeysResponse, error) {
+	rsp, err := c.ListBlockedKeys(ctx, sender, target, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListBlockedKeysResponse(rsp)
+}
+
 // ListTargetForwardsWithResponse List a target's forwards, newest first
 //
 // The forwards of one target, newest first, one page at a time,
@@ -5442,6 +5892,28 @@ func (c *ClientWithResponses) ListTargetForwardsWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseListTargetForwardsResponse(rsp)
+}
+
+// SkipForwardWithResponse Skip the failed forward that holds its ordering key
+//
+// For an ordered target: the forward of the event, which failed for
+// good and holds its key, stays failed, and the key's next forward is
+// released at once, in every process. The skip is recorded in the
+// audit trail. A forward that holds no key (not ordered, delivered,
+// still retrying, or skipped already) gets 409 `not-blocked`: a
+// forward still retrying may be under way, and skipping it could let
+// the next one overtake it. Redelivering a skipped forward later sends
+// it after the key's queue.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip (the `SkipForward` operationId).
+func (c *ClientWithResponses) SkipForwardWithResponse(ctx context.Context, sender Sender, target Target, eventId EventID, reqEditors ...RequestEditorFn) (*SkipForwardResponse, error) {
+	rsp, err := c.SkipForward(ctx, sender, target, eventId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSkipForwardResponse(rsp)
 }
 
 // PauseTargetWithBodyWithResponse Pause a target, holding its forwards until it is resumed
@@ -6895,6 +7367,107 @@ func ParseListTargetsResponse(rsp *http.Response) (*ListTargetsResponse, error) 
 	return response, nil
 }
 
+// ParseListBlockedKeysResponse parses an HTTP response from a ListBlockedKeysWithResponse call
+func ParseListBlockedKeysResponse(rsp *http.Response) (*ListBlockedKeysResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListBlockedKeysResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BlockedKeyList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownTarget
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListBlockedKeysResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListBlockedKeysResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListBlockedKeysResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListTargetForwardsResponse parses an HTTP response from a ListTargetForwardsWithResponse call
 func ParseListTargetForwardsResponse(rsp *http.Response) (*ListTargetForwardsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6983,6 +7556,107 @@ func ParseListTargetForwardsResponse(rsp *http.Response) (*ListTargetForwardsRes
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListTargetForwardsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSkipForwardResponse parses an HTTP response from a SkipForwardWithResponse call
+func ParseSkipForwardResponse(rsp *http.Response) (*SkipForwardResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SkipForwardResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SkippedForward
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest UnknownTarget
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyAttempts
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers SkipForwardResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers SkipForwardResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers SkipForwardResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -47,7 +47,7 @@ var funcs = template.FuncMap{
 	"kind": kindLabel,
 	// actions are the audit trail's actions, for its filter.
 	"actions": func() []string {
-		return []string{store.ActionSignIn, store.ActionSignOut, store.ActionSignOutAll, store.ActionRedeliver, store.ActionRedeliverBulk,
+		return []string{store.ActionSignIn, store.ActionSignOut, store.ActionSignOutAll, store.ActionRedeliver, store.ActionRedeliverBulk, store.ActionSkip,
 			store.ActionPause, store.ActionResume, store.ActionReload, store.ActionOther}
 	},
 	// event is an event ID as shown, "" for none.

@@ -115,6 +115,12 @@ func pathAudit(path string) store.AuditEntry {
 			e.Action = store.ActionOther
 		}
 		return e
+	case len(seg) == 7 && seg[0] == "senders" && seg[2] == "targets" && seg[4] == "forwards" && seg[6] == "skip":
+		e := store.AuditEntry{Action: store.ActionSkip, Sender: seg[1], Target: seg[3]}
+		if id, err := uuid.Parse(seg[5]); err == nil {
+			e.EventID = id
+		}
+		return e
 	case len(seg) == 2 && seg[0] == "config" && seg[1] == "reload":
 		return store.AuditEntry{Action: store.ActionReload}
 	}

@@ -36,6 +36,7 @@ var (
 	probTooManyAttempts     = problemType{http.StatusTooManyRequests, "too-many-attempts", "Too many failed authentication attempts", 1}
 	probNoTargets           = problemType{http.StatusConflict, "no-targets", "No forward targets", 0}
 	probInFlight            = problemType{http.StatusConflict, "in-flight", "Delivery is still being processed", 1}
+	probNotBlocked          = problemType{http.StatusConflict, "not-blocked", "Forward does not block its key", 0}
 	probTooLarge            = problemType{http.StatusRequestEntityTooLarge, "payload-too-large", "Request body too large", 0}
 	probBodyTimeout         = problemType{http.StatusRequestTimeout, "request-timeout", "Request body not received in time", 0}
 	probUnsupportedEncoding = problemType{http.StatusUnsupportedMediaType, "unsupported-encoding", "Unsupported Content-Encoding", 0}

@@ -321,8 +321,8 @@ func operatorRoutes(t *testing.T, router http.Handler, sender, deliveryID string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 14 {
-		t.Fatalf("router has %d operator routes, want 14: %v", len(out), out)
+	if len(out) != 16 {
+		t.Fatalf("router has %d operator routes, want 16: %v", len(out), out)
 	}
 	return out
 }
@@ -533,6 +533,7 @@ func TestOperatorAPIAuth(t *testing.T) {
 		routeRedeliver: http.StatusConflict, // hdr has no targets
 		routeTargets:   http.StatusOK, routeTargetForwards: http.StatusNotFound, routeTargetRedeliver: http.StatusNotFound,
 		routeTargetPause: http.StatusNotFound, routeTargetResume: http.StatusNotFound, // hdr has no target t
+		routeTargetBlocked: http.StatusNotFound, routeForwardSkip: http.StatusNotFound,
 		routeConfig: http.StatusOK, routeConfigReload: http.StatusServiceUnavailable, // the test server has no Reloader
 		routeAudit: http.StatusOK,
 	}

@@ -30,6 +30,8 @@ const (
 	routeTargetRedeliver = "/v1/senders/{sender}/targets/{target}/redeliver"
 	routeTargetPause     = "/v1/senders/{sender}/targets/{target}/pause"
 	routeTargetResume    = "/v1/senders/{sender}/targets/{target}/resume"
+	routeTargetBlocked   = "/v1/senders/{sender}/targets/{target}/blocked"
+	routeForwardSkip     = "/v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip"
 )
 
 type (

@@ -26,6 +26,7 @@ const (
 	ActionSignOutAll    = "sign-out-everywhere"
 	ActionRedeliver     = "redeliver"
 	ActionRedeliverBulk = "redeliver-bulk"
+	ActionSkip          = "skip"
 	ActionPause         = "pause"
 	ActionResume        = "resume"
 	ActionReload        = "reload"
