@@ -958,10 +958,25 @@ type EnqueuedForward struct {
 	// Example: 1893
 	CurrentJobId *int64 `json:"current_job_id,omitempty"`
 
+	// InPlace With `order_key`, true when the forward held its key and is tried again in its place, before the key's waiting forwards.
+	//
+	// Example: false
+	InPlace *bool `json:"in_place,omitempty"`
+
 	// JobId The forward's job ID; it appears among the delivery's forwards.
 	//
 	// Example: 1907
 	JobId int64 `json:"job_id"`
+
+	// OrderKey Only for a target with `ordering:`: the event's ordering key. A forward that failed and holds its key is tried again in its place (`in_place`). Any other that is not waiting or under way goes after the key's queue, `queued_behind` forwards after its head: redelivering an old event of an ordered target sends it after the key's newer events.
+	//
+	// Example: ch_3QdZ8xLkdIwHu7ix
+	OrderKey *string `json:"order_key,omitempty"`
+
+	// QueuedBehind With `order_key`, how many forwards of the key come before this one (0 for the next to go).
+	//
+	// Example: 2
+	QueuedBehind *int64 `json:"queued_behind,omitempty"`
 
 	// Target The target's name.
 	//

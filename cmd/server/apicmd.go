@@ -17,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/hookgate/hookgate/api"
 )
 
@@ -42,6 +44,8 @@ var apiSubs = []apiSub{
 	{command{"failed", "list a target's failed forwards, the latest first"}, apiFailed},
 	{command{"forwards", "list a target's forwards, in any state"}, apiForwards},
 	{command{"redeliver", "forward an event again (--event), or a target's forwards in bulk (--sender, --target)"}, apiRedeliver},
+	{command{"blocked", "list an ordered target's keys that a failed forward holds, with how many wait"}, apiBlocked},
+	{command{"skip", "skip the failed forward that holds its ordering key, releasing the key's next forward"}, apiSkip},
 	{command{"pause", "hold a target's forwards in every process until it is resumed"}, apiPause},
 	{command{"resume", "let a paused target's held forwards go"}, apiResume},
 	{command{"reload", "make the process that answers read hookgate.yaml again"}, apiReload},
@@ -757,10 +761,82 @@ func (a *apiRun) redeliverEvent(ctx context.Context, c *cmdFlags, event string) 
 			outcome = "already waiting for an attempt: nothing enqueued"
 		case f.AfterCurrent:
 			outcome = "enqueued after job " + orDash(f.CurrentJobId) + ", under way"
+		case f.OrderKey != nil && f.InPlace != nil && *f.InPlace:
+			outcome = "tried again in its place: it held ordering key " + cell(*f.OrderKey)
+		case f.OrderKey != nil && f.QueuedBehind != nil:
+			outcome = fmt.Sprintf("queued after ordering key %s's forwards (%d before it)", cell(*f.OrderKey), *f.QueuedBehind)
 		}
 		fmt.Fprintf(tw, "  %s\t%d\t%s\n", cell(f.Target), f.JobId, outcome)
 	}
 	return tw.Flush()
+}
+
+func apiBlocked(ctx context.Context, a *apiRun, args []string) error {
+	c := a.flags("--sender S --target T [--limit N]",
+		"List an ordered target's keys that a forward which failed for good holds, oldest first, with how many forwards wait behind it\n"+
+			"(GET /v1/senders/{sender}/targets/{target}/blocked). Redeliver that event, or skip it, to let the key go on.")
+	var (
+		sender, target string
+		limit          int
+	)
+	c.String(&sender, "sender", "S", "", "", "the sender's name (required)")
+	c.String(&target, "target", "T", "", "", "the target's name (required)")
+	c.fs.IntVar(&limit, "limit", 100, "")
+	c.row("limit", "N", "", "100", "the most keys listed, 1 to 500")
+	if done, err := a.parse(c, args); done || err != nil {
+		return err
+	}
+	if err := errors.Join(c.noArgs(), required(c, "sender", sender, "target", target)); err != nil {
+		return err
+	}
+	r, err := a.client.ListBlockedKeysWithResponse(ctx, sender, target, &api.ListBlockedKeysParams{Limit: &limit})
+	if err != nil {
+		return err
+	}
+	if a.json || r.JSON200 == nil {
+		return a.printJSON(r.Body)
+	}
+	if len(r.JSON200.Items) == 0 {
+		fmt.Fprintf(a.stdout, "%s/%s: no key is blocked\n", cell(sender), cell(target))
+		return nil
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "KEY\tBLOCKED BY\tSINCE\tWAITING")
+	for _, k := range r.JSON200.Items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", cell(k.Key), k.EventId, when(&k.BlockedAt), k.Waiting)
+	}
+	return tw.Flush()
+}
+
+func apiSkip(ctx context.Context, a *apiRun, args []string) error {
+	c := a.flags("--sender S --target T --event ID",
+		"Skip the forward of an event that failed for good and holds its ordering key: it stays failed, and the key's next forward goes\n"+
+			"(POST /v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip).")
+	var sender, target, event string
+	c.String(&sender, "sender", "S", "", "", "the sender's name (required)")
+	c.String(&target, "target", "T", "", "", "the target's name (required)")
+	c.String(&event, "event", "ID", "", "", "the event ID of the forward that holds its key (required)")
+	if done, err := a.parse(c, args); done || err != nil {
+		return err
+	}
+	if err := errors.Join(c.noArgs(), required(c, "sender", sender, "target", target, "event", event)); err != nil {
+		return err
+	}
+	id, err := uuid.Parse(event)
+	if err != nil {
+		return c.usageError(fmt.Errorf("--event: %q is not an event ID (a UUID)", event))
+	}
+	r, err := a.client.SkipForwardWithResponse(ctx, sender, target, id)
+	if err != nil {
+		return err
+	}
+	if a.json || r.JSON200 == nil {
+		return a.printJSON(r.Body)
+	}
+	k := r.JSON200
+	fmt.Fprintf(a.stdout, "skipped %s to %s/%s: ordering key %s goes on with the next of its %d waiting forwards\n",
+		k.EventId, cell(k.Sender), cell(k.Target), cell(k.Key), k.Released)
+	return nil
 }
 
 func apiPause(ctx context.Context, a *apiRun, args []string) error {

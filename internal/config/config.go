@@ -10,9 +10,12 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"reflect"
@@ -343,6 +346,45 @@ const (
 	OnFailureHold = "hold"
 	OnFailureSkip = "skip"
 )
+
+// MaxOrderKey is the longest ordering key kept as it is. A longer one is
+// kept as "sha256:" and the hex of its SHA-256.
+const MaxOrderKey = 128
+
+// OrderKey returns the ordering key kept for raw, the value read from an
+// event: raw itself, or its hash when it is longer than [MaxOrderKey].
+func OrderKey(raw string) string {
+	if len(raw) <= MaxOrderKey {
+		return raw
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// KeyOf returns the ordering key of a stored event with headers h and
+// body, or "" when it has none: as ingest reads it, for a redelivery.
+func (o *Ordering) KeyOf(h http.Header, body []byte) string {
+	switch {
+	case o == nil:
+		return ""
+	case o.Constant != "":
+		return o.Constant
+	case o.Header != "":
+		if vs := h.Values(o.Header); len(vs) == 1 {
+			return OrderKey(vs[0])
+		}
+		return ""
+	}
+	p, err := jsonptr.ParsePointer(o.JSONPointer)
+	if err != nil {
+		return ""
+	}
+	v, err := p.String(body)
+	if err != nil {
+		return ""
+	}
+	return OrderKey(v)
+}
 
 // Skips reports whether a forward that fails for good lets its key move
 // on. It is true for a nil Ordering: an unordered target holds nothing.

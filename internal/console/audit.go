@@ -1,6 +1,8 @@
 package console
 
 import (
+	"github.com/google/uuid"
+
 	"context"
 	"net/http"
 	"net/url"
@@ -109,6 +111,11 @@ func (c *Console) postAudit(r *http.Request) store.AuditEntry {
 		}
 	case strings.HasSuffix(path, "/resume") && e.Target != "":
 		e.Action = store.ActionResume
+	case strings.HasSuffix(path, "/skip") && e.Target != "":
+		e.Action = store.ActionSkip
+		if id, err := uuid.Parse(r.PostFormValue("event_id")); err == nil {
+			e.EventID = id
+		}
 	default:
 		e.Action = store.ActionOther
 		e.Details = map[string]any{"method": r.Method, "path": r.URL.Path}

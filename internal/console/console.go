@@ -220,6 +220,7 @@ func (c *Console) routes() http.Handler {
 		r.Post("/senders/{sender}/targets/{target}/redeliver", c.bulkRedeliver)
 		r.Post("/senders/{sender}/targets/{target}/pause", c.pauseTarget)
 		r.Post("/senders/{sender}/targets/{target}/resume", c.resumeTarget)
+		r.Post("/senders/{sender}/targets/{target}/skip", c.skipForward)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Message: "There is no console page at this address."})

@@ -15,6 +15,15 @@ import (
 // maxFailedShown is how many failed forwards the target page lists.
 const maxFailedShown = 200
 
+// maxBlockedShown is how many blocked ordering keys a target's page shows.
+const maxBlockedShown = 100
+
+// blockedKey is an ordering key a failed forward holds, as shown.
+type blockedKey struct {
+	store.BlockedKey
+	Summary string
+}
+
 // failedForward is a failed forward of the target page: FailedAt is when
 // it was given up.
 type failedForward struct {
@@ -32,7 +41,11 @@ type failedView struct {
 	HeldBy, HeldHint string
 	// Paused is the operator's pause in force, or nil. Without one the
 	// page offers to pause.
-	Paused  *store.TargetPause
+	Paused *store.TargetPause
+	// Ordered: the target has ordering. Blocked are its keys that a
+	// failed forward holds, oldest first, at most maxBlockedShown.
+	Ordered bool
+	Blocked []blockedKey
 	Failed  []failedForward
 	Max     int
 	Charts  []chart // forwards delivered and failed, and latency: last hour, last day
@@ -97,6 +110,17 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	if byRate && held == 0 {
 		heldText, heldHint = "", "" // none waits for a turn
 	}
+	var blocked []blockedKey
+	if t.Ordering != nil {
+		keys, err := c.q.BlockedKeys(r.Context(), sender, target, maxBlockedShown)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		for _, k := range keys {
+			blocked = append(blocked, blockedKey{BlockedKey: k, Summary: k.Summary()})
+		}
+	}
 	fs := make([]failedForward, 0, len(pg.Forwards))
 	for _, f := range pg.Forwards {
 		f.LastError = redact.URLInText(f.LastError, t.URL, t.SecretPath)
@@ -118,6 +142,8 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Query().Has("paused") && paused != nil:
 		msg = "Paused: the target's forwards are held in every process within about a second, until it is resumed."
+	case r.URL.Query().Has("skipped"):
+		msg = "Skipped: the forward stays failed, and its key's next forward is released in every process (" + r.URL.Query().Get("skipped") + " were waiting)."
 	case r.URL.Query().Has("resumed") && paused == nil:
 		msg = "Resumed: the held forwards are released, in the order they were accepted."
 	}
@@ -131,6 +157,6 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "failed", page{Title: "Target " + target + " of " + sender, Notice: msg,
 		Data: failedView{Sender: sender, Target: target, URL: redact.URL(t.URL, t.SecretPath), Breaker: showBreaker(b, now), Held: held, HeldBy: heldText, HeldHint: heldHint,
-			Paused: paused, Failed: fs, Max: maxFailedShown,
+			Paused: paused, Failed: fs, Max: maxFailedShown, Ordered: t.Ordering != nil, Blocked: blocked,
 			Charts: targetCharts[target], History: history}})
 }

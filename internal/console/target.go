@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/hookgate/hookgate/internal/access"
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
@@ -168,6 +170,32 @@ func (c *Console) resumeTarget(w http.ResponseWriter, r *http.Request) {
 			"by", store.PausedBy(access.Name(r.Context()), "console", c.opts.Limiter.ClientOf(r)))
 	}
 	http.Redirect(w, r, targetURL(sender, target)+"?resumed=1", http.StatusSeeOther)
+}
+
+// skipForward skips the failed forward (the form's event_id) that holds
+// its ordering key, as POST …/forwards/{event_id}/skip does. The target's
+// page then says so, or why not.
+func (c *Console) skipForward(w http.ResponseWriter, r *http.Request) {
+	sd, target, ok := c.formTarget(w, r)
+	if !ok {
+		return
+	}
+	id, err := uuid.Parse(r.PostFormValue("event_id"))
+	if err != nil {
+		c.render(w, r, http.StatusBadRequest, "error", page{Title: "Skip", Message: "The form names no event to skip."})
+		return
+	}
+	k, err := c.q.SkipBlocked(r.Context(), sd.Name, target, id)
+	if errors.Is(err, store.ErrNotBlocked) {
+		c.render(w, r, http.StatusConflict, "error", page{Title: "Skip", Message: "This forward does not hold its ordering key (any more): only a forward that failed for good can be skipped."})
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.log.Info("ordered forward skipped by an operator", "sender", sd.Name, "target", target, "event_id", id, "released", k.Waiting)
+	http.Redirect(w, r, targetURL(sd.Name, target)+"?skipped="+strconv.FormatInt(k.Waiting, 10), http.StatusSeeOther)
 }
 
 // formTarget returns the configured sender and target a form was posted

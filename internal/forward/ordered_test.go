@@ -3,6 +3,7 @@ package forward_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
 )
 
@@ -214,7 +216,7 @@ func TestOrderedBlockedKeySkipped(t *testing.T) {
 	if got := ot.delivered("a"); got != 1 {
 		t.Errorf("key a: %d events delivered while blocked, want 1", got)
 	}
-	if _, err := q.SkipBlocked(context.Background(), "acme", "orders", uuid.MustParse(ids[1])); err != store.ErrNotBlocked {
+	if _, err := q.SkipBlocked(context.Background(), "acme", "orders", uuid.MustParse(ids[1])); !errors.Is(err, store.ErrNotBlocked) {
 		t.Errorf("skip a forward that blocks nothing: %v, want ErrNotBlocked", err)
 	}
 	k, err := q.SkipBlocked(context.Background(), "acme", "orders", uuid.MustParse(ids[2]))
@@ -249,4 +251,88 @@ func TestOrderedBlockedKeySkipped(t *testing.T) {
 	if len(ot.overlaps) > 0 {
 		t.Error(ot.overlaps)
 	}
+}
+
+// Redelivering the forward that holds its key tries it again in its place:
+// it is delivered, and the key's waiting forwards follow in order.
+// Redelivering an event of the key delivered long ago sends it after the
+// key's queue.
+func TestOrderedRedelivery(t *testing.T) {
+	t.Parallel()
+	ot := newOrderTarget(t, 0, 0)
+	ot.failing["a/2"] = true
+	e := newFastEnv(t, orderedYAML(ot.srv.URL, ""), envOpts{Work: true}, fastOptions{})
+	ids := map[int]string{}
+	for n := 1; n <= 3; n++ {
+		ids[n] = e.deliver(fmt.Sprintf("a-%d", n), orderedBody("a", n), "application/json").eventID
+	}
+	q := store.New(e.pool)
+	e.poll("key a blocked by its second event", func() bool {
+		_, ok, err := q.BlockedBy(context.Background(), "acme", "orders", uuid.MustParse(ids[2]))
+		return err == nil && ok
+	}, nil)
+	ot.mu.Lock()
+	ot.failing["a/2"] = false
+	ot.mu.Unlock()
+	sd, _ := e.cfg.Sender("acme")
+	redeliver := func(n int) queue.Enqueued {
+		t.Helper()
+		got, err := e.river.Redeliver(context.Background(), sd, uuid.MustParse(ids[n]), fmt.Sprintf("a-%d", n))
+		if err != nil || len(got) != 1 {
+			t.Fatalf("redeliver event %d: %+v, %v", n, got, err)
+		}
+		return got[0]
+	}
+	if r := redeliver(2); !r.InPlace || r.AlreadyPending || r.OrderKey != "a" || r.JobID == 0 {
+		t.Errorf("redelivery of the blocking forward: %+v, want in place, key a, a job", r)
+	}
+	e.poll("key a's three events delivered", func() bool { return ot.delivered("a") == 3 }, func() string { return orderedState(e) })
+	e.poll("key a's head past its last forward", func() bool {
+		turn, err := q.OrderedTurnOf(context.Background(), "acme", "orders", "a", 3)
+		return err == nil && turn == store.TurnPast
+	}, nil)
+	if r := redeliver(1); r.InPlace || r.AlreadyPending || r.OrderKey != "a" || r.QueuedBehind != 0 {
+		t.Errorf("redelivery of a delivered event: %+v, want queued after the key's (none waiting)", r)
+	}
+	e.poll("event 1 delivered again", func() bool {
+		ot.mu.Lock()
+		defer ot.mu.Unlock()
+		as := ot.attempts["a"]
+		return len(as) > 0 && as[len(as)-1].ok && as[len(as)-1].n == 1
+	}, nil)
+	ot.mu.Lock()
+	var got []int
+	for _, a := range ot.attempts["a"] {
+		if a.ok {
+			got = append(got, a.n)
+		}
+	}
+	ot.mu.Unlock()
+	if fmt.Sprint(got) != "[1 2 3 1]" {
+		t.Errorf("key a delivered %v, want [1 2 3 1]", got)
+	}
+}
+
+// orderedState describes the keys, outbox rows and jobs of e, for a test
+// that waited in vain.
+func orderedState(e *env) string {
+	var b strings.Builder
+	ctx := context.Background()
+	for _, q := range []string{
+		`SELECT concat_ws(' ', target, order_key, last_seq, head_seq, blocked_event) FROM forward_keys`,
+		`SELECT concat_ws(' ', event_id, target, order_key, seq, leased_until) FROM forward_outbox`,
+		`SELECT concat_ws(' ', id, state, attempt, args::text) FROM river_job ORDER BY id`,
+	} {
+		rows, err := e.pool.Query(ctx, q)
+		if err != nil {
+			return err.Error()
+		}
+		for rows.Next() {
+			var line string
+			_ = rows.Scan(&line)
+			b.WriteString(line + "\n")
+		}
+		rows.Close()
+	}
+	return b.String()
 }

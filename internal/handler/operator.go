@@ -617,6 +617,9 @@ func (s *Server) RedeliverEvent(w http.ResponseWriter, r *http.Request, eventID 
 		if j.CurrentJobID != 0 {
 			f.CurrentJobId = &j.CurrentJobID
 		}
+		if j.OrderKey != "" {
+			f.OrderKey, f.InPlace, f.QueuedBehind = &j.OrderKey, &j.InPlace, &j.QueuedBehind
+		}
 		out.Forwards = append(out.Forwards, f)
 	}
 	writeJSON(w, http.StatusAccepted, out)

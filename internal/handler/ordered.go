@@ -42,15 +42,9 @@ func (s *Server) ListBlockedKeys(w http.ResponseWriter, r *http.Request, sender 
 	out := api.BlockedKeyList{Items: make([]api.BlockedKey, 0, len(keys))}
 	for _, k := range keys {
 		out.Items = append(out.Items, api.BlockedKey{Key: k.Key, EventId: k.EventID, BlockedAt: k.BlockedAt.UTC(), Waiting: k.Waiting,
-			Summary: BlockedSummary(k)})
+			Summary: k.Summary()})
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// BlockedSummary is how a blocked key is shown: "blocked by <event> (N
-// waiting)".
-func BlockedSummary(k store.BlockedKey) string {
-	return fmt.Sprintf("blocked by %s (%d waiting)", k.EventID, k.Waiting)
 }
 
 // SkipForward skips the failed forward of an event that holds its ordering

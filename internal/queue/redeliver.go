@@ -2,13 +2,16 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Enqueued is a forward job that a redelivery inserted or found waiting.
@@ -25,6 +28,13 @@ type Enqueued struct {
 	// for a fast-path attempt that is not a job yet.
 	AfterCurrent bool
 	CurrentJobID int64
+	// OrderKey is set for a forward of an ordered target: its key. InPlace
+	// reports that it held its key and is tried again in its place.
+	// Otherwise, unless AlreadyPending, it went after the key's queue, in
+	// the outbox, QueuedBehind forwards after the key's head.
+	OrderKey     string
+	InPlace      bool
+	QueuedBehind int64
 }
 
 // redeliver inserts one new forward job of the event for each target that
@@ -68,6 +78,20 @@ func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[p
 		pending, err := waiting(ctx, q, sender.Name, t.Name, eventID, c)
 		if err != nil {
 			return nil, err
+		}
+		if t.Ordering != nil {
+			p, done, err := redeliverOrdered(ctx, tx, sender.Name, &t, eventID, deliveryID, c, pending, &e)
+			if err != nil {
+				return nil, err
+			}
+			if p != nil {
+				params = append(params, *p)
+				inserted = append(inserted, len(out))
+			}
+			if done {
+				out = append(out, e)
+				continue
+			}
 		}
 		switch {
 		case pending:
@@ -116,6 +140,53 @@ func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[p
 		return nil, err
 	}
 	return out, nil
+}
+
+// redeliverOrdered redelivers the forward of eventID to the ordered target
+// t, whose current state is c (pending: its job is still to come). A
+// forward that failed and holds its key is tried again in its place: p is
+// its new job, at the key's head. One that waits in the key or is under
+// way keeps its turn. Any other goes after the key's queue, as an outbox
+// row that its turn releases. done is false for an event without the
+// key: it is redelivered as an unordered forward.
+func redeliverOrdered(ctx context.Context, tx pgx.Tx, sender string, t *config.Target, eventID uuid.UUID, deliveryID string, c Current, pending bool, e *Enqueued) (p *river.InsertManyParams, done bool, err error) {
+	var (
+		key string
+		seq int64
+	)
+	err = tx.QueryRow(ctx, store.UnblockSQL, sender, t.Name, pgtype.UUID{Bytes: eventID, Valid: true}).Scan(&key, &seq)
+	switch {
+	case err == nil:
+		e.OrderKey, e.InPlace = key, true
+		jp := jobParams(sender, nil, t.Name, eventID, deliveryID)
+		if c.JobID != 0 && c.State.Unfinished() {
+			// Its last job blocked the key and is still being finished:
+			// the new one waits for it, beside it.
+			jp = afterParams(sender, nil, t.Name, eventID, deliveryID, c.JobID)
+			e.AfterCurrent, e.CurrentJobID = true, c.JobID
+		}
+		jp = orderedParams(jp, key, seq)
+		jp.InsertOpts.MaxAttempts = t.MaxAttempts
+		return &jp, true, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, false, fmt.Errorf("unblock the ordering key of %s: %w", t.Name, err)
+	}
+	if pending || c.Leased || c.Outbox || c.JobID != 0 && c.State.Unfinished() {
+		e.JobID, e.AlreadyPending = c.JobID, true
+		return nil, true, nil
+	}
+	content, err := store.New(tx).EventContent(ctx, sender, eventID)
+	if err != nil {
+		return nil, false, err
+	}
+	if key = t.Ordering.KeyOf(content.Headers, content.Body); key == "" {
+		return nil, false, nil
+	}
+	e.OrderKey = key
+	if err := tx.QueryRow(ctx, store.AppendOrderedSQL, sender, t.Name, key, pgtype.UUID{Bytes: eventID, Valid: true}, deliveryID).Scan(&e.QueuedBehind); err != nil {
+		return nil, false, fmt.Errorf("queue the forward to %s after its ordering key's: %w", t.Name, err)
+	}
+	return nil, true, nil
 }
 
 // waiting reports whether c's job is still to come. That is so when it

@@ -1,8 +1,6 @@
 package sender
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -205,10 +203,6 @@ func buildPlan(out *Sender) error {
 	return nil
 }
 
-// MaxOrderKey is the longest ordering key kept as it is. A longer one is
-// kept as "sha256:" and the hex of its SHA-256.
-const MaxOrderKey = 128
-
 // OrderKeys returns the ordering key of each of targets, in their order,
 // "" for a target that is not ordered or an event without its key. It
 // returns nil when none has a key. A header's key must appear once; a
@@ -239,10 +233,7 @@ func (s *Sender) OrderKeys(targets []string, h http.Header, in *Inspection) []st
 		if key == "" {
 			continue
 		}
-		if len(key) > MaxOrderKey {
-			sum := sha256.Sum256([]byte(key))
-			key = "sha256:" + hex.EncodeToString(sum[:])
-		}
+		key = config.OrderKey(key)
 		if keys == nil {
 			keys = make([]string, len(targets))
 		}

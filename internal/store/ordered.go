@@ -181,6 +181,12 @@ type BlockedKey struct {
 	Waiting int64
 }
 
+// Summary is how a blocked key is shown: "blocked by <event> (N
+// waiting)".
+func (k BlockedKey) Summary() string {
+	return fmt.Sprintf("blocked by %s (%d waiting)", k.EventID, k.Waiting)
+}
+
 // BlockedKeys returns up to limit of sender's target's blocked keys,
 // oldest block first.
 func (q *Queries) BlockedKeys(ctx context.Context, sender, target string, limit int) ([]BlockedKey, error) {
@@ -257,7 +263,8 @@ WHERE sender = $1 AND target = $2 AND blocked_event = $3 RETURNING order_key, he
 // AppendOrderedSQL appends a forward of event $4 (delivery $5) to sender
 // $1's target $2 at the end of key $3's queue: the next position, with
 // the relay's lease when it is the head and 'infinity' otherwise. It
-// fails when the forward has an outbox row already.
+// returns how many of the key's forwards come before it. It fails when the
+// forward has an outbox row already.
 const AppendOrderedSQL = `WITH k AS (
   INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
   VALUES ($1, $2, $3, 1, 1, statement_timestamp())
@@ -266,7 +273,8 @@ const AppendOrderedSQL = `WITH k AS (
 )
 INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
 SELECT $1, $4, $2, $5, statement_timestamp(), CASE WHEN k.last_seq = k.head_seq THEN NULL ELSE 'infinity'::timestamptz END, $3, k.last_seq
-FROM k`
+FROM k
+RETURNING seq - (SELECT head_seq FROM k)`
 
 // DeleteIdleKeysSQL deletes up to $2 ordering keys with nothing waiting
 // and unchanged since $1.
