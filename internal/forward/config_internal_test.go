@@ -14,6 +14,7 @@ import (
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/queue"
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
@@ -45,7 +46,9 @@ func workerDeps(t *testing.T, c WorkerConfig, cfg *config.Config) WorkerConfig {
 // recordNothing is a FirstAttemptRecorder that records nothing.
 type recordNothing struct{}
 
-func (recordNothing) RecordFirstAttempts(context.Context, []queue.FirstAttempt) error { return nil }
+func (recordNothing) RecordFirstAttempts(context.Context, []queue.FirstAttempt) ([]store.HandedOff, error) {
+	return nil, nil
+}
 
 // TestConfigsValidate: the defaults of the worker, the gate, the breakers
 // and the fast path are valid, and every nonsense value (a zero or

@@ -68,6 +68,11 @@ const (
 	// record together. Each recording waits for a WAL flush, so batches
 	// save much. It delays only the recording, not the forward.
 	recordLinger = 10 * time.Millisecond
+	// orderedLinger is recordLinger for a batch with an ordered
+	// forward's end, whose key's next forward waits for it.
+	orderedLinger = time.Millisecond
+	// recordTimeout bounds one try of a recording.
+	recordTimeout = 5 * time.Second
 	// recordPersist is how long a failed recording is tried again.
 	// recordRetries is how often at least, when the dispatcher is cut short.
 	recordPersist = 15 * time.Second
@@ -230,7 +235,7 @@ type DispatcherConfig struct {
 // FirstAttemptRecorder records the outcomes of the fast path's first
 // attempts, one transaction per sender. [queue.River] implements it.
 type FirstAttemptRecorder interface {
-	RecordFirstAttempts(ctx context.Context, batch []queue.FirstAttempt) error
+	RecordFirstAttempts(ctx context.Context, batch []queue.FirstAttempt) ([]store.HandedOff, error)
 }
 
 // DefaultDispatcherConfig returns the fast path's defaults.
@@ -460,6 +465,45 @@ func (d *Dispatcher) enqueue(f *Fast, take func(i int) (seq int64, ok bool)) {
 		d.wakeRelay()
 	}
 	d.wake()
+}
+
+// handOffLease is the lease to take on the next forward of an ordered key
+// to t whose head this process ended, or 0 when the relay should take it:
+// the dispatcher is closed, full, or holds the target back.
+func (d *Dispatcher) handOffLease(sender string, t *config.Target) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || d.queued >= d.maxQueued || len(d.queueOf(sender, t).jobs) >= d.perTarget || d.heldBack(sender, t) {
+		return 0
+	}
+	return d.leaseFor(t)
+}
+
+// takeHandedOff queues the ordered forwards that a recording handed off to
+// this process: each is its key's head, leased to it. One it cannot queue
+// is released to the relay.
+// granted is when the recording began: its leases began after.
+func (d *Dispatcher) takeHandedOff(handed []store.HandedOff, granted time.Time) {
+	if len(handed) == 0 {
+		return
+	}
+	cfg := d.w.senders.Current()
+	for _, h := range handed {
+		sd, ok := cfg.Sender(h.Sender)
+		if !ok {
+			d.handOver(&Fast{Sender: &config.Sender{Name: h.Sender}, EventID: h.EventID}, h.Target)
+			continue
+		}
+		t, ok := sd.Target(h.Target)
+		if !ok {
+			d.handOver(&Fast{Sender: sd, EventID: h.EventID}, h.Target)
+			continue
+		}
+		f := &Fast{Sender: sd, EventID: h.EventID, DeliveryID: h.DeliveryID, EventType: h.EventType, Headers: h.Headers, Body: h.Body,
+			Targets: []string{h.Target}, OrderKeys: []string{h.OrderKey},
+			Lease: Lease{granted: granted, Durations: []time.Duration{d.leaseFor(t)}}}
+		d.enqueue(f, func(int) (int64, bool) { return h.Seq, true })
+	}
 }
 
 // maxHeadsBatch bounds the deliveries whose ordered rows one look reads.
@@ -731,6 +775,9 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 		if t.Ordering != nil {
 			o.OnFailure = t.Ordering.OnFailure
 		}
+		// The key's next forward comes back to this process, to be
+		// attempted at once, unless it could not take it now.
+		o.HandOff = d.handOffLease(f.Sender.Name, t)
 	}
 	if p.status != 0 || p.res == ResultDelivered {
 		o.Output = p.output()
@@ -780,7 +827,10 @@ func (d *Dispatcher) record() {
 			return
 		}
 		batch := []queue.FirstAttempt{o}
-		linger.Reset(recordLinger)
+		// The next forward of an ordered key waits for this recording:
+		// a batch with the end of one lingers less.
+		short := o.OrderKey != ""
+		linger.Reset(lingerFor(short))
 	fill:
 		for len(batch) < recordBatch {
 			select {
@@ -789,6 +839,13 @@ func (d *Dispatcher) record() {
 					break fill
 				}
 				batch = append(batch, o)
+				if !short && o.OrderKey != "" {
+					short = true
+					if !linger.Stop() {
+						<-linger.C
+					}
+					linger.Reset(lingerFor(short))
+				}
 			case <-linger.C:
 				break fill
 			}
@@ -798,6 +855,15 @@ func (d *Dispatcher) record() {
 	}
 }
 
+// lingerFor is how long a recording waits for more outcomes: less when an
+// ordered key's next forward waits for it.
+func lingerFor(ordered bool) time.Duration {
+	if ordered {
+		return orderedLinger
+	}
+	return recordLinger
+}
+
 // flush records a batch, trying again for up to recordPersist. A short
 // database outage then loses no outcome. Rows it cannot record stay
 // leased, and the relay takes them when their lease ends.
@@ -805,10 +871,13 @@ func (d *Dispatcher) flush(batch []queue.FirstAttempt) {
 	var err error
 	deadline := time.Now().Add(recordPersist)
 	for try := 0; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = d.recorder.RecordFirstAttempts(ctx, batch)
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		var handed []store.HandedOff
+		start := time.Now()
+		handed, err = d.recorder.RecordFirstAttempts(ctx, batch)
 		cancel()
 		if err == nil {
+			d.takeHandedOff(handed, start)
 			for _, o := range batch {
 				// Rows released to the relay, or an ordered forward's end
 				// that may have released the next of its key: tell it.

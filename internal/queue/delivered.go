@@ -48,6 +48,11 @@ type FirstAttempt struct {
 	OrderKey  string
 	Seq       int64
 	OnFailure string
+	// HandOff, when positive, leases the next forward of the key that its
+	// end releases to the recording process for this long: the recording
+	// returns it with its event ([store.HandedOff]), to attempt at once.
+	// Zero leaves it to the relay.
+	HandOff time.Duration
 }
 
 // The fast path's recording takes each attempted forward's outbox row in
@@ -164,6 +169,14 @@ var (
 // outbox row and does nothing. When q runs on a transaction, everything is
 // the caller's transaction.
 func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []FirstAttempt) error {
+	_, err := q.RecordAndHandOff(ctx, queue, batch)
+	return err
+}
+
+// RecordAndHandOff is [Jobs.RecordFirstAttempts], returning the next
+// forwards of ordered keys that the recording released and leased to this
+// process ([FirstAttempt.HandOff]), with their events.
+func (q *Jobs) RecordAndHandOff(ctx context.Context, queue string, batch []FirstAttempt) ([]store.HandedOff, error) {
 	var mark *time.Time
 	if q.split {
 		at := time.Now().UTC().Truncate(time.Microsecond)
@@ -171,11 +184,16 @@ func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []Fi
 	}
 	groups, err := recordStatements(queue, batch, mark)
 	if err != nil {
-		return fmt.Errorf("record fast-path forwards: %w", err)
+		return nil, fmt.Errorf("record fast-path forwards: %w", err)
 	}
 	_, inTx := q.db.(pgx.Tx)
 	own := (len(groups) > 1 || q.split) && !inTx
 	var b pgx.Batch
+	type handOffAt struct {
+		at     int // the statement's index in b
+		sender string
+	}
+	var handOffs []handOffAt
 	reset := false // the marks changed the planner settings
 	for i, g := range groups {
 		for j, tx := range g.txs() {
@@ -187,6 +205,9 @@ func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []Fi
 				reset = false
 			}
 			for _, s := range tx {
+				if s.handOff {
+					handOffs = append(handOffs, handOffAt{b.Len(), g.sender})
+				}
 				b.Queue(s.sql, s.args...)
 			}
 			if j == 0 && len(g.marks) > 0 {
@@ -198,10 +219,32 @@ func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []Fi
 			}
 		}
 	}
-	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("record fast-path forwards: %w", err)
+	br := q.db.SendBatch(ctx, &b)
+	var handed []store.HandedOff
+	for i := range b.Len() {
+		if len(handOffs) > 0 && handOffs[0].at == i {
+			rows, err := br.Query()
+			if err == nil {
+				var hs []store.HandedOff
+				hs, err = store.ScanHandedOff(handOffs[0].sender, rows)
+				handed = append(handed, hs...)
+			}
+			if err != nil {
+				_ = br.Close()
+				return nil, fmt.Errorf("record fast-path forwards: %w", err)
+			}
+			handOffs = handOffs[1:]
+			continue
+		}
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("record fast-path forwards: %w", err)
+		}
 	}
-	return nil
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("record fast-path forwards: %w", err)
+	}
+	return handed, nil
 }
 
 // senderRecording is one sender's statements of a recording. record is
@@ -267,8 +310,10 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		maxAttempts                    []int32
 		attempted, finalized, schedule []*time.Time
 		errs, metas, onFailure         []*string
-		// The ordered forwards whose end may release the next.
-		ends []store.OrderedEnd
+		// The ordered forwards whose end may release the next, and the
+		// lease of the next when it is handed off (nil: none).
+		ends      []store.OrderedEnd
+		handLease []*int64
 		// The attempts with their answers.
 		answers []store.Attempt
 		// The delivered ones.
@@ -298,6 +343,12 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		}
 		if a.OrderKey != "" && (a.State == StateDelivered || a.State == StateFailed && a.OnFailure == "skip") {
 			c.ends = append(c.ends, store.OrderedEnd{Target: a.Target, Key: a.OrderKey, Seq: a.Seq, EventID: a.EventID})
+			var lease *int64
+			if a.HandOff > 0 {
+				ms := a.HandOff.Milliseconds()
+				lease = &ms
+			}
+			c.handLease = append(c.handLease, lease)
 		}
 		if a.State == StateDelivered {
 			at := a.Output.DeliveredAt
@@ -361,26 +412,27 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		var g senderRecording
 		if len(c.dEvents) > 0 {
 			if mark == nil {
-				g.record = append(g.record, statement{recordDeliveredSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks}})
+				g.record = append(g.record, statement{sql: recordDeliveredSQL, args: []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks}})
 			} else {
-				g.record = append(g.record, statement{recordDeliveredMarkSQL, []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks, *mark}})
+				g.record = append(g.record, statement{sql: recordDeliveredMarkSQL, args: []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks, *mark}})
 			}
 		}
 		if len(c.events) > 0 {
 			args := []any{s, c.events, c.targets, c.states, c.maxAttempts, c.attempted, c.finalized, c.schedule, c.errs, c.metas, queue, c.onFailure}
 			if mark == nil {
-				g.record = append(g.record, statement{recordFirstSQL, args})
+				g.record = append(g.record, statement{sql: recordFirstSQL, args: args})
 			} else {
-				g.record = append(g.record, statement{recordFirstMarkSQL, append(args, *mark)})
+				g.record = append(g.record, statement{sql: recordFirstMarkSQL, args: append(args, *mark)})
 			}
 		}
 		if len(c.ends) > 0 {
 			// The next forwards of the keys whose heads moved, in a
-			// statement of their own: see store.ReleaseOrderedSQL.
-			g.record = append(g.record, statement{store.ReleaseOrderedSQL, store.OrderedArgs(s, c.ends)})
+			// statement of their own (see store.ReleaseOrderedSQL),
+			// leased to this process when handed off.
+			g.record = append(g.record, statement{sql: store.HandOffOrderedSQL, args: append(store.OrderedArgs(s, c.ends), c.handLease), handOff: true})
 		}
 		if len(c.relEvents) > 0 {
-			g.record = append(g.record, statement{store.ReleaseOutboxSQL, []any{s, c.relEvents, c.relTargets}})
+			g.record = append(g.record, statement{sql: store.ReleaseOutboxSQL, args: []any{s, c.relEvents, c.relTargets}})
 		}
 		if len(c.answers) > 0 {
 			// The attempts and their answers, in the same transaction.
@@ -388,12 +440,12 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			if err != nil {
 				return nil, err
 			}
-			g.record = append(g.record, statement{store.InsertAttemptsSQL, args})
+			g.record = append(g.record, statement{sql: store.InsertAttemptsSQL, args: args})
 		}
 		if mark != nil && len(c.dEvents)+len(c.events) > 0 {
 			events := append(append([]pgtype.UUID(nil), c.dEvents...), c.events...)
 			targets := append(append([]string(nil), c.dTargets...), c.targets...)
-			g.remove = []statement{{store.DeleteRecordedSQL, []any{s, events, targets, *mark}}}
+			g.remove = []statement{{sql: store.DeleteRecordedSQL, args: []any{s, events, targets, *mark}}}
 		}
 		g.sender = s
 		for i, e := range c.dEvents {
@@ -407,10 +459,12 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 	return groups, nil
 }
 
-// statement is an SQL statement and its arguments.
+// statement is an SQL statement and its arguments. handOff marks
+// [store.HandOffOrderedSQL], whose rows the recording returns.
 type statement struct {
-	sql  string
-	args []any
+	sql     string
+	args    []any
+	handOff bool
 }
 
 // deleteDeliveredSQL deletes up to $2 forwards delivered before $1. An

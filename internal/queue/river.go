@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/config"
+	"github.com/hookgate/hookgate/internal/store"
 )
 
 // Queue is what the relay, the fast path, the operator API and the console
@@ -32,8 +33,9 @@ type Queue interface {
 	// state. See [River.BulkRedeliver].
 	BulkRedeliver(ctx context.Context, req BulkRequest) (Bulk, error)
 	// RecordFirstAttempts records the outcomes of the fast path's first
-	// attempts. See [Jobs.RecordFirstAttempts].
-	RecordFirstAttempts(ctx context.Context, batch []FirstAttempt) error
+	// attempts, and returns the ordered forwards handed off to it. See
+	// [Jobs.RecordAndHandOff].
+	RecordFirstAttempts(ctx context.Context, batch []FirstAttempt) ([]store.HandedOff, error)
 	// EventForwards reads the state of an event's forwards.
 	EventForwards(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error)
 }
@@ -189,8 +191,8 @@ func (r *River) BulkRedeliver(ctx context.Context, req BulkRequest) (Bulk, error
 
 // RecordFirstAttempts records the fast path's outcomes on
 // [ForwardQueue].
-func (r *River) RecordFirstAttempts(ctx context.Context, batch []FirstAttempt) error {
-	return r.jobs.RecordFirstAttempts(ctx, ForwardQueue, batch)
+func (r *River) RecordFirstAttempts(ctx context.Context, batch []FirstAttempt) ([]store.HandedOff, error) {
+	return r.jobs.RecordAndHandOff(ctx, ForwardQueue, batch)
 }
 
 // EventForwards calls [Jobs.EventForwards] on the queue's pool.

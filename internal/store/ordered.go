@@ -40,6 +40,46 @@ FROM unnest($2::text[], $3::text[], $4::int8[]) AS a(target, order_key, seq)
 JOIN forward_keys f ON f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key AND f.head_seq = a.seq + 1
 WHERE o.sender = $1 AND o.target = a.target AND o.order_key = a.order_key AND o.seq = a.seq + 1 AND o.leased_until = 'infinity'`
 
+// HandOffOrderedSQL is [ReleaseOrderedSQL] for a process that sends the
+// next forwards itself: each released row gets the lease $5 (in
+// milliseconds; NULL: the relay's) and, when leased, is returned with its
+// event, so that the process attempts it at once.
+const HandOffOrderedSQL = `WITH r AS (
+  UPDATE forward_outbox o SET leased_until = statement_timestamp() + a.lease_ms * interval '1 millisecond'
+  FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[]) AS a(target, order_key, seq, lease_ms)
+  JOIN forward_keys f ON f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key AND f.head_seq = a.seq + 1
+  WHERE o.sender = $1 AND o.target = a.target AND o.order_key = a.order_key AND o.seq = a.seq + 1 AND o.leased_until = 'infinity'
+  RETURNING o.event_id, o.target, o.delivery_id, o.order_key, o.seq, o.leased_until
+)
+SELECT r.event_id, r.target, r.delivery_id, r.order_key, r.seq, w.headers, w.body, w.event_type
+FROM r JOIN webhook_events w ON w.sender = $1 AND w.id = r.event_id
+WHERE r.leased_until IS NOT NULL`
+
+// HandedOff is the next forward of an ordered key, released and leased to
+// the process that ended the one before it, with its event.
+type HandedOff struct {
+	Sender, Target, DeliveryID string
+	EventID                    uuid.UUID
+	OrderKey                   string
+	Seq                        int64
+	EventType                  string
+	Headers                    map[string][]string
+	Body                       []byte
+}
+
+// ScanHandedOff reads the rows of [HandOffOrderedSQL] of sender.
+func ScanHandedOff(sender string, rows pgx.Rows) ([]HandedOff, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (HandedOff, error) {
+		h := HandedOff{Sender: sender}
+		var typ *string
+		err := r.Scan(&h.EventID, &h.Target, &h.DeliveryID, &h.OrderKey, &h.Seq, &h.Headers, &h.Body, &typ)
+		if typ != nil {
+			h.EventType = *typ
+		}
+		return h, err
+	})
+}
+
 // blockOrderedSQL marks forward $5 (target $2, key $3, position $4) of
 // sender $1 as the failed head that holds its key.
 const blockOrderedSQL = `UPDATE forward_keys SET blocked_event = $5, blocked_at = statement_timestamp(), updated_at = statement_timestamp()
