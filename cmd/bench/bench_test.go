@@ -216,9 +216,75 @@ func TestParseFlags(t *testing.T) {
 	if b, err := parseFlags([]string{"-only-forward", "-skip-forward"}, io.Discard); err != nil || !b.onlyForward || b.skipForward || !b.skipPgbench || !b.skipReplay || !b.skipDrain {
 		t.Errorf("parseFlags(-only-forward) = %+v, %v", b, err)
 	}
-	for _, args := range [][]string{{"-server-env", "GOGC"}, {"-forward-drain-timeout", "-1s"}, {"x"}, {"-drain-backlogs", "20000,2000"}, {"-drain-backlogs", "1"}, {"-drain-backlogs", "a"}} {
+	if b, err := parseFlags([]string{"-only-ordered"}, io.Discard); err != nil || !b.onlyOrdered || b.skipForward || !b.skipPgbench || !b.skipReplay || !b.skipDrain {
+		t.Errorf("parseFlags(-only-ordered) = %+v, %v", b, err)
+	}
+	for _, args := range [][]string{{"-only-forward", "-only-ordered"}, {"-server-env", "GOGC"}, {"-forward-drain-timeout", "-1s"}, {"x"}, {"-drain-backlogs", "20000,2000"}, {"-drain-backlogs", "1"}, {"-drain-backlogs", "a"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
 		}
+	}
+}
+
+// The ordered phases' bodies carry the key their target reads at /key,
+// and the sink tells a forward that overtook one accepted before it on
+// its key and connection.
+func TestOrderedPhases(t *testing.T) {
+	t.Parallel()
+	sk, err := startSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sk.close()
+	if tg := testkit.ConfigTarget(t, testkit.ParseConfig(t, keyedConfig(sk, "sink-ordered", true)), "bench", "sink-ordered"); tg.Ordering == nil || tg.Ordering.JSONPointer != "/key" || tg.URL != sk.url() {
+		t.Fatalf("the ordered phase's target: %+v", tg)
+	}
+	if tg := testkit.ConfigTarget(t, testkit.ParseConfig(t, keyedConfig(sk, "sink-keyed", false)), "bench", "sink-keyed"); tg.Ordering != nil {
+		t.Errorf("the unordered phase's target orders: %+v", tg.Ordering)
+	}
+	body := keyedBody(bodySize)
+	setKey(body, 42)
+	var doc struct{ Key, Type string }
+	if err := json.Unmarshal(body, &doc); err != nil || len(body) != bodySize || doc.Key != "0042" || doc.Type != "charge.succeeded" || bodyKey(body) != "0042" {
+		t.Fatalf("keyedBody with key 42: %s (%v)", body, err)
+	}
+	if k := bodyKey(makeBody(bodySize)); k != "" {
+		t.Errorf("bodyKey of a body without a key = %q", k)
+	}
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for _, f := range []struct {
+		id  string
+		key int
+	}{{"oo-r-0-1", 1}, {"oo-r-0-0", 2}, {"oo-r-0-0", 1}, {"oo-r-0-2", 1}, {"oo-r-1-0", 1}, {"oo-r-0-3", 1}, {"ou-r-0-1", 1}} {
+		setKey(body, f.key)
+		req, _ := http.NewRequest(http.MethodPost, sk.url(), bytes.NewReader(body))
+		req.Header.Set("X-Hookgate-Delivery-Id", f.id)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	// On key 1, connection 0: seq 1, then 2 and 3 after it; seq 0 arrived
+	// first with key 2 (a forward counts once). Connection 1 is alone.
+	if pairs, late := sk.outOfOrder("oo"); pairs != 2 || late != 0 {
+		t.Errorf("outOfOrder = %d pairs, %d late; want 2, 0", pairs, late)
+	}
+	setKey(body, 1)
+	req, _ := http.NewRequest(http.MethodPost, sk.url(), bytes.NewReader(body))
+	req.Header.Set("X-Hookgate-Delivery-Id", "oo-r-0-0") // already seen: changes nothing
+	if resp, err := client.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	for _, id := range []string{"oo-r-2-1", "oo-r-2-0"} {
+		req, _ := http.NewRequest(http.MethodPost, sk.url(), bytes.NewReader(body))
+		req.Header.Set("X-Hookgate-Delivery-Id", id)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+	if pairs, late := sk.outOfOrder("oo"); pairs != 3 || late != 1 {
+		t.Errorf("after seq 0 behind seq 1 on connection 2: outOfOrder = %d pairs, %d late; want 3, 1", pairs, late)
 	}
 }

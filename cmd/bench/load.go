@@ -28,15 +28,45 @@ func firstIDs(tag string) idFunc {
 	}
 }
 
-// replayIDs returns IDs drawn pseudo-randomly (splitmix64) from base …
-// base+n-1.
+// replayIDs returns IDs drawn pseudo-randomly from base … base+n-1.
 func replayIDs(base int64, n int) idFunc {
 	return func(dst []byte, w, seq int) []byte {
-		x := (uint64(w)<<40 ^ uint64(seq)) + 0x9e3779b97f4a7c15
-		x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-		x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-		return strconv.AppendInt(dst, base+int64((x^(x>>31))%uint64(n)), 10)
+		return strconv.AppendInt(dst, base+int64(draw(w, seq, n)), 10)
 	}
+}
+
+// draw returns a pseudo-random number in 0 … n-1 for worker w's seq-th
+// request (splitmix64).
+func draw(w, seq, n int) int {
+	x := (uint64(w)<<40 ^ uint64(seq)) + 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return int((x ^ (x >> 31)) % uint64(n))
+}
+
+// keyedPrefix starts keyedBody: the ordered phases' key, four digits the
+// load sets per request (setKey), is the body's first member.
+const keyedPrefix = `{"key":"0000",`
+
+// keyedBody returns makeBody's document of size bytes with the member
+// "key" first: the ordered phases' targets read it at /key.
+func keyedBody(size int) []byte {
+	return append([]byte(keyedPrefix), makeBody(size - len(keyedPrefix) + 1)[1:]...)
+}
+
+// setKey writes key k (0 … 9999) into a keyedBody.
+func setKey(body []byte, k int) {
+	for i := 11; i >= 8; i-- {
+		body[i], k = byte('0'+k%10), k/10
+	}
+}
+
+// bodyKey returns a keyedBody's key, or "" for another body.
+func bodyKey(body []byte) string {
+	if len(body) < len(keyedPrefix) || !bytes.Equal(body[:8], []byte(keyedPrefix[:8])) || body[12] != '"' {
+		return ""
+	}
+	return string(body[8:12])
 }
 
 // makeBody returns a JSON document of exactly size bytes (480 to 1500):
@@ -119,14 +149,15 @@ func (c *rawClient) do(id []byte, replayed bool) (err error) {
 // sink is the forward target: it answers every POST with 204 at once and
 // notes when each delivery ID (X-Hookgate-Delivery-Id) first arrived, and
 // how many arrived by tag (the ID up to its first "-"), and of those how
-// many the rules phase's transform made (rulesTenant, rulesMark); a
-// forward delivered twice (at least once) counts once. Its peers are the
-// servers, which stop before it does.
+// many the rules phase's transform made (rulesTenant, rulesMark), and the
+// key of a keyedBody; a forward delivered twice (at least once) counts
+// once. Its peers are the servers, which stop before it does.
 type sink struct {
 	ln                   net.Listener
 	wg                   sync.WaitGroup
 	mu                   sync.Mutex
 	seen                 map[string]time.Time
+	keys                 map[string]string // of the IDs whose body is a keyedBody
 	byTag, transformedBy map[string]int
 }
 
@@ -135,7 +166,7 @@ func startSink() (*sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("forward sink: %w", err)
 	}
-	s := &sink{ln: ln, seen: map[string]time.Time{}, byTag: map[string]int{}, transformedBy: map[string]int{}}
+	s := &sink{ln: ln, seen: map[string]time.Time{}, keys: map[string]string{}, byTag: map[string]int{}, transformedBy: map[string]int{}}
 	s.wg.Go(func() {
 		for c, err := ln.Accept(); err == nil; c, err = ln.Accept() {
 			s.wg.Go(func() { s.serve(c) })
@@ -166,6 +197,9 @@ func (s *sink) serve(c net.Conn) {
 			s.byTag[tag]++
 			if req.Header.Get("X-Tenant") == rulesTenant && bytes.Contains(body.Bytes(), []byte(rulesMark)) {
 				s.transformedBy[tag]++
+			}
+			if k := bodyKey(body.Bytes()); k != "" {
+				s.keys[id] = k
 			}
 		}
 		s.mu.Unlock()
@@ -225,6 +259,7 @@ type loadConfig struct {
 	ids              idFunc
 	replayed         bool                 // every answer must carry Idempotent-Replayed: true; otherwise none may
 	keys             int                  // when positive: ids of w+seq·workers < keys once each, untimed
+	orderKeys        int                  // when positive: body is a keyedBody, each request's key drawn from 0 … orderKeys-1
 	rate             float64              // when positive: requests per second in all (an open-loop load)
 	acks             map[string]time.Time // when not nil: when each 2xx was read, by delivery ID
 }
@@ -269,6 +304,9 @@ func runLoad(ctx context.Context, cfg loadConfig) *loadResult {
 		wg.Go(func() {
 			c := newRawClient(cfg.addr, cfg.body)
 			defer c.close()
+			if cfg.orderKeys > 0 {
+				c.body = slices.Clone(cfg.body)
+			}
 			var (
 				id   []byte
 				mine loadResult
@@ -285,6 +323,9 @@ func runLoad(ctx context.Context, cfg loadConfig) *loadResult {
 					break
 				}
 				id = cfg.ids(id[:0], w, seq)
+				if cfg.orderKeys > 0 {
+					setKey(c.body, draw(w, seq, cfg.orderKeys))
+				}
 				err := c.do(id, cfg.replayed)
 				t1 := time.Now()
 				if mine.requests++; err != nil {

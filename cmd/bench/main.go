@@ -11,7 +11,10 @@
 // CPU per forward, each forward's state from the operator API), --role all
 // again with rules on the target (a filter, a transform and its headers:
 // its rate ÷ the --role all phase's, an info line against the aim of 0.9),
-// and --role all with a NATS JetStream target (nats.go). Each phase
+// --role all with a target ordered by a key spread over 1,000 keys, then
+// on one key (ordered.go: its rate ÷ the same target unordered, an info
+// line against the aim of 0.8), and --role all with a NATS JetStream
+// target (nats.go). Each phase
 // reads from /proc the CPU of the gateway, this load generator, PostgreSQL,
 // pgbench and the machine; a ratio that other processes' load could have
 // decided is ???? (inconclusive). It exits 1 unless every check passes.
@@ -54,7 +57,7 @@ type bench struct {
 	duration, warmup, forwardDrain, maxP99, maxCPUPerForward              time.Duration
 	minRatio, minReplayRatio, minForwardRatio, minForwardAllRatio, maxRSS float64
 	skipPgbench, skipReplay, skipForward, skipDrain, keep, pprof, pgstat  bool
-	onlyForward                                                           bool
+	onlyForward, onlyOrdered                                              bool
 	drainTimeout                                                          time.Duration
 	drainBacklogs                                                         []int
 	minDrainRatio                                                         float64
@@ -69,6 +72,8 @@ type bench struct {
 	allRatio                 float64       // the --role all phase's rate ÷ first's
 	all                      *loadResult   // the --role all phase's: the rules phase's reference
 	allPerFwd                time.Duration // its CPU per forward
+	unordered                *loadResult   // the keyed target's unordered phase: the ordered phase's reference
+	unorderedPerEvent        time.Duration // its gateway and PostgreSQL CPU per accepted event
 	rss                      float64       // the highest peak RSS of a server, MB
 	lines, disturbed         []string
 	failed, inconclusive     bool
@@ -94,6 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.BoolVar(&b.skipForward, "skip-forward", false, "no forwarding phases (and no drain)")
 	fs.BoolVar(&b.skipDrain, "skip-drain", false, "no worker drain phase")
 	fs.BoolVar(&b.onlyForward, "only-forward", false, "only first deliveries without a target, then with one HTTP target with --role all, without and with rules")
+	fs.BoolVar(&b.onlyOrdered, "only-ordered", false, "only the ordered phases: one HTTP target with --role all, unordered, then ordered by a key spread over 1,000 keys, then on one key")
 	b.drainBacklogs = []int{20000, 200000}
 	fs.Func("drain-backlogs", "the backlogs a --role worker process alone drains, comma-separated, smallest first (default 20000,200000)", func(v string) error {
 		b.drainBacklogs = nil
@@ -117,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.DurationVar(&b.maxCPUPerForward, "max-cpu-per-forward", 350*time.Microsecond, "highest passing gateway + PostgreSQL CPU per forward (--role all, beyond a delivery's own)")
 	fs.Float64Var(&b.maxRSS, "max-rss-mb", 150, "highest passing peak RSS of a server, in MB")
 	fs.BoolVar(&b.keep, "keep", false, "keep the temporary directory (server logs, pgbench script and logs, profiles)")
-	fs.BoolVar(&b.pprof, "pprof", false, "CPU profiles of the server in phase 1 and the --role all phase, with their hottest functions")
+	fs.BoolVar(&b.pprof, "pprof", false, "CPU profiles of the server in phase 1 and the --role all phases (not the one-key phase), with their hottest functions")
 	fs.BoolVar(&b.pgstat, "pgstat", false, "PostgreSQL's statements (pg_stat_statements) and wait events in phase 1 and the forwarding phases: calls per delivery, time, where the backends wait")
 	fs.Func("server-arg", "an argument added to every server's `serve`, e.g. -server-arg=--forward-workers=100 (repeatable)", func(v string) error {
 		b.serverArgs = append(b.serverArgs, v)
@@ -132,8 +138,11 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
-	} else if b.onlyForward {
+	} else if b.onlyForward || b.onlyOrdered {
 		b.skipPgbench, b.skipReplay, b.skipDrain, b.skipForward = true, true, true, false
+	}
+	if b.onlyForward && b.onlyOrdered {
+		return nil, errors.New("-only-forward and -only-ordered: choose one")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -265,7 +274,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.bin, "./cmd/server").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/server (run from the repository: make bench): %w\n%s", err, out)
 	}
-	if err := b.noTarget(ctx); err != nil {
+	if b.onlyOrdered {
+		b.line("----", "first delivery, replay, forwarding without ordering, to NATS, worker drain: not measured (-only-ordered)")
+	} else if err := b.noTarget(ctx); err != nil {
 		return err
 	}
 	if b.skipForward {
@@ -277,21 +288,33 @@ func (b *bench) run(ctx context.Context) (err error) {
 		}
 		defer sk.close()
 		phases := []fwdPhase{{role: "api", tag: "fwa"}, {role: "all", tag: "fwb"}, {role: "all", tag: "fwr", rules: true}}
-		if b.onlyForward {
+		switch {
+		case b.onlyForward:
 			phases = phases[1:]
+		case b.onlyOrdered:
+			phases = nil
 		}
 		for _, p := range phases {
 			if err := b.forwardPhase(ctx, sk, p); err != nil {
 				return err
 			}
 		}
-		if b.onlyForward {
-			b.line("----", "forwarding with --role api, to NATS, worker drain: not measured (-only-forward)")
-		} else if err := b.natsPhase(ctx, b.allRatio); err != nil {
-			return err
+		if !b.onlyForward {
+			if err := b.orderedPhases(ctx, sk); err != nil {
+				return err
+			}
 		}
 		switch {
 		case b.onlyForward:
+			b.line("----", "forwarding with --role api, ordered, to NATS, worker drain: not measured (-only-forward)")
+		case b.onlyOrdered:
+		default:
+			if err := b.natsPhase(ctx, b.allRatio); err != nil {
+				return err
+			}
+		}
+		switch {
+		case b.onlyForward, b.onlyOrdered:
 		case b.skipDrain:
 			b.line("----", "worker drain: not measured (-skip-drain)")
 		default:
@@ -313,10 +336,14 @@ func (b *bench) checkpoint(ctx context.Context) {
 }
 
 // load runs one measured phase against srv, with the run's concurrency
-// and duration unless cfg sets workers, prints it and the server's batches
-// since the last phase, and checks that the server lives.
+// and duration unless cfg sets workers, and the run's body unless cfg sets
+// one, prints it and the server's batches since the last phase, and checks
+// that the server lives.
 func (b *bench) load(ctx context.Context, srv *server, name string, cfg loadConfig) (*loadResult, error) {
-	cfg.addr, cfg.body, cfg.warmup = srv.addr, b.body, b.warmup
+	cfg.addr, cfg.warmup = srv.addr, b.warmup
+	if cfg.body == nil {
+		cfg.body = b.body
+	}
 	if cfg.workers == 0 {
 		cfg.workers, cfg.duration = b.concurrency, b.duration
 	}
@@ -411,33 +438,50 @@ func (b *bench) noTarget(ctx context.Context) (err error) {
 }
 
 // fwdPhase is a forwarding phase: its server's role, the tag of its
-// delivery IDs, and whether its target has rules (rulesConfig).
+// delivery IDs, whether its target has rules (rulesConfig), and whether
+// its bodies carry a key (keys: how many) by which the target orders its
+// forwards or not (keyedConfig).
 type fwdPhase struct {
-	role, tag string
-	rules     bool
+	role, tag      string
+	rules, ordered bool
+	keys           int
 }
 
-func (p fwdPhase) name() string {
-	if p.rules {
-		return "first delivery, 1 target with rules, " + p.role
+// plain is the phase of one target without rules or keys.
+func (p fwdPhase) plain() bool { return !p.rules && p.keys == 0 }
+
+// what says what the phase's target has beyond a plain one.
+func (p fwdPhase) what() string {
+	switch {
+	case p.rules:
+		return " with rules"
+	case p.ordered:
+		return fmt.Sprintf(" ordered by %d keys", p.keys)
+	case p.keys > 0:
+		return fmt.Sprintf(" unordered, %d keys", p.keys)
 	}
-	return "first delivery, 1 target, " + p.role
+	return ""
 }
+
+func (p fwdPhase) name() string { return "first delivery, 1 target" + p.what() + ", " + p.role }
 
 // forwardPhase runs a forwarding phase on a server of its own: the bench
 // sender with the sink as its one target (for the load's event type, so
 // that routing is measured), serve --role p.role, delivery IDs tagged
 // p.tag. The rules phase compares with the --role all phase before it.
 func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
-	config, what := forwardConfig(sk), ""
-	if p.rules {
+	config, what := forwardConfig(sk), p.what()
+	if !p.plain() {
 		// As the --role api phase's end does before the --role all phase.
 		if err := b.vacuumForwards(ctx); err != nil {
 			return err
 		}
-		config, what = rulesConfig(sk), " with rules"
+		config = rulesConfig(sk)
 	}
-	srv, err := b.startServer(ctx, "server-forward-"+p.role+strings.ReplaceAll(what, " ", "-"), config, "--role", p.role)
+	if p.keys > 0 {
+		config = keyedConfig(sk, keyedTarget(p.ordered), p.ordered)
+	}
+	srv, err := b.startServer(ctx, "server-forward-"+p.role+strings.ReplaceAll(strings.ReplaceAll(what, ",", ""), " ", "-"), config, "--role", p.role)
 	if err != nil {
 		return err
 	}
@@ -448,13 +492,24 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 		report = b.profile(ctx, srv)
 	}
 	pgstat := b.pgStat(ctx)
-	ref := b.first.rate()
-	load, err := b.load(ctx, srv, p.name(), loadConfig{ids: firstIDs(p.tag)})
+	var ref float64 // none with -only-ordered
+	if b.first != nil {
+		ref = b.first.rate()
+	}
+	cfg := loadConfig{ids: firstIDs(p.tag)}
+	if p.keys > 0 {
+		cfg.orderKeys, cfg.body = p.keys, keyedBody(bodySize)
+	}
+	load, err := b.load(ctx, srv, p.name(), cfg)
 	if report(); err != nil {
 		return err
 	}
 	pgstat(load.accepted)
 	switch {
+	case p.keys > 0 && !p.ordered:
+		b.unordered = load
+	case p.keys > 0:
+		b.orderedRatio(load)
 	case p.rules && b.all != nil:
 		b.rulesRatio(load)
 	case p.role == "api":
@@ -466,7 +521,7 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 	}
 	expected := load.accepted
 	if p.role == "all" {
-		if !p.rules {
+		if p.plain() {
 			b.allRatio, b.all = load.rate()/max(ref, 1), load
 		}
 		// The same process works the forwards: wait for the backlog.
@@ -484,10 +539,18 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 			n := sk.transformed(p.tag)
 			b.check(n == received && n > 0, "rules: %d of the %d forwards received carried the transform's body (no e-mail, no address) and its X-Tenant header", n, received)
 		}
+		perEvent := (load.gatewayPG + gatewayPGTime(load.end, cpu)) / time.Duration(max(load.accepted, 1))
+		if p.keys > 0 && drained {
+			b.keyedOrder(sk, p, perEvent)
+		}
 		// The gateway's and PostgreSQL's CPU per accepted event over the
 		// load and the drain, less a first delivery's without a target.
-		if perFirst := b.first.gatewayPG / time.Duration(max(b.first.requests, 1)); drained && perFirst > 0 && load.accepted > 0 {
-			perFwd := (load.gatewayPG+gatewayPGTime(load.end, cpu))/time.Duration(load.accepted) - perFirst
+		var perFirst time.Duration
+		if b.first != nil && p.keys == 0 {
+			perFirst = b.first.gatewayPG / time.Duration(max(b.first.requests, 1))
+		}
+		if drained && perFirst > 0 && load.accepted > 0 {
+			perFwd := perEvent - perFirst
 			if !p.rules {
 				b.allPerFwd = perFwd
 				b.check(perFwd <= b.maxCPUPerForward, "forwarding, --role all: CPU per forward (gateway + PostgreSQL, load and drain, per accepted event, less %s per delivery without a target) %d µs (need ≤ %d µs)",
@@ -500,7 +563,7 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 		// From the 2xx to the receipt at 100/s, and at half this phase's
 		// intake (this server's maximum with the forwarding it also does).
 		for i, rate := range []float64{100, load.rate() / 2} {
-			if !drained || load.rate() == 0 || p.rules {
+			if !drained || load.rate() == 0 || !p.plain() {
 				break
 			}
 			acks, tag := map[string]time.Time{}, p.tag+[]string{"slow", "lag"}[i]
@@ -556,8 +619,12 @@ func (b *bench) rulesRatio(load *loadResult) {
 
 // vacuumForwards vacuums the outbox and River's jobs, as autovacuum would
 // within its naptime, so that the next phase does not walk the previous
-// one's dead index entries.
+// one's dead index entries; nothing before the first server made them.
 func (b *bench) vacuumForwards(ctx context.Context) error {
+	var migrated bool
+	if err := b.conn.QueryRow(ctx, `SELECT to_regclass('river_job') IS NOT NULL`).Scan(&migrated); err != nil || !migrated {
+		return err
+	}
 	for _, sql := range []string{`VACUUM forward_outbox`, `VACUUM ANALYZE river_job`} {
 		if _, err := b.conn.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("%s: %w", sql, err)
