@@ -24,6 +24,10 @@ CREATE TABLE forward_keys (
     updated_at    timestamptz NOT NULL,
     CONSTRAINT forward_keys_pkey PRIMARY KEY (sender, target, order_key)
 );
+-- Each forward updates its key's row twice (its position, then its end):
+-- room on each page for the new versions keeps the updates HOT, and
+-- vacuum runs often.
+ALTER TABLE forward_keys SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.05, autovacuum_vacuum_threshold = 1000);
 CREATE INDEX forward_keys_blocked ON forward_keys (sender, target) WHERE blocked_event IS NOT NULL;
 ALTER TABLE forward_outbox ADD COLUMN IF NOT EXISTS order_key text, ADD COLUMN IF NOT EXISTS seq bigint;
 CREATE UNIQUE INDEX forward_outbox_order ON forward_outbox (sender, target, order_key, seq) WHERE order_key IS NOT NULL;

@@ -91,21 +91,27 @@ func recordTake(mark string) string {
 const jobArgsSQL = `jsonb_build_object('sender', $1::text, 'event_id', d.event_id, 'target', d.target, 'delivery_id', d.delivery_id)
          || CASE WHEN d.order_key IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('order_key', d.order_key, 'seq', d.seq) END`
 
-// advanceTaken is the CTE adv of a recording statement: it moves the head
-// of the key of each ordered outbox row d that the statement took past
-// it, when cond (over d and o) holds, or else marks it blocked when
-// blocked holds. A row the relay took meanwhile is not in d, and its key's
-// head stays for the relay's job. [store.ReleaseOrderedSQL] then releases
-// the next rows, in a statement of its own.
-func advanceTaken(cond, blocked string) string {
-	return `adv AS (
-  UPDATE forward_keys f SET head_seq = CASE WHEN ` + cond + ` THEN d.seq + 1 ELSE f.head_seq END,
-    blocked_event = CASE WHEN ` + cond + ` THEN NULL WHEN ` + blocked + ` THEN d.event_id ELSE f.blocked_event END,
-    blocked_at = CASE WHEN ` + cond + ` THEN NULL WHEN ` + blocked + ` THEN statement_timestamp() ELSE f.blocked_at END,
-    updated_at = statement_timestamp()
+// advanceTaken is the CTEs w and adv of a recording statement: for each
+// ordered outbox row d that the statement took, with onFailure its
+// o.on_failure (or 'skip' for a delivered forward), adv moves its key's
+// head past it when onFailure is 'skip', and marks the key blocked by it
+// when it is 'hold'. A row the relay took meanwhile is not in d, and its
+// key's head stays for the relay's job. [store.ReleaseOrderedSQL] then
+// releases the next rows, in a statement of its own. w is materialized so
+// that each key is found by its primary key: joined to o in the UPDATE,
+// the planner probed the key by target alone.
+func advanceTaken(onFailure string) string {
+	return `w AS MATERIALIZED (
+  SELECT d.event_id, d.target, d.order_key, d.seq, ` + onFailure + ` AS on_failure
   FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target
-  WHERE d.order_key IS NOT NULL AND f.sender = $1 AND f.target = d.target AND f.order_key = d.order_key AND f.head_seq = d.seq
-    AND (` + cond + ` OR ` + blocked + `)
+  WHERE d.order_key IS NOT NULL AND ` + onFailure + ` IN ('skip', 'hold')
+), adv AS (
+  UPDATE forward_keys f SET head_seq = CASE WHEN w.on_failure = 'skip' THEN w.seq + 1 ELSE f.head_seq END,
+    blocked_event = CASE WHEN w.on_failure = 'skip' THEN NULL ELSE w.event_id END,
+    blocked_at = CASE WHEN w.on_failure = 'skip' THEN NULL ELSE statement_timestamp() END,
+    updated_at = statement_timestamp()
+  FROM w
+  WHERE f.sender = $1 AND f.target = w.target AND f.order_key = w.order_key AND f.head_seq = w.seq
 )`
 }
 
@@ -126,7 +132,7 @@ func recordFirst(mark string) string {
 	return jobSQL(`WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[], $12::text[])
     AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata, on_failure)
-), ` + recordTake(mark) + `, ` + advanceTaken("o.on_failure = 'skip'", "o.on_failure = 'hold'") + `
+), ` + recordTake(mark) + `, ` + advanceTaken("o.on_failure") + `
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
 SELECT ` + jobArgsSQL + `,
        1, o.attempted_at, d.created_at, CASE WHEN o.error IS NULL THEN NULL ELSE ARRAY[o.error] END, o.finalized_at,
@@ -141,7 +147,7 @@ func recordDelivered(mark string) string {
 	return `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[])
     AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack)
-), ` + recordTake(mark) + `, ` + advanceTaken("true", "false") + `
+), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + `
 INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack)
 SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`

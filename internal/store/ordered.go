@@ -43,16 +43,25 @@ WHERE o.sender = $1 AND o.target = a.target AND o.order_key = a.order_key AND o.
 // HandOffOrderedSQL is [ReleaseOrderedSQL] for a process that sends the
 // next forwards itself: each released row gets the lease $5 (in
 // milliseconds; NULL: the relay's) and, when leased, is returned with its
-// event, so that the process attempts it at once.
+// event, so that the process attempts it at once. Each row is found by key
+// probes and updated by ctid, under [TIDScans], as [OutboxRowsByKey] does;
+// OFFSET 0 keeps each probe a subquery of its own, run per element of the
+// arrays, which the planner would otherwise turn into a scan of the
+// sender's rows.
 const HandOffOrderedSQL = `WITH r AS (
-  UPDATE forward_outbox o SET leased_until = statement_timestamp() + a.lease_ms * interval '1 millisecond'
-  FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[]) AS a(target, order_key, seq, lease_ms)
-  JOIN forward_keys f ON f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key AND f.head_seq = a.seq + 1
-  WHERE o.sender = $1 AND o.target = a.target AND o.order_key = a.order_key AND o.seq = a.seq + 1 AND o.leased_until = 'infinity'
+  UPDATE forward_outbox o SET leased_until = statement_timestamp() + (
+      SELECT a.lease_ms FROM unnest($2::text[], $3::text[], $5::int8[]) AS a(target, order_key, lease_ms)
+      WHERE a.target = o.target AND a.order_key = o.order_key LIMIT 1) * interval '1 millisecond'
+  WHERE o.sender = $1 AND o.leased_until = 'infinity' AND o.ctid = ANY(ARRAY(
+    SELECT x.ctid FROM unnest($2::text[], $3::text[], $4::int8[]) AS a(target, order_key, seq)
+    CROSS JOIN LATERAL (SELECT FROM forward_keys f
+      WHERE f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key AND f.head_seq = a.seq + 1 OFFSET 0) f
+    CROSS JOIN LATERAL (SELECT x.ctid FROM forward_outbox x
+      WHERE x.sender = $1 AND x.target = a.target AND x.order_key = a.order_key AND x.seq = a.seq + 1 OFFSET 0) x))
   RETURNING o.event_id, o.target, o.delivery_id, o.order_key, o.seq, o.leased_until
 )
 SELECT r.event_id, r.target, r.delivery_id, r.order_key, r.seq, w.headers, w.body, w.event_type
-FROM r JOIN webhook_events w ON w.sender = $1 AND w.id = r.event_id
+FROM r CROSS JOIN LATERAL (SELECT w.headers, w.body, w.event_type FROM webhook_events w WHERE w.sender = $1 AND w.id = r.event_id OFFSET 0) w
 WHERE r.leased_until IS NOT NULL`
 
 // HandedOff is the next forward of an ordered key, released and leased to
