@@ -29,10 +29,13 @@ CREATE TABLE forward_keys (
 -- vacuum runs often.
 ALTER TABLE forward_keys SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.05, autovacuum_vacuum_threshold = 1000);
 CREATE INDEX forward_keys_blocked ON forward_keys (sender, target) WHERE blocked_event IS NOT NULL;
-ALTER TABLE forward_outbox ADD COLUMN IF NOT EXISTS order_key text, ADD COLUMN IF NOT EXISTS seq bigint;
+-- handed_off marks a row whose lease a forward's end gave to the process
+-- that recorded it, so that the process whose ingest wrote the row does not
+-- take that lease for its own.
+ALTER TABLE forward_outbox ADD COLUMN IF NOT EXISTS order_key text, ADD COLUMN IF NOT EXISTS seq bigint, ADD COLUMN IF NOT EXISTS handed_off boolean;
 CREATE UNIQUE INDEX forward_outbox_order ON forward_outbox (sender, target, order_key, seq) WHERE order_key IS NOT NULL;
 
 -- +goose Down
 DROP INDEX IF EXISTS forward_outbox_order;
-ALTER TABLE forward_outbox DROP COLUMN IF EXISTS order_key, DROP COLUMN IF EXISTS seq;
+ALTER TABLE forward_outbox DROP COLUMN IF EXISTS order_key, DROP COLUMN IF EXISTS seq, DROP COLUMN IF EXISTS handed_off;
 DROP TABLE forward_keys;

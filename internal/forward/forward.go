@@ -42,37 +42,38 @@ FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[])
   AS o(event_id, target, delivery_id, created_at, lease_ms)
 ` + dedup.ClaimedJoin("o.delivery_id", "o.event_id")
 
-// orderKeysSQL takes the ordering keys' next positions: for each (target,
-// key) of the rows, it adds their number to the key's last_seq, making the
-// key's row on first use. $1 is the sender; the arrays are the rows'
-// targets, keys, delivery IDs and event IDs. Only the rows whose delivery's
-// claim took its key count. The key rows are locked in (target, key)
-// order, so that two transactions never wait for each other in a cycle, and
-// stay locked until COMMIT: positions follow the order of the commits.
-var orderKeysSQL = `INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
-SELECT k.sender, o.target, o.order_key, count(*), 1, statement_timestamp()
-FROM unnest($2::text[], $3::text[], $4::text[], $5::uuid[]) AS o(target, order_key, delivery_id, event_id)
-` + dedup.ClaimedJoin("o.delivery_id", "o.event_id") + `
-GROUP BY k.sender, o.target, o.order_key
-ORDER BY o.target, o.order_key
-ON CONFLICT (sender, target, order_key) DO UPDATE SET last_seq = f.last_seq + excluded.last_seq, updated_at = excluded.updated_at`
-
-// orderedOutboxSQL writes the outbox rows of ordered forwards, after
-// [orderKeysSQL] in the same transaction. Each takes the next position of
-// its key, in the rows' order. The key's head gets its lease (NULL: the
-// relay's); a row behind it waits with 'infinity' until the forward
-// before it ends.
-var orderedOutboxSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
+// orderedOutboxSQL writes the outbox rows of ordered forwards, with their
+// keys' next positions, in one statement. $1 is the sender, then one array
+// per column: event ID, target, delivery ID, creation time, lease in
+// milliseconds, ordering key. Only the rows whose delivery's claim took
+// its key count. For each (target, key) of the rows, k adds their number
+// to the key's last_seq, making the key's row on first use; the key rows
+// are locked in (target, key) order, so that two transactions never wait
+// for each other in a cycle, and stay locked until COMMIT: positions
+// follow the order of the commits. Each row takes the next position of its
+// key, in the rows' order. The key's head gets its lease (NULL: the
+// relay's); a row behind it waits with 'infinity' until the forward before
+// it ends.
+var orderedOutboxSQL = `WITH o AS MATERIALIZED (
+  SELECT k.sender, o.* FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[], $7::text[]) WITH ORDINALITY
+    AS o(event_id, target, delivery_id, created_at, lease_ms, order_key, n)
+  ` + dedup.ClaimedJoin("o.delivery_id", "o.event_id") + `
+), k AS (
+  INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
+  SELECT $1, o.target, o.order_key, count(*), 1, statement_timestamp() FROM o
+  GROUP BY o.target, o.order_key
+  ORDER BY o.target, o.order_key
+  ON CONFLICT (sender, target, order_key) DO UPDATE SET last_seq = f.last_seq + excluded.last_seq, updated_at = excluded.updated_at
+  RETURNING f.target, f.order_key, f.last_seq, f.head_seq
+)
+INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
 SELECT s.sender, s.event_id, s.target, s.delivery_id, s.created_at,
   CASE WHEN s.seq = s.head_seq THEN statement_timestamp() + s.lease_ms * interval '1 millisecond' ELSE 'infinity' END,
   s.order_key, s.seq
 FROM (
-  SELECT k.sender, o.event_id, o.target, o.delivery_id, o.created_at, o.lease_ms, o.order_key, f.head_seq,
-    f.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY o.n) AS seq
-  FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[], $7::text[]) WITH ORDINALITY
-    AS o(event_id, target, delivery_id, created_at, lease_ms, order_key, n)
-  ` + dedup.ClaimedJoin("o.delivery_id", "o.event_id") + `
-  JOIN forward_keys f ON f.sender = k.sender AND f.target = o.target AND f.order_key = o.order_key
+  SELECT o.sender, o.event_id, o.target, o.delivery_id, o.created_at, o.lease_ms, o.order_key, k.head_seq,
+    k.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY o.n) AS seq
+  FROM o JOIN k ON k.target = o.target AND k.order_key = o.order_key
   WINDOW w AS (PARTITION BY o.target, o.order_key)
 ) s`
 
@@ -89,13 +90,6 @@ func QueueOutbox(b *dedup.Batch, eventID uuid.UUID, deliveryID string, receivedA
 // transaction. Its row is leased only when it is the key's head; see
 // [Dispatcher.Dispatch].
 func QueueOrderedOutbox(b *dedup.Batch, eventID uuid.UUID, deliveryID string, receivedAt time.Time, targets, keys []string, lease Lease) {
-	for i, t := range targets {
-		if i < len(keys) && keys[i] != "" {
-			// The key's position first: the statements run in the order
-			// of their first use.
-			b.Row(orderKeysSQL, t, keys[i], deliveryID, [16]byte(eventID))
-		}
-	}
 	for i, t := range targets {
 		var ms any // NULL: no lease
 		if d := lease.For(i); d > 0 {

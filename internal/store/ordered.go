@@ -49,7 +49,7 @@ WHERE o.sender = $1 AND o.target = a.target AND o.order_key = a.order_key AND o.
 // arrays, which the planner would otherwise turn into a scan of the
 // sender's rows.
 const HandOffOrderedSQL = `WITH r AS (
-  UPDATE forward_outbox o SET leased_until = statement_timestamp() + (
+  UPDATE forward_outbox o SET handed_off = true, leased_until = statement_timestamp() + (
       SELECT a.lease_ms FROM unnest($2::text[], $3::text[], $5::int8[]) AS a(target, order_key, lease_ms)
       WHERE a.target = o.target AND a.order_key = o.order_key LIMIT 1) * interval '1 millisecond'
   WHERE o.sender = $1 AND o.leased_until = 'infinity' AND o.ctid = ANY(ARRAY(
@@ -172,11 +172,13 @@ func (q *Queries) OrderedTurnOf(ctx context.Context, sender, target, key string,
 }
 
 // OrderedHeadsSQL selects which of sender $1's outbox rows $2 (events), $3
-// (targets) are their key's head with a lease: those the fast path may
-// attempt. A row behind its head waits with 'infinity'.
+// (targets) are their key's head with the lease their ingest gave them:
+// those the fast path may attempt. A row behind its head waits with
+// 'infinity'; one handed off since to the process that ended the forward
+// before it is that process's.
 const OrderedHeadsSQL = `SELECT x.event_id, x.target, x.seq FROM unnest($2::uuid[], $3::text[]) AS k(event_id, target)
 JOIN forward_outbox x ON x.sender = $1 AND x.event_id = k.event_id AND x.target = k.target
-WHERE x.leased_until IS NOT NULL AND x.leased_until < 'infinity' AND x.recorded_at IS NULL`
+WHERE x.leased_until IS NOT NULL AND x.leased_until < 'infinity' AND x.handed_off IS NOT TRUE AND x.recorded_at IS NULL`
 
 // OrderedHeads returns which of sender's ordered outbox rows (events[i],
 // targets[i]) are leased heads, with their positions, in one round trip.
