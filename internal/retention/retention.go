@@ -42,7 +42,14 @@ type Result struct {
 	Tokens   int64
 	// Audit counts the audit trail's rows.
 	Audit int64
+	// OrderKeys counts the ordering keys idle for [IdleOrderKeyKept].
+	OrderKeys int64
 }
+
+// IdleOrderKeyKept is how long an ordered target's key with nothing
+// waiting is kept after its last change. A key that comes back later
+// starts a new sequence.
+const IdleOrderKeyKept = 24 * time.Hour
 
 // forgetAll is the cutoff after now for a sender no longer configured.
 // No tolerance is this long, so all its tokens go.
@@ -142,6 +149,11 @@ func run(ctx context.Context, q *store.Queries, tokens *sigtoken.Store, forwards
 	}
 	if err := inBatches(&res.Forwards, func() (int64, error) { return forwards.DeleteDeliveredBefore(ctx, now.Add(-keepForwards), BatchSize) }); err != nil {
 		return res, err
+	}
+	for _, sender := range withEvents {
+		if err := inBatches(&res.OrderKeys, func() (int64, error) { return q.DeleteIdleKeys(ctx, sender, now.Add(-IdleOrderKeyKept), BatchSize) }); err != nil {
+			return res, err
+		}
 	}
 	for _, sender := range withEvents {
 		keep := config.DefaultRetention
@@ -267,9 +279,9 @@ func (w *Worker) Work(ctx context.Context) error {
 		w.strayAt = now
 		w.mu.Unlock()
 	}
-	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 || res.Tokens > 0 || res.Audit > 0 {
+	if res.Keys > 0 || res.Events > 0 || res.Forwards > 0 || res.Tokens > 0 || res.Audit > 0 || res.OrderKeys > 0 {
 		w.log.Info("retention", "keys_deleted", res.Keys, "events_deleted", res.Events, "forwards_deleted", res.Forwards,
-			"signature_tokens_deleted", res.Tokens, "audit_rows_deleted", res.Audit)
+			"signature_tokens_deleted", res.Tokens, "audit_rows_deleted", res.Audit, "ordering_keys_deleted", res.OrderKeys)
 	}
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)

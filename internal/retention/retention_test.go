@@ -369,3 +369,47 @@ func TestRunDeletesAttemptsWithTheirEvent(t *testing.T) {
 		t.Errorf("%d attempts of the kept event left, want 2", n)
 	}
 }
+
+// TestRunDeletesIdleOrderingKeys: an ordered target's keys with nothing
+// waiting and unchanged for IdleOrderKeyKept are deleted, over several
+// batches; a key with forwards waiting, a blocked key and a key used
+// recently stay.
+func TestRunDeletesIdleOrderingKeys(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	cfg := testkit.ParseConfig(t, "senders:\n  - name: a\n    preset: generic\n    delivery_id: { header: X-Id }\n")
+	now := time.Now().UTC()
+	old := now.Add(-retention.IdleOrderKeyKept - time.Minute)
+	const idle = retention.BatchSize + 500
+	if _, err := pool.Exec(t.Context(), `INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, updated_at)
+SELECT 'a', 't', 'idle-' || i, 5, 6, $1 FROM generate_series(1, $2) i`, old, idle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, blocked_event, blocked_at, updated_at) VALUES
+('a', 't', 'waiting', 5, 3, NULL, NULL, $1), ('a', 't', 'blocked', 5, 5, gen_random_uuid(), $1, $1), ('a', 't', 'recent', 5, 6, NULL, NULL, $2)`,
+		old, now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OrderKeys != idle {
+		t.Errorf("deleted %d ordering keys, want the %d idle for over %s", res.OrderKeys, idle, retention.IdleOrderKeyKept)
+	}
+	var left []string
+	rows, err := pool.Query(t.Context(), `SELECT order_key FROM forward_keys ORDER BY order_key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, k)
+	}
+	if fmt.Sprint(left) != "[blocked recent waiting]" {
+		t.Errorf("keys left %v, want [blocked recent waiting]", left)
+	}
+}

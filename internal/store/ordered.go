@@ -327,7 +327,20 @@ SELECT $1, $4, $2, $5, statement_timestamp(), CASE WHEN k.last_seq = k.head_seq 
 FROM k
 RETURNING seq - (SELECT head_seq FROM k)`
 
-// DeleteIdleKeysSQL deletes up to $2 ordering keys with nothing waiting
-// and unchanged since $1.
-const DeleteIdleKeysSQL = `DELETE FROM forward_keys WHERE ctid = ANY(ARRAY(
-  SELECT ctid FROM forward_keys WHERE head_seq > last_seq AND blocked_event IS NULL AND updated_at < $1 LIMIT $2))`
+// DeleteIdleKeysSQL deletes up to $3 of sender $1's ordering keys with
+// nothing waiting, not blocked, and unchanged since $2. A key that an
+// ingest takes again meanwhile is not deleted: its row has changed.
+const DeleteIdleKeysSQL = `DELETE FROM forward_keys WHERE sender = $1 AND head_seq > last_seq AND blocked_event IS NULL
+  AND ctid = ANY(ARRAY(SELECT ctid FROM forward_keys
+    WHERE sender = $1 AND head_seq > last_seq AND blocked_event IS NULL AND updated_at < $2 LIMIT $3))`
+
+// DeleteIdleKeys deletes up to limit of sender's ordering keys idle since
+// before cutoff ([DeleteIdleKeysSQL]). A key that comes back starts again
+// at position 1. It returns how many it deleted.
+func (q *Queries) DeleteIdleKeys(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
+	tag, err := q.db.Exec(ctx, DeleteIdleKeysSQL, sender, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete idle ordering keys of %s: %w", sender, err)
+	}
+	return tag.RowsAffected(), nil
+}
