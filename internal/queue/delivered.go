@@ -99,12 +99,15 @@ const jobArgsSQL = `jsonb_build_object('sender', $1::text, 'event_id', d.event_i
 // key's head stays for the relay's job. [store.ReleaseOrderedSQL] then
 // releases the next rows, in a statement of its own. w is materialized so
 // that each key is found by its primary key: joined to o in the UPDATE,
-// the planner probed the key by target alone.
+// the planner probed the key by target alone. Its order is the order in
+// which the keys are locked, the ingest's: two transactions never wait for
+// each other's keys in a cycle.
 func advanceTaken(onFailure string) string {
 	return `w AS MATERIALIZED (
   SELECT d.event_id, d.target, d.order_key, d.seq, ` + onFailure + ` AS on_failure
   FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target
   WHERE d.order_key IS NOT NULL AND ` + onFailure + ` IN ('skip', 'hold')
+  ORDER BY d.target, d.order_key
 ), adv AS (
   UPDATE forward_keys f SET head_seq = CASE WHEN w.on_failure = 'skip' THEN w.seq + 1 ELSE f.head_seq END,
     blocked_event = CASE WHEN w.on_failure = 'skip' THEN NULL ELSE w.event_id END,
