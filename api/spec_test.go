@@ -114,6 +114,9 @@ func TestSpecPathsAndOperations(t *testing.T) {
 		"POST /v1/config/reload":                               "reloadConfig",
 		"GET /v1/audit":                                        "listAudit",
 		"GET /v1/events/{event_id}/attempts":                   "getEventAttempts",
+		"GET /v1/senders/{sender}/targets/{target}/blocked":    "listBlockedKeys",
+
+		"POST /v1/senders/{sender}/targets/{target}/forwards/{event_id}/skip": "skipForward",
 	}
 	wantPaths := make(map[string]bool)
 	for k := range want {
@@ -147,6 +150,7 @@ var problemSlugs = []string{
 	"overloaded",
 	"config-refused",
 	"scope-missing",
+	"not-blocked",
 }
 
 // TestSpecExamples checks, independently of Validate, that every request

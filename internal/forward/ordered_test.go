@@ -336,3 +336,57 @@ func orderedState(e *env) string {
 	}
 	return b.String()
 }
+
+// A bulk redelivery of an ordered target's failed forwards sends each
+// after its key's queue, in the order they are matched, and leaves the
+// key's order: here a target that skips failures got events 2 and 3 of key
+// a failed, then delivered 4; redelivered, 2 and 3 come after 4.
+func TestOrderedBulkRedelivery(t *testing.T) {
+	t.Parallel()
+	ot := newOrderTarget(t, 0, 0)
+	ot.failing["a/2"], ot.failing["a/3"] = true, true
+	e := newFastEnv(t, orderedYAML(ot.srv.URL, ", on_failure: skip"), envOpts{Work: true}, fastOptions{})
+	for n := 1; n <= 4; n++ {
+		e.deliver(fmt.Sprintf("a-%d", n), orderedBody("a", n), "application/json")
+	}
+	q := store.New(e.pool)
+	e.poll("key a's head past its four forwards", func() bool {
+		turn, err := q.OrderedTurnOf(context.Background(), "acme", "orders", "a", 4)
+		return err == nil && turn == store.TurnPast
+	}, func() string { return orderedState(e) })
+	ot.mu.Lock()
+	ot.failing["a/2"], ot.failing["a/3"] = false, false
+	ot.mu.Unlock()
+	acme, _ := e.cfg.Sender("acme")
+	e.poll("both failures recorded", func() bool {
+		var n int
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE state IN ('cancelled', 'discarded')`).Scan(&n)
+		return err == nil && n == 2
+	}, func() string { return orderedState(e) })
+	res, err := e.river.BulkRedeliver(context.Background(), queue.BulkRequest{Sender: acme, Target: "orders", State: queue.StateFailed})
+	if err != nil || res.Matched != 2 {
+		t.Fatalf("bulk redelivery: %+v, %v; want 2 matched", res, err)
+	}
+	e.poll("events 2 and 3 delivered again", func() bool {
+		ot.mu.Lock()
+		defer ot.mu.Unlock()
+		n := 0
+		for _, a := range ot.attempts["a"] {
+			if a.ok {
+				n++
+			}
+		}
+		return n == 4
+	}, func() string { return orderedState(e) })
+	ot.mu.Lock()
+	var got []int
+	for _, a := range ot.attempts["a"] {
+		if a.ok {
+			got = append(got, a.n)
+		}
+	}
+	ot.mu.Unlock()
+	if fmt.Sprint(got) != "[1 4 2 3]" {
+		t.Errorf("key a delivered %v, want [1 4 2 3]", got)
+	}
+}

@@ -230,7 +230,8 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 	if !ok {
 		return river.JobCancel(fmt.Errorf("sender %q is not configured", a.Sender))
 	}
-	if _, ok := sender.Target(a.Target); !ok {
+	target, ok := sender.Target(a.Target)
+	if !ok {
 		return river.JobCancel(fmt.Errorf("target %q of sender %q is not configured", a.Target, a.Sender))
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
@@ -264,11 +265,33 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			}
 			after = last
 			params := make([]river.InsertManyParams, 0, len(matched))
+			jobs := make([]Matched, 0, len(matched)) // those params inserts, in order
 			for _, m := range matched {
-				if afterCurrent(a.State) {
-					params = append(params, redeliveredBy(afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID), a.By))
-				} else {
-					params = append(params, redeliveredBy(jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID), a.By))
+				switch {
+				case target.Ordering != nil && afterCurrent(a.State):
+					// An ordered forward under way keeps its turn: a
+					// redelivery after it would find its key moved on.
+				case target.Ordering != nil:
+					// A failed one that holds its key goes again in its
+					// place; any other goes after its key's queue.
+					var e Enqueued
+					p, done, err := redeliverOrdered(ctx, tx, a.Sender, target, m.EventID, m.DeliveryID, Current{JobID: m.JobID, State: StateFailed}, false, &e)
+					if err != nil {
+						return err
+					}
+					switch {
+					case p != nil:
+						params, jobs = append(params, redeliveredBy(*p, a.By)), append(jobs, m)
+					case done && !e.AlreadyPending:
+						n++
+					case done: // waiting in the outbox already
+					default: // no key: unordered
+						params, jobs = append(params, redeliveredBy(jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID), a.By)), append(jobs, m)
+					}
+				case afterCurrent(a.State):
+					params, jobs = append(params, redeliveredBy(afterParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID, m.JobID), a.By)), append(jobs, m)
+				default:
+					params, jobs = append(params, redeliveredBy(jobParams(a.Sender, sender, a.Target, m.EventID, m.DeliveryID), a.By)), append(jobs, m)
 				}
 			}
 			if len(params) == 0 {
@@ -278,8 +301,8 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 			if err != nil {
 				return fmt.Errorf("insert forwards: %w", err)
 			}
-			n = len(params)
-			return q.markSuperseded(ctx, a.Sender, insertedKeys(a.Target, matched, res), true)
+			n += len(params)
+			return q.markSuperseded(ctx, a.Sender, insertedKeys(a.Target, jobs, res), true)
 		})
 		if err != nil {
 			return fmt.Errorf("bulk redeliver %s/%s after job %d: %w", a.Sender, a.Target, after, err)

@@ -183,7 +183,11 @@ func redeliverOrdered(ctx context.Context, tx pgx.Tx, sender string, t *config.T
 		return nil, false, nil
 	}
 	e.OrderKey = key
-	if err := tx.QueryRow(ctx, store.AppendOrderedSQL, sender, t.Name, key, pgtype.UUID{Bytes: eventID, Valid: true}, deliveryID).Scan(&e.QueuedBehind); err != nil {
+	err = tx.QueryRow(ctx, store.AppendOrderedSQL, sender, t.Name, key, pgtype.UUID{Bytes: eventID, Valid: true}, deliveryID).Scan(&e.QueuedBehind)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows): // in the outbox already: it keeps its turn
+		e.AlreadyPending = true
+	case err != nil:
 		return nil, false, fmt.Errorf("queue the forward to %s after its ordering key's: %w", t.Name, err)
 	}
 	return nil, true, nil

@@ -314,11 +314,13 @@ WHERE sender = $1 AND target = $2 AND blocked_event = $3 RETURNING order_key, he
 // AppendOrderedSQL appends a forward of event $4 (delivery $5) to sender
 // $1's target $2 at the end of key $3's queue: the next position, with
 // the relay's lease when it is the head and 'infinity' otherwise. It
-// returns how many of the key's forwards come before it. It fails when the
-// forward has an outbox row already.
+// returns how many of the key's forwards come before it. A forward that
+// has an outbox row already (waiting, or appended before) is not appended
+// again, and nothing is returned: the key takes no position for it.
 const AppendOrderedSQL = `WITH k AS (
   INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
-  VALUES ($1, $2, $3, 1, 1, statement_timestamp())
+  SELECT $1, $2, $3, 1, 1, statement_timestamp()
+  WHERE NOT EXISTS (SELECT FROM forward_outbox x WHERE x.sender = $1 AND x.event_id = $4 AND x.target = $2)
   ON CONFLICT (sender, target, order_key) DO UPDATE SET last_seq = f.last_seq + 1, updated_at = excluded.updated_at
   RETURNING f.last_seq, f.head_seq
 )
