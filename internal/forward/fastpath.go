@@ -284,6 +284,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	d := newDispatcher(cfg)
 	cfg.Registerer.MustRegister(d.count)
+	cfg.Worker.fast.Store(d)
 	d.delivered = d.count.WithLabelValues("delivered")
 	// An attempt of the queue's worker may free a slot.
 	d.gate.OnRelease(d.wake)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -156,6 +157,9 @@ type Worker struct {
 	retryAfter sync.Map
 	// released is WorkerConfig.Released.
 	released chan<- struct{}
+	// fast is the process's fast path, if any ([NewDispatcher] sets it).
+	// An ordered forward's end hands the key's next forward to it.
+	fast atomic.Pointer[Dispatcher]
 }
 
 // NewWorker returns a Worker that sends forwards as cfg.Gate admits them.
@@ -307,11 +311,24 @@ func (w *Worker) endOrdered(ctx context.Context, job queue.Job, t *config.Target
 		}
 		return err
 	}
-	if _, aerr := q.AdvanceOrdered(ctx, a.Sender, e); aerr != nil {
+	// The process's fast path, when it has room, takes the key's next
+	// forward at once; otherwise the relay does.
+	fast := w.fast.Load()
+	var handOff time.Duration
+	if fast != nil {
+		handOff = fast.handOffLease(a.Sender, t)
+	}
+	start := time.Now()
+	_, handed, aerr := q.AdvanceOrdered(ctx, a.Sender, e, handOff)
+	if aerr != nil {
 		if err == nil {
 			return fmt.Errorf("delivered, but the ordering key's next forward could not be released: %w", aerr)
 		}
 		w.log.Warn("move an ordered key past a failed forward", "job_id", job.ID, "err", aerr)
+		return err
+	}
+	if len(handed) > 0 {
+		fast.takeHandedOff(handed, start)
 		return err
 	}
 	if w.released != nil {

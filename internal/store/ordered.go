@@ -105,13 +105,14 @@ func OrderedArgs(sender string, ends []OrderedEnd) []any {
 }
 
 // AdvanceOrdered ends the ordered forward e of sender: its key's head
-// moves past it, and the next forward of the key is released to the
-// relay. It is one transaction. It reports whether e was still the head;
-// when it was not, nothing changed.
-func (q *Queries) AdvanceOrdered(ctx context.Context, sender string, e OrderedEnd) (bool, error) {
+// moves past it, and the next forward of the key is released. With a
+// positive handOff, the next forward is leased to the caller for that long
+// and returned with its event ([HandOffOrderedSQL]); otherwise the relay
+// takes it. It is one transaction. moved reports whether e was still the
+// head; when it was not, nothing changed.
+func (q *Queries) AdvanceOrdered(ctx context.Context, sender string, e OrderedEnd, handOff time.Duration) (moved bool, handed []HandedOff, err error) {
 	args := OrderedArgs(sender, []OrderedEnd{e})
-	var moved bool
-	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, AdvanceOrderedSQL, args...)
 		if err != nil {
 			return err
@@ -119,13 +120,24 @@ func (q *Queries) AdvanceOrdered(ctx context.Context, sender string, e OrderedEn
 		if moved = tag.RowsAffected() > 0; !moved {
 			return nil
 		}
-		_, err = tx.Exec(ctx, ReleaseOrderedSQL, args...)
+		if handOff <= 0 {
+			_, err = tx.Exec(ctx, ReleaseOrderedSQL, args...)
+			return err
+		}
+		if _, err := tx.Exec(ctx, TIDScans); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, HandOffOrderedSQL, append(args, []int64{handOff.Milliseconds()})...)
+		if err != nil {
+			return err
+		}
+		handed, err = ScanHandedOff(sender, rows)
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("end ordered forward %s to %s: %w", e.EventID, e.Target, err)
+		return false, nil, fmt.Errorf("end ordered forward %s to %s: %w", e.EventID, e.Target, err)
 	}
-	return moved, nil
+	return moved, handed, nil
 }
 
 // BlockOrdered records that e, its key's head, failed for good and holds
