@@ -881,8 +881,8 @@ func (d *Dispatcher) flush(batch []queue.FirstAttempt) {
 			d.takeHandedOff(handed, start)
 			for _, o := range batch {
 				// Rows released to the relay, or an ordered forward's end
-				// that may have released the next of its key: tell it.
-				if o.Release || o.OrderKey != "" {
+				// that may have released the next of its key to it: tell it.
+				if o.Release || o.OrderKey != "" && o.HandOff <= 0 {
 					d.wakeRelay()
 					break
 				}

@@ -327,7 +327,8 @@ func (w *Worker) endOrdered(ctx context.Context, job queue.Job, t *config.Target
 		w.log.Warn("move an ordered key past a failed forward", "job_id", job.ID, "err", aerr)
 		return err
 	}
-	if len(handed) > 0 {
+	if handOff > 0 {
+		// The next forward, if any, was leased to this process.
 		fast.takeHandedOff(handed, start)
 		return err
 	}
