@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,5 +361,82 @@ func TestCommandHelpShowsOwnFlags(t *testing.T) {
 		if !strings.Contains(stdout.String(), "\n  "+s.name+" ") {
 			t.Errorf("hookgate api --help does not list %s:\n%s", s.name, stdout.String())
 		}
+	}
+}
+
+// TestAPIBlockedAndSkip runs `hookgate api blocked` and `skip` against a
+// real hookgate whose ordered target refuses one event (422) and takes the
+// others: the key is listed blocked by that event with one waiting; skip
+// releases it, the waiting event arrives, and the listing is empty.
+// Skipping again exits 1 with the API's not-blocked.
+func TestAPIBlockedAndSkip(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Hookgate-Delivery-Id")
+		if id == "ord-1" {
+			http.Error(w, "no", http.StatusUnprocessableEntity)
+			return
+		}
+		mu.Lock()
+		got = append(got, id)
+		mu.Unlock()
+	}))
+	t.Cleanup(target.Close)
+	cfg := senderConfig + fmt.Sprintf("    forward:\n      - name: orders\n        url: %s\n        ordering: { json_pointer: /key }\n", target.URL)
+	srv := startRunWith(t, dsn, cfg, "--admin-token", cliToken)
+	bin := buildBinary(t)
+	c := newClient(t)
+	env := []string{"HOOKGATE_URL=" + srv.base, "HOOKGATE_TOKEN=" + cliToken}
+	cli := func(args ...string) cliResult {
+		t.Helper()
+		return runCLI(t, bin, env, append([]string{"api"}, args...)...)
+	}
+	var first string
+	for _, id := range []string{"ord-1", "ord-2"} {
+		r, err := deliver(t.Context(), c, srv.base, id, []byte(`{"key":"order-7"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := parseAccepted(r, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == "" {
+			first = a.EventID
+		}
+	}
+	var out string
+	testkit.Poll(t, time.Minute, "the key blocked", func() bool {
+		r := cli("blocked", "--sender", "acme", "--target", "orders")
+		out = r.stdout
+		return r.code == 0 && strings.Contains(out, "order-7")
+	})
+	if !strings.HasPrefix(out, "KEY") || !strings.Contains(out, first) || !strings.Contains(out, "  1\n") {
+		t.Errorf("blocked:\n%s", out)
+	}
+	mu.Lock()
+	if len(got) != 0 {
+		t.Errorf("the target got %v while the key was blocked, want nothing", got)
+	}
+	mu.Unlock()
+	r := cli("skip", "--sender", "acme", "--target", "orders", "--event", first)
+	if r.code != 0 || !strings.Contains(r.stdout, "skipped "+first) || !strings.Contains(r.stdout, "order-7") {
+		t.Fatalf("skip: %s", r)
+	}
+	testkit.Poll(t, time.Minute, "the waiting event forwarded", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(got, []string{"ord-2"})
+	})
+	if r := cli("blocked", "--sender", "acme", "--target", "orders"); r.code != 0 || !strings.Contains(r.stdout, "no key is blocked") {
+		t.Errorf("blocked after the skip: %s", r)
+	}
+	if r := cli("skip", "--sender", "acme", "--target", "orders", "--event", first); r.code != 1 || !strings.Contains(r.stderr, "409 Forward does not block its key") {
+		t.Errorf("skip again: %s, want exit 1 with not-blocked", r)
 	}
 }
