@@ -772,6 +772,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	o := queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt,
 		OrderKey: j.key, Seq: j.seq}
 	if j.key != "" {
+		o.MaxAttempts = queue.OrderedMaxAttempts(t.MaxAttempts)
 		o.OnFailure = config.OnFailureSkip
 		if t.Ordering != nil {
 			o.OnFailure = t.Ordering.OnFailure
@@ -801,7 +802,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 		case p.final:
 			o.State, o.FailedAtOnce, o.FinalizedAt = queue.StateFailed, true, &now
 			d.count.WithLabelValues("failed").Inc()
-		case o.MaxAttempts <= 1:
+		case t.MaxAttempts <= 1:
 			o.State, o.FinalizedAt = queue.StateFailed, &now
 			d.count.WithLabelValues("failed").Inc()
 		default:

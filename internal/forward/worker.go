@@ -299,9 +299,15 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 // A delivered forward whose end cannot be recorded is tried again, so
 // that the key does not stall: its target may get it twice.
 func (w *Worker) endOrdered(ctx context.Context, job queue.Job, t *config.Target, a queue.Args, err error) error {
-	last := err == nil || queue.IsCancel(err) || job.Attempt >= job.MaxAttempts
+	// The job keeps an attempt in reserve (queue.OrderedMaxAttempts):
+	// the forward ends after the one before it, unless a crash cut that
+	// one short.
+	last := err == nil || queue.IsCancel(err) || job.Attempt >= job.MaxAttempts-1
 	if !last {
 		return err
+	}
+	if err != nil && !queue.IsCancel(err) {
+		err = queue.Cancel(err) // no River retry: the reserve is for crashes
 	}
 	e := store.OrderedEnd{Target: a.Target, Key: a.OrderKey, Seq: a.Seq, EventID: a.EventID}
 	q := store.New(w.db)

@@ -86,11 +86,23 @@ func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UU
 	}
 }
 
+// OrderedMaxAttempts is the River attempts of an ordered forward whose
+// target makes max attempts: one more, kept in reserve. The worker ends
+// the forward after max, holding or skipping its key. Only a crash that
+// cut the last attempt short lets River run it once more; without the
+// reserve, River would discard the job and its key would wait for an end
+// that never comes.
+func OrderedMaxAttempts(max int) int { return max + 1 }
+
 // orderedParams returns p with the ordering key and position of an ordered
-// forward, or p as it is for key "".
+// forward, or p as it is for key "". Its attempts keep one in reserve
+// ([OrderedMaxAttempts]).
 func orderedParams(p river.InsertManyParams, key string, seq int64) river.InsertManyParams {
 	if key == "" {
 		return p
+	}
+	if p.InsertOpts.MaxAttempts > 0 {
+		p.InsertOpts.MaxAttempts = OrderedMaxAttempts(p.InsertOpts.MaxAttempts)
 	}
 	a := p.Args.(Args)
 	a.OrderKey, a.Seq = key, seq

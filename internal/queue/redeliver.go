@@ -166,7 +166,7 @@ func redeliverOrdered(ctx context.Context, tx pgx.Tx, sender string, t *config.T
 			e.AfterCurrent, e.CurrentJobID = true, c.JobID
 		}
 		jp = orderedParams(jp, key, seq)
-		jp.InsertOpts.MaxAttempts = t.MaxAttempts
+		jp.InsertOpts.MaxAttempts = OrderedMaxAttempts(t.MaxAttempts)
 		return &jp, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, false, fmt.Errorf("unblock the ordering key of %s: %w", t.Name, err)
