@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
+)
+
+// orderTarget is a target that records, per ordering key, every attempt it
+// receives: which event (n, from the body), when it began and ended, and
+// whether it answered 2xx. It fails a share of the attempts at random with
+// 503, and makes a quarter of them wait a random time up to maxDelay.
+type orderTarget struct {
+	srv      *httptest.Server
+	failRate float64
+	maxDelay time.Duration
+	// failing are the events ("key/n") that always get 422.
+	failing map[string]bool
+
+	mu       sync.Mutex
+	attempts map[string][]orderAttempt // by key
+	inFlight map[string]int            // by key: attempts under way
+	overlaps []string
+	firsts   int // events delivered for the first time
+	done     map[string]map[int]bool
+}
+
+type orderAttempt struct {
+	n          int
+	start, end time.Time
+	ok         bool
+}
+
+func newOrderTarget(t *testing.T, failRate float64, maxDelay time.Duration) *orderTarget {
+	ot := &orderTarget{failRate: failRate, maxDelay: maxDelay, failing: map[string]bool{},
+		attempts: map[string][]orderAttempt{}, inFlight: map[string]int{}, done: map[string]map[int]bool{}}
+	ot.srv = httptest.NewServer(http.HandlerFunc(ot.serve))
+	t.Cleanup(ot.srv.Close)
+	return ot
+}
+
+func (ot *orderTarget) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var ev struct {
+		Key string `json:"key"`
+		N   int    `json:"n"`
+	}
+	if err != nil || json.Unmarshal(body, &ev) != nil || ev.Key == "" {
+		http.Error(w, "bad body", http.StatusBadRequest)
+		return
+	}
+	a := orderAttempt{n: ev.N, start: time.Now()}
+	ot.mu.Lock()
+	if ot.inFlight[ev.Key] > 0 {
+		ot.overlaps = append(ot.overlaps, fmt.Sprintf("key %s: an attempt of event %d began at %s while another attempt of the key was under way",
+			ev.Key, ev.N, a.start.Format("15:04:05.000")))
+	}
+	ot.inFlight[ev.Key]++
+	ot.mu.Unlock()
+	// The delay, whether the attempt fails: both at random, and the
+	// attempt is under way all along.
+	if ot.maxDelay > 0 && rand.IntN(4) == 0 {
+		time.Sleep(rand.N(ot.maxDelay))
+	}
+	status := http.StatusOK
+	switch {
+	case ot.failing[fmt.Sprintf("%s/%d", ev.Key, ev.N)]:
+		status = http.StatusUnprocessableEntity
+	case rand.Float64() < ot.failRate:
+		status = http.StatusServiceUnavailable
+	}
+	ot.mu.Lock()
+	ot.inFlight[ev.Key]--
+	a.end, a.ok = time.Now(), status == http.StatusOK
+	ot.attempts[ev.Key] = append(ot.attempts[ev.Key], a)
+	if a.ok {
+		if ot.done[ev.Key] == nil {
+			ot.done[ev.Key] = map[int]bool{}
+		}
+		if !ot.done[ev.Key][ev.N] {
+			ot.done[ev.Key][ev.N] = true
+			ot.firsts++
+		}
+	}
+	ot.mu.Unlock()
+	w.WriteHeader(status)
+}
+
+// delivered returns how many distinct events have been answered 2xx.
+func (ot *orderTarget) delivered() int {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	return ot.firsts
+}
+
+// missing returns how many events of want (by key: their numbers, in
+// acceptance order) the target has not answered 2xx.
+func (ot *orderTarget) missing(want map[string][]int) int {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	m := 0
+	for key, ns := range want {
+		for _, n := range ns {
+			if !ot.done[key][n] {
+				m++
+			}
+		}
+	}
+	return m
+}
+
+// check returns what breaks the guarantee: two attempts of one key under
+// way at once, the first successful delivery of an event of a key coming
+// before that of an event accepted before it, or an event of want never
+// delivered. want holds, by key, the events' numbers in acceptance order.
+// It also returns the number of attempts and of failed ones.
+func (ot *orderTarget) check(want map[string][]int) (problems []string, attempts, failed int) {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	problems = append(problems, ot.overlaps...)
+	keys := make([]string, 0, len(want))
+	for key := range want {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		place := map[int]int{} // event number -> place in acceptance order
+		for i, n := range want[key] {
+			place[n] = i
+		}
+		as := append([]orderAttempt(nil), ot.attempts[key]...)
+		sort.SliceStable(as, func(i, j int) bool { return as[i].start.Before(as[j].start) })
+		// The attempts' intervals, as the target saw them: each must end
+		// before the next begins.
+		for i := 1; i < len(as); i++ {
+			if as[i].start.Before(as[i-1].end) {
+				problems = append(problems, fmt.Sprintf("key %s: attempt of event %d (%s–%s) overlaps that of event %d (%s–%s)", key,
+					as[i].n, as[i].start.Format("15:04:05.000"), as[i].end.Format("15:04:05.000"),
+					as[i-1].n, as[i-1].start.Format("15:04:05.000"), as[i-1].end.Format("15:04:05.000")))
+			}
+		}
+		var firsts []int // events in the order of their first success
+		seen := map[int]bool{}
+		for _, a := range as {
+			attempts++
+			if !a.ok {
+				failed++
+				continue
+			}
+			if !seen[a.n] {
+				seen[a.n] = true
+				firsts = append(firsts, a.n)
+			}
+		}
+		for i := 1; i < len(firsts); i++ {
+			if place[firsts[i]] < place[firsts[i-1]] {
+				problems = append(problems, fmt.Sprintf("key %s: event %d first delivered after event %d, accepted after it (first deliveries %v)",
+					key, firsts[i], firsts[i-1], firsts))
+				break
+			}
+		}
+		if len(firsts) != len(want[key]) {
+			problems = append(problems, fmt.Sprintf("key %s: %d of %d events delivered (%v)", key, len(firsts), len(want[key]), firsts))
+		}
+	}
+	return problems, attempts, failed
+}
+
+// orderedConfig is senderConfig with the target orders at url, ordered by
+// the body's /key, with the defaults otherwise (timeout, max_attempts,
+// on_failure: hold).
+func orderedConfig(url string) string {
+	return senderConfig + fmt.Sprintf("    forward:\n      - name: orders\n        url: %s\n        ordering: { json_pointer: /key }\n", url)
+}
+
+// orderedBody is the body of event n of key.
+func orderedBody(key string, n int) []byte {
+	return fmt.Appendf(nil, `{"key":%q,"n":%d}`, key, n)
+}
+
+// killProc kills p with SIGKILL and waits for it to exit so.
+func killProc(t *testing.T, p *proc) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatalf("SIGKILL: %v", err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the killed process did not exit within a minute")
+	}
+	var exitErr *exec.ExitError
+	if !errors.As(p.err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the process ended with %v, want killed by SIGKILL", p.err)
+	}
+}
+
+// orderedKeys reads forward_keys: by key, its last and head positions and
+// whether it is blocked.
+func orderedKeys(t *testing.T, pool *pgxpool.Pool) map[string][3]int64 {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `SELECT order_key, last_seq, head_seq, (blocked_event IS NOT NULL)::int FROM forward_keys WHERE sender = 'acme' AND target = 'orders'`)
+	if err != nil {
+		t.Fatalf("read forward_keys: %v", err)
+	}
+	defer rows.Close()
+	out := map[string][3]int64{}
+	for rows.Next() {
+		var (
+			key string
+			v   [3]int64
+		)
+		if err := rows.Scan(&key, &v[0], &v[1], &v[2]); err != nil {
+			t.Fatalf("read forward_keys: %v", err)
+		}
+		out[key] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read forward_keys: %v", err)
+	}
+	return out
+}
+
+// unfinishedJobs counts the forward jobs not in a final state, by state.
+func unfinishedJobs(t *testing.T, pool *pgxpool.Pool) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for s, n := range jobStates(t, pool) {
+		if s != "completed" && s != "discarded" && s != "cancelled" {
+			out[s] = n
+		}
+	}
+	return out
+}
+
+// TestOrderedDeliveryThroughCrashes is issue 48's check with real
+// processes: two gateway processes (--role all, default settings but a
+// shorter --forward-rescue-after) on one private PostgreSQL server, and a
+// target ordered by the body's /key (on_failure: hold, the default) that
+// fails a fifth of the attempts with 503 and answers a quarter of them
+// late. 50 keys × 40 events: each key's events are sent in sequence (the
+// next once the last was answered 2xx, a delivery sent again on an error
+// or no answer, to either process, as senders behind a load balancer do),
+// the keys concurrently. During the run, one process is killed with
+// SIGKILL and started again, PostgreSQL is killed and started again, and
+// then the other process is killed and started again. At the target, for
+// every key, the first successful delivery of each event comes in the
+// order the events were accepted, no two attempts of one key overlap, and
+// every event arrives; in the database, every key's head is past its last
+// forward, none is blocked, and the outbox is empty. The times are
+// logged, not bounded.
+func TestOrderedDeliveryThroughCrashes(t *testing.T) {
+	testkit.Slow(t, "kills the gateway twice and PostgreSQL once under ordered forwarding")
+	t.Parallel()
+	bin := buildBinary(t)
+	cluster := pgtest.StartCluster(t)
+	dsn := cluster.URL()
+	ot := newOrderTarget(t, 0.2, 300*time.Millisecond)
+	cfg := writeConfig(t, orderedConfig(ot.srv.URL))
+	// Jobs running at a kill are taken over 5 s after the killed process's
+	// last heartbeat; the rescue (the default: a minute and more) is only
+	// the backstop for a job whose end a database crash lost. 20 s is more
+	// than the target's default timeout (10 s) + 5 s.
+	flags := []string{"--forward-rescue-after", "20s"}
+	c := newClient(t)
+
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	bases := []string{"http://" + addrs[0], "http://" + addrs[1]}
+	procs := make([]*proc, 2)
+	start := func(i int) {
+		procs[i] = startBinaryWith(t, bin, dsn, addrs[i], cfg, flags...)
+		waitHealthy(t, c, bases[i], procs[i])
+	}
+	start(0)
+	start(1)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	const keys, events = 50, 40
+	want := map[string][]int{}
+	var (
+		accepted atomic.Int64
+		connErrs atomic.Int64
+		statuses sync.Map // status -> *atomic.Int64
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	var load errgroup.Group
+	began := time.Now()
+	for k := range keys {
+		key := fmt.Sprintf("k%02d", k)
+		for n := 1; n <= events; n++ {
+			want[key] = append(want[key], n)
+		}
+		load.Go(func() error {
+			try := k
+			for n := 1; n <= events; n++ {
+				id, body := fmt.Sprintf("%s-%02d", key, n), orderedBody(key, n)
+				for {
+					try++
+					r, err := deliver(ctx, c, bases[try%2], id, body)
+					if err == nil && r.status >= 200 && r.status < 300 {
+						accepted.Add(1)
+						break
+					}
+					if err == nil && r.status < 500 && r.status != http.StatusConflict {
+						return fmt.Errorf("deliver %s: %s", id, r)
+					}
+					if err != nil {
+						connErrs.Add(1)
+					} else {
+						v, _ := statuses.LoadOrStore(r.status, new(atomic.Int64))
+						v.(*atomic.Int64).Add(1)
+					}
+					select {
+					case <-ctx.Done():
+						return fmt.Errorf("deliver %s: %w (last answer: %v, %v)", id, ctx.Err(), r, err)
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
+			}
+			return nil
+		})
+	}
+	loadDone := make(chan error, 1)
+	go func() { loadDone <- load.Wait() }()
+	total := keys * events
+	progress := func() string {
+		return fmt.Sprintf("%d of %d accepted, %d delivered, outbox %d rows, jobs %v",
+			accepted.Load(), total, ot.delivered(), outboxRows(t, pool), jobStates(t, pool))
+	}
+
+	// The first kill, while deliveries arrive.
+	testkit.Poll(t, 2*time.Minute, "400 deliveries accepted", func() bool { return accepted.Load() >= 400 })
+	t.Logf("SIGKILL process 1: %s", progress())
+	killProc(t, procs[0])
+	start(0)
+
+	// PostgreSQL killed and started again, while deliveries still arrive
+	// if they do.
+	testkit.Poll(t, 2*time.Minute, "1,000 deliveries accepted", func() bool { return accepted.Load() >= 1000 })
+	t.Logf("PostgreSQL killed: %s", progress())
+	cluster.Stop(t)
+	<-time.After(3 * time.Second) // the outage's length, not a wait for a condition
+	cluster.Start(t)
+	up := time.Now()
+	atUp := ot.delivered()
+
+	// The second kill, once forwarding has gone on after the database came
+	// back.
+	testkit.Poll(t, 2*time.Minute, "100 more events delivered after the database's restart", func() bool { return ot.delivered() >= atUp+100 || ot.delivered() == total })
+	atKill := ot.delivered()
+	t.Logf("SIGKILL process 2 %v after the database's restart: %s", time.Since(up).Round(100*time.Millisecond), progress())
+	killProc(t, procs[1])
+	start(1)
+	// Guard: the faults came during the run, not after it.
+	if atKill >= total {
+		t.Fatalf("every event was delivered before the second kill: the faults did not interrupt forwarding")
+	}
+
+	if err := <-loadDone; err != nil {
+		t.Fatal(err)
+	}
+	var sts []string
+	statuses.Range(func(k, v any) bool {
+		sts = append(sts, fmt.Sprintf("%v: %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	sort.Strings(sts)
+	t.Logf("every delivery accepted %v after the start; %d sends without an answer, error statuses {%s}",
+		time.Since(began).Round(100*time.Millisecond), connErrs.Load(), strings.Join(sts, ", "))
+
+	testkit.Poll(t, stallTimeout, "every event to reach the target", func() bool { return ot.missing(want) == 0 }, func() string {
+		return fmt.Sprintf("%d events missing; %s; keys not done %v", ot.missing(want), progress(), keysNotDone(t, pool))
+	})
+	t.Logf("every event delivered %v after the start", time.Since(began).Round(100*time.Millisecond))
+	testkit.Poll(t, stallTimeout, "every key's head past its last forward, the outbox empty and no job unfinished", func() bool {
+		return len(keysNotDone(t, pool)) == 0 && outboxRows(t, pool) == 0 && len(unfinishedJobs(t, pool)) == 0
+	}, func() string {
+		return fmt.Sprintf("keys not done %v, outbox %d rows, unfinished jobs %v", keysNotDone(t, pool), outboxRows(t, pool), unfinishedJobs(t, pool))
+	})
+	if got := len(orderedKeys(t, pool)); got != keys {
+		t.Errorf("%d rows in forward_keys, want %d", got, keys)
+	}
+	problems, attempts, failed := ot.check(want)
+	for i, p := range problems {
+		if i == 20 {
+			t.Errorf("… %d problems in all", len(problems))
+			break
+		}
+		t.Error(p)
+	}
+	t.Logf("%d attempts at the target, %d of them failed; jobs %v", attempts, failed, jobStates(t, pool))
+}
+
+// keysNotDone returns the keys of forward_keys with forwards left (head
+// at or before last) or blocked, with their last and head positions.
+func keysNotDone(t *testing.T, pool *pgxpool.Pool) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for key, v := range orderedKeys(t, pool) {
+		if v[1] <= v[0] || v[2] != 0 {
+			out[key] = fmt.Sprintf("last %d head %d blocked %v", v[0], v[1], v[2] != 0)
+		}
+	}
+	return out
+}
