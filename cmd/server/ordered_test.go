@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
@@ -128,15 +129,16 @@ func (ot *orderTarget) missing(want map[string][]int) int {
 	return m
 }
 
-// check returns what breaks the guarantee: two attempts of one key under
-// way at once, the first successful delivery of an event of a key coming
-// before that of an event accepted before it, or an event of want never
-// delivered. want holds, by key, the events' numbers in acceptance order.
-// It also returns the number of attempts and of failed ones.
-func (ot *orderTarget) check(want map[string][]int) (problems []string, attempts, failed int) {
+// check returns what breaks the guarantee, violations: two attempts of
+// one key under way at once, or the first successful delivery of an event
+// of a key coming before that of an event accepted before it; and missing:
+// the keys with events of want not delivered. want holds, by key, the
+// events' numbers in acceptance order. It also returns the number of
+// attempts and of failed ones.
+func (ot *orderTarget) check(want map[string][]int) (violations, missing []string, attempts, failed int) {
 	ot.mu.Lock()
 	defer ot.mu.Unlock()
-	problems = append(problems, ot.overlaps...)
+	violations = append(violations, ot.overlaps...)
 	keys := make([]string, 0, len(want))
 	for key := range want {
 		keys = append(keys, key)
@@ -153,7 +155,7 @@ func (ot *orderTarget) check(want map[string][]int) (problems []string, attempts
 		// before the next begins.
 		for i := 1; i < len(as); i++ {
 			if as[i].start.Before(as[i-1].end) {
-				problems = append(problems, fmt.Sprintf("key %s: attempt of event %d (%s–%s) overlaps that of event %d (%s–%s)", key,
+				violations = append(violations, fmt.Sprintf("key %s: attempt of event %d (%s–%s) overlaps that of event %d (%s–%s)", key,
 					as[i].n, as[i].start.Format("15:04:05.000"), as[i].end.Format("15:04:05.000"),
 					as[i-1].n, as[i-1].start.Format("15:04:05.000"), as[i-1].end.Format("15:04:05.000")))
 			}
@@ -173,16 +175,16 @@ func (ot *orderTarget) check(want map[string][]int) (problems []string, attempts
 		}
 		for i := 1; i < len(firsts); i++ {
 			if place[firsts[i]] < place[firsts[i-1]] {
-				problems = append(problems, fmt.Sprintf("key %s: event %d first delivered after event %d, accepted after it (first deliveries %v)",
+				violations = append(violations, fmt.Sprintf("key %s: event %d first delivered after event %d, accepted after it (first deliveries %v)",
 					key, firsts[i], firsts[i-1], firsts))
 				break
 			}
 		}
 		if len(firsts) != len(want[key]) {
-			problems = append(problems, fmt.Sprintf("key %s: %d of %d events delivered (%v)", key, len(firsts), len(want[key]), firsts))
+			missing = append(missing, fmt.Sprintf("key %s: %d of %d events delivered (%v)", key, len(firsts), len(want[key]), firsts))
 		}
 	}
-	return problems, attempts, failed
+	return violations, missing, attempts, failed
 }
 
 // orderedConfig is senderConfig with the target orders at url, ordered by
@@ -392,9 +394,23 @@ func TestOrderedDeliveryThroughCrashes(t *testing.T) {
 	t.Logf("every delivery accepted %v after the start; %d sends without an answer, error statuses {%s}",
 		time.Since(began).Round(100*time.Millisecond), connErrs.Load(), strings.Join(sts, ", "))
 
-	testkit.Poll(t, stallTimeout, "every event to reach the target", func() bool { return ot.missing(want) == 0 }, func() string {
-		return fmt.Sprintf("%d events missing; %s; keys not done %v", ot.missing(want), progress(), keysNotDone(t, pool))
+	// The wait ends early when the guarantee is broken.
+	violated := func() bool { v, _, _, _ := ot.check(want); return len(v) > 0 }
+	testkit.Poll(t, stallTimeout, "every event to reach the target", func() bool { return ot.missing(want) == 0 || violated() }, func() string {
+		v, _, _, _ := ot.check(want)
+		return fmt.Sprintf("%d events missing; %s; keys not done %v; %d violations of the order, e.g. %v",
+			ot.missing(want), progress(), keysNotDone(t, pool), len(v), v[:min(len(v), 5)])
 	})
+	if v, _, _, _ := ot.check(want); len(v) > 0 {
+		for i, p := range v {
+			if i == 20 {
+				t.Errorf("… %d violations in all", len(v))
+				break
+			}
+			t.Error(p)
+		}
+		t.Fatalf("the order was broken: %s; keys not done %v", progress(), keysNotDone(t, pool))
+	}
 	t.Logf("every event delivered %v after the start", time.Since(began).Round(100*time.Millisecond))
 	testkit.Poll(t, stallTimeout, "every key's head past its last forward, the outbox empty and no job unfinished", func() bool {
 		return len(keysNotDone(t, pool)) == 0 && outboxRows(t, pool) == 0 && len(unfinishedJobs(t, pool)) == 0
@@ -404,13 +420,9 @@ func TestOrderedDeliveryThroughCrashes(t *testing.T) {
 	if got := len(orderedKeys(t, pool)); got != keys {
 		t.Errorf("%d rows in forward_keys, want %d", got, keys)
 	}
-	problems, attempts, failed := ot.check(want)
-	for i, p := range problems {
-		if i == 20 {
-			t.Errorf("… %d problems in all", len(problems))
-			break
-		}
-		t.Error(p)
+	_, missing, attempts, failed := ot.check(want)
+	for _, m := range missing {
+		t.Error(m)
 	}
 	t.Logf("%d attempts at the target, %d of them failed; jobs %v", attempts, failed, jobStates(t, pool))
 }
@@ -426,4 +438,181 @@ func keysNotDone(t *testing.T, pool *pgxpool.Pool) map[string]string {
 		}
 	}
 	return out
+}
+
+// operatorCall sends method to base's path with the admin token
+// pauseToken, and returns the answer.
+func operatorCall(t *testing.T, c *http.Client, method, base, path string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+pauseToken)
+	r, err := do(c, req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// blockedKeys reads GET …/targets/orders/blocked through base.
+func blockedKeys(t *testing.T, c *http.Client, base string) []blockedItem {
+	t.Helper()
+	r := operatorCall(t, c, http.MethodGet, base, "/v1/senders/acme/targets/orders/blocked")
+	var out struct{ Items []blockedItem }
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &out) != nil || out.Items == nil {
+		t.Fatalf("GET …/blocked: %s", r)
+	}
+	return out.Items
+}
+
+type blockedItem struct {
+	Key       string    `json:"key"`
+	EventID   string    `json:"event_id"`
+	BlockedAt time.Time `json:"blocked_at"`
+	Waiting   int64     `json:"waiting"`
+	Summary   string    `json:"summary"`
+}
+
+// successes returns, in the order the target answered them 2xx, the events
+// of key it delivered, and how many attempts event n got.
+func (ot *orderTarget) successes(key string, n int) (ok []int, attemptsOfN int) {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	for _, a := range ot.attempts[key] {
+		if a.ok {
+			ok = append(ok, a.n)
+		}
+		if a.n == n {
+			attemptsOfN++
+		}
+	}
+	return ok, attemptsOfN
+}
+
+// TestOrderedBlockedKeyReleasedByOperator: the real binary forwards to a
+// target ordered by /key (on_failure: hold, the default) that answers 422
+// to the second event of key a. That forward fails at once and blocks its
+// key: GET …/targets/orders/blocked shows key a blocked by that event with
+// its two later events waiting, which the target never sees, while key b,
+// sent after the block, is delivered. Skipping a delivered forward is
+// refused with 409 not-blocked. POST …/forwards/{event_id}/skip with the
+// admin token releases the key: its later events arrive, in order, the
+// listing is empty, the key's head is past its last forward, and the
+// audit trail has the skip.
+func TestOrderedBlockedKeyReleasedByOperator(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	ot := newOrderTarget(t, 0, 0)
+	ot.failing["a/2"] = true
+	cfg := writeConfig(t, orderedConfig(ot.srv.URL))
+	addr := freeAddr(t)
+	base := "http://" + addr
+	c := newClient(t)
+	p := startBinaryWith(t, bin, dsn, addr, cfg, "--admin-token", pauseToken)
+	waitHealthy(t, c, base, p)
+
+	send := func(key string, n int) string {
+		t.Helper()
+		id := fmt.Sprintf("%s-%d", key, n)
+		r, err := deliver(t.Context(), c, base, id, orderedBody(key, n))
+		if err != nil {
+			t.Fatalf("deliver %s: %v", id, err)
+		}
+		a, err := parseAccepted(r, id)
+		if err != nil {
+			t.Fatalf("deliver %s: %v", id, err)
+		}
+		return a.EventID
+	}
+	events := map[int]string{}
+	for n := 1; n <= 4; n++ {
+		events[n] = send("a", n)
+	}
+	var blocked []blockedItem
+	testkit.Poll(t, time.Minute, "key a listed blocked", func() bool {
+		blocked = blockedKeys(t, c, base)
+		return len(blocked) > 0
+	})
+	if len(blocked) != 1 || blocked[0].Key != "a" || blocked[0].EventID != events[2] || blocked[0].Waiting != 2 ||
+		blocked[0].Summary != "blocked by "+events[2]+" (2 waiting)" || blocked[0].BlockedAt.IsZero() {
+		t.Fatalf("blocked keys %+v, want key a blocked by %s with 2 waiting", blocked, events[2])
+	}
+	// Another key goes on while a is blocked.
+	for n := 1; n <= 3; n++ {
+		send("b", n)
+	}
+	testkit.Poll(t, time.Minute, "key b delivered", func() bool {
+		ok, _ := ot.successes("b", 0)
+		return len(ok) == 3
+	})
+	if ok, _ := ot.successes("b", 0); fmt.Sprint(ok) != "[1 2 3]" {
+		t.Errorf("key b delivered %v, want [1 2 3]", ok)
+	}
+	ok, tries := ot.successes("a", 2)
+	if fmt.Sprint(ok) != "[1]" || tries != 1 {
+		t.Fatalf("while key a is blocked the target got %v from it and %d attempts of event 2, want [1] and 1", ok, tries)
+	}
+
+	skip := func(n int) reply {
+		return operatorCall(t, c, http.MethodPost, base, "/v1/senders/acme/targets/orders/forwards/"+events[n]+"/skip")
+	}
+	if r := skip(1); r.status != http.StatusConflict || !strings.Contains(string(r.body), "not-blocked") {
+		t.Errorf("skip the delivered forward of event 1: %s, want 409 not-blocked", r)
+	}
+	r := skip(2)
+	var skipped struct {
+		Sender, Target, Key string
+		EventID             string `json:"event_id"`
+		Released            int64
+	}
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &skipped) != nil {
+		t.Fatalf("skip the forward of event 2: %s", r)
+	}
+	if skipped.Sender != "acme" || skipped.Target != "orders" || skipped.Key != "a" || skipped.EventID != events[2] || skipped.Released != 2 {
+		t.Errorf("skip answered %s, want key a with 2 released", r.body)
+	}
+	testkit.Poll(t, time.Minute, "key a's last events delivered", func() bool {
+		ok, _ := ot.successes("a", 0)
+		return len(ok) >= 3
+	})
+	if ok, tries := ot.successes("a", 2); fmt.Sprint(ok) != "[1 3 4]" || tries != 1 {
+		t.Errorf("key a delivered %v with %d attempts of event 2, want [1 3 4] and 1", ok, tries)
+	}
+	if b := blockedKeys(t, c, base); len(b) != 0 {
+		t.Errorf("blocked keys %+v after the skip, want none", b)
+	}
+	if r := skip(2); r.status != http.StatusConflict {
+		t.Errorf("skip the skipped forward again: %s, want 409", r)
+	}
+	testkit.Poll(t, time.Minute, "every key's head past its last forward", func() bool {
+		return len(keysNotDone(t, pool)) == 0 && outboxRows(t, pool) == 0
+	}, func() string {
+		return fmt.Sprintf("keys %v, outbox %d rows", keysNotDone(t, pool), outboxRows(t, pool))
+	})
+	violations, missing, _, _ := ot.check(map[string][]int{"a": {1, 3, 4}, "b": {1, 2, 3}})
+	for _, p := range append(violations, missing...) {
+		t.Error(p)
+	}
+	a := operatorCall(t, c, http.MethodGet, base, "/v1/audit?action="+store.ActionSkip)
+	var audit struct {
+		Items []struct {
+			Action, Outcome string
+			EventID         *string `json:"event_id"`
+		}
+	}
+	if a.status != http.StatusOK || json.Unmarshal(a.body, &audit) != nil {
+		t.Fatalf("GET /v1/audit: %s", a)
+	}
+	done := 0
+	for _, e := range audit.Items {
+		if e.Action == store.ActionSkip && e.Outcome == store.OutcomeOK && e.EventID != nil && *e.EventID == events[2] {
+			done++
+		}
+	}
+	if done != 1 {
+		t.Errorf("audit trail of skips %s, want one skip of %s that succeeded", a.body, events[2])
+	}
 }
