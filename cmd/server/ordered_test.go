@@ -383,7 +383,7 @@ func TestOrderedDeliveryThroughCrashes(t *testing.T) {
 					}
 					select {
 					case <-ctx.Done():
-						return fmt.Errorf("deliver %s: %w (last answer: %v, %v)", id, ctx.Err(), r, err)
+						return fmt.Errorf("deliver %s: %w (last answer: %v)", id, errors.Join(ctx.Err(), err), r)
 					case <-time.After(50 * time.Millisecond):
 					}
 				}
