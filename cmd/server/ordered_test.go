@@ -36,6 +36,8 @@ type orderTarget struct {
 	maxDelay time.Duration
 	// failing are the events ("key/n") that always get 422.
 	failing map[string]bool
+	// slow are the events ("key/n") whose attempts take this long.
+	slow map[string]time.Duration
 
 	mu       sync.Mutex
 	attempts map[string][]orderAttempt // by key
@@ -52,7 +54,7 @@ type orderAttempt struct {
 }
 
 func newOrderTarget(t *testing.T, failRate float64, maxDelay time.Duration) *orderTarget {
-	ot := &orderTarget{failRate: failRate, maxDelay: maxDelay, failing: map[string]bool{},
+	ot := &orderTarget{failRate: failRate, maxDelay: maxDelay, failing: map[string]bool{}, slow: map[string]time.Duration{},
 		attempts: map[string][]orderAttempt{}, inFlight: map[string]int{}, done: map[string]map[int]bool{}}
 	ot.srv = httptest.NewServer(http.HandlerFunc(ot.serve))
 	t.Cleanup(ot.srv.Close)
@@ -82,6 +84,7 @@ func (ot *orderTarget) serve(w http.ResponseWriter, r *http.Request) {
 	if ot.maxDelay > 0 && rand.IntN(4) == 0 {
 		time.Sleep(rand.N(ot.maxDelay))
 	}
+	time.Sleep(ot.slow[fmt.Sprintf("%s/%d", ev.Key, ev.N)])
 	status := http.StatusOK
 	switch {
 	case ot.failing[fmt.Sprintf("%s/%d", ev.Key, ev.N)]:
@@ -670,5 +673,80 @@ func TestOrderedBlockedKeyReleasedByOperator(t *testing.T) {
 	}
 	if done != 1 {
 		t.Errorf("audit trail of skips %s, want one skip of %s that succeeded", a.body, events[2])
+	}
+}
+
+// underWay reports whether an attempt of key is under way at the target.
+func (ot *orderTarget) underWay(key string) bool {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	return ot.inFlight[key] > 0
+}
+
+// TestOrderedLastAttemptKilled: River works an ordered forward's last
+// attempt (max_attempts: 1, the fast path off) and the process is killed
+// with SIGKILL while the target takes its time. The restarted process
+// takes over the job left running; its attempts are used up. The key must
+// not stall unseen: either the forward is ended (the key's next event
+// arrives) or it holds the key (on_failure: hold) and GET …/blocked shows
+// it, so that an operator can skip it.
+func TestOrderedLastAttemptKilled(t *testing.T) {
+	testkit.Slow(t, "kills the server during an ordered forward's last attempt")
+	t.Parallel()
+	bin := buildBinary(t)
+	pool, dsn := pgtest.NewDB(t)
+	ot := newOrderTarget(t, 0, 0)
+	ot.slow["a/1"] = 3 * time.Second
+	cfg := writeConfig(t, senderConfig+fmt.Sprintf("    forward:\n      - name: orders\n        url: %s\n        max_attempts: 1\n        ordering: { json_pointer: /key }\n", ot.srv.URL))
+	flags := []string{"--admin-token", pauseToken, "--forward-fast-path=false", "--forward-rescue-after", "20s"}
+	addr := freeAddr(t)
+	base := "http://" + addr
+	c := newClient(t)
+	p := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
+	waitHealthy(t, c, base, p)
+	var events []string
+	for n := 1; n <= 2; n++ {
+		id := fmt.Sprintf("a-%d", n)
+		r, err := deliver(t.Context(), c, base, id, orderedBody("a", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := parseAccepted(r, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, a.EventID)
+	}
+	testkit.Poll(t, time.Minute, "the attempt of event 1 under way at the target", func() bool { return ot.underWay("a") })
+	killProc(t, p)
+	p = startBinaryWith(t, bin, dsn, addr, cfg, flags...)
+	waitHealthy(t, c, base, p)
+	keyA := func() (head, last int64, blocked *string) {
+		if err := pool.QueryRow(t.Context(), `SELECT head_seq, last_seq, blocked_event::text FROM forward_keys WHERE order_key = 'a'`).Scan(&head, &last, &blocked); err != nil {
+			t.Fatalf("read forward_keys: %v", err)
+		}
+		return head, last, blocked
+	}
+	testkit.Poll(t, time.Minute, "key a to go on (event 2 delivered) or to be held by event 1", func() bool {
+		ok, _ := ot.successes("a", 0)
+		_, _, blocked := keyA()
+		return len(ok) == 2 || blocked != nil
+	}, func() string {
+		head, last, blocked := keyA()
+		var js []string
+		for _, j := range forwardJobs(t, pool) {
+			js = append(js, fmt.Sprintf("%s: %s attempt %d of %d", j.EventID, j.State, j.Attempt, j.MaxAttempts))
+		}
+		ok, _ := ot.successes("a", 0)
+		skip := operatorCall(t, c, http.MethodPost, base, "/v1/senders/acme/targets/orders/forwards/"+events[0]+"/skip")
+		return fmt.Sprintf("events %v; key a head %d last %d blocked_event %v; jobs %v; outbox %d rows; target delivered %v; "+
+			"GET …/blocked %+v; skip event 1: %d %s; %d takeovers logged",
+			events, head, last, blocked, js, outboxRows(t, pool), ok, blockedKeys(t, c, base), skip.status, skip.body,
+			p.log.count("took over jobs left running by a process that is gone; they are attempted again now"))
+	})
+	if ok, _ := ot.successes("a", 0); len(ok) < 2 {
+		if b := blockedKeys(t, c, base); len(b) != 1 || b[0].EventID != events[0] {
+			t.Errorf("key a held by event 1, but GET …/blocked shows %+v", b)
+		}
 	}
 }
