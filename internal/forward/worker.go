@@ -296,8 +296,11 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 // err, when that was its last: delivered, failed for good, or its event
 // gone. The key's head moves on, releasing the next forward, unless the
 // forward failed and its target holds failures; then it blocks its key.
-// A delivered forward whose end cannot be recorded is tried again, so
-// that the key does not stall: its target may get it twice.
+// The end is written in a transaction of its own, tried again for up to
+// endPersist: a short database outage does not leave the key waiting. When
+// it still cannot be written, River runs the job again (a delivered
+// forward may then reach its target twice), so that the key does not
+// stall.
 func (w *Worker) endOrdered(ctx context.Context, job queue.Job, t *config.Target, a queue.Args, err error) error {
 	// The job keeps an attempt in reserve (queue.OrderedMaxAttempts):
 	// the forward ends after the one before it, unless a crash cut that
@@ -306,45 +309,69 @@ func (w *Worker) endOrdered(ctx context.Context, job queue.Job, t *config.Target
 	if !last {
 		return err
 	}
-	if err != nil && !queue.IsCancel(err) {
-		err = queue.Cancel(err) // no River retry: the reserve is for crashes
-	}
 	e := store.OrderedEnd{Target: a.Target, Key: a.OrderKey, Seq: a.Seq, EventID: a.EventID}
 	q := store.New(w.db)
-	if err != nil && !errors.Is(err, errEventGone) && !t.Ordering.Skips() {
-		if berr := q.BlockOrdered(ctx, a.Sender, e); berr != nil {
-			w.log.Warn("record an ordered forward's block", "job_id", job.ID, "err", berr)
-		}
-		return err
-	}
+	hold := err != nil && !errors.Is(err, errEventGone) && !t.Ordering.Skips()
 	// The process's fast path, when it has room, takes the key's next
 	// forward at once; otherwise the relay does.
 	fast := w.fast.Load()
-	var handOff time.Duration
-	if fast != nil {
+	var (
+		handOff time.Duration
+		handed  []store.HandedOff
+		start   = time.Now()
+	)
+	if fast != nil && !hold {
 		handOff = fast.handOffLease(a.Sender, t)
 	}
-	start := time.Now()
-	_, handed, aerr := q.AdvanceOrdered(ctx, a.Sender, e, handOff)
-	if aerr != nil {
-		if err == nil {
-			return fmt.Errorf("delivered, but the ordering key's next forward could not be released: %w", aerr)
+	werr := persist(ctx, func(ctx context.Context) (err error) {
+		if hold {
+			return q.BlockOrdered(ctx, a.Sender, e)
 		}
-		w.log.Warn("move an ordered key past a failed forward", "job_id", job.ID, "err", aerr)
+		_, handed, err = q.AdvanceOrdered(ctx, a.Sender, e, handOff)
 		return err
+	})
+	if werr != nil {
+		w.log.Warn("could not record an ordered forward's end; River runs it again", "job_id", job.ID, "err", werr)
+		if err == nil || queue.IsCancel(err) {
+			return fmt.Errorf("the forward's end could not be recorded for its ordering key: %w", werr)
+		}
+		return err // River runs it again, in the reserve if need be
 	}
-	if handOff > 0 {
+	if err != nil && !queue.IsCancel(err) {
+		err = queue.Cancel(err) // no River retry: the reserve is for crashes
+	}
+	switch {
+	case hold:
+	case handOff > 0:
 		// The next forward, if any, was leased to this process.
 		fast.takeHandedOff(handed, start)
-		return err
-	}
-	if w.released != nil {
+	case w.released != nil:
 		select {
 		case w.released <- struct{}{}:
 		default: // a signal is pending already
 		}
 	}
 	return err
+}
+
+// endPersist is how long the end of an ordered forward is tried again.
+const endPersist = 15 * time.Second
+
+// persist runs write until it succeeds, for up to endPersist, each try
+// bounded by 5 s, waiting 100 ms, then longer, between tries. It goes on
+// when ctx ends: the attempt is over, and its end must be written.
+func persist(ctx context.Context, write func(context.Context) error) error {
+	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(endPersist)
+	for try := 0; ; try++ {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := write(tctx)
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(min(time.Duration(100<<min(try, 4))*time.Millisecond, time.Second))
+	}
 }
 
 // errEventGone is why a forward whose event retention deleted fails.
