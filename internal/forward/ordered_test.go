@@ -332,7 +332,9 @@ func orderedState(e *env) string {
 			_ = rows.Scan(&line)
 			b.WriteString(line + "\n")
 		}
-		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err.Error()
+		}
 	}
 	return b.String()
 }

@@ -76,6 +76,9 @@ func TestSkipTheForwardThatBlocksItsKey(t *testing.T) {
 			}
 			out[id] = r
 		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
 		return out
 	}
 	ob := outbox()

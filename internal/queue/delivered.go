@@ -232,7 +232,7 @@ func (q *Jobs) RecordAndHandOff(ctx context.Context, queue string, batch []First
 	var handed []store.HandedOff
 	for i := range b.Len() {
 		if len(handOffs) > 0 && handOffs[0].at == i {
-			rows, err := br.Query()
+			rows, err := br.Query() //nolint:rowserrcheck // store.ScanHandedOff collects them with pgx.CollectRows, which checks rows.Err
 			if err == nil {
 				var hs []store.HandedOff
 				hs, err = store.ScanHandedOff(handOffs[0].sender, rows)
