@@ -1128,9 +1128,13 @@ type ForwardState struct {
 	// open (open since <time>)` (or `half-open`), or `paused until
 	// <time> (<answer>)` (the target asked for it with
 	// `Retry-After`), `rate 50/s` (it waits for a turn of the
-	// target's `rate:`), or `target removed from the configuration`
+	// target's `rate:`), `target removed from the configuration`
 	// (removed by a reload: it waits until a target of that name is
-	// configured again); null when nothing holds it.
+	// configured again), or, for a target with `ordering:`,
+	// `waiting for its ordering key's turn (N before it)` or
+	// `blocked by <event> (N waiting)` (a forward of the key failed
+	// for good and holds it: redeliver or skip that one); null when
+	// nothing holds it.
 	Held *string `json:"held"`
 
 	// JobId The forward's job ID; null while the forward is still in the outbox.
@@ -1146,7 +1150,7 @@ type ForwardState struct {
 	// Example: 200
 	LastStatus *int `json:"last_status"`
 
-	// MaxAttempts How many attempts may be made.
+	// MaxAttempts How many attempts may be made (for an ordered target's forward, one more than the target's, kept in reserve for a crash that cuts the last one short).
 	//
 	// Example: 20
 	MaxAttempts int `json:"max_attempts"`

@@ -56,6 +56,9 @@ func Show(sender *config.Sender, f queue.Forward) Shown {
 	if t == nil && f.State != queue.StateRunning && f.State.Unfinished() {
 		s.Held = HeldTargetRemoved
 	}
+	if s.Held == "" {
+		s.Held = f.Waiting
+	}
 	return s
 }
 

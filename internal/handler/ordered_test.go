@@ -2,6 +2,7 @@ package handler_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -91,6 +92,17 @@ func TestSkipTheForwardThatBlocksItsKey(t *testing.T) {
 		t.Errorf("outbox row of the other key's event: %+v, want %+v", ob[other], want)
 	}
 
+	heldOf := func(id string) string {
+		t.Helper()
+		d := s.delivery("fwd", id)
+		if len(d.Forwards) != 1 || d.Forwards[0].Held == nil {
+			return fmt.Sprintf("%+v", d.Forwards)
+		}
+		return *d.Forwards[0].Held
+	}
+	if got := heldOf("d-3"); got != "waiting for its ordering key's turn (2 before it)" {
+		t.Errorf("the third forward's held: %q", got)
+	}
 	// The first forward fails for good: its row is gone (relayed), and it
 	// holds its key.
 	if _, err := s.pool.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = 'fwd' AND event_id = $1`, ids[0]); err != nil {
@@ -106,6 +118,9 @@ func TestSkipTheForwardThatBlocksItsKey(t *testing.T) {
 		t.Fatalf("blocked keys: %+v, want order-7 blocked by %s (2 waiting)", list.Items, ids[0])
 	}
 
+	if got, want := heldOf("d-2"), "blocked by "+ids[0]+" (2 waiting)"; got != want {
+		t.Errorf("the second forward's held: %q, want %q", got, want)
+	}
 	r := s.postJSON("/v1/senders/fwd/targets/a/forwards/"+ids[1]+"/skip", "")
 	wantProblem(t, r, http.StatusConflict, "not-blocked")
 	wantSpecBody(t, r, http.MethodPost, routeForwardSkip)

@@ -84,6 +84,11 @@ type Forward struct {
 	DeliveredAt time.Time
 	Ack         string
 	CreatedAt   time.Time
+	// Waiting says why a forward of an ordered target in the outbox waits
+	// for its turn: "blocked by <event> (N waiting)" when the forward that
+	// holds its key failed, or "waiting for its ordering key's turn (N
+	// before it)"; "" for any other.
+	Waiting string
 }
 
 // forwardPriority is the River priority of every forward job, River's

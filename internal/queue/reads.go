@@ -480,17 +480,28 @@ func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64,
 // outbox, by target name. They are pending, or running while a fast path
 // holds the lease. It returns an empty slice, not nil, when there are none.
 func (q *Jobs) outboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
-	rows, err := q.db.Query(ctx, `SELECT target, created_at, coalesce(leased_until > statement_timestamp(), false)
-FROM forward_outbox WHERE sender = $1 AND event_id = $2 AND `+store.Unrecorded("")+` ORDER BY target`, sender, eventID)
+	rows, err := q.db.Query(ctx, `SELECT o.target, o.created_at, coalesce(o.leased_until > statement_timestamp() AND o.leased_until < 'infinity', false),
+  coalesce(o.leased_until = 'infinity', false), k.blocked_event, coalesce(o.seq - k.head_seq, 0), coalesce(k.last_seq - k.head_seq, 0)
+FROM forward_outbox o LEFT JOIN forward_keys k ON k.sender = o.sender AND k.target = o.target AND k.order_key = o.order_key
+WHERE o.sender = $1 AND o.event_id = $2 AND `+store.Unrecorded("o")+` ORDER BY o.target`, sender, eventID)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Forward, error) {
 		f := Forward{State: StatePending}
-		var leased bool
-		err := row.Scan(&f.Target, &f.CreatedAt, &leased)
-		if leased {
+		var (
+			leased, waiting bool
+			blocked         *uuid.UUID
+			before, behind  int64
+		)
+		err := row.Scan(&f.Target, &f.CreatedAt, &leased, &waiting, &blocked, &before, &behind)
+		switch {
+		case leased:
 			f.State = StateRunning
+		case waiting && blocked != nil:
+			f.Waiting = store.BlockedKey{EventID: *blocked, Waiting: behind}.Summary()
+		case waiting:
+			f.Waiting = fmt.Sprintf("waiting for its ordering key's turn (%d before it)", before)
 		}
 		return f, err
 	})
