@@ -114,6 +114,20 @@ func (ot *orderTarget) check(want map[string]int) []string {
 	return problems
 }
 
+// successes returns the events of key whose attempts succeeded, in the
+// order of the attempts' ends.
+func (ot *orderTarget) successes(key string) []int {
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	var got []int
+	for _, a := range ot.attempts[key] {
+		if a.ok {
+			got = append(got, a.n)
+		}
+	}
+	return got
+}
+
 // delivered reports how many events of key have been delivered in order.
 func (ot *orderTarget) delivered(key string) int {
 	ot.mu.Lock()
@@ -237,14 +251,7 @@ func TestOrderedBlockedKeySkipped(t *testing.T) {
 		}
 		return n >= 2
 	}, nil)
-	ot.mu.Lock()
-	var got []int
-	for _, a := range ot.attempts["a"] {
-		if a.ok {
-			got = append(got, a.n)
-		}
-	}
-	ot.mu.Unlock()
+	got := ot.successes("a")
 	if fmt.Sprint(got) != "[1 3 4]" {
 		t.Errorf("key a delivered %v, want [1 3 4]", got)
 	}
@@ -300,14 +307,7 @@ func TestOrderedRedelivery(t *testing.T) {
 		as := ot.attempts["a"]
 		return len(as) > 0 && as[len(as)-1].ok && as[len(as)-1].n == 1
 	}, nil)
-	ot.mu.Lock()
-	var got []int
-	for _, a := range ot.attempts["a"] {
-		if a.ok {
-			got = append(got, a.n)
-		}
-	}
-	ot.mu.Unlock()
+	got := ot.successes("a")
 	if fmt.Sprint(got) != "[1 2 3 1]" {
 		t.Errorf("key a delivered %v, want [1 2 3 1]", got)
 	}
@@ -380,14 +380,7 @@ func TestOrderedBulkRedelivery(t *testing.T) {
 		}
 		return n == 4
 	}, func() string { return orderedState(e) })
-	ot.mu.Lock()
-	var got []int
-	for _, a := range ot.attempts["a"] {
-		if a.ok {
-			got = append(got, a.n)
-		}
-	}
-	ot.mu.Unlock()
+	got := ot.successes("a")
 	if fmt.Sprint(got) != "[1 4 2 3]" {
 		t.Errorf("key a delivered %v, want [1 4 2 3]", got)
 	}
