@@ -101,17 +101,20 @@ const jobArgsSQL = `jsonb_build_object('sender', $1::text, 'event_id', d.event_i
 // that each key is found by its primary key: joined to o in the UPDATE,
 // the planner probed the key by target alone. Its order is the order in
 // which the keys are locked, the ingest's: two transactions never wait for
-// each other's keys in a cycle.
+// each other's keys in a cycle. w also computes blocked_at: Citus refuses
+// a function that is not immutable in a CASE of an UPDATE of a
+// distributed table.
 func advanceTaken(onFailure string) string {
 	return `w AS MATERIALIZED (
-  SELECT d.event_id, d.target, d.order_key, d.seq, ` + onFailure + ` AS on_failure
+  SELECT d.event_id, d.target, d.order_key, d.seq, ` + onFailure + ` AS on_failure,
+    CASE WHEN ` + onFailure + ` = 'skip' THEN NULL ELSE statement_timestamp() END AS blocked_at
   FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target
   WHERE d.order_key IS NOT NULL AND ` + onFailure + ` IN ('skip', 'hold')
   ORDER BY d.target, d.order_key
 ), adv AS (
   UPDATE forward_keys f SET head_seq = CASE WHEN w.on_failure = 'skip' THEN w.seq + 1 ELSE f.head_seq END,
     blocked_event = CASE WHEN w.on_failure = 'skip' THEN NULL ELSE w.event_id END,
-    blocked_at = CASE WHEN w.on_failure = 'skip' THEN NULL ELSE statement_timestamp() END,
+    blocked_at = w.blocked_at,
     updated_at = statement_timestamp()
   FROM w
   WHERE f.sender = $1 AND f.target = w.target AND f.order_key = w.order_key AND f.head_seq = w.seq
