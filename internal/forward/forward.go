@@ -42,38 +42,49 @@ FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[])
   AS o(event_id, target, delivery_id, created_at, lease_ms)
 ` + dedup.ClaimedJoin("o.delivery_id", "o.event_id")
 
-// orderedOutboxSQL writes the outbox rows of ordered forwards, with their
-// keys' next positions, in one statement. $1 is the sender, then one array
-// per column: event ID, target, delivery ID, creation time, lease in
-// milliseconds, ordering key. Only the rows whose delivery's claim took
-// its key count. For each (target, key) of the rows, k adds their number
-// to the key's last_seq, making the key's row on first use; the key rows
-// are locked in (target, key) order, so that two transactions never wait
-// for each other in a cycle, and stay locked until COMMIT: positions
-// follow the order of the commits. Each row takes the next position of its
-// key, in the rows' order. The key's head gets its lease (NULL: the
-// relay's); a row behind it waits with 'infinity' until the forward before
-// it ends.
-var orderedOutboxSQL = `WITH o AS MATERIALIZED (
-  SELECT k.sender, o.* FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[], $7::text[]) WITH ORDINALITY
-    AS o(event_id, target, delivery_id, created_at, lease_ms, order_key, n)
-  ` + dedup.ClaimedJoin("o.delivery_id", "o.event_id") + `
-), k AS (
-  INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
-  SELECT $1, o.target, o.order_key, count(*), 1, statement_timestamp() FROM o
-  GROUP BY o.target, o.order_key
-  ORDER BY o.target, o.order_key
-  ON CONFLICT (sender, target, order_key) DO UPDATE SET last_seq = f.last_seq + excluded.last_seq, updated_at = excluded.updated_at
-  RETURNING f.target, f.order_key, f.last_seq, f.head_seq
-)
-INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
+// orderedKeysSQL and orderedOutboxSQL write the outbox rows of ordered
+// forwards, with their keys' next positions. Both take the same rows: $1
+// is the sender, then one array per column: event ID, target, delivery
+// ID, creation time, lease in milliseconds, ordering key. Only the rows
+// whose delivery's claim took its key count. orderedKeysSQL runs first
+// (the batch runs its multi-row statements in the order of first use):
+// for each (target, key) of the rows, it adds their number to the key's
+// last_seq, making the key's row on first use. The key rows are locked in
+// (target, key) order, so that two transactions never wait for each other
+// in a cycle, and stay locked until COMMIT: positions follow the order of
+// the commits. orderedOutboxSQL then gives each row the next position of
+// its key, in the rows' order, from the last_seq that its transaction
+// holds locked (a probe of the key's primary key per row). The key's head
+// gets its lease (NULL: the relay's); a row behind it waits with
+// 'infinity' until the forward before it ends.
+//
+// They are two statements in the same round trip, each routed by Citus to
+// the sender's shard (every table it reads names sender = $1). As one
+// statement, with the keys' upsert a data-modifying CTE, Citus ran the CTE
+// on its own and sent its result to every worker: the ingest committed in
+// two phases. now is computed outside the CASE: Citus refuses a function
+// that is not immutable in a CASE of a statement it routes.
+var orderedKeysSQL = `INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
+SELECT k.sender, o.target, o.order_key, count(*), 1, statement_timestamp()
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[], $7::text[])
+  AS o(event_id, target, delivery_id, created_at, lease_ms, order_key)
+` + dedup.ClaimedJoin("o.delivery_id", "o.event_id") + `
+GROUP BY k.sender, o.target, o.order_key
+ORDER BY o.target, o.order_key
+ON CONFLICT (sender, target, order_key) DO UPDATE SET last_seq = f.last_seq + excluded.last_seq, updated_at = excluded.updated_at`
+
+var orderedOutboxSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
 SELECT s.sender, s.event_id, s.target, s.delivery_id, s.created_at,
-  CASE WHEN s.seq = s.head_seq THEN statement_timestamp() + s.lease_ms * interval '1 millisecond' ELSE 'infinity' END,
+  CASE WHEN s.seq = s.head_seq THEN s.now + s.lease_ms * interval '1 millisecond' ELSE 'infinity' END,
   s.order_key, s.seq
 FROM (
-  SELECT o.sender, o.event_id, o.target, o.delivery_id, o.created_at, o.lease_ms, o.order_key, k.head_seq,
-    k.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY o.n) AS seq
-  FROM o JOIN k ON k.target = o.target AND k.order_key = o.order_key
+  SELECT k.sender, o.event_id, o.target, o.delivery_id, o.created_at, o.lease_ms, o.order_key, f.head_seq, statement_timestamp() AS now,
+    f.last_seq - count(*) OVER w + row_number() OVER (w ORDER BY o.n) AS seq
+  FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[], $7::text[]) WITH ORDINALITY
+    AS o(event_id, target, delivery_id, created_at, lease_ms, order_key, n)
+  ` + dedup.ClaimedJoin("o.delivery_id", "o.event_id") + `
+  CROSS JOIN LATERAL (SELECT f.last_seq, f.head_seq FROM forward_keys f
+    WHERE f.sender = $1 AND f.target = o.target AND f.order_key = o.order_key OFFSET 0) f
   WINDOW w AS (PARTITION BY o.target, o.order_key)
 ) s`
 
@@ -96,6 +107,7 @@ func QueueOrderedOutbox(b *dedup.Batch, eventID uuid.UUID, deliveryID string, re
 			ms = d.Milliseconds()
 		}
 		if i < len(keys) && keys[i] != "" {
+			b.Row(orderedKeysSQL, [16]byte(eventID), t, deliveryID, receivedAt, ms, keys[i])
 			b.Row(orderedOutboxSQL, [16]byte(eventID), t, deliveryID, receivedAt, ms, keys[i])
 			continue
 		}
