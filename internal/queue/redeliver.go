@@ -183,7 +183,7 @@ func redeliverOrdered(ctx context.Context, tx pgx.Tx, sender string, t *config.T
 		return nil, false, nil
 	}
 	e.OrderKey = key
-	err = tx.QueryRow(ctx, store.AppendOrderedSQL, sender, t.Name, key, pgtype.UUID{Bytes: eventID, Valid: true}, deliveryID).Scan(&e.QueuedBehind)
+	e.QueuedBehind, err = store.New(tx).AppendOrdered(ctx, sender, t.Name, key, eventID, deliveryID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // in the outbox already: it keeps its turn
 		e.AlreadyPending = true

@@ -323,23 +323,53 @@ RETURNING order_key, head_seq - 1, last_seq - head_seq + 1`, sender, target, pgt
 const UnblockSQL = `UPDATE forward_keys SET blocked_event = NULL, blocked_at = NULL, updated_at = statement_timestamp()
 WHERE sender = $1 AND target = $2 AND blocked_event = $3 RETURNING order_key, head_seq`
 
-// AppendOrderedSQL appends a forward of event $4 (delivery $5) to sender
-// $1's target $2 at the end of key $3's queue: the next position, with
-// the relay's lease when it is the head and 'infinity' otherwise. It
-// returns how many of the key's forwards come before it. A forward that
-// has an outbox row already (waiting, or appended before) is not appended
-// again, and nothing is returned: the key takes no position for it.
-const AppendOrderedSQL = `WITH k AS (
-  INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
-  SELECT $1, $2, $3, 1, 1, statement_timestamp()
-  WHERE NOT EXISTS (SELECT FROM forward_outbox x WHERE x.sender = $1 AND x.event_id = $4 AND x.target = $2)
-  ON CONFLICT (sender, target, order_key) DO UPDATE SET last_seq = f.last_seq + 1, updated_at = excluded.updated_at
-  RETURNING f.last_seq, f.head_seq
+// The statements of [Queries.AppendOrdered], each routed to the sender's
+// shard on Citus. As one statement (a data-modifying CTE under an INSERT …
+// SELECT) Citus sent the key's row to every worker, and committed in two
+// phases.
+const (
+	// appendQueuedSQL tells whether the forward of event $2 to sender $1's
+	// target $3 has an outbox row.
+	appendQueuedSQL = `SELECT EXISTS (SELECT FROM forward_outbox WHERE sender = $1 AND event_id = $2 AND target = $3)`
+	// appendKeySQL takes the next position of sender $1's target $2's key
+	// $3, and returns it with the key's head.
+	appendKeySQL = `INSERT INTO forward_keys AS f (sender, target, order_key, last_seq, head_seq, updated_at)
+VALUES ($1, $2, $3, 1, 1, statement_timestamp())
+ON CONFLICT (sender, target, order_key) DO UPDATE SET last_seq = f.last_seq + 1, updated_at = excluded.updated_at
+RETURNING f.last_seq, f.head_seq`
+	// appendOrderedSQL writes the outbox row of event $4 (delivery $5) at
+	// position $6 of the key whose head is $7.
+	appendOrderedSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
+VALUES ($1, $4, $2, $5, statement_timestamp(), CASE WHEN $6::int8 = $7::int8 THEN NULL ELSE 'infinity'::timestamptz END, $3, $6)`
 )
-INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
-SELECT $1, $4, $2, $5, statement_timestamp(), CASE WHEN k.last_seq = k.head_seq THEN NULL ELSE 'infinity'::timestamptz END, $3, k.last_seq
-FROM k
-RETURNING seq - (SELECT head_seq FROM k)`
+
+// AppendOrdered appends a forward of eventID (deliveryID) to sender's
+// target at the end of key's queue: the next position, with the relay's
+// lease when it is the head and 'infinity' otherwise. It returns how many
+// of the key's forwards come before it. A forward that has an outbox row
+// already (waiting, or appended before) is not appended again: the key
+// takes no position for it, and AppendOrdered returns [pgx.ErrNoRows].
+// Run it in a transaction: the key's row stays locked until COMMIT.
+func (q *Queries) AppendOrdered(ctx context.Context, sender, target, key string, eventID uuid.UUID, deliveryID string) (int64, error) {
+	id := pgtype.UUID{Bytes: eventID, Valid: true}
+	var (
+		queued     bool
+		last, head int64
+	)
+	if err := q.db.QueryRow(ctx, appendQueuedSQL, sender, id, target).Scan(&queued); err != nil {
+		return 0, err
+	}
+	if queued {
+		return 0, pgx.ErrNoRows
+	}
+	if err := q.db.QueryRow(ctx, appendKeySQL, sender, target, key).Scan(&last, &head); err != nil {
+		return 0, err
+	}
+	if _, err := q.db.Exec(ctx, appendOrderedSQL, sender, target, key, id, deliveryID, last, head); err != nil {
+		return 0, err
+	}
+	return last - head, nil
+}
 
 // DeleteIdleKeysSQL deletes up to $3 of sender $1's ordering keys with
 // nothing waiting, not blocked, and unchanged since $2. A key that an
