@@ -319,7 +319,15 @@ func TestListUsesArgsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+	// Citus plans a statement on a distributed table whose parameters
+	// decide its shard at every execution, and makes no generic plan of
+	// one that joins two of them (the outbox's rows with their keys):
+	// custom plans only there.
+	modes := []string{"force_custom_plan", "force_generic_plan"}
+	if pgtest.Citus() {
+		modes = modes[:1]
+	}
+	for _, mode := range modes {
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +343,7 @@ func TestListUsesArgsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if argScans != 2 || seqScans != 0 {
-		t.Errorf("List (custom and generic plan) scanned River's index on args %d times and its job table sequentially %d times; want 2 and 0", argScans, seqScans)
+	if argScans != int64(len(modes)) || seqScans != 0 {
+		t.Errorf("List (plans %v) scanned River's index on args %d times and its job table sequentially %d times; want %d and 0", modes, argScans, seqScans, len(modes))
 	}
 }
