@@ -260,6 +260,17 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 			w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitOrder).Inc()
 			return queue.Snooze(jitter(busySnooze))
 		}
+		if job.TakenOver && job.WaitedAfter != job.Attempt {
+			// The attempt that its process's death cut short may still be
+			// under way at the target: it ends within the target's
+			// timeout. Wait that long once, without using an attempt, as
+			// the fast path's lease does, so that no two attempts of the
+			// key overlap.
+			if err := queue.MarkWaitedAfterTakeover(ctx, job.Attempt); err == nil {
+				w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitOrder).Inc()
+				return queue.Snooze(time.Duration(t.Timeout) + time.Second)
+			}
+		}
 	}
 	tk, ok, wait, why := w.gate.Acquire(a.Sender, t, job.Tried())
 	if !ok {

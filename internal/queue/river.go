@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -214,6 +215,9 @@ type Job struct {
 	// TakenOver reports that the previous attempt was cut by its
 	// process's death, and this process took the job over.
 	TakenOver bool
+	// WaitedAfter is the attempt after which the job waited once it was
+	// taken over ([MarkWaitedAfterTakeover]), or 0.
+	WaitedAfter int
 }
 
 // Tried reports whether the job's forward was sent to its target before.
@@ -257,6 +261,31 @@ const probedKey = "hookgate_probed"
 // breaker. From then on its [Job.Probed] is true.
 func MarkProbed(ctx context.Context) error { return river.MetadataSet(ctx, probedKey, true) }
 
+// waitedKey marks a job's metadata with the attempt after which it waited,
+// once taken over.
+const waitedKey = "hookgate_waited_after_takeover"
+
+// MarkWaitedAfterTakeover marks the job of ctx, taken over after attempt,
+// as having waited for that attempt's end: its [Job.WaitedAfter] is then
+// attempt. Snoozed, the job runs again as the same attempt.
+func MarkWaitedAfterTakeover(ctx context.Context, attempt int) error {
+	return river.MetadataSet(ctx, waitedKey, attempt)
+}
+
+// waitedAfter reads waitedKey from a job's metadata, 0 when absent.
+func waitedAfter(metadata []byte) int {
+	if !bytes.Contains(metadata, []byte(`"`+waitedKey+`"`)) {
+		return 0
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(metadata, &m) != nil {
+		return 0
+	}
+	var n int
+	_ = json.Unmarshal(m[waitedKey], &n)
+	return n
+}
+
 // forwardWorker adapts a [ForwardWorker] to River's worker of forward jobs.
 type forwardWorker struct {
 	river.WorkerDefaults[Args]
@@ -265,7 +294,7 @@ type forwardWorker struct {
 
 func jobOf(job *river.Job[Args]) Job {
 	return Job{Args: job.Args, ID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts,
-		Probed: bytes.Contains(job.Metadata, []byte(`"`+probedKey+`"`)), TakenOver: takenOver(job.Errors, job.Attempt)}
+		Probed: bytes.Contains(job.Metadata, []byte(`"`+probedKey+`"`)), TakenOver: takenOver(job.Errors, job.Attempt), WaitedAfter: waitedAfter(job.Metadata)}
 }
 
 // takenOverPrefix starts the error a takeover adds to a job (takeOverSet).
