@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -224,4 +225,90 @@ func TestRabbitMQTargetSurvivesKillsAndRestarts(t *testing.T) {
 		t.Errorf("the queue holds %d distinct message IDs, want %d (one per accepted event)", len(seen), len(events))
 	}
 	t.Logf("%d events on the queue, %d repeats (each with its event's message_id)", len(seen), repeats)
+}
+
+// TestNATSTargetOrderedByKey: a NATS JetStream target with ordering
+// publishes each key's events one at a time, in the order hookgate
+// accepted them: in the stream, the first message of each event of a key
+// comes after those of the events accepted before it. Keys are sent at
+// once, each key's events in sequence, while NATS is down.
+func TestNATSTargetOrderedByKey(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.StartNATS(t)
+	ctx := t.Context()
+	js := srv.JetStream(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERED", Subjects: []string{"ordered.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	pool, dsn := pgtest.NewDB(t)
+	cfg := senderConfig + fmt.Sprintf(`    forward:
+      - name: bus
+        url: %s
+        nats: { subject: "ordered.{sender}.{target}" }
+        ordering: { json_pointer: /key }
+`, srv.URL())
+	s := startRunWith(t, dsn, cfg)
+	c := newClient(t)
+	// NATS is down while the events are accepted: their first attempts
+	// fail, and the forwards are retried once it is back, as an outage's
+	// backlog is. Unordered, they would go in any order.
+	srv.Stop()
+	const keys, events = 4, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, keys)
+	for k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("k%d", k)
+			for n := 1; n <= events; n++ {
+				if r, err := deliver(ctx, c, s.base, fmt.Sprintf("%s-%d", key, n), orderedBody(key, n)); err != nil || r.status != 202 {
+					errs <- fmt.Errorf("deliver %s %d: %v %v", key, n, r, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	srv.Start()
+	testkit.Poll(t, 2*time.Minute, "every forward to be delivered", func() bool {
+		return jobStates(t, pool)["completed"] == keys*events
+	}, func() string { return fmt.Sprintf("jobs %v, outbox %d", jobStates(t, pool), outboxRows(t, pool)) })
+	cons, err := srv.JetStream(t).OrderedConsumer(ctx, "ORDERED", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := map[string]int{} // by key: the next event expected first
+	seen := 0
+	for seen < keys*events {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			var ev struct {
+				Key string `json:"key"`
+				N   int    `json:"n"`
+			}
+			if err := json.Unmarshal(m.Data(), &ev); err != nil {
+				t.Fatalf("message %q: %v", m.Data(), err)
+			}
+			switch want := next[ev.Key] + 1; {
+			case ev.N < want: // a repeat of an event published already
+			case ev.N == want:
+				next[ev.Key], seen = ev.N, seen+1
+			default:
+				t.Fatalf("key %s: event %d published before event %d", ev.Key, ev.N, want)
+			}
+		}
+		if got == 0 {
+			t.Fatalf("the stream ran out after %d events in order, want %d", seen, keys*events)
+		}
+	}
 }
