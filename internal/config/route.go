@@ -135,6 +135,9 @@ func check(s *Sender) error {
 			if o.OnFailure == "" {
 				o.OnFailure = OnFailureHold
 			}
+			if o.Header != "" && !storesHeader(s, o.Header) {
+				return fmt.Errorf("forward[%d].ordering.header: %s is not stored (store_headers, drop_headers): a redelivery reads the key from the stored event, and would go unordered", i, o.Header)
+			}
 		}
 		if t.EventTypes != nil && len(t.EventTypes) == 0 {
 			return fmt.Errorf("forward[%d].event_types: lists no event type: leave event_types out for every event", i)
@@ -150,6 +153,23 @@ func check(s *Sender) error {
 		s.targetNames = append(s.targetNames, t.Name)
 	}
 	return nil
+}
+
+// storesHeader reports whether s's store_headers and drop_headers keep the
+// header name on its events.
+func storesHeader(s *Sender, name string) bool {
+	in := func(list []string) bool {
+		for _, h := range list {
+			if strings.EqualFold(h, name) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(s.StoreHeaders) > 0 {
+		return in(s.StoreHeaders)
+	}
+	return !in(s.DropHeaders)
 }
 
 // compileRules compiles a target's filter and transform. An error names

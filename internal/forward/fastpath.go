@@ -792,6 +792,12 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	case p.res == ResultDelivered:
 		o.State, o.FinalizedAt, o.ScheduledAt = queue.StateDelivered, &p.at, attemptedAt
 		d.delivered.Inc()
+	case p.res == ResultNone && !p.final && j.key != "":
+		// Cut short, as the process stops: the request may still be under
+		// way at the target. The row keeps its lease, which outlasts the
+		// target's timeout, so the key's next attempt cannot overlap it.
+		d.count.WithLabelValues("handed_over").Inc()
+		return
 	case p.res == ResultNone && !p.final:
 		// No verdict: nothing to record.
 		d.count.WithLabelValues("handed_over").Inc()
@@ -872,14 +878,15 @@ func lingerFor(ordered bool) time.Duration {
 func (d *Dispatcher) flush(batch []queue.FirstAttempt) {
 	var err error
 	deadline := time.Now().Add(recordPersist)
+	batch[0].Mark = time.Now() // the same on every try: see queue.FirstAttempt.Mark
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 		var handed []store.HandedOff
 		start := time.Now()
 		handed, err = d.recorder.RecordFirstAttempts(ctx, batch)
 		cancel()
+		d.takeHandedOff(handed, start) // also those of senders recorded before an error
 		if err == nil {
-			d.takeHandedOff(handed, start)
 			for _, o := range batch {
 				// Rows released to the relay, or an ordered forward's end
 				// that may have released the next of its key to it: tell it.

@@ -256,6 +256,10 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 			return queue.Snooze(jitter(busySnooze))
 		case turn == store.TurnPast:
 			return nil
+		case turn == store.TurnBlocked:
+			// It failed for good and holds its key; a job of it that runs
+			// again after a crash must not attempt it beside a skip.
+			return queue.Cancel(errors.New("the forward failed for good and holds its ordering key: redeliver or skip it"))
 		case turn == store.TurnLater:
 			w.metrics.waits.WithLabelValues(a.Sender, a.Target, WaitOrder).Inc()
 			return queue.Snooze(jitter(busySnooze))
@@ -298,6 +302,12 @@ func (w *Worker) Work(ctx context.Context, job queue.Job) error {
 		w.retryAfter.Store(job.ID, retryAfter)
 	}
 	if a.OrderKey != "" {
+		if res == ResultNone && err != nil && !queue.IsCancel(err) && ctx.Err() != nil {
+			// Cut short, as the process stops: the request may still be
+			// under way at the target. The key's next attempt waits the
+			// target's timeout, without using an attempt.
+			return queue.Snooze(time.Duration(t.Timeout) + time.Second)
+		}
 		return w.endOrdered(ctx, job, t, a, err)
 	}
 	return err
@@ -316,7 +326,7 @@ func (w *Worker) endOrdered(ctx context.Context, job queue.Job, t *config.Target
 	// The job keeps an attempt in reserve (queue.OrderedMaxAttempts):
 	// the forward ends after the one before it, unless a crash cut that
 	// one short.
-	last := err == nil || queue.IsCancel(err) || job.Attempt >= job.MaxAttempts-1
+	last := err == nil || queue.IsCancel(err) || job.Attempt >= job.MaxAttempts-queue.OrderedReserve
 	if !last {
 		return err
 	}

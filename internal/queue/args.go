@@ -86,13 +86,17 @@ func jobParams(sender string, cfg *config.Sender, target string, eventID uuid.UU
 	}
 }
 
+// OrderedReserve is how many runs beyond its target's max attempts an
+// ordered forward's job keeps in reserve ([OrderedMaxAttempts]).
+const OrderedReserve = 10
+
 // OrderedMaxAttempts is the River attempts of an ordered forward whose
-// target makes max attempts: one more, kept in reserve. The worker ends
-// the forward after max, holding or skipping its key. Only a crash that
-// cut the last attempt short lets River run it once more; without the
-// reserve, River would discard the job and its key would wait for an end
-// that never comes.
-func OrderedMaxAttempts(max int) int { return max + 1 }
+// target makes max attempts: [OrderedReserve] more, kept in reserve. The
+// worker ends the forward after max, holding or skipping its key. Only a
+// crash that cut the last attempt short, or an end that could not be
+// written, lets River run it again; without the reserve, River would
+// discard the job and its key would wait for an end that never comes.
+func OrderedMaxAttempts(max int) int { return max + OrderedReserve }
 
 // orderedParams returns p with the ordering key and position of an ordered
 // forward, or p as it is for key "". Its attempts keep one in reserve

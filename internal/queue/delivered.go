@@ -48,6 +48,12 @@ type FirstAttempt struct {
 	OrderKey  string
 	Seq       int64
 	OnFailure string
+	// Mark, when set on a batch's first outcome, is the mark of the
+	// recording's split form (on Citus) instead of the time of the call.
+	// A batch tried again keeps its mark, so that a try whose first
+	// transaction committed and whose second failed has its rows deleted
+	// by the next try, not taken again by the relay after the grace.
+	Mark time.Time
 	// HandOff, when positive, leases the next forward of the key that its
 	// end releases to the recording process for this long: the recording
 	// returns it with its event ([store.HandedOff]), to attempt at once.
@@ -187,11 +193,18 @@ func (q *Jobs) RecordFirstAttempts(ctx context.Context, queue string, batch []Fi
 
 // RecordAndHandOff is [Jobs.RecordFirstAttempts], returning the next
 // forwards of ordered keys that the recording released and leased to this
-// process ([FirstAttempt.HandOff]), with their events.
+// process ([FirstAttempt.HandOff]), with their events. On an error it
+// returns those whose transaction committed (an earlier sender's): they
+// are this process's. Those of a transaction that failed, or whose
+// COMMIT's outcome is unknown, are not returned; if it committed, they
+// wait for their lease to end and go to the relay.
 func (q *Jobs) RecordAndHandOff(ctx context.Context, queue string, batch []FirstAttempt) ([]store.HandedOff, error) {
 	var mark *time.Time
 	if q.split {
 		at := time.Now().UTC().Truncate(time.Microsecond)
+		if len(batch) > 0 && !batch[0].Mark.IsZero() {
+			at = batch[0].Mark.UTC().Truncate(time.Microsecond)
+		}
 		mark = &at
 	}
 	groups, err := recordStatements(queue, batch, mark)
@@ -206,7 +219,8 @@ func (q *Jobs) RecordAndHandOff(ctx context.Context, queue string, batch []First
 		sender string
 	}
 	var handOffs []handOffAt
-	reset := false // the marks changed the planner settings
+	commits := map[int]bool{} // the indexes in b of the COMMITs
+	reset := false            // the marks changed the planner settings
 	for i, g := range groups {
 		for j, tx := range g.txs() {
 			if own {
@@ -227,36 +241,44 @@ func (q *Jobs) RecordAndHandOff(ctx context.Context, queue string, batch []First
 				reset = true
 			}
 			if own {
+				commits[b.Len()] = true
 				b.Queue("COMMIT")
 			}
 		}
 	}
 	br := q.db.SendBatch(ctx, &b)
-	var handed []store.HandedOff
+	// handed are the hand-offs whose transaction committed; pending those
+	// of the transaction under way.
+	var handed, pending []store.HandedOff
 	for i := range b.Len() {
 		if len(handOffs) > 0 && handOffs[0].at == i {
 			rows, err := br.Query() //nolint:rowserrcheck // store.ScanHandedOff collects them with pgx.CollectRows, which checks rows.Err
 			if err == nil {
 				var hs []store.HandedOff
 				hs, err = store.ScanHandedOff(handOffs[0].sender, rows)
-				handed = append(handed, hs...)
+				pending = append(pending, hs...)
 			}
 			if err != nil {
 				_ = br.Close()
-				return nil, fmt.Errorf("record fast-path forwards: %w", err)
+				return handed, fmt.Errorf("record fast-path forwards: %w", err)
 			}
 			handOffs = handOffs[1:]
 			continue
 		}
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
-			return nil, fmt.Errorf("record fast-path forwards: %w", err)
+			return handed, fmt.Errorf("record fast-path forwards: %w", err)
+		}
+		if commits[i] {
+			handed, pending = append(handed, pending...), nil
 		}
 	}
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("record fast-path forwards: %w", err)
+		return handed, fmt.Errorf("record fast-path forwards: %w", err)
 	}
-	return handed, nil
+	// One transaction of the batch's, or the caller's: it has committed,
+	// or its caller commits it.
+	return append(handed, pending...), nil
 }
 
 // senderRecording is one sender's statements of a recording. record is

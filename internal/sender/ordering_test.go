@@ -97,3 +97,28 @@ func TestParseOrdering(t *testing.T) {
 		}
 	}
 }
+
+// An ordering header must be one the sender stores: a redelivery reads the
+// key from the stored event.
+func TestParseOrderingHeaderStored(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ headers, want string }{
+		{"", ""},
+		{"store_headers: [X-Key, Content-Type]", ""},
+		{"store_headers: [Content-Type]", "is not stored"},
+		{"drop_headers: [x-key]", "is not stored"},
+	} {
+		lines := []string{"delivery_id: { header: X-Id }"}
+		if tc.headers != "" {
+			lines = append(lines, tc.headers)
+		}
+		lines = append(lines, "forward:", "  - { name: t, url: 'https://example.com/a', ordering: { header: X-Key } }")
+		_, err := config.Parse([]byte("senders:\n"+senderYAML("s", lines...)), noEnv)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.headers, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one mentioning %q", tc.headers, err, tc.want)
+		}
+	}
+}

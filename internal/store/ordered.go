@@ -162,19 +162,29 @@ const (
 	TurnPast
 	// TurnLater: a forward before it has not ended.
 	TurnLater
+	// TurnBlocked: it failed for good and holds its key: only a
+	// redelivery, which clears the block, attempts it again.
+	TurnBlocked
 )
 
 // OrderedTurnOf tells whether the forward at position seq of sender's
-// (target, key) is the key's head. A key without a row (deleted when idle)
+// (target, key) is the key's head, and whether that head holds the key,
+// blocked. A key without a row (deleted when idle)
 // has nothing left to do.
 func (q *Queries) OrderedTurnOf(ctx context.Context, sender, target, key string, seq int64) (OrderedTurn, error) {
-	var head int64
-	err := q.db.QueryRow(ctx, `SELECT head_seq FROM forward_keys WHERE sender = $1 AND target = $2 AND order_key = $3`, sender, target, key).Scan(&head)
+	var (
+		head    int64
+		blocked bool
+	)
+	err := q.db.QueryRow(ctx, `SELECT head_seq, blocked_event IS NOT NULL FROM forward_keys WHERE sender = $1 AND target = $2 AND order_key = $3`,
+		sender, target, key).Scan(&head, &blocked)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return TurnPast, nil
 	case err != nil:
 		return TurnLater, fmt.Errorf("read ordering key of %s: %w", target, err)
+	case head == seq && blocked:
+		return TurnBlocked, nil
 	case head == seq:
 		return TurnNow, nil
 	case head > seq:
