@@ -1150,7 +1150,7 @@ type ForwardState struct {
 	// Example: 200
 	LastStatus *int `json:"last_status"`
 
-	// MaxAttempts How many attempts may be made (for an ordered target's forward, one more than the target's, kept in reserve for a crash that cuts the last one short).
+	// MaxAttempts How many attempts may be made (for an ordered target's forward, ten more than the target's, kept in reserve for a crash that cuts the last one short).
 	//
 	// Example: 20
 	MaxAttempts int `json:"max_attempts"`
