@@ -262,8 +262,12 @@ func TestNATSTargetOrderedByKey(t *testing.T) {
 			defer wg.Done()
 			key := fmt.Sprintf("k%d", k)
 			for n := 1; n <= events; n++ {
-				if r, err := deliver(ctx, c, s.base, fmt.Sprintf("%s-%d", key, n), orderedBody(key, n)); err != nil || r.status != 202 {
-					errs <- fmt.Errorf("deliver %s %d: %v %v", key, n, r, err)
+				r, err := deliver(ctx, c, s.base, fmt.Sprintf("%s-%d", key, n), orderedBody(key, n))
+				if err == nil && r.status != 202 {
+					err = fmt.Errorf("status %d", r.status)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("deliver %s %d: %w", key, n, err)
 					return
 				}
 			}
