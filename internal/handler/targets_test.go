@@ -182,9 +182,11 @@ senders:
 		s.accept("fwd", fmt.Sprintf("d-%d", i), []byte(`{}`))
 	}
 	var got map[string]targetStatus
-	testkit.Poll(t, pollTimeout, "3 forwards delivered to good and 3 failed at bad", func() bool {
+	// The counts are read by state, a statement each: a forward that ends
+	// between two of them is counted in both, so wait for all to be ended.
+	testkit.Poll(t, pollTimeout, "3 forwards delivered to good and 3 failed at bad, none under way", func() bool {
 		got = s.targets("fwd")
-		return got["good"].Forwards.Delivered == 3 && got["bad"].Forwards.Failed == 3
+		return got["good"].Forwards == (forwardCounts{Delivered: 3}) && got["bad"].Forwards == (forwardCounts{Failed: 3})
 	})
 	if len(got) != 2 {
 		t.Fatalf("targets = %+v, want good and bad", got)
