@@ -140,7 +140,9 @@ func TestRabbitMQTransport(t *testing.T) {
 		t.Errorf("the broker down: %+v, want retry", s)
 	}
 	b.Start()
-	testkit.Poll(t, 60*time.Second, "a publish after the restart to be delivered", func() bool {
+	// A guard against a hang, not a bound: RabbitMQ's boot took over a
+	// minute once, beside the whole suite on two cores.
+	testkit.Poll(t, 3*time.Minute, "a publish after the restart to be delivered", func() bool {
 		return tr.Send(ctx, down).Verdict == transport.VerdictDelivered
 	})
 
