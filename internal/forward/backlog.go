@@ -16,13 +16,15 @@ type backlogCollector struct {
 	senders func() []string
 	desc    *prometheus.Desc
 	up      *prometheus.Desc
+	blocked *prometheus.Desc
 
 	mu   sync.Mutex
 	last map[string]int64 // the last counts taken; nil before the first
 }
 
 // NewBacklogCollector returns a collector of hookgate_forward_backlog, the
-// unfinished forwards by state, and of hookgate_forward_backlog_up. A
+// unfinished forwards by state, of hookgate_forward_blocked_keys, and of
+// hookgate_forward_backlog_up. A
 // scrape that cannot count reports the last counts taken, so the series
 // stays during an outage. The outbox is counted for each sender senders
 // returns.
@@ -36,12 +38,17 @@ func NewBacklogCollector(q BacklogCounter, senders func() []string) prometheus.C
 			"hookgate_forward_backlog_up",
 			"1 when the last scrape counted the forward backlog in the database, 0 when it could not (hookgate_forward_backlog then repeats the last counts taken).",
 			nil, nil),
+		blocked: prometheus.NewDesc(
+			"hookgate_forward_blocked_keys",
+			"Ordering keys that a forward which failed for good holds (on_failure: hold): their later forwards wait until an operator redelivers or skips it. Counted with hookgate_forward_backlog.",
+			nil, nil),
 	}
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.desc
 	ch <- c.up
+	ch <- c.blocked
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -65,4 +72,5 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, state := range queue.BacklogStates() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(last[state]), state)
 	}
+	ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.GaugeValue, float64(last[queue.BlockedKeys]))
 }

@@ -29,14 +29,23 @@ func TestBacklogCollectorDuringOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An ordering key that a failed forward holds.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, blocked_event, blocked_at, updated_at)
+VALUES ('acme', 't', 'order-7', 3, 1, gen_random_uuid(), now(), now())`); err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(forward.NewBacklogCollector(queue.NewJobs(pool), func() []string { return []string{"acme"} }))
 	want := func(when, up string) {
 		t.Helper()
 		expected := `# HELP hookgate_forward_backlog_up 1 when the last scrape counted the forward backlog in the database, 0 when it could not (hookgate_forward_backlog then repeats the last counts taken).
 # TYPE hookgate_forward_backlog_up gauge
-hookgate_forward_backlog_up ` + up + "\n"
-		if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "hookgate_forward_backlog_up"); err != nil {
+hookgate_forward_backlog_up ` + up + `
+# HELP hookgate_forward_blocked_keys Ordering keys that a forward which failed for good holds (on_failure: hold): their later forwards wait until an operator redelivers or skips it. Counted with hookgate_forward_backlog.
+# TYPE hookgate_forward_blocked_keys gauge
+hookgate_forward_blocked_keys 1
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "hookgate_forward_backlog_up", "hookgate_forward_blocked_keys"); err != nil {
 			t.Errorf("%s: %v", when, err)
 		}
 		n, err := testutil.GatherAndCount(reg, "hookgate_forward_backlog")

@@ -434,9 +434,20 @@ GROUP BY state`)
 // per sender, so Citus runs each on one shard, through the outbox's key.
 var outboxCountSQL = `SELECT count(*) FROM forward_outbox WHERE sender = $1 AND ` + store.Unrecorded("")
 
+// backlogOfSenderSQL is outboxCountSQL, and the count of sender $1's
+// ordering keys that a failed forward holds (through their partial index),
+// in one statement on the sender's shard.
+var backlogOfSenderSQL = `SELECT (` + outboxCountSQL + `), (SELECT count(*) FROM forward_keys WHERE sender = $1 AND blocked_event IS NOT NULL)`
+
+// BlockedKeys is the name under which [Jobs.Backlog] counts the ordering
+// keys that a forward which failed for good holds (docs/forwarding.md,
+// "Ordered delivery"). It is not a state of [BacklogStates].
+const BlockedKeys = "blocked_keys"
+
 // Backlog returns how many forwards are unfinished, by the names of
 // [BacklogStates]. "outbox" counts the rows of senders that are accepted
-// but not relayed yet. A state without any is absent. It is one round trip
+// but not relayed yet. [BlockedKeys] counts the senders' blocked ordering
+// keys. A state without any is absent. It is one round trip
 // of indexed reads. Every process reads this metric at every scrape, so
 // its cost must not grow with the finished jobs that River keeps.
 func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64, error) {
@@ -444,7 +455,7 @@ func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64,
 	b.Queue(store.IndexOrderScans)
 	b.Queue(backlogSQL, stateNames(StatePending, StateRunning, StateRetrying))
 	for _, s := range senders {
-		b.Queue(outboxCountSQL, s)
+		b.Queue(backlogOfSenderSQL, s)
 	}
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
@@ -463,15 +474,18 @@ func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64,
 	if _, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error { out[state] = n; return nil }); err != nil {
 		return nil, fmt.Errorf("count forward backlog: %w", err)
 	}
-	var outbox int64
+	var outbox, blocked, nb int64
 	for range senders {
-		if err := br.QueryRow().Scan(&n); err != nil {
+		if err := br.QueryRow().Scan(&n, &nb); err != nil {
 			return nil, fmt.Errorf("count forward backlog: %w", err)
 		}
-		outbox += n
+		outbox, blocked = outbox+n, blocked+nb
 	}
 	if outbox > 0 {
 		out["outbox"] = outbox
+	}
+	if blocked > 0 {
+		out[BlockedKeys] = blocked
 	}
 	return out, nil
 }
