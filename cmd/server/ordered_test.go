@@ -295,9 +295,13 @@ func unfinishedJobs(t *testing.T, pool *pgxpool.Pool) map[string]int {
 	return out
 }
 
+// orderedDrain bounds the wait of TestOrderedDeliveryThroughCrashes for
+// every event: a guard against a stall, long enough for the default
+// backoff's rare long waits.
+const orderedDrain = 8 * time.Minute
+
 // TestOrderedDeliveryThroughCrashes is issue 48's check with real
-// processes: two gateway processes (--role all, default settings but a
-// shorter --forward-rescue-after and --forward-backoff-max) on one private
+// processes: two gateway processes (--role all, the default settings) on one private
 // PostgreSQL server, and a target ordered by the body's /key (on_failure:
 // hold, the default) that fails a fifth of the attempts with 503 and
 // answers a quarter of them late. 50 keys × 40 events: each key's events
@@ -320,24 +324,20 @@ func TestOrderedDeliveryThroughCrashes(t *testing.T) {
 	dsn := cluster.URL()
 	ot := newOrderTarget(t, 0.2, 300*time.Millisecond)
 	cfg := writeConfig(t, orderedConfig(ot.srv.URL))
-	// Jobs running at a kill are taken over 5 s after the killed process's
-	// last heartbeat; the rescue (the default: a minute and more) is only
-	// the backstop for a job whose end a database crash lost. 20 s is more
-	// than the target's default timeout (10 s) + 5 s.
-	// The backoff's first retry is the default (1 s), and it doubles, but
-	// up to 8 s rather than an hour: with a fifth of the attempts failing,
-	// one event of the 2,000 fails 6 times in a row in about one run of
-	// 8 and waits 31 s before its 7th attempt, and 8 times in a row in one
-	// run of 200, which with the default would wait over 4 minutes, with
-	// its key's later events behind it.
-	flags := []string{"--forward-rescue-after", "20s", "--forward-backoff-max", "8s"}
+	// The binary's defaults: jobs running at a kill are taken over a few
+	// seconds after the killed process's last heartbeat, and the backoff
+	// doubles from 1 s up to an hour. With a fifth of the attempts failing,
+	// one event of the 2,000 fails 8 times in a row in about one run of
+	// 200, and waits some 4 minutes before its 9th attempt with its key's
+	// later events behind it: the wait for every event is a guard of
+	// orderedDrain, not a bound.
 	c := newClient(t)
 
 	addrs := []string{freeAddr(t), freeAddr(t)}
 	bases := []string{"http://" + addrs[0], "http://" + addrs[1]}
 	procs := make([]*proc, 2)
 	start := func(i int) {
-		procs[i] = startBinaryWith(t, bin, dsn, addrs[i], cfg, flags...)
+		procs[i] = startBinaryWith(t, bin, dsn, addrs[i], cfg)
 		waitHealthy(t, c, bases[i], procs[i])
 	}
 	start(0)
@@ -452,7 +452,7 @@ func TestOrderedDeliveryThroughCrashes(t *testing.T) {
 
 	// The wait ends early when the guarantee is broken.
 	violated := func() bool { v, _, _, _ := ot.check(want); return len(v) > 0 }
-	testkit.Poll(t, stallTimeout, "every event to reach the target", func() bool { return ot.missing(want) == 0 || violated() }, func() string {
+	testkit.Poll(t, orderedDrain, "every event to reach the target", func() bool { return ot.missing(want) == 0 || violated() }, func() string {
 		v, _, _, _ := ot.check(want)
 		return fmt.Sprintf("%d events missing; %s; keys not done %v; %d violations of the order, e.g. %v",
 			ot.missing(want), progress(), keysNotDone(t, pool), len(v), v[:min(len(v), 5)])
@@ -701,7 +701,7 @@ func TestOrderedLastAttemptKilled(t *testing.T) {
 	ot := newOrderTarget(t, 0, 0)
 	ot.slow["a/1"] = 8 * time.Second
 	cfg := writeConfig(t, senderConfig+fmt.Sprintf("    forward:\n      - name: orders\n        url: %s\n        max_attempts: 1\n        ordering: { json_pointer: /key }\n", ot.srv.URL))
-	flags := []string{"--admin-token", pauseToken, "--forward-fast-path=false", "--forward-rescue-after", "20s"}
+	flags := []string{"--admin-token", pauseToken, "--forward-fast-path=false"}
 	addr := freeAddr(t)
 	base := "http://" + addr
 	c := newClient(t)
