@@ -119,6 +119,11 @@ type Fast struct {
 	// forward is attempted only when its row is its key's head.
 	OrderKeys []string
 	Lease     Lease
+	// New reports that the ingest that dispatches the event created it,
+	// in the transaction that wrote its outbox rows: no other forward of
+	// it can have failed before this attempt, so recording its delivery
+	// looks for no failed forward to supersede ([queue.FirstAttempt.New]).
+	New bool
 }
 
 // orderKey returns the ordering key of f's i-th target, or "".
@@ -770,7 +775,7 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 	p := d.w.post(d.ctx, t, a, f.EventType, f.Headers, f.Body, f.Parsed, max(left, time.Millisecond))
 	snooze := tk.Done(d.ctx, p.res, p.pause, errText(p.err))
 	o := queue.FirstAttempt{Sender: a.Sender, EventID: a.EventID, Target: a.Target, MaxAttempts: t.MaxAttempts, AttemptedAt: attemptedAt,
-		OrderKey: j.key, Seq: j.seq}
+		OrderKey: j.key, Seq: j.seq, New: f.New}
 	if j.key != "" {
 		o.MaxAttempts = queue.OrderedMaxAttempts(t.MaxAttempts)
 		o.OnFailure = config.OnFailureSkip

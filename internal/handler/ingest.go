@@ -212,7 +212,7 @@ func (s *Server) record(ctx context.Context, sd *sender.Sender, p *sender.Prepar
 		// Committed, with its outbox rows leased to this process. With a
 		// zero lease they are the relay's, which Dispatch wakes.
 		s.fast.Dispatch(&forward.Fast{Sender: sd.Sender, EventID: eventID, DeliveryID: p.DeliveryID, EventType: p.EventType,
-			Headers: p.Header, Body: p.Body, Parsed: p.Parsed, Targets: p.Targets, OrderKeys: p.OrderKeys, Lease: lease})
+			Headers: p.Header, Body: p.Body, Parsed: p.Parsed, Targets: p.Targets, OrderKeys: p.OrderKeys, Lease: lease, New: true})
 	}
 	return res, nil
 }

@@ -59,6 +59,13 @@ type FirstAttempt struct {
 	// returns it with its event ([store.HandedOff]), to attempt at once.
 	// Zero leaves it to the relay.
 	HandOff time.Duration
+	// New reports that the forward's event was created by the ingest
+	// whose process attempted it, with its outbox row. No failed forward
+	// of that event to that target can be older than the attempt, so the
+	// recording marks none superseded: it saves the look for them (two
+	// statements and a probe of river_job per forward). A hand-off of an
+	// ordered key's next forward is not New: it may be a redelivery.
+	New bool
 }
 
 // The fast path's recording takes each attempted forward's outbox row in
@@ -350,6 +357,9 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		handLease []*int64
 		// The attempts with their answers.
 		answers []store.Attempt
+		// The recorded forwards that are not New, whose recording marks
+		// the failed forwards of their events superseded.
+		marks []ForwardKey
 		// The delivered ones.
 		dEvents                []pgtype.UUID
 		dTargets               []string
@@ -374,6 +384,9 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			c.relEvents = append(c.relEvents, pgtype.UUID{Bytes: a.EventID, Valid: true})
 			c.relTargets = append(c.relTargets, a.Target)
 			continue
+		}
+		if !a.New {
+			c.marks = append(c.marks, ForwardKey{Target: a.Target, EventID: a.EventID})
 		}
 		if a.OrderKey != "" && (a.State == StateDelivered || a.State == StateFailed && a.OnFailure == "skip") {
 			c.ends = append(c.ends, store.OrderedEnd{Target: a.Target, Key: a.OrderKey, Seq: a.Seq, EventID: a.EventID})
@@ -481,13 +494,7 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			targets := append(append([]string(nil), c.dTargets...), c.targets...)
 			g.remove = []statement{{sql: store.DeleteRecordedSQL, args: []any{s, events, targets, *mark}}}
 		}
-		g.sender = s
-		for i, e := range c.dEvents {
-			g.marks = append(g.marks, ForwardKey{Target: c.dTargets[i], EventID: e.Bytes})
-		}
-		for i, e := range c.events {
-			g.marks = append(g.marks, ForwardKey{Target: c.targets[i], EventID: e.Bytes})
-		}
+		g.sender, g.marks = s, c.marks
 		groups = append(groups, g)
 	}
 	return groups, nil

@@ -449,3 +449,41 @@ func TestSplitRecordingLeavesOthersMarks(t *testing.T) {
 		t.Errorf("forwards of a row marked an hour ago: %+v, %v; want its outbox row, pending", fwds, err)
 	}
 }
+
+// TestNewFirstAttemptLooksForNoFailure: the recording of a New forward (of
+// an event its ingest created) does not look for failed forwards of its
+// event to supersede, and one that is not New does. A New forward never
+// has one in use; the fixture plants one, older than the event could be,
+// only to show which recording looked.
+func TestNewFirstAttemptLooksForNoFailure(t *testing.T) {
+	t.Parallel()
+	forEachRecordingForm(t, func(t *testing.T, s *fixture, _ *pgxpool.Pool) {
+		ctx := t.Context()
+		at := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+		fresh, handed := uuid.New(), uuid.New()
+		for i, e := range []uuid.UUID{fresh, handed} {
+			d := []string{"d1", "d2"}[i]
+			if _, err := s.jobs.InsertForwardJobs(ctx, "q", queuetest.JobFixture{State: rivertype.JobStateDiscarded, At: at.Add(-time.Hour)},
+				queuetest.NewForwardJob{Sender: "acme", Target: "t", EventID: e, DeliveryID: d, MaxAttempts: 5}); err != nil {
+				t.Fatal(err)
+			}
+			if err := storetest.InsertOutbox(ctx, s.DB(), storetest.Outbox{Sender: "acme", Target: "t", EventID: e, DeliveryID: d}, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		delivered := func(e uuid.UUID, isNew bool) FirstAttempt {
+			return FirstAttempt{Sender: "acme", EventID: e, Target: "t", State: StateDelivered, MaxAttempts: 5, New: isNew,
+				AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: Output{Status: 204, DeliveredAt: at}}
+		}
+		if err := s.RecordFirstAttempts(ctx, "q", []FirstAttempt{delivered(fresh, true), delivered(handed, false)}); err != nil {
+			t.Fatal(err)
+		}
+		page, err := s.ListTargetForwards(ctx, Filter{Sender: "acme", Target: "t", State: StateFailed}, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Forwards) != 1 || page.Forwards[0].EventID != fresh {
+			t.Errorf("failed forwards %+v: want only the planted one of the New forward's event, the other superseded by its delivery", page.Forwards)
+		}
+	})
+}
