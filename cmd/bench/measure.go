@@ -208,16 +208,24 @@ func (b *bench) profile(ctx context.Context, srv *server) func() {
 	if srv.pprofAddr == "" {
 		return func() {}
 	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=30",
-		"-seconds="+strconv.Itoa(max(int(b.duration.Seconds()), 1)), "http://"+srv.pprofAddr+"/debug/pprof/profile")
+	seconds := "-seconds=" + strconv.Itoa(max(int(b.duration.Seconds()), 1))
+	var out, allocs bytes.Buffer
+	cmd := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=30", seconds, "http://"+srv.pprofAddr+"/debug/pprof/profile")
 	cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), "PPROF_TMPDIR="+b.tmp), &out, &out
-	err := cmd.Start()
+	// The allocations of the same seconds (a delta profile), by count:
+	// what the garbage collector pays for.
+	acmd := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=alloc_objects", "-nodecount=25", seconds, "http://"+srv.pprofAddr+"/debug/pprof/allocs")
+	acmd.Env, acmd.Stdout, acmd.Stderr = cmd.Env, &allocs, &allocs
+	err, aerr := cmd.Start(), acmd.Start()
 	return func() {
 		if err == nil {
 			err = cmd.Wait()
 		}
+		if aerr == nil {
+			aerr = acmd.Wait()
+		}
 		fmt.Fprintf(b.out, "  server CPU profile (go tool pprof%s):\n    %s\n", errSuffix(err), strings.ReplaceAll(strings.TrimSpace(out.String()), "\n", "\n    "))
+		fmt.Fprintf(b.out, "  server allocations, by count (go tool pprof%s):\n    %s\n", errSuffix(aerr), strings.ReplaceAll(strings.TrimSpace(allocs.String()), "\n", "\n    "))
 	}
 }
 
