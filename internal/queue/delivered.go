@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hookgate/hookgate/internal/pgarray"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -345,27 +346,32 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 	// Event IDs go as pgtype.UUID, which pgx encodes in binary. pgx
 	// encodes a uuid.UUID through its text, which costs a few percent of
 	// the gateway's CPU under forwarding load.
+	//
+	// The arrays are pgarray's, which pgx encodes without an allocation
+	// per element; the jsonb ones stay []*string, which pgx's JSON codec
+	// writes as they are.
 	type cols struct {
-		events, relEvents              []pgtype.UUID
-		targets, relTargets, states    []string
+		events, relEvents              pgarray.UUIDs
+		targets, relTargets, states    pgarray.Texts
 		maxAttempts                    []int32
-		attempted, finalized, schedule []*time.Time
-		errs, metas, onFailure         []*string
+		attempted, finalized, schedule pgarray.NullTimes
+		errs, metas                    []*string
+		onFailure                      pgarray.NullTexts
 		// The ordered forwards whose end may release the next, and the
 		// lease of the next when it is handed off (nil: none).
 		ends      []store.OrderedEnd
-		handLease []*int64
+		handLease pgarray.NullInt64s
 		// The attempts with their answers.
 		answers []store.Attempt
 		// The recorded forwards that are not New, whose recording marks
 		// the failed forwards of their events superseded.
 		marks []ForwardKey
 		// The delivered ones.
-		dEvents                []pgtype.UUID
-		dTargets               []string
-		dAttempted, dDelivered []time.Time
+		dEvents                pgarray.UUIDs
+		dTargets               pgarray.Texts
+		dAttempted, dDelivered pgarray.Times
 		dStatus, dMaxAttempts  []int16
-		dAcks                  []*string
+		dAcks                  pgarray.NullTexts
 	}
 	bySender := map[string]*cols{}
 	var order []string
@@ -490,8 +496,8 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			g.record = append(g.record, statement{sql: store.InsertAttemptsSQL, args: args})
 		}
 		if mark != nil && len(c.dEvents)+len(c.events) > 0 {
-			events := append(append([]pgtype.UUID(nil), c.dEvents...), c.events...)
-			targets := append(append([]string(nil), c.dTargets...), c.targets...)
+			events := append(append(pgarray.UUIDs(nil), c.dEvents...), c.events...)
+			targets := append(append(pgarray.Texts(nil), c.dTargets...), c.targets...)
 			g.remove = []statement{{sql: store.DeleteRecordedSQL, args: []any{s, events, targets, *mark}}}
 		}
 		g.sender, g.marks = s, c.marks

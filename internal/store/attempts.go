@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/hookgate/hookgate/internal/pgarray"
 )
 
 // The causes of an attempt of a forward.
@@ -109,16 +111,19 @@ ON CONFLICT ON CONSTRAINT forward_attempts_pkey DO NOTHING`
 // of sender. Empty texts and zero numbers are NULL.
 func AttemptArgs(sender string, attempts []Attempt) ([]any, error) {
 	n := len(attempts)
+	// The arrays are pgarray's, which pgx encodes without an allocation
+	// per element, but for the jsonb headers.
 	var (
-		events                   = make([]pgtype.UUID, n)
-		targets, outcomes, cause = make([]string, n), make([]string, n), make([]string, n)
-		started                  = make([]time.Time, n)
-		took                     = make([]int64, n)
+		events                   = make(pgarray.UUIDs, n)
+		targets, outcomes, cause = make(pgarray.Texts, n), make(pgarray.Texts, n), make(pgarray.Texts, n)
+		started                  = make(pgarray.Times, n)
+		took                     = make(pgarray.Int64s, n)
 		attempt                  = make([]int32, n)
-		actor, ack, errs, hdrs   = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-		jobs                     = make([]*int64, n)
-		status                   = make([]*int16, n)
-		bodies                   = make([][]byte, n)
+		actor, ack, errs         = make(pgarray.NullTexts, n), make(pgarray.NullTexts, n), make(pgarray.NullTexts, n)
+		hdrs                     = make([]*string, n)
+		jobs, status             = make(pgarray.NullInt64s, n), make(pgarray.NullInt64s, n)
+		statuses                 = make([]int64, n)
+		bodies                   = make(pgarray.Bytes, n)
 	)
 	for i := range attempts {
 		a := &attempts[i]
@@ -129,8 +134,8 @@ func AttemptArgs(sender string, attempts []Attempt) ([]any, error) {
 			jobs[i] = &a.JobID
 		}
 		if a.Status != 0 {
-			s := int16(a.Status)
-			status[i] = &s
+			statuses[i] = int64(a.Status)
+			status[i] = &statuses[i]
 		}
 		if len(a.Header) > 0 {
 			b, err := json.Marshal(a.Header)

@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/hookgate/hookgate/internal/pgarray"
 )
 
 // Ordered delivery (migration 28). forward_keys holds each ordering key's
@@ -97,7 +99,7 @@ WHERE sender = $1 AND target = $2 AND order_key = $3 AND head_seq = $4`
 // OrderedArgs returns the arguments of [AdvanceOrderedSQL] and
 // [ReleaseOrderedSQL] for ends, all of sender.
 func OrderedArgs(sender string, ends []OrderedEnd) []any {
-	targets, keys, seqs := make([]string, len(ends)), make([]string, len(ends)), make([]int64, len(ends))
+	targets, keys, seqs := make(pgarray.Texts, len(ends)), make(pgarray.Texts, len(ends)), make(pgarray.Int64s, len(ends))
 	for i, e := range ends {
 		targets[i], keys[i], seqs[i] = e.Target, e.Key, e.Seq
 	}
