@@ -123,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.DurationVar(&b.maxCPUPerForward, "max-cpu-per-forward", 350*time.Microsecond, "highest passing gateway + PostgreSQL CPU per forward (--role all, beyond a delivery's own)")
 	fs.Float64Var(&b.maxRSS, "max-rss-mb", 150, "highest passing peak RSS of a server, in MB")
 	fs.BoolVar(&b.keep, "keep", false, "keep the temporary directory (server logs, pgbench script and logs, profiles)")
-	fs.BoolVar(&b.pprof, "pprof", false, "CPU profiles of the server in phase 1 and the --role all phases (not the one-key phase), with their hottest functions")
+	fs.BoolVar(&b.pprof, "pprof", false, "CPU and allocation profiles of the server in phase 1 and the forwarding phases (not the one-key phase), with their hottest functions")
 	fs.BoolVar(&b.pgstat, "pgstat", false, "PostgreSQL's statements (pg_stat_statements) and wait events in phase 1 and the forwarding phases: calls per delivery, time, where the backends wait")
 	fs.Func("server-arg", "an argument added to every server's `serve`, e.g. -server-arg=--forward-workers=100 (repeatable)", func(v string) error {
 		b.serverArgs = append(b.serverArgs, v)
@@ -487,10 +487,7 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 	}
 	defer func() { _ = srv.stop() }() // on failure paths; after b.stop, nothing
 	b.checkpoint(ctx)
-	report := func() {}
-	if p.role == "all" {
-		report = b.profile(ctx, srv)
-	}
+	report := b.profile(ctx, srv)
 	pgstat := b.pgStat(ctx)
 	var ref float64 // none with -only-ordered
 	if b.first != nil {

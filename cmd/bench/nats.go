@@ -64,8 +64,9 @@ func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
 	}
 	defer func() { _ = srv.stop() }()
 	b.checkpoint(ctx)
+	report := b.profile(ctx, srv)
 	load, err := b.load(ctx, srv, "first delivery, 1 NATS target, all", loadConfig{ids: firstIDs("fwn")})
-	if err != nil {
+	if report(); err != nil {
 		return err
 	}
 	b.ratio("forwarding to NATS JetStream: --role all %.0f/s ÷ without a target %.0f/s", load.rate(), b.first.rate(), b.minForwardAllRatio, load.cpu, b.first.cpu, "NATS phase", "no-target phase")
