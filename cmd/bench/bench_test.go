@@ -202,6 +202,23 @@ func TestRatioCheck(t *testing.T) {
 	}
 }
 
+// TestTimedVerdict: a bound on time that failed while other processes
+// loaded the machine is inconclusive, not a FAIL; a pass stays a pass.
+func TestTimedVerdict(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ok     bool
+		others float64
+		want   string
+	}{
+		{true, 0, "PASS"}, {true, 0.9, "PASS"}, {false, 0, "FAIL"}, {false, disturbedAbove, "FAIL"}, {false, 0.5, "????"},
+	} {
+		if got := timedVerdict(tc.ok, tc.others); got != tc.want {
+			t.Errorf("timedVerdict(%v, %.2f) = %s, want %s", tc.ok, tc.others, got, tc.want)
+		}
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	t.Parallel()
 	b, err := parseFlags([]string{"-d", "5s", "-skip-forward", "-skip-replay", "-skip-pgbench", "-server-arg=--role=api", "-server-env", "GOGC=400"}, io.Discard) // .ci/bench-citus.sh's

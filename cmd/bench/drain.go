@@ -81,7 +81,7 @@ func (b *bench) drainPhase(ctx context.Context, sk *sink, config string) error {
 		if err := srv.alive(ctx); err != nil {
 			return err
 		}
-		b.check(received >= n, "worker drain: a --role worker process alone delivered %d of %d waiting forwards within %s", received, n, b.drainTimeout)
+		b.timed(received >= n, r.cpu, "worker drain: a --role worker process alone delivered %d of %d waiting forwards within %s", received, n, b.drainTimeout)
 		b.stop(srv, fmt.Sprintf(" (--role worker, drain of %d)", n))
 		res = append(res, r)
 	}

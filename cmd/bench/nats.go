@@ -83,7 +83,7 @@ func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
 			break
 		}
 	}
-	b.check(stored == uint64(load.accepted) && load.accepted > 0, "forwarding to NATS, --role all: the stream holds %d messages for %d accepted events %s after the load's end",
+	b.timed(stored == uint64(load.accepted) && load.accepted > 0, busier(load.cpu, cpuBetween(load.end, takeCPU(srv.pid(), b.pgPID), nil)), "forwarding to NATS, --role all: the stream holds %d messages for %d accepted events %s after the load's end",
 		stored, load.accepted, time.Since(t0).Round(10*time.Millisecond))
 	b.check(load.errors == 0 && load.count > 0, "forwarding to NATS, --role all: %d errors in %d requests", load.errors, load.requests)
 	b.stop(srv, " (--role all, one NATS target)")
