@@ -244,7 +244,7 @@ var settingTable = []setting{
 		help:  "most deliveries of one sender committed in one transaction (group commit); 1 turns batching off",
 		parse: intSetting("ingest batch size", 1, 1000, func(s *settings) *int { return &s.dedup.Batching.MaxBatch })},
 	{flag: "ingest-batches-in-flight", env: "HOOKGATE_INGEST_BATCHES_IN_FLIGHT", shown: "`" + strconv.Itoa(dedup.DefaultMaxInFlight) + "`; `" + strconv.Itoa(distributedMaxInFlight) + "` on Citus",
-		help: "most batches of one sender in flight at once; fewer when the tables are distributed by Citus, for larger batches (each batch costs Citus a call on the sender's worker)",
+		help: "most batches of one sender in flight at once; a batch starts beside those running only once each of them has run for " + dedup.DefaultOverlapAfter.String() + ", so that one runs at a time while the database keeps up, and one held up (a key another transaction holds) does not hold up the sender; 1 when the tables are distributed by Citus, for larger batches (each batch costs Citus a call on the sender's worker)",
 		parse: func(s *settings, v string) error {
 			if v == "" {
 				s.dedup.Batching.MaxInFlight = 0 // computed: ingestConfig

@@ -28,7 +28,7 @@ func BenchmarkRun(b *testing.B) {
 	body := `{"type":"order.created","note":"` + strings.Repeat("x", 512-34) + `"}`
 	single := dedup.Config{InFlightWait: dedup.DefaultInFlightWait}
 	batched := single
-	batched.Batching = &dedup.Batching{MaxBatch: dedup.DefaultMaxBatch, MaxInFlight: dedup.DefaultMaxInFlight}
+	batched.Batching = &dedup.Batching{MaxBatch: dedup.DefaultMaxBatch, MaxInFlight: dedup.DefaultMaxInFlight, OverlapAfter: dedup.DefaultOverlapAfter}
 	for _, bc := range []struct {
 		name   string
 		cfg    dedup.Config

@@ -53,6 +53,15 @@ type Batching struct {
 	MaxBatch int
 	// MaxInFlight is the most batches of one sender in flight, at least 1.
 	MaxInFlight int
+	// OverlapAfter, when positive, starts a sender's further batch beside
+	// those in flight only once each of them has run for OverlapAfter.
+	// While the database keeps up, one batch runs at a time, and the
+	// deliveries that arrive meanwhile make the next one larger: fewer
+	// transactions and WAL flushes for as many deliveries. A batch held up
+	// (a key another transaction holds, a slow statement) does not hold
+	// up its sender for longer. Zero starts a batch whenever fewer than
+	// MaxInFlight run.
+	OverlapAfter time.Duration
 	// Observe, when not nil, is called with the size of each batch sent.
 	Observe func(size int)
 }
@@ -87,7 +96,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		InFlightWait: DefaultInFlightWait,
-		Batching:     &Batching{MaxBatch: DefaultMaxBatch, MaxInFlight: DefaultMaxInFlight},
+		Batching:     &Batching{MaxBatch: DefaultMaxBatch, MaxInFlight: DefaultMaxInFlight, OverlapAfter: DefaultOverlapAfter},
 		ReplayCache:  &ReplayCache{Size: DefaultReplayCacheSize, TTL: DefaultReplayCacheTTL},
 		Shedding:     &ShedPolicy{Target: DefaultShedTarget, Interval: DefaultShedInterval, MaxWait: DefaultMaxQueueWait},
 	}
@@ -108,6 +117,9 @@ func (c Config) validate() error {
 		}
 		if b.MaxInFlight < 1 {
 			errs = append(errs, fmt.Errorf("dedup config: Batching.MaxInFlight %d: must be at least 1", b.MaxInFlight))
+		}
+		if b.OverlapAfter < 0 {
+			errs = append(errs, fmt.Errorf("dedup config: Batching.OverlapAfter %s: must not be negative (0: no wait)", b.OverlapAfter))
 		}
 	}
 	if r := c.ReplayCache; r != nil {

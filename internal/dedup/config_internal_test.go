@@ -34,6 +34,7 @@ func TestConfigValidate(t *testing.T) {
 		{"in-flight wait too long", func(c *Config) { c.InFlightWait = 30 * 24 * time.Hour }, "InFlightWait 720h0m0s"},
 		{"zero batch", func(c *Config) { c.Batching.MaxBatch = 0 }, "Batching.MaxBatch 0"},
 		{"zero batches in flight", func(c *Config) { c.Batching.MaxInFlight = 0 }, "Batching.MaxInFlight 0"},
+		{"negative overlap", func(c *Config) { c.Batching.OverlapAfter = -time.Millisecond }, "Batching.OverlapAfter -1ms"},
 		{"zero cache size", func(c *Config) { c.ReplayCache.Size = 0 }, "ReplayCache.Size 0"},
 		{"negative cache TTL", func(c *Config) { c.ReplayCache.TTL = -time.Second }, "ReplayCache.TTL -1s"},
 		{"zero shed target", func(c *Config) { c.Shedding.Target = 0 }, "Shedding.Target 0s"},

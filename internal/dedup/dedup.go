@@ -43,6 +43,7 @@ type Store struct {
 
 	// Group commit is off when maxBatch is at most 1.
 	maxBatch, maxInFlight int
+	overlapAfter          time.Duration
 	observeBatch          func(int)
 	batchLockTimeout      string
 	batchers              sync.Map // sender → *batcher
@@ -100,7 +101,7 @@ func newStore(cfg Config) (*Store, error) {
 		now:              time.Now,
 	}
 	if b := cfg.Batching; b != nil {
-		s.maxBatch, s.maxInFlight, s.observeBatch = b.MaxBatch, b.MaxInFlight, b.Observe
+		s.maxBatch, s.maxInFlight, s.overlapAfter, s.observeBatch = b.MaxBatch, b.MaxInFlight, b.OverlapAfter, b.Observe
 	}
 	if r := cfg.ReplayCache; r != nil {
 		c, err := lru.New[idempotency.Key, cached](r.Size)

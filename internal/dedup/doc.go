@@ -66,7 +66,10 @@
 // With [Config.Batching], the deliveries of one sender that arrive while its
 // batches are in flight form the next batch. A batch is one pipeline and
 // one transaction: the deliveries share one COMMIT, one WAL flush and the
-// statements' fixed costs. A lone delivery does not wait. Keys are claimed
+// statements' fixed costs. A lone delivery does not wait. A further batch
+// starts beside one in flight only once that one has run for
+// [Batching.OverlapAfter], so one runs at a time while the database keeps
+// up, and one held up does not hold up its sender. Keys are claimed
 // in delivery-ID order, so two processes' batches wait for each other
 // instead of deadlocking. Each delivery keeps its guarantee: its key, change
 // and response commit before Run returns for it. A batch that fails is
