@@ -36,7 +36,7 @@ import (
 
 // Defaults of batching (DefaultConfig). One batch of a sender runs at a
 // time while each takes less than DefaultOverlapAfter: on make bench's
-// machine a batch of 15 deliveries takes about 1.4 ms. Two batches
+// machine a batch of 15 deliveries takes about 1.25 ms. Two batches
 // overlapping as a rule made batches half as large, each delivery cost
 // PostgreSQL 63 µs instead of 44, and took 10% fewer deliveries per second
 // (docs/benchmarks/2026-ingest-and-forward.md).

@@ -34,12 +34,9 @@ func holdKey(t *testing.T, ctx context.Context, dsn, sender, id string) (pgx.Tx,
 	return tx, holder
 }
 
-// runHeld runs a delivery of the held key through s.Run and waits until
-// its transaction waits for the holder's lock: its sender's batch in
-// flight is held up. The returned channel closes when Run returns.
-func runHeld(t *testing.T, ctx context.Context, s *Store, sender, id string) (<-chan struct{}, *Result, *error) {
-	t.Helper()
-	d := delivery(t, sender, id, "p")
+// runAsync runs d through s.Run in a goroutine. The returned channel
+// closes when Run returns; the result and error are then set.
+func runAsync(ctx context.Context, s *Store, d idempotency.Delivery) (<-chan struct{}, *Result, *error) {
 	done := make(chan struct{})
 	var (
 		res Result
@@ -49,6 +46,15 @@ func runHeld(t *testing.T, ctx context.Context, s *Store, sender, id string) (<-
 		defer close(done)
 		res, err = s.Run(ctx, d, mark(d))
 	}()
+	return done, &res, &err
+}
+
+// runHeld runs a delivery of the held key with runAsync and waits until
+// its transaction waits for the holder's lock: its sender's batch in
+// flight is held up.
+func runHeld(t *testing.T, ctx context.Context, s *Store, sender, id string) (<-chan struct{}, *Result, *error) {
+	t.Helper()
+	done, res, err := runAsync(ctx, s, delivery(t, sender, id, "p"))
 	testkit.Poll(t, time.Minute, "the held key's delivery to wait for the holder's lock", func() bool {
 		var n int
 		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
@@ -56,7 +62,7 @@ func runHeld(t *testing.T, ctx context.Context, s *Store, sender, id string) (<-
 		}
 		return n > 0
 	})
-	return done, &res, &err
+	return done, res, err
 }
 
 // TestSlowBatchLetsTheNextStart: with two batches in flight at most and an
@@ -126,20 +132,12 @@ func TestYoungBatchHoldsTheNext(t *testing.T) {
 	heldDone, heldRes, heldErr := runHeld(t, ctx, s, "young", "held")
 
 	next := delivery(t, "young", "next", "p")
-	nextDone := make(chan struct{})
-	var (
-		nextRes Result
-		nextErr error
-	)
-	go func() {
-		defer close(nextDone)
-		nextRes, nextErr = s.Run(ctx, next, mark(next))
-	}()
+	nextDone, nextRes, nextErr := runAsync(ctx, s, next)
 	// However long this waits, the delivery cannot be stored before the
 	// held batch ends; 300 ms gives a wrong implementation time to show.
 	select {
 	case <-nextDone:
-		t.Fatalf("a delivery that arrived while a young batch ran was answered beside it: %+v, %v", nextRes, nextErr)
+		t.Fatalf("a delivery that arrived while a young batch ran was answered beside it: %+v, %v", *nextRes, *nextErr)
 	case <-time.After(300 * time.Millisecond):
 	}
 	if got := marks(t, ctx, s, next); got != 0 {
@@ -153,8 +151,8 @@ func TestYoungBatchHoldsTheNext(t *testing.T) {
 	if *heldErr != nil || !heldRes.Replayed || heldRes.EventID != holder.EventID {
 		t.Errorf("held key: %+v, %v; want a replay of the holder's delivery", *heldRes, *heldErr)
 	}
-	if nextErr != nil || nextRes.Replayed {
-		t.Errorf("further delivery: %+v, %v; want new", nextRes, nextErr)
+	if *nextErr != nil || nextRes.Replayed {
+		t.Errorf("further delivery: %+v, %v; want new", *nextRes, *nextErr)
 	}
 	if got := marks(t, ctx, s, next); got != 1 {
 		t.Errorf("the further delivery's change was applied %d times, want 1", got)
