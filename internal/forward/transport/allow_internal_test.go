@@ -9,6 +9,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/hookgate/hookgate/internal/config"
 
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
@@ -138,18 +143,25 @@ func TestGuardedHTTPClientDials(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := NewGuardedHTTPClient(1, a)
-		c.Transport.(*http.Transport).Proxy = nil
+		c.Transport.(*guardedTransport).Proxy = nil
 		before := hits.Load()
+		// Through net/http's Transport, as a target behind a proxy is
+		// reached, then over the client's own connections.
 		resp, err := c.Post("http://"+net.JoinHostPort(tc.host, port)+"/hooks", "text/plain", strings.NewReader("x"))
 		if err == nil {
 			resp.Body.Close()
 		}
+		target := &config.Target{Name: "t", URL: "http://" + net.JoinHostPort(tc.host, port) + "/hooks", Timeout: config.Duration(5 * time.Second)}
+		sent := NewHTTP(c, time.Now).Send(t.Context(), Message{Sender: "s", Target: target, EventID: uuid.New(), DeliveryID: "d", Body: []byte("x")})
 		c.CloseIdleConnections()
 		if testing.Verbose() && err != nil {
-			t.Logf("list %q, host %s: %v", tc.list, tc.host, err)
+			t.Logf("list %q, host %s: %v; own connections: %v", tc.list, tc.host, err, sent.Err)
 		}
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrHostNotAllowed)) {
 			t.Errorf("list %q, host %s: %v, want allowed %v", tc.list, tc.host, err, tc.ok)
+		}
+		if tc.ok != (sent.Verdict == VerdictDelivered) || (!tc.ok && !errors.Is(sent.Err, ErrHostNotAllowed)) {
+			t.Errorf("list %q, host %s, own connections: %s, %v, want allowed %v", tc.list, tc.host, sent.Verdict, sent.Err, tc.ok)
 		}
 		if !tc.ok && hits.Load() != before {
 			t.Errorf("list %q, host %s: the request reached the server", tc.list, tc.host)

@@ -29,16 +29,21 @@ const maxResponseBytes = 64 << 10
 type HTTP struct {
 	client *http.Client
 	rt     http.RoundTripper // client's transport, when send may use it directly
+	direct *direct           // client's own connections, when it has them
 	now    func() time.Time  // the clock of timestamps and Retry-After dates
-	urls   sync.Map          // the targets' parsed URLs, by URL
+	urls   sync.Map          // the targets' *targetURL, by URL
 }
 
 // NewHTTP returns the transport that sends forwards with client, reading
-// the time from now. Client is usually [NewGuardedHTTPClient]'s.
+// the time from now. Client is usually [NewGuardedHTTPClient]'s: then the
+// forwards that need no proxy go over its own connections ([direct]).
 func NewHTTP(client *http.Client, now func() time.Time) *HTTP {
 	h := &HTTP{client: client, now: now}
 	if client != nil && client.Transport != nil && client.Jar == nil && client.Timeout == 0 {
 		h.rt = client.Transport
+		if g, ok := client.Transport.(*guardedTransport); ok {
+			h.direct = g.direct
+		}
 	}
 	return h
 }
@@ -48,14 +53,25 @@ func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 	t := m.Target
 	b, rctx, cancel := bound(ctx, m)
 	defer cancel()
-	req, err := h.request(rctx, m)
+	u, err := h.targetURL(t.URL)
 	if err != nil {
-		return Sent{Verdict: VerdictFailed, Err: err}
+		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("build request for target %q: the URL does not parse", t.Name)}
 	}
+	hd := h.header(m)
 	start := time.Now()
-	resp, err := h.send(req)
+	var resp *http.Response
+	var kept []byte
+	if u.direct != nil {
+		resp, kept, err = h.direct.post(rctx, u.direct, hd, m.Body)
+	} else if resp, err = h.send(newRequest(rctx, u.url, hd, m.Body)); err == nil {
+		if resp.Body != http.NoBody {
+			kept = readKept(resp.Body)
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes-int64(len(kept))))
+		}
+		_ = resp.Body.Close()
+	}
+	took := time.Since(start)
 	if err != nil {
-		took := time.Since(start)
 		// A *url.Error names the URL, which may hold credentials.
 		// Keep only what went wrong.
 		var ue *url.Error
@@ -68,13 +84,6 @@ func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 		}
 		return Sent{Verdict: VerdictRetry, Err: err, Took: took}
 	}
-	var kept []byte
-	if resp.Body != http.NoBody {
-		kept = readKept(resp.Body)
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes-int64(len(kept))))
-	}
-	_ = resp.Body.Close()
-	took := time.Since(start)
 
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
@@ -104,14 +113,20 @@ func readKept(body io.Reader) []byte {
 	return bytes.Clone((*bp)[:n])
 }
 
-// request builds the forward's POST. It fills the header map with
-// canonical keys and one backing array for the values, to save allocations.
+// request builds the forward's POST as net/http sends it.
 func (h *HTTP) request(ctx context.Context, m Message) (*http.Request, error) {
-	t := m.Target
-	u, err := h.targetURL(t.URL)
+	u, err := h.targetURL(m.Target.URL)
 	if err != nil {
-		return nil, fmt.Errorf("build request for target %q: the URL does not parse", t.Name)
+		return nil, fmt.Errorf("build request for target %q: the URL does not parse", m.Target.Name)
 	}
+	return newRequest(ctx, u.url, h.header(m), m.Body), nil
+}
+
+// header returns the forward's request headers. It fills the map with
+// canonical keys and one backing array for the values, to save
+// allocations.
+func (h *HTTP) header(m Message) http.Header {
+	t := m.Target
 	// Up to 8 keys fit a map's first group; a larger hint allocates more.
 	hd := make(http.Header, 8)
 	vals := make([]string, 0, 9)
@@ -143,7 +158,11 @@ func (h *HTTP) request(ctx context.Context, m Message) (*http.Request, error) {
 	}
 	set("X-Hookgate-Sender", m.Sender)
 	set("X-Hookgate-Delivery-Id", m.DeliveryID)
-	body := m.Body
+	return hd
+}
+
+// newRequest returns the POST of body with hd to u.
+func newRequest(ctx context.Context, u *url.URL, hd http.Header, body []byte) *http.Request {
 	req := &http.Request{
 		Method:        http.MethodPost,
 		URL:           u,
@@ -159,7 +178,7 @@ func (h *HTTP) request(ctx context.Context, m Message) (*http.Request, error) {
 	if len(body) == 0 {
 		req.Body, req.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
 	}
-	return req.WithContext(ctx), nil
+	return req.WithContext(ctx)
 }
 
 // send sends a forward's request. It skips [http.Client.Do] when the
@@ -172,19 +191,26 @@ func (h *HTTP) send(req *http.Request) (*http.Response, error) {
 	return h.client.Do(req)
 }
 
+// targetURL is a target's URL, parsed, and how [direct] reaches it, or nil.
+type targetURL struct {
+	url    *url.URL
+	direct *directTarget
+}
+
 // targetURL returns raw parsed as [http.NewRequest] parses it. Each URL is
 // parsed once per process. The result is shared: nothing may modify it.
-func (h *HTTP) targetURL(raw string) (*url.URL, error) {
+func (h *HTTP) targetURL(raw string) (*targetURL, error) {
 	if u, ok := h.urls.Load(raw); ok {
-		return u.(*url.URL), nil
+		return u.(*targetURL), nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, err
 	}
 	u.Host = strings.TrimSuffix(u.Host, ":") // as http.NewRequest does
-	h.urls.Store(raw, u)
-	return u, nil
+	tu := &targetURL{url: u, direct: h.direct.target(u)}
+	h.urls.Store(raw, tu)
+	return tu, nil
 }
 
 // maxRetryAfter is the most parseRetryAfter returns. A year is far beyond
