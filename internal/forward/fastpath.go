@@ -198,7 +198,11 @@ type Dispatcher struct {
 	perTarget int // the most forwards one target may have queued
 	closed    bool
 
-	running sync.WaitGroup // the scheduler and the attempts under way
+	running sync.WaitGroup // the scheduler and the attempt workers
+	// work hands a picked forward to an idle attempt worker. workers
+	// counts them; only schedule reads and writes it.
+	work    chan picked
+	workers int
 	rec     sync.WaitGroup
 
 	closeOnce sync.Once
@@ -314,6 +318,7 @@ func newDispatcher(dc DispatcherConfig) *Dispatcher {
 		ctx:     ctx, cancel: cancel,
 		fair:   newFair(dc.Workers),
 		slots:  make(chan struct{}, dc.Workers),
+		work:   make(chan picked),
 		kick:   make(chan struct{}, 1),
 		queues: map[[2]string]*targetQueue{}, maxQueued: dc.Queue, perTarget: max(dc.Queue/4, 1),
 		count: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -605,10 +610,50 @@ func (d *Dispatcher) wakeRelay() {
 	}
 }
 
+// picked is a forward that schedule picked, with its ticket.
+type picked struct {
+	j  fastJob
+	tk Ticket
+}
+
+// start hands p to an idle attempt worker, or to a new one when none is
+// idle. Workers live on: a goroutine per attempt grew its stack at every
+// attempt, about 2 µs of copying per forward. There are at most as many
+// workers as slots, since each holds a slot while it attempts; one that
+// just gave its slot back may not be idle yet, and start then waits for
+// it.
+func (d *Dispatcher) start(p picked) {
+	select {
+	case d.work <- p:
+		return
+	default:
+	}
+	if d.workers < cap(d.slots) {
+		d.workers++
+		d.running.Add(1)
+		go d.attempts(p)
+		return
+	}
+	d.work <- p
+}
+
+// attempts is an attempt worker: it attempts p, then each forward that
+// start hands it, until schedule ends.
+func (d *Dispatcher) attempts(p picked) {
+	defer d.running.Done()
+	for ok := true; ok; p, ok = <-d.work {
+		d.attempt(p.j, p.tk)
+		d.fair.release(&p.j.q.share)
+		<-d.slots
+		d.wake()
+	}
+}
+
 // schedule starts the queued attempts, one per free worker, until the
 // dispatcher is closed and its queues are empty.
 func (d *Dispatcher) schedule() {
 	defer d.running.Done()
+	defer close(d.work) // the workers end once their attempts have
 	timer := time.NewTimer(idleRecheck)
 	defer timer.Stop()
 	for {
@@ -620,14 +665,7 @@ func (d *Dispatcher) schedule() {
 				return
 			}
 			if ok {
-				d.running.Add(1)
-				go func() {
-					defer d.running.Done()
-					d.attempt(j, tk)
-					d.fair.release(&j.q.share)
-					<-d.slots
-					d.wake()
-				}()
+				d.start(picked{j, tk})
 				break
 			}
 			timer.Reset(wait)
