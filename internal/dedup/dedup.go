@@ -420,6 +420,10 @@ func claimColumns(ds []idempotency.Delivery) ([]any, error) {
 // statements, in order.
 func collectChanges(sender string, n int, changes []Change) (groups, own []statement, err error) {
 	var b Batch
+	// cols are the groups' columns, filled before they become the
+	// groups' arguments: a column appended to in an []any would be boxed
+	// again at every row.
+	var cols [][]column
 	for i := range changes {
 		if changes[i] == nil {
 			continue
@@ -436,22 +440,30 @@ func collectChanges(sender string, n int, changes []Change) (groups, own []state
 			}
 			if g < 0 {
 				g = len(groups)
-				args := make([]any, 1+len(r.values))
-				args[0] = sender
-				for j := range r.values {
-					args[1+j] = make(column, 0, n)
+				c := make([]column, len(r.values))
+				for j := range c {
+					c[j] = make(column, 0, n)
 				}
-				groups = append(groups, statement{sql: r.sql, args: args})
+				cols = append(cols, c)
+				groups = append(groups, statement{sql: r.sql})
 			}
-			args := groups[g].args
-			if len(r.values) != len(args)-1 {
-				return nil, nil, fmt.Errorf("apply state change: rows of one statement with %d and %d values", len(args)-1, len(r.values))
+			c := cols[g]
+			if len(r.values) != len(c) {
+				return nil, nil, fmt.Errorf("apply state change: rows of one statement with %d and %d values", len(c), len(r.values))
 			}
 			for j, v := range r.values {
-				args[1+j] = append(args[1+j].(column), v)
+				c[j] = append(c[j], v)
 			}
 		}
 		own = append(own, b.stmts...)
+	}
+	for g := range groups {
+		args := make([]any, 1+len(cols[g]))
+		args[0] = sender
+		for j, c := range cols[g] {
+			args[1+j] = c
+		}
+		groups[g].args = args
 	}
 	return groups, own, nil
 }
