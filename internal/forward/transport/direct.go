@@ -114,18 +114,18 @@ func (e *errDirectHeader) Error() string {
 // leaves them out of a request's header map.
 var excluded = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
 
-// post sends a POST with hd and body to t, and returns the answer with
-// its first MaxKeptBody bytes of body, the rest read and discarded up to
-// maxResponseBytes, within ctx.
-func (d *direct) post(ctx context.Context, t *directTarget, hd http.Header, body []byte) (*http.Response, []byte, error) {
+// post sends a POST with hd and body to t, within ctx. It returns the
+// answer's status and headers, and the first MaxKeptBody bytes of its
+// body, the rest read and discarded up to maxResponseBytes.
+func (d *direct) post(ctx context.Context, t *directTarget, hd http.Header, body []byte) (int, http.Header, []byte, error) {
 	closeAfter := false
 	for k, vs := range hd {
 		if !httpguts.ValidHeaderFieldName(k) {
-			return nil, nil, &errDirectHeader{k}
+			return 0, nil, nil, &errDirectHeader{k}
 		}
 		for _, v := range vs {
 			if !httpguts.ValidHeaderFieldValue(v) {
-				return nil, nil, &errDirectHeader{k}
+				return 0, nil, nil, &errDirectHeader{k}
 			}
 		}
 		if k == "Connection" && httpguts.HeaderValuesContainsToken(vs, "close") {
@@ -135,23 +135,23 @@ func (d *direct) post(ctx context.Context, t *directTarget, hd http.Header, body
 	for try := 0; ; try++ {
 		c, err := d.get(ctx, t)
 		if err != nil {
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
-		resp, kept, keep, fresh, err := d.roundTrip(ctx, c, t, hd, body)
+		status, header, kept, keep, fresh, err := d.roundTrip(ctx, c, t, hd, body)
 		if err == nil {
-			if keep && !closeAfter && !resp.Close {
+			if keep && !closeAfter {
 				d.put(t.key, c)
 			} else {
 				_ = c.nc.Close()
 			}
-			return resp, kept, nil
+			return status, header, kept, nil
 		}
 		_ = c.nc.Close()
 		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+			return 0, nil, nil, ctx.Err()
 		}
 		if !c.reused || !fresh || try > 0 {
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
 	}
 }
@@ -163,9 +163,10 @@ var aLongTimeAgo = time.Unix(1, 0)
 var postRequest = &http.Request{Method: http.MethodPost}
 
 // roundTrip writes the request on c and reads the answer. keep reports
-// that c may serve another request. fresh reports, with an error, that
+// that c may serve another request: the answer's body was read to its
+// end, and the answer does not close the connection. fresh reports, with an error, that
 // no byte of an answer was read.
-func (d *direct) roundTrip(ctx context.Context, c *directConn, t *directTarget, hd http.Header, body []byte) (resp *http.Response, kept []byte, keep, fresh bool, err error) {
+func (d *direct) roundTrip(ctx context.Context, c *directConn, t *directTarget, hd http.Header, body []byte) (status int, header http.Header, kept []byte, keep, fresh bool, err error) {
 	// The context's end, its deadline included, ends the reads and writes
 	// under way. A connection's own deadline would fire before the context
 	// records why it ended, and the send could not tell a timeout from the
@@ -196,33 +197,37 @@ func (d *direct) roundTrip(ctx context.Context, c *directConn, t *directTarget, 
 	_, _ = w.WriteString("\r\n\r\n")
 	_, _ = w.Write(body)
 	if err := w.Flush(); err != nil {
-		return nil, nil, false, true, err
+		return 0, nil, nil, false, true, err
 	}
 
 	c.lr.N = d.maxHeaderBytes
+	var resp *http.Response
 	for informational := 0; ; informational++ {
-		resp, err = http.ReadResponse(c.br, postRequest)
+		resp, err = http.ReadResponse(c.br, postRequest) //nolint:bodyclose // read below to its end or its bound; an unfinished body closes the connection instead
 		if err != nil {
 			fresh = c.lr.N == d.maxHeaderBytes && c.br.Buffered() == 0
 			if c.lr.N <= 0 {
 				err = fmt.Errorf("the target's response headers exceeded %d bytes", d.maxHeaderBytes)
 			}
-			return nil, nil, false, fresh, err
+			return 0, nil, nil, false, fresh, err
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
 		}
 		if informational == 5 { // as net/http
-			return nil, nil, false, false, errors.New("the target sent too many 1xx answers")
+			return 0, nil, nil, false, false, errors.New("the target sent too many 1xx answers")
 		}
 		c.lr.N = d.maxHeaderBytes
 	}
 	c.lr.N = math.MaxInt64
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		return nil, nil, false, false, errors.New("the target switched protocols (101) in answer to a POST")
+		return 0, nil, nil, false, false, errors.New("the target switched protocols (101) in answer to a POST")
 	}
+	// The body is read here, to its end or to the bound, and not closed:
+	// closing an unfinished one would read it to its end. Its connection
+	// is closed instead.
 	kept, clean := readAnswer(resp.Body)
-	return resp, kept, clean, false, nil
+	return resp.StatusCode, resp.Header, kept, clean && !resp.Close, false, nil
 }
 
 // readAnswer reads body: it keeps the first MaxKeptBody bytes and discards
@@ -256,7 +261,7 @@ func readAnswer(body io.Reader) (kept []byte, clean bool) {
 	if n > 0 {
 		kept = append([]byte(nil), buf[:n]...)
 	}
-	return kept, err == io.EOF
+	return kept, errors.Is(err, io.EOF)
 }
 
 // get returns an idle connection to t, the most recently used, or a new one.

@@ -59,16 +59,15 @@ func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 	}
 	hd := h.header(m)
 	start := time.Now()
-	var resp *http.Response
-	var kept []byte
+	var (
+		code   int
+		header http.Header
+		kept   []byte
+	)
 	if u.direct != nil {
-		resp, kept, err = h.direct.post(rctx, u.direct, hd, m.Body)
-	} else if resp, err = h.send(newRequest(rctx, u.url, hd, m.Body)); err == nil {
-		if resp.Body != http.NoBody {
-			kept = readKept(resp.Body)
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes-int64(len(kept))))
-		}
-		_ = resp.Body.Close()
+		code, header, kept, err = h.direct.post(rctx, u.direct, hd, m.Body)
+	} else {
+		code, header, kept, err = h.roundTrip(newRequest(rctx, u.url, hd, m.Body))
 	}
 	took := time.Since(start)
 	if err != nil {
@@ -85,16 +84,16 @@ func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 		return Sent{Verdict: VerdictRetry, Err: err, Took: took}
 	}
 
-	switch code := resp.StatusCode; {
+	switch {
 	case code >= 200 && code < 300:
-		return Sent{Verdict: VerdictDelivered, Status: code, At: h.now().UTC(), Took: took, Header: resp.Header, Body: kept}
+		return Sent{Verdict: VerdictDelivered, Status: code, At: h.now().UTC(), Took: took, Header: header, Body: kept}
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		e := &errStatus{status: code, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), h.now())}
+		e := &errStatus{status: code, retryAfter: parseRetryAfter(header.Get("Retry-After"), h.now())}
 		return Sent{Verdict: VerdictRetry, Status: code, Err: e, RetryAfter: e.retryAfter, Took: took,
 			PausesTarget: code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable,
-			Header:       resp.Header, Body: kept}
+			Header:       header, Body: kept}
 	default:
-		return Sent{Verdict: VerdictFailed, Status: code, Err: &errStatus{status: code}, Took: took, Header: resp.Header, Body: kept}
+		return Sent{Verdict: VerdictFailed, Status: code, Err: &errStatus{status: code}, Took: took, Header: header, Body: kept}
 	}
 }
 
@@ -179,6 +178,22 @@ func newRequest(ctx context.Context, u *url.URL, hd http.Header, body []byte) *h
 		req.Body, req.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
 	}
 	return req.WithContext(ctx)
+}
+
+// roundTrip sends req through net/http and reads the answer as
+// [direct.post] does.
+func (h *HTTP) roundTrip(req *http.Request) (int, http.Header, []byte, error) {
+	resp, err := h.send(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	var kept []byte
+	if resp.Body != http.NoBody {
+		kept = readKept(resp.Body)
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes-int64(len(kept))))
+	}
+	return resp.StatusCode, resp.Header, kept, nil
 }
 
 // send sends a forward's request. It skips [http.Client.Do] when the
