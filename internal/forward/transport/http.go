@@ -97,20 +97,8 @@ func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 	}
 }
 
-// keptBuffers are the buffers that readKept reads into.
+// keptBuffers are the buffers that readAnswer reads into.
 var keptBuffers = sync.Pool{New: func() any { b := make([]byte, MaxKeptBody); return &b }}
-
-// readKept reads up to [MaxKeptBody] bytes of body and returns a copy of
-// them, or nil when the body is empty. A read error ends it early.
-func readKept(body io.Reader) []byte {
-	bp := keptBuffers.Get().(*[]byte)
-	defer keptBuffers.Put(bp)
-	n, _ := io.ReadFull(body, *bp)
-	if n == 0 {
-		return nil
-	}
-	return bytes.Clone((*bp)[:n])
-}
 
 // request builds the forward's POST as net/http sends it.
 func (h *HTTP) request(ctx context.Context, m Message) (*http.Request, error) {
@@ -188,11 +176,7 @@ func (h *HTTP) roundTrip(req *http.Request) (int, http.Header, []byte, error) {
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	var kept []byte
-	if resp.Body != http.NoBody {
-		kept = readKept(resp.Body)
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes-int64(len(kept))))
-	}
+	kept, _ := readAnswer(resp.Body)
 	return resp.StatusCode, resp.Header, kept, nil
 }
 
