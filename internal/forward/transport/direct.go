@@ -34,9 +34,9 @@ import (
 // A request runs under its context: its end, by its deadline or a
 // cancellation, ends the reads and writes under way. A connection
 // reused from the pool that fails before the first byte of an answer is
-// replaced by a new one, once, as net/http does with a request that
-// carries an Idempotency-Key: the target may have closed it while idle.
-// Every forward carries one.
+// sent again, once, on a connection dialed anew, as net/http retries a
+// request that carries an Idempotency-Key: the target may have closed it
+// while idle, and the pool's others with it. Every forward carries one.
 type direct struct {
 	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
 	tlsConfig      *tls.Config // the base of each target's, or nil
@@ -133,7 +133,9 @@ func (d *direct) post(ctx context.Context, t *directTarget, hd http.Header, body
 		}
 	}
 	for try := 0; ; try++ {
-		c, err := d.get(ctx, t)
+		// A retry dials: the pool's other connections to t may have been
+		// closed by the target too.
+		c, err := d.get(ctx, t, try == 0)
 		if err != nil {
 			return 0, nil, nil, err
 		}
@@ -164,8 +166,8 @@ var postRequest = &http.Request{Method: http.MethodPost}
 
 // roundTrip writes the request on c and reads the answer. keep reports
 // that c may serve another request: the answer's body was read to its
-// end, and the answer does not close the connection. fresh reports, with an error, that
-// no byte of an answer was read.
+// end, and the answer does not close the connection. fresh reports, with
+// an error, that no byte of an answer was read.
 func (d *direct) roundTrip(ctx context.Context, c *directConn, t *directTarget, hd http.Header, body []byte) (status int, header http.Header, kept []byte, keep, fresh bool, err error) {
 	// The context's end, its deadline included, ends the reads and writes
 	// under way. A connection's own deadline would fire before the context
@@ -264,11 +266,12 @@ func readAnswer(body io.Reader) (kept []byte, clean bool) {
 	return kept, errors.Is(err, io.EOF)
 }
 
-// get returns an idle connection to t, the most recently used, or a new one.
-func (d *direct) get(ctx context.Context, t *directTarget) (*directConn, error) {
+// get returns an idle connection to t, the most recently used, when
+// pooled, or else a new one.
+func (d *direct) get(ctx context.Context, t *directTarget, pooled bool) (*directConn, error) {
 	now := time.Now()
 	d.mu.Lock()
-	for cs := d.idle[t.key]; len(cs) > 0; cs = d.idle[t.key] {
+	for cs := d.idle[t.key]; pooled && len(cs) > 0; cs = d.idle[t.key] {
 		c := cs[len(cs)-1]
 		cs[len(cs)-1] = nil
 		d.idle[t.key] = cs[:len(cs)-1]

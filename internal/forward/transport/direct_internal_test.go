@@ -177,6 +177,39 @@ func TestDirectReplacesAClosedIdleConnection(t *testing.T) {
 	}
 }
 
+// When the target closed every idle connection, as a restart does, the
+// forward that finds the first closed dials a new one rather than try the
+// next from the pool: it is delivered, and received once.
+func TestDirectDialsAfterAClosedIdleConnection(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	both := make(chan struct{})
+	s := newRawHTTP(t, func(*http.Request) (string, bool) {
+		if n.Add(1) == 2 {
+			close(both)
+		}
+		<-both // the first two are answered together, on two connections
+		return "HTTP/1.1 204 No Content\r\n\r\n", true
+	})
+	h := directClient(t)
+	var wg sync.WaitGroup
+	for _, id := range []string{"a", "b"} {
+		wg.Go(func() {
+			if sent := h.Send(t.Context(), directMessage(s.url, id)); sent.Verdict != VerdictDelivered {
+				t.Errorf("forward %s: %s %v", id, sent.Verdict, sent.Err)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(10 * time.Millisecond) // the target's closes arrive
+	if sent := h.Send(t.Context(), directMessage(s.url, "c")); sent.Verdict != VerdictDelivered {
+		t.Fatalf("forward c, with two closed connections in the pool: %s %v", sent.Verdict, sent.Err)
+	}
+	if got := s.received(); len(got) != 3 || got[2] != "c" {
+		t.Errorf("the target received %v, want a and b, then c once", got)
+	}
+}
+
 // A connection is not reused after an answer that says Connection: close,
 // a body longer than is read, or a body that ends with the connection.
 func TestDirectDropsAConnectionItCannotReuse(t *testing.T) {
