@@ -229,7 +229,10 @@ func (d *direct) roundTrip(ctx context.Context, c *directConn, t *directTarget, 
 	// closing an unfinished one would read it to its end. Its connection
 	// is closed instead.
 	kept, clean := readAnswer(resp.Body)
-	return resp.StatusCode, resp.Header, kept, clean && !resp.Close, false, nil
+	// Bytes after the answer are none that this connection can read as
+	// the next answer, as net/http's "unsolicited response".
+	clean = clean && !resp.Close && c.br.Buffered() == 0
+	return resp.StatusCode, resp.Header, kept, clean, false, nil
 }
 
 // readAnswer reads body: it keeps the first MaxKeptBody bytes and discards

@@ -211,7 +211,8 @@ func TestDirectDialsAfterAClosedIdleConnection(t *testing.T) {
 }
 
 // A connection is not reused after an answer that says Connection: close,
-// a body longer than is read, or a body that ends with the connection.
+// a body longer than is read, a body that ends with the connection, or
+// bytes after the answer.
 func TestDirectDropsAConnectionItCannotReuse(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("x", maxResponseBytes+1)
@@ -219,6 +220,7 @@ func TestDirectDropsAConnectionItCannotReuse(t *testing.T) {
 		"Connection: close": "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
 		"a long body":       fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(long), long),
 		"HTTP/1.0":          "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"bytes after it":    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 500 Internal Server Error\r\n\r\n",
 	} {
 		s := newRawHTTP(t, func(*http.Request) (string, bool) { return answer, false })
 		h := directClient(t)
