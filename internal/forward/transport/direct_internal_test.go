@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -348,5 +350,42 @@ func TestDirectConcurrent(t *testing.T) {
 	}
 	if len(seen) != 16*50 {
 		t.Errorf("%d forwards received, want %d", len(seen), 16*50)
+	}
+}
+
+// A target that a proxy from the environment covers is posted through
+// net/http's Transport, which goes through the proxy: the own connections
+// would dial the target itself. net/http reads the environment once per
+// process, so the check runs in a process of its own.
+func TestDirectLeavesProxiedTargetsToNetHTTP(t *testing.T) {
+	if os.Getenv("HOOKGATE_TEST_PROXY_CHILD") != "" {
+		c := NewHTTPClient(4)
+		defer c.CloseIdleConnections()
+		h := NewHTTP(c, time.Now)
+		m := directMessage("http://target.invalid", "proxied")
+		sent := h.Send(t.Context(), m)
+		if sent.Verdict != VerdictDelivered || string(sent.Body) != "via proxy" {
+			t.Fatalf("%s %v, body %q: want delivered through the proxy", sent.Verdict, sent.Err, sent.Body)
+		}
+		return
+	}
+	t.Parallel()
+	var hits atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Host == "target.invalid" && r.Header.Get("X-Hookgate-Delivery-Id") == "proxied" {
+			hits.Add(1)
+			_, _ = io.WriteString(w, "via proxy")
+			return
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	t.Cleanup(proxy.Close)
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestDirectLeavesProxiedTargetsToNetHTTP$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "HOOKGATE_TEST_PROXY_CHILD=1", "HTTP_PROXY="+proxy.URL, "http_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the child: %v\n%s", err, out)
+	}
+	if hits.Load() != 1 {
+		t.Errorf("the proxy carried %d forwards, want 1", hits.Load())
 	}
 }
