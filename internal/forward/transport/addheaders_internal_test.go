@@ -21,12 +21,9 @@ func TestAddHeadersLoseToTheTargets(t *testing.T) {
 		AddHeaders: map[string]string{"X-Tenant": "t-7", "Authorization": "Bearer from-the-body", "X-Hookgate-Sender": "other"}}
 	want := map[string]string{"X-Tenant": "t-7", "X-Env": "prod", "Authorization": "Bearer target-own",
 		"X-Hookgate-Sender": "acme", "Content-Type": "application/json"}
-	req, err := NewHTTP(nil, time.Now).request(t.Context(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hd := NewHTTP(nil, time.Now).header(m)
 	for k, v := range want {
-		if got := req.Header.Values(k); len(got) != 1 || got[0] != v {
+		if got := hd.Values(k); len(got) != 1 || got[0] != v {
 			t.Errorf("HTTP: %s is %q, want %q", k, got, v)
 		}
 	}

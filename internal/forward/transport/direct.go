@@ -88,7 +88,10 @@ func (d *direct) target(u *url.URL) *directTarget {
 	}
 	host, port := u.Hostname(), u.Port()
 	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
 	}
 	t := &directTarget{addr: net.JoinHostPort(host, port)}
 	t.key = u.Scheme + "://" + t.addr
@@ -103,13 +106,6 @@ func (d *direct) target(u *url.URL) *directTarget {
 	return t
 }
 
-// errDirectHeader is the error of a header that cannot be sent.
-type errDirectHeader struct{ name string }
-
-func (e *errDirectHeader) Error() string {
-	return fmt.Sprintf("invalid header field %q", e.name)
-}
-
 // excluded are the headers that the request's framing sets, as net/http
 // leaves them out of a request's header map.
 var excluded = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
@@ -121,11 +117,11 @@ func (d *direct) post(ctx context.Context, t *directTarget, hd http.Header, body
 	closeAfter := false
 	for k, vs := range hd {
 		if !httpguts.ValidHeaderFieldName(k) {
-			return 0, nil, nil, &errDirectHeader{k}
+			return 0, nil, nil, fmt.Errorf("invalid header field %q", k)
 		}
 		for _, v := range vs {
 			if !httpguts.ValidHeaderFieldValue(v) {
-				return 0, nil, nil, &errDirectHeader{k}
+				return 0, nil, nil, fmt.Errorf("invalid header field %q", k)
 			}
 		}
 		if k == "Connection" && httpguts.HeaderValuesContainsToken(vs, "close") {

@@ -100,15 +100,6 @@ func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 // keptBuffers are the buffers that readAnswer reads into.
 var keptBuffers = sync.Pool{New: func() any { b := make([]byte, MaxKeptBody); return &b }}
 
-// request builds the forward's POST as net/http sends it.
-func (h *HTTP) request(ctx context.Context, m Message) (*http.Request, error) {
-	u, err := h.targetURL(m.Target.URL)
-	if err != nil {
-		return nil, fmt.Errorf("build request for target %q: the URL does not parse", m.Target.Name)
-	}
-	return newRequest(ctx, u.url, h.header(m), m.Body), nil
-}
-
 // header returns the forward's request headers. It fills the map with
 // canonical keys and one backing array for the values, to save
 // allocations.
