@@ -88,7 +88,8 @@ func (b *bench) keyedOrder(sk *sink, p fwdPhase, perEvent time.Duration) {
 // and its recording, so the sink receives far fewer than the gateway
 // accepts: the phase reports the forwards received per second while the
 // load ran, beside the target's latency as the gateway measured it
-// (forward_attempts), and then removes the backlog left.
+// (forward_attempts, and the first attempts kept in forward_delivered),
+// and then removes the backlog left.
 func (b *bench) oneKeyPhase(ctx context.Context, sk *sink) error {
 	const tag = "o1"
 	if err := b.vacuumForwards(ctx); err != nil {
@@ -117,7 +118,8 @@ func (b *bench) oneKeyPhase(ctx context.Context, sk *sink) error {
 	var attempts int
 	var p50, p99 float64
 	if err := b.conn.QueryRow(ctx, `SELECT count(*), coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY took_us), 0), coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY took_us), 0)
-FROM forward_attempts WHERE sender = 'bench' AND target = $1`, oneKeyTarget).Scan(&attempts, &p50, &p99); err != nil {
+FROM (SELECT took_us FROM forward_attempts WHERE sender = 'bench' AND target = $1
+  UNION ALL SELECT took_us FROM forward_delivered WHERE sender = 'bench' AND target = $1 AND took_us IS NOT NULL) a`, oneKeyTarget).Scan(&attempts, &p50, &p99); err != nil {
 		return fmt.Errorf("read the one key's attempts: %w", err)
 	}
 	every := time.Duration(float64(time.Second) / max(rate, 1e-9))

@@ -163,13 +163,40 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
 // recordDelivered returns the statement that records sender $1's
 // delivered fast-path forwards. It works like recordFirst, but writes one
 // forward_delivered row for each outbox row it took.
+//
+// The deleting form (mark "") also keeps each forward's attempt in its
+// forward_delivered row: how long it took ($9) and the target's answer
+// ($10, $11), NULL for an outcome without its attempt. An attempt whose
+// outbox row it did not take (the relay took it when its lease ended)
+// goes to forward_attempts instead, unless a forward_delivered row holds
+// it already: a recording tried again after a COMMIT whose outcome was
+// unknown writes it once. The split form (Citus) writes no attempt: the
+// attempts go to forward_attempts in a statement of their own.
 func recordDelivered(mark string) string {
-	return `WITH o AS (
+	if mark != "" {
+		return `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[])
     AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack)
 ), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + `
 INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack)
 SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack
+FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
+	}
+	return `WITH o AS (
+  SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[], $9::int8[], $10::jsonb[], $11::bytea[])
+    AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack, took_us, headers, body)
+), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + `, untaken AS (
+  INSERT INTO forward_attempts (` + store.AttemptColumns + `)
+  SELECT $1::text, o.event_id, o.target, o.attempted_at, o.took_us, 'delivered', 'first', 1, NULL, NULL, nullif(o.status, 0), o.ack, NULL, o.headers, o.body
+  FROM o
+  WHERE o.took_us IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM d WHERE d.event_id = o.event_id AND d.target = o.target)
+    AND NOT EXISTS (SELECT 1 FROM forward_delivered x
+      WHERE x.sender = $1 AND x.event_id = o.event_id::text AND x.target = o.target AND x.attempted_at = o.attempted_at AND x.took_us IS NOT NULL)
+  ON CONFLICT ON CONSTRAINT forward_attempts_pkey DO NOTHING
+)
+INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack, took_us, headers, body)
+SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack, o.took_us, o.headers, o.body
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 }
 
@@ -372,6 +399,11 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		dAttempted, dDelivered pgarray.Times
 		dStatus, dMaxAttempts  []int16
 		dAcks                  pgarray.NullTexts
+		// The delivered ones' attempts, in the deleting form: NULL
+		// without one.
+		dTook    pgarray.NullInt64s
+		dHeaders []*string
+		dBodies  pgarray.Bytes
 	}
 	bySender := map[string]*cols{}
 	var order []string
@@ -383,7 +415,10 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 			bySender[a.Sender] = c
 			order = append(order, a.Sender)
 		}
-		if !a.Release && a.Answer.Outcome != "" {
+		// The deleting form keeps a delivered forward's attempt in its
+		// forward_delivered row.
+		fold := mark == nil && a.State == StateDelivered && !a.Release
+		if !a.Release && a.Answer.Outcome != "" && !fold {
 			c.answers = append(c.answers, a.Answer)
 		}
 		if a.Release {
@@ -419,6 +454,19 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 				ack = &a.Output.Ack
 			}
 			c.dAcks = append(c.dAcks, ack)
+			if fold {
+				var took *int64
+				var hdrs *string
+				var body []byte
+				if a.Answer.Outcome != "" {
+					t, h, err := store.AnswerColumns(a.Answer)
+					if err != nil {
+						return nil, err
+					}
+					took, hdrs, body = &t, h, a.Answer.Body
+				}
+				c.dTook, c.dHeaders, c.dBodies = append(c.dTook, took), append(c.dHeaders, hdrs), append(c.dBodies, body)
+			}
 			continue
 		}
 		state, err := recordedState(*a, now)
@@ -465,7 +513,8 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		var g senderRecording
 		if len(c.dEvents) > 0 {
 			if mark == nil {
-				g.record = append(g.record, statement{sql: recordDeliveredSQL, args: []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks}})
+				g.record = append(g.record, statement{sql: recordDeliveredSQL, args: []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks,
+					c.dTook, c.dHeaders, c.dBodies}})
 			} else {
 				g.record = append(g.record, statement{sql: recordDeliveredMarkSQL, args: []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks, *mark}})
 			}

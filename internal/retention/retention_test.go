@@ -319,7 +319,9 @@ func runWorker(t *testing.T, rc retention.Config) {
 }
 
 // TestRunDeletesAttemptsWithTheirEvent: the attempts of an event's
-// forwards are deleted with the event; those of a kept event stay.
+// forwards are deleted with the event; those of a kept event stay. So is
+// the attempt a delivered forward's row keeps (the fast path's first),
+// when the row outlives the event: the row stays, its attempt goes.
 func TestRunDeletesAttemptsWithTheirEvent(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
@@ -355,12 +357,53 @@ func TestRunDeletesAttemptsWithTheirEvent(t *testing.T) {
 			}
 		}
 	}
+	// Each event's forward to u, delivered at its first attempt by the
+	// fast path, with the target's answer.
+	var batch []queue.FirstAttempt
+	for _, id := range append(append([]uuid.UUID(nil), oldIDs...), newIDs...) {
+		at := now.Add(-time.Hour).UTC().Truncate(time.Microsecond)
+		if err := storetest.InsertOutbox(t.Context(), q.DB(), storetest.Outbox{Sender: "a", Target: "u", EventID: id, DeliveryID: id.String()}, at); err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, queue.FirstAttempt{Sender: "a", EventID: id, Target: "u", State: queue.StateDelivered, New: true,
+			MaxAttempts: 5, AttemptedAt: at, FinalizedAt: &at, ScheduledAt: at, Output: queue.Output{Status: 200, DeliveredAt: at},
+			Answer: store.Attempt{Sender: "a", EventID: id, Target: "u", StartedAt: at, Took: time.Millisecond, Outcome: "delivered",
+				Cause: store.CauseFirst, Attempt: 1, Status: 200, Header: map[string][]string{"X-Echo": {"e"}}, Body: []byte("echo")}})
+	}
+	if err := queue.NewJobs(q.DB()).RecordFirstAttempts(t.Context(), "q", batch); err != nil {
+		t.Fatal(err)
+	}
+	attemptsOf := func(id uuid.UUID) []store.Attempt {
+		as, err := q.EventAttempts(t.Context(), "a", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return as
+	}
+	if as := attemptsOf(oldIDs[0]); len(as) != 3 {
+		t.Fatalf("attempts of an old event before retention: %+v, want 3", as)
+	}
 	res, err := retention.Run(t.Context(), pool, queue.NewJobs(pool), cfg, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Events != 2 {
 		t.Errorf("deleted %d events, want 2", res.Events)
+	}
+	for _, id := range oldIDs {
+		if as := attemptsOf(id); len(as) != 0 {
+			t.Errorf("attempts of the deleted event %s: %+v, want none", id, as)
+		}
+	}
+	if as := attemptsOf(newIDs[0]); len(as) != 3 {
+		t.Errorf("attempts of the kept event: %+v, want 3", as)
+	}
+	idTexts := make([]string, 0, len(oldIDs))
+	for _, id := range oldIDs {
+		idTexts = append(idTexts, id.String())
+	}
+	if n := count(t, pool, `SELECT count(*) FROM forward_delivered WHERE event_id = ANY($1) AND took_us IS NULL AND headers IS NULL AND body IS NULL`, idTexts); n != len(oldIDs) {
+		t.Errorf("%d delivered forwards of the deleted events kept without their attempt, want %d", n, len(oldIDs))
 	}
 	if n := count(t, pool, `SELECT count(*) FROM forward_attempts WHERE event_id = ANY($1)`, oldIDs); n != 0 {
 		t.Errorf("%d attempts of the deleted events left, want none", n)

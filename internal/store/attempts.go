@@ -94,15 +94,15 @@ func (a Attempt) CauseText() string {
 	return a.Cause
 }
 
-// attemptColumns are the columns an insert of attempts writes, in order.
-const attemptColumns = `sender, event_id, target, started_at, took_us, outcome, cause, attempt, actor, job_id, status, ack, error, headers, body`
+// AttemptColumns are the columns an insert of attempts writes, in order.
+const AttemptColumns = `sender, event_id, target, started_at, took_us, outcome, cause, attempt, actor, job_id, status, ack, error, headers, body`
 
 // InsertAttemptsSQL inserts attempts of sender $1's forwards, one per
-// element of the arrays $2 to $15, in attemptColumns' order after the
+// element of the arrays $2 to $15, in AttemptColumns' order after the
 // sender. An attempt recorded already (same forward, same start) is
 // skipped. The fast path queues it in the batch and transaction that
 // record its outcomes; [AttemptArgs] builds its arguments.
-const InsertAttemptsSQL = `INSERT INTO forward_attempts (` + attemptColumns + `)
+const InsertAttemptsSQL = `INSERT INTO forward_attempts (` + AttemptColumns + `)
 SELECT $1::text, a.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::int8[], $6::text[], $7::text[], $8::int4[],
   $9::text[], $10::int8[], $11::int2[], $12::text[], $13::text[], $14::jsonb[], $15::bytea[]) AS a
 ON CONFLICT ON CONSTRAINT forward_attempts_pkey DO NOTHING`
@@ -137,17 +137,34 @@ func AttemptArgs(sender string, attempts []Attempt) ([]any, error) {
 			statuses[i] = int64(a.Status)
 			status[i] = &statuses[i]
 		}
-		if len(a.Header) > 0 {
-			b, err := json.Marshal(a.Header)
-			if err != nil {
-				return nil, fmt.Errorf("attempt headers: %w", err)
-			}
-			s := string(b)
-			hdrs[i] = &s
+		h, err := headersJSON(a.Header)
+		if err != nil {
+			return nil, err
 		}
-		bodies[i] = a.Body
+		hdrs[i], bodies[i] = h, a.Body
 	}
 	return []any{sender, events, targets, started, took, outcomes, cause, attempt, actor, jobs, status, ack, errs, hdrs, bodies}, nil
+}
+
+// AnswerColumns returns what a forward_delivered row keeps of a's
+// attempt besides the body: how long it took, in microseconds, and its
+// headers as JSON (nil without any).
+func AnswerColumns(a Attempt) (tookUS int64, headers *string, err error) {
+	h, err := headersJSON(a.Header)
+	return a.Took.Microseconds(), h, err
+}
+
+// headersJSON is h as JSON, nil when empty.
+func headersJSON(h map[string][]string) (*string, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("attempt headers: %w", err)
+	}
+	s := string(b)
+	return &s, nil
 }
 
 func nullText(s string) *string {
@@ -167,33 +184,55 @@ WHERE sender = $1 AND event_id = $2[1] AND target = $3[1] AND started_at <= (
   WHERE sender = $1 AND event_id = $2[1] AND target = $3[1]
   ORDER BY started_at DESC OFFSET $16::int - 1 LIMIT 1)`
 
-// RecordAttempt records an attempt of River's worker, and deletes the
-// forward's attempts beyond the newest keep in the same statement.
-func (q *Queries) RecordAttempt(ctx context.Context, a Attempt, keep int) error {
+// clearFoldedSQL clears the attempt that forward $1/$2/$3's
+// forward_delivered row keeps (a first attempt the fast path delivered,
+// older than any of forward_attempts') once forward_attempts holds the
+// newest $5 of the forward's attempts ($4 is the event as a uuid). Run
+// after insertAttemptSQL, it keeps the forward's newest $5 attempts
+// across both tables.
+const clearFoldedSQL = `UPDATE forward_delivered SET took_us = NULL, headers = NULL, body = NULL
+WHERE sender = $1 AND event_id = $2 AND target = $3 AND took_us IS NOT NULL AND attempted_at <= (
+  SELECT started_at FROM forward_attempts
+  WHERE sender = $1 AND event_id = $4 AND target = $3
+  ORDER BY started_at DESC OFFSET $5::int - 1 LIMIT 1)`
+
+// queueAttempt queues the statements that record a, keeping the
+// forward's newest keep attempts: the insert, and the clearing of an
+// attempt kept in its forward_delivered row that falls out of them.
+func queueAttempt(b *pgx.Batch, a Attempt, keep int) error {
 	args, err := AttemptArgs(a.Sender, []Attempt{a})
 	if err != nil {
 		return err
 	}
-	if _, err := q.db.Exec(ctx, insertAttemptSQL, append(args, max(keep, 1))...); err != nil {
+	keep = max(keep, 1)
+	b.Queue(insertAttemptSQL, append(args, keep)...)
+	b.Queue(clearFoldedSQL, a.Sender, a.EventID.String(), a.Target, pgtype.UUID{Bytes: a.EventID, Valid: true}, keep)
+	return nil
+}
+
+// RecordAttempt records an attempt of River's worker, and deletes the
+// forward's attempts beyond the newest keep in the same round trip and
+// implicit transaction.
+func (q *Queries) RecordAttempt(ctx context.Context, a Attempt, keep int) error {
+	var b pgx.Batch
+	if err := queueAttempt(&b, a, keep); err != nil {
+		return err
+	}
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("record the attempt of %s/%s to %s: %w", a.Sender, a.EventID, a.Target, err)
 	}
 	return nil
 }
 
 // RecordAttempts records attempts of River's worker as RecordAttempt does,
-// each in its own statement, all in one round trip (and one implicit
-// transaction: one that fails fails them all).
+// all in one round trip (and one implicit transaction: one that fails
+// fails them all).
 func (q *Queries) RecordAttempts(ctx context.Context, attempts []Attempt, keep int) error {
-	if len(attempts) == 1 {
-		return q.RecordAttempt(ctx, attempts[0], keep)
-	}
 	var b pgx.Batch
 	for _, a := range attempts {
-		args, err := AttemptArgs(a.Sender, []Attempt{a})
-		if err != nil {
+		if err := queueAttempt(&b, a, keep); err != nil {
 			return err
 		}
-		b.Queue(insertAttemptSQL, append(args, max(keep, 1))...)
 	}
 	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("record %d attempts: %w", len(attempts), err)
@@ -201,10 +240,17 @@ func (q *Queries) RecordAttempts(ctx context.Context, attempts []Attempt, keep i
 	return nil
 }
 
-// eventAttemptsSQL reads an event's attempts, newest first.
+// eventAttemptsSQL reads an event's attempts, newest first: those of
+// forward_attempts, and the first attempts kept in the event's
+// forward_delivered rows (local tables on Citus, both).
 const eventAttemptsSQL = `SELECT target, started_at, took_us, outcome, cause, attempt, coalesce(actor, ''), coalesce(job_id, 0),
   coalesce(status, 0), coalesce(ack, ''), coalesce(error, ''), headers, coalesce(body, '')
-FROM forward_attempts WHERE sender = $1 AND event_id = $2 ORDER BY started_at DESC, target`
+FROM forward_attempts WHERE sender = $1 AND event_id = $2
+UNION ALL
+SELECT target, attempted_at, took_us, 'delivered', 'first', 1, '', 0::int8,
+  status, coalesce(ack, ''), '', headers, coalesce(body, '')
+FROM forward_delivered WHERE sender = $1 AND event_id = $2::text AND took_us IS NOT NULL
+ORDER BY 2 DESC, 1`
 
 // EventAttempts returns the attempts of sender's event, to every target,
 // newest first.

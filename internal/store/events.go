@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/hookgate/hookgate/internal/events"
+	"github.com/hookgate/hookgate/internal/pgarray"
 )
 
 // webhook_events outside the ingest pipeline: one event, what a forward
@@ -118,8 +119,16 @@ RETURNING id`
 // events distributed: one statement may not delete from both.
 const deleteEventAttemptsSQL = `DELETE FROM forward_attempts WHERE sender = $1 AND event_id = ANY($2::uuid[])`
 
+// clearEventFoldedSQL clears the first attempts that the forward_delivered
+// rows of sender $1's events $2 keep: a delivered forward outlives its
+// event when the sender keeps its events for less than the longest
+// retention, and its attempt goes with the event.
+const clearEventFoldedSQL = `UPDATE forward_delivered SET took_us = NULL, headers = NULL, body = NULL
+WHERE sender = $1 AND event_id = ANY($2::text[]) AND took_us IS NOT NULL`
+
 // DeleteEventsBefore deletes up to limit of sender's events received before
-// cutoff, and then their forwards' attempts, in one short transaction. It returns how many it deleted; fewer
+// cutoff, and then their forwards' attempts (those kept in
+// forward_delivered rows too), in one short transaction. It returns how many it deleted; fewer
 // than limit means none are left.
 func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
 	var n int64
@@ -133,8 +142,14 @@ func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff 
 			return err
 		}
 		n = int64(len(ids))
-		_, err = tx.Exec(ctx, deleteEventAttemptsSQL, sender, ids)
-		return err
+		texts := make(pgarray.Texts, len(ids))
+		for i, id := range ids {
+			texts[i] = uuid.UUID(id.Bytes).String()
+		}
+		var b pgx.Batch
+		b.Queue(deleteEventAttemptsSQL, sender, ids)
+		b.Queue(clearEventFoldedSQL, sender, texts)
+		return tx.SendBatch(ctx, &b).Close()
 	})
 	if err != nil {
 		return 0, fmt.Errorf("delete old events of %s: %w", sender, err)
