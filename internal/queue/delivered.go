@@ -170,7 +170,9 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
 // outbox row it did not take (the relay took it when its lease ended)
 // goes to forward_attempts instead, unless a forward_delivered row holds
 // it already: a recording tried again after a COMMIT whose outcome was
-// unknown writes it once. The split form (Citus) writes no attempt: the
+// unknown writes it once. u holds those attempts, usually none; a row
+// holding one is looked for by a probe of its key, for each of them alone
+// (under [store.TIDScans], an anti-join read the whole table). The split form (Citus) writes no attempt: the
 // attempts go to forward_attempts in a statement of their own.
 func recordDelivered(mark string) string {
 	if mark != "" {
@@ -185,14 +187,18 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 	return `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[], $9::int8[], $10::jsonb[], $11::bytea[])
     AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack, took_us, headers, body)
-), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + `, untaken AS (
+), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + `, u AS MATERIALIZED (
+  SELECT o.* FROM o
+  WHERE o.took_us IS NOT NULL AND NOT EXISTS (SELECT 1 FROM d WHERE d.event_id = o.event_id AND d.target = o.target)
+), untaken AS (
   INSERT INTO forward_attempts (` + store.AttemptColumns + `)
-  SELECT $1::text, o.event_id, o.target, o.attempted_at, o.took_us, 'delivered', 'first', 1, NULL, NULL, nullif(o.status, 0), o.ack, NULL, o.headers, o.body
-  FROM o
-  WHERE o.took_us IS NOT NULL
-    AND NOT EXISTS (SELECT 1 FROM d WHERE d.event_id = o.event_id AND d.target = o.target)
-    AND NOT EXISTS (SELECT 1 FROM forward_delivered x
-      WHERE x.sender = $1 AND x.event_id = o.event_id::text AND x.target = o.target AND x.attempted_at = o.attempted_at AND x.took_us IS NOT NULL)
+  SELECT $1::text, u.event_id, u.target, u.attempted_at, u.took_us, 'delivered', 'first', 1, NULL, NULL, nullif(u.status, 0), u.ack, NULL, u.headers, u.body
+  FROM u
+  LEFT JOIN LATERAL (SELECT true AS held FROM forward_delivered x
+    WHERE x.sender = $1 AND x.event_id = u.event_id::text AND x.target >= u.target AND x.target <= u.target
+      AND x.attempted_at = u.attempted_at AND x.took_us IS NOT NULL
+    ORDER BY x.target LIMIT 1) h ON true
+  WHERE h.held IS NULL
   ON CONFLICT ON CONSTRAINT forward_attempts_pkey DO NOTHING
 )
 INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack, took_us, headers, body)
