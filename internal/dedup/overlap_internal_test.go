@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookgate/hookgate/internal/idempotency"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
@@ -51,13 +52,18 @@ func runAsync(ctx context.Context, s *Store, d idempotency.Delivery) (<-chan str
 
 // runHeld runs a delivery of the held key with runAsync and waits until
 // its transaction waits for the holder's lock: its sender's batch in
-// flight is held up.
+// flight is held up. On Citus the wait is on the worker that holds the
+// key's shard, which citus_stat_activity shows with the coordinator's.
 func runHeld(t *testing.T, ctx context.Context, s *Store, sender, id string) (<-chan struct{}, *Result, *error) {
 	t.Helper()
 	done, res, err := runAsync(ctx, s, delivery(t, sender, id, "p"))
+	activity := "pg_stat_activity"
+	if pgtest.Citus() {
+		activity = "citus_stat_activity"
+	}
 	testkit.Poll(t, time.Minute, "the held key's delivery to wait for the holder's lock", func() bool {
 		var n int
-		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM `+activity+` WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n > 0

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/forward"
+	"github.com/hookgate/hookgate/internal/pgarray"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
@@ -82,6 +83,8 @@ func testCoordinatorCrash(t *testing.T, gdb, path string, split bool) {
 	}
 	cfg.MaxConns, cfg.MinConns = 1, 0
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	// Exec mode names the parameters' types from their Go types alone.
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error { pgarray.Register(c.TypeMap()); return nil }
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -120,3 +120,23 @@ type Bytes [][]byte
 func (a Bytes) Dimensions() []pgtype.ArrayDimension { return dims(len(a)) }
 func (a Bytes) Index(i int) any                     { return bytes{&a[i]} }
 func (a Bytes) IndexType() any                      { return bytes{&[]byte{}} }
+
+// Register tells m the PostgreSQL array type of each type here, which a
+// connection in [pgx.QueryExecModeExec] or [pgx.QueryExecModeSimpleProtocol]
+// needs to encode them: those modes do not ask the server for the
+// parameters' types. Call it from the pool's AfterConnect. The default
+// mode, which prepares each statement, does not need it.
+func Register(m *pgtype.Map) {
+	for _, t := range []struct {
+		v    any
+		name string
+	}{
+		{Texts{}, "_text"}, {NullTexts{}, "_text"},
+		{Times{}, "_timestamptz"}, {NullTimes{}, "_timestamptz"},
+		{UUIDs{}, "_uuid"},
+		{Int64s{}, "_int8"}, {NullInt64s{}, "_int8"},
+		{Bytes{}, "_bytea"},
+	} {
+		m.RegisterDefaultPgType(t.v, t.name)
+	}
+}

@@ -76,3 +76,38 @@ func TestInt2OutOfRange(t *testing.T) {
 		t.Error("1<<20 into int2[]: no error")
 	}
 }
+
+// TestRegisterNamesEachType: a connection in exec mode finds each type's
+// PostgreSQL type by its Go type alone (pgtype.Map.TypeForValue), and
+// encodes it as text: without Register it finds none, and pgx refuses to
+// encode the parameter ("unknown type (OID 0)").
+func TestRegisterNamesEachType(t *testing.T) {
+	t.Parallel()
+	s := "x"
+	at := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	n := int64(3)
+	for _, tc := range []struct {
+		v   any
+		oid uint32
+	}{
+		{pgarray.Texts{"a"}, pgtype.TextArrayOID}, {pgarray.NullTexts{&s, nil}, pgtype.TextArrayOID},
+		{pgarray.Times{at}, pgtype.TimestamptzArrayOID}, {pgarray.NullTimes{nil, &at}, pgtype.TimestamptzArrayOID},
+		{pgarray.UUIDs{{Bytes: [16]byte{1}, Valid: true}}, pgtype.UUIDArrayOID},
+		{pgarray.Int64s{n}, pgtype.Int8ArrayOID}, {pgarray.NullInt64s{&n, nil}, pgtype.Int8ArrayOID},
+		{pgarray.Bytes{[]byte("ok"), nil}, pgtype.ByteaArrayOID},
+	} {
+		m := pgtype.NewMap()
+		if typ, ok := m.TypeForValue(tc.v); ok {
+			t.Fatalf("%T: type %s known before Register: the test proves nothing", tc.v, typ.Name)
+		}
+		pgarray.Register(m)
+		typ, ok := m.TypeForValue(tc.v)
+		if !ok || typ.OID != tc.oid {
+			t.Errorf("%T: type %v (%v), want OID %d", tc.v, typ, ok, tc.oid)
+			continue
+		}
+		if _, err := m.Encode(typ.OID, pgtype.TextFormatCode, tc.v, nil); err != nil {
+			t.Errorf("%T as text: %v", tc.v, err)
+		}
+	}
+}
