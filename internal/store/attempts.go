@@ -197,8 +197,12 @@ WHERE sender = $1 AND event_id = $2 AND target = $3 AND took_us IS NOT NULL AND 
   ORDER BY started_at DESC OFFSET $5::int - 1 LIMIT 1)`
 
 // queueAttempt queues the statements that record a, keeping the
-// forward's newest keep attempts: the insert, and the clearing of an
-// attempt kept in its forward_delivered row that falls out of them.
+// forward's newest keep attempts: the insert, and for an attempt of a
+// redelivery (Actor set) the clearing of an attempt kept in the forward's
+// forward_delivered row that falls out of them. Only a redelivery makes
+// River attempt a forward that has such a row: the fast path writes it
+// when it delivers the forward, in the statement that takes the forward's
+// outbox row, so no job of the forward's own follows it.
 func queueAttempt(b *pgx.Batch, a Attempt, keep int) error {
 	args, err := AttemptArgs(a.Sender, []Attempt{a})
 	if err != nil {
@@ -206,7 +210,9 @@ func queueAttempt(b *pgx.Batch, a Attempt, keep int) error {
 	}
 	keep = max(keep, 1)
 	b.Queue(insertAttemptSQL, append(args, keep)...)
-	b.Queue(clearFoldedSQL, a.Sender, a.EventID.String(), a.Target, pgtype.UUID{Bytes: a.EventID, Valid: true}, keep)
+	if a.Actor != "" {
+		b.Queue(clearFoldedSQL, a.Sender, a.EventID.String(), a.Target, pgtype.UUID{Bytes: a.EventID, Valid: true}, keep)
+	}
 	return nil
 }
 
