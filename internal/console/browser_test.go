@@ -233,6 +233,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`input[name=delivery_id]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=delivery_id]`), "ord_1001"),
 		chromedp.Submit(chromedp.CSS(`input[name=delivery_id]`)),
+		// The list page already links ord_1001: wait for the answer to the
+		// search (its input's value attribute holds the ID; typing sets
+		// only the property), or the click may land on the page the
+		// submit is replacing ("Could not find node with given id").
+		chromedp.WaitVisible(chromedp.CSS(`input[name=delivery_id][value="ord_1001"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`a.id[href$="/deliveries/ord_1001"]`)),
 		chromedp.Click(chromedp.CSS(`a.id[href$="/deliveries/ord_1001"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#delivery-id`)),
