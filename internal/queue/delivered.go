@@ -172,22 +172,17 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`)
 // it already: a recording tried again after a COMMIT whose outcome was
 // unknown writes it once. u holds those attempts, usually none; a row
 // holding one is looked for by a probe of its key, for each of them alone
-// (under [store.TIDScans], an anti-join read the whole table). The split form (Citus) writes no attempt: the
-// attempts go to forward_attempts in a statement of their own.
+// (under [store.TIDScans], an anti-join read the whole table). The split
+// form (Citus) writes no attempt: the attempts go to forward_attempts in a
+// statement of their own.
 func recordDelivered(mark string) string {
-	if mark != "" {
-		return `WITH o AS (
-  SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[])
-    AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack)
-), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + `
-INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack)
-SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack
-FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
-	}
-	return `WITH o AS (
-  SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[], $9::int8[], $10::jsonb[], $11::bytea[])
-    AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack, took_us, headers, body)
-), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + `, u AS MATERIALIZED (
+	// The attempt's columns and arrays, and the CTEs that write an untaken
+	// attempt, in the deleting form only.
+	var attemptArrays, attemptCols, attemptVals, untaken string
+	if mark == "" {
+		attemptArrays = `, $9::int8[], $10::jsonb[], $11::bytea[]`
+		attemptCols, attemptVals = `, took_us, headers, body`, `, o.took_us, o.headers, o.body`
+		untaken = `, u AS MATERIALIZED (
   SELECT o.* FROM o
   WHERE o.took_us IS NOT NULL AND NOT EXISTS (SELECT 1 FROM d WHERE d.event_id = o.event_id AND d.target = o.target)
 ), untaken AS (
@@ -200,9 +195,14 @@ FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
     ORDER BY x.target LIMIT 1) h ON true
   WHERE h.held IS NULL
   ON CONFLICT ON CONSTRAINT forward_attempts_pkey DO NOTHING
-)
-INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack, took_us, headers, body)
-SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack, o.took_us, o.headers, o.body
+)`
+	}
+	return `WITH o AS (
+  SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[]` + attemptArrays + `)
+    AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack` + attemptCols + `)
+), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + untaken + `
+INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack` + attemptCols + `)
+SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack` + attemptVals + `
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
 }
 
