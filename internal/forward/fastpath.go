@@ -242,7 +242,8 @@ type DispatcherConfig struct {
 }
 
 // FirstAttemptRecorder records the outcomes of the fast path's first
-// attempts, one transaction per sender. [queue.River] implements it.
+// attempts, one transaction per sender. [queue.River] implements it. It
+// keeps nothing of batch once it returns: the dispatcher reuses the array.
 type FirstAttemptRecorder interface {
 	RecordFirstAttempts(ctx context.Context, batch []queue.FirstAttempt) ([]store.HandedOff, error)
 }
@@ -868,16 +869,20 @@ func (d *Dispatcher) attempt(j fastJob, tk Ticket) {
 }
 
 // record writes outcomes in batches until records is closed. Batches grow
-// with the load.
+// with the load. Every batch is built in the same array, cleared after its
+// flush: an outcome is a few hundred bytes, and a new slice per batch,
+// grown by append, made about a kilobyte of garbage per forward.
+// [FirstAttemptRecorder] keeps nothing of a batch after its call.
 func (d *Dispatcher) record() {
 	defer d.rec.Done()
 	linger := time.NewTimer(recordLinger)
+	buf := make([]queue.FirstAttempt, 0, recordBatch)
 	for {
 		o, ok := <-d.records
 		if !ok {
 			return
 		}
-		batch := []queue.FirstAttempt{o}
+		batch := append(buf[:0], o)
 		// The next forward of an ordered key waits for this recording:
 		// a batch with the end of one lingers less.
 		short := o.OrderKey != ""
@@ -903,6 +908,7 @@ func (d *Dispatcher) record() {
 		}
 		linger.Stop()
 		d.flush(batch)
+		clear(batch) // drops the answers' headers and bodies
 	}
 }
 
