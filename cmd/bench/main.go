@@ -121,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.DurationVar(&b.maxP99, "max-p99", 20*time.Millisecond, "highest passing p99 latency of first deliveries")
 	fs.DurationVar(&b.forwardDrain, "forward-drain-timeout", 5*time.Second, "how long the sink may take, after the --role all load, to receive every accepted event")
 	fs.DurationVar(&b.maxCPUPerForward, "max-cpu-per-forward", 350*time.Microsecond, "highest passing gateway + PostgreSQL CPU per forward (--role all, beyond a delivery's own)")
-	fs.Float64Var(&b.maxRSS, "max-rss-mb", 150, "highest passing peak RSS of a server, in MB")
+	fs.Float64Var(&b.maxRSS, "max-rss-mb", 200, "highest passing peak RSS of a server, in MB (up to 100 MiB of it is the garbage the default --heap-floor lets the heap hold)")
 	fs.BoolVar(&b.keep, "keep", false, "keep the temporary directory (server logs, pgbench script and logs, profiles)")
 	fs.BoolVar(&b.pprof, "pprof", false, "CPU and allocation profiles of the server in phase 1 and the forwarding phases (not the one-key phase), with their hottest functions")
 	fs.BoolVar(&b.pgstat, "pgstat", false, "PostgreSQL's statements (pg_stat_statements) and wait events in phase 1 and the forwarding phases: calls per delivery, time, where the backends wait")

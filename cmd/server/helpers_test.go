@@ -221,7 +221,11 @@ func startRunAt(t *testing.T, dsn, path string, args ...string) *inproc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &inproc{log: newLogSink(), cancel: cancel, done: make(chan struct{})}
-	full := append([]string{"serve", "--addr", "127.0.0.1:0", "--config", path}, args...)
+	// The servers in the test process share its heap: the heap floor is
+	// the binary's business (TestHeapFloorInForce), and would only grow
+	// the test process's memory under -race. A later --heap-floor in args
+	// wins.
+	full := append([]string{"serve", "--addr", "127.0.0.1:0", "--config", path, "--heap-floor", "0"}, args...)
 	go func() {
 		defer close(s.done)
 		s.err = run(ctx, full, envOf("DATABASE_URL", dsn), io.Discard, s.log)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/forward/transport"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/heapfloor"
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/retention"
 	"github.com/hookgate/hookgate/internal/sender"
@@ -37,6 +39,12 @@ import (
 // serve runs the gateway until ctx is done, then shuts it down gracefully.
 // Each step is a function below.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
+	// The garbage collector's pace: the container's memory limit, then a
+	// floor under the heap's goal (capped at half of that limit).
+	if _, err := memlimit.Set(memlimit.WithProvider(memlimit.FromCgroup), memlimit.WithLogger(log)); err != nil {
+		log.Warn("the container's memory limit could not be read; GOMEMLIMIT is left as it was", "err", err)
+	}
+	defer heapfloor.Start(s.heapFloor)()
 	// From here on a SIGHUP never ends the process. Once serving, it
 	// reloads the configuration.
 	hup, stopHUP := notifySIGHUP()

@@ -41,6 +41,7 @@ type settings struct {
 	allowedHosts *transport.AllowedHosts // the hosts forwards may reach; nil: any
 	pprofAddr    string
 	metricsAddr  string // "": /metrics on the main listener
+	heapFloor    uint64 // bytes; 0: GOGC's pace alone (heapfloor)
 
 	maxHeaderBytes      int
 	allowExampleSecrets bool
@@ -74,6 +75,15 @@ func defaultSettings() *settings {
 	s.handler.BodyReadTimeout = readTimeout
 	return s
 }
+
+// defaultHeapFloor is --heap-floor's default, 100 MiB: with it, under
+// make bench's load, a delivery cost the gateway 3–7 µs less CPU, and
+// 10–13 µs less with a forward, for up to 100 MiB more memory
+// (docs/performance.md). maxHeapFloor is the largest value accepted, 64 GiB.
+const (
+	defaultHeapFloor = 100 << 20
+	maxHeapFloor     = 64 << 30
+)
 
 // maxInFlightWait is the longest in-flight wait serve accepts. The ingest
 // transaction gets 15s in all, and the wait must end well within it to be
@@ -284,6 +294,16 @@ var settingTable = []setting{
 	{flag: "metrics-addr", env: "HOOKGATE_METRICS_ADDR", shown: "(the main listener)",
 		help:  "serve /metrics on this address instead of the main listener (which then answers 404 there), e.g. 10.0.0.5:9090 or 127.0.0.1:9090",
 		parse: func(s *settings, v string) error { s.metricsAddr, s.handler.MetricsElsewhere = v, v != ""; return nil }},
+	{flag: "heap-floor", env: "HOOKGATE_HEAP_FLOOR", def: strconv.Itoa(defaultHeapFloor),
+		help: "bytes the Go heap may grow to before the garbage collector's next cycle, while the live heap is under half of it (0 for none: GOGC's pace alone, less memory and more CPU); it costs at most its size in memory beyond GOGC's; the Go memory limit (GOMEMLIMIT, else 90% of the container's memory limit) still applies, and caps it at half",
+		parse: func(s *settings, v string) error {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n > maxHeapFloor {
+				return fmt.Errorf("heap floor %q: must be a whole number of bytes from 0 (none) to %d (64 GiB)", v, uint64(maxHeapFloor))
+			}
+			s.heapFloor = n
+			return nil
+		}},
 	{flag: "shutdown-timeout", env: "HOOKGATE_SHUTDOWN_TIMEOUT", def: "20s",
 		help:  "how long in-flight requests and forwards may take to finish on shutdown",
 		parse: durationSetting("shutdown timeout", 0, func(s *settings) *time.Duration { return &s.shutdownWait })},

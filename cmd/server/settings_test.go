@@ -139,19 +139,19 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.addr != ":8080" || s.dedup.ReplayCache == nil || s.dedup.ReplayCache.Size != 10000 || s.shutdownWait != 20*time.Second || s.handler.BodyBudget != 64<<20 || s.dedup.Shedding.MaxWait != 3*time.Second || s.allowExampleSecrets || s.client.RescueAfter != 0 || s.worker.RetryAfterMax != 5*time.Minute ||
-		s.client.MaxWorkers != 100 || s.gate.Capacity != 100 || !s.onWorkers || s.citusWorkers != nil {
+		s.client.MaxWorkers != 100 || s.gate.Capacity != 100 || !s.onWorkers || s.citusWorkers != nil || s.heapFloor != 100<<20 {
 		t.Errorf("defaults: %+v", s)
 	}
 	env := envOf("HOOKGATE_ADDR", ":1", "HOOKGATE_FORWARD_WORKERS", "7", "HOOKGATE_SHUTDOWN_TIMEOUT", "3s",
 		"HOOKGATE_ALLOW_EXAMPLE_SECRETS", "1", "HOOKGATE_REPLAY_CACHE_SIZE", "0", "HOOKGATE_RETENTION_INTERVAL", "5m",
-		"HOOKGATE_FORWARD_RETRY_AFTER_MAX", "1m", "HOOKGATE_CITUS_WORKER_HOSTS", "w1.internal:5432")
+		"HOOKGATE_FORWARD_RETRY_AFTER_MAX", "1m", "HOOKGATE_CITUS_WORKER_HOSTS", "w1.internal:5432", "HOOKGATE_HEAP_FLOOR", "0")
 	s, err = parseSettings("serve", []string{"--addr", ":2", "--allow-example-secrets=false", "--forward-rescue-after", "2m",
 		"--citus-worker-hosts", "w1.internal:5432,w2.internal:5432"}, env, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.addr != ":2" || s.client.MaxWorkers != 7 || s.gate.Capacity != 7 || s.shutdownWait != 3*time.Second || s.allowExampleSecrets || s.dedup.ReplayCache != nil || s.retention.Interval != 5*time.Minute || s.client.RescueAfter != 2*time.Minute ||
-		s.worker.RetryAfterMax != time.Minute || strings.Join(s.citusWorkers, ",") != "w1.internal:5432,w2.internal:5432" {
+		s.worker.RetryAfterMax != time.Minute || strings.Join(s.citusWorkers, ",") != "w1.internal:5432,w2.internal:5432" || s.heapFloor != 0 {
 		t.Errorf("flag over env over default: %+v", s)
 	}
 	s, err = parseSettings("serve", []string{"--allow-example-secrets"}, envOf(), &stderr)
@@ -175,6 +175,9 @@ func TestSettingsFromFlagEnvAndDefault(t *testing.T) {
 		{[]string{"HOOKGATE_FORWARD_RETRY_AFTER_MAX", "500ms"}, nil, "forward retry-after max"},
 		{[]string{"HOOKGATE_CITUS_WORKER_HOSTS", "w1.internal"}, nil, "citus worker"},
 		{nil, []string{"--citus-worker-hosts", "postgres://w1.internal:5432"}, "citus worker"},
+		{nil, []string{"--heap-floor", "-1"}, "heap floor"},
+		{[]string{"HOOKGATE_HEAP_FLOOR", "100MiB"}, nil, "heap floor"},
+		{nil, []string{"--heap-floor", "68719476737"}, "heap floor"}, // 64 GiB + 1
 		{nil, []string{"extra"}, "unexpected argument"},
 	} {
 		_, err := parseSettings("serve", tc.args, envOf(tc.env...), &stderr)

@@ -1,0 +1,187 @@
+// Package heapfloor keeps Go's garbage collector from starting a cycle
+// before the heap has grown to a floor, while the live heap is small.
+//
+// With GOGC=100 a cycle starts once the heap has doubled. hookgate's live
+// heap is small (about 16 MB under load: the replay cache, the
+// connections' buffers) and it allocates fast (about 120 MB/s at 10,000
+// deliveries per second: bodies, the batches' statements, the forwards'
+// requests), so it ran a cycle about every 100 ms, and 10–15% of the
+// gateway's CPU went to the collector. Each cycle marks the whole live
+// heap, so fewer cycles is less work.
+//
+// After each cycle, the floor's callback sets the GC percent so that the
+// next cycle starts no sooner than the heap reaches the floor: the
+// percent GOGC sets (100 by default) when twice the live heap is above
+// the floor already. The floor thus costs at most its own size in memory
+// beyond what GOGC alone would use, whatever the load, and nothing once
+// the live heap reaches half of it. Go's memory limit (GOMEMLIMIT) still
+// applies: the collector runs as the limit nears, whatever the percent.
+package heapfloor
+
+import (
+	"math"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+)
+
+// The pacer's inputs, as of the last cycle: the heap marked live, and the
+// goroutines' stacks and the globals it scanned. GOGC's percent applies
+// to all three: the heap's goal is live + (live + stacks +
+// globals)×percent/100.
+var sampled = [...]string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes"}
+
+// heapMinimum is the runtime's smallest heap goal at GOGC=100, 4 MiB.
+// It scales with the percent: at 2,500 it is 100 MiB. The percent set
+// stays at or below floor/heapMinimum×100, so that this minimum does not
+// push the goal past the floor while the live heap is tiny (at start).
+const heapMinimum = 4 << 20
+
+// floor is a running floor; see [Start].
+type floor struct {
+	floor   uint64
+	base    int // the GC percent in force at start: GOGC's
+	stopped atomic.Bool
+	sample  []metrics.Sample
+	mu      sync.Mutex // the cleanup's state against stop
+	percent int        // the percent last set
+}
+
+// proc is the process's floor, shared by the callers of Start: the GC
+// percent is the process's. users counts the callers that have not
+// stopped.
+var proc struct {
+	sync.Mutex
+	f     *floor
+	users int
+}
+
+// Start keeps the heap's next cycle from starting before the heap reaches
+// floor bytes, as the package says, until every caller has called the stop
+// it returns. A floor already running in the process is shared, whatever
+// floor this call asks for: it is the first caller's (several servers in
+// one test process). Start changes nothing when floor is 0 or the
+// collector is off (GOGC=off). When a memory limit is in force, the floor
+// is at most half of it, so that the collector does not run against the
+// limit at every cycle.
+func Start(floor uint64) (stop func()) {
+	proc.Lock()
+	defer proc.Unlock()
+	if proc.f == nil {
+		if proc.f = start(floor); proc.f == nil {
+			return func() {}
+		}
+	}
+	proc.users++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			proc.Lock()
+			defer proc.Unlock()
+			if proc.users--; proc.users == 0 {
+				proc.f.stop()
+				proc.f = nil
+			}
+		})
+	}
+}
+
+// start starts a floor of n bytes, or returns nil; see [Start].
+func start(n uint64) *floor {
+	base := debug.SetGCPercent(100)
+	debug.SetGCPercent(base)
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && limit > 0 {
+		n = min(n, uint64(limit)/2)
+	}
+	if n == 0 || base < 0 {
+		return nil
+	}
+	f := &floor{floor: n, base: base, percent: base}
+	for _, name := range sampled {
+		f.sample = append(f.sample, metrics.Sample{Name: name})
+	}
+	f.tune() // the heap is nearly empty at start: no need to wait for a cycle
+	f.arm()
+	return f
+}
+
+// sentinel is an object that becomes unreachable at once, so that its
+// cleanup runs after the next cycle. It is larger than the tiny
+// allocator's 16 bytes, which may keep an object alive with its
+// neighbours.
+type sentinel [32]byte
+
+// arm runs tune after the next cycle, and arms again, until stop.
+func (f *floor) arm() {
+	runtime.AddCleanup(new(sentinel), func(f *floor) {
+		if f.stopped.Load() {
+			return
+		}
+		f.tune()
+		f.arm()
+	}, f)
+}
+
+// tune sets the percent from the live heap the last cycle marked.
+func (f *floor) tune() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped.Load() {
+		return
+	}
+	metrics.Read(f.sample)
+	var v [len(sampled)]uint64
+	for i, s := range f.sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return // not in this Go: leave the percent as it is
+		}
+		v[i] = s.Value.Uint64()
+	}
+	p := percentFor(v[0], v[1]+v[2], f.floor, f.base)
+	if p != f.percent {
+		debug.SetGCPercent(p)
+		f.percent = p
+	}
+}
+
+// percentFor is the GC percent at which a cycle starts once the heap
+// reaches floor bytes, given live bytes of heap and roots bytes of stacks
+// and globals, and at least base: the heap's goal is live + (live +
+// roots)×percent/100.
+func percentFor(live, roots, floor uint64, base int) int {
+	if live >= floor {
+		return base
+	}
+	scanned := live + roots
+	if scanned == 0 {
+		return base
+	}
+	// The smallest percent whose goal reaches the floor.
+	p := (floor - live) * 100 / scanned
+	if (floor-live)*100%scanned != 0 {
+		p++
+	}
+	return max(base, int(min(p, floor*100/heapMinimum)))
+}
+
+// Percent returns the GC percent the floor set last.
+func (f *floor) Percent() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.percent
+}
+
+// stop ends the floor and puts back the percent in force at its start.
+// The cleanup armed last still runs after the next cycle, and does
+// nothing.
+func (f *floor) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped.Swap(true) {
+		return
+	}
+	debug.SetGCPercent(f.base)
+	f.percent = f.base
+}
