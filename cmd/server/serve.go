@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -41,8 +42,12 @@ import (
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// The garbage collector's pace: the container's memory limit, then a
 	// floor under the heap's goal (capped at half of that limit).
-	if _, err := memlimit.Set(memlimit.WithProvider(memlimit.FromCgroup), memlimit.WithLogger(log)); err != nil {
-		log.Warn("the container's memory limit could not be read; GOMEMLIMIT is left as it was", "err", err)
+	limit, err := memlimit.Set(memlimit.WithProvider(memlimit.FromCgroup))
+	switch {
+	case err != nil && !errors.Is(err, memlimit.ErrCgroupsNotSupported):
+		log.Warn("the container's memory limit could not be read; the Go memory limit is left as it was", "err", err)
+	case err == nil && limit > 0 && limit < math.MaxInt64:
+		log.Info("Go memory limit", "bytes", limit)
 	}
 	defer heapfloor.Start(s.heapFloor)()
 	// From here on a SIGHUP never ends the process. Once serving, it

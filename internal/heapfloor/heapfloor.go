@@ -10,12 +10,16 @@
 // heap, so fewer cycles is less work.
 //
 // After each cycle, the floor's callback sets the GC percent so that the
-// next cycle starts no sooner than the heap reaches the floor: the
-// percent GOGC sets (100 by default) when twice the live heap is above
-// the floor already. The floor thus costs at most its own size in memory
-// beyond what GOGC alone would use, whatever the load, and nothing once
-// the live heap reaches half of it. Go's memory limit (GOMEMLIMIT) still
-// applies: the collector runs as the limit nears, whatever the percent.
+// heap's goal for the next cycle is the floor: the collector starts that
+// cycle as the heap nears the floor, not as it nears twice the live heap.
+// When GOGC's percent (100 by default) sets a goal above the floor
+// already, as once the live heap is about half of it, that percent
+// stands. So the floor costs about its own size in memory beyond what
+// GOGC alone would use, and nothing at a large live heap. The percent is
+// set after each cycle, and at most 1,000: a live heap that grows sharply
+// within one cycle gets the goal of the percent set after the cycle
+// before (see maxPercent). Go's memory limit (GOMEMLIMIT) still applies:
+// the collector runs as the limit nears, whatever the percent.
 package heapfloor
 
 import (
@@ -38,6 +42,14 @@ var sampled = [...]string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/sc
 // stays at or below floor/heapMinimum×100, so that this minimum does not
 // push the goal past the floor while the live heap is tiny (at start).
 const heapMinimum = 4 << 20
+
+// maxPercent bounds the percent set. The runtime sets each cycle's goal
+// from the live heap it has just marked and the percent in force, and the
+// floor's callback sets the new percent only after that cycle's sweep. A
+// live heap that grew sharply within one cycle, from a few MB, thus gets
+// a goal of up to 11 times itself for one cycle. With the default floor
+// of 100 MiB, 1,000 is reached below a live heap of about 9 MB.
+const maxPercent = 1000
 
 // floor is a running floor; see [Start].
 type floor struct {
@@ -90,12 +102,14 @@ func Start(floor uint64) (stop func()) {
 
 // start starts a floor of n bytes, or returns nil; see [Start].
 func start(n uint64) *floor {
-	base := debug.SetGCPercent(100)
-	debug.SetGCPercent(base)
 	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && limit > 0 {
 		n = min(n, uint64(limit)/2)
 	}
-	if n == 0 || base < 0 {
+	if n == 0 {
+		return nil
+	}
+	base, on := gogc()
+	if !on {
 		return nil
 	}
 	f := &floor{floor: n, base: base, percent: base}
@@ -105,6 +119,21 @@ func start(n uint64) *floor {
 	f.tune() // the heap is nearly empty at start: no need to wait for a cycle
 	f.arm()
 	return f
+}
+
+// gogc returns the GC percent in force (GOGC's, or SetGCPercent's), and
+// whether the collector is on, read without changing it.
+func gogc() (percent int, on bool) {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0, false // unknown to this Go: leave the pace alone
+	}
+	v := s[0].Value.Uint64()
+	if v > math.MaxInt32 { // GOGC=off
+		return 0, false
+	}
+	return int(v), true
 }
 
 // sentinel is an object that becomes unreachable at once, so that its
@@ -163,7 +192,7 @@ func percentFor(live, roots, floor uint64, base int) int {
 	if (floor-live)*100%scanned != 0 {
 		p++
 	}
-	return max(base, int(min(p, floor*100/heapMinimum)))
+	return max(base, int(min(p, floor*100/heapMinimum, maxPercent)))
 }
 
 // Percent returns the GC percent the floor set last.

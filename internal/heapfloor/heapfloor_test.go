@@ -46,6 +46,23 @@ func withGOGC100(t *testing.T) {
 	})
 }
 
+// waitCleanups waits until the cleanups queued so far have run: the
+// floor's callback runs after a cycle, on the runtime's cleanup goroutine.
+func waitCleanups(t *testing.T) {
+	t.Helper()
+	s := []metrics.Sample{{Name: "/gc/cleanups/queued:cleanups"}, {Name: "/gc/cleanups/executed:cleanups"}}
+	metrics.Read(s)
+	queued := s[0].Value.Uint64()
+	deadline := time.Now().Add(30 * time.Second) // a guard against a hang, not a timed assertion
+	for s[1].Value.Uint64() < queued {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d cleanups ran", s[1].Value.Uint64(), queued)
+		}
+		time.Sleep(time.Millisecond)
+		metrics.Read(s)
+	}
+}
+
 // waitPercent waits until f has set a percent for which ok holds, after
 // a cycle: the floor's callback runs after the cycle, on the runtime's
 // cleanup goroutine.
@@ -64,11 +81,12 @@ func waitPercent(t *testing.T, f *floor, ok func(int) bool) int {
 	}
 }
 
-// TestFloorRunsFewerCycles: with a small live heap, 512 MiB of garbage
-// takes a cycle per 64 MiB or so under a floor of 64 MiB, and many times
-// more cycles without it.
+// TestFloorRunsFewerCycles: with 8 MiB live, 512 MiB of garbage takes a
+// cycle per 56 MiB or so under a floor of 64 MiB, and many times more
+// cycles without it (one per 8 MiB or so).
 func TestFloorRunsFewerCycles(t *testing.T) { //nolint:paralleltest // changes the process's GC settings
 	withGOGC100(t)
+	live := make([]byte, 8*mib)
 	runtime.GC()
 	without := garbage(512 * mib)
 
@@ -88,6 +106,7 @@ func TestFloorRunsFewerCycles(t *testing.T) { //nolint:paralleltest // changes t
 	if without < 3*with {
 		t.Errorf("%d cycles without the floor and %d with it: want at least 3 times as many without", without, with)
 	}
+	runtime.KeepAlive(live)
 }
 
 // TestFloorYieldsToTheLiveHeap: the percent follows the live heap: with 8
@@ -121,6 +140,7 @@ func TestFloorYieldsToTheLiveHeap(t *testing.T) { //nolint:paralleltest // chang
 	debug.SetGCPercent(300) // what stop leaves is no longer the floor's business
 	garbage(64 * mib)
 	runtime.GC()
+	waitCleanups(t) // the callback armed last has run
 	if got := debug.SetGCPercent(100); got != 300 {
 		t.Errorf("after stop, the percent is %d, want the 300 set since: the floor's callback still changed it", got)
 	}
@@ -188,7 +208,7 @@ func TestStartShared(t *testing.T) { //nolint:paralleltest // changes the proces
 
 // TestPercentFor: the smallest percent whose goal, live + (live +
 // roots)×percent/100, reaches the floor, at least the base, and at most
-// the percent whose heap minimum is the floor.
+// the percent whose heap minimum is the floor, and maxPercent.
 func TestPercentFor(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -204,15 +224,17 @@ func TestPercentFor(t *testing.T) {
 		{100 * mib, 0, 100 * mib, 100, 100},
 		{200 * mib, 0, 100 * mib, 100, 100},
 		{0, 0, 100 * mib, 100, 100},
-		{0, 1 * mib, 100 * mib, 100, 2500}, // 4 MiB × 25 = 100 MiB
-		{1, 0, 100 * mib, 100, 2500},
-		{1, 0, 64 * mib, 100, 1600},
+		{0, 1 * mib, 100 * mib, 100, maxPercent},
+		{1, 0, 100 * mib, 100, maxPercent},
+		{1, 0, 16 * mib, 100, 400}, // 4 MiB × 4 = 16 MiB: the heap minimum's bound
+		{9 * mib, 0, 100 * mib, 100, 1000},
+		{10 * mib, 0, 100 * mib, 100, 900},
 	} {
 		got := percentFor(c.live, c.roots, c.floor, c.base)
 		if got != c.want {
 			t.Errorf("percentFor(%d, %d, %d, %d) = %d, want %d", c.live, c.roots, c.floor, c.base, got, c.want)
 		}
-		if goal := c.live + (c.live+c.roots)*uint64(got)/100; c.live+c.roots > 0 && c.live < c.floor && got < int(c.floor*100/heapMinimum) && goal < c.floor {
+		if goal := c.live + (c.live+c.roots)*uint64(got)/100; c.live+c.roots > 0 && c.live < c.floor && got < min(int(c.floor*100/heapMinimum), maxPercent) && goal < c.floor {
 			t.Errorf("percentFor(%d, %d, %d, %d) = %d: the goal %d is below the floor", c.live, c.roots, c.floor, c.base, got, goal)
 		}
 	}
