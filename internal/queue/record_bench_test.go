@@ -1,15 +1,13 @@
 package queue
 
 import (
-	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/procfs"
 
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
@@ -101,13 +99,13 @@ SELECT 'acme', e, 't', d, $3, $3::timestamptz + interval '1 minute' FROM unnest(
 
 // backendCPU is the CPU that process pid has used, from /proc.
 func backendCPU(b *testing.B, pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		b.Skipf("the backend's CPU: %v", err)
 	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	st, err := p.Stat()
+	if err != nil {
+		b.Skipf("the backend's CPU: %v", err)
+	}
+	return time.Duration(st.CPUTime() * float64(time.Second))
 }
