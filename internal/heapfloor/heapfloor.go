@@ -28,7 +28,6 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
-	"sync/atomic"
 )
 
 // The pacer's inputs, as of the last cycle: the heap marked live, and the
@@ -55,10 +54,10 @@ const maxPercent = 1000
 type floor struct {
 	floor   uint64
 	base    int // the GC percent in force at start: GOGC's
-	stopped atomic.Bool
 	sample  []metrics.Sample
 	mu      sync.Mutex // the cleanup's state against stop
-	percent int        // the percent last set
+	stopped bool
+	percent int // the percent last set
 }
 
 // proc is the process's floor, shared by the callers of Start: the GC
@@ -70,9 +69,9 @@ var proc struct {
 	users int
 }
 
-// Start keeps the heap's next cycle from starting before the heap reaches
-// floor bytes, as the package says, until every caller has called the stop
-// it returns. A floor already running in the process is shared, whatever
+// Start makes floor bytes the heap's goal while the live heap is small,
+// as the package says, until every caller has called the stop it
+// returns. A floor already running in the process is shared, whatever
 // floor this call asks for: it is the first caller's (several servers in
 // one test process). Start changes nothing when floor is 0 or the
 // collector is off (GOGC=off). When a memory limit is in force, the floor
@@ -116,8 +115,9 @@ func start(n uint64) *floor {
 	for _, name := range sampled {
 		f.sample = append(f.sample, metrics.Sample{Name: name})
 	}
-	f.tune() // the heap is nearly empty at start: no need to wait for a cycle
-	f.arm()
+	if f.tune() { // the heap is nearly empty at start: no need to wait for a cycle
+		f.arm()
+	}
 	return f
 }
 
@@ -145,26 +145,25 @@ type sentinel [32]byte
 // arm runs tune after the next cycle, and arms again, until stop.
 func (f *floor) arm() {
 	runtime.AddCleanup(new(sentinel), func(f *floor) {
-		if f.stopped.Load() {
-			return
+		if f.tune() {
+			f.arm()
 		}
-		f.tune()
-		f.arm()
 	}, f)
 }
 
-// tune sets the percent from the live heap the last cycle marked.
-func (f *floor) tune() {
+// tune sets the percent from the live heap the last cycle marked. It
+// reports false once the floor is stopped.
+func (f *floor) tune() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped.Load() {
-		return
+	if f.stopped {
+		return false
 	}
 	metrics.Read(f.sample)
 	var v [len(sampled)]uint64
 	for i, s := range f.sample {
 		if s.Value.Kind() != metrics.KindUint64 {
-			return // not in this Go: leave the percent as it is
+			return true // not in this Go: leave the percent as it is
 		}
 		v[i] = s.Value.Uint64()
 	}
@@ -173,12 +172,12 @@ func (f *floor) tune() {
 		debug.SetGCPercent(p)
 		f.percent = p
 	}
+	return true
 }
 
-// percentFor is the GC percent at which a cycle starts once the heap
-// reaches floor bytes, given live bytes of heap and roots bytes of stacks
-// and globals, and at least base: the heap's goal is live + (live +
-// roots)×percent/100.
+// percentFor is the GC percent that makes floor bytes the heap's goal,
+// given live bytes of heap and roots bytes of stacks and globals, and at
+// least base: the heap's goal is live + (live + roots)×percent/100.
 func percentFor(live, roots, floor uint64, base int) int {
 	if live >= floor {
 		return base
@@ -208,9 +207,10 @@ func (f *floor) Percent() int {
 func (f *floor) stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped.Swap(true) {
+	if f.stopped {
 		return
 	}
+	f.stopped = true
 	debug.SetGCPercent(f.base)
 	f.percent = f.base
 }

@@ -204,11 +204,11 @@ func TestStartShared(t *testing.T) { //nolint:paralleltest // changes the proces
 	}
 	stop1()
 	stop1()
-	if proc.f != f || f.stopped.Load() {
+	if proc.f != f || isStopped(f) {
 		t.Fatal("the floor stopped while a caller still runs")
 	}
 	stop2()
-	if proc.f != nil || !f.stopped.Load() {
+	if proc.f != nil || !isStopped(f) {
 		t.Fatal("the floor runs on after its last caller stopped")
 	}
 	if got := debug.SetGCPercent(100); got != 100 {
@@ -252,4 +252,11 @@ func TestPercentFor(t *testing.T) {
 			t.Errorf("percentFor(%d, %d, %d, %d) = %d: the goal %d is below the floor", c.live, c.roots, c.floor, c.base, got, goal)
 		}
 	}
+}
+
+// isStopped reports whether f was stopped.
+func isStopped(f *floor) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stopped
 }
