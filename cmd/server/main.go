@@ -45,11 +45,13 @@ import (
 	_ "time/tzdata"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/handler"
+	"github.com/hookgate/hookgate/internal/pgarray"
 	"github.com/hookgate/hookgate/migrations"
 )
 
@@ -240,6 +242,13 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	// rows until TCP keepalive notices: every retry would get 409.
 	if _, ok := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "30000"
+	}
+	// A default_query_exec_mode in the URL that prepares nothing (exec,
+	// simple_protocol) names each parameter's type from its Go type
+	// alone: the array types of the fast path's recording must be known.
+	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		pgarray.Register(c.TypeMap())
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
