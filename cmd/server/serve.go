@@ -69,6 +69,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err := migrate(ctx, db, log); err != nil {
 		return err
 	}
+	checkCollation(ctx, db.pool, log)
 	if db.citus, err = dedup.InspectCitus(ctx, db.pool); err != nil {
 		return err
 	}
