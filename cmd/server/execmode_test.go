@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -26,13 +25,7 @@ func TestQueryExecModeInURL(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			pool, dsn := pgtest.NewDB(t)
-			u, err := url.Parse(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q := u.Query()
-			q.Set("default_query_exec_mode", mode)
-			u.RawQuery = q.Encode()
+			u := withSetting(t, dsn, "default_query_exec_mode", mode)
 			ok := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Status: http.StatusOK} })
 			bad := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Status: http.StatusInternalServerError} })
 			cfg := senderConfig + fmt.Sprintf(`    forward:
@@ -44,7 +37,7 @@ func TestQueryExecModeInURL(t *testing.T) {
 `, ok.URL, bad.URL)
 			// Retries an hour away: the failed forwards stay as the
 			// recording left them.
-			s := startRunWith(t, u.String(), cfg, "--forward-backoff-base", "1h", "--forward-backoff-max", "1h")
+			s := startRunWith(t, u, cfg, "--forward-backoff-base", "1h", "--forward-backoff-max", "1h")
 
 			const n = 24
 			var wg sync.WaitGroup
