@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -22,15 +23,20 @@ JOIN pg_collation c ON c.oid = a.attcollation
 JOIN pg_database d ON d.datname = current_database()
 WHERE a.attrelid = 'processed_messages'::regclass AND a.attname = 'delivery_id'`
 
-// byteOrder reports whether a collation compares text byte by byte, as
-// PostgreSQL does for libc's "C" and "POSIX" and for every collation of
-// its builtin provider, without a call to the C library or ICU.
+// byteOrder reports whether a collation orders text by bytes (by code
+// points, in UTF-8) at a byte comparison's cost: libc's "C" and "POSIX",
+// which PostgreSQL compares itself, every collation of its builtin
+// provider, and glibc's C.UTF-8, for which PostgreSQL calls strcoll but
+// which cost no more than "C" in make bench (docs/benchmarks).
 func byteOrder(provider, collate string) bool {
 	switch provider {
 	case "b":
 		return true
 	case "c":
-		return collate == "C" || collate == "POSIX"
+		switch strings.ToLower(collate) {
+		case "c", "posix", "c.utf-8", "c.utf8":
+			return true
+		}
 	}
 	return false
 }

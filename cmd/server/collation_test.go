@@ -30,15 +30,15 @@ func TestLinguisticCollationWarned(t *testing.T) {
 	}
 }
 
-// TestByteOrder: only libc's C and POSIX and the builtin provider's
-// collations compare bytes.
+// TestByteOrder: only libc's C, POSIX and C.UTF-8 and the builtin
+// provider's collations order by bytes at a byte comparison's cost.
 func TestByteOrder(t *testing.T) {
 	for _, tc := range []struct {
 		provider, collate string
 		want              bool
 	}{
-		{"c", "C", true}, {"c", "POSIX", true}, {"b", "", true},
-		{"c", "en_US.UTF-8", false}, {"c", "C.UTF-8", false}, {"i", "", false}, {"d", "", false},
+		{"c", "C", true}, {"c", "POSIX", true}, {"c", "C.UTF-8", true}, {"c", "C.utf8", true}, {"b", "", true},
+		{"c", "en_US.UTF-8", false}, {"c", "en_US.utf8", false}, {"i", "", false}, {"d", "", false},
 	} {
 		if got := byteOrder(tc.provider, tc.collate); got != tc.want {
 			t.Errorf("byteOrder(%q, %q) = %v, want %v", tc.provider, tc.collate, got, tc.want)
