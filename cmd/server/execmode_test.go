@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -14,18 +15,21 @@ import (
 // TestQueryExecModeInURL: a DATABASE_URL that sets pgx's
 // default_query_exec_mode to a mode that prepares nothing (exec, or the
 // simple protocol an older pooler needs) names each parameter's type from
-// its Go type alone. The fast path's recording sends arrays of its own
-// types; with the mode set, concurrent deliveries to one target that
-// answers 200 and one that answers 500 are recorded by the process that
-// attempted them: every delivered forward as a forward_delivered row, every
-// failed one as a retrying job, none left in the outbox for the relay.
+// its Go type alone. With the mode set:
+//   - concurrent deliveries to one target that answers 200 and one that
+//     answers 500 are recorded by the process that attempted them: every
+//     delivered forward as a forward_delivered row, every failed one as a
+//     retrying job, none left in the outbox for the relay;
+//   - the operator API lists a target's forwards (it reads their events'
+//     types by an array of IDs);
+//   - a reload through the API is in the audit trail with its details
+//     (JSON).
 func TestQueryExecModeInURL(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			pool, dsn := pgtest.NewDB(t)
-			u := withSetting(t, dsn, "default_query_exec_mode", mode)
 			ok := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Status: http.StatusOK} })
 			bad := testkit.NewTarget(t, func(int, *http.Request) testkit.Answer { return testkit.Answer{Status: http.StatusInternalServerError} })
 			cfg := senderConfig + fmt.Sprintf(`    forward:
@@ -35,16 +39,33 @@ func TestQueryExecModeInURL(t *testing.T) {
         url: %s
         max_attempts: 5
 `, ok.URL, bad.URL)
+			token := randHex(16)
 			// Retries an hour away: the failed forwards stay as the
 			// recording left them.
-			s := startRunWith(t, u, cfg, "--forward-backoff-base", "1h", "--forward-backoff-max", "1h")
+			s := startRunWith(t, withSetting(t, dsn, "default_query_exec_mode", mode), cfg,
+				"--admin-token", token, "--forward-backoff-base", "1h", "--forward-backoff-max", "1h")
 
 			const n = 24
-			var wg sync.WaitGroup
+			var (
+				wg   sync.WaitGroup
+				errs = make([]error, n)
+			)
 			for i := range n {
-				wg.Go(func() { deliverAll(t, http.DefaultClient, s.base, []string{"exec-" + mode + "-" + strconv.Itoa(i)}) })
+				wg.Go(func() {
+					id := "exec-" + mode + "-" + strconv.Itoa(i)
+					r, err := deliver(t.Context(), http.DefaultClient, s.base, id, bodyFor(id))
+					if err == nil {
+						_, err = parseAccepted(r, id)
+					}
+					errs[i] = err
+				})
 			}
 			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("delivery %d: %v", i, err)
+				}
+			}
 
 			count := func(sql string) int {
 				var c int
@@ -66,6 +87,29 @@ func TestQueryExecModeInURL(t *testing.T) {
 			})
 			if got := count(`SELECT count(*) FROM river_job WHERE args->>'target' = 'ok'`); got != 0 {
 				t.Errorf("%d jobs of target ok, want none: its forwards were delivered by the fast path", got)
+			}
+
+			call := func(method, path string) {
+				t.Helper()
+				req, err := http.NewRequestWithContext(t.Context(), method, s.base+path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Authorization", "Bearer "+token)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("%s %s: %d %s", method, path, resp.StatusCode, body)
+				}
+			}
+			call(http.MethodGet, "/v1/senders/acme/targets/ok/forwards")
+			call(http.MethodPost, "/v1/config/reload")
+			if got := count(`SELECT count(*) FROM audit_log WHERE action = 'reload' AND details ? 'hash'`); got != 1 {
+				t.Errorf("%d reloads with their details in the audit trail, want 1", got)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ package pgarray
 import (
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -121,12 +122,14 @@ func (a Bytes) Dimensions() []pgtype.ArrayDimension { return dims(len(a)) }
 func (a Bytes) Index(i int) any                     { return bytes{&a[i]} }
 func (a Bytes) IndexType() any                      { return bytes{&[]byte{}} }
 
-// Register tells m the PostgreSQL array type of each type here, which a
-// connection in [pgx.QueryExecModeExec] or [pgx.QueryExecModeSimpleProtocol]
-// needs to encode them: those modes do not ask the server for the
+// Register tells m the PostgreSQL array type of each type here, and of
+// []uuid.UUID, which the store's reads send: a connection in
+// [pgx.QueryExecModeExec] or [pgx.QueryExecModeSimpleProtocol] needs it
+// to encode them, since those modes do not ask the server for the
 // parameters' types. Call it from the pool's AfterConnect. The default
 // mode, which prepares each statement, does not need it.
 func Register(m *pgtype.Map) {
+	m.RegisterDefaultPgType([]uuid.UUID{}, "_uuid")
 	for _, t := range []struct {
 		v    any
 		name string

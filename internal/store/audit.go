@@ -149,7 +149,9 @@ func (q *Queries) RecordAudit(ctx context.Context, e AuditEntry) error {
 			e.Details[refusedNotRecorded] = skipped
 		}
 	}
-	var details []byte
+	// JSON, not bytes: a connection that prepares nothing (exec mode)
+	// would send bytes as bytea.
+	var details json.RawMessage
 	if e.Details != nil {
 		b, err := json.Marshal(e.Details)
 		if err != nil || len(b) > maxAuditDetailsBytes {
