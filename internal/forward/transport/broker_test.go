@@ -142,9 +142,11 @@ func TestRabbitMQTransport(t *testing.T) {
 	b.Start()
 	// A guard against a hang, not a bound: RabbitMQ's boot took over a
 	// minute once, beside the whole suite on two cores.
+	var last transport.Sent
 	testkit.Poll(t, 3*time.Minute, "a publish after the restart to be delivered", func() bool {
-		return tr.Send(ctx, down).Verdict == transport.VerdictDelivered
-	})
+		last = tr.Send(ctx, down)
+		return last.Verdict == transport.VerdictDelivered
+	}, func() string { return fmt.Sprintf("the last send: %+v", last) })
 
 	conn2 := b.Dial(t)
 	ch2, err := conn2.Channel()
