@@ -245,7 +245,8 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	// A default_query_exec_mode in the URL that prepares nothing (exec,
 	// simple_protocol) names each parameter's type from its Go type
-	// alone: the array types of the fast path's recording must be known.
+	// alone: the array types that the fast path's recording and the
+	// store's reads send must be known (pgarray.Register).
 	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		pgarray.Register(c.TypeMap())
 		return nil
