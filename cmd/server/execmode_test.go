@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -89,25 +88,11 @@ func TestQueryExecModeInURL(t *testing.T) {
 				t.Errorf("%d jobs of target ok, want none: its forwards were delivered by the fast path", got)
 			}
 
-			call := func(method, path string) {
-				t.Helper()
-				req, err := http.NewRequestWithContext(t.Context(), method, s.base+path, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				req.Header.Set("Authorization", "Bearer "+token)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				body, _ := io.ReadAll(resp.Body)
-				if resp.StatusCode != http.StatusOK {
-					t.Errorf("%s %s: %d %s", method, path, resp.StatusCode, body)
+			for _, c := range [][2]string{{http.MethodGet, "/v1/senders/acme/targets/ok/forwards"}, {http.MethodPost, "/v1/config/reload"}} {
+				if r := operator(t, http.DefaultClient, c[0], s.base, c[1], token); r.status != http.StatusOK {
+					t.Errorf("%s %s: %d %s", c[0], c[1], r.status, r.body)
 				}
 			}
-			call(http.MethodGet, "/v1/senders/acme/targets/ok/forwards")
-			call(http.MethodPost, "/v1/config/reload")
 			if got := count(`SELECT count(*) FROM audit_log WHERE action = 'reload' AND details ? 'hash'`); got != 1 {
 				t.Errorf("%d reloads with their details in the audit trail, want 1", got)
 			}
