@@ -71,6 +71,7 @@ func batchStore(t *testing.T) (*Store, context.Context, string) {
 	for _, sql := range []string{
 		`CREATE TABLE other (k text PRIMARY KEY)`,
 		`CREATE TABLE row_marks (sender text NOT NULL, event_id uuid NOT NULL, delivery_id text NOT NULL, n int8 NOT NULL)`,
+		`CREATE TABLE folded_marks (sender text NOT NULL, event_id uuid NOT NULL, delivery_id text NOT NULL, n int8 NOT NULL CHECK (n >= 0))`,
 		`CREATE TABLE typed (sender text, t text, b bytea, u uuid, s int2, i int8, f bool, ts timestamptz, j jsonb, k text)`,
 	} {
 		if _, err := pool.Exec(ctx, sql); err != nil {

@@ -319,9 +319,10 @@ func (s *Store) result(d idempotency.Delivery, o outcome) (Result, error) {
 	return Result{Response: row.resp, EventID: row.eventID, Replayed: true}, nil
 }
 
-// plan is a pipeline's statements: BEGIN, the lock timeout, the claim, the
-// changes' multi-row statements, each delivery's own statements, and the
-// read of the stored rows. A batch on Citus has no read: its claim returns
+// plan is a pipeline's statements: BEGIN, the lock timeout, the claim
+// (with the foldable statements of the changes in it, on PostgreSQL), the
+// changes' other multi-row statements, each delivery's own statements, and
+// the read of the stored rows. A batch on Citus has no read: its claim returns
 // the keys it inserted. A delivery whose key it did not insert runs again
 // by itself, which reads what holds the key.
 type plan struct {
@@ -335,6 +336,9 @@ type plan struct {
 	// returning: the claim returns the keys it inserted, and there is no
 	// read.
 	returning bool
+	// folded: statements of the change run inside the claim's statement
+	// ([Foldable]).
+	folded bool
 	// autocommit: the pipeline is one delegated call outside a transaction
 	// block, without BEGIN and COMMIT.
 	autocommit bool
@@ -349,13 +353,18 @@ func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout st
 	if err != nil {
 		return nil, err
 	}
+	groups, own, err := collectChanges(sender, n, changes)
+	if err != nil {
+		return nil, err
+	}
 	stmts := make([]statement, 0, 8)
 	stmts = append(stmts, statement{sql: beginSQL}, statement{sql: lockTimeout})
-	returning := false
+	returning, folded := false, false
 	if s.layout.Load() != layoutDistributed {
-		stmts = append(stmts,
-			statement{sql: genericPlansSQL},
-			statement{sql: claimSQL, args: append([]any{sender}, claim...)})
+		var c statement
+		c, groups = foldClaim(sender, claim, groups)
+		folded = c.sql != claimSQL
+		stmts = append(stmts, statement{sql: genericPlansSQL}, c)
 	} else {
 		// Citus routes a multi-row INSERT … VALUES whose rows all name $1 to
 		// the sender's shard.
@@ -372,11 +381,7 @@ func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout st
 		}
 		stmts = append(stmts, statement{sql: sql, args: args})
 	}
-	p := &plan{ds: ds, n: n, claim: len(stmts) - 1, changes: len(stmts), read: -1, returning: returning}
-	groups, own, err := collectChanges(sender, n, changes)
-	if err != nil {
-		return nil, err
-	}
+	p := &plan{ds: ds, n: n, claim: len(stmts) - 1, changes: len(stmts), read: -1, returning: returning, folded: folded}
 	stmts = append(stmts, groups...)
 	stmts = append(stmts, own...)
 	p.changesEnd = len(stmts)

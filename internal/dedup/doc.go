@@ -21,10 +21,18 @@
 // The statements take the sender as $1 and one array per column, with one
 // element per delivery. The same statements carry one delivery or a batch.
 // A state change adds rows to multi-row statements with [Batch.Row], guarded
-// by [ClaimedRow], or statements of its own with [Batch.Queue], guarded by
-// [Claimed]. A key's lookup probes processed_messages_key once per
-// delivery, and generic plans are used, so nothing is planned per
-// execution.
+// by [ClaimedRow] or [ClaimedJoin], or statements of its own with
+// [Batch.Queue], guarded by [Claimed]. A key's lookup probes
+// processed_messages_key once per delivery, and generic plans are used, so
+// nothing is planned per execution. On PostgreSQL the multi-row statements
+// marked [Foldable] run inside the claim's statement, as data-modifying
+// CTEs that join the keys the claim returns, with no probe and no
+// statement of their own:
+//
+//	WITH k AS (INSERT INTO processed_messages … ON CONFLICT … DO NOTHING
+//	           RETURNING sender, delivery_id, event_id)                  -- the claim
+//	  , f1 AS (INSERT INTO webhook_events … JOIN k ON …)                 -- the change's rows
+//	INSERT INTO forward_outbox … JOIN k ON …
 //
 // The claim stores the response of a first delivery, which is known before
 // the transaction starts. The delivery's event ID is fresh, so "this claim

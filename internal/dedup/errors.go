@@ -50,6 +50,8 @@ func classify(err error, at int, p *plan) error {
 		return errClaimConflict
 	case at == p.claim && isLockTimeout(err):
 		return fmt.Errorf("claim delivery: %w", ErrInFlight)
+	case at == p.claim && p.folded:
+		return fmt.Errorf("claim delivery and apply state change: %w", err)
 	case at < p.changes:
 		return fmt.Errorf("claim delivery: %w", err)
 	case at < p.changesEnd:

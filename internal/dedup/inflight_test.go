@@ -63,7 +63,7 @@ func waitUntilBlocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, don
 	blocked := `SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND wait_event_type = 'Lock' AND wait_event = 'transactionid'
-  AND query LIKE 'INSERT INTO processed_messages%'`
+  AND (query LIKE 'INSERT INTO processed_messages%' OR query LIKE 'WITH k AS (_INSERT INTO processed_messages%')`
 	if pgtest.Citus() {
 		// The claim waits on the shard's worker, for the coordinator's
 		// statement.

@@ -71,17 +71,18 @@ func InsertRow() dedup.DelegatedRow { return dedup.DelegatedRow{SQL: insertSQL, 
 
 // insertSQL inserts the events of a pipeline's deliveries, one array per
 // column after the sender $1 ([dedup.Batch.Row]). Each event is inserted
-// only by the claim that took its key ([dedup.ClaimedJoin]).
-var insertSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
+// only by the claim that took its key ([dedup.ClaimedJoin]). On PostgreSQL
+// it runs inside the claim's statement ([dedup.Foldable]).
+var insertSQL = dedup.Foldable(`INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type)
 SELECT k.sender, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[])
   AS e(id, delivery_id, received_at, headers, body, event_type)
-` + dedup.ClaimedJoin("e.delivery_id", "e.id")
+` + dedup.ClaimedJoin("e.delivery_id", "e.id"))
 
 // insertRuleErrorsSQL is insertSQL for the events with rule errors.
-var insertRuleErrorsSQL = `INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type, rule_errors)
+var insertRuleErrorsSQL = dedup.Foldable(`INSERT INTO webhook_events (sender, id, delivery_id, received_at, headers, body, event_type, rule_errors)
 SELECT k.sender, e.* FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::jsonb[], $6::bytea[], $7::text[], $8::jsonb[])
   AS e(id, delivery_id, received_at, headers, body, event_type, rule_errors)
-` + dedup.ClaimedJoin("e.delivery_id", "e.id")
+` + dedup.ClaimedJoin("e.delivery_id", "e.id"))
 
 // StoredHeaders returns h as stored, as a map that encodes to a JSON object
 // of string arrays (never nil): without Authorization, Proxy-Authorization,

@@ -35,12 +35,13 @@ func OutboxRow() dedup.DelegatedRow { return dedup.DelegatedRow{SQL: outboxInser
 // outboxInsertSQL writes one outbox row per forward. $1 is the sender, then
 // one array per column. A row is written only by the transaction whose
 // claim took its delivery's key. A leased row is left to the fast path
-// until the lease ends.
-var outboxInsertSQL = `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until)
+// until the lease ends. On PostgreSQL it runs inside the claim's statement
+// ([dedup.Foldable]).
+var outboxInsertSQL = dedup.Foldable(`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until)
 SELECT k.sender, o.event_id, o.target, o.delivery_id, o.created_at, statement_timestamp() + o.lease_ms * interval '1 millisecond'
 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::int8[])
   AS o(event_id, target, delivery_id, created_at, lease_ms)
-` + dedup.ClaimedJoin("o.delivery_id", "o.event_id")
+` + dedup.ClaimedJoin("o.delivery_id", "o.event_id"))
 
 // orderedKeysSQL and orderedOutboxSQL write the outbox rows of ordered
 // forwards, with their keys' next positions. Both take the same rows: $1
