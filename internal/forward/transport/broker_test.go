@@ -141,13 +141,14 @@ func TestRabbitMQTransport(t *testing.T) {
 	}
 	b.Start()
 	// The consumer declares its queue and binding again when it connects
-	// after the restart, as consumers do: twice in full runs of the suite
-	// on two cores, the first publish after the restart came back
-	// unroutable ("no queue is bound to exchange hooks"): the durable
-	// exchange had come back from the SIGKILL, its binding had not (the
-	// runs kept no broker log to tell whether the queue had). Declaring
-	// them again changes nothing when they survived; the message of
-	// before the crash must still be on the queue either way (below).
+	// after the restart, as consumers do. In one full run of the suite on
+	// two cores, every publish after the restart came back unroutable
+	// ("no queue is bound to exchange hooks"): the durable exchange had
+	// come back from the SIGKILL, its binding had not. No broker log was
+	// kept to tell whether the queue had; an earlier run had timed out
+	// the same way, with no diagnostic. Declaring them again changes
+	// nothing when they survived; the message of before the crash must
+	// still be on the queue either way (below).
 	b.Bind(t, "hooks", "acme-events", "acme.#")
 	// A guard against a hang, not a bound: RabbitMQ's boot took over a
 	// minute once, beside the whole suite on two cores.
