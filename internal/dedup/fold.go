@@ -76,9 +76,7 @@ func Foldable(sql string) string {
 		panic("dedup.Foldable: " + err.Error())
 	}
 	params := 0
-	for _, n := range paramNumbers(sql) {
-		params = max(params, n)
-	}
+	rewriteParams(sql, func(n int) int { params = max(params, n); return n })
 	if params < 2 {
 		panic("dedup.Foldable: the statement takes no array parameter")
 	}
@@ -113,52 +111,35 @@ func foldGuard(sql string) (string, error) {
 	return sql[:head] + "JOIN k ON k.delivery_id = " + deliveryID + " AND k.event_id = " + eventID + after, nil
 }
 
-// paramNumbers returns the numbers of sql's parameters, $n, in order.
-func paramNumbers(sql string) []int {
-	var out []int
+// rewriteParams returns sql with each parameter $n renumbered f(n).
+func rewriteParams(sql string, f func(n int) int) string {
+	var b strings.Builder
+	b.Grow(len(sql) + 16)
 	for i := 0; i < len(sql); i++ {
-		if sql[i] != '$' {
-			continue
-		}
 		j := i + 1
-		for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
+		for sql[i] == '$' && j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
 			j++
 		}
-		if j > i+1 {
-			n, _ := strconv.Atoi(sql[i+1 : j])
-			out = append(out, n)
+		if j == i+1 {
+			b.WriteByte(sql[i])
+			continue
 		}
+		n, _ := strconv.Atoi(sql[i+1 : j])
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(f(n)))
 		i = j - 1
 	}
-	return out
+	return b.String()
 }
 
 // shiftParams returns sql with each parameter $n but $1 renumbered $n+by.
 func shiftParams(sql string, by int) string {
-	var b strings.Builder
-	b.Grow(len(sql) + 16)
-	for i := 0; i < len(sql); i++ {
-		if sql[i] != '$' {
-			b.WriteByte(sql[i])
-			continue
-		}
-		j := i + 1
-		for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
-			j++
-		}
-		if j == i+1 {
-			b.WriteByte('$')
-			continue
-		}
-		n, _ := strconv.Atoi(sql[i+1 : j])
+	return rewriteParams(sql, func(n int) int {
 		if n > 1 {
 			n += by
 		}
-		b.WriteByte('$')
-		b.WriteString(strconv.Itoa(n))
-		i = j - 1
-	}
-	return b.String()
+		return n
+	})
 }
 
 // foldClaim returns the claim of sender's deliveries, with the claim's
@@ -185,16 +166,15 @@ func foldClaim(sender string, claim []any, groups []statement) (statement, []sta
 		}
 	}
 	foldMu.Unlock()
-	claimStmt := statement{sql: claimSQL, args: append([]any{sender}, claim...)}
+	args := make([]any, 0, nArgs)
+	args = append(append(args, sender), claim...)
 	if n == 0 {
-		return claimStmt, groups
+		return statement{sql: claimSQL, args: args}, groups
 	}
 	sql, ok := foldedStatements.Load(key)
 	if !ok {
 		sql, _ = foldedStatements.LoadOrStore(key, foldedSQL(fs[:n]))
 	}
-	args := make([]any, 0, nArgs)
-	args = append(args, claimStmt.args...)
 	rest := make([]statement, 0, len(groups)-n)
 	next := 0
 	for i, g := range groups {

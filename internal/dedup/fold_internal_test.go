@@ -52,11 +52,11 @@ func TestFoldedRowsFollowTheClaim(t *testing.T) {
 	again, twice := delivery(t, "f", "stored", "p"), delivery(t, "f", "a", "p")
 	ds := []idempotency.Delivery{a, b, again, c, twice}
 	changes := []Change{
-		both2(foldedMarks(a, 1, 2), rowMarks(a, 2)),
-		both2(foldedMarks(b), rowMarks(b, 0)),
-		both2(foldedMarks(again, 1, 2, 3), rowMarks(again, 3)),
-		both2(foldedMarks(c, 7), rowMarks(c, 1)),
-		both2(foldedMarks(twice, 5), rowMarks(twice, 1)),
+		allOf(foldedMarks(a, 1, 2), rowMarks(a, 2)),
+		allOf(foldedMarks(b), rowMarks(b, 0)),
+		allOf(foldedMarks(again, 1, 2, 3), rowMarks(again, 3)),
+		allOf(foldedMarks(c, 7), rowMarks(c, 1)),
+		allOf(foldedMarks(twice, 5), rowMarks(twice, 1)),
 	}
 
 	p, err := s.plan(ds, changes, s.batchLockTimeout, true)
@@ -148,7 +148,7 @@ func TestFoldableRefuses(t *testing.T) {
 	}
 }
 
-func both2(cs ...Change) Change {
+func allOf(cs ...Change) Change {
 	return func(b *Batch) {
 		for _, c := range cs {
 			c(b)
