@@ -20,7 +20,7 @@ func TestReplayCache(t *testing.T) {
 	ctx := testCtx(t)
 	_, dsn := pgtest.NewDB(t)
 	var writes atomic.Int64
-	pool := countedPool(t, ctx, dsn, &writes)
+	pool := pgtest.CountedPool(t, ctx, dsn, &writes)
 	store := newStore(t, pool, dedup.Config{InFlightWait: time.Second, ReplayCache: &dedup.ReplayCache{Size: 100, TTL: time.Minute}})
 
 	first := newDelivery(t, idempotency.Key{Sender: "c", DeliveryID: "d1"}, "p")

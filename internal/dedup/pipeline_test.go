@@ -3,7 +3,6 @@ package dedup_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,43 +15,6 @@ import (
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
-
-// countingConn counts the writes to a connection's socket: one per round
-// trip that pgx flushes.
-type countingConn struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(p)
-}
-
-// countedPool returns a pool of at most one connection whose socket writes
-// are counted in writes.
-func countedPool(t *testing.T, ctx context.Context, dsn string, writes *atomic.Int64) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	var d net.Dialer
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &countingConn{Conn: c, writes: writes}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
 
 // prepared returns the connection's prepared statements with their
 // preparation times, read with the simple protocol (which prepares nothing).
@@ -80,7 +42,7 @@ func TestRunOneRoundTripPerOutcome(t *testing.T) {
 	ctx := testCtx(t)
 	_, dsn := pgtest.NewDB(t)
 	var writes atomic.Int64
-	pool := countedPool(t, ctx, dsn, &writes)
+	pool := pgtest.CountedPool(t, ctx, dsn, &writes)
 	execSQL(t, ctx, pool, createRuns, `CREATE TABLE other (k text PRIMARY KEY)`, `INSERT INTO other VALUES ('taken')`)
 	store := newStore(t, pool, dedup.Config{InFlightWait: 200 * time.Millisecond})
 	failing := queueSQL(`INSERT INTO other VALUES ('taken')`) // another constraint's 23505
@@ -220,7 +182,7 @@ func TestRunFailureLeavesConnectionClean(t *testing.T) {
 	ctx := testCtx(t)
 	_, dsn := pgtest.NewDB(t)
 	var writes atomic.Int64
-	pool := countedPool(t, ctx, dsn, &writes)
+	pool := pgtest.CountedPool(t, ctx, dsn, &writes)
 	store := newStore(t, pool, dedup.Config{InFlightWait: 100 * time.Millisecond})
 	pid := backendPID(t, ctx, pool)
 
