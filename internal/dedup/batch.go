@@ -224,9 +224,9 @@ func (s *Store) runBatch(batch []*call) {
 
 // runMany sends the batch as one pipeline and sets the results of the calls
 // it decided; it returns those to run again on the single path: all of them
-// when the batch failed, those that met an expired key, and on a
-// distributed database (a batch without a read, see plan) those whose key
-// the claim did not insert.
+// when the batch failed, and those whose key the claim found held but no
+// read after the COMMIT answered (see plan): an expired or vanished key, a
+// failed read, or a delegated call, which has no read.
 func (s *Store) runMany(batch []*call) (retry []*call) {
 	// Claim keys in one order, so that two batches that share keys (from
 	// two processes) wait for each other rather than deadlock.
@@ -276,9 +276,16 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 		}
 		return nil
 	}
+	var held []stored // what holds the keys the claim found held, by delivery
 	res, err := func() (*results, error) {
 		defer release() // also on a panic: a connection left busy is discarded by the pool
-		return s.pipeline(ctx, conn, p)
+		res, err := s.pipeline(ctx, conn, p)
+		if err == nil && res.failed == nil && p.returning && !p.autocommit && slices.Contains(res.claimed, false) {
+			// Committed. A failed read only sends those deliveries to the
+			// single path, which reads again.
+			held, _ = s.readHeld(ctx, conn, ds, res.claimed)
+		}
+		return res, err
 	}()
 	if errors.Is(err, ErrUnavailable) {
 		// The connection was lost, maybe after the COMMIT reached the
@@ -293,15 +300,25 @@ func (s *Store) runMany(batch []*call) (retry []*call) {
 	}
 	if p.returning {
 		// The claim returned the keys it inserted: those deliveries are
-		// done; the others (a key held already) go the single path, which
-		// reads what holds the key.
+		// done. The others found their keys held: each is answered by the
+		// row read after the COMMIT, or goes the single path when there is
+		// none (the delegated call, a failed read, a key that vanished or
+		// expired since), which reads what holds the key.
 		for i, c := range batch {
-			if !res.claimed[i] {
+			if res.claimed[i] {
+				c.res, c.err = s.result(c.d, outcome{claimed: true})
+				continue
+			}
+			if held == nil || !held[i].found {
 				c.held = true
 				retry = append(retry, c)
 				continue
 			}
-			c.res, c.err = s.result(c.d, outcome{claimed: true})
+			c.res, c.err = s.result(c.d, outcome{row: held[i]})
+			if errors.Is(c.err, errExpired) {
+				c.held = true
+				retry = append(retry, c)
+			}
 		}
 		return retry
 	}

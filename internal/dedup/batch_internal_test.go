@@ -1,11 +1,13 @@
 package dedup
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +81,92 @@ func batchStore(t *testing.T) (*Store, context.Context, string) {
 		}
 	}
 	return mustNew(t, pool, Config{InFlightWait: 20 * time.Second, Batching: &Batching{MaxBatch: 64, MaxInFlight: 4}}), ctx, dsn
+}
+
+// TestBatchAnswersHeldKeysFromOneRead: a batch of first deliveries is one
+// round trip. A batch whose deliveries meet keys that other deliveries
+// committed earlier (retries that missed this process's replay cache) is
+// two: its pipeline, then one read of what holds those keys, after its
+// COMMIT. Each such delivery gets the holder's stored response, byte for
+// byte, or ErrPayloadMismatch, and none runs again by itself.
+func TestBatchAnswersHeldKeysFromOneRead(t *testing.T) {
+	t.Parallel()
+	_, ctx, dsn := batchStore(t)
+	var writes atomic.Int64
+	s := mustNew(t, pgtest.CountedPool(t, ctx, dsn, &writes), Config{InFlightWait: 20 * time.Second, Batching: &Batching{MaxBatch: 64, MaxInFlight: 4}})
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// batch runs a batch of four: a new delivery, one of each held key
+	// with each's payload (new ones without held keys), and another new
+	// one, and returns its calls and round trips. Every batch has four
+	// deliveries: on Citus the claim's text depends on their number, and
+	// a new one is prepared in a round trip of its own.
+	batch := func(round string, held []idempotency.Delivery, payloads ...string) ([]*call, int64) {
+		t.Helper()
+		ds := []idempotency.Delivery{delivery(t, "b", round+"-a", "p")}
+		for i, h := range held {
+			ds = append(ds, delivery(t, "b", h.DeliveryID, payloads[i]))
+		}
+		if held == nil {
+			ds = append(ds, delivery(t, "b", round+"-m1", "p"), delivery(t, "b", round+"-m2", "p"))
+		}
+		ds = append(ds, delivery(t, "b", round+"-z", "p"))
+		changes := make([]Change, len(ds))
+		for i, d := range ds {
+			changes[i] = mark(d)
+		}
+		cs := calls(ctx, changes, ds...)
+		w0 := writes.Load()
+		s.runBatch(cs)
+		return cs, writes.Load() - w0
+	}
+	holders := func(round string) []idempotency.Delivery {
+		hs := []idempotency.Delivery{delivery(t, "b", round+"-m1", "p"), delivery(t, "b", round+"-m2", "p")}
+		claimKeys(t, ctx, conn, hs...)
+		return hs
+	}
+	// Warm up: the connection prepares every statement once.
+	batch("warm", holders("warm"), "p", "q")
+
+	cs, n := batch("new", nil)
+	if n != 1 {
+		t.Errorf("a batch of first deliveries: %d round trips, want 1", n)
+	}
+	for _, c := range cs {
+		if c.err != nil || c.res.Replayed {
+			t.Errorf("first delivery %s: %+v, %v; want new", c.d.DeliveryID, c.res, c.err)
+		}
+	}
+
+	hs := holders("held")
+	cs, n = batch("held", hs, "p", "q")
+	if n != 2 {
+		t.Errorf("a batch with 2 keys held by committed deliveries: %d round trips, want 2 (the pipeline and one read)", n)
+	}
+	for _, c := range []*call{cs[0], cs[3]} {
+		if c.err != nil || c.res.Replayed || c.res.EventID != c.d.EventID {
+			t.Errorf("%s: %+v, %v; want new", c.d.DeliveryID, c.res, c.err)
+		}
+		if n := marks(t, ctx, s, c.d); n != 1 {
+			t.Errorf("%s: its change ran %d times, want once", c.d.DeliveryID, n)
+		}
+	}
+	r := cs[1].res
+	if cs[1].err != nil || !r.Replayed || r.EventID != hs[0].EventID || r.Response.Status != hs[0].Response.Status ||
+		r.Response.ContentType != hs[0].Response.ContentType || !bytes.Equal(r.Response.Body, hs[0].Response.Body) {
+		t.Errorf("held key, same payload: %+v, %v; want the holder's stored response, byte for byte", r, cs[1].err)
+	}
+	if !errors.Is(cs[2].err, ErrPayloadMismatch) {
+		t.Errorf("held key, another payload: %+v, %v; want ErrPayloadMismatch", cs[2].res, cs[2].err)
+	}
+	for _, c := range cs[1:3] {
+		if n := marks(t, ctx, s, c.d); n != 0 {
+			t.Errorf("held key %s: its change ran %d times, want never", c.d.DeliveryID, n)
+		}
+	}
 }
 
 // TestBatchSameKeyTwice: two deliveries of one key in one batch — the first

@@ -321,10 +321,10 @@ func (s *Store) result(d idempotency.Delivery, o outcome) (Result, error) {
 
 // plan is a pipeline's statements: BEGIN, the lock timeout, the claim
 // (with the foldable statements of the changes in it, on PostgreSQL), the
-// changes' other multi-row statements, each delivery's own statements, and
-// the read of the stored rows. A batch on Citus has no read: its claim returns
-// the keys it inserted. A delivery whose key it did not insert runs again
-// by itself, which reads what holds the key.
+// changes' other multi-row statements, each delivery's own statements, and,
+// for a single delivery, the read of the stored row. A batch has no read:
+// its claim returns the keys it inserted, and what holds the others is read
+// after the COMMIT, in one statement for all of them ([Store.readHeld]).
 type plan struct {
 	stmts []statement
 	ds    []idempotency.Delivery
@@ -363,7 +363,10 @@ func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout st
 	if s.layout.Load() != layoutDistributed {
 		var c statement
 		c, groups = foldClaim(sender, claim, groups)
-		folded = c.sql != claimSQL
+		folded = c.sql != claimReturningSQL
+		// A batch's claim returns the keys it inserted (a single
+		// delivery's returns its key too, unread: it reads what holds it).
+		returning = batch
 		stmts = append(stmts, statement{sql: genericPlansSQL}, c)
 	} else {
 		// Citus routes a multi-row INSERT … VALUES whose rows all name $1 to
@@ -662,6 +665,51 @@ func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, err
 		st.expires = pgEpoch.Add(time.Duration(int64(binary.BigEndian.Uint64(v[6]))) * time.Microsecond)
 	}
 	return r.Close()
+}
+
+// readHeld reads what holds the keys of the deliveries of ds that claimed
+// says a batch's claim found held, in one statement after the batch's
+// COMMIT, on the batch's connection: by delivery, in ds's order, unfound
+// for the others. Its snapshot sees what every transaction that held one of
+// those keys committed: the claim waited for each to end. A duplicate that
+// missed the replay cache costs its batch this one round trip, not a
+// transaction of its own.
+func (s *Store) readHeld(ctx context.Context, conn *pgx.Conn, ds []idempotency.Delivery, claimed []bool) ([]stored, error) {
+	var ids, eventIDs column
+	var at []int // the delivery of each row read
+	for i, d := range ds {
+		if !claimed[i] {
+			ids, eventIDs = append(ids, d.DeliveryID), append(eventIDs, [16]byte(d.EventID))
+			at = append(at, i)
+		}
+	}
+	sd, err := conn.Prepare(ctx, storedSQL, storedSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read held keys: %w", err)
+	}
+	args := []any{ds[0].Sender, ids, eventIDs}
+	enc := s.encoders.Get().(*encoders)
+	defer s.encoders.Put(enc)
+	ok, err := enc.own.encode(sd, args)
+	if err != nil {
+		return nil, fmt.Errorf("read held keys: %w", err)
+	}
+	values, formats := enc.own.values, enc.own.formats[:len(args)]
+	if !ok {
+		if err := enc.pgx.Build(conn.TypeMap(), sd, args); err != nil {
+			return nil, fmt.Errorf("read held keys: %w", err)
+		}
+		values, formats = enc.pgx.ParamValues, enc.pgx.ParamFormats
+	}
+	rows := make([]stored, len(at))
+	if _, err := decodeStored(conn.PgConn().ExecPrepared(ctx, sd.Name, values, formats, binaryResults), rows); err != nil {
+		return nil, fmt.Errorf("read held keys: %w", err)
+	}
+	out := make([]stored, len(ds))
+	for j, i := range at {
+		out[i] = rows[j]
+	}
+	return out, nil
 }
 
 // decodeClaimed marks in claimed the deliveries of ds whose keys a

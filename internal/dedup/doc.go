@@ -32,21 +32,27 @@
 //	WITH k AS (INSERT INTO processed_messages … ON CONFLICT … DO NOTHING
 //	           RETURNING sender, delivery_id, event_id)                  -- the claim
 //	  , f1 AS (INSERT INTO webhook_events … JOIN k ON …)                 -- the change's rows
-//	INSERT INTO forward_outbox … JOIN k ON …
+//	  , f2 AS (INSERT INTO forward_outbox … JOIN k ON …)
+//	SELECT delivery_id, event_id FROM k                                  -- the keys it took
 //
 // The claim stores the response of a first delivery, which is known before
 // the transaction starts. The delivery's event ID is fresh, so "this claim
 // took the key" means "the key's row holds my event ID". Every statement of
-// the change is guarded that way and does nothing otherwise. The row read
-// back decides who claimed a key, never the claim's row count: Citus
-// reports INSERT 0 1 for a conflicting INSERT … ON CONFLICT DO NOTHING.
+// the change is guarded that way and does nothing otherwise. What decides
+// who claimed a key is the key itself, never the claim's row count (Citus
+// reports INSERT 0 1 for a conflicting INSERT … ON CONFLICT DO NOTHING): a
+// batch's claim returns the keys it inserted, each with its delivery's own
+// event ID, and a single delivery's pipeline reads back the row that holds
+// its key.
 //
 //   - The claim inserts a row: the delivery is new. The change runs and
 //     COMMIT commits key, change and response together. Run returns the
 //     response with Replayed false.
 //   - The claim conflicts on processed_messages_key: a committed delivery
-//     holds the key. The change does nothing and the read returns the
-//     stored row. Run returns the stored response with Replayed true, or
+//     holds the key. The change does nothing, and the stored row is read:
+//     after the COMMIT for a batch's deliveries, in one statement for all
+//     of those it found held, and in the pipeline for a single delivery.
+//     Run returns the stored response with Replayed true, or
 //     [ErrPayloadMismatch] when the body's SHA-256 differs.
 //   - A concurrent delivery of the same key waits on the unique index until
 //     the first transaction ends. It then replays, or claims the key if the
@@ -66,8 +72,9 @@
 // claim is then a multi-row INSERT … VALUES whose rows all name $1, so every
 // statement goes to the sender's shard and a batch commits on one worker.
 // A change's statements use [ClaimedJoin], which Citus pushes down to the
-// shard. A batch has no read there: its claim returns the keys it inserted,
-// and a delivery whose key it did not insert runs again by itself.
+// shard. A batch decides by the keys its claim returns there too; only the
+// delegated function's batch (one call, see [Config.Delegated]) sends a
+// delivery whose key it did not insert to run again by itself.
 //
 // # Group commit
 //

@@ -13,20 +13,22 @@ import (
 //
 //	WITH k AS (<claim> RETURNING sender, delivery_id, event_id),
 //	  f1 AS (<first statement, its guard a join to k>), …
-//	<last statement, its guard a join to k>
+//	SELECT delivery_id, event_id FROM k
 //
 // A row is written only for a delivery whose key this claim inserted, as
 // [ClaimedJoin] guards it, without probing the key's index again, and the
 // statements cost one execution instead of one each. On make bench's
 // machine the outbox row of a forward cost PostgreSQL about 12 µs as a
-// statement of its own and about 5 folded (docs/performance.md).
+// statement of its own and about 5 folded (docs/performance.md). The
+// statement returns the keys the claim inserted, as claimReturningSQL
+// does: a batch's deliveries whose keys it did not return found them held.
 //
 // Every CTE of one statement sees the same snapshot, and none sees what
 // another writes: only statements that neither read what another writes
 // nor depend on running in order may be foldable. The others run after the
-// claim, in their own statements, as before. The row read back still
-// decides who claimed a key: it is a statement of its own, whose snapshot
-// sees the keys that concurrent transactions committed meanwhile.
+// claim, in their own statements, as before. What holds a key the claim
+// found held is read in a statement of its own, whose snapshot sees the
+// keys that concurrent transactions committed meanwhile.
 
 // The parts of [ClaimedJoin]'s text around its two expressions.
 const (
@@ -169,7 +171,7 @@ func foldClaim(sender string, claim []any, groups []statement) (statement, []sta
 	args := make([]any, 0, nArgs)
 	args = append(append(args, sender), claim...)
 	if n == 0 {
-		return statement{sql: claimSQL, args: args}, groups
+		return statement{sql: claimReturningSQL, args: args}, groups
 	}
 	sql, ok := foldedStatements.Load(key)
 	if !ok {
@@ -189,7 +191,8 @@ func foldClaim(sender string, claim []any, groups []statement) (statement, []sta
 }
 
 // foldedSQL is the claim with the statements fs folded into it, their
-// parameters after the claim's, in order.
+// parameters after the claim's, in order. It returns the keys the claim
+// inserted.
 func foldedSQL(fs []*foldable) string {
 	var b strings.Builder
 	b.WriteString("WITH k AS (\n")
@@ -199,12 +202,8 @@ func foldedSQL(fs []*foldable) string {
 	for i, f := range fs {
 		text := shiftParams(f.folded, at-1)
 		at += f.params - 1
-		if i == len(fs)-1 {
-			b.WriteString("\n")
-			b.WriteString(text)
-			break
-		}
 		fmt.Fprintf(&b, ", f%d AS (\n%s\n)", i+1, text)
 	}
+	b.WriteString("\nSELECT delivery_id, event_id FROM k")
 	return b.String()
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // The statements of the pipeline besides BEGIN and COMMIT: the claim in
-// both its forms, the transaction's settings, and the read of the rows that
+// its forms, the transaction's settings, and the read of the rows that
 // hold the keys. A change's multi-row inserts belong to their packages and
 // guard their rows with [ClaimedJoin].
 
@@ -19,11 +19,15 @@ import (
 // serves a whole batch.
 const (
 	// claimSQL inserts the keys of a pipeline's deliveries. A key held
-	// already is left as it is; the read tells who holds it.
+	// already is left as it is; storedSQL tells who holds it.
 	claimSQL = `INSERT INTO processed_messages
   (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 SELECT $1::text, d.* FROM unnest($2::text[], $3::bytea[], $4::uuid[], $5::int2[], $6::text[], $7::bytea[], $8::timestamptz[], $9::timestamptz[]) AS d
 ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING`
+	// claimReturningSQL is claimSQL returning the keys it inserted: a
+	// batch's claim on PostgreSQL. The rows it returns are the deliveries
+	// this claim took; a key held already returns nothing.
+	claimReturningSQL = claimSQL + "\nRETURNING delivery_id, event_id"
 	// storedSQL returns, for each delivery numbered from 1, the row that
 	// holds its key after the claim. It is the delivery's own when its claim
 	// took the key, another's when not, and none when the key vanished. That
