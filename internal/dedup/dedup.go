@@ -14,6 +14,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/hookgate/hookgate/internal/idempotency"
@@ -545,20 +546,12 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	defer s.encoders.Put(enc)
 	pl := conn.PgConn().StartPipeline(ctx)
 	for i, st := range stmts {
-		ok, err := enc.own.encode(sds[i], st.args)
+		values, formats, err := enc.params(conn.TypeMap(), sds[i], st.args)
 		if err != nil {
 			_ = pl.Close() // nothing was sent; with requests queued, Close closes the connection: nothing commits
 			return out, fmt.Errorf("encode delivery statement %d: %w", i, err)
 		}
-		if ok {
-			pl.SendQueryPrepared(sds[i].Name, enc.own.values, enc.own.formats[:len(st.args)], binaryResults)
-			continue
-		}
-		if err := enc.pgx.Build(conn.TypeMap(), sds[i], st.args); err != nil {
-			_ = pl.Close()
-			return out, fmt.Errorf("encode delivery statement %d: %w", i, err)
-		}
-		pl.SendQueryPrepared(sds[i].Name, enc.pgx.ParamValues, enc.pgx.ParamFormats, binaryResults)
+		pl.SendQueryPrepared(sds[i].Name, values, formats, binaryResults)
 	}
 	pl.SendPipelineSync()
 	if !p.autocommit {
@@ -635,6 +628,22 @@ type encoders struct {
 	pgx pgx.ExtendedQueryBuilder
 }
 
+// params encodes args for sd, with enc's own encoder when it can, with
+// pgx's otherwise. The values and formats are valid until enc encodes again.
+func (enc *encoders) params(m *pgtype.Map, sd *pgconn.StatementDescription, args []any) ([][]byte, []int16, error) {
+	ok, err := enc.own.encode(sd, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ok {
+		return enc.own.values, enc.own.formats[:len(args)], nil
+	}
+	if err := enc.pgx.Build(m, sd, args); err != nil {
+		return nil, nil, err
+	}
+	return enc.pgx.ParamValues, enc.pgx.ParamFormats, nil
+}
+
 // binaryResults asks for every result column in binary format.
 var binaryResults = []int16{1}
 
@@ -690,16 +699,9 @@ func (s *Store) readHeld(ctx context.Context, conn *pgx.Conn, ds []idempotency.D
 	args := []any{ds[0].Sender, ids, eventIDs}
 	enc := s.encoders.Get().(*encoders)
 	defer s.encoders.Put(enc)
-	ok, err := enc.own.encode(sd, args)
+	values, formats, err := enc.params(conn.TypeMap(), sd, args)
 	if err != nil {
 		return nil, fmt.Errorf("read held keys: %w", err)
-	}
-	values, formats := enc.own.values, enc.own.formats[:len(args)]
-	if !ok {
-		if err := enc.pgx.Build(conn.TypeMap(), sd, args); err != nil {
-			return nil, fmt.Errorf("read held keys: %w", err)
-		}
-		values, formats = enc.pgx.ParamValues, enc.pgx.ParamFormats
 	}
 	rows := make([]stored, len(at))
 	if _, err := decodeStored(conn.PgConn().ExecPrepared(ctx, sd.Name, values, formats, binaryResults), rows); err != nil {
