@@ -169,6 +169,54 @@ func TestBatchAnswersHeldKeysFromOneRead(t *testing.T) {
 	}
 }
 
+// TestConflictReportedAsErrorReadsTheHolder: a database that reports a
+// conflict on the key as an error despite ON CONFLICT (a trigger here
+// raises the unique violation that Citus can relay) rolls the delivery
+// back, and the delivery is answered from what holds the key: a replay of
+// the holder's stored response, or ErrPayloadMismatch, never an error of
+// its own, with its change not applied.
+func TestConflictReportedAsErrorReadsTheHolder(t *testing.T) {
+	t.Parallel()
+	if pgtest.Citus() {
+		t.Skip("the trigger is a PostgreSQL one on processed_messages")
+	}
+	s, ctx, dsn := batchStore(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	holder := delivery(t, "b", "raised", "p")
+	if res, err := s.runSingle(ctx, holder, mark(holder), true); err != nil || res.Replayed {
+		t.Fatalf("the holder's delivery: %+v, %v", res, err)
+	}
+	for _, sql := range []string{
+		`CREATE FUNCTION raise_key_conflict() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE unique_violation USING MESSAGE = 'duplicate key value violates unique constraint "processed_messages_key"',
+    CONSTRAINT = 'processed_messages_key';
+END $$`,
+		`CREATE TRIGGER raise_key_conflict BEFORE INSERT ON processed_messages FOR EACH ROW EXECUTE FUNCTION raise_key_conflict()`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	same, other := delivery(t, "b", "raised", "p"), delivery(t, "b", "raised", "q")
+	res, err := s.runSingle(ctx, same, mark(same), true)
+	if err != nil || !res.Replayed || res.EventID != holder.EventID || !bytes.Equal(res.Response.Body, holder.Response.Body) {
+		t.Errorf("same payload: %+v, %v; want a replay of the holder's stored response", res, err)
+	}
+	if _, err := s.runSingle(ctx, other, mark(other), true); !errors.Is(err, ErrPayloadMismatch) {
+		t.Errorf("another payload: %v; want ErrPayloadMismatch", err)
+	}
+	for _, d := range []idempotency.Delivery{same, other} {
+		if n := marks(t, ctx, s, d); n != 0 {
+			t.Errorf("%s's change ran %d times, want never", d.EventID, n)
+		}
+	}
+}
+
 // TestBatchSameKeyTwice: two deliveries of one key in one batch — the first
 // claims, the second replays the first's response (same payload) or is a
 // mismatch (another payload); one event is stored.

@@ -270,8 +270,12 @@ func (s *Store) runOnce(ctx context.Context, d idempotency.Delivery, change Chan
 	switch {
 	case errors.Is(err, errClaimConflict):
 		// A database that reports the conflict as an error despite ON
-		// CONFLICT: the transaction rolled back, read what holds the key.
-		out.row, err = s.readStored(ctx, d)
+		// CONFLICT: the transaction rolled back, read what holds the key,
+		// on the same connection.
+		var rows []stored
+		if rows, err = s.readHeld(ctx, conn, []idempotency.Delivery{d}, []bool{false}); err == nil {
+			out.row = rows[0]
+		}
 	case err == nil:
 		out = readBack(d, res.rows[0])
 	}
@@ -677,11 +681,11 @@ func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, err
 }
 
 // readHeld reads what holds the keys of the deliveries of ds that claimed
-// says a batch's claim found held, in one statement after the batch's
-// COMMIT, on the batch's connection: by delivery, in ds's order, unfound
-// for the others. Its snapshot sees what every transaction that held one of
-// those keys committed: the claim waited for each to end. A duplicate that
-// missed the replay cache costs its batch this one round trip, not a
+// says a claim found held, in one statement on conn once the claim's
+// transaction has ended: by delivery, in ds's order, unfound for the
+// others. Its snapshot sees what every transaction that held one of those
+// keys committed: the claim waited for each to end. A duplicate in a batch
+// that missed the replay cache costs the batch this one round trip, not a
 // transaction of its own.
 func (s *Store) readHeld(ctx context.Context, conn *pgx.Conn, ds []idempotency.Delivery, claimed []bool) ([]stored, error) {
 	var ids, eventIDs column
@@ -741,22 +745,4 @@ func decodeClaimed(r *pgconn.ResultReader, ds []idempotency.Delivery, claimed []
 		claimed[i] = true
 	}
 	return r.Close()
-}
-
-// readStored reads the row that holds d's key, in its own round trip.
-func (s *Store) readStored(ctx context.Context, d idempotency.Delivery) (stored, error) {
-	st := stored{}
-	var status int16
-	err := s.db.QueryRow(ctx, `SELECT request_sha256, event_id, response_status, response_content_type, response_body, expires_at
-FROM processed_messages WHERE sender = $1 AND delivery_id = $2`, d.Sender, d.DeliveryID).
-		Scan(&st.sum, &st.eventID, &status, &st.resp.ContentType, &st.resp.Body, &st.expires)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return st, nil
-	}
-	if err != nil {
-		return st, fmt.Errorf("read stored delivery: %w", err)
-	}
-	st.found = true
-	st.resp.Status = int(status)
-	return st, nil
 }
