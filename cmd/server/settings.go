@@ -295,7 +295,7 @@ var settingTable = []setting{
 		help:  "serve /metrics on this address instead of the main listener (which then answers 404 there), e.g. 10.0.0.5:9090 or 127.0.0.1:9090",
 		parse: func(s *settings, v string) error { s.metricsAddr, s.handler.MetricsElsewhere = v, v != ""; return nil }},
 	{flag: "heap-floor", env: "HOOKGATE_HEAP_FLOOR", def: strconv.Itoa(defaultHeapFloor),
-		help: "the Go heap's goal for the garbage collector's next cycle while the live heap is small (under about half of it): fewer cycles, less CPU (0 for none: GOGC's pace alone, less memory and more CPU); it costs about its size in memory beyond GOGC's; the Go memory limit (GOMEMLIMIT, else 90% of the container's memory limit, AUTOMEMLIMIT=off or another ratio) still applies, and caps it at half",
+		help: "the Go heap's goal for the garbage collector's next cycle while the live heap is small (under about half of it): fewer cycles, less CPU (0 for none: GOGC's pace alone, less memory and more CPU); it costs about its size in memory beyond GOGC's; after each cycle it sets the Go memory limit to half again its goal plus the runtime's memory outside the heap, which bounds a burst at once; the Go memory limit of the environment (GOMEMLIMIT, else 90% of the container's memory limit, AUTOMEMLIMIT=off or another ratio) still applies, and caps the floor at half",
 		parse: func(s *settings, v string) error {
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil || n > maxHeapFloor {

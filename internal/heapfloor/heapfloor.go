@@ -34,7 +34,12 @@ import (
 // goroutines' stacks and the globals it scanned. GOGC's percent applies
 // to all three: the heap's goal is live + (live + stacks +
 // globals)×percent/100.
-var sampled = [...]string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes"}
+var sampled = [...]string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
+	// The memory the runtime holds (what its memory limit counts: all it
+	// has mapped less what it has released), and the heap's share of it.
+	"/memory/classes/total:bytes", "/memory/classes/heap/released:bytes",
+	"/memory/classes/heap/objects:bytes", "/memory/classes/heap/unused:bytes", "/memory/classes/heap/free:bytes",
+}
 
 // heapMinimum is the runtime's smallest heap goal at GOGC=100, 4 MiB.
 // It scales with the percent: at 2,500 it is 100 MiB. The percent set
@@ -58,6 +63,9 @@ type floor struct {
 	mu      sync.Mutex // the cleanup's state against stop
 	stopped bool
 	percent int // the percent last set
+	// limit is the memory limit in force at start (GOMEMLIMIT's, or
+	// math.MaxInt64 for none); set is the one the floor set last.
+	limit, set int64
 }
 
 // proc is the process's floor, shared by the callers of Start: the GC
@@ -101,7 +109,8 @@ func Start(floor uint64) (stop func()) {
 
 // start starts a floor of n bytes, or returns nil; see [Start].
 func start(n uint64) *floor {
-	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 && limit > 0 {
+	limit := debug.SetMemoryLimit(-1)
+	if limit < math.MaxInt64 && limit > 0 {
 		n = min(n, uint64(limit)/2)
 	}
 	if n == 0 {
@@ -111,7 +120,7 @@ func start(n uint64) *floor {
 	if !on {
 		return nil
 	}
-	f := &floor{floor: n, base: base, percent: base}
+	f := &floor{floor: n, base: base, percent: base, limit: limit, set: limit}
 	for _, name := range sampled {
 		f.sample = append(f.sample, metrics.Sample{Name: name})
 	}
@@ -172,7 +181,38 @@ func (f *floor) tune() bool {
 		debug.SetGCPercent(p)
 		f.percent = p
 	}
+	held, heap := sub(v[3], v[4]), v[5]+v[6]+v[7]
+	if l := limitFor(v[0], v[1]+v[2], sub(held, heap), f.floor, f.base, f.limit); l != f.set {
+		debug.SetMemoryLimit(l)
+		f.set = l
+	}
 	return true
+}
+
+// sub returns a-b, or 0 when b is larger: the runtime's metrics are read
+// one by one, not as one snapshot.
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}
+
+// limitFor is the memory limit the floor sets, given live bytes of heap,
+// roots bytes of stacks and globals, and other bytes the runtime holds
+// outside the heap: half again the heap's goal the floor means (floor
+// bytes, or GOGC's goal at base percent when that is larger), plus other,
+// and at most limit, the one in force at start. In a steady state the
+// heap stays under the goal, and the limit never decides a cycle; it
+// bounds a heap that the percent set for a smaller live heap would let
+// grow far past it.
+func limitFor(live, roots, other, floor uint64, base int, limit int64) int64 {
+	goal := max(floor, live+(live+roots)*uint64(base)/100)
+	l := other + goal + goal/2
+	if l > math.MaxInt64 || int64(l) > limit {
+		return limit
+	}
+	return int64(l)
 }
 
 // percentFor is the GC percent that makes floor bytes the heap's goal,
@@ -201,9 +241,9 @@ func (f *floor) Percent() int {
 	return f.percent
 }
 
-// stop ends the floor and puts back the percent in force at its start.
-// The cleanup armed last still runs after the next cycle, and does
-// nothing.
+// stop ends the floor and puts back the percent and the memory limit in
+// force at its start. The cleanup armed last still runs after the next
+// cycle, and does nothing.
 func (f *floor) stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -213,4 +253,6 @@ func (f *floor) stop() {
 	f.stopped = true
 	debug.SetGCPercent(f.base)
 	f.percent = f.base
+	debug.SetMemoryLimit(f.limit)
+	f.set = f.limit
 }

@@ -35,7 +35,9 @@ func garbage(n int) uint64 {
 }
 
 // withGOGC100 runs the test with GOGC=100 and no memory limit, whatever
-// the environment says, and puts both back after.
+// the environment says, and puts both back after. The test starts with the
+// memory that tests before it freed returned to the system: the memory
+// limit a floor sets counts what the runtime holds.
 func withGOGC100(t *testing.T) {
 	t.Helper()
 	old := debug.SetGCPercent(100)
@@ -44,6 +46,7 @@ func withGOGC100(t *testing.T) {
 		debug.SetGCPercent(old)
 		debug.SetMemoryLimit(oldLimit)
 	})
+	debug.FreeOSMemory()
 }
 
 // waitCleanups waits until the cleanups queued so far have run: the
@@ -123,21 +126,29 @@ func goal() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// floorAt8MiB starts a floor of 64 MiB with GOGC=100 (stopped at the
+// test's end) and 8 MiB live, which it returns, and waits for the floor's
+// percent for that live heap, about 700.
+func floorAt8MiB(t *testing.T) (*floor, []byte, int) {
+	t.Helper()
+	withGOGC100(t)
+	f := start(64 * mib)
+	if f == nil {
+		t.Fatal("start returned no floor with GOGC=100")
+	}
+	t.Cleanup(f.stop)
+	live := make([]byte, 8*mib)
+	p := waitPercent(t, f, func(p int) bool { return p >= 500 && p <= 800 })
+	return f, live, p
+}
+
 // TestFloorYieldsToTheLiveHeap: the percent follows the live heap: with 8
 // MiB live under a floor of 64 MiB, a cycle starts once the heap is near
 // 64 MiB (percent about 700); with 48 MiB live, twice the live heap is
 // above the floor and GOGC's percent stands. The floor never lowers it.
 // stop puts back GOGC's percent.
 func TestFloorYieldsToTheLiveHeap(t *testing.T) { //nolint:paralleltest // changes the process's GC settings
-	withGOGC100(t)
-	f := start(64 * mib)
-	if f == nil {
-		t.Fatal("start returned no floor with GOGC=100")
-	}
-	defer f.stop()
-
-	live := make([]byte, 8*mib)
-	p := waitPercent(t, f, func(p int) bool { return p >= 500 && p <= 800 })
+	f, live, p := floorAt8MiB(t)
 	t.Logf("8 MiB live: percent %d", p)
 
 	live = append(live, make([]byte, 40*mib)...) // 48 MiB live
@@ -160,8 +171,50 @@ func TestFloorYieldsToTheLiveHeap(t *testing.T) { //nolint:paralleltest // chang
 	}
 }
 
+// TestFloorBoundsASharpGrowth: with 8 MiB live under a floor of 64 MiB,
+// the percent is about 700. When the live heap grows to 48 MiB within one
+// cycle, the runtime sets the next cycle's goal from that percent, about
+// 380 MiB, and the floor's callback lowers it only after that cycle: a
+// burst of large bodies could grow the heap that far meanwhile. The memory
+// limit the callback set with the percent caps the goal at once: at half
+// again the floor plus the runtime's memory outside the heap. stop puts
+// back the limit in force at start (none here).
+func TestFloorBoundsASharpGrowth(t *testing.T) { //nolint:paralleltest // changes the process's GC settings
+	f, live, _ := floorAt8MiB(t)
+	limit := debug.SetMemoryLimit(-1)
+	if limit < 96*mib || limit > 96*mib+64*mib {
+		t.Fatalf("memory limit %.1f MiB with 8 MiB live under a floor of 64 MiB, want 96 MiB and the runtime's memory outside the heap (a few MiB)", float64(limit)/mib)
+	}
+
+	f.mu.Lock() // the callback waits: the percent and the limit stay those of 8 MiB live
+	live = append(live, make([]byte, 40*mib)...)
+	runtime.GC()
+	g, p := goal(), f.percent
+	f.mu.Unlock()
+	paced := 48*mib + 48*mib*uint64(p)/100 // the percent's goal, roots left out
+	t.Logf("48 MiB live, percent %d (%.0f MiB of goal) under a memory limit of %.1f MiB: goal %.1f MiB",
+		p, float64(paced)/mib, float64(limit)/mib, float64(g)/mib)
+	if paced <= uint64(limit) {
+		t.Fatalf("the percent %d sets a goal of %d MiB, not above the limit: the test shows nothing", p, paced/mib)
+	}
+	if g > uint64(limit) {
+		t.Errorf("the heap's goal is %.1f MiB, above the memory limit of %.1f MiB the floor set", float64(g)/mib, float64(limit)/mib)
+	}
+	runtime.KeepAlive(live)
+
+	f.stop()
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("after stop, the memory limit is %d, want none (math.MaxInt64)", got)
+	}
+	// The next test starts from a small live heap, as the last cycle marks it.
+	live = nil
+	runtime.GC()
+	waitCleanups(t)
+}
+
 // TestFloorOffOrCapped: no floor when it is 0 or the collector is off;
-// under a memory limit, the floor is at most half of it.
+// under a memory limit, the floor is at most half of it, the floor's own
+// limit is at most that limit, and stop puts it back.
 func TestFloorOffOrCapped(t *testing.T) { //nolint:paralleltest // changes the process's GC settings
 	withGOGC100(t)
 	if f := start(0); f != nil {
@@ -185,6 +238,13 @@ func TestFloorOffOrCapped(t *testing.T) { //nolint:paralleltest // changes the p
 	defer f.stop()
 	if f.floor != 32*mib {
 		t.Errorf("floor %d under a memory limit of 64 MiB, want half of it, %d", f.floor, 32*mib)
+	}
+	if got := debug.SetMemoryLimit(-1); got > 64*mib {
+		t.Errorf("memory limit %d under GOMEMLIMIT's 64 MiB, want at most that", got)
+	}
+	f.stop()
+	if got := debug.SetMemoryLimit(-1); got != 64*mib {
+		t.Errorf("after stop, the memory limit is %d, want GOMEMLIMIT's %d", got, 64*mib)
 	}
 }
 
@@ -250,6 +310,30 @@ func TestPercentFor(t *testing.T) {
 		}
 		if goal := c.live + (c.live+c.roots)*uint64(got)/100; c.live+c.roots > 0 && c.live < c.floor && got < min(int(c.floor*100/heapMinimum), maxPercent) && goal < c.floor {
 			t.Errorf("percentFor(%d, %d, %d, %d) = %d: the goal %d is below the floor", c.live, c.roots, c.floor, c.base, got, goal)
+		}
+	}
+}
+
+// TestLimitFor: half again the goal the floor means, the floor or GOGC's
+// goal, whichever is larger, plus the memory outside the heap; at most the
+// limit in force at start.
+func TestLimitFor(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		live, roots, other, floor uint64
+		base                      int
+		limit, want               int64
+	}{
+		{8 * mib, 0, 10 * mib, 100 * mib, 100, math.MaxInt64, 160 * mib},         // the floor's goal
+		{80 * mib, 0, 10 * mib, 100 * mib, 100, math.MaxInt64, 250 * mib},        // GOGC's: 160 MiB
+		{80 * mib, 20 * mib, 10 * mib, 100 * mib, 100, math.MaxInt64, 280 * mib}, // roots count: 180 MiB
+		{8 * mib, 0, 10 * mib, 100 * mib, 400, math.MaxInt64, 160 * mib},         // GOGC=400's 40 MiB is below the floor
+		{30 * mib, 0, 10 * mib, 100 * mib, 400, math.MaxInt64, 235 * mib},        // and 150 MiB above it
+		{8 * mib, 0, 10 * mib, 100 * mib, 100, 128 * mib, 128 * mib},             // GOMEMLIMIT's bounds it
+		{0, 0, 0, 100 * mib, 100, math.MaxInt64, 150 * mib},
+	} {
+		if got := limitFor(c.live, c.roots, c.other, c.floor, c.base, c.limit); got != c.want {
+			t.Errorf("limitFor(%d, %d, %d, %d, %d, %d) = %d, want %d", c.live, c.roots, c.other, c.floor, c.base, c.limit, got, c.want)
 		}
 	}
 }
