@@ -206,8 +206,8 @@ func TestFloorBoundsASharpGrowth(t *testing.T) { //nolint:paralleltest // change
 	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
 		t.Errorf("after stop, the memory limit is %d, want none (math.MaxInt64)", got)
 	}
-	// The next test starts from a small live heap, as the last cycle marks it.
-	live = nil
+	// The next test starts from a small live heap, as the last cycle marks
+	// it: live is not used past KeepAlive.
 	runtime.GC()
 	waitCleanups(t)
 }
