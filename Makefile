@@ -87,7 +87,7 @@ test-fast:
 ##   make test-citus CITUS_URL=postgres://postgres@127.0.0.1:9700/postgres (see docs/distributed.md)
 ##   CITUS_SERVER_TESTS: cmd/server's tests of real gateway processes run there too ('' for none)
 CITUS_PKGS ?= ./internal/dedup/... ./internal/events/... ./internal/store/... ./internal/queue/... ./internal/handler/... ./internal/forward/... ./internal/retention/... ./internal/sigtoken/... ./internal/console/...
-CITUS_SERVER_TESTS ?= TestCopiesThroughTwoProcesses
+CITUS_SERVER_TESTS ?= TestCopiesThroughTwoProcesses|TestQueryExecModeInURL
 test-citus:
 	@CITUS_URL='$(CITUS_URL)' PKGS='$(CITUS_PKGS)' SERVER_TESTS='$(CITUS_SERVER_TESTS)' .ci/test-citus.sh
 
