@@ -35,7 +35,8 @@ func mustNew(t testing.TB, pool *pgxpool.Pool, cfg Config) *Store {
 }
 
 // claimKeys stores the keys of ds, all of one sender, on db with the
-// pipeline's own claim statement (claimSQL), without their changes:
+// pipeline's own claim statement (claimSQL, without the RETURNING the
+// pipeline adds), without their changes:
 // on a transaction left open it holds them, as a delivery in flight does.
 // (Package dedup's tests build their rows so; the others use package
 // store's fixtures, which this package cannot import: store imports it.)

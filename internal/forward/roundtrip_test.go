@@ -1,8 +1,6 @@
 package forward_test
 
 import (
-	"context"
-	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/dedup"
 	"github.com/hookgate/hookgate/internal/events"
@@ -19,18 +16,6 @@ import (
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
-
-// writeCounter counts the writes to a connection's socket: pgx sends a
-// pipeline (up to its Sync) in one write, so writes are round trips.
-type writeCounter struct {
-	net.Conn
-	writes *atomic.Int64
-}
-
-func (c writeCounter) Write(p []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(p)
-}
 
 // TestOutboxAddsNoRoundTrip: a delivery of a sender with forward targets
 // queues its outbox rows (forward.QueueOutbox) in the pipeline that claims
@@ -41,27 +26,10 @@ func TestOutboxAddsNoRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, dsn := pgtest.NewDB(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// One connection, never pinged on acquire: every write on it is the
 	// store's, which runs as in the gateway (dedup.New on a pool).
 	var writes atomic.Int64
-	cfg.MaxConns, cfg.MinConns = 1, 0
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{c, &writes}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := pgtest.CountedPool(t, ctx, dsn, &writes)
 	store, err := dedup.New(dedup.Config{Pool: pool, InFlightWait: dedup.DefaultInFlightWait})
 	if err != nil {
 		t.Fatal(err)

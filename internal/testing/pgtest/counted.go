@@ -23,7 +23,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 // CountedPool returns a pool of at most one connection to dsn whose socket
 // writes are counted in writes: a test counts a code path's round trips to
-// PostgreSQL by them.
+// PostgreSQL by them. pgx sends a pipeline (up to its Sync) in one write.
+// The pool never pings a connection on acquire (pgxpool does once it has
+// been idle a second): every write is the code's.
 func CountedPool(t testing.TB, ctx context.Context, dsn string, writes *atomic.Int64) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -31,6 +33,7 @@ func CountedPool(t testing.TB, ctx context.Context, dsn string, writes *atomic.I
 		t.Fatal(err)
 	}
 	cfg.MaxConns = 1
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	var d net.Dialer
 	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
