@@ -19,7 +19,7 @@ import (
 // process forwards, then three processes start forwarding at default
 // settings (two --role all, one --role worker) while 100 more deliveries
 // arrive at about 20/s: the three share the rate, so no 5 s at the
-// target hold more than 5 × 40 + 4 forwards and a few late ones, every forward arrives once, none
+// target hold more than 5 × 40 + 4 forwards and a second's late ones, every forward arrives once, none
 // twice, and the forwards over the rate waited
 // (hookgate_forward_waits_total{reason="rate"}) instead of failing.
 func TestRateHoldsAcrossProcesses(t *testing.T) {
@@ -99,12 +99,14 @@ func TestRateHoldsAcrossProcesses(t *testing.T) {
 	}
 	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 	// The target records when a forward arrives, not when its turn came. On
-	// a busy machine a send can be late, so arrivals bunch up a little. The
-	// check counts over 5 s: 40/s × 5 s, the burst of 4, and a quarter
-	// second of turns for the late ones. Three processes that each kept
-	// their own rate would send about 600 in 5 s.
+	// a busy machine a send can be late, so arrivals bunch up. The check
+	// counts over 5 s: 40/s × 5 s, the burst of 4, and a second of turns
+	// for the late ones: in a full make test, a stall of about half a
+	// second once sent 22 forwards within 55 ms, and a window counted 216
+	// (a quarter second's slack allowed 214). Three processes that each
+	// kept their own rate would send about 600 in 5 s, two about 400.
 	const window = 5 * time.Second
-	limit := 40*5 + 4 + 10
+	limit := 40*5 + 4 + 40
 	if most := mostWithin(at, window); most > limit {
 		t.Errorf("%d forwards arrived within %v; want at most %d (rate 40/s, burst 4); arrivals: %s", most, window, limit, offsets(at))
 	}
