@@ -30,15 +30,33 @@ import (
 	"sync"
 )
 
-// The pacer's inputs, as of the last cycle: the heap marked live, and the
-// goroutines' stacks and the globals it scanned. GOGC's percent applies
-// to all three: the heap's goal is live + (live + stacks +
-// globals)×percent/100.
-var sampled = [...]string{"/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes",
+// The metrics tune reads, by their index in sampled.
+const (
+	// The pacer's inputs, as of the last cycle: the heap marked live, and
+	// the goroutines' stacks and the globals it scanned. GOGC's percent
+	// applies to all three: the heap's goal is live + (live + stacks +
+	// globals)×percent/100.
+	liveHeap = iota
+	stacks
+	globals
 	// The memory the runtime holds (what its memory limit counts: all it
 	// has mapped less what it has released), and the heap's share of it.
-	"/memory/classes/total:bytes", "/memory/classes/heap/released:bytes",
-	"/memory/classes/heap/objects:bytes", "/memory/classes/heap/unused:bytes", "/memory/classes/heap/free:bytes",
+	held
+	released
+	heapObjects
+	heapUnused
+	heapFree
+)
+
+var sampled = [...]string{
+	liveHeap:    "/gc/heap/live:bytes",
+	stacks:      "/gc/scan/stack:bytes",
+	globals:     "/gc/scan/globals:bytes",
+	held:        "/memory/classes/total:bytes",
+	released:    "/memory/classes/heap/released:bytes",
+	heapObjects: "/memory/classes/heap/objects:bytes",
+	heapUnused:  "/memory/classes/heap/unused:bytes",
+	heapFree:    "/memory/classes/heap/free:bytes",
 }
 
 // heapMinimum is the runtime's smallest heap goal at GOGC=100, 4 MiB.
@@ -176,13 +194,14 @@ func (f *floor) tune() bool {
 		}
 		v[i] = s.Value.Uint64()
 	}
-	p := percentFor(v[0], v[1]+v[2], f.floor, f.base)
+	live, roots := v[liveHeap], v[stacks]+v[globals]
+	p := percentFor(live, roots, f.floor, f.base)
 	if p != f.percent {
 		debug.SetGCPercent(p)
 		f.percent = p
 	}
-	held, heap := sub(v[3], v[4]), v[5]+v[6]+v[7]
-	if l := limitFor(v[0], v[1]+v[2], sub(held, heap), f.floor, f.base, f.limit); l != f.set {
+	outside := sub(sub(v[held], v[released]), v[heapObjects]+v[heapUnused]+v[heapFree])
+	if l := limitFor(live, roots, outside, f.floor, f.base, f.limit); l != f.set {
 		debug.SetMemoryLimit(l)
 		f.set = l
 	}
