@@ -110,10 +110,12 @@ func (d *direct) target(u *url.URL) *directTarget {
 // leaves them out of a request's header map.
 var excluded = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
 
-// post sends a POST with hd and body to t, within ctx. It returns the
-// answer's status and headers, and the first MaxKeptBody bytes of its
-// body, the rest read and discarded up to maxResponseBytes.
-func (d *direct) post(ctx context.Context, t *directTarget, hd http.Header, body []byte) (int, http.Header, []byte, error) {
+// post sends a POST with hd and body to t, by deadline and within ctx. It
+// returns the answer's status and headers, and the first MaxKeptBody
+// bytes of its body, the rest read and discarded up to maxResponseBytes.
+// A send that ran out of time returns [context.DeadlineExceeded], and one
+// whose ctx ended returns ctx's error.
+func (d *direct) post(ctx context.Context, deadline time.Time, t *directTarget, hd http.Header, body []byte) (int, http.Header, []byte, error) {
 	closeAfter := false
 	for k, vs := range hd {
 		if !httpguts.ValidHeaderFieldName(k) {
@@ -131,11 +133,11 @@ func (d *direct) post(ctx context.Context, t *directTarget, hd http.Header, body
 	for try := 0; ; try++ {
 		// A retry dials: the pool's other connections to t may have been
 		// closed by the target too.
-		c, err := d.get(ctx, t, try == 0)
+		c, err := d.get(ctx, deadline, t, try == 0)
 		if err != nil {
 			return 0, nil, nil, err
 		}
-		status, header, kept, keep, fresh, err := d.roundTrip(ctx, c, t, hd, body)
+		status, header, kept, keep, fresh, err := d.roundTrip(ctx, deadline, c, t, hd, body)
 		if err == nil {
 			if keep && !closeAfter {
 				d.put(t.key, c)
@@ -147,6 +149,9 @@ func (d *direct) post(ctx context.Context, t *directTarget, hd http.Header, body
 		_ = c.nc.Close()
 		if ctx.Err() != nil {
 			return 0, nil, nil, ctx.Err()
+		}
+		if !time.Now().Before(deadline) {
+			return 0, nil, nil, context.DeadlineExceeded
 		}
 		if !c.reused || !fresh || try > 0 {
 			return 0, nil, nil, err
@@ -164,11 +169,13 @@ var postRequest = &http.Request{Method: http.MethodPost}
 // that c may serve another request: the answer's body was read to its
 // end, and the answer does not close the connection. fresh reports, with
 // an error, that no byte of an answer was read.
-func (d *direct) roundTrip(ctx context.Context, c *directConn, t *directTarget, hd http.Header, body []byte) (status int, header http.Header, kept []byte, keep, fresh bool, err error) {
-	// The context's end, its deadline included, ends the reads and writes
-	// under way. A connection's own deadline would fire before the context
-	// records why it ended, and the send could not tell a timeout from the
-	// caller's limit. A connection whose deadline was set is not reused.
+func (d *direct) roundTrip(ctx context.Context, deadline time.Time, c *directConn, t *directTarget, hd http.Header, body []byte) (status int, header http.Header, kept []byte, keep, fresh bool, err error) {
+	// The deadline is the connection's: its reads and writes end there.
+	// The context's end ends them too. A connection whose deadline ctx's
+	// end set is not reused.
+	if err := c.nc.SetDeadline(deadline); err != nil {
+		return 0, nil, nil, false, true, err
+	}
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	defer func() {
 		if !stop() {
@@ -266,8 +273,8 @@ func readAnswer(body io.Reader) (kept []byte, clean bool) {
 }
 
 // get returns an idle connection to t, the most recently used, when
-// pooled, or else a new one.
-func (d *direct) get(ctx context.Context, t *directTarget, pooled bool) (*directConn, error) {
+// pooled, or else a new one, dialed by deadline.
+func (d *direct) get(ctx context.Context, deadline time.Time, t *directTarget, pooled bool) (*directConn, error) {
 	now := time.Now()
 	d.mu.Lock()
 	for cs := d.idle[t.key]; pooled && len(cs) > 0; cs = d.idle[t.key] {
@@ -283,6 +290,8 @@ func (d *direct) get(ctx context.Context, t *directTarget, pooled bool) (*direct
 	}
 	d.mu.Unlock()
 
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	nc, err := d.dial(ctx, "tcp", t.addr)
 	if err != nil {
 		return nil, err

@@ -51,23 +51,30 @@ func NewHTTP(client *http.Client, now func() time.Time) *HTTP {
 // Send posts the forward once and classifies the outcome.
 func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 	t := m.Target
-	b, rctx, cancel := bound(ctx, m)
-	defer cancel()
+	b := boundOf(ctx, m)
 	u, err := h.targetURL(t.URL)
 	if err != nil {
 		return Sent{Verdict: VerdictFailed, Err: fmt.Errorf("build request for target %q: the URL does not parse", t.Name)}
 	}
 	hd := h.header(m)
 	start := time.Now()
+	deadline := start.Add(b.timeout)
 	var (
-		code   int
-		header http.Header
-		kept   []byte
+		code    int
+		header  http.Header
+		kept    []byte
+		expired bool
 	)
 	if u.direct != nil {
-		code, header, kept, err = h.direct.post(rctx, u.direct, hd, m.Body)
+		// direct keeps to the deadline with its connection's own: a
+		// context per send cost a timer and a registration with ctx.
+		code, header, kept, err = h.direct.post(ctx, deadline, u.direct, hd, m.Body)
+		expired = err != nil && !time.Now().Before(deadline)
 	} else {
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		code, header, kept, err = h.roundTrip(newRequest(rctx, u.url, hd, m.Body))
+		expired = rctx.Err() != nil
+		cancel()
 	}
 	took := time.Since(start)
 	if err != nil {
@@ -78,7 +85,7 @@ func (h *HTTP) Send(ctx context.Context, m Message) Sent {
 			err = ue.Err
 		}
 		err = fmt.Errorf("post to target %q: %w", t.Name, err)
-		if b.cut(rctx) {
+		if b.cutAt(expired) {
 			return Sent{Verdict: VerdictNone, Err: err}
 		}
 		return Sent{Verdict: VerdictRetry, Err: err, Took: took}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -119,6 +120,9 @@ func TestHTTPTransportClassifies(t *testing.T) {
 		}
 		if (got.Err == nil) != (tc.want.Verdict == VerdictDelivered) {
 			t.Errorf("%s: Err = %v with verdict %s", tc.name, got.Err, got.Verdict)
+		}
+		if (tc.name == "target's timeout" || tc.name == "caller's limit") && !errors.Is(got.Err, context.DeadlineExceeded) {
+			t.Errorf("%s: Err = %v, want it to say the deadline passed", tc.name, got.Err)
 		}
 		if got.Err != nil && strings.Contains(got.Err.Error(), "s3cret") {
 			t.Errorf("%s: Err %q holds the URL's credentials", tc.name, got.Err)

@@ -168,16 +168,28 @@ type sendBound struct {
 // bound returns m's send bound and the context of the send. The caller
 // cancels that context once the send is done.
 func bound(ctx context.Context, m Message) (sendBound, context.Context, context.CancelFunc) {
+	b := boundOf(ctx, m)
+	sctx, cancel := context.WithTimeout(ctx, b.timeout)
+	return b, sctx, cancel
+}
+
+// boundOf returns m's send bound, for a send that keeps to it without a
+// context of its own.
+func boundOf(ctx context.Context, m Message) sendBound {
 	b := sendBound{ctx: ctx, timeout: time.Duration(m.Target.Timeout)}
 	if m.Limit > 0 && m.Limit < b.timeout {
 		b.timeout, b.limited = m.Limit, true
 	}
-	sctx, cancel := context.WithTimeout(ctx, b.timeout)
-	return b, sctx, cancel
+	return b
 }
 
 // cut reports whether a send that failed in sctx was cut short by the
 // caller rather than by the target. Such a send has no verdict.
 func (b sendBound) cut(sctx context.Context) bool {
-	return b.ctx.Err() != nil || b.limited && sctx.Err() != nil
+	return b.cutAt(sctx.Err() != nil)
+}
+
+// cutAt is cut for a send that ended with its deadline past, or not.
+func (b sendBound) cutAt(expired bool) bool {
+	return b.ctx.Err() != nil || b.limited && expired
 }
