@@ -1,9 +1,12 @@
 package events
 
 import (
+	"bytes"
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/hookgate/hookgate/internal/redact"
 )
 
 // MaxStoredHeaders is the most header values (field lines) stored with an
@@ -29,32 +32,43 @@ func NeverStored(name string) bool { return neverStored[http.CanonicalHeaderKey(
 // Shopify, generic hmac-sha256) a stored body with its signature is a request
 // anyone can send again under a new delivery ID, and forwards carry
 // hookgate's own signature instead.
-var credentialWords = []string{"auth", "token", "secret", "password", "passwd", "api-key", "apikey", "session",
-	"cookie", "credential", "signature", "hmac"}
+var credentialWords = words("auth", "token", "secret", "password", "passwd", "api-key", "apikey", "session",
+	"cookie", "credential", "signature", "hmac")
 
 // credentialParts are the words that mark a header name as carrying a
 // credential when one of its hyphen- or underscore-separated parts is
 // exactly the word (case-insensitive): a MAC (X-Airtable-Content-MAC,
 // X-Payload-Mac) but not X-Machine-Id.
-var credentialParts = []string{"mac", "sig"}
+var credentialParts = words("mac", "sig")
+
+// words returns ws as byte slices.
+func words(ws ...string) [][]byte {
+	out := make([][]byte, len(ws))
+	for i, w := range ws {
+		out[i] = []byte(w)
+	}
+	return out
+}
 
 // CredentialLike reports whether the header name carries a credential by
 // default (see credentialWords and credentialParts), so that it is not
-// stored unless a sender's store_headers lists it.
+// stored unless a sender's store_headers lists it. It allocates nothing
+// for a name of up to 64 ASCII bytes.
 func CredentialLike(name string) bool {
-	n := strings.ToLower(name)
+	var buf [64]byte
+	n := redact.LowerName(buf[:0], name)
 	for _, w := range credentialWords {
-		if strings.Contains(n, w) {
+		if bytes.Contains(n, w) {
 			return true
 		}
 	}
 	for _, w := range credentialParts {
-		for i := strings.Index(n, w); i >= 0; {
+		for i := bytes.Index(n, w); i >= 0; {
 			end := i + len(w)
 			if (i == 0 || n[i-1] == '-' || n[i-1] == '_') && (end == len(n) || n[end] == '-' || n[end] == '_') {
 				return true
 			}
-			next := strings.Index(n[i+1:], w)
+			next := bytes.Index(n[i+1:], w)
 			if next < 0 {
 				break
 			}

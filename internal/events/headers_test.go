@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/hookgate/hookgate/internal/events"
@@ -16,6 +17,10 @@ func TestCredentialLikeNames(t *testing.T) {
 		"X-Airtable-Content-MAC": true, "X-Payload-Mac": true, "mac": true, "X_Body_Mac": true, "X-Sig": true,
 		"X-Shopify-Hmac-Sha256": true, "X-Hub-Signature-256": true, "X-Gitlab-Token": true,
 		"X-Imac-Mac": true, "X-Machine-Id": false, "X-Macro": false, "X-Macmac": false, "Imac": false, "Stomach": false, "X-Signal": false, "Content-Type": false, "X-Delivery-Id": false,
+		// Case-insensitive as strings.ToLower is: the Kelvin sign lowers to k.
+		"X-API-\u212Aey": true, "X-SESSION-ID": true, "X-PAYLOAD-MAC": true, "X-\u00C4-Mac": true,
+		// Longer than the name buffer.
+		strings.Repeat("X-Padding-", 10) + "Token": true, strings.Repeat("X-Padding-", 10) + "Mac": true, strings.Repeat("X-Padding-", 10): false,
 	} {
 		if got := events.CredentialLike(name); got != want {
 			t.Errorf("CredentialLike(%q) = %t, want %t", name, got, want)
@@ -40,6 +45,16 @@ func TestHeaderFilterNever(t *testing.T) {
 		}
 		if name == "store" && f.Filter(h).Get("X-Custom-Sig-Value") == "" {
 			t.Errorf("%s: Never changed the filter it was called on", name)
+		}
+	}
+}
+
+// Testing a header name of usual length allocates nothing: the ingest
+// tests every header of every request.
+func TestCredentialLikeAllocatesNothing(t *testing.T) { //nolint:paralleltest // testing.AllocsPerRun refuses a parallel test
+	for _, name := range []string{"X-Hub-Signature-256", "Content-Type", "X-Airtable-Content-MAC", "User-Agent"} {
+		if n := testing.AllocsPerRun(100, func() { events.CredentialLike(name) }); n != 0 {
+			t.Errorf("CredentialLike(%q): %.0f allocations, want none", name, n)
 		}
 	}
 }

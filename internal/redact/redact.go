@@ -12,9 +12,11 @@
 package redact
 
 import (
+	"bytes"
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Mask replaces each secret.
@@ -222,13 +224,39 @@ func CredentialHeader(name string) bool {
 	if credentialHeaders[name] {
 		return true
 	}
-	n := strings.ToLower(name)
-	for _, w := range [...]string{"token", "secret", "key", "signature", "auth", "session", "password", "cookie"} {
-		if strings.Contains(n, w) {
+	var buf [64]byte
+	n := LowerName(buf[:0], name)
+	for _, w := range credentialHeaderWords {
+		if bytes.Contains(n, w) {
 			return true
 		}
 	}
 	return false
+}
+
+// credentialHeaderWords are the words that make a header name
+// credential-like for [CredentialHeader], in lower case.
+var credentialHeaderWords = [][]byte{[]byte("token"), []byte("secret"), []byte("key"), []byte("signature"),
+	[]byte("auth"), []byte("session"), []byte("password"), []byte("cookie")}
+
+// LowerName returns name in lower case, as [strings.ToLower] does,
+// appended to buf. A header name is ASCII: it is lowered byte by byte,
+// into buf when it fits, so that a test of a name on the stack allocates
+// nothing. A name that is not ASCII is lowered by strings.ToLower.
+func LowerName(buf []byte, name string) []byte {
+	for i := range len(name) {
+		if name[i] >= utf8.RuneSelf {
+			return append(buf, strings.ToLower(name)...)
+		}
+	}
+	for i := range len(name) {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf = append(buf, c)
+	}
+	return buf
 }
 
 // Headers returns a copy of h with the value of every header that may

@@ -151,3 +151,25 @@ func TestHeadersHidesCredentials(t *testing.T) {
 		t.Error("Headers modified its argument")
 	}
 }
+
+// CredentialHeader reads a name case-insensitively, as strings.ToLower
+// does, also past its buffer, and allocates nothing for a usual one: every
+// attempt tests the names of its target's answer.
+func TestCredentialHeaderNames(t *testing.T) { //nolint:paralleltest // testing.AllocsPerRun refuses a parallel test
+	for name, want := range map[string]bool{
+		"X-API-KEY": true, "X-Api-\u212Aey": true, "X-\u00C4-Session": true, "Content-Type": false, "Date": false,
+		strings.Repeat("X-Padding-", 10) + "Token": true, strings.Repeat("X-Padding-", 10): false,
+	} {
+		if got := redact.CredentialHeader(name); got != want {
+			t.Errorf("CredentialHeader(%q) = %t, want %t", name, got, want)
+		}
+	}
+	for _, name := range []string{"Content-Type", "X-Request-Id", "X-Auth-Token"} {
+		if n := testing.AllocsPerRun(100, func() { redact.CredentialHeader(name) }); n != 0 {
+			t.Errorf("CredentialHeader(%q): %.0f allocations, want none", name, n)
+		}
+	}
+	if got := string(redact.LowerName([]byte("a:"), "X-\u00C4b")); got != "a:x-\u00e4b" {
+		t.Errorf("LowerName appended %q, want a:x-\u00e4b", got)
+	}
+}
