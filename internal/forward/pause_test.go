@@ -17,7 +17,8 @@ import (
 // hours, capped at the backoff's Max), and 200 after. With
 // --forward-retry-after-max 2s and a backoff Max of a minute, the whole
 // target is paused for 2 s: neither that forward's retry nor three
-// forwards delivered meanwhile reach it sooner, and all of them reach it
+// forwards delivered meanwhile (once the pause shows in target_breakers,
+// as operators see it) reach it sooner, and all of them reach it
 // well before the backoff's minute (the bound allows for the snooze's
 // jitter, up to half the pause left, and River's polling). The first
 // attempt is River's worker's, or the fast path's.
@@ -51,6 +52,15 @@ func TestHugeRetryAfterPausesTheTargetForTheMax(t *testing.T) {
 			}
 			e.deliver("pause-0", []byte(`{}`), "application/json")
 			e.poll("the 429", func() bool { return len(tg.Hits()) > 0 && !tg.Hits()[0].AnswerAt.IsZero() }, func() string { return "" })
+			// The gateway pauses the target once it has read the 429, and
+			// then shows the pause to operators; on a busy machine that
+			// comes a while after the target sent it. The forwards below
+			// are accepted after that.
+			e.poll("the target's pause shown", func() bool {
+				var shown bool
+				err := e.pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM target_breakers WHERE target = 'limited' AND paused_until IS NOT NULL)`).Scan(&shown)
+				return err == nil && shown
+			}, func() string { return "" })
 			for i := 1; i <= 3; i++ {
 				e.deliver(fmt.Sprintf("pause-%d", i), []byte(`{}`), "application/json")
 			}
