@@ -29,6 +29,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hookgate/hookgate/internal/jsonptr"
+	"github.com/hookgate/hookgate/internal/redact"
 	"github.com/hookgate/hookgate/internal/rules"
 	"github.com/hookgate/hookgate/internal/signature"
 )
@@ -189,6 +190,37 @@ type Target struct {
 	// Transform is TransformExpr and TransformHeadersExpr compiled, or
 	// nil. Parse sets it.
 	Transform *rules.Transform `yaml:"-"`
+
+	// answerSecrets is [Target.AnswerSecrets], worked out by Parse; nil
+	// for a target made otherwise.
+	answerSecrets []string
+}
+
+// AnswerSecrets returns the target's secrets that its answers may echo,
+// for [redact.Text]: those of its URL ([redact.Secrets]), the values of
+// its credential-like headers, and its signing secret. Parse works them
+// out once, so that an attempt does not parse the URL again; for a
+// target that Parse did not make they are worked out at each call. The
+// caller must not modify the slice.
+func (t *Target) AnswerSecrets() []string {
+	if t.answerSecrets != nil {
+		return t.answerSecrets
+	}
+	return t.workOutAnswerSecrets()
+}
+
+// workOutAnswerSecrets returns [Target.AnswerSecrets], never nil.
+func (t *Target) workOutAnswerSecrets() []string {
+	secrets := redact.Secrets(t.URL, t.SecretPath)
+	for k, v := range t.Headers {
+		if redact.CredentialHeader(k) {
+			secrets = append(secrets, v)
+		}
+	}
+	if t.SigningSecret != "" {
+		secrets = append(secrets, t.SigningSecret)
+	}
+	return slices.Clip(append([]string{}, secrets...))
 }
 
 // NATSTarget is where a NATS JetStream target publishes. Subject is a

@@ -3,6 +3,7 @@ package config_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -376,5 +377,38 @@ func TestParseValidationErrorsDoNotContainSecrets(t *testing.T) {
 				t.Errorf("error %q contains the secret value", err)
 			}
 		})
+	}
+}
+
+// Parse works out once the secrets that a target's answers may echo: its
+// URL's, its credential-like headers' values and its signing secret. A
+// target that Parse did not make has them worked out at each call.
+func TestTargetAnswerSecrets(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, "senders:\n"+sender("acme", "delivery_id: { header: X-Id }", "forward:",
+		"  - name: slack",
+		"    url: https://hooks.example.com/services/T0/B0/XyZsecret123?key=qkey4567",
+		"    secret_path: true",
+		"    headers: { X-Api-Key: hdrkey-7774411, X-Team: platform }"), noEnv)
+	s, _ := c.Sender("acme")
+	tg := &s.Forward[0]
+	got := tg.AnswerSecrets()
+	for _, want := range []string{"XyZsecret123", "qkey4567", "hdrkey-7774411"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("AnswerSecrets() = %q, want %s in it", got, want)
+		}
+	}
+	if slices.Contains(got, "platform") {
+		t.Errorf("AnswerSecrets() = %q: X-Team is no credential", got)
+	}
+	if again := tg.AnswerSecrets(); len(again) == 0 || &again[0] != &got[0] {
+		t.Error("AnswerSecrets() worked the secrets out again")
+	}
+	made := config.Target{Name: "x", URL: "https://example.com/in?token=tok3n-9981"}
+	if got := made.AnswerSecrets(); !slices.Equal(got, []string{"tok3n-9981"}) {
+		t.Errorf("AnswerSecrets() of a target Parse did not make = %q, want its query's token", got)
+	}
+	if got := (&config.Target{Name: "y", URL: "https://example.com/in"}).AnswerSecrets(); got == nil || len(got) != 0 {
+		t.Errorf("AnswerSecrets() of a target without secrets = %#v, want empty and not nil", got)
 	}
 }

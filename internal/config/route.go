@@ -87,6 +87,7 @@ func ValidEventType(s string) bool {
 func check(s *Sender) error {
 	for i := range s.Forward {
 		t := &s.Forward[i]
+		t.answerSecrets = t.workOutAnswerSecrets()
 		if t.SigningSecret == "" {
 			continue
 		}

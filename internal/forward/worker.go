@@ -534,7 +534,7 @@ const (
 func keptAnswer(t *config.Target, h map[string][]string, body []byte) (map[string][]string, []byte) {
 	var secrets []string
 	if t != nil {
-		secrets = answerSecrets.of(t)
+		secrets = t.AnswerSecrets()
 	}
 	if len(secrets) > 0 && len(body) > 0 {
 		if b := redact.Text(string(body), secrets...); b != string(body) {
@@ -641,44 +641,4 @@ func (w *Worker) record(ctx context.Context, job queue.Job, out queue.Output) {
 	if err := queue.RecordOutput(ctx, out); err != nil {
 		w.log.Warn("record forward output", "job_id", job.ID, "err", err)
 	}
-}
-
-// targetSecrets are the secrets of each target that an answer may echo,
-// worked out once per target: parsing its URL for each attempt showed in
-// the CPU profile. A target is not changed once parsed; a reload makes
-// new ones, so the cache is emptied when it holds more than
-// maxCachedTargets, and never grows without bound.
-type targetSecrets struct {
-	m sync.Map // *config.Target to []string
-	n atomic.Int64
-}
-
-// maxCachedTargets bounds [targetSecrets].
-const maxCachedTargets = 4096
-
-// answerSecrets is the process's cache of the targets' secrets.
-var answerSecrets targetSecrets
-
-// of returns the secrets of t that an answer may echo: those of its URL,
-// its credential-like headers and its signing secret.
-func (c *targetSecrets) of(t *config.Target) []string {
-	if v, ok := c.m.Load(t); ok {
-		return v.([]string)
-	}
-	secrets := redact.Secrets(t.URL, t.SecretPath)
-	for k, v := range t.Headers {
-		if redact.CredentialHeader(k) {
-			secrets = append(secrets, v)
-		}
-	}
-	if t.SigningSecret != "" {
-		secrets = append(secrets, t.SigningSecret)
-	}
-	secrets = slices.Clip(secrets) // a caller's append copies
-	if c.n.Add(1) > maxCachedTargets {
-		c.m.Clear()
-		c.n.Store(1)
-	}
-	c.m.Store(t, secrets)
-	return secrets
 }
