@@ -220,7 +220,10 @@ func (t *Target) workOutAnswerSecrets() []string {
 	if t.SigningSecret != "" {
 		secrets = append(secrets, t.SigningSecret)
 	}
-	return slices.Clip(append([]string{}, secrets...))
+	if secrets == nil {
+		return []string{}
+	}
+	return slices.Clip(secrets)
 }
 
 // NATSTarget is where a NATS JetStream target publishes. Subject is a
