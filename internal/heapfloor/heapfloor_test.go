@@ -86,11 +86,13 @@ func waitPercent(t *testing.T, f *floor, ok func(int) bool) int {
 
 // TestFloorRunsFewerCycles: with 8 MiB live, a floor of 64 MiB makes
 // 64 MiB the heap's goal (GOGC=100 alone: about twice the live heap, 20
-// MiB or so), and 512 MiB of garbage then takes fewer cycles than without
-// it, and at most about one per 28 MiB: about 9 against 60 on a quiet
-// machine. On a busy one, what a slow cycle marks while the loop
-// allocates counts as live, which raises the goal without the floor and
-// narrows the gap (11 against 33 seen).
+// MiB or so), and 512 MiB of garbage then takes at most about one cycle
+// per 28 MiB: about 9 against 60 without the floor on a quiet machine.
+// The count without the floor is logged, not compared: on a busy machine
+// what a slow cycle marks while the loop allocates counts as live, which
+// raises the goal without the floor, and by how much depends on the load
+// (33, then 4 cycles seen beside CPU hogs, against 11 and 12 with the
+// floor). The goals, read after a full cycle, show the floor's part.
 func TestFloorRunsFewerCycles(t *testing.T) { //nolint:paralleltest // changes the process's GC settings
 	withGOGC100(t)
 	live := make([]byte, 8*mib)
@@ -113,8 +115,8 @@ func TestFloorRunsFewerCycles(t *testing.T) { //nolint:paralleltest // changes t
 	}
 	with := garbage(512 * mib)
 	t.Logf("cycles for 512 MiB of garbage: %d without a floor, %d with a floor of 64 MiB (percent %d)", without, with, f.Percent())
-	if with >= without || with > 512/28+2 {
-		t.Errorf("%d cycles without the floor and %d with it: want fewer with it, and at most %d", without, with, 512/28+2)
+	if with > 512/28+2 {
+		t.Errorf("%d cycles with the floor (%d without): want at most %d, one per 28 MiB", with, without, 512/28+2)
 	}
 	runtime.KeepAlive(live)
 }
