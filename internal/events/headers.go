@@ -32,23 +32,14 @@ func NeverStored(name string) bool { return neverStored[http.CanonicalHeaderKey(
 // Shopify, generic hmac-sha256) a stored body with its signature is a request
 // anyone can send again under a new delivery ID, and forwards carry
 // hookgate's own signature instead.
-var credentialWords = words("auth", "token", "secret", "password", "passwd", "api-key", "apikey", "session",
+var credentialWords = redact.Words("auth", "token", "secret", "password", "passwd", "api-key", "apikey", "session",
 	"cookie", "credential", "signature", "hmac")
 
 // credentialParts are the words that mark a header name as carrying a
 // credential when one of its hyphen- or underscore-separated parts is
 // exactly the word (case-insensitive): a MAC (X-Airtable-Content-MAC,
 // X-Payload-Mac) but not X-Machine-Id.
-var credentialParts = words("mac", "sig")
-
-// words returns ws as byte slices.
-func words(ws ...string) [][]byte {
-	out := make([][]byte, len(ws))
-	for i, w := range ws {
-		out[i] = []byte(w)
-	}
-	return out
-}
+var credentialParts = redact.Words("mac", "sig")
 
 // CredentialLike reports whether the header name carries a credential by
 // default (see credentialWords and credentialParts), so that it is not

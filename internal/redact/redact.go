@@ -236,8 +236,17 @@ func CredentialHeader(name string) bool {
 
 // credentialHeaderWords are the words that make a header name
 // credential-like for [CredentialHeader], in lower case.
-var credentialHeaderWords = [][]byte{[]byte("token"), []byte("secret"), []byte("key"), []byte("signature"),
-	[]byte("auth"), []byte("session"), []byte("password"), []byte("cookie")}
+var credentialHeaderWords = Words("token", "secret", "key", "signature", "auth", "session", "password", "cookie")
+
+// Words returns ws as byte slices, to look for in a name that
+// [LowerName] lowered.
+func Words(ws ...string) [][]byte {
+	out := make([][]byte, len(ws))
+	for i, w := range ws {
+		out[i] = []byte(w)
+	}
+	return out
+}
 
 // LowerName returns name in lower case, as [strings.ToLower] does,
 // appended to buf. A header name is ASCII: it is lowered byte by byte,
