@@ -245,7 +245,7 @@ func (t *Takeover) Once(ctx context.Context) ([]queue.TakenOver, error) {
 	defer cancel()
 	taken, err := t.jobs.TakeOverJobs(ctx, ProcessIDPrefix, t.cfg.Stale, takeoverBatch)
 	if err != nil {
-		return nil, err
+		return nil, lookError{err}
 	}
 	if len(taken) > 0 {
 		t.taken.Add(float64(len(taken)))
@@ -259,26 +259,49 @@ func (t *Takeover) Once(ctx context.Context) ([]queue.TakenOver, error) {
 		}
 	}
 	lost, err := t.releaseOrphans(ctx)
-	return append(taken, lost...), err
+	if err != nil {
+		return taken, lookError{err}
+	}
+	return append(taken, lost...), nil
 }
 
+// lookError is an error of a look for jobs to take over, after the
+// heartbeat was written.
+type lookError struct{ err error }
+
+func (e lookError) Error() string { return "look for jobs to take over: " + e.err.Error() }
+func (e lookError) Unwrap() error { return e.err }
+
 // Run calls [Takeover.Once] every HeartbeatEvery until ctx is done. A
-// failure is logged once per outage.
+// failed heartbeat and a failed look are each logged once per outage: the
+// look's failure delays a takeover until a later look succeeds, and leaves
+// this process's own jobs to others no more than a working heartbeat does.
 func (t *Takeover) Run(ctx context.Context) {
 	tick := time.NewTicker(t.cfg.HeartbeatEvery)
 	defer tick.Stop()
-	failing := false
+	beatFailing, lookFailing := false, false
 	for {
 		_, err := t.Once(ctx)
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
-		case err != nil && !failing:
-			failing = true
+		}
+		var look lookError
+		isLook := errors.As(err, &look)
+		switch {
+		case err != nil && !isLook && !beatFailing:
+			beatFailing = true
 			t.log.Warn("forward heartbeat failed; this process's jobs may be taken over by another if it lasts", "err", err, "stale_after", t.cfg.Stale)
-		case err == nil && failing:
-			failing = false
+		case (err == nil || isLook) && beatFailing:
+			beatFailing = false
 			t.log.Info("forward heartbeat written again")
+		}
+		switch {
+		case isLook && !lookFailing:
+			lookFailing = true
+			t.log.Warn("the look for jobs left running by processes that are gone failed; it is tried again at every heartbeat", "err", err, "every", t.cfg.HeartbeatEvery)
+		case err == nil && lookFailing:
+			lookFailing = false
+			t.log.Info("the look for jobs left running by processes that are gone succeeded again")
 		}
 		select {
 		case <-ctx.Done():

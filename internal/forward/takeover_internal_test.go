@@ -1,9 +1,11 @@
 package forward
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +112,61 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 		t.Error("a finished job whose outcome the database shows is still remembered as finishing")
 	}
 	tk.Finished(working)
+}
+
+// While a look for jobs to take over fails (here it waits for a lock on
+// river_job past its budget) and the heartbeat still succeeds, Run logs the
+// look's failure once, not a failed heartbeat, and logs when a look
+// succeeds again.
+func TestTakeoverRunLogsAFailedLookApartFromTheHeartbeat(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	ctx := t.Context()
+	var logs testkit.LogBuffer
+	const me = ProcessIDPrefix + "host:1:me"
+	tk, err := NewTakeover(TakeoverConfig{ID: me, HeartbeatEvery: 50 * time.Millisecond, Stale: 200 * time.Millisecond,
+		DB: pool, Jobs: queue.NewJobs(pool), Registerer: prometheus.NewRegistry(), Log: logs.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE river_job IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); tk.Run(rctx) }()
+	defer func() { stop(); <-done }()
+
+	const lookFailed, lookBack, beatFailed = "the look for jobs left running by processes that are gone failed", "the look for jobs left running by processes that are gone succeeded again", "forward heartbeat failed"
+	testkit.Poll(t, time.Minute, "the failed look to be logged", func() bool { return strings.Contains(logs.String(), lookFailed) }, logs.String)
+	// Two more heartbeats: the look between them failed too.
+	seen := func() time.Time {
+		var at time.Time
+		if err := pool.QueryRow(ctx, `SELECT seen_at FROM forward_processes WHERE id = $1`, me).Scan(&at); err != nil {
+			t.Fatal(err) // raw SQL: the heartbeat's time is what the test examines
+		}
+		return at
+	}
+	for range 2 {
+		before := seen()
+		testkit.Poll(t, time.Minute, "the next heartbeat", func() bool { return seen().After(before) }, logs.String)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Poll(t, time.Minute, "a look to succeed again", func() bool { return strings.Contains(logs.String(), lookBack) }, logs.String)
+	stop()
+	<-done
+	out := logs.String()
+	if n := strings.Count(out, lookFailed); n != 1 {
+		t.Errorf("the look's failure logged %d times for one outage, want once:\n%s", n, out)
+	}
+	if strings.Contains(out, beatFailed) {
+		t.Errorf("a failed look logged as a failed heartbeat:\n%s", out)
+	}
 }
