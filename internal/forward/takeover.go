@@ -273,9 +273,9 @@ func (e lookError) Error() string { return "look for jobs to take over: " + e.er
 func (e lookError) Unwrap() error { return e.err }
 
 // Run calls [Takeover.Once] every HeartbeatEvery until ctx is done. A
-// failed heartbeat and a failed look are each logged once per outage: the
-// look's failure delays a takeover until a later look succeeds, and leaves
-// this process's own jobs to others no more than a working heartbeat does.
+// failed heartbeat and a failed look are each logged once per outage. A
+// failed look only delays the takeovers until a later look succeeds: the
+// heartbeat was written, so other processes still see this one alive.
 func (t *Takeover) Run(ctx context.Context) {
 	tick := time.NewTicker(t.cfg.HeartbeatEvery)
 	defer tick.Stop()
@@ -298,10 +298,10 @@ func (t *Takeover) Run(ctx context.Context) {
 		switch {
 		case isLook && !lookFailing:
 			lookFailing = true
-			t.log.Warn("the look for jobs left running by processes that are gone failed; it is tried again at every heartbeat", "err", err, "every", t.cfg.HeartbeatEvery)
+			t.log.Warn("the look for jobs to take over failed; it is tried again at every heartbeat", "err", err, "every", t.cfg.HeartbeatEvery)
 		case err == nil && lookFailing:
 			lookFailing = false
-			t.log.Info("the look for jobs left running by processes that are gone succeeded again")
+			t.log.Info("the look for jobs to take over succeeded again")
 		}
 		select {
 		case <-ctx.Done():

@@ -142,7 +142,7 @@ func TestTakeoverRunLogsAFailedLookApartFromTheHeartbeat(t *testing.T) {
 	go func() { defer close(done); tk.Run(rctx) }()
 	defer func() { stop(); <-done }()
 
-	const lookFailed, lookBack, beatFailed = "the look for jobs left running by processes that are gone failed", "the look for jobs left running by processes that are gone succeeded again", "forward heartbeat failed"
+	const lookFailed, lookBack, beatFailed = "the look for jobs to take over failed", "the look for jobs to take over succeeded again", "forward heartbeat failed"
 	testkit.Poll(t, time.Minute, "the failed look to be logged", func() bool { return strings.Contains(logs.String(), lookFailed) }, logs.String)
 	// Two more heartbeats: the look between them failed too.
 	seen := func() time.Time {
