@@ -2,7 +2,9 @@ package main
 
 import (
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -17,8 +19,12 @@ import (
 func TestAwaitBackendsGone(t *testing.T) {
 	t.Parallel()
 	// One child before, then an "autovacuum worker" that lives on and a
-	// backend that ends after 0.3 s.
-	cmd := exec.Command("bash", "-c", `sleep 30 & read -r _; (exec -a "postgres: autovacuum worker" sleep 30) & sleep 0.3 & wait`)
+	// backend that ends once the file ended exists.
+	ended := filepath.Join(t.TempDir(), "ended")
+	// The worker's name comes from the environment: in the script, it
+	// would be in the command line of bash's subshells too.
+	cmd := exec.Command("bash", "-c", `sleep 30 & read -r _; (exec -a "$AV" sleep 30) & (while [ ! -e "$0" ]; do sleep 0.01; done) & wait`, ended)
+	cmd.Env = append(os.Environ(), "AV=postgres: autovacuum worker")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -38,6 +44,10 @@ func TestAwaitBackendsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Poll(t, 30*time.Second, "the two new children", func() bool { return len(pgChildren(pid)) == 3 })
+
+	if err := os.WriteFile(ended, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	const timeout = 20 * time.Second
 	start := time.Now()

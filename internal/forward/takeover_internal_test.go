@@ -116,7 +116,7 @@ func TestTakeoverReleasesJobsItsWorkersDoNotRun(t *testing.T) {
 
 // While a look for jobs to take over fails (here it waits for a lock on
 // river_job past its budget) and the heartbeat still succeeds, Run logs the
-// look's failure once, not a failed heartbeat, and logs when a look
+// look's failure once, never as a failed heartbeat, and logs when a look
 // succeeds again.
 func TestTakeoverRunLogsAFailedLookApartFromTheHeartbeat(t *testing.T) {
 	t.Parallel()
@@ -166,7 +166,11 @@ func TestTakeoverRunLogsAFailedLookApartFromTheHeartbeat(t *testing.T) {
 	if n := strings.Count(out, lookFailed); n != 1 {
 		t.Errorf("the look's failure logged %d times for one outage, want once:\n%s", n, out)
 	}
-	if strings.Contains(out, beatFailed) {
-		t.Errorf("a failed look logged as a failed heartbeat:\n%s", out)
+	// A heartbeat may fail on its own on a busy machine (its budget is a
+	// second); the look's failure must never be reported as one.
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, beatFailed) && strings.Contains(line, "look for jobs to take over") {
+			t.Errorf("a failed look logged as a failed heartbeat: %s", line)
+		}
 	}
 }
