@@ -298,7 +298,7 @@ func (t *Takeover) Run(ctx context.Context) {
 		switch {
 		case isLook && !lookFailing:
 			lookFailing = true
-			t.log.Warn("the look for jobs to take over failed; it is tried again at every heartbeat", "err", err, "every", t.cfg.HeartbeatEvery)
+			t.log.Warn("the look for jobs to take over failed; it is tried again at every heartbeat", "err", look.err, "every", t.cfg.HeartbeatEvery)
 		case err == nil && lookFailing:
 			lookFailing = false
 			t.log.Info("the look for jobs to take over succeeded again")

@@ -166,6 +166,10 @@ func TestTakeoverRunLogsAFailedLookApartFromTheHeartbeat(t *testing.T) {
 	if n := strings.Count(out, lookFailed); n != 1 {
 		t.Errorf("the look's failure logged %d times for one outage, want once:\n%s", n, out)
 	}
+	// The warning says what failed once: its err is the look's cause.
+	if n := strings.Count(out, "look for jobs to take over"); n != 2 {
+		t.Errorf("%q in the log %d times, want 2 (the failure's warning and the success's line, no repeat in the error):\n%s", "look for jobs to take over", n, out)
+	}
 	// A heartbeat may fail on its own on a busy machine (its budget is a
 	// second); the look's failure must never be reported as one.
 	for line := range strings.Lines(out) {
