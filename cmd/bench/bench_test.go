@@ -202,6 +202,31 @@ func TestRatioCheck(t *testing.T) {
 	}
 }
 
+// TestMerge: slices merged are one load of their counts and measured
+// times added, their latencies together, and their CPU use weighted by
+// each interval's length.
+func TestMerge(t *testing.T) {
+	t.Parallel()
+	a := &loadResult{measured: 2 * time.Second, count: 100, requests: 120, accepted: 119, errors: 1, errSamples: []string{"x"}, latencies: []time.Duration{3, 5},
+		gatewayPG: time.Second, secs: 2.5, cpu: cpuUse{ok: true, server: 0.8, postgres: 0.4, machine: 1.5, cores: 2, others: 0.3, topOthers: "hog 0.30"}}
+	b := &loadResult{measured: 2 * time.Second, count: 300, requests: 330, accepted: 330, errSamples: []string{"x", "y"}, latencies: []time.Duration{1, 4},
+		gatewayPG: 3 * time.Second, secs: 7.5, cpu: cpuUse{ok: true, server: 0.4, postgres: 0.8, machine: 1.5, cores: 2, beside: 0.04}}
+	m := merge([]*loadResult{a, b})
+	if m.rate() != 100 || m.requests != 450 || m.accepted != 449 || m.errors != 1 || m.gatewayPG != 4*time.Second || m.secs != 10 {
+		t.Errorf("merge: rate %v, requests %d, accepted %d, errors %d, gateway+PostgreSQL %s, secs %v", m.rate(), m.requests, m.accepted, m.errors, m.gatewayPG, m.secs)
+	}
+	if !slices.Equal(m.latencies, []time.Duration{1, 3, 4, 5}) || !slices.Equal(m.errSamples, []string{"x", "y"}) {
+		t.Errorf("merge: latencies %v, error samples %q", m.latencies, m.errSamples)
+	}
+	near := func(x, want float64) bool { return x > want-1e-9 && x < want+1e-9 }
+	if u := m.cpu; !u.ok || !near(u.server, 0.5) || !near(u.postgres, 0.7) || !near(u.others, 0.075) || !near(u.beside, 0.03) || !near(u.cores, 2) || u.topOthers != "hog 0.30" {
+		t.Errorf("merged CPU = %+v; want server 0.5, postgres 0.7, others 0.075, beside 0.03 (weighted 1:3) and the busiest slice's names", u)
+	}
+	if u := mergeCPU([]cpuUse{{ok: true}, {}}, []float64{1, 1}); u.ok {
+		t.Error("mergeCPU of a slice without CPU figures is ok")
+	}
+}
+
 // TestTimedVerdict: a bound on time that failed while other processes
 // loaded the machine is inconclusive, not a FAIL; a pass stays a pass.
 func TestTimedVerdict(t *testing.T) {
@@ -236,7 +261,13 @@ func TestParseFlags(t *testing.T) {
 	if b, err := parseFlags([]string{"-only-ordered"}, io.Discard); err != nil || !b.onlyOrdered || b.skipForward || !b.skipPgbench || !b.skipReplay || !b.skipDrain {
 		t.Errorf("parseFlags(-only-ordered) = %+v, %v", b, err)
 	}
-	for _, args := range [][]string{{"-only-forward", "-only-ordered"}, {"-server-env", "GOGC"}, {"-forward-drain-timeout", "-1s"}, {"x"}, {"-drain-backlogs", "20000,2000"}, {"-drain-backlogs", "1"}, {"-drain-backlogs", "a"}} {
+	if b.slices != 5 {
+		t.Errorf("-slices defaults to %d, want 5", b.slices)
+	}
+	if b, err := parseFlags([]string{"-pgstat"}, io.Discard); err != nil || b.slices != 0 {
+		t.Errorf("parseFlags(-pgstat): slices %d, %v; want 0 (pg_stat_statements would count the reference's statements)", b.slices, err)
+	}
+	for _, args := range [][]string{{"-slices", "-1"}, {"-only-forward", "-only-ordered"}, {"-server-env", "GOGC"}, {"-forward-drain-timeout", "-1s"}, {"x"}, {"-drain-backlogs", "20000,2000"}, {"-drain-backlogs", "1"}, {"-drain-backlogs", "a"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
 		}

@@ -273,7 +273,30 @@ type loadResult struct {
 	latencies                         []time.Duration // of the counted requests, sorted
 	cpu                               cpuUse
 	gatewayPG                         time.Duration // the gateway's and PostgreSQL's CPU time
+	secs                              float64       // the seconds over which cpu was read
 	end                               cpuSnap
+}
+
+// merge returns rs as one load: their counts, latencies and measured
+// times added, their CPU use over all their intervals, and the last's end.
+func merge(rs []*loadResult) *loadResult {
+	m := &loadResult{}
+	var us []cpuUse
+	var secs []float64
+	for _, r := range rs {
+		m.measured, m.count, m.requests, m.accepted, m.errors = m.measured+r.measured, m.count+r.count, m.requests+r.requests, m.accepted+r.accepted, m.errors+r.errors
+		m.latencies = append(m.latencies, r.latencies...)
+		for _, e := range r.errSamples {
+			if len(m.errSamples) < 5 && !slices.Contains(m.errSamples, e) {
+				m.errSamples = append(m.errSamples, e)
+			}
+		}
+		m.gatewayPG, m.secs, m.end = m.gatewayPG+r.gatewayPG, m.secs+r.secs, r.end
+		us, secs = append(us, r.cpu), append(secs, r.secs)
+	}
+	slices.Sort(m.latencies)
+	m.cpu = mergeCPU(us, secs)
+	return m
 }
 
 func (r *loadResult) rate() float64 { return float64(r.count) / max(r.measured.Seconds(), 1e-9) }

@@ -59,6 +59,7 @@ type bench struct {
 	skipPgbench, skipReplay, skipForward, skipDrain, keep, pprof, pgstat  bool
 	onlyForward, onlyOrdered                                              bool
 	drainTimeout                                                          time.Duration
+	slices                                                                int // of a compared phase (interleave.go); 0: one load
 	drainBacklogs                                                         []int
 	minDrainRatio                                                         float64
 	serverArgs, serverEnv                                                 []string
@@ -66,7 +67,8 @@ type bench struct {
 	out                      io.Writer
 	conn                     *pgx.Conn
 	dbURL, tmp, bin, pgbench string
-	pgPID                    int // the postmaster's; 0 when PostgreSQL runs elsewhere
+	pgPID                    int     // the postmaster's; 0 when PostgreSQL runs elsewhere
+	ref                      *server // the reference without a target, while the compared phases run
 	body                     []byte
 	first                    *loadResult   // phase 1: the ratios' reference
 	allRatio                 float64       // the --role all phase's rate ÷ first's
@@ -94,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.DurationVar(&b.duration, "d", 10*time.Second, "measured duration of each phase")
 	fs.DurationVar(&b.duration, "duration", 10*time.Second, "same as -d")
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "warm-up before each gateway phase, not counted")
+	fs.IntVar(&b.slices, "slices", 5, "slices of each phase compared with no target (forwarding, --role api and all, with rules, NATS), taken in turn with as many of a reference server's without a target; 0: one load each, divided by the first-delivery phase's (as with -pgstat)")
 	fs.BoolVar(&b.skipPgbench, "skip-pgbench", false, "no pgbench (no ratio to it)")
 	fs.BoolVar(&b.skipReplay, "skip-replay", false, "no replay phase")
 	fs.BoolVar(&b.skipForward, "skip-forward", false, "no forwarding phases (and no drain)")
@@ -146,8 +149,12 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	} else if b.concurrency < 1 || b.duration < time.Second || b.warmup < 0 || b.forwardDrain < 0 {
-		return nil, errors.New("want -c ≥ 1, -d ≥ 1s, -warmup and -forward-drain-timeout ≥ 0")
+	} else if b.concurrency < 1 || b.duration < time.Second || b.warmup < 0 || b.forwardDrain < 0 || b.slices < 0 {
+		return nil, errors.New("want -c ≥ 1, -d ≥ 1s, -warmup, -forward-drain-timeout and -slices ≥ 0")
+	}
+	if b.pgstat {
+		// pg_stat_statements counts both servers' statements.
+		b.slices = 0
 	}
 	return b, nil
 }
@@ -319,6 +326,13 @@ func (b *bench) run(ctx context.Context) (err error) {
 			return err
 		}
 		defer sk.close()
+		if b.slices > 0 && b.first != nil {
+			if err := b.startReference(ctx); err != nil {
+				return err
+			}
+			ref := b.ref
+			defer func() { _ = ref.stop() }() // on failure paths; after stopReference, nothing
+		}
 		phases := []fwdPhase{{role: "api", tag: "fwa"}, {role: "all", tag: "fwb"}, {role: "all", tag: "fwr", rules: true}}
 		switch {
 		case b.onlyForward:
@@ -345,6 +359,8 @@ func (b *bench) run(ctx context.Context) (err error) {
 				return err
 			}
 		}
+		// The later phases compare with their own (ordered) or nothing.
+		b.stopReference()
 		if !b.onlyForward {
 			if err := b.orderedPhases(ctx, sk); err != nil {
 				return err
@@ -377,19 +393,44 @@ func (b *bench) checkpoint(ctx context.Context) {
 // one, prints it and the server's batches since the last phase, and checks
 // that the server lives.
 func (b *bench) load(ctx context.Context, srv *server, name string, cfg loadConfig) (*loadResult, error) {
-	cfg.addr, cfg.warmup = srv.addr, b.warmup
+	r := b.measure(ctx, srv, nil, cfg)
+	b.report(srv, name, r, fmt.Sprintf("%d counted in %s, %d requests incl. warm-up", r.count, r.measured, r.requests))
+	return r, srv.alive(ctx)
+}
+
+// measure runs one load against srv and reads the CPU around it; beside
+// is the bench's other server, which runs beside srv (nil: none). cfg's
+// warm-up is the run's unless it sets one.
+func (b *bench) measure(ctx context.Context, srv, beside *server, cfg loadConfig) *loadResult {
+	cfg.addr = srv.addr
+	if cfg.warmup == 0 {
+		cfg.warmup = b.warmup
+	}
 	if cfg.body == nil {
 		cfg.body = b.body
 	}
 	if cfg.workers == 0 {
-		cfg.workers, cfg.duration = b.concurrency, b.duration
+		cfg.workers = b.concurrency
 	}
-	cpu0 := takeCPU(srv.pid(), b.pgPID)
+	if cfg.duration == 0 {
+		cfg.duration = b.duration
+	}
+	var besidePID []int
+	if beside != nil {
+		besidePID = []int{beside.pid()}
+	}
+	cpu0 := takeCPU(srv.pid(), b.pgPID, besidePID...)
 	r := runLoad(ctx, cfg)
-	r.end = takeCPU(srv.pid(), b.pgPID)
-	r.cpu, r.gatewayPG = cpuBetween(cpu0, r.end, nil), gatewayPGTime(cpu0, r.end)
-	fmt.Fprintf(b.out, "%-32s %9.0f deliveries/s  p50 %s  p99 %s  errors %d  (%d counted in %s, %d requests incl. warm-up)\n  server RSS peak %.1f MB; CPU cores: %s\n",
-		name, r.rate(), ms(r.p(0.50)), ms(r.p(0.99)), r.errors, r.count, r.measured, r.requests, srv.peakRSS(), r.cpu)
+	r.end = takeCPU(srv.pid(), b.pgPID, besidePID...)
+	r.cpu, r.gatewayPG, r.secs = cpuBetween(cpu0, r.end, nil), gatewayPGTime(cpu0, r.end), r.end.at.Sub(cpu0.at).Seconds()
+	return r
+}
+
+// report prints a load's figures, counted as counted says, and the
+// server's batches since the last report.
+func (b *bench) report(srv *server, name string, r *loadResult, counted string) {
+	fmt.Fprintf(b.out, "%-32s %9.0f deliveries/s  p50 %s  p99 %s  errors %d  (%s)\n  server RSS peak %.1f MB; CPU cores: %s\n",
+		name, r.rate(), ms(r.p(0.50)), ms(r.p(0.99)), r.errors, counted, srv.peakRSS(), r.cpu)
 	if rate := r.rate(); rate > 0 && r.cpu.ok {
 		fmt.Fprintf(b.out, "  CPU per delivery: gateway %.0f µs, postgres %.0f µs, machine %.0f µs\n", r.cpu.server/rate*1e6, r.cpu.postgres/rate*1e6, r.cpu.machine/rate*1e6)
 	}
@@ -397,7 +438,6 @@ func (b *bench) load(ctx context.Context, srv *server, name string, cfg loadConf
 		fmt.Fprintf(b.out, "  errors, e.g.: %s\n", strings.Join(r.errSamples, " | "))
 	}
 	fmt.Fprintf(b.out, "  batches: %s\n", srv.batchReport())
-	return r, srv.alive(ctx)
 }
 
 // stop stops srv, checking its clean exit, and notes its peak RSS.
@@ -419,7 +459,7 @@ func (b *bench) noTarget(ctx context.Context) (err error) {
 	}
 	defer func() { _ = srv.stop() }() // on failure paths; after b.stop, nothing
 	b.checkpoint(ctx)
-	report, pgstat := b.profile(ctx, srv), b.pgStat(ctx)
+	report, pgstat := b.profile(ctx, srv, b.duration), b.pgStat(ctx)
 	first, err := b.load(ctx, srv, "first delivery: gateway", loadConfig{ids: firstIDs("fd")})
 	report()
 	if err == nil {
@@ -524,64 +564,99 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 	}
 	defer func() { _ = srv.stop() }() // on failure paths; after b.stop, nothing
 	b.checkpoint(ctx)
-	report := b.profile(ctx, srv)
-	pgstat := b.pgStat(ctx)
-	var ref float64 // none with -only-ordered
-	if b.first != nil {
-		ref = b.first.rate()
+	// The phases of one target without keys run in slices taken in turn
+	// with the reference server's (interleave.go), when it runs.
+	interleaved := b.ref != nil && p.keys == 0
+	length := b.duration
+	if interleaved {
+		length = b.interleaveLength()
 	}
+	report := b.profile(ctx, srv, length)
+	pgstat := b.pgStat(ctx)
 	cfg := loadConfig{ids: firstIDs(p.tag)}
 	if p.keys > 0 {
 		cfg.orderKeys, cfg.body = p.keys, keyedBody(bodySize)
 	}
-	load, err := b.load(ctx, srv, p.name(), cfg)
+	var (
+		load, refLoad *loadResult // refLoad: none with -only-ordered
+		dr            drain       // the waits for the sink, with --role all
+	)
+	if interleaved {
+		var accepted int
+		load, refLoad, err = b.interleave(ctx, srv, p.name(), p.tag, cfg, func(r *loadResult) error {
+			if p.role != "all" {
+				return nil
+			}
+			accepted += r.accepted
+			dr.add(b, srv, func() int {
+				n := sk.wait(ctx, p.tag, accepted, b.forwardDrain, srv)
+				if n >= accepted {
+					b.forwardsDrained(ctx, srv, p.tag, b.forwardDrain)
+				}
+				return n
+			}, r.end)
+			return nil
+		})
+	} else {
+		load, err = b.load(ctx, srv, p.name(), cfg)
+		refLoad = b.first
+	}
 	if report(); err != nil {
 		return err
 	}
 	pgstat(load.accepted)
+	var ref float64
+	var refCPU cpuUse
+	if refLoad != nil {
+		ref, refCPU = refLoad.rate(), refLoad.cpu
+	}
+	refName := "no-target phase"
+	if interleaved {
+		refName = "its reference"
+	}
 	switch {
 	case p.keys > 0 && !p.ordered:
 		b.unordered = load
 	case p.keys > 0:
 		b.orderedRatio(load)
 	case p.rules && b.all != nil:
-		b.rulesRatio(load)
+		b.rulesRatio(load, load.rate()/max(ref, 1))
 	case p.role == "api":
 		b.ratio("forwarding: first delivery with one forward target, --role api %.0f/s ÷ without a target %.0f/s",
-			load.rate(), ref, b.minForwardRatio, load.cpu, b.first.cpu, "--role api phase", "no-target phase")
+			load.rate(), ref, b.minForwardRatio, load.cpu, refCPU, "--role api phase", refName)
 	case !p.rules:
 		b.ratio("forwarding: --role all (the same process also relays and works the forwards) %.0f/s ÷ without a target %.0f/s",
-			load.rate(), ref, b.minForwardAllRatio, load.cpu, b.first.cpu, "--role all phase", "no-target phase")
+			load.rate(), ref, b.minForwardAllRatio, load.cpu, refCPU, "--role all phase", refName)
 	}
 	expected := load.accepted
 	if p.role == "all" {
 		if p.plain() {
 			b.allRatio, b.all = load.rate()/max(ref, 1), load
 		}
-		// The same process works the forwards: wait for the backlog.
-		t0 := time.Now()
-		received := sk.wait(ctx, p.tag, load.accepted, b.forwardDrain, srv)
-		wait, drained, cpu := time.Since(t0), received >= load.accepted, takeCPU(srv.pid(), b.pgPID)
+		if !interleaved { // The same process works the forwards: wait for the backlog.
+			dr.add(b, srv, func() int { return sk.wait(ctx, p.tag, load.accepted, b.forwardDrain, srv) }, load.end)
+		}
+		received, wait, drained := dr.received, dr.wait, dr.received >= load.accepted
 		draining := "" // over a shorter drain the CPU figures are noise
 		if wait >= time.Second {
-			draining = "; CPU cores while draining: " + cpuBetween(load.end, cpu, nil).String()
+			draining = "; CPU cores while draining: " + dr.cpu.String()
 		}
 		fmt.Fprintf(b.out, "  sink: received %d of %d accepted events %s after the load ended (%.0f forwards/s over warm-up + load + drain)%s\n",
-			received, load.accepted, wait.Round(10*time.Millisecond), float64(received)/(b.warmup+b.duration+wait).Seconds(), draining)
-		b.timed(drained, busier(load.cpu, cpuBetween(load.end, cpu, nil)), "forwarding, --role all%s: the sink received %d of %d accepted events within %s of the load's end", what, received, load.accepted, wait.Round(10*time.Millisecond))
+			received, load.accepted, wait.Round(10*time.Millisecond), float64(received)/(time.Duration(load.secs*float64(time.Second))+dr.waited).Seconds(), draining)
+		b.timed(drained, busier(load.cpu, dr.cpu), "forwarding, --role all%s: the sink received %d of %d accepted events within %s of the load's end", what, received, load.accepted, wait.Round(10*time.Millisecond))
 		if p.rules {
 			n := sk.transformed(p.tag)
 			b.check(n == received && n > 0, "rules: %d of the %d forwards received carried the transform's body (no e-mail, no address) and its X-Tenant header", n, received)
 		}
-		perEvent := (load.gatewayPG + gatewayPGTime(load.end, cpu)) / time.Duration(max(load.accepted, 1))
+		perEvent := (load.gatewayPG + dr.gatewayPG) / time.Duration(max(load.accepted, 1))
 		if p.keys > 0 && drained {
 			b.keyedOrder(sk, p, perEvent)
 		}
 		// The gateway's and PostgreSQL's CPU per accepted event over the
 		// load and the drain, less a first delivery's without a target.
 		var perFirst time.Duration
-		if b.first != nil && p.keys == 0 {
-			perFirst = b.first.gatewayPG / time.Duration(max(b.first.requests, 1))
+		if refLoad != nil && p.keys == 0 {
+			perFirst = refLoad.gatewayPG / time.Duration(max(refLoad.requests, 1))
 		}
 		if drained && perFirst > 0 && load.accepted > 0 {
 			perFwd := perEvent - perFirst
@@ -601,10 +676,10 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 				break
 			}
 			acks, tag := map[string]time.Time{}, p.tag+[]string{"slow", "lag"}[i]
-			cpu0 := takeCPU(srv.pid(), b.pgPID)
+			cpu0 := takeCPU(srv.pid(), b.pgPID, b.beside(srv)...)
 			l := runLoad(ctx, loadConfig{addr: srv.addr, workers: b.concurrency, duration: 5 * time.Second, body: b.body, ids: firstIDs(tag), rate: rate, acks: acks})
 			sk.wait(ctx, tag, l.accepted, b.forwardDrain, srv)
-			used := cpuBetween(cpu0, takeCPU(srv.pid(), b.pgPID), nil)
+			used := cpuBetween(cpu0, takeCPU(srv.pid(), b.pgPID, b.beside(srv)...), nil)
 			expected += l.accepted
 			lags := sk.lags(acks)
 			p50, p99 := percentile(lags, .5), percentile(lags, .99)
@@ -642,15 +717,18 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 // more (docs/performance.md).
 const rulesAim = 0.9
 
-// rulesRatio reports the rules phase's rate ÷ the --role all phase's, and
-// whether other processes loaded either.
-func (b *bench) rulesRatio(load *loadResult) {
+// rulesRatio reports the rules phase's ratio to no target, ratio, ÷ the
+// --role all phase's, and whether other processes loaded either. Each
+// divides by its own reference's rate: with interleave's slices, the
+// rates of two phases are not taken over the same seconds, their ratios
+// to a reference are.
+func (b *bench) rulesRatio(load *loadResult, ratio float64) {
 	busy := ""
 	if o := max(load.cpu.others, b.all.cpu.others); o > disturbedAbove {
 		busy = fmt.Sprintf("; other processes used %.2f and %.2f cores: the machine was busy", load.cpu.others, b.all.cpu.others)
 	}
-	b.line("info", "rules: first delivery, --role all, one target with a filter, a transform and transform_headers %.0f/s ÷ without rules %.0f/s = %.2f (aim ≥ %.2f)%s",
-		load.rate(), b.all.rate(), load.rate()/max(b.all.rate(), 1), rulesAim, busy)
+	b.line("info", "rules: first delivery, --role all, one target with a filter, a transform and transform_headers %.0f/s, %.2f of no target, ÷ without rules %.0f/s, %.2f of no target = %.2f (aim ≥ %.2f)%s",
+		load.rate(), ratio, b.all.rate(), b.allRatio, ratio/max(b.allRatio, 1e-9), rulesAim, busy)
 }
 
 // vacuumForwards vacuums the outbox and River's jobs, as autovacuum would

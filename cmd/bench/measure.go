@@ -200,15 +200,15 @@ func (s *server) forwards(ctx context.Context, settle bool, wait time.Duration) 
 	}
 }
 
-// profile starts `go tool pprof -top -cum` on the server's CPU for the
-// run's duration (-pprof; it saves the profile in the temporary
+// profile starts `go tool pprof -top -cum` on the server's CPU for d
+// (-pprof; it saves the profile in the temporary
 // directory); the function it returns waits and prints the hottest
 // functions.
-func (b *bench) profile(ctx context.Context, srv *server) func() {
+func (b *bench) profile(ctx context.Context, srv *server, d time.Duration) func() {
 	if srv.pprofAddr == "" {
 		return func() {}
 	}
-	seconds := "-seconds=" + strconv.Itoa(max(int(b.duration.Seconds()), 1))
+	seconds := "-seconds=" + strconv.Itoa(max(int(d.Seconds()), 1))
 	var out, allocs bytes.Buffer
 	cmd := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=30", seconds, "http://"+srv.pprofAddr+"/debug/pprof/profile")
 	cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), "PPROF_TMPDIR="+b.tmp), &out, &out
@@ -238,12 +238,15 @@ type cpuSnap struct {
 	at                                       time.Time
 	server, postgres, self, busy, irq, total float64 // postgres: the postmaster and its children, live or reaped
 	broker                                   float64 // the NATS phase's nats-server
+	beside                                   float64 // the bench's other server, which runs beside the measured one
 	others                                   map[int]float64
 	comm                                     map[int]string // of others; "" for kernel threads
 }
 
-// takeCPU snapshots the CPU times; pgPID is the postmaster's (0: unknown).
-func takeCPU(serverPID, pgPID int) cpuSnap {
+// takeCPU snapshots the CPU times; pgPID is the postmaster's (0: unknown),
+// besidePID the bench's other server's that runs beside serverPID's (0:
+// none).
+func takeCPU(serverPID, pgPID int, besidePID ...int) cpuSnap {
 	s := cpuSnap{at: time.Now(), others: map[int]float64{}, comm: map[int]string{}}
 	procs, _ := procFS.AllProcs()
 	for _, p := range procs {
@@ -254,6 +257,8 @@ func takeCPU(serverPID, pgPID int) cpuSnap {
 		switch all := st.CPUTime() + float64(st.CUTime+st.CSTime)/100; { // USER_HZ
 		case p.PID == serverPID:
 			s.server = st.CPUTime()
+		case slices.Contains(besidePID, p.PID):
+			s.beside += st.CPUTime()
 		case pgPID > 0 && (p.PID == pgPID || st.PPID == pgPID):
 			s.postgres += all
 		case st.Comm == "nats-server": // the NATS phase's target, part of what it measures
@@ -332,6 +337,7 @@ func gatewayPGTime(a, b cpuSnap) time.Duration {
 type cpuUse struct {
 	server, loadgen, postgres, pgbench, irq, kthreads, machine, cores float64
 	broker                                                            float64 // nats-server
+	beside                                                            float64 // the bench's other server, beside the measured one
 	others                                                            float64 // processes outside the measurement
 	topOthers                                                         string  // which (a hint: reaped children count whole)
 	ok, isPgbench                                                     bool
@@ -345,7 +351,8 @@ func cpuBetween(a, b cpuSnap, pgbench *time.Duration) cpuUse {
 		return cpuUse{}
 	}
 	u := cpuUse{server: (b.server - a.server) / secs, loadgen: (b.self - a.self) / secs, postgres: (b.postgres - a.postgres) / secs,
-		irq: (b.irq - a.irq) / secs, machine: (b.busy - a.busy) / secs, cores: (b.total - a.total) / secs, broker: (b.broker - a.broker) / secs, ok: true}
+		irq: (b.irq - a.irq) / secs, machine: (b.busy - a.busy) / secs, cores: (b.total - a.total) / secs, broker: (b.broker - a.broker) / secs,
+		beside: (b.beside - a.beside) / secs, ok: true}
 	if pgbench != nil {
 		u.pgbench, u.isPgbench = pgbench.Seconds()/secs, true
 	}
@@ -366,8 +373,37 @@ func cpuBetween(a, b cpuSnap, pgbench *time.Duration) cpuUse {
 	// Other processes are what the machine did beyond what is accounted
 	// for (summing their deltas would overstate: a process that reaps a
 	// long-running child gains its whole lifetime at once).
-	u.others, u.topOthers = max(u.machine-u.server-u.loadgen-u.postgres-u.pgbench-u.broker-u.irq-u.kthreads, 0), strings.Join(top, ", ")
+	u.others, u.topOthers = max(u.machine-u.server-u.loadgen-u.postgres-u.pgbench-u.broker-u.beside-u.irq-u.kthreads, 0), strings.Join(top, ", ")
 	return u
+}
+
+// mergeCPU returns the use over the intervals of us, each secs[i] long,
+// as if they were one: each figure weighted by its interval's length.
+// Other processes' heaviest names are the busiest interval's.
+func mergeCPU(us []cpuUse, secs []float64) cpuUse {
+	var m cpuUse
+	var total, busiest float64
+	for i, u := range us {
+		if !u.ok {
+			return cpuUse{}
+		}
+		w := secs[i]
+		m.server, m.loadgen, m.postgres, m.pgbench = m.server+u.server*w, m.loadgen+u.loadgen*w, m.postgres+u.postgres*w, m.pgbench+u.pgbench*w
+		m.irq, m.kthreads, m.machine, m.cores = m.irq+u.irq*w, m.kthreads+u.kthreads*w, m.machine+u.machine*w, m.cores+u.cores*w
+		m.broker, m.beside, m.others = m.broker+u.broker*w, m.beside+u.beside*w, m.others+u.others*w
+		if total += w; u.others >= busiest {
+			busiest, m.topOthers = u.others, u.topOthers
+		}
+		m.isPgbench = m.isPgbench || u.isPgbench
+	}
+	if total <= 0 {
+		return cpuUse{}
+	}
+	for _, f := range []*float64{&m.server, &m.loadgen, &m.postgres, &m.pgbench, &m.irq, &m.kthreads, &m.machine, &m.cores, &m.broker, &m.beside, &m.others} {
+		*f /= total
+	}
+	m.ok = true
+	return m
 }
 
 // String formats u as "gateway 0.81, load generator 0.32, …".
@@ -381,6 +417,9 @@ func (u cpuUse) String() string {
 	}
 	if u.broker > 0 {
 		who += fmt.Sprintf(", nats-server %.2f", u.broker)
+	}
+	if u.beside >= 0.005 {
+		who += fmt.Sprintf(", the other server %.2f", u.beside)
 	}
 	s := fmt.Sprintf("%s, postgres %.2f, irq/softirq %.2f, kernel threads %.2f, other processes %.2f", who, u.postgres, u.irq, u.kthreads, u.others)
 	if u.topOthers != "" {

@@ -64,27 +64,63 @@ func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
 	}
 	defer func() { _ = srv.stop() }()
 	b.checkpoint(ctx)
-	report := b.profile(ctx, srv)
-	load, err := b.load(ctx, srv, "first delivery, 1 NATS target, all", loadConfig{ids: firstIDs("fwn")})
-	if report(); err != nil {
-		return err
+	// The stream's count of messages, when the last read succeeded.
+	stored := func() (n uint64) {
+		if info, err := stream.Info(ctx); err == nil {
+			n = info.State.Msgs
+		}
+		return n
 	}
-	b.ratio("forwarding to NATS JetStream: --role all %.0f/s ÷ without a target %.0f/s", load.rate(), b.first.rate(), b.minForwardAllRatio, load.cpu, b.first.cpu, "NATS phase", "no-target phase")
-	ratio := load.rate() / max(b.first.rate(), 1)
+	// wait waits until the stream holds n messages, up to the drain
+	// timeout, and returns how many it holds.
+	wait := func(n int) (got uint64) {
+		for deadline := time.Now().Add(b.forwardDrain); ; time.Sleep(20 * time.Millisecond) {
+			if got = stored(); got >= uint64(n) || time.Now().After(deadline) || ctx.Err() != nil || srv.exited() {
+				return got
+			}
+		}
+	}
+	const name, tag = "first delivery, 1 NATS target, all", "fwn"
+	var (
+		load, refLoad = (*loadResult)(nil), b.first
+		dr            drain
+	)
+	if b.ref != nil {
+		report := b.profile(ctx, srv, b.interleaveLength())
+		var accepted int
+		load, refLoad, err = b.interleave(ctx, srv, name, tag, loadConfig{}, func(r *loadResult) error {
+			accepted += r.accepted
+			dr.add(b, srv, func() int {
+				n := int(wait(accepted))
+				if n >= accepted {
+					b.forwardsDrained(ctx, srv, tag, b.forwardDrain)
+				}
+				return n
+			}, r.end)
+			return nil
+		})
+		if report(); err != nil {
+			return err
+		}
+	} else {
+		report := b.profile(ctx, srv, b.duration)
+		load, err = b.load(ctx, srv, name, loadConfig{ids: firstIDs(tag)})
+		if report(); err != nil {
+			return err
+		}
+	}
+	refName := "no-target phase"
+	if b.ref != nil {
+		refName = "its reference"
+	}
+	b.ratio("forwarding to NATS JetStream: --role all %.0f/s ÷ without a target %.0f/s", load.rate(), refLoad.rate(), b.minForwardAllRatio, load.cpu, refLoad.cpu, "NATS phase", refName)
+	ratio := load.rate() / max(refLoad.rate(), 1)
 	fmt.Fprintf(b.out, "  NATS target %.2f× the no-target rate, HTTP target %.2f× (NATS ÷ HTTP %.2f)\n", ratio, httpRatio, ratio/max(httpRatio, 1e-9))
-	t0 := time.Now()
-	var stored uint64
-	for deadline := t0.Add(b.forwardDrain); ; time.Sleep(20 * time.Millisecond) {
-		info, err := stream.Info(ctx)
-		if err == nil {
-			stored = info.State.Msgs
-		}
-		if stored >= uint64(load.accepted) || time.Now().After(deadline) {
-			break
-		}
+	if b.ref == nil {
+		dr.add(b, srv, func() int { return int(wait(load.accepted)) }, load.end)
 	}
-	b.timed(stored == uint64(load.accepted) && load.accepted > 0, busier(load.cpu, cpuBetween(load.end, takeCPU(srv.pid(), b.pgPID), nil)), "forwarding to NATS, --role all: the stream holds %d messages for %d accepted events %s after the load's end",
-		stored, load.accepted, time.Since(t0).Round(10*time.Millisecond))
+	b.timed(dr.received == load.accepted && load.accepted > 0, busier(load.cpu, dr.cpu), "forwarding to NATS, --role all: the stream holds %d messages for %d accepted events %s after the load's end",
+		dr.received, load.accepted, dr.wait.Round(10*time.Millisecond))
 	b.check(load.errors == 0 && load.count > 0, "forwarding to NATS, --role all: %d errors in %d requests", load.errors, load.requests)
 	b.stop(srv, " (--role all, one NATS target)")
 	return nil

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The forwarding phases compare a server's first deliveries with those of
+// a server without a target. Measured one after the other, ten seconds
+// each, the two rates carry whatever the machine did differently in
+// those seconds: runs of the same code on this machine moved a ratio by
+// ±0.1 and more, and two-second slices of one server's load moved by
+// ±10% from slice to slice, with no server steadily faster than another.
+// The phases also grow the tables, so a later one writes into larger
+// ones. So each compared phase runs in slices taken in turn with a
+// reference server's: the drift and the tables' growth fall on both
+// alike, and the ratio divides rates measured over the same stretch of
+// time.
+
+// startReference starts the reference server: the bench sender without a
+// target, --role api (with no target, the ingest of --role all; and it
+// works no forward of the compared servers').
+func (b *bench) startReference(ctx context.Context) (err error) {
+	b.ref, err = b.startServer(ctx, "server-reference", benchConfig, "--role", "api")
+	return err
+}
+
+// stopReference stops the reference server, checking its clean exit.
+func (b *bench) stopReference() {
+	if b.ref != nil {
+		b.stop(b.ref, " (the reference without a target, --role api)")
+		b.ref = nil
+	}
+}
+
+// beside returns the PIDs of the servers that run beside srv: the
+// reference, when srv is not it.
+func (b *bench) beside(srv *server) []int {
+	if b.ref == nil || b.ref == srv {
+		return nil
+	}
+	return []int{b.ref.pid()}
+}
+
+// interleaveLength is how long interleave takes, drains aside: what a
+// profile of the compared server covers.
+func (b *bench) interleaveLength() time.Duration {
+	return 2 * (b.duration + time.Duration(b.slices)*sliceWarmup(b.warmup))
+}
+
+// sliceWarmup is a slice's warm-up: half the run's, at most 500 ms. Each
+// slice opens new connections; the servers' pools are warm already.
+func sliceWarmup(w time.Duration) time.Duration { return min(w/2, 500*time.Millisecond) }
+
+// interleave measures srv in b.slices slices of b.duration/b.slices each,
+// taken in turn with as many of the reference server's: reference, srv,
+// srv, reference, reference, srv, … so that a steady drift, too, falls on
+// both alike. Each slice has a warm-up of its own; srv's delivery IDs are
+// tagged tag, the reference's "ref". after, when not nil, runs after each
+// of srv's slices (the wait for its forwards). It prints both merged
+// loads and returns them: srv's, and the reference's.
+func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, cfg loadConfig, after func(*loadResult) error) (x, ref *loadResult, err error) {
+	var xs, rs []*loadResult
+	per, warm := b.duration/time.Duration(b.slices), sliceWarmup(b.warmup)
+	for i := range 2 * b.slices {
+		if i%4 == 1 || i%4 == 2 {
+			c := cfg
+			c.ids, c.duration, c.warmup = firstIDs(tag), per, warm
+			r := b.measure(ctx, srv, b.ref, c)
+			if xs, err = append(xs, r), srv.alive(ctx); err == nil && after != nil {
+				err = after(r)
+			}
+		} else {
+			r := b.measure(ctx, b.ref, srv, loadConfig{ids: firstIDs("ref"), duration: per, warmup: warm})
+			rs, err = append(rs, r), b.ref.alive(ctx)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	x, ref = merge(xs), merge(rs)
+	counted := func(r *loadResult) string {
+		return fmt.Sprintf("%d counted in %d slices of %s, %d requests incl. warm-ups", r.count, b.slices, per, r.requests)
+	}
+	b.report(srv, name, x, counted(x))
+	b.report(b.ref, "  its reference, no target, api", ref, counted(ref)+"; taken in turn with the above")
+	return x, ref, nil
+}
+
+// forwardsDrained waits, up to d, until no outbox row of srv's deliveries
+// tagged tag is left: their outcomes are recorded, and srv's recording
+// will not run into the next slice of the reference.
+func (b *bench) forwardsDrained(ctx context.Context, srv *server, tag string, d time.Duration) {
+	for t0 := time.Now(); time.Since(t0) < d && ctx.Err() == nil && !srv.exited(); time.Sleep(10 * time.Millisecond) {
+		var left bool
+		if err := b.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM forward_outbox WHERE sender = 'bench' AND starts_with(delivery_id, $1))`, tag+"-").Scan(&left); err != nil || !left {
+			return
+		}
+	}
+}
+
+// drain is what the waits for a phase's forwards saw: how many arrived,
+// the longest wait and the waits' sum, the gateway's and PostgreSQL's CPU
+// time over them, and the CPU use of the busiest.
+type drain struct {
+	received     int
+	wait, waited time.Duration
+	gatewayPG    time.Duration
+	cpu          cpuUse
+}
+
+// add runs wait, which returns how many forwards arrived, and adds what it
+// took from from, the end of the load it waits for, to srv's drain.
+func (d *drain) add(b *bench, srv *server, wait func() int, from cpuSnap) {
+	t0 := time.Now()
+	d.received = wait()
+	end := takeCPU(srv.pid(), b.pgPID, b.beside(srv)...)
+	w := time.Since(t0)
+	d.wait, d.waited, d.gatewayPG = max(d.wait, w), d.waited+w, d.gatewayPG+gatewayPGTime(from, end)
+	d.cpu = busier(d.cpu, cpuBetween(from, end, nil))
+}
