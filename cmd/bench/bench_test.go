@@ -261,8 +261,8 @@ func TestParseFlags(t *testing.T) {
 	if b, err := parseFlags([]string{"-only-ordered"}, io.Discard); err != nil || !b.onlyOrdered || b.skipForward || !b.skipPgbench || !b.skipReplay || !b.skipDrain {
 		t.Errorf("parseFlags(-only-ordered) = %+v, %v", b, err)
 	}
-	if b.slices != 5 {
-		t.Errorf("-slices defaults to %d, want 5", b.slices)
+	if b.slices != 10 {
+		t.Errorf("-slices defaults to %d, want 10", b.slices)
 	}
 	if b, err := parseFlags([]string{"-pgstat"}, io.Discard); err != nil || b.slices != 0 {
 		t.Errorf("parseFlags(-pgstat): slices %d, %v; want 0 (pg_stat_statements would count the reference's statements)", b.slices, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -46,7 +47,7 @@ func (b *bench) beside(srv *server) []int {
 // interleaveLength is how long interleave takes, drains aside: what a
 // profile of the compared server covers.
 func (b *bench) interleaveLength() time.Duration {
-	return 2 * (b.duration + time.Duration(b.slices)*sliceWarmup(b.warmup))
+	return 2 * (b.duration + time.Duration(b.slices-1)*sliceWarmup(b.warmup) + b.warmup)
 }
 
 // sliceWarmup is a slice's warm-up: half the run's, at most 500 ms. Each
@@ -56,7 +57,8 @@ func sliceWarmup(w time.Duration) time.Duration { return min(w/2, 500*time.Milli
 // interleave measures srv in b.slices slices of b.duration/b.slices each,
 // taken in turn with as many of the reference server's: reference, srv,
 // srv, reference, reference, srv, … so that a steady drift, too, falls on
-// both alike. Each slice has a warm-up of its own; srv's delivery IDs are
+// both alike. Each slice has a warm-up of its own (sliceWarmup; the
+// first of each server the run's); srv's delivery IDs are
 // tagged tag, the reference's "ref". after, when not nil, runs after each
 // of srv's slices (the wait for its forwards). It prints both merged
 // loads and returns them: srv's, and the reference's.
@@ -64,15 +66,21 @@ func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, c
 	var xs, rs []*loadResult
 	per, warm := b.duration/time.Duration(b.slices), sliceWarmup(b.warmup)
 	for i := range 2 * b.slices {
+		// The first slice of each server warms up for the run's warm-up:
+		// the phase's server has just started.
+		w := warm
+		if i < 2 {
+			w = b.warmup
+		}
 		if i%4 == 1 || i%4 == 2 {
 			c := cfg
-			c.ids, c.duration, c.warmup = firstIDs(tag), per, warm
+			c.ids, c.duration, c.warmup = firstIDs(tag), per, w
 			r := b.measure(ctx, srv, b.ref, c)
 			if xs, err = append(xs, r), srv.alive(ctx); err == nil && after != nil {
 				err = after(r)
 			}
 		} else {
-			r := b.measure(ctx, b.ref, srv, loadConfig{ids: firstIDs("ref"), duration: per, warmup: warm})
+			r := b.measure(ctx, b.ref, srv, loadConfig{ids: firstIDs("ref"), duration: per, warmup: w})
 			rs, err = append(rs, r), b.ref.alive(ctx)
 		}
 		if err != nil {
@@ -85,6 +93,14 @@ func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, c
 	}
 	b.report(srv, name, x, counted(x))
 	b.report(b.ref, "  its reference, no target, api", ref, counted(ref)+"; taken in turn with the above")
+	rates := func(rs []*loadResult) string {
+		var f []string
+		for _, r := range rs {
+			f = append(f, fmt.Sprintf("%.0f", r.rate()))
+		}
+		return strings.Join(f, " ")
+	}
+	fmt.Fprintf(b.out, "  slices in turn, deliveries/s: this phase %s; its reference %s\n", rates(xs), rates(rs))
 	return x, ref, nil
 }
 

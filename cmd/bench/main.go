@@ -96,7 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.DurationVar(&b.duration, "d", 10*time.Second, "measured duration of each phase")
 	fs.DurationVar(&b.duration, "duration", 10*time.Second, "same as -d")
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "warm-up before each gateway phase, not counted")
-	fs.IntVar(&b.slices, "slices", 5, "slices of each phase compared with no target (forwarding, --role api and all, with rules, NATS), taken in turn with as many of a reference server's without a target; 0: one load each, divided by the first-delivery phase's (as with -pgstat)")
+	fs.IntVar(&b.slices, "slices", 10, "slices of each phase compared with no target (forwarding, --role api and all, with rules, NATS), taken in turn with as many of a reference server's without a target; 0: one load each, divided by the first-delivery phase's (as with -pgstat)")
 	fs.BoolVar(&b.skipPgbench, "skip-pgbench", false, "no pgbench (no ratio to it)")
 	fs.BoolVar(&b.skipReplay, "skip-replay", false, "no replay phase")
 	fs.BoolVar(&b.skipForward, "skip-forward", false, "no forwarding phases (and no drain)")
