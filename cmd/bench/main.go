@@ -14,8 +14,10 @@
 // --role all with a NATS JetStream target (nats.go), and --role all with a
 // target ordered by a key spread over 1,000 keys, then on one key
 // (ordered.go: its rate ÷ the same target unordered, an info line against
-// the aim of 0.8). Each phase
-// reads from /proc the CPU of the gateway, this load generator, PostgreSQL,
+// the aim of 0.8). The phases compared with no target (--role api and
+// all, rules, NATS) run in -slices slices taken in turn with a reference
+// server's without a target, and divide by those (interleave.go). Each
+// phase reads from /proc the CPU of the gateway, this load generator, PostgreSQL,
 // pgbench and the machine; a ratio that other processes' load could have
 // decided is ???? (inconclusive). It exits 1 unless every check passes.
 package main
