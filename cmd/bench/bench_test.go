@@ -37,6 +37,23 @@ func TestParsePgbench(t *testing.T) {
 	}
 }
 
+// TestPgbenchWindow: a sliced pgbench run's rate counts the transactions
+// that ended within the window of the last one's end, not its warm-up's,
+// nor a failed one.
+func TestPgbenchWindow(t *testing.T) {
+	t.Parallel()
+	log := "0 1 900 0 1700000000 100000\n" + // 1.9 s before the last: warm-up
+		"1 1 1200 0 1700000001 200000\n" + // 0.8 s before
+		"0 2 failed 0 1700000001 500000\n" +
+		"1 2 700 0 1700000001 999999\n" + // the last
+		"0 3 800 0 1700000000 999999\n" + // exactly 1 s before: outside
+		"\n"
+	n, lat := pgbenchWindow([]byte(log), time.Second)
+	if slices.Sort(lat); n != 2 || !slices.Equal(lat, []time.Duration{700 * time.Microsecond, 1200 * time.Microsecond}) {
+		t.Errorf("pgbenchWindow = %d, %v; want 2 transactions of 700 and 1200 µs", n, lat)
+	}
+}
+
 func TestPercentileAndIDs(t *testing.T) {
 	t.Parallel()
 	var s []time.Duration

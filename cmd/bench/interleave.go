@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -135,4 +137,58 @@ func (d *drain) add(b *bench, srv *server, wait func() int, from cpuSnap) {
 	w := time.Since(t0)
 	d.wait, d.waited, d.gatewayPG = max(d.wait, w), d.waited+w, d.gatewayPG+gatewayPGTime(from, end)
 	d.cpu = busier(d.cpu, cpuBetween(from, end, nil))
+}
+
+// firstAndPgbench measures first deliveries on srv in b.slices slices
+// taken in turn with as many runs of pgbench (the baseline), gateway
+// first: pgbench's parameters are those of a delivery the gateway stored.
+// Each pgbench slice writes under a sender of its own. It prints both
+// merged and returns them.
+func (b *bench) firstAndPgbench(ctx context.Context, srv *server) (first *loadResult, pg pgbenchRun, err error) {
+	var xs []*loadResult
+	var ps []pgbenchRun
+	per, warm := b.duration/time.Duration(b.slices), sliceWarmup(b.warmup)
+	for i := range 2 * b.slices {
+		if i%4 == 1 || i%4 == 2 {
+			defs, err := b.pgbenchDefs(ctx, fmt.Sprintf("-%d", i))
+			if err != nil {
+				return nil, pg, err
+			}
+			// pgbench has no warm-up of its own: it runs a warm-up
+			// longer, and its rate is read from its log over the last per.
+			r, err := b.pgbenchOnce(ctx, defs, per+warm, fmt.Sprintf("pgbench-log-%d", i), srv, per)
+			if err != nil {
+				return nil, pg, err
+			}
+			ps = append(ps, r)
+			continue
+		}
+		w := warm
+		if i == 0 {
+			w = b.warmup
+		}
+		r := b.measure(ctx, srv, nil, loadConfig{ids: firstIDs("fd"), duration: per, warmup: w})
+		if xs = append(xs, r); srv.alive(ctx) != nil {
+			return nil, pg, srv.alive(ctx)
+		}
+	}
+	first = merge(xs)
+	var us []cpuUse
+	var secs []float64
+	var busy float64 // pgbench's seconds of transactions: processed ÷ tps
+	for _, r := range ps {
+		pg.processed, pg.failed, pg.lat = pg.processed+r.processed, pg.failed+r.failed, append(pg.lat, r.lat...)
+		busy += r.processed / max(r.tps, 1e-9)
+		us, secs = append(us, r.cpu), append(secs, r.secs)
+	}
+	slices.Sort(pg.lat)
+	pg.tps, pg.cpu = pg.processed/max(busy, 1e-9), mergeCPU(us, secs)
+	b.report(srv, "first delivery: gateway", first, fmt.Sprintf("%d counted in %d slices of %s, %d requests incl. warm-ups", first.count, b.slices, per, first.requests))
+	b.reportPgbench(pg, fmt.Sprintf("%.0f transactions counted in the last %s of %d runs of %ds, taken in turn with the above", pg.processed, per, b.slices, max(int(math.Ceil((per+warm).Seconds())), 1)))
+	var xr, pr []string
+	for i := range xs {
+		xr, pr = append(xr, fmt.Sprintf("%.0f", xs[i].rate())), append(pr, fmt.Sprintf("%.0f", ps[i].tps))
+	}
+	fmt.Fprintf(b.out, "  slices in turn: gateway %s deliveries/s; pgbench %s tps\n", strings.Join(xr, " "), strings.Join(pr, " "))
+	return first, pg, nil
 }

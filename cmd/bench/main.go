@@ -16,7 +16,8 @@
 // (ordered.go: its rate ÷ the same target unordered, an info line against
 // the aim of 0.8). The phases compared with no target (--role api and
 // all, rules, NATS) run in -slices slices taken in turn with a reference
-// server's without a target, and divide by those (interleave.go). Each
+// server's without a target, and divide by those; first deliveries run
+// in slices taken in turn with runs of pgbench (interleave.go). Each
 // phase reads from /proc the CPU of the gateway, this load generator, PostgreSQL,
 // pgbench and the machine; a ratio that other processes' load could have
 // decided is ???? (inconclusive). It exits 1 unless every check passes.
@@ -98,7 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.DurationVar(&b.duration, "d", 10*time.Second, "measured duration of each phase")
 	fs.DurationVar(&b.duration, "duration", 10*time.Second, "same as -d")
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "warm-up before each gateway phase, not counted")
-	fs.IntVar(&b.slices, "slices", 10, "slices of each phase compared with no target (forwarding, --role api and all, with rules, NATS), taken in turn with as many of a reference server's without a target; 0: one load each, divided by the first-delivery phase's (as with -pgstat)")
+	fs.IntVar(&b.slices, "slices", 10, "slices of each phase compared with no target (forwarding, --role api and all, with rules, NATS), taken in turn with as many of a reference server's without a target, and of first deliveries, taken in turn with as many runs of pgbench; 0: one load each, pgbench once, the forwarding phases divided by the first-delivery phase (as with -pgstat)")
 	fs.BoolVar(&b.skipPgbench, "skip-pgbench", false, "no pgbench (no ratio to it)")
 	fs.BoolVar(&b.skipReplay, "skip-replay", false, "no replay phase")
 	fs.BoolVar(&b.skipForward, "skip-forward", false, "no forwarding phases (and no drain)")
@@ -461,25 +462,45 @@ func (b *bench) noTarget(ctx context.Context) (err error) {
 	}
 	defer func() { _ = srv.stop() }() // on failure paths; after b.stop, nothing
 	b.checkpoint(ctx)
-	report, pgstat := b.profile(ctx, srv, b.duration), b.pgStat(ctx)
-	first, err := b.load(ctx, srv, "first delivery: gateway", loadConfig{ids: firstIDs("fd")})
-	report()
-	if err == nil {
+	// With pgbench and slices, first deliveries run in slices taken in
+	// turn with pgbench's (interleave.go); otherwise one load, and pgbench
+	// after it.
+	sliced := b.pgbench != "" && b.slices > 0
+	var (
+		first *loadResult
+		tps   float64
+		pgCPU cpuUse
+	)
+	if sliced {
+		report := b.profile(ctx, srv, b.interleaveLength())
+		var pg pgbenchRun
+		first, pg, err = b.firstAndPgbench(ctx, srv)
+		if report(); err != nil {
+			return err
+		}
+		tps, pgCPU = pg.tps, pg.cpu
+	} else {
+		report, pgstat := b.profile(ctx, srv, b.duration), b.pgStat(ctx)
+		first, err = b.load(ctx, srv, "first delivery: gateway", loadConfig{ids: firstIDs("fd")})
+		report()
+		if err != nil {
+			return err
+		}
 		pgstat(first.accepted)
 	}
-	if b.first = first; err == nil && !b.onlyForward {
-		_, err = b.load(ctx, srv, "first delivery, concurrency 1", loadConfig{ids: firstIDs("lone"), workers: 1, duration: 3 * time.Second})
-	}
-	if err != nil {
-		return err
+	if b.first = first; !b.onlyForward {
+		if _, err = b.load(ctx, srv, "first delivery, concurrency 1", loadConfig{ids: firstIDs("lone"), workers: 1, duration: 3 * time.Second}); err != nil {
+			return err
+		}
 	}
 	if b.pgbench == "" {
 		b.line("----", "first delivery: ratio to pgbench not measured (-skip-pgbench)")
 	} else {
-		b.checkpoint(ctx)
-		tps, pgCPU, err := b.runPgbench(ctx)
-		if err != nil {
-			return err
+		if !sliced {
+			b.checkpoint(ctx)
+			if tps, pgCPU, err = b.runPgbench(ctx); err != nil {
+				return err
+			}
 		}
 		goFirst, err := b.runGoBench(ctx)
 		if err != nil {

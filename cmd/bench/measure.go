@@ -458,59 +458,142 @@ COMMIT;
 \endpipeline
 `
 
+// pgbenchRun is what one run of pgbench measured.
+type pgbenchRun struct {
+	tps, processed, failed float64
+	lat                    []time.Duration // sorted
+	cpu                    cpuUse
+	secs                   float64 // over which cpu was read
+}
+
 // runPgbench runs pgbenchScript with -M prepared, the run's concurrency
 // and duration, with the values of a delivery of phase 1, prints it, and
 // returns its tps and CPU use.
 func (b *bench) runPgbench(ctx context.Context) (tps float64, cpu cpuUse, err error) {
-	var defs []string
-	if err := b.conn.QueryRow(ctx, `SELECT ARRAY['n=0', 'sender=pgbench-' || extract(epoch FROM now())::bigint, 'sha=\x' || encode(p.request_sha256, 'hex'),
-  'status=' || p.response_status, 'ctype=' || p.response_content_type, 'resp=\x' || encode(p.response_body, 'hex'), 'ts=' || now(),
-  'exp=' || now() + (p.expires_at - p.created_at), 'headers=' || e.headers::text, 'body=\x' || encode(e.body, 'hex'), 'etype=' || e.event_type]
-FROM webhook_events e JOIN processed_messages p USING (sender, delivery_id) WHERE e.sender = 'bench' AND e.delivery_id LIKE 'fd-%' LIMIT 1`).Scan(&defs); err != nil {
-		return 0, cpu, fmt.Errorf("read a stored delivery for pgbench's parameters (did the gateway store any?): %w", err)
-	}
-	script, logs := filepath.Join(b.tmp, "pgbench.sql"), filepath.Join(b.tmp, "pgbench-log")
-	if err := os.WriteFile(script, []byte(pgbenchScript), 0o644); err != nil {
+	defs, err := b.pgbenchDefs(ctx, "")
+	if err != nil {
 		return 0, cpu, err
 	}
+	r, err := b.pgbenchOnce(ctx, defs, b.duration, "pgbench-log", nil, 0)
+	if err != nil {
+		return 0, cpu, err
+	}
+	b.reportPgbench(r, fmt.Sprintf("%.0f transactions", r.processed))
+	return r.tps, r.cpu, nil
+}
+
+// pgbenchDefs returns pgbench's -D values: those of a delivery of phase 1,
+// under a sender of pgbench's own (suffixed with suffix).
+func (b *bench) pgbenchDefs(ctx context.Context, suffix string) (defs []string, err error) {
+	if err := b.conn.QueryRow(ctx, `SELECT ARRAY['n=0', 'sender=pgbench-' || extract(epoch FROM now())::bigint || $1::text, 'sha=\x' || encode(p.request_sha256, 'hex'),
+  'status=' || p.response_status, 'ctype=' || p.response_content_type, 'resp=\x' || encode(p.response_body, 'hex'), 'ts=' || now(),
+  'exp=' || now() + (p.expires_at - p.created_at), 'headers=' || e.headers::text, 'body=\x' || encode(e.body, 'hex'), 'etype=' || e.event_type]
+FROM webhook_events e JOIN processed_messages p USING (sender, delivery_id) WHERE e.sender = 'bench' AND e.delivery_id LIKE 'fd-%' LIMIT 1`, suffix).Scan(&defs); err != nil {
+		return nil, fmt.Errorf("read a stored delivery for pgbench's parameters (did the gateway store any?): %w", err)
+	}
+	return defs, nil
+}
+
+// pgbenchOnce runs pgbench for d (whole seconds, at least one) with defs,
+// its transactions' log under logPrefix; beside is the gateway that runs
+// beside it, idle (nil: none). With window > 0, its rate and latencies
+// are those of the transactions that ended in the last window of the
+// run, read from the log: what comes before is its warm-up (new
+// backends, their first statements).
+func (b *bench) pgbenchOnce(ctx context.Context, defs []string, d time.Duration, logPrefix string, beside *server, window time.Duration) (r pgbenchRun, err error) {
+	script, logs := filepath.Join(b.tmp, "pgbench.sql"), filepath.Join(b.tmp, logPrefix)
+	if err := os.WriteFile(script, []byte(pgbenchScript), 0o644); err != nil {
+		return r, err
+	}
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(b.concurrency), "-j", strconv.Itoa(min(2, b.concurrency)),
-		"-T", strconv.Itoa(int(math.Ceil(b.duration.Seconds()))), "-f", script, "-l", "--log-prefix", logs}
+		"-T", strconv.Itoa(max(int(math.Ceil(d.Seconds())), 1)), "-f", script, "-l", "--log-prefix", logs}
 	for _, d := range defs {
 		args = append(args, "-D", d)
+	}
+	var besidePID []int
+	if beside != nil {
+		besidePID = []int{beside.pid()}
 	}
 	cmd := exec.CommandContext(ctx, b.pgbench, append(args, b.dbURL)...)
 	var output bytes.Buffer
 	cmd.Dir, cmd.Stdout, cmd.Stderr = b.tmp, &output, &output
 	before := pgChildren(b.pgPID)
-	cpu0 := takeCPU(0, b.pgPID)
+	cpu0 := takeCPU(0, b.pgPID, besidePID...)
 	err = cmd.Run()
 	awaitBackendsGone(b.pgPID, before, 3*time.Second)
-	cpu1 := takeCPU(0, b.pgPID)
-	var processed, failed float64
+	cpu1 := takeCPU(0, b.pgPID, besidePID...)
 	if err == nil {
-		tps, processed, failed, err = parsePgbench(output.String())
+		r.tps, r.processed, r.failed, err = parsePgbench(output.String())
 	}
 	if err != nil {
-		return 0, cpu, fmt.Errorf("pgbench: %w\n%s", err, output.String())
+		return r, fmt.Errorf("pgbench: %w\n%s", err, output.String())
 	}
 	used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	cpu = cpuBetween(cpu0, cpu1, &used)
-	var lat []time.Duration
+	r.cpu, r.secs = cpuBetween(cpu0, cpu1, &used), cpu1.at.Sub(cpu0.at).Seconds()
 	files, _ := filepath.Glob(logs + ".*")
+	var all []byte
 	for _, name := range files {
 		data, err := os.ReadFile(name)
 		if err != nil {
-			return 0, cpu, err
+			return r, err
 		}
-		lat = parsePgbenchLog(data, lat)
+		all = append(all, data...)
 	}
-	slices.Sort(lat)
+	if window > 0 {
+		var n int
+		n, r.lat = pgbenchWindow(all, window)
+		r.processed, r.tps = float64(n), float64(n)/window.Seconds()
+	} else {
+		r.lat = parsePgbenchLog(all, r.lat)
+	}
+	slices.Sort(r.lat)
+	return r, nil
+}
+
+// pgbenchWindow returns how many transactions of pgbench's log (without
+// aggregation: client, transaction, latency µs, script, end s, end µs)
+// ended within window of the last one's end, and their latencies. A
+// failed transaction's latency reads "failed": it is not counted.
+func pgbenchWindow(data []byte, window time.Duration) (n int, lat []time.Duration) {
+	type tx struct {
+		end time.Time
+		lat time.Duration
+	}
+	var txs []tx
+	var last time.Time
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		us, err1 := strconv.ParseInt(f[2], 10, 64)
+		sec, err2 := strconv.ParseInt(f[4], 10, 64)
+		usec, err3 := strconv.ParseInt(f[5], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		t := time.Unix(sec, usec*1000)
+		txs = append(txs, tx{t, time.Duration(us) * time.Microsecond})
+		if t.After(last) {
+			last = t
+		}
+	}
+	from := last.Add(-window)
+	for _, t := range txs {
+		if t.end.After(from) {
+			n, lat = n+1, append(lat, t.lat)
+		}
+	}
+	return n, lat
+}
+
+// reportPgbench prints pgbench's figures, its transactions as counted.
+func (b *bench) reportPgbench(r pgbenchRun, counted string) {
 	name := "first delivery: pgbench plain SQL"
-	fmt.Fprintf(b.out, "%-32s %9.0f tps           p50 %s  p99 %s  failed %.0f  (%.0f transactions)\n  %s\n  CPU cores: %s\n",
-		name, tps, ms(percentile(lat, .5)), ms(percentile(lat, .99)), failed, processed,
-		"1 round trip: BEGIN, INSERT … VALUES of the key, INSERT … VALUES of the event, COMMIT, pipelined (pgbench.sql with -keep) — the -min-ratio check", cpu)
-	b.noteDisturbed(name, cpu)
-	return tps, cpu, nil
+	fmt.Fprintf(b.out, "%-32s %9.0f tps           p50 %s  p99 %s  failed %.0f  (%s)\n  %s\n  CPU cores: %s\n",
+		name, r.tps, ms(percentile(r.lat, .5)), ms(percentile(r.lat, .99)), r.failed, counted,
+		"1 round trip: BEGIN, INSERT … VALUES of the key, INSERT … VALUES of the event, COMMIT, pipelined (pgbench.sql with -keep) — the -min-ratio check", r.cpu)
+	b.noteDisturbed(name, r.cpu)
 }
 
 // parsePgbench reads the tps (without connection set-up) and the
