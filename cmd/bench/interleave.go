@@ -64,7 +64,7 @@ func sliceWarmup(w time.Duration) time.Duration { return min(w/2, 500*time.Milli
 // tagged tag, the reference's "ref". after, when not nil, runs after each
 // of srv's slices (the wait for its forwards). It prints both merged
 // loads and returns them: srv's, and the reference's.
-func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, cfg loadConfig, after func(*loadResult) error) (x, ref *loadResult, err error) {
+func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, cfg loadConfig, after func(*loadResult)) (x, ref *loadResult, err error) {
 	var xs, rs []*loadResult
 	per, warm := b.duration/time.Duration(b.slices), sliceWarmup(b.warmup)
 	for i := range 2 * b.slices {
@@ -79,7 +79,7 @@ func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, c
 			c.ids, c.duration, c.warmup = firstIDs(tag), per, w
 			r := b.measure(ctx, srv, b.ref, c)
 			if xs, err = append(xs, r), srv.alive(ctx); err == nil && after != nil {
-				err = after(r)
+				after(r)
 			}
 		} else {
 			r := b.measure(ctx, b.ref, srv, loadConfig{ids: firstIDs("ref"), duration: per, warmup: w})
@@ -139,6 +139,24 @@ func (d *drain) add(b *bench, srv *server, wait func() int, from cpuSnap) {
 	d.cpu = busier(d.cpu, cpuBetween(from, end, nil))
 }
 
+// afterSlices returns interleave's after for a --role all server whose
+// forwards tagged tag wait(n) counts, waiting up to the drain timeout for
+// n: after each slice it waits for every forward accepted so far, then
+// for their outcomes' recording, and adds what that took to d.
+func (d *drain) afterSlices(ctx context.Context, b *bench, srv *server, tag string, wait func(n int) int) func(*loadResult) {
+	var accepted int
+	return func(r *loadResult) {
+		accepted += r.accepted
+		d.add(b, srv, func() int {
+			n := wait(accepted)
+			if n >= accepted {
+				b.forwardsDrained(ctx, srv, tag, b.forwardDrain)
+			}
+			return n
+		}, r.end)
+	}
+}
+
 // firstAndPgbench measures first deliveries on srv in b.slices slices
 // taken in turn with as many runs of pgbench (the baseline), gateway
 // first: pgbench's parameters are those of a delivery the gateway stored.
@@ -167,9 +185,9 @@ func (b *bench) firstAndPgbench(ctx context.Context, srv *server) (first *loadRe
 		if i == 0 {
 			w = b.warmup
 		}
-		r := b.measure(ctx, srv, nil, loadConfig{ids: firstIDs("fd"), duration: per, warmup: w})
-		if xs = append(xs, r); srv.alive(ctx) != nil {
-			return nil, pg, srv.alive(ctx)
+		xs = append(xs, b.measure(ctx, srv, nil, loadConfig{ids: firstIDs("fd"), duration: per, warmup: w}))
+		if err := srv.alive(ctx); err != nil {
+			return nil, pg, err
 		}
 	}
 	first = merge(xs)

@@ -605,21 +605,11 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 		dr            drain       // the waits for the sink, with --role all
 	)
 	if interleaved {
-		var accepted int
-		load, refLoad, err = b.interleave(ctx, srv, p.name(), p.tag, cfg, func(r *loadResult) error {
-			if p.role != "all" {
-				return nil
-			}
-			accepted += r.accepted
-			dr.add(b, srv, func() int {
-				n := sk.wait(ctx, p.tag, accepted, b.forwardDrain, srv)
-				if n >= accepted {
-					b.forwardsDrained(ctx, srv, p.tag, b.forwardDrain)
-				}
-				return n
-			}, r.end)
-			return nil
-		})
+		var after func(*loadResult) // --role api works no forward
+		if p.role == "all" {
+			after = dr.afterSlices(ctx, b, srv, p.tag, func(n int) int { return sk.wait(ctx, p.tag, n, b.forwardDrain, srv) })
+		}
+		load, refLoad, err = b.interleave(ctx, srv, p.name(), p.tag, cfg, after)
 	} else {
 		load, err = b.load(ctx, srv, p.name(), cfg)
 		refLoad = b.first

@@ -82,23 +82,13 @@ func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
 	}
 	const name, tag = "first delivery, 1 NATS target, all", "fwn"
 	var (
-		load, refLoad = (*loadResult)(nil), b.first
-		dr            drain
+		load    *loadResult
+		refLoad = b.first
+		dr      drain
 	)
 	if b.ref != nil {
 		report := b.profile(ctx, srv, b.interleaveLength())
-		var accepted int
-		load, refLoad, err = b.interleave(ctx, srv, name, tag, loadConfig{}, func(r *loadResult) error {
-			accepted += r.accepted
-			dr.add(b, srv, func() int {
-				n := int(wait(accepted))
-				if n >= accepted {
-					b.forwardsDrained(ctx, srv, tag, b.forwardDrain)
-				}
-				return n
-			}, r.end)
-			return nil
-		})
+		load, refLoad, err = b.interleave(ctx, srv, name, tag, loadConfig{}, dr.afterSlices(ctx, b, srv, tag, func(n int) int { return int(wait(n)) }))
 		if report(); err != nil {
 			return err
 		}
