@@ -106,6 +106,26 @@ func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, c
 	return x, ref, nil
 }
 
+// compared measures srv's first deliveries, delivery IDs tagged tag, for
+// a ratio to a server without a target: in slices taken in turn with the
+// reference's (interleave, with after) when interleaved, or else in one
+// load, compared with the first-delivery phase. With -pprof it profiles
+// srv over the whole of it. It returns srv's load, the load it compares
+// with (nil with -only-ordered) and that one's name.
+func (b *bench) compared(ctx context.Context, srv *server, name, tag string, cfg loadConfig, interleaved bool, after func(*loadResult)) (load, ref *loadResult, refName string, err error) {
+	if !interleaved {
+		report := b.profile(ctx, srv, b.duration)
+		cfg.ids = firstIDs(tag)
+		load, err = b.load(ctx, srv, name, cfg)
+		report()
+		return load, b.first, "no-target phase", err
+	}
+	report := b.profile(ctx, srv, b.interleaveLength())
+	load, ref, err = b.interleave(ctx, srv, name, tag, cfg, after)
+	report()
+	return load, ref, "its reference", err
+}
+
 // forwardsDrained waits, up to d, until no outbox row of srv's deliveries
 // tagged tag is left: their outcomes are recorded, and srv's recording
 // will not run into the next slice of the reference.

@@ -590,31 +590,18 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 	// The phases of one target without keys run in slices taken in turn
 	// with the reference server's (interleave.go), when it runs.
 	interleaved := b.ref != nil && p.keys == 0
-	length := b.duration
-	if interleaved {
-		length = b.interleaveLength()
-	}
-	report := b.profile(ctx, srv, length)
 	pgstat := b.pgStat(ctx)
-	cfg := loadConfig{ids: firstIDs(p.tag)}
+	var cfg loadConfig
 	if p.keys > 0 {
 		cfg.orderKeys, cfg.body = p.keys, keyedBody(bodySize)
 	}
-	var (
-		load, refLoad *loadResult // refLoad: none with -only-ordered
-		dr            drain       // the waits for the sink, with --role all
-	)
-	if interleaved {
-		var after func(*loadResult) // --role api works no forward
-		if p.role == "all" {
-			after = dr.afterSlices(ctx, b, srv, p.tag, func(n int) int { return sk.wait(ctx, p.tag, n, b.forwardDrain, srv) })
-		}
-		load, refLoad, err = b.interleave(ctx, srv, p.name(), p.tag, cfg, after)
-	} else {
-		load, err = b.load(ctx, srv, p.name(), cfg)
-		refLoad = b.first
+	var dr drain                // the waits for the sink, with --role all
+	var after func(*loadResult) // --role api works no forward
+	if interleaved && p.role == "all" {
+		after = dr.afterSlices(ctx, b, srv, p.tag, func(n int) int { return sk.wait(ctx, p.tag, n, b.forwardDrain, srv) })
 	}
-	if report(); err != nil {
+	load, refLoad, refName, err := b.compared(ctx, srv, p.name(), p.tag, cfg, interleaved, after) // refLoad: none with -only-ordered
+	if err != nil {
 		return err
 	}
 	pgstat(load.accepted)
@@ -622,10 +609,6 @@ func (b *bench) forwardPhase(ctx context.Context, sk *sink, p fwdPhase) error {
 	var refCPU cpuUse
 	if refLoad != nil {
 		ref, refCPU = refLoad.rate(), refLoad.cpu
-	}
-	refName := "no-target phase"
-	if interleaved {
-		refName = "its reference"
 	}
 	switch {
 	case p.keys > 0 && !p.ordered:

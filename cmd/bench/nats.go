@@ -80,28 +80,12 @@ func (b *bench) natsPhase(ctx context.Context, httpRatio float64) error {
 			}
 		}
 	}
-	const name, tag = "first delivery, 1 NATS target, all", "fwn"
-	var (
-		load    *loadResult
-		refLoad = b.first
-		dr      drain
-	)
-	if b.ref != nil {
-		report := b.profile(ctx, srv, b.interleaveLength())
-		load, refLoad, err = b.interleave(ctx, srv, name, tag, loadConfig{}, dr.afterSlices(ctx, b, srv, tag, func(n int) int { return int(wait(n)) }))
-		if report(); err != nil {
-			return err
-		}
-	} else {
-		report := b.profile(ctx, srv, b.duration)
-		load, err = b.load(ctx, srv, name, loadConfig{ids: firstIDs(tag)})
-		if report(); err != nil {
-			return err
-		}
-	}
-	refName := "no-target phase"
-	if b.ref != nil {
-		refName = "its reference"
+	const tag = "fwn"
+	var dr drain
+	load, refLoad, refName, err := b.compared(ctx, srv, "first delivery, 1 NATS target, all", tag, loadConfig{}, b.ref != nil,
+		dr.afterSlices(ctx, b, srv, tag, func(n int) int { return int(wait(n)) }))
+	if err != nil {
+		return err
 	}
 	b.ratio("forwarding to NATS JetStream: --role all %.0f/s ÷ without a target %.0f/s", load.rate(), refLoad.rate(), b.minForwardAllRatio, load.cpu, refLoad.cpu, "NATS phase", refName)
 	ratio := load.rate() / max(refLoad.rate(), 1)
