@@ -31,9 +31,9 @@ func TestParsePgbench(t *testing.T) {
 	if _, _, _, err := parsePgbench("pgbench: error: connection failed\n"); err == nil {
 		t.Fatal("no error for output without tps")
 	}
-	lat := parsePgbenchLog([]byte("0 1 2500 0 1700000000 123\n1 1 failed 0 1700000000 200\n1 2 900 0 1700000000 300\n\n"), nil)
+	_, lat := pgbenchWindow([]byte("0 1 2500 0 1700000000 123\n1 1 failed 0 1700000000 200\n1 2 900 0 1700000000 300\n\n"), 0) // the whole log
 	if len(lat) != 2 || lat[0] != 2500*time.Microsecond || lat[1] != 900*time.Microsecond {
-		t.Fatalf("parsePgbenchLog = %v", lat)
+		t.Fatalf("pgbenchWindow(log, 0) = %v", lat)
 	}
 }
 

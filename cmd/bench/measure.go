@@ -539,12 +539,10 @@ func (b *bench) pgbenchOnce(ctx context.Context, defs []string, d time.Duration,
 		}
 		all = append(all, data...)
 	}
+	n, lat := pgbenchWindow(all, window)
+	r.lat = lat
 	if window > 0 {
-		var n int
-		n, r.lat = pgbenchWindow(all, window)
 		r.processed, r.tps = float64(n), float64(n)/window.Seconds()
-	} else {
-		r.lat = parsePgbenchLog(all, r.lat)
 	}
 	slices.Sort(r.lat)
 	return r, nil
@@ -552,8 +550,9 @@ func (b *bench) pgbenchOnce(ctx context.Context, defs []string, d time.Duration,
 
 // pgbenchWindow returns how many transactions of pgbench's log (without
 // aggregation: client, transaction, latency µs, script, end s, end µs)
-// ended within window of the last one's end, and their latencies. A
-// failed transaction's latency reads "failed": it is not counted.
+// ended within window of the last one's end, or at all when window is 0,
+// and their latencies. A failed or skipped transaction's latency reads
+// "failed" or "skipped": it is not counted.
 func pgbenchWindow(data []byte, window time.Duration) (n int, lat []time.Duration) {
 	type tx struct {
 		end time.Time
@@ -580,7 +579,7 @@ func pgbenchWindow(data []byte, window time.Duration) (n int, lat []time.Duratio
 	}
 	from := last.Add(-window)
 	for _, t := range txs {
-		if t.end.After(from) {
+		if window <= 0 || t.end.After(from) {
 			n, lat = n+1, append(lat, t.lat)
 		}
 	}
@@ -613,20 +612,6 @@ func parsePgbench(out string) (tps, processed, failed float64, err error) {
 		err = errors.New("no tps line in pgbench's output")
 	}
 	return tps, processed, failed, err
-}
-
-// parsePgbenchLog appends the latencies of a pgbench transaction log to
-// lat: "client_id transaction_no time script_no time_epoch time_us …",
-// time in microseconds ("failed" or "skipped" for such transactions).
-func parsePgbenchLog(data []byte, lat []time.Duration) []time.Duration {
-	for line := range strings.Lines(string(data)) {
-		if f := strings.Fields(line); len(f) >= 3 {
-			if us, err := strconv.ParseInt(f[2], 10, 64); err == nil {
-				lat = append(lat, time.Duration(us)*time.Microsecond)
-			}
-		}
-	}
-	return lat
 }
 
 var goBenchLine = regexp.MustCompile(`(?m)^BenchmarkRun/(\S+?)(?:-\d+)?\s+\d+\s+[0-9.]+ ns/op\s+([0-9.]+) deliveries/s`)
