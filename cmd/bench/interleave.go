@@ -40,10 +40,18 @@ func (b *bench) stopReference() {
 // beside returns the PIDs of the servers that run beside srv: the
 // reference, when srv is not it.
 func (b *bench) beside(srv *server) []int {
-	if b.ref == nil || b.ref == srv {
+	if b.ref == srv {
 		return nil
 	}
-	return []int{b.ref.pid()}
+	return pidOf(b.ref)
+}
+
+// pidOf returns srv's PID as takeCPU's besidePID: none for a nil srv.
+func pidOf(srv *server) []int {
+	if srv == nil {
+		return nil
+	}
+	return []int{srv.pid()}
 }
 
 // interleaveLength is how long interleave takes, drains aside: what a

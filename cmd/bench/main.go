@@ -418,13 +418,9 @@ func (b *bench) measure(ctx context.Context, srv, beside *server, cfg loadConfig
 	if cfg.duration == 0 {
 		cfg.duration = b.duration
 	}
-	var besidePID []int
-	if beside != nil {
-		besidePID = []int{beside.pid()}
-	}
-	cpu0 := takeCPU(srv.pid(), b.pgPID, besidePID...)
+	cpu0 := takeCPU(srv.pid(), b.pgPID, pidOf(beside)...)
 	r := runLoad(ctx, cfg)
-	r.end = takeCPU(srv.pid(), b.pgPID, besidePID...)
+	r.end = takeCPU(srv.pid(), b.pgPID, pidOf(beside)...)
 	r.cpu, r.gatewayPG, r.secs = cpuBetween(cpu0, r.end, nil), gatewayPGTime(cpu0, r.end), r.end.at.Sub(cpu0.at).Seconds()
 	return r
 }

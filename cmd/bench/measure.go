@@ -510,18 +510,14 @@ func (b *bench) pgbenchOnce(ctx context.Context, defs []string, d time.Duration,
 	for _, d := range defs {
 		args = append(args, "-D", d)
 	}
-	var besidePID []int
-	if beside != nil {
-		besidePID = []int{beside.pid()}
-	}
 	cmd := exec.CommandContext(ctx, b.pgbench, append(args, b.dbURL)...)
 	var output bytes.Buffer
 	cmd.Dir, cmd.Stdout, cmd.Stderr = b.tmp, &output, &output
 	before := pgChildren(b.pgPID)
-	cpu0 := takeCPU(0, b.pgPID, besidePID...)
+	cpu0 := takeCPU(0, b.pgPID, pidOf(beside)...)
 	err = cmd.Run()
 	awaitBackendsGone(b.pgPID, before, 3*time.Second)
-	cpu1 := takeCPU(0, b.pgPID, besidePID...)
+	cpu1 := takeCPU(0, b.pgPID, pidOf(beside)...)
 	if err == nil {
 		r.tps, r.processed, r.failed, err = parsePgbench(output.String())
 	}
