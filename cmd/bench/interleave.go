@@ -82,7 +82,7 @@ func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, c
 		if i < 2 {
 			w = b.warmup
 		}
-		if i%4 == 1 || i%4 == 2 {
+		if measuredTurn(i) {
 			c := cfg
 			c.ids, c.duration, c.warmup = firstIDs(tag), per, w
 			r := b.measure(ctx, srv, b.ref, c)
@@ -103,15 +103,23 @@ func (b *bench) interleave(ctx context.Context, srv *server, name, tag string, c
 	}
 	b.report(srv, name, x, counted(x))
 	b.report(b.ref, "  its reference, no target, api", ref, counted(ref)+"; taken in turn with the above")
-	rates := func(rs []*loadResult) string {
-		var f []string
-		for _, r := range rs {
-			f = append(f, fmt.Sprintf("%.0f", r.rate()))
-		}
-		return strings.Join(f, " ")
-	}
-	fmt.Fprintf(b.out, "  slices in turn, deliveries/s: this phase %s; its reference %s\n", rates(xs), rates(rs))
+	fmt.Fprintf(b.out, "  slices in turn, deliveries/s: this phase %s; its reference %s\n", rates(xs, (*loadResult).rate), rates(rs, (*loadResult).rate))
 	return x, ref, nil
+}
+
+// measuredTurn reports whether slice i of a run in turn is the measured
+// side's: the order is ABBA (the baseline, the measured, the measured, the
+// baseline, …), so that each side has as many slices first and second.
+func measuredTurn(i int) bool { return i%4 == 1 || i%4 == 2 }
+
+// rates formats each slice's rate, as rate reads it, for a line of
+// slices in turn.
+func rates[T any](xs []T, rate func(T) float64) string {
+	f := make([]string, len(xs))
+	for i, x := range xs {
+		f[i] = fmt.Sprintf("%.0f", rate(x))
+	}
+	return strings.Join(f, " ")
 }
 
 // compared measures srv's first deliveries, delivery IDs tagged tag, for
@@ -195,7 +203,7 @@ func (b *bench) firstAndPgbench(ctx context.Context, srv *server) (first *loadRe
 	var ps []pgbenchRun
 	per, warm := b.duration/time.Duration(b.slices), sliceWarmup(b.warmup)
 	for i := range 2 * b.slices {
-		if i%4 == 1 || i%4 == 2 {
+		if measuredTurn(i) {
 			defs, err := b.pgbenchDefs(ctx, fmt.Sprintf("-%d", i))
 			if err != nil {
 				return nil, pg, err
@@ -231,10 +239,7 @@ func (b *bench) firstAndPgbench(ctx context.Context, srv *server) (first *loadRe
 	pg.tps, pg.cpu = pg.processed/max(busy, 1e-9), mergeCPU(us, secs)
 	b.report(srv, "first delivery: gateway", first, fmt.Sprintf("%d counted in %d slices of %s, %d requests incl. warm-ups", first.count, b.slices, per, first.requests))
 	b.reportPgbench(pg, fmt.Sprintf("%.0f transactions counted in the last %s of %d runs of %ds, taken in turn with the above", pg.processed, per, b.slices, max(int(math.Ceil((per+warm).Seconds())), 1)))
-	var xr, pr []string
-	for i := range xs {
-		xr, pr = append(xr, fmt.Sprintf("%.0f", xs[i].rate())), append(pr, fmt.Sprintf("%.0f", ps[i].tps))
-	}
-	fmt.Fprintf(b.out, "  slices in turn: gateway %s deliveries/s; pgbench %s tps\n", strings.Join(xr, " "), strings.Join(pr, " "))
+	fmt.Fprintf(b.out, "  slices in turn: gateway %s deliveries/s; pgbench %s tps\n",
+		rates(xs, (*loadResult).rate), rates(ps, func(r pgbenchRun) float64 { return r.tps }))
 	return first, pg, nil
 }
