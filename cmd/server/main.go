@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -45,7 +46,9 @@ import (
 	_ "time/tzdata"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -109,7 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "sink":
 		return runSink(ctx, args, getenv, stdout, stderr)
 	case "redeliver":
-		return redeliver(ctx, args, getenv, stdout, stderr)
+		return poolerHint(redeliver(ctx, args, getenv, stdout, stderr))
 	case "rules":
 		return rulesCommand(args, getenv, os.Stdin, stdout, stderr)
 	case "serve", "migrate":
@@ -135,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("migrations applied", "count", n)
 		return nil
 	}
-	return serve(ctx, s, log)
+	return poolerHint(serve(ctx, s, log))
 }
 
 // netHTTPMaxHeaderBytes returns the [http.Server].MaxHeaderBytes that
@@ -220,6 +223,13 @@ func checkExampleSecrets(cfg *config.Config, s *settings, log *slog.Logger) erro
 	return nil
 }
 
+// idleInTransactionTimeout is the session setting that ends a transaction
+// left idle, after idleInTransactionMillis.
+const (
+	idleInTransactionTimeout = "idle_in_transaction_session_timeout"
+	idleInTransactionMillis  = 30000
+)
+
 // newPool connects to PostgreSQL. Unless the URL sets pool_max_conns, the
 // pool holds up to 32 connections: commits wait on WAL flushes, and more
 // concurrent transactions share each flush.
@@ -240,8 +250,10 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	// A gateway can vanish mid-transaction, behind a network partition or
 	// in a frozen VM. Its transaction must not hold claimed keys or outbox
 	// rows until TCP keepalive notices: every retry would get 409.
-	if _, ok := pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
-		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "30000"
+	// Through PgBouncer, the setting must be ignored there, and
+	// PgBouncer's idle_transaction_timeout does the same (poolerHint).
+	if _, ok := pc.ConnConfig.RuntimeParams[idleInTransactionTimeout]; !ok {
+		pc.ConnConfig.RuntimeParams[idleInTransactionTimeout] = strconv.Itoa(idleInTransactionMillis)
 	}
 	// A default_query_exec_mode in the URL that prepares nothing (exec,
 	// simple_protocol) names each parameter's type from its Go type
@@ -256,6 +268,22 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	return pool, nil
+}
+
+// poolerHint adds to err, when a pooler refused the connections' session
+// setting (newPool), what to set in it. PgBouncer refuses a startup
+// parameter it does not know unless its ignore_startup_parameters lists
+// it.
+func poolerHint(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == pgerrcode.ProtocolViolation &&
+		strings.Contains(pe.Message, "unsupported startup parameter: "+idleInTransactionTimeout) {
+		return fmt.Errorf("%w (a pooler such as PgBouncer between hookgate and PostgreSQL refuses the session setting "+
+			"%s that hookgate sends at connect: list it in PgBouncer's ignore_startup_parameters, and set PgBouncer's "+
+			"idle_transaction_timeout = %d in its place; see docs/operations.md, \"Through PgBouncer\")",
+			err, idleInTransactionTimeout, idleInTransactionMillis/1000)
+	}
+	return err
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {

@@ -1,11 +1,13 @@
-// Package brokertest starts the message brokers that hookgate's broker
-// targets are tested against: a real nats-server with JetStream and a real
-// rabbitmq-server, from Debian's packages. Each is private to the test that
-// starts it, on free ports of 127.0.0.1 and in a temporary directory. It is
-// killed when the test ends. A missing server is installed with apt-get
-// when the tests run as root. Otherwise the test is skipped with a message
-// naming the package. It fails instead when HOOKGATE_REQUIRE_BROKERS is
-// set, as CI sets it.
+// Package brokertest starts the servers beside PostgreSQL that hookgate
+// is tested against, from Debian's packages: the message brokers of its
+// broker targets, a real nats-server with JetStream and a real
+// rabbitmq-server, and PgBouncer, the pooler that operations.md puts
+// between hookgate and PostgreSQL. Each is private to the test that
+// starts it, on free ports of 127.0.0.1 and in a temporary directory. It
+// is killed when the test ends. A missing server is installed with
+// apt-get when the tests run as root. Otherwise the test is skipped with
+// a message naming the package. It fails instead when
+// HOOKGATE_REQUIRE_BROKERS is set, as CI sets it.
 package brokertest
 
 import (
@@ -192,6 +194,12 @@ type process struct {
 // start starts name with args and env, logging to logFile.
 func start(t testing.TB, logFile string, env []string, name string, args ...string) *process {
 	t.Helper()
+	return startAs(t, nil, logFile, env, name, args...)
+}
+
+// startAs is start, with the process running as cred when it is not nil.
+func startAs(t testing.TB, cred *syscall.Credential, logFile string, env []string, name string, args ...string) *process {
+	t.Helper()
 	log, err := os.Create(logFile)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +209,7 @@ func start(t testing.TB, logFile string, env []string, name string, args ...stri
 	cmd := exec.Command(name, args...) //nolint:noctx // killed by process.kill (and the parent-death signal)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 	if err := cmd.Start(); err != nil {
 		_ = log.Close()
 		t.Fatalf("brokertest: start %s: %v", filepath.Base(name), err)

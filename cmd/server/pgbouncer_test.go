@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookgate/hookgate/internal/testing/brokertest"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+)
+
+// TestServeThroughPgBouncer: hookgate sends PostgreSQL a session setting
+// at connect (idle_in_transaction_session_timeout), which PgBouncer
+// refuses unless its ignore_startup_parameters lists it. Without that,
+// serve stops at once with an error that names both settings operations.md
+// gives; with them, an api process behind PgBouncer takes a burst of
+// concurrent deliveries, each stored once and each retry answered from it.
+func TestServeThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	pool, dsn := pgtest.NewDB(t)
+
+	refused := brokertest.StartPgBouncer(t, dsn)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"serve", "--role", "api", "--addr", "127.0.0.1:0", "--config", writeConfig(t, senderConfig)},
+		envOf("DATABASE_URL", refused), io.Discard, newLogSink())
+	if err == nil || !strings.Contains(err.Error(), "unsupported startup parameter") ||
+		!strings.Contains(err.Error(), "ignore_startup_parameters") || !strings.Contains(err.Error(), "idle_transaction_timeout = 30") {
+		t.Fatalf("serve through a PgBouncer that refuses the setting: %v; want PgBouncer's refusal and what to set", err)
+	}
+
+	through := brokertest.StartPgBouncer(t, dsn,
+		"ignore_startup_parameters = idle_in_transaction_session_timeout", "idle_transaction_timeout = 30")
+	s := startRun(t, through, "--role", "api")
+	c := newClient(t)
+	ids := makeIDs("pgb-", 300)
+	l := &load{client: c, base: s.base, ids: ids, senders: 16, backoff: 20 * time.Millisecond}
+	rl := l.start(t)
+	<-rl.done
+	reportLoad(t, rl.st)
+	replayAll(t, c, s.base, ids, rl.st)
+	checkStored(t, pool, ids, rl.st)
+}
