@@ -181,6 +181,7 @@ func TestBreakerWakeNeverDeadlocks(t *testing.T) {
 	ctx := t.Context()
 	finishedLoad(t, pool, 25000)
 	before := deadlocks(t, pool)
+	serverLog := pgtest.LogSince(t, pool)
 
 	w := &loadWorker{}
 	r, _ := riverAlone(t, pool, w, 50)
@@ -224,7 +225,10 @@ func TestBreakerWakeNeverDeadlocks(t *testing.T) {
 		t.Errorf("%d forwards worked, want %d", w.done.Load(), rounds*(snoozed+others))
 	}
 	if n := deadlocks(t, pool) - before; n > 0 {
-		t.Errorf("PostgreSQL detected %d deadlocks (River's completer or scheduler against the wake: see the log)", n)
+		// The server's log names the statements of each deadlock (of any
+		// test's database, while this one ran).
+		t.Errorf("PostgreSQL detected %d deadlocks (River's completer or scheduler against the wake); the server's log:\n%s",
+			n, pgtest.ReportsIn(serverLog, "deadlock detected", 5))
 	}
 }
 
