@@ -3,20 +3,25 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hookgate/hookgate/internal/testing/brokertest"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestServeThroughPgBouncer: hookgate sends PostgreSQL a session setting
 // at connect (idle_in_transaction_session_timeout), which PgBouncer
 // refuses unless its ignore_startup_parameters lists it. Without that,
 // serve stops at once with an error that names both settings operations.md
-// gives; with them, an api process behind PgBouncer takes a burst of
-// concurrent deliveries, each stored once and each retry answered from it.
+// gives. With them, an api process and a worker process behind one
+// PgBouncer in session mode work as they do connected directly: a burst of
+// concurrent deliveries is stored once each, each retry is answered from
+// it, and every forward reaches the target through the worker (River's
+// LISTEN included).
 func TestServeThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	pool, dsn := pgtest.NewDB(t)
@@ -33,13 +38,19 @@ func TestServeThroughPgBouncer(t *testing.T) {
 
 	through := brokertest.StartPgBouncer(t, dsn,
 		"ignore_startup_parameters = idle_in_transaction_session_timeout", "idle_transaction_timeout = 30")
-	s := startRun(t, through, "--role", "api")
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	cfg := senderConfig + "    forward:\n      - { name: ok, url: " + tg.URL + " }\n"
+	api := startRunWith(t, through, cfg, "--role", "api")
+	startRunWith(t, through, cfg, "--role", "worker")
 	c := newClient(t)
 	ids := makeIDs("pgb-", 300)
-	l := &load{client: c, base: s.base, ids: ids, senders: 16, backoff: 20 * time.Millisecond}
+	l := &load{client: c, base: api.base, ids: ids, senders: 16, backoff: 20 * time.Millisecond}
 	rl := l.start(t)
 	<-rl.done
 	reportLoad(t, rl.st)
-	replayAll(t, c, s.base, ids, rl.st)
+	replayAll(t, c, api.base, ids, rl.st)
 	checkStored(t, pool, ids, rl.st)
+	testkit.Poll(t, stallTimeout, "every forward to reach the target through the worker", func() bool {
+		return len(tg.Delivered()) == len(ids)
+	})
 }
