@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
@@ -26,29 +27,27 @@ func TestLogSinceShowsADeadlocksStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Rollback(ctx) //nolint:errcheck // the test's end
 	b, err := pool.Begin(ctx)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Rollback(ctx) //nolint:errcheck // the test's end
-	if _, err := a.Exec(ctx, `SELECT id FROM pair WHERE id = 1 FOR UPDATE /* first of a */`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Exec(ctx, `SELECT id FROM pair WHERE id = 2 FOR UPDATE /* first of b */`); err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 2)
-	go func() {
-		_, err := a.Exec(ctx, `SELECT id FROM pair WHERE id = 2 FOR UPDATE /* then a */`)
-		errs <- err
 		_ = a.Rollback(ctx)
-	}()
-	go func() {
-		_, err := b.Exec(ctx, `SELECT id FROM pair WHERE id = 1 FOR UPDATE /* then b */`)
-		errs <- err
-		_ = b.Rollback(ctx)
-	}()
+		t.Fatal(err)
+	}
+	for tx, sql := range map[pgx.Tx]string{a: `SELECT id FROM pair WHERE id = 1 FOR UPDATE /* first of a */`, b: `SELECT id FROM pair WHERE id = 2 FOR UPDATE /* first of b */`} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			_, _ = a.Rollback(ctx), b.Rollback(ctx)
+			t.Fatal(err)
+		}
+	}
+	// Each goroutine owns its transaction from here: the deadlock's
+	// victim must roll back to free its lock for the other.
+	errs := make(chan error, 2)
+	for tx, sql := range map[pgx.Tx]string{a: `SELECT id FROM pair WHERE id = 2 FOR UPDATE /* then a */`, b: `SELECT id FROM pair WHERE id = 1 FOR UPDATE /* then b */`} {
+		go func() {
+			_, err := tx.Exec(ctx, sql)
+			_ = tx.Rollback(ctx)
+			errs <- err
+		}()
+	}
 	deadlocked := 0
 	for range 2 {
 		var pe *pgconn.PgError
