@@ -119,6 +119,15 @@ func emptyDB(t *testing.T) string {
 	return u.String()
 }
 
+// withParam returns dsn, a URL, with the query parameter kv ("name=value")
+// added.
+func withParam(dsn, kv string) string {
+	if strings.Contains(dsn, "?") {
+		return dsn + "&" + kv
+	}
+	return dsn + "?" + kv
+}
+
 func adminExec(t *testing.T, dsn, sql string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

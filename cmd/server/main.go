@@ -270,20 +270,29 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// poolerHint adds to err, when a pooler refused the connections' session
-// setting (newPool), what to set in it. PgBouncer refuses a startup
-// parameter it does not know unless its ignore_startup_parameters lists
-// it.
+// poolerHint adds to err, when a pooler refused a startup parameter, what
+// to set instead. PgBouncer refuses a startup parameter it does not know
+// unless its ignore_startup_parameters lists it: hookgate's own session
+// setting (newPool), or a setting of DATABASE_URL such as search_path.
 func poolerHint(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == pgerrcode.ProtocolViolation &&
-		strings.Contains(pe.Message, "unsupported startup parameter: "+idleInTransactionTimeout) {
+	if !errors.As(err, &pe) || pe.Code != pgerrcode.ProtocolViolation {
+		return err
+	}
+	_, param, ok := strings.Cut(pe.Message, "unsupported startup parameter: ")
+	switch {
+	case !ok:
+		return err
+	case param == idleInTransactionTimeout:
 		return fmt.Errorf("%w (a pooler such as PgBouncer between hookgate and PostgreSQL refuses the session setting "+
 			"%s that hookgate sends at connect: list it in PgBouncer's ignore_startup_parameters, and set PgBouncer's "+
 			"idle_transaction_timeout = %d in its place; see docs/operations.md, \"Through PgBouncer\")",
 			err, idleInTransactionTimeout, idleInTransactionMillis/1000)
+	default:
+		return fmt.Errorf("%w (a pooler such as PgBouncer between hookgate and PostgreSQL refuses the setting %s "+
+			"of DATABASE_URL: take it out, and make it the role's default instead (ALTER ROLE … SET %s = …); "+
+			"see docs/operations.md, \"Through PgBouncer\")", err, param, param)
 	}
-	return err
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {
