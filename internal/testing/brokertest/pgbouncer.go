@@ -18,7 +18,9 @@ import (
 // the same database and user, whose connections PgBouncer opens without a
 // password (dsn's server must trust them, as the tests' servers do).
 // settings are more lines of its [pgbouncer] section, such as
-// "ignore_startup_parameters = …". It is killed when the test ends. As
+// "ignore_startup_parameters = …". Its pool holds 100 server connections:
+// in session mode each of hookgate's connections takes one for good, and
+// a process's pool holds up to 32. It is killed when the test ends. As
 // root it runs as the user postgres: PgBouncer refuses to run as root.
 func StartPgBouncer(t testing.TB, dsn string, settings ...string) string {
 	t.Helper()
@@ -60,6 +62,8 @@ unix_socket_dir =
 auth_type = trust
 auth_file = %s
 pool_mode = session
+default_pool_size = 100
+max_client_conn = 400
 %s
 `, db, u.Hostname(), u.Port(), db, name, port, users, strings.Join(settings, "\n"))
 	for path, text := range map[string]string{users: fmt.Sprintf("%q \"\"\n", name), filepath.Join(dir, "pgbouncer.ini"): ini} {
