@@ -131,10 +131,11 @@ type ClientInterface interface {
 
 	// GetReadyz Readiness check
 	//
-	// Answers 200 when the database is reachable, its migrations are at
-	// the head this binary expects and River's schema is at the version
-	// its River library expects, and 503 otherwise. A load balancer
-	// should send webhooks only to instances that answer 200.
+	// Answers 200 when the database is reachable and takes writes (not
+	// a standby, its sessions not read-only), its migrations are at the
+	// head this binary expects and River's schema is at the version its
+	// River library expects, and 503 otherwise. A load balancer should
+	// send webhooks only to instances that answer 200.
 	//
 	// Corresponds with GET /readyz (the `GetReadyz` operationId).
 	GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -819,10 +820,11 @@ func (c *Client) GetOpenAPISpec(ctx context.Context, reqEditors ...RequestEditor
 
 // GetReadyz Readiness check
 //
-// Answers 200 when the database is reachable, its migrations are at
-// the head this binary expects and River's schema is at the version
-// its River library expects, and 503 otherwise. A load balancer
-// should send webhooks only to instances that answer 200.
+// Answers 200 when the database is reachable and takes writes (not
+// a standby, its sessions not read-only), its migrations are at the
+// head this binary expects and River's schema is at the version its
+// River library expects, and 503 otherwise. A load balancer should
+// send webhooks only to instances that answer 200.
 //
 // Corresponds with GET /readyz (the `GetReadyz` operationId).
 func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2819,10 +2821,11 @@ type ClientWithResponsesInterface interface {
 
 	// GetReadyzWithResponse Readiness check
 	//
-	// Answers 200 when the database is reachable, its migrations are at
-	// the head this binary expects and River's schema is at the version
-	// its River library expects, and 503 otherwise. A load balancer
-	// should send webhooks only to instances that answer 200.
+	// Answers 200 when the database is reachable and takes writes (not
+	// a standby, its sessions not read-only), its migrations are at the
+	// head this binary expects and River's schema is at the version its
+	// River library expects, and 503 otherwise. A load balancer should
+	// send webhooks only to instances that answer 200.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5531,10 +5534,11 @@ func (c *ClientWithResponses) GetOpenAPISpecWithResponse(ctx context.Context, re
 
 // GetReadyzWithResponse Readiness check
 //
-// Answers 200 when the database is reachable, its migrations are at
-// the head this binary expects and River's schema is at the version
-// its River library expects, and 503 otherwise. A load balancer
-// should send webhooks only to instances that answer 200.
+// Answers 200 when the database is reachable and takes writes (not
+// a standby, its sessions not read-only), its migrations are at the
+// head this binary expects and River's schema is at the version its
+// River library expects, and 503 otherwise. A load balancer should
+// send webhooks only to instances that answer 200.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -319,14 +319,20 @@ func buildVersion() string {
 	return "devel"
 }
 
-// readiness returns the check of /readyz. The database must answer, every
-// migration of this build must be applied, and River's schema must be at
-// the version this build's River expects. A database migrated by another
-// build, or changed by hand, is not ready.
+// readiness returns the check of /readyz. The database must answer and
+// take writes, every migration of this build must be applied, and River's
+// schema must be at the version this build's River expects. A database
+// migrated by another build, or changed by hand, is not ready; nor is a
+// standby, or a database whose sessions are read-only, where every
+// delivery would be answered 503.
 func readiness(pool *pgxpool.Pool, sqlDB *sql.DB) handler.ReadyFunc {
 	return func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
+		var readOnly string
+		if err := pool.QueryRow(ctx, "SHOW transaction_read_only").Scan(&readOnly); err != nil {
 			return fmt.Errorf("ping database: %w", err)
+		}
+		if readOnly == "on" {
+			return errors.New("the database is read-only (a standby, or default_transaction_read_only = on): no delivery can be stored")
 		}
 		pending, err := migrations.Pending(ctx, sqlDB)
 		if err != nil {

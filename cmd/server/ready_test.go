@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -48,6 +49,43 @@ func TestReadinessChecksRiversSchemaVersion(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("readiness error %q does not name %s", err, want)
 		}
+	}
+}
+
+// TestReadinessRefusesAReadOnlyDatabase: an api process on a database
+// whose sessions are read-only, as a standby's are, answers every delivery
+// 503 and loses nothing. /readyz then says it is not ready, and why, so
+// that a load balancer sends the deliveries elsewhere; the same database
+// writable again is ready.
+func TestReadinessRefusesAReadOnlyDatabase(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	s := startRun(t, withParam(dsn, "default_transaction_read_only=on"), "--role", "api")
+	c := newClient(t)
+	r, err := deliver(t.Context(), c, s.base, "ro-1", bodyFor("ro-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusServiceUnavailable {
+		t.Errorf("a delivery to a read-only database: %s, want 503", r)
+	}
+	r, err = get(t.Context(), c, s.base+"/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "read-only") {
+		t.Errorf("/readyz on a read-only database: %s, want 503 naming a read-only database among the causes", r)
+	}
+	if !strings.Contains(s.log.tail(50), "the database is read-only (a standby, or default_transaction_read_only = on)") {
+		t.Errorf("the log does not say the database is read-only:\n%s", s.log.tail(20))
+	}
+
+	w := startRun(t, dsn, "--role", "api")
+	if r, err := get(t.Context(), c, w.base+"/readyz"); err != nil || r.status != http.StatusOK {
+		t.Errorf("/readyz on the same database writable: %v %v, want 200", r, err)
+	}
+	if r, err := deliver(t.Context(), c, w.base, "ro-1", bodyFor("ro-1")); err != nil || r.status != http.StatusAccepted || r.header.Get("Idempotent-Replayed") == "true" {
+		t.Errorf("the delivery once the database is writable: %v %v, want its first 202", r, err)
 	}
 }
 

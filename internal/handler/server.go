@@ -416,14 +416,15 @@ func (s *Server) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// GetReadyz answers 200 when the database is reachable and migrated to head,
-// 503 with Retry-After otherwise.
+// GetReadyz answers 200 when the database is reachable, takes writes and is
+// migrated to head, 503 with Retry-After otherwise. The answer does not say
+// which; the log does.
 func (s *Server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
 		s.log.Warn("not ready", "err", err)
-		_ = writeProblem(w, &problemError{typ: probUnavailable, detail: "The database is unreachable or its migrations are not at head.", cause: err})
+		_ = writeProblem(w, &problemError{typ: probUnavailable, detail: "The database is unreachable, read-only, or its migrations are not at head.", cause: err})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
