@@ -27,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // cleanupM runs the tests, then removes the binary the tests built when it
@@ -705,6 +706,24 @@ func replayAll(t *testing.T, c *http.Client, base string, ids []string, st *load
 	if bad > 5 {
 		t.Errorf("… %d of %d replays are wrong in all", bad, len(ids))
 	}
+}
+
+// burstStoredAndForwarded delivers n IDs (prefix-0000…) to base from 16
+// concurrent senders, each until it is answered 2xx, then once more: each
+// retry must be a replay. Each delivery must be stored once (read through
+// db), and its forward must reach tg.
+func burstStoredAndForwarded(t *testing.T, base string, db querier, tg *testkit.Target, prefix string, n int) {
+	t.Helper()
+	c := newClient(t)
+	ids := makeIDs(prefix, n)
+	rl := (&load{client: c, base: base, ids: ids, senders: 16, backoff: 20 * time.Millisecond}).start(t)
+	<-rl.done
+	reportLoad(t, rl.st)
+	replayAll(t, c, base, ids, rl.st)
+	checkStored(t, db, ids, rl.st)
+	testkit.Poll(t, stallTimeout, "every forward to reach the target", func() bool {
+		return len(tg.Delivered()) == len(ids)
+	})
 }
 
 type querier interface {

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -30,16 +29,7 @@ func TestServeInASchemaOfItsOwn(t *testing.T) {
 	}
 	defer pool.Close()
 
-	c := newClient(t)
-	ids := makeIDs("schema-", 200)
-	rl := (&load{client: c, base: s.base, ids: ids, senders: 16, backoff: 20 * time.Millisecond}).start(t)
-	<-rl.done
-	reportLoad(t, rl.st)
-	replayAll(t, c, s.base, ids, rl.st)
-	checkStored(t, pool, ids, rl.st)
-	testkit.Poll(t, stallTimeout, "every forward to reach the target", func() bool {
-		return len(tg.Delivered()) == len(ids)
-	})
+	burstStoredAndForwarded(t, s.base, pool, tg, "schema-", 200)
 
 	tables := map[string][]string{}
 	rows, err := pool.Query(t.Context(), `SELECT table_schema, table_name FROM information_schema.tables
