@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 
@@ -60,8 +61,21 @@ func Up(ctx context.Context, dsn string) (int, error) {
 // UpDB is [Up] on db. On stdlib.OpenDBFromPool of the process's pool, the
 // migrations open no session of their own.
 func UpDB(ctx context.Context, db *sql.DB) (int, error) {
-	if pending, err := Pending(ctx, db); err == nil && !pending {
-		return 0, nil
+	// A database with no version table has every migration pending.
+	// goose would create the table, and try again for seconds when it may
+	// not: mayCreate says so at once. A database at head needs no right to
+	// create.
+	var versioned bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, goose.DefaultTablename).Scan(&versioned); err != nil {
+		return 0, fmt.Errorf("apply migrations: %w", err)
+	}
+	if versioned {
+		if pending, err := Pending(ctx, db); err == nil && !pending {
+			return 0, nil
+		}
+	}
+	if err := mayCreate(ctx, db); err != nil {
+		return 0, err
 	}
 	p, err := provider(db, true)
 	if err != nil {
@@ -86,4 +100,29 @@ func Pending(ctx context.Context, db *sql.DB) (bool, error) {
 		return false, fmt.Errorf("check pending migrations: %w", err)
 	}
 	return pending, nil
+}
+
+// ErrCannotCreate is in the error of [Up] and [UpDB] when the role may not
+// create the migrations' tables.
+var ErrCannotCreate = errors.New("the migrations cannot create their tables")
+
+// mayCreate returns an error with [ErrCannotCreate] when the role may not
+// create tables in the schema they would go to: the first of search_path
+// that exists.
+func mayCreate(ctx context.Context, db *sql.DB) error {
+	var (
+		schema, role sql.NullString
+		may          bool
+	)
+	err := db.QueryRowContext(ctx, `SELECT current_schema(), current_user,
+  coalesce(has_schema_privilege(current_schema(), 'CREATE'), false)`).Scan(&schema, &role, &may)
+	switch {
+	case err != nil:
+		return fmt.Errorf("apply migrations: %w", err)
+	case !schema.Valid:
+		return fmt.Errorf("apply migrations: %w: no schema of the search_path exists", ErrCannotCreate)
+	case !may:
+		return fmt.Errorf("apply migrations: %w: the role %s may not create tables in schema %s", ErrCannotCreate, role.String, schema.String)
+	}
+	return nil
 }

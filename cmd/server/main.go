@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "sink":
 		return runSink(ctx, args, getenv, stdout, stderr)
 	case "redeliver":
-		return poolerHint(redeliver(ctx, args, getenv, stdout, stderr))
+		return databaseHint(redeliver(ctx, args, getenv, stdout, stderr))
 	case "rules":
 		return rulesCommand(args, getenv, os.Stdin, stdout, stderr)
 	case "serve", "migrate":
@@ -133,12 +133,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cmd == "migrate" {
 		n, err := migrations.Up(ctx, s.databaseURL)
 		if err != nil {
-			return err
+			return databaseHint(err)
 		}
 		log.Info("migrations applied", "count", n)
 		return nil
 	}
-	return poolerHint(serve(ctx, s, log))
+	return databaseHint(serve(ctx, s, log))
 }
 
 // netHTTPMaxHeaderBytes returns the [http.Server].MaxHeaderBytes that
@@ -251,7 +251,7 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	// in a frozen VM. Its transaction must not hold claimed keys or outbox
 	// rows until TCP keepalive notices: every retry would get 409.
 	// Through PgBouncer, the setting must be ignored there, and
-	// PgBouncer's idle_transaction_timeout does the same (poolerHint).
+	// PgBouncer's idle_transaction_timeout does the same (databaseHint).
 	if _, ok := pc.ConnConfig.RuntimeParams[idleInTransactionTimeout]; !ok {
 		pc.ConnConfig.RuntimeParams[idleInTransactionTimeout] = strconv.Itoa(idleInTransactionMillis)
 	}
@@ -270,13 +270,22 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// poolerHint adds to err, when a pooler refused a startup parameter, what
-// to set instead. PgBouncer refuses a startup parameter it does not know
-// unless its ignore_startup_parameters lists it: hookgate's own session
-// setting (newPool), or a setting of DATABASE_URL such as search_path.
-func poolerHint(err error) error {
+// databaseHint adds to err what to change when the database refused
+// hookgate for a reason its operator sets up. A pooler refused a startup
+// parameter: PgBouncer refuses one it does not know unless its
+// ignore_startup_parameters lists it, be it hookgate's own session
+// setting (newPool) or a setting of DATABASE_URL such as search_path. Or
+// the role may not create the migrations' tables in its schema.
+func databaseHint(err error) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != pgerrcode.ProtocolViolation {
+	if errors.Is(err, migrations.ErrCannotCreate) ||
+		errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege && strings.HasPrefix(pe.Message, "permission denied for schema ") {
+		return fmt.Errorf("%w (make the role of DATABASE_URL the database's owner (ALTER DATABASE … OWNER TO …), or give "+
+			"it a schema of its own (CREATE SCHEMA hookgate AUTHORIZATION …, and search_path=hookgate in DATABASE_URL). "+
+			"PostgreSQL 15 and later let only the database's owner create in public; see docs/operations.md, "+
+			"\"A schema of its own\")", err)
+	}
+	if pe == nil || pe.Code != pgerrcode.ProtocolViolation {
 		return err
 	}
 	_, param, ok := strings.Cut(pe.Message, "unsupported startup parameter: ")
