@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
+)
+
+// TestFailoverToASynchronousStandby: hookgate's DATABASE_URL names a
+// standby and its primary, with target_session_attrs=read-write, as
+// operations.md says. The standby is synchronous. In the middle of a load
+// from 16 concurrent senders, the primary crashes (immediate shutdown) and
+// the standby is promoted. Every delivery is then answered 2xx (a sender
+// retries what got an error) and stored once on the new primary, every
+// answer's event is the stored one, and /readyz is ready again: nothing
+// answered 2xx was lost with the old primary.
+func TestFailoverToASynchronousStandby(t *testing.T) {
+	t.Parallel()
+	primary := pgtest.StartCluster(t)
+	if err := run(t.Context(), []string{"migrate"}, envOf("DATABASE_URL", primary.URL()), io.Discard, newLogSink()); err != nil {
+		t.Fatal(err)
+	}
+	standby := primary.StartStandby(t, "hookgate_standby", true)
+	both := strings.Replace(primary.URL(), "127.0.0.1:", "127.0.0.1:"+strconv.Itoa(standby.Port())+",127.0.0.1:", 1)
+	both = withParam(withParam(both, "target_session_attrs=read-write"), "connect_timeout=5")
+	s := startRun(t, both, "--role", "api")
+	c := newClient(t)
+
+	ids := makeIDs("failover-", 3000)
+	var (
+		answered atomic.Int64
+		once     sync.Once
+		failed   = make(chan struct{})
+	)
+	l := &load{client: c, base: s.base, ids: ids, senders: 16, backoff: 20 * time.Millisecond,
+		observe: func(r reply, err error) {
+			if err == nil && r.status/100 == 2 && answered.Add(1) == int64(len(ids)/3) {
+				once.Do(func() {
+					primary.Stop(t)
+					standby.Promote(t)
+					close(failed)
+				})
+			}
+		}}
+	rl := l.start(t)
+	<-rl.done
+	select {
+	case <-failed:
+	default:
+		t.Fatalf("the load ended after %d answers, before the failover", answered.Load())
+	}
+	reportLoad(t, rl.st)
+	if len(rl.st.unfinished) > 0 {
+		t.Fatalf("%d deliveries never answered 2xx after the failover", len(rl.st.unfinished))
+	}
+	pool, err := pgxpool.New(t.Context(), standby.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	checkStored(t, pool, ids, rl.st)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if r, err := get(ctx, c, s.base+"/readyz"); err != nil || r.status != http.StatusOK {
+		t.Errorf("/readyz after the failover: %v %v, want 200", r, err)
+	}
+}
