@@ -49,6 +49,30 @@ func StartCluster(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
+	c := newCluster(t, bindir)
+
+	out, err := c.asServer(filepath.Join(bindir, "initdb"),
+		"-D", c.dataDir(), "-U", "hookgate", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C")
+	if err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+
+	if err := c.startOnFreePort(); err != nil {
+		t.Fatalf("pgtest: start cluster: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := adminExec(ctx, c.urlFor("postgres"), "CREATE DATABASE hookgate"); err != nil {
+		t.Fatalf("pgtest: create database hookgate: %v", err)
+	}
+	return c
+}
+
+// newCluster returns a cluster of the binaries in bindir, in a new
+// directory of the server user, stopped and removed when the test ends.
+func newCluster(t testing.TB, bindir string) *Cluster {
+	t.Helper()
 	dir, err := makeServerDir()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
@@ -62,33 +86,22 @@ func StartCluster(t testing.TB) *Cluster {
 			t.Errorf("pgtest: remove cluster directory: %v", err)
 		}
 	})
+	return c
+}
 
-	out, err := c.asServer(filepath.Join(bindir, "initdb"),
-		"-D", c.dataDir(), "-U", "hookgate", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C")
-	if err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
-	}
-
-	// Another process may take the free port before the server binds it:
-	// try a few ports.
-	for attempt := 1; ; attempt++ {
+// startOnFreePort starts the server on a free port. Another process may
+// take the port before the server binds it: it tries a few.
+func (c *Cluster) startOnFreePort() error {
+	var err error
+	for range 3 {
 		if c.port, err = freePort(); err != nil {
-			t.Fatalf("pgtest: %v", err)
+			return err
 		}
 		if err = c.start(); err == nil {
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("pgtest: start cluster: %v", err)
+			return nil
 		}
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	if err := adminExec(ctx, c.urlFor("postgres"), "CREATE DATABASE hookgate"); err != nil {
-		t.Fatalf("pgtest: create database hookgate: %v", err)
-	}
-	return c
+	return err
 }
 
 // URL returns the URL of the cluster's database "hookgate". The URL stays the

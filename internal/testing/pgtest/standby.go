@@ -3,7 +3,6 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -15,34 +14,14 @@ import (
 // ends, and fails the test on any error.
 func (c *Cluster) StartStandby(t testing.TB, name string, sync bool) *Cluster {
 	t.Helper()
-	dir, err := makeServerDir()
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	s := &Cluster{bindir: c.bindir, dir: dir}
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("pgtest: stop standby: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("pgtest: remove standby directory: %v", err)
-		}
-	})
+	s := newCluster(t, c.bindir)
 	out, err := s.asServer(filepath.Join(c.bindir, "pg_basebackup"), "-h", "127.0.0.1", "-p", fmt.Sprint(c.port), "-U", "hookgate",
 		"-D", s.dataDir(), "-R", "-X", "stream", "-c", "fast", "-d", "application_name="+name)
 	if err != nil {
 		t.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
 	}
-	for attempt := 1; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		if err = s.start(); err == nil {
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("pgtest: start standby: %v", err)
-		}
+	if err := s.startOnFreePort(); err != nil {
+		t.Fatalf("pgtest: start standby: %v", err)
 	}
 	if sync {
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
