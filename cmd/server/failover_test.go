@@ -37,28 +37,29 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 	c := newClient(t)
 
 	ids := makeIDs("failover-", 3000)
+	// A third of the deliveries answered, the load goes on while the
+	// test's goroutine (t.Fatal's) crashes the primary and promotes the
+	// standby.
 	var (
 		answered atomic.Int64
 		once     sync.Once
-		failed   = make(chan struct{})
+		third    = make(chan struct{})
 	)
 	l := &load{client: c, base: s.base, ids: ids, senders: 16, backoff: 20 * time.Millisecond,
 		observe: func(r reply, err error) {
 			if err == nil && r.status/100 == 2 && answered.Add(1) == int64(len(ids)/3) {
-				once.Do(func() {
-					primary.Stop(t)
-					standby.Promote(t)
-					close(failed)
-				})
+				once.Do(func() { close(third) })
 			}
 		}}
 	rl := l.start(t)
-	<-rl.done
 	select {
-	case <-failed:
-	default:
+	case <-third:
+	case <-rl.done:
 		t.Fatalf("the load ended after %d answers, before the failover", answered.Load())
 	}
+	primary.Stop(t)
+	standby.Promote(t)
+	<-rl.done
 	reportLoad(t, rl.st)
 	if len(rl.st.unfinished) > 0 {
 		t.Fatalf("%d deliveries never answered 2xx after the failover", len(rl.st.unfinished))
