@@ -39,6 +39,10 @@ func TestTransient(t *testing.T) {
 		{"statement timeout", pg(pgerrcode.QueryCanceled), true},
 		{"admin shutdown", pg(pgerrcode.AdminShutdown), true},
 		{"too many connections", pg(pgerrcode.TooManyConnections), true},
+		// Seen when the database's disk filled: "could not extend file
+		// ...: No space left on device". Freed, the retry is stored.
+		{"disk full", pg(pgerrcode.DiskFull), true},
+		{"out of memory", pg(pgerrcode.OutOfMemory), true},
 		{"read-only standby", pg(pgerrcode.ReadOnlySQLTransaction), true},
 		{"fatal of any code", pg2("FATAL", pgerrcode.InternalError, "terminating connection"), true},
 		// Seen when a Citus coordinator's postmaster was killed under a
