@@ -1,7 +1,9 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
@@ -33,13 +35,67 @@ type targetView struct {
 	P50, P95 latency
 }
 
-// overview shows each sender's deliveries and the state of its targets.
+// overviewPage is the most senders one overview page shows. Each costs the
+// page about half a dozen statements, some 20 ms and 60 KB of charts: a
+// configuration of 500 senders made one page of 32 MB that took 2.5 s.
+const overviewPage = 10
+
+// overviewView is one page of the overview: the senders from position
+// From to To (1-based) of Total, in the configuration's order, and the
+// links to the pages before and after it.
+type overviewView struct {
+	Senders          []senderView
+	From, To, Total  int
+	Page, Pages      int
+	Prev, Next, Last string
+	// Back is where a refused page's link goes: the first page, or the
+	// last one.
+	Back string
+}
+
+// overviewLink is the address of the overview's page n.
+func overviewLink(n int) string {
+	if n <= 1 {
+		return "/console/"
+	}
+	return "/console/?page=" + strconv.Itoa(n)
+}
+
+// overview shows each sender's deliveries and the state of its targets,
+// overviewPage senders a page (?page=N).
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	now := c.opts.Now()
-	var out []senderView
 	cfg := c.config()
-	for i := range cfg.Senders {
+	v := overviewView{Total: len(cfg.Senders), Page: 1, Pages: max(1, (len(cfg.Senders)+overviewPage-1)/overviewPage)}
+	if q := r.URL.Query().Get("page"); q != "" {
+		n, err := strconv.Atoi(q)
+		if err != nil || n < 1 {
+			v.Back = overviewLink(1)
+			c.render(w, r, http.StatusBadRequest, "overview", page{Title: "Overview", Message: "Page: a whole number from 1.", Data: v})
+			return
+		}
+		if n > v.Pages {
+			v.Back = overviewLink(v.Pages)
+			c.render(w, r, http.StatusNotFound, "overview", page{Title: "Overview",
+				Message: fmt.Sprintf("There is no page %d: %d senders make %d pages of %d.", n, v.Total, v.Pages, overviewPage), Data: v})
+			return
+		}
+		v.Page = n
+	}
+	first := (v.Page - 1) * overviewPage
+	last := min(first+overviewPage, v.Total)
+	if v.Total > 0 {
+		v.From, v.To = first+1, last
+	}
+	if v.Page > 1 {
+		v.Prev = overviewLink(v.Page - 1)
+	}
+	if v.Page < v.Pages {
+		v.Next, v.Last = overviewLink(v.Page+1), overviewLink(v.Pages)
+	}
+	out := make([]senderView, 0, last-first)
+	for i := first; i < last; i++ {
 		sd := &cfg.Senders[i]
 		counts, err := c.q.CountDeliveries(ctx, sd.Name, now)
 		if err != nil {
@@ -88,7 +144,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		sv.Targets = append(sv.Targets, removedTargets(sd, byTarget)...)
 		out = append(out, sv)
 	}
-	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: out})
+	v.Senders = out
+	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Data: v})
 }
 
 // removedTargets returns the targets that sd no longer has but that have
