@@ -59,6 +59,7 @@ const waitTimeout = 2 * time.Minute
 type env struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
+	dsnURL  string // the database's
 	cfg     *config.Config
 	river   *queue.River
 	reg     *prometheus.Registry
@@ -156,7 +157,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 	if err != nil {
 		t.Fatalf("config.Parse: %v\n%s", err, yaml)
 	}
-	pool, _ := pgtest.NewDB(t)
+	pool, dsn := pgtest.NewDB(t)
 	if opts.Backoff == (forward.Backoff{}) {
 		opts.Backoff = testBackoff
 	}
@@ -245,7 +246,7 @@ func newEnvWith(t *testing.T, forwardYAML string, opts envOpts, fo *fastOptions)
 			}
 		})
 	}
-	e := &env{t: t, pool: pool, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake, split: cc.Distributed, pauses: pauses}
+	e := &env{t: t, pool: pool, dsnURL: dsn, cfg: cfg, river: client, reg: reg, log: log, relayWake: wake, split: cc.Distributed, pauses: pauses}
 	if fo != nil {
 		e.relayIdle = fo.relayIdle
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,8 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/queuetest"
 	"github.com/hookgate/hookgate/internal/testing/storetest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
@@ -524,5 +527,78 @@ func TestRelayIdleLooksAgainWhenWoken(t *testing.T) {
 	// The look that moved them, then one that found nothing: then an hour.
 	if n := relay.Looks(); n > 5 {
 		t.Errorf("the relay looked %d times: it does not wait its idle interval", n)
+	}
+}
+
+// TestRelayLooksAtEverySenderInOneRoundTrip: on PostgreSQL, a relay round
+// looks for takeable outbox rows of every configured sender in one
+// statement. An idle round over 300 senders is one round trip, not 300,
+// however many senders there are; a round that finds rows takes them from
+// the senders that have some, and only from those: the forwards of acme,
+// the 150th of 300 senders, become one job each.
+func TestRelayLooksAtEverySenderInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, twoTargets, envOpts{})
+	ctx := t.Context()
+	// The relay's own configuration: acme among 299 senders with nothing
+	// to forward.
+	var b strings.Builder
+	b.WriteString("senders:\n")
+	for i := range 300 {
+		name := fmt.Sprintf("s%03d", i)
+		if i == 149 {
+			name = "acme"
+		}
+		fmt.Fprintf(&b, "  - name: %s\n    preset: generic\n    delivery_id: { header: X-Delivery-Id }\n    forward:\n%s", name, twoTargets)
+	}
+	cfg, err := config.Parse([]byte(b.String()), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	r := e.newRelayWith(0, func(rc *forward.RelayConfig) {
+		rc.Pool, rc.Senders = pgtest.CountedPool(t, ctx, e.dsnURL, &writes), cfg
+	})
+	// The first round also looks for senders the configuration does not
+	// name (every 5 minutes).
+	if n, err := r.Once(ctx); err != nil || n != 0 {
+		t.Fatalf("the first round: moved %d, %v; want nothing to move", n, err)
+	}
+	for range 3 {
+		w0 := writes.Load()
+		if n, err := r.Once(ctx); err != nil || n != 0 {
+			t.Fatalf("an idle round: moved %d, %v", n, err)
+		}
+		if w := writes.Load() - w0; w != 1 {
+			t.Fatalf("an idle round over 300 senders took %d round trips, want 1", w)
+		}
+	}
+
+	// A first take prepares its statements on the connection.
+	warm := e.deliverMany(deliveryIDs("warm", 1))
+	if n, err := r.Once(ctx); err != nil || n != 2 {
+		t.Fatalf("a round with acme's 2 outbox rows waiting: moved %d, %v", n, err)
+	}
+	events := e.deliverMany(deliveryIDs("look", 5))
+	w0 := writes.Load()
+	n, err := r.Once(ctx)
+	if err != nil || n != 10 {
+		t.Fatalf("a round with acme's 10 outbox rows waiting: moved %d, %v", n, err)
+	}
+	// The look, then acme's take and its jobs' insert in one transaction.
+	if w := writes.Load() - w0; w > 10 {
+		t.Errorf("the round that moved acme's rows took %d round trips: the other 299 senders cost some", w)
+	} else {
+		t.Logf("the round that moved acme's rows took %d round trips", w)
+	}
+	for id, ev := range warm {
+		events[id] = ev
+	}
+	want, deliveryOf := wantForwards(events)
+	if got := e.forwardKeys(deliveryOf); !slices.Equal(got, want) {
+		t.Errorf("forward jobs %v, want one per event and target %v", got, want)
+	}
+	if rows := e.outbox(); len(rows) != 0 {
+		t.Errorf("%d outbox rows left, want none", len(rows))
 	}
 }

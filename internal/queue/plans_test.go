@@ -12,6 +12,8 @@ package queue
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -256,6 +258,22 @@ func testQueuePlans(t *testing.T, grown bool) {
 			}
 		})
 		checkPlans(t, explainConn, 1, store.OutboxIndexScans, store.OutboxWaitingSQL, "acme", store.DefaultRecordedGrace.Microseconds())
+	})
+
+	t.Run("relay look at every sender", func(t *testing.T) {
+		// Many senders: with 500 and an EXISTS, PostgreSQL planned a hash
+		// semi-join that read the whole outbox.
+		senders := make([]string, 500)
+		for i := range senders {
+			senders[i] = fmt.Sprintf("s%03d", i)
+		}
+		senders[250] = "acme"
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			if got, err := store.New(conn).OutboxSendersWaiting(ctx, senders, store.DefaultRecordedGrace); err != nil || !slices.Equal(got, []string{"acme"}) {
+				t.Fatalf("%s, run %d: OutboxSendersWaiting = %v, %v; want [acme]", mode, run, got, err)
+			}
+		})
+		checkPlans(t, explainConn, len(senders), store.OutboxIndexScans, store.OutboxSendersWaitingSQL, senders, store.DefaultRecordedGrace.Microseconds())
 	})
 
 	t.Run("recording", func(t *testing.T) {

@@ -206,6 +206,42 @@ func (q *Queries) OutboxWaiting(ctx context.Context, sender string, grace time.D
 	return waiting, nil
 }
 
+// OutboxSendersWaitingSQL returns those of the senders $1 that have
+// takeable outbox rows, with the grace $2, in their order: one probe of the
+// primary key per sender, under [OutboxIndexScans], in one statement. The
+// LATERAL subquery's LIMIT keeps it a nested loop that stops at each
+// sender's first takeable row: written as EXISTS, PostgreSQL planned a
+// hash semi-join that reads every row of the outbox.
+var OutboxSendersWaitingSQL = `SELECT s.sender FROM unnest($1::text[]) WITH ORDINALITY AS s(sender, n)
+CROSS JOIN LATERAL (SELECT 1 FROM forward_outbox WHERE sender = s.sender AND ` + takeable("$2") + ` LIMIT 1) o
+ORDER BY s.n`
+
+// OutboxSendersWaiting returns those of senders that have takeable outbox
+// rows, in their order: [OutboxWaiting] for many senders in one round trip.
+// The relay looks with it on PostgreSQL, so that an idle round costs one
+// statement however many senders there are. Citus would run it on every
+// shard: there the relay looks sender by sender.
+func (q *Queries) OutboxSendersWaiting(ctx context.Context, senders []string, grace time.Duration) ([]string, error) {
+	var b pgx.Batch
+	q.queueTimeout(&b)
+	b.Queue(OutboxIndexScans)
+	b.Queue(OutboxSendersWaitingSQL, senders, grace.Microseconds())
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if err := q.execSettings(br, &b); err != nil {
+		return nil, fmt.Errorf("look for outbox rows: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("look for outbox rows: %w", err)
+	}
+	waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look for outbox rows: %w", err)
+	}
+	return waiting, nil
+}
+
 // OutboxSenders returns the senders with outbox rows, other than those in
 // except.
 func (q *Queries) OutboxSenders(ctx context.Context, except []string) ([]string, error) {
