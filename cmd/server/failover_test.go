@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
+	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
 // TestFailoverToASynchronousStandby: hookgate's DATABASE_URL names a
@@ -75,4 +78,78 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 	if r, err := get(ctx, c, s.base+"/readyz"); err != nil || r.status != http.StatusOK {
 		t.Errorf("/readyz after the failover: %v %v, want 200", r, err)
 	}
+}
+
+// hungHost listens on a port of its own, takes every TCP connection and
+// never answers: a database host that froze, or a proxy whose backend is
+// gone. It returns its host:port; the connections close with the test.
+func hungHost(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestAHostThatNeverAnswers: a database host that takes the connection and
+// never answers does not hold hookgate for ever. Alone in DATABASE_URL,
+// migrate and serve stop with a timeout (pgx waits for ever without
+// connect_timeout, and had held serve's start, saying nothing); named
+// before a working host, as the old primary of a failover would be, each
+// connection goes on to the next host after the default connect timeout,
+// and a burst of 100 deliveries from 16 concurrent senders is stored once
+// each and forwarded.
+func TestAHostThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	pool, dsn := pgtest.NewDB(t)
+	hung := hungHost(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	working := u.Host
+	u.Host = hung
+	alone := u.String()
+	for _, cmd := range []string{"migrate", "serve"} {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		start := time.Now()
+		err := run(ctx, []string{cmd, "--addr", "127.0.0.1:0", "--config", writeConfig(t, senderConfig)}, envOf("DATABASE_URL", alone), io.Discard, newLogSink())
+		expired := ctx.Err()
+		cancel()
+		if err == nil || expired != nil || !strings.Contains(err.Error(), "timeout") {
+			t.Fatalf("%s against a host that never answers: %v after %s; want it to stop by itself with a timeout", cmd, err, time.Since(start).Round(time.Millisecond))
+		}
+		t.Logf("%s stopped after %s: %v", cmd, time.Since(start).Round(time.Millisecond), err)
+	}
+
+	both := strings.Replace(dsn, working, hung+","+working, 1)
+	tg := testkit.NewTarget(t, testkit.Always(http.StatusOK))
+	s := startRunWith(t, both, senderConfig+"    forward:\n      - { name: ok, url: "+tg.URL+" }\n")
+	burstStoredAndForwarded(t, s.base, pool, tg, "hung-", 100)
 }

@@ -206,6 +206,27 @@ func TestNewPoolShrinksWhenIdle(t *testing.T) {
 	}
 }
 
+// A connection attempt gives up on a host after 5 s unless the URL sets
+// connect_timeout (pgx's own default waits for ever).
+func TestNewPoolConnectTimeout(t *testing.T) {
+	t.Parallel()
+	for url, want := range map[string]time.Duration{
+		"postgres://127.0.0.1:1/x":                         defaultConnectTimeout,
+		"postgres://127.0.0.1:1/x?connect_timeout=2":       2 * time.Second,
+		"host=127.0.0.1 port=1 dbname=x":                   defaultConnectTimeout,
+		"host=127.0.0.1 port=1 dbname=x connect_timeout=9": 9 * time.Second,
+	} {
+		pool, err := newPool(t.Context(), url) // connects lazily
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		if got := pool.Config().ConnConfig.ConnectTimeout; got != want {
+			t.Errorf("%s: ConnectTimeout %v, want %v", url, got, want)
+		}
+		pool.Close()
+	}
+}
+
 // A configuration with a secret of hookgate.example.yaml is refused, naming
 // the field, unless HOOKGATE_ALLOW_EXAMPLE_SECRETS=1, which starts with a
 // warning.

@@ -131,7 +131,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return errors.New("DATABASE_URL is not set: give the PostgreSQL URL in DATABASE_URL or --database-url (make run starts a local database and sets it)")
 	}
 	if cmd == "migrate" {
-		n, err := migrations.Up(ctx, s.databaseURL)
+		// Through serve's pool: its connect timeout and session settings.
+		db, err := openDatabase(ctx, s.databaseURL)
+		if err != nil {
+			return err
+		}
+		defer db.close()
+		n, err := migrations.UpDB(ctx, db.sql)
 		if err != nil {
 			return databaseHint(err)
 		}
@@ -223,6 +229,14 @@ func checkExampleSecrets(cfg *config.Config, s *settings, log *slog.Logger) erro
 	return nil
 }
 
+// defaultConnectTimeout bounds each connection attempt to a host, unless
+// the URL sets connect_timeout or the environment PGCONNECT_TIMEOUT.
+// pgx's own default is none: a host that takes the TCP connection and
+// never answers (a frozen server, a proxy whose backend is gone) held
+// hookgate's start, and every new connection, for as long as it lasted.
+// With several hosts in the URL, each gets its own.
+const defaultConnectTimeout = 5 * time.Second
+
 // idleInTransactionTimeout is the session setting that ends a transaction
 // left idle, after idleInTransactionMillis.
 const (
@@ -246,6 +260,9 @@ func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	// the processes use, not by what they once used.
 	if !strings.Contains(url, "pool_max_conn_idle_time") {
 		pc.MaxConnIdleTime = defaultMaxConnIdleTime
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 && !strings.Contains(url, "connect_timeout") && os.Getenv("PGCONNECT_TIMEOUT") == "" {
+		pc.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
 	// A gateway can vanish mid-transaction, behind a network partition or
 	// in a frozen VM. Its transaction must not hold claimed keys or outbox
