@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -48,6 +49,9 @@ func TestBatchCommitCutFailsWholeBatch(t *testing.T) {
 		}
 		if !Transient(c.err) {
 			t.Errorf("delivery %s: %v is not transient; want a retry-later error", c.d.DeliveryID, c.err)
+		}
+		if !errors.Is(c.err, ErrOutcomeUnknown) {
+			t.Errorf("delivery %s: %v; want ErrOutcomeUnknown (it may have committed, and did)", c.d.DeliveryID, c.err)
 		}
 	}
 	for _, d := range ds {

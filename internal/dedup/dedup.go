@@ -565,7 +565,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 	if err := pl.Flush(); err != nil {
 		_ = pl.Close()
 		// Some of it, the COMMIT included, may have reached the server.
-		return out, fmt.Errorf("send delivery: %w: %w", ErrUnavailable, err)
+		return out, fmt.Errorf("send delivery: %w: %w: %w", ErrUnavailable, ErrOutcomeUnknown, err)
 	}
 
 	i := 0 // the statement whose result comes next
@@ -574,7 +574,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 		if !errors.As(err, &pgErr) {
 			// The connection is gone: the outcome of COMMIT is unknown.
 			_ = pl.Close()
-			return fmt.Errorf("delivery pipeline: %w: %w", ErrUnavailable, err)
+			return fmt.Errorf("delivery pipeline: %w: %w: %w", ErrUnavailable, ErrOutcomeUnknown, err)
 		}
 		if out.failed == nil {
 			out.failed, out.failedAt = err, i
@@ -613,7 +613,7 @@ func (s *Store) pipeline(ctx context.Context, conn *pgx.Conn, p *plan) (*results
 			i++
 		case nil:
 			_ = pl.Close()
-			return out, fmt.Errorf("delivery pipeline: results ended early: %w", ErrUnavailable)
+			return out, fmt.Errorf("delivery pipeline: results ended early: %w: %w", ErrUnavailable, ErrOutcomeUnknown)
 		}
 	}
 	if err := pl.Close(); err != nil {

@@ -17,6 +17,13 @@ import (
 // did, and does the work if it did not.
 var ErrUnavailable = errors.New("dedup: database unavailable")
 
+// ErrOutcomeUnknown is with [ErrUnavailable] when the connection was lost,
+// or the wait for PostgreSQL's answer ran out, after the delivery's
+// transaction, its COMMIT included, was sent: it may have committed. The
+// sender's retry with the same delivery ID is answered from the stored
+// delivery if it did, and stores it if it did not.
+var ErrOutcomeUnknown = errors.New("dedup: the delivery's transaction may have committed")
+
 // citusPostmasterDied is the message of the error Citus raises in a
 // statement waiting on a worker when the coordinator's postmaster dies.
 const citusPostmasterDied = "postmaster was shut down, exiting"

@@ -94,6 +94,8 @@ func classify(err error) *problemError {
 		return &problemError{typ: probOverloaded, detail: "The database cannot take this delivery in time; nothing was recorded. Retry after the time in Retry-After.", cause: err}
 	case errors.Is(err, dedup.ErrInFlight):
 		return &problemError{typ: probInFlight, detail: "Another request with this delivery ID is still being processed. Retry after the time in Retry-After.", cause: err}
+	case errors.Is(err, dedup.ErrOutcomeUnknown):
+		return &problemError{typ: probUnavailable, detail: "The database did not confirm the delivery, which may have been stored. Retry with the same delivery ID: a stored delivery is answered with its stored response, one that was not is stored then.", cause: err}
 	case dedup.Transient(err):
 		return &problemError{typ: probUnavailable, detail: "The delivery could not be stored and nothing was recorded. Retry later.", cause: err}
 	default:

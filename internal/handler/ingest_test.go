@@ -490,6 +490,56 @@ func TestIngestDatabaseUnreachableIs503(t *testing.T) {
 	}
 }
 
+// A delivery whose connection is cut after its COMMIT reached PostgreSQL,
+// before the answer came back (a proxy that lets the COMMIT through and
+// closes the connection), is answered 503 with Retry-After, saying that
+// it may have been stored, not that nothing was; it was, and the sender's
+// retry with the same delivery ID gets the stored 202, replayed. A database
+// that cannot be reached at all still says that nothing was recorded.
+func TestIngestCommitCutSaysItMayBeStored(t *testing.T) {
+	t.Parallel()
+	pgtest.SkipOnCitus(t, "the proxy cuts the COMMIT of a transaction; on Citus a delivery is one call of the delegated function")
+	pool, dsn := pgtest.NewDB(t)
+	proxy, viaProxy := pgtest.NewCutProxy(t, dsn)
+	s := newServer(t, newPool(t, viaProxy, 2), options{})
+	// A first delivery prepares the statements, on the connection the cut
+	// then hits.
+	wantAccepted(t, s.post("hdr", "warm-1", []byte(`{"a":0}`)), "hdr", "warm-1")
+
+	proxy.ArmCommitCut()
+	r := s.post("hdr", "cut-1", []byte(`{"a":1}`))
+	if proxy.Cuts() != 1 {
+		t.Fatalf("the proxy cut %d connections after a COMMIT, want 1: %s", proxy.Cuts(), r)
+	}
+	p := wantProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	wantRetryAfter(t, r)
+	if !strings.Contains(p.Detail, "may have been stored") || strings.Contains(p.Detail, "nothing was recorded") {
+		t.Errorf("the 503 of a COMMIT whose answer was lost says %q; want that the delivery may have been stored", p.Detail)
+	}
+	var stored string
+	if err := pool.QueryRow(t.Context(), `SELECT event_id::text FROM processed_messages WHERE sender = 'hdr' AND delivery_id = 'cut-1'`).Scan(&stored); err != nil {
+		t.Fatalf("the cut delivery's key: %v; want it stored (the COMMIT went through)", err)
+	}
+	retry := s.post("hdr", "cut-1", []byte(`{"a":1}`))
+	var body acceptedBody
+	if retry.status != http.StatusAccepted || !retry.replayed() || json.Unmarshal(retry.body, &body) != nil || body.EventID != stored {
+		t.Errorf("the retry: %s; want the stored 202 of event %s, replayed", retry, stored)
+	}
+
+	// Nothing sent: nothing recorded, and it says so.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	down := newServer(t, newPool(t, "postgres://hookgate@"+addr+"/nowhere?sslmode=disable&connect_timeout=5", 2), options{})
+	p = wantProblem(t, down.post("hdr", "down-1", []byte(`{"a":1}`)), http.StatusServiceUnavailable, "unavailable")
+	if !strings.Contains(p.Detail, "nothing was recorded") {
+		t.Errorf("the 503 of an unreachable database says %q; want that nothing was recorded", p.Detail)
+	}
+}
+
 // A failure of the state change — here another constraint of webhook_events
 // — rolls back the claim too: the answer is 500 (not a transient failure: a
 // retry meets it again until the cause is gone), its cause is logged,
