@@ -190,20 +190,27 @@ var OutboxWaitingSQL = `SELECT EXISTS (SELECT 1 FROM forward_outbox
 // holds counts, and the take then finds nothing. It runs in one round trip
 // under [OutboxIndexScans] and q's statement timeout, if any.
 func (q *Queries) OutboxWaiting(ctx context.Context, sender string, grace time.Duration) (bool, error) {
+	var waiting bool
+	err := q.look(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&waiting) }, OutboxWaitingSQL, sender, grace.Microseconds())
+	return waiting, err
+}
+
+// look sends sql with args in one round trip, after q's statement timeout,
+// if any, and [OutboxIndexScans], and reads its result with read.
+func (q *Queries) look(ctx context.Context, read func(pgx.BatchResults) error, sql string, args ...any) error {
 	var b pgx.Batch
 	q.queueTimeout(&b)
 	b.Queue(OutboxIndexScans)
-	b.Queue(OutboxWaitingSQL, sender, grace.Microseconds())
+	b.Queue(sql, args...)
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	if err := q.execSettings(br, &b); err != nil {
-		return false, fmt.Errorf("look for outbox rows: %w", err)
+		return fmt.Errorf("look for outbox rows: %w", err)
 	}
-	var waiting bool
-	if err := br.QueryRow().Scan(&waiting); err != nil {
-		return false, fmt.Errorf("look for outbox rows: %w", err)
+	if err := read(br); err != nil {
+		return fmt.Errorf("look for outbox rows: %w", err)
 	}
-	return waiting, nil
+	return nil
 }
 
 // OutboxSendersWaitingSQL returns those of the senders $1 that have
@@ -222,24 +229,16 @@ ORDER BY s.n`
 // statement however many senders there are. Citus would run it on every
 // shard: there the relay looks sender by sender.
 func (q *Queries) OutboxSendersWaiting(ctx context.Context, senders []string, grace time.Duration) ([]string, error) {
-	var b pgx.Batch
-	q.queueTimeout(&b)
-	b.Queue(OutboxIndexScans)
-	b.Queue(OutboxSendersWaitingSQL, senders, grace.Microseconds())
-	br := q.db.SendBatch(ctx, &b)
-	defer br.Close()
-	if err := q.execSettings(br, &b); err != nil {
-		return nil, fmt.Errorf("look for outbox rows: %w", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, fmt.Errorf("look for outbox rows: %w", err)
-	}
-	waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("look for outbox rows: %w", err)
-	}
-	return waiting, nil
+	var waiting []string
+	err := q.look(ctx, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		waiting, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}, OutboxSendersWaitingSQL, senders, grace.Microseconds())
+	return waiting, err
 }
 
 // OutboxSenders returns the senders with outbox rows, other than those in
