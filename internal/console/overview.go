@@ -3,7 +3,9 @@ package console
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hookgate/hookgate/internal/config"
 	"github.com/hookgate/hookgate/internal/forward"
@@ -62,12 +64,24 @@ func overviewLink(n int) string {
 }
 
 // overview shows each sender's deliveries and the state of its targets,
-// overviewPage senders a page (?page=N).
+// overviewPage senders a page (?page=N). ?sender=NAME goes to the page
+// that shows that sender, at its section.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	now := c.opts.Now()
 	cfg := c.config()
 	v := overviewView{Total: len(cfg.Senders), Page: 1, Pages: max(1, (len(cfg.Senders)+overviewPage-1)/overviewPage)}
+	if name := strings.TrimSpace(r.URL.Query().Get("sender")); name != "" {
+		// The form on a page of many: to the page that shows the sender.
+		i := slices.IndexFunc(cfg.Senders, func(s config.Sender) bool { return s.Name == name })
+		if i < 0 {
+			v.Back = overviewLink(1)
+			c.render(w, r, http.StatusNotFound, "overview", page{Title: "Overview", Message: fmt.Sprintf("No sender is named %q.", name), Data: v})
+			return
+		}
+		http.Redirect(w, r, overviewLink(i/overviewPage+1)+"#sender-"+name, http.StatusSeeOther)
+		return
+	}
 	if q := r.URL.Query().Get("page"); q != "" {
 		n, err := strconv.Atoi(q)
 		if err != nil || n < 1 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func manySendersYAML(n int) string {
 }
 
 var (
-	overviewSender = regexp.MustCompile(`<section class="sender">\s*<h2><a href="/console/senders/([^/"]+)/deliveries">`)
+	overviewSender = regexp.MustCompile(`<section class="sender" id="sender-[^"]+">\s*<h2><a href="/console/senders/([^/"]+)/deliveries">`)
 	pageNext       = regexp.MustCompile(`<a rel="next" href="([^"]+)">`)
 	pagePrev       = regexp.MustCompile(`<a rel="prev" href="([^"]+)">`)
 )
@@ -33,8 +34,9 @@ var (
 // overview shows them ten a page, in the configuration's order; following
 // its "next" links from the first page shows every sender once; a page
 // past the last is 404 and a page that is not a number 400, each saying
-// why and linking to a page that exists. A configuration that fits one
-// page has no page links.
+// why and linking to a page that exists; its form's sender name goes to
+// the page and section of that sender, and an unknown name is 404. A
+// configuration that fits one page has no page links.
 func TestOverviewPagesItsSenders(t *testing.T) {
 	t.Parallel()
 	e := newEnvWith(t, manySendersYAML(23), newOptions(), workOpts{})
@@ -100,6 +102,25 @@ func TestOverviewPagesItsSenders(t *testing.T) {
 			!strings.Contains(p.body, `href="/console/">First page`) || overviewSender.MatchString(p.body) {
 			t.Errorf("page %q: %d %.600s; want 400 saying why, with a link to the first page", q, p.status, p.body)
 		}
+	}
+
+	// The form on the pages: a sender's name goes to its page, at its
+	// section; an unknown name is 404.
+	if !strings.Contains(pages[0].body, `name="sender"`) {
+		t.Errorf("the first page has no form to go to a sender")
+	}
+	for name, want := range map[string]string{"s17": "/console/?page=2#sender-s17", "s01": "/console/#sender-s01", " s23 ": "/console/?page=3#sender-s23"} {
+		p := e.do(c, http.MethodGet, "/console/?sender="+url.QueryEscape(name), nil, nil)
+		if p.status != http.StatusSeeOther || p.header.Get("Location") != want {
+			t.Errorf("sender %q: %d to %q; want 303 to %s", name, p.status, p.header.Get("Location"), want)
+		}
+	}
+	if !strings.Contains(pages[1].body, `<section class="sender" id="sender-s17">`) {
+		t.Errorf("page 2 has no section with the anchor sender-s17")
+	}
+	p = e.do(c, http.MethodGet, "/console/?sender=nobody", nil, nil)
+	if p.status != http.StatusNotFound || !strings.Contains(p.body, "No sender is named &#34;nobody&#34;.") || overviewSender.MatchString(p.body) {
+		t.Errorf("an unknown sender: %d %.600s; want 404 naming it", p.status, p.body)
 	}
 
 	// Two senders fit one page: no page links.

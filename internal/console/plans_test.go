@@ -374,7 +374,7 @@ var targetRow = regexp.MustCompile(`(?s)<span class="name">([^<]+)</span>.*?<td 
 // against the fixtures'.
 func checkOverviewCounts(t *testing.T, body string) {
 	t.Helper()
-	sections := strings.Split(body, `<section class="sender">`)
+	sections := strings.Split(body, `<section class="sender" id=`)
 	if len(sections) != 3 {
 		t.Fatalf("the overview shows %d senders, want acme and beta", len(sections)-1)
 	}
