@@ -145,3 +145,51 @@ func TestCountDeliveriesKeepsClosedHours(t *testing.T) {
 		t.Errorf("oldest kept hour %s, want none before %s", oldest, limit)
 	}
 }
+
+// TestViewersCountingTheSameHoursAtOnce: viewers that count the same
+// newly closed hours at the same moment all answer the counts of one scan;
+// none fails (their transactions keep the same rows, so they must take the
+// rows' locks in the same order, or PostgreSQL aborts one as a deadlock).
+func TestViewersCountingTheSameHoursAtOnce(t *testing.T) {
+	t.Parallel()
+	s, _ := store(t)
+	ctx := t.Context()
+	now := time.Date(2026, 12, 1, 10, 20, 0, 0, time.UTC)
+	statuses := []int{200, 201, 202, 204, 208}
+	for h := range 24 {
+		for i, st := range statuses {
+			acceptAnswered(t, s, "orders", fmt.Sprintf("o-%d-%d", h, i), now.Add(-time.Duration(h)*time.Hour-5*time.Minute), st, nil)
+		}
+	}
+	if _, err := s.CountDeliveries(ctx, "orders", now); err != nil {
+		t.Fatal(err)
+	}
+	const viewers = 16
+	// Each round forgets the last closed hour's counts, so every viewer
+	// finds that hour missing, counts it and keeps it, all at once, as when
+	// an hour has just closed under a console open in several browsers.
+	for round := range 20 {
+		if _, err := s.pool.Exec(ctx, `DELETE FROM delivery_hour_counts WHERE sender = 'orders' AND hour = $1`, now.Add(-2*time.Hour).Truncate(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		at := now.Add(time.Duration(round) * time.Minute)
+		want := refCounts(t, s, "orders", at)
+		results := make([][]StatusCount, viewers)
+		errs := make([]error, viewers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range viewers {
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = s.CountDeliveries(ctx, "orders", at)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i := range viewers {
+			if errs[i] != nil || !slices.Equal(results[i], want) {
+				t.Errorf("round %d, viewer %d: %+v, %v; want %+v", round, i, results[i], errs[i], want)
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -518,9 +519,13 @@ func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Ti
 				args = []any{sender}
 			}
 		}
+		// The rows go in one order, the hours' and their statuses', for
+		// every viewer: two viewers keeping the same hour at once then
+		// wait for one another's row in turn. In a map's order, each holds
+		// a row the other needs, and PostgreSQL aborts one as a deadlock.
 		for _, h := range hours {
-			for s, n := range out[h] {
-				args = append(args, h, s, n)
+			for _, s := range slices.Sorted(maps.Keys(out[h])) {
+				args = append(args, h, s, out[h][s])
 				if len(args) > storeHoursMaxRows*3 {
 					flush()
 				}
