@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -104,10 +105,23 @@ var (
 
 // AddTraffic adds deltas to their minutes' and hours' rows, in one
 // transaction. It also forgets the rows older than [TrafficRetention].
+//
+// Every process adds to the same rows, each about once a second. So every
+// transaction takes the rows in one order: the minutes' rows by key, then
+// the hours' rows by key. Two processes adding to the same rows then wait
+// for one another in turn; in the order of each one's counters, each
+// would hold a row the other waits for, and PostgreSQL would abort one as
+// a deadlock.
 func (q *Queries) AddTraffic(ctx context.Context, deltas []TrafficDelta, now time.Time) error {
+	deltas = slices.Clone(deltas)
+	slices.SortFunc(deltas, func(a, b TrafficDelta) int {
+		return cmp.Or(cmp.Compare(a.Sender, b.Sender), cmp.Compare(a.Target, b.Target), cmp.Compare(a.Kind, b.Kind), a.Minute.Compare(b.Minute))
+	})
 	b := &pgx.Batch{}
 	for _, d := range deltas {
 		b.Queue(addMinuteSQL, d.Sender, d.Target, d.Kind, d.Minute.UTC().Truncate(time.Minute), d.N, d.SumMS, d.Hist)
+	}
+	for _, d := range deltas {
 		b.Queue(addHourSQL, d.Sender, d.Target, d.Kind, d.Minute.UTC().Truncate(time.Hour), d.N, d.SumMS, d.Hist)
 	}
 	b.Queue(`DELETE FROM traffic_minutes WHERE minute < $1`, now.Add(-TrafficRetention))

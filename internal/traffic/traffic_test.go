@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -287,5 +288,64 @@ func TestNewRefusesMissingDependencies(t *testing.T) {
 		if _, err := New(tc.c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.c, err, tc.want)
 		}
+	}
+}
+
+// TestProcessesFlushingAtOnce: several processes on one database count
+// the same senders and targets and flush at the same moment, round after
+// round. No flush fails (each takes its rows' locks in the same order, or
+// PostgreSQL aborts one as a deadlock), and the stored counts are the sum
+// of every process's.
+func TestProcessesFlushingAtOnce(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	ctx := context.Background()
+	q := store.New(pool)
+	now := time.Date(2026, 12, 1, 6, 30, 10, 0, time.UTC)
+	const processes, senders, rounds = 4, 12, 10
+	recorders := make([]*Recorder, processes)
+	for i := range recorders {
+		recorders[i] = newRecorder(t, q)
+		recorders[i].now = func() time.Time { return now }
+	}
+	for round := range rounds {
+		for _, r := range recorders {
+			for s := range senders {
+				sender := "s" + strconv.Itoa(s)
+				r.Ingest(sender, "accepted")
+				r.Ingest(sender, "replayed")
+				r.Forward(sender, "svc", true, time.Millisecond)
+				r.Forward(sender, "svc", false, time.Millisecond)
+			}
+		}
+		errs := make([]error, processes)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, r := range recorders {
+			wg.Go(func() {
+				<-start
+				errs[i] = r.Flush(ctx)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d, process %d: flush: %v", round, i, err)
+			}
+		}
+	}
+	var rows, total int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), sum(n) FROM traffic_minutes`).Scan(&rows, &total); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(processes * senders * rounds * 4); rows != senders*4 || total != want {
+		t.Errorf("traffic_minutes: %d rows counting %d, want %d rows counting %d", rows, total, senders*4, want)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*), sum(n) FROM traffic_hours`).Scan(&rows, &total); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(processes * senders * rounds * 4); rows != senders*4 || total != want {
+		t.Errorf("traffic_hours: %d rows counting %d, want %d rows counting %d", rows, total, senders*4, want)
 	}
 }
