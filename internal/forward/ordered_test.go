@@ -385,3 +385,159 @@ func TestOrderedBulkRedelivery(t *testing.T) {
 		t.Errorf("key a delivered %v, want [1 4 2 3]", got)
 	}
 }
+
+// A bulk redelivery of an ordered target takes its keys in the order that
+// every other writer of forward_keys does (target, then key), not in the
+// order it matched the forwards: here key b's forward failed before key
+// a's. While another transaction holds key a, as a recording that advances
+// keys a and b does, the bulk waits for a holding nothing, so that
+// transaction takes b at once; in the matched order, the bulk would hold b
+// and wait for a, and PostgreSQL would abort one of the two as a deadlock.
+func TestOrderedBulkRedeliveryTakesKeysInOrder(t *testing.T) {
+	t.Parallel()
+	ot := newOrderTarget(t, 0, 0)
+	ot.failing["b/1"], ot.failing["a/1"] = true, true
+	e := newFastEnv(t, orderedYAML(ot.srv.URL, ", on_failure: skip"), envOpts{Work: true}, fastOptions{})
+	ctx := context.Background()
+	failed := func(n int) func() bool {
+		return func() bool {
+			var got int
+			err := e.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state IN ('cancelled', 'discarded')`).Scan(&got)
+			return err == nil && got == n
+		}
+	}
+	e.deliver("b-1", orderedBody("b", 1), "application/json")
+	e.poll("key b's forward failed", failed(1), func() string { return orderedState(e) })
+	e.deliver("a-1", orderedBody("a", 1), "application/json")
+	e.poll("key a's forward failed", failed(2), func() string { return orderedState(e) })
+	ot.mu.Lock()
+	ot.failing["b/1"], ot.failing["a/1"] = false, false
+	ot.mu.Unlock()
+	var deadlocks = func() (n int64) {
+		if err := e.pool.QueryRow(ctx, `SELECT pg_stat_get_db_deadlocks(oid) FROM pg_database WHERE datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := deadlocks()
+
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	hold := func(key string) error {
+		tag, err := tx.Exec(ctx, `UPDATE forward_keys SET updated_at = updated_at WHERE sender = 'acme' AND target = 'orders' AND order_key = $1`, key)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("%d rows of key %s", tag.RowsAffected(), key)
+		}
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '30s'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := hold("a"); err != nil {
+		t.Fatal(err)
+	}
+	acme, _ := e.cfg.Sender("acme")
+	res, err := e.river.BulkRedeliver(ctx, queue.BulkRequest{Sender: acme, Target: "orders", State: queue.StateFailed})
+	if err != nil || res.Matched != 2 {
+		t.Fatalf("bulk redelivery: %+v, %v; want 2 matched", res, err)
+	}
+	e.poll("the bulk redelivery waiting for key a", func() bool {
+		var n int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	}, func() string { return orderedState(e) })
+	if err := hold("b"); err != nil {
+		t.Errorf("key b, after key a, while the bulk redelivery waits: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Errorf("commit: %v", err)
+	}
+	e.poll("both delivered again", func() bool {
+		return len(ot.successes("a")) == 1 && len(ot.successes("b")) == 1
+	}, func() string { return orderedState(e) })
+	if n := deadlocks() - before; n != 0 {
+		t.Errorf("%d deadlocks, want none", n)
+	}
+}
+
+// A redelivery of an event to two ordered targets takes their keys in the
+// order every other writer of forward_keys does (target, then key), not in
+// the configuration's: here z-orders comes first. While another
+// transaction holds a-orders' key, as an ingest of the key's next event to
+// both targets does, the redelivery waits for it holding nothing, so that
+// transaction takes z-orders' key at once, and nothing deadlocks.
+func TestOrderedRedeliveryTakesKeysInOrder(t *testing.T) {
+	t.Parallel()
+	ot := newOrderTarget(t, 0, 0)
+	ot.failing["k/1"] = true
+	yaml := strings.Replace(orderedYAML(ot.srv.URL, ", on_failure: skip"), "name: orders", "name: z-orders", 1) +
+		strings.Replace(orderedYAML(ot.srv.URL, ", on_failure: skip"), "name: orders", "name: a-orders", 1)
+	e := newFastEnv(t, yaml, envOpts{Work: true}, fastOptions{})
+	ctx := context.Background()
+	id := e.deliver("k-1", orderedBody("k", 1), "application/json").eventID
+	e.poll("both forwards failed", func() bool {
+		var n int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state IN ('cancelled', 'discarded')`).Scan(&n)
+		return err == nil && n == 2
+	}, func() string { return orderedState(e) })
+	ot.mu.Lock()
+	ot.failing["k/1"] = false
+	ot.mu.Unlock()
+	deadlocks := func() (n int64) {
+		if err := e.pool.QueryRow(ctx, `SELECT pg_stat_get_db_deadlocks(oid) FROM pg_database WHERE datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := deadlocks()
+
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	hold := func(target string) error {
+		tag, err := tx.Exec(ctx, `UPDATE forward_keys SET updated_at = updated_at WHERE sender = 'acme' AND target = $1 AND order_key = 'k'`, target)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("%d rows of %s's key", tag.RowsAffected(), target)
+		}
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '30s'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := hold("a-orders"); err != nil {
+		t.Fatal(err)
+	}
+	sd, _ := e.cfg.Sender("acme")
+	type result struct {
+		got []queue.Enqueued
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := e.river.Redeliver(ctx, sd, uuid.MustParse(id), "k-1")
+		done <- result{got, err}
+	}()
+	e.poll("the redelivery waiting for a-orders' key", func() bool {
+		var n int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	}, func() string { return orderedState(e) })
+	if err := hold("z-orders"); err != nil {
+		t.Errorf("z-orders' key, after a-orders', while the redelivery waits: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Errorf("commit: %v", err)
+	}
+	if r := <-done; r.err != nil || len(r.got) != 2 {
+		t.Fatalf("redelivery: %+v, %v; want both targets", r.got, r.err)
+	}
+	e.poll("delivered again to both targets", func() bool { return len(ot.successes("k")) == 2 }, func() string { return orderedState(e) })
+	if n := deadlocks() - before; n != 0 {
+		t.Errorf("%d deadlocks, want none", n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -264,6 +265,17 @@ func (w *BulkWorker) Work(ctx context.Context, job *river.Job[BulkArgs]) error {
 				return err
 			}
 			after = last
+			if target.Ordering != nil && !afterCurrent(a.State) {
+				// The batch writes its keys in the order it matched the
+				// forwards: lock them first, in the ingest's order.
+				events := make([]uuid.UUID, len(matched))
+				for i, m := range matched {
+					events[i] = m.EventID
+				}
+				if err := lockOrderKeys(ctx, tx, a.Sender, []config.Target{*target}, events); err != nil {
+					return err
+				}
+			}
 			params := make([]river.InsertManyParams, 0, len(matched))
 			jobs := make([]Matched, 0, len(matched)) // those params inserts, in order
 			for _, m := range matched {

@@ -525,6 +525,50 @@ func testQueuePlans(t *testing.T, grown bool) {
 			}
 		})
 		checkPlans(t, explainConn, 1, store.IndexOrderScans, store.EventContentSQL, "acme", id)
+		// A page of forwards reads its events' types: a probe each.
+		rows, err := conn.Query(ctx, `SELECT id FROM webhook_events WHERE sender = 'acme' LIMIT 100`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids[:3] {
+			checkPlans(t, explainConn, 1, store.IndexOrderScans, store.EventTypeSQL, "acme", id)
+		}
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			types, err := both(conn).EventTypes(ctx, "acme", ids)
+			if err != nil || len(types) != len(ids) {
+				t.Fatalf("%s, run %d: %d types of %d events, %v", mode, run, len(types), len(ids), err)
+			}
+		})
+	})
+
+	t.Run("ordering keys of a redelivery batch", func(t *testing.T) {
+		// A bulk redelivery of an ordered target locks its batch's keys
+		// (after reading its events by EventContentSQL, checked above):
+		// index probes, as many as the batch, among many keys.
+		const batch = 100
+		if _, err := conn.Exec(ctx, `INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, updated_at)
+SELECT s, 't', 'k' || g, 2, 1, now() FROM generate_series(1, 25000) g, unnest(ARRAY['acme', 'other']) s`); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := conn.Exec(ctx, `DELETE FROM forward_keys`); err != nil {
+				t.Error(err)
+			}
+		}()
+		keys := make([]string, batch)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%d", 1+i*200)
+		}
+		inRolledBack(t, conn, func(tx pgx.Tx) {
+			if err := store.New(tx).LockOrderKeys(ctx, "acme", []string{"t"}, keys); err != nil {
+				t.Fatal(err)
+			}
+		})
+		checkPlans(t, explainConn, batch, store.IndexProbes, store.LockKeysSQL, "acme", []string{"t"}, keys)
 	})
 }
 

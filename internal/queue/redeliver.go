@@ -69,6 +69,11 @@ func redeliverTx(ctx context.Context, q *Jobs, tx pgx.Tx, client *river.Client[p
 	if err != nil {
 		return nil, err
 	}
+	// The loop below writes the ordered targets' keys in the
+	// configuration's order: lock them first, in the ingest's.
+	if err := lockOrderKeys(ctx, tx, sender.Name, sender.Forward, []uuid.UUID{eventID}); err != nil {
+		return nil, err
+	}
 	params := make([]river.InsertManyParams, 0, len(sender.Forward))
 	out := make([]Enqueued, 0, len(sender.Forward))
 	var inserted []int // indexes in out of the jobs params inserts, in order
@@ -191,6 +196,43 @@ func redeliverOrdered(ctx context.Context, tx pgx.Tx, sender string, t *config.T
 		return nil, false, fmt.Errorf("queue the forward to %s after its ordering key's: %w", t.Name, err)
 	}
 	return nil, true, nil
+}
+
+// lockOrderKeys locks the ordering keys that the events' forwards to
+// sender's ordered targets among ts have, in the order of every other
+// writer of the keys (see [store.Queries.LockOrderKeys]), before a
+// redelivery writes them one by one: in the order of its targets, or of
+// the forwards a bulk redelivery matched. It reads the events' contents,
+// one at a time, for their keys.
+func lockOrderKeys(ctx context.Context, tx pgx.Tx, sender string, ts []config.Target, events []uuid.UUID) error {
+	var ordered []*config.Target
+	for i := range ts {
+		if ts[i].Ordering != nil {
+			ordered = append(ordered, &ts[i])
+		}
+	}
+	if len(ordered) == 0 || len(events) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	var targets, keys []string
+	for _, t := range ordered {
+		targets = append(targets, t.Name)
+	}
+	q := store.New(tx)
+	err := q.EachEventContent(ctx, sender, events, func(c store.Content) error {
+		for _, t := range ordered {
+			if k := t.Ordering.KeyOf(c.Headers, c.Body); k != "" && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return q.LockOrderKeys(ctx, sender, targets, keys)
 }
 
 // waiting reports whether c's job is still to come. That is so when it

@@ -86,22 +86,76 @@ func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID)
 	return c, nil
 }
 
+// EachEventContent calls fn with the content of each of sender's events
+// ids still stored, in the order of ids, one row at a time: it holds one
+// event's body, not all of them. Each is read by [EventContentSQL], in one
+// round trip: as one statement, "id = ANY(…)", PostgreSQL read every event
+// of the sender when its statistics said the table was small.
+func (q *Queries) EachEventContent(ctx context.Context, sender string, ids []uuid.UUID, fn func(Content) error) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	var b pgx.Batch
+	b.Queue(IndexOrderScans)
+	for _, id := range ids {
+		b.Queue(EventContentSQL, sender, id)
+	}
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("read events of %s: %w", sender, err)
+	}
+	for _, id := range ids {
+		var c Content
+		err := br.QueryRow().Scan(&c.Headers, &c.Body, &c.Type)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue
+		case err != nil:
+			return fmt.Errorf("read event %s: %w", id, err)
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return br.Close()
+}
+
+// EventTypeSQL reads the type of sender $1's event $2, as
+// [EventContentSQL] reads its content, under [IndexOrderScans].
+const EventTypeSQL = `SELECT event_type FROM webhook_events WHERE sender = $1 AND id >= $2 AND id <= $2 ORDER BY id LIMIT 1`
+
 // EventTypes returns the type of each of sender's events ids still stored,
-// by ID, in one indexed query.
+// by ID, in one round trip: a probe of the primary key per event. As one
+// statement, "id = ANY(…)", PostgreSQL read every event of the sender when
+// its statistics said the table was small (after a crash).
 func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID) (map[uuid.UUID]string, error) {
 	types := map[uuid.UUID]string{}
 	if len(ids) == 0 {
 		return types, nil
 	}
-	rows, err := q.db.Query(ctx, `SELECT id, event_type FROM webhook_events WHERE sender = $1 AND id = ANY($2::uuid[])`, sender, ids) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
-	if err != nil {
+	var b pgx.Batch
+	b.Queue(IndexOrderScans)
+	for _, id := range ids {
+		b.Queue(EventTypeSQL, sender, id)
+	}
+	br := q.db.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("event types of %s: %w", sender, err)
 	}
-	var (
-		id  uuid.UUID
-		typ string
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &typ}, func() error { types[id] = typ; return nil }); err != nil {
+	for _, id := range ids {
+		var typ string
+		err := br.QueryRow().Scan(&typ)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, fmt.Errorf("event types of %s: %w", sender, err)
+		default:
+			types[id] = typ
+		}
+	}
+	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("event types of %s: %w", sender, err)
 	}
 	return types, nil

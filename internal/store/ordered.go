@@ -329,6 +329,35 @@ RETURNING order_key, head_seq - 1, last_seq - head_seq + 1`, sender, target, pgt
 	return k, nil
 }
 
+// LockKeysSQL locks the rows of sender $1's keys named by a target of $2
+// and a key of $3, in (target, key) order, under [IndexProbes]: in the
+// primary key's order, with the keys a filter, it would read every key of
+// the sender's targets.
+const LockKeysSQL = `SELECT order_key FROM forward_keys
+WHERE sender = $1 AND target = ANY($2::text[]) AND order_key = ANY($3::text[])
+ORDER BY target, order_key FOR NO KEY UPDATE`
+
+// LockOrderKeys locks, until the transaction ends, the rows of sender's
+// keys that targets name with keys (every pair; those with no row are
+// skipped). It locks them in the order of every other writer of
+// forward_keys, (target, key): the ingest's upsert of its keys and a
+// recording's advance. A transaction that then writes the keys one by one,
+// in another order (a redelivery), no longer waits for one while holding
+// another that a writer in key order waits for, which PostgreSQL would end
+// as a deadlock.
+func (q *Queries) LockOrderKeys(ctx context.Context, sender string, targets, keys []string) error {
+	if len(targets) == 0 || len(keys) == 0 {
+		return nil
+	}
+	var b pgx.Batch
+	b.Queue(IndexProbes)
+	b.Queue(LockKeysSQL, sender, targets, keys)
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("lock the ordering keys of %s: %w", sender, err)
+	}
+	return nil
+}
+
 // UnblockSQL clears the block of sender $1's target $2 held by event $3,
 // for a redelivery that retries it in place. It returns the key and the
 // position.
