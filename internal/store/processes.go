@@ -18,8 +18,13 @@ const heartbeatSQL = `INSERT INTO forward_processes (id, started_at, seen_at) VA
 ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at`
 
 // forgetProcessesSQL deletes the rows of processes not seen for $1
-// milliseconds. They died long ago, and their jobs were taken over.
-const forgetProcessesSQL = `DELETE FROM forward_processes WHERE seen_at < statement_timestamp() - $1 * interval '1 millisecond'`
+// milliseconds. They died long ago, and their jobs were taken over. A row
+// that another transaction is writing is skipped: its process is alive.
+// After an outage longer than $1, processes that come back together each
+// find the others' rows stale while holding their own; waiting for them,
+// each would wait for the other.
+const forgetProcessesSQL = `DELETE FROM forward_processes WHERE id IN (
+  SELECT id FROM forward_processes WHERE seen_at < statement_timestamp() - $1 * interval '1 millisecond' FOR UPDATE SKIP LOCKED)`
 
 // Heartbeat records that the process id (a River client ID), started at
 // startedAt, is alive now, and forgets the processes not seen for forget

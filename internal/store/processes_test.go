@@ -1,7 +1,9 @@
 package store
 
 import (
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,5 +64,47 @@ func TestHeartbeat(t *testing.T) {
 	}
 	if !slices.Equal(ids, []string{"a"}) {
 		t.Errorf("processes %q, want only a (b removed, old forgotten)", ids)
+	}
+}
+
+// TestHeartbeatsAfterALongOutage: processes that come back together after
+// the database was away for longer than forget each find the others' rows
+// stale while those write them. No heartbeat fails (a row another
+// transaction is writing is alive, and skipped; deleting it, each would
+// wait for the other, and PostgreSQL would abort one as a deadlock), and
+// every process keeps its row.
+func TestHeartbeatsAfterALongOutage(t *testing.T) {
+	t.Parallel()
+	s, _ := store(t)
+	ctx := t.Context()
+	const processes, rounds = 8, 10
+	started := time.Now().Add(-3 * time.Hour)
+	for round := range rounds {
+		if _, err := s.db.Exec(ctx, `UPDATE forward_processes SET seen_at = now() - interval '2 hours'`); err != nil {
+			t.Fatal(err) // raw SQL: every process was away for two hours
+		}
+		errs := make([]error, processes)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range processes {
+			wg.Go(func() {
+				<-start
+				errs[i] = s.Heartbeat(ctx, fmt.Sprintf("p%d", i), started, time.Hour)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d, process %d: %v", round, i, err)
+			}
+		}
+	}
+	ps, err := s.Processes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != processes {
+		t.Errorf("%d processes kept, want %d: %+v", len(ps), processes, ps)
 	}
 }
