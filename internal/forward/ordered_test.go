@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hookgate/hookgate/internal/queue"
@@ -386,6 +387,81 @@ func TestOrderedBulkRedelivery(t *testing.T) {
 	}
 }
 
+// keyHolder is a transaction that holds ordering keys' rows, as an ingest
+// or a recording does, taken after the database's count of deadlocks.
+type keyHolder struct {
+	t      *testing.T
+	e      *env
+	tx     pgx.Tx
+	before int64
+}
+
+func newKeyHolder(t *testing.T, e *env) *keyHolder {
+	t.Helper()
+	h := &keyHolder{t: t, e: e, before: dbDeadlocks(t, e)}
+	tx, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), `SET LOCAL lock_timeout = '30s'`); err != nil {
+		t.Fatal(err)
+	}
+	h.tx = tx
+	return h
+}
+
+// hold locks acme's key of target as a writer of the key does.
+func (h *keyHolder) hold(target, key string) error {
+	tag, err := h.tx.Exec(h.t.Context(), `UPDATE forward_keys SET updated_at = updated_at WHERE sender = 'acme' AND target = $1 AND order_key = $2`, target, key)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("%d rows of %s's key %s", tag.RowsAffected(), target, key)
+	}
+	return err
+}
+
+// waitForWaiter waits until a statement of the database waits for a lock.
+func (h *keyHolder) waitForWaiter(what string) {
+	h.t.Helper()
+	h.e.poll(what, func() bool {
+		var n int
+		err := h.e.pool.QueryRow(h.t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	}, func() string { return orderedState(h.e) })
+}
+
+// commit ends the transaction; checkNoDeadlock then reads the count.
+func (h *keyHolder) commit() {
+	h.t.Helper()
+	if err := h.tx.Commit(h.t.Context()); err != nil {
+		h.t.Errorf("commit: %v", err)
+	}
+}
+
+func (h *keyHolder) checkNoDeadlock() {
+	h.t.Helper()
+	if n := dbDeadlocks(h.t, h.e) - h.before; n != 0 {
+		h.t.Errorf("%d deadlocks, want none", n)
+	}
+}
+
+func dbDeadlocks(t *testing.T, e *env) (n int64) {
+	t.Helper()
+	if err := e.pool.QueryRow(t.Context(), `SELECT pg_stat_get_db_deadlocks(oid) FROM pg_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// failedForwards returns a condition: n forwards failed for good.
+func failedForwards(e *env, n int) func() bool {
+	return func() bool {
+		var got int
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE state IN ('cancelled', 'discarded')`).Scan(&got)
+		return err == nil && got == n
+	}
+}
+
 // A bulk redelivery of an ordered target takes its keys in the order that
 // every other writer of forward_keys does (target, then key), not in the
 // order it matched the forwards: here key b's forward failed before key
@@ -398,69 +474,32 @@ func TestOrderedBulkRedeliveryTakesKeysInOrder(t *testing.T) {
 	ot := newOrderTarget(t, 0, 0)
 	ot.failing["b/1"], ot.failing["a/1"] = true, true
 	e := newFastEnv(t, orderedYAML(ot.srv.URL, ", on_failure: skip"), envOpts{Work: true}, fastOptions{})
-	ctx := context.Background()
-	failed := func(n int) func() bool {
-		return func() bool {
-			var got int
-			err := e.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state IN ('cancelled', 'discarded')`).Scan(&got)
-			return err == nil && got == n
-		}
-	}
 	e.deliver("b-1", orderedBody("b", 1), "application/json")
-	e.poll("key b's forward failed", failed(1), func() string { return orderedState(e) })
+	e.poll("key b's forward failed", failedForwards(e, 1), func() string { return orderedState(e) })
 	e.deliver("a-1", orderedBody("a", 1), "application/json")
-	e.poll("key a's forward failed", failed(2), func() string { return orderedState(e) })
+	e.poll("key a's forward failed", failedForwards(e, 2), func() string { return orderedState(e) })
 	ot.mu.Lock()
 	ot.failing["b/1"], ot.failing["a/1"] = false, false
 	ot.mu.Unlock()
-	var deadlocks = func() (n int64) {
-		if err := e.pool.QueryRow(ctx, `SELECT pg_stat_get_db_deadlocks(oid) FROM pg_database WHERE datname = current_database()`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	before := deadlocks()
 
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	hold := func(key string) error {
-		tag, err := tx.Exec(ctx, `UPDATE forward_keys SET updated_at = updated_at WHERE sender = 'acme' AND target = 'orders' AND order_key = $1`, key)
-		if err == nil && tag.RowsAffected() != 1 {
-			err = fmt.Errorf("%d rows of key %s", tag.RowsAffected(), key)
-		}
-		return err
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '30s'`); err != nil {
-		t.Fatal(err)
-	}
-	if err := hold("a"); err != nil {
+	h := newKeyHolder(t, e)
+	if err := h.hold("orders", "a"); err != nil {
 		t.Fatal(err)
 	}
 	acme, _ := e.cfg.Sender("acme")
-	res, err := e.river.BulkRedeliver(ctx, queue.BulkRequest{Sender: acme, Target: "orders", State: queue.StateFailed})
+	res, err := e.river.BulkRedeliver(context.Background(), queue.BulkRequest{Sender: acme, Target: "orders", State: queue.StateFailed})
 	if err != nil || res.Matched != 2 {
 		t.Fatalf("bulk redelivery: %+v, %v; want 2 matched", res, err)
 	}
-	e.poll("the bulk redelivery waiting for key a", func() bool {
-		var n int
-		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n > 0
-	}, func() string { return orderedState(e) })
-	if err := hold("b"); err != nil {
+	h.waitForWaiter("the bulk redelivery waiting for key a")
+	if err := h.hold("orders", "b"); err != nil {
 		t.Errorf("key b, after key a, while the bulk redelivery waits: %v", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Errorf("commit: %v", err)
-	}
+	h.commit()
 	e.poll("both delivered again", func() bool {
 		return len(ot.successes("a")) == 1 && len(ot.successes("b")) == 1
 	}, func() string { return orderedState(e) })
-	if n := deadlocks() - before; n != 0 {
-		t.Errorf("%d deadlocks, want none", n)
-	}
+	h.checkNoDeadlock()
 }
 
 // A redelivery of an event to two ordered targets takes their keys in the
@@ -476,40 +515,14 @@ func TestOrderedRedeliveryTakesKeysInOrder(t *testing.T) {
 	yaml := strings.Replace(orderedYAML(ot.srv.URL, ", on_failure: skip"), "name: orders", "name: z-orders", 1) +
 		strings.Replace(orderedYAML(ot.srv.URL, ", on_failure: skip"), "name: orders", "name: a-orders", 1)
 	e := newFastEnv(t, yaml, envOpts{Work: true}, fastOptions{})
-	ctx := context.Background()
 	id := e.deliver("k-1", orderedBody("k", 1), "application/json").eventID
-	e.poll("both forwards failed", func() bool {
-		var n int
-		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state IN ('cancelled', 'discarded')`).Scan(&n)
-		return err == nil && n == 2
-	}, func() string { return orderedState(e) })
+	e.poll("both forwards failed", failedForwards(e, 2), func() string { return orderedState(e) })
 	ot.mu.Lock()
 	ot.failing["k/1"] = false
 	ot.mu.Unlock()
-	deadlocks := func() (n int64) {
-		if err := e.pool.QueryRow(ctx, `SELECT pg_stat_get_db_deadlocks(oid) FROM pg_database WHERE datname = current_database()`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	before := deadlocks()
 
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	hold := func(target string) error {
-		tag, err := tx.Exec(ctx, `UPDATE forward_keys SET updated_at = updated_at WHERE sender = 'acme' AND target = $1 AND order_key = 'k'`, target)
-		if err == nil && tag.RowsAffected() != 1 {
-			err = fmt.Errorf("%d rows of %s's key", tag.RowsAffected(), target)
-		}
-		return err
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '30s'`); err != nil {
-		t.Fatal(err)
-	}
-	if err := hold("a-orders"); err != nil {
+	h := newKeyHolder(t, e)
+	if err := h.hold("a-orders", "k"); err != nil {
 		t.Fatal(err)
 	}
 	sd, _ := e.cfg.Sender("acme")
@@ -519,25 +532,17 @@ func TestOrderedRedeliveryTakesKeysInOrder(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		got, err := e.river.Redeliver(ctx, sd, uuid.MustParse(id), "k-1")
+		got, err := e.river.Redeliver(context.Background(), sd, uuid.MustParse(id), "k-1")
 		done <- result{got, err}
 	}()
-	e.poll("the redelivery waiting for a-orders' key", func() bool {
-		var n int
-		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n > 0
-	}, func() string { return orderedState(e) })
-	if err := hold("z-orders"); err != nil {
+	h.waitForWaiter("the redelivery waiting for a-orders' key")
+	if err := h.hold("z-orders", "k"); err != nil {
 		t.Errorf("z-orders' key, after a-orders', while the redelivery waits: %v", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Errorf("commit: %v", err)
-	}
+	h.commit()
 	if r := <-done; r.err != nil || len(r.got) != 2 {
 		t.Fatalf("redelivery: %+v, %v; want both targets", r.got, r.err)
 	}
 	e.poll("delivered again to both targets", func() bool { return len(ot.successes("k")) == 2 }, func() string { return orderedState(e) })
-	if n := deadlocks() - before; n != 0 {
-		t.Errorf("%d deadlocks, want none", n)
-	}
+	h.checkNoDeadlock()
 }

@@ -88,37 +88,19 @@ func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID)
 
 // EachEventContent calls fn with the content of each of sender's events
 // ids still stored, in the order of ids, one row at a time: it holds one
-// event's body, not all of them. Each is read by [EventContentSQL], in one
-// round trip: as one statement, "id = ANY(…)", PostgreSQL read every event
-// of the sender when its statistics said the table was small.
+// event's body, not all of them.
 func (q *Queries) EachEventContent(ctx context.Context, sender string, ids []uuid.UUID, fn func(Content) error) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	var b pgx.Batch
-	b.Queue(IndexOrderScans)
-	for _, id := range ids {
-		b.Queue(EventContentSQL, sender, id)
-	}
-	br := q.db.SendBatch(ctx, &b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("read events of %s: %w", sender, err)
-	}
-	for _, id := range ids {
+	err := q.probeEvents(ctx, sender, ids, EventContentSQL, func(_ uuid.UUID, row pgx.Row) error {
 		var c Content
-		err := br.QueryRow().Scan(&c.Headers, &c.Body, &c.Type)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			continue
-		case err != nil:
-			return fmt.Errorf("read event %s: %w", id, err)
-		}
-		if err := fn(c); err != nil {
+		if err := row.Scan(&c.Headers, &c.Body, &c.Type); err != nil {
 			return err
 		}
+		return fn(c)
+	})
+	if err != nil {
+		return fmt.Errorf("read events of %s: %w", sender, err)
 	}
-	return br.Close()
+	return nil
 }
 
 // EventTypeSQL reads the type of sender $1's event $2, as
@@ -126,39 +108,49 @@ func (q *Queries) EachEventContent(ctx context.Context, sender string, ids []uui
 const EventTypeSQL = `SELECT event_type FROM webhook_events WHERE sender = $1 AND id >= $2 AND id <= $2 ORDER BY id LIMIT 1`
 
 // EventTypes returns the type of each of sender's events ids still stored,
-// by ID, in one round trip: a probe of the primary key per event. As one
-// statement, "id = ANY(…)", PostgreSQL read every event of the sender when
-// its statistics said the table was small (after a crash).
+// by ID.
 func (q *Queries) EventTypes(ctx context.Context, sender string, ids []uuid.UUID) (map[uuid.UUID]string, error) {
 	types := map[uuid.UUID]string{}
+	err := q.probeEvents(ctx, sender, ids, EventTypeSQL, func(id uuid.UUID, row pgx.Row) error {
+		var typ string
+		if err := row.Scan(&typ); err != nil {
+			return err
+		}
+		types[id] = typ
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("event types of %s: %w", sender, err)
+	}
+	return types, nil
+}
+
+// probeEvents runs sql, the probe of one event of sender ($1) by its ID
+// ($2) under [IndexOrderScans], for each of ids, all in one round trip,
+// and calls scan with the row of each, in the order of ids. An event not
+// stored (scan returns [pgx.ErrNoRows]) is skipped. As one statement,
+// "id = ANY(…)", PostgreSQL read every event of the sender when its
+// statistics said the table was small (after a crash).
+func (q *Queries) probeEvents(ctx context.Context, sender string, ids []uuid.UUID, sql string, scan func(uuid.UUID, pgx.Row) error) error {
 	if len(ids) == 0 {
-		return types, nil
+		return nil
 	}
 	var b pgx.Batch
 	b.Queue(IndexOrderScans)
 	for _, id := range ids {
-		b.Queue(EventTypeSQL, sender, id)
+		b.Queue(sql, sender, id)
 	}
 	br := q.db.SendBatch(ctx, &b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("event types of %s: %w", sender, err)
+		return err
 	}
 	for _, id := range ids {
-		var typ string
-		err := br.QueryRow().Scan(&typ)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return nil, fmt.Errorf("event types of %s: %w", sender, err)
-		default:
-			types[id] = typ
+		if err := scan(id, br.QueryRow()); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
 		}
 	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("event types of %s: %w", sender, err)
-	}
-	return types, nil
+	return br.Close()
 }
 
 // deleteEventsBeforeSQL names rows by key within one sender: Citus refuses
