@@ -16,6 +16,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/forward"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/testkit"
 )
 
@@ -37,6 +38,7 @@ func (e *env) startWorking() {
 	rc := forward.DefaultRelayConfig()
 	rc.Interval = 10 * time.Millisecond
 	rc.Pool, rc.Queue, rc.Senders, rc.Log = e.pool, e.rc, e.cfg, testkit.Logger(e.t)
+	rc.Distributed = pgtest.Citus()
 	relay, err := forward.NewRelay(rc)
 	if err != nil {
 		e.t.Fatal(err)

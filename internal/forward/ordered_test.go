@@ -21,6 +21,7 @@ import (
 
 	"github.com/hookgate/hookgate/internal/queue"
 	"github.com/hookgate/hookgate/internal/store"
+	"github.com/hookgate/hookgate/internal/testing/pgtest"
 )
 
 // orderTarget is a target that records, per ordering key, every attempt it
@@ -420,12 +421,13 @@ func (h *keyHolder) hold(target, key string) error {
 	return err
 }
 
-// waitForWaiter waits until a statement of the database waits for a lock.
+// waitForWaiter waits until a statement of the database waits for a lock
+// (on Citus, on a worker).
 func (h *keyHolder) waitForWaiter(what string) {
 	h.t.Helper()
 	h.e.poll(what, func() bool {
 		var n int
-		err := h.e.pool.QueryRow(h.t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		err := h.e.pool.QueryRow(h.t.Context(), pgtest.LockWaitersSQL()).Scan(&n)
 		return err == nil && n > 0
 	}, func() string { return orderedState(h.e) })
 }
@@ -447,7 +449,7 @@ func (h *keyHolder) checkNoDeadlock() {
 
 func dbDeadlocks(t *testing.T, e *env) (n int64) {
 	t.Helper()
-	if err := e.pool.QueryRow(t.Context(), `SELECT pg_stat_get_db_deadlocks(oid) FROM pg_database WHERE datname = current_database()`).Scan(&n); err != nil {
+	if err := e.pool.QueryRow(t.Context(), pgtest.DeadlocksSQL()).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

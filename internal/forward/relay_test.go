@@ -510,6 +510,7 @@ func TestRelayIdleLooksAgainWhenWoken(t *testing.T) {
 	rc := forward.DefaultRelayConfig()
 	rc.Interval, rc.IdleInterval, rc.Wake = 5*time.Millisecond, time.Hour, wake
 	rc.Pool, rc.Queue, rc.Senders, rc.Log = e.pool, e.river, e.cfg, e.log
+	rc.Distributed = e.split
 	relay, err := forward.NewRelay(rc)
 	if err != nil {
 		t.Fatal(err)

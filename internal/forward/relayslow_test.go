@@ -44,6 +44,7 @@ func slowRelay(t *testing.T, e *env, buf *testkit.LogBuffer, timeout, slowAfter 
 	rc.Interval, rc.IdleInterval = 5*time.Millisecond, 5*time.Millisecond
 	rc.StatementTimeout, rc.SlowAfter, rc.Registerer = timeout, slowAfter, e.reg
 	rc.Pool, rc.Queue, rc.Senders, rc.Log = e.pool, e.river, e.cfg, buf.Logger()
+	rc.Distributed = e.split
 	r, err := forward.NewRelay(rc)
 	if err != nil {
 		t.Fatal(err)

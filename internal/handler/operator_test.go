@@ -154,6 +154,7 @@ func newOpServer(t *testing.T, o opOptions) *opServer {
 	if o.work {
 		rc := forward.DefaultRelayConfig()
 		rc.Pool, rc.Queue, rc.Senders, rc.Log = pool, client, cfg, log
+		rc.Distributed = pgtest.Citus()
 		relay, err := forward.NewRelay(rc)
 		if err != nil {
 			t.Fatal(err)
@@ -206,6 +207,7 @@ func (s *opServer) relayOnce() int {
 	s.t.Helper()
 	rc := forward.DefaultRelayConfig()
 	rc.Pool, rc.Queue, rc.Senders, rc.Log = s.pool, s.river, s.cfg, s.log
+	rc.Distributed = pgtest.Citus()
 	relay, err := forward.NewRelay(rc)
 	if err != nil {
 		s.t.Fatal(err)

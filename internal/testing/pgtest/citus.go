@@ -49,6 +49,17 @@ func LockWaitersSQL() string {
 	return `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`
 }
 
+// DeadlocksSQL returns the query of how many deadlocks PostgreSQL has
+// detected in the test's database: on Citus, the coordinator's and the
+// workers', where the rows of the distributed tables are locked.
+func DeadlocksSQL() string {
+	const here = `SELECT pg_stat_get_db_deadlocks(oid) FROM pg_database WHERE datname = current_database()`
+	if Citus() {
+		return `SELECT (` + here + `) + (SELECT coalesce(sum(result::bigint), 0)::bigint FROM run_command_on_workers($$` + here + `$$))`
+	}
+	return here
+}
+
 // testShardCount is the shard count of the tests' distributed tables. It
 // is small, so a test's database is distributed quickly.
 const testShardCount = 4
