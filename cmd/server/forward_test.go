@@ -226,7 +226,9 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 	// and nothing for the rescuer to do).
 	flags := append([]string{"--forward-workers", fmt.Sprint(workers), "--forward-fast-path=false"}, fastForwardFlags...)
 
-	first := startBinaryWith(t, bin, dsn, addr, cfg, flags...)
+	// The first process's connections carry a name of their own, so that
+	// the test can wait for PostgreSQL to end them after the kill.
+	first := startBinaryWith(t, bin, withParam(dsn, "application_name=hookgate-killed"), addr, cfg, flags...)
 	waitHealthy(t, c, base, first)
 	events := deliverAll(t, c, base, makeIDs("kill-fwd", n))
 
@@ -247,6 +249,17 @@ func TestForwardsSurviveSIGKILL(t *testing.T) {
 	if !errors.As(first.err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("the first process ended with %v, want killed by SIGKILL", first.err)
 	}
+	// A statement the killed process had sent (River's completer writing
+	// the outcomes of attempts that timed out) runs to its end, and
+	// commits: the jobs' states at the kill are those once PostgreSQL has
+	// ended every connection of the killed process. On a busy machine that
+	// took long enough for 7 of 12 running jobs to become retryable after
+	// the test had counted them.
+	testkit.Poll(t, 30*time.Second, "PostgreSQL to end the killed process's connections", func() bool {
+		var left int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'hookgate-killed'`).Scan(&left)
+		return err == nil && left == 0
+	})
 	before := jobStates(t, pool)
 	if before["running"] == 0 {
 		t.Fatalf("no forward job was running at the kill (%v): the test did not exercise the rescue", before)
