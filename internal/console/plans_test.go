@@ -261,6 +261,15 @@ func testOverviewAndMetricsPlans(t *testing.T, faked bool) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(forward.NewBacklogCollector(queue.NewJobs(traced), func() []string { return []string{"acme", "beta"} }))
 	checkBacklog(t, reg)
+	// Every process flushes its traffic counts about once a second, and
+	// forgets the minutes and hours past the retention.
+	now := time.Now()
+	if err := store.New(traced).AddTraffic(ctx, []store.TrafficDelta{
+		{Sender: "acme", Kind: store.TrafficAccepted, Minute: now, N: 3},
+		{Sender: "acme", Target: "t0", Kind: store.TrafficDelivered, Minute: now, N: 2, SumMS: 4, Hist: make([]int64, store.LatencyBuckets)},
+	}, now); err != nil {
+		t.Fatal(err)
+	}
 
 	explainConn := pgtest.PlanConn(t, pool)
 	statements := rec.Statements()
