@@ -61,8 +61,9 @@ func lyingStats(t *testing.T, grown bool) *pgxpool.Pool {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	const analyze = `ANALYZE forward_outbox, forward_delivered, river_job, webhook_events`
+	const analyze = `ANALYZE forward_outbox, forward_delivered, river_job, webhook_events, forward_keys`
 	if grown {
+		exec(`INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, updated_at) VALUES ('seed', 't', 'k', 1, 1, now())`)
 		exec(`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ('seed', gen_random_uuid(), 't', 'seed', now())`)
 		exec(`INSERT INTO river_job (kind, args, queue, state) VALUES ('`+ForwardKind+`', '{"sender": "seed", "target": "t", "event_id": "x", "delivery_id": "seed"}', $1, 'available')`, planQueue)
 		exec(`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
@@ -547,8 +548,8 @@ func testQueuePlans(t *testing.T, grown bool) {
 
 	t.Run("ordering keys of a redelivery batch", func(t *testing.T) {
 		// A bulk redelivery of an ordered target locks its batch's keys
-		// (after reading its events by EventContentSQL, checked above):
-		// index probes, as many as the batch, among many keys.
+		// (after reading its events by EventContentSQL, checked above): a
+		// probe of the primary key each, among many keys.
 		const batch = 100
 		if _, err := conn.Exec(ctx, `INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, updated_at)
 SELECT s, 't', 'k' || g, 2, 1, now() FROM generate_series(1, 25000) g, unnest(ARRAY['acme', 'other']) s`); err != nil {
@@ -568,7 +569,57 @@ SELECT s, 't', 'k' || g, 2, 1, now() FROM generate_series(1, 25000) g, unnest(AR
 				t.Fatal(err)
 			}
 		})
-		checkPlans(t, explainConn, batch, store.IndexProbes, store.LockKeysSQL, "acme", []string{"t"}, keys)
+		checkPlans(t, explainConn, 1, store.IndexOrderScans, store.LockKeySQL, "acme", "t", keys[7])
+	})
+
+	t.Run("ordered ends", func(t *testing.T) {
+		// A forward to an ordered target that River worked ends by moving
+		// its key's head and releasing (or handing off) the next row; the
+		// fast path asks which of its rows are heads. Each reads its keys
+		// and rows by key, among a sender's many keys and waiting rows.
+		if _, err := conn.Exec(ctx, `INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, updated_at)
+SELECT 'ord', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRows); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at, leased_until, order_key, seq)
+SELECT 'ord', gen_random_uuid(), 't', 'o' || g || '-' || s, now(), CASE WHEN s = 1 THEN now() + interval '1 minute' ELSE 'infinity' END, 'k' || g, s
+FROM generate_series(1, $1) g, generate_series(1, 2) s`, planRows); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := conn.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = 'ord'`); err != nil {
+				t.Error(err)
+			}
+			if _, err := conn.Exec(ctx, `DELETE FROM forward_keys WHERE sender = 'ord'`); err != nil {
+				t.Error(err)
+			}
+		}()
+		checkPlans(t, explainConn, 1, store.IndexScans, store.AdvanceOrderedSQL, "ord", "t", "k77", int64(1))
+		checkPlans(t, explainConn, 1, store.IndexScans, store.ReleaseOrderedSQL, "ord", "t", "k77", int64(1))
+		one := store.OrderedArgs("ord", []store.OrderedEnd{{Target: "t", Key: "k77", Seq: 1}})
+		checkPlans(t, explainConn, 1, store.TIDScans, store.HandOffOrderedSQL, append(one, []int64{1000})...)
+		rows, err := conn.Query(ctx, `SELECT event_id, target FROM forward_outbox WHERE sender = 'ord' AND seq = 1 LIMIT 100`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			events  []uuid.UUID
+			targets []string
+		)
+		for rows.Next() {
+			var (
+				e  uuid.UUID
+				tg string
+			)
+			if err := rows.Scan(&e, &tg); err != nil {
+				t.Fatal(err)
+			}
+			events, targets = append(events, e), append(targets, tg)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		checkPlans(t, explainConn, len(events), store.OutboxIndexScans, store.OrderedHeadsSQL, "ord", events, targets)
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/hookgate/hookgate/internal/pgarray"
@@ -25,24 +26,34 @@ type OrderedEnd struct {
 	EventID     uuid.UUID
 }
 
-// AdvanceOrderedSQL moves the heads of sender $1's keys past the forwards
-// whose targets, keys and positions are $2, $3 and $4, where each still is
-// its key's head. A head that moved already moves no further.
-const AdvanceOrderedSQL = `UPDATE forward_keys f SET head_seq = a.seq + 1, blocked_event = NULL, blocked_at = NULL, updated_at = statement_timestamp()
-FROM unnest($2::text[], $3::text[], $4::int8[]) AS a(target, order_key, seq)
-WHERE f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key AND f.head_seq = a.seq`
+// AdvanceOrderedSQL moves the head of sender $1's target $2's key $3 past
+// the forward at position $4, if that still is the key's head. A head that
+// moved already moves no further. It is one key's, found by its primary
+// key under [IndexScans]: as an UPDATE joined to arrays of keys, PostgreSQL
+// read every key of the sender when its statistics said the table was
+// small.
+const AdvanceOrderedSQL = `UPDATE forward_keys SET head_seq = $4::int8 + 1, blocked_event = NULL, blocked_at = NULL, updated_at = statement_timestamp()
+WHERE sender = $1 AND target = $2 AND order_key = $3 AND head_seq = $4::int8`
 
-// ReleaseOrderedSQL clears the lease of the outbox row after each of the
-// forwards $2, $3, $4 of sender $1 whose key's head is now that row. Run
-// it as a statement of its own after the head moved, in the same
-// transaction: it then sees a row that an ingest committed while the move
-// waited for the key's lock. The relay takes the released rows.
-const ReleaseOrderedSQL = `UPDATE forward_outbox o SET leased_until = NULL
-FROM unnest($2::text[], $3::text[], $4::int8[]) AS a(target, order_key, seq)
-JOIN forward_keys f ON f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key AND f.head_seq = a.seq + 1
-WHERE o.sender = $1 AND o.target = a.target AND o.order_key = a.order_key AND o.seq = a.seq + 1 AND o.leased_until = 'infinity'`
+// ReleaseOrderedSQL clears the lease of the outbox row after the forward
+// at position $4 of sender $1's target $2's key $3, if the key's head is
+// now that row. Run it as a statement of its own after the head moved, in
+// the same transaction: it then sees a row that an ingest committed while
+// the move waited for the key's lock. The relay takes the released row.
+// Under [IndexScans], it probes the outbox's ordering index and the key's
+// primary key.
+const ReleaseOrderedSQL = `UPDATE forward_outbox SET leased_until = NULL
+WHERE sender = $1 AND target = $2 AND order_key = $3 AND seq = $4::int8 + 1 AND leased_until = 'infinity'
+  AND EXISTS (SELECT FROM forward_keys f WHERE f.sender = $1 AND f.target = $2 AND f.order_key = $3 AND f.head_seq = $4::int8 + 1)`
 
-// HandOffOrderedSQL is [ReleaseOrderedSQL] for a process that sends the
+// orderedEndArgs are the arguments of [AdvanceOrderedSQL] and
+// [ReleaseOrderedSQL] for the end e of sender's forward.
+func orderedEndArgs(sender string, e OrderedEnd) []any {
+	return []any{sender, e.Target, e.Key, e.Seq}
+}
+
+// HandOffOrderedSQL is [ReleaseOrderedSQL], for the ends $2, $3, $4 (targets,
+// keys, positions) of sender $1's forwards, for a process that sends the
 // next forwards itself: each released row gets the lease $5 (in
 // milliseconds; NULL: the relay's) and, when leased, is returned with its
 // event, so that the process attempts it at once. Each row is found by key
@@ -113,9 +124,19 @@ func OrderedArgs(sender string, ends []OrderedEnd) []any {
 // takes it. It is one transaction. moved reports whether e was still the
 // head; when it was not, nothing changed.
 func (q *Queries) AdvanceOrdered(ctx context.Context, sender string, e OrderedEnd, handOff time.Duration) (moved bool, handed []HandedOff, err error) {
-	args := OrderedArgs(sender, []OrderedEnd{e})
 	err = pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, AdvanceOrderedSQL, args...)
+		var b pgx.Batch
+		b.Queue(IndexScans)
+		b.Queue(AdvanceOrderedSQL, orderedEndArgs(sender, e)...)
+		br := tx.SendBatch(ctx, &b)
+		_, err := br.Exec()
+		var tag pgconn.CommandTag
+		if err == nil {
+			tag, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
 		if err != nil {
 			return err
 		}
@@ -123,13 +144,13 @@ func (q *Queries) AdvanceOrdered(ctx context.Context, sender string, e OrderedEn
 			return nil
 		}
 		if handOff <= 0 {
-			_, err = tx.Exec(ctx, ReleaseOrderedSQL, args...)
+			_, err = tx.Exec(ctx, ReleaseOrderedSQL, orderedEndArgs(sender, e)...)
 			return err
 		}
 		if _, err := tx.Exec(ctx, TIDScans); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, HandOffOrderedSQL, append(args, []int64{handOff.Milliseconds()})...)
+		rows, err := tx.Query(ctx, HandOffOrderedSQL, append(OrderedArgs(sender, []OrderedEnd{e}), []int64{handOff.Milliseconds()})...)
 		if err != nil {
 			return err
 		}
@@ -199,10 +220,13 @@ func (q *Queries) OrderedTurnOf(ctx context.Context, sender, target, key string,
 // (targets) are their key's head with the lease their ingest gave them:
 // those the fast path may attempt. A row behind its head waits with
 // 'infinity'; one handed off since to the process that ended the forward
-// before it is that process's.
+// before it is that process's. OFFSET 0 keeps each row's probe of the
+// primary key a subquery of its own: as a join, PostgreSQL read every
+// outbox row of the sender when its statistics were wrong.
 const OrderedHeadsSQL = `SELECT x.event_id, x.target, x.seq FROM unnest($2::uuid[], $3::text[]) AS k(event_id, target)
-JOIN forward_outbox x ON x.sender = $1 AND x.event_id = k.event_id AND x.target = k.target
-WHERE x.leased_until IS NOT NULL AND x.leased_until < 'infinity' AND x.handed_off IS NOT TRUE AND x.recorded_at IS NULL`
+CROSS JOIN LATERAL (SELECT x.event_id, x.target, x.seq FROM forward_outbox x
+  WHERE x.sender = $1 AND x.event_id = k.event_id AND x.target = k.target
+    AND x.leased_until IS NOT NULL AND x.leased_until < 'infinity' AND x.handed_off IS NOT TRUE AND x.recorded_at IS NULL OFFSET 0) x`
 
 // OrderedHeads returns which of sender's ordered outbox rows (events[i],
 // targets[i]) are leased heads, with their positions, in one round trip.
@@ -316,7 +340,10 @@ RETURNING order_key, head_seq - 1, last_seq - head_seq + 1`, sender, target, pgt
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, ReleaseOrderedSQL, OrderedArgs(sender, []OrderedEnd{{Target: target, Key: k.Key, Seq: k.Seq}})...)
+		if _, err := tx.Exec(ctx, IndexScans); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, ReleaseOrderedSQL, orderedEndArgs(sender, OrderedEnd{Target: target, Key: k.Key, Seq: k.Seq})...)
 		return err
 	})
 	if errors.Is(err, ErrNotBlocked) {
@@ -329,13 +356,14 @@ RETURNING order_key, head_seq - 1, last_seq - head_seq + 1`, sender, target, pgt
 	return k, nil
 }
 
-// LockKeysSQL locks the rows of sender $1's keys named by a target of $2
-// and a key of $3, in (target, key) order, under [IndexProbes]: in the
-// primary key's order, with the keys a filter, it would read every key of
-// the sender's targets.
-const LockKeysSQL = `SELECT order_key FROM forward_keys
-WHERE sender = $1 AND target = ANY($2::text[]) AND order_key = ANY($3::text[])
-ORDER BY target, order_key FOR NO KEY UPDATE`
+// sortKeysSQL returns every pair of a target of $1 and a key of $2, in the
+// order in which every writer of forward_keys locks keys: (target, key), in
+// the database's collation.
+const sortKeysSQL = `SELECT t, k FROM unnest($1::text[]) AS t, unnest($2::text[]) AS k ORDER BY t, k`
+
+// LockKeySQL locks the row of sender $1's target $2's key $3, if any: a
+// probe of the primary key, under [IndexOrderScans].
+const LockKeySQL = `SELECT FROM forward_keys WHERE sender = $1 AND target = $2 AND order_key = $3 FOR NO KEY UPDATE`
 
 // LockOrderKeys locks, until the transaction ends, the rows of sender's
 // keys that targets name with keys (every pair; those with no row are
@@ -345,13 +373,29 @@ ORDER BY target, order_key FOR NO KEY UPDATE`
 // in another order (a redelivery), no longer waits for one while holding
 // another that a writer in key order waits for, which PostgreSQL would end
 // as a deadlock.
+//
+// It takes two round trips: the database sorts the pairs, in its
+// collation, and then each is locked by a probe of its own, in that order.
+// As one statement ordered by the primary key, PostgreSQL read every key
+// of the target when its statistics said the table was small.
 func (q *Queries) LockOrderKeys(ctx context.Context, sender string, targets, keys []string) error {
 	if len(targets) == 0 || len(keys) == 0 {
 		return nil
 	}
+	rows, err := q.db.Query(ctx, sortKeysSQL, targets, keys)
+	if err != nil {
+		return fmt.Errorf("lock the ordering keys of %s: %w", sender, err)
+	}
 	var b pgx.Batch
-	b.Queue(IndexProbes)
-	b.Queue(LockKeysSQL, sender, targets, keys)
+	b.Queue(IndexOrderScans)
+	var t, k string
+	_, err = pgx.ForEachRow(rows, []any{&t, &k}, func() error {
+		b.Queue(LockKeySQL, sender, t, k)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("lock the ordering keys of %s: %w", sender, err)
+	}
 	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("lock the ordering keys of %s: %w", sender, err)
 	}

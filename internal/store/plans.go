@@ -49,14 +49,6 @@ const IndexOrderScans = `SELECT set_config('enable_seqscan', 'off', true), set_c
 // none after a crash, and no view may read them whole.
 const IndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
-// IndexProbes makes the rest of the transaction read through index
-// scans, sorting what they find: no sequential or bitmap scan, no JIT. It
-// is for statements that probe an index with a list of keys and sort the
-// rows (in an index's order, with the keys a filter, the scan would read
-// every row that the index's first columns match).
-const IndexProbes = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-  set_config('enable_sort', 'on', true), set_config('jit', 'off', true)`
-
 // TIDScans makes the rest of the transaction delete or update the rows an
 // InitPlan selected, by their ctid. The InitPlan reads an index in its
 // order. Index, sequential and bitmap scans and sorts are disabled, and JIT
