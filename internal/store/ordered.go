@@ -382,7 +382,7 @@ func (q *Queries) LockOrderKeys(ctx context.Context, sender string, targets, key
 	if len(targets) == 0 || len(keys) == 0 {
 		return nil
 	}
-	rows, err := q.db.Query(ctx, sortKeysSQL, targets, keys)
+	rows, err := q.db.Query(ctx, sortKeysSQL, targets, keys) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return fmt.Errorf("lock the ordering keys of %s: %w", sender, err)
 	}
