@@ -61,8 +61,10 @@ func lyingStats(t *testing.T, grown bool) *pgxpool.Pool {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	const analyze = `ANALYZE forward_outbox, forward_delivered, river_job, webhook_events, forward_keys`
+	const analyze = `ANALYZE forward_outbox, forward_delivered, river_job, webhook_events, forward_keys, processed_messages`
 	if grown {
+		exec(`INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+VALUES ('seed', 'seed', '\x00', gen_random_uuid(), 202, 'application/json', '', now(), now() + interval '1 day')`)
 		exec(`INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, updated_at) VALUES ('seed', 't', 'k', 1, 1, now())`)
 		exec(`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ('seed', gen_random_uuid(), 't', 'seed', now())`)
 		exec(`INSERT INTO river_job (kind, args, queue, state) VALUES ('`+ForwardKind+`', '{"sender": "seed", "target": "t", "event_id": "x", "delivery_id": "seed"}', $1, 'available')`, planQueue)
@@ -570,6 +572,64 @@ SELECT s, 't', 'k' || g, 2, 1, now() FROM generate_series(1, 25000) g, unnest(AR
 			}
 		})
 		checkPlans(t, explainConn, 1, store.IndexOrderScans, store.LockKeySQL, "acme", "t", keys[7])
+	})
+
+	t.Run("retention", func(t *testing.T) {
+		// Every minute the retention deletes a batch of each sender's
+		// expired keys and old events: it reads the batch, not the
+		// sender's history. The statements run in a transaction that is
+		// rolled back, on a pool whose statements are recorded.
+		if _, err := conn.Exec(ctx, `INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
+SELECT 'acme', 'k' || g, '\x00', gen_random_uuid(), 202, 'application/json', '', now() - interval '2 days',
+  now() + CASE WHEN g % 10 = 0 THEN interval '-1 hour' ELSE interval '1 day' END
+FROM generate_series(1, $1) g`, planRows); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := conn.Exec(ctx, `DELETE FROM processed_messages WHERE sender = 'acme'`); err != nil {
+				t.Error(err)
+			}
+		}()
+		rec := &pgtest.Recorder{}
+		pc := pool.Config().Copy()
+		pc.ConnConfig.Tracer = rec
+		traced, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer traced.Close()
+		const batch = 1000
+		tx, err := traced.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := store.New(tx)
+		now := time.Now()
+		if n, err := q.DeleteExpiredKeys(ctx, "acme", now, batch); err != nil || n != batch {
+			t.Fatalf("expired keys: %d deleted, %v; want %d", n, err, batch)
+		}
+		if n, err := q.DeleteEventsBefore(ctx, "acme", now.Add(time.Minute), batch); err != nil || n != batch {
+			t.Fatalf("old events: %d deleted, %v; want %d", n, err, batch)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// A batch may read the sender's keys or events once (there is no
+		// index of one sender's rows by time of expiry), never once per
+		// row of another: with the subquery of deleteExpiredSQL a
+		// semi-join, the "grown" lie made it a loop that outlasted the
+		// 20 s statement timeout.
+		checked := 0
+		for _, s := range rec.Statements() {
+			if sql := strings.ToLower(s.SQL); strings.HasPrefix(sql, "savepoint") || strings.HasPrefix(sql, "release") {
+				continue
+			}
+			checked++
+			checkPlans(t, explainConn, planRows, s.Settings, s.SQL, s.Args...)
+		}
+		if checked < 4 {
+			t.Errorf("%d statements checked, want the expired keys' delete and the old events' three", checked)
+		}
 	})
 
 	t.Run("ordered ends", func(t *testing.T) {

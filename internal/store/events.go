@@ -154,10 +154,13 @@ func (q *Queries) probeEvents(ctx context.Context, sender string, ids []uuid.UUI
 }
 
 // deleteEventsBeforeSQL names rows by key within one sender: Citus refuses
-// deletes by ctid.
+// deletes by ctid. The batch's IDs are an array computed once: as a
+// semi-join with the subquery (IN), PostgreSQL ran the subquery once per
+// event of the sender when its statistics said the table was small (24.5
+// million rows visited for a batch of 1,000 among 25,000).
 const deleteEventsBeforeSQL = `DELETE FROM webhook_events
-WHERE sender = $1 AND id IN (
-  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3)
+WHERE sender = $1 AND id = ANY(ARRAY(
+  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3))
 RETURNING id`
 
 // deleteEventAttemptsSQL deletes the attempts of sender $1's events $2.
