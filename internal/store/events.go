@@ -67,23 +67,30 @@ type Content struct {
 // EventContent returns what a forward of sender's event id sends. Its error
 // wraps [ErrNotFound] when the event is no longer stored.
 func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID) (Content, error) {
-	var b pgx.Batch
-	b.Queue(IndexOrderScans)
-	b.Queue(EventContentSQL, sender, id)
-	br := q.db.SendBatch(ctx, &b)
-	defer br.Close()
-	var c Content
-	_, err := br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&c.Headers, &c.Body, &c.Type)
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	var (
+		c     Content
+		found bool
+	)
+	err := q.probeEvents(ctx, sender, []uuid.UUID{id}, EventContentSQL, func(_ uuid.UUID, row pgx.Row) error {
+		var err error
+		c, err = scanContent(row)
+		found = err == nil
+		return err
+	})
+	switch {
+	case err != nil:
+		return Content{}, fmt.Errorf("read event %s: %w", id, err)
+	case !found:
 		return Content{}, fmt.Errorf("read event %s: %w", id, ErrNotFound)
 	}
-	if err != nil {
-		return Content{}, fmt.Errorf("read event %s: %w", id, err)
-	}
 	return c, nil
+}
+
+// scanContent scans a row of [EventContentSQL].
+func scanContent(row pgx.Row) (Content, error) {
+	var c Content
+	err := row.Scan(&c.Headers, &c.Body, &c.Type)
+	return c, err
 }
 
 // EachEventContent calls fn with the content of each of sender's events
@@ -91,8 +98,8 @@ func (q *Queries) EventContent(ctx context.Context, sender string, id uuid.UUID)
 // event's body, not all of them.
 func (q *Queries) EachEventContent(ctx context.Context, sender string, ids []uuid.UUID, fn func(Content) error) error {
 	err := q.probeEvents(ctx, sender, ids, EventContentSQL, func(_ uuid.UUID, row pgx.Row) error {
-		var c Content
-		if err := row.Scan(&c.Headers, &c.Body, &c.Type); err != nil {
+		c, err := scanContent(row)
+		if err != nil {
 			return err
 		}
 		return fn(c)
