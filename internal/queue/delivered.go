@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -111,27 +112,44 @@ const jobArgsSQL = `jsonb_build_object('sender', $1::text, 'event_id', d.event_i
 // head past it when onFailure is 'skip', and marks the key blocked by it
 // when it is 'hold'. A row the relay took meanwhile is not in d, and its
 // key's head stays for the relay's job. [store.ReleaseOrderedSQL] then
-// releases the next rows, in a statement of its own. w is materialized so
-// that each key is found by its primary key: joined to o in the UPDATE,
-// the planner probed the key by target alone. Its order is the order in
-// which the keys are locked, the ingest's: two transactions never wait for
-// each other's keys in a cycle. w also computes blocked_at: Citus refuses
-// a function that is not immutable in a CASE of an UPDATE of a
-// distributed table.
-func advanceTaken(onFailure string) string {
+// releases the next rows, in a statement of its own. The recording has
+// locked the keys before ([store.LockKeysInOrderSQL]), in the order of
+// every other writer of forward_keys, so that two transactions never wait
+// for each other's keys in a cycle, whatever order adv takes them in. w is
+// materialized, and computes blocked_at: Citus refuses a function that is
+// not immutable in a CASE of an UPDATE of a distributed table.
+//
+// In the deleting form (mark ""), w finds each key by a probe of its
+// primary key, and adv updates it by ctid, under [store.TIDScans]. Joined
+// by its columns, PostgreSQL read every key of the sender when its
+// statistics said the table was small. A row updated by ctid is skipped
+// when another transaction changed it after the statement began: the lock
+// taken before is what keeps the keys unchanged. Citus refuses a ctid in
+// a modification that it plans in parts, as it does this one (River's
+// table and forward_delivered are the coordinator's), so the split form
+// joins by columns.
+func advanceTaken(onFailure, mark string) string {
+	probe, join := "", "f.sender = $1"
+	if mark == "" {
+		probe, join = `, k.ctid AS key_ctid
+  FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target
+  CROSS JOIN LATERAL (SELECT k.ctid FROM forward_keys k WHERE k.sender = $1 AND k.target = d.target AND k.order_key = d.order_key OFFSET 0) k`,
+			"f.ctid = w.key_ctid AND f.sender = $1"
+	} else {
+		probe = `
+  FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
+	}
 	return `w AS MATERIALIZED (
   SELECT d.event_id, d.target, d.order_key, d.seq, ` + onFailure + ` AS on_failure,
-    CASE WHEN ` + onFailure + ` = 'skip' THEN NULL ELSE statement_timestamp() END AS blocked_at
-  FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target
+    CASE WHEN ` + onFailure + ` = 'skip' THEN NULL ELSE statement_timestamp() END AS blocked_at` + probe + `
   WHERE d.order_key IS NOT NULL AND ` + onFailure + ` IN ('skip', 'hold')
-  ORDER BY d.target, d.order_key
 ), adv AS (
   UPDATE forward_keys f SET head_seq = CASE WHEN w.on_failure = 'skip' THEN w.seq + 1 ELSE f.head_seq END,
     blocked_event = CASE WHEN w.on_failure = 'skip' THEN NULL ELSE w.event_id END,
     blocked_at = w.blocked_at,
     updated_at = statement_timestamp()
   FROM w
-  WHERE f.sender = $1 AND f.target = w.target AND f.order_key = w.order_key AND f.head_seq = w.seq
+  WHERE ` + join + ` AND f.target = w.target AND f.order_key = w.order_key AND f.head_seq = w.seq
 )`
 }
 
@@ -152,7 +170,7 @@ func recordFirst(mark string) string {
 	return jobSQL(`WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::jsonb[], $12::text[])
     AS o(event_id, target, state, max_attempts, attempted_at, finalized_at, scheduled_at, error, metadata, on_failure)
-), ` + recordTake(mark) + `, ` + advanceTaken("o.on_failure") + `
+), ` + recordTake(mark) + `, ` + advanceTaken("o.on_failure", mark) + `
 INSERT INTO river_job (args, attempt, attempted_at, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags)
 SELECT ` + jobArgsSQL + `,
        1, o.attempted_at, d.created_at, CASE WHEN o.error IS NULL THEN NULL ELSE ARRAY[o.error] END, o.finalized_at,
@@ -200,7 +218,7 @@ func recordDelivered(mark string) string {
 	return `WITH o AS (
   SELECT * FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::int2[], $7::int2[], $8::text[]` + attemptArrays + `)
     AS o(event_id, target, attempted_at, delivered_at, status, max_attempts, ack` + attemptCols + `)
-), ` + recordTake(mark) + `, ` + advanceTaken("'skip'") + untaken + `
+), ` + recordTake(mark) + `, ` + advanceTaken("'skip'", mark) + untaken + `
 INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts, ack` + attemptCols + `)
 SELECT $1::text, d.event_id::text, d.target, d.delivery_id, d.created_at, o.attempted_at, o.delivered_at, o.status, o.max_attempts, o.ack` + attemptVals + `
 FROM d JOIN o ON o.event_id = d.event_id AND o.target = d.target`
@@ -261,17 +279,18 @@ func (q *Jobs) RecordAndHandOff(ctx context.Context, queue string, batch []First
 	}
 	var handOffs []handOffAt
 	commits := map[int]bool{} // the indexes in b of the COMMITs
-	reset := false            // the marks changed the planner settings
-	for i, g := range groups {
+	scans := ""               // the planner settings in force ("": unknown)
+	for _, g := range groups {
 		for j, tx := range g.txs() {
 			if own {
 				b.Queue("BEGIN")
-			}
-			if own || i == 0 && j == 0 || reset {
-				b.Queue(store.TIDScans)
-				reset = false
+				scans = ""
 			}
 			for _, s := range tx {
+				if want := cmp.Or(s.scans, store.TIDScans); want != scans {
+					b.Queue(want)
+					scans = want
+				}
 				if s.handOff {
 					handOffs = append(handOffs, handOffAt{b.Len(), g.sender})
 				}
@@ -279,7 +298,7 @@ func (q *Jobs) RecordAndHandOff(ctx context.Context, queue string, batch []First
 			}
 			if j == 0 && len(g.marks) > 0 {
 				queueMarks(&b, g.sender, g.marks, false)
-				reset = true
+				scans = ""
 			}
 			if own {
 				commits[b.Len()] = true
@@ -396,6 +415,8 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		handLease pgarray.NullInt64s
 		// The attempts with their answers.
 		answers []store.Attempt
+		// The ordering keys that the statements write.
+		keys []orderKey
 		// The recorded forwards that are not New, whose recording marks
 		// the failed forwards of their events superseded.
 		marks []ForwardKey
@@ -434,6 +455,9 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 		}
 		if !a.New {
 			c.marks = append(c.marks, ForwardKey{Target: a.Target, EventID: a.EventID})
+		}
+		if a.OrderKey != "" && (a.State == StateDelivered || a.State == StateFailed && (a.OnFailure == "skip" || a.OnFailure == "hold")) {
+			c.keys = append(c.keys, orderKey{a.Target, a.OrderKey})
 		}
 		if a.OrderKey != "" && (a.State == StateDelivered || a.State == StateFailed && a.OnFailure == "skip") {
 			c.ends = append(c.ends, store.OrderedEnd{Target: a.Target, Key: a.OrderKey, Seq: a.Seq, EventID: a.EventID})
@@ -517,6 +541,17 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 	for _, s := range order {
 		c := bySender[s]
 		var g senderRecording
+		if len(c.keys) > 0 {
+			// The keys that the statements write, locked first in the
+			// order of every other writer (see advanceTaken): the
+			// statement of the delivered forwards and that of the
+			// others each write some, one after the other.
+			targets, names := make(pgarray.Texts, len(c.keys)), make(pgarray.Texts, len(c.keys))
+			for i, k := range c.keys {
+				targets[i], names[i] = k.target, k.key
+			}
+			g.record = append(g.record, statement{sql: store.LockKeysInOrderSQL, args: []any{s, targets, names}, scans: store.IndexScans})
+		}
 		if len(c.dEvents) > 0 {
 			if mark == nil {
 				g.record = append(g.record, statement{sql: recordDeliveredSQL, args: []any{s, c.dEvents, c.dTargets, c.dAttempted, c.dDelivered, c.dStatus, c.dMaxAttempts, c.dAcks,
@@ -562,12 +597,17 @@ func recordStatements(queue string, batch []FirstAttempt, mark *time.Time) ([]se
 }
 
 // statement is an SQL statement and its arguments. handOff marks
-// [store.HandOffOrderedSQL], whose rows the recording returns.
+// [store.HandOffOrderedSQL], whose rows the recording returns. scans are
+// the planner settings it runs under ("": [store.TIDScans]).
 type statement struct {
 	sql     string
 	args    []any
 	handOff bool
+	scans   string
 }
+
+// orderKey is an ordering key of a target.
+type orderKey struct{ target, key string }
 
 // deleteDeliveredSQL deletes up to $2 forwards delivered before $1. An
 // InitPlan selects them once through the BRIN index on delivered_at, so its

@@ -365,6 +365,17 @@ const sortKeysSQL = `SELECT t, k FROM unnest($1::text[]) AS t, unnest($2::text[]
 // probe of the primary key, under [IndexOrderScans].
 const LockKeySQL = `SELECT FROM forward_keys WHERE sender = $1 AND target = $2 AND order_key = $3 FOR NO KEY UPDATE`
 
+// LockKeysInOrderSQL locks the rows of sender $1's keys that the pairs of
+// $2 (targets) and $3 (keys) name, those that exist, in the order of every
+// other writer of forward_keys: (target, key), in the database's
+// collation. The pairs are sorted in a subquery, which PostgreSQL does not
+// pull up, and each is locked by a probe of the primary key in a LATERAL
+// subquery of its own, run per pair in that order. Run it under
+// [IndexScans]. The fast path's recording sends it first, in the same
+// round trip: its statements then write the keys in any order, by ctid.
+const LockKeysInOrderSQL = `SELECT count(*) FROM (SELECT a.target, a.order_key FROM unnest($2::text[], $3::text[]) AS a(target, order_key) ORDER BY a.target, a.order_key) a
+CROSS JOIN LATERAL (SELECT FROM forward_keys f WHERE f.sender = $1 AND f.target = a.target AND f.order_key = a.order_key FOR NO KEY UPDATE) f`
+
 // LockOrderKeys locks, until the transaction ends, the rows of sender's
 // keys that targets name with keys (every pair; those with no row are
 // skipped). It locks them in the order of every other writer of
