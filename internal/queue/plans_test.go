@@ -631,6 +631,14 @@ FROM generate_series(1, $1) g`, planRows); err != nil {
 		if checked < 4 {
 			t.Errorf("%d statements checked, want the expired keys' delete and the old events' three", checked)
 		}
+		// Which senders have expired keys: it reads the expired keys (a
+		// tenth of the sender's), not every key.
+		withPlanModes(t, conn, 7, func(mode string, run int) {
+			if got, err := store.New(conn).ExpiredSenders(ctx, now); err != nil || !slices.Contains(got, "acme") {
+				t.Fatalf("%s, run %d: ExpiredSenders = %v, %v; want acme among them", mode, run, got, err)
+			}
+		})
+		checkPlans(t, explainConn, planRows/10, store.IndexScans, store.ExpiredSendersSQL, now)
 	})
 
 	t.Run("ordered ends", func(t *testing.T) {
