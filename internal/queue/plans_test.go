@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
 	"github.com/hookgate/hookgate/internal/testing/queuetest"
@@ -62,11 +63,12 @@ func lyingStats(t *testing.T, grown bool) *pgxpool.Pool {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	const analyze = `ANALYZE forward_outbox, forward_delivered, river_job, webhook_events, forward_keys, processed_messages`
+	const analyze = `ANALYZE forward_outbox, forward_delivered, river_job, webhook_events, forward_keys, processed_messages, signature_tokens`
 	if grown {
 		exec(`INSERT INTO processed_messages (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)
 VALUES ('seed', 'seed', '\x00', gen_random_uuid(), 202, 'application/json', '', now(), now() + interval '1 day')`)
 		exec(`INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, updated_at) VALUES ('seed', 't', 'k', 1, 1, now())`)
+		exec(`INSERT INTO signature_tokens (sender, token_sha256, delivery_id, request_sha256, signed_at) VALUES ('seed', '\x00', 'seed', '\x00', now())`)
 		exec(`INSERT INTO forward_outbox (sender, event_id, target, delivery_id, created_at) VALUES ('seed', gen_random_uuid(), 't', 'seed', now())`)
 		exec(`INSERT INTO river_job (kind, args, queue, state) VALUES ('`+ForwardKind+`', '{"sender": "seed", "target": "t", "event_id": "x", "delivery_id": "seed"}', $1, 'available')`, planQueue)
 		exec(`INSERT INTO forward_delivered (sender, event_id, target, delivery_id, created_at, attempted_at, delivered_at, status, max_attempts)
@@ -586,8 +588,17 @@ SELECT 'acme', 'k' || g, '\x00', gen_random_uuid(), 202, 'application/json', '',
 FROM generate_series(1, $1) g`, planRows); err != nil {
 			t.Fatal(err)
 		}
+		// And as many signature tokens, a tenth of them signed two hours ago.
+		if _, err := conn.Exec(ctx, `INSERT INTO signature_tokens (sender, token_sha256, delivery_id, request_sha256, signed_at)
+SELECT 'acme', sha256(g::text::bytea), 'k' || g, '\x00', now() - CASE WHEN g % 10 = 0 THEN interval '2 hours' ELSE interval '1 minute' END
+FROM generate_series(1, $1) g`, planRows); err != nil {
+			t.Fatal(err)
+		}
 		defer func() {
 			if _, err := conn.Exec(ctx, `DELETE FROM processed_messages WHERE sender = 'acme'`); err != nil {
+				t.Error(err)
+			}
+			if _, err := conn.Exec(ctx, `DELETE FROM signature_tokens WHERE sender = 'acme'`); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -612,6 +623,9 @@ FROM generate_series(1, $1) g`, planRows); err != nil {
 		if n, err := q.DeleteEventsBefore(ctx, "acme", now.Add(time.Minute), batch); err != nil || n != batch {
 			t.Fatalf("old events: %d deleted, %v; want %d", n, err, batch)
 		}
+		if n, err := sigtoken.New(tx).DeleteSignedBefore(ctx, "acme", now.Add(-time.Hour), batch); err != nil || n != batch {
+			t.Fatalf("old signature tokens: %d deleted, %v; want %d", n, err, batch)
+		}
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -628,8 +642,8 @@ FROM generate_series(1, $1) g`, planRows); err != nil {
 			checked++
 			checkPlans(t, explainConn, planRows, s.Settings, s.SQL, s.Args...)
 		}
-		if checked < 4 {
-			t.Errorf("%d statements checked, want the expired keys' delete and the old events' three", checked)
+		if checked < 5 {
+			t.Errorf("%d statements checked, want the expired keys' delete, the old events' three and the old signature tokens'", checked)
 		}
 		// Which senders have expired keys: it reads the expired keys (a
 		// tenth of the sender's), not every key.
