@@ -45,7 +45,10 @@ const EnvCitusCrash = "HOOKGATE_TEST_CITUS_CRASH"
 // knows its fault hits the window. The split form, which serve runs on
 // Citus, leaves the outbox row marked recorded and no record; once the
 // row's grace has passed the relay moves it into a River job: the forward
-// is still queued, never lost.
+// is still queued, never lost. The fast path's recording has no control:
+// Citus refuses its deleting form at planning (the key advance updates by
+// ctid), so the relay's control alone shows that the fault hits the
+// window.
 func TestCitusCoordinatorCrashLosesNoForward(t *testing.T) {
 	if !pgtest.Citus() {
 		t.Skip("on Citus only (make test-citus): PostgreSQL commits the transaction atomically")
@@ -64,6 +67,9 @@ func TestCitusCoordinatorCrashLosesNoForward(t *testing.T) {
 		for _, split := range []bool{false, true} {
 			form := map[bool]string{false: "deleting form (control)", true: "split form"}[split]
 			t.Run(path+"/"+form, func(t *testing.T) {
+				if path == "fast path recording" && !split {
+					t.Skip("Citus refuses the deleting form of the recording at planning (its key advance updates by ctid, which Citus refuses in a modification it plans in parts): it cannot run there")
+				}
 				testCoordinatorCrash(t, gdb, path, split)
 			})
 		}
