@@ -551,6 +551,55 @@ func testQueuePlans(t *testing.T, grown bool) {
 		})
 	})
 
+	t.Run("forwards of an event", func(t *testing.T) {
+		// An event's page (console, API) reads its forwards: its outbox
+		// rows with their keys, its jobs and its delivered forwards,
+		// among 25,000 of each. The jobs are a probe of River's GIN
+		// index (they were every forward job of every sender, through
+		// River's index on kind); the outbox rows and keys probes (the
+		// keys were a sequential scan). The delivered forwards may still
+		// be read through forward_delivered's index of targets, the
+		// sender's once: its two indexes both start with the sender, and
+		// the lie makes them cost alike.
+		if _, err := conn.Exec(ctx, `INSERT INTO forward_keys (sender, target, order_key, last_seq, head_seq, updated_at)
+SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRows); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := conn.Exec(ctx, `DELETE FROM forward_keys WHERE sender = 'acme'`); err != nil {
+				t.Error(err)
+			}
+		}()
+		event := uuidV7(t, conn, 200)
+		rec := &pgtest.Recorder{}
+		pc := pool.Config().Copy()
+		pc.ConnConfig.Tracer = rec
+		traced, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer traced.Close()
+		fwds, err := both(traced).EventForwards(ctx, "acme", event)
+		if err != nil || len(fwds) == 0 {
+			t.Fatalf("forwards of event 200: %+v, %v", fwds, err)
+		}
+		limits := pgtest.PlanLimits{MaxVisited: func(table string) float64 {
+			if table == "forward_delivered" {
+				return planRows
+			}
+			return 3*2 + 100
+		}}
+		for _, s := range rec.Statements() {
+			for _, mode := range planCacheModes {
+				ex := explainAs(t, explainConn, s.Settings, mode, s.SQL, s.Args...)
+				if p := pgtest.PlanProblems(ex, limits); len(p) > 0 {
+					t.Errorf("%s: %s\n%s", mode, strings.Join(p, "; "), ex.Text)
+				}
+				t.Logf("%s (%.2f ms): %s", mode, ex.Time, ex.Plan.Shape())
+			}
+		}
+	})
+
 	t.Run("ordering keys of a redelivery batch", func(t *testing.T) {
 		// A bulk redelivery of an ordered target locks its batch's keys
 		// (after reading its events by EventContentSQL, checked above): a

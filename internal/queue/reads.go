@@ -14,14 +14,19 @@ import (
 
 // eventJobsSQL finds an event's jobs through River's GIN index on args,
 // for which args @> … is the indexable form. It adds the event's delivered
-// first attempts from forward_delivered.
-var eventJobsSQL = jobSQL(`SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
+// first attempts from forward_delivered. Run it under [store.IndexScans]:
+// the kind is compared as an expression, so that no index of kind serves
+// it. When the statistics said river_job was small, PostgreSQL read every
+// forward job of every sender through River's index on kind. With such
+// statistics forward_delivered may still be read through its index of
+// targets, the sender's delivered forwards once.
+var eventJobsSQL = jobSQL(`(SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
        errors[array_upper(errors, 1)], metadata->'output'
 FROM river_job
-WHERE kind = {forward_kind} AND args @> jsonb_build_object('event_id', $1::text)
+WHERE kind || '' = {forward_kind} AND args @> jsonb_build_object('event_id', $1::text))
 UNION ALL
-SELECT d.id, $3::text, 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + deliveredOutput + `
-FROM forward_delivered d WHERE d.sender = $2 AND d.event_id = $1::text
+(SELECT d.id, $3::text, 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + deliveredOutput + `
+FROM forward_delivered d WHERE d.sender = $2 AND d.event_id = $1::text)
 ORDER BY 1`)
 
 // deliveredOutput is the [Output] of forward_delivered's row d, as River's
@@ -37,7 +42,7 @@ func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UU
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.db.Query(ctx, eventJobsSQL, eventID.String(), sender, jobCompleted)
+	rows, err := store.QueryUnder(ctx, q.db, store.IndexScans, eventJobsSQL, eventID.String(), sender, jobCompleted)
 	if err != nil {
 		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
 	}
@@ -494,9 +499,14 @@ func (q *Jobs) Backlog(ctx context.Context, senders []string) (map[string]int64,
 // outbox, by target name. They are pending, or running while a fast path
 // holds the lease. It returns an empty slice, not nil, when there are none.
 func (q *Jobs) outboxOfEvent(ctx context.Context, sender string, eventID uuid.UUID) ([]Forward, error) {
-	rows, err := q.db.Query(ctx, `SELECT o.target, o.created_at, coalesce(o.leased_until > statement_timestamp() AND o.leased_until < 'infinity', false),
+	// Each row's key is a probe of its own (a LATERAL subquery that
+	// OFFSET 0 keeps apart), under IndexScans: joined, PostgreSQL read
+	// every key of the sender, or the whole table, when its statistics
+	// said forward_keys was small.
+	rows, err := store.QueryUnder(ctx, q.db, store.IndexScans, `SELECT o.target, o.created_at, coalesce(o.leased_until > statement_timestamp() AND o.leased_until < 'infinity', false),
   coalesce(o.leased_until = 'infinity', false), k.blocked_event, coalesce(o.seq - k.head_seq, 0), coalesce(k.last_seq - k.head_seq, 0)
-FROM forward_outbox o LEFT JOIN forward_keys k ON k.sender = o.sender AND k.target = o.target AND k.order_key = o.order_key
+FROM forward_outbox o LEFT JOIN LATERAL (SELECT k.blocked_event, k.head_seq, k.last_seq FROM forward_keys k
+  WHERE k.sender = $1 AND k.target = o.target AND k.order_key = o.order_key OFFSET 0) k ON true
 WHERE o.sender = $1 AND o.event_id = $2 AND `+store.Unrecorded("o")+` ORDER BY o.target`, sender, eventID)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox rows of event %s: %w", eventID, err)
