@@ -571,14 +571,7 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 			}
 		}()
 		event := uuidV7(t, conn, 200)
-		rec := &pgtest.Recorder{}
-		pc := pool.Config().Copy()
-		pc.ConnConfig.Tracer = rec
-		traced, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer traced.Close()
+		rec, traced := recordedPool(t, pool)
 		fwds, err := both(traced).EventForwards(ctx, "acme", event)
 		if err != nil || len(fwds) == 0 {
 			t.Fatalf("forwards of event 200: %+v, %v", fwds, err)
@@ -651,14 +644,7 @@ FROM generate_series(1, $1) g`, planRows); err != nil {
 				t.Error(err)
 			}
 		}()
-		rec := &pgtest.Recorder{}
-		pc := pool.Config().Copy()
-		pc.ConnConfig.Tracer = rec
-		traced, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer traced.Close()
+		rec, traced := recordedPool(t, pool)
 		const batch = 1000
 		tx, err := traced.Begin(ctx)
 		if err != nil {
@@ -798,6 +784,21 @@ FROM generate_series(1, $1) g, generate_series(1, 2) s`, planRows); err != nil {
 			}
 		}
 	})
+}
+
+// recordedPool returns a pool on pool's database whose statements rec
+// records, closed when the test ends.
+func recordedPool(t *testing.T, pool *pgxpool.Pool) (*pgtest.Recorder, *pgxpool.Pool) {
+	t.Helper()
+	rec := &pgtest.Recorder{}
+	pc := pool.Config().Copy()
+	pc.ConnConfig.Tracer = rec
+	traced, err := pgxpool.NewWithConfig(t.Context(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	return rec, traced
 }
 
 // uuidV7 returns the event ID of the fixtures' row g (v7SQL).
