@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/sigtoken"
 	"github.com/hookgate/hookgate/internal/store"
 	"github.com/hookgate/hookgate/internal/testing/pgtest"
@@ -590,6 +591,40 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 				}
 				t.Logf("%s (%.2f ms): %s", mode, ex.Time, ex.Plan.Shape())
 			}
+		}
+	})
+
+	t.Run("deliveries pages", func(t *testing.T) {
+		// The console's and the API's pages of a sender's deliveries
+		// (newest first, the next page, those since a time) and one
+		// delivery, with its event: each reads about its page among the
+		// sender's 25,000 deliveries and events.
+		if _, err := storetest.InsertGenerated(ctx, conn, storetest.Generated{Sender: "acme", Prefix: "d", N: planRows, Newest: time.Now(), Keys: true}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := conn.Exec(ctx, `DELETE FROM processed_messages WHERE sender = 'acme'`); err != nil {
+				t.Error(err)
+			}
+		}()
+		const limit = 50
+		rec, traced := recordedPool(t, pool)
+		q := store.New(traced)
+		page, err := q.ListDeliveries(ctx, "acme", limit, nil)
+		if err != nil || len(page.Deliveries) != limit || page.Next == nil {
+			t.Fatalf("first page: %d deliveries, %v", len(page.Deliveries), err)
+		}
+		if _, err := q.ListDeliveries(ctx, "acme", limit, page.Next); err != nil {
+			t.Fatalf("next page: %v", err)
+		}
+		if _, err := q.ListDeliveriesSince(ctx, "acme", limit, nil, time.Now().Add(-time.Hour)); err != nil {
+			t.Fatalf("since: %v", err)
+		}
+		if _, err := q.GetDelivery(ctx, idempotency.Key{Sender: "acme", DeliveryID: page.Deliveries[7].DeliveryID}); err != nil {
+			t.Fatalf("one delivery: %v", err)
+		}
+		for _, s := range rec.Statements() {
+			checkPlans(t, explainConn, limit, s.Settings, s.SQL, s.Args...)
 		}
 	})
 
