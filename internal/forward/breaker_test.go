@@ -78,6 +78,15 @@ func TestRetryAfterPausesTheTarget(t *testing.T) {
 		envOpts{Work: true, Backoff: forward.Backoff{Base: 10 * time.Millisecond, Max: 5 * time.Second}})
 	e.deliver("ra-0", []byte(`{}`), "application/json")
 	e.poll("the 429", func() bool { return len(tg.Hits()) > 0 }, func() string { return "" })
+	// The target saw the request before the worker read its answer: wait
+	// until the worker has paused the target (it records the pause for
+	// operators after it holds the target's forwards), so that the next
+	// deliveries come after the pause, not during the answer's way back.
+	e.poll("the pause recorded", func() bool {
+		var paused bool
+		err := e.pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM target_breakers WHERE target = 'limited' AND paused_until IS NOT NULL)`).Scan(&paused)
+		return err == nil && paused
+	}, func() string { return "" })
 	for i := 1; i <= 3; i++ {
 		e.deliver(fmt.Sprintf("ra-%d", i), []byte(`{}`), "application/json")
 	}
