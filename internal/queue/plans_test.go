@@ -123,37 +123,47 @@ const keptOutbox = 1200
 // with g (PostgreSQL 15 has no uuidv7()).
 const v7SQL = `(lpad(to_hex(g), 12, '0') || '70008000' || substr(md5(g::text), 1, 12))::uuid`
 
-// planConn, explainAs and the plans' types are pgtest's (PlanConn,
-// ExplainAnalyze).
+// planConn, explainAs and planCacheModes are pgtest's (PlanConn,
+// ExplainAnalyze, PlanCacheModes).
 var (
 	planConn       = pgtest.PlanConn
 	explainAs      = pgtest.ExplainAnalyze
 	planCacheModes = pgtest.PlanCacheModes
 )
 
-type explained = pgtest.Explained
-
-// planProblems returns what is wrong with plan for a statement that should
-// touch about batch rows (pgtest.PlanProblems): JIT compilation; a scan
-// that visits (rows returned + rows removed by its filters) × its loops
-// more than 3 × batch + 100 rows; a scan run more than once (a nested
-// loop's inner side, a subplan) that is not a probe (of an index, or by
-// ctid) visiting at most 2 rows per loop.
-func planProblems(ex explained, batch int) []string {
+// checkPlans explains sql with args in both plan cache modes (see
+// explainAs) and fails the test on every problem pgtest.PlanProblems finds
+// for a statement that should touch about batch rows: JIT compilation; a
+// scan that visits (rows returned + rows removed by its filters) × its
+// loops more than 3 × batch + 100 rows; a scan run more than once (a
+// nested loop's inner side, a subplan) that is not a probe (of an index,
+// or by ctid) visiting at most 2 rows per loop.
+func checkPlans(t *testing.T, conn *pgx.Conn, batch int, settings, sql string, args ...any) {
+	t.Helper()
 	limit := float64(3*batch + 100)
-	return pgtest.PlanProblems(ex, pgtest.PlanLimits{MaxVisited: func(string) float64 { return limit }})
+	checkPlansWithin(t, conn, pgtest.PlanLimits{MaxVisited: func(string) float64 { return limit }}, settings, sql, args...)
 }
 
-// checkPlans explains sql with args in both plan cache modes (see
-// explainAs) and fails the test on every problem planProblems finds.
-func checkPlans(t *testing.T, conn *pgx.Conn, batch int, settings, sql string, args ...any) {
+// checkPlansWithin is checkPlans with limits of its own per table.
+func checkPlansWithin(t *testing.T, conn *pgx.Conn, limits pgtest.PlanLimits, settings, sql string, args ...any) {
 	t.Helper()
 	for _, mode := range planCacheModes {
 		ex := explainAs(t, conn, settings, mode, sql, args...)
-		if p := planProblems(ex, batch); len(p) > 0 {
+		if p := pgtest.PlanProblems(ex, limits); len(p) > 0 {
 			t.Errorf("%s: %s\n%s", mode, strings.Join(p, "; "), ex.Text)
 		}
 		t.Logf("%s (%.2f ms): %s", mode, ex.Time, ex.Plan.Shape())
+	}
+}
+
+// deleteAfter runs the DELETEs stmts on conn, a subtest's cleanup of
+// the rows it added to the shared fixture.
+func deleteAfter(t *testing.T, conn *pgx.Conn, stmts ...string) {
+	t.Helper()
+	for _, sql := range stmts {
+		if _, err := conn.Exec(context.WithoutCancel(t.Context()), sql); err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -566,11 +576,7 @@ func testQueuePlans(t *testing.T, grown bool) {
 SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRows); err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			if _, err := conn.Exec(ctx, `DELETE FROM forward_keys WHERE sender = 'acme'`); err != nil {
-				t.Error(err)
-			}
-		}()
+		defer deleteAfter(t, conn, `DELETE FROM forward_keys WHERE sender = 'acme'`)
 		event := uuidV7(t, conn, 200)
 		rec, traced := recordedPool(t, pool)
 		fwds, err := both(traced).EventForwards(ctx, "acme", event)
@@ -584,13 +590,7 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 			return 3*2 + 100
 		}}
 		for _, s := range rec.Statements() {
-			for _, mode := range planCacheModes {
-				ex := explainAs(t, explainConn, s.Settings, mode, s.SQL, s.Args...)
-				if p := pgtest.PlanProblems(ex, limits); len(p) > 0 {
-					t.Errorf("%s: %s\n%s", mode, strings.Join(p, "; "), ex.Text)
-				}
-				t.Logf("%s (%.2f ms): %s", mode, ex.Time, ex.Plan.Shape())
-			}
+			checkPlansWithin(t, explainConn, limits, s.Settings, s.SQL, s.Args...)
 		}
 	})
 
@@ -602,11 +602,7 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 		if _, err := storetest.InsertGenerated(ctx, conn, storetest.Generated{Sender: "acme", Prefix: "d", N: planRows, Newest: time.Now(), Keys: true}); err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			if _, err := conn.Exec(ctx, `DELETE FROM processed_messages WHERE sender = 'acme'`); err != nil {
-				t.Error(err)
-			}
-		}()
+		defer deleteAfter(t, conn, `DELETE FROM processed_messages WHERE sender = 'acme'`)
 		const limit = 50
 		rec, traced := recordedPool(t, pool)
 		q := store.New(traced)
@@ -637,11 +633,7 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 SELECT s, 't', 'k' || g, 2, 1, now() FROM generate_series(1, 25000) g, unnest(ARRAY['acme', 'other']) s`); err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			if _, err := conn.Exec(ctx, `DELETE FROM forward_keys`); err != nil {
-				t.Error(err)
-			}
-		}()
+		defer deleteAfter(t, conn, `DELETE FROM forward_keys`)
 		keys := make([]string, batch)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("k%d", 1+i*200)
@@ -671,14 +663,7 @@ SELECT 'acme', sha256(g::text::bytea), 'k' || g, '\x00', now() - CASE WHEN g % 1
 FROM generate_series(1, $1) g`, planRows); err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			if _, err := conn.Exec(ctx, `DELETE FROM processed_messages WHERE sender = 'acme'`); err != nil {
-				t.Error(err)
-			}
-			if _, err := conn.Exec(ctx, `DELETE FROM signature_tokens WHERE sender = 'acme'`); err != nil {
-				t.Error(err)
-			}
-		}()
+		defer deleteAfter(t, conn, `DELETE FROM processed_messages WHERE sender = 'acme'`, `DELETE FROM signature_tokens WHERE sender = 'acme'`)
 		rec, traced := recordedPool(t, pool)
 		const batch = 1000
 		tx, err := traced.Begin(ctx)
@@ -739,14 +724,7 @@ SELECT 'ord', gen_random_uuid(), 't', 'o' || g || '-' || s, now(), CASE WHEN s =
 FROM generate_series(1, $1) g, generate_series(1, 2) s`, planRows); err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			if _, err := conn.Exec(ctx, `DELETE FROM forward_outbox WHERE sender = 'ord'`); err != nil {
-				t.Error(err)
-			}
-			if _, err := conn.Exec(ctx, `DELETE FROM forward_keys WHERE sender = 'ord'`); err != nil {
-				t.Error(err)
-			}
-		}()
+		defer deleteAfter(t, conn, `DELETE FROM forward_outbox WHERE sender = 'ord'`, `DELETE FROM forward_keys WHERE sender = 'ord'`)
 		checkPlans(t, explainConn, 1, store.IndexScans, store.AdvanceOrderedSQL, "ord", "t", "k77", int64(1))
 		checkPlans(t, explainConn, 1, store.IndexScans, store.ReleaseOrderedSQL, "ord", "t", "k77", int64(1))
 		one := store.OrderedArgs("ord", []store.OrderedEnd{{Target: "t", Key: "k77", Seq: 1}})
