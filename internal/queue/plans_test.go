@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/hookgate/hookgate/internal/idempotency"
 	"github.com/hookgate/hookgate/internal/sigtoken"
@@ -621,6 +622,64 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 		}
 		for _, s := range rec.Statements() {
 			checkPlans(t, explainConn, limit, s.Settings, s.SQL, s.Args...)
+		}
+	})
+
+	t.Run("a target's forwards pages", func(t *testing.T) {
+		// The console's and the API's pages of a target's forwards,
+		// newest first, in every state and in none, the next page and a
+		// window: each reads about a page per River state among the
+		// target's 25,000 jobs and 25,000 delivered forwards (they read
+		// the target's whole history of jobs and sorted it). Pending and
+		// retrying share River's waiting states: one reads past the
+		// other's waiting jobs, the target's backlog.
+		const limit = 50
+		var waiting float64
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'sender' = 'acme' AND state = ANY($1::river_job_state[])`,
+			stateNames(StatePending)).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []State{"", StatePending, StateRunning, StateRetrying, StateDelivered, StateFailed} {
+			t.Run(cmp.Or(string(s), "any"), func(t *testing.T) {
+				rec, traced := recordedPool(t, pool)
+				jobs := NewJobs(traced)
+				f := Filter{Sender: "acme", Target: "t", State: s}
+				page, err := jobs.ListTargetForwards(ctx, f, limit, nil)
+				if err != nil || (len(page.Forwards) == 0) != (s == StateRetrying) { // no job of the fixture has failed an attempt
+					t.Fatalf("first page: %d forwards, %v", len(page.Forwards), err)
+				}
+				if page.Next != nil {
+					next, err := jobs.ListTargetForwards(ctx, f, limit, page.Next)
+					if err != nil || len(next.Forwards) == 0 || next.Forwards[0].JobID >= page.Forwards[limit-1].JobID && s != StateFailed {
+						t.Fatalf("next page: %d forwards, %v", len(next.Forwards), err)
+					}
+				}
+				f.Since = time.Now().Add(-time.Hour)
+				if _, err := jobs.ListTargetForwards(ctx, f, limit, nil); err != nil {
+					t.Fatalf("since: %v", err)
+				}
+				perState := float64(limit + 1)
+				if s == StatePending || s == StateRetrying {
+					perState = waiting
+				}
+				limits := pgtest.PlanLimits{
+					MaxVisited: func(table string) float64 {
+						if table == "river_job" {
+							return float64(len(rivertype.JobStates()))*perState + 100
+						}
+						return 3*limit + 100
+					},
+					PerLoop: func(table string) float64 {
+						if table == "river_job" {
+							return perState
+						}
+						return 2
+					},
+				}
+				for _, st := range rec.Statements() {
+					checkPlansWithin(t, explainConn, limits, st.Settings, st.SQL, st.Args...)
+				}
+			})
 		}
 	})
 

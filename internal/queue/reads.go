@@ -323,10 +323,21 @@ type ForwardPage struct {
 // they failed, since a forward retried for hours fails after newer ones.
 // The others are ordered by job ID. Pages stay stable while forwards are
 // added. Forwards still in the outbox have no job yet and are not listed.
+// f.InStateAt is not read.
+//
+// A page reads about its forwards, not the target's history of jobs
+// (migration 30): failed forwards through their index by time of failure;
+// the others as the newest jobs of each of River's states that f's state
+// has, each through the index by state and ID, merged with the newest
+// delivered first attempts. Pending and retrying share River's states, so
+// one reads past the waiting forwards of the other. Since and Until on
+// the creation of a forward that is not delivered or failed are filters:
+// a window far in the past reads the newer jobs of its states first.
 func (q *Jobs) ListTargetForwards(ctx context.Context, f Filter, limit int, after *store.Cursor) (ForwardPage, error) {
 	if limit < 1 || limit > store.MaxListLimit {
 		return ForwardPage{}, fmt.Errorf("list forwards: limit %d is not from 1 to %d", limit, store.MaxListLimit)
 	}
+	f.InStateAt = time.Time{}
 	w := f.where(false, nil)
 	byFinish := f.State == StateFailed // only River's jobs: w.delivered is ""
 	if after != nil {
@@ -348,21 +359,38 @@ func (q *Jobs) ListTargetForwards(ctx context.Context, f Filter, limit int, afte
 		w.args = append(w.args, jobCompleted)
 		completed = len(w.args)
 	}
+	// Each of f's River states (every state without one) is a probe that
+	// reads its newest jobs in the index's order.
+	states := "enum_range(NULL::river_job_state)"
+	if f.State != "" && !byFinish {
+		w.args = append(w.args, stateNames(f.State))
+		states = fmt.Sprintf("$%d::river_job_state[]", len(w.args))
+	}
 	w.args = append(w.args, limit+1)
 	order := fmt.Sprintf(" ORDER BY 1 DESC LIMIT $%d", len(w.args))
+	const columns = `j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
+       j.created_at, j.attempted_at, j.finalized_at, j.errors[array_upper(j.errors, 1)], j.metadata->'output'`
+	var sql string
 	if byFinish {
-		order = fmt.Sprintf(" ORDER BY 9 DESC, 1 DESC LIMIT $%d", len(w.args)) // finalized_at, id
-	}
-	sql := `(SELECT j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
-       j.created_at, j.attempted_at, j.finalized_at, j.errors[array_upper(j.errors, 1)], j.metadata->'output'
-FROM river_job j WHERE ` + w.jobs + order + ")"
-	if w.delivered != "" {
-		sql += `
+		// The index's predicate, in its literal terms.
+		sql = `SELECT ` + columns + `
+FROM river_job j WHERE ` + w.jobs + ` AND ` + failedForwards("j") + fmt.Sprintf(`
+ORDER BY j.args->>'sender' DESC, j.args->>'target' DESC, j.finalized_at DESC, j.id DESC LIMIT $%d`, len(w.args))
+	} else {
+		sql = `(SELECT x.* FROM unnest(` + states + `) s(state) CROSS JOIN LATERAL (SELECT ` + columns + `
+  FROM river_job j WHERE ` + w.jobs + ` AND j.state = s.state
+  ORDER BY j.args->>'sender' DESC, j.args->>'target' DESC, j.state DESC, j.id DESC` + order[len(" ORDER BY 1 DESC"):] + `) x` + order + ")"
+		if w.delivered != "" {
+			sql += `
 UNION ALL
 (SELECT d.id, ` + fmt.Sprintf("$%d::text", completed) + `, 1, d.max_attempts, d.event_id, d.delivery_id, d.created_at, d.attempted_at, d.delivered_at, NULL, ` + deliveredOutput + `
 FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
+		}
 	}
-	rows, err := q.db.Query(ctx, sql, w.args...)
+	// In the indexes' order: when the statistics said river_job was small,
+	// PostgreSQL read every forward job through River's index on kind,
+	// and sorted them.
+	rows, err := store.QueryUnder(ctx, q.db, store.IndexOrderScans, sql, w.args...)
 	if err != nil {
 		return ForwardPage{}, fmt.Errorf("list forwards of %s/%s: %w", f.Sender, f.Target, err)
 	}

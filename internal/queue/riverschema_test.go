@@ -131,7 +131,8 @@ FROM pg_enum e JOIN pg_type ty ON ty.oid = e.enumtypid WHERE ty.typname = 'river
 	// River's fetching index, which the scheduling of due forwards and the
 	// breaker's wake read in its order (schedule.go, jobs.go).
 	for _, index := range []string{"river_job_args_index", "river_job_hookgate_forward_idx", "river_job_hookgate_forward_unfinished_idx",
-		"river_job_hookgate_forward_failed_idx", "river_job_hookgate_forward_uncounted_idx", "river_job_prioritized_fetching_index"} {
+		"river_job_hookgate_forward_failed_idx", "river_job_hookgate_forward_uncounted_idx", "river_job_hookgate_forward_state_idx",
+		"river_job_hookgate_forward_failed_at_idx", "river_job_prioritized_fetching_index"} {
 		var ok bool
 		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, index).Scan(&ok); err != nil {
 			t.Fatal(err)

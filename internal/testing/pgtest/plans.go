@@ -299,6 +299,11 @@ type PlanLimits struct {
 	// Indexed reports whether a table must be read through an index,
 	// without a sequential scan.
 	Indexed func(table string) bool
+	// PerLoop, when not nil, is the most rows that a scan of a table run
+	// more than once may visit per loop: a page of an index read in its
+	// order per loop. Without it such a scan must be a probe visiting at
+	// most 2 rows per loop.
+	PerLoop func(table string) float64
 }
 
 // PlanProblems returns what is wrong with ex under limits:
@@ -308,7 +313,7 @@ type PlanLimits struct {
 //   - A sequential scan of a table that must be read through an index.
 //   - A scan that visits more rows than its table's limit.
 //   - A scan that runs more than once but is not a probe visiting at most
-//     2 rows per loop.
+//     2 rows per loop (or its table's PerLoop rows).
 func PlanProblems(ex Explained, limits PlanLimits) []string {
 	var problems []string
 	if ex.JITCompiled() {
@@ -329,7 +334,11 @@ func PlanProblems(ex Explained, limits PlanLimits) []string {
 		if limit := limits.MaxVisited(n.Relation); limit >= 0 && n.Visited() > limit {
 			problems = append(problems, fmt.Sprintf("%s visits %.0f rows (%.0f × %.0f loops), more than %.0f", name, n.Visited(), perLoop, n.Loops, limit))
 		}
-		if n.Loops > 1 && (!probeNodes[n.NodeType] || perLoop > 2) {
+		perLoopLimit := 2.0
+		if limits.PerLoop != nil {
+			perLoopLimit = max(perLoopLimit, limits.PerLoop(n.Relation))
+		}
+		if n.Loops > 1 && (!probeNodes[n.NodeType] || perLoop > perLoopLimit) {
 			problems = append(problems, fmt.Sprintf("%s runs %.0f times, visiting %.0f rows each: not a key probe", name, n.Loops, perLoop))
 		}
 	})
