@@ -104,8 +104,13 @@ func (q *Jobs) NewestJobID(ctx context.Context) (int64, time.Time, error) {
 
 // bulkWhere returns the conditions and arguments of the forwards that a
 // bulk redelivery of f matches in the job range (afterID, maxID]. These
-// are the newest forward of each event in f's state and window.
-func (q *Jobs) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (where, error) {
+// are the newest forward of each event in f's state and window. byState
+// writes the jobs' range for [where.jobsByState]: as row comparisons with
+// the branch's state, so that only hookgate's index by state serves it. As
+// plain bounds on the ID, River's primary key served them too: when the
+// statistics said river_job was small, PostgreSQL read every job of every
+// sender from the batch's first on, in the order of its IDs.
+func (q *Jobs) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64, byState bool) (where, error) {
 	var inOutbox []string
 	if f.State == StateRunning || f.State == StateRetrying {
 		var err error
@@ -116,7 +121,11 @@ func (q *Jobs) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (w
 	w := f.where(true, inOutbox)
 	w.args = append(w.args, maxID, afterID)
 	n := len(w.args)
-	w.and(fmt.Sprintf("j.id <= $%d AND j.id > $%d", n-1, n), fmt.Sprintf("d.id <= $%d AND d.id > $%d", n-1, n))
+	jobs := fmt.Sprintf("j.id <= $%d AND j.id > $%d", n-1, n)
+	if byState {
+		jobs = fmt.Sprintf("(j.state, j.id) <= ({state}, $%d) AND (j.state, j.id) > ({state}, $%d)", n-1, n)
+	}
+	w.and(jobs, fmt.Sprintf("d.id <= $%d AND d.id > $%d", n-1, n))
 	return w, nil
 }
 
@@ -124,7 +133,7 @@ func (q *Jobs) bulkWhere(ctx context.Context, f Filter, maxID, afterID int64) (w
 // up to job maxID: the newest forward of each event to the target, in f's
 // state and window.
 func (q *Jobs) CountBulkMatch(ctx context.Context, f Filter, maxID int64) (int64, error) {
-	w, err := q.bulkWhere(ctx, f, maxID, 0)
+	w, err := q.bulkWhere(ctx, f, maxID, 0, false)
 	if err != nil {
 		return 0, fmt.Errorf("count forwards to redeliver: %w", err)
 	}
@@ -150,28 +159,32 @@ type Matched struct {
 	DeliveryID string
 }
 
-// bulkMatchBatchSQL is the statement of [Jobs.BulkMatchBatch] for w, whose
-// last argument is the limit. It merges River's jobs, read by primary key
-// from the batch's first job, with forward_delivered's rows, read by its
-// index on sender, target and ID.
-func bulkMatchBatchSQL(w where, limit int) string {
-	order := fmt.Sprintf(" ORDER BY 1 LIMIT $%d", len(w.args))
-	sql := `(SELECT j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '') FROM river_job j WHERE ` + w.jobs + order + `)`
+// bulkMatchBatchSQL is the statement of [Jobs.BulkMatchBatch] for f and
+// w, which [Jobs.bulkWhere] returned with byState. It appends the states
+// and limit to w's arguments. It merges River's jobs, each state's read
+// in the order of hookgate's index by state ([where.jobsByState]), with
+// forward_delivered's rows, read by its index on sender, target and ID,
+// from the batch's first job on: a batch reads about its jobs and the
+// superseded ones among them, never the jobs of other senders and targets
+// that River's primary key gave it.
+func bulkMatchBatchSQL(w *where, f Filter, limit int) string {
+	sql := `SELECT * FROM (` + w.jobsByState(f, `j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '')`, w.jobs, "ASC")
 	if w.delivered != "" {
-		sql += ` UNION ALL (SELECT d.id, d.event_id, d.delivery_id FROM forward_delivered d WHERE ` + w.delivered + order + `)` + order
+		sql += "\nUNION ALL\n" + orderedBranch(`SELECT d.id, d.event_id, d.delivery_id FROM forward_delivered d WHERE `+w.delivered+` ORDER BY d.id`, "delivered")
 	}
-	return sql
+	w.args = append(w.args, limit)
+	return sql + fmt.Sprintf(`) u ORDER BY 1 LIMIT $%d`, len(w.args))
 }
 
 // BulkMatchBatch returns up to limit of the forwards that
 // [Jobs.CountBulkMatch] counts, after job afterID, oldest first.
 func (q *Jobs) BulkMatchBatch(ctx context.Context, f Filter, maxID, afterID int64, limit int) ([]Matched, error) {
-	w, err := q.bulkWhere(ctx, f, maxID, afterID)
+	w, err := q.bulkWhere(ctx, f, maxID, afterID, true)
 	if err != nil {
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}
-	w.args = append(w.args, limit)
-	rows, err := store.QueryUnder(ctx, q.db, store.IndexOrderScans, bulkMatchBatchSQL(w, limit), w.args...)
+	sql := bulkMatchBatchSQL(&w, f, limit)
+	rows, err := store.QueryUnder(ctx, q.db, store.IndexOrderScans, sql, w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("select forwards to redeliver: %w", err)
 	}

@@ -294,6 +294,52 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 	return w
 }
 
+// jobsByState returns the branches of a UNION ALL that selects columns
+// of the river_job rows j that match cond, one branch per River state
+// that f's jobs may be in: f's state's, or every state when f has no
+// state or a window of InStateAt (finished jobs match it too). It appends
+// each state to w's arguments; cond's "{state}" stands for the branch's.
+// Each branch is a range of hookgate's index of forward jobs by sender,
+// target, state and ID (migration 30), read in its order, dir (ASC or
+// DESC), as a subquery of its own: so PostgreSQL merges the branches (a
+// Merge Append) of a UNION ALL ordered by ID and limited, and reads each
+// only as far as the rows merged so far. The statement then reads about
+// its rows, however many jobs River keeps. (Branches without their own
+// ORDER BY were appended and sorted: PostgreSQL 15 does not see that a
+// branch's index gives its rows in the order of their IDs.) cond must keep
+// the sender ($1) and the target ($2) of that index.
+func (w *where) jobsByState(f Filter, columns, cond, dir string) string {
+	states := stateNames(f.State)
+	if f.State == "" || !f.InStateAt.IsZero() {
+		states = allJobStates
+	}
+	branches := make([]string, len(states))
+	for i, st := range states {
+		w.args = append(w.args, st)
+		p := fmt.Sprintf("$%d::river_job_state", len(w.args))
+		branches[i] = orderedBranch(`SELECT `+columns+`
+  FROM river_job j WHERE `+strings.ReplaceAll(cond, "{state}", p)+` AND j.state = `+p+`
+  ORDER BY j.id `+dir, fmt.Sprint("b", i))
+	}
+	return strings.Join(branches, "\nUNION ALL\n")
+}
+
+// orderedBranch is the branch of a UNION ALL that selects every column
+// of sql, an ordered SELECT, as the subquery alias: see jobsByState.
+func orderedBranch(sql, alias string) string {
+	return "SELECT * FROM (" + sql + ") " + alias
+}
+
+// allJobStates are River's job states (a test checks them against the
+// database's type).
+var allJobStates = func() []string {
+	var out []string
+	for _, s := range rivertype.JobStates() {
+		out = append(out, string(s))
+	}
+	return out
+}()
+
 // TargetForward is one forward of a target, as [Jobs.ListTargetForwards]
 // returns it.
 type TargetForward struct {
@@ -359,33 +405,25 @@ func (q *Jobs) ListTargetForwards(ctx context.Context, f Filter, limit int, afte
 		w.args = append(w.args, jobCompleted)
 		completed = len(w.args)
 	}
-	// Each of f's River states (every state without one) is a probe that
-	// reads its newest jobs in the index's order.
-	states := "enum_range(NULL::river_job_state)"
-	if f.State != "" && !byFinish {
-		w.args = append(w.args, stateNames(f.State))
-		states = fmt.Sprintf("$%d::river_job_state[]", len(w.args))
-	}
-	w.args = append(w.args, limit+1)
-	order := fmt.Sprintf(" ORDER BY 1 DESC LIMIT $%d", len(w.args))
 	const columns = `j.id, j.state::text, j.attempt, j.max_attempts, coalesce(j.args->>'event_id', ''), coalesce(j.args->>'delivery_id', ''),
        j.created_at, j.attempted_at, j.finalized_at, j.errors[array_upper(j.errors, 1)], j.metadata->'output'`
 	var sql string
 	if byFinish {
 		// The index's predicate, in its literal terms.
+		w.args = append(w.args, limit+1)
 		sql = `SELECT ` + columns + `
 FROM river_job j WHERE ` + w.jobs + ` AND ` + failedForwards("j") + fmt.Sprintf(`
 ORDER BY j.args->>'sender' DESC, j.args->>'target' DESC, j.finalized_at DESC, j.id DESC LIMIT $%d`, len(w.args))
 	} else {
-		sql = `(SELECT x.* FROM unnest(` + states + `) s(state) CROSS JOIN LATERAL (SELECT ` + columns + `
-  FROM river_job j WHERE ` + w.jobs + ` AND j.state = s.state
-  ORDER BY j.args->>'sender' DESC, j.args->>'target' DESC, j.state DESC, j.id DESC` + order[len(" ORDER BY 1 DESC"):] + `) x` + order + ")"
+		// Newest first: each branch reads its index backwards.
+		sql = `SELECT * FROM (` + w.jobsByState(f, columns, w.jobs, "DESC")
 		if w.delivered != "" {
-			sql += `
-UNION ALL
-(SELECT d.id, ` + fmt.Sprintf("$%d::text", completed) + `, 1, d.max_attempts, d.event_id, d.delivery_id, d.created_at, d.attempted_at, d.delivered_at, NULL, ` + deliveredOutput + `
-FROM forward_delivered d WHERE ` + w.delivered + order + ")" + order
+			sql += "\nUNION ALL\n" + orderedBranch(`SELECT d.id, `+fmt.Sprintf("$%d::text", completed)+`, 1::smallint, d.max_attempts, d.event_id, d.delivery_id,
+       d.created_at, d.attempted_at, d.delivered_at, NULL::jsonb, `+deliveredOutput+`
+  FROM forward_delivered d WHERE `+w.delivered+` ORDER BY d.id DESC`, "delivered")
 		}
+		w.args = append(w.args, limit+1)
+		sql += fmt.Sprintf(`) u ORDER BY 1 DESC LIMIT $%d`, len(w.args))
 	}
 	// In the indexes' order: when the statistics said river_job was small,
 	// PostgreSQL read every forward job through River's index on kind,

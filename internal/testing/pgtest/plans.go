@@ -299,11 +299,6 @@ type PlanLimits struct {
 	// Indexed reports whether a table must be read through an index,
 	// without a sequential scan.
 	Indexed func(table string) bool
-	// PerLoop, when not nil, is the most rows that a scan of a table run
-	// more than once may visit per loop: a page of an index read in its
-	// order per loop. Without it such a scan must be a probe visiting at
-	// most 2 rows per loop.
-	PerLoop func(table string) float64
 }
 
 // PlanProblems returns what is wrong with ex under limits:
@@ -313,7 +308,7 @@ type PlanLimits struct {
 //   - A sequential scan of a table that must be read through an index.
 //   - A scan that visits more rows than its table's limit.
 //   - A scan that runs more than once but is not a probe visiting at most
-//     2 rows per loop (or its table's PerLoop rows).
+//     2 rows per loop.
 func PlanProblems(ex Explained, limits PlanLimits) []string {
 	var problems []string
 	if ex.JITCompiled() {
@@ -334,11 +329,7 @@ func PlanProblems(ex Explained, limits PlanLimits) []string {
 		if limit := limits.MaxVisited(n.Relation); limit >= 0 && n.Visited() > limit {
 			problems = append(problems, fmt.Sprintf("%s visits %.0f rows (%.0f × %.0f loops), more than %.0f", name, n.Visited(), perLoop, n.Loops, limit))
 		}
-		perLoopLimit := 2.0
-		if limits.PerLoop != nil {
-			perLoopLimit = max(perLoopLimit, limits.PerLoop(n.Relation))
-		}
-		if n.Loops > 1 && (!probeNodes[n.NodeType] || perLoop > perLoopLimit) {
+		if n.Loops > 1 && (!probeNodes[n.NodeType] || perLoop > 2) {
 			problems = append(problems, fmt.Sprintf("%s runs %.0f times, visiting %.0f rows each: not a key probe", name, n.Loops, perLoop))
 		}
 	})
