@@ -7,13 +7,14 @@
 --
 -- Two indexes of hookgate's own on River's job table:
 --   - over the forward jobs, by sender, target, state and ID: a page reads
---     each River state's newest jobs in the index's order, one probe per
---     state, and merges them;
+--     each River state's newest jobs in the index's order, and merges
+--     them; a bulk redelivery's batch reads each state's oldest from the
+--     batch's first job on, the same way;
 --   - over the failed forward jobs not marked superseded, by sender,
 --     target, time of failure and ID: the failed forwards are listed by
 --     when they failed.
--- A forward job costs one more index entry per state change, the first
--- one more when it fails.
+-- A forward job costs one more entry in the first per state change, and
+-- one in the second when it fails.
 --
 -- Migration 21's index over the forward jobs not completed, which no
 -- statement has read since migration 23, is dropped: this release's
