@@ -158,7 +158,11 @@ func (c *Cluster) start() error {
 	if c.running() {
 		return nil
 	}
-	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k '%s' -c max_connections=100"+
+	// max_connections above the connection budget of the processes a
+	// test starts (docs/deployment.md): two api and two worker processes
+	// with the default pool of 32 take up to 130 as they reconnect after
+	// a restart, and at 100 the test's own read was refused (53300).
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k '%s' -c max_connections=200"+
 		" -c fsync=off -c full_page_writes=off", c.port, c.dir)
 	out, err := c.asServer(filepath.Join(c.bindir, "pg_ctl"),
 		"-D", c.dataDir(), "-l", c.logFile(), "-w", "-t", "60", "-o", opts, "start")
