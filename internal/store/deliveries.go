@@ -518,7 +518,13 @@ func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Ti
 		if err != nil {
 			return err
 		}
+		// The settings are the transaction's already (QueryUnder above):
+		// sent again, they are the batch's own, for whoever reads it (the
+		// plan tests explain each statement under its batch's settings).
+		// Without them the trailing DELETE may be a sequential scan of
+		// every sender's hours.
 		b := &pgx.Batch{}
+		b.Queue(IndexScans)
 		args := []any{sender}
 		flush := func() {
 			if len(args) > 1 {
