@@ -168,7 +168,7 @@ type Matched struct {
 // superseded ones among them, never the jobs of other senders and targets
 // that River's primary key gave it.
 func bulkMatchBatchSQL(w *where, f Filter, limit int) string {
-	sql := `SELECT * FROM (` + w.jobsByState(f, `j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '')`, w.jobs, "ASC")
+	sql := `SELECT * FROM (` + w.jobsByState(f, `j.id, j.args->>'event_id', coalesce(j.args->>'delivery_id', '')`, "ASC")
 	if w.delivered != "" {
 		sql += "\nUNION ALL\n" + orderedBranch(`SELECT d.id, d.event_id, d.delivery_id FROM forward_delivered d WHERE `+w.delivered+` ORDER BY d.id`, "delivered")
 	}

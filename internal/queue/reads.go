@@ -295,10 +295,10 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 }
 
 // jobsByState returns the branches of a UNION ALL that selects columns
-// of the river_job rows j that match cond, one branch per River state
+// of the river_job rows j that match w.jobs, one branch per River state
 // that f's jobs may be in: f's state's, or every state when f has no
 // state or a window of InStateAt (finished jobs match it too). It appends
-// each state to w's arguments; cond's "{state}" stands for the branch's.
+// each state to w's arguments; "{state}" in w.jobs stands for the branch's.
 // Each branch is a range of hookgate's index of forward jobs by sender,
 // target, state and ID (migration 30), read in its order, dir (ASC or
 // DESC), as a subquery of its own: so PostgreSQL merges the branches (a
@@ -306,9 +306,9 @@ func (f Filter) where(latest bool, inOutbox []string) where {
 // only as far as the rows merged so far. The statement then reads about
 // its rows, however many jobs River keeps. (Branches without their own
 // ORDER BY were appended and sorted: PostgreSQL 15 does not see that a
-// branch's index gives its rows in the order of their IDs.) cond must keep
+// branch's index gives its rows in the order of their IDs.) w.jobs keeps
 // the sender ($1) and the target ($2) of that index.
-func (w *where) jobsByState(f Filter, columns, cond, dir string) string {
+func (w *where) jobsByState(f Filter, columns, dir string) string {
 	states := stateNames(f.State)
 	if f.State == "" || !f.InStateAt.IsZero() {
 		states = allJobStates
@@ -318,7 +318,7 @@ func (w *where) jobsByState(f Filter, columns, cond, dir string) string {
 		w.args = append(w.args, st)
 		p := fmt.Sprintf("$%d::river_job_state", len(w.args))
 		branches[i] = orderedBranch(`SELECT `+columns+`
-  FROM river_job j WHERE `+strings.ReplaceAll(cond, "{state}", p)+` AND j.state = `+p+`
+  FROM river_job j WHERE `+strings.ReplaceAll(w.jobs, "{state}", p)+` AND j.state = `+p+`
   ORDER BY j.id `+dir, fmt.Sprint("b", i))
 	}
 	return strings.Join(branches, "\nUNION ALL\n")
@@ -416,7 +416,7 @@ FROM river_job j WHERE ` + w.jobs + ` AND ` + failedForwards("j") + fmt.Sprintf(
 ORDER BY j.args->>'sender' DESC, j.args->>'target' DESC, j.finalized_at DESC, j.id DESC LIMIT $%d`, len(w.args))
 	} else {
 		// Newest first: each branch reads its index backwards.
-		sql = `SELECT * FROM (` + w.jobsByState(f, columns, w.jobs, "DESC")
+		sql = `SELECT * FROM (` + w.jobsByState(f, columns, "DESC")
 		if w.delivered != "" {
 			sql += "\nUNION ALL\n" + orderedBranch(`SELECT d.id, `+fmt.Sprintf("$%d::text", completed)+`, 1::smallint, d.max_attempts, d.event_id, d.delivery_id,
        d.created_at, d.attempted_at, d.delivered_at, NULL::jsonb, `+deliveredOutput+`

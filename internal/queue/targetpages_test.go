@@ -111,30 +111,27 @@ VALUES ($1, jsonb_build_object('sender', $2::text, 'target', $3::text, 'event_id
 			after = page.Next
 		}
 	}
-	since, until := base.Add(20*time.Second), base.Add(90*time.Second)
 	for _, s := range []State{"", StatePending, StateRunning, StateRetrying, StateDelivered, StateFailed} {
+		// A window is on when the forward finished, for delivered and
+		// failed ones, and on when it was created otherwise.
+		finished := s == StateDelivered || s == StateFailed
+		since, until := base.Add(20*time.Second), base.Add(90*time.Second)
+		if finished {
+			since, until = base.Add(time.Minute), base.Add(3*time.Minute)
+		}
 		for _, window := range []bool{false, true} {
 			f := Filter{Sender: "acme", Target: "t", State: s}
+			if window {
+				f.Since, f.Until = since, until
+			}
 			var expect []row
 			for _, r := range want {
 				at := r.created
-				if s == StateDelivered || s == StateFailed {
+				if finished {
 					at = r.finished
 				}
 				if (s == "" || r.state == s) && (!window || !at.Before(since) && at.Before(until)) {
 					expect = append(expect, r)
-				}
-			}
-			if window {
-				f.Since, f.Until = since, until
-				if s == StateDelivered || s == StateFailed {
-					f.Since, f.Until = base.Add(time.Minute), base.Add(3*time.Minute)
-					expect = expect[:0]
-					for _, r := range want {
-						if r.state == s && !r.finished.Before(f.Since) && r.finished.Before(f.Until) {
-							expect = append(expect, r)
-						}
-					}
 				}
 			}
 			slices.SortFunc(expect, func(a, b row) int {
