@@ -135,7 +135,23 @@ type PlanNode struct {
 	Loops            float64    `json:"Actual Loops"`
 	RemovedByFilter  float64    `json:"Rows Removed by Filter"`
 	RemovedByRecheck float64    `json:"Rows Removed by Index Recheck"`
+	TotalCost        float64    `json:"Total Cost"`
+	DisabledNode     bool       `json:"Disabled"` // PostgreSQL 18 on
 	Plans            []PlanNode `json:"Plans"`
+}
+
+// disableCost is what PostgreSQL before 18 adds to the cost of a path
+// that a setting disables (enable_seqscan = off, …).
+const disableCost = 1.0e10
+
+// Disabled reports whether n or a node below it is a path that the
+// planner's settings disabled: one PostgreSQL chose only because every
+// plan left had one. Before PostgreSQL 18 such a node costs at least
+// disable_cost; from 18 on EXPLAIN marks it.
+func (n PlanNode) Disabled() bool {
+	disabled := n.TotalCost >= disableCost
+	n.Walk(func(c PlanNode) { disabled = disabled || c.DisabledNode })
+	return disabled
 }
 
 // Explained is the JSON output of EXPLAIN ANALYZE for one statement.
