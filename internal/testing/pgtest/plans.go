@@ -136,6 +136,8 @@ type PlanNode struct {
 	RemovedByFilter  float64    `json:"Rows Removed by Filter"`
 	RemovedByRecheck float64    `json:"Rows Removed by Index Recheck"`
 	TotalCost        float64    `json:"Total Cost"`
+	SharedHit        float64    `json:"Shared Hit Blocks"`
+	SharedRead       float64    `json:"Shared Read Blocks"`
 	DisabledNode     bool       `json:"Disabled"` // PostgreSQL 18 on
 	Plans            []PlanNode `json:"Plans"`
 }
@@ -220,7 +222,7 @@ func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, ar
 		t.Fatal(err)
 	}
 	var out string
-	explain := `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE hgexplained`
+	explain := `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE hgexplained`
 	if len(params) > 0 {
 		explain += `(` + strings.Join(params, ", ") + `)`
 	}
@@ -315,6 +317,14 @@ type PlanLimits struct {
 	// Indexed reports whether a table must be read through an index,
 	// without a sequential scan.
 	Indexed func(table string) bool
+	// PagesPerRow, when positive, is the most pages that an index scan
+	// may touch per row it visits, plus 10 per loop. Rows counts only
+	// what the index conditions matched: an index condition on a column
+	// after one that has none is checked on every entry of the range
+	// (sender = $1 AND delivery_id = $2 on an index of sender, created_at,
+	// delivery_id reads all the sender's entries), and only the pages
+	// touched show it.
+	PagesPerRow float64
 }
 
 // PlanProblems returns what is wrong with ex under limits:
@@ -325,6 +335,7 @@ type PlanLimits struct {
 //   - A scan that visits more rows than its table's limit.
 //   - A scan that runs more than once but is not a probe visiting at most
 //     2 rows per loop.
+//   - An index scan that touches more pages than PagesPerRow allows.
 func PlanProblems(ex Explained, limits PlanLimits) []string {
 	var problems []string
 	if ex.JITCompiled() {
@@ -344,6 +355,10 @@ func PlanProblems(ex Explained, limits PlanLimits) []string {
 		}
 		if limit := limits.MaxVisited(n.Relation); limit >= 0 && n.Visited() > limit {
 			problems = append(problems, fmt.Sprintf("%s visits %.0f rows (%.0f × %.0f loops), more than %.0f", name, n.Visited(), perLoop, n.Loops, limit))
+		}
+		if pages := n.SharedHit + n.SharedRead; limits.PagesPerRow > 0 && (n.NodeType == "Index Scan" || n.NodeType == "Index Only Scan") &&
+			pages > limits.PagesPerRow*n.Visited()+10*n.Loops {
+			problems = append(problems, fmt.Sprintf("%s touches %.0f pages for %.0f rows (%.0f loops), more than %.0f per row and 10 per loop", name, pages, n.Visited(), n.Loops, limits.PagesPerRow))
 		}
 		if n.Loops > 1 && (!probeNodes[n.NodeType] || perLoop > 2) {
 			problems = append(problems, fmt.Sprintf("%s runs %.0f times, visiting %.0f rows each: not a key probe", name, n.Loops, perLoop))
