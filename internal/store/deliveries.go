@@ -272,7 +272,7 @@ func (q *Queries) GetDelivery(ctx context.Context, k idempotency.Key) (Delivery,
 		status int16
 	)
 	found := false
-	rows, err := QueryUnder(ctx, q.db, IndexOrderScans, getSQL, k.Sender, k.DeliveryID)
+	rows, err := QueryUnder(ctx, q.db, IndexOrderScans, getSQL, k.Sender, k.DeliveryID) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err == nil {
 		_, err = pgx.ForEachRow(rows, []any{&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt, &r.EventType, &r.RuleErrors},
 			func() error { found = true; return nil })
