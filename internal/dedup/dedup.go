@@ -372,7 +372,7 @@ func (s *Store) plan(ds []idempotency.Delivery, changes []Change, lockTimeout st
 		// A batch's claim returns the keys it inserted (a single
 		// delivery's returns its key too, unread: it reads what holds it).
 		returning = batch
-		stmts = append(stmts, statement{sql: genericPlansSQL}, c)
+		stmts = append(stmts, statement{sql: pipelineSettingsSQL}, c)
 	} else {
 		// Citus routes a multi-row INSERT … VALUES whose rows all name $1 to
 		// the sender's shard.
@@ -680,6 +680,57 @@ func decodeStored(r *pgconn.ResultReader, rows []stored) (pgconn.CommandTag, err
 	return r.Close()
 }
 
+// readStored runs the prepared storedSQL named name with values after
+// probeSettingsSQL, in one round trip and one implicit transaction, and
+// decodes its rows into rows.
+func readStored(ctx context.Context, pc *pgconn.PgConn, name string, values [][]byte, formats []int16, rows []stored) error {
+	pl := pc.StartPipeline(ctx)
+	pl.SendQueryParams(probeSettingsSQL, nil, nil, nil, nil)
+	pl.SendQueryPrepared(name, values, formats, binaryResults)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		_ = pl.Close()
+		return err
+	}
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	for readers := 0; ; {
+		res, err := pl.GetResults()
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) {
+				_ = pl.Close()
+				return err
+			}
+			keep(err) // the statements after it are skipped up to the sync
+			continue
+		}
+		r, ok := res.(*pgconn.ResultReader)
+		if !ok {
+			if res == nil {
+				keep(errors.New("results ended early"))
+			}
+			break // the sync
+		}
+		if readers++; readers == 2 {
+			_, err = decodeStored(r, rows)
+		} else {
+			_, err = r.Close()
+		}
+		if err != nil {
+			keep(err)
+		}
+	}
+	if err := pl.Close(); err != nil {
+		keep(err)
+	}
+	return first
+}
+
 // readHeld reads what holds the keys of the deliveries of ds that claimed
 // says a claim found held, in one statement on conn once the claim's
 // transaction has ended: by delivery, in ds's order, unfound for the
@@ -708,7 +759,7 @@ func (s *Store) readHeld(ctx context.Context, conn *pgx.Conn, ds []idempotency.D
 		return nil, fmt.Errorf("read held keys: %w", err)
 	}
 	rows := make([]stored, len(at))
-	if _, err := decodeStored(conn.PgConn().ExecPrepared(ctx, sd.Name, values, formats, binaryResults), rows); err != nil {
+	if err := readStored(ctx, conn.PgConn(), sd.Name, values, formats, rows); err != nil {
 		return nil, fmt.Errorf("read held keys: %w", err)
 	}
 	out := make([]stored, len(ds))

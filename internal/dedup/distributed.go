@@ -17,8 +17,7 @@ import (
 // Citus pull the rows to the coordinator and commit in two phases. On
 // PostgreSQL it is [ClaimedRow]'s probe of the key's index.
 func ClaimedJoin(deliveryID, eventID string) string {
-	return "CROSS JOIN LATERAL (SELECT k.sender FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " +
-		deliveryID + " AND k.event_id = " + eventID + " OFFSET 0) AS k"
+	return claimedJoinHead + deliveryID + claimedJoinUpper + deliveryID + claimedJoinMid + eventID + claimedJoinTail
 }
 
 // Citus describes the database's Citus setup, as Inspect found it.

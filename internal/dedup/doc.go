@@ -7,13 +7,14 @@
 //
 //	BEGIN
 //	SET LOCAL lock_timeout = '<in-flight wait>'                           -- the in-flight wait
-//	SET LOCAL plan_cache_mode = force_generic_plan                        -- plan once per connection
+//	SELECT set_config('plan_cache_mode', 'force_generic_plan', true),    -- plan once per connection
+//	  set_config('enable_sort', 'off', true), set_config('jit', 'off', true) -- only the key's index probes
 //	INSERT INTO processed_messages (sender, delivery_id, …, response …)
 //	  SELECT $1, d.* FROM unnest(<one array per column>)
 //	  ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING         -- the claim
 //	<the caller's state change statements, each guarded by the claim>     -- same transaction
 //	SELECT … FROM unnest(<delivery IDs, event IDs>) … processed_messages
-//	  WHERE <key>                                                         -- the rows that hold the keys
+//	  WHERE <key> ORDER BY delivery_id                                    -- the rows that hold the keys
 //	Sync
 //	COMMIT
 //	Sync
@@ -24,7 +25,12 @@
 // by [ClaimedRow] or [ClaimedJoin], or statements of its own with
 // [Batch.Queue], guarded by [Claimed]. A key's lookup probes
 // processed_messages_key once per delivery, and generic plans are used, so
-// nothing is planned per execution. On PostgreSQL the multi-row statements
+// nothing is planned per execution. A lookup compares the delivery ID as a
+// range (>= and <=) and orders by it, and sorts are disabled: only the
+// key's index then gives a plan without a disabled path. By equality, the
+// index by time (sender, created_at, delivery_id) served it as well, the
+// delivery ID checked on each of the sender's entries, and statistics
+// that said the sender's keys were one row made PostgreSQL choose it. On PostgreSQL the multi-row statements
 // marked [Foldable] run inside the claim's statement, as data-modifying
 // CTEs that join the keys the claim returns, with no probe and no
 // statement of their own:

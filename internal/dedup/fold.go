@@ -32,9 +32,10 @@ import (
 
 // The parts of [ClaimedJoin]'s text around its two expressions.
 const (
-	claimedJoinHead = "CROSS JOIN LATERAL (SELECT k.sender FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = "
-	claimedJoinMid  = " AND k.event_id = "
-	claimedJoinTail = " OFFSET 0) AS k"
+	claimedJoinHead  = "CROSS JOIN LATERAL (SELECT k.sender FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id >= "
+	claimedJoinUpper = " AND k.delivery_id <= "
+	claimedJoinMid   = " AND k.event_id = "
+	claimedJoinTail  = " ORDER BY k.delivery_id OFFSET 0) AS k"
 )
 
 // claimParams is the number of parameters of claimSQL: the sender and its
@@ -101,7 +102,11 @@ func foldGuard(sql string) (string, error) {
 	if mid < 0 {
 		return "", fmt.Errorf("%.40q…: a ClaimedJoin without its event ID", sql)
 	}
-	deliveryID, rest := rest[:mid], rest[mid+len(claimedJoinMid):]
+	deliveryID, upper, ok := strings.Cut(rest[:mid], claimedJoinUpper)
+	if !ok || upper != deliveryID {
+		return "", fmt.Errorf("%.40q…: a ClaimedJoin whose delivery ID's bounds differ", sql)
+	}
+	rest = rest[mid+len(claimedJoinMid):]
 	tail := strings.Index(rest, claimedJoinTail)
 	if tail < 0 {
 		return "", fmt.Errorf("%.40q…: a ClaimedJoin without its end", sql)

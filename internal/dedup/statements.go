@@ -33,17 +33,30 @@ ON CONFLICT ON CONSTRAINT processed_messages_key DO NOTHING`
 	// took the key, another's when not, and none when the key vanished. That
 	// row, not the claim's row count, decides who claimed. A row of its own
 	// comes back without the response body, which the caller holds. OFFSET 0
-	// keeps the lookup a probe of the key's index per delivery.
+	// keeps the lookup a probe of the key's index per delivery; the key is
+	// compared and ordered as [probeSettingsSQL] says.
 	storedSQL = `SELECT d.n, p.* FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS d(delivery_id, event_id, n)
 CROSS JOIN LATERAL (
   SELECT request_sha256, event_id, response_status, response_content_type,
     CASE WHEN event_id = d.event_id THEN ''::bytea ELSE response_body END, expires_at FROM processed_messages
-  WHERE sender = $1 AND delivery_id = d.delivery_id OFFSET 0) AS p`
-	// genericPlansSQL makes the prepared statements run their generic
-	// plans, which probe the key's index once per delivery. Otherwise
-	// PostgreSQL would plan them at every execution. It is not sent to
+  WHERE sender = $1 AND delivery_id >= d.delivery_id AND delivery_id <= d.delivery_id ORDER BY delivery_id OFFSET 0) AS p`
+	// pipelineSettingsSQL is the pipeline's settings, for the rest of its
+	// transaction: generic plans for the prepared statements, which probe
+	// the key's index once per delivery (otherwise PostgreSQL would plan
+	// them at every execution), and [probeSettingsSQL]'s. It is not sent to
 	// Citus, which cannot plan an INSERT … SELECT with unbound parameters.
-	genericPlansSQL = "SET LOCAL plan_cache_mode = force_generic_plan"
+	pipelineSettingsSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), ` + probeSettings
+	// probeSettingsSQL disables sorts and JIT for the rest of the
+	// transaction. A probe of a key (storedSQL, [ClaimedJoin]) compares the
+	// delivery ID as a range and reads in its order, which only the key's
+	// index gives without a sort. Compared by equality, an index whose
+	// first column is the sender served it as well, checking the delivery
+	// ID on each of the sender's entries; on statistics that said the
+	// sender's keys were one row (a table analyzed near empty, a sender
+	// added since the last ANALYZE), PostgreSQL chose it. JIT is off
+	// because a disabled path's cost passes jit_above_cost.
+	probeSettingsSQL = `SELECT ` + probeSettings
+	probeSettings    = `set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 
 	claimValuesHead = `INSERT INTO processed_messages
   (sender, delivery_id, request_sha256, event_id, response_status, response_content_type, response_body, created_at, expires_at)

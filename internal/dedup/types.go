@@ -70,7 +70,7 @@ type Change func(b *Batch)
 // numbered sender, deliveryID and eventID. The event ID is fresh, so a key
 // held by another delivery never satisfies it.
 func Claimed(sender, deliveryID, eventID int) string {
-	return fmt.Sprintf("EXISTS (SELECT FROM processed_messages WHERE sender = $%d AND delivery_id = $%d AND event_id = $%d)",
+	return fmt.Sprintf("EXISTS (SELECT FROM processed_messages WHERE sender = $%d AND delivery_id >= $%[2]d AND delivery_id <= $%[2]d AND event_id = $%d ORDER BY delivery_id OFFSET 0)",
 		sender, deliveryID, eventID)
 }
 
@@ -79,7 +79,8 @@ func Claimed(sender, deliveryID, eventID int) string {
 // a probe of the key's index per row. As a semi-join, a plan made on a small
 // table would read all the sender's rows.
 func ClaimedRow(deliveryID, eventID string) string {
-	return "EXISTS (SELECT FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id = " + deliveryID + " AND k.event_id = " + eventID + " OFFSET 0)"
+	return "EXISTS (SELECT FROM processed_messages k WHERE k.sender = $1 AND k.delivery_id >= " + deliveryID + " AND k.delivery_id <= " + deliveryID +
+		" AND k.event_id = " + eventID + " ORDER BY k.delivery_id OFFSET 0)"
 }
 
 // Querier reads outside the pipeline: a stored response, or an expired key

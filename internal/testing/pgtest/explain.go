@@ -17,6 +17,13 @@ import (
 // test on any error.
 func Explain(t testing.TB, pool *pgxpool.Pool, mode, sql, types, args string) string {
 	t.Helper()
+	return ExplainUnder(t, pool, "", mode, sql, types, args)
+}
+
+// ExplainUnder is [Explain] in a transaction that first runs settings (a
+// statement of set_config(…, true) calls, or "") and is rolled back.
+func ExplainUnder(t testing.TB, pool *pgxpool.Pool, settings, mode, sql, types, args string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	pc, err := pool.Acquire(ctx)
@@ -25,10 +32,14 @@ func Explain(t testing.TB, pool *pgxpool.Pool, mode, sql, types, args string) st
 	}
 	conn := pc.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, stmt := range []string{
-		"SET plan_cache_mode = " + mode,
-		"PREPARE explained(" + types + ") AS " + sql,
-	} {
+	stmts := []string{"BEGIN"}
+	if settings != "" {
+		stmts = append(stmts, settings)
+	}
+	for _, stmt := range append(stmts,
+		"SET LOCAL plan_cache_mode = "+mode,
+		"PREPARE explained("+types+") AS "+sql,
+	) {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
 		}
@@ -50,4 +61,11 @@ func Explain(t testing.TB, pool *pgxpool.Pool, mode, sql, types, args string) st
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// PlanTextDisabled reports whether plan, the text of EXPLAIN, has a path
+// that the planner's settings disabled: before PostgreSQL 18 its cost
+// starts at disable_cost (1e10); from 18 on EXPLAIN marks it.
+func PlanTextDisabled(plan string) bool {
+	return strings.Contains(plan, "cost=10000000") || strings.Contains(plan, "Disabled: true")
 }
