@@ -660,13 +660,24 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 		if _, err := q.GetDelivery(ctx, idempotency.Key{Sender: "acme", DeliveryID: page.Deliveries[7].DeliveryID}); err != nil {
 			t.Fatalf("one delivery: %v", err)
 		}
+		// The console's search of a delivery ID in every sender, for one
+		// it holds (below: and for one it does not, which reads to the
+		// end of whatever range it reads).
+		if found, err := q.FindDelivery(ctx, []string{"acme", "seed"}, page.Deliveries[7].DeliveryID); err != nil || !slices.Equal(found, []string{"acme"}) {
+			t.Fatalf("search: %v, %v", found, err)
+		}
 		// Each scan touches a few pages per row it reads: a lookup of one
 		// delivery by its key once read every entry of the sender's index
 		// by time, its delivery ID checked on each.
 		within := pgtest.PlanLimits{MaxVisited: func(string) float64 { return 3*limit + 100 }, PagesPerRow: 3}
+		var findSettings string
 		for _, s := range rec.Statements() {
 			checkPlansWithin(t, explainConn, within, s.Settings, s.SQL, s.Args...)
+			if s.SQL == store.FindSQL {
+				findSettings = s.Settings
+			}
 		}
+		checkPlansWithin(t, explainConn, within, findSettings, store.FindSQL, "acme", "absent")
 	})
 
 	t.Run("a target's forwards pages", func(t *testing.T) {

@@ -613,21 +613,29 @@ func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time
 	return tag.RowsAffected(), nil
 }
 
-// findSQL probes one sender's key for a delivery ID (FindDelivery).
-const findSQL = `SELECT EXISTS (SELECT FROM processed_messages WHERE sender = $1 AND delivery_id = $2)`
+// FindSQL probes one sender's key for a delivery ID (FindDelivery), in the
+// key's order under [IndexOrderScans], as getSQL does: by equality, the
+// index by time served it too, and an absent ID read all the sender's
+// entries.
+const FindSQL = `SELECT EXISTS (SELECT FROM processed_messages WHERE sender = $1 AND delivery_id >= $2 AND delivery_id <= $2 ORDER BY delivery_id OFFSET 0)`
 
 // FindDelivery returns those of senders, in order, that hold a delivery with
-// the ID id. It probes each sender's key, all in one round trip. It returns
-// none for no senders.
+// the ID id. It probes each sender's key, all in one round trip and one
+// implicit transaction. It returns none for no senders.
 func (q *Queries) FindDelivery(ctx context.Context, senders []string, id string) ([]string, error) {
 	if len(senders) == 0 {
 		return nil, nil
 	}
 	var b pgx.Batch
+	b.Queue(IndexOrderScans)
 	for _, s := range senders {
-		b.Queue(findSQL, s, id)
+		b.Queue(FindSQL, s, id)
 	}
 	res := q.db.SendBatch(ctx, &b)
+	if _, err := res.Exec(); err != nil {
+		_ = res.Close()
+		return nil, fmt.Errorf("find delivery %s: %w", id, err)
+	}
 	var found []string
 	for _, s := range senders {
 		var ok bool
