@@ -271,14 +271,11 @@ func (q *Queries) GetDelivery(ctx context.Context, k idempotency.Key) (Delivery,
 		sum    []byte
 		status int16
 	)
-	found := false
-	rows, err := QueryUnder(ctx, q.db, IndexOrderScans, getSQL, k.Sender, k.DeliveryID) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := QueryUnder(ctx, q.db, IndexOrderScans, getSQL, k.Sender, k.DeliveryID) //nolint:rowserrcheck // pgx.CollectOneRow checks rows.Err
 	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt, &r.EventType, &r.RuleErrors},
-			func() error { found = true; return nil })
-	}
-	if err == nil && !found {
-		err = pgx.ErrNoRows
+		_, err = pgx.CollectOneRow(rows, func(row pgx.CollectableRow) (struct{}, error) {
+			return struct{}{}, row.Scan(&sum, &r.EventID, &status, &r.Response.ContentType, &r.Response.Body, &r.ReceivedAt, &r.ExpiresAt, &r.EventType, &r.RuleErrors)
+		})
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, fmt.Errorf("get delivery %s/%s: %w", k.Sender, k.DeliveryID, ErrNotFound)
