@@ -128,10 +128,28 @@ const (
 	commitSQL = "COMMIT"
 	// forgetExpiredSQL removes a key whose retention has passed, found by a
 	// conflicting claim before the retention job deleted it, so that the
-	// claim can be retried and the delivery treated as new.
+	// claim can be retried and the delivery treated as new. It runs after
+	// forgetSettingsSQL, in one implicit transaction: the InitPlan probes
+	// the key's index in its order (the key compared as a range, as
+	// storedSQL compares it), and the DELETE takes the row by its ctid.
+	// Compared by equality in the DELETE itself, the key was served as well
+	// by an index whose first column is the sender, which checks the
+	// delivery ID on each of the sender's entries, and PostgreSQL chose it
+	// when its statistics said the sender's keys were one row. A row
+	// changed since the InitPlan's snapshot is not deleted; nothing updates
+	// a key. sender = $1 routes it to one shard on Citus.
 	forgetExpiredSQL = `WITH gone AS (
-  DELETE FROM processed_messages WHERE sender = $1 AND delivery_id = $2 AND expires_at <= $3 RETURNING 1)
+  DELETE FROM processed_messages WHERE sender = $1 AND ctid = ANY(ARRAY(
+    SELECT ctid FROM processed_messages
+    WHERE sender = $1 AND delivery_id >= $2 AND delivery_id <= $2 AND expires_at <= $3 ORDER BY delivery_id))
+  RETURNING 1)
 SELECT count(*) FROM gone`
+	// forgetSettingsSQL disables, for the rest of the transaction, every
+	// scan but by ctid, and sorts: the InitPlan's probe of the key's index
+	// in its order is then the plan with the fewest disabled paths, and the
+	// DELETE's by ctid the one with none.
+	forgetSettingsSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+  set_config('enable_indexscan', 'off', true), ` + probeSettings
 )
 
 // Run claims d's key and applies change in one transaction and one round
@@ -219,8 +237,7 @@ func (s *Store) runSingle(ctx context.Context, d idempotency.Delivery, change Ch
 		return res, err
 	}
 	// The key's retention had passed: forget it and claim again, once.
-	var n int64
-	if err := s.db.QueryRow(ctx, forgetExpiredSQL, d.Sender, d.DeliveryID, d.ReceivedAt).Scan(&n); err != nil {
+	if err := s.forgetExpired(ctx, d); err != nil {
 		return Result{}, fmt.Errorf("forget expired key: %w", err)
 	}
 	res, err = s.runOnce(ctx, d, change, true)
@@ -230,6 +247,25 @@ func (s *Store) runSingle(ctx context.Context, d idempotency.Delivery, change Ch
 		return Result{}, errors.New("claim delivery: key expired twice")
 	}
 	return res, err
+}
+
+// forgetExpired deletes d's key if its retention passed by d.ReceivedAt
+// (forgetExpiredSQL), in one round trip and one implicit transaction.
+func (s *Store) forgetExpired(ctx context.Context, d idempotency.Delivery) error {
+	var b pgx.Batch
+	b.Queue(forgetSettingsSQL)
+	b.Queue(forgetExpiredSQL, d.Sender, d.DeliveryID, d.ReceivedAt)
+	res := s.db.SendBatch(ctx, &b)
+	_, err := res.Exec()
+	if err == nil {
+		var n int64
+		err = res.QueryRow().Scan(&n)
+	}
+	if err != nil {
+		_ = res.Close()
+		return err
+	}
+	return res.Close()
 }
 
 // stored is the row read by storedSQL.

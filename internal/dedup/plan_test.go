@@ -86,5 +86,21 @@ SELECT m.* FROM unnest($2::uuid[], $3::text[]) AS m(event_id, delivery_id) ` + C
 				}
 			}
 		}
+		// The forgetting of an expired key: the key's probe selects the
+		// row, the DELETE takes it by ctid. Under its settings every scan
+		// but by ctid is disabled, so every plan has a disabled path; the
+		// one through the key's index has the fewest, whatever the
+		// statistics, and without that index every plan left has more.
+		const forgetTypes, forgetArgs = "text, text, timestamptz", "'s7', 'd7', now() + interval '2 days'"
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := pgtest.ExplainUnder(t, pool, forgetSettingsSQL, mode, forgetExpiredSQL, forgetTypes, forgetArgs)
+			if !strings.Contains(plan, "Tid Scan on processed_messages") || !strings.Contains(plan, "processed_messages_key") {
+				t.Errorf("forget, %s table, %s: plan does not probe processed_messages_key and delete by ctid:\n%s", size, mode, plan)
+			}
+			without := pgtest.ExplainUnder(t, pool, `ALTER TABLE processed_messages DROP CONSTRAINT processed_messages_key CASCADE; `+forgetSettingsSQL, mode, forgetExpiredSQL, forgetTypes, forgetArgs)
+			if n, m := pgtest.PlanTextDisabledNodes(plan), pgtest.PlanTextDisabledNodes(without); m <= n {
+				t.Errorf("forget, %s table, %s: without processed_messages_key, a plan with %d disabled paths is left, as few as the key's probe has (%d): statistics can make it the cheapest:\n%s\nwith the key:\n%s", size, mode, m, n, without, plan)
+			}
+		}
 	}
 }

@@ -83,3 +83,28 @@ func PlanTextDisabled(plan string) bool {
 		rest = after
 	}
 }
+
+// PlanTextDisabledNodes returns how many paths the planner's settings
+// disabled in plan, the text of EXPLAIN: from PostgreSQL 18 on, the nodes
+// EXPLAIN marks; before it, the largest cost in plan over disable_cost (each
+// disabled path adds disable_cost to its own cost and every cost above it).
+// A statement whose intended plan has the fewest disabled paths keeps it
+// whatever the statistics, as long as every other plan has more.
+func PlanTextDisabledNodes(plan string) int {
+	if n := strings.Count(plan, "Disabled: true"); n > 0 {
+		return n
+	}
+	most := 0.0
+	for rest := plan; ; {
+		_, after, ok := strings.Cut(rest, "cost=")
+		if !ok {
+			return int(most / disableCost)
+		}
+		_, total, _ := strings.Cut(after, "..")
+		total, _, _ = strings.Cut(total, " ")
+		if c, err := strconv.ParseFloat(total, 64); err == nil {
+			most = max(most, c)
+		}
+		rest = after
+	}
+}
