@@ -156,6 +156,24 @@ func (n PlanNode) Disabled() bool {
 	return disabled
 }
 
+// DisabledNodes returns how many paths the planner's settings disabled in
+// the plan n heads: from PostgreSQL 18 on, the nodes marked; before it,
+// n's total cost over disable_cost, as each disabled path adds
+// disable_cost to its own cost and every cost above it. (An InitPlan's
+// cost is its parent's.)
+func (n PlanNode) DisabledNodes() int {
+	marked := 0
+	n.Walk(func(c PlanNode) {
+		if c.DisabledNode {
+			marked++
+		}
+	})
+	if marked > 0 {
+		return marked
+	}
+	return int(n.TotalCost / disableCost)
+}
+
 // Explained is the JSON output of EXPLAIN ANALYZE for one statement.
 type Explained struct {
 	Plan PlanNode        `json:"Plan"`
