@@ -160,36 +160,55 @@ func (q *Queries) probeEvents(ctx context.Context, sender string, ids []uuid.UUI
 	return br.Close()
 }
 
-// deleteEventsBeforeSQL names rows by key within one sender: Citus refuses
-// deletes by ctid. The batch's IDs are an array computed once: as a
-// semi-join with the subquery (IN), PostgreSQL ran the subquery once per
-// event of the sender when its statistics said the table was small (24.5
-// million rows visited for a batch of 1,000 among 25,000).
-const deleteEventsBeforeSQL = `DELETE FROM webhook_events
-WHERE sender = $1 AND id = ANY(ARRAY(
-  SELECT id FROM webhook_events WHERE sender = $1 AND received_at < $2 LIMIT $3))
+// DeleteEventsBeforeSQL deletes a batch of sender $1's events received
+// before $2, at most $3, the oldest first. Its InitPlan reads them through
+// the index of the sender's events by time, in its order; the DELETE takes
+// them by ctid, under [TIDScans]. Before, the batch was an array of event
+// IDs, and on statistics that said the sender's events were one row
+// PostgreSQL read every event of the sender for the DELETE, which checked
+// the array as a filter. (As a semi-join with the subquery, it once ran
+// the subquery per event of the sender: 24.5 million rows visited for a
+// batch of 1,000 among 25,000.) Citus routes it to the sender's shard,
+// which takes a ctid.
+const DeleteEventsBeforeSQL = `DELETE FROM webhook_events
+WHERE sender = $1 AND received_at < $2 AND ctid = ANY(ARRAY(
+  SELECT ctid FROM webhook_events WHERE sender = $1 AND received_at < $2 ORDER BY received_at LIMIT $3))
 RETURNING id`
 
-// deleteEventAttemptsSQL deletes the attempts of sender $1's events $2.
-// On Citus forward_attempts is a local table of the coordinator, and the
-// events distributed: one statement may not delete from both.
-const deleteEventAttemptsSQL = `DELETE FROM forward_attempts WHERE sender = $1 AND event_id = ANY($2::uuid[])`
+// DeleteEventAttemptsSQL deletes the attempts of sender $1's events $2,
+// under [IndexScans]: the primary key, which leads with the event, is the
+// table's one index. On Citus forward_attempts is a local table of the
+// coordinator, and the events distributed: one statement may not delete
+// from both.
+const DeleteEventAttemptsSQL = `DELETE FROM forward_attempts WHERE sender = $1 AND event_id = ANY($2::uuid[])`
 
-// clearEventFoldedSQL clears the first attempts that the forward_delivered
+// ClearEventFoldedSQL clears the first attempts that the forward_delivered
 // rows of sender $1's events $2 keep: a delivered forward outlives its
 // event when the sender keeps its events for less than the longest
-// retention, and its attempt goes with the event.
-const clearEventFoldedSQL = `UPDATE forward_delivered SET took_us = NULL, headers = NULL, body = NULL
-WHERE sender = $1 AND event_id = ANY($2::text[]) AND took_us IS NOT NULL`
+// retention, and its attempt goes with the event. Each event's rows are
+// found by a probe of the primary key, the event compared as a range in
+// its order, and updated by ctid, under [TIDScans], as [OutboxRowsByKey]
+// finds outbox rows. By the events in an array, on statistics that said
+// the sender's rows were one, PostgreSQL read every delivered forward of
+// the sender through the index of targets, for each batch. A row another
+// transaction changed since the statement began is skipped: only the
+// clearing of the same columns changes these rows.
+const ClearEventFoldedSQL = `UPDATE forward_delivered SET took_us = NULL, headers = NULL, body = NULL
+WHERE ctid = ANY(ARRAY(SELECT p.ctid FROM unnest($2::text[]) AS e(event_id)
+    CROSS JOIN LATERAL (SELECT x.ctid FROM forward_delivered x
+      WHERE x.sender = $1 AND x.event_id >= e.event_id AND x.event_id <= e.event_id AND x.took_us IS NOT NULL
+      ORDER BY x.event_id) p))
+  AND sender = $1 AND took_us IS NOT NULL`
 
-// DeleteEventsBefore deletes up to limit of sender's events received before
-// cutoff, and then their forwards' attempts (those kept in
-// forward_delivered rows too), in one short transaction. It returns how many it deleted; fewer
-// than limit means none are left.
+// DeleteEventsBefore deletes up to limit of sender's events received
+// before cutoff, oldest first ([DeleteEventsBeforeSQL]), and then their
+// forwards' attempts (those kept in forward_delivered rows too), in one
+// short transaction. It returns how many it deleted; fewer than limit
+// means none are left.
 func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, q.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, deleteEventsBeforeSQL, sender, cutoff, limit)
+		rows, err := QueryUnder(ctx, tx, TIDScans, DeleteEventsBeforeSQL, sender, cutoff, limit)
 		if err != nil {
 			return err
 		}
@@ -203,8 +222,11 @@ func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff 
 			texts[i] = uuid.UUID(id.Bytes).String()
 		}
 		var b pgx.Batch
-		b.Queue(deleteEventAttemptsSQL, sender, ids)
-		b.Queue(clearEventFoldedSQL, sender, texts)
+		b.Queue(ResetScans) // the delete's TIDScans
+		b.Queue(IndexScans)
+		b.Queue(DeleteEventAttemptsSQL, sender, ids)
+		b.Queue(TIDScans)
+		b.Queue(ClearEventFoldedSQL, sender, texts)
 		return tx.SendBatch(ctx, &b).Close()
 	})
 	if err != nil {

@@ -56,6 +56,13 @@ const IndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config
 const TIDScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
   set_config('enable_indexscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 
+// ResetScans undoes, for the rest of the transaction, what [IndexScans],
+// [IndexOrderScans] and [TIDScans] set: each setting goes back to the
+// value the session would RESET it to. A transaction sends it after the
+// statement those settings were for, when others follow.
+const ResetScans = `SELECT set_config(name, reset_val, true) FROM pg_settings
+WHERE name IN ('enable_seqscan', 'enable_bitmapscan', 'enable_indexscan', 'enable_sort', 'jit')`
+
 // QueryUnder runs sql with args on db after the planner settings, in one
 // round trip. The settings last for the batch's transaction, or db's when
 // db is one.

@@ -195,6 +195,21 @@ func (e Explained) JITCompiled() bool { return len(e.JIT) > 0 && string(e.JIT) !
 // error.
 func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, args ...any) Explained {
 	t.Helper()
+	return explain(t, conn, "ANALYZE, BUFFERS, ", settings, mode, sql, args...)
+}
+
+// ExplainPlan is [ExplainAnalyze] without running the statement: the plan
+// and its costs, for a plan whose run would take long (one without the
+// index it should read).
+func ExplainPlan(t testing.TB, conn *pgx.Conn, settings, mode, sql string, args ...any) Explained {
+	t.Helper()
+	return explain(t, conn, "", settings, mode, sql, args...)
+}
+
+// explain runs EXPLAIN with options (each followed by ", ") and FORMAT
+// JSON, as ExplainAnalyze describes.
+func explain(t testing.TB, conn *pgx.Conn, options, settings, mode, sql string, args ...any) Explained {
+	t.Helper()
 	ctx := t.Context()
 	sd, err := conn.PgConn().Prepare(ctx, "", sql, nil)
 	if err != nil {
@@ -240,12 +255,12 @@ func ExplainAnalyze(t testing.TB, conn *pgx.Conn, settings, mode, sql string, ar
 		t.Fatal(err)
 	}
 	var out string
-	explain := `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE hgexplained`
+	explain := `EXPLAIN (` + options + `FORMAT JSON) EXECUTE hgexplained`
 	if len(params) > 0 {
 		explain += `(` + strings.Join(params, ", ") + `)`
 	}
 	if err := tx.QueryRow(ctx, explain).Scan(&out); err != nil {
-		t.Fatalf("%s: EXPLAIN ANALYZE %s: %v", mode, sql, err)
+		t.Fatalf("%s: EXPLAIN (%s) %s: %v", mode, options, sql, err)
 	}
 	var ex []Explained
 	if err := json.Unmarshal([]byte(out), &ex); err != nil || len(ex) != 1 {
