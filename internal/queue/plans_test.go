@@ -792,20 +792,20 @@ FROM generate_series(1, $1) g`, planRows); err != nil {
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// A batch of expired keys or old events reads about its own rows:
-		// the sender's oldest, through its index by time; the events'
-		// forwards' attempts are found by probes of the primary keys.
-		// Without the index each reads, every plan left has more disabled
-		// paths. By IDs in an array, the "grown" lie made a batch read the
-		// sender's every row. A batch of old signature tokens may read the
-		// sender's rows once, never once per row of another: with the
-		// expired keys' subquery a semi-join, the "grown" lie made it a
-		// loop that outlasted the 20 s statement timeout.
+		// A batch of expired keys, old events or old signature tokens
+		// reads about its own rows: the sender's oldest, through its index
+		// by time; the events' forwards' attempts are found by probes of
+		// the primary keys. Without the index each reads, every plan left
+		// has more disabled paths. By IDs in an array, the "grown" lie
+		// made a batch read the sender's every row (every old one, for the
+		// tokens); as a semi-join with the subquery, a loop that outlasted
+		// the 20 s statement timeout.
 		byTime := map[string]string{
 			store.DeleteExpiredSQL:       "processed_messages_sender_created_idx",
 			store.DeleteEventsBeforeSQL:  "webhook_events_sender_received_at_idx",
 			store.DeleteEventAttemptsSQL: "forward_attempts_pkey",
 			store.ClearEventFoldedSQL:    "forward_delivered_pkey",
+			sigtoken.DeleteBeforeSQL:     "signature_tokens_sender_signed_at_idx",
 		}
 		checked := 0
 		for _, s := range rec.Statements() {
