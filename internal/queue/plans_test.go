@@ -454,6 +454,51 @@ func testQueuePlans(t *testing.T, grown bool) {
 		checkPlans(t, explainConn, 1000, deliveredScans, deleteDeliveredSQL, cutoff, 1000)
 	})
 
+	t.Run("attempt of a redelivery", func(t *testing.T) {
+		// An attempt of a redelivered forward that the fast path had
+		// delivered clears the first attempt its forward_delivered row
+		// keeps, when the newer ones fill the number kept: the row is
+		// found by a probe of the primary key among the sender's 25,000
+		// (or 2,500), and without that index every plan left has more
+		// disabled paths. By equality, the index of targets served it as
+		// well, reading the sender's every row for the target.
+		var e uuid.UUID
+		if err := conn.QueryRow(ctx, `SELECT event_id::uuid FROM forward_delivered WHERE sender = 'acme' AND delivery_id = 'd70'`).Scan(&e); err != nil {
+			t.Fatal(err)
+		}
+		rec, traced := recordedPool(t, pool)
+		tx, err := traced.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := store.Attempt{Sender: "acme", EventID: e, Target: "t", StartedAt: time.Now(), Took: time.Millisecond, Outcome: "retry",
+			Cause: store.CauseRedelivery, Attempt: 1, Actor: "ops", JobID: 7, Status: 500, Body: []byte("boom")}
+		if err := store.New(tx).RecordAttempt(ctx, a, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cleared := false
+		for _, s := range rec.Statements() {
+			checkPlans(t, explainConn, 1, s.Settings, s.SQL, s.Args...)
+			if s.SQL != store.ClearFoldedSQL {
+				continue
+			}
+			cleared = true
+			for _, mode := range planCacheModes {
+				with := explainAs(t, explainConn, s.Settings, mode, s.SQL, s.Args...)
+				without := pgtest.ExplainPlan(t, explainConn, dropIndex(t, explainConn, "forward_delivered_pkey")+`; `+s.Settings, mode, s.SQL, s.Args...)
+				if n, m := with.Plan.DisabledNodes(), without.Plan.DisabledNodes(); m <= n {
+					t.Errorf("%s: without forward_delivered_pkey, a plan with %d disabled paths is left, as few as through it (%d): %s", mode, m, n, without.Plan.Shape())
+				}
+			}
+		}
+		if !cleared {
+			t.Error("the attempt of a redelivery did not clear the first attempt")
+		}
+	})
+
 	t.Run("outbox rows of queued redeliveries", func(t *testing.T) {
 		var ids []pgtype.UUID
 		for _, k := range outboxKeys(t, conn, "acme", 100) {

@@ -184,17 +184,25 @@ WHERE sender = $1 AND event_id = $2[1] AND target = $3[1] AND started_at <= (
   WHERE sender = $1 AND event_id = $2[1] AND target = $3[1]
   ORDER BY started_at DESC OFFSET $16::int - 1 LIMIT 1)`
 
-// clearFoldedSQL clears the attempt that forward $1/$2/$3's
+// ClearFoldedSQL clears the attempt that forward $1/$2/$3's
 // forward_delivered row keeps (a first attempt the fast path delivered,
 // older than any of forward_attempts') once forward_attempts holds the
 // newest $5 of the forward's attempts ($4 is the event as a uuid). Run
 // after insertAttemptSQL, it keeps the forward's newest $5 attempts
-// across both tables.
-const clearFoldedSQL = `UPDATE forward_delivered SET took_us = NULL, headers = NULL, body = NULL
-WHERE sender = $1 AND event_id = $2 AND target = $3 AND took_us IS NOT NULL AND attempted_at <= (
-  SELECT started_at FROM forward_attempts
-  WHERE sender = $1 AND event_id = $4 AND target = $3
-  ORDER BY started_at DESC OFFSET $5::int - 1 LIMIT 1)`
+// across both tables. The row is found by a probe of the primary key, the
+// event compared as a range in its order, and updated by ctid, under
+// [TIDScans]: by equality, the index of targets served it as well, the
+// event checked on each of the sender's rows for the target. A row
+// changed since the statement began is skipped: only the clearing of the
+// same columns changes these rows.
+const ClearFoldedSQL = `UPDATE forward_delivered SET took_us = NULL, headers = NULL, body = NULL
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM forward_delivered
+    WHERE sender = $1 AND event_id >= $2 AND event_id <= $2 AND target = $3 AND took_us IS NOT NULL AND attempted_at <= (
+      SELECT started_at FROM forward_attempts
+      WHERE sender = $1 AND event_id = $4 AND target = $3
+      ORDER BY started_at DESC OFFSET $5::int - 1 LIMIT 1)
+    ORDER BY event_id))
+  AND sender = $1 AND took_us IS NOT NULL`
 
 // queueAttempt queues the statements that record a, keeping the
 // forward's newest keep attempts: the insert, and for an attempt of a
@@ -211,7 +219,9 @@ func queueAttempt(b *pgx.Batch, a Attempt, keep int) error {
 	keep = max(keep, 1)
 	b.Queue(insertAttemptSQL, append(args, keep)...)
 	if a.Actor != "" {
-		b.Queue(clearFoldedSQL, a.Sender, a.EventID.String(), a.Target, pgtype.UUID{Bytes: a.EventID, Valid: true}, keep)
+		b.Queue(TIDScans)
+		b.Queue(ClearFoldedSQL, a.Sender, a.EventID.String(), a.Target, pgtype.UUID{Bytes: a.EventID, Valid: true}, keep)
+		b.Queue(ResetScans) // for the attempts that follow in the batch
 	}
 	return nil
 }
