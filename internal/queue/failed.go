@@ -227,11 +227,16 @@ const expireCountsSQL = `DELETE FROM forward_failed_counts WHERE hour < $1`
 // failedCountsSQL counts sender $1's failed forwards by target, in rows
 // like countsSQL's. It adds the kept hourly counts and the failed jobs
 // not folded yet. It is one statement, so both come from one snapshot, as
-// a fold commits its counts and marks together.
+// a fold commits its counts and marks together. The failures not folded
+// are read in the order of their index, the sender compared as a range,
+// under [store.IndexOrderScans]: compared by equality, River's primary key
+// gave the same order (by id, for one sender) without a sort, reading
+// every job of every sender.
 var failedCountsSQL = `SELECT target, $2::text, false, sum(n)::bigint FROM (
   SELECT c.target, c.n FROM forward_failed_counts c WHERE c.sender = $1
   UNION ALL
-  (SELECT j.args->>'target', 1 FROM river_job j WHERE ` + uncountedFailures("j") + ` AND j.args->>'sender' = $1
+  (SELECT j.args->>'target', 1 FROM river_job j WHERE ` + uncountedFailures("j") + `
+     AND j.args->>'sender' >= $1 AND j.args->>'sender' <= $1
    ORDER BY j.args->>'sender', j.id)) f
 GROUP BY 1 HAVING sum(n) <> 0`
 

@@ -175,12 +175,18 @@ WHERE sender = $1 AND received_at < $2 AND ctid = ANY(ARRAY(
   SELECT ctid FROM webhook_events WHERE sender = $1 AND received_at < $2 ORDER BY received_at LIMIT $3))
 RETURNING id`
 
-// DeleteEventAttemptsSQL deletes the attempts of sender $1's events $2,
-// under [IndexScans]: the primary key, which leads with the event, is the
-// table's one index. On Citus forward_attempts is a local table of the
+// DeleteEventAttemptsSQL deletes the attempts of sender $1's events $2.
+// Each event's attempts are found by a probe of the primary key, the event
+// compared as a range in its order, and deleted by ctid, under
+// [TIDScans]. On Citus forward_attempts is a local table of the
 // coordinator, and the events distributed: one statement may not delete
 // from both.
-const DeleteEventAttemptsSQL = `DELETE FROM forward_attempts WHERE sender = $1 AND event_id = ANY($2::uuid[])`
+const DeleteEventAttemptsSQL = `DELETE FROM forward_attempts
+WHERE ctid = ANY(ARRAY(SELECT p.ctid FROM unnest($2::uuid[]) AS e(event_id)
+    CROSS JOIN LATERAL (SELECT x.ctid FROM forward_attempts x
+      WHERE x.sender = $1 AND x.event_id >= e.event_id AND x.event_id <= e.event_id
+      ORDER BY x.event_id) p))
+  AND sender = $1`
 
 // ClearEventFoldedSQL clears the first attempts that the forward_delivered
 // rows of sender $1's events $2 keep: a delivered forward outlives its
@@ -222,10 +228,8 @@ func (q *Queries) DeleteEventsBefore(ctx context.Context, sender string, cutoff 
 			texts[i] = uuid.UUID(id.Bytes).String()
 		}
 		var b pgx.Batch
-		b.Queue(ResetScans) // the delete's TIDScans
-		b.Queue(IndexScans)
+		b.Queue(TIDScans) // still the transaction's; the batch says what its statements run under
 		b.Queue(DeleteEventAttemptsSQL, sender, ids)
-		b.Queue(TIDScans)
 		b.Queue(ClearEventFoldedSQL, sender, texts)
 		return tx.SendBatch(ctx, &b).Close()
 	})

@@ -28,10 +28,11 @@ import (
 //     by the columns of the one it needs. One column is compared by a range,
 //     so only that index gives the order without a sort.
 //   - The settings disable every other path: sequential and bitmap scans,
-//     sorts, and index scans where a TID scan must win. A disabled path
-//     stays possible, so the plan wanted is the one with the fewest disabled
-//     nodes. JIT is off: the disabled paths' cost would pass jit_above_cost,
-//     and compiling costs far more than the statement.
+//     sorts (incremental ones too), and index scans where a TID scan must
+//     win. A disabled path stays possible, so the plan wanted is the one
+//     with the fewest disabled nodes. JIT is off: the disabled paths' cost
+//     would pass jit_above_cost, and compiling costs far more than the
+//     statement.
 //
 // The settings are set_config(…, true): they end with the transaction, and
 // a plan PostgreSQL caches for the statement was made under them. The tests
@@ -40,8 +41,11 @@ import (
 // IndexOrderScans makes the rest of the transaction read through index
 // scans in an index's order: no sequential or bitmap scan, no sort, no JIT.
 // It is for SELECTs that order by the columns of the index they probe.
+// Incremental sorts are disabled too: an index that gives a prefix of the
+// order (the sender's rows, by target) would serve it with one, reading
+// every row of the prefix.
 const IndexOrderScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-  set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+  set_config('enable_sort', 'off', true), set_config('enable_incremental_sort', 'off', true), set_config('jit', 'off', true)`
 
 // IndexScans makes the rest of the transaction read through indexes, with
 // no sequential scan and no JIT. It is for the console's overview, which
@@ -51,17 +55,18 @@ const IndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config
 
 // TIDScans makes the rest of the transaction delete or update the rows an
 // InitPlan selected, by their ctid. The InitPlan reads an index in its
-// order. Index, sequential and bitmap scans and sorts are disabled, and JIT
-// is off.
+// order. Index, sequential and bitmap scans and sorts (incremental ones
+// too) are disabled, and JIT is off.
 const TIDScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-  set_config('enable_indexscan', 'off', true), set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+  set_config('enable_indexscan', 'off', true), set_config('enable_sort', 'off', true),
+  set_config('enable_incremental_sort', 'off', true), set_config('jit', 'off', true)`
 
 // ResetScans undoes, for the rest of the transaction, what [IndexScans],
 // [IndexOrderScans] and [TIDScans] set: each setting goes back to the
 // value the session would RESET it to. A transaction sends it after the
 // statement those settings were for, when others follow.
 const ResetScans = `SELECT set_config(name, reset_val, true) FROM pg_settings
-WHERE name IN ('enable_seqscan', 'enable_bitmapscan', 'enable_indexscan', 'enable_sort', 'jit')`
+WHERE name IN ('enable_seqscan', 'enable_bitmapscan', 'enable_indexscan', 'enable_sort', 'enable_incremental_sort', 'jit')`
 
 // QueryUnder runs sql with args on db after the planner settings, in one
 // round trip. The settings last for the batch's transaction, or db's when
