@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,21 +15,26 @@ import (
 )
 
 // eventJobsSQL finds an event's jobs through River's GIN index on args,
-// for which args @> … is the indexable form. It adds the event's delivered
-// first attempts from forward_delivered. Run it under [store.IndexScans]:
-// the kind is compared as an expression, so that no index of kind serves
-// it. When the statistics said river_job was small, PostgreSQL read every
-// forward job of every sender through River's index on kind. With such
-// statistics forward_delivered may still be read through its index of
-// targets, the sender's delivered forwards once.
-var eventJobsSQL = jobSQL(`(SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
+// for which args @> … is the indexable form, under [store.GINScans]: that
+// index is read by bitmap scans, which are the only ones left enabled.
+// Under plain index scans, when the statistics said river_job was small,
+// PostgreSQL read every forward job of every sender through River's index
+// on kind (the kind is now compared as an expression, which no index
+// serves), and a scan of River's primary key would read them all too.
+var eventJobsSQL = jobSQL(`SELECT id, state::text, attempt, max_attempts, coalesce(args->>'target', ''), coalesce(args->>'url', ''), created_at,
        errors[array_upper(errors, 1)], metadata->'output'
 FROM river_job
-WHERE kind || '' = {forward_kind} AND args @> jsonb_build_object('event_id', $1::text))
-UNION ALL
-(SELECT d.id, $3::text, 1, d.max_attempts, d.target, '', d.created_at, NULL, ` + deliveredOutput + `
-FROM forward_delivered d WHERE d.sender = $2 AND d.event_id = $1::text)
-ORDER BY 1`)
+WHERE kind || '' = {forward_kind} AND args @> jsonb_build_object('event_id', $1::text)`)
+
+// eventDeliveredSQL finds the event's delivered first attempts in
+// forward_delivered, by a probe of its primary key, the event compared as
+// a range in its order, under [store.IndexOrderScans]. By equality, the
+// index of targets served it as well, reading the sender's every
+// delivered forward, and PostgreSQL chose it when its statistics said
+// the sender's were few.
+const eventDeliveredSQL = `SELECT d.id, $3::text, 1, d.max_attempts, d.target, '', d.created_at, NULL::jsonb, ` + deliveredOutput + `
+FROM forward_delivered d WHERE d.sender = $2 AND d.event_id >= $1::text AND d.event_id <= $1::text
+ORDER BY d.event_id`
 
 // deliveredOutput is the [Output] of forward_delivered's row d, as River's
 // worker records it under metadata.output.
@@ -42,29 +49,64 @@ func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UU
 	if err != nil {
 		return nil, err
 	}
-	rows, err := store.QueryUnder(ctx, q.db, store.IndexScans, eventJobsSQL, eventID.String(), sender, jobCompleted)
+	var b pgx.Batch
+	b.Queue(store.GINScans)
+	b.Queue(eventJobsSQL, eventID.String())
+	b.Queue(store.ResetScans)
+	b.Queue(store.IndexOrderScans)
+	b.Queue(eventDeliveredSQL, eventID.String(), sender, jobCompleted)
+	res := q.db.SendBatch(ctx, &b)
+	jobs, err := readEventForwards(res)
 	if err != nil {
 		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
 	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Forward, error) {
-		var (
-			f         Forward
-			state     string
-			lastErr   []byte // jsonb, NULL without errors
-			outputRaw []byte // jsonb, NULL without output
-		)
-		if err := row.Scan(&f.JobID, &state, &f.Attempts, &f.MaxAttempts, &f.Target, &f.LegacyURL, &f.CreatedAt, &lastErr, &outputRaw); err != nil {
-			return Forward{}, err
-		}
-		if err := decodeOutcome(&f, rivertype.JobState(state), lastErr, outputRaw); err != nil {
-			return Forward{}, fmt.Errorf("job %d: %w", f.JobID, err)
-		}
-		return f, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
-	}
+	slices.SortFunc(jobs, func(a, b Forward) int { return cmp.Compare(a.JobID, b.JobID) })
 	return append(out, jobs...), nil
+}
+
+// readEventForwards reads the results of EventForwards' batch: the
+// settings, the jobs, the settings twice, the delivered forwards. It
+// closes res.
+func readEventForwards(res pgx.BatchResults) ([]Forward, error) {
+	var jobs []Forward
+	for _, query := range []bool{false, true, false, false, true} {
+		if !query {
+			if _, err := res.Exec(); err != nil {
+				_ = res.Close()
+				return nil, err
+			}
+			continue
+		}
+		rows, err := res.Query()
+		if err != nil {
+			_ = res.Close()
+			return nil, err
+		}
+		some, err := pgx.CollectRows(rows, scanEventForward)
+		if err != nil {
+			_ = res.Close()
+			return nil, err
+		}
+		jobs = append(jobs, some...)
+	}
+	return jobs, res.Close()
+}
+
+// scanEventForward scans a row of eventJobsSQL or eventDeliveredSQL.
+func scanEventForward(row pgx.CollectableRow) (Forward, error) {
+	var (
+		f         Forward
+		state     string
+		lastErr   []byte // jsonb, NULL without errors
+		outputRaw []byte // jsonb, NULL without output
+	)
+	if err := row.Scan(&f.JobID, &state, &f.Attempts, &f.MaxAttempts, &f.Target, &f.LegacyURL, &f.CreatedAt, &lastErr, &outputRaw); err != nil {
+		return Forward{}, err
+	}
+	if err := decodeOutcome(&f, rivertype.JobState(state), lastErr, outputRaw); err != nil {
+		return Forward{}, fmt.Errorf("job %d: %w", f.JobID, err)
+	}
+	return f, nil
 }
 
 // notSuperseded is the condition that job j of sender $1 and target $2 is

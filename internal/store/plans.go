@@ -53,6 +53,14 @@ const IndexOrderScans = `SELECT set_config('enable_seqscan', 'off', true), set_c
 // none after a crash, and no view may read them whole.
 const IndexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
+// GINScans makes the rest of the transaction read through bitmap scans
+// only, with no sequential or index scan and no JIT. It is for a SELECT
+// that a GIN index serves (River's on args), which only bitmap scans read:
+// a plain index scan would read another index whole. It turns bitmap
+// scans on, as a transaction may have turned them off.
+const GINScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_indexscan', 'off', true),
+  set_config('enable_indexonlyscan', 'off', true), set_config('enable_bitmapscan', 'on', true), set_config('jit', 'off', true)`
+
 // TIDScans makes the rest of the transaction delete or update the rows an
 // InitPlan selected, by their ctid. The InitPlan reads an index in its
 // order. Index, sequential and bitmap scans and sorts (incremental ones
@@ -62,11 +70,11 @@ const TIDScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('
   set_config('enable_incremental_sort', 'off', true), set_config('jit', 'off', true)`
 
 // ResetScans undoes, for the rest of the transaction, what [IndexScans],
-// [IndexOrderScans] and [TIDScans] set: each setting goes back to the
+// [IndexOrderScans], [GINScans] and [TIDScans] set: each setting goes back to the
 // value the session would RESET it to. A transaction sends it after the
 // statement those settings were for, when others follow.
 const ResetScans = `SELECT set_config(name, reset_val, true) FROM pg_settings
-WHERE name IN ('enable_seqscan', 'enable_bitmapscan', 'enable_indexscan', 'enable_sort', 'enable_incremental_sort', 'jit')`
+WHERE name IN ('enable_seqscan', 'enable_bitmapscan', 'enable_indexscan', 'enable_indexonlyscan', 'enable_sort', 'enable_incremental_sort', 'jit')`
 
 // QueryUnder runs sql with args on db after the planner settings, in one
 // round trip. The settings last for the batch's transaction, or db's when
