@@ -730,6 +730,12 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 		if _, err := q.ListDeliveriesSince(ctx, "acme", limit, nil, time.Now().Add(-time.Hour)); err != nil {
 			t.Fatalf("since: %v", err)
 		}
+		// A page of one event type, which the sender's events do not
+		// have: read by time with the type as a filter, it would be all
+		// of them.
+		if _, err := q.ListDeliveriesByType(ctx, "acme", "invoice.paid", limit, nil); err != nil {
+			t.Fatalf("one type: %v", err)
+		}
 		if _, err := q.GetDelivery(ctx, idempotency.Key{Sender: "acme", DeliveryID: page.Deliveries[7].DeliveryID}); err != nil {
 			t.Fatalf("one delivery: %v", err)
 		}

@@ -96,11 +96,16 @@ const (
 	// Each event's delivery is looked up in a LATERAL subquery with OFFSET
 	// 0, which the planner cannot flatten into a join. It must walk the
 	// events in the index's order and stop after the page. A hash join
-	// would read all the sender's deliveries.
+	// would read all the sender's deliveries. The lookup compares the
+	// delivery ID as a range in its order, as getSQL does: under
+	// [IndexOrderScans] (the pages of one type) only the key's index then
+	// serves it without a sort, and the events' order only the index of
+	// types.
 	typeFrom = `SELECT ` + typeColumns + `
 FROM webhook_events e CROSS JOIN LATERAL (
   SELECT p.delivery_id, p.request_sha256, p.event_id, p.response_status, p.response_content_type, p.created_at, p.expires_at
-  FROM processed_messages p WHERE p.sender = $1 AND p.delivery_id = e.delivery_id AND p.event_id = e.id OFFSET 0) pm
+  FROM processed_messages p WHERE p.sender = $1 AND p.delivery_id >= e.delivery_id AND p.delivery_id <= e.delivery_id AND p.event_id = e.id
+  ORDER BY p.delivery_id OFFSET 0) pm
 WHERE e.sender = $1 AND e.event_type = `
 	typeOrder    = ` ORDER BY e.received_at DESC, e.delivery_id DESC`
 	typeFirstSQL = typeFrom + `$2` + typeOrder + ` LIMIT $3`
@@ -172,6 +177,7 @@ func (q *Queries) ListDeliveriesByType(ctx context.Context, sender, eventType st
 			qq = b.Queue(prefixAfterSQL, sender, prefix, limit+1, after.ReceivedAt, after.DeliveryID)
 		}
 	default:
+		b.Queue(IndexOrderScans)
 		if after == nil {
 			qq = b.Queue(typeFirstSQL, sender, eventType, limit+1)
 		} else {
