@@ -501,6 +501,36 @@ func testQueuePlans(t *testing.T, grown bool) {
 		}
 	})
 
+	t.Run("current forwards of an event", func(t *testing.T) {
+		// A redelivery of one event first finds its newest forward to each
+		// target: its jobs and its delivered first attempt, among the
+		// sender's 25,000 of each, by probes. Without the index of
+		// forwards by event, or forward_delivered's primary key, every
+		// plan left has a disabled path. (By equality, the "grown" lie
+		// made it read every forward job through River's index on kind,
+		// and every delivered forward through the index of targets.)
+		event := uuidV7(t, conn, 200)
+		rec, traced := recordedPool(t, pool)
+		cur, err := both(traced).CurrentForwards(ctx, "acme", event, []string{"t", "u"})
+		if err != nil || cur["t"].JobID == 0 {
+			t.Fatalf("current forwards of event 200: %+v, %v; want its job to t", cur, err)
+		}
+		for _, s := range rec.Statements() {
+			checkPlans(t, explainConn, 2, s.Settings, s.SQL, s.Args...)
+			if s.SQL != currentJobsSQL {
+				continue
+			}
+			for _, index := range []string{"river_job_hookgate_forward_idx", "forward_delivered_pkey"} {
+				for _, mode := range planCacheModes {
+					ex := pgtest.ExplainPlan(t, explainConn, dropIndex(t, explainConn, index)+"; "+s.Settings, mode, s.SQL, s.Args...)
+					if !ex.Plan.Disabled() {
+						t.Errorf("%s: without %s, a plan with no disabled path is left: %s", mode, index, ex.Plan.Shape())
+					}
+				}
+			}
+		}
+	})
+
 	t.Run("outbox rows of queued redeliveries", func(t *testing.T) {
 		var ids []pgtype.UUID
 		for _, k := range outboxKeys(t, conn, "acme", 100) {

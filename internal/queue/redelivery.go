@@ -25,37 +25,55 @@ type Current struct {
 	Outbox, Leased bool
 }
 
-// currentJobsSQL finds the newest forward of sender $1's event $3 to each
-// target in $2, among its jobs and its delivered first attempt. An
-// unfinished redelivery queued after an earlier forward comes before any
-// newer forward. That newer forward can only be the relay's job of the
-// forward that the redelivery follows, or the record of that fast-path
-// attempt, which gets its ID when it ends. So the queued redelivery is the
-// one still to come.
-var currentJobsSQL = jobSQL(`SELECT DISTINCT ON (target) target, id, state, attempt, queued, failed FROM (
-  SELECT args->>'target' AS target, id, state::text AS state, attempt, args ? 'after' AS queued, ` + failedAttempt("river_job") + ` AS failed
-  FROM river_job
-  WHERE kind = {forward_kind} AND args->>'sender' = $1 AND args->>'target' = ANY($2) AND args->>'event_id' = $3::text
+// currentJobsSQL finds the forwards of sender $1's event $3 to each target
+// in $2: its jobs and its delivered first attempt, and for each whether it
+// is an unfinished redelivery queued after an earlier forward. Each
+// target's are found by probes of River's index of forwards by event and
+// of forward_delivered's primary key, the event compared as a range in
+// each index's order, under [store.IndexOrderScans]. Compared by
+// equality, with the kind by equality too, PostgreSQL read every forward
+// job through River's index on kind and the sender's every delivered
+// forward through the index of targets when its statistics said the
+// tables were small. CurrentForwards picks the newest of each target.
+var currentJobsSQL = jobSQL(`SELECT t.target, f.id, f.state, f.attempt, f.queued, f.queued AND f.state = ANY($5::text[]), f.failed
+FROM unnest($2::text[]) AS t(target) CROSS JOIN LATERAL (
+  (SELECT j.id, j.state::text AS state, j.attempt, j.args ? 'after' AS queued, ` + failedAttempt("j") + ` AS failed
+   FROM river_job j
+   WHERE j.kind = {forward_kind} AND j.args->>'sender' = $1 AND j.args->>'target' = t.target
+     AND j.args->>'event_id' >= $3::text AND j.args->>'event_id' <= $3::text
+   ORDER BY j.args->>'event_id', j.id)
   UNION ALL
-  SELECT target, id, $4::text, 1, false, false FROM forward_delivered WHERE sender = $1 AND target = ANY($2) AND event_id = $3::text) f
-ORDER BY target, (queued AND state = ANY($5::text[])) DESC, id DESC`)
+  (SELECT d.id, $4::text, 1, false, false FROM forward_delivered d
+   WHERE d.sender = $1 AND d.event_id >= $3::text AND d.event_id <= $3::text AND d.target = t.target
+   ORDER BY d.event_id)) f`)
 
 // CurrentForwards returns the newest forward of sender's event to each
-// target that has one: its job or its outbox row.
+// target that has one: its job or its outbox row. An unfinished
+// redelivery queued after an earlier forward comes before any newer
+// forward. That newer forward can only be the relay's job of the forward
+// that the redelivery follows, or the record of that fast-path attempt,
+// which gets its ID when it ends. So the queued redelivery is the one
+// still to come.
 func (q *Jobs) CurrentForwards(ctx context.Context, sender string, eventID uuid.UUID, targets []string) (map[string]Current, error) {
 	out := map[string]Current{}
-	rows, err := q.db.Query(ctx, currentJobsSQL, sender, targets, eventID.String(), jobCompleted, unfinishedJobs) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := store.QueryUnder(ctx, q.db, store.IndexOrderScans, currentJobsSQL, sender, targets, eventID.String(), jobCompleted, unfinishedJobs) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("current forwards of event %s: %w", eventID, err)
 	}
 	var (
-		target, state string
-		failed        bool
-		c             Current
+		target, state   string
+		waiting, failed bool
+		c               Current
 	)
-	_, err = pgx.ForEachRow(rows, []any{&target, &c.JobID, &state, &c.Attempt, &c.Queued, &failed}, func() error {
+	// waits[t] reports that target t's current forward is an unfinished
+	// redelivery queued after an earlier forward.
+	waits := map[string]bool{}
+	_, err = pgx.ForEachRow(rows, []any{&target, &c.JobID, &state, &c.Attempt, &c.Queued, &waiting, &failed}, func() error {
+		if prev, seen := out[target]; seen && (waits[target] && !waiting || waits[target] == waiting && prev.JobID > c.JobID) {
+			return nil
+		}
 		c.State = stateOf(rivertype.JobState(state), failed)
-		out[target] = c
+		out[target], waits[target] = c, waiting
 		return nil
 	})
 	if err != nil {
