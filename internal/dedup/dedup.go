@@ -135,9 +135,9 @@ const (
 	// Compared by equality in the DELETE itself, the key was served as well
 	// by an index whose first column is the sender, which checks the
 	// delivery ID on each of the sender's entries, and PostgreSQL chose it
-	// when its statistics said the sender's keys were one row. A row
-	// changed since the InitPlan's snapshot is not deleted; nothing updates
-	// a key. sender = $1 routes it to one shard on Citus.
+	// when its statistics said the sender's keys were one row. Nothing
+	// updates a key, so the DELETE takes the row the InitPlan found expired,
+	// if it is still there. sender = $1 routes it to one shard on Citus.
 	forgetExpiredSQL = `WITH gone AS (
   DELETE FROM processed_messages WHERE sender = $1 AND ctid = ANY(ARRAY(
     SELECT ctid FROM processed_messages

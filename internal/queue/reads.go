@@ -55,6 +55,7 @@ func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UU
 	b.Queue(store.ResetScans)
 	b.Queue(store.IndexOrderScans)
 	b.Queue(eventDeliveredSQL, eventID.String(), sender, jobCompleted)
+	b.Queue(store.ResetScans) // when q.db is a transaction
 	res := q.db.SendBatch(ctx, &b)
 	jobs, err := readEventForwards(res)
 	if err != nil {
@@ -65,11 +66,11 @@ func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UU
 }
 
 // readEventForwards reads the results of EventForwards' batch: the
-// settings, the jobs, the settings twice, the delivered forwards. It
-// closes res.
+// settings, the jobs, the settings twice, the delivered forwards, the
+// settings. It closes res.
 func readEventForwards(res pgx.BatchResults) ([]Forward, error) {
 	var jobs []Forward
-	for _, query := range []bool{false, true, false, false, true} {
+	for _, query := range []bool{false, true, false, false, true, false} {
 		if !query {
 			if _, err := res.Exec(); err != nil {
 				_ = res.Close()

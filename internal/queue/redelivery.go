@@ -34,7 +34,8 @@ type Current struct {
 // equality, with the kind by equality too, PostgreSQL read every forward
 // job through River's index on kind and the sender's every delivered
 // forward through the index of targets when its statistics said the
-// tables were small. CurrentForwards picks the newest of each target.
+// tables were small. CurrentForwards picks the newest of each target. It
+// runs in a redelivery's transaction: the settings end with it.
 var currentJobsSQL = jobSQL(`SELECT t.target, f.id, f.state, f.attempt, f.queued, f.queued AND f.state = ANY($5::text[]), f.failed
 FROM unnest($2::text[]) AS t(target) CROSS JOIN LATERAL (
   (SELECT j.id, j.state::text AS state, j.attempt, j.args ? 'after' AS queued, ` + failedAttempt("j") + ` AS failed
@@ -56,7 +57,7 @@ FROM unnest($2::text[]) AS t(target) CROSS JOIN LATERAL (
 // still to come.
 func (q *Jobs) CurrentForwards(ctx context.Context, sender string, eventID uuid.UUID, targets []string) (map[string]Current, error) {
 	out := map[string]Current{}
-	rows, err := store.QueryUnder(ctx, q.db, store.IndexOrderScans, currentJobsSQL, sender, targets, eventID.String(), jobCompleted, unfinishedJobs) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
+	rows, err := store.QueryOnlyUnder(ctx, q.db, store.IndexOrderScans, currentJobsSQL, sender, targets, eventID.String(), jobCompleted, unfinishedJobs) //nolint:rowserrcheck // pgx.ForEachRow checks rows.Err
 	if err != nil {
 		return nil, fmt.Errorf("current forwards of event %s: %w", eventID, err)
 	}

@@ -87,8 +87,10 @@ RETURNING true`
 	// subquery (IN), PostgreSQL ran the subquery once per token of the
 	// sender when its statistics said the table was small (a batch of
 	// 1,000 among 25,000 tokens visited 24.5 million rows in 12 s). A
-	// token claimed again since the statement began is left for the next
-	// batch.
+	// token claimed again while the statement runs may be left for the
+	// next run (the signature check refuses it meanwhile): depending on
+	// its minor version, PostgreSQL skips a row updated since the
+	// InitPlan read it, or deletes the newest version if it is still old.
 	DeleteBeforeSQL = `DELETE FROM signature_tokens
 WHERE sender = $1 AND signed_at < $2 AND ctid = ANY(ARRAY(
   SELECT ctid FROM signature_tokens WHERE sender = $1 AND signed_at < $2 ORDER BY signed_at LIMIT $3))`
@@ -135,11 +137,15 @@ func (s *Store) DeleteSignedBefore(ctx context.Context, sender string, cutoff ti
 	var b pgx.Batch
 	b.Queue(store.TIDScans)
 	b.Queue(DeleteBeforeSQL, sender, cutoff, limit)
+	b.Queue(store.ResetScans) // when s.db is a transaction
 	res := s.db.SendBatch(ctx, &b)
 	_, err := res.Exec()
 	var tag pgconn.CommandTag
 	if err == nil {
 		tag, err = res.Exec()
+	}
+	if err == nil {
+		_, err = res.Exec()
 	}
 	if err == nil {
 		err = res.Close()

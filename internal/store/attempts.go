@@ -192,9 +192,10 @@ WHERE sender = $1 AND event_id = $2[1] AND target = $3[1] AND started_at <= (
 // across both tables. The row is found by a probe of the primary key, the
 // event compared as a range in its order, and updated by ctid, under
 // [TIDScans]: by equality, the index of targets served it as well, the
-// event checked on each of the sender's rows for the target. A row
-// changed since the statement began is skipped: only the clearing of the
-// same columns changes these rows.
+// event checked on each of the sender's rows for the target. Only the
+// clearing of the same columns changes these rows: a row another
+// transaction cleared meanwhile is skipped, or (depending on PostgreSQL's
+// minor version) its newest version fails took_us IS NOT NULL.
 const ClearFoldedSQL = `UPDATE forward_delivered SET took_us = NULL, headers = NULL, body = NULL
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM forward_delivered
     WHERE sender = $1 AND event_id >= $2 AND event_id <= $2 AND target = $3 AND took_us IS NOT NULL AND attempted_at <= (

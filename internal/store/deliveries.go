@@ -573,23 +573,27 @@ func (q *Queries) countHours(ctx context.Context, sender string, hours []time.Ti
 
 // ExpiredSendersSQL asks which senders have expired keys (ExpiredSenders).
 // DeleteExpiredSQL deletes a batch of sender $1's keys expired at $2, at
-// most $3 (DeleteExpiredKeys). Its InitPlan reads the sender's oldest keys
-// first, through the index by time, so that a batch reads about its own
-// keys when expiry follows arrival, as it does for a sender's keys under
-// one retention; the DELETE takes them by ctid, under [TIDScans]. Before,
-// the batch was an array of delivery IDs, and on statistics that said the
-// sender's keys were one row PostgreSQL read every key of the sender for
-// the batch and again for the DELETE, which checked the array as a filter:
-// 1.9 s per batch of 1,000 among a million keys. (As a semi-join with the
-// subquery, it once ran the subquery per key of the sender.) Citus routes
-// the statement to the sender's shard, which takes a ctid; it refuses one
-// only in a modification that it plans in parts.
+// most $3 (DeleteExpiredKeys): its InitPlan selects them, and the DELETE
+// takes them by ctid, under [TIDScans]. Before, the batch was an array of
+// delivery IDs, and on statistics that said the sender's keys were one
+// row the DELETE read every key of the sender, checking the array as a
+// filter, after the InitPlan had read them too: 1.9 s per batch of 1,000
+// among a million keys. (As a semi-join with the subquery, it once ran
+// the subquery per key of the sender.) The InitPlan's index stays the
+// planner's choice, as every index scan is disabled alike: the index of
+// expiry times when the statistics hold, or the sender's keys in another
+// index's order, read until the batch is found. No order serves every
+// case: a key's expiry is fixed when it is claimed, so after a sender's
+// retention is shortened its expired keys are its newest, and the oldest
+// first would read every older key. An index on (sender, expires_at)
+// would. Citus routes the statement to the sender's shard, which takes a
+// ctid; it refuses one only in a modification that it plans in parts.
 const (
 	ExpiredSendersSQL = `SELECT DISTINCT sender FROM (
   SELECT sender FROM processed_messages WHERE expires_at <= $1 ORDER BY expires_at) expired`
 	DeleteExpiredSQL = `DELETE FROM processed_messages
 WHERE sender = $1 AND expires_at <= $2 AND ctid = ANY(ARRAY(
-  SELECT ctid FROM processed_messages WHERE sender = $1 AND expires_at <= $2 ORDER BY created_at LIMIT $3))`
+  SELECT ctid FROM processed_messages WHERE sender = $1 AND expires_at <= $2 LIMIT $3))`
 )
 
 // ExpiredSenders returns the senders that have keys whose retention ended at
@@ -612,11 +616,11 @@ func (q *Queries) ExpiredSenders(ctx context.Context, now time.Time) ([]string, 
 }
 
 // DeleteExpiredKeys deletes up to limit of sender's keys whose retention
-// ended at or before now, oldest first ([DeleteExpiredSQL]), in one short
-// statement that holds its locks briefly. It returns how many it deleted; fewer than limit means none are
+// ended at or before now ([DeleteExpiredSQL]), in one short statement that
+// holds its locks briefly. It returns how many it deleted; fewer than limit means none are
 // left. A deleted key's delivery ID is new to its next delivery.
 func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time.Time, limit int) (int64, error) {
-	rows, err := QueryUnder(ctx, q.db, TIDScans, DeleteExpiredSQL, sender, now, limit)
+	rows, err := QueryOnlyUnder(ctx, q.db, TIDScans, DeleteExpiredSQL, sender, now, limit)
 	if err == nil {
 		rows.Close()
 		err = rows.Err()

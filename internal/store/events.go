@@ -196,9 +196,10 @@ WHERE ctid = ANY(ARRAY(SELECT p.ctid FROM unnest($2::uuid[]) AS e(event_id)
 // its order, and updated by ctid, under [TIDScans], as [OutboxRowsByKey]
 // finds outbox rows. By the events in an array, on statistics that said
 // the sender's rows were one, PostgreSQL read every delivered forward of
-// the sender through the index of targets, for each batch. A row another
-// transaction changed since the statement began is skipped: only the
-// clearing of the same columns changes these rows.
+// the sender through the index of targets, for each batch. Only the
+// clearing of the same columns changes these rows: a row another
+// transaction cleared meanwhile is skipped, or (depending on PostgreSQL's
+// minor version) its newest version fails took_us IS NOT NULL.
 const ClearEventFoldedSQL = `UPDATE forward_delivered SET took_us = NULL, headers = NULL, body = NULL
 WHERE ctid = ANY(ARRAY(SELECT p.ctid FROM unnest($2::text[]) AS e(event_id)
     CROSS JOIN LATERAL (SELECT x.ctid FROM forward_delivered x

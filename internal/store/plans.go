@@ -80,9 +80,25 @@ WHERE name IN ('enable_seqscan', 'enable_bitmapscan', 'enable_indexscan', 'enabl
 // round trip. The settings last for the batch's transaction, or db's when
 // db is one.
 func QueryUnder(ctx context.Context, db DB, settings, sql string, args ...any) (pgx.Rows, error) {
+	return queryUnder(ctx, db, settings, "", sql, args...) //nolint:rowserrcheck // the caller reads them, and checks their Err (batchRows)
+}
+
+// QueryOnlyUnder is [QueryUnder] whose settings end with sql: [ResetScans]
+// follows it in the batch, so that statements db runs after it in its
+// transaction run without them.
+func QueryOnlyUnder(ctx context.Context, db DB, settings, sql string, args ...any) (pgx.Rows, error) {
+	return queryUnder(ctx, db, settings, ResetScans, sql, args...) //nolint:rowserrcheck // the caller reads them, and checks their Err (batchRows)
+}
+
+// queryUnder queues settings, sql and after (unless "") in one batch, and
+// returns sql's rows.
+func queryUnder(ctx context.Context, db DB, settings, after, sql string, args ...any) (pgx.Rows, error) {
 	var b pgx.Batch
 	b.Queue(settings)
 	b.Queue(sql, args...)
+	if after != "" {
+		b.Queue(after)
+	}
 	br := db.SendBatch(ctx, &b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
