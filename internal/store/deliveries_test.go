@@ -479,7 +479,9 @@ func TestListByEventTypeUsesIndex(t *testing.T) {
 			if strings.HasPrefix(tc.name, "exact") && strings.Contains(plan, "Sort") {
 				t.Errorf("%s, %s: plan sorts:\n%s", tc.name, mode, plan)
 			}
-			if !strings.HasPrefix(tc.name, "exact") {
+			if !strings.HasPrefix(tc.name, "exact") || pgtest.Citus() {
+				// On Citus the settings stay on the coordinator: the
+				// workers plan each shard's statement with their own.
 				continue
 			}
 			// Under the settings a page of one type runs with, whatever
