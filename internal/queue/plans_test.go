@@ -183,6 +183,26 @@ func auditPlan(t *testing.T, conn *pgx.Conn, ex pgtest.Explained, settings, mode
 	})
 }
 
+// checkIndexNeeded explains sql with args under settings in both plan
+// cache modes, with index and with index dropped in the explain's
+// rolled-back transaction, and fails the test unless every plan left
+// without it has more disabled paths than the plan with it: no statistics
+// can then make a plan without it the cheapest. With none, the plan with
+// it must have no disabled path at all.
+func checkIndexNeeded(t *testing.T, conn *pgx.Conn, none bool, index, settings, sql string, args ...any) {
+	t.Helper()
+	for _, mode := range planCacheModes {
+		with := pgtest.ExplainPlan(t, conn, settings, mode, sql, args...)
+		if none && with.Plan.Disabled() {
+			t.Errorf("%s: the plan has a disabled path: %s\n%.80s", mode, with.Plan.Shape(), sql)
+		}
+		without := pgtest.ExplainPlan(t, conn, dropIndex(t, conn, index)+"; "+settings, mode, sql, args...)
+		if n, m := with.Plan.DisabledNodes(), without.Plan.DisabledNodes(); m <= n {
+			t.Errorf("%s: without %s, a plan with %d disabled paths is left, as few as with it (%d): %s\n%.80s", mode, index, m, n, without.Plan.Shape(), sql)
+		}
+	}
+}
+
 // dropIndex returns the statement that drops index: its constraint's, for
 // the index of a primary key or a unique constraint.
 func dropIndex(t *testing.T, conn *pgx.Conn, index string) string {
@@ -500,13 +520,7 @@ WHERE sender = 'acme' AND delivery_id = 'd70' RETURNING event_id::uuid`).Scan(&e
 				continue
 			}
 			cleared = true
-			for _, mode := range planCacheModes {
-				with := explainAs(t, explainConn, s.Settings, mode, s.SQL, s.Args...)
-				without := pgtest.ExplainPlan(t, explainConn, dropIndex(t, explainConn, "forward_delivered_pkey")+`; `+s.Settings, mode, s.SQL, s.Args...)
-				if n, m := with.Plan.DisabledNodes(), without.Plan.DisabledNodes(); m <= n {
-					t.Errorf("%s: without forward_delivered_pkey, a plan with %d disabled paths is left, as few as through it (%d): %s", mode, m, n, without.Plan.Shape())
-				}
-			}
+			checkIndexNeeded(t, explainConn, false, "forward_delivered_pkey", s.Settings, s.SQL, s.Args...)
 		}
 		if !cleared {
 			t.Error("the attempt of a redelivery did not clear the first attempt")
@@ -532,18 +546,8 @@ WHERE sender = 'acme' AND delivery_id = 'd70' RETURNING event_id::uuid`).Scan(&e
 			if s.SQL != currentJobsSQL {
 				continue
 			}
-			for _, mode := range planCacheModes {
-				if ex := pgtest.ExplainPlan(t, explainConn, s.Settings, mode, s.SQL, s.Args...); ex.Plan.Disabled() {
-					t.Errorf("%s: the plan has a disabled path: %s", mode, ex.Plan.Shape())
-				}
-			}
 			for _, index := range []string{"river_job_hookgate_forward_idx", "forward_delivered_pkey"} {
-				for _, mode := range planCacheModes {
-					ex := pgtest.ExplainPlan(t, explainConn, dropIndex(t, explainConn, index)+"; "+s.Settings, mode, s.SQL, s.Args...)
-					if !ex.Plan.Disabled() {
-						t.Errorf("%s: without %s, a plan with no disabled path is left: %s", mode, index, ex.Plan.Shape())
-					}
-				}
+				checkIndexNeeded(t, explainConn, true, index, s.Settings, s.SQL, s.Args...)
 			}
 		}
 	})
@@ -641,15 +645,7 @@ WHERE sender = 'acme' AND delivery_id = 'd70' RETURNING event_id::uuid`).Scan(&e
 		// Without the index of failures not counted, every plan left of
 		// the counts has a disabled path: by the sender's equality, River's
 		// primary key gave the order, and read every job.
-		for _, mode := range planCacheModes {
-			if ex := pgtest.ExplainPlan(t, explainConn, store.IndexOrderScans, mode, failedCountsSQL, "acme", jobDiscarded); ex.Plan.Disabled() {
-				t.Errorf("%s: the failed counts' plan has a disabled path: %s", mode, ex.Plan.Shape())
-			}
-			ex := pgtest.ExplainPlan(t, explainConn, dropIndex(t, explainConn, "river_job_hookgate_forward_uncounted_idx")+"; "+store.IndexOrderScans, mode, failedCountsSQL, "acme", jobDiscarded)
-			if !ex.Plan.Disabled() {
-				t.Errorf("%s: without river_job_hookgate_forward_uncounted_idx, the failed counts have a plan with no disabled path: %s", mode, ex.Plan.Shape())
-			}
-		}
+		checkIndexNeeded(t, explainConn, true, "river_job_hookgate_forward_uncounted_idx", store.IndexOrderScans, failedCountsSQL, "acme", jobDiscarded)
 		withPlanModes(t, conn, 7, func(mode string, run int) {
 			inRolledBack(t, conn, func(tx pgx.Tx) {
 				q := NewJobs(tx)
@@ -759,15 +755,7 @@ SELECT 'acme', 't', 'k' || g, 2, 1, now() FROM generate_series(1, $1) g`, planRo
 				continue
 			}
 			delete(probes, s.SQL)
-			for _, mode := range planCacheModes {
-				if ex := pgtest.ExplainPlan(t, explainConn, s.Settings, mode, s.SQL, s.Args...); ex.Plan.Disabled() {
-					t.Errorf("%s: the plan has a disabled path: %s\n%s", mode, ex.Plan.Shape(), s.SQL)
-				}
-				ex := pgtest.ExplainPlan(t, explainConn, dropIndex(t, explainConn, index)+"; "+s.Settings, mode, s.SQL, s.Args...)
-				if !ex.Plan.Disabled() {
-					t.Errorf("%s: without %s, a plan with no disabled path is left: %s\n%s", mode, index, ex.Plan.Shape(), s.SQL)
-				}
-			}
+			checkIndexNeeded(t, explainConn, true, index, s.Settings, s.SQL, s.Args...)
 		}
 		for sql := range probes {
 			t.Errorf("not run: %.80s", sql)
@@ -961,13 +949,7 @@ FROM generate_series(1, $1) g`, planRows); err != nil {
 			}
 			delete(byTime, s.SQL)
 			checkPlans(t, explainConn, batch, s.Settings, s.SQL, s.Args...)
-			for _, mode := range planCacheModes {
-				with := explainAs(t, explainConn, s.Settings, mode, s.SQL, s.Args...)
-				without := pgtest.ExplainPlan(t, explainConn, dropIndex(t, explainConn, index)+`; `+s.Settings, mode, s.SQL, s.Args...)
-				if n, m := with.Plan.DisabledNodes(), without.Plan.DisabledNodes(); m <= n {
-					t.Errorf("%s: without %s, a plan with %d disabled paths is left, as few as through it (%d), for %.60s: %s", mode, index, m, n, s.SQL, without.Plan.Shape())
-				}
-			}
+			checkIndexNeeded(t, explainConn, false, index, s.Settings, s.SQL, s.Args...)
 		}
 		for sql := range byTime {
 			t.Errorf("not run: %.60s", sql)

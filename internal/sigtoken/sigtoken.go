@@ -134,24 +134,7 @@ func (s *Store) Senders(ctx context.Context) ([]string, error) {
 // the tolerance and [ClockMargin], since the signature check refuses those
 // tokens anyway.
 func (s *Store) DeleteSignedBefore(ctx context.Context, sender string, cutoff time.Time, limit int) (int64, error) {
-	var b pgx.Batch
-	b.Queue(store.TIDScans)
-	b.Queue(DeleteBeforeSQL, sender, cutoff, limit)
-	b.Queue(store.ResetScans) // when s.db is a transaction
-	res := s.db.SendBatch(ctx, &b)
-	_, err := res.Exec()
-	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = res.Exec()
-	}
-	if err == nil {
-		_, err = res.Exec()
-	}
-	if err == nil {
-		err = res.Close()
-	} else {
-		_ = res.Close()
-	}
+	tag, err := store.ExecOnlyUnder(ctx, s.db, store.TIDScans, DeleteBeforeSQL, sender, cutoff, limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete old signature tokens of %s: %w", sender, err)
 	}

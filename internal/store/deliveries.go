@@ -620,15 +620,11 @@ func (q *Queries) ExpiredSenders(ctx context.Context, now time.Time) ([]string, 
 // holds its locks briefly. It returns how many it deleted; fewer than limit means none are
 // left. A deleted key's delivery ID is new to its next delivery.
 func (q *Queries) DeleteExpiredKeys(ctx context.Context, sender string, now time.Time, limit int) (int64, error) {
-	rows, err := QueryOnlyUnder(ctx, q.db, TIDScans, DeleteExpiredSQL, sender, now, limit)
-	if err == nil {
-		rows.Close()
-		err = rows.Err()
-	}
+	tag, err := ExecOnlyUnder(ctx, q.db, TIDScans, DeleteExpiredSQL, sender, now, limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete expired keys of %s: %w", sender, err)
 	}
-	return rows.CommandTag().RowsAffected(), nil
+	return tag.RowsAffected(), nil
 }
 
 // FindSQL probes one sender's key for a delivery ID (FindDelivery), in the

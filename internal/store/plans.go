@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Plans that no statistic can ruin. Some statements run per relay batch,
@@ -90,9 +91,34 @@ func QueryOnlyUnder(ctx context.Context, db DB, settings, sql string, args ...an
 	return queryUnder(ctx, db, settings, ResetScans, sql, args...) //nolint:rowserrcheck // the caller reads them, and checks their Err (batchRows)
 }
 
+// ExecOnlyUnder runs sql with args on db after the planner settings, and
+// then [ResetScans], in one round trip, and returns sql's command tag.
+func ExecOnlyUnder(ctx context.Context, db Batcher, settings, sql string, args ...any) (pgconn.CommandTag, error) {
+	var b pgx.Batch
+	b.Queue(settings)
+	b.Queue(sql, args...)
+	b.Queue(ResetScans)
+	br := db.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if err != nil {
+		_ = br.Close()
+		return tag, err
+	}
+	return tag, br.Close()
+}
+
+// Batcher sends batches: a pool, a connection or a transaction.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // queryUnder queues settings, sql and after (unless "") in one batch, and
 // returns sql's rows.
-func queryUnder(ctx context.Context, db DB, settings, after, sql string, args ...any) (pgx.Rows, error) {
+func queryUnder(ctx context.Context, db Batcher, settings, after, sql string, args ...any) (pgx.Rows, error) {
 	var b pgx.Batch
 	b.Queue(settings)
 	b.Queue(sql, args...)
