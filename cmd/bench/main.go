@@ -59,6 +59,7 @@ type bench struct {
 	concurrency                                                           int
 	duration, warmup, forwardDrain, maxP99, maxCPUPerForward              time.Duration
 	minRatio, minReplayRatio, minForwardRatio, minForwardAllRatio, maxRSS float64
+	maxP99Ratio                                                           float64
 	skipPgbench, skipReplay, skipForward, skipDrain, keep, pprof, pgstat  bool
 	onlyForward, onlyOrdered                                              bool
 	drainTimeout                                                          time.Duration
@@ -124,7 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.Float64Var(&b.minReplayRatio, "min-replay-ratio", 1.5, "lowest passing replays/s ÷ first deliveries/s")
 	fs.Float64Var(&b.minForwardRatio, "min-forward-ratio", 0.85, "lowest passing first deliveries/s with one target (--role api) ÷ without")
 	fs.Float64Var(&b.minForwardAllRatio, "min-forward-all-ratio", 0.6, "lowest passing first deliveries/s with one target (--role all) ÷ without")
-	fs.DurationVar(&b.maxP99, "max-p99", 20*time.Millisecond, "highest passing p99 latency of first deliveries")
+	fs.Float64Var(&b.maxP99Ratio, "max-p99-ratio", 3, "highest passing p99 ÷ p50 latency of first deliveries at concurrency -c")
+	fs.DurationVar(&b.maxP99, "max-p99", 0, "highest passing p99 latency of first deliveries, on a machine whose speed you know; 0: no such check")
 	fs.DurationVar(&b.forwardDrain, "forward-drain-timeout", 5*time.Second, "how long the sink may take, after the --role all load, to receive every accepted event")
 	fs.DurationVar(&b.maxCPUPerForward, "max-cpu-per-forward", 350*time.Microsecond, "highest passing gateway + PostgreSQL CPU per forward (--role all, beyond a delivery's own)")
 	fs.Float64Var(&b.maxRSS, "max-rss-mb", 200, "highest passing peak RSS of a server, in MB (up to 100 MiB of it is the garbage the default --heap-floor lets the heap hold)")
@@ -507,7 +509,17 @@ func (b *bench) noTarget(ctx context.Context) (err error) {
 		b.line("info", "first delivery: gateway %.0f/s ÷ its own pipeline without HTTP, one delivery per transaction (BenchmarkRun/first) %.0f/s = %.2f; that pipeline ÷ the plain SQL = %.2f",
 			first.rate(), goFirst, first.rate()/goFirst, goFirst/tps)
 	}
-	b.timed(first.p(.99) < b.maxP99, first.cpu, "first delivery: p99 %s at concurrency %d (need < %s)", ms(first.p(.99)), b.concurrency, ms(b.maxP99))
+	// At a closed loop's concurrency, the median latency is about the
+	// concurrency over the rate, which the ratio to pgbench checks. The
+	// check of the tail is its ratio to the median, so that the machine's
+	// speed (it has moved from 9,000 to 3,500 first deliveries per second
+	// between sessions) does not decide it.
+	p50, p99 := first.p(.5), first.p(.99)
+	b.timed(p50 > 0 && float64(p99)/float64(p50) <= b.maxP99Ratio, first.cpu, "first delivery: p99 %s ÷ p50 %s = %.2f at concurrency %d (need ≤ %.2f)",
+		ms(p99), ms(p50), float64(p99)/float64(max(p50, 1)), b.concurrency, b.maxP99Ratio)
+	if b.maxP99 > 0 {
+		b.timed(p99 < b.maxP99, first.cpu, "first delivery: p99 %s at concurrency %d (need < %s)", ms(p99), b.concurrency, ms(b.maxP99))
+	}
 	b.check(first.errors == 0 && first.count > 0, "first delivery: %d errors in %d requests", first.errors, first.requests)
 	if !b.skipReplay {
 		fmt.Fprintf(b.out, "creating %d keys for the replay phase through the gateway …\n", replayKeys)
