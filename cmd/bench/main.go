@@ -125,7 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (*bench, error) {
 	fs.Float64Var(&b.minReplayRatio, "min-replay-ratio", 1.5, "lowest passing replays/s ÷ first deliveries/s")
 	fs.Float64Var(&b.minForwardRatio, "min-forward-ratio", 0.85, "lowest passing first deliveries/s with one target (--role api) ÷ without")
 	fs.Float64Var(&b.minForwardAllRatio, "min-forward-all-ratio", 0.6, "lowest passing first deliveries/s with one target (--role all) ÷ without")
-	fs.Float64Var(&b.maxP99Ratio, "max-p99-ratio", 3, "highest passing p99 ÷ p50 latency of first deliveries at concurrency -c")
+	fs.Float64Var(&b.maxP99Ratio, "max-p99-ratio", 3.5, "highest passing p99 ÷ p50 latency of first deliveries at concurrency -c")
 	fs.DurationVar(&b.maxP99, "max-p99", 0, "highest passing p99 latency of first deliveries, on a machine whose speed you know; 0: no such check")
 	fs.DurationVar(&b.forwardDrain, "forward-drain-timeout", 5*time.Second, "how long the sink may take, after the --role all load, to receive every accepted event")
 	fs.DurationVar(&b.maxCPUPerForward, "max-cpu-per-forward", 350*time.Microsecond, "highest passing gateway + PostgreSQL CPU per forward (--role all, beyond a delivery's own)")
