@@ -49,48 +49,26 @@ func (q *Jobs) EventForwards(ctx context.Context, sender string, eventID uuid.UU
 	if err != nil {
 		return nil, err
 	}
+	// Each statement runs under the settings that leave it the one path
+	// intended, which end with it.
+	var jobs []Forward
+	collect := func(rows pgx.Rows) error {
+		some, err := pgx.CollectRows(rows, scanEventForward)
+		jobs = append(jobs, some...)
+		return err
+	}
 	var b pgx.Batch
 	b.Queue(store.GINScans)
-	b.Queue(eventJobsSQL, eventID.String())
+	b.Queue(eventJobsSQL, eventID.String()).Query(collect)
 	b.Queue(store.ResetScans)
 	b.Queue(store.IndexOrderScans)
-	b.Queue(eventDeliveredSQL, eventID.String(), sender, jobCompleted)
+	b.Queue(eventDeliveredSQL, eventID.String(), sender, jobCompleted).Query(collect)
 	b.Queue(store.ResetScans) // when q.db is a transaction
-	res := q.db.SendBatch(ctx, &b)
-	jobs, err := readEventForwards(res)
-	if err != nil {
+	if err := q.db.SendBatch(ctx, &b).Close(); err != nil {
 		return nil, fmt.Errorf("list forwards of event %s: %w", eventID, err)
 	}
 	slices.SortFunc(jobs, func(a, b Forward) int { return cmp.Compare(a.JobID, b.JobID) })
 	return append(out, jobs...), nil
-}
-
-// readEventForwards reads the results of EventForwards' batch: the
-// settings, the jobs, the settings twice, the delivered forwards, the
-// settings. It closes res.
-func readEventForwards(res pgx.BatchResults) ([]Forward, error) {
-	var jobs []Forward
-	for _, query := range []bool{false, true, false, false, true, false} {
-		if !query {
-			if _, err := res.Exec(); err != nil {
-				_ = res.Close()
-				return nil, err
-			}
-			continue
-		}
-		rows, err := res.Query()
-		if err != nil {
-			_ = res.Close()
-			return nil, err
-		}
-		some, err := pgx.CollectRows(rows, scanEventForward)
-		if err != nil {
-			_ = res.Close()
-			return nil, err
-		}
-		jobs = append(jobs, some...)
-	}
-	return jobs, res.Close()
 }
 
 // scanEventForward scans a row of eventJobsSQL or eventDeliveredSQL.
