@@ -103,7 +103,13 @@ func TestRateHoldsAcrossProcesses(t *testing.T) {
 		t.Errorf("%d forwards arrived, want %d", len(seen), n)
 	}
 	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
-	sent := attemptStarts(t, pool, "acme", "legacy")
+	// A process records an attempt after its send: the last ones may
+	// still be on their way to the database.
+	var sent []time.Time
+	testkit.Poll(t, time.Minute, "every forward's attempt recorded", func() bool {
+		sent = attemptStarts(t, pool, "acme", "legacy")
+		return len(sent) >= n
+	}, func() string { return fmt.Sprintf("%d of %d attempts recorded", len(sent), n) })
 	if len(sent) != n {
 		t.Errorf("%d attempts recorded, want %d (one per forward: the target always answers 200)", len(sent), n)
 	}
