@@ -94,21 +94,15 @@ func QueryOnlyUnder(ctx context.Context, db DB, settings, sql string, args ...an
 // ExecOnlyUnder runs sql with args on db after the planner settings, and
 // then [ResetScans], in one round trip, and returns sql's command tag.
 func ExecOnlyUnder(ctx context.Context, db Batcher, settings, sql string, args ...any) (pgconn.CommandTag, error) {
-	var b pgx.Batch
+	var (
+		b   pgx.Batch
+		tag pgconn.CommandTag
+	)
 	b.Queue(settings)
-	b.Queue(sql, args...)
+	b.Queue(sql, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
 	b.Queue(ResetScans)
-	br := db.SendBatch(ctx, &b)
-	_, err := br.Exec()
-	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = br.Exec()
-	}
-	if err != nil {
-		_ = br.Close()
-		return tag, err
-	}
-	return tag, br.Close()
+	err := db.SendBatch(ctx, &b).Close()
+	return tag, err
 }
 
 // Batcher sends batches: a pool, a connection or a transaction.
